@@ -1,0 +1,10 @@
+//! Generates the gRPC client from `proto/` with protox, so no system `protoc` is needed.
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = ["taskbroker/v1/broker.proto", "taskbroker/v1/admin.proto"];
+    let fds = protox::compile(files, ["../proto"])?;
+    tonic_prost_build::configure()
+        .build_server(false)
+        .compile_fds(fds)?;
+    println!("cargo:rerun-if-changed=../proto");
+    Ok(())
+}
