@@ -1,0 +1,148 @@
+//! `taskbroker.v1.AdminService`.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use super::convert::{self, timestamp};
+use super::error::{invalid, status};
+use crate::pb;
+use crate::pb::admin_service_server::AdminService;
+use crate::service::{Broker, ListTasks, UpdateTask};
+use crate::store::TaskRecord;
+
+pub struct AdminApi {
+    broker: Arc<Broker>,
+}
+
+impl AdminApi {
+    pub fn new(broker: Arc<Broker>) -> Self {
+        AdminApi { broker }
+    }
+
+    fn task(&self, t: TaskRecord) -> Option<pb::Task> {
+        Some(convert::task(t, self.broker.clock().now()))
+    }
+}
+
+fn non_empty(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+#[tonic::async_trait]
+impl AdminService for AdminApi {
+    async fn get_task(
+        &self,
+        request: Request<pb::GetTaskRequest>,
+    ) -> Result<Response<pb::GetTaskResponse>, Status> {
+        let t = self
+            .broker
+            .get_task(&request.into_inner().task_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::GetTaskResponse { task: self.task(t) }))
+    }
+
+    async fn list_tasks(
+        &self,
+        request: Request<pb::ListTasksRequest>,
+    ) -> Result<Response<pb::ListTasksResponse>, Status> {
+        let r = request.into_inner();
+        let states = r
+            .states
+            .iter()
+            .enumerate()
+            .map(|(i, s)| convert::state_from_pb(&format!("states[{i}]"), *s))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(invalid)?;
+        let req = ListTasks {
+            created_after: timestamp("created_after", r.created_after.as_ref()).map_err(invalid)?,
+            created_before: timestamp("created_before", r.created_before.as_ref())
+                .map_err(invalid)?,
+            queue: non_empty(r.queue),
+            states,
+            key: non_empty(r.key),
+            worker_id: non_empty(r.worker_id),
+            page_size: r.page_size,
+            page_token: r.page_token,
+        };
+        let page = self.broker.list_tasks(req).await.map_err(status)?;
+        let now = page.now;
+        Ok(Response::new(pb::ListTasksResponse {
+            tasks: page.tasks.into_iter().map(|t| convert::task(t, now)).collect(),
+            next_page_token: page.next_page_token,
+        }))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: Request<pb::CancelTaskRequest>,
+    ) -> Result<Response<pb::CancelTaskResponse>, Status> {
+        let t = self
+            .broker
+            .cancel_task(&request.into_inner().task_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::CancelTaskResponse { task: self.task(t) }))
+    }
+
+    async fn update_task(
+        &self,
+        request: Request<pb::UpdateTaskRequest>,
+    ) -> Result<Response<pb::UpdateTaskResponse>, Status> {
+        let r = request.into_inner();
+        let req = UpdateTask {
+            run_at: timestamp("run_at", r.run_at.as_ref()).map_err(invalid)?,
+            deadline: timestamp("deadline", r.deadline.as_ref()).map_err(invalid)?,
+            task_id: r.task_id,
+            paths: r.update_mask.map(|m| m.paths).unwrap_or_default(),
+            priority: r.priority,
+            max_attempts: r.max_attempts,
+        };
+        let t = self.broker.update_task(req).await.map_err(status)?;
+        Ok(Response::new(pb::UpdateTaskResponse { task: self.task(t) }))
+    }
+
+    async fn requeue_task(
+        &self,
+        request: Request<pb::RequeueTaskRequest>,
+    ) -> Result<Response<pb::RequeueTaskResponse>, Status> {
+        let t = self
+            .broker
+            .requeue_task(&request.into_inner().task_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::RequeueTaskResponse { task: self.task(t) }))
+    }
+
+    async fn list_attempts(
+        &self,
+        request: Request<pb::ListAttemptsRequest>,
+    ) -> Result<Response<pb::ListAttemptsResponse>, Status> {
+        let attempts = self
+            .broker
+            .list_attempts(&request.into_inner().task_id)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ListAttemptsResponse {
+            attempts: attempts.into_iter().map(convert::attempt).collect(),
+        }))
+    }
+
+    async fn get_queue_stats(
+        &self,
+        request: Request<pb::GetQueueStatsRequest>,
+    ) -> Result<Response<pb::GetQueueStatsResponse>, Status> {
+        let (stats, now) = self
+            .broker
+            .queue_stats(request.into_inner().queues)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::GetQueueStatsResponse {
+            queues: stats
+                .into_iter()
+                .map(|s| convert::queue_stats(s, now))
+                .collect(),
+        }))
+    }
+}

@@ -1,0 +1,194 @@
+//! `taskbroker.v1.BrokerService`.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use super::convert::{self, duration, timestamp, to_timestamp};
+use super::error::{invalid, status};
+use crate::domain::validate::Invalid;
+use crate::pb;
+use crate::pb::broker_service_server::BrokerService;
+use crate::service::{self, Broker};
+use crate::store::{LeaseRef, LeaseState};
+
+pub struct BrokerApi {
+    broker: Arc<Broker>,
+}
+
+impl BrokerApi {
+    pub fn new(broker: Arc<Broker>) -> Self {
+        BrokerApi { broker }
+    }
+}
+
+fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid> {
+    let f = |name: &str| format!("tasks[{i}].{name}");
+    let retry = match t.retry {
+        None => service::RetrySpec::default(),
+        Some(r) => service::RetrySpec {
+            max_attempts: (r.max_attempts != 0).then_some(r.max_attempts),
+            initial_backoff: duration(&f("retry.initial_backoff"), r.initial_backoff.as_ref())?,
+            backoff_multiplier: (r.backoff_multiplier != 0.0).then_some(r.backoff_multiplier),
+            max_backoff: duration(&f("retry.max_backoff"), r.max_backoff.as_ref())?,
+            jitter: r.jitter,
+        },
+    };
+    Ok(service::SubmitTask {
+        run_at: timestamp(&f("run_at"), t.run_at.as_ref())?,
+        deadline: timestamp(&f("deadline"), t.deadline.as_ref())?,
+        queue: t.queue,
+        payload: t.payload,
+        key: (!t.key.is_empty()).then_some(t.key),
+        priority: t.priority,
+        retry,
+        metadata: t.metadata.into_iter().collect(),
+    })
+}
+
+fn lease_status(task_id: String, s: LeaseState) -> pb::LeaseStatus {
+    match s {
+        LeaseState::Lost => pb::LeaseStatus {
+            task_id,
+            lost: true,
+            lease_expires_at: None,
+            cancel_requested: false,
+        },
+        LeaseState::Live {
+            lease_expires_at,
+            cancel_requested,
+        } => pb::LeaseStatus {
+            task_id,
+            lost: false,
+            lease_expires_at: Some(to_timestamp(lease_expires_at)),
+            cancel_requested,
+        },
+    }
+}
+
+#[tonic::async_trait]
+impl BrokerService for BrokerApi {
+    async fn submit(
+        &self,
+        request: Request<pb::SubmitRequest>,
+    ) -> Result<Response<pb::SubmitResponse>, Status> {
+        let tasks = request
+            .into_inner()
+            .tasks
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| submit_task(i, t))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(invalid)?;
+        let inserted = self.broker.submit(tasks).await.map_err(status)?;
+        Ok(Response::new(pb::SubmitResponse {
+            results: inserted
+                .into_iter()
+                .map(|r| pb::SubmitResult {
+                    task_id: r.task_id,
+                    deduplicated: r.deduplicated,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn lease(
+        &self,
+        request: Request<pb::LeaseRequest>,
+    ) -> Result<Response<pb::LeaseResponse>, Status> {
+        let call_timeout = convert::grpc_timeout(request.metadata());
+        let worker_address = request
+            .remote_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let r = request.into_inner();
+        let req = service::LeaseRequest {
+            lease_duration: duration("lease_duration", r.lease_duration.as_ref()).map_err(invalid)?,
+            wait: duration("wait", r.wait.as_ref()).map_err(invalid)?,
+            worker_id: r.worker_id,
+            queues: r.queues,
+            max_tasks: r.max_tasks,
+            worker_address,
+            call_timeout,
+        };
+        let tasks = self.broker.lease(req).await.map_err(status)?;
+        Ok(Response::new(pb::LeaseResponse {
+            tasks: tasks.into_iter().map(convert::leased_task).collect(),
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let r = request.into_inner();
+        let extend_by = duration("extend_by", r.extend_by.as_ref()).map_err(invalid)?;
+        let leases: Vec<LeaseRef> = r
+            .leases
+            .into_iter()
+            .map(|l| LeaseRef {
+                task_id: l.task_id,
+                lease_token: l.lease_token,
+            })
+            .collect();
+        let ids: Vec<String> = leases.iter().map(|l| l.task_id.clone()).collect();
+        let states = self
+            .broker
+            .heartbeat(leases, extend_by)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::HeartbeatResponse {
+            leases: ids.into_iter().zip(states).map(|(id, s)| lease_status(id, s)).collect(),
+        }))
+    }
+
+    async fn checkpoint(
+        &self,
+        request: Request<pb::CheckpointRequest>,
+    ) -> Result<Response<pb::CheckpointResponse>, Status> {
+        let r = request.into_inner();
+        let req = service::CheckpointRequest {
+            extend_by: duration("extend_by", r.extend_by.as_ref()).map_err(invalid)?,
+            task_id: r.task_id,
+            lease_token: r.lease_token,
+            checkpoint: r.checkpoint,
+        };
+        let task_id = req.task_id.clone();
+        let s = lease_status(task_id, self.broker.checkpoint(req).await.map_err(status)?);
+        Ok(Response::new(pb::CheckpointResponse {
+            lease_expires_at: s.lease_expires_at,
+            cancel_requested: s.cancel_requested,
+        }))
+    }
+
+    async fn complete(
+        &self,
+        request: Request<pb::CompleteRequest>,
+    ) -> Result<Response<pb::CompleteResponse>, Status> {
+        let r = request.into_inner();
+        self.broker
+            .complete(r.task_id, r.lease_token, r.result)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::CompleteResponse {}))
+    }
+
+    async fn fail(
+        &self,
+        request: Request<pb::FailRequest>,
+    ) -> Result<Response<pb::FailResponse>, Status> {
+        let r = request.into_inner();
+        let req = service::FailRequest {
+            retry_after: duration("retry_after", r.retry_after.as_ref()).map_err(invalid)?,
+            task_id: r.task_id,
+            lease_token: r.lease_token,
+            error_message: r.error_message,
+            non_retryable: r.non_retryable,
+        };
+        let out = self.broker.fail(req).await.map_err(status)?;
+        Ok(Response::new(pb::FailResponse {
+            state: convert::state_to_pb(out.state) as i32,
+            next_run_at: out.next_run_at.map(to_timestamp),
+        }))
+    }
+}

@@ -1,0 +1,46 @@
+//! The one table from service errors to gRPC statuses. Database text never
+//! reaches a client; the detail goes to the log, once, here.
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::domain::validate::Invalid;
+use crate::service::ServiceError;
+
+/// The `google.rpc.ErrorInfo` domain of this broker's errors.
+pub const DOMAIN: &str = "taskbroker.dev";
+
+pub fn invalid(e: Invalid) -> Status {
+    let code = if e.too_large {
+        Code::ResourceExhausted
+    } else {
+        Code::InvalidArgument
+    };
+    let details = ErrorDetails::with_bad_request_violation(e.field.clone(), e.message.clone());
+    Status::with_error_details(code, e.to_string(), details)
+}
+
+pub fn status(e: ServiceError) -> Status {
+    match e {
+        ServiceError::Invalid(i) => invalid(i),
+        ServiceError::NotFound { .. } => Status::not_found(e.to_string()),
+        ServiceError::LeaseLost { ref task_id } => {
+            let details = ErrorDetails::with_error_info(
+                "LEASE_LOST",
+                DOMAIN,
+                [("task_id".to_string(), task_id.clone())],
+            );
+            Status::with_error_details(Code::Aborted, e.to_string(), details)
+        }
+        ServiceError::FailedPrecondition(m) => Status::failed_precondition(m),
+        ServiceError::Unavailable(ref source) => {
+            tracing::warn!(error = %source, cause = ?std::error::Error::source(source), "database unavailable");
+            Status::unavailable("database unavailable, retry later")
+        }
+        ServiceError::Draining => Status::unavailable("broker is shutting down"),
+        ServiceError::Internal(ref source) => {
+            tracing::error!(error = %source, cause = ?std::error::Error::source(source), "internal error");
+            Status::internal("internal error")
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! Long-poll wake-ups. A Lease that finds nothing waits here, not on the database:
+//! every change that makes a task pending calls [`Dispatcher::wake`] for its queue
+//! (locally, and through the store's notifications from other replicas).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Default)]
+pub struct Dispatcher {
+    /// One Notify per queue that has (or had) a waiter. Queue names are bounded by
+    /// validation, and a broker serves a bounded set of queues.
+    queues: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Wakes every waiter (used when notifications may have been missed).
+    all: Notify,
+    /// Cancelled when the broker drains: waiting long-polls answer at once.
+    draining: CancellationToken,
+}
+
+impl Dispatcher {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The Notify of each queue, created on first use.
+    pub fn handles(&self, queues: &[String]) -> Vec<Arc<Notify>> {
+        // The lock is held for a map lookup only, never across an await.
+        let mut map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        queues
+            .iter()
+            .map(|q| map.entry(q.clone()).or_default().clone())
+            .collect()
+    }
+
+    /// Wakes the waiters of `queue`, or of every queue for `None`.
+    pub fn wake(&self, queue: Option<&str>) {
+        match queue {
+            Some(q) => {
+                let map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(n) = map.get(q) {
+                    n.notify_waiters();
+                }
+            }
+            None => self.all.notify_waiters(),
+        }
+    }
+
+    pub fn all(&self) -> &Notify {
+        &self.all
+    }
+
+    pub fn draining(&self) -> &CancellationToken {
+        &self.draining
+    }
+
+    /// Stops granting long-polls: waiting ones return empty now.
+    pub fn drain(&self) {
+        self.draining.cancel();
+    }
+}

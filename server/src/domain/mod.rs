@@ -1,0 +1,11 @@
+//! Pure broker logic: task states, validation and retry/backoff math.
+//!
+//! Nothing here does I/O or reads the clock: callers pass `now` in, so every rule
+//! can be unit-tested without a runtime or a database.
+
+pub mod retry;
+pub mod task;
+pub mod validate;
+
+pub use retry::RetryPolicy;
+pub use task::{AttemptOutcome, FailureDecision, StoredState, TaskState};

@@ -1,0 +1,27 @@
+//! taskbroker: a gRPC task broker with a durable task table.
+//!
+//! The parts, from the wire inwards (dependencies point one way):
+//! - [`api`]: tonic handlers for `BrokerService` and `AdminService`; the one place
+//!   errors become `tonic::Status` (`api/error.rs`).
+//! - [`service`]: broker semantics, one file per operation (submit, lease,
+//!   heartbeat/checkpoint, settle, admin); validation and wake-ups.
+//! - [`dispatch`]: long-poll waiters and their wake-ups.
+//! - [`domain`]: pure rules with no I/O: states, validation, retry/backoff math.
+//! - [`store`]: the `Store` trait and its SQLite and Postgres implementations.
+//! - [`maintenance`]: the reaper (expired leases, passed deadlines).
+//! - [`app`] and [`config`]: start-up, configuration and shutdown.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod app;
+pub mod config;
+pub mod dispatch;
+pub mod domain;
+pub mod maintenance;
+pub mod service;
+pub mod store;
+
+/// Code generated from `proto/taskbroker/v1` (server side).
+pub mod pb {
+    tonic::include_proto!("taskbroker.v1");
+}

@@ -1,0 +1,213 @@
+//! Operator calls: read, list, cancel, update, requeue, attempts, stats.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, Utc};
+
+use super::{Broker, ServiceError};
+use crate::domain::validate::{self, Invalid};
+use crate::domain::{StoredState, TaskState};
+use crate::store::{AttemptRecord, Changed, QueueStatsRecord, TaskFilter, TaskRecord, TaskUpdate};
+
+#[derive(Debug, Clone, Default)]
+pub struct ListTasks {
+    pub queue: Option<String>,
+    pub states: Vec<TaskState>,
+    pub key: Option<String>,
+    pub worker_id: Option<String>,
+    pub created_after: Option<DateTime<Utc>>,
+    pub created_before: Option<DateTime<Utc>>,
+    pub page_size: i32,
+    pub page_token: String,
+}
+
+pub struct TaskPage {
+    pub tasks: Vec<TaskRecord>,
+    pub next_page_token: String,
+    /// The time the visible states were computed at.
+    pub now: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct UpdateTask {
+    pub task_id: String,
+    /// The field paths to change.
+    pub paths: Vec<String>,
+    pub run_at: Option<DateTime<Utc>>,
+    pub priority: i32,
+    pub deadline: Option<DateTime<Utc>>,
+    pub max_attempts: u32,
+}
+
+const PAGE_TOKEN_PREFIX: &str = "v1:";
+
+fn encode_page_token(seq: i64) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{PAGE_TOKEN_PREFIX}{seq}"))
+}
+
+fn decode_page_token(token: &str) -> Result<Option<i64>, Invalid> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let bad = || Invalid::new("page_token", "is not a token from a previous response");
+    let raw = URL_SAFE_NO_PAD.decode(token).map_err(|_| bad())?;
+    let text = String::from_utf8(raw).map_err(|_| bad())?;
+    let seq = text.strip_prefix(PAGE_TOKEN_PREFIX).ok_or_else(bad)?;
+    seq.parse().map(Some).map_err(|_| bad())
+}
+
+fn state_name(s: StoredState) -> &'static str {
+    match s {
+        StoredState::Pending => "waiting to run",
+        StoredState::Leased => "leased",
+        StoredState::Succeeded => "succeeded",
+        StoredState::Dead => "dead",
+        StoredState::Cancelled => "cancelled",
+    }
+}
+
+impl Broker {
+    fn changed(&self, c: Changed, id: &str, what: &str) -> Result<TaskRecord, ServiceError> {
+        match c {
+            Changed::Done(t) => Ok(*t),
+            Changed::NotFound => Err(ServiceError::not_found(id)),
+            Changed::WrongState(s) => Err(ServiceError::FailedPrecondition(format!(
+                "cannot {what} task {id}: it is {}",
+                state_name(s)
+            ))),
+        }
+    }
+
+    pub async fn get_task(&self, task_id: &str) -> Result<TaskRecord, ServiceError> {
+        validate::identifier("task_id", task_id, 64)?;
+        self.store
+            .task_get(task_id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found(task_id))
+    }
+
+    pub async fn list_tasks(&self, req: ListTasks) -> Result<TaskPage, ServiceError> {
+        let size = match req.page_size {
+            0 => 100,
+            n if (1..=1000).contains(&n) => n as u32,
+            _ => return Err(Invalid::new("page_size", "must be between 0 and 1000").into()),
+        };
+        if let Some(q) = &req.queue {
+            validate::queue_name("queue", q)?;
+        }
+        let now = self.clock.now();
+        let filter = TaskFilter {
+            queue: req.queue,
+            states: req.states,
+            key: req.key,
+            worker_id: req.worker_id,
+            created_after: req.created_after,
+            created_before: req.created_before,
+            before_seq: decode_page_token(&req.page_token)?,
+            limit: size + 1,
+            now,
+        };
+        let mut tasks = self.store.task_list(&filter).await?;
+        let next_page_token = if tasks.len() > size as usize {
+            tasks.truncate(size as usize);
+            tasks.last().map(|t| encode_page_token(t.seq)).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(TaskPage {
+            tasks,
+            next_page_token,
+            now,
+        })
+    }
+
+    pub async fn cancel_task(&self, task_id: &str) -> Result<TaskRecord, ServiceError> {
+        validate::identifier("task_id", task_id, 64)?;
+        let c = self.store.task_cancel(task_id, self.clock.now()).await?;
+        self.changed(c, task_id, "cancel")
+    }
+
+    pub async fn update_task(&self, req: UpdateTask) -> Result<TaskRecord, ServiceError> {
+        validate::identifier("task_id", &req.task_id, 64)?;
+        if req.paths.is_empty() {
+            return Err(Invalid::new("update_mask", "must name at least one field").into());
+        }
+        let mut u = TaskUpdate::default();
+        for path in &req.paths {
+            match path.as_str() {
+                "run_at" => u.run_at = Some(req.run_at.unwrap_or_else(|| self.clock.now())),
+                "priority" => u.priority = Some(req.priority),
+                "deadline" => u.deadline = Some(req.deadline),
+                "max_attempts" => {
+                    let max = self.settings.limits.max_attempts;
+                    if req.max_attempts == 0 || req.max_attempts > max {
+                        return Err(Invalid::new(
+                            "max_attempts",
+                            format!("must be between 1 and {max}"),
+                        )
+                        .into());
+                    }
+                    u.max_attempts = Some(req.max_attempts);
+                }
+                other => {
+                    return Err(Invalid::new(
+                        "update_mask",
+                        format!(
+                            "{other:?} cannot be updated (run_at, priority, deadline, max_attempts can)"
+                        ),
+                    )
+                    .into());
+                }
+            }
+        }
+        let c = self
+            .store
+            .task_update(&req.task_id, &u, self.clock.now())
+            .await?;
+        let task = self.changed(c, &req.task_id, "update")?;
+        if task.state == StoredState::Pending {
+            self.dispatch.wake(Some(&task.queue));
+        }
+        Ok(task)
+    }
+
+    pub async fn requeue_task(&self, task_id: &str) -> Result<TaskRecord, ServiceError> {
+        validate::identifier("task_id", task_id, 64)?;
+        let c = self.store.task_requeue(task_id, self.clock.now()).await?;
+        let task = self.changed(c, task_id, "requeue")?;
+        self.dispatch.wake(Some(&task.queue));
+        Ok(task)
+    }
+
+    pub async fn list_attempts(&self, task_id: &str) -> Result<Vec<AttemptRecord>, ServiceError> {
+        validate::identifier("task_id", task_id, 64)?;
+        self.store
+            .attempt_list(task_id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found(task_id))
+    }
+
+    pub async fn queue_stats(
+        &self,
+        queues: Vec<String>,
+    ) -> Result<(Vec<QueueStatsRecord>, DateTime<Utc>), ServiceError> {
+        for (i, q) in queues.iter().enumerate() {
+            validate::queue_name(&format!("queues[{i}]"), q)?;
+        }
+        let now = self.clock.now();
+        Ok((self.store.queue_stats(&queues, now).await?, now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_tokens_round_trip_and_reject_garbage() {
+        assert_eq!(decode_page_token(&encode_page_token(42)).unwrap(), Some(42));
+        assert_eq!(decode_page_token("").unwrap(), None);
+        assert!(decode_page_token("!!!").is_err());
+        assert!(decode_page_token(&URL_SAFE_NO_PAD.encode("v2:1")).is_err());
+    }
+}

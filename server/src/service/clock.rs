@@ -1,0 +1,41 @@
+//! The broker's notion of now. Tests use [`ManualClock`] to move time forward
+//! instead of sleeping.
+
+use std::sync::Mutex;
+
+use chrono::{DateTime, Utc};
+
+pub trait Clock: Send + Sync + 'static {
+    fn now(&self) -> DateTime<Utc>;
+}
+
+/// Wall-clock time.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// A clock that starts at the real time and moves only when told.
+pub struct ManualClock(Mutex<DateTime<Utc>>);
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        ManualClock(Mutex::new(Utc::now()))
+    }
+}
+
+impl ManualClock {
+    pub fn advance(&self, by: std::time::Duration) {
+        let mut now = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        *now += chrono::Duration::from_std(by).unwrap_or(chrono::Duration::zero());
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

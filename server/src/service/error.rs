@@ -1,0 +1,45 @@
+//! The service's errors. `api::error` maps each to one gRPC status.
+
+use crate::domain::validate::Invalid;
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// Bad input; nothing was changed.
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+    #[error("{what} {id} not found")]
+    NotFound { what: &'static str, id: String },
+    /// The lease token holds no lease on the task.
+    #[error("lease lost: task {task_id} is not leased with this lease_token")]
+    LeaseLost { task_id: String },
+    /// The task's state does not allow the operation.
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// The database cannot be reached.
+    #[error("database unavailable")]
+    Unavailable(#[source] StoreError),
+    /// The broker is shutting down.
+    #[error("broker is shutting down")]
+    Draining,
+    #[error("internal error")]
+    Internal(#[source] StoreError),
+}
+
+impl From<StoreError> for ServiceError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(_) => ServiceError::Unavailable(e),
+            other => ServiceError::Internal(other),
+        }
+    }
+}
+
+impl ServiceError {
+    pub fn not_found(id: &str) -> Self {
+        ServiceError::NotFound {
+            what: "task",
+            id: id.to_string(),
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! Lease: hand out up to `max_tasks` ready tasks, long-polling up to `wait`.
+//!
+//! The wait never polls the database on a timer: it sleeps on the queues' Notify
+//! handles and wakes on a new pending task, at the earliest future `run_at` of a
+//! scheduled task in those queues, when the wait runs out, or when the broker drains.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::future::select_all;
+use tokio::time::Instant;
+
+use super::{Broker, ServiceError};
+use crate::domain::validate::{self, Invalid};
+use crate::store::{LeaseParams, TaskRecord};
+
+#[derive(Debug, Clone, Default)]
+pub struct LeaseRequest {
+    pub worker_id: String,
+    pub queues: Vec<String>,
+    pub max_tasks: u32,
+    pub lease_duration: Option<Duration>,
+    pub wait: Option<Duration>,
+    /// The peer address as the transport saw it.
+    pub worker_address: String,
+    /// What is left of the call's own gRPC deadline, if it has one.
+    pub call_timeout: Option<Duration>,
+}
+
+const MAX_QUEUES: usize = 64;
+const MAX_WORKER_ID_LEN: usize = 256;
+
+impl Broker {
+    pub async fn lease(&self, req: LeaseRequest) -> Result<Vec<TaskRecord>, ServiceError> {
+        let limits = &self.settings.limits;
+        validate::identifier("worker_id", &req.worker_id, MAX_WORKER_ID_LEN)?;
+        if req.queues.is_empty() || req.queues.len() > MAX_QUEUES {
+            return Err(Invalid::new("queues", format!("must name 1 to {MAX_QUEUES} queues")).into());
+        }
+        for (i, q) in req.queues.iter().enumerate() {
+            validate::queue_name(&format!("queues[{i}]"), q)?;
+        }
+        if req.max_tasks == 0 || req.max_tasks > limits.max_lease_batch {
+            return Err(Invalid::new(
+                "max_tasks",
+                format!("must be between 1 and {}", limits.max_lease_batch),
+            )
+            .into());
+        }
+        let lease_duration = req.lease_duration.unwrap_or(limits.default_lease);
+        validate::duration_in("lease_duration", lease_duration, limits.min_lease, limits.max_lease)?;
+        let wait = req.wait.unwrap_or_default();
+        validate::duration_in("wait", wait, Duration::ZERO, limits.max_wait)?;
+        // Answer (empty) a little before the caller's own deadline, so it gets OK.
+        let wait = match req.call_timeout {
+            Some(t) => wait.min(t.saturating_sub((t / 10).min(Duration::from_millis(500)))),
+            None => wait,
+        };
+        if self.dispatch.draining().is_cancelled() {
+            return Ok(Vec::new());
+        }
+
+        let give_up = Instant::now() + wait;
+        let handles = self.dispatch.handles(&req.queues);
+        loop {
+            // Register interest before looking, so a wake between the look and the
+            // wait is not lost.
+            let mut woken: Vec<Pin<Box<tokio::sync::futures::Notified<'_>>>> =
+                handles.iter().map(|n| Box::pin(n.notified())).collect();
+            woken.push(Box::pin(self.dispatch.all().notified()));
+            for w in woken.iter_mut() {
+                w.as_mut().enable();
+            }
+            let now = self.clock.now();
+            let params = LeaseParams {
+                queues: req.queues.clone(),
+                max_tasks: req.max_tasks,
+                worker_id: req.worker_id.clone(),
+                worker_address: req.worker_address.clone(),
+                lease_duration,
+                now,
+            };
+            let tasks = self.store.task_lease_available(&params).await?;
+            if !tasks.is_empty() || Instant::now() >= give_up {
+                return Ok(tasks);
+            }
+            let mut until = give_up;
+            if let Some(next) = self.store.task_next_run_at(&req.queues, now).await? {
+                let due = (next - now).to_std().unwrap_or_default();
+                until = until.min(Instant::now() + due);
+            }
+            tokio::select! {
+                _ = select_all(woken) => {}
+                _ = tokio::time::sleep_until(until) => {}
+                _ = self.dispatch.draining().cancelled() => return Ok(Vec::new()),
+            }
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Submit: validate a batch all-or-nothing, apply retry defaults, insert, wake waiters.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{Broker, ServiceError};
+use crate::domain::validate::{self, Invalid};
+use crate::domain::RetryPolicy;
+use crate::store::{Inserted, NewTask};
+
+/// Retry fields as submitted; `None` takes the broker default.
+#[derive(Debug, Clone, Default)]
+pub struct RetrySpec {
+    pub max_attempts: Option<u32>,
+    pub initial_backoff: Option<Duration>,
+    pub backoff_multiplier: Option<f64>,
+    pub max_backoff: Option<Duration>,
+    pub jitter: Option<f64>,
+}
+
+/// One task as submitted.
+#[derive(Debug, Clone, Default)]
+pub struct SubmitTask {
+    pub queue: String,
+    pub payload: Vec<u8>,
+    pub key: Option<String>,
+    pub priority: i32,
+    pub run_at: Option<DateTime<Utc>>,
+    pub deadline: Option<DateTime<Utc>>,
+    pub retry: RetrySpec,
+    pub metadata: BTreeMap<String, String>,
+}
+
+const MAX_KEY_LEN: usize = 512;
+const MAX_METADATA_ENTRIES: usize = 64;
+const MAX_METADATA_BYTES: usize = 16 * 1024;
+
+impl Broker {
+    pub async fn submit(&self, tasks: Vec<SubmitTask>) -> Result<Vec<Inserted>, ServiceError> {
+        let limits = &self.settings.limits;
+        if tasks.is_empty() || tasks.len() > limits.max_submit_batch {
+            return Err(Invalid::new(
+                "tasks",
+                format!("must hold 1 to {} tasks", limits.max_submit_batch),
+            )
+            .into());
+        }
+        let now = self.clock.now();
+        let new = tasks
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| self.new_task(i, t, now))
+            .collect::<Result<Vec<_>, Invalid>>()?;
+        let inserted = self.store.task_insert_many(&new, now).await?;
+        let mut woken: Vec<&str> = Vec::new();
+        for (t, r) in new.iter().zip(&inserted) {
+            if !r.deduplicated && !woken.contains(&t.queue.as_str()) {
+                self.dispatch.wake(Some(&t.queue));
+                woken.push(&t.queue);
+            }
+        }
+        Ok(inserted)
+    }
+
+    fn new_task(&self, i: usize, t: SubmitTask, now: DateTime<Utc>) -> Result<NewTask, Invalid> {
+        let limits = &self.settings.limits;
+        let f = |name: &str| format!("tasks[{i}].{name}");
+        validate::queue_name(&f("queue"), &t.queue)?;
+        validate::size(&f("payload"), t.payload.len(), limits.max_payload_bytes)?;
+        if let Some(key) = &t.key {
+            validate::identifier(&f("key"), key, MAX_KEY_LEN)?;
+        }
+        let metadata_bytes: usize = t.metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if t.metadata.len() > MAX_METADATA_ENTRIES || metadata_bytes > MAX_METADATA_BYTES {
+            return Err(Invalid::too_large(
+                f("metadata"),
+                format!("is limited to {MAX_METADATA_ENTRIES} entries and {MAX_METADATA_BYTES} bytes"),
+            ));
+        }
+        let run_at = t.run_at.unwrap_or(now);
+        if let Some(deadline) = t.deadline {
+            if deadline <= now {
+                return Err(Invalid::new(f("deadline"), "is in the past"));
+            }
+            if deadline <= run_at {
+                return Err(Invalid::new(f("deadline"), "is not after run_at"));
+            }
+        }
+        let retry = self.retry_policy(&t.retry, &f)?;
+        Ok(NewTask {
+            id: uuid::Uuid::now_v7().to_string(),
+            queue: t.queue,
+            key: t.key,
+            payload: t.payload,
+            priority: t.priority,
+            run_at,
+            deadline: t.deadline,
+            retry,
+            metadata: t.metadata,
+        })
+    }
+
+    fn retry_policy(
+        &self,
+        spec: &RetrySpec,
+        f: &dyn Fn(&str) -> String,
+    ) -> Result<RetryPolicy, Invalid> {
+        let limits = &self.settings.limits;
+        let d = &self.settings.default_retry;
+        let max_attempts = spec.max_attempts.unwrap_or(d.max_attempts);
+        if max_attempts == 0 || max_attempts > limits.max_attempts {
+            return Err(Invalid::new(
+                f("retry.max_attempts"),
+                format!("must be between 1 and {}", limits.max_attempts),
+            ));
+        }
+        let multiplier = spec.backoff_multiplier.unwrap_or(d.backoff_multiplier);
+        if !(1.0..=100.0).contains(&multiplier) {
+            return Err(Invalid::new(
+                f("retry.backoff_multiplier"),
+                "must be between 1 and 100",
+            ));
+        }
+        let jitter = spec.jitter.unwrap_or(d.jitter);
+        if !(0.0..=1.0).contains(&jitter) {
+            return Err(Invalid::new(f("retry.jitter"), "must be between 0 and 1"));
+        }
+        let initial_backoff = spec.initial_backoff.unwrap_or(d.initial_backoff);
+        let max_backoff = spec.max_backoff.unwrap_or(d.max_backoff);
+        for (name, v) in [("initial_backoff", initial_backoff), ("max_backoff", max_backoff)] {
+            validate::duration_in(&f(&format!("retry.{name}")), v, Duration::ZERO, limits.max_backoff)?;
+        }
+        Ok(RetryPolicy {
+            max_attempts,
+            initial_backoff,
+            backoff_multiplier: multiplier,
+            max_backoff,
+            jitter,
+        })
+    }
+}

@@ -1,0 +1,364 @@
+//! The `Store` trait: everything the broker needs from a database, and nothing of
+//! gRPC. One implementation per database (`sqlite`, `postgres`); both are proven by
+//! the shared conformance suite in `server/tests/store_conformance.rs`.
+//!
+//! Every method that depends on time takes `now`, so tests control the clock.
+//! Timestamps are stored as milliseconds since the Unix epoch (BIGINT) in both
+//! databases, so the two implementations share their row types and rules.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::domain::{AttemptOutcome, RetryPolicy, StoredState, TaskState};
+
+
+pub mod postgres;
+pub mod sqlite;
+
+pub(crate) mod row;
+
+/// A store failure, classified for the caller.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached now; the request may be retried.
+    #[error("database unavailable")]
+    Unavailable(#[source] sqlx::Error),
+    /// Anything else.
+    #[error("database error")]
+    Internal(#[source] sqlx::Error),
+    /// Stored data that the broker cannot read back.
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    /// Migrations could not be applied.
+    #[error("migration failed")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        let unavailable = match &e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(db) => matches!(
+                db.code().as_deref(),
+                // Postgres: admin/crash shutdown, cannot connect now, too many connections.
+                Some("57P01" | "57P02" | "57P03" | "53300" | "08006" | "08001" | "08004")
+                // SQLite: busy, locked.
+                | Some("5" | "6" | "517" | "261")
+            ),
+            _ => false,
+        };
+        if unavailable {
+            StoreError::Unavailable(e)
+        } else {
+            StoreError::Internal(e)
+        }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Called with a queue that has a newly pending task, or `None` for "maybe any queue".
+pub type Waker = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
+
+/// A task to insert. The id is chosen by the caller (UUIDv7).
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub id: String,
+    pub queue: String,
+    pub key: Option<String>,
+    pub payload: Vec<u8>,
+    pub priority: i32,
+    pub run_at: DateTime<Utc>,
+    pub deadline: Option<DateTime<Utc>>,
+    pub retry: RetryPolicy,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// One inserted (or deduplicated) task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inserted {
+    pub task_id: String,
+    pub deduplicated: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct LeaseParams {
+    pub queues: Vec<String>,
+    pub max_tasks: u32,
+    pub worker_id: String,
+    pub worker_address: String,
+    pub lease_duration: Duration,
+    pub now: DateTime<Utc>,
+}
+
+/// Names one lease.
+#[derive(Debug, Clone)]
+pub struct LeaseRef {
+    pub task_id: String,
+    pub lease_token: String,
+}
+
+/// The state of one lease after an extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseState {
+    Lost,
+    Live {
+        lease_expires_at: DateTime<Utc>,
+        cancel_requested: bool,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct CheckpointParams {
+    pub task_id: String,
+    pub lease_token: String,
+    pub checkpoint: Vec<u8>,
+    pub extend_by: Option<Duration>,
+    pub now: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CompleteParams {
+    pub task_id: String,
+    pub lease_token: String,
+    pub result: Vec<u8>,
+    pub now: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FailParams {
+    pub task_id: String,
+    pub lease_token: String,
+    pub error: String,
+    pub non_retryable: bool,
+    pub retry_after: Option<Duration>,
+    pub now: DateTime<Utc>,
+    /// Random sample in [0, 1) for the backoff jitter.
+    pub jitter_unit: f64,
+}
+
+/// The task's state after a Fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailResult {
+    pub queue: String,
+    pub state: TaskState,
+    pub next_run_at: Option<DateTime<Utc>>,
+}
+
+/// What a report (Checkpoint, Complete, Fail) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled<T> {
+    /// Applied now.
+    Applied(T),
+    /// Already applied with the same token earlier: nothing changed.
+    AlreadySettled(T),
+    LeaseLost,
+    NotFound,
+}
+
+/// What a maintenance pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reaped {
+    /// Expired leases reclaimed.
+    pub reclaimed: u64,
+    /// Tasks killed by their deadline.
+    pub deadline_exceeded: u64,
+    /// Queues that received a pending task, to wake their waiters.
+    pub queues: Vec<String>,
+}
+
+/// Filters and page position of ListTasks; newest first.
+#[derive(Debug, Clone, Default)]
+pub struct TaskFilter {
+    pub queue: Option<String>,
+    pub states: Vec<TaskState>,
+    pub key: Option<String>,
+    pub worker_id: Option<String>,
+    pub created_after: Option<DateTime<Utc>>,
+    pub created_before: Option<DateTime<Utc>>,
+    /// Only tasks submitted before the task with this sequence number.
+    pub before_seq: Option<i64>,
+    pub limit: u32,
+    pub now: DateTime<Utc>,
+}
+
+/// The changes of UpdateTask; `None` leaves a field alone.
+#[derive(Debug, Clone, Default)]
+pub struct TaskUpdate {
+    pub run_at: Option<DateTime<Utc>>,
+    pub priority: Option<i32>,
+    pub deadline: Option<Option<DateTime<Utc>>>,
+    pub max_attempts: Option<u32>,
+}
+
+/// What an admin change did.
+#[derive(Debug, Clone)]
+pub enum Changed {
+    Done(Box<TaskRecord>),
+    NotFound,
+    /// The task is in a state that does not allow the change.
+    WrongState(StoredState),
+}
+
+/// A task as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRecord {
+    pub seq: i64,
+    pub id: String,
+    pub queue: String,
+    pub key: Option<String>,
+    pub payload: Vec<u8>,
+    pub priority: i32,
+    pub run_at: DateTime<Utc>,
+    pub deadline: Option<DateTime<Utc>>,
+    pub state: StoredState,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub attempts_allowed: u32,
+    pub retry: RetryPolicy,
+    pub metadata: BTreeMap<String, String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub last_error: Option<String>,
+    pub checkpoint: Option<Vec<u8>>,
+    pub result: Option<Vec<u8>>,
+    pub leased_by: Option<String>,
+    pub lease_token: Option<String>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub fencing_token: u64,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub cancel_requested: bool,
+}
+
+/// One attempt (lease) of a task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptRecord {
+    pub attempt: u32,
+    pub worker_id: String,
+    pub worker_address: String,
+    pub leased_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub outcome: AttemptOutcome,
+    pub error: Option<String>,
+    pub fencing_token: u64,
+}
+
+/// Counts of one queue.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueueStatsRecord {
+    pub queue: String,
+    pub scheduled: u64,
+    pub ready: u64,
+    pub leased: u64,
+    pub succeeded: u64,
+    pub dead: u64,
+    pub cancelled: u64,
+    pub oldest_ready_at: Option<DateTime<Utc>>,
+    pub completed_last_minute: u64,
+    pub failed_last_minute: u64,
+}
+
+/// The database behind the broker.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Which database this is, for logs ("sqlite", "postgres").
+    fn backend(&self) -> &'static str;
+
+    /// Applies pending migrations.
+    async fn migrate(&self) -> StoreResult<()>;
+
+    /// Checks that the database answers.
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// Inserts tasks in one transaction, in order. A task whose (queue, key) exists
+    /// already (or earlier in the same batch) is not inserted; the existing id is returned.
+    async fn task_insert_many(&self, tasks: &[NewTask], now: DateTime<Utc>)
+    -> StoreResult<Vec<Inserted>>;
+
+    /// Leases up to `max_tasks` ready tasks in lease order, each with a new token and
+    /// fencing token, and records an attempt for each. Tasks come back in lease order.
+    async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>>;
+
+    /// The earliest `run_at` after `now` of a pending task in these queues, so a
+    /// long-poll knows when to look again.
+    async fn task_next_run_at(
+        &self,
+        queues: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<DateTime<Utc>>>;
+
+    /// Extends live leases, each by `extend_by` or the duration it was leased with,
+    /// capped at the task's deadline. One status per lease, in order.
+    async fn lease_extend(
+        &self,
+        leases: &[LeaseRef],
+        extend_by: Option<Duration>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<LeaseState>>;
+
+    /// Stores a checkpoint under a live lease, optionally extending it.
+    async fn task_checkpoint(&self, p: &CheckpointParams) -> StoreResult<Settled<LeaseState>>;
+
+    /// Settles a live lease as succeeded.
+    async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<String>>;
+
+    /// Settles a live lease as failed and applies the retry policy.
+    async fn task_fail(&self, p: &FailParams) -> StoreResult<Settled<FailResult>>;
+
+    /// Reclaims expired leases (a failed attempt, "lease expired") and kills tasks
+    /// whose deadline passed, up to `limit` of each.
+    async fn lease_reclaim_expired(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped>;
+
+    async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>>;
+
+    async fn task_list(&self, filter: &TaskFilter) -> StoreResult<Vec<TaskRecord>>;
+
+    /// Pending -> cancelled; leased -> cancel requested; cancelled stays; others refuse.
+    async fn task_cancel(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed>;
+
+    /// Changes a task that is not leased and not succeeded.
+    async fn task_update(
+        &self,
+        task_id: &str,
+        update: &TaskUpdate,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Changed>;
+
+    /// Dead or cancelled -> pending now, with `max_attempts` further attempts.
+    async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed>;
+
+    /// Every attempt, oldest first; `None` when the task does not exist.
+    async fn attempt_list(&self, task_id: &str) -> StoreResult<Option<Vec<AttemptRecord>>>;
+
+    /// Counts per queue (all queues with tasks when `queues` is empty).
+    async fn queue_stats(
+        &self,
+        queues: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<QueueStatsRecord>>;
+
+    /// Starts delivering wake-ups for tasks made pending by other broker replicas
+    /// (Postgres LISTEN/NOTIFY) until `stop`. A single-process store has none.
+    fn spawn_listener(&self, _wake: Waker, _stop: tokio_util::sync::CancellationToken) {}
+
+    /// Closes the pool.
+    async fn close(&self);
+}
+
+/// Opens the store a URL names: `sqlite://PATH` (created if missing) or `postgres://...`.
+pub async fn connect(url: &str, max_connections: u32) -> StoreResult<std::sync::Arc<dyn Store>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(std::sync::Arc::new(
+            postgres::PostgresStore::connect(url, max_connections).await?,
+        ))
+    } else {
+        Ok(std::sync::Arc::new(sqlite::SqliteStore::connect(url).await?))
+    }
+}

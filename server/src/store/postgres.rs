@@ -1,0 +1,694 @@
+//! The Postgres store, for several broker replicas sharing one database.
+//!
+//! Leasing uses `FOR UPDATE SKIP LOCKED`, so replicas never hand out the same task
+//! and never wait on each other's rows; settling and admin changes lock the one row
+//! they change. Every change that makes a task pending sends `NOTIFY taskbroker`
+//! with the queue name, so long-polls on every replica wake.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::{PgPool, Postgres, Transaction};
+use tokio_util::sync::CancellationToken;
+
+use super::row::{
+    AttemptRow, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms, sort_lease_order,
+    state_filter_sql,
+};
+use super::*;
+use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// The NOTIFY channel that carries queue names of newly pending tasks.
+pub const CHANNEL: &str = "taskbroker";
+
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    pub async fn connect(url: &str, max_connections: u32) -> StoreResult<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect(url)
+            .await?;
+        Ok(PostgresStore { pool })
+    }
+
+    /// Listens for NOTIFY on [`CHANNEL`] and calls `wake(Some(queue))`; after a
+    /// (re)connect, when notifications may have been missed, calls `wake(None)`.
+    fn listen(
+        &self,
+        wake: Waker,
+        stop: CancellationToken,
+    ) {
+        let pool = self.pool.clone();
+        tokio::spawn(async move {
+            loop {
+                let listener = async {
+                    let mut l = PgListener::connect_with(&pool).await?;
+                    l.listen(CHANNEL).await?;
+                    wake(None);
+                    loop {
+                        match l.try_recv().await? {
+                            Some(n) => wake(Some(n.payload())),
+                            // The connection dropped and was re-established.
+                            None => wake(None),
+                        }
+                    }
+                    #[allow(unreachable_code)]
+                    Ok::<(), sqlx::Error>(())
+                };
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    res = listener => {
+                        if let Err(e) = res {
+                            tracing::warn!(error = %e, "notification listener failed; retrying");
+                        }
+                    }
+                }
+                // Keep the retry gentle while the database is away.
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        });
+    }
+
+    async fn fetch_task(
+        tx: &mut Transaction<'_, Postgres>,
+        id: &str,
+    ) -> StoreResult<Option<TaskRow>> {
+        Ok(
+            sqlx::query_as::<_, TaskRow>("SELECT * FROM tasks WHERE id = $1 FOR UPDATE")
+                .bind(id)
+                .fetch_optional(&mut **tx)
+                .await?,
+        )
+    }
+
+    async fn notify(tx: &mut Transaction<'_, Postgres>, queues: &[&str]) -> StoreResult<()> {
+        if queues.is_empty() {
+            return Ok(());
+        }
+        sqlx::query("SELECT pg_notify($1, q) FROM UNNEST($2::text[]) AS q")
+            .bind(CHANNEL)
+            .bind(queues)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn check(
+        tx: &mut Transaction<'_, Postgres>,
+        row: &TaskRow,
+        report: Report,
+        token: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<SettleCheck> {
+        let state = row.stored_state()?;
+        let outcome = if state == StoredState::Leased {
+            None
+        } else {
+            let outcome: Option<String> = sqlx::query_scalar(
+                "SELECT outcome FROM task_attempts WHERE task_id = $1 AND attempt = $2",
+            )
+            .bind(&row.id)
+            .bind(row.attempt)
+            .fetch_optional(&mut **tx)
+            .await?;
+            outcome.as_deref().and_then(AttemptOutcome::parse)
+        };
+        Ok(settle_check(
+            state,
+            row.lease_token.as_deref(),
+            row.lease_expires_at.map(from_ms),
+            outcome,
+            report,
+            token,
+            now,
+        ))
+    }
+
+    async fn finish_attempt(
+        tx: &mut Transaction<'_, Postgres>,
+        task_id: &str,
+        attempt: i64,
+        outcome: AttemptOutcome,
+        error: Option<&str>,
+        now: i64,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE task_attempts SET outcome = $1, error = $2, finished_at = $3 \
+             WHERE task_id = $4 AND attempt = $5",
+        )
+        .bind(outcome.as_str())
+        .bind(error)
+        .bind(now)
+        .bind(task_id)
+        .bind(attempt)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn write_failure(
+        tx: &mut Transaction<'_, Postgres>,
+        row: &TaskRow,
+        write: &FailureWrite,
+        error: &str,
+        outcome: AttemptOutcome,
+        now: i64,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE tasks SET state = $1, run_at = $2, finished_at = $3, last_error = $4, \
+             lease_expires_at = NULL, updated_at = $5 WHERE seq = $6",
+        )
+        .bind(write.state.as_str())
+        .bind(write.run_at)
+        .bind(write.finished_at)
+        .bind(error)
+        .bind(now)
+        .bind(row.seq)
+        .execute(&mut **tx)
+        .await?;
+        Self::finish_attempt(tx, &row.id, row.attempt, outcome, Some(error), now).await?;
+        if write.state == StoredState::Pending {
+            Self::notify(tx, &[&row.queue]).await?;
+        }
+        Ok(())
+    }
+
+    async fn changed(tx: &mut Transaction<'_, Postgres>, id: &str) -> StoreResult<Changed> {
+        match Self::fetch_task(tx, id).await? {
+            Some(row) => Ok(Changed::Done(Box::new(row.into_record()?))),
+            None => Ok(Changed::NotFound),
+        }
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn migrate(&self) -> StoreResult<()> {
+        MIGRATOR.run(&self.pool).await.map_err(StoreError::Migrate)
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn task_insert_many(
+        &self,
+        tasks: &[NewTask],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Inserted>> {
+        let now = ms(now);
+        let mut tx = self.pool.begin().await?;
+        let mut out = Vec::with_capacity(tasks.len());
+        let mut queues: Vec<&str> = Vec::new();
+        for t in tasks {
+            let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
+            let inserted: Option<String> = sqlx::query_scalar(
+                "INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
+                 max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
+                 max_backoff_ms, jitter, metadata, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $8, $9, $10, $11, $12, $13, $14, $14) \
+                 ON CONFLICT DO NOTHING RETURNING id",
+            )
+            .bind(&t.id)
+            .bind(&t.queue)
+            .bind(&t.key)
+            .bind(&t.payload)
+            .bind(i64::from(t.priority))
+            .bind(ms(t.run_at))
+            .bind(t.deadline.map(ms))
+            .bind(i64::from(t.retry.max_attempts))
+            .bind(duration_ms(t.retry.initial_backoff))
+            .bind(t.retry.backoff_multiplier)
+            .bind(duration_ms(t.retry.max_backoff))
+            .bind(t.retry.jitter)
+            .bind(metadata)
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let result = match inserted {
+                Some(task_id) => {
+                    if !queues.contains(&t.queue.as_str()) {
+                        queues.push(&t.queue);
+                    }
+                    Inserted {
+                        task_id,
+                        deduplicated: false,
+                    }
+                }
+                None => {
+                    let task_id: String =
+                        sqlx::query_scalar("SELECT id FROM tasks WHERE queue = $1 AND key = $2")
+                            .bind(&t.queue)
+                            .bind(&t.key)
+                            .fetch_optional(&mut *tx)
+                            .await?
+                            .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))?;
+                    Inserted {
+                        task_id,
+                        deduplicated: true,
+                    }
+                }
+            };
+            out.push(result);
+        }
+        Self::notify(&mut tx, &queues).await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
+        let now = ms(p.now);
+        let expires = now.saturating_add(duration_ms(p.lease_duration));
+        let rows = sqlx::query_as::<_, TaskRow>(
+            "WITH picked AS ( \
+               SELECT seq FROM tasks WHERE state = 'pending' AND queue = ANY($1) \
+                 AND run_at <= $2 AND (deadline IS NULL OR deadline > $2) \
+               ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq \
+               LIMIT $3 FOR UPDATE SKIP LOCKED), \
+             leased AS ( \
+               UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
+                 fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
+                 leased_by = $4, lease_duration_ms = $5, \
+                 lease_expires_at = LEAST($6, COALESCE(t.deadline, $6)), updated_at = $2 \
+               FROM picked WHERE t.seq = picked.seq RETURNING t.*), \
+             attempts AS ( \
+               INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, \
+                 leased_at, outcome, fencing_token) \
+               SELECT id, attempt, $4, $7, $2, 'running', fencing_token FROM leased) \
+             SELECT * FROM leased",
+        )
+        .bind(&p.queues)
+        .bind(now)
+        .bind(i64::from(p.max_tasks))
+        .bind(&p.worker_id)
+        .bind(duration_ms(p.lease_duration))
+        .bind(expires)
+        .bind(&p.worker_address)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut records = rows
+            .into_iter()
+            .map(TaskRow::into_record)
+            .collect::<StoreResult<Vec<_>>>()?;
+        sort_lease_order(&mut records);
+        Ok(records)
+    }
+
+    async fn task_next_run_at(
+        &self,
+        queues: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<DateTime<Utc>>> {
+        let next: Option<i64> = sqlx::query_scalar(
+            "SELECT MIN(run_at) FROM tasks WHERE state = 'pending' AND queue = ANY($1) \
+             AND run_at > $2",
+        )
+        .bind(queues)
+        .bind(ms(now))
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(next.map(from_ms))
+    }
+
+    async fn lease_extend(
+        &self,
+        leases: &[LeaseRef],
+        extend_by: Option<Duration>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<LeaseState>> {
+        let ids: Vec<&str> = leases.iter().map(|l| l.task_id.as_str()).collect();
+        let tokens: Vec<&str> = leases.iter().map(|l| l.lease_token.as_str()).collect();
+        let rows: Vec<(String, String, i64, bool)> = sqlx::query_as(
+            "UPDATE tasks t SET lease_expires_at = \
+               LEAST($1 + COALESCE($2, t.lease_duration_ms), COALESCE(t.deadline, $1 + COALESCE($2, t.lease_duration_ms))), \
+               updated_at = $1 \
+             FROM UNNEST($3::text[], $4::text[]) AS l(id, token) \
+             WHERE t.id = l.id AND t.state = 'leased' AND t.lease_token = l.token \
+               AND t.lease_expires_at > $1 AND (t.deadline IS NULL OR t.deadline > $1) \
+             RETURNING t.id, t.lease_token, t.lease_expires_at, t.cancel_requested",
+        )
+        .bind(ms(now))
+        .bind(extend_by.map(duration_ms))
+        .bind(&ids)
+        .bind(&tokens)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(leases
+            .iter()
+            .map(|l| {
+                rows.iter()
+                    .find(|r| r.0 == l.task_id && r.1 == l.lease_token)
+                    .map_or(LeaseState::Lost, |r| LeaseState::Live {
+                        lease_expires_at: from_ms(r.2),
+                        cancel_requested: r.3,
+                    })
+            })
+            .collect())
+    }
+
+    async fn task_checkpoint(&self, p: &CheckpointParams) -> StoreResult<Settled<LeaseState>> {
+        let now = ms(p.now);
+        let mut tx = self.pool.begin().await?;
+        let Some(row) = Self::fetch_task(&mut tx, &p.task_id).await? else {
+            return Ok(Settled::NotFound);
+        };
+        let live = lease_is_live(
+            row.stored_state()?,
+            row.lease_token.as_deref(),
+            row.lease_expires_at.map(from_ms),
+            &p.lease_token,
+            p.now,
+        );
+        if !live {
+            return Ok(Settled::LeaseLost);
+        }
+        let (at, cancel_requested): (i64, bool) = sqlx::query_as(
+            "UPDATE tasks SET checkpoint = $1, lease_expires_at = CASE WHEN $2::bigint IS NULL \
+               THEN lease_expires_at ELSE LEAST($3 + $2, COALESCE(deadline, $3 + $2)) END, \
+               updated_at = $3 WHERE seq = $4 RETURNING lease_expires_at, cancel_requested",
+        )
+        .bind(&p.checkpoint)
+        .bind(p.extend_by.map(duration_ms))
+        .bind(now)
+        .bind(row.seq)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Settled::Applied(LeaseState::Live {
+            lease_expires_at: from_ms(at),
+            cancel_requested,
+        }))
+    }
+
+    async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<String>> {
+        let now = ms(p.now);
+        let mut tx = self.pool.begin().await?;
+        let Some(row) = Self::fetch_task(&mut tx, &p.task_id).await? else {
+            return Ok(Settled::NotFound);
+        };
+        match Self::check(&mut tx, &row, Report::Complete, &p.lease_token, p.now).await? {
+            SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
+            SettleCheck::AlreadySettled => return Ok(Settled::AlreadySettled(row.queue)),
+            SettleCheck::Proceed => {}
+        }
+        sqlx::query(
+            "UPDATE tasks SET state = 'succeeded', result = $1, finished_at = $2, \
+             lease_expires_at = NULL, updated_at = $2 WHERE seq = $3",
+        )
+        .bind(&p.result)
+        .bind(now)
+        .bind(row.seq)
+        .execute(&mut *tx)
+        .await?;
+        Self::finish_attempt(&mut tx, &row.id, row.attempt, AttemptOutcome::Succeeded, None, now)
+            .await?;
+        tx.commit().await?;
+        Ok(Settled::Applied(row.queue))
+    }
+
+    async fn task_fail(&self, p: &FailParams) -> StoreResult<Settled<FailResult>> {
+        let now = ms(p.now);
+        let mut tx = self.pool.begin().await?;
+        let Some(row) = Self::fetch_task(&mut tx, &p.task_id).await? else {
+            return Ok(Settled::NotFound);
+        };
+        match Self::check(&mut tx, &row, Report::Fail, &p.lease_token, p.now).await? {
+            SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
+            SettleCheck::AlreadySettled => {
+                let state = TaskState::of(row.stored_state()?, from_ms(row.run_at), p.now);
+                let next_run_at = (row.state == "pending").then(|| from_ms(row.run_at));
+                return Ok(Settled::AlreadySettled(FailResult {
+                    queue: row.queue,
+                    state,
+                    next_run_at,
+                }));
+            }
+            SettleCheck::Proceed => {}
+        }
+        let decision = decide(&row, p.non_retryable, p.retry_after, p.now, p.jitter_unit);
+        let write = FailureWrite::new(&row, decision, now);
+        Self::write_failure(&mut tx, &row, &write, &p.error, AttemptOutcome::Failed, now).await?;
+        tx.commit().await?;
+        Ok(Settled::Applied(FailResult {
+            queue: row.queue,
+            state: TaskState::of(write.state, from_ms(write.run_at), p.now),
+            next_run_at: decision.run_at(),
+        }))
+    }
+
+    async fn lease_reclaim_expired(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped> {
+        let now_dt = now;
+        let now = ms(now);
+        let mut reaped = Reaped::default();
+        let mut tx = self.pool.begin().await?;
+        let past_deadline = sqlx::query_as::<_, TaskRow>(
+            "SELECT * FROM tasks WHERE deadline IS NOT NULL AND deadline <= $1 \
+             AND state IN ('pending', 'leased') LIMIT $2 FOR UPDATE SKIP LOCKED",
+        )
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+        for row in &past_deadline {
+            let write = FailureWrite {
+                state: StoredState::Dead,
+                run_at: row.run_at,
+                finished_at: Some(now),
+            };
+            let error = "DEADLINE_EXCEEDED";
+            if row.state == "leased" {
+                let outcome = AttemptOutcome::DeadlineExceeded;
+                Self::write_failure(&mut tx, row, &write, error, outcome, now).await?;
+            } else {
+                sqlx::query(
+                    "UPDATE tasks SET state = 'dead', finished_at = $1, last_error = $2, \
+                     updated_at = $1 WHERE seq = $3",
+                )
+                .bind(now)
+                .bind(error)
+                .bind(row.seq)
+                .execute(&mut *tx)
+                .await?;
+            }
+            reaped.deadline_exceeded += 1;
+        }
+        let expired = sqlx::query_as::<_, TaskRow>(
+            "SELECT * FROM tasks WHERE state = 'leased' AND lease_expires_at <= $1 \
+             LIMIT $2 FOR UPDATE SKIP LOCKED",
+        )
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+        for row in &expired {
+            let decision = decide(row, false, None, now_dt, rand::random());
+            let write = FailureWrite::new(row, decision, now);
+            let outcome = AttemptOutcome::LeaseExpired;
+            Self::write_failure(&mut tx, row, &write, "lease expired", outcome, now).await?;
+            if write.state == StoredState::Pending && !reaped.queues.contains(&row.queue) {
+                reaped.queues.push(row.queue.clone());
+            }
+            reaped.reclaimed += 1;
+        }
+        tx.commit().await?;
+        Ok(reaped)
+    }
+
+    async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>> {
+        sqlx::query_as::<_, TaskRow>("SELECT * FROM tasks WHERE id = $1")
+            .bind(task_id)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(TaskRow::into_record)
+            .transpose()
+    }
+
+    async fn task_list(&self, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
+        let mut qb = sqlx::QueryBuilder::<Postgres>::new("SELECT * FROM tasks WHERE 1 = 1");
+        if let Some(queue) = &f.queue {
+            qb.push(" AND queue = ").push_bind(queue);
+        }
+        if let Some(key) = &f.key {
+            qb.push(" AND key = ").push_bind(key);
+        }
+        if let Some(worker) = &f.worker_id {
+            qb.push(" AND leased_by = ").push_bind(worker);
+        }
+        if let Some(after) = f.created_after {
+            qb.push(" AND created_at >= ").push_bind(ms(after));
+        }
+        if let Some(before) = f.created_before {
+            qb.push(" AND created_at < ").push_bind(ms(before));
+        }
+        if let Some(seq) = f.before_seq {
+            qb.push(" AND seq < ").push_bind(seq);
+        }
+        if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
+            qb.push(" AND ").push(sql);
+        }
+        qb.push(" ORDER BY seq DESC LIMIT ")
+            .push_bind(i64::from(f.limit));
+        qb.build_query_as::<TaskRow>()
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(TaskRow::into_record)
+            .collect()
+    }
+
+    async fn task_cancel(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
+        let now = ms(now);
+        let mut tx = self.pool.begin().await?;
+        let Some(row) = Self::fetch_task(&mut tx, task_id).await? else {
+            return Ok(Changed::NotFound);
+        };
+        let sql = match row.stored_state()? {
+            StoredState::Pending => {
+                "UPDATE tasks SET state = 'cancelled', finished_at = $1, updated_at = $1 \
+                 WHERE seq = $2"
+            }
+            StoredState::Leased => {
+                "UPDATE tasks SET cancel_requested = TRUE, updated_at = $1 WHERE seq = $2"
+            }
+            StoredState::Cancelled => return Ok(Changed::Done(Box::new(row.into_record()?))),
+            other => return Ok(Changed::WrongState(other)),
+        };
+        sqlx::query(sql).bind(now).bind(row.seq).execute(&mut *tx).await?;
+        let changed = Self::changed(&mut tx, task_id).await?;
+        tx.commit().await?;
+        Ok(changed)
+    }
+
+    async fn task_update(
+        &self,
+        task_id: &str,
+        u: &TaskUpdate,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Changed> {
+        let mut tx = self.pool.begin().await?;
+        let Some(row) = Self::fetch_task(&mut tx, task_id).await? else {
+            return Ok(Changed::NotFound);
+        };
+        let state = row.stored_state()?;
+        if matches!(state, StoredState::Leased | StoredState::Succeeded) {
+            return Ok(Changed::WrongState(state));
+        }
+        let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
+        sqlx::query(
+            "UPDATE tasks SET run_at = $1, priority = $2, deadline = $3, max_attempts = $4, \
+             attempts_allowed = $5, updated_at = $6 WHERE seq = $7",
+        )
+        .bind(u.run_at.map(ms).unwrap_or(row.run_at))
+        .bind(u.priority.map(i64::from).unwrap_or(row.priority))
+        .bind(u.deadline.map(|d| d.map(ms)).unwrap_or(row.deadline))
+        .bind(max_attempts)
+        .bind(row.attempts_allowed - row.max_attempts + max_attempts)
+        .bind(ms(now))
+        .bind(row.seq)
+        .execute(&mut *tx)
+        .await?;
+        if state == StoredState::Pending {
+            Self::notify(&mut tx, &[&row.queue]).await?;
+        }
+        let changed = Self::changed(&mut tx, task_id).await?;
+        tx.commit().await?;
+        Ok(changed)
+    }
+
+    async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
+        let mut tx = self.pool.begin().await?;
+        let Some(row) = Self::fetch_task(&mut tx, task_id).await? else {
+            return Ok(Changed::NotFound);
+        };
+        let state = row.stored_state()?;
+        if !matches!(state, StoredState::Dead | StoredState::Cancelled) {
+            return Ok(Changed::WrongState(state));
+        }
+        sqlx::query(
+            "UPDATE tasks SET state = 'pending', run_at = $1, attempts_allowed = attempt + max_attempts, \
+             cancel_requested = FALSE, finished_at = NULL, updated_at = $1 WHERE seq = $2",
+        )
+        .bind(ms(now))
+        .bind(row.seq)
+        .execute(&mut *tx)
+        .await?;
+        Self::notify(&mut tx, &[&row.queue]).await?;
+        let changed = Self::changed(&mut tx, task_id).await?;
+        tx.commit().await?;
+        Ok(changed)
+    }
+
+    async fn attempt_list(&self, task_id: &str) -> StoreResult<Option<Vec<AttemptRecord>>> {
+        let exists: Option<i64> = sqlx::query_scalar("SELECT seq FROM tasks WHERE id = $1")
+            .bind(task_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        if exists.is_none() {
+            return Ok(None);
+        }
+        let rows = sqlx::query_as::<_, AttemptRow>(
+            "SELECT attempt, worker_id, worker_address, leased_at, finished_at, outcome, error, \
+             fencing_token FROM task_attempts WHERE task_id = $1 ORDER BY attempt",
+        )
+        .bind(task_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(AttemptRow::into_record)
+            .collect::<StoreResult<Vec<_>>>()
+            .map(Some)
+    }
+
+    async fn queue_stats(
+        &self,
+        queues: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<QueueStatsRecord>> {
+        let now = ms(now);
+        let all = queues.is_empty();
+        let counts: Vec<(String, String, bool, i64, i64)> = sqlx::query_as(
+            "SELECT queue, state, run_at > $1 AS later, COUNT(*), MIN(run_at) FROM tasks \
+             WHERE $2 OR queue = ANY($3) GROUP BY queue, state, later",
+        )
+        .bind(now)
+        .bind(all)
+        .bind(queues)
+        .fetch_all(&self.pool)
+        .await?;
+        let recent: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT t.queue, a.outcome, COUNT(*) FROM task_attempts a \
+             JOIN tasks t ON t.id = a.task_id WHERE a.finished_at >= $1 \
+             AND ($2 OR t.queue = ANY($3)) GROUP BY t.queue, a.outcome",
+        )
+        .bind(now - 60_000)
+        .bind(all)
+        .bind(queues)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(super::row::fold_stats(counts, recent))
+    }
+
+    fn spawn_listener(&self, wake: Waker, stop: CancellationToken) {
+        self.listen(wake, stop);
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}

@@ -1,0 +1,266 @@
+//! Row types shared by both databases (integers are BIGINT, times are epoch ms).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{AttemptRecord, StoreError, TaskRecord};
+use crate::domain::{AttemptOutcome, RetryPolicy, StoredState};
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+pub(crate) fn from_ms(v: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(v).unwrap_or(if v < 0 {
+        DateTime::<Utc>::MIN_UTC
+    } else {
+        DateTime::<Utc>::MAX_UTC
+    })
+}
+
+pub(crate) fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn to_u32(v: i64) -> u32 {
+    u32::try_from(v.max(0)).unwrap_or(u32::MAX)
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct TaskRow {
+    pub seq: i64,
+    pub id: String,
+    pub queue: String,
+    pub key: Option<String>,
+    pub payload: Vec<u8>,
+    pub priority: i64,
+    pub run_at: i64,
+    pub deadline: Option<i64>,
+    pub state: String,
+    pub attempt: i64,
+    pub max_attempts: i64,
+    pub attempts_allowed: i64,
+    pub initial_backoff_ms: i64,
+    pub backoff_multiplier: f64,
+    pub max_backoff_ms: i64,
+    pub jitter: f64,
+    pub metadata: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub last_error: Option<String>,
+    pub checkpoint: Option<Vec<u8>>,
+    pub result: Option<Vec<u8>>,
+    pub leased_by: Option<String>,
+    pub lease_token: Option<String>,
+    /// Read by SQL only (the default heartbeat extension).
+    #[allow(dead_code)]
+    pub lease_duration_ms: Option<i64>,
+    pub lease_expires_at: Option<i64>,
+    pub fencing_token: i64,
+    pub finished_at: Option<i64>,
+    pub cancel_requested: bool,
+}
+
+impl TaskRow {
+    pub fn stored_state(&self) -> Result<StoredState, StoreError> {
+        StoredState::parse(&self.state)
+            .ok_or_else(|| StoreError::Corrupt(format!("task {} state {:?}", self.id, self.state)))
+    }
+
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: to_u32(self.max_attempts),
+            initial_backoff: Duration::from_millis(self.initial_backoff_ms.max(0) as u64),
+            backoff_multiplier: self.backoff_multiplier,
+            max_backoff: Duration::from_millis(self.max_backoff_ms.max(0) as u64),
+            jitter: self.jitter,
+        }
+    }
+
+    pub fn into_record(self) -> Result<TaskRecord, StoreError> {
+        let state = self.stored_state()?;
+        let retry = self.retry_policy();
+        let metadata = serde_json::from_str(&self.metadata)
+            .map_err(|e| StoreError::Corrupt(format!("task {} metadata: {e}", self.id)))?;
+        Ok(TaskRecord {
+            seq: self.seq,
+            id: self.id,
+            queue: self.queue,
+            key: self.key,
+            payload: self.payload,
+            priority: i32::try_from(self.priority).unwrap_or_default(),
+            run_at: from_ms(self.run_at),
+            deadline: self.deadline.map(from_ms),
+            state,
+            attempt: to_u32(self.attempt),
+            max_attempts: to_u32(self.max_attempts),
+            attempts_allowed: to_u32(self.attempts_allowed),
+            retry,
+            metadata,
+            created_at: from_ms(self.created_at),
+            updated_at: from_ms(self.updated_at),
+            last_error: self.last_error,
+            checkpoint: self.checkpoint,
+            result: self.result,
+            leased_by: self.leased_by,
+            lease_token: self.lease_token,
+            lease_expires_at: self.lease_expires_at.map(from_ms),
+            fencing_token: self.fencing_token.max(0) as u64,
+            finished_at: self.finished_at.map(from_ms),
+            cancel_requested: self.cancel_requested,
+        })
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct AttemptRow {
+    pub attempt: i64,
+    pub worker_id: String,
+    pub worker_address: String,
+    pub leased_at: i64,
+    pub finished_at: Option<i64>,
+    pub outcome: String,
+    pub error: Option<String>,
+    pub fencing_token: i64,
+}
+
+impl AttemptRow {
+    pub fn into_record(self) -> Result<AttemptRecord, StoreError> {
+        Ok(AttemptRecord {
+            attempt: to_u32(self.attempt),
+            worker_id: self.worker_id,
+            worker_address: self.worker_address,
+            leased_at: from_ms(self.leased_at),
+            finished_at: self.finished_at.map(from_ms),
+            outcome: AttemptOutcome::parse(&self.outcome)
+                .ok_or_else(|| StoreError::Corrupt(format!("attempt outcome {:?}", self.outcome)))?,
+            error: self.error,
+            fencing_token: self.fencing_token.max(0) as u64,
+        })
+    }
+}
+
+/// Sorts leased rows into lease order (RETURNING gives no order).
+pub(crate) fn sort_lease_order(rows: &mut [TaskRecord]) {
+    rows.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then_with(|| match (a.deadline, b.deadline) {
+                (Some(x), Some(y)) => x.cmp(&y),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => std::cmp::Ordering::Equal,
+            })
+            .then_with(|| a.run_at.cmp(&b.run_at))
+            .then_with(|| a.seq.cmp(&b.seq))
+    });
+}
+
+/// The column values a failed attempt writes, shared by Fail and the reaper.
+pub(crate) struct FailureWrite {
+    pub state: crate::domain::StoredState,
+    pub run_at: i64,
+    pub finished_at: Option<i64>,
+}
+
+impl FailureWrite {
+    pub fn new(row: &TaskRow, decision: crate::domain::FailureDecision, now: i64) -> Self {
+        let state = decision.stored_state();
+        FailureWrite {
+            state,
+            run_at: decision.run_at().map(ms).unwrap_or(row.run_at),
+            finished_at: state.is_finished().then_some(now),
+        }
+    }
+}
+
+/// Applies the retry policy to the failed attempt of `row`.
+pub(crate) fn decide(
+    row: &TaskRow,
+    non_retryable: bool,
+    retry_after: Option<Duration>,
+    now: DateTime<Utc>,
+    unit: f64,
+) -> crate::domain::FailureDecision {
+    crate::domain::retry::decide_failure(
+        &row.retry_policy(),
+        &crate::domain::retry::Failure {
+            attempt: to_u32(row.attempt),
+            attempts_allowed: to_u32(row.attempts_allowed),
+            non_retryable,
+            cancel_requested: row.cancel_requested,
+            retry_after,
+        },
+        now,
+        unit,
+    )
+}
+
+/// Which stored states a visible-state filter selects, as SQL over `state` and `run_at`
+/// (`now_ph` is the placeholder bound to now).
+pub(crate) fn state_filter_sql(states: &[crate::domain::TaskState], now_ph: &str) -> Option<String> {
+    use crate::domain::TaskState as S;
+    if states.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = states
+        .iter()
+        .map(|s| match s {
+            S::Scheduled => format!("(state = 'pending' AND run_at > {now_ph})"),
+            S::Ready => format!("(state = 'pending' AND run_at <= {now_ph})"),
+            S::Leased => "state = 'leased'".to_string(),
+            S::Succeeded => "state = 'succeeded'".to_string(),
+            S::Dead => "state = 'dead'".to_string(),
+            S::Cancelled => "state = 'cancelled'".to_string(),
+        })
+        .collect();
+    Some(format!("({})", parts.join(" OR ")))
+}
+
+/// Folds `(queue, state, later, count, min_run_at)` and `(queue, outcome, count)` rows
+/// into per-queue stats, sorted by queue name.
+pub(crate) fn fold_stats(
+    counts: Vec<(String, String, bool, i64, i64)>,
+    recent: Vec<(String, String, i64)>,
+) -> Vec<super::QueueStatsRecord> {
+    use std::collections::BTreeMap;
+    let mut by_queue: BTreeMap<String, super::QueueStatsRecord> = BTreeMap::new();
+    let entry = |m: &mut BTreeMap<String, super::QueueStatsRecord>, q: &str| {
+        m.entry(q.to_string())
+            .or_insert_with(|| super::QueueStatsRecord {
+                queue: q.to_string(),
+                ..Default::default()
+            })
+            .clone()
+    };
+    for (queue, state, later, count, min_run_at) in counts {
+        let mut s = entry(&mut by_queue, &queue);
+        let n = count.max(0) as u64;
+        match (state.as_str(), later) {
+            ("pending", true) => s.scheduled += n,
+            ("pending", false) => {
+                s.ready += n;
+                s.oldest_ready_at = Some(from_ms(min_run_at));
+            }
+            ("leased", _) => s.leased += n,
+            ("succeeded", _) => s.succeeded += n,
+            ("dead", _) => s.dead += n,
+            ("cancelled", _) => s.cancelled += n,
+            _ => {}
+        }
+        by_queue.insert(queue, s);
+    }
+    for (queue, outcome, count) in recent {
+        let mut s = entry(&mut by_queue, &queue);
+        let n = count.max(0) as u64;
+        match outcome.as_str() {
+            "succeeded" => s.completed_last_minute += n,
+            "failed" | "lease_expired" | "deadline_exceeded" => s.failed_last_minute += n,
+            _ => {}
+        }
+        by_queue.insert(queue, s);
+    }
+    by_queue.into_values().collect()
+}
