@@ -23,11 +23,20 @@ pub struct ManualClock(Mutex<DateTime<Utc>>);
 
 impl Default for ManualClock {
     fn default() -> Self {
-        ManualClock(Mutex::new(Utc::now()))
+        // Whole milliseconds, the precision the stores keep, so tests compare exactly.
+        let now = Utc::now();
+        ManualClock(Mutex::new(
+            DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now),
+        ))
     }
 }
 
 impl ManualClock {
+    /// The current manual time.
+    pub fn now_utc(&self) -> DateTime<Utc> {
+        self.now()
+    }
+
     pub fn advance(&self, by: std::time::Duration) {
         let mut now = self.0.lock().unwrap_or_else(|p| p.into_inner());
         *now += chrono::Duration::from_std(by).unwrap_or(chrono::Duration::zero());
