@@ -1,0 +1,86 @@
+// Command conformance runs clients/conformance/SCENARIO.md against the broker at
+// $TASKBROKER_ADDR and prints one PASS/FAIL line per case, then "N passed, M failed".
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "taskbroker.dev/go/taskbrokerv1"
+)
+
+const workerID = "conf-go"
+
+// env is what every case gets: the two service clients.
+type env struct {
+	broker pb.BrokerServiceClient
+	admin  pb.AdminServiceClient
+}
+
+type testCase struct {
+	name string
+	run  func(ctx context.Context, e *env, queue string) error
+}
+
+var cases = []testCase{
+	{"lease_order", leaseOrder},
+	{"idempotent_submit", idempotentSubmit},
+	{"heartbeat_extends", heartbeatExtends},
+	{"checkpoint_handover", checkpointHandover},
+	{"retryable_fail", retryableFail},
+	{"non_retryable_fail", nonRetryableFail},
+	{"stale_token", staleToken},
+	{"complete_result", completeResult},
+	{"cancel_running", cancelRunning},
+	{"bad_input", badInput},
+}
+
+func main() {
+	addr := os.Getenv("TASKBROKER_ADDR")
+	if addr == "" {
+		fmt.Fprintln(os.Stderr, "TASKBROKER_ADDR is not set (host:port)")
+		os.Exit(2)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "connect:", err)
+		os.Exit(2)
+	}
+	defer conn.Close()
+	e := &env{broker: pb.NewBrokerServiceClient(conn), admin: pb.NewAdminServiceClient(conn)}
+
+	passed, failed := 0, 0
+	for _, c := range cases {
+		// Generous per case: the longest waits are a 15 s long poll plus a lease expiry.
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		err := c.run(ctx, e, queueName(c.name))
+		cancel()
+		if err != nil {
+			failed++
+			fmt.Printf("FAIL %s: %v\n", c.name, err)
+		} else {
+			passed++
+			fmt.Printf("PASS %s\n", c.name)
+		}
+	}
+	fmt.Printf("%d passed, %d failed\n", passed, failed)
+	if failed > 0 {
+		os.Exit(1)
+	}
+}
+
+// queueName gives each case its own queue, conf.go.<case>.<random>.
+func queueName(name string) string {
+	const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 6)
+	for i := range b {
+		b[i] = letters[rand.IntN(len(letters))]
+	}
+	return fmt.Sprintf("conf.go.%s.%s", name, b)
+}

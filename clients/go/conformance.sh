@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs the Go client against the broker at $TASKBROKER_ADDR: first the worker package's
+# tests, then the conformance scenario (clients/conformance/SCENARIO.md), whose
+# "N passed, M failed" line is printed last. Fetches Go modules from the module proxy.
+# Usually started by scripts/conformance.sh go.
+set -uo pipefail
+cd "$(dirname "$0")"
+export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+: "${TASKBROKER_ADDR:?TASKBROKER_ADDR must be host:port of a running broker}"
+
+go mod download || exit 2
+go build -o .bin/conformance ./cmd/conformance || exit 2
+
+echo "== go test ./... (worker helper, live broker)"
+go test -count=1 -timeout 180s ./...
+tests=$?
+[ "$tests" -eq 0 ] || echo "go test failed (exit $tests); the scenario runs anyway"
+
+echo "== conformance scenario"
+.bin/conformance
+scenario=$?
+
+if [ "$scenario" -ne 0 ]; then exit "$scenario"; fi
+exit "$tests"

@@ -1,0 +1,48 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Causes of a handler's context being cancelled; read them with context.Cause(ctx).
+var (
+	// ErrLeaseLost: the broker no longer holds the task for this worker (a heartbeat said
+	// lost, a checkpoint answered LEASE_LOST, or the lease ran out without a successful
+	// heartbeat). The worker reports nothing for the task; another attempt may be running.
+	ErrLeaseLost = errors.New("taskbroker: lease lost")
+	// ErrCancelRequested: an operator cancelled the task. Return an error promptly; the
+	// worker reports Fail and the broker moves the task to CANCELLED.
+	ErrCancelRequested = errors.New("taskbroker: cancel requested")
+	// ErrStopTimeout: the worker is stopping and Config.StopTimeout has passed.
+	ErrStopTimeout = errors.New("taskbroker: worker stop timeout")
+)
+
+// PermanentError marks a failure that retrying cannot fix: the worker reports Fail with
+// non_retryable set and the task goes straight to DEAD.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err so the task is not retried.
+func Permanent(err error) error { return &PermanentError{Err: err} }
+
+// Permanentf is Permanent(fmt.Errorf(format, args...)).
+func Permanentf(format string, args ...any) error {
+	return Permanent(fmt.Errorf(format, args...))
+}
+
+// RetryableError is a failure to retry after RetryAfter instead of the policy's backoff.
+// Any error that is not a PermanentError is retried; use this only to set RetryAfter.
+type RetryableError struct {
+	Err        error
+	RetryAfter time.Duration
+}
+
+func (e *RetryableError) Error() string { return e.Err.Error() }
+func (e *RetryableError) Unwrap() error { return e.Err }
+
+// RetryAfter wraps err so the next attempt runs after d (overriding the retry policy).
+func RetryAfter(err error, d time.Duration) error { return &RetryableError{Err: err, RetryAfter: d} }

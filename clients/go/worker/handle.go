@@ -1,0 +1,99 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"taskbroker.dev/go/rpcerr"
+	pb "taskbroker.dev/go/taskbrokerv1"
+)
+
+// handle runs the handler for one leased task and settles it.
+func (w *Worker) handle(lt *pb.LeasedTask) {
+	// Not derived from Run's ctx: a graceful stop lets handlers finish.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	if d := lt.GetDeadline(); d != nil {
+		var cancelDeadline context.CancelFunc
+		ctx, cancelDeadline = context.WithDeadline(ctx, d.AsTime())
+		defer cancelDeadline()
+	}
+	t := newTask(w, lt, cancel)
+
+	w.mu.Lock()
+	w.running[lt.GetTaskId()] = t
+	w.mu.Unlock()
+	result, err := w.call(ctx, t)
+	w.mu.Lock()
+	delete(w.running, lt.GetTaskId())
+	w.mu.Unlock()
+
+	log := w.log.With("task_id", lt.GetTaskId(), "attempt", lt.GetAttempt())
+	if t.isLost() {
+		log.Warn("lease lost; not reporting", "handler_err", err)
+		return
+	}
+	if err == nil {
+		err = w.report(func(rctx context.Context) error {
+			_, err := w.broker.Complete(rctx, &pb.CompleteRequest{
+				TaskId: lt.GetTaskId(), LeaseToken: lt.GetLeaseToken(), Result: result,
+			})
+			return err
+		})
+		if err != nil {
+			log.Error("complete failed", "err", err)
+		}
+		return
+	}
+
+	req := &pb.FailRequest{TaskId: lt.GetTaskId(), LeaseToken: lt.GetLeaseToken(), ErrorMessage: err.Error()}
+	var perm *PermanentError
+	var retry *RetryableError
+	switch {
+	case errors.As(err, &perm):
+		req.NonRetryable = true
+	case errors.As(err, &retry) && retry.RetryAfter > 0:
+		req.RetryAfter = durationpb.New(retry.RetryAfter)
+	}
+	if ferr := w.report(func(rctx context.Context) error {
+		_, err := w.broker.Fail(rctx, req)
+		return err
+	}); ferr != nil {
+		log.Error("fail failed", "err", ferr, "handler_err", err)
+	}
+}
+
+// call runs the handler, turning a panic into a retryable error.
+func (w *Worker) call(ctx context.Context, t *Task) (result []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	return w.handler(ctx, t)
+}
+
+// report sends Complete or Fail, retrying while the broker is unreachable; both are
+// idempotent for the same lease token. LEASE_LOST is final.
+func (w *Worker) report(send func(context.Context) error) error {
+	backoff := 200 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := send(ctx)
+		cancel()
+		if err == nil || rpcerr.IsLeaseLost(err) || attempt == 5 {
+			return err
+		}
+		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
+			return err
+		}
+		time.Sleep(backoff)
+		backoff *= 2
+	}
+}

@@ -1,0 +1,209 @@
+// Package worker runs handlers for leased tasks: it leases only as many tasks as it has
+// free slots, heartbeats every running lease in one batched call, and settles each task
+// with Complete or Fail from the handler's result.
+//
+//	w, _ := worker.New(conn, worker.Config{Queues: []string{"emails"}, Concurrency: 4}, handle)
+//	err := w.Run(ctx) // returns after ctx ends and running handlers have finished
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "taskbroker.dev/go/taskbrokerv1"
+)
+
+// Handler does the work of one task. A nil error completes the task with result; an error
+// fails the attempt (see Permanent and RetryAfter). ctx is cancelled when the lease is lost,
+// an operator cancels the task, the task's deadline passes or a stop times out; see
+// context.Cause and the Err* values.
+type Handler func(ctx context.Context, task *Task) (result []byte, err error)
+
+// Config says what a Worker leases and how.
+type Config struct {
+	// Queues to lease from, at least one.
+	Queues []string
+	// WorkerID names this worker in the broker's attempts. Default: "<hostname>-<pid>".
+	WorkerID string
+	// Concurrency is how many handlers run at once. Default 1.
+	Concurrency int
+	// LeaseDuration is asked for on Lease and used as the extension on every heartbeat.
+	// Heartbeats go out every third of it. Default 30 s (the broker's default).
+	LeaseDuration time.Duration
+	// PollWait is the Lease long-poll wait, 0 to 60 s. Default 10 s.
+	PollWait time.Duration
+	// StopTimeout bounds the drain after Run's context ends: then running handlers' contexts
+	// are cancelled with ErrStopTimeout. 0 means wait for them however long they take.
+	StopTimeout time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Worker leases tasks and runs a Handler on each. Create it with New, run it with Run.
+type Worker struct {
+	cfg     Config
+	broker  pb.BrokerServiceClient
+	handler Handler
+	log     *slog.Logger
+
+	mu      sync.Mutex // guards running: the lease loop, task goroutines and heartbeats share it
+	running map[string]*Task
+}
+
+// New checks cfg, fills in its defaults and returns a Worker on conn.
+func New(conn grpc.ClientConnInterface, cfg Config, handler Handler) (*Worker, error) {
+	if len(cfg.Queues) == 0 {
+		return nil, errors.New("worker: Config.Queues is empty")
+	}
+	if handler == nil {
+		return nil, errors.New("worker: handler is nil")
+	}
+	if cfg.WorkerID == "" {
+		host, _ := os.Hostname()
+		cfg.WorkerID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 1
+	}
+	if cfg.Concurrency > 256 {
+		return nil, errors.New("worker: Config.Concurrency is above 256, the broker's max_tasks")
+	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = 30 * time.Second
+	}
+	if cfg.LeaseDuration < time.Second {
+		return nil, errors.New("worker: Config.LeaseDuration is below the broker's 1 s minimum")
+	}
+	if cfg.PollWait == 0 {
+		cfg.PollWait = 10 * time.Second
+	}
+	if cfg.PollWait < 0 || cfg.PollWait > time.Minute {
+		return nil, errors.New("worker: Config.PollWait is outside 0 to 60 s")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Worker{
+		cfg:     cfg,
+		broker:  pb.NewBrokerServiceClient(conn),
+		handler: handler,
+		log:     cfg.Logger.With("worker_id", cfg.WorkerID),
+		running: map[string]*Task{},
+	}, nil
+}
+
+// Run leases and handles tasks until ctx ends, then stops leasing, lets running handlers
+// finish (see Config.StopTimeout), reports their results and returns nil.
+//
+// A Lease long poll in flight when ctx ends is cancelled; a task the broker granted in that
+// instant is not seen and returns to the queue when its lease expires.
+func (w *Worker) Run(ctx context.Context) error {
+	// Heartbeats outlive ctx: draining handlers still need their leases kept.
+	hbCtx, stopHeartbeats := context.WithCancel(context.Background())
+	hbDone := make(chan struct{})
+	go func() { defer close(hbDone); w.heartbeatLoop(hbCtx) }()
+
+	var wg sync.WaitGroup
+	w.leaseLoop(ctx, &wg)
+
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	if w.cfg.StopTimeout > 0 {
+		select {
+		case <-drained:
+		case <-time.After(w.cfg.StopTimeout):
+			w.cancelRunning(ErrStopTimeout)
+			<-drained
+		}
+	} else {
+		<-drained
+	}
+	stopHeartbeats()
+	<-hbDone
+	return nil
+}
+
+// leaseLoop holds one slot token per running handler in slots, so a Lease never asks for
+// more tasks than there are free slots.
+func (w *Worker) leaseLoop(ctx context.Context, wg *sync.WaitGroup) {
+	slots := make(chan struct{}, w.cfg.Concurrency)
+	backoff := time.Duration(0)
+	for {
+		// Block until at least one slot is free (or we are stopping).
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		free := 1
+	more:
+		for free < w.cfg.Concurrency {
+			select {
+			case slots <- struct{}{}:
+				free++
+			default:
+				break more
+			}
+		}
+
+		tasks, err := w.lease(ctx, free)
+		for range free - len(tasks) {
+			<-slots
+		}
+		for _, lt := range tasks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				w.handle(lt)
+			}()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
+			w.log.Warn("lease failed; retrying", "err", err, "after", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		backoff = 0
+	}
+}
+
+func (w *Worker) lease(ctx context.Context, n int) ([]*pb.LeasedTask, error) {
+	// The call's own deadline must leave room for the long poll.
+	callCtx, cancel := context.WithTimeout(ctx, w.cfg.PollWait+10*time.Second)
+	defer cancel()
+	resp, err := w.broker.Lease(callCtx, &pb.LeaseRequest{
+		WorkerId:      w.cfg.WorkerID,
+		Queues:        w.cfg.Queues,
+		MaxTasks:      uint32(n),
+		LeaseDuration: durationpb.New(w.cfg.LeaseDuration),
+		Wait:          durationpb.New(w.cfg.PollWait),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetTasks(), nil
+}
+
+func (w *Worker) cancelRunning(cause error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, t := range w.running {
+		t.cancel(cause)
+	}
+}

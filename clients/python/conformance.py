@@ -1,0 +1,315 @@
+"""Runs clients/conformance/SCENARIO.md against the broker at $TASKBROKER_ADDR.
+
+Prints one PASS/FAIL line per case, then "N passed, M failed"; exits 0 only when M is 0.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import string
+import sys
+import time
+from collections.abc import Callable
+
+import grpc
+from google.protobuf import timestamp_pb2
+
+from taskbroker import Client, error_info
+from taskbroker.client import duration
+from taskbroker.v1 import admin_pb2, broker_pb2
+
+WORKER_ID = "conf-python"
+S = broker_pb2  # short alias for the many message constructors below
+State = broker_pb2.TaskState
+
+
+class CaseFailed(Exception):
+    pass
+
+
+def check(cond: bool, reason: str) -> None:
+    if not cond:
+        raise CaseFailed(reason)
+
+
+def ts_in(seconds: float) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromNanoseconds(time.time_ns() + int(seconds * 1e9))
+    return ts
+
+
+def state_name(state: int) -> str:
+    return State.Name(state)
+
+
+class Cases:
+    def __init__(self, tb: Client) -> None:
+        self.tb = tb
+
+    # Helpers.
+
+    def lease(self, queue: str, n: int = 1, lease_for: float = 30, wait: float = 0) -> list[S.LeasedTask]:
+        resp = self.tb.broker.Lease(
+            S.LeaseRequest(
+                worker_id=WORKER_ID,
+                queues=[queue],
+                max_tasks=n,
+                lease_duration=duration(lease_for),
+                wait=duration(wait),
+            ),
+            timeout=wait + 10,
+        )
+        return list(resp.tasks)
+
+    def submit_and_lease(self, spec: S.TaskSpec, lease_for: float = 30) -> S.LeasedTask:
+        task_id = self.tb.broker.Submit(S.SubmitRequest(tasks=[spec]), timeout=10).results[0].task_id
+        tasks = self.lease(spec.queue, 1, lease_for)
+        check(
+            len(tasks) == 1 and tasks[0].task_id == task_id,
+            f"Lease returned {describe(tasks)}, want task {task_id}",
+        )
+        return tasks[0]
+
+    def get_task(self, task_id: str) -> admin_pb2.Task:
+        return self.tb.admin.GetTask(admin_pb2.GetTaskRequest(task_id=task_id), timeout=10).task
+
+    def complete(self, t: S.LeasedTask, result: bytes = b"") -> None:
+        self.tb.broker.Complete(
+            S.CompleteRequest(task_id=t.task_id, lease_token=t.lease_token, result=result), timeout=10
+        )
+
+    # Cases, in SCENARIO.md order.
+
+    def lease_order(self, q: str) -> None:
+        specs = [
+            S.TaskSpec(queue=q, payload=b"a", priority=0),
+            S.TaskSpec(queue=q, payload=b"b", priority=5),
+            S.TaskSpec(queue=q, payload=b"c", priority=5, deadline=ts_in(2 * 3600)),
+            S.TaskSpec(queue=q, payload=b"d", priority=5, deadline=ts_in(3600)),
+            S.TaskSpec(queue=q, payload=b"e", priority=-1),
+            S.TaskSpec(queue=q, payload=b"f", priority=10, run_at=ts_in(3600)),
+        ]
+        self.tb.broker.Submit(S.SubmitRequest(tasks=specs), timeout=10)
+        tasks = self.lease(q, 10, 30, 0)
+        got = [t.payload.decode() for t in tasks]
+        check(got == ["d", "c", "b", "a", "e"], f"leased payloads {got}, want ['d', 'c', 'b', 'a', 'e']")
+        for t in tasks:
+            check(t.attempt == 1, f"task {t.payload!r}: attempt {t.attempt}, want 1")
+        for t in tasks:
+            self.complete(t)
+
+    def idempotent_submit(self, q: str) -> None:
+        results = []
+        for _ in range(2):
+            resp = self.tb.broker.Submit(S.SubmitRequest(tasks=[S.TaskSpec(queue=q, key="order-42")]), timeout=10)
+            check(len(resp.results) == 1, f"{len(resp.results)} results, want 1")
+            results.append(resp.results[0])
+        check(
+            results[0].task_id == results[1].task_id,
+            f"task ids differ: {results[0].task_id} then {results[1].task_id}",
+        )
+        dedup = [r.deduplicated for r in results]
+        check(dedup == [False, True], f"deduplicated {dedup}, want [False, True]")
+
+    def heartbeat_extends(self, q: str) -> None:
+        t = self.submit_and_lease(S.TaskSpec(queue=q), lease_for=5)
+        resp = self.tb.broker.Heartbeat(
+            S.HeartbeatRequest(
+                worker_id=WORKER_ID,
+                leases=[S.LeaseRef(task_id=t.task_id, lease_token=t.lease_token)],
+                extend_by=duration(60),
+            ),
+            timeout=10,
+        )
+        check(len(resp.leases) == 1, f"{len(resp.leases)} statuses, want 1")
+        st = resp.leases[0]
+        check(not st.lost, "Heartbeat: lost=true, want false")
+        gained = (st.lease_expires_at.ToNanoseconds() - t.lease_expires_at.ToNanoseconds()) / 1e9
+        check(
+            gained >= 30,
+            f"lease_expires_at moved by {gained:.3f}s ({t.lease_expires_at.ToJsonString()} -> "
+            f"{st.lease_expires_at.ToJsonString()}), want >= 30s",
+        )
+        resp = self.tb.broker.Heartbeat(
+            S.HeartbeatRequest(worker_id=WORKER_ID, leases=[S.LeaseRef(task_id=t.task_id, lease_token="stale")]),
+            timeout=10,
+        )
+        check(
+            len(resp.leases) == 1 and resp.leases[0].lost,
+            f"Heartbeat with stale token: {list(resp.leases)}, want one status with lost=true",
+        )
+
+    def checkpoint_handover(self, q: str) -> None:
+        first = self.submit_and_lease(
+            S.TaskSpec(queue=q, retry=S.RetryPolicy(initial_backoff=duration(0))), lease_for=1
+        )
+        self.tb.broker.Checkpoint(
+            S.CheckpointRequest(task_id=first.task_id, lease_token=first.lease_token, checkpoint=b"step-3"),
+            timeout=10,
+        )
+        tasks = self.lease(q, 1, 30, wait=15)
+        check(len(tasks) == 1, f"second Lease (wait 15s) returned {len(tasks)} tasks, want 1")
+        second = tasks[0]
+        check(second.task_id == first.task_id, f"second Lease returned {second.task_id}, want {first.task_id}")
+        check(second.attempt == 2, f"second attempt is {second.attempt}, want 2")
+        check(
+            second.has_checkpoint and second.checkpoint == b"step-3",
+            f"has_checkpoint={second.has_checkpoint} checkpoint={second.checkpoint!r}, want True and b'step-3'",
+        )
+        check(
+            second.fencing_token > first.fencing_token,
+            f"fencing_token {second.fencing_token} is not greater than the first {first.fencing_token}",
+        )
+        self.complete(second)
+
+    def retryable_fail(self, q: str) -> None:
+        retry = S.RetryPolicy(max_attempts=3, initial_backoff=duration(0))
+        t = self.submit_and_lease(S.TaskSpec(queue=q, retry=retry))
+        resp = self.tb.broker.Fail(
+            S.FailRequest(task_id=t.task_id, lease_token=t.lease_token, error_message="boom"), timeout=10
+        )
+        check(
+            resp.state in (State.TASK_STATE_READY, State.TASK_STATE_SCHEDULED),
+            f"Fail: state {state_name(resp.state)}, want READY or SCHEDULED",
+        )
+        check(resp.HasField("next_run_at"), "Fail: next_run_at is unset")
+        tasks = self.lease(q, 1, 30, wait=5)
+        check(
+            len(tasks) == 1 and tasks[0].task_id == t.task_id and tasks[0].attempt == 2,
+            f"second Lease: {describe(tasks)}, want task {t.task_id} with attempt 2",
+        )
+        self.complete(tasks[0])
+
+    def non_retryable_fail(self, q: str) -> None:
+        t = self.submit_and_lease(S.TaskSpec(queue=q))
+        resp = self.tb.broker.Fail(
+            S.FailRequest(task_id=t.task_id, lease_token=t.lease_token, error_message="bad input", non_retryable=True),
+            timeout=10,
+        )
+        check(resp.state == State.TASK_STATE_DEAD, f"Fail: state {state_name(resp.state)}, want DEAD")
+        task = self.get_task(t.task_id)
+        check(
+            task.state == State.TASK_STATE_DEAD and task.last_error == "bad input",
+            f"GetTask: state {state_name(task.state)} last_error {task.last_error!r}, want DEAD and 'bad input'",
+        )
+
+    def stale_token(self, q: str) -> None:
+        t = self.submit_and_lease(S.TaskSpec(queue=q))
+        try:
+            self.tb.broker.Complete(S.CompleteRequest(task_id=t.task_id, lease_token="stale"), timeout=10)
+            raise CaseFailed("Complete with stale token: OK, want ABORTED")
+        except grpc.RpcError as err:
+            check(
+                err.code() == grpc.StatusCode.ABORTED,
+                f"Complete with stale token: {err.code().name} {err.details()!r}, want ABORTED",
+            )
+            info = error_info(err)
+            check(info is not None, f"ABORTED without a google.rpc.ErrorInfo detail ({err.details()!r})")
+            assert info is not None
+            check(
+                info.reason == "LEASE_LOST" and info.domain == "taskbroker.dev",
+                f"ErrorInfo reason {info.reason!r} domain {info.domain!r}, want 'LEASE_LOST' and 'taskbroker.dev'",
+            )
+        task = self.get_task(t.task_id)
+        check(
+            task.state == State.TASK_STATE_LEASED,
+            f"GetTask after stale Complete: state {state_name(task.state)}, want LEASED",
+        )
+
+    def complete_result(self, q: str) -> None:
+        t = self.submit_and_lease(S.TaskSpec(queue=q))
+        self.complete(t, b"done:42")
+        self.complete(t, b"done:42")
+        task = self.get_task(t.task_id)
+        check(
+            task.state == State.TASK_STATE_SUCCEEDED and task.result == b"done:42",
+            f"GetTask: state {state_name(task.state)} result {task.result!r}, want SUCCEEDED and b'done:42'",
+        )
+
+    def cancel_running(self, q: str) -> None:
+        t = self.submit_and_lease(S.TaskSpec(queue=q))
+        self.tb.admin.CancelTask(admin_pb2.CancelTaskRequest(task_id=t.task_id), timeout=10)
+        hb = self.tb.broker.Heartbeat(
+            S.HeartbeatRequest(worker_id=WORKER_ID, leases=[S.LeaseRef(task_id=t.task_id, lease_token=t.lease_token)]),
+            timeout=10,
+        )
+        check(
+            len(hb.leases) == 1 and hb.leases[0].cancel_requested and not hb.leases[0].lost,
+            f"Heartbeat: {list(hb.leases)}, want one status with cancel_requested=true lost=false",
+        )
+        resp = self.tb.broker.Fail(
+            S.FailRequest(task_id=t.task_id, lease_token=t.lease_token, error_message="cancelled"), timeout=10
+        )
+        check(resp.state == State.TASK_STATE_CANCELLED, f"Fail: state {state_name(resp.state)}, want CANCELLED")
+
+    def bad_input(self, q: str) -> None:
+        try:
+            self.tb.broker.Submit(S.SubmitRequest(tasks=[S.TaskSpec(queue="has space")]), timeout=10)
+            raise CaseFailed("Submit with queue 'has space': OK, want INVALID_ARGUMENT")
+        except grpc.RpcError as err:
+            check(
+                err.code() == grpc.StatusCode.INVALID_ARGUMENT,
+                f"Submit with queue 'has space': {err.code().name}, want INVALID_ARGUMENT",
+            )
+            check("tasks[0].queue" in (err.details() or ""), f"message {err.details()!r} does not name tasks[0].queue")
+
+
+CASES = [
+    "lease_order",
+    "idempotent_submit",
+    "heartbeat_extends",
+    "checkpoint_handover",
+    "retryable_fail",
+    "non_retryable_fail",
+    "stale_token",
+    "complete_result",
+    "cancel_running",
+    "bad_input",
+]
+
+
+def describe(tasks: list[S.LeasedTask]) -> str:
+    return f"{len(tasks)} tasks [" + " ".join(f"{t.task_id}(attempt {t.attempt})" for t in tasks) + "]"
+
+
+def queue_name(case: str) -> str:
+    suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=6))
+    return f"conf.python.{case}.{suffix}"
+
+
+def run_case(fn: Callable[[str], None], name: str) -> str | None:
+    """None when the case passes, otherwise the reason it failed."""
+    try:
+        fn(queue_name(name))
+        return None
+    except CaseFailed as err:
+        return str(err)
+    except grpc.RpcError as err:
+        return f"unexpected {err.code().name}: {err.details()}"
+    except Exception as err:  # noqa: BLE001 -- report, do not crash: the remaining cases still run
+        return f"{type(err).__name__}: {err}"
+
+
+def main() -> int:
+    addr = os.environ.get("TASKBROKER_ADDR")
+    if not addr:
+        print("TASKBROKER_ADDR is not set (host:port)", file=sys.stderr)
+        return 2
+    passed = failed = 0
+    with Client(addr) as tb:
+        cases = Cases(tb)
+        for name in CASES:
+            reason = run_case(getattr(cases, name), name)
+            if reason is None:
+                passed += 1
+                print(f"PASS {name}", flush=True)
+            else:
+                failed += 1
+                print(f"FAIL {name}: {reason}", flush=True)
+    print(f"{passed} passed, {failed} failed", flush=True)
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

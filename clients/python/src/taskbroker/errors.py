@@ -1,0 +1,58 @@
+"""Errors a handler raises to steer retries, and the broker's rich error details."""
+
+from __future__ import annotations
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+#: The google.rpc.ErrorInfo domain of every reason the broker defines.
+ERROR_DOMAIN = "taskbroker.dev"
+#: ErrorInfo reason for a lease token that no longer holds the task (status ABORTED).
+REASON_LEASE_LOST = "LEASE_LOST"
+
+
+class RetryableError(Exception):
+    """A failure the broker should retry; ``retry_after`` (seconds) overrides the backoff.
+
+    Any exception other than PermanentError is retried too: raise this one only to set
+    ``retry_after``.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PermanentError(Exception):
+    """A failure that retrying cannot fix: the task goes straight to DEAD."""
+
+
+class LeaseLostError(Exception):
+    """The broker no longer holds this task for us; stop working on it."""
+
+
+def error_info(err: BaseException) -> error_details_pb2.ErrorInfo | None:
+    """The first google.rpc.ErrorInfo in a gRPC error's status details, or None.
+
+    The details travel in the ``grpc-status-details-bin`` trailer.
+    """
+    if not isinstance(err, grpc.Call):
+        return None
+    status = rpc_status.from_call(err)
+    if status is None:
+        return None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return info
+    return None
+
+
+def is_lease_lost(err: BaseException) -> bool:
+    """True for the broker's ABORTED / LEASE_LOST answer to a stale lease token."""
+    if not isinstance(err, grpc.Call) or err.code() != grpc.StatusCode.ABORTED:
+        return False
+    info = error_info(err)
+    return info is not None and info.domain == ERROR_DOMAIN and info.reason == REASON_LEASE_LOST

@@ -1,0 +1,1 @@
+"""Generated from proto/taskbroker/v1 by clients/python/generate.sh; do not edit."""

@@ -1,0 +1,274 @@
+"""Worker: leases tasks, runs a handler on each in a thread pool, heartbeats, settles."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+
+from taskbroker.client import Client, duration
+from taskbroker.context import CANCEL_REQUESTED, STOPPING, TaskContext
+from taskbroker.errors import PermanentError, RetryableError, is_lease_lost
+from taskbroker.v1 import broker_pb2
+
+log = logging.getLogger("taskbroker.worker")
+
+#: A handler returns the task's result (bytes or None) or raises to fail the attempt.
+Handler = Callable[[TaskContext], "bytes | None"]
+
+
+class Worker:
+    """Runs ``handler`` on tasks leased from ``queues``, ``concurrency`` at a time.
+
+    - Leases only as many tasks as it has free slots, long-polling ``poll_wait`` seconds.
+    - Every third of ``lease_duration`` it extends all running leases in one Heartbeat call;
+      a lost lease or an operator's cancel sets the task's ``ctx.cancelled``.
+    - A handler's return value completes the task; PermanentError fails it for good;
+      RetryableError or any other exception fails the attempt for a retry.
+    - ``stop()`` stops leasing and waits for running handlers; after ``stop_timeout``
+      seconds it sets their ``ctx.cancelled`` (reason ``"stopping"``) and keeps waiting.
+
+    >>> w = Worker("127.0.0.1:50051", ["emails"], send_email, concurrency=4)
+    >>> w.run()  # until w.stop() from another thread or a signal handler
+    """
+
+    def __init__(
+        self,
+        target: str | Client | grpc.Channel,
+        queues: Sequence[str],
+        handler: Handler,
+        *,
+        concurrency: int = 1,
+        lease_duration: float = 30.0,
+        poll_wait: float = 10.0,
+        worker_id: str | None = None,
+        stop_timeout: float | None = None,
+    ) -> None:
+        if not queues:
+            raise ValueError("queues is empty")
+        if not 1 <= concurrency <= 256:
+            raise ValueError("concurrency must be 1 to 256 (the broker's max_tasks)")
+        if lease_duration < 1:
+            raise ValueError("lease_duration is below the broker's 1 s minimum")
+        if not 0 <= poll_wait <= 60:
+            raise ValueError("poll_wait must be 0 to 60 s")
+        if isinstance(target, str):
+            self._client = Client(target)
+        elif isinstance(target, Client):
+            self._client = target
+        else:
+            self._client = Client(channel=target)
+        self._owns_client = isinstance(target, str)
+        self._broker = self._client.broker
+        self.queues = list(queues)
+        self.handler = handler
+        self.concurrency = concurrency
+        self.lease_duration = lease_duration
+        self.poll_wait = poll_wait
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.stop_timeout = stop_timeout
+
+        # _cond guards _running and _stopping: the lease loop waits on it for a free slot.
+        self._cond = threading.Condition()
+        self._running: dict[str, TaskContext] = {}
+        self._stopping = False
+        self._lease_call: grpc.Future | None = None
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # Life cycle.
+
+    def start(self) -> None:
+        """Runs the worker in a background thread; ``stop()`` ends it."""
+        self._thread = threading.Thread(target=self.run, name="taskbroker-worker", daemon=True)
+        self._thread.start()
+
+    def run(self) -> None:
+        """Leases and handles tasks until ``stop()``; returns once everything has drained."""
+        heartbeats = threading.Thread(target=self._heartbeat_loop, name="taskbroker-heartbeat", daemon=True)
+        heartbeats.start()
+        pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="taskbroker-handler")
+        try:
+            self._lease_loop(pool)
+            self._drain()
+        finally:
+            pool.shutdown(wait=True)
+            self._stopped.set()
+            heartbeats.join()
+            if self._owns_client:
+                self._client.close()
+
+    def stop(self, wait: bool = True) -> None:
+        """Stops leasing; with ``wait``, blocks until running handlers have finished."""
+        with self._cond:
+            self._stopping = True
+            call = self._lease_call
+            self._cond.notify_all()
+        if call is not None:
+            # Ends the long poll now. A task granted in that instant is not seen and
+            # returns to the queue when its lease expires.
+            call.cancel()
+        if wait:
+            if self._thread is not None:
+                self._thread.join()
+            else:
+                self._stopped.wait()
+
+    # Leasing.
+
+    def _lease_loop(self, pool: ThreadPoolExecutor) -> None:
+        backoff = 0.0
+        while True:
+            with self._cond:
+                while not self._stopping and len(self._running) >= self.concurrency:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                free = self.concurrency - len(self._running)
+                call = self._broker.Lease.future(
+                    broker_pb2.LeaseRequest(
+                        worker_id=self.worker_id,
+                        queues=self.queues,
+                        max_tasks=free,
+                        lease_duration=duration(self.lease_duration),
+                        wait=duration(self.poll_wait),
+                    ),
+                    timeout=self.poll_wait + 10,  # room for the long poll
+                )
+                self._lease_call = call
+            try:
+                tasks = list(call.result().tasks)
+                backoff = 0.0
+            except (grpc.RpcError, grpc.FutureCancelledError) as err:
+                if self._is_stopping():
+                    return
+                backoff = min(max(2 * backoff, 0.1), 10.0)
+                log.warning("lease failed, retrying in %.1fs: %s", backoff, err)
+                time.sleep(backoff)
+                continue
+            finally:
+                with self._cond:
+                    self._lease_call = None
+            for task in tasks:
+                ctx = TaskContext(task, self._broker, self.lease_duration)
+                with self._cond:
+                    self._running[task.task_id] = ctx
+                pool.submit(self._handle, ctx)
+
+    def _is_stopping(self) -> bool:
+        with self._cond:
+            return self._stopping
+
+    def _drain(self) -> None:
+        deadline = None if self.stop_timeout is None else time.monotonic() + self.stop_timeout
+        with self._cond:
+            while self._running:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    for ctx in self._running.values():
+                        ctx._cancel(STOPPING)
+                    deadline = None  # cancelled once; now wait for the handlers to return
+                    continue
+                self._cond.wait(remaining)
+
+    # Running one task.
+
+    def _handle(self, ctx: TaskContext) -> None:
+        try:
+            self._run_handler(ctx)
+        except Exception:  # a bug here must not kill the pool thread silently
+            log.exception("task %s: settling failed", ctx.task_id)
+        finally:
+            with self._cond:
+                self._running.pop(ctx.task_id, None)
+                self._cond.notify_all()
+
+    def _run_handler(self, ctx: TaskContext) -> None:
+        """Runs the handler and settles the task with Complete or Fail from its outcome."""
+        try:
+            result = self.handler(ctx)
+            error: BaseException | None = None
+        except Exception as exc:  # noqa: BLE001 -- any handler error fails the attempt, by design
+            result, error = None, exc
+        if ctx.lost:
+            log.warning("task %s: lease lost, not reporting (handler error: %s)", ctx.task_id, error)
+            return
+        if error is None:
+            self._report(
+                "Complete",
+                broker_pb2.CompleteRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token, result=result or b""),
+            )
+        else:
+            self._report("Fail", _fail_request(ctx, error))
+
+    def _report(self, method: str, request: object) -> None:
+        """Sends Complete or Fail, retrying while the broker is unreachable (both are
+        idempotent for one lease token). LEASE_LOST and other errors are logged."""
+        backoff = 0.2
+        for attempt in range(1, 6):
+            try:
+                getattr(self._broker, method)(request, timeout=10)
+                return
+            except grpc.RpcError as err:
+                retry = err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+                if is_lease_lost(err) or not retry or attempt == 5:
+                    log.error("%s for task %s failed: %s", method, request.task_id, err)  # type: ignore[attr-defined]
+                    return
+            time.sleep(backoff)
+            backoff *= 2
+
+    # Heartbeats.
+
+    def _heartbeat_loop(self) -> None:
+        # Every third of the lease: two heartbeats may fail before a lease runs out.
+        while not self._stopped.wait(self.lease_duration / 3):
+            self._heartbeat_once()
+
+    def _heartbeat_once(self) -> None:
+        with self._cond:
+            ctxs = list(self._running.values())
+        if not ctxs:
+            return
+        req = broker_pb2.HeartbeatRequest(
+            worker_id=self.worker_id,
+            leases=[broker_pb2.LeaseRef(task_id=c.task_id, lease_token=c.task.lease_token) for c in ctxs],
+            extend_by=duration(self.lease_duration),
+        )
+        try:
+            resp = self._broker.Heartbeat(req, timeout=self.lease_duration / 3)
+        except grpc.RpcError as err:
+            log.warning("heartbeat for %d leases failed: %s", len(ctxs), err)
+            # Without an answer, a lease past its expiry is as good as lost.
+            now = datetime.datetime.now(datetime.timezone.utc)
+            for c in ctxs:
+                if c._expired(now):
+                    c._mark_lost()
+            return
+        for c, status in zip(ctxs, resp.leases):  # statuses come in request order
+            if status.lost:
+                c._mark_lost()
+            elif status.cancel_requested:
+                c._cancel(CANCEL_REQUESTED)
+            if status.HasField("lease_expires_at"):
+                c._extended(status.lease_expires_at.ToDatetime(tzinfo=datetime.timezone.utc))
+
+
+def _fail_request(ctx: TaskContext, error: BaseException) -> broker_pb2.FailRequest:
+    req = broker_pb2.FailRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token)
+    if isinstance(error, PermanentError):
+        req.error_message = str(error)
+        req.non_retryable = True
+    elif isinstance(error, RetryableError):
+        req.error_message = str(error)
+        if error.retry_after is not None:
+            req.retry_after.CopyFrom(duration(error.retry_after))
+    else:
+        req.error_message = f"{type(error).__name__}: {error}"
+    return req

@@ -1,0 +1,158 @@
+"""Worker helper tests against a live broker at $TASKBROKER_ADDR (skipped without one;
+scripts/conformance.sh python starts one)."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+import pytest
+
+from taskbroker import Client, PermanentError, TaskContext, Worker
+from taskbroker.client import duration
+from taskbroker.v1 import admin_pb2, broker_pb2
+
+State = broker_pb2.TaskState
+ADDR = os.environ.get("TASKBROKER_ADDR")
+pytestmark = pytest.mark.skipif(not ADDR, reason="TASKBROKER_ADDR is not set; needs a live broker")
+
+
+@pytest.fixture
+def tb():
+    with Client(ADDR) as client:
+        yield client
+
+
+@pytest.fixture
+def queue(request) -> str:
+    return f"test.python.{request.node.name}.{random.randrange(1 << 32)}"
+
+
+@pytest.fixture
+def start(tb, queue):
+    """start(handler, **options) runs a Worker on the test's queue; stopped at teardown."""
+    workers: list[Worker] = []
+
+    def _start(handler, **options) -> Worker:
+        options.setdefault("poll_wait", 1)
+        w = Worker(tb, [queue], handler, worker_id="test-python", **options)
+        w.start()
+        workers.append(w)
+        return w
+
+    yield _start
+    for w in workers:
+        w.stop()
+
+
+def submit(tb: Client, queue: str, *specs: broker_pb2.TaskSpec) -> list[str]:
+    for s in specs:
+        s.queue = queue
+    return [r.task_id for r in tb.broker.Submit(broker_pb2.SubmitRequest(tasks=specs), timeout=10).results]
+
+
+def wait_state(tb: Client, task_id: str, want: int, timeout: float = 15) -> admin_pb2.Task:
+    deadline = time.monotonic() + timeout
+    while True:
+        task = tb.admin.GetTask(admin_pb2.GetTaskRequest(task_id=task_id), timeout=10).task
+        if task.state == want:
+            return task
+        assert time.monotonic() < deadline, f"task is {State.Name(task.state)}, want {State.Name(want)}"
+        time.sleep(0.05)
+
+
+def test_worker_completes_tasks_within_its_concurrency(tb, queue, start):
+    ids = submit(tb, queue, *[broker_pb2.TaskSpec(payload=str(i).encode()) for i in range(6)])
+    lock = threading.Lock()
+    running = peak = 0
+
+    def handler(ctx: TaskContext) -> bytes:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.1)
+        with lock:
+            running -= 1
+        return b"done:" + ctx.payload
+
+    start(handler, concurrency=2)
+    for i, task_id in enumerate(ids):
+        assert wait_state(tb, task_id, State.TASK_STATE_SUCCEEDED).result == f"done:{i}".encode()
+    assert peak <= 2
+
+
+def test_worker_retries_plain_errors_and_buries_permanent_ones(tb, queue, start):
+    retry = broker_pb2.RetryPolicy(max_attempts=3, initial_backoff=duration(0))
+    flaky, broken = submit(
+        tb,
+        queue,
+        broker_pb2.TaskSpec(payload=b"flaky", retry=retry),
+        broker_pb2.TaskSpec(payload=b"broken", retry=retry),
+    )
+
+    def handler(ctx: TaskContext) -> bytes:
+        if ctx.payload == b"broken":
+            raise PermanentError("cannot parse 'broken'")
+        if ctx.attempt == 1:
+            raise ValueError("transient")
+        return str(ctx.attempt).encode()
+
+    start(handler, concurrency=2)
+    assert wait_state(tb, flaky, State.TASK_STATE_SUCCEEDED).result == b"2"
+    dead = wait_state(tb, broken, State.TASK_STATE_DEAD)
+    assert (dead.attempt, dead.last_error) == (1, "cannot parse 'broken'")
+
+
+def test_checkpoint_is_visible_to_the_handler_and_the_next_attempt(tb, queue, start):
+    (task_id,) = submit(
+        tb, queue, broker_pb2.TaskSpec(retry=broker_pb2.RetryPolicy(max_attempts=2, initial_backoff=duration(0)))
+    )
+    seen = []
+
+    def handler(ctx: TaskContext) -> None:
+        before = ctx.last_checkpoint
+        ctx.checkpoint(f"after-{ctx.attempt}".encode())
+        seen.append((before, ctx.last_checkpoint))
+        if ctx.attempt == 1:
+            raise RuntimeError("try again")
+
+    start(handler)
+    wait_state(tb, task_id, State.TASK_STATE_SUCCEEDED)
+    assert seen == [(None, b"after-1"), (b"after-1", b"after-2")]
+
+
+def test_cancel_requested_reaches_the_handler_through_heartbeats(tb, queue, start):
+    (task_id,) = submit(tb, queue, broker_pb2.TaskSpec())
+    started = threading.Event()
+    reasons = []
+
+    def handler(ctx: TaskContext) -> None:
+        started.set()
+        assert ctx.cancelled.wait(10), "never cancelled"
+        reasons.append(ctx.cancel_reason)
+        raise RuntimeError("stopped on request")
+
+    start(handler, lease_duration=3)  # a heartbeat every second
+    assert started.wait(10)
+    tb.admin.CancelTask(admin_pb2.CancelTaskRequest(task_id=task_id), timeout=10)
+    wait_state(tb, task_id, State.TASK_STATE_CANCELLED)
+    assert reasons == ["cancel_requested"]
+
+
+def test_stop_lets_running_handlers_finish(tb, queue, start):
+    (task_id,) = submit(tb, queue, broker_pb2.TaskSpec())
+    started = threading.Event()
+
+    def handler(ctx: TaskContext) -> bytes:
+        started.set()
+        time.sleep(0.5)
+        return b"finished"
+
+    w = start(handler)
+    assert started.wait(10)
+    w.stop()
+    task = tb.admin.GetTask(admin_pb2.GetTaskRequest(task_id=task_id), timeout=10).task
+    assert task.state == State.TASK_STATE_SUCCEEDED

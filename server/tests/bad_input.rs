@@ -1,0 +1,342 @@
+//! Bad input gets a clear status naming the field, and changes nothing.
+
+mod common;
+
+use common::*;
+use taskbroker_client::pb;
+use tonic::Code;
+
+fn check(r: Result<impl std::fmt::Debug, tonic::Status>, code: Code, field: &str) {
+    let s = r.expect_err("must be rejected");
+    assert_eq!(s.code(), code, "{field}: {}", s.message());
+    assert!(
+        s.message().contains(field),
+        "message {:?} names {field}",
+        s.message()
+    );
+    if matches!(code, Code::InvalidArgument | Code::ResourceExhausted) {
+        assert_eq!(bad_field(&s).as_deref(), Some(field));
+    }
+}
+
+async fn submits_with_bad_fields_are_rejected_and_store_nothing(b: Backend) {
+    let Some(app) = spawn_app(b).await else { return };
+    let (mut c, mut admin) = (app.broker().await, app.admin().await);
+    let neg = Some(prost_types::Duration {
+        seconds: -1,
+        nanos: 0,
+    });
+    let now = chrono::Utc::now();
+    let cases: Vec<(Vec<pb::TaskSpec>, Code, &str)> = vec![
+        (vec![], Code::InvalidArgument, "tasks"),
+        (vec![spec("q"); 1001], Code::InvalidArgument, "tasks"),
+        (vec![spec("")], Code::InvalidArgument, "tasks[0].queue"),
+        (vec![spec("ok"), spec("has space")], Code::InvalidArgument, "tasks[1].queue"),
+        (vec![spec(&"a".repeat(129))], Code::InvalidArgument, "tasks[0].queue"),
+        (
+            vec![pb::TaskSpec {
+                payload: vec![0; (1 << 20) + 1],
+                ..spec("q")
+            }],
+            Code::ResourceExhausted,
+            "tasks[0].payload",
+        ),
+        (
+            vec![pb::TaskSpec {
+                retry: Some(pb::RetryPolicy {
+                    initial_backoff: neg,
+                    ..Default::default()
+                }),
+                ..spec("q")
+            }],
+            Code::InvalidArgument,
+            "tasks[0].retry.initial_backoff",
+        ),
+        (
+            vec![pb::TaskSpec {
+                retry: Some(pb::RetryPolicy {
+                    jitter: Some(1.5),
+                    ..Default::default()
+                }),
+                ..spec("q")
+            }],
+            Code::InvalidArgument,
+            "tasks[0].retry.jitter",
+        ),
+        (
+            vec![pb::TaskSpec {
+                retry: Some(pb::RetryPolicy {
+                    backoff_multiplier: 0.5,
+                    ..Default::default()
+                }),
+                ..spec("q")
+            }],
+            Code::InvalidArgument,
+            "tasks[0].retry.backoff_multiplier",
+        ),
+        (
+            vec![pb::TaskSpec {
+                retry: Some(pb::RetryPolicy {
+                    max_attempts: 1_000_000,
+                    ..Default::default()
+                }),
+                ..spec("q")
+            }],
+            Code::InvalidArgument,
+            "tasks[0].retry.max_attempts",
+        ),
+        (
+            vec![pb::TaskSpec {
+                deadline: ts(now - chrono::Duration::seconds(5)),
+                ..spec("q")
+            }],
+            Code::InvalidArgument,
+            "tasks[0].deadline",
+        ),
+        (
+            vec![pb::TaskSpec {
+                run_at: Some(prost_types::Timestamp {
+                    seconds: i64::MAX,
+                    nanos: 0,
+                }),
+                ..spec("q")
+            }],
+            Code::InvalidArgument,
+            "tasks[0].run_at",
+        ),
+    ];
+    for (tasks, code, field) in cases {
+        check(c.submit(pb::SubmitRequest { tasks }).await, code, field);
+    }
+    let stored = admin
+        .list_tasks(pb::ListTasksRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .tasks;
+    assert!(stored.is_empty(), "nothing stored: {stored:?}");
+}
+
+async fn lease_and_report_calls_with_bad_fields_are_rejected(b: Backend) {
+    let Some(app) = spawn_app(b).await else { return };
+    let mut c = app.broker().await;
+    submit_one(&mut c, spec("q")).await;
+    let base = lease_req("q", 1);
+    let cases: Vec<(pb::LeaseRequest, &str)> = vec![
+        (
+            pb::LeaseRequest {
+                worker_id: "".into(),
+                ..base.clone()
+            },
+            "worker_id",
+        ),
+        (
+            pb::LeaseRequest {
+                queues: vec![],
+                ..base.clone()
+            },
+            "queues",
+        ),
+        (
+            pb::LeaseRequest {
+                queues: vec!["q".into(), "bad/name".into()],
+                ..base.clone()
+            },
+            "queues[1]",
+        ),
+        (
+            pb::LeaseRequest {
+                max_tasks: 0,
+                ..base.clone()
+            },
+            "max_tasks",
+        ),
+        (
+            pb::LeaseRequest {
+                max_tasks: 257,
+                ..base.clone()
+            },
+            "max_tasks",
+        ),
+        (
+            pb::LeaseRequest {
+                lease_duration: dur(std::time::Duration::from_millis(500)),
+                ..base.clone()
+            },
+            "lease_duration",
+        ),
+        (
+            pb::LeaseRequest {
+                lease_duration: secs(25 * 3600),
+                ..base.clone()
+            },
+            "lease_duration",
+        ),
+        (
+            pb::LeaseRequest {
+                wait: secs(61),
+                ..base.clone()
+            },
+            "wait",
+        ),
+        (
+            pb::LeaseRequest {
+                wait: Some(prost_types::Duration {
+                    seconds: -3,
+                    nanos: 0,
+                }),
+                ..base.clone()
+            },
+            "wait",
+        ),
+    ];
+    for (req, field) in cases {
+        check(c.lease(req).await, Code::InvalidArgument, field);
+    }
+    // None of the bad leases took the task.
+    let t = lease_one(&mut c, "q").await;
+    assert_eq!(t.attempt, 1);
+
+    check(
+        c.heartbeat(pb::HeartbeatRequest {
+            worker_id: "w1".into(),
+            leases: vec![pb::LeaseRef {
+                task_id: t.task_id.clone(),
+                lease_token: t.lease_token.clone(),
+            }],
+            extend_by: secs(0),
+        })
+        .await,
+        Code::InvalidArgument,
+        "extend_by",
+    );
+    check(
+        c.complete(pb::CompleteRequest {
+            task_id: "".into(),
+            lease_token: t.lease_token.clone(),
+            result: vec![],
+        })
+        .await,
+        Code::InvalidArgument,
+        "task_id",
+    );
+    check(
+        c.complete(pb::CompleteRequest {
+            task_id: t.task_id.clone(),
+            lease_token: t.lease_token.clone(),
+            result: vec![0; (1 << 20) + 1],
+        })
+        .await,
+        Code::ResourceExhausted,
+        "result",
+    );
+    check(
+        c.fail(pb::FailRequest {
+            task_id: t.task_id.clone(),
+            lease_token: "".into(),
+            ..Default::default()
+        })
+        .await,
+        Code::InvalidArgument,
+        "lease_token",
+    );
+    // The lease is intact after all of that.
+    c.complete(pb::CompleteRequest {
+        task_id: t.task_id,
+        lease_token: t.lease_token,
+        result: vec![],
+    })
+    .await
+    .expect("the lease survived the bad calls");
+}
+
+async fn admin_calls_with_bad_fields_are_rejected(b: Backend) {
+    let Some(app) = spawn_app(b).await else { return };
+    let (mut c, mut admin) = (app.broker().await, app.admin().await);
+    let id = submit_one(&mut c, spec("q")).await;
+    check(
+        admin
+            .get_task(pb::GetTaskRequest {
+                task_id: "missing".into(),
+            })
+            .await,
+        Code::NotFound,
+        "missing",
+    );
+    check(
+        admin
+            .list_tasks(pb::ListTasksRequest {
+                page_size: 1001,
+                ..Default::default()
+            })
+            .await,
+        Code::InvalidArgument,
+        "page_size",
+    );
+    check(
+        admin
+            .list_tasks(pb::ListTasksRequest {
+                page_token: "garbage".into(),
+                ..Default::default()
+            })
+            .await,
+        Code::InvalidArgument,
+        "page_token",
+    );
+    check(
+        admin
+            .list_tasks(pb::ListTasksRequest {
+                states: vec![42],
+                ..Default::default()
+            })
+            .await,
+        Code::InvalidArgument,
+        "states[0]",
+    );
+    check(
+        admin
+            .update_task(pb::UpdateTaskRequest {
+                task_id: id.clone(),
+                priority: 9,
+                update_mask: None,
+                ..Default::default()
+            })
+            .await,
+        Code::InvalidArgument,
+        "update_mask",
+    );
+    check(
+        admin
+            .update_task(pb::UpdateTaskRequest {
+                task_id: id.clone(),
+                update_mask: Some(prost_types::FieldMask {
+                    paths: vec!["payload".into()],
+                }),
+                ..Default::default()
+            })
+            .await,
+        Code::InvalidArgument,
+        "update_mask",
+    );
+    check(
+        admin
+            .update_task(pb::UpdateTaskRequest {
+                task_id: id.clone(),
+                max_attempts: 0,
+                update_mask: Some(prost_types::FieldMask {
+                    paths: vec!["max_attempts".into()],
+                }),
+                ..Default::default()
+            })
+            .await,
+        Code::InvalidArgument,
+        "max_attempts",
+    );
+    assert_eq!(get(&mut admin, &id).await.priority, 0, "unchanged");
+}
+
+both_backends!(
+    submits_with_bad_fields_are_rejected_and_store_nothing,
+    lease_and_report_calls_with_bad_fields_are_rejected,
+    admin_calls_with_bad_fields_are_rejected,
+);
