@@ -108,7 +108,10 @@ impl App {
                 Ok(())
             }
             Err(_) => {
-                tracing::warn!(?grace, "in-flight calls did not finish within the grace period");
+                tracing::warn!(
+                    ?grace,
+                    "in-flight calls did not finish within the grace period"
+                );
                 Ok(())
             }
         };

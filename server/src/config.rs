@@ -14,7 +14,11 @@ use crate::service::Settings;
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseArgs {
     /// `sqlite://PATH` (created if missing) or `postgres://USER:PASS@HOST/DB`.
-    #[arg(long, env = "TASKBROKER_DATABASE_URL", default_value = "sqlite://taskbroker.db")]
+    #[arg(
+        long,
+        env = "TASKBROKER_DATABASE_URL",
+        default_value = "sqlite://taskbroker.db"
+    )]
     pub database_url: String,
 
     /// Postgres connections per broker (SQLite uses one writer and four readers).

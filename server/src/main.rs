@@ -8,10 +8,19 @@ use taskbroker_server::config::{DatabaseArgs, ServeArgs};
 use taskbroker_server::service::SystemClock;
 
 #[derive(Parser)]
-#[command(name = "taskbroker", version, about = "A gRPC task broker with a durable task table")]
+#[command(
+    name = "taskbroker",
+    version,
+    about = "A gRPC task broker with a durable task table"
+)]
 struct Cli {
     /// Log format on stderr: text or json.
-    #[arg(long, global = true, env = "TASKBROKER_LOG_FORMAT", default_value = "text")]
+    #[arg(
+        long,
+        global = true,
+        env = "TASKBROKER_LOG_FORMAT",
+        default_value = "text"
+    )]
     log_format: String,
 
     #[command(subcommand)]
@@ -21,7 +30,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the broker.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Apply database migrations and exit.
     Migrate(DatabaseArgs),
 }
@@ -100,14 +109,16 @@ async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_tracing(&cli.log_format);
     let result = match cli.command {
-        Command::Serve(args) => serve(args).await,
-        Command::Migrate(db) => async {
-            let store = taskbroker_server::store::connect(&db.database_url, 1).await?;
-            store.migrate().await?;
-            println!("migrated {}", redact(&db.database_url));
-            Ok(())
+        Command::Serve(args) => serve(*args).await,
+        Command::Migrate(db) => {
+            async {
+                let store = taskbroker_server::store::connect(&db.database_url, 1).await?;
+                store.migrate().await?;
+                println!("migrated {}", redact(&db.database_url));
+                Ok(())
+            }
+            .await
         }
-        .await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

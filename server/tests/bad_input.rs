@@ -20,7 +20,9 @@ fn check(r: Result<impl std::fmt::Debug, tonic::Status>, code: Code, field: &str
 }
 
 async fn submits_with_bad_fields_are_rejected_and_store_nothing(b: Backend) {
-    let Some(app) = spawn_app(b).await else { return };
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
     let (mut c, mut admin) = (app.broker().await, app.admin().await);
     let neg = Some(prost_types::Duration {
         seconds: -1,
@@ -31,8 +33,16 @@ async fn submits_with_bad_fields_are_rejected_and_store_nothing(b: Backend) {
         (vec![], Code::InvalidArgument, "tasks"),
         (vec![spec("q"); 1001], Code::InvalidArgument, "tasks"),
         (vec![spec("")], Code::InvalidArgument, "tasks[0].queue"),
-        (vec![spec("ok"), spec("has space")], Code::InvalidArgument, "tasks[1].queue"),
-        (vec![spec(&"a".repeat(129))], Code::InvalidArgument, "tasks[0].queue"),
+        (
+            vec![spec("ok"), spec("has space")],
+            Code::InvalidArgument,
+            "tasks[1].queue",
+        ),
+        (
+            vec![spec(&"a".repeat(129))],
+            Code::InvalidArgument,
+            "tasks[0].queue",
+        ),
         (
             vec![pb::TaskSpec {
                 payload: vec![0; (1 << 20) + 1],
@@ -118,7 +128,9 @@ async fn submits_with_bad_fields_are_rejected_and_store_nothing(b: Backend) {
 }
 
 async fn lease_and_report_calls_with_bad_fields_are_rejected(b: Backend) {
-    let Some(app) = spawn_app(b).await else { return };
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
     let mut c = app.broker().await;
     submit_one(&mut c, spec("q")).await;
     let base = lease_req("q", 1);
@@ -251,7 +263,9 @@ async fn lease_and_report_calls_with_bad_fields_are_rejected(b: Backend) {
 }
 
 async fn admin_calls_with_bad_fields_are_rejected(b: Backend) {
-    let Some(app) = spawn_app(b).await else { return };
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
     let (mut c, mut admin) = (app.broker().await, app.admin().await);
     let id = submit_one(&mut c, spec("q")).await;
     check(

@@ -17,7 +17,9 @@ const TASKS: usize = 2000;
 const WORKERS: usize = 8;
 
 async fn submit_backlog(addr: &str, queue: &str) {
-    let mut c = BrokerServiceClient::connect(addr.to_string()).await.unwrap();
+    let mut c = BrokerServiceClient::connect(addr.to_string())
+        .await
+        .unwrap();
     for chunk in 0..TASKS / 100 {
         let tasks = (0..100)
             .map(|i| pb::TaskSpec {
@@ -81,7 +83,9 @@ fn assert_each_once(seen: &HashMap<String, usize>) {
 }
 
 async fn eight_workers_complete_two_thousand_tasks_exactly_once(b: Backend) {
-    let Some(app) = spawn_app(b).await else { return };
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
     submit_backlog(&app.url(), "drain").await;
     let seen = drain(vec![app.url()], "drain").await;
     assert_each_once(&seen);
@@ -109,7 +113,13 @@ pub struct BrokerProcess {
 
 pub async fn start_broker(database_url: &str) -> BrokerProcess {
     let mut child = Command::new(env!("CARGO_BIN_EXE_taskbroker"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--database-url", database_url])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            database_url,
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -129,7 +139,9 @@ pub async fn start_broker(database_url: &str) -> BrokerProcess {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_broker_processes_on_one_postgres_never_lease_a_task_twice() {
-    let Some(db) = test_db(Backend::Postgres).await else { return };
+    let Some(db) = test_db(Backend::Postgres).await else {
+        return;
+    };
     let a = start_broker(&db.url).await;
     let b = start_broker(&db.url).await;
     submit_backlog(&a.addr, "shared").await;
@@ -142,7 +154,9 @@ async fn two_broker_processes_on_one_postgres_never_lease_a_task_twice() {
 async fn acknowledged_submits_survive_kill_9(b: Backend) {
     let Some(db) = test_db(b).await else { return };
     let mut broker = start_broker(&db.url).await;
-    let mut c = BrokerServiceClient::connect(broker.addr.clone()).await.unwrap();
+    let mut c = BrokerServiceClient::connect(broker.addr.clone())
+        .await
+        .unwrap();
     let mut ids = Vec::new();
     for i in 0..50 {
         let tasks = (0..4)

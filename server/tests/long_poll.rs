@@ -12,7 +12,9 @@ use taskbroker_client::pb;
 const GUARD: Duration = Duration::from_secs(20);
 
 async fn a_waiting_lease_wakes_when_a_task_is_submitted(b: Backend) {
-    let Some(app) = spawn_app(b).await else { return };
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
     let mut waiter = app.broker().await;
     let poll = tokio::spawn(async move {
         let mut req = lease_req("lp", 5);
@@ -31,7 +33,9 @@ async fn a_waiting_lease_wakes_when_a_task_is_submitted(b: Backend) {
 }
 
 async fn an_empty_long_poll_answers_ok_when_the_wait_runs_out(b: Backend) {
-    let Some(app) = spawn_app(b).await else { return };
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
     let mut c = app.broker().await;
     let mut req = lease_req("empty", 5);
     req.wait = dur(Duration::from_millis(300));
@@ -106,7 +110,13 @@ async fn the_background_reaper_reclaims_an_expired_lease(b: Backend) {
     .await;
     let mut req = lease_req("expire", 1);
     req.lease_duration = secs(1);
-    let first = c.lease(req.clone()).await.unwrap().into_inner().tasks.remove(0);
+    let first = c
+        .lease(req.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .tasks
+        .remove(0);
     // Nobody heartbeats; the reaper reclaims the lease and wakes this long-poll.
     req.wait = secs(30);
     let second = tokio::time::timeout(GUARD, c.lease(req))
@@ -133,7 +143,9 @@ both_backends!(
 /// (Postgres LISTEN/NOTIFY).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_poll_on_one_replica_wakes_on_a_submit_to_another() {
-    let Some(db) = test_db(Backend::Postgres).await else { return };
+    let Some(db) = test_db(Backend::Postgres).await else {
+        return;
+    };
     let db = std::sync::Arc::new(db);
     // Real clocks: two manual clocks would disagree about when the task is due.
     let real = || Options {
@@ -150,6 +162,9 @@ async fn a_long_poll_on_one_replica_wakes_on_a_submit_to_another() {
     });
     let mut c = b.broker().await;
     let id = submit_one(&mut c, spec("xr")).await;
-    let got = tokio::time::timeout(GUARD, poll).await.expect("woken").unwrap();
+    let got = tokio::time::timeout(GUARD, poll)
+        .await
+        .expect("woken")
+        .unwrap();
     assert_eq!(got[0].task_id, id);
 }

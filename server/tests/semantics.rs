@@ -11,7 +11,9 @@ use tonic::Code;
 
 // 1. Ordering: priority DESC, deadline ASC (none last), run_at ASC, submission order.
 async fn lease_order_is_priority_then_deadline_then_run_at_then_submission(b: Backend) {
-    let Some(app) = spawn_app(b).await else { return };
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
     let mut c = app.broker().await;
     let now = app.clock.now_utc();
     let t = |p: &str, prio: i32, deadline_h: Option<i64>, run_at_ago_s: i64| pb::TaskSpec {
@@ -66,7 +68,9 @@ async fn lease_order_is_priority_then_deadline_then_run_at_then_submission(b: Ba
 
 // 3. Lease tokens: stale tokens are ABORTED/LEASE_LOST and change nothing.
 async fn stale_token_is_aborted_with_lease_lost_and_changes_nothing(b: Backend) {
-    let Some(app) = spawn_app(b).await else { return };
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
     let (mut c, mut admin) = (app.broker().await, app.admin().await);
     let id = submit_one(&mut c, spec("tokens")).await;
     let leased = lease_one(&mut c, "tokens").await;
@@ -141,7 +145,9 @@ async fn stale_token_is_aborted_with_lease_lost_and_changes_nothing(b: Backend) 
 }
 
 async fn repeated_complete_or_fail_with_settling_token_is_ok(b: Backend) {
-    let Some(app) = spawn_app(b).await else { return };
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
     let (mut c, mut admin) = (app.broker().await, app.admin().await);
     let done = submit_one(&mut c, spec("again")).await;
     let t = lease_one(&mut c, "again").await;
@@ -154,7 +160,10 @@ async fn repeated_complete_or_fail_with_settling_token_is_ok(b: Backend) {
         .await
         .expect("complete is idempotent");
     }
-    assert_eq!(state(&get(&mut admin, &done).await), pb::TaskState::Succeeded);
+    assert_eq!(
+        state(&get(&mut admin, &done).await),
+        pb::TaskState::Succeeded
+    );
     // A Fail with the token that completed the task is not the same report.
     let wrong = c
         .fail(pb::FailRequest {
@@ -192,13 +201,19 @@ async fn repeated_complete_or_fail_with_settling_token_is_ok(b: Backend) {
         .unwrap()
         .into_inner()
         .attempts;
-    assert_eq!(attempts.len(), 1, "the repeat did not count as another failure");
+    assert_eq!(
+        attempts.len(),
+        1,
+        "the repeat did not count as another failure"
+    );
 }
 
 // 4. Reclaim: an expired lease is a failed attempt through the retry policy, and a
 // task that keeps timing out ends DEAD.
 async fn expired_leases_are_reclaimed_and_end_dead_after_max_attempts(b: Backend) {
-    let Some(app) = spawn_app(b).await else { return };
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
     let (mut c, mut admin) = (app.broker().await, app.admin().await);
     let id = submit_one(
         &mut c,
@@ -245,13 +260,18 @@ async fn expired_leases_are_reclaimed_and_end_dead_after_max_attempts(b: Backend
         .collect();
     assert_eq!(
         outcomes,
-        [pb::AttemptOutcome::LeaseExpired as i32, pb::AttemptOutcome::LeaseExpired as i32]
+        [
+            pb::AttemptOutcome::LeaseExpired as i32,
+            pb::AttemptOutcome::LeaseExpired as i32
+        ]
     );
 }
 
 // 5. Retry: exponential backoff, retry_after override, non_retryable and exhaustion.
 async fn failures_follow_the_retry_policy(b: Backend) {
-    let Some(app) = spawn_app(b).await else { return };
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
     let (mut c, mut admin) = (app.broker().await, app.admin().await);
     let id = submit_one(
         &mut c,
@@ -287,7 +307,10 @@ async fn failures_follow_the_retry_policy(b: Backend) {
     assert_eq!(attempt, 1);
     assert_eq!(r.state, pb::TaskState::Scheduled as i32);
     assert_eq!(from_ts(&r.next_run_at), now + chrono::Duration::seconds(10));
-    assert!(lease(&mut c, "retry", 1).await.is_empty(), "not before the backoff");
+    assert!(
+        lease(&mut c, "retry", 1).await.is_empty(),
+        "not before the backoff"
+    );
 
     app.advance(Duration::from_secs(10));
     let now = app.clock.now_utc();
@@ -298,7 +321,11 @@ async fn failures_follow_the_retry_policy(b: Backend) {
     app.advance(Duration::from_secs(30));
     let now = app.clock.now_utc();
     let (_, r) = fail(&mut c, secs(2)).await;
-    assert_eq!(from_ts(&r.next_run_at), now + chrono::Duration::seconds(2), "retry_after wins");
+    assert_eq!(
+        from_ts(&r.next_run_at),
+        now + chrono::Duration::seconds(2),
+        "retry_after wins"
+    );
 
     app.advance(Duration::from_secs(2));
     let (attempt, r) = fail(&mut c, None).await;
@@ -331,7 +358,9 @@ async fn failures_follow_the_retry_policy(b: Backend) {
 
 // 6. Checkpoint: durable, handed to the next attempt, size-limited.
 async fn checkpoint_is_handed_to_the_next_attempt(b: Backend) {
-    let Some(app) = spawn_app(b).await else { return };
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
     let mut c = app.broker().await;
     let id = submit_one(
         &mut c,
@@ -382,7 +411,9 @@ async fn checkpoint_is_handed_to_the_next_attempt(b: Backend) {
 
 // 7. Deadline: DEAD with DEADLINE_EXCEEDED; no lease past it; expiry capped at it.
 async fn deadlines_cap_leases_and_kill_late_tasks(b: Backend) {
-    let Some(app) = spawn_app(b).await else { return };
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
     let (mut c, mut admin) = (app.broker().await, app.admin().await);
     let now = app.clock.now_utc();
     let deadline = now + chrono::Duration::seconds(10);
@@ -395,7 +426,11 @@ async fn deadlines_cap_leases_and_kill_late_tasks(b: Backend) {
     )
     .await;
     let t = lease_one(&mut c, "dl").await;
-    assert_eq!(from_ts(&t.lease_expires_at), deadline, "expiry capped at the deadline");
+    assert_eq!(
+        from_ts(&t.lease_expires_at),
+        deadline,
+        "expiry capped at the deadline"
+    );
     let hb = c
         .heartbeat(pb::HeartbeatRequest {
             worker_id: "w1".into(),
@@ -420,7 +455,10 @@ async fn deadlines_cap_leases_and_kill_late_tasks(b: Backend) {
     )
     .await;
     app.advance(Duration::from_secs(10));
-    assert!(lease(&mut c, "dl2", 1).await.is_empty(), "never leased at or past the deadline");
+    assert!(
+        lease(&mut c, "dl2", 1).await.is_empty(),
+        "never leased at or past the deadline"
+    );
     assert_eq!(app.reap().await.deadline_exceeded, 2);
     for id in [&leased_id, &waiting_id] {
         let task = get(&mut admin, id).await;
@@ -428,19 +466,22 @@ async fn deadlines_cap_leases_and_kill_late_tasks(b: Backend) {
         assert_eq!(task.last_error, "DEADLINE_EXCEEDED");
     }
     let attempts = admin
-        .list_attempts(pb::ListAttemptsRequest {
-            task_id: leased_id,
-        })
+        .list_attempts(pb::ListAttemptsRequest { task_id: leased_id })
         .await
         .unwrap()
         .into_inner()
         .attempts;
-    assert_eq!(attempts[0].outcome, pb::AttemptOutcome::DeadlineExceeded as i32);
+    assert_eq!(
+        attempts[0].outcome,
+        pb::AttemptOutcome::DeadlineExceeded as i32
+    );
 }
 
 // 8. Idempotent submit per (queue, key), across requests and inside one.
 async fn same_key_in_same_queue_is_deduplicated(b: Backend) {
-    let Some(app) = spawn_app(b).await else { return };
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
     let (mut c, mut admin) = (app.broker().await, app.admin().await);
     let keyed = |q: &str| pb::TaskSpec {
         key: "order-42".into(),
@@ -482,14 +523,14 @@ async fn same_key_in_same_queue_is_deduplicated(b: Backend) {
 
 // 9. Cancel.
 async fn cancel_stops_waiting_tasks_and_asks_running_ones(b: Backend) {
-    let Some(app) = spawn_app(b).await else { return };
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
     let (mut c, mut admin) = (app.broker().await, app.admin().await);
     let cancel = async |admin: &mut _, id: &str| {
         taskbroker_client::pb::admin_service_client::AdminServiceClient::cancel_task(
             admin,
-            pb::CancelTaskRequest {
-                task_id: id.into(),
-            },
+            pb::CancelTaskRequest { task_id: id.into() },
         )
         .await
         .unwrap()
@@ -499,11 +540,21 @@ async fn cancel_stops_waiting_tasks_and_asks_running_ones(b: Backend) {
     };
     // Waiting: cancelled at once, never leased.
     let waiting = submit_one(&mut c, spec("cancel")).await;
-    assert_eq!(state(&cancel(&mut admin, &waiting).await), pb::TaskState::Cancelled);
+    assert_eq!(
+        state(&cancel(&mut admin, &waiting).await),
+        pb::TaskState::Cancelled
+    );
     assert!(lease(&mut c, "cancel", 1).await.is_empty());
 
     // Running, then Fail: CANCELLED without retry.
-    let running = submit_one(&mut c, pb::TaskSpec { retry: retry_now(5), ..spec("cancel") }).await;
+    let running = submit_one(
+        &mut c,
+        pb::TaskSpec {
+            retry: retry_now(5),
+            ..spec("cancel")
+        },
+    )
+    .await;
     let t = lease_one(&mut c, "cancel").await;
     let task = cancel(&mut admin, &running).await;
     assert_eq!(state(&task), pb::TaskState::Leased);
@@ -545,12 +596,22 @@ async fn cancel_stops_waiting_tasks_and_asks_running_ones(b: Backend) {
     assert_eq!(r.state, pb::TaskState::Cancelled as i32);
 
     // Running, then the lease expires: CANCELLED.
-    let expiring = submit_one(&mut c, pb::TaskSpec { retry: retry_now(5), ..spec("cancel2") }).await;
+    let expiring = submit_one(
+        &mut c,
+        pb::TaskSpec {
+            retry: retry_now(5),
+            ..spec("cancel2")
+        },
+    )
+    .await;
     lease_one(&mut c, "cancel2").await;
     cancel(&mut admin, &expiring).await;
     app.advance(Duration::from_secs(31));
     app.reap().await;
-    assert_eq!(state(&get(&mut admin, &expiring).await), pb::TaskState::Cancelled);
+    assert_eq!(
+        state(&get(&mut admin, &expiring).await),
+        pb::TaskState::Cancelled
+    );
 
     // Running, then Complete: the work was done.
     let completed = submit_one(&mut c, spec("cancel3")).await;
@@ -563,22 +624,32 @@ async fn cancel_stops_waiting_tasks_and_asks_running_ones(b: Backend) {
     })
     .await
     .unwrap();
-    assert_eq!(state(&get(&mut admin, &completed).await), pb::TaskState::Succeeded);
+    assert_eq!(
+        state(&get(&mut admin, &completed).await),
+        pb::TaskState::Succeeded
+    );
 
     // Finished tasks cannot be cancelled.
     let err = admin
-        .cancel_task(pb::CancelTaskRequest {
-            task_id: completed,
-        })
+        .cancel_task(pb::CancelTaskRequest { task_id: completed })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
 }
 
 async fn requeue_gives_a_fresh_budget_and_keeps_history(b: Backend) {
-    let Some(app) = spawn_app(b).await else { return };
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
     let (mut c, mut admin) = (app.broker().await, app.admin().await);
-    let id = submit_one(&mut c, pb::TaskSpec { retry: retry_now(2), ..spec("rq") }).await;
+    let id = submit_one(
+        &mut c,
+        pb::TaskSpec {
+            retry: retry_now(2),
+            ..spec("rq")
+        },
+    )
+    .await;
     for _ in 0..2 {
         let t = lease_one(&mut c, "rq").await;
         c.fail(pb::FailRequest {
@@ -599,7 +670,9 @@ async fn requeue_gives_a_fresh_budget_and_keeps_history(b: Backend) {
     assert_eq!(err.code(), Code::FailedPrecondition);
 
     let task = admin
-        .requeue_task(pb::RequeueTaskRequest { task_id: id.clone() })
+        .requeue_task(pb::RequeueTaskRequest {
+            task_id: id.clone(),
+        })
         .await
         .unwrap()
         .into_inner()
@@ -626,14 +699,26 @@ async fn requeue_gives_a_fresh_budget_and_keeps_history(b: Backend) {
         .unwrap()
         .into_inner()
         .attempts;
-    assert_eq!(attempts.iter().map(|a| a.attempt).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert_eq!(
+        attempts.iter().map(|a| a.attempt).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
 }
 
 // 10. Attempt history: worker and peer address per lease.
 async fn every_lease_records_an_attempt_with_worker_and_address(b: Backend) {
-    let Some(app) = spawn_app(b).await else { return };
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
     let (mut c, mut admin) = (app.broker().await, app.admin().await);
-    let id = submit_one(&mut c, pb::TaskSpec { retry: retry_now(3), ..spec("hist") }).await;
+    let id = submit_one(
+        &mut c,
+        pb::TaskSpec {
+            retry: retry_now(3),
+            ..spec("hist")
+        },
+    )
+    .await;
     let t = lease_one(&mut c, "hist").await;
     c.fail(pb::FailRequest {
         task_id: id.clone(),
@@ -654,7 +739,9 @@ async fn every_lease_records_an_attempt_with_worker_and_address(b: Backend) {
     .await
     .unwrap();
     let attempts = admin
-        .list_attempts(pb::ListAttemptsRequest { task_id: id.clone() })
+        .list_attempts(pb::ListAttemptsRequest {
+            task_id: id.clone(),
+        })
         .await
         .unwrap()
         .into_inner()
@@ -666,14 +753,20 @@ async fn every_lease_records_an_attempt_with_worker_and_address(b: Backend) {
     assert_eq!(attempts[1].worker_id, "w2");
     assert_eq!(attempts[1].outcome, pb::AttemptOutcome::Succeeded as i32);
     for a in &attempts {
-        assert!(a.worker_address.starts_with("127.0.0.1:"), "{}", a.worker_address);
+        assert!(
+            a.worker_address.starts_with("127.0.0.1:"),
+            "{}",
+            a.worker_address
+        );
         assert!(a.finished_at.is_some());
     }
     let task = get(&mut admin, &id).await;
     assert_eq!(task.result, b"ok");
     assert_eq!(task.leased_by, "w2");
     let missing = admin
-        .list_attempts(pb::ListAttemptsRequest { task_id: "nope".into() })
+        .list_attempts(pb::ListAttemptsRequest {
+            task_id: "nope".into(),
+        })
         .await
         .unwrap_err();
     assert_eq!(missing.code(), Code::NotFound);

@@ -69,7 +69,11 @@ impl AdminService for AdminApi {
         let page = self.broker.list_tasks(req).await.map_err(status)?;
         let now = page.now;
         Ok(Response::new(pb::ListTasksResponse {
-            tasks: page.tasks.into_iter().map(|t| convert::task(t, now)).collect(),
+            tasks: page
+                .tasks
+                .into_iter()
+                .map(|t| convert::task(t, now))
+                .collect(),
             next_page_token: page.next_page_token,
         }))
     }
@@ -112,7 +116,9 @@ impl AdminService for AdminApi {
             .requeue_task(&request.into_inner().task_id)
             .await
             .map_err(status)?;
-        Ok(Response::new(pb::RequeueTaskResponse { task: self.task(t) }))
+        Ok(Response::new(pb::RequeueTaskResponse {
+            task: self.task(t),
+        }))
     }
 
     async fn list_attempts(

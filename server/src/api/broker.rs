@@ -103,7 +103,8 @@ impl BrokerService for BrokerApi {
             .unwrap_or_default();
         let r = request.into_inner();
         let req = service::LeaseRequest {
-            lease_duration: duration("lease_duration", r.lease_duration.as_ref()).map_err(invalid)?,
+            lease_duration: duration("lease_duration", r.lease_duration.as_ref())
+                .map_err(invalid)?,
             wait: duration("wait", r.wait.as_ref()).map_err(invalid)?,
             worker_id: r.worker_id,
             queues: r.queues,
@@ -138,7 +139,11 @@ impl BrokerService for BrokerApi {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::HeartbeatResponse {
-            leases: ids.into_iter().zip(states).map(|(id, s)| lease_status(id, s)).collect(),
+            leases: ids
+                .into_iter()
+                .zip(states)
+                .map(|(id, s)| lease_status(id, s))
+                .collect(),
         }))
     }
 

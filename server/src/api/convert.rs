@@ -11,7 +11,10 @@ use crate::pb;
 use crate::store::{AttemptRecord, QueueStatsRecord, TaskRecord};
 
 /// A protobuf Duration as a non-negative std Duration.
-pub fn duration(field: &str, d: Option<&prost_types::Duration>) -> Result<Option<Duration>, Invalid> {
+pub fn duration(
+    field: &str,
+    d: Option<&prost_types::Duration>,
+) -> Result<Option<Duration>, Invalid> {
     let Some(d) = d else { return Ok(None) };
     if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
         return Err(Invalid::new(field, "must be a non-negative duration"));

@@ -77,7 +77,9 @@ pub fn decide_failure(
         .retry_after
         .unwrap_or_else(|| policy.backoff(failure.attempt, unit));
     let delay = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
-    let run_at = now.checked_add_signed(delay).unwrap_or(DateTime::<Utc>::MAX_UTC);
+    let run_at = now
+        .checked_add_signed(delay)
+        .unwrap_or(DateTime::<Utc>::MAX_UTC);
     FailureDecision::Retry { run_at }
 }
 
@@ -110,7 +112,10 @@ mod tests {
             for attempt in [1, 2, 5, 12, 40] {
                 let b = p.backoff(attempt, unit).as_secs_f64();
                 let base = (10.0 * 2f64.powi(attempt as i32 - 1)).min(3600.0);
-                assert!(b >= base * 0.8 - 1e-6 && b <= base * 1.2 + 1e-6, "{attempt} {unit} {b}");
+                assert!(
+                    b >= base * 0.8 - 1e-6 && b <= base * 1.2 + 1e-6,
+                    "{attempt} {unit} {b}"
+                );
                 assert!(b <= 3600.0 + 1e-6);
             }
         }

@@ -33,7 +33,11 @@ impl Reaper {
     pub async fn run_once(&self, now: DateTime<Utc>) -> StoreResult<Reaped> {
         let mut total = Reaped::default();
         loop {
-            let r = self.broker.store().lease_reclaim_expired(now, self.batch).await?;
+            let r = self
+                .broker
+                .store()
+                .lease_reclaim_expired(now, self.batch)
+                .await?;
             for q in &r.queues {
                 self.broker.dispatcher().wake(Some(q));
             }
@@ -65,7 +69,9 @@ impl Reaper {
                     "reaper pass"
                 ),
                 Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, cause = ?std::error::Error::source(&e), "reaper pass failed"),
+                Err(e) => {
+                    tracing::warn!(error = %e, cause = ?std::error::Error::source(&e), "reaper pass failed")
+                }
             }
         }
     }

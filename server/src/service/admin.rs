@@ -110,7 +110,10 @@ impl Broker {
         let mut tasks = self.store.task_list(&filter).await?;
         let next_page_token = if tasks.len() > size as usize {
             tasks.truncate(size as usize);
-            tasks.last().map(|t| encode_page_token(t.seq)).unwrap_or_default()
+            tasks
+                .last()
+                .map(|t| encode_page_token(t.seq))
+                .unwrap_or_default()
         } else {
             String::new()
         };

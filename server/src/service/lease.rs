@@ -35,7 +35,9 @@ impl Broker {
         let limits = &self.settings.limits;
         validate::identifier("worker_id", &req.worker_id, MAX_WORKER_ID_LEN)?;
         if req.queues.is_empty() || req.queues.len() > MAX_QUEUES {
-            return Err(Invalid::new("queues", format!("must name 1 to {MAX_QUEUES} queues")).into());
+            return Err(
+                Invalid::new("queues", format!("must name 1 to {MAX_QUEUES} queues")).into(),
+            );
         }
         for (i, q) in req.queues.iter().enumerate() {
             validate::queue_name(&format!("queues[{i}]"), q)?;
@@ -48,7 +50,12 @@ impl Broker {
             .into());
         }
         let lease_duration = req.lease_duration.unwrap_or(limits.default_lease);
-        validate::duration_in("lease_duration", lease_duration, limits.min_lease, limits.max_lease)?;
+        validate::duration_in(
+            "lease_duration",
+            lease_duration,
+            limits.min_lease,
+            limits.max_lease,
+        )?;
         let wait = req.wait.unwrap_or_default();
         validate::duration_in("wait", wait, Duration::ZERO, limits.max_wait)?;
         // Answer (empty) a little before the caller's own deadline, so it gets OK.

@@ -50,7 +50,11 @@ impl Broker {
     ) -> Result<(), ServiceError> {
         validate::identifier("task_id", &task_id, 64)?;
         validate::identifier("lease_token", &lease_token, 128)?;
-        validate::size("result", result.len(), self.settings.limits.max_result_bytes)?;
+        validate::size(
+            "result",
+            result.len(),
+            self.settings.limits.max_result_bytes,
+        )?;
         let p = CompleteParams {
             task_id,
             lease_token,

@@ -6,8 +6,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::{Broker, ServiceError};
-use crate::domain::validate::{self, Invalid};
 use crate::domain::RetryPolicy;
+use crate::domain::validate::{self, Invalid};
 use crate::store::{Inserted, NewTask};
 
 /// Retry fields as submitted; `None` takes the broker default.
@@ -76,7 +76,9 @@ impl Broker {
         if t.metadata.len() > MAX_METADATA_ENTRIES || metadata_bytes > MAX_METADATA_BYTES {
             return Err(Invalid::too_large(
                 f("metadata"),
-                format!("is limited to {MAX_METADATA_ENTRIES} entries and {MAX_METADATA_BYTES} bytes"),
+                format!(
+                    "is limited to {MAX_METADATA_ENTRIES} entries and {MAX_METADATA_BYTES} bytes"
+                ),
             ));
         }
         let run_at = t.run_at.unwrap_or(now);
@@ -129,8 +131,16 @@ impl Broker {
         }
         let initial_backoff = spec.initial_backoff.unwrap_or(d.initial_backoff);
         let max_backoff = spec.max_backoff.unwrap_or(d.max_backoff);
-        for (name, v) in [("initial_backoff", initial_backoff), ("max_backoff", max_backoff)] {
-            validate::duration_in(&f(&format!("retry.{name}")), v, Duration::ZERO, limits.max_backoff)?;
+        for (name, v) in [
+            ("initial_backoff", initial_backoff),
+            ("max_backoff", max_backoff),
+        ] {
+            validate::duration_in(
+                &f(&format!("retry.{name}")),
+                v,
+                Duration::ZERO,
+                limits.max_backoff,
+            )?;
         }
         Ok(RetryPolicy {
             max_attempts,

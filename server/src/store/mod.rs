@@ -14,7 +14,6 @@ use chrono::{DateTime, Utc};
 
 use crate::domain::{AttemptOutcome, RetryPolicy, StoredState, TaskState};
 
-
 pub mod postgres;
 pub mod sqlite;
 
@@ -279,8 +278,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Inserts tasks in one transaction, in order. A task whose (queue, key) exists
     /// already (or earlier in the same batch) is not inserted; the existing id is returned.
-    async fn task_insert_many(&self, tasks: &[NewTask], now: DateTime<Utc>)
-    -> StoreResult<Vec<Inserted>>;
+    async fn task_insert_many(
+        &self,
+        tasks: &[NewTask],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Inserted>>;
 
     /// Leases up to `max_tasks` ready tasks in lease order, each with a new token and
     /// fencing token, and records an attempt for each. Tasks come back in lease order.
@@ -359,6 +361,8 @@ pub async fn connect(url: &str, max_connections: u32) -> StoreResult<std::sync::
             postgres::PostgresStore::connect(url, max_connections).await?,
         ))
     } else {
-        Ok(std::sync::Arc::new(sqlite::SqliteStore::connect(url).await?))
+        Ok(std::sync::Arc::new(
+            sqlite::SqliteStore::connect(url).await?,
+        ))
     }
 }

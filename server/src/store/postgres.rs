@@ -41,11 +41,7 @@ impl PostgresStore {
 
     /// Listens for NOTIFY on [`CHANNEL`] and calls `wake(Some(queue))`; after a
     /// (re)connect, when notifications may have been missed, calls `wake(None)`.
-    fn listen(
-        &self,
-        wake: Waker,
-        stop: CancellationToken,
-    ) {
+    fn listen(&self, wake: Waker, stop: CancellationToken) {
         let pool = self.pool.clone();
         tokio::spawn(async move {
             loop {
@@ -416,8 +412,15 @@ impl Store for PostgresStore {
         .bind(row.seq)
         .execute(&mut *tx)
         .await?;
-        Self::finish_attempt(&mut tx, &row.id, row.attempt, AttemptOutcome::Succeeded, None, now)
-            .await?;
+        Self::finish_attempt(
+            &mut tx,
+            &row.id,
+            row.attempt,
+            AttemptOutcome::Succeeded,
+            None,
+            now,
+        )
+        .await?;
         tx.commit().await?;
         Ok(Settled::Applied(row.queue))
     }
@@ -569,7 +572,11 @@ impl Store for PostgresStore {
             StoredState::Cancelled => return Ok(Changed::Done(Box::new(row.into_record()?))),
             other => return Ok(Changed::WrongState(other)),
         };
-        sqlx::query(sql).bind(now).bind(row.seq).execute(&mut *tx).await?;
+        sqlx::query(sql)
+            .bind(now)
+            .bind(row.seq)
+            .execute(&mut *tx)
+            .await?;
         let changed = Self::changed(&mut tx, task_id).await?;
         tx.commit().await?;
         Ok(changed)

@@ -134,8 +134,9 @@ impl AttemptRow {
             worker_address: self.worker_address,
             leased_at: from_ms(self.leased_at),
             finished_at: self.finished_at.map(from_ms),
-            outcome: AttemptOutcome::parse(&self.outcome)
-                .ok_or_else(|| StoreError::Corrupt(format!("attempt outcome {:?}", self.outcome)))?,
+            outcome: AttemptOutcome::parse(&self.outcome).ok_or_else(|| {
+                StoreError::Corrupt(format!("attempt outcome {:?}", self.outcome))
+            })?,
             error: self.error,
             fencing_token: self.fencing_token.max(0) as u64,
         })
@@ -200,7 +201,10 @@ pub(crate) fn decide(
 
 /// Which stored states a visible-state filter selects, as SQL over `state` and `run_at`
 /// (`now_ph` is the placeholder bound to now).
-pub(crate) fn state_filter_sql(states: &[crate::domain::TaskState], now_ph: &str) -> Option<String> {
+pub(crate) fn state_filter_sql(
+    states: &[crate::domain::TaskState],
+    now_ph: &str,
+) -> Option<String> {
     use crate::domain::TaskState as S;
     if states.is_empty() {
         return None;

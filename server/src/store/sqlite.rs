@@ -22,7 +22,6 @@ use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
-
 pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
@@ -47,23 +46,29 @@ impl SqliteStore {
         Ok(SqliteStore { writer, reader })
     }
 
-    async fn fetch_task(tx: &mut Transaction<'_, Sqlite>, id: &str) -> StoreResult<Option<TaskRow>> {
-        Ok(sqlx::query_as::<_, TaskRow>("SELECT * FROM tasks WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&mut **tx)
-            .await?)
+    async fn fetch_task(
+        tx: &mut Transaction<'_, Sqlite>,
+        id: &str,
+    ) -> StoreResult<Option<TaskRow>> {
+        Ok(
+            sqlx::query_as::<_, TaskRow>("SELECT * FROM tasks WHERE id = ?")
+                .bind(id)
+                .fetch_optional(&mut **tx)
+                .await?,
+        )
     }
 
     async fn latest_outcome(
         tx: &mut Transaction<'_, Sqlite>,
         row: &TaskRow,
     ) -> StoreResult<Option<AttemptOutcome>> {
-        let outcome: Option<String> =
-            sqlx::query_scalar("SELECT outcome FROM task_attempts WHERE task_id = ? AND attempt = ?")
-                .bind(&row.id)
-                .bind(row.attempt)
-                .fetch_optional(&mut **tx)
-                .await?;
+        let outcome: Option<String> = sqlx::query_scalar(
+            "SELECT outcome FROM task_attempts WHERE task_id = ? AND attempt = ?",
+        )
+        .bind(&row.id)
+        .bind(row.attempt)
+        .fetch_optional(&mut **tx)
+        .await?;
         Ok(outcome.as_deref().and_then(AttemptOutcome::parse))
     }
 
@@ -157,7 +162,10 @@ impl Store for SqliteStore {
     }
 
     async fn migrate(&self) -> StoreResult<()> {
-        MIGRATOR.run(&self.writer).await.map_err(StoreError::Migrate)
+        MIGRATOR
+            .run(&self.writer)
+            .await
+            .map_err(StoreError::Migrate)
     }
 
     async fn ping(&self) -> StoreResult<()> {
@@ -391,8 +399,15 @@ impl Store for SqliteStore {
         .bind(row.seq)
         .execute(&mut *tx)
         .await?;
-        Self::finish_attempt(&mut tx, &row.id, row.attempt, AttemptOutcome::Succeeded, None, now)
-            .await?;
+        Self::finish_attempt(
+            &mut tx,
+            &row.id,
+            row.attempt,
+            AttemptOutcome::Succeeded,
+            None,
+            now,
+        )
+        .await?;
         tx.commit().await?;
         Ok(Settled::Applied(row.queue))
     }
@@ -543,7 +558,11 @@ impl Store for SqliteStore {
             StoredState::Cancelled => return Ok(Changed::Done(Box::new(row.into_record()?))),
             other => return Ok(Changed::WrongState(other)),
         };
-        sqlx::query(sql).bind(now).bind(row.seq).execute(&mut *tx).await?;
+        sqlx::query(sql)
+            .bind(now)
+            .bind(row.seq)
+            .execute(&mut *tx)
+            .await?;
         let changed = Self::changed(&mut tx, task_id).await?;
         tx.commit().await?;
         Ok(changed)
@@ -631,9 +650,7 @@ impl Store for SqliteStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<QueueStatsRecord>> {
         let now = ms(now);
-        let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
-            "SELECT queue, state, run_at > ",
-        );
+        let mut qb = sqlx::QueryBuilder::<Sqlite>::new("SELECT queue, state, run_at > ");
         qb.push_bind(now)
             .push(" AS later, COUNT(*), MIN(run_at) FROM tasks");
         if !queues.is_empty() {

@@ -41,6 +41,13 @@ pub fn postgres_admin_url() -> Option<String> {
     }
 }
 
+impl TestDb {
+    /// An existing database, owned elsewhere.
+    pub fn from_url(url: String) -> Self {
+        TestDb { url, _dir: None }
+    }
+}
+
 pub async fn test_db(backend: Backend) -> Option<TestDb> {
     match backend {
         Backend::Sqlite => {
@@ -77,7 +84,12 @@ fn uuid_simple() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos();
-    format!("{}_{}_{}", std::process::id(), t, N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{}_{}_{}",
+        std::process::id(),
+        t,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 pub struct TestApp {
@@ -145,11 +157,15 @@ impl TestApp {
     }
 
     pub async fn broker(&self) -> BrokerServiceClient<Channel> {
-        BrokerServiceClient::connect(self.url()).await.expect("connect")
+        BrokerServiceClient::connect(self.url())
+            .await
+            .expect("connect")
     }
 
     pub async fn admin(&self) -> AdminServiceClient<Channel> {
-        AdminServiceClient::connect(self.url()).await.expect("connect")
+        AdminServiceClient::connect(self.url())
+            .await
+            .expect("connect")
     }
 
     pub fn advance(&self, by: Duration) {
@@ -167,7 +183,9 @@ impl TestApp {
 
     pub async fn shutdown(mut self) {
         if let Some(app) = self.app.take() {
-            app.shutdown(Duration::from_secs(5)).await.expect("clean shutdown");
+            app.shutdown(Duration::from_secs(5))
+                .await
+                .expect("clean shutdown");
         }
     }
 }
@@ -258,14 +276,12 @@ pub async fn lease_one(c: &mut BrokerServiceClient<Channel>, queue: &str) -> pb:
 }
 
 pub async fn get(c: &mut AdminServiceClient<Channel>, id: &str) -> pb::Task {
-    c.get_task(pb::GetTaskRequest {
-        task_id: id.into(),
-    })
-    .await
-    .expect("get task")
-    .into_inner()
-    .task
-    .expect("task")
+    c.get_task(pb::GetTaskRequest { task_id: id.into() })
+        .await
+        .expect("get task")
+        .into_inner()
+        .task
+        .expect("task")
 }
 
 pub fn state(t: &pb::Task) -> pb::TaskState {

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it and as a new user runs it:
+#   scripts/test.sh
+# It installs what is missing (Rust components, Postgres from Debian packages,
+# each client's dependencies), starts a throwaway Postgres cluster as the
+# `postgres` user, and runs: format and lint checks, buf lint and breaking checks
+# on the proto, every Rust test against SQLite and Postgres, and the client
+# conformance scenario in every language against a live broker.
+# Set TASKBROKER_LANGS="rust python" to run only some client languages.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+langs="${TASKBROKER_LANGS-rust python go typescript java}"
+step() { printf '\n== %s\n' "$*"; }
+
+step "toolchain"
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+  rustup component add rustfmt clippy
+fi
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets -q -- -D warnings
+
+step "proto: buf lint and buf breaking"
+scripts/proto-check.sh
+
+step "throwaway Postgres cluster"
+pgdir="$(mktemp -d "${TMPDIR:-/tmp}/taskbroker-pg.XXXXXX")"
+trap 'scripts/pg.sh stop "$pgdir/cluster"; rm -rf "$pgdir"' EXIT
+eval "$(scripts/pg.sh start "$pgdir/cluster")"
+export TASKBROKER_TEST_POSTGRES_URL
+export TASKBROKER_REQUIRE_POSTGRES=1
+
+step "cargo test (SQLite and Postgres)"
+cargo test --workspace --no-fail-fast
+
+failed=()
+for lang in $langs; do
+  step "conformance: $lang"
+  if ! scripts/conformance.sh "$lang"; then
+    failed+=("$lang")
+  fi
+done
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "conformance failed for: ${failed[*]}" >&2
+  exit 1
+fi
+step "all tests passed"

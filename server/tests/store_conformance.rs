@@ -1,0 +1,244 @@
+//! The store conformance suite: the `Store` contract, written once and run against
+//! SQLite and Postgres. Time is passed in, so every case controls `now`.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use common::*;
+use taskbroker_server::domain::{RetryPolicy, StoredState, TaskState};
+use taskbroker_server::store::{
+    self, CompleteParams, FailParams, LeaseParams, LeaseRef, LeaseState, NewTask, Settled, Store,
+    TaskFilter,
+};
+
+async fn open(b: Backend) -> Option<(Arc<dyn Store>, TestDb)> {
+    let db = test_db(b).await?;
+    let s = store::connect(&db.url, 8).await.expect("connect");
+    s.migrate().await.expect("migrate");
+    Some((s, db))
+}
+
+fn t0() -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(1_800_000_000_000).unwrap()
+}
+
+fn task(queue: &str, n: usize) -> NewTask {
+    NewTask {
+        id: uuid_like(n),
+        queue: queue.into(),
+        key: None,
+        payload: n.to_string().into_bytes(),
+        priority: 0,
+        run_at: t0(),
+        deadline: None,
+        retry: RetryPolicy {
+            initial_backoff: Duration::ZERO,
+            jitter: 0.0,
+            ..RetryPolicy::default()
+        },
+        metadata: BTreeMap::from([("traceparent".to_string(), format!("tp-{n}"))]),
+    }
+}
+
+fn uuid_like(n: usize) -> String {
+    format!("00000000-0000-7000-8000-{n:012}")
+}
+
+fn lease_params(queue: &str, max: u32, now: DateTime<Utc>) -> LeaseParams {
+    LeaseParams {
+        queues: vec![queue.into()],
+        max_tasks: max,
+        worker_id: "w".into(),
+        worker_address: "127.0.0.1:1".into(),
+        lease_duration: Duration::from_secs(30),
+        now,
+    }
+}
+
+async fn insert_deduplicates_by_queue_and_key(b: Backend) {
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    let keyed = |n, q: &str| NewTask {
+        key: Some("k".into()),
+        ..task(q, n)
+    };
+    let r = s
+        .task_insert_many(&[keyed(1, "a"), keyed(2, "a"), keyed(3, "b")], t0())
+        .await
+        .unwrap();
+    assert_eq!(r[0].task_id, uuid_like(1));
+    assert_eq!(r[1].task_id, uuid_like(1));
+    assert!(r[1].deduplicated);
+    assert_eq!(r[2].task_id, uuid_like(3));
+    let stored = s.task_get(&uuid_like(1)).await.unwrap().unwrap();
+    assert_eq!(stored.metadata["traceparent"], "tp-1");
+    assert_eq!(stored.state, StoredState::Pending);
+    assert!(s.task_get(&uuid_like(2)).await.unwrap().is_none());
+}
+
+async fn concurrent_leases_never_share_a_task(b: Backend) {
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    let tasks: Vec<_> = (0..200).map(|n| task("c", n)).collect();
+    s.task_insert_many(&tasks, t0()).await.unwrap();
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        let s = s.clone();
+        handles.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let batch = s
+                    .task_lease_available(&lease_params("c", 7, t0()))
+                    .await
+                    .unwrap();
+                if batch.is_empty() {
+                    return got;
+                }
+                got.extend(batch.into_iter().map(|t| t.id));
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.await.unwrap());
+    }
+    let unique: HashSet<_> = all.iter().collect();
+    assert_eq!(all.len(), 200);
+    assert_eq!(unique.len(), 200);
+}
+
+async fn leases_extend_settle_and_reclaim_by_the_given_clock(b: Backend) {
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    s.task_insert_many(&[task("r", 1), task("r", 2)], t0())
+        .await
+        .unwrap();
+    let leased = s
+        .task_lease_available(&lease_params("r", 2, t0()))
+        .await
+        .unwrap();
+    assert_eq!(leased.len(), 2);
+    let (a, b2) = (&leased[0], &leased[1]);
+    assert_eq!(a.attempt, 1);
+    assert_eq!(
+        a.lease_expires_at,
+        Some(t0() + chrono::Duration::seconds(30))
+    );
+
+    // Extend one lease by 60 s at t0+20s; the other stays as it was.
+    let at20 = t0() + chrono::Duration::seconds(20);
+    let st = s
+        .lease_extend(
+            &[LeaseRef {
+                task_id: a.id.clone(),
+                lease_token: a.lease_token.clone().unwrap(),
+            }],
+            Some(Duration::from_secs(60)),
+            at20,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        st[0],
+        LeaseState::Live {
+            lease_expires_at: at20 + chrono::Duration::seconds(60),
+            cancel_requested: false
+        }
+    );
+    // At t0+31s only the other lease has expired.
+    let at31 = t0() + chrono::Duration::seconds(31);
+    let reaped = s.lease_reclaim_expired(at31, 100).await.unwrap();
+    assert_eq!(reaped.reclaimed, 1);
+    assert_eq!(reaped.queues, vec!["r".to_string()]);
+    let back = s.task_get(&b2.id).await.unwrap().unwrap();
+    assert_eq!(
+        TaskState::of(back.state, back.run_at, at31),
+        TaskState::Ready
+    );
+    assert_eq!(back.last_error.as_deref(), Some("lease expired"));
+
+    let done = CompleteParams {
+        task_id: a.id.clone(),
+        lease_token: a.lease_token.clone().unwrap(),
+        result: b"ok".to_vec(),
+        now: at31,
+    };
+    assert!(matches!(
+        s.task_complete(&done).await.unwrap(),
+        Settled::Applied(_)
+    ));
+    assert!(matches!(
+        s.task_complete(&done).await.unwrap(),
+        Settled::AlreadySettled(_)
+    ));
+    let stale = FailParams {
+        task_id: b2.id.clone(),
+        lease_token: b2.lease_token.clone().unwrap(),
+        error: "late".into(),
+        non_retryable: false,
+        retry_after: None,
+        now: at31,
+        jitter_unit: 0.5,
+    };
+    assert_eq!(s.task_fail(&stale).await.unwrap(), Settled::LeaseLost);
+    let missing = FailParams {
+        task_id: "nope".into(),
+        ..stale
+    };
+    assert_eq!(s.task_fail(&missing).await.unwrap(), Settled::NotFound);
+}
+
+async fn list_filters_by_visible_state_at_now(b: Backend) {
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    let later = NewTask {
+        run_at: t0() + chrono::Duration::seconds(10),
+        ..task("l", 2)
+    };
+    s.task_insert_many(&[task("l", 1), later], t0())
+        .await
+        .unwrap();
+    let list = |states: Vec<TaskState>, now| {
+        let s = s.clone();
+        async move {
+            s.task_list(&TaskFilter {
+                states,
+                limit: 10,
+                now,
+                ..TaskFilter::default()
+            })
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.id)
+            .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(list(vec![TaskState::Scheduled], t0()).await, [uuid_like(2)]);
+    assert_eq!(list(vec![TaskState::Ready], t0()).await, [uuid_like(1)]);
+    let at10 = t0() + chrono::Duration::seconds(10);
+    assert_eq!(
+        list(vec![TaskState::Ready], at10).await,
+        [uuid_like(2), uuid_like(1)]
+    );
+    assert_eq!(
+        s.task_next_run_at(&["l".into()], t0()).await.unwrap(),
+        Some(at10)
+    );
+    assert_eq!(s.task_next_run_at(&["l".into()], at10).await.unwrap(), None);
+}
+
+both_backends!(
+    insert_deduplicates_by_queue_and_key,
+    concurrent_leases_never_share_a_task,
+    leases_extend_settle_and_reclaim_by_the_given_clock,
+    list_filters_by_visible_state_at_now,
+);
