@@ -38,6 +38,7 @@ target/debug/taskbroker serve \
   --listen 127.0.0.1:0 \
   --database-url "sqlite://$tmp/tb.db" \
   --reclaim-interval 200ms \
+  --metrics-listen 127.0.0.1:0 \
   >"$tmp/stdout" 2>"$tmp/stderr" &
 broker_pid=$!
 

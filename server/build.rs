@@ -2,6 +2,12 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = ["taskbroker/v1/broker.proto", "taskbroker/v1/admin.proto"];
     let fds = protox::compile(files, ["../proto"])?;
+    // The encoded descriptors serve gRPC reflection.
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out.join("taskbroker_descriptor.bin"),
+        prost::Message::encode_to_vec(&fds),
+    )?;
     tonic_prost_build::configure()
         .build_client(false)
         .compile_fds(fds)?;

@@ -1,10 +1,57 @@
-//! The Rust client for taskbroker.
+//! The Rust client for taskbroker: producer and admin calls, waiting for results,
+//! and a worker runtime.
 //!
-//! `pb` holds the code generated from `proto/taskbroker/v1` (messages and the
-//! `BrokerServiceClient` / `AdminServiceClient` stubs).
+//! - `pb`: the code generated from `proto/taskbroker/v1` (messages and the raw
+//!   `BrokerServiceClient` / `AdminServiceClient` stubs).
+//! - `client.rs`: [`Client`] (one cheap-to-clone channel with timeouts), Submit and
+//!   the worker-facing calls (Lease with a long-poll deadline, Heartbeat, ...).
+//! - `spec.rs`: [`TaskSpec`], the builder of a task to submit.
+//! - `admin.rs`: get, list (a stream over pages), cancel, update, requeue, attempts, stats.
+//! - `wait.rs`: [`Client::wait`] and [`Client::submit_and_wait`], results as a function call.
+//! - `error.rs`: [`Error`], which keeps the gRPC code and the `LEASE_LOST` reason.
+//! - `worker/`: [`Worker`], the runtime that leases, heartbeats, runs handlers and reports.
+//! - `cli/` (feature `cli`): the client subcommands of the `taskbroker` binary.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use taskbroker_client::{Client, TaskContext, TaskError, TaskSpec, Worker};
+//!
+//! # async fn demo() -> Result<(), taskbroker_client::Error> {
+//! let client = Client::connect("http://127.0.0.1:50051").await?;
+//! client.submit(TaskSpec::new("emails", b"hi".to_vec()).key("order-42")).await?;
+//!
+//! async fn send(ctx: TaskContext) -> Result<String, TaskError> {
+//!     Ok(format!("sent {} bytes", ctx.payload().len()))
+//! }
+//! Worker::builder(client)
+//!     .queue("emails", send)
+//!     .concurrency(16)
+//!     .build()
+//!     .run(async { let _ = tokio::signal::ctrl_c().await; })
+//!     .await?;
+//! # Ok(()) }
+//! ```
 #![forbid(unsafe_code)]
 
 /// Generated messages and client stubs of the `taskbroker.v1` package.
 pub mod pb {
     tonic::include_proto!("taskbroker.v1");
 }
+
+mod admin;
+mod client;
+mod error;
+mod spec;
+pub mod time;
+mod wait;
+pub mod worker;
+
+#[cfg(feature = "cli")]
+pub mod cli;
+
+pub use admin::{TaskFilter, TaskUpdate};
+pub use client::{Client, ClientBuilder, DEFAULT_ADDR, Submitted};
+pub use error::{ERROR_DOMAIN, Error, LEASE_LOST, code_name, state_name};
+pub use pb::TaskState;
+pub use spec::TaskSpec;
+pub use worker::{CancelReason, Json, TaskContext, TaskError, Worker, WorkerEvent};

@@ -1,5 +1,6 @@
-//! Builds and runs the broker: store (migrated) -> service -> gRPC server, plus the
-//! reaper and the cross-replica listener. Shutdown drains long-polls first.
+//! Builds and runs the broker: store (migrated) -> service -> gRPC server (with
+//! health, reflection and the guard layer) and the metrics port, plus the reaper,
+//! the health monitor and the cross-replica listener. Shutdown drains first.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,15 +9,25 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Server;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
 
+use crate::api::auth::{Authenticator, TokenEntry};
+use crate::api::guard::{GuardConfig, GuardLayer};
 use crate::api::{AdminApi, BrokerApi};
 use crate::dispatch::Dispatcher;
-use crate::maintenance::Reaper;
+use crate::maintenance::{Reaper, Retention};
+use crate::metrics::Metrics;
 use crate::pb::admin_service_server::AdminServiceServer;
 use crate::pb::broker_service_server::BrokerServiceServer;
 use crate::service::{Broker, Clock, Settings};
 use crate::store::{self, StoreError};
+
+/// The readiness service name in grpc.health.v1 (service "" is liveness).
+pub const READINESS: &str = "readiness";
+
+const DESCRIPTOR: &[u8] = tonic::include_file_descriptor_set!("taskbroker_descriptor");
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -30,8 +41,46 @@ pub enum AppError {
         #[source]
         source: std::io::Error,
     },
+    #[error("TLS configuration rejected: {0}")]
+    Tls(#[source] tonic::transport::Error),
     #[error("gRPC server failed: {0}")]
     Serve(#[source] tonic::transport::Error),
+}
+
+/// HTTP/2 and call limits of the gRPC server.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Longest time a call may take (Lease: its wait plus this).
+    pub request_timeout: Duration,
+    /// Calls at once before new ones are shed with RESOURCE_EXHAUSTED.
+    pub max_concurrent_requests: usize,
+    /// Largest request message.
+    pub max_message_bytes: usize,
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+    /// Connections are closed (gracefully) after this age so clients rebalance.
+    pub max_connection_age: Option<Duration>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            request_timeout: Duration::from_secs(30),
+            max_concurrent_requests: 4096,
+            max_message_bytes: 16 << 20,
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
+            max_connection_age: Some(Duration::from_secs(30 * 60)),
+        }
+    }
+}
+
+/// PEM material for TLS; with `client_ca`, clients must present a certificate it signed.
+#[derive(Clone)]
+pub struct TlsOptions {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+    pub client_ca_pem: Option<Vec<u8>>,
 }
 
 /// What to build.
@@ -41,17 +90,46 @@ pub struct AppConfig {
     pub db_max_connections: u32,
     pub reclaim_interval: Duration,
     pub settings: Settings,
+    /// Prometheus port; `None` serves no metrics.
+    pub metrics_listen: Option<SocketAddr>,
+    pub server: ServerOptions,
+    /// Bearer tokens; empty turns authentication off.
+    pub auth: Vec<TokenEntry>,
+    pub tls: Option<TlsOptions>,
+}
+
+impl AppConfig {
+    /// Defaults for everything but the database, on 127.0.0.1 with any free port.
+    pub fn new(database_url: impl Into<String>) -> Self {
+        AppConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            database_url: database_url.into(),
+            db_max_connections: 16,
+            reclaim_interval: Duration::from_millis(500),
+            settings: Settings::default(),
+            metrics_listen: None,
+            server: ServerOptions::default(),
+            auth: Vec::new(),
+            tls: None,
+        }
+    }
 }
 
 /// A running broker.
 pub struct App {
     pub addr: SocketAddr,
+    pub metrics_addr: Option<SocketAddr>,
     pub broker: Arc<Broker>,
+    health: HealthReporter,
     stop: CancellationToken,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
 }
 
-/// Opens and migrates the database, binds the port and starts serving.
+fn bind_error(addr: SocketAddr) -> impl FnOnce(std::io::Error) -> AppError {
+    move |source| AppError::Bind { addr, source }
+}
+
+/// Opens and migrates the database, binds the ports and starts serving.
 pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppError> {
     let store = store::connect(&config.database_url, config.db_max_connections)
         .await
@@ -59,47 +137,145 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
     store.migrate().await.map_err(AppError::Migrate)?;
     let listener = TcpListener::bind(config.listen)
         .await
-        .map_err(|source| AppError::Bind {
-            addr: config.listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| AppError::Bind {
-        addr: config.listen,
-        source,
-    })?;
+        .map_err(bind_error(config.listen))?;
+    let addr = listener.local_addr().map_err(bind_error(config.listen))?;
 
+    let metrics = Arc::new(Metrics::new());
     let dispatch = Arc::new(Dispatcher::new());
+    let max_wait = config.settings.limits.max_wait;
     let broker = Arc::new(Broker::new(
         store.clone(),
         dispatch.clone(),
         clock,
         config.settings,
+        metrics.clone(),
     ));
     let stop = CancellationToken::new();
     let d = dispatch.clone();
     store.spawn_listener(Arc::new(move |q| d.wake(q)), stop.clone());
     tokio::spawn(Reaper::new(broker.clone(), config.reclaim_interval).run(stop.clone()));
+    tokio::spawn(Retention::new(broker.clone(), Duration::from_secs(60)).run(stop.clone()));
 
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let server = Server::builder()
+    let metrics_addr = match config.metrics_listen {
+        Some(m) => Some(
+            crate::http::serve(m, broker.clone(), stop.clone())
+                .await
+                .map_err(bind_error(m))?,
+        ),
+        None => None,
+    };
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_service_status("", ServingStatus::Serving).await;
+    // The database just answered the migrations: ready from the start.
+    health
+        .set_service_status(READINESS, ServingStatus::Serving)
+        .await;
+    tokio::spawn(monitor_readiness(
+        broker.clone(),
+        health.clone(),
+        stop.clone(),
+    ));
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(DESCRIPTOR)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .expect("the embedded descriptors are valid");
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(DESCRIPTOR)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .expect("the embedded descriptors are valid");
+
+    let opts = &config.server;
+    let guard = GuardLayer::new(
+        GuardConfig {
+            max_concurrent: opts.max_concurrent_requests,
+            request_timeout: opts.request_timeout,
+            lease_timeout: max_wait + opts.request_timeout,
+            auth: (!config.auth.is_empty()).then(|| Authenticator::new(&config.auth)),
+        },
+        metrics,
+    );
+    let mut builder = Server::builder()
         .tcp_nodelay(true)
-        .add_service(BrokerServiceServer::new(BrokerApi::new(broker.clone())))
-        .add_service(AdminServiceServer::new(AdminApi::new(broker.clone())))
+        .http2_keepalive_interval(Some(opts.keepalive_interval))
+        .http2_keepalive_timeout(Some(opts.keepalive_timeout));
+    if let Some(age) = opts.max_connection_age {
+        builder = builder.max_connection_age(age);
+    }
+    if let Some(tls) = &config.tls {
+        let mut t =
+            ServerTlsConfig::new().identity(Identity::from_pem(&tls.cert_pem, &tls.key_pem));
+        if let Some(ca) = &tls.client_ca_pem {
+            t = t.client_ca_root(Certificate::from_pem(ca));
+        }
+        builder = builder.tls_config(t).map_err(AppError::Tls)?;
+    }
+    let max = opts.max_message_bytes;
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let server = builder
+        .layer(guard)
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(
+            BrokerServiceServer::new(BrokerApi::new(broker.clone())).max_decoding_message_size(max),
+        )
+        .add_service(
+            AdminServiceServer::new(AdminApi::new(broker.clone())).max_decoding_message_size(max),
+        )
         .serve_with_incoming_shutdown(incoming, stop.clone().cancelled_owned());
     let server = tokio::spawn(server);
     Ok(App {
         addr,
+        metrics_addr,
         broker,
+        health,
         stop,
         server,
     })
 }
 
+/// Keeps the readiness status in step with the database (checked every second)
+/// and with draining.
+async fn monitor_readiness(broker: Arc<Broker>, health: HealthReporter, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last = Some(true);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = broker.dispatcher().draining().cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let ping = tokio::time::timeout(Duration::from_secs(2), broker.store().ping()).await;
+        let up = matches!(ping, Ok(Ok(())));
+        if last != Some(up) {
+            if up {
+                tracing::info!("database reachable: ready");
+            } else {
+                tracing::warn!("database unreachable: not ready");
+            }
+            let status = if up {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
+            health.set_service_status(READINESS, status).await;
+            last = Some(up);
+        }
+    }
+}
+
 impl App {
-    /// Stops: long-polls answer empty at once, no new calls are accepted, in-flight
-    /// calls get `grace` to finish, then the pool closes.
+    /// Stops: readiness NOT_SERVING, long-polls answer empty at once, no new calls
+    /// are accepted, in-flight calls get `grace` to finish, then the pool closes.
     pub async fn shutdown(self, grace: Duration) -> Result<(), AppError> {
         self.broker.dispatcher().drain();
+        self.health
+            .set_service_status(READINESS, ServingStatus::NotServing)
+            .await;
         self.stop.cancel();
         let result = match tokio::time::timeout(grace, self.server).await {
             Ok(Ok(r)) => r.map_err(AppError::Serve),

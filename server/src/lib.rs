@@ -9,6 +9,7 @@
 //! - [`domain`]: pure rules with no I/O: states, validation, retry/backoff math.
 //! - [`store`]: the `Store` trait and its SQLite and Postgres implementations.
 //! - [`maintenance`]: the reaper (expired leases, passed deadlines).
+//! - [`metrics`] and [`http`]: Prometheus metrics on their own port.
 //! - [`app`] and [`config`]: start-up, configuration and shutdown.
 #![forbid(unsafe_code)]
 
@@ -17,7 +18,9 @@ pub mod app;
 pub mod config;
 pub mod dispatch;
 pub mod domain;
+pub mod http;
 pub mod maintenance;
+pub mod metrics;
 pub mod service;
 pub mod store;
 

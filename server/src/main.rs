@@ -1,10 +1,11 @@
-//! The `taskbroker` command: `serve` and `migrate`.
+//! The `taskbroker` command: `serve` and `migrate`, plus the client subcommands
+//! (`submit`, `get`, `list`, ...) from `taskbroker_client::cli`.
 
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use taskbroker_server::app::{self, AppConfig};
-use taskbroker_server::config::{DatabaseArgs, ServeArgs};
+use taskbroker_server::app;
+use taskbroker_server::config::{DatabaseArgs, ServeArgs, redact_url};
 use taskbroker_server::service::SystemClock;
 
 #[derive(Parser)]
@@ -28,11 +29,23 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the effective configuration (defaults, file, env, flags) as TOML,
+    /// with secrets redacted, after validating it.
+    Print(Box<ServeArgs>),
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Run the broker.
     Serve(Box<ServeArgs>),
     /// Apply database migrations and exit.
     Migrate(DatabaseArgs),
+    /// Show the effective configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    #[command(flatten)]
+    Client(taskbroker_client::cli::ClientCommand),
 }
 
 fn init_tracing(format: &str) {
@@ -68,40 +81,28 @@ async fn shutdown_signal() {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let settings = args.settings().map_err(anyhow::Error::msg)?;
-    let config = AppConfig {
-        listen: args.listen,
-        database_url: args.database.database_url.clone(),
-        db_max_connections: args.database.db_max_connections,
-        reclaim_interval: args.reclaim_interval,
-        settings,
-    };
-    let mut app = app::start(config, Arc::new(SystemClock)).await?;
+    // Everything is checked before a port is bound.
+    let config = args.load().map_err(anyhow::Error::msg)?;
+    let valid = config.validate().map_err(anyhow::Error::msg)?;
+    let mut app = app::start(valid.app, Arc::new(SystemClock)).await?;
     let addr = app.addr;
     println!("taskbroker listening on {addr}");
-    println!("  database: {}", redact(&args.database.database_url));
-    println!("  try: taskbroker submit emails --payload hello --addr http://{addr}");
+    println!("  database: {}", redact_url(&config.database_url));
+    if let Some(m) = app.metrics_addr {
+        println!("  metrics:  http://{m}/metrics");
+    }
+    println!("  try:      taskbroker submit emails --payload hello --addr http://{addr}");
+    println!("            taskbroker list --addr http://{addr}");
     tracing::info!(%addr, backend = app.broker.store().backend(), "serving");
     tokio::select! {
         r = app.wait() => r?,
         _ = shutdown_signal() => {
             tracing::info!("shutting down: draining long-polls and in-flight calls");
-            app.shutdown(args.shutdown_grace).await?;
+            app.shutdown(valid.shutdown_grace).await?;
+            tracing::info!("stopped");
         }
     }
     Ok(())
-}
-
-/// The URL without its password.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let userinfo = &url[s + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}://{user}:***@{}", &url[..s], &url[at + 1..])
-        }
-        _ => url.to_string(),
-    }
 }
 
 #[tokio::main]
@@ -114,11 +115,19 @@ async fn main() -> std::process::ExitCode {
             async {
                 let store = taskbroker_server::store::connect(&db.database_url, 1).await?;
                 store.migrate().await?;
-                println!("migrated {}", redact(&db.database_url));
+                println!("migrated {}", redact_url(&db.database_url));
                 Ok(())
             }
             .await
         }
+        Command::Config(ConfigCommand::Print(args)) => args
+            .load()
+            .and_then(|c| c.validate().map(|_| c))
+            .map(|c| print!("{}", c.redacted_toml()))
+            .map_err(anyhow::Error::msg),
+        Command::Client(cmd) => taskbroker_client::cli::run(cmd)
+            .await
+            .map_err(anyhow::Error::from),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -117,6 +117,8 @@ pub async fn start_broker(database_url: &str) -> BrokerProcess {
             "serve",
             "--listen",
             "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
             "--database-url",
             database_url,
         ])

@@ -25,6 +25,16 @@ impl AdminApi {
     }
 }
 
+/// A producer sees only the tasks it submitted; others look absent.
+fn own(t: &TaskRecord, producer: Option<&str>) -> Result<(), Status> {
+    match producer {
+        Some(name) if t.metadata.get(super::PRODUCER_KEY).map(String::as_str) != Some(name) => {
+            Err(status(crate::service::ServiceError::not_found(&t.id)))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn non_empty(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
@@ -35,11 +45,10 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::GetTaskRequest>,
     ) -> Result<Response<pb::GetTaskResponse>, Status> {
-        let t = self
-            .broker
-            .get_task(&request.into_inner().task_id)
-            .await
-            .map_err(status)?;
+        let producer = super::producer_of(&request);
+        let task_id = request.into_inner().task_id;
+        let t = self.broker.get_task(&task_id).await.map_err(status)?;
+        own(&t, producer.as_deref())?;
         Ok(Response::new(pb::GetTaskResponse { task: self.task(t) }))
     }
 
@@ -125,11 +134,13 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::ListAttemptsRequest>,
     ) -> Result<Response<pb::ListAttemptsResponse>, Status> {
-        let attempts = self
-            .broker
-            .list_attempts(&request.into_inner().task_id)
-            .await
-            .map_err(status)?;
+        let producer = super::producer_of(&request);
+        let task_id = request.into_inner().task_id;
+        if producer.is_some() {
+            let t = self.broker.get_task(&task_id).await.map_err(status)?;
+            own(&t, producer.as_deref())?;
+        }
+        let attempts = self.broker.list_attempts(&task_id).await.map_err(status)?;
         Ok(Response::new(pb::ListAttemptsResponse {
             attempts: attempts.into_iter().map(convert::attempt).collect(),
         }))

@@ -72,6 +72,7 @@ impl BrokerService for BrokerApi {
         &self,
         request: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitResponse>, Status> {
+        let producer = super::producer_of(&request);
         let tasks = request
             .into_inner()
             .tasks
@@ -80,6 +81,16 @@ impl BrokerService for BrokerApi {
             .map(|(i, t)| submit_task(i, t))
             .collect::<Result<Vec<_>, _>>()
             .map_err(invalid)?;
+        let tasks = match producer {
+            Some(name) => tasks
+                .into_iter()
+                .map(|mut t| {
+                    t.metadata.insert(super::PRODUCER_KEY.into(), name.clone());
+                    t
+                })
+                .collect(),
+            None => tasks,
+        };
         let inserted = self.broker.submit(tasks).await.map_err(status)?;
         Ok(Response::new(pb::SubmitResponse {
             results: inserted

@@ -2,9 +2,24 @@
 //! is the one place service errors become `tonic::Status`.
 
 mod admin;
+pub mod auth;
 mod broker;
 mod convert;
 mod error;
+pub mod guard;
 
 pub use admin::AdminApi;
 pub use broker::BrokerApi;
+
+/// Metadata key recording which producer token submitted a task, when
+/// authentication is on; producers may read only their own tasks.
+pub const PRODUCER_KEY: &str = "taskbroker.producer";
+
+/// The producer name of an authenticated producer call.
+fn producer_of<T>(request: &tonic::Request<T>) -> Option<String> {
+    request
+        .extensions()
+        .get::<auth::Principal>()
+        .filter(|p| p.role == auth::Role::Producer)
+        .map(|p| p.name.clone())
+}

@@ -3,6 +3,7 @@
 //! (locally, and through the store's notifications from other replicas).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -17,6 +18,17 @@ pub struct Dispatcher {
     all: Notify,
     /// Cancelled when the broker drains: waiting long-polls answer at once.
     draining: CancellationToken,
+    /// Long-polls waiting right now.
+    waiters: AtomicUsize,
+}
+
+/// Counts one waiting long-poll while it lives.
+pub struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Dispatcher {
@@ -53,6 +65,17 @@ impl Dispatcher {
 
     pub fn draining(&self) -> &CancellationToken {
         &self.draining
+    }
+
+    /// Marks a long-poll as waiting until the guard drops.
+    pub fn waiting(&self) -> Waiting<'_> {
+        self.waiters.fetch_add(1, Ordering::Relaxed);
+        Waiting(&self.waiters)
+    }
+
+    /// Long-polls waiting right now.
+    pub fn waiters(&self) -> usize {
+        self.waiters.load(Ordering::Relaxed)
     }
 
     /// Stops granting long-polls: waiting ones return empty now.

@@ -41,11 +41,19 @@ impl Reaper {
             for q in &r.queues {
                 self.broker.dispatcher().wake(Some(q));
             }
+            for (q, n) in &r.by_queue {
+                self.broker.metrics().reclaimed(q, n.reclaimed, n.dead);
+            }
             let full = r.reclaimed >= u64::from(self.batch)
                 || r.deadline_exceeded >= u64::from(self.batch);
             total.reclaimed += r.reclaimed;
             total.deadline_exceeded += r.deadline_exceeded;
             total.queues.extend(r.queues);
+            for (q, n) in r.by_queue {
+                let t = total.by_queue.entry(q).or_default();
+                t.reclaimed += n.reclaimed;
+                t.dead += n.dead;
+            }
             if !full {
                 return Ok(total);
             }

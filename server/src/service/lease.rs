@@ -88,6 +88,12 @@ impl Broker {
                 now,
             };
             let tasks = self.store.task_lease_available(&params).await?;
+            for t in &tasks {
+                let waited = (now - t.run_at.max(t.created_at))
+                    .to_std()
+                    .unwrap_or_default();
+                self.metrics.leased(&t.queue, waited);
+            }
             if !tasks.is_empty() || Instant::now() >= give_up {
                 return Ok(tasks);
             }
@@ -96,6 +102,7 @@ impl Broker {
                 let due = (next - now).to_std().unwrap_or_default();
                 until = until.min(Instant::now() + due);
             }
+            let _waiting = self.dispatch.waiting();
             tokio::select! {
                 _ = select_all(woken) => {}
                 _ = tokio::time::sleep_until(until) => {}

@@ -2,11 +2,14 @@
 //! applies the rules in `domain`, calls the `Store`, and wakes long-polls. It knows
 //! nothing of gRPC: `api` turns its errors into statuses.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::dispatch::Dispatcher;
 use crate::domain::RetryPolicy;
 use crate::domain::validate::Limits;
+use crate::metrics::Metrics;
 use crate::store::Store;
 
 mod admin;
@@ -26,11 +29,62 @@ pub use settle::FailRequest;
 pub use submit::{RetrySpec, SubmitTask};
 
 /// Broker-wide settings.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     pub limits: Limits,
     /// Applied to the fields a task's retry policy leaves unset.
     pub default_retry: RetryPolicy,
+    /// Per-queue overrides.
+    pub queues: HashMap<String, QueueSettings>,
+    /// Finished tasks are deleted this long after they finish; zero keeps them.
+    pub retention: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            limits: Limits::default(),
+            default_retry: RetryPolicy::default(),
+            queues: HashMap::new(),
+            retention: Duration::ZERO,
+        }
+    }
+}
+
+/// The settings of one queue that has overrides.
+#[derive(Debug, Clone)]
+pub struct QueueSettings {
+    pub retry: RetryPolicy,
+    pub max_payload_bytes: usize,
+    pub min_lease: Duration,
+    pub max_lease: Duration,
+    pub retention: Duration,
+}
+
+impl Settings {
+    /// The retry defaults of a queue.
+    pub fn retry_for(&self, queue: &str) -> &RetryPolicy {
+        self.queues
+            .get(queue)
+            .map_or(&self.default_retry, |q| &q.retry)
+    }
+
+    pub fn max_payload_for(&self, queue: &str) -> usize {
+        self.queues
+            .get(queue)
+            .map_or(self.limits.max_payload_bytes, |q| q.max_payload_bytes)
+    }
+
+    /// Lease bounds that hold for every one of `queues`.
+    pub fn lease_bounds(&self, queues: &[String]) -> (Duration, Duration) {
+        let mut min = self.limits.min_lease;
+        let mut max = self.limits.max_lease;
+        for q in queues.iter().filter_map(|q| self.queues.get(q)) {
+            min = min.max(q.min_lease);
+            max = max.min(q.max_lease);
+        }
+        (min, max)
+    }
 }
 
 /// The broker: shared by every RPC handler and the maintenance loop.
@@ -39,6 +93,7 @@ pub struct Broker {
     dispatch: Arc<Dispatcher>,
     clock: Arc<dyn Clock>,
     settings: Settings,
+    metrics: Arc<Metrics>,
 }
 
 impl Broker {
@@ -47,13 +102,19 @@ impl Broker {
         dispatch: Arc<Dispatcher>,
         clock: Arc<dyn Clock>,
         settings: Settings,
+        metrics: Arc<Metrics>,
     ) -> Self {
         Broker {
             store,
             dispatch,
             clock,
             settings,
+            metrics,
         }
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {

@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use super::{Broker, ServiceError};
+use crate::domain::TaskState;
 use crate::domain::validate;
 use crate::store::{CompleteParams, FailParams, FailResult, Settled};
 
@@ -29,6 +32,12 @@ fn truncate(mut s: String, max: usize) -> String {
         s.truncate(cut);
     }
     s
+}
+
+fn ran(leased_at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Duration {
+    leased_at
+        .and_then(|at| (now - at).to_std().ok())
+        .unwrap_or_default()
 }
 
 fn settled<T>(s: Settled<T>, task_id: &str) -> Result<T, ServiceError> {
@@ -61,7 +70,11 @@ impl Broker {
             result,
             now: self.clock.now(),
         };
-        settled(self.store.task_complete(&p).await?, &p.task_id).map(|_| ())
+        let outcome = self.store.task_complete(&p).await?;
+        if let Settled::Applied(c) = &outcome {
+            self.metrics.completed(&c.queue, ran(c.leased_at, p.now));
+        }
+        settled(outcome, &p.task_id).map(|_| ())
     }
 
     pub async fn fail(&self, req: FailRequest) -> Result<FailResult, ServiceError> {
@@ -81,10 +94,12 @@ impl Broker {
             jitter_unit: rand::random(),
         };
         let outcome = self.store.task_fail(&p).await?;
-        if let Settled::Applied(r) = &outcome
-            && r.next_run_at.is_some()
-        {
-            self.dispatch.wake(Some(&r.queue));
+        if let Settled::Applied(r) = &outcome {
+            let dead = r.state == TaskState::Dead;
+            self.metrics.failed(&r.queue, ran(r.leased_at, p.now), dead);
+            if r.next_run_at.is_some() {
+                self.dispatch.wake(Some(&r.queue));
+            }
         }
         settled(outcome, &p.task_id)
     }

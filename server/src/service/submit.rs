@@ -56,7 +56,11 @@ impl Broker {
         let inserted = self.store.task_insert_many(&new, now).await?;
         let mut woken: Vec<&str> = Vec::new();
         for (t, r) in new.iter().zip(&inserted) {
-            if !r.deduplicated && !woken.contains(&t.queue.as_str()) {
+            if r.deduplicated {
+                continue;
+            }
+            self.metrics.submitted(&t.queue);
+            if !woken.contains(&t.queue.as_str()) {
                 self.dispatch.wake(Some(&t.queue));
                 woken.push(&t.queue);
             }
@@ -65,10 +69,10 @@ impl Broker {
     }
 
     fn new_task(&self, i: usize, t: SubmitTask, now: DateTime<Utc>) -> Result<NewTask, Invalid> {
-        let limits = &self.settings.limits;
         let f = |name: &str| format!("tasks[{i}].{name}");
         validate::queue_name(&f("queue"), &t.queue)?;
-        validate::size(&f("payload"), t.payload.len(), limits.max_payload_bytes)?;
+        let max_payload = self.settings.max_payload_for(&t.queue);
+        validate::size(&f("payload"), t.payload.len(), max_payload)?;
         if let Some(key) = &t.key {
             validate::identifier(&f("key"), key, MAX_KEY_LEN)?;
         }
@@ -90,7 +94,7 @@ impl Broker {
                 return Err(Invalid::new(f("deadline"), "is not after run_at"));
             }
         }
-        let retry = self.retry_policy(&t.retry, &f)?;
+        let retry = self.retry_policy(&t.queue, &t.retry, &f)?;
         Ok(NewTask {
             id: uuid::Uuid::now_v7().to_string(),
             queue: t.queue,
@@ -106,11 +110,12 @@ impl Broker {
 
     fn retry_policy(
         &self,
+        queue: &str,
         spec: &RetrySpec,
         f: &dyn Fn(&str) -> String,
     ) -> Result<RetryPolicy, Invalid> {
         let limits = &self.settings.limits;
-        let d = &self.settings.default_retry;
+        let d = self.settings.retry_for(queue);
         let max_attempts = spec.max_attempts.unwrap_or(d.max_attempts);
         if max_attempts == 0 || max_attempts > limits.max_attempts {
             return Err(Invalid::new(

@@ -149,6 +149,38 @@ pub struct FailResult {
     pub queue: String,
     pub state: TaskState,
     pub next_run_at: Option<DateTime<Utc>>,
+    /// When the failed attempt was leased (for run-time metrics).
+    pub leased_at: Option<DateTime<Utc>>,
+}
+
+/// A completed task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completed {
+    pub queue: String,
+    /// When the attempt was leased (for run-time metrics).
+    pub leased_at: Option<DateTime<Utc>>,
+}
+
+/// Which queues a purge covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PurgeScope {
+    Only(String),
+    AllExcept(Vec<String>),
+}
+
+/// Connection pool usage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    pub size: u32,
+    pub idle: usize,
+}
+
+/// What a maintenance pass did to one queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueReaped {
+    pub reclaimed: u64,
+    /// Tasks that went DEAD (budget spent or deadline passed).
+    pub dead: u64,
 }
 
 /// What a report (Checkpoint, Complete, Fail) did.
@@ -171,6 +203,8 @@ pub struct Reaped {
     pub deadline_exceeded: u64,
     /// Queues that received a pending task, to wake their waiters.
     pub queues: Vec<String>,
+    /// Per queue, for metrics.
+    pub by_queue: BTreeMap<String, QueueReaped>,
 }
 
 /// Filters and page position of ListTasks; newest first.
@@ -309,7 +343,7 @@ pub trait Store: Send + Sync + 'static {
     async fn task_checkpoint(&self, p: &CheckpointParams) -> StoreResult<Settled<LeaseState>>;
 
     /// Settles a live lease as succeeded.
-    async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<String>>;
+    async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<Completed>>;
 
     /// Settles a live lease as failed and applies the retry policy.
     async fn task_fail(&self, p: &FailParams) -> StoreResult<Settled<FailResult>>;
@@ -349,6 +383,18 @@ pub trait Store: Send + Sync + 'static {
     /// Starts delivering wake-ups for tasks made pending by other broker replicas
     /// (Postgres LISTEN/NOTIFY) until `stop`. A single-process store has none.
     fn spawn_listener(&self, _wake: Waker, _stop: tokio_util::sync::CancellationToken) {}
+
+    /// Deletes up to `limit` tasks (and their attempts) that finished before
+    /// `before`, in the queues `scope` selects. Returns how many.
+    async fn task_purge_finished(
+        &self,
+        before: DateTime<Utc>,
+        scope: &PurgeScope,
+        limit: u32,
+    ) -> StoreResult<u64>;
+
+    /// Connection pool usage.
+    fn pool_stats(&self) -> PoolStats;
 
     /// Closes the pool.
     async fn close(&self);

@@ -138,19 +138,19 @@ impl PostgresStore {
         outcome: AttemptOutcome,
         error: Option<&str>,
         now: i64,
-    ) -> StoreResult<()> {
-        sqlx::query(
+    ) -> StoreResult<Option<DateTime<Utc>>> {
+        let leased_at: Option<i64> = sqlx::query_scalar(
             "UPDATE task_attempts SET outcome = $1, error = $2, finished_at = $3 \
-             WHERE task_id = $4 AND attempt = $5",
+             WHERE task_id = $4 AND attempt = $5 RETURNING leased_at",
         )
         .bind(outcome.as_str())
         .bind(error)
         .bind(now)
         .bind(task_id)
         .bind(attempt)
-        .execute(&mut **tx)
+        .fetch_optional(&mut **tx)
         .await?;
-        Ok(())
+        Ok(leased_at.map(from_ms))
     }
 
     async fn write_failure(
@@ -160,7 +160,7 @@ impl PostgresStore {
         error: &str,
         outcome: AttemptOutcome,
         now: i64,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Option<DateTime<Utc>>> {
         sqlx::query(
             "UPDATE tasks SET state = $1, run_at = $2, finished_at = $3, last_error = $4, \
              lease_expires_at = NULL, updated_at = $5 WHERE seq = $6",
@@ -173,11 +173,12 @@ impl PostgresStore {
         .bind(row.seq)
         .execute(&mut **tx)
         .await?;
-        Self::finish_attempt(tx, &row.id, row.attempt, outcome, Some(error), now).await?;
+        let leased_at =
+            Self::finish_attempt(tx, &row.id, row.attempt, outcome, Some(error), now).await?;
         if write.state == StoredState::Pending {
             Self::notify(tx, &[&row.queue]).await?;
         }
-        Ok(())
+        Ok(leased_at)
     }
 
     async fn changed(tx: &mut Transaction<'_, Postgres>, id: &str) -> StoreResult<Changed> {
@@ -392,7 +393,7 @@ impl Store for PostgresStore {
         }))
     }
 
-    async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<String>> {
+    async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
         let now = ms(p.now);
         let mut tx = self.pool.begin().await?;
         let Some(row) = Self::fetch_task(&mut tx, &p.task_id).await? else {
@@ -400,7 +401,12 @@ impl Store for PostgresStore {
         };
         match Self::check(&mut tx, &row, Report::Complete, &p.lease_token, p.now).await? {
             SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
-            SettleCheck::AlreadySettled => return Ok(Settled::AlreadySettled(row.queue)),
+            SettleCheck::AlreadySettled => {
+                return Ok(Settled::AlreadySettled(Completed {
+                    queue: row.queue,
+                    leased_at: None,
+                }));
+            }
             SettleCheck::Proceed => {}
         }
         sqlx::query(
@@ -412,17 +418,14 @@ impl Store for PostgresStore {
         .bind(row.seq)
         .execute(&mut *tx)
         .await?;
-        Self::finish_attempt(
-            &mut tx,
-            &row.id,
-            row.attempt,
-            AttemptOutcome::Succeeded,
-            None,
-            now,
-        )
-        .await?;
+        let outcome = AttemptOutcome::Succeeded;
+        let leased_at =
+            Self::finish_attempt(&mut tx, &row.id, row.attempt, outcome, None, now).await?;
         tx.commit().await?;
-        Ok(Settled::Applied(row.queue))
+        Ok(Settled::Applied(Completed {
+            queue: row.queue,
+            leased_at,
+        }))
     }
 
     async fn task_fail(&self, p: &FailParams) -> StoreResult<Settled<FailResult>> {
@@ -440,18 +443,21 @@ impl Store for PostgresStore {
                     queue: row.queue,
                     state,
                     next_run_at,
+                    leased_at: None,
                 }));
             }
             SettleCheck::Proceed => {}
         }
         let decision = decide(&row, p.non_retryable, p.retry_after, p.now, p.jitter_unit);
         let write = FailureWrite::new(&row, decision, now);
-        Self::write_failure(&mut tx, &row, &write, &p.error, AttemptOutcome::Failed, now).await?;
+        let outcome = AttemptOutcome::Failed;
+        let leased_at = Self::write_failure(&mut tx, &row, &write, &p.error, outcome, now).await?;
         tx.commit().await?;
         Ok(Settled::Applied(FailResult {
             queue: row.queue,
             state: TaskState::of(write.state, from_ms(write.run_at), p.now),
             next_run_at: decision.run_at(),
+            leased_at,
         }))
     }
 
@@ -490,6 +496,7 @@ impl Store for PostgresStore {
                 .await?;
             }
             reaped.deadline_exceeded += 1;
+            reaped.by_queue.entry(row.queue.clone()).or_default().dead += 1;
         }
         let expired = sqlx::query_as::<_, TaskRow>(
             "SELECT * FROM tasks WHERE state = 'leased' AND lease_expires_at <= $1 \
@@ -508,6 +515,9 @@ impl Store for PostgresStore {
                 reaped.queues.push(row.queue.clone());
             }
             reaped.reclaimed += 1;
+            let q = reaped.by_queue.entry(row.queue.clone()).or_default();
+            q.reclaimed += 1;
+            q.dead += u64::from(write.state == StoredState::Dead);
         }
         tx.commit().await?;
         Ok(reaped)
@@ -689,6 +699,43 @@ impl Store for PostgresStore {
         .fetch_all(&self.pool)
         .await?;
         Ok(super::row::fold_stats(counts, recent))
+    }
+
+    async fn task_purge_finished(
+        &self,
+        before: DateTime<Utc>,
+        scope: &PurgeScope,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        let (only, except): (Option<&str>, Vec<&str>) = match scope {
+            PurgeScope::Only(q) => (Some(q), Vec::new()),
+            PurgeScope::AllExcept(qs) => (None, qs.iter().map(String::as_str).collect()),
+        };
+        let purged: i64 = sqlx::query_scalar(
+            "WITH gone AS ( \
+               DELETE FROM tasks WHERE seq IN ( \
+                 SELECT seq FROM tasks WHERE state IN ('succeeded', 'dead', 'cancelled') \
+                   AND finished_at < $1 AND ($2::text IS NULL OR queue = $2) \
+                   AND NOT (queue = ANY($3)) \
+                 LIMIT $4 FOR UPDATE SKIP LOCKED) \
+               RETURNING id), \
+             attempts AS (DELETE FROM task_attempts WHERE task_id IN (SELECT id FROM gone)) \
+             SELECT COUNT(*) FROM gone",
+        )
+        .bind(ms(before))
+        .bind(only)
+        .bind(&except)
+        .bind(i64::from(limit))
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(purged.max(0) as u64)
+    }
+
+    fn pool_stats(&self) -> PoolStats {
+        PoolStats {
+            size: self.pool.size(),
+            idle: self.pool.num_idle(),
+        }
     }
 
     fn spawn_listener(&self, wake: Waker, stop: CancellationToken) {

@@ -104,19 +104,19 @@ impl SqliteStore {
         outcome: AttemptOutcome,
         error: Option<&str>,
         now: i64,
-    ) -> StoreResult<()> {
-        sqlx::query(
+    ) -> StoreResult<Option<DateTime<Utc>>> {
+        let leased_at: Option<i64> = sqlx::query_scalar(
             "UPDATE task_attempts SET outcome = ?, error = ?, finished_at = ? \
-             WHERE task_id = ? AND attempt = ?",
+             WHERE task_id = ? AND attempt = ? RETURNING leased_at",
         )
         .bind(outcome.as_str())
         .bind(error)
         .bind(now)
         .bind(task_id)
         .bind(attempt)
-        .execute(&mut **tx)
+        .fetch_optional(&mut **tx)
         .await?;
-        Ok(())
+        Ok(leased_at.map(from_ms))
     }
 
     /// Writes a failed attempt: task state per the retry policy and the attempt row.
@@ -127,7 +127,7 @@ impl SqliteStore {
         error: &str,
         outcome: AttemptOutcome,
         now: i64,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Option<DateTime<Utc>>> {
         sqlx::query(
             "UPDATE tasks SET state = ?, run_at = ?, finished_at = ?, last_error = ?, \
              lease_expires_at = NULL, updated_at = ? WHERE seq = ?",
@@ -378,7 +378,7 @@ impl Store for SqliteStore {
         }))
     }
 
-    async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<String>> {
+    async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
         let now = ms(p.now);
         let mut tx = self.writer.begin().await?;
         let Some(row) = Self::fetch_task(&mut tx, &p.task_id).await? else {
@@ -386,7 +386,12 @@ impl Store for SqliteStore {
         };
         match Self::check(&mut tx, &row, Report::Complete, &p.lease_token, p.now).await? {
             SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
-            SettleCheck::AlreadySettled => return Ok(Settled::AlreadySettled(row.queue)),
+            SettleCheck::AlreadySettled => {
+                return Ok(Settled::AlreadySettled(Completed {
+                    queue: row.queue,
+                    leased_at: None,
+                }));
+            }
             SettleCheck::Proceed => {}
         }
         sqlx::query(
@@ -399,17 +404,14 @@ impl Store for SqliteStore {
         .bind(row.seq)
         .execute(&mut *tx)
         .await?;
-        Self::finish_attempt(
-            &mut tx,
-            &row.id,
-            row.attempt,
-            AttemptOutcome::Succeeded,
-            None,
-            now,
-        )
-        .await?;
+        let outcome = AttemptOutcome::Succeeded;
+        let leased_at =
+            Self::finish_attempt(&mut tx, &row.id, row.attempt, outcome, None, now).await?;
         tx.commit().await?;
-        Ok(Settled::Applied(row.queue))
+        Ok(Settled::Applied(Completed {
+            queue: row.queue,
+            leased_at,
+        }))
     }
 
     async fn task_fail(&self, p: &FailParams) -> StoreResult<Settled<FailResult>> {
@@ -427,18 +429,21 @@ impl Store for SqliteStore {
                     queue: row.queue,
                     state,
                     next_run_at,
+                    leased_at: None,
                 }));
             }
             SettleCheck::Proceed => {}
         }
         let decision = decide(&row, p.non_retryable, p.retry_after, p.now, p.jitter_unit);
         let write = FailureWrite::new(&row, decision, now);
-        Self::write_failure(&mut tx, &row, &write, &p.error, AttemptOutcome::Failed, now).await?;
+        let outcome = AttemptOutcome::Failed;
+        let leased_at = Self::write_failure(&mut tx, &row, &write, &p.error, outcome, now).await?;
         tx.commit().await?;
         Ok(Settled::Applied(FailResult {
             queue: row.queue,
             state: TaskState::of(write.state, from_ms(write.run_at), p.now),
             next_run_at: decision.run_at(),
+            leased_at,
         }))
     }
 
@@ -478,6 +483,7 @@ impl Store for SqliteStore {
                 .await?;
             }
             reaped.deadline_exceeded += 1;
+            reaped.by_queue.entry(row.queue.clone()).or_default().dead += 1;
         }
         let expired = sqlx::query_as::<_, TaskRow>(
             "SELECT * FROM tasks WHERE state = 'leased' AND lease_expires_at <= ? LIMIT ?",
@@ -495,6 +501,9 @@ impl Store for SqliteStore {
                 reaped.queues.push(row.queue.clone());
             }
             reaped.reclaimed += 1;
+            let q = reaped.by_queue.entry(row.queue.clone()).or_default();
+            q.reclaimed += 1;
+            q.dead += u64::from(write.state == StoredState::Dead);
         }
         tx.commit().await?;
         Ok(reaped)
@@ -681,6 +690,51 @@ impl Store for SqliteStore {
         let recent: Vec<(String, String, i64)> =
             qb.build_query_as().fetch_all(&self.reader).await?;
         Ok(super::row::fold_stats(counts, recent))
+    }
+
+    async fn task_purge_finished(
+        &self,
+        before: DateTime<Utc>,
+        scope: &PurgeScope,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
+            "DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks \
+             WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at < ",
+        );
+        qb.push_bind(ms(before));
+        match scope {
+            PurgeScope::Only(q) => {
+                qb.push(" AND queue = ").push_bind(q);
+            }
+            PurgeScope::AllExcept(qs) if !qs.is_empty() => {
+                qb.push(" AND queue NOT IN (");
+                let mut sep = qb.separated(", ");
+                for q in qs {
+                    sep.push_bind(q);
+                }
+                qb.push(")");
+            }
+            PurgeScope::AllExcept(_) => {}
+        }
+        qb.push(" LIMIT ").push_bind(limit).push(") RETURNING id");
+        let mut tx = self.writer.begin().await?;
+        let ids: Vec<String> = qb.build_query_scalar().fetch_all(&mut *tx).await?;
+        for id in &ids {
+            sqlx::query("DELETE FROM task_attempts WHERE task_id = ?")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(ids.len() as u64)
+    }
+
+    fn pool_stats(&self) -> PoolStats {
+        PoolStats {
+            size: self.writer.size() + self.reader.size(),
+            idle: self.writer.num_idle() + self.reader.num_idle(),
+        }
     }
 
     async fn close(&self) {

@@ -94,6 +94,7 @@ fn uuid_simple() -> String {
 
 pub struct TestApp {
     pub addr: std::net::SocketAddr,
+    pub metrics_addr: Option<std::net::SocketAddr>,
     pub app: Option<App>,
     pub clock: Arc<ManualClock>,
     pub db: Arc<TestDb>,
@@ -104,6 +105,11 @@ pub struct Options {
     pub manual_clock: bool,
     pub reclaim_interval: Duration,
     pub settings: Settings,
+    /// Serve Prometheus metrics on a free port.
+    pub metrics: bool,
+    pub auth: Vec<taskbroker_server::api::auth::TokenEntry>,
+    pub tls: Option<taskbroker_server::app::TlsOptions>,
+    pub server: Option<taskbroker_server::app::ServerOptions>,
 }
 
 impl Default for Options {
@@ -112,6 +118,10 @@ impl Default for Options {
             manual_clock: true,
             reclaim_interval: Duration::from_secs(3600),
             settings: Settings::default(),
+            metrics: false,
+            auth: Vec::new(),
+            tls: None,
+            server: None,
         }
     }
 }
@@ -135,16 +145,20 @@ pub async fn spawn_on(db: Arc<TestDb>, opts: Options) -> TestApp {
     } else {
         Arc::new(SystemClock)
     };
-    let config = AppConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        database_url: db.url.clone(),
-        db_max_connections: 8,
-        reclaim_interval: opts.reclaim_interval,
-        settings: opts.settings,
-    };
+    let mut config = AppConfig::new(db.url.clone());
+    config.db_max_connections = 8;
+    config.reclaim_interval = opts.reclaim_interval;
+    config.settings = opts.settings;
+    config.metrics_listen = opts.metrics.then(|| "127.0.0.1:0".parse().unwrap());
+    config.auth = opts.auth;
+    config.tls = opts.tls;
+    if let Some(server) = opts.server {
+        config.server = server;
+    }
     let app = app::start(config, clock).await.expect("broker starts");
     TestApp {
         addr: app.addr,
+        metrics_addr: app.metrics_addr,
         app: Some(app),
         clock: manual,
         db,

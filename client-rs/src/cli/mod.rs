@@ -1,0 +1,308 @@
+//! The client subcommands of the `taskbroker` binary: submit, get, list, cancel,
+//! requeue, attempts, stats. The binary flattens [`ClientCommand`] into its own
+//! commands and calls [`run`]; a failure is one plain line (`NOT_FOUND: task x not
+//! found`) for the binary to print.
+//!
+//! - `mod.rs` (this file): the commands, their flags and what each does.
+//! - `parse.rs`: flag values (durations, times, states).
+//! - `render.rs`: tables, detail blocks and JSON.
+
+mod parse;
+mod render;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use crate::pb::TaskState;
+use crate::{Client, DEFAULT_ADDR, Error, TaskFilter, TaskSpec};
+
+/// Where the broker is; every client subcommand takes it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Connection {
+    /// The broker's address: http://HOST:PORT or HOST:PORT.
+    #[arg(long, env = "TASKBROKER_ADDR", default_value = DEFAULT_ADDR)]
+    pub addr: String,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum ClientCommand {
+    /// Submit a task and print its id.
+    Submit(SubmitArgs),
+    /// Show one task.
+    Get(GetArgs),
+    /// List tasks, newest first.
+    List(ListArgs),
+    /// Cancel a task; a running one is asked to stop at its next heartbeat.
+    Cancel(IdArgs),
+    /// Make a DEAD or CANCELLED task READY again, with a fresh budget of attempts.
+    Requeue(IdArgs),
+    /// Show every attempt of a task, oldest first.
+    Attempts(JsonIdArgs),
+    /// Show counts per state and recent throughput per queue.
+    Stats(StatsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("body").args(["payload", "json", "file"])))]
+pub struct SubmitArgs {
+    /// The queue, for example `emails`.
+    pub queue: String,
+    /// The payload as text.
+    #[arg(long)]
+    pub payload: Option<String>,
+    /// The payload as JSON (checked, then sent as given).
+    #[arg(long)]
+    pub json: Option<String>,
+    /// The payload from a file (`-` reads standard input).
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// Idempotency key: while a task with this key exists in the queue, it is
+    /// returned instead of a new one.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Higher runs first. Default 0.
+    #[arg(long, allow_negative_numbers = true)]
+    pub priority: Option<i32>,
+    /// Do not run before this delay has passed (10s, 5m, 1h).
+    #[arg(long, value_parser = parse::duration)]
+    pub delay: Option<Duration>,
+    /// Must finish by then: an RFC 3339 time or a duration from now.
+    #[arg(long)]
+    pub deadline: Option<String>,
+    /// Attempts in all, counting the first. Default: the broker's.
+    #[arg(long)]
+    pub max_attempts: Option<u32>,
+    /// Metadata entries, NAME=VALUE; repeat for more.
+    #[arg(long = "meta", value_parser = parse::key_value)]
+    pub metadata: Vec<(String, String)>,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct GetArgs {
+    pub id: String,
+    /// Print JSON instead of a readable block.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// Only this queue.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Only these states (scheduled, ready, leased, succeeded, dead, cancelled);
+    /// repeat or separate with commas.
+    #[arg(long, value_delimiter = ',', value_parser = parse::state)]
+    pub state: Vec<TaskState>,
+    /// Only tasks with this key.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// At most this many tasks.
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct IdArgs {
+    pub id: String,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct JsonIdArgs {
+    pub id: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StatsArgs {
+    /// Only these queues; repeat for more. Default: every queue with tasks.
+    #[arg(long)]
+    pub queue: Vec<String>,
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+/// Why a command failed; displayed as one plain line.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The broker's status (`NOT_FOUND: ...`) or a connection failure.
+    #[error(transparent)]
+    Client(#[from] Error),
+    /// A flag value that clap's types could not check.
+    #[error("{0}")]
+    Usage(String),
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write the output: {0}")]
+    Output(#[source] std::io::Error),
+}
+
+/// Runs one client command, printing its answer on standard output.
+pub async fn run(cmd: ClientCommand) -> Result<(), CliError> {
+    let out = match cmd {
+        ClientCommand::Submit(a) => submit(a).await?,
+        ClientCommand::Get(a) => {
+            let task = connect(&a.connection).await?.get_task(&a.id).await?;
+            if a.json {
+                json_line(&render::task_json(&task))
+            } else {
+                render::task_detail(&task)
+            }
+        }
+        ClientCommand::List(a) => list(a).await?,
+        ClientCommand::Cancel(a) => {
+            let task = connect(&a.connection).await?.cancel_task(&a.id).await?;
+            if task.state() == TaskState::Cancelled {
+                format!("cancelled {}\n", task.id)
+            } else {
+                format!(
+                    "cancel requested for {} (running: its worker is told at its next heartbeat)\n",
+                    task.id
+                )
+            }
+        }
+        ClientCommand::Requeue(a) => {
+            let task = connect(&a.connection).await?.requeue_task(&a.id).await?;
+            format!("requeued {} ({})\n", task.id, render::state(task.state))
+        }
+        ClientCommand::Attempts(a) => {
+            let attempts = connect(&a.connection).await?.list_attempts(&a.id).await?;
+            if a.json {
+                json_line(&Value::Array(
+                    attempts.iter().map(render::attempt_json).collect(),
+                ))
+            } else {
+                render::attempt_rows(&attempts)
+            }
+        }
+        ClientCommand::Stats(a) => {
+            let stats = connect(&a.connection).await?.queue_stats(&a.queue).await?;
+            if a.json {
+                json_line(&Value::Array(
+                    stats.iter().map(render::stats_json).collect(),
+                ))
+            } else {
+                render::stats_rows(&stats)
+            }
+        }
+    };
+    print(&out)
+}
+
+async fn connect(c: &Connection) -> Result<Client, Error> {
+    Client::connect(c.addr.clone()).await
+}
+
+fn json_line(v: &Value) -> String {
+    format!("{v}\n")
+}
+
+/// Writes to standard output; a closed pipe (`| head`) is not an error.
+fn print(s: &str) -> Result<(), CliError> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(s.as_bytes()).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::Output(e)),
+        _ => Ok(()),
+    }
+}
+
+fn payload(a: &SubmitArgs) -> Result<Vec<u8>, CliError> {
+    if let Some(text) = &a.json {
+        serde_json::from_str::<Value>(text)
+            .map_err(|e| CliError::Usage(format!("--json is not valid JSON: {e}")))?;
+        return Ok(text.clone().into_bytes());
+    }
+    if let Some(path) = &a.file {
+        let read = if path.as_os_str() == "-" {
+            let mut buf = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map(|_| buf)
+        } else {
+            std::fs::read(path)
+        };
+        return read.map_err(|source| CliError::Read {
+            path: path.clone(),
+            source,
+        });
+    }
+    Ok(a.payload.clone().unwrap_or_default().into_bytes())
+}
+
+async fn submit(a: SubmitArgs) -> Result<String, CliError> {
+    let now = SystemTime::now();
+    let mut spec = TaskSpec::new(a.queue.clone(), payload(&a)?);
+    if let Some(key) = &a.key {
+        spec = spec.key(key);
+    }
+    if let Some(p) = a.priority {
+        spec = spec.priority(p);
+    }
+    if let Some(d) = a.delay {
+        spec = spec.run_at(now + d);
+    }
+    if let Some(d) = &a.deadline {
+        spec = spec.deadline(parse::time_or_delay(d, now).map_err(CliError::Usage)?);
+    }
+    if let Some(n) = a.max_attempts {
+        spec = spec.max_attempts(n);
+    }
+    for (k, v) in &a.metadata {
+        spec = spec.metadata(k, v);
+    }
+    let submitted = connect(&a.connection).await?.submit(spec).await?;
+    if submitted.deduplicated {
+        eprintln!("taskbroker: a task with this key already exists; nothing was created");
+    }
+    Ok(format!("{}\n", submitted.task_id))
+}
+
+async fn list(a: ListArgs) -> Result<String, CliError> {
+    use futures::{StreamExt, TryStreamExt};
+    let mut filter = TaskFilter::new().page_size(a.limit.clamp(1, 1000) as i32);
+    if let Some(q) = &a.queue {
+        filter = filter.queue(q);
+    }
+    if let Some(k) = &a.key {
+        filter = filter.key(k);
+    }
+    for s in &a.state {
+        filter = filter.state(*s);
+    }
+    let client = connect(&a.connection).await?;
+    let tasks: Vec<_> = client
+        .list_tasks(filter)
+        .take(a.limit)
+        .try_collect()
+        .await?;
+    Ok(if a.json {
+        json_line(&Value::Array(tasks.iter().map(render::task_json).collect()))
+    } else if tasks.is_empty() {
+        "no tasks\n".to_string()
+    } else {
+        render::task_rows(&tasks)
+    })
+}

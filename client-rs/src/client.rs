@@ -1,0 +1,271 @@
+//! `Client`: one HTTP/2 channel to a broker, the producer calls (Submit) and the
+//! worker-facing calls (Lease, Heartbeat, Checkpoint, Complete, Fail) with deadlines.
+//! Admin calls are in `admin.rs`, waiting for results in `wait.rs`.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use tonic::Request;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::pb::admin_service_client::AdminServiceClient;
+use crate::pb::broker_service_client::BrokerServiceClient;
+use crate::time::from_proto_duration;
+use crate::{Error, TaskSpec, pb};
+
+/// The address the CLI and the examples use when none is given.
+pub const DEFAULT_ADDR: &str = "http://127.0.0.1:50051";
+
+/// A connection to a broker. Cloning is cheap: clones share one channel, which
+/// reconnects by itself after a broken connection.
+#[derive(Debug, Clone)]
+pub struct Client {
+    broker: BrokerServiceClient<Channel>,
+    admin: AdminServiceClient<Channel>,
+    call_timeout: Duration,
+    lease_margin: Duration,
+}
+
+/// How to connect; see [`Client::builder`].
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    addr: String,
+    connect_timeout: Duration,
+    call_timeout: Duration,
+    lease_margin: Duration,
+}
+
+/// The outcome of one submitted task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    pub task_id: String,
+    /// True when a task with the same (queue, key) already existed; nothing was created.
+    pub deduplicated: bool,
+}
+
+/// `host:port` becomes `http://host:port`; URLs are kept as they are.
+pub(crate) fn normalize_addr(addr: &str) -> String {
+    if addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
+    }
+}
+
+impl ClientBuilder {
+    /// How long establishing the TCP connection may take. Default 5 s.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// The deadline of every call except Lease. Default 10 s: the broker answers in
+    /// milliseconds, so a call that takes longer is stuck and is better retried.
+    pub fn call_timeout(mut self, d: Duration) -> Self {
+        self.call_timeout = d;
+        self
+    }
+
+    /// Added to a long-poll Lease's `wait` to make its deadline, so the broker's empty
+    /// answer arrives before the deadline does. Default 5 s.
+    pub fn lease_margin(mut self, d: Duration) -> Self {
+        self.lease_margin = d;
+        self
+    }
+
+    fn endpoint(&self) -> Result<Endpoint, Error> {
+        let addr = normalize_addr(&self.addr);
+        let endpoint = Endpoint::from_shared(addr.clone())
+            .map_err(|source| Error::InvalidAddress { addr, source })?;
+        Ok(endpoint
+            .connect_timeout(self.connect_timeout)
+            .tcp_nodelay(true)
+            // Notices a dead broker on an idle connection (a worker waiting in a long poll).
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_while_idle(true))
+    }
+
+    /// Connects now; fails if the broker cannot be reached within the connect timeout.
+    pub async fn connect(self) -> Result<Client, Error> {
+        let channel = self
+            .endpoint()?
+            .connect()
+            .await
+            .map_err(|source| Error::Connect {
+                addr: self.addr.clone(),
+                source,
+            })?;
+        Ok(self.with_channel(channel))
+    }
+
+    /// Connects on the first call instead (and reconnects as needed).
+    pub fn connect_lazy(self) -> Result<Client, Error> {
+        let channel = self.endpoint()?.connect_lazy();
+        Ok(self.with_channel(channel))
+    }
+
+    fn with_channel(self, channel: Channel) -> Client {
+        Client {
+            broker: BrokerServiceClient::new(channel.clone()),
+            admin: AdminServiceClient::new(channel),
+            call_timeout: self.call_timeout,
+            lease_margin: self.lease_margin,
+        }
+    }
+}
+
+impl Client {
+    /// Connects to `addr` (`http://host:port`, or just `host:port`) with the default
+    /// timeouts.
+    pub async fn connect(addr: impl Into<String>) -> Result<Client, Error> {
+        Client::builder(addr).connect().await
+    }
+
+    /// Connection settings for `addr`, for timeouts other than the defaults.
+    pub fn builder(addr: impl Into<String>) -> ClientBuilder {
+        ClientBuilder {
+            addr: addr.into(),
+            connect_timeout: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(10),
+            lease_margin: Duration::from_secs(5),
+        }
+    }
+
+    /// A request with the default call deadline.
+    pub(crate) fn request<T>(&self, message: T) -> Request<T> {
+        let mut request = Request::new(message);
+        request.set_timeout(self.call_timeout);
+        request
+    }
+
+    /// The generated BrokerService stub on this client's channel, for calls this
+    /// crate does not wrap. It carries no deadline of its own.
+    pub fn broker_stub(&self) -> BrokerServiceClient<Channel> {
+        self.broker.clone()
+    }
+
+    /// The generated AdminService stub on this client's channel.
+    pub fn admin_stub(&self) -> AdminServiceClient<Channel> {
+        self.admin.clone()
+    }
+
+    /// Enqueues one task.
+    pub async fn submit(&self, spec: TaskSpec) -> Result<Submitted, Error> {
+        let mut results = self.submit_many([spec]).await?;
+        results
+            .pop()
+            .ok_or(Error::Malformed("SubmitResponse.results"))
+    }
+
+    /// Enqueues 1 to 1000 tasks at once; the broker validates them all or none.
+    /// The results are in the order of `specs`.
+    pub async fn submit_many(
+        &self,
+        specs: impl IntoIterator<Item = TaskSpec>,
+    ) -> Result<Vec<Submitted>, Error> {
+        let tasks: Vec<pb::TaskSpec> = specs.into_iter().map(Into::into).collect();
+        let n = tasks.len();
+        let response = self
+            .broker
+            .clone()
+            .submit(self.request(pb::SubmitRequest { tasks }))
+            .await?
+            .into_inner();
+        if response.results.len() != n {
+            return Err(Error::Malformed("SubmitResponse.results"));
+        }
+        Ok(response
+            .results
+            .into_iter()
+            .map(|r| Submitted {
+                task_id: r.task_id,
+                deduplicated: r.deduplicated,
+            })
+            .collect())
+    }
+
+    /// Enqueues one task whose payload is the JSON of `value`, with default settings.
+    pub async fn submit_json<T: Serialize + ?Sized>(
+        &self,
+        queue: impl Into<String>,
+        value: &T,
+    ) -> Result<Submitted, Error> {
+        self.submit(TaskSpec::json(queue, value)?).await
+    }
+
+    /// One Lease call. Its deadline is the request's `wait` plus the lease margin, so a
+    /// long poll is not cut short by the default call timeout.
+    pub async fn lease(&self, req: pb::LeaseRequest) -> Result<Vec<pb::LeasedTask>, Error> {
+        let wait = from_proto_duration(req.wait.as_ref()).unwrap_or_default();
+        let mut request = Request::new(req);
+        request.set_timeout(wait + self.lease_margin);
+        Ok(self.broker.clone().lease(request).await?.into_inner().tasks)
+    }
+
+    /// One Heartbeat call; the statuses are in the order of `req.leases`.
+    pub async fn heartbeat(
+        &self,
+        req: pb::HeartbeatRequest,
+    ) -> Result<Vec<pb::LeaseStatus>, Error> {
+        let n = req.leases.len();
+        let statuses = self
+            .broker
+            .clone()
+            .heartbeat(self.request(req))
+            .await?
+            .into_inner()
+            .leases;
+        if statuses.len() != n {
+            return Err(Error::Malformed("HeartbeatResponse.leases"));
+        }
+        Ok(statuses)
+    }
+
+    /// One Checkpoint call.
+    pub async fn checkpoint(
+        &self,
+        req: pb::CheckpointRequest,
+    ) -> Result<pb::CheckpointResponse, Error> {
+        Ok(self
+            .broker
+            .clone()
+            .checkpoint(self.request(req))
+            .await?
+            .into_inner())
+    }
+
+    /// One Complete call (idempotent for the same lease token).
+    pub async fn complete(&self, req: pb::CompleteRequest) -> Result<(), Error> {
+        self.broker.clone().complete(self.request(req)).await?;
+        Ok(())
+    }
+
+    /// One Fail call (idempotent for the same lease token).
+    pub async fn fail(&self, req: pb::FailRequest) -> Result<pb::FailResponse, Error> {
+        Ok(self
+            .broker
+            .clone()
+            .fail(self.request(req))
+            .await?
+            .into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_host_port_gets_a_scheme() {
+        assert_eq!(normalize_addr("127.0.0.1:50051"), "http://127.0.0.1:50051");
+        assert_eq!(normalize_addr("https://broker:443"), "https://broker:443");
+    }
+
+    #[tokio::test]
+    async fn bad_addresses_are_reported_not_panicked() {
+        let e = Client::builder("http://bad host")
+            .connect_lazy()
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidAddress { .. }), "{e}");
+    }
+}

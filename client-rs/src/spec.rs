@@ -1,0 +1,188 @@
+//! `TaskSpec`: a builder for the task a producer submits. Unset fields take the
+//! broker's defaults (priority 0, run now, no deadline, the broker's retry policy).
+
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::Error;
+use crate::pb;
+use crate::time::{to_proto_duration, to_proto_timestamp};
+
+/// A task to submit.
+///
+/// ```
+/// use std::time::Duration;
+/// use taskbroker_client::TaskSpec;
+///
+/// let spec = TaskSpec::new("emails", b"hello".to_vec())
+///     .key("order-42")
+///     .priority(5)
+///     .run_in(Duration::from_secs(10))
+///     .max_attempts(5)
+///     .initial_backoff(Duration::from_secs(1));
+/// assert_eq!(spec.queue(), "emails");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskSpec {
+    inner: pb::TaskSpec,
+}
+
+impl TaskSpec {
+    /// A task for `queue` carrying `payload` (opaque to the broker; 1 MiB by default).
+    pub fn new(queue: impl Into<String>, payload: impl Into<Vec<u8>>) -> Self {
+        TaskSpec {
+            inner: pb::TaskSpec {
+                queue: queue.into(),
+                payload: payload.into(),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// A task whose payload is the JSON of `value`; read it back with `TaskContext::json`.
+    pub fn json<T: Serialize + ?Sized>(queue: impl Into<String>, value: &T) -> Result<Self, Error> {
+        let payload = serde_json::to_vec(value).map_err(Error::Encode)?;
+        Ok(TaskSpec::new(queue, payload))
+    }
+
+    /// The idempotency key: while a task with this key exists in the queue, submitting
+    /// another one returns the existing task (`deduplicated`).
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.inner.key = key.into();
+        self
+    }
+
+    /// Higher priorities are leased first. Default 0.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.inner.priority = priority;
+        self
+    }
+
+    /// Not leased before `at`.
+    pub fn run_at(mut self, at: impl Into<SystemTime>) -> Self {
+        self.inner.run_at = Some(to_proto_timestamp(at.into()));
+        self
+    }
+
+    /// Not leased before `delay` from now (this machine's clock).
+    pub fn run_in(self, delay: Duration) -> Self {
+        self.run_at(SystemTime::now() + delay)
+    }
+
+    /// The task must finish by `at`, or it goes DEAD with `DEADLINE_EXCEEDED`.
+    pub fn deadline(mut self, at: impl Into<SystemTime>) -> Self {
+        self.inner.deadline = Some(to_proto_timestamp(at.into()));
+        self
+    }
+
+    /// The task must finish within `within` from now.
+    pub fn deadline_in(self, within: Duration) -> Self {
+        self.deadline(SystemTime::now() + within)
+    }
+
+    /// Attempts in all, counting the first. Default: the broker's (3).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.retry().max_attempts = n;
+        self
+    }
+
+    /// Backoff before the second attempt; zero retries at once. Default: the broker's (10 s).
+    pub fn initial_backoff(mut self, d: Duration) -> Self {
+        self.retry().initial_backoff = Some(to_proto_duration(d));
+        self
+    }
+
+    /// Growth of the backoff after each failure, at least 1. Default: the broker's (2).
+    pub fn backoff_multiplier(mut self, factor: f64) -> Self {
+        self.retry().backoff_multiplier = factor;
+        self
+    }
+
+    /// Longest backoff. Default: the broker's (1 h).
+    pub fn max_backoff(mut self, d: Duration) -> Self {
+        self.retry().max_backoff = Some(to_proto_duration(d));
+        self
+    }
+
+    /// Random spread of each backoff, 0 to 1 (0.2 means +/-20%). Default: the broker's (0.2).
+    pub fn jitter(mut self, spread: f64) -> Self {
+        self.retry().jitter = Some(spread);
+        self
+    }
+
+    /// A free-form metadata entry (for example `traceparent`).
+    pub fn metadata(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.inner.metadata.insert(name.into(), value.into());
+        self
+    }
+
+    pub fn queue(&self) -> &str {
+        &self.inner.queue
+    }
+
+    pub fn payload(&self) -> &[u8] {
+        &self.inner.payload
+    }
+
+    /// The message sent on the wire.
+    pub fn into_proto(self) -> pb::TaskSpec {
+        self.inner
+    }
+
+    fn retry(&mut self) -> &mut pb::RetryPolicy {
+        self.inner.retry.get_or_insert_with(Default::default)
+    }
+}
+
+impl From<TaskSpec> for pb::TaskSpec {
+    fn from(spec: TaskSpec) -> Self {
+        spec.inner
+    }
+}
+
+impl From<pb::TaskSpec> for TaskSpec {
+    fn from(inner: pb::TaskSpec) -> Self {
+        TaskSpec { inner }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_fills_only_what_is_set() {
+        let plain = TaskSpec::new("q", "p").into_proto();
+        assert!(plain.retry.is_none() && plain.run_at.is_none() && plain.deadline.is_none());
+
+        let spec = TaskSpec::new("q", "p")
+            .key("k")
+            .priority(-2)
+            .max_attempts(5)
+            .initial_backoff(Duration::ZERO)
+            .jitter(0.0)
+            .metadata("traceparent", "00-abc")
+            .into_proto();
+        assert_eq!(spec.key, "k");
+        assert_eq!(spec.priority, -2);
+        let retry = spec.retry.unwrap();
+        assert_eq!(retry.max_attempts, 5);
+        assert_eq!(
+            retry.initial_backoff,
+            Some(prost_types::Duration::default())
+        );
+        assert_eq!(retry.jitter, Some(0.0));
+        assert_eq!(
+            retry.backoff_multiplier, 0.0,
+            "unset stays the broker's default"
+        );
+        assert_eq!(spec.metadata["traceparent"], "00-abc");
+    }
+
+    #[test]
+    fn json_payloads_are_serialized() {
+        let spec = TaskSpec::json("q", &serde_json::json!({"to": "a@b.c"})).unwrap();
+        assert_eq!(spec.payload(), br#"{"to":"a@b.c"}"#);
+    }
+}

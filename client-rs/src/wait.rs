@@ -1,0 +1,102 @@
+//! Waiting for a task's outcome: the "call it like a local function" path. The
+//! broker has no push channel for results, so this polls GetTask with a growing
+//! interval (25 ms up to 1 s), which keeps short tasks snappy and long ones cheap.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use crate::pb::TaskState;
+use crate::{Client, Error, TaskSpec};
+
+const FIRST_POLL: Duration = Duration::from_millis(25);
+const MAX_POLL: Duration = Duration::from_secs(1);
+
+/// The next polling interval: x1.5, at most `MAX_POLL`.
+fn next_interval(d: Duration) -> Duration {
+    (d * 3 / 2).min(MAX_POLL)
+}
+
+impl Client {
+    /// Waits up to `timeout` for the task to finish. SUCCEEDED gives its result bytes;
+    /// DEAD or CANCELLED give `Error::TaskFailed` with the task's last error; running
+    /// out of time gives `Error::Timeout` (the task itself carries on).
+    pub async fn wait(&self, task_id: &str, timeout: Duration) -> Result<Vec<u8>, Error> {
+        let give_up = Instant::now() + timeout;
+        let mut interval = FIRST_POLL;
+        loop {
+            let state = match self.get_task(task_id).await {
+                Ok(task) => match task.state() {
+                    TaskState::Succeeded => return Ok(task.result),
+                    s @ (TaskState::Dead | TaskState::Cancelled) => {
+                        return Err(Error::TaskFailed {
+                            task_id: task_id.to_string(),
+                            state: s,
+                            error: task.last_error,
+                        });
+                    }
+                    s => s,
+                },
+                // A broker restart or a network blip is not the task's outcome.
+                Err(e) if e.is_transient() => TaskState::Unspecified,
+                Err(e) => return Err(e),
+            };
+            let now = Instant::now();
+            if now >= give_up {
+                return Err(Error::Timeout {
+                    task_id: task_id.to_string(),
+                    waited: timeout,
+                    state,
+                });
+            }
+            tokio::time::sleep(interval.min(give_up - now)).await;
+            interval = next_interval(interval);
+        }
+    }
+
+    /// Submits `spec` and waits up to `timeout` for its result, as [`Client::wait`].
+    pub async fn submit_and_wait(
+        &self,
+        spec: TaskSpec,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, Error> {
+        let submitted = self.submit(spec).await?;
+        self.wait(&submitted.task_id, timeout).await
+    }
+
+    /// Submits the JSON of `value` to `queue` and decodes the JSON result as `R`.
+    pub async fn submit_and_wait_json<T, R>(
+        &self,
+        queue: impl Into<String>,
+        value: &T,
+        timeout: Duration,
+    ) -> Result<R, Error>
+    where
+        T: Serialize + ?Sized,
+        R: DeserializeOwned,
+    {
+        let bytes = self
+            .submit_and_wait(TaskSpec::json(queue, value)?, timeout)
+            .await?;
+        serde_json::from_slice(&bytes).map_err(Error::Decode)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn polling_interval_grows_and_is_bounded() {
+        let mut d = FIRST_POLL;
+        let mut last = Duration::ZERO;
+        for _ in 0..50 {
+            assert!(d >= last && d <= MAX_POLL);
+            last = d;
+            d = next_interval(d);
+        }
+        assert_eq!(d, MAX_POLL);
+    }
+}

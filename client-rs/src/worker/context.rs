@@ -1,0 +1,218 @@
+//! `TaskContext`: what a handler knows about the task it runs, how it saves progress
+//! (`checkpoint`) and how it learns that it should stop (`cancelled`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
+
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use super::handler::TaskError;
+use crate::time::from_proto_timestamp;
+use crate::{Client, Error, pb};
+
+/// Why a handler's `cancelled()` fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// The broker no longer holds the lease for this worker (it expired and was
+    /// reclaimed, or the task was settled elsewhere). Nothing the handler returns is
+    /// reported; another worker may already run the task.
+    LeaseLost,
+    /// An operator cancelled the task. Return (an error is fine): the worker reports
+    /// Fail and the broker moves the task to CANCELLED.
+    CancelRequested,
+    /// The worker is stopping and the grace period is over; the task is handed back
+    /// to the broker to run again at once.
+    ShuttingDown,
+}
+
+/// The state the worker runtime and a handler share for one leased task.
+pub(crate) struct Shared {
+    pub(crate) task: pb::LeasedTask,
+    client: Client,
+    cancel: CancellationToken,
+    reason: OnceLock<CancelReason>,
+    lost: AtomicBool,
+    checkpoint: Mutex<Option<Vec<u8>>>,
+    /// Until when this worker believes the lease holds: the time a call that
+    /// extended it was sent, plus the extension. Earlier than the broker's view.
+    valid_until: Mutex<Instant>,
+}
+
+impl Shared {
+    pub(crate) fn new(task: pb::LeasedTask, client: Client, valid_until: Instant) -> Self {
+        let checkpoint = task.has_checkpoint.then(|| task.checkpoint.clone());
+        Shared {
+            task,
+            client,
+            cancel: CancellationToken::new(),
+            reason: OnceLock::new(),
+            lost: AtomicBool::new(false),
+            checkpoint: Mutex::new(checkpoint),
+            valid_until: Mutex::new(valid_until),
+        }
+    }
+
+    /// Fires `cancelled()`; the first reason given is the one the handler sees.
+    pub(crate) fn cancel(&self, reason: CancelReason) {
+        let _ = self.reason.set(reason);
+        self.cancel.cancel();
+    }
+
+    pub(crate) fn mark_lost(&self) {
+        self.lost.store(true, Ordering::SeqCst);
+        self.cancel(CancelReason::LeaseLost);
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn extended(&self, until: Instant) {
+        // A poisoned lock only means another holder panicked mid-assignment of an
+        // Instant, which cannot leave it half-written.
+        let mut v = self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
+        *v = (*v).max(until);
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What a handler is given for one attempt of one task. Cheap to clone.
+#[derive(Clone)]
+pub struct TaskContext {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for TaskContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskContext")
+            .field("task_id", &self.task_id())
+            .field("queue", &self.queue())
+            .field("attempt", &self.attempt())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TaskContext {
+    fn task(&self) -> &pb::LeasedTask {
+        &self.shared.task
+    }
+
+    pub fn task_id(&self) -> &str {
+        &self.task().task_id
+    }
+
+    pub fn queue(&self) -> &str {
+        &self.task().queue
+    }
+
+    pub fn payload(&self) -> &[u8] {
+        &self.task().payload
+    }
+
+    /// The payload decoded from JSON; a payload that does not decode is a permanent
+    /// error (running it again would not help).
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, TaskError> {
+        serde_json::from_slice(self.payload())
+            .map_err(|e| TaskError::permanent(format!("payload is not the expected JSON: {e}")))
+    }
+
+    pub fn key(&self) -> &str {
+        &self.task().key
+    }
+
+    pub fn metadata(&self) -> &HashMap<String, String> {
+        &self.task().metadata
+    }
+
+    /// 1-based number of this attempt.
+    pub fn attempt(&self) -> u32 {
+        self.task().attempt
+    }
+
+    /// The attempt after which no retry is made.
+    pub fn max_attempts(&self) -> u32 {
+        self.task().max_attempts
+    }
+
+    /// Strictly increases with every lease of the task: pass it to downstream stores
+    /// so they can reject writes from a stale holder.
+    pub fn fencing_token(&self) -> u64 {
+        self.task().fencing_token
+    }
+
+    /// The task's deadline, if it has one.
+    pub fn deadline(&self) -> Option<SystemTime> {
+        from_proto_timestamp(self.task().deadline.as_ref())
+    }
+
+    pub fn lease_token(&self) -> &str {
+        &self.task().lease_token
+    }
+
+    /// The latest checkpoint: saved by this attempt, or else handed over from an
+    /// earlier one.
+    pub fn last_checkpoint(&self) -> Option<Vec<u8>> {
+        self.shared
+            .checkpoint
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Saves progress durably; the next attempt (after a crash or a retry) gets it
+    /// from `last_checkpoint()`. A lost lease is returned as an error (and fires
+    /// `cancelled()`); a cancel request fires `cancelled()` too.
+    pub async fn checkpoint(&self, checkpoint: impl Into<Vec<u8>>) -> Result<(), Error> {
+        let checkpoint = checkpoint.into();
+        let shared = &self.shared;
+        let req = pb::CheckpointRequest {
+            task_id: self.task_id().to_string(),
+            lease_token: self.lease_token().to_string(),
+            checkpoint: checkpoint.clone(),
+            // The heartbeat keeps the lease alive; a checkpoint only saves progress.
+            extend_by: None,
+        };
+        match shared.client.checkpoint(req).await {
+            Ok(r) => {
+                *shared.checkpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(checkpoint);
+                if r.cancel_requested {
+                    shared.cancel(CancelReason::CancelRequested);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                if e.is_lease_lost() {
+                    shared.mark_lost();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Completes when the handler should stop: the lease was lost, an operator
+    /// cancelled the task, or the worker's shutdown grace period ran out.
+    pub fn cancelled(&self) -> WaitForCancellationFutureOwned {
+        self.shared.cancel.clone().cancelled_owned()
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.shared.cancel.is_cancelled()
+    }
+
+    /// Why `cancelled()` fired, once it has.
+    pub fn cancel_reason(&self) -> Option<CancelReason> {
+        self.shared.reason.get().copied()
+    }
+
+    /// A client on the worker's connection, for submitting follow-up tasks.
+    pub fn client(&self) -> &Client {
+        &self.shared.client
+    }
+}

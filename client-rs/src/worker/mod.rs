@@ -1,0 +1,392 @@
+//! The worker runtime: lease tasks for free slots only, run each under its handler,
+//! keep the leases alive with batched heartbeats, report the outcome, and stop
+//! gracefully.
+//!
+//! - `mod.rs` (this file): `Worker`, its builder, the lease loop and shutdown.
+//! - `context.rs`: `TaskContext`, what a handler sees (payload, checkpoint, cancel).
+//! - `handler.rs`: `TaskError` and `TaskOutput`, what a handler returns.
+//! - `heartbeat.rs`: the running leases and the Heartbeat loop.
+//! - `task.rs`: one attempt: run the handler, catch panics, report with retries.
+//! - `event.rs`: `WorkerEvent`, what a worker tells subscribers.
+
+mod context;
+mod event;
+mod handler;
+mod heartbeat;
+mod task;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+pub use context::{CancelReason, TaskContext};
+pub use event::{LeaseUpdate, Outcome, WorkerEvent};
+pub use handler::{BoxError, Json, TaskError, TaskOutput};
+
+use context::Shared;
+use handler::BoxHandler;
+use heartbeat::{Heartbeat, Leases};
+use task::Attempt;
+
+use crate::time::to_proto_duration;
+use crate::{Client, Error, pb};
+
+/// The broker's limit on tasks per Lease call.
+const MAX_LEASE_BATCH: usize = 256;
+const LEASE_BACKOFF_BASE: Duration = Duration::from_millis(200);
+const LEASE_BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// Exponential backoff with full jitter: a random pause up to `base * 2^attempt`,
+/// capped at `max`. Spreads reconnecting workers out instead of having them retry in step.
+pub(crate) fn backoff(attempt: u32, base: Duration, max: Duration) -> Duration {
+    let ceiling = base.saturating_mul(1u32 << attempt.min(16)).min(max);
+    ceiling.mul_f64(rand::random::<f64>().max(0.1))
+}
+
+/// Builds a [`Worker`]; see [`Worker::builder`].
+pub struct WorkerBuilder {
+    client: Client,
+    handlers: HashMap<String, BoxHandler>,
+    queues: Vec<String>,
+    concurrency: usize,
+    lease_duration: Duration,
+    heartbeat_interval: Option<Duration>,
+    lease_wait: Duration,
+    shutdown_grace: Duration,
+    worker_id: Option<String>,
+}
+
+/// Leases tasks from its queues and runs them, at most `concurrency` at a time.
+pub struct Worker {
+    config: WorkerBuilder,
+    worker_id: String,
+    events: broadcast::Sender<WorkerEvent>,
+}
+
+impl WorkerBuilder {
+    /// Runs `handler` for the tasks of `queue`. A handler is an async fn of a
+    /// [`TaskContext`] returning `Result<O, TaskError>`, where `O` is `Vec<u8>`,
+    /// `String`, `&'static str`, `()` or [`Json`].
+    pub fn queue<H, Fut, O>(mut self, queue: impl Into<String>, handler: H) -> Self
+    where
+        H: Fn(TaskContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, TaskError>> + Send + 'static,
+        O: TaskOutput,
+    {
+        let queue = queue.into();
+        if !self.queues.contains(&queue) {
+            self.queues.push(queue.clone());
+        }
+        self.handlers.insert(queue, handler::boxed(handler));
+        self
+    }
+
+    /// Handlers running at once, at least 1. Default 10. The worker never holds more
+    /// leases than this.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// How long a lease lasts without a heartbeat; also how long a crashed worker's
+    /// tasks wait before the broker hands them out again. Default 30 s.
+    pub fn lease_duration(mut self, d: Duration) -> Self {
+        self.lease_duration = d;
+        self
+    }
+
+    /// Time between Heartbeat calls. Default: a third of the lease duration, so two
+    /// beats may fail before a lease runs out.
+    pub fn heartbeat_interval(mut self, d: Duration) -> Self {
+        self.heartbeat_interval = Some(d);
+        self
+    }
+
+    /// How long one Lease call waits for a task to arrive (long poll). Default 10 s.
+    pub fn lease_wait(mut self, d: Duration) -> Self {
+        self.lease_wait = d;
+        self
+    }
+
+    /// After shutdown is asked for, how long running handlers may take to finish
+    /// before they are cancelled and their tasks handed back. Default 30 s.
+    pub fn shutdown_grace(mut self, d: Duration) -> Self {
+        self.shutdown_grace = d;
+        self
+    }
+
+    /// The name this worker leases under (shown in attempts and `taskbroker list`).
+    /// Default: `rust-<pid>-<random>`.
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.worker_id = Some(id.into());
+        self
+    }
+
+    pub fn build(self) -> Worker {
+        // Large enough that a subscriber reading as events come rarely lags.
+        let (events, _) = broadcast::channel(1024);
+        let worker_id = self.worker_id.clone().unwrap_or_else(|| {
+            format!("rust-{}-{:04x}", std::process::id(), rand::random::<u16>())
+        });
+        Worker {
+            config: self,
+            worker_id,
+            events,
+        }
+    }
+}
+
+impl Worker {
+    pub fn builder(client: Client) -> WorkerBuilder {
+        WorkerBuilder {
+            client,
+            handlers: HashMap::new(),
+            queues: Vec::new(),
+            concurrency: 10,
+            lease_duration: Duration::from_secs(30),
+            heartbeat_interval: None,
+            lease_wait: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(30),
+            worker_id: None,
+        }
+    }
+
+    /// Events from now on; see [`WorkerEvent`].
+    pub fn subscribe(&self) -> broadcast::Receiver<WorkerEvent> {
+        self.events.subscribe()
+    }
+
+    /// The id this worker leases under.
+    pub fn worker_id(&self) -> &str {
+        &self.worker_id
+    }
+
+    /// Runs until `shutdown` completes, then stops leasing, gives running handlers
+    /// the grace period, cancels the rest and hands their tasks back. Returns an
+    /// error only for settings the broker refuses (bad queue name, lease duration).
+    /// Dropping the future instead is a crash as far as the broker knows: the
+    /// leases run out and the tasks are leased again.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
+        let c = &self.config;
+        if c.queues.is_empty() {
+            return Err(Error::Config("no queue has a handler".into()));
+        }
+        if c.lease_duration < Duration::from_secs(1) {
+            return Err(Error::Config(
+                "the lease duration must be at least 1 s".into(),
+            ));
+        }
+        let worker_id = self.worker_id.clone();
+        let leases = Arc::new(Leases::default());
+        let every = c.heartbeat_interval.unwrap_or(c.lease_duration / 3);
+        let heartbeat = Heartbeat {
+            client: c.client.clone(),
+            worker_id: worker_id.clone(),
+            leases: leases.clone(),
+            every,
+            extend_by: c.lease_duration,
+            events: self.events.clone(),
+        };
+        let stop_beating = CancellationToken::new();
+        let mut run = Run {
+            worker: &self,
+            worker_id,
+            leases,
+            // Dropping the set (when `run` is dropped) aborts every handler with it.
+            tasks: JoinSet::new(),
+            hard_stop: CancellationToken::new(),
+        };
+        let main = async {
+            let result = run.lease_loop(shutdown).await;
+            let _ = self.events.send(WorkerEvent::Stopping);
+            run.drain().await;
+            // Beat until the last report is in: a report may be retried.
+            stop_beating.cancel();
+            result
+        };
+        let (result, ()) = tokio::join!(main, heartbeat.run(stop_beating.clone()));
+        result
+    }
+}
+
+/// The state of one `Worker::run`.
+struct Run<'a> {
+    worker: &'a Worker,
+    worker_id: String,
+    leases: Arc<Leases>,
+    tasks: JoinSet<()>,
+    hard_stop: CancellationToken,
+}
+
+impl Run<'_> {
+    /// Leases for free slots until `shutdown` completes or the broker refuses the
+    /// worker's settings.
+    async fn lease_loop(&mut self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+        let c = &self.worker.config;
+        let slots = Arc::new(Semaphore::new(c.concurrency));
+        tokio::pin!(shutdown);
+        let mut failures = 0;
+        loop {
+            self.reap_finished();
+            let mut permit = tokio::select! {
+                biased;
+                _ = &mut shutdown => return Ok(()),
+                // The semaphore is never closed, so acquiring only waits.
+                p = slots.clone().acquire_owned() => p.expect("the slot semaphore is never closed"),
+            };
+            // Take every other free slot too, so one Lease fills them all.
+            let free = slots.available_permits().min(MAX_LEASE_BATCH - 1);
+            if free > 0
+                && let Ok(more) = slots.clone().try_acquire_many_owned(free as u32)
+            {
+                permit.merge(more);
+            }
+            let asked = permit.num_permits() as u32;
+            let req = pb::LeaseRequest {
+                worker_id: self.worker_id.clone(),
+                queues: c.queues.clone(),
+                max_tasks: asked,
+                lease_duration: Some(to_proto_duration(c.lease_duration)),
+                wait: Some(to_proto_duration(c.lease_wait)),
+            };
+            let sent_at = Instant::now();
+            let leased = tokio::select! {
+                biased;
+                // Dropping the call cancels it; the broker then leases nothing for it.
+                _ = &mut shutdown => return Ok(()),
+                r = c.client.lease(req) => r,
+            };
+            match leased {
+                Ok(tasks) => {
+                    failures = 0;
+                    let _ = self.worker.events.send(WorkerEvent::Leased {
+                        asked,
+                        count: tasks.len(),
+                    });
+                    for t in tasks {
+                        let Some(slot) = permit.split(1) else {
+                            // The broker never returns more than max_tasks; if it did,
+                            // the extra tasks are left to expire rather than overrun.
+                            tracing::error!(task_id = %t.task_id, "the broker returned more tasks than asked for");
+                            break;
+                        };
+                        self.start(t, slot, sent_at + c.lease_duration);
+                    }
+                }
+                Err(e) if is_fatal(&e) => return Err(e),
+                Err(e) => {
+                    drop(permit);
+                    let pause = backoff(failures, LEASE_BACKOFF_BASE, LEASE_BACKOFF_MAX);
+                    failures += 1;
+                    tracing::warn!(error = %e, ?pause, "lease failed; retrying");
+                    tokio::select! {
+                        biased;
+                        _ = &mut shutdown => return Ok(()),
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    fn start(&mut self, task: pb::LeasedTask, permit: OwnedSemaphorePermit, valid_until: Instant) {
+        let c = &self.worker.config;
+        let Some(handler) = c.handlers.get(&task.queue).cloned() else {
+            // Only the handlers' queues are leased, so this cannot happen; the lease
+            // runs out and the broker retries the task.
+            tracing::error!(task_id = %task.task_id, queue = %task.queue, "no handler for the queue");
+            return;
+        };
+        let _ = self.worker.events.send(WorkerEvent::Started {
+            task_id: task.task_id.clone(),
+            queue: task.queue.clone(),
+            attempt: task.attempt,
+        });
+        let shared = Arc::new(Shared::new(task, c.client.clone(), valid_until));
+        self.leases.insert(shared.clone());
+        let attempt = Attempt {
+            shared,
+            handler,
+            client: c.client.clone(),
+            leases: self.leases.clone(),
+            hard_stop: self.hard_stop.clone(),
+            events: self.worker.events.clone(),
+            permit,
+        };
+        self.tasks.spawn(attempt.run());
+    }
+
+    /// Collects the attempts that are over, so the set does not grow.
+    fn reap_finished(&mut self) {
+        while let Some(r) = self.tasks.try_join_next() {
+            log_join(r);
+        }
+    }
+
+    /// Waits the grace period for running handlers, then cuts the rest off (they
+    /// report Fail, retryable, retry_after 0) and waits for their reports.
+    async fn drain(&mut self) {
+        let grace = self.worker.config.shutdown_grace;
+        let tasks = &mut self.tasks;
+        let all_done = async {
+            while let Some(r) = tasks.join_next().await {
+                log_join(r);
+            }
+        };
+        if tokio::time::timeout(grace, all_done).await.is_err() {
+            tracing::warn!(
+                ?grace,
+                "handlers still running after the grace period; cancelling them"
+            );
+            self.leases.cancel_all(CancelReason::ShuttingDown);
+            self.hard_stop.cancel();
+            while let Some(r) = self.tasks.join_next().await {
+                log_join(r);
+            }
+        }
+    }
+}
+
+fn log_join(r: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = r {
+        // Handler panics are caught inside the attempt; this is the runtime's own.
+        tracing::error!(error = %e, "a task attempt ended abnormally");
+    }
+}
+
+/// Errors that retrying the same Lease cannot fix.
+fn is_fatal(e: &Error) -> bool {
+    use tonic::Code;
+    matches!(
+        e.code(),
+        Some(
+            Code::InvalidArgument
+                | Code::Unauthenticated
+                | Code::PermissionDenied
+                | Code::Unimplemented
+                | Code::OutOfRange
+        )
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_bounded_and_never_zero() {
+        let base = Duration::from_millis(100);
+        let max = Duration::from_secs(5);
+        for attempt in 0..100 {
+            let d = backoff(attempt, base, max);
+            assert!(d <= max, "{attempt}: {d:?}");
+            assert!(d >= base.min(max).mul_f64(0.1) / 2, "{attempt}: {d:?}");
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! One attempt of one task: run the handler (a panic is caught and becomes a
+//! failure), then report Complete or Fail, retrying the report while the lease
+//! still holds. Both reports are idempotent on the broker, so a retry after a lost
+//! answer is harmless.
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::sync::{OwnedSemaphorePermit, broadcast};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::TaskContext;
+use super::context::Shared;
+use super::event::{Outcome, WorkerEvent};
+use super::handler::{BoxHandler, TaskError};
+use super::heartbeat::Leases;
+use crate::time::to_proto_duration;
+use crate::{Client, Error, pb};
+
+/// The message of the Fail a worker sends for a handler cut off by shutdown.
+pub(crate) const SHUTDOWN_MESSAGE: &str = "worker shutting down";
+
+/// How a handler's run ended.
+enum Ended {
+    Returned(Result<Vec<u8>, TaskError>),
+    Panicked(String),
+    /// Cut off at the end of the shutdown grace period.
+    Stopped,
+}
+
+/// What to tell the broker.
+enum Report {
+    Complete(Vec<u8>),
+    Fail {
+        message: String,
+        non_retryable: bool,
+        retry_after: Option<Duration>,
+    },
+}
+
+/// Everything one attempt needs; moved into its tokio task.
+pub(crate) struct Attempt {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) handler: BoxHandler,
+    pub(crate) client: Client,
+    pub(crate) leases: Arc<Leases>,
+    pub(crate) hard_stop: CancellationToken,
+    pub(crate) events: broadcast::Sender<WorkerEvent>,
+    /// The slot this attempt occupies; freed when the attempt is over.
+    pub(crate) permit: OwnedSemaphorePermit,
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_string()
+    }
+}
+
+impl Attempt {
+    pub(crate) async fn run(self) {
+        let task_id = self.shared.task.task_id.clone();
+        let ctx = TaskContext {
+            shared: self.shared.clone(),
+        };
+        let handler = self.handler.clone();
+        // The handler is called inside the future, so a panic in the call itself is
+        // caught as well as one in the future it returns.
+        let run = AssertUnwindSafe(async move { handler(ctx).await }).catch_unwind();
+        let ended = tokio::select! {
+            // A handler that is done wins over a shutdown that fires at the same time.
+            biased;
+            r = run => match r {
+                Ok(r) => Ended::Returned(r),
+                Err(payload) => Ended::Panicked(panic_message(payload.as_ref())),
+            },
+            _ = self.hard_stop.cancelled() => Ended::Stopped,
+        };
+        let outcome = self.settle(ended).await;
+        self.leases.remove(&task_id);
+        drop(self.permit);
+        let _ = self.events.send(WorkerEvent::Finished { task_id, outcome });
+    }
+
+    async fn settle(&self, ended: Ended) -> Outcome {
+        if self.shared.is_lost() {
+            // The broker reclaimed the task; whatever we say now is stale.
+            return Outcome::Abandoned;
+        }
+        let (report, success) = match ended {
+            Ended::Returned(Ok(result)) => (Report::Complete(result), Outcome::Completed),
+            Ended::Returned(Err(e)) => {
+                let success = Outcome::Failed {
+                    message: e.message().to_string(),
+                    retryable: e.is_retryable(),
+                };
+                let report = Report::Fail {
+                    message: e.message().to_string(),
+                    non_retryable: !e.is_retryable(),
+                    retry_after: e.retry_delay(),
+                };
+                (report, success)
+            }
+            Ended::Panicked(msg) => {
+                let message = format!("panic: {msg}");
+                tracing::error!(task_id = %self.shared.task.task_id, %message, "handler panicked");
+                let success = Outcome::Failed {
+                    message: message.clone(),
+                    retryable: true,
+                };
+                let report = Report::Fail {
+                    message,
+                    non_retryable: false,
+                    retry_after: None,
+                };
+                (report, success)
+            }
+            Ended::Stopped => {
+                let report = Report::Fail {
+                    message: SHUTDOWN_MESSAGE.to_string(),
+                    non_retryable: false,
+                    // Hand the task straight back so another worker can take it.
+                    retry_after: Some(Duration::ZERO),
+                };
+                (report, Outcome::Interrupted)
+            }
+        };
+        match self.report(report).await {
+            Ok(()) => success,
+            Err(e) if e.is_lease_lost() => Outcome::Abandoned,
+            Err(e) => {
+                tracing::warn!(task_id = %self.shared.task.task_id, error = %e, "could not report the outcome");
+                Outcome::Unreported {
+                    error: e.to_string(),
+                }
+            }
+        }
+    }
+
+    async fn report(&self, report: Report) -> Result<(), Error> {
+        match report {
+            Report::Complete(result) => match self.retrying(|| self.complete(result.clone())).await {
+                // A result the broker refuses (too large) would be refused again:
+                // fail the task for good with the reason instead of leaving it leased.
+                Err(e) if e.code() == Some(tonic::Code::ResourceExhausted) => {
+                    let message = format!("result refused by the broker: {e}");
+                    self.retrying(|| self.fail(message.clone(), true, None)).await
+                }
+                other => other,
+            },
+            Report::Fail {
+                message,
+                non_retryable,
+                retry_after,
+            } => {
+                self.retrying(|| self.fail(message.clone(), non_retryable, retry_after))
+                    .await
+            }
+        }
+    }
+
+    async fn complete(&self, result: Vec<u8>) -> Result<(), Error> {
+        let req = pb::CompleteRequest {
+            task_id: self.shared.task.task_id.clone(),
+            lease_token: self.shared.task.lease_token.clone(),
+            result,
+        };
+        self.client.complete(req).await
+    }
+
+    async fn fail(
+        &self,
+        message: String,
+        non_retryable: bool,
+        retry_after: Option<Duration>,
+    ) -> Result<(), Error> {
+        let req = pb::FailRequest {
+            task_id: self.shared.task.task_id.clone(),
+            lease_token: self.shared.task.lease_token.clone(),
+            error_message: message,
+            non_retryable,
+            retry_after: retry_after.map(to_proto_duration),
+        };
+        self.client.fail(req).await.map(|_| ())
+    }
+
+    /// Calls `call` until it succeeds, fails for a reason a retry cannot fix, or
+    /// the lease (as this worker last knew it) has run out.
+    async fn retrying<F, Fut>(&self, call: F) -> Result<(), Error>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<(), Error>>,
+    {
+        let mut attempt = 0;
+        loop {
+            match call().await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_transient() => {
+                    let pause = super::backoff(attempt, REPORT_BACKOFF_BASE, REPORT_BACKOFF_MAX);
+                    if Instant::now() + pause >= self.shared.valid_until() {
+                        return Err(e);
+                    }
+                    tracing::debug!(error = %e, ?pause, "report failed; retrying");
+                    tokio::time::sleep(pause).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+const REPORT_BACKOFF_BASE: Duration = Duration::from_millis(100);
+const REPORT_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panic_payloads_become_messages() {
+        assert_eq!(panic_message(&"boom"), "boom");
+        assert_eq!(panic_message(&String::from("boom 2")), "boom 2");
+        assert_eq!(panic_message(&42_u8), "a non-string panic payload");
+    }
+}

@@ -1,0 +1,47 @@
+package dev.taskbroker.client;
+
+import com.google.protobuf.Any;
+import com.google.protobuf.InvalidProtocolBufferException;
+import com.google.rpc.ErrorInfo;
+import io.grpc.Status;
+import io.grpc.protobuf.StatusProto;
+import java.util.Optional;
+
+/** Reads the rich error details ({@code grpc-status-details-bin}) the broker attaches to errors. */
+public final class ErrorDetails {
+  /** The ErrorInfo domain of every error the broker raises. */
+  public static final String DOMAIN = "taskbroker.dev";
+
+  /** The ErrorInfo reason when a lease token no longer holds its task. */
+  public static final String LEASE_LOST = "LEASE_LOST";
+
+  private ErrorDetails() {}
+
+  /** The first google.rpc.ErrorInfo detail of a failed call, if any. */
+  public static Optional<ErrorInfo> errorInfo(Throwable t) {
+    com.google.rpc.Status status = StatusProto.fromThrowable(t);
+    if (status == null) {
+      return Optional.empty();
+    }
+    for (Any detail : status.getDetailsList()) {
+      if (detail.is(ErrorInfo.class)) {
+        try {
+          return Optional.of(detail.unpack(ErrorInfo.class));
+        } catch (InvalidProtocolBufferException e) {
+          return Optional.empty();
+        }
+      }
+    }
+    return Optional.empty();
+  }
+
+  /** True when the call failed because the lease is no longer held (ABORTED, LEASE_LOST). */
+  public static boolean isLeaseLost(Throwable t) {
+    if (Status.fromThrowable(t).getCode() != Status.Code.ABORTED) {
+      return false;
+    }
+    // An ABORTED without details still means a lost lease: it is the only ABORTED the broker
+    // raises on lease-scoped calls, and treating it so only stops work that cannot be settled.
+    return errorInfo(t).map(info -> LEASE_LOST.equals(info.getReason())).orElse(true);
+  }
+}

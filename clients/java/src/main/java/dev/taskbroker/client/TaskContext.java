@@ -1,0 +1,157 @@
+package dev.taskbroker.client;
+
+import com.google.protobuf.ByteString;
+import dev.taskbroker.v1.BrokerServiceGrpc;
+import dev.taskbroker.v1.CheckpointRequest;
+import dev.taskbroker.v1.CheckpointResponse;
+import dev.taskbroker.v1.LeasedTask;
+import io.grpc.StatusRuntimeException;
+import java.time.Instant;
+import java.util.Optional;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
+
+/**
+ * What a handler sees of one leased task, plus the lease bookkeeping the worker's heartbeat
+ * updates. Safe to use from the handler thread while the heartbeat thread updates it.
+ */
+public final class TaskContext {
+  /** Why a task's work should stop. */
+  public enum AbortKind {
+    /** The lease is no longer held (expired, reclaimed); nothing will be reported. */
+    LOST,
+    /** An operator cancelled the task: stop and throw, the worker reports Fail. */
+    CANCELLED,
+    /** The worker is stopping hard after its drain timeout. */
+    STOPPING
+  }
+
+  private final BrokerServiceGrpc.BrokerServiceBlockingStub broker;
+  private final LeasedTask task;
+  private final AtomicReference<AbortKind> abort = new AtomicReference<>();
+  private volatile ByteString lastCheckpoint;
+  private volatile Instant leaseExpiresAt;
+
+  TaskContext(BrokerServiceGrpc.BrokerServiceBlockingStub broker, LeasedTask task) {
+    this.broker = broker;
+    this.task = task;
+    this.lastCheckpoint = task.getHasCheckpoint() ? task.getCheckpoint() : null;
+    this.leaseExpiresAt =
+        task.hasLeaseExpiresAt() ? ProtoTime.instant(task.getLeaseExpiresAt()) : Instant.now();
+  }
+
+  /** The task as leased. */
+  public LeasedTask task() {
+    return task;
+  }
+
+  public String taskId() {
+    return task.getTaskId();
+  }
+
+  public ByteString payload() {
+    return task.getPayload();
+  }
+
+  /** 1-based number of this attempt. */
+  public int attempt() {
+    return task.getAttempt();
+  }
+
+  /** Pass to downstream stores so they can reject writes from a stale holder. */
+  public long fencingToken() {
+    return task.getFencingToken();
+  }
+
+  /** The latest checkpoint: saved by this attempt, else by an earlier one. */
+  public Optional<ByteString> lastCheckpoint() {
+    return Optional.ofNullable(lastCheckpoint);
+  }
+
+  /** When the lease runs out unless extended, as last reported by the broker. */
+  public Instant leaseExpiresAt() {
+    return leaseExpiresAt;
+  }
+
+  /** True once the lease is lost, the task is cancelled or the worker stops hard. */
+  public boolean isCancelled() {
+    return abort.get() != null;
+  }
+
+  /** Why the work should stop, if it should. */
+  public Optional<AbortKind> abortKind() {
+    return Optional.ofNullable(abort.get());
+  }
+
+  /** Throws {@link CancelledException} when the work should stop. */
+  public void throwIfCancelled() throws CancelledException {
+    AbortKind kind = abort.get();
+    if (kind != null) {
+      throw new CancelledException(taskId(), kind);
+    }
+  }
+
+  /**
+   * Stores durable progress that the next attempt receives as {@link #lastCheckpoint()}.
+   *
+   * @throws CancelledException when the lease is lost
+   */
+  public void checkpoint(ByteString data) throws CancelledException {
+    if (abort.get() == AbortKind.LOST) {
+      throw new CancelledException(taskId(), AbortKind.LOST);
+    }
+    try {
+      CheckpointResponse res =
+          broker
+              .withDeadlineAfter(10, TimeUnit.SECONDS)
+              .checkpoint(
+                  CheckpointRequest.newBuilder()
+                      .setTaskId(taskId())
+                      .setLeaseToken(task.getLeaseToken())
+                      .setCheckpoint(data)
+                      .build());
+      lastCheckpoint = data;
+      if (res.hasLeaseExpiresAt()) {
+        extendedTo(ProtoTime.instant(res.getLeaseExpiresAt()));
+      }
+      if (res.getCancelRequested()) {
+        abort(AbortKind.CANCELLED);
+      }
+    } catch (StatusRuntimeException e) {
+      if (ErrorDetails.isLeaseLost(e)) {
+        abort(AbortKind.LOST);
+        throw new CancelledException(taskId(), AbortKind.LOST);
+      }
+      throw e;
+    }
+  }
+
+  /** Same as {@link #checkpoint(ByteString)} with raw bytes. */
+  public void checkpoint(byte[] data) throws CancelledException {
+    checkpoint(ByteString.copyFrom(data));
+  }
+
+  void extendedTo(Instant expiresAt) {
+    leaseExpiresAt = expiresAt;
+  }
+
+  /** Records the first reason only. */
+  void abort(AbortKind kind) {
+    abort.compareAndSet(null, kind);
+  }
+
+  /** Thrown to stop a task's work once its context is cancelled. */
+  public static final class CancelledException extends Exception {
+    private static final long serialVersionUID = 1L;
+    private final AbortKind kind;
+
+    CancelledException(String taskId, AbortKind kind) {
+      super("task " + taskId + ": " + kind.name().toLowerCase(java.util.Locale.ROOT));
+      this.kind = kind;
+    }
+
+    public AbortKind kind() {
+      return kind;
+    }
+  }
+}

@@ -1,0 +1,424 @@
+package dev.taskbroker.client;
+
+import com.google.protobuf.ByteString;
+import dev.taskbroker.v1.BrokerServiceGrpc;
+import dev.taskbroker.v1.CompleteRequest;
+import dev.taskbroker.v1.FailRequest;
+import dev.taskbroker.v1.HeartbeatRequest;
+import dev.taskbroker.v1.HeartbeatResponse;
+import dev.taskbroker.v1.LeaseRef;
+import dev.taskbroker.v1.LeaseRequest;
+import dev.taskbroker.v1.LeaseStatus;
+import dev.taskbroker.v1.LeasedTask;
+import io.grpc.Context;
+import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.BiConsumer;
+
+/**
+ * Runs a {@link TaskHandler} over tasks leased from a broker.
+ *
+ * <ul>
+ *   <li>One lease thread long-polls Lease for exactly as many tasks as there are free slots.
+ *   <li>One heartbeat thread extends every running lease in a single Heartbeat call, about every
+ *       third of the lease duration, and flags a task's context when its lease is lost or an
+ *       operator asks to cancel it.
+ *   <li>A returned result is reported with Complete; a {@link PermanentException} with
+ *       Fail(non_retryable); any other exception with Fail, so the retry policy applies.
+ *   <li>{@link #stop(Duration)} stops leasing and drains; after the timeout it flags and
+ *       interrupts the handlers still running.
+ * </ul>
+ */
+public final class Worker implements AutoCloseable {
+  private final BrokerServiceGrpc.BrokerServiceBlockingStub broker;
+  private final TaskHandler handler;
+  private final String workerId;
+  private final List<String> queues;
+  private final int concurrency;
+  private final Duration leaseDuration;
+  private final Duration pollWait;
+  private final Duration heartbeatInterval;
+  private final BiConsumer<String, Throwable> onError;
+
+  private final Map<String, TaskContext> running = new ConcurrentHashMap<>();
+  /** One permit per idle handler thread: the lease loop asks for no more tasks than these. */
+  private final Semaphore slots;
+  private final ExecutorService handlers;
+  private final ScheduledExecutorService heartbeats;
+  private final Thread leaseThread;
+  /** The in-flight long poll, cancelled by stop() so it does not hold the stop up. */
+  private final AtomicReference<Context.CancellableContext> poll = new AtomicReference<>();
+  private final CountDownLatch stopped = new CountDownLatch(1);
+  private volatile boolean stopping;
+  private boolean started;
+
+  private Worker(Builder b) {
+    this.broker = b.taskbroker.broker();
+    this.handler = b.handler;
+    this.workerId = b.workerId;
+    this.queues = List.copyOf(b.queues);
+    this.concurrency = b.concurrency;
+    this.leaseDuration = b.leaseDuration;
+    this.pollWait = b.pollWait;
+    this.heartbeatInterval =
+        b.heartbeatInterval != null ? b.heartbeatInterval : leaseDuration.dividedBy(3);
+    this.onError = b.onError;
+    this.slots = new Semaphore(concurrency);
+    AtomicInteger n = new AtomicInteger();
+    this.handlers =
+        Executors.newFixedThreadPool(
+            concurrency, r -> daemon(r, "taskbroker-handler-" + n.incrementAndGet()));
+    this.heartbeats =
+        Executors.newSingleThreadScheduledExecutor(r -> daemon(r, "taskbroker-heartbeat"));
+    this.leaseThread = daemon(this::leaseLoop, "taskbroker-lease");
+  }
+
+  public static Builder builder(Taskbroker taskbroker, TaskHandler handler) {
+    return new Builder(taskbroker, handler);
+  }
+
+  public String workerId() {
+    return workerId;
+  }
+
+  /** Tasks being worked on right now. */
+  public int inFlight() {
+    return running.size();
+  }
+
+  /** Starts leasing and heartbeating in background threads. */
+  public synchronized void start() {
+    if (started) {
+      return;
+    }
+    started = true;
+    long every = Math.max(heartbeatInterval.toMillis(), 100);
+    heartbeats.scheduleWithFixedDelay(this::heartbeatOnce, every, every, TimeUnit.MILLISECONDS);
+    leaseThread.start();
+  }
+
+  /**
+   * Stops leasing and waits up to {@code timeout} for running tasks to finish; then flags them
+   * {@link TaskContext.AbortKind#STOPPING}, interrupts their threads and waits a little more.
+   * Heartbeats go on until the last task is settled.
+   */
+  public synchronized void stop(Duration timeout) throws InterruptedException {
+    if (!started || stopping) {
+      stopped.await();
+      return;
+    }
+    stopping = true;
+    Context.CancellableContext inFlight = poll.get();
+    if (inFlight != null) {
+      inFlight.cancel(null);
+    }
+    leaseThread.interrupt();
+    leaseThread.join();
+    handlers.shutdown();
+    if (!handlers.awaitTermination(timeout.toMillis(), TimeUnit.MILLISECONDS)) {
+      running.values().forEach(ctx -> ctx.abort(TaskContext.AbortKind.STOPPING));
+      handlers.shutdownNow();
+      handlers.awaitTermination(10, TimeUnit.SECONDS);
+    }
+    heartbeats.shutdownNow();
+    heartbeats.awaitTermination(5, TimeUnit.SECONDS);
+    stopped.countDown();
+  }
+
+  /** Blocks until {@link #stop(Duration)} has finished. */
+  public void awaitStopped() throws InterruptedException {
+    stopped.await();
+  }
+
+  /** Stops with a 30 s drain timeout; an interrupt while waiting is kept on the thread. */
+  @Override
+  public void close() {
+    try {
+      stop(Duration.ofSeconds(30));
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  private void leaseLoop() {
+    long backoffMs = 100;
+    while (!stopping) {
+      try {
+        slots.acquire();
+      } catch (InterruptedException e) {
+        return; // stop() interrupts us
+      }
+      int free = 1 + slots.drainPermits();
+      Context.CancellableContext ctx = Context.current().withCancellation();
+      poll.set(ctx);
+      List<LeasedTask> tasks;
+      try {
+        if (stopping) { // stop() may have run before poll was set
+          slots.release(free);
+          return;
+        }
+        LeaseRequest req =
+            LeaseRequest.newBuilder()
+                .setWorkerId(workerId)
+                .addAllQueues(queues)
+                .setMaxTasks(free)
+                .setLeaseDuration(ProtoTime.duration(leaseDuration))
+                .setWait(ProtoTime.duration(pollWait))
+                .build();
+        // The deadline leaves the broker room to answer an empty long poll.
+        long deadlineMs = pollWait.toMillis() + 10_000;
+        tasks =
+            ctx.call(
+                () ->
+                    broker
+                        .withDeadlineAfter(deadlineMs, TimeUnit.MILLISECONDS)
+                        .lease(req)
+                        .getTasksList());
+        backoffMs = 100;
+      } catch (Exception e) {
+        slots.release(free);
+        if (stopping) {
+          return;
+        }
+        onError.accept("lease", e);
+        try {
+          Thread.sleep(backoffMs);
+        } catch (InterruptedException ie) {
+          return;
+        }
+        backoffMs = Math.min(backoffMs * 2, 5_000);
+        continue;
+      } finally {
+        poll.set(null);
+        ctx.cancel(null);
+      }
+      slots.release(free - tasks.size());
+      for (LeasedTask task : tasks) {
+        TaskContext tc = new TaskContext(broker, task);
+        running.put(task.getTaskId(), tc);
+        handlers.execute(
+            () -> {
+              try {
+                execute(tc);
+              } finally {
+                running.remove(task.getTaskId());
+                slots.release();
+              }
+            });
+      }
+    }
+  }
+
+  private void execute(TaskContext ctx) {
+    byte[] result = null;
+    Throwable error = null;
+    try {
+      result = handler.handle(ctx);
+    } catch (VirtualMachineError e) {
+      throw e;
+    } catch (Throwable t) {
+      error = t;
+    }
+    // A hard stop interrupts us; the report below must not be cut short by that.
+    Thread.interrupted();
+    if (ctx.abortKind().orElse(null) == TaskContext.AbortKind.LOST) {
+      return; // Another holder may have the task now; nothing of ours would be accepted.
+    }
+    // Complete and Fail are idempotent for the same lease token: retry transient errors.
+    for (int tries = 1; ; tries++) {
+      try {
+        if (error == null) {
+          broker
+              .withDeadlineAfter(10, TimeUnit.SECONDS)
+              .complete(
+                  CompleteRequest.newBuilder()
+                      .setTaskId(ctx.taskId())
+                      .setLeaseToken(ctx.task().getLeaseToken())
+                      .setResult(result == null ? ByteString.EMPTY : ByteString.copyFrom(result))
+                      .build());
+        } else {
+          broker.withDeadlineAfter(10, TimeUnit.SECONDS).fail(failRequest(ctx, error));
+        }
+        return;
+      } catch (StatusRuntimeException e) {
+        Status.Code code = e.getStatus().getCode();
+        boolean transient_ =
+            code == Status.Code.UNAVAILABLE || code == Status.Code.DEADLINE_EXCEEDED;
+        if (transient_ && tries < 3) {
+          try {
+            Thread.sleep(200L * tries);
+          } catch (InterruptedException ie) {
+            Thread.currentThread().interrupt();
+            return;
+          }
+          continue;
+        }
+        if (!ErrorDetails.isLeaseLost(e)) {
+          onError.accept("report task " + ctx.taskId(), e);
+        }
+        return;
+      }
+    }
+  }
+
+  private static FailRequest failRequest(TaskContext ctx, Throwable error) {
+    String message = error.getMessage() != null ? error.getMessage() : error.getClass().getName();
+    FailRequest.Builder req =
+        FailRequest.newBuilder()
+            .setTaskId(ctx.taskId())
+            .setLeaseToken(ctx.task().getLeaseToken())
+            .setErrorMessage(message)
+            .setNonRetryable(error instanceof PermanentException);
+    if (error instanceof RetryableException r) {
+      r.retryAfter().ifPresent(d -> req.setRetryAfter(ProtoTime.duration(d)));
+    }
+    return req.build();
+  }
+
+  private void heartbeatOnce() {
+    List<TaskContext> live =
+        running.values().stream()
+            .filter(c -> c.abortKind().orElse(null) != TaskContext.AbortKind.LOST)
+            .toList();
+    if (live.isEmpty()) {
+      return;
+    }
+    HeartbeatRequest.Builder req =
+        HeartbeatRequest.newBuilder()
+            .setWorkerId(workerId)
+            .setExtendBy(ProtoTime.duration(leaseDuration));
+    for (TaskContext c : live) {
+      req.addLeases(
+          LeaseRef.newBuilder().setTaskId(c.taskId()).setLeaseToken(c.task().getLeaseToken()));
+    }
+    try {
+      HeartbeatResponse res =
+          broker
+              .withDeadlineAfter(Math.max(heartbeatInterval.toMillis(), 1_000), TimeUnit.MILLISECONDS)
+              .heartbeat(req.build());
+      for (LeaseStatus status : res.getLeasesList()) {
+        TaskContext c = running.get(status.getTaskId());
+        if (c == null) {
+          continue;
+        }
+        if (status.getLost()) {
+          c.abort(TaskContext.AbortKind.LOST);
+        } else if (status.getCancelRequested()) {
+          c.abort(TaskContext.AbortKind.CANCELLED);
+        }
+        if (status.hasLeaseExpiresAt()) {
+          c.extendedTo(ProtoTime.instant(status.getLeaseExpiresAt()));
+        }
+      }
+    } catch (RuntimeException e) {
+      // A scheduled task that throws is never run again: catch everything here.
+      onError.accept("heartbeat", e);
+      Instant now = Instant.now();
+      for (TaskContext c : live) {
+        if (!c.leaseExpiresAt().isAfter(now)) {
+          c.abort(TaskContext.AbortKind.LOST); // Without a broker to confirm, it ran out.
+        }
+      }
+    }
+  }
+
+  private static Thread daemon(Runnable r, String name) {
+    Thread t = new Thread(r, name);
+    t.setDaemon(true);
+    return t;
+  }
+
+  /** Configures a {@link Worker}; only the queues are required. */
+  public static final class Builder {
+    private final Taskbroker taskbroker;
+    private final TaskHandler handler;
+    private List<String> queues = List.of();
+    private String workerId = defaultWorkerId();
+    private int concurrency = 4;
+    private Duration leaseDuration = Duration.ofSeconds(30);
+    private Duration pollWait = Duration.ofSeconds(20);
+    private Duration heartbeatInterval;
+    private BiConsumer<String, Throwable> onError =
+        (during, e) -> System.err.println("taskbroker worker: " + during + ": " + e);
+
+    private Builder(Taskbroker taskbroker, TaskHandler handler) {
+      this.taskbroker = taskbroker;
+      this.handler = handler;
+    }
+
+    /** Queues to lease from, at least one. */
+    public Builder queues(String... queues) {
+      this.queues = List.of(queues);
+      return this;
+    }
+
+    /** Shown in attempts and admin views. Default {@code <hostname>-<pid>}. */
+    public Builder workerId(String workerId) {
+      this.workerId = workerId;
+      return this;
+    }
+
+    /** Tasks run at once (handler threads), 1 to 256. Default 4. */
+    public Builder concurrency(int concurrency) {
+      if (concurrency < 1 || concurrency > 256) {
+        throw new IllegalArgumentException("concurrency must be 1 to 256");
+      }
+      this.concurrency = concurrency;
+      return this;
+    }
+
+    /** Lease and heartbeat extension length, 1 s to 24 h. Default 30 s. */
+    public Builder leaseDuration(Duration leaseDuration) {
+      this.leaseDuration = leaseDuration;
+      return this;
+    }
+
+    /** Long-poll wait of each Lease call, 0 to 60 s. Default 20 s. */
+    public Builder pollWait(Duration pollWait) {
+      this.pollWait = pollWait;
+      return this;
+    }
+
+    /** Time between heartbeats. Default a third of the lease duration. */
+    public Builder heartbeatInterval(Duration heartbeatInterval) {
+      this.heartbeatInterval = heartbeatInterval;
+      return this;
+    }
+
+    /** Receives errors the worker survives (broker unreachable, a report that failed). */
+    public Builder onError(BiConsumer<String, Throwable> onError) {
+      this.onError = onError;
+      return this;
+    }
+
+    public Worker build() {
+      if (queues.isEmpty()) {
+        throw new IllegalArgumentException("a Worker needs at least one queue");
+      }
+      return new Worker(this);
+    }
+
+    private static String defaultWorkerId() {
+      String host;
+      try {
+        host = java.net.InetAddress.getLocalHost().getHostName();
+      } catch (java.net.UnknownHostException e) {
+        host = "unknown-host";
+      }
+      return host + "-" + ProcessHandle.current().pid();
+    }
+  }
+}

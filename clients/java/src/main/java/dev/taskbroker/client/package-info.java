@@ -1,0 +1,14 @@
+/**
+ * Java client for the taskbroker v1 gRPC API.
+ *
+ * <ul>
+ *   <li>{@link dev.taskbroker.client.Taskbroker}: one channel and the stubs of both services.
+ *   <li>{@link dev.taskbroker.client.ErrorDetails}: the google.rpc.ErrorInfo of a failed call.
+ *   <li>{@link dev.taskbroker.client.Worker}: leases tasks for free slots only, heartbeats every
+ *       running lease in one call, reports results and failures, stops gracefully.
+ *   <li>{@link dev.taskbroker.client.TaskContext}: what a handler sees of one task.
+ * </ul>
+ *
+ * The messages and stubs themselves are generated at build time into {@code dev.taskbroker.v1}.
+ */
+package dev.taskbroker.client;

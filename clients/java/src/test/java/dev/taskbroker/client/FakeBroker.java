@@ -1,0 +1,162 @@
+package dev.taskbroker.client;
+
+import com.google.protobuf.ByteString;
+import dev.taskbroker.v1.BrokerServiceGrpc;
+import dev.taskbroker.v1.CheckpointRequest;
+import dev.taskbroker.v1.CheckpointResponse;
+import dev.taskbroker.v1.CompleteRequest;
+import dev.taskbroker.v1.CompleteResponse;
+import dev.taskbroker.v1.FailRequest;
+import dev.taskbroker.v1.FailResponse;
+import dev.taskbroker.v1.HeartbeatRequest;
+import dev.taskbroker.v1.HeartbeatResponse;
+import dev.taskbroker.v1.LeaseRef;
+import dev.taskbroker.v1.LeaseRequest;
+import dev.taskbroker.v1.LeaseResponse;
+import dev.taskbroker.v1.LeaseStatus;
+import dev.taskbroker.v1.LeasedTask;
+import dev.taskbroker.v1.TaskState;
+import io.grpc.Context;
+import io.grpc.ManagedChannel;
+import io.grpc.Server;
+import io.grpc.Status;
+import io.grpc.inprocess.InProcessChannelBuilder;
+import io.grpc.inprocess.InProcessServerBuilder;
+import io.grpc.stub.StreamObserver;
+import java.io.IOException;
+import java.time.Instant;
+import java.util.ArrayDeque;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * An in-memory BrokerService on an in-process gRPC server, for testing the Worker without a
+ * broker. It records every call; tests steer it through {@link #add}, {@link #lostIds} and
+ * {@link #cancelIds}.
+ */
+final class FakeBroker extends BrokerServiceGrpc.BrokerServiceImplBase implements AutoCloseable {
+  final List<LeaseRequest> leases = new CopyOnWriteArrayList<>();
+  final List<HeartbeatRequest> heartbeats = new CopyOnWriteArrayList<>();
+  final List<CompleteRequest> completes = new CopyOnWriteArrayList<>();
+  final List<FailRequest> fails = new CopyOnWriteArrayList<>();
+  final Map<String, ByteString> checkpoints = new ConcurrentHashMap<>();
+  final Set<String> lostIds = ConcurrentHashMap.newKeySet();
+  final Set<String> cancelIds = ConcurrentHashMap.newKeySet();
+  final AtomicInteger pendingLeases = new AtomicInteger();
+
+  private final ArrayDeque<LeasedTask> ready = new ArrayDeque<>();
+  private final AtomicInteger seq = new AtomicInteger();
+  private final Server server;
+  private final ManagedChannel channel;
+
+  FakeBroker() throws IOException {
+    String name = InProcessServerBuilder.generateName();
+    server = InProcessServerBuilder.forName(name).addService(this).build().start();
+    channel = InProcessChannelBuilder.forName(name).build();
+  }
+
+  Taskbroker taskbroker() {
+    return Taskbroker.of(channel);
+  }
+
+  /** Adds a ready task; returns its id. */
+  String add(String payload, int attempt) {
+    int n = seq.incrementAndGet();
+    String id = "t" + n;
+    synchronized (ready) {
+      ready.add(
+          LeasedTask.newBuilder()
+              .setTaskId(id)
+              .setQueue("q")
+              .setPayload(ByteString.copyFromUtf8(payload))
+              .setAttempt(attempt)
+              .setLeaseToken("tok-" + id)
+              .setFencingToken(n)
+              .setLeaseExpiresAt(ProtoTime.timestamp(Instant.now().plusSeconds(30)))
+              .build());
+      ready.notifyAll();
+    }
+    return id;
+  }
+
+  String add(String payload) {
+    return add(payload, 1);
+  }
+
+  @Override
+  public void lease(LeaseRequest req, StreamObserver<LeaseResponse> out) {
+    leases.add(req);
+    long until = System.currentTimeMillis() + req.getWait().getSeconds() * 1000 + req.getWait().getNanos() / 1_000_000;
+    LeaseResponse.Builder res = LeaseResponse.newBuilder();
+    pendingLeases.incrementAndGet();
+    try {
+      synchronized (ready) {
+        // Waits in 20 ms steps so a cancelled call is noticed.
+        while (ready.isEmpty() && System.currentTimeMillis() < until && !Context.current().isCancelled()) {
+          ready.wait(20);
+        }
+        while (!ready.isEmpty() && res.getTasksCount() < req.getMaxTasks()) {
+          res.addTasks(ready.poll());
+        }
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    } finally {
+      pendingLeases.decrementAndGet();
+    }
+    out.onNext(res.build());
+    out.onCompleted();
+  }
+
+  @Override
+  public void heartbeat(HeartbeatRequest req, StreamObserver<HeartbeatResponse> out) {
+    heartbeats.add(req);
+    HeartbeatResponse.Builder res = HeartbeatResponse.newBuilder();
+    for (LeaseRef l : req.getLeasesList()) {
+      res.addLeases(
+          LeaseStatus.newBuilder()
+              .setTaskId(l.getTaskId())
+              .setLost(lostIds.contains(l.getTaskId()))
+              .setCancelRequested(cancelIds.contains(l.getTaskId()))
+              .setLeaseExpiresAt(ProtoTime.timestamp(Instant.now().plusSeconds(30))));
+    }
+    out.onNext(res.build());
+    out.onCompleted();
+  }
+
+  @Override
+  public void checkpoint(CheckpointRequest req, StreamObserver<CheckpointResponse> out) {
+    if (lostIds.contains(req.getTaskId())) {
+      out.onError(Status.ABORTED.withDescription("lease lost").asRuntimeException());
+      return;
+    }
+    checkpoints.put(req.getTaskId(), req.getCheckpoint());
+    out.onNext(CheckpointResponse.newBuilder().setCancelRequested(cancelIds.contains(req.getTaskId())).build());
+    out.onCompleted();
+  }
+
+  @Override
+  public void complete(CompleteRequest req, StreamObserver<CompleteResponse> out) {
+    completes.add(req);
+    out.onNext(CompleteResponse.getDefaultInstance());
+    out.onCompleted();
+  }
+
+  @Override
+  public void fail(FailRequest req, StreamObserver<FailResponse> out) {
+    fails.add(req);
+    TaskState state = req.getNonRetryable() ? TaskState.TASK_STATE_DEAD : TaskState.TASK_STATE_READY;
+    out.onNext(FailResponse.newBuilder().setState(state).build());
+    out.onCompleted();
+  }
+
+  @Override
+  public void close() {
+    channel.shutdownNow();
+    server.shutdownNow();
+  }
+}

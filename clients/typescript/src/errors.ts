@@ -1,0 +1,57 @@
+/**
+ * What a task handler throws to steer the broker's retry policy, and why a task's
+ * AbortSignal fired. Pure types: no I/O.
+ */
+
+/**
+ * The attempt failed but may succeed later: the worker reports Fail and the broker
+ * applies the task's retry policy. Any other thrown error is treated the same way.
+ */
+export class RetryableError extends Error {
+  /** Overrides the retry policy's backoff for this retry, in milliseconds. */
+  readonly retryAfterMs: number | undefined;
+
+  constructor(message: string, options: { retryAfterMs?: number; cause?: unknown } = {}) {
+    super(message, { cause: options.cause });
+    this.name = "RetryableError";
+    this.retryAfterMs = options.retryAfterMs;
+  }
+}
+
+/** The task can never succeed (bad input): reported as Fail with non_retryable, the task goes DEAD. */
+export class PermanentError extends Error {
+  constructor(message: string, options: { cause?: unknown } = {}) {
+    super(message, { cause: options.cause });
+    this.name = "PermanentError";
+  }
+}
+
+/**
+ * Why a task's work should stop:
+ * - `lost`: the lease is no longer held (expired, reclaimed); nothing will be reported.
+ * - `cancelled`: an operator cancelled the task; stop and throw, the worker reports Fail.
+ * - `stopping`: the worker is stopping hard after its drain timeout.
+ */
+export type AbortKind = "lost" | "cancelled" | "stopping";
+
+/** The `reason` of an aborted task signal. */
+export class TaskAbortedError extends Error {
+  readonly kind: AbortKind;
+
+  constructor(kind: AbortKind, taskId: string) {
+    super(`task ${taskId}: ${describe(kind)}`);
+    this.name = "TaskAbortedError";
+    this.kind = kind;
+  }
+}
+
+function describe(kind: AbortKind): string {
+  switch (kind) {
+    case "lost":
+      return "lease lost";
+    case "cancelled":
+      return "cancel requested";
+    case "stopping":
+      return "worker stopping";
+  }
+}

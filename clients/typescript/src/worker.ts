@@ -1,0 +1,294 @@
+/**
+ * Worker: runs a handler over tasks leased from a broker.
+ *
+ * - One lease loop long-polls Lease for exactly as many tasks as there are free slots.
+ * - One heartbeat loop extends every running lease in a single Heartbeat call, about every
+ *   third of the lease duration, and aborts a task's signal when its lease is lost or an
+ *   operator asks to cancel it.
+ * - A handler's result is reported with Complete; a thrown PermanentError with
+ *   Fail(non_retryable); any other error with Fail, so the broker's retry policy applies.
+ * - stop() stops leasing and drains; after its timeout it aborts the handlers' signals.
+ */
+import { hostname } from "node:os";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { durationFromMs, timestampDate } from "@bufbuild/protobuf/wkt";
+import type { LeasedTask } from "./gen/taskbroker/v1/broker_pb.js";
+import { isLeaseLost, type BrokerClient } from "./client.js";
+import { TaskContext, toBytes, type BytesLike } from "./context.js";
+import { PermanentError, RetryableError } from "./errors.js";
+
+/** Does the work of one task. Resolve (optionally with a result) to complete it; throw to fail it. */
+export type Handler = (ctx: TaskContext) => Promise<BytesLike | void>;
+
+export interface WorkerOptions {
+  /** Queues to lease from, at least one. */
+  queues: string[];
+  /** Shown in the broker's attempts and admin views. Default `<hostname>-<pid>`. */
+  workerId?: string;
+  /** Tasks run at once, 1 to 256. Default 4. */
+  concurrency?: number;
+  /** Lease (and heartbeat extension) length in ms. Default 30 s; the broker allows 1 s to 24 h. */
+  leaseDurationMs?: number;
+  /** Long-poll wait of each Lease call in ms, 0 to 60 s. Default 20 s. */
+  pollWaitMs?: number;
+  /** Time between heartbeats in ms. Default a third of leaseDurationMs. */
+  heartbeatIntervalMs?: number;
+  /** Called with errors the worker survives (broker unreachable, a report that failed). */
+  onError?: (err: unknown, during: string) => void;
+}
+
+interface Running {
+  ctx: TaskContext;
+  done: Promise<void>;
+}
+
+export class Worker {
+  readonly workerId: string;
+  readonly #broker: BrokerClient;
+  readonly #handler: Handler;
+  readonly #queues: string[];
+  readonly #concurrency: number;
+  readonly #leaseDurationMs: number;
+  readonly #pollWaitMs: number;
+  readonly #heartbeatIntervalMs: number;
+  readonly #onError: (err: unknown, during: string) => void;
+
+  readonly #running = new Map<string, Running>();
+  /** Aborts the in-flight long poll and the loops' sleeps on stop(). */
+  readonly #stopping = new AbortController();
+  /** Ends the heartbeat loop once the last task has drained after stop(). */
+  readonly #heartbeatStop = new AbortController();
+  /** Resolves the lease loop's wait for a free slot. */
+  #slotFreed: (() => void) | undefined;
+  #runPromise: Promise<void> | undefined;
+
+  constructor(broker: BrokerClient, handler: Handler, options: WorkerOptions) {
+    if (options.queues.length === 0) {
+      throw new Error("Worker needs at least one queue");
+    }
+    this.#broker = broker;
+    this.#handler = handler;
+    this.#queues = [...options.queues];
+    this.workerId = options.workerId ?? `${hostname()}-${process.pid}`;
+    this.#concurrency = clamp(options.concurrency ?? 4, 1, 256);
+    this.#leaseDurationMs = Math.max(options.leaseDurationMs ?? 30_000, 1_000);
+    this.#pollWaitMs = clamp(options.pollWaitMs ?? 20_000, 0, 60_000);
+    this.#heartbeatIntervalMs = options.heartbeatIntervalMs ?? Math.floor(this.#leaseDurationMs / 3);
+    this.#onError = options.onError ?? ((err, during) => console.error(`taskbroker worker: ${during}:`, err));
+  }
+
+  /** Tasks currently being worked on. */
+  get inFlight(): number {
+    return this.#running.size;
+  }
+
+  /** Leases and runs tasks until stop(); resolves once every started task is settled. */
+  run(): Promise<void> {
+    this.#runPromise ??= this.#run();
+    return this.#runPromise;
+  }
+
+  /**
+   * Stops leasing and waits for running tasks to finish. After `timeoutMs` their signals are
+   * aborted (kind "stopping") and the worker waits for the handlers to return.
+   */
+  async stop(timeoutMs = 30_000): Promise<void> {
+    this.#stopping.abort();
+    this.#slotFreed?.();
+    const run = this.#runPromise ?? Promise.resolve();
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(true), timeoutMs);
+    });
+    const gaveUp = await Promise.race([run.then(() => false), timedOut]);
+    clearTimeout(timer);
+    if (gaveUp) {
+      for (const { ctx } of this.#running.values()) {
+        ctx.abort("stopping");
+      }
+    }
+    await run;
+  }
+
+  async #run(): Promise<void> {
+    const heartbeats = this.#heartbeatLoop();
+    await this.#leaseLoop();
+    // Heartbeats go on while the last tasks drain, so their leases do not run out.
+    while (this.#running.size > 0) {
+      await Promise.all([...this.#running.values()].map((r) => r.done));
+    }
+    this.#heartbeatStop.abort();
+    await heartbeats;
+  }
+
+  async #leaseLoop(): Promise<void> {
+    const stop = this.#stopping.signal;
+    let backoffMs = 100;
+    while (!stop.aborted) {
+      const free = this.#concurrency - this.#running.size;
+      if (free <= 0) {
+        await new Promise<void>((resolve) => (this.#slotFreed = resolve));
+        this.#slotFreed = undefined;
+        continue;
+      }
+      try {
+        const res = await this.#broker.lease(
+          {
+            workerId: this.workerId,
+            queues: this.#queues,
+            maxTasks: free,
+            leaseDuration: durationFromMs(this.#leaseDurationMs),
+            wait: durationFromMs(this.#pollWaitMs),
+          },
+          // The call's deadline leaves the broker room to answer an empty long poll.
+          { signal: stop, timeoutMs: this.#pollWaitMs + 10_000 },
+        );
+        backoffMs = 100;
+        for (const task of res.tasks) {
+          this.#start(task);
+        }
+      } catch (err) {
+        if (stop.aborted) {
+          break;
+        }
+        this.#onError(err, "lease");
+        await sleep(backoffMs, stop);
+        backoffMs = Math.min(backoffMs * 2, 5_000);
+      }
+    }
+  }
+
+  #start(task: LeasedTask): void {
+    const ctx = new TaskContext(this.#broker, task);
+    const done = this.#execute(ctx).finally(() => {
+      this.#running.delete(task.taskId);
+      this.#slotFreed?.();
+    });
+    this.#running.set(task.taskId, { ctx, done });
+  }
+
+  async #execute(ctx: TaskContext): Promise<void> {
+    let outcome: { ok: true; result: BytesLike | void } | { ok: false; error: unknown };
+    try {
+      outcome = { ok: true, result: await this.#handler(ctx) };
+    } catch (error) {
+      outcome = { ok: false, error };
+    }
+    if (ctx.abortKind === "lost") {
+      return; // Another holder may have the task now; nothing of ours would be accepted.
+    }
+    // Complete and Fail are idempotent for the same lease token, so a report that met a
+    // transient error is sent again a few times before the lease is left to run out.
+    for (let tries = 1; ; tries++) {
+      try {
+        if (outcome.ok) {
+          await this.#broker.complete({
+            taskId: ctx.taskId,
+            leaseToken: ctx.task.leaseToken,
+            result: outcome.result === undefined ? new Uint8Array() : toBytes(outcome.result),
+          });
+        } else {
+          await this.#broker.fail(failRequest(ctx, outcome.error));
+        }
+        return;
+      } catch (err) {
+        if (isTransient(err) && tries < 3) {
+          await new Promise((resolve) => setTimeout(resolve, 200 * tries));
+          continue;
+        }
+        if (!isLeaseLost(err)) {
+          this.#onError(err, `report task ${ctx.taskId}`);
+        }
+        return;
+      }
+    }
+  }
+
+  async #heartbeatLoop(): Promise<void> {
+    const stop = this.#heartbeatStop.signal;
+    while (!stop.aborted) {
+      await sleep(this.#heartbeatIntervalMs, stop);
+      if (!stop.aborted) {
+        await this.#heartbeatOnce();
+      }
+    }
+  }
+
+  async #heartbeatOnce(): Promise<void> {
+    const live = [...this.#running.values()].map((r) => r.ctx).filter((ctx) => ctx.abortKind !== "lost");
+    if (live.length === 0) {
+      return;
+    }
+    try {
+      const res = await this.#broker.heartbeat(
+        {
+          workerId: this.workerId,
+          leases: live.map((ctx) => ({ taskId: ctx.taskId, leaseToken: ctx.task.leaseToken })),
+          extendBy: durationFromMs(this.#leaseDurationMs),
+        },
+        { timeoutMs: Math.max(this.#heartbeatIntervalMs, 1_000) },
+      );
+      const byId = new Map(live.map((ctx) => [ctx.taskId, ctx]));
+      for (const status of res.leases) {
+        const ctx = byId.get(status.taskId);
+        if (!ctx) continue;
+        if (status.lost) {
+          ctx.abort("lost");
+        } else if (status.cancelRequested) {
+          ctx.abort("cancelled");
+        }
+        if (status.leaseExpiresAt) {
+          ctx.extendedTo(timestampDate(status.leaseExpiresAt).getTime());
+        }
+      }
+    } catch (err) {
+      this.#onError(err, "heartbeat");
+      // Without a broker to confirm, a lease that ran out by our clock is gone.
+      const now = Date.now();
+      for (const ctx of live) {
+        if (ctx.leaseExpiresAt.getTime() <= now) {
+          ctx.abort("lost");
+        }
+      }
+    }
+  }
+}
+
+function failRequest(ctx: TaskContext, error: unknown) {
+  const message = error instanceof Error ? error.message : String(error);
+  return {
+    taskId: ctx.taskId,
+    leaseToken: ctx.task.leaseToken,
+    errorMessage: message,
+    nonRetryable: error instanceof PermanentError,
+    retryAfter:
+      error instanceof RetryableError && error.retryAfterMs !== undefined
+        ? durationFromMs(error.retryAfterMs)
+        : undefined,
+  };
+}
+
+/** Resolves after `ms`, or at once when `signal` is (or becomes) aborted. */
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) {
+    return Promise.resolve();
+  }
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    }
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
+
+function clamp(n: number, lo: number, hi: number): number {
+  return Math.min(Math.max(Math.floor(n), lo), hi);
+}
+
+/** True for errors a caller may retry unchanged (broker briefly unreachable). */
+function isTransient(err: unknown): boolean {
+  return err instanceof ConnectError && (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded);
+}

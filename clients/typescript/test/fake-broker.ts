@@ -1,0 +1,139 @@
+/**
+ * An in-memory BrokerService behind a real HTTP/2 gRPC server on 127.0.0.1:0, for testing the
+ * worker runtime without a broker. It records every call; tests steer it through `tasks`,
+ * `lostIds` and `cancelIds`.
+ */
+import { createServer, type Http2Server, type ServerHttp2Session } from "node:http2";
+import type { AddressInfo } from "node:net";
+import { create } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import {
+  BrokerService,
+  LeasedTaskSchema,
+  TaskState,
+  type CompleteRequest,
+  type FailRequest,
+  type HeartbeatRequest,
+  type LeaseRequest,
+  type LeasedTask,
+} from "../src/index.js";
+
+export class FakeBroker {
+  /** Tasks not yet leased, leased first-in first-out. */
+  readonly tasks: LeasedTask[] = [];
+  readonly leases: LeaseRequest[] = [];
+  readonly heartbeats: HeartbeatRequest[] = [];
+  readonly completes: CompleteRequest[] = [];
+  readonly fails: FailRequest[] = [];
+  readonly checkpoints = new Map<string, Uint8Array>();
+  /** Heartbeats report these task ids lost. */
+  readonly lostIds = new Set<string>();
+  /** Heartbeats report cancel_requested for these task ids. */
+  readonly cancelIds = new Set<string>();
+  /** How many Lease calls are waiting right now. */
+  pendingLeases = 0;
+
+  #server: Http2Server | undefined;
+  readonly #sessions = new Set<ServerHttp2Session>();
+  #wake = new Set<() => void>();
+  #seq = 0;
+
+  /** Adds a task with this payload; returns its id. */
+  add(payload: string, attempt = 1): string {
+    const id = `t${++this.#seq}`;
+    this.tasks.push(
+      create(LeasedTaskSchema, {
+        taskId: id,
+        queue: "q",
+        payload: new TextEncoder().encode(payload),
+        attempt,
+        leaseToken: `tok-${id}`,
+        fencingToken: BigInt(this.#seq),
+      }),
+    );
+    for (const wake of this.#wake) wake();
+    return id;
+  }
+
+  async start(): Promise<string> {
+    const routes = (router: ConnectRouter) =>
+      router.service(BrokerService, {
+        submit: () => {
+          throw new ConnectError("not faked", Code.Unimplemented);
+        },
+        lease: (req, ctx) => this.#lease(req, ctx),
+        heartbeat: (req) => {
+          this.heartbeats.push(req);
+          return {
+            leases: req.leases.map((l) => ({
+              taskId: l.taskId,
+              lost: this.lostIds.has(l.taskId),
+              cancelRequested: this.cancelIds.has(l.taskId),
+              leaseExpiresAt: timestampFromMs(Date.now() + 30_000),
+            })),
+          };
+        },
+        checkpoint: (req) => {
+          if (this.lostIds.has(req.taskId)) {
+            throw new ConnectError("lease lost", Code.Aborted);
+          }
+          this.checkpoints.set(req.taskId, req.checkpoint);
+          return { cancelRequested: this.cancelIds.has(req.taskId) };
+        },
+        complete: (req) => {
+          this.completes.push(req);
+          return {};
+        },
+        fail: (req) => {
+          this.fails.push(req);
+          return { state: req.nonRetryable ? TaskState.DEAD : TaskState.READY };
+        },
+      });
+    this.#server = createServer(connectNodeAdapter({ routes }));
+    // close() must not wait for clients' idle connections: track them to destroy them.
+    this.#server.on("session", (s: ServerHttp2Session) => {
+      this.#sessions.add(s);
+      s.on("close", () => this.#sessions.delete(s));
+    });
+    await new Promise<void>((resolve) => this.#server!.listen(0, "127.0.0.1", resolve));
+    return `127.0.0.1:${(this.#server.address() as AddressInfo).port}`;
+  }
+
+  async close(): Promise<void> {
+    const closed = new Promise<void>((resolve) => (this.#server ? this.#server.close(() => resolve()) : resolve()));
+    for (const s of this.#sessions) s.destroy();
+    await closed;
+  }
+
+  async #lease(req: LeaseRequest, ctx: HandlerContext) {
+    this.leases.push(req);
+    const waitMs = req.wait ? Number(req.wait.seconds) * 1000 + req.wait.nanos / 1e6 : 0;
+    if (this.tasks.length === 0 && waitMs > 0) {
+      this.pendingLeases++;
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          clearTimeout(timer);
+          this.#wake.delete(done);
+          ctx.signal.removeEventListener("abort", done);
+          resolve();
+        };
+        const timer = setTimeout(done, waitMs);
+        this.#wake.add(done);
+        ctx.signal.addEventListener("abort", done);
+      });
+      this.pendingLeases--;
+    }
+    return { tasks: this.tasks.splice(0, req.maxTasks) };
+  }
+}
+
+/** Polls `cond` every 10 ms until it holds or `timeoutMs` passes. */
+export async function until(cond: () => boolean, timeoutMs = 5_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error("condition not met in time");
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}

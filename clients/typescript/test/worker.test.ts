@@ -1,0 +1,194 @@
+/**
+ * The worker runtime against FakeBroker: slot-limited leasing, batched heartbeats, error
+ * mapping, checkpoint, abort signals and graceful stop.
+ */
+import assert from "node:assert/strict";
+import { afterEach, beforeEach, test } from "node:test";
+import { connect, PermanentError, RetryableError, Worker, type TaskContext } from "../src/index.js";
+import { FakeBroker, until } from "./fake-broker.js";
+
+let fake: FakeBroker;
+let addr: string;
+const text = new TextDecoder();
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+beforeEach(async () => {
+  fake = new FakeBroker();
+  addr = await fake.start();
+});
+
+afterEach(async () => {
+  await fake.close();
+});
+
+function worker(handler: (ctx: TaskContext) => Promise<string | void>, opts: { concurrency?: number; leaseDurationMs?: number } = {}) {
+  const { broker } = connect(addr);
+  return new Worker(broker, handler, {
+    queues: ["q"],
+    workerId: "w1",
+    pollWaitMs: 1_000,
+    onError: () => {},
+    ...opts,
+  });
+}
+
+test("leases no more tasks than free slots and completes each with its result", async () => {
+  for (const p of ["a", "b", "c", "d", "e"]) fake.add(p);
+  let running = 0;
+  let maxRunning = 0;
+  const w = worker(
+    async (ctx) => {
+      running++;
+      maxRunning = Math.max(maxRunning, running);
+      await sleep(50);
+      running--;
+      return `done:${text.decode(ctx.payload)}`;
+    },
+    { concurrency: 2 },
+  );
+  const run = w.run();
+  await until(() => fake.completes.length === 5);
+  await w.stop(1_000);
+  await run;
+  assert.ok(maxRunning <= 2, `ran ${maxRunning} at once`);
+  assert.ok(fake.leases.every((l) => l.maxTasks >= 1 && l.maxTasks <= 2), "asked for more than the free slots");
+  assert.equal(fake.leases[0]!.maxTasks, 2);
+  assert.deepEqual(fake.completes.map((c) => text.decode(c.result)).sort(), ["done:a", "done:b", "done:c", "done:d", "done:e"]);
+  assert.ok(fake.completes.every((c) => c.leaseToken === `tok-${c.taskId}`));
+});
+
+test("maps PermanentError, RetryableError and other errors to Fail", async () => {
+  const perm = fake.add("perm");
+  const retry = fake.add("retry");
+  const other = fake.add("other");
+  const w = worker(async (ctx) => {
+    const p = text.decode(ctx.payload);
+    if (p === "perm") throw new PermanentError("bad input");
+    if (p === "retry") throw new RetryableError("try later", { retryAfterMs: 2_500 });
+    throw new Error("boom");
+  });
+  const run = w.run();
+  await until(() => fake.fails.length === 3);
+  await w.stop();
+  await run;
+  const byId = new Map(fake.fails.map((f) => [f.taskId, f]));
+  assert.equal(byId.get(perm)!.nonRetryable, true);
+  assert.equal(byId.get(perm)!.errorMessage, "bad input");
+  assert.equal(byId.get(retry)!.nonRetryable, false);
+  assert.equal(byId.get(retry)!.retryAfter?.seconds, 2n);
+  assert.equal(byId.get(retry)!.retryAfter?.nanos, 500_000_000);
+  assert.equal(byId.get(other)!.nonRetryable, false);
+  assert.equal(byId.get(other)!.retryAfter, undefined);
+  assert.equal(fake.completes.length, 0);
+});
+
+test("heartbeats all running tasks in one call about every third of the lease", async () => {
+  for (const p of ["a", "b", "c"]) fake.add(p);
+  const w = worker(async () => void (await sleep(1_300)), { concurrency: 3, leaseDurationMs: 1_500 });
+  const run = w.run();
+  await until(() => fake.completes.length === 3, 5_000);
+  await w.stop();
+  await run;
+  assert.ok(fake.heartbeats.length >= 2, `${fake.heartbeats.length} heartbeats`);
+  const first = fake.heartbeats[0]!;
+  assert.equal(first.leases.length, 3);
+  assert.equal(first.workerId, "w1");
+  assert.equal(first.extendBy?.seconds, 1n);
+  assert.equal(first.extendBy?.nanos, 500_000_000);
+});
+
+test("aborts the signal on cancel_requested and reports the thrown error", async () => {
+  const id = fake.add("x");
+  fake.cancelIds.add(id);
+  let kind: string | undefined;
+  const w = worker(
+    async (ctx) => {
+      await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve));
+      kind = ctx.abortKind;
+      ctx.signal.throwIfAborted();
+    },
+    { leaseDurationMs: 1_000 },
+  );
+  const run = w.run();
+  await until(() => fake.fails.length === 1);
+  await w.stop();
+  await run;
+  assert.equal(kind, "cancelled");
+  assert.equal(fake.fails[0]!.taskId, id);
+  assert.match(fake.fails[0]!.errorMessage, /cancel requested/);
+});
+
+test("a lost lease aborts the signal and nothing is reported", async () => {
+  const id = fake.add("x");
+  fake.lostIds.add(id);
+  let kind: string | undefined;
+  const w = worker(
+    async (ctx) => {
+      await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve));
+      kind = ctx.abortKind;
+      await assert.rejects(ctx.checkpoint("late"), /lease lost/);
+      return "too late";
+    },
+    { leaseDurationMs: 1_000 },
+  );
+  const run = w.run();
+  await until(() => kind !== undefined);
+  await sleep(100);
+  await w.stop();
+  await run;
+  assert.equal(kind, "lost");
+  assert.equal(fake.completes.length + fake.fails.length, 0);
+});
+
+test("checkpoint stores progress and updates lastCheckpoint; attempt comes from the lease", async () => {
+  const id = fake.add("x", 3);
+  const seen: { attempt?: number; before?: Uint8Array; after?: string } = {};
+  const w = worker(async (ctx) => {
+    seen.attempt = ctx.attempt;
+    seen.before = ctx.lastCheckpoint;
+    await ctx.checkpoint("step-1");
+    seen.after = text.decode(ctx.lastCheckpoint!);
+  });
+  const run = w.run();
+  await until(() => fake.completes.length === 1);
+  await w.stop();
+  await run;
+  assert.equal(seen.attempt, 3);
+  assert.equal(seen.before, undefined);
+  assert.equal(seen.after, "step-1");
+  assert.equal(text.decode(fake.checkpoints.get(id)!), "step-1");
+});
+
+test("stop() ends the long poll at once and drains running tasks", async () => {
+  fake.add("slow");
+  let finished = false;
+  const w = worker(async () => {
+    await sleep(300);
+    finished = true;
+  });
+  const run = w.run();
+  await until(() => fake.pendingLeases === 1); // the task runs, the next long poll waits
+  const t0 = Date.now();
+  await w.stop(5_000);
+  await run;
+  assert.ok(finished, "stop() returned before the task finished");
+  assert.equal(fake.completes.length, 1);
+  assert.ok(Date.now() - t0 < 1_000, "stop() waited for the long poll");
+});
+
+test("stop() after its timeout aborts handlers with kind stopping", async () => {
+  fake.add("stuck");
+  let kind: string | undefined;
+  const w = worker(async (ctx) => {
+    await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve));
+    kind = ctx.abortKind;
+    throw ctx.signal.reason;
+  });
+  const run = w.run();
+  await until(() => w.inFlight === 1);
+  await w.stop(100);
+  await run;
+  assert.equal(kind, "stopping");
+  assert.equal(fake.fails.length, 1);
+  assert.match(fake.fails[0]!.errorMessage, /worker stopping/);
+});

@@ -1,0 +1,80 @@
+//! Retention: deletes finished tasks (SUCCEEDED, DEAD, CANCELLED) and their
+//! attempts once they are older than the retention of their queue, so the task
+//! table, and the cost of querying it, stays bounded.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+
+use crate::service::Broker;
+use crate::store::{PurgeScope, StoreResult};
+
+pub struct Retention {
+    broker: Arc<Broker>,
+    interval: Duration,
+    batch: u32,
+}
+
+impl Retention {
+    pub fn new(broker: Arc<Broker>, interval: Duration) -> Self {
+        Retention {
+            broker,
+            interval,
+            batch: 1000,
+        }
+    }
+
+    async fn purge(&self, cutoff: DateTime<Utc>, scope: &PurgeScope) -> StoreResult<u64> {
+        let mut total = 0;
+        loop {
+            let n = self
+                .broker
+                .store()
+                .task_purge_finished(cutoff, scope, self.batch)
+                .await?;
+            total += n;
+            if n < u64::from(self.batch) {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// One pass at `now`; returns how many tasks were deleted.
+    pub async fn run_once(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+        let settings = self.broker.settings();
+        let cutoff = |keep: Duration| {
+            chrono::Duration::from_std(keep)
+                .ok()
+                .and_then(|k| now.checked_sub_signed(k))
+        };
+        let mut total = 0;
+        for (queue, q) in &settings.queues {
+            if let Some(c) = cutoff(q.retention).filter(|_| !q.retention.is_zero()) {
+                total += self.purge(c, &PurgeScope::Only(queue.clone())).await?;
+            }
+        }
+        if let Some(c) = cutoff(settings.retention).filter(|_| !settings.retention.is_zero()) {
+            let except = settings.queues.keys().cloned().collect();
+            total += self.purge(c, &PurgeScope::AllExcept(except)).await?;
+        }
+        Ok(total)
+    }
+
+    pub async fn run(self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            match self.run_once(self.broker.clock().now()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(deleted = n, "retention pass"),
+                Err(e) => tracing::warn!(error = %e, "retention pass failed"),
+            }
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! Prometheus metrics (`taskbroker_` prefix, no task ids as labels). Counters and
+//! histograms are updated where things happen; queue depths and pool usage are
+//! read fresh at scrape time.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+use crate::store::{PoolStats, QueueStatsRecord};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabel {
+    pub queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DepthLabel {
+    pub queue: String,
+    pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RpcLabel {
+    pub method: String,
+    pub code: &'static str,
+}
+
+#[derive(Clone)]
+struct Buckets(fn() -> Histogram);
+
+impl MetricConstructor<Histogram> for Buckets {
+    fn new_metric(&self) -> Histogram {
+        (self.0)()
+    }
+}
+
+/// 1 ms to about 9 minutes.
+fn seconds_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 20))
+}
+
+/// 100 us to about 52 s.
+fn rpc_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.0, 20))
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+pub struct Metrics {
+    registry: Registry,
+    submitted: Family<QueueLabel, Counter>,
+    leased: Family<QueueLabel, Counter>,
+    completed: Family<QueueLabel, Counter>,
+    failed: Family<QueueLabel, Counter>,
+    dead: Family<QueueLabel, Counter>,
+    reclaimed: Family<QueueLabel, Counter>,
+    depth: Family<DepthLabel, Gauge>,
+    oldest_ready: Family<QueueLabel, FloatGauge>,
+    wait_time: Family<QueueLabel, Histogram, Buckets>,
+    run_time: Family<QueueLabel, Histogram, Buckets>,
+    rpc: Family<RpcLabel, Histogram, Buckets>,
+    pool_size: Gauge,
+    pool_idle: Gauge,
+    waiters: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn q(queue: &str) -> QueueLabel {
+    QueueLabel {
+        queue: queue.to_string(),
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut m = Metrics {
+            registry: Registry::with_prefix("taskbroker"),
+            submitted: Family::default(),
+            leased: Family::default(),
+            completed: Family::default(),
+            failed: Family::default(),
+            dead: Family::default(),
+            reclaimed: Family::default(),
+            depth: Family::default(),
+            oldest_ready: Family::default(),
+            wait_time: Family::new_with_constructor(Buckets(seconds_buckets)),
+            run_time: Family::new_with_constructor(Buckets(seconds_buckets)),
+            rpc: Family::new_with_constructor(Buckets(rpc_buckets)),
+            pool_size: Gauge::default(),
+            pool_idle: Gauge::default(),
+            waiters: Gauge::default(),
+        };
+        let r = &mut m.registry;
+        r.register(
+            "tasks_submitted",
+            "Tasks created by Submit",
+            m.submitted.clone(),
+        );
+        r.register("tasks_leased", "Leases granted", m.leased.clone());
+        r.register("tasks_completed", "Tasks completed", m.completed.clone());
+        r.register(
+            "tasks_failed",
+            "Attempts reported failed by workers",
+            m.failed.clone(),
+        );
+        r.register("tasks_dead", "Tasks that failed for good", m.dead.clone());
+        r.register(
+            "leases_reclaimed",
+            "Expired leases reclaimed",
+            m.reclaimed.clone(),
+        );
+        r.register("queue_depth", "Tasks per queue and state", m.depth.clone());
+        r.register(
+            "queue_oldest_ready_age_seconds",
+            "Age of the oldest READY task",
+            m.oldest_ready.clone(),
+        );
+        r.register(
+            "task_wait_seconds",
+            "Time from READY to leased",
+            m.wait_time.clone(),
+        );
+        r.register(
+            "task_run_seconds",
+            "Time from leased to Complete or Fail",
+            m.run_time.clone(),
+        );
+        r.register(
+            "rpc_duration_seconds",
+            "gRPC call latency by method and status code",
+            m.rpc.clone(),
+        );
+        r.register(
+            "db_pool_connections",
+            "Open database connections",
+            m.pool_size.clone(),
+        );
+        r.register(
+            "db_pool_idle_connections",
+            "Idle database connections",
+            m.pool_idle.clone(),
+        );
+        r.register(
+            "lease_waiters",
+            "Lease long-polls waiting for work",
+            m.waiters.clone(),
+        );
+        m
+    }
+
+    pub fn submitted(&self, queue: &str) {
+        self.submitted.get_or_create(&q(queue)).inc();
+    }
+
+    pub fn leased(&self, queue: &str, waited: Duration) {
+        self.leased.get_or_create(&q(queue)).inc();
+        self.wait_time
+            .get_or_create(&q(queue))
+            .observe(waited.as_secs_f64());
+    }
+
+    pub fn completed(&self, queue: &str, ran: Duration) {
+        self.completed.get_or_create(&q(queue)).inc();
+        self.run_time
+            .get_or_create(&q(queue))
+            .observe(ran.as_secs_f64());
+    }
+
+    pub fn failed(&self, queue: &str, ran: Duration, dead: bool) {
+        self.failed.get_or_create(&q(queue)).inc();
+        self.run_time
+            .get_or_create(&q(queue))
+            .observe(ran.as_secs_f64());
+        if dead {
+            self.dead.get_or_create(&q(queue)).inc();
+        }
+    }
+
+    pub fn reclaimed(&self, queue: &str, n: u64, dead: u64) {
+        self.reclaimed.get_or_create(&q(queue)).inc_by(n);
+        if dead > 0 {
+            self.dead.get_or_create(&q(queue)).inc_by(dead);
+        }
+    }
+
+    pub fn rpc(&self, method: &str, code: &'static str, took: Duration) {
+        let label = RpcLabel {
+            method: method.to_string(),
+            code,
+        };
+        self.rpc.get_or_create(&label).observe(took.as_secs_f64());
+    }
+
+    /// Sets the scrape-time gauges and renders the text exposition format.
+    pub fn render(
+        &self,
+        stats: &[QueueStatsRecord],
+        pool: PoolStats,
+        waiters: usize,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> String {
+        self.waiters.set(waiters as i64);
+        self.depth.clear();
+        self.oldest_ready.clear();
+        for s in stats {
+            for (state, n) in [
+                ("scheduled", s.scheduled),
+                ("ready", s.ready),
+                ("leased", s.leased),
+                ("succeeded", s.succeeded),
+                ("dead", s.dead),
+                ("cancelled", s.cancelled),
+            ] {
+                let label = DepthLabel {
+                    queue: s.queue.clone(),
+                    state,
+                };
+                self.depth.get_or_create(&label).set(n as i64);
+            }
+            let age = s
+                .oldest_ready_at
+                .and_then(|t| (now - t).to_std().ok())
+                .unwrap_or_default();
+            self.oldest_ready
+                .get_or_create(&q(&s.queue))
+                .set(age.as_secs_f64());
+        }
+        self.pool_size.set(i64::from(pool.size));
+        self.pool_idle.set(pool.idle as i64);
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
