@@ -37,7 +37,13 @@ as_pg() {
 case "$cmd" in
   start)
     mkdir -p "$dir"
-    [ "$(id -u)" = 0 ] && chown postgres "$dir" 2>/dev/null || true
+    if [ "$(id -u)" = 0 ]; then
+      as_pg true # creates the postgres user when missing
+      chown postgres "$dir"
+      # The postgres user must be able to reach DIR (mktemp makes its parent 0700).
+      p=$(dirname "$(readlink -f "$dir")")
+      while [ "$p" != / ]; do chmod o+x "$p"; p=$(dirname "$p"); done
+    fi
     chmod 700 "$dir"
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     as_pg "$bindir/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 >/dev/null

@@ -31,7 +31,8 @@ scripts/proto-check.sh
 step "throwaway Postgres cluster"
 pgdir="$(mktemp -d "${TMPDIR:-/tmp}/taskbroker-pg.XXXXXX")"
 trap 'scripts/pg.sh stop "$pgdir/cluster"; rm -rf "$pgdir"' EXIT
-eval "$(scripts/pg.sh start "$pgdir/cluster")"
+pgenv=$(scripts/pg.sh start "$pgdir/cluster")
+eval "$pgenv"
 export TASKBROKER_TEST_POSTGRES_URL
 export TASKBROKER_REQUIRE_POSTGRES=1
 
