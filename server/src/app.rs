@@ -202,7 +202,10 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
         .http2_keepalive_interval(Some(opts.keepalive_interval))
         .http2_keepalive_timeout(Some(opts.keepalive_timeout));
     if let Some(age) = opts.max_connection_age {
-        builder = builder.max_connection_age(age);
+        // A long-poll in progress when the connection ages out still finishes.
+        builder = builder
+            .max_connection_age(age)
+            .max_connection_age_grace(max_wait + Duration::from_secs(10));
     }
     if let Some(tls) = &config.tls {
         let mut t =

@@ -10,6 +10,7 @@
 //! - [`store`]: the `Store` trait and its SQLite and Postgres implementations.
 //! - [`maintenance`]: the reaper (expired leases, passed deadlines).
 //! - [`metrics`] and [`http`]: Prometheus metrics on their own port.
+//! - [`telemetry`]: logs and OpenTelemetry traces (context crosses the queue).
 //! - [`app`] and [`config`]: start-up, configuration and shutdown.
 #![forbid(unsafe_code)]
 
@@ -23,6 +24,7 @@ pub mod maintenance;
 pub mod metrics;
 pub mod service;
 pub mod store;
+pub mod telemetry;
 
 /// Code generated from `proto/taskbroker/v1` (server side).
 pub mod pb {

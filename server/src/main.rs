@@ -48,20 +48,6 @@ enum Command {
     Client(taskbroker_client::cli::ClientCommand),
 }
 
-fn init_tracing(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
-
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
@@ -108,7 +94,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_tracing(&cli.log_format);
+    let telemetry = match taskbroker_server::telemetry::init(&cli.log_format) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("taskbroker: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let result = match cli.command {
         Command::Serve(args) => serve(*args).await,
         Command::Migrate(db) => {
@@ -129,6 +121,7 @@ async fn main() -> std::process::ExitCode {
             .await
             .map_err(anyhow::Error::from),
     };
+    telemetry.shutdown();
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

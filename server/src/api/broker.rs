@@ -8,6 +8,7 @@ use super::convert::{self, duration, timestamp, to_timestamp};
 use super::error::{invalid, status};
 use crate::domain::validate::Invalid;
 use crate::pb;
+use crate::telemetry::TRACEPARENT;
 use crate::pb::broker_service_server::BrokerService;
 use crate::service::{self, Broker};
 use crate::store::{LeaseRef, LeaseState};
@@ -91,7 +92,34 @@ impl BrokerService for BrokerApi {
                 .collect(),
             None => tasks,
         };
+        // One `send <queue>` span per task; its context travels in the task's
+        // metadata to the worker (unless the producer put its own traceparent there).
+        let spans: Vec<tracing::Span> = tasks
+            .iter()
+            .map(|t| {
+                tracing::info_span!(
+                    "send",
+                    otel.name = %format!("send {}", t.queue),
+                    otel.kind = "producer",
+                    messaging.system = "taskbroker",
+                    messaging.operation.type = "send",
+                    messaging.destination.name = %t.queue,
+                    messaging.message.id = tracing::field::Empty,
+                )
+            })
+            .collect();
+        let mut tasks = tasks;
+        for (t, span) in tasks.iter_mut().zip(&spans) {
+            if !t.metadata.contains_key(TRACEPARENT)
+                && let Some(tp) = crate::telemetry::traceparent(span)
+            {
+                t.metadata.insert(TRACEPARENT.into(), tp);
+            }
+        }
         let inserted = self.broker.submit(tasks).await.map_err(status)?;
+        for (span, r) in spans.iter().zip(&inserted) {
+            span.record("messaging.message.id", r.task_id.as_str());
+        }
         Ok(Response::new(pb::SubmitResponse {
             results: inserted
                 .into_iter()

@@ -181,9 +181,20 @@ where
         // The clone is ready only if polled; swap so the polled one serves this call.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
+        let span = tracing::info_span!(
+            "rpc",
+            otel.name = %path.trim_start_matches('/'),
+            otel.kind = "server",
+            rpc.system = "grpc",
+            rpc.grpc.status_code = tracing::field::Empty,
+        );
+        let _ = tracing_opentelemetry::OpenTelemetrySpanExt::set_parent(
+            &span,
+            crate::telemetry::parent_from_headers(req.headers()),
+        );
         Box::pin(async move {
             let start = Instant::now();
-            let call: Pin<Box<_>> = Box::pin(inner.call(req));
+            let call: Pin<Box<_>> = Box::pin(tracing::Instrument::instrument(inner.call(req), span.clone()));
             let resp = match tokio::time::timeout(timeout, call).await {
                 Ok(r) => size_limit_code(r?),
                 Err(_) => {
@@ -191,6 +202,7 @@ where
                 }
             };
             drop(permit);
+            span.record("rpc.grpc.status_code", code_of(&resp) as i32);
             if !internal {
                 state
                     .metrics

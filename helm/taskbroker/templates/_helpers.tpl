@@ -1,0 +1,133 @@
+{{/* Names and labels. */}}
+{{- define "taskbroker.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "taskbroker.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "taskbroker.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "taskbroker.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "taskbroker.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "taskbroker.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: taskbroker
+{{- end }}
+
+{{- define "taskbroker.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "taskbroker.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "taskbroker.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* Mode checks; values.schema.json says the same, these also hold with --skip-schema-validation. */}}
+{{- define "taskbroker.postgres" -}}
+{{- if eq .Values.database.mode "postgres" }}true{{ end }}
+{{- end }}
+
+{{- define "taskbroker.validate" -}}
+{{- $mode := .Values.database.mode }}
+{{- if not (has $mode (list "sqlite" "postgres")) }}
+{{- fail (printf "database.mode must be sqlite or postgres, not %q" $mode) }}
+{{- end }}
+{{- if eq $mode "sqlite" }}
+{{- if gt (int .Values.replicaCount) 1 }}
+{{- fail "database.mode=sqlite runs exactly one replica: set replicaCount to 1, or use database.mode=postgres" }}
+{{- end }}
+{{- if .Values.autoscaling.enabled }}
+{{- fail "database.mode=sqlite cannot autoscale: set autoscaling.enabled=false, or use database.mode=postgres" }}
+{{- end }}
+{{- if not (hasPrefix "/data/" .Values.database.sqlite.path) }}
+{{- fail "database.sqlite.path must lie under /data/, where the volume is mounted" }}
+{{- end }}
+{{- else }}
+{{- if not .Values.database.postgres.existingSecret }}
+{{- fail "database.mode=postgres needs database.postgres.existingSecret: a Secret whose key database.postgres.secretKey holds the postgres:// URL" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Seconds the kubelet waits before SIGKILL; see values.yaml server.terminationGracePeriodSeconds. */}}
+{{- define "taskbroker.terminationGracePeriodSeconds" -}}
+{{- $s := .Values.server }}
+{{- if gt (int $s.terminationGracePeriodSeconds) 0 }}
+{{- int $s.terminationGracePeriodSeconds }}
+{{- else }}
+{{- add (int $s.preStopSleepSeconds) (int $s.maxWaitSeconds) (int $s.shutdownGraceSeconds) 5 }}
+{{- end }}
+{{- end }}
+
+{{/* One TOML value: strings quoted, whole numbers without ".0" (values arrive as float64). */}}
+{{- define "taskbroker.tomlValue" -}}
+{{- $v := . }}
+{{- if kindIs "string" $v }}
+{{- $v | toJson }}
+{{- else if kindIs "bool" $v }}
+{{- $v }}
+{{- else if or (kindIs "float64" $v) (kindIs "float32" $v) }}
+{{- if eq (float64 $v) (floor $v) }}{{ int64 $v }}{{ else }}{{ $v }}{{ end }}
+{{- else if kindIs "slice" $v }}
+{{- $items := list }}
+{{- range $v }}{{ $items = append $items (include "taskbroker.tomlValue" .) }}{{ end }}
+{{- printf "[%s]" (join ", " $items) }}
+{{- else }}
+{{- $v }}
+{{- end }}
+{{- end }}
+
+{{/* The TOML file given to --config: the chart's own keys, then .Values.config. */}}
+{{- define "taskbroker.configToml" -}}
+{{- $s := .Values.server -}}
+# Rendered by the taskbroker chart from values.yaml (server, config).
+listen = {{ printf "%s:%d" $s.bindAddress (int $s.grpcPort) | toJson }}
+metrics_listen = {{ printf "%s:%d" $s.bindAddress (int $s.metricsPort) | toJson }}
+shutdown_grace = {{ printf "%ds" (int $s.shutdownGraceSeconds) | quote }}
+{{- range $k, $v := .Values.config }}
+{{- if not (kindIs "map" $v) }}
+{{ $k }} = {{ include "taskbroker.tomlValue" $v }}
+{{- end }}
+{{- end }}
+{{- range $k, $v := .Values.config }}
+{{- if kindIs "map" $v }}
+
+[{{ $k }}]
+{{- range $k2, $v2 := $v }}
+{{ $k2 }} = {{ include "taskbroker.tomlValue" $v2 }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* TASKBROKER_DATABASE_URL for both modes. */}}
+{{- define "taskbroker.databaseUrlEnv" -}}
+- name: TASKBROKER_DATABASE_URL
+{{- if include "taskbroker.postgres" . }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.database.postgres.existingSecret }}
+      key: {{ .Values.database.postgres.secretKey }}
+{{- else }}
+  value: {{ printf "sqlite://%s" .Values.database.sqlite.path | quote }}
+{{- end }}
+{{- end }}

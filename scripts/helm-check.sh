@@ -1,0 +1,257 @@
+#!/usr/bin/env bash
+# Checks the Helm chart (helm/taskbroker) offline, with no cluster:
+#   scripts/helm-check.sh
+# - helm lint --strict in both modes (ci/sqlite-values.yaml, ci/postgres-values.yaml);
+# - helm template in both modes, and once more with the Prometheus Operator API
+#   (--api-versions monitoring.coreos.com/v1) so the ServiceMonitor renders;
+# - values.schema.json and the chart's own checks reject contradictory values;
+# - every rendered object validated against the Kubernetes OpenAPI schemas of the
+#   oldest supported version and the newest known one (kubernetes-validate --strict);
+#   the ServiceMonitor is a CRD with no schema there and is checked by assertions;
+# - assertions on the rendered manifests (mode rules, probes, ports, hooks), and that
+#   the Dockerfile copies every workspace member (the image itself is not built here).
+# Installs what is missing into ${XDG_CACHE_HOME:-~/.cache}/taskbroker: helm built from
+# the Go module proxy (needs Go >= 1.26, GOTOOLCHAIN=local; about 5 minutes on 2 cores,
+# once) and kubernetes-validate from PyPI in a venv.
+# Prints `N passed, M failed` last; exits non-zero when a check failed.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+helm_version=v4.2.4
+kv_version=1.37.0
+# The chart's kubeVersion floor, and the newest schemas kubernetes-validate ships.
+kube_versions=(1.30.0 1.37.0)
+chart=helm/taskbroker
+
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/taskbroker"
+bindir="$cache/bin"
+venv="$cache/venv-helm"
+mkdir -p "$bindir"
+
+# --- tools -------------------------------------------------------------------
+# `go install` leaves helm's version string short (no release ldflags), so a stamp file
+# records which release the binary was built from.
+helm="$bindir/helm"
+if [ ! -x "$helm" ] || [ "$(cat "$helm.version" 2>/dev/null)" != "$helm_version" ]; then
+  if ! command -v go >/dev/null 2>&1; then
+    echo "helm-check: Go is needed to build helm $helm_version (go install); install Go >= 1.26" >&2
+    exit 1
+  fi
+  echo "installing helm $helm_version into $bindir (go install; takes a few minutes once)"
+  GOTOOLCHAIN=local GOBIN="$bindir" go install "helm.sh/helm/v4/cmd/helm@$helm_version" || {
+    echo "helm-check: go install helm.sh/helm/v4/cmd/helm@$helm_version failed" >&2
+    exit 1
+  }
+  echo "$helm_version" >"$helm.version"
+fi
+if ! "$venv/bin/kubernetes-validate" --version 2>/dev/null | grep -q "$kv_version"; then
+  echo "installing kubernetes-validate $kv_version into $venv"
+  python3 -m venv "$venv" && "$venv/bin/pip" install -q "kubernetes-validate==$kv_version" || {
+    echo "helm-check: could not install kubernetes-validate from PyPI" >&2
+    exit 1
+  }
+fi
+py="$venv/bin/python"
+echo "helm $helm_version ($helm), kubernetes-validate $kv_version"
+
+# helm keeps its caches and config out of the user's real ones.
+work="$(mktemp -d "${TMPDIR:-/tmp}/taskbroker-helm.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+export HELM_CACHE_HOME="$work/helm-cache" HELM_CONFIG_HOME="$work/helm-config" HELM_DATA_HOME="$work/helm-data"
+
+# --- checks ------------------------------------------------------------------
+passed=0
+failed=0
+check() { # NAME COMMAND...: runs COMMAND, counts it, shows its output on failure
+  local name="$1"
+  shift
+  if "$@" >"$work/out" 2>&1; then
+    passed=$((passed + 1))
+    echo "ok    $name"
+  else
+    failed=$((failed + 1))
+    echo "FAIL  $name"
+    sed 's/^/      /' "$work/out" | head -40
+  fi
+}
+rejects() { # PATTERN ARGS...: helm template must fail, with an error matching PATTERN
+  local pattern="$1"
+  shift
+  if render /dev/null "$@" 2>"$work/err"; then
+    echo "rendered, but should have been rejected"
+    return 1
+  fi
+  grep -E -q "$pattern" "$work/err" || { cat "$work/err"; return 1; }
+}
+
+render() { # OUTFILE ARGS...: helm template into OUTFILE
+  local out="$1"
+  shift
+  "$helm" template tb "$chart" --namespace tasks --kube-version 1.30.0 "$@" >"$out"
+}
+
+# Evaluates a Python expression over the objects of a rendered file. Names in scope:
+# objs (all), one(kind) (exactly one of that kind), kinds (kind -> list), and
+# deploy / container (the Deployment and its broker container, when rendered).
+assert() { # FILE EXPRESSION
+  "$py" - "$1" "$2" <<'PY'
+import sys, yaml
+path, expr = sys.argv[1], sys.argv[2]
+objs = [o for o in yaml.safe_load_all(open(path)) if o]
+kinds = {}
+for o in objs:
+    kinds.setdefault(o["kind"], []).append(o)
+def one(kind):
+    found = kinds.get(kind, [])
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+deploy = (kinds.get("Deployment") or [None])[0]
+container = deploy["spec"]["template"]["spec"]["containers"][0] if deploy else None
+def env(name):
+    return next((e for e in container.get("env", []) if e["name"] == name), None)
+ok = eval("(" + expr + ")")
+if not ok:
+    print(f"false: {expr}")
+    sys.exit(1)
+PY
+}
+
+validate() { # VERSION FILE: kubernetes-validate, leaving out kinds it has no schema for
+  "$py" - "$2" "$work/validate.yaml" <<'PY'
+import sys, yaml
+objs = [o for o in yaml.safe_load_all(open(sys.argv[1])) if o]
+keep = [o for o in objs if o["apiVersion"] != "monitoring.coreos.com/v1"]
+yaml.safe_dump_all(keep, open(sys.argv[2], "w"))
+PY
+  "$venv/bin/kubernetes-validate" -k "$1" --strict --quiet "$work/validate.yaml"
+}
+
+sq="$chart/ci/sqlite-values.yaml"
+pg="$chart/ci/postgres-values.yaml"
+
+check "helm lint --strict (sqlite)" "$helm" lint --strict "$chart" -f "$sq"
+check "helm lint --strict (postgres)" "$helm" lint --strict "$chart" -f "$pg"
+check "helm template (defaults)" render "$work/default.yaml"
+check "helm template (sqlite)" render "$work/sqlite.yaml" -f "$sq"
+check "helm template (postgres)" render "$work/postgres.yaml" -f "$pg"
+check "helm template (postgres, TLS, no HPA)" render "$work/tls.yaml" -f "$pg" \
+  --set autoscaling.enabled=false --set tls.existingSecret=tb-tls --set tls.verifyClients=true
+check "helm template (sqlite, monitoring.coreos.com/v1 served)" render "$work/sqlite-mon.yaml" \
+  -f "$sq" --api-versions monitoring.coreos.com/v1
+check "helm template (postgres, monitoring.coreos.com/v1 served)" render "$work/postgres-mon.yaml" \
+  -f "$pg" --api-versions monitoring.coreos.com/v1
+
+check "rejected: sqlite with replicaCount=3" rejects "/replicaCount': value must be 1" --set replicaCount=3
+check "rejected: sqlite with autoscaling" rejects "/autoscaling/enabled': value must be false" \
+  --set autoscaling.enabled=true
+check "rejected: postgres without database Secret" rejects "/database/postgres/existingSecret'" \
+  --set database.mode=postgres
+check "rejected: unknown database.mode" rejects "/database/mode': value must be one of" --set database.mode=mysql
+check "rejected: unknown top-level value" rejects "additional properties 'replicas'" --set replicas=2
+check "rejected: config key the chart owns" rejects "invalid propertyName 'listen'" --set config.listen=0.0.0.0:1
+check "rejected without the schema too: sqlite with replicaCount=3" \
+  rejects "sqlite runs exactly one replica" --skip-schema-validation --set replicaCount=3
+check "rejected without the schema too: postgres without database Secret" \
+  rejects "postgres needs database.postgres.existingSecret" --skip-schema-validation --set database.mode=postgres
+check "NOTES render (sqlite install, client dry run)" \
+  "$helm" install tb "$chart" --namespace tasks --dry-run=client -f "$sq"
+check "NOTES render (postgres install, client dry run)" \
+  "$helm" install tb "$chart" --namespace tasks --dry-run=client -f "$pg"
+
+for v in "${kube_versions[@]}"; do
+  for f in default sqlite postgres tls sqlite-mon postgres-mon; do
+    check "kubernetes-validate --strict $v: $f" validate "$v" "$work/$f.yaml"
+  done
+done
+
+s="$work/sqlite.yaml"
+p="$work/postgres.yaml"
+check "sqlite: replicas 1, strategy Recreate" assert "$s" \
+  'deploy["spec"]["replicas"] == 1 and deploy["spec"]["strategy"]["type"] == "Recreate"'
+check "sqlite: no HPA, PDB or migration Job" assert "$s" \
+  'not kinds.get("HorizontalPodAutoscaler") and not kinds.get("PodDisruptionBudget") and not kinds.get("Job")'
+check "sqlite: PVC mounted at /data, URL sqlite:///data/taskbroker.db" assert "$s" \
+  'one("PersistentVolumeClaim")["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+   and any(m["mountPath"] == "/data" for m in container["volumeMounts"])
+   and env("TASKBROKER_DATABASE_URL")["value"] == "sqlite:///data/taskbroker.db"'
+check "defaults: sqlite, one replica, insecure documented default" assert "$work/default.yaml" \
+  'deploy["spec"]["replicas"] == 1 and env("TASKBROKER_INSECURE")["value"] == "true"'
+check "postgres: RollingUpdate, replicas left to the HPA" assert "$p" \
+  'deploy["spec"]["strategy"]["type"] == "RollingUpdate" and "replicas" not in deploy["spec"]'
+check "postgres: HPA autoscaling/v2 on the Deployment" assert "$p" \
+  'one("HorizontalPodAutoscaler")["apiVersion"] == "autoscaling/v2"
+   and one("HorizontalPodAutoscaler")["spec"]["scaleTargetRef"]["name"] == deploy["metadata"]["name"]'
+check "postgres: PDB present" assert "$p" 'one("PodDisruptionBudget")["spec"]["maxUnavailable"] == 1'
+check "postgres: migration Job is a pre-install,pre-upgrade hook running migrate" assert "$p" \
+  'one("Job")["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+   and one("Job")["spec"]["template"]["spec"]["containers"][0]["args"] == ["migrate"]'
+check "postgres: migration Job stays out of the mesh (its sidecar would never exit)" assert "$p" \
+  'one("Job")["spec"]["template"]["metadata"]["annotations"]["linkerd.io/inject"] == "disabled"'
+check "postgres: database URL and tokens from existing Secrets" assert "$p" \
+  'env("TASKBROKER_DATABASE_URL")["valueFrom"]["secretKeyRef"] == {"name": "taskbroker-db", "key": "database-url"}
+   and env("TASKBROKER_AUTH_TOKENS_FILE")["value"] == "/etc/taskbroker/auth/tokens"
+   and env("TASKBROKER_INSECURE") is None'
+check "postgres, no HPA: replicas from replicaCount" assert "$work/tls.yaml" \
+  'deploy["spec"]["replicas"] == 3 and not kinds.get("HorizontalPodAutoscaler")'
+for f in sqlite postgres; do
+  check "$f: Service port grpc with appProtocol grpc, and http-metrics" assert "$work/$f.yaml" \
+    '[(q["name"], q.get("appProtocol")) for q in kinds["Service"][0]["spec"]["ports"]]
+       == [("grpc", "grpc"), ("http-metrics", "http")]'
+  check "$f: native gRPC probes on a numeric port, readiness service" assert "$work/$f.yaml" \
+    'container["readinessProbe"]["grpc"] == {"port": 50051, "service": "readiness"}
+     and container["livenessProbe"]["grpc"] == {"port": 50051}'
+  check "$f: non-root, read-only root, no capabilities" assert "$work/$f.yaml" \
+    'deploy["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 10001
+     and container["securityContext"]["readOnlyRootFilesystem"] is True
+     and container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+     and container["resources"]["requests"]
+     and deploy["spec"]["template"]["spec"]["enableServiceLinks"] is False'
+  check "$f: preStop sleep, grace covers sleep + 60s long-poll + shutdown grace" assert "$work/$f.yaml" \
+    'container["lifecycle"]["preStop"]["sleep"]["seconds"] == 5
+     and deploy["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 5 + 60 + 20'
+  check "$f: config mounted and passed as TASKBROKER_CONFIG" assert "$work/$f.yaml" \
+    'env("TASKBROKER_CONFIG")["value"] == "/etc/taskbroker/config/taskbroker.toml"
+     and "listen = \"0.0.0.0:50051\"" in one("ConfigMap")["data"]["taskbroker.toml"]'
+  check "$f: no ServiceMonitor without monitoring.coreos.com/v1" assert "$work/$f.yaml" \
+    'not kinds.get("ServiceMonitor")'
+  check "$f: ServiceMonitor with monitoring.coreos.com/v1" assert "$work/$f-mon.yaml" \
+    'one("ServiceMonitor")["spec"]["endpoints"][0]["port"] == "http-metrics"'
+done
+check "TLS: cert, key and client CA passed; TCP probes" assert "$work/tls.yaml" \
+  'env("TASKBROKER_TLS_CLIENT_CA")["value"] == "/etc/taskbroker/tls/ca.crt"
+   and "tcpSocket" in container["readinessProbe"]'
+check "config TOML parses, with whole numbers as integers" "$py" -c '
+import sys, tomllib, yaml
+for f in sys.argv[1:]:
+    cm = next(o for o in yaml.safe_load_all(open(f)) if o and o["kind"] == "ConfigMap")
+    t = tomllib.loads(cm["data"]["taskbroker.toml"])
+    assert t["shutdown_grace"] == "20s", t
+    assert isinstance(t["retry"]["max_attempts"], int), t
+    open(f + ".toml", "w").write(cm["data"]["taskbroker.toml"])
+' "$s" "$p"
+# The broker itself accepts the rendered configuration (unknown keys or bad values
+# would stop the pod at start).
+if cargo build -q -p taskbroker-server --bin taskbroker; then
+  for f in "$s" "$p"; do
+    check "the broker accepts the config rendered by $(basename "$f")" \
+      env TASKBROKER_INSECURE=true target/debug/taskbroker config print --config "$f.toml"
+  done
+else
+  check "the broker builds to validate the rendered config" false
+fi
+check "Dockerfile and .dockerignore carry every workspace member the build reads" "$py" -c '
+import re, tomllib
+members = tomllib.load(open("Cargo.toml", "rb"))["workspace"]["members"]
+docker = open("Dockerfile").read()
+ignore = open(".dockerignore").read().split()
+for path in members + ["proto", "migrations"]:
+    assert re.search(rf"^COPY {path} {path}$", docker, re.M), f"Dockerfile does not COPY {path}"
+    assert f"!{path}/" in ignore, f".dockerignore does not let {path}/ through"
+for line in ["USER 10001:10001", "EXPOSE 50051 9090", "CMD [\"serve\"]",
+             "ENTRYPOINT [\"/usr/local/bin/taskbroker\"]"]:
+    assert line in docker, f"Dockerfile lacks {line}"
+'
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
