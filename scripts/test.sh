@@ -4,8 +4,8 @@
 # It installs what is missing (Rust components, Postgres from Debian packages,
 # each client's dependencies), starts a throwaway Postgres cluster as the
 # `postgres` user, and runs: format and lint checks, buf lint and breaking checks
-# on the proto, every Rust test against SQLite and Postgres, and the client
-# conformance scenario in every language against a live broker.
+# on the proto, the Helm chart checks, every Rust test against SQLite and Postgres,
+# and the client conformance scenario in every language against a live broker.
 # Set TASKBROKER_LANGS="rust python" to run only some client languages.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -27,6 +27,9 @@ cargo clippy --workspace --all-targets -q -- -D warnings
 
 step "proto: buf lint and buf breaking"
 scripts/proto-check.sh
+
+step "Helm chart: lint, render, validate (both modes)"
+scripts/helm-check.sh
 
 step "throwaway Postgres cluster"
 pgdir="$(mktemp -d "${TMPDIR:-/tmp}/taskbroker-pg.XXXXXX")"
