@@ -36,18 +36,27 @@ impl Telemetry {
 }
 
 fn otlp_configured() -> bool {
-    ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
-        .iter()
-        .any(|k| std::env::var(k).is_ok_and(|v| !v.is_empty()))
+    [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    ]
+    .iter()
+    .any(|k| std::env::var(k).is_ok_and(|v| !v.is_empty()))
         && std::env::var("OTEL_SDK_DISABLED").map_or(true, |v| v != "true")
 }
 
-/// A tracer provider exporting over OTLP/gRPC to the `OTEL_*` configured endpoint.
-pub fn otlp_provider(service_name: &str) -> Result<SdkTracerProvider, String> {
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_tonic()
-        .build()
-        .map_err(|e| format!("OTLP exporter: {e}"))?;
+/// A tracer provider exporting over OTLP/gRPC to `endpoint`, or to the endpoint
+/// the `OTEL_*` variables configure.
+pub fn otlp_provider(
+    service_name: &str,
+    endpoint: Option<&str>,
+) -> Result<SdkTracerProvider, String> {
+    use opentelemetry_otlp::WithExportConfig;
+    let mut builder = opentelemetry_otlp::SpanExporter::builder().with_tonic();
+    if let Some(e) = endpoint {
+        builder = builder.with_endpoint(e);
+    }
+    let exporter = builder.build().map_err(|e| format!("OTLP exporter: {e}"))?;
     let resource = opentelemetry_sdk::Resource::builder()
         .with_service_name(
             std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| service_name.to_string()),
@@ -81,7 +90,7 @@ pub fn init(log_format: &str) -> Result<Telemetry, String> {
         fmt.boxed()
     };
     let provider = if otlp_configured() {
-        Some(otlp_provider("taskbroker")?)
+        Some(otlp_provider("taskbroker", None)?)
     } else {
         None
     };

@@ -8,10 +8,10 @@ use super::convert::{self, duration, timestamp, to_timestamp};
 use super::error::{invalid, status};
 use crate::domain::validate::Invalid;
 use crate::pb;
-use crate::telemetry::TRACEPARENT;
 use crate::pb::broker_service_server::BrokerService;
 use crate::service::{self, Broker};
 use crate::store::{LeaseRef, LeaseState};
+use crate::telemetry::TRACEPARENT;
 
 pub struct BrokerApi {
     broker: Arc<Broker>,

@@ -194,7 +194,10 @@ where
         );
         Box::pin(async move {
             let start = Instant::now();
-            let call: Pin<Box<_>> = Box::pin(tracing::Instrument::instrument(inner.call(req), span.clone()));
+            let call: Pin<Box<_>> = Box::pin(tracing::Instrument::instrument(
+                inner.call(req),
+                span.clone(),
+            ));
             let resp = match tokio::time::timeout(timeout, call).await {
                 Ok(r) => size_limit_code(r?),
                 Err(_) => {
