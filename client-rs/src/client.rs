@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tonic::Request;
+use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::pb::admin_service_client::AdminServiceClient;
@@ -24,6 +25,8 @@ pub struct Client {
     admin: AdminServiceClient<Channel>,
     call_timeout: Duration,
     lease_margin: Duration,
+    /// `Bearer TOKEN`, sent as `authorization` on every call.
+    authorization: Option<MetadataValue<Ascii>>,
 }
 
 /// How to connect; see [`Client::builder`].
@@ -33,6 +36,7 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     call_timeout: Duration,
     lease_margin: Duration,
+    token: Option<String>,
 }
 
 /// The outcome of one submitted task.
@@ -73,6 +77,22 @@ impl ClientBuilder {
         self
     }
 
+    /// A bearer token for a broker with authentication on; sent on every call.
+    pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    fn authorization(&self) -> Result<Option<MetadataValue<Ascii>>, Error> {
+        let Some(token) = &self.token else {
+            return Ok(None);
+        };
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| Error::Config("the bearer token is not a valid header value".into()))?;
+        Ok(Some(value))
+    }
+
     fn endpoint(&self) -> Result<Endpoint, Error> {
         let addr = normalize_addr(&self.addr);
         let endpoint = Endpoint::from_shared(addr.clone())
@@ -87,6 +107,7 @@ impl ClientBuilder {
 
     /// Connects now; fails if the broker cannot be reached within the connect timeout.
     pub async fn connect(self) -> Result<Client, Error> {
+        let authorization = self.authorization()?;
         let channel = self
             .endpoint()?
             .connect()
@@ -95,21 +116,23 @@ impl ClientBuilder {
                 addr: self.addr.clone(),
                 source,
             })?;
-        Ok(self.with_channel(channel))
+        Ok(self.with_channel(channel, authorization))
     }
 
     /// Connects on the first call instead (and reconnects as needed).
     pub fn connect_lazy(self) -> Result<Client, Error> {
+        let authorization = self.authorization()?;
         let channel = self.endpoint()?.connect_lazy();
-        Ok(self.with_channel(channel))
+        Ok(self.with_channel(channel, authorization))
     }
 
-    fn with_channel(self, channel: Channel) -> Client {
+    fn with_channel(self, channel: Channel, authorization: Option<MetadataValue<Ascii>>) -> Client {
         Client {
             broker: BrokerServiceClient::new(channel.clone()),
             admin: AdminServiceClient::new(channel),
             call_timeout: self.call_timeout,
             lease_margin: self.lease_margin,
+            authorization,
         }
     }
 }
@@ -128,18 +151,26 @@ impl Client {
             connect_timeout: Duration::from_secs(5),
             call_timeout: Duration::from_secs(10),
             lease_margin: Duration::from_secs(5),
+            token: None,
         }
     }
 
     /// A request with the default call deadline.
     pub(crate) fn request<T>(&self, message: T) -> Request<T> {
+        self.request_within(message, self.call_timeout)
+    }
+
+    fn request_within<T>(&self, message: T, timeout: Duration) -> Request<T> {
         let mut request = Request::new(message);
-        request.set_timeout(self.call_timeout);
+        request.set_timeout(timeout);
+        if let Some(auth) = &self.authorization {
+            request.metadata_mut().insert("authorization", auth.clone());
+        }
         request
     }
 
     /// The generated BrokerService stub on this client's channel, for calls this
-    /// crate does not wrap. It carries no deadline of its own.
+    /// crate does not wrap. It carries no deadline and no bearer token of its own.
     pub fn broker_stub(&self) -> BrokerServiceClient<Channel> {
         self.broker.clone()
     }
@@ -197,8 +228,7 @@ impl Client {
     /// long poll is not cut short by the default call timeout.
     pub async fn lease(&self, req: pb::LeaseRequest) -> Result<Vec<pb::LeasedTask>, Error> {
         let wait = from_proto_duration(req.wait.as_ref()).unwrap_or_default();
-        let mut request = Request::new(req);
-        request.set_timeout(wait + self.lease_margin);
+        let request = self.request_within(req, wait + self.lease_margin);
         Ok(self.broker.clone().lease(request).await?.into_inner().tasks)
     }
 
@@ -262,10 +292,30 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn bad_addresses_are_reported_not_panicked() {
+    async fn bad_addresses_and_tokens_are_reported_not_panicked() {
         let e = Client::builder("http://bad host")
             .connect_lazy()
             .unwrap_err();
         assert!(matches!(e, Error::InvalidAddress { .. }), "{e}");
+        let e = Client::builder("http://127.0.0.1:1")
+            .bearer_token("a\nb")
+            .connect_lazy()
+            .unwrap_err();
+        assert!(matches!(e, Error::Config(_)), "{e}");
+    }
+
+    #[tokio::test]
+    async fn every_call_carries_the_deadline_and_the_token() {
+        let c = Client::builder("http://127.0.0.1:1")
+            .bearer_token("s3cret")
+            .connect_lazy()
+            .unwrap();
+        let r = c.request(());
+        assert_eq!(r.metadata().get("authorization").unwrap(), "Bearer s3cret");
+        assert_eq!(r.metadata().get("grpc-timeout").unwrap(), "10000000u");
+        let plain = Client::builder("http://127.0.0.1:1")
+            .connect_lazy()
+            .unwrap();
+        assert!(plain.request(()).metadata().get("authorization").is_none());
     }
 }

@@ -584,8 +584,10 @@ mod tests {
 
     #[test]
     fn printed_config_hides_secrets() {
-        let mut c = Config::default();
-        c.database_url = "postgres://tb:hunter2@db/tb".into();
+        let mut c = Config {
+            database_url: "postgres://tb:hunter2@db/tb".into(),
+            ..Config::default()
+        };
         c.auth.tokens.push(TokenEntry {
             role: crate::api::auth::Role::Admin,
             token: "super-secret-token-value".into(),

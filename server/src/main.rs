@@ -35,10 +35,12 @@ enum ConfigCommand {
     Print(Box<ServeArgs>),
 }
 
+// Parsed once at start-up; the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the broker.
-    Serve(Box<ServeArgs>),
+    Serve(ServeArgs),
     /// Apply database migrations and exit.
     Migrate(DatabaseArgs),
     /// Show the effective configuration.
@@ -102,7 +104,7 @@ async fn main() -> std::process::ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Serve(args) => serve(*args).await,
+        Command::Serve(args) => serve(args).await,
         Command::Migrate(db) => {
             async {
                 let store = taskbroker_server::store::connect(&db.database_url, 1).await?;

@@ -25,6 +25,9 @@ pub struct Connection {
     /// The broker's address: http://HOST:PORT or HOST:PORT.
     #[arg(long, env = "TASKBROKER_ADDR", default_value = DEFAULT_ADDR)]
     pub addr: String,
+    /// Bearer token, for a broker with authentication on.
+    #[arg(long, env = "TASKBROKER_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -215,7 +218,11 @@ pub async fn run(cmd: ClientCommand) -> Result<(), CliError> {
 }
 
 async fn connect(c: &Connection) -> Result<Client, Error> {
-    Client::connect(c.addr.clone()).await
+    let mut builder = Client::builder(c.addr.clone());
+    if let Some(token) = &c.token {
+        builder = builder.bearer_token(token);
+    }
+    builder.connect().await
 }
 
 fn json_line(v: &Value) -> String {

@@ -11,7 +11,7 @@ use crate::pb;
 use crate::time::{from_proto_duration, from_proto_timestamp};
 use crate::{TaskState, state_name};
 
-/// Columns padded to their widest cell, two spaces apart; the last is not padded.
+/// Columns padded to their widest cell, two spaces apart; no trailing spaces.
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
@@ -22,14 +22,13 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let mut out = String::new();
     let head: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
     for row in std::iter::once(&head).chain(rows) {
-        let last = row.len().saturating_sub(1);
+        let mut line = String::new();
         for (i, cell) in row.iter().enumerate() {
-            out.push_str(cell);
-            if i < last {
-                let pad = widths[i] - cell.chars().count() + 2;
-                out.extend(std::iter::repeat_n(' ', pad));
-            }
+            line.push_str(cell);
+            let pad = widths[i] - cell.chars().count() + 2;
+            line.extend(std::iter::repeat_n(' ', pad));
         }
+        out.push_str(line.trim_end());
         out.push('\n');
     }
     out
@@ -110,7 +109,7 @@ pub fn task_rows(tasks: &[pb::Task]) -> String {
 }
 
 pub fn task_json(t: &pb::Task) -> Value {
-    let retry = t.retry.clone().unwrap_or_default();
+    let retry = t.retry.unwrap_or_default();
     let secs = |d: &Option<prost_types::Duration>| {
         from_proto_duration(d.as_ref()).map(|d| d.as_secs_f64())
     };
@@ -170,7 +169,14 @@ pub fn task_detail(t: &pb::Task) -> String {
                 String::new()
             },
         ),
-        ("fencing token", t.fencing_token.to_string()),
+        (
+            "fencing token",
+            if t.fencing_token > 0 {
+                t.fencing_token.to_string()
+            } else {
+                String::new()
+            },
+        ),
         ("last error", t.last_error.clone()),
         ("payload", bytes_text(&t.payload)),
         (
@@ -310,7 +316,7 @@ mod tests {
                 vec!["abcdef".into(), "DEAD".into(), String::new()],
             ],
         );
-        assert_eq!(t, "ID      STATE  KEY\na       READY  k\nabcdef  DEAD   \n");
+        assert_eq!(t, "ID      STATE  KEY\na       READY  k\nabcdef  DEAD\n");
     }
 
     #[test]

@@ -42,7 +42,11 @@ impl Leases {
 
     /// The leases still worth extending.
     fn live(&self) -> Vec<Arc<Shared>> {
-        self.map().values().filter(|s| !s.is_lost()).cloned().collect()
+        self.map()
+            .values()
+            .filter(|s| !s.is_lost())
+            .cloned()
+            .collect()
     }
 
     /// Fires `cancelled()` of every running handler.

@@ -247,51 +247,76 @@ impl Run<'_> {
             {
                 permit.merge(more);
             }
-            let asked = permit.num_permits() as u32;
-            let req = pb::LeaseRequest {
-                worker_id: self.worker_id.clone(),
-                queues: c.queues.clone(),
-                max_tasks: asked,
-                lease_duration: Some(to_proto_duration(c.lease_duration)),
-                wait: Some(to_proto_duration(c.lease_wait)),
-            };
+            let req = self.lease_request(permit.num_permits() as u32);
             let sent_at = Instant::now();
             let leased = tokio::select! {
                 biased;
-                // Dropping the call cancels it; the broker then leases nothing for it.
+                // Dropping the call cancels it. Should the broker have granted tasks
+                // in that very instant, their leases run out and they are leased
+                // again: correctness never depends on a graceful stop.
                 _ = &mut shutdown => return Ok(()),
                 r = c.client.lease(req) => r,
             };
             match leased {
-                Ok(tasks) => {
+                Ok(tasks) if !tasks.is_empty() => {
                     failures = 0;
-                    let _ = self.worker.events.send(WorkerEvent::Leased {
-                        asked,
-                        count: tasks.len(),
-                    });
-                    for t in tasks {
-                        let Some(slot) = permit.split(1) else {
-                            // The broker never returns more than max_tasks; if it did,
-                            // the extra tasks are left to expire rather than overrun.
-                            tracing::error!(task_id = %t.task_id, "the broker returned more tasks than asked for");
-                            break;
-                        };
-                        self.start(t, slot, sent_at + c.lease_duration);
-                    }
+                    self.start_all(tasks, permit, sent_at);
+                    continue;
                 }
+                // Nothing within the whole wait: ask again at once.
+                Ok(_) if !c.lease_wait.is_zero() && sent_at.elapsed() >= c.lease_wait / 2 => {
+                    failures = 0;
+                    continue;
+                }
+                // Empty long before the wait was over: the broker is draining (or the
+                // wait is zero). Back off instead of asking again in a tight loop.
+                Ok(_) => tracing::debug!("lease answered empty early"),
                 Err(e) if is_fatal(&e) => return Err(e),
-                Err(e) => {
-                    drop(permit);
-                    let pause = backoff(failures, LEASE_BACKOFF_BASE, LEASE_BACKOFF_MAX);
-                    failures += 1;
-                    tracing::warn!(error = %e, ?pause, "lease failed; retrying");
-                    tokio::select! {
-                        biased;
-                        _ = &mut shutdown => return Ok(()),
-                        _ = tokio::time::sleep(pause) => {}
-                    }
-                }
+                Err(e) => tracing::warn!(error = %e, "lease failed; retrying"),
             }
+            drop(permit);
+            let pause = backoff(failures, LEASE_BACKOFF_BASE, LEASE_BACKOFF_MAX);
+            failures = failures.saturating_add(1);
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => return Ok(()),
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    fn lease_request(&self, max_tasks: u32) -> pb::LeaseRequest {
+        let c = &self.worker.config;
+        pb::LeaseRequest {
+            worker_id: self.worker_id.clone(),
+            queues: c.queues.clone(),
+            max_tasks,
+            lease_duration: Some(to_proto_duration(c.lease_duration)),
+            wait: Some(to_proto_duration(c.lease_wait)),
+        }
+    }
+
+    /// Starts each leased task in one of the slots `permit` holds; the slots left
+    /// over are freed when `permit` is dropped at the end.
+    fn start_all(
+        &mut self,
+        tasks: Vec<pb::LeasedTask>,
+        mut permit: OwnedSemaphorePermit,
+        sent_at: Instant,
+    ) {
+        let _ = self.worker.events.send(WorkerEvent::Leased {
+            asked: permit.num_permits() as u32,
+            count: tasks.len(),
+        });
+        let valid_until = sent_at + self.worker.config.lease_duration;
+        for t in tasks {
+            let Some(slot) = permit.split(1) else {
+                // The broker never returns more than max_tasks; if it did, the extra
+                // tasks are left to expire rather than overrun the slots.
+                tracing::error!(task_id = %t.task_id, "the broker returned more tasks than asked for");
+                break;
+            };
+            self.start(t, slot, valid_until);
         }
     }
 

@@ -146,12 +146,14 @@ impl Attempt {
 
     async fn report(&self, report: Report) -> Result<(), Error> {
         match report {
-            Report::Complete(result) => match self.retrying(|| self.complete(result.clone())).await {
+            Report::Complete(result) => match self.retrying(|| self.complete(result.clone())).await
+            {
                 // A result the broker refuses (too large) would be refused again:
                 // fail the task for good with the reason instead of leaving it leased.
                 Err(e) if e.code() == Some(tonic::Code::ResourceExhausted) => {
                     let message = format!("result refused by the broker: {e}");
-                    self.retrying(|| self.fail(message.clone(), true, None)).await
+                    self.retrying(|| self.fail(message.clone(), true, None))
+                        .await
                 }
                 other => other,
             },

@@ -1,0 +1,205 @@
+//! The embedded SQLite store (the default).
+//!
+//! WAL mode with `synchronous = FULL`: a write is acknowledged only after its
+//! transaction is on disk, so it survives `kill -9` and power loss. All writes go
+//! through one connection and are group-committed (`writer`); reads use a pool of
+//! their own, which WAL lets run beside the writer.
+//!
+//! - `writer`: the group-commit batcher.
+//! - `ops`: the hot-path writes; `admin`: maintenance and operator writes.
+//! - `read`: the reads.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::SqlitePool;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+
+use super::*;
+
+mod admin;
+mod ops;
+mod read;
+mod writer;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+
+pub struct SqliteStore {
+    writer: writer::Writer,
+    write_pool: SqlitePool,
+    reader: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (and creates) the database file named by `sqlite://PATH`.
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        let opts = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(5));
+        let write_pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(opts.clone())
+            .await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(opts.read_only(true))
+            .await?;
+        Ok(SqliteStore {
+            writer: writer::Writer::start(write_pool.clone()),
+            write_pool,
+            reader,
+        })
+    }
+}
+
+/// Runs `$op` (a function of `ops` or `admin` taking the connection first) in the
+/// writer's next batch, with owned copies of its arguments.
+macro_rules! write {
+    ($self:ident, $op:path, [$($arg:ident),*], $($call:expr),*) => {{
+        $(let $arg = $arg.to_owned();)*
+        $self
+            .writer
+            .write(move |c| Box::pin(async move { $op(c, $($call),*).await }))
+            .await
+    }};
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn migrate(&self) -> StoreResult<()> {
+        MIGRATOR
+            .run(&self.write_pool)
+            .await
+            .map_err(StoreError::Migrate)
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.reader).await?;
+        Ok(())
+    }
+
+    async fn task_insert_many(
+        &self,
+        tasks: &[NewTask],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Inserted>> {
+        write!(self, ops::task_insert_many, [tasks], &tasks, now)
+    }
+
+    async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
+        write!(self, ops::task_lease_available, [p], &p)
+    }
+
+    async fn task_next_run_at(
+        &self,
+        queues: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<DateTime<Utc>>> {
+        read::task_next_run_at(&self.reader, queues, now).await
+    }
+
+    async fn lease_extend(
+        &self,
+        leases: &[LeaseRef],
+        extend_by: Option<Duration>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<LeaseState>> {
+        write!(self, ops::lease_extend, [leases], &leases, extend_by, now)
+    }
+
+    async fn task_checkpoint(&self, p: &CheckpointParams) -> StoreResult<Settled<LeaseState>> {
+        write!(self, ops::task_checkpoint, [p], &p)
+    }
+
+    async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
+        write!(self, ops::task_complete, [p], &p)
+    }
+
+    async fn task_fail(&self, p: &FailParams) -> StoreResult<Settled<FailResult>> {
+        write!(self, ops::task_fail, [p], &p)
+    }
+
+    async fn lease_reclaim_expired(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped> {
+        write!(self, admin::lease_reclaim_expired, [], now, limit)
+    }
+
+    async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>> {
+        read::task_get(&self.reader, task_id).await
+    }
+
+    async fn task_list(&self, filter: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
+        read::task_list(&self.reader, filter).await
+    }
+
+    async fn task_cancel(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
+        write!(self, admin::task_cancel, [task_id], &task_id, now)
+    }
+
+    async fn task_update(
+        &self,
+        task_id: &str,
+        update: &TaskUpdate,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Changed> {
+        write!(
+            self,
+            admin::task_update,
+            [task_id, update],
+            &task_id,
+            &update,
+            now
+        )
+    }
+
+    async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
+        write!(self, admin::task_requeue, [task_id], &task_id, now)
+    }
+
+    async fn attempt_list(&self, task_id: &str) -> StoreResult<Option<Vec<AttemptRecord>>> {
+        read::attempt_list(&self.reader, task_id).await
+    }
+
+    async fn queue_stats(
+        &self,
+        queues: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<QueueStatsRecord>> {
+        read::queue_stats(&self.reader, queues, now).await
+    }
+
+    async fn task_purge_finished(
+        &self,
+        before: DateTime<Utc>,
+        scope: &PurgeScope,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        write!(
+            self,
+            admin::task_purge_finished,
+            [scope],
+            before,
+            &scope,
+            limit
+        )
+    }
+
+    fn pool_stats(&self) -> PoolStats {
+        PoolStats {
+            size: self.write_pool.size() + self.reader.size(),
+            idle: self.write_pool.num_idle() + self.reader.num_idle(),
+        }
+    }
+
+    async fn close(&self) {
+        self.write_pool.close().await;
+        self.reader.close().await;
+    }
+}

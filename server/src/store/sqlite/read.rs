@@ -1,0 +1,127 @@
+//! Reads, on the reader pool (WAL readers never wait for the writer).
+
+use chrono::{DateTime, Utc};
+use sqlx::{Sqlite, SqlitePool};
+
+use super::super::row::{AttemptRow, TaskRow, from_ms, ms, state_filter_sql};
+use super::super::*;
+use super::ops::placeholders;
+
+pub(super) async fn task_get(r: &SqlitePool, task_id: &str) -> StoreResult<Option<TaskRecord>> {
+    sqlx::query_as::<_, TaskRow>("SELECT * FROM tasks WHERE id = ?")
+        .bind(task_id)
+        .fetch_optional(r)
+        .await?
+        .map(TaskRow::into_record)
+        .transpose()
+}
+
+pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
+    let mut qb = sqlx::QueryBuilder::<Sqlite>::new("SELECT * FROM tasks WHERE 1 = 1");
+    if let Some(queue) = &f.queue {
+        qb.push(" AND queue = ").push_bind(queue);
+    }
+    if let Some(key) = &f.key {
+        qb.push(" AND key = ").push_bind(key);
+    }
+    if let Some(worker) = &f.worker_id {
+        qb.push(" AND leased_by = ").push_bind(worker);
+    }
+    if let Some(after) = f.created_after {
+        qb.push(" AND created_at >= ").push_bind(ms(after));
+    }
+    if let Some(before) = f.created_before {
+        qb.push(" AND created_at < ").push_bind(ms(before));
+    }
+    if let Some(seq) = f.before_seq {
+        qb.push(" AND seq < ").push_bind(seq);
+    }
+    if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
+        qb.push(" AND ").push(sql);
+    }
+    qb.push(" ORDER BY seq DESC LIMIT ").push_bind(f.limit);
+    qb.build_query_as::<TaskRow>()
+        .fetch_all(r)
+        .await?
+        .into_iter()
+        .map(TaskRow::into_record)
+        .collect()
+}
+
+pub(super) async fn task_next_run_at(
+    r: &SqlitePool,
+    queues: &[String],
+    now: DateTime<Utc>,
+) -> StoreResult<Option<DateTime<Utc>>> {
+    let sql = format!(
+        "SELECT MIN(run_at) FROM tasks WHERE state = 'pending' AND queue IN ({}) AND run_at > ?",
+        placeholders(queues.len())
+    );
+    let mut q = sqlx::query_scalar::<_, Option<i64>>(sqlx::AssertSqlSafe(sql));
+    for queue in queues {
+        q = q.bind(queue);
+    }
+    let next = q.bind(ms(now)).fetch_one(r).await?;
+    Ok(next.map(from_ms))
+}
+
+pub(super) async fn attempt_list(
+    r: &SqlitePool,
+    task_id: &str,
+) -> StoreResult<Option<Vec<AttemptRecord>>> {
+    let exists: Option<i64> = sqlx::query_scalar("SELECT seq FROM tasks WHERE id = ?")
+        .bind(task_id)
+        .fetch_optional(r)
+        .await?;
+    if exists.is_none() {
+        return Ok(None);
+    }
+    let rows = sqlx::query_as::<_, AttemptRow>(
+        "SELECT attempt, worker_id, worker_address, leased_at, finished_at, outcome, error, \
+         fencing_token FROM task_attempts WHERE task_id = ? ORDER BY attempt",
+    )
+    .bind(task_id)
+    .fetch_all(r)
+    .await?;
+    rows.into_iter()
+        .map(AttemptRow::into_record)
+        .collect::<StoreResult<Vec<_>>>()
+        .map(Some)
+}
+
+pub(super) async fn queue_stats(
+    r: &SqlitePool,
+    queues: &[String],
+    now: DateTime<Utc>,
+) -> StoreResult<Vec<QueueStatsRecord>> {
+    let now = ms(now);
+    let mut qb = sqlx::QueryBuilder::<Sqlite>::new("SELECT queue, state, run_at > ");
+    qb.push_bind(now)
+        .push(" AS later, COUNT(*), MIN(run_at) FROM tasks");
+    if !queues.is_empty() {
+        qb.push(" WHERE queue IN (");
+        let mut sep = qb.separated(", ");
+        for q in queues {
+            sep.push_bind(q);
+        }
+        qb.push(")");
+    }
+    qb.push(" GROUP BY queue, state, later");
+    let counts: Vec<(String, String, bool, i64, i64)> = qb.build_query_as().fetch_all(r).await?;
+    let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
+        "SELECT t.queue, a.outcome, COUNT(*) FROM task_attempts a \
+         JOIN tasks t ON t.id = a.task_id WHERE a.finished_at >= ",
+    );
+    qb.push_bind(now - 60_000);
+    if !queues.is_empty() {
+        qb.push(" AND t.queue IN (");
+        let mut sep = qb.separated(", ");
+        for q in queues {
+            sep.push_bind(q);
+        }
+        qb.push(")");
+    }
+    qb.push(" GROUP BY t.queue, a.outcome");
+    let recent: Vec<(String, String, i64)> = qb.build_query_as().fetch_all(r).await?;
+    Ok(super::row::fold_stats(counts, recent))
+}
