@@ -166,6 +166,12 @@ impl Client {
         if let Some(auth) = &self.authorization {
             request.metadata_mut().insert("authorization", auth.clone());
         }
+        // The broker's spans join the caller's trace.
+        if let Some(tp) = crate::trace::traceparent_of(&tracing::Span::current())
+            && let Ok(v) = tp.parse()
+        {
+            request.metadata_mut().insert(crate::trace::TRACEPARENT, v);
+        }
         request
     }
 
@@ -196,10 +202,23 @@ impl Client {
     ) -> Result<Vec<Submitted>, Error> {
         let tasks: Vec<pb::TaskSpec> = specs.into_iter().map(Into::into).collect();
         let n = tasks.len();
-        let response = self
-            .broker
-            .clone()
-            .submit(self.request(pb::SubmitRequest { tasks }))
+        let queue = tasks.first().map(|t| t.queue.clone()).unwrap_or_default();
+        let span = tracing::info_span!(
+            "send",
+            otel.name = %format!("send {queue}"),
+            otel.kind = "producer",
+            messaging.system = "taskbroker",
+            messaging.operation.type = "send",
+            messaging.destination.name = %queue,
+            messaging.batch.message_count = n,
+        );
+        let call = async {
+            self.broker
+                .clone()
+                .submit(self.request(pb::SubmitRequest { tasks }))
+                .await
+        };
+        let response = tracing::Instrument::instrument(call, span)
             .await?
             .into_inner();
         if response.results.len() != n {

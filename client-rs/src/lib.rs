@@ -10,6 +10,7 @@
 //! - `wait.rs`: [`Client::wait`] and [`Client::submit_and_wait`], results as a function call.
 //! - `error.rs`: [`Error`], which keeps the gRPC code and the `LEASE_LOST` reason.
 //! - `worker/`: [`Worker`], the runtime that leases, heartbeats, runs handlers and reports.
+//! - `trace.rs`: W3C trace context on every call; `send`/`process` spans.
 //! - `cli/` (feature `cli`): the client subcommands of the `taskbroker` binary.
 //!
 //! ```no_run
@@ -43,6 +44,7 @@ mod client;
 mod error;
 mod spec;
 pub mod time;
+pub mod trace;
 mod wait;
 pub mod worker;
 

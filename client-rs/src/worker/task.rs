@@ -71,9 +71,16 @@ impl Attempt {
             shared: self.shared.clone(),
         };
         let handler = self.handler.clone();
+        let task = &self.shared.task;
+        let span =
+            crate::trace::process_span(&task.queue, &task.task_id, task.attempt, &task.metadata);
         // The handler is called inside the future, so a panic in the call itself is
         // caught as well as one in the future it returns.
-        let run = AssertUnwindSafe(async move { handler(ctx).await }).catch_unwind();
+        let run = AssertUnwindSafe(tracing::Instrument::instrument(
+            async move { handler(ctx).await },
+            span,
+        ))
+        .catch_unwind();
         let ended = tokio::select! {
             // A handler that is done wins over a shutdown that fires at the same time.
             biased;

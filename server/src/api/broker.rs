@@ -92,17 +92,18 @@ impl BrokerService for BrokerApi {
                 .collect(),
             None => tasks,
         };
-        // One `send <queue>` span per task; its context travels in the task's
-        // metadata to the worker (unless the producer put its own traceparent there).
+        // One `create <queue>` span per task (a child of the caller's `send`); its
+        // context travels in the task's metadata to the worker's `process` span
+        // (unless the producer put a traceparent of its own there).
         let spans: Vec<tracing::Span> = tasks
             .iter()
             .map(|t| {
                 tracing::info_span!(
-                    "send",
-                    otel.name = %format!("send {}", t.queue),
+                    "create",
+                    otel.name = %format!("create {}", t.queue),
                     otel.kind = "producer",
                     messaging.system = "taskbroker",
-                    messaging.operation.type = "send",
+                    messaging.operation.type = "create",
                     messaging.destination.name = %t.queue,
                     messaging.message.id = tracing::field::Empty,
                 )
