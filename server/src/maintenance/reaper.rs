@@ -63,13 +63,8 @@ impl Reaper {
     /// Runs passes every `interval` until `stop`. Errors are logged and retried on
     /// the next tick (the database may be away for a while).
     pub async fn run(self, stop: CancellationToken) {
-        let mut tick = tokio::time::interval(self.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tick.tick() => {}
-            }
+        let mut ticks = super::Ticker::new(self.interval, stop);
+        while ticks.next().await {
             match self.run_once(self.broker.clock().now()).await {
                 Ok(r) if r.reclaimed + r.deadline_exceeded > 0 => tracing::info!(
                     reclaimed = r.reclaimed,

@@ -63,13 +63,8 @@ impl Retention {
     }
 
     pub async fn run(self, stop: CancellationToken) {
-        let mut tick = tokio::time::interval(self.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tick.tick() => {}
-            }
+        let mut ticks = super::Ticker::new(self.interval, stop);
+        while ticks.next().await {
             match self.run_once(self.broker.clock().now()).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(deleted = n, "retention pass"),
