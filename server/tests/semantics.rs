@@ -66,6 +66,44 @@ async fn lease_order_is_priority_then_deadline_then_run_at_then_submission(b: Ba
     assert_eq!(later.payload, b"future");
 }
 
+async fn a_lease_over_several_queues_takes_the_best_of_all(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let mut c = app.broker().await;
+    let t = |q: &str, p: &str, prio: i32| pb::TaskSpec {
+        payload: p.as_bytes().to_vec(),
+        priority: prio,
+        ..spec(q)
+    };
+    submit(
+        &mut c,
+        vec![
+            t("qa", "a1", 1),
+            t("qb", "b9", 9),
+            t("qa", "a5", 5),
+            t("qc", "c7", 7),
+            t("qb", "b0", 0),
+        ],
+    )
+    .await;
+    let mut req = lease_req("qa", 3);
+    req.queues = vec!["qa".into(), "qb".into()];
+    let got: Vec<String> = c
+        .lease(req.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .tasks
+        .into_iter()
+        .map(|t| String::from_utf8(t.payload).unwrap())
+        .collect();
+    assert_eq!(got, ["b9", "a5", "a1"], "qc is not asked for");
+    let rest: Vec<_> = c.lease(req).await.unwrap().into_inner().tasks;
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].payload, b"b0");
+}
+
 // 3. Lease tokens: stale tokens are ABORTED/LEASE_LOST and change nothing.
 async fn stale_token_is_aborted_with_lease_lost_and_changes_nothing(b: Backend) {
     let Some(app) = spawn_app(b).await else {
@@ -774,6 +812,7 @@ async fn every_lease_records_an_attempt_with_worker_and_address(b: Backend) {
 
 both_backends!(
     lease_order_is_priority_then_deadline_then_run_at_then_submission,
+    a_lease_over_several_queues_takes_the_best_of_all,
     stale_token_is_aborted_with_lease_lost_and_changes_nothing,
     repeated_complete_or_fail_with_settling_token_is_ok,
     expired_leases_are_reclaimed_and_end_dead_after_max_attempts,

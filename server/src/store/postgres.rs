@@ -273,11 +273,18 @@ impl Store for PostgresStore {
         let now = ms(p.now);
         let expires = now.saturating_add(duration_ms(p.lease_duration));
         let rows = sqlx::query_as::<_, TaskRow>(
+            // One index-ordered scan per queue (each reads only its first rows),
+            // merged; rows another broker holds are skipped, never waited for.
             "WITH picked AS ( \
-               SELECT seq FROM tasks WHERE state = 'pending' AND queue = ANY($1) \
-                 AND run_at <= $2 AND (deadline IS NULL OR deadline > $2) \
-               ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq \
-               LIMIT $3 FOR UPDATE SKIP LOCKED), \
+               SELECT t.seq FROM UNNEST($1::text[]) AS q(name) \
+               CROSS JOIN LATERAL ( \
+                 SELECT seq, priority, deadline, run_at FROM tasks \
+                 WHERE state = 'pending' AND queue = q.name \
+                   AND run_at <= $2 AND (deadline IS NULL OR deadline > $2) \
+                 ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq \
+                 LIMIT $3 FOR UPDATE SKIP LOCKED) t \
+               ORDER BY t.priority DESC, t.deadline ASC NULLS LAST, t.run_at, t.seq \
+               LIMIT $3), \
              leased AS ( \
                UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
                  fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \

@@ -180,31 +180,38 @@ pub(super) async fn task_lease_available(
 ) -> StoreResult<Vec<TaskRecord>> {
     let now = ms(p.now);
     let expires = now.saturating_add(duration_ms(p.lease_duration));
+    // One index-ordered branch per queue (each reads only its first rows), merged.
+    let branches: Vec<String> = (0..p.queues.len())
+        .map(|i| {
+            format!(
+                "SELECT * FROM (SELECT seq, priority, deadline, run_at FROM tasks \
+                 WHERE state = 'pending' AND queue = ?{} AND run_at <= ?4 \
+                 AND (deadline IS NULL OR deadline > ?4) \
+                 ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?5)",
+                i + 6
+            )
+        })
+        .collect();
     let sql = format!(
         "UPDATE tasks SET state = 'leased', attempt = attempt + 1, \
          fencing_token = fencing_token + 1, lease_token = lower(hex(randomblob(16))), \
-         leased_by = ?, lease_duration_ms = ?, \
-         lease_expires_at = MIN(?, COALESCE(deadline, 9223372036854775807)), updated_at = ? \
-         WHERE seq IN (SELECT seq FROM tasks WHERE state = 'pending' AND queue IN ({}) \
-           AND run_at <= ? AND (deadline IS NULL OR deadline > ?) \
-           ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?) \
+         leased_by = ?1, lease_duration_ms = ?2, \
+         lease_expires_at = MIN(?3, COALESCE(deadline, 9223372036854775807)), updated_at = ?4 \
+         WHERE seq IN (SELECT seq FROM ({}) \
+           ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?5) \
          RETURNING *",
-        placeholders(p.queues.len())
+        branches.join(" UNION ALL ")
     );
     let mut q = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(sql))
         .bind(&p.worker_id)
         .bind(duration_ms(p.lease_duration))
         .bind(expires)
-        .bind(now);
+        .bind(now)
+        .bind(p.max_tasks);
     for queue in &p.queues {
         q = q.bind(queue);
     }
-    let rows = q
-        .bind(now)
-        .bind(now)
-        .bind(p.max_tasks)
-        .fetch_all(&mut *c)
-        .await?;
+    let rows = q.fetch_all(&mut *c).await?;
     for row in &rows {
         sqlx::query(
             "INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, \
