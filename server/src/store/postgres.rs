@@ -209,64 +209,90 @@ impl Store for PostgresStore {
         tasks: &[NewTask],
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Inserted>> {
-        let now = ms(now);
-        let mut tx = self.pool.begin().await?;
-        let mut out = Vec::with_capacity(tasks.len());
-        let mut queues: Vec<&str> = Vec::new();
-        for t in tasks {
-            let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
-            let inserted: Option<String> = sqlx::query_scalar(
-                "INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
+        // One multi-row statement (one round trip, one commit) for the whole batch;
+        // it also notifies the queues that got tasks, in the same transaction.
+        let col = |f: &dyn Fn(&NewTask) -> i64| tasks.iter().map(f).collect::<Vec<i64>>();
+        let ids: Vec<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
+        let queues: Vec<&str> = tasks.iter().map(|t| t.queue.as_str()).collect();
+        let keys: Vec<Option<&str>> = tasks.iter().map(|t| t.key.as_deref()).collect();
+        let payloads: Vec<&[u8]> = tasks.iter().map(|t| t.payload.as_slice()).collect();
+        let deadlines: Vec<Option<i64>> = tasks.iter().map(|t| t.deadline.map(ms)).collect();
+        let multipliers: Vec<f64> = tasks.iter().map(|t| t.retry.backoff_multiplier).collect();
+        let jitters: Vec<f64> = tasks.iter().map(|t| t.retry.jitter).collect();
+        let metadata: Vec<String> = tasks
+            .iter()
+            .map(|t| serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into()))
+            .collect();
+        let inserted: Vec<String> = sqlx::query_scalar(
+            "WITH ins AS ( \
+               INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
                  max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
                  max_backoff_ms, jitter, metadata, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $8, $9, $10, $11, $12, $13, $14, $14) \
-                 ON CONFLICT DO NOTHING RETURNING id",
+               SELECT id, queue, key, payload, priority, run_at, deadline, 'pending', \
+                 max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14 \
+               FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
+                 $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], \
+                 $11::bigint[], $12::float8[], $13::text[]) \
+                 AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
+                      ib, bm, mb, j, md) \
+               ON CONFLICT DO NOTHING RETURNING id, queue), \
+             woken AS (SELECT pg_notify($15, q) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
+             SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0",
+        )
+        .bind(&ids)
+        .bind(&queues)
+        .bind(&keys)
+        .bind(&payloads)
+        .bind(col(&|t| i64::from(t.priority)))
+        .bind(col(&|t| ms(t.run_at)))
+        .bind(&deadlines)
+        .bind(col(&|t| i64::from(t.retry.max_attempts)))
+        .bind(col(&|t| duration_ms(t.retry.initial_backoff)))
+        .bind(&multipliers)
+        .bind(col(&|t| duration_ms(t.retry.max_backoff)))
+        .bind(&jitters)
+        .bind(&metadata)
+        .bind(ms(now))
+        .bind(CHANNEL)
+        .fetch_all(&self.pool)
+        .await?;
+        let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
+        // The rest were duplicates of a (queue, key): answer with the existing ids.
+        let dups: Vec<&NewTask> = tasks.iter().filter(|t| !inserted.contains(&t.id)).collect();
+        let mut existing = std::collections::HashMap::new();
+        if !dups.is_empty() {
+            let q: Vec<&str> = dups.iter().map(|t| t.queue.as_str()).collect();
+            let k: Vec<Option<&str>> = dups.iter().map(|t| t.key.as_deref()).collect();
+            let rows: Vec<(String, String, String)> = sqlx::query_as(
+                "SELECT t.queue, t.key, t.id FROM tasks t \
+                 JOIN UNNEST($1::text[], $2::text[]) AS u(queue, key) \
+                   ON t.queue = u.queue AND t.key = u.key",
             )
-            .bind(&t.id)
-            .bind(&t.queue)
-            .bind(&t.key)
-            .bind(&t.payload)
-            .bind(i64::from(t.priority))
-            .bind(ms(t.run_at))
-            .bind(t.deadline.map(ms))
-            .bind(i64::from(t.retry.max_attempts))
-            .bind(duration_ms(t.retry.initial_backoff))
-            .bind(t.retry.backoff_multiplier)
-            .bind(duration_ms(t.retry.max_backoff))
-            .bind(t.retry.jitter)
-            .bind(metadata)
-            .bind(now)
-            .fetch_optional(&mut *tx)
+            .bind(&q)
+            .bind(&k)
+            .fetch_all(&self.pool)
             .await?;
-            let result = match inserted {
-                Some(task_id) => {
-                    if !queues.contains(&t.queue.as_str()) {
-                        queues.push(&t.queue);
-                    }
-                    Inserted {
-                        task_id,
-                        deduplicated: false,
-                    }
-                }
-                None => {
-                    let task_id: String =
-                        sqlx::query_scalar("SELECT id FROM tasks WHERE queue = $1 AND key = $2")
-                            .bind(&t.queue)
-                            .bind(&t.key)
-                            .fetch_optional(&mut *tx)
-                            .await?
-                            .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))?;
-                    Inserted {
-                        task_id,
-                        deduplicated: true,
-                    }
-                }
-            };
-            out.push(result);
+            existing = rows.into_iter().map(|(q, k, id)| ((q, k), id)).collect();
         }
-        Self::notify(&mut tx, &queues).await?;
-        tx.commit().await?;
-        Ok(out)
+        tasks
+            .iter()
+            .map(|t| {
+                if inserted.contains(&t.id) {
+                    return Ok(Inserted {
+                        task_id: t.id.clone(),
+                        deduplicated: false,
+                    });
+                }
+                let key = (t.queue.clone(), t.key.clone().unwrap_or_default());
+                existing
+                    .get(&key)
+                    .map(|id| Inserted {
+                        task_id: id.clone(),
+                        deduplicated: true,
+                    })
+                    .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))
+            })
+            .collect()
     }
 
     async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
@@ -402,6 +428,32 @@ impl Store for PostgresStore {
 
     async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
         let now = ms(p.now);
+        // The common case in one statement: a live lease settles, with its attempt.
+        let done: Option<(String, i64)> = sqlx::query_as(
+            "WITH t AS ( \
+               UPDATE tasks SET state = 'succeeded', result = $3, finished_at = $4, \
+                 lease_expires_at = NULL, updated_at = $4 \
+               WHERE id = $1 AND state = 'leased' AND lease_token = $2 AND lease_expires_at > $4 \
+               RETURNING id, attempt, queue), \
+             a AS ( \
+               UPDATE task_attempts SET outcome = 'succeeded', finished_at = $4 FROM t \
+               WHERE task_attempts.task_id = t.id AND task_attempts.attempt = t.attempt \
+               RETURNING task_attempts.leased_at) \
+             SELECT t.queue, a.leased_at FROM t, a",
+        )
+        .bind(&p.task_id)
+        .bind(&p.lease_token)
+        .bind(&p.result)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        if let Some((queue, leased_at)) = done {
+            return Ok(Settled::Applied(Completed {
+                queue,
+                leased_at: Some(from_ms(leased_at)),
+            }));
+        }
+        // Otherwise find out why: unknown task, repeated Complete, or a lost lease.
         let mut tx = self.pool.begin().await?;
         let Some(row) = Self::fetch_task(&mut tx, &p.task_id).await? else {
             return Ok(Settled::NotFound);
