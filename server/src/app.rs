@@ -198,7 +198,6 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
         metrics,
     );
     let mut builder = Server::builder()
-        .tcp_nodelay(true)
         .http2_keepalive_interval(Some(opts.keepalive_interval))
         .http2_keepalive_timeout(Some(opts.keepalive_timeout));
     if let Some(age) = opts.max_connection_age {
@@ -216,7 +215,9 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
         builder = builder.tls_config(t).map_err(AppError::Tls)?;
     }
     let max = opts.max_message_bytes;
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Nagle off: small replies must not wait for the peer's delayed ACK (the
+    // builder's `tcp_nodelay` does not reach connections of our own listener).
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let server = builder
         .layer(guard)
         .add_service(health_service)

@@ -9,6 +9,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+/// Most waiters one event wakes; the rest are reached by passing the wake-up on.
+const MAX_WAKE: usize = 256;
+
 #[derive(Default)]
 pub struct Dispatcher {
     /// One Notify per queue that has (or had) a waiter. Queue names are bounded by
@@ -46,13 +49,23 @@ impl Dispatcher {
             .collect()
     }
 
-    /// Wakes the waiters of `queue`, or of every queue for `None`.
+    /// Wakes one waiter of `queue` (one per new task: no thundering herd; a waiter
+    /// that leases a full batch passes the wake-up on), or every waiter for `None`
+    /// (when notifications may have been missed).
     pub fn wake(&self, queue: Option<&str>) {
+        self.wake_n(queue, 1);
+    }
+
+    /// Wakes up to `n` waiters of `queue`, or every waiter for `None`.
+    pub fn wake_n(&self, queue: Option<&str>, n: usize) {
         match queue {
             Some(q) => {
                 let map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(n) = map.get(q) {
-                    n.notify_waiters();
+                if let Some(notify) = map.get(q) {
+                    // Each call wakes one waiting long-poll (or leaves one permit).
+                    for _ in 0..n.min(MAX_WAKE) {
+                        notify.notify_one();
+                    }
                 }
             }
             None => self.all.notify_waiters(),

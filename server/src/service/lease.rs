@@ -94,6 +94,12 @@ impl Broker {
                     .unwrap_or_default();
                 self.metrics.leased(&t.queue, waited);
             }
+            if tasks.len() == req.max_tasks as usize {
+                // A full batch: more may be waiting, so pass the wake-up on.
+                for q in &req.queues {
+                    self.dispatch.wake(Some(q));
+                }
+            }
             if !tasks.is_empty() || Instant::now() >= give_up {
                 return Ok(tasks);
             }

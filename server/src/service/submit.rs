@@ -54,16 +54,20 @@ impl Broker {
             .map(|(i, t)| self.new_task(i, t, now))
             .collect::<Result<Vec<_>, Invalid>>()?;
         let inserted = self.store.task_insert_many(&new, now).await?;
-        let mut woken: Vec<&str> = Vec::new();
+        // Wake one waiting long-poll per new task in each queue.
+        let mut new_per_queue: Vec<(&str, usize)> = Vec::new();
         for (t, r) in new.iter().zip(&inserted) {
             if r.deduplicated {
                 continue;
             }
             self.metrics.submitted(&t.queue);
-            if !woken.contains(&t.queue.as_str()) {
-                self.dispatch.wake(Some(&t.queue));
-                woken.push(&t.queue);
+            match new_per_queue.iter_mut().find(|(q, _)| *q == t.queue) {
+                Some((_, n)) => *n += 1,
+                None => new_per_queue.push((&t.queue, 1)),
             }
+        }
+        for (q, n) in new_per_queue {
+            self.dispatch.wake_n(Some(q), n);
         }
         Ok(inserted)
     }

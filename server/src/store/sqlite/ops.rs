@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::SqliteConnection;
+use sqlx::{Sqlite, SqliteConnection};
 
 use super::super::row::{
     FailureWrite, TaskRow, decide, duration_ms, from_ms, ms, sort_lease_order,
@@ -122,57 +122,65 @@ pub(super) async fn task_insert_many(
     now: DateTime<Utc>,
 ) -> StoreResult<Vec<Inserted>> {
     let now = ms(now);
-    let mut out = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
-        let inserted: Option<String> = sqlx::query_scalar(
+    // Multi-row inserts (every statement is a round trip to SQLite's thread).
+    let mut inserted = std::collections::HashSet::new();
+    for chunk in tasks.chunks(INSERT_CHUNK) {
+        let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
             "INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
              max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
-             max_backoff_ms, jitter, metadata, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-             ON CONFLICT DO NOTHING RETURNING id",
-        )
-        .bind(&t.id)
-        .bind(&t.queue)
-        .bind(&t.key)
-        .bind(&t.payload)
-        .bind(t.priority)
-        .bind(ms(t.run_at))
-        .bind(t.deadline.map(ms))
-        .bind(t.retry.max_attempts)
-        .bind(t.retry.max_attempts)
-        .bind(duration_ms(t.retry.initial_backoff))
-        .bind(t.retry.backoff_multiplier)
-        .bind(duration_ms(t.retry.max_backoff))
-        .bind(t.retry.jitter)
-        .bind(metadata)
-        .bind(now)
-        .bind(now)
-        .fetch_optional(&mut *c)
-        .await?;
-        let result = match inserted {
-            Some(task_id) => Inserted {
-                task_id,
+             max_backoff_ms, jitter, metadata, created_at, updated_at) ",
+        );
+        qb.push_values(chunk, |mut b, t| {
+            let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
+            b.push_bind(&t.id)
+                .push_bind(&t.queue)
+                .push_bind(&t.key)
+                .push_bind(&t.payload)
+                .push_bind(t.priority)
+                .push_bind(ms(t.run_at))
+                .push_bind(t.deadline.map(ms))
+                .push("'pending'")
+                .push_bind(t.retry.max_attempts)
+                .push_bind(t.retry.max_attempts)
+                .push_bind(duration_ms(t.retry.initial_backoff))
+                .push_bind(t.retry.backoff_multiplier)
+                .push_bind(duration_ms(t.retry.max_backoff))
+                .push_bind(t.retry.jitter)
+                .push_bind(metadata)
+                .push_bind(now)
+                .push_bind(now);
+        });
+        qb.push(" ON CONFLICT DO NOTHING RETURNING id");
+        let ids: Vec<String> = qb.build_query_scalar().fetch_all(&mut *c).await?;
+        inserted.extend(ids);
+    }
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        if inserted.contains(&t.id) {
+            out.push(Inserted {
+                task_id: t.id.clone(),
                 deduplicated: false,
-            },
-            None => {
-                let task_id: String =
-                    sqlx::query_scalar("SELECT id FROM tasks WHERE queue = ? AND key = ?")
-                        .bind(&t.queue)
-                        .bind(&t.key)
-                        .fetch_optional(&mut *c)
-                        .await?
-                        .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))?;
-                Inserted {
-                    task_id,
-                    deduplicated: true,
-                }
-            }
-        };
-        out.push(result);
+            });
+            continue;
+        }
+        // A duplicate of an existing (queue, key), or of one earlier in this batch.
+        let task_id: String =
+            sqlx::query_scalar("SELECT id FROM tasks WHERE queue = ? AND key = ?")
+                .bind(&t.queue)
+                .bind(&t.key)
+                .fetch_optional(&mut *c)
+                .await?
+                .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))?;
+        out.push(Inserted {
+            task_id,
+            deduplicated: true,
+        });
     }
     Ok(out)
 }
+
+/// Rows per multi-row INSERT (17 values each, under SQLite's 32766 variables).
+const INSERT_CHUNK: usize = 500;
 
 pub(super) async fn task_lease_available(
     c: &mut SqliteConnection,
@@ -212,19 +220,21 @@ pub(super) async fn task_lease_available(
         q = q.bind(queue);
     }
     let rows = q.fetch_all(&mut *c).await?;
-    for row in &rows {
-        sqlx::query(
+    if !rows.is_empty() {
+        let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
             "INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, \
-             leased_at, outcome, fencing_token) VALUES (?, ?, ?, ?, ?, 'running', ?)",
-        )
-        .bind(&row.id)
-        .bind(row.attempt)
-        .bind(&p.worker_id)
-        .bind(&p.worker_address)
-        .bind(now)
-        .bind(row.fencing_token)
-        .execute(&mut *c)
-        .await?;
+             leased_at, outcome, fencing_token) ",
+        );
+        qb.push_values(&rows, |mut b, row| {
+            b.push_bind(&row.id)
+                .push_bind(row.attempt)
+                .push_bind(&p.worker_id)
+                .push_bind(&p.worker_address)
+                .push_bind(now)
+                .push("'running'")
+                .push_bind(row.fencing_token);
+        });
+        qb.build().execute(&mut *c).await?;
     }
     let mut records = rows
         .into_iter()
@@ -314,6 +324,25 @@ pub(super) async fn task_complete(
     p: &CompleteParams,
 ) -> StoreResult<Settled<Completed>> {
     let now = ms(p.now);
+    // The common case in two statements: a live lease settles, with its attempt.
+    let done: Option<(String, i64)> = sqlx::query_as(
+        "UPDATE tasks SET state = 'succeeded', result = ?1, finished_at = ?2, \
+         lease_expires_at = NULL, updated_at = ?2 \
+         WHERE id = ?3 AND state = 'leased' AND lease_token = ?4 AND lease_expires_at > ?2 \
+         RETURNING queue, attempt",
+    )
+    .bind(&p.result)
+    .bind(now)
+    .bind(&p.task_id)
+    .bind(&p.lease_token)
+    .fetch_optional(&mut *c)
+    .await?;
+    if let Some((queue, attempt)) = done {
+        let outcome = AttemptOutcome::Succeeded;
+        let leased_at = finish_attempt(c, &p.task_id, attempt, outcome, None, now).await?;
+        return Ok(Settled::Applied(Completed { queue, leased_at }));
+    }
+    // Otherwise find out why: unknown task, repeated Complete, or a lost lease.
     let Some(row) = fetch_task(c, &p.task_id).await? else {
         return Ok(Settled::NotFound);
     };

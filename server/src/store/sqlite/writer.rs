@@ -128,6 +128,7 @@ async fn run(pool: SqlitePool, mut rx: mpsc::Receiver<Box<dyn Job>>) {
             batch.drain(..).for_each(|j| j.abort(&e));
             continue;
         }
+        tracing::trace!(jobs = batch.len(), "write batch");
         let mut replies = Vec::with_capacity(batch.len());
         let mut broken = None;
         for job in batch.drain(..) {

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Benchmarks taskbroker (SQLite and Postgres, per-task and batched mode, several
+# worker counts, one big backlog) and its Postgres peers (graphile-worker, River,
+# pg-boss) on this machine, and writes bench/results/<date>.md with the table,
+# bench/results/<date>.png (throughput vs workers and vs backlog) and the raw
+# bench/results/<date>.jsonl.
+#
+#   bench/compare.sh            # ~15-20 min: workers 8/32/64, median of 3, 1M backlog
+#   bench/compare.sh --quick    # ~3-5 min: workers 8/64, one run each, 100k backlog
+#
+# Every number comes from a fresh broker process on a fresh database: a new SQLite
+# file, or a new database on one throwaway Postgres cluster (scripts/pg.sh) that
+# the peers share. Task counts can be overridden with TB_TASKS_PER_TASK,
+# TB_TASKS_BATCHED, PEER_TASKS_BEST, BACKLOGS ("100000 1000000"); REPS overrides the repetitions.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "unknown argument $arg (try --quick)" >&2; exit 2 ;;
+  esac
+done
+
+if [ "$quick" = 1 ]; then
+  reps=${REPS:-1}
+  worker_counts="8 64"
+  backlogs=${BACKLOGS:-100000}
+  backlog_workers=64
+  tb_per_task=${TB_TASKS_PER_TASK:-10000}
+  tb_batched=${TB_TASKS_BATCHED:-30000}
+  latency_seconds=2
+  peer_best=${PEER_TASKS_BEST:-20000}
+  # Per-job peer configurations are slow by design (polling): fewer jobs.
+  peer_graphile_defaults=2000 peer_river_defaults=2000 peer_pgboss_defaults=300
+else
+  reps=${REPS:-3}
+  worker_counts="8 32 64"
+  backlogs=${BACKLOGS:-"100000 1000000"}
+  backlog_workers=32
+  tb_per_task=${TB_TASKS_PER_TASK:-15000}
+  tb_batched=${TB_TASKS_BATCHED:-50000}
+  latency_seconds=3
+  peer_best=${PEER_TASKS_BEST:-20000}
+  peer_graphile_defaults=5000 peer_river_defaults=3000 peer_pgboss_defaults=500
+fi
+
+stamp=$(date +%Y-%m-%d)
+results=bench/results
+mkdir -p "$results"
+jsonl=$results/$stamp.jsonl
+: > "$jsonl"
+work=$(mktemp -d /tmp/taskbroker-compare.XXXXXX)
+log=$work/log
+cleanup() {
+  scripts/pg.sh stop "$work/pg" || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+started=$(date +%s)
+say() { echo "[$(( $(date +%s) - started ))s] $*" >&2; }
+
+say "building (release)"
+cargo build --release -q -p taskbroker-server -p taskbroker-bench
+say "installing peers (npm, Go module proxy) and matplotlib (PyPI)"
+bench/peers/install.sh >&2
+if [ ! -x bench/.venv/bin/python ]; then python3 -m venv bench/.venv; fi
+bench/.venv/bin/pip install -q matplotlib
+
+eval "$(scripts/pg.sh start "$work/pg")"
+pg_base=${TASKBROKER_TEST_POSTGRES_URL%/*}
+say "postgres at $pg_base"
+psql_admin() { psql -qX "$pg_base/postgres" -v ON_ERROR_STOP=1 "$@" >/dev/null; }
+db_seq=0
+fresh_db() { # prints the URL of a new, empty database
+  db_seq=$((db_seq + 1))
+  local name="bench_$db_seq"
+  psql_admin -c "CREATE DATABASE $name"
+  echo "$pg_base/$name"
+}
+drop_db() { psql_admin -c "DROP DATABASE IF EXISTS ${1##*/}"; }
+
+# record LABEL REP COMMAND...: runs one benchmark, appends its JSON line (with
+# "rep") to $jsonl, or a failure line when it fails. Output goes to the log.
+record() {
+  local label=$1 rep=$2
+  shift 2
+  say "$label (run $rep)"
+  local out
+  if out=$("$@" 2>>"$log" | tee -a "$log" | tail -n 1) && [ "${out:0:1}" = "{" ]; then
+    python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["rep"]=int(sys.argv[2]); r["label"]=sys.argv[3]; print(json.dumps(r))' \
+      "$out" "$rep" "$label" >> "$jsonl"
+    say "  -> $(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(format(r["lifecycles_per_sec"], ",.0f") + " lifecycles/s")' "$out")"
+  else
+    say "  -> FAILED (see the log below)"
+    tail -n 5 "$log" >&2 || true
+    python3 -c 'import json,sys; print(json.dumps({"failed": True, "label": sys.argv[1], "rep": int(sys.argv[2])}))' \
+      "$label" "$rep" >> "$jsonl"
+  fi
+}
+
+tb_run() { # STORE MODE WORKERS TASKS BACKLOG REP
+  local store=$1 mode=$2 workers=$3 tasks=$4 backlog=$5 rep=$6 url
+  if [ "$store" = sqlite ]; then url="sqlite://$work/bench-$rep.db"; else url=$(fresh_db); fi
+  record "taskbroker $store $mode w=$workers backlog=$backlog" "$rep" \
+    target/release/taskbroker-bench --spawn-broker "$url" --mode "$mode" --workers "$workers" \
+    --tasks "$tasks" --backlog "$backlog" --latency-seconds "$latency_seconds"
+  if [ "$store" = sqlite ]; then rm -f "$work/bench-$rep.db"*; else drop_db "$url"; fi
+}
+
+peer_run() { # SYSTEM CONFIG WORKERS TASKS REP
+  local url
+  url=$(fresh_db)
+  record "$1 $2 w=$3" "$5" bench/peers/run.sh "$1" "$2" "$url" "$4" "$3"
+  drop_db "$url"
+}
+
+for rep in $(seq 1 "$reps"); do
+  for store in sqlite postgres; do
+    for workers in $worker_counts; do
+      tb_run "$store" per-task "$workers" "$tb_per_task" 0 "$rep"
+      tb_run "$store" batched "$workers" "$tb_batched" 0 "$rep"
+    done
+  done
+  for workers in $worker_counts; do
+    peer_run graphile-worker best "$workers" "$peer_best" "$rep"
+    peer_run river best "$workers" "$peer_best" "$rep"
+    peer_run pg-boss best "$workers" "$peer_best" "$rep"
+  done
+  peer_run graphile-worker defaults 64 "$peer_graphile_defaults" "$rep"
+  peer_run river defaults 64 "$peer_river_defaults" "$rep"
+  peer_run pg-boss defaults 64 "$peer_pgboss_defaults" "$rep"
+done
+# Backlog runs are long (loading 1M tasks); one run each.
+for backlog in $backlogs; do
+  for store in sqlite postgres; do
+    tb_run "$store" batched "$backlog_workers" "$tb_batched" "$backlog" 1
+  done
+done
+
+elapsed=$(( $(date +%s) - started ))
+pg_version=$(psql -XtA "$pg_base/postgres" -c 'SHOW server_version')
+commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- server client-rs migrations || echo "+uncommitted")
+description="Run by \`bench/compare.sh$([ "$quick" = 1 ] && echo " --quick")\` on $(date -u '+%Y-%m-%d %H:%M UTC'), \
+commit $commit, $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB; broker, database and load generator \
+on the same machine. Postgres $pg_version (scripts/pg.sh: default settings, fsync on); SQLite WAL with \
+synchronous=FULL. $reps run(s) per point ($( [ "$reps" -ge 3 ] && echo "median of $reps" || echo "single run")); \
+backlog points one run each. Tasks per run: taskbroker per-task $tb_per_task, batched $tb_batched; \
+peers' best configurations $peer_best, their per-job defaults $peer_graphile_defaults (graphile-worker), \
+$peer_river_defaults (River), $peer_pgboss_defaults (pg-boss). Payload 64 B; node $(node --version), \
+$(GOTOOLCHAIN=local go version | awk '{print $3}'). Total time ${elapsed}s."
+bench/.venv/bin/python bench/report.py "$jsonl" "$results/$stamp.md" "$results/$stamp.png" "$description"
+say "done: $results/$stamp.md"

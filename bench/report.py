@@ -1,0 +1,246 @@
+"""Turns the JSON lines of one bench/compare.sh run into bench/results/<date>.md and a PNG.
+
+    python bench/report.py RESULTS.jsonl OUT.md OUT.png "ONE-LINE DESCRIPTION OF THE RUN"
+
+Each line is the last line of a taskbroker-bench or bench/peers run, plus
+`rep` (repetition number) and, for a run that failed, `failed: true`. Runs with
+the same system, store, mode, config, workers and backlog are one point: its
+median lifecycles/s, with the other columns taken from that median run.
+Uses matplotlib (compare.sh installs it into bench/.venv from PyPI).
+"""
+
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+SYSTEM_ORDER = {"taskbroker": 0, "graphile-worker": 1, "river": 2, "pg-boss": 3}
+
+
+def key(r):
+    config = r.get("config") or r["mode"]
+    return (r["system"], r.get("store") or "?", r["mode"], config, r["workers"], r.get("backlog") or 0)
+
+
+def sort_key(k):
+    system, store, mode, config, workers, backlog = k
+    return (SYSTEM_ORDER.get(system, 9), store != "sqlite", mode != "per-task", config, backlog, workers)
+
+
+def load(path):
+    groups = defaultdict(list)
+    failures = []
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        r = json.loads(line)
+        if r.get("failed"):
+            failures.append(r)
+            continue
+        groups[key(r)].append(r)
+    points = {}
+    for k, runs in groups.items():
+        runs.sort(key=lambda r: r["lifecycles_per_sec"])
+        median = runs[(len(runs) - 1) // 2]  # the lower median for an even count
+        points[k] = dict(median, runs=len(runs), all=[r["lifecycles_per_sec"] for r in runs])
+    return points, failures
+
+
+def fmt_rate(v):
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def fmt_ms(v):
+    return "-" if v is None else f"{v:.2f}"
+
+
+def main_table(points):
+    rows = [
+        "| system | store | mode: configuration | workers | backlog | lifecycles/s | submit/s "
+        "| dispatch p50 / p99 / max ms | broker RSS MiB | runs (lifecycles/s) |",
+        "|---|---|---|---:|---:|---:|---:|---|---:|---|",
+    ]
+    for k in sorted(points, key=sort_key):
+        p = points[k]
+        system, store, mode, config, workers, backlog = k
+        conf = mode if config == mode else f"{mode}: {config}"
+        dispatch = (
+            "-"
+            if p.get("dispatch_p50_ms") is None
+            else f"{fmt_ms(p['dispatch_p50_ms'])} / {fmt_ms(p['dispatch_p99_ms'])} / {fmt_ms(p['dispatch_max_ms'])}"
+        )
+        rss = "-" if p.get("broker_rss_mb") is None else f"{p['broker_rss_mb']:.1f}"
+        runs = ", ".join(fmt_rate(v) for v in p["all"])
+        rows.append(
+            f"| {system} | {store} | {conf} | {workers} | {backlog:,} | **{fmt_rate(p['lifecycles_per_sec'])}** "
+            f"| {fmt_rate(p.get('submit_per_sec'))} | {dispatch} | {rss} | {runs} |"
+        )
+    return "\n".join(rows)
+
+
+def best(points, pred):
+    found = [(k, p) for k, p in points.items() if pred(k)]
+    return max(found, key=lambda kp: kp[1]["lifecycles_per_sec"], default=(None, None))
+
+
+def targets_table(points):
+    tb = lambda store, mode: lambda k: k[0] == "taskbroker" and k[1] == store and k[2] == mode and k[5] == 0  # noqa: E731
+    rows = ["| target | measured | met |", "|---|---|---|"]
+
+    def add(target, measured, ok):
+        rows.append(f"| {target} | {measured} | {'yes' if ok else 'no' if ok is not None else '?'} |")
+
+    pg_b_k, pg_b = best(points, tb("postgres", "batched"))
+    peer_k, peer = best(points, lambda k: k[0] != "taskbroker" and k[2] == "batched")
+    if pg_b and peer:
+        ratio = pg_b["lifecycles_per_sec"] / peer["lifecycles_per_sec"]
+        add(
+            "Postgres batched ahead of every peer's best (aim 1.5x)",
+            f"{fmt_rate(pg_b['lifecycles_per_sec'])}/s ({pg_b_k[4]} workers) vs {peer_k[0]} {peer_k[3]} "
+            f"{fmt_rate(peer['lifecycles_per_sec'])}/s ({peer_k[4]} workers): {ratio:.2f}x",
+            ratio >= 1.0,
+        )
+    pt = points.get(("taskbroker", "postgres", "per-task", "per-task", 64, 0))
+    gw = next((p for k, p in points.items() if k[0] == "graphile-worker" and k[2] == "per-task" and k[4] == 64), None)
+    if pt and gw:
+        ratio = pt["lifecycles_per_sec"] / gw["lifecycles_per_sec"]
+        add(
+            "Postgres per-task, 64 workers >= 2x graphile-worker defaults",
+            f"{fmt_rate(pt['lifecycles_per_sec'])}/s vs {fmt_rate(gw['lifecycles_per_sec'])}/s: {ratio:.2f}x",
+            ratio >= 2.0,
+        )
+    for mode, goal in (("batched", 20000), ("per-task", 8000)):
+        k, p = best(points, tb("sqlite", mode))
+        if p:
+            add(
+                f"SQLite {mode} >= {goal:,}/s",
+                f"{fmt_rate(p['lifecycles_per_sec'])}/s ({k[4]} workers)",
+                p["lifecycles_per_sec"] >= goal,
+            )
+    for store, goal in (("postgres", 5.0), ("sqlite", 2.0)):
+        for mode in ("batched", "per-task"):
+            k, p = best(points, tb(store, mode))
+            if p and p.get("dispatch_p99_ms") is not None:
+                add(
+                    f"{store} dispatch p99 at half the peak <= {goal:g} ms ({mode})",
+                    f"{fmt_ms(p['dispatch_p99_ms'])} ms at {fmt_rate(p.get('dispatch_rate'))}/s ({k[4]} workers)",
+                    p["dispatch_p99_ms"] <= goal,
+                )
+    for k, p in sorted(points.items(), key=lambda kp: sort_key(kp[0])):
+        if k[0] != "taskbroker" or k[5] == 0:
+            continue
+        base = points.get(k[:5] + (0,))
+        if base:
+            ratio = p["lifecycles_per_sec"] / base["lifecycles_per_sec"]
+            add(
+                f"{k[1]} {k[2]}, {k[5]:,}-task backlog >= 0.8x empty",
+                f"{fmt_rate(p['lifecycles_per_sec'])}/s vs {fmt_rate(base['lifecycles_per_sec'])}/s: {ratio:.2f}x",
+                ratio >= 0.8,
+            )
+        if p.get("broker_rss_mb") is not None:
+            add(
+                f"{k[1]} broker RSS < 100 MiB with {k[5]:,} tasks stored",
+                f"{p['broker_rss_mb']:.1f} MiB",
+                p["broker_rss_mb"] < 100,
+            )
+    return "\n".join(rows)
+
+
+def short(n):
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:g}M"
+    return f"{n / 1000:g}k" if n >= 1000 else str(n)
+
+
+def plot(points, png):
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    series = defaultdict(list)
+    for k, p in points.items():
+        system, store, mode, config, workers, backlog = k
+        if backlog == 0:
+            name = f"taskbroker {store} {mode}" if system == "taskbroker" else f"{system}: {config}"
+            series[name].append((workers, p["lifecycles_per_sec"]))
+    for name, pts in sorted(series.items()):
+        pts.sort()
+        xs, ys = zip(*pts)
+        style = "-o" if name.startswith("taskbroker") else "--s"
+        ax1.plot(xs, ys, style, label=name, linewidth=2 if name.startswith("taskbroker") else 1)
+    ax1.set_xscale("log", base=2)
+    ax1.set_yscale("log")
+    workers = sorted({k[4] for k in points})
+    ax1.set_xticks(workers, [str(w) for w in workers])
+    ax1.set_xlabel("workers (concurrency)")
+    ax1.set_ylabel("lifecycles/s (submit -> lease -> complete), log scale")
+    ax1.set_title("Throughput vs worker count (empty queue)")
+    ax1.grid(True, which="both", alpha=0.3)
+    ax1.legend(fontsize=7)
+
+    backlog_series = defaultdict(list)
+    with_backlog = {k[:5] for k in points if k[0] == "taskbroker" and k[5] > 0}
+    for k, p in points.items():
+        if k[:5] in with_backlog:
+            backlog_series[f"taskbroker {k[1]} {k[2]}, {k[4]} workers"].append((k[5], p["lifecycles_per_sec"]))
+    for name, pts in sorted(backlog_series.items()):
+        pts.sort()
+        xs, ys = zip(*pts)
+        ax2.plot([max(x, 1) for x in xs], ys, "-o", label=name)
+        for x, y in pts:
+            ax2.annotate(f"{y:,.0f}", (max(x, 1), y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+    ax2.set_xscale("symlog", linthresh=1000)
+    sizes = sorted({x for pts in backlog_series.values() for x, _ in pts})
+    ax2.set_xticks([max(x, 1) for x in sizes], [short(x) for x in sizes])
+    ax2.set_xlabel("tasks already stored in another queue (0 = empty)")
+    ax2.set_ylabel("lifecycles/s")
+    ax2.set_ylim(bottom=0)
+    ax2.set_title("Throughput vs backlog size")
+    ax2.grid(True, alpha=0.3)
+    if backlog_series:
+        ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def main():
+    jsonl, md, png, description = sys.argv[1:5]
+    points, failures = load(jsonl)
+    plot(points, png)
+    parts = [
+        f"# Benchmark run {Path(md).stem}",
+        "",
+        description,
+        "",
+        f"![throughput vs workers and vs backlog]({Path(png).name})",
+        "",
+        "## Results",
+        "",
+        "Lifecycles/s = tasks / (first submit -> last complete acknowledged). Peers enqueue all jobs, "
+        "then drain them (same count, same worker concurrency, same Postgres cluster); their time is "
+        "enqueue + drain. Dispatch latency: taskbroker only, Submit acknowledgement -> Lease reply of "
+        "a waiting worker at half the run's peak rate. The bold number is the median of the runs "
+        "listed in the last column.",
+        "",
+        main_table(points),
+        "",
+        "## Targets of issue 6",
+        "",
+        targets_table(points),
+        "",
+    ]
+    if failures:
+        parts += ["## Failed runs", ""]
+        parts += [f"- {f.get('label')}: {f.get('error', 'failed')}" for f in failures]
+        parts.append("")
+    parts += [f"Raw results: [{Path(jsonl).name}]({Path(jsonl).name}).", ""]
+    Path(md).write_text("\n".join(parts))
+    print(f"wrote {md} and {png}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+//! The command line, and the parameters it resolves to (mode-dependent defaults
+//! filled in, limits checked) before any connection is made.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// The broker's limit on tasks per Submit call.
+const MAX_SUBMIT_BATCH: usize = 1000;
+/// The broker's limit on tasks per Lease call.
+const MAX_LEASE_BATCH: u32 = 256;
+
+/// How the simulated clients talk to the broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// What a naive client does: one task per Submit, each worker leases 1 task,
+    /// completes it (one Complete RPC), then leases the next.
+    PerTask,
+    /// The client runtime's best practice: Submit in batches, lease up to
+    /// `--lease-batch` tasks per long-poll for free slots only, complete them concurrently.
+    Batched,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::PerTask => "per-task",
+            Mode::Batched => "batched",
+        }
+    }
+}
+
+/// Drives a running taskbroker with P producers and W workers and reports
+/// lifecycles/s, submit/s, dispatch latency and the broker's peak RSS.
+#[derive(Debug, Parser)]
+#[command(name = "taskbroker-bench", version)]
+pub struct Args {
+    /// The broker's gRPC address (loopback). Ignored with --spawn-broker.
+    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    pub addr: String,
+    /// Tasks pushed through submit -> lease -> complete in the throughput phase.
+    #[arg(long, default_value_t = 20_000)]
+    pub tasks: u64,
+    /// Concurrent producers, each on its own connection, each with one Submit in
+    /// flight. Default: one per worker in per-task mode (a fleet of naive
+    /// clients), 2 in batched mode.
+    #[arg(long)]
+    pub producers: Option<usize>,
+    /// Concurrent workers, each on its own HTTP/2 connection.
+    #[arg(long, default_value_t = 8)]
+    pub workers: usize,
+    /// Tasks per Submit call, 1-1000. Default: 1 in per-task mode, 500 in batched mode.
+    #[arg(long)]
+    pub submit_batch: Option<usize>,
+    /// Batched mode: most tasks one worker holds, and asks for in one Lease, 1-256.
+    #[arg(long, default_value_t = 64)]
+    pub lease_batch: u32,
+    /// Payload size of every task, in bytes.
+    #[arg(long, default_value_t = 64)]
+    pub payload_bytes: usize,
+    #[arg(long, value_enum, default_value_t = Mode::Batched)]
+    pub mode: Mode,
+    /// Offered load of the dispatch-latency phase, tasks/s. Default: half of the
+    /// lifecycles/s measured in the throughput phase.
+    #[arg(long)]
+    pub latency_rate: Option<f64>,
+    /// Length of the dispatch-latency phase in seconds; 0 skips it.
+    #[arg(long, default_value_t = 5.0)]
+    pub latency_seconds: f64,
+    /// Tasks pre-loaded into another queue (batches of 1000) before measuring.
+    #[arg(long, default_value_t = 0)]
+    pub backlog: u64,
+    /// Read the broker's peak RSS (VmHWM) from /proc/PID/status at the end.
+    #[arg(long, conflicts_with = "spawn_broker")]
+    pub broker_pid: Option<u32>,
+    /// Start `--broker-bin serve` on this database URL on a free loopback port,
+    /// benchmark it, and stop it at the end.
+    #[arg(long, value_name = "DATABASE_URL")]
+    pub spawn_broker: Option<String>,
+    /// The broker binary used by --spawn-broker.
+    #[arg(long, default_value = "target/release/taskbroker")]
+    pub broker_bin: PathBuf,
+    /// Gives up (and exits non-zero) when one phase takes longer than this, in seconds.
+    #[arg(long, default_value_t = 600.0)]
+    pub timeout_seconds: f64,
+    /// Free-form label copied into the JSON line (compare.sh names its runs with it).
+    #[arg(long)]
+    pub label: Option<String>,
+}
+
+/// Every parameter of a run, defaults resolved.
+#[derive(Debug, Clone)]
+pub struct Params {
+    pub mode: Mode,
+    pub tasks: u64,
+    pub producers: usize,
+    pub workers: usize,
+    pub submit_batch: usize,
+    pub lease_batch: u32,
+    pub payload_bytes: usize,
+    pub latency_rate: Option<f64>,
+    pub latency_seconds: f64,
+    pub backlog: u64,
+    pub timeout: Duration,
+}
+
+impl Args {
+    /// Fills in the mode-dependent defaults and checks the broker's limits.
+    pub fn params(&self) -> Result<Params, String> {
+        let per_task = self.mode == Mode::PerTask;
+        let producers = self
+            .producers
+            .unwrap_or(if per_task { self.workers } else { 2 });
+        let submit_batch = self.submit_batch.unwrap_or(if per_task { 1 } else { 500 });
+        let lease_batch = if per_task { 1 } else { self.lease_batch };
+        if self.tasks == 0 {
+            return Err("--tasks must be at least 1".into());
+        }
+        if self.workers == 0 || producers == 0 {
+            return Err("--workers and --producers must be at least 1".into());
+        }
+        if !(1..=MAX_SUBMIT_BATCH).contains(&submit_batch) {
+            return Err(format!("--submit-batch must be 1-{MAX_SUBMIT_BATCH}"));
+        }
+        if !(1..=MAX_LEASE_BATCH).contains(&lease_batch) {
+            return Err(format!("--lease-batch must be 1-{MAX_LEASE_BATCH}"));
+        }
+        if !(self.latency_seconds >= 0.0 && self.latency_seconds.is_finite()) {
+            return Err("--latency-seconds must be 0 or more".into());
+        }
+        if let Some(r) = self.latency_rate
+            && !(r > 0.0 && r.is_finite())
+        {
+            return Err("--latency-rate must be above 0".into());
+        }
+        if !(self.timeout_seconds > 0.0 && self.timeout_seconds.is_finite()) {
+            return Err("--timeout-seconds must be above 0".into());
+        }
+        Ok(Params {
+            mode: self.mode,
+            tasks: self.tasks,
+            producers,
+            workers: self.workers,
+            submit_batch,
+            lease_batch,
+            payload_bytes: self.payload_bytes,
+            latency_rate: self.latency_rate,
+            latency_seconds: self.latency_seconds,
+            backlog: self.backlog,
+            timeout: Duration::from_secs_f64(self.timeout_seconds),
+        })
+    }
+
+    /// `sqlite` or `postgres` when the benchmark starts the broker itself.
+    pub fn store(&self) -> Option<&'static str> {
+        let url = self.spawn_broker.as_deref()?;
+        if url.starts_with("sqlite:") {
+            Some("sqlite")
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Some("postgres")
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Args {
+        Args::try_parse_from(std::iter::once("taskbroker-bench").chain(args.iter().copied()))
+            .expect("valid arguments")
+    }
+
+    #[test]
+    fn per_task_mode_defaults_to_one_task_per_call_and_a_producer_per_worker() {
+        let p = parse(&["--mode", "per-task", "--workers", "64"])
+            .params()
+            .unwrap();
+        assert_eq!((p.producers, p.submit_batch, p.lease_batch), (64, 1, 1));
+    }
+
+    #[test]
+    fn batched_mode_defaults_to_big_submits_and_lease_batches() {
+        let p = parse(&["--workers", "8"]).params().unwrap();
+        assert_eq!((p.producers, p.submit_batch, p.lease_batch), (2, 500, 64));
+    }
+
+    #[test]
+    fn limits_of_the_broker_are_checked_before_connecting() {
+        assert!(parse(&["--submit-batch", "1001"]).params().is_err());
+        assert!(parse(&["--lease-batch", "257"]).params().is_err());
+        assert!(parse(&["--tasks", "0"]).params().is_err());
+    }
+
+    #[test]
+    fn the_store_is_named_from_the_spawned_broker_url() {
+        assert_eq!(
+            parse(&["--spawn-broker", "sqlite:///tmp/x.db"]).store(),
+            Some("sqlite")
+        );
+        assert_eq!(
+            parse(&["--spawn-broker", "postgres://u@h/db"]).store(),
+            Some("postgres")
+        );
+        assert_eq!(parse(&[]).store(), None);
+    }
+}

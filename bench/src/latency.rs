@@ -1,0 +1,149 @@
+//! The dispatch-latency phase: tasks are submitted at a fixed offered rate (open
+//! loop: a slow answer does not slow the sender) while W workers wait in long
+//! polls; each task's latency is its Submit acknowledgement to its Lease reply,
+//! both on this process's monotonic clock. A task's payload carries its number.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinSet;
+use tokio::time::MissedTickBehavior;
+
+use crate::args::{Mode, Params};
+use crate::rpc::{self, Broker};
+use crate::throughput::WORKERS_SETTLE;
+use crate::workers::{self, Progress, Stamps, payload_with_seq};
+
+/// The sender wakes every millisecond and submits what is due by then.
+const TICK: Duration = Duration::from_millis(1);
+
+pub struct Latency {
+    pub rate: f64,
+    pub tasks: u64,
+    /// Submit ack -> lease reply of every task, sorted.
+    pub samples: Vec<Duration>,
+    /// Submit sent -> lease reply of every task, sorted (includes the Submit itself).
+    pub from_send: Vec<Duration>,
+    /// Lease replies processed before their task's Submit ack (counted as 0).
+    pub lease_before_ack: u64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+pub async fn run(
+    p: &Params,
+    rate: f64,
+    workers: &[Broker],
+    producers: &[Broker],
+    queue: &str,
+) -> anyhow::Result<Latency> {
+    let total = ((rate * p.latency_seconds).round() as u64).max(1);
+    let origin = Instant::now();
+    let sent_at = Arc::new(Stamps::new(origin, total as usize));
+    let acked = Arc::new(Stamps::new(origin, total as usize));
+    let leased = Stamps::new(origin, total as usize);
+    let progress = Arc::new(Progress::new(total, Some(leased)));
+    let mut worker_set = workers::spawn_all(workers, queue, p.mode, p.lease_batch, &progress);
+    tokio::time::sleep(WORKERS_SETTLE).await;
+
+    // Per-task mode sends one task per Submit, batched mode what is due in one tick.
+    let per_call = match p.mode {
+        Mode::PerTask => 1,
+        Mode::Batched => p.submit_batch as u64,
+    };
+    let sent_all = tokio::time::timeout(p.timeout, async {
+        let start = Instant::now();
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        let mut submits = JoinSet::new();
+        let (mut sent, mut call) = (0u64, 0usize);
+        while sent < total {
+            tick.tick().await;
+            let due = ((start.elapsed().as_secs_f64() * rate) as u64).min(total);
+            while sent < due {
+                let end = (sent + per_call).min(due);
+                let client = producers[call % producers.len()].clone();
+                call += 1;
+                let job = submit_range(
+                    client,
+                    queue.to_string(),
+                    sent..end,
+                    p.payload_bytes,
+                    [sent_at.clone(), acked.clone()],
+                    progress.clone(),
+                );
+                submits.spawn(job);
+                sent = end;
+            }
+            while let Some(joined) = submits.try_join_next() {
+                joined??;
+            }
+        }
+        while let Some(joined) = submits.join_next().await {
+            joined??;
+        }
+        progress.stop.cancelled().await;
+        anyhow::Ok(())
+    })
+    .await;
+    progress.stop.cancel();
+    while worker_set.join_next().await.is_some() {}
+    match sent_all {
+        Err(_) => anyhow::bail!(
+            "latency phase timed out: {} of {total} tasks completed",
+            progress.completed()
+        ),
+        Ok(Err(e)) => return Err(e),
+        Ok(Ok(())) => {}
+    }
+
+    let leased = progress.leased.as_ref().expect("set above");
+    let mut samples = Vec::with_capacity(total as usize);
+    let mut from_send = Vec::with_capacity(total as usize);
+    let mut lease_before_ack = 0;
+    for i in 0..total as usize {
+        if let (Some(send), Some(ack), Some(lease)) = (sent_at.get(i), acked.get(i), leased.get(i))
+        {
+            if lease < ack {
+                lease_before_ack += 1;
+            }
+            samples.push(lease.saturating_sub(ack));
+            from_send.push(lease.saturating_sub(send));
+        }
+    }
+    samples.sort_unstable();
+    from_send.sort_unstable();
+    Ok(Latency {
+        rate,
+        tasks: total,
+        samples,
+        from_send,
+        lease_before_ack,
+        errors: progress.errors.count(),
+        first_error: progress.errors.first(),
+    })
+}
+
+/// Submits tasks `seqs` in one call and stamps when it was sent and acknowledged.
+async fn submit_range(
+    mut client: Broker,
+    queue: String,
+    seqs: Range<u64>,
+    payload_bytes: usize,
+    [sent_at, acked]: [Arc<Stamps>; 2],
+    progress: Arc<Progress>,
+) -> anyhow::Result<()> {
+    let tasks = seqs
+        .clone()
+        .map(|seq| rpc::spec(&queue, payload_with_seq(seq, payload_bytes)))
+        .collect();
+    for seq in seqs.clone() {
+        sent_at.set_now(seq as usize);
+    }
+    rpc::submit(&mut client, tasks, &progress.errors).await?;
+    for seq in seqs {
+        acked.set_now(seq as usize);
+    }
+    Ok(())
+}

@@ -1,0 +1,144 @@
+//! The calls the benchmark makes, on the generated stubs: connections, Submit,
+//! Lease and Complete with small bounded retries, and the error tally of a phase.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use taskbroker_client::pb::broker_service_client::BrokerServiceClient;
+use taskbroker_client::pb::{CompleteRequest, LeaseRequest, LeasedTask, SubmitRequest, TaskSpec};
+use taskbroker_client::time::to_proto_duration;
+use tonic::transport::{Channel, Endpoint};
+
+pub type Broker = BrokerServiceClient<Channel>;
+
+/// How long a waiting worker's Lease long-polls before asking again.
+pub const LEASE_WAIT: Duration = Duration::from_secs(5);
+/// Long enough that no task is reclaimed during a run.
+const LEASE_DURATION: Duration = Duration::from_secs(120);
+const SUBMIT_ATTEMPTS: u32 = 5;
+const COMPLETE_ATTEMPTS: u32 = 3;
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// Prost's default decoding limit is 4 MiB; a Lease of 256 big payloads can exceed it.
+const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
+
+/// Opens `n` connections: each is its own HTTP/2 connection (tonic Channel), so
+/// the load spreads over as many streams and server tasks as a real fleet's would.
+pub async fn connect_many(addr: &str, n: usize) -> anyhow::Result<Vec<Broker>> {
+    let endpoint = Endpoint::from_shared(addr.to_string())?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true);
+    let channels = futures::future::try_join_all((0..n).map(|_| {
+        let endpoint = endpoint.clone();
+        async move { endpoint.connect().await }
+    }))
+    .await?;
+    Ok(channels
+        .into_iter()
+        .map(|c| {
+            BrokerServiceClient::new(c)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        })
+        .collect())
+}
+
+/// Errors seen during a phase: counted, and the first one kept for the report.
+#[derive(Default)]
+pub struct Errors {
+    count: AtomicU64,
+    first: Mutex<Option<String>>,
+}
+
+impl Errors {
+    pub fn record(&self, call: &str, status: &tonic::Status) {
+        if self.count.fetch_add(1, Ordering::Relaxed) == 0 {
+            // Poisoning needs a panic while holding the lock, which this never does.
+            *self.first.lock().expect("errors lock") =
+                Some(format!("{call}: {:?} {}", status.code(), status.message()));
+        }
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    pub fn first(&self) -> Option<String> {
+        self.first.lock().expect("errors lock").clone()
+    }
+}
+
+/// A task of `queue` with `payload` and the broker's defaults for everything else.
+pub fn spec(queue: &str, payload: Vec<u8>) -> TaskSpec {
+    TaskSpec {
+        queue: queue.to_string(),
+        payload,
+        ..Default::default()
+    }
+}
+
+/// Submits one batch, retrying a failed call a few times (all-or-nothing on the
+/// broker, so a retry cannot duplicate part of it).
+pub async fn submit(
+    client: &mut Broker,
+    tasks: Vec<TaskSpec>,
+    errors: &Errors,
+) -> anyhow::Result<Vec<String>> {
+    let mut attempt = 0;
+    loop {
+        let request = SubmitRequest {
+            tasks: tasks.clone(),
+        };
+        match client.submit(request).await {
+            Ok(reply) => {
+                return Ok(reply
+                    .into_inner()
+                    .results
+                    .into_iter()
+                    .map(|r| r.task_id)
+                    .collect());
+            }
+            Err(status) => {
+                errors.record("Submit", &status);
+                attempt += 1;
+                if attempt >= SUBMIT_ATTEMPTS {
+                    anyhow::bail!("Submit failed {attempt} times: {status}");
+                }
+                tokio::time::sleep(RETRY_PAUSE * attempt).await;
+            }
+        }
+    }
+}
+
+/// A long-poll Lease of up to `max_tasks` tasks of `queue`.
+pub fn lease_request(worker_id: &str, queue: &str, max_tasks: u32) -> tonic::Request<LeaseRequest> {
+    let mut request = tonic::Request::new(LeaseRequest {
+        worker_id: worker_id.to_string(),
+        queues: vec![queue.to_string()],
+        max_tasks,
+        lease_duration: Some(to_proto_duration(LEASE_DURATION)),
+        wait: Some(to_proto_duration(LEASE_WAIT)),
+    });
+    // The deadline leaves room for the broker's empty answer after the wait.
+    request.set_timeout(LEASE_WAIT + Duration::from_secs(5));
+    request
+}
+
+/// Completes a leased task with an empty result; true when the broker acknowledged.
+pub async fn complete(client: &mut Broker, task: &LeasedTask, errors: &Errors) -> bool {
+    for attempt in 1..=COMPLETE_ATTEMPTS {
+        let request = CompleteRequest {
+            task_id: task.task_id.clone(),
+            lease_token: task.lease_token.clone(),
+            result: Vec::new(),
+        };
+        match client.complete(request).await {
+            Ok(_) => return true,
+            Err(status) => {
+                errors.record("Complete", &status);
+                tokio::time::sleep(RETRY_PAUSE * attempt).await;
+            }
+        }
+    }
+    false
+}
