@@ -10,6 +10,7 @@ COPY proto proto
 COPY migrations migrations
 COPY server server
 COPY client-rs client-rs
+COPY bench bench
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked -p taskbroker-server --bin taskbroker \
