@@ -6,7 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use taskbroker_client::pb::broker_service_client::BrokerServiceClient;
-use taskbroker_client::pb::{CompleteRequest, LeaseRequest, LeasedTask, SubmitRequest, TaskSpec};
+use taskbroker_client::pb::{
+    CompleteManyRequest, CompleteOutcome, CompleteRequest, LeaseRequest, LeasedTask, SubmitRequest,
+    TaskSpec,
+};
 use taskbroker_client::time::to_proto_duration;
 use tonic::transport::{Channel, Endpoint};
 
@@ -141,4 +144,43 @@ pub async fn complete(client: &mut Broker, task: &LeasedTask, errors: &Errors) -
         }
     }
     false
+}
+
+/// Completes leased tasks with empty results in one CompleteMany call; returns how
+/// many the broker acknowledged as completed.
+pub async fn complete_many(client: &mut Broker, tasks: &[LeasedTask], errors: &Errors) -> usize {
+    let request = CompleteManyRequest {
+        completions: tasks
+            .iter()
+            .map(|t| CompleteRequest {
+                task_id: t.task_id.clone(),
+                lease_token: t.lease_token.clone(),
+                result: Vec::new(),
+            })
+            .collect(),
+    };
+    for attempt in 1..=COMPLETE_ATTEMPTS {
+        match client.complete_many(request.clone()).await {
+            Ok(reply) => {
+                let results = reply.into_inner().results;
+                let completed = results
+                    .iter()
+                    .filter(|r| r.outcome() == CompleteOutcome::Completed)
+                    .count();
+                for r in results
+                    .iter()
+                    .filter(|r| r.outcome() != CompleteOutcome::Completed)
+                {
+                    let status = tonic::Status::aborted(format!("{:?}", r.outcome()));
+                    errors.record("CompleteMany", &status);
+                }
+                return completed;
+            }
+            Err(status) => {
+                errors.record("CompleteMany", &status);
+                tokio::time::sleep(RETRY_PAUSE * attempt).await;
+            }
+        }
+    }
+    0
 }

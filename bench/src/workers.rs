@@ -160,8 +160,8 @@ impl Worker {
         }
     }
 
-    /// Lease for free slots only (up to `lease_batch`), complete each task in its
-    /// own concurrent call as soon as it is leased, and lease again meanwhile.
+    /// Lease for free slots only (up to `lease_batch`), complete each leased batch
+    /// in one concurrent CompleteMany call, and lease again meanwhile.
     async fn run_batched(mut self, lease_batch: u32) {
         let p = self.progress.clone();
         let slots = Arc::new(Semaphore::new(lease_batch as usize));
@@ -183,18 +183,24 @@ impl Worker {
             let Some(tasks) = self.lease(permits.len() as u32).await else {
                 break;
             };
-            for task in tasks {
-                // The broker never returns more than max_tasks, so a permit is left.
-                let permit = permits.pop();
-                let (mut client, p) = (self.client.clone(), p.clone());
-                p.on_leased(&task);
-                completing.spawn(async move {
-                    if rpc::complete(&mut client, &task, &p.errors).await {
-                        p.on_completed();
-                    }
-                    drop(permit);
-                });
+            if tasks.is_empty() {
+                continue;
             }
+            // The broker never returns more than max_tasks, so a permit is left for
+            // each task; the unused ones go back now.
+            permits.truncate(tasks.len());
+            for task in &tasks {
+                p.on_leased(task);
+            }
+            // The handlers are no-ops: the whole lease batch is reported in one call.
+            let (mut client, p) = (self.client.clone(), p.clone());
+            completing.spawn(async move {
+                let n = rpc::complete_many(&mut client, &tasks, &p.errors).await;
+                for _ in 0..n {
+                    p.on_completed();
+                }
+                drop(permits);
+            });
             while completing.try_join_next().is_some() {}
         }
         // Stopped: either every task is complete, or the phase gave up.

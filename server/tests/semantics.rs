@@ -246,6 +246,115 @@ async fn repeated_complete_or_fail_with_settling_token_is_ok(b: Backend) {
     );
 }
 
+// 3b. CompleteMany settles each task as Complete would: live leases complete (with
+// their attempts), a repeat is still COMPLETED, a stale token is LEASE_LOST and an
+// unknown task NOT_FOUND, in request order; one bad field refuses the whole call.
+async fn complete_many_reports_each_task_and_validates_all_or_nothing(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let (mut c, mut admin) = (app.broker().await, app.admin().await);
+    let ids = submit(&mut c, vec![spec("many"), spec("many"), spec("many")]).await;
+    let leased = lease(&mut c, "many", 3).await;
+    assert_eq!(leased.len(), 3);
+    let item = |t: &pb::LeasedTask, token: &str, result: &[u8]| pb::CompleteRequest {
+        task_id: t.task_id.clone(),
+        lease_token: token.into(),
+        result: result.to_vec(),
+    };
+
+    // One oversized result, one missing token: refused, nothing settled.
+    let max_result = 1024 * 1024;
+    let bad = c
+        .complete_many(pb::CompleteManyRequest {
+            completions: vec![
+                item(&leased[0], &leased[0].lease_token, b"ok"),
+                item(&leased[1], &leased[1].lease_token, &vec![0; max_result + 1]),
+            ],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::ResourceExhausted);
+    assert_eq!(bad_field(&bad).as_deref(), Some("completions[1].result"));
+    let bad = c
+        .complete_many(pb::CompleteManyRequest {
+            completions: vec![
+                item(&leased[0], &leased[0].lease_token, b""),
+                item(&leased[2], "", b""),
+            ],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    assert_eq!(
+        bad_field(&bad).as_deref(),
+        Some("completions[1].lease_token")
+    );
+    for id in &ids {
+        assert_eq!(state(&get(&mut admin, id).await), pb::TaskState::Leased);
+    }
+
+    // Settle the first alone, then report all three with one stale token and an
+    // unknown task between them.
+    c.complete(item(&leased[0], &leased[0].lease_token, b"first"))
+        .await
+        .expect("complete");
+    let unknown = pb::CompleteRequest {
+        task_id: "0190a5a0-0000-7000-8000-000000000000".into(),
+        lease_token: "t".into(),
+        result: Vec::new(),
+    };
+    let results = c
+        .complete_many(pb::CompleteManyRequest {
+            completions: vec![
+                item(&leased[0], &leased[0].lease_token, b"again"),
+                item(&leased[1], "stale-token", b""),
+                unknown,
+                item(&leased[2], &leased[2].lease_token, b"third"),
+            ],
+        })
+        .await
+        .expect("complete many")
+        .into_inner()
+        .results;
+    let outcomes: Vec<(String, pb::CompleteOutcome)> = results
+        .iter()
+        .map(|r| (r.task_id.clone(), r.outcome()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            (leased[0].task_id.clone(), pb::CompleteOutcome::Completed),
+            (leased[1].task_id.clone(), pb::CompleteOutcome::LeaseLost),
+            (
+                "0190a5a0-0000-7000-8000-000000000000".into(),
+                pb::CompleteOutcome::NotFound
+            ),
+            (leased[2].task_id.clone(), pb::CompleteOutcome::Completed),
+        ]
+    );
+    let first = get(&mut admin, &leased[0].task_id).await;
+    assert_eq!(first.result, b"first", "the repeat changed nothing");
+    assert_eq!(
+        state(&get(&mut admin, &leased[1].task_id).await),
+        pb::TaskState::Leased
+    );
+    let third = get(&mut admin, &leased[2].task_id).await;
+    assert_eq!(state(&third), pb::TaskState::Succeeded);
+    assert_eq!(third.result, b"third");
+    let attempts = admin
+        .list_attempts(pb::ListAttemptsRequest {
+            task_id: leased[2].task_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .attempts;
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].outcome(), pb::AttemptOutcome::Succeeded);
+    assert!(attempts[0].finished_at.is_some());
+}
+
 // 4. Reclaim: an expired lease is a failed attempt through the retry policy, and a
 // task that keeps timing out ends DEAD.
 async fn expired_leases_are_reclaimed_and_end_dead_after_max_attempts(b: Backend) {
@@ -815,6 +924,7 @@ both_backends!(
     a_lease_over_several_queues_takes_the_best_of_all,
     stale_token_is_aborted_with_lease_lost_and_changes_nothing,
     repeated_complete_or_fail_with_settling_token_is_ok,
+    complete_many_reports_each_task_and_validates_all_or_nothing,
     expired_leases_are_reclaimed_and_end_dead_after_max_attempts,
     failures_follow_the_retry_policy,
     checkpoint_is_handed_to_the_next_attempt,

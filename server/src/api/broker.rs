@@ -218,6 +218,38 @@ impl BrokerService for BrokerApi {
         Ok(Response::new(pb::CompleteResponse {}))
     }
 
+    async fn complete_many(
+        &self,
+        request: Request<pb::CompleteManyRequest>,
+    ) -> Result<Response<pb::CompleteManyResponse>, Status> {
+        let items: Vec<service::CompleteItem> = request
+            .into_inner()
+            .completions
+            .into_iter()
+            .map(|c| service::CompleteItem {
+                task_id: c.task_id,
+                lease_token: c.lease_token,
+                result: c.result,
+            })
+            .collect();
+        let ids: Vec<String> = items.iter().map(|c| c.task_id.clone()).collect();
+        let outcomes = self.broker.complete_many(items).await.map_err(status)?;
+        Ok(Response::new(pb::CompleteManyResponse {
+            results: ids
+                .into_iter()
+                .zip(outcomes)
+                .map(|(task_id, o)| pb::CompleteResult {
+                    task_id,
+                    outcome: match o {
+                        service::CompleteOutcome::Completed => pb::CompleteOutcome::Completed,
+                        service::CompleteOutcome::LeaseLost => pb::CompleteOutcome::LeaseLost,
+                        service::CompleteOutcome::NotFound => pb::CompleteOutcome::NotFound,
+                    } as i32,
+                })
+                .collect(),
+        }))
+    }
+
     async fn fail(
         &self,
         request: Request<pb::FailRequest>,

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::{Broker, ServiceError};
 use crate::domain::TaskState;
-use crate::domain::validate;
+use crate::domain::validate::{self, Invalid};
 use crate::store::{CompleteParams, FailParams, FailResult, Settled};
 
 #[derive(Debug, Clone, Default)]
@@ -18,6 +18,25 @@ pub struct FailRequest {
     pub non_retryable: bool,
     pub retry_after: Option<Duration>,
 }
+
+/// One completion of CompleteMany.
+#[derive(Debug, Clone, Default)]
+pub struct CompleteItem {
+    pub task_id: String,
+    pub lease_token: String,
+    pub result: Vec<u8>,
+}
+
+/// What CompleteMany did to one task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompleteOutcome {
+    Completed,
+    LeaseLost,
+    NotFound,
+}
+
+/// Completions per CompleteMany call at most (as tasks per Submit).
+pub const MAX_COMPLETE_BATCH: usize = 1000;
 
 /// Longer error messages are cut (on a character boundary), not refused: the
 /// worker is reporting a failure and should not fail again doing it.
@@ -75,6 +94,51 @@ impl Broker {
             self.metrics.completed(&c.queue, ran(c.leased_at, p.now));
         }
         settled(outcome, &p.task_id).map(|_| ())
+    }
+
+    /// Completes many leases at once; input is checked all-or-nothing, outcomes are
+    /// per task.
+    pub async fn complete_many(
+        &self,
+        items: Vec<CompleteItem>,
+    ) -> Result<Vec<CompleteOutcome>, ServiceError> {
+        if items.len() > MAX_COMPLETE_BATCH {
+            let message = format!("must hold at most {MAX_COMPLETE_BATCH} completions");
+            return Err(Invalid::new("completions", message).into());
+        }
+        let max_result = self.settings.limits.max_result_bytes;
+        for (i, c) in items.iter().enumerate() {
+            let field = |f: &str| format!("completions[{i}].{f}");
+            validate::identifier(&field("task_id"), &c.task_id, 64)?;
+            validate::identifier(&field("lease_token"), &c.lease_token, 128)?;
+            validate::size(&field("result"), c.result.len(), max_result)?;
+        }
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.clock.now();
+        let ps: Vec<CompleteParams> = items
+            .into_iter()
+            .map(|c| CompleteParams {
+                task_id: c.task_id,
+                lease_token: c.lease_token,
+                result: c.result,
+                now,
+            })
+            .collect();
+        let settled = self.store.task_complete_many(&ps).await?;
+        Ok(settled
+            .into_iter()
+            .map(|s| match s {
+                Settled::Applied(c) => {
+                    self.metrics.completed(&c.queue, ran(c.leased_at, now));
+                    CompleteOutcome::Completed
+                }
+                Settled::AlreadySettled(_) => CompleteOutcome::Completed,
+                Settled::LeaseLost => CompleteOutcome::LeaseLost,
+                Settled::NotFound => CompleteOutcome::NotFound,
+            })
+            .collect())
     }
 
     pub async fn fail(&self, req: FailRequest) -> Result<FailResult, ServiceError> {

@@ -24,10 +24,10 @@ pub(crate) mod row;
 pub enum StoreError {
     /// The database cannot be reached now; the request may be retried.
     #[error("database unavailable")]
-    Unavailable(#[source] sqlx::Error),
+    Unavailable(#[source] BoxError),
     /// Anything else.
     #[error("database error")]
-    Internal(#[source] sqlx::Error),
+    Internal(#[source] BoxError),
     /// Stored data that the broker cannot read back.
     #[error("corrupt row: {0}")]
     Corrupt(String),
@@ -54,14 +54,29 @@ impl From<sqlx::Error> for StoreError {
             _ => false,
         };
         if unavailable {
-            StoreError::Unavailable(e)
+            StoreError::Unavailable(Box::new(e))
         } else {
-            StoreError::Internal(e)
+            StoreError::Internal(Box::new(e))
+        }
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode::{DatabaseBusy, DatabaseLocked, DiskFull, SystemIoFailure};
+        match e.sqlite_error_code() {
+            Some(DatabaseBusy | DatabaseLocked | SystemIoFailure | DiskFull) => {
+                StoreError::Unavailable(Box::new(e))
+            }
+            _ => StoreError::Internal(Box::new(e)),
         }
     }
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The database driver's error behind a `StoreError`.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Called with a queue that has a newly pending task, or `None` for "maybe any queue".
 pub type Waker = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
@@ -344,6 +359,19 @@ pub trait Store: Send + Sync + 'static {
 
     /// Settles a live lease as succeeded.
     async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<Completed>>;
+
+    /// Settles many live leases as succeeded, each as `task_complete` would, in one
+    /// transaction. One outcome per item, in order.
+    async fn task_complete_many(
+        &self,
+        ps: &[CompleteParams],
+    ) -> StoreResult<Vec<Settled<Completed>>> {
+        let mut out = Vec::with_capacity(ps.len());
+        for p in ps {
+            out.push(self.task_complete(p).await?);
+        }
+        Ok(out)
+    }
 
     /// Settles a live lease as failed and applies the retry policy.
     async fn task_fail(&self, p: &FailParams) -> StoreResult<Settled<FailResult>>;

@@ -487,6 +487,57 @@ impl Store for PostgresStore {
         }))
     }
 
+    async fn task_complete_many(
+        &self,
+        ps: &[CompleteParams],
+    ) -> StoreResult<Vec<Settled<Completed>>> {
+        let Some(first) = ps.first() else {
+            return Ok(Vec::new());
+        };
+        let now = ms(first.now);
+        let ids: Vec<&str> = ps.iter().map(|p| p.task_id.as_str()).collect();
+        let tokens: Vec<&str> = ps.iter().map(|p| p.lease_token.as_str()).collect();
+        let results: Vec<&[u8]> = ps.iter().map(|p| p.result.as_slice()).collect();
+        // Live leases settle in one statement, with their attempts.
+        let done: Vec<(String, String, i64)> = sqlx::query_as(
+            "WITH input AS ( \
+               SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[]) AS i(id, token, result)), \
+             t AS ( \
+               UPDATE tasks SET state = 'succeeded', result = input.result, finished_at = $4, \
+                 lease_expires_at = NULL, updated_at = $4 \
+               FROM input WHERE tasks.id = input.id AND tasks.state = 'leased' \
+                 AND tasks.lease_token = input.token AND tasks.lease_expires_at > $4 \
+               RETURNING tasks.id, tasks.attempt, tasks.queue), \
+             a AS ( \
+               UPDATE task_attempts SET outcome = 'succeeded', finished_at = $4 FROM t \
+               WHERE task_attempts.task_id = t.id AND task_attempts.attempt = t.attempt \
+               RETURNING task_attempts.task_id, task_attempts.leased_at) \
+             SELECT t.id, t.queue, a.leased_at FROM t JOIN a ON a.task_id = t.id",
+        )
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(&results)
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut done: std::collections::HashMap<String, (String, i64)> = done
+            .into_iter()
+            .map(|(id, queue, leased_at)| (id, (queue, leased_at)))
+            .collect();
+        // The rest (unknown, repeated, lost, or named twice) one by one.
+        let mut out = Vec::with_capacity(ps.len());
+        for p in ps {
+            match done.remove(&p.task_id) {
+                Some((queue, leased_at)) => out.push(Settled::Applied(Completed {
+                    queue,
+                    leased_at: Some(from_ms(leased_at)),
+                })),
+                None => out.push(self.task_complete(p).await?),
+            }
+        }
+        Ok(out)
+    }
+
     async fn task_fail(&self, p: &FailParams) -> StoreResult<Settled<FailResult>> {
         let now = ms(p.now);
         let mut tx = self.pool.begin().await?;

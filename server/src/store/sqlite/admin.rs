@@ -2,28 +2,29 @@
 //! requeue, purge), each run inside the writer's batch transaction.
 
 use chrono::{DateTime, Utc};
-use sqlx::{Sqlite, SqliteConnection};
+use rusqlite::{Connection, ToSql, params, params_from_iter};
 
-use super::super::row::{FailureWrite, TaskRow, decide, ms};
+use super::super::row::{FailureWrite, decide, ms};
 use super::super::*;
-use super::ops::{changed, fetch_task, write_failure};
+use super::ops::{changed, fetch_task, placeholders, task_columns, task_row, write_failure};
 
-pub(super) async fn lease_reclaim_expired(
-    c: &mut SqliteConnection,
+pub(super) fn lease_reclaim_expired(
+    c: &Connection,
     now: DateTime<Utc>,
     limit: u32,
 ) -> StoreResult<Reaped> {
     let now_dt = now;
     let now = ms(now);
     let mut reaped = Reaped::default();
-    let past_deadline = sqlx::query_as::<_, TaskRow>(
-        "SELECT * FROM tasks WHERE deadline IS NOT NULL AND deadline <= ? \
-         AND state IN ('pending', 'leased') LIMIT ?",
-    )
-    .bind(now)
-    .bind(limit)
-    .fetch_all(&mut *c)
-    .await?;
+    let past_deadline = c
+        .prepare_cached(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE deadline IS NOT NULL AND deadline <= ?1 \
+                 AND state IN ('pending', 'leased') LIMIT ?2"
+        ))?
+        .query_map(params![now, limit], task_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
     for row in &past_deadline {
         let write = FailureWrite {
             state: StoredState::Dead,
@@ -33,34 +34,30 @@ pub(super) async fn lease_reclaim_expired(
         let error = "DEADLINE_EXCEEDED";
         if row.state == "leased" {
             let outcome = AttemptOutcome::DeadlineExceeded;
-            write_failure(c, row, &write, error, outcome, now).await?;
+            write_failure(c, row, &write, error, outcome, now)?;
         } else {
-            sqlx::query(
-                "UPDATE tasks SET state = 'dead', finished_at = ?, last_error = ?, \
-                 updated_at = ? WHERE seq = ?",
-            )
-            .bind(now)
-            .bind(error)
-            .bind(now)
-            .bind(row.seq)
-            .execute(&mut *c)
-            .await?;
+            c.prepare_cached(
+                "UPDATE tasks SET state = 'dead', finished_at = ?1, last_error = ?2, \
+                 updated_at = ?1 WHERE seq = ?3",
+            )?
+            .execute(params![now, error, row.seq])?;
         }
         reaped.deadline_exceeded += 1;
         reaped.by_queue.entry(row.queue.clone()).or_default().dead += 1;
     }
-    let expired = sqlx::query_as::<_, TaskRow>(
-        "SELECT * FROM tasks WHERE state = 'leased' AND lease_expires_at <= ? LIMIT ?",
-    )
-    .bind(now)
-    .bind(limit)
-    .fetch_all(&mut *c)
-    .await?;
+    let expired = c
+        .prepare_cached(concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE state = 'leased' AND lease_expires_at <= ?1 LIMIT ?2"
+        ))?
+        .query_map(params![now, limit], task_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
     for row in &expired {
         let decision = decide(row, false, None, now_dt, rand::random());
         let write = FailureWrite::new(row, decision, now);
         let outcome = AttemptOutcome::LeaseExpired;
-        write_failure(c, row, &write, "lease expired", outcome, now).await?;
+        write_failure(c, row, &write, "lease expired", outcome, now)?;
         if write.state == StoredState::Pending && !reaped.queues.contains(&row.queue) {
             reaped.queues.push(row.queue.clone());
         }
@@ -72,13 +69,13 @@ pub(super) async fn lease_reclaim_expired(
     Ok(reaped)
 }
 
-pub(super) async fn task_cancel(
-    c: &mut SqliteConnection,
+pub(super) fn task_cancel(
+    c: &Connection,
     task_id: &str,
     now: DateTime<Utc>,
 ) -> StoreResult<Changed> {
     let now = ms(now);
-    let Some(row) = fetch_task(c, task_id).await? else {
+    let Some(row) = fetch_task(c, task_id)? else {
         return Ok(Changed::NotFound);
     };
     let sql = match row.stored_state()? {
@@ -92,22 +89,18 @@ pub(super) async fn task_cancel(
         StoredState::Cancelled => return Ok(Changed::Done(Box::new(row.into_record()?))),
         other => return Ok(Changed::WrongState(other)),
     };
-    sqlx::query(sql)
-        .bind(now)
-        .bind(row.seq)
-        .execute(&mut *c)
-        .await?;
-    let changed = changed(c, task_id).await?;
+    c.prepare_cached(sql)?.execute(params![now, row.seq])?;
+    let changed = changed(c, task_id)?;
     Ok(changed)
 }
 
-pub(super) async fn task_update(
-    c: &mut SqliteConnection,
+pub(super) fn task_update(
+    c: &Connection,
     task_id: &str,
     u: &TaskUpdate,
     now: DateTime<Utc>,
 ) -> StoreResult<Changed> {
-    let Some(row) = fetch_task(c, task_id).await? else {
+    let Some(row) = fetch_task(c, task_id)? else {
         return Ok(Changed::NotFound);
     };
     let state = row.stored_state()?;
@@ -115,79 +108,76 @@ pub(super) async fn task_update(
         return Ok(Changed::WrongState(state));
     }
     let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
-    sqlx::query(
-        "UPDATE tasks SET run_at = ?, priority = ?, deadline = ?, max_attempts = ?, \
-         attempts_allowed = ?, updated_at = ? WHERE seq = ?",
-    )
-    .bind(u.run_at.map(ms).unwrap_or(row.run_at))
-    .bind(u.priority.map(i64::from).unwrap_or(row.priority))
-    .bind(u.deadline.map(|d| d.map(ms)).unwrap_or(row.deadline))
-    .bind(max_attempts)
-    .bind(row.attempts_allowed - row.max_attempts + max_attempts)
-    .bind(ms(now))
-    .bind(row.seq)
-    .execute(&mut *c)
-    .await?;
-    let changed = changed(c, task_id).await?;
+    c.prepare_cached(
+        "UPDATE tasks SET run_at = ?1, priority = ?2, deadline = ?3, max_attempts = ?4, \
+         attempts_allowed = ?5, updated_at = ?6 WHERE seq = ?7",
+    )?
+    .execute(params![
+        u.run_at.map(ms).unwrap_or(row.run_at),
+        u.priority.map(i64::from).unwrap_or(row.priority),
+        u.deadline.map(|d| d.map(ms)).unwrap_or(row.deadline),
+        max_attempts,
+        row.attempts_allowed - row.max_attempts + max_attempts,
+        ms(now),
+        row.seq
+    ])?;
+    let changed = changed(c, task_id)?;
     Ok(changed)
 }
 
-pub(super) async fn task_requeue(
-    c: &mut SqliteConnection,
+pub(super) fn task_requeue(
+    c: &Connection,
     task_id: &str,
     now: DateTime<Utc>,
 ) -> StoreResult<Changed> {
-    let Some(row) = fetch_task(c, task_id).await? else {
+    let Some(row) = fetch_task(c, task_id)? else {
         return Ok(Changed::NotFound);
     };
     let state = row.stored_state()?;
     if !matches!(state, StoredState::Dead | StoredState::Cancelled) {
         return Ok(Changed::WrongState(state));
     }
-    sqlx::query(
+    c.prepare_cached(
         "UPDATE tasks SET state = 'pending', run_at = ?1, attempts_allowed = attempt + max_attempts, \
          cancel_requested = 0, finished_at = NULL, updated_at = ?1 WHERE seq = ?2",
-    )
-    .bind(ms(now))
-    .bind(row.seq)
-    .execute(&mut *c)
-    .await?;
-    let changed = changed(c, task_id).await?;
+    )?
+    .execute(params![ms(now), row.seq])?;
+    let changed = changed(c, task_id)?;
     Ok(changed)
 }
 
-pub(super) async fn task_purge_finished(
-    c: &mut SqliteConnection,
+pub(super) fn task_purge_finished(
+    c: &Connection,
     before: DateTime<Utc>,
     scope: &PurgeScope,
     limit: u32,
 ) -> StoreResult<u64> {
-    let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
-        "DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks \
-         WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at < ",
-    );
-    qb.push_bind(ms(before));
-    match scope {
+    let before = ms(before);
+    let mut args: Vec<&dyn ToSql> = vec![&before];
+    let scope_sql = match scope {
         PurgeScope::Only(q) => {
-            qb.push(" AND queue = ").push_bind(q);
+            args.push(q);
+            " AND queue = ?".to_string()
         }
         PurgeScope::AllExcept(qs) if !qs.is_empty() => {
-            qb.push(" AND queue NOT IN (");
-            let mut sep = qb.separated(", ");
-            for q in qs {
-                sep.push_bind(q);
-            }
-            qb.push(")");
+            args.extend(qs.iter().map(|q| q as &dyn ToSql));
+            format!(" AND queue NOT IN ({})", placeholders(qs.len()))
         }
-        PurgeScope::AllExcept(_) => {}
-    }
-    qb.push(" LIMIT ").push_bind(limit).push(") RETURNING id");
-    let ids: Vec<String> = qb.build_query_scalar().fetch_all(&mut *c).await?;
+        PurgeScope::AllExcept(_) => String::new(),
+    };
+    args.push(&limit);
+    let sql = format!(
+        "DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks \
+         WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at < ?{scope_sql} \
+         LIMIT ?) RETURNING id"
+    );
+    let ids = c
+        .prepare(&sql)?
+        .query_map(params_from_iter(args), |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut delete = c.prepare_cached("DELETE FROM task_attempts WHERE task_id = ?1")?;
     for id in &ids {
-        sqlx::query("DELETE FROM task_attempts WHERE task_id = ?")
-            .bind(id)
-            .execute(&mut *c)
-            .await?;
+        delete.execute([id])?;
     }
     Ok(ids.len() as u64)
 }

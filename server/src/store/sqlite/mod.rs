@@ -46,14 +46,39 @@ impl SqliteStore {
             .await?;
         let reader = SqlitePoolOptions::new()
             .max_connections(4)
-            .connect_with(opts.read_only(true))
+            .connect_with(opts.clone().read_only(true))
             .await?;
+        let conn = open_writer(opts.get_filename())?;
+        let checkpoint = open_connection(opts.get_filename())?;
+        let writer = writer::Writer::start(conn, checkpoint)
+            .map_err(|e| StoreError::Internal(format!("cannot start the writer: {e}").into()))?;
         Ok(SqliteStore {
-            writer: writer::Writer::start(write_pool.clone()),
+            writer,
             write_pool,
             reader,
         })
     }
+}
+
+/// A connection with the same durability settings as the pools.
+fn open_connection(path: &std::path::Path) -> StoreResult<rusqlite::Connection> {
+    let conn = rusqlite::Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    Ok(conn)
+}
+
+/// The writer's connection. Checkpoints are the checkpointer thread's job; the
+/// writer checkpoints itself only if the WAL grows past ~64 MiB regardless.
+fn open_writer(path: &std::path::Path) -> StoreResult<rusqlite::Connection> {
+    let conn = open_connection(path)?;
+    conn.pragma_update(None, "wal_autocheckpoint", 16384)?;
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    conn.pragma_update(None, "cache_size", -32768)?;
+    // The lease statement differs by the number of queues asked for; keep many.
+    conn.set_prepared_statement_cache_capacity(128);
+    Ok(conn)
 }
 
 /// Runs `$op` (a function of `ops` or `admin` taking the connection first) in the
@@ -63,7 +88,7 @@ macro_rules! write {
         $(let $arg = $arg.to_owned();)*
         $self
             .writer
-            .write(move |c| Box::pin(async move { $op(c, $($call),*).await }))
+            .write(move |c| $op(c, $($call),*))
             .await
     }};
 }
@@ -121,6 +146,13 @@ impl Store for SqliteStore {
 
     async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
         write!(self, ops::task_complete, [p], &p)
+    }
+
+    async fn task_complete_many(
+        &self,
+        ps: &[CompleteParams],
+    ) -> StoreResult<Vec<Settled<Completed>>> {
+        write!(self, ops::task_complete_many, [ps], &ps)
     }
 
     async fn task_fail(&self, p: &FailParams) -> StoreResult<Settled<FailResult>> {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{Sqlite, SqliteConnection};
+use rusqlite::{Connection, OptionalExtension, ToSql, params, params_from_iter};
 
 use super::super::row::{
     FailureWrite, TaskRow, decide, duration_ms, from_ms, ms, sort_lease_order,
@@ -12,31 +12,75 @@ use super::super::row::{
 use super::super::*;
 use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
 
-pub(super) async fn fetch_task(c: &mut SqliteConnection, id: &str) -> StoreResult<Option<TaskRow>> {
-    Ok(
-        sqlx::query_as::<_, TaskRow>("SELECT * FROM tasks WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&mut *c)
-            .await?,
-    )
+/// The columns `task_row` reads, in its order (by position: a name lookup per
+/// column per row costs more than the rest of reading it).
+macro_rules! task_columns {
+    () => {
+        "seq, id, queue, key, payload, priority, run_at, deadline, state, attempt, \
+         max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, max_backoff_ms, \
+         jitter, metadata, created_at, updated_at, last_error, checkpoint, result, leased_by, \
+         lease_token, lease_duration_ms, lease_expires_at, fencing_token, finished_at, \
+         cancel_requested"
+    };
+}
+pub(super) use task_columns;
+
+/// Reads a `tasks` row selected as `task_columns!()`.
+pub(super) fn task_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
+    Ok(TaskRow {
+        seq: r.get(0)?,
+        id: r.get(1)?,
+        queue: r.get(2)?,
+        key: r.get(3)?,
+        payload: r.get(4)?,
+        priority: r.get(5)?,
+        run_at: r.get(6)?,
+        deadline: r.get(7)?,
+        state: r.get(8)?,
+        attempt: r.get(9)?,
+        max_attempts: r.get(10)?,
+        attempts_allowed: r.get(11)?,
+        initial_backoff_ms: r.get(12)?,
+        backoff_multiplier: r.get(13)?,
+        max_backoff_ms: r.get(14)?,
+        jitter: r.get(15)?,
+        metadata: r.get(16)?,
+        created_at: r.get(17)?,
+        updated_at: r.get(18)?,
+        last_error: r.get(19)?,
+        checkpoint: r.get(20)?,
+        result: r.get(21)?,
+        leased_by: r.get(22)?,
+        lease_token: r.get(23)?,
+        lease_duration_ms: r.get(24)?,
+        lease_expires_at: r.get(25)?,
+        fencing_token: r.get(26)?,
+        finished_at: r.get(27)?,
+        cancel_requested: r.get(28)?,
+    })
 }
 
-async fn latest_outcome(
-    c: &mut SqliteConnection,
-    row: &TaskRow,
-) -> StoreResult<Option<AttemptOutcome>> {
-    let outcome: Option<String> =
-        sqlx::query_scalar("SELECT outcome FROM task_attempts WHERE task_id = ? AND attempt = ?")
-            .bind(&row.id)
-            .bind(row.attempt)
-            .fetch_optional(&mut *c)
-            .await?;
+pub(super) fn fetch_task(c: &Connection, id: &str) -> StoreResult<Option<TaskRow>> {
+    Ok(c.prepare_cached(concat!(
+        "SELECT ",
+        task_columns!(),
+        " FROM tasks WHERE id = ?1"
+    ))?
+    .query_row([id], task_row)
+    .optional()?)
+}
+
+fn latest_outcome(c: &Connection, row: &TaskRow) -> StoreResult<Option<AttemptOutcome>> {
+    let outcome: Option<String> = c
+        .prepare_cached("SELECT outcome FROM task_attempts WHERE task_id = ?1 AND attempt = ?2")?
+        .query_row(params![row.id, row.attempt], |r| r.get(0))
+        .optional()?;
     Ok(outcome.as_deref().and_then(AttemptOutcome::parse))
 }
 
 /// Settle checks need the latest attempt's outcome only when the task is no longer leased.
-async fn check(
-    c: &mut SqliteConnection,
+fn check(
+    c: &Connection,
     row: &TaskRow,
     report: Report,
     token: &str,
@@ -46,7 +90,7 @@ async fn check(
     let outcome = if state == StoredState::Leased {
         None
     } else {
-        latest_outcome(c, row).await?
+        latest_outcome(c, row)?
     };
     Ok(settle_check(
         state,
@@ -59,54 +103,53 @@ async fn check(
     ))
 }
 
-pub(super) async fn finish_attempt(
-    c: &mut SqliteConnection,
+pub(super) fn finish_attempt(
+    c: &Connection,
     task_id: &str,
     attempt: i64,
     outcome: AttemptOutcome,
     error: Option<&str>,
     now: i64,
 ) -> StoreResult<Option<DateTime<Utc>>> {
-    let leased_at: Option<i64> = sqlx::query_scalar(
-        "UPDATE task_attempts SET outcome = ?, error = ?, finished_at = ? \
-         WHERE task_id = ? AND attempt = ? RETURNING leased_at",
-    )
-    .bind(outcome.as_str())
-    .bind(error)
-    .bind(now)
-    .bind(task_id)
-    .bind(attempt)
-    .fetch_optional(&mut *c)
-    .await?;
+    let leased_at: Option<i64> = c
+        .prepare_cached(
+            "UPDATE task_attempts SET outcome = ?1, error = ?2, finished_at = ?3 \
+             WHERE task_id = ?4 AND attempt = ?5 RETURNING leased_at",
+        )?
+        .query_row(
+            params![outcome.as_str(), error, now, task_id, attempt],
+            |r| r.get(0),
+        )
+        .optional()?;
     Ok(leased_at.map(from_ms))
 }
 
 /// Writes a failed attempt: task state per the retry policy and the attempt row.
-pub(super) async fn write_failure(
-    c: &mut SqliteConnection,
+pub(super) fn write_failure(
+    c: &Connection,
     row: &TaskRow,
     write: &FailureWrite,
     error: &str,
     outcome: AttemptOutcome,
     now: i64,
 ) -> StoreResult<Option<DateTime<Utc>>> {
-    sqlx::query(
-        "UPDATE tasks SET state = ?, run_at = ?, finished_at = ?, last_error = ?, \
-         lease_expires_at = NULL, updated_at = ? WHERE seq = ?",
-    )
-    .bind(write.state.as_str())
-    .bind(write.run_at)
-    .bind(write.finished_at)
-    .bind(error)
-    .bind(now)
-    .bind(row.seq)
-    .execute(&mut *c)
-    .await?;
-    finish_attempt(c, &row.id, row.attempt, outcome, Some(error), now).await
+    c.prepare_cached(
+        "UPDATE tasks SET state = ?1, run_at = ?2, finished_at = ?3, last_error = ?4, \
+         lease_expires_at = NULL, updated_at = ?5 WHERE seq = ?6",
+    )?
+    .execute(params![
+        write.state.as_str(),
+        write.run_at,
+        write.finished_at,
+        error,
+        now,
+        row.seq
+    ])?;
+    finish_attempt(c, &row.id, row.attempt, outcome, Some(error), now)
 }
 
-pub(super) async fn changed(c: &mut SqliteConnection, id: &str) -> StoreResult<Changed> {
-    match fetch_task(c, id).await? {
+pub(super) fn changed(c: &Connection, id: &str) -> StoreResult<Changed> {
+    match fetch_task(c, id)? {
         Some(row) => Ok(Changed::Done(Box::new(row.into_record()?))),
         None => Ok(Changed::NotFound),
     }
@@ -116,47 +159,39 @@ pub(super) fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
-pub(super) async fn task_insert_many(
-    c: &mut SqliteConnection,
+pub(super) fn task_insert_many(
+    c: &Connection,
     tasks: &[NewTask],
     now: DateTime<Utc>,
 ) -> StoreResult<Vec<Inserted>> {
     let now = ms(now);
-    // Multi-row inserts (every statement is a round trip to SQLite's thread).
-    let mut inserted = std::collections::HashSet::new();
-    for chunk in tasks.chunks(INSERT_CHUNK) {
-        let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
-            "INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
-             max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
-             max_backoff_ms, jitter, metadata, created_at, updated_at) ",
-        );
-        qb.push_values(chunk, |mut b, t| {
-            let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
-            b.push_bind(&t.id)
-                .push_bind(&t.queue)
-                .push_bind(&t.key)
-                .push_bind(&t.payload)
-                .push_bind(t.priority)
-                .push_bind(ms(t.run_at))
-                .push_bind(t.deadline.map(ms))
-                .push("'pending'")
-                .push_bind(t.retry.max_attempts)
-                .push_bind(t.retry.max_attempts)
-                .push_bind(duration_ms(t.retry.initial_backoff))
-                .push_bind(t.retry.backoff_multiplier)
-                .push_bind(duration_ms(t.retry.max_backoff))
-                .push_bind(t.retry.jitter)
-                .push_bind(metadata)
-                .push_bind(now)
-                .push_bind(now);
-        });
-        qb.push(" ON CONFLICT DO NOTHING RETURNING id");
-        let ids: Vec<String> = qb.build_query_scalar().fetch_all(&mut *c).await?;
-        inserted.extend(ids);
-    }
+    let mut insert = c.prepare_cached(
+        "INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
+         max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
+         max_backoff_ms, jitter, metadata, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14) \
+         ON CONFLICT DO NOTHING",
+    )?;
     let mut out = Vec::with_capacity(tasks.len());
     for t in tasks {
-        if inserted.contains(&t.id) {
+        let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
+        let n = insert.execute(params![
+            t.id,
+            t.queue,
+            t.key,
+            t.payload,
+            t.priority,
+            ms(t.run_at),
+            t.deadline.map(ms),
+            t.retry.max_attempts,
+            duration_ms(t.retry.initial_backoff),
+            t.retry.backoff_multiplier,
+            duration_ms(t.retry.max_backoff),
+            t.retry.jitter,
+            metadata,
+            now,
+        ])?;
+        if n == 1 {
             out.push(Inserted {
                 task_id: t.id.clone(),
                 deduplicated: false,
@@ -164,13 +199,11 @@ pub(super) async fn task_insert_many(
             continue;
         }
         // A duplicate of an existing (queue, key), or of one earlier in this batch.
-        let task_id: String =
-            sqlx::query_scalar("SELECT id FROM tasks WHERE queue = ? AND key = ?")
-                .bind(&t.queue)
-                .bind(&t.key)
-                .fetch_optional(&mut *c)
-                .await?
-                .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))?;
+        let task_id: String = c
+            .prepare_cached("SELECT id FROM tasks WHERE queue = ?1 AND key = ?2")?
+            .query_row(params![t.queue, t.key], |r| r.get(0))
+            .optional()?
+            .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))?;
         out.push(Inserted {
             task_id,
             deduplicated: true,
@@ -179,11 +212,8 @@ pub(super) async fn task_insert_many(
     Ok(out)
 }
 
-/// Rows per multi-row INSERT (17 values each, under SQLite's 32766 variables).
-const INSERT_CHUNK: usize = 500;
-
-pub(super) async fn task_lease_available(
-    c: &mut SqliteConnection,
+pub(super) fn task_lease_available(
+    c: &Connection,
     p: &LeaseParams,
 ) -> StoreResult<Vec<TaskRecord>> {
     let now = ms(p.now);
@@ -207,34 +237,34 @@ pub(super) async fn task_lease_available(
          lease_expires_at = MIN(?3, COALESCE(deadline, 9223372036854775807)), updated_at = ?4 \
          WHERE seq IN (SELECT seq FROM ({}) \
            ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?5) \
-         RETURNING *",
-        branches.join(" UNION ALL ")
+         RETURNING {}",
+        branches.join(" UNION ALL "),
+        task_columns!()
     );
-    let mut q = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(sql))
-        .bind(&p.worker_id)
-        .bind(duration_ms(p.lease_duration))
-        .bind(expires)
-        .bind(now)
-        .bind(p.max_tasks);
+    let lease_ms = duration_ms(p.lease_duration);
+    let mut args: Vec<&dyn ToSql> = vec![&p.worker_id, &lease_ms, &expires, &now, &p.max_tasks];
     for queue in &p.queues {
-        q = q.bind(queue);
+        args.push(queue);
     }
-    let rows = q.fetch_all(&mut *c).await?;
+    let rows = c
+        .prepare_cached(&sql)?
+        .query_map(params_from_iter(args), task_row)?
+        .collect::<rusqlite::Result<Vec<TaskRow>>>()?;
     if !rows.is_empty() {
-        let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
+        let mut attempt = c.prepare_cached(
             "INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, \
-             leased_at, outcome, fencing_token) ",
-        );
-        qb.push_values(&rows, |mut b, row| {
-            b.push_bind(&row.id)
-                .push_bind(row.attempt)
-                .push_bind(&p.worker_id)
-                .push_bind(&p.worker_address)
-                .push_bind(now)
-                .push("'running'")
-                .push_bind(row.fencing_token);
-        });
-        qb.build().execute(&mut *c).await?;
+             leased_at, outcome, fencing_token) VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6)",
+        )?;
+        for row in &rows {
+            attempt.execute(params![
+                row.id,
+                row.attempt,
+                p.worker_id,
+                p.worker_address,
+                now,
+                row.fencing_token
+            ])?;
+        }
     }
     let mut records = rows
         .into_iter()
@@ -244,33 +274,29 @@ pub(super) async fn task_lease_available(
     Ok(records)
 }
 
-pub(super) async fn lease_extend(
-    c: &mut SqliteConnection,
+pub(super) fn lease_extend(
+    c: &Connection,
     leases: &[LeaseRef],
     extend_by: Option<Duration>,
     now: DateTime<Utc>,
 ) -> StoreResult<Vec<LeaseState>> {
     let now = ms(now);
     let ext = extend_by.map(duration_ms);
+    let mut extend = c.prepare_cached(
+        "UPDATE tasks SET lease_expires_at = \
+           MIN(?1 + COALESCE(?2, lease_duration_ms), COALESCE(deadline, 9223372036854775807)), \
+           updated_at = ?1 \
+         WHERE id = ?3 AND state = 'leased' AND lease_token = ?4 AND lease_expires_at > ?1 \
+           AND (deadline IS NULL OR deadline > ?1) \
+         RETURNING lease_expires_at, cancel_requested",
+    )?;
     let mut out = Vec::with_capacity(leases.len());
     for l in leases {
-        let row: Option<(i64, bool)> = sqlx::query_as(
-            "UPDATE tasks SET lease_expires_at = \
-               MIN(? + COALESCE(?, lease_duration_ms), COALESCE(deadline, 9223372036854775807)), \
-               updated_at = ? \
-             WHERE id = ? AND state = 'leased' AND lease_token = ? AND lease_expires_at > ? \
-               AND (deadline IS NULL OR deadline > ?) \
-             RETURNING lease_expires_at, cancel_requested",
-        )
-        .bind(now)
-        .bind(ext)
-        .bind(now)
-        .bind(&l.task_id)
-        .bind(&l.lease_token)
-        .bind(now)
-        .bind(now)
-        .fetch_optional(&mut *c)
-        .await?;
+        let row: Option<(i64, bool)> = extend
+            .query_row(params![now, ext, l.task_id, l.lease_token], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?;
         out.push(match row {
             Some((at, cancel_requested)) => LeaseState::Live {
                 lease_expires_at: from_ms(at),
@@ -282,12 +308,12 @@ pub(super) async fn lease_extend(
     Ok(out)
 }
 
-pub(super) async fn task_checkpoint(
-    c: &mut SqliteConnection,
+pub(super) fn task_checkpoint(
+    c: &Connection,
     p: &CheckpointParams,
 ) -> StoreResult<Settled<LeaseState>> {
     let now = ms(p.now);
-    let Some(row) = fetch_task(c, &p.task_id).await? else {
+    let Some(row) = fetch_task(c, &p.task_id)? else {
         return Ok(Settled::NotFound);
     };
     let live = lease_is_live(
@@ -300,53 +326,46 @@ pub(super) async fn task_checkpoint(
     if !live {
         return Ok(Settled::LeaseLost);
     }
-    let (at, cancel_requested): (i64, bool) = sqlx::query_as(
-        "UPDATE tasks SET checkpoint = ?, lease_expires_at = CASE WHEN ? IS NULL \
-           THEN lease_expires_at ELSE MIN(? + ?, COALESCE(deadline, 9223372036854775807)) END, \
-           updated_at = ? WHERE seq = ? RETURNING lease_expires_at, cancel_requested",
-    )
-    .bind(&p.checkpoint)
-    .bind(p.extend_by.map(duration_ms))
-    .bind(now)
-    .bind(p.extend_by.map(duration_ms))
-    .bind(now)
-    .bind(row.seq)
-    .fetch_one(&mut *c)
-    .await?;
+    let (at, cancel_requested): (i64, bool) = c
+        .prepare_cached(
+            "UPDATE tasks SET checkpoint = ?1, lease_expires_at = CASE WHEN ?2 IS NULL \
+               THEN lease_expires_at ELSE MIN(?3 + ?2, COALESCE(deadline, 9223372036854775807)) END, \
+               updated_at = ?3 WHERE seq = ?4 RETURNING lease_expires_at, cancel_requested",
+        )?
+        .query_row(
+            params![p.checkpoint, p.extend_by.map(duration_ms), now, row.seq],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
     Ok(Settled::Applied(LeaseState::Live {
         lease_expires_at: from_ms(at),
         cancel_requested,
     }))
 }
 
-pub(super) async fn task_complete(
-    c: &mut SqliteConnection,
-    p: &CompleteParams,
-) -> StoreResult<Settled<Completed>> {
+pub(super) fn task_complete(c: &Connection, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
     let now = ms(p.now);
     // The common case in two statements: a live lease settles, with its attempt.
-    let done: Option<(String, i64)> = sqlx::query_as(
-        "UPDATE tasks SET state = 'succeeded', result = ?1, finished_at = ?2, \
-         lease_expires_at = NULL, updated_at = ?2 \
-         WHERE id = ?3 AND state = 'leased' AND lease_token = ?4 AND lease_expires_at > ?2 \
-         RETURNING queue, attempt",
-    )
-    .bind(&p.result)
-    .bind(now)
-    .bind(&p.task_id)
-    .bind(&p.lease_token)
-    .fetch_optional(&mut *c)
-    .await?;
+    let done: Option<(String, i64)> = c
+        .prepare_cached(
+            "UPDATE tasks SET state = 'succeeded', result = ?1, finished_at = ?2, \
+             lease_expires_at = NULL, updated_at = ?2 \
+             WHERE id = ?3 AND state = 'leased' AND lease_token = ?4 AND lease_expires_at > ?2 \
+             RETURNING queue, attempt",
+        )?
+        .query_row(params![p.result, now, p.task_id, p.lease_token], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()?;
     if let Some((queue, attempt)) = done {
         let outcome = AttemptOutcome::Succeeded;
-        let leased_at = finish_attempt(c, &p.task_id, attempt, outcome, None, now).await?;
+        let leased_at = finish_attempt(c, &p.task_id, attempt, outcome, None, now)?;
         return Ok(Settled::Applied(Completed { queue, leased_at }));
     }
     // Otherwise find out why: unknown task, repeated Complete, or a lost lease.
-    let Some(row) = fetch_task(c, &p.task_id).await? else {
+    let Some(row) = fetch_task(c, &p.task_id)? else {
         return Ok(Settled::NotFound);
     };
-    match check(c, &row, Report::Complete, &p.lease_token, p.now).await? {
+    match check(c, &row, Report::Complete, &p.lease_token, p.now)? {
         SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
         SettleCheck::AlreadySettled => {
             return Ok(Settled::AlreadySettled(Completed {
@@ -356,33 +375,32 @@ pub(super) async fn task_complete(
         }
         SettleCheck::Proceed => {}
     }
-    sqlx::query(
-        "UPDATE tasks SET state = 'succeeded', result = ?, finished_at = ?, \
-         lease_expires_at = NULL, updated_at = ? WHERE seq = ?",
-    )
-    .bind(&p.result)
-    .bind(now)
-    .bind(now)
-    .bind(row.seq)
-    .execute(&mut *c)
-    .await?;
+    c.prepare_cached(
+        "UPDATE tasks SET state = 'succeeded', result = ?1, finished_at = ?2, \
+         lease_expires_at = NULL, updated_at = ?2 WHERE seq = ?3",
+    )?
+    .execute(params![p.result, now, row.seq])?;
     let outcome = AttemptOutcome::Succeeded;
-    let leased_at = finish_attempt(c, &row.id, row.attempt, outcome, None, now).await?;
+    let leased_at = finish_attempt(c, &row.id, row.attempt, outcome, None, now)?;
     Ok(Settled::Applied(Completed {
         queue: row.queue,
         leased_at,
     }))
 }
 
-pub(super) async fn task_fail(
-    c: &mut SqliteConnection,
-    p: &FailParams,
-) -> StoreResult<Settled<FailResult>> {
+pub(super) fn task_complete_many(
+    c: &Connection,
+    ps: &[CompleteParams],
+) -> StoreResult<Vec<Settled<Completed>>> {
+    ps.iter().map(|p| task_complete(c, p)).collect()
+}
+
+pub(super) fn task_fail(c: &Connection, p: &FailParams) -> StoreResult<Settled<FailResult>> {
     let now = ms(p.now);
-    let Some(row) = fetch_task(c, &p.task_id).await? else {
+    let Some(row) = fetch_task(c, &p.task_id)? else {
         return Ok(Settled::NotFound);
     };
-    match check(c, &row, Report::Fail, &p.lease_token, p.now).await? {
+    match check(c, &row, Report::Fail, &p.lease_token, p.now)? {
         SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
         SettleCheck::AlreadySettled => {
             let state = TaskState::of(row.stored_state()?, from_ms(row.run_at), p.now);
@@ -399,7 +417,7 @@ pub(super) async fn task_fail(
     let decision = decide(&row, p.non_retryable, p.retry_after, p.now, p.jitter_unit);
     let write = FailureWrite::new(&row, decision, now);
     let outcome = AttemptOutcome::Failed;
-    let leased_at = write_failure(c, &row, &write, &p.error, outcome, now).await?;
+    let leased_at = write_failure(c, &row, &write, &p.error, outcome, now)?;
     Ok(Settled::Applied(FailResult {
         queue: row.queue,
         state: TaskState::of(write.state, from_ms(write.run_at), p.now),

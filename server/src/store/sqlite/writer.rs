@@ -1,33 +1,36 @@
-//! Group commit. Every write runs on the one writer connection, in batches: the
-//! writer takes all jobs waiting (up to `MAX_BATCH`), runs each inside a
-//! savepoint of one transaction, commits once, and only then answers each
-//! caller. With `synchronous = FULL` the fsync per commit is the cost that
-//! matters, so concurrent callers share it; when idle, a lone job commits at once.
+//! Group commit. Every write runs on the one writer connection, owned by a
+//! thread of its own, in batches: the thread takes all jobs waiting (up to
+//! `MAX_BATCH`), runs each inside a savepoint of one transaction, commits once,
+//! and only then answers each caller. With `synchronous = FULL` the fsync per
+//! commit is what costs, so concurrent callers share it; when idle, a lone job
+//! commits at once.
+//!
+//! The connection is synchronous (rusqlite) on purpose: a batch runs its
+//! statements back to back with cached prepared statements, without a thread
+//! hand-off per statement, so a job costs microseconds and batches stay short.
 
-use futures::future::BoxFuture;
-use sqlx::{Executor, SqliteConnection, SqlitePool};
+use std::panic::AssertUnwindSafe;
+
+use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::super::{StoreError, StoreResult};
 
 /// Jobs per transaction at most.
-const MAX_BATCH: usize = 512;
+const MAX_BATCH: usize = 1024;
 /// Jobs waiting at most; callers beyond it wait for room (backpressure).
-const QUEUE: usize = 4096;
+const QUEUE: usize = 8192;
 
 /// A job's answer, held until its batch commits.
 trait Reply: Send {
-    fn send(self: Box<Self>, committed: Result<(), &sqlx::Error>);
+    fn send(self: Box<Self>, committed: Result<(), &rusqlite::Error>);
 }
 
 trait Job: Send {
     /// Runs the job; `true` when it succeeded (else its savepoint is rolled back).
-    fn run<'c>(
-        self: Box<Self>,
-        c: &'c mut SqliteConnection,
-    ) -> BoxFuture<'c, (bool, Box<dyn Reply>)>;
+    fn run(self: Box<Self>, c: &Connection) -> (bool, Box<dyn Reply>);
     /// Answers without running (the batch could not start).
-    fn abort(self: Box<Self>, e: &sqlx::Error);
+    fn abort(self: Box<Self>, e: &rusqlite::Error);
 }
 
 struct Typed<T, F> {
@@ -40,12 +43,12 @@ struct TypedReply<T> {
     tx: oneshot::Sender<StoreResult<T>>,
 }
 
-fn commit_error(e: &sqlx::Error) -> StoreError {
-    StoreError::Unavailable(sqlx::Error::Protocol(format!("commit failed: {e}")))
+fn commit_error(e: &rusqlite::Error) -> StoreError {
+    StoreError::Unavailable(format!("commit failed: {e}").into())
 }
 
 impl<T: Send + 'static> Reply for TypedReply<T> {
-    fn send(self: Box<Self>, committed: Result<(), &sqlx::Error>) {
+    fn send(self: Box<Self>, committed: Result<(), &rusqlite::Error>) {
         let result = match committed {
             Ok(()) => self.result,
             Err(e) => Err(commit_error(e)),
@@ -58,52 +61,53 @@ impl<T: Send + 'static> Reply for TypedReply<T> {
 impl<T, F> Job for Typed<T, F>
 where
     T: Send + 'static,
-    F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, StoreResult<T>> + Send + 'static,
+    F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
 {
-    fn run<'c>(
-        self: Box<Self>,
-        c: &'c mut SqliteConnection,
-    ) -> BoxFuture<'c, (bool, Box<dyn Reply>)> {
-        Box::pin(async move {
-            let result = (self.f)(c).await;
-            let ok = result.is_ok();
-            let reply: Box<dyn Reply> = Box::new(TypedReply {
-                result,
-                tx: self.tx,
-            });
-            (ok, reply)
-        })
+    fn run(self: Box<Self>, c: &Connection) -> (bool, Box<dyn Reply>) {
+        let result = (self.f)(c);
+        let ok = result.is_ok();
+        let reply: Box<dyn Reply> = Box::new(TypedReply {
+            result,
+            tx: self.tx,
+        });
+        (ok, reply)
     }
 
-    fn abort(self: Box<Self>, e: &sqlx::Error) {
+    fn abort(self: Box<Self>, e: &rusqlite::Error) {
         let _ = self.tx.send(Err(commit_error(e)));
     }
 }
 
-/// The handle callers use; cheap to clone.
+/// The handle callers use; cheap to clone. The writer thread ends when the last
+/// handle is dropped.
 #[derive(Clone)]
 pub struct Writer {
     jobs: mpsc::Sender<Box<dyn Job>>,
 }
 
 impl Writer {
-    /// Starts the writer task on `pool` (a pool of one connection).
-    pub fn start(pool: SqlitePool) -> Self {
+    /// Starts the writer thread, which owns `conn`, and the checkpointer thread,
+    /// which owns `checkpoint` (a second connection to the same database).
+    pub fn start(conn: Connection, checkpoint: Connection) -> std::io::Result<Self> {
         let (jobs, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(run(pool, rx));
-        Writer { jobs }
+        let (committed, wake) = std::sync::mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("sqlite-checkpoint".into())
+            .spawn(move || checkpointer(checkpoint, wake))?;
+        std::thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || run(conn, rx, committed))?;
+        Ok(Writer { jobs })
     }
 
     /// Runs `f` in the next batch and returns its result once the batch committed.
     pub async fn write<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, StoreResult<T>>
-            + Send
-            + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        let closed = || StoreError::Unavailable(sqlx::Error::PoolClosed);
+        let closed = || StoreError::Unavailable("the SQLite writer has stopped".into());
         self.jobs
             .send(Box::new(Typed { f, tx }))
             .await
@@ -112,59 +116,94 @@ impl Writer {
     }
 }
 
-async fn run(pool: SqlitePool, mut rx: mpsc::Receiver<Box<dyn Job>>) {
+fn exec(c: &Connection, sql: &str) -> rusqlite::Result<()> {
+    c.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+/// Copies committed WAL frames into the database file, off the writer thread, so
+/// the writer's commits only append to the WAL. PASSIVE: it never blocks the
+/// writer or readers. Runs after commits, at most once per `CHECKPOINT_EVERY`.
+fn checkpointer(conn: Connection, wake: std::sync::mpsc::Receiver<()>) {
+    const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+    while wake.recv().is_ok() {
+        let started = std::time::Instant::now();
+        let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+        });
+        match done {
+            Ok((frames, copied)) => tracing::trace!(frames, copied, "wal checkpoint"),
+            Err(e) => tracing::warn!(error = %e, "wal checkpoint failed"),
+        }
+        if let Some(rest) = CHECKPOINT_EVERY.checked_sub(started.elapsed()) {
+            std::thread::sleep(rest);
+        }
+    }
+}
+
+fn run(
+    conn: Connection,
+    mut rx: mpsc::Receiver<Box<dyn Job>>,
+    committed: std::sync::mpsc::SyncSender<()>,
+) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let mut conn = match pool.acquire().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "writer cannot get its connection");
-                batch.drain(..).for_each(|j| j.abort(&e));
-                continue;
+    let mut replies: Vec<Box<dyn Reply>> = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = rx.blocking_recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
             }
-        };
-        if let Err(e) = conn.execute("BEGIN IMMEDIATE").await {
+        }
+        if let Err(e) = exec(&conn, "BEGIN IMMEDIATE") {
             tracing::warn!(error = %e, "writer cannot begin a transaction");
             batch.drain(..).for_each(|j| j.abort(&e));
             continue;
         }
         tracing::trace!(jobs = batch.len(), "write batch");
-        let mut replies = Vec::with_capacity(batch.len());
         let mut broken = None;
         for job in batch.drain(..) {
             if let Some(e) = &broken {
                 job.abort(e);
                 continue;
             }
-            if let Err(e) = conn.execute("SAVEPOINT job").await {
+            if let Err(e) = exec(&conn, "SAVEPOINT job") {
                 job.abort(&e);
                 broken = Some(e);
                 continue;
             }
-            let (ok, reply) = job.run(&mut conn).await;
-            let end = if ok {
-                conn.execute("RELEASE job").await
-            } else {
-                match conn.execute("ROLLBACK TO job").await {
-                    Ok(_) => conn.execute("RELEASE job").await,
-                    Err(e) => Err(e),
+            // A panicking job loses its answer (its caller sees the writer as
+            // unavailable) but neither the batch nor the thread.
+            let ran = std::panic::catch_unwind(AssertUnwindSafe(|| job.run(&conn)));
+            let (ok, reply) = match ran {
+                Ok((ok, reply)) => (ok, Some(reply)),
+                Err(_) => {
+                    tracing::error!("a write job panicked; its changes are rolled back");
+                    (false, None)
                 }
             };
-            replies.push(reply);
+            let end = if ok {
+                exec(&conn, "RELEASE job")
+            } else {
+                exec(&conn, "ROLLBACK TO job").and_then(|()| exec(&conn, "RELEASE job"))
+            };
+            replies.extend(reply);
             if let Err(e) = end {
                 broken = Some(e);
             }
         }
-        let committed = match broken {
+        let result = match broken {
             Some(e) => Err(e),
-            None => conn.execute("COMMIT").await.map(|_| ()),
+            None => exec(&conn, "COMMIT"),
         };
-        if let Err(e) = &committed {
+        if let Err(e) = &result {
             tracing::warn!(error = %e, jobs = replies.len(), "write batch failed; rolled back");
-            let _ = conn.execute("ROLLBACK").await;
+            let _ = exec(&conn, "ROLLBACK");
         }
-        for r in replies {
-            r.send(committed.as_ref().map(|_| ()));
+        for r in replies.drain(..) {
+            r.send(result.as_ref().map(|_| ()));
         }
+        // Full means a checkpoint is due already.
+        let _ = committed.try_send(());
     }
 }
