@@ -96,6 +96,62 @@ func (TaskState) EnumDescriptor() ([]byte, []int) {
 	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{0}
 }
 
+// What CompleteMany did to one task.
+type CompleteOutcome int32
+
+const (
+	CompleteOutcome_COMPLETE_OUTCOME_UNSPECIFIED CompleteOutcome = 0
+	// Succeeded now, or earlier with the same lease token (idempotent).
+	CompleteOutcome_COMPLETE_OUTCOME_COMPLETED CompleteOutcome = 1
+	// The lease is no longer held (Complete would return ABORTED, reason LEASE_LOST).
+	CompleteOutcome_COMPLETE_OUTCOME_LEASE_LOST CompleteOutcome = 2
+	// No such task (Complete would return NOT_FOUND).
+	CompleteOutcome_COMPLETE_OUTCOME_NOT_FOUND CompleteOutcome = 3
+)
+
+// Enum value maps for CompleteOutcome.
+var (
+	CompleteOutcome_name = map[int32]string{
+		0: "COMPLETE_OUTCOME_UNSPECIFIED",
+		1: "COMPLETE_OUTCOME_COMPLETED",
+		2: "COMPLETE_OUTCOME_LEASE_LOST",
+		3: "COMPLETE_OUTCOME_NOT_FOUND",
+	}
+	CompleteOutcome_value = map[string]int32{
+		"COMPLETE_OUTCOME_UNSPECIFIED": 0,
+		"COMPLETE_OUTCOME_COMPLETED":   1,
+		"COMPLETE_OUTCOME_LEASE_LOST":  2,
+		"COMPLETE_OUTCOME_NOT_FOUND":   3,
+	}
+)
+
+func (x CompleteOutcome) Enum() *CompleteOutcome {
+	p := new(CompleteOutcome)
+	*p = x
+	return p
+}
+
+func (x CompleteOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CompleteOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_taskbroker_v1_broker_proto_enumTypes[1].Descriptor()
+}
+
+func (CompleteOutcome) Type() protoreflect.EnumType {
+	return &file_taskbroker_v1_broker_proto_enumTypes[1]
+}
+
+func (x CompleteOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CompleteOutcome.Descriptor instead.
+func (CompleteOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{1}
+}
+
 // How a failed attempt is retried. Unset fields take the broker's defaults
 // (3 attempts, 10 s initial backoff, x2, 1 h max backoff, 0.2 jitter).
 type RetryPolicy struct {
@@ -1168,6 +1224,147 @@ func (*CompleteResponse) Descriptor() ([]byte, []int) {
 	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{15}
 }
 
+type CompleteManyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Completions   []*CompleteRequest     `protobuf:"bytes,1,rep,name=completions,proto3" json:"completions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteManyRequest) Reset() {
+	*x = CompleteManyRequest{}
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteManyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteManyRequest) ProtoMessage() {}
+
+func (x *CompleteManyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteManyRequest.ProtoReflect.Descriptor instead.
+func (*CompleteManyRequest) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CompleteManyRequest) GetCompletions() []*CompleteRequest {
+	if x != nil {
+		return x.Completions
+	}
+	return nil
+}
+
+type CompleteResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Outcome       CompleteOutcome        `protobuf:"varint,2,opt,name=outcome,proto3,enum=taskbroker.v1.CompleteOutcome" json:"outcome,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteResult) Reset() {
+	*x = CompleteResult{}
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteResult) ProtoMessage() {}
+
+func (x *CompleteResult) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteResult.ProtoReflect.Descriptor instead.
+func (*CompleteResult) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CompleteResult) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *CompleteResult) GetOutcome() CompleteOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return CompleteOutcome_COMPLETE_OUTCOME_UNSPECIFIED
+}
+
+type CompleteManyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per completion, in request order.
+	Results       []*CompleteResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteManyResponse) Reset() {
+	*x = CompleteManyResponse{}
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteManyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteManyResponse) ProtoMessage() {}
+
+func (x *CompleteManyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteManyResponse.ProtoReflect.Descriptor instead.
+func (*CompleteManyResponse) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CompleteManyResponse) GetResults() []*CompleteResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 type FailRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	TaskId       string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -1183,7 +1380,7 @@ type FailRequest struct {
 
 func (x *FailRequest) Reset() {
 	*x = FailRequest{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[16]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1392,7 @@ func (x *FailRequest) String() string {
 func (*FailRequest) ProtoMessage() {}
 
 func (x *FailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[16]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1405,7 @@ func (x *FailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailRequest.ProtoReflect.Descriptor instead.
 func (*FailRequest) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{16}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FailRequest) GetTaskId() string {
@@ -1258,7 +1455,7 @@ type FailResponse struct {
 
 func (x *FailResponse) Reset() {
 	*x = FailResponse{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[17]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1467,7 @@ func (x *FailResponse) String() string {
 func (*FailResponse) ProtoMessage() {}
 
 func (x *FailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[17]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1480,7 @@ func (x *FailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailResponse.ProtoReflect.Descriptor instead.
 func (*FailResponse) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{17}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FailResponse) GetState() TaskState {
@@ -1396,7 +1593,14 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\vlease_token\x18\x02 \x01(\tR\n" +
 	"leaseToken\x12\x16\n" +
 	"\x06result\x18\x03 \x01(\fR\x06result\"\x12\n" +
-	"\x10CompleteResponse\"\xcd\x01\n" +
+	"\x10CompleteResponse\"W\n" +
+	"\x13CompleteManyRequest\x12@\n" +
+	"\vcompletions\x18\x01 \x03(\v2\x1e.taskbroker.v1.CompleteRequestR\vcompletions\"c\n" +
+	"\x0eCompleteResult\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x128\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x1e.taskbroker.v1.CompleteOutcomeR\aoutcome\"O\n" +
+	"\x14CompleteManyResponse\x127\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.taskbroker.v1.CompleteResultR\aresults\"\xcd\x01\n" +
 	"\vFailRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1f\n" +
 	"\vlease_token\x18\x02 \x01(\tR\n" +
@@ -1415,7 +1619,12 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\x11TASK_STATE_LEASED\x10\x03\x12\x18\n" +
 	"\x14TASK_STATE_SUCCEEDED\x10\x04\x12\x13\n" +
 	"\x0fTASK_STATE_DEAD\x10\x05\x12\x18\n" +
-	"\x14TASK_STATE_CANCELLED\x10\x062\xcb\x03\n" +
+	"\x14TASK_STATE_CANCELLED\x10\x06*\x94\x01\n" +
+	"\x0fCompleteOutcome\x12 \n" +
+	"\x1cCOMPLETE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aCOMPLETE_OUTCOME_COMPLETED\x10\x01\x12\x1f\n" +
+	"\x1bCOMPLETE_OUTCOME_LEASE_LOST\x10\x02\x12\x1e\n" +
+	"\x1aCOMPLETE_OUTCOME_NOT_FOUND\x10\x032\xa4\x04\n" +
 	"\rBrokerService\x12E\n" +
 	"\x06Submit\x12\x1c.taskbroker.v1.SubmitRequest\x1a\x1d.taskbroker.v1.SubmitResponse\x12B\n" +
 	"\x05Lease\x12\x1b.taskbroker.v1.LeaseRequest\x1a\x1c.taskbroker.v1.LeaseResponse\x12N\n" +
@@ -1423,7 +1632,8 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\n" +
 	"Checkpoint\x12 .taskbroker.v1.CheckpointRequest\x1a!.taskbroker.v1.CheckpointResponse\x12K\n" +
 	"\bComplete\x12\x1e.taskbroker.v1.CompleteRequest\x1a\x1f.taskbroker.v1.CompleteResponse\x12?\n" +
-	"\x04Fail\x12\x1a.taskbroker.v1.FailRequest\x1a\x1b.taskbroker.v1.FailResponseBB\n" +
+	"\x04Fail\x12\x1a.taskbroker.v1.FailRequest\x1a\x1b.taskbroker.v1.FailResponse\x12W\n" +
+	"\fCompleteMany\x12\".taskbroker.v1.CompleteManyRequest\x1a#.taskbroker.v1.CompleteManyResponseBB\n" +
 	"\x11dev.taskbroker.v1P\x01Z+taskbroker.dev/go/taskbrokerv1;taskbrokerv1b\x06proto3"
 
 var (
@@ -1438,75 +1648,84 @@ func file_taskbroker_v1_broker_proto_rawDescGZIP() []byte {
 	return file_taskbroker_v1_broker_proto_rawDescData
 }
 
-var file_taskbroker_v1_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_taskbroker_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_taskbroker_v1_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_taskbroker_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_taskbroker_v1_broker_proto_goTypes = []any{
 	(TaskState)(0),                // 0: taskbroker.v1.TaskState
-	(*RetryPolicy)(nil),           // 1: taskbroker.v1.RetryPolicy
-	(*TaskSpec)(nil),              // 2: taskbroker.v1.TaskSpec
-	(*SubmitRequest)(nil),         // 3: taskbroker.v1.SubmitRequest
-	(*SubmitResult)(nil),          // 4: taskbroker.v1.SubmitResult
-	(*SubmitResponse)(nil),        // 5: taskbroker.v1.SubmitResponse
-	(*LeaseRequest)(nil),          // 6: taskbroker.v1.LeaseRequest
-	(*LeasedTask)(nil),            // 7: taskbroker.v1.LeasedTask
-	(*LeaseResponse)(nil),         // 8: taskbroker.v1.LeaseResponse
-	(*LeaseRef)(nil),              // 9: taskbroker.v1.LeaseRef
-	(*HeartbeatRequest)(nil),      // 10: taskbroker.v1.HeartbeatRequest
-	(*LeaseStatus)(nil),           // 11: taskbroker.v1.LeaseStatus
-	(*HeartbeatResponse)(nil),     // 12: taskbroker.v1.HeartbeatResponse
-	(*CheckpointRequest)(nil),     // 13: taskbroker.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),    // 14: taskbroker.v1.CheckpointResponse
-	(*CompleteRequest)(nil),       // 15: taskbroker.v1.CompleteRequest
-	(*CompleteResponse)(nil),      // 16: taskbroker.v1.CompleteResponse
-	(*FailRequest)(nil),           // 17: taskbroker.v1.FailRequest
-	(*FailResponse)(nil),          // 18: taskbroker.v1.FailResponse
-	nil,                           // 19: taskbroker.v1.TaskSpec.MetadataEntry
-	nil,                           // 20: taskbroker.v1.LeasedTask.MetadataEntry
-	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(CompleteOutcome)(0),          // 1: taskbroker.v1.CompleteOutcome
+	(*RetryPolicy)(nil),           // 2: taskbroker.v1.RetryPolicy
+	(*TaskSpec)(nil),              // 3: taskbroker.v1.TaskSpec
+	(*SubmitRequest)(nil),         // 4: taskbroker.v1.SubmitRequest
+	(*SubmitResult)(nil),          // 5: taskbroker.v1.SubmitResult
+	(*SubmitResponse)(nil),        // 6: taskbroker.v1.SubmitResponse
+	(*LeaseRequest)(nil),          // 7: taskbroker.v1.LeaseRequest
+	(*LeasedTask)(nil),            // 8: taskbroker.v1.LeasedTask
+	(*LeaseResponse)(nil),         // 9: taskbroker.v1.LeaseResponse
+	(*LeaseRef)(nil),              // 10: taskbroker.v1.LeaseRef
+	(*HeartbeatRequest)(nil),      // 11: taskbroker.v1.HeartbeatRequest
+	(*LeaseStatus)(nil),           // 12: taskbroker.v1.LeaseStatus
+	(*HeartbeatResponse)(nil),     // 13: taskbroker.v1.HeartbeatResponse
+	(*CheckpointRequest)(nil),     // 14: taskbroker.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),    // 15: taskbroker.v1.CheckpointResponse
+	(*CompleteRequest)(nil),       // 16: taskbroker.v1.CompleteRequest
+	(*CompleteResponse)(nil),      // 17: taskbroker.v1.CompleteResponse
+	(*CompleteManyRequest)(nil),   // 18: taskbroker.v1.CompleteManyRequest
+	(*CompleteResult)(nil),        // 19: taskbroker.v1.CompleteResult
+	(*CompleteManyResponse)(nil),  // 20: taskbroker.v1.CompleteManyResponse
+	(*FailRequest)(nil),           // 21: taskbroker.v1.FailRequest
+	(*FailResponse)(nil),          // 22: taskbroker.v1.FailResponse
+	nil,                           // 23: taskbroker.v1.TaskSpec.MetadataEntry
+	nil,                           // 24: taskbroker.v1.LeasedTask.MetadataEntry
+	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
 }
 var file_taskbroker_v1_broker_proto_depIdxs = []int32{
-	21, // 0: taskbroker.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	21, // 1: taskbroker.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	22, // 2: taskbroker.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
-	22, // 3: taskbroker.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
-	1,  // 4: taskbroker.v1.TaskSpec.retry:type_name -> taskbroker.v1.RetryPolicy
-	19, // 5: taskbroker.v1.TaskSpec.metadata:type_name -> taskbroker.v1.TaskSpec.MetadataEntry
-	2,  // 6: taskbroker.v1.SubmitRequest.tasks:type_name -> taskbroker.v1.TaskSpec
-	4,  // 7: taskbroker.v1.SubmitResponse.results:type_name -> taskbroker.v1.SubmitResult
-	21, // 8: taskbroker.v1.LeaseRequest.lease_duration:type_name -> google.protobuf.Duration
-	21, // 9: taskbroker.v1.LeaseRequest.wait:type_name -> google.protobuf.Duration
-	22, // 10: taskbroker.v1.LeasedTask.deadline:type_name -> google.protobuf.Timestamp
-	20, // 11: taskbroker.v1.LeasedTask.metadata:type_name -> taskbroker.v1.LeasedTask.MetadataEntry
-	22, // 12: taskbroker.v1.LeasedTask.lease_expires_at:type_name -> google.protobuf.Timestamp
-	22, // 13: taskbroker.v1.LeasedTask.created_at:type_name -> google.protobuf.Timestamp
-	7,  // 14: taskbroker.v1.LeaseResponse.tasks:type_name -> taskbroker.v1.LeasedTask
-	9,  // 15: taskbroker.v1.HeartbeatRequest.leases:type_name -> taskbroker.v1.LeaseRef
-	21, // 16: taskbroker.v1.HeartbeatRequest.extend_by:type_name -> google.protobuf.Duration
-	22, // 17: taskbroker.v1.LeaseStatus.lease_expires_at:type_name -> google.protobuf.Timestamp
-	11, // 18: taskbroker.v1.HeartbeatResponse.leases:type_name -> taskbroker.v1.LeaseStatus
-	21, // 19: taskbroker.v1.CheckpointRequest.extend_by:type_name -> google.protobuf.Duration
-	22, // 20: taskbroker.v1.CheckpointResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	21, // 21: taskbroker.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
-	0,  // 22: taskbroker.v1.FailResponse.state:type_name -> taskbroker.v1.TaskState
-	22, // 23: taskbroker.v1.FailResponse.next_run_at:type_name -> google.protobuf.Timestamp
-	3,  // 24: taskbroker.v1.BrokerService.Submit:input_type -> taskbroker.v1.SubmitRequest
-	6,  // 25: taskbroker.v1.BrokerService.Lease:input_type -> taskbroker.v1.LeaseRequest
-	10, // 26: taskbroker.v1.BrokerService.Heartbeat:input_type -> taskbroker.v1.HeartbeatRequest
-	13, // 27: taskbroker.v1.BrokerService.Checkpoint:input_type -> taskbroker.v1.CheckpointRequest
-	15, // 28: taskbroker.v1.BrokerService.Complete:input_type -> taskbroker.v1.CompleteRequest
-	17, // 29: taskbroker.v1.BrokerService.Fail:input_type -> taskbroker.v1.FailRequest
-	5,  // 30: taskbroker.v1.BrokerService.Submit:output_type -> taskbroker.v1.SubmitResponse
-	8,  // 31: taskbroker.v1.BrokerService.Lease:output_type -> taskbroker.v1.LeaseResponse
-	12, // 32: taskbroker.v1.BrokerService.Heartbeat:output_type -> taskbroker.v1.HeartbeatResponse
-	14, // 33: taskbroker.v1.BrokerService.Checkpoint:output_type -> taskbroker.v1.CheckpointResponse
-	16, // 34: taskbroker.v1.BrokerService.Complete:output_type -> taskbroker.v1.CompleteResponse
-	18, // 35: taskbroker.v1.BrokerService.Fail:output_type -> taskbroker.v1.FailResponse
-	30, // [30:36] is the sub-list for method output_type
-	24, // [24:30] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	25, // 0: taskbroker.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	25, // 1: taskbroker.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	26, // 2: taskbroker.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	26, // 3: taskbroker.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	2,  // 4: taskbroker.v1.TaskSpec.retry:type_name -> taskbroker.v1.RetryPolicy
+	23, // 5: taskbroker.v1.TaskSpec.metadata:type_name -> taskbroker.v1.TaskSpec.MetadataEntry
+	3,  // 6: taskbroker.v1.SubmitRequest.tasks:type_name -> taskbroker.v1.TaskSpec
+	5,  // 7: taskbroker.v1.SubmitResponse.results:type_name -> taskbroker.v1.SubmitResult
+	25, // 8: taskbroker.v1.LeaseRequest.lease_duration:type_name -> google.protobuf.Duration
+	25, // 9: taskbroker.v1.LeaseRequest.wait:type_name -> google.protobuf.Duration
+	26, // 10: taskbroker.v1.LeasedTask.deadline:type_name -> google.protobuf.Timestamp
+	24, // 11: taskbroker.v1.LeasedTask.metadata:type_name -> taskbroker.v1.LeasedTask.MetadataEntry
+	26, // 12: taskbroker.v1.LeasedTask.lease_expires_at:type_name -> google.protobuf.Timestamp
+	26, // 13: taskbroker.v1.LeasedTask.created_at:type_name -> google.protobuf.Timestamp
+	8,  // 14: taskbroker.v1.LeaseResponse.tasks:type_name -> taskbroker.v1.LeasedTask
+	10, // 15: taskbroker.v1.HeartbeatRequest.leases:type_name -> taskbroker.v1.LeaseRef
+	25, // 16: taskbroker.v1.HeartbeatRequest.extend_by:type_name -> google.protobuf.Duration
+	26, // 17: taskbroker.v1.LeaseStatus.lease_expires_at:type_name -> google.protobuf.Timestamp
+	12, // 18: taskbroker.v1.HeartbeatResponse.leases:type_name -> taskbroker.v1.LeaseStatus
+	25, // 19: taskbroker.v1.CheckpointRequest.extend_by:type_name -> google.protobuf.Duration
+	26, // 20: taskbroker.v1.CheckpointResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	16, // 21: taskbroker.v1.CompleteManyRequest.completions:type_name -> taskbroker.v1.CompleteRequest
+	1,  // 22: taskbroker.v1.CompleteResult.outcome:type_name -> taskbroker.v1.CompleteOutcome
+	19, // 23: taskbroker.v1.CompleteManyResponse.results:type_name -> taskbroker.v1.CompleteResult
+	25, // 24: taskbroker.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
+	0,  // 25: taskbroker.v1.FailResponse.state:type_name -> taskbroker.v1.TaskState
+	26, // 26: taskbroker.v1.FailResponse.next_run_at:type_name -> google.protobuf.Timestamp
+	4,  // 27: taskbroker.v1.BrokerService.Submit:input_type -> taskbroker.v1.SubmitRequest
+	7,  // 28: taskbroker.v1.BrokerService.Lease:input_type -> taskbroker.v1.LeaseRequest
+	11, // 29: taskbroker.v1.BrokerService.Heartbeat:input_type -> taskbroker.v1.HeartbeatRequest
+	14, // 30: taskbroker.v1.BrokerService.Checkpoint:input_type -> taskbroker.v1.CheckpointRequest
+	16, // 31: taskbroker.v1.BrokerService.Complete:input_type -> taskbroker.v1.CompleteRequest
+	21, // 32: taskbroker.v1.BrokerService.Fail:input_type -> taskbroker.v1.FailRequest
+	18, // 33: taskbroker.v1.BrokerService.CompleteMany:input_type -> taskbroker.v1.CompleteManyRequest
+	6,  // 34: taskbroker.v1.BrokerService.Submit:output_type -> taskbroker.v1.SubmitResponse
+	9,  // 35: taskbroker.v1.BrokerService.Lease:output_type -> taskbroker.v1.LeaseResponse
+	13, // 36: taskbroker.v1.BrokerService.Heartbeat:output_type -> taskbroker.v1.HeartbeatResponse
+	15, // 37: taskbroker.v1.BrokerService.Checkpoint:output_type -> taskbroker.v1.CheckpointResponse
+	17, // 38: taskbroker.v1.BrokerService.Complete:output_type -> taskbroker.v1.CompleteResponse
+	22, // 39: taskbroker.v1.BrokerService.Fail:output_type -> taskbroker.v1.FailResponse
+	20, // 40: taskbroker.v1.BrokerService.CompleteMany:output_type -> taskbroker.v1.CompleteManyResponse
+	34, // [34:41] is the sub-list for method output_type
+	27, // [27:34] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_taskbroker_v1_broker_proto_init() }
@@ -1520,8 +1739,8 @@ func file_taskbroker_v1_broker_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskbroker_v1_broker_proto_rawDesc), len(file_taskbroker_v1_broker_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   20,
+			NumEnums:      2,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,12 +24,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BrokerService_Submit_FullMethodName     = "/taskbroker.v1.BrokerService/Submit"
-	BrokerService_Lease_FullMethodName      = "/taskbroker.v1.BrokerService/Lease"
-	BrokerService_Heartbeat_FullMethodName  = "/taskbroker.v1.BrokerService/Heartbeat"
-	BrokerService_Checkpoint_FullMethodName = "/taskbroker.v1.BrokerService/Checkpoint"
-	BrokerService_Complete_FullMethodName   = "/taskbroker.v1.BrokerService/Complete"
-	BrokerService_Fail_FullMethodName       = "/taskbroker.v1.BrokerService/Fail"
+	BrokerService_Submit_FullMethodName       = "/taskbroker.v1.BrokerService/Submit"
+	BrokerService_Lease_FullMethodName        = "/taskbroker.v1.BrokerService/Lease"
+	BrokerService_Heartbeat_FullMethodName    = "/taskbroker.v1.BrokerService/Heartbeat"
+	BrokerService_Checkpoint_FullMethodName   = "/taskbroker.v1.BrokerService/Checkpoint"
+	BrokerService_Complete_FullMethodName     = "/taskbroker.v1.BrokerService/Complete"
+	BrokerService_Fail_FullMethodName         = "/taskbroker.v1.BrokerService/Fail"
+	BrokerService_CompleteMany_FullMethodName = "/taskbroker.v1.BrokerService/CompleteMany"
 )
 
 // BrokerServiceClient is the client API for BrokerService service.
@@ -50,6 +51,11 @@ type BrokerServiceClient interface {
 	Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error)
 	// Fail settles a leased attempt as failed; the broker applies the retry policy.
 	Fail(ctx context.Context, in *FailRequest, opts ...grpc.CallOption) (*FailResponse, error)
+	// CompleteMany settles up to 1000 leased tasks as succeeded in one call, each
+	// exactly as Complete would. Input is validated all-or-nothing (the status names
+	// the field, e.g. `completions[3].result`); a lost lease or an unknown task is
+	// reported per task, in request order, and does not stop the others.
+	CompleteMany(ctx context.Context, in *CompleteManyRequest, opts ...grpc.CallOption) (*CompleteManyResponse, error)
 }
 
 type brokerServiceClient struct {
@@ -120,6 +126,16 @@ func (c *brokerServiceClient) Fail(ctx context.Context, in *FailRequest, opts ..
 	return out, nil
 }
 
+func (c *brokerServiceClient) CompleteMany(ctx context.Context, in *CompleteManyRequest, opts ...grpc.CallOption) (*CompleteManyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompleteManyResponse)
+	err := c.cc.Invoke(ctx, BrokerService_CompleteMany_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrokerServiceServer is the server API for BrokerService service.
 // All implementations must embed UnimplementedBrokerServiceServer
 // for forward compatibility.
@@ -138,6 +154,11 @@ type BrokerServiceServer interface {
 	Complete(context.Context, *CompleteRequest) (*CompleteResponse, error)
 	// Fail settles a leased attempt as failed; the broker applies the retry policy.
 	Fail(context.Context, *FailRequest) (*FailResponse, error)
+	// CompleteMany settles up to 1000 leased tasks as succeeded in one call, each
+	// exactly as Complete would. Input is validated all-or-nothing (the status names
+	// the field, e.g. `completions[3].result`); a lost lease or an unknown task is
+	// reported per task, in request order, and does not stop the others.
+	CompleteMany(context.Context, *CompleteManyRequest) (*CompleteManyResponse, error)
 	mustEmbedUnimplementedBrokerServiceServer()
 }
 
@@ -165,6 +186,9 @@ func (UnimplementedBrokerServiceServer) Complete(context.Context, *CompleteReque
 }
 func (UnimplementedBrokerServiceServer) Fail(context.Context, *FailRequest) (*FailResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Fail not implemented")
+}
+func (UnimplementedBrokerServiceServer) CompleteMany(context.Context, *CompleteManyRequest) (*CompleteManyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteMany not implemented")
 }
 func (UnimplementedBrokerServiceServer) mustEmbedUnimplementedBrokerServiceServer() {}
 func (UnimplementedBrokerServiceServer) testEmbeddedByValue()                       {}
@@ -295,6 +319,24 @@ func _BrokerService_Fail_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BrokerService_CompleteMany_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteManyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServiceServer).CompleteMany(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BrokerService_CompleteMany_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServiceServer).CompleteMany(ctx, req.(*CompleteManyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BrokerService_ServiceDesc is the grpc.ServiceDesc for BrokerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -325,6 +367,10 @@ var BrokerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Fail",
 			Handler:    _BrokerService_Fail_Handler,
+		},
+		{
+			MethodName: "CompleteMany",
+			Handler:    _BrokerService_CompleteMany_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

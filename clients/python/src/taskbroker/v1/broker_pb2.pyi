@@ -20,6 +20,13 @@ class TaskState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_STATE_SUCCEEDED: _ClassVar[TaskState]
     TASK_STATE_DEAD: _ClassVar[TaskState]
     TASK_STATE_CANCELLED: _ClassVar[TaskState]
+
+class CompleteOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COMPLETE_OUTCOME_UNSPECIFIED: _ClassVar[CompleteOutcome]
+    COMPLETE_OUTCOME_COMPLETED: _ClassVar[CompleteOutcome]
+    COMPLETE_OUTCOME_LEASE_LOST: _ClassVar[CompleteOutcome]
+    COMPLETE_OUTCOME_NOT_FOUND: _ClassVar[CompleteOutcome]
 TASK_STATE_UNSPECIFIED: TaskState
 TASK_STATE_SCHEDULED: TaskState
 TASK_STATE_READY: TaskState
@@ -27,6 +34,10 @@ TASK_STATE_LEASED: TaskState
 TASK_STATE_SUCCEEDED: TaskState
 TASK_STATE_DEAD: TaskState
 TASK_STATE_CANCELLED: TaskState
+COMPLETE_OUTCOME_UNSPECIFIED: CompleteOutcome
+COMPLETE_OUTCOME_COMPLETED: CompleteOutcome
+COMPLETE_OUTCOME_LEASE_LOST: CompleteOutcome
+COMPLETE_OUTCOME_NOT_FOUND: CompleteOutcome
 
 class RetryPolicy(_message.Message):
     __slots__ = ("max_attempts", "initial_backoff", "backoff_multiplier", "max_backoff", "jitter")
@@ -219,6 +230,26 @@ class CompleteRequest(_message.Message):
 class CompleteResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class CompleteManyRequest(_message.Message):
+    __slots__ = ("completions",)
+    COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
+    completions: _containers.RepeatedCompositeFieldContainer[CompleteRequest]
+    def __init__(self, completions: _Optional[_Iterable[_Union[CompleteRequest, _Mapping]]] = ...) -> None: ...
+
+class CompleteResult(_message.Message):
+    __slots__ = ("task_id", "outcome")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    outcome: CompleteOutcome
+    def __init__(self, task_id: _Optional[str] = ..., outcome: _Optional[_Union[CompleteOutcome, str]] = ...) -> None: ...
+
+class CompleteManyResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CompleteResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[CompleteResult, _Mapping]]] = ...) -> None: ...
 
 class FailRequest(_message.Message):
     __slots__ = ("task_id", "lease_token", "error_message", "non_retryable", "retry_after")

@@ -65,6 +65,11 @@ class BrokerServiceStub:
                 request_serializer=taskbroker_dot_v1_dot_broker__pb2.FailRequest.SerializeToString,
                 response_deserializer=taskbroker_dot_v1_dot_broker__pb2.FailResponse.FromString,
                 _registered_method=True)
+        self.CompleteMany = channel.unary_unary(
+                '/taskbroker.v1.BrokerService/CompleteMany',
+                request_serializer=taskbroker_dot_v1_dot_broker__pb2.CompleteManyRequest.SerializeToString,
+                response_deserializer=taskbroker_dot_v1_dot_broker__pb2.CompleteManyResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -113,6 +118,16 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompleteMany(self, request, context):
+        """CompleteMany settles up to 1000 leased tasks as succeeded in one call, each
+        exactly as Complete would. Input is validated all-or-nothing (the status names
+        the field, e.g. `completions[3].result`); a lost lease or an unknown task is
+        reported per task, in request order, and does not stop the others.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -145,6 +160,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.Fail,
                     request_deserializer=taskbroker_dot_v1_dot_broker__pb2.FailRequest.FromString,
                     response_serializer=taskbroker_dot_v1_dot_broker__pb2.FailResponse.SerializeToString,
+            ),
+            'CompleteMany': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteMany,
+                    request_deserializer=taskbroker_dot_v1_dot_broker__pb2.CompleteManyRequest.FromString,
+                    response_serializer=taskbroker_dot_v1_dot_broker__pb2.CompleteManyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -310,6 +330,33 @@ class BrokerService:
             '/taskbroker.v1.BrokerService/Fail',
             taskbroker_dot_v1_dot_broker__pb2.FailRequest.SerializeToString,
             taskbroker_dot_v1_dot_broker__pb2.FailResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskbroker.v1.BrokerService/CompleteMany',
+            taskbroker_dot_v1_dot_broker__pb2.CompleteManyRequest.SerializeToString,
+            taskbroker_dot_v1_dot_broker__pb2.CompleteManyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file taskbroker/v1/broker.proto.
  */
 export const file_taskbroker_v1_broker: GenFile = /*@__PURE__*/
-  fileDesc("Chp0YXNrYnJva2VyL3YxL2Jyb2tlci5wcm90bxINdGFza2Jyb2tlci52MSLDAQoLUmV0cnlQb2xpY3kSFAoMbWF4X2F0dGVtcHRzGAEgASgNEjIKD2luaXRpYWxfYmFja29mZhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIaChJiYWNrb2ZmX211bHRpcGxpZXIYAyABKAESLgoLbWF4X2JhY2tvZmYYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoGaml0dGVyGAUgASgBSACIAQFCCQoHX2ppdHRlciK4AgoIVGFza1NwZWMSDQoFcXVldWUYASABKAkSDwoHcGF5bG9hZBgCIAEoDBILCgNrZXkYAyABKAkSEAoIcHJpb3JpdHkYBCABKAUSKgoGcnVuX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghkZWFkbGluZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoFcmV0cnkYByABKAsyGi50YXNrYnJva2VyLnYxLlJldHJ5UG9saWN5EjcKCG1ldGFkYXRhGAggAygLMiUudGFza2Jyb2tlci52MS5UYXNrU3BlYy5NZXRhZGF0YUVudHJ5Gi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI3Cg1TdWJtaXRSZXF1ZXN0EiYKBXRhc2tzGAEgAygLMhcudGFza2Jyb2tlci52MS5UYXNrU3BlYyI1CgxTdWJtaXRSZXN1bHQSDwoHdGFza19pZBgBIAEoCRIUCgxkZWR1cGxpY2F0ZWQYAiABKAgiPgoOU3VibWl0UmVzcG9uc2USLAoHcmVzdWx0cxgBIAMoCzIbLnRhc2ticm9rZXIudjEuU3VibWl0UmVzdWx0IqABCgxMZWFzZVJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEg4KBnF1ZXVlcxgCIAMoCRIRCgltYXhfdGFza3MYAyABKA0SMQoObGVhc2VfZHVyYXRpb24YBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiLbAwoKTGVhc2VkVGFzaxIPCgd0YXNrX2lkGAEgASgJEg0KBXF1ZXVlGAIgASgJEg8KB3BheWxvYWQYAyABKAwSCwoDa2V5GAQgASgJEhAKCHByaW9yaXR5GAUgASgFEiwKCGRlYWRsaW5lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI5CghtZXRhZGF0YRgHIAMoCzInLnRhc2ticm9rZXIudjEuTGVhc2VkVGFzay5NZXRhZGF0YUVudHJ5Eg8KB2F0dGVtcHQYCCABKA0SEwoLbGVhc2VfdG9rZW4YCSABKAkSFQoNZmVuY2luZ190b2tlbhgKIAEoBBI0ChBsZWFzZV9leHBpcmVzX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpjaGVja3BvaW50GAwgASgMEhYKDmhhc19jaGVja3BvaW50GA0gASgIEhQKDG1heF9hdHRlbXB0cxgOIAEoDRIuCgpjcmVhdGVkX2F0GA8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiOQoNTGVhc2VSZXNwb25zZRIoCgV0YXNrcxgBIAMoCzIZLnRhc2ticm9rZXIudjEuTGVhc2VkVGFzayIwCghMZWFzZVJlZhIPCgd0YXNrX2lkGAEgASgJEhMKC2xlYXNlX3Rva2VuGAIgASgJInwKEEhlYXJ0YmVhdFJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEicKBmxlYXNlcxgCIAMoCzIXLnRhc2ticm9rZXIudjEuTGVhc2VSZWYSLAoJZXh0ZW5kX2J5GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uInwKC0xlYXNlU3RhdHVzEg8KB3Rhc2tfaWQYASABKAkSDAoEbG9zdBgCIAEoCBI0ChBsZWFzZV9leHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBjYW5jZWxfcmVxdWVzdGVkGAQgASgIIj8KEUhlYXJ0YmVhdFJlc3BvbnNlEioKBmxlYXNlcxgBIAMoCzIaLnRhc2ticm9rZXIudjEuTGVhc2VTdGF0dXMiewoRQ2hlY2twb2ludFJlcXVlc3QSDwoHdGFza19pZBgBIAEoCRITCgtsZWFzZV90b2tlbhgCIAEoCRISCgpjaGVja3BvaW50GAMgASgMEiwKCWV4dGVuZF9ieRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJkChJDaGVja3BvaW50UmVzcG9uc2USNAoQbGVhc2VfZXhwaXJlc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQY2FuY2VsX3JlcXVlc3RlZBgCIAEoCCJHCg9Db21wbGV0ZVJlcXVlc3QSDwoHdGFza19pZBgBIAEoCRITCgtsZWFzZV90b2tlbhgCIAEoCRIOCgZyZXN1bHQYAyABKAwiEgoQQ29tcGxldGVSZXNwb25zZSKRAQoLRmFpbFJlcXVlc3QSDwoHdGFza19pZBgBIAEoCRITCgtsZWFzZV90b2tlbhgCIAEoCRIVCg1lcnJvcl9tZXNzYWdlGAMgASgJEhUKDW5vbl9yZXRyeWFibGUYBCABKAgSLgoLcmV0cnlfYWZ0ZXIYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iaAoMRmFpbFJlc3BvbnNlEicKBXN0YXRlGAEgASgOMhgudGFza2Jyb2tlci52MS5UYXNrU3RhdGUSLwoLbmV4dF9ydW5fYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wKrcBCglUYXNrU3RhdGUSGgoWVEFTS19TVEFURV9VTlNQRUNJRklFRBAAEhgKFFRBU0tfU1RBVEVfU0NIRURVTEVEEAESFAoQVEFTS19TVEFURV9SRUFEWRACEhUKEVRBU0tfU1RBVEVfTEVBU0VEEAMSGAoUVEFTS19TVEFURV9TVUNDRUVERUQQBBITCg9UQVNLX1NUQVRFX0RFQUQQBRIYChRUQVNLX1NUQVRFX0NBTkNFTExFRBAGMssDCg1Ccm9rZXJTZXJ2aWNlEkUKBlN1Ym1pdBIcLnRhc2ticm9rZXIudjEuU3VibWl0UmVxdWVzdBodLnRhc2ticm9rZXIudjEuU3VibWl0UmVzcG9uc2USQgoFTGVhc2USGy50YXNrYnJva2VyLnYxLkxlYXNlUmVxdWVzdBocLnRhc2ticm9rZXIudjEuTGVhc2VSZXNwb25zZRJOCglIZWFydGJlYXQSHy50YXNrYnJva2VyLnYxLkhlYXJ0YmVhdFJlcXVlc3QaIC50YXNrYnJva2VyLnYxLkhlYXJ0YmVhdFJlc3BvbnNlElEKCkNoZWNrcG9pbnQSIC50YXNrYnJva2VyLnYxLkNoZWNrcG9pbnRSZXF1ZXN0GiEudGFza2Jyb2tlci52MS5DaGVja3BvaW50UmVzcG9uc2USSwoIQ29tcGxldGUSHi50YXNrYnJva2VyLnYxLkNvbXBsZXRlUmVxdWVzdBofLnRhc2ticm9rZXIudjEuQ29tcGxldGVSZXNwb25zZRI/CgRGYWlsEhoudGFza2Jyb2tlci52MS5GYWlsUmVxdWVzdBobLnRhc2ticm9rZXIudjEuRmFpbFJlc3BvbnNlQkIKEWRldi50YXNrYnJva2VyLnYxUAFaK3Rhc2ticm9rZXIuZGV2L2dvL3Rhc2ticm9rZXJ2MTt0YXNrYnJva2VydjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chp0YXNrYnJva2VyL3YxL2Jyb2tlci5wcm90bxINdGFza2Jyb2tlci52MSLDAQoLUmV0cnlQb2xpY3kSFAoMbWF4X2F0dGVtcHRzGAEgASgNEjIKD2luaXRpYWxfYmFja29mZhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIaChJiYWNrb2ZmX211bHRpcGxpZXIYAyABKAESLgoLbWF4X2JhY2tvZmYYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoGaml0dGVyGAUgASgBSACIAQFCCQoHX2ppdHRlciK4AgoIVGFza1NwZWMSDQoFcXVldWUYASABKAkSDwoHcGF5bG9hZBgCIAEoDBILCgNrZXkYAyABKAkSEAoIcHJpb3JpdHkYBCABKAUSKgoGcnVuX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghkZWFkbGluZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoFcmV0cnkYByABKAsyGi50YXNrYnJva2VyLnYxLlJldHJ5UG9saWN5EjcKCG1ldGFkYXRhGAggAygLMiUudGFza2Jyb2tlci52MS5UYXNrU3BlYy5NZXRhZGF0YUVudHJ5Gi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI3Cg1TdWJtaXRSZXF1ZXN0EiYKBXRhc2tzGAEgAygLMhcudGFza2Jyb2tlci52MS5UYXNrU3BlYyI1CgxTdWJtaXRSZXN1bHQSDwoHdGFza19pZBgBIAEoCRIUCgxkZWR1cGxpY2F0ZWQYAiABKAgiPgoOU3VibWl0UmVzcG9uc2USLAoHcmVzdWx0cxgBIAMoCzIbLnRhc2ticm9rZXIudjEuU3VibWl0UmVzdWx0IqABCgxMZWFzZVJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEg4KBnF1ZXVlcxgCIAMoCRIRCgltYXhfdGFza3MYAyABKA0SMQoObGVhc2VfZHVyYXRpb24YBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiLbAwoKTGVhc2VkVGFzaxIPCgd0YXNrX2lkGAEgASgJEg0KBXF1ZXVlGAIgASgJEg8KB3BheWxvYWQYAyABKAwSCwoDa2V5GAQgASgJEhAKCHByaW9yaXR5GAUgASgFEiwKCGRlYWRsaW5lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI5CghtZXRhZGF0YRgHIAMoCzInLnRhc2ticm9rZXIudjEuTGVhc2VkVGFzay5NZXRhZGF0YUVudHJ5Eg8KB2F0dGVtcHQYCCABKA0SEwoLbGVhc2VfdG9rZW4YCSABKAkSFQoNZmVuY2luZ190b2tlbhgKIAEoBBI0ChBsZWFzZV9leHBpcmVzX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpjaGVja3BvaW50GAwgASgMEhYKDmhhc19jaGVja3BvaW50GA0gASgIEhQKDG1heF9hdHRlbXB0cxgOIAEoDRIuCgpjcmVhdGVkX2F0GA8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiOQoNTGVhc2VSZXNwb25zZRIoCgV0YXNrcxgBIAMoCzIZLnRhc2ticm9rZXIudjEuTGVhc2VkVGFzayIwCghMZWFzZVJlZhIPCgd0YXNrX2lkGAEgASgJEhMKC2xlYXNlX3Rva2VuGAIgASgJInwKEEhlYXJ0YmVhdFJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEicKBmxlYXNlcxgCIAMoCzIXLnRhc2ticm9rZXIudjEuTGVhc2VSZWYSLAoJZXh0ZW5kX2J5GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uInwKC0xlYXNlU3RhdHVzEg8KB3Rhc2tfaWQYASABKAkSDAoEbG9zdBgCIAEoCBI0ChBsZWFzZV9leHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBjYW5jZWxfcmVxdWVzdGVkGAQgASgIIj8KEUhlYXJ0YmVhdFJlc3BvbnNlEioKBmxlYXNlcxgBIAMoCzIaLnRhc2ticm9rZXIudjEuTGVhc2VTdGF0dXMiewoRQ2hlY2twb2ludFJlcXVlc3QSDwoHdGFza19pZBgBIAEoCRITCgtsZWFzZV90b2tlbhgCIAEoCRISCgpjaGVja3BvaW50GAMgASgMEiwKCWV4dGVuZF9ieRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJkChJDaGVja3BvaW50UmVzcG9uc2USNAoQbGVhc2VfZXhwaXJlc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQY2FuY2VsX3JlcXVlc3RlZBgCIAEoCCJHCg9Db21wbGV0ZVJlcXVlc3QSDwoHdGFza19pZBgBIAEoCRITCgtsZWFzZV90b2tlbhgCIAEoCRIOCgZyZXN1bHQYAyABKAwiEgoQQ29tcGxldGVSZXNwb25zZSJKChNDb21wbGV0ZU1hbnlSZXF1ZXN0EjMKC2NvbXBsZXRpb25zGAEgAygLMh4udGFza2Jyb2tlci52MS5Db21wbGV0ZVJlcXVlc3QiUgoOQ29tcGxldGVSZXN1bHQSDwoHdGFza19pZBgBIAEoCRIvCgdvdXRjb21lGAIgASgOMh4udGFza2Jyb2tlci52MS5Db21wbGV0ZU91dGNvbWUiRgoUQ29tcGxldGVNYW55UmVzcG9uc2USLgoHcmVzdWx0cxgBIAMoCzIdLnRhc2ticm9rZXIudjEuQ29tcGxldGVSZXN1bHQikQEKC0ZhaWxSZXF1ZXN0Eg8KB3Rhc2tfaWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSFQoNZXJyb3JfbWVzc2FnZRgDIAEoCRIVCg1ub25fcmV0cnlhYmxlGAQgASgIEi4KC3JldHJ5X2FmdGVyGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImgKDEZhaWxSZXNwb25zZRInCgVzdGF0ZRgBIAEoDjIYLnRhc2ticm9rZXIudjEuVGFza1N0YXRlEi8KC25leHRfcnVuX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCq3AQoJVGFza1N0YXRlEhoKFlRBU0tfU1RBVEVfVU5TUEVDSUZJRUQQABIYChRUQVNLX1NUQVRFX1NDSEVEVUxFRBABEhQKEFRBU0tfU1RBVEVfUkVBRFkQAhIVChFUQVNLX1NUQVRFX0xFQVNFRBADEhgKFFRBU0tfU1RBVEVfU1VDQ0VFREVEEAQSEwoPVEFTS19TVEFURV9ERUFEEAUSGAoUVEFTS19TVEFURV9DQU5DRUxMRUQQBiqUAQoPQ29tcGxldGVPdXRjb21lEiAKHENPTVBMRVRFX09VVENPTUVfVU5TUEVDSUZJRUQQABIeChpDT01QTEVURV9PVVRDT01FX0NPTVBMRVRFRBABEh8KG0NPTVBMRVRFX09VVENPTUVfTEVBU0VfTE9TVBACEh4KGkNPTVBMRVRFX09VVENPTUVfTk9UX0ZPVU5EEAMypAQKDUJyb2tlclNlcnZpY2USRQoGU3VibWl0EhwudGFza2Jyb2tlci52MS5TdWJtaXRSZXF1ZXN0Gh0udGFza2Jyb2tlci52MS5TdWJtaXRSZXNwb25zZRJCCgVMZWFzZRIbLnRhc2ticm9rZXIudjEuTGVhc2VSZXF1ZXN0GhwudGFza2Jyb2tlci52MS5MZWFzZVJlc3BvbnNlEk4KCUhlYXJ0YmVhdBIfLnRhc2ticm9rZXIudjEuSGVhcnRiZWF0UmVxdWVzdBogLnRhc2ticm9rZXIudjEuSGVhcnRiZWF0UmVzcG9uc2USUQoKQ2hlY2twb2ludBIgLnRhc2ticm9rZXIudjEuQ2hlY2twb2ludFJlcXVlc3QaIS50YXNrYnJva2VyLnYxLkNoZWNrcG9pbnRSZXNwb25zZRJLCghDb21wbGV0ZRIeLnRhc2ticm9rZXIudjEuQ29tcGxldGVSZXF1ZXN0Gh8udGFza2Jyb2tlci52MS5Db21wbGV0ZVJlc3BvbnNlEj8KBEZhaWwSGi50YXNrYnJva2VyLnYxLkZhaWxSZXF1ZXN0GhsudGFza2Jyb2tlci52MS5GYWlsUmVzcG9uc2USVwoMQ29tcGxldGVNYW55EiIudGFza2Jyb2tlci52MS5Db21wbGV0ZU1hbnlSZXF1ZXN0GiMudGFza2Jyb2tlci52MS5Db21wbGV0ZU1hbnlSZXNwb25zZUJCChFkZXYudGFza2Jyb2tlci52MVABWit0YXNrYnJva2VyLmRldi9nby90YXNrYnJva2VydjE7dGFza2Jyb2tlcnYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * How a failed attempt is retried. Unset fields take the broker's defaults
@@ -213,7 +213,7 @@ export type LeaseRequest = Message<"taskbroker.v1.LeaseRequest"> & {
   workerId: string;
 
   /**
-   * Queues to take tasks from, at least one.
+   * Queues to take tasks from, 1 to 64.
    *
    * @generated from field: repeated string queues = 2;
    */
@@ -576,6 +576,64 @@ export const CompleteResponseSchema: GenMessage<CompleteResponse> = /*@__PURE__*
   messageDesc(file_taskbroker_v1_broker, 15);
 
 /**
+ * @generated from message taskbroker.v1.CompleteManyRequest
+ */
+export type CompleteManyRequest = Message<"taskbroker.v1.CompleteManyRequest"> & {
+  /**
+   * @generated from field: repeated taskbroker.v1.CompleteRequest completions = 1;
+   */
+  completions: CompleteRequest[];
+};
+
+/**
+ * Describes the message taskbroker.v1.CompleteManyRequest.
+ * Use `create(CompleteManyRequestSchema)` to create a new message.
+ */
+export const CompleteManyRequestSchema: GenMessage<CompleteManyRequest> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_broker, 16);
+
+/**
+ * @generated from message taskbroker.v1.CompleteResult
+ */
+export type CompleteResult = Message<"taskbroker.v1.CompleteResult"> & {
+  /**
+   * @generated from field: string task_id = 1;
+   */
+  taskId: string;
+
+  /**
+   * @generated from field: taskbroker.v1.CompleteOutcome outcome = 2;
+   */
+  outcome: CompleteOutcome;
+};
+
+/**
+ * Describes the message taskbroker.v1.CompleteResult.
+ * Use `create(CompleteResultSchema)` to create a new message.
+ */
+export const CompleteResultSchema: GenMessage<CompleteResult> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_broker, 17);
+
+/**
+ * @generated from message taskbroker.v1.CompleteManyResponse
+ */
+export type CompleteManyResponse = Message<"taskbroker.v1.CompleteManyResponse"> & {
+  /**
+   * One per completion, in request order.
+   *
+   * @generated from field: repeated taskbroker.v1.CompleteResult results = 1;
+   */
+  results: CompleteResult[];
+};
+
+/**
+ * Describes the message taskbroker.v1.CompleteManyResponse.
+ * Use `create(CompleteManyResponseSchema)` to create a new message.
+ */
+export const CompleteManyResponseSchema: GenMessage<CompleteManyResponse> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_broker, 18);
+
+/**
  * @generated from message taskbroker.v1.FailRequest
  */
 export type FailRequest = Message<"taskbroker.v1.FailRequest"> & {
@@ -614,7 +672,7 @@ export type FailRequest = Message<"taskbroker.v1.FailRequest"> & {
  * Use `create(FailRequestSchema)` to create a new message.
  */
 export const FailRequestSchema: GenMessage<FailRequest> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 16);
+  messageDesc(file_taskbroker_v1_broker, 19);
 
 /**
  * @generated from message taskbroker.v1.FailResponse
@@ -640,7 +698,7 @@ export type FailResponse = Message<"taskbroker.v1.FailResponse"> & {
  * Use `create(FailResponseSchema)` to create a new message.
  */
 export const FailResponseSchema: GenMessage<FailResponse> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 17);
+  messageDesc(file_taskbroker_v1_broker, 20);
 
 /**
  * The life-cycle state of a task.
@@ -701,6 +759,45 @@ export enum TaskState {
  */
 export const TaskStateSchema: GenEnum<TaskState> = /*@__PURE__*/
   enumDesc(file_taskbroker_v1_broker, 0);
+
+/**
+ * What CompleteMany did to one task.
+ *
+ * @generated from enum taskbroker.v1.CompleteOutcome
+ */
+export enum CompleteOutcome {
+  /**
+   * @generated from enum value: COMPLETE_OUTCOME_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Succeeded now, or earlier with the same lease token (idempotent).
+   *
+   * @generated from enum value: COMPLETE_OUTCOME_COMPLETED = 1;
+   */
+  COMPLETED = 1,
+
+  /**
+   * The lease is no longer held (Complete would return ABORTED, reason LEASE_LOST).
+   *
+   * @generated from enum value: COMPLETE_OUTCOME_LEASE_LOST = 2;
+   */
+  LEASE_LOST = 2,
+
+  /**
+   * No such task (Complete would return NOT_FOUND).
+   *
+   * @generated from enum value: COMPLETE_OUTCOME_NOT_FOUND = 3;
+   */
+  NOT_FOUND = 3,
+}
+
+/**
+ * Describes the enum taskbroker.v1.CompleteOutcome.
+ */
+export const CompleteOutcomeSchema: GenEnum<CompleteOutcome> = /*@__PURE__*/
+  enumDesc(file_taskbroker_v1_broker, 1);
 
 /**
  * BrokerService is what producers and workers call.
@@ -767,6 +864,19 @@ export const BrokerService: GenService<{
     methodKind: "unary";
     input: typeof FailRequestSchema;
     output: typeof FailResponseSchema;
+  },
+  /**
+   * CompleteMany settles up to 1000 leased tasks as succeeded in one call, each
+   * exactly as Complete would. Input is validated all-or-nothing (the status names
+   * the field, e.g. `completions[3].result`); a lost lease or an unknown task is
+   * reported per task, in request order, and does not stop the others.
+   *
+   * @generated from rpc taskbroker.v1.BrokerService.CompleteMany
+   */
+  completeMany: {
+    methodKind: "unary";
+    input: typeof CompleteManyRequestSchema;
+    output: typeof CompleteManyResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_taskbroker_v1_broker, 0);
