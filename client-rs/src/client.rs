@@ -289,6 +289,20 @@ impl Client {
         Ok(())
     }
 
+    /// Completes many tasks in one call; one result per completion, in order.
+    pub async fn complete_many(
+        &self,
+        req: pb::CompleteManyRequest,
+    ) -> Result<Vec<pb::CompleteResult>, Error> {
+        Ok(self
+            .broker
+            .clone()
+            .complete_many(self.request(req))
+            .await?
+            .into_inner()
+            .results)
+    }
+
     /// One Fail call (idempotent for the same lease token).
     pub async fn fail(&self, req: pb::FailRequest) -> Result<pb::FailResponse, Error> {
         Ok(self

@@ -665,7 +665,103 @@ async fn submit_and_wait_returns_the_workers_result_or_final_error(b: Backend) {
     w.stop().await.unwrap();
 }
 
+/// Calls of one gRPC method the broker answered OK, from its Prometheus metrics.
+async fn ok_calls(app: &TestApp, method: &str) -> u64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = app.metrics_addr.expect("metrics are on");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).await.unwrap();
+    let prefix = format!(
+        "taskbroker_rpc_duration_seconds_count{{method=\"/taskbroker.v1.BrokerService/{method}\",code=\"OK\"}} "
+    );
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(|n| n.trim().parse().unwrap())
+        .unwrap_or(0)
+}
+
+// Completions that finish together share CompleteMany calls; each task still
+// ends SUCCEEDED with its own result and one attempt.
+async fn completions_finishing_together_share_calls(b: Backend) {
+    let Some(app) = spawn_app_with(
+        b,
+        Options {
+            metrics: true,
+            ..Default::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    let c = client(&app).await;
+    const TASKS: usize = 40;
+    const SLOTS: usize = 20;
+    let mut ids = Vec::new();
+    for i in 0..TASKS {
+        ids.push(
+            c.submit(TaskSpec::new("many", format!("{i}")))
+                .await
+                .unwrap()
+                .task_id,
+        );
+    }
+    // Handlers wait at a gate, so a whole set of slots finishes at once.
+    let gate = Arc::new(Semaphore::new(0));
+    let (started_tx, mut started) = mpsc::unbounded_channel::<()>();
+    let handler = {
+        let gate = gate.clone();
+        move |ctx: TaskContext| {
+            let (gate, started_tx) = (gate.clone(), started_tx.clone());
+            async move {
+                started_tx.send(()).unwrap();
+                gate.acquire().await.expect("gate open").forget();
+                Ok::<_, TaskError>(ctx.task_id().as_bytes().to_vec())
+            }
+        }
+    };
+    let worker = Worker::builder(c.clone())
+        .queue("many", handler)
+        .concurrency(SLOTS)
+        .build();
+    let mut events = worker.subscribe();
+    let w = start(worker);
+    for _ in 0..SLOTS {
+        within("the first handlers to start", started.recv())
+            .await
+            .unwrap();
+    }
+    gate.add_permits(TASKS);
+    for _ in 0..TASKS {
+        let outcome = next_event(&mut events, "tasks to finish", |e| match e {
+            WorkerEvent::Finished { outcome, .. } => Some(outcome.clone()),
+            _ => None,
+        })
+        .await;
+        assert_eq!(outcome, Outcome::Completed);
+    }
+    w.stop().await.unwrap();
+    for id in &ids {
+        let t = c.get_task(id).await.unwrap();
+        assert_eq!(t.state(), TaskState::Succeeded);
+        assert_eq!(t.result, id.as_bytes(), "each task kept its own result");
+        assert_eq!(outcomes(&c, id).await, vec![AttemptOutcome::Succeeded]);
+    }
+    let many = ok_calls(&app, "CompleteMany").await;
+    let single = ok_calls(&app, "Complete").await;
+    assert!(many >= 1, "no CompleteMany call ({single} Complete calls)");
+    assert!(
+        (many + single) < TASKS as u64,
+        "{many} CompleteMany + {single} Complete calls for {TASKS} tasks"
+    );
+}
+
 both_backends!(
+    completions_finishing_together_share_calls,
     concurrency_cap_is_respected_and_only_free_slots_are_leased,
     batched_heartbeats_keep_tasks_alive_well_past_their_lease,
     a_killed_worker_is_resumed_from_its_checkpoint,

@@ -9,6 +9,7 @@
 //! - `task.rs`: one attempt: run the handler, catch panics, report with retries.
 //! - `event.rs`: `WorkerEvent`, what a worker tells subscribers.
 
+mod complete;
 mod context;
 mod event;
 mod handler;
@@ -198,6 +199,7 @@ impl Worker {
             worker: &self,
             worker_id,
             leases,
+            completer: complete::Completer::start(self.config.client.clone()),
             // Dropping the set (when `run` is dropped) aborts every handler with it.
             tasks: JoinSet::new(),
             hard_stop: CancellationToken::new(),
@@ -220,6 +222,7 @@ struct Run<'a> {
     worker: &'a Worker,
     worker_id: String,
     leases: Arc<Leases>,
+    completer: complete::Completer,
     tasks: JoinSet<()>,
     hard_stop: CancellationToken,
 }
@@ -339,6 +342,7 @@ impl Run<'_> {
             shared,
             handler,
             client: c.client.clone(),
+            completer: self.completer.clone(),
             leases: self.leases.clone(),
             hard_stop: self.hard_stop.clone(),
             events: self.worker.events.clone(),

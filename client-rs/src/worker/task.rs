@@ -47,6 +47,8 @@ pub(crate) struct Attempt {
     pub(crate) shared: Arc<Shared>,
     pub(crate) handler: BoxHandler,
     pub(crate) client: Client,
+    /// Shares Complete calls with the worker's other attempts.
+    pub(crate) completer: super::complete::Completer,
     pub(crate) leases: Arc<Leases>,
     pub(crate) hard_stop: CancellationToken,
     pub(crate) events: broadcast::Sender<WorkerEvent>,
@@ -181,7 +183,7 @@ impl Attempt {
             lease_token: self.shared.task.lease_token.clone(),
             result,
         };
-        self.client.complete(req).await
+        self.completer.complete(req).await
     }
 
     async fn fail(
