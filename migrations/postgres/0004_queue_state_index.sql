@@ -19,7 +19,3 @@ ALTER TABLE task_attempts SET (
     autovacuum_analyze_scale_factor = 0.05,
     autovacuum_vacuum_cost_delay = 0
 );
-
--- When a Lease finds nothing it asks for the next scheduled run_at of its queues;
--- this answers that with one index seek instead of reading the queue's backlog.
-CREATE INDEX tasks_scheduled ON tasks (queue, run_at) WHERE state = 'pending';

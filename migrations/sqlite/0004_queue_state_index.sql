@@ -3,7 +3,3 @@
 -- (Same change as Postgres migration 0004, where it also keeps the lease plan.)
 DROP INDEX tasks_queue_state;
 CREATE INDEX tasks_queue_state ON tasks (queue, state) WHERE state <> 'pending';
-
--- When a Lease finds nothing it asks for the next scheduled run_at of its queues;
--- this answers that with one index seek instead of reading the queue's backlog.
-CREATE INDEX tasks_scheduled ON tasks (queue, run_at) WHERE state = 'pending';
