@@ -25,7 +25,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::ServiceError;
 pub use heartbeat::CheckpointRequest;
 pub use lease::LeaseRequest;
-pub use settle::{CompleteItem, CompleteOutcome, FailRequest, MAX_COMPLETE_BATCH};
+pub use settle::{CompleteItem, CompleteOutcome, FailRequest};
 pub use submit::{RetrySpec, SubmitTask};
 
 /// Broker-wide settings.

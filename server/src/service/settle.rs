@@ -36,7 +36,7 @@ pub enum CompleteOutcome {
 }
 
 /// Completions per CompleteMany call at most (as tasks per Submit).
-pub const MAX_COMPLETE_BATCH: usize = 1000;
+const MAX_COMPLETE_BATCH: usize = 1000;
 
 /// Longer error messages are cut (on a character boundary), not refused: the
 /// worker is reporting a failure and should not fail again doing it.
@@ -70,19 +70,27 @@ fn settled<T>(s: Settled<T>, task_id: &str) -> Result<T, ServiceError> {
 }
 
 impl Broker {
+    /// Checks one completion; field names get `prefix` (e.g. `completions[3].`).
+    fn check_completion(
+        &self,
+        prefix: &str,
+        task_id: &str,
+        lease_token: &str,
+        result: &[u8],
+    ) -> Result<(), Invalid> {
+        validate::identifier(&format!("{prefix}task_id"), task_id, 64)?;
+        validate::identifier(&format!("{prefix}lease_token"), lease_token, 128)?;
+        let max = self.settings.limits.max_result_bytes;
+        validate::size(&format!("{prefix}result"), result.len(), max)
+    }
+
     pub async fn complete(
         &self,
         task_id: String,
         lease_token: String,
         result: Vec<u8>,
     ) -> Result<(), ServiceError> {
-        validate::identifier("task_id", &task_id, 64)?;
-        validate::identifier("lease_token", &lease_token, 128)?;
-        validate::size(
-            "result",
-            result.len(),
-            self.settings.limits.max_result_bytes,
-        )?;
+        self.check_completion("", &task_id, &lease_token, &result)?;
         let p = CompleteParams {
             task_id,
             lease_token,
@@ -106,12 +114,9 @@ impl Broker {
             let message = format!("must hold at most {MAX_COMPLETE_BATCH} completions");
             return Err(Invalid::new("completions", message).into());
         }
-        let max_result = self.settings.limits.max_result_bytes;
         for (i, c) in items.iter().enumerate() {
-            let field = |f: &str| format!("completions[{i}].{f}");
-            validate::identifier(&field("task_id"), &c.task_id, 64)?;
-            validate::identifier(&field("lease_token"), &c.lease_token, 128)?;
-            validate::size(&field("result"), c.result.len(), max_result)?;
+            let prefix = format!("completions[{i}].");
+            self.check_completion(&prefix, &c.task_id, &c.lease_token, &c.result)?;
         }
         if items.is_empty() {
             return Ok(Vec::new());

@@ -365,13 +365,7 @@ pub trait Store: Send + Sync + 'static {
     async fn task_complete_many(
         &self,
         ps: &[CompleteParams],
-    ) -> StoreResult<Vec<Settled<Completed>>> {
-        let mut out = Vec::with_capacity(ps.len());
-        for p in ps {
-            out.push(self.task_complete(p).await?);
-        }
-        Ok(out)
-    }
+    ) -> StoreResult<Vec<Settled<Completed>>>;
 
     /// Settles a live lease as failed and applies the retry policy.
     async fn task_fail(&self, p: &FailParams) -> StoreResult<Settled<FailResult>>;
