@@ -113,6 +113,42 @@ async fn concurrent_leases_never_share_a_task(b: Backend) {
     assert_eq!(unique.len(), 200);
 }
 
+async fn one_lease_call_shares_tasks_among_waiting_requests(b: Backend) {
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    let tasks: Vec<_> = (0..5).map(|n| task("m", n)).collect();
+    s.task_insert_many(&tasks, t0()).await.unwrap();
+    let request = |worker: &str, max: u32| LeaseParams {
+        worker_id: worker.into(),
+        worker_address: format!("10.0.0.1:{max}"),
+        ..lease_params("m", max, t0())
+    };
+    let ps = [request("a", 2), request("b", 4), request("c", 1)];
+    // Slots a, b, c, a, b, b, b: five tasks give a two, b two, c one.
+    assert_eq!(store::lease_shares(&[2, 4, 1], 5), [2, 2, 1]);
+    let leased = s.task_lease_many(&ps).await.unwrap();
+    let counts: Vec<usize> = leased.iter().map(Vec::len).collect();
+    assert_eq!(counts, [2, 2, 1]);
+    let mut ids = HashSet::new();
+    for (p, got) in ps.iter().zip(&leased) {
+        for t in got {
+            assert!(ids.insert(t.id.clone()), "{} leased twice", t.id);
+            assert_eq!(t.leased_by.as_deref(), Some(p.worker_id.as_str()));
+            let attempts = s.attempt_list(&t.id).await.unwrap().unwrap();
+            assert_eq!(attempts.len(), 1);
+            assert_eq!(attempts[0].worker_id, p.worker_id);
+            assert_eq!(attempts[0].worker_address, p.worker_address);
+        }
+        // Each request's tasks in lease order (here: the order of submission).
+        let seqs: Vec<i64> = got.iter().map(|t| t.seq).collect();
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    }
+    assert_eq!(ids.len(), 5);
+    let again = s.task_lease_many(&ps).await.unwrap();
+    assert!(again.iter().all(Vec::is_empty));
+}
+
 async fn leases_extend_settle_and_reclaim_by_the_given_clock(b: Backend) {
     let Some((s, _db)) = open(b).await else {
         return;
@@ -239,6 +275,7 @@ async fn list_filters_by_visible_state_at_now(b: Backend) {
 both_backends!(
     insert_deduplicates_by_queue_and_key,
     concurrent_leases_never_share_a_task,
+    one_lease_call_shares_tasks_among_waiting_requests,
     leases_extend_settle_and_reclaim_by_the_given_clock,
     list_filters_by_visible_state_at_now,
 );

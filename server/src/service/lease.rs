@@ -87,7 +87,19 @@ impl Broker {
                 lease_duration,
                 now,
             };
-            let tasks = self.store.task_lease_available(&params).await?;
+            // Long-polls of the same queues share one lease statement.
+            let mut key = params.queues.clone();
+            key.sort_unstable();
+            key.dedup();
+            let weight = params.max_tasks as usize;
+            let store = self.store.clone();
+            let tasks = self
+                .leases
+                .call(key, params, weight, move |ps: Vec<LeaseParams>| {
+                    let store = store.clone();
+                    async move { store.task_lease_many(&ps).await }
+                })
+                .await?;
             for t in &tasks {
                 let waited = (now - t.run_at.max(t.created_at))
                     .to_std()

@@ -10,10 +10,16 @@ use crate::dispatch::Dispatcher;
 use crate::domain::RetryPolicy;
 use crate::domain::validate::Limits;
 use crate::metrics::Metrics;
-use crate::store::Store;
+use chrono::{DateTime, Utc};
+
+use crate::store::{
+    CompleteParams, Completed, Inserted, LeaseParams, NewTask, Settled, Store, TaskRecord,
+};
+use combine::Combiner;
 
 mod admin;
 mod clock;
+mod combine;
 mod error;
 mod heartbeat;
 mod lease;
@@ -94,7 +100,18 @@ pub struct Broker {
     clock: Arc<dyn Clock>,
     settings: Settings,
     metrics: Arc<Metrics>,
+    /// Group commit above the store (see `combine`).
+    leases: Arc<Combiner<Vec<String>, LeaseParams, Vec<TaskRecord>>>,
+    submits: Arc<Combiner<(), SubmitBatch, Vec<Inserted>>>,
+    completes: Arc<Combiner<(), Vec<CompleteParams>, Vec<Settled<Completed>>>>,
 }
+
+/// One Submit call's tasks and its time of arrival.
+type SubmitBatch = (Vec<NewTask>, DateTime<Utc>);
+
+/// Store calls combined at most: requests, and tasks.
+const MAX_COMBINED_REQUESTS: usize = 256;
+const MAX_COMBINED_TASKS: usize = 4096;
 
 impl Broker {
     pub fn new(
@@ -110,6 +127,9 @@ impl Broker {
             clock,
             settings,
             metrics,
+            leases: Arc::new(Combiner::new(MAX_COMBINED_REQUESTS, MAX_COMBINED_TASKS)),
+            submits: Arc::new(Combiner::new(MAX_COMBINED_REQUESTS, MAX_COMBINED_TASKS)),
+            completes: Arc::new(Combiner::new(MAX_COMBINED_REQUESTS, MAX_COMBINED_TASKS)),
         }
     }
 

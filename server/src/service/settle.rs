@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{Broker, ServiceError};
+use super::{Broker, ServiceError, combine};
 use crate::domain::TaskState;
 use crate::domain::validate::{self, Invalid};
-use crate::store::{CompleteParams, FailParams, FailResult, Settled};
+use crate::store::{CompleteParams, Completed, FailParams, FailResult, Settled, StoreError};
 
 #[derive(Debug, Clone, Default)]
 pub struct FailRequest {
@@ -97,11 +97,38 @@ impl Broker {
             result,
             now: self.clock.now(),
         };
-        let outcome = self.store.task_complete(&p).await?;
+        let now = p.now;
+        let task_id = p.task_id.clone();
+        let outcome = self
+            .settle_completions(vec![p])
+            .await?
+            .pop()
+            .ok_or_else(|| StoreError::Corrupt("no completion outcome".into()))?;
         if let Settled::Applied(c) = &outcome {
-            self.metrics.completed(&c.queue, ran(c.leased_at, p.now));
+            self.metrics.completed(&c.queue, ran(c.leased_at, now));
         }
-        settled(outcome, &p.task_id).map(|_| ())
+        settled(outcome, &task_id).map(|_| ())
+    }
+
+    /// Concurrent Complete and CompleteMany calls share one store call (one
+    /// statement and commit on Postgres, one writer job on SQLite).
+    async fn settle_completions(
+        &self,
+        ps: Vec<CompleteParams>,
+    ) -> Result<Vec<Settled<Completed>>, StoreError> {
+        let store = self.store.clone();
+        let weight = ps.len();
+        self.completes
+            .call((), ps, weight, move |batch: Vec<Vec<CompleteParams>>| {
+                let store = store.clone();
+                async move {
+                    let lengths: Vec<usize> = batch.iter().map(Vec::len).collect();
+                    let all: Vec<CompleteParams> = batch.into_iter().flatten().collect();
+                    let settled = store.task_complete_many(&all).await?;
+                    combine::split(settled, &lengths)
+                }
+            })
+            .await
     }
 
     /// Completes many leases at once; input is checked all-or-nothing, outcomes are
@@ -131,7 +158,7 @@ impl Broker {
                 now,
             })
             .collect();
-        let settled = self.store.task_complete_many(&ps).await?;
+        let settled = self.settle_completions(ps).await?;
         Ok(settled
             .into_iter()
             .map(|s| match s {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{Broker, ServiceError};
+use super::{Broker, ServiceError, combine};
 use crate::domain::RetryPolicy;
 use crate::domain::validate::{self, Invalid};
 use crate::store::{Inserted, NewTask};
@@ -53,17 +53,38 @@ impl Broker {
             .enumerate()
             .map(|(i, t)| self.new_task(i, t, now))
             .collect::<Result<Vec<_>, Invalid>>()?;
-        let inserted = self.store.task_insert_many(&new, now).await?;
+        let queues: Vec<String> = new.iter().map(|t| t.queue.clone()).collect();
+        // Concurrent Submit calls share one insert statement and commit.
+        let store = self.store.clone();
+        let weight = new.len();
+        let inserted = self
+            .submits
+            .call(
+                (),
+                (new, now),
+                weight,
+                move |batch: Vec<(Vec<NewTask>, _)>| {
+                    let store = store.clone();
+                    async move {
+                        let now = batch.iter().map(|(_, now)| *now).max().unwrap_or_default();
+                        let lengths: Vec<usize> = batch.iter().map(|(t, _)| t.len()).collect();
+                        let all: Vec<NewTask> = batch.into_iter().flat_map(|(t, _)| t).collect();
+                        let inserted = store.task_insert_many(&all, now).await?;
+                        combine::split(inserted, &lengths)
+                    }
+                },
+            )
+            .await?;
         // Wake one waiting long-poll per new task in each queue.
         let mut new_per_queue: Vec<(&str, usize)> = Vec::new();
-        for (t, r) in new.iter().zip(&inserted) {
+        for (queue, r) in queues.iter().zip(&inserted) {
             if r.deduplicated {
                 continue;
             }
-            self.metrics.submitted(&t.queue);
-            match new_per_queue.iter_mut().find(|(q, _)| *q == t.queue) {
+            self.metrics.submitted(queue);
+            match new_per_queue.iter_mut().find(|(q, _)| q == queue) {
                 Some((_, n)) => *n += 1,
-                None => new_per_queue.push((&t.queue, 1)),
+                None => new_per_queue.push((queue, 1)),
             }
         }
         for (q, n) in new_per_queue {

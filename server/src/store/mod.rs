@@ -112,6 +112,26 @@ pub struct LeaseParams {
     pub now: DateTime<Utc>,
 }
 
+/// The order in which requests served together receive tasks: one slot per task
+/// asked for, slot k of every request (in request order) before slot k + 1 of
+/// any. The n-th ready task in lease order goes to the request of the n-th slot.
+pub fn lease_slots(wanted: &[u32]) -> Vec<usize> {
+    let rounds = wanted.iter().copied().max().unwrap_or(0);
+    (0..rounds)
+        .flat_map(|k| (0..wanted.len()).filter(move |&i| wanted[i] > k))
+        .collect()
+}
+
+/// How many of `available` ready tasks each request gets when requests asking for
+/// `wanted` tasks are served together (see [`lease_slots`]).
+pub fn lease_shares(wanted: &[u32], available: usize) -> Vec<u32> {
+    let mut shares = vec![0u32; wanted.len()];
+    for i in lease_slots(wanted).into_iter().take(available) {
+        shares[i] += 1;
+    }
+    shares
+}
+
 /// Names one lease.
 #[derive(Debug, Clone)]
 pub struct LeaseRef {
@@ -336,6 +356,20 @@ pub trait Store: Send + Sync + 'static {
     /// Leases up to `max_tasks` ready tasks in lease order, each with a new token and
     /// fencing token, and records an attempt for each. Tasks come back in lease order.
     async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>>;
+
+    /// Serves several lease requests for the same queues at once (the waiting
+    /// long-polls of those queues), one answer per request, in order. When there
+    /// are fewer ready tasks than asked for, they are shared out one at a time in
+    /// request order (see [`lease_shares`]), so every waiter gets some. Each
+    /// request's tasks are in lease order and leased to its worker. All requests
+    /// must name the same queues; they are leased at the latest of their `now`.
+    async fn task_lease_many(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
+        let mut out = Vec::with_capacity(ps.len());
+        for p in ps {
+            out.push(self.task_lease_available(p).await?);
+        }
+        Ok(out)
+    }
 
     /// The earliest `run_at` after `now` of a pending task in these queues, so a
     /// long-poll knows when to look again.

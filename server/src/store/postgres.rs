@@ -347,6 +347,85 @@ impl Store for PostgresStore {
         Ok(records)
     }
 
+    async fn task_lease_many(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
+        let Some(first) = ps.first() else {
+            return Ok(Vec::new());
+        };
+        if ps.len() == 1 {
+            return Ok(vec![self.task_lease_available(first).await?]);
+        }
+        let now = ms(ps.iter().map(|p| p.now).max().unwrap_or(first.now));
+        let demand: i64 = ps.iter().map(|p| i64::from(p.max_tasks)).sum();
+        let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
+        let addresses: Vec<&str> = ps.iter().map(|p| p.worker_address.as_str()).collect();
+        let durations: Vec<i64> = ps.iter().map(|p| duration_ms(p.lease_duration)).collect();
+        let wanted: Vec<u32> = ps.iter().map(|p| p.max_tasks).collect();
+        // The request of each slot, 1-based, for the n-th task in lease order.
+        let owners: Vec<i32> = lease_slots(&wanted)
+            .into_iter()
+            .map(|i| i32::try_from(i + 1).unwrap_or(i32::MAX))
+            .collect();
+        // One statement for every request: the tasks are picked as for one lease of
+        // the total and the n-th goes to the request that owns slot n. Per-request
+        // values are looked up in arrays, not joined, so the plan is the plan of a
+        // single lease (a join's row estimate would invite a scan of the table).
+        let rows: Vec<(TaskRow, i64)> = sqlx::query(
+            "WITH picked AS ( \
+               SELECT t.seq, ($7::int[])[row_number() OVER ( \
+                 ORDER BY t.priority DESC, t.deadline ASC NULLS LAST, t.run_at, t.seq)] AS req \
+               FROM ( \
+                 SELECT t.seq, t.priority, t.deadline, t.run_at FROM UNNEST($1::text[]) AS q(name) \
+                 CROSS JOIN LATERAL ( \
+                   SELECT seq, priority, deadline, run_at FROM tasks \
+                   WHERE state = 'pending' AND queue = q.name \
+                     AND run_at <= $2 AND (deadline IS NULL OR deadline > $2) \
+                   ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq \
+                   LIMIT $3 FOR UPDATE SKIP LOCKED) t \
+                 ORDER BY t.priority DESC, t.deadline ASC NULLS LAST, t.run_at, t.seq \
+                 LIMIT $3) t), \
+             leased AS ( \
+               UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
+                 fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
+                 leased_by = ($4::text[])[p.req], lease_duration_ms = ($6::bigint[])[p.req], \
+                 lease_expires_at = LEAST($2 + ($6::bigint[])[p.req], \
+                   COALESCE(t.deadline, $2 + ($6::bigint[])[p.req])), \
+                 updated_at = $2 \
+               FROM picked p WHERE t.seq = p.seq \
+               RETURNING t.*, p.req::bigint AS request), \
+             attempts AS ( \
+               INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, \
+                 leased_at, outcome, fencing_token) \
+               SELECT id, attempt, leased_by, ($5::text[])[request], $2, 'running', \
+                 fencing_token FROM leased) \
+             SELECT * FROM leased",
+        )
+        .bind(&first.queues)
+        .bind(now)
+        .bind(demand)
+        .bind(&workers)
+        .bind(&addresses)
+        .bind(&durations)
+        .bind(&owners)
+        .try_map(|row: sqlx::postgres::PgRow| {
+            use sqlx::{FromRow, Row};
+            Ok((TaskRow::from_row(&row)?, row.try_get::<i64, _>("request")?))
+        })
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out: Vec<Vec<TaskRecord>> = ps.iter().map(|_| Vec::new()).collect();
+        for (row, request) in rows {
+            let slot = usize::try_from(request - 1)
+                .ok()
+                .and_then(|i| out.get_mut(i))
+                .ok_or_else(|| StoreError::Corrupt(format!("lease for request {request}")))?;
+            slot.push(row.into_record()?);
+        }
+        for records in &mut out {
+            sort_lease_order(records);
+        }
+        Ok(out)
+    }
+
     async fn task_next_run_at(
         &self,
         queues: &[String],

@@ -129,6 +129,10 @@ impl Store for SqliteStore {
         write!(self, ops::task_lease_available, [p], &p)
     }
 
+    async fn task_lease_many(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
+        write!(self, ops::task_lease_many, [ps], &ps)
+    }
+
     async fn task_next_run_at(
         &self,
         queues: &[String],

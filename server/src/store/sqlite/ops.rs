@@ -274,6 +274,51 @@ pub(super) fn task_lease_available(
     Ok(records)
 }
 
+pub(super) fn task_lease_many(
+    c: &Connection,
+    ps: &[LeaseParams],
+) -> StoreResult<Vec<Vec<TaskRecord>>> {
+    let Some(first) = ps.first() else {
+        return Ok(Vec::new());
+    };
+    let now = ps.iter().map(|p| p.now).max().unwrap_or(first.now);
+    let wanted: Vec<u32> = ps.iter().map(|p| p.max_tasks).collect();
+    let demand: i64 = wanted.iter().map(|&w| i64::from(w)).sum();
+    // The writer is the only writer: what is counted here is what the leases
+    // below take, one request after the other.
+    let sql = format!(
+        "SELECT count(*) FROM (SELECT 1 FROM tasks WHERE state = 'pending' \
+         AND queue IN ({}) AND run_at <= ?1 AND (deadline IS NULL OR deadline > ?1) LIMIT ?2)",
+        (0..first.queues.len())
+            .map(|i| format!("?{}", i + 3))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let (at, limit) = (ms(now), demand);
+    let mut args: Vec<&dyn ToSql> = vec![&at, &limit];
+    for queue in &first.queues {
+        args.push(queue);
+    }
+    let available: i64 = c
+        .prepare_cached(&sql)?
+        .query_row(params_from_iter(args), |r| r.get(0))?;
+    let shares = lease_shares(&wanted, usize::try_from(available).unwrap_or(0));
+    ps.iter()
+        .zip(shares)
+        .map(|(p, share)| {
+            if share == 0 {
+                return Ok(Vec::new());
+            }
+            let p = LeaseParams {
+                max_tasks: share,
+                now,
+                ..p.clone()
+            };
+            task_lease_available(c, &p)
+        })
+        .collect()
+}
+
 pub(super) fn lease_extend(
     c: &Connection,
     leases: &[LeaseRef],
