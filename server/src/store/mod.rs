@@ -354,7 +354,8 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<Inserted>>;
 
     /// Leases up to `max_tasks` ready tasks in lease order, each with a new token and
-    /// fencing token, and records an attempt for each. Tasks come back in lease order.
+    /// fencing token. Tasks come back in lease order. (An attempt's row is written
+    /// when it ends; until then `attempt_list` shows it from the task.)
     async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>>;
 
     /// Serves several lease requests for the same queues at once (the waiting

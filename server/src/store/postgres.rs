@@ -15,8 +15,8 @@ use sqlx::{PgPool, Postgres, Transaction};
 use tokio_util::sync::CancellationToken;
 
 use super::row::{
-    AttemptRow, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms, sort_lease_order,
-    state_filter_sql,
+    AttemptEnd, AttemptRow, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms,
+    sort_lease_order, state_filter_sql,
 };
 use super::*;
 use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
@@ -138,26 +138,32 @@ impl PostgresStore {
         ))
     }
 
+    /// Writes the attempt row of an attempt that ends now; returns when it was leased.
     async fn finish_attempt(
         tx: &mut Transaction<'_, Postgres>,
-        task_id: &str,
-        attempt: i64,
+        a: &AttemptEnd<'_>,
         outcome: AttemptOutcome,
         error: Option<&str>,
         now: i64,
     ) -> StoreResult<Option<DateTime<Utc>>> {
-        let leased_at: Option<i64> = sqlx::query_scalar(
-            "UPDATE task_attempts SET outcome = $1, error = $2, finished_at = $3 \
-             WHERE task_id = $4 AND attempt = $5 RETURNING leased_at",
+        sqlx::query(
+            "INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, leased_at, \
+             outcome, error, finished_at, fencing_token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (task_id, attempt) DO UPDATE SET outcome = excluded.outcome, \
+             error = excluded.error, finished_at = excluded.finished_at",
         )
+        .bind(a.task_id)
+        .bind(a.attempt)
+        .bind(a.worker_id)
+        .bind(a.worker_address)
+        .bind(a.leased_at)
         .bind(outcome.as_str())
         .bind(error)
         .bind(now)
-        .bind(task_id)
-        .bind(attempt)
-        .fetch_optional(&mut **tx)
+        .bind(a.fencing_token)
+        .execute(&mut **tx)
         .await?;
-        Ok(leased_at.map(from_ms))
+        Ok(Some(from_ms(a.leased_at)))
     }
 
     async fn write_failure(
@@ -181,7 +187,7 @@ impl PostgresStore {
         .execute(&mut **tx)
         .await?;
         let leased_at =
-            Self::finish_attempt(tx, &row.id, row.attempt, outcome, Some(error), now).await?;
+            Self::finish_attempt(tx, &row.attempt_end(), outcome, Some(error), now).await?;
         if write.state == StoredState::Pending {
             Self::notify(tx, &[&row.queue]).await?;
         }
@@ -322,12 +328,9 @@ impl Store for PostgresStore {
                UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
                  fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
                  leased_by = $4, lease_duration_ms = $5, \
-                 lease_expires_at = LEAST($6, COALESCE(t.deadline, $6)), updated_at = $2 \
-               FROM picked WHERE t.seq = picked.seq RETURNING t.*), \
-             attempts AS ( \
-               INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, \
-                 leased_at, outcome, fencing_token) \
-               SELECT id, attempt, $4, $7, $2, 'running', fencing_token FROM leased) \
+                 lease_expires_at = LEAST($6, COALESCE(t.deadline, $6)), updated_at = $2, \
+                 leased_at = $2, leased_address = $7 \
+               FROM picked WHERE t.seq = picked.seq RETURNING t.*) \
              SELECT * FROM leased",
         )
         .bind(&p.queues)
@@ -389,14 +392,9 @@ impl Store for PostgresStore {
                  leased_by = ($4::text[])[p.req], lease_duration_ms = ($6::bigint[])[p.req], \
                  lease_expires_at = LEAST($2 + ($6::bigint[])[p.req], \
                    COALESCE(t.deadline, $2 + ($6::bigint[])[p.req])), \
-                 updated_at = $2 \
+                 updated_at = $2, leased_at = $2, leased_address = ($5::text[])[p.req] \
                FROM picked p WHERE t.seq = p.seq \
-               RETURNING t.*, p.req::bigint AS request), \
-             attempts AS ( \
-               INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, \
-                 leased_at, outcome, fencing_token) \
-               SELECT id, attempt, leased_by, ($5::text[])[request], $2, 'running', \
-                 fencing_token FROM leased) \
+               RETURNING t.*, p.req::bigint AS request) \
              SELECT * FROM leased",
         )
         .bind(&first.queues)
@@ -520,11 +518,16 @@ impl Store for PostgresStore {
                UPDATE tasks SET state = 'succeeded', result = $3, finished_at = $4, \
                  lease_expires_at = NULL, updated_at = $4 \
                WHERE id = $1 AND state = 'leased' AND lease_token = $2 AND lease_expires_at > $4 \
-               RETURNING id, attempt, queue), \
+               RETURNING id, attempt, queue, leased_by, leased_address, \
+                 COALESCE(leased_at, updated_at) AS leased_at, fencing_token), \
              a AS ( \
-               UPDATE task_attempts SET outcome = 'succeeded', finished_at = $4 FROM t \
-               WHERE task_attempts.task_id = t.id AND task_attempts.attempt = t.attempt \
-               RETURNING task_attempts.leased_at) \
+               INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, \
+                 leased_at, outcome, finished_at, fencing_token) \
+               SELECT id, attempt, COALESCE(leased_by, ''), COALESCE(leased_address, ''), \
+                 leased_at, 'succeeded', $4, fencing_token FROM t \
+               ON CONFLICT (task_id, attempt) DO UPDATE SET outcome = excluded.outcome, \
+                 finished_at = excluded.finished_at \
+               RETURNING leased_at) \
              SELECT t.queue, a.leased_at FROM t, a",
         )
         .bind(&p.task_id)
@@ -565,7 +568,7 @@ impl Store for PostgresStore {
         .await?;
         let outcome = AttemptOutcome::Succeeded;
         let leased_at =
-            Self::finish_attempt(&mut tx, &row.id, row.attempt, outcome, None, now).await?;
+            Self::finish_attempt(&mut tx, &row.attempt_end(), outcome, None, now).await?;
         tx.commit().await?;
         Ok(Settled::Applied(Completed {
             queue: row.queue,
@@ -596,11 +599,17 @@ impl Store for PostgresStore {
                FROM input WHERE tasks.id = input.id AND CASE WHEN tasks.state = 'leased' \
                  AND tasks.lease_token = input.token AND tasks.lease_expires_at > $4 \
                  THEN true ELSE false END \
-               RETURNING tasks.id, tasks.attempt, tasks.queue), \
+               RETURNING tasks.id, tasks.attempt, tasks.queue, tasks.leased_by, \
+                 tasks.leased_address, COALESCE(tasks.leased_at, tasks.updated_at) AS leased_at, \
+                 tasks.fencing_token), \
              a AS ( \
-               UPDATE task_attempts SET outcome = 'succeeded', finished_at = $4 FROM t \
-               WHERE task_attempts.task_id = t.id AND task_attempts.attempt = t.attempt \
-               RETURNING task_attempts.task_id, task_attempts.leased_at) \
+               INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, \
+                 leased_at, outcome, finished_at, fencing_token) \
+               SELECT id, attempt, COALESCE(leased_by, ''), COALESCE(leased_address, ''), \
+                 leased_at, 'succeeded', $4, fencing_token FROM t \
+               ON CONFLICT (task_id, attempt) DO UPDATE SET outcome = excluded.outcome, \
+                 finished_at = excluded.finished_at \
+               RETURNING task_id, leased_at) \
              SELECT t.id, t.queue, a.leased_at FROM t JOIN a ON a.task_id = t.id",
         )
         .bind(&ids)
@@ -860,7 +869,13 @@ impl Store for PostgresStore {
         }
         let rows = sqlx::query_as::<_, AttemptRow>(
             "SELECT attempt, worker_id, worker_address, leased_at, finished_at, outcome, error, \
-             fencing_token FROM task_attempts WHERE task_id = $1 ORDER BY attempt",
+             fencing_token FROM task_attempts WHERE task_id = $1 \
+             UNION ALL \
+             SELECT attempt, COALESCE(leased_by, ''), COALESCE(leased_address, ''), \
+               COALESCE(leased_at, updated_at), NULL, 'running', NULL, fencing_token \
+             FROM tasks t WHERE id = $1 AND state = 'leased' AND NOT EXISTS ( \
+               SELECT 1 FROM task_attempts a WHERE a.task_id = t.id AND a.attempt = t.attempt) \
+             ORDER BY attempt",
         )
         .bind(task_id)
         .fetch_all(&self.pool)

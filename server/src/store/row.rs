@@ -61,9 +61,34 @@ pub(crate) struct TaskRow {
     pub fencing_token: i64,
     pub finished_at: Option<i64>,
     pub cancel_requested: bool,
+    /// When the running attempt was leased, and the worker's address.
+    pub leased_at: Option<i64>,
+    pub leased_address: Option<String>,
+}
+
+/// The attempt row written when an attempt ends.
+pub(crate) struct AttemptEnd<'a> {
+    pub task_id: &'a str,
+    pub attempt: i64,
+    pub worker_id: &'a str,
+    pub worker_address: &'a str,
+    pub leased_at: i64,
+    pub fencing_token: i64,
 }
 
 impl TaskRow {
+    /// The running attempt of this (leased) row, to be written as it ends.
+    pub fn attempt_end(&self) -> AttemptEnd<'_> {
+        AttemptEnd {
+            task_id: &self.id,
+            attempt: self.attempt,
+            worker_id: self.leased_by.as_deref().unwrap_or_default(),
+            worker_address: self.leased_address.as_deref().unwrap_or_default(),
+            leased_at: self.leased_at.unwrap_or(self.updated_at),
+            fencing_token: self.fencing_token,
+        }
+    }
+
     pub fn stored_state(&self) -> Result<StoredState, StoreError> {
         StoredState::parse(&self.state)
             .ok_or_else(|| StoreError::Corrupt(format!("task {} state {:?}", self.id, self.state)))

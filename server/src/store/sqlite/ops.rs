@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, ToSql, params, params_from_iter};
 
 use super::super::row::{
-    FailureWrite, TaskRow, decide, duration_ms, from_ms, ms, sort_lease_order,
+    AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms, sort_lease_order,
 };
 use super::super::*;
 use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
@@ -20,7 +20,7 @@ macro_rules! task_columns {
          max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, max_backoff_ms, \
          jitter, metadata, created_at, updated_at, last_error, checkpoint, result, leased_by, \
          lease_token, lease_duration_ms, lease_expires_at, fencing_token, finished_at, \
-         cancel_requested"
+         cancel_requested, leased_at, leased_address"
     };
 }
 pub(super) use task_columns;
@@ -57,6 +57,8 @@ pub(super) fn task_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         fencing_token: r.get(26)?,
         finished_at: r.get(27)?,
         cancel_requested: r.get(28)?,
+        leased_at: r.get(29)?,
+        leased_address: r.get(30)?,
     })
 }
 
@@ -103,25 +105,32 @@ fn check(
     ))
 }
 
+/// Writes the attempt row of an attempt that ends now; returns when it was leased.
 pub(super) fn finish_attempt(
     c: &Connection,
-    task_id: &str,
-    attempt: i64,
+    a: &AttemptEnd<'_>,
     outcome: AttemptOutcome,
     error: Option<&str>,
     now: i64,
 ) -> StoreResult<Option<DateTime<Utc>>> {
-    let leased_at: Option<i64> = c
-        .prepare_cached(
-            "UPDATE task_attempts SET outcome = ?1, error = ?2, finished_at = ?3 \
-             WHERE task_id = ?4 AND attempt = ?5 RETURNING leased_at",
-        )?
-        .query_row(
-            params![outcome.as_str(), error, now, task_id, attempt],
-            |r| r.get(0),
-        )
-        .optional()?;
-    Ok(leased_at.map(from_ms))
+    c.prepare_cached(
+        "INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, leased_at, \
+         outcome, error, finished_at, fencing_token) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+         ON CONFLICT (task_id, attempt) DO UPDATE SET outcome = excluded.outcome, \
+         error = excluded.error, finished_at = excluded.finished_at",
+    )?
+    .execute(params![
+        a.task_id,
+        a.attempt,
+        a.worker_id,
+        a.worker_address,
+        a.leased_at,
+        outcome.as_str(),
+        error,
+        now,
+        a.fencing_token
+    ])?;
+    Ok(Some(from_ms(a.leased_at)))
 }
 
 /// Writes a failed attempt: task state per the retry policy and the attempt row.
@@ -145,7 +154,7 @@ pub(super) fn write_failure(
         now,
         row.seq
     ])?;
-    finish_attempt(c, &row.id, row.attempt, outcome, Some(error), now)
+    finish_attempt(c, &row.attempt_end(), outcome, Some(error), now)
 }
 
 pub(super) fn changed(c: &Connection, id: &str) -> StoreResult<Changed> {
@@ -226,7 +235,7 @@ pub(super) fn task_lease_available(
                  WHERE state = 'pending' AND queue = ?{} AND run_at <= ?4 \
                  AND (deadline IS NULL OR deadline > ?4) \
                  ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?5)",
-                i + 6
+                i + 7
             )
         })
         .collect();
@@ -234,7 +243,8 @@ pub(super) fn task_lease_available(
         "UPDATE tasks SET state = 'leased', attempt = attempt + 1, \
          fencing_token = fencing_token + 1, lease_token = lower(hex(randomblob(16))), \
          leased_by = ?1, lease_duration_ms = ?2, \
-         lease_expires_at = MIN(?3, COALESCE(deadline, 9223372036854775807)), updated_at = ?4 \
+         lease_expires_at = MIN(?3, COALESCE(deadline, 9223372036854775807)), updated_at = ?4, \
+         leased_at = ?4, leased_address = ?6 \
          WHERE seq IN (SELECT seq FROM ({}) \
            ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?5) \
          RETURNING {}",
@@ -242,7 +252,14 @@ pub(super) fn task_lease_available(
         task_columns!()
     );
     let lease_ms = duration_ms(p.lease_duration);
-    let mut args: Vec<&dyn ToSql> = vec![&p.worker_id, &lease_ms, &expires, &now, &p.max_tasks];
+    let mut args: Vec<&dyn ToSql> = vec![
+        &p.worker_id,
+        &lease_ms,
+        &expires,
+        &now,
+        &p.max_tasks,
+        &p.worker_address,
+    ];
     for queue in &p.queues {
         args.push(queue);
     }
@@ -250,22 +267,7 @@ pub(super) fn task_lease_available(
         .prepare_cached(&sql)?
         .query_map(params_from_iter(args), task_row)?
         .collect::<rusqlite::Result<Vec<TaskRow>>>()?;
-    if !rows.is_empty() {
-        let mut attempt = c.prepare_cached(
-            "INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, \
-             leased_at, outcome, fencing_token) VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6)",
-        )?;
-        for row in &rows {
-            attempt.execute(params![
-                row.id,
-                row.attempt,
-                p.worker_id,
-                p.worker_address,
-                now,
-                row.fencing_token
-            ])?;
-        }
-    }
+    // The attempt's row is written when it ends (`finish_attempt`).
     let mut records = rows
         .into_iter()
         .map(TaskRow::into_record)
@@ -390,20 +392,45 @@ pub(super) fn task_checkpoint(
 pub(super) fn task_complete(c: &Connection, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
     let now = ms(p.now);
     // The common case in two statements: a live lease settles, with its attempt.
-    let done: Option<(String, i64)> = c
+    type Done = (
+        String,
+        i64,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+        i64,
+        i64,
+    );
+    let done: Option<Done> = c
         .prepare_cached(
             "UPDATE tasks SET state = 'succeeded', result = ?1, finished_at = ?2, \
              lease_expires_at = NULL, updated_at = ?2 \
              WHERE id = ?3 AND state = 'leased' AND lease_token = ?4 AND lease_expires_at > ?2 \
-             RETURNING queue, attempt",
+             RETURNING queue, attempt, leased_by, leased_address, leased_at, fencing_token, \
+               updated_at",
         )?
         .query_row(params![p.result, now, p.task_id, p.lease_token], |r| {
-            Ok((r.get(0)?, r.get(1)?))
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+            ))
         })
         .optional()?;
-    if let Some((queue, attempt)) = done {
-        let outcome = AttemptOutcome::Succeeded;
-        let leased_at = finish_attempt(c, &p.task_id, attempt, outcome, None, now)?;
+    if let Some((queue, attempt, worker, address, leased_at, fencing_token, updated_at)) = done {
+        let end = AttemptEnd {
+            task_id: &p.task_id,
+            attempt,
+            worker_id: worker.as_deref().unwrap_or_default(),
+            worker_address: address.as_deref().unwrap_or_default(),
+            leased_at: leased_at.unwrap_or(updated_at),
+            fencing_token,
+        };
+        let leased_at = finish_attempt(c, &end, AttemptOutcome::Succeeded, None, now)?;
         return Ok(Settled::Applied(Completed { queue, leased_at }));
     }
     // Otherwise find out why: unknown task, repeated Complete, or a lost lease.
@@ -426,7 +453,7 @@ pub(super) fn task_complete(c: &Connection, p: &CompleteParams) -> StoreResult<S
     )?
     .execute(params![p.result, now, row.seq])?;
     let outcome = AttemptOutcome::Succeeded;
-    let leased_at = finish_attempt(c, &row.id, row.attempt, outcome, None, now)?;
+    let leased_at = finish_attempt(c, &row.attempt_end(), outcome, None, now)?;
     Ok(Settled::Applied(Completed {
         queue: row.queue,
         leased_at,

@@ -78,7 +78,13 @@ pub(super) async fn attempt_list(
     }
     let rows = sqlx::query_as::<_, AttemptRow>(
         "SELECT attempt, worker_id, worker_address, leased_at, finished_at, outcome, error, \
-         fencing_token FROM task_attempts WHERE task_id = ? ORDER BY attempt",
+         fencing_token FROM task_attempts WHERE task_id = ?1 \
+         UNION ALL \
+         SELECT attempt, COALESCE(leased_by, ''), COALESCE(leased_address, ''), \
+           COALESCE(leased_at, updated_at), NULL, 'running', NULL, fencing_token \
+         FROM tasks t WHERE id = ?1 AND state = 'leased' AND NOT EXISTS ( \
+           SELECT 1 FROM task_attempts a WHERE a.task_id = t.id AND a.attempt = t.attempt) \
+         ORDER BY attempt",
     )
     .bind(task_id)
     .fetch_all(r)
