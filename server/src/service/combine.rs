@@ -13,7 +13,10 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
+
+use futures::FutureExt;
 
 use tokio::sync::oneshot;
 
@@ -118,7 +121,14 @@ where
             let (inputs, replies): (Vec<I>, Vec<_>) =
                 batch.into_iter().map(|w| (w.input, w.reply)).unzip();
             let asked = inputs.len();
-            match run(inputs).await {
+            // A panic in a store call fails its batch; the driver carries on, so the
+            // key is never left marked as running with nobody to serve it.
+            let answered = AssertUnwindSafe(run(inputs)).catch_unwind().await;
+            let answered = answered.unwrap_or_else(|_| {
+                tracing::error!(requests = asked, "a combined store call panicked");
+                Err(StoreError::Internal("the store call panicked".into()))
+            });
+            match answered {
                 Ok(answers) if answers.len() == asked => {
                     for (reply, answer) in replies.into_iter().zip(answers) {
                         // A caller gone since loses its answer, as it would have
@@ -246,6 +256,18 @@ mod tests {
             assert_eq!(h.await.unwrap().unwrap(), i * 10);
         }
         assert_eq!(*calls.lock().unwrap(), vec![vec![1], vec![2, 3, 4]]);
+    }
+
+    #[tokio::test]
+    async fn a_panicking_store_call_fails_its_callers_and_not_the_next() {
+        let combiner: Arc<Combiner<(), u32, u32>> = Arc::new(Combiner::new(100, 1000));
+        let run = |inputs: Vec<u32>| async move {
+            assert!(inputs[0] != 0, "store bug");
+            Ok(inputs)
+        };
+        let e = combiner.call((), 0, 1, run).await.unwrap_err();
+        assert!(matches!(e, StoreError::Internal(_)));
+        assert_eq!(combiner.call((), 7, 1, run).await.unwrap(), 7);
     }
 
     #[tokio::test]
