@@ -309,54 +309,14 @@ impl Store for PostgresStore {
     }
 
     async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
-        let now = ms(p.now);
-        let expires = now.saturating_add(duration_ms(p.lease_duration));
-        let rows = sqlx::query_as::<_, TaskRow>(
-            // One index-ordered scan per queue (each reads only its first rows),
-            // merged; rows another broker holds are skipped, never waited for.
-            "WITH picked AS ( \
-               SELECT t.seq FROM UNNEST($1::text[]) AS q(name) \
-               CROSS JOIN LATERAL ( \
-                 SELECT seq, priority, deadline, run_at FROM tasks \
-                 WHERE state = 'pending' AND queue = q.name \
-                   AND run_at <= $2 AND (deadline IS NULL OR deadline > $2) \
-                 ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq \
-                 LIMIT $3 FOR UPDATE SKIP LOCKED) t \
-               ORDER BY t.priority DESC, t.deadline ASC NULLS LAST, t.run_at, t.seq \
-               LIMIT $3), \
-             leased AS ( \
-               UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
-                 fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
-                 leased_by = $4, lease_duration_ms = $5, \
-                 lease_expires_at = LEAST($6, COALESCE(t.deadline, $6)), updated_at = $2, \
-                 leased_at = $2, leased_address = $7 \
-               FROM picked WHERE t.seq = picked.seq RETURNING t.*) \
-             SELECT * FROM leased",
-        )
-        .bind(&p.queues)
-        .bind(now)
-        .bind(i64::from(p.max_tasks))
-        .bind(&p.worker_id)
-        .bind(duration_ms(p.lease_duration))
-        .bind(expires)
-        .bind(&p.worker_address)
-        .fetch_all(&self.pool)
-        .await?;
-        let mut records = rows
-            .into_iter()
-            .map(TaskRow::into_record)
-            .collect::<StoreResult<Vec<_>>>()?;
-        sort_lease_order(&mut records);
-        Ok(records)
+        let mut leased = self.task_lease_many(std::slice::from_ref(p)).await?;
+        Ok(leased.pop().unwrap_or_default())
     }
 
     async fn task_lease_many(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
         let Some(first) = ps.first() else {
             return Ok(Vec::new());
         };
-        if ps.len() == 1 {
-            return Ok(vec![self.task_lease_available(first).await?]);
-        }
         let now = ms(ps.iter().map(|p| p.now).max().unwrap_or(first.now));
         let demand: i64 = ps.iter().map(|p| i64::from(p.max_tasks)).sum();
         let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
@@ -369,7 +329,9 @@ impl Store for PostgresStore {
             .map(|i| i32::try_from(i + 1).unwrap_or(i32::MAX))
             .collect();
         // One statement for every request: the tasks are picked as for one lease of
-        // the total and the n-th goes to the request that owns slot n. Per-request
+        // the total (one index-ordered scan per queue, each reading only its first
+        // rows, merged; rows another broker holds are skipped, never waited for), and
+        // the n-th goes to the request that owns slot n. Per-request
         // values are looked up in arrays, not joined, so the plan is the plan of a
         // single lease (a join's row estimate would invite a scan of the table).
         let rows: Vec<(TaskRow, i64)> = sqlx::query(
