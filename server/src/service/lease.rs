@@ -7,6 +7,7 @@
 use std::pin::Pin;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use futures::future::select_all;
 use tokio::time::Instant;
 
@@ -69,6 +70,10 @@ impl Broker {
 
         let give_up = Instant::now() + wait;
         let handles = self.dispatch.handles(&req.queues);
+        // Long-polls of the same queues share their store calls.
+        let mut key = req.queues.clone();
+        key.sort_unstable();
+        key.dedup();
         loop {
             // Register interest before looking, so a wake between the look and the
             // wait is not lost.
@@ -87,15 +92,11 @@ impl Broker {
                 lease_duration,
                 now,
             };
-            // Long-polls of the same queues share one lease statement.
-            let mut key = params.queues.clone();
-            key.sort_unstable();
-            key.dedup();
             let weight = params.max_tasks as usize;
             let store = self.store.clone();
             let tasks = self
                 .leases
-                .call(key, params, weight, move |ps: Vec<LeaseParams>| {
+                .call(key.clone(), params, weight, move |ps: Vec<LeaseParams>| {
                     let store = store.clone();
                     async move { store.task_lease_many(&ps).await }
                 })
@@ -116,7 +117,24 @@ impl Broker {
                 return Ok(tasks);
             }
             let mut until = give_up;
-            if let Some(next) = self.store.task_next_run_at(&req.queues, now).await? {
+            // Every waiter that found nothing asks this at once: one query answers all
+            // (at the earliest `now` among them, so none misses a task due for it).
+            let store = self.store.clone();
+            let queues = key.clone();
+            let next_run = self
+                .next_runs
+                .call(key.clone(), now, 1, move |nows: Vec<DateTime<Utc>>| {
+                    let (store, queues) = (store.clone(), queues.clone());
+                    async move {
+                        let Some(earliest) = nows.iter().min().copied() else {
+                            return Ok(Vec::new());
+                        };
+                        let next = store.task_next_run_at(&queues, earliest).await?;
+                        Ok(vec![next; nows.len()])
+                    }
+                })
+                .await?;
+            if let Some(next) = next_run {
                 let due = (next - now).to_std().unwrap_or_default();
                 until = until.min(Instant::now() + due);
             }

@@ -104,7 +104,11 @@ pub struct Broker {
     leases: Arc<Combiner<Vec<String>, LeaseParams, Vec<TaskRecord>>>,
     submits: Arc<Combiner<(), SubmitBatch, Vec<Inserted>>>,
     completes: Arc<Combiner<(), Vec<CompleteParams>, Vec<Settled<Completed>>>>,
+    /// The next scheduled run_at of a queue set, asked for at a time.
+    next_runs: Arc<Combiner<Vec<String>, Time, Option<Time>>>,
 }
+
+type Time = DateTime<Utc>;
 
 /// One Submit call's tasks and its time of arrival.
 type SubmitBatch = (Vec<NewTask>, DateTime<Utc>);
@@ -130,6 +134,7 @@ impl Broker {
             leases: Arc::new(Combiner::new(MAX_COMBINED_REQUESTS, MAX_COMBINED_TASKS)),
             submits: Arc::new(Combiner::new(MAX_COMBINED_REQUESTS, MAX_COMBINED_TASKS)),
             completes: Arc::new(Combiner::new(MAX_COMBINED_REQUESTS, MAX_COMBINED_TASKS)),
+            next_runs: Arc::new(Combiner::new(usize::MAX, usize::MAX)),
         }
     }
 
