@@ -331,9 +331,13 @@ impl Store for PostgresStore {
         // One statement for every request: the tasks are picked as for one lease of
         // the total (one index-ordered scan per queue, each reading only its first
         // rows, merged; rows another broker holds are skipped, never waited for), and
-        // the n-th goes to the request that owns slot n. Per-request
-        // values are looked up in arrays, not joined, so the plan is the plan of a
-        // single lease (a join's row estimate would invite a scan of the table).
+        // the n-th goes to the request that owns slot n. Per-request values are
+        // looked up in arrays, not joined, so the plan is the plan of a single lease
+        // (a join's row estimate would invite a scan of the table). The deadline test
+        // is a COALESCE, not an OR: statistics rarely see a queue's transient pending
+        // rows, and on that estimate the planner turned the OR into two bitmap scans
+        // and sorted every pending row of the queue per lease (45 ms instead of
+        // 0.4 ms with 20,000 pending); as a filter it keeps the ordered index scan.
         let rows: Vec<(TaskRow, i64)> = sqlx::query(
             "WITH picked AS ( \
                SELECT t.seq, ($7::int[])[row_number() OVER ( \
@@ -343,7 +347,7 @@ impl Store for PostgresStore {
                  CROSS JOIN LATERAL ( \
                    SELECT seq, priority, deadline, run_at FROM tasks \
                    WHERE state = 'pending' AND queue = q.name \
-                     AND run_at <= $2 AND (deadline IS NULL OR deadline > $2) \
+                     AND run_at <= $2 AND COALESCE(deadline, 9223372036854775807) > $2 \
                    ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq \
                    LIMIT $3 FOR UPDATE SKIP LOCKED) t \
                  ORDER BY t.priority DESC, t.deadline ASC NULLS LAST, t.run_at, t.seq \
