@@ -85,7 +85,8 @@ impl Broker {
             }
             let now = self.clock.now();
             let params = LeaseParams {
-                queues: req.queues.clone(),
+                // Each queue once: requests for the same set share one statement.
+                queues: key.clone(),
                 max_tasks: req.max_tasks,
                 worker_id: req.worker_id.clone(),
                 worker_address: req.worker_address.clone(),
