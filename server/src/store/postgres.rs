@@ -194,6 +194,43 @@ impl PostgresStore {
         Ok(leased_at)
     }
 
+    /// Completes one task that the one-statement path did not settle: finds out
+    /// why (unknown task, repeated Complete, lost lease) and settles it if it may.
+    async fn complete_checked(&self, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
+        let now = ms(p.now);
+        let mut tx = self.pool.begin().await?;
+        let Some(row) = Self::fetch_task(&mut tx, &p.task_id).await? else {
+            return Ok(Settled::NotFound);
+        };
+        match Self::check(&mut tx, &row, Report::Complete, &p.lease_token, p.now).await? {
+            SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
+            SettleCheck::AlreadySettled => {
+                return Ok(Settled::AlreadySettled(Completed {
+                    queue: row.queue,
+                    leased_at: None,
+                }));
+            }
+            SettleCheck::Proceed => {}
+        }
+        sqlx::query(
+            "UPDATE tasks SET state = 'succeeded', result = $1, finished_at = $2, \
+             lease_expires_at = NULL, updated_at = $2 WHERE seq = $3",
+        )
+        .bind(&p.result)
+        .bind(now)
+        .bind(row.seq)
+        .execute(&mut *tx)
+        .await?;
+        let outcome = AttemptOutcome::Succeeded;
+        let leased_at =
+            Self::finish_attempt(&mut tx, &row.attempt_end(), outcome, None, now).await?;
+        tx.commit().await?;
+        Ok(Settled::Applied(Completed {
+            queue: row.queue,
+            leased_at,
+        }))
+    }
+
     async fn changed(tx: &mut Transaction<'_, Postgres>, id: &str) -> StoreResult<Changed> {
         match Self::fetch_task(tx, id).await? {
             Some(row) => Ok(Changed::Done(Box::new(row.into_record()?))),
@@ -477,69 +514,10 @@ impl Store for PostgresStore {
     }
 
     async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
-        let now = ms(p.now);
-        // The common case in one statement: a live lease settles, with its attempt.
-        let done: Option<(String, i64)> = sqlx::query_as(
-            "WITH t AS ( \
-               UPDATE tasks SET state = 'succeeded', result = $3, finished_at = $4, \
-                 lease_expires_at = NULL, updated_at = $4 \
-               WHERE id = $1 AND state = 'leased' AND lease_token = $2 AND lease_expires_at > $4 \
-               RETURNING id, attempt, queue, leased_by, leased_address, \
-                 COALESCE(leased_at, updated_at) AS leased_at, fencing_token), \
-             a AS ( \
-               INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, \
-                 leased_at, outcome, finished_at, fencing_token) \
-               SELECT id, attempt, COALESCE(leased_by, ''), COALESCE(leased_address, ''), \
-                 leased_at, 'succeeded', $4, fencing_token FROM t \
-               ON CONFLICT (task_id, attempt) DO UPDATE SET outcome = excluded.outcome, \
-                 finished_at = excluded.finished_at \
-               RETURNING leased_at) \
-             SELECT t.queue, a.leased_at FROM t, a",
-        )
-        .bind(&p.task_id)
-        .bind(&p.lease_token)
-        .bind(&p.result)
-        .bind(now)
-        .fetch_optional(&self.pool)
-        .await?;
-        if let Some((queue, leased_at)) = done {
-            return Ok(Settled::Applied(Completed {
-                queue,
-                leased_at: Some(from_ms(leased_at)),
-            }));
-        }
-        // Otherwise find out why: unknown task, repeated Complete, or a lost lease.
-        let mut tx = self.pool.begin().await?;
-        let Some(row) = Self::fetch_task(&mut tx, &p.task_id).await? else {
-            return Ok(Settled::NotFound);
-        };
-        match Self::check(&mut tx, &row, Report::Complete, &p.lease_token, p.now).await? {
-            SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
-            SettleCheck::AlreadySettled => {
-                return Ok(Settled::AlreadySettled(Completed {
-                    queue: row.queue,
-                    leased_at: None,
-                }));
-            }
-            SettleCheck::Proceed => {}
-        }
-        sqlx::query(
-            "UPDATE tasks SET state = 'succeeded', result = $1, finished_at = $2, \
-             lease_expires_at = NULL, updated_at = $2 WHERE seq = $3",
-        )
-        .bind(&p.result)
-        .bind(now)
-        .bind(row.seq)
-        .execute(&mut *tx)
-        .await?;
-        let outcome = AttemptOutcome::Succeeded;
-        let leased_at =
-            Self::finish_attempt(&mut tx, &row.attempt_end(), outcome, None, now).await?;
-        tx.commit().await?;
-        Ok(Settled::Applied(Completed {
-            queue: row.queue,
-            leased_at,
-        }))
+        let mut settled = self.task_complete_many(std::slice::from_ref(p)).await?;
+        settled
+            .pop()
+            .ok_or_else(|| StoreError::Corrupt("no completion outcome".into()))
     }
 
     async fn task_complete_many(
@@ -596,7 +574,7 @@ impl Store for PostgresStore {
                     queue,
                     leased_at: Some(from_ms(leased_at)),
                 })),
-                None => out.push(self.task_complete(p).await?),
+                None => out.push(self.complete_checked(p).await?),
             }
         }
         Ok(out)
