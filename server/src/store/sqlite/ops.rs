@@ -283,6 +283,10 @@ pub(super) fn task_lease_many(
     let Some(first) = ps.first() else {
         return Ok(Vec::new());
     };
+    if ps.len() == 1 {
+        // Nothing to share: no need to count first.
+        return Ok(vec![task_lease_available(c, first)?]);
+    }
     let now = ps.iter().map(|p| p.now).max().unwrap_or(first.now);
     let wanted: Vec<u32> = ps.iter().map(|p| p.max_tasks).collect();
     let demand: i64 = wanted.iter().map(|&w| i64::from(w)).sum();
