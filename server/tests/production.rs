@@ -165,6 +165,42 @@ async fn metrics_move_as_tasks_flow() {
     assert!(!text.contains(&leased[0].task_id), "no task ids in labels");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_up_methods_do_not_grow_the_metrics() {
+    let app = spawn_app_with(
+        Backend::Sqlite,
+        Options {
+            metrics: true,
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel(&app.url()).await);
+    for i in 0..50 {
+        grpc.ready().await.unwrap();
+        let path: http::uri::PathAndQuery = format!("/taskbroker.v1.BrokerService/MadeUp{i}")
+            .parse()
+            .unwrap();
+        let codec = tonic_prost::ProstCodec::<(), ()>::default();
+        let r = grpc.unary(tonic::Request::new(()), path, codec).await;
+        assert_eq!(code(r), Code::Unimplemented);
+    }
+    let text = scrape(app.metrics_addr.unwrap()).await;
+    assert!(
+        !text.contains("MadeUp"),
+        "made-up paths became labels:\n{text}"
+    );
+    let unknown: Vec<_> = text
+        .lines()
+        .filter(|l| l.starts_with("taskbroker_rpc_duration_seconds_count{method=\"unknown\""))
+        .collect();
+    assert_eq!(
+        unknown,
+        ["taskbroker_rpc_duration_seconds_count{method=\"unknown\",code=\"UNIMPLEMENTED\"} 50"]
+    );
+}
+
 async fn scrape(addr: std::net::SocketAddr) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();

@@ -94,7 +94,9 @@ pub fn queue_name(field: &str, queue: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// A required, bounded identifier such as a worker id or task id.
+/// A required, bounded identifier such as a worker id, task id, key or lease
+/// token, with no control characters (NUL among them, which Postgres `text`
+/// refuses: one such value would fail every request combined with it).
 pub fn identifier(field: &str, value: &str, max_len: usize) -> Result<(), Invalid> {
     if value.is_empty() {
         return Err(Invalid::new(field, "is required"));
@@ -105,7 +107,20 @@ pub fn identifier(field: &str, value: &str, max_len: usize) -> Result<(), Invali
             format!("is longer than {max_len} characters"),
         ));
     }
+    if value.chars().any(char::is_control) {
+        return Err(Invalid::new(field, "must not contain control characters"));
+    }
     Ok(())
+}
+
+/// Free text (an error message) made storable: NUL, which Postgres `text`
+/// refuses, becomes U+FFFD; everything else is kept.
+pub fn storable_text(text: String) -> String {
+    if text.contains('\0') {
+        text.replace('\0', "\u{FFFD}")
+    } else {
+        text
+    }
 }
 
 /// A byte field under its size limit.
@@ -146,6 +161,17 @@ mod tests {
         assert!(queue_name("q", "é").is_err());
         assert!(queue_name("q", &"a".repeat(128)).is_ok());
         assert!(queue_name("q", &"a".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn identifiers_refuse_control_characters() {
+        assert!(identifier("key", "order:42/é", 64).is_ok());
+        for bad in ["a\0b", "tab\there", "new\nline", "\u{7f}", "\u{85}"] {
+            let e = identifier("tasks[0].key", bad, 64).unwrap_err();
+            assert_eq!(e.field, "tasks[0].key");
+            assert_eq!(e.message, "must not contain control characters");
+        }
+        assert_eq!(storable_text("a\0b\nc".into()), "a\u{FFFD}b\nc");
     }
 
     #[test]

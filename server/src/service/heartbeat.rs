@@ -33,6 +33,10 @@ impl Broker {
         if leases.len() > max {
             return Err(Invalid::new("leases", format!("must hold at most {max} leases")).into());
         }
+        for (i, l) in leases.iter().enumerate() {
+            validate::identifier(&format!("leases[{i}].task_id"), &l.task_id, 64)?;
+            validate::identifier(&format!("leases[{i}].lease_token"), &l.lease_token, 128)?;
+        }
         self.check_extend(extend_by)?;
         if leases.is_empty() {
             return Ok(Vec::new());
