@@ -74,6 +74,8 @@ impl Broker {
         let mut key = req.queues.clone();
         key.sort_unstable();
         key.dedup();
+        // Set while this long-poll holds a wake-up it has not used yet.
+        let mut pass_on = None;
         loop {
             // Register interest before looking, so a wake between the look and the
             // wait is not lost.
@@ -102,6 +104,9 @@ impl Broker {
                     async move { store.task_lease_many(&ps).await }
                 })
                 .await?;
+            if let Some(p) = pass_on.take() {
+                crate::dispatch::PassOn::done(p);
+            }
             for t in &tasks {
                 let waited = (now - t.run_at.max(t.created_at))
                     .to_std()
@@ -141,7 +146,7 @@ impl Broker {
             }
             let _waiting = self.dispatch.waiting();
             tokio::select! {
-                _ = select_all(woken) => {}
+                _ = select_all(woken) => pass_on = Some(self.dispatch.pass_on(&key)),
                 _ = tokio::time::sleep_until(until) => {}
                 _ = self.dispatch.draining().cancelled() => return Ok(Vec::new()),
             }

@@ -182,6 +182,24 @@ impl TestApp {
             .expect("connect")
     }
 
+    /// The broker's service layer (below gRPC), for tests that drive it directly.
+    pub fn service(&self) -> Arc<taskbroker_server::service::Broker> {
+        self.app.as_ref().expect("running").broker.clone()
+    }
+
+    /// Returns once `n` long-polls wait on this broker (bounded: panics after 20 s).
+    pub async fn until_waiting(&self, n: usize) {
+        let broker = self.service();
+        let give_up = tokio::time::Instant::now() + Duration::from_secs(20);
+        while broker.dispatcher().waiters() < n {
+            assert!(
+                tokio::time::Instant::now() < give_up,
+                "{n} long-polls never waited"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     pub fn advance(&self, by: Duration) {
         self.clock.advance(by);
     }
