@@ -79,6 +79,13 @@ async fn insert_deduplicates_by_queue_and_key(b: Backend) {
     assert_eq!(stored.metadata["traceparent"], "tp-1");
     assert_eq!(stored.state, StoredState::Pending);
     assert!(s.task_get(&uuid_like(2)).await.unwrap().is_none());
+    let queues = s
+        .task_queues(&[uuid_like(1), uuid_like(2), uuid_like(3)])
+        .await
+        .unwrap();
+    assert_eq!(queues.len(), 2);
+    assert_eq!(queues[&uuid_like(1)], "a");
+    assert_eq!(queues[&uuid_like(3)], "b");
 }
 
 async fn concurrent_leases_never_share_a_task(b: Backend) {

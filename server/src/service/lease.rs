@@ -50,13 +50,20 @@ impl Broker {
             )
             .into());
         }
-        let lease_duration = req.lease_duration.unwrap_or(limits.default_lease);
-        validate::duration_in(
-            "lease_duration",
-            lease_duration,
-            limits.min_lease,
-            limits.max_lease,
-        )?;
+        // The queues' own bounds ([queues.X] min_lease / max_lease) narrow the
+        // broker's; the default lease is brought inside them.
+        let (min_lease, max_lease) = self.settings.lease_bounds(&req.queues);
+        if min_lease > max_lease {
+            return Err(Invalid::new(
+                "queues",
+                "name queues whose lease bounds (min_lease, max_lease) do not overlap",
+            )
+            .into());
+        }
+        let lease_duration = req
+            .lease_duration
+            .unwrap_or_else(|| limits.default_lease.clamp(min_lease, max_lease));
+        validate::duration_in("lease_duration", lease_duration, min_lease, max_lease)?;
         let wait = req.wait.unwrap_or_default();
         validate::duration_in("wait", wait, Duration::ZERO, limits.max_wait)?;
         // Answer (empty) a little before the caller's own deadline, so it gets OK.

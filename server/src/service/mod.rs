@@ -81,6 +81,13 @@ impl Settings {
             .map_or(self.limits.max_payload_bytes, |q| q.max_payload_bytes)
     }
 
+    /// Whether some queue narrows the broker's lease bounds.
+    pub fn has_lease_overrides(&self) -> bool {
+        self.queues
+            .values()
+            .any(|q| q.min_lease > self.limits.min_lease || q.max_lease < self.limits.max_lease)
+    }
+
     /// Lease bounds that hold for every one of `queues`.
     pub fn lease_bounds(&self, queues: &[String]) -> (Duration, Duration) {
         let mut min = self.limits.min_lease;

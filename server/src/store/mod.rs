@@ -411,6 +411,12 @@ pub trait Store: Send + Sync + 'static {
 
     async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>>;
 
+    /// The queue of each named task that exists, by task id.
+    async fn task_queues(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, String>>;
+
     async fn task_list(&self, filter: &TaskFilter) -> StoreResult<Vec<TaskRecord>>;
 
     /// Pending -> cancelled; leased -> cancel requested; cancelled stays; others refuse.

@@ -763,6 +763,18 @@ impl Store for PostgresStore {
             .transpose()
     }
 
+    async fn task_queues(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, String>> {
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT id, queue FROM tasks WHERE id = ANY($1)")
+                .bind(task_ids)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.into_iter().collect())
+    }
+
     async fn task_list(&self, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
         let mut qb = sqlx::QueryBuilder::<Postgres>::new("SELECT * FROM tasks WHERE 1 = 1");
         if let Some(queue) = &f.queue {
