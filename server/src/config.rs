@@ -434,6 +434,7 @@ impl Config {
         if auth.iter().any(|t| t.token.len() < 16) {
             return Err("auth tokens must be at least 16 characters long".into());
         }
+        crate::api::auth::check_unique_names(&auth)?;
         if !is_loopback(&self.listen) && auth.is_empty() && !self.insecure {
             return Err(format!(
                 "refusing to listen on {} without authentication: configure auth tokens, \
