@@ -230,3 +230,48 @@ async fn a_woken_long_poll_that_goes_away_passes_the_wake_up_on() {
         .unwrap();
     assert_eq!(got.len(), 1);
 }
+
+/// The notification listener has a connection of its own: a pool of one still
+/// serves every call, and a long-poll is still woken by another replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_of_one_connection_still_serves_calls_and_wake_ups() {
+    let Some(db) = test_db(Backend::Postgres).await else {
+        return;
+    };
+    let db = std::sync::Arc::new(db);
+    let one = || Options {
+        manual_clock: false,
+        db_max_connections: Some(1),
+        ..Options::default()
+    };
+    let a = spawn_on(db.clone(), one()).await;
+    let b = spawn_on(db, one()).await;
+    let mut waiter = a.broker().await;
+    let poll = tokio::spawn(async move {
+        let mut req = lease_req("one", 1);
+        req.wait = secs(60);
+        waiter.lease(req).await.unwrap().into_inner().tasks
+    });
+    a.until_waiting(1).await;
+    let mut c = b.broker().await;
+    let id = tokio::time::timeout(GUARD, submit_one(&mut c, spec("one")))
+        .await
+        .expect("a submit is served with a pool of one");
+    let got = tokio::time::timeout(GUARD, poll)
+        .await
+        .expect("woken through the other replica's NOTIFY")
+        .unwrap();
+    assert_eq!(got[0].task_id, id);
+    let mut w = a.broker().await;
+    tokio::time::timeout(
+        GUARD,
+        w.complete(pb::CompleteRequest {
+            task_id: id,
+            lease_token: got[0].lease_token.clone(),
+            result: vec![],
+        }),
+    )
+    .await
+    .expect("a complete is served with a pool of one")
+    .unwrap();
+}

@@ -28,6 +28,9 @@ pub const CHANNEL: &str = "taskbroker";
 
 pub struct PostgresStore {
     pool: PgPool,
+    /// For the notification listener's own connection, outside the pool: a
+    /// listener holds its connection for good, and must not starve the calls.
+    options: PgConnectOptions,
 }
 
 impl PostgresStore {
@@ -41,19 +44,27 @@ impl PostgresStore {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(5))
-            .connect_with(options)
+            .connect_with(options.clone())
             .await?;
-        Ok(PostgresStore { pool })
+        Ok(PostgresStore { pool, options })
     }
 
     /// Listens for NOTIFY on [`CHANNEL`] and calls `wake(Some(queue))`; after a
     /// (re)connect, when notifications may have been missed, calls `wake(None)`.
     fn listen(&self, wake: Waker, stop: CancellationToken) {
-        let pool = self.pool.clone();
+        let options = self.options.clone();
         tokio::spawn(async move {
             loop {
                 let listener = async {
-                    let mut l = PgListener::connect_with(&pool).await?;
+                    // A pool of its own with one connection, kept for good.
+                    let own = PgPoolOptions::new()
+                        .max_connections(1)
+                        .idle_timeout(None)
+                        .max_lifetime(None)
+                        .acquire_timeout(Duration::from_secs(5))
+                        .connect_with(options.clone())
+                        .await?;
+                    let mut l = PgListener::connect_with(&own).await?;
                     l.listen(CHANNEL).await?;
                     wake(None);
                     loop {
