@@ -86,6 +86,17 @@ async fn insert_deduplicates_by_queue_and_key(b: Backend) {
     assert_eq!(queues.len(), 2);
     assert_eq!(queues[&uuid_like(1)], "a");
     assert_eq!(queues[&uuid_like(3)], "b");
+    let holders = s
+        .task_find_keys(&[
+            ("a".into(), "k".into()),
+            ("b".into(), "k".into()),
+            ("b".into(), "other".into()),
+        ])
+        .await
+        .unwrap();
+    let mut ids: Vec<_> = holders.into_iter().map(|t| t.id).collect();
+    ids.sort();
+    assert_eq!(ids, [uuid_like(1), uuid_like(3)]);
 }
 
 async fn concurrent_leases_never_share_a_task(b: Backend) {

@@ -50,6 +50,11 @@ pub struct Limits {
     pub max_wait: Duration,
     /// Tasks per Lease. Default 256.
     pub max_lease_batch: u32,
+    /// Bytes one Lease reply carries at most (payloads, checkpoints, metadata and
+    /// a fixed allowance per task); it always holds at least one task. Default
+    /// 4 MiB, the default receive limit of gRPC clients: a larger reply would be
+    /// leased but never decoded.
+    pub max_lease_reply_bytes: usize,
     /// Leases per Heartbeat. Default 1000.
     pub max_heartbeat_batch: usize,
     /// Attempts a retry policy may allow. Default 1000.
@@ -70,6 +75,7 @@ impl Default for Limits {
             default_lease: Duration::from_secs(30),
             max_wait: Duration::from_secs(60),
             max_lease_batch: 256,
+            max_lease_reply_bytes: 4 << 20,
             max_heartbeat_batch: 1000,
             max_attempts: 1000,
             max_backoff: Duration::from_secs(7 * 24 * 3600),

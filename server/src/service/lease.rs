@@ -97,6 +97,7 @@ impl Broker {
                 // Each queue once: requests for the same set share one statement.
                 queues: key.clone(),
                 max_tasks: req.max_tasks,
+                max_reply_bytes: limits.max_lease_reply_bytes as u64,
                 worker_id: req.worker_id.clone(),
                 worker_address: req.worker_address.clone(),
                 lease_duration,

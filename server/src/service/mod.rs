@@ -32,7 +32,7 @@ pub use error::ServiceError;
 pub use heartbeat::CheckpointRequest;
 pub use lease::LeaseRequest;
 pub use settle::{CompleteItem, CompleteOutcome, FailRequest};
-pub use submit::{RetrySpec, SubmitTask};
+pub use submit::{PRODUCER_KEY, RetrySpec, SubmitTask};
 
 /// Broker-wide settings.
 #[derive(Debug, Clone)]

@@ -446,20 +446,41 @@ impl Store for PostgresStore {
         // rows, and on that estimate the planner turned the OR into two bitmap scans
         // and sorted every pending row of the queue per lease (45 ms instead of
         // 0.4 ms with 20,000 pending); as a filter it keeps the ordered index scan.
+        //
+        // A request takes its tasks while the bytes of those before stay under the
+        // reply budget (so at least one). Rows that were locked here but not taken
+        // (over the budget, or beyond the demand in a lease over several queues) are
+        // announced with NOTIFY, which is sent at commit when their locks go: a
+        // lease on another replica that skipped them may have found nothing and
+        // gone to sleep.
         let rows: Vec<(TaskRow, i64)> = sqlx::query(
-            "WITH picked AS ( \
-               SELECT t.seq, ($7::int[])[row_number() OVER ( \
-                 ORDER BY t.priority DESC, t.deadline ASC NULLS LAST, t.run_at, t.seq)] AS req \
-               FROM ( \
-                 SELECT t.seq, t.priority, t.deadline, t.run_at FROM UNNEST($1::text[]) AS q(name) \
-                 CROSS JOIN LATERAL ( \
-                   SELECT seq, priority, deadline, run_at FROM tasks \
-                   WHERE state = 'pending' AND queue = q.name \
-                     AND run_at <= $2 AND COALESCE(deadline, 9223372036854775807) > $2 \
-                   ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq \
-                   LIMIT $3 FOR UPDATE SKIP LOCKED) t \
-                 ORDER BY t.priority DESC, t.deadline ASC NULLS LAST, t.run_at, t.seq \
+            "WITH cand AS ( \
+               SELECT t.* FROM UNNEST($1::text[]) AS q(name) \
+               CROSS JOIN LATERAL ( \
+                 SELECT seq, queue, priority, deadline, run_at, \
+                   octet_length(payload) + COALESCE(octet_length(checkpoint), 0) \
+                     + octet_length(metadata) + $9::bigint AS size \
+                 FROM tasks \
+                 WHERE state = 'pending' AND queue = q.name \
+                   AND run_at <= $2 AND COALESCE(deadline, 9223372036854775807) > $2 \
+                 ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq \
+                 LIMIT $3 FOR UPDATE SKIP LOCKED) t), \
+             ranked AS ( \
+               SELECT t.seq, t.size, t.rn, ($7::int[])[t.rn] AS req FROM ( \
+                 SELECT c.seq, c.size, row_number() OVER ( \
+                   ORDER BY c.priority DESC, c.deadline ASC NULLS LAST, c.run_at, c.seq) AS rn \
+                 FROM cand c \
+                 ORDER BY c.priority DESC, c.deadline ASC NULLS LAST, c.run_at, c.seq \
                  LIMIT $3) t), \
+             picked AS ( \
+               SELECT seq, req FROM ( \
+                 SELECT seq, req, size, sum(size) OVER (PARTITION BY req ORDER BY rn) AS total \
+                 FROM ranked) r \
+               WHERE total - size < $8), \
+             spare AS ( \
+               SELECT pg_notify('taskbroker', s.queue) FROM ( \
+                 SELECT DISTINCT queue FROM cand \
+                 WHERE seq NOT IN (SELECT seq FROM picked)) s), \
              leased AS ( \
                UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
                  fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
@@ -469,7 +490,7 @@ impl Store for PostgresStore {
                  updated_at = $2, leased_at = $2, leased_address = ($5::text[])[p.req] \
                FROM picked p WHERE t.seq = p.seq \
                RETURNING t.*, p.req::bigint AS request) \
-             SELECT * FROM leased",
+             SELECT leased.*, (SELECT count(*) FROM spare) AS spare FROM leased",
         )
         .bind(&first.queues)
         .bind(now)
@@ -478,6 +499,8 @@ impl Store for PostgresStore {
         .bind(&addresses)
         .bind(&durations)
         .bind(&owners)
+        .bind(i64::try_from(first.max_reply_bytes).unwrap_or(i64::MAX))
+        .bind(LEASE_REPLY_TASK_BYTES)
         .try_map(|row: sqlx::postgres::PgRow| {
             use sqlx::{FromRow, Row};
             Ok((TaskRow::from_row(&row)?, row.try_get::<i64, _>("request")?))
@@ -772,6 +795,22 @@ impl Store for PostgresStore {
             .await?
             .map(TaskRow::into_record)
             .transpose()
+    }
+
+    async fn task_find_keys(&self, keys: &[(String, String)]) -> StoreResult<Vec<TaskRecord>> {
+        let queues: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
+        let names: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
+        sqlx::query_as::<_, TaskRow>(
+            "SELECT t.* FROM tasks t JOIN unnest($1::text[], $2::text[]) AS k(queue, key) \
+             ON t.queue = k.queue AND t.key = k.key",
+        )
+        .bind(&queues)
+        .bind(&names)
+        .fetch_all(&self.pool)
+        .await?
+        .into_iter()
+        .map(TaskRow::into_record)
+        .collect()
     }
 
     async fn task_queues(
