@@ -1130,7 +1130,42 @@ async fn per_queue_lease_bounds_hold_in_every_lease_call(b: Backend) {
     assert_eq!(c.lease(long).await.unwrap().into_inner().tasks.len(), 1);
 }
 
+// 2b. A Lease reply stops at the reply budget (4 MiB by default, the clients'
+// receive limit), so every task it hands out can be decoded; the rest wait.
+async fn a_lease_reply_never_outgrows_what_a_client_can_decode(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let mut c = app.broker().await;
+    for _ in 0..6 {
+        submit_one(
+            &mut c,
+            pb::TaskSpec {
+                payload: vec![1; 1 << 20],
+                ..spec("heavy")
+            },
+        )
+        .await;
+    }
+    // A default client: 4 MiB receive limit.
+    let first = c.lease(lease_req("heavy", 10)).await.expect("decodable");
+    let first = first.into_inner().tasks;
+    assert_eq!(
+        first.len(),
+        3,
+        "3 MiB and their overhead fit, a fourth would not"
+    );
+    let second = c
+        .lease(lease_req("heavy", 10))
+        .await
+        .unwrap()
+        .into_inner()
+        .tasks;
+    assert_eq!(second.len(), 3);
+}
+
 both_backends!(
+    a_lease_reply_never_outgrows_what_a_client_can_decode,
     a_previous_holder_is_fenced_off_after_the_task_moves_on,
     per_queue_lease_bounds_hold_in_every_lease_call,
     lease_order_is_priority_then_deadline_then_run_at_then_submission,

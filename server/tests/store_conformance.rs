@@ -52,6 +52,7 @@ fn lease_params(queue: &str, max: u32, now: DateTime<Utc>) -> LeaseParams {
     LeaseParams {
         queues: vec![queue.into()],
         max_tasks: max,
+        max_reply_bytes: 4 << 20,
         worker_id: "w".into(),
         worker_address: "127.0.0.1:1".into(),
         lease_duration: Duration::from_secs(30),
@@ -138,6 +139,7 @@ async fn one_lease_call_shares_tasks_among_waiting_requests(b: Backend) {
     let tasks: Vec<_> = (0..5).map(|n| task("m", n)).collect();
     s.task_insert_many(&tasks, t0()).await.unwrap();
     let request = |worker: &str, max: u32| LeaseParams {
+        max_reply_bytes: 4 << 20,
         worker_id: worker.into(),
         worker_address: format!("10.0.0.1:{max}"),
         ..lease_params("m", max, t0())
@@ -426,6 +428,42 @@ async fn a_stale_holder_is_refused_even_beside_the_live_one(b: Backend) {
     assert!(matches!(in_time[0], Settled::Applied(_)), "{in_time:?}");
 }
 
+async fn a_lease_stops_at_its_reply_budget_but_takes_one_at_least(b: Backend) {
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    let big = |n| NewTask {
+        payload: vec![7; 1 << 20],
+        ..task("big", n)
+    };
+    s.task_insert_many(&[big(1), big(2), big(3), big(4)], t0())
+        .await
+        .unwrap();
+    let budget = |bytes: u64| LeaseParams {
+        max_reply_bytes: bytes,
+        ..lease_params("big", 10, t0())
+    };
+    let two = s.task_lease_available(&budget(5 << 19)).await.unwrap();
+    assert_eq!(
+        two.iter().map(|t| t.id.clone()).collect::<Vec<_>>(),
+        [uuid_like(1), uuid_like(2)]
+    );
+    let one = s.task_lease_available(&budget(1000)).await.unwrap();
+    assert_eq!(
+        one.len(),
+        1,
+        "one task even when it alone is over the budget"
+    );
+    // What was not taken is still there for the next lease.
+    let rest = s
+        .task_lease_many(&[budget(4 << 20)])
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].id, uuid_like(4));
+}
+
 both_backends!(
     insert_deduplicates_by_queue_and_key,
     concurrent_leases_never_share_a_task,
@@ -433,4 +471,39 @@ both_backends!(
     leases_extend_settle_and_reclaim_by_the_given_clock,
     list_filters_by_visible_state_at_now,
     a_stale_holder_is_refused_even_beside_the_live_one,
+    a_lease_stops_at_its_reply_budget_but_takes_one_at_least,
 );
+
+/// A lease over several queues locks the head of each; the rows it does not take
+/// are announced (NOTIFY at commit), so a lease on another replica that skipped
+/// them while they were locked does not sleep through them. Postgres only: SQLite
+/// has one writer and no row locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_locked_but_not_taken_are_announced() {
+    let Some((s, db)) = open(Backend::Postgres).await else {
+        return;
+    };
+    let high = NewTask {
+        priority: 5,
+        ..task("x", 1)
+    };
+    s.task_insert_many(&[high, task("y", 2)], t0())
+        .await
+        .unwrap();
+    // Listening from now on: the insert's own notifications are not heard.
+    let mut listener = sqlx::postgres::PgListener::connect(&db.url).await.unwrap();
+    listener.listen(store::postgres::CHANNEL).await.unwrap();
+    let leased = s
+        .task_lease_available(&LeaseParams {
+            queues: vec!["x".into(), "y".into()],
+            ..lease_params("x", 1, t0())
+        })
+        .await
+        .unwrap();
+    assert_eq!(leased[0].id, uuid_like(1));
+    let n = tokio::time::timeout(Duration::from_secs(20), listener.recv())
+        .await
+        .expect("the untaken row's queue was announced")
+        .unwrap();
+    assert_eq!(n.payload(), "y");
+}

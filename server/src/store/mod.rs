@@ -106,8 +106,8 @@ pub struct Inserted {
 pub struct LeaseParams {
     pub queues: Vec<String>,
     pub max_tasks: u32,
-    /// Reply size budget: tasks are taken in lease order while the bytes of those
-    /// before stay under it (so at least one); see [`LEASE_REPLY_TASK_BYTES`].
+    /// Reply size budget: tasks are taken in lease order while their bytes stay
+    /// within it, and the first always; see [`LEASE_REPLY_TASK_BYTES`].
     pub max_reply_bytes: u64,
     pub worker_id: String,
     pub worker_address: String,

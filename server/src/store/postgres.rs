@@ -214,14 +214,16 @@ impl PostgresStore {
         ps: &[&CompleteParams],
     ) -> StoreResult<Vec<Settled<Completed>>> {
         let ids: Vec<&str> = ps.iter().map(|p| p.task_id.as_str()).collect();
-        let rows: Vec<(
+        /// id, queue, state, lease token, lease expiry, outcome of the latest attempt.
+        type Checked = (
             String,
             String,
             String,
             Option<String>,
             Option<i64>,
             Option<String>,
-        )> = sqlx::query_as(
+        );
+        let rows: Vec<Checked> = sqlx::query_as(
             "SELECT t.id, t.queue, t.state, t.lease_token, t.lease_expires_at, a.outcome \
                  FROM tasks t LEFT JOIN task_attempts a \
                    ON a.task_id = t.id AND a.attempt = t.attempt \
@@ -447,8 +449,8 @@ impl Store for PostgresStore {
         // and sorted every pending row of the queue per lease (45 ms instead of
         // 0.4 ms with 20,000 pending); as a filter it keeps the ordered index scan.
         //
-        // A request takes its tasks while the bytes of those before stay under the
-        // reply budget (so at least one). Rows that were locked here but not taken
+        // A request takes its tasks while their bytes stay within the reply budget
+        // (and always its first). Rows that were locked here but not taken
         // (over the budget, or beyond the demand in a lease over several queues) are
         // announced with NOTIFY, which is sent at commit when their locks go: a
         // lease on another replica that skipped them may have found nothing and
@@ -476,7 +478,7 @@ impl Store for PostgresStore {
                SELECT seq, req FROM ( \
                  SELECT seq, req, size, sum(size) OVER (PARTITION BY req ORDER BY rn) AS total \
                  FROM ranked) r \
-               WHERE total - size < $8), \
+               WHERE total <= $8 OR total = size), \
              spare AS ( \
                SELECT pg_notify('taskbroker', s.queue) FROM ( \
                  SELECT DISTINCT queue FROM cand \

@@ -254,7 +254,7 @@ pub(super) fn task_lease_available(
              run_at, seq ROWS UNBOUNDED PRECEDING) AS total FROM ( \
              SELECT * FROM ({}) \
              ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?5)) \
-           WHERE total - size < ?7) \
+           WHERE total <= ?7 OR total = size) \
          RETURNING {}",
         branches.join(" UNION ALL "),
         task_columns!()
