@@ -70,8 +70,17 @@ async fn drain(addrs: Vec<String>, queue: &str) -> HashMap<String, usize> {
             }
         }));
     }
+    // Bounded: a lost task must fail the test, not hang the suite.
     for w in workers {
-        w.await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(300), w)
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "workers still running after 300 s: {} of {TASKS} completed",
+                    completed.load(Ordering::SeqCst)
+                )
+            })
+            .unwrap();
     }
     Arc::try_unwrap(seen).unwrap().into_inner().unwrap()
 }

@@ -41,12 +41,17 @@ async fn until(
     stream: &mut tonic::Streaming<tonic_health::pb::HealthCheckResponse>,
     want: ServingStatus,
 ) {
-    while let Some(r) = stream.message().await.unwrap() {
-        if r.status == want as i32 {
-            return;
+    let reached = async {
+        while let Some(r) = stream.message().await.unwrap() {
+            if r.status == want as i32 {
+                return;
+            }
         }
-    }
-    panic!("health stream ended before {want:?}");
+        panic!("health stream ended before {want:?}");
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), reached)
+        .await
+        .unwrap_or_else(|_| panic!("health never reported {want:?}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,10 +100,7 @@ async fn readiness_serves_and_flips_on_drain_and_reflection_lists_services() {
         req.wait = secs(60);
         c.lease(req).await
     });
-    let broker = app.app.as_ref().unwrap().broker.clone();
-    while broker.dispatcher().waiters() == 0 {
-        tokio::task::yield_now().await;
-    }
+    app.until_waiting(1).await;
     let stopping = tokio::spawn(app.shutdown());
     until(&mut ready, ServingStatus::NotServing).await;
     let answered = poll
@@ -247,10 +249,7 @@ async fn over_limit_calls_are_shed_and_oversized_messages_refused() {
         req.wait = secs(60);
         waiter.lease(req).await
     });
-    let broker = app.app.as_ref().unwrap().broker.clone();
-    while broker.dispatcher().waiters() == 0 {
-        tokio::task::yield_now().await;
-    }
+    app.until_waiting(1).await;
     let shed = c
         .submit(pb::SubmitRequest {
             tasks: vec![spec("other")],
