@@ -273,11 +273,16 @@ impl PostgresStore {
         let now = ms(p.now);
         let mut tx = self.pool.begin().await?;
         let Some(row) = Self::fetch_task(&mut tx, &p.task_id).await? else {
+            tx.rollback().await?;
             return Ok(Settled::NotFound);
         };
         match Self::check(&mut tx, &row, Report::Complete, &p.lease_token, p.now).await? {
-            SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
+            SettleCheck::LeaseLost => {
+                tx.rollback().await?;
+                return Ok(Settled::LeaseLost);
+            }
             SettleCheck::AlreadySettled => {
+                tx.rollback().await?;
                 return Ok(Settled::AlreadySettled(Completed {
                     queue: row.queue,
                     leased_at: None,
@@ -579,6 +584,7 @@ impl Store for PostgresStore {
         let now = ms(p.now);
         let mut tx = self.pool.begin().await?;
         let Some(row) = Self::fetch_task(&mut tx, &p.task_id).await? else {
+            tx.rollback().await?;
             return Ok(Settled::NotFound);
         };
         let live = lease_is_live(
@@ -589,6 +595,7 @@ impl Store for PostgresStore {
             p.now,
         );
         if !live {
+            tx.rollback().await?;
             return Ok(Settled::LeaseLost);
         }
         let (at, cancel_requested): (i64, bool) = sqlx::query_as(
@@ -699,13 +706,18 @@ impl Store for PostgresStore {
         let now = ms(p.now);
         let mut tx = self.pool.begin().await?;
         let Some(row) = Self::fetch_task(&mut tx, &p.task_id).await? else {
+            tx.rollback().await?;
             return Ok(Settled::NotFound);
         };
         match Self::check(&mut tx, &row, Report::Fail, &p.lease_token, p.now).await? {
-            SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
+            SettleCheck::LeaseLost => {
+                tx.rollback().await?;
+                return Ok(Settled::LeaseLost);
+            }
             SettleCheck::AlreadySettled => {
                 let state = TaskState::of(row.stored_state()?, from_ms(row.run_at), p.now);
                 let next_run_at = (row.state == "pending").then(|| from_ms(row.run_at));
+                tx.rollback().await?;
                 return Ok(Settled::AlreadySettled(FailResult {
                     queue: row.queue,
                     state,
@@ -864,6 +876,7 @@ impl Store for PostgresStore {
         let now = ms(now);
         let mut tx = self.pool.begin().await?;
         let Some(row) = Self::fetch_task(&mut tx, task_id).await? else {
+            tx.rollback().await?;
             return Ok(Changed::NotFound);
         };
         let sql = match row.stored_state()? {
@@ -874,8 +887,14 @@ impl Store for PostgresStore {
             StoredState::Leased => {
                 "UPDATE tasks SET cancel_requested = TRUE, updated_at = $1 WHERE seq = $2"
             }
-            StoredState::Cancelled => return Ok(Changed::Done(Box::new(row.into_record()?))),
-            other => return Ok(Changed::WrongState(other)),
+            StoredState::Cancelled => {
+                tx.rollback().await?;
+                return Ok(Changed::Done(Box::new(row.into_record()?)));
+            }
+            other => {
+                tx.rollback().await?;
+                return Ok(Changed::WrongState(other));
+            }
         };
         sqlx::query(sql)
             .bind(now)
@@ -895,10 +914,12 @@ impl Store for PostgresStore {
     ) -> StoreResult<Changed> {
         let mut tx = self.pool.begin().await?;
         let Some(row) = Self::fetch_task(&mut tx, task_id).await? else {
+            tx.rollback().await?;
             return Ok(Changed::NotFound);
         };
         let state = row.stored_state()?;
         if matches!(state, StoredState::Leased | StoredState::Succeeded) {
+            tx.rollback().await?;
             return Ok(Changed::WrongState(state));
         }
         let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
@@ -926,10 +947,12 @@ impl Store for PostgresStore {
     async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
         let mut tx = self.pool.begin().await?;
         let Some(row) = Self::fetch_task(&mut tx, task_id).await? else {
+            tx.rollback().await?;
             return Ok(Changed::NotFound);
         };
         let state = row.stored_state()?;
         if !matches!(state, StoredState::Dead | StoredState::Cancelled) {
+            tx.rollback().await?;
             return Ok(Changed::WrongState(state));
         }
         sqlx::query(
