@@ -2,7 +2,8 @@
 //!
 //! The parts, from the wire inwards (dependencies point one way):
 //! - [`api`]: tonic handlers for `BrokerService` and `AdminService`; the one place
-//!   errors become `tonic::Status` (`api/error.rs`).
+//!   errors become `tonic::Status` (`api/error.rs`); KEDA's external scaler
+//!   (`api/scaler.rs`, protocol in [`keda`]).
 //! - [`service`]: broker semantics, one file per operation (submit, lease,
 //!   heartbeat/checkpoint, settle, admin); validation and wake-ups.
 //! - [`dispatch`]: long-poll waiters and their wake-ups.
@@ -12,6 +13,7 @@
 //! - [`metrics`] and [`http`]: Prometheus metrics on their own port.
 //! - [`telemetry`]: logs and OpenTelemetry traces (context crosses the queue).
 //! - [`app`] and [`config`]: start-up, configuration and shutdown.
+//! - [`smoke`]: the `taskbroker smoke` end-to-end check (`helm test`).
 #![forbid(unsafe_code)]
 
 pub mod api;
@@ -23,8 +25,15 @@ pub mod http;
 pub mod maintenance;
 pub mod metrics;
 pub mod service;
+pub mod smoke;
 pub mod store;
 pub mod telemetry;
+
+/// KEDA's external scaler protocol, generated from `server/proto/keda` (server and
+/// client); served by [`api::ScalerApi`].
+pub mod keda {
+    tonic::include_proto!("externalscaler");
+}
 
 /// Code generated from `proto/taskbroker/v1` (server side).
 pub mod pb {
