@@ -10,7 +10,8 @@
 //! - [`domain`]: pure rules with no I/O: states, validation, retry/backoff math.
 //! - [`store`]: the `Store` trait and its SQLite and Postgres implementations.
 //! - [`maintenance`]: the reaper (expired leases, passed deadlines).
-//! - [`metrics`] and [`http`]: Prometheus metrics on their own port.
+//! - [`metrics`] and [`http`]: Prometheus metrics and the HTTP probes (`/healthz`,
+//!   `/readyz`) on their own port.
 //! - [`telemetry`]: logs and OpenTelemetry traces (context crosses the queue).
 //! - [`app`] and [`config`]: start-up, configuration and shutdown.
 //! - [`smoke`]: the `taskbroker smoke` end-to-end check (`helm test`).
