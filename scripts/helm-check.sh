@@ -7,7 +7,11 @@
 # - values.schema.json and the chart's own checks reject contradictory values;
 # - every rendered object validated against the Kubernetes OpenAPI schemas of the
 #   oldest supported version and the newest known one (kubernetes-validate --strict);
-#   the ServiceMonitor is a CRD with no schema there and is checked by assertions;
+#   the CRD kinds (ServiceMonitor, Linkerd and Istio policies, KEDA ScaledObjects) have
+#   no schema there and are checked by assertions;
+# - the mesh and scaling extras (ci/mesh-values.yaml) rendered with Linkerd policy and
+#   with Istio policy: HTTP probes that both meshes pass, the NetworkPolicy a default
+#   install ships, the helm test pod, KEDA ScaledObjects, Postgres over TLS;
 # - assertions on the rendered manifests (mode rules, probes, ports, hooks), and that
 #   the Dockerfile copies every workspace member (the image itself is not built here).
 # Installs what is missing into ${XDG_CACHE_HOME:-~/.cache}/taskbroker: helm built from
@@ -117,11 +121,18 @@ if not ok:
 PY
 }
 
+assert_render() { # EXPRESSION ARGS...: renders with ARGS, then asserts EXPRESSION
+  local expr="$1"
+  shift
+  render "$work/assert_render.yaml" "$@" && assert "$work/assert_render.yaml" "$expr"
+}
+
 validate() { # VERSION FILE: kubernetes-validate, leaving out kinds it has no schema for
   "$py" - "$2" "$work/validate.yaml" <<'PY'
 import sys, yaml
 objs = [o for o in yaml.safe_load_all(open(sys.argv[1])) if o]
-keep = [o for o in objs if o["apiVersion"] != "monitoring.coreos.com/v1"]
+crd_groups = ("monitoring.coreos.com/", "policy.linkerd.io/", "security.istio.io/", "keda.sh/")
+keep = [o for o in objs if not o["apiVersion"].startswith(crd_groups)]
 yaml.safe_dump_all(keep, open(sys.argv[2], "w"))
 PY
   "$venv/bin/kubernetes-validate" -k "$1" --strict --quiet "$work/validate.yaml"
@@ -132,6 +143,8 @@ pg="$chart/ci/postgres-values.yaml"
 
 check "helm lint --strict (sqlite)" "$helm" lint --strict "$chart" -f "$sq"
 check "helm lint --strict (postgres)" "$helm" lint --strict "$chart" -f "$pg"
+mesh="$chart/ci/mesh-values.yaml"
+check "helm lint --strict (mesh extras)" "$helm" lint --strict "$chart" -f "$mesh"
 check "helm template (defaults)" render "$work/default.yaml"
 check "helm template (sqlite)" render "$work/sqlite.yaml" -f "$sq"
 check "helm template (postgres)" render "$work/postgres.yaml" -f "$pg"
@@ -141,6 +154,14 @@ check "helm template (sqlite, monitoring.coreos.com/v1 served)" render "$work/sq
   -f "$sq" --api-versions monitoring.coreos.com/v1
 check "helm template (postgres, monitoring.coreos.com/v1 served)" render "$work/postgres-mon.yaml" \
   -f "$pg" --api-versions monitoring.coreos.com/v1
+check "helm template (mesh extras, Linkerd policy)" render "$work/linkerd.yaml" -f "$mesh" \
+  --set linkerd.policy.enabled=true
+check "helm template (mesh extras, Istio policy)" render "$work/istio.yaml" -f "$mesh" \
+  --set istio.policy.enabled=true --set-json 'podAnnotations={"sidecar.istio.io/inject":"true"}'
+check "helm template (gRPC probes, TLS with client certificates)" render "$work/grpc-tls.yaml" \
+  --set probes.type=grpc --set tls.existingSecret=tb-tls --set tls.verifyClients=true
+check "helm template (TLS with client certificates for the test)" render "$work/mtls-test.yaml" \
+  --set tls.existingSecret=tb-tls --set tls.verifyClients=true --set tests.clientCertSecret=tb-client
 
 check "rejected: sqlite with replicaCount=3" rejects "/replicaCount': value must be 1" --set replicaCount=3
 check "rejected: sqlite with autoscaling" rejects "/autoscaling/enabled': value must be false" \
@@ -150,6 +171,11 @@ check "rejected: postgres without database Secret" rejects "/database/postgres/e
 check "rejected: unknown database.mode" rejects "/database/mode': value must be one of" --set database.mode=mysql
 check "rejected: unknown top-level value" rejects "additional properties 'replicas'" --set replicas=2
 check "rejected: config key the chart owns" rejects "invalid propertyName 'listen'" --set config.listen=0.0.0.0:1
+check "rejected: unknown probes.type" rejects "/probes/type': value must be one of" --set probes.type=exec
+check "rejected: unknown Postgres sslMode" rejects "/sslMode': value must be one of" \
+  --set database.postgres.tls.sslMode=on
+check "rejected: ScaledObject without a queue" rejects "missing property 'queue'" \
+  --set-json 'keda.scaledObjects=[{"name":"w"}]'
 check "rejected without the schema too: sqlite with replicaCount=3" \
   rejects "sqlite runs exactly one replica" --skip-schema-validation --set replicaCount=3
 check "rejected without the schema too: postgres without database Secret" \
@@ -160,7 +186,7 @@ check "NOTES render (postgres install, client dry run)" \
   "$helm" install tb "$chart" --namespace tasks --dry-run=client -f "$pg"
 
 for v in "${kube_versions[@]}"; do
-  for f in default sqlite postgres tls sqlite-mon postgres-mon; do
+  for f in default sqlite postgres tls sqlite-mon postgres-mon linkerd istio grpc-tls mtls-test; do
     check "kubernetes-validate --strict $v: $f" validate "$v" "$work/$f.yaml"
   done
 done
@@ -198,9 +224,11 @@ for f in sqlite postgres; do
   check "$f: Service port grpc with appProtocol grpc, and http-metrics" assert "$work/$f.yaml" \
     '[(q["name"], q.get("appProtocol")) for q in kinds["Service"][0]["spec"]["ports"]]
        == [("grpc", "grpc"), ("http-metrics", "http")]'
-  check "$f: native gRPC probes on a numeric port, readiness service" assert "$work/$f.yaml" \
-    'container["readinessProbe"]["grpc"] == {"port": 50051, "service": "readiness"}
-     and container["livenessProbe"]["grpc"] == {"port": 50051}'
+  check "$f: HTTP probes on the metrics port: /healthz (startup, liveness), /readyz" assert "$work/$f.yaml" \
+    'container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http-metrics"}
+     and container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-metrics"}
+     and container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http-metrics"}
+     and any(p["name"] == "http-metrics" for p in container["ports"])'
   check "$f: non-root, read-only root, no capabilities" assert "$work/$f.yaml" \
     'deploy["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 10001
      and container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -218,9 +246,95 @@ for f in sqlite postgres; do
   check "$f: ServiceMonitor with monitoring.coreos.com/v1" assert "$work/$f-mon.yaml" \
     'one("ServiceMonitor")["spec"]["endpoints"][0]["port"] == "http-metrics"'
 done
-check "TLS: cert, key and client CA passed; TCP probes" assert "$work/tls.yaml" \
+check "TLS: cert, key and client CA passed; HTTP probes still (the metrics port is plain)" assert "$work/tls.yaml" \
   'env("TASKBROKER_TLS_CLIENT_CA")["value"] == "/etc/taskbroker/tls/ca.crt"
-   and "tcpSocket" in container["readinessProbe"]'
+   and container["readinessProbe"]["httpGet"]["path"] == "/readyz"'
+check "probes.type=grpc: native gRPC probes, TCP once TLS is on" assert "$work/grpc-tls.yaml" \
+  '"tcpSocket" in container["readinessProbe"] and "httpGet" not in container["livenessProbe"]'
+check "probes.type=grpc without TLS: gRPC probes with the readiness service" assert_render \
+  'container["readinessProbe"]["grpc"] == {"port": 50051, "service": "readiness"}
+   and container["livenessProbe"]["grpc"] == {"port": 50051}' --set probes.type=grpc
+
+# --- NetworkPolicy, helm test, mesh policies, KEDA, Postgres TLS ---------------
+d="$work/default.yaml"
+check "default install ships a NetworkPolicy: gRPC from its namespace, metrics open" assert "$d" \
+  '(np := one("NetworkPolicy"))["spec"]["podSelector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
+   and np["spec"]["policyTypes"] == ["Ingress"]
+   and np["spec"]["ingress"][0]["ports"] == [{"port": "grpc", "protocol": "TCP"}]
+   and {"podSelector": {}} in np["spec"]["ingress"][0]["from"]
+   and np["spec"]["ingress"][1]["ports"] == [{"port": "http-metrics", "protocol": "TCP"}]
+   and "from" not in np["spec"]["ingress"][1]'
+check "helm test pod: a test hook running taskbroker smoke against the Service" assert "$d" \
+  '(t := one("Pod"))["metadata"]["annotations"]["helm.sh/hook"] == "test"
+   and t["spec"]["containers"][0]["args"] == ["smoke", "--addr", "http://tb-taskbroker.tasks.svc:50051"]
+   and t["spec"]["containers"][0]["image"] == container["image"]
+   and t["spec"]["restartPolicy"] == "Never"
+   and not set(deploy["spec"]["selector"]["matchLabels"].items()) <= set(t["metadata"]["labels"].items())
+   and t["metadata"]["annotations"]["config.beta.linkerd.io/proxy-enable-native-sidecar"] == "true"'
+check "helm test with auth: tokens from the auth Secret" assert "$p" \
+  '"--tokens-file" in (t := one("Pod"))["spec"]["containers"][0]["args"]
+   and t["spec"]["volumes"][0]["secret"]["secretName"] == "taskbroker-tokens"'
+check "helm test with verifyClients but no client certificate: no test pod" assert "$work/tls.yaml" \
+  'not kinds.get("Pod")'
+check "helm test with mTLS: the client certificate Secret" assert "$work/mtls-test.yaml" \
+  '(a := one("Pod")["spec"]["containers"][0]["args"])[2] == "https://tb-taskbroker.tasks.svc:50051"
+   and a[a.index("--tls-ca") + 1] == "/etc/taskbroker/tls/ca.crt"
+   and a[a.index("--tls-cert") + 1] == "/etc/taskbroker/client-tls/tls.crt"'
+check "no mesh policy objects unless asked" assert "$d" \
+  'not [o for o in objs if o["apiVersion"].split("/")[0] in ("policy.linkerd.io", "security.istio.io", "keda.sh")]'
+l="$work/linkerd.yaml"
+check "Linkerd: a Server per port (gRPC, HTTP/1), no HTTPRoute so probes stay authorized" assert "$l" \
+  'sorted((s["metadata"]["name"], s["spec"]["port"], s["spec"]["proxyProtocol"]) for s in kinds["Server"])
+     == [("tb-taskbroker-grpc", "grpc", "gRPC"), ("tb-taskbroker-metrics", "http-metrics", "HTTP/1")]
+   and all(s["apiVersion"] == "policy.linkerd.io/v1beta3"
+           and s["spec"]["podSelector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"] for s in kinds["Server"])
+   and not kinds.get("HTTPRoute") and not kinds.get("GRPCRoute")'
+check "Linkerd: gRPC admits the listed identities, the test pod and KEDA, metrics the scrape networks" assert "$l" \
+  '{a["spec"]["targetRef"]["name"]: a["spec"]["requiredAuthenticationRefs"][0]["kind"] for a in kinds["AuthorizationPolicy"]}
+     == {"tb-taskbroker-grpc": "MeshTLSAuthentication", "tb-taskbroker-metrics": "NetworkAuthentication"}
+   and one("MeshTLSAuthentication")["spec"]["identityRefs"] == [
+     {"kind": "ServiceAccount", "name": "emails-worker", "namespace": "workers"},
+     {"kind": "ServiceAccount", "name": "tb-taskbroker", "namespace": "tasks"},
+     {"kind": "ServiceAccount", "name": "keda-operator", "namespace": "keda"}]
+   and [n["cidr"] for n in one("NetworkAuthentication")["spec"]["networks"]] == ["0.0.0.0/0", "::/0"]
+   and container["readinessProbe"]["httpGet"]["port"] == "http-metrics"'
+i="$work/istio.yaml"
+check "Istio: STRICT mTLS, metrics port PERMISSIVE for an unmeshed Prometheus" assert "$i" \
+  '(pa := one("PeerAuthentication"))["apiVersion"] == "security.istio.io/v1"
+   and pa["spec"]["mtls"] == {"mode": "STRICT"} and pa["spec"]["portLevelMtls"] == {"9090": {"mode": "PERMISSIVE"}}
+   and pa["spec"]["selector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]'
+check "Istio: ALLOW gRPC from the listed namespaces, the test pod and KEDA, metrics from anyone" assert "$i" \
+  '(r := one("AuthorizationPolicy")["spec"]["rules"])[0]["to"] == [{"operation": {"ports": ["50051"]}}]
+   and r[0]["from"] == [{"source": {"namespaces": ["workers"]}},
+                        {"source": {"principals": ["cluster.local/ns/tasks/sa/tb-taskbroker",
+                                                   "cluster.local/ns/keda/sa/keda-operator"]}}]
+   and r[1] == {"to": [{"operation": {"ports": ["9090"]}}]}
+   and one("AuthorizationPolicy")["spec"]["action"] == "ALLOW"'
+check "NetworkPolicy: listed peers and KEDA only, metrics from monitoring" assert "$l" \
+  '(np := one("NetworkPolicy"))["spec"]["ingress"][0]["from"][1:] == [
+     {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "keda"}}},
+     {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "workers"}}}]
+   and {"podSelector": {}} not in np["spec"]["ingress"][0]["from"]
+   and np["spec"]["ingress"][1]["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]'
+check "KEDA: ScaledObjects on the broker's external scaler, metadata as strings" assert "$l" \
+  '[(s["metadata"]["namespace"], s["spec"]["scaleTargetRef"]["name"], s["spec"]["minReplicaCount"], s["spec"]["maxReplicaCount"],
+     s["spec"]["triggers"][0]["type"]) for s in kinds["ScaledObject"]]
+     == [("workers", "emails-worker", 0, 20, "external"), ("workers", "reports", 1, 10, "external-push")]
+   and kinds["ScaledObject"][0]["spec"]["triggers"][0]["metadata"] == {
+     "scalerAddress": "tb-taskbroker.tasks.svc:50051", "queue": "emails", "targetReadyPerReplica": "5",
+     "activationReady": "0", "tokenFromEnv": "TASKBROKER_TOKEN"}
+   and kinds["ScaledObject"][1]["spec"]["triggers"][0]["metadata"]["includeLeased"] == "false"
+   and all(isinstance(v, str) for s in kinds["ScaledObject"] for v in s["spec"]["triggers"][0]["metadata"].values())'
+check "Postgres TLS: PGSSLMODE and PGSSLROOTCERT from the CA Secret, in pods and the migration Job" assert "$l" \
+  'env("PGSSLMODE")["value"] == "verify-full"
+   and env("PGSSLROOTCERT")["value"] == "/etc/taskbroker/postgres-ca/ca.crt"
+   and {"name": "postgres-ca", "mountPath": "/etc/taskbroker/postgres-ca", "readOnly": True} in container["volumeMounts"]
+   and any(v["name"] == "postgres-ca" and v["secret"]["secretName"] == "taskbroker-db-ca"
+           and v["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}] for v in deploy["spec"]["template"]["spec"]["volumes"])
+   and (j := one("Job")["spec"]["template"]["spec"])["containers"][0]["env"][1]["name"] == "PGSSLMODE"
+   and any(m["name"] == "postgres-ca" for m in j["containers"][0]["volumeMounts"])
+   and any(v["name"] == "postgres-ca" for v in j["volumes"])'
+check "no Postgres TLS settings unless asked" assert "$p" 'env("PGSSLMODE") is None and env("PGSSLROOTCERT") is None'
 check "config TOML parses, with whole numbers as integers" "$py" -c '
 import sys, tomllib, yaml
 for f in sys.argv[1:]:

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Starts a throwaway Postgres cluster for tests and prints `export` lines for it.
 #   eval "$(scripts/pg.sh start DIR)"   -> TASKBROKER_TEST_POSTGRES_URL
+#   eval "$(scripts/pg.sh start-tls DIR)"
+#       -> TASKBROKER_TEST_POSTGRES_TLS_URL (sslmode=require), TASKBROKER_TEST_POSTGRES_TLS_CA
+#          a cluster with ssl=on and a certificate for localhost signed by a throwaway CA
+#          (both made here with openssl), that refuses connections without TLS
 #   scripts/pg.sh stop DIR
 # Installs Postgres from Debian packages when it is missing. Postgres refuses to
 # run as root, so the cluster runs as the `postgres` user (created if needed).
 set -euo pipefail
 
-cmd=${1:?usage: pg.sh start|stop DIR}
-dir=${2:?usage: pg.sh start|stop DIR}
+cmd=${1:?usage: pg.sh start|start-tls|stop DIR}
+dir=${2:?usage: pg.sh start|start-tls|stop DIR}
 
 find_bin() {
   local b
@@ -25,6 +29,11 @@ if ! bindir=$(find_bin); then
   bindir=$(find_bin)
 fi
 
+if [ "$cmd" = start-tls ] && ! command -v openssl >/dev/null 2>&1; then
+  echo "installing openssl from Debian packages" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >&2
+fi
+
 as_pg() {
   if [ "$(id -u)" = 0 ]; then
     id postgres >/dev/null 2>&1 || useradd --system --no-create-home postgres
@@ -35,7 +44,7 @@ as_pg() {
 }
 
 case "$cmd" in
-  start)
+  start | start-tls)
     mkdir -p "$dir"
     if [ "$(id -u)" = 0 ]; then
       as_pg true # creates the postgres user when missing
@@ -47,12 +56,38 @@ case "$cmd" in
     chmod 700 "$dir"
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     as_pg "$bindir/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 >/dev/null
-    as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w \
-      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=on" start >/dev/null
-    echo "export TASKBROKER_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:$port/postgres"
+    opts="-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=on"
+    if [ "$cmd" = start-tls ]; then
+      # A CA and a server certificate for localhost/127.0.0.1, in the data directory
+      # (owned by the cluster's user, key 0600 as Postgres demands).
+      tls="$dir/tls"
+      mkdir -p "$tls"
+      openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=taskbroker test CA" \
+        -keyout "$tls/ca.key" -out "$tls/ca.crt" 2>/dev/null
+      openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+        -keyout "$dir/data/server.key" -out "$tls/server.csr" 2>/dev/null
+      printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$tls/ext"
+      openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" \
+        -CAcreateserial -days 2 -extfile "$tls/ext" -out "$dir/data/server.crt" 2>/dev/null
+      chmod 600 "$dir/data/server.key"
+      chmod 644 "$tls/ca.crt"
+      if [ "$(id -u)" = 0 ]; then chown postgres "$dir/data/server.key" "$dir/data/server.crt"; fi
+      # TCP connections must use TLS; the Unix socket (pg_ctl's own checks) stays open.
+      printf 'local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n' \
+        >"$dir/data/pg_hba.conf"
+      if [ "$(id -u)" = 0 ]; then chown postgres "$dir/data/pg_hba.conf"; fi
+      opts="$opts -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key"
+    fi
+    as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o "$opts" start >/dev/null
+    if [ "$cmd" = start-tls ]; then
+      echo "export TASKBROKER_TEST_POSTGRES_TLS_URL='postgres://postgres@localhost:$port/postgres?sslmode=require'"
+      echo "export TASKBROKER_TEST_POSTGRES_TLS_CA=$tls/ca.crt"
+    else
+      echo "export TASKBROKER_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:$port/postgres"
+    fi
     ;;
   stop)
     as_pg "$bindir/pg_ctl" -D "$dir/data" -m fast stop >/dev/null 2>&1 || true
     ;;
-  *) echo "usage: pg.sh start|stop DIR" >&2; exit 2 ;;
+  *) echo "usage: pg.sh start|start-tls|stop DIR" >&2; exit 2 ;;
 esac

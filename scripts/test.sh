@@ -39,6 +39,12 @@ eval "$pgenv"
 export TASKBROKER_TEST_POSTGRES_URL
 export TASKBROKER_REQUIRE_POSTGRES=1
 
+step "throwaway Postgres cluster with TLS (ssl=on, openssl-made certificate)"
+trap 'scripts/pg.sh stop "$pgdir/cluster"; scripts/pg.sh stop "$pgdir/tls"; rm -rf "$pgdir"' EXIT
+eval "$(scripts/pg.sh start-tls "$pgdir/tls")"
+export TASKBROKER_TEST_POSTGRES_TLS_URL TASKBROKER_TEST_POSTGRES_TLS_CA
+export TASKBROKER_REQUIRE_POSTGRES_TLS=1
+
 step "cargo test (SQLite and Postgres)"
 cargo test --workspace --no-fail-fast
 

@@ -1,4 +1,6 @@
-//! Generates the gRPC server stubs from `proto/` with protox (no system `protoc`).
+//! Generates the gRPC server stubs from `proto/` with protox (no system `protoc`),
+//! and KEDA's external scaler protocol from `server/proto/keda` (server and client:
+//! the tests call it as KEDA would).
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = ["taskbroker/v1/broker.proto", "taskbroker/v1/admin.proto"];
     let fds = protox::compile(files, ["../proto"])?;
@@ -12,5 +14,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(false)
         .compile_fds(fds)?;
     println!("cargo:rerun-if-changed=../proto");
+
+    let keda = protox::compile(["externalscaler.proto"], ["proto/keda"])?;
+    std::fs::write(
+        out.join("externalscaler_descriptor.bin"),
+        prost::Message::encode_to_vec(&keda),
+    )?;
+    tonic_prost_build::configure().compile_fds(keda)?;
+    println!("cargo:rerun-if-changed=proto/keda");
     Ok(())
 }

@@ -15,8 +15,9 @@ use tonic_health::server::HealthReporter;
 
 use crate::api::auth::{Authenticator, TokenEntry};
 use crate::api::guard::{GuardConfig, GuardLayer};
-use crate::api::{AdminApi, BrokerApi};
+use crate::api::{AdminApi, BrokerApi, ScalerApi};
 use crate::dispatch::Dispatcher;
+use crate::keda::external_scaler_server::ExternalScalerServer;
 use crate::maintenance::{Reaper, Retention};
 use crate::metrics::Metrics;
 use crate::pb::admin_service_server::AdminServiceServer;
@@ -28,6 +29,8 @@ use crate::store::{self, StoreError};
 pub const READINESS: &str = "readiness";
 
 pub(crate) const DESCRIPTOR: &[u8] = tonic::include_file_descriptor_set!("taskbroker_descriptor");
+pub(crate) const KEDA_DESCRIPTOR: &[u8] =
+    tonic::include_file_descriptor_set!("externalscaler_descriptor");
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -156,9 +159,11 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
     tokio::spawn(Reaper::new(broker.clone(), config.reclaim_interval).run(stop.clone()));
     tokio::spawn(Retention::new(broker.clone(), Duration::from_secs(60)).run(stop.clone()));
 
+    // The readiness monitor's view of the database, for the HTTP /readyz probe.
+    let (database_up, database_up_rx) = tokio::sync::watch::channel(true);
     let metrics_addr = match config.metrics_listen {
         Some(m) => Some(
-            crate::http::serve(m, broker.clone(), stop.clone())
+            crate::http::serve(m, broker.clone(), database_up_rx, stop.clone())
                 .await
                 .map_err(bind_error(m))?,
         ),
@@ -174,20 +179,28 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
     tokio::spawn(monitor_readiness(
         broker.clone(),
         health.clone(),
+        database_up,
         stop.clone(),
     ));
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(DESCRIPTOR)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(KEDA_DESCRIPTOR)
         .build_v1()
         .expect("the embedded descriptors are valid");
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(DESCRIPTOR)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(KEDA_DESCRIPTOR)
         .build_v1alpha()
         .expect("the embedded descriptors are valid");
 
     let opts = &config.server;
+    // KEDA's scaler checks its own token (from the trigger metadata).
+    let scaler = ScalerApi::new(
+        broker.clone(),
+        (!config.auth.is_empty()).then(|| Authenticator::new(&config.auth)),
+    );
     let guard = GuardLayer::new(
         GuardConfig {
             max_concurrent: opts.max_concurrent_requests,
@@ -229,6 +242,7 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
         .add_service(
             AdminServiceServer::new(AdminApi::new(broker.clone())).max_decoding_message_size(max),
         )
+        .add_service(ExternalScalerServer::new(scaler))
         .serve_with_incoming_shutdown(incoming, stop.clone().cancelled_owned());
     let server = tokio::spawn(server);
     Ok(App {
@@ -242,8 +256,13 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
 }
 
 /// Keeps the readiness status in step with the database (checked every second)
-/// and with draining.
-async fn monitor_readiness(broker: Arc<Broker>, health: HealthReporter, stop: CancellationToken) {
+/// and with draining; `database_up` carries the same answer to the HTTP /readyz.
+async fn monitor_readiness(
+    broker: Arc<Broker>,
+    health: HealthReporter,
+    database_up: tokio::sync::watch::Sender<bool>,
+    stop: CancellationToken,
+) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last = Some(true);
@@ -267,6 +286,7 @@ async fn monitor_readiness(broker: Arc<Broker>, health: HealthReporter, stop: Ca
                 ServingStatus::NotServing
             };
             health.set_service_status(READINESS, status).await;
+            database_up.send_replace(up);
             last = Some(up);
         }
     }

@@ -1,4 +1,8 @@
-//! The HTTP side port: Prometheus metrics at `/metrics`.
+//! The HTTP side port: Prometheus metrics at `/metrics`, and the probes `/healthz`
+//! (liveness) and `/readyz` (readiness) for meshes that pass only HTTP probes
+//! (Linkerd authorizes HTTP probe paths by itself; Istio rewrites HTTP probes through
+//! its agent). They say what `grpc.health.v1` says on the gRPC port: service `""` and
+//! service `readiness`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,11 +12,20 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::service::Broker;
 
-async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
+#[derive(Clone)]
+struct HttpState {
+    broker: Arc<Broker>,
+    /// The database answered the last readiness check (set by the app's monitor).
+    database_up: watch::Receiver<bool>,
+}
+
+async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
+    let broker = &state.broker;
     let now = broker.clock().now();
     let stats = match broker.store().queue_stats(&[], now).await {
         Ok(s) => s,
@@ -41,17 +54,42 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
         .into_response()
 }
 
-/// Binds the metrics port and serves until `stop`.
+/// Liveness: the process answers (as `grpc.health.v1` service `""`).
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Readiness: the database answers and the broker is not draining (as
+/// `grpc.health.v1` service `readiness`). 503 takes the pod out of the endpoints
+/// without restarting it.
+async fn readyz(State(state): State<HttpState>) -> (StatusCode, &'static str) {
+    if state.broker.dispatcher().draining().is_cancelled() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining\n");
+    }
+    if !*state.database_up.borrow() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "database unreachable\n");
+    }
+    (StatusCode::OK, "ready\n")
+}
+
+/// Binds the HTTP port and serves until `stop`. `database_up` is the readiness
+/// monitor's view of the database.
 pub async fn serve(
     addr: SocketAddr,
     broker: Arc<Broker>,
+    database_up: watch::Receiver<bool>,
     stop: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     let app = Router::new()
         .route("/metrics", get(metrics))
-        .with_state(broker);
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(HttpState {
+            broker,
+            database_up,
+        });
     tokio::spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(stop.cancelled_owned())

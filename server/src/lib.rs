@@ -2,16 +2,19 @@
 //!
 //! The parts, from the wire inwards (dependencies point one way):
 //! - [`api`]: tonic handlers for `BrokerService` and `AdminService`; the one place
-//!   errors become `tonic::Status` (`api/error.rs`).
+//!   errors become `tonic::Status` (`api/error.rs`); KEDA's external scaler
+//!   (`api/scaler.rs`, protocol in [`keda`]).
 //! - [`service`]: broker semantics, one file per operation (submit, lease,
 //!   heartbeat/checkpoint, settle, admin); validation and wake-ups.
 //! - [`dispatch`]: long-poll waiters and their wake-ups.
 //! - [`domain`]: pure rules with no I/O: states, validation, retry/backoff math.
 //! - [`store`]: the `Store` trait and its SQLite and Postgres implementations.
 //! - [`maintenance`]: the reaper (expired leases, passed deadlines).
-//! - [`metrics`] and [`http`]: Prometheus metrics on their own port.
+//! - [`metrics`] and [`http`]: Prometheus metrics and the HTTP probes (`/healthz`,
+//!   `/readyz`) on their own port.
 //! - [`telemetry`]: logs and OpenTelemetry traces (context crosses the queue).
 //! - [`app`] and [`config`]: start-up, configuration and shutdown.
+//! - [`smoke`]: the `taskbroker smoke` end-to-end check (`helm test`).
 #![forbid(unsafe_code)]
 
 pub mod api;
@@ -23,8 +26,15 @@ pub mod http;
 pub mod maintenance;
 pub mod metrics;
 pub mod service;
+pub mod smoke;
 pub mod store;
 pub mod telemetry;
+
+/// KEDA's external scaler protocol, generated from `server/proto/keda` (server and
+/// client); served by [`api::ScalerApi`].
+pub mod keda {
+    tonic::include_proto!("externalscaler");
+}
 
 /// Code generated from `proto/taskbroker/v1` (server side).
 pub mod pb {

@@ -46,6 +46,9 @@ enum Command {
     /// Show the effective configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Check a running broker end to end: health, then Submit, Lease and Complete
+    /// of one task on a fresh queue (what `helm test` runs).
+    Smoke(taskbroker_server::smoke::SmokeArgs),
     #[command(flatten)]
     Client(taskbroker_client::cli::ClientCommand),
 }
@@ -119,6 +122,10 @@ async fn main() -> std::process::ExitCode {
             .and_then(|c| c.validate().map(|_| c))
             .map(|c| print!("{}", c.redacted_toml()))
             .map_err(anyhow::Error::msg),
+        Command::Smoke(args) => taskbroker_server::smoke::run(args)
+            .await
+            .map(|report| print!("{report}"))
+            .map_err(anyhow::Error::from),
         Command::Client(cmd) => taskbroker_client::cli::run(cmd)
             .await
             .map_err(anyhow::Error::from),

@@ -131,3 +131,47 @@ shutdown_grace = {{ printf "%ds" (int $s.shutdownGraceSeconds) | quote }}
   value: {{ printf "sqlite://%s" .Values.database.sqlite.path | quote }}
 {{- end }}
 {{- end }}
+
+{{/* Postgres over TLS: PGSSLMODE and PGSSLROOTCERT (the URL's sslmode/sslrootcert win). */}}
+{{- define "taskbroker.postgresTlsEnv" -}}
+{{- if include "taskbroker.postgres" . }}
+{{- $t := .Values.database.postgres.tls }}
+{{- if $t.sslMode }}
+- name: PGSSLMODE
+  value: {{ $t.sslMode | quote }}
+{{- end }}
+{{- if $t.caSecret }}
+- name: PGSSLROOTCERT
+  value: /etc/taskbroker/postgres-ca/ca.crt
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "taskbroker.postgresCaMount" -}}
+{{- if and (include "taskbroker.postgres" .) .Values.database.postgres.tls.caSecret }}
+- name: postgres-ca
+  mountPath: /etc/taskbroker/postgres-ca
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "taskbroker.postgresCaVolume" -}}
+{{- $t := .Values.database.postgres.tls }}
+{{- if and (include "taskbroker.postgres" .) $t.caSecret }}
+- name: postgres-ca
+  secret:
+    secretName: {{ $t.caSecret }}
+    defaultMode: 0444
+    items:
+      - key: {{ $t.caKey }}
+        path: ca.crt
+{{- end }}
+{{- end }}
+
+{{/* Pod labels of the `helm test` pod (the NetworkPolicy admits it on the gRPC port). */}}
+{{/* Not the broker's selector labels: the Service must never pick the test pod. */}}
+{{- define "taskbroker.testLabels" -}}
+app.kubernetes.io/name: {{ include "taskbroker.name" . }}-test
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: test
+{{- end }}

@@ -13,6 +13,8 @@ pub enum Role {
     Worker,
     /// Everything.
     Admin,
+    /// Reads queue backlogs through KEDA's external scaler service, nothing else.
+    Scaler,
 }
 
 impl Role {
@@ -21,6 +23,7 @@ impl Role {
             "producer" => Some(Role::Producer),
             "worker" => Some(Role::Worker),
             "admin" => Some(Role::Admin),
+            "scaler" => Some(Role::Scaler),
             _ => None,
         }
     }
@@ -98,8 +101,12 @@ pub fn parse_token_file(text: &str) -> Result<Vec<TokenEntry>, String> {
         let (Some(role), Some(token)) = (parts.next(), parts.next()) else {
             return Err(format!("line {}: expected `ROLE TOKEN [NAME]`", i + 1));
         };
-        let role = Role::parse(role)
-            .ok_or_else(|| format!("line {}: role must be producer, worker or admin", i + 1))?;
+        let role = Role::parse(role).ok_or_else(|| {
+            format!(
+                "line {}: role must be producer, worker, scaler or admin",
+                i + 1
+            )
+        })?;
         out.push(TokenEntry {
             role,
             token: token.to_string(),
@@ -120,13 +127,26 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The roles allowed to call a gRPC method path; `None` means no token needed.
+/// KEDA's external scaler service.
+pub const SCALER_PATH: &str = "/externalscaler.ExternalScaler/";
+
+/// The roles whose tokens may read backlogs through the scaler service: a worker
+/// token (KEDA resolves `tokenFromEnv` from the worker's own environment), a
+/// scaler-only token, or admin.
+pub const SCALER_ROLES: &[Role] = &[Role::Worker, Role::Scaler, Role::Admin];
+
+/// The roles allowed to call a gRPC method path; `None` means no token needed here.
 fn allowed(path: &str) -> Option<&'static [Role]> {
     const WORKER: &[Role] = &[Role::Worker, Role::Admin];
     const PRODUCER: &[Role] = &[Role::Producer, Role::Admin];
     const READ: &[Role] = &[Role::Producer, Role::Admin];
     const ADMIN: &[Role] = &[Role::Admin];
     if path.starts_with("/grpc.health.") || path.starts_with("/grpc.reflection.") {
+        return None;
+    }
+    // KEDA sends no headers: the scaler service reads its token from the trigger
+    // metadata and checks it itself (api/scaler.rs, roles SCALER_ROLES).
+    if path.starts_with(SCALER_PATH) {
         return None;
     }
     let method = path.rsplit('/').next().unwrap_or_default();
@@ -170,6 +190,17 @@ impl Authenticator {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(|| Status::unauthenticated("missing bearer token"))?;
+        let method = path.rsplit('/').next().unwrap_or(path);
+        self.check_token(token, roles, method).map(Some)
+    }
+
+    /// Checks one token against the roles that may call `method`.
+    pub fn check_token(
+        &self,
+        token: &str,
+        roles: &[Role],
+        method: &str,
+    ) -> Result<Principal, Status> {
         // Compare against every token so timing does not tell which one was close.
         let mut found = None;
         for (t, p) in &self.tokens {
@@ -179,13 +210,12 @@ impl Authenticator {
         }
         let principal = found.ok_or_else(|| Status::unauthenticated("invalid bearer token"))?;
         if !roles.contains(&principal.role) {
-            let method = path.rsplit('/').next().unwrap_or(path);
             return Err(Status::permission_denied(format!(
                 "role {:?} may not call {method}",
                 principal.role
             )));
         }
-        Ok(Some(principal.clone()))
+        Ok(principal.clone())
     }
 }
 

@@ -7,9 +7,11 @@ mod broker;
 mod convert;
 mod error;
 pub mod guard;
+pub mod scaler;
 
 pub use admin::AdminApi;
 pub use broker::BrokerApi;
+pub use scaler::ScalerApi;
 
 /// Metadata key recording which producer token submitted a task, when
 /// authentication is on; producers may read only their own tasks.

@@ -18,6 +18,7 @@ use crate::store::{
 use combine::Combiner;
 
 mod admin;
+mod backlog;
 mod clock;
 mod combine;
 mod error;
@@ -27,6 +28,7 @@ mod settle;
 mod submit;
 
 pub use admin::{ListTasks, TaskPage, UpdateTask};
+pub use backlog::Backlog;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::ServiceError;
 pub use heartbeat::CheckpointRequest;

@@ -44,6 +44,10 @@ impl From<sqlx::Error> for StoreError {
             | sqlx::Error::PoolClosed
             | sqlx::Error::Tls(_)
             | sqlx::Error::WorkerCrashed => true,
+            // With TLS built in, sqlx opens each connection with an SSLRequest; a
+            // connection the network drops before Postgres answers reads as a 0x00
+            // answer, i.e. this protocol error. It is an outage, not a bug.
+            sqlx::Error::Protocol(m) => m.starts_with("unexpected response from SSLRequest"),
             sqlx::Error::Database(db) => matches!(
                 db.code().as_deref(),
                 // Postgres: admin/crash shutdown, cannot connect now, too many connections.
