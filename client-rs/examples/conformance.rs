@@ -374,7 +374,13 @@ fn suffix() -> String {
 #[tokio::main]
 async fn main() -> ExitCode {
     let addr = std::env::var("TASKBROKER_ADDR").unwrap_or_else(|_| "127.0.0.1:50051".into());
-    let client = match Client::connect(addr.clone()).await {
+    // TLS, mTLS and the token come from TASKBROKER_CA / _CLIENT_CERT / _CLIENT_KEY / _TOKEN
+    // when `scripts/conformance.sh rust --secure` sets them.
+    let connected = match Client::builder(addr.clone()).env_settings() {
+        Ok(b) => b.connect().await,
+        Err(e) => Err(e),
+    };
+    let client = match connected {
         Ok(c) => c,
         Err(e) => {
             println!("FAIL connect: {e}");
