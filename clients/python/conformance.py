@@ -297,7 +297,7 @@ def main() -> int:
         print("TASKBROKER_ADDR is not set (host:port)", file=sys.stderr)
         return 2
     passed = failed = 0
-    with Client(addr) as tb:
+    with Client.from_env(addr) as tb:
         cases = Cases(tb)
         for name in CASES:
             reason = run_case(getattr(cases, name), name)

@@ -7,7 +7,7 @@
 - ``error_info`` / ``is_lease_lost``: the broker's rich error details (google.rpc.ErrorInfo).
 """
 
-from taskbroker.client import Client
+from taskbroker.client import Client, ConnectOptions, TLSConfig
 from taskbroker.errors import (
     ERROR_DOMAIN,
     REASON_LEASE_LOST,
@@ -24,9 +24,11 @@ __all__ = [
     "ERROR_DOMAIN",
     "REASON_LEASE_LOST",
     "Client",
+    "ConnectOptions",
     "LeaseLostError",
     "PermanentError",
     "RetryableError",
+    "TLSConfig",
     "TaskContext",
     "Worker",
     "admin_pb2",
