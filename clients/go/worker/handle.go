@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"taskbroker.dev/go/rpcerr"
-	pb "taskbroker.dev/go/taskbrokerv1"
+	"github.com/taskbroker/taskbroker/clients/go/rpcerr"
+	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
 // handle runs the handler for one leased task and settles it.

@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	pb "taskbroker.dev/go/taskbrokerv1"
+	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
 // heartbeatLoop extends every running lease in one Heartbeat call every third of the

@@ -7,8 +7,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"taskbroker.dev/go/rpcerr"
-	pb "taskbroker.dev/go/taskbrokerv1"
+	"github.com/taskbroker/taskbroker/clients/go/rpcerr"
+	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
 // Task is one leased task as a handler sees it. The embedded LeasedTask gives the payload,

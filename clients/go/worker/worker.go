@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	pb "taskbroker.dev/go/taskbrokerv1"
+	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
 // Handler does the work of one task. A nil error completes the task with result; an error

@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	pb "taskbroker.dev/go/taskbrokerv1"
-	"taskbroker.dev/go/worker"
+	taskbroker "github.com/taskbroker/taskbroker/clients/go"
+	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
+	"github.com/taskbroker/taskbroker/clients/go/worker"
 )
 
 type fixture struct {
@@ -35,7 +35,7 @@ func newFixture(t *testing.T) *fixture {
 	if addr == "" {
 		t.Skip("TASKBROKER_ADDR is not set; these tests need a live broker")
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := taskbroker.NewClient(addr, taskbroker.FromEnv())
 	if err != nil {
 		t.Fatal(err)
 	}

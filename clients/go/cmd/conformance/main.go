@@ -9,10 +9,8 @@ import (
 	"os"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	pb "taskbroker.dev/go/taskbrokerv1"
+	taskbroker "github.com/taskbroker/taskbroker/clients/go"
+	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
 const workerID = "conf-go"
@@ -47,7 +45,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "TASKBROKER_ADDR is not set (host:port)")
 		os.Exit(2)
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// TLS, mTLS and the token come from TASKBROKER_CA / _CLIENT_CERT / _CLIENT_KEY / _TOKEN.
+	conn, err := taskbroker.NewClient(addr, taskbroker.FromEnv())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "connect:", err)
 		os.Exit(2)
