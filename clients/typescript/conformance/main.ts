@@ -10,6 +10,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { durationFromMs, timestampFromMs, timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import {
   connect,
+  optionsFromEnv,
   errorInfo,
   TaskState,
   type AdminClient,
@@ -273,7 +274,8 @@ async function main(): Promise<number> {
     return 2;
   }
   // Every call gets a deadline, so a broker that hangs fails a case instead of the run.
-  const { broker, admin } = connect(addr, { defaultTimeoutMs: 10_000 });
+  // TLS, mTLS and the token come from TASKBROKER_CA / _CLIENT_CERT / _CLIENT_KEY / _TOKEN.
+  const { broker, admin } = connect(addr, optionsFromEnv({ defaultTimeoutMs: 10_000 }));
   let passed = 0;
   let failed = 0;
   for (const [name, run] of cases) {

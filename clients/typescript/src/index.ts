@@ -2,8 +2,8 @@
  * taskbroker client for TypeScript: generated messages and services (gen/), a connection
  * helper with rich-error decoding (client.ts) and a worker runtime (worker.ts, context.ts).
  */
-export { connect, errorInfo, isLeaseLost, ERROR_DOMAIN, REASON_LEASE_LOST } from "./client.js";
-export type { Taskbroker, BrokerClient, AdminClient, ConnectOptions } from "./client.js";
+export { connect, optionsFromEnv, errorInfo, isLeaseLost, ERROR_DOMAIN, REASON_LEASE_LOST } from "./client.js";
+export type { Taskbroker, BrokerClient, AdminClient, ConnectOptions, TlsOptions } from "./client.js";
 export { Worker } from "./worker.js";
 export type { Handler, WorkerOptions } from "./worker.js";
 export { TaskContext } from "./context.js";
