@@ -83,7 +83,7 @@ public final class Conformance {
       System.exit(2);
     }
     int failed;
-    try (Taskbroker tb = Taskbroker.connect(addr)) {
+    try (Taskbroker tb = Taskbroker.fromEnv(addr)) {
       failed = new Conformance(tb).runAll();
     }
     System.exit(failed > 0 ? 1 : 0);
