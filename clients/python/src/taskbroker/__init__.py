@@ -14,6 +14,8 @@ from taskbroker.errors import (
     LeaseLostError,
     PermanentError,
     RetryableError,
+    TaskbrokerError,
+    WorkerStoppedError,
     error_info,
     is_lease_lost,
 )
@@ -30,6 +32,8 @@ __all__ = [
     "RetryableError",
     "TLSConfig",
     "TaskContext",
+    "TaskbrokerError",
+    "WorkerStoppedError",
     "Worker",
     "admin_pb2",
     "broker_pb2",

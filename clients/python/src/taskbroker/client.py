@@ -10,6 +10,7 @@ from collections.abc import Mapping
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from taskbroker import tracing
 from taskbroker.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc
 
 
@@ -167,20 +168,27 @@ class Client:
         metadata: Mapping[str, str] | None = None,
         timeout: float = 30.0,
     ) -> broker_pb2.SubmitResult:
-        """Submits one task and returns its SubmitResult (task_id, deduplicated)."""
+        """Submits one task and returns its SubmitResult (task_id, deduplicated).
+
+        The current OpenTelemetry context's ``traceparent`` goes into the task's metadata
+        (unless ``metadata`` has one) and into the call's headers.
+        """
+        meta = dict(metadata or {})
+        tracing.inject(meta)
         spec = broker_pb2.TaskSpec(
             queue=queue,
             payload=payload,
             key=key,
             priority=priority,
             retry=retry,
-            metadata=dict(metadata or {}),
+            metadata=meta,
         )
         if run_at is not None:
             spec.run_at.CopyFrom(timestamp(run_at))
         if deadline is not None:
             spec.deadline.CopyFrom(timestamp(deadline))
-        resp = self.broker.Submit(broker_pb2.SubmitRequest(tasks=[spec]), timeout=timeout)
+        headers = list(tracing.current_headers().items())
+        resp = self.broker.Submit(broker_pb2.SubmitRequest(tasks=[spec]), timeout=timeout, metadata=headers or None)
         return resp.results[0]
 
     def close(self) -> None:

@@ -12,7 +12,21 @@ ERROR_DOMAIN = "taskbroker.dev"
 REASON_LEASE_LOST = "LEASE_LOST"
 
 
-class RetryableError(Exception):
+class TaskbrokerError(Exception):
+    """The base of every exception this package raises or interprets (gRPC errors stay
+    ``grpc.RpcError``; ``WorkerStoppedError`` carries one as ``__cause__``)."""
+
+
+class WorkerStoppedError(TaskbrokerError):
+    """The worker stopped by itself: the broker refused its Lease with a code retrying cannot
+    fix (UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT, UNIMPLEMENTED). ``code`` is it."""
+
+    def __init__(self, message: str, code: grpc.StatusCode) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class RetryableError(TaskbrokerError):
     """A failure the broker should retry; ``retry_after`` (seconds) overrides the backoff.
 
     Any exception other than PermanentError is retried too: raise this one only to set
@@ -24,11 +38,11 @@ class RetryableError(Exception):
         self.retry_after = retry_after
 
 
-class PermanentError(Exception):
+class PermanentError(TaskbrokerError):
     """A failure that retrying cannot fix: the task goes straight to DEAD."""
 
 
-class LeaseLostError(Exception):
+class LeaseLostError(TaskbrokerError):
     """The broker no longer holds this task for us; stop working on it."""
 
 
