@@ -108,7 +108,8 @@ func TLSConfigFromFiles(caFile, certFile, keyFile string) (*tls.Config, error) {
 }
 
 // NewClient opens a connection to target (host:port) with opts. Without WithTLS the connection
-// is plaintext (a loopback broker, or a mesh that encrypts for you).
+// is plaintext (a loopback broker, or a mesh that encrypts for you). Every call carries the
+// caller's W3C trace context, and Submit writes it into each task's metadata.
 func NewClient(target string, opts ...Option) (*grpc.ClientConn, error) {
 	var o options
 	for _, opt := range opts {
@@ -124,6 +125,8 @@ func NewClient(target string, opts ...Option) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(transport),
 		// Leases long-poll for up to a minute: keep the idle connection checked and alive.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, PermitWithoutStream: true}),
+		// W3C trace context on every call and in every submitted task (spec point 7).
+		grpc.WithChainUnaryInterceptor(traceUnary),
 	}
 	if o.token != "" {
 		dial = append(dial, grpc.WithPerRPCCredentials(bearer{token: o.token}))

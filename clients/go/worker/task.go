@@ -72,6 +72,14 @@ func (t *Task) Checkpoint(ctx context.Context, data []byte) error {
 	return nil
 }
 
+// LeaseExpiry is when the lease runs out unless extended, as the broker last said (a
+// heartbeat or a checkpoint moves it).
+func (t *Task) LeaseExpiry() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.expiresAt
+}
+
 func (t *Task) markLost() {
 	t.mu.Lock()
 	t.lost = true

@@ -9,6 +9,8 @@ import (
 	"os"
 	"time"
 
+	"google.golang.org/grpc"
+
 	taskbroker "github.com/taskbroker/taskbroker/clients/go"
 	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
@@ -17,6 +19,7 @@ const workerID = "conf-go"
 
 // env is what every case gets: the two service clients.
 type env struct {
+	conn   *grpc.ClientConn
 	broker pb.BrokerServiceClient
 	admin  pb.AdminServiceClient
 }
@@ -37,6 +40,13 @@ var cases = []testCase{
 	{"complete_result", completeResult},
 	{"cancel_running", cancelRunning},
 	{"bad_input", badInput},
+	{"spec_defaults", specDefaults},
+	{"lease_lost_reason", leaseLostReason},
+	{"checkpoint_extends", checkpointExtends},
+	{"deadline_cancels", deadlineCancels},
+	{"stop_codes", stopCodes},
+	{"drain_on_sigterm", drainOnSigterm},
+	{"trace_propagation", traceContextPropagates},
 }
 
 func main() {
@@ -52,7 +62,7 @@ func main() {
 		os.Exit(2)
 	}
 	defer conn.Close()
-	e := &env{broker: pb.NewBrokerServiceClient(conn), admin: pb.NewAdminServiceClient(conn)}
+	e := &env{conn: conn, broker: pb.NewBrokerServiceClient(conn), admin: pb.NewAdminServiceClient(conn)}
 
 	passed, failed := 0, 0
 	for _, c := range cases {
