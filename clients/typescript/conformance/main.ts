@@ -19,6 +19,7 @@ import {
   type TaskSpecSchema,
 } from "../src/index.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { specCases } from "./spec_cases.js";
 
 const LANG = "typescript";
 const WORKER_ID = `conf-${LANG}`;
@@ -259,6 +260,7 @@ const cases: [string, Case][] = [
       check(ce.rawMessage.includes("tasks[0].queue"), `message "${ce.rawMessage}" does not name tasks[0].queue`);
     },
   ],
+  ...specCases,
 ];
 
 function reasonOf(err: unknown): string {

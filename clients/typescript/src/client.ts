@@ -11,6 +11,8 @@ import { readFileSync } from "node:fs";
 import { BrokerService } from "./gen/taskbroker/v1/broker_pb.js";
 import { AdminService } from "./gen/taskbroker/v1/admin_pb.js";
 import { ErrorInfoSchema, type ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
+import type { SubmitRequest } from "./gen/taskbroker/v1/broker_pb.js";
+import { currentTraceparent, TRACEPARENT } from "./tracing.js";
 
 /** The ErrorInfo domain of every error the broker raises. */
 export const ERROR_DOMAIN = "taskbroker.dev";
@@ -66,7 +68,7 @@ export function connect(address: string, options: ConnectOptions = {}): Taskbrok
   if (tls !== undefined && (tls.cert === undefined) !== (tls.key === undefined)) {
     throw new Error("tls: give both cert and key (mTLS), or neither");
   }
-  const interceptors = [...(options.interceptors ?? [])];
+  const interceptors = [traceInterceptor, ...(options.interceptors ?? [])];
   if (options.token) {
     interceptors.unshift(bearer(options.token));
   }
@@ -92,6 +94,23 @@ export function connect(address: string, options: ConnectOptions = {}): Taskbrok
     transport,
   };
 }
+
+/**
+ * Sends the active OpenTelemetry context as the `traceparent` header of every call and writes
+ * it into the metadata of every submitted task that has none (spec point 7).
+ */
+const traceInterceptor: Interceptor = (next) => (req) => {
+  const tp = currentTraceparent();
+  if (tp) {
+    req.header.set(TRACEPARENT, tp);
+    if (req.method.name === "Submit" && !req.stream) {
+      for (const task of (req.message as SubmitRequest).tasks) {
+        task.metadata[TRACEPARENT] ??= tp;
+      }
+    }
+  }
+  return next(req);
+};
 
 /** An interceptor that sends the bearer token on every call. */
 function bearer(token: string): Interceptor {
@@ -139,13 +158,14 @@ export function errorInfo(err: unknown): ErrorInfo | undefined {
   return err.findDetails(ErrorInfoSchema)[0];
 }
 
-/** True when the error says the lease is no longer held (status ABORTED, reason LEASE_LOST). */
+/**
+ * True when the error says the lease is no longer held: ABORTED with an ErrorInfo of domain
+ * `taskbroker.dev` and reason `LEASE_LOST`. A bare ABORTED is not (docs/client-spec.md, point 2).
+ */
 export function isLeaseLost(err: unknown): boolean {
   if (!(err instanceof ConnectError) || err.code !== Code.Aborted) {
     return false;
   }
   const info = errorInfo(err);
-  // An ABORTED without details is still a lost lease: it is the only ABORTED the broker raises
-  // on settle calls, and treating it as lost only stops work that could not be settled anyway.
-  return info === undefined || info.reason === REASON_LEASE_LOST;
+  return info !== undefined && info.domain === ERROR_DOMAIN && info.reason === REASON_LEASE_LOST;
 }
