@@ -276,7 +276,7 @@ impl Client {
             request.metadata_mut().insert("authorization", auth.clone());
         }
         // The broker's spans join the caller's trace.
-        if let Some(tp) = crate::trace::traceparent_of(&tracing::Span::current())
+        if let Some(tp) = crate::trace::current_traceparent()
             && let Ok(v) = tp.parse()
         {
             request.metadata_mut().insert(crate::trace::TRACEPARENT, v);
@@ -309,7 +309,7 @@ impl Client {
         &self,
         specs: impl IntoIterator<Item = TaskSpec>,
     ) -> Result<Vec<Submitted>, Error> {
-        let tasks: Vec<pb::TaskSpec> = specs.into_iter().map(Into::into).collect();
+        let mut tasks: Vec<pb::TaskSpec> = specs.into_iter().map(Into::into).collect();
         let n = tasks.len();
         let queue = tasks.first().map(|t| t.queue.clone()).unwrap_or_default();
         let span = tracing::info_span!(
@@ -321,6 +321,15 @@ impl Client {
             messaging.destination.name = %queue,
             messaging.batch.message_count = n,
         );
+        // The trace context travels with each task to its worker (spec point 7): the same
+        // value as the call's header, so a tracing broker can put its `create` span between.
+        if let Some(tp) = span.in_scope(crate::trace::current_traceparent) {
+            for t in &mut tasks {
+                t.metadata
+                    .entry(crate::trace::TRACEPARENT.to_string())
+                    .or_insert_with(|| tp.clone());
+            }
+        }
         let call = async {
             self.broker
                 .clone()

@@ -28,7 +28,7 @@
 //!     .queue("emails", send)
 //!     .concurrency(16)
 //!     .build()
-//!     .run(async { let _ = tokio::signal::ctrl_c().await; })
+//!     .run_until_signal() // drains on SIGTERM or Ctrl-C
 //!     .await?;
 //! # Ok(()) }
 //! ```
