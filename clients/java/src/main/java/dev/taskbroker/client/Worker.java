@@ -299,7 +299,8 @@ public final class Worker implements AutoCloseable {
         }
         Status.Code code = Status.fromThrowable(e).getCode();
         if (ErrorDetails.stopsWorker(code)) {
-          throw new WorkerStoppedException("lease refused: " + code + ": " + e.getMessage(), e);
+          throw new WorkerStoppedException(
+              "lease refused: " + code + ": " + Status.fromThrowable(e).getDescription(), e);
         }
         onError.accept("lease", e);
         try {
