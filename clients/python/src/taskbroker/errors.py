@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import grpc
-from google.rpc import error_details_pb2
+import grpc.aio
+from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 #: The google.rpc.ErrorInfo domain of every reason the broker defines.
@@ -46,14 +47,31 @@ class LeaseLostError(TaskbrokerError):
     """The broker no longer holds this task for us; stop working on it."""
 
 
+def _status(err: BaseException) -> status_pb2.Status | None:
+    """The google.rpc.Status of a failed call, sync (grpc.Call) or asyncio (AioRpcError)."""
+    if isinstance(err, grpc.aio.AioRpcError):
+        for key, value in err.trailing_metadata() or ():
+            if key == "grpc-status-details-bin" and isinstance(value, bytes):
+                return status_pb2.Status.FromString(value)
+        return None
+    if isinstance(err, grpc.Call):
+        return rpc_status.from_call(err)
+    return None
+
+
+def _code(err: BaseException) -> grpc.StatusCode | None:
+    if isinstance(err, (grpc.Call, grpc.aio.AioRpcError)):
+        return err.code()  # type: ignore[no-any-return]
+    return None
+
+
 def error_info(err: BaseException) -> error_details_pb2.ErrorInfo | None:
     """The first google.rpc.ErrorInfo in a gRPC error's status details, or None.
 
-    The details travel in the ``grpc-status-details-bin`` trailer.
+    The details travel in the ``grpc-status-details-bin`` trailer. Works for the sync and the
+    asyncio (``grpc.aio.AioRpcError``) errors.
     """
-    if not isinstance(err, grpc.Call):
-        return None
-    status = rpc_status.from_call(err)
+    status = _status(err)
     if status is None:
         return None
     for detail in status.details:
@@ -65,8 +83,9 @@ def error_info(err: BaseException) -> error_details_pb2.ErrorInfo | None:
 
 
 def is_lease_lost(err: BaseException) -> bool:
-    """True for the broker's ABORTED / LEASE_LOST answer to a stale lease token."""
-    if not isinstance(err, grpc.Call) or err.code() != grpc.StatusCode.ABORTED:
+    """True for the broker's ABORTED / LEASE_LOST answer to a stale lease token: by the
+    ErrorInfo reason, never by the bare code (docs/client-spec.md, point 2)."""
+    if _code(err) != grpc.StatusCode.ABORTED:
         return False
     info = error_info(err)
     return info is not None and info.domain == ERROR_DOMAIN and info.reason == REASON_LEASE_LOST

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 
 import grpc
+import grpc.aio
 
 #: Handlers running at once (and leases held at most).
 DEFAULT_CONCURRENCY = 4
@@ -56,5 +57,5 @@ def backoff(failures: int) -> float:
 
 
 def stops_worker(err: BaseException) -> bool:
-    """True when a Lease error stops the worker instead of being retried."""
-    return isinstance(err, grpc.Call) and err.code() in STOP_CODES
+    """True when a Lease error (sync or asyncio) stops the worker instead of being retried."""
+    return isinstance(err, (grpc.Call, grpc.aio.AioRpcError)) and err.code() in STOP_CODES
