@@ -241,3 +241,30 @@ func TestStopLetsRunningHandlersFinish(t *testing.T) {
 		t.Errorf("after stop: state %v, want SUCCEEDED", resp.GetTask().GetState())
 	}
 }
+
+type ctxKey struct{}
+
+func TestHandlersSeeTheValuesOfRunsContext(t *testing.T) {
+	f := newFixture(t)
+	ids := f.submit(t, &pb.TaskSpec{})
+	seen := make(chan any, 1)
+	w, err := worker.New(f.conn, worker.Config{Queues: []string{f.queue}, WorkerID: "test-go", PollWait: time.Second},
+		func(ctx context.Context, _ *worker.Task) ([]byte, error) {
+			seen <- ctx.Value(ctxKey{})
+			return nil, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "request-scoped"))
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	f.waitState(t, ids[0], pb.TaskState_TASK_STATE_SUCCEEDED)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run returned %v after its context ended, want nil", err)
+	}
+	if got := <-seen; got != "request-scoped" {
+		t.Fatalf("handler saw %v, want the value from Run's context", got)
+	}
+}
