@@ -495,6 +495,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_spec_backoff_doubles_from_200ms_to_a_10s_ceiling_with_jitter() {
+        assert_eq!(backoff_ceiling(0), Duration::from_millis(200));
+        assert_eq!(backoff_ceiling(3), Duration::from_millis(1600));
+        assert_eq!(backoff_ceiling(10), Duration::from_secs(10));
+        assert_eq!(backoff_ceiling(u32::MAX), Duration::from_secs(10));
+        let draws: Vec<Duration> = (0..50).map(|_| backoff_delay(3)).collect();
+        assert!(draws.iter().all(|d| *d >= Duration::from_millis(160)));
+        assert!(draws.iter().any(|d| *d != draws[0]), "no jitter: {draws:?}");
+    }
+
+    #[test]
+    fn only_the_four_unfixable_codes_stop_a_worker() {
+        use tonic::Code;
+        for (code, stops) in [
+            (Code::Unauthenticated, true),
+            (Code::PermissionDenied, true),
+            (Code::InvalidArgument, true),
+            (Code::Unimplemented, true),
+            (Code::Unavailable, false),
+            (Code::OutOfRange, false),
+            (Code::Aborted, false),
+            (Code::Internal, false),
+        ] {
+            let e = Error::from(tonic::Status::new(code, "x"));
+            assert_eq!(stops_worker(&e), stops, "{code:?}");
+        }
+    }
+
+    #[test]
     fn backoff_is_bounded_and_never_zero() {
         let base = Duration::from_millis(100);
         let max = Duration::from_secs(5);
