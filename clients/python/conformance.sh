@@ -10,7 +10,10 @@ cd "$(dirname "$0")"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv || exit 2
 fi
-.venv/bin/pip install -q -e '.[test]' || exit 2
+.venv/bin/pip install -q -e '.[test,typing]' || exit 2
+
+echo "== mypy (the package is typed: py.typed)"
+.venv/bin/python -m mypy src/taskbroker --exclude 'src/taskbroker/v1' || exit 1
 
 echo "== pytest tests/ (Worker and AsyncWorker, live broker)"
 out="$(mktemp)"

@@ -71,7 +71,7 @@ class AsyncClient:
         self._owns_channel = channel is None
         if channel is None:
             o = ConnectOptions(target=target, token=token, tls=tls)  # type: ignore[arg-type]
-            interceptors = [_TokenInterceptor(o.metadata())] if token else None
+            interceptors: Any = [_TokenInterceptor(o.metadata())] if token else None
             creds = o.channel_credentials()
             channel = (
                 grpc.aio.secure_channel(o.target, creds, interceptors=interceptors)
@@ -115,7 +115,7 @@ class AsyncClient:
 
     async def close(self) -> None:
         if self._owns_channel:
-            await self.channel.close()
+            await self.channel.close(None)
 
     async def __aenter__(self) -> AsyncClient:  # noqa: PYI034 -- typing.Self needs 3.11
         return self

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 import grpc.aio
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
 #: The google.rpc.ErrorInfo domain of every reason the broker defines.
@@ -50,7 +52,8 @@ class LeaseLostError(TaskbrokerError):
 def _status(err: BaseException) -> status_pb2.Status | None:
     """The google.rpc.Status of a failed call, sync (grpc.Call) or asyncio (AioRpcError)."""
     if isinstance(err, grpc.aio.AioRpcError):
-        for key, value in err.trailing_metadata() or ():
+        trailers: Any = err.trailing_metadata() or ()
+        for key, value in trailers:
             if key == "grpc-status-details-bin" and isinstance(value, bytes):
                 return status_pb2.Status.FromString(value)
         return None

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
+from typing import Any
 
 import grpc
 
@@ -151,11 +152,11 @@ class Worker:
         """Why the worker stopped by itself, if it did (also raised by ``run()``)."""
         return self._failure
 
-    def _install_signals(self) -> dict[int, object]:
+    def _install_signals(self) -> dict[signal.Signals, Any]:
         """SIGTERM and SIGINT call stop(wait=False); only the main thread may install them."""
         if threading.current_thread() is not threading.main_thread():
             return {}
-        previous = {}
+        previous: dict[signal.Signals, Any] = {}
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, lambda _sig, _frame: self.stop(wait=False))
         return previous
