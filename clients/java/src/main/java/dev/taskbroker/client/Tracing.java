@@ -18,6 +18,7 @@ public final class Tracing {
   private static final TextMapGetter<Map<String, String>> GETTER =
       new TextMapGetter<>() {
         @Override
+        @SuppressWarnings("deprecation") // still abstract in the API: every getter implements it
         public Iterable<String> keys(Map<String, String> carrier) {
           return carrier.keySet();
         }

@@ -338,9 +338,11 @@ public final class Worker implements AutoCloseable {
     Runnable work =
         () -> {
           tc.bind(Thread.currentThread());
-          try (io.opentelemetry.context.Scope ignored = tc.traceContext().makeCurrent()) {
+          io.opentelemetry.context.Scope scope = tc.traceContext().makeCurrent();
+          try {
             execute(tc);
           } finally {
+            scope.close();
             tc.bind(null);
             running.remove(task.getTaskId());
             slots.release();

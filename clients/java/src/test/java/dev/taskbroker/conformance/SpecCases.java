@@ -295,8 +295,11 @@ final class SpecCases {
         SpanContext.createFromRemoteParent(
             TRACE_ID, "00f067aa0ba902b7", TraceFlags.getSampled(), TraceState.getDefault());
     String id;
-    try (Scope ignored = Context.root().with(Span.wrap(sc)).makeCurrent()) {
+    Scope scope = Context.root().with(Span.wrap(sc)).makeCurrent();
+    try {
       id = submit(tb, TaskSpec.newBuilder().setQueue(queue).build());
+    } finally {
+      scope.close();
     }
     String tp = get(tb, id).getMetadataMap().get("traceparent");
     check(TRACEPARENT.equals(tp), "metadata traceparent " + tp + ", want " + TRACEPARENT);
