@@ -158,7 +158,7 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
 
     let metrics_addr = match config.metrics_listen {
         Some(m) => Some(
-            crate::http::serve(m, broker.clone(), stop.clone())
+            crate::http::serve(m, broker.clone(), &config.auth, stop.clone())
                 .await
                 .map_err(bind_error(m))?,
         ),

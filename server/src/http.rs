@@ -1,4 +1,5 @@
-//! The HTTP side port: Prometheus metrics at `/metrics`.
+//! The HTTP side port: Prometheus metrics at `/metrics`, and the web console
+//! (`crate::console`) at every other path.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -41,17 +42,21 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
         .into_response()
 }
 
-/// Binds the metrics port and serves until `stop`.
+/// Binds the metrics port and serves until `stop`. `tokens` are the broker's
+/// auth tokens, which the console checks (empty: auth off).
 pub async fn serve(
     addr: SocketAddr,
     broker: Arc<Broker>,
+    tokens: &[crate::api::auth::TokenEntry],
     stop: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
+    let console = crate::console::router(broker.clone(), tokens);
     let app = Router::new()
         .route("/metrics", get(metrics))
-        .with_state(broker);
+        .with_state(broker)
+        .merge(console);
     tokio::spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(stop.cancelled_owned())

@@ -10,6 +10,7 @@
 //! - [`store`]: the `Store` trait and its SQLite and Postgres implementations.
 //! - [`maintenance`]: the reaper (expired leases, passed deadlines).
 //! - [`metrics`] and [`http`]: Prometheus metrics on their own port.
+//! - [`console`]: the web console on that port (server-rendered HTML).
 //! - [`telemetry`]: logs and OpenTelemetry traces (context crosses the queue).
 //! - [`app`] and [`config`]: start-up, configuration and shutdown.
 #![forbid(unsafe_code)]
@@ -17,6 +18,7 @@
 pub mod api;
 pub mod app;
 pub mod config;
+pub mod console;
 pub mod dispatch;
 pub mod domain;
 pub mod http;

@@ -27,6 +27,9 @@ pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec
     if let Some(worker) = &f.worker_id {
         qb.push(" AND leased_by = ").push_bind(worker);
     }
+    if let Some(error) = &f.last_error {
+        qb.push(" AND last_error = ").push_bind(error);
+    }
     if let Some(after) = f.created_after {
         qb.push(" AND created_at >= ").push_bind(ms(after));
     }
