@@ -30,6 +30,7 @@ pub fn page(title: &str, current: &str, viewer: Option<&Viewer>, body: Markup) -
                 meta name="htmx-config" content=r#"{"includeIndicatorStyles":false,"allowEval":false}"#;
                 title { (title) " · taskbroker" }
                 link rel="stylesheet" href="/assets/console.css";
+                link rel="icon" href="/assets/favicon.svg" type="image/svg+xml";
                 script src="/assets/htmx.min.js" defer {}
             }
             body {
