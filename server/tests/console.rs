@@ -286,6 +286,9 @@ async fn tasks_filter_and_page_by_keyset() {
     let bad = b.get("/tasks?page=garbage").await;
     assert_eq!(bad.status, 400);
     assert!(bad.body.contains("page_token"));
+    let bad = b.get("/tasks?key=k-1").await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("key: choose the queue too"));
     let future = b.get("/tasks?queue=paged&from=2999-01-01T00:00").await;
     assert!(future.body.contains("No tasks match."));
     app.shutdown().await;

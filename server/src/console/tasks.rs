@@ -68,8 +68,15 @@ impl TaskQuery {
         let time = |field: &str, v: &Option<String>| {
             non_empty(v).map(|s| parse_time(field, &s)).transpose()
         };
+        let queue = non_empty(&self.queue);
+        if queue.is_none() && non_empty(&self.key).is_some() {
+            // Keys are unique per queue, and looked up through that index.
+            return Err(PageError::BadInput(
+                "key: choose the queue too (a key is unique within its queue)".into(),
+            ));
+        }
         Ok(ListTasks {
-            queue: non_empty(&self.queue),
+            queue,
             states: self.state()?.into_iter().collect(),
             key: non_empty(&self.key),
             worker_id: non_empty(&self.worker),
@@ -195,7 +202,7 @@ fn filter_form(q: &TaskQuery) -> Markup {
                     }
                 }
             }
-            div { label for="f-key" { "Key" } input #f-key name="key" value=(v(&q.key)); }
+            div { label for="f-key" { "Key (in the queue)" } input #f-key name="key" value=(v(&q.key)); }
             div { label for="f-worker" { "Worker" } input #f-worker name="worker" value=(v(&q.worker)); }
             div { label for="f-from" { "Created from (UTC)" }
                 input #f-from name="from" placeholder="2026-11-23T10:00" value=(v(&q.from)); }

@@ -54,17 +54,33 @@ pub(super) async fn task_dead_groups(
     r: &SqlitePool,
     p: &DeadGroupParams,
 ) -> StoreResult<Vec<DeadGroup>> {
-    let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
-        "SELECT queue, COALESCE(last_error, '') AS e, COUNT(*) AS n, MAX(finished_at) \
-         FROM tasks WHERE state = 'dead'",
-    );
-    if let Some(q) = &p.queue {
-        qb.push(" AND queue = ").push_bind(q);
-    }
+    // Dead rows are read through the (queue, state) index, one queue at a time;
+    // without a queue, the queue names come from a skip scan of that index.
+    // (`state <> 'pending'` is the index's own condition: SQLite does not infer it.)
+    let mut qb = match &p.queue {
+        Some(q) => {
+            let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
+                "SELECT t.queue, COALESCE(t.last_error, '') AS e, COUNT(*) AS n, \
+                 MAX(t.finished_at) FROM tasks t WHERE t.queue = ",
+            );
+            qb.push_bind(q);
+            qb
+        }
+        None => sqlx::QueryBuilder::<Sqlite>::new(
+            "WITH RECURSIVE qs(q) AS ( \
+               SELECT MIN(queue) FROM tasks WHERE state <> 'pending' \
+               UNION ALL \
+               SELECT (SELECT MIN(queue) FROM tasks WHERE state <> 'pending' AND queue > qs.q) \
+               FROM qs WHERE qs.q IS NOT NULL) \
+             SELECT t.queue, COALESCE(t.last_error, '') AS e, COUNT(*) AS n, MAX(t.finished_at) \
+             FROM qs CROSS JOIN tasks t WHERE t.queue = qs.q",
+        ),
+    };
+    qb.push(" AND t.state = 'dead' AND t.state <> 'pending'");
     if let Some(e) = &p.error {
-        qb.push(" AND COALESCE(last_error, '') = ").push_bind(e);
+        qb.push(" AND COALESCE(t.last_error, '') = ").push_bind(e);
     }
-    qb.push(" GROUP BY queue, e ORDER BY n DESC, queue, e LIMIT ")
+    qb.push(" GROUP BY t.queue, e ORDER BY n DESC, t.queue, e LIMIT ")
         .push_bind(i64::from(p.limit));
     let rows: Vec<(String, String, i64, Option<i64>)> = qb.build_query_as().fetch_all(r).await?;
     Ok(rows.into_iter().map(dead_group_row).collect())
@@ -80,7 +96,8 @@ pub(super) fn task_requeue_dead(
                attempts_allowed = attempt + max_attempts, cancel_requested = 0, \
                finished_at = NULL, updated_at = ?1 \
              WHERE seq IN (SELECT seq FROM tasks WHERE queue = ?2 AND state = 'dead' \
-               AND COALESCE(last_error, '') = ?3 ORDER BY seq LIMIT ?4)",
+               AND state <> 'pending' AND COALESCE(last_error, '') = ?3 \
+               ORDER BY seq LIMIT ?4)",
         )?
         .execute(rusqlite::params![
             ms(p.now),
