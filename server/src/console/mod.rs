@@ -42,6 +42,7 @@ pub use auth::Viewer;
 pub struct Console {
     broker: Arc<Broker>,
     gate: auth::Gate,
+    overview: overview::Cache,
 }
 
 /// The console's routes, for the HTTP side port. `tokens` are the broker's auth
@@ -51,6 +52,7 @@ pub fn router(broker: Arc<Broker>, tokens: &[TokenEntry]) -> Router {
     let console = Arc::new(Console {
         broker,
         gate: auth::Gate::new(tokens),
+        overview: overview::Cache::default(),
     });
     Router::new()
         .route("/", get(overview::page))

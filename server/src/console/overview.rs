@@ -3,6 +3,7 @@
 //! time. The table refreshes itself every 5 s (htmx polls `/overview/live`).
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::Extension;
 use axum::extract::State;
@@ -12,11 +13,34 @@ use super::layout::{self, count, duration, href, sparkline};
 use super::{Console, PageError, Viewer};
 use crate::service::{Overview, QueueOverview};
 
+/// How long one overview is shown to every viewer before it is read again: the
+/// counts scan an index of every task, and each open overview polls every 5 s.
+const FRESH_FOR: Duration = Duration::from_secs(2);
+
+/// The latest overview, shared by all viewers.
+#[derive(Default)]
+pub struct Cache(tokio::sync::Mutex<Option<(Instant, Arc<Overview>)>>);
+
+impl Cache {
+    async fn get(&self, console: &Console) -> Result<Arc<Overview>, PageError> {
+        // Held while reading, so viewers arriving together share one read.
+        let mut slot = self.0.lock().await;
+        if let Some((at, o)) = slot.as_ref()
+            && at.elapsed() < FRESH_FOR
+        {
+            return Ok(o.clone());
+        }
+        let o = Arc::new(console.broker.overview().await?);
+        *slot = Some((Instant::now(), o.clone()));
+        Ok(o)
+    }
+}
+
 pub async fn page(
     State(console): State<Arc<Console>>,
     Extension(viewer): Extension<Viewer>,
 ) -> Result<Markup, PageError> {
-    let o = console.broker.overview().await?;
+    let o = console.overview.get(&console).await?;
     let body = html! {
         h1 { "Overview" }
         div #live hx-get="/overview/live" hx-trigger="every 5s" hx-swap="innerHTML" {
@@ -28,7 +52,8 @@ pub async fn page(
 
 /// The refreshing part alone.
 pub async fn live(State(console): State<Arc<Console>>) -> Result<Markup, PageError> {
-    Ok(live_view(&console.broker.overview().await?))
+    let o = console.overview.get(&console).await?;
+    Ok(live_view(&o))
 }
 
 fn totals(o: &Overview) -> [(&'static str, u64); 4] {
