@@ -22,7 +22,7 @@ const FRESH_FOR: Duration = Duration::from_secs(2);
 pub struct Cache(tokio::sync::Mutex<Option<(Instant, Arc<Overview>)>>);
 
 impl Cache {
-    async fn get(&self, console: &Console) -> Result<Arc<Overview>, PageError> {
+    pub async fn get(&self, console: &Console) -> Result<Arc<Overview>, PageError> {
         // Held while reading, so viewers arriving together share one read.
         let mut slot = self.0.lock().await;
         if let Some((at, o)) = slot.as_ref()

@@ -23,9 +23,10 @@ pub async fn page(
     State(console): State<Arc<Console>>,
     Extension(viewer): Extension<Viewer>,
 ) -> Result<Markup, PageError> {
-    let b = &console.broker;
-    let (stats, _) = b.queue_stats(Vec::new()).await?;
-    let settings = b.settings();
+    // The overview's counts (read at most every 2 s for all viewers).
+    let overview = console.overview.get(&console).await?;
+    let stats: Vec<_> = overview.queues.iter().map(|q| &q.stats).collect();
+    let settings = console.broker.settings();
     let body = html! {
         h1 { "Queues" }
         p.muted { "Settings as configured when the broker started ("
@@ -38,7 +39,7 @@ pub async fn page(
                     th scope="col" .num { "Max payload" } th scope="col" { "Lease" } th scope="col" { "Keep finished" }
                     th scope="col" { "Overrides" }
                 } }
-                tbody { @for s in &stats {
+                tbody { @for s in stats {
                     @let q = settings.queues.get(&s.queue);
                     @let retry = settings.retry_for(&s.queue);
                     @let (min_lease, max_lease) = settings.lease_bounds(std::slice::from_ref(&s.queue));

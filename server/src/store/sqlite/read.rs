@@ -18,7 +18,11 @@ pub(super) async fn task_get(r: &SqlitePool, task_id: &str) -> StoreResult<Optio
 }
 
 pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
-    let mut qb = sqlx::QueryBuilder::<Sqlite>::new("SELECT * FROM tasks WHERE 1 = 1");
+    // The page is chosen by sequence number alone (from an index when one covers
+    // the filters), and only its rows are read in full.
+    let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
+        "SELECT * FROM tasks WHERE seq IN (SELECT seq FROM tasks WHERE 1 = 1",
+    );
     if let Some(queue) = &f.queue {
         qb.push(" AND queue = ").push_bind(queue);
     }
@@ -59,7 +63,9 @@ pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec
     } else if f.queue.is_some() && only(&[TaskState::Ready, TaskState::Scheduled]) {
         qb.push(" AND state = 'pending'");
     }
-    qb.push(order).push_bind(f.limit);
+    qb.push(order)
+        .push_bind(f.limit)
+        .push(") ORDER BY seq DESC");
     qb.build_query_as::<TaskRow>()
         .fetch_all(r)
         .await?
