@@ -142,12 +142,22 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .map(|(_, v)| v)
 }
 
-fn set_cookie(name: &str, value: &str, max_age: Duration) -> HeaderValue {
+fn set_cookie(name: &str, value: &str, max_age: Duration, secure: bool) -> HeaderValue {
     let v = format!(
-        "{name}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-        max_age.as_secs()
+        "{name}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        max_age.as_secs(),
+        if secure { "; Secure" } else { "" }
     );
     HeaderValue::from_str(&v).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// Whether the browser reached us over HTTPS (through a proxy that says so):
+/// then cookies are marked Secure. The port itself speaks plain HTTP.
+fn https(headers: &HeaderMap) -> bool {
+    headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("https"))
 }
 
 /// A request from another site (when the browser says so).
@@ -284,7 +294,12 @@ async fn check(console: &Console, req: Request, next: Next) -> Response {
     if new_anon {
         resp.headers_mut().append(
             header::SET_COOKIE,
-            set_cookie(ANON_COOKIE, &anon, Duration::from_secs(365 * 24 * 3600)),
+            set_cookie(
+                ANON_COOKIE,
+                &anon,
+                Duration::from_secs(365 * 24 * 3600),
+                https(&headers),
+            ),
         );
     }
     resp
@@ -351,6 +366,7 @@ pub struct LoginForm {
 pub async fn login(
     State(console): State<Arc<Console>>,
     axum::Extension(viewer): axum::Extension<Viewer>,
+    headers: HeaderMap,
     Form(f): Form<LoginForm>,
 ) -> Response {
     let next = safe_next(f.next.as_deref());
@@ -363,7 +379,7 @@ pub async fn login(
             let mut r = Redirect::to(&next).into_response();
             r.headers_mut().append(
                 header::SET_COOKIE,
-                set_cookie(SESSION_COOKIE, &session, SESSION_TTL),
+                set_cookie(SESSION_COOKIE, &session, SESSION_TTL, https(&headers)),
             );
             r
         }
@@ -378,11 +394,11 @@ pub async fn login(
     }
 }
 
-pub async fn logout() -> Response {
+pub async fn logout(headers: HeaderMap) -> Response {
     let mut r = Redirect::to("/login").into_response();
     r.headers_mut().append(
         header::SET_COOKIE,
-        set_cookie(SESSION_COOKIE, "", Duration::ZERO),
+        set_cookie(SESSION_COOKIE, "", Duration::ZERO, https(&headers)),
     );
     r
 }
@@ -423,6 +439,19 @@ mod tests {
         );
         assert!(g.sign_in("worker-token-0123456789").is_err());
         assert!(g.sign_in("nope").is_err());
+    }
+
+    #[test]
+    fn cookies_are_http_only_strict_and_secure_behind_https() {
+        let mut h = HeaderMap::new();
+        assert!(!https(&h));
+        h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        assert!(https(&h));
+        let c = set_cookie("a", "b", Duration::from_secs(1), true);
+        assert_eq!(
+            c.to_str().unwrap(),
+            "a=b; Path=/; HttpOnly; SameSite=Strict; Max-Age=1; Secure"
+        );
     }
 
     #[test]
