@@ -162,7 +162,7 @@ async function main() {
 
   await test('tasks filter by queue and state', async () => {
     await page.goto(`${a.base}/tasks`);
-    await page.getByLabel('Queue').fill('reports');
+    await page.getByLabel('Queue', { exact: true }).fill('reports');
     await page.getByLabel('State').selectOption('ready');
     await page.getByRole('button', { name: 'Filter' }).click();
     await page.waitForURL(/queue=reports&state=ready/);
