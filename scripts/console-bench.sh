@@ -6,20 +6,27 @@
 # The database is filled by scripts/console-seed.py (rows written directly; the
 # mix is described there); the broker is a release build serving it with
 # retention off. Needs python3 and curl. Figures: docs/performance.md.
+# TB_BIN=path skips the release build (e.g. a debug build); TB_DB=path.db uses an
+# already seeded database instead of seeding a new one.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 n="${1:-1000000}"
 reps=20
 
-cargo build -q --release -p taskbroker-server --bin taskbroker
-bin="${CARGO_TARGET_DIR:-$root/target}/release/taskbroker"
+if [ -z "${TB_BIN:-}" ]; then
+  cargo build -q --release -p taskbroker-server --bin taskbroker
+fi
+bin="${TB_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/taskbroker}"
 dir="$(mktemp -d "${TMPDIR:-/tmp}/tb-console-bench.XXXXXX")"
 pid=""
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
-db="sqlite://$dir/tb.db"
-"$bin" migrate --database-url "$db" >/dev/null
-python3 scripts/console-seed.py "$dir/tb.db" "$n"
+file="${TB_DB:-$dir/tb.db}"
+db="sqlite://$file"
+if [ -z "${TB_DB:-}" ]; then
+  "$bin" migrate --database-url "$db" >/dev/null
+  python3 scripts/console-seed.py "$file" "$n"
+fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 http_port="$(free_port)"
@@ -29,7 +36,7 @@ pid=$!
 base="http://127.0.0.1:$http_port"
 for _ in $(seq 100); do curl -sf -o /dev/null "$base/metrics" && break; sleep 0.1; done
 
-read -r task_id error < <(python3 - "$dir/tb.db" <<'PY'
+read -r task_id error < <(python3 - "$file" <<'PY'
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
 tid = db.execute("SELECT id FROM tasks WHERE state = 'dead' ORDER BY seq DESC LIMIT 1").fetchone()[0]
@@ -57,7 +64,7 @@ pages=(
   "/queues"
 )
 echo
-echo "$n tasks, SQLite, release build; $reps requests per page (ms):"
+echo "$n tasks, SQLite, $(basename "$(dirname "$bin")") build; $reps requests per page (ms):"
 echo
 echo "| page | median | p95 | max |"
 echo "|---|---:|---:|---:|"
