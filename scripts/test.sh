@@ -5,6 +5,7 @@
 # each client's dependencies), starts a throwaway Postgres cluster as the
 # `postgres` user, and runs: format and lint checks, buf lint and breaking checks
 # on the proto, the Helm chart checks, every Rust test against SQLite and Postgres,
+# the console's browser tests (scripts/console-e2e.sh, installs Debian chromium),
 # and the client conformance scenario in every language against a live broker.
 # Set TASKBROKER_LANGS="rust python" to run only some client languages.
 set -euo pipefail
@@ -47,6 +48,9 @@ export TASKBROKER_REQUIRE_POSTGRES_TLS=1
 
 step "cargo test (SQLite and Postgres)"
 cargo test --workspace --no-fail-fast
+
+step "console: browser end-to-end tests (headless Chromium)"
+scripts/console-e2e.sh
 
 # Each language runs twice: plaintext, and --secure (TLS, mTLS and a token). An empty
 # TASKBROKER_LANGS runs no client at all, which is said plainly rather than called a pass.

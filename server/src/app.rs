@@ -163,9 +163,15 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
     let (database_up, database_up_rx) = tokio::sync::watch::channel(true);
     let metrics_addr = match config.metrics_listen {
         Some(m) => Some(
-            crate::http::serve(m, broker.clone(), database_up_rx, stop.clone())
-                .await
-                .map_err(bind_error(m))?,
+            crate::http::serve(
+                m,
+                broker.clone(),
+                database_up_rx,
+                &config.auth,
+                stop.clone(),
+            )
+            .await
+            .map_err(bind_error(m))?,
         ),
         None => None,
     };

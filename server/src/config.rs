@@ -41,7 +41,7 @@ pub struct Config {
     pub database_url: String,
     /// Postgres connections per broker.
     pub db_max_connections: u32,
-    /// Prometheus `/metrics` address; empty turns it off.
+    /// HTTP address of Prometheus `/metrics` and the web console; empty turns it off.
     pub metrics_listen: String,
     /// Expired leases and passed deadlines are looked for this often.
     #[serde(with = "humantime_serde")]
@@ -469,6 +469,18 @@ impl Config {
                 format!("metrics_listen {s:?} is not an address like 127.0.0.1:9090")
             })?),
         };
+        // The HTTP port serves the console: the same loopback rule as the gRPC port.
+        if let Some(m) = metrics_listen
+            && !is_loopback(&m)
+            && auth.is_empty()
+            && !self.insecure
+        {
+            return Err(format!(
+                "refusing to serve the console and /metrics on {m} without authentication: \
+                 configure auth tokens, or pass --insecure when a service mesh or network \
+                 policy protects the port"
+            ));
+        }
         let mut app = AppConfig::new(self.database_url.clone());
         app.listen = self.listen;
         app.db_max_connections = self.db_max_connections.max(1);
@@ -588,6 +600,16 @@ mod tests {
         a.listen = Some("0.0.0.0:50051".parse().unwrap());
         let e = a.load().unwrap().validate().err().unwrap();
         assert!(e.contains("--insecure"), "{e}");
+        a.insecure = Some(true);
+        assert!(a.load().unwrap().validate().is_ok());
+    }
+
+    #[test]
+    fn a_public_console_port_needs_auth_or_insecure() {
+        let mut a = args();
+        a.metrics_listen = Some("0.0.0.0:9090".into());
+        let e = a.load().unwrap().validate().err().unwrap();
+        assert!(e.contains("console") && e.contains("--insecure"), "{e}");
         a.insecure = Some(true);
         assert!(a.load().unwrap().validate().is_ok());
     }

@@ -1,8 +1,8 @@
-//! The HTTP side port: Prometheus metrics at `/metrics`, and the probes `/healthz`
+//! The HTTP side port: Prometheus metrics at `/metrics`, the probes `/healthz`
 //! (liveness) and `/readyz` (readiness) for meshes that pass only HTTP probes
 //! (Linkerd authorizes HTTP probe paths by itself; Istio rewrites HTTP probes through
-//! its agent). They say what `grpc.health.v1` says on the gRPC port: service `""` and
-//! service `readiness`.
+//! its agent), which say what `grpc.health.v1` says on the gRPC port (service `""`
+//! and service `readiness`), and the web console (`crate::console`) at every other path.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -73,15 +73,18 @@ async fn readyz(State(state): State<HttpState>) -> (StatusCode, &'static str) {
 }
 
 /// Binds the HTTP port and serves until `stop`. `database_up` is the readiness
-/// monitor's view of the database.
+/// monitor's view of the database; `tokens` are the broker's auth tokens, which the
+/// console checks (empty: auth off).
 pub async fn serve(
     addr: SocketAddr,
     broker: Arc<Broker>,
     database_up: watch::Receiver<bool>,
+    tokens: &[crate::api::auth::TokenEntry],
     stop: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
+    let console = crate::console::router(broker.clone(), tokens);
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
@@ -89,7 +92,8 @@ pub async fn serve(
         .with_state(HttpState {
             broker,
             database_up,
-        });
+        })
+        .merge(console);
     tokio::spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(stop.cancelled_owned())

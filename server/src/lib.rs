@@ -12,6 +12,7 @@
 //! - [`maintenance`]: the reaper (expired leases, passed deadlines).
 //! - [`metrics`] and [`http`]: Prometheus metrics and the HTTP probes (`/healthz`,
 //!   `/readyz`) on their own port.
+//! - [`console`]: the web console on that port (server-rendered HTML).
 //! - [`telemetry`]: logs and OpenTelemetry traces (context crosses the queue).
 //! - [`app`] and [`config`]: start-up, configuration and shutdown.
 //! - [`smoke`]: the `taskbroker smoke` end-to-end check (`helm test`).
@@ -20,6 +21,7 @@
 pub mod api;
 pub mod app;
 pub mod config;
+pub mod console;
 pub mod dispatch;
 pub mod domain;
 pub mod http;

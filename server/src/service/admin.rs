@@ -15,6 +15,8 @@ pub struct ListTasks {
     pub states: Vec<TaskState>,
     pub key: Option<String>,
     pub worker_id: Option<String>,
+    /// Only tasks whose last error is exactly this.
+    pub last_error: Option<String>,
     pub created_after: Option<DateTime<Utc>>,
     pub created_before: Option<DateTime<Utc>>,
     pub page_size: i32,
@@ -107,6 +109,7 @@ impl Broker {
             states: req.states,
             key: req.key,
             worker_id: req.worker_id,
+            last_error: req.last_error,
             created_after: req.created_after,
             created_before: req.created_before,
             before_seq: decode_page_token(&req.page_token)?,

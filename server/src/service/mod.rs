@@ -24,6 +24,7 @@ mod combine;
 mod error;
 mod heartbeat;
 mod lease;
+mod observe;
 mod settle;
 mod submit;
 
@@ -33,6 +34,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::ServiceError;
 pub use heartbeat::CheckpointRequest;
 pub use lease::LeaseRequest;
+pub use observe::{Overview, QueueOverview, REQUEUE_BATCH, percentile};
 pub use settle::{CompleteItem, CompleteOutcome, FailRequest};
 pub use submit::{PRODUCER_KEY, RetrySpec, SubmitTask};
 

@@ -19,6 +19,9 @@ pub mod sqlite;
 
 pub(crate) mod row;
 
+mod observe;
+pub use observe::*;
+
 /// A store failure, classified for the caller.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -260,6 +263,8 @@ pub struct TaskFilter {
     pub states: Vec<TaskState>,
     pub key: Option<String>,
     pub worker_id: Option<String>,
+    /// Only tasks whose last error is exactly this (`""` matches none).
+    pub last_error: Option<String>,
     pub created_after: Option<DateTime<Utc>>,
     pub created_before: Option<DateTime<Utc>>,
     /// Only tasks submitted before the task with this sequence number.
@@ -475,6 +480,31 @@ pub trait Store: Send + Sync + 'static {
 
     /// Closes the pool.
     async fn close(&self);
+
+    // ---- reads of the whole broker (the console) and bulk requeue ----
+
+    /// Attempts that finished in `[since, until)`, counted per queue, bucket and
+    /// outcome (succeeded or not).
+    async fn attempt_histogram(
+        &self,
+        p: &AttemptHistogramParams,
+    ) -> StoreResult<Vec<AttemptBucket>>;
+
+    /// Run times of successful attempts finished since `since`, most recent first.
+    async fn attempt_durations(
+        &self,
+        p: &AttemptDurationParams,
+    ) -> StoreResult<Vec<AttemptDuration>>;
+
+    /// Dead tasks grouped by (queue, last error), largest group first.
+    async fn task_dead_groups(&self, p: &DeadGroupParams) -> StoreResult<Vec<DeadGroup>>;
+
+    /// Requeues up to `limit` dead tasks of one queue and error (dead -> pending
+    /// now with `max_attempts` further attempts); returns how many.
+    async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> StoreResult<u64>;
+
+    /// The workers that hold leases now, one row per (worker, address, queue).
+    async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>>;
 }
 
 /// Opens the store a URL names: `sqlite://PATH` (created if missing) or `postgres://...`.

@@ -850,6 +850,9 @@ impl Store for PostgresStore {
         if let Some(worker) = &f.worker_id {
             qb.push(" AND leased_by = ").push_bind(worker);
         }
+        if let Some(error) = &f.last_error {
+            qb.push(" AND last_error = ").push_bind(error);
+        }
         if let Some(after) = f.created_after {
             qb.push(" AND created_at >= ").push_bind(ms(after));
         }
@@ -1068,5 +1071,101 @@ impl Store for PostgresStore {
 
     async fn close(&self) {
         self.pool.close().await;
+    }
+
+    // ---- reads of the whole broker (the console) and bulk requeue ----
+
+    async fn attempt_histogram(
+        &self,
+        p: &AttemptHistogramParams,
+    ) -> StoreResult<Vec<AttemptBucket>> {
+        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+            "SELECT t.queue, (a.finished_at - $1) / $3 AS b, \
+               COUNT(*) FILTER (WHERE a.outcome = 'succeeded'), \
+               COUNT(*) FILTER (WHERE a.outcome <> 'succeeded') \
+             FROM task_attempts a JOIN tasks t ON t.id = a.task_id \
+             WHERE a.finished_at >= $1 AND a.finished_at < $2 \
+             GROUP BY t.queue, b ORDER BY t.queue, b",
+        )
+        .bind(ms(p.since))
+        .bind(ms(p.until))
+        .bind(duration_ms(p.bucket).max(1))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(observe::bucket_row).collect())
+    }
+
+    async fn attempt_durations(
+        &self,
+        p: &AttemptDurationParams,
+    ) -> StoreResult<Vec<AttemptDuration>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT t.queue, a.finished_at - a.leased_at FROM task_attempts a \
+             JOIN tasks t ON t.id = a.task_id \
+             WHERE a.finished_at >= $1 AND a.outcome = 'succeeded' \
+             ORDER BY a.finished_at DESC LIMIT $2",
+        )
+        .bind(ms(p.since))
+        .bind(i64::from(p.limit))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(queue, d)| AttemptDuration {
+                queue,
+                run_time: Duration::from_millis(d.max(0) as u64),
+            })
+            .collect())
+    }
+
+    async fn task_dead_groups(&self, p: &DeadGroupParams) -> StoreResult<Vec<DeadGroup>> {
+        let rows: Vec<(String, String, i64, Option<i64>)> = sqlx::query_as(
+            "SELECT queue, COALESCE(last_error, '') AS e, COUNT(*) AS n, MAX(finished_at) \
+             FROM tasks WHERE state = 'dead' AND ($1::text IS NULL OR queue = $1) \
+               AND ($2::text IS NULL OR COALESCE(last_error, '') = $2) \
+             GROUP BY queue, e ORDER BY n DESC, queue, e LIMIT $3",
+        )
+        .bind(p.queue.as_deref())
+        .bind(p.error.as_deref())
+        .bind(i64::from(p.limit))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(observe::dead_group_row).collect())
+    }
+
+    async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> StoreResult<u64> {
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query(
+            "UPDATE tasks SET state = 'pending', run_at = $1, \
+               attempts_allowed = attempt + max_attempts, cancel_requested = FALSE, \
+               finished_at = NULL, updated_at = $1 \
+             WHERE seq IN (SELECT seq FROM tasks WHERE queue = $2 AND state = 'dead' \
+               AND COALESCE(last_error, '') = $3 ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(ms(p.now))
+        .bind(&p.queue)
+        .bind(&p.error)
+        .bind(i64::from(p.limit))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n > 0 {
+            Self::notify(&mut tx, &[&p.queue]).await?;
+        }
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>> {
+        let rows: Vec<observe::HolderRow> = sqlx::query_as(
+            "SELECT COALESCE(leased_by, ''), COALESCE(leased_address, ''), queue, COUNT(*), \
+               MIN(leased_at), MAX(updated_at) FROM tasks \
+             WHERE state = 'leased' AND lease_expires_at >= 0 \
+             GROUP BY 1, 2, 3 ORDER BY 1, 2, 3 LIMIT $1",
+        )
+        .bind(i64::from(p.limit))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(observe::holder_row).collect())
     }
 }

@@ -21,6 +21,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use super::*;
 
 mod admin;
+mod observe;
 mod ops;
 mod read;
 mod writer;
@@ -254,5 +255,33 @@ impl Store for SqliteStore {
     async fn close(&self) {
         self.write_pool.close().await;
         self.reader.close().await;
+    }
+
+    // ---- reads of the whole broker (the console) and bulk requeue ----
+
+    async fn attempt_histogram(
+        &self,
+        p: &AttemptHistogramParams,
+    ) -> StoreResult<Vec<AttemptBucket>> {
+        observe::attempt_histogram(&self.reader, p).await
+    }
+
+    async fn attempt_durations(
+        &self,
+        p: &AttemptDurationParams,
+    ) -> StoreResult<Vec<AttemptDuration>> {
+        observe::attempt_durations(&self.reader, p).await
+    }
+
+    async fn task_dead_groups(&self, p: &DeadGroupParams) -> StoreResult<Vec<DeadGroup>> {
+        observe::task_dead_groups(&self.reader, p).await
+    }
+
+    async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> StoreResult<u64> {
+        write!(self, observe::task_requeue_dead, [p], &p)
+    }
+
+    async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>> {
+        observe::lease_holders(&self.reader, p).await
     }
 }

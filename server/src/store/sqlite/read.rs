@@ -6,6 +6,7 @@ use sqlx::{Sqlite, SqlitePool};
 use super::super::row::{AttemptRow, TaskRow, from_ms, ms, state_filter_sql};
 use super::super::*;
 use super::ops::placeholders;
+use crate::domain::TaskState;
 
 pub(super) async fn task_get(r: &SqlitePool, task_id: &str) -> StoreResult<Option<TaskRecord>> {
     sqlx::query_as::<_, TaskRow>("SELECT * FROM tasks WHERE id = ?")
@@ -55,7 +56,11 @@ pub(super) async fn task_queues(
 }
 
 pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
-    let mut qb = sqlx::QueryBuilder::<Sqlite>::new("SELECT * FROM tasks WHERE 1 = 1");
+    // The page is chosen by sequence number alone (from an index when one covers
+    // the filters), and only its rows are read in full.
+    let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
+        "SELECT * FROM tasks WHERE seq IN (SELECT seq FROM tasks WHERE 1 = 1",
+    );
     if let Some(queue) = &f.queue {
         qb.push(" AND queue = ").push_bind(queue);
     }
@@ -64,6 +69,9 @@ pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec
     }
     if let Some(worker) = &f.worker_id {
         qb.push(" AND leased_by = ").push_bind(worker);
+    }
+    if let Some(error) = &f.last_error {
+        qb.push(" AND last_error = ").push_bind(error);
     }
     if let Some(after) = f.created_after {
         qb.push(" AND created_at >= ").push_bind(ms(after));
@@ -77,7 +85,25 @@ pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec
     if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
         qb.push(" AND ").push(sql);
     }
-    qb.push(" ORDER BY seq DESC LIMIT ").push_bind(f.limit);
+    // Terms that let SQLite use a partial index (it does not infer them from the
+    // state filter): leased rows through the lease-expiry index, sorted after
+    // (`+seq`: they are few); finished or pending rows of one queue through the
+    // (queue, state) or lease index. Without them a rare state scans the table.
+    let only = |set: &[TaskState]| !f.states.is_empty() && f.states.iter().all(|s| set.contains(s));
+    let mut order = " ORDER BY seq DESC LIMIT ";
+    if only(&[TaskState::Leased]) {
+        qb.push(" AND state = 'leased' AND lease_expires_at >= 0");
+        order = " ORDER BY +seq DESC LIMIT ";
+    } else if f.queue.is_some()
+        && only(&[TaskState::Succeeded, TaskState::Dead, TaskState::Cancelled])
+    {
+        qb.push(" AND state <> 'pending'");
+    } else if f.queue.is_some() && only(&[TaskState::Ready, TaskState::Scheduled]) {
+        qb.push(" AND state = 'pending'");
+    }
+    qb.push(order)
+        .push_bind(f.limit)
+        .push(") ORDER BY seq DESC");
     qb.build_query_as::<TaskRow>()
         .fetch_all(r)
         .await?
@@ -139,18 +165,17 @@ pub(super) async fn queue_stats(
     now: DateTime<Utc>,
 ) -> StoreResult<Vec<QueueStatsRecord>> {
     let now = ms(now);
-    let mut qb = sqlx::QueryBuilder::<Sqlite>::new("SELECT queue, state, run_at > ");
-    qb.push_bind(now)
-        .push(" AS later, COUNT(*), MIN(run_at) FROM tasks");
-    if !queues.is_empty() {
-        qb.push(" WHERE queue IN (");
-        let mut sep = qb.separated(", ");
-        for q in queues {
-            sep.push_bind(q);
-        }
-        qb.push(")");
-    }
-    qb.push(" GROUP BY queue, state, later");
+    // Two index-only scans instead of one over the table: finished and leased rows
+    // through the (queue, state) index, pending rows through the lease index.
+    let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
+        "SELECT queue, state, 0, COUNT(*), 0 FROM tasks WHERE state <> 'pending'",
+    );
+    push_queues(&mut qb, queues);
+    qb.push(" GROUP BY queue, state UNION ALL SELECT queue, state, run_at > ")
+        .push_bind(now)
+        .push(" AS later, COUNT(*), MIN(run_at) FROM tasks WHERE state = 'pending'");
+    push_queues(&mut qb, queues);
+    qb.push(" GROUP BY queue, later");
     let counts: Vec<(String, String, bool, i64, i64)> = qb.build_query_as().fetch_all(r).await?;
     let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
         "SELECT t.queue, a.outcome, COUNT(*) FROM task_attempts a \
@@ -168,4 +193,16 @@ pub(super) async fn queue_stats(
     qb.push(" GROUP BY t.queue, a.outcome");
     let recent: Vec<(String, String, i64)> = qb.build_query_as().fetch_all(r).await?;
     Ok(super::row::fold_stats(counts, recent))
+}
+
+/// ` AND queue IN (...)` when `queues` names some.
+fn push_queues(qb: &mut sqlx::QueryBuilder<Sqlite>, queues: &[String]) {
+    if !queues.is_empty() {
+        qb.push(" AND queue IN (");
+        let mut sep = qb.separated(", ");
+        for q in queues {
+            sep.push_bind(q.clone());
+        }
+        qb.push(")");
+    }
 }

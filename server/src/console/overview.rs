@@ -1,0 +1,145 @@
+//! Overview: every queue with its counts per state, the last hour's throughput
+//! and failure rate as sparklines, the oldest READY task's age and p50/p95 run
+//! time. The table refreshes itself every 5 s (htmx polls `/overview/live`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Extension;
+use axum::extract::State;
+use maud::{Markup, html};
+
+use super::layout::{self, count, duration, href, sparkline};
+use super::{Console, PageError, Viewer};
+use crate::service::{Overview, QueueOverview};
+
+/// How long one overview is shown to every viewer before it is read again: the
+/// counts scan an index of every task, and each open overview polls every 5 s.
+const FRESH_FOR: Duration = Duration::from_secs(2);
+
+/// The latest overview, shared by all viewers.
+#[derive(Default)]
+pub struct Cache(tokio::sync::Mutex<Option<(Instant, Arc<Overview>)>>);
+
+impl Cache {
+    pub async fn get(&self, console: &Console) -> Result<Arc<Overview>, PageError> {
+        // Held while reading, so viewers arriving together share one read.
+        let mut slot = self.0.lock().await;
+        if let Some((at, o)) = slot.as_ref()
+            && at.elapsed() < FRESH_FOR
+        {
+            return Ok(o.clone());
+        }
+        let o = Arc::new(console.broker.overview().await?);
+        *slot = Some((Instant::now(), o.clone()));
+        Ok(o)
+    }
+}
+
+pub async fn page(
+    State(console): State<Arc<Console>>,
+    Extension(viewer): Extension<Viewer>,
+) -> Result<Markup, PageError> {
+    let o = console.overview.get(&console).await?;
+    let body = html! {
+        h1 { "Overview" }
+        div #live hx-get="/overview/live" hx-trigger="every 5s" hx-swap="innerHTML" {
+            (live_view(&o))
+        }
+    };
+    Ok(layout::page("Overview", "/", Some(&viewer), body))
+}
+
+/// The refreshing part alone.
+pub async fn live(State(console): State<Arc<Console>>) -> Result<Markup, PageError> {
+    let o = console.overview.get(&console).await?;
+    Ok(live_view(&o))
+}
+
+fn totals(o: &Overview) -> [(&'static str, u64); 4] {
+    let sum = |f: fn(&QueueOverview) -> u64| o.queues.iter().map(f).sum::<u64>();
+    [
+        ("Ready", sum(|q| q.stats.ready)),
+        ("Scheduled", sum(|q| q.stats.scheduled)),
+        ("Leased", sum(|q| q.stats.leased)),
+        ("Dead", sum(|q| q.stats.dead)),
+    ]
+}
+
+fn live_view(o: &Overview) -> Markup {
+    html! {
+        p.muted { "Updated " (layout::time(o.now)) " UTC · refreshes every 5 s" }
+        ul.cards aria-label="Totals" {
+            @for (label, n) in totals(o) {
+                li { span.n { (count(n)) } " " span.l { (label) } }
+            }
+        }
+        @if o.queues.is_empty() {
+            p { "No tasks yet. Submit one with "
+                code { "taskbroker submit emails --json '{\"to\":\"a@example.com\"}'" } "." }
+        } @else {
+            div.scroll {
+                table #queues {
+                    caption { "Queues (throughput, failure rate and run times over the last hour)" }
+                    thead { tr {
+                        th scope="col" { "Queue" }
+                        th scope="col" .num { "Ready" }
+                        th scope="col" .num { "Scheduled" }
+                        th scope="col" .num { "Leased" }
+                        th scope="col" .num { "Succeeded" }
+                        th scope="col" .num { "Dead" }
+                        th scope="col" .num { "Cancelled" }
+                        th scope="col" { "Oldest ready" }
+                        th scope="col" { "Throughput" }
+                        th scope="col" { "Failure rate" }
+                        th scope="col" .num { "p50" }
+                        th scope="col" .num { "p95" }
+                    } }
+                    tbody {
+                        @for q in &o.queues { (row(o, q)) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn row(o: &Overview, q: &QueueOverview) -> Markup {
+    let s = &q.stats;
+    let name = s.queue.as_str();
+    let per_min: Vec<f64> = q
+        .succeeded
+        .iter()
+        .zip(&q.failed)
+        .map(|(a, b)| (a + b) as f64)
+        .collect();
+    let done: u64 = q.succeeded.iter().sum::<u64>() + q.failed.iter().sum::<u64>();
+    let failed: u64 = q.failed.iter().sum();
+    let rate = if done == 0 {
+        0.0
+    } else {
+        failed as f64 * 100.0 / done as f64
+    };
+    let state_link = |state: &str| href("/tasks", &[("queue", name), ("state", state)]);
+    html! {
+        tr {
+            th scope="row" { a href=(href("/tasks", &[("queue", name)])) { (name) } }
+            td.num { a href=(state_link("ready")) { (count(s.ready)) } }
+            td.num { a href=(state_link("scheduled")) { (count(s.scheduled)) } }
+            td.num { a href=(state_link("leased")) { (count(s.leased)) } }
+            td.num { (count(s.succeeded)) }
+            td.num { a href=(href("/dead", &[("queue", name)])) { (count(s.dead)) } }
+            td.num { (count(s.cancelled)) }
+            td { @match s.oldest_ready_at {
+                Some(t) => (layout::age(o.now, t)),
+                None => span.muted { "—" },
+            } }
+            td { (sparkline(&per_min, None, &format!("{} attempts finished in the last hour", count(done))))
+                 " " span.small { (count(done)) "/h" } }
+            td { (sparkline(&q.failure_rate(), Some(1.0), &format!("{rate:.1}% of attempts failed in the last hour")))
+                 " " span.small { (format!("{rate:.1}%")) } }
+            td.num { @match q.p50 { Some(d) => (duration(d)), None => span.muted { "—" } } }
+            td.num { @match q.p95 { Some(d) => (duration(d)), None => span.muted { "—" } } }
+        }
+    }
+}

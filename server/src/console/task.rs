@@ -1,0 +1,273 @@
+//! One task: its fields, payload (JSON pretty-printed, text or hex), checkpoint,
+//! result, metadata, every attempt (worker, address, start, end, outcome, error)
+//! and the actions its state allows.
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::extract::{Path, Query, State};
+use maud::{Markup, html};
+use serde::Deserialize;
+
+use super::layout::{self, badge, duration, href, opt_time, time};
+use super::{Console, PageError, Viewer};
+use crate::domain::{AttemptOutcome, StoredState, TaskState};
+
+/// Bytes of a body shown at most (the rest is summarised).
+const SHOWN_BYTES: usize = 64 * 1024;
+
+#[derive(Debug, Default, Deserialize)]
+pub struct TaskPageQuery {
+    /// How to show the payload: auto (default), json, text or hex.
+    view: Option<String>,
+    /// The action just done, for a notice.
+    done: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    Auto,
+    Json,
+    Text,
+    Hex,
+}
+
+impl View {
+    fn parse(s: Option<&str>) -> View {
+        match s {
+            Some("json") => View::Json,
+            Some("text") => View::Text,
+            Some("hex") => View::Hex,
+            _ => View::Auto,
+        }
+    }
+}
+
+/// A body as the chosen view, falling back (JSON -> text -> hex) when the bytes
+/// are not that. Returns the markup and the view used.
+pub fn body(bytes: &[u8], view: View) -> (Markup, View) {
+    let shown = &bytes[..bytes.len().min(SHOWN_BYTES)];
+    let cut = bytes.len() > shown.len();
+    let json = || {
+        serde_json::from_slice::<serde_json::Value>(bytes)
+            .ok()
+            .and_then(|v| serde_json::to_string_pretty(&v).ok())
+    };
+    let text = || std::str::from_utf8(shown).ok();
+    let (content, used) = match view {
+        View::Auto | View::Json if !cut => match json() {
+            Some(j) => (j, View::Json),
+            None => match text() {
+                Some(t) => (t.to_string(), View::Text),
+                None => (hex_dump(shown), View::Hex),
+            },
+        },
+        View::Auto | View::Json | View::Text => match text() {
+            Some(t) => (t.to_string(), View::Text),
+            None => (hex_dump(shown), View::Hex),
+        },
+        View::Hex => (hex_dump(shown), View::Hex),
+    };
+    let markup = html! {
+        pre.body tabindex="0" { code { (content) } }
+        @if cut {
+            p.muted { "Showing the first " (layout::count(SHOWN_BYTES as u64)) " of "
+                (layout::count(bytes.len() as u64)) " bytes." }
+        }
+    };
+    (markup, used)
+}
+
+/// Sixteen bytes per line: offset, hex, printable ASCII.
+pub fn hex_dump(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for (i, chunk) in bytes.chunks(16).enumerate() {
+        let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
+        let ascii: String = chunk
+            .iter()
+            .map(|&b| {
+                if b.is_ascii_graphic() || b == b' ' {
+                    b as char
+                } else {
+                    '.'
+                }
+            })
+            .collect();
+        out.push_str(&format!("{:08x}  {:<47}  {ascii}\n", i * 16, hex.join(" ")));
+    }
+    out
+}
+
+fn outcome_name(o: AttemptOutcome) -> &'static str {
+    match o {
+        AttemptOutcome::Running => "running",
+        AttemptOutcome::Succeeded => "succeeded",
+        AttemptOutcome::Failed => "failed",
+        AttemptOutcome::LeaseExpired => "lease expired",
+        AttemptOutcome::DeadlineExceeded => "deadline exceeded",
+    }
+}
+
+fn done_notice(done: Option<&str>) -> Option<&'static str> {
+    Some(match done? {
+        "cancel" => "Cancelled (a leased task is told to stop at its next heartbeat).",
+        "requeue" => "Requeued: the task is ready to run again.",
+        "change" => "Changed.",
+        _ => return None,
+    })
+}
+
+pub async fn page(
+    State(console): State<Arc<Console>>,
+    Extension(viewer): Extension<Viewer>,
+    Path(id): Path<String>,
+    Query(q): Query<TaskPageQuery>,
+) -> Result<Markup, PageError> {
+    let b = &console.broker;
+    let (task, attempts) = tokio::try_join!(b.get_task(&id), b.list_attempts(&id))?;
+    let now = b.clock().now();
+    let state = TaskState::of(task.state, task.run_at, now);
+    let view = View::parse(q.view.as_deref());
+    let (payload, used) = body(&task.payload, view);
+    let base = format!("/tasks/{}", layout::encode(&task.id));
+    let body_html = html! {
+        p.crumbs { a href=(href("/tasks", &[("queue", &task.queue)])) { "Tasks in " (task.queue) } }
+        h1 { "Task " span.mono { (task.id) } " " (badge(state)) }
+        (layout::notice(done_notice(q.done.as_deref())))
+        (actions(&base, task.state))
+        section aria-labelledby="h-fields" {
+            h2 #h-fields { "Fields" }
+            dl.fields {
+                dt { "Queue" } dd { (task.queue) }
+                dt { "Key" } dd { (task.key.as_deref().unwrap_or("—")) }
+                dt { "Priority" } dd { (task.priority) }
+                dt { "Attempt" } dd { (task.attempt) " of " (task.attempts_allowed) " allowed (max_attempts " (task.max_attempts) ")" }
+                dt { "Run at (UTC)" } dd { (time(task.run_at)) }
+                dt { "Deadline (UTC)" } dd { (opt_time(task.deadline)) }
+                dt { "Created (UTC)" } dd { (time(task.created_at)) }
+                dt { "Updated (UTC)" } dd { (time(task.updated_at)) }
+                dt { "Finished (UTC)" } dd { (opt_time(task.finished_at)) }
+                @if let Some(w) = &task.leased_by {
+                    dt { "Leased by" } dd { a href=(href("/tasks", &[("worker", w), ("state", "leased")])) { (w) } }
+                    dt { "Lease expires (UTC)" } dd { (opt_time(task.lease_expires_at)) }
+                }
+                @if task.cancel_requested { dt { "Cancel requested" } dd { "yes" } }
+                dt { "Last error" } dd { (task.last_error.as_deref().unwrap_or("—")) }
+            }
+        }
+        section aria-labelledby="h-payload" {
+            h2 #h-payload { "Payload " span.muted.small { "(" (layout::count(task.payload.len() as u64)) " bytes, shown as " (view_name(used)) ")" } }
+            nav.views aria-label="Payload view" {
+                @for (v, label) in [(View::Json, "JSON"), (View::Text, "Text"), (View::Hex, "Hex")] {
+                    @if v == used {
+                        a href=(format!("{base}?view={}", view_name(v))) aria-current="true" { (label) }
+                    } @else {
+                        a href=(format!("{base}?view={}", view_name(v))) { (label) }
+                    }
+                }
+            }
+            (payload)
+        }
+        section aria-labelledby="h-attempts" {
+            h2 #h-attempts { "Attempts" }
+            @if attempts.is_empty() { p { "Not run yet." } } @else {
+                div.scroll { table #attempts {
+                    thead { tr {
+                        th scope="col" .num { "#" } th scope="col" { "Worker" } th scope="col" { "Address" }
+                        th scope="col" { "Started (UTC)" } th scope="col" { "Ended (UTC)" }
+                        th scope="col" .num { "Ran" } th scope="col" { "Outcome" } th scope="col" { "Error" }
+                    } }
+                    tbody { @for a in &attempts {
+                        tr {
+                            td.num { (a.attempt) }
+                            td { (a.worker_id) }
+                            td { (a.worker_address) }
+                            td { (time(a.leased_at)) }
+                            td { (opt_time(a.finished_at)) }
+                            td.num { (a.finished_at.unwrap_or(now).signed_duration_since(a.leased_at).to_std().map(duration).unwrap_or_default()) }
+                            td { span class={ "outcome " (outcome_name(a.outcome).replace(' ', "-")) } { (outcome_name(a.outcome)) } }
+                            td { (a.error.as_deref().unwrap_or("")) }
+                        }
+                    } }
+                } }
+            }
+        }
+        @if let Some(c) = &task.checkpoint {
+            section aria-labelledby="h-checkpoint" {
+                h2 #h-checkpoint { "Checkpoint " span.muted.small { "(" (layout::count(c.len() as u64)) " bytes)" } }
+                (body(c, View::Auto).0)
+            }
+        }
+        @if let Some(r) = &task.result {
+            section aria-labelledby="h-result" {
+                h2 #h-result { "Result " span.muted.small { "(" (layout::count(r.len() as u64)) " bytes)" } }
+                (body(r, View::Auto).0)
+            }
+        }
+        section aria-labelledby="h-meta" {
+            h2 #h-meta { "Metadata" }
+            @if task.metadata.is_empty() { p.muted { "None." } } @else {
+                dl.fields { @for (k, v) in &task.metadata { dt { (k) } dd.mono { (v) } } }
+            }
+        }
+    };
+    Ok(layout::page(
+        &format!("Task {}", task.id),
+        "/tasks",
+        Some(&viewer),
+        body_html,
+    ))
+}
+
+fn view_name(v: View) -> &'static str {
+    match v {
+        View::Auto | View::Json => "json",
+        View::Text => "text",
+        View::Hex => "hex",
+    }
+}
+
+/// The actions the stored state allows; each leads to a confirmation page.
+fn actions(base: &str, state: StoredState) -> Markup {
+    let cancel = matches!(state, StoredState::Pending | StoredState::Leased);
+    let requeue = matches!(state, StoredState::Dead | StoredState::Cancelled);
+    let change = !matches!(state, StoredState::Leased | StoredState::Succeeded);
+    html! {
+        @if cancel || requeue || change {
+            nav.actions aria-label="Actions" {
+                @if cancel { a.button.danger href={ (base) "/cancel" } { "Cancel…" } }
+                @if requeue { a.button href={ (base) "/requeue" } { "Requeue…" } }
+                @if change { a.button href={ (base) "/change" } { "Change priority, run at or deadline…" } }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_fall_back_from_json_to_text_to_hex() {
+        assert_eq!(body(br#"{"a":1}"#, View::Auto).1, View::Json);
+        assert!(
+            body(br#"{"a":1}"#, View::Auto)
+                .0
+                .into_string()
+                .contains("&quot;a&quot;: 1")
+        );
+        assert_eq!(body(b"hello", View::Auto).1, View::Text);
+        assert_eq!(body(b"hello", View::Hex).1, View::Hex);
+        assert_eq!(body(&[0xff, 0x00], View::Json).1, View::Hex);
+        assert!(
+            body(b"<script>x</script>", View::Text)
+                .0
+                .into_string()
+                .contains("&lt;script&gt;")
+        );
+        assert_eq!(
+            hex_dump(b"AB\x00"),
+            format!("00000000  {:<47}  AB.\n", "41 42 00")
+        );
+    }
+}

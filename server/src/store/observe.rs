@@ -1,0 +1,134 @@
+//! Parameters and rows of the reads that watch the broker as a whole (the
+//! console's overview, dead letters and workers) and of the bulk requeue of
+//! dead tasks. The `Store` trait methods that use them are in `mod.rs`.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::row::from_ms;
+
+/// Finished attempts counted per queue and time bucket.
+#[derive(Debug, Clone)]
+pub struct AttemptHistogramParams {
+    /// Attempts that finished at or after this time (and before `until`).
+    pub since: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+    /// Width of one bucket; bucket `i` covers `since + i * bucket`.
+    pub bucket: Duration,
+}
+
+/// One bucket of [`AttemptHistogramParams`]; buckets without attempts are absent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptBucket {
+    pub queue: String,
+    pub bucket: u32,
+    pub succeeded: u64,
+    /// Failed, lease expired or deadline exceeded.
+    pub failed: u64,
+}
+
+/// Run times of the most recent successful attempts.
+#[derive(Debug, Clone)]
+pub struct AttemptDurationParams {
+    /// Attempts that finished at or after this time.
+    pub since: DateTime<Utc>,
+    /// At most this many attempts, the most recent first: a sample that keeps
+    /// the read bounded however busy the hour was.
+    pub limit: u32,
+}
+
+/// How long one successful attempt ran (lease to completion).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptDuration {
+    pub queue: String,
+    pub run_time: Duration,
+}
+
+/// Dead tasks grouped by queue and last error.
+#[derive(Debug, Clone, Default)]
+pub struct DeadGroupParams {
+    pub queue: Option<String>,
+    /// Only the group with exactly this error (`""` for tasks without one).
+    pub error: Option<String>,
+    /// Groups returned at most, largest first.
+    pub limit: u32,
+}
+
+/// One group of dead tasks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadGroup {
+    pub queue: String,
+    /// The tasks' last error; `""` when they have none.
+    pub error: String,
+    pub count: u64,
+    /// When the most recent of them died.
+    pub last_finished_at: Option<DateTime<Utc>>,
+}
+
+/// Requeues the dead tasks of one queue whose last error is `error`, as
+/// `task_requeue` would one by one.
+#[derive(Debug, Clone)]
+pub struct RequeueDeadParams {
+    pub queue: String,
+    /// Exactly this last error (`""` for tasks without one).
+    pub error: String,
+    /// At most this many tasks per call, the oldest first.
+    pub limit: u32,
+    pub now: DateTime<Utc>,
+}
+
+/// A worker as seen from the leases it holds now (until workers register).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseHolder {
+    pub worker_id: String,
+    pub worker_address: String,
+    pub queue: String,
+    /// Tasks leased now.
+    pub tasks: u64,
+    /// When the oldest of its current leases began.
+    pub first_leased_at: Option<DateTime<Utc>>,
+    /// The latest lease, heartbeat or checkpoint on those tasks.
+    pub last_seen_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone)]
+pub struct LeaseHolderParams {
+    /// Rows returned at most.
+    pub limit: u32,
+}
+
+// ---- rows as both databases return them (times in epoch ms) ----
+
+pub(crate) fn bucket_row((queue, b, ok, failed): (String, i64, i64, i64)) -> AttemptBucket {
+    AttemptBucket {
+        queue,
+        bucket: u32::try_from(b.max(0)).unwrap_or(u32::MAX),
+        succeeded: ok.max(0) as u64,
+        failed: failed.max(0) as u64,
+    }
+}
+
+pub(crate) fn dead_group_row(
+    (queue, error, count, last): (String, String, i64, Option<i64>),
+) -> DeadGroup {
+    DeadGroup {
+        queue,
+        error,
+        count: count.max(0) as u64,
+        last_finished_at: last.map(from_ms),
+    }
+}
+
+pub(crate) type HolderRow = (String, String, String, i64, Option<i64>, i64);
+
+pub(crate) fn holder_row((worker, address, queue, n, first, last): HolderRow) -> LeaseHolder {
+    LeaseHolder {
+        worker_id: worker,
+        worker_address: address,
+        queue,
+        tasks: n.max(0) as u64,
+        first_leased_at: first.map(from_ms),
+        last_seen_at: from_ms(last),
+    }
+}

@@ -1,0 +1,586 @@
+//! The web console over real HTTP on the broker's side port: pages and their
+//! status codes, escaping, CSRF and same-site refusal, sign-in with auth on, and
+//! the actions (cancel, requeue, change, bulk requeue of dead tasks).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use common::*;
+use taskbroker_client::pb;
+use taskbroker_server::api::auth::{Role, TokenEntry};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The CSRF token of the first form on the page.
+    fn csrf(&self) -> String {
+        let at = self
+            .body
+            .find("name=\"csrf\" value=\"")
+            .unwrap_or_else(|| panic!("no csrf field in:\n{}", self.body));
+        let rest = &self.body[at + 19..];
+        rest[..rest.find('"').unwrap()].to_string()
+    }
+}
+
+/// A browser with a cookie jar, speaking HTTP/1.1 (one connection per request).
+struct Browser {
+    addr: SocketAddr,
+    cookies: BTreeMap<String, String>,
+}
+
+impl Browser {
+    fn new(app: &TestApp) -> Self {
+        Browser {
+            addr: app.metrics_addr.expect("the HTTP port is on"),
+            cookies: BTreeMap::new(),
+        }
+    }
+
+    async fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        extra: &[(&str, &str)],
+        body: &str,
+    ) -> Resp {
+        let mut s = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+            self.addr
+        );
+        if !self.cookies.is_empty() {
+            let c: Vec<String> = self
+                .cookies
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            req.push_str(&format!("Cookie: {}\r\n", c.join("; ")));
+        }
+        for (k, v) in extra {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        if method == "POST" {
+            req.push_str("Content-Type: application/x-www-form-urlencoded\r\n");
+            req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        }
+        req.push_str("\r\n");
+        req.push_str(body);
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await.unwrap();
+        let raw = String::from_utf8(raw).expect("UTF-8 response");
+        let (head, body) = raw.split_once("\r\n\r\n").expect("a full response");
+        let mut lines = head.lines();
+        let status = lines.next().unwrap()[9..12].parse().unwrap();
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(": "))
+            .map(|(k, v)| (k.to_lowercase(), v.to_string()))
+            .collect();
+        for (k, v) in &headers {
+            if k == "set-cookie" {
+                let pair = v.split(';').next().unwrap();
+                let (name, value) = pair.split_once('=').unwrap();
+                if value.is_empty() {
+                    self.cookies.remove(name);
+                } else {
+                    self.cookies.insert(name.into(), value.into());
+                }
+            }
+        }
+        Resp {
+            status,
+            headers,
+            body: body.to_string(),
+        }
+    }
+
+    async fn get(&mut self, path: &str) -> Resp {
+        self.request("GET", path, &[], "").await
+    }
+
+    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Resp {
+        let body: Vec<String> = form
+            .iter()
+            .map(|(k, v)| format!("{k}={}", encode(v)))
+            .collect();
+        self.request("POST", path, &[], &body.join("&")).await
+    }
+}
+
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+async fn console_app(auth: Vec<TokenEntry>) -> TestApp {
+    spawn_app_with(
+        Backend::Sqlite,
+        Options {
+            metrics: true,
+            auth,
+            ..Options::default()
+        },
+    )
+    .await
+    .expect("sqlite is always available")
+}
+
+/// Leases `queue`'s next task and fails it for good with `error`.
+async fn kill_one(app: &TestApp, queue: &str, error: &str) -> String {
+    let mut c = app.broker().await;
+    let t = lease_one(&mut c, queue).await;
+    c.fail(pb::FailRequest {
+        task_id: t.task_id.clone(),
+        lease_token: t.lease_token,
+        error_message: error.into(),
+        non_retryable: true,
+        retry_after: None,
+    })
+    .await
+    .expect("fail");
+    t.task_id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_shows_every_queue_with_safe_headers() {
+    let app = console_app(Vec::new()).await;
+    let mut c = app.broker().await;
+    submit(
+        &mut c,
+        vec![spec("emails"), spec("emails"), spec("reports")],
+    )
+    .await;
+    let mut b = Browser::new(&app);
+
+    let r = b.get("/").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains(">emails</a>") && r.body.contains(">reports</a>"));
+    assert!(r.body.contains("hx-get=\"/overview/live\""));
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    assert!(
+        r.header("content-security-policy")
+            .unwrap()
+            .contains("script-src 'self'")
+    );
+    assert_eq!(r.header("x-frame-options"), Some("DENY"));
+    let anon = r.header("set-cookie").expect("an anonymous cookie");
+    assert!(
+        anon.contains("HttpOnly") && anon.contains("SameSite=Strict"),
+        "{anon}"
+    );
+
+    let live = b.get("/overview/live").await;
+    assert_eq!(live.status, 200);
+    assert!(live.body.contains("emails") && !live.body.contains("<html"));
+    for page in [
+        "/tasks",
+        "/dead",
+        "/workers",
+        "/queues",
+        "/assets/htmx.min.js",
+        "/assets/console.css",
+    ] {
+        assert_eq!(b.get(page).await.status, 200, "{page}");
+    }
+    assert_eq!(b.get("/no-such-page").await.status, 404);
+    assert_eq!(b.get("/assets/nope.js").await.status, 404);
+    assert_eq!(b.get("/tasks/no-such-task").await.status, 404);
+    assert_eq!(
+        b.get("/metrics").await.status,
+        200,
+        "metrics stay where they were"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_payload_is_shown_as_text() {
+    let app = console_app(Vec::new()).await;
+    let mut c = app.broker().await;
+    let evil = "<script>alert('owned')</script>";
+    let id = submit_one(
+        &mut c,
+        pb::TaskSpec {
+            payload: evil.as_bytes().to_vec(),
+            key: "<img src=x onerror=alert(1)>".into(),
+            metadata: [("<b>".to_string(), "</td>".to_string())].into(),
+            ..spec("xss")
+        },
+    )
+    .await;
+    let mut b = Browser::new(&app);
+    let r = b.get(&format!("/tasks/{id}")).await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body
+            .contains("&lt;script&gt;alert('owned')&lt;/script&gt;"),
+        "{}",
+        r.body
+    );
+    assert!(!r.body.contains("<script>alert"));
+    assert!(!r.body.contains("<img src=x"));
+    assert!(!r.body.contains("<b>") && !r.body.contains("</td></dd>"));
+    let hex = b.get(&format!("/tasks/{id}?view=hex")).await;
+    assert!(hex.body.contains("3c 73 63 72 69 70 74 3e"), "{}", hex.body);
+    let list = b.get("/tasks?queue=xss").await;
+    assert!(!list.body.contains("<img src=x"));
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_filter_and_page_by_keyset() {
+    let app = console_app(Vec::new()).await;
+    let mut c = app.broker().await;
+    let ids = submit(&mut c, (0..60).map(|_| spec("paged")).collect()).await;
+    submit(&mut c, vec![spec("other")]).await;
+    let mut b = Browser::new(&app);
+
+    let first = b.get("/tasks?queue=paged&state=ready").await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.body.matches("href=\"/tasks/").count(), 50);
+    assert!(first.body.contains(&ids[59]) && !first.body.contains(&ids[9]));
+    let at = first
+        .body
+        .find("rel=\"next\" href=\"")
+        .expect("an older page");
+    let rest = &first.body[at + 17..];
+    let next = rest[..rest.find('"').unwrap()].replace("&amp;", "&");
+    let second = b.get(&next).await;
+    assert_eq!(second.status, 200);
+    assert_eq!(second.body.matches("href=\"/tasks/").count(), 10);
+    assert!(second.body.contains(&ids[0]) && !second.body.contains(&ids[59]));
+    assert!(!second.body.contains("rel=\"next\""));
+
+    let none = b.get("/tasks?queue=paged&state=dead").await;
+    assert!(none.body.contains("No tasks match."));
+    let bad = b.get("/tasks?state=sleeping").await;
+    assert_eq!(bad.status, 400);
+    assert!(
+        bad.body
+            .contains("state: &quot;sleeping&quot; is not one of"),
+        "{}",
+        bad.body
+    );
+    let bad = b.get("/tasks?from=yesterday").await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("from:"));
+    let bad = b.get("/tasks?page=garbage").await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("page_token"));
+    let bad = b.get("/tasks?key=k-1").await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("key: choose the queue too"));
+    let future = b.get("/tasks?queue=paged&from=2999-01-01T00:00").await;
+    assert!(future.body.contains("No tasks match."));
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn posts_without_the_csrf_token_or_from_another_site_are_refused() {
+    let app = console_app(Vec::new()).await;
+    let mut c = app.broker().await;
+    let id = submit_one(&mut c, spec("csrf")).await;
+    let mut admin = app.admin().await;
+    let mut b = Browser::new(&app);
+    let page = b.get(&format!("/tasks/{id}/cancel")).await;
+    assert_eq!(page.status, 200);
+    let token = page.csrf();
+    let path = format!("/tasks/{id}/cancel");
+
+    assert_eq!(b.post(&path, &[]).await.status, 403, "no token");
+    assert_eq!(
+        b.post(&path, &[("csrf", "00")]).await.status,
+        403,
+        "wrong token"
+    );
+    let cross = b
+        .request(
+            "POST",
+            &path,
+            &[("Origin", "http://evil.example")],
+            &format!("csrf={token}"),
+        )
+        .await;
+    assert_eq!(cross.status, 403, "another site");
+    let mut stranger = Browser::new(&app);
+    assert_eq!(
+        stranger.post(&path, &[("csrf", &token)]).await.status,
+        403,
+        "a token without its cookie"
+    );
+    assert_eq!(state(&get(&mut admin, &id).await), pb::TaskState::Ready);
+
+    let ok = b.post(&path, &[("csrf", &token)]).await;
+    assert_eq!(ok.status, 303, "{}", ok.body);
+    assert_eq!(
+        ok.header("location"),
+        Some(format!("/tasks/{id}?done=cancel").as_str())
+    );
+    assert_eq!(state(&get(&mut admin, &id).await), pb::TaskState::Cancelled);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_are_requeued_changed_and_cancelled_after_confirmation() {
+    let app = console_app(Vec::new()).await;
+    let mut c = app.broker().await;
+    let mut admin = app.admin().await;
+    let dead = submit_one(&mut c, spec("acts")).await;
+    kill_one(&app, "acts", "boom").await;
+    let mut b = Browser::new(&app);
+    let page = b.get(&format!("/tasks/{dead}")).await;
+    assert!(page.body.contains("Requeue…") && !page.body.contains("Cancel…"));
+    assert!(page.body.contains("boom"));
+    let confirm = b.get(&format!("/tasks/{dead}/requeue")).await;
+    assert!(confirm.body.contains("Requeue this task?"));
+    let token = confirm.csrf();
+    let r = b
+        .post(&format!("/tasks/{dead}/requeue"), &[("csrf", &token)])
+        .await;
+    assert_eq!(r.status, 303);
+    assert_eq!(state(&get(&mut admin, &dead).await), pb::TaskState::Ready);
+    let shown = b.get(r.header("location").unwrap()).await;
+    assert!(shown.body.contains("Requeued"));
+
+    let change = format!("/tasks/{dead}/change");
+    let review = b
+        .post(
+            &change,
+            &[("csrf", &token), ("priority", "7"), ("step", "review")],
+        )
+        .await;
+    assert_eq!(review.status, 200);
+    assert!(review.body.contains("Confirm the change"));
+    assert_eq!(
+        get(&mut admin, &dead).await.priority,
+        0,
+        "nothing changes before the confirmation"
+    );
+    let bad = b
+        .post(&change, &[("csrf", &token), ("priority", "high")])
+        .await;
+    assert_eq!(bad.status, 400);
+    assert!(
+        bad.body
+            .contains("priority: &quot;high&quot; is not a whole number")
+    );
+    let applied = b
+        .post(
+            &change,
+            &[
+                ("csrf", &token),
+                ("priority", "7"),
+                ("deadline", ""),
+                ("run_at", ""),
+                ("step", "apply"),
+            ],
+        )
+        .await;
+    assert_eq!(applied.status, 303, "{}", applied.body);
+    assert_eq!(get(&mut admin, &dead).await.priority, 7);
+
+    let r = b
+        .post(&format!("/tasks/{dead}/cancel"), &[("csrf", &token)])
+        .await;
+    assert_eq!(r.status, 303);
+    assert_eq!(
+        state(&get(&mut admin, &dead).await),
+        pb::TaskState::Cancelled
+    );
+    let again = b
+        .post(
+            &format!("/tasks/{dead}/change"),
+            &[("csrf", &token), ("priority", "1"), ("step", "apply")],
+        )
+        .await;
+    assert_eq!(again.status, 303, "a cancelled task can still be changed");
+    assert_eq!(get(&mut admin, &dead).await.priority, 1);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_group_by_error_and_requeue_all_after_the_count() {
+    let app = console_app(Vec::new()).await;
+    let mut c = app.broker().await;
+    submit(&mut c, (0..4).map(|_| spec("dl")).collect()).await;
+    for _ in 0..3 {
+        kill_one(&app, "dl", "smtp <down>").await;
+    }
+    kill_one(&app, "dl", "bad address").await;
+    let mut b = Browser::new(&app);
+    let page = b.get("/dead").await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("smtp &lt;down&gt;") && page.body.contains("bad address"));
+    assert!(page.body.contains("Requeue all 3…"));
+    let first = page.body.find("smtp &lt;down&gt;").unwrap();
+    assert!(
+        first < page.body.find("bad address").unwrap(),
+        "largest group first"
+    );
+
+    let confirm = b
+        .get("/dead/requeue?queue=dl&error=smtp%20%3Cdown%3E")
+        .await;
+    assert_eq!(confirm.status, 200);
+    assert!(
+        confirm.body.contains("Requeue 3 dead tasks?"),
+        "{}",
+        confirm.body
+    );
+    let token = confirm.csrf();
+    let r = b
+        .post(
+            "/dead/requeue",
+            &[("csrf", &token), ("queue", "dl"), ("error", "smtp <down>")],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let after = b.get(r.header("location").unwrap()).await;
+    assert!(
+        after.body.contains("Requeued 3 dead tasks."),
+        "{}",
+        after.body
+    );
+    assert!(!after.body.contains("smtp &lt;down&gt;"));
+    assert!(after.body.contains("bad address"));
+    assert_eq!(
+        lease(&mut c, "dl", 10).await.len(),
+        3,
+        "the requeued tasks run again"
+    );
+    let bad = b
+        .post(
+            "/dead/requeue",
+            &[("csrf", &token), ("queue", "bad queue!"), ("error", "")],
+        )
+        .await;
+    assert_eq!(bad.status, 400);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_are_listed_from_their_leases() {
+    let app = console_app(Vec::new()).await;
+    let mut c = app.broker().await;
+    submit(&mut c, vec![spec("wk"), spec("wk")]).await;
+    lease(&mut c, "wk", 2).await;
+    let mut b = Browser::new(&app);
+    let r = b.get("/workers").await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains(">w1</th>"), "{}", r.body);
+    assert!(r.body.contains(">2</a>"));
+    let running = b.get("/tasks?worker=w1&state=leased").await;
+    assert_eq!(
+        running.body.matches("<tr>").count(),
+        3,
+        "header and two tasks"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_auth_on_the_console_needs_an_admin_token() {
+    let admin_token = "console-admin-token-123456";
+    let app = console_app(vec![
+        TokenEntry {
+            role: Role::Admin,
+            token: admin_token.into(),
+            name: Some("ops".into()),
+        },
+        TokenEntry {
+            role: Role::Worker,
+            token: "console-worker-token-123456".into(),
+            name: None,
+        },
+    ])
+    .await;
+    let mut b = Browser::new(&app);
+    let r = b.get("/tasks?queue=a").await;
+    assert_eq!(r.status, 303);
+    assert_eq!(r.header("location"), Some("/login?next=/tasks%3Fqueue%3Da"));
+    assert_eq!(b.get("/overview/live").await.status, 303);
+    let htmx = b
+        .request("GET", "/overview/live", &[("HX-Request", "true")], "")
+        .await;
+    assert_eq!(htmx.status, 401);
+    assert_eq!(htmx.header("hx-redirect"), Some("/login"));
+    assert_eq!(b.post("/dead/requeue", &[("queue", "a")]).await.status, 401);
+
+    let login = b.get("/login?next=/tasks").await;
+    assert_eq!(login.status, 200);
+    let token = login.csrf();
+    let refused = b
+        .post(
+            "/login",
+            &[
+                ("csrf", &token),
+                ("token", "wrong-token-000000000"),
+                ("next", "/tasks"),
+            ],
+        )
+        .await;
+    assert_eq!(refused.status, 401);
+    assert!(refused.body.contains("not valid"));
+    let worker = b
+        .post(
+            "/login",
+            &[("csrf", &token), ("token", "console-worker-token-123456")],
+        )
+        .await;
+    assert_eq!(worker.status, 401);
+    assert!(worker.body.contains("not an admin token"));
+    assert_eq!(b.get("/").await.status, 303, "still signed out");
+    assert_eq!(
+        b.post("/login", &[("token", admin_token)]).await.status,
+        403,
+        "sign-in needs the CSRF token too"
+    );
+
+    let ok = b
+        .post(
+            "/login",
+            &[("csrf", &token), ("token", admin_token), ("next", "/tasks")],
+        )
+        .await;
+    assert_eq!(ok.status, 303);
+    assert_eq!(ok.header("location"), Some("/tasks"));
+    let cookie = ok
+        .headers
+        .iter()
+        .find(|(k, v)| k == "set-cookie" && v.starts_with("tb_session="))
+        .map(|(_, v)| v.clone())
+        .expect("a session cookie");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    assert!(!cookie.contains(admin_token), "the cookie is not the token");
+    let home = b.get("/").await;
+    assert_eq!(home.status, 200);
+    assert!(home.body.contains("Signed in as ops"));
+    assert!(!home.body.contains(admin_token));
+
+    let out = b.post("/logout", &[("csrf", &home.csrf())]).await;
+    assert_eq!(out.status, 303);
+    assert_eq!(b.get("/").await.status, 303, "signed out again");
+    app.shutdown().await;
+}

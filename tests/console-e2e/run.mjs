@@ -1,0 +1,320 @@
+// Browser end-to-end tests of the taskbroker console, in headless Chromium.
+//
+// Started by scripts/console-e2e.sh, which builds the broker and the example
+// worker and passes their paths in TB_BIN and TB_WORKER. This script starts two
+// brokers on fresh SQLite databases (one with auth off, one with auth on), seeds
+// tasks with the CLI, runs the example worker on the `emails` queue, and drives
+// the console. It prints PASS/FAIL per case, then `N passed, M failed`, saves
+// screenshots to docs/img/, and exits non-zero when a case failed.
+
+import { spawn, execFileSync } from 'node:child_process';
+import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const bin = process.env.TB_BIN ?? join(root, 'target/debug/taskbroker');
+const workerBin = process.env.TB_WORKER ?? join(root, 'target/debug/examples/worker');
+const shots = join(root, 'docs/img');
+const ADMIN_TOKEN = 'e2e-admin-token-0123456789';
+const children = [];
+const dir = mkdtempSync(join(tmpdir(), 'tb-console-e2e-'));
+
+function freePort() {
+  return new Promise((ok, fail) => {
+    const s = createServer();
+    s.on('error', fail);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => ok(port));
+    });
+  });
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function startBroker(name, extra = []) {
+  const grpc = await freePort();
+  const http = await freePort();
+  const args = [
+    'serve',
+    '--database-url', `sqlite://${join(dir, name)}.db`,
+    '--listen', `127.0.0.1:${grpc}`,
+    '--metrics-listen', `127.0.0.1:${http}`,
+    '--reclaim-interval', '200ms',
+    ...extra,
+  ];
+  const child = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  child.stderr.on('data', (d) => { log += d; });
+  children.push(child);
+  const base = `http://127.0.0.1:${http}`;
+  for (let i = 0; i < 100; i++) {
+    try {
+      const r = await fetch(`${base}/metrics`);
+      if (r.ok) return { grpc: `http://127.0.0.1:${grpc}`, base };
+    } catch { /* not up yet */ }
+    if (child.exitCode !== null) break;
+    await sleep(100);
+  }
+  throw new Error(`broker ${name} did not start:\n${log}`);
+}
+
+/** Submits one task with the CLI and returns its id. */
+function submit(broker, queue, opts = [], token) {
+  const args = ['submit', queue, ...opts, '--addr', broker.grpc];
+  const env = { ...process.env, ...(token ? { TASKBROKER_TOKEN: token } : {}) };
+  return execFileSync(bin, args, { env, encoding: 'utf8' }).trim();
+}
+
+async function eventually(what, check, timeoutMs = 15000) {
+  const end = Date.now() + timeoutMs;
+  let last;
+  while (Date.now() < end) {
+    try {
+      if (await check()) return;
+    } catch (e) { last = e; }
+    await sleep(250);
+  }
+  throw new Error(`timed out waiting for ${what}${last ? `: ${last.message}` : ''}`);
+}
+
+function expect(cond, message) {
+  if (!cond) throw new Error(message);
+}
+
+const results = [];
+async function test(name, fn) {
+  try {
+    await fn();
+    results.push([name, null]);
+    console.log(`PASS ${name}`);
+  } catch (e) {
+    results.push([name, e]);
+    console.log(`FAIL ${name}: ${e.message.split('\n')[0]}`);
+  }
+}
+
+async function main() {
+  mkdirSync(shots, { recursive: true });
+  const a = await startBroker('open');
+  const tokens = join(dir, 'tokens');
+  writeFileSync(tokens, `admin ${ADMIN_TOKEN} ops\n`);
+  const b = await startBroker('auth', ['--auth-tokens-file', tokens]);
+
+  // Seed: a task that dies by its deadline before any worker runs.
+  const late = submit(a, 'emails', ['--json', '{"to":"late@example.com"}', '--deadline', '1s']);
+  for (let i = 1; i <= 8; i++) {
+    submit(a, 'emails', ['--json', JSON.stringify({ to: `user${i}@example.com`, subject: 'Welcome', n: i })]);
+  }
+  submit(a, 'emails', ['--payload', '']);
+  submit(a, 'emails', ['--payload', '']);
+  const reports = [];
+  for (let i = 1; i <= 2; i++) reports.push(submit(a, 'reports', ['--json', `{"report":"weekly-${i}"}`, '--key', `weekly-${i}`]));
+  const xss = submit(a, 'reports', ['--payload', '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">']);
+  submit(a, 'reports', ['--json', '{"report":"monthly"}', '--delay', '1h']);
+  submit(a, 'invoices', ['--json', '{"invoice":42}', '--priority', '5']);
+  await eventually('the late task to die', async () => {
+    const html = await (await fetch(`${a.base}/tasks/${late}`)).text();
+    return html.includes('badge dead');
+  });
+  const worker = spawn(workerBin, [], {
+    env: { ...process.env, TASKBROKER_ADDR: a.grpc },
+    stdio: 'ignore',
+  });
+  children.push(worker);
+
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    args: ['--no-sandbox'],
+  });
+  const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+  const page = await context.newPage();
+  const jsErrors = [];
+  page.on('pageerror', (e) => jsErrors.push(e.message));
+  page.on('console', (m) => { if (m.type() === 'error') jsErrors.push(m.text()); });
+  page.on('response', (r) => { if (r.status() === 404) jsErrors.push(`404 ${r.url()}`); });
+
+  await eventually('the worker to finish the emails', async () => {
+    const html = await (await fetch(`${a.base}/tasks?queue=emails&state=ready`)).text();
+    return html.includes('No tasks match.');
+  }, 30000);
+
+  await test('the overview loads with live data and refreshes itself', async () => {
+    await page.goto(`${a.base}/`);
+    const row = page.locator('#queues tr', { has: page.locator('th', { hasText: 'reports' }) });
+    expect(await page.locator('#queues th[scope=row]').count() >= 3, 'three queues');
+    const readyCell = row.locator('td').nth(0);
+    const before = Number((await readyCell.textContent()).replace(/,/g, ''));
+    expect(before === 3, `reports has 3 ready tasks, shows ${before}`);
+    const emails = page.locator('#queues tr', { has: page.locator('th', { hasText: 'emails' }) });
+    expect(/\d+\/h/.test(await emails.textContent()), 'emails shows its throughput');
+    await page.evaluate(() => { window.__sameDocument = true; });
+    submit(a, 'reports', ['--json', '{"report":"adhoc"}']);
+    await eventually('the overview to show the new task', async () =>
+      (await readyCell.textContent()).trim() === String(before + 1), 15000);
+    expect(await page.evaluate(() => window.__sameDocument === true), 'refreshed without reloading');
+    await page.screenshot({ path: join(shots, 'console-overview.png'), fullPage: true });
+  });
+
+  await test('tasks filter by queue and state', async () => {
+    await page.goto(`${a.base}/tasks`);
+    await page.getByLabel('Queue', { exact: true }).fill('reports');
+    await page.getByLabel('State').selectOption('ready');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.waitForURL(/queue=reports&state=ready/);
+    const rows = page.locator('#tasks tbody tr');
+    expect(await rows.count() === 4, `4 ready reports tasks, got ${await rows.count()}`);
+    for (const text of await rows.allTextContents()) {
+      expect(text.includes('reports') && text.includes('ready'), `row ${text}`);
+    }
+    await page.screenshot({ path: join(shots, 'console-tasks.png'), fullPage: true });
+  });
+
+  await test('a task opens with payload, attempts and result', async () => {
+    await page.goto(`${a.base}/tasks?queue=emails&state=succeeded`);
+    await page.locator('#tasks tbody tr a').first().click();
+    await page.waitForURL(/\/tasks\/[0-9a-f-]+$/);
+    expect((await page.locator('h1').textContent()).includes('succeeded'), 'succeeded badge');
+    const payload = await page.locator('#h-payload + nav + pre').textContent();
+    expect(payload.includes('"subject": "Welcome"'), `pretty JSON payload: ${payload}`);
+    const attempts = await page.locator('#attempts tbody').textContent();
+    expect(attempts.includes('succeeded') && attempts.includes('127.0.0.1'), `attempts: ${attempts}`);
+    expect((await page.locator('#h-result').count()) === 1, 'result shown');
+    await page.getByRole('link', { name: 'Hex' }).click();
+    expect((await page.locator('pre.body').first().textContent()).startsWith('00000000'), 'hex view');
+    await page.getByRole('link', { name: 'JSON' }).click();
+    await page.screenshot({ path: join(shots, 'console-task.png'), fullPage: true });
+  });
+
+  await test('a <script> payload is shown as text, not run', async () => {
+    await page.goto(`${a.base}/tasks/${xss}`);
+    const shown = await page.locator('pre.body').first().textContent();
+    expect(shown.includes('<script>window.__xss=1</script>'), `payload text: ${shown}`);
+    await sleep(300);
+    expect(await page.evaluate(() => window.__xss) === undefined, 'the payload did not run');
+  });
+
+  await test('a dead task is requeued from dead letters and runs', async () => {
+    await page.goto(`${a.base}/dead`);
+    const group = page.locator('#dead tbody tr', { hasText: 'DEADLINE_EXCEEDED' });
+    expect(await group.count() === 1, 'a DEADLINE_EXCEEDED group');
+    await page.screenshot({ path: join(shots, 'console-dead.png'), fullPage: true });
+    await group.getByRole('link', { name: 'Show tasks' }).click();
+    await page.locator('#tasks tbody tr a').first().click();
+    await page.waitForURL(new RegExp(`/tasks/${late}$`));
+    // Its deadline passed: clear it first, or the reaper kills it again at once.
+    await page.getByRole('link', { name: /Change priority/ }).click();
+    await page.getByLabel(/Deadline/).fill('none');
+    await page.getByRole('button', { name: 'Review the change' }).click();
+    await page.getByRole('button', { name: 'Apply the change' }).click();
+    await page.getByText('Changed.').waitFor();
+    await page.getByRole('link', { name: 'Requeue…' }).click();
+    expect((await page.locator('h1').textContent()).includes('Requeue this task?'), 'asks first');
+    await page.getByRole('button', { name: 'Requeue this task' }).click();
+    await page.getByText('Requeued').first().waitFor();
+    await eventually('the worker to run it', async () => {
+      await page.reload();
+      return (await page.locator('h1 .badge').textContent()) === 'succeeded';
+    });
+    const attempts = await page.locator('#attempts tbody tr').count();
+    expect(attempts === 1, `one attempt (it died before running), got ${attempts}`);
+  });
+
+  await test('requeue all of an error group shows the count first', async () => {
+    await page.goto(`${a.base}/dead`);
+    const group = page.locator('#dead tbody tr', { hasText: 'empty payload' });
+    await group.getByRole('link', { name: /Requeue all 2/ }).click();
+    expect((await page.locator('h1').textContent()) === 'Requeue 2 dead tasks?', 'count first');
+    await page.getByRole('button', { name: 'Requeue 2 tasks' }).click();
+    await page.getByText('Requeued 2 dead tasks.').waitFor();
+  });
+
+  await test('a task is cancelled after confirmation', async () => {
+    await page.goto(`${a.base}/tasks/${reports[0]}`);
+    await page.getByRole('link', { name: 'Cancel…' }).click();
+    await page.getByRole('button', { name: 'Cancel this task' }).click();
+    await page.getByText('Cancelled').first().waitFor();
+    expect((await page.locator('h1 .badge').textContent()) === 'cancelled', 'cancelled badge');
+  });
+
+  await test('forms are labelled and the page is keyboard reachable', async () => {
+    await page.goto(`${a.base}/tasks`);
+    const unlabelled = await page.$$eval('input:not([type=hidden]), select',
+      (els) => els.filter((e) => !e.labels || e.labels.length === 0).map((e) => e.name));
+    expect(unlabelled.length === 0, `unlabelled: ${unlabelled}`);
+    await page.keyboard.press('Tab');
+    expect(await page.evaluate(() => document.activeElement.textContent) === 'Skip to content', 'skip link first');
+    await page.keyboard.press('Enter');
+    expect(page.url().endsWith('#main'), 'skip link jumps to the content');
+  });
+
+  await test('pages fit a phone width', async () => {
+    const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true });
+    const p = await phone.newPage();
+    for (const path of ['/', '/tasks', `/tasks/${xss}`, '/dead', '/workers', '/queues']) {
+      await p.goto(`${a.base}${path}`);
+      const overflow = await p.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      expect(overflow <= 0, `${path} is ${overflow}px wider than the screen`);
+    }
+    await p.goto(`${a.base}/`);
+    await p.screenshot({ path: join(shots, 'console-phone.png'), fullPage: true });
+    await phone.close();
+  });
+
+  await test('with auth on, the console refuses without a token and signs in with one', async () => {
+    const ctx = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+    const p = await ctx.newPage();
+    await p.goto(`${b.base}/tasks`);
+    await p.waitForURL(/\/login\?next=/);
+    const refused = await p.evaluate(async () =>
+      (await fetch('/dead/requeue', { method: 'POST', body: new URLSearchParams({ queue: 'x' }) })).status);
+    expect(refused === 401, `an unsigned POST is refused, got ${refused}`);
+    const live = await p.evaluate(async () => (await fetch('/overview/live', { redirect: 'manual' })).type);
+    expect(live === 'opaqueredirect', `live data needs sign-in too, got ${live}`);
+    await p.getByLabel('Admin token').fill('not-the-token-0000000000');
+    await p.getByRole('button', { name: 'Sign in' }).click();
+    await p.getByText('That token is not valid.').waitFor();
+    await p.screenshot({ path: join(shots, 'console-login.png') });
+    await p.getByLabel('Admin token').fill(ADMIN_TOKEN);
+    await p.getByRole('button', { name: 'Sign in' }).click();
+    await p.waitForURL(`${b.base}/tasks`);
+    expect((await p.content()).includes('Signed in as ops'), 'signed in');
+    const cookies = await ctx.cookies();
+    const session = cookies.find((c) => c.name === 'tb_session');
+    expect(session && session.httpOnly && session.sameSite === 'Strict', 'HttpOnly, SameSite=Strict session');
+    expect(!session.value.includes(ADMIN_TOKEN), 'the cookie is not the token');
+    await p.getByRole('button', { name: 'Sign out' }).click();
+    await p.waitForURL(/\/login/);
+    await ctx.close();
+  });
+
+  await test('no script errors on any page', async () => {
+    expect(jsErrors.length === 0, jsErrors.join('; '));
+  });
+
+  await browser.close();
+}
+
+let crashed = null;
+try {
+  await main();
+} catch (e) {
+  crashed = e;
+  console.log(`FAIL setup: ${e.message}`);
+} finally {
+  for (const c of children) c.kill('SIGTERM');
+  await sleep(200);
+  rmSync(dir, { recursive: true, force: true });
+}
+const passed = results.filter(([, e]) => !e).length;
+const failed = results.length - passed + (crashed ? 1 : 0);
+for (const [name, e] of results) {
+  if (e) console.log(`\n--- ${name}\n${e.stack}`);
+}
+if (crashed) console.log(`\n--- setup\n${crashed.stack}`);
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);
