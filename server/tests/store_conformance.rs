@@ -2,6 +2,10 @@
 //! SQLite and Postgres. Time is passed in, so every case controls `now`.
 
 mod common;
+// The schedule methods (written as their own file, run here on both databases).
+#[path = "store_conformance/schedules.rs"]
+mod schedules;
+use schedules::*;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -278,4 +282,8 @@ both_backends!(
     one_lease_call_shares_tasks_among_waiting_requests,
     leases_extend_settle_and_reclaim_by_the_given_clock,
     list_filters_by_visible_state_at_now,
+    schedules_insert_read_update_and_delete,
+    schedule_due_reads_only_due_unpaused_schedules_in_order,
+    schedule_fire_records_each_fire_time_and_its_task_once,
+    two_stores_racing_on_due_schedules_fire_each_once,
 );

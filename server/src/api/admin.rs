@@ -72,6 +72,7 @@ impl AdminService for AdminApi {
             states,
             key: non_empty(r.key),
             worker_id: non_empty(r.worker_id),
+            schedule_id: non_empty(r.schedule_id),
             page_size: r.page_size,
             page_token: r.page_token,
         };

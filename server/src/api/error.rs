@@ -24,6 +24,7 @@ pub fn status(e: ServiceError) -> Status {
     match e {
         ServiceError::Invalid(i) => invalid(i),
         ServiceError::NotFound { .. } => Status::not_found(e.to_string()),
+        ServiceError::AlreadyExists { .. } => Status::already_exists(e.to_string()),
         ServiceError::LeaseLost { ref task_id } => {
             let details = ErrorDetails::with_error_info(
                 "LEASE_LOST",

@@ -7,9 +7,11 @@ mod broker;
 mod convert;
 mod error;
 pub mod guard;
+mod schedule;
 
 pub use admin::AdminApi;
 pub use broker::BrokerApi;
+pub use schedule::ScheduleApi;
 
 /// Metadata key recording which producer token submitted a task, when
 /// authentication is on; producers may read only their own tasks.

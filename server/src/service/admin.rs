@@ -17,6 +17,7 @@ pub struct ListTasks {
     pub worker_id: Option<String>,
     pub created_after: Option<DateTime<Utc>>,
     pub created_before: Option<DateTime<Utc>>,
+    pub schedule_id: Option<String>,
     pub page_size: i32,
     pub page_token: String,
 }
@@ -95,6 +96,9 @@ impl Broker {
         if let Some(q) = &req.queue {
             validate::queue_name("queue", q)?;
         }
+        if let Some(s) = &req.schedule_id {
+            validate::queue_name("schedule_id", s)?;
+        }
         let now = self.clock.now();
         let filter = TaskFilter {
             queue: req.queue,
@@ -103,6 +107,7 @@ impl Broker {
             worker_id: req.worker_id,
             created_after: req.created_after,
             created_before: req.created_before,
+            schedule_id: req.schedule_id,
             before_seq: decode_page_token(&req.page_token)?,
             limit: size + 1,
             now,

@@ -13,6 +13,9 @@ pub enum ServiceError {
     /// The lease token holds no lease on the task.
     #[error("lease lost: task {task_id} is not leased with this lease_token")]
     LeaseLost { task_id: String },
+    /// The id is taken (CreateSchedule).
+    #[error("{what} {id} already exists")]
+    AlreadyExists { what: &'static str, id: String },
     /// The task's state does not allow the operation.
     #[error("{0}")]
     FailedPrecondition(String),

@@ -25,12 +25,17 @@ mod heartbeat;
 mod lease;
 mod settle;
 mod submit;
+// Schedules.
+mod schedule;
+mod schedule_fire;
 
 pub use admin::{ListTasks, TaskPage, UpdateTask};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::ServiceError;
 pub use heartbeat::CheckpointRequest;
 pub use lease::LeaseRequest;
+pub use schedule::{Caller, ScheduleInput, SchedulePage, SpecInput, TemplateInput};
+pub use schedule_fire::{FIRE_TIME_KEY, FireStep, RunPage, RunView, SCHEDULE_ID_KEY};
 pub use settle::{CompleteItem, CompleteOutcome, FailRequest};
 pub use submit::{RetrySpec, SubmitTask};
 
