@@ -20,7 +20,8 @@ rm -f "$out"/taskbroker/v1/*_pb2*.py "$out"/taskbroker/v1/*_pb2*.pyi
 "$python" -m grpc_tools.protoc \
   -I "$proto" \
   --python_out="$out" --pyi_out="$out" --grpc_python_out="$out" \
-  "$proto"/taskbroker/v1/broker.proto "$proto"/taskbroker/v1/admin.proto
+  "$proto"/taskbroker/v1/broker.proto "$proto"/taskbroker/v1/admin.proto \
+  "$proto"/taskbroker/v1/schedule.proto
 cat > "$out/taskbroker/v1/__init__.py" <<'PY'
 """Generated from proto/taskbroker/v1 by clients/python/generate.sh; do not edit."""
 PY

@@ -1,4 +1,4 @@
-"""A channel to the broker with both service stubs."""
+"""A channel to the broker with its service stubs (broker, admin, schedules)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from collections.abc import Mapping
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from taskbroker.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc
+from taskbroker.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc, schedule_pb2_grpc
 
 
 class Client:
-    """Holds a gRPC channel and the BrokerService and AdminService stubs on it.
+    """Holds a gRPC channel and the BrokerService, AdminService and ScheduleService stubs on it.
 
     >>> with Client("127.0.0.1:50051") as tb:
     ...     task_id = tb.submit("emails", b"hello").task_id
@@ -25,6 +25,7 @@ class Client:
         self.channel: grpc.Channel = channel or grpc.insecure_channel(target)  # type: ignore[arg-type]
         self.broker = broker_pb2_grpc.BrokerServiceStub(self.channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
+        self.schedules = schedule_pb2_grpc.ScheduleServiceStub(self.channel)
 
     def submit(
         self,
