@@ -1,14 +1,15 @@
 //! taskbroker: a gRPC task broker with a durable task table.
 //!
 //! The parts, from the wire inwards (dependencies point one way):
-//! - [`api`]: tonic handlers for `BrokerService` and `AdminService`; the one place
+//! - [`api`]: tonic handlers for `BrokerService`, `AdminService` and `ScheduleService`; the one place
 //!   errors become `tonic::Status` (`api/error.rs`).
 //! - [`service`]: broker semantics, one file per operation (submit, lease,
 //!   heartbeat/checkpoint, settle, admin); validation and wake-ups.
 //! - [`dispatch`]: long-poll waiters and their wake-ups.
 //! - [`domain`]: pure rules with no I/O: states, validation, retry/backoff math.
 //! - [`store`]: the `Store` trait and its SQLite and Postgres implementations.
-//! - [`maintenance`]: the reaper (expired leases, passed deadlines).
+//! - [`maintenance`]: the reaper (expired leases, passed deadlines), retention, and
+//!   the scheduler (fires due schedules; calendar rules in `domain::schedule`).
 //! - [`metrics`] and [`http`]: Prometheus metrics on their own port.
 //! - [`telemetry`]: logs and OpenTelemetry traces (context crosses the queue).
 //! - [`app`] and [`config`]: start-up, configuration and shutdown.

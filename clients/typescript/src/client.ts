@@ -8,6 +8,7 @@ import { createClient, type Client, type Interceptor, type Transport, ConnectErr
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { BrokerService } from "./gen/taskbroker/v1/broker_pb.js";
 import { AdminService } from "./gen/taskbroker/v1/admin_pb.js";
+import { ScheduleService } from "./gen/taskbroker/v1/schedule_pb.js";
 import { ErrorInfoSchema, type ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
 
 /** The ErrorInfo domain of every error the broker raises. */
@@ -18,6 +19,7 @@ export const REASON_LEASE_LOST = "LEASE_LOST";
 
 export type BrokerClient = Client<typeof BrokerService>;
 export type AdminClient = Client<typeof AdminService>;
+export type ScheduleClient = Client<typeof ScheduleService>;
 
 export interface ConnectOptions {
   /** Extra Connect interceptors (auth headers, tracing), applied to every call. */
@@ -28,10 +30,11 @@ export interface ConnectOptions {
   defaultTimeoutMs?: number;
 }
 
-/** The two services of one broker, sharing one HTTP/2 connection. */
+/** The services of one broker, sharing one HTTP/2 connection. */
 export interface Taskbroker {
   broker: BrokerClient;
   admin: AdminClient;
+  schedules: ScheduleClient;
   transport: Transport;
 }
 
@@ -50,6 +53,7 @@ export function connect(address: string, options: ConnectOptions = {}): Taskbrok
   return {
     broker: createClient(BrokerService, transport),
     admin: createClient(AdminService, transport),
+    schedules: createClient(ScheduleService, transport),
     transport,
   };
 }

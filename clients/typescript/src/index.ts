@@ -3,7 +3,7 @@
  * helper with rich-error decoding (client.ts) and a worker runtime (worker.ts, context.ts).
  */
 export { connect, errorInfo, isLeaseLost, ERROR_DOMAIN, REASON_LEASE_LOST } from "./client.js";
-export type { Taskbroker, BrokerClient, AdminClient, ConnectOptions } from "./client.js";
+export type { Taskbroker, BrokerClient, AdminClient, ScheduleClient, ConnectOptions } from "./client.js";
 export { Worker } from "./worker.js";
 export type { Handler, WorkerOptions } from "./worker.js";
 export { TaskContext } from "./context.js";
@@ -12,5 +12,6 @@ export { RetryableError, PermanentError, TaskAbortedError } from "./errors.js";
 export type { AbortKind } from "./errors.js";
 export * from "./gen/taskbroker/v1/broker_pb.js";
 export * from "./gen/taskbroker/v1/admin_pb.js";
+export * from "./gen/taskbroker/v1/schedule_pb.js";
 export { ErrorInfoSchema } from "./gen/google/rpc/error_details_pb.js";
 export type { ErrorInfo } from "./gen/google/rpc/error_details_pb.js";

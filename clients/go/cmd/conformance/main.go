@@ -17,10 +17,11 @@ import (
 
 const workerID = "conf-go"
 
-// env is what every case gets: the two service clients.
+// env is what every case gets: the service clients.
 type env struct {
-	broker pb.BrokerServiceClient
-	admin  pb.AdminServiceClient
+	broker    pb.BrokerServiceClient
+	admin     pb.AdminServiceClient
+	schedules pb.ScheduleServiceClient
 }
 
 type testCase struct {
@@ -39,6 +40,7 @@ var cases = []testCase{
 	{"complete_result", completeResult},
 	{"cancel_running", cancelRunning},
 	{"bad_input", badInput},
+	{"schedule_every", scheduleEvery},
 }
 
 func main() {
@@ -53,7 +55,11 @@ func main() {
 		os.Exit(2)
 	}
 	defer conn.Close()
-	e := &env{broker: pb.NewBrokerServiceClient(conn), admin: pb.NewAdminServiceClient(conn)}
+	e := &env{
+		broker:    pb.NewBrokerServiceClient(conn),
+		admin:     pb.NewAdminServiceClient(conn),
+		schedules: pb.NewScheduleServiceClient(conn),
+	}
 
 	passed, failed := 0, 0
 	for _, c := range cases {
