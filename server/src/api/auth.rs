@@ -196,5 +196,8 @@ mod tests {
                 .unwrap()
                 .contains(&Role::Worker)
         );
+        let schedules = allowed("/taskbroker.v1.ScheduleService/CreateSchedule").unwrap();
+        assert!(schedules.contains(&Role::Producer) && schedules.contains(&Role::Admin));
+        assert!(!schedules.contains(&Role::Worker));
     }
 }

@@ -80,6 +80,12 @@ impl Scheduler {
 
     /// Runs passes every `interval` until `stop`; errors are logged and retried.
     pub async fn run(self, stop: CancellationToken) {
+        // The first pass comes one interval after start, not at once: a broker under
+        // test (interval: an hour) must not fire behind the test's own passes.
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(self.interval) => {}
+        }
         let mut ticks = super::Ticker::new(self.interval, stop);
         while ticks.next().await {
             match self.run_once(self.broker.clock().now()).await {

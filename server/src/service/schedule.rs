@@ -353,6 +353,7 @@ impl Broker {
         let catchup_window = catchup(input.catchup_window)?;
         let id = input.schedule_id.clone();
         self.change_schedule(caller, &id, |s, now| {
+            let was_paused = s.paused;
             let mut recalc = false;
             if has("spec") {
                 if let Some(spec) = &input.spec {
@@ -390,6 +391,9 @@ impl Broker {
             let calendar = calendar_of(s).map_err(prefixed("schedule."))?;
             if recalc {
                 s.next_spec_at = restart_from(s, &calendar, now);
+            } else if was_paused && !s.paused && s.state_reason.is_none() && !calendar.is_once() {
+                // Unpausing through the mask is a resume: what passed while paused is skipped.
+                s.next_spec_at = calendar.first_at_or_after(now);
             }
             settle(s, &calendar, now);
             Ok(())
