@@ -1,6 +1,10 @@
 //! Generates the gRPC client from `proto/` with protox, so no system `protoc` is needed.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["taskbroker/v1/broker.proto", "taskbroker/v1/admin.proto"];
+    let files = [
+        "taskbroker/v1/broker.proto",
+        "taskbroker/v1/admin.proto",
+        "taskbroker/v1/schedule.proto",
+    ];
     let fds = protox::compile(files, ["../proto"])?;
     tonic_prost_build::configure()
         .build_server(false)

@@ -2,7 +2,11 @@
 //! and KEDA's external scaler protocol from `server/proto/keda` (server and client:
 //! the tests call it as KEDA would).
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["taskbroker/v1/broker.proto", "taskbroker/v1/admin.proto"];
+    let files = [
+        "taskbroker/v1/broker.proto",
+        "taskbroker/v1/admin.proto",
+        "taskbroker/v1/schedule.proto",
+    ];
     let fds = protox::compile(files, ["../proto"])?;
     // The encoded descriptors serve gRPC reflection.
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);

@@ -57,6 +57,12 @@ impl TaskFilter {
         self
     }
 
+    /// Only tasks made by this schedule.
+    pub fn schedule_id(mut self, id: impl Into<String>) -> Self {
+        self.inner.schedule_id = id.into();
+        self
+    }
+
     /// Tasks per call, 1 to 1000. Default: the broker's (100).
     pub fn page_size(mut self, n: i32) -> Self {
         self.inner.page_size = n;

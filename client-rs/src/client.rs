@@ -11,6 +11,7 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::pb::admin_service_client::AdminServiceClient;
 use crate::pb::broker_service_client::BrokerServiceClient;
+use crate::pb::schedule_service_client::ScheduleServiceClient;
 use crate::time::from_proto_duration;
 use crate::{Error, TaskSpec, pb};
 
@@ -23,6 +24,7 @@ pub const DEFAULT_ADDR: &str = "http://127.0.0.1:50051";
 pub struct Client {
     broker: BrokerServiceClient<Channel>,
     admin: AdminServiceClient<Channel>,
+    schedule: ScheduleServiceClient<Channel>,
     call_timeout: Duration,
     lease_margin: Duration,
     /// `Bearer TOKEN`, sent as `authorization` on every call.
@@ -222,7 +224,8 @@ impl ClientBuilder {
     fn with_channel(self, channel: Channel, authorization: Option<MetadataValue<Ascii>>) -> Client {
         Client {
             broker: BrokerServiceClient::new(channel.clone()),
-            admin: AdminServiceClient::new(channel),
+            admin: AdminServiceClient::new(channel.clone()),
+            schedule: ScheduleServiceClient::new(channel),
             call_timeout: self.call_timeout,
             lease_margin: self.lease_margin,
             authorization,
@@ -293,6 +296,11 @@ impl Client {
     /// The generated AdminService stub on this client's channel.
     pub fn admin_stub(&self) -> AdminServiceClient<Channel> {
         self.admin.clone()
+    }
+
+    /// The generated ScheduleService stub on this client's channel (see [`Client::schedules`]).
+    pub fn schedule_stub(&self) -> ScheduleServiceClient<Channel> {
+        self.schedule.clone()
     }
 
     /// Enqueues one task.

@@ -7,6 +7,8 @@
 //!   the worker-facing calls (Lease with a long-poll deadline, Heartbeat, ...).
 //! - `spec.rs`: [`TaskSpec`], the builder of a task to submit.
 //! - `admin.rs`: get, list (a stream over pages), cancel, update, requeue, attempts, stats.
+//! - `schedule.rs`: [`Client::schedules`] ([`Schedules`]) and [`NewSchedule`], cron,
+//!   interval and one-off schedules the broker fires.
 //! - `wait.rs`: [`Client::wait`] and [`Client::submit_and_wait`], results as a function call.
 //! - `error.rs`: [`Error`], which keeps the gRPC code and the `LEASE_LOST` reason.
 //! - `worker/`: [`Worker`], the runtime that leases, heartbeats, runs handlers and reports.
@@ -42,6 +44,7 @@ pub mod pb {
 mod admin;
 mod client;
 mod error;
+mod schedule;
 mod spec;
 pub mod time;
 pub mod trace;
@@ -55,6 +58,7 @@ pub use admin::{TaskFilter, TaskUpdate};
 pub use client::{Client, ClientBuilder, DEFAULT_ADDR, Submitted};
 pub use error::{ERROR_DOMAIN, Error, LEASE_LOST, code_name, state_name};
 pub use pb::TaskState;
+pub use schedule::{NewSchedule, Schedules};
 pub use spec::TaskSpec;
 pub use worker::{CancelReason, Json, TaskContext, TaskError, Worker, WorkerEvent};
 

@@ -19,7 +19,7 @@ from conformance_spec import SPEC_CASES, SpecCases
 from conformance_spec import CaseFailed as SpecCaseFailed
 from taskbroker import Client, error_info
 from taskbroker.client import duration
-from taskbroker.v1 import admin_pb2, broker_pb2
+from taskbroker.v1 import admin_pb2, broker_pb2, schedule_pb2
 
 WORKER_ID = "conf-python"
 S = broker_pb2  # short alias for the many message constructors below
@@ -256,6 +256,39 @@ class Cases(SpecCases):
             )
             check("tasks[0].queue" in (err.details() or ""), f"message {err.details()!r} does not name tasks[0].queue")
 
+    def schedule_every(self, q: str) -> None:
+        sc = schedule_pb2
+        created = self.tb.schedules.CreateSchedule(
+            sc.CreateScheduleRequest(
+                schedule=sc.Schedule(
+                    schedule_id=q,
+                    spec=sc.ScheduleSpec(every=duration(1)),
+                    task=sc.TaskTemplate(queue=q, payload=b"tick"),
+                    overlap=sc.OVERLAP_POLICY_ALLOW,
+                )
+            ),
+            timeout=10,
+        ).schedule
+        check(
+            created.state == sc.SCHEDULE_STATE_ACTIVE,
+            f"state {sc.ScheduleState.Name(created.state)}, want ACTIVE",
+        )
+        for _ in range(2):
+            tasks = self.lease(q, 1, wait=10)
+            check(len(tasks) == 1, "no scheduled task within 10s")
+            t = tasks[0]
+            check(t.payload == b"tick", f"payload {t.payload!r}")
+            check(t.metadata.get("taskbroker.schedule_id") == q, f"metadata {dict(t.metadata)} lacks the schedule id")
+            self.complete(t)
+        got = self.tb.schedules.GetSchedule(sc.GetScheduleRequest(schedule_id=q), timeout=10).schedule
+        check(got.runs >= 2, f"runs {got.runs}, want >= 2")
+        self.tb.schedules.DeleteSchedule(sc.DeleteScheduleRequest(schedule_id=q), timeout=10)
+        try:
+            self.tb.schedules.GetSchedule(sc.GetScheduleRequest(schedule_id=q), timeout=10)
+            raise CaseFailed("GetSchedule after delete: OK, want NOT_FOUND")
+        except grpc.RpcError as err:
+            check(err.code() == grpc.StatusCode.NOT_FOUND, f"after delete: {err.code().name}, want NOT_FOUND")
+
 
 CASES = [
     "lease_order",
@@ -269,6 +302,7 @@ CASES = [
     "cancel_running",
     "bad_input",
     *SPEC_CASES,
+    "schedule_every",
 ]
 
 

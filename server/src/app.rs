@@ -15,13 +15,14 @@ use tonic_health::server::HealthReporter;
 
 use crate::api::auth::{Authenticator, TokenEntry};
 use crate::api::guard::{GuardConfig, GuardLayer};
-use crate::api::{AdminApi, BrokerApi, ScalerApi};
+use crate::api::{AdminApi, BrokerApi, ScalerApi, ScheduleApi};
 use crate::dispatch::Dispatcher;
 use crate::keda::external_scaler_server::ExternalScalerServer;
-use crate::maintenance::{Reaper, Retention};
+use crate::maintenance::{Reaper, Retention, Scheduler};
 use crate::metrics::Metrics;
 use crate::pb::admin_service_server::AdminServiceServer;
 use crate::pb::broker_service_server::BrokerServiceServer;
+use crate::pb::schedule_service_server::ScheduleServiceServer;
 use crate::service::{Broker, Clock, Settings};
 use crate::store::{self, StoreError};
 
@@ -99,6 +100,8 @@ pub struct AppConfig {
     /// Bearer tokens; empty turns authentication off.
     pub auth: Vec<TokenEntry>,
     pub tls: Option<TlsOptions>,
+    /// Time between scheduler passes. Default 250 ms (fires within a second).
+    pub schedule_interval: Duration,
 }
 
 impl AppConfig {
@@ -114,6 +117,7 @@ impl AppConfig {
             server: ServerOptions::default(),
             auth: Vec::new(),
             tls: None,
+            schedule_interval: Duration::from_millis(250),
         }
     }
 }
@@ -158,6 +162,7 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
     store.spawn_listener(Arc::new(move |q| d.wake(q)), stop.clone());
     tokio::spawn(Reaper::new(broker.clone(), config.reclaim_interval).run(stop.clone()));
     tokio::spawn(Retention::new(broker.clone(), Duration::from_secs(60)).run(stop.clone()));
+    tokio::spawn(Scheduler::new(broker.clone(), config.schedule_interval).run(stop.clone()));
 
     // The readiness monitor's view of the database, for the HTTP /readyz probe.
     let (database_up, database_up_rx) = tokio::sync::watch::channel(true);
@@ -249,6 +254,10 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
             AdminServiceServer::new(AdminApi::new(broker.clone())).max_decoding_message_size(max),
         )
         .add_service(ExternalScalerServer::new(scaler))
+        .add_service(
+            ScheduleServiceServer::new(ScheduleApi::new(broker.clone()))
+                .max_decoding_message_size(max),
+        )
         .serve_with_incoming_shutdown(incoming, stop.clone().cancelled_owned());
     let server = tokio::spawn(server);
     Ok(App {

@@ -1,15 +1,16 @@
 //! taskbroker: a gRPC task broker with a durable task table.
 //!
 //! The parts, from the wire inwards (dependencies point one way):
-//! - [`api`]: tonic handlers for `BrokerService` and `AdminService`; the one place
-//!   errors become `tonic::Status` (`api/error.rs`); KEDA's external scaler
-//!   (`api/scaler.rs`, protocol in [`keda`]).
+//! - [`api`]: tonic handlers for `BrokerService`, `AdminService` and `ScheduleService`;
+//!   the one place errors become `tonic::Status` (`api/error.rs`); KEDA's external
+//!   scaler (`api/scaler.rs`, protocol in [`keda`]).
 //! - [`service`]: broker semantics, one file per operation (submit, lease,
 //!   heartbeat/checkpoint, settle, admin); validation and wake-ups.
 //! - [`dispatch`]: long-poll waiters and their wake-ups.
 //! - [`domain`]: pure rules with no I/O: states, validation, retry/backoff math.
 //! - [`store`]: the `Store` trait and its SQLite and Postgres implementations.
-//! - [`maintenance`]: the reaper (expired leases, passed deadlines).
+//! - [`maintenance`]: the reaper (expired leases, passed deadlines), retention, and
+//!   the scheduler (fires due schedules; calendar rules in `domain::schedule`).
 //! - [`metrics`] and [`http`]: Prometheus metrics and the HTTP probes (`/healthz`,
 //!   `/readyz`) on their own port.
 //! - [`console`]: the web console on that port (server-rendered HTML).

@@ -2,6 +2,10 @@
 //! SQLite and Postgres. Time is passed in, so every case controls `now`.
 
 mod common;
+// The schedule methods (written as their own file, run here on both databases).
+#[path = "store_conformance/schedules.rs"]
+mod schedules;
+use schedules::*;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -690,6 +694,10 @@ both_backends!(
     attempts_are_counted_per_bucket_with_their_run_times,
     dead_tasks_group_by_error_and_requeue_together,
     lease_holders_are_grouped_by_worker_and_queue,
+    schedules_insert_read_update_and_delete,
+    schedule_due_reads_only_due_unpaused_schedules_in_order,
+    schedule_fire_records_each_fire_time_and_its_task_once,
+    two_stores_racing_on_due_schedules_fire_each_once,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

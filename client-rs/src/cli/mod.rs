@@ -1,5 +1,5 @@
 //! The client subcommands of the `taskbroker` binary: submit, get, list, cancel,
-//! requeue, attempts, stats. The binary flattens [`ClientCommand`] into its own
+//! requeue, attempts, stats, and `schedule ...` (in `schedule.rs`). The binary flattens [`ClientCommand`] into its own
 //! commands and calls [`run`]; a failure is one plain line (`NOT_FOUND: task x not
 //! found`) for the binary to print.
 //!
@@ -9,6 +9,7 @@
 
 mod parse;
 mod render;
+mod schedule;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -55,6 +56,9 @@ pub enum ClientCommand {
     Attempts(JsonIdArgs),
     /// Show counts per state and recent throughput per queue.
     Stats(StatsArgs),
+    /// Manage schedules: cron, interval and one-off tasks the broker makes.
+    #[command(subcommand)]
+    Schedule(schedule::ScheduleCommand),
 }
 
 #[derive(Debug, clap::Args)]
@@ -116,6 +120,9 @@ pub struct ListArgs {
     /// Only tasks with this key.
     #[arg(long)]
     pub key: Option<String>,
+    /// Only tasks made by this schedule.
+    #[arg(long)]
+    pub schedule: Option<String>,
     /// At most this many tasks.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
@@ -222,6 +229,7 @@ pub async fn run(cmd: ClientCommand) -> Result<(), CliError> {
                 render::stats_rows(&stats)
             }
         }
+        ClientCommand::Schedule(cmd) => schedule::run(cmd).await?,
     };
     print(&out)
 }
@@ -318,6 +326,9 @@ async fn list(a: ListArgs) -> Result<String, CliError> {
     }
     if let Some(k) = &a.key {
         filter = filter.key(k);
+    }
+    if let Some(s) = &a.schedule {
+        filter = filter.schedule_id(s);
     }
     for s in &a.state {
         filter = filter.state(*s);

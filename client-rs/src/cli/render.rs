@@ -34,13 +34,13 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-fn time(t: &Option<prost_types::Timestamp>) -> String {
+pub(super) fn time(t: &Option<prost_types::Timestamp>) -> String {
     from_proto_timestamp(t.as_ref())
         .map(|t| humantime::format_rfc3339_seconds(t).to_string())
         .unwrap_or_default()
 }
 
-fn time_json(t: &Option<prost_types::Timestamp>) -> Value {
+pub(super) fn time_json(t: &Option<prost_types::Timestamp>) -> Value {
     from_proto_timestamp(t.as_ref())
         .map(|t| Value::String(humantime::format_rfc3339_millis(t).to_string()))
         .unwrap_or(Value::Null)

@@ -13,8 +13,11 @@ import {
   optionsFromEnv,
   errorInfo,
   TaskState,
+  OverlapPolicy,
+  ScheduleState,
   type AdminClient,
   type BrokerClient,
+  type ScheduleClient,
   type LeasedTask,
   type TaskSpecSchema,
 } from "../src/index.js";
@@ -30,6 +33,7 @@ const HOUR_MS = 3_600_000;
 interface Env {
   broker: BrokerClient;
   admin: AdminClient;
+  schedules: ScheduleClient;
   /** A fresh queue for this case: conf.typescript.<case>.<random>. */
   queue: string;
 }
@@ -261,6 +265,39 @@ const cases: [string, Case][] = [
     },
   ],
   ...specCases,
+  [
+    "schedule_every",
+    async (env) => {
+      const id = env.queue;
+      const created = await env.schedules.createSchedule({
+        schedule: {
+          scheduleId: id,
+          spec: { kind: { case: "every", value: durationFromMs(1_000) } },
+          task: { queue: env.queue, payload: bytes("tick") },
+          overlap: OverlapPolicy.ALLOW,
+        },
+      });
+      check(created.schedule?.state === ScheduleState.ACTIVE, `state ${created.schedule?.state}, want ACTIVE`);
+      for (let i = 0; i < 2; i++) {
+        const t = await leaseOne(env, 30_000, 10_000);
+        check(text.decode(t.payload) === "tick", `payload "${text.decode(t.payload)}", want "tick"`);
+        check(t.metadata["taskbroker.schedule_id"] === id, `metadata lacks taskbroker.schedule_id=${id}`);
+        await env.broker.complete({ taskId: t.taskId, leaseToken: t.leaseToken });
+      }
+      const got = await env.schedules.getSchedule({ scheduleId: id });
+      check((got.schedule?.runs ?? 0n) >= 2n, `runs ${got.schedule?.runs}, want >= 2`);
+      await env.schedules.deleteSchedule({ scheduleId: id });
+      let err: unknown;
+      try {
+        await env.schedules.getSchedule({ scheduleId: id });
+      } catch (e) {
+        err = e;
+      }
+      check(err !== undefined, "GetSchedule after delete succeeded");
+      const ce = ConnectError.from(err);
+      check(ce.code === Code.NotFound, `after delete: ${Code[ce.code]}, want NotFound`);
+    },
+  ],
 ];
 
 function reasonOf(err: unknown): string {
@@ -277,13 +314,13 @@ async function main(): Promise<number> {
   }
   // Every call gets a deadline, so a broker that hangs fails a case instead of the run.
   // TLS, mTLS and the token come from TASKBROKER_CA / _CLIENT_CERT / _CLIENT_KEY / _TOKEN.
-  const { broker, admin } = connect(addr, optionsFromEnv({ defaultTimeoutMs: 10_000 }));
+  const { broker, admin, schedules } = connect(addr, optionsFromEnv({ defaultTimeoutMs: 10_000 }));
   let passed = 0;
   let failed = 0;
   for (const [name, run] of cases) {
     const queue = `conf.${LANG}.${name}.${randomBytes(3).toString("hex")}`;
     try {
-      await withTimeout(run({ broker, admin, queue }), 40_000);
+      await withTimeout(run({ broker, admin, schedules, queue }), 40_000);
       console.log(`PASS ${name}`);
       passed++;
     } catch (err) {

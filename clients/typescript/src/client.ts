@@ -10,6 +10,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { readFileSync } from "node:fs";
 import { BrokerService } from "./gen/taskbroker/v1/broker_pb.js";
 import { AdminService } from "./gen/taskbroker/v1/admin_pb.js";
+import { ScheduleService } from "./gen/taskbroker/v1/schedule_pb.js";
 import { ErrorInfoSchema, type ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
 import type { SubmitRequest } from "./gen/taskbroker/v1/broker_pb.js";
 import { currentTraceparent, TRACEPARENT } from "./tracing.js";
@@ -22,6 +23,7 @@ export const REASON_LEASE_LOST = "LEASE_LOST";
 
 export type BrokerClient = Client<typeof BrokerService>;
 export type AdminClient = Client<typeof AdminService>;
+export type ScheduleClient = Client<typeof ScheduleService>;
 
 /** TLS settings, PEM text or bytes. Giving any of them turns TLS on. */
 export interface TlsOptions {
@@ -48,10 +50,11 @@ export interface ConnectOptions {
   defaultTimeoutMs?: number;
 }
 
-/** The two services of one broker, sharing one HTTP/2 connection. */
+/** The services of one broker, sharing one HTTP/2 connection. */
 export interface Taskbroker {
   broker: BrokerClient;
   admin: AdminClient;
+  schedules: ScheduleClient;
   transport: Transport;
 }
 
@@ -91,6 +94,7 @@ export function connect(address: string, options: ConnectOptions = {}): Taskbrok
   return {
     broker: createClient(BrokerService, transport),
     admin: createClient(AdminService, transport),
+    schedules: createClient(ScheduleService, transport),
     transport,
   };
 }

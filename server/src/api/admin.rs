@@ -73,6 +73,7 @@ impl AdminService for AdminApi {
             key: non_empty(r.key),
             worker_id: non_empty(r.worker_id),
             last_error: None,
+            schedule_id: non_empty(r.schedule_id),
             page_size: r.page_size,
             page_token: r.page_token,
         };

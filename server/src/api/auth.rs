@@ -150,6 +150,10 @@ fn allowed(path: &str) -> Option<&'static [Role]> {
         return None;
     }
     let method = path.rsplit('/').next().unwrap_or_default();
+    // Producers manage the schedules they created (the service checks ownership).
+    if path.starts_with("/taskbroker.v1.ScheduleService/") {
+        return Some(PRODUCER);
+    }
     Some(
         match (path.starts_with("/taskbroker.v1.BrokerService/"), method) {
             (true, "Submit") => PRODUCER,
@@ -270,5 +274,8 @@ mod tests {
                 .unwrap()
                 .contains(&Role::Worker)
         );
+        let schedules = allowed("/taskbroker.v1.ScheduleService/CreateSchedule").unwrap();
+        assert!(schedules.contains(&Role::Producer) && schedules.contains(&Role::Admin));
+        assert!(!schedules.contains(&Role::Worker));
     }
 }

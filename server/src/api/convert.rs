@@ -85,7 +85,7 @@ fn outcome_to_pb(o: AttemptOutcome) -> pb::AttemptOutcome {
     }
 }
 
-fn retry_to_pb(r: &RetryPolicy) -> pb::RetryPolicy {
+pub fn retry_to_pb(r: &RetryPolicy) -> pb::RetryPolicy {
     pb::RetryPolicy {
         max_attempts: r.max_attempts,
         initial_backoff: Some(to_duration(r.initial_backoff)),
@@ -146,6 +146,8 @@ pub fn task(t: TaskRecord, now: DateTime<Utc>) -> pb::Task {
         finished_at: t.finished_at.map(to_timestamp),
         cancel_requested: t.cancel_requested,
         fencing_token: t.fencing_token,
+        schedule_id: t.schedule_id.unwrap_or_default(),
+        fire_time: t.fire_time.map(to_timestamp),
     }
 }
 

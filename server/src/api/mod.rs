@@ -8,10 +8,12 @@ mod convert;
 mod error;
 pub mod guard;
 pub mod scaler;
+mod schedule;
 
 pub use admin::AdminApi;
 pub use broker::BrokerApi;
 pub use scaler::ScalerApi;
+pub use schedule::ScheduleApi;
 
 /// Metadata key recording which producer token submitted a task, when
 /// authentication is on; producers may read only their own tasks.

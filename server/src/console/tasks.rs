@@ -83,6 +83,7 @@ impl TaskQuery {
             last_error: self.error.clone().filter(|e| !e.is_empty()),
             created_after: time("from", &self.from)?,
             created_before: time("to", &self.to)?,
+            schedule_id: None,
             page_size: PAGE_SIZE,
             page_token: non_empty(&self.page).unwrap_or_default(),
         })

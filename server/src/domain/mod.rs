@@ -4,6 +4,7 @@
 //! can be unit-tested without a runtime or a database.
 
 pub mod retry;
+pub mod schedule;
 pub mod task;
 pub mod validate;
 

@@ -2,9 +2,11 @@
 
 pub mod reaper;
 pub mod retention;
+pub mod scheduler;
 
 pub use reaper::Reaper;
 pub use retention::Retention;
+pub use scheduler::Scheduler;
 
 use std::time::Duration;
 

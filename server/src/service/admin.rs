@@ -19,6 +19,7 @@ pub struct ListTasks {
     pub last_error: Option<String>,
     pub created_after: Option<DateTime<Utc>>,
     pub created_before: Option<DateTime<Utc>>,
+    pub schedule_id: Option<String>,
     pub page_size: i32,
     pub page_token: String,
 }
@@ -103,6 +104,9 @@ impl Broker {
         if let Some(w) = &req.worker_id {
             validate::identifier("worker_id", w, 1024)?;
         }
+        if let Some(s) = &req.schedule_id {
+            validate::queue_name("schedule_id", s)?;
+        }
         let now = self.clock.now();
         let filter = TaskFilter {
             queue: req.queue,
@@ -112,6 +116,7 @@ impl Broker {
             last_error: req.last_error,
             created_after: req.created_after,
             created_before: req.created_before,
+            schedule_id: req.schedule_id,
             before_seq: decode_page_token(&req.page_token)?,
             limit: size + 1,
             now,

@@ -27,6 +27,9 @@ mod lease;
 mod observe;
 mod settle;
 mod submit;
+// Schedules.
+mod schedule;
+mod schedule_fire;
 
 pub use admin::{ListTasks, TaskPage, UpdateTask};
 pub use backlog::Backlog;
@@ -35,6 +38,8 @@ pub use error::ServiceError;
 pub use heartbeat::CheckpointRequest;
 pub use lease::LeaseRequest;
 pub use observe::{Overview, QueueOverview, REQUEUE_BATCH, percentile};
+pub use schedule::{Caller, ScheduleInput, SchedulePage, SpecInput, TemplateInput};
+pub use schedule_fire::{FIRE_TIME_KEY, FireStep, RunPage, RunView, SCHEDULE_ID_KEY};
 pub use settle::{CompleteItem, CompleteOutcome, FailRequest};
 pub use submit::{PRODUCER_KEY, RetrySpec, SubmitTask};
 

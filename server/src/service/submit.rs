@@ -199,7 +199,7 @@ impl Broker {
         })
     }
 
-    fn retry_policy(
+    pub(super) fn retry_policy(
         &self,
         queue: &str,
         spec: &RetrySpec,

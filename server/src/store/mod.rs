@@ -21,6 +21,12 @@ pub(crate) mod row;
 
 mod observe;
 pub use observe::*;
+// Schedules (migration 0006).
+mod schedule;
+pub use schedule::{
+    DueSchedule, Fired, FiredRun, NewRun, ScheduleFilter, ScheduleFire, ScheduleRecord,
+    ScheduleRunFilter, ScheduleRunRecord, TaskTemplate,
+};
 
 /// A store failure, classified for the caller.
 #[derive(Debug, thiserror::Error)]
@@ -267,6 +273,8 @@ pub struct TaskFilter {
     pub last_error: Option<String>,
     pub created_after: Option<DateTime<Utc>>,
     pub created_before: Option<DateTime<Utc>>,
+    /// Only tasks made by this schedule.
+    pub schedule_id: Option<String>,
     /// Only tasks submitted before the task with this sequence number.
     pub before_seq: Option<i64>,
     pub limit: u32,
@@ -319,6 +327,9 @@ pub struct TaskRecord {
     pub fencing_token: u64,
     pub finished_at: Option<DateTime<Utc>>,
     pub cancel_requested: bool,
+    /// The schedule that made the task, and the fire time it was made for.
+    pub schedule_id: Option<String>,
+    pub fire_time: Option<DateTime<Utc>>,
 }
 
 /// One attempt (lease) of a task.
@@ -477,6 +488,36 @@ pub trait Store: Send + Sync + 'static {
 
     /// Connection pool usage.
     fn pool_stats(&self) -> PoolStats;
+
+    // ---- schedules ----
+
+    /// Inserts a new schedule; `false` when its id exists already.
+    async fn schedule_insert(&self, s: &ScheduleRecord) -> StoreResult<bool>;
+
+    async fn schedule_get(&self, id: &str) -> StoreResult<Option<ScheduleRecord>>;
+
+    /// Schedules in id order, after `after_id`, up to `limit`.
+    async fn schedule_list(&self, f: &ScheduleFilter) -> StoreResult<Vec<ScheduleRecord>>;
+
+    /// Writes every changeable field of `s` (not runs, last fire, creator) if the
+    /// stored version is still `s.version`, and bumps the version. `false`: it
+    /// changed meanwhile or is gone; nothing was written.
+    async fn schedule_update(&self, s: &ScheduleRecord, now: DateTime<Utc>) -> StoreResult<bool>;
+
+    /// Deletes a schedule and its run history; `false` when there was none.
+    async fn schedule_delete(&self, id: &str) -> StoreResult<bool>;
+
+    /// Unpaused schedules with `next_fire_at <= now`, earliest first, up to
+    /// `limit` (an index scan: the cost follows the schedules due).
+    async fn schedule_due(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Vec<DueSchedule>>;
+
+    /// Records runs, inserts their tasks and moves the cursor, in one transaction
+    /// (see [`ScheduleFire`]).
+    async fn schedule_fire(&self, f: &ScheduleFire) -> StoreResult<Fired>;
+
+    /// The run history, newest fire time first.
+    async fn schedule_run_list(&self, f: &ScheduleRunFilter)
+    -> StoreResult<Vec<ScheduleRunRecord>>;
 
     /// Closes the pool.
     async fn close(&self);

@@ -21,6 +21,9 @@ use super::row::{
 use super::*;
 use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
 
+// Schedules (migration 0006).
+mod schedule;
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
 /// The NOTIFY channel that carries queue names of newly pending tasks.
@@ -859,6 +862,9 @@ impl Store for PostgresStore {
         if let Some(before) = f.created_before {
             qb.push(" AND created_at < ").push_bind(ms(before));
         }
+        if let Some(schedule) = &f.schedule_id {
+            qb.push(" AND schedule_id = ").push_bind(schedule);
+        }
         if let Some(seq) = f.before_seq {
             qb.push(" AND seq < ").push_bind(seq);
         }
@@ -1056,6 +1062,41 @@ impl Store for PostgresStore {
         .fetch_one(&self.pool)
         .await?;
         Ok(purged.max(0) as u64)
+    }
+
+    async fn schedule_insert(&self, s: &ScheduleRecord) -> StoreResult<bool> {
+        schedule::insert(&self.pool, s).await
+    }
+
+    async fn schedule_get(&self, id: &str) -> StoreResult<Option<ScheduleRecord>> {
+        schedule::get(&self.pool, id).await
+    }
+
+    async fn schedule_list(&self, f: &ScheduleFilter) -> StoreResult<Vec<ScheduleRecord>> {
+        schedule::list(&self.pool, f).await
+    }
+
+    async fn schedule_update(&self, s: &ScheduleRecord, now: DateTime<Utc>) -> StoreResult<bool> {
+        schedule::update(&self.pool, s, now).await
+    }
+
+    async fn schedule_delete(&self, id: &str) -> StoreResult<bool> {
+        schedule::delete(&self.pool, id).await
+    }
+
+    async fn schedule_due(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Vec<DueSchedule>> {
+        schedule::due(&self.pool, now, limit).await
+    }
+
+    async fn schedule_fire(&self, f: &ScheduleFire) -> StoreResult<Fired> {
+        schedule::fire(&self.pool, f).await
+    }
+
+    async fn schedule_run_list(
+        &self,
+        f: &ScheduleRunFilter,
+    ) -> StoreResult<Vec<ScheduleRunRecord>> {
+        schedule::run_list(&self.pool, f).await
     }
 
     fn pool_stats(&self) -> PoolStats {

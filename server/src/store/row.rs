@@ -64,6 +64,9 @@ pub(crate) struct TaskRow {
     /// When the running attempt was leased, and the worker's address.
     pub leased_at: Option<i64>,
     pub leased_address: Option<String>,
+    /// The schedule and fire time that made the task (migration 0006).
+    pub schedule_id: Option<String>,
+    pub fire_time: Option<i64>,
 }
 
 /// The attempt row written when an attempt ends.
@@ -135,6 +138,8 @@ impl TaskRow {
             fencing_token: self.fencing_token.max(0) as u64,
             finished_at: self.finished_at.map(from_ms),
             cancel_requested: self.cancel_requested,
+            schedule_id: self.schedule_id,
+            fire_time: self.fire_time.map(from_ms),
         })
     }
 }

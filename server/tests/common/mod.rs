@@ -151,6 +151,10 @@ pub async fn spawn_on(db: Arc<TestDb>, opts: Options) -> TestApp {
     let mut config = AppConfig::new(db.url.clone());
     config.db_max_connections = opts.db_max_connections.unwrap_or(8);
     config.reclaim_interval = opts.reclaim_interval;
+    // With the manual clock, tests drive the scheduler with `run_once` themselves.
+    if opts.manual_clock {
+        config.schedule_interval = Duration::from_secs(3600);
+    }
     config.settings = opts.settings;
     config.metrics_listen = opts.metrics.then(|| "127.0.0.1:0".parse().unwrap());
     config.auth = opts.auth;
@@ -201,6 +205,23 @@ impl TestApp {
             );
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+    }
+
+    pub async fn schedules(
+        &self,
+    ) -> taskbroker_client::pb::schedule_service_client::ScheduleServiceClient<Channel> {
+        taskbroker_client::pb::schedule_service_client::ScheduleServiceClient::connect(self.url())
+            .await
+            .expect("connect")
+    }
+
+    /// One scheduler pass at the manual clock's now.
+    pub async fn fire_schedules(&self) -> taskbroker_server::maintenance::scheduler::SchedulerPass {
+        let app = self.app.as_ref().expect("running");
+        taskbroker_server::maintenance::Scheduler::new(app.broker.clone(), Duration::from_secs(1))
+            .run_once(app.broker.clock().now())
+            .await
+            .expect("scheduler pass")
     }
 
     pub fn advance(&self, by: Duration) {

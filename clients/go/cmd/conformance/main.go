@@ -17,11 +17,12 @@ import (
 
 const workerID = "conf-go"
 
-// env is what every case gets: the two service clients.
+// env is what every case gets: the service clients.
 type env struct {
-	conn   *grpc.ClientConn
-	broker pb.BrokerServiceClient
-	admin  pb.AdminServiceClient
+	conn      *grpc.ClientConn
+	broker    pb.BrokerServiceClient
+	admin     pb.AdminServiceClient
+	schedules pb.ScheduleServiceClient
 }
 
 type testCase struct {
@@ -47,6 +48,7 @@ var cases = []testCase{
 	{"stop_codes", stopCodes},
 	{"drain_on_sigterm", drainOnSigterm},
 	{"trace_propagation", traceContextPropagates},
+	{"schedule_every", scheduleEvery},
 }
 
 func main() {
@@ -62,7 +64,12 @@ func main() {
 		os.Exit(2)
 	}
 	defer conn.Close()
-	e := &env{conn: conn, broker: pb.NewBrokerServiceClient(conn), admin: pb.NewAdminServiceClient(conn)}
+	e := &env{
+		conn:      conn,
+		broker:    pb.NewBrokerServiceClient(conn),
+		admin:     pb.NewAdminServiceClient(conn),
+		schedules: pb.NewScheduleServiceClient(conn),
+	}
 
 	passed, failed := 0, 0
 	for _, c := range cases {

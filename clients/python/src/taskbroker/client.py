@@ -1,4 +1,5 @@
-"""A channel to the broker with both service stubs, and how to connect (token, TLS)."""
+"""A channel to the broker with its service stubs (broker, admin, schedules), and how to
+connect (token, TLS)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from taskbroker import tracing
-from taskbroker.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc
+from taskbroker.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc, schedule_pb2_grpc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +122,7 @@ def open_channel(options: ConnectOptions) -> grpc.Channel:
 
 
 class Client:
-    """Holds a gRPC channel and the BrokerService and AdminService stubs on it.
+    """Holds a gRPC channel and the BrokerService, AdminService and ScheduleService stubs on it.
 
     >>> with Client("127.0.0.1:50051") as tb:
     ...     task_id = tb.submit("emails", b"hello").task_id
@@ -148,6 +149,7 @@ class Client:
         self.channel: grpc.Channel = channel
         self.broker = broker_pb2_grpc.BrokerServiceStub(self.channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
+        self.schedules = schedule_pb2_grpc.ScheduleServiceStub(self.channel)
 
     @classmethod
     def from_env(cls, target: str | None = None) -> Client:

@@ -24,6 +24,7 @@ mod admin;
 mod observe;
 mod ops;
 mod read;
+mod schedule;
 mod writer;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -243,6 +244,41 @@ impl Store for SqliteStore {
             &scope,
             limit
         )
+    }
+
+    async fn schedule_insert(&self, s: &ScheduleRecord) -> StoreResult<bool> {
+        write!(self, schedule::schedule_insert, [s], &s)
+    }
+
+    async fn schedule_get(&self, id: &str) -> StoreResult<Option<ScheduleRecord>> {
+        schedule::schedule_get(&self.reader, id).await
+    }
+
+    async fn schedule_list(&self, f: &ScheduleFilter) -> StoreResult<Vec<ScheduleRecord>> {
+        schedule::schedule_list(&self.reader, f).await
+    }
+
+    async fn schedule_update(&self, s: &ScheduleRecord, now: DateTime<Utc>) -> StoreResult<bool> {
+        write!(self, schedule::schedule_update, [s], &s, now)
+    }
+
+    async fn schedule_delete(&self, id: &str) -> StoreResult<bool> {
+        write!(self, schedule::schedule_delete, [id], &id)
+    }
+
+    async fn schedule_due(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Vec<DueSchedule>> {
+        schedule::schedule_due(&self.reader, now, limit).await
+    }
+
+    async fn schedule_fire(&self, f: &ScheduleFire) -> StoreResult<Fired> {
+        write!(self, schedule::schedule_fire, [f], &f)
+    }
+
+    async fn schedule_run_list(
+        &self,
+        f: &ScheduleRunFilter,
+    ) -> StoreResult<Vec<ScheduleRunRecord>> {
+        schedule::schedule_run_list(&self.reader, f).await
     }
 
     fn pool_stats(&self) -> PoolStats {

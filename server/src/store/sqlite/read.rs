@@ -79,6 +79,9 @@ pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec
     if let Some(before) = f.created_before {
         qb.push(" AND created_at < ").push_bind(ms(before));
     }
+    if let Some(schedule) = &f.schedule_id {
+        qb.push(" AND schedule_id = ").push_bind(schedule);
+    }
     if let Some(seq) = f.before_seq {
         qb.push(" AND seq < ").push_bind(seq);
     }

@@ -29,7 +29,7 @@ ATTEMPT_OUTCOME_LEASE_EXPIRED: AttemptOutcome
 ATTEMPT_OUTCOME_DEADLINE_EXCEEDED: AttemptOutcome
 
 class Task(_message.Message):
-    __slots__ = ("id", "queue", "payload", "key", "priority", "run_at", "deadline", "retry", "metadata", "state", "attempt", "max_attempts", "created_at", "updated_at", "last_error", "checkpoint", "has_checkpoint", "result", "leased_by", "lease_expires_at", "finished_at", "cancel_requested", "fencing_token")
+    __slots__ = ("id", "queue", "payload", "key", "priority", "run_at", "deadline", "retry", "metadata", "state", "attempt", "max_attempts", "created_at", "updated_at", "last_error", "checkpoint", "has_checkpoint", "result", "leased_by", "lease_expires_at", "finished_at", "cancel_requested", "fencing_token", "schedule_id", "fire_time")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,8 @@ class Task(_message.Message):
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
     CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     id: str
     queue: str
     payload: bytes
@@ -83,7 +85,9 @@ class Task(_message.Message):
     finished_at: _timestamp_pb2.Timestamp
     cancel_requested: bool
     fencing_token: int
-    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., key: _Optional[str] = ..., priority: _Optional[int] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry: _Optional[_Union[_broker_pb2.RetryPolicy, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[_broker_pb2.TaskState, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., checkpoint: _Optional[bytes] = ..., has_checkpoint: _Optional[bool] = ..., result: _Optional[bytes] = ..., leased_by: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cancel_requested: _Optional[bool] = ..., fencing_token: _Optional[int] = ...) -> None: ...
+    schedule_id: str
+    fire_time: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., key: _Optional[str] = ..., priority: _Optional[int] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., retry: _Optional[_Union[_broker_pb2.RetryPolicy, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[_broker_pb2.TaskState, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., checkpoint: _Optional[bytes] = ..., has_checkpoint: _Optional[bool] = ..., result: _Optional[bytes] = ..., leased_by: _Optional[str] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cancel_requested: _Optional[bool] = ..., fencing_token: _Optional[int] = ..., schedule_id: _Optional[str] = ..., fire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class GetTaskRequest(_message.Message):
     __slots__ = ("task_id",)
@@ -98,7 +102,7 @@ class GetTaskResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
-    __slots__ = ("queue", "states", "key", "worker_id", "created_after", "created_before", "page_size", "page_token")
+    __slots__ = ("queue", "states", "key", "worker_id", "created_after", "created_before", "page_size", "page_token", "schedule_id")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     STATES_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +111,7 @@ class ListTasksRequest(_message.Message):
     CREATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     queue: str
     states: _containers.RepeatedScalarFieldContainer[_broker_pb2.TaskState]
     key: str
@@ -115,7 +120,8 @@ class ListTasksRequest(_message.Message):
     created_before: _timestamp_pb2.Timestamp
     page_size: int
     page_token: str
-    def __init__(self, queue: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_broker_pb2.TaskState, str]]] = ..., key: _Optional[str] = ..., worker_id: _Optional[str] = ..., created_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    schedule_id: str
+    def __init__(self, queue: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_broker_pb2.TaskState, str]]] = ..., key: _Optional[str] = ..., worker_id: _Optional[str] = ..., created_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., schedule_id: _Optional[str] = ...) -> None: ...
 
 class ListTasksResponse(_message.Message):
     __slots__ = ("tasks", "next_page_token")

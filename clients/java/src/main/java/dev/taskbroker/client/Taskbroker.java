@@ -208,6 +208,11 @@ public final class Taskbroker implements AutoCloseable {
     return AdminServiceGrpc.newBlockingStub(channel);
   }
 
+  /** A blocking ScheduleService stub (cron, interval and one-off schedules). */
+  public dev.taskbroker.v1.ScheduleServiceGrpc.ScheduleServiceBlockingStub schedules() {
+    return dev.taskbroker.v1.ScheduleServiceGrpc.newBlockingStub(channel);
+  }
+
   @Override
   public void close() {
     channel.shutdown();

@@ -1,0 +1,238 @@
+//! Turning fire times into tasks: the scheduler's step for one due schedule,
+//! TriggerSchedule, and the run history. Every write goes through
+//! `Store::schedule_fire`, which records the run and inserts its task in one
+//! transaction keyed by (schedule_id, fire_time), conditional on the version the
+//! step was computed from: a fire time fires once across replicas and crashes.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+
+use super::schedule::{Caller, calendar_of, not_found, page_size, rules_of, settle};
+use super::{Broker, ServiceError};
+use crate::domain::TaskState;
+use crate::domain::schedule::{self as cal, Cursor};
+use crate::domain::validate::{self, Invalid};
+use crate::store::{
+    DueSchedule, Fired, FiredRun, NewRun, NewTask, ScheduleFire, ScheduleRecord, ScheduleRunFilter,
+    StoreResult,
+};
+
+/// Metadata keys every scheduled task carries, for the worker.
+pub const SCHEDULE_ID_KEY: &str = "taskbroker.schedule_id";
+pub const FIRE_TIME_KEY: &str = "taskbroker.fire_time";
+/// Attempts of a trigger that raced the scheduler.
+const TRIGGER_ATTEMPTS: usize = 5;
+
+/// What the scheduler's step did to one schedule.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FireStep {
+    /// Tasks made.
+    pub fired: u64,
+    /// Fire times dropped by the misfire or overlap policy or max_runs.
+    pub dropped: u64,
+    /// Another replica (or an update) got there first: nothing written.
+    pub stale: bool,
+}
+
+/// A run as the history shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunView {
+    pub fire_time: DateTime<Utc>,
+    pub task_id: String,
+    pub triggered: bool,
+    /// `None` once retention deleted the task.
+    pub task_state: Option<TaskState>,
+}
+
+pub struct RunPage {
+    pub runs: Vec<RunView>,
+    pub next_page_token: String,
+}
+
+/// The task a schedule makes for `fire_time`, created at `now`.
+pub fn scheduled_task(s: &ScheduleRecord, fire_time: DateTime<Utc>, now: DateTime<Utc>) -> NewTask {
+    let t = &s.template;
+    let mut metadata = t.metadata.clone();
+    metadata.insert(SCHEDULE_ID_KEY.into(), s.id.clone());
+    metadata.insert(
+        FIRE_TIME_KEY.into(),
+        fire_time.to_rfc3339_opts(SecondsFormat::Millis, true),
+    );
+    if let Some(producer) = &s.created_by {
+        // Producers may read the tasks their schedules made.
+        metadata.insert(crate::api::PRODUCER_KEY.into(), producer.clone());
+    }
+    let deadline = t
+        .deadline_after
+        .and_then(|d| chrono::TimeDelta::from_std(d).ok())
+        .and_then(|d| now.checked_add_signed(d));
+    NewTask {
+        id: uuid::Uuid::now_v7().to_string(),
+        queue: t.queue.clone(),
+        key: None,
+        payload: t.payload.clone(),
+        priority: t.priority,
+        run_at: now,
+        deadline,
+        retry: t.retry,
+        metadata,
+    }
+}
+
+impl Broker {
+    fn wake_fired(&self, runs: &[FiredRun]) {
+        for r in runs.iter().filter(|r| r.inserted) {
+            self.metrics.submitted(&r.queue);
+            self.dispatch.wake(Some(&r.queue));
+        }
+    }
+
+    /// The scheduler's step for one due schedule at `now`.
+    pub async fn fire_due(&self, due: &DueSchedule, now: DateTime<Utc>) -> StoreResult<FireStep> {
+        let s = &due.schedule;
+        let mut f = ScheduleFire {
+            schedule_id: s.id.clone(),
+            version: s.version,
+            runs: Vec::new(),
+            cancel_task_id: None,
+            next_spec_at: None,
+            buffered_at: None,
+            next_fire_at: None,
+            state_reason: None,
+            now,
+        };
+        let mut step = FireStep::default();
+        match calendar_of(s) {
+            Ok(calendar) => {
+                let cur = Cursor {
+                    next_spec_at: s.next_spec_at,
+                    buffered_at: s.buffered_at,
+                    runs: s.runs,
+                };
+                let p = cal::plan(&calendar, &rules_of(s), &cur, due.previous_unfinished, now);
+                f.runs = p
+                    .fires
+                    .iter()
+                    .map(|&t| NewRun {
+                        fire_time: t,
+                        task: scheduled_task(s, t, now),
+                        triggered: false,
+                    })
+                    .collect();
+                f.cancel_task_id = s.last_task_id.clone().filter(|_| p.cancel_previous);
+                f.next_spec_at = p.next_spec_at;
+                f.buffered_at = p.buffered_at;
+                f.next_fire_at = p.next_fire_at;
+                f.state_reason = p.completed.map(str::to_string);
+                step.dropped = p.dropped;
+            }
+            Err(e) => {
+                // Stored before a zone or parser change made it invalid: stop it, say why.
+                tracing::warn!(schedule = %s.id, error = %e, "schedule spec no longer valid");
+                f.state_reason = Some(format!("invalid spec: {e}"));
+            }
+        }
+        match self.store.schedule_fire(&f).await? {
+            Fired::Stale => step.stale = true,
+            Fired::Done(runs) => {
+                step.fired = runs.iter().filter(|r| r.inserted).count() as u64;
+                self.wake_fired(&runs);
+            }
+        }
+        Ok(step)
+    }
+
+    /// Fires a schedule once now, outside its spec (also when paused or completed).
+    pub async fn trigger_schedule(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<RunView, ServiceError> {
+        for _ in 0..TRIGGER_ATTEMPTS {
+            let mut s = self.get_schedule(caller, id).await?;
+            let now = self.clock.now();
+            let task = scheduled_task(&s, now, now);
+            s.runs += 1;
+            let calendar = calendar_of(&s)?;
+            settle(&mut s, &calendar, now);
+            let f = ScheduleFire {
+                schedule_id: s.id.clone(),
+                version: s.version,
+                runs: vec![NewRun {
+                    fire_time: now,
+                    task,
+                    triggered: true,
+                }],
+                cancel_task_id: None,
+                next_spec_at: s.next_spec_at,
+                buffered_at: s.buffered_at,
+                next_fire_at: s.next_fire_at,
+                state_reason: s.state_reason.clone(),
+                now,
+            };
+            if let Fired::Done(runs) = self.store.schedule_fire(&f).await? {
+                self.wake_fired(&runs);
+                let run = runs.into_iter().next().ok_or_else(|| not_found(id))?;
+                return Ok(RunView {
+                    fire_time: run.fire_time,
+                    task_id: run.task_id,
+                    triggered: true,
+                    task_state: Some(TaskState::Ready),
+                });
+            }
+        }
+        Err(ServiceError::Unavailable(
+            crate::store::StoreError::Internal(format!("schedule {id} kept changing").into()),
+        ))
+    }
+
+    /// The run history of a schedule, newest first.
+    pub async fn list_schedule_runs(
+        &self,
+        caller: &Caller,
+        id: &str,
+        size: i32,
+        token: &str,
+    ) -> Result<RunPage, ServiceError> {
+        let size = page_size(size)?;
+        let before = if token.is_empty() {
+            None
+        } else {
+            let bad = || Invalid::new("page_token", "is not a token from a previous response");
+            let ms: i64 = token
+                .strip_prefix("r1:")
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(bad)?;
+            Some(DateTime::from_timestamp_millis(ms).ok_or_else(bad)?)
+        };
+        validate::queue_name("schedule_id", id)?;
+        self.get_schedule(caller, id).await?;
+        let now = self.clock.now();
+        let filter = ScheduleRunFilter {
+            schedule_id: id.to_string(),
+            before_fire_time: before,
+            limit: size + 1,
+        };
+        let mut runs = self.store.schedule_run_list(&filter).await?;
+        let mut next_page_token = String::new();
+        if runs.len() > size as usize {
+            runs.truncate(size as usize);
+            if let Some(last) = runs.last() {
+                next_page_token = format!("r1:{}", last.fire_time.timestamp_millis());
+            }
+        }
+        Ok(RunPage {
+            runs: runs
+                .into_iter()
+                .map(|r| RunView {
+                    fire_time: r.fire_time,
+                    task_id: r.task_id,
+                    triggered: r.triggered,
+                    task_state: r
+                        .task_state
+                        .map(|st| TaskState::of(st, r.task_run_at.unwrap_or(now), now)),
+                })
+                .collect(),
+            next_page_token,
+        })
+    }
+}

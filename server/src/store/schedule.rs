@@ -1,0 +1,328 @@
+//! What the stores keep of schedules and their runs, and the row shape both
+//! databases share (spec and task template as JSON written here, times in ms).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::row::{duration_ms, from_ms, ms};
+use super::{NewTask, StoreError};
+use crate::domain::schedule::{Misfire, Overlap, Spec};
+use crate::domain::{RetryPolicy, StoredState};
+
+/// The task a schedule makes at each fire time (retry defaults resolved).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskTemplate {
+    pub queue: String,
+    pub payload: Vec<u8>,
+    pub priority: i32,
+    pub retry: RetryPolicy,
+    pub metadata: BTreeMap<String, String>,
+    pub deadline_after: Option<Duration>,
+}
+
+/// A schedule as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleRecord {
+    pub id: String,
+    pub spec: Spec,
+    pub start_time: Option<DateTime<Utc>>,
+    pub end_time: Option<DateTime<Utc>>,
+    pub template: TaskTemplate,
+    pub overlap: Overlap,
+    pub misfire: Misfire,
+    pub catchup_window: Duration,
+    pub paused: bool,
+    /// 0: no limit.
+    pub max_runs: u32,
+    /// The first spec fire time not yet handled.
+    pub next_spec_at: Option<DateTime<Utc>>,
+    /// A fire time held for BUFFER_ONE.
+    pub buffered_at: Option<DateTime<Utc>>,
+    /// When the scheduler looks next; `None`: never.
+    pub next_fire_at: Option<DateTime<Utc>>,
+    pub last_fire_at: Option<DateTime<Utc>>,
+    pub last_task_id: Option<String>,
+    pub runs: u64,
+    /// Set when the schedule completed, with why.
+    pub state_reason: Option<String>,
+    /// The producer that created it (when authentication is on).
+    pub created_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// Bumped by every write; writes name the version they were computed from.
+    pub version: i64,
+}
+
+/// ListSchedules: ordered by id.
+#[derive(Debug, Clone, Default)]
+pub struct ScheduleFilter {
+    /// Only the schedules this producer created.
+    pub created_by: Option<String>,
+    /// Only ids after this one (the page token).
+    pub after_id: Option<String>,
+    pub limit: u32,
+}
+
+/// A schedule due now, with what the overlap policy needs.
+#[derive(Debug, Clone)]
+pub struct DueSchedule {
+    pub schedule: ScheduleRecord,
+    /// The task of the latest run is pending or leased.
+    pub previous_unfinished: bool,
+}
+
+/// One fire time to record, with its task.
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    pub fire_time: DateTime<Utc>,
+    pub task: NewTask,
+    /// Made by TriggerSchedule.
+    pub triggered: bool,
+}
+
+/// One scheduler step for a schedule, applied in one transaction: the schedule's
+/// cursor is written only if its version is still `version`; each run is recorded
+/// under the key (schedule_id, fire_time) and its task inserted only if the run
+/// was new. Nothing else can make a fire time fire twice.
+#[derive(Debug, Clone)]
+pub struct ScheduleFire {
+    pub schedule_id: String,
+    pub version: i64,
+    pub runs: Vec<NewRun>,
+    /// Cancel this task first (CANCEL_PREVIOUS): pending -> cancelled, leased -> cancel requested.
+    pub cancel_task_id: Option<String>,
+    pub next_spec_at: Option<DateTime<Utc>>,
+    pub buffered_at: Option<DateTime<Utc>>,
+    pub next_fire_at: Option<DateTime<Utc>>,
+    pub state_reason: Option<String>,
+    pub now: DateTime<Utc>,
+}
+
+/// What a fire did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fired {
+    /// The schedule changed (another replica fired it, or it was updated or
+    /// deleted) since it was read: nothing was written.
+    Stale,
+    /// Applied: one entry per run, in order.
+    Done(Vec<FiredRun>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FiredRun {
+    pub fire_time: DateTime<Utc>,
+    pub task_id: String,
+    pub queue: String,
+    /// False when the fire time had a run already (its task was not inserted again).
+    pub inserted: bool,
+}
+
+/// ListScheduleRuns: newest fire time first.
+#[derive(Debug, Clone)]
+pub struct ScheduleRunFilter {
+    pub schedule_id: String,
+    pub before_fire_time: Option<DateTime<Utc>>,
+    pub limit: u32,
+}
+
+/// One recorded run, with its task's state now (`None` once the task is deleted).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleRunRecord {
+    pub fire_time: DateTime<Utc>,
+    pub task_id: String,
+    pub triggered: bool,
+    pub task_state: Option<StoredState>,
+    pub task_run_at: Option<DateTime<Utc>>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct SpecJson {
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    cron: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    timezone: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    every_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    anchor_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    once_at_ms: Option<i64>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct TemplateJson {
+    queue: String,
+    priority: i32,
+    max_attempts: u32,
+    initial_backoff_ms: i64,
+    backoff_multiplier: f64,
+    max_backoff_ms: i64,
+    jitter: f64,
+    metadata: BTreeMap<String, String>,
+    deadline_after_ms: Option<i64>,
+}
+
+pub(crate) fn spec_json(spec: &Spec) -> String {
+    let j = match spec {
+        Spec::Cron { expr, timezone } => SpecJson {
+            cron: Some(expr.clone()),
+            timezone: Some(timezone.clone()),
+            ..SpecJson::default()
+        },
+        Spec::Every { every, anchor } => SpecJson {
+            every_ms: Some(duration_ms(*every)),
+            anchor_ms: Some(ms(*anchor)),
+            ..SpecJson::default()
+        },
+        Spec::Once { at } => SpecJson {
+            once_at_ms: Some(ms(*at)),
+            ..SpecJson::default()
+        },
+    };
+    serde_json::to_string(&j).unwrap_or_default()
+}
+
+fn parse_spec(id: &str, text: &str) -> Result<Spec, StoreError> {
+    let bad = || StoreError::Corrupt(format!("schedule {id} spec {text:?}"));
+    let j: SpecJson = serde_json::from_str(text).map_err(|_| bad())?;
+    match (j.cron, j.every_ms, j.once_at_ms) {
+        (Some(expr), None, None) => Ok(Spec::Cron {
+            expr,
+            timezone: j.timezone.unwrap_or_default(),
+        }),
+        (None, Some(every), None) => Ok(Spec::Every {
+            every: Duration::from_millis(every.max(0) as u64),
+            anchor: from_ms(j.anchor_ms.unwrap_or(0)),
+        }),
+        (None, None, Some(at)) => Ok(Spec::Once { at: from_ms(at) }),
+        _ => Err(bad()),
+    }
+}
+
+pub(crate) fn template_json(t: &TaskTemplate) -> String {
+    let j = TemplateJson {
+        queue: t.queue.clone(),
+        priority: t.priority,
+        max_attempts: t.retry.max_attempts,
+        initial_backoff_ms: duration_ms(t.retry.initial_backoff),
+        backoff_multiplier: t.retry.backoff_multiplier,
+        max_backoff_ms: duration_ms(t.retry.max_backoff),
+        jitter: t.retry.jitter,
+        metadata: t.metadata.clone(),
+        deadline_after_ms: t.deadline_after.map(duration_ms),
+    };
+    serde_json::to_string(&j).unwrap_or_default()
+}
+
+fn parse_template(id: &str, text: &str, payload: Vec<u8>) -> Result<TaskTemplate, StoreError> {
+    let j: TemplateJson = serde_json::from_str(text)
+        .map_err(|e| StoreError::Corrupt(format!("schedule {id} template: {e}")))?;
+    let d = |v: i64| Duration::from_millis(v.max(0) as u64);
+    Ok(TaskTemplate {
+        queue: j.queue,
+        payload,
+        priority: j.priority,
+        retry: RetryPolicy {
+            max_attempts: j.max_attempts,
+            initial_backoff: d(j.initial_backoff_ms),
+            backoff_multiplier: j.backoff_multiplier,
+            max_backoff: d(j.max_backoff_ms),
+            jitter: j.jitter,
+        },
+        metadata: j.metadata,
+        deadline_after: j.deadline_after_ms.map(d),
+    })
+}
+
+/// A `schedules` row (both databases).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ScheduleRow {
+    pub id: String,
+    pub spec: String,
+    pub start_time: Option<i64>,
+    pub end_time: Option<i64>,
+    pub template: String,
+    pub payload: Vec<u8>,
+    pub overlap: String,
+    pub misfire: String,
+    pub catchup_window_ms: i64,
+    pub paused: bool,
+    pub max_runs: i64,
+    pub next_spec_at: Option<i64>,
+    pub buffered_at: Option<i64>,
+    pub next_fire_at: Option<i64>,
+    pub last_fire_at: Option<i64>,
+    pub last_task_id: Option<String>,
+    pub runs: i64,
+    pub state_reason: Option<String>,
+    pub created_by: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub version: i64,
+}
+
+impl ScheduleRow {
+    pub fn into_record(self) -> Result<ScheduleRecord, StoreError> {
+        let corrupt =
+            |what: &str, v: &str| StoreError::Corrupt(format!("schedule {} {what} {v:?}", self.id));
+        let overlap =
+            Overlap::parse(&self.overlap).ok_or_else(|| corrupt("overlap", &self.overlap))?;
+        let misfire =
+            Misfire::parse(&self.misfire).ok_or_else(|| corrupt("misfire", &self.misfire))?;
+        Ok(ScheduleRecord {
+            spec: parse_spec(&self.id, &self.spec)?,
+            template: parse_template(&self.id, &self.template, self.payload)?,
+            start_time: self.start_time.map(from_ms),
+            end_time: self.end_time.map(from_ms),
+            overlap,
+            misfire,
+            catchup_window: Duration::from_millis(self.catchup_window_ms.max(0) as u64),
+            paused: self.paused,
+            max_runs: u32::try_from(self.max_runs.max(0)).unwrap_or(u32::MAX),
+            next_spec_at: self.next_spec_at.map(from_ms),
+            buffered_at: self.buffered_at.map(from_ms),
+            next_fire_at: self.next_fire_at.map(from_ms),
+            last_fire_at: self.last_fire_at.map(from_ms),
+            last_task_id: self.last_task_id,
+            runs: self.runs.max(0) as u64,
+            state_reason: self.state_reason,
+            created_by: self.created_by,
+            created_at: from_ms(self.created_at),
+            updated_at: from_ms(self.updated_at),
+            version: self.version,
+            id: self.id,
+        })
+    }
+}
+
+/// A `schedule_runs` row joined with its task.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct RunRow {
+    pub fire_time: i64,
+    pub task_id: String,
+    pub triggered: bool,
+    pub state: Option<String>,
+    pub run_at: Option<i64>,
+}
+
+impl RunRow {
+    pub fn into_record(self) -> ScheduleRunRecord {
+        ScheduleRunRecord {
+            fire_time: from_ms(self.fire_time),
+            task_id: self.task_id,
+            triggered: self.triggered,
+            task_state: self.state.as_deref().and_then(StoredState::parse),
+            task_run_at: self.run_at.map(from_ms),
+        }
+    }
+}
+
+/// The last run's task id and queues to wake, from the runs a fire inserted.
+pub(crate) fn fired_summary(runs: &[FiredRun]) -> (Option<i64>, Option<&str>, u64) {
+    let inserted: Vec<&FiredRun> = runs.iter().filter(|r| r.inserted).collect();
+    let last_fire = inserted.iter().map(|r| ms(r.fire_time)).max();
+    let last_task = inserted.last().map(|r| r.task_id.as_str());
+    (last_fire, last_task, inserted.len() as u64)
+}
