@@ -28,7 +28,7 @@ use crate::store::{self, StoreError};
 /// The readiness service name in grpc.health.v1 (service "" is liveness).
 pub const READINESS: &str = "readiness";
 
-const DESCRIPTOR: &[u8] = tonic::include_file_descriptor_set!("taskbroker_descriptor");
+pub(crate) const DESCRIPTOR: &[u8] = tonic::include_file_descriptor_set!("taskbroker_descriptor");
 const KEDA_DESCRIPTOR: &[u8] = tonic::include_file_descriptor_set!("externalscaler_descriptor");
 
 #[derive(Debug, thiserror::Error)]

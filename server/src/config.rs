@@ -86,6 +86,7 @@ pub struct LimitsConfig {
     pub max_lease: Duration,
     #[serde(with = "humantime_serde")]
     pub max_wait: Duration,
+    pub max_lease_reply_bytes: usize,
 }
 
 /// The default retry policy (and, per queue, its override).
@@ -167,6 +168,7 @@ impl Default for LimitsConfig {
             min_lease: l.min_lease,
             max_lease: l.max_lease,
             max_wait: l.max_wait,
+            max_lease_reply_bytes: l.max_lease_reply_bytes,
         }
     }
 }
@@ -281,6 +283,11 @@ pub struct ServeArgs {
     /// Longest long-poll wait [default: 60s].
     #[arg(long, env = "TASKBROKER_MAX_WAIT")]
     pub max_wait: Option<String>,
+    /// Bytes of payload, checkpoint and metadata one Lease reply carries at most;
+    /// a reply always holds at least one task [default: 4194304, 4 MiB, every
+    /// gRPC client's default receive limit].
+    #[arg(long, env = "TASKBROKER_MAX_LEASE_REPLY_BYTES")]
+    pub max_lease_reply_bytes: Option<usize>,
     /// Default retry policy: attempts in all [default: 3].
     #[arg(long, env = "TASKBROKER_RETRY_MAX_ATTEMPTS")]
     pub retry_max_attempts: Option<u32>,
@@ -338,6 +345,7 @@ impl ServeArgs {
             "limits.min_lease" => self.min_lease,
             "limits.max_lease" => self.max_lease,
             "limits.max_wait" => self.max_wait,
+            "limits.max_lease_reply_bytes" => self.max_lease_reply_bytes,
             "retry.max_attempts" => self.retry_max_attempts,
             "retry.initial_backoff" => self.retry_initial_backoff,
             "retry.multiplier" => self.retry_multiplier,
@@ -391,6 +399,7 @@ impl Config {
             max_lease: l.max_lease,
             default_lease: l.default_lease,
             max_wait: l.max_wait,
+            max_lease_reply_bytes: l.max_lease_reply_bytes,
             ..Limits::default()
         };
         let default_retry = self.retry.policy("retry")?;
@@ -434,6 +443,7 @@ impl Config {
         if auth.iter().any(|t| t.token.len() < 16) {
             return Err("auth tokens must be at least 16 characters long".into());
         }
+        crate::api::auth::check_unique_names(&auth)?;
         if !is_loopback(&self.listen) && auth.is_empty() && !self.insecure {
             return Err(format!(
                 "refusing to listen on {} without authentication: configure auth tokens, \

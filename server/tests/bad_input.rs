@@ -114,6 +114,17 @@ async fn submits_with_bad_fields_are_rejected_and_store_nothing(b: Backend) {
             Code::InvalidArgument,
             "tasks[0].run_at",
         ),
+        (
+            vec![
+                spec("q"),
+                pb::TaskSpec {
+                    key: "order\0 42".into(),
+                    ..spec("q")
+                },
+            ],
+            Code::InvalidArgument,
+            "tasks[1].key",
+        ),
     ];
     for (tasks, code, field) in cases {
         check(c.submit(pb::SubmitRequest { tasks }).await, code, field);
@@ -155,6 +166,13 @@ async fn lease_and_report_calls_with_bad_fields_are_rejected(b: Backend) {
                 ..base.clone()
             },
             "queues[1]",
+        ),
+        (
+            pb::LeaseRequest {
+                worker_id: "w\u{1b}[31m".into(),
+                ..base.clone()
+            },
+            "worker_id",
         ),
         (
             pb::LeaseRequest {
@@ -221,6 +239,38 @@ async fn lease_and_report_calls_with_bad_fields_are_rejected(b: Backend) {
         .await,
         Code::InvalidArgument,
         "extend_by",
+    );
+    check(
+        c.heartbeat(pb::HeartbeatRequest {
+            worker_id: "w1".into(),
+            leases: vec![pb::LeaseRef {
+                task_id: t.task_id.clone(),
+                lease_token: "tok\0".into(),
+            }],
+            extend_by: None,
+        })
+        .await,
+        Code::InvalidArgument,
+        "leases[0].lease_token",
+    );
+    check(
+        c.complete_many(pb::CompleteManyRequest {
+            completions: vec![
+                pb::CompleteRequest {
+                    task_id: t.task_id.clone(),
+                    lease_token: t.lease_token.clone(),
+                    result: vec![],
+                },
+                pb::CompleteRequest {
+                    task_id: t.task_id.clone(),
+                    lease_token: "\0".into(),
+                    result: vec![],
+                },
+            ],
+        })
+        .await,
+        Code::InvalidArgument,
+        "completions[1].lease_token",
     );
     check(
         c.complete(pb::CompleteRequest {

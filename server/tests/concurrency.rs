@@ -70,8 +70,17 @@ async fn drain(addrs: Vec<String>, queue: &str) -> HashMap<String, usize> {
             }
         }));
     }
+    // Bounded: a lost task must fail the test, not hang the suite.
     for w in workers {
-        w.await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(300), w)
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "workers still running after 300 s: {} of {TASKS} completed",
+                    completed.load(Ordering::SeqCst)
+                )
+            })
+            .unwrap();
     }
     Arc::try_unwrap(seen).unwrap().into_inner().unwrap()
 }
@@ -109,9 +118,12 @@ both_backends!(eight_workers_complete_two_thousand_tasks_exactly_once);
 pub struct BrokerProcess {
     pub child: Child,
     pub addr: String,
+    /// The broker's stderr (its log), kept for diagnosis.
+    pub log: tempfile::NamedTempFile,
 }
 
 pub async fn start_broker(database_url: &str) -> BrokerProcess {
+    let log = tempfile::NamedTempFile::new().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_taskbroker"))
         .args([
             "serve",
@@ -123,7 +135,7 @@ pub async fn start_broker(database_url: &str) -> BrokerProcess {
             database_url,
         ])
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(log.reopen().unwrap())
         .kill_on_drop(true)
         .spawn()
         .expect("start taskbroker");
@@ -133,10 +145,13 @@ pub async fn start_broker(database_url: &str) -> BrokerProcess {
             let addr = format!("http://{addr}");
             // Keep reading stdout so the broker never blocks on a full pipe.
             tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-            return BrokerProcess { child, addr };
+            return BrokerProcess { child, addr, log };
         }
     }
-    panic!("taskbroker exited before listening");
+    panic!(
+        "taskbroker exited before listening; its log:\n{}",
+        std::fs::read_to_string(log.path()).unwrap_or_default()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

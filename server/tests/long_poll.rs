@@ -21,13 +21,14 @@ async fn a_waiting_lease_wakes_when_a_task_is_submitted(b: Backend) {
         req.wait = secs(60);
         waiter.lease(req).await.unwrap().into_inner().tasks
     });
+    // Submit only once the poll waits, so only a wake-up can answer it.
+    app.until_waiting(1).await;
     let mut c = app.broker().await;
     let id = submit_one(&mut c, spec("lp")).await;
     let got = tokio::time::timeout(GUARD, poll)
         .await
         .expect("the submit woke the long-poll")
         .unwrap();
-    // The poll may have started before or after the submit; either way it gets the task.
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].task_id, id);
 }
@@ -47,7 +48,7 @@ async fn an_empty_long_poll_answers_ok_when_the_wait_runs_out(b: Backend) {
         wait: secs(60),
         ..lease_req("empty", 1)
     });
-    req.set_timeout(Duration::from_millis(800));
+    req.set_timeout(Duration::from_secs(5));
     let r = c.lease(req).await.expect("answered before the deadline");
     assert!(r.into_inner().tasks.is_empty());
 }
@@ -132,7 +133,21 @@ async fn the_background_reaper_reclaims_an_expired_lease(b: Backend) {
     assert_ne!(second.lease_token, first.lease_token);
 }
 
+async fn leases_over_ever_new_queue_names_leave_nothing_behind(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let mut c = app.broker().await;
+    for i in 0..300 {
+        let mut req = lease_req(&format!("random-{i}"), 1);
+        req.wait = dur(Duration::from_millis(1));
+        assert!(c.lease(req).await.unwrap().into_inner().tasks.is_empty());
+    }
+    assert_eq!(app.service().dispatcher().queues_tracked(), 0);
+}
+
 both_backends!(
+    leases_over_ever_new_queue_names_leave_nothing_behind,
     a_waiting_lease_wakes_when_a_task_is_submitted,
     an_empty_long_poll_answers_ok_when_the_wait_runs_out,
     a_waiting_lease_picks_up_a_task_when_its_run_at_arrives,
@@ -160,6 +175,7 @@ async fn a_long_poll_on_one_replica_wakes_on_a_submit_to_another() {
         req.wait = secs(60);
         waiter.lease(req).await.unwrap().into_inner().tasks
     });
+    a.until_waiting(1).await;
     let mut c = b.broker().await;
     let id = submit_one(&mut c, spec("xr")).await;
     let got = tokio::time::timeout(GUARD, poll)
@@ -167,4 +183,95 @@ async fn a_long_poll_on_one_replica_wakes_on_a_submit_to_another() {
         .expect("woken")
         .unwrap();
     assert_eq!(got[0].task_id, id);
+}
+
+/// A long-poll that is woken and then cancelled (its caller went away) before it
+/// took its task passes the wake-up on to the next waiter. SQLite only: on
+/// Postgres the broker's own NOTIFY would wake the second waiter anyway.
+#[tokio::test(flavor = "current_thread")]
+async fn a_woken_long_poll_that_goes_away_passes_the_wake_up_on() {
+    use taskbroker_server::service::{LeaseRequest, SubmitTask};
+    let app = spawn_app(Backend::Sqlite).await.unwrap();
+    let broker = app.service();
+    let req = |worker: &str| LeaseRequest {
+        worker_id: worker.into(),
+        queues: vec!["pass".into()],
+        max_tasks: 1,
+        wait: Some(Duration::from_secs(60)),
+        ..LeaseRequest::default()
+    };
+    // A waits first, so the submit's one wake-up goes to A.
+    let mut a = Box::pin(broker.lease(req("a")));
+    while broker.dispatcher().waiters() < 1 {
+        assert!(futures::poll!(a.as_mut()).is_pending());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let b = tokio::spawn({
+        let broker = broker.clone();
+        async move { broker.lease(req("b")).await }
+    });
+    app.until_waiting(2).await;
+    broker
+        .submit(vec![SubmitTask {
+            queue: "pass".into(),
+            ..SubmitTask::default()
+        }])
+        .await
+        .unwrap();
+    // A wakes and asks the store (this thread runs nothing else meanwhile), then
+    // its caller goes away.
+    assert!(futures::poll!(a.as_mut()).is_pending());
+    assert_eq!(broker.dispatcher().waiters(), 1, "A was the one woken");
+    drop(a);
+    let got = tokio::time::timeout(GUARD, b)
+        .await
+        .expect("B was woken in A's place")
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.len(), 1);
+}
+
+/// The notification listener has a connection of its own: a pool of one still
+/// serves every call, and a long-poll is still woken by another replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_of_one_connection_still_serves_calls_and_wake_ups() {
+    let Some(db) = test_db(Backend::Postgres).await else {
+        return;
+    };
+    let db = std::sync::Arc::new(db);
+    let one = || Options {
+        manual_clock: false,
+        db_max_connections: Some(1),
+        ..Options::default()
+    };
+    let a = spawn_on(db.clone(), one()).await;
+    let b = spawn_on(db, one()).await;
+    let mut waiter = a.broker().await;
+    let poll = tokio::spawn(async move {
+        let mut req = lease_req("one", 1);
+        req.wait = secs(60);
+        waiter.lease(req).await.unwrap().into_inner().tasks
+    });
+    a.until_waiting(1).await;
+    let mut c = b.broker().await;
+    let id = tokio::time::timeout(GUARD, submit_one(&mut c, spec("one")))
+        .await
+        .expect("a submit is served with a pool of one");
+    let got = tokio::time::timeout(GUARD, poll)
+        .await
+        .expect("woken through the other replica's NOTIFY")
+        .unwrap();
+    assert_eq!(got[0].task_id, id);
+    let mut w = a.broker().await;
+    tokio::time::timeout(
+        GUARD,
+        w.complete(pb::CompleteRequest {
+            task_id: id,
+            lease_token: got[0].lease_token.clone(),
+            result: vec![],
+        }),
+    )
+    .await
+    .expect("a complete is served with a pool of one")
+    .unwrap();
 }

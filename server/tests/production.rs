@@ -41,12 +41,17 @@ async fn until(
     stream: &mut tonic::Streaming<tonic_health::pb::HealthCheckResponse>,
     want: ServingStatus,
 ) {
-    while let Some(r) = stream.message().await.unwrap() {
-        if r.status == want as i32 {
-            return;
+    let reached = async {
+        while let Some(r) = stream.message().await.unwrap() {
+            if r.status == want as i32 {
+                return;
+            }
         }
-    }
-    panic!("health stream ended before {want:?}");
+        panic!("health stream ended before {want:?}");
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), reached)
+        .await
+        .unwrap_or_else(|_| panic!("health never reported {want:?}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,10 +100,7 @@ async fn readiness_serves_and_flips_on_drain_and_reflection_lists_services() {
         req.wait = secs(60);
         c.lease(req).await
     });
-    let broker = app.app.as_ref().unwrap().broker.clone();
-    while broker.dispatcher().waiters() == 0 {
-        tokio::task::yield_now().await;
-    }
+    app.until_waiting(1).await;
     let stopping = tokio::spawn(app.shutdown());
     until(&mut ready, ServingStatus::NotServing).await;
     let answered = poll
@@ -165,6 +167,42 @@ async fn metrics_move_as_tasks_flow() {
     assert!(!text.contains(&leased[0].task_id), "no task ids in labels");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_up_methods_do_not_grow_the_metrics() {
+    let app = spawn_app_with(
+        Backend::Sqlite,
+        Options {
+            metrics: true,
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel(&app.url()).await);
+    for i in 0..50 {
+        grpc.ready().await.unwrap();
+        let path: http::uri::PathAndQuery = format!("/taskbroker.v1.BrokerService/MadeUp{i}")
+            .parse()
+            .unwrap();
+        let codec = tonic_prost::ProstCodec::<(), ()>::default();
+        let r = grpc.unary(tonic::Request::new(()), path, codec).await;
+        assert_eq!(code(r), Code::Unimplemented);
+    }
+    let text = scrape(app.metrics_addr.unwrap()).await;
+    assert!(
+        !text.contains("MadeUp"),
+        "made-up paths became labels:\n{text}"
+    );
+    let unknown: Vec<_> = text
+        .lines()
+        .filter(|l| l.starts_with("taskbroker_rpc_duration_seconds_count{method=\"unknown\""))
+        .collect();
+    assert_eq!(
+        unknown,
+        ["taskbroker_rpc_duration_seconds_count{method=\"unknown\",code=\"UNIMPLEMENTED\"} 50"]
+    );
+}
+
 async fn scrape(addr: std::net::SocketAddr) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -211,10 +249,7 @@ async fn over_limit_calls_are_shed_and_oversized_messages_refused() {
         req.wait = secs(60);
         waiter.lease(req).await
     });
-    let broker = app.app.as_ref().unwrap().broker.clone();
-    while broker.dispatcher().waiters() == 0 {
-        tokio::task::yield_now().await;
-    }
+    app.until_waiting(1).await;
     let shed = c
         .submit(pb::SubmitRequest {
             tasks: vec![spec("other")],
@@ -247,6 +282,73 @@ fn authed<T>(msg: T, tok: Option<&str>) -> tonic::Request<T> {
     }
     r
 }
+
+/// A producer's key never reveals another producer's task: ALREADY_EXISTS without
+/// the id, nothing stored; the owner and an admin still get the id. Both backends.
+async fn a_key_of_another_producer_is_refused_without_its_id(b: Backend) {
+    const P: &str = "producer-token-0001";
+    const P2: &str = "producer-token-0002";
+    const A: &str = "admin-token-0000001";
+    let Some(app) = spawn_app_with(
+        b,
+        Options {
+            auth: vec![
+                token(Role::Producer, P, "shop"),
+                token(Role::Producer, P2, "billing"),
+                token(Role::Admin, A, "ops"),
+            ],
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    let mut c = app.broker().await;
+    let keyed = |key: &str| pb::TaskSpec {
+        key: key.into(),
+        ..spec("orders")
+    };
+    let send = |tasks: Vec<pb::TaskSpec>, tok: &'static str| {
+        let mut c = c.clone();
+        async move {
+            c.submit(authed(pb::SubmitRequest { tasks }, Some(tok)))
+                .await
+        }
+    };
+    let first = send(vec![keyed("order-1")], P).await.unwrap().into_inner();
+    let id = first.results[0].task_id.clone();
+    let refused = send(vec![keyed("order-2"), keyed("order-1")], P2)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::AlreadyExists, "{refused:?}");
+    assert!(refused.message().contains("tasks[1].key"), "{refused:?}");
+    assert!(
+        !refused.message().contains(&id),
+        "the id leaked: {refused:?}"
+    );
+    // All or nothing: order-2 was not stored either.
+    let again = send(vec![keyed("order-2")], P2).await.unwrap().into_inner();
+    assert!(!again.results[0].deduplicated);
+    // The owner and an admin see the task's id.
+    let own = send(vec![keyed("order-1")], P).await.unwrap().into_inner();
+    assert_eq!(
+        (own.results[0].task_id.as_str(), own.results[0].deduplicated),
+        (id.as_str(), true)
+    );
+    let by_admin = send(vec![keyed("order-1")], A).await.unwrap().into_inner();
+    assert_eq!(by_admin.results[0].task_id, id);
+    c.submit(authed(
+        pb::SubmitRequest {
+            tasks: vec![spec("x")],
+        },
+        Some(P),
+    ))
+    .await
+    .unwrap();
+}
+
+both_backends!(a_key_of_another_producer_is_refused_without_its_id);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_matrix_of_roles_and_methods() {
@@ -587,12 +689,16 @@ fn invalid_configuration_exits_with_one_line_before_binding() {
     );
 }
 
+/// SIGTERM: waiting long-polls answer empty at once and are granted nothing while
+/// the broker drains (their tasks come due during the grace period), a Complete
+/// sent as the signal lands is either acknowledged and kept or refused, held
+/// leases survive the stop, and the broker exits 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_answers_long_polls_and_exits_cleanly() {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}/tb.db", dir.path().display());
-    let start = |url: String| async move {
+    let start = |url: String, log: std::path::PathBuf| async move {
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_taskbroker"))
             .args([
                 "serve",
@@ -601,9 +707,9 @@ async fn sigterm_answers_long_polls_and_exits_cleanly() {
                 "--metrics-listen",
                 "127.0.0.1:0",
             ])
-            .args(["--database-url", &url, "--shutdown-grace", "10s"])
+            .args(["--database-url", &url, "--shutdown-grace", "30s"])
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
             .kill_on_drop(true)
             .spawn()
             .unwrap();
@@ -618,29 +724,63 @@ async fn sigterm_answers_long_polls_and_exits_cleanly() {
                 break;
             }
         }
+        // Keep reading: a print into a closed pipe would kill the broker.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         (child, addr, metrics)
     };
-    let (mut child, addr, metrics) = start(url.clone()).await;
+    let log = dir.path().join("broker.log");
+    let (mut child, addr, metrics) = start(url.clone(), log.clone()).await;
     let mut c = BrokerServiceClient::connect(addr.clone()).await.unwrap();
-    let ids = submit(&mut c, vec![spec("ready"), spec("ready")]).await;
+    let held = submit_one(&mut c, spec("held")).await;
+    let lease = lease_one(&mut c, "held").await;
+    // Due in 8 s: within the grace period, so a broker that kept serving the
+    // long-polls would lease them before it exits.
+    let due = chrono::Utc::now() + chrono::Duration::seconds(8);
+    let ids = submit(
+        &mut c,
+        vec![
+            pb::TaskSpec {
+                run_at: ts(due),
+                ..spec("due")
+            };
+            2
+        ],
+    )
+    .await;
     let mut polls = Vec::new();
     for _ in 0..3 {
         let addr = addr.clone();
         polls.push(tokio::spawn(async move {
             let mut c = BrokerServiceClient::connect(addr).await.unwrap();
-            let mut req = lease_req("idle", 1);
+            let mut req = lease_req("due", 1);
             req.wait = secs(60);
             c.lease(req).await
         }));
     }
-    // Wait until the broker reports the three long-polls waiting.
+    // Wait (bounded) until the broker reports the three long-polls waiting.
     let metrics_addr: std::net::SocketAddr = metrics.parse().unwrap();
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !scrape(metrics_addr)
         .await
         .contains("taskbroker_lease_waiters 3")
     {
-        tokio::task::yield_now().await;
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the polls never waited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
+    let complete = tokio::spawn({
+        let (mut c, lease) = (c.clone(), lease.clone());
+        async move {
+            c.complete(pb::CompleteRequest {
+                task_id: lease.task_id,
+                lease_token: lease.lease_token,
+                result: b"done".to_vec(),
+            })
+            .await
+        }
+    });
     let pid = child.id().unwrap().to_string();
     assert!(
         std::process::Command::new("kill")
@@ -649,20 +789,50 @@ async fn sigterm_answers_long_polls_and_exits_cleanly() {
             .unwrap()
             .success()
     );
+    let logged = || std::fs::read_to_string(&log).unwrap_or_default();
     for p in polls {
-        let r = p.await.unwrap().expect("long-poll answered OK");
+        let r = tokio::time::timeout(std::time::Duration::from_secs(30), p)
+            .await
+            .expect("long-poll answered at once")
+            .unwrap();
+        let r =
+            r.unwrap_or_else(|e| panic!("long-poll answered OK, got {e:?}; log:\n{}", logged()));
         assert!(r.into_inner().tasks.is_empty());
     }
-    let status = child.wait().await.unwrap();
-    assert!(status.success(), "clean exit, got {status:?}");
+    let completed = complete.await.unwrap();
+    let status = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait())
+        .await
+        .expect("exits within the grace period")
+        .unwrap();
+    assert!(
+        status.success(),
+        "clean exit, got {status:?}; log:\n{}",
+        logged()
+    );
 
-    // Nothing is stuck LEASED: a new broker on the same file sees both tasks READY.
-    let (_child, addr, _) = start(url).await;
+    // A new broker on the same file: nothing was leased during the drain, the
+    // held lease is as it was, or completed if the broker acknowledged it.
+    let (_child, addr, _) = start(url, dir.path().join("broker2.log")).await;
     let mut admin = taskbroker_client::pb::admin_service_client::AdminServiceClient::connect(addr)
         .await
         .unwrap();
     for id in &ids {
-        assert_eq!(state(&get(&mut admin, id).await), pb::TaskState::Ready);
+        let t = get(&mut admin, id).await;
+        assert_eq!(t.attempt, 0, "leased while draining: {t:?}");
+    }
+    let h = get(&mut admin, &held).await;
+    match completed {
+        Ok(_) => assert_eq!(
+            state(&h),
+            pb::TaskState::Succeeded,
+            "an acknowledged Complete was lost"
+        ),
+        // Refused (or its answer lost with the connection): either state is
+        // fine, as nothing was acknowledged.
+        Err(_) => assert!(matches!(
+            state(&h),
+            pb::TaskState::Leased | pb::TaskState::Succeeded
+        )),
     }
 }
 

@@ -919,7 +919,255 @@ async fn every_lease_records_an_attempt_with_worker_and_address(b: Backend) {
     assert_eq!(missing.code(), Code::NotFound);
 }
 
+// 3b. Fencing: holder A's calls after the task was leased again to B are refused,
+// alone and combined with B's, and A's lease that expired unreclaimed is lost too.
+async fn a_previous_holder_is_fenced_off_after_the_task_moves_on(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let (mut c, mut admin) = (app.broker().await, app.admin().await);
+    let id = submit_one(
+        &mut c,
+        pb::TaskSpec {
+            retry: retry_now(5),
+            ..spec("fence")
+        },
+    )
+    .await;
+    let a = lease_one(&mut c, "fence").await;
+    // A's lease expires; before the reaper runs, A can no longer settle.
+    app.advance(Duration::from_secs(31));
+    let late = c
+        .complete(pb::CompleteRequest {
+            task_id: id.clone(),
+            lease_token: a.lease_token.clone(),
+            result: b"late".to_vec(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(error_reason(&late).as_deref(), Some("LEASE_LOST"));
+    assert_eq!(state(&get(&mut admin, &id).await), pb::TaskState::Leased);
+    app.reap().await;
+    let b2 = lease_one(&mut c, "fence").await;
+    assert_eq!(b2.task_id, id);
+    assert!(b2.fencing_token > a.fencing_token);
+    let before = get(&mut admin, &id).await;
+
+    let lost = |r: Result<tonic::Response<_>, tonic::Status>| {
+        let s = r.map(|_: tonic::Response<()>| ()).unwrap_err();
+        assert_eq!(s.code(), Code::Aborted, "{s:?}");
+        assert_eq!(error_reason(&s).as_deref(), Some("LEASE_LOST"));
+    };
+    lost(
+        c.complete(pb::CompleteRequest {
+            task_id: id.clone(),
+            lease_token: a.lease_token.clone(),
+            result: b"a".to_vec(),
+        })
+        .await
+        .map(|r| r.map(|_| ())),
+    );
+    lost(
+        c.fail(pb::FailRequest {
+            task_id: id.clone(),
+            lease_token: a.lease_token.clone(),
+            error_message: "a".into(),
+            ..Default::default()
+        })
+        .await
+        .map(|r| r.map(|_| ())),
+    );
+    lost(
+        c.checkpoint(pb::CheckpointRequest {
+            task_id: id.clone(),
+            lease_token: a.lease_token.clone(),
+            checkpoint: b"a".to_vec(),
+            extend_by: None,
+        })
+        .await
+        .map(|r| r.map(|_| ())),
+    );
+    let hb = c
+        .heartbeat(pb::HeartbeatRequest {
+            worker_id: "w1".into(),
+            leases: vec![pb::LeaseRef {
+                task_id: id.clone(),
+                lease_token: a.lease_token.clone(),
+            }],
+            extend_by: None,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .leases;
+    assert!(hb[0].lost);
+    assert_eq!(get(&mut admin, &id).await, before, "A changed nothing");
+
+    // A and B complete at the same moment (the broker combines the calls):
+    // B's settles, A's is refused.
+    let (mut ca, mut cb) = (app.broker().await, app.broker().await);
+    let complete =
+        |c: &mut taskbroker_client::pb::broker_service_client::BrokerServiceClient<_>,
+         token: String| {
+            let mut c = c.clone();
+            let id = id.clone();
+            async move {
+                c.complete(pb::CompleteRequest {
+                    task_id: id,
+                    lease_token: token,
+                    result: b"done".to_vec(),
+                })
+                .await
+            }
+        };
+    let (ra, rb) = tokio::join!(
+        complete(&mut ca, a.lease_token.clone()),
+        complete(&mut cb, b2.lease_token.clone())
+    );
+    let ra = ra.unwrap_err();
+    assert_eq!(error_reason(&ra).as_deref(), Some("LEASE_LOST"));
+    rb.expect("B settles");
+    let done = get(&mut admin, &id).await;
+    assert_eq!(state(&done), pb::TaskState::Succeeded);
+    assert_eq!(done.result, b"done");
+}
+
+// 3c. Per-queue lease bounds ([queues.X] min_lease / max_lease) hold in Lease,
+// Heartbeat and Checkpoint.
+async fn per_queue_lease_bounds_hold_in_every_lease_call(b: Backend) {
+    use taskbroker_server::domain::RetryPolicy;
+    use taskbroker_server::service::{QueueSettings, Settings};
+    let mut settings = Settings::default();
+    settings.queues.insert(
+        "short".into(),
+        QueueSettings {
+            retry: RetryPolicy::default(),
+            max_payload_bytes: 1 << 20,
+            min_lease: Duration::from_secs(2),
+            max_lease: Duration::from_secs(10),
+            retention: Duration::ZERO,
+        },
+    );
+    let Some(app) = spawn_app_with(
+        b,
+        Options {
+            settings,
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    let (mut c, mut admin) = (app.broker().await, app.admin().await);
+    let id = submit_one(&mut c, spec("short")).await;
+    submit_one(&mut c, spec("long")).await;
+    let field = |s: tonic::Status| {
+        assert_eq!(s.code(), Code::InvalidArgument, "{s:?}");
+        bad_field(&s).unwrap()
+    };
+    let mut too_long = lease_req("short", 1);
+    too_long.lease_duration = secs(60);
+    assert_eq!(
+        field(c.lease(too_long).await.unwrap_err()),
+        "lease_duration"
+    );
+    let mut mixed = lease_req("long", 1);
+    mixed.queues.push("short".into());
+    mixed.lease_duration = secs(20);
+    assert_eq!(field(c.lease(mixed).await.unwrap_err()), "lease_duration");
+    // Without a duration, the default (30 s) is brought inside the queue's bounds.
+    let now = app.clock.now_utc();
+    let mut default = lease_req("short", 1);
+    default.lease_duration = None;
+    let t = c.lease(default).await.unwrap().into_inner().tasks.remove(0);
+    assert_eq!(t.task_id, id);
+    assert_eq!(
+        from_ts(&t.lease_expires_at),
+        now + chrono::Duration::seconds(10)
+    );
+    let before = get(&mut admin, &id).await;
+    let hb = c
+        .heartbeat(pb::HeartbeatRequest {
+            worker_id: "w1".into(),
+            leases: vec![pb::LeaseRef {
+                task_id: id.clone(),
+                lease_token: t.lease_token.clone(),
+            }],
+            extend_by: secs(60),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(field(hb), "extend_by");
+    let cp = c
+        .checkpoint(pb::CheckpointRequest {
+            task_id: id.clone(),
+            lease_token: t.lease_token.clone(),
+            checkpoint: b"cp".to_vec(),
+            extend_by: secs(60),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(field(cp), "extend_by");
+    assert_eq!(get(&mut admin, &id).await, before, "nothing changed");
+    let ok = c
+        .checkpoint(pb::CheckpointRequest {
+            task_id: id.clone(),
+            lease_token: t.lease_token.clone(),
+            checkpoint: b"cp".to_vec(),
+            extend_by: secs(8),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        from_ts(&ok.lease_expires_at),
+        now + chrono::Duration::seconds(8)
+    );
+    // Other queues keep the broker's bounds.
+    let mut long = lease_req("long", 1);
+    long.lease_duration = secs(600);
+    assert_eq!(c.lease(long).await.unwrap().into_inner().tasks.len(), 1);
+}
+
+// 2b. A Lease reply stops at the reply budget (4 MiB by default, the clients'
+// receive limit), so every task it hands out can be decoded; the rest wait.
+async fn a_lease_reply_never_outgrows_what_a_client_can_decode(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let mut c = app.broker().await;
+    for _ in 0..6 {
+        submit_one(
+            &mut c,
+            pb::TaskSpec {
+                payload: vec![1; 1 << 20],
+                ..spec("heavy")
+            },
+        )
+        .await;
+    }
+    // A default client: 4 MiB receive limit.
+    let first = c.lease(lease_req("heavy", 10)).await.expect("decodable");
+    let first = first.into_inner().tasks;
+    assert_eq!(
+        first.len(),
+        3,
+        "3 MiB and their overhead fit, a fourth would not"
+    );
+    let second = c
+        .lease(lease_req("heavy", 10))
+        .await
+        .unwrap()
+        .into_inner()
+        .tasks;
+    assert_eq!(second.len(), 3);
+}
+
 both_backends!(
+    a_lease_reply_never_outgrows_what_a_client_can_decode,
+    a_previous_holder_is_fenced_off_after_the_task_moves_on,
+    per_queue_lease_bounds_hold_in_every_lease_call,
     lease_order_is_priority_then_deadline_then_run_at_then_submission,
     a_lease_over_several_queues_takes_the_best_of_all,
     stale_token_is_aborted_with_lease_lost_and_changes_nothing,

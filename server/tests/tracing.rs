@@ -82,12 +82,17 @@ async fn producer_broker_and_worker_spans_share_one_trace() {
     let mut events = worker.subscribe();
     let stop = tokio_util::sync::CancellationToken::new();
     let running = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
-    loop {
-        match events.recv().await.unwrap() {
-            WorkerEvent::Finished { task_id, .. } if task_id == submitted.task_id => break,
-            _ => {}
+    let finished = async {
+        loop {
+            match events.recv().await.unwrap() {
+                WorkerEvent::Finished { task_id, .. } if task_id == submitted.task_id => break,
+                _ => {}
+            }
         }
-    }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), finished)
+        .await
+        .expect("the traced task finished");
     stop.cancel();
     running.await.unwrap().unwrap();
     drop(checkout);

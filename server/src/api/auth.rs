@@ -32,7 +32,7 @@ impl Role {
 /// Who made a call (in the request extensions once authenticated).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
-    /// The token's name, or "token-N" when it has none.
+    /// The token's name; see [`TokenEntry::identity`].
     pub name: String,
     pub role: Role,
 }
@@ -44,6 +44,38 @@ pub struct TokenEntry {
     pub token: String,
     #[serde(default)]
     pub name: Option<String>,
+}
+
+impl TokenEntry {
+    /// Who the token is: its NAME, or for an unnamed token `token-` and the first
+    /// 16 hex digits of the token's SHA-256, so the identity (which owns a
+    /// producer's tasks) never depends on where the token stands in the file.
+    pub fn identity(&self) -> String {
+        match &self.name {
+            Some(name) => name.clone(),
+            None => {
+                use sha2::Digest;
+                let digest = sha2::Sha256::digest(self.token.as_bytes());
+                let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+                format!("token-{hex}")
+            }
+        }
+    }
+}
+
+/// Checks that no two tokens share a name (explicit or derived): two producers
+/// with one name would see and own each other's tasks.
+pub fn check_unique_names(entries: &[TokenEntry]) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    for e in entries {
+        let name = e.identity();
+        if !seen.insert(name.clone()) {
+            return Err(format!(
+                "auth tokens: the name {name:?} is given to more than one token; every token needs a name of its own"
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl std::fmt::Debug for TokenEntry {
@@ -133,9 +165,8 @@ impl Authenticator {
         Authenticator {
             tokens: entries
                 .iter()
-                .enumerate()
-                .map(|(i, e)| {
-                    let name = e.name.clone().unwrap_or_else(|| format!("token-{}", i + 1));
+                .map(|e| {
+                    let name = e.identity();
                     (
                         e.token.as_bytes().to_vec(),
                         Principal { name, role: e.role },
@@ -202,6 +233,23 @@ mod tests {
         assert!(e.starts_with("line 1"));
         assert!(!e.contains("s3cret"));
         assert!(!format!("{:?}", t[0]).contains("s3cret"));
+    }
+
+    #[test]
+    fn a_token_is_the_same_producer_wherever_it_stands_in_the_file() {
+        let a = parse_token_file("producer aaaaaaaaaaaaaaaa\nproducer bbbbbbbbbbbbbbbb shop\n")
+            .unwrap();
+        let b = parse_token_file("producer bbbbbbbbbbbbbbbb shop\nproducer aaaaaaaaaaaaaaaa\n")
+            .unwrap();
+        assert_eq!(a[0].identity(), b[1].identity());
+        assert!(a[0].identity().starts_with("token-"));
+        assert!(!a[0].identity().contains("aaaa"));
+        assert_eq!(a[1].identity(), "shop");
+        let dup =
+            parse_token_file("producer aaaaaaaaaaaaaaaa shop\nworker cccccccccccccccc shop\n")
+                .unwrap();
+        assert!(check_unique_names(&dup).unwrap_err().contains("\"shop\""));
+        assert!(check_unique_names(&a).is_ok());
     }
 
     #[test]

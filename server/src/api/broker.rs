@@ -82,7 +82,7 @@ impl BrokerService for BrokerApi {
             .map(|(i, t)| submit_task(i, t))
             .collect::<Result<Vec<_>, _>>()
             .map_err(invalid)?;
-        let tasks = match producer {
+        let tasks = match &producer {
             Some(name) => tasks
                 .into_iter()
                 .map(|mut t| {
@@ -117,7 +117,11 @@ impl BrokerService for BrokerApi {
                 t.metadata.insert(TRACEPARENT.into(), tp);
             }
         }
-        let inserted = self.broker.submit(tasks).await.map_err(status)?;
+        let inserted = self
+            .broker
+            .submit_as(tasks, producer.as_deref())
+            .await
+            .map_err(status)?;
         for (span, r) in spans.iter().zip(&inserted) {
             span.record("messaging.message.id", r.task_id.as_str());
         }

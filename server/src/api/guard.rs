@@ -2,8 +2,9 @@
 //! (a global concurrency limit that answers RESOURCE_EXHAUSTED at once instead of
 //! queueing), a per-request timeout that knows Lease long-polls, and RPC metrics.
 
+use std::collections::HashSet;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -63,6 +64,32 @@ impl<S> Layer<S> for GuardLayer {
 pub struct Guard<S> {
     inner: S,
     state: Arc<State>,
+}
+
+/// The paths of every method this broker serves (`/taskbroker.v1.BrokerService/Submit`
+/// ...), read from its own descriptors: the only values the method label takes
+/// besides `unknown`, so calls to made-up paths cannot grow `/metrics`.
+static KNOWN_METHODS: LazyLock<HashSet<String>> = LazyLock::new(|| {
+    let set: prost_types::FileDescriptorSet =
+        prost::Message::decode(crate::app::DESCRIPTOR).unwrap_or_default();
+    set.file
+        .iter()
+        .flat_map(|f| {
+            f.service.iter().flat_map(move |s| {
+                s.method
+                    .iter()
+                    .map(move |m| format!("/{}.{}/{}", f.package(), s.name(), m.name()))
+            })
+        })
+        .collect()
+});
+
+/// The method label of a request path.
+fn method_label(path: &str) -> &str {
+    match KNOWN_METHODS.get(path) {
+        Some(known) => known,
+        None => "unknown",
+    }
 }
 
 /// The grpc-status of a response: in the headers for errors (trailers-only), else OK.
@@ -136,12 +163,8 @@ where
         let internal = req.uri().path().starts_with("/grpc.");
         // Metric labels: only this broker's own methods, so arbitrary paths cannot
         // grow the label set.
-        let path = if req.uri().path().starts_with("/taskbroker.v1.") {
-            req.uri().path().to_string()
-        } else {
-            "other".to_string()
-        };
-        let is_lease = path.ends_with("/Lease");
+        let path = method_label(req.uri().path()).to_string();
+        let is_lease = path == "/taskbroker.v1.BrokerService/Lease";
         if let Some(auth) = &state.config.auth {
             match auth.check(req.uri().path(), req.headers()) {
                 Ok(Some(principal)) => {
@@ -213,5 +236,28 @@ where
             }
             Ok(resp)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::method_label;
+
+    #[test]
+    fn only_served_methods_become_labels() {
+        assert_eq!(
+            method_label("/taskbroker.v1.BrokerService/Lease"),
+            "/taskbroker.v1.BrokerService/Lease"
+        );
+        assert_eq!(
+            method_label("/taskbroker.v1.AdminService/ListTasks"),
+            "/taskbroker.v1.AdminService/ListTasks"
+        );
+        assert_eq!(
+            method_label("/taskbroker.v1.BrokerService/Made-up-1"),
+            "unknown"
+        );
+        assert_eq!(method_label("/taskbroker.v1.Nope/X"), "unknown");
+        assert_eq!(method_label("/elsewhere"), "unknown");
     }
 }

@@ -15,7 +15,7 @@ pub use scaler::ScalerApi;
 
 /// Metadata key recording which producer token submitted a task, when
 /// authentication is on; producers may read only their own tasks.
-pub const PRODUCER_KEY: &str = "taskbroker.producer";
+pub use crate::service::PRODUCER_KEY;
 
 /// The producer name of an authenticated producer call.
 fn producer_of<T>(request: &tonic::Request<T>) -> Option<String> {

@@ -14,8 +14,9 @@ const MAX_WAKE: usize = 256;
 
 #[derive(Default)]
 pub struct Dispatcher {
-    /// One Notify per queue that has (or had) a waiter. Queue names are bounded by
-    /// validation, and a broker serves a bounded set of queues.
+    /// One Notify per queue that a long-poll waits on right now. An entry goes
+    /// with the last [`Handles`] that holds it, so Leases over ever new queue
+    /// names leave nothing behind.
     queues: Mutex<HashMap<String, Arc<Notify>>>,
     /// Wakes every waiter (used when notifications may have been missed).
     all: Notify,
@@ -39,14 +40,33 @@ impl Dispatcher {
         Self::default()
     }
 
-    /// The Notify of each queue, created on first use.
-    pub fn handles(&self, queues: &[String]) -> Vec<Arc<Notify>> {
+    /// The Notify of each queue, created on first use and forgotten when the last
+    /// holder drops it.
+    pub fn handles(&self, queues: &[String]) -> Handles<'_> {
         // The lock is held for a map lookup only, never across an await.
         let mut map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        queues
-            .iter()
-            .map(|q| map.entry(q.clone()).or_default().clone())
-            .collect()
+        Handles {
+            dispatcher: self,
+            held: queues
+                .iter()
+                .map(|q| (q.clone(), map.entry(q.clone()).or_default().clone()))
+                .collect(),
+        }
+    }
+
+    /// Queues with a Notify right now (those some long-poll holds).
+    pub fn queues_tracked(&self) -> usize {
+        self.queues.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// A wake-up taken by a long-poll that has not yet looked for its task: if the
+    /// long-poll goes away (its call cancelled) before [`PassOn::done`], each of
+    /// its queues wakes another waiter, so the wake-up is not lost with it.
+    pub fn pass_on(&self, queues: &[String]) -> PassOn<'_> {
+        PassOn {
+            dispatcher: self,
+            queues: Some(queues.to_vec()),
+        }
     }
 
     /// Wakes one waiter of `queue` (one per new task: no thundering herd; a waiter
@@ -94,5 +114,101 @@ impl Dispatcher {
     /// Stops granting long-polls: waiting ones return empty now.
     pub fn drain(&self) {
         self.draining.cancel();
+    }
+}
+
+/// The Notify handles of one long-poll's queues (see [`Dispatcher::handles`]).
+pub struct Handles<'a> {
+    dispatcher: &'a Dispatcher,
+    held: Vec<(String, Arc<Notify>)>,
+}
+
+impl Handles<'_> {
+    pub fn iter(&self) -> impl Iterator<Item = &Notify> {
+        self.held.iter().map(|(_, n)| n.as_ref())
+    }
+}
+
+impl Drop for Handles<'_> {
+    fn drop(&mut self) {
+        let mut map = self
+            .dispatcher
+            .queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for (q, n) in self.held.drain(..) {
+            // Handles are only cloned under this lock, so the count is exact: the
+            // map's and this one mean nobody else waits on the queue.
+            if Arc::strong_count(&n) == 2 {
+                map.remove(&q);
+            }
+        }
+    }
+}
+
+/// See [`Dispatcher::pass_on`].
+pub struct PassOn<'a> {
+    dispatcher: &'a Dispatcher,
+    queues: Option<Vec<String>>,
+}
+
+impl PassOn<'_> {
+    /// The long-poll looked: the wake-up served it.
+    pub fn done(mut self) {
+        self.queues = None;
+    }
+}
+
+impl Drop for PassOn<'_> {
+    fn drop(&mut self) {
+        for q in self.queues.take().into_iter().flatten() {
+            self.dispatcher.wake(Some(&q));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queue_is_forgotten_with_its_last_waiter() {
+        let d = Dispatcher::new();
+        let names: Vec<String> = (0..1000).map(|i| format!("q{i}")).collect();
+        for chunk in names.chunks(7) {
+            let h = d.handles(chunk);
+            assert_eq!(h.iter().count(), chunk.len());
+        }
+        assert_eq!(d.queues_tracked(), 0);
+        let a = d.handles(&["x".to_string(), "y".to_string()]);
+        let b = d.handles(&["x".to_string()]);
+        drop(a);
+        assert_eq!(d.queues_tracked(), 1, "x is still waited on");
+        drop(b);
+        assert_eq!(d.queues_tracked(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_wake_up_is_passed_on() {
+        let d = Dispatcher::new();
+        let q = ["q".to_string()];
+        let (first, second) = (d.handles(&q), d.handles(&q));
+        let (n1, n2) = (
+            first.iter().next().unwrap().notified(),
+            second.iter().next().unwrap().notified(),
+        );
+        tokio::pin!(n1, n2);
+        n1.as_mut().enable();
+        n2.as_mut().enable();
+        d.wake(Some("q"));
+        n1.await;
+        // The first waiter took the wake-up and went away before using it.
+        drop(d.pass_on(&q));
+        n2.await;
+        // One that used it passes nothing on: no permit is left behind.
+        d.pass_on(&q).done();
+        let n3 = second.iter().next().unwrap().notified();
+        tokio::pin!(n3);
+        assert!(futures::poll!(n3.as_mut()).is_pending());
     }
 }

@@ -50,6 +50,11 @@ pub struct Limits {
     pub max_wait: Duration,
     /// Tasks per Lease. Default 256.
     pub max_lease_batch: u32,
+    /// Bytes one Lease reply carries at most (payloads, checkpoints, metadata and
+    /// a fixed allowance per task); it always holds at least one task. Default
+    /// 4 MiB, the default receive limit of gRPC clients: a larger reply would be
+    /// leased but never decoded.
+    pub max_lease_reply_bytes: usize,
     /// Leases per Heartbeat. Default 1000.
     pub max_heartbeat_batch: usize,
     /// Attempts a retry policy may allow. Default 1000.
@@ -70,6 +75,7 @@ impl Default for Limits {
             default_lease: Duration::from_secs(30),
             max_wait: Duration::from_secs(60),
             max_lease_batch: 256,
+            max_lease_reply_bytes: 4 << 20,
             max_heartbeat_batch: 1000,
             max_attempts: 1000,
             max_backoff: Duration::from_secs(7 * 24 * 3600),
@@ -94,7 +100,9 @@ pub fn queue_name(field: &str, queue: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// A required, bounded identifier such as a worker id or task id.
+/// A required, bounded identifier such as a worker id, task id, key or lease
+/// token, with no control characters (NUL among them, which Postgres `text`
+/// refuses: one such value would fail every request combined with it).
 pub fn identifier(field: &str, value: &str, max_len: usize) -> Result<(), Invalid> {
     if value.is_empty() {
         return Err(Invalid::new(field, "is required"));
@@ -105,7 +113,20 @@ pub fn identifier(field: &str, value: &str, max_len: usize) -> Result<(), Invali
             format!("is longer than {max_len} characters"),
         ));
     }
+    if value.chars().any(char::is_control) {
+        return Err(Invalid::new(field, "must not contain control characters"));
+    }
     Ok(())
+}
+
+/// Free text (an error message) made storable: NUL, which Postgres `text`
+/// refuses, becomes U+FFFD; everything else is kept.
+pub fn storable_text(text: String) -> String {
+    if text.contains('\0') {
+        text.replace('\0', "\u{FFFD}")
+    } else {
+        text
+    }
 }
 
 /// A byte field under its size limit.
@@ -146,6 +167,17 @@ mod tests {
         assert!(queue_name("q", "é").is_err());
         assert!(queue_name("q", &"a".repeat(128)).is_ok());
         assert!(queue_name("q", &"a".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn identifiers_refuse_control_characters() {
+        assert!(identifier("key", "order:42/é", 64).is_ok());
+        for bad in ["a\0b", "tab\there", "new\nline", "\u{7f}", "\u{85}"] {
+            let e = identifier("tasks[0].key", bad, 64).unwrap_err();
+            assert_eq!(e.field, "tasks[0].key");
+            assert_eq!(e.message, "must not contain control characters");
+        }
+        assert_eq!(storable_text("a\0b\nc".into()), "a\u{FFFD}b\nc");
     }
 
     #[test]

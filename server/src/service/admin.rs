@@ -95,6 +95,12 @@ impl Broker {
         if let Some(q) = &req.queue {
             validate::queue_name("queue", q)?;
         }
+        if let Some(k) = &req.key {
+            validate::identifier("key", k, 1024)?;
+        }
+        if let Some(w) = &req.worker_id {
+            validate::identifier("worker_id", w, 1024)?;
+        }
         let now = self.clock.now();
         let filter = TaskFilter {
             queue: req.queue,

@@ -53,7 +53,7 @@ struct Waiter<I, O> {
 impl<K, I, O> Combiner<K, I, O>
 where
     K: Hash + Eq + Clone + Send + 'static,
-    I: Send + 'static,
+    I: Clone + Send + 'static,
     O: Send + 'static,
 {
     pub(super) fn new(max_requests: usize, max_weight: usize) -> Self {
@@ -121,27 +121,26 @@ where
             let (inputs, replies): (Vec<I>, Vec<_>) =
                 batch.into_iter().map(|w| (w.input, w.reply)).unzip();
             let asked = inputs.len();
-            // A panic in a store call fails its batch; the driver carries on, so the
-            // key is never left marked as running with nobody to serve it.
-            let answered = AssertUnwindSafe(run(inputs)).catch_unwind().await;
-            let answered = answered.unwrap_or_else(|_| {
-                tracing::error!(requests = asked, "a combined store call panicked");
-                Err(StoreError::Internal("the store call panicked".into()))
-            });
-            match answered {
-                Ok(answers) if answers.len() == asked => {
+            // Kept to serve each request alone if the combined call fails on data.
+            let alone = (asked > 1).then(|| inputs.clone());
+            match Self::run_caught(&run, inputs).await {
+                Ok(answers) => {
                     for (reply, answer) in replies.into_iter().zip(answers) {
                         // A caller gone since loses its answer, as it would have
                         // had its own call finished after it left.
                         let _ = reply.send(Ok(answer));
                     }
                 }
-                Ok(answers) => {
-                    tracing::error!(asked, got = answers.len(), "a combined call lost answers");
-                    for reply in replies {
-                        let _ = reply.send(Err(StoreError::Corrupt(
-                            "answers do not match the requests".into(),
-                        )));
+                // One request's bad data fails the whole statement: serve each
+                // request alone, so the error reaches only the caller that caused
+                // it. (A rolled-back store call changed nothing, so it may run again.)
+                Err(e) if !matches!(e, StoreError::Unavailable(_)) && alone.is_some() => {
+                    tracing::warn!(error = %e, requests = asked, "combined call failed; serving each request alone");
+                    for (input, reply) in alone.into_iter().flatten().zip(replies) {
+                        let answer = Self::run_caught(&run, vec![input])
+                            .await
+                            .and_then(|mut one| one.pop().ok_or_else(|| lost_answers(1, 0)));
+                        let _ = reply.send(answer);
                     }
                 }
                 Err(e) => {
@@ -152,6 +151,27 @@ where
                 }
             }
         }
+    }
+
+    /// One store call: a panic becomes an error (the driver carries on, so the key
+    /// is never left marked as running with nobody to serve it), and so does an
+    /// answer count that does not match the requests.
+    async fn run_caught<F, Fut>(run: &F, inputs: Vec<I>) -> StoreResult<Vec<O>>
+    where
+        F: Fn(Vec<I>) -> Fut,
+        Fut: Future<Output = StoreResult<Vec<O>>>,
+    {
+        let asked = inputs.len();
+        let answered = AssertUnwindSafe(run(inputs)).catch_unwind().await;
+        let answers = answered.unwrap_or_else(|_| {
+            tracing::error!(requests = asked, "a combined store call panicked");
+            Err(StoreError::Internal("the store call panicked".into()))
+        })?;
+        if answers.len() != asked {
+            tracing::error!(asked, got = answers.len(), "a combined call lost answers");
+            return Err(lost_answers(asked, answers.len()));
+        }
+        Ok(answers)
     }
 
     /// The first waiters, within the limits (always at least one).
@@ -167,6 +187,10 @@ where
         }
         waiting.drain(..n).collect()
     }
+}
+
+fn lost_answers(asked: usize, got: usize) -> StoreError {
+    StoreError::Corrupt(format!("{got} answers for {asked} requests"))
 }
 
 /// The same failure, for each caller of a failed combined call.
@@ -268,6 +292,59 @@ mod tests {
         let e = combiner.call((), 0, 1, run).await.unwrap_err();
         assert!(matches!(e, StoreError::Internal(_)));
         assert_eq!(combiner.call((), 7, 1, run).await.unwrap(), 7);
+    }
+
+    #[tokio::test]
+    async fn a_data_error_fails_only_the_request_that_caused_it() {
+        let combiner: Arc<Combiner<(), u32, u32>> = Arc::new(Combiner::new(100, 1000));
+        let (release, hold) = tokio::sync::watch::channel(false);
+        let calls = Arc::new(Mutex::new(Vec::<Vec<u32>>::new()));
+        // Input 0 is data the store refuses; it fails any statement it is part of.
+        let run = {
+            let calls = calls.clone();
+            move |inputs: Vec<u32>| {
+                let (calls, mut hold) = (calls.clone(), hold.clone());
+                async move {
+                    calls.lock().unwrap().push(inputs.clone());
+                    let _ = hold.wait_for(|&open| open).await;
+                    if inputs.contains(&0) {
+                        return Err(StoreError::Internal("invalid byte sequence".into()));
+                    }
+                    Ok(inputs.iter().map(|i| i * 10).collect())
+                }
+            }
+        };
+        let first = tokio::spawn({
+            let (c, run) = (combiner.clone(), run.clone());
+            async move { c.call((), 5, 1, run).await }
+        });
+        while calls.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let rest: Vec<_> = [1, 0, 2]
+            .into_iter()
+            .map(|i| {
+                let (c, run) = (combiner.clone(), run.clone());
+                tokio::spawn(async move { c.call((), i, 1, run).await })
+            })
+            .collect();
+        while combiner.groups.lock().unwrap()[&()].waiting.len() < 3 {
+            tokio::task::yield_now().await;
+        }
+        release.send(true).unwrap();
+        assert_eq!(first.await.unwrap().unwrap(), 50);
+        let answers: Vec<_> = futures::future::join_all(rest).await;
+        assert_eq!(answers[0].as_ref().unwrap().as_ref().unwrap(), &10);
+        assert!(matches!(
+            answers[1].as_ref().unwrap(),
+            Err(StoreError::Internal(_))
+        ));
+        assert_eq!(answers[2].as_ref().unwrap().as_ref().unwrap(), &20);
+        // The combined call, then each request alone.
+        assert_eq!(
+            *calls.lock().unwrap(),
+            vec![vec![5], vec![1, 0, 2], vec![1], vec![0], vec![2]]
+        );
     }
 
     #[tokio::test]

@@ -13,6 +13,10 @@ pub enum ServiceError {
     /// The lease token holds no lease on the task.
     #[error("lease lost: task {task_id} is not leased with this lease_token")]
     LeaseLost { task_id: String },
+    /// The thing exists and belongs to somebody else (the message names the field,
+    /// never the other party's ids).
+    #[error("{field}: {message}")]
+    AlreadyExists { field: String, message: String },
     /// The task's state does not allow the operation.
     #[error("{0}")]
     FailedPrecondition(String),

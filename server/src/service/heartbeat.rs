@@ -15,12 +15,38 @@ pub struct CheckpointRequest {
 }
 
 impl Broker {
-    fn check_extend(&self, extend_by: Option<Duration>) -> Result<(), Invalid> {
+    /// `extend_by` inside the lease bounds of the broker and of each named task's
+    /// queue (looked up only when some queue has bounds of its own).
+    async fn check_extend(
+        &self,
+        extend_by: Option<Duration>,
+        task_ids: &[&str],
+    ) -> Result<(), ServiceError> {
+        let Some(d) = extend_by else {
+            return Ok(());
+        };
         let limits = &self.settings.limits;
-        match extend_by {
-            Some(d) => validate::duration_in("extend_by", d, limits.min_lease, limits.max_lease),
-            None => Ok(()),
+        validate::duration_in("extend_by", d, limits.min_lease, limits.max_lease)?;
+        if !self.settings.has_lease_overrides() || task_ids.is_empty() {
+            return Ok(());
         }
+        let ids: Vec<String> = task_ids.iter().map(|id| id.to_string()).collect();
+        let queues = self.store.task_queues(&ids).await?;
+        for queue in task_ids.iter().filter_map(|id| queues.get(*id)) {
+            let (min, max) = self.settings.lease_bounds(std::slice::from_ref(queue));
+            if d < min || d > max {
+                return Err(Invalid::new(
+                    "extend_by",
+                    format!(
+                        "must be between {} and {} for queue {queue}",
+                        humantime::format_duration(min),
+                        humantime::format_duration(max)
+                    ),
+                )
+                .into());
+            }
+        }
+        Ok(())
     }
 
     /// Extends every live lease; a stale one is reported lost, not an error.
@@ -33,7 +59,12 @@ impl Broker {
         if leases.len() > max {
             return Err(Invalid::new("leases", format!("must hold at most {max} leases")).into());
         }
-        self.check_extend(extend_by)?;
+        for (i, l) in leases.iter().enumerate() {
+            validate::identifier(&format!("leases[{i}].task_id"), &l.task_id, 64)?;
+            validate::identifier(&format!("leases[{i}].lease_token"), &l.lease_token, 128)?;
+        }
+        let ids: Vec<&str> = leases.iter().map(|l| l.task_id.as_str()).collect();
+        self.check_extend(extend_by, &ids).await?;
         if leases.is_empty() {
             return Ok(Vec::new());
         }
@@ -51,7 +82,7 @@ impl Broker {
             req.checkpoint.len(),
             self.settings.limits.max_checkpoint_bytes,
         )?;
-        self.check_extend(req.extend_by)?;
+        self.check_extend(req.extend_by, &[&req.task_id]).await?;
         let p = CheckpointParams {
             task_id: req.task_id,
             lease_token: req.lease_token,

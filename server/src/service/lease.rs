@@ -50,13 +50,20 @@ impl Broker {
             )
             .into());
         }
-        let lease_duration = req.lease_duration.unwrap_or(limits.default_lease);
-        validate::duration_in(
-            "lease_duration",
-            lease_duration,
-            limits.min_lease,
-            limits.max_lease,
-        )?;
+        // The queues' own bounds ([queues.X] min_lease / max_lease) narrow the
+        // broker's; the default lease is brought inside them.
+        let (min_lease, max_lease) = self.settings.lease_bounds(&req.queues);
+        if min_lease > max_lease {
+            return Err(Invalid::new(
+                "queues",
+                "name queues whose lease bounds (min_lease, max_lease) do not overlap",
+            )
+            .into());
+        }
+        let lease_duration = req
+            .lease_duration
+            .unwrap_or_else(|| limits.default_lease.clamp(min_lease, max_lease));
+        validate::duration_in("lease_duration", lease_duration, min_lease, max_lease)?;
         let wait = req.wait.unwrap_or_default();
         validate::duration_in("wait", wait, Duration::ZERO, limits.max_wait)?;
         // Answer (empty) a little before the caller's own deadline, so it gets OK.
@@ -74,6 +81,8 @@ impl Broker {
         let mut key = req.queues.clone();
         key.sort_unstable();
         key.dedup();
+        // Set while this long-poll holds a wake-up it has not used yet.
+        let mut pass_on = None;
         loop {
             // Register interest before looking, so a wake between the look and the
             // wait is not lost.
@@ -88,6 +97,7 @@ impl Broker {
                 // Each queue once: requests for the same set share one statement.
                 queues: key.clone(),
                 max_tasks: req.max_tasks,
+                max_reply_bytes: limits.max_lease_reply_bytes as u64,
                 worker_id: req.worker_id.clone(),
                 worker_address: req.worker_address.clone(),
                 lease_duration,
@@ -102,6 +112,9 @@ impl Broker {
                     async move { store.task_lease_many(&ps).await }
                 })
                 .await?;
+            if let Some(p) = pass_on.take() {
+                crate::dispatch::PassOn::done(p);
+            }
             for t in &tasks {
                 let waited = (now - t.run_at.max(t.created_at))
                     .to_std()
@@ -141,7 +154,7 @@ impl Broker {
             }
             let _waiting = self.dispatch.waiting();
             tokio::select! {
-                _ = select_all(woken) => {}
+                _ = select_all(woken) => pass_on = Some(self.dispatch.pass_on(&key)),
                 _ = tokio::time::sleep_until(until) => {}
                 _ = self.dispatch.draining().cancelled() => return Ok(Vec::new()),
             }

@@ -34,7 +34,7 @@ pub use error::ServiceError;
 pub use heartbeat::CheckpointRequest;
 pub use lease::LeaseRequest;
 pub use settle::{CompleteItem, CompleteOutcome, FailRequest};
-pub use submit::{RetrySpec, SubmitTask};
+pub use submit::{PRODUCER_KEY, RetrySpec, SubmitTask};
 
 /// Broker-wide settings.
 #[derive(Debug, Clone)]
@@ -81,6 +81,13 @@ impl Settings {
         self.queues
             .get(queue)
             .map_or(self.limits.max_payload_bytes, |q| q.max_payload_bytes)
+    }
+
+    /// Whether some queue narrows the broker's lease bounds.
+    pub fn has_lease_overrides(&self) -> bool {
+        self.queues
+            .values()
+            .any(|q| q.min_lease > self.limits.min_lease || q.max_lease < self.limits.max_lease)
     }
 
     /// Lease bounds that hold for every one of `queues`.

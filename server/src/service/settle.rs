@@ -183,7 +183,7 @@ impl Broker {
         let p = FailParams {
             task_id: req.task_id,
             lease_token: req.lease_token,
-            error: truncate(req.error_message, MAX_ERROR_BYTES),
+            error: validate::storable_text(truncate(req.error_message, MAX_ERROR_BYTES)),
             non_retryable: req.non_retryable,
             retry_after: req.retry_after,
             now: self.clock.now(),

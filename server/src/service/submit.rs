@@ -34,11 +34,25 @@ pub struct SubmitTask {
 }
 
 const MAX_KEY_LEN: usize = 512;
+
+/// The metadata entry that names the producer of a task submitted with a producer
+/// token (set by the API layer, read back to enforce ownership).
+pub const PRODUCER_KEY: &str = "taskbroker.producer";
 const MAX_METADATA_ENTRIES: usize = 64;
 const MAX_METADATA_BYTES: usize = 16 * 1024;
 
 impl Broker {
     pub async fn submit(&self, tasks: Vec<SubmitTask>) -> Result<Vec<Inserted>, ServiceError> {
+        self.submit_as(tasks, None).await
+    }
+
+    /// Submit on behalf of an authenticated producer: a key that another
+    /// producer's task holds answers ALREADY_EXISTS, without that task's id.
+    pub async fn submit_as(
+        &self,
+        tasks: Vec<SubmitTask>,
+        producer: Option<&str>,
+    ) -> Result<Vec<Inserted>, ServiceError> {
         let limits = &self.settings.limits;
         if tasks.is_empty() || tasks.len() > limits.max_submit_batch {
             return Err(Invalid::new(
@@ -53,6 +67,18 @@ impl Broker {
             .enumerate()
             .map(|(i, t)| self.new_task(i, t, now))
             .collect::<Result<Vec<_>, Invalid>>()?;
+        // (index, queue, key) of the keyed tasks, when a producer submits.
+        let keyed: Vec<(usize, String, String)> = match producer {
+            Some(_) => new
+                .iter()
+                .enumerate()
+                .filter_map(|(i, t)| t.key.clone().map(|k| (i, t.queue.clone(), k)))
+                .collect(),
+            None => Vec::new(),
+        };
+        if let Some(producer) = producer {
+            self.check_key_owners(&keyed, producer).await?;
+        }
         let queues: Vec<String> = new.iter().map(|t| t.queue.clone()).collect();
         // Concurrent Submit calls share one insert statement and commit.
         let store = self.store.clone();
@@ -75,6 +101,16 @@ impl Broker {
                 },
             )
             .await?;
+        // A key taken by another producer between the check and the insert (a race
+        // of two producers on one key) is refused the same way; the call's other
+        // tasks stand, as their own keys make a retry safe.
+        if let Some(producer) = producer {
+            let raced: Vec<(usize, String, String)> = keyed
+                .into_iter()
+                .filter(|(i, _, _)| inserted.get(*i).is_some_and(|r| r.deduplicated))
+                .collect();
+            self.check_key_owners(&raced, producer).await?;
+        }
         // Wake one waiting long-poll per new task in each queue.
         let mut new_per_queue: Vec<(&str, usize)> = Vec::new();
         for (queue, r) in queues.iter().zip(&inserted) {
@@ -91,6 +127,36 @@ impl Broker {
             self.dispatch.wake_n(Some(q), n);
         }
         Ok(inserted)
+    }
+
+    /// Refuses keys that another producer's tasks hold.
+    async fn check_key_owners(
+        &self,
+        keyed: &[(usize, String, String)],
+        producer: &str,
+    ) -> Result<(), ServiceError> {
+        if keyed.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<(String, String)> = keyed
+            .iter()
+            .map(|(_, q, k)| (q.clone(), k.clone()))
+            .collect();
+        let holders = self.store.task_find_keys(&keys).await?;
+        for (i, queue, key) in keyed {
+            let foreign = holders.iter().any(|h| {
+                &h.queue == queue
+                    && h.key.as_ref() == Some(key)
+                    && h.metadata.get(PRODUCER_KEY).map(String::as_str) != Some(producer)
+            });
+            if foreign {
+                return Err(ServiceError::AlreadyExists {
+                    field: format!("tasks[{i}].key"),
+                    message: format!("another producer's task holds this key in queue {queue}"),
+                });
+            }
+        }
+        Ok(())
     }
 
     fn new_task(&self, i: usize, t: SubmitTask, now: DateTime<Utc>) -> Result<NewTask, Invalid> {

@@ -110,11 +110,18 @@ pub struct Inserted {
 pub struct LeaseParams {
     pub queues: Vec<String>,
     pub max_tasks: u32,
+    /// Reply size budget: tasks are taken in lease order while their bytes stay
+    /// within it, and the first always; see [`LEASE_REPLY_TASK_BYTES`].
+    pub max_reply_bytes: u64,
     pub worker_id: String,
     pub worker_address: String,
     pub lease_duration: Duration,
     pub now: DateTime<Utc>,
 }
+
+/// What each task adds to a Lease reply besides its payload, checkpoint and
+/// metadata (ids, token, queue, key, timestamps, framing), counted generously.
+pub const LEASE_REPLY_TASK_BYTES: i64 = 512;
 
 /// The order in which requests served together receive tasks: one slot per task
 /// asked for, slot k of every request (in request order) before slot k + 1 of
@@ -414,6 +421,15 @@ pub trait Store: Send + Sync + 'static {
     async fn lease_reclaim_expired(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped>;
 
     async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>>;
+
+    /// The tasks that hold any of these `(queue, key)` pairs.
+    async fn task_find_keys(&self, keys: &[(String, String)]) -> StoreResult<Vec<TaskRecord>>;
+
+    /// The queue of each named task that exists, by task id.
+    async fn task_queues(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, String>>;
 
     async fn task_list(&self, filter: &TaskFilter) -> StoreResult<Vec<TaskRecord>>;
 

@@ -28,6 +28,9 @@ pub const CHANNEL: &str = "taskbroker";
 
 pub struct PostgresStore {
     pool: PgPool,
+    /// For the notification listener's own connection, outside the pool: a
+    /// listener holds its connection for good, and must not starve the calls.
+    options: PgConnectOptions,
 }
 
 impl PostgresStore {
@@ -41,19 +44,27 @@ impl PostgresStore {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(5))
-            .connect_with(options)
+            .connect_with(options.clone())
             .await?;
-        Ok(PostgresStore { pool })
+        Ok(PostgresStore { pool, options })
     }
 
     /// Listens for NOTIFY on [`CHANNEL`] and calls `wake(Some(queue))`; after a
     /// (re)connect, when notifications may have been missed, calls `wake(None)`.
     fn listen(&self, wake: Waker, stop: CancellationToken) {
-        let pool = self.pool.clone();
+        let options = self.options.clone();
         tokio::spawn(async move {
             loop {
                 let listener = async {
-                    let mut l = PgListener::connect_with(&pool).await?;
+                    // A pool of its own with one connection, kept for good.
+                    let own = PgPoolOptions::new()
+                        .max_connections(1)
+                        .idle_timeout(None)
+                        .max_lifetime(None)
+                        .acquire_timeout(Duration::from_secs(5))
+                        .connect_with(options.clone())
+                        .await?;
+                    let mut l = PgListener::connect_with(&own).await?;
                     l.listen(CHANNEL).await?;
                     wake(None);
                     loop {
@@ -194,17 +205,84 @@ impl PostgresStore {
         Ok(leased_at)
     }
 
-    /// Completes one task that the one-statement path did not settle: finds out
-    /// why (unknown task, repeated Complete, lost lease) and settles it if it may.
+    /// Answers the completions that the one-statement path did not settle, in one
+    /// read: unknown task, a repeated Complete of a settled lease, or a lost lease.
+    /// A lease that is live by now (it cannot be, short of a clock step between the
+    /// two statements) is settled on its own.
+    async fn complete_checked_many(
+        &self,
+        ps: &[&CompleteParams],
+    ) -> StoreResult<Vec<Settled<Completed>>> {
+        let ids: Vec<&str> = ps.iter().map(|p| p.task_id.as_str()).collect();
+        /// id, queue, state, lease token, lease expiry, outcome of the latest attempt.
+        type Checked = (
+            String,
+            String,
+            String,
+            Option<String>,
+            Option<i64>,
+            Option<String>,
+        );
+        let rows: Vec<Checked> = sqlx::query_as(
+            "SELECT t.id, t.queue, t.state, t.lease_token, t.lease_expires_at, a.outcome \
+                 FROM tasks t LEFT JOIN task_attempts a \
+                   ON a.task_id = t.id AND a.attempt = t.attempt \
+                 WHERE t.id = ANY($1)",
+        )
+        .bind(&ids)
+        .fetch_all(&self.pool)
+        .await?;
+        let rows: std::collections::HashMap<&str, _> =
+            rows.iter().map(|r| (r.0.as_str(), r)).collect();
+        let mut out = Vec::with_capacity(ps.len());
+        for p in ps {
+            let Some((_, queue, state, token, expires, outcome)) =
+                rows.get(p.task_id.as_str()).copied()
+            else {
+                out.push(Settled::NotFound);
+                continue;
+            };
+            let state = StoredState::parse(state).ok_or_else(|| {
+                StoreError::Corrupt(format!("task {} state {state:?}", p.task_id))
+            })?;
+            let check = settle_check(
+                state,
+                token.as_deref(),
+                expires.map(from_ms),
+                outcome.as_deref().and_then(AttemptOutcome::parse),
+                Report::Complete,
+                &p.lease_token,
+                p.now,
+            );
+            out.push(match check {
+                SettleCheck::LeaseLost => Settled::LeaseLost,
+                SettleCheck::AlreadySettled => Settled::AlreadySettled(Completed {
+                    queue: queue.clone(),
+                    leased_at: None,
+                }),
+                SettleCheck::Proceed => self.complete_checked(p).await?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Completes one task under a row lock: finds out why the one-statement path
+    /// did not settle it (unknown task, repeated Complete, lost lease) and settles
+    /// it if it may.
     async fn complete_checked(&self, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
         let now = ms(p.now);
         let mut tx = self.pool.begin().await?;
         let Some(row) = Self::fetch_task(&mut tx, &p.task_id).await? else {
+            tx.rollback().await?;
             return Ok(Settled::NotFound);
         };
         match Self::check(&mut tx, &row, Report::Complete, &p.lease_token, p.now).await? {
-            SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
+            SettleCheck::LeaseLost => {
+                tx.rollback().await?;
+                return Ok(Settled::LeaseLost);
+            }
             SettleCheck::AlreadySettled => {
+                tx.rollback().await?;
                 return Ok(Settled::AlreadySettled(Completed {
                     queue: row.queue,
                     leased_at: None,
@@ -375,20 +453,41 @@ impl Store for PostgresStore {
         // rows, and on that estimate the planner turned the OR into two bitmap scans
         // and sorted every pending row of the queue per lease (45 ms instead of
         // 0.4 ms with 20,000 pending); as a filter it keeps the ordered index scan.
+        //
+        // A request takes its tasks while their bytes stay within the reply budget
+        // (and always its first). Rows that were locked here but not taken
+        // (over the budget, or beyond the demand in a lease over several queues) are
+        // announced with NOTIFY, which is sent at commit when their locks go: a
+        // lease on another replica that skipped them may have found nothing and
+        // gone to sleep.
         let rows: Vec<(TaskRow, i64)> = sqlx::query(
-            "WITH picked AS ( \
-               SELECT t.seq, ($7::int[])[row_number() OVER ( \
-                 ORDER BY t.priority DESC, t.deadline ASC NULLS LAST, t.run_at, t.seq)] AS req \
-               FROM ( \
-                 SELECT t.seq, t.priority, t.deadline, t.run_at FROM UNNEST($1::text[]) AS q(name) \
-                 CROSS JOIN LATERAL ( \
-                   SELECT seq, priority, deadline, run_at FROM tasks \
-                   WHERE state = 'pending' AND queue = q.name \
-                     AND run_at <= $2 AND COALESCE(deadline, 9223372036854775807) > $2 \
-                   ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq \
-                   LIMIT $3 FOR UPDATE SKIP LOCKED) t \
-                 ORDER BY t.priority DESC, t.deadline ASC NULLS LAST, t.run_at, t.seq \
+            "WITH cand AS ( \
+               SELECT t.* FROM UNNEST($1::text[]) AS q(name) \
+               CROSS JOIN LATERAL ( \
+                 SELECT seq, queue, priority, deadline, run_at, \
+                   octet_length(payload) + COALESCE(octet_length(checkpoint), 0) \
+                     + octet_length(metadata) + $9::bigint AS size \
+                 FROM tasks \
+                 WHERE state = 'pending' AND queue = q.name \
+                   AND run_at <= $2 AND COALESCE(deadline, 9223372036854775807) > $2 \
+                 ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq \
+                 LIMIT $3 FOR UPDATE SKIP LOCKED) t), \
+             ranked AS ( \
+               SELECT t.seq, t.size, t.rn, ($7::int[])[t.rn] AS req FROM ( \
+                 SELECT c.seq, c.size, row_number() OVER ( \
+                   ORDER BY c.priority DESC, c.deadline ASC NULLS LAST, c.run_at, c.seq) AS rn \
+                 FROM cand c \
+                 ORDER BY c.priority DESC, c.deadline ASC NULLS LAST, c.run_at, c.seq \
                  LIMIT $3) t), \
+             picked AS ( \
+               SELECT seq, req FROM ( \
+                 SELECT seq, req, size, sum(size) OVER (PARTITION BY req ORDER BY rn) AS total \
+                 FROM ranked) r \
+               WHERE total <= $8 OR total = size), \
+             spare AS ( \
+               SELECT pg_notify('taskbroker', s.queue) FROM ( \
+                 SELECT DISTINCT queue FROM cand \
+                 WHERE seq NOT IN (SELECT seq FROM picked)) s), \
              leased AS ( \
                UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
                  fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
@@ -398,7 +497,7 @@ impl Store for PostgresStore {
                  updated_at = $2, leased_at = $2, leased_address = ($5::text[])[p.req] \
                FROM picked p WHERE t.seq = p.seq \
                RETURNING t.*, p.req::bigint AS request) \
-             SELECT * FROM leased",
+             SELECT leased.*, (SELECT count(*) FROM spare) AS spare FROM leased",
         )
         .bind(&first.queues)
         .bind(now)
@@ -407,6 +506,8 @@ impl Store for PostgresStore {
         .bind(&addresses)
         .bind(&durations)
         .bind(&owners)
+        .bind(i64::try_from(first.max_reply_bytes).unwrap_or(i64::MAX))
+        .bind(LEASE_REPLY_TASK_BYTES)
         .try_map(|row: sqlx::postgres::PgRow| {
             use sqlx::{FromRow, Row};
             Ok((TaskRow::from_row(&row)?, row.try_get::<i64, _>("request")?))
@@ -483,6 +584,7 @@ impl Store for PostgresStore {
         let now = ms(p.now);
         let mut tx = self.pool.begin().await?;
         let Some(row) = Self::fetch_task(&mut tx, &p.task_id).await? else {
+            tx.rollback().await?;
             return Ok(Settled::NotFound);
         };
         let live = lease_is_live(
@@ -493,6 +595,7 @@ impl Store for PostgresStore {
             p.now,
         );
         if !live {
+            tx.rollback().await?;
             return Ok(Settled::LeaseLost);
         }
         let (at, cancel_requested): (i64, bool) = sqlx::query_as(
@@ -524,73 +627,97 @@ impl Store for PostgresStore {
         &self,
         ps: &[CompleteParams],
     ) -> StoreResult<Vec<Settled<Completed>>> {
-        let Some(first) = ps.first() else {
+        if ps.is_empty() {
             return Ok(Vec::new());
-        };
-        let now = ms(first.now);
+        }
         let ids: Vec<&str> = ps.iter().map(|p| p.task_id.as_str()).collect();
         let tokens: Vec<&str> = ps.iter().map(|p| p.lease_token.as_str()).collect();
         let results: Vec<&[u8]> = ps.iter().map(|p| p.result.as_slice()).collect();
+        // Each item keeps its own clock: combined calls come from different callers.
+        let nows: Vec<i64> = ps.iter().map(|p| ms(p.now)).collect();
         // Live leases settle in one statement, with their attempts. The lease check
         // is a CASE so the planner cannot use it for an index: rows are always
         // found by id (on young statistics it would otherwise scan every lease).
-        let done: Vec<(String, String, i64)> = sqlx::query_as(
+        // Each settled row answers with the token that settled it, so a stale
+        // token naming the same task in the same batch is never taken for it.
+        let done: Vec<(String, String, String, i64)> = sqlx::query_as(
             "WITH input AS ( \
-               SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[]) AS i(id, token, result)), \
+               SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) \
+                 AS i(id, token, result, now)), \
              t AS ( \
-               UPDATE tasks SET state = 'succeeded', result = input.result, finished_at = $4, \
-                 lease_expires_at = NULL, updated_at = $4 \
+               UPDATE tasks SET state = 'succeeded', result = input.result, \
+                 finished_at = input.now, lease_expires_at = NULL, updated_at = input.now \
                FROM input WHERE tasks.id = input.id AND CASE WHEN tasks.state = 'leased' \
-                 AND tasks.lease_token = input.token AND tasks.lease_expires_at > $4 \
+                 AND tasks.lease_token = input.token AND tasks.lease_expires_at > input.now \
                  THEN true ELSE false END \
-               RETURNING tasks.id, tasks.attempt, tasks.queue, tasks.leased_by, \
-                 tasks.leased_address, COALESCE(tasks.leased_at, tasks.updated_at) AS leased_at, \
-                 tasks.fencing_token), \
+               RETURNING tasks.id, input.token, input.now, tasks.attempt, tasks.queue, \
+                 tasks.leased_by, tasks.leased_address, \
+                 COALESCE(tasks.leased_at, tasks.updated_at) AS leased_at, tasks.fencing_token), \
              a AS ( \
                INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, \
                  leased_at, outcome, finished_at, fencing_token) \
                SELECT id, attempt, COALESCE(leased_by, ''), COALESCE(leased_address, ''), \
-                 leased_at, 'succeeded', $4, fencing_token FROM t \
+                 leased_at, 'succeeded', now, fencing_token FROM t \
                ON CONFLICT (task_id, attempt) DO UPDATE SET outcome = excluded.outcome, \
                  finished_at = excluded.finished_at \
                RETURNING task_id, leased_at) \
-             SELECT t.id, t.queue, a.leased_at FROM t JOIN a ON a.task_id = t.id",
+             SELECT t.id, t.token, t.queue, a.leased_at FROM t JOIN a ON a.task_id = t.id",
         )
         .bind(&ids)
         .bind(&tokens)
         .bind(&results)
-        .bind(now)
+        .bind(&nows)
         .fetch_all(&self.pool)
         .await?;
-        let mut done: std::collections::HashMap<String, (String, i64)> = done
+        let mut done: std::collections::HashMap<(String, String), (String, i64)> = done
             .into_iter()
-            .map(|(id, queue, leased_at)| (id, (queue, leased_at)))
+            .map(|(id, token, queue, leased_at)| ((id, token), (queue, leased_at)))
             .collect();
-        // The rest (unknown, repeated, lost, or named twice) one by one.
-        let mut out = Vec::with_capacity(ps.len());
-        for p in ps {
-            match done.remove(&p.task_id) {
-                Some((queue, leased_at)) => out.push(Settled::Applied(Completed {
-                    queue,
-                    leased_at: Some(from_ms(leased_at)),
-                })),
-                None => out.push(self.complete_checked(p).await?),
+        let mut out: Vec<Option<Settled<Completed>>> = ps
+            .iter()
+            .map(|p| {
+                done.remove(&(p.task_id.clone(), p.lease_token.clone()))
+                    .map(|(queue, leased_at)| {
+                        Settled::Applied(Completed {
+                            queue,
+                            leased_at: Some(from_ms(leased_at)),
+                        })
+                    })
+            })
+            .collect();
+        // The rest (unknown, repeated, lost, or named twice) are answered by one
+        // read: none of them can settle now, since the statement above settled
+        // every live lease it was given.
+        let rest: Vec<usize> = (0..ps.len()).filter(|&i| out[i].is_none()).collect();
+        if !rest.is_empty() {
+            let checked = self
+                .complete_checked_many(&rest.iter().map(|&i| &ps[i]).collect::<Vec<_>>())
+                .await?;
+            for (i, settled) in rest.into_iter().zip(checked) {
+                out[i] = Some(settled);
             }
         }
-        Ok(out)
+        out.into_iter()
+            .map(|s| s.ok_or_else(|| StoreError::Corrupt("no completion outcome".into())))
+            .collect()
     }
 
     async fn task_fail(&self, p: &FailParams) -> StoreResult<Settled<FailResult>> {
         let now = ms(p.now);
         let mut tx = self.pool.begin().await?;
         let Some(row) = Self::fetch_task(&mut tx, &p.task_id).await? else {
+            tx.rollback().await?;
             return Ok(Settled::NotFound);
         };
         match Self::check(&mut tx, &row, Report::Fail, &p.lease_token, p.now).await? {
-            SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
+            SettleCheck::LeaseLost => {
+                tx.rollback().await?;
+                return Ok(Settled::LeaseLost);
+            }
             SettleCheck::AlreadySettled => {
                 let state = TaskState::of(row.stored_state()?, from_ms(row.run_at), p.now);
                 let next_run_at = (row.state == "pending").then(|| from_ms(row.run_at));
+                tx.rollback().await?;
                 return Ok(Settled::AlreadySettled(FailResult {
                     queue: row.queue,
                     state,
@@ -684,6 +811,34 @@ impl Store for PostgresStore {
             .transpose()
     }
 
+    async fn task_find_keys(&self, keys: &[(String, String)]) -> StoreResult<Vec<TaskRecord>> {
+        let queues: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
+        let names: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
+        sqlx::query_as::<_, TaskRow>(
+            "SELECT t.* FROM tasks t JOIN unnest($1::text[], $2::text[]) AS k(queue, key) \
+             ON t.queue = k.queue AND t.key = k.key",
+        )
+        .bind(&queues)
+        .bind(&names)
+        .fetch_all(&self.pool)
+        .await?
+        .into_iter()
+        .map(TaskRow::into_record)
+        .collect()
+    }
+
+    async fn task_queues(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, String>> {
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT id, queue FROM tasks WHERE id = ANY($1)")
+                .bind(task_ids)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.into_iter().collect())
+    }
+
     async fn task_list(&self, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
         let mut qb = sqlx::QueryBuilder::<Postgres>::new("SELECT * FROM tasks WHERE 1 = 1");
         if let Some(queue) = &f.queue {
@@ -721,6 +876,7 @@ impl Store for PostgresStore {
         let now = ms(now);
         let mut tx = self.pool.begin().await?;
         let Some(row) = Self::fetch_task(&mut tx, task_id).await? else {
+            tx.rollback().await?;
             return Ok(Changed::NotFound);
         };
         let sql = match row.stored_state()? {
@@ -731,8 +887,14 @@ impl Store for PostgresStore {
             StoredState::Leased => {
                 "UPDATE tasks SET cancel_requested = TRUE, updated_at = $1 WHERE seq = $2"
             }
-            StoredState::Cancelled => return Ok(Changed::Done(Box::new(row.into_record()?))),
-            other => return Ok(Changed::WrongState(other)),
+            StoredState::Cancelled => {
+                tx.rollback().await?;
+                return Ok(Changed::Done(Box::new(row.into_record()?)));
+            }
+            other => {
+                tx.rollback().await?;
+                return Ok(Changed::WrongState(other));
+            }
         };
         sqlx::query(sql)
             .bind(now)
@@ -752,10 +914,12 @@ impl Store for PostgresStore {
     ) -> StoreResult<Changed> {
         let mut tx = self.pool.begin().await?;
         let Some(row) = Self::fetch_task(&mut tx, task_id).await? else {
+            tx.rollback().await?;
             return Ok(Changed::NotFound);
         };
         let state = row.stored_state()?;
         if matches!(state, StoredState::Leased | StoredState::Succeeded) {
+            tx.rollback().await?;
             return Ok(Changed::WrongState(state));
         }
         let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
@@ -783,10 +947,12 @@ impl Store for PostgresStore {
     async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
         let mut tx = self.pool.begin().await?;
         let Some(row) = Self::fetch_task(&mut tx, task_id).await? else {
+            tx.rollback().await?;
             return Ok(Changed::NotFound);
         };
         let state = row.stored_state()?;
         if !matches!(state, StoredState::Dead | StoredState::Cancelled) {
+            tx.rollback().await?;
             return Ok(Changed::WrongState(state));
         }
         sqlx::query(

@@ -110,6 +110,8 @@ pub struct Options {
     pub auth: Vec<taskbroker_server::api::auth::TokenEntry>,
     pub tls: Option<taskbroker_server::app::TlsOptions>,
     pub server: Option<taskbroker_server::app::ServerOptions>,
+    /// The database pool's size (8 unless set).
+    pub db_max_connections: Option<u32>,
 }
 
 impl Default for Options {
@@ -122,6 +124,7 @@ impl Default for Options {
             auth: Vec::new(),
             tls: None,
             server: None,
+            db_max_connections: None,
         }
     }
 }
@@ -146,7 +149,7 @@ pub async fn spawn_on(db: Arc<TestDb>, opts: Options) -> TestApp {
         Arc::new(SystemClock)
     };
     let mut config = AppConfig::new(db.url.clone());
-    config.db_max_connections = 8;
+    config.db_max_connections = opts.db_max_connections.unwrap_or(8);
     config.reclaim_interval = opts.reclaim_interval;
     config.settings = opts.settings;
     config.metrics_listen = opts.metrics.then(|| "127.0.0.1:0".parse().unwrap());
@@ -180,6 +183,24 @@ impl TestApp {
         AdminServiceClient::connect(self.url())
             .await
             .expect("connect")
+    }
+
+    /// The broker's service layer (below gRPC), for tests that drive it directly.
+    pub fn service(&self) -> Arc<taskbroker_server::service::Broker> {
+        self.app.as_ref().expect("running").broker.clone()
+    }
+
+    /// Returns once `n` long-polls wait on this broker (bounded: panics after 20 s).
+    pub async fn until_waiting(&self, n: usize) {
+        let broker = self.service();
+        let give_up = tokio::time::Instant::now() + Duration::from_secs(20);
+        while broker.dispatcher().waiters() < n {
+            assert!(
+                tokio::time::Instant::now() < give_up,
+                "{n} long-polls never waited"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
     }
 
     pub fn advance(&self, by: Duration) {

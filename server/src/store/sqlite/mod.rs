@@ -177,6 +177,17 @@ impl Store for SqliteStore {
         read::task_get(&self.reader, task_id).await
     }
 
+    async fn task_find_keys(&self, keys: &[(String, String)]) -> StoreResult<Vec<TaskRecord>> {
+        read::task_find_keys(&self.reader, keys).await
+    }
+
+    async fn task_queues(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, String>> {
+        read::task_queues(&self.reader, task_ids).await
+    }
+
     async fn task_list(&self, filter: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
         read::task_list(&self.reader, filter).await
     }

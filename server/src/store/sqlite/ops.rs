@@ -227,15 +227,19 @@ pub(super) fn task_lease_available(
 ) -> StoreResult<Vec<TaskRecord>> {
     let now = ms(p.now);
     let expires = now.saturating_add(duration_ms(p.lease_duration));
-    // One index-ordered branch per queue (each reads only its first rows), merged.
+    // One index-ordered branch per queue (each reads only its first rows), merged;
+    // then the first rows whose bytes before them stay under the reply budget.
+    // (length() of a blob reads its size, not its pages.)
     let branches: Vec<String> = (0..p.queues.len())
         .map(|i| {
             format!(
-                "SELECT * FROM (SELECT seq, priority, deadline, run_at FROM tasks \
-                 WHERE state = 'pending' AND queue = ?{} AND run_at <= ?4 \
+                "SELECT * FROM (SELECT seq, priority, deadline, run_at, \
+                 length(payload) + COALESCE(length(checkpoint), 0) + length(metadata) + {} AS size \
+                 FROM tasks WHERE state = 'pending' AND queue = ?{} AND run_at <= ?4 \
                  AND (deadline IS NULL OR deadline > ?4) \
                  ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?5)",
-                i + 7
+                LEASE_REPLY_TASK_BYTES,
+                i + 8
             )
         })
         .collect();
@@ -245,13 +249,18 @@ pub(super) fn task_lease_available(
          leased_by = ?1, lease_duration_ms = ?2, \
          lease_expires_at = MIN(?3, COALESCE(deadline, 9223372036854775807)), updated_at = ?4, \
          leased_at = ?4, leased_address = ?6 \
-         WHERE seq IN (SELECT seq FROM ({}) \
-           ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?5) \
+         WHERE seq IN (SELECT seq FROM ( \
+           SELECT seq, size, sum(size) OVER (ORDER BY priority DESC, deadline IS NULL, deadline, \
+             run_at, seq ROWS UNBOUNDED PRECEDING) AS total FROM ( \
+             SELECT * FROM ({}) \
+             ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?5)) \
+           WHERE total <= ?7 OR total = size) \
          RETURNING {}",
         branches.join(" UNION ALL "),
         task_columns!()
     );
     let lease_ms = duration_ms(p.lease_duration);
+    let budget = i64::try_from(p.max_reply_bytes).unwrap_or(i64::MAX);
     let mut args: Vec<&dyn ToSql> = vec![
         &p.worker_id,
         &lease_ms,
@@ -259,6 +268,7 @@ pub(super) fn task_lease_available(
         &now,
         &p.max_tasks,
         &p.worker_address,
+        &budget,
     ];
     for queue in &p.queues {
         args.push(queue);

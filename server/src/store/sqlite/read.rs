@@ -16,6 +16,44 @@ pub(super) async fn task_get(r: &SqlitePool, task_id: &str) -> StoreResult<Optio
         .transpose()
 }
 
+pub(super) async fn task_find_keys(
+    r: &SqlitePool,
+    keys: &[(String, String)],
+) -> StoreResult<Vec<TaskRecord>> {
+    let mut out = Vec::new();
+    for chunk in keys.chunks(250) {
+        let pairs = vec!["(?, ?)"; chunk.len()].join(", ");
+        let sql = format!("SELECT * FROM tasks WHERE (queue, key) IN (VALUES {pairs})");
+        let mut q = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(sql));
+        for (queue, key) in chunk {
+            q = q.bind(queue).bind(key);
+        }
+        for row in q.fetch_all(r).await? {
+            out.push(row.into_record()?);
+        }
+    }
+    Ok(out)
+}
+
+pub(super) async fn task_queues(
+    r: &SqlitePool,
+    task_ids: &[String],
+) -> StoreResult<std::collections::HashMap<String, String>> {
+    let mut out = std::collections::HashMap::with_capacity(task_ids.len());
+    for ids in task_ids.chunks(500) {
+        let sql = format!(
+            "SELECT id, queue FROM tasks WHERE id IN ({})",
+            placeholders(ids.len())
+        );
+        let mut q = sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(sql));
+        for id in ids {
+            q = q.bind(id);
+        }
+        out.extend(q.fetch_all(r).await?);
+    }
+    Ok(out)
+}
+
 pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
     let mut qb = sqlx::QueryBuilder::<Sqlite>::new("SELECT * FROM tasks WHERE 1 = 1");
     if let Some(queue) = &f.queue {
