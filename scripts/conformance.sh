@@ -1,17 +1,34 @@
 #!/usr/bin/env bash
-# Usage: scripts/conformance.sh LANG   (LANG = rust, python, go, typescript, java)
+# Usage: scripts/conformance.sh LANG [--secure]   (LANG = rust, python, go, typescript, java)
 #
 # Builds the broker, starts it on a free port with a fresh SQLite database, runs the
 # language's conformance scenario (clients/conformance/SCENARIO.md) against it through
 # TASKBROKER_ADDR, stops the broker and exits with the scenario's status. The broker's
 # log (stderr) is printed when the scenario fails.
+#
+# --secure: the broker serves TLS, requires a client certificate (mTLS, `tls.client_ca`) and
+# a bearer token (`auth.tokens_file`). The certificates are made here with openssl; the
+# scenario gets TASKBROKER_CA, TASKBROKER_CLIENT_CERT, TASKBROKER_CLIENT_KEY and
+# TASKBROKER_TOKEN (docs/client-spec.md, point 8).
+#
+# The scenario must end with "N passed, 0 failed" where N is the number of cases in
+# SCENARIO.md; anything else (fewer cases run, no summary) is a failure.
 set -euo pipefail
 
 lang="${1:-}"
+secure=""
+case "${2:-}" in
+  "") ;;
+  --secure) secure=1 ;;
+  *)
+    echo "usage: $0 rust|python|go|typescript|java [--secure]" >&2
+    exit 2
+    ;;
+esac
 case "$lang" in
   rust | python | go | typescript | java) ;;
   *)
-    echo "usage: $0 rust|python|go|typescript|java" >&2
+    echo "usage: $0 rust|python|go|typescript|java [--secure]" >&2
     exit 2
     ;;
 esac
@@ -34,11 +51,59 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# make_certs DIR: a CA, a server certificate for 127.0.0.1/localhost and a client
+# certificate, all signed by the CA (PEM; keys unencrypted PKCS#8, P-256).
+make_certs() {
+  local d="$1"
+  mkdir -p "$d"
+  (
+    cd "$d"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+      -subj "/CN=taskbroker conformance CA" -keyout ca.key -out ca.pem \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+      -subj "/CN=localhost" -keyout server.key -out server.csr
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n' >server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+      -extfile server.ext -out server.pem
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+      -subj "/CN=conf-worker" -keyout client.key -out client.csr
+    printf 'extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n' >client.ext
+    openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+      -extfile client.ext -out client.pem
+  ) >"$d/openssl.log" 2>&1 || {
+    cat "$d/openssl.log" >&2
+    echo "openssl could not make the test certificates" >&2
+    exit 1
+  }
+}
+
+# The number of cases: the rows of SCENARIO.md's table whose first cell is a `case`.
+expected="$(grep -cE '^\| `[a-z_]+` \|' clients/conformance/SCENARIO.md)"
+
+security=()
+if [ -n "$secure" ]; then
+  make_certs "$tmp/pki"
+  token="conformance-admin-$(openssl rand -hex 12)"
+  printf 'admin %s conformance\n' "$token" >"$tmp/pki/tokens"
+  security=(
+    --tls-cert "$tmp/pki/server.pem" --tls-key "$tmp/pki/server.key"
+    --tls-client-ca "$tmp/pki/ca.pem" --auth-tokens-file "$tmp/pki/tokens"
+  )
+  export TASKBROKER_TOKEN="$token"
+  export TASKBROKER_CA="$tmp/pki/ca.pem"
+  export TASKBROKER_CLIENT_CERT="$tmp/pki/client.pem"
+  export TASKBROKER_CLIENT_KEY="$tmp/pki/client.key"
+else
+  unset TASKBROKER_TOKEN TASKBROKER_CA TASKBROKER_CLIENT_CERT TASKBROKER_CLIENT_KEY
+fi
+
 target/debug/taskbroker serve \
   --listen 127.0.0.1:0 \
   --database-url "sqlite://$tmp/tb.db" \
   --reclaim-interval 200ms \
   --metrics-listen 127.0.0.1:0 \
+  "${security[@]}" \
   >"$tmp/stdout" 2>"$tmp/stderr" &
 broker_pid=$!
 
@@ -62,7 +127,9 @@ if [ -z "$addr" ]; then
   exit 1
 fi
 export TASKBROKER_ADDR="$addr"
-echo "== broker listening on $TASKBROKER_ADDR (pid $broker_pid); running the $lang scenario" >&2
+mode="plaintext"
+[ -n "$secure" ] && mode="TLS + mTLS + token"
+echo "== broker listening on $TASKBROKER_ADDR ($mode, pid $broker_pid); running the $lang scenario ($expected cases)" >&2
 
 # The scenario's output is kept so its summary line can be repeated after the broker log.
 status=0
@@ -77,5 +144,13 @@ if [ "$status" -ne 0 ]; then
   tail -n 400 "$tmp/stderr" >&2
   # Keep "N passed, M failed" the last line, as SCENARIO.md asks.
   grep -E '^[0-9]+ passed, [0-9]+ failed$' "$tmp/scenario.out" | tail -n 1 || true
+  exit "$status"
 fi
-exit "$status"
+# A scenario that exits 0 must also have run every case: its last summary line is exactly
+# "$expected passed, 0 failed" (the language's unit tests print their own summaries earlier).
+summary="$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$tmp/scenario.out" | tail -n 1 || true)"
+if [ "$summary" != "$expected passed, 0 failed" ]; then
+  echo "== the $lang scenario exited 0 but its summary is '${summary:-missing}', not '$expected passed, 0 failed'" >&2
+  exit 1
+fi
+echo "== $lang scenario ($mode): $summary" >&2

@@ -59,7 +59,7 @@ async fn process(ctx: TaskContext) -> Result<String, TaskError> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::var("TASKBROKER_ADDR").unwrap_or_else(|_| DEFAULT_ADDR.into());
-    let client = Client::connect(addr).await?;
+    let client = Client::builder(addr).env_settings()?.connect().await?;
     let mut args = std::env::args().skip(1);
     match args.next().as_deref() {
         Some("submit") => {
@@ -77,9 +77,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .lease_duration(Duration::from_secs(5))
                 .shutdown_grace(Duration::from_secs(1))
                 .build()
-                .run(async {
-                    let _ = tokio::signal::ctrl_c().await;
-                })
+                .run_until_signal()
                 .await?;
         }
         _ => eprintln!("usage: long_task submit [ITEMS] | long_task work"),

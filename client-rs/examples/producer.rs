@@ -19,7 +19,7 @@ struct Email<'a> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::var("TASKBROKER_ADDR").unwrap_or_else(|_| DEFAULT_ADDR.into());
-    let client = Client::connect(addr).await?;
+    let client = Client::builder(addr).env_settings()?.connect().await?;
 
     // Typed payloads go as JSON; the key makes a resubmission a no-op.
     for (i, to) in ["ada@example.com", "grace@example.com", "linus@example.com"]

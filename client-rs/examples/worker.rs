@@ -34,7 +34,10 @@ async fn send_email(ctx: TaskContext) -> Result<String, TaskError> {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt().with_env_filter("info").init();
     let addr = std::env::var("TASKBROKER_ADDR").unwrap_or_else(|_| DEFAULT_ADDR.into());
-    let client = Client::connect(addr.clone()).await?;
+    let client = Client::builder(addr.clone())
+        .env_settings()?
+        .connect()
+        .await?;
     let worker = Worker::builder(client)
         .queue("emails", send_email)
         .concurrency(4)
@@ -54,8 +57,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     });
     worker
+        // SIGTERM (Kubernetes) or Ctrl-C: stop leasing, finish the running tasks.
         .run(async {
-            let _ = tokio::signal::ctrl_c().await;
+            taskbroker_client::worker::shutdown_signal().await;
             println!("stopping: finishing running tasks");
         })
         .await?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tonic::Request;
 use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::pb::admin_service_client::AdminServiceClient;
 use crate::pb::broker_service_client::BrokerServiceClient;
@@ -37,6 +37,7 @@ pub struct ClientBuilder {
     call_timeout: Duration,
     lease_margin: Duration,
     token: Option<String>,
+    tls: Option<ClientTlsConfig>,
 }
 
 /// The outcome of one submitted task.
@@ -47,12 +48,14 @@ pub struct Submitted {
     pub deduplicated: bool,
 }
 
-/// `host:port` becomes `http://host:port`; URLs are kept as they are.
-pub(crate) fn normalize_addr(addr: &str) -> String {
-    if addr.contains("://") {
-        addr.to_string()
-    } else {
-        format!("http://{addr}")
+/// `host:port` becomes `http://host:port` (`https://` with `tls`); URLs are kept as
+/// they are, except that TLS settings turn `http://` into `https://`.
+pub(crate) fn normalize_addr(addr: &str, tls: bool) -> String {
+    let scheme = if tls { "https" } else { "http" };
+    match addr.strip_prefix("http://") {
+        Some(rest) if tls => format!("https://{rest}"),
+        _ if addr.contains("://") => addr.to_string(),
+        _ => format!("{scheme}://{addr}"),
     }
 }
 
@@ -83,6 +86,78 @@ impl ClientBuilder {
         self
     }
 
+    /// TLS settings: the CA to trust (default: the root stores of the `tls-webpki-roots`
+    /// / `tls-native-roots` features), a client identity for mTLS, the server name. Turns
+    /// TLS on even for a bare `host:port` address. An `https://` address without this
+    /// uses the enabled root stores.
+    ///
+    /// ```no_run
+    /// # async fn demo(ca: Vec<u8>, cert: Vec<u8>, key: Vec<u8>) -> Result<(), taskbroker_client::Error> {
+    /// use taskbroker_client::{Client, tls::{Certificate, ClientTlsConfig, Identity}};
+    /// let tls = ClientTlsConfig::new()
+    ///     .ca_certificate(Certificate::from_pem(ca))
+    ///     .identity(Identity::from_pem(cert, key));
+    /// let client = Client::builder("broker.internal:50051")
+    ///     .tls_config(tls)
+    ///     .bearer_token(std::env::var("TASKBROKER_TOKEN").unwrap_or_default())
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tls_config(mut self, tls: ClientTlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// TLS with the enabled root stores only (webpki and/or native roots), for a broker
+    /// whose certificate a public CA signed.
+    pub fn tls_with_enabled_roots(self) -> Self {
+        self.tls_config(ClientTlsConfig::new().with_enabled_roots())
+    }
+
+    /// Applies the standard environment variables, when set (docs/client-spec.md, point 8):
+    /// `TASKBROKER_TOKEN` (bearer token), `TASKBROKER_CA` (PEM file of the CA to trust; turns
+    /// TLS on), `TASKBROKER_CLIENT_CERT` and `TASKBROKER_CLIENT_KEY` (PEM files, mTLS).
+    pub fn env_settings(mut self) -> Result<Self, Error> {
+        fn var(name: &str) -> Option<String> {
+            std::env::var(name).ok().filter(|v| !v.is_empty())
+        }
+        fn read(name: &str, path: &str) -> Result<Vec<u8>, Error> {
+            std::fs::read(path).map_err(|e| Error::Config(format!("{name} {path}: {e}")))
+        }
+        if let Some(token) = var("TASKBROKER_TOKEN") {
+            self = self.bearer_token(token);
+        }
+        let ca = var("TASKBROKER_CA");
+        let identity = match (var("TASKBROKER_CLIENT_CERT"), var("TASKBROKER_CLIENT_KEY")) {
+            (Some(cert), Some(key)) => Some(tonic::transport::Identity::from_pem(
+                read("TASKBROKER_CLIENT_CERT", &cert)?,
+                read("TASKBROKER_CLIENT_KEY", &key)?,
+            )),
+            (None, None) => None,
+            _ => {
+                return Err(Error::Config(
+                    "set both TASKBROKER_CLIENT_CERT and TASKBROKER_CLIENT_KEY, or neither".into(),
+                ));
+            }
+        };
+        if ca.is_some() || identity.is_some() {
+            let mut tls = self.tls.take().unwrap_or_default();
+            tls = match ca {
+                Some(ca) => tls.ca_certificate(tonic::transport::Certificate::from_pem(read(
+                    "TASKBROKER_CA",
+                    &ca,
+                )?)),
+                None => tls.with_enabled_roots(),
+            };
+            if let Some(identity) = identity {
+                tls = tls.identity(identity);
+            }
+            self.tls = Some(tls);
+        }
+        Ok(self)
+    }
+
     fn authorization(&self) -> Result<Option<MetadataValue<Ascii>>, Error> {
         let Some(token) = &self.token else {
             return Ok(None);
@@ -94,9 +169,19 @@ impl ClientBuilder {
     }
 
     fn endpoint(&self) -> Result<Endpoint, Error> {
-        let addr = normalize_addr(&self.addr);
-        let endpoint = Endpoint::from_shared(addr.clone())
+        let addr = normalize_addr(&self.addr, self.tls.is_some());
+        let mut endpoint = Endpoint::from_shared(addr.clone())
             .map_err(|source| Error::InvalidAddress { addr, source })?;
+        let tls = match &self.tls {
+            Some(tls) => Some(tls.clone()),
+            None if endpoint.uri().scheme_str() == Some("https") => {
+                Some(ClientTlsConfig::new().with_enabled_roots())
+            }
+            None => None,
+        };
+        if let Some(tls) = tls {
+            endpoint = endpoint.tls_config(tls).map_err(Error::Tls)?;
+        }
         Ok(endpoint
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true)
@@ -126,6 +211,14 @@ impl ClientBuilder {
         Ok(self.with_channel(channel, authorization))
     }
 
+    /// A client on a channel the caller built (its own connector, tower layers, load
+    /// balancing), with this builder's token and timeouts. The address, connect timeout
+    /// and TLS settings of the builder are not used: the channel has its own.
+    pub fn build_on(self, channel: Channel) -> Result<Client, Error> {
+        let authorization = self.authorization()?;
+        Ok(self.with_channel(channel, authorization))
+    }
+
     fn with_channel(self, channel: Channel, authorization: Option<MetadataValue<Ascii>>) -> Client {
         Client {
             broker: BrokerServiceClient::new(channel.clone()),
@@ -152,7 +245,23 @@ impl Client {
             call_timeout: Duration::from_secs(10),
             lease_margin: Duration::from_secs(5),
             token: None,
+            tls: None,
         }
+    }
+
+    /// A client on a channel the caller built (for example with
+    /// `Endpoint::connect_with_connector` or a balanced channel), with the default
+    /// timeouts and no token; see [`ClientBuilder::build_on`] for those.
+    pub fn from_channel(channel: Channel) -> Client {
+        ClientBuilder {
+            addr: String::new(),
+            connect_timeout: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(10),
+            lease_margin: Duration::from_secs(5),
+            token: None,
+            tls: None,
+        }
+        .with_channel(channel, None)
     }
 
     /// A request with the default call deadline.
@@ -167,7 +276,7 @@ impl Client {
             request.metadata_mut().insert("authorization", auth.clone());
         }
         // The broker's spans join the caller's trace.
-        if let Some(tp) = crate::trace::traceparent_of(&tracing::Span::current())
+        if let Some(tp) = crate::trace::current_traceparent()
             && let Ok(v) = tp.parse()
         {
             request.metadata_mut().insert(crate::trace::TRACEPARENT, v);
@@ -200,7 +309,7 @@ impl Client {
         &self,
         specs: impl IntoIterator<Item = TaskSpec>,
     ) -> Result<Vec<Submitted>, Error> {
-        let tasks: Vec<pb::TaskSpec> = specs.into_iter().map(Into::into).collect();
+        let mut tasks: Vec<pb::TaskSpec> = specs.into_iter().map(Into::into).collect();
         let n = tasks.len();
         let queue = tasks.first().map(|t| t.queue.clone()).unwrap_or_default();
         let span = tracing::info_span!(
@@ -212,6 +321,15 @@ impl Client {
             messaging.destination.name = %queue,
             messaging.batch.message_count = n,
         );
+        // The trace context travels with each task to its worker (spec point 7): the same
+        // value as the call's header, so a tracing broker can put its `create` span between.
+        if let Some(tp) = span.in_scope(crate::trace::current_traceparent) {
+            for t in &mut tasks {
+                t.metadata
+                    .entry(crate::trace::TRACEPARENT.to_string())
+                    .or_insert_with(|| tp.clone());
+            }
+        }
         let call = async {
             self.broker
                 .clone()
@@ -320,8 +438,19 @@ mod tests {
 
     #[test]
     fn bare_host_port_gets_a_scheme() {
-        assert_eq!(normalize_addr("127.0.0.1:50051"), "http://127.0.0.1:50051");
-        assert_eq!(normalize_addr("https://broker:443"), "https://broker:443");
+        assert_eq!(
+            normalize_addr("127.0.0.1:50051", false),
+            "http://127.0.0.1:50051"
+        );
+        assert_eq!(
+            normalize_addr("https://broker:443", false),
+            "https://broker:443"
+        );
+        assert_eq!(normalize_addr("broker:443", true), "https://broker:443");
+        assert_eq!(
+            normalize_addr("http://broker:443", true),
+            "https://broker:443"
+        );
     }
 
     #[tokio::test]
@@ -350,5 +479,20 @@ mod tests {
             .connect_lazy()
             .unwrap();
         assert!(plain.request(()).metadata().get("authorization").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_channel_from_the_caller_keeps_the_builders_token() {
+        let channel = Endpoint::from_static("http://127.0.0.1:1").connect_lazy();
+        let c = Client::builder("ignored")
+            .bearer_token("s3cret")
+            .build_on(channel.clone())
+            .unwrap();
+        assert_eq!(
+            c.request(()).metadata().get("authorization").unwrap(),
+            "Bearer s3cret"
+        );
+        let bare = Client::from_channel(channel);
+        assert!(bare.request(()).metadata().get("authorization").is_none());
     }
 }

@@ -16,8 +16,10 @@ pub const ERROR_DOMAIN: &str = "taskbroker.dev";
 /// holds the lease (status `ABORTED`).
 pub const LEASE_LOST: &str = "LEASE_LOST";
 
-/// Everything a client call or a wait can end with, other than success.
+/// Everything a client call or a wait can end with, other than success. New kinds may
+/// be added: match with a `_` arm.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The address is not a URI tonic accepts.
     #[error("invalid broker address {addr:?}: {source}")]
@@ -69,6 +71,9 @@ pub enum Error {
     /// A worker was built with settings it cannot run with.
     #[error("invalid worker settings: {0}")]
     Config(String),
+    /// The TLS settings were refused (an unreadable certificate or key).
+    #[error("invalid TLS settings: {0}")]
+    Tls(#[source] tonic::transport::Error),
 }
 
 impl From<tonic::Status> for Error {

@@ -28,7 +28,7 @@
 //!     .queue("emails", send)
 //!     .concurrency(16)
 //!     .build()
-//!     .run(async { let _ = tokio::signal::ctrl_c().await; })
+//!     .run_until_signal() // drains on SIGTERM or Ctrl-C
 //!     .await?;
 //! # Ok(()) }
 //! ```
@@ -57,3 +57,9 @@ pub use error::{ERROR_DOMAIN, Error, LEASE_LOST, code_name, state_name};
 pub use pb::TaskState;
 pub use spec::TaskSpec;
 pub use worker::{CancelReason, Json, TaskContext, TaskError, Worker, WorkerEvent};
+
+/// TLS settings for [`ClientBuilder::tls_config`]: the broker's CA and, for mTLS, the
+/// client's certificate and key (tonic's types, re-exported).
+pub mod tls {
+    pub use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+}

@@ -45,6 +45,33 @@ pub fn parse_traceparent(value: &str) -> Option<SpanContext> {
     sc.is_valid().then_some(sc)
 }
 
+/// The traceparent to send and to store with submitted tasks: the current `tracing`
+/// span's (with an OpenTelemetry layer), else the current `opentelemetry::Context`'s.
+pub fn current_traceparent() -> Option<String> {
+    traceparent_of(&tracing::Span::current()).or_else(|| {
+        let cx = opentelemetry::Context::current();
+        let sc = cx.span().span_context().clone();
+        sc.is_valid().then(|| {
+            format!(
+                "00-{}-{}-{:02x}",
+                sc.trace_id(),
+                sc.span_id(),
+                sc.trace_flags().to_u8()
+            )
+        })
+    })
+}
+
+/// The OpenTelemetry context of a task's stored traceparent (empty without one).
+pub(crate) fn task_context(
+    metadata: &std::collections::HashMap<String, String>,
+) -> opentelemetry::Context {
+    match metadata.get(TRACEPARENT).and_then(|v| parse_traceparent(v)) {
+        Some(sc) => opentelemetry::Context::new().with_remote_span_context(sc),
+        None => opentelemetry::Context::new(),
+    }
+}
+
 /// The span a worker runs a task's handler in: `process <queue>`, a child of the
 /// context stored with the task (and so of the producer's trace).
 pub(crate) fn process_span(

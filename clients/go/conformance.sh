@@ -12,8 +12,12 @@ go mod download || exit 2
 go build -o .bin/conformance ./cmd/conformance || exit 2
 
 echo "== go test ./... (worker helper, live broker)"
-go test -count=1 -timeout 180s ./...
+out="$(mktemp)"
+go test -count=1 -timeout 180s -v ./... >"$out" 2>&1
 tests=$?
+grep -vE '^(=== (RUN|PAUSE|CONT)|    --- PASS)' "$out"
+echo "go test: $(grep -c -- '--- PASS' "$out") passed, $(grep -c -- '--- FAIL' "$out") failed"
+rm -f "$out"
 [ "$tests" -eq 0 ] || echo "go test failed (exit $tests); the scenario runs anyway"
 
 echo "== conformance scenario"

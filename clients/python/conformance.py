@@ -15,6 +15,8 @@ from collections.abc import Callable
 import grpc
 from google.protobuf import timestamp_pb2
 
+from conformance_spec import SPEC_CASES, SpecCases
+from conformance_spec import CaseFailed as SpecCaseFailed
 from taskbroker import Client, error_info
 from taskbroker.client import duration
 from taskbroker.v1 import admin_pb2, broker_pb2
@@ -43,7 +45,7 @@ def state_name(state: int) -> str:
     return State.Name(state)
 
 
-class Cases:
+class Cases(SpecCases):
     def __init__(self, tb: Client) -> None:
         self.tb = tb
 
@@ -266,6 +268,7 @@ CASES = [
     "complete_result",
     "cancel_running",
     "bad_input",
+    *SPEC_CASES,
 ]
 
 
@@ -283,7 +286,7 @@ def run_case(fn: Callable[[str], None], name: str) -> str | None:
     try:
         fn(queue_name(name))
         return None
-    except CaseFailed as err:
+    except (CaseFailed, SpecCaseFailed) as err:
         return str(err)
     except grpc.RpcError as err:
         return f"unexpected {err.code().name}: {err.details()}"
@@ -297,7 +300,7 @@ def main() -> int:
         print("TASKBROKER_ADDR is not set (host:port)", file=sys.stderr)
         return 2
     passed = failed = 0
-    with Client(addr) as tb:
+    with Client.from_env(addr) as tb:
         cases = Cases(tb)
         for name in CASES:
             reason = run_case(getattr(cases, name), name)

@@ -10,11 +10,18 @@ cd "$(dirname "$0")"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv || exit 2
 fi
-.venv/bin/pip install -q -e '.[test]' || exit 2
+.venv/bin/pip install -q -e '.[test,typing]' || exit 2
 
-echo "== pytest tests/ (Worker helper, live broker)"
-.venv/bin/python -m pytest -q tests
-tests=$?
+echo "== mypy (the package is typed: py.typed)"
+.venv/bin/python -m mypy src/taskbroker --exclude 'src/taskbroker/v1' || exit 1
+
+echo "== pytest tests/ (Worker and AsyncWorker, live broker)"
+out="$(mktemp)"
+.venv/bin/python -m pytest -q -rf tests 2>&1 | tee "$out"
+tests=${PIPESTATUS[0]}
+passed="$(grep -oE '[0-9]+ passed' "$out" | tail -n 1 | cut -d' ' -f1)"
+echo "pytest: ${passed:-0} passed, $(grep -oE '[0-9]+ (failed|errors?)' "$out" | awk '{n+=$1} END {print n+0}') failed"
+rm -f "$out"
 [ "$tests" -eq 0 ] || echo "pytest failed (exit $tests); the scenario runs anyway"
 
 echo "== conformance scenario"

@@ -7,4 +7,17 @@ cd "$(dirname "$0")"
 : "${TASKBROKER_ADDR:?set TASKBROKER_ADDR to the broker host:port}"
 npm ci --no-audit --no-fund --loglevel=error >/dev/null
 node_modules/.bin/tsc -p tsconfig.json
-exec node dist/conformance/main.js
+# The unit tests (worker runtime against an in-process fake broker), then the scenario.
+echo "== npm test (worker runtime, fake broker)"
+tests=0
+out="$(mktemp)"
+node --test --test-timeout=30000 --test-reporter=spec dist/test/*.test.js >"$out" 2>&1 || tests=$?
+cat "$out"
+echo "npm test: $(sed -n 's/^ℹ pass //p' "$out") passed, $(sed -n 's/^ℹ fail //p' "$out") failed"
+rm -f "$out"
+[ "$tests" -eq 0 ] || echo "npm test failed (exit $tests); the scenario runs anyway"
+echo "== conformance scenario"
+scenario=0
+node dist/conformance/main.js || scenario=$?
+if [ "$scenario" -ne 0 ]; then exit "$scenario"; fi
+exit "$tests"

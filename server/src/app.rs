@@ -29,7 +29,8 @@ use crate::store::{self, StoreError};
 pub const READINESS: &str = "readiness";
 
 pub(crate) const DESCRIPTOR: &[u8] = tonic::include_file_descriptor_set!("taskbroker_descriptor");
-const KEDA_DESCRIPTOR: &[u8] = tonic::include_file_descriptor_set!("externalscaler_descriptor");
+pub(crate) const KEDA_DESCRIPTOR: &[u8] =
+    tonic::include_file_descriptor_set!("externalscaler_descriptor");
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {

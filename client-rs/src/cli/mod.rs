@@ -28,6 +28,15 @@ pub struct Connection {
     /// Bearer token, for a broker with authentication on.
     #[arg(long, env = "TASKBROKER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// CA certificate (PEM) to trust; turns TLS on. An https:// address uses the system roots.
+    #[arg(long, env = "TASKBROKER_CA")]
+    pub ca: Option<std::path::PathBuf>,
+    /// Client certificate (PEM), for a broker that requires mTLS; needs --client-key.
+    #[arg(long, env = "TASKBROKER_CLIENT_CERT", requires = "client_key")]
+    pub client_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "TASKBROKER_CLIENT_KEY", requires = "client_cert")]
+    pub client_key: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -221,6 +230,20 @@ async fn connect(c: &Connection) -> Result<Client, Error> {
     let mut builder = Client::builder(c.addr.clone());
     if let Some(token) = &c.token {
         builder = builder.bearer_token(token);
+    }
+    if c.ca.is_some() || c.client_cert.is_some() {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| Error::Config(format!("{}: {e}", p.display())))
+        };
+        let mut tls = crate::tls::ClientTlsConfig::new();
+        tls = match &c.ca {
+            Some(ca) => tls.ca_certificate(crate::tls::Certificate::from_pem(read(ca)?)),
+            None => tls.with_enabled_roots(),
+        };
+        if let (Some(cert), Some(key)) = (&c.client_cert, &c.client_key) {
+            tls = tls.identity(crate::tls::Identity::from_pem(read(cert)?, read(key)?));
+        }
+        builder = builder.tls_config(tls);
     }
     builder.connect().await
 }

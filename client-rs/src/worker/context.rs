@@ -4,18 +4,19 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::handler::TaskError;
-use crate::time::from_proto_timestamp;
+use crate::time::{from_proto_timestamp, to_proto_duration};
 use crate::{Client, Error, pb};
 
-/// Why a handler's `cancelled()` fired.
+/// Why a handler's `cancelled()` fired. New reasons may be added: match with a `_` arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CancelReason {
     /// The broker no longer holds the lease for this worker (it expired and was
     /// reclaimed, or the task was settled elsewhere). Nothing the handler returns is
@@ -27,6 +28,8 @@ pub enum CancelReason {
     /// The worker is stopping and the grace period is over; the task is handed back
     /// to the broker to run again at once.
     ShuttingDown,
+    /// The task's deadline has passed: the broker will not accept the work any more.
+    Deadline,
 }
 
 /// The state the worker runtime and a handler share for one leased task.
@@ -40,12 +43,24 @@ pub(crate) struct Shared {
     /// Until when this worker believes the lease holds: the time a call that
     /// extended it was sent, plus the extension. Earlier than the broker's view.
     valid_until: Mutex<Instant>,
+    /// The broker's `lease_expires_at`, as its last answer said.
+    expires_at: Mutex<Option<SystemTime>>,
+    /// Sent as `extend_by` with every checkpoint (the worker's lease duration).
+    extend_by: Duration,
 }
 
 impl Shared {
-    pub(crate) fn new(task: pb::LeasedTask, client: Client, valid_until: Instant) -> Self {
+    pub(crate) fn new(
+        task: pb::LeasedTask,
+        client: Client,
+        valid_until: Instant,
+        extend_by: Duration,
+    ) -> Self {
         let checkpoint = task.has_checkpoint.then(|| task.checkpoint.clone());
+        let expires_at = from_proto_timestamp(task.lease_expires_at.as_ref());
         Shared {
+            expires_at: Mutex::new(expires_at),
+            extend_by,
             task,
             client,
             cancel: CancellationToken::new(),
@@ -76,6 +91,13 @@ impl Shared {
         // Instant, which cannot leave it half-written.
         let mut v = self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
         *v = (*v).max(until);
+    }
+
+    /// Records the broker's `lease_expires_at` from a Heartbeat or Checkpoint answer.
+    pub(crate) fn expires_at_is(&self, at: Option<SystemTime>) {
+        if at.is_some() {
+            *self.expires_at.lock().unwrap_or_else(|p| p.into_inner()) = at;
+        }
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
@@ -176,12 +198,15 @@ impl TaskContext {
             task_id: self.task_id().to_string(),
             lease_token: self.lease_token().to_string(),
             checkpoint: checkpoint.clone(),
-            // The heartbeat keeps the lease alive; a checkpoint only saves progress.
-            extend_by: None,
+            // A task that checkpoints keeps its lease between heartbeats too (spec point 3).
+            extend_by: Some(to_proto_duration(shared.extend_by)),
         };
+        let sent_at = Instant::now();
         match shared.client.checkpoint(req).await {
             Ok(r) => {
                 *shared.checkpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(checkpoint);
+                shared.extended(sent_at + shared.extend_by);
+                shared.expires_at_is(from_proto_timestamp(r.lease_expires_at.as_ref()));
                 if r.cancel_requested {
                     shared.cancel(CancelReason::CancelRequested);
                 }
@@ -204,6 +229,16 @@ impl TaskContext {
 
     pub fn is_cancelled(&self) -> bool {
         self.shared.cancel.is_cancelled()
+    }
+
+    /// When the lease runs out unless extended, as the broker last said (the lease,
+    /// then each heartbeat and checkpoint).
+    pub fn lease_expires_at(&self) -> Option<SystemTime> {
+        *self
+            .shared
+            .expires_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// Why `cancelled()` fired, once it has.

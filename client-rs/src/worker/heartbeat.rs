@@ -114,6 +114,7 @@ impl Heartbeat {
                 shared.mark_lost();
             } else {
                 shared.extended(sent_at + self.extend_by);
+                shared.expires_at_is(from_proto_timestamp(status.lease_expires_at.as_ref()));
                 if status.cancel_requested {
                     shared.cancel(CancelReason::CancelRequested);
                 }

@@ -40,14 +40,74 @@ use crate::{Client, Error, pb};
 
 /// The broker's limit on tasks per Lease call.
 const MAX_LEASE_BATCH: usize = 256;
-const LEASE_BACKOFF_BASE: Duration = Duration::from_millis(200);
-const LEASE_BACKOFF_MAX: Duration = Duration::from_secs(10);
 
-/// Exponential backoff with full jitter: a random pause up to `base * 2^attempt`,
-/// capped at `max`. Spreads reconnecting workers out instead of having them retry in step.
+/// The defaults of docs/client-spec.md, point 1.
+pub mod defaults {
+    use std::time::Duration;
+
+    /// Handlers running at once (and leases held at most).
+    pub const CONCURRENCY: usize = 4;
+    /// The Lease long-poll wait.
+    pub const POLL_WAIT: Duration = Duration::from_secs(10);
+    /// The lease duration, also every extension.
+    pub const LEASE_DURATION: Duration = Duration::from_secs(30);
+    /// How long running handlers may finish after a stop before they are cancelled.
+    pub const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+    /// The first backoff ceiling; it doubles per failure in a row.
+    pub const BACKOFF_BASE: Duration = Duration::from_millis(200);
+    /// The largest backoff ceiling.
+    pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+    /// A third of the lease: two heartbeats may fail before a lease runs out.
+    pub fn heartbeat_interval(lease: Duration) -> Duration {
+        lease / 3
+    }
+}
+
+/// The longest pause after `failures` failed calls in a row (0 = the first):
+/// `min(BACKOFF_MAX, BACKOFF_BASE * 2^failures)`.
+pub fn backoff_ceiling(failures: u32) -> Duration {
+    backoff_bounded(failures, defaults::BACKOFF_BASE, defaults::BACKOFF_MAX)
+}
+
+/// Exponential backoff with full jitter: a random pause in `[0.1, 1] x
+/// backoff_ceiling(failures)`. Spreads reconnecting workers out instead of having them
+/// retry in step.
+pub fn backoff_delay(failures: u32) -> Duration {
+    backoff(failures, defaults::BACKOFF_BASE, defaults::BACKOFF_MAX)
+}
+
+fn backoff_bounded(attempt: u32, base: Duration, max: Duration) -> Duration {
+    base.saturating_mul(1u32 << attempt.min(16)).min(max)
+}
+
 pub(crate) fn backoff(attempt: u32, base: Duration, max: Duration) -> Duration {
-    let ceiling = base.saturating_mul(1u32 << attempt.min(16)).min(max);
-    ceiling.mul_f64(rand::random::<f64>().max(0.1))
+    backoff_bounded(attempt, base, max).mul_f64(rand::random::<f64>().max(0.1))
+}
+
+/// Completes on SIGTERM (how Kubernetes stops a pod) or Ctrl-C: pass it to
+/// [`Worker::run`] so either drains the worker (spec point 6).
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; Ctrl-C only");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// Builds a [`Worker`]; see [`Worker::builder`].
@@ -88,7 +148,7 @@ impl WorkerBuilder {
         self
     }
 
-    /// Handlers running at once, at least 1. Default 10. The worker never holds more
+    /// Handlers running at once, at least 1. Default 4. The worker never holds more
     /// leases than this.
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n.max(1);
@@ -149,11 +209,11 @@ impl Worker {
             client,
             handlers: HashMap::new(),
             queues: Vec::new(),
-            concurrency: 10,
-            lease_duration: Duration::from_secs(30),
+            concurrency: defaults::CONCURRENCY,
+            lease_duration: defaults::LEASE_DURATION,
             heartbeat_interval: None,
-            lease_wait: Duration::from_secs(10),
-            shutdown_grace: Duration::from_secs(30),
+            lease_wait: defaults::POLL_WAIT,
+            shutdown_grace: defaults::STOP_TIMEOUT,
             worker_id: None,
         }
     }
@@ -166,6 +226,25 @@ impl Worker {
     /// The id this worker leases under.
     pub fn worker_id(&self) -> &str {
         &self.worker_id
+    }
+
+    /// The settings in effect: concurrency, lease duration, heartbeat interval, poll
+    /// wait and stop timeout, in that order.
+    pub fn settings(&self) -> (usize, Duration, Duration, Duration, Duration) {
+        let c = &self.config;
+        (
+            c.concurrency,
+            c.lease_duration,
+            c.heartbeat_interval
+                .unwrap_or(defaults::heartbeat_interval(c.lease_duration)),
+            c.lease_wait,
+            c.shutdown_grace,
+        )
+    }
+
+    /// Runs until [`shutdown_signal`] (SIGTERM or Ctrl-C), then drains as [`Worker::run`].
+    pub async fn run_until_signal(self) -> Result<(), Error> {
+        self.run(shutdown_signal()).await
     }
 
     /// Runs until `shutdown` completes, then stops leasing, gives running handlers
@@ -185,7 +264,9 @@ impl Worker {
         }
         let worker_id = self.worker_id.clone();
         let leases = Arc::new(Leases::default());
-        let every = c.heartbeat_interval.unwrap_or(c.lease_duration / 3);
+        let every = c
+            .heartbeat_interval
+            .unwrap_or(defaults::heartbeat_interval(c.lease_duration));
         let heartbeat = Heartbeat {
             client: c.client.clone(),
             worker_id: worker_id.clone(),
@@ -274,11 +355,11 @@ impl Run<'_> {
                 // Empty long before the wait was over: the broker is draining (or the
                 // wait is zero). Back off instead of asking again in a tight loop.
                 Ok(_) => tracing::debug!("lease answered empty early"),
-                Err(e) if is_fatal(&e) => return Err(e),
+                Err(e) if stops_worker(&e) => return Err(e),
                 Err(e) => tracing::warn!(error = %e, "lease failed; retrying"),
             }
             drop(permit);
-            let pause = backoff(failures, LEASE_BACKOFF_BASE, LEASE_BACKOFF_MAX);
+            let pause = backoff_delay(failures);
             failures = failures.saturating_add(1);
             tokio::select! {
                 biased;
@@ -336,7 +417,12 @@ impl Run<'_> {
             queue: task.queue.clone(),
             attempt: task.attempt,
         });
-        let shared = Arc::new(Shared::new(task, c.client.clone(), valid_until));
+        let shared = Arc::new(Shared::new(
+            task,
+            c.client.clone(),
+            valid_until,
+            c.lease_duration,
+        ));
         self.leases.insert(shared.clone());
         let attempt = Attempt {
             shared,
@@ -389,8 +475,9 @@ fn log_join(r: Result<(), tokio::task::JoinError>) {
     }
 }
 
-/// Errors that retrying the same Lease cannot fix.
-fn is_fatal(e: &Error) -> bool {
+/// Errors that retrying the same Lease cannot fix, so they stop the worker (spec point
+/// 5): UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT, UNIMPLEMENTED.
+pub fn stops_worker(e: &Error) -> bool {
     use tonic::Code;
     matches!(
         e.code(),
@@ -399,7 +486,6 @@ fn is_fatal(e: &Error) -> bool {
                 | Code::Unauthenticated
                 | Code::PermissionDenied
                 | Code::Unimplemented
-                | Code::OutOfRange
         )
     )
 }
@@ -407,6 +493,35 @@ fn is_fatal(e: &Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_spec_backoff_doubles_from_200ms_to_a_10s_ceiling_with_jitter() {
+        assert_eq!(backoff_ceiling(0), Duration::from_millis(200));
+        assert_eq!(backoff_ceiling(3), Duration::from_millis(1600));
+        assert_eq!(backoff_ceiling(10), Duration::from_secs(10));
+        assert_eq!(backoff_ceiling(u32::MAX), Duration::from_secs(10));
+        let draws: Vec<Duration> = (0..50).map(|_| backoff_delay(3)).collect();
+        assert!(draws.iter().all(|d| *d >= Duration::from_millis(160)));
+        assert!(draws.iter().any(|d| *d != draws[0]), "no jitter: {draws:?}");
+    }
+
+    #[test]
+    fn only_the_four_unfixable_codes_stop_a_worker() {
+        use tonic::Code;
+        for (code, stops) in [
+            (Code::Unauthenticated, true),
+            (Code::PermissionDenied, true),
+            (Code::InvalidArgument, true),
+            (Code::Unimplemented, true),
+            (Code::Unavailable, false),
+            (Code::OutOfRange, false),
+            (Code::Aborted, false),
+            (Code::Internal, false),
+        ] {
+            let e = Error::from(tonic::Status::new(code, "x"));
+            assert_eq!(stops_worker(&e), stops, "{code:?}");
+        }
+    }
 
     #[test]
     fn backoff_is_bounded_and_never_zero() {

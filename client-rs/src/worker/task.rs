@@ -76,13 +76,27 @@ impl Attempt {
         let task = &self.shared.task;
         let span =
             crate::trace::process_span(&task.queue, &task.task_id, task.attempt, &task.metadata);
+        // The producer's context is also the current OpenTelemetry context while the
+        // handler runs, for code that reads `opentelemetry::Context::current()`.
+        let otel_cx = crate::trace::task_context(&task.metadata);
         // The handler is called inside the future, so a panic in the call itself is
         // caught as well as one in the future it returns.
-        let run = AssertUnwindSafe(tracing::Instrument::instrument(
-            async move { handler(ctx).await },
-            span,
+        let run = AssertUnwindSafe(opentelemetry::context::FutureExt::with_context(
+            tracing::Instrument::instrument(async move { handler(ctx).await }, span),
+            otel_cx,
         ))
         .catch_unwind();
+        // The task's deadline cancels the handler (spec point 4).
+        let deadline = crate::time::from_proto_timestamp(task.deadline.as_ref()).map(|d| {
+            let left = d
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default();
+            let shared = self.shared.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(left).await;
+                shared.cancel(crate::CancelReason::Deadline);
+            })
+        });
         let ended = tokio::select! {
             // A handler that is done wins over a shutdown that fires at the same time.
             biased;
@@ -92,6 +106,9 @@ impl Attempt {
             },
             _ = self.hard_stop.cancelled() => Ended::Stopped,
         };
+        if let Some(timer) = deadline {
+            timer.abort();
+        }
         let outcome = self.settle(ended).await;
         self.leases.remove(&task_id);
         drop(self.permit);

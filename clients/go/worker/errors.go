@@ -17,7 +17,18 @@ var (
 	ErrCancelRequested = errors.New("taskbroker: cancel requested")
 	// ErrStopTimeout: the worker is stopping and Config.StopTimeout has passed.
 	ErrStopTimeout = errors.New("taskbroker: worker stop timeout")
+	// ErrDeadline: the task's deadline has passed; the broker will not accept the work.
+	ErrDeadline = errors.New("taskbroker: task deadline passed")
 )
+
+// StoppedError is what Run returns when the broker refused the worker's Lease with a code that
+// retrying cannot fix (see StopsWorker); Err is the gRPC status error.
+type StoppedError struct{ Err error }
+
+func (e *StoppedError) Error() string {
+	return "taskbroker: worker stopped: lease refused: " + e.Err.Error()
+}
+func (e *StoppedError) Unwrap() error { return e.Err }
 
 // PermanentError marks a failure that retrying cannot fix: the worker reports Fail with
 // non_retryable set and the task goes straight to DEAD.

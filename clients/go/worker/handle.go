@@ -10,18 +10,21 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"taskbroker.dev/go/rpcerr"
-	pb "taskbroker.dev/go/taskbrokerv1"
+	taskbroker "github.com/taskbroker/taskbroker/clients/go"
+	"github.com/taskbroker/taskbroker/clients/go/rpcerr"
+	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
-// handle runs the handler for one leased task and settles it.
-func (w *Worker) handle(lt *pb.LeasedTask) {
-	// Not derived from Run's ctx: a graceful stop lets handlers finish.
-	ctx, cancel := context.WithCancelCause(context.Background())
+// handle runs the handler for one leased task and settles it. parent is Run's context
+// without its cancellation: a graceful stop lets handlers finish, and they keep its values.
+func (w *Worker) handle(parent context.Context, lt *pb.LeasedTask) {
+	// The handler's span context is the producer's (W3C traceparent in the task's metadata).
+	parent = taskbroker.ExtractTrace(parent, lt.GetMetadata())
+	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	if d := lt.GetDeadline(); d != nil {
 		var cancelDeadline context.CancelFunc
-		ctx, cancelDeadline = context.WithDeadline(ctx, d.AsTime())
+		ctx, cancelDeadline = context.WithDeadlineCause(ctx, d.AsTime(), ErrDeadline)
 		defer cancelDeadline()
 	}
 	t := newTask(w, lt, cancel)
@@ -61,10 +64,14 @@ func (w *Worker) handle(lt *pb.LeasedTask) {
 	case errors.As(err, &retry) && retry.RetryAfter > 0:
 		req.RetryAfter = durationpb.New(retry.RetryAfter)
 	}
-	if ferr := w.report(func(rctx context.Context) error {
+	ferr := w.report(func(rctx context.Context) error {
 		_, err := w.broker.Fail(rctx, req)
 		return err
-	}); ferr != nil {
+	})
+	switch {
+	case rpcerr.IsLeaseLost(ferr):
+		log.Info("lease lost; the failure was not recorded", "handler_err", err)
+	case ferr != nil:
 		log.Error("fail failed", "err", ferr, "handler_err", err)
 	}
 }
@@ -82,9 +89,8 @@ func (w *Worker) call(ctx context.Context, t *Task) (result []byte, err error) {
 // report sends Complete or Fail, retrying while the broker is unreachable; both are
 // idempotent for the same lease token. LEASE_LOST is final.
 func (w *Worker) report(send func(context.Context) error) error {
-	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), CallTimeout)
 		err := send(ctx)
 		cancel()
 		if err == nil || rpcerr.IsLeaseLost(err) || attempt == 5 {
@@ -93,7 +99,6 @@ func (w *Worker) report(send func(context.Context) error) error {
 		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
 			return err
 		}
-		time.Sleep(backoff)
-		backoff *= 2
+		time.Sleep(Backoff(attempt - 1))
 	}
 }

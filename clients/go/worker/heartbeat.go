@@ -6,13 +6,13 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	pb "taskbroker.dev/go/taskbrokerv1"
+	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
 // heartbeatLoop extends every running lease in one Heartbeat call every third of the
 // lease duration, so two heartbeats can fail before a lease runs out.
 func (w *Worker) heartbeatLoop(ctx context.Context) {
-	tick := time.NewTicker(w.cfg.LeaseDuration / 3)
+	tick := time.NewTicker(HeartbeatInterval(w.cfg.LeaseDuration))
 	defer tick.Stop()
 	for {
 		select {

@@ -7,8 +7,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"taskbroker.dev/go/rpcerr"
-	pb "taskbroker.dev/go/taskbrokerv1"
+	"github.com/taskbroker/taskbroker/clients/go/rpcerr"
+	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
 // Task is one leased task as a handler sees it. The embedded LeasedTask gives the payload,
@@ -70,6 +70,14 @@ func (t *Task) Checkpoint(ctx context.Context, data []byte) error {
 		t.cancel(ErrCancelRequested)
 	}
 	return nil
+}
+
+// LeaseExpiry is when the lease runs out unless extended, as the broker last said (a
+// heartbeat or a checkpoint moves it).
+func (t *Task) LeaseExpiry() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.expiresAt
 }
 
 func (t *Task) markLost() {

@@ -2,8 +2,12 @@
 // free slots, heartbeats every running lease in one batched call, and settles each task
 // with Complete or Fail from the handler's result.
 //
-//	w, _ := worker.New(conn, worker.Config{Queues: []string{"emails"}, Concurrency: 4}, handle)
-//	err := w.Run(ctx) // returns after ctx ends and running handlers have finished
+//	w, _ := worker.New(conn, worker.Config{Queues: []string{"emails"}}, handle)
+//	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM) // drain on SIGTERM
+//	defer stop()
+//	err := w.Run(ctx) // nil after ctx ends and running handlers have finished
+//
+// Defaults follow docs/client-spec.md (see the Default* constants).
 package worker
 
 import (
@@ -18,7 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	pb "taskbroker.dev/go/taskbrokerv1"
+	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
 // Handler does the work of one task. A nil error completes the task with result; an error
@@ -33,7 +37,7 @@ type Config struct {
 	Queues []string
 	// WorkerID names this worker in the broker's attempts. Default: "<hostname>-<pid>".
 	WorkerID string
-	// Concurrency is how many handlers run at once. Default 1.
+	// Concurrency is how many handlers run at once. Default 4.
 	Concurrency int
 	// LeaseDuration is asked for on Lease and used as the extension on every heartbeat.
 	// Heartbeats go out every third of it. Default 30 s (the broker's default).
@@ -41,7 +45,7 @@ type Config struct {
 	// PollWait is the Lease long-poll wait, 0 to 60 s. Default 10 s.
 	PollWait time.Duration
 	// StopTimeout bounds the drain after Run's context ends: then running handlers' contexts
-	// are cancelled with ErrStopTimeout. 0 means wait for them however long they take.
+	// are cancelled with ErrStopTimeout. Default 30 s; negative waits however long they take.
 	StopTimeout time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
@@ -71,19 +75,22 @@ func New(conn grpc.ClientConnInterface, cfg Config, handler Handler) (*Worker, e
 		cfg.WorkerID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 1
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.StopTimeout == 0 {
+		cfg.StopTimeout = DefaultStopTimeout
 	}
 	if cfg.Concurrency > 256 {
 		return nil, errors.New("worker: Config.Concurrency is above 256, the broker's max_tasks")
 	}
 	if cfg.LeaseDuration == 0 {
-		cfg.LeaseDuration = 30 * time.Second
+		cfg.LeaseDuration = DefaultLeaseDuration
 	}
 	if cfg.LeaseDuration < time.Second {
 		return nil, errors.New("worker: Config.LeaseDuration is below the broker's 1 s minimum")
 	}
 	if cfg.PollWait == 0 {
-		cfg.PollWait = 10 * time.Second
+		cfg.PollWait = DefaultPollWait
 	}
 	if cfg.PollWait < 0 || cfg.PollWait > time.Minute {
 		return nil, errors.New("worker: Config.PollWait is outside 0 to 60 s")
@@ -101,22 +108,25 @@ func New(conn grpc.ClientConnInterface, cfg Config, handler Handler) (*Worker, e
 }
 
 // Run leases and handles tasks until ctx ends, then stops leasing, lets running handlers
-// finish (see Config.StopTimeout), reports their results and returns nil.
+// finish (see Config.StopTimeout), reports their results and returns nil. When the broker
+// refuses the Lease with a code retrying cannot fix (a wrong token, a bad queue name; see
+// StopsWorker) it stops the same way and returns a *StoppedError wrapping that status.
 //
-// A Lease long poll in flight when ctx ends is cancelled; a task the broker granted in that
-// instant is not seen and returns to the queue when its lease expires.
+// Handlers get a context derived from ctx (its values, not its cancellation: a stop lets them
+// finish). A Lease long poll in flight when ctx ends is cancelled; a task the broker granted in
+// that instant is not seen and returns to the queue when its lease expires.
 func (w *Worker) Run(ctx context.Context) error {
 	// Heartbeats outlive ctx: draining handlers still need their leases kept.
-	hbCtx, stopHeartbeats := context.WithCancel(context.Background())
+	hbCtx, stopHeartbeats := context.WithCancel(context.WithoutCancel(ctx))
 	hbDone := make(chan struct{})
 	go func() { defer close(hbDone); w.heartbeatLoop(hbCtx) }()
 
 	var wg sync.WaitGroup
-	w.leaseLoop(ctx, &wg)
+	stopErr := w.leaseLoop(ctx, &wg)
 
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
-	if w.cfg.StopTimeout > 0 {
+	if w.cfg.StopTimeout >= 0 {
 		select {
 		case <-drained:
 		case <-time.After(w.cfg.StopTimeout):
@@ -128,20 +138,24 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	stopHeartbeats()
 	<-hbDone
-	return nil
+	if stopErr != nil {
+		w.log.Error("worker stopped", "err", stopErr)
+	}
+	return stopErr
 }
 
 // leaseLoop holds one slot token per running handler in slots, so a Lease never asks for
 // more tasks than there are free slots.
-func (w *Worker) leaseLoop(ctx context.Context, wg *sync.WaitGroup) {
+func (w *Worker) leaseLoop(ctx context.Context, wg *sync.WaitGroup) error {
 	slots := make(chan struct{}, w.cfg.Concurrency)
-	backoff := time.Duration(0)
+	handlerCtx := context.WithoutCancel(ctx)
+	failures := 0
 	for {
 		// Block until at least one slot is free (or we are stopping).
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
-			return
+			return nil
 		}
 		free := 1
 	more:
@@ -163,29 +177,33 @@ func (w *Worker) leaseLoop(ctx context.Context, wg *sync.WaitGroup) {
 			go func() {
 				defer wg.Done()
 				defer func() { <-slots }()
-				w.handle(lt)
+				w.handle(handlerCtx, lt)
 			}()
 		}
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		if err != nil {
-			backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
-			w.log.Warn("lease failed; retrying", "err", err, "after", backoff)
+			if StopsWorker(err) {
+				return &StoppedError{Err: err}
+			}
+			pause := Backoff(failures)
+			failures++
+			w.log.Warn("lease failed; retrying", "err", err, "after", pause)
 			select {
-			case <-time.After(backoff):
+			case <-time.After(pause):
 			case <-ctx.Done():
-				return
+				return nil
 			}
 			continue
 		}
-		backoff = 0
+		failures = 0
 	}
 }
 
 func (w *Worker) lease(ctx context.Context, n int) ([]*pb.LeasedTask, error) {
 	// The call's own deadline must leave room for the long poll.
-	callCtx, cancel := context.WithTimeout(ctx, w.cfg.PollWait+10*time.Second)
+	callCtx, cancel := context.WithTimeout(ctx, w.cfg.PollWait+LeaseMargin)
 	defer cancel()
 	resp, err := w.broker.Lease(callCtx, &pb.LeaseRequest{
 		WorkerId:      w.cfg.WorkerID,
@@ -199,6 +217,9 @@ func (w *Worker) lease(ctx context.Context, n int) ([]*pb.LeasedTask, error) {
 	}
 	return resp.GetTasks(), nil
 }
+
+// Config is the worker's configuration with the defaults filled in.
+func (w *Worker) Config() Config { return w.cfg }
 
 func (w *Worker) cancelRunning(cause error) {
 	w.mu.Lock()

@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	pb "taskbroker.dev/go/taskbrokerv1"
-	"taskbroker.dev/go/worker"
+	taskbroker "github.com/taskbroker/taskbroker/clients/go"
+	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
+	"github.com/taskbroker/taskbroker/clients/go/worker"
 )
 
 type fixture struct {
@@ -35,7 +35,7 @@ func newFixture(t *testing.T) *fixture {
 	if addr == "" {
 		t.Skip("TASKBROKER_ADDR is not set; these tests need a live broker")
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := taskbroker.NewClient(addr, taskbroker.FromEnv())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,5 +239,32 @@ func TestStopLetsRunningHandlersFinish(t *testing.T) {
 	}
 	if resp.GetTask().GetState() != pb.TaskState_TASK_STATE_SUCCEEDED {
 		t.Errorf("after stop: state %v, want SUCCEEDED", resp.GetTask().GetState())
+	}
+}
+
+type ctxKey struct{}
+
+func TestHandlersSeeTheValuesOfRunsContext(t *testing.T) {
+	f := newFixture(t)
+	ids := f.submit(t, &pb.TaskSpec{})
+	seen := make(chan any, 1)
+	w, err := worker.New(f.conn, worker.Config{Queues: []string{f.queue}, WorkerID: "test-go", PollWait: time.Second},
+		func(ctx context.Context, _ *worker.Task) ([]byte, error) {
+			seen <- ctx.Value(ctxKey{})
+			return nil, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "request-scoped"))
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	f.waitState(t, ids[0], pb.TaskState_TASK_STATE_SUCCEEDED)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run returned %v after its context ended, want nil", err)
+	}
+	if got := <-seen; got != "request-scoped" {
+		t.Fatalf("handler saw %v, want the value from Run's context", got)
 	}
 }

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not ADDR, reason="TASKBROKER_ADDR is not set; ne
 
 @pytest.fixture
 def tb():
-    with Client(ADDR) as client:
+    with Client.from_env(ADDR) as client:
         yield client
 
 

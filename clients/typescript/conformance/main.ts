@@ -10,6 +10,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { durationFromMs, timestampFromMs, timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import {
   connect,
+  optionsFromEnv,
   errorInfo,
   TaskState,
   type AdminClient,
@@ -18,6 +19,7 @@ import {
   type TaskSpecSchema,
 } from "../src/index.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { specCases } from "./spec_cases.js";
 
 const LANG = "typescript";
 const WORKER_ID = `conf-${LANG}`;
@@ -258,6 +260,7 @@ const cases: [string, Case][] = [
       check(ce.rawMessage.includes("tasks[0].queue"), `message "${ce.rawMessage}" does not name tasks[0].queue`);
     },
   ],
+  ...specCases,
 ];
 
 function reasonOf(err: unknown): string {
@@ -273,7 +276,8 @@ async function main(): Promise<number> {
     return 2;
   }
   // Every call gets a deadline, so a broker that hangs fails a case instead of the run.
-  const { broker, admin } = connect(addr, { defaultTimeoutMs: 10_000 });
+  // TLS, mTLS and the token come from TASKBROKER_CA / _CLIENT_CERT / _CLIENT_KEY / _TOKEN.
+  const { broker, admin } = connect(addr, optionsFromEnv({ defaultTimeoutMs: 10_000 }));
   let passed = 0;
   let failed = 0;
   for (const [name, run] of cases) {

@@ -2,9 +2,10 @@
  * Runs a worker on queue "emails" until SIGINT/SIGTERM, then drains.
  *   TASKBROKER_ADDR=127.0.0.1:50051 node dist/examples/worker.js
  */
-import { connect, PermanentError, Worker, type TaskContext } from "../src/index.js";
+import { connect, optionsFromEnv, PermanentError, Worker, type TaskContext } from "../src/index.js";
 
-const { broker } = connect(process.env["TASKBROKER_ADDR"] ?? "127.0.0.1:50051");
+// TASKBROKER_TOKEN / _CA / _CLIENT_CERT / _CLIENT_KEY add a token and TLS when set.
+const { broker } = connect(process.env["TASKBROKER_ADDR"] ?? "127.0.0.1:50051", optionsFromEnv());
 
 async function sendEmail(ctx: TaskContext): Promise<string> {
   let job: { to?: string };
@@ -21,7 +22,4 @@ async function sendEmail(ctx: TaskContext): Promise<string> {
 }
 
 const worker = new Worker(broker, sendEmail, { queues: ["emails"], concurrency: 8 });
-for (const sig of ["SIGINT", "SIGTERM"] as const) {
-  process.once(sig, () => void worker.stop(30_000));
-}
-await worker.run();
+await worker.run({ handleSignals: true }); // SIGTERM or Ctrl-C: stop leasing, drain, resolve

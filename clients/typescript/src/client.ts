@@ -1,14 +1,18 @@
 /**
- * Connecting to a broker: one gRPC (HTTP/2, plaintext) transport shared by the two
- * generated services, and decoding of the broker's rich error details.
+ * Connecting to a broker: one gRPC (HTTP/2; plaintext, TLS or mTLS) transport shared by the
+ * two generated services, a bearer token on every call, and decoding of the broker's rich
+ * error details.
  *
  * Owns no worker logic (see worker.ts) and no message types (see gen/).
  */
 import { createClient, type Client, type Interceptor, type Transport, ConnectError, Code } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import { readFileSync } from "node:fs";
 import { BrokerService } from "./gen/taskbroker/v1/broker_pb.js";
 import { AdminService } from "./gen/taskbroker/v1/admin_pb.js";
 import { ErrorInfoSchema, type ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
+import type { SubmitRequest } from "./gen/taskbroker/v1/broker_pb.js";
+import { currentTraceparent, TRACEPARENT } from "./tracing.js";
 
 /** The ErrorInfo domain of every error the broker raises. */
 export const ERROR_DOMAIN = "taskbroker.dev";
@@ -19,8 +23,24 @@ export const REASON_LEASE_LOST = "LEASE_LOST";
 export type BrokerClient = Client<typeof BrokerService>;
 export type AdminClient = Client<typeof AdminService>;
 
+/** TLS settings, PEM text or bytes. Giving any of them turns TLS on. */
+export interface TlsOptions {
+  /** CA certificate(s) to trust; default Node's bundled roots. */
+  ca?: string | Buffer;
+  /** Client certificate chain, for mTLS (with `key`). */
+  cert?: string | Buffer;
+  /** Client private key, for mTLS (with `cert`). */
+  key?: string | Buffer;
+  /** Server name to verify, when it differs from the address's host. */
+  serverName?: string;
+}
+
 export interface ConnectOptions {
-  /** Extra Connect interceptors (auth headers, tracing), applied to every call. */
+  /** Bearer token, sent as `authorization: Bearer TOKEN` on every call. */
+  token?: string;
+  /** TLS settings (`true`: TLS with Node's bundled roots). An `https://` address turns TLS on too. */
+  tls?: TlsOptions | boolean;
+  /** Extra Connect interceptors (tracing, ...), applied to every call. */
   interceptors?: Interceptor[];
   /** Sends an HTTP/2 PING after this much idleness, so dead connections are noticed. Default 30 s. */
   pingIntervalMs?: number;
@@ -40,10 +60,31 @@ export interface Taskbroker {
  * `http://` / `https://` URL.
  */
 export function connect(address: string, options: ConnectOptions = {}): Taskbroker {
-  const baseUrl = /^https?:\/\//.test(address) ? address : `http://${address}`;
+  const tls = options.tls === true ? {} : options.tls || undefined;
+  const scheme = tls === undefined ? "http" : "https";
+  const baseUrl = /^https?:\/\//.test(address)
+    ? address.replace(/^http:/, tls === undefined ? "http:" : "https:")
+    : `${scheme}://${address}`;
+  if (tls !== undefined && (tls.cert === undefined) !== (tls.key === undefined)) {
+    throw new Error("tls: give both cert and key (mTLS), or neither");
+  }
+  const interceptors = [traceInterceptor, ...(options.interceptors ?? [])];
+  if (options.token) {
+    interceptors.unshift(bearer(options.token));
+  }
   const transport = createGrpcTransport({
     baseUrl,
-    interceptors: options.interceptors ?? [],
+    interceptors,
+    ...(tls === undefined
+      ? {}
+      : {
+          nodeOptions: {
+            ...(tls.ca === undefined ? {} : { ca: tls.ca }),
+            ...(tls.cert === undefined ? {} : { cert: tls.cert }),
+            ...(tls.key === undefined ? {} : { key: tls.key }),
+            ...(tls.serverName === undefined ? {} : { servername: tls.serverName }),
+          },
+        }),
     pingIntervalMs: options.pingIntervalMs ?? 30_000,
     ...(options.defaultTimeoutMs === undefined ? {} : { defaultTimeoutMs: options.defaultTimeoutMs }),
   });
@@ -52,6 +93,58 @@ export function connect(address: string, options: ConnectOptions = {}): Taskbrok
     admin: createClient(AdminService, transport),
     transport,
   };
+}
+
+/**
+ * Sends the active OpenTelemetry context as the `traceparent` header of every call and writes
+ * it into the metadata of every submitted task that has none (spec point 7).
+ */
+const traceInterceptor: Interceptor = (next) => (req) => {
+  const tp = currentTraceparent();
+  if (tp) {
+    req.header.set(TRACEPARENT, tp);
+    if (req.method.name === "Submit" && !req.stream) {
+      for (const task of (req.message as SubmitRequest).tasks) {
+        task.metadata[TRACEPARENT] ??= tp;
+      }
+    }
+  }
+  return next(req);
+};
+
+/** An interceptor that sends the bearer token on every call. */
+function bearer(token: string): Interceptor {
+  return (next) => (req) => {
+    req.header.set("authorization", `Bearer ${token}`);
+    return next(req);
+  };
+}
+
+/**
+ * Options from the standard environment (docs/client-spec.md, point 8): `TASKBROKER_TOKEN`,
+ * `TASKBROKER_CA` (turns TLS on), `TASKBROKER_CLIENT_CERT` and `TASKBROKER_CLIENT_KEY` (mTLS),
+ * merged over `base`.
+ */
+export function optionsFromEnv(base: ConnectOptions = {}, env = process.env): ConnectOptions {
+  const read = (name: string): Buffer | undefined => {
+    const path = env[name];
+    return path ? readFileSync(path) : undefined;
+  };
+  const ca = read("TASKBROKER_CA");
+  const cert = read("TASKBROKER_CLIENT_CERT");
+  const key = read("TASKBROKER_CLIENT_KEY");
+  const out: ConnectOptions = { ...base };
+  if (env["TASKBROKER_TOKEN"]) {
+    out.token = env["TASKBROKER_TOKEN"];
+  }
+  if (ca || cert || key) {
+    out.tls = {
+      ...(ca === undefined ? {} : { ca }),
+      ...(cert === undefined ? {} : { cert }),
+      ...(key === undefined ? {} : { key }),
+    };
+  }
+  return out;
 }
 
 /**
@@ -65,13 +158,14 @@ export function errorInfo(err: unknown): ErrorInfo | undefined {
   return err.findDetails(ErrorInfoSchema)[0];
 }
 
-/** True when the error says the lease is no longer held (status ABORTED, reason LEASE_LOST). */
+/**
+ * True when the error says the lease is no longer held: ABORTED with an ErrorInfo of domain
+ * `taskbroker.dev` and reason `LEASE_LOST`. A bare ABORTED is not (docs/client-spec.md, point 2).
+ */
 export function isLeaseLost(err: unknown): boolean {
   if (!(err instanceof ConnectError) || err.code !== Code.Aborted) {
     return false;
   }
   const info = errorInfo(err);
-  // An ABORTED without details is still a lost lease: it is the only ABORTED the broker raises
-  // on settle calls, and treating it as lost only stops work that could not be settled anyway.
-  return info === undefined || info.reason === REASON_LEASE_LOST;
+  return info !== undefined && info.domain === ERROR_DOMAIN && info.reason === REASON_LEASE_LOST;
 }

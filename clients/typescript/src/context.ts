@@ -2,10 +2,12 @@
  * TaskContext: what a handler sees of one leased task (payload, attempt, checkpoint,
  * abort signal) and the per-task lease bookkeeping the worker's heartbeat loop updates.
  */
-import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { durationFromMs, timestampDate } from "@bufbuild/protobuf/wkt";
+import type { Context as OtelContext } from "@opentelemetry/api";
 import type { LeasedTask } from "./gen/taskbroker/v1/broker_pb.js";
 import { isLeaseLost, type BrokerClient } from "./client.js";
 import { TaskAbortedError, type AbortKind } from "./errors.js";
+import { taskContext } from "./tracing.js";
 
 const utf8 = new TextEncoder();
 
@@ -19,17 +21,25 @@ export function toBytes(data: BytesLike): Uint8Array {
 export class TaskContext {
   /** The task as leased, unchanged. */
   readonly task: LeasedTask;
-  /** Aborted when the lease is lost, the task is cancelled or the worker stops hard. */
+  /** Aborted when the lease is lost, the task is cancelled, its deadline passes or the worker stops hard. */
   readonly signal: AbortSignal;
+  /**
+   * The OpenTelemetry context of the task: the producer's span context from its traceparent
+   * (undefined without `@opentelemetry/api`). The handler runs with it active.
+   */
+  readonly traceContext: OtelContext | undefined;
 
   readonly #broker: BrokerClient;
   readonly #abort = new AbortController();
   #lastCheckpoint: Uint8Array | undefined;
   #leaseExpiresAtMs: number;
+  readonly #extendByMs: number;
 
-  constructor(broker: BrokerClient, task: LeasedTask) {
+  constructor(broker: BrokerClient, task: LeasedTask, extendByMs = 30_000) {
     this.#broker = broker;
     this.task = task;
+    this.#extendByMs = extendByMs;
+    this.traceContext = taskContext(task.metadata);
     this.signal = this.#abort.signal;
     this.#lastCheckpoint = task.hasCheckpoint ? task.checkpoint : undefined;
     this.#leaseExpiresAtMs = task.leaseExpiresAt ? timestampDate(task.leaseExpiresAt).getTime() : Date.now();
@@ -70,7 +80,8 @@ export class TaskContext {
   }
 
   /**
-   * Stores durable progress that the next attempt receives as `lastCheckpoint`.
+   * Stores durable progress that the next attempt receives as `lastCheckpoint`, and extends
+   * the lease by the worker's lease duration (spec point 3).
    * Throws the abort reason when the lease is already lost.
    */
   async checkpoint(data: BytesLike): Promise<void> {
@@ -83,6 +94,7 @@ export class TaskContext {
         taskId: this.task.taskId,
         leaseToken: this.task.leaseToken,
         checkpoint: bytes,
+        extendBy: durationFromMs(this.#extendByMs),
       });
       this.#lastCheckpoint = bytes;
       if (res.leaseExpiresAt) {

@@ -7,7 +7,24 @@
  * The attempt failed but may succeed later: the worker reports Fail and the broker
  * applies the task's retry policy. Any other thrown error is treated the same way.
  */
-export class RetryableError extends Error {
+/** The one base class of this package's errors (gRPC failures stay ConnectError). */
+export class TaskbrokerError extends Error {}
+
+/**
+ * The worker stopped by itself: the broker refused its Lease with a code retrying cannot fix
+ * (UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT, UNIMPLEMENTED). `cause` is the
+ * ConnectError; `run()` rejects with this.
+ */
+export class WorkerStoppedError extends TaskbrokerError {
+  readonly code: number;
+  constructor(message: string, code: number, cause: unknown) {
+    super(message, { cause });
+    this.name = "WorkerStoppedError";
+    this.code = code;
+  }
+}
+
+export class RetryableError extends TaskbrokerError {
   /** Overrides the retry policy's backoff for this retry, in milliseconds. */
   readonly retryAfterMs: number | undefined;
 
@@ -19,7 +36,7 @@ export class RetryableError extends Error {
 }
 
 /** The task can never succeed (bad input): reported as Fail with non_retryable, the task goes DEAD. */
-export class PermanentError extends Error {
+export class PermanentError extends TaskbrokerError {
   constructor(message: string, options: { cause?: unknown } = {}) {
     super(message, { cause: options.cause });
     this.name = "PermanentError";
@@ -31,11 +48,12 @@ export class PermanentError extends Error {
  * - `lost`: the lease is no longer held (expired, reclaimed); nothing will be reported.
  * - `cancelled`: an operator cancelled the task; stop and throw, the worker reports Fail.
  * - `stopping`: the worker is stopping hard after its drain timeout.
+ * - `deadline`: the task's deadline passed; the broker will not accept the work.
  */
-export type AbortKind = "lost" | "cancelled" | "stopping";
+export type AbortKind = "lost" | "cancelled" | "stopping" | "deadline";
 
 /** The `reason` of an aborted task signal. */
-export class TaskAbortedError extends Error {
+export class TaskAbortedError extends TaskbrokerError {
   readonly kind: AbortKind;
 
   constructor(kind: AbortKind, taskId: string) {
@@ -53,5 +71,7 @@ function describe(kind: AbortKind): string {
       return "cancel requested";
     case "stopping":
       return "worker stopping";
+    case "deadline":
+      return "deadline passed";
   }
 }

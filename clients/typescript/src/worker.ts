@@ -7,7 +7,13 @@
  *   operator asks to cancel it.
  * - A handler's result is reported with Complete; a thrown PermanentError with
  *   Fail(non_retryable); any other error with Fail, so the broker's retry policy applies.
- * - stop() stops leasing and drains; after its timeout it aborts the handlers' signals.
+ * - stop() (or close(), or the `signal` given to run(), or SIGTERM/SIGINT with
+ *   `handleSignals`) stops leasing and drains; after its timeout it aborts the handlers' signals.
+ * - A Lease refused with UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT or UNIMPLEMENTED
+ *   stops the worker: run() rejects with WorkerStoppedError. Other errors are retried after a
+ *   jittered backoff. A task's deadline aborts its signal (kind "deadline").
+ *
+ * Defaults follow docs/client-spec.md (see DEFAULTS in spec.ts).
  */
 import { hostname } from "node:os";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -15,7 +21,9 @@ import { durationFromMs, timestampDate } from "@bufbuild/protobuf/wkt";
 import type { LeasedTask } from "./gen/taskbroker/v1/broker_pb.js";
 import { isLeaseLost, type BrokerClient } from "./client.js";
 import { TaskContext, toBytes, type BytesLike } from "./context.js";
-import { PermanentError, RetryableError } from "./errors.js";
+import { PermanentError, RetryableError, WorkerStoppedError } from "./errors.js";
+import { backoffMs, DEFAULTS, heartbeatIntervalMs, stopsWorker } from "./spec.js";
+import { withContext } from "./tracing.js";
 
 /** Does the work of one task. Resolve (optionally with a result) to complete it; throw to fail it. */
 export type Handler = (ctx: TaskContext) => Promise<BytesLike | void>;
@@ -29,12 +37,21 @@ export interface WorkerOptions {
   concurrency?: number;
   /** Lease (and heartbeat extension) length in ms. Default 30 s; the broker allows 1 s to 24 h. */
   leaseDurationMs?: number;
-  /** Long-poll wait of each Lease call in ms, 0 to 60 s. Default 20 s. */
+  /** Long-poll wait of each Lease call in ms, 0 to 60 s. Default 10 s. */
   pollWaitMs?: number;
   /** Time between heartbeats in ms. Default a third of leaseDurationMs. */
   heartbeatIntervalMs?: number;
+  /** How long stop() lets running handlers finish before aborting them, in ms. Default 30 s. */
+  stopTimeoutMs?: number;
   /** Called with errors the worker survives (broker unreachable, a report that failed). */
   onError?: (err: unknown, during: string) => void;
+}
+
+export interface RunOptions {
+  /** Aborting it stops the worker as stop() does; run() then resolves once drained. */
+  signal?: AbortSignal;
+  /** Stop on SIGTERM and SIGINT (Kubernetes, Ctrl-C) while running. Default false. */
+  handleSignals?: boolean;
 }
 
 interface Running {
@@ -51,6 +68,7 @@ export class Worker {
   readonly #leaseDurationMs: number;
   readonly #pollWaitMs: number;
   readonly #heartbeatIntervalMs: number;
+  readonly #stopTimeoutMs: number;
   readonly #onError: (err: unknown, during: string) => void;
 
   readonly #running = new Map<string, Running>();
@@ -61,6 +79,7 @@ export class Worker {
   /** Resolves the lease loop's wait for a free slot. */
   #slotFreed: (() => void) | undefined;
   #runPromise: Promise<void> | undefined;
+  #failure: WorkerStoppedError | undefined;
 
   constructor(broker: BrokerClient, handler: Handler, options: WorkerOptions) {
     if (options.queues.length === 0) {
@@ -70,10 +89,11 @@ export class Worker {
     this.#handler = handler;
     this.#queues = [...options.queues];
     this.workerId = options.workerId ?? `${hostname()}-${process.pid}`;
-    this.#concurrency = clamp(options.concurrency ?? 4, 1, 256);
-    this.#leaseDurationMs = Math.max(options.leaseDurationMs ?? 30_000, 1_000);
-    this.#pollWaitMs = clamp(options.pollWaitMs ?? 20_000, 0, 60_000);
-    this.#heartbeatIntervalMs = options.heartbeatIntervalMs ?? Math.floor(this.#leaseDurationMs / 3);
+    this.#concurrency = clamp(options.concurrency ?? DEFAULTS.concurrency, 1, 256);
+    this.#leaseDurationMs = Math.max(options.leaseDurationMs ?? DEFAULTS.leaseDurationMs, 1_000);
+    this.#pollWaitMs = clamp(options.pollWaitMs ?? DEFAULTS.pollWaitMs, 0, 60_000);
+    this.#heartbeatIntervalMs = options.heartbeatIntervalMs ?? heartbeatIntervalMs(this.#leaseDurationMs);
+    this.#stopTimeoutMs = options.stopTimeoutMs ?? DEFAULTS.stopTimeoutMs;
     this.#onError = options.onError ?? ((err, during) => console.error(`taskbroker worker: ${during}:`, err));
   }
 
@@ -82,20 +102,55 @@ export class Worker {
     return this.#running.size;
   }
 
-  /** Leases and runs tasks until stop(); resolves once every started task is settled. */
-  run(): Promise<void> {
-    this.#runPromise ??= this.#run();
-    return this.#runPromise;
+  /** The settings in effect, defaults filled in. */
+  get settings() {
+    return {
+      concurrency: this.#concurrency,
+      leaseDurationMs: this.#leaseDurationMs,
+      pollWaitMs: this.#pollWaitMs,
+      heartbeatIntervalMs: this.#heartbeatIntervalMs,
+      stopTimeoutMs: this.#stopTimeoutMs,
+    };
   }
 
   /**
-   * Stops leasing and waits for running tasks to finish. After `timeoutMs` their signals are
-   * aborted (kind "stopping") and the worker waits for the handlers to return.
+   * Leases and runs tasks until stop(), `signal` aborts or (with `handleSignals`) SIGTERM or
+   * SIGINT arrives; resolves once every started task is settled. Rejects with
+   * WorkerStoppedError when the broker refused the worker for good.
    */
-  async stop(timeoutMs = 30_000): Promise<void> {
+  run(options: RunOptions = {}): Promise<void> {
+    if (this.#runPromise) {
+      return this.#runPromise;
+    }
+    const onStop = () => void this.stop().catch(() => {});
+    options.signal?.addEventListener("abort", onStop, { once: true });
+    if (options.signal?.aborted) onStop();
+    if (options.handleSignals) {
+      process.on("SIGTERM", onStop);
+      process.on("SIGINT", onStop);
+    }
+    this.#runPromise = this.#run().finally(() => {
+      options.signal?.removeEventListener("abort", onStop);
+      process.off("SIGTERM", onStop);
+      process.off("SIGINT", onStop);
+    });
+    return this.#runPromise;
+  }
+
+  /** stop() with the worker's stop timeout; resolves at once for a worker never run. */
+  close(): Promise<void> {
+    return this.stop();
+  }
+
+  /**
+   * Stops leasing and waits for running tasks to finish. After `timeoutMs` (default the
+   * worker's stopTimeoutMs) their signals are aborted (kind "stopping") and the worker waits for
+   * the handlers to return. Never rejects: run() reports why a worker stopped by itself.
+   */
+  async stop(timeoutMs = this.#stopTimeoutMs): Promise<void> {
     this.#stopping.abort();
     this.#slotFreed?.();
-    const run = this.#runPromise ?? Promise.resolve();
+    const run = (this.#runPromise ?? Promise.resolve()).catch(() => {});
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<boolean>((resolve) => {
       timer = setTimeout(() => resolve(true), timeoutMs);
@@ -119,11 +174,14 @@ export class Worker {
     }
     this.#heartbeatStop.abort();
     await heartbeats;
+    if (this.#failure) {
+      throw this.#failure;
+    }
   }
 
   async #leaseLoop(): Promise<void> {
     const stop = this.#stopping.signal;
-    let backoffMs = 100;
+    let failures = 0;
     while (!stop.aborted) {
       const free = this.#concurrency - this.#running.size;
       if (free <= 0) {
@@ -141,9 +199,9 @@ export class Worker {
             wait: durationFromMs(this.#pollWaitMs),
           },
           // The call's deadline leaves the broker room to answer an empty long poll.
-          { signal: stop, timeoutMs: this.#pollWaitMs + 10_000 },
+          { signal: stop, timeoutMs: this.#pollWaitMs + DEFAULTS.leaseMarginMs },
         );
-        backoffMs = 100;
+        failures = 0;
         for (const task of res.tasks) {
           this.#start(task);
         }
@@ -151,16 +209,29 @@ export class Worker {
         if (stop.aborted) {
           break;
         }
+        if (stopsWorker(err)) {
+          const code = (err as ConnectError).code;
+          this.#failure = new WorkerStoppedError(`lease refused: ${Code[code]}: ${(err as ConnectError).rawMessage}`, code, err);
+          this.#onError(this.#failure, "lease");
+          this.#stopping.abort();
+          break;
+        }
         this.#onError(err, "lease");
-        await sleep(backoffMs, stop);
-        backoffMs = Math.min(backoffMs * 2, 5_000);
+        await sleep(backoffMs(failures), stop);
+        failures++;
       }
     }
   }
 
   #start(task: LeasedTask): void {
-    const ctx = new TaskContext(this.#broker, task);
+    const ctx = new TaskContext(this.#broker, task, this.#leaseDurationMs);
+    let deadlineTimer: NodeJS.Timeout | undefined;
+    if (task.deadline) {
+      const ms = Math.max(timestampDate(task.deadline).getTime() - Date.now(), 0);
+      deadlineTimer = setTimeout(() => ctx.abort("deadline"), ms);
+    }
     const done = this.#execute(ctx).finally(() => {
+      clearTimeout(deadlineTimer);
       this.#running.delete(task.taskId);
       this.#slotFreed?.();
     });
@@ -170,7 +241,7 @@ export class Worker {
   async #execute(ctx: TaskContext): Promise<void> {
     let outcome: { ok: true; result: BytesLike | void } | { ok: false; error: unknown };
     try {
-      outcome = { ok: true, result: await this.#handler(ctx) };
+      outcome = { ok: true, result: await withContext(ctx.traceContext, () => this.#handler(ctx)) };
     } catch (error) {
       outcome = { ok: false, error };
     }
@@ -192,8 +263,8 @@ export class Worker {
         }
         return;
       } catch (err) {
-        if (isTransient(err) && tries < 3) {
-          await new Promise((resolve) => setTimeout(resolve, 200 * tries));
+        if (isTransient(err) && tries < 5) {
+          await new Promise((resolve) => setTimeout(resolve, backoffMs(tries - 1)));
           continue;
         }
         if (!isLeaseLost(err)) {

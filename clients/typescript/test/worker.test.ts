@@ -192,3 +192,24 @@ test("stop() after its timeout aborts handlers with kind stopping", async () => 
   assert.equal(fake.fails.length, 1);
   assert.match(fake.fails[0]!.errorMessage, /worker stopping/);
 });
+
+test("close() of a worker never run resolves at once", async () => {
+  const w = worker(async () => {});
+  await w.close();
+  assert.equal(w.inFlight, 0);
+});
+
+test("run({ signal }) drains and resolves when the signal aborts", async () => {
+  fake.add("a");
+  let finished = false;
+  const w = worker(async () => {
+    await sleep(100);
+    finished = true;
+  });
+  const ac = new AbortController();
+  const run = w.run({ signal: ac.signal });
+  await until(() => w.inFlight === 1);
+  ac.abort();
+  await run;
+  assert.ok(finished, "run() resolved before the running task finished");
+});

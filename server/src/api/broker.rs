@@ -74,6 +74,12 @@ impl BrokerService for BrokerApi {
         request: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitResponse>, Status> {
         let producer = super::producer_of(&request);
+        // The caller's own context, as the client libraries send it (docs/client-spec.md, 7).
+        let header_tp = request
+            .metadata()
+            .get(TRACEPARENT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let tasks = request
             .into_inner()
             .tasks
@@ -94,7 +100,9 @@ impl BrokerService for BrokerApi {
         };
         // One `create <queue>` span per task (a child of the caller's `send`); its
         // context travels in the task's metadata to the worker's `process` span
-        // (unless the producer put a traceparent of its own there).
+        // (unless the producer put a traceparent of its own there; one equal to the call's
+        // header is the client library's copy of the caller's context, of which `create` is
+        // a child, so `create` replaces it).
         let spans: Vec<tracing::Span> = tasks
             .iter()
             .map(|t| {
@@ -111,7 +119,8 @@ impl BrokerService for BrokerApi {
             .collect();
         let mut tasks = tasks;
         for (t, span) in tasks.iter_mut().zip(&spans) {
-            if !t.metadata.contains_key(TRACEPARENT)
+            let own = t.metadata.get(TRACEPARENT);
+            if (own.is_none() || own == header_tp.as_ref())
                 && let Some(tp) = crate::telemetry::traceparent(span)
             {
                 t.metadata.insert(TRACEPARENT.into(), tp);

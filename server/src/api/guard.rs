@@ -70,18 +70,19 @@ pub struct Guard<S> {
 /// ...), read from its own descriptors: the only values the method label takes
 /// besides `unknown`, so calls to made-up paths cannot grow `/metrics`.
 static KNOWN_METHODS: LazyLock<HashSet<String>> = LazyLock::new(|| {
-    let set: prost_types::FileDescriptorSet =
-        prost::Message::decode(crate::app::DESCRIPTOR).unwrap_or_default();
-    set.file
-        .iter()
-        .flat_map(|f| {
-            f.service.iter().flat_map(move |s| {
-                s.method
-                    .iter()
-                    .map(move |m| format!("/{}.{}/{}", f.package(), s.name(), m.name()))
-            })
-        })
-        .collect()
+    let mut known = HashSet::new();
+    for descriptor in [crate::app::DESCRIPTOR, crate::app::KEDA_DESCRIPTOR] {
+        let set: prost_types::FileDescriptorSet =
+            prost::Message::decode(descriptor).unwrap_or_default();
+        for f in &set.file {
+            for s in &f.service {
+                for m in &s.method {
+                    known.insert(format!("/{}.{}/{}", f.package(), s.name(), m.name()));
+                }
+            }
+        }
+    }
+    known
 });
 
 /// The method label of a request path.

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"taskbroker.dev/go/rpcerr"
-	pb "taskbroker.dev/go/taskbrokerv1"
+	"github.com/taskbroker/taskbroker/clients/go/rpcerr"
+	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
 func leaseOrder(ctx context.Context, e *env, q string) error {

@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	pb "taskbroker.dev/go/taskbrokerv1"
+	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
 func lease(ctx context.Context, e *env, q string, n uint32, leaseFor, wait time.Duration) ([]*pb.LeasedTask, error) {

@@ -10,15 +10,16 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
-	pb "taskbroker.dev/go/taskbrokerv1"
+	taskbroker "github.com/taskbroker/taskbroker/clients/go"
+	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
 const workerID = "conf-go"
 
 // env is what every case gets: the two service clients.
 type env struct {
+	conn   *grpc.ClientConn
 	broker pb.BrokerServiceClient
 	admin  pb.AdminServiceClient
 }
@@ -39,6 +40,13 @@ var cases = []testCase{
 	{"complete_result", completeResult},
 	{"cancel_running", cancelRunning},
 	{"bad_input", badInput},
+	{"spec_defaults", specDefaults},
+	{"lease_lost_reason", leaseLostReason},
+	{"checkpoint_extends", checkpointExtends},
+	{"deadline_cancels", deadlineCancels},
+	{"stop_codes", stopCodes},
+	{"drain_on_sigterm", drainOnSigterm},
+	{"trace_propagation", traceContextPropagates},
 }
 
 func main() {
@@ -47,13 +55,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "TASKBROKER_ADDR is not set (host:port)")
 		os.Exit(2)
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// TLS, mTLS and the token come from TASKBROKER_CA / _CLIENT_CERT / _CLIENT_KEY / _TOKEN.
+	conn, err := taskbroker.NewClient(addr, taskbroker.FromEnv())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "connect:", err)
 		os.Exit(2)
 	}
 	defer conn.Close()
-	e := &env{broker: pb.NewBrokerServiceClient(conn), admin: pb.NewAdminServiceClient(conn)}
+	e := &env{conn: conn, broker: pb.NewBrokerServiceClient(conn), admin: pb.NewAdminServiceClient(conn)}
 
 	passed, failed := 0, 0
 	for _, c := range cases {

@@ -1,14 +1,123 @@
-"""A channel to the broker with both service stubs."""
+"""A channel to the broker with both service stubs, and how to connect (token, TLS)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import os
 from collections.abc import Mapping
 
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from taskbroker import tracing
 from taskbroker.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc
+
+
+@dataclasses.dataclass(frozen=True)
+class TLSConfig:
+    """TLS settings, as PEM bytes: the CA to trust (None: the system roots) and, for mTLS,
+    the client certificate chain and its private key."""
+
+    ca: bytes | None = None
+    cert: bytes | None = None
+    key: bytes | None = None
+
+    @classmethod
+    def from_files(cls, ca: str | None = None, cert: str | None = None, key: str | None = None) -> TLSConfig:
+        """Reads the PEM files that are given."""
+        if (cert is None) != (key is None):
+            raise ValueError("pass both cert and key (mTLS), or neither")
+        return cls(ca=_read(ca), cert=_read(cert), key=_read(key))
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert
+        )
+
+
+def _read(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectOptions:
+    """How to reach a broker: ``target`` (host:port), a bearer ``token``, ``tls`` settings
+    (``TLSConfig``; ``True`` for the system roots). See ``ConnectOptions.from_env``."""
+
+    target: str
+    token: str | None = None
+    tls: TLSConfig | bool | None = None
+
+    @classmethod
+    def from_env(cls, target: str | None = None) -> ConnectOptions:
+        """The standard environment (docs/client-spec.md, point 8): ``TASKBROKER_ADDR``,
+        ``TASKBROKER_TOKEN``, ``TASKBROKER_CA`` (turns TLS on), ``TASKBROKER_CLIENT_CERT`` and
+        ``TASKBROKER_CLIENT_KEY`` (mTLS)."""
+        env = {k: v for k, v in os.environ.items() if k.startswith("TASKBROKER_") and v}
+        target = target or env.get("TASKBROKER_ADDR", "127.0.0.1:50051")
+        ca, cert, key = env.get("TASKBROKER_CA"), env.get("TASKBROKER_CLIENT_CERT"), env.get("TASKBROKER_CLIENT_KEY")
+        tls = TLSConfig.from_files(ca, cert, key) if (ca or cert or key) else None
+        return cls(target=target, token=env.get("TASKBROKER_TOKEN"), tls=tls)
+
+    def metadata(self) -> list[tuple[str, str]]:
+        return [("authorization", f"Bearer {self.token}")] if self.token else []
+
+    def channel_credentials(self) -> grpc.ChannelCredentials | None:
+        if self.tls is None or self.tls is False:
+            return None
+        if self.tls is True:
+            return grpc.ssl_channel_credentials()
+        return self.tls.credentials()
+
+
+class _TokenInterceptor(
+    grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
+):
+    """Adds ``authorization: Bearer TOKEN`` to every call. An interceptor rather than call
+    credentials, so the token also works on a plaintext channel inside a mesh."""
+
+    def __init__(self, metadata: list[tuple[str, str]]) -> None:
+        self._metadata = metadata
+
+    def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+        return _CallDetails(
+            details.method,
+            details.timeout,
+            list(details.metadata or []) + self._metadata,
+            details.credentials,
+            getattr(details, "wait_for_ready", None),
+            getattr(details, "compression", None),
+        )
+
+    def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):  # type: ignore[no-untyped-def]
+        return continuation(self._details(details), request)
+
+
+class _CallDetails(grpc.ClientCallDetails):  # type: ignore[misc]
+    def __init__(self, method, timeout, metadata, credentials, wait_for_ready, compression):  # type: ignore[no-untyped-def]
+        self.method = method
+        self.timeout = timeout
+        self.metadata = metadata
+        self.credentials = credentials
+        self.wait_for_ready = wait_for_ready
+        self.compression = compression
+
+
+def open_channel(options: ConnectOptions) -> grpc.Channel:
+    """A sync channel with the options' TLS settings and token."""
+    creds = options.channel_credentials()
+    channel = grpc.secure_channel(options.target, creds) if creds else grpc.insecure_channel(options.target)
+    if options.token:
+        channel = grpc.intercept_channel(channel, _TokenInterceptor(options.metadata()))
+    return channel
 
 
 class Client:
@@ -16,15 +125,35 @@ class Client:
 
     >>> with Client("127.0.0.1:50051") as tb:
     ...     task_id = tb.submit("emails", b"hello").task_id
+    >>> Client("broker:50051", token=os.environ["TASKBROKER_TOKEN"],
+    ...        tls=TLSConfig.from_files(ca="ca.pem", cert="client.pem", key="client.key"))
+    >>> Client.from_env()  # TASKBROKER_ADDR, _TOKEN, _CA, _CLIENT_CERT, _CLIENT_KEY
     """
 
-    def __init__(self, target: str | None = None, *, channel: grpc.Channel | None = None) -> None:
+    def __init__(
+        self,
+        target: str | None = None,
+        *,
+        channel: grpc.Channel | None = None,
+        token: str | None = None,
+        tls: TLSConfig | bool | None = None,
+    ) -> None:
         if (target is None) == (channel is None):
-            raise ValueError("pass exactly one of target (host:port, plaintext) or channel")
+            raise ValueError("pass exactly one of target (host:port) or channel")
+        if channel is not None and (token or tls):
+            raise ValueError("token and tls apply to a target; a channel brings its own")
         self._owns_channel = channel is None
-        self.channel: grpc.Channel = channel or grpc.insecure_channel(target)  # type: ignore[arg-type]
+        if channel is None:
+            channel = open_channel(ConnectOptions(target=target, token=token, tls=tls))  # type: ignore[arg-type]
+        self.channel: grpc.Channel = channel
         self.broker = broker_pb2_grpc.BrokerServiceStub(self.channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
+
+    @classmethod
+    def from_env(cls, target: str | None = None) -> Client:
+        """A client configured from the standard environment; see ``ConnectOptions.from_env``."""
+        o = ConnectOptions.from_env(target)
+        return cls(o.target, token=o.token, tls=o.tls)
 
     def submit(
         self,
@@ -39,20 +168,27 @@ class Client:
         metadata: Mapping[str, str] | None = None,
         timeout: float = 30.0,
     ) -> broker_pb2.SubmitResult:
-        """Submits one task and returns its SubmitResult (task_id, deduplicated)."""
+        """Submits one task and returns its SubmitResult (task_id, deduplicated).
+
+        The current OpenTelemetry context's ``traceparent`` goes into the task's metadata
+        (unless ``metadata`` has one) and into the call's headers.
+        """
+        meta = dict(metadata or {})
+        tracing.inject(meta)
         spec = broker_pb2.TaskSpec(
             queue=queue,
             payload=payload,
             key=key,
             priority=priority,
             retry=retry,
-            metadata=dict(metadata or {}),
+            metadata=meta,
         )
         if run_at is not None:
             spec.run_at.CopyFrom(timestamp(run_at))
         if deadline is not None:
             spec.deadline.CopyFrom(timestamp(deadline))
-        resp = self.broker.Submit(broker_pb2.SubmitRequest(tasks=[spec]), timeout=timeout)
+        headers = list(tracing.current_headers().items())
+        resp = self.broker.Submit(broker_pb2.SubmitRequest(tasks=[spec]), timeout=timeout, metadata=headers or None)
         return resp.results[0]
 
     def close(self) -> None:

@@ -17,14 +17,16 @@ if TYPE_CHECKING:
 LEASE_LOST = "lease_lost"
 CANCEL_REQUESTED = "cancel_requested"
 STOPPING = "stopping"
+DEADLINE = "deadline"
 
 
 class TaskContext:
     """One leased task as a handler sees it.
 
     ``cancelled`` is set when the handler should stop: ``cancel_reason`` says why
-    (``"lease_lost"``, ``"cancel_requested"`` by an operator, or ``"stopping"`` after the
-    worker's stop timeout). Long handlers should check it between steps.
+    (``"lease_lost"``, ``"cancel_requested"`` by an operator, ``"deadline"`` when the task's
+    deadline passed, or ``"stopping"`` after the worker's stop timeout). Long handlers should
+    check it between steps.
     """
 
     def __init__(
@@ -42,6 +44,7 @@ class TaskContext:
         self._last_checkpoint: bytes | None = task.checkpoint if task.has_checkpoint else None
         self._lost = False
         self._expires_at = task.lease_expires_at.ToDatetime(tzinfo=datetime.timezone.utc)
+        self._deadline_timer: threading.Timer | None = None  # set by the worker
 
     @property
     def task_id(self) -> str:
@@ -70,6 +73,19 @@ class TaskContext:
         """The newest checkpoint: this attempt's, else the one an earlier attempt saved."""
         with self._lock:
             return self._last_checkpoint
+
+    @property
+    def lease_expires_at(self) -> datetime.datetime:
+        """When the lease runs out unless extended, as the broker last said."""
+        with self._lock:
+            return self._expires_at
+
+    @property
+    def deadline(self) -> datetime.datetime | None:
+        """The task's deadline, if it has one."""
+        if not self.task.HasField("deadline"):
+            return None
+        return self.task.deadline.ToDatetime(tzinfo=datetime.timezone.utc)
 
     @property
     def lost(self) -> bool:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
-from google.rpc import error_details_pb2
+import grpc.aio
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
 #: The google.rpc.ErrorInfo domain of every reason the broker defines.
@@ -12,7 +15,21 @@ ERROR_DOMAIN = "taskbroker.dev"
 REASON_LEASE_LOST = "LEASE_LOST"
 
 
-class RetryableError(Exception):
+class TaskbrokerError(Exception):
+    """The base of every exception this package raises or interprets (gRPC errors stay
+    ``grpc.RpcError``; ``WorkerStoppedError`` carries one as ``__cause__``)."""
+
+
+class WorkerStoppedError(TaskbrokerError):
+    """The worker stopped by itself: the broker refused its Lease with a code retrying cannot
+    fix (UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT, UNIMPLEMENTED). ``code`` is it."""
+
+    def __init__(self, message: str, code: grpc.StatusCode) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class RetryableError(TaskbrokerError):
     """A failure the broker should retry; ``retry_after`` (seconds) overrides the backoff.
 
     Any exception other than PermanentError is retried too: raise this one only to set
@@ -24,22 +41,40 @@ class RetryableError(Exception):
         self.retry_after = retry_after
 
 
-class PermanentError(Exception):
+class PermanentError(TaskbrokerError):
     """A failure that retrying cannot fix: the task goes straight to DEAD."""
 
 
-class LeaseLostError(Exception):
+class LeaseLostError(TaskbrokerError):
     """The broker no longer holds this task for us; stop working on it."""
+
+
+def _status(err: BaseException) -> status_pb2.Status | None:
+    """The google.rpc.Status of a failed call, sync (grpc.Call) or asyncio (AioRpcError)."""
+    if isinstance(err, grpc.aio.AioRpcError):
+        trailers: Any = err.trailing_metadata() or ()
+        for key, value in trailers:
+            if key == "grpc-status-details-bin" and isinstance(value, bytes):
+                return status_pb2.Status.FromString(value)
+        return None
+    if isinstance(err, grpc.Call):
+        return rpc_status.from_call(err)
+    return None
+
+
+def _code(err: BaseException) -> grpc.StatusCode | None:
+    if isinstance(err, (grpc.Call, grpc.aio.AioRpcError)):
+        return err.code()  # type: ignore[no-any-return]
+    return None
 
 
 def error_info(err: BaseException) -> error_details_pb2.ErrorInfo | None:
     """The first google.rpc.ErrorInfo in a gRPC error's status details, or None.
 
-    The details travel in the ``grpc-status-details-bin`` trailer.
+    The details travel in the ``grpc-status-details-bin`` trailer. Works for the sync and the
+    asyncio (``grpc.aio.AioRpcError``) errors.
     """
-    if not isinstance(err, grpc.Call):
-        return None
-    status = rpc_status.from_call(err)
+    status = _status(err)
     if status is None:
         return None
     for detail in status.details:
@@ -51,8 +86,9 @@ def error_info(err: BaseException) -> error_details_pb2.ErrorInfo | None:
 
 
 def is_lease_lost(err: BaseException) -> bool:
-    """True for the broker's ABORTED / LEASE_LOST answer to a stale lease token."""
-    if not isinstance(err, grpc.Call) or err.code() != grpc.StatusCode.ABORTED:
+    """True for the broker's ABORTED / LEASE_LOST answer to a stale lease token: by the
+    ErrorInfo reason, never by the bare code (docs/client-spec.md, point 2)."""
+    if _code(err) != grpc.StatusCode.ABORTED:
         return False
     info = error_info(err)
     return info is not None and info.domain == ERROR_DOMAIN and info.reason == REASON_LEASE_LOST

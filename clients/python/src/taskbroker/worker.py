@@ -5,17 +5,21 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import signal
 import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any
 
 import grpc
 
+from taskbroker import spec, tracing
 from taskbroker.client import Client, duration
-from taskbroker.context import CANCEL_REQUESTED, STOPPING, TaskContext
-from taskbroker.errors import PermanentError, RetryableError, is_lease_lost
+from taskbroker.context import CANCEL_REQUESTED, DEADLINE, STOPPING, TaskContext
+from taskbroker.errors import PermanentError, RetryableError, WorkerStoppedError, is_lease_lost
 from taskbroker.v1 import broker_pb2
 
 log = logging.getLogger("taskbroker.worker")
@@ -34,9 +38,18 @@ class Worker:
       RetryableError or any other exception fails the attempt for a retry.
     - ``stop()`` stops leasing and waits for running handlers; after ``stop_timeout``
       seconds it sets their ``ctx.cancelled`` (reason ``"stopping"``) and keeps waiting.
+    - ``run()`` in the main thread stops the same way on SIGTERM or SIGINT (Kubernetes, Ctrl-C).
+    - A Lease refused with UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT or
+      UNIMPLEMENTED stops the worker: ``run()`` raises WorkerStoppedError. Other errors are
+      retried after a jittered backoff.
+    - A task's deadline sets its ``ctx.cancelled`` (reason ``"deadline"``).
 
-    >>> w = Worker("127.0.0.1:50051", ["emails"], send_email, concurrency=4)
-    >>> w.run()  # until w.stop() from another thread or a signal handler
+    Defaults follow docs/client-spec.md (``taskbroker.spec``).
+
+    >>> w = Worker(Client.from_env(), ["emails"], send_email)
+    >>> w.run()  # until SIGTERM, Ctrl-C or w.stop() from another thread
+    >>> with Worker(Client.from_env(), ["emails"], send_email):  # runs in the background
+    ...     ...  # leaving the block stops and drains it
     """
 
     def __init__(
@@ -45,11 +58,11 @@ class Worker:
         queues: Sequence[str],
         handler: Handler,
         *,
-        concurrency: int = 1,
-        lease_duration: float = 30.0,
-        poll_wait: float = 10.0,
+        concurrency: int = spec.DEFAULT_CONCURRENCY,
+        lease_duration: float = spec.DEFAULT_LEASE_DURATION,
+        poll_wait: float = spec.DEFAULT_POLL_WAIT,
         worker_id: str | None = None,
-        stop_timeout: float | None = None,
+        stop_timeout: float | None = spec.DEFAULT_STOP_TIMEOUT,
     ) -> None:
         if not queues:
             raise ValueError("queues is empty")
@@ -82,6 +95,20 @@ class Worker:
         self._lease_call: grpc.Future | None = None
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failure: WorkerStoppedError | None = None
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return spec.heartbeat_interval(self.lease_duration)
+
+    def __enter__(self) -> Worker:  # noqa: PYI034 -- typing.Self needs 3.11
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
 
     # Life cycle.
 
@@ -90,20 +117,49 @@ class Worker:
         self._thread = threading.Thread(target=self.run, name="taskbroker-worker", daemon=True)
         self._thread.start()
 
-    def run(self) -> None:
-        """Leases and handles tasks until ``stop()``; returns once everything has drained."""
+    def run(self, *, handle_signals: bool = True) -> None:
+        """Leases and handles tasks until ``stop()`` (or SIGTERM/SIGINT, when called in the main
+        thread with ``handle_signals``); returns once everything has drained.
+
+        Raises WorkerStoppedError when the broker refused the worker's Lease for good.
+        """
+        restore = self._install_signals() if handle_signals else {}
         heartbeats = threading.Thread(target=self._heartbeat_loop, name="taskbroker-heartbeat", daemon=True)
         heartbeats.start()
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="taskbroker-handler")
         try:
-            self._lease_loop(pool)
+            try:
+                self._lease_loop(pool)
+            except WorkerStoppedError as err:
+                self._failure = err
+                log.error("worker stopped: %s", err)
+                with self._cond:
+                    self._stopping = True
             self._drain()
         finally:
             pool.shutdown(wait=True)
             self._stopped.set()
             heartbeats.join()
+            for sig, handler in restore.items():
+                signal.signal(sig, handler)
             if self._owns_client:
                 self._client.close()
+        if self._failure is not None:
+            raise self._failure
+
+    @property
+    def failure(self) -> WorkerStoppedError | None:
+        """Why the worker stopped by itself, if it did (also raised by ``run()``)."""
+        return self._failure
+
+    def _install_signals(self) -> dict[signal.Signals, Any]:
+        """SIGTERM and SIGINT call stop(wait=False); only the main thread may install them."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous: dict[signal.Signals, Any] = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda _sig, _frame: self.stop(wait=False))
+        return previous
 
     def stop(self, wait: bool = True) -> None:
         """Stops leasing; with ``wait``, blocks until running handlers have finished."""
@@ -124,7 +180,7 @@ class Worker:
     # Leasing.
 
     def _lease_loop(self, pool: ThreadPoolExecutor) -> None:
-        backoff = 0.0
+        failures = 0
         while True:
             with self._cond:
                 while not self._stopping and len(self._running) >= self.concurrency:
@@ -140,18 +196,23 @@ class Worker:
                         lease_duration=duration(self.lease_duration),
                         wait=duration(self.poll_wait),
                     ),
-                    timeout=self.poll_wait + 10,  # room for the long poll
+                    timeout=self.poll_wait + spec.LEASE_MARGIN,  # room for the long poll
                 )
                 self._lease_call = call
             try:
                 tasks = list(call.result().tasks)
-                backoff = 0.0
+                failures = 0
             except (grpc.RpcError, grpc.FutureCancelledError) as err:
                 if self._is_stopping():
                     return
-                backoff = min(max(2 * backoff, 0.1), 10.0)
-                log.warning("lease failed, retrying in %.1fs: %s", backoff, err)
-                time.sleep(backoff)
+                if spec.stops_worker(err):
+                    code = err.code()  # type: ignore[union-attr]
+                    raise WorkerStoppedError(f"lease refused: {code.name}: {err.details()}", code) from err  # type: ignore[union-attr]
+                pause = spec.backoff(failures)
+                failures += 1
+                log.warning("lease failed, retrying in %.1fs: %s", pause, err)
+                with self._cond:
+                    self._cond.wait_for(lambda: self._stopping, timeout=pause)
                 continue
             finally:
                 with self._cond:
@@ -160,7 +221,19 @@ class Worker:
                 ctx = TaskContext(task, self._broker, self.lease_duration)
                 with self._cond:
                     self._running[task.task_id] = ctx
+                self._watch_deadline(ctx)
                 pool.submit(self._handle, ctx)
+
+    def _watch_deadline(self, ctx: TaskContext) -> None:
+        """Cancels the handler when the task's deadline passes (spec point 4)."""
+        deadline = ctx.deadline
+        if deadline is None:
+            return
+        delay = (deadline - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+        timer = threading.Timer(max(delay, 0.0), ctx._cancel, args=(DEADLINE,))
+        timer.daemon = True
+        ctx._deadline_timer = timer
+        timer.start()
 
     def _is_stopping(self) -> bool:
         with self._cond:
@@ -182,10 +255,14 @@ class Worker:
 
     def _handle(self, ctx: TaskContext) -> None:
         try:
-            self._run_handler(ctx)
+            with tracing.task_context(ctx.task.metadata):
+                self._run_handler(ctx)
         except Exception:  # a bug here must not kill the pool thread silently
             log.exception("task %s: settling failed", ctx.task_id)
         finally:
+            timer = ctx._deadline_timer
+            if timer is not None:
+                timer.cancel()
             with self._cond:
                 self._running.pop(ctx.task_id, None)
                 self._cond.notify_all()
@@ -211,24 +288,25 @@ class Worker:
     def _report(self, method: str, request: object) -> None:
         """Sends Complete or Fail, retrying while the broker is unreachable (both are
         idempotent for one lease token). LEASE_LOST and other errors are logged."""
-        backoff = 0.2
-        for attempt in range(1, 6):
+        for attempt in range(spec.REPORT_ATTEMPTS):
             try:
-                getattr(self._broker, method)(request, timeout=10)
+                getattr(self._broker, method)(request, timeout=spec.CALL_TIMEOUT)
                 return
             except grpc.RpcError as err:
-                retry = err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-                if is_lease_lost(err) or not retry or attempt == 5:
+                if is_lease_lost(err):
+                    log.info("%s for task %s: lease lost, nothing reported", method, request.task_id)  # type: ignore[attr-defined]
+                    return
+                retry = err.code() in spec.REPORT_RETRY_CODES
+                if not retry or attempt == spec.REPORT_ATTEMPTS - 1:
                     log.error("%s for task %s failed: %s", method, request.task_id, err)  # type: ignore[attr-defined]
                     return
-            time.sleep(backoff)
-            backoff *= 2
+            time.sleep(spec.backoff(attempt))
 
     # Heartbeats.
 
     def _heartbeat_loop(self) -> None:
         # Every third of the lease: two heartbeats may fail before a lease runs out.
-        while not self._stopped.wait(self.lease_duration / 3):
+        while not self._stopped.wait(self.heartbeat_interval):
             self._heartbeat_once()
 
     def _heartbeat_once(self) -> None:

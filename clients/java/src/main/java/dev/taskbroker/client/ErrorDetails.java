@@ -35,13 +35,28 @@ public final class ErrorDetails {
     return Optional.empty();
   }
 
-  /** True when the call failed because the lease is no longer held (ABORTED, LEASE_LOST). */
+  /**
+   * True when the call failed because the lease is no longer held: ABORTED with an ErrorInfo of
+   * domain {@code taskbroker.dev} and reason {@code LEASE_LOST}. A bare ABORTED is not a lost
+   * lease (docs/client-spec.md, point 2).
+   */
   public static boolean isLeaseLost(Throwable t) {
     if (Status.fromThrowable(t).getCode() != Status.Code.ABORTED) {
       return false;
     }
-    // An ABORTED without details still means a lost lease: it is the only ABORTED the broker
-    // raises on lease-scoped calls, and treating it so only stops work that cannot be settled.
-    return errorInfo(t).map(info -> LEASE_LOST.equals(info.getReason())).orElse(true);
+    return errorInfo(t)
+        .map(info -> DOMAIN.equals(info.getDomain()) && LEASE_LOST.equals(info.getReason()))
+        .orElse(false);
+  }
+
+  /**
+   * True for the codes that stop a worker instead of being retried (docs/client-spec.md, point
+   * 5): UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT, UNIMPLEMENTED.
+   */
+  public static boolean stopsWorker(Status.Code code) {
+    return code == Status.Code.UNAUTHENTICATED
+        || code == Status.Code.PERMISSION_DENIED
+        || code == Status.Code.INVALID_ARGUMENT
+        || code == Status.Code.UNIMPLEMENTED;
   }
 }

@@ -7,7 +7,7 @@ import java.util.Optional;
  * The attempt failed but may succeed later: the worker reports Fail and the broker applies the
  * task's retry policy. Any other exception a handler throws is treated the same way.
  */
-public class RetryableException extends Exception {
+public class RetryableException extends TaskbrokerException {
   private static final long serialVersionUID = 1L;
   private final transient Duration retryAfter;
 

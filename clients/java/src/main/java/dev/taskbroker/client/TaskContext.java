@@ -23,7 +23,9 @@ public final class TaskContext {
     /** An operator cancelled the task: stop and throw, the worker reports Fail. */
     CANCELLED,
     /** The worker is stopping hard after its drain timeout. */
-    STOPPING
+    STOPPING,
+    /** The task's deadline has passed: the broker will not accept the work any more. */
+    DEADLINE
   }
 
   private final BrokerServiceGrpc.BrokerServiceBlockingStub broker;
@@ -31,10 +33,20 @@ public final class TaskContext {
   private final AtomicReference<AbortKind> abort = new AtomicReference<>();
   private volatile ByteString lastCheckpoint;
   private volatile Instant leaseExpiresAt;
+  private final java.time.Duration extendBy;
+  /** The thread running the handler, interrupted on a deadline or a hard stop; guarded by this. */
+  private Thread thread;
+  /** The handler's OpenTelemetry context: a child of the producer's traceparent. */
+  private final io.opentelemetry.context.Context traceContext;
 
-  TaskContext(BrokerServiceGrpc.BrokerServiceBlockingStub broker, LeasedTask task) {
+  TaskContext(
+      BrokerServiceGrpc.BrokerServiceBlockingStub broker,
+      LeasedTask task,
+      java.time.Duration extendBy) {
     this.broker = broker;
     this.task = task;
+    this.extendBy = extendBy;
+    this.traceContext = Tracing.extract(task.getMetadataMap());
     this.lastCheckpoint = task.getHasCheckpoint() ? task.getCheckpoint() : null;
     this.leaseExpiresAt =
         task.hasLeaseExpiresAt() ? ProtoTime.instant(task.getLeaseExpiresAt()) : Instant.now();
@@ -73,7 +85,15 @@ public final class TaskContext {
     return leaseExpiresAt;
   }
 
-  /** True once the lease is lost, the task is cancelled or the worker stops hard. */
+  /**
+   * The OpenTelemetry context the handler runs in (also {@code Context.current()} on the handler
+   * thread): its span context is the producer's, from the task's {@code traceparent}.
+   */
+  public io.opentelemetry.context.Context traceContext() {
+    return traceContext;
+  }
+
+  /** True once the lease is lost, the task is cancelled, its deadline passed or the worker stops hard. */
   public boolean isCancelled() {
     return abort.get() != null;
   }
@@ -92,7 +112,8 @@ public final class TaskContext {
   }
 
   /**
-   * Stores durable progress that the next attempt receives as {@link #lastCheckpoint()}.
+   * Stores durable progress that the next attempt receives as {@link #lastCheckpoint()}, and
+   * extends the lease by the worker's lease duration (docs/client-spec.md, point 3).
    *
    * @throws CancelledException when the lease is lost
    */
@@ -109,6 +130,7 @@ public final class TaskContext {
                       .setTaskId(taskId())
                       .setLeaseToken(task.getLeaseToken())
                       .setCheckpoint(data)
+                      .setExtendBy(ProtoTime.duration(extendBy))
                       .build());
       lastCheckpoint = data;
       if (res.hasLeaseExpiresAt()) {
@@ -135,13 +157,28 @@ public final class TaskContext {
     leaseExpiresAt = expiresAt;
   }
 
-  /** Records the first reason only. */
+  /**
+   * Records the first reason only. A deadline or a hard stop also interrupts the handler's
+   * thread, Java's way to cancel blocking work.
+   */
   void abort(AbortKind kind) {
-    abort.compareAndSet(null, kind);
+    if (abort.compareAndSet(null, kind)
+        && (kind == AbortKind.DEADLINE || kind == AbortKind.STOPPING)) {
+      synchronized (this) {
+        if (thread != null) {
+          thread.interrupt();
+        }
+      }
+    }
+  }
+
+  /** The handler runs on {@code t} from now on (null: it has returned). */
+  synchronized void bind(Thread t) {
+    thread = t;
   }
 
   /** Thrown to stop a task's work once its context is cancelled. */
-  public static final class CancelledException extends Exception {
+  public static final class CancelledException extends TaskbrokerException {
     private static final long serialVersionUID = 1L;
     private final AbortKind kind;
 

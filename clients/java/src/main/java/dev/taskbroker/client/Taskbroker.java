@@ -2,13 +2,33 @@ package dev.taskbroker.client;
 
 import dev.taskbroker.v1.AdminServiceGrpc;
 import dev.taskbroker.v1.BrokerServiceGrpc;
+import io.grpc.CallOptions;
+import io.grpc.Channel;
+import io.grpc.ChannelCredentials;
+import io.grpc.ClientCall;
+import io.grpc.ClientInterceptor;
+import io.grpc.ForwardingClientCall;
+import io.grpc.Grpc;
+import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
-import io.grpc.ManagedChannelBuilder;
+import io.grpc.Metadata;
+import io.grpc.MethodDescriptor;
+import io.grpc.TlsChannelCredentials;
+import java.io.File;
+import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.util.concurrent.TimeUnit;
 
 /**
- * A connection to one broker: a plaintext gRPC channel and blocking stubs for BrokerService and
- * AdminService. Close it when done.
+ * A connection to one broker: a gRPC channel (plaintext, TLS or mTLS, with an optional bearer
+ * token) and blocking stubs for BrokerService and AdminService. Close it when done.
+ *
+ * <pre>{@code
+ * try (Taskbroker tb = Taskbroker.builder("broker:50051")
+ *     .token(System.getenv("TASKBROKER_TOKEN"))
+ *     .tls(new File("ca.pem"), new File("client.pem"), new File("client.key"))
+ *     .build()) { ... }
+ * }</pre>
  */
 public final class Taskbroker implements AutoCloseable {
   private final ManagedChannel channel;
@@ -19,13 +39,142 @@ public final class Taskbroker implements AutoCloseable {
 
   /** Connects to {@code host:port} over plaintext HTTP/2. */
   public static Taskbroker connect(String address) {
-    ManagedChannel channel =
-        ManagedChannelBuilder.forTarget(address)
-            .usePlaintext()
-            // Leases are long-polled for up to a minute: keep idle connections alive past that.
-            .keepAliveTime(30, TimeUnit.SECONDS)
-            .build();
-    return new Taskbroker(channel);
+    return builder(address).build();
+  }
+
+  /** Connection settings for {@code host:port}: token, TLS. */
+  public static Builder builder(String address) {
+    return new Builder(address);
+  }
+
+  /**
+   * Connects with the standard environment (docs/client-spec.md, point 8): {@code
+   * TASKBROKER_TOKEN}, {@code TASKBROKER_CA} (turns TLS on), {@code TASKBROKER_CLIENT_CERT} and
+   * {@code TASKBROKER_CLIENT_KEY} (mTLS).
+   */
+  public static Taskbroker fromEnv(String address) {
+    Builder b = builder(address).token(System.getenv("TASKBROKER_TOKEN"));
+    String ca = System.getenv("TASKBROKER_CA");
+    String cert = System.getenv("TASKBROKER_CLIENT_CERT");
+    String key = System.getenv("TASKBROKER_CLIENT_KEY");
+    if (present(ca) || present(cert) || present(key)) {
+      b.tls(
+          present(ca) ? new File(ca) : null,
+          present(cert) ? new File(cert) : null,
+          present(key) ? new File(key) : null);
+    }
+    return b.build();
+  }
+
+  private static boolean present(String s) {
+    return s != null && !s.isEmpty();
+  }
+
+  /** How to connect; see {@link #builder(String)}. */
+  public static final class Builder {
+    private final String address;
+    private String token;
+    private ChannelCredentials credentials = InsecureChannelCredentials.create();
+
+    private Builder(String address) {
+      this.address = address;
+    }
+
+    /** Sends {@code authorization: Bearer TOKEN} on every call; null or empty sends nothing. */
+    public Builder token(String token) {
+      this.token = token;
+      return this;
+    }
+
+    /** TLS with the JDK's default trust store. */
+    public Builder tls() {
+      this.credentials = TlsChannelCredentials.create();
+      return this;
+    }
+
+    /**
+     * TLS trusting the PEM CA in {@code ca} (null: the JDK's trust store) and, when {@code cert}
+     * and {@code key} are given, presenting that client certificate (mTLS; key in PKCS#8 PEM).
+     */
+    public Builder tls(File ca, File cert, File key) {
+      if ((cert == null) != (key == null)) {
+        throw new IllegalArgumentException("give both a client certificate and its key, or neither");
+      }
+      try {
+        TlsChannelCredentials.Builder tls = TlsChannelCredentials.newBuilder();
+        if (ca != null) {
+          tls.trustManager(ca);
+        }
+        if (cert != null) {
+          tls.keyManager(cert, key);
+        }
+        this.credentials = tls.build();
+      } catch (IOException e) {
+        throw new UncheckedIOException("cannot read the TLS files: " + e.getMessage(), e);
+      }
+      return this;
+    }
+
+    /** Any grpc-java channel credentials (ALTS, a custom trust manager, ...). */
+    public Builder credentials(ChannelCredentials credentials) {
+      this.credentials = credentials;
+      return this;
+    }
+
+    public Taskbroker build() {
+      var b =
+          Grpc.newChannelBuilder(address, credentials)
+              // Leases are long-polled for up to a minute: keep idle connections alive past that.
+              .keepAliveTime(30, TimeUnit.SECONDS);
+      b.intercept(new TraceHeader());
+      if (token != null && !token.isEmpty()) {
+        b.intercept(new BearerToken(token));
+      }
+      return new Taskbroker(b.build());
+    }
+  }
+
+  /** Sends the current OpenTelemetry context as the {@code traceparent} header of every call. */
+  private static final class TraceHeader implements ClientInterceptor {
+    @Override
+    public <Q, R> ClientCall<Q, R> interceptCall(
+        MethodDescriptor<Q, R> method, CallOptions options, Channel next) {
+      return new ForwardingClientCall.SimpleForwardingClientCall<>(next.newCall(method, options)) {
+        @Override
+        public void start(Listener<R> listener, Metadata headers) {
+          Tracing.headers(io.opentelemetry.context.Context.current())
+              .forEach(
+                  (k, v) -> headers.put(Metadata.Key.of(k, Metadata.ASCII_STRING_MARSHALLER), v));
+          super.start(listener, headers);
+        }
+      };
+    }
+  }
+
+  /**
+   * Adds the bearer token to every call: an interceptor rather than CallCredentials, so the token
+   * also works on a plaintext channel inside a mesh that encrypts between pods.
+   */
+  private static final class BearerToken implements ClientInterceptor {
+    private static final Metadata.Key<String> AUTHORIZATION =
+        Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
+    private final String value;
+
+    BearerToken(String token) {
+      this.value = "Bearer " + token;
+    }
+
+    @Override
+    public <Q, R> ClientCall<Q, R> interceptCall(
+        MethodDescriptor<Q, R> method, CallOptions options, Channel next) {
+      return new ForwardingClientCall.SimpleForwardingClientCall<>(next.newCall(method, options)) {
+        @Override
+        public void start(Listener<R> listener, Metadata headers) {
+          headers.put(AUTHORIZATION, value);
+          super.start(listener, headers);
+        }
+      };
+    }
   }
 
   /** Wraps a channel built by the caller (TLS, interceptors); closing this closes it too. */
@@ -40,6 +189,18 @@ public final class Taskbroker implements AutoCloseable {
   /** A blocking BrokerService stub; set a deadline per call with {@code withDeadlineAfter}. */
   public BrokerServiceGrpc.BrokerServiceBlockingStub broker() {
     return BrokerServiceGrpc.newBlockingStub(channel);
+  }
+
+  /**
+   * Submits one task with a 10 s deadline; the current OpenTelemetry context's traceparent goes
+   * into its metadata (see {@link Tracing#inject}).
+   */
+  public dev.taskbroker.v1.SubmitResult submit(dev.taskbroker.v1.TaskSpec spec) {
+    dev.taskbroker.v1.TaskSpec withTrace = Tracing.inject(spec.toBuilder()).build();
+    return broker()
+        .withDeadlineAfter(10, TimeUnit.SECONDS)
+        .submit(dev.taskbroker.v1.SubmitRequest.newBuilder().addTasks(withTrace).build())
+        .getResults(0);
   }
 
   /** A blocking AdminService stub. */

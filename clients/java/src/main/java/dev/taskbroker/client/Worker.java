@@ -19,8 +19,10 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Executor;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
@@ -39,10 +41,25 @@ import java.util.function.BiConsumer;
  *   <li>A returned result is reported with Complete; a {@link PermanentException} with
  *       Fail(non_retryable); any other exception with Fail, so the retry policy applies.
  *   <li>{@link #stop(Duration)} stops leasing and drains; after the timeout it flags and
- *       interrupts the handlers still running.
+ *       interrupts the handlers still running. {@link #stopOnShutdown()} does that on SIGTERM.
+ *   <li>A Lease refused with UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT or
+ *       UNIMPLEMENTED stops the worker ({@link WorkerStoppedException}); other errors are retried
+ *       after a jittered backoff ({@link Backoff}).
+ *   <li>A task's deadline flags its context {@link TaskContext.AbortKind#DEADLINE} and interrupts
+ *       the handler.
  * </ul>
+ *
+ * <p>Defaults follow docs/client-spec.md: concurrency 4, poll wait 10 s, lease 30 s, heartbeat
+ * every lease/3, stop timeout 30 s.
  */
 public final class Worker implements AutoCloseable {
+  public static final int DEFAULT_CONCURRENCY = 4;
+  public static final Duration DEFAULT_POLL_WAIT = Duration.ofSeconds(10);
+  public static final Duration DEFAULT_LEASE_DURATION = Duration.ofSeconds(30);
+  public static final Duration DEFAULT_STOP_TIMEOUT = Duration.ofSeconds(30);
+
+  private static final System.Logger LOG = System.getLogger(Worker.class.getName());
+
   private final BrokerServiceGrpc.BrokerServiceBlockingStub broker;
   private final TaskHandler handler;
   private final String workerId;
@@ -54,15 +71,20 @@ public final class Worker implements AutoCloseable {
   private final BiConsumer<String, Throwable> onError;
 
   private final Map<String, TaskContext> running = new ConcurrentHashMap<>();
-  /** One permit per idle handler thread: the lease loop asks for no more tasks than these. */
+  /** One permit per free slot: the lease loop asks for no more tasks than these. */
   private final Semaphore slots;
-  private final ExecutorService handlers;
-  private final ScheduledExecutorService heartbeats;
+  private final Executor handlers;
+  /** The pool this worker made itself (no executor given), shut down when it stops. */
+  private final ExecutorService ownPool;
+  private final ScheduledExecutorService timers;
   private final Thread leaseThread;
   /** The in-flight long poll, cancelled by stop() so it does not hold the stop up. */
   private final AtomicReference<Context.CancellableContext> poll = new AtomicReference<>();
+  private final CountDownLatch stopRequested = new CountDownLatch(1);
   private final CountDownLatch stopped = new CountDownLatch(1);
   private volatile boolean stopping;
+  private volatile Duration stopTimeout = DEFAULT_STOP_TIMEOUT;
+  private volatile RuntimeException failure;
   private boolean started;
 
   private Worker(Builder b) {
@@ -77,13 +99,18 @@ public final class Worker implements AutoCloseable {
         b.heartbeatInterval != null ? b.heartbeatInterval : leaseDuration.dividedBy(3);
     this.onError = b.onError;
     this.slots = new Semaphore(concurrency);
-    AtomicInteger n = new AtomicInteger();
-    this.handlers =
-        Executors.newFixedThreadPool(
-            concurrency, r -> daemon(r, "taskbroker-handler-" + n.incrementAndGet()));
-    this.heartbeats =
-        Executors.newSingleThreadScheduledExecutor(r -> daemon(r, "taskbroker-heartbeat"));
-    this.leaseThread = daemon(this::leaseLoop, "taskbroker-lease");
+    if (b.executor != null) {
+      this.handlers = b.executor;
+      this.ownPool = null;
+    } else {
+      AtomicInteger n = new AtomicInteger();
+      this.ownPool =
+          Executors.newFixedThreadPool(
+              concurrency, r -> daemon(r, "taskbroker-handler-" + n.incrementAndGet()));
+      this.handlers = ownPool;
+    }
+    this.timers = Executors.newSingleThreadScheduledExecutor(r -> daemon(r, "taskbroker-timers"));
+    this.leaseThread = daemon(this::runLoop, "taskbroker-lease");
   }
 
   public static Builder builder(Taskbroker taskbroker, TaskHandler handler) {
@@ -106,60 +133,137 @@ public final class Worker implements AutoCloseable {
     }
     started = true;
     long every = Math.max(heartbeatInterval.toMillis(), 100);
-    heartbeats.scheduleWithFixedDelay(this::heartbeatOnce, every, every, TimeUnit.MILLISECONDS);
+    timers.scheduleWithFixedDelay(this::heartbeatOnce, every, every, TimeUnit.MILLISECONDS);
     leaseThread.start();
+  }
+
+  /**
+   * Starts and blocks until the worker has stopped (by {@link #stop(Duration)}, {@link #close()},
+   * the shutdown hook of {@link #stopOnShutdown()}) and drained.
+   *
+   * @throws WorkerStoppedException when the broker refused the worker (wrong token, bad queue)
+   */
+  public void run() {
+    start();
+    awaitStopped();
+  }
+
+  /**
+   * Registers a JVM shutdown hook that stops this worker and drains it (SIGTERM from Kubernetes,
+   * Ctrl-C). Returns the hook thread, for {@code Runtime.removeShutdownHook}.
+   */
+  public Thread stopOnShutdown() {
+    Thread hook = new Thread(this::close, "taskbroker-shutdown");
+    Runtime.getRuntime().addShutdownHook(hook);
+    return hook;
   }
 
   /**
    * Stops leasing and waits up to {@code timeout} for running tasks to finish; then flags them
    * {@link TaskContext.AbortKind#STOPPING}, interrupts their threads and waits a little more.
-   * Heartbeats go on until the last task is settled.
+   * Heartbeats go on until the last task is settled. A worker never started stops at once. An
+   * interrupt while waiting returns early and stays set on the thread.
    */
-  public synchronized void stop(Duration timeout) throws InterruptedException {
-    if (!started || stopping) {
-      stopped.await();
-      return;
+  public void stop(Duration timeout) {
+    synchronized (this) {
+      if (!started) {
+        started = true; // never starts now
+        stopping = true;
+        shutdownExecutors();
+        stopped.countDown();
+        return;
+      }
+      if (!stopping) {
+        stopTimeout = timeout;
+        stopping = true;
+        stopRequested.countDown();
+        Context.CancellableContext inFlight = poll.get();
+        if (inFlight != null) {
+          inFlight.cancel(null);
+        }
+      }
     }
-    stopping = true;
-    Context.CancellableContext inFlight = poll.get();
-    if (inFlight != null) {
-      inFlight.cancel(null);
-    }
-    leaseThread.interrupt();
-    leaseThread.join();
-    handlers.shutdown();
-    if (!handlers.awaitTermination(timeout.toMillis(), TimeUnit.MILLISECONDS)) {
-      running.values().forEach(ctx -> ctx.abort(TaskContext.AbortKind.STOPPING));
-      handlers.shutdownNow();
-      handlers.awaitTermination(10, TimeUnit.SECONDS);
-    }
-    heartbeats.shutdownNow();
-    heartbeats.awaitTermination(5, TimeUnit.SECONDS);
-    stopped.countDown();
-  }
-
-  /** Blocks until {@link #stop(Duration)} has finished. */
-  public void awaitStopped() throws InterruptedException {
-    stopped.await();
-  }
-
-  /** Stops with a 30 s drain timeout; an interrupt while waiting is kept on the thread. */
-  @Override
-  public void close() {
     try {
-      stop(Duration.ofSeconds(30));
+      stopped.await();
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
     }
   }
 
+  /**
+   * Blocks until the worker has stopped and drained.
+   *
+   * @throws WorkerStoppedException when the broker refused the worker
+   */
+  public void awaitStopped() {
+    try {
+      stopped.await();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return;
+    }
+    RuntimeException f = failure;
+    if (f != null) {
+      throw f;
+    }
+  }
+
+  /** Why the worker stopped on its own, if it did. */
+  public java.util.Optional<RuntimeException> failure() {
+    return java.util.Optional.ofNullable(failure);
+  }
+
+  /** Stops with the 30 s drain timeout; returns at once for a worker never started. */
+  @Override
+  public void close() {
+    stop(stopTimeout);
+  }
+
+  private void runLoop() {
+    try {
+      leaseLoop();
+    } catch (RuntimeException e) {
+      failure = e;
+      LOG.log(System.Logger.Level.ERROR, "taskbroker worker stopped: " + e.getMessage());
+    } finally {
+      stopping = true;
+      drain();
+      shutdownExecutors();
+      stopped.countDown();
+    }
+  }
+
+  /** Waits for every slot to be free again, then for the hard-stopped handlers. */
+  private void drain() {
+    try {
+      if (!slots.tryAcquire(concurrency, stopTimeout.toMillis(), TimeUnit.MILLISECONDS)) {
+        running.values().forEach(ctx -> ctx.abort(TaskContext.AbortKind.STOPPING));
+        if (!slots.tryAcquire(concurrency, 10, TimeUnit.SECONDS)) {
+          LOG.log(System.Logger.Level.WARNING, "taskbroker worker: handlers ignored the hard stop");
+        }
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  private void shutdownExecutors() {
+    timers.shutdownNow();
+    if (ownPool != null) {
+      ownPool.shutdownNow();
+    }
+  }
+
   private void leaseLoop() {
-    long backoffMs = 100;
+    int failures = 0;
     while (!stopping) {
       try {
-        slots.acquire();
+        // A bounded wait, so a stop is noticed even with every slot busy.
+        if (!slots.tryAcquire(200, TimeUnit.MILLISECONDS)) {
+          continue;
+        }
       } catch (InterruptedException e) {
-        return; // stop() interrupts us
+        return;
       }
       int free = 1 + slots.drainPermits();
       Context.CancellableContext ctx = Context.current().withCancellation();
@@ -179,7 +283,7 @@ public final class Worker implements AutoCloseable {
                 .setWait(ProtoTime.duration(pollWait))
                 .build();
         // The deadline leaves the broker room to answer an empty long poll.
-        long deadlineMs = pollWait.toMillis() + 10_000;
+        long deadlineMs = pollWait.toMillis() + 5_000;
         tasks =
             ctx.call(
                 () ->
@@ -187,19 +291,26 @@ public final class Worker implements AutoCloseable {
                         .withDeadlineAfter(deadlineMs, TimeUnit.MILLISECONDS)
                         .lease(req)
                         .getTasksList());
-        backoffMs = 100;
+        failures = 0;
       } catch (Exception e) {
         slots.release(free);
         if (stopping) {
           return;
         }
+        Status.Code code = Status.fromThrowable(e).getCode();
+        if (ErrorDetails.stopsWorker(code)) {
+          throw new WorkerStoppedException(
+              "lease refused: " + code + ": " + Status.fromThrowable(e).getDescription(), e);
+        }
         onError.accept("lease", e);
         try {
-          Thread.sleep(backoffMs);
+          if (stopRequested.await(Backoff.delay(failures).toMillis(), TimeUnit.MILLISECONDS)) {
+            return;
+          }
         } catch (InterruptedException ie) {
           return;
         }
-        backoffMs = Math.min(backoffMs * 2, 5_000);
+        failures++;
         continue;
       } finally {
         poll.set(null);
@@ -207,18 +318,42 @@ public final class Worker implements AutoCloseable {
       }
       slots.release(free - tasks.size());
       for (LeasedTask task : tasks) {
-        TaskContext tc = new TaskContext(broker, task);
-        running.put(task.getTaskId(), tc);
-        handlers.execute(
-            () -> {
-              try {
-                execute(tc);
-              } finally {
-                running.remove(task.getTaskId());
-                slots.release();
-              }
-            });
+        dispatch(task);
       }
+    }
+  }
+
+  private void dispatch(LeasedTask task) {
+    TaskContext tc = new TaskContext(broker, task, leaseDuration);
+    running.put(task.getTaskId(), tc);
+    if (task.hasDeadline()) {
+      long ms = Duration.between(Instant.now(), ProtoTime.instant(task.getDeadline())).toMillis();
+      try {
+        timers.schedule(
+            () -> tc.abort(TaskContext.AbortKind.DEADLINE), Math.max(ms, 0), TimeUnit.MILLISECONDS);
+      } catch (RejectedExecutionException e) {
+        // Stopping: the timers are gone, and so is the need for them.
+      }
+    }
+    Runnable work =
+        () -> {
+          tc.bind(Thread.currentThread());
+          io.opentelemetry.context.Scope scope = tc.traceContext().makeCurrent();
+          try {
+            execute(tc);
+          } finally {
+            scope.close();
+            tc.bind(null);
+            running.remove(task.getTaskId());
+            slots.release();
+          }
+        };
+    try {
+      handlers.execute(work);
+    } catch (RejectedExecutionException e) {
+      running.remove(task.getTaskId());
+      slots.release();
+      onError.accept("run task " + task.getTaskId() + " (executor refused it)", e);
     }
   }
 
@@ -232,7 +367,7 @@ public final class Worker implements AutoCloseable {
     } catch (Throwable t) {
       error = t;
     }
-    // A hard stop interrupts us; the report below must not be cut short by that.
+    // A hard stop or a deadline interrupts us; the report below must not be cut short by that.
     Thread.interrupted();
     if (ctx.abortKind().orElse(null) == TaskContext.AbortKind.LOST) {
       return; // Another holder may have the task now; nothing of ours would be accepted.
@@ -257,9 +392,9 @@ public final class Worker implements AutoCloseable {
         Status.Code code = e.getStatus().getCode();
         boolean transient_ =
             code == Status.Code.UNAVAILABLE || code == Status.Code.DEADLINE_EXCEEDED;
-        if (transient_ && tries < 3) {
+        if (transient_ && tries < 5) {
           try {
-            Thread.sleep(200L * tries);
+            Thread.sleep(Backoff.delay(tries - 1).toMillis());
           } catch (InterruptedException ie) {
             Thread.currentThread().interrupt();
             return;
@@ -307,7 +442,8 @@ public final class Worker implements AutoCloseable {
     try {
       HeartbeatResponse res =
           broker
-              .withDeadlineAfter(Math.max(heartbeatInterval.toMillis(), 1_000), TimeUnit.MILLISECONDS)
+              .withDeadlineAfter(
+                  Math.max(heartbeatInterval.toMillis(), 1_000), TimeUnit.MILLISECONDS)
               .heartbeat(req.build());
       for (LeaseStatus status : res.getLeasesList()) {
         TaskContext c = running.get(status.getTaskId());
@@ -347,12 +483,14 @@ public final class Worker implements AutoCloseable {
     private final TaskHandler handler;
     private List<String> queues = List.of();
     private String workerId = defaultWorkerId();
-    private int concurrency = 4;
-    private Duration leaseDuration = Duration.ofSeconds(30);
-    private Duration pollWait = Duration.ofSeconds(20);
+    private int concurrency = DEFAULT_CONCURRENCY;
+    private Duration leaseDuration = DEFAULT_LEASE_DURATION;
+    private Duration pollWait = DEFAULT_POLL_WAIT;
     private Duration heartbeatInterval;
+    private Executor executor;
     private BiConsumer<String, Throwable> onError =
-        (during, e) -> System.err.println("taskbroker worker: " + during + ": " + e);
+        (during, e) ->
+            LOG.log(System.Logger.Level.WARNING, "taskbroker worker: " + during + ": " + e);
 
     private Builder(Taskbroker taskbroker, TaskHandler handler) {
       this.taskbroker = taskbroker;
@@ -386,7 +524,7 @@ public final class Worker implements AutoCloseable {
       return this;
     }
 
-    /** Long-poll wait of each Lease call, 0 to 60 s. Default 20 s. */
+    /** Long-poll wait of each Lease call, 0 to 60 s. Default 10 s. */
     public Builder pollWait(Duration pollWait) {
       this.pollWait = pollWait;
       return this;
@@ -395,6 +533,16 @@ public final class Worker implements AutoCloseable {
     /** Time between heartbeats. Default a third of the lease duration. */
     public Builder heartbeatInterval(Duration heartbeatInterval) {
       this.heartbeatInterval = heartbeatInterval;
+      return this;
+    }
+
+    /**
+     * Runs handlers on {@code executor} instead of a fixed pool of {@code concurrency} threads;
+     * on Java 21+ {@code Executors.newVirtualThreadPerTaskExecutor()}. The worker never runs more
+     * than {@code concurrency} at once and does not shut the executor down.
+     */
+    public Builder executor(Executor executor) {
+      this.executor = java.util.Objects.requireNonNull(executor, "executor");
       return this;
     }
 

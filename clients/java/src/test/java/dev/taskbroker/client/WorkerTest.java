@@ -3,6 +3,7 @@ package dev.taskbroker.client;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
 
 import dev.taskbroker.v1.FailRequest;
 import java.nio.charset.StandardCharsets;
@@ -264,5 +265,12 @@ class WorkerTest {
     w.stop(Duration.ofMillis(100));
     assertEquals(TaskContext.AbortKind.STOPPING, kind.get());
     assertEquals(1, fake.fails.size());
+  }
+
+  @Test
+  void closingAWorkerThatNeverStartedReturnsAtOnce() {
+    Worker w = worker(ctx -> null).build();
+    assertTimeoutPreemptively(Duration.ofSeconds(5), w::close);
+    assertTimeoutPreemptively(Duration.ofSeconds(5), () -> w.stop(Duration.ofSeconds(1)));
   }
 }

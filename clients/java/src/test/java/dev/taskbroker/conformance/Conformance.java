@@ -83,7 +83,7 @@ public final class Conformance {
       System.exit(2);
     }
     int failed;
-    try (Taskbroker tb = Taskbroker.connect(addr)) {
+    try (Taskbroker tb = Taskbroker.fromEnv(addr)) {
       failed = new Conformance(tb).runAll();
     }
     System.exit(failed > 0 ? 1 : 0);
@@ -101,6 +101,13 @@ public final class Conformance {
     cases.put("complete_result", this::completeResult);
     cases.put("cancel_running", this::cancelRunning);
     cases.put("bad_input", this::badInput);
+    cases.put("spec_defaults", () -> SpecCases.specDefaults(tb, queue));
+    cases.put("lease_lost_reason", () -> SpecCases.leaseLostReason(tb, queue));
+    cases.put("checkpoint_extends", () -> SpecCases.checkpointExtends(tb, queue));
+    cases.put("deadline_cancels", () -> SpecCases.deadlineCancels(tb, queue));
+    cases.put("stop_codes", () -> SpecCases.stopCodes(tb, queue));
+    cases.put("drain_on_sigterm", () -> SpecCases.drainOnSigterm(tb, queue));
+    cases.put("trace_propagation", () -> SpecCases.traceContext(tb, queue));
     int passed = 0;
     int failed = 0;
     for (Map.Entry<String, Case> c : cases.entrySet()) {

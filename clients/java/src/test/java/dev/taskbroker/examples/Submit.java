@@ -15,7 +15,7 @@ public final class Submit {
 
   public static void main(String[] args) {
     String addr = Objects.requireNonNullElse(System.getenv("TASKBROKER_ADDR"), "127.0.0.1:50051");
-    try (Taskbroker tb = Taskbroker.connect(addr)) {
+    try (Taskbroker tb = Taskbroker.fromEnv(addr)) {
       SubmitResult r =
           tb.broker()
               .withDeadlineAfter(10, TimeUnit.SECONDS)

@@ -4,6 +4,8 @@
 //! Prints `PASS case` or `FAIL case: reason` per case, then `N passed, M failed`, and
 //! exits non-zero when any case failed. Run it with `scripts/conformance.sh rust`.
 
+mod spec;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::process::ExitCode;
@@ -361,6 +363,23 @@ fn cases() -> Vec<(&'static str, Case)> {
         ("complete_result", |c, q| Box::pin(complete_result(c, q))),
         ("cancel_running", |c, q| Box::pin(cancel_running(c, q))),
         ("bad_input", |c, q| Box::pin(bad_input(c, q))),
+        ("spec_defaults", |c, q| Box::pin(spec::spec_defaults(c, q))),
+        ("lease_lost_reason", |c, q| {
+            Box::pin(spec::lease_lost_reason(c, q))
+        }),
+        ("checkpoint_extends", |c, q| {
+            Box::pin(spec::checkpoint_extends(c, q))
+        }),
+        ("deadline_cancels", |c, q| {
+            Box::pin(spec::deadline_cancels(c, q))
+        }),
+        ("stop_codes", |c, q| Box::pin(spec::stop_codes(c, q))),
+        ("drain_on_sigterm", |c, q| {
+            Box::pin(spec::drain_on_sigterm(c, q))
+        }),
+        ("trace_propagation", |c, q| {
+            Box::pin(spec::trace_propagation(c, q))
+        }),
     ]
 }
 
@@ -374,7 +393,13 @@ fn suffix() -> String {
 #[tokio::main]
 async fn main() -> ExitCode {
     let addr = std::env::var("TASKBROKER_ADDR").unwrap_or_else(|_| "127.0.0.1:50051".into());
-    let client = match Client::connect(addr.clone()).await {
+    // TLS, mTLS and the token come from TASKBROKER_CA / _CLIENT_CERT / _CLIENT_KEY / _TOKEN
+    // when `scripts/conformance.sh rust --secure` sets them.
+    let connected = match Client::builder(addr.clone()).env_settings() {
+        Ok(b) => b.connect().await,
+        Err(e) => Err(e),
+    };
+    let client = match connected {
         Ok(c) => c,
         Err(e) => {
             println!("FAIL connect: {e}");

@@ -26,12 +26,11 @@ public final class RunWorker {
 
   public static void main(String[] args) throws InterruptedException {
     String addr = Objects.requireNonNullElse(System.getenv("TASKBROKER_ADDR"), "127.0.0.1:50051");
-    try (Taskbroker tb = Taskbroker.connect(addr)) {
+    try (Taskbroker tb = Taskbroker.fromEnv(addr)) {
       Worker worker =
           Worker.builder(tb, RunWorker::sendEmail).queues("emails").concurrency(8).build();
-      Runtime.getRuntime().addShutdownHook(new Thread(worker::close));
-      worker.start();
-      worker.awaitStopped();
+      worker.stopOnShutdown(); // SIGTERM (Kubernetes) and Ctrl-C drain the running tasks
+      worker.run();
     }
   }
 }

@@ -1,0 +1,433 @@
+"""The asyncio client and worker (``grpc.aio``), beside the sync ones and with the same
+behaviour (docs/client-spec.md): ``AsyncClient``, ``AsyncWorker``, ``AsyncTaskContext``.
+
+>>> async def send(ctx: AsyncTaskContext) -> bytes:
+...     await ctx.checkpoint(b"rendered")
+...     return b"sent"
+>>> async with AsyncClient.from_env() as tb:
+...     await tb.submit("emails", b"hi")
+...     async with AsyncWorker(tb, ["emails"], send):
+...         await asyncio.sleep(60)  # the worker runs in the background meanwhile
+>>> await AsyncWorker(AsyncClient.from_env(), ["emails"], send).run()  # until SIGTERM/Ctrl-C
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from taskbroker import spec, tracing
+from taskbroker.client import ConnectOptions, TLSConfig, duration, timestamp
+from taskbroker.context import CANCEL_REQUESTED, DEADLINE, LEASE_LOST, STOPPING
+from taskbroker.errors import LeaseLostError, PermanentError, RetryableError, WorkerStoppedError, is_lease_lost
+from taskbroker.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc
+
+log = logging.getLogger("taskbroker.aio")
+
+
+class _TokenInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    """Adds ``authorization: Bearer TOKEN`` to every call (also on plaintext, inside a mesh)."""
+
+    def __init__(self, metadata: list[tuple[str, str]]) -> None:
+        self._metadata = metadata
+
+    def _details(self, d: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        md = grpc.aio.Metadata(*(d.metadata or ()), *self._metadata)
+        return grpc.aio.ClientCallDetails(d.method, d.timeout, md, d.credentials, d.wait_for_ready)
+
+    async def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
+        return await continuation(self._details(details), request)
+
+    async def intercept_unary_stream(self, continuation, details, request):  # type: ignore[no-untyped-def]
+        return await continuation(self._details(details), request)
+
+
+class AsyncClient:
+    """An asyncio channel to the broker with both service stubs (``broker``, ``admin``)."""
+
+    def __init__(
+        self,
+        target: str | None = None,
+        *,
+        channel: grpc.aio.Channel | None = None,
+        token: str | None = None,
+        tls: TLSConfig | bool | None = None,
+    ) -> None:
+        if (target is None) == (channel is None):
+            raise ValueError("pass exactly one of target (host:port) or channel")
+        if channel is not None and (token or tls):
+            raise ValueError("token and tls apply to a target; a channel brings its own")
+        self._owns_channel = channel is None
+        if channel is None:
+            o = ConnectOptions(target=target, token=token, tls=tls)  # type: ignore[arg-type]
+            interceptors: Any = [_TokenInterceptor(o.metadata())] if token else None
+            creds = o.channel_credentials()
+            channel = (
+                grpc.aio.secure_channel(o.target, creds, interceptors=interceptors)
+                if creds
+                else grpc.aio.insecure_channel(o.target, interceptors=interceptors)
+            )
+        self.channel: grpc.aio.Channel = channel
+        self.broker = broker_pb2_grpc.BrokerServiceStub(self.channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
+
+    @classmethod
+    def from_env(cls, target: str | None = None) -> AsyncClient:
+        """Configured from TASKBROKER_ADDR, _TOKEN, _CA, _CLIENT_CERT, _CLIENT_KEY."""
+        o = ConnectOptions.from_env(target)
+        return cls(o.target, token=o.token, tls=o.tls)
+
+    async def submit(
+        self,
+        queue: str,
+        payload: bytes = b"",
+        *,
+        key: str = "",
+        priority: int = 0,
+        run_at: datetime.datetime | None = None,
+        deadline: datetime.datetime | None = None,
+        retry: broker_pb2.RetryPolicy | None = None,
+        metadata: Mapping[str, str] | None = None,
+        timeout: float = spec.CALL_TIMEOUT,
+    ) -> broker_pb2.SubmitResult:
+        """Submits one task (with the current OpenTelemetry traceparent in its metadata)."""
+        meta = dict(metadata or {})
+        tracing.inject(meta)
+        task = broker_pb2.TaskSpec(queue=queue, payload=payload, key=key, priority=priority, retry=retry, metadata=meta)
+        if run_at is not None:
+            task.run_at.CopyFrom(timestamp(run_at))
+        if deadline is not None:
+            task.deadline.CopyFrom(timestamp(deadline))
+        headers = list(tracing.current_headers().items()) or None
+        resp = await self.broker.Submit(broker_pb2.SubmitRequest(tasks=[task]), timeout=timeout, metadata=headers)
+        return resp.results[0]
+
+    async def close(self) -> None:
+        if self._owns_channel:
+            await self.channel.close(None)
+
+    async def __aenter__(self) -> AsyncClient:  # noqa: PYI034 -- typing.Self needs 3.11
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncTaskContext:
+    """One leased task as an ``async def`` handler sees it. ``cancelled`` (an asyncio.Event) is
+    set when the handler should stop, ``cancel_reason`` says why (``"lease_lost"``,
+    ``"cancel_requested"``, ``"deadline"``, ``"stopping"``); a deadline or a hard stop also
+    cancels the handler's asyncio task."""
+
+    def __init__(self, task: broker_pb2.LeasedTask, broker: broker_pb2_grpc.BrokerServiceStub, lease_duration: float):
+        self.task = task
+        self.cancelled = asyncio.Event()
+        self.cancel_reason: str | None = None
+        self.lost = False
+        self._broker = broker
+        self._lease_duration = lease_duration
+        self._last_checkpoint: bytes | None = task.checkpoint if task.has_checkpoint else None
+        self._expires_at = task.lease_expires_at.ToDatetime(tzinfo=datetime.timezone.utc)
+        self._runner: asyncio.Task[Any] | None = None
+
+    task_id = property(lambda self: self.task.task_id)
+    payload = property(lambda self: self.task.payload)
+    attempt = property(lambda self: self.task.attempt, doc="1-based number of this attempt.")
+    fencing_token = property(lambda self: self.task.fencing_token)
+    metadata = property(lambda self: dict(self.task.metadata))
+    last_checkpoint = property(lambda self: self._last_checkpoint)
+    lease_expires_at = property(lambda self: self._expires_at)
+
+    @property
+    def deadline(self) -> datetime.datetime | None:
+        return self.task.deadline.ToDatetime(tzinfo=datetime.timezone.utc) if self.task.HasField("deadline") else None
+
+    async def checkpoint(self, data: bytes, *, timeout: float = spec.CALL_TIMEOUT) -> None:
+        """Stores progress the next attempt receives, and extends the lease (spec point 3)."""
+        req = broker_pb2.CheckpointRequest(
+            task_id=self.task_id, lease_token=self.task.lease_token, checkpoint=data,
+            extend_by=duration(self._lease_duration),
+        )
+        try:
+            resp = await self._broker.Checkpoint(req, timeout=timeout)
+        except grpc.aio.AioRpcError as err:
+            if is_lease_lost(err):
+                self._mark_lost()
+                raise LeaseLostError(f"task {self.task_id}: lease lost") from err
+            raise
+        self._last_checkpoint = data
+        self._expires_at = resp.lease_expires_at.ToDatetime(tzinfo=datetime.timezone.utc)
+        if resp.cancel_requested:
+            self._cancel(CANCEL_REQUESTED)
+
+    def _cancel(self, reason: str, *, hard: bool = False) -> None:
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        self.cancelled.set()
+        if hard and self._runner is not None:
+            self._runner.cancel()
+
+    def _mark_lost(self) -> None:
+        self.lost = True
+        self._cancel(LEASE_LOST)
+
+
+AsyncHandler = Callable[[AsyncTaskContext], Awaitable["bytes | None"]]
+
+
+class AsyncWorker:
+    """Runs an ``async def`` handler on leased tasks, ``concurrency`` at a time, with the sync
+    Worker's behaviour: free-slot leasing, batched heartbeats, checkpoint extension, deadline
+    cancellation, the four stop codes (``run()`` raises WorkerStoppedError), jittered backoff,
+    drain on SIGTERM/SIGINT (``run()`` on the main thread's loop) or ``stop()``."""
+
+    def __init__(
+        self,
+        target: str | AsyncClient,
+        queues: Sequence[str],
+        handler: AsyncHandler,
+        *,
+        concurrency: int = spec.DEFAULT_CONCURRENCY,
+        lease_duration: float = spec.DEFAULT_LEASE_DURATION,
+        poll_wait: float = spec.DEFAULT_POLL_WAIT,
+        worker_id: str | None = None,
+        stop_timeout: float | None = spec.DEFAULT_STOP_TIMEOUT,
+    ) -> None:
+        if not queues:
+            raise ValueError("queues is empty")
+        if not 1 <= concurrency <= 256:
+            raise ValueError("concurrency must be 1 to 256 (the broker's max_tasks)")
+        if lease_duration < 1:
+            raise ValueError("lease_duration is below the broker's 1 s minimum")
+        if not 0 <= poll_wait <= 60:
+            raise ValueError("poll_wait must be 0 to 60 s")
+        self._owns_client = isinstance(target, str)
+        self._client = AsyncClient(target) if isinstance(target, str) else target
+        self._broker = self._client.broker
+        self.queues = list(queues)
+        self.handler = handler
+        self.concurrency = concurrency
+        self.lease_duration = lease_duration
+        self.poll_wait = poll_wait
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.stop_timeout = stop_timeout
+        self._running: dict[str, AsyncTaskContext] = {}
+        self._stopping: asyncio.Event | None = None
+        self._changed: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return spec.heartbeat_interval(self.lease_duration)
+
+    async def __aenter__(self) -> AsyncWorker:  # noqa: PYI034
+        self._task = asyncio.get_running_loop().create_task(self.run(handle_signals=False))
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    def stop_soon(self) -> None:
+        """Asks the worker to stop (from a signal handler or a callback); run() then drains."""
+        if self._stopping is not None:
+            self._stopping.set()
+        if self._changed is not None:
+            self._changed.set()
+
+    async def stop(self) -> None:
+        """Stops leasing and waits for the drain (see ``stop_timeout``)."""
+        self.stop_soon()
+        if self._task is not None:
+            try:
+                await self._task
+            except WorkerStoppedError:
+                pass
+
+    async def run(self, *, handle_signals: bool = True) -> None:
+        """Leases and handles tasks until ``stop()`` (or SIGTERM/SIGINT with ``handle_signals``,
+        on the main thread); returns once drained. Raises WorkerStoppedError when the broker
+        refused the Lease for good."""
+        loop = asyncio.get_running_loop()
+        self._stopping, self._changed = asyncio.Event(), asyncio.Event()
+        signals = []
+        if handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop_soon)
+                signals.append(sig)
+        heartbeats = loop.create_task(self._heartbeat_loop())
+        failure: WorkerStoppedError | None = None
+        try:
+            await self._lease_loop()
+        except WorkerStoppedError as err:
+            failure = err
+            log.error("worker stopped: %s", err)
+        finally:
+            self._stopping.set()
+            await self._drain()
+            heartbeats.cancel()
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+            if self._owns_client:
+                await self._client.close()
+        if failure is not None:
+            raise failure
+
+    async def _lease_loop(self) -> None:
+        assert self._stopping is not None and self._changed is not None
+        failures = 0
+        while not self._stopping.is_set():
+            while len(self._running) >= self.concurrency and not self._stopping.is_set():
+                self._changed.clear()
+                await self._changed.wait()
+            if self._stopping.is_set():
+                return
+            req = broker_pb2.LeaseRequest(
+                worker_id=self.worker_id, queues=self.queues, max_tasks=self.concurrency - len(self._running),
+                lease_duration=duration(self.lease_duration), wait=duration(self.poll_wait),
+            )
+            call = asyncio.ensure_future(self._broker.Lease(req, timeout=self.poll_wait + spec.LEASE_MARGIN))
+            stop = asyncio.ensure_future(self._stopping.wait())
+            await asyncio.wait({call, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if not call.done():
+                call.cancel()  # a task granted in this instant returns when its lease expires
+                return
+            try:
+                tasks = list(call.result().tasks)
+                failures = 0
+            except grpc.aio.AioRpcError as err:
+                if spec.stops_worker(err):
+                    raise WorkerStoppedError(f"lease refused: {err.code().name}: {err.details()}", err.code()) from err
+                pause = spec.backoff(failures)
+                failures += 1
+                log.warning("lease failed, retrying in %.1fs: %s", pause, err)
+                try:
+                    await asyncio.wait_for(self._stopping.wait(), pause)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            for t in tasks:
+                self._start(t)
+
+    def _start(self, task: broker_pb2.LeasedTask) -> None:
+        ctx = AsyncTaskContext(task, self._broker, self.lease_duration)
+        self._running[task.task_id] = ctx
+        loop = asyncio.get_running_loop()
+        timer = None
+        if ctx.deadline is not None:
+            delay = (ctx.deadline - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+            timer = loop.call_later(max(delay, 0.0), lambda: ctx._cancel(DEADLINE, hard=True))
+        ctx._runner = loop.create_task(self._handle(ctx, timer))
+
+    async def _handle(self, ctx: AsyncTaskContext, timer: asyncio.TimerHandle | None) -> None:
+        try:
+            result: bytes | None = None
+            error: BaseException | None = None
+            try:
+                with tracing.task_context(ctx.task.metadata):
+                    result = await self.handler(ctx)
+            except asyncio.CancelledError as exc:
+                if ctx.cancel_reason is None:
+                    raise
+                # Our own deadline or hard stop: report it, so the cancel is consumed here.
+                current = asyncio.current_task()
+                if current is not None and hasattr(current, "uncancel"):
+                    current.uncancel()
+                error = exc
+            except Exception as exc:  # noqa: BLE001 -- any handler error fails the attempt, by design
+                error = exc
+            if timer is not None:
+                timer.cancel()
+            if ctx.lost:
+                return
+            if error is None:
+                await self._report(
+                    "Complete",
+                    broker_pb2.CompleteRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token, result=result or b""),
+                )
+            else:
+                await self._report("Fail", _fail_request(ctx, error))
+        finally:
+            self._running.pop(ctx.task_id, None)
+            if self._changed is not None:
+                self._changed.set()
+
+    async def _report(self, method: str, request: Any) -> None:
+        for attempt in range(spec.REPORT_ATTEMPTS):
+            try:
+                await getattr(self._broker, method)(request, timeout=spec.CALL_TIMEOUT)
+                return
+            except grpc.aio.AioRpcError as err:
+                if is_lease_lost(err):
+                    log.info("%s for task %s: lease lost, nothing reported", method, request.task_id)
+                    return
+                if err.code() not in spec.REPORT_RETRY_CODES or attempt == spec.REPORT_ATTEMPTS - 1:
+                    log.error("%s for task %s failed: %s", method, request.task_id, err)
+                    return
+            await asyncio.sleep(spec.backoff(attempt))
+
+    async def _drain(self) -> None:
+        running = [c._runner for c in self._running.values() if c._runner is not None]
+        if not running:
+            return
+        _, pending = await asyncio.wait(running, timeout=self.stop_timeout)
+        if pending:
+            for c in list(self._running.values()):
+                c._cancel(STOPPING, hard=True)
+            await asyncio.wait(pending)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            ctxs = [c for c in self._running.values() if not c.lost]
+            if not ctxs:
+                continue
+            req = broker_pb2.HeartbeatRequest(
+                worker_id=self.worker_id,
+                leases=[broker_pb2.LeaseRef(task_id=c.task_id, lease_token=c.task.lease_token) for c in ctxs],
+                extend_by=duration(self.lease_duration),
+            )
+            try:
+                resp = await self._broker.Heartbeat(req, timeout=self.heartbeat_interval)
+            except grpc.aio.AioRpcError as err:
+                log.warning("heartbeat for %d leases failed: %s", len(ctxs), err)
+                now = datetime.datetime.now(datetime.timezone.utc)
+                for c in ctxs:
+                    if now > c._expires_at:
+                        c._mark_lost()
+                continue
+            for c, status in zip(ctxs, resp.leases):
+                if status.lost:
+                    c._mark_lost()
+                elif status.cancel_requested:
+                    c._cancel(CANCEL_REQUESTED)
+                if status.HasField("lease_expires_at"):
+                    c._expires_at = status.lease_expires_at.ToDatetime(tzinfo=datetime.timezone.utc)
+
+
+def _fail_request(ctx: AsyncTaskContext, error: BaseException) -> broker_pb2.FailRequest:
+    req = broker_pb2.FailRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token)
+    if isinstance(error, PermanentError):
+        req.error_message, req.non_retryable = str(error), True
+    elif isinstance(error, RetryableError):
+        req.error_message = str(error)
+        if error.retry_after is not None:
+            req.retry_after.CopyFrom(duration(error.retry_after))
+    elif isinstance(error, asyncio.CancelledError):
+        req.error_message = f"cancelled: {ctx.cancel_reason}"
+    else:
+        req.error_message = f"{type(error).__name__}: {error}"
+    return req

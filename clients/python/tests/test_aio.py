@@ -1,0 +1,107 @@
+"""AsyncWorker and AsyncClient against a live broker at $TASKBROKER_ADDR (skipped without one)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import random
+
+import grpc
+import pytest
+
+from taskbroker import AsyncClient, AsyncTaskContext, AsyncWorker, WorkerStoppedError, is_lease_lost
+from taskbroker.v1 import admin_pb2, broker_pb2
+
+ADDR = os.environ.get("TASKBROKER_ADDR")
+pytestmark = pytest.mark.skipif(not ADDR, reason="TASKBROKER_ADDR is not set; needs a live broker")
+SUCCEEDED = broker_pb2.TaskState.TASK_STATE_SUCCEEDED
+
+
+def queue(name: str) -> str:
+    return f"test.python.aio.{name}.{random.randrange(1 << 32)}"
+
+
+async def wait_state(tb: AsyncClient, task_id: str, want: int) -> admin_pb2.Task:
+    for _ in range(400):
+        t = (await tb.admin.GetTask(admin_pb2.GetTaskRequest(task_id=task_id), timeout=10)).task
+        if t.state == want:
+            return t
+        await asyncio.sleep(0.05)
+    return t
+
+
+def test_async_handlers_complete_tasks_and_checkpoints_extend_the_lease() -> None:
+    async def main() -> None:
+        q = queue("complete")
+        async with AsyncClient.from_env(ADDR) as tb:
+            task_id = (await tb.submit(q, b"x")).task_id
+            seen = []
+
+            async def handler(ctx: AsyncTaskContext) -> bytes:
+                before = ctx.lease_expires_at
+                await asyncio.sleep(0.05)
+                await ctx.checkpoint(b"half")
+                seen.append(ctx.lease_expires_at > before)
+                return b"done:" + ctx.payload
+
+            async with AsyncWorker(tb, [q], handler, poll_wait=1, lease_duration=4):
+                t = await wait_state(tb, task_id, SUCCEEDED)
+            assert t.state == SUCCEEDED and t.result == b"done:x"
+            assert seen == [True]
+
+    asyncio.run(main())
+
+
+def test_the_deadline_cancels_an_async_handler() -> None:
+    async def main() -> None:
+        q = queue("deadline")
+        async with AsyncClient.from_env(ADDR) as tb:
+            deadline = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)
+            await tb.submit(q, deadline=deadline)
+            reasons: list[str | None] = []
+            done = asyncio.Event()
+
+            async def handler(ctx: AsyncTaskContext) -> None:
+                try:
+                    await asyncio.sleep(20)
+                finally:
+                    reasons.append(ctx.cancel_reason)
+                    done.set()
+
+            async with AsyncWorker(tb, [q], handler, poll_wait=1):
+                await asyncio.wait_for(done.wait(), 15)
+            assert reasons == ["deadline"]
+
+    asyncio.run(main())
+
+
+def test_a_refused_lease_stops_the_async_worker() -> None:
+    async def main() -> None:
+        async with AsyncClient.from_env(ADDR) as tb:
+
+            async def handler(ctx: AsyncTaskContext) -> None:
+                return None
+
+            with pytest.raises(WorkerStoppedError) as err:
+                await asyncio.wait_for(AsyncWorker(tb, ["has space"], handler, poll_wait=1).run(handle_signals=False), 15)
+            assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+
+    asyncio.run(main())
+
+
+def test_lease_lost_is_read_from_async_errors() -> None:
+    async def main() -> None:
+        q = queue("lost")
+        async with AsyncClient.from_env(ADDR) as tb:
+            await tb.submit(q)
+            leased = await tb.broker.Lease(
+                broker_pb2.LeaseRequest(worker_id="test-python", queues=[q], max_tasks=1), timeout=10
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await tb.broker.Complete(
+                    broker_pb2.CompleteRequest(task_id=leased.tasks[0].task_id, lease_token="stale"), timeout=10
+                )
+            assert is_lease_lost(err.value)
+
+    asyncio.run(main())
