@@ -39,8 +39,11 @@ for _ in $(seq 100); do curl -sf -o /dev/null "$base/metrics" && break; sleep 0.
 read -r task_id error < <(python3 - "$file" <<'PY'
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
-tid = db.execute("SELECT id FROM tasks WHERE state = 'dead' ORDER BY seq DESC LIMIT 1").fetchone()[0]
-print(tid, "smtp%3A%20connection%20refused%20(mx1.example.com%3A25)")
+from urllib.parse import quote
+tid, err = db.execute(
+    "SELECT id, last_error FROM tasks WHERE queue = 'q03' AND state = 'dead' ORDER BY seq DESC LIMIT 1"
+).fetchone()
+print(tid, quote(err, safe=""))
 PY
 )
 deep="$(printf 'v1:%d' $((n / 2)) | base64 | tr '+/' '-_' | tr -d '=\n')"

@@ -300,8 +300,9 @@ async fn monitor_readiness(
             } else {
                 ServingStatus::NotServing
             };
-            health.set_service_status(READINESS, status).await;
+            // /readyz first: whoever sees the gRPC status change sees it there too.
             database_up.send_replace(up);
+            health.set_service_status(READINESS, status).await;
             last = Some(up);
         }
     }

@@ -10,6 +10,9 @@ use common::*;
 use taskbroker_server::api::auth::{Role, TokenEntry};
 use taskbroker_server::app::TlsOptions;
 use tokio::process::Command;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
 
 /// `GET path` on the HTTP port: (status code, body).
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
@@ -55,6 +58,84 @@ async fn http_probes_report_liveness_and_readiness_and_readiness_drops_on_drain(
     );
     assert_eq!(http_get(http, "/healthz").await.0, 200);
     assert_eq!(http_get(http, "/nope").await.0, 404);
+    app.shutdown().await;
+}
+
+/// Waits (bounded) until grpc.health reports `want` for service "readiness".
+async fn grpc_readiness(app: &TestApp, want: ServingStatus) {
+    let channel = tonic::transport::Channel::from_shared(app.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = HealthClient::new(channel);
+    let mut stream = h
+        .watch(HealthCheckRequest {
+            service: "readiness".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let reached = async {
+        while let Some(r) = stream.message().await.unwrap() {
+            if r.status == want as i32 {
+                return;
+            }
+        }
+        panic!("health stream ended before {want:?}");
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), reached)
+        .await
+        .unwrap_or_else(|_| panic!("health never reported {want:?}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_says_what_grpc_readiness_says_while_the_database_is_away() {
+    let Some(db) = test_db(Backend::Postgres).await else {
+        return;
+    };
+    let db = std::sync::Arc::new(db);
+    let app = spawn_on(
+        db.clone(),
+        Options {
+            metrics: true,
+            ..Options::default()
+        },
+    )
+    .await;
+    let http = app.metrics_addr.unwrap();
+    grpc_readiness(&app, ServingStatus::Serving).await;
+    assert_eq!(http_get(http, "/readyz").await.0, 200);
+
+    // No connections to the broker's database for a while.
+    let admin_url = postgres_admin_url().unwrap();
+    let name = db.url.rsplit('/').next().unwrap().to_string();
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin_url)
+        .await
+        .unwrap();
+    let allow = |on: bool| format!("ALTER DATABASE {name} ALLOW_CONNECTIONS {on}");
+    sqlx::query(sqlx::AssertSqlSafe(allow(false)))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+        .bind(&name)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    grpc_readiness(&app, ServingStatus::NotServing).await;
+    assert_eq!(
+        http_get(http, "/readyz").await,
+        (503, "database unreachable\n".to_string())
+    );
+    assert_eq!(http_get(http, "/healthz").await.0, 200, "alive all along");
+
+    sqlx::query(sqlx::AssertSqlSafe(allow(true)))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    grpc_readiness(&app, ServingStatus::Serving).await;
+    assert_eq!(http_get(http, "/readyz").await.0, 200);
     app.shutdown().await;
 }
 

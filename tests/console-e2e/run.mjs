@@ -155,7 +155,7 @@ async function main() {
     await page.evaluate(() => { window.__sameDocument = true; });
     submit(a, 'reports', ['--json', '{"report":"adhoc"}']);
     await eventually('the overview to show the new task', async () =>
-      (await readyCell.textContent()).trim() === String(before + 1), 15000);
+      (await readyCell.textContent()).trim() === String(before + 1), 25000);
     expect(await page.evaluate(() => window.__sameDocument === true), 'refreshed without reloading');
     await page.screenshot({ path: join(shots, 'console-overview.png'), fullPage: true });
   });

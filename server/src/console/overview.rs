@@ -3,6 +3,7 @@
 //! time. The table refreshes itself every 5 s (htmx polls `/overview/live`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Extension;
@@ -11,28 +12,70 @@ use maud::{Markup, html};
 
 use super::layout::{self, count, duration, href, sparkline};
 use super::{Console, PageError, Viewer};
-use crate::service::{Overview, QueueOverview};
+use crate::service::{Broker, Overview, QueueOverview};
 
 /// How long one overview is shown to every viewer before it is read again: the
-/// counts scan an index of every task, and each open overview polls every 5 s.
+/// counts scan an index of every task (100-200 ms with a million tasks), and
+/// each open overview polls every 5 s.
 const FRESH_FOR: Duration = Duration::from_secs(2);
+/// An older overview is still shown at once while a new one is read in the
+/// background (stale-while-revalidate); past this age a request waits for it.
+const STALE_FOR: Duration = Duration::from_secs(30);
 
 /// The latest overview, shared by all viewers.
 #[derive(Default)]
-pub struct Cache(tokio::sync::Mutex<Option<(Instant, Arc<Overview>)>>);
+pub struct Cache(Arc<CacheInner>);
+
+#[derive(Default)]
+struct CacheInner {
+    latest: std::sync::Mutex<Option<(Instant, Arc<Overview>)>>,
+    /// A background read is under way.
+    refreshing: AtomicBool,
+    /// Held by a request that reads in the foreground, so viewers arriving
+    /// together after a pause share one read.
+    reading: tokio::sync::Mutex<()>,
+}
+
+impl CacheInner {
+    fn latest(&self) -> Option<(Instant, Arc<Overview>)> {
+        // A panic while holding this lock cannot leave the value half-written.
+        self.latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    async fn read(&self, broker: &Broker) -> Result<Arc<Overview>, PageError> {
+        let o = Arc::new(broker.overview().await?);
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), o.clone()));
+        Ok(o)
+    }
+}
 
 impl Cache {
     pub async fn get(&self, console: &Console) -> Result<Arc<Overview>, PageError> {
-        // Held while reading, so viewers arriving together share one read.
-        let mut slot = self.0.lock().await;
-        if let Some((at, o)) = slot.as_ref()
-            && at.elapsed() < FRESH_FOR
-        {
-            return Ok(o.clone());
+        let inner = &self.0;
+        match inner.latest() {
+            Some((at, o)) if at.elapsed() < FRESH_FOR => return Ok(o),
+            Some((at, o)) if at.elapsed() < STALE_FOR => {
+                if !inner.refreshing.swap(true, Ordering::AcqRel) {
+                    let (inner, broker) = (inner.clone(), console.broker.clone());
+                    tokio::spawn(async move {
+                        if let Err(e) = inner.read(&broker).await {
+                            tracing::debug!(?e, "console: overview refresh failed");
+                        }
+                        inner.refreshing.store(false, Ordering::Release);
+                    });
+                }
+                return Ok(o);
+            }
+            _ => {}
         }
-        let o = Arc::new(console.broker.overview().await?);
-        *slot = Some((Instant::now(), o.clone()));
-        Ok(o)
+        let _reading = inner.reading.lock().await;
+        match inner.latest() {
+            Some((at, o)) if at.elapsed() < FRESH_FOR => Ok(o),
+            _ => inner.read(&console.broker).await,
+        }
     }
 }
 
