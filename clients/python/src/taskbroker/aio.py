@@ -130,7 +130,7 @@ class AsyncTaskContext:
     ``"cancel_requested"``, ``"deadline"``, ``"stopping"``); a deadline or a hard stop also
     cancels the handler's asyncio task."""
 
-    def __init__(self, task: broker_pb2.LeasedTask, broker: broker_pb2_grpc.BrokerServiceStub, lease_duration: float):
+    def __init__(self, task: broker_pb2.LeasedTask, broker: broker_pb2_grpc.BrokerServiceAsyncStub, lease_duration: float):
         self.task = task
         self.cancelled = asyncio.Event()
         self.cancel_reason: str | None = None

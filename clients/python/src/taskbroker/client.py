@@ -189,7 +189,7 @@ class Client:
             spec.run_at.CopyFrom(timestamp(run_at))
         if deadline is not None:
             spec.deadline.CopyFrom(timestamp(deadline))
-        headers = list(tracing.current_headers().items())
+        headers = tuple(tracing.current_headers().items())
         resp = self.broker.Submit(broker_pb2.SubmitRequest(tasks=[spec]), timeout=timeout, metadata=headers or None)
         return resp.results[0]
 
