@@ -5,7 +5,7 @@
 # tests/console-e2e), builds the broker and the example worker, then runs
 # tests/console-e2e/run.mjs: two brokers on fresh SQLite databases (auth off and
 # on), tasks seeded with the CLI, the example worker on `emails`. Prints
-# `N passed, M failed`; screenshots go to docs/img/console-*.png.
+# `N passed, M failed`; screenshots go to target/console-e2e/ (CONSOLE_SCREENSHOTS=docs/img refreshes the README's).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"

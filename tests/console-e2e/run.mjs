@@ -5,7 +5,7 @@
 // brokers on fresh SQLite databases (one with auth off, one with auth on), seeds
 // tasks with the CLI, runs the example worker on the `emails` queue, and drives
 // the console. It prints PASS/FAIL per case, then `N passed, M failed`, saves
-// screenshots to docs/img/, and exits non-zero when a case failed.
+// screenshots to target/console-e2e/ (or $CONSOLE_SCREENSHOTS), and exits non-zero when a case failed.
 
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
@@ -18,7 +18,9 @@ import { chromium } from 'playwright-core';
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const bin = process.env.TB_BIN ?? join(root, 'target/debug/taskbroker');
 const workerBin = process.env.TB_WORKER ?? join(root, 'target/debug/examples/worker');
-const shots = join(root, 'docs/img');
+// The README's screenshots are refreshed with CONSOLE_SCREENSHOTS=docs/img; by default a
+// run keeps its own (in target/console-e2e), so a test run leaves the tree as it was.
+const shots = join(root, process.env.CONSOLE_SCREENSHOTS || 'target/console-e2e');
 const ADMIN_TOKEN = 'e2e-admin-token-0123456789';
 const children = [];
 const dir = mkdtempSync(join(tmpdir(), 'tb-console-e2e-'));
