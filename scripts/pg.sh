@@ -2,12 +2,13 @@
 # Starts a throwaway Postgres cluster for tests and prints `export` lines for it.
 #   eval "$(scripts/pg.sh start DIR)"   -> TASKBROKER_TEST_POSTGRES_URL
 #   scripts/pg.sh stop DIR
+#   scripts/pg.sh resume DIR            -> starts a stopped cluster again, same port
 # Installs Postgres from Debian packages when it is missing. Postgres refuses to
 # run as root, so the cluster runs as the `postgres` user (created if needed).
 set -euo pipefail
 
-cmd=${1:?usage: pg.sh start|stop DIR}
-dir=${2:?usage: pg.sh start|stop DIR}
+cmd=${1:?usage: pg.sh start|stop|resume DIR}
+dir=${2:?usage: pg.sh start|stop|resume DIR}
 
 find_bin() {
   local b
@@ -47,12 +48,19 @@ case "$cmd" in
     chmod 700 "$dir"
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     as_pg "$bindir/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 >/dev/null
+    echo "$port" > "$dir/port"
     as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w \
       -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=on" start >/dev/null
     echo "export TASKBROKER_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:$port/postgres"
     ;;
+  resume)
+    # Starts a stopped cluster again on the same port (fault tests restart Postgres).
+    port=$(cat "$dir/port")
+    as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w \
+      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=on" start >/dev/null
+    ;;
   stop)
     as_pg "$bindir/pg_ctl" -D "$dir/data" -m fast stop >/dev/null 2>&1 || true
     ;;
-  *) echo "usage: pg.sh start|stop DIR" >&2; exit 2 ;;
+  *) echo "usage: pg.sh start|stop|resume DIR" >&2; exit 2 ;;
 esac
