@@ -313,6 +313,8 @@ pub struct WorkerPlan {
     pub fail_first: u32,
     pub lease: Duration,
     pub max_tasks: u32,
+    /// Complete each lease's tasks in one CompleteMany call (when none is to fail).
+    pub complete_many: bool,
 }
 
 impl Default for WorkerPlan {
@@ -321,6 +323,7 @@ impl Default for WorkerPlan {
             fail_first: 0,
             lease: Duration::from_secs(3),
             max_tasks: 16,
+            complete_many: false,
         }
     }
 }
@@ -368,8 +371,55 @@ pub async fn work(
                 Err(s) => panic!("lease refused: {s:?}"),
             },
         };
+        if plan.complete_many && plan.fail_first == 0 && !tasks.is_empty() {
+            complete_many(&clients, &mut turn, &tasks, &ledger, &stop).await;
+            continue;
+        }
         for t in tasks {
             report(&clients, &mut turn, &t, &plan, &ledger, &stop).await;
+        }
+    }
+}
+
+/// Completes `tasks` in one call, retried through transient errors.
+async fn complete_many(
+    clients: &[BrokerServiceClient<Channel>],
+    turn: &mut usize,
+    tasks: &[pb::LeasedTask],
+    ledger: &Ledger,
+    stop: &CancellationToken,
+) {
+    let completions: Vec<pb::CompleteRequest> = tasks
+        .iter()
+        .map(|t| pb::CompleteRequest {
+            task_id: t.task_id.clone(),
+            lease_token: t.lease_token.clone(),
+            result: b"ok".to_vec(),
+        })
+        .collect();
+    while !stop.is_cancelled() {
+        let mut c = clients[*turn % clients.len()].clone();
+        *turn += 1;
+        let req = pb::CompleteManyRequest {
+            completions: completions.clone(),
+        };
+        match c.complete_many(req).await {
+            Ok(r) => {
+                let results = r.into_inner().results;
+                assert_eq!(results.len(), tasks.len(), "one result per completion");
+                let mut completed = ledger.completed.lock().unwrap();
+                for (t, r) in tasks.iter().zip(results) {
+                    if r.outcome == pb::CompleteOutcome::Completed as i32 {
+                        completed
+                            .entry(t.task_id.clone())
+                            .or_default()
+                            .insert(t.lease_token.clone());
+                    }
+                }
+                return;
+            }
+            Err(s) if transient(&s) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(s) => panic!("CompleteMany refused: {s:?}"),
         }
     }
 }
