@@ -55,11 +55,11 @@ fn saved_config_inputs_load_or_fail_in_one_line() {
 /// Inputs the fuzzer found whose fix is not in yet (`fuzz/pending/`); once it is,
 /// they move to `fuzz/regressions/`.
 ///
-/// `complete-task-id-with-newline`: a Complete whose task id holds a newline is
-/// answered NOT_FOUND with the id echoed into the message, which then spans two
-/// lines (the id's control characters reach the client verbatim). Rejecting
-/// control characters in identifiers (issue 11, defect 3) answers it
-/// INVALID_ARGUMENT instead.
+/// `complete-task-id-with-newline`, `cancel-task-id-with-newline`: a Complete (or
+/// CancelTask) whose task id holds a newline is answered NOT_FOUND with the id
+/// echoed into the message, which then spans two lines (the id's control
+/// characters reach the client verbatim). Rejecting control characters in
+/// identifiers (issue 11, defect 3) answers it INVALID_ARGUMENT instead.
 #[test]
 #[ignore = "defect 3 of issue 11: identifiers accept control characters, which are echoed into error messages"]
 fn pending_rpc_inputs_are_answered_with_clear_statuses() {
