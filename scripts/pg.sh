@@ -6,12 +6,13 @@
 #          a cluster with ssl=on and a certificate for localhost signed by a throwaway CA
 #          (both made here with openssl), that refuses connections without TLS
 #   scripts/pg.sh stop DIR
+#   scripts/pg.sh resume DIR            -> starts a stopped cluster again, same port
 # Installs Postgres from Debian packages when it is missing. Postgres refuses to
 # run as root, so the cluster runs as the `postgres` user (created if needed).
 set -euo pipefail
 
-cmd=${1:?usage: pg.sh start|start-tls|stop DIR}
-dir=${2:?usage: pg.sh start|start-tls|stop DIR}
+cmd=${1:?usage: pg.sh start|start-tls|stop|resume DIR}
+dir=${2:?usage: pg.sh start|start-tls|stop|resume DIR}
 
 find_bin() {
   local b
@@ -78,6 +79,7 @@ case "$cmd" in
       if [ "$(id -u)" = 0 ]; then chown postgres "$dir/data/pg_hba.conf"; fi
       opts="$opts -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key"
     fi
+    echo "$port" > "$dir/port"
     as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o "$opts" start >/dev/null
     if [ "$cmd" = start-tls ]; then
       echo "export TASKBROKER_TEST_POSTGRES_TLS_URL='postgres://postgres@localhost:$port/postgres?sslmode=require'"
@@ -86,8 +88,14 @@ case "$cmd" in
       echo "export TASKBROKER_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:$port/postgres"
     fi
     ;;
+  resume)
+    # Starts a stopped cluster again on the same port (fault tests restart Postgres).
+    port=$(cat "$dir/port")
+    as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w \
+      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=on" start >/dev/null
+    ;;
   stop)
     as_pg "$bindir/pg_ctl" -D "$dir/data" -m fast stop >/dev/null 2>&1 || true
     ;;
-  *) echo "usage: pg.sh start|start-tls|stop DIR" >&2; exit 2 ;;
+  *) echo "usage: pg.sh start|start-tls|stop|resume DIR" >&2; exit 2 ;;
 esac

@@ -87,6 +87,17 @@ pub struct Args {
     /// Free-form label copied into the JSON line (compare.sh names its runs with it).
     #[arg(long)]
     pub label: Option<String>,
+    /// Soak for this long (e.g. `30m`) instead of the latency phase: the latency
+    /// load at `--latency-rate` (default half the measured peak) in back-to-back
+    /// windows, one CSV sample per window (see `soak.rs`, `bench/soak.sh`).
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub soak: Option<Duration>,
+    /// Soak: seconds per window (one sample each).
+    #[arg(long, default_value_t = 10.0)]
+    pub soak_sample_seconds: f64,
+    /// Soak: where the samples go.
+    #[arg(long, default_value = "bench/results/soak.csv")]
+    pub soak_csv: PathBuf,
 }
 
 /// Every parameter of a run, defaults resolved.
@@ -133,6 +144,9 @@ impl Args {
             && !(r > 0.0 && r.is_finite())
         {
             return Err("--latency-rate must be above 0".into());
+        }
+        if !(self.soak_sample_seconds >= 1.0 && self.soak_sample_seconds.is_finite()) {
+            return Err("--soak-sample-seconds must be 1 or more".into());
         }
         if !(self.timeout_seconds > 0.0 && self.timeout_seconds.is_finite()) {
             return Err("--timeout-seconds must be above 0".into());
@@ -193,6 +207,16 @@ mod tests {
         assert!(parse(&["--submit-batch", "1001"]).params().is_err());
         assert!(parse(&["--lease-batch", "257"]).params().is_err());
         assert!(parse(&["--tasks", "0"]).params().is_err());
+        assert!(parse(&["--soak-sample-seconds", "0"]).params().is_err());
+    }
+
+    #[test]
+    fn a_soak_takes_a_human_duration() {
+        assert_eq!(
+            parse(&["--soak", "30m"]).soak,
+            Some(Duration::from_secs(1800))
+        );
+        assert!(Args::try_parse_from(["taskbroker-bench", "--soak", "soon"]).is_err());
     }
 
     #[test]

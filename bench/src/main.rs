@@ -11,7 +11,9 @@
 //!    waiting long-poll workers: dispatch latency p50/p99/max;
 //! 4. `broker.rs`: the broker's peak RSS (VmHWM), and starting/stopping a broker
 //!    with `--spawn-broker`;
-//! 5. `report.rs`: a table, then one JSON line.
+//! 5. `report.rs`: a table, then one JSON line;
+//! 6. `soak.rs` (`--soak DURATION`, instead of the latency phase): the latency load
+//!    for a long time, sampled into a CSV (RSS, dispatch p99, throughput, database size).
 //!
 //! `rpc.rs` holds the calls themselves and their bounded retries.
 #![forbid(unsafe_code)]
@@ -22,6 +24,7 @@ mod broker;
 mod latency;
 mod report;
 mod rpc;
+mod soak;
 mod throughput;
 mod workers;
 
@@ -109,7 +112,30 @@ async fn measure(
     };
 
     let throughput = throughput::run(&params, &workers, &producers, &queue).await?;
-    let latency = if params.latency_seconds > 0.0 {
+    let latency = if let Some(duration) = args.soak {
+        let rate = params
+            .latency_rate
+            .unwrap_or(throughput.lifecycles_per_sec() / 2.0);
+        let db = soak::Database::open(args.spawn_broker.as_deref()).await?;
+        let every = std::time::Duration::from_secs_f64(args.soak_sample_seconds);
+        let q = format!("{queue}-soak");
+        eprintln!("soak: {rate:.0} tasks/s for {duration:?}, a sample every {every:?}");
+        let s = soak::run(
+            &params,
+            rate,
+            duration,
+            every,
+            &workers,
+            &producers,
+            &q,
+            pid,
+            &db,
+            &args.soak_csv,
+        )
+        .await?;
+        eprintln!("soak: {} samples in {}", s.samples, s.csv.display());
+        None
+    } else if params.latency_seconds > 0.0 {
         let rate = params
             .latency_rate
             .unwrap_or(throughput.lifecycles_per_sec() / 2.0);

@@ -1,0 +1,1057 @@
+//! A model-based property test of the task state machine: random interleavings of
+//! submit, lease (one request or several served together), heartbeat, checkpoint,
+//! complete (one or many in a call), fail, lease expiry (the reaper at an injected
+//! clock), cancel and requeue are run against a real store and, step by step,
+//! against a small in-memory model of the rules (states, attempts, lease tokens
+//! and fencing, checkpoints, retry budget). Every answer and, after every step,
+//! every task as stored must match the model.
+//!
+//! Each case gets a fresh store: a new SQLite file, or a new schema in a Postgres
+//! database made for the run. Cases per store: `TASKBROKER_MODEL_CASES` (default
+//! 64, as CI runs it; `scripts/model.sh` runs 10,000).
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use common::*;
+use proptest::prelude::*;
+use proptest::sample::Index;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use taskbroker_server::domain::{RetryPolicy, StoredState, TaskState};
+use taskbroker_server::store::{
+    self, Changed, CheckpointParams, CompleteParams, FailParams, LeaseParams, LeaseRef, LeaseState,
+    NewTask, Settled, Store, TaskFilter,
+};
+
+const QUEUES: [&str; 2] = ["qa", "qb"];
+const BOGUS_TOKEN: &str = "not-a-token";
+/// Tasks in one case, at most (submits beyond it are skipped), so a case stays small.
+const MAX_TASKS: usize = 24;
+
+// ---------------------------------------------------------------- operations
+
+/// Which lease token a report carries.
+#[derive(Debug, Clone, Copy)]
+enum Tok {
+    /// The task's newest token (a live lease, or one that ended).
+    Current,
+    /// The token of the attempt before (a stale holder: the task was leased again).
+    Previous,
+    /// A token never issued.
+    Bogus,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Submit {
+        queue: usize,
+        priority: i32,
+        max_attempts: u32,
+        key: Option<u8>,
+        backoff_s: u64,
+        delay_ms: u64,
+    },
+    Lease {
+        queues: usize,
+        max: u32,
+        lease_ms: u64,
+    },
+    /// Several waiting requests for the same queues served by one call.
+    LeaseMany {
+        queues: usize,
+        wanted: Vec<u32>,
+        lease_ms: u64,
+    },
+    Heartbeat {
+        task: Index,
+        tok: Tok,
+        extend_ms: Option<u64>,
+    },
+    Checkpoint {
+        task: Index,
+        tok: Tok,
+        data: u8,
+        extend_ms: Option<u64>,
+    },
+    Complete {
+        task: Index,
+        tok: Tok,
+    },
+    /// One call settling several leases (different tasks, or the same task twice).
+    CompleteMany {
+        items: Vec<(Index, Tok)>,
+        /// Keep only the first item of each task.
+        distinct: bool,
+    },
+    Fail {
+        task: Index,
+        tok: Tok,
+        non_retryable: bool,
+        retry_after_ms: Option<u64>,
+    },
+    Advance {
+        ms: u64,
+    },
+    Reap,
+    Cancel {
+        task: Index,
+    },
+    Requeue {
+        task: Index,
+    },
+    /// A report for a task id that does not exist.
+    UnknownTask,
+}
+
+fn tok() -> impl Strategy<Value = Tok> {
+    prop_oneof![6 => Just(Tok::Current), 3 => Just(Tok::Previous), 1 => Just(Tok::Bogus)]
+}
+
+/// Which queues a lease names: 0 = qa, 1 = qb, 2 = both.
+fn queue_set(i: usize) -> Vec<String> {
+    match i {
+        0 => vec![QUEUES[0].into()],
+        1 => vec![QUEUES[1].into()],
+        _ => QUEUES.iter().map(|q| q.to_string()).collect(),
+    }
+}
+
+fn op(dup_batches: bool) -> impl Strategy<Value = Op> {
+    let submit = (
+        0..2usize,
+        -1..=1i32,
+        1..=3u32,
+        prop::option::weighted(0.3, 0..4u8),
+        0..=2u64,
+        prop_oneof![3 => Just(0u64), 1 => 1..3000u64],
+    )
+        .prop_map(
+            |(queue, priority, max_attempts, key, backoff_s, delay_ms)| Op::Submit {
+                queue,
+                priority,
+                max_attempts,
+                key,
+                backoff_s,
+                delay_ms,
+            },
+        );
+    let lease_ms = || prop_oneof![Just(1000u64), Just(5000u64), 1000..20_000u64];
+    let extend = || prop::option::of(prop_oneof![Just(1000u64), 1000..20_000u64]);
+    let complete_many =
+        prop::collection::vec((any::<Index>(), tok()), 1..4).prop_map(move |items| {
+            Op::CompleteMany {
+                items,
+                distinct: !dup_batches,
+            }
+        });
+    prop_oneof![
+        6 => submit,
+        5 => (0..3usize, 1..=3u32, lease_ms()).prop_map(|(queues, max, lease_ms)| Op::Lease {
+            queues,
+            max,
+            lease_ms
+        }),
+        2 => (0..3usize, prop::collection::vec(1..=3u32, 2..4), lease_ms())
+            .prop_map(|(queues, wanted, lease_ms)| Op::LeaseMany { queues, wanted, lease_ms }),
+        3 => (any::<Index>(), tok(), extend())
+            .prop_map(|(task, tok, extend_ms)| Op::Heartbeat { task, tok, extend_ms }),
+        3 => (any::<Index>(), tok(), any::<u8>(), extend()).prop_map(
+            |(task, tok, data, extend_ms)| Op::Checkpoint { task, tok, data, extend_ms }
+        ),
+        4 => (any::<Index>(), tok()).prop_map(|(task, tok)| Op::Complete { task, tok }),
+        2 => complete_many,
+        4 => (
+            any::<Index>(),
+            tok(),
+            prop::bool::weighted(0.2),
+            prop::option::weighted(0.3, 0..3000u64)
+        )
+            .prop_map(|(task, tok, non_retryable, retry_after_ms)| Op::Fail {
+                task,
+                tok,
+                non_retryable,
+                retry_after_ms
+            }),
+        4 => prop_oneof![4 => 0..3000u64, 1 => 3000..30_000u64].prop_map(|ms| Op::Advance { ms }),
+        3 => Just(Op::Reap),
+        2 => any::<Index>().prop_map(|task| Op::Cancel { task }),
+        2 => any::<Index>().prop_map(|task| Op::Requeue { task }),
+        1 => Just(Op::UnknownTask),
+    ]
+}
+
+// ---------------------------------------------------------------- the model
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Running,
+    Succeeded,
+    Failed,
+    LeaseExpired,
+}
+
+#[derive(Debug, Clone)]
+struct MTask {
+    id: String,
+    queue: String,
+    key: Option<String>,
+    priority: i32,
+    seq: usize,
+    state: StoredState,
+    run_at: i64,
+    attempt: u32,
+    attempts_allowed: u32,
+    max_attempts: u32,
+    fencing: u64,
+    /// Every token issued, oldest first; the last is the task's token.
+    tokens: Vec<String>,
+    lease_ms: i64,
+    expires: Option<i64>,
+    checkpoint: Option<Vec<u8>>,
+    result: Option<Vec<u8>>,
+    cancel_requested: bool,
+    /// How the newest attempt ended.
+    outcome: Option<Outcome>,
+    backoff_ms: i64,
+}
+
+impl MTask {
+    fn token(&self, t: Tok) -> String {
+        let n = self.tokens.len();
+        match t {
+            Tok::Current if n >= 1 => self.tokens[n - 1].clone(),
+            Tok::Previous if n >= 2 => self.tokens[n - 2].clone(),
+            _ => BOGUS_TOKEN.into(),
+        }
+    }
+
+    fn live(&self, token: &str, now: i64) -> bool {
+        self.state == StoredState::Leased
+            && self.tokens.last().map(String::as_str) == Some(token)
+            && self.expires.is_some_and(|e| e > now)
+    }
+
+    /// A failed attempt (a Fail or an expired lease): where the task goes.
+    fn fail(&mut self, now: i64, non_retryable: bool, retry_after: Option<i64>, o: Outcome) {
+        self.outcome = Some(o);
+        self.expires = None;
+        self.state = if self.cancel_requested {
+            StoredState::Cancelled
+        } else if non_retryable || self.attempt >= self.attempts_allowed {
+            StoredState::Dead
+        } else {
+            self.run_at = now + retry_after.unwrap_or(self.backoff_ms);
+            StoredState::Pending
+        };
+    }
+}
+
+/// What a report (Complete or Fail) is allowed to do, per the documented rules.
+#[derive(Debug, PartialEq, Eq)]
+enum Check {
+    Proceed,
+    AlreadySettled,
+    LeaseLost,
+}
+
+fn check(t: &MTask, token: &str, now: i64, settled_as: Outcome) -> Check {
+    if t.tokens.last().map(String::as_str) != Some(token) {
+        return Check::LeaseLost;
+    }
+    if t.state == StoredState::Leased {
+        return if t.expires.is_some_and(|e| e > now) {
+            Check::Proceed
+        } else {
+            Check::LeaseLost
+        };
+    }
+    if t.outcome == Some(settled_as) {
+        Check::AlreadySettled
+    } else {
+        Check::LeaseLost
+    }
+}
+
+#[derive(Default)]
+struct Model {
+    tasks: Vec<MTask>,
+    now: i64,
+    next_seq: usize,
+}
+
+impl Model {
+    fn pick(&self, i: &Index) -> Option<usize> {
+        (!self.tasks.is_empty()).then(|| i.index(self.tasks.len()))
+    }
+
+    /// Ready tasks of these queues in lease order.
+    fn ready(&self, queues: &[String]) -> Vec<usize> {
+        let mut ready: Vec<usize> = (0..self.tasks.len())
+            .filter(|&i| {
+                let t = &self.tasks[i];
+                t.state == StoredState::Pending && t.run_at <= self.now && queues.contains(&t.queue)
+            })
+            .collect();
+        ready.sort_by_key(|&i| {
+            let t = &self.tasks[i];
+            (std::cmp::Reverse(t.priority), t.run_at, t.seq)
+        });
+        ready
+    }
+
+    fn index_of(&self, id: &str) -> Option<usize> {
+        self.tasks.iter().position(|t| t.id == id)
+    }
+}
+
+// ---------------------------------------------------------------- the run
+
+fn t0() -> i64 {
+    1_800_000_000_000
+}
+
+fn at(ms: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms).expect("in range")
+}
+
+fn ms_of(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+macro_rules! same {
+    ($left:expr, $right:expr, $($ctx:tt)+) => {{
+        let (l, r) = (&$left, &$right);
+        if l != r {
+            return Err(TestCaseError::fail(format!(
+                "{}: store {:?}, model {:?}",
+                format!($($ctx)+),
+                l,
+                r
+            )));
+        }
+    }};
+}
+
+fn fail(msg: String) -> TestCaseError {
+    TestCaseError::fail(msg)
+}
+
+fn lease_params(queues: Vec<String>, max: u32, lease_ms: u64, now: i64) -> LeaseParams {
+    LeaseParams {
+        max_reply_bytes: 4 << 20,
+        queues,
+        max_tasks: max,
+        worker_id: "model-worker".into(),
+        worker_address: "127.0.0.1:1".into(),
+        lease_duration: Duration::from_millis(lease_ms),
+        now: at(now),
+    }
+}
+
+/// Records a task the store leased, after checking the model allows it.
+fn take_lease(m: &mut Model, rec: &store::TaskRecord, lease_ms: u64) -> Result<(), TestCaseError> {
+    let i = m
+        .index_of(&rec.id)
+        .ok_or_else(|| fail(format!("leased an unknown task {}", rec.id)))?;
+    let now = m.now;
+    let t = &mut m.tasks[i];
+    let token = rec
+        .lease_token
+        .clone()
+        .ok_or_else(|| fail("a leased task without a token".into()))?;
+    if t.tokens.contains(&token) || token == BOGUS_TOKEN {
+        return Err(fail(format!("lease token {token} was issued before")));
+    }
+    t.tokens.push(token);
+    t.state = StoredState::Leased;
+    t.attempt += 1;
+    t.fencing += 1;
+    t.lease_ms = lease_ms as i64;
+    t.expires = Some(now + lease_ms as i64);
+    t.outcome = Some(Outcome::Running);
+    same!(rec.attempt, t.attempt, "attempt of a new lease of {}", t.id);
+    same!(
+        rec.fencing_token,
+        t.fencing,
+        "fencing token of a new lease of {}",
+        t.id
+    );
+    same!(
+        rec.checkpoint,
+        t.checkpoint,
+        "checkpoint handed to the new lease of {}",
+        t.id
+    );
+    Ok(())
+}
+
+fn lease_state(t: &MTask) -> LeaseState {
+    LeaseState::Live {
+        lease_expires_at: at(t.expires.expect("leased")),
+        cancel_requested: t.cancel_requested,
+    }
+}
+
+async fn step(s: &dyn Store, m: &mut Model, op: &Op) -> Result<(), TestCaseError> {
+    let now = m.now;
+    let err = |e: store::StoreError| fail(format!("store error: {e:?}"));
+    match op {
+        Op::Submit {
+            queue,
+            priority,
+            max_attempts,
+            key,
+            backoff_s,
+            delay_ms,
+        } => {
+            if m.tasks.len() >= MAX_TASKS {
+                return Ok(());
+            }
+            let seq = m.next_seq;
+            m.next_seq += 1;
+            let queue = QUEUES[*queue].to_string();
+            let key = key.map(|k| format!("k{k}"));
+            let id = format!("00000000-0000-7000-8000-{seq:012}");
+            let new = NewTask {
+                id: id.clone(),
+                queue: queue.clone(),
+                key: key.clone(),
+                payload: vec![seq as u8],
+                priority: *priority,
+                run_at: at(now + *delay_ms as i64),
+                deadline: None,
+                retry: RetryPolicy {
+                    max_attempts: *max_attempts,
+                    initial_backoff: Duration::from_secs(*backoff_s),
+                    backoff_multiplier: 1.0,
+                    max_backoff: Duration::from_secs(3600),
+                    jitter: 0.0,
+                },
+                metadata: BTreeMap::new(),
+            };
+            let got = s.task_insert_many(&[new], at(now)).await.map_err(err)?;
+            let existing = key.as_ref().and_then(|k| {
+                m.tasks
+                    .iter()
+                    .find(|t| t.queue == queue && t.key.as_ref() == Some(k))
+            });
+            if let Some(t) = existing {
+                same!(got[0].task_id, t.id, "deduplicated submit");
+                same!(got[0].deduplicated, true, "deduplicated flag");
+                return Ok(());
+            }
+            same!(got[0].task_id, id, "new task id");
+            same!(got[0].deduplicated, false, "deduplicated flag");
+            m.tasks.push(MTask {
+                id,
+                queue,
+                key,
+                priority: *priority,
+                seq,
+                state: StoredState::Pending,
+                run_at: now + *delay_ms as i64,
+                attempt: 0,
+                attempts_allowed: *max_attempts,
+                max_attempts: *max_attempts,
+                fencing: 0,
+                tokens: Vec::new(),
+                lease_ms: 0,
+                expires: None,
+                checkpoint: None,
+                result: None,
+                cancel_requested: false,
+                outcome: None,
+                backoff_ms: *backoff_s as i64 * 1000,
+            });
+        }
+        Op::Lease {
+            queues,
+            max,
+            lease_ms,
+        } => {
+            let qs = queue_set(*queues);
+            let want: Vec<String> = m
+                .ready(&qs)
+                .into_iter()
+                .take(*max as usize)
+                .map(|i| m.tasks[i].id.clone())
+                .collect();
+            let got = s
+                .task_lease_available(&lease_params(qs, *max, *lease_ms, now))
+                .await
+                .map_err(err)?;
+            let ids: Vec<String> = got.iter().map(|r| r.id.clone()).collect();
+            same!(ids, want, "leased tasks, in lease order");
+            for rec in &got {
+                take_lease(m, rec, *lease_ms)?;
+            }
+        }
+        Op::LeaseMany {
+            queues,
+            wanted,
+            lease_ms,
+        } => {
+            let qs = queue_set(*queues);
+            let ready: Vec<String> = m
+                .ready(&qs)
+                .into_iter()
+                .map(|i| m.tasks[i].id.clone())
+                .collect();
+            // Shared one at a time in request order: slot k of every request
+            // before slot k + 1 of any.
+            let mut shares = vec![0u32; wanted.len()];
+            let mut left = ready.len();
+            'rounds: for k in 0..*wanted.iter().max().unwrap_or(&0) {
+                for (i, w) in wanted.iter().enumerate() {
+                    if left == 0 {
+                        break 'rounds;
+                    }
+                    if *w > k {
+                        shares[i] += 1;
+                        left -= 1;
+                    }
+                }
+            }
+            let ps: Vec<LeaseParams> = wanted
+                .iter()
+                .map(|w| lease_params(qs.clone(), *w, *lease_ms, now))
+                .collect();
+            let got = s.task_lease_many(&ps).await.map_err(err)?;
+            same!(got.len(), wanted.len(), "one answer per lease request");
+            let counts: Vec<u32> = got.iter().map(|g| g.len() as u32).collect();
+            same!(counts, shares, "tasks per request of {wanted:?}");
+            let total: usize = counts.iter().map(|&c| c as usize).sum();
+            let mut all: Vec<String> = got.iter().flatten().map(|r| r.id.clone()).collect();
+            all.sort();
+            let mut first: Vec<String> = ready[..total].to_vec();
+            first.sort();
+            same!(all, first, "the tasks leased are the first ready ones");
+            for answer in &got {
+                let order: Vec<usize> = answer
+                    .iter()
+                    .map(|r| {
+                        ready
+                            .iter()
+                            .position(|id| *id == r.id)
+                            .unwrap_or(usize::MAX)
+                    })
+                    .collect();
+                if !order.is_sorted() {
+                    return Err(fail(format!(
+                        "one request's tasks out of lease order: {order:?}"
+                    )));
+                }
+                for rec in answer {
+                    take_lease(m, rec, *lease_ms)?;
+                }
+            }
+        }
+        Op::Heartbeat {
+            task,
+            tok,
+            extend_ms,
+        } => {
+            let Some(i) = m.pick(task) else { return Ok(()) };
+            let token = m.tasks[i].token(*tok);
+            let refs = [LeaseRef {
+                task_id: m.tasks[i].id.clone(),
+                lease_token: token.clone(),
+            }];
+            let ext = extend_ms.map(Duration::from_millis);
+            let got = s.lease_extend(&refs, ext, at(now)).await.map_err(err)?;
+            let t = &mut m.tasks[i];
+            let want = if t.live(&token, now) {
+                t.expires = Some(now + extend_ms.map_or(t.lease_ms, |e| e as i64));
+                lease_state(t)
+            } else {
+                LeaseState::Lost
+            };
+            same!(got, vec![want], "heartbeat of {} with {tok:?}", t.id);
+        }
+        Op::Checkpoint {
+            task,
+            tok,
+            data,
+            extend_ms,
+        } => {
+            let Some(i) = m.pick(task) else { return Ok(()) };
+            let token = m.tasks[i].token(*tok);
+            let p = CheckpointParams {
+                task_id: m.tasks[i].id.clone(),
+                lease_token: token.clone(),
+                checkpoint: vec![*data; 3],
+                extend_by: extend_ms.map(Duration::from_millis),
+                now: at(now),
+            };
+            let got = s.task_checkpoint(&p).await.map_err(err)?;
+            let t = &mut m.tasks[i];
+            let want = if t.live(&token, now) {
+                t.checkpoint = Some(vec![*data; 3]);
+                if let Some(e) = extend_ms {
+                    t.expires = Some(now + *e as i64);
+                }
+                Settled::Applied(lease_state(t))
+            } else {
+                Settled::LeaseLost
+            };
+            same!(got, want, "checkpoint of {} with {tok:?}", t.id);
+        }
+        Op::Complete { task, tok } => {
+            let Some(i) = m.pick(task) else { return Ok(()) };
+            let token = m.tasks[i].token(*tok);
+            let p = complete_params(&m.tasks[i], &token, now);
+            let got = s.task_complete(&p).await.map_err(err)?;
+            let want = model_complete(m, i, &token);
+            same!(
+                settled_kind(&got),
+                want,
+                "complete of {} with {tok:?}",
+                m.tasks[i].id
+            );
+        }
+        Op::CompleteMany { items, distinct } => {
+            if m.tasks.is_empty() {
+                return Ok(());
+            }
+            let mut ps = Vec::new();
+            let mut picked = Vec::new();
+            let mut seen = HashSet::new();
+            for (idx, tok) in items {
+                let i = idx.index(m.tasks.len());
+                if *distinct && !seen.insert(i) {
+                    continue;
+                }
+                let token = m.tasks[i].token(*tok);
+                ps.push(complete_params(&m.tasks[i], &token, now));
+                picked.push((i, token, *tok));
+            }
+            let got = s.task_complete_many(&ps).await.map_err(err)?;
+            same!(got.len(), ps.len(), "one outcome per item");
+            // In order, each as a single Complete would be.
+            for (n, (i, token, tok)) in picked.iter().enumerate() {
+                let want = model_complete(m, *i, token);
+                same!(
+                    settled_kind(&got[n]),
+                    want,
+                    "item {n} of a CompleteMany: {} with {tok:?} (items {:?})",
+                    m.tasks[*i].id,
+                    picked.iter().map(|p| (p.0, p.2)).collect::<Vec<_>>()
+                );
+            }
+        }
+        Op::Fail {
+            task,
+            tok,
+            non_retryable,
+            retry_after_ms,
+        } => {
+            let Some(i) = m.pick(task) else { return Ok(()) };
+            let token = m.tasks[i].token(*tok);
+            let p = FailParams {
+                task_id: m.tasks[i].id.clone(),
+                lease_token: token.clone(),
+                error: "boom".into(),
+                non_retryable: *non_retryable,
+                retry_after: retry_after_ms.map(Duration::from_millis),
+                now: at(now),
+                jitter_unit: 0.5,
+            };
+            let got = s.task_fail(&p).await.map_err(err)?;
+            let t = &mut m.tasks[i];
+            let kind = match check(t, &token, now, Outcome::Failed) {
+                Check::LeaseLost => "lease_lost",
+                Check::AlreadySettled => "already_settled",
+                Check::Proceed => {
+                    t.fail(
+                        now,
+                        *non_retryable,
+                        retry_after_ms.map(|r| r as i64),
+                        Outcome::Failed,
+                    );
+                    "applied"
+                }
+            };
+            same!(settled_kind(&got), kind, "fail of {} with {tok:?}", t.id);
+            if let Settled::Applied(r) | Settled::AlreadySettled(r) = &got {
+                let visible = TaskState::of(t.state, at(t.run_at), at(now));
+                same!(r.state, visible, "state answered to a Fail of {}", t.id);
+                let next = (t.state == StoredState::Pending).then(|| at(t.run_at));
+                same!(
+                    r.next_run_at,
+                    next,
+                    "next run answered to a Fail of {}",
+                    t.id
+                );
+            }
+        }
+        Op::Advance { ms } => m.now += *ms as i64,
+        Op::Reap => {
+            let got = s
+                .lease_reclaim_expired(at(now), 10_000)
+                .await
+                .map_err(err)?;
+            let mut reclaimed = 0u64;
+            let mut woken: Vec<String> = Vec::new();
+            for t in m.tasks.iter_mut() {
+                if t.state == StoredState::Leased && t.expires.is_some_and(|e| e <= now) {
+                    t.fail(now, false, None, Outcome::LeaseExpired);
+                    reclaimed += 1;
+                    if t.state == StoredState::Pending && !woken.contains(&t.queue) {
+                        woken.push(t.queue.clone());
+                    }
+                }
+            }
+            same!(got.reclaimed, reclaimed, "leases reclaimed");
+            same!(
+                got.deadline_exceeded,
+                0,
+                "deadline kills (no deadlines here)"
+            );
+            let mut q = got.queues.clone();
+            q.sort();
+            woken.sort();
+            same!(q, woken, "queues woken by the reaper");
+        }
+        Op::Cancel { task } => {
+            let Some(i) = m.pick(task) else { return Ok(()) };
+            let got = s.task_cancel(&m.tasks[i].id, at(now)).await.map_err(err)?;
+            let t = &mut m.tasks[i];
+            let want = match t.state {
+                StoredState::Pending => {
+                    t.state = StoredState::Cancelled;
+                    "done"
+                }
+                StoredState::Leased => {
+                    t.cancel_requested = true;
+                    "done"
+                }
+                StoredState::Cancelled => "done",
+                _ => "wrong_state",
+            };
+            same!(
+                changed_kind(&got),
+                want,
+                "cancel of {} in {:?}",
+                t.id,
+                t.state
+            );
+        }
+        Op::Requeue { task } => {
+            let Some(i) = m.pick(task) else { return Ok(()) };
+            let got = s.task_requeue(&m.tasks[i].id, at(now)).await.map_err(err)?;
+            let t = &mut m.tasks[i];
+            let want = match t.state {
+                StoredState::Dead | StoredState::Cancelled => {
+                    t.state = StoredState::Pending;
+                    t.run_at = now;
+                    t.attempts_allowed = t.attempt + t.max_attempts;
+                    t.cancel_requested = false;
+                    "done"
+                }
+                _ => "wrong_state",
+            };
+            same!(
+                changed_kind(&got),
+                want,
+                "requeue of {} in {:?}",
+                t.id,
+                t.state
+            );
+        }
+        Op::UnknownTask => {
+            let id = "00000000-0000-7000-8000-999999999999";
+            let p = CompleteParams {
+                task_id: id.into(),
+                lease_token: BOGUS_TOKEN.into(),
+                result: vec![],
+                now: at(now),
+            };
+            let got = s.task_complete(&p).await.map_err(err)?;
+            same!(
+                settled_kind(&got),
+                "not_found",
+                "complete of an unknown task"
+            );
+            let got = s.task_cancel(id, at(now)).await.map_err(err)?;
+            same!(changed_kind(&got), "not_found", "cancel of an unknown task");
+        }
+    }
+    Ok(())
+}
+
+fn complete_params(t: &MTask, token: &str, now: i64) -> CompleteParams {
+    CompleteParams {
+        task_id: t.id.clone(),
+        lease_token: token.into(),
+        result: format!("done-{token}").into_bytes(),
+        now: at(now),
+    }
+}
+
+/// A Complete in the model; returns the kind of answer expected.
+fn model_complete(m: &mut Model, i: usize, token: &str) -> &'static str {
+    let now = m.now;
+    let t = &mut m.tasks[i];
+    match check(t, token, now, Outcome::Succeeded) {
+        Check::LeaseLost => "lease_lost",
+        Check::AlreadySettled => "already_settled",
+        Check::Proceed => {
+            t.state = StoredState::Succeeded;
+            t.outcome = Some(Outcome::Succeeded);
+            t.expires = None;
+            t.result = Some(format!("done-{token}").into_bytes());
+            "applied"
+        }
+    }
+}
+
+fn settled_kind<T>(s: &Settled<T>) -> &'static str {
+    match s {
+        Settled::Applied(_) => "applied",
+        Settled::AlreadySettled(_) => "already_settled",
+        Settled::LeaseLost => "lease_lost",
+        Settled::NotFound => "not_found",
+    }
+}
+
+fn changed_kind(c: &Changed) -> &'static str {
+    match c {
+        Changed::Done(_) => "done",
+        Changed::NotFound => "not_found",
+        Changed::WrongState(_) => "wrong_state",
+    }
+}
+
+/// Every task as stored matches the model.
+async fn compare_all(s: &dyn Store, m: &Model, after: &Op) -> Result<(), TestCaseError> {
+    let filter = TaskFilter {
+        limit: 1000,
+        now: at(m.now),
+        ..TaskFilter::default()
+    };
+    let stored = s
+        .task_list(&filter)
+        .await
+        .map_err(|e| fail(format!("task_list: {e:?}")))?;
+    same!(stored.len(), m.tasks.len(), "tasks stored after {after:?}");
+    let stored: BTreeMap<&str, &store::TaskRecord> =
+        stored.iter().map(|r| (r.id.as_str(), r)).collect();
+    for t in &m.tasks {
+        let r = stored
+            .get(t.id.as_str())
+            .ok_or_else(|| fail(format!("task {} is gone", t.id)))?;
+        let ctx = format!("task {} after {after:?}", t.id);
+        same!(r.state, t.state, "state of {ctx}");
+        same!(r.attempt, t.attempt, "attempt of {ctx}");
+        same!(
+            r.attempts_allowed,
+            t.attempts_allowed,
+            "attempts allowed of {ctx}"
+        );
+        same!(r.fencing_token, t.fencing, "fencing token of {ctx}");
+        same!(r.checkpoint, t.checkpoint, "checkpoint of {ctx}");
+        same!(
+            r.cancel_requested,
+            t.cancel_requested,
+            "cancel requested of {ctx}"
+        );
+        if t.state == StoredState::Succeeded {
+            same!(r.result, t.result, "result of {ctx}");
+        }
+        if t.state == StoredState::Leased {
+            same!(
+                r.lease_token.as_ref(),
+                t.tokens.last(),
+                "lease token of {ctx}"
+            );
+            same!(
+                r.lease_expires_at.map(ms_of),
+                t.expires,
+                "lease expiry of {ctx}"
+            );
+        }
+        if t.state == StoredState::Pending {
+            same!(ms_of(r.run_at), t.run_at, "run_at of {ctx}");
+        }
+        same!(
+            r.finished_at.is_some(),
+            t.state.is_finished(),
+            "finished_at set of {ctx}"
+        );
+    }
+    Ok(())
+}
+
+async fn run_case(s: &dyn Store, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut m = Model {
+        now: t0(),
+        ..Model::default()
+    };
+    for (n, op) in ops.iter().enumerate() {
+        let checked = match step(s, &mut m, op).await {
+            Ok(()) => compare_all(s, &m, op).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = checked {
+            let recent = &ops[n.saturating_sub(3)..n];
+            return Err(fail(format!(
+                "step {n} of {}: {e}\n(the steps before it: {recent:?})",
+                ops.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- stores per case
+
+/// Makes a fresh store for each case.
+enum Fresh {
+    Sqlite,
+    /// A database for the run; a schema per case.
+    Postgres {
+        db_url: String,
+        admin: sqlx::PgPool,
+    },
+}
+
+impl Fresh {
+    async fn open(&self, case: u64) -> (Arc<dyn Store>, Option<tempfile::TempDir>, String) {
+        match self {
+            Fresh::Sqlite => {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let url = format!("sqlite://{}/model.db", dir.path().display());
+                let s = store::connect(&url, 2).await.expect("connect");
+                s.migrate().await.expect("migrate");
+                (s, Some(dir), String::new())
+            }
+            Fresh::Postgres { db_url, admin } => {
+                let schema = format!("model_case_{case}");
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+                    .execute(admin)
+                    .await
+                    .expect("create schema");
+                let url = format!("{db_url}?options=-c%20search_path%3D{schema}");
+                // One connection: each call starts only after the one before has
+                // fully ended. With more, a report that returns early from its
+                // transaction (LEASE_LOST) can still hold the row lock for a moment
+                // while its rollback is flushed, and a lease on another connection
+                // skips the row (SKIP LOCKED): reported with a reproduction in
+                // tests/found_defects.rs, not a rule the model checks.
+                let s = store::connect(&url, 1).await.expect("connect");
+                s.migrate().await.expect("migrate");
+                (s, None, schema)
+            }
+        }
+    }
+
+    async fn drop_case(&self, s: Arc<dyn Store>, schema: String) {
+        s.close().await;
+        if let Fresh::Postgres { admin, .. } = self {
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+                .execute(admin)
+                .await
+                .expect("drop schema");
+        }
+    }
+}
+
+fn cases() -> u32 {
+    std::env::var("TASKBROKER_MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64)
+}
+
+fn run_model(backend: Backend, dup_batches: bool) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (fresh, _db) = match backend {
+        Backend::Sqlite => (Fresh::Sqlite, None),
+        Backend::Postgres => {
+            let Some(db) = rt.block_on(test_db(Backend::Postgres)) else {
+                return;
+            };
+            let admin = rt
+                .block_on(sqlx::PgPool::connect(&db.url))
+                .expect("connect to the run's database");
+            (
+                Fresh::Postgres {
+                    db_url: db.url.clone(),
+                    admin,
+                },
+                Some(db),
+            )
+        }
+    };
+    let cases = cases();
+    let mut runner = TestRunner::new(Config {
+        cases,
+        // Failures are reported with the shrunk sequence; no files are written.
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let counter = std::sync::atomic::AtomicU64::new(0);
+    let steps = std::sync::atomic::AtomicUsize::new(0);
+    let started = std::time::Instant::now();
+    let result = runner.run(&prop::collection::vec(op(dup_batches), 1..60), |ops| {
+        let case = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if case > 0 && case.is_multiple_of(500) {
+            eprintln!(
+                "model ({backend:?}): {case} cases so far, {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+        steps.fetch_add(ops.len(), std::sync::atomic::Ordering::Relaxed);
+        rt.block_on(async {
+            let (s, _dir, schema) = fresh.open(case).await;
+            let r = run_case(s.as_ref(), &ops).await;
+            fresh.drop_case(s, schema).await;
+            if r.is_err() && std::env::var("TASKBROKER_MODEL_RERUN").is_ok() {
+                // Does the same sequence fail again on a fresh store (a race, or the rules)?
+                let mut again = 0;
+                for k in 0..5 {
+                    let (s, _dir, schema) = fresh.open(case + 1_000_000 * (k + 1)).await;
+                    again += usize::from(run_case(s.as_ref(), &ops).await.is_err());
+                    fresh.drop_case(s, schema).await;
+                }
+                eprintln!("the failing sequence failed again {again} of 5 times");
+            }
+            r
+        })
+    });
+    eprintln!(
+        "model ({backend:?}): {} cases, {} steps, in {:.1} s",
+        counter.load(std::sync::atomic::Ordering::Relaxed),
+        steps.load(std::sync::atomic::Ordering::Relaxed),
+        started.elapsed().as_secs_f64()
+    );
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn sqlite_store_follows_the_model() {
+    run_model(Backend::Sqlite, true);
+}
+
+#[test]
+fn postgres_store_follows_the_model() {
+    run_model(Backend::Postgres, false);
+}
+
+/// The same, with a CompleteMany that names one task twice (a stale and a live
+/// token, or the live token twice). The model finds `[(task, stale token), (task,
+/// live token)]` answered `[applied, applied]`.
+#[test]
+fn postgres_store_follows_the_model_with_one_task_twice_in_a_batch() {
+    run_model(Backend::Postgres, true);
+}
