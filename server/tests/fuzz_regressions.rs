@@ -52,18 +52,3 @@ fn saved_config_inputs_load_or_fail_in_one_line() {
     eprintln!("{} config inputs replayed", saved.len());
 }
 
-/// Inputs the fuzzer found whose fix is not in yet (`fuzz/pending/`); once it is,
-/// they move to `fuzz/regressions/`.
-///
-/// `complete-task-id-with-newline`, `cancel-task-id-with-newline`: a Complete (or
-/// CancelTask) whose task id holds a newline is answered NOT_FOUND with the id
-/// echoed into the message, which then spans two lines (the id's control
-/// characters reach the client verbatim). Rejecting control characters in
-/// identifiers (issue 11, defect 3) answers it INVALID_ARGUMENT instead.
-#[test]
-fn pending_rpc_inputs_are_answered_with_clear_statuses() {
-    for (path, bytes) in saved(&["pending"], "rpc_requests") {
-        eprintln!("replaying {}", path.display());
-        harness::rpc_request(&bytes);
-    }
-}

@@ -59,8 +59,9 @@ impl From<sqlx::Error> for StoreError {
             sqlx::Error::Protocol(m) => m.starts_with("unexpected response from SSLRequest"),
             sqlx::Error::Database(db) => matches!(
                 db.code().as_deref(),
-                // Postgres: admin/crash shutdown, cannot connect now, too many connections.
-                Some("57P01" | "57P02" | "57P03" | "53300" | "08006" | "08001" | "08004")
+                // Postgres: admin/crash shutdown, cannot connect now, too many
+                // connections, disk full, out of memory.
+                Some("57P01" | "57P02" | "57P03" | "53300" | "53100" | "53200" | "08006" | "08001" | "08004")
                 // SQLite: busy, locked.
                 | Some("5" | "6" | "517" | "261")
             ),
