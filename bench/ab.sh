@@ -27,17 +27,20 @@ trap cleanup EXIT
 echo "== building HEAD (working tree) and $base" >&2
 cargo build --release -q -p taskbroker-server -p taskbroker-bench
 git worktree add -q --detach "$work/base" "$base"
-(cd "$work/base" && cargo build --release -q -p taskbroker-server --bin taskbroker)
-bins=("$work/base/target/release/taskbroker" "target/release/taskbroker")
+# The base builds in a target dir of its own that outlives the run (a rerun is quick).
+top=$PWD
+(cd "$work/base" && cargo build --release -q -p taskbroker-server --bin taskbroker \
+  --target-dir "$top/target/ab-base")
+bins=("target/ab-base/release/taskbroker" "target/release/taskbroker")
 names=("base" "head")
 
 eval "$(scripts/pg.sh start "$work/pg")"
 admin=$TASKBROKER_TEST_POSTGRES_URL
-n=0
-fresh_db() {
-  n=$((n + 1))
-  psql -q "$admin" -c "CREATE DATABASE ab_$n" >/dev/null
-  echo "${admin%/*}/ab_$n"
+fresh_db() { # called in $(...): the name must not depend on a counter
+  local name
+  name=ab_$(date +%s%N)_$RANDOM
+  psql -q "$admin" -c "CREATE DATABASE $name" >/dev/null
+  echo "${admin%/*}/$name"
 }
 
 results=$work/results
