@@ -51,4 +51,3 @@ fn saved_config_inputs_load_or_fail_in_one_line() {
     }
     eprintln!("{} config inputs replayed", saved.len());
 }
-
