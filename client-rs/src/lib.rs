@@ -14,6 +14,8 @@
 //! - `worker/`: [`Worker`], the runtime that leases, heartbeats, runs handlers and reports.
 //! - `trace.rs`: W3C trace context on every call; `send`/`process` spans.
 //! - `cli/` (feature `cli`): the client subcommands of the `taskbroker` binary.
+//! - `outbox/` (feature `outbox`): [`outbox::enqueue`] in the producer's Postgres
+//!   transaction, and [`outbox::Relay`], which ships those rows to the broker.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -53,6 +55,9 @@ pub mod worker;
 
 #[cfg(feature = "cli")]
 pub mod cli;
+
+#[cfg(feature = "outbox")]
+pub mod outbox;
 
 pub use admin::{TaskFilter, TaskUpdate};
 pub use client::{Client, ClientBuilder, DEFAULT_ADDR, Submitted};

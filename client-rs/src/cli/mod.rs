@@ -8,6 +8,7 @@
 //! - `render.rs`: tables, detail blocks and JSON.
 
 mod parse;
+mod relay;
 mod render;
 mod schedule;
 
@@ -59,6 +60,8 @@ pub enum ClientCommand {
     /// Manage schedules: cron, interval and one-off tasks the broker makes.
     #[command(subcommand)]
     Schedule(schedule::ScheduleCommand),
+    /// Ship the rows of an outbox table (producer's Postgres) to the broker.
+    Relay(relay::RelayArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -179,6 +182,9 @@ pub enum CliError {
     },
     #[error("cannot write the output: {0}")]
     Output(#[source] std::io::Error),
+    /// `taskbroker relay`: the outbox database or the broker.
+    #[error(transparent)]
+    Relay(#[from] crate::outbox::RelayError),
 }
 
 /// Runs one client command, printing its answer on standard output.
@@ -230,11 +236,16 @@ pub async fn run(cmd: ClientCommand) -> Result<(), CliError> {
             }
         }
         ClientCommand::Schedule(cmd) => schedule::run(cmd).await?,
+        ClientCommand::Relay(a) => relay::run(a).await?,
     };
     print(&out)
 }
 
 async fn connect(c: &Connection) -> Result<Client, Error> {
+    client_builder(c)?.connect().await
+}
+
+fn client_builder(c: &Connection) -> Result<crate::ClientBuilder, Error> {
     let mut builder = Client::builder(c.addr.clone());
     if let Some(token) = &c.token {
         builder = builder.bearer_token(token);
@@ -253,7 +264,7 @@ async fn connect(c: &Connection) -> Result<Client, Error> {
         }
         builder = builder.tls_config(tls);
     }
-    builder.connect().await
+    Ok(builder)
 }
 
 fn json_line(v: &Value) -> String {

@@ -1,0 +1,70 @@
+//! `taskbroker relay`: ships the rows of `taskbroker_outbox` in the producer's
+//! Postgres to the broker until SIGTERM or Ctrl-C (see `outbox::Relay` and
+//! docs/outbox.md).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use super::{CliError, Connection, client_builder, parse};
+use crate::outbox::{self, Relay, RelayError};
+
+#[derive(Debug, clap::Args)]
+pub struct RelayArgs {
+    /// The producer's Postgres, which holds the outbox table: postgres://USER:PASS@HOST/DB.
+    #[arg(long, env = "TASKBROKER_RELAY_SOURCE", hide_env_values = true)]
+    pub source: String,
+    /// Create the outbox table and its trigger first, if missing
+    /// (migrations/outbox/postgres; needs the right to create them).
+    #[arg(long)]
+    pub init_schema: bool,
+    /// Ship what is committed now, then exit (instead of running until SIGTERM).
+    #[arg(long)]
+    pub once: bool,
+    /// Rows per Submit, 1 to 1000.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub batch_size: u32,
+    /// How often the table is read when no notification came (10ms to 1h).
+    #[arg(long, default_value = "2s", value_parser = parse::duration)]
+    pub poll_interval: Duration,
+    /// How often to log what was shipped and the lag.
+    #[arg(long, default_value = "30s", value_parser = parse::duration)]
+    pub report_interval: Duration,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+pub async fn run(a: RelayArgs) -> Result<String, CliError> {
+    let options = PgConnectOptions::from_str(&a.source)
+        .map_err(|e| CliError::Usage(format!("--source is not a Postgres URL: {e}")))?
+        .application_name("taskbroker relay");
+    // One connection listens, one ships batches, one reads the lag for the report.
+    let pool = PgPoolOptions::new()
+        .max_connections(3)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_lazy_with(options);
+    if a.init_schema {
+        outbox::init_schema(&pool).await.map_err(RelayError::from)?;
+    }
+    // Lazy: the relay starts (and keeps its rows) while the broker is away.
+    let client = client_builder(&a.connection)?.connect_lazy()?;
+    let relay = Relay::builder(pool.clone(), client)
+        .batch_size(a.batch_size as usize)
+        .poll_interval(a.poll_interval)
+        .report_interval(a.report_interval)
+        .build();
+    let out = if a.once {
+        let r = relay.run_once().await?;
+        format!(
+            "shipped {} rows ({} already at the broker), refused {}\n",
+            r.shipped, r.deduplicated, r.refused
+        )
+    } else {
+        tracing::info!(addr = %a.connection.addr, "outbox relay running");
+        relay.run(crate::worker::shutdown_signal()).await?;
+        String::new()
+    };
+    pool.close().await;
+    Ok(out)
+}

@@ -1,0 +1,210 @@
+//! Transactional enqueue (feature `outbox`): a task is written into the producer's
+//! own Postgres, in the producer's transaction, as a row of `taskbroker_outbox`
+//! (`migrations/outbox/postgres/`); [`Relay`] (`taskbroker relay`) ships committed
+//! rows to the broker and deletes them after its acknowledgement. A rolled-back
+//! transaction leaves no row, so no task; a committed one leaves a row, so exactly
+//! one task (docs/outbox.md says precisely when).
+//!
+//! - `mod.rs` (this file): [`enqueue`], [`enqueue_many`], [`init_schema`] and the
+//!   client-side checks of a spec.
+//! - `relay.rs`: [`Relay`], the LISTEN-driven, batched shipper.
+//!
+//! ```no_run
+//! # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+//! use taskbroker_client::{TaskSpec, outbox};
+//!
+//! let mut tx = pool.begin().await?;
+//! sqlx::query("INSERT INTO orders (id, total) VALUES ($1, $2)")
+//!     .bind(42_i64)
+//!     .bind(1999_i64)
+//!     .execute(&mut *tx)
+//!     .await?;
+//! let row = outbox::enqueue(&mut tx, TaskSpec::new("emails", br#"{"order":42}"#.to_vec())).await?;
+//! tx.commit().await?; // the task exists once the relay has shipped the row
+//! println!("task key {}", row.key);
+//! # Ok(()) }
+//! ```
+
+mod relay;
+
+use prost::Message;
+use sqlx::{Acquire, Postgres};
+
+use crate::{TaskSpec, pb};
+
+pub use relay::{Relay, RelayBuilder, RelayError, RelayReport};
+
+/// The schema of the outbox table, as shipped in `migrations/outbox/postgres/`.
+pub const SCHEMA: &str = include_str!("../../../migrations/outbox/postgres/0001_outbox.sql");
+
+/// The channel the table's trigger notifies on insert (once per statement).
+pub const CHANNEL: &str = "taskbroker_outbox";
+
+/// The prefix of the idempotency key of a row whose spec has no key of its own.
+pub const KEY_PREFIX: &str = "outbox:";
+
+/// Longest key the broker accepts (bytes).
+const MAX_KEY_BYTES: usize = 512;
+
+/// Why a row could not be written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutboxError {
+    /// The spec would be refused by the broker's Submit; nothing was written.
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    /// The database refused the insert (the caller's transaction is then aborted).
+    #[error("outbox database error: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+/// One row written to the outbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The row's id (its place in the shipping order).
+    pub id: i64,
+    /// The idempotency key the task will have at the broker: the spec's own key, or
+    /// `outbox:` and a random UUID. `taskbroker list --key KEY` finds the task.
+    pub key: String,
+}
+
+/// Writes `spec` into `taskbroker_outbox` through `conn`: a transaction
+/// (`&mut tx`), a connection, or a pool (then the row commits by itself). The task is
+/// submitted by the relay after the transaction commits, and never if it rolls back.
+///
+/// The spec is checked as Submit checks what does not depend on the broker's flags
+/// (queue name, key); a refusal writes nothing. The current trace context is kept in
+/// the spec's metadata (`traceparent`), so the task's trace starts at the producer.
+pub async fn enqueue<'c, A>(conn: A, spec: TaskSpec) -> Result<Enqueued, OutboxError>
+where
+    A: Acquire<'c, Database = Postgres>,
+{
+    let mut rows = enqueue_many(conn, [spec]).await?;
+    rows.pop().ok_or_else(|| {
+        OutboxError::Database(sqlx::Error::Protocol("INSERT returned no row".into()))
+    })
+}
+
+/// Writes several specs in one statement (one notification), in order; the rows
+/// are shipped in that order. All are checked before any is written.
+pub async fn enqueue_many<'c, A>(
+    conn: A,
+    specs: impl IntoIterator<Item = TaskSpec>,
+) -> Result<Vec<Enqueued>, OutboxError>
+where
+    A: Acquire<'c, Database = Postgres>,
+{
+    let traceparent = crate::trace::current_traceparent();
+    let mut keys: Vec<Option<String>> = Vec::new();
+    let mut bodies: Vec<Vec<u8>> = Vec::new();
+    for (i, spec) in specs.into_iter().enumerate() {
+        let mut spec = spec.into_proto();
+        check(i, &spec)?;
+        if let Some(tp) = &traceparent {
+            spec.metadata
+                .entry(crate::trace::TRACEPARENT.to_string())
+                .or_insert_with(|| tp.clone());
+        }
+        keys.push((!spec.key.is_empty()).then(|| spec.key.clone()));
+        bodies.push(spec.encode_to_vec());
+    }
+    if bodies.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut conn = conn.acquire().await?;
+    // One statement for the batch; WITH ORDINALITY keeps the ids in input order.
+    let rows: Vec<(i64, String)> = sqlx::query_as(
+        "INSERT INTO taskbroker_outbox (idempotency_key, spec) \
+         SELECT coalesce(k, 'outbox:' || gen_random_uuid()), s \
+         FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS t(k, s, n) \
+         ORDER BY n \
+         RETURNING id, idempotency_key",
+    )
+    .bind(&keys)
+    .bind(&bodies)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut rows: Vec<Enqueued> = rows
+        .into_iter()
+        .map(|(id, key)| Enqueued { id, key })
+        .collect();
+    // RETURNING's order is not promised; identity values follow the insert order.
+    rows.sort_by_key(|r| r.id);
+    Ok(rows)
+}
+
+/// Applies [`SCHEMA`] (idempotent), under an advisory lock so that several relays
+/// starting together do not race.
+pub async fn init_schema<'c, A>(conn: A) -> Result<(), sqlx::Error>
+where
+    A: Acquire<'c, Database = Postgres>,
+{
+    let mut tx = conn.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('taskbroker_outbox schema'))")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::raw_sql(SCHEMA).execute(&mut *tx).await?;
+    tx.commit().await
+}
+
+/// The checks of Submit that hold whatever the broker's flags: a bad queue name or
+/// key would make the row unshippable.
+fn check(i: usize, spec: &pb::TaskSpec) -> Result<(), OutboxError> {
+    let invalid = |name: &str, message: &str| OutboxError::Invalid {
+        field: format!("specs[{i}].{name}"),
+        message: message.to_string(),
+    };
+    let q = &spec.queue;
+    if q.is_empty() {
+        return Err(invalid("queue", "is required"));
+    }
+    if q.len() > 128 {
+        return Err(invalid("queue", "is longer than 128 characters"));
+    }
+    if !q
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+    {
+        return Err(invalid("queue", "may only contain A-Z a-z 0-9 . _ : -"));
+    }
+    if spec.key.len() > MAX_KEY_BYTES {
+        return Err(invalid("key", "is longer than 512 characters"));
+    }
+    if spec.key.chars().any(char::is_control) {
+        return Err(invalid("key", "must not contain control characters"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(r: Result<(), OutboxError>) -> String {
+        match r {
+            Err(OutboxError::Invalid { field, .. }) => field,
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn specs_the_broker_would_refuse_are_refused_here() {
+        let ok = TaskSpec::new("emails.v2:high-prio_1", "x").key("order-42");
+        assert!(check(0, &ok.into_proto()).is_ok());
+        let no_queue = TaskSpec::new("", "x").into_proto();
+        assert_eq!(field(check(3, &no_queue)), "specs[3].queue");
+        let spaced = TaskSpec::new("has space", "x").into_proto();
+        assert_eq!(field(check(0, &spaced)), "specs[0].queue");
+        let long_key = TaskSpec::new("q", "x").key("k".repeat(513)).into_proto();
+        assert_eq!(field(check(0, &long_key)), "specs[0].key");
+        let nul_key = TaskSpec::new("q", "x").key("a\0b").into_proto();
+        assert_eq!(field(check(0, &nul_key)), "specs[0].key");
+    }
+
+    #[test]
+    fn the_shipped_schema_is_the_migration_file() {
+        assert!(SCHEMA.contains("CREATE TABLE IF NOT EXISTS taskbroker_outbox"));
+        assert!(SCHEMA.contains(&format!("pg_notify('{CHANNEL}'")));
+        assert!(SCHEMA.contains(&format!("'{KEY_PREFIX}' || gen_random_uuid()")));
+    }
+}

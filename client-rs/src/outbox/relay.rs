@@ -1,0 +1,493 @@
+//! [`Relay`]: ships committed `taskbroker_outbox` rows to the broker.
+//!
+//! One batch is one transaction on the producer's database: lock up to
+//! `batch_size` rows in id order (`FOR UPDATE SKIP LOCKED`, so several relays share
+//! the table without shipping a row twice at once), Submit them in one call, each
+//! under its idempotency key (the spec's own key, else the row's `outbox:UUID`),
+//! delete them, commit. The delete happens only after the broker's acknowledgement;
+//! if the relay dies between the two, the rows stay and the next Submit of the same
+//! keys returns the tasks the first one made (`deduplicated`) instead of new ones.
+//!
+//! The relay wakes on the table's NOTIFY and also polls, so a notification lost while
+//! its connection was down only delays rows. A row the broker refuses for good (an
+//! invalid spec, a key held by another producer) gets `failed_at` and `last_error`
+//! and is skipped from then on; it never blocks the rows behind it.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use futures::future::FusedFuture;
+use prost::Message;
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tonic::Code;
+use tonic_types::StatusExt;
+
+use super::CHANNEL;
+use crate::{Client, Error, TaskSpec, pb};
+
+/// Rows per Submit at most: the broker's limit.
+const MAX_BATCH: usize = 1000;
+
+/// What a relay did, summed over the batches of a call or a reporting period.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RelayReport {
+    /// Rows acknowledged by the broker and deleted.
+    pub shipped: u64,
+    /// Of those, rows whose key the broker already held (a redelivery after a crash
+    /// between acknowledgement and delete, or a spec key of an existing task).
+    pub deduplicated: u64,
+    /// Rows the broker refused for good, now marked `failed_at`.
+    pub refused: u64,
+    /// Submit calls that were acknowledged.
+    pub batches: u64,
+    /// The longest a shipped row waited between its insert and its delete.
+    pub max_lag: Duration,
+}
+
+impl RelayReport {
+    fn add(&mut self, other: &RelayReport) {
+        self.shipped += other.shipped;
+        self.deduplicated += other.deduplicated;
+        self.refused += other.refused;
+        self.batches += other.batches;
+        self.max_lag = self.max_lag.max(other.max_lag);
+    }
+}
+
+/// Why a relay call stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RelayError {
+    /// The producer's database failed; the batch was rolled back.
+    #[error("outbox database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The broker could not take the batch now (unreachable, shedding load, a bad
+    /// token); the batch was rolled back and is tried again.
+    #[error("broker: {0}")]
+    Broker(#[from] Error),
+}
+
+/// Settings of a [`Relay`]; see [`Relay::builder`].
+#[derive(Debug, Clone)]
+pub struct RelayBuilder {
+    pool: PgPool,
+    client: Client,
+    batch_size: usize,
+    max_batch_bytes: usize,
+    poll_interval: Duration,
+    report_interval: Duration,
+    max_backoff: Duration,
+}
+
+impl RelayBuilder {
+    /// Rows per Submit, 1 to 1000. Default 1000 (the broker's limit).
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.batch_size = n.clamp(1, MAX_BATCH);
+        self
+    }
+
+    /// Encoded spec bytes per Submit, at least one row. Default 4 MiB, well under the
+    /// broker's default message limit (16 MiB).
+    pub fn max_batch_bytes(mut self, n: usize) -> Self {
+        self.max_batch_bytes = n.max(1);
+        self
+    }
+
+    /// How often the table is read without a notification (notifications are lost
+    /// while the listening connection is down). Default 2 s.
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.poll_interval = d.max(Duration::from_millis(10));
+        self
+    }
+
+    /// How often [`Relay::run`] logs what it shipped and the lag. Default 30 s.
+    pub fn report_interval(mut self, d: Duration) -> Self {
+        self.report_interval = d.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Longest pause between retries while the broker or the database is away.
+    /// Default 5 s.
+    pub fn max_backoff(mut self, d: Duration) -> Self {
+        self.max_backoff = d.max(Duration::from_millis(10));
+        self
+    }
+
+    pub fn build(self) -> Relay {
+        Relay { cfg: self }
+    }
+}
+
+/// Ships the rows of `taskbroker_outbox` in `pool`'s database to the broker of `client`.
+#[derive(Debug, Clone)]
+pub struct Relay {
+    cfg: RelayBuilder,
+}
+
+/// What one batch came to.
+enum Batch {
+    /// No row left to take.
+    Empty,
+    /// Rows were shipped or marked refused; there may be more.
+    Done(RelayReport, usize),
+    /// A refusal that named no row: ship the next `n` rows one by one to find it.
+    Isolate(usize),
+}
+
+impl Relay {
+    /// A relay with the default settings: batches of up to 1000 rows or 4 MiB,
+    /// a 2 s fallback poll.
+    pub fn builder(pool: PgPool, client: Client) -> RelayBuilder {
+        RelayBuilder {
+            pool,
+            client,
+            batch_size: MAX_BATCH,
+            max_batch_bytes: 4 << 20,
+            poll_interval: Duration::from_secs(2),
+            report_interval: Duration::from_secs(30),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+
+    /// Ships every row committed so far, batch after batch, and returns what it did.
+    /// Stops at the first error (the batch in hand is rolled back, nothing is lost).
+    pub async fn run_once(&self) -> Result<RelayReport, RelayError> {
+        self.drain(&mut std::future::pending::<()>()).await
+    }
+
+    /// Ships rows as they are committed until `shutdown` completes (for example
+    /// [`crate::worker::shutdown_signal`]); the batch in flight is finished first.
+    /// Errors of the broker or the database are logged and retried with backoff.
+    pub async fn run(&self, shutdown: impl Future<Output = ()>) -> Result<(), RelayError> {
+        let shutdown = shutdown.fuse();
+        futures::pin_mut!(shutdown);
+        let mut listener = self.listen().await;
+        let mut period = RelayReport::default();
+        let mut last_report = Instant::now();
+        let mut failures = 0u32;
+        self.log_refused_rows().await;
+        loop {
+            match self.drain(&mut shutdown).await {
+                Ok(r) => {
+                    failures = 0;
+                    period.add(&r);
+                }
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(error = %e, failures, "outbox relay: batch not shipped; retrying");
+                    let pause = crate::worker::backoff(
+                        failures,
+                        Duration::from_millis(100),
+                        self.cfg.max_backoff,
+                    );
+                    tokio::select! {
+                        _ = &mut shutdown => break,
+                        _ = tokio::time::sleep(pause) => continue,
+                    }
+                }
+            }
+            if last_report.elapsed() >= self.cfg.report_interval {
+                self.report(&period).await;
+                period = RelayReport::default();
+                last_report = Instant::now();
+            }
+            if shutdown.is_terminated() {
+                break;
+            }
+            // Sleeps until a notification, the fallback poll or the stop.
+            let lost = tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tokio::time::sleep(self.cfg.poll_interval) => false,
+                n = wait_notification(&mut listener) => n.is_err(),
+            };
+            if lost {
+                // The listening connection is gone; polling carries on alone until
+                // it is back.
+                listener = None;
+            }
+            if listener.is_none() {
+                listener = self.listen().await;
+            }
+        }
+        if period.shipped + period.refused > 0 {
+            self.report(&period).await;
+        }
+        tracing::info!("outbox relay stopped");
+        Ok(())
+    }
+
+    async fn listen(&self) -> Option<PgListener> {
+        let attempt = async {
+            let mut l = PgListener::connect_with(&self.cfg.pool).await?;
+            l.listen(CHANNEL).await?;
+            Ok::<_, sqlx::Error>(l)
+        };
+        match attempt.await {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::warn!(error = %e, "outbox relay: cannot LISTEN; polling only until it can");
+                None
+            }
+        }
+    }
+
+    /// Batches until the table is empty, `shutdown` has completed, or an error.
+    async fn drain<F>(&self, shutdown: &mut F) -> Result<RelayReport, RelayError>
+    where
+        F: Future<Output = ()> + Unpin,
+    {
+        let mut total = RelayReport::default();
+        let mut isolate = 0usize;
+        loop {
+            // Polled once between batches: a stop never cuts a batch in half.
+            if (&mut *shutdown).now_or_never().is_some() {
+                return Ok(total);
+            }
+            let limit = if isolate > 0 { 1 } else { self.cfg.batch_size };
+            match self.ship_batch(limit).await? {
+                Batch::Empty => return Ok(total),
+                Batch::Done(r, taken) => {
+                    isolate = isolate.saturating_sub(taken);
+                    total.add(&r);
+                }
+                Batch::Isolate(n) => isolate = n,
+            }
+        }
+    }
+
+    /// One transaction: lock, Submit, delete (or mark refused), commit.
+    async fn ship_batch(&self, limit: usize) -> Result<Batch, RelayError> {
+        let mut tx = self.cfg.pool.begin().await?;
+        // Ids and sizes first, so a batch of large specs is cut by bytes before
+        // they are read.
+        let candidates: Vec<(i64, i32)> = sqlx::query_as(
+            "SELECT id, octet_length(spec) FROM taskbroker_outbox \
+             WHERE failed_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+        )
+        .bind(limit as i64)
+        .fetch_all(&mut *tx)
+        .await?;
+        if candidates.is_empty() {
+            return Ok(Batch::Empty);
+        }
+        let mut ids = Vec::with_capacity(candidates.len());
+        let mut bytes = 0usize;
+        for (id, len) in candidates {
+            bytes += len.max(0) as usize;
+            if !ids.is_empty() && bytes > self.cfg.max_batch_bytes {
+                break;
+            }
+            ids.push(id);
+        }
+        let rows: Vec<(i64, String, Vec<u8>, f64)> = sqlx::query_as(
+            "SELECT id, idempotency_key, spec, \
+                    extract(epoch FROM clock_timestamp() - created_at)::float8 \
+             FROM taskbroker_outbox WHERE id = ANY($1) ORDER BY id",
+        )
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await?;
+
+        let mut report = RelayReport::default();
+        let mut specs = Vec::with_capacity(rows.len());
+        let mut shipped_ids = Vec::with_capacity(rows.len());
+        for (id, key, body, age) in rows {
+            match pb::TaskSpec::decode(body.as_slice()) {
+                Ok(mut spec) => {
+                    if spec.key.is_empty() {
+                        spec.key = key;
+                    }
+                    specs.push(TaskSpec::from(spec));
+                    shipped_ids.push(id);
+                    report.max_lag = report.max_lag.max(secs(age));
+                }
+                Err(e) => {
+                    let why = format!("spec is not a taskbroker.v1.TaskSpec: {e}");
+                    mark_refused(&mut tx, id, &why).await?;
+                    report.refused += 1;
+                }
+            }
+        }
+        let taken = shipped_ids.len() + report.refused as usize;
+        if specs.is_empty() {
+            tx.commit().await?;
+            return Ok(Batch::Done(report, taken));
+        }
+        match self.cfg.client.submit_many(specs).await {
+            Ok(results) => {
+                sqlx::query("DELETE FROM taskbroker_outbox WHERE id = ANY($1)")
+                    .bind(&shipped_ids)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                report.shipped += shipped_ids.len() as u64;
+                report.deduplicated += results.iter().filter(|r| r.deduplicated).count() as u64;
+                report.batches += 1;
+                Ok(Batch::Done(report, taken))
+            }
+            Err(e) if refusal(&e) => match rejected_index(&e) {
+                Some(i) if i < shipped_ids.len() => {
+                    mark_refused(&mut tx, shipped_ids[i], &e.to_string()).await?;
+                    tx.commit().await?;
+                    report.refused += 1;
+                    Ok(Batch::Done(report, 1))
+                }
+                _ if shipped_ids.len() == 1 => {
+                    mark_refused(&mut tx, shipped_ids[0], &e.to_string()).await?;
+                    tx.commit().await?;
+                    report.refused += 1;
+                    Ok(Batch::Done(report, taken))
+                }
+                _ => {
+                    tx.rollback().await?;
+                    tracing::warn!(error = %e, rows = taken, "outbox relay: a batch was refused without naming a row; shipping one by one");
+                    Ok(Batch::Isolate(taken))
+                }
+            },
+            // Dropping `tx` rolls back: the rows are unlocked for the next try.
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn report(&self, r: &RelayReport) {
+        let oldest: Option<f64> = sqlx::query_scalar(
+            "SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 \
+             FROM taskbroker_outbox WHERE failed_at IS NULL ORDER BY id LIMIT 1",
+        )
+        .fetch_optional(&self.cfg.pool)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "outbox relay: cannot read the oldest row");
+            None
+        });
+        tracing::info!(
+            shipped = r.shipped,
+            deduplicated = r.deduplicated,
+            refused = r.refused,
+            batches = r.batches,
+            max_lag_ms = r.max_lag.as_millis() as u64,
+            oldest_pending_ms = oldest.map(|s| secs(s).as_millis() as u64).unwrap_or(0),
+            "outbox relay report"
+        );
+    }
+
+    async fn log_refused_rows(&self) {
+        let n: Result<i64, _> = sqlx::query_scalar(
+            "SELECT count(*) FROM taskbroker_outbox WHERE failed_at IS NOT NULL",
+        )
+        .fetch_one(&self.cfg.pool)
+        .await;
+        match n {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(
+                rows = n,
+                "outbox relay: rows refused by the broker are kept with failed_at set; \
+                 fix them and set failed_at to NULL, or delete them"
+            ),
+            Err(e) => tracing::warn!(error = %e, "outbox relay: cannot read the outbox table"),
+        }
+    }
+}
+
+async fn wait_notification(listener: &mut Option<PgListener>) -> Result<(), sqlx::Error> {
+    match listener {
+        Some(l) => l.recv().await.map(|_| ()),
+        None => std::future::pending().await,
+    }
+}
+
+async fn mark_refused(tx: &mut sqlx::PgConnection, id: i64, why: &str) -> Result<(), sqlx::Error> {
+    tracing::warn!(
+        row = id,
+        error = why,
+        "outbox relay: the broker refused a row; it is kept with failed_at set"
+    );
+    sqlx::query(
+        "UPDATE taskbroker_outbox \
+         SET attempts = attempts + 1, last_error = $2, failed_at = now() WHERE id = $1",
+    )
+    .bind(id)
+    .bind(why)
+    .execute(tx)
+    .await?;
+    Ok(())
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or_default()
+}
+
+/// A refusal of the batch's content: sending it again would be refused again.
+/// RESOURCE_EXHAUSTED without a field is load shedding, which passes.
+fn refusal(e: &Error) -> bool {
+    match e.code() {
+        Some(
+            Code::InvalidArgument
+            | Code::AlreadyExists
+            | Code::OutOfRange
+            | Code::FailedPrecondition
+            | Code::NotFound,
+        ) => true,
+        Some(Code::ResourceExhausted) => rejected_index(e).is_some(),
+        _ => false,
+    }
+}
+
+/// The index of the refused task: from the BadRequest field (`tasks[3].queue`), else
+/// from the message, which starts with the field.
+fn rejected_index(e: &Error) -> Option<usize> {
+    let status = e.status()?;
+    if let Some(bad) = status.get_details_bad_request()
+        && let Some(i) = bad
+            .field_violations
+            .iter()
+            .find_map(|v| task_index(&v.field))
+    {
+        return Some(i);
+    }
+    task_index(status.message())
+}
+
+fn task_index(s: &str) -> Option<usize> {
+    let rest = s.strip_prefix("tasks[")?;
+    rest[..rest.find(']')?].parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic_types::ErrorDetails;
+
+    #[test]
+    fn the_refused_task_is_found_in_the_field_or_the_message() {
+        let details = ErrorDetails::with_bad_request_violation("tasks[12].payload", "too big");
+        let e = Error::from(tonic::Status::with_error_details(
+            Code::ResourceExhausted,
+            "tasks[12].payload: too big",
+            details,
+        ));
+        assert_eq!(rejected_index(&e), Some(12));
+        assert!(
+            refusal(&e),
+            "a size limit naming a task is that task's fault"
+        );
+
+        let taken = Error::from(tonic::Status::already_exists(
+            "tasks[3].key: another producer's task holds this key in queue q",
+        ));
+        assert_eq!(rejected_index(&taken), Some(3));
+        assert!(refusal(&taken));
+
+        let shed = Error::from(tonic::Status::resource_exhausted("too many requests"));
+        assert_eq!(rejected_index(&shed), None);
+        assert!(!refusal(&shed), "load shedding is retried, not a refusal");
+        assert!(!refusal(&Error::from(tonic::Status::unavailable("down"))));
+        assert!(!refusal(&Error::from(tonic::Status::unauthenticated(
+            "no token"
+        ))));
+        assert_eq!(task_index("tasks[x].key"), None);
+        assert_eq!(task_index("queue: bad"), None);
+    }
+}

@@ -1,0 +1,362 @@
+//! The outbox (docs/outbox.md): `outbox::enqueue` in the producer's Postgres
+//! transaction and the relay that ships committed rows to a real broker over gRPC,
+//! with the broker on SQLite and on Postgres. The producer's database is always a
+//! fresh Postgres database of the test cluster.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use sqlx::PgPool;
+use taskbroker_client::outbox::{self, Relay};
+use taskbroker_client::{Client, TaskSpec, pb};
+
+/// A fresh producer database with the outbox schema and an `orders` table.
+async fn producer_db() -> Option<(TestDb, PgPool)> {
+    let db = test_db(Backend::Postgres).await?;
+    let pool = PgPool::connect(&db.url).await.expect("connect");
+    outbox::init_schema(&pool).await.expect("outbox schema");
+    // Applying it twice changes nothing (the relay's --init-schema runs at every start).
+    outbox::init_schema(&pool)
+        .await
+        .expect("outbox schema again");
+    sqlx::query("CREATE TABLE orders (id bigint PRIMARY KEY, total bigint NOT NULL)")
+        .execute(&pool)
+        .await
+        .expect("orders");
+    Some((db, pool))
+}
+
+async fn tasks_with_key(app: &TestApp, queue: &str, key: &str) -> Vec<pb::Task> {
+    let mut admin = app.admin().await;
+    admin
+        .list_tasks(pb::ListTasksRequest {
+            queue: queue.into(),
+            key: key.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .into_inner()
+        .tasks
+}
+
+async fn tasks_in(app: &TestApp, queue: &str) -> Vec<pb::Task> {
+    tasks_with_key(app, queue, "").await
+}
+
+async fn outbox_rows(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM taskbroker_outbox")
+        .fetch_one(pool)
+        .await
+        .expect("count")
+}
+
+async fn relay_for(app: &TestApp, pool: &PgPool) -> Relay {
+    let client = Client::connect(app.url()).await.expect("client");
+    Relay::builder(pool.clone(), client).build()
+}
+
+async fn committed_becomes_one_task_and_rolled_back_none(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let Some((_db, pool)) = producer_db().await else {
+        return;
+    };
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("INSERT INTO orders VALUES (1, 100)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let kept = outbox::enqueue(&mut tx, TaskSpec::new("emails", b"order 1".to_vec()))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("INSERT INTO orders VALUES (2, 200)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    outbox::enqueue(&mut tx, TaskSpec::new("emails", b"order 2".to_vec()))
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert!(kept.key.starts_with(outbox::KEY_PREFIX), "{}", kept.key);
+
+    let report = relay_for(&app, &pool).await.run_once().await.unwrap();
+    assert_eq!(
+        (report.shipped, report.deduplicated, report.refused),
+        (1, 0, 0)
+    );
+    let tasks = tasks_in(&app, "emails").await;
+    assert_eq!(tasks.len(), 1, "one task, for the committed order only");
+    assert_eq!(tasks[0].key, kept.key);
+    assert_eq!(tasks[0].payload, b"order 1");
+    assert_eq!(outbox_rows(&pool).await, 0, "shipped rows are deleted");
+
+    // Nothing left: another pass ships nothing and makes nothing.
+    let again = relay_for(&app, &pool).await.run_once().await.unwrap();
+    assert_eq!(again.shipped, 0);
+    assert_eq!(tasks_in(&app, "emails").await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_committed_row_becomes_one_task_and_a_rolled_back_one_none_sqlite() {
+    committed_becomes_one_task_and_rolled_back_none(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_committed_row_becomes_one_task_and_a_rolled_back_one_none_postgres() {
+    committed_becomes_one_task_and_rolled_back_none(Backend::Postgres).await;
+}
+
+/// The relay died after the broker's acknowledgement and before its delete: the
+/// rows are shipped again and the broker answers with the first tasks.
+async fn a_row_shipped_twice_is_one_task(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let Some((_db, pool)) = producer_db().await else {
+        return;
+    };
+    let rows = outbox::enqueue_many(
+        &pool,
+        (0..3).map(|i| TaskSpec::new("redeliver", format!("p{i}").into_bytes())),
+    )
+    .await
+    .unwrap();
+    assert!(
+        rows.windows(2).all(|w| w[0].id < w[1].id),
+        "ids in input order"
+    );
+    // What the dead relay had submitted (same specs, same keys) before it died.
+    let client = Client::connect(app.url()).await.unwrap();
+    let first = client
+        .submit_many(rows.iter().enumerate().map(|(i, r)| {
+            TaskSpec::new("redeliver", format!("p{i}").into_bytes()).key(r.key.clone())
+        }))
+        .await
+        .unwrap();
+
+    let report = relay_for(&app, &pool).await.run_once().await.unwrap();
+    assert_eq!((report.shipped, report.deduplicated), (3, 3));
+    let tasks = tasks_in(&app, "redeliver").await;
+    assert_eq!(tasks.len(), 3, "no second task for any row");
+    let mut ids: Vec<_> = tasks.iter().map(|t| t.id.clone()).collect();
+    let mut want: Vec<_> = first.iter().map(|s| s.task_id.clone()).collect();
+    ids.sort();
+    want.sort();
+    assert_eq!(ids, want);
+    assert_eq!(outbox_rows(&pool).await, 0);
+}
+
+#[tokio::test]
+async fn a_row_shipped_twice_is_one_task_sqlite() {
+    a_row_shipped_twice_is_one_task(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_row_shipped_twice_is_one_task_postgres() {
+    a_row_shipped_twice_is_one_task(Backend::Postgres).await;
+}
+
+#[tokio::test]
+async fn a_spec_with_its_own_key_is_submitted_under_it_and_two_rows_of_one_key_are_one_task() {
+    let Some(app) = spawn_app(Backend::Sqlite).await else {
+        return;
+    };
+    let Some((_db, pool)) = producer_db().await else {
+        return;
+    };
+    let a = outbox::enqueue(&pool, TaskSpec::new("keyed", "a").key("order-7"))
+        .await
+        .unwrap();
+    let b = outbox::enqueue(&pool, TaskSpec::new("keyed", "b").key("order-7"))
+        .await
+        .unwrap();
+    assert_eq!((a.key.as_str(), b.key.as_str()), ("order-7", "order-7"));
+    let report = relay_for(&app, &pool).await.run_once().await.unwrap();
+    assert_eq!((report.shipped, report.deduplicated), (2, 1));
+    let tasks = tasks_with_key(&app, "keyed", "order-7").await;
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0].payload, b"a", "the first row wins, as with Submit");
+}
+
+#[tokio::test]
+async fn a_spec_the_broker_cannot_take_is_refused_before_it_is_written() {
+    let Some((_db, pool)) = producer_db().await else {
+        return;
+    };
+    let mut tx = pool.begin().await.unwrap();
+    let err = outbox::enqueue_many(
+        &mut tx,
+        [TaskSpec::new("ok", "x"), TaskSpec::new("bad queue", "x")],
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "specs[1].queue: may only contain A-Z a-z 0-9 . _ : -"
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(
+        outbox_rows(&pool).await,
+        0,
+        "nothing of the call was written"
+    );
+}
+
+#[tokio::test]
+async fn rows_the_broker_refuses_are_marked_and_do_not_hold_up_the_others() {
+    let mut opts = Options::default();
+    opts.settings.limits.max_payload_bytes = 8;
+    let Some(app) = spawn_app_with(Backend::Sqlite, opts).await else {
+        return;
+    };
+    let Some((_db, pool)) = producer_db().await else {
+        return;
+    };
+    outbox::enqueue(&pool, TaskSpec::new("mixed", "first"))
+        .await
+        .unwrap();
+    // Not a TaskSpec at all (a hand-written INSERT gone wrong).
+    sqlx::query("INSERT INTO taskbroker_outbox (spec) VALUES ('\\xffffffff'::bytea)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let big = outbox::enqueue(&pool, TaskSpec::new("mixed", "far over eight bytes"))
+        .await
+        .unwrap();
+    outbox::enqueue(&pool, TaskSpec::new("mixed", "last"))
+        .await
+        .unwrap();
+
+    let report = relay_for(&app, &pool).await.run_once().await.unwrap();
+    assert_eq!((report.shipped, report.refused), (2, 2));
+    let mut payloads: Vec<_> = tasks_in(&app, "mixed")
+        .await
+        .into_iter()
+        .map(|t| t.payload)
+        .collect();
+    payloads.sort();
+    assert_eq!(payloads, vec![b"first".to_vec(), b"last".to_vec()]);
+
+    let refused: Vec<(i64, String, i32)> = sqlx::query_as(
+        "SELECT id, last_error, attempts FROM taskbroker_outbox \
+         WHERE failed_at IS NOT NULL ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert!(
+        refused[0]
+            .1
+            .starts_with("spec is not a taskbroker.v1.TaskSpec"),
+        "{refused:?}"
+    );
+    assert_eq!(refused[1].0, big.id);
+    assert!(
+        refused[1].1.starts_with("RESOURCE_EXHAUSTED: tasks[") && refused[1].1.contains("payload"),
+        "{refused:?}"
+    );
+    assert_eq!(refused[1].2, 1);
+    // A marked row is not tried again.
+    let again = relay_for(&app, &pool).await.run_once().await.unwrap();
+    assert_eq!((again.shipped, again.refused), (0, 0));
+}
+
+#[tokio::test]
+async fn the_relay_ships_on_notify_and_stops_when_asked() {
+    let Some(app) = spawn_app(Backend::Sqlite).await else {
+        return;
+    };
+    let Some((_db, pool)) = producer_db().await else {
+        return;
+    };
+    let client = Client::connect(app.url()).await.unwrap();
+    // An hour's poll: only the notification can make it ship within the test.
+    let relay = Relay::builder(pool.clone(), client)
+        .poll_interval(Duration::from_secs(3600))
+        .build();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        relay
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    // The relay LISTENs before its first drain; wait for the listening session.
+    wait_for(
+        || async {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+                > 0
+        },
+        "the relay to LISTEN",
+    )
+    .await;
+    for round in 0..3 {
+        let mut tx = pool.begin().await.unwrap();
+        outbox::enqueue_many(
+            &mut tx,
+            (0..50).map(|i| TaskSpec::new("notify", format!("{round}-{i}").into_bytes())),
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        let want = 50 * (round + 1);
+        wait_for(
+            || async { tasks_count(&app, "notify").await == want },
+            "the notified rows to become tasks",
+        )
+        .await;
+    }
+    assert_eq!(outbox_rows(&pool).await, 0);
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), running)
+        .await
+        .expect("the relay stops")
+        .unwrap()
+        .unwrap();
+}
+
+async fn tasks_count(app: &TestApp, queue: &str) -> usize {
+    let mut admin = app.admin().await;
+    let stats = admin
+        .get_queue_stats(pb::GetQueueStatsRequest {
+            queues: vec![queue.into()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    stats
+        .queues
+        .first()
+        .map(|s| (s.ready + s.scheduled + s.leased + s.succeeded + s.dead + s.cancelled) as usize)
+        .unwrap_or(0)
+}
+
+/// Polls `f` every 20 ms for up to 20 s.
+async fn wait_for<F, Fut>(mut f: F, what: &str)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    while !f().await {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
