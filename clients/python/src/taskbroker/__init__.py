@@ -9,6 +9,7 @@
 - ``spec``: the defaults and rules of docs/client-spec.md; ``TaskbrokerError`` is the base of
   every exception the package defines.
 - ``error_info`` / ``is_lease_lost``: the broker's rich error details (google.rpc.ErrorInfo).
+- ``taskbroker.outbox``: enqueue in your own Postgres transaction (psycopg 3); docs/outbox.md.
 """
 
 from taskbroker.aio import AsyncClient, AsyncTaskContext, AsyncWorker
