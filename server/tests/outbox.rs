@@ -122,7 +122,7 @@ async fn a_row_shipped_twice_is_one_task(backend: Backend) {
         return;
     };
     let rows = outbox::enqueue_many(
-        &pool,
+        &mut pool.acquire().await.unwrap(),
         (0..3).map(|i| TaskSpec::new("redeliver", format!("p{i}").into_bytes())),
     )
     .await
@@ -170,12 +170,18 @@ async fn a_spec_with_its_own_key_is_submitted_under_it_and_two_rows_of_one_key_a
     let Some((_db, pool)) = producer_db().await else {
         return;
     };
-    let a = outbox::enqueue(&pool, TaskSpec::new("keyed", "a").key("order-7"))
-        .await
-        .unwrap();
-    let b = outbox::enqueue(&pool, TaskSpec::new("keyed", "b").key("order-7"))
-        .await
-        .unwrap();
+    let a = outbox::enqueue(
+        &mut pool.acquire().await.unwrap(),
+        TaskSpec::new("keyed", "a").key("order-7"),
+    )
+    .await
+    .unwrap();
+    let b = outbox::enqueue(
+        &mut pool.acquire().await.unwrap(),
+        TaskSpec::new("keyed", "b").key("order-7"),
+    )
+    .await
+    .unwrap();
     assert_eq!((a.key.as_str(), b.key.as_str()), ("order-7", "order-7"));
     let report = relay_for(&app, &pool).await.run_once().await.unwrap();
     assert_eq!((report.shipped, report.deduplicated), (2, 1));
@@ -218,20 +224,29 @@ async fn rows_the_broker_refuses_are_marked_and_do_not_hold_up_the_others() {
     let Some((_db, pool)) = producer_db().await else {
         return;
     };
-    outbox::enqueue(&pool, TaskSpec::new("mixed", "first"))
-        .await
-        .unwrap();
+    outbox::enqueue(
+        &mut pool.acquire().await.unwrap(),
+        TaskSpec::new("mixed", "first"),
+    )
+    .await
+    .unwrap();
     // Not a TaskSpec at all (a hand-written INSERT gone wrong).
     sqlx::query("INSERT INTO taskbroker_outbox (spec) VALUES ('\\xffffffff'::bytea)")
         .execute(&pool)
         .await
         .unwrap();
-    let big = outbox::enqueue(&pool, TaskSpec::new("mixed", "far over eight bytes"))
-        .await
-        .unwrap();
-    outbox::enqueue(&pool, TaskSpec::new("mixed", "last"))
-        .await
-        .unwrap();
+    let big = outbox::enqueue(
+        &mut pool.acquire().await.unwrap(),
+        TaskSpec::new("mixed", "far over eight bytes"),
+    )
+    .await
+    .unwrap();
+    outbox::enqueue(
+        &mut pool.acquire().await.unwrap(),
+        TaskSpec::new("mixed", "last"),
+    )
+    .await
+    .unwrap();
 
     let report = relay_for(&app, &pool).await.run_once().await.unwrap();
     assert_eq!((report.shipped, report.refused), (2, 2));

@@ -36,6 +36,9 @@ pub struct RelayArgs {
 }
 
 pub async fn run(a: RelayArgs) -> Result<String, CliError> {
+    // Installed before anything else: a SIGTERM during start-up or the first batch
+    // must stop the relay cleanly, not kill it with the default action.
+    let stop = stop_signal().map_err(|e| CliError::Usage(format!("cannot handle SIGTERM: {e}")))?;
     let options = PgConnectOptions::from_str(&a.source)
         .map_err(|e| CliError::Usage(format!("--source is not a Postgres URL: {e}")))?
         .application_name("taskbroker relay");
@@ -62,9 +65,32 @@ pub async fn run(a: RelayArgs) -> Result<String, CliError> {
         )
     } else {
         tracing::info!(addr = %a.connection.addr, "outbox relay running");
-        relay.run(crate::worker::shutdown_signal()).await?;
+        relay.run(stop).await?;
         String::new()
     };
     pool.close().await;
     Ok(out)
+}
+
+/// Completes on SIGTERM (how Kubernetes stops a pod) or Ctrl-C; both handlers are
+/// registered when this returns, not when the future is first polled.
+fn stop_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+    }
 }

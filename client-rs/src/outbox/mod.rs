@@ -28,7 +28,7 @@
 mod relay;
 
 use prost::Message;
-use sqlx::{Acquire, Postgres};
+use sqlx::{Acquire, PgConnection, Postgres};
 
 use crate::{TaskSpec, pb};
 
@@ -68,17 +68,19 @@ pub struct Enqueued {
     pub key: String,
 }
 
-/// Writes `spec` into `taskbroker_outbox` through `conn`: a transaction
-/// (`&mut tx`), a connection, or a pool (then the row commits by itself). The task is
-/// submitted by the relay after the transaction commits, and never if it rolls back.
+/// Writes `spec` into `taskbroker_outbox` through `conn`: the caller's transaction
+/// (`&mut tx` coerces) or a connection (`&mut pool.acquire().await?`, then the row
+/// commits by itself). The task is submitted by the relay after the transaction
+/// commits, and never if it rolls back.
+///
+/// A plain `&mut PgConnection` rather than a generic `Acquire` keeps the future `Send`
+/// for `tokio::spawn` and web handlers (a generic one trips a higher-ranked lifetime
+/// error there).
 ///
 /// The spec is checked as Submit checks what does not depend on the broker's flags
 /// (queue name, key); a refusal writes nothing. The current trace context is kept in
 /// the spec's metadata (`traceparent`), so the task's trace starts at the producer.
-pub async fn enqueue<'c, A>(conn: A, spec: TaskSpec) -> Result<Enqueued, OutboxError>
-where
-    A: Acquire<'c, Database = Postgres>,
-{
+pub async fn enqueue(conn: &mut PgConnection, spec: TaskSpec) -> Result<Enqueued, OutboxError> {
     let mut rows = enqueue_many(conn, [spec]).await?;
     rows.pop().ok_or_else(|| {
         OutboxError::Database(sqlx::Error::Protocol("INSERT returned no row".into()))
@@ -87,13 +89,10 @@ where
 
 /// Writes several specs in one statement (one notification), in order; the rows
 /// are shipped in that order. All are checked before any is written.
-pub async fn enqueue_many<'c, A>(
-    conn: A,
+pub async fn enqueue_many(
+    conn: &mut PgConnection,
     specs: impl IntoIterator<Item = TaskSpec>,
-) -> Result<Vec<Enqueued>, OutboxError>
-where
-    A: Acquire<'c, Database = Postgres>,
-{
+) -> Result<Vec<Enqueued>, OutboxError> {
     let traceparent = crate::trace::current_traceparent();
     let mut keys: Vec<Option<String>> = Vec::new();
     let mut bodies: Vec<Vec<u8>> = Vec::new();
@@ -111,7 +110,6 @@ where
     if bodies.is_empty() {
         return Ok(Vec::new());
     }
-    let mut conn = conn.acquire().await?;
     // One statement for the batch; WITH ORDINALITY keeps the ids in input order.
     let rows: Vec<(i64, String)> = sqlx::query_as(
         "INSERT INTO taskbroker_outbox (idempotency_key, spec) \
@@ -122,7 +120,7 @@ where
     )
     .bind(&keys)
     .bind(&bodies)
-    .fetch_all(&mut *conn)
+    .fetch_all(conn)
     .await?;
     let mut rows: Vec<Enqueued> = rows
         .into_iter()
