@@ -344,6 +344,52 @@ for f in sys.argv[1:]:
     assert isinstance(t["retry"]["max_attempts"], int), t
     open(f + ".toml", "w").write(cm["data"]["taskbroker.toml"])
 ' "$s" "$p"
+# --- the outbox relay (relay.enabled) ------------------------------------------
+# r / rc / renv: the relay Deployment, its container and its env by name.
+relay_assert='(r := next(d for d in kinds["Deployment"] if d["metadata"]["name"].endswith("-relay")))
+  and (rc := r["spec"]["template"]["spec"]["containers"][0])
+  and (renv := {e["name"]: e for e in rc["env"]})'
+check "helm template (relay on, postgres with auth)" render "$work/relay.yaml" -f "$pg" \
+  --set relay.enabled=true --set relay.source.existingSecret=orders-db \
+  --set relay.token.existingSecret=relay-token --set relay.initSchema=true
+check "helm template (relay on, broker TLS with client certificates)" render "$work/relay-tls.yaml" \
+  --set relay.enabled=true --set relay.source.existingSecret=orders-db --set relay.source.caSecret=orders-ca \
+  --set tls.existingSecret=tb-tls --set tls.verifyClients=true --set relay.clientCertSecret=relay-client
+for v in "${kube_versions[@]}"; do
+  for f in relay relay-tls; do
+    check "kubernetes-validate --strict $v: $f" validate "$v" "$work/$f.yaml"
+  done
+done
+check "relay: a Deployment running taskbroker relay against the Service, source and token from Secrets" \
+  assert "$work/relay.yaml" "$relay_assert"'
+  and rc["args"][:2] == ["relay", "--init-schema"]
+  and renv["TASKBROKER_RELAY_SOURCE"]["valueFrom"]["secretKeyRef"] == {"name": "orders-db", "key": "source-url"}
+  and renv["TASKBROKER_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "relay-token", "key": "token"}
+  and renv["TASKBROKER_ADDR"]["value"] == "http://tb-taskbroker.tasks.svc:50051"
+  and rc["securityContext"]["readOnlyRootFilesystem"] is True
+  and r["spec"]["replicas"] == 1'
+check "relay: TLS to the broker with its CA and a client certificate; source CA as PGSSLROOTCERT" \
+  assert "$work/relay-tls.yaml" "$relay_assert"'
+  and renv["TASKBROKER_ADDR"]["value"].startswith("https://")
+  and renv["TASKBROKER_CA"]["value"] == "/etc/taskbroker/tls/ca.crt"
+  and renv["TASKBROKER_CLIENT_CERT"]["value"] == "/etc/taskbroker/client-tls/tls.crt"
+  and renv["PGSSLROOTCERT"]["value"] == "/etc/taskbroker/source-ca/ca.crt"
+  and "--init-schema" not in rc["args"]'
+check "relay: its pods are not the Service's; the NetworkPolicy admits them on the gRPC port" \
+  assert "$work/relay-tls.yaml" "$relay_assert"'
+  and (b := next(d for d in kinds["Deployment"] if not d["metadata"]["name"].endswith("-relay")))
+  and not set(b["spec"]["selector"]["matchLabels"].items()) <= set(r["spec"]["template"]["metadata"]["labels"].items())
+  and {"podSelector": {"matchLabels": r["spec"]["selector"]["matchLabels"]}}
+      in one("NetworkPolicy")["spec"]["ingress"][0]["from"]'
+check "relay off by default: no relay Deployment" assert "$work/default.yaml" 'len(kinds["Deployment"]) == 1'
+check "rejected: relay without a source Secret" rejects "/relay/source/existingSecret'" --set relay.enabled=true
+check "rejected without the schema too: relay without a source Secret" \
+  rejects "relay.enabled needs relay.source.existingSecret" --skip-schema-validation --set relay.enabled=true
+check "rejected: relay with verifyClients but no client certificate" rejects "relay.enabled with tls.verifyClients" \
+  --set relay.enabled=true --set relay.source.existingSecret=s --set tls.existingSecret=t --set tls.verifyClients=true
+check "rejected: relay batchSize over 1000" rejects "/relay/batchSize" \
+  --set relay.enabled=true --set relay.source.existingSecret=s --set relay.batchSize=5000
+
 # The broker itself accepts the rendered configuration (unknown keys or bad values
 # would stop the pod at start).
 if cargo build -q -p taskbroker-server --bin taskbroker; then

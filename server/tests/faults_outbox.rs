@@ -57,7 +57,8 @@ impl Rng {
 /// One `taskbroker relay` process, restartable.
 struct RelayProcess {
     child: Option<Child>,
-    spawns: usize,
+    /// Length of the log when the latest run started: its lines come after.
+    log_start: usize,
     args: Vec<String>,
     log: PathBuf,
 }
@@ -82,13 +83,16 @@ impl RelayProcess {
         .collect();
         RelayProcess {
             child: None,
-            spawns: 0,
+            log_start: 0,
             args,
             log: logs.join(format!("{name}.stderr")),
         }
     }
 
     fn spawn(&mut self) {
+        // The previous run has exited (kill9 and terminate wait for it): whatever the
+        // log holds now is its, and the new run's lines follow.
+        self.log_start = std::fs::metadata(&self.log).map_or(0, |m| m.len() as usize);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -103,22 +107,22 @@ impl RelayProcess {
             .spawn()
             .expect("start taskbroker relay");
         self.child = Some(child);
-        self.spawns += 1;
     }
 
     /// Waits until the latest run has logged that it runs (its signal handlers are
     /// installed by then).
     async fn until_running(&self) {
-        let want = self.spawns;
-        let log = self.log.clone();
+        let (log, from) = (self.log.clone(), self.log_start);
         wait_until("the relay to start", Duration::from_secs(60), move || {
             let log = log.clone();
             async move {
-                std::fs::read_to_string(&log)
-                    .unwrap_or_default()
-                    .matches("outbox relay running")
-                    .count()
-                    >= want
+                std::fs::read(&log)
+                    .ok()
+                    .and_then(|b| {
+                        b.get(from..)
+                            .map(|b| String::from_utf8_lossy(b).into_owned())
+                    })
+                    .is_some_and(|run| run.contains("outbox relay running"))
             }
         })
         .await;

@@ -175,3 +175,11 @@ app.kubernetes.io/name: {{ include "taskbroker.name" . }}-test
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: test
 {{- end }}
+
+{{/* Pod labels of the relay (templates/relay-deployment.yaml); the NetworkPolicy admits */}}
+{{/* them on the gRPC port. Not the broker's selector labels: the Service must never pick them. */}}
+{{- define "taskbroker.relayLabels" -}}
+app.kubernetes.io/name: {{ include "taskbroker.name" . }}-relay
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: relay
+{{- end }}
