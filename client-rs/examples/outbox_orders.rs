@@ -12,7 +12,8 @@ use taskbroker_client::{TaskSpec, outbox};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("DATABASE_URL").map_err(|_| "set DATABASE_URL to the shop's Postgres")?;
+    let url =
+        std::env::var("DATABASE_URL").map_err(|_| "set DATABASE_URL to the shop's Postgres")?;
     let pool = sqlx::PgPool::connect(&url).await?;
     // Usually part of the shop's own migrations (migrations/outbox/postgres/).
     outbox::init_schema(&pool).await?;
@@ -37,6 +38,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let row = outbox::enqueue(&mut tx, email).await?;
     // Both or neither: if the commit fails, there is no order and no email.
     tx.commit().await?;
-    println!("order {order_id} committed; its email task has key {}", row.key);
+    println!(
+        "order {order_id} committed; its email task has key {}",
+        row.key
+    );
     Ok(())
 }
