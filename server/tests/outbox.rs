@@ -375,3 +375,81 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+async fn relay_cli(args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_taskbroker"))
+        .arg("relay")
+        .args(args)
+        .env_remove("TASKBROKER_TOKEN")
+        .output()
+        .await
+        .expect("run taskbroker relay")
+}
+
+#[tokio::test]
+async fn taskbroker_relay_once_creates_the_schema_and_ships_what_is_committed() {
+    let Some(app) = spawn_app(Backend::Sqlite).await else {
+        return;
+    };
+    // A database without the outbox table: --init-schema makes it.
+    let Some(db) = test_db(Backend::Postgres).await else {
+        return;
+    };
+    let url = app.url();
+    let first = relay_cli(&[
+        "--source",
+        &db.url,
+        "--addr",
+        &url,
+        "--init-schema",
+        "--once",
+    ])
+    .await;
+    assert!(first.status.success(), "{first:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&first.stdout),
+        "shipped 0 rows (0 already at the broker), refused 0\n"
+    );
+    let pool = PgPool::connect(&db.url).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    outbox::enqueue_many(
+        &mut tx,
+        (0..3).map(|i| TaskSpec::new("cli", format!("{i}").into_bytes())),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let second = relay_cli(&["--source", &db.url, "--addr", &url, "--once"]).await;
+    assert!(second.status.success(), "{second:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&second.stdout),
+        "shipped 3 rows (0 already at the broker), refused 0\n"
+    );
+    assert_eq!(tasks_in(&app, "cli").await.len(), 3);
+}
+
+#[tokio::test]
+async fn taskbroker_relay_says_in_one_line_what_is_wrong() {
+    let bad_url = relay_cli(&["--source", "mysql://x/y", "--once"]).await;
+    assert!(!bad_url.status.success());
+    let err = String::from_utf8_lossy(&bad_url.stderr);
+    assert!(
+        err.starts_with("taskbroker: --source is not a Postgres URL")
+            && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    // Nothing listens there: a one-line database error, not a panic.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let source = format!("postgres://nobody@127.0.0.1:{port}/none");
+    let down = relay_cli(&["--source", &source, "--once"]).await;
+    assert!(!down.status.success());
+    let err = String::from_utf8_lossy(&down.stderr);
+    assert!(
+        err.starts_with("taskbroker: outbox database error") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+}

@@ -39,6 +39,11 @@ pub async fn run(a: RelayArgs) -> Result<String, CliError> {
     // Installed before anything else: a SIGTERM during start-up or the first batch
     // must stop the relay cleanly, not kill it with the default action.
     let stop = stop_signal().map_err(|e| CliError::Usage(format!("cannot handle SIGTERM: {e}")))?;
+    if !(a.source.starts_with("postgres://") || a.source.starts_with("postgresql://")) {
+        return Err(CliError::Usage(
+            "--source is not a Postgres URL: it must start with postgres://".into(),
+        ));
+    }
     let options = PgConnectOptions::from_str(&a.source)
         .map_err(|e| CliError::Usage(format!("--source is not a Postgres URL: {e}")))?
         .application_name("taskbroker relay");
