@@ -367,7 +367,9 @@ check "relay: a Deployment running taskbroker relay against the Service, source 
   and renv["TASKBROKER_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "relay-token", "key": "token"}
   and renv["TASKBROKER_ADDR"]["value"] == "http://tb-taskbroker.tasks.svc:50051"
   and rc["securityContext"]["readOnlyRootFilesystem"] is True
-  and r["spec"]["replicas"] == 1'
+  and r["spec"]["replicas"] == 1
+  and rc["args"][rc["args"].index("--metrics-listen") + 1] == "0.0.0.0:9090"
+  and rc["ports"] == [{"name": "http-metrics", "containerPort": 9090, "protocol": "TCP"}]'
 check "relay: TLS to the broker with its CA and a client certificate; source CA as PGSSLROOTCERT" \
   assert "$work/relay-tls.yaml" "$relay_assert"'
   and renv["TASKBROKER_ADDR"]["value"].startswith("https://")

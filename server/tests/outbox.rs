@@ -453,3 +453,67 @@ async fn taskbroker_relay_says_in_one_line_what_is_wrong() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn the_relay_counts_what_it_ships_and_serves_it_to_prometheus() {
+    let mut opts = Options::default();
+    opts.settings.limits.max_payload_bytes = 8;
+    let Some(app) = spawn_app_with(Backend::Sqlite, opts).await else {
+        return;
+    };
+    let Some((_db, pool)) = producer_db().await else {
+        return;
+    };
+    let relay = relay_for(&app, &pool).await;
+    let mut conn = pool.acquire().await.unwrap();
+    outbox::enqueue(&mut conn, TaskSpec::new("m", "a").key("k"))
+        .await
+        .unwrap();
+    outbox::enqueue(&mut conn, TaskSpec::new("m", "b").key("k"))
+        .await
+        .unwrap();
+    outbox::enqueue(&mut conn, TaskSpec::new("m", "far too large"))
+        .await
+        .unwrap();
+    relay.run_once().await.unwrap();
+    // Waiting, not yet shipped: the oldest row's age is read at the scrape.
+    outbox::enqueue(&mut conn, TaskSpec::new("m", "c"))
+        .await
+        .unwrap();
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(outbox::serve_metrics(listener, relay.clone()));
+    let scrape = |path: &'static str| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    };
+    let page = scrape("/metrics").await;
+    assert!(page.starts_with("HTTP/1.1 200 OK\r\n"), "{page}");
+    for line in [
+        "taskbroker_relay_rows_shipped_total 2",
+        "taskbroker_relay_rows_deduplicated_total 1",
+        "taskbroker_relay_rows_refused_total 1",
+        "taskbroker_relay_batches_total 1",
+        "taskbroker_relay_batch_failures_total 0",
+        "taskbroker_relay_source_up 1",
+        "# TYPE taskbroker_relay_oldest_pending_seconds gauge",
+    ] {
+        assert!(page.lines().any(|l| l == line), "{line} missing in\n{page}");
+    }
+    let oldest: f64 = page
+        .lines()
+        .find_map(|l| l.strip_prefix("taskbroker_relay_oldest_pending_seconds "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(oldest >= 0.0);
+    assert!(scrape("/other").await.starts_with("HTTP/1.1 404"));
+    server.abort();
+}

@@ -31,6 +31,10 @@ pub struct RelayArgs {
     /// How often to log what was shipped and the lag.
     #[arg(long, default_value = "30s", value_parser = parse::duration)]
     pub report_interval: Duration,
+    /// Serve Prometheus metrics (rows shipped and refused, lag) at http://ADDR/metrics,
+    /// for example 0.0.0.0:9090. Off unless given.
+    #[arg(long, env = "TASKBROKER_RELAY_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub connection: Connection,
 }
@@ -69,8 +73,23 @@ pub async fn run(a: RelayArgs) -> Result<String, CliError> {
             r.shipped, r.deduplicated, r.refused
         )
     } else {
+        let metrics = match a.metrics_listen {
+            Some(addr) => {
+                let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                    CliError::Usage(format!("--metrics-listen {addr}: cannot listen: {e}"))
+                })?;
+                if let Ok(local) = listener.local_addr() {
+                    tracing::info!("outbox relay metrics on http://{local}/metrics");
+                }
+                Some(tokio::spawn(outbox::serve_metrics(listener, relay.clone())))
+            }
+            None => None,
+        };
         tracing::info!(addr = %a.connection.addr, "outbox relay running");
         relay.run(stop).await?;
+        if let Some(m) = metrics {
+            m.abort();
+        }
         String::new()
     };
     pool.close().await;

@@ -8,6 +8,7 @@
 //! - `mod.rs` (this file): [`enqueue`], [`enqueue_many`], [`init_schema`] and the
 //!   client-side checks of a spec.
 //! - `relay.rs`: [`Relay`], the LISTEN-driven, batched shipper.
+//! - `metrics.rs`: the relay's Prometheus counters and [`serve_metrics`].
 //!
 //! ```no_run
 //! # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
@@ -25,6 +26,7 @@
 //! # Ok(()) }
 //! ```
 
+mod metrics;
 mod relay;
 
 use prost::Message;
@@ -32,6 +34,7 @@ use sqlx::{Acquire, PgConnection, Postgres};
 
 use crate::{TaskSpec, pb};
 
+pub use metrics::serve_metrics;
 pub use relay::{Relay, RelayBuilder, RelayError, RelayReport};
 
 /// The schema of the outbox table, as shipped in `migrations/outbox/postgres/`.

@@ -14,6 +14,7 @@
 //! and is skipped from then on; it never blocks the rows behind it.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -25,6 +26,7 @@ use tonic::Code;
 use tonic_types::StatusExt;
 
 use super::CHANNEL;
+use super::metrics::Counters;
 use crate::{Client, Error, TaskSpec, pb};
 
 /// Rows per Submit at most: the broker's limit.
@@ -116,14 +118,19 @@ impl RelayBuilder {
     }
 
     pub fn build(self) -> Relay {
-        Relay { cfg: self }
+        Relay {
+            cfg: self,
+            counters: Arc::new(Counters::default()),
+        }
     }
 }
 
 /// Ships the rows of `taskbroker_outbox` in `pool`'s database to the broker of `client`.
+/// Clones share their counters (see [`Relay::metrics_text`]).
 #[derive(Debug, Clone)]
 pub struct Relay {
     cfg: RelayBuilder,
+    counters: Arc<Counters>,
 }
 
 /// What one batch came to.
@@ -176,6 +183,7 @@ impl Relay {
                 }
                 Err(e) => {
                     failures += 1;
+                    self.counters.failed();
                     tracing::warn!(error = %e, failures, "outbox relay: batch not shipped; retrying");
                     let pause = crate::worker::backoff(
                         failures,
@@ -250,6 +258,7 @@ impl Relay {
                 Batch::Empty => return Ok(total),
                 Batch::Done(r, taken) => {
                     isolate = isolate.saturating_sub(taken);
+                    self.counters.add(&r);
                     total.add(&r);
                 }
                 Batch::Isolate(n) => isolate = n,
@@ -351,16 +360,26 @@ impl Relay {
         }
     }
 
-    async fn report(&self, r: &RelayReport) {
-        let oldest: Option<f64> = sqlx::query_scalar(
+    /// The relay's metrics in the Prometheus text format: totals since it started, and
+    /// the oldest waiting row's age, read now.
+    pub async fn metrics_text(&self) -> String {
+        self.counters.render(self.oldest_pending().await.ok())
+    }
+
+    /// Age of the oldest row waiting to be shipped (zero when none waits).
+    async fn oldest_pending(&self) -> Result<Duration, sqlx::Error> {
+        let age: Option<f64> = sqlx::query_scalar(
             "SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 \
              FROM taskbroker_outbox WHERE failed_at IS NULL ORDER BY id LIMIT 1",
         )
         .fetch_optional(&self.cfg.pool)
-        .await
-        .unwrap_or_else(|e| {
+        .await?;
+        Ok(age.map(secs).unwrap_or_default())
+    }
+
+    async fn report(&self, r: &RelayReport) {
+        let oldest = self.oldest_pending().await.map_err(|e| {
             tracing::debug!(error = %e, "outbox relay: cannot read the oldest row");
-            None
         });
         tracing::info!(
             shipped = r.shipped,
@@ -368,7 +387,7 @@ impl Relay {
             refused = r.refused,
             batches = r.batches,
             max_lag_ms = r.max_lag.as_millis() as u64,
-            oldest_pending_ms = oldest.map(|s| secs(s).as_millis() as u64).unwrap_or(0),
+            oldest_pending_ms = oldest.map(|d| d.as_millis() as u64).unwrap_or(0),
             "outbox relay report"
         );
     }
