@@ -7,7 +7,8 @@
 //!
 //! - `mod.rs` (this file): [`enqueue`], [`enqueue_many`], [`init_schema`] and the
 //!   client-side checks of a spec.
-//! - `relay.rs`: [`Relay`], the LISTEN-driven, batched shipper.
+//! - `relay.rs`: [`Relay`], the LISTEN-driven, batched shipper; `batch.rs`: one batch
+//!   (lock, Submit, delete or mark refused) and how refusals are told from failures.
 //! - `metrics.rs`: the relay's Prometheus counters and [`serve_metrics`].
 //!
 //! ```no_run
@@ -26,6 +27,7 @@
 //! # Ok(()) }
 //! ```
 
+mod batch;
 mod metrics;
 mod relay;
 

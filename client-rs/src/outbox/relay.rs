@@ -19,15 +19,13 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use futures::future::FusedFuture;
-use prost::Message;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
-use tonic::Code;
-use tonic_types::StatusExt;
 
 use super::CHANNEL;
+use super::batch::{Batch, secs};
 use super::metrics::Counters;
-use crate::{Client, Error, TaskSpec, pb};
+use crate::{Client, Error};
 
 /// Rows per Submit at most: the broker's limit.
 const MAX_BATCH: usize = 1000;
@@ -74,10 +72,10 @@ pub enum RelayError {
 /// Settings of a [`Relay`]; see [`Relay::builder`].
 #[derive(Debug, Clone)]
 pub struct RelayBuilder {
-    pool: PgPool,
-    client: Client,
+    pub(super) pool: PgPool,
+    pub(super) client: Client,
     batch_size: usize,
-    max_batch_bytes: usize,
+    pub(super) max_batch_bytes: usize,
     poll_interval: Duration,
     report_interval: Duration,
     max_backoff: Duration,
@@ -129,18 +127,8 @@ impl RelayBuilder {
 /// Clones share their counters (see [`Relay::metrics_text`]).
 #[derive(Debug, Clone)]
 pub struct Relay {
-    cfg: RelayBuilder,
+    pub(super) cfg: RelayBuilder,
     counters: Arc<Counters>,
-}
-
-/// What one batch came to.
-enum Batch {
-    /// No row left to take.
-    Empty,
-    /// Rows were shipped or marked refused; there may be more.
-    Done(RelayReport, usize),
-    /// A refusal that named no row: ship the next `n` rows one by one to find it.
-    Isolate(usize),
 }
 
 impl Relay {
@@ -266,100 +254,6 @@ impl Relay {
         }
     }
 
-    /// One transaction: lock, Submit, delete (or mark refused), commit.
-    async fn ship_batch(&self, limit: usize) -> Result<Batch, RelayError> {
-        let mut tx = self.cfg.pool.begin().await?;
-        // Ids and sizes first, so a batch of large specs is cut by bytes before
-        // they are read.
-        let candidates: Vec<(i64, i32)> = sqlx::query_as(
-            "SELECT id, octet_length(spec) FROM taskbroker_outbox \
-             WHERE failed_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
-        )
-        .bind(limit as i64)
-        .fetch_all(&mut *tx)
-        .await?;
-        if candidates.is_empty() {
-            return Ok(Batch::Empty);
-        }
-        let mut ids = Vec::with_capacity(candidates.len());
-        let mut bytes = 0usize;
-        for (id, len) in candidates {
-            bytes += len.max(0) as usize;
-            if !ids.is_empty() && bytes > self.cfg.max_batch_bytes {
-                break;
-            }
-            ids.push(id);
-        }
-        let rows: Vec<(i64, String, Vec<u8>, f64)> = sqlx::query_as(
-            "SELECT id, idempotency_key, spec, \
-                    extract(epoch FROM clock_timestamp() - created_at)::float8 \
-             FROM taskbroker_outbox WHERE id = ANY($1) ORDER BY id",
-        )
-        .bind(&ids)
-        .fetch_all(&mut *tx)
-        .await?;
-
-        let mut report = RelayReport::default();
-        let mut specs = Vec::with_capacity(rows.len());
-        let mut shipped_ids = Vec::with_capacity(rows.len());
-        for (id, key, body, age) in rows {
-            match pb::TaskSpec::decode(body.as_slice()) {
-                Ok(mut spec) => {
-                    if spec.key.is_empty() {
-                        spec.key = key;
-                    }
-                    specs.push(TaskSpec::from(spec));
-                    shipped_ids.push(id);
-                    report.max_lag = report.max_lag.max(secs(age));
-                }
-                Err(e) => {
-                    let why = format!("spec is not a taskbroker.v1.TaskSpec: {e}");
-                    mark_refused(&mut tx, id, &why).await?;
-                    report.refused += 1;
-                }
-            }
-        }
-        let taken = shipped_ids.len() + report.refused as usize;
-        if specs.is_empty() {
-            tx.commit().await?;
-            return Ok(Batch::Done(report, taken));
-        }
-        match self.cfg.client.submit_many(specs).await {
-            Ok(results) => {
-                sqlx::query("DELETE FROM taskbroker_outbox WHERE id = ANY($1)")
-                    .bind(&shipped_ids)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                report.shipped += shipped_ids.len() as u64;
-                report.deduplicated += results.iter().filter(|r| r.deduplicated).count() as u64;
-                report.batches += 1;
-                Ok(Batch::Done(report, taken))
-            }
-            Err(e) if refusal(&e) => match rejected_index(&e) {
-                Some(i) if i < shipped_ids.len() => {
-                    mark_refused(&mut tx, shipped_ids[i], &e.to_string()).await?;
-                    tx.commit().await?;
-                    report.refused += 1;
-                    Ok(Batch::Done(report, 1))
-                }
-                _ if shipped_ids.len() == 1 => {
-                    mark_refused(&mut tx, shipped_ids[0], &e.to_string()).await?;
-                    tx.commit().await?;
-                    report.refused += 1;
-                    Ok(Batch::Done(report, taken))
-                }
-                _ => {
-                    tx.rollback().await?;
-                    tracing::warn!(error = %e, rows = taken, "outbox relay: a batch was refused without naming a row; shipping one by one");
-                    Ok(Batch::Isolate(taken))
-                }
-            },
-            // Dropping `tx` rolls back: the rows are unlocked for the next try.
-            Err(e) => Err(e.into()),
-        }
-    }
-
     /// The relay's metrics in the Prometheus text format: totals since it started, and
     /// the oldest waiting row's age, read now.
     pub async fn metrics_text(&self) -> String {
@@ -414,99 +308,5 @@ async fn wait_notification(listener: &mut Option<PgListener>) -> Result<(), sqlx
     match listener {
         Some(l) => l.recv().await.map(|_| ()),
         None => std::future::pending().await,
-    }
-}
-
-async fn mark_refused(tx: &mut sqlx::PgConnection, id: i64, why: &str) -> Result<(), sqlx::Error> {
-    tracing::warn!(
-        row = id,
-        error = why,
-        "outbox relay: the broker refused a row; it is kept with failed_at set"
-    );
-    sqlx::query(
-        "UPDATE taskbroker_outbox \
-         SET attempts = attempts + 1, last_error = $2, failed_at = now() WHERE id = $1",
-    )
-    .bind(id)
-    .bind(why)
-    .execute(tx)
-    .await?;
-    Ok(())
-}
-
-fn secs(s: f64) -> Duration {
-    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or_default()
-}
-
-/// A refusal of the batch's content: sending it again would be refused again.
-/// RESOURCE_EXHAUSTED without a field is load shedding, which passes.
-fn refusal(e: &Error) -> bool {
-    match e.code() {
-        Some(
-            Code::InvalidArgument
-            | Code::AlreadyExists
-            | Code::OutOfRange
-            | Code::FailedPrecondition
-            | Code::NotFound,
-        ) => true,
-        Some(Code::ResourceExhausted) => rejected_index(e).is_some(),
-        _ => false,
-    }
-}
-
-/// The index of the refused task: from the BadRequest field (`tasks[3].queue`), else
-/// from the message, which starts with the field.
-fn rejected_index(e: &Error) -> Option<usize> {
-    let status = e.status()?;
-    if let Some(bad) = status.get_details_bad_request()
-        && let Some(i) = bad
-            .field_violations
-            .iter()
-            .find_map(|v| task_index(&v.field))
-    {
-        return Some(i);
-    }
-    task_index(status.message())
-}
-
-fn task_index(s: &str) -> Option<usize> {
-    let rest = s.strip_prefix("tasks[")?;
-    rest[..rest.find(']')?].parse().ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tonic_types::ErrorDetails;
-
-    #[test]
-    fn the_refused_task_is_found_in_the_field_or_the_message() {
-        let details = ErrorDetails::with_bad_request_violation("tasks[12].payload", "too big");
-        let e = Error::from(tonic::Status::with_error_details(
-            Code::ResourceExhausted,
-            "tasks[12].payload: too big",
-            details,
-        ));
-        assert_eq!(rejected_index(&e), Some(12));
-        assert!(
-            refusal(&e),
-            "a size limit naming a task is that task's fault"
-        );
-
-        let taken = Error::from(tonic::Status::already_exists(
-            "tasks[3].key: another producer's task holds this key in queue q",
-        ));
-        assert_eq!(rejected_index(&taken), Some(3));
-        assert!(refusal(&taken));
-
-        let shed = Error::from(tonic::Status::resource_exhausted("too many requests"));
-        assert_eq!(rejected_index(&shed), None);
-        assert!(!refusal(&shed), "load shedding is retried, not a refusal");
-        assert!(!refusal(&Error::from(tonic::Status::unavailable("down"))));
-        assert!(!refusal(&Error::from(tonic::Status::unauthenticated(
-            "no token"
-        ))));
-        assert_eq!(task_index("tasks[x].key"), None);
-        assert_eq!(task_index("queue: bad"), None);
     }
 }
