@@ -25,6 +25,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	taskbroker "github.com/taskbroker/taskbroker/clients/go"
 	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
@@ -64,8 +65,13 @@ type Querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// Enqueue writes spec into the outbox through q, in q's transaction.
+// Enqueue writes spec into the outbox through q, in q's transaction. The traceparent of
+// ctx's span goes into the spec's metadata (unless it has one), so the task's trace starts
+// at the producer.
 func Enqueue(ctx context.Context, q Querier, spec *pb.TaskSpec) (Enqueued, error) {
+	if spec != nil {
+		taskbroker.InjectTrace(ctx, spec)
+	}
 	query, args, err := Statement(spec)
 	if err != nil {
 		return Enqueued{}, err
@@ -79,6 +85,7 @@ func Enqueue(ctx context.Context, q Querier, spec *pb.TaskSpec) (Enqueued, error
 
 // Statement checks spec and returns the INSERT that writes it and its arguments,
 // for drivers other than database/sql. The statement returns (id, idempotency_key).
+// Call taskbroker.InjectTrace(ctx, spec) first to keep the caller's trace.
 func Statement(spec *pb.TaskSpec) (string, []any, error) {
 	if err := Check(spec); err != nil {
 		return "", nil, err

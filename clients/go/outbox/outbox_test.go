@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	taskbroker "github.com/taskbroker/taskbroker/clients/go"
@@ -254,5 +255,22 @@ func TestTheRelayTurnsCommittedRowsIntoTasks(t *testing.T) {
 	}
 	if got := rows(t, db); len(got) != 0 {
 		t.Fatalf("rows left: %v", got)
+	}
+}
+
+func TestTheCallersTraceGoesIntoTheSpec(t *testing.T) {
+	db := open(t)
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    trace.TraceID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+		SpanID:     trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8},
+		TraceFlags: trace.FlagsSampled,
+	})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	if _, err := outbox.Enqueue(ctx, db, &pb.TaskSpec{Queue: "traced"}); err != nil {
+		t.Fatal(err)
+	}
+	got := rows(t, db)[0].spec.GetMetadata()[taskbroker.TraceParent]
+	if want := "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01"; got != want {
+		t.Fatalf("traceparent %q, want %q", got, want)
 	}
 }
