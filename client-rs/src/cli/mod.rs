@@ -6,6 +6,7 @@
 //! - `mod.rs` (this file): the commands, their flags and what each does.
 //! - `parse.rs`: flag values (durations, times, states).
 //! - `render.rs`: tables, detail blocks and JSON.
+//! - `relay.rs`: `relay`, which ships a producer's outbox rows to the broker (docs/outbox.md).
 
 mod parse;
 mod relay;
