@@ -1,7 +1,13 @@
-//! The dispatch-latency phase: tasks are submitted at a fixed offered rate (open
-//! loop: a slow answer does not slow the sender) while W workers wait in long
-//! polls; each task's latency is its Submit acknowledgement to its Lease reply,
-//! both on this process's monotonic clock. A task's payload carries its number.
+//! The dispatch-latency phase, against W workers waiting in long polls; each
+//! task's latency is measured from its Submit being sent (and from its
+//! acknowledgement) to the Lease reply that carries it, all on this process's
+//! monotonic clock. A task's payload carries its number.
+//!
+//! - Open loop ([`run`]): tasks are submitted at a fixed offered rate; a slow
+//!   answer does not slow the sender.
+//! - Closed loop ([`run_closed`]): one task at a time for `--latency-seconds`:
+//!   submit one, wait until a worker's Lease reply carried it, submit the next.
+//!   This is what one waiting worker sees of one producer's request.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -17,9 +23,12 @@ use crate::workers::{self, Progress, Stamps, payload_with_seq};
 
 /// The sender wakes every millisecond and submits what is due by then.
 const TICK: Duration = Duration::from_millis(1);
+/// Bounds the closed loop's stamp arrays: no broker answers faster than this.
+const CLOSED_LOOP_MAX_PER_SEC: f64 = 20_000.0;
 
 pub struct Latency {
-    pub rate: f64,
+    /// The offered rate of an open loop; None for the closed loop.
+    pub rate: Option<f64>,
     pub tasks: u64,
     /// Submit ack -> lease reply of every task, sorted.
     pub samples: Vec<Duration>,
@@ -27,8 +36,17 @@ pub struct Latency {
     pub from_send: Vec<Duration>,
     /// Lease replies processed before their task's Submit ack (counted as 0).
     pub lease_before_ack: u64,
+    /// First Submit sent -> last lease reply.
+    pub span: Duration,
     pub errors: u64,
     pub first_error: Option<String>,
+}
+
+impl Latency {
+    /// Tasks leased per second over [`Latency::span`].
+    pub fn achieved_rate(&self) -> f64 {
+        self.from_send.len() as f64 / self.span.as_secs_f64().max(1e-9)
+    }
 }
 
 pub async fn run(
@@ -98,10 +116,79 @@ pub async fn run(
         Ok(Ok(())) => {}
     }
 
-    let leased = progress.leased.as_ref().expect("set above");
+    Ok(summarize(Some(rate), total, &sent_at, &acked, &progress))
+}
+
+/// The closed loop: one task per Submit, the next sent once a Lease reply carried
+/// the previous one, for `--latency-seconds`. Producers take turns, so with
+/// several replicas the sends spread across them.
+pub async fn run_closed(
+    p: &Params,
+    workers: &[Broker],
+    producers: &[Broker],
+    queue: &str,
+) -> anyhow::Result<Latency> {
+    let cap = ((p.latency_seconds * CLOSED_LOOP_MAX_PER_SEC) as usize).max(1);
+    let origin = Instant::now();
+    let sent_at = Arc::new(Stamps::new(origin, cap));
+    let acked = Arc::new(Stamps::new(origin, cap));
+    // The target is never reached: the loop stops the workers itself.
+    let progress = Arc::new(Progress::new(u64::MAX, Some(Stamps::new(origin, cap))));
+    let mut worker_set = workers::spawn_all(workers, queue, p.mode, p.lease_batch, &progress);
+    tokio::time::sleep(WORKERS_SETTLE).await;
+
+    let length = Duration::from_secs_f64(p.latency_seconds);
+    let looped = tokio::time::timeout(p.timeout, async {
+        let leased = progress.leased.as_ref().expect("set above");
+        let start = Instant::now();
+        let mut seq = 0usize;
+        while seq == 0 || (start.elapsed() < length && seq < cap) {
+            let client = producers[seq % producers.len()].clone();
+            let stamps = [sent_at.clone(), acked.clone()];
+            let one = seq as u64..seq as u64 + 1;
+            submit_range(
+                client,
+                queue.to_string(),
+                one,
+                p.payload_bytes,
+                stamps,
+                progress.clone(),
+            )
+            .await?;
+            // A stamp set between the check and the wait leaves a permit: no lost wake-up.
+            while leased.get(seq).is_none() {
+                progress.leased_signal.notified().await;
+            }
+            seq += 1;
+        }
+        anyhow::Ok(seq as u64)
+    })
+    .await;
+    progress.stop.cancel();
+    while worker_set.join_next().await.is_some() {}
+    let sent = match looped {
+        Err(_) => anyhow::bail!("closed loop timed out"),
+        Ok(sent) => sent?,
+    };
+    Ok(summarize(None, sent, &sent_at, &acked, &progress))
+}
+
+/// The latencies of tasks `0..total` from their stamps.
+fn summarize(
+    rate: Option<f64>,
+    total: u64,
+    sent_at: &Stamps,
+    acked: &Stamps,
+    progress: &Progress,
+) -> Latency {
+    let leased = progress
+        .leased
+        .as_ref()
+        .expect("latency phases stamp leases");
     let mut samples = Vec::with_capacity(total as usize);
     let mut from_send = Vec::with_capacity(total as usize);
     let mut lease_before_ack = 0;
+    let (mut first_send, mut last_lease) = (None::<Duration>, Duration::ZERO);
     for i in 0..total as usize {
         if let (Some(send), Some(ack), Some(lease)) = (sent_at.get(i), acked.get(i), leased.get(i))
         {
@@ -110,19 +197,22 @@ pub async fn run(
             }
             samples.push(lease.saturating_sub(ack));
             from_send.push(lease.saturating_sub(send));
+            first_send = Some(first_send.map_or(send, |f| f.min(send)));
+            last_lease = last_lease.max(lease);
         }
     }
     samples.sort_unstable();
     from_send.sort_unstable();
-    Ok(Latency {
+    Latency {
         rate,
         tasks: total,
         samples,
         from_send,
         lease_before_ack,
+        span: last_lease.saturating_sub(first_send.unwrap_or_default()),
         errors: progress.errors.count(),
         first_error: progress.errors.first(),
-    })
+    }
 }
 
 /// Submits tasks `seqs` in one call and stamps when it was sent and acknowledged.

@@ -50,6 +50,7 @@ const (
 	settle       = 300 * time.Millisecond
 	drainTimeout = 10 * time.Minute
 	tick         = time.Millisecond
+	warmCalls    = 32
 )
 
 // NoopArgs is a throughput job (S nil) or a latency job numbered S.
@@ -245,6 +246,11 @@ func run(o options) error {
 		return err
 	}
 	var loops []map[string]any
+	if len(o.loops) > 0 {
+		if err := b.warm(ctx); err != nil {
+			return err
+		}
+	}
 	for _, rate := range o.loops {
 		l, err := b.latency(ctx, rate)
 		if err != nil {
@@ -367,6 +373,30 @@ func (b *bench) phased(ctx context.Context) (elapsed, submit, drain time.Duratio
 	}
 	t2 := time.Now()
 	return t2.Sub(t0), t1.Sub(t0), t2.Sub(t1), nil
+}
+
+// warm opens the pool's connections before the latency loops (as taskbroker-bench
+// connects before it measures): warmCalls one-job inserts at once, then waits until
+// they are worked.
+func (b *bench) warm(ctx context.Context) error {
+	before := b.done.Load()
+	var wg sync.WaitGroup
+	errs := make(chan error, warmCalls)
+	for range warmCalls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := b.insert(ctx, []NoopArgs{{}}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	return waitSettled(ctx, b.pool, &b.done, before+warmCalls)
 }
 
 // latency runs one loop on the running client: rate 0 = closed loop.
