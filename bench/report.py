@@ -21,9 +21,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+# An open loop whose sends were this late (p99, against their schedule) was paced
+# by the load generator, not by the system: its row says so.
+SENDER_LATE_MS = 50
 
 SYSTEM_ORDER = {"taskbroker": 0, "graphile-worker": 1, "river": 2, "pg-boss": 3}
 
@@ -262,7 +267,10 @@ def latency_table(lat):
             if l is None:
                 return "-"
             text = f"{fmt_ms(l['p50_ms'])} / **{fmt_ms(l['p99_ms'])}** / {fmt_ms(l['max_ms'])}"
-            return text if lk == "closed" else f"{text} ({fmt_rate(l.get('achieved_rate'))})"
+            if lk == "closed":
+                return text
+            late = (l.get("send_lag_p99_ms") or 0) > SENDER_LATE_MS
+            return f"{text} ({fmt_rate(l.get('achieved_rate'))}){' (late sender)' if late else ''}"
 
         cells = [latency_name(k), str(k[2]), cell("closed")] + [cell(r) for r in rates]
         rows.append("| " + " | ".join(cells) + " |")
@@ -283,6 +291,7 @@ def plot_latency(lat, png):
     rates = latency_rates(lat)
     if rates:
         ax.set_xticks(rates, [fmt_rate(r) for r in rates])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.set_xlabel("offered rate, jobs/s (open loop)")
     ax.set_ylabel("pick-up latency p99, ms (send -> handler start), log scale")
     ax.set_title("Pick-up latency p99 against offered rate")
@@ -375,7 +384,8 @@ def main():
                 "system. Closed loop: one job at a time (send, wait until its handler starts, send the "
                 "next). Open loop: jobs offered at a fixed rate whatever the answers, what is due every "
                 "millisecond in one call; achieved = jobs started / (first send -> last start). Median "
-                "run by p99 over the repetitions.",
+                "run by p99 over the repetitions. \"late sender\": the load generator sent that loop's "
+                f"jobs more than {SENDER_LATE_MS} ms behind schedule (p99), so the rate was not really offered.",
                 "",
                 f"![p99 pick-up latency against offered rate]({lat_png.name})",
                 "",

@@ -38,6 +38,8 @@ pub struct Latency {
     pub lease_before_ack: u64,
     /// First Submit sent -> last lease reply.
     pub span: Duration,
+    /// Open loop: how late each Submit was sent against its schedule, sorted.
+    pub send_lag: Vec<Duration>,
     pub errors: u64,
     pub first_error: Option<String>,
 }
@@ -70,8 +72,8 @@ pub async fn run(
         Mode::PerTask => 1,
         Mode::Batched => p.submit_batch as u64,
     };
+    let start = Instant::now();
     let sent_all = tokio::time::timeout(p.timeout, async {
-        let start = Instant::now();
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
         let mut submits = JoinSet::new();
@@ -116,7 +118,18 @@ pub async fn run(
         Ok(Ok(())) => {}
     }
 
-    Ok(summarize(Some(rate), total, &sent_at, &acked, &progress))
+    let mut latency = summarize(Some(rate), total, &sent_at, &acked, &progress);
+    // How late each Submit was sent against its schedule: a late sender means the
+    // load generator, not the broker, set the pace.
+    let scheduled = start - origin;
+    latency.send_lag = (0..total)
+        .filter_map(|i| {
+            let due = scheduled + Duration::from_secs_f64(i as f64 / rate);
+            Some(sent_at.get(i as usize)?.saturating_sub(due))
+        })
+        .collect();
+    latency.send_lag.sort_unstable();
+    Ok(latency)
 }
 
 /// The closed loop: one task per Submit, the next sent once a Lease reply carried
@@ -210,6 +223,7 @@ fn summarize(
         from_send,
         lease_before_ack,
         span: last_lease.saturating_sub(first_send.unwrap_or_default()),
+        send_lag: Vec::new(),
         errors: progress.errors.count(),
         first_error: progress.errors.first(),
     }

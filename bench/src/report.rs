@@ -141,6 +141,9 @@ impl Report {
             };
             row("", "ms p50/p99/max from ack", pct(&l.samples));
             row("", "ms p50/p99/max from send", pct(&l.from_send));
+            if l.rate.is_some() {
+                row("", "ms p50/p99/max send lag", pct(&l.send_lag));
+            }
             row(
                 "",
                 "samples",
@@ -209,6 +212,7 @@ fn latency_json(l: &Latency) -> Value {
         "max_ms": ms(percentile(&l.from_send, 1.0)),
         "from_ack_p50_ms": ms(percentile(&l.samples, 0.5)),
         "from_ack_p99_ms": ms(percentile(&l.samples, 0.99)),
+        "send_lag_p99_ms": ms(percentile(&l.send_lag, 0.99)),
     })
 }
 

@@ -253,6 +253,10 @@ async function latencyLoop(sys, a, latency, loop) {
       await sleep(2);
     }
   }
+  // How late each send was against its schedule: a late sender means the load generator,
+  // not the system, set the pace (the open loop's offered rate was not offered).
+  const lag = loop === "closed" ? [] : sentAt.map((t, i) => Math.max(0, t - origin - (i / loop) * 1000));
+  lag.sort((x, y) => x - y);
   const samples = sentAt.map((t, i) => latency.started[i] - t).filter((v) => v >= 0);
   samples.sort((x, y) => x - y);
   // From the enqueue call's acknowledgement (taskbroker-bench's "from ack"); negative when the
@@ -271,6 +275,7 @@ async function latencyLoop(sys, a, latency, loop) {
     max_ms: ms(percentile(samples, 1.0)),
     from_ack_p50_ms: ms(percentile(fromAck, 0.5)),
     from_ack_p99_ms: ms(percentile(fromAck, 0.99)),
+    send_lag_p99_ms: ms(percentile(lag, 0.99)),
   };
 }
 

@@ -470,6 +470,16 @@ func (b *bench) latency(ctx context.Context, rate float64) (map[string]any, erro
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
+	// How late each send was against its schedule: a late sender means the load
+	// generator, not the system, set the pace.
+	var lag []float64
+	if rate > 0 {
+		for i, s := range sent {
+			due := origin.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+			lag = append(lag, max(0, ms(s.Sub(due))))
+		}
+		slices.Sort(lag)
+	}
 	var samples, fromAck []float64
 	var last time.Time
 	for i, s := range sent {
@@ -492,6 +502,7 @@ func (b *bench) latency(ctx context.Context, rate float64) (map[string]any, erro
 		"max_ms":          percentile(samples, 1),
 		"from_ack_p50_ms": percentile(fromAck, 0.5),
 		"from_ack_p99_ms": percentile(fromAck, 0.99),
+		"send_lag_p99_ms": percentile(lag, 0.99),
 	}
 	if rate > 0 {
 		l["loop"], l["offered_rate"] = "open", rate
