@@ -251,3 +251,36 @@ async fn submit_range(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latencies_run_from_send_and_from_ack_and_the_rate_over_the_span() {
+        let origin = Instant::now();
+        let (sent, acked) = (Stamps::new(origin, 4), Stamps::new(origin, 4));
+        let progress = Progress::new(4, Some(Stamps::new(origin, 4)));
+        let leased = progress.leased.as_ref().unwrap();
+        let ms = Duration::from_millis;
+        // (sent, acked, leased) in ms; task 3 was never leased and is left out.
+        for (i, (s, a, l)) in [(1, 3, 6), (11, 13, 12), (21, 23, 1001)]
+            .into_iter()
+            .enumerate()
+        {
+            sent.set(i, ms(s));
+            acked.set(i, ms(a));
+            leased.set(i, ms(l));
+        }
+        sent.set(3, ms(30));
+        acked.set(3, ms(32));
+
+        let l = summarize(None, 4, &sent, &acked, &progress);
+        assert_eq!(l.from_send, vec![ms(1), ms(5), ms(980)]);
+        // Task 1's lease reply came before its ack: 0, and counted.
+        assert_eq!(l.samples, vec![ms(0), ms(3), ms(978)]);
+        assert_eq!(l.lease_before_ack, 1);
+        assert_eq!(l.span, ms(1000));
+        assert!((l.achieved_rate() - 3.0).abs() < 1e-9);
+    }
+}

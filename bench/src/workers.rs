@@ -41,6 +41,15 @@ impl Stamps {
         }
     }
 
+    /// Records `at` (relative to the origin) for event `i`.
+    #[cfg(test)]
+    pub fn set(&self, i: usize, at: Duration) {
+        self.nanos[i].store(
+            u64::try_from(at.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
     /// When event `i` happened, relative to the origin.
     pub fn get(&self, i: usize) -> Option<Duration> {
         match self.nanos.get(i)?.load(Ordering::Relaxed) {
