@@ -110,7 +110,9 @@ pub struct Args {
     pub closed_loop: bool,
     /// With --spawn-broker: start this many broker replicas on the one database
     /// (the first runs the migrations before the others start) and spread the
-    /// producers' and workers' connections across them, round robin.
+    /// producers' and workers' connections across them, round robin. Each replica
+    /// opens its own pool (`db_max_connections`, 16 by default): mind the
+    /// database's `max_connections` (100 by default).
     #[arg(long, default_value_t = 1, requires = "spawn_broker")]
     pub replicas: usize,
 }
