@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Benchmarks taskbroker (SQLite and Postgres, per-task and batched mode, several
 # worker counts, one big backlog) and its Postgres peers (graphile-worker, River,
-# pg-boss) on this machine, and writes bench/results/<date>.md with the table,
-# bench/results/<date>.png (throughput vs workers and vs backlog) and the raw
-# bench/results/<date>.jsonl.
+# pg-boss) on this machine, and writes bench/results/<date>.md with the tables,
+# bench/results/<date>.png (throughput vs workers and vs backlog),
+# bench/results/<date>-latency.png (p99 pick-up latency vs offered rate) and the
+# raw bench/results/<date>.jsonl.
 #
-#   bench/compare.sh            # ~15-20 min: workers 8/32/64, median of 3, 1M backlog
-#   bench/compare.sh --quick    # ~3-5 min: workers 8/64, one run each, 100k backlog
+#   bench/compare.sh            # ~20-25 min: workers 8/32/64, median of 3, 1M backlog
+#   bench/compare.sh --quick    # ~4-6 min: workers 8/64, one run each, 100k backlog
+#
+# Every system runs the same throughput shape: workers first, then producers
+# enqueue while they drain (peers: bench/peers --shape overlap); each peer's best
+# configuration also runs phased (enqueue all, then drain), shown beside it. Then
+# pick-up latency, every system in its best configuration with LAT_WORKERS (16)
+# workers: a closed loop (one job at a time) and open loops at LAT_RATES
+# (500,1000,3000 jobs/s), from send to handler start. Replica scaling is its own
+# script: bench/replicas.sh.
 #
 # Every number comes from a fresh broker process on a fresh database: a new SQLite
 # file, or a new database on one throwaway Postgres cluster (scripts/pg.sh) that
@@ -19,7 +28,7 @@ quick=0
 for arg in "$@"; do
   case "$arg" in
     --quick) quick=1 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "unknown argument $arg (try --quick)" >&2; exit 2 ;;
   esac
 done
@@ -32,6 +41,7 @@ if [ "$quick" = 1 ]; then
   tb_per_task=${TB_TASKS_PER_TASK:-10000}
   tb_batched=${TB_TASKS_BATCHED:-30000}
   latency_seconds=2
+  loop_seconds=1
   peer_best=${PEER_TASKS_BEST:-20000}
   # Per-job peer configurations are slow by design (polling): fewer jobs.
   peer_graphile_defaults=2000 peer_river_defaults=2000 peer_pgboss_defaults=300
@@ -43,6 +53,7 @@ else
   tb_per_task=${TB_TASKS_PER_TASK:-15000}
   tb_batched=${TB_TASKS_BATCHED:-50000}
   latency_seconds=3
+  loop_seconds=3
   peer_best=${PEER_TASKS_BEST:-20000}
   peer_graphile_defaults=5000 peer_river_defaults=3000 peer_pgboss_defaults=500
 fi
@@ -82,6 +93,17 @@ fresh_db() { # prints the URL of a new, empty database
 }
 drop_db() { psql_admin -c "DROP DATABASE IF EXISTS ${1##*/}"; }
 
+summary() { # JSON LABEL: one line for the progress log
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+if sys.argv[2].startswith("latency"):
+    print(", ".join(f"{l['offered_rate'] or 'closed'}: p50 {l['p50_ms']} p99 {l['p99_ms']} ms" for l in r.get("latency") or []))
+else:
+    print(format(r["lifecycles_per_sec"], ",.0f") + " lifecycles/s")
+PY
+}
+
 # record LABEL REP COMMAND...: runs one benchmark, appends its JSON line (with
 # "rep") to $jsonl, or a failure line when it fails. Output goes to the log.
 record() {
@@ -92,7 +114,7 @@ record() {
   if out=$("$@" 2>>"$log" | tee -a "$log" | tail -n 1) && [ "${out:0:1}" = "{" ]; then
     python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["rep"]=int(sys.argv[2]); r["label"]=sys.argv[3]; print(json.dumps(r))' \
       "$out" "$rep" "$label" >> "$jsonl"
-    say "  -> $(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(format(r["lifecycles_per_sec"], ",.0f") + " lifecycles/s")' "$out")"
+    say "  -> $(summary "$out" "$label")"
   else
     say "  -> FAILED (see the log below)"
     tail -n 5 "$log" >&2 || true
@@ -110,10 +132,33 @@ tb_run() { # STORE MODE WORKERS TASKS BACKLOG REP
   if [ "$store" = sqlite ]; then rm -f "$work/bench-$rep.db"*; else drop_db "$url"; fi
 }
 
-peer_run() { # SYSTEM CONFIG WORKERS TASKS REP
+peer_run() { # SYSTEM CONFIG WORKERS TASKS REP [EXTRA ARGS FOR THE PEER...]
+  local url system=$1 config=$2 workers=$3 tasks=$4 rep=$5
+  shift 5
+  url=$(fresh_db)
+  record "$system $config w=$workers${*:+ $*}" "$rep" \
+    bench/peers/run.sh "$system" "$config" "$url" "$tasks" "$workers" -- "$@"
+  drop_db "$url"
+}
+
+# Pick-up latency: a short warm-up throughput phase, then the closed loop and the
+# open loops, on LAT_WORKERS waiting workers of each system's best configuration.
+lat_workers=${LAT_WORKERS:-16}
+lat_rates=${LAT_RATES:-500,1000,3000}
+lat_warmup=2000
+tb_latency() { # STORE REP
+  local store=$1 rep=$2 url
+  if [ "$store" = sqlite ]; then url="sqlite://$work/lat-$rep.db"; else url=$(fresh_db); fi
+  record "latency taskbroker $store" "$rep" \
+    target/release/taskbroker-bench --spawn-broker "$url" --mode batched --workers "$lat_workers" \
+    --tasks "$lat_warmup" --closed-loop --latency-rate "$lat_rates" --latency-seconds "$loop_seconds"
+  if [ "$store" = sqlite ]; then rm -f "$work/lat-$rep.db"*; else drop_db "$url"; fi
+}
+peer_latency() { # SYSTEM REP
   local url
   url=$(fresh_db)
-  record "$1 $2 w=$3" "$5" bench/peers/run.sh "$1" "$2" "$url" "$4" "$3"
+  record "latency $1" "$2" bench/peers/run.sh "$1" best "$url" "$lat_warmup" "$lat_workers" -- \
+    --latency "closed,$lat_rates" --latency-seconds "$loop_seconds"
   drop_db "$url"
 }
 
@@ -125,13 +170,20 @@ for rep in $(seq 1 "$reps"); do
     done
   done
   for workers in $worker_counts; do
-    peer_run graphile-worker best "$workers" "$peer_best" "$rep"
-    peer_run river best "$workers" "$peer_best" "$rep"
-    peer_run pg-boss best "$workers" "$peer_best" "$rep"
+    for peer in graphile-worker river pg-boss; do
+      peer_run "$peer" best "$workers" "$peer_best" "$rep"
+      peer_run "$peer" best "$workers" "$peer_best" "$rep" --shape phased
+    done
   done
   peer_run graphile-worker defaults 64 "$peer_graphile_defaults" "$rep"
   peer_run river defaults 64 "$peer_river_defaults" "$rep"
   peer_run pg-boss defaults 64 "$peer_pgboss_defaults" "$rep"
+  # Alternating systems within a repetition, so a noisy minute hits them all alike.
+  tb_latency postgres "$rep"
+  peer_latency graphile-worker "$rep"
+  tb_latency sqlite "$rep"
+  peer_latency river "$rep"
+  peer_latency pg-boss "$rep"
 done
 # Backlog runs are long (loading 1M tasks); one run each.
 for backlog in $backlogs; do
@@ -149,7 +201,10 @@ on the same machine. Postgres $pg_version (scripts/pg.sh: default settings, fsyn
 synchronous=FULL. $reps run(s) per point ($( [ "$reps" -ge 3 ] && echo "median of $reps" || echo "single run")); \
 backlog points one run each. Tasks per run: taskbroker per-task $tb_per_task, batched $tb_batched; \
 peers' best configurations $peer_best, their per-job defaults $peer_graphile_defaults (graphile-worker), \
-$peer_river_defaults (River), $peer_pgboss_defaults (pg-boss). Payload 64 B; node $(node --version), \
+$peer_river_defaults (River), $peer_pgboss_defaults (pg-boss). Pick-up latency: $lat_workers workers, \
+closed loop and open loops at $lat_rates jobs/s, ${loop_seconds}s each. Payload 64 B; node $(node --version), \
 $(GOTOOLCHAIN=local go version | awk '{print $3}'). Total time ${elapsed}s."
 bench/.venv/bin/python bench/report.py "$jsonl" "$results/$stamp.md" "$results/$stamp.png" "$description"
+# The like-for-like tables on the terminal too (the full report is in the file).
+sed -n '/^## Pick-up latency/,/^## Targets of issue 6/p' "$results/$stamp.md" | sed '$d'
 say "done: $results/$stamp.md"

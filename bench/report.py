@@ -6,6 +6,11 @@ Each line is the last line of a taskbroker-bench or bench/peers run, plus
 `rep` (repetition number) and, for a run that failed, `failed: true`. Runs with
 the same system, store, mode, config, workers and backlog are one point: its
 median lifecycles/s, with the other columns taken from that median run.
+A peer's phased run (`shape: phased`: enqueue everything, then drain) is shown
+beside its overlapping point, not as a point of its own. Runs labelled
+`latency ...` carry pick-up latency loops (`latency`: closed loop and open loops
+at offered rates): they make the latency table (median p99 over the runs) and
+OUT-latency.png (p99 against offered rate), not throughput points.
 Uses matplotlib (compare.sh installs it into bench/.venv from PyPI).
 """
 
@@ -16,9 +21,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+# An open loop whose sends were this late (p99, against their schedule) was paced
+# by the load generator, not by the system: its row says so.
+SENDER_LATE_MS = 50
 
 SYSTEM_ORDER = {"taskbroker": 0, "graphile-worker": 1, "river": 2, "pg-boss": 3}
 
@@ -35,6 +45,8 @@ def sort_key(k):
 
 def load(path):
     groups = defaultdict(list)
+    phased = defaultdict(list)
+    latency = defaultdict(list)
     failures = []
     for line in Path(path).read_text().splitlines():
         line = line.strip()
@@ -44,13 +56,35 @@ def load(path):
         if r.get("failed"):
             failures.append(r)
             continue
-        groups[key(r)].append(r)
+        if (r.get("label") or "").startswith("latency"):
+            latency[(r["system"], r.get("store") or "?", r["workers"])].append(r)
+        elif r.get("shape") == "phased":
+            phased[key(r)].append(r["lifecycles_per_sec"])
+        else:
+            groups[key(r)].append(r)
     points = {}
     for k, runs in groups.items():
         runs.sort(key=lambda r: r["lifecycles_per_sec"])
         median = runs[(len(runs) - 1) // 2]  # the lower median for an even count
         points[k] = dict(median, runs=len(runs), all=[r["lifecycles_per_sec"] for r in runs])
-    return points, failures
+        if k in phased:
+            points[k]["phased"] = statistics.median_low(phased[k])
+    return points, failures, latency_points(latency)
+
+
+def latency_points(groups):
+    """(system, store, workers) -> {loop key: the median run's loop by p99}, where the
+    loop key is "closed" or the offered rate."""
+    out = {}
+    for k, runs in groups.items():
+        loops = defaultdict(list)
+        for r in runs:
+            for loop in r.get("latency") or []:
+                lk = "closed" if loop["loop"] == "closed" else loop["offered_rate"]
+                if loop.get("p99_ms") is not None:
+                    loops[lk].append(loop)
+        out[k] = {lk: sorted(ls, key=lambda l: l["p99_ms"])[(len(ls) - 1) // 2] for lk, ls in loops.items()}
+    return out
 
 
 def fmt_rate(v):
@@ -64,8 +98,8 @@ def fmt_ms(v):
 def main_table(points):
     rows = [
         "| system | store | mode: configuration | workers | backlog | lifecycles/s | submit/s "
-        "| dispatch p50 / p99 / max ms | broker RSS MiB | runs (lifecycles/s) |",
-        "|---|---|---|---:|---:|---:|---:|---|---:|---|",
+        "| dispatch p50 / p99 / max ms | broker RSS MiB | runs (lifecycles/s) | phased lifecycles/s |",
+        "|---|---|---|---:|---:|---:|---:|---|---:|---|---:|",
     ]
     for k in sorted(points, key=sort_key):
         p = points[k]
@@ -80,7 +114,7 @@ def main_table(points):
         runs = ", ".join(fmt_rate(v) for v in p["all"])
         rows.append(
             f"| {system} | {store} | {conf} | {workers} | {backlog:,} | **{fmt_rate(p['lifecycles_per_sec'])}** "
-            f"| {fmt_rate(p.get('submit_per_sec'))} | {dispatch} | {rss} | {runs} |"
+            f"| {fmt_rate(p.get('submit_per_sec'))} | {dispatch} | {rss} | {runs} | {fmt_rate(p.get('phased'))} |"
         )
     return "\n".join(rows)
 
@@ -207,10 +241,121 @@ def plot(points, png):
     fig.savefig(png, dpi=110)
 
 
+def latency_name(k):
+    system, store, workers = k
+    return f"taskbroker {store}" if system == "taskbroker" else system
+
+
+def latency_sort(k):
+    return (SYSTEM_ORDER.get(k[0], 9), k[1] != "sqlite", k[2])
+
+
+def latency_rates(lat):
+    return sorted({lk for loops in lat.values() for lk in loops if lk != "closed"})
+
+
+def latency_table(lat):
+    rates = latency_rates(lat)
+    head = ["system", "workers", "closed loop p50 / p99 / max ms"]
+    head += [f"open {fmt_rate(r)}/s: p50 / p99 / max ms (achieved/s)" for r in rates]
+    rows = ["| " + " | ".join(head) + " |", "|---|---:|" + "---|" * (len(head) - 2)]
+    for k in sorted(lat, key=latency_sort):
+        loops = lat[k]
+
+        def cell(lk):
+            l = loops.get(lk)
+            if l is None:
+                return "-"
+            text = f"{fmt_ms(l['p50_ms'])} / **{fmt_ms(l['p99_ms'])}** / {fmt_ms(l['max_ms'])}"
+            if lk == "closed":
+                return text
+            late = (l.get("send_lag_p99_ms") or 0) > SENDER_LATE_MS
+            return f"{text} ({fmt_rate(l.get('achieved_rate'))}){' (late sender)' if late else ''}"
+
+        cells = [latency_name(k), str(k[2]), cell("closed")] + [cell(r) for r in rates]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def plot_latency(lat, png):
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for k in sorted(lat, key=latency_sort):
+        pts = sorted((lk, l["p99_ms"]) for lk, l in lat[k].items() if lk != "closed")
+        if not pts:
+            continue
+        xs, ys = zip(*pts)
+        tb = k[0] == "taskbroker"
+        ax.plot(xs, ys, "-o" if tb else "--s", label=latency_name(k), linewidth=2 if tb else 1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    rates = latency_rates(lat)
+    if rates:
+        ax.set_xticks(rates, [fmt_rate(r) for r in rates])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xlabel("offered rate, jobs/s (open loop)")
+    ax.set_ylabel("pick-up latency p99, ms (send -> handler start), log scale")
+    ax.set_title("Pick-up latency p99 against offered rate")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def targets_17(points, lat):
+    rows = ["| target | measured | met |", "|---|---|---|"]
+
+    def add(target, measured, ok):
+        rows.append(f"| {target} | {measured} | {'yes' if ok else 'no' if ok is not None else '?'} |")
+
+    def loop(system, store, lk):
+        for k, loops in lat.items():
+            if k[0] == system and k[1] == store and lk in loops:
+                return loops[lk]
+        return None
+
+    tb, gw = loop("taskbroker", "postgres", "closed"), loop("graphile-worker", "postgres", "closed")
+    if tb and gw:
+        add(
+            "closed loop, Postgres: p50 and p99 below graphile-worker's (aim half)",
+            f"p50 {fmt_ms(tb['p50_ms'])} vs {fmt_ms(gw['p50_ms'])} ms, p99 {fmt_ms(tb['p99_ms'])} vs {fmt_ms(gw['p99_ms'])} ms",
+            tb["p50_ms"] < gw["p50_ms"] and tb["p99_ms"] < gw["p99_ms"],
+        )
+    sq = loop("taskbroker", "sqlite", "closed")
+    if sq:
+        add(
+            "closed loop, SQLite: p50 <= 1 ms, p99 <= 3 ms",
+            f"p50 {fmt_ms(sq['p50_ms'])} ms, p99 {fmt_ms(sq['p99_ms'])} ms",
+            sq["p50_ms"] <= 1 and sq["p99_ms"] <= 3,
+        )
+    tb = loop("taskbroker", "postgres", 1000)
+    peers = [(k[0], l[1000]) for k, l in lat.items() if k[0] != "taskbroker" and 1000 in l]
+    if tb and peers:
+        worst = min(p["p99_ms"] for _, p in peers)
+        add(
+            "open loop at 1,000/s: taskbroker Postgres p99 below every peer's",
+            f"{fmt_ms(tb['p99_ms'])} ms vs " + ", ".join(f"{s} {fmt_ms(p['p99_ms'])}" for s, p in peers),
+            tb["p99_ms"] < worst,
+        )
+    tb_k, tb_p = best(points, lambda k: k[0] == "taskbroker" and k[1] == "postgres" and k[2] == "batched" and k[5] == 0)
+    gw_k, gw_p = best(points, lambda k: k[0] == "graphile-worker" and k[2] == "batched")
+    if tb_p and gw_p:
+        ratio = tb_p["lifecycles_per_sec"] / gw_p["lifecycles_per_sec"]
+        add(
+            "Postgres batched >= 1.2x graphile-worker's best, both overlapping (aim 1.5x)",
+            f"{fmt_rate(tb_p['lifecycles_per_sec'])}/s ({tb_k[4]} workers) vs {fmt_rate(gw_p['lifecycles_per_sec'])}/s "
+            f"({gw_k[4]} workers): {ratio:.2f}x",
+            ratio >= 1.2,
+        )
+    return "\n".join(rows)
+
+
 def main():
     jsonl, md, png, description = sys.argv[1:5]
-    points, failures = load(jsonl)
+    points, failures, lat = load(jsonl)
     plot(points, png)
+    lat_png = Path(png).with_name(Path(png).stem + "-latency.png")
+    if lat:
+        plot_latency(lat, lat_png)
     parts = [
         f"# Benchmark run {Path(md).stem}",
         "",
@@ -220,14 +365,40 @@ def main():
         "",
         "## Results",
         "",
-        "Lifecycles/s = tasks / (first submit -> last complete acknowledged). Peers enqueue all jobs, "
-        "then drain them (same count, same worker concurrency, same Postgres cluster); their time is "
-        "enqueue + drain. Dispatch latency: taskbroker only, Submit acknowledgement -> Lease reply of "
-        "a waiting worker at half the run's peak rate. The bold number is the median of the runs "
-        "listed in the last column.",
+        "Lifecycles/s = tasks / (first submit -> last complete acknowledged). Every system runs the "
+        "same shape: the workers start first, then the clock starts and the producers enqueue while "
+        "the workers drain (peers: the same count, worker concurrency and Postgres cluster; their "
+        "clock stops when no job is left unsettled). The last column is a peer's phased figure "
+        "(enqueue everything, then drain: enqueue + drain time), for comparison with earlier runs. "
+        "Dispatch latency: taskbroker only, Submit acknowledgement -> Lease reply of a waiting worker "
+        "at half the run's peak rate. The bold number is the median of the runs listed.",
         "",
         main_table(points),
         "",
+        *(
+            [
+                "## Pick-up latency",
+                "",
+                "From the enqueue call being sent to the handler starting (taskbroker: to the Lease reply "
+                "reaching a waiting worker), in the load generator's process, best configuration of each "
+                "system. Closed loop: one job at a time (send, wait until its handler starts, send the "
+                "next). Open loop: jobs offered at a fixed rate whatever the answers, what is due every "
+                "millisecond in one call; achieved = jobs started / (first send -> last start). Median "
+                "run by p99 over the repetitions. \"late sender\": the load generator sent that loop's "
+                f"jobs more than {SENDER_LATE_MS} ms behind schedule (p99), so the rate was not really offered.",
+                "",
+                f"![p99 pick-up latency against offered rate]({lat_png.name})",
+                "",
+                latency_table(lat),
+                "",
+                "## Targets of issue 17",
+                "",
+                targets_17(points, lat),
+                "",
+            ]
+            if lat
+            else []
+        ),
         "## Targets of issue 6",
         "",
         targets_table(points),

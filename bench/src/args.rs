@@ -10,6 +10,8 @@ use clap::{Parser, ValueEnum};
 const MAX_SUBMIT_BATCH: usize = 1000;
 /// The broker's limit on tasks per Lease call.
 const MAX_LEASE_BATCH: u32 = 256;
+/// Replicas one benchmark starts: each is a process on this one machine.
+const MAX_REPLICAS: usize = 8;
 
 /// How the simulated clients talk to the broker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -61,10 +63,11 @@ pub struct Args {
     pub payload_bytes: usize,
     #[arg(long, value_enum, default_value_t = Mode::Batched)]
     pub mode: Mode,
-    /// Offered load of the dispatch-latency phase, tasks/s. Default: half of the
-    /// lifecycles/s measured in the throughput phase.
-    #[arg(long)]
-    pub latency_rate: Option<f64>,
+    /// Offered loads of the dispatch-latency phase, tasks/s, comma-separated: one
+    /// open-loop run per rate (e.g. `500,1000,3000`). Default: half of the
+    /// lifecycles/s measured in the throughput phase. A soak uses the first.
+    #[arg(long, value_delimiter = ',')]
+    pub latency_rate: Vec<f64>,
     /// Length of the dispatch-latency phase in seconds; 0 skips it.
     #[arg(long, default_value_t = 5.0)]
     pub latency_seconds: f64,
@@ -98,6 +101,20 @@ pub struct Args {
     /// Soak: where the samples go.
     #[arg(long, default_value = "bench/results/soak.csv")]
     pub soak_csv: PathBuf,
+
+    // Issue 17 (peers measured the same way, replicas).
+    /// Before the open loops, measure pick-up latency in a closed loop for
+    /// `--latency-seconds`: one task per Submit, the next sent once a worker's
+    /// Lease reply carried the previous one.
+    #[arg(long)]
+    pub closed_loop: bool,
+    /// With --spawn-broker: start this many broker replicas on the one database
+    /// (the first runs the migrations before the others start) and spread the
+    /// producers' and workers' connections across them, round robin. Each replica
+    /// opens its own pool (`db_max_connections`, 16 by default): mind the
+    /// database's `max_connections` (100 by default).
+    #[arg(long, default_value_t = 1, requires = "spawn_broker")]
+    pub replicas: usize,
 }
 
 /// Every parameter of a run, defaults resolved.
@@ -110,10 +127,12 @@ pub struct Params {
     pub submit_batch: usize,
     pub lease_batch: u32,
     pub payload_bytes: usize,
-    pub latency_rate: Option<f64>,
+    pub latency_rates: Vec<f64>,
     pub latency_seconds: f64,
     pub backlog: u64,
     pub timeout: Duration,
+    pub closed_loop: bool,
+    pub replicas: usize,
 }
 
 impl Args {
@@ -140,10 +159,18 @@ impl Args {
         if !(self.latency_seconds >= 0.0 && self.latency_seconds.is_finite()) {
             return Err("--latency-seconds must be 0 or more".into());
         }
-        if let Some(r) = self.latency_rate
-            && !(r > 0.0 && r.is_finite())
+        if self
+            .latency_rate
+            .iter()
+            .any(|r| !(*r > 0.0 && r.is_finite()))
         {
             return Err("--latency-rate must be above 0".into());
+        }
+        if !(1..=MAX_REPLICAS).contains(&self.replicas) {
+            return Err(format!("--replicas must be 1-{MAX_REPLICAS}"));
+        }
+        if self.replicas > 1 && self.store() != Some("postgres") {
+            return Err("--replicas above 1 needs a Postgres --spawn-broker URL".into());
         }
         if !(self.soak_sample_seconds >= 1.0 && self.soak_sample_seconds.is_finite()) {
             return Err("--soak-sample-seconds must be 1 or more".into());
@@ -159,10 +186,12 @@ impl Args {
             submit_batch,
             lease_batch,
             payload_bytes: self.payload_bytes,
-            latency_rate: self.latency_rate,
+            latency_rates: self.latency_rate.clone(),
             latency_seconds: self.latency_seconds,
             backlog: self.backlog,
             timeout: Duration::from_secs_f64(self.timeout_seconds),
+            closed_loop: self.closed_loop,
+            replicas: self.replicas,
         })
     }
 
@@ -217,6 +246,34 @@ mod tests {
             Some(Duration::from_secs(1800))
         );
         assert!(Args::try_parse_from(["taskbroker-bench", "--soak", "soon"]).is_err());
+    }
+
+    #[test]
+    fn latency_rates_are_a_comma_separated_list() {
+        let p = parse(&["--latency-rate", "500,1000,3000", "--closed-loop"])
+            .params()
+            .unwrap();
+        assert_eq!(p.latency_rates, vec![500.0, 1000.0, 3000.0]);
+        assert!(p.closed_loop);
+        assert!(parse(&["--latency-rate", "500,0"]).params().is_err());
+        assert!(parse(&[]).params().unwrap().latency_rates.is_empty());
+    }
+
+    #[test]
+    fn replicas_need_a_spawned_broker_and_a_sane_count() {
+        let url = ["--spawn-broker", "postgres://u@h/db"];
+        let p = parse(&[url[0], url[1], "--replicas", "3"])
+            .params()
+            .unwrap();
+        assert_eq!(p.replicas, 3);
+        assert!(
+            parse(&[url[0], url[1], "--replicas", "0"])
+                .params()
+                .is_err()
+        );
+        let sqlite = ["--spawn-broker", "sqlite:///tmp/x.db", "--replicas", "2"];
+        assert!(parse(&sqlite).params().is_err());
+        assert!(Args::try_parse_from(["taskbroker-bench", "--replicas", "2"]).is_err());
     }
 
     #[test]

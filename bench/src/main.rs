@@ -7,10 +7,13 @@
 //! 2. `throughput.rs`: P producers submit `--tasks` tasks while W workers
 //!    (`workers.rs`, per-task or batched) lease and complete them: lifecycles/s
 //!    and submit/s;
-//! 3. `latency.rs`: a fixed offered load (default half the measured peak) against
-//!    waiting long-poll workers: dispatch latency p50/p99/max;
+//! 3. `latency.rs`: fixed offered loads (`--latency-rate`, default half the
+//!    measured peak; an open loop each) and optionally a closed loop
+//!    (`--closed-loop`, one task at a time) against waiting long-poll workers:
+//!    dispatch latency p50/p99/max;
 //! 4. `broker.rs`: the broker's peak RSS (VmHWM), and starting/stopping a broker
-//!    with `--spawn-broker`;
+//!    with `--spawn-broker` (`--replicas N` of them on one Postgres database, the
+//!    clients' connections spread across them);
 //! 5. `report.rs`: a table, then one JSON line;
 //! 6. `soak.rs` (`--soak DURATION`, instead of the latency phase): the latency load
 //!    for a long time, sampled into a CSV (RSS, dispatch p99, throughput, database size).
@@ -69,16 +72,21 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: &Args, params: args::Params) -> anyhow::Result<Report> {
-    let spawned = match &args.spawn_broker {
-        Some(url) => Some(SpawnedBroker::start(&args.broker_bin, url).await?),
-        None => None,
+    let mut spawned = Vec::new();
+    if let Some(url) = &args.spawn_broker {
+        // The first replica runs the migrations; the others start on a migrated database.
+        spawned.push(SpawnedBroker::start(&args.broker_bin, url).await?);
+        let others = (1..params.replicas).map(|_| SpawnedBroker::start(&args.broker_bin, url));
+        spawned.extend(futures::future::try_join_all(others).await?);
+    }
+    let addrs: Vec<String> = if spawned.is_empty() {
+        vec![args.addr.clone()]
+    } else {
+        spawned.iter().map(|b| b.addr.clone()).collect()
     };
-    let addr = spawned
-        .as_ref()
-        .map_or(args.addr.clone(), |b| b.addr.clone());
-    let pid = spawned.as_ref().map(|b| b.pid).or(args.broker_pid);
-    let result = measure(args, params, &addr, pid).await;
-    if let Some(broker) = spawned {
+    let pid = spawned.first().map(|b| b.pid).or(args.broker_pid);
+    let result = measure(args, params, &addrs, pid).await;
+    for broker in spawned {
         broker.stop().await?;
     }
     result
@@ -87,11 +95,11 @@ async fn run(args: &Args, params: args::Params) -> anyhow::Result<Report> {
 async fn measure(
     args: &Args,
     params: args::Params,
-    addr: &str,
+    addrs: &[String],
     pid: Option<u32>,
 ) -> anyhow::Result<Report> {
-    let workers = rpc::connect_many(addr, params.workers).await?;
-    let producers = rpc::connect_many(addr, params.producers).await?;
+    let workers = rpc::connect_many(addrs, params.workers).await?;
+    let producers = rpc::connect_many(addrs, params.producers).await?;
     // Unique queue names, so runs against one long-lived broker never mix.
     let run_id = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let queue = format!("bench-{run_id}");
@@ -114,7 +122,9 @@ async fn measure(
     let throughput = throughput::run(&params, &workers, &producers, &queue).await?;
     let latency = if let Some(duration) = args.soak {
         let rate = params
-            .latency_rate
+            .latency_rates
+            .first()
+            .copied()
             .unwrap_or(throughput.lifecycles_per_sec() / 2.0);
         let db = soak::Database::open(args.spawn_broker.as_deref()).await?;
         let every = std::time::Duration::from_secs_f64(args.soak_sample_seconds);
@@ -134,15 +144,25 @@ async fn measure(
         )
         .await?;
         eprintln!("soak: {} samples in {}", s.samples, s.csv.display());
-        None
+        Vec::new()
     } else if params.latency_seconds > 0.0 {
-        let rate = params
-            .latency_rate
-            .unwrap_or(throughput.lifecycles_per_sec() / 2.0);
-        let q = format!("{queue}-latency");
-        Some(latency::run(&params, rate, &workers, &producers, &q).await?)
+        let mut loops = Vec::new();
+        if params.closed_loop {
+            let q = format!("{queue}-closed");
+            loops.push(latency::run_closed(&params, &workers, &producers, &q).await?);
+        }
+        let rates = match params.latency_rates.as_slice() {
+            [] => vec![throughput.lifecycles_per_sec() / 2.0],
+            rates => rates.to_vec(),
+        };
+        // A queue per loop, so no loop sees another's tasks.
+        for (i, rate) in rates.into_iter().enumerate() {
+            let q = format!("{queue}-latency-{i}");
+            loops.push(latency::run(&params, rate, &workers, &producers, &q).await?);
+        }
+        loops
     } else {
-        None
+        Vec::new()
     };
     let broker_rss_mb = pid.map(broker::peak_rss_mb).transpose()?;
     Ok(Report {

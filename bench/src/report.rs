@@ -16,7 +16,8 @@ pub struct Report {
     pub store: Option<&'static str>,
     pub backlog_load: Option<Duration>,
     pub throughput: Throughput,
-    pub latency: Option<Latency>,
+    /// The closed loop (if measured) first, then one open loop per rate.
+    pub latency: Vec<Latency>,
     pub broker_pid: Option<u32>,
     pub broker_rss_mb: Option<f64>,
 }
@@ -49,12 +50,17 @@ impl Report {
         self.throughput.completed as f64 / self.throughput.submit_elapsed.as_secs_f64()
     }
 
+    /// The first open loop: the one the `dispatch_*` fields have always described.
+    fn first_open(&self) -> Option<&Latency> {
+        self.latency.iter().find(|l| l.rate.is_some())
+    }
+
     fn dispatch(&self, q: f64) -> Option<Duration> {
-        percentile(&self.latency.as_ref()?.samples, q)
+        percentile(&self.first_open()?.samples, q)
     }
 
     fn dispatch_from_send(&self, q: f64) -> Option<Duration> {
-        percentile(&self.latency.as_ref()?.from_send, q)
+        percentile(&self.first_open()?.from_send, q)
     }
 
     /// The human-readable table.
@@ -65,7 +71,7 @@ impl Report {
         let _ = writeln!(
             s,
             "taskbroker-bench: mode={} store={} tasks={} producers={} workers={} \
-             submit_batch={} lease_batch={} payload={} B backlog={}",
+             submit_batch={} lease_batch={} payload={} B backlog={} replicas={}",
             p.mode.name(),
             self.store.unwrap_or("?"),
             p.tasks,
@@ -74,7 +80,8 @@ impl Report {
             p.submit_batch,
             p.lease_batch,
             p.payload_bytes,
-            p.backlog
+            p.backlog,
+            p.replicas
         );
         let mut row = |phase: &str, metric: &str, value: String| {
             let _ = writeln!(s, "  {phase:<11} {metric:<25} {value}");
@@ -107,45 +114,46 @@ impl Report {
             ),
         );
         row("", "errors", error_text(t.errors, &t.first_error));
-        match &self.latency {
-            Some(l) => {
-                row(
-                    "dispatch",
-                    "offered load",
-                    format!("{:.0} tasks/s, {} tasks", l.rate, l.tasks),
-                );
-                row(
-                    "",
-                    "ms p50/p99/max from ack",
-                    format!(
-                        "{} / {} / {}",
-                        fmt_ms(self.dispatch(0.5)),
-                        fmt_ms(self.dispatch(0.99)),
-                        fmt_ms(self.dispatch(1.0))
-                    ),
-                );
-                row(
-                    "",
-                    "ms p50/p99/max from send",
-                    format!(
-                        "{} / {} / {}",
-                        fmt_ms(self.dispatch_from_send(0.5)),
-                        fmt_ms(self.dispatch_from_send(0.99)),
-                        fmt_ms(self.dispatch_from_send(1.0))
-                    ),
-                );
-                row(
-                    "",
-                    "samples",
-                    format!(
-                        "{} ({} lease replies seen before their submit ack, counted as 0)",
-                        l.samples.len(),
-                        l.lease_before_ack
-                    ),
-                );
-                row("", "errors", error_text(l.errors, &l.first_error));
+        if self.latency.is_empty() {
+            row("dispatch", "", "not measured".into());
+        }
+        for l in &self.latency {
+            let load = match l.rate {
+                Some(rate) => format!("open loop, {rate:.0} tasks/s offered"),
+                None => "closed loop, one task at a time".into(),
+            };
+            row(
+                "dispatch",
+                "load",
+                format!(
+                    "{load}: {} tasks, {:.0}/s achieved",
+                    l.tasks,
+                    l.achieved_rate()
+                ),
+            );
+            let pct = |v: &[Duration]| {
+                format!(
+                    "{} / {} / {}",
+                    fmt_ms(percentile(v, 0.5)),
+                    fmt_ms(percentile(v, 0.99)),
+                    fmt_ms(percentile(v, 1.0))
+                )
+            };
+            row("", "ms p50/p99/max from ack", pct(&l.samples));
+            row("", "ms p50/p99/max from send", pct(&l.from_send));
+            if l.rate.is_some() {
+                row("", "ms p50/p99/max send lag", pct(&l.send_lag));
             }
-            None => row("dispatch", "", "not measured".into()),
+            row(
+                "",
+                "samples",
+                format!(
+                    "{} ({} lease replies seen before their submit ack, counted as 0)",
+                    l.samples.len(),
+                    l.lease_before_ack
+                ),
+            );
+            row("", "errors", error_text(l.errors, &l.first_error));
         }
         let rss = match (self.broker_rss_mb, self.broker_pid) {
             (Some(mb), Some(pid)) => format!("{mb:.1} MiB (VmHWM of pid {pid})"),
@@ -159,7 +167,7 @@ impl Report {
     pub fn json(&self) -> Value {
         let p = &self.params;
         let t = &self.throughput;
-        let l = self.latency.as_ref();
+        let l = self.first_open();
         json!({
             "system": "taskbroker",
             "label": self.label,
@@ -175,7 +183,7 @@ impl Report {
             "lifecycles_per_sec": round(t.lifecycles_per_sec(), 1),
             "submit_per_sec": round(self.submit_per_sec(), 1),
             "elapsed_sec": round(t.elapsed.as_secs_f64(), 3),
-            "dispatch_rate": l.map(|l| round(l.rate, 1)),
+            "dispatch_rate": l.and_then(|l| l.rate).map(|r| round(r, 1)),
             "dispatch_samples": l.map(|l| l.samples.len()),
             "dispatch_p50_ms": ms(self.dispatch(0.5)),
             "dispatch_p99_ms": ms(self.dispatch(0.99)),
@@ -183,9 +191,29 @@ impl Report {
             "dispatch_from_send_p50_ms": ms(self.dispatch_from_send(0.5)),
             "dispatch_from_send_p99_ms": ms(self.dispatch_from_send(0.99)),
             "broker_rss_mb": self.broker_rss_mb.map(|v| round(v, 1)),
-            "errors": t.errors + l.map_or(0, |l| l.errors),
+            "errors": t.errors + self.latency.iter().map(|l| l.errors).sum::<u64>(),
+            "shape": "overlap",
+            "replicas": p.replicas,
+            "latency": self.latency.iter().map(latency_json).collect::<Vec<_>>(),
         })
     }
+}
+
+/// One latency loop in the fields every system's bench prints (bench/peers too):
+/// from send unless named `from_ack`.
+fn latency_json(l: &Latency) -> Value {
+    json!({
+        "loop": if l.rate.is_some() { "open" } else { "closed" },
+        "offered_rate": l.rate.map(|r| round(r, 1)),
+        "achieved_rate": round(l.achieved_rate(), 1),
+        "samples": l.from_send.len(),
+        "p50_ms": ms(percentile(&l.from_send, 0.5)),
+        "p99_ms": ms(percentile(&l.from_send, 0.99)),
+        "max_ms": ms(percentile(&l.from_send, 1.0)),
+        "from_ack_p50_ms": ms(percentile(&l.samples, 0.5)),
+        "from_ack_p99_ms": ms(percentile(&l.samples, 0.99)),
+        "send_lag_p99_ms": ms(percentile(&l.send_lag, 0.99)),
+    })
 }
 
 fn error_text(count: u64, first: &Option<String>) -> String {

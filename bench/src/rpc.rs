@@ -27,12 +27,19 @@ const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
 
 /// Opens `n` connections: each is its own HTTP/2 connection (tonic Channel), so
 /// the load spreads over as many streams and server tasks as a real fleet's would.
-pub async fn connect_many(addr: &str, n: usize) -> anyhow::Result<Vec<Broker>> {
-    let endpoint = Endpoint::from_shared(addr.to_string())?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true);
-    let channels = futures::future::try_join_all((0..n).map(|_| {
-        let endpoint = endpoint.clone();
+/// Connection `i` goes to `addrs[i % addrs.len()]` (several broker replicas).
+pub async fn connect_many(addrs: &[String], n: usize) -> anyhow::Result<Vec<Broker>> {
+    anyhow::ensure!(!addrs.is_empty(), "no broker address");
+    let endpoints = addrs
+        .iter()
+        .map(|addr| {
+            Ok(Endpoint::from_shared(addr.clone())?
+                .connect_timeout(Duration::from_secs(5))
+                .tcp_nodelay(true))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let channels = futures::future::try_join_all((0..n).map(|i| {
+        let endpoint = endpoints[i % endpoints.len()].clone();
         async move { endpoint.connect().await }
     }))
     .await?;

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use taskbroker_client::pb::LeasedTask;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -41,6 +41,15 @@ impl Stamps {
         }
     }
 
+    /// Records `at` (relative to the origin) for event `i`.
+    #[cfg(test)]
+    pub fn set(&self, i: usize, at: Duration) {
+        self.nanos[i].store(
+            u64::try_from(at.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
     /// When event `i` happened, relative to the origin.
     pub fn get(&self, i: usize) -> Option<Duration> {
         match self.nanos.get(i)?.load(Ordering::Relaxed) {
@@ -61,6 +70,8 @@ pub struct Progress {
     pub errors: Errors,
     /// Latency phase: the lease reply time of task N, found in its payload's first 8 bytes.
     pub leased: Option<Stamps>,
+    /// Signalled after each stamp in `leased` (the closed loop waits on it).
+    pub leased_signal: Notify,
 }
 
 impl Progress {
@@ -72,6 +83,7 @@ impl Progress {
             stop: CancellationToken::new(),
             errors: Errors::default(),
             leased,
+            leased_signal: Notify::new(),
         }
     }
 
@@ -89,6 +101,8 @@ impl Progress {
             && let Some(seq) = payload_seq(&task.payload)
         {
             stamps.set_now(seq);
+            // One stored permit is enough: the waiter checks its stamp after waking.
+            self.leased_signal.notify_one();
         }
     }
 
