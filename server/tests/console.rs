@@ -603,6 +603,12 @@ fn nightly(id: &str, queue: &str) -> pb::Schedule {
     }
 }
 
+/// The first task link in a piece of a page.
+fn s_task_id(html: &str) -> String {
+    let at = html.find("href=\"/tasks/").expect("a task link") + 13;
+    html[at..at + html[at..].find('"').unwrap()].to_string()
+}
+
 async fn schedule_now(app: &TestApp) -> pb::Schedule {
     app.schedules()
         .await
@@ -683,6 +689,28 @@ async fn schedules_are_paused_triggered_resumed_and_deleted_after_confirmation()
         runs.contains("badge ready") && runs.contains(">trigger<"),
         "{runs}"
     );
+    let made = b.get("/tasks?schedule=nightly").await;
+    assert_eq!(made.status, 200);
+    let rows = &made.body[made.body.find("id=\"tasks\"").expect("a task table")..];
+    assert_eq!(
+        rows.matches("<tr>").count(),
+        2,
+        "a header and the one run: {rows}"
+    );
+    let task_id = s_task_id(runs);
+    assert!(
+        rows.contains(&task_id),
+        "the run's task {task_id} is listed"
+    );
+    let task_page = b.get(&format!("/tasks/{task_id}")).await;
+    assert!(task_page.body.contains("href=\"/schedules/nightly\""));
+    assert!(
+        b.get("/tasks?schedule=other")
+            .await
+            .body
+            .contains("No tasks match.")
+    );
+    assert_eq!(b.get("/tasks?schedule=bad%20id!").await.status, 400);
 
     let r = b
         .post("/schedules/nightly/resume", &[("csrf", &token)])

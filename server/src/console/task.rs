@@ -151,6 +151,10 @@ pub async fn page(
                     dt { "Leased by" } dd { a href=(href("/tasks", &[("worker", w), ("state", "leased")])) { (w) } }
                     dt { "Lease expires (UTC)" } dd { (opt_time(task.lease_expires_at)) }
                 }
+                @if let Some(sid) = &task.schedule_id {
+                    dt { "Schedule" } dd { a.mono href={ "/schedules/" (layout::encode(sid)) } { (sid) }
+                        @if let Some(f) = task.fire_time { " (fire time " (time(f)) ")" } }
+                }
                 @if task.cancel_requested { dt { "Cancel requested" } dd { "yes" } }
                 dt { "Last error" } dd { (task.last_error.as_deref().unwrap_or("—")) }
             }
