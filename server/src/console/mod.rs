@@ -76,7 +76,11 @@ pub fn router(broker: Arc<Broker>, tokens: &[TokenEntry]) -> Router {
             get(actions::change_form).post(actions::change),
         )
         .route("/dead", get(dead::page))
-        .route("/dead/requeue", get(dead::confirm).post(dead::requeue))
+        .route(
+            "/dead/requeue",
+            get(dead::confirm_requeue).post(dead::requeue),
+        )
+        .route("/dead/cancel", get(dead::confirm_cancel).post(dead::cancel))
         .route("/workers", get(workers::page))
         .route("/queues", get(queues::page))
         .route("/schedules", get(schedules::list))

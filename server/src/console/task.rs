@@ -233,7 +233,11 @@ fn view_name(v: View) -> &'static str {
 
 /// The actions the stored state allows; each leads to a confirmation page.
 fn actions(base: &str, state: StoredState) -> Markup {
-    let cancel = matches!(state, StoredState::Pending | StoredState::Leased);
+    // A dead task's cancel takes it off the dead-letter list (dead -> cancelled).
+    let cancel = matches!(
+        state,
+        StoredState::Pending | StoredState::Leased | StoredState::Dead
+    );
     let requeue = matches!(state, StoredState::Dead | StoredState::Cancelled);
     let change = !matches!(state, StoredState::Leased | StoredState::Succeeded);
     html! {

@@ -547,6 +547,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// The workers that hold leases now, one row per (worker, address, queue).
     async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>>;
+
+    /// Cancels up to `limit` dead tasks of one queue (and error, or one task):
+    /// dead -> cancelled, keeping attempts, last error and finished time; returns how many.
+    async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64>;
 }
 
 /// Opens the store a URL names: `sqlite://PATH` (created if missing) or `postgres://...`.

@@ -24,6 +24,9 @@ use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
 // Schedules (migration 0006).
 mod schedule;
 
+// The console's dead letters.
+mod dead;
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
 /// The NOTIFY channel that carries queue names of newly pending tasks.
@@ -1177,11 +1180,13 @@ impl Store for PostgresStore {
     async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> StoreResult<u64> {
         let mut tx = self.pool.begin().await?;
         let n = sqlx::query(
-            "UPDATE tasks SET state = 'pending', run_at = $1, \
+            // A CTE runs once (an IN subquery may be rescanned per row, past the limit).
+            "WITH picked AS (SELECT seq FROM tasks WHERE queue = $2 AND state = 'dead' \
+               AND COALESCE(last_error, '') = $3 ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED) \
+             UPDATE tasks t SET state = 'pending', run_at = $1, \
                attempts_allowed = attempt + max_attempts, cancel_requested = FALSE, \
                finished_at = NULL, updated_at = $1 \
-             WHERE seq IN (SELECT seq FROM tasks WHERE queue = $2 AND state = 'dead' \
-               AND COALESCE(last_error, '') = $3 ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED)",
+             FROM picked WHERE t.seq = picked.seq",
         )
         .bind(ms(p.now))
         .bind(&p.queue)
@@ -1208,5 +1213,9 @@ impl Store for PostgresStore {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(observe::holder_row).collect())
+    }
+
+    async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64> {
+        dead::task_cancel_dead(&self.pool, p).await
     }
 }

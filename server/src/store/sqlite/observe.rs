@@ -124,3 +124,21 @@ pub(super) async fn lease_holders(
     .await?;
     Ok(rows.into_iter().map(holder_row).collect())
 }
+
+pub(super) fn task_cancel_dead(c: &rusqlite::Connection, p: &CancelDeadParams) -> StoreResult<u64> {
+    let n = c
+        .prepare_cached(
+            "UPDATE tasks SET state = 'cancelled', cancel_requested = 0, updated_at = ?1 \
+             WHERE seq IN (SELECT seq FROM tasks WHERE queue = ?2 AND state = 'dead' \
+               AND state <> 'pending' AND (?3 IS NULL OR COALESCE(last_error, '') = ?3) \
+               AND (?4 IS NULL OR id = ?4) ORDER BY seq LIMIT ?5)",
+        )?
+        .execute(rusqlite::params![
+            ms(p.now),
+            p.queue,
+            p.error,
+            p.task_id,
+            i64::from(p.limit)
+        ])?;
+    Ok(n as u64)
+}
