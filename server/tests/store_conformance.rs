@@ -296,6 +296,52 @@ async fn list_filters_by_visible_state_at_now(b: Backend) {
     assert_eq!(s.task_next_run_at(&["l".into()], at10).await.unwrap(), None);
 }
 
+async fn a_creation_time_range_lists_newest_created_first_by_keyset(b: Backend) {
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    // Stored in this order (seq 1..4), created at 5 s, 3 s, 3 s and 20 s.
+    for (n, at) in [(1, 5), (2, 3), (3, 3), (4, 20)] {
+        s.task_insert_many(&[task("r", n)], secs_after(at))
+            .await
+            .unwrap();
+    }
+    let page = |before: Option<&store::TaskRecord>| TaskFilter {
+        created_after: Some(secs_after(1)),
+        created_before: Some(secs_after(10)),
+        before_seq: before.map(|t| t.seq),
+        before_created: before.map(|t| t.created_at),
+        limit: 2,
+        now: secs_after(30),
+        ..TaskFilter::default()
+    };
+    let first = s.task_list(&page(None)).await.unwrap();
+    let ids: Vec<_> = first.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(ids, [uuid_like(1), uuid_like(3)], "newest created first");
+    let second = s.task_list(&page(first.last())).await.unwrap();
+    let ids: Vec<_> = second.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(ids, [uuid_like(2)], "the rest of the range, nothing twice");
+    let empty = TaskFilter {
+        created_after: Some(secs_after(100)),
+        ..page(None)
+    };
+    assert!(s.task_list(&empty).await.unwrap().is_empty());
+    let all = s
+        .task_list(&TaskFilter {
+            limit: 10,
+            now: secs_after(30),
+            ..TaskFilter::default()
+        })
+        .await
+        .unwrap();
+    let ids: Vec<_> = all.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(
+        ids,
+        [uuid_like(4), uuid_like(3), uuid_like(2), uuid_like(1)],
+        "without a time range: newest stored first"
+    );
+}
+
 fn secs(n: i64) -> DateTime<Utc> {
     t0() + chrono::Duration::seconds(n)
 }
@@ -789,6 +835,7 @@ both_backends!(
     one_lease_call_shares_tasks_among_waiting_requests,
     leases_extend_settle_and_reclaim_by_the_given_clock,
     list_filters_by_visible_state_at_now,
+    a_creation_time_range_lists_newest_created_first_by_keyset,
     a_stale_holder_is_refused_even_beside_the_live_one,
     a_lease_stops_at_its_reply_budget_but_takes_one_at_least,
     attempts_are_counted_per_bucket_with_their_run_times,

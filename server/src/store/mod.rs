@@ -280,6 +280,10 @@ pub struct TaskFilter {
     pub before_seq: Option<i64>,
     pub limit: u32,
     pub now: DateTime<Utc>,
+    /// With `created_after` or `created_before` the list is in creation order
+    /// (newest first, then by sequence number) and a page starts after the task
+    /// created at `before_created` with sequence number `before_seq`.
+    pub before_created: Option<DateTime<Utc>>,
 }
 
 /// The changes of UpdateTask; `None` leaves a field alone.
