@@ -643,7 +643,10 @@ async fn schedules_are_paused_triggered_resumed_and_deleted_after_confirmation()
         list.body
     );
     assert!(list.body.contains("0 3 * * *") && list.body.contains("Europe/Berlin"));
-    assert!(list.body.contains("aria-label=\"Pause nightly\""));
+    assert!(
+        list.body
+            .contains("Pause…<span class=\"vh\"> nightly</span>")
+    );
     assert!(list.body.contains("aria-current=\"page\">Schedules"));
     let page = b.get("/schedules/nightly").await;
     assert_eq!(page.status, 200);

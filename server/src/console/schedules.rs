@@ -132,27 +132,22 @@ pub async fn list(
     Ok(layout::page("Schedules", "/schedules", Some(&viewer), body))
 }
 
-/// Links to the confirmation of each action the state allows. `compact` names the
-/// schedule in each link's accessible name (many rows share one page).
-fn row_actions(base: &str, id: &str, st: Status, compact: bool) -> Markup {
-    let label = |verb: &str| -> String {
-        if compact {
-            format!("{verb} {id}")
-        } else {
-            verb.to_string()
-        }
-    };
+/// Links to the confirmation of each action the state allows. `in_list` adds the
+/// schedule's id to each link's accessible name, after the visible words (many
+/// rows share one page; a screen reader's list of links must tell them apart).
+fn row_actions(base: &str, id: &str, st: Status, in_list: bool) -> Markup {
+    let which = html! { @if in_list { span.vh { " " (id) } } };
     html! {
         @if st == Status::Active {
-            a.button href={ (base) "/pause" } aria-label=(label("Pause")) { "Pause…" }
+            a.button href={ (base) "/pause" } { "Pause…" (which) }
         }
         @if st == Status::Paused {
-            a.button href={ (base) "/resume" } aria-label=(label("Resume")) { "Resume…" }
+            a.button href={ (base) "/resume" } { "Resume…" (which) }
         }
         " "
-        a.button href={ (base) "/trigger" } aria-label=(label("Trigger now")) { "Trigger now…" }
+        a.button href={ (base) "/trigger" } { "Trigger now…" (which) }
         " "
-        a.button.danger href={ (base) "/delete" } aria-label=(label("Delete")) { "Delete…" }
+        a.button.danger href={ (base) "/delete" } { "Delete…" (which) }
     }
 }
 
