@@ -55,20 +55,22 @@ pub async fn page(
                 } }
                 tbody { @for g in &groups {
                     @let error_label = if g.error.is_empty() { "(no error message)".to_string() } else { short(&g.error, 200) };
+                    // Every row has the same links: their accessible names say which group.
+                    @let which = html! { span.vh { " in " (g.queue) ": " (short(&error_label, 60)) } };
                     tr {
                         td { (g.queue) }
                         td.error-text { (error_label) }
                         td.num { (count(g.count)) }
                         td { (opt_time(g.last_finished_at)) }
                         td.row-actions {
-                            a href=(href("/tasks", &[("queue", &g.queue), ("state", "dead"), ("error", &g.error)])) { "Show tasks" }
+                            a href=(href("/tasks", &[("queue", &g.queue), ("state", "dead"), ("error", &g.error)])) { "Show tasks" (which) }
                             " "
                             a.button href=(href("/dead/requeue", &[("queue", &g.queue), ("error", &g.error)])) {
-                                "Requeue all " (count(g.count)) "…"
+                                "Requeue all " (count(g.count)) "…" (which)
                             }
                             " "
                             a.button.danger href=(href("/dead/cancel", &[("queue", &g.queue), ("error", &g.error)])) {
-                                "Cancel all " (count(g.count)) "…"
+                                "Cancel all " (count(g.count)) "…" (which)
                             }
                         }
                     }
