@@ -3,6 +3,7 @@
 for measuring the console: scripts/console-bench.sh runs it.
 
     scripts/console-seed.py PATH.db [N]
+    scripts/console-seed.py postgres://USER@HOST:PORT/DB [N]   # through psql's \copy
 
 It writes the rows directly (not through the broker) so that a million tasks
 with a realistic history take a minute, not an hour. The mix, by sequence:
@@ -12,9 +13,12 @@ days, the newest hour's tasks finished within the last hour; one attempt row per
 finished task. Nothing here is read by the broker's tests.
 """
 
+import csv
+import io
 import json
 import random
 import sqlite3
+import subprocess
 import sys
 import time
 
@@ -26,6 +30,71 @@ ERRORS = [
     "upstream 503: try later",
 ]
 
+TASK_COLUMNS = (
+    "id, queue, payload, priority, run_at, state, attempt, created_at, updated_at, "
+    "last_error, result, leased_by, lease_token, lease_duration_ms, lease_expires_at, "
+    "fencing_token, finished_at, leased_at, leased_address"
+)
+# The columns every seeded task has the same value in.
+FIXED = {
+    "max_attempts": 3, "attempts_allowed": 3, "initial_backoff_ms": 10000,
+    "backoff_multiplier": 2.0, "max_backoff_ms": 3600000, "jitter": 0.2, "metadata": "{}",
+}
+ATTEMPT_COLUMNS = "task_id, worker_id, worker_address, leased_at, finished_at, outcome, error"
+
+
+class SqliteWriter:
+    def __init__(self, path: str) -> None:
+        self.db = sqlite3.connect(path)
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute("PRAGMA synchronous = OFF")
+
+    def write(self, tasks: list, attempts: list) -> None:
+        fixed = ", ".join(FIXED)
+        values = ", ".join(repr(v) if not isinstance(v, str) else f"'{v}'" for v in FIXED.values())
+        marks = ", ".join("?" * len(TASK_COLUMNS.split(",")))
+        self.db.executemany(
+            f"INSERT INTO tasks ({TASK_COLUMNS}, {fixed}) VALUES ({marks}, {values})", tasks
+        )
+        self.db.executemany(
+            f"INSERT INTO task_attempts ({ATTEMPT_COLUMNS}, attempt, fencing_token) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1)",
+            attempts,
+        )
+
+    def close(self) -> None:
+        self.db.commit()
+        self.db.close()
+
+
+class PostgresWriter:
+    """Streams CSV into psql's \\copy (no Python driver needed)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def copy(self, table: str, columns: str, rows: list) -> None:
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        for row in rows:
+            w.writerow(["" if v is None else "\\x" + v.hex() if isinstance(v, bytes) else v
+                        for v in row])
+        subprocess.run(
+            ["psql", "-q", "-v", "ON_ERROR_STOP=1", self.url, "-c",
+             f"\\copy {table} ({columns}) FROM STDIN WITH (FORMAT csv)"],
+            input=buf.getvalue(), text=True, check=True,
+        )
+
+    def write(self, tasks: list, attempts: list) -> None:
+        fixed = list(FIXED.values())
+        self.copy("tasks", f"{TASK_COLUMNS}, {', '.join(FIXED)}", [t + tuple(fixed) for t in tasks])
+        self.copy("task_attempts", f"{ATTEMPT_COLUMNS}, attempt, fencing_token",
+                  [a + (1, 1) for a in attempts])
+
+    def close(self) -> None:
+        for table in ("tasks", "task_attempts"):
+            subprocess.run(["psql", "-q", self.url, "-c", f"VACUUM ANALYZE {table}"], check=True)
+
 
 def main() -> None:
     path = sys.argv[1]
@@ -34,27 +103,11 @@ def main() -> None:
     now = int(time.time() * 1000)
     week = 7 * 24 * 3600 * 1000
     start = now - week
-    db = sqlite3.connect(path)
-    db.execute("PRAGMA journal_mode = WAL")
-    db.execute("PRAGMA synchronous = OFF")
+    db = PostgresWriter(path) if path.startswith("postgres") else SqliteWriter(path)
     tasks, attempts = [], []
 
     def flush() -> None:
-        db.executemany(
-            "INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, "
-            "attempt, max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, "
-            "max_backoff_ms, jitter, metadata, created_at, updated_at, last_error, result, "
-            "leased_by, lease_token, lease_duration_ms, lease_expires_at, fencing_token, "
-            "finished_at, leased_at, leased_address) VALUES "
-            "(?, ?, NULL, ?, ?, ?, NULL, ?, ?, 3, 3, 10000, 2.0, 3600000, 0.2, '{}', ?, ?, ?, ?, "
-            "?, ?, ?, ?, ?, ?, ?, ?)",
-            tasks,
-        )
-        db.executemany(
-            "INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, leased_at, "
-            "finished_at, outcome, error, fencing_token) VALUES (?, 1, ?, ?, ?, ?, ?, ?, 1)",
-            attempts,
-        )
+        db.write(tasks, attempts)
         tasks.clear()
         attempts.clear()
 
@@ -98,7 +151,6 @@ def main() -> None:
         if len(tasks) == 50_000:
             flush()
     flush()
-    db.commit()
     db.close()
     print(f"seeded {n} tasks into {path}")
 

@@ -348,7 +348,7 @@ async fn tasks_are_requeued_changed_and_cancelled_after_confirmation() {
     kill_one(&app, "acts", "boom").await;
     let mut b = Browser::new(&app);
     let page = b.get(&format!("/tasks/{dead}")).await;
-    assert!(page.body.contains("Requeue…") && !page.body.contains("Cancel…"));
+    assert!(page.body.contains("Requeue…") && page.body.contains("Cancel…"));
     assert!(page.body.contains("boom"));
     let confirm = b.get(&format!("/tasks/{dead}/requeue")).await;
     assert!(confirm.body.contains("Requeue this task?"));
@@ -582,5 +582,240 @@ async fn with_auth_on_the_console_needs_an_admin_token() {
     let out = b.post("/logout", &[("csrf", &home.csrf())]).await;
     assert_eq!(out.status, 303);
     assert_eq!(b.get("/").await.status, 303, "signed out again");
+    app.shutdown().await;
+}
+
+fn nightly(id: &str, queue: &str) -> pb::Schedule {
+    pb::Schedule {
+        schedule_id: id.into(),
+        spec: Some(pb::ScheduleSpec {
+            kind: Some(pb::schedule_spec::Kind::Cron("0 3 * * *".into())),
+            timezone: "Europe/Berlin".into(),
+            anchor: None,
+        }),
+        task: Some(pb::TaskTemplate {
+            queue: queue.into(),
+            payload: b"{}".to_vec(),
+            metadata: [("note".to_string(), "<script>x</script>".to_string())].into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The first task link in a piece of a page.
+fn s_task_id(html: &str) -> String {
+    let at = html.find("href=\"/tasks/").expect("a task link") + 13;
+    html[at..at + html[at..].find('"').unwrap()].to_string()
+}
+
+async fn schedule_now(app: &TestApp) -> pb::Schedule {
+    app.schedules()
+        .await
+        .get_schedule(pb::GetScheduleRequest {
+            schedule_id: "nightly".into(),
+        })
+        .await
+        .expect("get schedule")
+        .into_inner()
+        .schedule
+        .expect("a schedule")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_are_paused_triggered_resumed_and_deleted_after_confirmation() {
+    let app = console_app(Vec::new()).await;
+    let mut sc = app.schedules().await;
+    for id in ["nightly", "other"] {
+        sc.create_schedule(pb::CreateScheduleRequest {
+            schedule: Some(nightly(id, "reports")),
+        })
+        .await
+        .expect("create");
+    }
+    let get_state = |s: pb::Schedule| pb::ScheduleState::try_from(s.state).unwrap();
+    let mut b = Browser::new(&app);
+    let list = b.get("/schedules").await;
+    assert_eq!(list.status, 200);
+    assert!(
+        list.body.contains("href=\"/schedules/nightly\""),
+        "{}",
+        list.body
+    );
+    assert!(list.body.contains("0 3 * * *") && list.body.contains("Europe/Berlin"));
+    assert!(
+        list.body
+            .contains("Pause…<span class=\"vh\"> nightly</span>")
+    );
+    assert!(list.body.contains("aria-current=\"page\">Schedules"));
+    let page = b.get("/schedules/nightly").await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("badge active") && page.body.contains("No runs yet."));
+    assert!(
+        page.body.contains("&lt;script&gt;x&lt;/script&gt;"),
+        "metadata escaped"
+    );
+    assert!(page.body.contains("href=\"/tasks?schedule=nightly\""));
+
+    let confirm = b.get("/schedules/nightly/pause").await;
+    assert!(confirm.body.contains("Pause this schedule?"));
+    let token = confirm.csrf();
+    let r = b
+        .post("/schedules/nightly/pause", &[("csrf", "wrong")])
+        .await;
+    assert_eq!(r.status, 403, "a wrong CSRF token changes nothing");
+    assert_eq!(
+        get_state(schedule_now(&app).await),
+        pb::ScheduleState::Active
+    );
+    let r = b
+        .post("/schedules/nightly/pause", &[("csrf", &token)])
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(
+        get_state(schedule_now(&app).await),
+        pb::ScheduleState::Paused
+    );
+    let shown = b.get(r.header("location").unwrap()).await;
+    assert!(shown.body.contains("Paused: nothing fires") && shown.body.contains("Resume…"));
+
+    let r = b
+        .post("/schedules/nightly/trigger", &[("csrf", &token)])
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let s = schedule_now(&app).await;
+    assert_eq!((s.runs, get_state(s)), (1, pb::ScheduleState::Paused));
+    let shown = b.get(r.header("location").unwrap()).await;
+    assert!(shown.body.contains("Triggered"));
+    let runs = &shown.body[shown.body.find("id=\"runs\"").expect("a run history")..];
+    assert!(
+        runs.contains("badge ready") && runs.contains(">trigger<"),
+        "{runs}"
+    );
+    let made = b.get("/tasks?schedule=nightly").await;
+    assert_eq!(made.status, 200);
+    let rows = &made.body[made.body.find("id=\"tasks\"").expect("a task table")..];
+    assert_eq!(
+        rows.matches("<tr>").count(),
+        2,
+        "a header and the one run: {rows}"
+    );
+    let task_id = s_task_id(runs);
+    assert!(
+        rows.contains(&task_id),
+        "the run's task {task_id} is listed"
+    );
+    let task_page = b.get(&format!("/tasks/{task_id}")).await;
+    assert!(task_page.body.contains("href=\"/schedules/nightly\""));
+    assert!(
+        b.get("/tasks?schedule=other")
+            .await
+            .body
+            .contains("No tasks match.")
+    );
+    assert_eq!(b.get("/tasks?schedule=bad%20id!").await.status, 400);
+
+    let r = b
+        .post("/schedules/nightly/resume", &[("csrf", &token)])
+        .await;
+    assert_eq!(r.status, 303);
+    let s = schedule_now(&app).await;
+    assert!(s.next_fire_at.is_some());
+    assert_eq!(get_state(s), pb::ScheduleState::Active);
+
+    let confirm = b.get("/schedules/nightly/delete").await;
+    assert!(confirm.body.contains("Delete this schedule?") && confirm.body.contains("Tasks it"));
+    let r = b
+        .post("/schedules/nightly/delete", &[("csrf", &token)])
+        .await;
+    assert_eq!(r.status, 303);
+    let after = b.get(r.header("location").unwrap()).await;
+    assert!(after.body.contains("Deleted schedule nightly."));
+    assert!(!after.body.contains("href=\"/schedules/nightly\""));
+    assert!(after.body.contains("href=\"/schedules/other\""));
+    assert_eq!(b.get("/schedules/nightly").await.status, 404);
+    assert_eq!(
+        b.post("/schedules/nightly/trigger", &[("csrf", &token)])
+            .await
+            .status,
+        404
+    );
+    assert_eq!(b.get("/schedules/bad%20id!").await.status, 400);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_cancelled_by_group_after_the_count_or_one_by_one() {
+    let app = console_app(Vec::new()).await;
+    let mut c = app.broker().await;
+    let mut admin = app.admin().await;
+    submit(&mut c, (0..3).map(|_| spec("dc")).collect()).await;
+    for _ in 0..2 {
+        kill_one(&app, "dc", "gone").await;
+    }
+    let one = kill_one(&app, "dc", "alone").await;
+    let mut b = Browser::new(&app);
+    let page = b.get("/dead").await;
+    assert!(page.body.contains("Cancel all 2…"), "{}", page.body);
+    let confirm = b.get("/dead/cancel?queue=dc&error=gone").await;
+    assert_eq!(confirm.status, 200);
+    assert!(
+        confirm.body.contains("Cancel 2 dead tasks?"),
+        "{}",
+        confirm.body
+    );
+    assert!(confirm.body.contains("can still be requeued"));
+    let token = confirm.csrf();
+    let r = b
+        .post(
+            "/dead/cancel",
+            &[("csrf", &token), ("queue", "dc"), ("error", "gone")],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let after = b.get(r.header("location").unwrap()).await;
+    assert!(
+        after.body.contains("Cancelled 2 dead tasks."),
+        "{}",
+        after.body
+    );
+    assert!(!after.body.contains(">gone<") && after.body.contains("alone"));
+    let cancelled = admin
+        .list_tasks(pb::ListTasksRequest {
+            queue: "dc".into(),
+            states: vec![pb::TaskState::Cancelled as i32],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .tasks;
+    assert_eq!(cancelled.len(), 2);
+    assert!(
+        cancelled.iter().all(|t| t.last_error == "gone"),
+        "the reason is kept"
+    );
+
+    let task = b.get(&format!("/tasks/{one}")).await;
+    assert!(task.body.contains("Cancel…") && task.body.contains("Requeue…"));
+    let confirm = b.get(&format!("/tasks/{one}/cancel")).await;
+    assert!(confirm.body.contains("takes it off the dead-letter list"));
+    let r = b
+        .post(&format!("/tasks/{one}/cancel"), &[("csrf", &token)])
+        .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(
+        state(&get(&mut admin, &one).await),
+        pb::TaskState::Cancelled
+    );
+    assert!(b.get("/dead").await.body.contains("No dead tasks."));
+    let again = b
+        .post(&format!("/tasks/{one}/cancel"), &[("csrf", &token)])
+        .await;
+    assert_eq!(again.status, 303, "cancelling again is a no-op");
+    assert_eq!(
+        state(&get(&mut admin, &one).await),
+        pb::TaskState::Cancelled
+    );
     app.shutdown().await;
 }

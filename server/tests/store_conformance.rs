@@ -15,8 +15,8 @@ use chrono::{DateTime, Utc};
 use common::*;
 use taskbroker_server::domain::{RetryPolicy, StoredState, TaskState};
 use taskbroker_server::store::{
-    self, CompleteParams, FailParams, LeaseParams, LeaseRef, LeaseState, NewTask, Settled, Store,
-    TaskFilter,
+    self, Changed, CompleteParams, FailParams, LeaseParams, LeaseRef, LeaseState, NewTask, Settled,
+    Store, TaskFilter,
 };
 
 async fn open(b: Backend) -> Option<(Arc<dyn Store>, TestDb)> {
@@ -294,6 +294,52 @@ async fn list_filters_by_visible_state_at_now(b: Backend) {
         Some(at10)
     );
     assert_eq!(s.task_next_run_at(&["l".into()], at10).await.unwrap(), None);
+}
+
+async fn a_creation_time_range_lists_newest_created_first_by_keyset(b: Backend) {
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    // Stored in this order (seq 1..4), created at 5 s, 3 s, 3 s and 20 s.
+    for (n, at) in [(1, 5), (2, 3), (3, 3), (4, 20)] {
+        s.task_insert_many(&[task("r", n)], secs_after(at))
+            .await
+            .unwrap();
+    }
+    let page = |before: Option<&store::TaskRecord>| TaskFilter {
+        created_after: Some(secs_after(1)),
+        created_before: Some(secs_after(10)),
+        before_seq: before.map(|t| t.seq),
+        before_created: before.map(|t| t.created_at),
+        limit: 2,
+        now: secs_after(30),
+        ..TaskFilter::default()
+    };
+    let first = s.task_list(&page(None)).await.unwrap();
+    let ids: Vec<_> = first.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(ids, [uuid_like(1), uuid_like(3)], "newest created first");
+    let second = s.task_list(&page(first.last())).await.unwrap();
+    let ids: Vec<_> = second.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(ids, [uuid_like(2)], "the rest of the range, nothing twice");
+    let empty = TaskFilter {
+        created_after: Some(secs_after(100)),
+        ..page(None)
+    };
+    assert!(s.task_list(&empty).await.unwrap().is_empty());
+    let all = s
+        .task_list(&TaskFilter {
+            limit: 10,
+            now: secs_after(30),
+            ..TaskFilter::default()
+        })
+        .await
+        .unwrap();
+    let ids: Vec<_> = all.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(
+        ids,
+        [uuid_like(4), uuid_like(3), uuid_like(2), uuid_like(1)],
+        "without a time range: newest stored first"
+    );
 }
 
 fn secs(n: i64) -> DateTime<Utc> {
@@ -646,6 +692,106 @@ async fn dead_tasks_group_by_error_and_requeue_together(b: Backend) {
     assert_eq!(leased.len(), 3, "requeued tasks lease again");
 }
 
+async fn dead_tasks_are_cancelled_by_group_or_one_at_a_time(b: Backend) {
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    s.task_insert_many(&(1..=3).map(|n| task("c", n)).collect::<Vec<_>>(), t0())
+        .await
+        .unwrap();
+    settle_all(&s, "c", 0, 1, false, "boom").await;
+    s.task_insert_many(&[task("c", 4), task("k", 5)], t0())
+        .await
+        .unwrap();
+    settle_all(&s, "c", 5, 1, false, "other").await;
+    settle_all(&s, "k", 5, 1, false, "boom").await;
+    s.task_insert_many(&[task("c", 6)], t0()).await.unwrap();
+    let died_at = s
+        .task_get(&uuid_like(1))
+        .await
+        .unwrap()
+        .unwrap()
+        .finished_at;
+    let cancel = |error: Option<&str>, task_id: Option<usize>, limit| store::CancelDeadParams {
+        queue: "c".into(),
+        error: error.map(str::to_string),
+        task_id: task_id.map(uuid_like),
+        limit,
+        now: secs_after(20),
+    };
+    assert_eq!(
+        s.task_cancel_dead(&cancel(Some("boom"), None, 2))
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        s.task_cancel_dead(&cancel(Some("boom"), None, 10))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        s.task_cancel_dead(&cancel(Some("boom"), None, 10))
+            .await
+            .unwrap(),
+        0
+    );
+    let t = s.task_get(&uuid_like(1)).await.unwrap().unwrap();
+    assert_eq!(t.state, StoredState::Cancelled);
+    assert_eq!(t.last_error.as_deref(), Some("boom"), "the reason is kept");
+    assert_eq!(t.finished_at, died_at, "when it died is kept");
+    assert_eq!(t.updated_at, secs_after(20));
+    assert_eq!(
+        s.attempt_list(&uuid_like(1)).await.unwrap().unwrap().len(),
+        1
+    );
+    for (n, want) in [
+        (4, StoredState::Dead),
+        (5, StoredState::Dead),
+        (6, StoredState::Pending),
+    ] {
+        let t = s.task_get(&uuid_like(n)).await.unwrap().unwrap();
+        assert_eq!(
+            t.state, want,
+            "task {n}: other errors, queues and states are left alone"
+        );
+    }
+    assert_eq!(
+        s.task_cancel_dead(&cancel(None, Some(6), 10))
+            .await
+            .unwrap(),
+        0,
+        "a pending task is not a dead letter"
+    );
+    assert_eq!(
+        s.task_cancel_dead(&cancel(None, Some(4), 10))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        s.task_get(&uuid_like(4)).await.unwrap().unwrap().state,
+        StoredState::Cancelled
+    );
+    let groups = s
+        .task_dead_groups(&store::DeadGroupParams {
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let got: Vec<_> = groups.iter().map(|g| (g.queue.as_str(), g.count)).collect();
+    assert_eq!(got, [("k", 1)]);
+    assert!(
+        matches!(
+            s.task_requeue(&uuid_like(1), secs_after(30)).await.unwrap(),
+            Changed::Done(_)
+        ),
+        "a cancelled dead letter can be requeued"
+    );
+}
+
 async fn lease_holders_are_grouped_by_worker_and_queue(b: Backend) {
     let Some((s, _db)) = open(b).await else {
         return;
@@ -689,10 +835,12 @@ both_backends!(
     one_lease_call_shares_tasks_among_waiting_requests,
     leases_extend_settle_and_reclaim_by_the_given_clock,
     list_filters_by_visible_state_at_now,
+    a_creation_time_range_lists_newest_created_first_by_keyset,
     a_stale_holder_is_refused_even_beside_the_live_one,
     a_lease_stops_at_its_reply_budget_but_takes_one_at_least,
     attempts_are_counted_per_bucket_with_their_run_times,
     dead_tasks_group_by_error_and_requeue_together,
+    dead_tasks_are_cancelled_by_group_or_one_at_a_time,
     lease_holders_are_grouped_by_worker_and_queue,
     schedules_insert_read_update_and_delete,
     schedule_due_reads_only_due_unpaused_schedules_in_order,

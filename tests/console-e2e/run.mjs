@@ -119,6 +119,10 @@ async function main() {
   const xss = submit(a, 'reports', ['--payload', '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">']);
   submit(a, 'reports', ['--json', '{"report":"monthly"}', '--delay', '1h']);
   submit(a, 'invoices', ['--json', '{"invoice":42}', '--priority', '5']);
+  // A schedule that would fire at 03:00 Berlin time; the tests pause, trigger and resume it.
+  execFileSync(bin, ['schedule', 'create', 'nightly-digest', '--cron', '0 3 * * *', '--tz', 'Europe/Berlin',
+    '--queue', 'emails', '--json', '{"to":"digest@example.com","subject":"Nightly digest"}',
+    '--addr', a.grpc], { encoding: 'utf8' });
   await eventually('the late task to die', async () => {
     const html = await (await fetch(`${a.base}/tasks/${late}`)).text();
     return html.includes('badge dead');
@@ -235,6 +239,66 @@ async function main() {
     await page.getByText('Requeued 2 dead tasks.').waitFor();
   });
 
+  await test('a schedule is paused, triggered (its run is seen) and resumed', async () => {
+    await page.goto(`${a.base}/schedules`);
+    const row = page.locator('#schedules tbody tr', { hasText: 'nightly-digest' });
+    expect((await row.locator('.badge').textContent()) === 'active', 'active');
+    expect((await row.textContent()).includes('0 3 * * *'), 'its cron line');
+    await row.getByRole('link', { name: 'Pause… nightly-digest' }).click();
+    expect((await page.locator('h1').textContent()) === 'Pause this schedule?', 'asks first');
+    await page.getByRole('button', { name: 'Pause the schedule' }).click();
+    await page.getByText('Paused: nothing fires').waitFor();
+    expect((await page.locator('h1 .badge').textContent()) === 'paused', 'paused badge');
+    await page.getByRole('link', { name: 'Trigger now…' }).click();
+    await page.getByRole('button', { name: 'Make one run now' }).click();
+    await page.getByText('Triggered').first().waitFor();
+    await eventually('the worker to run the triggered task', async () => {
+      await page.reload();
+      const run = page.locator('#runs tbody tr').first();
+      return (await run.count()) === 1 && (await run.locator('.badge').textContent()) === 'succeeded'
+        && (await run.textContent()).includes('trigger');
+    });
+    await page.getByRole('link', { name: 'Resume…' }).click();
+    await page.getByRole('button', { name: 'Resume the schedule' }).click();
+    await page.getByText('Resumed.').waitFor();
+    expect((await page.locator('h1 .badge').textContent()) === 'active', 'active again');
+    await page.screenshot({ path: join(shots, 'console-schedule.png'), fullPage: true });
+  });
+
+  await test('tasks filter by schedule, linked from the schedule', async () => {
+    await page.goto(`${a.base}/schedules/nightly-digest`);
+    await page.getByRole('link', { name: 'Tasks it made' }).click();
+    await page.waitForURL(/\/tasks\?schedule=nightly-digest$/);
+    const rows = page.locator('#tasks tbody tr');
+    expect(await rows.count() === 1, `one task made, got ${await rows.count()}`);
+    expect((await rows.first().textContent()).includes('emails'), 'in its queue');
+    await page.goto(`${a.base}/tasks`);
+    await page.getByLabel('Schedule').fill('nightly-digest');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.waitForURL(/schedule=nightly-digest/);
+    expect(await page.locator('#tasks tbody tr').count() === 1, 'the filter form finds it too');
+    await page.getByRole('link', { name: 'nightly-digest' }).first().click();
+    await page.waitForURL(/\/schedules\/nightly-digest$/);
+  });
+
+  await test('dead letters of a group are cancelled after the count', async () => {
+    for (let i = 0; i < 2; i++) submit(a, 'faxes', ['--json', `{"fax":${i}}`, '--deadline', '1s']);
+    const group = page.locator('#dead tbody tr', { has: page.locator('td', { hasText: /^faxes$/ }) });
+    await eventually('the faxes to die by their deadline', async () => {
+      await page.goto(`${a.base}/dead`);
+      return (await group.count()) === 1 && (await group.textContent()).includes('Cancel all 2');
+    });
+    await group.getByRole('link', { name: /Cancel all 2/ }).click();
+    expect((await page.locator('h1').textContent()) === 'Cancel 2 dead tasks?', 'count first');
+    await page.getByRole('button', { name: 'Cancel 2 tasks' }).click();
+    await page.getByText('Cancelled 2 dead tasks.').waitFor();
+    expect(await group.count() === 0, 'the group is gone');
+    await page.goto(`${a.base}/tasks?queue=faxes&state=cancelled`);
+    const rows = page.locator('#tasks tbody tr');
+    expect(await rows.count() === 2, `2 cancelled faxes, got ${await rows.count()}`);
+    expect((await rows.first().textContent()).includes('DEADLINE_EXCEEDED'), 'the reason is kept');
+  });
+
   await test('a task is cancelled after confirmation', async () => {
     await page.goto(`${a.base}/tasks/${reports[0]}`);
     await page.getByRole('link', { name: 'Cancel…' }).click();
@@ -257,7 +321,8 @@ async function main() {
   await test('pages fit a phone width', async () => {
     const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true });
     const p = await phone.newPage();
-    for (const path of ['/', '/tasks', `/tasks/${xss}`, '/dead', '/workers', '/queues']) {
+    for (const path of ['/', '/tasks', `/tasks/${xss}`, '/dead', '/workers', '/queues', '/schedules',
+      '/schedules/nightly-digest', '/schedules/nightly-digest/pause']) {
       await p.goto(`${a.base}${path}`);
       const overflow = await p.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
       expect(overflow <= 0, `${path} is ${overflow}px wider than the screen`);

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use super::layout::{self, csrf, opt_time, time};
 use super::tasks::parse_time;
 use super::{Console, PageError, Viewer};
+use crate::domain::StoredState;
 use crate::service::UpdateTask;
 use crate::store::TaskRecord;
 
@@ -50,13 +51,19 @@ pub async fn confirm_cancel(
     Path(id): Path<String>,
 ) -> Result<Markup, PageError> {
     let task = console.broker.get_task(&id).await?;
+    let explain = if task.state == StoredState::Dead {
+        "It is dead already: cancelling it takes it off the dead-letter list. It ends \
+         cancelled, keeps its attempts and last error, and can still be requeued."
+    } else {
+        "A task waiting to run is cancelled now. A leased task is asked to stop: its \
+         worker learns it at the next heartbeat, and the task ends cancelled."
+    };
     Ok(confirm_page(
         &viewer,
         &task,
         "cancel",
         "Cancel this task?",
-        "A task waiting to run is cancelled now. A leased task is asked to stop: its \
-         worker learns it at the next heartbeat, and the task ends cancelled.",
+        explain,
         true,
     ))
 }
@@ -70,7 +77,14 @@ pub async fn cancel(
     Path(id): Path<String>,
     Form(_): Form<Confirmed>,
 ) -> Result<Response, PageError> {
-    console.broker.cancel_task(&id).await?;
+    // A dead task is a dead letter: its cancel is the dead-letter cancel. The
+    // state may change between the read and the write; each call is conditional.
+    match console.broker.get_task(&id).await?.state {
+        StoredState::Dead => console.broker.cancel_dead_task(&id).await?,
+        _ => {
+            console.broker.cancel_task(&id).await?;
+        }
+    }
     Ok(Redirect::to(&format!("{}?done=cancel", task_href(&id))).into_response())
 }
 

@@ -17,6 +17,7 @@ const NAV: &[(&str, &str)] = &[
     ("/dead", "Dead letters"),
     ("/workers", "Workers"),
     ("/queues", "Queues"),
+    ("/schedules", "Schedules"),
 ];
 
 /// A whole page. `current` is the nav path to mark as the current page.

@@ -7,7 +7,9 @@
 //! - `layout`: the page frame and navigation, and how values are shown.
 //! - one file per page: `overview`, `tasks` (the list), `task` (one task),
 //!   `actions` (cancel, requeue, change, each confirmed first), `dead` (dead
-//!   letters), `workers`, `queues`; `assets` serves the embedded files.
+//!   letters), `workers`, `queues`, `schedules` (the list and one schedule with
+//!   its runs) and `schedule_actions` (pause, resume, trigger, delete, each
+//!   confirmed first); `assets` serves the embedded files.
 //!
 //! Why server-rendered HTML: `cargo build` needs no Node, the pages work without
 //! JavaScript (htmx only refreshes the overview), and a strict Content Security
@@ -32,6 +34,8 @@ mod dead;
 mod layout;
 mod overview;
 mod queues;
+mod schedule_actions;
+mod schedules;
 mod task;
 mod tasks;
 mod workers;
@@ -72,9 +76,31 @@ pub fn router(broker: Arc<Broker>, tokens: &[TokenEntry]) -> Router {
             get(actions::change_form).post(actions::change),
         )
         .route("/dead", get(dead::page))
-        .route("/dead/requeue", get(dead::confirm).post(dead::requeue))
+        .route(
+            "/dead/requeue",
+            get(dead::confirm_requeue).post(dead::requeue),
+        )
+        .route("/dead/cancel", get(dead::confirm_cancel).post(dead::cancel))
         .route("/workers", get(workers::page))
         .route("/queues", get(queues::page))
+        .route("/schedules", get(schedules::list))
+        .route("/schedules/{id}", get(schedules::page))
+        .route(
+            "/schedules/{id}/pause",
+            get(schedule_actions::confirm_pause).post(schedule_actions::pause),
+        )
+        .route(
+            "/schedules/{id}/resume",
+            get(schedule_actions::confirm_resume).post(schedule_actions::resume),
+        )
+        .route(
+            "/schedules/{id}/trigger",
+            get(schedule_actions::confirm_trigger).post(schedule_actions::trigger),
+        )
+        .route(
+            "/schedules/{id}/delete",
+            get(schedule_actions::confirm_delete).post(schedule_actions::delete),
+        )
         .route("/login", get(auth::login_form).post(auth::login))
         .route("/logout", post(auth::logout))
         .route("/assets/{name}", get(assets::serve))

@@ -18,9 +18,10 @@ use crate::service::{Broker, Overview, QueueOverview};
 /// counts scan an index of every task (100-200 ms with a million tasks), and
 /// each open overview polls every 5 s.
 const FRESH_FOR: Duration = Duration::from_secs(2);
-/// An older overview is still shown at once while a new one is read in the
-/// background (stale-while-revalidate); past this age a request waits for it.
-const STALE_FOR: Duration = Duration::from_secs(30);
+/// An older overview is still shown at once, however old, while a new one is
+/// read in the background (stale-while-revalidate), so no view waits for the
+/// counts but the very first; past this age the page says how old it is.
+const SAY_AGE_AFTER: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 
 /// The latest overview, shared by all viewers.
 #[derive(Default)]
@@ -57,7 +58,7 @@ impl Cache {
         let inner = &self.0;
         match inner.latest() {
             Some((at, o)) if at.elapsed() < FRESH_FOR => return Ok(o),
-            Some((at, o)) if at.elapsed() < STALE_FOR => {
+            Some((_, o)) => {
                 if !inner.refreshing.swap(true, Ordering::AcqRel) {
                     let (inner, broker) = (inner.clone(), console.broker.clone());
                     tokio::spawn(async move {
@@ -84,10 +85,11 @@ pub async fn page(
     Extension(viewer): Extension<Viewer>,
 ) -> Result<Markup, PageError> {
     let o = console.overview.get(&console).await?;
+    let now = console.broker.clock().now();
     let body = html! {
         h1 { "Overview" }
         div #live hx-get="/overview/live" hx-trigger="every 5s" hx-swap="innerHTML" {
-            (live_view(&o))
+            (live_view(&o, now))
         }
     };
     Ok(layout::page("Overview", "/", Some(&viewer), body))
@@ -96,7 +98,7 @@ pub async fn page(
 /// The refreshing part alone.
 pub async fn live(State(console): State<Arc<Console>>) -> Result<Markup, PageError> {
     let o = console.overview.get(&console).await?;
-    Ok(live_view(&o))
+    Ok(live_view(&o, console.broker.clock().now()))
 }
 
 fn totals(o: &Overview) -> [(&'static str, u64); 4] {
@@ -109,9 +111,13 @@ fn totals(o: &Overview) -> [(&'static str, u64); 4] {
     ]
 }
 
-fn live_view(o: &Overview) -> Markup {
+fn live_view(o: &Overview, now: chrono::DateTime<chrono::Utc>) -> Markup {
     html! {
-        p.muted { "Updated " (layout::time(o.now)) " UTC · refreshes every 5 s" }
+        p.muted { "Updated " (layout::time(o.now)) " UTC"
+            @if now - o.now > SAY_AGE_AFTER {
+                " (" (layout::age(now, o.now)) " ago; newer counts are being read)"
+            }
+            " · refreshes every 5 s" }
         ul.cards aria-label="Totals" {
             @for (label, n) in totals(o) {
                 li { span.n { (count(n)) } " " span.l { (label) } }

@@ -151,6 +151,10 @@ pub async fn page(
                     dt { "Leased by" } dd { a href=(href("/tasks", &[("worker", w), ("state", "leased")])) { (w) } }
                     dt { "Lease expires (UTC)" } dd { (opt_time(task.lease_expires_at)) }
                 }
+                @if let Some(sid) = &task.schedule_id {
+                    dt { "Schedule" } dd { a.mono href={ "/schedules/" (layout::encode(sid)) } { (sid) }
+                        @if let Some(f) = task.fire_time { " (fire time " (time(f)) ")" } }
+                }
                 @if task.cancel_requested { dt { "Cancel requested" } dd { "yes" } }
                 dt { "Last error" } dd { (task.last_error.as_deref().unwrap_or("—")) }
             }
@@ -229,7 +233,11 @@ fn view_name(v: View) -> &'static str {
 
 /// The actions the stored state allows; each leads to a confirmation page.
 fn actions(base: &str, state: StoredState) -> Markup {
-    let cancel = matches!(state, StoredState::Pending | StoredState::Leased);
+    // A dead task's cancel takes it off the dead-letter list (dead -> cancelled).
+    let cancel = matches!(
+        state,
+        StoredState::Pending | StoredState::Leased | StoredState::Dead
+    );
     let requeue = matches!(state, StoredState::Dead | StoredState::Cancelled);
     let change = !matches!(state, StoredState::Leased | StoredState::Succeeded);
     html! {

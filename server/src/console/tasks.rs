@@ -1,4 +1,4 @@
-//! Tasks: filter by queue, state, key, worker, last error and creation time,
+//! Tasks: filter by queue, state, key, worker, schedule, last error and creation time,
 //! newest first, 50 per page. Paging is by keyset (the page token names the last
 //! task's sequence number), so a page costs the same on the millionth task.
 
@@ -25,6 +25,8 @@ pub struct TaskQuery {
     state: Option<String>,
     key: Option<String>,
     worker: Option<String>,
+    /// The schedule that made the tasks.
+    schedule: Option<String>,
     error: Option<String>,
     from: Option<String>,
     to: Option<String>,
@@ -83,7 +85,7 @@ impl TaskQuery {
             last_error: self.error.clone().filter(|e| !e.is_empty()),
             created_after: time("from", &self.from)?,
             created_before: time("to", &self.to)?,
-            schedule_id: None,
+            schedule_id: non_empty(&self.schedule),
             page_size: PAGE_SIZE,
             page_token: non_empty(&self.page).unwrap_or_default(),
         })
@@ -97,6 +99,7 @@ impl TaskQuery {
             ("state", v(&self.state)),
             ("key", v(&self.key)),
             ("worker", v(&self.worker)),
+            ("schedule", v(&self.schedule)),
             ("error", v(&self.error)),
             ("from", v(&self.from)),
             ("to", v(&self.to)),
@@ -125,6 +128,9 @@ pub async fn page(
     let pair_refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let body = html! {
         h1 { "Tasks" }
+        @if let Some(sid) = non_empty(&q.schedule) {
+            p.crumbs { "Made by schedule " a.mono href={ "/schedules/" (layout::encode(&sid)) } { (sid) } }
+        }
         (filter_form(&q))
         @if let Some(m) = &message { p.error role="alert" { (m) } }
         @if let Some(page) = &result {
@@ -205,6 +211,7 @@ fn filter_form(q: &TaskQuery) -> Markup {
             }
             div { label for="f-key" { "Key (in the queue)" } input #f-key name="key" value=(v(&q.key)); }
             div { label for="f-worker" { "Worker" } input #f-worker name="worker" value=(v(&q.worker)); }
+            div { label for="f-schedule" { "Schedule" } input #f-schedule name="schedule" value=(v(&q.schedule)); }
             div { label for="f-from" { "Created from (UTC)" }
                 input #f-from name="from" placeholder="2026-11-23T10:00" value=(v(&q.from)); }
             div { label for="f-to" { "Created before (UTC)" }

@@ -43,20 +43,46 @@ pub struct UpdateTask {
 }
 
 const PAGE_TOKEN_PREFIX: &str = "v1:";
+/// A page of a list in creation order (a created_after/created_before filter).
+const CREATED_TOKEN_PREFIX: &str = "v2:";
 
-fn encode_page_token(seq: i64) -> String {
-    URL_SAFE_NO_PAD.encode(format!("{PAGE_TOKEN_PREFIX}{seq}"))
+/// Where the next page starts: after the task with this sequence number (and, in
+/// a list in creation order, this creation time in epoch ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PagePos {
+    Seq(i64),
+    Created(i64, i64),
 }
 
-fn decode_page_token(token: &str) -> Result<Option<i64>, Invalid> {
+fn encode_page_token(pos: PagePos) -> String {
+    let text = match pos {
+        PagePos::Seq(seq) => format!("{PAGE_TOKEN_PREFIX}{seq}"),
+        PagePos::Created(at, seq) => format!("{CREATED_TOKEN_PREFIX}{at}:{seq}"),
+    };
+    URL_SAFE_NO_PAD.encode(text)
+}
+
+fn decode_page_token(token: &str) -> Result<Option<PagePos>, Invalid> {
     if token.is_empty() {
         return Ok(None);
     }
     let bad = || Invalid::new("page_token", "is not a token from a previous response");
     let raw = URL_SAFE_NO_PAD.decode(token).map_err(|_| bad())?;
     let text = String::from_utf8(raw).map_err(|_| bad())?;
-    let seq = text.strip_prefix(PAGE_TOKEN_PREFIX).ok_or_else(bad)?;
-    seq.parse().map(Some).map_err(|_| bad())
+    if let Some(seq) = text.strip_prefix(PAGE_TOKEN_PREFIX) {
+        return seq
+            .parse()
+            .map(|s| Some(PagePos::Seq(s)))
+            .map_err(|_| bad());
+    }
+    let (at, seq) = text
+        .strip_prefix(CREATED_TOKEN_PREFIX)
+        .and_then(|t| t.split_once(':'))
+        .ok_or_else(bad)?;
+    match (at.parse(), seq.parse()) {
+        (Ok(at), Ok(seq)) => Ok(Some(PagePos::Created(at, seq))),
+        _ => Err(bad()),
+    }
 }
 
 fn state_name(s: StoredState) -> &'static str {
@@ -108,6 +134,26 @@ impl Broker {
             validate::queue_name("schedule_id", s)?;
         }
         let now = self.clock.now();
+        // A list with a creation-time filter is in creation order (so the page is
+        // read from the creation-time index, however few tasks the range holds).
+        let by_created = req.created_after.is_some() || req.created_before.is_some();
+        let (before_seq, before_created) = match (decode_page_token(&req.page_token)?, by_created) {
+            (None, _) => (None, None),
+            (Some(PagePos::Seq(seq)), false) => (Some(seq), None),
+            (Some(PagePos::Created(at, seq)), true) => (
+                Some(seq),
+                Some(DateTime::from_timestamp_millis(at).ok_or_else(|| {
+                    Invalid::new("page_token", "is not a token from a previous response")
+                })?),
+            ),
+            _ => {
+                return Err(Invalid::new(
+                    "page_token",
+                    "is from a list with other creation-time filters",
+                )
+                .into());
+            }
+        };
         let filter = TaskFilter {
             queue: req.queue,
             states: req.states,
@@ -117,7 +163,8 @@ impl Broker {
             created_after: req.created_after,
             created_before: req.created_before,
             schedule_id: req.schedule_id,
-            before_seq: decode_page_token(&req.page_token)?,
+            before_seq,
+            before_created,
             limit: size + 1,
             now,
         };
@@ -126,7 +173,13 @@ impl Broker {
             tasks.truncate(size as usize);
             tasks
                 .last()
-                .map(|t| encode_page_token(t.seq))
+                .map(|t| {
+                    encode_page_token(if by_created {
+                        PagePos::Created(t.created_at.timestamp_millis(), t.seq)
+                    } else {
+                        PagePos::Seq(t.seq)
+                    })
+                })
                 .unwrap_or_default()
         } else {
             String::new()
@@ -222,7 +275,13 @@ mod tests {
 
     #[test]
     fn page_tokens_round_trip_and_reject_garbage() {
-        assert_eq!(decode_page_token(&encode_page_token(42)).unwrap(), Some(42));
+        for pos in [PagePos::Seq(42), PagePos::Created(1_700_000_000_123, 42)] {
+            assert_eq!(
+                decode_page_token(&encode_page_token(pos)).unwrap(),
+                Some(pos)
+            );
+        }
+        assert!(decode_page_token(&URL_SAFE_NO_PAD.encode("v2:1:x")).is_err());
         assert_eq!(decode_page_token("").unwrap(), None);
         assert!(decode_page_token("!!!").is_err());
         assert!(decode_page_token(&URL_SAFE_NO_PAD.encode("v2:1")).is_err());

@@ -1,6 +1,6 @@
 //! Reads of the broker as a whole, for the console: the overview (counts,
 //! last hour's throughput and failure rate, run-time percentiles), dead tasks
-//! grouped by error and their bulk requeue, and the workers holding leases.
+//! grouped by error and their bulk requeue or cancel, and the workers holding leases.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,7 +8,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::{Broker, ServiceError};
+use crate::domain::StoredState;
 use crate::domain::validate::{self, Invalid};
+use crate::store::CancelDeadParams;
 use crate::store::{
     AttemptDurationParams, AttemptHistogramParams, DeadGroup, DeadGroupParams, LeaseHolder,
     LeaseHolderParams, QueueStatsRecord, RequeueDeadParams,
@@ -160,6 +162,40 @@ impl Broker {
             self.dispatch.wake(Some(&p.queue));
         }
         Ok(n)
+    }
+
+    /// Cancels up to [`REQUEUE_BATCH`] dead tasks of `queue` that failed with
+    /// `error` (dead -> cancelled: off the dead-letter list, history kept, and
+    /// requeueable still); returns how many.
+    pub async fn cancel_dead(&self, queue: String, error: String) -> Result<u64, ServiceError> {
+        validate::queue_name("queue", &queue)?;
+        let p = CancelDeadParams {
+            queue,
+            error: Some(error),
+            task_id: None,
+            limit: REQUEUE_BATCH,
+            now: self.clock.now(),
+        };
+        Ok(self.store().task_cancel_dead(&p).await?)
+    }
+
+    /// Cancels one dead task (dead -> cancelled); FAILED_PRECONDITION when it is
+    /// not dead.
+    pub async fn cancel_dead_task(&self, task_id: &str) -> Result<(), ServiceError> {
+        let task = self.get_task(task_id).await?;
+        let p = CancelDeadParams {
+            queue: task.queue.clone(),
+            error: None,
+            task_id: Some(task.id.clone()),
+            limit: 1,
+            now: self.clock.now(),
+        };
+        if task.state != StoredState::Dead || self.store().task_cancel_dead(&p).await? == 0 {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "cannot cancel task {task_id} as a dead letter: it is no longer dead"
+            )));
+        }
+        Ok(())
     }
 
     /// The workers holding leases now, with what they hold per queue.

@@ -280,6 +280,10 @@ pub struct TaskFilter {
     pub before_seq: Option<i64>,
     pub limit: u32,
     pub now: DateTime<Utc>,
+    /// With `created_after` or `created_before` the list is in creation order
+    /// (newest first, then by sequence number) and a page starts after the task
+    /// created at `before_created` with sequence number `before_seq`.
+    pub before_created: Option<DateTime<Utc>>,
 }
 
 /// The changes of UpdateTask; `None` leaves a field alone.
@@ -547,6 +551,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// The workers that hold leases now, one row per (worker, address, queue).
     async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>>;
+
+    /// Cancels up to `limit` dead tasks of one queue (and error, or one task):
+    /// dead -> cancelled, keeping attempts, last error and finished time; returns how many.
+    async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64>;
 }
 
 /// Opens the store a URL names: `sqlite://PATH` (created if missing) or `postgres://...`.

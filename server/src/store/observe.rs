@@ -78,6 +78,20 @@ pub struct RequeueDeadParams {
     pub now: DateTime<Utc>,
 }
 
+/// Cancels dead tasks (dead -> cancelled): the console's "cancel" of dead
+/// letters, which takes them off the dead-letter list and keeps their history.
+#[derive(Debug, Clone)]
+pub struct CancelDeadParams {
+    pub queue: String,
+    /// Exactly this last error (`""` for tasks without one); `None`: any.
+    pub error: Option<String>,
+    /// Only this task.
+    pub task_id: Option<String>,
+    /// At most this many tasks per call, the oldest first.
+    pub limit: u32,
+    pub now: DateTime<Utc>,
+}
+
 /// A worker as seen from the leases it holds now (until workers register).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseHolder {

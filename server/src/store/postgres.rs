@@ -24,6 +24,9 @@ use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
 // Schedules (migration 0006).
 mod schedule;
 
+// The console's dead letters.
+mod dead;
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
 /// The NOTIFY channel that carries queue names of newly pending tasks.
@@ -865,14 +868,30 @@ impl Store for PostgresStore {
         if let Some(schedule) = &f.schedule_id {
             qb.push(" AND schedule_id = ").push_bind(schedule);
         }
-        if let Some(seq) = f.before_seq {
-            qb.push(" AND seq < ").push_bind(seq);
+        // A creation-time range is read in creation order, from its index.
+        let by_created = f.created_after.is_some() || f.created_before.is_some();
+        match (f.before_created, f.before_seq) {
+            (Some(at), Some(seq)) if by_created => {
+                qb.push(" AND (created_at, seq) < (")
+                    .push_bind(ms(at))
+                    .push(", ")
+                    .push_bind(seq)
+                    .push(")");
+            }
+            (_, Some(seq)) => {
+                qb.push(" AND seq < ").push_bind(seq);
+            }
+            _ => {}
         }
         if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
             qb.push(" AND ").push(sql);
         }
-        qb.push(" ORDER BY seq DESC LIMIT ")
-            .push_bind(i64::from(f.limit));
+        qb.push(if by_created {
+            " ORDER BY created_at DESC, seq DESC LIMIT "
+        } else {
+            " ORDER BY seq DESC LIMIT "
+        })
+        .push_bind(i64::from(f.limit));
         qb.build_query_as::<TaskRow>()
             .fetch_all(&self.pool)
             .await?
@@ -1012,15 +1031,23 @@ impl Store for PostgresStore {
     ) -> StoreResult<Vec<QueueStatsRecord>> {
         let now = ms(now);
         let all = queues.is_empty();
-        let counts: Vec<(String, String, bool, i64, i64)> = sqlx::query_as(
-            "SELECT queue, state, run_at > $1 AS later, COUNT(*), MIN(run_at) FROM tasks \
-             WHERE $2 OR queue = ANY($3) GROUP BY queue, state, later",
-        )
-        .bind(now)
-        .bind(all)
-        .bind(queues)
-        .fetch_all(&self.pool)
-        .await?;
+        // Two index-only scans instead of one over the table: finished and leased
+        // rows through the (queue, state) index, pending rows through the lease index.
+        let mut qb = sqlx::QueryBuilder::<Postgres>::new(
+            "SELECT queue, state, FALSE, COUNT(*), 0::BIGINT FROM tasks WHERE state <> 'pending'",
+        );
+        if !all {
+            qb.push(" AND queue = ANY(").push_bind(queues).push(")");
+        }
+        qb.push(" GROUP BY queue, state UNION ALL SELECT queue, state, run_at > ")
+            .push_bind(now)
+            .push(" AS later, COUNT(*), MIN(run_at) FROM tasks WHERE state = 'pending'");
+        if !all {
+            qb.push(" AND queue = ANY(").push_bind(queues).push(")");
+        }
+        qb.push(" GROUP BY queue, state, later");
+        let counts: Vec<(String, String, bool, i64, i64)> =
+            qb.build_query_as().fetch_all(&self.pool).await?;
         let recent: Vec<(String, String, i64)> = sqlx::query_as(
             "SELECT t.queue, a.outcome, COUNT(*) FROM task_attempts a \
              JOIN tasks t ON t.id = a.task_id WHERE a.finished_at >= $1 \
@@ -1177,11 +1204,13 @@ impl Store for PostgresStore {
     async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> StoreResult<u64> {
         let mut tx = self.pool.begin().await?;
         let n = sqlx::query(
-            "UPDATE tasks SET state = 'pending', run_at = $1, \
+            // A CTE runs once (an IN subquery may be rescanned per row, past the limit).
+            "WITH picked AS (SELECT seq FROM tasks WHERE queue = $2 AND state = 'dead' \
+               AND COALESCE(last_error, '') = $3 ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED) \
+             UPDATE tasks t SET state = 'pending', run_at = $1, \
                attempts_allowed = attempt + max_attempts, cancel_requested = FALSE, \
                finished_at = NULL, updated_at = $1 \
-             WHERE seq IN (SELECT seq FROM tasks WHERE queue = $2 AND state = 'dead' \
-               AND COALESCE(last_error, '') = $3 ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED)",
+             FROM picked WHERE t.seq = picked.seq",
         )
         .bind(ms(p.now))
         .bind(&p.queue)
@@ -1208,5 +1237,9 @@ impl Store for PostgresStore {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(observe::holder_row).collect())
+    }
+
+    async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64> {
+        dead::task_cancel_dead(&self.pool, p).await
     }
 }

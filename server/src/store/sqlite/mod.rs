@@ -320,4 +320,8 @@ impl Store for SqliteStore {
     async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>> {
         observe::lease_holders(&self.reader, p).await
     }
+
+    async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64> {
+        write!(self, observe::task_cancel_dead, [p], &p)
+    }
 }

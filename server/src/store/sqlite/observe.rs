@@ -54,36 +54,46 @@ pub(super) async fn task_dead_groups(
     r: &SqlitePool,
     p: &DeadGroupParams,
 ) -> StoreResult<Vec<DeadGroup>> {
-    // Dead rows are read through the (queue, state) index, one queue at a time;
-    // without a queue, the queue names come from a skip scan of that index.
-    // (`state <> 'pending'` is the index's own condition: SQLite does not infer it.)
-    let mut qb = match &p.queue {
-        Some(q) => {
-            let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
-                "SELECT t.queue, COALESCE(t.last_error, '') AS e, COUNT(*) AS n, \
-                 MAX(t.finished_at) FROM tasks t WHERE t.queue = ",
-            );
-            qb.push_bind(q);
-            qb
-        }
-        None => sqlx::QueryBuilder::<Sqlite>::new(
-            "WITH RECURSIVE qs(q) AS ( \
-               SELECT MIN(queue) FROM tasks WHERE state <> 'pending' \
-               UNION ALL \
-               SELECT (SELECT MIN(queue) FROM tasks WHERE state <> 'pending' AND queue > qs.q) \
-               FROM qs WHERE qs.q IS NOT NULL) \
-             SELECT t.queue, COALESCE(t.last_error, '') AS e, COUNT(*) AS n, MAX(t.finished_at) \
-             FROM qs CROSS JOIN tasks t WHERE t.queue = qs.q",
-        ),
-    };
-    qb.push(" AND t.state = 'dead' AND t.state <> 'pending'");
-    if let Some(e) = &p.error {
-        qb.push(" AND COALESCE(t.last_error, '') = ").push_bind(e);
+    // Counted from the dead-letter index alone (migration 0007), in its order:
+    // grouping by the stored error rather than COALESCE(last_error, '') spares a
+    // sort, and the rare NULL and '' groups of one queue are merged below.
+    let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
+        "SELECT queue, last_error, COUNT(*) AS n, MAX(finished_at) FROM tasks \
+         WHERE state = 'dead'",
+    );
+    if let Some(q) = &p.queue {
+        qb.push(" AND queue = ").push_bind(q);
     }
-    qb.push(" GROUP BY t.queue, e ORDER BY n DESC, t.queue, e LIMIT ")
-        .push_bind(i64::from(p.limit));
-    let rows: Vec<(String, String, i64, Option<i64>)> = qb.build_query_as().fetch_all(r).await?;
-    Ok(rows.into_iter().map(dead_group_row).collect())
+    match p.error.as_deref() {
+        Some("") => {
+            qb.push(" AND (last_error IS NULL OR last_error = '')");
+        }
+        Some(e) => {
+            qb.push(" AND last_error = ").push_bind(e);
+        }
+        None => {}
+    }
+    qb.push(" GROUP BY queue, last_error ORDER BY n DESC, queue, last_error LIMIT ")
+        .push_bind(i64::from(p.limit) + 1);
+    let rows: Vec<(String, Option<String>, i64, Option<i64>)> =
+        qb.build_query_as().fetch_all(r).await?;
+    let mut groups: Vec<DeadGroup> = Vec::with_capacity(rows.len());
+    for (queue, error, n, last) in rows {
+        let g = dead_group_row((queue, error.unwrap_or_default(), n, last));
+        match groups
+            .iter_mut()
+            .find(|x| x.queue == g.queue && x.error == g.error)
+        {
+            Some(x) => {
+                x.count += g.count;
+                x.last_finished_at = x.last_finished_at.max(g.last_finished_at);
+            }
+            None => groups.push(g),
+        }
+    }
+    groups.sort_by(|a, b| (b.count, &a.queue, &a.error).cmp(&(a.count, &b.queue, &b.error)));
+    groups.truncate(p.limit as usize);
+    Ok(groups)
 }
 
 pub(super) fn task_requeue_dead(
@@ -123,4 +133,22 @@ pub(super) async fn lease_holders(
     .fetch_all(r)
     .await?;
     Ok(rows.into_iter().map(holder_row).collect())
+}
+
+pub(super) fn task_cancel_dead(c: &rusqlite::Connection, p: &CancelDeadParams) -> StoreResult<u64> {
+    let n = c
+        .prepare_cached(
+            "UPDATE tasks SET state = 'cancelled', cancel_requested = 0, updated_at = ?1 \
+             WHERE seq IN (SELECT seq FROM tasks WHERE queue = ?2 AND state = 'dead' \
+               AND state <> 'pending' AND (?3 IS NULL OR COALESCE(last_error, '') = ?3) \
+               AND (?4 IS NULL OR id = ?4) ORDER BY seq LIMIT ?5)",
+        )?
+        .execute(rusqlite::params![
+            ms(p.now),
+            p.queue,
+            p.error,
+            p.task_id,
+            i64::from(p.limit)
+        ])?;
+    Ok(n as u64)
 }

@@ -82,8 +82,21 @@ pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec
     if let Some(schedule) = &f.schedule_id {
         qb.push(" AND schedule_id = ").push_bind(schedule);
     }
-    if let Some(seq) = f.before_seq {
-        qb.push(" AND seq < ").push_bind(seq);
+    // A creation-time range is read in creation order from its index (the rowid,
+    // seq, ends every SQLite index), so an empty range costs what a full page does.
+    let by_created = f.created_after.is_some() || f.created_before.is_some();
+    match (f.before_created, f.before_seq) {
+        (Some(at), Some(seq)) if by_created => {
+            qb.push(" AND (created_at, seq) < (")
+                .push_bind(ms(at))
+                .push(", ")
+                .push_bind(seq)
+                .push(")");
+        }
+        (_, Some(seq)) => {
+            qb.push(" AND seq < ").push_bind(seq);
+        }
+        _ => {}
     }
     if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
         qb.push(" AND ").push(sql);
@@ -104,9 +117,16 @@ pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec
     } else if f.queue.is_some() && only(&[TaskState::Ready, TaskState::Scheduled]) {
         qb.push(" AND state = 'pending'");
     }
-    qb.push(order)
-        .push_bind(f.limit)
-        .push(") ORDER BY seq DESC");
+    let mut outer = ") ORDER BY seq DESC";
+    if by_created {
+        order = if order.contains('+') {
+            " ORDER BY +created_at DESC, seq DESC LIMIT "
+        } else {
+            " ORDER BY created_at DESC, seq DESC LIMIT "
+        };
+        outer = ") ORDER BY created_at DESC, seq DESC";
+    }
+    qb.push(order).push_bind(f.limit).push(outer);
     qb.build_query_as::<TaskRow>()
         .fetch_all(r)
         .await?

@@ -1,0 +1,33 @@
+//! Dead letters on Postgres: the console's cancel of dead tasks.
+
+use sqlx::{PgPool, Postgres};
+
+use super::super::row::ms;
+use super::super::*;
+
+/// Dead -> cancelled for up to `limit` tasks, oldest first; rows another
+/// transaction holds are skipped (a requeue racing this one keeps them).
+pub(super) async fn task_cancel_dead(pool: &PgPool, p: &CancelDeadParams) -> StoreResult<u64> {
+    // The rows are picked in a CTE, which runs once: a `seq IN (SELECT .. LIMIT
+    // .. FOR UPDATE SKIP LOCKED)` may be planned as a semi-join that runs the
+    // subquery again per row, skipping the rows this statement already changed
+    // and so going past the limit.
+    let mut qb =
+        sqlx::QueryBuilder::<Postgres>::new("WITH picked AS (SELECT seq FROM tasks WHERE queue = ");
+    qb.push_bind(&p.queue).push(" AND state = 'dead'");
+    if let Some(e) = &p.error {
+        qb.push(" AND COALESCE(last_error, '') = ").push_bind(e);
+    }
+    if let Some(id) = &p.task_id {
+        qb.push(" AND id = ").push_bind(id);
+    }
+    qb.push(" ORDER BY seq LIMIT ")
+        .push_bind(i64::from(p.limit))
+        .push(
+            " FOR UPDATE SKIP LOCKED) \
+             UPDATE tasks t SET state = 'cancelled', cancel_requested = FALSE, updated_at = ",
+        )
+        .push_bind(ms(p.now))
+        .push(" FROM picked WHERE t.seq = picked.seq");
+    Ok(qb.build().execute(pool).await?.rows_affected())
+}
