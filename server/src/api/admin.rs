@@ -164,4 +164,20 @@ impl AdminService for AdminApi {
                 .collect(),
         }))
     }
+
+    // ---- Routing (issue 13): the worker registry ----
+
+    async fn list_workers(
+        &self,
+        _request: Request<pb::ListWorkersRequest>,
+    ) -> Result<Response<pb::ListWorkersResponse>, Status> {
+        Err(Status::unimplemented("ListWorkers is not implemented yet"))
+    }
+
+    async fn get_worker(
+        &self,
+        _request: Request<pb::GetWorkerRequest>,
+    ) -> Result<Response<pb::GetWorkerResponse>, Status> {
+        Err(Status::unimplemented("GetWorker is not implemented yet"))
+    }
 }

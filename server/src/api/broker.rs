@@ -140,6 +140,7 @@ impl BrokerService for BrokerApi {
                 .map(|r| pb::SubmitResult {
                     task_id: r.task_id,
                     deduplicated: r.deduplicated,
+                    copy_task_ids: Vec::new(),
                 })
                 .collect(),
         }))
