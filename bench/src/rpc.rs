@@ -116,6 +116,7 @@ pub async fn submit(
 /// A long-poll Lease of up to `max_tasks` tasks of `queue`.
 pub fn lease_request(worker_id: &str, queue: &str, max_tasks: u32) -> tonic::Request<LeaseRequest> {
     let mut request = tonic::Request::new(LeaseRequest {
+        labels: Default::default(),
         worker_id: worker_id.to_string(),
         queues: vec![queue.to_string()],
         max_tasks,

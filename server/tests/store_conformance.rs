@@ -32,6 +32,7 @@ fn t0() -> DateTime<Utc> {
 
 fn task(queue: &str, n: usize) -> NewTask {
     NewTask {
+        routing: Default::default(),
         id: uuid_like(n),
         queue: queue.into(),
         key: None,
@@ -54,6 +55,7 @@ fn uuid_like(n: usize) -> String {
 
 fn lease_params(queue: &str, max: u32, now: DateTime<Utc>) -> LeaseParams {
     LeaseParams {
+        routing: Default::default(),
         queues: vec![queue.into()],
         max_tasks: max,
         max_reply_bytes: 4 << 20,
@@ -239,6 +241,7 @@ async fn leases_extend_settle_and_reclaim_by_the_given_clock(b: Backend) {
         Settled::AlreadySettled(_)
     ));
     let stale = FailParams {
+        prefer_same_worker: false,
         task_id: b2.id.clone(),
         lease_token: b2.lease_token.clone().unwrap(),
         error: "late".into(),
@@ -364,6 +367,7 @@ async fn a_stale_holder_is_refused_even_beside_the_live_one(b: Backend) {
     };
     assert_eq!(s.task_checkpoint(&cp).await.unwrap(), Settled::LeaseLost);
     let fail = FailParams {
+        prefer_same_worker: false,
         task_id: live.id.clone(),
         lease_token: stale.clone(),
         error: "late".into(),
@@ -494,6 +498,7 @@ async fn settle_all(s: &Arc<dyn Store>, queue: &str, at: i64, ran: i64, ok: bool
             ));
         } else {
             let p = FailParams {
+                prefer_same_worker: false,
                 task_id: t.id,
                 lease_token: token,
                 error: error.into(),

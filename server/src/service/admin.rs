@@ -20,6 +20,8 @@ pub struct ListTasks {
     pub created_after: Option<DateTime<Utc>>,
     pub created_before: Option<DateTime<Utc>>,
     pub schedule_id: Option<String>,
+    /// Only the copies of this fan-out group (routing, issue 13).
+    pub fanout_group: Option<String>,
     pub page_size: i32,
     pub page_token: String,
 }
@@ -107,6 +109,9 @@ impl Broker {
         if let Some(s) = &req.schedule_id {
             validate::queue_name("schedule_id", s)?;
         }
+        if let Some(g) = &req.fanout_group {
+            validate::identifier("fanout_group", g, 64)?;
+        }
         let now = self.clock.now();
         let filter = TaskFilter {
             queue: req.queue,
@@ -117,6 +122,7 @@ impl Broker {
             created_after: req.created_after,
             created_before: req.created_before,
             schedule_id: req.schedule_id,
+            fanout_group: req.fanout_group,
             before_seq: decode_page_token(&req.page_token)?,
             limit: size + 1,
             now,

@@ -85,6 +85,9 @@ pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec
     if let Some(seq) = f.before_seq {
         qb.push(" AND seq < ").push_bind(seq);
     }
+    if let Some(group) = &f.fanout_group {
+        qb.push(" AND fanout_group = ").push_bind(group);
+    }
     if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
         qb.push(" AND ").push(sql);
     }
