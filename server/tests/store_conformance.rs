@@ -6,6 +6,10 @@ mod common;
 #[path = "store_conformance/schedules.rs"]
 mod schedules;
 use schedules::*;
+// Routing (issue 13).
+#[path = "store_conformance/routing.rs"]
+mod routing;
+use routing::*;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -703,6 +707,19 @@ both_backends!(
     schedule_due_reads_only_due_unpaused_schedules_in_order,
     schedule_fire_records_each_fire_time_and_its_task_once,
     two_stores_racing_on_due_schedules_fire_each_once,
+    // Routing (issue 13).
+    a_task_targeted_by_worker_id_goes_only_to_that_worker,
+    a_task_targeted_by_labels_goes_to_a_worker_with_all_of_them,
+    a_task_nobody_may_take_does_not_block_the_tasks_behind_it,
+    a_soft_sticky_retry_waits_for_its_worker_until_the_timeout,
+    a_hard_sticky_retry_waits_for_its_worker_only,
+    prefer_same_worker_reserves_one_retry_softly,
+    six_copies_to_twenty_workers_are_each_done_once_by_six_workers,
+    a_worker_that_completed_a_copy_never_gets_another,
+    a_worker_never_holds_more_leases_of_a_queue_than_its_cap,
+    requests_served_together_get_only_tasks_they_may_take,
+    targets_sticky_fanout_and_caps_combine,
+    workers_are_recorded_and_listed_with_their_leases,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

@@ -6,9 +6,9 @@ use tonic::{Request, Response, Status};
 
 use super::convert::{self, timestamp};
 use super::error::{invalid, status};
+use crate::domain::validate::Invalid;
 use crate::pb;
 use crate::pb::admin_service_server::AdminService;
-use crate::domain::validate::Invalid;
 use crate::service::{Broker, ListTasks, UpdateTask};
 use crate::store::TaskRecord;
 
@@ -197,11 +197,7 @@ impl AdminService for AdminApi {
         request: Request<pb::GetWorkerRequest>,
     ) -> Result<Response<pb::GetWorkerResponse>, Status> {
         let r = request.into_inner();
-        let (worker, leases) = self
-            .broker
-            .get_worker(&r.worker_id)
-            .await
-            .map_err(status)?;
+        let (worker, leases) = self.broker.get_worker(&r.worker_id).await.map_err(status)?;
         Ok(Response::new(pb::GetWorkerResponse {
             worker: Some(convert::worker(worker)),
             leases: leases.into_iter().map(convert::worker_lease).collect(),

@@ -178,9 +178,9 @@ pub fn reservation(
     };
     let until = match policy {
         Sticky::Hard => None,
-        Sticky::Soft(t) => Some(
-            now + chrono::Duration::from_std(t).unwrap_or_else(|_| chrono::Duration::days(1)),
-        ),
+        Sticky::Soft(t) => {
+            Some(now + chrono::Duration::from_std(t).unwrap_or_else(|_| chrono::Duration::days(1)))
+        }
     };
     Some((worker_id.to_string(), until))
 }
@@ -207,7 +207,9 @@ mod tests {
             "labels"
         );
         assert_eq!(
-            labels("labels", &map(&[("gpu", "a 100")])).unwrap_err().field,
+            labels("labels", &map(&[("gpu", "a 100")]))
+                .unwrap_err()
+                .field,
             "labels.gpu"
         );
         assert!(labels("labels", &map(&[(&"k".repeat(64), "x")])).is_err());

@@ -92,7 +92,9 @@ impl Broker {
         if total > u64::from(MAX_COPIES) {
             return Err(Invalid::new(
                 "tasks",
-                format!("would create {total} tasks (fan-out copies included), more than {MAX_COPIES}"),
+                format!(
+                    "would create {total} tasks (fan-out copies included), more than {MAX_COPIES}"
+                ),
             )
             .into());
         }

@@ -129,11 +129,9 @@ impl Broker {
         }
         routing::labels("labels", &req.labels)?;
         if req.page_size > MAX_PAGE {
-            return Err(Invalid::new(
-                "page_size",
-                format!("must be between 0 and {MAX_PAGE}"),
-            )
-            .into());
+            return Err(
+                Invalid::new("page_size", format!("must be between 0 and {MAX_PAGE}")).into(),
+            );
         }
         if let Some(t) = &req.page_token {
             validate::identifier("page_token", t, 256)?;

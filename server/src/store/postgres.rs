@@ -336,7 +336,7 @@ macro_rules! routing_may_take {
             WHERE c.fanout_group = tasks.fanout_group AND c.leased_by = ($4::text[])[i] \
               AND c.state IN ('leased', 'succeeded'))) \
           AND (q.cap = 0 OR EXISTS (SELECT 1 FROM room r \
-            WHERE r.name = q.name AND r.i = i AND r.room > 0)))"
+            WHERE r.name = q.name AND r.req = i AND r.room > 0)))"
     };
 }
 
@@ -515,7 +515,7 @@ impl Store for PostgresStore {
         // fan-out group.
         let rows: Vec<(TaskRow, i64)> = sqlx::query(concat!(
             "WITH room AS ( \
-               SELECT q.name, i, q.cap - ( \
+               SELECT q.name, i AS req, q.cap - ( \
                  SELECT count(*) FROM tasks h WHERE h.state = 'leased' \
                    AND h.leased_by = ($4::text[])[i] AND h.queue = q.name) AS room \
                FROM UNNEST($1::text[], $10::int[]) AS q(name, cap), \
@@ -563,7 +563,7 @@ impl Store for PostgresStore {
                WHERE nth <= ($11::int[])[req] \
                  AND (NOT fanout_distinct OR nth_copy = 1) \
                  AND nth_queue <= COALESCE((SELECT m.room FROM room m \
-                   WHERE m.name = r.queue AND m.i = r.req), 2147483647)), \
+                   WHERE m.name = r.queue AND m.req = r.req), 2147483647)), \
              picked AS ( \
                SELECT seq, req FROM ( \
                  SELECT seq, req, size, sum(size) OVER (PARTITION BY req ORDER BY rn) AS total \

@@ -80,7 +80,8 @@ pub(super) async fn reserve_retry(
     row: &TaskRow,
     p: &FailParams,
 ) -> StoreResult<()> {
-    let sticky = crate::domain::routing::Sticky::parse(row.sticky.as_deref(), row.sticky_timeout_ms);
+    let sticky =
+        crate::domain::routing::Sticky::parse(row.sticky.as_deref(), row.sticky_timeout_ms);
     let worker = row.leased_by.as_deref().unwrap_or_default();
     let reserved = reservation(sticky, p.prefer_same_worker, worker, p.now);
     if reserved.is_none() && row.reserved_for.is_none() {
@@ -159,11 +160,11 @@ fn minute_before(now: DateTime<Utc>) -> i64 {
 }
 
 pub(super) async fn worker_list(pool: &PgPool, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
-    let mut qb = sqlx::QueryBuilder::<Postgres>::new(WORKER_SELECT.replace(
-        "$1",
-        &minute_before(f.now).to_string(),
-    ));
-    qb.push(" WHERE w.last_seen >= ").push_bind(ms(f.seen_since));
+    let mut qb = sqlx::QueryBuilder::<Postgres>::new(
+        WORKER_SELECT.replace("$1", &minute_before(f.now).to_string()),
+    );
+    qb.push(" WHERE w.last_seen >= ")
+        .push_bind(ms(f.seen_since));
     if let Some(queue) = &f.queue {
         qb.push(" AND w.queues::jsonb ? ").push_bind(queue);
     }

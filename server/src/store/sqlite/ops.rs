@@ -365,9 +365,15 @@ pub(super) fn task_lease_many(
     // Routing (issue 13): a request that got less than its share (tasks it may
     // not take, or its cap) leaves tasks behind that the others may take: they
     // ask again for what they still want, in request order.
-    if out.iter().zip(&shares).any(|(got, &share)| got.len() < share as usize) {
+    if out
+        .iter()
+        .zip(&shares)
+        .any(|(got, &share)| got.len() < share as usize)
+    {
         for (p, got) in ps.iter().zip(out.iter_mut()) {
-            let more = p.max_tasks.saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
+            let more = p
+                .max_tasks
+                .saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
             if more == 0 {
                 continue;
             }

@@ -123,10 +123,14 @@ fn minute_before(now: DateTime<Utc>) -> i64 {
     ms(now) - 60_000
 }
 
-pub(super) async fn worker_list(r: &SqlitePool, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
+pub(super) async fn worker_list(
+    r: &SqlitePool,
+    f: &WorkerFilter,
+) -> StoreResult<Vec<WorkerRecord>> {
     let mut qb = sqlx::QueryBuilder::<Sqlite>::new("");
     qb.push(WORKER_SELECT.replace('?', &minute_before(f.now).to_string()));
-    qb.push(" WHERE w.last_seen >= ").push_bind(ms(f.seen_since));
+    qb.push(" WHERE w.last_seen >= ")
+        .push_bind(ms(f.seen_since));
     if let Some(queue) = &f.queue {
         qb.push(" AND EXISTS (SELECT 1 FROM json_each(w.queues) q WHERE q.value = ")
             .push_bind(queue)
