@@ -207,46 +207,6 @@ pub fn grpc_timeout(meta: &tonic::metadata::MetadataMap) -> Option<Duration> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn negative_durations_are_rejected_with_their_field() {
-        let d = prost_types::Duration {
-            seconds: -1,
-            nanos: 0,
-        };
-        assert_eq!(duration("wait", Some(&d)).unwrap_err().field, "wait");
-        assert_eq!(duration("wait", None).unwrap(), None);
-    }
-
-    #[test]
-    fn absurd_timestamps_are_rejected() {
-        let t = prost_types::Timestamp {
-            seconds: i64::MAX,
-            nanos: 0,
-        };
-        assert!(timestamp("run_at", Some(&t)).is_err());
-        let t = prost_types::Timestamp {
-            seconds: 0,
-            nanos: -5,
-        };
-        assert!(timestamp("run_at", Some(&t)).is_err());
-    }
-
-    #[test]
-    fn grpc_timeout_units_parse() {
-        let mut m = tonic::metadata::MetadataMap::new();
-        m.insert("grpc-timeout", "1500m".parse().unwrap());
-        assert_eq!(grpc_timeout(&m), Some(Duration::from_millis(1500)));
-        m.insert("grpc-timeout", "2S".parse().unwrap());
-        assert_eq!(grpc_timeout(&m), Some(Duration::from_secs(2)));
-        m.insert("grpc-timeout", "x".parse().unwrap());
-        assert_eq!(grpc_timeout(&m), None);
-    }
-}
-
 // ---- Routing (issue 13) ----
 
 pub fn target_from_pb(t: pb::Target) -> crate::domain::routing::Target {
@@ -319,5 +279,45 @@ pub fn worker_lease(l: crate::store::WorkerLeaseRecord) -> pb::WorkerLease {
         attempt: l.attempt,
         leased_at: l.leased_at.map(to_timestamp),
         lease_expires_at: l.lease_expires_at.map(to_timestamp),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negative_durations_are_rejected_with_their_field() {
+        let d = prost_types::Duration {
+            seconds: -1,
+            nanos: 0,
+        };
+        assert_eq!(duration("wait", Some(&d)).unwrap_err().field, "wait");
+        assert_eq!(duration("wait", None).unwrap(), None);
+    }
+
+    #[test]
+    fn absurd_timestamps_are_rejected() {
+        let t = prost_types::Timestamp {
+            seconds: i64::MAX,
+            nanos: 0,
+        };
+        assert!(timestamp("run_at", Some(&t)).is_err());
+        let t = prost_types::Timestamp {
+            seconds: 0,
+            nanos: -5,
+        };
+        assert!(timestamp("run_at", Some(&t)).is_err());
+    }
+
+    #[test]
+    fn grpc_timeout_units_parse() {
+        let mut m = tonic::metadata::MetadataMap::new();
+        m.insert("grpc-timeout", "1500m".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), Some(Duration::from_millis(1500)));
+        m.insert("grpc-timeout", "2S".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), Some(Duration::from_secs(2)));
+        m.insert("grpc-timeout", "x".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), None);
     }
 }

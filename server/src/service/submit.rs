@@ -87,7 +87,11 @@ impl Broker {
         // how many tasks the i-th spec made.
         let total: u64 = tasks
             .iter()
-            .map(|t| u64::from(t.fanout.map_or(1, |f| f.copies.max(1))))
+            // (A spec with a bad count is refused below, naming its field.)
+            .map(|t| match t.fanout {
+                Some(f) if (1..=MAX_COPIES).contains(&f.copies) => u64::from(f.copies),
+                _ => 1,
+            })
             .sum();
         if total > u64::from(MAX_COPIES) {
             return Err(Invalid::new(

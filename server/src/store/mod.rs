@@ -29,8 +29,8 @@ pub use schedule::{
 };
 // Routing and the worker registry (migration 0008).
 mod routing;
-pub(crate) use routing::WorkerRow;
 pub use routing::{LeaseRouting, WorkerFilter, WorkerLeaseRecord, WorkerRecord, WorkerSeen};
+pub(crate) use routing::{WorkerLeaseRow, WorkerRow, worker_lease};
 
 /// A store failure, classified for the caller.
 #[derive(Debug, thiserror::Error)]

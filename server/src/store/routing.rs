@@ -117,3 +117,17 @@ impl WorkerRow {
         })
     }
 }
+
+/// A lease a worker holds, as read: task id, queue, attempt, leased at, expires at.
+pub(crate) type WorkerLeaseRow = (String, String, i64, Option<i64>, Option<i64>);
+
+pub(crate) fn worker_lease(r: WorkerLeaseRow) -> WorkerLeaseRecord {
+    let (task_id, queue, attempt, at, expires) = r;
+    WorkerLeaseRecord {
+        task_id,
+        queue,
+        attempt: u32::try_from(attempt.max(0)).unwrap_or(u32::MAX),
+        leased_at: at.map(super::row::from_ms),
+        lease_expires_at: expires.map(super::row::from_ms),
+    }
+}

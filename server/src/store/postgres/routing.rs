@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Postgres, Transaction};
 
-use super::super::row::{TaskRow, from_ms, ms};
+use super::super::row::{TaskRow, ms};
 use super::super::*;
 use crate::domain::routing::{TaskRouting, reservation};
 
@@ -200,22 +200,13 @@ pub(super) async fn worker_get(
     else {
         return Ok(None);
     };
-    let leases: Vec<(String, String, i64, Option<i64>, Option<i64>)> = sqlx::query_as(
+    let leases: Vec<WorkerLeaseRow> = sqlx::query_as(
         "SELECT id, queue, attempt, leased_at, lease_expires_at FROM tasks \
          WHERE state = 'leased' AND leased_by = $1 ORDER BY leased_at, seq LIMIT 1000",
     )
     .bind(worker_id)
     .fetch_all(pool)
     .await?;
-    let leases = leases
-        .into_iter()
-        .map(|(task_id, queue, attempt, at, expires)| WorkerLeaseRecord {
-            task_id,
-            queue,
-            attempt: u32::try_from(attempt.max(0)).unwrap_or(u32::MAX),
-            leased_at: at.map(from_ms),
-            lease_expires_at: expires.map(from_ms),
-        })
-        .collect();
+    let leases = leases.into_iter().map(worker_lease).collect();
     Ok(Some((row.into_record()?, leases)))
 }
