@@ -386,14 +386,10 @@ impl Store for PostgresStore {
             .iter()
             .map(|t| serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into()))
             .collect();
-        // Routing (issue 13): tasks with routing columns get them in the same
-        // transaction; the rest keep the one-statement path.
-        let mut routed_tx = if tasks.iter().any(|t| routing::is_routed(&t.routing)) {
-            Some(self.pool.begin().await?)
-        } else {
-            None
-        };
-        let insert = sqlx::query_scalar(
+        // Routing (issue 13): a batch with routed tasks inserts their routing
+        // columns too (the same statement with more arrays, in routing.rs).
+        let routed = tasks.iter().any(|t| routing::is_routed(&t.routing));
+        let plain = sqlx::AssertSqlSafe(
             "WITH ins AS ( \
                INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
                  max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
@@ -408,31 +404,35 @@ impl Store for PostgresStore {
                ON CONFLICT DO NOTHING RETURNING id, queue), \
              woken AS (SELECT pg_notify($15, q) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
              SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0",
-        )
-        .bind(&ids)
-        .bind(&queues)
-        .bind(&keys)
-        .bind(&payloads)
-        .bind(col(&|t| i64::from(t.priority)))
-        .bind(col(&|t| ms(t.run_at)))
-        .bind(&deadlines)
-        .bind(col(&|t| i64::from(t.retry.max_attempts)))
-        .bind(col(&|t| duration_ms(t.retry.initial_backoff)))
-        .bind(&multipliers)
-        .bind(col(&|t| duration_ms(t.retry.max_backoff)))
-        .bind(&jitters)
-        .bind(&metadata)
-        .bind(ms(now))
-        .bind(CHANNEL);
-        let inserted: Vec<String> = match routed_tx.as_mut() {
-            Some(tx) => insert.fetch_all(&mut **tx).await?,
-            None => insert.fetch_all(&self.pool).await?,
+        );
+        let sql = if routed {
+            sqlx::AssertSqlSafe(routing::INSERT_ROUTED)
+        } else {
+            plain
         };
+        let insert = sqlx::query_scalar(sql)
+            .bind(&ids)
+            .bind(&queues)
+            .bind(&keys)
+            .bind(&payloads)
+            .bind(col(&|t| i64::from(t.priority)))
+            .bind(col(&|t| ms(t.run_at)))
+            .bind(&deadlines)
+            .bind(col(&|t| i64::from(t.retry.max_attempts)))
+            .bind(col(&|t| duration_ms(t.retry.initial_backoff)))
+            .bind(&multipliers)
+            .bind(col(&|t| duration_ms(t.retry.max_backoff)))
+            .bind(&jitters)
+            .bind(&metadata)
+            .bind(ms(now))
+            .bind(CHANNEL);
+        let insert = if routed {
+            routing::bind_routing(insert, tasks)
+        } else {
+            insert
+        };
+        let inserted: Vec<String> = insert.fetch_all(&self.pool).await?;
         let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
-        if let Some(mut tx) = routed_tx {
-            routing::write_task_routing(&mut tx, tasks, &inserted).await?;
-            tx.commit().await?;
-        }
         // The rest were duplicates of a (queue, key): answer with the existing ids.
         let dups: Vec<&NewTask> = tasks.iter().filter(|t| !inserted.contains(&t.id)).collect();
         let mut existing = std::collections::HashMap::new();

@@ -14,62 +14,60 @@ pub(super) fn is_routed(r: &TaskRouting) -> bool {
     !r.target.is_empty() || r.sticky.is_some() || r.fanout_group.is_some()
 }
 
-/// Writes the routing columns of the inserted tasks that have any, in the
-/// submit's transaction (so no lease sees such a task without them).
-pub(super) async fn write_task_routing(
-    tx: &mut Transaction<'_, Postgres>,
-    tasks: &[NewTask],
-    inserted: &std::collections::HashSet<String>,
-) -> StoreResult<()> {
-    let routed: Vec<&NewTask> = tasks
+/// The submit statement of `task_insert_many` with the routing columns as well
+/// ($16 to $21), for a batch that has routed tasks.
+pub(super) const INSERT_ROUTED: &str = "WITH ins AS ( \
+       INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
+         max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
+         max_backoff_ms, jitter, metadata, created_at, updated_at, \
+         target_worker, target_labels, sticky, sticky_timeout_ms, fanout_group, fanout_distinct) \
+       SELECT id, queue, key, payload, priority, run_at, deadline, 'pending', \
+         max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, tw, tl, st, sto, fg, fd \
+       FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
+         $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], \
+         $11::bigint[], $12::float8[], $13::text[], $16::text[], $17::text[], $18::text[], \
+         $19::bigint[], $20::text[], $21::bool[]) \
+         AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
+              ib, bm, mb, j, md, tw, tl, st, sto, fg, fd) \
+       ON CONFLICT DO NOTHING RETURNING id, queue), \
+     woken AS (SELECT pg_notify($15, q) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
+     SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0";
+
+type InsertQuery<'q> =
+    sqlx::query::QueryScalar<'q, Postgres, String, <Postgres as sqlx::Database>::Arguments>;
+
+/// Binds the routing arrays ($16 to $21) of [`INSERT_ROUTED`].
+pub(super) fn bind_routing<'q>(q: InsertQuery<'q>, tasks: &[NewTask]) -> InsertQuery<'q> {
+    let workers: Vec<Option<String>> = tasks
         .iter()
-        .filter(|t| is_routed(&t.routing) && inserted.contains(&t.id))
+        .map(|t| t.routing.target.worker_id.clone())
         .collect();
-    if routed.is_empty() {
-        return Ok(());
-    }
-    let ids: Vec<&str> = routed.iter().map(|t| t.id.as_str()).collect();
-    let workers: Vec<Option<&str>> = routed
-        .iter()
-        .map(|t| t.routing.target.worker_id.as_deref())
-        .collect();
-    let labels: Vec<Option<String>> = routed
+    let labels: Vec<Option<String>> = tasks
         .iter()
         .map(|t| {
             let l = &t.routing.target.labels;
             (!l.is_empty()).then(|| serde_json::to_string(l).unwrap_or_else(|_| "{}".into()))
         })
         .collect();
-    let sticky: Vec<Option<&str>> = routed
+    let sticky: Vec<Option<&'static str>> = tasks
         .iter()
         .map(|t| t.routing.sticky.map(|s| s.as_str()))
         .collect();
-    let timeouts: Vec<Option<i64>> = routed
+    let timeouts: Vec<Option<i64>> = tasks
         .iter()
         .map(|t| t.routing.sticky.and_then(|s| s.timeout_ms()))
         .collect();
-    let groups: Vec<Option<&str>> = routed
+    let groups: Vec<Option<String>> = tasks
         .iter()
-        .map(|t| t.routing.fanout_group.as_deref())
+        .map(|t| t.routing.fanout_group.clone())
         .collect();
-    let distinct: Vec<bool> = routed.iter().map(|t| t.routing.fanout_distinct).collect();
-    sqlx::query(
-        "UPDATE tasks t SET target_worker = u.w, target_labels = u.l, sticky = u.s, \
-         sticky_timeout_ms = u.st, fanout_group = u.g, fanout_distinct = u.d \
-         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], \
-           $6::text[], $7::bool[]) AS u(id, w, l, s, st, g, d) \
-         WHERE t.id = u.id",
-    )
-    .bind(&ids)
-    .bind(&workers)
-    .bind(&labels)
-    .bind(&sticky)
-    .bind(&timeouts)
-    .bind(&groups)
-    .bind(&distinct)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+    let distinct: Vec<bool> = tasks.iter().map(|t| t.routing.fanout_distinct).collect();
+    q.bind(workers)
+        .bind(labels)
+        .bind(sticky)
+        .bind(timeouts)
+        .bind(groups)
+        .bind(distinct)
 }
 
 /// After a failure made `row` pending again: reserves the retry for the worker
