@@ -25,6 +25,7 @@ use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
 mod schedule;
 // Routing and the worker registry (migration 0008).
 mod routing;
+use routing::BindRouting as _;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -389,7 +390,8 @@ impl Store for PostgresStore {
         // Routing (issue 13): a batch with routed tasks inserts their routing
         // columns too (the same statement with more arrays, in routing.rs).
         let routed = tasks.iter().any(|t| routing::is_routed(&t.routing));
-        let plain = sqlx::AssertSqlSafe(
+        let inserted: Vec<String> = sqlx::query_scalar(routing::insert_sql(
+            routed,
             "WITH ins AS ( \
                INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
                  max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
@@ -404,34 +406,25 @@ impl Store for PostgresStore {
                ON CONFLICT DO NOTHING RETURNING id, queue), \
              woken AS (SELECT pg_notify($15, q) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
              SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0",
-        );
-        let sql = if routed {
-            sqlx::AssertSqlSafe(routing::INSERT_ROUTED)
-        } else {
-            plain
-        };
-        let insert = sqlx::query_scalar(sql)
-            .bind(&ids)
-            .bind(&queues)
-            .bind(&keys)
-            .bind(&payloads)
-            .bind(col(&|t| i64::from(t.priority)))
-            .bind(col(&|t| ms(t.run_at)))
-            .bind(&deadlines)
-            .bind(col(&|t| i64::from(t.retry.max_attempts)))
-            .bind(col(&|t| duration_ms(t.retry.initial_backoff)))
-            .bind(&multipliers)
-            .bind(col(&|t| duration_ms(t.retry.max_backoff)))
-            .bind(&jitters)
-            .bind(&metadata)
-            .bind(ms(now))
-            .bind(CHANNEL);
-        let insert = if routed {
-            routing::bind_routing(insert, tasks)
-        } else {
-            insert
-        };
-        let inserted: Vec<String> = insert.fetch_all(&self.pool).await?;
+        ))
+        .bind(&ids)
+        .bind(&queues)
+        .bind(&keys)
+        .bind(&payloads)
+        .bind(col(&|t| i64::from(t.priority)))
+        .bind(col(&|t| ms(t.run_at)))
+        .bind(&deadlines)
+        .bind(col(&|t| i64::from(t.retry.max_attempts)))
+        .bind(col(&|t| duration_ms(t.retry.initial_backoff)))
+        .bind(&multipliers)
+        .bind(col(&|t| duration_ms(t.retry.max_backoff)))
+        .bind(&jitters)
+        .bind(&metadata)
+        .bind(ms(now))
+        .bind(CHANNEL)
+        .bind_routing(routed, tasks)
+        .fetch_all(&self.pool)
+        .await?;
         let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
         // The rest were duplicates of a (queue, key): answer with the existing ids.
         let dups: Vec<&NewTask> = tasks.iter().filter(|t| !inserted.contains(&t.id)).collect();

@@ -36,8 +36,29 @@ pub(super) const INSERT_ROUTED: &str = "WITH ins AS ( \
 type InsertQuery<'q> =
     sqlx::query::QueryScalar<'q, Postgres, String, <Postgres as sqlx::Database>::Arguments>;
 
+/// The submit statement: `plain` (the one of `task_insert_many`) or, for a batch
+/// with routed tasks, [`INSERT_ROUTED`].
+pub(super) fn insert_sql(routed: bool, plain: &'static str) -> sqlx::AssertSqlSafe<&'static str> {
+    sqlx::AssertSqlSafe(if routed { INSERT_ROUTED } else { plain })
+}
+
+/// Binds the routing arrays of [`INSERT_ROUTED`] when `routed`.
+pub(super) trait BindRouting<'q> {
+    fn bind_routing(self, routed: bool, tasks: &[NewTask]) -> Self;
+}
+
+impl<'q> BindRouting<'q> for InsertQuery<'q> {
+    fn bind_routing(self, routed: bool, tasks: &[NewTask]) -> Self {
+        if routed {
+            bind_routing(self, tasks)
+        } else {
+            self
+        }
+    }
+}
+
 /// Binds the routing arrays ($16 to $21) of [`INSERT_ROUTED`].
-pub(super) fn bind_routing<'q>(q: InsertQuery<'q>, tasks: &[NewTask]) -> InsertQuery<'q> {
+fn bind_routing<'q>(q: InsertQuery<'q>, tasks: &[NewTask]) -> InsertQuery<'q> {
     let workers: Vec<Option<String>> = tasks
         .iter()
         .map(|t| t.routing.target.worker_id.clone())
