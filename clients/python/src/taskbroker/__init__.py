@@ -9,8 +9,11 @@
 - ``spec``: the defaults and rules of docs/client-spec.md; ``TaskbrokerError`` is the base of
   every exception the package defines.
 - ``error_info`` / ``is_lease_lost``: the broker's rich error details (google.rpc.ErrorInfo).
+- ``routing``: ``target``, ``sticky`` and ``fanout`` for ``submit`` (issue 13); workers take
+  ``labels=``, and ``RetryableError(prefer_same_worker=True)`` keeps a retry on this worker.
 """
 
+from taskbroker import routing
 from taskbroker.aio import AsyncClient, AsyncTaskContext, AsyncWorker
 from taskbroker.client import Client, ConnectOptions, TLSConfig
 from taskbroker.errors import (
@@ -47,5 +50,6 @@ __all__ = [
     "broker_pb2",
     "error_info",
     "is_lease_lost",
+    "routing",
     "schedule_pb2",
 ]

@@ -31,6 +31,7 @@ from taskbroker import spec, tracing
 from taskbroker.client import ConnectOptions, TLSConfig, duration, timestamp
 from taskbroker.context import CANCEL_REQUESTED, DEADLINE, LEASE_LOST, STOPPING
 from taskbroker.errors import LeaseLostError, PermanentError, RetryableError, WorkerStoppedError, is_lease_lost
+from taskbroker.routing import check_labels
 from taskbroker.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc
 
 log = logging.getLogger("taskbroker.aio")
@@ -99,12 +100,26 @@ class AsyncClient:
         deadline: datetime.datetime | None = None,
         retry: broker_pb2.RetryPolicy | None = None,
         metadata: Mapping[str, str] | None = None,
+        target: broker_pb2.Target | None = None,
+        sticky: broker_pb2.StickyPolicy | None = None,
+        fanout: broker_pb2.Fanout | None = None,
         timeout: float = spec.CALL_TIMEOUT,
     ) -> broker_pb2.SubmitResult:
-        """Submits one task (with the current OpenTelemetry traceparent in its metadata)."""
+        """Submits one task (with the current OpenTelemetry traceparent in its metadata);
+        ``target``, ``sticky`` and ``fanout`` as in ``Client.submit``."""
         meta = dict(metadata or {})
         tracing.inject(meta)
-        task = broker_pb2.TaskSpec(queue=queue, payload=payload, key=key, priority=priority, retry=retry, metadata=meta)
+        task = broker_pb2.TaskSpec(
+            queue=queue,
+            payload=payload,
+            key=key,
+            priority=priority,
+            retry=retry,
+            metadata=meta,
+            target=target,
+            sticky=sticky,
+            fanout=fanout,
+        )
         if run_at is not None:
             task.run_at.CopyFrom(timestamp(run_at))
         if deadline is not None:
@@ -203,6 +218,7 @@ class AsyncWorker:
         poll_wait: float = spec.DEFAULT_POLL_WAIT,
         worker_id: str | None = None,
         stop_timeout: float | None = spec.DEFAULT_STOP_TIMEOUT,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         if not queues:
             raise ValueError("queues is empty")
@@ -222,6 +238,7 @@ class AsyncWorker:
         self.poll_wait = poll_wait
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.stop_timeout = stop_timeout
+        self.labels = check_labels(labels)
         self._running: dict[str, AsyncTaskContext] = {}
         self._stopping: asyncio.Event | None = None
         self._changed: asyncio.Event | None = None
@@ -297,6 +314,7 @@ class AsyncWorker:
             req = broker_pb2.LeaseRequest(
                 worker_id=self.worker_id, queues=self.queues, max_tasks=self.concurrency - len(self._running),
                 lease_duration=duration(self.lease_duration), wait=duration(self.poll_wait),
+                labels=self.labels,
             )
             call = asyncio.ensure_future(self._broker.Lease(req, timeout=self.poll_wait + spec.LEASE_MARGIN))
             stop = asyncio.ensure_future(self._stopping.wait())
@@ -426,6 +444,7 @@ def _fail_request(ctx: AsyncTaskContext, error: BaseException) -> broker_pb2.Fai
         req.error_message = str(error)
         if error.retry_after is not None:
             req.retry_after.CopyFrom(duration(error.retry_after))
+        req.prefer_same_worker = error.prefer_same_worker
     elif isinstance(error, asyncio.CancelledError):
         req.error_message = f"cancelled: {ctx.cancel_reason}"
     else:

@@ -168,9 +168,17 @@ class Client:
         deadline: datetime.datetime | None = None,
         retry: broker_pb2.RetryPolicy | None = None,
         metadata: Mapping[str, str] | None = None,
+        target: broker_pb2.Target | None = None,
+        sticky: broker_pb2.StickyPolicy | None = None,
+        fanout: broker_pb2.Fanout | None = None,
         timeout: float = 30.0,
     ) -> broker_pb2.SubmitResult:
-        """Submits one task and returns its SubmitResult (task_id, deduplicated).
+        """Submits one task and returns its SubmitResult (task_id, deduplicated, and with
+        ``fanout`` every copy's id in ``copy_task_ids``).
+
+        ``target``, ``sticky`` and ``fanout`` route the task (``taskbroker.routing`` builds
+        them: ``target(labels={"gpu": "a100"})``, ``sticky("soft", timeout=60)``,
+        ``fanout(6, distinct_workers=True)``).
 
         The current OpenTelemetry context's ``traceparent`` goes into the task's metadata
         (unless ``metadata`` has one) and into the call's headers.
@@ -184,6 +192,9 @@ class Client:
             priority=priority,
             retry=retry,
             metadata=meta,
+            target=target,
+            sticky=sticky,
+            fanout=fanout,
         )
         if run_at is not None:
             spec.run_at.CopyFrom(timestamp(run_at))

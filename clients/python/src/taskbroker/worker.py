@@ -9,7 +9,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
@@ -20,6 +20,7 @@ from taskbroker import spec, tracing
 from taskbroker.client import Client, duration
 from taskbroker.context import CANCEL_REQUESTED, DEADLINE, STOPPING, TaskContext
 from taskbroker.errors import PermanentError, RetryableError, WorkerStoppedError, is_lease_lost
+from taskbroker.routing import check_labels
 from taskbroker.v1 import broker_pb2
 
 log = logging.getLogger("taskbroker.worker")
@@ -63,6 +64,7 @@ class Worker:
         poll_wait: float = spec.DEFAULT_POLL_WAIT,
         worker_id: str | None = None,
         stop_timeout: float | None = spec.DEFAULT_STOP_TIMEOUT,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         if not queues:
             raise ValueError("queues is empty")
@@ -87,6 +89,9 @@ class Worker:
         self.poll_wait = poll_wait
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.stop_timeout = stop_timeout
+        #: What this worker is (``{"gpu": "a100"}``), sent with every Lease: a task targeted
+        #: at labels goes only to a worker carrying every pair.
+        self.labels = check_labels(labels)
 
         # _cond guards _running and _stopping: the lease loop waits on it for a free slot.
         self._cond = threading.Condition()
@@ -195,6 +200,7 @@ class Worker:
                         max_tasks=free,
                         lease_duration=duration(self.lease_duration),
                         wait=duration(self.poll_wait),
+                        labels=self.labels,
                     ),
                     timeout=self.poll_wait + spec.LEASE_MARGIN,  # room for the long poll
                 )
@@ -347,6 +353,7 @@ def _fail_request(ctx: TaskContext, error: BaseException) -> broker_pb2.FailRequ
         req.error_message = str(error)
         if error.retry_after is not None:
             req.retry_after.CopyFrom(duration(error.retry_after))
+        req.prefer_same_worker = error.prefer_same_worker
     else:
         req.error_message = f"{type(error).__name__}: {error}"
     return req

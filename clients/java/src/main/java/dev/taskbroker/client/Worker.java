@@ -64,6 +64,7 @@ public final class Worker implements AutoCloseable {
   private final TaskHandler handler;
   private final String workerId;
   private final List<String> queues;
+  private final Map<String, String> labels;
   private final int concurrency;
   private final Duration leaseDuration;
   private final Duration pollWait;
@@ -92,6 +93,7 @@ public final class Worker implements AutoCloseable {
     this.handler = b.handler;
     this.workerId = b.workerId;
     this.queues = List.copyOf(b.queues);
+    this.labels = Map.copyOf(b.labels);
     this.concurrency = b.concurrency;
     this.leaseDuration = b.leaseDuration;
     this.pollWait = b.pollWait;
@@ -119,6 +121,11 @@ public final class Worker implements AutoCloseable {
 
   public String workerId() {
     return workerId;
+  }
+
+  /** The labels sent with every Lease (routing). */
+  public Map<String, String> labels() {
+    return labels;
   }
 
   /** Tasks being worked on right now. */
@@ -281,6 +288,7 @@ public final class Worker implements AutoCloseable {
                 .setMaxTasks(free)
                 .setLeaseDuration(ProtoTime.duration(leaseDuration))
                 .setWait(ProtoTime.duration(pollWait))
+                .putAllLabels(labels)
                 .build();
         // The deadline leaves the broker room to answer an empty long poll.
         long deadlineMs = pollWait.toMillis() + 5_000;
@@ -419,6 +427,7 @@ public final class Worker implements AutoCloseable {
             .setNonRetryable(error instanceof PermanentException);
     if (error instanceof RetryableException r) {
       r.retryAfter().ifPresent(d -> req.setRetryAfter(ProtoTime.duration(d)));
+      req.setPreferSameWorker(r.preferSameWorker());
     }
     return req.build();
   }
@@ -483,6 +492,7 @@ public final class Worker implements AutoCloseable {
     private final TaskHandler handler;
     private List<String> queues = List.of();
     private String workerId = defaultWorkerId();
+    private final Map<String, String> labels = new java.util.TreeMap<>();
     private int concurrency = DEFAULT_CONCURRENCY;
     private Duration leaseDuration = DEFAULT_LEASE_DURATION;
     private Duration pollWait = DEFAULT_POLL_WAIT;
@@ -506,6 +516,27 @@ public final class Worker implements AutoCloseable {
     /** Shown in attempts and admin views. Default {@code <hostname>-<pid>}. */
     public Builder workerId(String workerId) {
       this.workerId = workerId;
+      return this;
+    }
+
+    /**
+     * A label of this worker ({@code label("gpu", "a100")}), sent with every Lease: a task
+     * targeted at labels goes only to a worker carrying every pair. At most 32; the broker
+     * refuses a bad one when the worker first leases (the worker then stops).
+     */
+    public Builder label(String key, String value) {
+      java.util.Objects.requireNonNull(key, "key");
+      java.util.Objects.requireNonNull(value, "value");
+      if (!labels.containsKey(key) && labels.size() >= Routing.MAX_LABELS) {
+        throw new IllegalArgumentException("at most " + Routing.MAX_LABELS + " labels");
+      }
+      labels.put(key, value);
+      return this;
+    }
+
+    /** Every pair of {@code labels}, as {@link #label} one by one. */
+    public Builder labels(Map<String, String> labels) {
+      labels.forEach(this::label);
       return this;
     }
 
