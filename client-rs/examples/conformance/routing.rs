@@ -1,12 +1,12 @@
 //! The routing cases of the scenario (issue 13): `targeted_task` and `sticky_retry`,
-//! on the generated stubs.
+//! leasing on the generated stubs, submitting through `TaskSpec`'s routing builders.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use taskbroker_client::pb::{self, TaskState};
 use taskbroker_client::time::to_proto_duration;
-use taskbroker_client::{Client, TaskSpec};
+use taskbroker_client::{Client, Sticky, TaskSpec};
 
 use crate::{Outcome, WORKER_ID, at, check};
 
@@ -54,17 +54,9 @@ async fn complete(c: &Client, t: &pb::LeasedTask) -> Outcome {
 
 pub async fn targeted_task(c: Client, q: String) -> Outcome {
     let elsewhere = format!("{WORKER_ID}-elsewhere");
-    let mut a = TaskSpec::new(q.clone(), "a").into_proto();
-    a.target = Some(pb::Target {
-        worker_id: String::new(),
-        labels: labels(&[("gpu", "a100")]),
-    });
-    let mut b = TaskSpec::new(q.clone(), "b").into_proto();
-    b.target = Some(pb::Target {
-        worker_id: elsewhere.clone(),
-        labels: HashMap::new(),
-    });
-    at("Submit", c.submit_many([a.into(), b.into()]).await)?;
+    let a = TaskSpec::new(q.clone(), "a").target_label("gpu", "a100");
+    let b = TaskSpec::new(q.clone(), "b").target_worker(elsewhere.clone());
+    at("Submit", c.submit_many([a, b]).await)?;
 
     let zero = Duration::ZERO;
     let got = lease_as(&c, &q, WORKER_ID, HashMap::new(), zero).await?;
@@ -96,15 +88,11 @@ pub async fn targeted_task(c: Client, q: String) -> Outcome {
 }
 
 pub async fn sticky_retry(c: Client, q: String) -> Outcome {
-    let mut spec = TaskSpec::new(q.clone(), "s")
+    let spec = TaskSpec::new(q.clone(), "s")
         .max_attempts(3)
         .initial_backoff(Duration::ZERO)
-        .into_proto();
-    spec.sticky = Some(pb::StickyPolicy {
-        strategy: pb::StickyStrategy::Soft as i32,
-        timeout: Some(to_proto_duration(Duration::from_secs(60))),
-    });
-    at("Submit", c.submit(spec.into()).await)?;
+        .sticky(Sticky::Soft(Duration::from_secs(60)));
+    at("Submit", c.submit(spec).await)?;
     let zero = Duration::ZERO;
     let got = lease_as(&c, &q, WORKER_ID, HashMap::new(), zero).await?;
     check(

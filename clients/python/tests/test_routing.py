@@ -3,13 +3,14 @@ prefer_same_worker against a live broker at $TASKBROKER_ADDR (skipped without on
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import threading
 
 import pytest
 
-from taskbroker import Client, RetryableError, TaskContext, Worker, routing
+from taskbroker import AsyncClient, Client, RetryableError, TaskContext, Worker, routing
 from taskbroker.client import duration
 from taskbroker.v1 import admin_pb2, broker_pb2
 
@@ -66,6 +67,11 @@ def test_labelled_worker_takes_the_targeted_task_and_a_retry_stays_on_it() -> No
         task = tb.admin.GetTask(admin_pb2.GetTaskRequest(task_id=sub.task_id), timeout=10).task
         assert attempts == [1, 2]
         assert task.state == broker_pb2.TASK_STATE_SUCCEEDED
+        # The registry saw the worker with its labels.
+        seen = tb.list_workers(queue=queue, labels={"gpu": "a100"})
+        assert [w.worker_id for w in seen] == ["test-python-gpu"]
+        assert dict(seen[0].labels) == {"gpu": "a100"}
+        assert tb.get_worker("test-python-gpu").worker.worker_id == "test-python-gpu"
 
 
 @live
@@ -74,3 +80,22 @@ def test_fanout_submit_returns_every_copy() -> None:
     with Client.from_env(ADDR) as tb:
         res = tb.submit(queue, b"x", fanout=routing.fanout(3, distinct_workers=True))
         assert len(res.copy_task_ids) == 3 and res.copy_task_ids[0] == res.task_id
+
+
+@live
+def test_async_client_lists_a_labelled_worker() -> None:
+    queue = f"test.python.aio-routing.{random.randrange(1 << 32)}"
+
+    async def main() -> None:
+        async with AsyncClient.from_env(ADDR) as tb:
+            stub = tb.broker
+            await stub.Lease(
+                broker_pb2.LeaseRequest(worker_id="test-python-aio", queues=[queue], max_tasks=1, labels={"zone": "b"}),
+                timeout=10,
+            )
+            seen = await tb.list_workers(queue=queue)
+            assert [(w.worker_id, dict(w.labels)) for w in seen] == [("test-python-aio", {"zone": "b"})]
+            got = await tb.get_worker("test-python-aio")
+            assert got.worker.worker_id == "test-python-aio"
+
+    asyncio.run(main())

@@ -32,7 +32,7 @@ from taskbroker.client import ConnectOptions, TLSConfig, duration, timestamp
 from taskbroker.context import CANCEL_REQUESTED, DEADLINE, LEASE_LOST, STOPPING
 from taskbroker.errors import LeaseLostError, PermanentError, RetryableError, WorkerStoppedError, is_lease_lost
 from taskbroker.routing import check_labels
-from taskbroker.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc
+from taskbroker.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc, worker_pb2
 
 log = logging.getLogger("taskbroker.aio")
 
@@ -127,6 +127,23 @@ class AsyncClient:
         headers = list(tracing.current_headers().items()) or None
         resp = await self.broker.Submit(broker_pb2.SubmitRequest(tasks=[task]), timeout=timeout, metadata=headers)
         return resp.results[0]
+
+    async def list_workers(
+        self, *, queue: str = "", labels: Mapping[str, str] | None = None, timeout: float = spec.CALL_TIMEOUT
+    ) -> list[worker_pb2.Worker]:
+        """As ``Client.list_workers``: every worker seen within worker_ttl, all pages."""
+        req = worker_pb2.ListWorkersRequest(queue=queue, labels=dict(labels or {}), page_size=1000)
+        workers: list[worker_pb2.Worker] = []
+        while True:
+            resp = await self.admin.ListWorkers(req, timeout=timeout)
+            workers.extend(resp.workers)
+            if not resp.next_page_token:
+                return workers
+            req.page_token = resp.next_page_token
+
+    async def get_worker(self, worker_id: str, *, timeout: float = spec.CALL_TIMEOUT) -> worker_pb2.GetWorkerResponse:
+        """As ``Client.get_worker``: one worker with its current leases."""
+        return await self.admin.GetWorker(worker_pb2.GetWorkerRequest(worker_id=worker_id), timeout=timeout)
 
     async def close(self) -> None:
         if self._owns_channel:
