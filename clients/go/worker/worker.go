@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"sync"
 	"time"
@@ -86,6 +87,7 @@ func New(conn grpc.ClientConnInterface, cfg Config, handler Handler) (*Worker, e
 	if len(cfg.Labels) > MaxLabels {
 		return nil, fmt.Errorf("worker: Config.Labels has %d labels, at most %d", len(cfg.Labels), MaxLabels)
 	}
+	cfg.Labels = maps.Clone(cfg.Labels) // the caller may change its map later
 	if cfg.Concurrency > 256 {
 		return nil, errors.New("worker: Config.Concurrency is above 256, the broker's max_tasks")
 	}
