@@ -98,6 +98,11 @@ pub struct Args {
     /// Soak: where the samples go.
     #[arg(long, default_value = "bench/results/soak.csv")]
     pub soak_csv: PathBuf,
+    /// Routing (issue 13): every task is targeted by labels (`gpu=a100,
+    /// region=eu`) and every worker carries them (and one more), so each lease
+    /// checks the target of every task it takes.
+    #[arg(long)]
+    pub targeted: bool,
 }
 
 /// Every parameter of a run, defaults resolved.

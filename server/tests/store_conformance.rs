@@ -720,6 +720,7 @@ both_backends!(
     requests_served_together_get_only_tasks_they_may_take,
     targets_sticky_fanout_and_caps_combine,
     workers_are_recorded_and_listed_with_their_leases,
+    requests_with_the_same_labels_share_targeted_tasks,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

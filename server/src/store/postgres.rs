@@ -340,6 +340,18 @@ macro_rules! routing_may_take {
     };
 }
 
+/// Routing (issue 13): whether every request of the batch may take the row at
+/// hand, so it is shared out by slots like any task: no target other than labels
+/// that all requests carry ($13, their common labels, NULL when they differ), no
+/// reservation, no distinct fan-out group, an uncapped queue.
+macro_rules! routing_open {
+    () => {
+        "(target_worker IS NULL \
+          AND (target_labels IS NULL OR target_labels::jsonb <@ $13::jsonb) \
+          AND reserved_for IS NULL AND NOT fanout_distinct AND q.cap = 0)"
+    };
+}
+
 #[async_trait]
 impl Store for PostgresStore {
     fn backend(&self) -> &'static str {
@@ -482,6 +494,9 @@ impl Store for PostgresStore {
         // Routing (issue 13): each request's labels, each queue's per-worker cap
         // (0: none), each request's max_tasks.
         let labels: Vec<String> = ps.iter().map(|p| p.routing.labels_json()).collect();
+        let common_labels: Option<&String> = labels
+            .first()
+            .filter(|l| labels.iter().all(|other| other == *l));
         let caps: Vec<i32> = first.routing.caps(&first.queues);
         let wants: Vec<i32> = wanted
             .iter()
@@ -527,9 +542,7 @@ impl Store for PostgresStore {
                  SELECT seq, queue, priority, deadline, run_at, \
                    octet_length(payload) + COALESCE(octet_length(checkpoint), 0) \
                      + octet_length(metadata) + $9::bigint AS size, \
-                   CASE WHEN target_worker IS NULL AND target_labels IS NULL \
-                     AND reserved_for IS NULL AND NOT fanout_distinct AND q.cap = 0 \
-                   THEN NULL ELSE ARRAY( \
+                   CASE WHEN ", routing_open!(), " THEN NULL ELSE ARRAY( \
                      SELECT i FROM generate_subscripts($4::text[], 1) AS i WHERE ", routing_may_take!(), " \
                      ORDER BY i) END AS elig, \
                    fanout_group, fanout_distinct \
@@ -537,8 +550,7 @@ impl Store for PostgresStore {
                  WHERE state = 'pending' AND queue = q.name \
                    AND run_at <= $2 AND COALESCE(deadline, 9223372036854775807) > $2 \
                    AND (q.cap = 0 OR EXISTS (SELECT 1 FROM room r WHERE r.name = q.name AND r.room > 0)) \
-                   AND ((target_worker IS NULL AND target_labels IS NULL \
-                     AND reserved_for IS NULL AND NOT fanout_distinct AND q.cap = 0) \
+                   AND (", routing_open!(), " \
                      OR EXISTS (SELECT 1 FROM generate_subscripts($4::text[], 1) AS i \
                        WHERE ", routing_may_take!(), ")) \
                  ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq \
@@ -596,6 +608,7 @@ impl Store for PostgresStore {
         .bind(&caps)
         .bind(&wants)
         .bind(&labels)
+        .bind(common_labels)
         .try_map(|row: sqlx::postgres::PgRow| {
             use sqlx::{FromRow, Row};
             Ok((TaskRow::from_row(&row)?, row.try_get::<i64, _>("request")?))
@@ -1040,6 +1053,8 @@ impl Store for PostgresStore {
         if state == StoredState::Pending {
             Self::notify(&mut tx, &[&row.queue]).await?;
         }
+        // Routing (issue 13): an admin change frees a reserved retry.
+        routing::clear_reservation(&mut tx, &row).await?;
         let changed = Self::changed(&mut tx, task_id).await?;
         tx.commit().await?;
         Ok(changed)
@@ -1065,6 +1080,8 @@ impl Store for PostgresStore {
         .execute(&mut *tx)
         .await?;
         Self::notify(&mut tx, &[&row.queue]).await?;
+        // Routing (issue 13): an admin requeue frees a reserved retry.
+        routing::clear_reservation(&mut tx, &row).await?;
         let changed = Self::changed(&mut tx, task_id).await?;
         tx.commit().await?;
         Ok(changed)

@@ -234,6 +234,26 @@ pub async fn a_hard_sticky_retry_waits_for_its_worker_only(b: Backend) {
     let again = lease(&s, worker("r", "w1", &[], 5, at(86_400))).await;
     assert_eq!(ids(&again), [uuid_like(1)]);
     assert_eq!(again[0].attempt, 2);
+    // Failed again: reserved again. An admin change (UpdateTask) frees it.
+    fail(&s, &again[0], false, at(86_401)).await;
+    assert!(
+        lease(&s, worker("r", "w2", &[], 5, at(86_402)))
+            .await
+            .is_empty()
+    );
+    let update = store::TaskUpdate {
+        priority: Some(1),
+        ..Default::default()
+    };
+    s.task_update(&uuid_like(1), &update, at(86_403))
+        .await
+        .unwrap();
+    let read = s.task_get(&uuid_like(1)).await.unwrap().unwrap();
+    assert_eq!(read.routing.reserved_for, None);
+    assert_eq!(
+        ids(&lease(&s, worker("r", "w2", &[], 5, at(86_404))).await),
+        [uuid_like(1)]
+    );
 }
 
 pub async fn prefer_same_worker_reserves_one_retry_softly(b: Backend) {
@@ -568,4 +588,31 @@ pub async fn workers_are_recorded_and_listed_with_their_leases(b: Backend) {
     assert_eq!(leases.len(), 1);
     assert_eq!(leases[0].task_id, held[1].id);
     assert!(s.worker_get("nobody", at(8)).await.unwrap().is_none());
+}
+
+pub async fn requests_with_the_same_labels_share_targeted_tasks(b: Backend) {
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    // Ahead: tasks for other labels; then six for the labels every request carries.
+    let mut tasks: Vec<NewTask> = (1..=2)
+        .map(|n| NewTask {
+            priority: 5,
+            ..routed("s", n, for_labels(&[("gpu", "h100")]))
+        })
+        .collect();
+    tasks.extend((3..=8).map(|n| routed("s", n, for_labels(&[("gpu", "a100")]))));
+    s.task_insert_many(&tasks, t0()).await.unwrap();
+    let gpu = [("gpu", "a100"), ("region", "eu")];
+    let ps = [
+        worker("s", "w1", &gpu, 2, t0()),
+        worker("s", "w2", &gpu, 2, t0()),
+        worker("s", "w3", &gpu, 2, t0()),
+    ];
+    let leased = s.task_lease_many(&ps).await.unwrap();
+    let counts: Vec<usize> = leased.iter().map(Vec::len).collect();
+    assert_eq!(counts, [2, 2, 2]);
+    let mut all: Vec<String> = leased.iter().flat_map(|g| ids(g)).collect();
+    all.sort();
+    assert_eq!(all, (3..=8).map(uuid_like).collect::<Vec<_>>());
 }

@@ -100,6 +100,21 @@ pub(super) async fn reserve_retry(
     Ok(())
 }
 
+/// Frees a retry reserved for a worker (an admin changed or requeued the task).
+pub(super) async fn clear_reservation(
+    tx: &mut Transaction<'_, Postgres>,
+    row: &TaskRow,
+) -> StoreResult<()> {
+    if row.reserved_for.is_none() {
+        return Ok(());
+    }
+    sqlx::query("UPDATE tasks SET reserved_for = NULL, reserved_until = NULL WHERE seq = $1")
+        .bind(row.seq)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
 pub(super) async fn worker_record_seen(pool: &PgPool, seen: &[WorkerSeen]) -> StoreResult<()> {
     if seen.is_empty() {
         return Ok(());

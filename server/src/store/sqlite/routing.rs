@@ -70,6 +70,17 @@ pub(super) fn reserve_retry(c: &Connection, row: &TaskRow, p: &FailParams) -> St
     Ok(())
 }
 
+/// Frees a retry reserved for a worker (an admin changed or requeued the task).
+pub(super) fn clear_reservation(c: &Connection, row: &TaskRow) -> StoreResult<()> {
+    if row.reserved_for.is_some() {
+        c.prepare_cached(
+            "UPDATE tasks SET reserved_for = NULL, reserved_until = NULL WHERE seq = ?1",
+        )?
+        .execute(params![row.seq])?;
+    }
+    Ok(())
+}
+
 /// Per queue, how many more leases this worker may take: `max_tasks` where the
 /// queue has no cap, else what its cap leaves (counted through `tasks_held`).
 pub(super) fn room(c: &Connection, p: &LeaseParams) -> StoreResult<Vec<i64>> {
