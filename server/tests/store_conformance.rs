@@ -45,6 +45,7 @@ fn task(queue: &str, n: usize) -> NewTask {
             ..RetryPolicy::default()
         },
         metadata: BTreeMap::from([("traceparent".to_string(), format!("tp-{n}"))]),
+        concurrency_key: None,
     }
 }
 

@@ -44,6 +44,7 @@ fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid
         priority: t.priority,
         retry,
         metadata: t.metadata.into_iter().collect(),
+        concurrency_key: (!t.concurrency_key.is_empty()).then_some(t.concurrency_key),
     })
 }
 

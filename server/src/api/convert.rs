@@ -112,6 +112,7 @@ pub fn leased_task(t: TaskRecord) -> pb::LeasedTask {
         checkpoint: t.checkpoint.unwrap_or_default(),
         max_attempts: t.attempts_allowed,
         created_at: Some(to_timestamp(t.created_at)),
+        concurrency_key: t.concurrency_key.unwrap_or_default(),
     }
 }
 
@@ -148,6 +149,7 @@ pub fn task(t: TaskRecord, now: DateTime<Utc>) -> pb::Task {
         fencing_token: t.fencing_token,
         schedule_id: t.schedule_id.unwrap_or_default(),
         fire_time: t.fire_time.map(to_timestamp),
+        concurrency_key: t.concurrency_key.unwrap_or_default(),
     }
 }
 

@@ -75,6 +75,7 @@ pub fn scheduled_task(s: &ScheduleRecord, fire_time: DateTime<Utc>, now: DateTim
         deadline,
         retry: t.retry,
         metadata,
+        concurrency_key: None,
     }
 }
 

@@ -31,6 +31,8 @@ pub struct SubmitTask {
     pub deadline: Option<DateTime<Utc>>,
     pub retry: RetrySpec,
     pub metadata: BTreeMap<String, String>,
+    /// Admission (#14): `[A-Za-z0-9._:@/-]{1,256}`, or none.
+    pub concurrency_key: Option<String>,
 }
 
 const MAX_KEY_LEN: usize = 512;
@@ -167,6 +169,9 @@ impl Broker {
         if let Some(key) = &t.key {
             validate::identifier(&f("key"), key, MAX_KEY_LEN)?;
         }
+        if let Some(key) = &t.concurrency_key {
+            crate::domain::admission::concurrency_key(&f("concurrency_key"), key)?;
+        }
         let metadata_bytes: usize = t.metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
         if t.metadata.len() > MAX_METADATA_ENTRIES || metadata_bytes > MAX_METADATA_BYTES {
             return Err(Invalid::too_large(
@@ -196,6 +201,7 @@ impl Broker {
             deadline: t.deadline,
             retry,
             metadata: t.metadata,
+            concurrency_key: t.concurrency_key,
         })
     }
 

@@ -107,6 +107,8 @@ pub struct NewTask {
     pub deadline: Option<DateTime<Utc>>,
     pub retry: RetryPolicy,
     pub metadata: BTreeMap<String, String>,
+    /// Admission (#14): counts against the queue's per-key limits.
+    pub concurrency_key: Option<String>,
 }
 
 /// One inserted (or deduplicated) task.
@@ -331,6 +333,8 @@ pub struct TaskRecord {
     /// The schedule that made the task, and the fire time it was made for.
     pub schedule_id: Option<String>,
     pub fire_time: Option<DateTime<Utc>>,
+    /// Admission (#14): counts against the queue's per-key limits.
+    pub concurrency_key: Option<String>,
 }
 
 /// One attempt (lease) of a task.

@@ -354,18 +354,20 @@ impl Store for PostgresStore {
             .iter()
             .map(|t| serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into()))
             .collect();
+        let concurrency_keys: Vec<Option<&str>> =
+            tasks.iter().map(|t| t.concurrency_key.as_deref()).collect();
         let inserted: Vec<String> = sqlx::query_scalar(
             "WITH ins AS ( \
                INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
                  max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
-                 max_backoff_ms, jitter, metadata, created_at, updated_at) \
+                 max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key) \
                SELECT id, queue, key, payload, priority, run_at, deadline, 'pending', \
-                 max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14 \
+                 max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck \
                FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
                  $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], \
-                 $11::bigint[], $12::float8[], $13::text[]) \
+                 $11::bigint[], $12::float8[], $13::text[], $16::text[]) \
                  AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
-                      ib, bm, mb, j, md) \
+                      ib, bm, mb, j, md, ck) \
                ON CONFLICT DO NOTHING RETURNING id, queue), \
              woken AS (SELECT pg_notify($15, q) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
              SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0",
@@ -385,6 +387,7 @@ impl Store for PostgresStore {
         .bind(&metadata)
         .bind(ms(now))
         .bind(CHANNEL)
+        .bind(&concurrency_keys)
         .fetch_all(&self.pool)
         .await?;
         let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();

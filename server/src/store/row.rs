@@ -67,6 +67,8 @@ pub(crate) struct TaskRow {
     /// The schedule and fire time that made the task (migration 0006).
     pub schedule_id: Option<String>,
     pub fire_time: Option<i64>,
+    /// Admission (#14, migration 0009).
+    pub concurrency_key: Option<String>,
 }
 
 /// The attempt row written when an attempt ends.
@@ -140,6 +142,7 @@ impl TaskRow {
             cancel_requested: self.cancel_requested,
             schedule_id: self.schedule_id,
             fire_time: self.fire_time.map(from_ms),
+            concurrency_key: self.concurrency_key,
         })
     }
 }

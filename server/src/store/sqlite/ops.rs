@@ -20,7 +20,7 @@ macro_rules! task_columns {
          max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, max_backoff_ms, \
          jitter, metadata, created_at, updated_at, last_error, checkpoint, result, leased_by, \
          lease_token, lease_duration_ms, lease_expires_at, fencing_token, finished_at, \
-         cancel_requested, leased_at, leased_address, schedule_id, fire_time"
+         cancel_requested, leased_at, leased_address, schedule_id, fire_time, concurrency_key"
     };
 }
 pub(super) use task_columns;
@@ -61,6 +61,7 @@ pub(super) fn task_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         leased_address: r.get(30)?,
         schedule_id: r.get(31)?,
         fire_time: r.get(32)?,
+        concurrency_key: r.get(33)?,
     })
 }
 
@@ -179,8 +180,9 @@ pub(super) fn task_insert_many(
     let mut insert = c.prepare_cached(
         "INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
          max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
-         max_backoff_ms, jitter, metadata, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14) \
+         max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, \
+         ?15) \
          ON CONFLICT DO NOTHING",
     )?;
     let mut out = Vec::with_capacity(tasks.len());
@@ -201,6 +203,7 @@ pub(super) fn task_insert_many(
             t.retry.jitter,
             metadata,
             now,
+            t.concurrency_key,
         ])?;
         if n == 1 {
             out.push(Inserted {
