@@ -14,6 +14,8 @@ CREATE TABLE queues (
     config      TEXT             NOT NULL,
     -- When an operator last changed it; NULL while it is the configuration's seed.
     updated_at  BIGINT,
+    -- Bumped by every change: UpdateQueue writes only over the version it read.
+    version     BIGINT           NOT NULL DEFAULT 0,
     tokens      DOUBLE PRECISION NOT NULL DEFAULT 0,
     refilled_at BIGINT           NOT NULL DEFAULT 0
 );

@@ -13,6 +13,8 @@ CREATE TABLE queues (
     config      TEXT             NOT NULL,
     -- When an operator last changed it; NULL while it is the configuration's seed.
     updated_at  INTEGER,
+    -- Bumped by every change: UpdateQueue writes only over the version it read.
+    version     INTEGER          NOT NULL DEFAULT 0,
     tokens      REAL             NOT NULL DEFAULT 0,
     refilled_at INTEGER          NOT NULL DEFAULT 0
 );

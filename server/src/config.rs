@@ -131,6 +131,47 @@ pub struct QueueConfig {
     pub max_lease: Option<Duration>,
     #[serde(with = "humantime_serde")]
     pub retention: Option<Duration>,
+    // Admission (#14): the queue's gates, seeding its live settings (see
+    // docs/semantics.md "Admission"; UpdateQueue changes them at run time).
+    /// Start paused: no leases until resumed.
+    pub paused: Option<bool>,
+    /// Leases held at once in the cluster; 0 = no limit.
+    pub max_concurrent: Option<u32>,
+    /// `{ per_second = 50.0, burst = 10 }`: leases granted per second in the cluster.
+    pub rate_limit: Option<crate::domain::admission::RateLimit>,
+    /// Leases held at once per concurrency key; 0 = no limit.
+    pub max_concurrent_per_key: Option<u32>,
+    /// Leases granted per second per concurrency key.
+    pub per_key_rate_limit: Option<crate::domain::admission::RateLimit>,
+    /// `none` or `round_robin_keys`.
+    pub fairness: Option<crate::domain::admission::Fairness>,
+    /// Each such wait adds 1 to a READY task's effective priority.
+    #[serde(with = "humantime_serde")]
+    pub priority_aging: Option<Duration>,
+    /// Leases one worker holds at once from this queue; 0 = no limit.
+    pub max_leases_per_worker: Option<u32>,
+    /// The lease duration of a Lease call that names none.
+    #[serde(with = "humantime_serde")]
+    pub default_lease: Option<Duration>,
+}
+
+impl QueueConfig {
+    /// The admission part of a `[queues.X]` table.
+    fn gates(&self) -> crate::domain::admission::QueueConfig {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        crate::domain::admission::QueueConfig {
+            paused: self.paused.unwrap_or_default(),
+            max_concurrent: self.max_concurrent.unwrap_or_default(),
+            rate_limit: self.rate_limit,
+            max_concurrent_per_key: self.max_concurrent_per_key.unwrap_or_default(),
+            per_key_rate_limit: self.per_key_rate_limit,
+            fairness: self.fairness.unwrap_or_default(),
+            priority_aging_ms: self.priority_aging.map(ms),
+            max_leases_per_worker: self.max_leases_per_worker.unwrap_or_default(),
+            default_lease_ms: self.default_lease.map(ms),
+            ..Default::default()
+        }
+    }
 }
 
 impl Default for Config {
@@ -404,6 +445,7 @@ impl Config {
         };
         let default_retry = self.retry.policy("retry")?;
         let mut queues = std::collections::HashMap::new();
+        let mut gates = std::collections::HashMap::new();
         for (name, q) in &self.queues {
             validate::queue_name("queue", name)
                 .map_err(|e| format!("[queues.{name}]: the queue name {}", e.message))?;
@@ -418,6 +460,15 @@ impl Config {
                     "queues.{name}: min_lease must be above zero and at most max_lease"
                 ));
             }
+            let g = q.gates();
+            g.validate().map_err(|e| {
+                format!(
+                    "queues.{name}.{}: {}",
+                    e.field.trim_start_matches("config."),
+                    e.message
+                )
+            })?;
+            gates.insert(name.clone(), g);
             queues.insert(
                 name.clone(),
                 QueueSettings {
@@ -490,6 +541,8 @@ impl Config {
             default_retry,
             queues,
             retention: self.retention,
+            gates,
+            live: Default::default(),
         };
         app.metrics_listen = metrics_listen;
         app.server = ServerOptions {

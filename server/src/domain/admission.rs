@@ -249,11 +249,16 @@ impl QueueUse {
 
 /// The candidates (indexes into `cands`, in their order) a lease may take: at
 /// most `budget`, and per key no more than its concurrency limit and its tokens
-/// allow. Returns the picks and the keys found closed along the way (for the
-/// store's next, wider scan).
-pub fn admit(cands: &[Candidate], usage: &QueueUse, budget: usize) -> (Vec<usize>, Vec<String>) {
+/// allow, counting what this lease took already (`taken`, per key, updated).
+/// Returns the picks and the keys found closed along the way (for the store's
+/// next, wider scan).
+pub fn admit(
+    cands: &[Candidate],
+    usage: &QueueUse,
+    budget: usize,
+    taken: &mut HashMap<String, u64>,
+) -> (Vec<usize>, Vec<String>) {
     let c = &usage.config;
-    let mut taken: HashMap<&str, u64> = HashMap::new();
     let mut picks = Vec::new();
     let mut closed: Vec<String> = Vec::new();
     for (i, cand) in cands.iter().enumerate() {
@@ -282,7 +287,7 @@ pub fn admit(cands: &[Candidate], usage: &QueueUse, budget: usize) -> (Vec<usize
             }
             continue;
         }
-        *taken.entry(key).or_default() += 1;
+        *taken.entry(key.to_string()).or_default() += 1;
         picks.push(i);
     }
     (picks, closed)
@@ -501,7 +506,7 @@ mod tests {
             cand(3, Some("b")),
             cand(4, None),
         ];
-        let (picks, closed) = admit(&cands, &usage, 10);
+        let (picks, closed) = admit(&cands, &usage, 10, &mut HashMap::new());
         assert_eq!(picks, vec![1, 3]);
         assert_eq!(closed, vec!["a".to_string(), "b".to_string()]);
     }

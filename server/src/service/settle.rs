@@ -118,7 +118,8 @@ impl Broker {
     ) -> Result<Vec<Settled<Completed>>, StoreError> {
         let store = self.store.clone();
         let weight = ps.len();
-        self.completes
+        let settled = self
+            .completes
             .call((), ps, weight, move |batch: Vec<Vec<CompleteParams>>| {
                 let store = store.clone();
                 async move {
@@ -128,7 +129,14 @@ impl Broker {
                     combine::split(settled, &lengths)
                 }
             })
-            .await
+            .await?;
+        // Admission (#14): a lease ended, so a gated queue may admit another.
+        for s in &settled {
+            if let Settled::Applied(c) = s {
+                self.wake_gated(&c.queue);
+            }
+        }
+        Ok(settled)
     }
 
     /// Completes many leases at once; input is checked all-or-nothing, outcomes are
@@ -195,6 +203,8 @@ impl Broker {
             self.metrics.failed(&r.queue, ran(r.leased_at, p.now), dead);
             if r.next_run_at.is_some() {
                 self.dispatch.wake(Some(&r.queue));
+            } else {
+                self.wake_gated(&r.queue);
             }
         }
         settled(outcome, &p.task_id)

@@ -23,6 +23,8 @@ use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
 
 // Schedules (migration 0006).
 mod schedule;
+// Admission (migration 0009).
+mod admission;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -1211,5 +1213,49 @@ impl Store for PostgresStore {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(observe::holder_row).collect())
+    }
+
+    // Admission (#14): postgres/admission.rs.
+    async fn queue_list(&self) -> StoreResult<Vec<StoredQueue>> {
+        self.admission_queue_list().await
+    }
+
+    async fn queue_seed(
+        &self,
+        seed: &[(String, crate::domain::admission::QueueConfig)],
+    ) -> StoreResult<()> {
+        self.admission_queue_seed(seed).await
+    }
+
+    async fn queue_put(
+        &self,
+        name: &str,
+        config: &crate::domain::admission::QueueConfig,
+        version: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        self.admission_queue_put(name, config, version, now).await
+    }
+
+    async fn task_lease_gated(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
+        self.admission_lease(ps).await
+    }
+
+    async fn queue_usage(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<QueueUsage> {
+        self.admission_usage(queue, key, now).await
+    }
+
+    async fn task_ahead(
+        &self,
+        task: &TaskRecord,
+        aging_ms: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        self.admission_ahead(task, aging_ms, now).await
     }
 }
