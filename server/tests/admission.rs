@@ -283,7 +283,7 @@ async fn per_key_limit_one_with_100_keys_and_8_workers_never_runs_a_key_twice(b:
         ids.extend(submit(&mut broker, tasks).await);
         let _ = round;
     }
-    let report = run_workers(&app, "q", 8, 4, ids.len()).await;
+    let report = run_workers(&[&app], "q", 8, 4, ids.len()).await;
     assert_eq!(report.max_in_flight_per_key, 1, "a key ran twice at once");
     assert_eq!(
         report.completed,

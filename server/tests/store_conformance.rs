@@ -6,6 +6,10 @@ mod common;
 #[path = "store_conformance/schedules.rs"]
 mod schedules;
 use schedules::*;
+// Admission (#14): stored queue settings and the gated lease.
+#[path = "store_conformance/admission.rs"]
+mod admission;
+use admission::*;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -699,6 +703,9 @@ both_backends!(
     schedule_due_reads_only_due_unpaused_schedules_in_order,
     schedule_fire_records_each_fire_time_and_its_task_once,
     two_stores_racing_on_due_schedules_fire_each_once,
+    queue_settings_are_seeded_put_by_version_and_listed,
+    a_gated_lease_holds_key_limits_and_spends_tokens,
+    a_gated_lease_never_takes_a_task_twice,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

@@ -361,18 +361,21 @@ pub fn explain(v: &ExplainView, now: DateTime<Utc>) -> Vec<Gate> {
         key_full_gate(v),
         rate_gate(v, now),
         key_rate_gate(v, now),
-        behind_gate(v, now),
     ]
     .into_iter()
     .flatten()
     .collect();
-    if gates.is_empty() {
-        return vec![Gate::new(
+    if !gates.is_empty() {
+        return gates;
+    }
+    // Only when nothing else holds it: the tasks that lease first.
+    match behind_gate(v, now) {
+        Some(g) => vec![g],
+        None => vec![Gate::new(
             GateKind::None,
             "a worker asking now would get it".into(),
-        )];
+        )],
     }
-    gates
 }
 
 fn run_at_gate(v: &ExplainView, now: DateTime<Utc>) -> Option<Gate> {

@@ -79,10 +79,10 @@ pub struct WorkReport {
     pub max_in_flight_per_key: usize,
 }
 
-/// `workers` workers lease up to `batch` tasks of `queue` (long-polling) and
-/// complete each, until `total` tasks are done.
+/// `workers` workers (spread over `apps`, the replicas) lease up to `batch`
+/// tasks of `queue` (long-polling) and complete each, until `total` are done.
 pub async fn run_workers(
-    app: &TestApp,
+    apps: &[&TestApp],
     queue: &str,
     workers: usize,
     batch: u32,
@@ -93,7 +93,7 @@ pub async fn run_workers(
     let done: Arc<Mutex<HashSet<String>>> = Arc::default();
     let mut handles = Vec::new();
     for w in 0..workers {
-        let mut c = app.broker().await;
+        let mut c = apps[w % apps.len()].broker().await;
         let (in_flight, max_seen, done) = (in_flight.clone(), max_seen.clone(), done.clone());
         let queue = queue.to_string();
         handles.push(tokio::spawn(async move {

@@ -39,6 +39,9 @@ fn to_json(c: &QueueConfig) -> StoreResult<String> {
 
 type Tx<'a> = Transaction<'a, Postgres>;
 
+/// seq, concurrency key, effective priority, turn, deadline, run_at, size.
+type CandidateRow = (i64, Option<String>, i64, i64, i64, i64, i64);
+
 impl PostgresStore {
     pub(super) async fn admission_queue_list(&self) -> StoreResult<Vec<StoredQueue>> {
         let rows: Vec<(String, String, Option<i64>, i64)> =
@@ -434,16 +437,15 @@ async fn candidates(
         extra = LEASE_REPLY_TASK_BYTES,
     );
     // Built from constant fragments only; every value is bound.
-    let rows: Vec<(i64, Option<String>, i64, i64, i64, i64, i64)> =
-        sqlx::query_as(sqlx::AssertSqlSafe(sql))
-            .bind(queue)
-            .bind(now)
-            .bind(closed)
-            .bind(taken)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .bind(aging)
-            .fetch_all(&mut **tx)
-            .await?;
+    let rows: Vec<CandidateRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(queue)
+        .bind(now)
+        .bind(closed)
+        .bind(taken)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(aging)
+        .fetch_all(&mut **tx)
+        .await?;
     Ok(rows
         .into_iter()
         .map(|(seq, key, eff, turn, dl, run_at, size)| Candidate {
