@@ -14,6 +14,7 @@
 //! - `worker/`: [`Worker`], the runtime that leases, heartbeats, runs handlers and reports.
 //! - `trace.rs`: W3C trace context on every call; `send`/`process` spans.
 //! - `cli/` (feature `cli`): the client subcommands of the `taskbroker` binary.
+//! - `queue.rs`: live queue settings ([`QueueUpdate`]) and `explain_task` (admission).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -50,6 +51,8 @@ pub mod time;
 pub mod trace;
 mod wait;
 pub mod worker;
+// Admission (#14).
+mod queue;
 
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -58,6 +61,7 @@ pub use admin::{TaskFilter, TaskUpdate};
 pub use client::{Client, ClientBuilder, DEFAULT_ADDR, Submitted};
 pub use error::{ERROR_DOMAIN, Error, LEASE_LOST, code_name, state_name};
 pub use pb::TaskState;
+pub use queue::QueueUpdate;
 pub use schedule::{NewSchedule, Schedules};
 pub use spec::TaskSpec;
 pub use worker::{CancelReason, Json, TaskContext, TaskError, Worker, WorkerEvent};

@@ -1,5 +1,6 @@
 //! The client subcommands of the `taskbroker` binary: submit, get, list, cancel,
-//! requeue, attempts, stats, and `schedule ...` (in `schedule.rs`). The binary flattens [`ClientCommand`] into its own
+//! requeue, attempts, stats, `schedule ...` (in `schedule.rs`), and `queue ...`
+//! and `explain` (in `queue.rs`). The binary flattens [`ClientCommand`] into its own
 //! commands and calls [`run`]; a failure is one plain line (`NOT_FOUND: task x not
 //! found`) for the binary to print.
 //!
@@ -8,6 +9,8 @@
 //! - `render.rs`: tables, detail blocks and JSON.
 
 mod parse;
+// Admission (#14): `queue ...` and `explain`.
+mod queue;
 mod render;
 mod schedule;
 
@@ -59,6 +62,11 @@ pub enum ClientCommand {
     /// Manage schedules: cron, interval and one-off tasks the broker makes.
     #[command(subcommand)]
     Schedule(schedule::ScheduleCommand),
+    /// Show and change queues' live settings: pause, limits, fairness, aging.
+    #[command(subcommand)]
+    Queue(queue::QueueCommand),
+    /// Say why a task is not running (every gate that holds it).
+    Explain(JsonIdArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -94,6 +102,9 @@ pub struct SubmitArgs {
     /// Metadata entries, NAME=VALUE; repeat for more.
     #[arg(long = "meta", value_parser = parse::key_value)]
     pub metadata: Vec<(String, String)>,
+    /// Concurrency key: counts against the queue's per-key limits.
+    #[arg(long)]
+    pub concurrency_key: Option<String>,
     #[command(flatten)]
     pub connection: Connection,
 }
@@ -230,6 +241,15 @@ pub async fn run(cmd: ClientCommand) -> Result<(), CliError> {
             }
         }
         ClientCommand::Schedule(cmd) => schedule::run(cmd).await?,
+        ClientCommand::Queue(cmd) => queue::run(cmd).await?,
+        ClientCommand::Explain(a) => {
+            let e = connect(&a.connection).await?.explain_task(&a.id).await?;
+            if a.json {
+                json_line(&queue::explain_json(&e))
+            } else {
+                queue::explain_text(&e)
+            }
+        }
     };
     print(&out)
 }
@@ -310,6 +330,9 @@ async fn submit(a: SubmitArgs) -> Result<String, CliError> {
     }
     for (k, v) in &a.metadata {
         spec = spec.metadata(k, v);
+    }
+    if let Some(k) = &a.concurrency_key {
+        spec = spec.concurrency_key(k);
     }
     let submitted = connect(&a.connection).await?.submit(spec).await?;
     if submitted.deduplicated {
