@@ -76,6 +76,7 @@ pub fn spec(queue: &str, payload: Vec<u8>) -> TaskSpec {
     TaskSpec {
         queue: queue.to_string(),
         payload,
+        concurrency_key: crate::admission::next_key(),
         ..Default::default()
     }
 }
