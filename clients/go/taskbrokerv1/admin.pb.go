@@ -121,9 +121,11 @@ type Task struct {
 	// The schedule that made this task, if one did (see schedule.proto).
 	ScheduleId string `protobuf:"bytes,24,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
 	// The schedule's fire time this task was made for.
-	FireTime      *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=fire_time,json=fireTime,proto3" json:"fire_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FireTime *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=fire_time,json=fireTime,proto3" json:"fire_time,omitempty"`
+	// Admission (#14): the task's concurrency key, empty when it has none.
+	ConcurrencyKey string `protobuf:"bytes,30,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -329,6 +331,13 @@ func (x *Task) GetFireTime() *timestamppb.Timestamp {
 		return x.FireTime
 	}
 	return nil
+}
+
+func (x *Task) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
 }
 
 type GetTaskRequest struct {
@@ -1296,7 +1305,7 @@ var File_taskbroker_v1_admin_proto protoreflect.FileDescriptor
 
 const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\"\xb8\b\n" +
+	"\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\x1a\x19taskbroker/v1/queue.proto\"\xe1\b\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -1330,7 +1339,8 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\rfencing_token\x18\x17 \x01(\x04R\ffencingToken\x12\x1f\n" +
 	"\vschedule_id\x18\x18 \x01(\tR\n" +
 	"scheduleId\x127\n" +
-	"\tfire_time\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\bfireTime\x1a;\n" +
+	"\tfire_time\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\bfireTime\x12'\n" +
+	"\x0fconcurrency_key\x18\x1e \x01(\tR\x0econcurrencyKey\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\")\n" +
@@ -1408,7 +1418,7 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12!\n" +
 	"\x1dATTEMPT_OUTCOME_LEASE_EXPIRED\x10\x04\x12%\n" +
-	"!ATTEMPT_OUTCOME_DEADLINE_EXCEEDED\x10\x052\xd9\x04\n" +
+	"!ATTEMPT_OUTCOME_DEADLINE_EXCEEDED\x10\x052\xa5\a\n" +
 	"\fAdminService\x12H\n" +
 	"\aGetTask\x12\x1d.taskbroker.v1.GetTaskRequest\x1a\x1e.taskbroker.v1.GetTaskResponse\x12N\n" +
 	"\tListTasks\x12\x1f.taskbroker.v1.ListTasksRequest\x1a .taskbroker.v1.ListTasksResponse\x12Q\n" +
@@ -1418,7 +1428,12 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"UpdateTask\x12 .taskbroker.v1.UpdateTaskRequest\x1a!.taskbroker.v1.UpdateTaskResponse\x12T\n" +
 	"\vRequeueTask\x12!.taskbroker.v1.RequeueTaskRequest\x1a\".taskbroker.v1.RequeueTaskResponse\x12W\n" +
 	"\fListAttempts\x12\".taskbroker.v1.ListAttemptsRequest\x1a#.taskbroker.v1.ListAttemptsResponse\x12Z\n" +
-	"\rGetQueueStats\x12#.taskbroker.v1.GetQueueStatsRequest\x1a$.taskbroker.v1.GetQueueStatsResponseBB\n" +
+	"\rGetQueueStats\x12#.taskbroker.v1.GetQueueStatsRequest\x1a$.taskbroker.v1.GetQueueStatsResponse\x12K\n" +
+	"\bGetQueue\x12\x1e.taskbroker.v1.GetQueueRequest\x1a\x1f.taskbroker.v1.GetQueueResponse\x12Q\n" +
+	"\n" +
+	"ListQueues\x12 .taskbroker.v1.ListQueuesRequest\x1a!.taskbroker.v1.ListQueuesResponse\x12T\n" +
+	"\vUpdateQueue\x12!.taskbroker.v1.UpdateQueueRequest\x1a\".taskbroker.v1.UpdateQueueResponse\x12T\n" +
+	"\vExplainTask\x12!.taskbroker.v1.ExplainTaskRequest\x1a\".taskbroker.v1.ExplainTaskResponseBB\n" +
 	"\x11dev.taskbroker.v1P\x01Z+taskbroker.dev/go/taskbrokerv1;taskbrokerv1b\x06proto3"
 
 var (
@@ -1460,6 +1475,14 @@ var file_taskbroker_v1_admin_proto_goTypes = []any{
 	(TaskState)(0),                // 21: taskbroker.v1.TaskState
 	(*fieldmaskpb.FieldMask)(nil), // 22: google.protobuf.FieldMask
 	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
+	(*GetQueueRequest)(nil),       // 24: taskbroker.v1.GetQueueRequest
+	(*ListQueuesRequest)(nil),     // 25: taskbroker.v1.ListQueuesRequest
+	(*UpdateQueueRequest)(nil),    // 26: taskbroker.v1.UpdateQueueRequest
+	(*ExplainTaskRequest)(nil),    // 27: taskbroker.v1.ExplainTaskRequest
+	(*GetQueueResponse)(nil),      // 28: taskbroker.v1.GetQueueResponse
+	(*ListQueuesResponse)(nil),    // 29: taskbroker.v1.ListQueuesResponse
+	(*UpdateQueueResponse)(nil),   // 30: taskbroker.v1.UpdateQueueResponse
+	(*ExplainTaskResponse)(nil),   // 31: taskbroker.v1.ExplainTaskResponse
 }
 var file_taskbroker_v1_admin_proto_depIdxs = []int32{
 	19, // 0: taskbroker.v1.Task.run_at:type_name -> google.protobuf.Timestamp
@@ -1496,15 +1519,23 @@ var file_taskbroker_v1_admin_proto_depIdxs = []int32{
 	10, // 31: taskbroker.v1.AdminService.RequeueTask:input_type -> taskbroker.v1.RequeueTaskRequest
 	12, // 32: taskbroker.v1.AdminService.ListAttempts:input_type -> taskbroker.v1.ListAttemptsRequest
 	15, // 33: taskbroker.v1.AdminService.GetQueueStats:input_type -> taskbroker.v1.GetQueueStatsRequest
-	3,  // 34: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
-	5,  // 35: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
-	7,  // 36: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
-	9,  // 37: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
-	11, // 38: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
-	14, // 39: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
-	17, // 40: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
-	34, // [34:41] is the sub-list for method output_type
-	27, // [27:34] is the sub-list for method input_type
+	24, // 34: taskbroker.v1.AdminService.GetQueue:input_type -> taskbroker.v1.GetQueueRequest
+	25, // 35: taskbroker.v1.AdminService.ListQueues:input_type -> taskbroker.v1.ListQueuesRequest
+	26, // 36: taskbroker.v1.AdminService.UpdateQueue:input_type -> taskbroker.v1.UpdateQueueRequest
+	27, // 37: taskbroker.v1.AdminService.ExplainTask:input_type -> taskbroker.v1.ExplainTaskRequest
+	3,  // 38: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
+	5,  // 39: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
+	7,  // 40: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
+	9,  // 41: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
+	11, // 42: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
+	14, // 43: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
+	17, // 44: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
+	28, // 45: taskbroker.v1.AdminService.GetQueue:output_type -> taskbroker.v1.GetQueueResponse
+	29, // 46: taskbroker.v1.AdminService.ListQueues:output_type -> taskbroker.v1.ListQueuesResponse
+	30, // 47: taskbroker.v1.AdminService.UpdateQueue:output_type -> taskbroker.v1.UpdateQueueResponse
+	31, // 48: taskbroker.v1.AdminService.ExplainTask:output_type -> taskbroker.v1.ExplainTaskResponse
+	38, // [38:49] is the sub-list for method output_type
+	27, // [27:38] is the sub-list for method input_type
 	27, // [27:27] is the sub-list for extension type_name
 	27, // [27:27] is the sub-list for extension extendee
 	0,  // [0:27] is the sub-list for field type_name
@@ -1516,6 +1547,7 @@ func file_taskbroker_v1_admin_proto_init() {
 		return
 	}
 	file_taskbroker_v1_broker_proto_init()
+	file_taskbroker_v1_queue_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -253,9 +253,13 @@ type TaskSpec struct {
 	// Optional; the broker's defaults otherwise.
 	Retry *RetryPolicy `protobuf:"bytes,7,opt,name=retry,proto3" json:"retry,omitempty"`
 	// Free-form; carries trace context (traceparent) among other things.
-	Metadata      map[string]string `protobuf:"bytes,8,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Metadata map[string]string `protobuf:"bytes,8,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Admission (#14): [A-Za-z0-9._:@/-]{0,256}. Tasks of a queue with the same key
+	// count together against the queue's max_concurrent_per_key and
+	// per_key_rate_limit, and take turns under FAIRNESS_ROUND_ROBIN_KEYS.
+	ConcurrencyKey string `protobuf:"bytes,12,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TaskSpec) Reset() {
@@ -342,6 +346,13 @@ func (x *TaskSpec) GetMetadata() map[string]string {
 		return x.Metadata
 	}
 	return nil
+}
+
+func (x *TaskSpec) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
 }
 
 type SubmitRequest struct {
@@ -592,9 +603,11 @@ type LeasedTask struct {
 	// The attempt number after which no retry is made.
 	MaxAttempts uint32 `protobuf:"varint,14,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	// When the task was submitted.
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Admission (#14): the task's concurrency key, empty when it has none.
+	ConcurrencyKey string `protobuf:"bytes,20,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LeasedTask) Reset() {
@@ -730,6 +743,13 @@ func (x *LeasedTask) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *LeasedTask) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
 }
 
 type LeaseResponse struct {
@@ -1509,7 +1529,7 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\vmax_backoff\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"maxBackoff\x12\x1b\n" +
 	"\x06jitter\x18\x05 \x01(\x01H\x00R\x06jitter\x88\x01\x01B\t\n" +
-	"\a_jitter\"\x85\x03\n" +
+	"\a_jitter\"\xae\x03\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x10\n" +
@@ -1518,7 +1538,8 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\x06run_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x126\n" +
 	"\bdeadline\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x120\n" +
 	"\x05retry\x18\a \x01(\v2\x1a.taskbroker.v1.RetryPolicyR\x05retry\x12A\n" +
-	"\bmetadata\x18\b \x03(\v2%.taskbroker.v1.TaskSpec.MetadataEntryR\bmetadata\x1a;\n" +
+	"\bmetadata\x18\b \x03(\v2%.taskbroker.v1.TaskSpec.MetadataEntryR\bmetadata\x12'\n" +
+	"\x0fconcurrency_key\x18\f \x01(\tR\x0econcurrencyKey\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\">\n" +
@@ -1534,7 +1555,7 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\x06queues\x18\x02 \x03(\tR\x06queues\x12\x1b\n" +
 	"\tmax_tasks\x18\x03 \x01(\rR\bmaxTasks\x12@\n" +
 	"\x0elease_duration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\x12-\n" +
-	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\x88\x05\n" +
+	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xb1\x05\n" +
 	"\n" +
 	"LeasedTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x14\n" +
@@ -1556,7 +1577,8 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\x0ehas_checkpoint\x18\r \x01(\bR\rhasCheckpoint\x12!\n" +
 	"\fmax_attempts\x18\x0e \x01(\rR\vmaxAttempts\x129\n" +
 	"\n" +
-	"created_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x1a;\n" +
+	"created_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12'\n" +
+	"\x0fconcurrency_key\x18\x14 \x01(\tR\x0econcurrencyKey\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +

@@ -106,6 +106,7 @@ class Task(_message.Message):
     FENCING_TOKEN_FIELD_NUMBER: _builtins.int
     SCHEDULE_ID_FIELD_NUMBER: _builtins.int
     FIRE_TIME_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     queue: _builtins.str
     payload: _builtins.bytes
@@ -125,6 +126,8 @@ class Task(_message.Message):
     fencing_token: _builtins.int
     schedule_id: _builtins.str
     """The schedule that made this task, if one did (see schedule.proto)."""
+    concurrency_key: _builtins.str
+    """Admission (#14): the task's concurrency key, empty when it has none."""
     @_builtins.property
     def run_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -175,10 +178,11 @@ class Task(_message.Message):
         fencing_token: _builtins.int = ...,
         schedule_id: _builtins.str = ...,
         fire_time: _timestamp_pb2.Timestamp | None = ...,
+        concurrency_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline", b"deadline", "finished_at", b"finished_at", "fire_time", b"fire_time", "lease_expires_at", b"lease_expires_at", "retry", b"retry", "run_at", b"run_at", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "cancel_requested", b"cancel_requested", "checkpoint", b"checkpoint", "created_at", b"created_at", "deadline", b"deadline", "fencing_token", b"fencing_token", "finished_at", b"finished_at", "fire_time", b"fire_time", "has_checkpoint", b"has_checkpoint", "id", b"id", "key", b"key", "last_error", b"last_error", "lease_expires_at", b"lease_expires_at", "leased_by", b"leased_by", "max_attempts", b"max_attempts", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "result", b"result", "retry", b"retry", "run_at", b"run_at", "schedule_id", b"schedule_id", "state", b"state", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "cancel_requested", b"cancel_requested", "checkpoint", b"checkpoint", "concurrency_key", b"concurrency_key", "created_at", b"created_at", "deadline", b"deadline", "fencing_token", b"fencing_token", "finished_at", b"finished_at", "fire_time", b"fire_time", "has_checkpoint", b"has_checkpoint", "id", b"id", "key", b"key", "last_error", b"last_error", "lease_expires_at", b"lease_expires_at", "leased_by", b"leased_by", "max_attempts", b"max_attempts", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "result", b"result", "retry", b"retry", "run_at", b"run_at", "schedule_id", b"schedule_id", "state", b"state", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
