@@ -9,7 +9,8 @@
 # "gated": every task has one of 1,000 concurrency keys, the queue has
 # max_concurrent_per_key 5 and a rate limit above the offered load (RATE,
 # default 100000/s). "plain": the same load without keys or gates.
-# Env: STORES ("sqlite postgres"), MODE (batched), WORKERS (64), TASKS (30000), RATE.
+# Env: STORES ("sqlite postgres"), MODE (batched), WORKERS (64), TASKS (30000), RATE,
+# NO_BUILD (use target/release as it is).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps=${1:-3}
@@ -26,7 +27,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cargo build --release -q -p taskbroker-server -p taskbroker-bench
+[ -n "${NO_BUILD:-}" ] || cargo build --release -q -p taskbroker-server -p taskbroker-bench
 eval "$(scripts/pg.sh start "$work/pg")"
 admin=$TASKBROKER_TEST_POSTGRES_URL
 fresh_db() {

@@ -1,9 +1,12 @@
 -- Admission (#14): live queue settings, concurrency keys and rate-limit buckets.
 --
 -- A task's concurrency key; leased tasks are counted per (queue, key) through
--- tasks_leased_key, under the queue row's lock (see store/postgres/admission.rs).
+-- tasks_leased_key (per queue through tasks_queue_state), under the queue row's lock (see store/postgres/admission.rs).
 ALTER TABLE tasks ADD COLUMN concurrency_key TEXT;
-CREATE INDEX tasks_leased_key ON tasks (queue, concurrency_key) WHERE state = 'leased';
+-- Only tasks with a key are in it: leasing and settling tasks without one (every
+-- task of a queue without per-key limits, as a rule) costs no index write.
+CREATE INDEX tasks_leased_key ON tasks (queue, concurrency_key)
+    WHERE state = 'leased' AND concurrency_key IS NOT NULL;
 
 -- One row per queue with stored settings: `config` is the queue's settings as
 -- JSON (fields left out follow the broker's defaults). The row also holds the

@@ -683,6 +683,40 @@ mod tests {
         assert!(s.contains("postgres://tb:***@db/tb"));
     }
 
+    #[test]
+    fn queue_tables_seed_admission_gates() {
+        let dir = tempfile_dir();
+        let path = dir.join("tb.toml");
+        std::fs::write(
+            &path,
+            "[queues.mail]\nmax_concurrent = 5\nrate_limit = { per_second = 2.5 }\n\
+             fairness = \"round_robin_keys\"\npriority_aging = \"30s\"\n\
+             [queues.bad]\nrate_limit = { per_second = -1.0 }\n",
+        )
+        .unwrap();
+        let mut a = args();
+        a.config = Some(path);
+        let mut c = a.load().unwrap();
+        let Err(bad) = c.validate() else {
+            panic!("a negative rate is refused")
+        };
+        assert_eq!(
+            bad,
+            "queues.bad.rate_limit.per_second: must be above 0 and at most 1000000"
+        );
+        c.queues.remove("bad");
+        let v = c.validate().unwrap();
+        let g = &v.app.settings.gates["mail"];
+        assert_eq!(g.max_concurrent, 5);
+        assert_eq!(g.rate_limit.unwrap().per_second, 2.5);
+        assert_eq!(
+            g.fairness,
+            crate::domain::admission::Fairness::RoundRobinKeys
+        );
+        assert_eq!(g.priority_aging_ms, Some(30_000));
+        assert!(g.gated());
+    }
+
     fn tempfile_dir() -> PathBuf {
         let d = std::env::temp_dir().join(format!(
             "tb-config-{}-{}",

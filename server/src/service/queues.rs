@@ -162,18 +162,19 @@ impl Settings {
     }
 
     /// How often a long-poll over `queues` (some gated) looks again while it
-    /// waits: every 250 ms, or as often as a rate limit of theirs makes a token.
+    /// waits: every 250 ms, or sooner when a rate limit of theirs refills a
+    /// quarter of its bucket sooner (never more often than every 50 ms, so
+    /// waiting long-polls do not turn into a busy loop of gated leases).
     pub fn gated_recheck(&self, queues: &[String]) -> Duration {
         let live = self.live.snapshot();
-        let fastest = queues
+        let quarter_refill = queues
             .iter()
             .filter_map(|q| live.get(q))
             .flat_map(|l| [l.config.rate_limit, l.config.per_key_rate_limit])
             .flatten()
-            .map(|r| r.per_second)
-            .fold(0.0_f64, f64::max);
-        let every = if fastest > 0.0 { 1.0 / fastest } else { 0.25 };
-        Duration::from_secs_f64(every.clamp(0.01, 0.25))
+            .map(|r| r.capacity() / r.per_second / 4.0)
+            .fold(0.25_f64, f64::min);
+        Duration::from_secs_f64(quarter_refill.clamp(0.05, 0.25))
     }
 
     /// The default lease duration of a lease over `queues`: the shortest that
