@@ -17,7 +17,7 @@
 //! queue; each replica already combines its concurrent leases into one), and
 //! queues without gates never touch these rows.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
@@ -334,46 +334,21 @@ async fn load_use(
                 .await?;
         usage.leased = n.max(0) as u64;
     }
+    if config.max_concurrent_per_key > 0 {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT concurrency_key, count(*) FROM tasks WHERE queue = $1 AND state = 'leased' \
+             AND concurrency_key IS NOT NULL GROUP BY concurrency_key",
+        )
+        .bind(queue)
+        .fetch_all(&mut **tx)
+        .await?;
+        usage.leased_per_key = rows
+            .into_iter()
+            .map(|(k, n)| (k, n.max(0) as u64))
+            .collect();
+    }
     usage.config = config;
     Ok(usage)
-}
-
-/// Counts the leases held by the keys of `keys` not counted yet (only the keys
-/// a lease meets are counted: index seeks, not a pass over every lease). The
-/// queue row is locked, so the counts hold until the transaction ends.
-async fn load_key_counts(
-    tx: &mut Tx<'_>,
-    queue: &str,
-    usage: &mut QueueUse,
-    counted: &mut HashSet<String>,
-    keys: &[&str],
-) -> StoreResult<()> {
-    if usage.config.max_concurrent_per_key == 0 {
-        return Ok(());
-    }
-    let mut missing: Vec<&str> = keys
-        .iter()
-        .copied()
-        .filter(|k| !counted.contains(*k))
-        .collect();
-    missing.sort_unstable();
-    missing.dedup();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT concurrency_key, count(*) FROM tasks WHERE queue = $1 AND state = 'leased' \
-         AND concurrency_key = ANY($2::text[]) GROUP BY concurrency_key",
-    )
-    .bind(queue)
-    .bind(&missing)
-    .fetch_all(&mut **tx)
-    .await?;
-    for (k, n) in rows {
-        usage.leased_per_key.insert(k, n.max(0) as u64);
-    }
-    counted.extend(missing.into_iter().map(str::to_string));
-    Ok(())
 }
 
 /// Loads the per-key buckets of `keys` not loaded yet (refilled to `now`).
@@ -495,19 +470,15 @@ async fn admit_queue(
     let mut closed = usage.closed_keys();
     let mut taken: Vec<i64> = Vec::new();
     let mut per_key: HashMap<String, u64> = HashMap::new();
-    let mut counted: HashSet<String> = HashSet::new();
-    for pass in 0..MAX_PASSES {
+    for _ in 0..MAX_PASSES {
         let want = budget - out.len();
         if want == 0 {
             break;
         }
-        // Each further pass reads twice as far: the keys met so far that are
-        // closed are left out of it, so it reaches the keys behind them.
-        let window = (want * WINDOW_FACTOR + 16) << pass;
+        let window = want * WINDOW_FACTOR + 16;
         let config = usage.config.clone();
         let cands = candidates(tx, queue, &config, &closed, &taken, window, now).await?;
         let keys: Vec<&str> = cands.iter().filter_map(|c| c.key.as_deref()).collect();
-        load_key_counts(tx, queue, usage, &mut counted, &keys).await?;
         load_key_tokens(tx, queue, usage, &keys, now).await?;
         let (picks, newly_closed) = admit(&cands, usage, want, &mut per_key);
         for &i in &picks {

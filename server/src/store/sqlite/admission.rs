@@ -4,7 +4,7 @@
 //! writer, so the leases counted and the tokens read here are exactly what the
 //! next lease sees; nothing else can lease between the count and the update.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -108,46 +108,21 @@ fn load_use(c: &Connection, queue: &str, now: i64) -> StoreResult<QueueUse> {
             .query_row(params![queue], |r| r.get::<_, i64>(0))?
             .max(0) as u64;
     }
+    if config.max_concurrent_per_key > 0 {
+        let mut st = c.prepare_cached(
+            "SELECT concurrency_key, count(*) FROM tasks WHERE queue = ?1 AND state = 'leased' \
+             AND concurrency_key IS NOT NULL GROUP BY concurrency_key",
+        )?;
+        let rows = st.query_map(params![queue], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+        })?;
+        for row in rows {
+            let (k, n) = row?;
+            usage.leased_per_key.insert(k, n.max(0) as u64);
+        }
+    }
     usage.config = config;
     Ok(usage)
-}
-
-/// Counts the leases held by the keys of `keys` not counted yet (only the keys
-/// a lease meets are counted: index seeks, not a pass over every lease).
-fn load_key_counts(
-    c: &Connection,
-    queue: &str,
-    usage: &mut QueueUse,
-    counted: &mut HashSet<String>,
-    keys: &[&str],
-) -> StoreResult<()> {
-    if usage.config.max_concurrent_per_key == 0 {
-        return Ok(());
-    }
-    let mut missing: Vec<&str> = keys
-        .iter()
-        .copied()
-        .filter(|k| !counted.contains(*k))
-        .collect();
-    missing.sort_unstable();
-    missing.dedup();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let list = serde_json::to_string(&missing).map_err(|e| StoreError::Internal(Box::new(e)))?;
-    let mut st = c.prepare_cached(
-        "SELECT concurrency_key, count(*) FROM tasks WHERE queue = ?1 AND state = 'leased' \
-         AND concurrency_key IN (SELECT value FROM json_each(?2)) GROUP BY concurrency_key",
-    )?;
-    let rows = st.query_map(params![queue, list], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
-    })?;
-    for row in rows {
-        let (k, n) = row?;
-        usage.leased_per_key.insert(k, n.max(0) as u64);
-    }
-    counted.extend(missing.into_iter().map(str::to_string));
-    Ok(())
 }
 
 /// Loads the per-key buckets of `keys` not loaded yet (refilled to `now`).
@@ -265,18 +240,14 @@ fn admit_queue(
     let mut closed = usage.closed_keys();
     let mut taken: Vec<i64> = Vec::new();
     let mut per_key: HashMap<String, u64> = HashMap::new();
-    let mut counted: HashSet<String> = HashSet::new();
-    for pass in 0..MAX_PASSES {
+    for _ in 0..MAX_PASSES {
         let want = budget - out.len();
         if want == 0 {
             break;
         }
-        // Each further pass reads twice as far: the keys met so far that are
-        // closed are left out of it, so it reaches the keys behind them.
-        let window = (want * WINDOW_FACTOR + 16) << pass;
+        let window = want * WINDOW_FACTOR + 16;
         let cands = candidates(c, queue, &usage.config, &closed, &taken, window, now)?;
         let keys: Vec<&str> = cands.iter().filter_map(|c| c.key.as_deref()).collect();
-        load_key_counts(c, queue, usage, &mut counted, &keys)?;
         load_key_tokens(c, queue, usage, &keys, now)?;
         let (picks, newly_closed) = admit(&cands, usage, want, &mut per_key);
         for &i in &picks {
