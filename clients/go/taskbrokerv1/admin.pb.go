@@ -128,9 +128,11 @@ type Task struct {
 	// The fan-out group (the first copy's id) of a copy.
 	FanoutGroup string `protobuf:"bytes,28,opt,name=fanout_group,json=fanoutGroup,proto3" json:"fanout_group,omitempty"`
 	// The worker a retry is reserved for now (sticky), if any.
-	ReservedFor   string `protobuf:"bytes,29,opt,name=reserved_for,json=reservedFor,proto3" json:"reserved_for,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ReservedFor string `protobuf:"bytes,29,opt,name=reserved_for,json=reservedFor,proto3" json:"reserved_for,omitempty"`
+	// Admission (#14): the task's concurrency key, empty when it has none.
+	ConcurrencyKey string `protobuf:"bytes,30,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -362,6 +364,13 @@ func (x *Task) GetFanoutGroup() string {
 func (x *Task) GetReservedFor() string {
 	if x != nil {
 		return x.ReservedFor
+	}
+	return ""
+}
+
+func (x *Task) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
 	}
 	return ""
 }
@@ -1340,7 +1349,8 @@ var File_taskbroker_v1_admin_proto protoreflect.FileDescriptor
 
 const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\x1a\x1ataskbroker/v1/worker.proto\"\xe2\t\n" +
+	"\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\x1a\x1ataskbroker/v1/worker.proto\x1a\x19taskbroker/v1/queue.proto\"\x8b\n" +
+	"\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -1378,7 +1388,8 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\x06target\x18\x1a \x01(\v2\x15.taskbroker.v1.TargetR\x06target\x123\n" +
 	"\x06sticky\x18\x1b \x01(\v2\x1b.taskbroker.v1.StickyPolicyR\x06sticky\x12!\n" +
 	"\ffanout_group\x18\x1c \x01(\tR\vfanoutGroup\x12!\n" +
-	"\freserved_for\x18\x1d \x01(\tR\vreservedFor\x1a;\n" +
+	"\freserved_for\x18\x1d \x01(\tR\vreservedFor\x12'\n" +
+	"\x0fconcurrency_key\x18\x1e \x01(\tR\x0econcurrencyKey\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\")\n" +
@@ -1458,7 +1469,7 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12!\n" +
 	"\x1dATTEMPT_OUTCOME_LEASE_EXPIRED\x10\x04\x12%\n" +
-	"!ATTEMPT_OUTCOME_DEADLINE_EXCEEDED\x10\x052\xff\x05\n" +
+	"!ATTEMPT_OUTCOME_DEADLINE_EXCEEDED\x10\x052\xcb\b\n" +
 	"\fAdminService\x12H\n" +
 	"\aGetTask\x12\x1d.taskbroker.v1.GetTaskRequest\x1a\x1e.taskbroker.v1.GetTaskResponse\x12N\n" +
 	"\tListTasks\x12\x1f.taskbroker.v1.ListTasksRequest\x1a .taskbroker.v1.ListTasksResponse\x12Q\n" +
@@ -1470,7 +1481,12 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\fListAttempts\x12\".taskbroker.v1.ListAttemptsRequest\x1a#.taskbroker.v1.ListAttemptsResponse\x12Z\n" +
 	"\rGetQueueStats\x12#.taskbroker.v1.GetQueueStatsRequest\x1a$.taskbroker.v1.GetQueueStatsResponse\x12T\n" +
 	"\vListWorkers\x12!.taskbroker.v1.ListWorkersRequest\x1a\".taskbroker.v1.ListWorkersResponse\x12N\n" +
-	"\tGetWorker\x12\x1f.taskbroker.v1.GetWorkerRequest\x1a .taskbroker.v1.GetWorkerResponseBB\n" +
+	"\tGetWorker\x12\x1f.taskbroker.v1.GetWorkerRequest\x1a .taskbroker.v1.GetWorkerResponse\x12K\n" +
+	"\bGetQueue\x12\x1e.taskbroker.v1.GetQueueRequest\x1a\x1f.taskbroker.v1.GetQueueResponse\x12Q\n" +
+	"\n" +
+	"ListQueues\x12 .taskbroker.v1.ListQueuesRequest\x1a!.taskbroker.v1.ListQueuesResponse\x12T\n" +
+	"\vUpdateQueue\x12!.taskbroker.v1.UpdateQueueRequest\x1a\".taskbroker.v1.UpdateQueueResponse\x12T\n" +
+	"\vExplainTask\x12!.taskbroker.v1.ExplainTaskRequest\x1a\".taskbroker.v1.ExplainTaskResponseBB\n" +
 	"\x11dev.taskbroker.v1P\x01Z+taskbroker.dev/go/taskbrokerv1;taskbrokerv1b\x06proto3"
 
 var (
@@ -1516,8 +1532,16 @@ var file_taskbroker_v1_admin_proto_goTypes = []any{
 	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
 	(*ListWorkersRequest)(nil),    // 26: taskbroker.v1.ListWorkersRequest
 	(*GetWorkerRequest)(nil),      // 27: taskbroker.v1.GetWorkerRequest
-	(*ListWorkersResponse)(nil),   // 28: taskbroker.v1.ListWorkersResponse
-	(*GetWorkerResponse)(nil),     // 29: taskbroker.v1.GetWorkerResponse
+	(*GetQueueRequest)(nil),       // 28: taskbroker.v1.GetQueueRequest
+	(*ListQueuesRequest)(nil),     // 29: taskbroker.v1.ListQueuesRequest
+	(*UpdateQueueRequest)(nil),    // 30: taskbroker.v1.UpdateQueueRequest
+	(*ExplainTaskRequest)(nil),    // 31: taskbroker.v1.ExplainTaskRequest
+	(*ListWorkersResponse)(nil),   // 32: taskbroker.v1.ListWorkersResponse
+	(*GetWorkerResponse)(nil),     // 33: taskbroker.v1.GetWorkerResponse
+	(*GetQueueResponse)(nil),      // 34: taskbroker.v1.GetQueueResponse
+	(*ListQueuesResponse)(nil),    // 35: taskbroker.v1.ListQueuesResponse
+	(*UpdateQueueResponse)(nil),   // 36: taskbroker.v1.UpdateQueueResponse
+	(*ExplainTaskResponse)(nil),   // 37: taskbroker.v1.ExplainTaskResponse
 }
 var file_taskbroker_v1_admin_proto_depIdxs = []int32{
 	19, // 0: taskbroker.v1.Task.run_at:type_name -> google.protobuf.Timestamp
@@ -1558,17 +1582,25 @@ var file_taskbroker_v1_admin_proto_depIdxs = []int32{
 	15, // 35: taskbroker.v1.AdminService.GetQueueStats:input_type -> taskbroker.v1.GetQueueStatsRequest
 	26, // 36: taskbroker.v1.AdminService.ListWorkers:input_type -> taskbroker.v1.ListWorkersRequest
 	27, // 37: taskbroker.v1.AdminService.GetWorker:input_type -> taskbroker.v1.GetWorkerRequest
-	3,  // 38: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
-	5,  // 39: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
-	7,  // 40: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
-	9,  // 41: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
-	11, // 42: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
-	14, // 43: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
-	17, // 44: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
-	28, // 45: taskbroker.v1.AdminService.ListWorkers:output_type -> taskbroker.v1.ListWorkersResponse
-	29, // 46: taskbroker.v1.AdminService.GetWorker:output_type -> taskbroker.v1.GetWorkerResponse
-	38, // [38:47] is the sub-list for method output_type
-	29, // [29:38] is the sub-list for method input_type
+	28, // 38: taskbroker.v1.AdminService.GetQueue:input_type -> taskbroker.v1.GetQueueRequest
+	29, // 39: taskbroker.v1.AdminService.ListQueues:input_type -> taskbroker.v1.ListQueuesRequest
+	30, // 40: taskbroker.v1.AdminService.UpdateQueue:input_type -> taskbroker.v1.UpdateQueueRequest
+	31, // 41: taskbroker.v1.AdminService.ExplainTask:input_type -> taskbroker.v1.ExplainTaskRequest
+	3,  // 42: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
+	5,  // 43: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
+	7,  // 44: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
+	9,  // 45: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
+	11, // 46: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
+	14, // 47: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
+	17, // 48: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
+	32, // 49: taskbroker.v1.AdminService.ListWorkers:output_type -> taskbroker.v1.ListWorkersResponse
+	33, // 50: taskbroker.v1.AdminService.GetWorker:output_type -> taskbroker.v1.GetWorkerResponse
+	34, // 51: taskbroker.v1.AdminService.GetQueue:output_type -> taskbroker.v1.GetQueueResponse
+	35, // 52: taskbroker.v1.AdminService.ListQueues:output_type -> taskbroker.v1.ListQueuesResponse
+	36, // 53: taskbroker.v1.AdminService.UpdateQueue:output_type -> taskbroker.v1.UpdateQueueResponse
+	37, // 54: taskbroker.v1.AdminService.ExplainTask:output_type -> taskbroker.v1.ExplainTaskResponse
+	42, // [42:55] is the sub-list for method output_type
+	29, // [29:42] is the sub-list for method input_type
 	29, // [29:29] is the sub-list for extension type_name
 	29, // [29:29] is the sub-list for extension extendee
 	0,  // [0:29] is the sub-list for field type_name
@@ -1581,6 +1613,7 @@ func file_taskbroker_v1_admin_proto_init() {
 	}
 	file_taskbroker_v1_broker_proto_init()
 	file_taskbroker_v1_worker_proto_init()
+	file_taskbroker_v1_queue_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -50,6 +50,7 @@ fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid
             copies: fo.copies,
             distinct_workers: fo.distinct_workers,
         }),
+        concurrency_key: (!t.concurrency_key.is_empty()).then_some(t.concurrency_key),
     })
 }
 

@@ -113,6 +113,7 @@ pub fn leased_task(t: TaskRecord) -> pb::LeasedTask {
         max_attempts: t.attempts_allowed,
         created_at: Some(to_timestamp(t.created_at)),
         fanout_group: t.routing.fanout_group.unwrap_or_default(),
+        concurrency_key: t.concurrency_key.unwrap_or_default(),
     }
 }
 
@@ -153,6 +154,7 @@ pub fn task(t: TaskRecord, now: DateTime<Utc>) -> pb::Task {
         sticky: t.routing.sticky.map(sticky_to_pb),
         fanout_group: t.routing.fanout_group.unwrap_or_default(),
         reserved_for: t.routing.reserved_for.unwrap_or_default(),
+        concurrency_key: t.concurrency_key.unwrap_or_default(),
     }
 }
 

@@ -9,6 +9,8 @@ mod error;
 pub mod guard;
 pub mod scaler;
 mod schedule;
+// Admission (#14): live queue settings and Explain.
+mod queues;
 
 pub use admin::AdminApi;
 pub use broker::BrokerApi;

@@ -76,6 +76,8 @@ pub(crate) struct TaskRow {
     pub reserved_until: Option<i64>,
     pub fanout_group: Option<String>,
     pub fanout_distinct: bool,
+    /// Admission (#14, migration 0009).
+    pub concurrency_key: Option<String>,
 }
 
 /// The attempt row written when an attempt ends.
@@ -151,6 +153,7 @@ impl TaskRow {
             schedule_id: self.schedule_id,
             fire_time: self.fire_time.map(from_ms),
             routing,
+            concurrency_key: self.concurrency_key,
         })
     }
 
