@@ -548,8 +548,31 @@ async fn the_configuration_seeds_the_queue_settings(b: Backend) {
     app.shutdown().await;
 }
 
+/// The per-worker cap (routing) is a live queue setting: UpdateQueue changes the
+/// cap the next Lease enforces, with or without other gates.
+async fn the_per_worker_cap_is_a_live_setting(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let (mut admin, mut broker) = (app.admin().await, app.broker().await);
+    for _ in 0..6 {
+        submit_one(&mut broker, spec("q")).await;
+    }
+    let cap = |n: u32| pb::QueueConfig {
+        max_leases_per_worker: n,
+        ..Default::default()
+    };
+    set_queue(&mut admin, "q", cap(2), &["max_leases_per_worker"]).await;
+    assert_eq!(lease(&mut broker, "q", 10).await.len(), 2);
+    assert!(lease(&mut broker, "q", 10).await.is_empty());
+    set_queue(&mut admin, "q", cap(3), &["max_leases_per_worker"]).await;
+    assert_eq!(lease(&mut broker, "q", 10).await.len(), 1);
+    app.shutdown().await;
+}
+
 both_backends!(
     settings_are_read_changed_by_mask_and_listed,
+    the_per_worker_cap_is_a_live_setting,
     bad_updates_name_their_field_and_change_nothing,
     pause_stops_leases_and_resume_wakes_a_waiting_long_poll,
     max_concurrent_counts_leases_held,

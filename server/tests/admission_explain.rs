@@ -198,8 +198,98 @@ async fn a_task_behind_others_says_how_many_lease_first(b: Backend) {
     app.shutdown().await;
 }
 
+/// Routing (issue 13): a target no live worker of the queue matches, and a
+/// retry reserved for the worker that failed it.
+async fn an_unmatched_target_and_a_sticky_reservation_are_named(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let (mut admin, mut broker) = (app.admin().await, app.broker().await);
+    let gpu = submit_one(
+        &mut broker,
+        pb::TaskSpec {
+            target: Some(pb::Target {
+                worker_id: String::new(),
+                labels: [("gpu".to_string(), "a100".to_string())].into(),
+            }),
+            ..spec("q")
+        },
+    )
+    .await;
+    // No worker has leased from q yet: nobody matches.
+    let gates = explain(&mut admin, &gpu).await;
+    assert_eq!(kinds(&gates), [pb::GateKind::NoMatchingWorker], "{gates:?}");
+    assert!(gates[0].detail.contains("gpu=a100"), "{}", gates[0].detail);
+    // A worker of q without the label changes nothing; one with it does.
+    let plain = pb::LeaseRequest {
+        worker_id: "cpu".into(),
+        ..lease_req("q", 1)
+    };
+    assert!(
+        broker
+            .lease(plain)
+            .await
+            .unwrap()
+            .into_inner()
+            .tasks
+            .is_empty()
+    );
+    assert_eq!(
+        kinds(&explain(&mut admin, &gpu).await),
+        [pb::GateKind::NoMatchingWorker]
+    );
+    let other = submit_one(&mut broker, spec("other")).await;
+    let labelled = pb::LeaseRequest {
+        worker_id: "g".into(),
+        labels: [("gpu".to_string(), "a100".to_string())].into(),
+        ..lease_req("other", 1)
+    };
+    let got = broker.lease(labelled).await.unwrap().into_inner().tasks;
+    assert_eq!(got[0].task_id, other);
+    // Worker g has the label but leases from another queue.
+    assert_eq!(
+        kinds(&explain(&mut admin, &gpu).await),
+        [pb::GateKind::NoMatchingWorker]
+    );
+
+    let sticky = submit_one(
+        &mut broker,
+        pb::TaskSpec {
+            sticky: Some(pb::StickyPolicy {
+                strategy: pb::StickyStrategy::Hard as i32,
+                timeout: None,
+            }),
+            ..spec("s")
+        },
+    )
+    .await;
+    let held = broker
+        .lease(pb::LeaseRequest {
+            worker_id: "w1".into(),
+            ..lease_req("s", 1)
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .tasks;
+    broker
+        .fail(pb::FailRequest {
+            task_id: sticky.clone(),
+            lease_token: held[0].lease_token.clone(),
+            retry_after: secs(0),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let gates = explain(&mut admin, &sticky).await;
+    assert_eq!(kinds(&gates), [pb::GateKind::StickyReserved], "{gates:?}");
+    assert!(gates[0].detail.contains("w1"), "{}", gates[0].detail);
+    app.shutdown().await;
+}
+
 both_backends!(
     a_ready_task_alone_has_no_gate_and_a_leased_one_none_at_all,
+    an_unmatched_target_and_a_sticky_reservation_are_named,
     a_future_run_at_and_a_retry_backoff_say_until_when,
     a_paused_queue_is_named,
     a_full_queue_and_a_full_key_are_named_with_the_holders,

@@ -349,6 +349,12 @@ pub struct ExplainView {
     pub key_tokens: Option<f64>,
     /// READY tasks of the queue that lease before it.
     pub ahead: u64,
+    /// Routing (issue 13): the worker a retry is reserved for, and until when
+    /// (`None`: until the deadline), while the reservation holds.
+    pub reserved: Option<(String, Option<DateTime<Utc>>)>,
+    /// Routing (issue 13): the task's target, described, when no live worker of
+    /// the queue matches it.
+    pub unmatched_target: Option<String>,
 }
 
 /// Every gate that holds a pending task at `now`, or a single NONE. Each gate is
@@ -361,6 +367,8 @@ pub fn explain(v: &ExplainView, now: DateTime<Utc>) -> Vec<Gate> {
         key_full_gate(v),
         rate_gate(v, now),
         key_rate_gate(v, now),
+        sticky_gate(v),
+        no_worker_gate(v),
     ]
     .into_iter()
     .flatten()
@@ -397,6 +405,26 @@ fn run_at_gate(v: &ExplainView, now: DateTime<Utc>) -> Option<Gate> {
         until: Some(v.run_at),
         ..Gate::new(kind, detail)
     })
+}
+
+fn sticky_gate(v: &ExplainView) -> Option<Gate> {
+    let (worker, until) = v.reserved.as_ref()?;
+    let detail = match until {
+        Some(_) => format!("its retry is reserved for worker {worker} for a while (sticky)"),
+        None => format!("its retry is reserved for worker {worker} (sticky, hard)"),
+    };
+    Some(Gate {
+        until: *until,
+        ..Gate::new(GateKind::StickyReserved, detail)
+    })
+}
+
+fn no_worker_gate(v: &ExplainView) -> Option<Gate> {
+    let target = v.unmatched_target.as_ref()?;
+    Some(Gate::new(
+        GateKind::NoMatchingWorker,
+        format!("no live worker of queue {} is {target}", v.queue),
+    ))
 }
 
 fn paused_gate(v: &ExplainView) -> Option<Gate> {

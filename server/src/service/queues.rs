@@ -466,6 +466,64 @@ impl Broker {
         )))
     }
 
+    /// Routing (issue 13) for Explain: the reservation that holds a retry, and
+    /// the target no live worker of the queue (seen within `worker_ttl`) matches.
+    #[allow(clippy::type_complexity)]
+    async fn routing_gates(
+        &self,
+        task: &crate::store::TaskRecord,
+        now: DateTime<Utc>,
+    ) -> Result<(Option<(String, Option<DateTime<Utc>>)>, Option<String>), ServiceError> {
+        let r = &task.routing;
+        let reserved = r
+            .reserved_for
+            .clone()
+            .filter(|_| r.reserved_until.is_none_or(|u| u > now))
+            .map(|w| (w, r.reserved_until));
+        if r.target.is_empty() {
+            return Ok((reserved, None));
+        }
+        let ttl = chrono::Duration::from_std(self.settings.worker_ttl)
+            .unwrap_or_else(|_| chrono::Duration::days(1));
+        let matched = match &r.target.worker_id {
+            // The one worker it names: live, leasing from the queue, with the labels.
+            Some(id) => self.store.worker_get(id, now).await?.is_some_and(|(w, _)| {
+                w.last_seen >= now - ttl
+                    && w.queues.contains(&task.queue)
+                    && r.target
+                        .labels
+                        .iter()
+                        .all(|(k, v)| w.labels.get(k) == Some(v))
+            }),
+            None => !self
+                .store
+                .worker_list(&crate::store::WorkerFilter {
+                    seen_since: now - ttl,
+                    queue: Some(task.queue.clone()),
+                    labels: r.target.labels.clone(),
+                    after_id: None,
+                    limit: 1,
+                    now,
+                })
+                .await?
+                .is_empty(),
+        };
+        let target = || {
+            let labels: Vec<String> = r
+                .target
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            match (&r.target.worker_id, labels.is_empty()) {
+                (Some(id), true) => format!("worker {id}"),
+                (Some(id), false) => format!("worker {id} with labels {}", labels.join(",")),
+                (None, _) => format!("labelled {}", labels.join(",")),
+            }
+        };
+        Ok((reserved, (!matched).then(target)))
+    }
+
     /// Every gate that holds a task (empty when it is leased or finished).
     pub async fn explain_task(&self, task_id: &str) -> Result<Explained, ServiceError> {
         let task = self.get_task(task_id).await?;
@@ -489,6 +547,7 @@ impl Broker {
         } else {
             0
         };
+        let (reserved, unmatched_target) = self.routing_gates(&task, now).await?;
         let view = ExplainView {
             queue: task.queue.clone(),
             key: task.concurrency_key.clone(),
@@ -500,6 +559,8 @@ impl Broker {
             tokens: usage.tokens,
             key_tokens: usage.key_tokens,
             ahead,
+            reserved,
+            unmatched_target,
         };
         Ok(Explained {
             task_id: task.id,
