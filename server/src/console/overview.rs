@@ -2,6 +2,7 @@
 //! and failure rate as sparklines, the oldest READY task's age and p50/p95 run
 //! time. The table refreshes itself every 5 s (htmx polls `/overview/live`).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -11,6 +12,7 @@ use axum::extract::State;
 use maud::{Markup, html};
 
 use super::layout::{self, count, duration, href, sparkline};
+use super::queues::queue_href;
 use super::{Console, PageError, Viewer};
 use crate::service::{Broker, Overview, QueueOverview};
 
@@ -86,10 +88,11 @@ pub async fn page(
 ) -> Result<Markup, PageError> {
     let o = console.overview.get(&console).await?;
     let now = console.broker.clock().now();
+    let paused = paused_queues(&console);
     let body = html! {
         h1 { "Overview" }
         div #live hx-get="/overview/live" hx-trigger="every 5s" hx-swap="innerHTML" {
-            (live_view(&o, now))
+            (live_view(&o, now, &paused))
         }
     };
     Ok(layout::page("Overview", "/", Some(&viewer), body))
@@ -98,7 +101,20 @@ pub async fn page(
 /// The refreshing part alone.
 pub async fn live(State(console): State<Arc<Console>>) -> Result<Markup, PageError> {
     let o = console.overview.get(&console).await?;
-    Ok(live_view(&o, console.broker.clock().now()))
+    Ok(live_view(
+        &o,
+        console.broker.clock().now(),
+        &paused_queues(&console),
+    ))
+}
+
+/// The queues paused now (the live settings' snapshot: no database read).
+fn paused_queues(console: &Console) -> HashSet<String> {
+    let live = console.broker.settings().live.snapshot();
+    live.iter()
+        .filter(|(_, q)| q.config.paused)
+        .map(|(n, _)| n.clone())
+        .collect()
 }
 
 fn totals(o: &Overview) -> [(&'static str, u64); 4] {
@@ -111,7 +127,7 @@ fn totals(o: &Overview) -> [(&'static str, u64); 4] {
     ]
 }
 
-fn live_view(o: &Overview, now: chrono::DateTime<chrono::Utc>) -> Markup {
+fn live_view(o: &Overview, now: chrono::DateTime<chrono::Utc>, paused: &HashSet<String>) -> Markup {
     html! {
         p.muted { "Updated " (layout::time(o.now)) " UTC"
             @if now - o.now > SAY_AGE_AFTER {
@@ -129,7 +145,8 @@ fn live_view(o: &Overview, now: chrono::DateTime<chrono::Utc>) -> Markup {
         } @else {
             div.scroll {
                 table #queues {
-                    caption { "Queues (throughput, failure rate and run times over the last hour)" }
+                    caption { "Queues (throughput, failure rate and run times over the last hour) · "
+                        a href="/queues" { "settings, pause and resume" } }
                     thead { tr {
                         th scope="col" { "Queue" }
                         th scope="col" .num { "Ready" }
@@ -145,7 +162,7 @@ fn live_view(o: &Overview, now: chrono::DateTime<chrono::Utc>) -> Markup {
                         th scope="col" .num { "p95" }
                     } }
                     tbody {
-                        @for q in &o.queues { (row(o, q)) }
+                        @for q in &o.queues { (row(o, q, paused.contains(&q.stats.queue))) }
                     }
                 }
             }
@@ -153,7 +170,7 @@ fn live_view(o: &Overview, now: chrono::DateTime<chrono::Utc>) -> Markup {
     }
 }
 
-fn row(o: &Overview, q: &QueueOverview) -> Markup {
+fn row(o: &Overview, q: &QueueOverview, paused: bool) -> Markup {
     let s = &q.stats;
     let name = s.queue.as_str();
     let per_min: Vec<f64> = q
@@ -172,7 +189,8 @@ fn row(o: &Overview, q: &QueueOverview) -> Markup {
     let state_link = |state: &str| href("/tasks", &[("queue", name), ("state", state)]);
     html! {
         tr {
-            th scope="row" { a href=(href("/tasks", &[("queue", name)])) { (name) } }
+            th scope="row" { a href=(href("/tasks", &[("queue", name)])) { (name) }
+                @if paused { " " a href=(queue_href(name)) { span.badge.paused { "paused" } } } }
             td.num { a href=(state_link("ready")) { (count(s.ready)) } }
             td.num { a href=(state_link("scheduled")) { (count(s.scheduled)) } }
             td.num { a href=(state_link("leased")) { (count(s.leased)) } }
