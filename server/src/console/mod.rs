@@ -65,6 +65,7 @@ pub fn router(broker: Arc<Broker>, tokens: &[TokenEntry]) -> Router {
         gate: auth::Gate::new(tokens),
         overview: overview::Cache::default(),
     });
+    console.overview.warm(console.broker.clone());
     Router::new()
         .route("/", get(overview::page))
         .route("/overview/live", get(overview::live))

@@ -20,27 +20,59 @@ use crate::service::{Broker, Overview, QueueOverview};
 /// counts scan an index of every task (100-200 ms with a million tasks), and
 /// each open overview polls every 5 s.
 const FRESH_FOR: Duration = Duration::from_secs(2);
-/// An older overview is still shown at once, however old, while a new one is
-/// read in the background (stale-while-revalidate), so no view waits for the
-/// counts but the very first; past this age the page says how old it is.
+/// In a store this large, an older overview is still shown at once, however
+/// old, while a new one is read in the background (stale-while-revalidate), so
+/// no view waits for the counts; past `SAY_AGE_AFTER` the page says how old it
+/// is. A smaller store is read again in the foreground (a few ms), so its views
+/// are never more than `FRESH_FOR` old.
+const BIG_STORE: u64 = 100_000;
 const SAY_AGE_AFTER: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 
 /// The latest overview, shared by all viewers.
 #[derive(Default)]
 pub struct Cache(Arc<CacheInner>);
 
+#[derive(Clone)]
+struct Entry {
+    /// When the read finished.
+    at: Instant,
+    overview: Arc<Overview>,
+    /// Read as the broker started, before anyone asked: shown at once only in a
+    /// big store (see `BIG_STORE`); a small one is read again for its first view.
+    warm: bool,
+}
+
+impl Entry {
+    fn fresh(&self) -> bool {
+        !self.warm && self.at.elapsed() < FRESH_FOR
+    }
+
+    fn big(&self) -> bool {
+        let total: u64 = self
+            .overview
+            .queues
+            .iter()
+            .map(|q| {
+                let s = &q.stats;
+                s.scheduled + s.ready + s.leased + s.succeeded + s.dead + s.cancelled
+            })
+            .sum();
+        total >= BIG_STORE
+    }
+}
+
 #[derive(Default)]
 struct CacheInner {
-    latest: std::sync::Mutex<Option<(Instant, Arc<Overview>)>>,
+    latest: std::sync::Mutex<Option<Entry>>,
     /// A background read is under way.
     refreshing: AtomicBool,
     /// Held by a request that reads in the foreground, so viewers arriving
-    /// together after a pause share one read.
+    /// together share one read.
     reading: tokio::sync::Mutex<()>,
 }
 
 impl CacheInner {
-    fn latest(&self) -> Option<(Instant, Arc<Overview>)> {
+    fn latest(&self) -> Option<Entry> {
         // A panic while holding this lock cannot leave the value half-written.
         self.latest
             .lock()
@@ -48,36 +80,58 @@ impl CacheInner {
             .clone()
     }
 
-    async fn read(&self, broker: &Broker) -> Result<Arc<Overview>, PageError> {
+    async fn read(&self, broker: &Broker, warm: bool) -> Result<Arc<Overview>, PageError> {
         let o = Arc::new(broker.overview().await?);
-        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), o.clone()));
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(Entry {
+            at: Instant::now(),
+            overview: o.clone(),
+            warm,
+        });
         Ok(o)
     }
 }
 
 impl Cache {
+    /// Reads the first overview in the background as the broker starts, so the
+    /// first view of a big store finds it (or waits only for the rest of this
+    /// read) instead of paying for the counts on cold caches.
+    pub fn warm(&self, broker: Arc<Broker>) {
+        let inner = self.0.clone();
+        tokio::spawn(async move {
+            // Held while reading: a viewer arriving meanwhile shares this read.
+            let _reading = inner.reading.lock().await;
+            if inner.latest().is_none()
+                && let Err(e) = inner.read(&broker, true).await
+            {
+                tracing::debug!(?e, "console: first overview read failed");
+            }
+        });
+    }
+
     pub async fn get(&self, console: &Console) -> Result<Arc<Overview>, PageError> {
         let inner = &self.0;
         match inner.latest() {
-            Some((at, o)) if at.elapsed() < FRESH_FOR => return Ok(o),
-            Some((_, o)) => {
+            Some(e) if e.fresh() => return Ok(e.overview),
+            Some(e) if e.big() => {
                 if !inner.refreshing.swap(true, Ordering::AcqRel) {
                     let (inner, broker) = (inner.clone(), console.broker.clone());
                     tokio::spawn(async move {
-                        if let Err(e) = inner.read(&broker).await {
+                        if let Err(e) = inner.read(&broker, false).await {
                             tracing::debug!(?e, "console: overview refresh failed");
                         }
                         inner.refreshing.store(false, Ordering::Release);
                     });
                 }
-                return Ok(o);
+                return Ok(e.overview);
             }
             _ => {}
         }
+        let asked = Instant::now();
         let _reading = inner.reading.lock().await;
         match inner.latest() {
-            Some((at, o)) if at.elapsed() < FRESH_FOR => Ok(o),
-            _ => inner.read(&console.broker).await,
+            // Read while this view waited for the lock: as new as its own read.
+            Some(e) if e.fresh() || e.at >= asked => Ok(e.overview),
+            _ => inner.read(&console.broker, false).await,
         }
     }
 }
