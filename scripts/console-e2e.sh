@@ -23,7 +23,8 @@ fi
 (cd tests/console-e2e && npm ci --no-audit --no-fund --loglevel=error)
 
 cargo build -q -p taskbroker-server --bin taskbroker
-cargo build -q -p taskbroker-client --example worker
+cargo build -q -p taskbroker-client --example worker --example long_task
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 TB_BIN="$target_dir/debug/taskbroker" TB_WORKER="$target_dir/debug/examples/worker" \
+  TB_LONG_TASK="$target_dir/debug/examples/long_task" \
   node tests/console-e2e/run.mjs

@@ -487,8 +487,8 @@ async fn workers_are_listed_from_their_leases() {
     let mut b = Browser::new(&app);
     let r = b.get("/workers").await;
     assert_eq!(r.status, 200);
-    assert!(r.body.contains(">w1</th>"), "{}", r.body);
-    assert!(r.body.contains(">2</a>"));
+    assert!(r.body.contains(">w1</a></th>"), "{}", r.body);
+    assert!(r.body.contains(">2 tasks</a>"));
     let running = b.get("/tasks?worker=w1&state=leased").await;
     assert_eq!(
         running.body.matches("<tr>").count(),
@@ -820,3 +820,208 @@ async fn dead_letters_are_cancelled_by_group_after_the_count_or_one_by_one() {
     );
     app.shutdown().await;
 }
+
+// ---- Queues, workers and Explain (issue 18, second part), on both stores ----
+
+async fn console_on(backend: Backend) -> Option<TestApp> {
+    spawn_app_with(
+        backend,
+        Options {
+            metrics: true,
+            ..Options::default()
+        },
+    )
+    .await
+}
+
+async fn queue_config(app: &TestApp, name: &str) -> pb::QueueConfig {
+    app.admin()
+        .await
+        .get_queue(pb::GetQueueRequest { name: name.into() })
+        .await
+        .expect("get queue")
+        .into_inner()
+        .queue
+        .expect("queue")
+        .config
+        .expect("config")
+}
+
+async fn queues_are_paused_resumed_and_edited_from_the_console(backend: Backend) {
+    let Some(app) = console_on(backend).await else {
+        return;
+    };
+    let mut c = app.broker().await;
+    submit(&mut c, vec![spec("qp"), spec("qp")]).await;
+    let mut b = Browser::new(&app);
+    let list = b.get("/queues").await;
+    assert_eq!(list.status, 200);
+    assert!(list.body.contains("href=\"/queues/qp\""), "{}", list.body);
+    assert!(list.body.contains("badge active"));
+    let overview = b.get("/").await;
+    assert!(
+        overview.body.contains("href=\"/queues\""),
+        "linked from the overview"
+    );
+
+    let confirm = b.get("/queues/qp/pause").await;
+    assert_eq!(confirm.status, 200);
+    assert!(confirm.body.contains("Pause this queue?"));
+    assert!(
+        !queue_config(&app, "qp").await.paused,
+        "nothing before the POST"
+    );
+    let token = confirm.csrf();
+    let refused = b.post("/queues/qp/pause", &[]).await;
+    assert_eq!(refused.status, 403, "no CSRF token, no pause");
+    let r = b.post("/queues/qp/pause", &[("csrf", &token)]).await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert!(queue_config(&app, "qp").await.paused);
+    assert!(lease(&mut c, "qp", 1).await.is_empty(), "paused: no lease");
+    let shown = b.get(r.header("location").unwrap()).await;
+    assert!(shown.body.contains("badge paused") && shown.body.contains("Resume…"));
+    assert!(
+        b.get("/").await.body.contains("badge paused"),
+        "the overview says so"
+    );
+
+    // The limits form: bad text and values the service refuses, one line each.
+    let bad = b
+        .post(
+            "/queues/qp/edit",
+            &[("csrf", &token), ("max_concurrent", "lots")],
+        )
+        .await;
+    assert_eq!(bad.status, 400);
+    assert!(
+        bad.body
+            .contains("max concurrent: &quot;lots&quot; is not a whole number"),
+        "{}",
+        bad.body
+    );
+    let refused = b
+        .post(
+            "/queues/qp/edit",
+            &[("csrf", &token), ("rate_per_second", "-2")],
+        )
+        .await;
+    assert_eq!(refused.status, 400);
+    assert!(
+        refused.body.contains("rate_limit.per_second"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(queue_config(&app, "qp").await.max_concurrent, 0);
+    let saved = b
+        .post(
+            "/queues/qp/edit",
+            &[
+                ("csrf", &token),
+                ("max_concurrent", "1"),
+                ("rate_per_second", ""),
+                ("fairness", "round_robin_keys"),
+                ("priority_aging", "30s"),
+            ],
+        )
+        .await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    let cfg = queue_config(&app, "qp").await;
+    assert_eq!(cfg.max_concurrent, 1);
+    assert!(cfg.paused, "the edit leaves the pause alone");
+    assert!(
+        b.get("/queues/qp")
+            .await
+            .body
+            .contains("+1 priority every 30.0 s")
+    );
+
+    let r = b.post("/queues/qp/resume", &[("csrf", &token)]).await;
+    assert_eq!(r.status, 303);
+    assert!(!queue_config(&app, "qp").await.paused);
+    assert_eq!(
+        lease(&mut c, "qp", 2).await.len(),
+        1,
+        "resumed, one at a time"
+    );
+    app.shutdown().await;
+}
+
+async fn workers_show_their_labels_and_leases(backend: Backend) {
+    let Some(app) = console_on(backend).await else {
+        return;
+    };
+    let mut c = app.broker().await;
+    let ids = submit(&mut c, vec![spec("wk"), spec("wk")]).await;
+    let mut req = lease_req("wk", 1);
+    req.worker_id = "gpu-7".into();
+    req.labels = [("gpu".to_string(), "a100".to_string())].into();
+    let held = c.lease(req).await.expect("lease").into_inner().tasks;
+    assert_eq!(held.len(), 1);
+    let mut b = Browser::new(&app);
+    let r = b.get("/workers").await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains(">gpu-7</a>"), "{}", r.body);
+    assert!(r.body.contains("gpu=a100"));
+    assert!(r.body.contains("127.0.0.1"), "its address");
+    let link = format!("href=\"/tasks/{}\"", held[0].task_id);
+    assert!(r.body.contains(&link), "its lease links to the task");
+    let other = ids.iter().find(|i| **i != held[0].task_id).unwrap();
+    assert!(
+        !r.body.contains(&format!("/tasks/{other}")),
+        "not a task it does not hold"
+    );
+    let one = b.get("/workers/gpu-7").await;
+    assert_eq!(one.status, 200);
+    assert!(one.body.contains(&link) && one.body.contains(">wk<"));
+    assert_eq!(b.get("/workers/nobody").await.status, 404);
+    assert!(!b.get("/workers?queue=other").await.body.contains("gpu-7"));
+    app.shutdown().await;
+}
+
+async fn a_waiting_task_says_why_it_is_not_running(backend: Backend) {
+    let Some(app) = console_on(backend).await else {
+        return;
+    };
+    let mut c = app.broker().await;
+    let mut admin = app.admin().await;
+    admin
+        .update_queue(pb::UpdateQueueRequest {
+            name: "held".into(),
+            config: Some(pb::QueueConfig {
+                paused: true,
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["paused".into()],
+            }),
+        })
+        .await
+        .expect("pause");
+    let waiting = submit_one(&mut c, spec("held")).await;
+    let free = submit_one(&mut c, spec("free")).await;
+    let mut b = Browser::new(&app);
+    let page = b.get(&format!("/tasks/{waiting}")).await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("Why is it not running?"));
+    assert!(
+        page.body.contains("data-gate=\"QueuePaused\""),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("queue held is paused"));
+    let ready = b.get(&format!("/tasks/{free}")).await;
+    assert!(ready.body.contains("a worker asking now would get it"));
+    lease_one(&mut c, "free").await;
+    let running = b.get(&format!("/tasks/{free}")).await;
+    assert!(
+        !running.body.contains("Why is it not running?"),
+        "a leased task has no gates"
+    );
+    app.shutdown().await;
+}
+
+both_backends!(
+    queues_are_paused_resumed_and_edited_from_the_console,
+    workers_show_their_labels_and_leases,
+    a_waiting_task_says_why_it_is_not_running,
+);

@@ -14,6 +14,10 @@ use routing::*;
 #[path = "store_conformance/admission.rs"]
 mod admission;
 use admission::*;
+// The console (issue 18): dead-letter groups (migration 0011).
+#[path = "store_conformance/console.rs"]
+mod console;
+use console::*;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -877,6 +881,8 @@ both_backends!(
     queue_settings_are_seeded_put_by_version_and_listed,
     a_gated_lease_holds_key_limits_and_spends_tokens,
     a_gated_lease_never_takes_a_task_twice,
+    // The console (issue 18).
+    dead_letters_group_by_the_current_error_however_a_task_died,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

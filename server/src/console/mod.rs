@@ -7,9 +7,13 @@
 //! - `layout`: the page frame and navigation, and how values are shown.
 //! - one file per page: `overview`, `tasks` (the list), `task` (one task),
 //!   `actions` (cancel, requeue, change, each confirmed first), `dead` (dead
-//!   letters), `workers`, `queues`, `schedules` (the list and one schedule with
-//!   its runs) and `schedule_actions` (pause, resume, trigger, delete, each
-//!   confirmed first); `assets` serves the embedded files.
+//!   letters), `workers` (the registry, and one worker with its leases),
+//!   `queues` (live settings; one queue with the form of its limits, read by
+//!   `queue_form`) and `queue_actions` (pause, resume, each confirmed first;
+//!   the edit), `explain` (the gates on a waiting task's page), `schedules`
+//!   (the list and one schedule with its runs) and `schedule_actions` (pause,
+//!   resume, trigger, delete, each confirmed first); `assets` serves the
+//!   embedded files.
 //!
 //! Why server-rendered HTML: `cargo build` needs no Node, the pages work without
 //! JavaScript (htmx only refreshes the overview), and a strict Content Security
@@ -31,8 +35,11 @@ mod actions;
 mod assets;
 mod auth;
 mod dead;
+mod explain;
 mod layout;
 mod overview;
+mod queue_actions;
+mod queue_form;
 mod queues;
 mod schedule_actions;
 mod schedules;
@@ -58,6 +65,7 @@ pub fn router(broker: Arc<Broker>, tokens: &[TokenEntry]) -> Router {
         gate: auth::Gate::new(tokens),
         overview: overview::Cache::default(),
     });
+    console.overview.warm(console.broker.clone());
     Router::new()
         .route("/", get(overview::page))
         .route("/overview/live", get(overview::live))
@@ -82,7 +90,18 @@ pub fn router(broker: Arc<Broker>, tokens: &[TokenEntry]) -> Router {
         )
         .route("/dead/cancel", get(dead::confirm_cancel).post(dead::cancel))
         .route("/workers", get(workers::page))
+        .route("/workers/{id}", get(workers::one))
         .route("/queues", get(queues::page))
+        .route("/queues/{name}", get(queues::one))
+        .route(
+            "/queues/{name}/pause",
+            get(queue_actions::confirm_pause).post(queue_actions::pause),
+        )
+        .route(
+            "/queues/{name}/resume",
+            get(queue_actions::confirm_resume).post(queue_actions::resume),
+        )
+        .route("/queues/{name}/edit", post(queue_actions::edit))
         .route("/schedules", get(schedules::list))
         .route("/schedules/{id}", get(schedules::page))
         .route(

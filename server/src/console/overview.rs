@@ -2,6 +2,7 @@
 //! and failure rate as sparklines, the oldest READY task's age and p50/p95 run
 //! time. The table refreshes itself every 5 s (htmx polls `/overview/live`).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -11,6 +12,7 @@ use axum::extract::State;
 use maud::{Markup, html};
 
 use super::layout::{self, count, duration, href, sparkline};
+use super::queues::queue_href;
 use super::{Console, PageError, Viewer};
 use crate::service::{Broker, Overview, QueueOverview};
 
@@ -18,27 +20,59 @@ use crate::service::{Broker, Overview, QueueOverview};
 /// counts scan an index of every task (100-200 ms with a million tasks), and
 /// each open overview polls every 5 s.
 const FRESH_FOR: Duration = Duration::from_secs(2);
-/// An older overview is still shown at once, however old, while a new one is
-/// read in the background (stale-while-revalidate), so no view waits for the
-/// counts but the very first; past this age the page says how old it is.
+/// In a store this large, an older overview is still shown at once, however
+/// old, while a new one is read in the background (stale-while-revalidate), so
+/// no view waits for the counts; past `SAY_AGE_AFTER` the page says how old it
+/// is. A smaller store is read again in the foreground (a few ms), so its views
+/// are never more than `FRESH_FOR` old.
+const BIG_STORE: u64 = 100_000;
 const SAY_AGE_AFTER: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 
 /// The latest overview, shared by all viewers.
 #[derive(Default)]
 pub struct Cache(Arc<CacheInner>);
 
+#[derive(Clone)]
+struct Entry {
+    /// When the read finished.
+    at: Instant,
+    overview: Arc<Overview>,
+    /// Read as the broker started, before anyone asked: shown at once only in a
+    /// big store (see `BIG_STORE`); a small one is read again for its first view.
+    warm: bool,
+}
+
+impl Entry {
+    fn fresh(&self) -> bool {
+        !self.warm && self.at.elapsed() < FRESH_FOR
+    }
+
+    fn big(&self) -> bool {
+        let total: u64 = self
+            .overview
+            .queues
+            .iter()
+            .map(|q| {
+                let s = &q.stats;
+                s.scheduled + s.ready + s.leased + s.succeeded + s.dead + s.cancelled
+            })
+            .sum();
+        total >= BIG_STORE
+    }
+}
+
 #[derive(Default)]
 struct CacheInner {
-    latest: std::sync::Mutex<Option<(Instant, Arc<Overview>)>>,
+    latest: std::sync::Mutex<Option<Entry>>,
     /// A background read is under way.
     refreshing: AtomicBool,
     /// Held by a request that reads in the foreground, so viewers arriving
-    /// together after a pause share one read.
+    /// together share one read.
     reading: tokio::sync::Mutex<()>,
 }
 
 impl CacheInner {
-    fn latest(&self) -> Option<(Instant, Arc<Overview>)> {
+    fn latest(&self) -> Option<Entry> {
         // A panic while holding this lock cannot leave the value half-written.
         self.latest
             .lock()
@@ -46,36 +80,58 @@ impl CacheInner {
             .clone()
     }
 
-    async fn read(&self, broker: &Broker) -> Result<Arc<Overview>, PageError> {
+    async fn read(&self, broker: &Broker, warm: bool) -> Result<Arc<Overview>, PageError> {
         let o = Arc::new(broker.overview().await?);
-        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), o.clone()));
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(Entry {
+            at: Instant::now(),
+            overview: o.clone(),
+            warm,
+        });
         Ok(o)
     }
 }
 
 impl Cache {
+    /// Reads the first overview in the background as the broker starts, so the
+    /// first view of a big store finds it (or waits only for the rest of this
+    /// read) instead of paying for the counts on cold caches.
+    pub fn warm(&self, broker: Arc<Broker>) {
+        let inner = self.0.clone();
+        tokio::spawn(async move {
+            // Held while reading: a viewer arriving meanwhile shares this read.
+            let _reading = inner.reading.lock().await;
+            if inner.latest().is_none()
+                && let Err(e) = inner.read(&broker, true).await
+            {
+                tracing::debug!(?e, "console: first overview read failed");
+            }
+        });
+    }
+
     pub async fn get(&self, console: &Console) -> Result<Arc<Overview>, PageError> {
         let inner = &self.0;
         match inner.latest() {
-            Some((at, o)) if at.elapsed() < FRESH_FOR => return Ok(o),
-            Some((_, o)) => {
+            Some(e) if e.fresh() => return Ok(e.overview),
+            Some(e) if e.big() => {
                 if !inner.refreshing.swap(true, Ordering::AcqRel) {
                     let (inner, broker) = (inner.clone(), console.broker.clone());
                     tokio::spawn(async move {
-                        if let Err(e) = inner.read(&broker).await {
+                        if let Err(e) = inner.read(&broker, false).await {
                             tracing::debug!(?e, "console: overview refresh failed");
                         }
                         inner.refreshing.store(false, Ordering::Release);
                     });
                 }
-                return Ok(o);
+                return Ok(e.overview);
             }
             _ => {}
         }
+        let asked = Instant::now();
         let _reading = inner.reading.lock().await;
         match inner.latest() {
-            Some((at, o)) if at.elapsed() < FRESH_FOR => Ok(o),
-            _ => inner.read(&console.broker).await,
+            // Read while this view waited for the lock: as new as its own read.
+            Some(e) if e.fresh() || e.at >= asked => Ok(e.overview),
+            _ => inner.read(&console.broker, false).await,
         }
     }
 }
@@ -86,10 +142,11 @@ pub async fn page(
 ) -> Result<Markup, PageError> {
     let o = console.overview.get(&console).await?;
     let now = console.broker.clock().now();
+    let paused = paused_queues(&console);
     let body = html! {
         h1 { "Overview" }
         div #live hx-get="/overview/live" hx-trigger="every 5s" hx-swap="innerHTML" {
-            (live_view(&o, now))
+            (live_view(&o, now, &paused))
         }
     };
     Ok(layout::page("Overview", "/", Some(&viewer), body))
@@ -98,7 +155,20 @@ pub async fn page(
 /// The refreshing part alone.
 pub async fn live(State(console): State<Arc<Console>>) -> Result<Markup, PageError> {
     let o = console.overview.get(&console).await?;
-    Ok(live_view(&o, console.broker.clock().now()))
+    Ok(live_view(
+        &o,
+        console.broker.clock().now(),
+        &paused_queues(&console),
+    ))
+}
+
+/// The queues paused now (the live settings' snapshot: no database read).
+fn paused_queues(console: &Console) -> HashSet<String> {
+    let live = console.broker.settings().live.snapshot();
+    live.iter()
+        .filter(|(_, q)| q.config.paused)
+        .map(|(n, _)| n.clone())
+        .collect()
 }
 
 fn totals(o: &Overview) -> [(&'static str, u64); 4] {
@@ -111,7 +181,7 @@ fn totals(o: &Overview) -> [(&'static str, u64); 4] {
     ]
 }
 
-fn live_view(o: &Overview, now: chrono::DateTime<chrono::Utc>) -> Markup {
+fn live_view(o: &Overview, now: chrono::DateTime<chrono::Utc>, paused: &HashSet<String>) -> Markup {
     html! {
         p.muted { "Updated " (layout::time(o.now)) " UTC"
             @if now - o.now > SAY_AGE_AFTER {
@@ -129,7 +199,8 @@ fn live_view(o: &Overview, now: chrono::DateTime<chrono::Utc>) -> Markup {
         } @else {
             div.scroll {
                 table #queues {
-                    caption { "Queues (throughput, failure rate and run times over the last hour)" }
+                    caption { "Queues (throughput, failure rate and run times over the last hour) · "
+                        a href="/queues" { "settings, pause and resume" } }
                     thead { tr {
                         th scope="col" { "Queue" }
                         th scope="col" .num { "Ready" }
@@ -145,7 +216,7 @@ fn live_view(o: &Overview, now: chrono::DateTime<chrono::Utc>) -> Markup {
                         th scope="col" .num { "p95" }
                     } }
                     tbody {
-                        @for q in &o.queues { (row(o, q)) }
+                        @for q in &o.queues { (row(o, q, paused.contains(&q.stats.queue))) }
                     }
                 }
             }
@@ -153,7 +224,7 @@ fn live_view(o: &Overview, now: chrono::DateTime<chrono::Utc>) -> Markup {
     }
 }
 
-fn row(o: &Overview, q: &QueueOverview) -> Markup {
+fn row(o: &Overview, q: &QueueOverview, paused: bool) -> Markup {
     let s = &q.stats;
     let name = s.queue.as_str();
     let per_min: Vec<f64> = q
@@ -172,7 +243,8 @@ fn row(o: &Overview, q: &QueueOverview) -> Markup {
     let state_link = |state: &str| href("/tasks", &[("queue", name), ("state", state)]);
     html! {
         tr {
-            th scope="row" { a href=(href("/tasks", &[("queue", name)])) { (name) } }
+            th scope="row" { a href=(href("/tasks", &[("queue", name)])) { (name) }
+                @if paused { " " a href=(queue_href(name)) { span.badge.paused { "paused" } } } }
             td.num { a href=(state_link("ready")) { (count(s.ready)) } }
             td.num { a href=(state_link("scheduled")) { (count(s.scheduled)) } }
             td.num { a href=(state_link("leased")) { (count(s.leased)) } }

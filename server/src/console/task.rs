@@ -125,6 +125,12 @@ pub async fn page(
 ) -> Result<Markup, PageError> {
     let b = &console.broker;
     let (task, attempts) = tokio::try_join!(b.get_task(&id), b.list_attempts(&id))?;
+    // Why a waiting task is not running (Explain); only a pending task has gates.
+    let gates = if task.state == StoredState::Pending {
+        Some(b.explain_task(&id).await?.gates)
+    } else {
+        None
+    };
     let now = b.clock().now();
     let state = TaskState::of(task.state, task.run_at, now);
     let view = View::parse(q.view.as_deref());
@@ -135,6 +141,7 @@ pub async fn page(
         h1 { "Task " span.mono { (task.id) } " " (badge(state)) }
         (layout::notice(done_notice(q.done.as_deref())))
         (actions(&base, task.state))
+        @if let Some(gates) = &gates { (super::explain::section(gates, &task.queue)) }
         section aria-labelledby="h-fields" {
             h2 #h-fields { "Fields" }
             dl.fields {

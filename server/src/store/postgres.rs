@@ -1297,11 +1297,18 @@ impl Store for PostgresStore {
     }
 
     async fn task_dead_groups(&self, p: &DeadGroupParams) -> StoreResult<Vec<DeadGroup>> {
+        // Console (issue 18, migration 0011): counted per (queue, error_hash) from
+        // tasks_dead_error alone, then one row per group read for its text.
         let rows: Vec<(String, String, i64, Option<i64>)> = sqlx::query_as(
-            "SELECT queue, COALESCE(last_error, '') AS e, COUNT(*) AS n, MAX(finished_at) \
-             FROM tasks WHERE state = 'dead' AND ($1::text IS NULL OR queue = $1) \
-               AND ($2::text IS NULL OR COALESCE(last_error, '') = $2) \
-             GROUP BY queue, e ORDER BY n DESC, queue, e LIMIT $3",
+            "WITH g AS (SELECT queue, error_hash, COUNT(*) AS n, MAX(finished_at) AS last \
+               FROM tasks WHERE state = 'dead' AND ($1::text IS NULL OR queue = $1) \
+                 AND ($2::text IS NULL OR (error_hash = hashtextextended($2, 0) \
+                   AND COALESCE(last_error, '') = $2)) \
+               GROUP BY queue, error_hash ORDER BY n DESC, queue, error_hash LIMIT $3) \
+             SELECT g.queue, COALESCE((SELECT t.last_error FROM tasks t WHERE t.state = 'dead' \
+                 AND t.queue = g.queue AND t.error_hash = g.error_hash \
+                 AND ($2::text IS NULL OR COALESCE(t.last_error, '') = $2) LIMIT 1), '') AS e, \
+               g.n, g.last FROM g ORDER BY g.n DESC, g.queue, e",
         )
         .bind(p.queue.as_deref())
         .bind(p.error.as_deref())
@@ -1316,6 +1323,7 @@ impl Store for PostgresStore {
         let n = sqlx::query(
             // A CTE runs once (an IN subquery may be rescanned per row, past the limit).
             "WITH picked AS (SELECT seq FROM tasks WHERE queue = $2 AND state = 'dead' \
+               AND error_hash = hashtextextended($3, 0) \
                AND COALESCE(last_error, '') = $3 ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED) \
              UPDATE tasks t SET state = 'pending', run_at = $1, \
                attempts_allowed = attempt + max_attempts, cancel_requested = FALSE, \

@@ -16,7 +16,11 @@ pub(super) async fn task_cancel_dead(pool: &PgPool, p: &CancelDeadParams) -> Sto
         sqlx::QueryBuilder::<Postgres>::new("WITH picked AS (SELECT seq FROM tasks WHERE queue = ");
     qb.push_bind(&p.queue).push(" AND state = 'dead'");
     if let Some(e) = &p.error {
-        qb.push(" AND COALESCE(last_error, '') = ").push_bind(e);
+        // tasks_dead_error finds the group by the hash (migration 0011).
+        qb.push(" AND error_hash = hashtextextended(")
+            .push_bind(e)
+            .push(", 0) AND COALESCE(last_error, '') = ")
+            .push_bind(e);
     }
     if let Some(id) = &p.task_id {
         qb.push(" AND id = ").push_bind(id);
