@@ -32,6 +32,8 @@ use routing::BindRouting as _;
 mod dead;
 // Admission (migration 0009).
 mod admission;
+// The plain lease, for batches routing cannot touch (issue 17, migration 0012).
+mod lease_plain;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -523,6 +525,11 @@ impl Store for PostgresStore {
         let Some(first) = ps.first() else {
             return Ok(Vec::new());
         };
+        // Issue 17: a batch without labels or caps, in queues without READY routed
+        // tasks, takes the statement from before routing (lease_plain.rs).
+        if let Some(out) = self.lease_plain(ps).await? {
+            return Ok(out);
+        }
         let now = ms(ps.iter().map(|p| p.now).max().unwrap_or(first.now));
         let demand: i64 = ps.iter().map(|p| i64::from(p.max_tasks)).sum();
         let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
