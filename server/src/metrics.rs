@@ -68,6 +68,10 @@ pub struct Metrics {
     pool_size: Gauge,
     pool_idle: Gauge,
     waiters: Gauge,
+    // Issue 17: how old the depths are, and the cross-replica wake-ups.
+    depth_age: FloatGauge,
+    notifications_received: Counter,
+    notifications_own_skipped: Counter,
 }
 
 impl Default for Metrics {
@@ -100,6 +104,9 @@ impl Metrics {
             pool_size: Gauge::default(),
             pool_idle: Gauge::default(),
             waiters: Gauge::default(),
+            depth_age: FloatGauge::default(),
+            notifications_received: Counter::default(),
+            notifications_own_skipped: Counter::default(),
         };
         let r = &mut m.registry;
         r.register(
@@ -156,7 +163,39 @@ impl Metrics {
             "Lease long-polls waiting for work",
             m.waiters.clone(),
         );
+        r.register(
+            "queue_depth_age_seconds",
+            "Age of the count behind queue_depth and queue_oldest_ready_age_seconds",
+            m.depth_age.clone(),
+        );
+        r.register(
+            "notifications_received",
+            "Wake-up notifications received from the database (Postgres LISTEN)",
+            m.notifications_received.clone(),
+        );
+        r.register(
+            "notifications_own_skipped",
+            "Of those, the ones this replica sent itself and did not act on again",
+            m.notifications_own_skipped.clone(),
+        );
         m
+    }
+
+    /// How old the depth snapshot shown by this scrape is (see `crate::depth`).
+    pub fn depth_age(&self, age: Duration) {
+        self.depth_age.set(age.as_secs_f64());
+    }
+
+    /// The store's notification counts so far (they only grow).
+    pub fn notifications(&self, n: crate::store::NotificationStats) {
+        let set = |c: &Counter, v: u64| {
+            let have = c.get();
+            if v > have {
+                c.inc_by(v - have);
+            }
+        };
+        set(&self.notifications_received, n.received);
+        set(&self.notifications_own_skipped, n.own_skipped);
     }
 
     pub fn submitted(&self, queue: &str) {

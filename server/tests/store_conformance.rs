@@ -866,6 +866,7 @@ both_backends!(
     two_stores_racing_on_due_schedules_fire_each_once,
     // Routing (issue 13).
     a_task_targeted_by_worker_id_goes_only_to_that_worker,
+    plain_leases_keep_order_and_targets_around_a_routed_task,
     a_task_targeted_by_labels_goes_to_a_worker_with_all_of_them,
     a_task_nobody_may_take_does_not_block_the_tasks_behind_it,
     a_soft_sticky_retry_waits_for_its_worker_until_the_timeout,

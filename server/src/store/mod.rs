@@ -246,6 +246,16 @@ pub struct PoolStats {
     pub idle: usize,
 }
 
+/// Wake-up notifications a store's listener received (issue 17): Postgres only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NotificationStats {
+    /// Notifications received on the wake-up channel.
+    pub received: u64,
+    /// Of those, the ones this store sent itself, whose waiters its broker had
+    /// woken already: not acted on again.
+    pub own_skipped: u64,
+}
+
 /// What a maintenance pass did to one queue.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueueReaped {
@@ -502,6 +512,11 @@ pub trait Store: Send + Sync + 'static {
     /// Starts delivering wake-ups for tasks made pending by other broker replicas
     /// (Postgres LISTEN/NOTIFY) until `stop`. A single-process store has none.
     fn spawn_listener(&self, _wake: Waker, _stop: tokio_util::sync::CancellationToken) {}
+
+    /// What the listener of [`Store::spawn_listener`] received so far.
+    fn notification_stats(&self) -> NotificationStats {
+        NotificationStats::default()
+    }
 
     /// Deletes up to `limit` tasks (and their attempts) that finished before
     /// `before`, in the queues `scope` selects. Returns how many.
