@@ -68,6 +68,8 @@ pub struct Metrics {
     pool_size: Gauge,
     pool_idle: Gauge,
     waiters: Gauge,
+    /// Sync match (issue 17): tasks handed to a waiting long-poll by Submit.
+    sync_matched: Family<QueueLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -100,6 +102,7 @@ impl Metrics {
             pool_size: Gauge::default(),
             pool_idle: Gauge::default(),
             waiters: Gauge::default(),
+            sync_matched: Family::default(),
         };
         let r = &mut m.registry;
         r.register(
@@ -156,7 +159,17 @@ impl Metrics {
             "Lease long-polls waiting for work",
             m.waiters.clone(),
         );
+        r.register(
+            "tasks_sync_matched",
+            "Tasks inserted already leased to a waiting long-poll (also counted as leased)",
+            m.sync_matched.clone(),
+        );
         m
+    }
+
+    /// Sync match (issue 17): a task handed to a waiting long-poll.
+    pub fn sync_matched(&self, queue: &str) {
+        self.sync_matched.get_or_create(&q(queue)).inc();
     }
 
     pub fn submitted(&self, queue: &str) {

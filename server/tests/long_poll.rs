@@ -193,9 +193,11 @@ async fn a_woken_long_poll_that_goes_away_passes_the_wake_up_on() {
     use taskbroker_server::service::{LeaseRequest, SubmitTask};
     let app = spawn_app(Backend::Sqlite).await.unwrap();
     let broker = app.service();
+    // Over two queues: a long-poll of one queue would be handed the task by the
+    // Submit itself (sync match), with no wake-up to pass on.
     let req = |worker: &str| LeaseRequest {
         worker_id: worker.into(),
-        queues: vec!["pass".into()],
+        queues: vec!["pass".into(), "pass-other".into()],
         max_tasks: 1,
         wait: Some(Duration::from_secs(60)),
         ..LeaseRequest::default()
