@@ -267,19 +267,29 @@ pub(super) async fn insert_batch(
             }
             answers.push((m.inserted, leased));
         }
-        for (claimed, mut tasks) in plan.claimed.into_iter().zip(given) {
-            crate::store::row::sort_lease_order(&mut tasks);
-            parked
-                .handed
-                .fetch_add(tasks.len() as u64, Ordering::Relaxed);
-            if let Err(unanswered) = claimed.answer.send(tasks) {
-                // The long-poll went away before its answer.
-                release.release_now(&unanswered).await;
-            }
-        }
+        deliver(parked, release, plan.claimed, given).await;
         answers
     };
     super::combine::split(answers, &lengths)
+}
+
+/// Hands each claimed waiter its tasks (possibly none), in lease order; gives
+/// back at once the tasks of a waiter that went away before its answer.
+async fn deliver(
+    parked: &Parked,
+    release: &Releaser,
+    claimed: Vec<Claimed>,
+    given: Vec<Vec<TaskRecord>>,
+) {
+    for (claimed, mut tasks) in claimed.into_iter().zip(given) {
+        crate::store::row::sort_lease_order(&mut tasks);
+        parked
+            .handed
+            .fetch_add(tasks.len() as u64, Ordering::Relaxed);
+        if let Err(unanswered) = claimed.answer.send(tasks) {
+            release.release_now(&unanswered).await;
+        }
+    }
 }
 
 #[derive(Default)]
@@ -396,5 +406,120 @@ impl super::Broker {
     /// Parks a long-poll of `queue` for sync match.
     pub(super) fn park(&self, queue: &str, offer: Offer) -> Parking {
         self.parked.park(queue, offer, self.releaser())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::domain::StoredState;
+    use crate::service::ManualClock;
+
+    struct Fixture {
+        parked: Arc<Parked>,
+        release: Releaser,
+        _dir: tempfile::TempDir,
+    }
+
+    async fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/t.db", dir.path().display());
+        let store = crate::store::connect(&url, 4).await.unwrap();
+        store.migrate().await.unwrap();
+        Fixture {
+            parked: Arc::default(),
+            release: Releaser {
+                store,
+                clock: Arc::new(ManualClock::default()),
+                dispatch: Arc::new(Dispatcher::new()),
+            },
+            _dir: dir,
+        }
+    }
+
+    fn offer() -> Offer {
+        Offer {
+            to: MatchTo {
+                worker_id: "w".into(),
+                worker_address: String::new(),
+                lease_duration: Duration::from_secs(30),
+            },
+            max_tasks: 1,
+            max_reply_bytes: 1 << 20,
+        }
+    }
+
+    /// A task of queue `q` inserted leased to the waiter of [`offer`].
+    async fn leased(f: &Fixture, q: &str) -> TaskRecord {
+        let now = f.release.clock.now();
+        let t = NewTask {
+            id: uuid::Uuid::now_v7().to_string(),
+            queue: q.into(),
+            key: None,
+            payload: Vec::new(),
+            priority: 0,
+            run_at: now,
+            deadline: None,
+            retry: crate::domain::RetryPolicy::default(),
+            metadata: Default::default(),
+            routing: Default::default(),
+            concurrency_key: None,
+        };
+        let mut got = f
+            .release
+            .store
+            .task_insert_matched(&[t], &[Some(offer().to)], now)
+            .await
+            .unwrap();
+        got.pop().unwrap().leased.expect("leased")
+    }
+
+    async fn state(f: &Fixture, id: &str) -> StoredState {
+        f.release.store.task_get(id).await.unwrap().unwrap().state
+    }
+
+    #[tokio::test]
+    async fn a_long_poll_gone_before_its_answer_gives_the_tasks_back() {
+        let f = fixture().await;
+        let parking = f.parked.park("q", offer(), f.release.clone());
+        let claimed = f.parked.claim("q", 1);
+        assert_eq!(claimed.len(), 1);
+        drop(parking);
+        let task = leased(&f, "q").await;
+        deliver(&f.parked, &f.release, claimed, vec![vec![task.clone()]]).await;
+        assert_eq!(state(&f, &task.id).await, StoredState::Pending);
+    }
+
+    #[tokio::test]
+    async fn a_long_poll_gone_after_its_answer_came_gives_the_tasks_back() {
+        let f = fixture().await;
+        let q = ["q2".to_string()];
+        let handles = f.release.dispatch.handles(&q);
+        let woken = handles.iter().next().unwrap().notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let parking = f.parked.park("q2", offer(), f.release.clone());
+        let claimed = f.parked.claim("q2", 1);
+        let task = leased(&f, "q2").await;
+        deliver(&f.parked, &f.release, claimed, vec![vec![task.clone()]]).await;
+        // The answer waits in the channel; the caller goes away unanswered.
+        drop(parking);
+        // Given back in the background, which then wakes the queue's waiters.
+        tokio::time::timeout(Duration::from_secs(20), woken)
+            .await
+            .expect("the release woke the queue");
+        assert_eq!(state(&f, &task.id).await, StoredState::Pending);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_leaves_unclaimed_is_gone_from_the_registry() {
+        let f = fixture().await;
+        let parking = f.parked.park("q3", offer(), f.release.clone());
+        assert!(f.parked.any());
+        assert!(parking.leave().await.is_empty());
+        assert!(!f.parked.any());
+        assert!(f.parked.claim("q3", 1).is_empty());
     }
 }
