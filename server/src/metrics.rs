@@ -72,6 +72,8 @@ pub struct Metrics {
     depth_age: FloatGauge,
     notifications_received: Counter,
     notifications_own_skipped: Counter,
+    /// Sync match (issue 17): tasks handed to a waiting long-poll by Submit.
+    sync_matched: Family<QueueLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -107,6 +109,7 @@ impl Metrics {
             depth_age: FloatGauge::default(),
             notifications_received: Counter::default(),
             notifications_own_skipped: Counter::default(),
+            sync_matched: Family::default(),
         };
         let r = &mut m.registry;
         r.register(
@@ -178,6 +181,11 @@ impl Metrics {
             "Of those, the ones this replica sent itself and did not act on again",
             m.notifications_own_skipped.clone(),
         );
+        r.register(
+            "tasks_sync_matched",
+            "Tasks inserted already leased to a waiting long-poll (also counted as leased)",
+            m.sync_matched.clone(),
+        );
         m
     }
 
@@ -196,6 +204,11 @@ impl Metrics {
         };
         set(&self.notifications_received, n.received);
         set(&self.notifications_own_skipped, n.own_skipped);
+    }
+
+    /// Sync match (issue 17): a task handed to a waiting long-poll.
+    pub fn sync_matched(&self, queue: &str) {
+        self.sync_matched.get_or_create(&q(queue)).inc();
     }
 
     pub fn submitted(&self, queue: &str) {

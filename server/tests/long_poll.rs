@@ -204,9 +204,11 @@ async fn woken_long_poll_goes_away(backend: Backend) {
         return;
     };
     let broker = app.service();
+    // Over two queues: a long-poll of one queue would be handed the task by the
+    // Submit itself (sync match), with no wake-up to pass on.
     let req = |worker: &str| LeaseRequest {
         worker_id: worker.into(),
-        queues: vec!["pass".into()],
+        queues: vec!["pass".into(), "pass-other".into()],
         max_tasks: 1,
         wait: Some(Duration::from_secs(60)),
         ..LeaseRequest::default()

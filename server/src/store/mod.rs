@@ -34,6 +34,9 @@ pub(crate) use routing::{WorkerLeaseRow, WorkerRow, worker_lease};
 // Admission (migration 0009).
 pub mod admission;
 pub use admission::{QueueUsage, StoredQueue};
+// Sync match (issue 17).
+pub mod sync_match;
+pub use sync_match::{MatchTo, MatchedInsert};
 
 /// A store failure, classified for the caller.
 #[derive(Debug, thiserror::Error)]
@@ -652,6 +655,30 @@ pub trait Store: Send + Sync + 'static {
         aging_ms: Option<i64>,
         now: DateTime<Utc>,
     ) -> StoreResult<u64>;
+
+    // Sync match (issue 17).
+
+    /// Inserts tasks as `task_insert_many` does (one transaction, in order,
+    /// deduplicated by key), except that a task matched to a waiting request
+    /// (`matches[i]`; missing entries are `None`) is inserted already leased to
+    /// it, as `task_lease_available` would lease it (attempt 1, a new lease and
+    /// fencing token), if the match stands: see
+    /// [`sync_match::matches_in_lease_order`], and no pending task of its queue
+    /// that is due at `now` has a priority as high or higher, judged in the same
+    /// transaction as the insert. Otherwise it is inserted pending (and its queue
+    /// notified). One answer per task, in order.
+    async fn task_insert_matched(
+        &self,
+        tasks: &[NewTask],
+        matches: &[Option<MatchTo>],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<MatchedInsert>>;
+
+    /// Gives back leases nobody received (their long-poll went away before the
+    /// answer): each task still leased under its token becomes pending again as
+    /// if the lease had not been taken (the attempt is not counted; the fencing
+    /// token stays spent), and its queue is notified. Returns how many.
+    async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64>;
 }
 
 /// Opens the store a URL names: `sqlite://PATH` (created if missing) or `postgres://...`.

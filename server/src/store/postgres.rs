@@ -34,6 +34,8 @@ mod dead;
 mod admission;
 // The plain lease, for batches routing cannot touch (issue 17, migration 0012).
 mod lease_plain;
+// Sync match (issue 17).
+mod sync_match;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -1478,6 +1480,21 @@ impl Store for PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreResult<u64> {
         self.admission_ahead(task, aging_ms, now).await
+    }
+
+    // Sync match (issue 17).
+
+    async fn task_insert_matched(
+        &self,
+        tasks: &[NewTask],
+        matches: &[Option<MatchTo>],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<MatchedInsert>> {
+        self.sync_insert_matched(tasks, matches, now).await
+    }
+
+    async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64> {
+        self.sync_lease_release(leases, now).await
     }
 }
 
