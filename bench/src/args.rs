@@ -115,6 +115,11 @@ pub struct Args {
     /// database's `max_connections` (100 by default).
     #[arg(long, default_value_t = 1, requires = "spawn_broker")]
     pub replicas: usize,
+    /// Routing (issue 13): every task is targeted by labels (`gpu=a100,
+    /// region=eu`) and every worker carries them (and one more), so each lease
+    /// checks the target of every task it takes.
+    #[arg(long)]
+    pub targeted: bool,
 }
 
 /// Every parameter of a run, defaults resolved.

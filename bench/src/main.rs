@@ -49,6 +49,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    rpc::set_targeted(args.targeted);
     // The machine this targets has few cores; the broker and its database need
     // them more than the load generator does, so two runtime threads are enough.
     let runtime = tokio::runtime::Builder::new_multi_thread()

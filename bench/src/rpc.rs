@@ -8,7 +8,7 @@ use std::time::Duration;
 use taskbroker_client::pb::broker_service_client::BrokerServiceClient;
 use taskbroker_client::pb::{
     CompleteManyRequest, CompleteOutcome, CompleteRequest, LeaseRequest, LeasedTask, SubmitRequest,
-    TaskSpec,
+    Target, TaskSpec,
 };
 use taskbroker_client::time::to_proto_duration;
 use tonic::transport::{Channel, Endpoint};
@@ -78,11 +78,29 @@ impl Errors {
     }
 }
 
+/// `--targeted`: tasks carry a label target and workers the labels (routing).
+static TARGETED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn set_targeted(on: bool) {
+    TARGETED.store(on, Ordering::Relaxed);
+}
+
+fn pairs(p: &[(&str, &str)]) -> std::collections::HashMap<String, String> {
+    p.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 /// A task of `queue` with `payload` and the broker's defaults for everything else.
 pub fn spec(queue: &str, payload: Vec<u8>) -> TaskSpec {
+    let target = TARGETED.load(Ordering::Relaxed).then(|| Target {
+        worker_id: String::new(),
+        labels: pairs(&[("gpu", "a100"), ("region", "eu")]),
+    });
     TaskSpec {
         queue: queue.to_string(),
         payload,
+        target,
         ..Default::default()
     }
 }
@@ -122,7 +140,13 @@ pub async fn submit(
 
 /// A long-poll Lease of up to `max_tasks` tasks of `queue`.
 pub fn lease_request(worker_id: &str, queue: &str, max_tasks: u32) -> tonic::Request<LeaseRequest> {
+    let labels = if TARGETED.load(Ordering::Relaxed) {
+        pairs(&[("gpu", "a100"), ("region", "eu"), ("rack", "r7")])
+    } else {
+        Default::default()
+    };
     let mut request = tonic::Request::new(LeaseRequest {
+        labels,
         worker_id: worker_id.to_string(),
         queues: vec![queue.to_string()],
         max_tasks,

@@ -94,6 +94,7 @@ async fn work(addr: String, until: SystemTime, lags: Arc<Mutex<Vec<f64>>>) -> an
     while SystemTime::now() < until {
         let r = c
             .lease(pb::LeaseRequest {
+                labels: Default::default(),
                 worker_id: "bench-schedules".into(),
                 queues: vec![QUEUE.into()],
                 max_tasks: 256,

@@ -27,6 +27,12 @@ impl TaskFilter {
         self
     }
 
+    /// Only the copies of this fan-out group (the first copy's id).
+    pub fn fanout_group(mut self, group: impl Into<String>) -> Self {
+        self.inner.fanout_group = group.into();
+        self
+    }
+
     /// Only tasks in this state; call again to add more states.
     pub fn state(mut self, state: TaskState) -> Self {
         self.inner.states.push(state as i32);

@@ -48,6 +48,8 @@ pub struct Submitted {
     pub task_id: String,
     /// True when a task with the same (queue, key) already existed; nothing was created.
     pub deduplicated: bool,
+    /// A fan-out task's copies (the first is `task_id`); empty otherwise.
+    pub copy_task_ids: Vec<String>,
 }
 
 /// `host:port` becomes `http://host:port` (`https://` with `tls`); URLs are kept as
@@ -356,6 +358,7 @@ impl Client {
             .map(|r| Submitted {
                 task_id: r.task_id,
                 deduplicated: r.deduplicated,
+                copy_task_ids: r.copy_task_ids,
             })
             .collect())
     }

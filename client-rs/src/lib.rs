@@ -13,6 +13,7 @@
 //! - `error.rs`: [`Error`], which keeps the gRPC code and the `LEASE_LOST` reason.
 //! - `worker/`: [`Worker`], the runtime that leases, heartbeats, runs handlers and reports.
 //! - `trace.rs`: W3C trace context on every call; `send`/`process` spans.
+//! - `workers.rs`: the worker registry ([`Client::list_workers`]) and [`Sticky`].
 //! - `cli/` (feature `cli`): the client subcommands of the `taskbroker` binary.
 //! - `outbox/` (feature `outbox`): [`outbox::enqueue`] in the producer's Postgres
 //!   transaction, and [`outbox::Relay`], which ships those rows to the broker.
@@ -52,6 +53,8 @@ pub mod time;
 pub mod trace;
 mod wait;
 pub mod worker;
+// Routing (issue 13): the worker registry and sticky retries.
+mod workers;
 
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -66,6 +69,7 @@ pub use pb::TaskState;
 pub use schedule::{NewSchedule, Schedules};
 pub use spec::TaskSpec;
 pub use worker::{CancelReason, Json, TaskContext, TaskError, Worker, WorkerEvent};
+pub use workers::{Sticky, WorkerFilter};
 
 /// TLS settings for [`ClientBuilder::tls_config`]: the broker's CA and, for mTLS, the
 /// client's certificate and key (tonic's types, re-exported).

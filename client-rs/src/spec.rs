@@ -117,6 +117,46 @@ impl TaskSpec {
         self
     }
 
+    /// Only the worker with this id may lease the task (routing). No such
+    /// worker is not an error: the task waits.
+    pub fn target_worker(mut self, worker_id: impl Into<String>) -> Self {
+        self.target().worker_id = worker_id.into();
+        self
+    }
+
+    /// Only a worker carrying this label may lease the task; call again to
+    /// require more (a worker must carry all of them).
+    pub fn target_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.target().labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// Keeps a retry for the worker that ran the failed attempt.
+    pub fn sticky(mut self, sticky: crate::Sticky) -> Self {
+        self.inner.sticky = Some(match sticky {
+            crate::Sticky::Soft(timeout) => pb::StickyPolicy {
+                strategy: pb::StickyStrategy::Soft as i32,
+                timeout: Some(to_proto_duration(timeout)),
+            },
+            crate::Sticky::Hard => pb::StickyPolicy {
+                strategy: pb::StickyStrategy::Hard as i32,
+                timeout: None,
+            },
+        });
+        self
+    }
+
+    /// Makes `copies` tasks (1 to 1000) sharing a fan-out group; with
+    /// `distinct_workers` no worker runs two of them. `Submitted::copy_task_ids`
+    /// lists them.
+    pub fn fanout(mut self, copies: u32, distinct_workers: bool) -> Self {
+        self.inner.fanout = Some(pb::Fanout {
+            copies,
+            distinct_workers,
+        });
+        self
+    }
+
     pub fn queue(&self) -> &str {
         &self.inner.queue
     }
@@ -132,6 +172,10 @@ impl TaskSpec {
 
     fn retry(&mut self) -> &mut pb::RetryPolicy {
         self.inner.retry.get_or_insert_with(Default::default)
+    }
+
+    fn target(&mut self) -> &mut pb::Target {
+        self.inner.target.get_or_insert_with(Default::default)
     }
 }
 

@@ -70,6 +70,9 @@ pub struct Config {
     pub auth: AuthConfig,
     /// Per-queue overrides, `[queues.NAME]`.
     pub queues: BTreeMap<String, QueueConfig>,
+    /// ListWorkers shows workers seen this recently by any replica. Default 5 min.
+    #[serde(with = "humantime_serde")]
+    pub worker_ttl: Duration,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -131,6 +134,9 @@ pub struct QueueConfig {
     pub max_lease: Option<Duration>,
     #[serde(with = "humantime_serde")]
     pub retention: Option<Duration>,
+    /// Leases of this queue one worker may hold at most, whatever its Lease asks
+    /// for (routing, issue 13). Unset or 0: no cap.
+    pub max_leases_per_worker: Option<u32>,
 }
 
 impl Default for Config {
@@ -153,6 +159,7 @@ impl Default for Config {
             tls: None,
             auth: AuthConfig::default(),
             queues: BTreeMap::new(),
+            worker_ttl: crate::service::DEFAULT_WORKER_TTL,
         }
     }
 }
@@ -391,6 +398,12 @@ impl Config {
         if self.max_concurrent_requests == 0 {
             return Err("max_concurrent_requests must be at least 1".into());
         }
+        if self.worker_ttl < crate::service::RECORD_EVERY {
+            return Err(format!(
+                "worker_ttl must be at least {}",
+                humantime::format_duration(crate::service::RECORD_EVERY)
+            ));
+        }
         let limits = Limits {
             max_payload_bytes: l.max_payload_bytes,
             max_checkpoint_bytes: l.max_checkpoint_bytes,
@@ -426,6 +439,7 @@ impl Config {
                     min_lease,
                     max_lease,
                     retention: q.retention.unwrap_or(self.retention),
+                    max_leases_per_worker: q.max_leases_per_worker.unwrap_or(0),
                 },
             );
         }
@@ -490,6 +504,7 @@ impl Config {
             default_retry,
             queues,
             retention: self.retention,
+            worker_ttl: self.worker_ttl,
         };
         app.metrics_listen = metrics_listen;
         app.server = ServerOptions {

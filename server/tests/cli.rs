@@ -238,3 +238,75 @@ async fn cli_errors_are_one_line_with_the_status_and_a_failing_exit() {
     assert!(stderr(&requeue_ready).starts_with("taskbroker: FAILED_PRECONDITION: "));
     app.shutdown().await;
 }
+
+/// Routing (issue 13): `submit --target-label`, `--copies`, a Rust worker with
+/// `.label(...)` running the targeted task, and `taskbroker workers`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn targeted_tasks_copies_and_workers_through_the_cli() {
+    use taskbroker_client::worker::{Outcome, WorkerEvent};
+    use taskbroker_client::{TaskContext, TaskError, Worker};
+    let Some(app) = spawn_app(Backend::Sqlite).await else {
+        return;
+    };
+    let c = Client::connect(app.url()).await.unwrap();
+    let copies = ok(
+        &app,
+        &["submit", "fan", "--copies", "3", "--distinct-workers"],
+    )
+    .await;
+    let ids: Vec<&str> = copies.lines().collect();
+    assert_eq!(ids.len(), 3, "{copies}");
+    let listed = ok(&app, &["list", "--fanout-group", ids[0], "--json"]).await;
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 3);
+
+    let id = ok(&app, &["submit", "gpu", "--target-label", "gpu=a100"]).await;
+    let id = id.trim().to_string();
+    assert_eq!(
+        c.get_task(&id).await.unwrap().target.unwrap().labels["gpu"],
+        "a100"
+    );
+    async fn run(_: TaskContext) -> Result<(), TaskError> {
+        Ok(())
+    }
+    let worker = Worker::builder(c.clone())
+        .queue("gpu", run)
+        .worker_id("gpu-box-1")
+        .label("gpu", "a100")
+        .build();
+    let mut events = worker.subscribe();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let handle = tokio::spawn(worker.run(async move {
+        let _ = stopped.await;
+    }));
+    let done = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        loop {
+            if let Ok(WorkerEvent::Finished {
+                task_id,
+                outcome: Outcome::Completed,
+            }) = events.recv().await
+            {
+                break task_id;
+            }
+        }
+    })
+    .await
+    .expect("the labelled worker ran the targeted task");
+    assert_eq!(done, id);
+    let table = ok(&app, &["workers", "--label", "gpu=a100"]).await;
+    let header = table.lines().next().unwrap();
+    assert!(header.starts_with("WORKER"), "{table}");
+    let row = table.lines().nth(1).expect("one worker");
+    assert!(row.starts_with("gpu-box-1"), "{table}");
+    assert!(row.contains("gpu=a100"), "{table}");
+    let one = ok(&app, &["workers", "gpu-box-1", "--json"]).await;
+    let one: serde_json::Value = serde_json::from_str(&one).unwrap();
+    assert_eq!(one["labels"]["gpu"], "a100");
+    assert_eq!(one["queues"][0], "gpu");
+    assert_eq!(
+        ok(&app, &["workers", "--label", "gpu=h100"]).await,
+        "no workers seen recently\n"
+    );
+    let _ = stop.send(());
+    handle.await.unwrap().unwrap();
+}

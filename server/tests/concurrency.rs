@@ -46,6 +46,7 @@ async fn drain(addrs: Vec<String>, queue: &str) -> HashMap<String, usize> {
             while completed.load(Ordering::SeqCst) < TASKS {
                 let tasks = c
                     .lease(pb::LeaseRequest {
+                        labels: Default::default(),
                         worker_id: format!("w{w}"),
                         queues: vec![queue.clone()],
                         max_tasks: 1 + (w as u32 % 4) * 5,

@@ -149,6 +149,7 @@ async fn kill_one(app: &TestApp, queue: &str, error: &str) -> String {
     let mut c = app.broker().await;
     let t = lease_one(&mut c, queue).await;
     c.fail(pb::FailRequest {
+        prefer_same_worker: false,
         task_id: t.task_id.clone(),
         lease_token: t.lease_token,
         error_message: error.into(),

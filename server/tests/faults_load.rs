@@ -118,6 +118,7 @@ async fn a_thousand_idle_long_polls_leave_submit_and_lease_answering(b: Backend)
         let mut c = BrokerServiceClient::new(channels[i % 10].clone());
         polls.push(tokio::spawn(async move {
             c.lease(pb::LeaseRequest {
+                labels: Default::default(),
                 worker_id: format!("idle-{i}"),
                 queues: vec!["idle".into()],
                 max_tasks: 1,
@@ -196,6 +197,7 @@ async fn ten_thousand_leases_expiring_at_once_are_reclaimed_and_run_again(b: Bac
     while first.len() < TASKS {
         let r = c
             .lease(pb::LeaseRequest {
+                labels: Default::default(),
                 worker_id: "doomed".into(),
                 queues: vec!["expiry".into()],
                 max_tasks: 256,

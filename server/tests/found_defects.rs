@@ -13,6 +13,7 @@ use taskbroker_server::store::{self, FailParams, LeaseParams, NewTask, Settled};
 
 fn lease_params(now: DateTime<Utc>) -> LeaseParams {
     LeaseParams {
+        routing: Default::default(),
         max_reply_bytes: 4 << 20,
         queues: vec!["q".into()],
         max_tasks: 1,
@@ -42,6 +43,7 @@ async fn a_lost_report_on_postgres_never_hides_a_ready_task_from_a_lease() {
     for n in 0..200 {
         let id = format!("00000000-0000-7000-8000-{n:012}");
         let task = NewTask {
+            routing: Default::default(),
             id: id.clone(),
             queue: "q".into(),
             key: None,
@@ -56,6 +58,7 @@ async fn a_lost_report_on_postgres_never_hides_a_ready_task_from_a_lease() {
         // A report with a token that holds no lease: LEASE_LOST.
         let lost = a
             .task_fail(&FailParams {
+                prefer_same_worker: false,
                 task_id: id.clone(),
                 lease_token: "never-issued".into(),
                 error: "late".into(),

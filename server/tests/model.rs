@@ -342,6 +342,7 @@ fn fail(msg: String) -> TestCaseError {
 
 fn lease_params(queues: Vec<String>, max: u32, lease_ms: u64, now: i64) -> LeaseParams {
     LeaseParams {
+        routing: Default::default(),
         max_reply_bytes: 4 << 20,
         queues,
         max_tasks: max,
@@ -417,6 +418,7 @@ async fn step(s: &dyn Store, m: &mut Model, op: &Op) -> Result<(), TestCaseError
             let key = key.map(|k| format!("k{k}"));
             let id = format!("00000000-0000-7000-8000-{seq:012}");
             let new = NewTask {
+                routing: Default::default(),
                 id: id.clone(),
                 queue: queue.clone(),
                 key: key.clone(),
@@ -652,6 +654,7 @@ async fn step(s: &dyn Store, m: &mut Model, op: &Op) -> Result<(), TestCaseError
             let Some(i) = m.pick(task) else { return Ok(()) };
             let token = m.tasks[i].token(*tok);
             let p = FailParams {
+                prefer_same_worker: false,
                 task_id: m.tasks[i].id.clone(),
                 lease_token: token.clone(),
                 error: "boom".into(),

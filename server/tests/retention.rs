@@ -22,6 +22,7 @@ async fn finished_tasks_are_deleted_after_their_queue_retention(b: Backend) {
     settings.queues.insert(
         "short".into(),
         QueueSettings {
+            max_leases_per_worker: 0,
             retry: RetryPolicy::default(),
             max_payload_bytes: 1 << 20,
             min_lease: Duration::from_secs(1),

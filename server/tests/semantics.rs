@@ -1041,6 +1041,7 @@ async fn per_queue_lease_bounds_hold_in_every_lease_call(b: Backend) {
     settings.queues.insert(
         "short".into(),
         QueueSettings {
+            max_leases_per_worker: 0,
             retry: RetryPolicy::default(),
             max_payload_bytes: 1 << 20,
             min_lease: Duration::from_secs(2),

@@ -6,6 +6,10 @@ mod common;
 #[path = "store_conformance/schedules.rs"]
 mod schedules;
 use schedules::*;
+// Routing (issue 13).
+#[path = "store_conformance/routing.rs"]
+mod routing;
+use routing::*;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -32,6 +36,7 @@ fn t0() -> DateTime<Utc> {
 
 fn task(queue: &str, n: usize) -> NewTask {
     NewTask {
+        routing: Default::default(),
         id: uuid_like(n),
         queue: queue.into(),
         key: None,
@@ -54,6 +59,7 @@ fn uuid_like(n: usize) -> String {
 
 fn lease_params(queue: &str, max: u32, now: DateTime<Utc>) -> LeaseParams {
     LeaseParams {
+        routing: Default::default(),
         queues: vec![queue.into()],
         max_tasks: max,
         max_reply_bytes: 4 << 20,
@@ -239,6 +245,7 @@ async fn leases_extend_settle_and_reclaim_by_the_given_clock(b: Backend) {
         Settled::AlreadySettled(_)
     ));
     let stale = FailParams {
+        prefer_same_worker: false,
         task_id: b2.id.clone(),
         lease_token: b2.lease_token.clone().unwrap(),
         error: "late".into(),
@@ -410,6 +417,7 @@ async fn a_stale_holder_is_refused_even_beside_the_live_one(b: Backend) {
     };
     assert_eq!(s.task_checkpoint(&cp).await.unwrap(), Settled::LeaseLost);
     let fail = FailParams {
+        prefer_same_worker: false,
         task_id: live.id.clone(),
         lease_token: stale.clone(),
         error: "late".into(),
@@ -540,6 +548,7 @@ async fn settle_all(s: &Arc<dyn Store>, queue: &str, at: i64, ran: i64, ok: bool
             ));
         } else {
             let p = FailParams {
+                prefer_same_worker: false,
                 task_id: t.id,
                 lease_token: token,
                 error: error.into(),
@@ -846,6 +855,20 @@ both_backends!(
     schedule_due_reads_only_due_unpaused_schedules_in_order,
     schedule_fire_records_each_fire_time_and_its_task_once,
     two_stores_racing_on_due_schedules_fire_each_once,
+    // Routing (issue 13).
+    a_task_targeted_by_worker_id_goes_only_to_that_worker,
+    a_task_targeted_by_labels_goes_to_a_worker_with_all_of_them,
+    a_task_nobody_may_take_does_not_block_the_tasks_behind_it,
+    a_soft_sticky_retry_waits_for_its_worker_until_the_timeout,
+    a_hard_sticky_retry_waits_for_its_worker_only,
+    prefer_same_worker_reserves_one_retry_softly,
+    six_copies_to_twenty_workers_are_each_done_once_by_six_workers,
+    a_worker_that_completed_a_copy_never_gets_another,
+    a_worker_never_holds_more_leases_of_a_queue_than_its_cap,
+    requests_served_together_get_only_tasks_they_may_take,
+    targets_sticky_fanout_and_caps_combine,
+    workers_are_recorded_and_listed_with_their_leases,
+    requests_with_the_same_labels_share_targeted_tasks,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

@@ -39,6 +39,7 @@ async fn lease(
     wait: Duration,
 ) -> Result<Vec<pb::LeasedTask>, String> {
     let req = pb::LeaseRequest {
+        labels: Default::default(),
         worker_id: WORKER_ID.into(),
         queues: vec![queue.into()],
         max_tasks: n,
@@ -73,6 +74,7 @@ fn fail_req(t: &pb::LeasedTask, message: &str, non_retryable: bool) -> pb::FailR
         error_message: message.into(),
         non_retryable,
         retry_after: None,
+        prefer_same_worker: false,
     }
 }
 
@@ -357,6 +359,7 @@ async fn schedule_every(c: Client, q: String) -> Outcome {
     )?;
     for _ in 0..2 {
         let req = pb::LeaseRequest {
+            labels: Default::default(),
             worker_id: "conf-rust".into(),
             queues: vec![q.clone()],
             max_tasks: 1,

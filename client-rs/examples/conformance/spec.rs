@@ -88,6 +88,7 @@ pub async fn lease_lost_reason(c: Client, q: String) -> Outcome {
     let tasks = at(
         "Lease",
         c.lease(pb::LeaseRequest {
+            labels: Default::default(),
             worker_id: WORKER_ID.into(),
             queues: vec![q],
             max_tasks: 1,

@@ -1,5 +1,5 @@
 //! The client subcommands of the `taskbroker` binary: submit, get, list, cancel,
-//! requeue, attempts, stats, and `schedule ...` (in `schedule.rs`). The binary flattens [`ClientCommand`] into its own
+//! requeue, attempts, stats, `workers` (in `workers.rs`), and `schedule ...` (in `schedule.rs`). The binary flattens [`ClientCommand`] into its own
 //! commands and calls [`run`]; a failure is one plain line (`NOT_FOUND: task x not
 //! found`) for the binary to print.
 //!
@@ -12,6 +12,8 @@ mod parse;
 mod relay;
 mod render;
 mod schedule;
+// Routing (issue 13).
+mod workers;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -63,6 +65,8 @@ pub enum ClientCommand {
     Schedule(schedule::ScheduleCommand),
     /// Ship the rows of an outbox table (producer's Postgres) to the broker.
     Relay(relay::RelayArgs),
+    /// List the workers seen recently by any broker, or show one with its leases.
+    Workers(workers::WorkersArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -98,6 +102,26 @@ pub struct SubmitArgs {
     /// Metadata entries, NAME=VALUE; repeat for more.
     #[arg(long = "meta", value_parser = parse::key_value)]
     pub metadata: Vec<(String, String)>,
+    /// Only the worker with this id may run the task.
+    #[arg(long)]
+    pub target_worker: Option<String>,
+    /// Only a worker carrying this label may run the task, KEY=VALUE; repeat
+    /// to require more.
+    #[arg(long = "target-label", value_parser = parse::key_value)]
+    pub target_labels: Vec<(String, String)>,
+    /// Keep a retry for the worker that failed it: soft (until --sticky-timeout)
+    /// or hard (until the deadline).
+    #[arg(long, value_parser = ["soft", "hard"])]
+    pub sticky: Option<String>,
+    /// How long a soft sticky retry waits for its worker. Default 30s.
+    #[arg(long, value_parser = parse::duration, requires = "sticky")]
+    pub sticky_timeout: Option<Duration>,
+    /// Make this many copies (1 to 1000) and print each id.
+    #[arg(long)]
+    pub copies: Option<u32>,
+    /// With --copies: no worker runs two copies.
+    #[arg(long, requires = "copies")]
+    pub distinct_workers: bool,
     #[command(flatten)]
     pub connection: Connection,
 }
@@ -127,6 +151,9 @@ pub struct ListArgs {
     /// Only tasks made by this schedule.
     #[arg(long)]
     pub schedule: Option<String>,
+    /// Only the copies of this fan-out group.
+    #[arg(long)]
+    pub fanout_group: Option<String>,
     /// At most this many tasks.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
@@ -238,6 +265,7 @@ pub async fn run(cmd: ClientCommand) -> Result<(), CliError> {
         }
         ClientCommand::Schedule(cmd) => schedule::run(cmd).await?,
         ClientCommand::Relay(a) => relay::run(a).await?,
+        ClientCommand::Workers(a) => workers::run(a).await?,
     };
     print(&out)
 }
@@ -323,9 +351,33 @@ async fn submit(a: SubmitArgs) -> Result<String, CliError> {
     for (k, v) in &a.metadata {
         spec = spec.metadata(k, v);
     }
+    if let Some(w) = &a.target_worker {
+        spec = spec.target_worker(w);
+    }
+    for (k, v) in &a.target_labels {
+        spec = spec.target_label(k, v);
+    }
+    match a.sticky.as_deref() {
+        Some("hard") => spec = spec.sticky(crate::Sticky::Hard),
+        Some(_) => {
+            let timeout = a.sticky_timeout.unwrap_or(Duration::from_secs(30));
+            spec = spec.sticky(crate::Sticky::Soft(timeout));
+        }
+        None => {}
+    }
+    if let Some(n) = a.copies {
+        spec = spec.fanout(n, a.distinct_workers);
+    }
     let submitted = connect(&a.connection).await?.submit(spec).await?;
     if submitted.deduplicated {
         eprintln!("taskbroker: a task with this key already exists; nothing was created");
+    }
+    if !submitted.copy_task_ids.is_empty() {
+        return Ok(submitted
+            .copy_task_ids
+            .iter()
+            .map(|id| format!("{id}\n"))
+            .collect());
     }
     Ok(format!("{}\n", submitted.task_id))
 }
@@ -341,6 +393,9 @@ async fn list(a: ListArgs) -> Result<String, CliError> {
     }
     if let Some(s) = &a.schedule {
         filter = filter.schedule_id(s);
+    }
+    if let Some(g) = &a.fanout_group {
+        filter = filter.fanout_group(g);
     }
     for s in &a.state {
         filter = filter.state(*s);

@@ -21,6 +21,8 @@ pub struct TaskError {
     message: String,
     retryable: bool,
     retry_after: Option<Duration>,
+    /// Ask for the retry to be reserved for this worker (routing, issue 13).
+    prefer_same_worker: bool,
 }
 
 /// The error's text followed by its sources: `outer: inner: root`.
@@ -42,6 +44,7 @@ impl TaskError {
             message: chain(e.into().as_ref()),
             retryable: true,
             retry_after: None,
+            prefer_same_worker: false,
         }
     }
 
@@ -74,6 +77,19 @@ impl TaskError {
     /// The backoff asked for by `retry_after`, if any.
     pub fn retry_delay(&self) -> Option<Duration> {
         self.retry_after
+    }
+
+    /// Asks the broker to keep the retry for this worker (its local files are
+    /// here): `FailRequest.prefer_same_worker`. SOFT unless the task's own sticky
+    /// policy says otherwise.
+    pub fn prefer_same_worker(mut self) -> Self {
+        self.prefer_same_worker = true;
+        self
+    }
+
+    /// Whether [`TaskError::prefer_same_worker`] was asked for.
+    pub fn prefers_same_worker(&self) -> bool {
+        self.prefer_same_worker
     }
 }
 

@@ -121,6 +121,8 @@ pub struct WorkerBuilder {
     lease_wait: Duration,
     shutdown_grace: Duration,
     worker_id: Option<String>,
+    /// What this worker is, sent with every Lease (routing, issue 13).
+    labels: HashMap<String, String>,
 }
 
 /// Leases tasks from its queues and runs them, at most `concurrency` at a time.
@@ -189,6 +191,14 @@ impl WorkerBuilder {
         self
     }
 
+    /// A label of this worker (`gpu=a100`, `region=eu`), sent with every Lease:
+    /// tasks targeted at labels go only to workers that carry all of them. At most
+    /// 32; the broker refuses a bad one when the worker first leases.
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+
     pub fn build(self) -> Worker {
         // Large enough that a subscriber reading as events come rarely lags.
         let (events, _) = broadcast::channel(1024);
@@ -215,6 +225,7 @@ impl Worker {
             lease_wait: defaults::POLL_WAIT,
             shutdown_grace: defaults::STOP_TIMEOUT,
             worker_id: None,
+            labels: HashMap::new(),
         }
     }
 
@@ -377,6 +388,7 @@ impl Run<'_> {
             max_tasks,
             lease_duration: Some(to_proto_duration(c.lease_duration)),
             wait: Some(to_proto_duration(c.lease_wait)),
+            labels: c.labels.clone(),
         }
     }
 

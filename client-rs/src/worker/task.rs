@@ -39,6 +39,7 @@ enum Report {
         message: String,
         non_retryable: bool,
         retry_after: Option<Duration>,
+        prefer_same_worker: bool,
     },
 }
 
@@ -131,6 +132,7 @@ impl Attempt {
                     message: e.message().to_string(),
                     non_retryable: !e.is_retryable(),
                     retry_after: e.retry_delay(),
+                    prefer_same_worker: e.prefers_same_worker(),
                 };
                 (report, success)
             }
@@ -145,6 +147,7 @@ impl Attempt {
                     message,
                     non_retryable: false,
                     retry_after: None,
+                    prefer_same_worker: false,
                 };
                 (report, success)
             }
@@ -154,6 +157,7 @@ impl Attempt {
                     non_retryable: false,
                     // Hand the task straight back so another worker can take it.
                     retry_after: Some(Duration::ZERO),
+                    prefer_same_worker: false,
                 };
                 (report, Outcome::Interrupted)
             }
@@ -178,7 +182,7 @@ impl Attempt {
                 // fail the task for good with the reason instead of leaving it leased.
                 Err(e) if e.code() == Some(tonic::Code::ResourceExhausted) => {
                     let message = format!("result refused by the broker: {e}");
-                    self.retrying(|| self.fail(message.clone(), true, None))
+                    self.retrying(|| self.fail(message.clone(), true, None, false))
                         .await
                 }
                 other => other,
@@ -187,9 +191,17 @@ impl Attempt {
                 message,
                 non_retryable,
                 retry_after,
+                prefer_same_worker,
             } => {
-                self.retrying(|| self.fail(message.clone(), non_retryable, retry_after))
-                    .await
+                self.retrying(|| {
+                    self.fail(
+                        message.clone(),
+                        non_retryable,
+                        retry_after,
+                        prefer_same_worker,
+                    )
+                })
+                .await
             }
         }
     }
@@ -208,6 +220,7 @@ impl Attempt {
         message: String,
         non_retryable: bool,
         retry_after: Option<Duration>,
+        prefer_same_worker: bool,
     ) -> Result<(), Error> {
         let req = pb::FailRequest {
             task_id: self.shared.task.task_id.clone(),
@@ -215,6 +228,7 @@ impl Attempt {
             error_message: message,
             non_retryable,
             retry_after: retry_after.map(to_proto_duration),
+            prefer_same_worker,
         };
         self.client.fail(req).await.map(|_| ())
     }

@@ -121,7 +121,14 @@ type Task struct {
 	// The schedule that made this task, if one did (see schedule.proto).
 	ScheduleId string `protobuf:"bytes,24,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
 	// The schedule's fire time this task was made for.
-	FireTime      *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=fire_time,json=fireTime,proto3" json:"fire_time,omitempty"`
+	FireTime *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=fire_time,json=fireTime,proto3" json:"fire_time,omitempty"`
+	// Routing (issue 13): who may lease the task, as submitted.
+	Target *Target       `protobuf:"bytes,26,opt,name=target,proto3" json:"target,omitempty"`
+	Sticky *StickyPolicy `protobuf:"bytes,27,opt,name=sticky,proto3" json:"sticky,omitempty"`
+	// The fan-out group (the first copy's id) of a copy.
+	FanoutGroup string `protobuf:"bytes,28,opt,name=fanout_group,json=fanoutGroup,proto3" json:"fanout_group,omitempty"`
+	// The worker a retry is reserved for now (sticky), if any.
+	ReservedFor   string `protobuf:"bytes,29,opt,name=reserved_for,json=reservedFor,proto3" json:"reserved_for,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -331,6 +338,34 @@ func (x *Task) GetFireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Task) GetTarget() *Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *Task) GetSticky() *StickyPolicy {
+	if x != nil {
+		return x.Sticky
+	}
+	return nil
+}
+
+func (x *Task) GetFanoutGroup() string {
+	if x != nil {
+		return x.FanoutGroup
+	}
+	return ""
+}
+
+func (x *Task) GetReservedFor() string {
+	if x != nil {
+		return x.ReservedFor
+	}
+	return ""
+}
+
 type GetTaskRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -438,7 +473,9 @@ type ListTasksRequest struct {
 	// From a previous response's next_page_token; the other fields must not change.
 	PageToken string `protobuf:"bytes,8,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Only tasks made by this schedule, when set.
-	ScheduleId    string `protobuf:"bytes,9,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	ScheduleId string `protobuf:"bytes,9,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
+	// Only the copies of this fan-out group, when set.
+	FanoutGroup   string `protobuf:"bytes,10,opt,name=fanout_group,json=fanoutGroup,proto3" json:"fanout_group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -532,6 +569,13 @@ func (x *ListTasksRequest) GetPageToken() string {
 func (x *ListTasksRequest) GetScheduleId() string {
 	if x != nil {
 		return x.ScheduleId
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetFanoutGroup() string {
+	if x != nil {
+		return x.FanoutGroup
 	}
 	return ""
 }
@@ -1296,7 +1340,7 @@ var File_taskbroker_v1_admin_proto protoreflect.FileDescriptor
 
 const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\"\xb8\b\n" +
+	"\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\x1a\x1ataskbroker/v1/worker.proto\"\xe2\t\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -1330,14 +1374,18 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\rfencing_token\x18\x17 \x01(\x04R\ffencingToken\x12\x1f\n" +
 	"\vschedule_id\x18\x18 \x01(\tR\n" +
 	"scheduleId\x127\n" +
-	"\tfire_time\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\bfireTime\x1a;\n" +
+	"\tfire_time\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\bfireTime\x12-\n" +
+	"\x06target\x18\x1a \x01(\v2\x15.taskbroker.v1.TargetR\x06target\x123\n" +
+	"\x06sticky\x18\x1b \x01(\v2\x1b.taskbroker.v1.StickyPolicyR\x06sticky\x12!\n" +
+	"\ffanout_group\x18\x1c \x01(\tR\vfanoutGroup\x12!\n" +
+	"\freserved_for\x18\x1d \x01(\tR\vreservedFor\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\")\n" +
 	"\x0eGetTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\":\n" +
 	"\x0fGetTaskResponse\x12'\n" +
-	"\x04task\x18\x01 \x01(\v2\x13.taskbroker.v1.TaskR\x04task\"\xea\x02\n" +
+	"\x04task\x18\x01 \x01(\v2\x13.taskbroker.v1.TaskR\x04task\"\x8d\x03\n" +
 	"\x10ListTasksRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x120\n" +
 	"\x06states\x18\x02 \x03(\x0e2\x18.taskbroker.v1.TaskStateR\x06states\x12\x10\n" +
@@ -1349,7 +1397,9 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"page_token\x18\b \x01(\tR\tpageToken\x12\x1f\n" +
 	"\vschedule_id\x18\t \x01(\tR\n" +
-	"scheduleId\"f\n" +
+	"scheduleId\x12!\n" +
+	"\ffanout_group\x18\n" +
+	" \x01(\tR\vfanoutGroup\"f\n" +
 	"\x11ListTasksResponse\x12)\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x13.taskbroker.v1.TaskR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\",\n" +
@@ -1408,7 +1458,7 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12!\n" +
 	"\x1dATTEMPT_OUTCOME_LEASE_EXPIRED\x10\x04\x12%\n" +
-	"!ATTEMPT_OUTCOME_DEADLINE_EXCEEDED\x10\x052\xd9\x04\n" +
+	"!ATTEMPT_OUTCOME_DEADLINE_EXCEEDED\x10\x052\xff\x05\n" +
 	"\fAdminService\x12H\n" +
 	"\aGetTask\x12\x1d.taskbroker.v1.GetTaskRequest\x1a\x1e.taskbroker.v1.GetTaskResponse\x12N\n" +
 	"\tListTasks\x12\x1f.taskbroker.v1.ListTasksRequest\x1a .taskbroker.v1.ListTasksResponse\x12Q\n" +
@@ -1418,7 +1468,9 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"UpdateTask\x12 .taskbroker.v1.UpdateTaskRequest\x1a!.taskbroker.v1.UpdateTaskResponse\x12T\n" +
 	"\vRequeueTask\x12!.taskbroker.v1.RequeueTaskRequest\x1a\".taskbroker.v1.RequeueTaskResponse\x12W\n" +
 	"\fListAttempts\x12\".taskbroker.v1.ListAttemptsRequest\x1a#.taskbroker.v1.ListAttemptsResponse\x12Z\n" +
-	"\rGetQueueStats\x12#.taskbroker.v1.GetQueueStatsRequest\x1a$.taskbroker.v1.GetQueueStatsResponseBB\n" +
+	"\rGetQueueStats\x12#.taskbroker.v1.GetQueueStatsRequest\x1a$.taskbroker.v1.GetQueueStatsResponse\x12T\n" +
+	"\vListWorkers\x12!.taskbroker.v1.ListWorkersRequest\x1a\".taskbroker.v1.ListWorkersResponse\x12N\n" +
+	"\tGetWorker\x12\x1f.taskbroker.v1.GetWorkerRequest\x1a .taskbroker.v1.GetWorkerResponseBB\n" +
 	"\x11dev.taskbroker.v1P\x01Z+taskbroker.dev/go/taskbrokerv1;taskbrokerv1b\x06proto3"
 
 var (
@@ -1458,8 +1510,14 @@ var file_taskbroker_v1_admin_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
 	(*RetryPolicy)(nil),           // 20: taskbroker.v1.RetryPolicy
 	(TaskState)(0),                // 21: taskbroker.v1.TaskState
-	(*fieldmaskpb.FieldMask)(nil), // 22: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
+	(*Target)(nil),                // 22: taskbroker.v1.Target
+	(*StickyPolicy)(nil),          // 23: taskbroker.v1.StickyPolicy
+	(*fieldmaskpb.FieldMask)(nil), // 24: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
+	(*ListWorkersRequest)(nil),    // 26: taskbroker.v1.ListWorkersRequest
+	(*GetWorkerRequest)(nil),      // 27: taskbroker.v1.GetWorkerRequest
+	(*ListWorkersResponse)(nil),   // 28: taskbroker.v1.ListWorkersResponse
+	(*GetWorkerResponse)(nil),     // 29: taskbroker.v1.GetWorkerResponse
 }
 var file_taskbroker_v1_admin_proto_depIdxs = []int32{
 	19, // 0: taskbroker.v1.Task.run_at:type_name -> google.protobuf.Timestamp
@@ -1472,42 +1530,48 @@ var file_taskbroker_v1_admin_proto_depIdxs = []int32{
 	19, // 7: taskbroker.v1.Task.lease_expires_at:type_name -> google.protobuf.Timestamp
 	19, // 8: taskbroker.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
 	19, // 9: taskbroker.v1.Task.fire_time:type_name -> google.protobuf.Timestamp
-	1,  // 10: taskbroker.v1.GetTaskResponse.task:type_name -> taskbroker.v1.Task
-	21, // 11: taskbroker.v1.ListTasksRequest.states:type_name -> taskbroker.v1.TaskState
-	19, // 12: taskbroker.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	19, // 13: taskbroker.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,  // 14: taskbroker.v1.ListTasksResponse.tasks:type_name -> taskbroker.v1.Task
-	1,  // 15: taskbroker.v1.CancelTaskResponse.task:type_name -> taskbroker.v1.Task
-	19, // 16: taskbroker.v1.UpdateTaskRequest.run_at:type_name -> google.protobuf.Timestamp
-	19, // 17: taskbroker.v1.UpdateTaskRequest.deadline:type_name -> google.protobuf.Timestamp
-	22, // 18: taskbroker.v1.UpdateTaskRequest.update_mask:type_name -> google.protobuf.FieldMask
-	1,  // 19: taskbroker.v1.UpdateTaskResponse.task:type_name -> taskbroker.v1.Task
-	1,  // 20: taskbroker.v1.RequeueTaskResponse.task:type_name -> taskbroker.v1.Task
-	19, // 21: taskbroker.v1.Attempt.leased_at:type_name -> google.protobuf.Timestamp
-	19, // 22: taskbroker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
-	0,  // 23: taskbroker.v1.Attempt.outcome:type_name -> taskbroker.v1.AttemptOutcome
-	13, // 24: taskbroker.v1.ListAttemptsResponse.attempts:type_name -> taskbroker.v1.Attempt
-	23, // 25: taskbroker.v1.QueueStats.oldest_ready_age:type_name -> google.protobuf.Duration
-	16, // 26: taskbroker.v1.GetQueueStatsResponse.queues:type_name -> taskbroker.v1.QueueStats
-	2,  // 27: taskbroker.v1.AdminService.GetTask:input_type -> taskbroker.v1.GetTaskRequest
-	4,  // 28: taskbroker.v1.AdminService.ListTasks:input_type -> taskbroker.v1.ListTasksRequest
-	6,  // 29: taskbroker.v1.AdminService.CancelTask:input_type -> taskbroker.v1.CancelTaskRequest
-	8,  // 30: taskbroker.v1.AdminService.UpdateTask:input_type -> taskbroker.v1.UpdateTaskRequest
-	10, // 31: taskbroker.v1.AdminService.RequeueTask:input_type -> taskbroker.v1.RequeueTaskRequest
-	12, // 32: taskbroker.v1.AdminService.ListAttempts:input_type -> taskbroker.v1.ListAttemptsRequest
-	15, // 33: taskbroker.v1.AdminService.GetQueueStats:input_type -> taskbroker.v1.GetQueueStatsRequest
-	3,  // 34: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
-	5,  // 35: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
-	7,  // 36: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
-	9,  // 37: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
-	11, // 38: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
-	14, // 39: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
-	17, // 40: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
-	34, // [34:41] is the sub-list for method output_type
-	27, // [27:34] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	22, // 10: taskbroker.v1.Task.target:type_name -> taskbroker.v1.Target
+	23, // 11: taskbroker.v1.Task.sticky:type_name -> taskbroker.v1.StickyPolicy
+	1,  // 12: taskbroker.v1.GetTaskResponse.task:type_name -> taskbroker.v1.Task
+	21, // 13: taskbroker.v1.ListTasksRequest.states:type_name -> taskbroker.v1.TaskState
+	19, // 14: taskbroker.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	19, // 15: taskbroker.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,  // 16: taskbroker.v1.ListTasksResponse.tasks:type_name -> taskbroker.v1.Task
+	1,  // 17: taskbroker.v1.CancelTaskResponse.task:type_name -> taskbroker.v1.Task
+	19, // 18: taskbroker.v1.UpdateTaskRequest.run_at:type_name -> google.protobuf.Timestamp
+	19, // 19: taskbroker.v1.UpdateTaskRequest.deadline:type_name -> google.protobuf.Timestamp
+	24, // 20: taskbroker.v1.UpdateTaskRequest.update_mask:type_name -> google.protobuf.FieldMask
+	1,  // 21: taskbroker.v1.UpdateTaskResponse.task:type_name -> taskbroker.v1.Task
+	1,  // 22: taskbroker.v1.RequeueTaskResponse.task:type_name -> taskbroker.v1.Task
+	19, // 23: taskbroker.v1.Attempt.leased_at:type_name -> google.protobuf.Timestamp
+	19, // 24: taskbroker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	0,  // 25: taskbroker.v1.Attempt.outcome:type_name -> taskbroker.v1.AttemptOutcome
+	13, // 26: taskbroker.v1.ListAttemptsResponse.attempts:type_name -> taskbroker.v1.Attempt
+	25, // 27: taskbroker.v1.QueueStats.oldest_ready_age:type_name -> google.protobuf.Duration
+	16, // 28: taskbroker.v1.GetQueueStatsResponse.queues:type_name -> taskbroker.v1.QueueStats
+	2,  // 29: taskbroker.v1.AdminService.GetTask:input_type -> taskbroker.v1.GetTaskRequest
+	4,  // 30: taskbroker.v1.AdminService.ListTasks:input_type -> taskbroker.v1.ListTasksRequest
+	6,  // 31: taskbroker.v1.AdminService.CancelTask:input_type -> taskbroker.v1.CancelTaskRequest
+	8,  // 32: taskbroker.v1.AdminService.UpdateTask:input_type -> taskbroker.v1.UpdateTaskRequest
+	10, // 33: taskbroker.v1.AdminService.RequeueTask:input_type -> taskbroker.v1.RequeueTaskRequest
+	12, // 34: taskbroker.v1.AdminService.ListAttempts:input_type -> taskbroker.v1.ListAttemptsRequest
+	15, // 35: taskbroker.v1.AdminService.GetQueueStats:input_type -> taskbroker.v1.GetQueueStatsRequest
+	26, // 36: taskbroker.v1.AdminService.ListWorkers:input_type -> taskbroker.v1.ListWorkersRequest
+	27, // 37: taskbroker.v1.AdminService.GetWorker:input_type -> taskbroker.v1.GetWorkerRequest
+	3,  // 38: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
+	5,  // 39: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
+	7,  // 40: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
+	9,  // 41: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
+	11, // 42: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
+	14, // 43: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
+	17, // 44: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
+	28, // 45: taskbroker.v1.AdminService.ListWorkers:output_type -> taskbroker.v1.ListWorkersResponse
+	29, // 46: taskbroker.v1.AdminService.GetWorker:output_type -> taskbroker.v1.GetWorkerResponse
+	38, // [38:47] is the sub-list for method output_type
+	29, // [29:38] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_taskbroker_v1_admin_proto_init() }
@@ -1516,6 +1580,7 @@ func file_taskbroker_v1_admin_proto_init() {
 		return
 	}
 	file_taskbroker_v1_broker_proto_init()
+	file_taskbroker_v1_worker_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

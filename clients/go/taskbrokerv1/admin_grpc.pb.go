@@ -28,6 +28,8 @@ const (
 	AdminService_RequeueTask_FullMethodName   = "/taskbroker.v1.AdminService/RequeueTask"
 	AdminService_ListAttempts_FullMethodName  = "/taskbroker.v1.AdminService/ListAttempts"
 	AdminService_GetQueueStats_FullMethodName = "/taskbroker.v1.AdminService/GetQueueStats"
+	AdminService_ListWorkers_FullMethodName   = "/taskbroker.v1.AdminService/ListWorkers"
+	AdminService_GetWorker_FullMethodName     = "/taskbroker.v1.AdminService/GetWorker"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -49,6 +51,11 @@ type AdminServiceClient interface {
 	ListAttempts(ctx context.Context, in *ListAttemptsRequest, opts ...grpc.CallOption) (*ListAttemptsResponse, error)
 	// Counts per state and recent throughput, per queue.
 	GetQueueStats(ctx context.Context, in *GetQueueStatsRequest, opts ...grpc.CallOption) (*GetQueueStatsResponse, error)
+	// ---- Routing (issue 13): the worker registry (messages in worker.proto) ----
+	// Workers seen within the broker's worker_ttl by any replica, by worker id, paged.
+	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
+	// One worker with its current leases.
+	GetWorker(ctx context.Context, in *GetWorkerRequest, opts ...grpc.CallOption) (*GetWorkerResponse, error)
 }
 
 type adminServiceClient struct {
@@ -129,6 +136,26 @@ func (c *adminServiceClient) GetQueueStats(ctx context.Context, in *GetQueueStat
 	return out, nil
 }
 
+func (c *adminServiceClient) ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWorkersResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListWorkers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetWorker(ctx context.Context, in *GetWorkerRequest, opts ...grpc.CallOption) (*GetWorkerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetWorkerResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -148,6 +175,11 @@ type AdminServiceServer interface {
 	ListAttempts(context.Context, *ListAttemptsRequest) (*ListAttemptsResponse, error)
 	// Counts per state and recent throughput, per queue.
 	GetQueueStats(context.Context, *GetQueueStatsRequest) (*GetQueueStatsResponse, error)
+	// ---- Routing (issue 13): the worker registry (messages in worker.proto) ----
+	// Workers seen within the broker's worker_ttl by any replica, by worker id, paged.
+	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
+	// One worker with its current leases.
+	GetWorker(context.Context, *GetWorkerRequest) (*GetWorkerResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -178,6 +210,12 @@ func (UnimplementedAdminServiceServer) ListAttempts(context.Context, *ListAttemp
 }
 func (UnimplementedAdminServiceServer) GetQueueStats(context.Context, *GetQueueStatsRequest) (*GetQueueStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetQueueStats not implemented")
+}
+func (UnimplementedAdminServiceServer) ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWorkers not implemented")
+}
+func (UnimplementedAdminServiceServer) GetWorker(context.Context, *GetWorkerRequest) (*GetWorkerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetWorker not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -326,6 +364,42 @@ func _AdminService_GetQueueStats_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ListWorkers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWorkersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListWorkers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListWorkers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListWorkers(ctx, req.(*ListWorkersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetWorkerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetWorker(ctx, req.(*GetWorkerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -360,6 +434,14 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetQueueStats",
 			Handler:    _AdminService_GetQueueStats_Handler,
+		},
+		{
+			MethodName: "ListWorkers",
+			Handler:    _AdminService_ListWorkers_Handler,
+		},
+		{
+			MethodName: "GetWorker",
+			Handler:    _AdminService_GetWorker_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

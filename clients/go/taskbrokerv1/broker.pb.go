@@ -152,6 +152,58 @@ func (CompleteOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{1}
 }
 
+// How a retry is kept for the worker that ran the failed attempt.
+type StickyStrategy int32
+
+const (
+	StickyStrategy_STICKY_STRATEGY_UNSPECIFIED StickyStrategy = 0
+	// Reserved for that worker until `timeout` passes; then any worker may take it.
+	StickyStrategy_STICKY_STRATEGY_SOFT StickyStrategy = 1
+	// Reserved for that worker until the task's deadline or an admin requeue.
+	StickyStrategy_STICKY_STRATEGY_HARD StickyStrategy = 2
+)
+
+// Enum value maps for StickyStrategy.
+var (
+	StickyStrategy_name = map[int32]string{
+		0: "STICKY_STRATEGY_UNSPECIFIED",
+		1: "STICKY_STRATEGY_SOFT",
+		2: "STICKY_STRATEGY_HARD",
+	}
+	StickyStrategy_value = map[string]int32{
+		"STICKY_STRATEGY_UNSPECIFIED": 0,
+		"STICKY_STRATEGY_SOFT":        1,
+		"STICKY_STRATEGY_HARD":        2,
+	}
+)
+
+func (x StickyStrategy) Enum() *StickyStrategy {
+	p := new(StickyStrategy)
+	*p = x
+	return p
+}
+
+func (x StickyStrategy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StickyStrategy) Descriptor() protoreflect.EnumDescriptor {
+	return file_taskbroker_v1_broker_proto_enumTypes[2].Descriptor()
+}
+
+func (StickyStrategy) Type() protoreflect.EnumType {
+	return &file_taskbroker_v1_broker_proto_enumTypes[2]
+}
+
+func (x StickyStrategy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StickyStrategy.Descriptor instead.
+func (StickyStrategy) EnumDescriptor() ([]byte, []int) {
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{2}
+}
+
 // How a failed attempt is retried. Unset fields take the broker's defaults
 // (3 attempts, 10 s initial backoff, x2, 1 h max backoff, 0.2 jitter).
 type RetryPolicy struct {
@@ -253,7 +305,14 @@ type TaskSpec struct {
 	// Optional; the broker's defaults otherwise.
 	Retry *RetryPolicy `protobuf:"bytes,7,opt,name=retry,proto3" json:"retry,omitempty"`
 	// Free-form; carries trace context (traceparent) among other things.
-	Metadata      map[string]string `protobuf:"bytes,8,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Metadata map[string]string `protobuf:"bytes,8,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Routing (issue 13). Only a worker with this id, or whose lease labels include
+	// every pair, may lease the task. No matching worker is not an error: the task waits.
+	Target *Target `protobuf:"bytes,9,opt,name=target,proto3" json:"target,omitempty"`
+	// Reserves a retry for the worker that ran the failed attempt.
+	Sticky *StickyPolicy `protobuf:"bytes,10,opt,name=sticky,proto3" json:"sticky,omitempty"`
+	// Submit creates `copies` tasks sharing a fan-out group (the first copy's id).
+	Fanout        *Fanout `protobuf:"bytes,11,opt,name=fanout,proto3" json:"fanout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -344,6 +403,27 @@ func (x *TaskSpec) GetMetadata() map[string]string {
 	return nil
 }
 
+func (x *TaskSpec) GetTarget() *Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetSticky() *StickyPolicy {
+	if x != nil {
+		return x.Sticky
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetFanout() *Fanout {
+	if x != nil {
+		return x.Fanout
+	}
+	return nil
+}
+
 type SubmitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1 to 1000 tasks.
@@ -394,7 +474,9 @@ type SubmitResult struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	TaskId string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// True when a task with the same (queue, key) already existed; nothing was created.
-	Deduplicated  bool `protobuf:"varint,2,opt,name=deduplicated,proto3" json:"deduplicated,omitempty"`
+	Deduplicated bool `protobuf:"varint,2,opt,name=deduplicated,proto3" json:"deduplicated,omitempty"`
+	// With TaskSpec.fanout: every copy's id, the first being task_id (the group's id).
+	CopyTaskIds   []string `protobuf:"bytes,3,rep,name=copy_task_ids,json=copyTaskIds,proto3" json:"copy_task_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -441,6 +523,13 @@ func (x *SubmitResult) GetDeduplicated() bool {
 		return x.Deduplicated
 	}
 	return false
+}
+
+func (x *SubmitResult) GetCopyTaskIds() []string {
+	if x != nil {
+		return x.CopyTaskIds
+	}
+	return nil
 }
 
 type SubmitResponse struct {
@@ -498,7 +587,10 @@ type LeaseRequest struct {
 	// 1 s to 24 h; default 30 s. Capped by each task's deadline.
 	LeaseDuration *durationpb.Duration `protobuf:"bytes,4,opt,name=lease_duration,json=leaseDuration,proto3" json:"lease_duration,omitempty"`
 	// Long poll: 0 to 60 s, capped by the call's own deadline. Default 0 (answer at once).
-	Wait          *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
+	// What this worker is (`region=eu`, `gpu=a100`), at most 32 pairs; matched against
+	// TaskSpec.target.labels. Keys [A-Za-z0-9._/-]{1,63}, values [A-Za-z0-9._:/-]{0,128}.
+	Labels        map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -568,6 +660,13 @@ func (x *LeaseRequest) GetWait() *durationpb.Duration {
 	return nil
 }
 
+func (x *LeaseRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 // A task handed to a worker under a lease.
 type LeasedTask struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -592,7 +691,9 @@ type LeasedTask struct {
 	// The attempt number after which no retry is made.
 	MaxAttempts uint32 `protobuf:"varint,14,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	// When the task was submitted.
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The fan-out group (the first copy's id) when the task is one of several copies.
+	FanoutGroup   string `protobuf:"bytes,16,opt,name=fanout_group,json=fanoutGroup,proto3" json:"fanout_group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -730,6 +831,13 @@ func (x *LeasedTask) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *LeasedTask) GetFanoutGroup() string {
+	if x != nil {
+		return x.FanoutGroup
+	}
+	return ""
 }
 
 type LeaseResponse struct {
@@ -1373,9 +1481,12 @@ type FailRequest struct {
 	// Go straight to DEAD without retry.
 	NonRetryable bool `protobuf:"varint,4,opt,name=non_retryable,json=nonRetryable,proto3" json:"non_retryable,omitempty"`
 	// Overrides the retry policy's backoff for this retry.
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// Reserve this retry for the same worker (as a SOFT sticky policy would, or the
+	// task's own sticky policy when it has one).
+	PreferSameWorker bool `protobuf:"varint,6,opt,name=prefer_same_worker,json=preferSameWorker,proto3" json:"prefer_same_worker,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *FailRequest) Reset() {
@@ -1443,6 +1554,13 @@ func (x *FailRequest) GetRetryAfter() *durationpb.Duration {
 	return nil
 }
 
+func (x *FailRequest) GetPreferSameWorker() bool {
+	if x != nil {
+		return x.PreferSameWorker
+	}
+	return false
+}
+
 type FailResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// SCHEDULED or READY when the task will be retried; DEAD or CANCELLED otherwise.
@@ -1497,6 +1615,169 @@ func (x *FailResponse) GetNextRunAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// Which workers may lease a task. Both parts must match when both are set.
+type Target struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only the worker with this id, when set.
+	WorkerId string `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Only a worker whose LeaseRequest.labels include every pair, when any (at most 32).
+	Labels        map[string]string `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Target) Reset() {
+	*x = Target{}
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Target) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Target) ProtoMessage() {}
+
+func (x *Target) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Target.ProtoReflect.Descriptor instead.
+func (*Target) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Target) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *Target) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+type StickyPolicy struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Strategy StickyStrategy         `protobuf:"varint,1,opt,name=strategy,proto3,enum=taskbroker.v1.StickyStrategy" json:"strategy,omitempty"`
+	// SOFT only: how long the retry waits for the same worker (1 s to 24 h; default 30 s).
+	Timeout       *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StickyPolicy) Reset() {
+	*x = StickyPolicy{}
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StickyPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StickyPolicy) ProtoMessage() {}
+
+func (x *StickyPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StickyPolicy.ProtoReflect.Descriptor instead.
+func (*StickyPolicy) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *StickyPolicy) GetStrategy() StickyStrategy {
+	if x != nil {
+		return x.Strategy
+	}
+	return StickyStrategy_STICKY_STRATEGY_UNSPECIFIED
+}
+
+func (x *StickyPolicy) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+// One task dispatched to several workers.
+type Fanout struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to 1000 copies.
+	Copies uint32 `protobuf:"varint,1,opt,name=copies,proto3" json:"copies,omitempty"`
+	// A worker never gets a copy of a group in which it holds or has completed one.
+	DistinctWorkers bool `protobuf:"varint,2,opt,name=distinct_workers,json=distinctWorkers,proto3" json:"distinct_workers,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Fanout) Reset() {
+	*x = Fanout{}
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Fanout) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Fanout) ProtoMessage() {}
+
+func (x *Fanout) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Fanout.ProtoReflect.Descriptor instead.
+func (*Fanout) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Fanout) GetCopies() uint32 {
+	if x != nil {
+		return x.Copies
+	}
+	return 0
+}
+
+func (x *Fanout) GetDistinctWorkers() bool {
+	if x != nil {
+		return x.DistinctWorkers
+	}
+	return false
+}
+
 var File_taskbroker_v1_broker_proto protoreflect.FileDescriptor
 
 const file_taskbroker_v1_broker_proto_rawDesc = "" +
@@ -1509,7 +1790,7 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\vmax_backoff\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"maxBackoff\x12\x1b\n" +
 	"\x06jitter\x18\x05 \x01(\x01H\x00R\x06jitter\x88\x01\x01B\t\n" +
-	"\a_jitter\"\x85\x03\n" +
+	"\a_jitter\"\x98\x04\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x10\n" +
@@ -1518,23 +1799,32 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\x06run_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x126\n" +
 	"\bdeadline\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x120\n" +
 	"\x05retry\x18\a \x01(\v2\x1a.taskbroker.v1.RetryPolicyR\x05retry\x12A\n" +
-	"\bmetadata\x18\b \x03(\v2%.taskbroker.v1.TaskSpec.MetadataEntryR\bmetadata\x1a;\n" +
+	"\bmetadata\x18\b \x03(\v2%.taskbroker.v1.TaskSpec.MetadataEntryR\bmetadata\x12-\n" +
+	"\x06target\x18\t \x01(\v2\x15.taskbroker.v1.TargetR\x06target\x123\n" +
+	"\x06sticky\x18\n" +
+	" \x01(\v2\x1b.taskbroker.v1.StickyPolicyR\x06sticky\x12-\n" +
+	"\x06fanout\x18\v \x01(\v2\x15.taskbroker.v1.FanoutR\x06fanout\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\">\n" +
 	"\rSubmitRequest\x12-\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x17.taskbroker.v1.TaskSpecR\x05tasks\"K\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x17.taskbroker.v1.TaskSpecR\x05tasks\"o\n" +
 	"\fSubmitResult\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\"\n" +
-	"\fdeduplicated\x18\x02 \x01(\bR\fdeduplicated\"G\n" +
+	"\fdeduplicated\x18\x02 \x01(\bR\fdeduplicated\x12\"\n" +
+	"\rcopy_task_ids\x18\x03 \x03(\tR\vcopyTaskIds\"G\n" +
 	"\x0eSubmitResponse\x125\n" +
-	"\aresults\x18\x01 \x03(\v2\x1b.taskbroker.v1.SubmitResultR\aresults\"\xd1\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.taskbroker.v1.SubmitResultR\aresults\"\xcd\x02\n" +
 	"\fLeaseRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
 	"\x06queues\x18\x02 \x03(\tR\x06queues\x12\x1b\n" +
 	"\tmax_tasks\x18\x03 \x01(\rR\bmaxTasks\x12@\n" +
 	"\x0elease_duration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\x12-\n" +
-	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\x88\x05\n" +
+	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12?\n" +
+	"\x06labels\x18\x06 \x03(\v2'.taskbroker.v1.LeaseRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x05\n" +
 	"\n" +
 	"LeasedTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x14\n" +
@@ -1556,7 +1846,8 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\x0ehas_checkpoint\x18\r \x01(\bR\rhasCheckpoint\x12!\n" +
 	"\fmax_attempts\x18\x0e \x01(\rR\vmaxAttempts\x129\n" +
 	"\n" +
-	"created_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x1a;\n" +
+	"created_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
+	"\ffanout_group\x18\x10 \x01(\tR\vfanoutGroup\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +
@@ -1600,7 +1891,7 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x128\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x1e.taskbroker.v1.CompleteOutcomeR\aoutcome\"O\n" +
 	"\x14CompleteManyResponse\x127\n" +
-	"\aresults\x18\x01 \x03(\v2\x1d.taskbroker.v1.CompleteResultR\aresults\"\xcd\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.taskbroker.v1.CompleteResultR\aresults\"\xfb\x01\n" +
 	"\vFailRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1f\n" +
 	"\vlease_token\x18\x02 \x01(\tR\n" +
@@ -1608,10 +1899,23 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\x12#\n" +
 	"\rnon_retryable\x18\x04 \x01(\bR\fnonRetryable\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"z\n" +
+	"retryAfter\x12,\n" +
+	"\x12prefer_same_worker\x18\x06 \x01(\bR\x10preferSameWorker\"z\n" +
 	"\fFailResponse\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.taskbroker.v1.TaskStateR\x05state\x12:\n" +
-	"\vnext_run_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tnextRunAt*\xb7\x01\n" +
+	"\vnext_run_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tnextRunAt\"\x9b\x01\n" +
+	"\x06Target\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x129\n" +
+	"\x06labels\x18\x02 \x03(\v2!.taskbroker.v1.Target.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"~\n" +
+	"\fStickyPolicy\x129\n" +
+	"\bstrategy\x18\x01 \x01(\x0e2\x1d.taskbroker.v1.StickyStrategyR\bstrategy\x123\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"K\n" +
+	"\x06Fanout\x12\x16\n" +
+	"\x06copies\x18\x01 \x01(\rR\x06copies\x12)\n" +
+	"\x10distinct_workers\x18\x02 \x01(\bR\x0fdistinctWorkers*\xb7\x01\n" +
 	"\tTaskState\x12\x1a\n" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14TASK_STATE_SCHEDULED\x10\x01\x12\x14\n" +
@@ -1624,7 +1928,11 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\x1cCOMPLETE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aCOMPLETE_OUTCOME_COMPLETED\x10\x01\x12\x1f\n" +
 	"\x1bCOMPLETE_OUTCOME_LEASE_LOST\x10\x02\x12\x1e\n" +
-	"\x1aCOMPLETE_OUTCOME_NOT_FOUND\x10\x032\xa4\x04\n" +
+	"\x1aCOMPLETE_OUTCOME_NOT_FOUND\x10\x03*e\n" +
+	"\x0eStickyStrategy\x12\x1f\n" +
+	"\x1bSTICKY_STRATEGY_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14STICKY_STRATEGY_SOFT\x10\x01\x12\x18\n" +
+	"\x14STICKY_STRATEGY_HARD\x10\x022\xa4\x04\n" +
 	"\rBrokerService\x12E\n" +
 	"\x06Submit\x12\x1c.taskbroker.v1.SubmitRequest\x1a\x1d.taskbroker.v1.SubmitResponse\x12B\n" +
 	"\x05Lease\x12\x1b.taskbroker.v1.LeaseRequest\x1a\x1c.taskbroker.v1.LeaseResponse\x12N\n" +
@@ -1648,84 +1956,97 @@ func file_taskbroker_v1_broker_proto_rawDescGZIP() []byte {
 	return file_taskbroker_v1_broker_proto_rawDescData
 }
 
-var file_taskbroker_v1_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_taskbroker_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_taskbroker_v1_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_taskbroker_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_taskbroker_v1_broker_proto_goTypes = []any{
 	(TaskState)(0),                // 0: taskbroker.v1.TaskState
 	(CompleteOutcome)(0),          // 1: taskbroker.v1.CompleteOutcome
-	(*RetryPolicy)(nil),           // 2: taskbroker.v1.RetryPolicy
-	(*TaskSpec)(nil),              // 3: taskbroker.v1.TaskSpec
-	(*SubmitRequest)(nil),         // 4: taskbroker.v1.SubmitRequest
-	(*SubmitResult)(nil),          // 5: taskbroker.v1.SubmitResult
-	(*SubmitResponse)(nil),        // 6: taskbroker.v1.SubmitResponse
-	(*LeaseRequest)(nil),          // 7: taskbroker.v1.LeaseRequest
-	(*LeasedTask)(nil),            // 8: taskbroker.v1.LeasedTask
-	(*LeaseResponse)(nil),         // 9: taskbroker.v1.LeaseResponse
-	(*LeaseRef)(nil),              // 10: taskbroker.v1.LeaseRef
-	(*HeartbeatRequest)(nil),      // 11: taskbroker.v1.HeartbeatRequest
-	(*LeaseStatus)(nil),           // 12: taskbroker.v1.LeaseStatus
-	(*HeartbeatResponse)(nil),     // 13: taskbroker.v1.HeartbeatResponse
-	(*CheckpointRequest)(nil),     // 14: taskbroker.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),    // 15: taskbroker.v1.CheckpointResponse
-	(*CompleteRequest)(nil),       // 16: taskbroker.v1.CompleteRequest
-	(*CompleteResponse)(nil),      // 17: taskbroker.v1.CompleteResponse
-	(*CompleteManyRequest)(nil),   // 18: taskbroker.v1.CompleteManyRequest
-	(*CompleteResult)(nil),        // 19: taskbroker.v1.CompleteResult
-	(*CompleteManyResponse)(nil),  // 20: taskbroker.v1.CompleteManyResponse
-	(*FailRequest)(nil),           // 21: taskbroker.v1.FailRequest
-	(*FailResponse)(nil),          // 22: taskbroker.v1.FailResponse
-	nil,                           // 23: taskbroker.v1.TaskSpec.MetadataEntry
-	nil,                           // 24: taskbroker.v1.LeasedTask.MetadataEntry
-	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(StickyStrategy)(0),           // 2: taskbroker.v1.StickyStrategy
+	(*RetryPolicy)(nil),           // 3: taskbroker.v1.RetryPolicy
+	(*TaskSpec)(nil),              // 4: taskbroker.v1.TaskSpec
+	(*SubmitRequest)(nil),         // 5: taskbroker.v1.SubmitRequest
+	(*SubmitResult)(nil),          // 6: taskbroker.v1.SubmitResult
+	(*SubmitResponse)(nil),        // 7: taskbroker.v1.SubmitResponse
+	(*LeaseRequest)(nil),          // 8: taskbroker.v1.LeaseRequest
+	(*LeasedTask)(nil),            // 9: taskbroker.v1.LeasedTask
+	(*LeaseResponse)(nil),         // 10: taskbroker.v1.LeaseResponse
+	(*LeaseRef)(nil),              // 11: taskbroker.v1.LeaseRef
+	(*HeartbeatRequest)(nil),      // 12: taskbroker.v1.HeartbeatRequest
+	(*LeaseStatus)(nil),           // 13: taskbroker.v1.LeaseStatus
+	(*HeartbeatResponse)(nil),     // 14: taskbroker.v1.HeartbeatResponse
+	(*CheckpointRequest)(nil),     // 15: taskbroker.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),    // 16: taskbroker.v1.CheckpointResponse
+	(*CompleteRequest)(nil),       // 17: taskbroker.v1.CompleteRequest
+	(*CompleteResponse)(nil),      // 18: taskbroker.v1.CompleteResponse
+	(*CompleteManyRequest)(nil),   // 19: taskbroker.v1.CompleteManyRequest
+	(*CompleteResult)(nil),        // 20: taskbroker.v1.CompleteResult
+	(*CompleteManyResponse)(nil),  // 21: taskbroker.v1.CompleteManyResponse
+	(*FailRequest)(nil),           // 22: taskbroker.v1.FailRequest
+	(*FailResponse)(nil),          // 23: taskbroker.v1.FailResponse
+	(*Target)(nil),                // 24: taskbroker.v1.Target
+	(*StickyPolicy)(nil),          // 25: taskbroker.v1.StickyPolicy
+	(*Fanout)(nil),                // 26: taskbroker.v1.Fanout
+	nil,                           // 27: taskbroker.v1.TaskSpec.MetadataEntry
+	nil,                           // 28: taskbroker.v1.LeaseRequest.LabelsEntry
+	nil,                           // 29: taskbroker.v1.LeasedTask.MetadataEntry
+	nil,                           // 30: taskbroker.v1.Target.LabelsEntry
+	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
 }
 var file_taskbroker_v1_broker_proto_depIdxs = []int32{
-	25, // 0: taskbroker.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	25, // 1: taskbroker.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	26, // 2: taskbroker.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
-	26, // 3: taskbroker.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
-	2,  // 4: taskbroker.v1.TaskSpec.retry:type_name -> taskbroker.v1.RetryPolicy
-	23, // 5: taskbroker.v1.TaskSpec.metadata:type_name -> taskbroker.v1.TaskSpec.MetadataEntry
-	3,  // 6: taskbroker.v1.SubmitRequest.tasks:type_name -> taskbroker.v1.TaskSpec
-	5,  // 7: taskbroker.v1.SubmitResponse.results:type_name -> taskbroker.v1.SubmitResult
-	25, // 8: taskbroker.v1.LeaseRequest.lease_duration:type_name -> google.protobuf.Duration
-	25, // 9: taskbroker.v1.LeaseRequest.wait:type_name -> google.protobuf.Duration
-	26, // 10: taskbroker.v1.LeasedTask.deadline:type_name -> google.protobuf.Timestamp
-	24, // 11: taskbroker.v1.LeasedTask.metadata:type_name -> taskbroker.v1.LeasedTask.MetadataEntry
-	26, // 12: taskbroker.v1.LeasedTask.lease_expires_at:type_name -> google.protobuf.Timestamp
-	26, // 13: taskbroker.v1.LeasedTask.created_at:type_name -> google.protobuf.Timestamp
-	8,  // 14: taskbroker.v1.LeaseResponse.tasks:type_name -> taskbroker.v1.LeasedTask
-	10, // 15: taskbroker.v1.HeartbeatRequest.leases:type_name -> taskbroker.v1.LeaseRef
-	25, // 16: taskbroker.v1.HeartbeatRequest.extend_by:type_name -> google.protobuf.Duration
-	26, // 17: taskbroker.v1.LeaseStatus.lease_expires_at:type_name -> google.protobuf.Timestamp
-	12, // 18: taskbroker.v1.HeartbeatResponse.leases:type_name -> taskbroker.v1.LeaseStatus
-	25, // 19: taskbroker.v1.CheckpointRequest.extend_by:type_name -> google.protobuf.Duration
-	26, // 20: taskbroker.v1.CheckpointResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	16, // 21: taskbroker.v1.CompleteManyRequest.completions:type_name -> taskbroker.v1.CompleteRequest
-	1,  // 22: taskbroker.v1.CompleteResult.outcome:type_name -> taskbroker.v1.CompleteOutcome
-	19, // 23: taskbroker.v1.CompleteManyResponse.results:type_name -> taskbroker.v1.CompleteResult
-	25, // 24: taskbroker.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
-	0,  // 25: taskbroker.v1.FailResponse.state:type_name -> taskbroker.v1.TaskState
-	26, // 26: taskbroker.v1.FailResponse.next_run_at:type_name -> google.protobuf.Timestamp
-	4,  // 27: taskbroker.v1.BrokerService.Submit:input_type -> taskbroker.v1.SubmitRequest
-	7,  // 28: taskbroker.v1.BrokerService.Lease:input_type -> taskbroker.v1.LeaseRequest
-	11, // 29: taskbroker.v1.BrokerService.Heartbeat:input_type -> taskbroker.v1.HeartbeatRequest
-	14, // 30: taskbroker.v1.BrokerService.Checkpoint:input_type -> taskbroker.v1.CheckpointRequest
-	16, // 31: taskbroker.v1.BrokerService.Complete:input_type -> taskbroker.v1.CompleteRequest
-	21, // 32: taskbroker.v1.BrokerService.Fail:input_type -> taskbroker.v1.FailRequest
-	18, // 33: taskbroker.v1.BrokerService.CompleteMany:input_type -> taskbroker.v1.CompleteManyRequest
-	6,  // 34: taskbroker.v1.BrokerService.Submit:output_type -> taskbroker.v1.SubmitResponse
-	9,  // 35: taskbroker.v1.BrokerService.Lease:output_type -> taskbroker.v1.LeaseResponse
-	13, // 36: taskbroker.v1.BrokerService.Heartbeat:output_type -> taskbroker.v1.HeartbeatResponse
-	15, // 37: taskbroker.v1.BrokerService.Checkpoint:output_type -> taskbroker.v1.CheckpointResponse
-	17, // 38: taskbroker.v1.BrokerService.Complete:output_type -> taskbroker.v1.CompleteResponse
-	22, // 39: taskbroker.v1.BrokerService.Fail:output_type -> taskbroker.v1.FailResponse
-	20, // 40: taskbroker.v1.BrokerService.CompleteMany:output_type -> taskbroker.v1.CompleteManyResponse
-	34, // [34:41] is the sub-list for method output_type
-	27, // [27:34] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	31, // 0: taskbroker.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	31, // 1: taskbroker.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	32, // 2: taskbroker.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	32, // 3: taskbroker.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	3,  // 4: taskbroker.v1.TaskSpec.retry:type_name -> taskbroker.v1.RetryPolicy
+	27, // 5: taskbroker.v1.TaskSpec.metadata:type_name -> taskbroker.v1.TaskSpec.MetadataEntry
+	24, // 6: taskbroker.v1.TaskSpec.target:type_name -> taskbroker.v1.Target
+	25, // 7: taskbroker.v1.TaskSpec.sticky:type_name -> taskbroker.v1.StickyPolicy
+	26, // 8: taskbroker.v1.TaskSpec.fanout:type_name -> taskbroker.v1.Fanout
+	4,  // 9: taskbroker.v1.SubmitRequest.tasks:type_name -> taskbroker.v1.TaskSpec
+	6,  // 10: taskbroker.v1.SubmitResponse.results:type_name -> taskbroker.v1.SubmitResult
+	31, // 11: taskbroker.v1.LeaseRequest.lease_duration:type_name -> google.protobuf.Duration
+	31, // 12: taskbroker.v1.LeaseRequest.wait:type_name -> google.protobuf.Duration
+	28, // 13: taskbroker.v1.LeaseRequest.labels:type_name -> taskbroker.v1.LeaseRequest.LabelsEntry
+	32, // 14: taskbroker.v1.LeasedTask.deadline:type_name -> google.protobuf.Timestamp
+	29, // 15: taskbroker.v1.LeasedTask.metadata:type_name -> taskbroker.v1.LeasedTask.MetadataEntry
+	32, // 16: taskbroker.v1.LeasedTask.lease_expires_at:type_name -> google.protobuf.Timestamp
+	32, // 17: taskbroker.v1.LeasedTask.created_at:type_name -> google.protobuf.Timestamp
+	9,  // 18: taskbroker.v1.LeaseResponse.tasks:type_name -> taskbroker.v1.LeasedTask
+	11, // 19: taskbroker.v1.HeartbeatRequest.leases:type_name -> taskbroker.v1.LeaseRef
+	31, // 20: taskbroker.v1.HeartbeatRequest.extend_by:type_name -> google.protobuf.Duration
+	32, // 21: taskbroker.v1.LeaseStatus.lease_expires_at:type_name -> google.protobuf.Timestamp
+	13, // 22: taskbroker.v1.HeartbeatResponse.leases:type_name -> taskbroker.v1.LeaseStatus
+	31, // 23: taskbroker.v1.CheckpointRequest.extend_by:type_name -> google.protobuf.Duration
+	32, // 24: taskbroker.v1.CheckpointResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	17, // 25: taskbroker.v1.CompleteManyRequest.completions:type_name -> taskbroker.v1.CompleteRequest
+	1,  // 26: taskbroker.v1.CompleteResult.outcome:type_name -> taskbroker.v1.CompleteOutcome
+	20, // 27: taskbroker.v1.CompleteManyResponse.results:type_name -> taskbroker.v1.CompleteResult
+	31, // 28: taskbroker.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
+	0,  // 29: taskbroker.v1.FailResponse.state:type_name -> taskbroker.v1.TaskState
+	32, // 30: taskbroker.v1.FailResponse.next_run_at:type_name -> google.protobuf.Timestamp
+	30, // 31: taskbroker.v1.Target.labels:type_name -> taskbroker.v1.Target.LabelsEntry
+	2,  // 32: taskbroker.v1.StickyPolicy.strategy:type_name -> taskbroker.v1.StickyStrategy
+	31, // 33: taskbroker.v1.StickyPolicy.timeout:type_name -> google.protobuf.Duration
+	5,  // 34: taskbroker.v1.BrokerService.Submit:input_type -> taskbroker.v1.SubmitRequest
+	8,  // 35: taskbroker.v1.BrokerService.Lease:input_type -> taskbroker.v1.LeaseRequest
+	12, // 36: taskbroker.v1.BrokerService.Heartbeat:input_type -> taskbroker.v1.HeartbeatRequest
+	15, // 37: taskbroker.v1.BrokerService.Checkpoint:input_type -> taskbroker.v1.CheckpointRequest
+	17, // 38: taskbroker.v1.BrokerService.Complete:input_type -> taskbroker.v1.CompleteRequest
+	22, // 39: taskbroker.v1.BrokerService.Fail:input_type -> taskbroker.v1.FailRequest
+	19, // 40: taskbroker.v1.BrokerService.CompleteMany:input_type -> taskbroker.v1.CompleteManyRequest
+	7,  // 41: taskbroker.v1.BrokerService.Submit:output_type -> taskbroker.v1.SubmitResponse
+	10, // 42: taskbroker.v1.BrokerService.Lease:output_type -> taskbroker.v1.LeaseResponse
+	14, // 43: taskbroker.v1.BrokerService.Heartbeat:output_type -> taskbroker.v1.HeartbeatResponse
+	16, // 44: taskbroker.v1.BrokerService.Checkpoint:output_type -> taskbroker.v1.CheckpointResponse
+	18, // 45: taskbroker.v1.BrokerService.Complete:output_type -> taskbroker.v1.CompleteResponse
+	23, // 46: taskbroker.v1.BrokerService.Fail:output_type -> taskbroker.v1.FailResponse
+	21, // 47: taskbroker.v1.BrokerService.CompleteMany:output_type -> taskbroker.v1.CompleteManyResponse
+	41, // [41:48] is the sub-list for method output_type
+	34, // [34:41] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_taskbroker_v1_broker_proto_init() }
@@ -1739,8 +2060,8 @@ func file_taskbroker_v1_broker_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskbroker_v1_broker_proto_rawDesc), len(file_taskbroker_v1_broker_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   23,
+			NumEnums:      3,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,9 @@ type Config struct {
 	Queues []string
 	// WorkerID names this worker in the broker's attempts. Default: "<hostname>-<pid>".
 	WorkerID string
+	// Labels say what this worker is ({"gpu": "a100"}), sent with every Lease: a task
+	// targeted at labels goes only to a worker carrying all of them (routing). At most 32.
+	Labels map[string]string
 	// Concurrency is how many handlers run at once. Default 4.
 	Concurrency int
 	// LeaseDuration is asked for on Lease and used as the extension on every heartbeat.
@@ -211,6 +214,7 @@ func (w *Worker) lease(ctx context.Context, n int) ([]*pb.LeasedTask, error) {
 		MaxTasks:      uint32(n),
 		LeaseDuration: durationpb.New(w.cfg.LeaseDuration),
 		Wait:          durationpb.New(w.cfg.PollWait),
+		Labels:        w.cfg.Labels,
 	})
 	if err != nil {
 		return nil, err

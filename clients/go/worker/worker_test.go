@@ -268,3 +268,27 @@ func TestHandlersSeeTheValuesOfRunsContext(t *testing.T) {
 		t.Fatalf("handler saw %v, want the value from Run's context", got)
 	}
 }
+
+// Routing (issue 13): a worker's labels go with every Lease; a task targeted at other
+// labels waits.
+func TestAWorkerWithLabelsRunsTheTasksTargetedAtThem(t *testing.T) {
+	f := newFixture(t)
+	ids := f.submit(t,
+		&pb.TaskSpec{Payload: []byte("mine"), Target: &pb.Target{Labels: map[string]string{"gpu": "a100"}}},
+		&pb.TaskSpec{Target: &pb.Target{Labels: map[string]string{"gpu": "h100"}}},
+	)
+	f.start(t, worker.Config{Labels: map[string]string{"gpu": "a100", "region": "eu"}},
+		func(ctx context.Context, task *worker.Task) ([]byte, error) {
+			return task.GetPayload(), nil
+		})
+	if got := f.waitState(t, ids[0], pb.TaskState_TASK_STATE_SUCCEEDED); string(got.GetResult()) != "mine" {
+		t.Errorf("result %q, want mine", got.GetResult())
+	}
+	resp, err := f.admin.GetTask(context.Background(), &pb.GetTaskRequest{TaskId: ids[1]})
+	if err != nil {
+		t.Fatalf("GetTask: %v", err)
+	}
+	if s := resp.GetTask().GetState(); s != pb.TaskState_TASK_STATE_READY {
+		t.Errorf("the task for other labels is %v, want READY", s)
+	}
+}

@@ -105,3 +105,22 @@ def test_lease_lost_is_read_from_async_errors() -> None:
             assert is_lease_lost(err.value)
 
     asyncio.run(main())
+
+
+def test_an_async_worker_with_labels_runs_the_tasks_targeted_at_them() -> None:
+    # Routing (issue 13): labels go with every Lease.
+    async def main() -> None:
+        q = queue("labels")
+        async with AsyncClient.from_env(ADDR) as tb:
+            spec = broker_pb2.TaskSpec(queue=q, payload=b"gpu", target=broker_pb2.Target(labels={"gpu": "a100"}))
+            reply = await tb.broker.Submit(broker_pb2.SubmitRequest(tasks=[spec]), timeout=10)
+            task_id = reply.results[0].task_id
+
+            async def handler(ctx: AsyncTaskContext) -> bytes:
+                return ctx.payload
+
+            async with AsyncWorker(tb, [q], handler, poll_wait=1, labels={"gpu": "a100"}):
+                t = await wait_state(tb, task_id, SUCCEEDED)
+            assert t.state == SUCCEEDED and t.result == b"gpu"
+
+    asyncio.run(main())

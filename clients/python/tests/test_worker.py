@@ -156,3 +156,15 @@ def test_stop_lets_running_handlers_finish(tb, queue, start):
     w.stop()
     task = tb.admin.GetTask(admin_pb2.GetTaskRequest(task_id=task_id), timeout=10).task
     assert task.state == State.TASK_STATE_SUCCEEDED
+
+
+def test_a_worker_with_labels_runs_the_tasks_targeted_at_them(tb, queue, start):
+    # Routing (issue 13): labels go with every Lease; a task for other labels waits.
+    target = broker_pb2.Target(labels={"gpu": "a100"})
+    other = broker_pb2.Target(labels={"gpu": "h100"})
+    mine, theirs = submit(
+        tb, queue, broker_pb2.TaskSpec(payload=b"mine", target=target), broker_pb2.TaskSpec(target=other)
+    )
+    start(lambda ctx: ctx.payload, labels={"gpu": "a100", "region": "eu"})
+    assert wait_state(tb, mine, State.TASK_STATE_SUCCEEDED).result == b"mine"
+    assert tb.admin.GetTask(admin_pb2.GetTaskRequest(task_id=theirs), timeout=10).task.state == State.TASK_STATE_READY

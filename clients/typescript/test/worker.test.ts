@@ -21,7 +21,10 @@ afterEach(async () => {
   await fake.close();
 });
 
-function worker(handler: (ctx: TaskContext) => Promise<string | void>, opts: { concurrency?: number; leaseDurationMs?: number } = {}) {
+function worker(
+  handler: (ctx: TaskContext) => Promise<string | void>,
+  opts: { concurrency?: number; leaseDurationMs?: number; labels?: Record<string, string> } = {},
+) {
   const { broker } = connect(addr);
   return new Worker(broker, handler, {
     queues: ["q"],
@@ -212,4 +215,15 @@ test("run({ signal }) drains and resolves when the signal aborts", async () => {
   ac.abort();
   await run;
   assert.ok(finished, "run() resolved before the running task finished");
+});
+
+test("sends its labels with every Lease (routing)", async () => {
+  fake.add("a");
+  const w = worker(async () => "ok", { labels: { gpu: "a100", region: "eu" } });
+  const run = w.run();
+  await until(() => fake.completes.length === 1);
+  await w.stop(1_000);
+  await run;
+  assert.ok(fake.leases.length >= 1);
+  assert.ok(fake.leases.every((l) => l.labels["gpu"] === "a100" && l.labels["region"] === "eu"));
 });

@@ -6,6 +6,7 @@ use tonic::{Request, Response, Status};
 
 use super::convert::{self, timestamp};
 use super::error::{invalid, status};
+use crate::domain::validate::Invalid;
 use crate::pb;
 use crate::pb::admin_service_server::AdminService;
 use crate::service::{Broker, ListTasks, UpdateTask};
@@ -74,6 +75,7 @@ impl AdminService for AdminApi {
             worker_id: non_empty(r.worker_id),
             last_error: None,
             schedule_id: non_empty(r.schedule_id),
+            fanout_group: non_empty(r.fanout_group),
             page_size: r.page_size,
             page_token: r.page_token,
         };
@@ -162,6 +164,43 @@ impl AdminService for AdminApi {
                 .into_iter()
                 .map(|s| convert::queue_stats(s, now))
                 .collect(),
+        }))
+    }
+
+    // ---- Routing (issue 13): the worker registry ----
+
+    async fn list_workers(
+        &self,
+        request: Request<pb::ListWorkersRequest>,
+    ) -> Result<Response<pb::ListWorkersResponse>, Status> {
+        let r = request.into_inner();
+        let page_size = u32::try_from(r.page_size)
+            .map_err(|_| invalid(Invalid::new("page_size", "must be between 0 and 1000")))?;
+        let page = self
+            .broker
+            .list_workers(crate::service::ListWorkers {
+                queue: non_empty(r.queue),
+                labels: r.labels.into_iter().collect(),
+                page_size,
+                page_token: non_empty(r.page_token),
+            })
+            .await
+            .map_err(status)?;
+        Ok(Response::new(pb::ListWorkersResponse {
+            workers: page.workers.into_iter().map(convert::worker).collect(),
+            next_page_token: page.next_page_token.unwrap_or_default(),
+        }))
+    }
+
+    async fn get_worker(
+        &self,
+        request: Request<pb::GetWorkerRequest>,
+    ) -> Result<Response<pb::GetWorkerResponse>, Status> {
+        let r = request.into_inner();
+        let (worker, leases) = self.broker.get_worker(&r.worker_id).await.map_err(status)?;
+        Ok(Response::new(pb::GetWorkerResponse {
+            worker: Some(convert::worker(worker)),
+            leases: leases.into_iter().map(convert::worker_lease).collect(),
         }))
     }
 }

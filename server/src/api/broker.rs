@@ -44,6 +44,12 @@ fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid
         priority: t.priority,
         retry,
         metadata: t.metadata.into_iter().collect(),
+        target: t.target.map(convert::target_from_pb).unwrap_or_default(),
+        sticky: convert::sticky_from_pb(&f("sticky"), t.sticky.as_ref())?,
+        fanout: t.fanout.map(|fo| crate::domain::routing::Fanout {
+            copies: fo.copies,
+            distinct_workers: fo.distinct_workers,
+        }),
     })
 }
 
@@ -140,6 +146,7 @@ impl BrokerService for BrokerApi {
                 .map(|r| pb::SubmitResult {
                     task_id: r.task_id,
                     deduplicated: r.deduplicated,
+                    copy_task_ids: r.copy_task_ids,
                 })
                 .collect(),
         }))
@@ -164,6 +171,7 @@ impl BrokerService for BrokerApi {
             max_tasks: r.max_tasks,
             worker_address,
             call_timeout,
+            labels: r.labels.into_iter().collect(),
         };
         let tasks = self.broker.lease(req).await.map_err(status)?;
         Ok(Response::new(pb::LeaseResponse {
@@ -175,7 +183,15 @@ impl BrokerService for BrokerApi {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let worker_address = request
+            .remote_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
         let r = request.into_inner();
+        // Routing (issue 13): the worker registry (throttled).
+        self.broker
+            .worker_heartbeat(&r.worker_id, &worker_address)
+            .await;
         let extend_by = duration("extend_by", r.extend_by.as_ref()).map_err(invalid)?;
         let leases: Vec<LeaseRef> = r
             .leases
@@ -274,6 +290,7 @@ impl BrokerService for BrokerApi {
             lease_token: r.lease_token,
             error_message: r.error_message,
             non_retryable: r.non_retryable,
+            prefer_same_worker: r.prefer_same_worker,
         };
         let out = self.broker.fail(req).await.map_err(status)?;
         Ok(Response::new(pb::FailResponse {

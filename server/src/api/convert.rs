@@ -112,6 +112,7 @@ pub fn leased_task(t: TaskRecord) -> pb::LeasedTask {
         checkpoint: t.checkpoint.unwrap_or_default(),
         max_attempts: t.attempts_allowed,
         created_at: Some(to_timestamp(t.created_at)),
+        fanout_group: t.routing.fanout_group.unwrap_or_default(),
     }
 }
 
@@ -148,6 +149,10 @@ pub fn task(t: TaskRecord, now: DateTime<Utc>) -> pb::Task {
         fencing_token: t.fencing_token,
         schedule_id: t.schedule_id.unwrap_or_default(),
         fire_time: t.fire_time.map(to_timestamp),
+        target: (!t.routing.target.is_empty()).then(|| target_to_pb(&t.routing.target)),
+        sticky: t.routing.sticky.map(sticky_to_pb),
+        fanout_group: t.routing.fanout_group.unwrap_or_default(),
+        reserved_for: t.routing.reserved_for.unwrap_or_default(),
     }
 }
 
@@ -200,6 +205,81 @@ pub fn grpc_timeout(meta: &tonic::metadata::MetadataMap) -> Option<Duration> {
         "n" => Duration::from_nanos(n),
         _ => return None,
     })
+}
+
+// ---- Routing (issue 13) ----
+
+pub fn target_from_pb(t: pb::Target) -> crate::domain::routing::Target {
+    crate::domain::routing::Target {
+        worker_id: (!t.worker_id.is_empty()).then_some(t.worker_id),
+        labels: t.labels.into_iter().collect(),
+    }
+}
+
+fn target_to_pb(t: &crate::domain::routing::Target) -> pb::Target {
+    pb::Target {
+        worker_id: t.worker_id.clone().unwrap_or_default(),
+        labels: t.labels.clone().into_iter().collect(),
+    }
+}
+
+/// A sticky policy as submitted; UNSPECIFIED means none.
+pub fn sticky_from_pb(
+    field: &str,
+    s: Option<&pb::StickyPolicy>,
+) -> Result<Option<crate::service::StickySpec>, Invalid> {
+    use crate::service::StickySpec;
+    let Some(s) = s else {
+        return Ok(None);
+    };
+    let timeout = duration(&format!("{field}.timeout"), s.timeout.as_ref())?;
+    match pb::StickyStrategy::try_from(s.strategy) {
+        Ok(pb::StickyStrategy::Unspecified) => Ok(None),
+        Ok(pb::StickyStrategy::Soft) => Ok(Some(StickySpec::Soft { timeout })),
+        Ok(pb::StickyStrategy::Hard) => Ok(Some(StickySpec::Hard)),
+        Err(_) => Err(Invalid::new(
+            format!("{field}.strategy"),
+            "must be STICKY_STRATEGY_SOFT or STICKY_STRATEGY_HARD",
+        )),
+    }
+}
+
+fn sticky_to_pb(s: crate::domain::routing::Sticky) -> pb::StickyPolicy {
+    use crate::domain::routing::Sticky;
+    match s {
+        Sticky::Soft(t) => pb::StickyPolicy {
+            strategy: pb::StickyStrategy::Soft as i32,
+            timeout: Some(to_duration(t)),
+        },
+        Sticky::Hard => pb::StickyPolicy {
+            strategy: pb::StickyStrategy::Hard as i32,
+            timeout: None,
+        },
+    }
+}
+
+pub fn worker(w: crate::store::WorkerRecord) -> pb::Worker {
+    pb::Worker {
+        worker_id: w.worker_id,
+        labels: w.labels.into_iter().collect(),
+        address: w.address,
+        queues: w.queues,
+        first_seen: Some(to_timestamp(w.first_seen)),
+        last_seen: Some(to_timestamp(w.last_seen)),
+        leases_held: w.leases_held,
+        completed_last_minute: w.completed_last_minute,
+        failed_last_minute: w.failed_last_minute,
+    }
+}
+
+pub fn worker_lease(l: crate::store::WorkerLeaseRecord) -> pb::WorkerLease {
+    pb::WorkerLease {
+        task_id: l.task_id,
+        queue: l.queue,
+        attempt: l.attempt,
+        leased_at: l.leased_at.map(to_timestamp),
+        lease_expires_at: l.lease_expires_at.map(to_timestamp),
+    }
 }
 
 #[cfg(test)]

@@ -86,6 +86,7 @@ impl TaskQuery {
             created_after: time("from", &self.from)?,
             created_before: time("to", &self.to)?,
             schedule_id: non_empty(&self.schedule),
+            fanout_group: None,
             page_size: PAGE_SIZE,
             page_token: non_empty(&self.page).unwrap_or_default(),
         })

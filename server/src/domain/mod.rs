@@ -4,6 +4,8 @@
 //! can be unit-tested without a runtime or a database.
 
 pub mod retry;
+// Routing (issue 13).
+pub mod routing;
 pub mod schedule;
 pub mod task;
 pub mod validate;

@@ -20,6 +20,8 @@ pub struct ListTasks {
     pub created_after: Option<DateTime<Utc>>,
     pub created_before: Option<DateTime<Utc>>,
     pub schedule_id: Option<String>,
+    /// Only the copies of this fan-out group (routing, issue 13).
+    pub fanout_group: Option<String>,
     pub page_size: i32,
     pub page_token: String,
 }
@@ -133,6 +135,9 @@ impl Broker {
         if let Some(s) = &req.schedule_id {
             validate::queue_name("schedule_id", s)?;
         }
+        if let Some(g) = &req.fanout_group {
+            validate::identifier("fanout_group", g, 64)?;
+        }
         let now = self.clock.now();
         // A list with a creation-time filter is in creation order (so the page is
         // read from the creation-time index, however few tasks the range holds).
@@ -165,6 +170,7 @@ impl Broker {
             schedule_id: req.schedule_id,
             before_seq,
             before_created,
+            fanout_group: req.fanout_group,
             limit: size + 1,
             now,
         };

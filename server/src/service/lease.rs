@@ -26,6 +26,8 @@ pub struct LeaseRequest {
     pub worker_address: String,
     /// What is left of the call's own gRPC deadline, if it has one.
     pub call_timeout: Option<Duration>,
+    /// What this worker is (routing, issue 13).
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 const MAX_QUEUES: usize = 64;
@@ -43,6 +45,7 @@ impl Broker {
         for (i, q) in req.queues.iter().enumerate() {
             validate::queue_name(&format!("queues[{i}]"), q)?;
         }
+        crate::domain::routing::labels("labels", &req.labels)?;
         if req.max_tasks == 0 || req.max_tasks > limits.max_lease_batch {
             return Err(Invalid::new(
                 "max_tasks",
@@ -75,6 +78,19 @@ impl Broker {
             return Ok(Vec::new());
         }
 
+        // Routing (issue 13): the worker registry (throttled).
+        self.worker_seen(
+            &req.worker_id,
+            Some(&req.labels),
+            &req.worker_address,
+            &req.queues,
+        )
+        .await;
+        let routing = crate::store::LeaseRouting {
+            labels: req.labels.clone(),
+            max_leases_per_worker: self.settings.worker_caps(&req.queues),
+        };
+
         let give_up = Instant::now() + wait;
         let handles = self.dispatch.handles(&req.queues);
         // Long-polls of the same queues share their store calls.
@@ -102,6 +118,7 @@ impl Broker {
                 worker_address: req.worker_address.clone(),
                 lease_duration,
                 now,
+                routing: routing.clone(),
             };
             let weight = params.max_tasks as usize;
             let store = self.store.clone();

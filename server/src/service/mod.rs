@@ -30,6 +30,8 @@ mod submit;
 // Schedules.
 mod schedule;
 mod schedule_fire;
+// Routing (issue 13): the worker registry.
+mod workers;
 
 pub use admin::{ListTasks, TaskPage, UpdateTask};
 pub use backlog::Backlog;
@@ -41,7 +43,8 @@ pub use observe::{Overview, QueueOverview, REQUEUE_BATCH, percentile};
 pub use schedule::{Caller, ScheduleInput, SchedulePage, SpecInput, TemplateInput};
 pub use schedule_fire::{FIRE_TIME_KEY, FireStep, RunPage, RunView, SCHEDULE_ID_KEY};
 pub use settle::{CompleteItem, CompleteOutcome, FailRequest};
-pub use submit::{PRODUCER_KEY, RetrySpec, SubmitTask};
+pub use submit::{PRODUCER_KEY, RetrySpec, StickySpec, SubmitTask, Submitted};
+pub use workers::{ListWorkers, RECORD_EVERY, WorkerPage};
 
 /// Broker-wide settings.
 #[derive(Debug, Clone)]
@@ -53,6 +56,8 @@ pub struct Settings {
     pub queues: HashMap<String, QueueSettings>,
     /// Finished tasks are deleted this long after they finish; zero keeps them.
     pub retention: Duration,
+    /// ListWorkers shows the workers seen this recently (routing, issue 13).
+    pub worker_ttl: Duration,
 }
 
 impl Default for Settings {
@@ -62,9 +67,13 @@ impl Default for Settings {
             default_retry: RetryPolicy::default(),
             queues: HashMap::new(),
             retention: Duration::ZERO,
+            worker_ttl: DEFAULT_WORKER_TTL,
         }
     }
 }
+
+/// The default of `worker_ttl`.
+pub const DEFAULT_WORKER_TTL: Duration = Duration::from_secs(300);
 
 /// The settings of one queue that has overrides.
 #[derive(Debug, Clone)]
@@ -74,6 +83,8 @@ pub struct QueueSettings {
     pub min_lease: Duration,
     pub max_lease: Duration,
     pub retention: Duration,
+    /// Leases of this queue one worker may hold at most; 0 means no cap (routing).
+    pub max_leases_per_worker: u32,
 }
 
 impl Settings {
@@ -107,6 +118,17 @@ impl Settings {
         }
         (min, max)
     }
+
+    /// The per-worker caps of those of `queues` that have one (routing, issue 13).
+    pub fn worker_caps(&self, queues: &[String]) -> std::collections::BTreeMap<String, u32> {
+        queues
+            .iter()
+            .filter_map(|q| {
+                let cap = self.queues.get(q)?.max_leases_per_worker;
+                (cap > 0).then(|| (q.clone(), cap))
+            })
+            .collect()
+    }
 }
 
 /// The broker: shared by every RPC handler and the maintenance loop.
@@ -122,6 +144,8 @@ pub struct Broker {
     completes: Arc<Combiner<(), Vec<CompleteParams>, Vec<Settled<Completed>>>>,
     /// The next scheduled run_at of a queue set, asked for at a time.
     next_runs: Arc<Combiner<Vec<String>, Time, Option<Time>>>,
+    /// What this broker last wrote to the worker registry (routing, issue 13).
+    workers: workers::Registry,
 }
 
 type Time = DateTime<Utc>;
@@ -151,6 +175,7 @@ impl Broker {
             submits: Arc::new(Combiner::new(MAX_COMBINED_REQUESTS, MAX_COMBINED_TASKS)),
             completes: Arc::new(Combiner::new(MAX_COMBINED_REQUESTS, MAX_COMBINED_TASKS)),
             next_runs: Arc::new(Combiner::new(usize::MAX, usize::MAX)),
+            workers: workers::Registry::default(),
         }
     }
 

@@ -73,6 +73,7 @@ pub fn scheduled_task(s: &ScheduleRecord, fire_time: DateTime<Utc>, now: DateTim
         priority: t.priority,
         run_at: now,
         deadline,
+        routing: Default::default(),
         retry: t.retry,
         metadata,
     }

@@ -17,6 +17,8 @@ pub struct FailRequest {
     pub error_message: String,
     pub non_retryable: bool,
     pub retry_after: Option<Duration>,
+    /// Keep the retry for this worker (routing, issue 13).
+    pub prefer_same_worker: bool,
 }
 
 /// One completion of CompleteMany.
@@ -188,13 +190,18 @@ impl Broker {
             retry_after: req.retry_after,
             now: self.clock.now(),
             jitter_unit: rand::random(),
+            prefer_same_worker: req.prefer_same_worker,
         };
         let outcome = self.store.task_fail(&p).await?;
         if let Settled::Applied(r) = &outcome {
             let dead = r.state == TaskState::Dead;
             self.metrics.failed(&r.queue, ran(r.leased_at, p.now), dead);
             if r.next_run_at.is_some() {
-                self.dispatch.wake(Some(&r.queue));
+                // A retry kept for one worker wakes every waiter of the queue,
+                // so that worker is among them (routing, issue 13). (The worker
+                // that failed it usually asks again at once anyway.)
+                let n = if p.prefer_same_worker { 256 } else { 1 };
+                self.dispatch.wake_n(Some(&r.queue), n);
             }
         }
         settled(outcome, &p.task_id)

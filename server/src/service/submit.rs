@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::{Broker, ServiceError, combine};
 use crate::domain::RetryPolicy;
+use crate::domain::routing::{Fanout, MAX_COPIES, Sticky, Target, TaskRouting};
 use crate::domain::validate::{self, Invalid};
 use crate::store::{Inserted, NewTask};
 
@@ -31,6 +32,26 @@ pub struct SubmitTask {
     pub deadline: Option<DateTime<Utc>>,
     pub retry: RetrySpec,
     pub metadata: BTreeMap<String, String>,
+    /// Routing (issue 13): who may lease it, sticky retries, fan-out copies.
+    pub target: Target,
+    pub sticky: Option<StickySpec>,
+    pub fanout: Option<Fanout>,
+}
+
+/// A sticky policy as submitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StickySpec {
+    Soft { timeout: Option<Duration> },
+    Hard,
+}
+
+/// The outcome of one submitted task (for a fan-out task, of its first copy;
+/// `copy_task_ids` lists every copy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    pub task_id: String,
+    pub deduplicated: bool,
+    pub copy_task_ids: Vec<String>,
 }
 
 const MAX_KEY_LEN: usize = 512;
@@ -42,7 +63,7 @@ const MAX_METADATA_ENTRIES: usize = 64;
 const MAX_METADATA_BYTES: usize = 16 * 1024;
 
 impl Broker {
-    pub async fn submit(&self, tasks: Vec<SubmitTask>) -> Result<Vec<Inserted>, ServiceError> {
+    pub async fn submit(&self, tasks: Vec<SubmitTask>) -> Result<Vec<Submitted>, ServiceError> {
         self.submit_as(tasks, None).await
     }
 
@@ -52,7 +73,7 @@ impl Broker {
         &self,
         tasks: Vec<SubmitTask>,
         producer: Option<&str>,
-    ) -> Result<Vec<Inserted>, ServiceError> {
+    ) -> Result<Vec<Submitted>, ServiceError> {
         let limits = &self.settings.limits;
         if tasks.is_empty() || tasks.len() > limits.max_submit_batch {
             return Err(Invalid::new(
@@ -62,17 +83,45 @@ impl Broker {
             .into());
         }
         let now = self.clock.now();
-        let new = tasks
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| self.new_task(i, t, now))
-            .collect::<Result<Vec<_>, Invalid>>()?;
-        // (index, queue, key) of the keyed tasks, when a producer submits.
+        // Routing (issue 13): a fan-out task becomes its copies; `copies[i]` is
+        // how many tasks the i-th spec made.
+        let total: u64 = tasks
+            .iter()
+            // (A spec with a bad count is refused below, naming its field.)
+            .map(|t| match t.fanout {
+                Some(f) if (1..=MAX_COPIES).contains(&f.copies) => u64::from(f.copies),
+                _ => 1,
+            })
+            .sum();
+        if total > u64::from(MAX_COPIES) {
+            return Err(Invalid::new(
+                "tasks",
+                format!(
+                    "would create {total} tasks (fan-out copies included), more than {MAX_COPIES}"
+                ),
+            )
+            .into());
+        }
+        let mut copies = Vec::with_capacity(tasks.len());
+        let mut new = Vec::with_capacity(tasks.len());
+        // Where each spec's first task is in `new`.
+        let mut first_of = Vec::with_capacity(tasks.len());
+        for (i, t) in tasks.into_iter().enumerate() {
+            let made = self.new_copies(i, t, now)?;
+            copies.push(made.len());
+            first_of.push(new.len());
+            new.extend(made);
+        }
+        // (index, queue, key) of the keyed tasks, when a producer submits. (A
+        // keyed task has no copies: its spec's first task is the task.)
         let keyed: Vec<(usize, String, String)> = match producer {
-            Some(_) => new
+            Some(_) => first_of
                 .iter()
                 .enumerate()
-                .filter_map(|(i, t)| t.key.clone().map(|k| (i, t.queue.clone(), k)))
+                .filter_map(|(i, &at)| {
+                    let t = &new[at];
+                    t.key.clone().map(|k| (i, t.queue.clone(), k))
+                })
                 .collect(),
             None => Vec::new(),
         };
@@ -80,6 +129,10 @@ impl Broker {
             self.check_key_owners(&keyed, producer).await?;
         }
         let queues: Vec<String> = new.iter().map(|t| t.queue.clone()).collect();
+        let routed: Vec<bool> = new
+            .iter()
+            .map(|t| t.routing != TaskRouting::default())
+            .collect();
         // Concurrent Submit calls share one insert statement and commit.
         let store = self.store.clone();
         let weight = new.len();
@@ -107,26 +160,98 @@ impl Broker {
         if let Some(producer) = producer {
             let raced: Vec<(usize, String, String)> = keyed
                 .into_iter()
-                .filter(|(i, _, _)| inserted.get(*i).is_some_and(|r| r.deduplicated))
+                .filter(|(i, _, _)| {
+                    first_of
+                        .get(*i)
+                        .and_then(|&at| inserted.get(at))
+                        .is_some_and(|r| r.deduplicated)
+                })
                 .collect();
             self.check_key_owners(&raced, producer).await?;
         }
-        // Wake one waiting long-poll per new task in each queue.
+        // Wake one waiting long-poll per new task in each queue (every waiter
+        // for a routed task: the one that may take it must be among them).
         let mut new_per_queue: Vec<(&str, usize)> = Vec::new();
-        for (queue, r) in queues.iter().zip(&inserted) {
+        for ((queue, r), routed) in queues.iter().zip(&inserted).zip(&routed) {
             if r.deduplicated {
                 continue;
             }
             self.metrics.submitted(queue);
+            let n = if *routed { 256 } else { 1 };
             match new_per_queue.iter_mut().find(|(q, _)| q == queue) {
-                Some((_, n)) => *n += 1,
-                None => new_per_queue.push((queue, 1)),
+                Some((_, m)) => *m += n,
+                None => new_per_queue.push((queue, n)),
             }
         }
         for (q, n) in new_per_queue {
             self.dispatch.wake_n(Some(q), n);
         }
-        Ok(inserted)
+        // One result per spec: a fan-out spec's copies fold into one.
+        let mut inserted = inserted.into_iter();
+        Ok(copies
+            .into_iter()
+            .map(|n| {
+                let made: Vec<Inserted> = inserted.by_ref().take(n).collect();
+                let first = made.first();
+                Submitted {
+                    task_id: first.map(|r| r.task_id.clone()).unwrap_or_default(),
+                    deduplicated: first.is_some_and(|r| r.deduplicated),
+                    copy_task_ids: if n > 1 {
+                        made.iter().map(|r| r.task_id.clone()).collect()
+                    } else {
+                        Vec::new()
+                    },
+                }
+            })
+            .collect())
+    }
+
+    /// A spec's tasks: itself, or its fan-out copies sharing the first copy's id
+    /// as their group.
+    fn new_copies(
+        &self,
+        i: usize,
+        mut t: SubmitTask,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<NewTask>, Invalid> {
+        let f = |name: &str| format!("tasks[{i}].{name}");
+        t.target.validate(&f("target"))?;
+        let sticky = match t.sticky {
+            None => None,
+            Some(StickySpec::Hard) => Some(Sticky::Hard),
+            Some(StickySpec::Soft { timeout }) => Some(Sticky::soft(&f("sticky"), timeout)?),
+        };
+        let fanout = t.fanout.take();
+        if let Some(fo) = &fanout {
+            fo.validate(&f("fanout"))?;
+            if t.key.is_some() && fo.copies > 1 {
+                return Err(Invalid::new(
+                    f("key"),
+                    "cannot be combined with fanout (each copy would need its own key)",
+                ));
+            }
+        }
+        let routing = TaskRouting {
+            target: std::mem::take(&mut t.target),
+            sticky,
+            ..TaskRouting::default()
+        };
+        let mut first = self.new_task(i, t, now)?;
+        first.routing = routing;
+        let Some(fo) = fanout else {
+            return Ok(vec![first]);
+        };
+        first.routing.fanout_group = Some(first.id.clone());
+        first.routing.fanout_distinct = fo.distinct_workers;
+        let mut out = Vec::with_capacity(fo.copies as usize);
+        for _ in 1..fo.copies {
+            out.push(NewTask {
+                id: uuid::Uuid::now_v7().to_string(),
+                ..first.clone()
+            });
+        }
+        out.insert(0, first);
+        Ok(out)
     }
 
     /// Refuses keys that another producer's tasks hold.
@@ -196,6 +321,7 @@ impl Broker {
             deadline: t.deadline,
             retry,
             metadata: t.metadata,
+            routing: TaskRouting::default(),
         })
     }
 

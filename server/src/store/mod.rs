@@ -27,6 +27,10 @@ pub use schedule::{
     DueSchedule, Fired, FiredRun, NewRun, ScheduleFilter, ScheduleFire, ScheduleRecord,
     ScheduleRunFilter, ScheduleRunRecord, TaskTemplate,
 };
+// Routing and the worker registry (migration 0008).
+mod routing;
+pub use routing::{LeaseRouting, WorkerFilter, WorkerLeaseRecord, WorkerRecord, WorkerSeen};
+pub(crate) use routing::{WorkerLeaseRow, WorkerRow, worker_lease};
 
 /// A store failure, classified for the caller.
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +111,8 @@ pub struct NewTask {
     pub deadline: Option<DateTime<Utc>>,
     pub retry: RetryPolicy,
     pub metadata: BTreeMap<String, String>,
+    /// Target, sticky policy and fan-out group (routing, issue 13).
+    pub routing: crate::domain::routing::TaskRouting,
 }
 
 /// One inserted (or deduplicated) task.
@@ -127,6 +133,8 @@ pub struct LeaseParams {
     pub worker_address: String,
     pub lease_duration: Duration,
     pub now: DateTime<Utc>,
+    /// The worker's labels and the queues' per-worker caps (routing, issue 13).
+    pub routing: LeaseRouting,
 }
 
 /// What each task adds to a Lease reply besides its payload, checkpoint and
@@ -197,6 +205,8 @@ pub struct FailParams {
     pub now: DateTime<Utc>,
     /// Random sample in [0, 1) for the backoff jitter.
     pub jitter_unit: f64,
+    /// Reserve the retry for the worker that failed it (routing, issue 13).
+    pub prefer_same_worker: bool,
 }
 
 /// The task's state after a Fail.
@@ -278,6 +288,8 @@ pub struct TaskFilter {
     pub schedule_id: Option<String>,
     /// Only tasks submitted before the task with this sequence number.
     pub before_seq: Option<i64>,
+    /// Only the copies of this fan-out group (routing, issue 13).
+    pub fanout_group: Option<String>,
     pub limit: u32,
     pub now: DateTime<Utc>,
     /// With `created_after` or `created_before` the list is in creation order
@@ -335,6 +347,8 @@ pub struct TaskRecord {
     /// The schedule that made the task, and the fire time it was made for.
     pub schedule_id: Option<String>,
     pub fire_time: Option<DateTime<Utc>>,
+    /// Target, sticky policy, fan-out group and reservation (routing, issue 13).
+    pub routing: crate::domain::routing::TaskRouting,
 }
 
 /// One attempt (lease) of a task.
@@ -555,6 +569,21 @@ pub trait Store: Send + Sync + 'static {
     /// Cancels up to `limit` dead tasks of one queue (and error, or one task):
     /// dead -> cancelled, keeping attempts, last error and finished time; returns how many.
     async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64>;
+    // ---- routing (issue 13): the worker registry ----
+
+    /// Records workers as seen now (insert, or update labels, address, last seen
+    /// and, when given, queues), in one transaction.
+    async fn worker_record_seen(&self, seen: &[WorkerSeen]) -> StoreResult<()>;
+
+    /// Workers seen since `seen_since`, by worker id, with their lease counts.
+    async fn worker_list(&self, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>>;
+
+    /// One worker (whenever last seen) and the leases it holds now.
+    async fn worker_get(
+        &self,
+        worker_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>>;
 }
 
 /// Opens the store a URL names: `sqlite://PATH` (created if missing) or `postgres://...`.

@@ -23,6 +23,9 @@ use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
 
 // Schedules (migration 0006).
 mod schedule;
+// Routing and the worker registry (migration 0008).
+mod routing;
+use routing::BindRouting as _;
 
 // The console's dead letters.
 mod dead;
@@ -323,6 +326,36 @@ impl PostgresStore {
     }
 }
 
+/// Routing (issue 13): whether the worker of request `i` (1-based) may take the
+/// `tasks` row at hand: its target (id, every label), a retry reserved for
+/// another worker, a fan-out copy of a group this worker holds or completed, a
+/// capped queue in which it has no room. Each test reads only columns of the row
+/// unless the row carries that rule.
+macro_rules! routing_may_take {
+    () => {
+        "((target_worker IS NULL OR target_worker = ($4::text[])[i]) \
+          AND (target_labels IS NULL OR target_labels::jsonb <@ ($12::text[])[i]::jsonb) \
+          AND (reserved_for IS NULL OR reserved_for = ($4::text[])[i] OR reserved_until <= $2) \
+          AND (NOT fanout_distinct OR NOT EXISTS (SELECT 1 FROM tasks c \
+            WHERE c.fanout_group = tasks.fanout_group AND c.leased_by = ($4::text[])[i] \
+              AND c.state IN ('leased', 'succeeded'))) \
+          AND (q.cap = 0 OR EXISTS (SELECT 1 FROM room r \
+            WHERE r.name = q.name AND r.req = i AND r.room > 0)))"
+    };
+}
+
+/// Routing (issue 13): whether every request of the batch may take the row at
+/// hand, so it is shared out by slots like any task: no target other than labels
+/// that all requests carry ($13, their common labels, NULL when they differ), no
+/// reservation, no distinct fan-out group, an uncapped queue.
+macro_rules! routing_open {
+    () => {
+        "(target_worker IS NULL \
+          AND (target_labels IS NULL OR target_labels::jsonb <@ $13::jsonb) \
+          AND reserved_for IS NULL AND NOT fanout_distinct AND q.cap = 0)"
+    };
+}
+
 #[async_trait]
 impl Store for PostgresStore {
     fn backend(&self) -> &'static str {
@@ -357,7 +390,11 @@ impl Store for PostgresStore {
             .iter()
             .map(|t| serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into()))
             .collect();
-        let inserted: Vec<String> = sqlx::query_scalar(
+        // Routing (issue 13): a batch with routed tasks inserts their routing
+        // columns too (the same statement with more arrays, in routing.rs).
+        let routed = tasks.iter().any(|t| routing::is_routed(&t.routing));
+        let inserted: Vec<String> = sqlx::query_scalar(routing::insert_sql(
+            routed,
             "WITH ins AS ( \
                INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
                  max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
@@ -372,7 +409,7 @@ impl Store for PostgresStore {
                ON CONFLICT DO NOTHING RETURNING id, queue), \
              woken AS (SELECT pg_notify($15, q) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
              SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0",
-        )
+        ))
         .bind(&ids)
         .bind(&queues)
         .bind(&keys)
@@ -388,6 +425,7 @@ impl Store for PostgresStore {
         .bind(&metadata)
         .bind(ms(now))
         .bind(CHANNEL)
+        .bind_routing(routed, tasks)
         .fetch_all(&self.pool)
         .await?;
         let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
@@ -449,6 +487,17 @@ impl Store for PostgresStore {
             .into_iter()
             .map(|i| i32::try_from(i + 1).unwrap_or(i32::MAX))
             .collect();
+        // Routing (issue 13): each request's labels, each queue's per-worker cap
+        // (0: none), each request's max_tasks.
+        let labels: Vec<String> = ps.iter().map(|p| p.routing.labels_json()).collect();
+        let common_labels: Option<&String> = labels
+            .first()
+            .filter(|l| labels.iter().all(|other| other == *l));
+        let caps: Vec<i32> = first.routing.caps(&first.queues);
+        let wants: Vec<i32> = wanted
+            .iter()
+            .map(|&w| i32::try_from(w).unwrap_or(i32::MAX))
+            .collect();
         // One statement for every request: the tasks are picked as for one lease of
         // the total (one index-ordered scan per queue, each reading only its first
         // rows, merged; rows another broker holds are skipped, never waited for), and
@@ -466,29 +515,67 @@ impl Store for PostgresStore {
         // announced with NOTIFY, which is sent at commit when their locks go: a
         // lease on another replica that skipped them may have found nothing and
         // gone to sleep.
-        let rows: Vec<(TaskRow, i64)> = sqlx::query(
-            "WITH cand AS ( \
-               SELECT t.* FROM UNNEST($1::text[]) AS q(name) \
+        //
+        // Routing (issue 13) adds: `room`, the leases each request's worker may
+        // still take of each capped queue; in `cand`, a task that no request of
+        // this batch may take is passed over (not locked, never blocking the
+        // tasks behind it), and `elig` lists the requests that may take it (NULL:
+        // all, the cheap case of an untargeted task in an uncapped queue); in
+        // `ranked`, such a task goes to one of those requests; `routed` keeps
+        // each request within its max_tasks, its cap and one copy per distinct
+        // fan-out group.
+        let rows: Vec<(TaskRow, i64)> = sqlx::query(concat!(
+            "WITH room AS ( \
+               SELECT q.name, i AS req, q.cap - ( \
+                 SELECT count(*) FROM tasks h WHERE h.state = 'leased' \
+                   AND h.leased_by = ($4::text[])[i] AND h.queue = q.name) AS room \
+               FROM UNNEST($1::text[], $10::int[]) AS q(name, cap), \
+                 generate_subscripts($4::text[], 1) AS i \
+               WHERE q.cap > 0), \
+             cand AS ( \
+               SELECT t.* FROM UNNEST($1::text[], $10::int[]) AS q(name, cap) \
                CROSS JOIN LATERAL ( \
                  SELECT seq, queue, priority, deadline, run_at, \
                    octet_length(payload) + COALESCE(octet_length(checkpoint), 0) \
-                     + octet_length(metadata) + $9::bigint AS size \
+                     + octet_length(metadata) + $9::bigint AS size, \
+                   CASE WHEN ", routing_open!(), " THEN NULL ELSE ARRAY( \
+                     SELECT i FROM generate_subscripts($4::text[], 1) AS i WHERE ", routing_may_take!(), " \
+                     ORDER BY i) END AS elig, \
+                   fanout_group, fanout_distinct \
                  FROM tasks \
                  WHERE state = 'pending' AND queue = q.name \
                    AND run_at <= $2 AND COALESCE(deadline, 9223372036854775807) > $2 \
+                   AND (q.cap = 0 OR EXISTS (SELECT 1 FROM room r WHERE r.name = q.name AND r.room > 0)) \
+                   AND (", routing_open!(), " \
+                     OR EXISTS (SELECT 1 FROM generate_subscripts($4::text[], 1) AS i \
+                       WHERE ", routing_may_take!(), ")) \
                  ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq \
                  LIMIT $3 FOR UPDATE SKIP LOCKED) t), \
              ranked AS ( \
-               SELECT t.seq, t.size, t.rn, ($7::int[])[t.rn] AS req FROM ( \
-                 SELECT c.seq, c.size, row_number() OVER ( \
+               SELECT t.seq, t.size, t.rn, t.queue, t.fanout_group, t.fanout_distinct, \
+                 CASE WHEN t.elig IS NULL THEN ($7::int[])[t.rn] \
+                   ELSE t.elig[1 + (t.rn - 1) % NULLIF(cardinality(t.elig), 0)] END AS req FROM ( \
+                 SELECT c.seq, c.size, c.elig, c.queue, c.fanout_group, c.fanout_distinct, \
+                   row_number() OVER ( \
                    ORDER BY c.priority DESC, c.deadline ASC NULLS LAST, c.run_at, c.seq) AS rn \
                  FROM cand c \
                  ORDER BY c.priority DESC, c.deadline ASC NULLS LAST, c.run_at, c.seq \
                  LIMIT $3) t), \
+             routed AS ( \
+               SELECT seq, size, rn, req FROM ( \
+                 SELECT r.*, \
+                   row_number() OVER (PARTITION BY r.req ORDER BY r.rn) AS nth, \
+                   row_number() OVER (PARTITION BY r.req, r.fanout_group ORDER BY r.rn) AS nth_copy, \
+                   row_number() OVER (PARTITION BY r.req, r.queue ORDER BY r.rn) AS nth_queue \
+                 FROM ranked r WHERE r.req IS NOT NULL) r \
+               WHERE nth <= ($11::int[])[req] \
+                 AND (NOT fanout_distinct OR nth_copy = 1) \
+                 AND nth_queue <= COALESCE((SELECT m.room FROM room m \
+                   WHERE m.name = r.queue AND m.req = r.req), 2147483647)), \
              picked AS ( \
                SELECT seq, req FROM ( \
                  SELECT seq, req, size, sum(size) OVER (PARTITION BY req ORDER BY rn) AS total \
-                 FROM ranked) r \
+                 FROM routed) r \
                WHERE total <= $8 OR total = size), \
              spare AS ( \
                SELECT pg_notify('taskbroker', s.queue) FROM ( \
@@ -504,7 +591,7 @@ impl Store for PostgresStore {
                FROM picked p WHERE t.seq = p.seq \
                RETURNING t.*, p.req::bigint AS request) \
              SELECT leased.*, (SELECT count(*) FROM spare) AS spare FROM leased",
-        )
+        ))
         .bind(&first.queues)
         .bind(now)
         .bind(demand)
@@ -514,6 +601,10 @@ impl Store for PostgresStore {
         .bind(&owners)
         .bind(i64::try_from(first.max_reply_bytes).unwrap_or(i64::MAX))
         .bind(LEASE_REPLY_TASK_BYTES)
+        .bind(&caps)
+        .bind(&wants)
+        .bind(&labels)
+        .bind(common_labels)
         .try_map(|row: sqlx::postgres::PgRow| {
             use sqlx::{FromRow, Row};
             Ok((TaskRow::from_row(&row)?, row.try_get::<i64, _>("request")?))
@@ -737,6 +828,10 @@ impl Store for PostgresStore {
         let write = FailureWrite::new(&row, decision, now);
         let outcome = AttemptOutcome::Failed;
         let leased_at = Self::write_failure(&mut tx, &row, &write, &p.error, outcome, now).await?;
+        if write.state == StoredState::Pending {
+            // Routing (issue 13): a sticky retry is kept for this worker.
+            routing::reserve_retry(&mut tx, &row, p).await?;
+        }
         tx.commit().await?;
         Ok(Settled::Applied(FailResult {
             queue: row.queue,
@@ -883,6 +978,9 @@ impl Store for PostgresStore {
             }
             _ => {}
         }
+        if let Some(group) = &f.fanout_group {
+            qb.push(" AND fanout_group = ").push_bind(group);
+        }
         if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
             qb.push(" AND ").push(sql);
         }
@@ -967,6 +1065,8 @@ impl Store for PostgresStore {
         if state == StoredState::Pending {
             Self::notify(&mut tx, &[&row.queue]).await?;
         }
+        // Routing (issue 13): an admin change frees a reserved retry.
+        routing::clear_reservation(&mut tx, &row).await?;
         let changed = Self::changed(&mut tx, task_id).await?;
         tx.commit().await?;
         Ok(changed)
@@ -992,6 +1092,8 @@ impl Store for PostgresStore {
         .execute(&mut *tx)
         .await?;
         Self::notify(&mut tx, &[&row.queue]).await?;
+        // Routing (issue 13): an admin requeue frees a reserved retry.
+        routing::clear_reservation(&mut tx, &row).await?;
         let changed = Self::changed(&mut tx, task_id).await?;
         tx.commit().await?;
         Ok(changed)
@@ -1241,5 +1343,23 @@ impl Store for PostgresStore {
 
     async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64> {
         dead::task_cancel_dead(&self.pool, p).await
+    }
+
+    // ---- routing (issue 13): the worker registry ----
+
+    async fn worker_record_seen(&self, seen: &[WorkerSeen]) -> StoreResult<()> {
+        routing::worker_record_seen(&self.pool, seen).await
+    }
+
+    async fn worker_list(&self, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
+        routing::worker_list(&self.pool, f).await
+    }
+
+    async fn worker_get(
+        &self,
+        worker_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
+        routing::worker_get(&self.pool, worker_id, now).await
     }
 }

@@ -67,6 +67,15 @@ pub(crate) struct TaskRow {
     /// The schedule and fire time that made the task (migration 0006).
     pub schedule_id: Option<String>,
     pub fire_time: Option<i64>,
+    /// Routing (migration 0008).
+    pub target_worker: Option<String>,
+    pub target_labels: Option<String>,
+    pub sticky: Option<String>,
+    pub sticky_timeout_ms: Option<i64>,
+    pub reserved_for: Option<String>,
+    pub reserved_until: Option<i64>,
+    pub fanout_group: Option<String>,
+    pub fanout_distinct: bool,
 }
 
 /// The attempt row written when an attempt ends.
@@ -112,6 +121,7 @@ impl TaskRow {
         let retry = self.retry_policy();
         let metadata = serde_json::from_str(&self.metadata)
             .map_err(|e| StoreError::Corrupt(format!("task {} metadata: {e}", self.id)))?;
+        let routing = self.routing()?;
         Ok(TaskRecord {
             seq: self.seq,
             id: self.id,
@@ -140,6 +150,28 @@ impl TaskRow {
             cancel_requested: self.cancel_requested,
             schedule_id: self.schedule_id,
             fire_time: self.fire_time.map(from_ms),
+            routing,
+        })
+    }
+
+    /// The routing columns (migration 0008).
+    fn routing(&self) -> Result<crate::domain::routing::TaskRouting, StoreError> {
+        use crate::domain::routing::{Sticky, Target, TaskRouting};
+        let labels = match &self.target_labels {
+            Some(json) => serde_json::from_str(json)
+                .map_err(|e| StoreError::Corrupt(format!("task {} target: {e}", self.id)))?,
+            None => Default::default(),
+        };
+        Ok(TaskRouting {
+            target: Target {
+                worker_id: self.target_worker.clone(),
+                labels,
+            },
+            sticky: Sticky::parse(self.sticky.as_deref(), self.sticky_timeout_ms),
+            fanout_group: self.fanout_group.clone(),
+            fanout_distinct: self.fanout_distinct,
+            reserved_for: self.reserved_for.clone(),
+            reserved_until: self.reserved_until.map(from_ms),
         })
     }
 }

@@ -310,6 +310,7 @@ pub fn lease_req(queue: &str, max_tasks: u32) -> pb::LeaseRequest {
         max_tasks,
         lease_duration: secs(30),
         wait: None,
+        labels: Default::default(),
     }
 }
 

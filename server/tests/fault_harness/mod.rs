@@ -348,6 +348,7 @@ pub async fn work(
         let mut c = clients[turn % clients.len()].clone();
         turn += 1;
         let req = pb::LeaseRequest {
+            labels: Default::default(),
             worker_id: name.clone(),
             queues: vec![queue.clone()],
             max_tasks: plan.max_tasks,
@@ -438,6 +439,7 @@ async fn report(
         *turn += 1;
         let r = if fail {
             c.fail(pb::FailRequest {
+                prefer_same_worker: false,
                 task_id: t.task_id.clone(),
                 lease_token: t.lease_token.clone(),
                 error_message: format!("planned failure {}", t.attempt),

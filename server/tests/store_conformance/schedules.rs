@@ -57,6 +57,7 @@ pub fn schedule(id: &str, next: Option<DateTime<Utc>>) -> ScheduleRecord {
 
 fn task_for(id: &str, n: i64) -> NewTask {
     NewTask {
+        routing: Default::default(),
         id: format!("00000000-0000-7000-9000-{n:012}"),
         queue: "sched".into(),
         key: None,

@@ -202,6 +202,7 @@ class AsyncWorker:
         lease_duration: float = spec.DEFAULT_LEASE_DURATION,
         poll_wait: float = spec.DEFAULT_POLL_WAIT,
         worker_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
         stop_timeout: float | None = spec.DEFAULT_STOP_TIMEOUT,
     ) -> None:
         if not queues:
@@ -221,6 +222,9 @@ class AsyncWorker:
         self.lease_duration = lease_duration
         self.poll_wait = poll_wait
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        # What this worker is (``{"gpu": "a100"}``): tasks targeted at labels go only to
+        # workers carrying all of them (routing; the broker checks them on Lease).
+        self.labels = dict(labels or {})
         self.stop_timeout = stop_timeout
         self._running: dict[str, AsyncTaskContext] = {}
         self._stopping: asyncio.Event | None = None
@@ -297,6 +301,7 @@ class AsyncWorker:
             req = broker_pb2.LeaseRequest(
                 worker_id=self.worker_id, queues=self.queues, max_tasks=self.concurrency - len(self._running),
                 lease_duration=duration(self.lease_duration), wait=duration(self.poll_wait),
+                labels=self.labels,
             )
             call = asyncio.ensure_future(self._broker.Lease(req, timeout=self.poll_wait + spec.LEASE_MARGIN))
             stop = asyncio.ensure_future(self._stopping.wait())

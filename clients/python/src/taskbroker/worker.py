@@ -9,7 +9,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
@@ -62,6 +62,7 @@ class Worker:
         lease_duration: float = spec.DEFAULT_LEASE_DURATION,
         poll_wait: float = spec.DEFAULT_POLL_WAIT,
         worker_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
         stop_timeout: float | None = spec.DEFAULT_STOP_TIMEOUT,
     ) -> None:
         if not queues:
@@ -86,6 +87,9 @@ class Worker:
         self.lease_duration = lease_duration
         self.poll_wait = poll_wait
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        # What this worker is (``{"gpu": "a100"}``): tasks targeted at labels go only to
+        # workers carrying all of them (routing; the broker checks them on Lease).
+        self.labels = dict(labels or {})
         self.stop_timeout = stop_timeout
 
         # _cond guards _running and _stopping: the lease loop waits on it for a free slot.
@@ -195,6 +199,7 @@ class Worker:
                         max_tasks=free,
                         lease_duration=duration(self.lease_duration),
                         wait=duration(self.poll_wait),
+                        labels=self.labels,
                     ),
                     timeout=self.poll_wait + spec.LEASE_MARGIN,  # room for the long poll
                 )

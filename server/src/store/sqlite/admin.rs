@@ -121,6 +121,8 @@ pub(super) fn task_update(
         ms(now),
         row.seq
     ])?;
+    // Routing (issue 13): an admin change frees a reserved retry.
+    super::routing::clear_reservation(c, &row)?;
     let changed = changed(c, task_id)?;
     Ok(changed)
 }
@@ -142,6 +144,8 @@ pub(super) fn task_requeue(
          cancel_requested = 0, finished_at = NULL, updated_at = ?1 WHERE seq = ?2",
     )?
     .execute(params![ms(now), row.seq])?;
+    // Routing (issue 13): an admin requeue frees a reserved retry.
+    super::routing::clear_reservation(c, &row)?;
     let changed = changed(c, task_id)?;
     Ok(changed)
 }

@@ -24,6 +24,8 @@ mod admin;
 mod observe;
 mod ops;
 mod read;
+// Routing and the worker registry (migration 0008).
+mod routing;
 mod schedule;
 mod writer;
 
@@ -323,5 +325,23 @@ impl Store for SqliteStore {
 
     async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64> {
         write!(self, observe::task_cancel_dead, [p], &p)
+    }
+
+    // ---- routing (issue 13): the worker registry ----
+
+    async fn worker_record_seen(&self, seen: &[WorkerSeen]) -> StoreResult<()> {
+        write!(self, routing::worker_record_seen, [seen], &seen)
+    }
+
+    async fn worker_list(&self, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
+        routing::worker_list(&self.reader, f).await
+    }
+
+    async fn worker_get(
+        &self,
+        worker_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
+        routing::worker_get(&self.reader, worker_id, now).await
     }
 }

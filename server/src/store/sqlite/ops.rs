@@ -20,7 +20,9 @@ macro_rules! task_columns {
          max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, max_backoff_ms, \
          jitter, metadata, created_at, updated_at, last_error, checkpoint, result, leased_by, \
          lease_token, lease_duration_ms, lease_expires_at, fencing_token, finished_at, \
-         cancel_requested, leased_at, leased_address, schedule_id, fire_time"
+         cancel_requested, leased_at, leased_address, schedule_id, fire_time, \
+         target_worker, target_labels, sticky, sticky_timeout_ms, reserved_for, reserved_until, \
+         fanout_group, fanout_distinct"
     };
 }
 pub(super) use task_columns;
@@ -61,6 +63,14 @@ pub(super) fn task_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         leased_address: r.get(30)?,
         schedule_id: r.get(31)?,
         fire_time: r.get(32)?,
+        target_worker: r.get(33)?,
+        target_labels: r.get(34)?,
+        sticky: r.get(35)?,
+        sticky_timeout_ms: r.get(36)?,
+        reserved_for: r.get(37)?,
+        reserved_until: r.get(38)?,
+        fanout_group: r.get(39)?,
+        fanout_distinct: r.get(40)?,
     })
 }
 
@@ -203,6 +213,7 @@ pub(super) fn task_insert_many(
             now,
         ])?;
         if n == 1 {
+            super::routing::write_task_routing(c, t)?;
             out.push(Inserted {
                 task_id: t.id.clone(),
                 deduplicated: false,
@@ -232,16 +243,23 @@ pub(super) fn task_lease_available(
     // One index-ordered branch per queue (each reads only its first rows), merged;
     // then the first rows whose bytes before them stay under the reply budget.
     // (length() of a blob reads its size, not its pages.)
+    // Routing (issue 13): each branch passes over the tasks this worker may not
+    // take (`MAY_TAKE`, labels at ?{n+8}) and takes no more than the queue's
+    // per-worker cap leaves (?{n+9+i}); `fgroup` names a distinct fan-out group.
+    let n = p.queues.len();
+    let may_take = super::routing::MAY_TAKE.replace("?L", &format!("?{}", n + 8));
     let branches: Vec<String> = (0..p.queues.len())
         .map(|i| {
             format!(
                 "SELECT * FROM (SELECT seq, priority, deadline, run_at, \
-                 length(payload) + COALESCE(length(checkpoint), 0) + length(metadata) + {} AS size \
+                 length(payload) + COALESCE(length(checkpoint), 0) + length(metadata) + {} AS size, \
+                 CASE WHEN fanout_distinct THEN fanout_group END AS fgroup \
                  FROM tasks WHERE state = 'pending' AND queue = ?{} AND run_at <= ?4 \
-                 AND (deadline IS NULL OR deadline > ?4) \
-                 ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?5)",
+                 AND (deadline IS NULL OR deadline > ?4) AND {may_take} \
+                 ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?{})",
                 LEASE_REPLY_TASK_BYTES,
-                i + 8
+                i + 8,
+                n + 9 + i
             )
         })
         .collect();
@@ -253,10 +271,12 @@ pub(super) fn task_lease_available(
          leased_at = ?4, leased_address = ?6 \
          WHERE seq IN (SELECT seq FROM ( \
            SELECT seq, size, sum(size) OVER (ORDER BY priority DESC, deadline IS NULL, deadline, \
-             run_at, seq ROWS UNBOUNDED PRECEDING) AS total FROM ( \
+             run_at, seq ROWS UNBOUNDED PRECEDING) AS total, \
+             row_number() OVER (PARTITION BY COALESCE(fgroup, seq) ORDER BY priority DESC, \
+               deadline IS NULL, deadline, run_at, seq) AS nth_copy FROM ( \
              SELECT * FROM ({}) \
              ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?5)) \
-           WHERE total <= ?7 OR total = size) \
+           WHERE (total <= ?7 OR total = size) AND nth_copy = 1) \
          RETURNING {}",
         branches.join(" UNION ALL "),
         task_columns!()
@@ -274,6 +294,12 @@ pub(super) fn task_lease_available(
     ];
     for queue in &p.queues {
         args.push(queue);
+    }
+    let labels = p.routing.labels_json();
+    args.push(&labels);
+    let room = super::routing::room(c, p)?;
+    for r in &room {
+        args.push(r);
     }
     let rows = c
         .prepare_cached(&sql)?
@@ -321,9 +347,10 @@ pub(super) fn task_lease_many(
         .prepare_cached(&sql)?
         .query_row(params_from_iter(args), |r| r.get(0))?;
     let shares = lease_shares(&wanted, usize::try_from(available).unwrap_or(0));
-    ps.iter()
-        .zip(shares)
-        .map(|(p, share)| {
+    let mut out = ps
+        .iter()
+        .zip(&shares)
+        .map(|(p, &share)| {
             if share == 0 {
                 return Ok(Vec::new());
             }
@@ -334,7 +361,31 @@ pub(super) fn task_lease_many(
             };
             task_lease_available(c, &p)
         })
-        .collect()
+        .collect::<StoreResult<Vec<_>>>()?;
+    // Routing (issue 13): a request that got less than its share (tasks it may
+    // not take, or its cap) leaves tasks behind that the others may take: they
+    // ask again for what they still want, in request order.
+    if out
+        .iter()
+        .zip(&shares)
+        .any(|(got, &share)| got.len() < share as usize)
+    {
+        for (p, got) in ps.iter().zip(out.iter_mut()) {
+            let more = p
+                .max_tasks
+                .saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
+            if more == 0 {
+                continue;
+            }
+            let p = LeaseParams {
+                max_tasks: more,
+                now,
+                ..p.clone()
+            };
+            got.extend(task_lease_available(c, &p)?);
+        }
+    }
+    Ok(out)
 }
 
 pub(super) fn lease_extend(
@@ -506,6 +557,10 @@ pub(super) fn task_fail(c: &Connection, p: &FailParams) -> StoreResult<Settled<F
     let write = FailureWrite::new(&row, decision, now);
     let outcome = AttemptOutcome::Failed;
     let leased_at = write_failure(c, &row, &write, &p.error, outcome, now)?;
+    if write.state == StoredState::Pending {
+        // Routing (issue 13): a sticky retry is kept for this worker.
+        super::routing::reserve_retry(c, &row, p)?;
+    }
     Ok(Settled::Applied(FailResult {
         queue: row.queue,
         state: TaskState::of(write.state, from_ms(write.run_at), p.now),

@@ -98,6 +98,9 @@ pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec
         }
         _ => {}
     }
+    if let Some(group) = &f.fanout_group {
+        qb.push(" AND fanout_group = ").push_bind(group);
+    }
     if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
         qb.push(" AND ").push(sql);
     }

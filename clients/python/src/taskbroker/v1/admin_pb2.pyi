@@ -106,6 +106,10 @@ class Task(_message.Message):
     FENCING_TOKEN_FIELD_NUMBER: _builtins.int
     SCHEDULE_ID_FIELD_NUMBER: _builtins.int
     FIRE_TIME_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    STICKY_FIELD_NUMBER: _builtins.int
+    FANOUT_GROUP_FIELD_NUMBER: _builtins.int
+    RESERVED_FOR_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     queue: _builtins.str
     payload: _builtins.bytes
@@ -125,6 +129,10 @@ class Task(_message.Message):
     fencing_token: _builtins.int
     schedule_id: _builtins.str
     """The schedule that made this task, if one did (see schedule.proto)."""
+    fanout_group: _builtins.str
+    """The fan-out group (the first copy's id) of a copy."""
+    reserved_for: _builtins.str
+    """The worker a retry is reserved for now (sticky), if any."""
     @_builtins.property
     def run_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -147,6 +155,12 @@ class Task(_message.Message):
     def fire_time(self) -> _timestamp_pb2.Timestamp:
         """The schedule's fire time this task was made for."""
 
+    @_builtins.property
+    def target(self) -> _broker_pb2.Target:
+        """Routing (issue 13): who may lease the task, as submitted."""
+
+    @_builtins.property
+    def sticky(self) -> _broker_pb2.StickyPolicy: ...
     def __init__(
         self,
         *,
@@ -175,10 +189,14 @@ class Task(_message.Message):
         fencing_token: _builtins.int = ...,
         schedule_id: _builtins.str = ...,
         fire_time: _timestamp_pb2.Timestamp | None = ...,
+        target: _broker_pb2.Target | None = ...,
+        sticky: _broker_pb2.StickyPolicy | None = ...,
+        fanout_group: _builtins.str = ...,
+        reserved_for: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline", b"deadline", "finished_at", b"finished_at", "fire_time", b"fire_time", "lease_expires_at", b"lease_expires_at", "retry", b"retry", "run_at", b"run_at", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline", b"deadline", "finished_at", b"finished_at", "fire_time", b"fire_time", "lease_expires_at", b"lease_expires_at", "retry", b"retry", "run_at", b"run_at", "sticky", b"sticky", "target", b"target", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "cancel_requested", b"cancel_requested", "checkpoint", b"checkpoint", "created_at", b"created_at", "deadline", b"deadline", "fencing_token", b"fencing_token", "finished_at", b"finished_at", "fire_time", b"fire_time", "has_checkpoint", b"has_checkpoint", "id", b"id", "key", b"key", "last_error", b"last_error", "lease_expires_at", b"lease_expires_at", "leased_by", b"leased_by", "max_attempts", b"max_attempts", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "result", b"result", "retry", b"retry", "run_at", b"run_at", "schedule_id", b"schedule_id", "state", b"state", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "cancel_requested", b"cancel_requested", "checkpoint", b"checkpoint", "created_at", b"created_at", "deadline", b"deadline", "fanout_group", b"fanout_group", "fencing_token", b"fencing_token", "finished_at", b"finished_at", "fire_time", b"fire_time", "has_checkpoint", b"has_checkpoint", "id", b"id", "key", b"key", "last_error", b"last_error", "lease_expires_at", b"lease_expires_at", "leased_by", b"leased_by", "max_attempts", b"max_attempts", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "reserved_for", b"reserved_for", "result", b"result", "retry", b"retry", "run_at", b"run_at", "schedule_id", b"schedule_id", "state", b"state", "sticky", b"sticky", "target", b"target", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -236,6 +254,7 @@ class ListTasksRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     SCHEDULE_ID_FIELD_NUMBER: _builtins.int
+    FANOUT_GROUP_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Only this queue, when set."""
     key: _builtins.str
@@ -248,6 +267,8 @@ class ListTasksRequest(_message.Message):
     """From a previous response's next_page_token; the other fields must not change."""
     schedule_id: _builtins.str
     """Only tasks made by this schedule, when set."""
+    fanout_group: _builtins.str
+    """Only the copies of this fan-out group, when set."""
     @_builtins.property
     def states(self) -> _containers.RepeatedScalarFieldContainer[_broker_pb2.TaskState.ValueType]:
         """Only these states, when any."""
@@ -272,10 +293,11 @@ class ListTasksRequest(_message.Message):
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
         schedule_id: _builtins.str = ...,
+        fanout_group: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_after", b"created_after", "created_before", b"created_before"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_after", b"created_after", "created_before", b"created_before", "key", b"key", "page_size", b"page_size", "page_token", b"page_token", "queue", b"queue", "schedule_id", b"schedule_id", "states", b"states", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_after", b"created_after", "created_before", b"created_before", "fanout_group", b"fanout_group", "key", b"key", "page_size", b"page_size", "page_token", b"page_token", "queue", b"queue", "schedule_id", b"schedule_id", "states", b"states", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

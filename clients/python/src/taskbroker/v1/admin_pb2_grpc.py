@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from taskbroker.v1 import admin_pb2 as taskbroker_dot_v1_dot_admin__pb2
+from taskbroker.v1 import worker_pb2 as taskbroker_dot_v1_dot_worker__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -70,6 +71,16 @@ class AdminServiceStub:
                 request_serializer=taskbroker_dot_v1_dot_admin__pb2.GetQueueStatsRequest.SerializeToString,
                 response_deserializer=taskbroker_dot_v1_dot_admin__pb2.GetQueueStatsResponse.FromString,
                 _registered_method=True)
+        self.ListWorkers = channel.unary_unary(
+                '/taskbroker.v1.AdminService/ListWorkers',
+                request_serializer=taskbroker_dot_v1_dot_worker__pb2.ListWorkersRequest.SerializeToString,
+                response_deserializer=taskbroker_dot_v1_dot_worker__pb2.ListWorkersResponse.FromString,
+                _registered_method=True)
+        self.GetWorker = channel.unary_unary(
+                '/taskbroker.v1.AdminService/GetWorker',
+                request_serializer=taskbroker_dot_v1_dot_worker__pb2.GetWorkerRequest.SerializeToString,
+                response_deserializer=taskbroker_dot_v1_dot_worker__pb2.GetWorkerResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -124,6 +135,21 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListWorkers(self, request, context):
+        """---- Routing (issue 13): the worker registry (messages in worker.proto) ----
+        Workers seen within the broker's worker_ttl by any replica, by worker id, paged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetWorker(self, request, context):
+        """One worker with its current leases.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -161,6 +187,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetQueueStats,
                     request_deserializer=taskbroker_dot_v1_dot_admin__pb2.GetQueueStatsRequest.FromString,
                     response_serializer=taskbroker_dot_v1_dot_admin__pb2.GetQueueStatsResponse.SerializeToString,
+            ),
+            'ListWorkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkers,
+                    request_deserializer=taskbroker_dot_v1_dot_worker__pb2.ListWorkersRequest.FromString,
+                    response_serializer=taskbroker_dot_v1_dot_worker__pb2.ListWorkersResponse.SerializeToString,
+            ),
+            'GetWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetWorker,
+                    request_deserializer=taskbroker_dot_v1_dot_worker__pb2.GetWorkerRequest.FromString,
+                    response_serializer=taskbroker_dot_v1_dot_worker__pb2.GetWorkerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -353,6 +389,60 @@ class AdminService:
             '/taskbroker.v1.AdminService/GetQueueStats',
             taskbroker_dot_v1_dot_admin__pb2.GetQueueStatsRequest.SerializeToString,
             taskbroker_dot_v1_dot_admin__pb2.GetQueueStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskbroker.v1.AdminService/ListWorkers',
+            taskbroker_dot_v1_dot_worker__pb2.ListWorkersRequest.SerializeToString,
+            taskbroker_dot_v1_dot_worker__pb2.ListWorkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskbroker.v1.AdminService/GetWorker',
+            taskbroker_dot_v1_dot_worker__pb2.GetWorkerRequest.SerializeToString,
+            taskbroker_dot_v1_dot_worker__pb2.GetWorkerResponse.FromString,
             options,
             channel_credentials,
             insecure,

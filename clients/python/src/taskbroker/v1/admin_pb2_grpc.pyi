@@ -6,6 +6,7 @@ The operator-facing half of the taskbroker v1 contract: see and steer every task
 from collections import abc as _abc
 from grpc import aio as _aio
 from taskbroker.v1 import admin_pb2 as _admin_pb2
+from taskbroker.v1 import worker_pb2 as _worker_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys
@@ -46,6 +47,12 @@ class AdminServiceStub:
     """Every attempt of a task, oldest first."""
     GetQueueStats: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetQueueStatsRequest, _admin_pb2.GetQueueStatsResponse]
     """Counts per state and recent throughput, per queue."""
+    ListWorkers: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ListWorkersRequest, _worker_pb2.ListWorkersResponse]
+    """---- Routing (issue 13): the worker registry (messages in worker.proto) ----
+    Workers seen within the broker's worker_ttl by any replica, by worker id, paged.
+    """
+    GetWorker: _grpc.UnaryUnaryMultiCallable[_worker_pb2.GetWorkerRequest, _worker_pb2.GetWorkerResponse]
+    """One worker with its current leases."""
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -65,6 +72,12 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Every attempt of a task, oldest first."""
     GetQueueStats: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetQueueStatsRequest, _admin_pb2.GetQueueStatsResponse]  # type: ignore[assignment]
     """Counts per state and recent throughput, per queue."""
+    ListWorkers: _aio.UnaryUnaryMultiCallable[_worker_pb2.ListWorkersRequest, _worker_pb2.ListWorkersResponse]  # type: ignore[assignment]
+    """---- Routing (issue 13): the worker registry (messages in worker.proto) ----
+    Workers seen within the broker's worker_ttl by any replica, by worker id, paged.
+    """
+    GetWorker: _aio.UnaryUnaryMultiCallable[_worker_pb2.GetWorkerRequest, _worker_pb2.GetWorkerResponse]  # type: ignore[assignment]
+    """One worker with its current leases."""
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     """AdminService reads and steers tasks."""
@@ -123,5 +136,23 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.GetQueueStatsResponse, _abc.Awaitable[_admin_pb2.GetQueueStatsResponse]]:
         """Counts per state and recent throughput, per queue."""
+
+    @_abc_1.abstractmethod
+    def ListWorkers(
+        self,
+        request: _worker_pb2.ListWorkersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.ListWorkersResponse, _abc.Awaitable[_worker_pb2.ListWorkersResponse]]:
+        """---- Routing (issue 13): the worker registry (messages in worker.proto) ----
+        Workers seen within the broker's worker_ttl by any replica, by worker id, paged.
+        """
+
+    @_abc_1.abstractmethod
+    def GetWorker(
+        self,
+        request: _worker_pb2.GetWorkerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.GetWorkerResponse, _abc.Awaitable[_worker_pb2.GetWorkerResponse]]:
+        """One worker with its current leases."""
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

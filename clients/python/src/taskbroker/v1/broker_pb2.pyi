@@ -89,6 +89,28 @@ COMPLETE_OUTCOME_NOT_FOUND: CompleteOutcome.ValueType  # 3
 """No such task (Complete would return NOT_FOUND)."""
 Global___CompleteOutcome: _TypeAlias = CompleteOutcome  # noqa: Y015
 
+class _StickyStrategy:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _StickyStrategyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_StickyStrategy.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    STICKY_STRATEGY_UNSPECIFIED: _StickyStrategy.ValueType  # 0
+    STICKY_STRATEGY_SOFT: _StickyStrategy.ValueType  # 1
+    """Reserved for that worker until `timeout` passes; then any worker may take it."""
+    STICKY_STRATEGY_HARD: _StickyStrategy.ValueType  # 2
+    """Reserved for that worker until the task's deadline or an admin requeue."""
+
+class StickyStrategy(_StickyStrategy, metaclass=_StickyStrategyEnumTypeWrapper):
+    """How a retry is kept for the worker that ran the failed attempt."""
+
+STICKY_STRATEGY_UNSPECIFIED: StickyStrategy.ValueType  # 0
+STICKY_STRATEGY_SOFT: StickyStrategy.ValueType  # 1
+"""Reserved for that worker until `timeout` passes; then any worker may take it."""
+STICKY_STRATEGY_HARD: StickyStrategy.ValueType  # 2
+"""Reserved for that worker until the task's deadline or an admin requeue."""
+Global___StickyStrategy: _TypeAlias = StickyStrategy  # noqa: Y015
+
 @_typing.final
 class RetryPolicy(_message.Message):
     """How a failed attempt is retried. Unset fields take the broker's defaults
@@ -169,6 +191,9 @@ class TaskSpec(_message.Message):
     DEADLINE_FIELD_NUMBER: _builtins.int
     RETRY_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    STICKY_FIELD_NUMBER: _builtins.int
+    FANOUT_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Required, [A-Za-z0-9._:-]{1,128}."""
     payload: _builtins.bytes
@@ -193,6 +218,20 @@ class TaskSpec(_message.Message):
     def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Free-form; carries trace context (traceparent) among other things."""
 
+    @_builtins.property
+    def target(self) -> Global___Target:
+        """Routing (issue 13). Only a worker with this id, or whose lease labels include
+        every pair, may lease the task. No matching worker is not an error: the task waits.
+        """
+
+    @_builtins.property
+    def sticky(self) -> Global___StickyPolicy:
+        """Reserves a retry for the worker that ran the failed attempt."""
+
+    @_builtins.property
+    def fanout(self) -> Global___Fanout:
+        """Submit creates `copies` tasks sharing a fan-out group (the first copy's id)."""
+
     def __init__(
         self,
         *,
@@ -204,10 +243,13 @@ class TaskSpec(_message.Message):
         deadline: _timestamp_pb2.Timestamp | None = ...,
         retry: Global___RetryPolicy | None = ...,
         metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        target: Global___Target | None = ...,
+        sticky: Global___StickyPolicy | None = ...,
+        fanout: Global___Fanout | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "retry", b"retry", "run_at", b"run_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "fanout", b"fanout", "retry", b"retry", "run_at", b"run_at", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "key", b"key", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry", b"retry", "run_at", b"run_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "fanout", b"fanout", "key", b"key", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry", b"retry", "run_at", b"run_at", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -243,18 +285,24 @@ class SubmitResult(_message.Message):
 
     TASK_ID_FIELD_NUMBER: _builtins.int
     DEDUPLICATED_FIELD_NUMBER: _builtins.int
+    COPY_TASK_IDS_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     deduplicated: _builtins.bool
     """True when a task with the same (queue, key) already existed; nothing was created."""
+    @_builtins.property
+    def copy_task_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """With TaskSpec.fanout: every copy's id, the first being task_id (the group's id)."""
+
     def __init__(
         self,
         *,
         task_id: _builtins.str = ...,
         deduplicated: _builtins.bool = ...,
+        copy_task_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deduplicated", b"deduplicated", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_task_ids", b"copy_task_ids", "deduplicated", b"deduplicated", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -284,11 +332,32 @@ Global___SubmitResponse: _TypeAlias = SubmitResponse  # noqa: Y015
 class LeaseRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     WORKER_ID_FIELD_NUMBER: _builtins.int
     QUEUES_FIELD_NUMBER: _builtins.int
     MAX_TASKS_FIELD_NUMBER: _builtins.int
     LEASE_DURATION_FIELD_NUMBER: _builtins.int
     WAIT_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """Required: who holds the lease (shown in attempts and admin views)."""
     max_tasks: _builtins.int
@@ -305,6 +374,12 @@ class LeaseRequest(_message.Message):
     def wait(self) -> _duration_pb2.Duration:
         """Long poll: 0 to 60 s, capped by the call's own deadline. Default 0 (answer at once)."""
 
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """What this worker is (`region=eu`, `gpu=a100`), at most 32 pairs; matched against
+        TaskSpec.target.labels. Keys [A-Za-z0-9._/-]{1,63}, values [A-Za-z0-9._:/-]{0,128}.
+        """
+
     def __init__(
         self,
         *,
@@ -313,10 +388,11 @@ class LeaseRequest(_message.Message):
         max_tasks: _builtins.int = ...,
         lease_duration: _duration_pb2.Duration | None = ...,
         wait: _duration_pb2.Duration | None = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease_duration", b"lease_duration", "wait", b"wait"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_duration", b"lease_duration", "max_tasks", b"max_tasks", "queues", b"queues", "wait", b"wait", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["labels", b"labels", "lease_duration", b"lease_duration", "max_tasks", b"max_tasks", "queues", b"queues", "wait", b"wait", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -363,6 +439,7 @@ class LeasedTask(_message.Message):
     HAS_CHECKPOINT_FIELD_NUMBER: _builtins.int
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
+    FANOUT_GROUP_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     queue: _builtins.str
     payload: _builtins.bytes
@@ -381,6 +458,8 @@ class LeasedTask(_message.Message):
     has_checkpoint: _builtins.bool
     max_attempts: _builtins.int
     """The attempt number after which no retry is made."""
+    fanout_group: _builtins.str
+    """The fan-out group (the first copy's id) when the task is one of several copies."""
     @_builtins.property
     def deadline(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -409,10 +488,11 @@ class LeasedTask(_message.Message):
         has_checkpoint: _builtins.bool = ...,
         max_attempts: _builtins.int = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
+        fanout_group: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline", b"deadline", "lease_expires_at", b"lease_expires_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "created_at", b"created_at", "deadline", b"deadline", "fencing_token", b"fencing_token", "has_checkpoint", b"has_checkpoint", "key", b"key", "lease_expires_at", b"lease_expires_at", "lease_token", b"lease_token", "max_attempts", b"max_attempts", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "created_at", b"created_at", "deadline", b"deadline", "fanout_group", b"fanout_group", "fencing_token", b"fencing_token", "has_checkpoint", b"has_checkpoint", "key", b"key", "lease_expires_at", b"lease_expires_at", "lease_token", b"lease_token", "max_attempts", b"max_attempts", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -713,11 +793,16 @@ class FailRequest(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     NON_RETRYABLE_FIELD_NUMBER: _builtins.int
     RETRY_AFTER_FIELD_NUMBER: _builtins.int
+    PREFER_SAME_WORKER_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     lease_token: _builtins.str
     error_message: _builtins.str
     non_retryable: _builtins.bool
     """Go straight to DEAD without retry."""
+    prefer_same_worker: _builtins.bool
+    """Reserve this retry for the same worker (as a SOFT sticky policy would, or the
+    task's own sticky policy when it has one).
+    """
     @_builtins.property
     def retry_after(self) -> _duration_pb2.Duration:
         """Overrides the retry policy's backoff for this retry."""
@@ -730,10 +815,11 @@ class FailRequest(_message.Message):
         error_message: _builtins.str = ...,
         non_retryable: _builtins.bool = ...,
         retry_after: _duration_pb2.Duration | None = ...,
+        prefer_same_worker: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["retry_after", b"retry_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_message", b"error_message", "lease_token", b"lease_token", "non_retryable", b"non_retryable", "retry_after", b"retry_after", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_message", b"error_message", "lease_token", b"lease_token", "non_retryable", b"non_retryable", "prefer_same_worker", b"prefer_same_worker", "retry_after", b"retry_after", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -764,3 +850,105 @@ class FailResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FailResponse: _TypeAlias = FailResponse  # noqa: Y015
+
+@_typing.final
+class Target(_message.Message):
+    """---- Routing (issue 13) ----
+
+    Which workers may lease a task. Both parts must match when both are set.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    """Only the worker with this id, when set."""
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Only a worker whose LeaseRequest.labels include every pair, when any (at most 32)."""
+
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["labels", b"labels", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Target: _TypeAlias = Target  # noqa: Y015
+
+@_typing.final
+class StickyPolicy(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STRATEGY_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
+    strategy: Global___StickyStrategy.ValueType
+    @_builtins.property
+    def timeout(self) -> _duration_pb2.Duration:
+        """SOFT only: how long the retry waits for the same worker (1 s to 24 h; default 30 s)."""
+
+    def __init__(
+        self,
+        *,
+        strategy: Global___StickyStrategy.ValueType = ...,
+        timeout: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["timeout", b"timeout"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["strategy", b"strategy", "timeout", b"timeout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StickyPolicy: _TypeAlias = StickyPolicy  # noqa: Y015
+
+@_typing.final
+class Fanout(_message.Message):
+    """One task dispatched to several workers."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COPIES_FIELD_NUMBER: _builtins.int
+    DISTINCT_WORKERS_FIELD_NUMBER: _builtins.int
+    copies: _builtins.int
+    """1 to 1000 copies."""
+    distinct_workers: _builtins.bool
+    """A worker never gets a copy of a group in which it holds or has completed one."""
+    def __init__(
+        self,
+        *,
+        copies: _builtins.int = ...,
+        distinct_workers: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copies", b"copies", "distinct_workers", b"distinct_workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Fanout: _TypeAlias = Fanout  # noqa: Y015

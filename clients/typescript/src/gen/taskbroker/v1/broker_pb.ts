@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file taskbroker/v1/broker.proto.
  */
 export const file_taskbroker_v1_broker: GenFile = /*@__PURE__*/
-  fileDesc("Chp0YXNrYnJva2VyL3YxL2Jyb2tlci5wcm90bxINdGFza2Jyb2tlci52MSLDAQoLUmV0cnlQb2xpY3kSFAoMbWF4X2F0dGVtcHRzGAEgASgNEjIKD2luaXRpYWxfYmFja29mZhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIaChJiYWNrb2ZmX211bHRpcGxpZXIYAyABKAESLgoLbWF4X2JhY2tvZmYYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoGaml0dGVyGAUgASgBSACIAQFCCQoHX2ppdHRlciK4AgoIVGFza1NwZWMSDQoFcXVldWUYASABKAkSDwoHcGF5bG9hZBgCIAEoDBILCgNrZXkYAyABKAkSEAoIcHJpb3JpdHkYBCABKAUSKgoGcnVuX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghkZWFkbGluZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoFcmV0cnkYByABKAsyGi50YXNrYnJva2VyLnYxLlJldHJ5UG9saWN5EjcKCG1ldGFkYXRhGAggAygLMiUudGFza2Jyb2tlci52MS5UYXNrU3BlYy5NZXRhZGF0YUVudHJ5Gi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI3Cg1TdWJtaXRSZXF1ZXN0EiYKBXRhc2tzGAEgAygLMhcudGFza2Jyb2tlci52MS5UYXNrU3BlYyI1CgxTdWJtaXRSZXN1bHQSDwoHdGFza19pZBgBIAEoCRIUCgxkZWR1cGxpY2F0ZWQYAiABKAgiPgoOU3VibWl0UmVzcG9uc2USLAoHcmVzdWx0cxgBIAMoCzIbLnRhc2ticm9rZXIudjEuU3VibWl0UmVzdWx0IqABCgxMZWFzZVJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEg4KBnF1ZXVlcxgCIAMoCRIRCgltYXhfdGFza3MYAyABKA0SMQoObGVhc2VfZHVyYXRpb24YBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiLbAwoKTGVhc2VkVGFzaxIPCgd0YXNrX2lkGAEgASgJEg0KBXF1ZXVlGAIgASgJEg8KB3BheWxvYWQYAyABKAwSCwoDa2V5GAQgASgJEhAKCHByaW9yaXR5GAUgASgFEiwKCGRlYWRsaW5lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI5CghtZXRhZGF0YRgHIAMoCzInLnRhc2ticm9rZXIudjEuTGVhc2VkVGFzay5NZXRhZGF0YUVudHJ5Eg8KB2F0dGVtcHQYCCABKA0SEwoLbGVhc2VfdG9rZW4YCSABKAkSFQoNZmVuY2luZ190b2tlbhgKIAEoBBI0ChBsZWFzZV9leHBpcmVzX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpjaGVja3BvaW50GAwgASgMEhYKDmhhc19jaGVja3BvaW50GA0gASgIEhQKDG1heF9hdHRlbXB0cxgOIAEoDRIuCgpjcmVhdGVkX2F0GA8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiOQoNTGVhc2VSZXNwb25zZRIoCgV0YXNrcxgBIAMoCzIZLnRhc2ticm9rZXIudjEuTGVhc2VkVGFzayIwCghMZWFzZVJlZhIPCgd0YXNrX2lkGAEgASgJEhMKC2xlYXNlX3Rva2VuGAIgASgJInwKEEhlYXJ0YmVhdFJlcXVlc3QSEQoJd29ya2VyX2lkGAEgASgJEicKBmxlYXNlcxgCIAMoCzIXLnRhc2ticm9rZXIudjEuTGVhc2VSZWYSLAoJZXh0ZW5kX2J5GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uInwKC0xlYXNlU3RhdHVzEg8KB3Rhc2tfaWQYASABKAkSDAoEbG9zdBgCIAEoCBI0ChBsZWFzZV9leHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBjYW5jZWxfcmVxdWVzdGVkGAQgASgIIj8KEUhlYXJ0YmVhdFJlc3BvbnNlEioKBmxlYXNlcxgBIAMoCzIaLnRhc2ticm9rZXIudjEuTGVhc2VTdGF0dXMiewoRQ2hlY2twb2ludFJlcXVlc3QSDwoHdGFza19pZBgBIAEoCRITCgtsZWFzZV90b2tlbhgCIAEoCRISCgpjaGVja3BvaW50GAMgASgMEiwKCWV4dGVuZF9ieRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJkChJDaGVja3BvaW50UmVzcG9uc2USNAoQbGVhc2VfZXhwaXJlc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQY2FuY2VsX3JlcXVlc3RlZBgCIAEoCCJHCg9Db21wbGV0ZVJlcXVlc3QSDwoHdGFza19pZBgBIAEoCRITCgtsZWFzZV90b2tlbhgCIAEoCRIOCgZyZXN1bHQYAyABKAwiEgoQQ29tcGxldGVSZXNwb25zZSJKChNDb21wbGV0ZU1hbnlSZXF1ZXN0EjMKC2NvbXBsZXRpb25zGAEgAygLMh4udGFza2Jyb2tlci52MS5Db21wbGV0ZVJlcXVlc3QiUgoOQ29tcGxldGVSZXN1bHQSDwoHdGFza19pZBgBIAEoCRIvCgdvdXRjb21lGAIgASgOMh4udGFza2Jyb2tlci52MS5Db21wbGV0ZU91dGNvbWUiRgoUQ29tcGxldGVNYW55UmVzcG9uc2USLgoHcmVzdWx0cxgBIAMoCzIdLnRhc2ticm9rZXIudjEuQ29tcGxldGVSZXN1bHQikQEKC0ZhaWxSZXF1ZXN0Eg8KB3Rhc2tfaWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSFQoNZXJyb3JfbWVzc2FnZRgDIAEoCRIVCg1ub25fcmV0cnlhYmxlGAQgASgIEi4KC3JldHJ5X2FmdGVyGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImgKDEZhaWxSZXNwb25zZRInCgVzdGF0ZRgBIAEoDjIYLnRhc2ticm9rZXIudjEuVGFza1N0YXRlEi8KC25leHRfcnVuX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCq3AQoJVGFza1N0YXRlEhoKFlRBU0tfU1RBVEVfVU5TUEVDSUZJRUQQABIYChRUQVNLX1NUQVRFX1NDSEVEVUxFRBABEhQKEFRBU0tfU1RBVEVfUkVBRFkQAhIVChFUQVNLX1NUQVRFX0xFQVNFRBADEhgKFFRBU0tfU1RBVEVfU1VDQ0VFREVEEAQSEwoPVEFTS19TVEFURV9ERUFEEAUSGAoUVEFTS19TVEFURV9DQU5DRUxMRUQQBiqUAQoPQ29tcGxldGVPdXRjb21lEiAKHENPTVBMRVRFX09VVENPTUVfVU5TUEVDSUZJRUQQABIeChpDT01QTEVURV9PVVRDT01FX0NPTVBMRVRFRBABEh8KG0NPTVBMRVRFX09VVENPTUVfTEVBU0VfTE9TVBACEh4KGkNPTVBMRVRFX09VVENPTUVfTk9UX0ZPVU5EEAMypAQKDUJyb2tlclNlcnZpY2USRQoGU3VibWl0EhwudGFza2Jyb2tlci52MS5TdWJtaXRSZXF1ZXN0Gh0udGFza2Jyb2tlci52MS5TdWJtaXRSZXNwb25zZRJCCgVMZWFzZRIbLnRhc2ticm9rZXIudjEuTGVhc2VSZXF1ZXN0GhwudGFza2Jyb2tlci52MS5MZWFzZVJlc3BvbnNlEk4KCUhlYXJ0YmVhdBIfLnRhc2ticm9rZXIudjEuSGVhcnRiZWF0UmVxdWVzdBogLnRhc2ticm9rZXIudjEuSGVhcnRiZWF0UmVzcG9uc2USUQoKQ2hlY2twb2ludBIgLnRhc2ticm9rZXIudjEuQ2hlY2twb2ludFJlcXVlc3QaIS50YXNrYnJva2VyLnYxLkNoZWNrcG9pbnRSZXNwb25zZRJLCghDb21wbGV0ZRIeLnRhc2ticm9rZXIudjEuQ29tcGxldGVSZXF1ZXN0Gh8udGFza2Jyb2tlci52MS5Db21wbGV0ZVJlc3BvbnNlEj8KBEZhaWwSGi50YXNrYnJva2VyLnYxLkZhaWxSZXF1ZXN0GhsudGFza2Jyb2tlci52MS5GYWlsUmVzcG9uc2USVwoMQ29tcGxldGVNYW55EiIudGFza2Jyb2tlci52MS5Db21wbGV0ZU1hbnlSZXF1ZXN0GiMudGFza2Jyb2tlci52MS5Db21wbGV0ZU1hbnlSZXNwb25zZUJCChFkZXYudGFza2Jyb2tlci52MVABWit0YXNrYnJva2VyLmRldi9nby90YXNrYnJva2VydjE7dGFza2Jyb2tlcnYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chp0YXNrYnJva2VyL3YxL2Jyb2tlci5wcm90bxINdGFza2Jyb2tlci52MSLDAQoLUmV0cnlQb2xpY3kSFAoMbWF4X2F0dGVtcHRzGAEgASgNEjIKD2luaXRpYWxfYmFja29mZhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIaChJiYWNrb2ZmX211bHRpcGxpZXIYAyABKAESLgoLbWF4X2JhY2tvZmYYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoGaml0dGVyGAUgASgBSACIAQFCCQoHX2ppdHRlciKzAwoIVGFza1NwZWMSDQoFcXVldWUYASABKAkSDwoHcGF5bG9hZBgCIAEoDBILCgNrZXkYAyABKAkSEAoIcHJpb3JpdHkYBCABKAUSKgoGcnVuX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghkZWFkbGluZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoFcmV0cnkYByABKAsyGi50YXNrYnJva2VyLnYxLlJldHJ5UG9saWN5EjcKCG1ldGFkYXRhGAggAygLMiUudGFza2Jyb2tlci52MS5UYXNrU3BlYy5NZXRhZGF0YUVudHJ5EiUKBnRhcmdldBgJIAEoCzIVLnRhc2ticm9rZXIudjEuVGFyZ2V0EisKBnN0aWNreRgKIAEoCzIbLnRhc2ticm9rZXIudjEuU3RpY2t5UG9saWN5EiUKBmZhbm91dBgLIAEoCzIVLnRhc2ticm9rZXIudjEuRmFub3V0Gi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI3Cg1TdWJtaXRSZXF1ZXN0EiYKBXRhc2tzGAEgAygLMhcudGFza2Jyb2tlci52MS5UYXNrU3BlYyJMCgxTdWJtaXRSZXN1bHQSDwoHdGFza19pZBgBIAEoCRIUCgxkZWR1cGxpY2F0ZWQYAiABKAgSFQoNY29weV90YXNrX2lkcxgDIAMoCSI+Cg5TdWJtaXRSZXNwb25zZRIsCgdyZXN1bHRzGAEgAygLMhsudGFza2Jyb2tlci52MS5TdWJtaXRSZXN1bHQiiAIKDExlYXNlUmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSDgoGcXVldWVzGAIgAygJEhEKCW1heF90YXNrcxgDIAEoDRIxCg5sZWFzZV9kdXJhdGlvbhgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInCgR3YWl0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjcKBmxhYmVscxgGIAMoCzInLnRhc2ticm9rZXIudjEuTGVhc2VSZXF1ZXN0LkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi8QMKCkxlYXNlZFRhc2sSDwoHdGFza19pZBgBIAEoCRINCgVxdWV1ZRgCIAEoCRIPCgdwYXlsb2FkGAMgASgMEgsKA2tleRgEIAEoCRIQCghwcmlvcml0eRgFIAEoBRIsCghkZWFkbGluZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASOQoIbWV0YWRhdGEYByADKAsyJy50YXNrYnJva2VyLnYxLkxlYXNlZFRhc2suTWV0YWRhdGFFbnRyeRIPCgdhdHRlbXB0GAggASgNEhMKC2xlYXNlX3Rva2VuGAkgASgJEhUKDWZlbmNpbmdfdG9rZW4YCiABKAQSNAoQbGVhc2VfZXhwaXJlc19hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKY2hlY2twb2ludBgMIAEoDBIWCg5oYXNfY2hlY2twb2ludBgNIAEoCBIUCgxtYXhfYXR0ZW1wdHMYDiABKA0SLgoKY3JlYXRlZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMZmFub3V0X2dyb3VwGBAgASgJGi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI5Cg1MZWFzZVJlc3BvbnNlEigKBXRhc2tzGAEgAygLMhkudGFza2Jyb2tlci52MS5MZWFzZWRUYXNrIjAKCExlYXNlUmVmEg8KB3Rhc2tfaWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkifAoQSGVhcnRiZWF0UmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSJwoGbGVhc2VzGAIgAygLMhcudGFza2Jyb2tlci52MS5MZWFzZVJlZhIsCglleHRlbmRfYnkYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ifAoLTGVhc2VTdGF0dXMSDwoHdGFza19pZBgBIAEoCRIMCgRsb3N0GAIgASgIEjQKEGxlYXNlX2V4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYBCABKAgiPwoRSGVhcnRiZWF0UmVzcG9uc2USKgoGbGVhc2VzGAEgAygLMhoudGFza2Jyb2tlci52MS5MZWFzZVN0YXR1cyJ7ChFDaGVja3BvaW50UmVxdWVzdBIPCgd0YXNrX2lkGAEgASgJEhMKC2xlYXNlX3Rva2VuGAIgASgJEhIKCmNoZWNrcG9pbnQYAyABKAwSLAoJZXh0ZW5kX2J5GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImQKEkNoZWNrcG9pbnRSZXNwb25zZRI0ChBsZWFzZV9leHBpcmVzX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBjYW5jZWxfcmVxdWVzdGVkGAIgASgIIkcKD0NvbXBsZXRlUmVxdWVzdBIPCgd0YXNrX2lkGAEgASgJEhMKC2xlYXNlX3Rva2VuGAIgASgJEg4KBnJlc3VsdBgDIAEoDCISChBDb21wbGV0ZVJlc3BvbnNlIkoKE0NvbXBsZXRlTWFueVJlcXVlc3QSMwoLY29tcGxldGlvbnMYASADKAsyHi50YXNrYnJva2VyLnYxLkNvbXBsZXRlUmVxdWVzdCJSCg5Db21wbGV0ZVJlc3VsdBIPCgd0YXNrX2lkGAEgASgJEi8KB291dGNvbWUYAiABKA4yHi50YXNrYnJva2VyLnYxLkNvbXBsZXRlT3V0Y29tZSJGChRDb21wbGV0ZU1hbnlSZXNwb25zZRIuCgdyZXN1bHRzGAEgAygLMh0udGFza2Jyb2tlci52MS5Db21wbGV0ZVJlc3VsdCKtAQoLRmFpbFJlcXVlc3QSDwoHdGFza19pZBgBIAEoCRITCgtsZWFzZV90b2tlbhgCIAEoCRIVCg1lcnJvcl9tZXNzYWdlGAMgASgJEhUKDW5vbl9yZXRyeWFibGUYBCABKAgSLgoLcmV0cnlfYWZ0ZXIYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGgoScHJlZmVyX3NhbWVfd29ya2VyGAYgASgIImgKDEZhaWxSZXNwb25zZRInCgVzdGF0ZRgBIAEoDjIYLnRhc2ticm9rZXIudjEuVGFza1N0YXRlEi8KC25leHRfcnVuX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ9CgZUYXJnZXQSEQoJd29ya2VyX2lkGAEgASgJEjEKBmxhYmVscxgCIAMoCzIhLnRhc2ticm9rZXIudjEuVGFyZ2V0LkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiawoMU3RpY2t5UG9saWN5Ei8KCHN0cmF0ZWd5GAEgASgOMh0udGFza2Jyb2tlci52MS5TdGlja3lTdHJhdGVneRIqCgd0aW1lb3V0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjIKBkZhbm91dBIOCgZjb3BpZXMYASABKA0SGAoQZGlzdGluY3Rfd29ya2VycxgCIAEoCCq3AQoJVGFza1N0YXRlEhoKFlRBU0tfU1RBVEVfVU5TUEVDSUZJRUQQABIYChRUQVNLX1NUQVRFX1NDSEVEVUxFRBABEhQKEFRBU0tfU1RBVEVfUkVBRFkQAhIVChFUQVNLX1NUQVRFX0xFQVNFRBADEhgKFFRBU0tfU1RBVEVfU1VDQ0VFREVEEAQSEwoPVEFTS19TVEFURV9ERUFEEAUSGAoUVEFTS19TVEFURV9DQU5DRUxMRUQQBiqUAQoPQ29tcGxldGVPdXRjb21lEiAKHENPTVBMRVRFX09VVENPTUVfVU5TUEVDSUZJRUQQABIeChpDT01QTEVURV9PVVRDT01FX0NPTVBMRVRFRBABEh8KG0NPTVBMRVRFX09VVENPTUVfTEVBU0VfTE9TVBACEh4KGkNPTVBMRVRFX09VVENPTUVfTk9UX0ZPVU5EEAMqZQoOU3RpY2t5U3RyYXRlZ3kSHwobU1RJQ0tZX1NUUkFURUdZX1VOU1BFQ0lGSUVEEAASGAoUU1RJQ0tZX1NUUkFURUdZX1NPRlQQARIYChRTVElDS1lfU1RSQVRFR1lfSEFSRBACMqQECg1Ccm9rZXJTZXJ2aWNlEkUKBlN1Ym1pdBIcLnRhc2ticm9rZXIudjEuU3VibWl0UmVxdWVzdBodLnRhc2ticm9rZXIudjEuU3VibWl0UmVzcG9uc2USQgoFTGVhc2USGy50YXNrYnJva2VyLnYxLkxlYXNlUmVxdWVzdBocLnRhc2ticm9rZXIudjEuTGVhc2VSZXNwb25zZRJOCglIZWFydGJlYXQSHy50YXNrYnJva2VyLnYxLkhlYXJ0YmVhdFJlcXVlc3QaIC50YXNrYnJva2VyLnYxLkhlYXJ0YmVhdFJlc3BvbnNlElEKCkNoZWNrcG9pbnQSIC50YXNrYnJva2VyLnYxLkNoZWNrcG9pbnRSZXF1ZXN0GiEudGFza2Jyb2tlci52MS5DaGVja3BvaW50UmVzcG9uc2USSwoIQ29tcGxldGUSHi50YXNrYnJva2VyLnYxLkNvbXBsZXRlUmVxdWVzdBofLnRhc2ticm9rZXIudjEuQ29tcGxldGVSZXNwb25zZRI/CgRGYWlsEhoudGFza2Jyb2tlci52MS5GYWlsUmVxdWVzdBobLnRhc2ticm9rZXIudjEuRmFpbFJlc3BvbnNlElcKDENvbXBsZXRlTWFueRIiLnRhc2ticm9rZXIudjEuQ29tcGxldGVNYW55UmVxdWVzdBojLnRhc2ticm9rZXIudjEuQ29tcGxldGVNYW55UmVzcG9uc2VCQgoRZGV2LnRhc2ticm9rZXIudjFQAVordGFza2Jyb2tlci5kZXYvZ28vdGFza2Jyb2tlcnYxO3Rhc2ticm9rZXJ2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * How a failed attempt is retried. Unset fields take the broker's defaults
@@ -130,6 +130,28 @@ export type TaskSpec = Message<"taskbroker.v1.TaskSpec"> & {
    * @generated from field: map<string, string> metadata = 8;
    */
   metadata: { [key: string]: string };
+
+  /**
+   * Routing (issue 13). Only a worker with this id, or whose lease labels include
+   * every pair, may lease the task. No matching worker is not an error: the task waits.
+   *
+   * @generated from field: taskbroker.v1.Target target = 9;
+   */
+  target?: Target | undefined;
+
+  /**
+   * Reserves a retry for the worker that ran the failed attempt.
+   *
+   * @generated from field: taskbroker.v1.StickyPolicy sticky = 10;
+   */
+  sticky?: StickyPolicy | undefined;
+
+  /**
+   * Submit creates `copies` tasks sharing a fan-out group (the first copy's id).
+   *
+   * @generated from field: taskbroker.v1.Fanout fanout = 11;
+   */
+  fanout?: Fanout | undefined;
 };
 
 /**
@@ -175,6 +197,13 @@ export type SubmitResult = Message<"taskbroker.v1.SubmitResult"> & {
    * @generated from field: bool deduplicated = 2;
    */
   deduplicated: boolean;
+
+  /**
+   * With TaskSpec.fanout: every copy's id, the first being task_id (the group's id).
+   *
+   * @generated from field: repeated string copy_task_ids = 3;
+   */
+  copyTaskIds: string[];
 };
 
 /**
@@ -239,6 +268,14 @@ export type LeaseRequest = Message<"taskbroker.v1.LeaseRequest"> & {
    * @generated from field: google.protobuf.Duration wait = 5;
    */
   wait?: Duration | undefined;
+
+  /**
+   * What this worker is (`region=eu`, `gpu=a100`), at most 32 pairs; matched against
+   * TaskSpec.target.labels. Keys [A-Za-z0-9._/-]{1,63}, values [A-Za-z0-9._:/-]{0,128}.
+   *
+   * @generated from field: map<string, string> labels = 6;
+   */
+  labels: { [key: string]: string };
 };
 
 /**
@@ -341,6 +378,13 @@ export type LeasedTask = Message<"taskbroker.v1.LeasedTask"> & {
    * @generated from field: google.protobuf.Timestamp created_at = 15;
    */
   createdAt?: Timestamp | undefined;
+
+  /**
+   * The fan-out group (the first copy's id) when the task is one of several copies.
+   *
+   * @generated from field: string fanout_group = 16;
+   */
+  fanoutGroup: string;
 };
 
 /**
@@ -665,6 +709,14 @@ export type FailRequest = Message<"taskbroker.v1.FailRequest"> & {
    * @generated from field: google.protobuf.Duration retry_after = 5;
    */
   retryAfter?: Duration | undefined;
+
+  /**
+   * Reserve this retry for the same worker (as a SOFT sticky policy would, or the
+   * task's own sticky policy when it has one).
+   *
+   * @generated from field: bool prefer_same_worker = 6;
+   */
+  preferSameWorker: boolean;
 };
 
 /**
@@ -699,6 +751,86 @@ export type FailResponse = Message<"taskbroker.v1.FailResponse"> & {
  */
 export const FailResponseSchema: GenMessage<FailResponse> = /*@__PURE__*/
   messageDesc(file_taskbroker_v1_broker, 20);
+
+/**
+ * Which workers may lease a task. Both parts must match when both are set.
+ *
+ * @generated from message taskbroker.v1.Target
+ */
+export type Target = Message<"taskbroker.v1.Target"> & {
+  /**
+   * Only the worker with this id, when set.
+   *
+   * @generated from field: string worker_id = 1;
+   */
+  workerId: string;
+
+  /**
+   * Only a worker whose LeaseRequest.labels include every pair, when any (at most 32).
+   *
+   * @generated from field: map<string, string> labels = 2;
+   */
+  labels: { [key: string]: string };
+};
+
+/**
+ * Describes the message taskbroker.v1.Target.
+ * Use `create(TargetSchema)` to create a new message.
+ */
+export const TargetSchema: GenMessage<Target> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_broker, 21);
+
+/**
+ * @generated from message taskbroker.v1.StickyPolicy
+ */
+export type StickyPolicy = Message<"taskbroker.v1.StickyPolicy"> & {
+  /**
+   * @generated from field: taskbroker.v1.StickyStrategy strategy = 1;
+   */
+  strategy: StickyStrategy;
+
+  /**
+   * SOFT only: how long the retry waits for the same worker (1 s to 24 h; default 30 s).
+   *
+   * @generated from field: google.protobuf.Duration timeout = 2;
+   */
+  timeout?: Duration | undefined;
+};
+
+/**
+ * Describes the message taskbroker.v1.StickyPolicy.
+ * Use `create(StickyPolicySchema)` to create a new message.
+ */
+export const StickyPolicySchema: GenMessage<StickyPolicy> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_broker, 22);
+
+/**
+ * One task dispatched to several workers.
+ *
+ * @generated from message taskbroker.v1.Fanout
+ */
+export type Fanout = Message<"taskbroker.v1.Fanout"> & {
+  /**
+   * 1 to 1000 copies.
+   *
+   * @generated from field: uint32 copies = 1;
+   */
+  copies: number;
+
+  /**
+   * A worker never gets a copy of a group in which it holds or has completed one.
+   *
+   * @generated from field: bool distinct_workers = 2;
+   */
+  distinctWorkers: boolean;
+};
+
+/**
+ * Describes the message taskbroker.v1.Fanout.
+ * Use `create(FanoutSchema)` to create a new message.
+ */
+export const FanoutSchema: GenMessage<Fanout> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_broker, 23);
 
 /**
  * The life-cycle state of a task.
@@ -798,6 +930,38 @@ export enum CompleteOutcome {
  */
 export const CompleteOutcomeSchema: GenEnum<CompleteOutcome> = /*@__PURE__*/
   enumDesc(file_taskbroker_v1_broker, 1);
+
+/**
+ * How a retry is kept for the worker that ran the failed attempt.
+ *
+ * @generated from enum taskbroker.v1.StickyStrategy
+ */
+export enum StickyStrategy {
+  /**
+   * @generated from enum value: STICKY_STRATEGY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Reserved for that worker until `timeout` passes; then any worker may take it.
+   *
+   * @generated from enum value: STICKY_STRATEGY_SOFT = 1;
+   */
+  SOFT = 1,
+
+  /**
+   * Reserved for that worker until the task's deadline or an admin requeue.
+   *
+   * @generated from enum value: STICKY_STRATEGY_HARD = 2;
+   */
+  HARD = 2,
+}
+
+/**
+ * Describes the enum taskbroker.v1.StickyStrategy.
+ */
+export const StickyStrategySchema: GenEnum<StickyStrategy> = /*@__PURE__*/
+  enumDesc(file_taskbroker_v1_broker, 2);
 
 /**
  * BrokerService is what producers and workers call.

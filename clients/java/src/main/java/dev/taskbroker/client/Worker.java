@@ -17,6 +17,7 @@ import java.time.Duration;
 import java.time.Instant;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executor;
@@ -64,6 +65,8 @@ public final class Worker implements AutoCloseable {
   private final TaskHandler handler;
   private final String workerId;
   private final List<String> queues;
+  /** What this worker is, sent with every Lease (routing). */
+  private final Map<String, String> labels;
   private final int concurrency;
   private final Duration leaseDuration;
   private final Duration pollWait;
@@ -92,6 +95,7 @@ public final class Worker implements AutoCloseable {
     this.handler = b.handler;
     this.workerId = b.workerId;
     this.queues = List.copyOf(b.queues);
+    this.labels = Map.copyOf(b.labels);
     this.concurrency = b.concurrency;
     this.leaseDuration = b.leaseDuration;
     this.pollWait = b.pollWait;
@@ -278,6 +282,7 @@ public final class Worker implements AutoCloseable {
             LeaseRequest.newBuilder()
                 .setWorkerId(workerId)
                 .addAllQueues(queues)
+                .putAllLabels(labels)
                 .setMaxTasks(free)
                 .setLeaseDuration(ProtoTime.duration(leaseDuration))
                 .setWait(ProtoTime.duration(pollWait))
@@ -483,6 +488,7 @@ public final class Worker implements AutoCloseable {
     private final TaskHandler handler;
     private List<String> queues = List.of();
     private String workerId = defaultWorkerId();
+    private final Map<String, String> labels = new TreeMap<>();
     private int concurrency = DEFAULT_CONCURRENCY;
     private Duration leaseDuration = DEFAULT_LEASE_DURATION;
     private Duration pollWait = DEFAULT_POLL_WAIT;
@@ -506,6 +512,15 @@ public final class Worker implements AutoCloseable {
     /** Shown in attempts and admin views. Default {@code <hostname>-<pid>}. */
     public Builder workerId(String workerId) {
       this.workerId = workerId;
+      return this;
+    }
+
+    /**
+     * A label of this worker ({@code gpu=a100}), sent with every Lease: a task targeted at
+     * labels goes only to a worker carrying all of them (routing). At most 32.
+     */
+    public Builder label(String key, String value) {
+      this.labels.put(key, value);
       return this;
     }
 

@@ -273,4 +273,16 @@ class WorkerTest {
     assertTimeoutPreemptively(Duration.ofSeconds(5), w::close);
     assertTimeoutPreemptively(Duration.ofSeconds(5), () -> w.stop(Duration.ofSeconds(1)));
   }
+
+  @Test
+  void sendsItsLabelsWithEveryLease() throws Exception {
+    fake.add("a");
+    Worker w = worker(ctx -> utf8("ok")).label("gpu", "a100").label("region", "eu").build();
+    w.start();
+    until(() -> fake.completes.size() == 1);
+    w.stop(Duration.ofSeconds(1));
+    assertTrue(
+        fake.leases.stream()
+            .allMatch(l -> l.getLabelsMap().equals(Map.of("gpu", "a100", "region", "eu"))));
+  }
 }

@@ -1,0 +1,246 @@
+//! Routing on Postgres (issue 13, migration 0008): the routing columns written
+//! with a submit, the reservation a failure leaves, and the worker registry.
+//! The lease rules are predicates of the lease statement in `postgres.rs`.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgPool, Postgres, Transaction};
+
+use super::super::row::{TaskRow, ms};
+use super::super::*;
+use crate::domain::routing::{TaskRouting, reservation};
+
+/// Whether a new task has routing columns to write.
+pub(super) fn is_routed(r: &TaskRouting) -> bool {
+    !r.target.is_empty() || r.sticky.is_some() || r.fanout_group.is_some()
+}
+
+/// The submit statement of `task_insert_many` with the routing columns as well
+/// ($16 to $21), for a batch that has routed tasks.
+pub(super) const INSERT_ROUTED: &str = "WITH ins AS ( \
+       INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
+         max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
+         max_backoff_ms, jitter, metadata, created_at, updated_at, \
+         target_worker, target_labels, sticky, sticky_timeout_ms, fanout_group, fanout_distinct) \
+       SELECT id, queue, key, payload, priority, run_at, deadline, 'pending', \
+         max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, tw, tl, st, sto, fg, fd \
+       FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
+         $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], \
+         $11::bigint[], $12::float8[], $13::text[], $16::text[], $17::text[], $18::text[], \
+         $19::bigint[], $20::text[], $21::bool[]) \
+         AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
+              ib, bm, mb, j, md, tw, tl, st, sto, fg, fd) \
+       ON CONFLICT DO NOTHING RETURNING id, queue), \
+     woken AS (SELECT pg_notify($15, q) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
+     SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0";
+
+type InsertQuery<'q> =
+    sqlx::query::QueryScalar<'q, Postgres, String, <Postgres as sqlx::Database>::Arguments>;
+
+/// The submit statement: `plain` (the one of `task_insert_many`) or, for a batch
+/// with routed tasks, [`INSERT_ROUTED`].
+pub(super) fn insert_sql(routed: bool, plain: &'static str) -> sqlx::AssertSqlSafe<&'static str> {
+    sqlx::AssertSqlSafe(if routed { INSERT_ROUTED } else { plain })
+}
+
+/// Binds the routing arrays of [`INSERT_ROUTED`] when `routed`.
+pub(super) trait BindRouting<'q> {
+    fn bind_routing(self, routed: bool, tasks: &[NewTask]) -> Self;
+}
+
+impl<'q> BindRouting<'q> for InsertQuery<'q> {
+    fn bind_routing(self, routed: bool, tasks: &[NewTask]) -> Self {
+        if routed {
+            bind_routing(self, tasks)
+        } else {
+            self
+        }
+    }
+}
+
+/// Binds the routing arrays ($16 to $21) of [`INSERT_ROUTED`].
+fn bind_routing<'q>(q: InsertQuery<'q>, tasks: &[NewTask]) -> InsertQuery<'q> {
+    let workers: Vec<Option<String>> = tasks
+        .iter()
+        .map(|t| t.routing.target.worker_id.clone())
+        .collect();
+    let labels: Vec<Option<String>> = tasks
+        .iter()
+        .map(|t| {
+            let l = &t.routing.target.labels;
+            (!l.is_empty()).then(|| serde_json::to_string(l).unwrap_or_else(|_| "{}".into()))
+        })
+        .collect();
+    let sticky: Vec<Option<&'static str>> = tasks
+        .iter()
+        .map(|t| t.routing.sticky.map(|s| s.as_str()))
+        .collect();
+    let timeouts: Vec<Option<i64>> = tasks
+        .iter()
+        .map(|t| t.routing.sticky.and_then(|s| s.timeout_ms()))
+        .collect();
+    let groups: Vec<Option<String>> = tasks
+        .iter()
+        .map(|t| t.routing.fanout_group.clone())
+        .collect();
+    let distinct: Vec<bool> = tasks.iter().map(|t| t.routing.fanout_distinct).collect();
+    q.bind(workers)
+        .bind(labels)
+        .bind(sticky)
+        .bind(timeouts)
+        .bind(groups)
+        .bind(distinct)
+}
+
+/// After a failure made `row` pending again: reserves the retry for the worker
+/// that failed it (sticky policy or `prefer_same_worker`), or clears an older
+/// reservation. Writes nothing for a task that has neither.
+pub(super) async fn reserve_retry(
+    tx: &mut Transaction<'_, Postgres>,
+    row: &TaskRow,
+    p: &FailParams,
+) -> StoreResult<()> {
+    let sticky =
+        crate::domain::routing::Sticky::parse(row.sticky.as_deref(), row.sticky_timeout_ms);
+    let worker = row.leased_by.as_deref().unwrap_or_default();
+    let reserved = reservation(sticky, p.prefer_same_worker, worker, p.now);
+    if reserved.is_none() && row.reserved_for.is_none() {
+        return Ok(());
+    }
+    let (worker, until) = match reserved {
+        Some((w, until)) => (Some(w), until.map(ms)),
+        None => (None, None),
+    };
+    sqlx::query("UPDATE tasks SET reserved_for = $1, reserved_until = $2 WHERE seq = $3")
+        .bind(worker)
+        .bind(until)
+        .bind(row.seq)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// Frees a retry reserved for a worker (an admin changed or requeued the task).
+pub(super) async fn clear_reservation(
+    tx: &mut Transaction<'_, Postgres>,
+    row: &TaskRow,
+) -> StoreResult<()> {
+    if row.reserved_for.is_none() {
+        return Ok(());
+    }
+    sqlx::query("UPDATE tasks SET reserved_for = NULL, reserved_until = NULL WHERE seq = $1")
+        .bind(row.seq)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+pub(super) async fn worker_record_seen(pool: &PgPool, seen: &[WorkerSeen]) -> StoreResult<()> {
+    if seen.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<&str> = seen.iter().map(|w| w.worker_id.as_str()).collect();
+    let labels: Vec<String> = seen
+        .iter()
+        .map(|w| serde_json::to_string(&w.labels).unwrap_or_else(|_| "{}".into()))
+        .collect();
+    let addresses: Vec<&str> = seen.iter().map(|w| w.address.as_str()).collect();
+    // Empty queues (a Heartbeat) keep the stored labels and queues.
+    let queues: Vec<Option<String>> = seen
+        .iter()
+        .map(|w| {
+            (!w.queues.is_empty())
+                .then(|| serde_json::to_string(&w.queues).unwrap_or_else(|_| "[]".into()))
+        })
+        .collect();
+    let nows: Vec<i64> = seen.iter().map(|w| ms(w.now)).collect();
+    // One row per worker id (the last seen wins), in id order so two replicas
+    // upserting the same workers lock rows in the same order.
+    sqlx::query(
+        "INSERT INTO workers (worker_id, labels, address, queues, first_seen, last_seen) \
+         SELECT DISTINCT ON (id) id, l, a, COALESCE(q, '[]'), n, n \
+         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[]) \
+           AS u(id, l, a, q, n) \
+         ORDER BY id, n DESC \
+         ON CONFLICT (worker_id) DO UPDATE SET \
+           labels = CASE WHEN excluded.queues = '[]' THEN workers.labels ELSE excluded.labels END, \
+           address = excluded.address, \
+           queues = CASE WHEN excluded.queues = '[]' THEN workers.queues ELSE excluded.queues END, \
+           last_seen = GREATEST(workers.last_seen, excluded.last_seen)",
+    )
+    .bind(&ids)
+    .bind(&labels)
+    .bind(&addresses)
+    .bind(&queues)
+    .bind(&nows)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// The registry row with its counts: leases held now, attempts finished in the
+/// minute before `now`.
+const WORKER_SELECT: &str = "SELECT w.worker_id, w.labels, w.address, w.queues, w.first_seen, \
+     w.last_seen, \
+     (SELECT count(*) FROM tasks h WHERE h.state = 'leased' AND h.leased_by = w.worker_id) \
+       AS leases_held, \
+     (SELECT count(*) FROM task_attempts a WHERE a.finished_at >= $1 \
+       AND a.worker_id = w.worker_id AND a.outcome = 'succeeded') AS completed, \
+     (SELECT count(*) FROM task_attempts a WHERE a.finished_at >= $1 \
+       AND a.worker_id = w.worker_id AND a.outcome <> 'succeeded') AS failed \
+     FROM workers w";
+
+fn minute_before(now: DateTime<Utc>) -> i64 {
+    ms(now) - 60_000
+}
+
+pub(super) async fn worker_list(pool: &PgPool, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
+    let mut qb = sqlx::QueryBuilder::<Postgres>::new(
+        WORKER_SELECT.replace("$1", &minute_before(f.now).to_string()),
+    );
+    qb.push(" WHERE w.last_seen >= ")
+        .push_bind(ms(f.seen_since));
+    if let Some(queue) = &f.queue {
+        qb.push(" AND w.queues::jsonb ? ").push_bind(queue);
+    }
+    if !f.labels.is_empty() {
+        qb.push(" AND w.labels::jsonb @> ")
+            .push_bind(serde_json::to_string(&f.labels).unwrap_or_else(|_| "{}".into()))
+            .push("::jsonb");
+    }
+    if let Some(after) = &f.after_id {
+        qb.push(" AND w.worker_id > ").push_bind(after);
+    }
+    qb.push(" ORDER BY w.worker_id LIMIT ")
+        .push_bind(i64::from(f.limit));
+    qb.build_query_as::<WorkerRow>()
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(WorkerRow::into_record)
+        .collect()
+}
+
+pub(super) async fn worker_get(
+    pool: &PgPool,
+    worker_id: &str,
+    now: DateTime<Utc>,
+) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
+    let sql = format!("{WORKER_SELECT} WHERE w.worker_id = $2");
+    let Some(row) = sqlx::query_as::<_, WorkerRow>(sqlx::AssertSqlSafe(sql))
+        .bind(minute_before(now))
+        .bind(worker_id)
+        .fetch_optional(pool)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let leases: Vec<WorkerLeaseRow> = sqlx::query_as(
+        "SELECT id, queue, attempt, leased_at, lease_expires_at FROM tasks \
+         WHERE state = 'leased' AND leased_by = $1 ORDER BY leased_at, seq LIMIT 1000",
+    )
+    .bind(worker_id)
+    .fetch_all(pool)
+    .await?;
+    let leases = leases.into_iter().map(worker_lease).collect();
+    Ok(Some((row.into_record()?, leases)))
+}

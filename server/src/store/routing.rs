@@ -1,0 +1,133 @@
+//! Parameters and rows of routing (issue 13): what a lease request says about
+//! its worker, and the worker registry. The lease rules themselves live in each
+//! store's lease statement; the `Store` methods that use these are in `mod.rs`.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+
+/// What a lease request says about its worker, besides its id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaseRouting {
+    /// The worker's labels (matched against each task's target labels).
+    pub labels: BTreeMap<String, String>,
+    /// Per queue, the leases one worker may hold at most (`[queues.X]
+    /// max_leases_per_worker`); queues without a cap are absent.
+    pub max_leases_per_worker: BTreeMap<String, u32>,
+}
+
+impl LeaseRouting {
+    /// The labels as the JSON object both stores compare with.
+    pub fn labels_json(&self) -> String {
+        serde_json::to_string(&self.labels).unwrap_or_else(|_| "{}".into())
+    }
+
+    /// The cap of each of `queues`, in order; 0 means none.
+    pub fn caps(&self, queues: &[String]) -> Vec<i32> {
+        queues
+            .iter()
+            .map(|q| {
+                self.max_leases_per_worker
+                    .get(q)
+                    .map_or(0, |&c| i32::try_from(c).unwrap_or(i32::MAX))
+            })
+            .collect()
+    }
+}
+
+/// A worker seen by Lease or Heartbeat, to record in the registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerSeen {
+    pub worker_id: String,
+    pub labels: BTreeMap<String, String>,
+    pub address: String,
+    /// Empty from a Heartbeat: the labels and queues of the last Lease are kept.
+    pub queues: Vec<String>,
+    pub now: DateTime<Utc>,
+}
+
+/// Which workers ListWorkers reads, by worker id.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerFilter {
+    /// Only workers seen at or after this time (now - worker_ttl).
+    pub seen_since: DateTime<Utc>,
+    /// Only workers whose last Lease named this queue.
+    pub queue: Option<String>,
+    /// Only workers whose labels include every pair.
+    pub labels: BTreeMap<String, String>,
+    /// Only workers with an id after this one.
+    pub after_id: Option<String>,
+    pub limit: u32,
+    /// For the last-minute counts.
+    pub now: DateTime<Utc>,
+}
+
+/// A worker as the registry knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerRecord {
+    pub worker_id: String,
+    pub labels: BTreeMap<String, String>,
+    pub address: String,
+    pub queues: Vec<String>,
+    pub first_seen: DateTime<Utc>,
+    pub last_seen: DateTime<Utc>,
+    pub leases_held: u64,
+    pub completed_last_minute: u64,
+    pub failed_last_minute: u64,
+}
+
+/// One lease a worker holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerLeaseRecord {
+    pub task_id: String,
+    pub queue: String,
+    pub attempt: u32,
+    pub leased_at: Option<DateTime<Utc>>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+}
+
+/// A registry row as stored (labels and queues as JSON).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct WorkerRow {
+    pub worker_id: String,
+    pub labels: String,
+    pub address: String,
+    pub queues: String,
+    pub first_seen: i64,
+    pub last_seen: i64,
+    pub leases_held: i64,
+    pub completed: i64,
+    pub failed: i64,
+}
+
+impl WorkerRow {
+    pub fn into_record(self) -> Result<WorkerRecord, super::StoreError> {
+        let corrupt =
+            |e: serde_json::Error| super::StoreError::Corrupt(format!("worker {}: {e}", "row"));
+        Ok(WorkerRecord {
+            labels: serde_json::from_str(&self.labels).map_err(corrupt)?,
+            queues: serde_json::from_str(&self.queues).map_err(corrupt)?,
+            worker_id: self.worker_id,
+            address: self.address,
+            first_seen: super::row::from_ms(self.first_seen),
+            last_seen: super::row::from_ms(self.last_seen),
+            leases_held: self.leases_held.max(0) as u64,
+            completed_last_minute: self.completed.max(0) as u64,
+            failed_last_minute: self.failed.max(0) as u64,
+        })
+    }
+}
+
+/// A lease a worker holds, as read: task id, queue, attempt, leased at, expires at.
+pub(crate) type WorkerLeaseRow = (String, String, i64, Option<i64>, Option<i64>);
+
+pub(crate) fn worker_lease(r: WorkerLeaseRow) -> WorkerLeaseRecord {
+    let (task_id, queue, attempt, at, expires) = r;
+    WorkerLeaseRecord {
+        task_id,
+        queue,
+        attempt: u32::try_from(attempt.max(0)).unwrap_or(u32::MAX),
+        leased_at: at.map(super::row::from_ms),
+        lease_expires_at: expires.map(super::row::from_ms),
+    }
+}
