@@ -17,7 +17,7 @@ from google.protobuf import timestamp_pb2
 
 from conformance_spec import SPEC_CASES, SpecCases
 from conformance_spec import CaseFailed as SpecCaseFailed
-from taskbroker import Client, error_info
+from taskbroker import Client, error_info, routing
 from taskbroker.client import duration
 from taskbroker.v1 import admin_pb2, broker_pb2, schedule_pb2
 
@@ -289,6 +289,66 @@ class Cases(SpecCases):
         except grpc.RpcError as err:
             check(err.code() == grpc.StatusCode.NOT_FOUND, f"after delete: {err.code().name}, want NOT_FOUND")
 
+    # Routing (issue 13), through the submit helper's target= and sticky=.
+
+    def lease_as(
+        self, queue: str, worker_id: str, labels: dict[str, str] | None = None, wait: float = 0
+    ) -> list[S.LeasedTask]:
+        resp = self.tb.broker.Lease(
+            S.LeaseRequest(
+                worker_id=worker_id,
+                queues=[queue],
+                max_tasks=10,
+                lease_duration=duration(30),
+                wait=duration(wait),
+                labels=labels or {},
+            ),
+            timeout=wait + 10,
+        )
+        return list(resp.tasks)
+
+    def targeted_task(self, q: str) -> None:
+        elsewhere = f"{WORKER_ID}-elsewhere"
+        self.tb.submit(q, b"a", target=routing.target(labels={"gpu": "a100"}))
+        self.tb.submit(q, b"b", target=routing.target(worker_id=elsewhere))
+        got = self.lease_as(q, WORKER_ID)
+        check(not got, f"a worker without labels leased {payloads(got)}")
+        carrying = {"gpu": "a100", "region": "eu"}
+        got = self.lease_as(q, WORKER_ID, carrying)
+        check(payloads(got) == ["a"], f"the labelled worker leased {payloads(got)}, want ['a']")
+        self.complete(got[0])
+        got = self.lease_as(q, WORKER_ID, carrying)
+        check(not got, f"the labelled worker leased {payloads(got)}, a task targeted at another worker")
+        got = self.lease_as(q, elsewhere)
+        check(payloads(got) == ["b"], f"{elsewhere} leased {payloads(got)}, want ['b']")
+        self.complete(got[0])
+
+    def sticky_retry(self, q: str) -> None:
+        retry = S.RetryPolicy(max_attempts=3, initial_backoff=duration(0))
+        self.tb.submit(q, b"s", retry=retry, sticky=routing.sticky("soft", timeout=60))
+        got = self.lease_as(q, WORKER_ID)
+        check(len(got) == 1, f"leased {describe(got)}, want 1 task")
+        resp = self.tb.broker.Fail(
+            S.FailRequest(task_id=got[0].task_id, lease_token=got[0].lease_token, error_message="boom"), timeout=10
+        )
+        check(
+            resp.state in (State.TASK_STATE_READY, State.TASK_STATE_SCHEDULED),
+            f"Fail: state {state_name(resp.state)}, want READY or SCHEDULED",
+        )
+        other = f"{WORKER_ID}-other"
+        stolen = self.lease_as(q, other)
+        check(not stolen, f"{other} leased the retry reserved for {WORKER_ID}: {describe(stolen)}")
+        again = self.lease_as(q, WORKER_ID, wait=5)
+        check(
+            len(again) == 1 and again[0].task_id == got[0].task_id and again[0].attempt == 2,
+            f"{WORKER_ID} leased {describe(again)}, want task {got[0].task_id} with attempt 2",
+        )
+        self.complete(again[0])
+
+
+def payloads(tasks: list[S.LeasedTask]) -> list[str]:
+    return [t.payload.decode() for t in tasks]
+
 
 CASES = [
     "lease_order",
@@ -303,6 +363,8 @@ CASES = [
     "bad_input",
     *SPEC_CASES,
     "schedule_every",
+    "targeted_task",
+    "sticky_retry",
 ]
 
 

@@ -4,6 +4,7 @@
 //! Prints `PASS case` or `FAIL case: reason` per case, then `N passed, M failed`, and
 //! exits non-zero when any case failed. Run it with `scripts/conformance.sh rust`.
 
+mod routing;
 mod spec;
 
 use std::future::Future;
@@ -428,6 +429,10 @@ fn cases() -> Vec<(&'static str, Case)> {
             Box::pin(spec::trace_propagation(c, q))
         }),
         ("schedule_every", |c, q| Box::pin(schedule_every(c, q))),
+        ("targeted_task", |c, q| {
+            Box::pin(routing::targeted_task(c, q))
+        }),
+        ("sticky_retry", |c, q| Box::pin(routing::sticky_retry(c, q))),
     ]
 }
 

@@ -45,11 +45,15 @@ func Permanentf(format string, args ...any) error {
 	return Permanent(fmt.Errorf(format, args...))
 }
 
-// RetryableError is a failure to retry after RetryAfter instead of the policy's backoff.
-// Any error that is not a PermanentError is retried; use this only to set RetryAfter.
+// RetryableError is a failure to retry after RetryAfter instead of the policy's backoff,
+// and, with PreferSameWorker, on this worker. Any error that is not a PermanentError is
+// retried; use this only to set RetryAfter or PreferSameWorker.
 type RetryableError struct {
 	Err        error
 	RetryAfter time.Duration
+	// PreferSameWorker asks the broker to keep the retry for this worker (its local files
+	// are here): FailRequest.prefer_same_worker, SOFT unless the task's sticky policy is HARD.
+	PreferSameWorker bool
 }
 
 func (e *RetryableError) Error() string { return e.Err.Error() }
@@ -57,3 +61,16 @@ func (e *RetryableError) Unwrap() error { return e.Err }
 
 // RetryAfter wraps err so the next attempt runs after d (overriding the retry policy).
 func RetryAfter(err error, d time.Duration) error { return &RetryableError{Err: err, RetryAfter: d} }
+
+// PreferSameWorker wraps err so its retry is reserved for this worker (routing, issue 13).
+// It keeps the RetryAfter of an err that is already a *RetryableError.
+//
+//	return nil, worker.PreferSameWorker(fmt.Errorf("render: %w", err))
+func PreferSameWorker(err error) error {
+	r := &RetryableError{Err: err, PreferSameWorker: true}
+	var inner *RetryableError
+	if errors.As(err, &inner) {
+		r.RetryAfter = inner.RetryAfter
+	}
+	return r
+}

@@ -61,8 +61,11 @@ func (w *Worker) handle(parent context.Context, lt *pb.LeasedTask) {
 	switch {
 	case errors.As(err, &perm):
 		req.NonRetryable = true
-	case errors.As(err, &retry) && retry.RetryAfter > 0:
-		req.RetryAfter = durationpb.New(retry.RetryAfter)
+	case errors.As(err, &retry):
+		if retry.RetryAfter > 0 {
+			req.RetryAfter = durationpb.New(retry.RetryAfter)
+		}
+		req.PreferSameWorker = retry.PreferSameWorker
 	}
 	ferr := w.report(func(rctx context.Context) error {
 		_, err := w.broker.Fail(rctx, req)

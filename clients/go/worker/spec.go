@@ -8,6 +8,9 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// MaxLabels is the most labels a worker may carry (LeaseRequest.labels).
+const MaxLabels = 32
+
 // The defaults of docs/client-spec.md, point 1; Config's zero values mean these.
 const (
 	DefaultConcurrency   = 4

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"sync"
 	"time"
@@ -37,8 +38,8 @@ type Config struct {
 	Queues []string
 	// WorkerID names this worker in the broker's attempts. Default: "<hostname>-<pid>".
 	WorkerID string
-	// Labels say what this worker is ({"gpu": "a100"}), sent with every Lease: a task
-	// targeted at labels goes only to a worker carrying all of them (routing). At most 32.
+	// Labels say what this worker is ({"gpu": "a100", "region": "eu"}), sent with every
+	// Lease: a task targeted at labels goes only to a worker carrying every pair. At most 32.
 	Labels map[string]string
 	// Concurrency is how many handlers run at once. Default 4.
 	Concurrency int
@@ -83,6 +84,10 @@ func New(conn grpc.ClientConnInterface, cfg Config, handler Handler) (*Worker, e
 	if cfg.StopTimeout == 0 {
 		cfg.StopTimeout = DefaultStopTimeout
 	}
+	if len(cfg.Labels) > MaxLabels {
+		return nil, fmt.Errorf("worker: Config.Labels has %d labels, at most %d", len(cfg.Labels), MaxLabels)
+	}
+	cfg.Labels = maps.Clone(cfg.Labels) // the caller may change its map later
 	if cfg.Concurrency > 256 {
 		return nil, errors.New("worker: Config.Concurrency is above 256, the broker's max_tasks")
 	}

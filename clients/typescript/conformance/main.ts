@@ -23,6 +23,7 @@ import {
 } from "../src/index.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { specCases } from "./spec_cases.js";
+import { routingCases } from "./routing_cases.js";
 
 const LANG = "typescript";
 const WORKER_ID = `conf-${LANG}`;
@@ -298,6 +299,7 @@ const cases: [string, Case][] = [
       check(ce.code === Code.NotFound, `after delete: ${Code[ce.code]}, want NotFound`);
     },
   ],
+  ...routingCases,
 ];
 
 function reasonOf(err: unknown): string {

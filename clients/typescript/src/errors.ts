@@ -27,11 +27,20 @@ export class WorkerStoppedError extends TaskbrokerError {
 export class RetryableError extends TaskbrokerError {
   /** Overrides the retry policy's backoff for this retry, in milliseconds. */
   readonly retryAfterMs: number | undefined;
+  /**
+   * Asks the broker to keep the retry for this worker (its local files are here):
+   * FailRequest.prefer_same_worker, SOFT unless the task's sticky policy is HARD.
+   */
+  readonly preferSameWorker: boolean;
 
-  constructor(message: string, options: { retryAfterMs?: number; cause?: unknown } = {}) {
+  constructor(
+    message: string,
+    options: { retryAfterMs?: number; preferSameWorker?: boolean; cause?: unknown } = {},
+  ) {
     super(message, { cause: options.cause });
     this.name = "RetryableError";
     this.retryAfterMs = options.retryAfterMs;
+    this.preferSameWorker = options.preferSameWorker ?? false;
   }
 }
 

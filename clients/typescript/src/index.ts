@@ -12,8 +12,26 @@ export { TaskContext } from "./context.js";
 export type { BytesLike } from "./context.js";
 export { TaskbrokerError, RetryableError, PermanentError, TaskAbortedError, WorkerStoppedError } from "./errors.js";
 export type { AbortKind } from "./errors.js";
+export { target, sticky, fanout, MAX_LABELS } from "./routing.js";
 export * from "./gen/taskbroker/v1/broker_pb.js";
 export * from "./gen/taskbroker/v1/admin_pb.js";
 export * from "./gen/taskbroker/v1/schedule_pb.js";
+// The worker registry's messages; its Worker message is WorkerInfo here (Worker is the runtime).
+export {
+  WorkerSchema as WorkerInfoSchema,
+  ListWorkersRequestSchema,
+  ListWorkersResponseSchema,
+  GetWorkerRequestSchema,
+  GetWorkerResponseSchema,
+  WorkerLeaseSchema,
+} from "./gen/taskbroker/v1/worker_pb.js";
+export type {
+  Worker as WorkerInfo,
+  ListWorkersRequest,
+  ListWorkersResponse,
+  GetWorkerRequest,
+  GetWorkerResponse,
+  WorkerLease,
+} from "./gen/taskbroker/v1/worker_pb.js";
 export { ErrorInfoSchema } from "./gen/google/rpc/error_details_pb.js";
 export type { ErrorInfo } from "./gen/google/rpc/error_details_pb.js";

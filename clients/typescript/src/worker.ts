@@ -23,6 +23,7 @@ import { isLeaseLost, type BrokerClient } from "./client.js";
 import { TaskContext, toBytes, type BytesLike } from "./context.js";
 import { PermanentError, RetryableError, WorkerStoppedError } from "./errors.js";
 import { backoffMs, DEFAULTS, heartbeatIntervalMs, stopsWorker } from "./spec.js";
+import { MAX_LABELS } from "./routing.js";
 import { withContext } from "./tracing.js";
 
 /** Does the work of one task. Resolve (optionally with a result) to complete it; throw to fail it. */
@@ -50,6 +51,11 @@ export interface WorkerOptions {
   stopTimeoutMs?: number;
   /** Called with errors the worker survives (broker unreachable, a report that failed). */
   onError?: (err: unknown, during: string) => void;
+  /**
+   * What this worker is (`{ gpu: "a100", region: "eu" }`), sent with every Lease: a task
+   * targeted at labels goes only to a worker carrying every pair. At most 32.
+   */
+  labels?: Record<string, string>;
 }
 
 export interface RunOptions {
@@ -76,6 +82,8 @@ export class Worker {
   readonly #heartbeatIntervalMs: number;
   readonly #stopTimeoutMs: number;
   readonly #onError: (err: unknown, during: string) => void;
+  /** Sent with every Lease (routing). */
+  readonly labels: Readonly<Record<string, string>>;
 
   readonly #running = new Map<string, Running>();
   /** Aborts the in-flight long poll and the loops' sleeps on stop(). */
@@ -102,6 +110,11 @@ export class Worker {
     this.#heartbeatIntervalMs = options.heartbeatIntervalMs ?? heartbeatIntervalMs(this.#leaseDurationMs);
     this.#stopTimeoutMs = options.stopTimeoutMs ?? DEFAULTS.stopTimeoutMs;
     this.#onError = options.onError ?? ((err, during) => console.error(`taskbroker worker: ${during}:`, err));
+    const labels = { ...options.labels };
+    if (Object.keys(labels).length > MAX_LABELS) {
+      throw new Error(`Worker labels: at most ${MAX_LABELS}, got ${Object.keys(labels).length}`);
+    }
+    this.labels = labels;
   }
 
   /** Tasks currently being worked on. */
@@ -205,6 +218,7 @@ export class Worker {
             maxTasks: free,
             leaseDuration: durationFromMs(this.#leaseDurationMs),
             wait: durationFromMs(this.#pollWaitMs),
+            labels: { ...this.labels },
           },
           // The call's deadline leaves the broker room to answer an empty long poll.
           { signal: stop, timeoutMs: this.#pollWaitMs + DEFAULTS.leaseMarginMs },
@@ -344,6 +358,7 @@ function failRequest(ctx: TaskContext, error: unknown) {
       error instanceof RetryableError && error.retryAfterMs !== undefined
         ? durationFromMs(error.retryAfterMs)
         : undefined,
+    preferSameWorker: error instanceof RetryableError && error.preferSameWorker,
   };
 }
 

@@ -49,6 +49,8 @@ var cases = []testCase{
 	{"drain_on_sigterm", drainOnSigterm},
 	{"trace_propagation", traceContextPropagates},
 	{"schedule_every", scheduleEvery},
+	{"targeted_task", targetedTask},
+	{"sticky_retry", stickyRetry},
 }
 
 func main() {

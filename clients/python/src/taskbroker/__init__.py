@@ -10,8 +10,11 @@
   every exception the package defines.
 - ``error_info`` / ``is_lease_lost``: the broker's rich error details (google.rpc.ErrorInfo).
 - ``taskbroker.outbox``: enqueue in your own Postgres transaction (psycopg 3); docs/outbox.md.
+- ``routing``: ``target``, ``sticky`` and ``fanout`` for ``submit`` (issue 13); workers take
+  ``labels=``, and ``RetryableError(prefer_same_worker=True)`` keeps a retry on this worker.
 """
 
+from taskbroker import routing
 from taskbroker.aio import AsyncClient, AsyncTaskContext, AsyncWorker
 from taskbroker.client import Client, ConnectOptions, TLSConfig
 from taskbroker.errors import (
@@ -48,5 +51,6 @@ __all__ = [
     "broker_pb2",
     "error_info",
     "is_lease_lost",
+    "routing",
     "schedule_pb2",
 ]

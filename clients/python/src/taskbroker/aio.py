@@ -31,7 +31,8 @@ from taskbroker import spec, tracing
 from taskbroker.client import ConnectOptions, TLSConfig, duration, timestamp
 from taskbroker.context import CANCEL_REQUESTED, DEADLINE, LEASE_LOST, STOPPING
 from taskbroker.errors import LeaseLostError, PermanentError, RetryableError, WorkerStoppedError, is_lease_lost
-from taskbroker.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc
+from taskbroker.routing import check_labels
+from taskbroker.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc, worker_pb2
 
 log = logging.getLogger("taskbroker.aio")
 
@@ -99,12 +100,26 @@ class AsyncClient:
         deadline: datetime.datetime | None = None,
         retry: broker_pb2.RetryPolicy | None = None,
         metadata: Mapping[str, str] | None = None,
+        target: broker_pb2.Target | None = None,
+        sticky: broker_pb2.StickyPolicy | None = None,
+        fanout: broker_pb2.Fanout | None = None,
         timeout: float = spec.CALL_TIMEOUT,
     ) -> broker_pb2.SubmitResult:
-        """Submits one task (with the current OpenTelemetry traceparent in its metadata)."""
+        """Submits one task (with the current OpenTelemetry traceparent in its metadata);
+        ``target``, ``sticky`` and ``fanout`` as in ``Client.submit``."""
         meta = dict(metadata or {})
         tracing.inject(meta)
-        task = broker_pb2.TaskSpec(queue=queue, payload=payload, key=key, priority=priority, retry=retry, metadata=meta)
+        task = broker_pb2.TaskSpec(
+            queue=queue,
+            payload=payload,
+            key=key,
+            priority=priority,
+            retry=retry,
+            metadata=meta,
+            target=target,
+            sticky=sticky,
+            fanout=fanout,
+        )
         if run_at is not None:
             task.run_at.CopyFrom(timestamp(run_at))
         if deadline is not None:
@@ -112,6 +127,23 @@ class AsyncClient:
         headers = list(tracing.current_headers().items()) or None
         resp = await self.broker.Submit(broker_pb2.SubmitRequest(tasks=[task]), timeout=timeout, metadata=headers)
         return resp.results[0]
+
+    async def list_workers(
+        self, *, queue: str = "", labels: Mapping[str, str] | None = None, timeout: float = spec.CALL_TIMEOUT
+    ) -> list[worker_pb2.Worker]:
+        """As ``Client.list_workers``: every worker seen within worker_ttl, all pages."""
+        req = worker_pb2.ListWorkersRequest(queue=queue, labels=dict(labels or {}), page_size=1000)
+        workers: list[worker_pb2.Worker] = []
+        while True:
+            resp = await self.admin.ListWorkers(req, timeout=timeout)
+            workers.extend(resp.workers)
+            if not resp.next_page_token:
+                return workers
+            req.page_token = resp.next_page_token
+
+    async def get_worker(self, worker_id: str, *, timeout: float = spec.CALL_TIMEOUT) -> worker_pb2.GetWorkerResponse:
+        """As ``Client.get_worker``: one worker with its current leases."""
+        return await self.admin.GetWorker(worker_pb2.GetWorkerRequest(worker_id=worker_id), timeout=timeout)
 
     async def close(self) -> None:
         if self._owns_channel:
@@ -204,6 +236,7 @@ class AsyncWorker:
         worker_id: str | None = None,
         labels: Mapping[str, str] | None = None,
         stop_timeout: float | None = spec.DEFAULT_STOP_TIMEOUT,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         if not queues:
             raise ValueError("queues is empty")
@@ -226,6 +259,7 @@ class AsyncWorker:
         # workers carrying all of them (routing; the broker checks them on Lease).
         self.labels = dict(labels or {})
         self.stop_timeout = stop_timeout
+        self.labels = check_labels(labels)
         self._running: dict[str, AsyncTaskContext] = {}
         self._stopping: asyncio.Event | None = None
         self._changed: asyncio.Event | None = None
@@ -431,6 +465,7 @@ def _fail_request(ctx: AsyncTaskContext, error: BaseException) -> broker_pb2.Fai
         req.error_message = str(error)
         if error.retry_after is not None:
             req.retry_after.CopyFrom(duration(error.retry_after))
+        req.prefer_same_worker = error.prefer_same_worker
     elif isinstance(error, asyncio.CancelledError):
         req.error_message = f"cancelled: {ctx.cancel_reason}"
     else:

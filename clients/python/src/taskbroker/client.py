@@ -12,7 +12,7 @@ import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from taskbroker import tracing
-from taskbroker.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc, schedule_pb2_grpc
+from taskbroker.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc, schedule_pb2_grpc, worker_pb2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,9 +168,17 @@ class Client:
         deadline: datetime.datetime | None = None,
         retry: broker_pb2.RetryPolicy | None = None,
         metadata: Mapping[str, str] | None = None,
+        target: broker_pb2.Target | None = None,
+        sticky: broker_pb2.StickyPolicy | None = None,
+        fanout: broker_pb2.Fanout | None = None,
         timeout: float = 30.0,
     ) -> broker_pb2.SubmitResult:
-        """Submits one task and returns its SubmitResult (task_id, deduplicated).
+        """Submits one task and returns its SubmitResult (task_id, deduplicated, and with
+        ``fanout`` every copy's id in ``copy_task_ids``).
+
+        ``target``, ``sticky`` and ``fanout`` route the task (``taskbroker.routing`` builds
+        them: ``target(labels={"gpu": "a100"})``, ``sticky("soft", timeout=60)``,
+        ``fanout(6, distinct_workers=True)``).
 
         The current OpenTelemetry context's ``traceparent`` goes into the task's metadata
         (unless ``metadata`` has one) and into the call's headers.
@@ -184,6 +192,9 @@ class Client:
             priority=priority,
             retry=retry,
             metadata=meta,
+            target=target,
+            sticky=sticky,
+            fanout=fanout,
         )
         if run_at is not None:
             spec.run_at.CopyFrom(timestamp(run_at))
@@ -192,6 +203,26 @@ class Client:
         headers = tuple(tracing.current_headers().items())
         resp = self.broker.Submit(broker_pb2.SubmitRequest(tasks=[spec]), timeout=timeout, metadata=headers or None)
         return resp.results[0]
+
+    def list_workers(
+        self, *, queue: str = "", labels: Mapping[str, str] | None = None, timeout: float = 10.0
+    ) -> list[worker_pb2.Worker]:
+        """Every worker any broker replica saw within its worker_ttl (AdminService.ListWorkers,
+        all pages), by worker id; only those leasing from ``queue`` and carrying every pair of
+        ``labels`` when given."""
+        req = worker_pb2.ListWorkersRequest(queue=queue, labels=dict(labels or {}), page_size=1000)
+        workers: list[worker_pb2.Worker] = []
+        while True:
+            resp = self.admin.ListWorkers(req, timeout=timeout)
+            workers.extend(resp.workers)
+            if not resp.next_page_token:
+                return workers
+            req.page_token = resp.next_page_token
+
+    def get_worker(self, worker_id: str, *, timeout: float = 10.0) -> worker_pb2.GetWorkerResponse:
+        """One worker (``.worker``) with the leases it holds now (``.leases``); NOT_FOUND when
+        no replica saw it within worker_ttl."""
+        return self.admin.GetWorker(worker_pb2.GetWorkerRequest(worker_id=worker_id), timeout=timeout)
 
     def close(self) -> None:
         if self._owns_channel:

@@ -30,15 +30,18 @@ class WorkerStoppedError(TaskbrokerError):
 
 
 class RetryableError(TaskbrokerError):
-    """A failure the broker should retry; ``retry_after`` (seconds) overrides the backoff.
+    """A failure the broker should retry; ``retry_after`` (seconds) overrides the backoff;
+    ``prefer_same_worker`` asks for the retry to be reserved for this worker (its local files
+    are here): FailRequest.prefer_same_worker, SOFT unless the task's sticky policy says HARD.
 
     Any exception other than PermanentError is retried too: raise this one only to set
-    ``retry_after``.
+    ``retry_after`` or ``prefer_same_worker``.
     """
 
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, *, retry_after: float | None = None, prefer_same_worker: bool = False) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.prefer_same_worker = prefer_same_worker
 
 
 class PermanentError(TaskbrokerError):

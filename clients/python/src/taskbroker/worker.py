@@ -20,6 +20,7 @@ from taskbroker import spec, tracing
 from taskbroker.client import Client, duration
 from taskbroker.context import CANCEL_REQUESTED, DEADLINE, STOPPING, TaskContext
 from taskbroker.errors import PermanentError, RetryableError, WorkerStoppedError, is_lease_lost
+from taskbroker.routing import check_labels
 from taskbroker.v1 import broker_pb2
 
 log = logging.getLogger("taskbroker.worker")
@@ -64,6 +65,7 @@ class Worker:
         worker_id: str | None = None,
         labels: Mapping[str, str] | None = None,
         stop_timeout: float | None = spec.DEFAULT_STOP_TIMEOUT,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         if not queues:
             raise ValueError("queues is empty")
@@ -91,6 +93,9 @@ class Worker:
         # workers carrying all of them (routing; the broker checks them on Lease).
         self.labels = dict(labels or {})
         self.stop_timeout = stop_timeout
+        #: What this worker is (``{"gpu": "a100"}``), sent with every Lease: a task targeted
+        #: at labels goes only to a worker carrying every pair.
+        self.labels = check_labels(labels)
 
         # _cond guards _running and _stopping: the lease loop waits on it for a free slot.
         self._cond = threading.Condition()
@@ -352,6 +357,7 @@ def _fail_request(ctx: TaskContext, error: BaseException) -> broker_pb2.FailRequ
         req.error_message = str(error)
         if error.retry_after is not None:
             req.retry_after.CopyFrom(duration(error.retry_after))
+        req.prefer_same_worker = error.prefer_same_worker
     else:
         req.error_message = f"{type(error).__name__}: {error}"
     return req

@@ -17,7 +17,6 @@ import java.time.Duration;
 import java.time.Instant;
 import java.util.List;
 import java.util.Map;
-import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executor;
@@ -65,7 +64,6 @@ public final class Worker implements AutoCloseable {
   private final TaskHandler handler;
   private final String workerId;
   private final List<String> queues;
-  /** What this worker is, sent with every Lease (routing). */
   private final Map<String, String> labels;
   private final int concurrency;
   private final Duration leaseDuration;
@@ -123,6 +121,11 @@ public final class Worker implements AutoCloseable {
 
   public String workerId() {
     return workerId;
+  }
+
+  /** The labels sent with every Lease (routing). */
+  public Map<String, String> labels() {
+    return labels;
   }
 
   /** Tasks being worked on right now. */
@@ -282,10 +285,10 @@ public final class Worker implements AutoCloseable {
             LeaseRequest.newBuilder()
                 .setWorkerId(workerId)
                 .addAllQueues(queues)
-                .putAllLabels(labels)
                 .setMaxTasks(free)
                 .setLeaseDuration(ProtoTime.duration(leaseDuration))
                 .setWait(ProtoTime.duration(pollWait))
+                .putAllLabels(labels)
                 .build();
         // The deadline leaves the broker room to answer an empty long poll.
         long deadlineMs = pollWait.toMillis() + 5_000;
@@ -424,6 +427,7 @@ public final class Worker implements AutoCloseable {
             .setNonRetryable(error instanceof PermanentException);
     if (error instanceof RetryableException r) {
       r.retryAfter().ifPresent(d -> req.setRetryAfter(ProtoTime.duration(d)));
+      req.setPreferSameWorker(r.preferSameWorker());
     }
     return req.build();
   }
@@ -488,7 +492,7 @@ public final class Worker implements AutoCloseable {
     private final TaskHandler handler;
     private List<String> queues = List.of();
     private String workerId = defaultWorkerId();
-    private final Map<String, String> labels = new TreeMap<>();
+    private final Map<String, String> labels = new java.util.TreeMap<>();
     private int concurrency = DEFAULT_CONCURRENCY;
     private Duration leaseDuration = DEFAULT_LEASE_DURATION;
     private Duration pollWait = DEFAULT_POLL_WAIT;
@@ -516,11 +520,23 @@ public final class Worker implements AutoCloseable {
     }
 
     /**
-     * A label of this worker ({@code gpu=a100}), sent with every Lease: a task targeted at
-     * labels goes only to a worker carrying all of them (routing). At most 32.
+     * A label of this worker ({@code label("gpu", "a100")}), sent with every Lease: a task
+     * targeted at labels goes only to a worker carrying every pair. At most 32; the broker
+     * refuses a bad one when the worker first leases (the worker then stops).
      */
     public Builder label(String key, String value) {
-      this.labels.put(key, value);
+      java.util.Objects.requireNonNull(key, "key");
+      java.util.Objects.requireNonNull(value, "value");
+      if (!labels.containsKey(key) && labels.size() >= Routing.MAX_LABELS) {
+        throw new IllegalArgumentException("at most " + Routing.MAX_LABELS + " labels");
+      }
+      labels.put(key, value);
+      return this;
+    }
+
+    /** Every pair of {@code labels}, as {@link #label} one by one. */
+    public Builder labels(Map<String, String> labels) {
+      labels.forEach(this::label);
       return this;
     }
 

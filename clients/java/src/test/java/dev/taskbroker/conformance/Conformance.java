@@ -117,6 +117,8 @@ public final class Conformance {
     cases.put("drain_on_sigterm", () -> SpecCases.drainOnSigterm(tb, queue));
     cases.put("trace_propagation", () -> SpecCases.traceContext(tb, queue));
     cases.put("schedule_every", this::scheduleEvery);
+    cases.put("targeted_task", () -> RoutingCases.targetedTask(tb, queue));
+    cases.put("sticky_retry", () -> RoutingCases.stickyRetry(tb, queue));
     int passed = 0;
     int failed = 0;
     for (Map.Entry<String, Case> c : cases.entrySet()) {
