@@ -121,7 +121,15 @@ type Task struct {
 	// The schedule that made this task, if one did (see schedule.proto).
 	ScheduleId string `protobuf:"bytes,24,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
 	// The schedule's fire time this task was made for.
-	FireTime      *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=fire_time,json=fireTime,proto3" json:"fire_time,omitempty"`
+	FireTime *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=fire_time,json=fireTime,proto3" json:"fire_time,omitempty"`
+	// Flow (#15): the tasks this one waits for (TaskSpec.depends_on, indexes resolved).
+	DependsOn []string `protobuf:"bytes,34,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	// Flow (#15): how many of them have not finished yet (BLOCKED while above 0).
+	DependenciesRemaining uint32 `protobuf:"varint,35,opt,name=dependencies_remaining,json=dependenciesRemaining,proto3" json:"dependencies_remaining,omitempty"`
+	// Flow (#15): TaskSpec.run_if_dependency_fails.
+	RunIfDependencyFails bool `protobuf:"varint,36,opt,name=run_if_dependency_fails,json=runIfDependencyFails,proto3" json:"run_if_dependency_fails,omitempty"`
+	// Flow (#15): why the task was cancelled (when CANCELLED).
+	CancelReason  CancelReason `protobuf:"varint,37,opt,name=cancel_reason,json=cancelReason,proto3,enum=taskbroker.v1.CancelReason" json:"cancel_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -329,6 +337,34 @@ func (x *Task) GetFireTime() *timestamppb.Timestamp {
 		return x.FireTime
 	}
 	return nil
+}
+
+func (x *Task) GetDependsOn() []string {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
+}
+
+func (x *Task) GetDependenciesRemaining() uint32 {
+	if x != nil {
+		return x.DependenciesRemaining
+	}
+	return 0
+}
+
+func (x *Task) GetRunIfDependencyFails() bool {
+	if x != nil {
+		return x.RunIfDependencyFails
+	}
+	return false
+}
+
+func (x *Task) GetCancelReason() CancelReason {
+	if x != nil {
+		return x.CancelReason
+	}
+	return CancelReason_CANCEL_REASON_UNSPECIFIED
 }
 
 type GetTaskRequest struct {
@@ -1296,7 +1332,8 @@ var File_taskbroker_v1_admin_proto protoreflect.FileDescriptor
 
 const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\"\xb8\b\n" +
+	"\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\x1a\x19taskbroker/v1/event.proto\"\x87\n" +
+	"\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -1330,7 +1367,12 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\rfencing_token\x18\x17 \x01(\x04R\ffencingToken\x12\x1f\n" +
 	"\vschedule_id\x18\x18 \x01(\tR\n" +
 	"scheduleId\x127\n" +
-	"\tfire_time\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\bfireTime\x1a;\n" +
+	"\tfire_time\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\bfireTime\x12\x1d\n" +
+	"\n" +
+	"depends_on\x18\" \x03(\tR\tdependsOn\x125\n" +
+	"\x16dependencies_remaining\x18# \x01(\rR\x15dependenciesRemaining\x125\n" +
+	"\x17run_if_dependency_fails\x18$ \x01(\bR\x14runIfDependencyFails\x12@\n" +
+	"\rcancel_reason\x18% \x01(\x0e2\x1b.taskbroker.v1.CancelReasonR\fcancelReason\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\")\n" +
@@ -1408,7 +1450,7 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12!\n" +
 	"\x1dATTEMPT_OUTCOME_LEASE_EXPIRED\x10\x04\x12%\n" +
-	"!ATTEMPT_OUTCOME_DEADLINE_EXCEEDED\x10\x052\xd9\x04\n" +
+	"!ATTEMPT_OUTCOME_DEADLINE_EXCEEDED\x10\x052\xbc\a\n" +
 	"\fAdminService\x12H\n" +
 	"\aGetTask\x12\x1d.taskbroker.v1.GetTaskRequest\x1a\x1e.taskbroker.v1.GetTaskResponse\x12N\n" +
 	"\tListTasks\x12\x1f.taskbroker.v1.ListTasksRequest\x1a .taskbroker.v1.ListTasksResponse\x12Q\n" +
@@ -1418,7 +1460,12 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"UpdateTask\x12 .taskbroker.v1.UpdateTaskRequest\x1a!.taskbroker.v1.UpdateTaskResponse\x12T\n" +
 	"\vRequeueTask\x12!.taskbroker.v1.RequeueTaskRequest\x1a\".taskbroker.v1.RequeueTaskResponse\x12W\n" +
 	"\fListAttempts\x12\".taskbroker.v1.ListAttemptsRequest\x1a#.taskbroker.v1.ListAttemptsResponse\x12Z\n" +
-	"\rGetQueueStats\x12#.taskbroker.v1.GetQueueStatsRequest\x1a$.taskbroker.v1.GetQueueStatsResponseBB\n" +
+	"\rGetQueueStats\x12#.taskbroker.v1.GetQueueStatsRequest\x1a$.taskbroker.v1.GetQueueStatsResponse\x12]\n" +
+	"\x0eListTaskEvents\x12$.taskbroker.v1.ListTaskEventsRequest\x1a%.taskbroker.v1.ListTaskEventsResponse\x12S\n" +
+	"\n" +
+	"WatchTasks\x12 .taskbroker.v1.WatchTasksRequest\x1a!.taskbroker.v1.WatchTasksResponse0\x01\x12T\n" +
+	"\vCancelTasks\x12!.taskbroker.v1.CancelTasksRequest\x1a\".taskbroker.v1.CancelTasksResponse\x12W\n" +
+	"\fRequeueTasks\x12\".taskbroker.v1.RequeueTasksRequest\x1a#.taskbroker.v1.RequeueTasksResponseBB\n" +
 	"\x11dev.taskbroker.v1P\x01Z+taskbroker.dev/go/taskbrokerv1;taskbrokerv1b\x06proto3"
 
 var (
@@ -1436,30 +1483,39 @@ func file_taskbroker_v1_admin_proto_rawDescGZIP() []byte {
 var file_taskbroker_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_taskbroker_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_taskbroker_v1_admin_proto_goTypes = []any{
-	(AttemptOutcome)(0),           // 0: taskbroker.v1.AttemptOutcome
-	(*Task)(nil),                  // 1: taskbroker.v1.Task
-	(*GetTaskRequest)(nil),        // 2: taskbroker.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),       // 3: taskbroker.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),      // 4: taskbroker.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),     // 5: taskbroker.v1.ListTasksResponse
-	(*CancelTaskRequest)(nil),     // 6: taskbroker.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),    // 7: taskbroker.v1.CancelTaskResponse
-	(*UpdateTaskRequest)(nil),     // 8: taskbroker.v1.UpdateTaskRequest
-	(*UpdateTaskResponse)(nil),    // 9: taskbroker.v1.UpdateTaskResponse
-	(*RequeueTaskRequest)(nil),    // 10: taskbroker.v1.RequeueTaskRequest
-	(*RequeueTaskResponse)(nil),   // 11: taskbroker.v1.RequeueTaskResponse
-	(*ListAttemptsRequest)(nil),   // 12: taskbroker.v1.ListAttemptsRequest
-	(*Attempt)(nil),               // 13: taskbroker.v1.Attempt
-	(*ListAttemptsResponse)(nil),  // 14: taskbroker.v1.ListAttemptsResponse
-	(*GetQueueStatsRequest)(nil),  // 15: taskbroker.v1.GetQueueStatsRequest
-	(*QueueStats)(nil),            // 16: taskbroker.v1.QueueStats
-	(*GetQueueStatsResponse)(nil), // 17: taskbroker.v1.GetQueueStatsResponse
-	nil,                           // 18: taskbroker.v1.Task.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(*RetryPolicy)(nil),           // 20: taskbroker.v1.RetryPolicy
-	(TaskState)(0),                // 21: taskbroker.v1.TaskState
-	(*fieldmaskpb.FieldMask)(nil), // 22: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
+	(AttemptOutcome)(0),            // 0: taskbroker.v1.AttemptOutcome
+	(*Task)(nil),                   // 1: taskbroker.v1.Task
+	(*GetTaskRequest)(nil),         // 2: taskbroker.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),        // 3: taskbroker.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),       // 4: taskbroker.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),      // 5: taskbroker.v1.ListTasksResponse
+	(*CancelTaskRequest)(nil),      // 6: taskbroker.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),     // 7: taskbroker.v1.CancelTaskResponse
+	(*UpdateTaskRequest)(nil),      // 8: taskbroker.v1.UpdateTaskRequest
+	(*UpdateTaskResponse)(nil),     // 9: taskbroker.v1.UpdateTaskResponse
+	(*RequeueTaskRequest)(nil),     // 10: taskbroker.v1.RequeueTaskRequest
+	(*RequeueTaskResponse)(nil),    // 11: taskbroker.v1.RequeueTaskResponse
+	(*ListAttemptsRequest)(nil),    // 12: taskbroker.v1.ListAttemptsRequest
+	(*Attempt)(nil),                // 13: taskbroker.v1.Attempt
+	(*ListAttemptsResponse)(nil),   // 14: taskbroker.v1.ListAttemptsResponse
+	(*GetQueueStatsRequest)(nil),   // 15: taskbroker.v1.GetQueueStatsRequest
+	(*QueueStats)(nil),             // 16: taskbroker.v1.QueueStats
+	(*GetQueueStatsResponse)(nil),  // 17: taskbroker.v1.GetQueueStatsResponse
+	nil,                            // 18: taskbroker.v1.Task.MetadataEntry
+	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
+	(*RetryPolicy)(nil),            // 20: taskbroker.v1.RetryPolicy
+	(TaskState)(0),                 // 21: taskbroker.v1.TaskState
+	(CancelReason)(0),              // 22: taskbroker.v1.CancelReason
+	(*fieldmaskpb.FieldMask)(nil),  // 23: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),    // 24: google.protobuf.Duration
+	(*ListTaskEventsRequest)(nil),  // 25: taskbroker.v1.ListTaskEventsRequest
+	(*WatchTasksRequest)(nil),      // 26: taskbroker.v1.WatchTasksRequest
+	(*CancelTasksRequest)(nil),     // 27: taskbroker.v1.CancelTasksRequest
+	(*RequeueTasksRequest)(nil),    // 28: taskbroker.v1.RequeueTasksRequest
+	(*ListTaskEventsResponse)(nil), // 29: taskbroker.v1.ListTaskEventsResponse
+	(*WatchTasksResponse)(nil),     // 30: taskbroker.v1.WatchTasksResponse
+	(*CancelTasksResponse)(nil),    // 31: taskbroker.v1.CancelTasksResponse
+	(*RequeueTasksResponse)(nil),   // 32: taskbroker.v1.RequeueTasksResponse
 }
 var file_taskbroker_v1_admin_proto_depIdxs = []int32{
 	19, // 0: taskbroker.v1.Task.run_at:type_name -> google.protobuf.Timestamp
@@ -1472,42 +1528,51 @@ var file_taskbroker_v1_admin_proto_depIdxs = []int32{
 	19, // 7: taskbroker.v1.Task.lease_expires_at:type_name -> google.protobuf.Timestamp
 	19, // 8: taskbroker.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
 	19, // 9: taskbroker.v1.Task.fire_time:type_name -> google.protobuf.Timestamp
-	1,  // 10: taskbroker.v1.GetTaskResponse.task:type_name -> taskbroker.v1.Task
-	21, // 11: taskbroker.v1.ListTasksRequest.states:type_name -> taskbroker.v1.TaskState
-	19, // 12: taskbroker.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	19, // 13: taskbroker.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,  // 14: taskbroker.v1.ListTasksResponse.tasks:type_name -> taskbroker.v1.Task
-	1,  // 15: taskbroker.v1.CancelTaskResponse.task:type_name -> taskbroker.v1.Task
-	19, // 16: taskbroker.v1.UpdateTaskRequest.run_at:type_name -> google.protobuf.Timestamp
-	19, // 17: taskbroker.v1.UpdateTaskRequest.deadline:type_name -> google.protobuf.Timestamp
-	22, // 18: taskbroker.v1.UpdateTaskRequest.update_mask:type_name -> google.protobuf.FieldMask
-	1,  // 19: taskbroker.v1.UpdateTaskResponse.task:type_name -> taskbroker.v1.Task
-	1,  // 20: taskbroker.v1.RequeueTaskResponse.task:type_name -> taskbroker.v1.Task
-	19, // 21: taskbroker.v1.Attempt.leased_at:type_name -> google.protobuf.Timestamp
-	19, // 22: taskbroker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
-	0,  // 23: taskbroker.v1.Attempt.outcome:type_name -> taskbroker.v1.AttemptOutcome
-	13, // 24: taskbroker.v1.ListAttemptsResponse.attempts:type_name -> taskbroker.v1.Attempt
-	23, // 25: taskbroker.v1.QueueStats.oldest_ready_age:type_name -> google.protobuf.Duration
-	16, // 26: taskbroker.v1.GetQueueStatsResponse.queues:type_name -> taskbroker.v1.QueueStats
-	2,  // 27: taskbroker.v1.AdminService.GetTask:input_type -> taskbroker.v1.GetTaskRequest
-	4,  // 28: taskbroker.v1.AdminService.ListTasks:input_type -> taskbroker.v1.ListTasksRequest
-	6,  // 29: taskbroker.v1.AdminService.CancelTask:input_type -> taskbroker.v1.CancelTaskRequest
-	8,  // 30: taskbroker.v1.AdminService.UpdateTask:input_type -> taskbroker.v1.UpdateTaskRequest
-	10, // 31: taskbroker.v1.AdminService.RequeueTask:input_type -> taskbroker.v1.RequeueTaskRequest
-	12, // 32: taskbroker.v1.AdminService.ListAttempts:input_type -> taskbroker.v1.ListAttemptsRequest
-	15, // 33: taskbroker.v1.AdminService.GetQueueStats:input_type -> taskbroker.v1.GetQueueStatsRequest
-	3,  // 34: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
-	5,  // 35: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
-	7,  // 36: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
-	9,  // 37: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
-	11, // 38: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
-	14, // 39: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
-	17, // 40: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
-	34, // [34:41] is the sub-list for method output_type
-	27, // [27:34] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	22, // 10: taskbroker.v1.Task.cancel_reason:type_name -> taskbroker.v1.CancelReason
+	1,  // 11: taskbroker.v1.GetTaskResponse.task:type_name -> taskbroker.v1.Task
+	21, // 12: taskbroker.v1.ListTasksRequest.states:type_name -> taskbroker.v1.TaskState
+	19, // 13: taskbroker.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	19, // 14: taskbroker.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,  // 15: taskbroker.v1.ListTasksResponse.tasks:type_name -> taskbroker.v1.Task
+	1,  // 16: taskbroker.v1.CancelTaskResponse.task:type_name -> taskbroker.v1.Task
+	19, // 17: taskbroker.v1.UpdateTaskRequest.run_at:type_name -> google.protobuf.Timestamp
+	19, // 18: taskbroker.v1.UpdateTaskRequest.deadline:type_name -> google.protobuf.Timestamp
+	23, // 19: taskbroker.v1.UpdateTaskRequest.update_mask:type_name -> google.protobuf.FieldMask
+	1,  // 20: taskbroker.v1.UpdateTaskResponse.task:type_name -> taskbroker.v1.Task
+	1,  // 21: taskbroker.v1.RequeueTaskResponse.task:type_name -> taskbroker.v1.Task
+	19, // 22: taskbroker.v1.Attempt.leased_at:type_name -> google.protobuf.Timestamp
+	19, // 23: taskbroker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	0,  // 24: taskbroker.v1.Attempt.outcome:type_name -> taskbroker.v1.AttemptOutcome
+	13, // 25: taskbroker.v1.ListAttemptsResponse.attempts:type_name -> taskbroker.v1.Attempt
+	24, // 26: taskbroker.v1.QueueStats.oldest_ready_age:type_name -> google.protobuf.Duration
+	16, // 27: taskbroker.v1.GetQueueStatsResponse.queues:type_name -> taskbroker.v1.QueueStats
+	2,  // 28: taskbroker.v1.AdminService.GetTask:input_type -> taskbroker.v1.GetTaskRequest
+	4,  // 29: taskbroker.v1.AdminService.ListTasks:input_type -> taskbroker.v1.ListTasksRequest
+	6,  // 30: taskbroker.v1.AdminService.CancelTask:input_type -> taskbroker.v1.CancelTaskRequest
+	8,  // 31: taskbroker.v1.AdminService.UpdateTask:input_type -> taskbroker.v1.UpdateTaskRequest
+	10, // 32: taskbroker.v1.AdminService.RequeueTask:input_type -> taskbroker.v1.RequeueTaskRequest
+	12, // 33: taskbroker.v1.AdminService.ListAttempts:input_type -> taskbroker.v1.ListAttemptsRequest
+	15, // 34: taskbroker.v1.AdminService.GetQueueStats:input_type -> taskbroker.v1.GetQueueStatsRequest
+	25, // 35: taskbroker.v1.AdminService.ListTaskEvents:input_type -> taskbroker.v1.ListTaskEventsRequest
+	26, // 36: taskbroker.v1.AdminService.WatchTasks:input_type -> taskbroker.v1.WatchTasksRequest
+	27, // 37: taskbroker.v1.AdminService.CancelTasks:input_type -> taskbroker.v1.CancelTasksRequest
+	28, // 38: taskbroker.v1.AdminService.RequeueTasks:input_type -> taskbroker.v1.RequeueTasksRequest
+	3,  // 39: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
+	5,  // 40: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
+	7,  // 41: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
+	9,  // 42: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
+	11, // 43: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
+	14, // 44: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
+	17, // 45: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
+	29, // 46: taskbroker.v1.AdminService.ListTaskEvents:output_type -> taskbroker.v1.ListTaskEventsResponse
+	30, // 47: taskbroker.v1.AdminService.WatchTasks:output_type -> taskbroker.v1.WatchTasksResponse
+	31, // 48: taskbroker.v1.AdminService.CancelTasks:output_type -> taskbroker.v1.CancelTasksResponse
+	32, // 49: taskbroker.v1.AdminService.RequeueTasks:output_type -> taskbroker.v1.RequeueTasksResponse
+	39, // [39:50] is the sub-list for method output_type
+	28, // [28:39] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_taskbroker_v1_admin_proto_init() }
@@ -1516,6 +1581,7 @@ func file_taskbroker_v1_admin_proto_init() {
 		return
 	}
 	file_taskbroker_v1_broker_proto_init()
+	file_taskbroker_v1_event_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

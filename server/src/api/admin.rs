@@ -164,4 +164,36 @@ impl AdminService for AdminApi {
                 .collect(),
         }))
     }
+
+    // ---- Flow (#15): events, watch, bulk operations (api/flow.rs) ----
+
+    type WatchTasksStream = super::flow::WatchStream;
+
+    async fn list_task_events(
+        &self,
+        request: Request<pb::ListTaskEventsRequest>,
+    ) -> Result<Response<pb::ListTaskEventsResponse>, Status> {
+        super::flow::list_task_events(&self.broker, request).await
+    }
+
+    async fn watch_tasks(
+        &self,
+        request: Request<pb::WatchTasksRequest>,
+    ) -> Result<Response<Self::WatchTasksStream>, Status> {
+        super::flow::watch_tasks(&self.broker, request).await
+    }
+
+    async fn cancel_tasks(
+        &self,
+        request: Request<pb::CancelTasksRequest>,
+    ) -> Result<Response<pb::CancelTasksResponse>, Status> {
+        super::flow::cancel_tasks(&self.broker, request).await
+    }
+
+    async fn requeue_tasks(
+        &self,
+        request: Request<pb::RequeueTasksRequest>,
+    ) -> Result<Response<pb::RequeueTasksResponse>, Status> {
+        super::flow::requeue_tasks(&self.broker, request).await
+    }
 }

@@ -92,6 +92,7 @@ pub fn retry_to_pb(r: &RetryPolicy) -> pb::RetryPolicy {
         backoff_multiplier: r.backoff_multiplier,
         max_backoff: Some(to_duration(r.max_backoff)),
         jitter: Some(r.jitter),
+        schedule: Vec::new(),
     }
 }
 
@@ -148,6 +149,11 @@ pub fn task(t: TaskRecord, now: DateTime<Utc>) -> pb::Task {
         fencing_token: t.fencing_token,
         schedule_id: t.schedule_id.unwrap_or_default(),
         fire_time: t.fire_time.map(to_timestamp),
+        // Flow (#15).
+        depends_on: Vec::new(),
+        dependencies_remaining: 0,
+        run_if_dependency_fails: false,
+        cancel_reason: 0,
     }
 }
 
