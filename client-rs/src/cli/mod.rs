@@ -113,7 +113,7 @@ pub struct ListArgs {
     /// Only this queue.
     #[arg(long)]
     pub queue: Option<String>,
-    /// Only these states (scheduled, ready, leased, succeeded, dead, cancelled);
+    /// Only these states (scheduled, ready, leased, succeeded, dead, cancelled, blocked);
     /// repeat or separate with commas.
     #[arg(long, value_delimiter = ',', value_parser = parse::state)]
     pub state: Vec<TaskState>,

@@ -60,6 +60,7 @@ pub fn state_to_pb(s: TaskState) -> pb::TaskState {
         TaskState::Succeeded => pb::TaskState::Succeeded,
         TaskState::Dead => pb::TaskState::Dead,
         TaskState::Cancelled => pb::TaskState::Cancelled,
+        TaskState::Blocked => pb::TaskState::Blocked,
     }
 }
 
@@ -71,6 +72,7 @@ pub fn state_from_pb(field: &str, v: i32) -> Result<TaskState, Invalid> {
         Ok(pb::TaskState::Succeeded) => TaskState::Succeeded,
         Ok(pb::TaskState::Dead) => TaskState::Dead,
         Ok(pb::TaskState::Cancelled) => TaskState::Cancelled,
+        Ok(pb::TaskState::Blocked) => TaskState::Blocked,
         _ => return Err(Invalid::new(field, format!("{v} is not a task state"))),
     })
 }

@@ -116,6 +116,7 @@ pub fn state_name(s: TaskState) -> &'static str {
         TaskState::Succeeded => "succeeded",
         TaskState::Dead => "dead",
         TaskState::Cancelled => "cancelled",
+        TaskState::Blocked => "blocked",
     }
 }
 
@@ -127,6 +128,7 @@ pub fn parse_state(s: &str) -> Option<TaskState> {
         "succeeded" => TaskState::Succeeded,
         "dead" => TaskState::Dead,
         "cancelled" => TaskState::Cancelled,
+        "blocked" => TaskState::Blocked,
         _ => return None,
     })
 }

@@ -22,6 +22,8 @@ mod backlog;
 mod clock;
 mod combine;
 mod error;
+// Flow (#15): dependencies, events, bulk operations.
+mod flow;
 mod heartbeat;
 mod lease;
 mod observe;
@@ -35,6 +37,7 @@ pub use admin::{ListTasks, TaskPage, UpdateTask};
 pub use backlog::Backlog;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::ServiceError;
+pub use flow::BulkOutcome;
 pub use heartbeat::CheckpointRequest;
 pub use lease::LeaseRequest;
 pub use observe::{Overview, QueueOverview, REQUEUE_BATCH, percentile};

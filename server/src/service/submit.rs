@@ -31,6 +31,8 @@ pub struct SubmitTask {
     pub deadline: Option<DateTime<Utc>>,
     pub retry: RetrySpec,
     pub metadata: BTreeMap<String, String>,
+    /// Flow (#15): dependencies and retry schedule.
+    pub flow: crate::store::FlowSpec,
 }
 
 const MAX_KEY_LEN: usize = 512;
@@ -62,6 +64,11 @@ impl Broker {
             .into());
         }
         let now = self.clock.now();
+        // Flow (#15): a batch with dependencies or retry schedules has an insert of its own.
+        let flows: Vec<crate::store::FlowSpec> = tasks.iter().map(|t| t.flow.clone()).collect();
+        for (i, f) in flows.iter().enumerate() {
+            super::flow::validate_flow(i, f, limits.max_backoff)?;
+        }
         let new = tasks
             .into_iter()
             .enumerate()
@@ -83,24 +90,28 @@ impl Broker {
         // Concurrent Submit calls share one insert statement and commit.
         let store = self.store.clone();
         let weight = new.len();
-        let inserted = self
-            .submits
-            .call(
-                (),
-                (new, now),
-                weight,
-                move |batch: Vec<(Vec<NewTask>, _)>| {
-                    let store = store.clone();
-                    async move {
-                        let now = batch.iter().map(|(_, now)| *now).max().unwrap_or_default();
-                        let lengths: Vec<usize> = batch.iter().map(|(t, _)| t.len()).collect();
-                        let all: Vec<NewTask> = batch.into_iter().flat_map(|(t, _)| t).collect();
-                        let inserted = store.task_insert_many(&all, now).await?;
-                        combine::split(inserted, &lengths)
-                    }
-                },
-            )
-            .await?;
+        let inserted = if flows.iter().any(|f| !f.is_plain()) {
+            self.insert_flow(new, flows, now).await?
+        } else {
+            self.submits
+                .call(
+                    (),
+                    (new, now),
+                    weight,
+                    move |batch: Vec<(Vec<NewTask>, _)>| {
+                        let store = store.clone();
+                        async move {
+                            let now = batch.iter().map(|(_, now)| *now).max().unwrap_or_default();
+                            let lengths: Vec<usize> = batch.iter().map(|(t, _)| t.len()).collect();
+                            let all: Vec<NewTask> =
+                                batch.into_iter().flat_map(|(t, _)| t).collect();
+                            let inserted = store.task_insert_many(&all, now).await?;
+                            combine::split(inserted, &lengths)
+                        }
+                    },
+                )
+                .await?
+        };
         // A key taken by another producer between the check and the insert (a race
         // of two producers on one key) is refused the same way; the call's other
         // tasks stand, as their own keys make a retry safe.

@@ -23,6 +23,8 @@ use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
 
 // Schedules (migration 0006).
 mod schedule;
+// Flow (#15): dependencies, events, bulk operations (migration 0010).
+mod flow;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -312,31 +314,10 @@ impl PostgresStore {
         }))
     }
 
-    async fn changed(tx: &mut Transaction<'_, Postgres>, id: &str) -> StoreResult<Changed> {
-        match Self::fetch_task(tx, id).await? {
-            Some(row) => Ok(Changed::Done(Box::new(row.into_record()?))),
-            None => Ok(Changed::NotFound),
-        }
-    }
-}
-
-#[async_trait]
-impl Store for PostgresStore {
-    fn backend(&self) -> &'static str {
-        "postgres"
-    }
-
-    async fn migrate(&self) -> StoreResult<()> {
-        MIGRATOR.run(&self.pool).await.map_err(StoreError::Migrate)
-    }
-
-    async fn ping(&self) -> StoreResult<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
-    async fn task_insert_many(
-        &self,
+    /// Inserts tasks (see `Store::task_insert_many`) on one connection, which may
+    /// be in a transaction (Flow (#15) inserts tasks with dependencies in one).
+    pub(super) async fn insert_on(
+        conn: &mut sqlx::PgConnection,
         tasks: &[NewTask],
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Inserted>> {
@@ -385,7 +366,7 @@ impl Store for PostgresStore {
         .bind(&metadata)
         .bind(ms(now))
         .bind(CHANNEL)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
         // The rest were duplicates of a (queue, key): answer with the existing ids.
@@ -401,7 +382,7 @@ impl Store for PostgresStore {
             )
             .bind(&q)
             .bind(&k)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await?;
             existing = rows.into_iter().map(|(q, k, id)| ((q, k), id)).collect();
         }
@@ -424,6 +405,38 @@ impl Store for PostgresStore {
                     .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))
             })
             .collect()
+    }
+
+    async fn changed(tx: &mut Transaction<'_, Postgres>, id: &str) -> StoreResult<Changed> {
+        match Self::fetch_task(tx, id).await? {
+            Some(row) => Ok(Changed::Done(Box::new(row.into_record()?))),
+            None => Ok(Changed::NotFound),
+        }
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn migrate(&self) -> StoreResult<()> {
+        MIGRATOR.run(&self.pool).await.map_err(StoreError::Migrate)
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn task_insert_many(
+        &self,
+        tasks: &[NewTask],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Inserted>> {
+        let mut conn = self.pool.acquire().await?;
+        Self::insert_on(&mut conn, tasks, now).await
     }
 
     async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
@@ -889,7 +902,7 @@ impl Store for PostgresStore {
             return Ok(Changed::NotFound);
         };
         let sql = match row.stored_state()? {
-            StoredState::Pending => {
+            StoredState::Pending | StoredState::Blocked => {
                 "UPDATE tasks SET state = 'cancelled', finished_at = $1, updated_at = $1 \
                  WHERE seq = $2"
             }
@@ -1208,5 +1221,68 @@ impl Store for PostgresStore {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(observe::holder_row).collect())
+    }
+
+    // ---- Flow (#15): dependencies, events, bulk operations (postgres/flow.rs) ----
+
+    async fn task_insert_flow(
+        &self,
+        tasks: &[NewTask],
+        flows: &[FlowSpec],
+        now: DateTime<Utc>,
+    ) -> StoreResult<FlowInserted> {
+        flow::insert(&self.pool, tasks, flows, now).await
+    }
+
+    async fn task_flow_info(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, TaskFlowInfo>> {
+        flow::flow_info(&self.pool, task_ids).await
+    }
+
+    async fn event_list(
+        &self,
+        task_id: &str,
+        after_event_id: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<EventRecord>> {
+        flow::event_list(&self.pool, task_id, after_event_id, limit).await
+    }
+
+    async fn event_read(&self, after_event_id: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
+        flow::event_read(&self.pool, after_event_id, limit).await
+    }
+
+    async fn event_head(&self) -> StoreResult<i64> {
+        flow::event_head(&self.pool).await
+    }
+
+    async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        flow::event_purge(&self.pool, before, limit).await
+    }
+
+    async fn queue_dead_letters_set(&self, pairs: &[(String, String)]) -> StoreResult<()> {
+        flow::dead_letters_set(&self.pool, pairs).await
+    }
+
+    async fn task_select(&self, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
+        flow::select(&self.pool, f).await
+    }
+
+    async fn task_cancel_many(
+        &self,
+        task_ids: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<BulkCancelled> {
+        flow::cancel_many(&self.pool, task_ids, now).await
+    }
+
+    async fn task_requeue_many(
+        &self,
+        tasks: &[(String, DateTime<Utc>)],
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        flow::requeue_many(&self.pool, tasks, now).await
     }
 }

@@ -248,6 +248,7 @@ pub(crate) fn state_filter_sql(
             S::Succeeded => "state = 'succeeded'".to_string(),
             S::Dead => "state = 'dead'".to_string(),
             S::Cancelled => "state = 'cancelled'".to_string(),
+            S::Blocked => "state = 'blocked'".to_string(),
         })
         .collect();
     Some(format!("({})", parts.join(" OR ")))
