@@ -536,3 +536,49 @@ both_backends!(
     a_dead_task_leaves_a_dead_letter_notice,
     bulk_operations_follow_the_filter,
 );
+
+/// Postgres: an event whose transaction commits late is never skipped. Event ids
+/// come from transaction ids, and reads stop below the oldest running writer, so
+/// a later transaction's events wait until the earlier one ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_commit_is_never_skipped_by_a_reader() {
+    let Some((s, db)) = open(Backend::Postgres).await else {
+        return;
+    };
+    s.task_insert_many(&[task("l", 1), task("l", 2)], t0())
+        .await
+        .unwrap();
+    let start = s.event_read(0, 100).await.unwrap().last().unwrap().event_id;
+    // The early writer: its transaction starts (and takes its id) first.
+    let mut early = sqlx::postgres::PgConnection::connect(&db.url)
+        .await
+        .unwrap();
+    use sqlx::Connection;
+    sqlx::query("BEGIN").execute(&mut early).await.unwrap();
+    sqlx::query("UPDATE tasks SET priority = 5, updated_at = updated_at + 1 WHERE id = $1")
+        .bind(id(1))
+        .execute(&mut early)
+        .await
+        .unwrap();
+    // The late writer commits first.
+    s.task_update(
+        &id(2),
+        &store::TaskUpdate {
+            priority: Some(7),
+            ..Default::default()
+        },
+        at(5),
+    )
+    .await
+    .unwrap();
+    assert!(
+        s.event_read(start, 100).await.unwrap().is_empty(),
+        "nothing is final while the early writer runs"
+    );
+    assert!(s.event_head().await.unwrap() < s.event_list(&id(2), 0, 10).await.unwrap()[1].event_id);
+    sqlx::query("COMMIT").execute(&mut early).await.unwrap();
+    let events = s.event_read(start, 100).await.unwrap();
+    let order: Vec<&str> = events.iter().map(|e| e.task_id.as_str()).collect();
+    assert_eq!(order, [id(1), id(2)], "the early writer's event first");
+    assert!(events.iter().all(|e| e.kind == EventKind::Updated));
+}

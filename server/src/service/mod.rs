@@ -22,7 +22,8 @@ mod backlog;
 mod clock;
 mod combine;
 mod error;
-// Flow (#15): dependencies, events, bulk operations.
+// Flow (#15): dependencies, events, bulk operations; the watch stream.
+mod events;
 mod flow;
 mod heartbeat;
 mod lease;
@@ -37,6 +38,7 @@ pub use admin::{ListTasks, TaskPage, UpdateTask};
 pub use backlog::Backlog;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::ServiceError;
+pub use events::{EventHub, WatchFilter};
 pub use flow::BulkOutcome;
 pub use heartbeat::CheckpointRequest;
 pub use lease::LeaseRequest;
@@ -56,6 +58,17 @@ pub struct Settings {
     pub queues: HashMap<String, QueueSettings>,
     /// Finished tasks are deleted this long after they finish; zero keeps them.
     pub retention: Duration,
+    /// Flow (#15): event retention and dead-letter queues.
+    pub flow: FlowSettings,
+}
+
+/// Flow (#15) settings.
+#[derive(Debug, Clone, Default)]
+pub struct FlowSettings {
+    /// Task events are deleted this long after they were recorded; zero keeps them.
+    pub events_retention: Duration,
+    /// Per queue: where a notice goes when one of its tasks goes DEAD.
+    pub dead_letter_queues: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for Settings {
@@ -65,6 +78,7 @@ impl Default for Settings {
             default_retry: RetryPolicy::default(),
             queues: HashMap::new(),
             retention: Duration::ZERO,
+            flow: FlowSettings::default(),
         }
     }
 }
@@ -125,6 +139,8 @@ pub struct Broker {
     completes: Arc<Combiner<(), Vec<CompleteParams>, Vec<Settled<Completed>>>>,
     /// The next scheduled run_at of a queue set, asked for at a time.
     next_runs: Arc<Combiner<Vec<String>, Time, Option<Time>>>,
+    /// Flow (#15): the fan-out of the event log to WatchTasks calls.
+    events: Arc<events::EventHub>,
 }
 
 type Time = DateTime<Utc>;
@@ -145,6 +161,7 @@ impl Broker {
         metrics: Arc<Metrics>,
     ) -> Self {
         Broker {
+            events: events::EventHub::new(store.clone()),
             store,
             dispatch,
             clock,
@@ -175,5 +192,10 @@ impl Broker {
 
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// Flow (#15): the watch stream's fan-out.
+    pub fn events(&self) -> &Arc<events::EventHub> {
+        &self.events
     }
 }
