@@ -527,7 +527,50 @@ async fn bulk_operations_follow_the_filter(b: Backend) {
     assert_eq!(t.run_at, at(5000));
 }
 
+/// RetryPolicy.schedule: each retry waits its entry, the last one repeating.
+async fn a_retry_schedule_sets_each_delay(b: Backend) {
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    let t = NewTask {
+        retry: RetryPolicy {
+            max_attempts: 4,
+            ..task("rs", 1).retry
+        },
+        ..task("rs", 1)
+    };
+    let flow = FlowSpec {
+        retry_schedule: vec![Duration::from_secs(5), Duration::from_secs(60)],
+        ..Default::default()
+    };
+    insert(&s, &[t], &[flow]).await;
+    let mut now = t0();
+    for want in [5, 60, 60] {
+        let l = s.task_lease_available(&lease("rs", 1, now)).await.unwrap();
+        assert_eq!(l.len(), 1);
+        let r = s
+            .task_fail(&FailParams {
+                task_id: id(1),
+                lease_token: l[0].lease_token.clone().unwrap(),
+                error: "again".into(),
+                non_retryable: false,
+                retry_after: None,
+                now,
+                jitter_unit: 0.9,
+            })
+            .await
+            .unwrap();
+        let Settled::Applied(r) = r else {
+            panic!("{r:?}")
+        };
+        let next = r.next_run_at.unwrap();
+        assert_eq!(next, now + chrono::Duration::seconds(want));
+        now = next;
+    }
+}
+
 both_backends!(
+    a_retry_schedule_sets_each_delay,
     a_chain_of_ten_thousand_runs_in_order,
     a_diamond_of_ten_thousand_joins_once,
     a_failed_dependency_cancels_its_dependents_transitively,

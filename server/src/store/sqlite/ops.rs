@@ -20,7 +20,7 @@ macro_rules! task_columns {
          max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, max_backoff_ms, \
          jitter, metadata, created_at, updated_at, last_error, checkpoint, result, leased_by, \
          lease_token, lease_duration_ms, lease_expires_at, fencing_token, finished_at, \
-         cancel_requested, leased_at, leased_address, schedule_id, fire_time"
+         cancel_requested, leased_at, leased_address, schedule_id, fire_time, retry_schedule"
     };
 }
 pub(super) use task_columns;
@@ -61,6 +61,8 @@ pub(super) fn task_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         leased_address: r.get(30)?,
         schedule_id: r.get(31)?,
         fire_time: r.get(32)?,
+        // Flow (#15).
+        retry_schedule: r.get(33)?,
     })
 }
 
