@@ -7,6 +7,8 @@
 //! - `parse.rs`: flag values (durations, times, states).
 //! - `render.rs`: tables, detail blocks and JSON.
 
+// Flow (#15): bulk cancel and requeue.
+mod bulk;
 mod parse;
 mod render;
 mod schedule;
@@ -48,10 +50,12 @@ pub enum ClientCommand {
     Get(GetArgs),
     /// List tasks, newest first.
     List(ListArgs),
-    /// Cancel a task; a running one is asked to stop at its next heartbeat.
-    Cancel(IdArgs),
-    /// Make a DEAD or CANCELLED task READY again, with a fresh budget of attempts.
-    Requeue(IdArgs),
+    /// Cancel a task (or, with --filter/--queue, every task a filter selects); a
+    /// running one is asked to stop at its next heartbeat.
+    Cancel(CancelArgs),
+    /// Make a DEAD or CANCELLED task READY again, with a fresh budget of attempts
+    /// (or, with --queue/--filter, every such task a filter selects).
+    Requeue(RequeueArgs),
     /// Show every attempt of a task, oldest first.
     Attempts(JsonIdArgs),
     /// Show counts per state and recent throughput per queue.
@@ -140,6 +144,33 @@ pub struct IdArgs {
     pub connection: Connection,
 }
 
+/// Flow (#15): `cancel ID`, or `cancel --filter ...` for many.
+#[derive(Debug, clap::Args)]
+pub struct CancelArgs {
+    /// The task; leave out to cancel by filter.
+    #[arg(required_unless_present_any = ["filter", "queue"])]
+    pub id: Option<String>,
+    #[command(flatten)]
+    pub bulk: bulk::BulkArgs,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+/// Flow (#15): `requeue ID`, or `requeue --queue q --state dead` for many.
+#[derive(Debug, clap::Args)]
+pub struct RequeueArgs {
+    /// The task; leave out to requeue by filter.
+    #[arg(required_unless_present_any = ["filter", "queue"])]
+    pub id: Option<String>,
+    #[command(flatten)]
+    pub bulk: bulk::BulkArgs,
+    /// Release at most this many requeued tasks per second (0: all at once).
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
 #[derive(Debug, clap::Args)]
 pub struct JsonIdArgs {
     pub id: String,
@@ -194,7 +225,23 @@ pub async fn run(cmd: ClientCommand) -> Result<(), CliError> {
             }
         }
         ClientCommand::List(a) => list(a).await?,
-        ClientCommand::Cancel(a) => {
+        ClientCommand::Cancel(CancelArgs {
+            id: None,
+            bulk,
+            connection,
+        }) => bulk::cancel(&bulk, &connection).await?,
+        ClientCommand::Requeue(RequeueArgs {
+            id: None,
+            bulk,
+            rate,
+            connection,
+        }) => bulk::requeue(&bulk, rate, &connection).await?,
+        ClientCommand::Cancel(CancelArgs {
+            id: Some(id),
+            connection,
+            ..
+        }) => {
+            let a = IdArgs { id, connection };
             let task = connect(&a.connection).await?.cancel_task(&a.id).await?;
             if task.state() == TaskState::Cancelled {
                 format!("cancelled {}\n", task.id)
@@ -205,7 +252,12 @@ pub async fn run(cmd: ClientCommand) -> Result<(), CliError> {
                 )
             }
         }
-        ClientCommand::Requeue(a) => {
+        ClientCommand::Requeue(RequeueArgs {
+            id: Some(id),
+            connection,
+            ..
+        }) => {
+            let a = IdArgs { id, connection };
             let task = connect(&a.connection).await?.requeue_task(&a.id).await?;
             format!("requeued {} ({})\n", task.id, render::state(task.state))
         }
