@@ -22,6 +22,9 @@ mod backlog;
 mod clock;
 mod combine;
 mod error;
+// Flow (#15): dependencies, events, bulk operations; the watch stream.
+mod events;
+mod flow;
 mod heartbeat;
 mod lease;
 mod observe;
@@ -37,6 +40,8 @@ pub use admin::{ListTasks, TaskPage, UpdateTask};
 pub use backlog::Backlog;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::ServiceError;
+pub use events::{EventHub, WatchFilter};
+pub use flow::BulkOutcome;
 pub use heartbeat::CheckpointRequest;
 pub use lease::LeaseRequest;
 pub use observe::{Overview, QueueOverview, REQUEUE_BATCH, percentile};
@@ -58,6 +63,17 @@ pub struct Settings {
     pub retention: Duration,
     /// ListWorkers shows the workers seen this recently (routing, issue 13).
     pub worker_ttl: Duration,
+    /// Flow (#15): event retention and dead-letter queues.
+    pub flow: FlowSettings,
+}
+
+/// Flow (#15) settings.
+#[derive(Debug, Clone, Default)]
+pub struct FlowSettings {
+    /// Task events are deleted this long after they were recorded; zero keeps them.
+    pub events_retention: Duration,
+    /// Per queue: where a notice goes when one of its tasks goes DEAD.
+    pub dead_letter_queues: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for Settings {
@@ -68,6 +84,7 @@ impl Default for Settings {
             queues: HashMap::new(),
             retention: Duration::ZERO,
             worker_ttl: DEFAULT_WORKER_TTL,
+            flow: FlowSettings::default(),
         }
     }
 }
@@ -146,6 +163,8 @@ pub struct Broker {
     next_runs: Arc<Combiner<Vec<String>, Time, Option<Time>>>,
     /// What this broker last wrote to the worker registry (routing, issue 13).
     workers: workers::Registry,
+    /// Flow (#15): the fan-out of the event log to WatchTasks calls.
+    events: Arc<events::EventHub>,
 }
 
 type Time = DateTime<Utc>;
@@ -166,6 +185,7 @@ impl Broker {
         metrics: Arc<Metrics>,
     ) -> Self {
         Broker {
+            events: events::EventHub::new(store.clone()),
             store,
             dispatch,
             clock,
@@ -197,5 +217,10 @@ impl Broker {
 
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// Flow (#15): the watch stream's fan-out.
+    pub fn events(&self) -> &Arc<events::EventHub> {
+        &self.events
     }
 }

@@ -36,6 +36,8 @@ pub struct SubmitTask {
     pub target: Target,
     pub sticky: Option<StickySpec>,
     pub fanout: Option<Fanout>,
+    /// Flow (#15): dependencies and retry schedule.
+    pub flow: crate::store::FlowSpec,
 }
 
 /// A sticky policy as submitted.
@@ -83,6 +85,11 @@ impl Broker {
             .into());
         }
         let now = self.clock.now();
+        // Flow (#15): dependencies and retry schedules, validated per spec.
+        let flows: Vec<crate::store::FlowSpec> = tasks.iter().map(|t| t.flow.clone()).collect();
+        for (i, f) in flows.iter().enumerate() {
+            super::flow::validate_flow(i, f, limits.max_backoff)?;
+        }
         // Routing (issue 13): a fan-out task becomes its copies; `copies[i]` is
         // how many tasks the i-th spec made.
         let total: u64 = tasks
@@ -112,6 +119,21 @@ impl Broker {
             first_of.push(new.len());
             new.extend(made);
         }
+        // Flow (#15) per task: a fan-out spec's copies share its flow, and an
+        // index naming a fan-out spec waits for every one of its copies.
+        let mut spec_of = Vec::with_capacity(new.len());
+        let mut task_flows = Vec::with_capacity(new.len());
+        for (i, mut f) in flows.into_iter().enumerate() {
+            f.depends_on_index = f
+                .depends_on_index
+                .iter()
+                .flat_map(|&k| first_of[k]..first_of[k] + copies[k])
+                .collect();
+            for _ in 0..copies[i] {
+                spec_of.push(i);
+                task_flows.push(f.clone());
+            }
+        }
         // (index, queue, key) of the keyed tasks, when a producer submits. (A
         // keyed task has no copies: its spec's first task is the task.)
         let keyed: Vec<(usize, String, String)> = match producer {
@@ -136,24 +158,28 @@ impl Broker {
         // Concurrent Submit calls share one insert statement and commit.
         let store = self.store.clone();
         let weight = new.len();
-        let inserted = self
-            .submits
-            .call(
-                (),
-                (new, now),
-                weight,
-                move |batch: Vec<(Vec<NewTask>, _)>| {
-                    let store = store.clone();
-                    async move {
-                        let now = batch.iter().map(|(_, now)| *now).max().unwrap_or_default();
-                        let lengths: Vec<usize> = batch.iter().map(|(t, _)| t.len()).collect();
-                        let all: Vec<NewTask> = batch.into_iter().flat_map(|(t, _)| t).collect();
-                        let inserted = store.task_insert_many(&all, now).await?;
-                        combine::split(inserted, &lengths)
-                    }
-                },
-            )
-            .await?;
+        let inserted = if task_flows.iter().any(|f| !f.is_plain()) {
+            self.insert_flow(new, task_flows, now, &spec_of).await?
+        } else {
+            self.submits
+                .call(
+                    (),
+                    (new, now),
+                    weight,
+                    move |batch: Vec<(Vec<NewTask>, _)>| {
+                        let store = store.clone();
+                        async move {
+                            let now = batch.iter().map(|(_, now)| *now).max().unwrap_or_default();
+                            let lengths: Vec<usize> = batch.iter().map(|(t, _)| t.len()).collect();
+                            let all: Vec<NewTask> =
+                                batch.into_iter().flat_map(|(t, _)| t).collect();
+                            let inserted = store.task_insert_many(&all, now).await?;
+                            combine::split(inserted, &lengths)
+                        }
+                    },
+                )
+                .await?
+        };
         // A key taken by another producer between the check and the insert (a race
         // of two producers on one key) is refused the same way; the call's other
         // tasks stand, as their own keys make a retry safe.

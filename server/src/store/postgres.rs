@@ -29,6 +29,8 @@ use routing::BindRouting as _;
 
 // The console's dead letters.
 mod dead;
+// Flow (#15): dependencies, events, bulk operations (migration 0010).
+mod flow;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -318,6 +320,104 @@ impl PostgresStore {
         }))
     }
 
+    /// Inserts tasks (see `Store::task_insert_many`) on one connection, which may
+    /// be in a transaction (Flow (#15) inserts tasks with dependencies in one).
+    pub(super) async fn insert_on(
+        conn: &mut sqlx::PgConnection,
+        tasks: &[NewTask],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Inserted>> {
+        // One multi-row statement (one round trip, one commit) for the whole batch;
+        // it also notifies the queues that got tasks, in the same transaction.
+        let col = |f: &dyn Fn(&NewTask) -> i64| tasks.iter().map(f).collect::<Vec<i64>>();
+        let ids: Vec<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
+        let queues: Vec<&str> = tasks.iter().map(|t| t.queue.as_str()).collect();
+        let keys: Vec<Option<&str>> = tasks.iter().map(|t| t.key.as_deref()).collect();
+        let payloads: Vec<&[u8]> = tasks.iter().map(|t| t.payload.as_slice()).collect();
+        let deadlines: Vec<Option<i64>> = tasks.iter().map(|t| t.deadline.map(ms)).collect();
+        let multipliers: Vec<f64> = tasks.iter().map(|t| t.retry.backoff_multiplier).collect();
+        let jitters: Vec<f64> = tasks.iter().map(|t| t.retry.jitter).collect();
+        let metadata: Vec<String> = tasks
+            .iter()
+            .map(|t| serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into()))
+            .collect();
+        // Routing (issue 13): a batch with routed tasks inserts their routing
+        // columns too (the same statement with more arrays, in routing.rs).
+        let routed = tasks.iter().any(|t| routing::is_routed(&t.routing));
+        let inserted: Vec<String> = sqlx::query_scalar(routing::insert_sql(
+            routed,
+            "WITH ins AS ( \
+               INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
+                 max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
+                 max_backoff_ms, jitter, metadata, created_at, updated_at) \
+               SELECT id, queue, key, payload, priority, run_at, deadline, 'pending', \
+                 max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14 \
+               FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
+                 $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], \
+                 $11::bigint[], $12::float8[], $13::text[]) \
+                 AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
+                      ib, bm, mb, j, md) \
+               ON CONFLICT DO NOTHING RETURNING id, queue), \
+             woken AS (SELECT pg_notify($15, q) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
+             SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0",
+        ))
+        .bind(&ids)
+        .bind(&queues)
+        .bind(&keys)
+        .bind(&payloads)
+        .bind(col(&|t| i64::from(t.priority)))
+        .bind(col(&|t| ms(t.run_at)))
+        .bind(&deadlines)
+        .bind(col(&|t| i64::from(t.retry.max_attempts)))
+        .bind(col(&|t| duration_ms(t.retry.initial_backoff)))
+        .bind(&multipliers)
+        .bind(col(&|t| duration_ms(t.retry.max_backoff)))
+        .bind(&jitters)
+        .bind(&metadata)
+        .bind(ms(now))
+        .bind(CHANNEL)
+        .bind_routing(routed, tasks)
+        .fetch_all(&mut *conn)
+        .await?;
+        let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
+        // The rest were duplicates of a (queue, key): answer with the existing ids.
+        let dups: Vec<&NewTask> = tasks.iter().filter(|t| !inserted.contains(&t.id)).collect();
+        let mut existing = std::collections::HashMap::new();
+        if !dups.is_empty() {
+            let q: Vec<&str> = dups.iter().map(|t| t.queue.as_str()).collect();
+            let k: Vec<Option<&str>> = dups.iter().map(|t| t.key.as_deref()).collect();
+            let rows: Vec<(String, String, String)> = sqlx::query_as(
+                "SELECT t.queue, t.key, t.id FROM tasks t \
+                 JOIN UNNEST($1::text[], $2::text[]) AS u(queue, key) \
+                   ON t.queue = u.queue AND t.key = u.key",
+            )
+            .bind(&q)
+            .bind(&k)
+            .fetch_all(&mut *conn)
+            .await?;
+            existing = rows.into_iter().map(|(q, k, id)| ((q, k), id)).collect();
+        }
+        tasks
+            .iter()
+            .map(|t| {
+                if inserted.contains(&t.id) {
+                    return Ok(Inserted {
+                        task_id: t.id.clone(),
+                        deduplicated: false,
+                    });
+                }
+                let key = (t.queue.clone(), t.key.clone().unwrap_or_default());
+                existing
+                    .get(&key)
+                    .map(|id| Inserted {
+                        task_id: id.clone(),
+                        deduplicated: true,
+                    })
+                    .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))
+            })
+            .collect()
+    }
+
     async fn changed(tx: &mut Transaction<'_, Postgres>, id: &str) -> StoreResult<Changed> {
         match Self::fetch_task(tx, id).await? {
             Some(row) => Ok(Changed::Done(Box::new(row.into_record()?))),
@@ -376,95 +476,8 @@ impl Store for PostgresStore {
         tasks: &[NewTask],
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Inserted>> {
-        // One multi-row statement (one round trip, one commit) for the whole batch;
-        // it also notifies the queues that got tasks, in the same transaction.
-        let col = |f: &dyn Fn(&NewTask) -> i64| tasks.iter().map(f).collect::<Vec<i64>>();
-        let ids: Vec<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
-        let queues: Vec<&str> = tasks.iter().map(|t| t.queue.as_str()).collect();
-        let keys: Vec<Option<&str>> = tasks.iter().map(|t| t.key.as_deref()).collect();
-        let payloads: Vec<&[u8]> = tasks.iter().map(|t| t.payload.as_slice()).collect();
-        let deadlines: Vec<Option<i64>> = tasks.iter().map(|t| t.deadline.map(ms)).collect();
-        let multipliers: Vec<f64> = tasks.iter().map(|t| t.retry.backoff_multiplier).collect();
-        let jitters: Vec<f64> = tasks.iter().map(|t| t.retry.jitter).collect();
-        let metadata: Vec<String> = tasks
-            .iter()
-            .map(|t| serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into()))
-            .collect();
-        // Routing (issue 13): a batch with routed tasks inserts their routing
-        // columns too (the same statement with more arrays, in routing.rs).
-        let routed = tasks.iter().any(|t| routing::is_routed(&t.routing));
-        let inserted: Vec<String> = sqlx::query_scalar(routing::insert_sql(
-            routed,
-            "WITH ins AS ( \
-               INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
-                 max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
-                 max_backoff_ms, jitter, metadata, created_at, updated_at) \
-               SELECT id, queue, key, payload, priority, run_at, deadline, 'pending', \
-                 max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14 \
-               FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
-                 $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], \
-                 $11::bigint[], $12::float8[], $13::text[]) \
-                 AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
-                      ib, bm, mb, j, md) \
-               ON CONFLICT DO NOTHING RETURNING id, queue), \
-             woken AS (SELECT pg_notify($15, q) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
-             SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0",
-        ))
-        .bind(&ids)
-        .bind(&queues)
-        .bind(&keys)
-        .bind(&payloads)
-        .bind(col(&|t| i64::from(t.priority)))
-        .bind(col(&|t| ms(t.run_at)))
-        .bind(&deadlines)
-        .bind(col(&|t| i64::from(t.retry.max_attempts)))
-        .bind(col(&|t| duration_ms(t.retry.initial_backoff)))
-        .bind(&multipliers)
-        .bind(col(&|t| duration_ms(t.retry.max_backoff)))
-        .bind(&jitters)
-        .bind(&metadata)
-        .bind(ms(now))
-        .bind(CHANNEL)
-        .bind_routing(routed, tasks)
-        .fetch_all(&self.pool)
-        .await?;
-        let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
-        // The rest were duplicates of a (queue, key): answer with the existing ids.
-        let dups: Vec<&NewTask> = tasks.iter().filter(|t| !inserted.contains(&t.id)).collect();
-        let mut existing = std::collections::HashMap::new();
-        if !dups.is_empty() {
-            let q: Vec<&str> = dups.iter().map(|t| t.queue.as_str()).collect();
-            let k: Vec<Option<&str>> = dups.iter().map(|t| t.key.as_deref()).collect();
-            let rows: Vec<(String, String, String)> = sqlx::query_as(
-                "SELECT t.queue, t.key, t.id FROM tasks t \
-                 JOIN UNNEST($1::text[], $2::text[]) AS u(queue, key) \
-                   ON t.queue = u.queue AND t.key = u.key",
-            )
-            .bind(&q)
-            .bind(&k)
-            .fetch_all(&self.pool)
-            .await?;
-            existing = rows.into_iter().map(|(q, k, id)| ((q, k), id)).collect();
-        }
-        tasks
-            .iter()
-            .map(|t| {
-                if inserted.contains(&t.id) {
-                    return Ok(Inserted {
-                        task_id: t.id.clone(),
-                        deduplicated: false,
-                    });
-                }
-                let key = (t.queue.clone(), t.key.clone().unwrap_or_default());
-                existing
-                    .get(&key)
-                    .map(|id| Inserted {
-                        task_id: id.clone(),
-                        deduplicated: true,
-                    })
-                    .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))
-            })
-            .collect()
+        let mut conn = self.pool.acquire().await?;
+        Self::insert_on(&mut conn, tasks, now).await
     }
 
     async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
@@ -1006,7 +1019,7 @@ impl Store for PostgresStore {
             return Ok(Changed::NotFound);
         };
         let sql = match row.stored_state()? {
-            StoredState::Pending => {
+            StoredState::Pending | StoredState::Blocked => {
                 "UPDATE tasks SET state = 'cancelled', finished_at = $1, updated_at = $1 \
                  WHERE seq = $2"
             }
@@ -1361,5 +1374,68 @@ impl Store for PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
         routing::worker_get(&self.pool, worker_id, now).await
+    }
+
+    // ---- Flow (#15): dependencies, events, bulk operations (postgres/flow.rs) ----
+
+    async fn task_insert_flow(
+        &self,
+        tasks: &[NewTask],
+        flows: &[FlowSpec],
+        now: DateTime<Utc>,
+    ) -> StoreResult<FlowInserted> {
+        flow::insert(&self.pool, tasks, flows, now).await
+    }
+
+    async fn task_flow_info(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, TaskFlowInfo>> {
+        flow::flow_info(&self.pool, task_ids).await
+    }
+
+    async fn event_list(
+        &self,
+        task_id: &str,
+        after_event_id: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<EventRecord>> {
+        flow::event_list(&self.pool, task_id, after_event_id, limit).await
+    }
+
+    async fn event_read(&self, after_event_id: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
+        flow::event_read(&self.pool, after_event_id, limit).await
+    }
+
+    async fn event_head(&self) -> StoreResult<i64> {
+        flow::event_head(&self.pool).await
+    }
+
+    async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        flow::event_purge(&self.pool, before, limit).await
+    }
+
+    async fn queue_dead_letters_set(&self, pairs: &[(String, String)]) -> StoreResult<()> {
+        flow::dead_letters_set(&self.pool, pairs).await
+    }
+
+    async fn task_select(&self, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
+        flow::select(&self.pool, f).await
+    }
+
+    async fn task_cancel_many(
+        &self,
+        task_ids: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<BulkCancelled> {
+        flow::cancel_many(&self.pool, task_ids, now).await
+    }
+
+    async fn task_requeue_many(
+        &self,
+        tasks: &[(String, DateTime<Utc>)],
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        flow::requeue_many(&self.pool, tasks, now).await
     }
 }

@@ -79,7 +79,7 @@ pub(super) fn task_cancel(
         return Ok(Changed::NotFound);
     };
     let sql = match row.stored_state()? {
-        StoredState::Pending => {
+        StoredState::Pending | StoredState::Blocked => {
             "UPDATE tasks SET state = 'cancelled', finished_at = ?1, updated_at = ?1 \
              WHERE seq = ?2"
         }

@@ -22,7 +22,7 @@ macro_rules! task_columns {
          lease_token, lease_duration_ms, lease_expires_at, fencing_token, finished_at, \
          cancel_requested, leased_at, leased_address, schedule_id, fire_time, \
          target_worker, target_labels, sticky, sticky_timeout_ms, reserved_for, reserved_until, \
-         fanout_group, fanout_distinct"
+         fanout_group, fanout_distinct, retry_schedule"
     };
 }
 pub(super) use task_columns;
@@ -71,6 +71,8 @@ pub(super) fn task_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         reserved_until: r.get(38)?,
         fanout_group: r.get(39)?,
         fanout_distinct: r.get(40)?,
+        // Flow (#15).
+        retry_schedule: r.get(41)?,
     })
 }
 

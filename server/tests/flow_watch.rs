@@ -1,0 +1,339 @@
+//! Flow (#15) over gRPC: WatchTasks resumes after a dropped connection with no
+//! gap and no repeat, across two replicas; dependencies and events end to end;
+//! bad input names its field.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use taskbroker_client::pb;
+use tonic::Code;
+
+type Admin = pb::admin_service_client::AdminServiceClient<tonic::transport::Channel>;
+type Events = tonic::Streaming<pb::WatchTasksResponse>;
+
+async fn watch(admin: &mut Admin, queue: &str, after: u64) -> Events {
+    admin
+        .watch_tasks(pb::WatchTasksRequest {
+            queues: vec![queue.into()],
+            after_event_id: after,
+            ..Default::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner()
+}
+
+/// Reads events until `pred` holds for what was read (bounded: 60 s).
+async fn read_until(
+    s: &mut Events,
+    got: &mut Vec<pb::TaskEvent>,
+    pred: impl Fn(&[pb::TaskEvent]) -> bool,
+) {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !pred(got) {
+        let m = tokio::time::timeout_at(give_up, s.message())
+            .await
+            .expect("events arrive in time")
+            .expect("stream ok")
+            .expect("stream open");
+        got.extend(m.events);
+    }
+}
+
+/// Producers and workers on both replicas make events concurrently; a watcher
+/// reads part of them from replica A, drops the connection, and resumes on
+/// replica B from its last event_id. It sees every event once, in id order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watch_resumes_across_replicas_without_gap_or_repeat() {
+    let Some(db) = test_db(Backend::Postgres).await else {
+        return;
+    };
+    let db = Arc::new(db);
+    let opts = || Options {
+        manual_clock: false,
+        ..Options::default()
+    };
+    let a = spawn_on(db.clone(), opts()).await;
+    let b = spawn_on(db.clone(), opts()).await;
+    let mut first = watch(&mut a.admin().await, "w", 0).await;
+    const TASKS: usize = 400;
+    // Eight producers (four per replica) submit in small batches at once, so
+    // transactions commit out of the order of their event ids.
+    let mut producers = Vec::new();
+    for p in 0..8 {
+        let mut c = if p % 2 == 0 {
+            a.broker().await
+        } else {
+            b.broker().await
+        };
+        producers.push(tokio::spawn(async move {
+            for k in 0..(TASKS / 8 / 5) {
+                let specs = (0..5)
+                    .map(|i| pb::TaskSpec {
+                        key: format!("p{p}-{k}-{i}"),
+                        ..spec("w")
+                    })
+                    .collect();
+                submit(&mut c, specs).await;
+            }
+        }));
+    }
+    // Workers on both replicas lease and complete everything.
+    let completed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let mut c = if w % 2 == 0 {
+            a.broker().await
+        } else {
+            b.broker().await
+        };
+        let completed = completed.clone();
+        workers.push(tokio::spawn(async move {
+            use std::sync::atomic::Ordering::SeqCst;
+            while completed.load(SeqCst) < TASKS {
+                let leased = c
+                    .lease(pb::LeaseRequest {
+                        wait: secs(1),
+                        ..lease_req("w", 7)
+                    })
+                    .await
+                    .expect("lease")
+                    .into_inner()
+                    .tasks;
+                for t in leased {
+                    c.complete(pb::CompleteRequest {
+                        task_id: t.task_id,
+                        lease_token: t.lease_token,
+                        result: Vec::new(),
+                    })
+                    .await
+                    .unwrap();
+                    completed.fetch_add(1, SeqCst);
+                }
+            }
+        }));
+    }
+    let mut got = Vec::new();
+    read_until(&mut first, &mut got, |g| g.len() >= 300).await;
+    drop(first);
+    let last = got.last().unwrap().event_id;
+    for p in producers {
+        p.await.unwrap();
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    let mut second = watch(&mut b.admin().await, "w", last).await;
+    read_until(&mut second, &mut got, |g| g.len() >= TASKS * 3).await;
+    // Nothing more than the three events of each task arrives.
+    let extra = tokio::time::timeout(Duration::from_millis(500), second.message()).await;
+    assert!(
+        extra.is_err(),
+        "no event beyond the expected ones: {extra:?}"
+    );
+    assert_eq!(got.len(), TASKS * 3);
+    assert!(
+        got.windows(2).all(|w| w[0].event_id < w[1].event_id),
+        "in id order, no repeat"
+    );
+    let mut per_task: HashMap<&str, Vec<i32>> = HashMap::new();
+    for e in &got {
+        per_task.entry(&e.task_id).or_default().push(e.kind);
+    }
+    assert_eq!(per_task.len(), TASKS);
+    let lifecycle = [
+        pb::TaskEventKind::Submitted as i32,
+        pb::TaskEventKind::Leased as i32,
+        pb::TaskEventKind::Succeeded as i32,
+    ];
+    assert!(per_task.values().all(|k| k == &lifecycle));
+}
+
+/// A report waits for its three extracts; the watch shows it unblock and run.
+async fn dependencies_end_to_end(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let (mut c, mut admin) = (app.broker().await, app.admin().await);
+    let ids = submit(
+        &mut c,
+        vec![
+            spec("extract"),
+            spec("extract"),
+            spec("extract"),
+            pb::TaskSpec {
+                depends_on_index: vec![0, 1, 2],
+                ..spec("report")
+            },
+        ],
+    )
+    .await;
+    let report = get(&mut admin, &ids[3]).await;
+    assert_eq!(state(&report), pb::TaskState::Blocked);
+    assert_eq!(report.dependencies_remaining, 3);
+    let mut deps = report.depends_on.clone();
+    deps.sort();
+    let mut want = ids[..3].to_vec();
+    want.sort();
+    assert_eq!(deps, want);
+    let mut events = admin
+        .watch_tasks(pb::WatchTasksRequest {
+            task_ids: vec![ids[3].clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    for _ in 0..3 {
+        let t = lease_one(&mut c, "extract").await;
+        c.complete(pb::CompleteRequest {
+            task_id: t.task_id,
+            lease_token: t.lease_token,
+            result: Vec::new(),
+        })
+        .await
+        .unwrap();
+    }
+    let mut got = Vec::new();
+    read_until(&mut events, &mut got, |g| !g.is_empty()).await;
+    assert_eq!(got[0].kind, pb::TaskEventKind::Unblocked as i32);
+    assert_eq!(got[0].state, pb::TaskState::Ready as i32);
+    assert_eq!(lease_one(&mut c, "report").await.task_id, ids[3]);
+    // The history, paged.
+    let page = admin
+        .list_task_events(pb::ListTaskEventsRequest {
+            task_id: ids[3].clone(),
+            page_size: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let kinds: Vec<i32> = page.events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            pb::TaskEventKind::Submitted as i32,
+            pb::TaskEventKind::Unblocked as i32
+        ]
+    );
+    assert_eq!(page.events[0].state, pb::TaskState::Blocked as i32);
+    let rest = admin
+        .list_task_events(pb::ListTaskEventsRequest {
+            task_id: ids[3].clone(),
+            page_size: 2,
+            page_token: page.next_page_token,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(rest.events[0].kind, pb::TaskEventKind::Leased as i32);
+    // A failed extract cancels its dependents with the reason.
+    let ids = submit(
+        &mut c,
+        vec![
+            spec("extract2"),
+            pb::TaskSpec {
+                depends_on_index: vec![0],
+                ..spec("report2")
+            },
+        ],
+    )
+    .await;
+    let t = lease_one(&mut c, "extract2").await;
+    c.fail(pb::FailRequest {
+        task_id: t.task_id,
+        lease_token: t.lease_token,
+        error_message: "broken".into(),
+        non_retryable: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let r = get(&mut admin, &ids[1]).await;
+    assert_eq!(state(&r), pb::TaskState::Cancelled);
+    assert_eq!(r.cancel_reason, pb::CancelReason::DependencyFailed as i32);
+}
+
+/// Unknown ids, later indexes and bad watch filters answer INVALID_ARGUMENT
+/// naming the field, and create nothing.
+async fn bad_flow_input_names_the_field(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let (mut c, mut admin) = (app.broker().await, app.admin().await);
+    let cases: Vec<(pb::TaskSpec, &str)> = vec![
+        (
+            pb::TaskSpec {
+                depends_on: vec!["no-such-task".into()],
+                ..spec("x")
+            },
+            "tasks[1].depends_on[0]",
+        ),
+        (
+            pb::TaskSpec {
+                depends_on_index: vec![1],
+                ..spec("x")
+            },
+            "tasks[1].depends_on_index[0]",
+        ),
+        (
+            pb::TaskSpec {
+                retry: Some(pb::RetryPolicy {
+                    schedule: vec![prost_types::Duration {
+                        seconds: -1,
+                        nanos: 0,
+                    }],
+                    ..Default::default()
+                }),
+                ..spec("x")
+            },
+            "tasks[1].retry.schedule[0]",
+        ),
+    ];
+    for (bad, field) in cases {
+        let e = c
+            .submit(pb::SubmitRequest {
+                tasks: vec![spec("x"), bad],
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{field}: {e:?}");
+        assert_eq!(bad_field(&e).as_deref(), Some(field));
+    }
+    let none = admin
+        .list_tasks(pb::ListTasksRequest {
+            queue: "x".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(none.tasks.is_empty(), "nothing was created");
+    let e = admin
+        .watch_tasks(pb::WatchTasksRequest {
+            kinds: vec![99],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad_field(&e).as_deref(), Some("kinds[0]"));
+    let e = admin
+        .requeue_tasks(pb::RequeueTasksRequest {
+            filter: Some(pb::TaskSelector {
+                queue: "x".into(),
+                states: vec![pb::TaskState::Ready as i32],
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad_field(&e).as_deref(), Some("filter.states[0]"));
+}
+
+both_backends!(dependencies_end_to_end, bad_flow_input_names_the_field);
