@@ -84,18 +84,13 @@ impl Client {
             if let Some(outcome) = Self::outcome(task_id, self.get_task(task_id).await?) {
                 return Ok(Some(outcome));
             }
-            loop {
-                match events.message().await {
-                    Ok(Some(m)) => {
-                        if let Some(last) = m.events.last() {
-                            after = last.event_id;
-                            if let Some(o) = Self::outcome(task_id, self.get_task(task_id).await?) {
-                                return Ok(Some(o));
-                            }
-                        }
+            // Until the stream drops; then resume after the last event seen.
+            while let Ok(Some(m)) = events.message().await {
+                if let Some(last) = m.events.last() {
+                    after = last.event_id;
+                    if let Some(o) = Self::outcome(task_id, self.get_task(task_id).await?) {
+                        return Ok(Some(o));
                     }
-                    // Dropped: resume after the last event seen.
-                    Ok(None) | Err(_) => break,
                 }
             }
         }

@@ -29,7 +29,6 @@ fn stderr(o: &Output) -> String {
 }
 
 /// Runs a command that must succeed and returns its standard output.
-
 async fn ok(app: &TestApp, args: &[&str]) -> String {
     let o = taskbroker(app, args).await;
     assert!(

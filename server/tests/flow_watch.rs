@@ -198,10 +198,20 @@ async fn dependencies_end_to_end(b: Backend) {
         .await
         .unwrap();
     }
+    // A watch from "now" may start a little before the call (never after it): the
+    // report's SUBMITTED event can come first.
     let mut got = Vec::new();
-    read_until(&mut events, &mut got, |g| !g.is_empty()).await;
-    assert_eq!(got[0].kind, pb::TaskEventKind::Unblocked as i32);
-    assert_eq!(got[0].state, pb::TaskState::Ready as i32);
+    let unblocked = pb::TaskEventKind::Unblocked as i32;
+    read_until(&mut events, &mut got, |g| {
+        g.iter().any(|e| e.kind == unblocked)
+    })
+    .await;
+    let first = got
+        .iter()
+        .find(|e| e.kind != pb::TaskEventKind::Submitted as i32)
+        .unwrap();
+    assert_eq!(first.kind, unblocked);
+    assert_eq!(first.state, pb::TaskState::Ready as i32);
     assert_eq!(lease_one(&mut c, "report").await.task_id, ids[3]);
     // The history, paged.
     let page = admin
@@ -336,4 +346,46 @@ async fn bad_flow_input_names_the_field(b: Backend) {
     assert_eq!(bad_field(&e).as_deref(), Some("filter.states[0]"));
 }
 
-both_backends!(dependencies_end_to_end, bad_flow_input_names_the_field);
+both_backends!(
+    dependencies_end_to_end,
+    bad_flow_input_names_the_field,
+    wait_follows_the_stream
+);
+
+/// client-rs `wait` follows the task on WatchTasks to its outcome.
+async fn wait_follows_the_stream(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let client = taskbroker_client::Client::connect(app.url()).await.unwrap();
+    let mut c = app.broker().await;
+    let id = submit_one(&mut c, spec("wq")).await;
+    let waiter = {
+        let client = client.clone();
+        let id = id.clone();
+        tokio::spawn(async move { client.wait(&id, Duration::from_secs(30)).await })
+    };
+    let t = lease_one(&mut c, "wq").await;
+    // Cancel while leased, then the worker reports: the task ends CANCELLED.
+    app.admin()
+        .await
+        .cancel_task(pb::CancelTaskRequest {
+            task_id: id.clone(),
+        })
+        .await
+        .unwrap();
+    c.fail(pb::FailRequest {
+        task_id: t.task_id,
+        lease_token: t.lease_token,
+        error_message: "stopped".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    match waiter.await.unwrap() {
+        Err(taskbroker_client::Error::TaskFailed { state, .. }) => {
+            assert_eq!(state, pb::TaskState::Cancelled)
+        }
+        other => panic!("expected CANCELLED, got {other:?}"),
+    }
+}

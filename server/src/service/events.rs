@@ -67,26 +67,21 @@ impl EventHub {
         Ok(self.store.event_head().await?)
     }
 
-    fn subscribe(self: &Arc<Self>) -> broadcast::Receiver<Arc<Stretch>> {
+    /// Subscribes to the fan-out; a watcher at `from` that starts the tailer
+    /// starts it at `from`, so nothing after its own cursor can be passed over.
+    fn subscribe(self: &Arc<Self>, from: i64) -> broadcast::Receiver<Arc<Stretch>> {
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         let rx = self.fanout.subscribe();
         if !*running {
             *running = true;
             let hub = self.clone();
-            tokio::spawn(async move { hub.tail().await });
+            tokio::spawn(async move { hub.tail(from).await });
         }
         rx
     }
 
-    async fn tail(self: Arc<Self>) {
-        let mut cursor = match self.store.event_head().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "event tailer cannot start");
-                *self.running.lock().unwrap_or_else(|e| e.into_inner()) = false;
-                return;
-            }
-        };
+    async fn tail(self: Arc<Self>, from: i64) {
+        let mut cursor = from;
         loop {
             {
                 let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
@@ -142,7 +137,7 @@ impl EventHub {
         'catch_up: loop {
             // Subscribed before reading the store: every stretch published from now
             // on starts at or before where the reading below ends.
-            let mut rx = self.subscribe();
+            let mut rx = self.subscribe(last);
             loop {
                 let events = self.store.event_read(last, READ_BATCH).await?;
                 let full = events.len() as u32 == READ_BATCH;
