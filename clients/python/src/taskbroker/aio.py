@@ -234,7 +234,6 @@ class AsyncWorker:
         lease_duration: float = spec.DEFAULT_LEASE_DURATION,
         poll_wait: float = spec.DEFAULT_POLL_WAIT,
         worker_id: str | None = None,
-        labels: Mapping[str, str] | None = None,
         stop_timeout: float | None = spec.DEFAULT_STOP_TIMEOUT,
         labels: Mapping[str, str] | None = None,
     ) -> None:
@@ -255,9 +254,6 @@ class AsyncWorker:
         self.lease_duration = lease_duration
         self.poll_wait = poll_wait
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
-        # What this worker is (``{"gpu": "a100"}``): tasks targeted at labels go only to
-        # workers carrying all of them (routing; the broker checks them on Lease).
-        self.labels = dict(labels or {})
         self.stop_timeout = stop_timeout
         self.labels = check_labels(labels)
         self._running: dict[str, AsyncTaskContext] = {}
