@@ -9,6 +9,9 @@ ALTER TABLE tasks ADD COLUMN run_if_dependency_fails BOOLEAN NOT NULL DEFAULT FA
 ALTER TABLE tasks ADD COLUMN cancel_reason TEXT;
 -- RetryPolicy.schedule: a JSON array of delays in ms, or NULL.
 ALTER TABLE tasks ADD COLUMN retry_schedule TEXT;
+-- Set when another task names this one in depends_on: only such a task's end
+-- runs the dependents trigger below (every other statement skips it in its WHEN).
+ALTER TABLE tasks ADD COLUMN has_dependents BOOLEAN NOT NULL DEFAULT FALSE;
 
 -- One edge per (dependency, dependent); resolved once the dependency finished and
 -- the dependent was told (so a requeued and finished-again dependency counts once).
@@ -20,10 +23,14 @@ CREATE TABLE task_deps (
 );
 CREATE INDEX task_deps_task ON task_deps (task_id);
 
--- The event log. event_id = (top-level transaction id << 20) + ordinal within the
--- transaction: ids sort in the order in which a reader can see them become final
--- (every transaction with an id below the oldest running one has ended), which is
--- what lets WatchTasks resume from an event_id without gaps (docs/semantics.md).
+-- The event log, written by the statement that makes each transition (in the
+-- same statement as a data-modifying CTE, or in the same transaction), never by
+-- a trigger on every row. event_id = (top-level transaction id << 20) + ordinal
+-- within the transaction: ids sort in the order in which a reader can see them
+-- become final (every transaction with an id below the oldest running one has
+-- ended), which is what lets WatchTasks resume from an event_id without gaps
+-- (docs/semantics.md). Narrow on purpose: two indexes (the cursor and one task's
+-- history); retention deletes by id order, so there is no time index.
 CREATE TABLE task_events (
     event_id  BIGINT PRIMARY KEY,
     task_id   TEXT   NOT NULL,
@@ -35,8 +42,7 @@ CREATE TABLE task_events (
     time      BIGINT NOT NULL,
     detail    TEXT
 );
-CREATE INDEX task_events_task ON task_events (task_id, event_id);
-CREATE INDEX task_events_time ON task_events (time);
+CREATE INDEX task_events_task ON task_events (task_id);
 
 -- Per-queue dead-letter queues, written from the broker's configuration at start.
 CREATE TABLE queue_dead_letters (
@@ -45,172 +51,106 @@ CREATE TABLE queue_dead_letters (
 );
 
 -- The first free event id of this transaction (ids are (xid << 20) + ordinal).
-CREATE FUNCTION taskbroker_event_base() RETURNS BIGINT LANGUAGE plpgsql AS $$
-DECLARE
-    base BIGINT := (pg_current_xact_id()::text::bigint) << 20;
-BEGIN
-    RETURN COALESCE((SELECT max(event_id) FROM task_events
-        WHERE event_id >= base AND event_id < base + 1048576), base);
-END $$;
-
--- Fails the statement when a transaction would run out of event ordinals.
-CREATE FUNCTION taskbroker_event_check(first BIGINT, n BIGINT) RETURNS VOID LANGUAGE plpgsql AS $$
-BEGIN
-    IF (first & 1048575) + n >= 1048576 THEN
-        RAISE EXCEPTION 'more than 1048575 task events in one transaction';
-    END IF;
-END $$;
-
--- The visible state of a task row at `at`.
-CREATE FUNCTION taskbroker_visible_state(state TEXT, run_at BIGINT, at BIGINT)
-RETURNS TEXT LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN state = 'pending' AND run_at > at THEN 'scheduled'
-                WHEN state = 'pending' THEN 'ready' ELSE state END
+-- The statements in store/postgres/events.rs inline the same lookup.
+CREATE FUNCTION taskbroker_event_base() RETURNS BIGINT LANGUAGE sql STABLE AS $$
+    SELECT COALESCE(max(event_id) + 1, pg_current_xact_id()::text::bigint << 20)
+    FROM task_events
+    WHERE event_id >= pg_current_xact_id()::text::bigint << 20
+      AND event_id < (pg_current_xact_id()::text::bigint + 1) << 20
 $$;
 
--- Every INSERT into tasks: SUBMITTED events, in bulk (one INSERT per statement).
-CREATE FUNCTION taskbroker_tasks_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+-- A task with dependents finished: a failed one cancels its blocked dependents
+-- (and what waits on them in turn, in one recursive statement); then each
+-- dependent counts it off and the last one unblocks it. Fires only for tasks
+-- named in someone's depends_on (has_dependents), so completions of other tasks
+-- never enter plpgsql.
+CREATE FUNCTION taskbroker_resolve_dependents() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    base BIGINT := taskbroker_event_base();
-    n BIGINT;
-BEGIN
-    INSERT INTO task_events (event_id, task_id, queue, kind, state, attempt, worker_id, time, detail)
-    SELECT base + row_number() OVER (ORDER BY seq), id, queue, 'submitted',
-           taskbroker_visible_state(state, run_at, created_at), attempt, NULL, created_at, NULL
-    FROM new_rows;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    PERFORM taskbroker_event_check(base, n);
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER tasks_flow_insert AFTER INSERT ON tasks
-    REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION taskbroker_tasks_inserted();
-
--- Every UPDATE of tasks: the events of its transitions, the dependents of tasks
--- that finished, and dead-letter notices, all in the updating transaction. One
--- INSERT of events per statement, whatever the number of rows.
-CREATE FUNCTION taskbroker_tasks_updated() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
+    at BIGINT := NEW.updated_at;
     base BIGINT;
-    n BIGINT;
-    at BIGINT;
     woken TEXT[];
 BEGIN
-    -- 1. Events: one or two per changed row (a failed attempt, then what follows).
-    base := taskbroker_event_base();
-    INSERT INTO task_events (event_id, task_id, queue, kind, state, attempt, worker_id, time, detail)
-    SELECT base + row_number() OVER (ORDER BY c.seq, e.k), c.id, c.queue, e.kind,
-           taskbroker_visible_state(c.state, c.run_at, c.updated_at), c.attempt,
-           e.worker, c.updated_at, e.detail
-    FROM (SELECT n.seq, n.id, n.queue, n.state, n.run_at, n.updated_at, n.attempt,
-                 n.last_error, n.cancel_reason, n.leased_by,
-                 o.state AS old_state, o.leased_by AS old_worker,
-                 o.lease_expires_at AS old_expiry,
-                 o.state = 'leased' AND n.state = 'leased'
-                   AND o.checkpoint IS DISTINCT FROM n.checkpoint AS checkpointed,
-                 o.state = n.state AND (o.run_at <> n.run_at OR o.priority <> n.priority
-                   OR o.deadline IS DISTINCT FROM n.deadline OR o.max_attempts <> n.max_attempts
-                   OR o.cancel_requested <> n.cancel_requested) AS updated
-          FROM new_rows n JOIN old_rows o ON o.seq = n.seq) c
-    CROSS JOIN LATERAL (VALUES
-        -- The attempt that ended without success.
-        (1, CASE WHEN c.old_state = 'leased' AND c.state IN ('pending', 'dead', 'cancelled')
-                 THEN CASE WHEN c.old_expiry <= c.updated_at THEN 'heartbeat_lost' ELSE 'failed' END
-            END, c.old_worker, c.last_error),
-        -- The transition itself.
-        (2, CASE
-              WHEN c.old_state = c.state THEN
-                CASE WHEN c.checkpointed THEN 'checkpointed' WHEN c.updated THEN 'updated' END
-              WHEN c.state = 'leased' THEN 'leased'
-              WHEN c.state = 'succeeded' THEN 'succeeded'
-              WHEN c.state = 'dead' THEN 'dead'
-              WHEN c.state = 'cancelled' THEN 'cancelled'
-              WHEN c.state = 'pending' AND c.old_state = 'leased' THEN 'retry_scheduled'
-              WHEN c.state = 'pending' AND c.old_state = 'blocked' THEN 'unblocked'
-              WHEN c.state = 'pending' THEN 'requeued'
-            END,
-         CASE WHEN c.state IN ('leased', 'succeeded') OR c.checkpointed THEN c.leased_by END,
-         CASE WHEN c.state = 'dead' THEN c.last_error
-              WHEN c.state = 'cancelled' AND c.cancel_reason = 'dependency_failed'
-                THEN 'DEPENDENCY_FAILED' END)
-    ) AS e(k, kind, worker, detail)
-    WHERE e.kind IS NOT NULL;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    IF n > 0 THEN
-        PERFORM taskbroker_event_check(base, n);
-    END IF;
-
-    -- 2. Dependencies of the tasks that finished now (only those with dependents).
-    IF EXISTS (SELECT 1 FROM new_rows n JOIN old_rows o ON o.seq = n.seq
-               JOIN task_deps d ON d.depends_on = n.id AND NOT d.resolved
-               WHERE n.state IN ('succeeded', 'dead', 'cancelled')
-                 AND o.state NOT IN ('succeeded', 'dead', 'cancelled')) THEN
-        SELECT max(updated_at) INTO at FROM new_rows;
-        -- A failed dependency cancels its blocked dependents, and everything that
-        -- waits on them in turn, in one statement (a recursive walk, not one
-        -- trigger level per link of a chain). Their own run_if_dependency_fails
-        -- dependents are told by this trigger again, one level down.
+    IF NEW.state IN ('dead', 'cancelled') THEN
+        base := taskbroker_event_base();
         WITH RECURSIVE doomed(id) AS (
-            SELECT d.task_id FROM new_rows n JOIN old_rows o ON o.seq = n.seq
-              JOIN task_deps d ON d.depends_on = n.id AND NOT d.resolved
-              JOIN tasks t ON t.id = d.task_id
-            WHERE n.state IN ('dead', 'cancelled') AND o.state NOT IN ('succeeded', 'dead', 'cancelled')
+            SELECT d.task_id FROM task_deps d JOIN tasks t ON t.id = d.task_id
+            WHERE d.depends_on = NEW.id AND NOT d.resolved
               AND t.state = 'blocked' AND NOT t.run_if_dependency_fails
             UNION
             SELECT d.task_id FROM doomed JOIN task_deps d ON d.depends_on = doomed.id AND NOT d.resolved
               JOIN tasks t ON t.id = d.task_id
             WHERE t.state = 'blocked' AND NOT t.run_if_dependency_fails
-        )
-        UPDATE tasks t SET state = 'cancelled', cancel_reason = 'dependency_failed',
-            last_error = 'DEPENDENCY_FAILED', finished_at = at, updated_at = at
-        WHERE t.id IN (SELECT id FROM doomed) AND t.state = 'blocked';
-        -- The rest: count the finished dependency off; the last one unblocks.
-        WITH fin AS (
-            UPDATE task_deps d SET resolved = TRUE FROM new_rows n JOIN old_rows o ON o.seq = n.seq
-            WHERE d.depends_on = n.id AND NOT d.resolved
-              AND n.state IN ('succeeded', 'dead', 'cancelled')
-              AND o.state NOT IN ('succeeded', 'dead', 'cancelled')
-            RETURNING d.task_id),
-        per AS (SELECT task_id, count(*) AS k FROM fin GROUP BY task_id),
-        unblocked AS (
-            UPDATE tasks t SET deps_remaining = t.deps_remaining - per.k,
-                state = CASE WHEN t.deps_remaining - per.k <= 0 THEN 'pending' ELSE t.state END,
-                updated_at = at
-            FROM per WHERE t.id = per.task_id AND t.state = 'blocked'
-            RETURNING t.queue, t.state)
-        SELECT array_agg(DISTINCT queue) INTO woken FROM unblocked WHERE state = 'pending';
-        IF woken IS NOT NULL THEN
-            PERFORM pg_notify('taskbroker', q) FROM unnest(woken) AS q;
-        END IF;
+        ),
+        gone AS (
+            UPDATE tasks t SET state = 'cancelled', cancel_reason = 'dependency_failed',
+                last_error = 'DEPENDENCY_FAILED', finished_at = at, updated_at = at
+            WHERE t.id IN (SELECT id FROM doomed) AND t.state = 'blocked'
+            RETURNING t.seq, t.id, t.queue, t.attempt)
+        INSERT INTO task_events (event_id, task_id, queue, kind, state, attempt, worker_id, time, detail)
+        SELECT base + row_number() OVER (ORDER BY seq), id, queue, 'cancelled', 'cancelled',
+               attempt, NULL, at, 'DEPENDENCY_FAILED'
+        FROM gone;
     END IF;
-
-    -- 3. Dead-letter notices: a task on the dead-letter queue for each task that
-    --    went DEAD in a queue that has one.
-    IF EXISTS (SELECT 1 FROM queue_dead_letters) AND EXISTS (
-        SELECT 1 FROM new_rows n JOIN old_rows o ON o.seq = n.seq
-        WHERE n.state = 'dead' AND o.state <> 'dead') THEN
-        WITH notice AS (
-            INSERT INTO tasks (id, queue, payload, priority, run_at, state, max_attempts,
-                attempts_allowed, initial_backoff_ms, backoff_multiplier, max_backoff_ms,
-                jitter, metadata, created_at, updated_at)
-            SELECT gen_random_uuid()::text, q.dead_letter_queue,
-                convert_to(json_build_object('task_id', n.id, 'queue', n.queue, 'key', n.key,
-                    'attempts', n.attempt, 'last_error', n.last_error)::text, 'UTF8'),
-                0, n.updated_at, 'pending', 3, 3, 10000, 2.0, 3600000, 0.2,
-                json_build_object('dead_task_id', n.id)::text, n.updated_at, n.updated_at
-            FROM new_rows n JOIN old_rows o ON o.seq = n.seq
-            JOIN queue_dead_letters q ON q.queue = n.queue
-            WHERE n.state = 'dead' AND o.state <> 'dead' AND q.dead_letter_queue <> n.queue
-            RETURNING queue)
-        SELECT array_agg(DISTINCT queue) INTO woken FROM notice;
-        IF woken IS NOT NULL THEN
-            PERFORM pg_notify('taskbroker', q) FROM unnest(woken) AS q;
-        END IF;
+    base := taskbroker_event_base();
+    WITH fin AS (
+        UPDATE task_deps d SET resolved = TRUE
+        WHERE d.depends_on = NEW.id AND NOT d.resolved
+        RETURNING d.task_id),
+    unblocked AS (
+        UPDATE tasks t SET deps_remaining = t.deps_remaining - 1,
+            state = CASE WHEN t.deps_remaining <= 1 THEN 'pending' ELSE t.state END,
+            updated_at = at
+        FROM fin WHERE t.id = fin.task_id AND t.state = 'blocked'
+        RETURNING t.seq, t.id, t.queue, t.state, t.run_at, t.attempt),
+    ev AS (
+        INSERT INTO task_events (event_id, task_id, queue, kind, state, attempt, worker_id, time, detail)
+        SELECT base + row_number() OVER (ORDER BY seq), id, queue, 'unblocked',
+               CASE WHEN run_at > at THEN 'scheduled' ELSE 'ready' END, attempt, NULL, at, NULL
+        FROM unblocked WHERE state = 'pending'
+        RETURNING queue)
+    SELECT array_agg(DISTINCT queue) INTO woken FROM ev;
+    IF woken IS NOT NULL THEN
+        PERFORM pg_notify('taskbroker', q) FROM unnest(woken) AS q;
     END IF;
     RETURN NULL;
 END $$;
 
-CREATE TRIGGER tasks_flow_update AFTER UPDATE ON tasks
-    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION taskbroker_tasks_updated();
+CREATE TRIGGER tasks_flow_dependents AFTER UPDATE OF state ON tasks
+    FOR EACH ROW
+    WHEN (NEW.has_dependents AND NEW.state IN ('succeeded', 'dead', 'cancelled')
+          AND OLD.state NOT IN ('succeeded', 'dead', 'cancelled'))
+    EXECUTE FUNCTION taskbroker_resolve_dependents();
+
+-- A task went DEAD in a queue with a dead-letter queue: a notice task there (its
+-- SUBMITTED event with it), in the same transaction.
+CREATE FUNCTION taskbroker_dead_letter() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    dlq TEXT;
+    base BIGINT;
+BEGIN
+    SELECT dead_letter_queue INTO dlq FROM queue_dead_letters
+    WHERE queue = NEW.queue AND dead_letter_queue <> NEW.queue;
+    IF dlq IS NULL THEN
+        RETURN NULL;
+    END IF;
+    base := taskbroker_event_base();
+    WITH notice AS (
+        INSERT INTO tasks (id, queue, payload, priority, run_at, state, max_attempts,
+            attempts_allowed, initial_backoff_ms, backoff_multiplier, max_backoff_ms,
+            jitter, metadata, created_at, updated_at)
+        VALUES (gen_random_uuid()::text, dlq,
+            convert_to(json_build_object('task_id', NEW.id, 'queue', NEW.queue, 'key', NEW.key,
+                'attempts', NEW.attempt, 'last_error', NEW.last_error)::text, 'UTF8'),
+            0, NEW.updated_at, 'pending', 3, 3, 10000, 2.0, 3600000, 0.2,
+            json_build_object('dead_task_id', NEW.id)::text, NEW.updated_at, NEW.updated_at)
+        RETURNING id, queue, attempt, created_at)
+    INSERT INTO task_events (event_id, task_id, queue, kind, state, attempt, worker_id, time, detail)
+    SELECT base, id, queue, 'submitted', 'ready', attempt, NULL, created_at, NULL FROM notice;
+    PERFORM pg_notify('taskbroker', dlq);
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER tasks_flow_dead_letter AFTER UPDATE OF state ON tasks
+    FOR EACH ROW
+    WHEN (NEW.state = 'dead' AND OLD.state <> 'dead')
+    EXECUTE FUNCTION taskbroker_dead_letter();

@@ -126,3 +126,110 @@ pub(crate) fn schedule_json(s: &[Duration]) -> Option<String> {
     let ms: Vec<i64> = s.iter().map(|d| super::row::duration_ms(*d)).collect();
     serde_json::to_string(&ms).ok()
 }
+
+/// One event to record, as the statement that makes the transition knows it
+/// (store/postgres/events.rs and store/sqlite/events.rs write it in the same
+/// transaction).
+#[derive(Debug, Clone)]
+pub(crate) struct Ev<'a> {
+    pub task_id: &'a str,
+    pub queue: &'a str,
+    pub kind: EventKind,
+    /// The visible state after the transition ([`visible`]).
+    pub state: &'static str,
+    pub attempt: i64,
+    pub worker: Option<&'a str>,
+    /// ms since the epoch.
+    pub time: i64,
+    pub detail: Option<&'a str>,
+}
+
+/// The visible state of a stored state at `at` (ms): pending is scheduled or ready.
+pub(crate) fn visible(state: &str, run_at: i64, at: i64) -> &'static str {
+    match state {
+        "pending" if run_at > at => "scheduled",
+        "pending" => "ready",
+        "leased" => "leased",
+        "succeeded" => "succeeded",
+        "dead" => "dead",
+        "cancelled" => "cancelled",
+        "blocked" => "blocked",
+        _ => "ready",
+    }
+}
+
+/// The events of an attempt that ended without success (Fail, an expired lease,
+/// a deadline): the failure itself (HEARTBEAT_LOST when the lease had expired),
+/// then what follows (RETRY_SCHEDULED, DEAD or CANCELLED).
+pub(crate) fn failure_events<'a>(
+    row: &'a super::row::TaskRow,
+    new_state: &str,
+    run_at: i64,
+    error: &'a str,
+    now: i64,
+) -> Vec<Ev<'a>> {
+    let state = visible(new_state, run_at, now);
+    let mut out = Vec::with_capacity(2);
+    if row.state == "leased" {
+        let lost = row.lease_expires_at.is_some_and(|e| e <= now);
+        out.push(Ev {
+            task_id: &row.id,
+            queue: &row.queue,
+            kind: if lost {
+                EventKind::HeartbeatLost
+            } else {
+                EventKind::Failed
+            },
+            state,
+            attempt: row.attempt,
+            worker: row.leased_by.as_deref(),
+            time: now,
+            detail: Some(error),
+        });
+    }
+    let (kind, detail) = match new_state {
+        "pending" if row.state == "leased" => (EventKind::RetryScheduled, None),
+        "pending" => (EventKind::Requeued, None),
+        "dead" => (EventKind::Dead, Some(error)),
+        _ => (EventKind::Cancelled, None),
+    };
+    out.push(Ev {
+        task_id: &row.id,
+        queue: &row.queue,
+        kind,
+        state,
+        attempt: row.attempt,
+        worker: None,
+        time: now,
+        detail,
+    });
+    out
+}
+
+/// The event `kind` of a task row as it is after the transition, at `now` (ms).
+pub(crate) fn of_row(row: &super::row::TaskRow, kind: EventKind, now: i64) -> Ev<'_> {
+    let worker = matches!(
+        kind,
+        EventKind::Leased | EventKind::Succeeded | EventKind::Checkpointed
+    )
+    .then_some(row.leased_by.as_deref())
+    .flatten();
+    let detail = match kind {
+        EventKind::Dead => row.last_error.as_deref(),
+        // A dependency cancellation writes this error (and cancel_reason).
+        EventKind::Cancelled if row.last_error.as_deref() == Some("DEPENDENCY_FAILED") => {
+            Some("DEPENDENCY_FAILED")
+        }
+        _ => None,
+    };
+    Ev {
+        task_id: &row.id,
+        queue: &row.queue,
+        kind,
+        state: visible(&row.state, row.run_at, now),
+        attempt: row.attempt,
+        worker,
+        time: now,
+        detail,
+    }
+}

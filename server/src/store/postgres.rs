@@ -30,7 +30,10 @@ use routing::BindRouting as _;
 // The console's dead letters.
 mod dead;
 // Flow (#15): dependencies, events, bulk operations (migration 0010).
+mod events;
 mod flow;
+use super::flow::{failure_events as flow_failure_events, of_row as flow_of_row};
+use crate::domain::event::EventKind;
 // Admission (migration 0009).
 mod admission;
 
@@ -210,6 +213,9 @@ impl PostgresStore {
         .bind(row.seq)
         .execute(&mut **tx)
         .await?;
+        // Flow (#15): the failure and what follows it.
+        let evs = flow_failure_events(row, write.state.as_str(), write.run_at, error, now);
+        events::record(&mut **tx, &evs).await?;
         let leased_at =
             Self::finish_attempt(tx, &row.attempt_end(), outcome, Some(error), now).await?;
         if write.state == StoredState::Pending {
@@ -312,6 +318,9 @@ impl PostgresStore {
         .bind(row.seq)
         .execute(&mut *tx)
         .await?;
+        let mut ev = flow_of_row(&row, EventKind::Succeeded, now);
+        ev.state = "succeeded";
+        events::record(&mut *tx, &[ev]).await?;
         let outcome = AttemptOutcome::Succeeded;
         let leased_at =
             Self::finish_attempt(&mut tx, &row.attempt_end(), outcome, None, now).await?;
@@ -350,7 +359,8 @@ impl PostgresStore {
         let routed = tasks.iter().any(|t| routing::is_routed(&t.routing));
         let inserted: Vec<String> = sqlx::query_scalar(routing::insert_sql(
             routed,
-            "WITH ins AS ( \
+            concat!(
+                "WITH ins AS ( \
                INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
                  max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
                  max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key) \
@@ -361,9 +371,17 @@ impl PostgresStore {
                  $11::bigint[], $12::float8[], $13::text[], $16::text[]) \
                  AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
                       ib, bm, mb, j, md, ck) \
-               ON CONFLICT DO NOTHING RETURNING id, queue), \
+               ON CONFLICT DO NOTHING RETURNING id, queue, run_at), \
+             ev AS (",
+                events::event_insert!(),
+                "SELECT ",
+                events::event_base!(),
+                " + row_number() OVER () - 1, id, queue, 'submitted', \
+               CASE WHEN run_at > $14 THEN 'scheduled' ELSE 'ready' END, 0, NULL, $14, NULL \
+               FROM ins), \
              woken AS (SELECT pg_notify($15, q) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
-             SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0",
+             SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0"
+            ),
         ))
         .bind(&ids)
         .bind(&queues)
@@ -423,9 +441,18 @@ impl PostgresStore {
             .collect()
     }
 
-    async fn changed(tx: &mut Transaction<'_, Postgres>, id: &str) -> StoreResult<Changed> {
+    /// The task as it is after a change, which is recorded as a `kind` event (Flow, #15).
+    async fn changed_event(
+        tx: &mut Transaction<'_, Postgres>,
+        id: &str,
+        kind: EventKind,
+        now: i64,
+    ) -> StoreResult<Changed> {
         match Self::fetch_task(tx, id).await? {
-            Some(row) => Ok(Changed::Done(Box::new(row.into_record()?))),
+            Some(row) => {
+                events::record(&mut **tx, &[flow_of_row(&row, kind, now)]).await?;
+                Ok(Changed::Done(Box::new(row.into_record()?)))
+            }
             None => Ok(Changed::NotFound),
         }
     }
@@ -607,7 +634,10 @@ impl Store for PostgresStore {
                    COALESCE(t.deadline, $2 + ($6::bigint[])[p.req])), \
                  updated_at = $2, leased_at = $2, leased_address = ($5::text[])[p.req] \
                FROM picked p WHERE t.seq = p.seq \
-               RETURNING t.*, p.req::bigint AS request) \
+               RETURNING t.*, p.req::bigint AS request), \
+             ev AS (", events::event_insert!(), "SELECT ", events::event_base!(),
+               " + row_number() OVER () - 1, id, queue, 'leased', 'leased', attempt, leased_by, \
+               $2, NULL FROM leased) \
              SELECT leased.*, (SELECT count(*) FROM spare) AS spare FROM leased",
         ))
         .bind(&first.queues)
@@ -724,6 +754,7 @@ impl Store for PostgresStore {
         .bind(row.seq)
         .fetch_one(&mut *tx)
         .await?;
+        events::record(&mut *tx, &[flow_of_row(&row, EventKind::Checkpointed, now)]).await?;
         tx.commit().await?;
         Ok(Settled::Applied(LeaseState::Live {
             lease_expires_at: from_ms(at),
@@ -755,7 +786,7 @@ impl Store for PostgresStore {
         // found by id (on young statistics it would otherwise scan every lease).
         // Each settled row answers with the token that settled it, so a stale
         // token naming the same task in the same batch is never taken for it.
-        let done: Vec<(String, String, String, i64)> = sqlx::query_as(
+        let done: Vec<(String, String, String, i64)> = sqlx::query_as(concat!(
             "WITH input AS ( \
                SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) \
                  AS i(id, token, result, now)), \
@@ -775,9 +806,15 @@ impl Store for PostgresStore {
                  leased_at, 'succeeded', now, fencing_token FROM t \
                ON CONFLICT (task_id, attempt) DO UPDATE SET outcome = excluded.outcome, \
                  finished_at = excluded.finished_at \
-               RETURNING task_id, leased_at) \
-             SELECT t.id, t.token, t.queue, a.leased_at FROM t JOIN a ON a.task_id = t.id",
-        )
+               RETURNING task_id, leased_at), \
+             ev AS (",
+            events::event_insert!(),
+            "SELECT ",
+            events::event_base!(),
+            " + row_number() OVER () - 1, id, queue, 'succeeded', 'succeeded', attempt, \
+               leased_by, now, NULL FROM t) \
+             SELECT t.id, t.token, t.queue, a.leased_at FROM t JOIN a ON a.task_id = t.id"
+        ))
         .bind(&ids)
         .bind(&tokens)
         .bind(&results)
@@ -892,6 +929,8 @@ impl Store for PostgresStore {
                 .bind(row.seq)
                 .execute(&mut *tx)
                 .await?;
+                let evs = flow_failure_events(row, "dead", row.run_at, error, now);
+                events::record(&mut *tx, &evs).await?;
             }
             reaped.deadline_exceeded += 1;
             reaped.by_queue.entry(row.queue.clone()).or_default().dead += 1;
@@ -1023,14 +1062,16 @@ impl Store for PostgresStore {
             tx.rollback().await?;
             return Ok(Changed::NotFound);
         };
-        let sql = match row.stored_state()? {
-            StoredState::Pending | StoredState::Blocked => {
+        let (sql, kind) = match row.stored_state()? {
+            StoredState::Pending | StoredState::Blocked => (
                 "UPDATE tasks SET state = 'cancelled', finished_at = $1, updated_at = $1 \
-                 WHERE seq = $2"
-            }
-            StoredState::Leased => {
-                "UPDATE tasks SET cancel_requested = TRUE, updated_at = $1 WHERE seq = $2"
-            }
+                 WHERE seq = $2",
+                EventKind::Cancelled,
+            ),
+            StoredState::Leased => (
+                "UPDATE tasks SET cancel_requested = TRUE, updated_at = $1 WHERE seq = $2",
+                EventKind::Updated,
+            ),
             StoredState::Cancelled => {
                 tx.rollback().await?;
                 return Ok(Changed::Done(Box::new(row.into_record()?)));
@@ -1045,7 +1086,7 @@ impl Store for PostgresStore {
             .bind(row.seq)
             .execute(&mut *tx)
             .await?;
-        let changed = Self::changed(&mut tx, task_id).await?;
+        let changed = Self::changed_event(&mut tx, task_id, kind, now).await?;
         tx.commit().await?;
         Ok(changed)
     }
@@ -1085,7 +1126,7 @@ impl Store for PostgresStore {
         }
         // Routing (issue 13): an admin change frees a reserved retry.
         routing::clear_reservation(&mut tx, &row).await?;
-        let changed = Self::changed(&mut tx, task_id).await?;
+        let changed = Self::changed_event(&mut tx, task_id, EventKind::Updated, ms(now)).await?;
         tx.commit().await?;
         Ok(changed)
     }
@@ -1112,7 +1153,7 @@ impl Store for PostgresStore {
         Self::notify(&mut tx, &[&row.queue]).await?;
         // Routing (issue 13): an admin requeue frees a reserved retry.
         routing::clear_reservation(&mut tx, &row).await?;
-        let changed = Self::changed(&mut tx, task_id).await?;
+        let changed = Self::changed_event(&mut tx, task_id, EventKind::Requeued, ms(now)).await?;
         tx.commit().await?;
         Ok(changed)
     }
@@ -1325,12 +1366,16 @@ impl Store for PostgresStore {
         let mut tx = self.pool.begin().await?;
         let n = sqlx::query(
             // A CTE runs once (an IN subquery may be rescanned per row, past the limit).
-            "WITH picked AS (SELECT seq FROM tasks WHERE queue = $2 AND state = 'dead' \
-               AND COALESCE(last_error, '') = $3 ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED) \
-             UPDATE tasks t SET state = 'pending', run_at = $1, \
-               attempts_allowed = attempt + max_attempts, cancel_requested = FALSE, \
-               finished_at = NULL, updated_at = $1 \
-             FROM picked WHERE t.seq = picked.seq",
+            sqlx::AssertSqlSafe(format!(
+                "WITH picked AS (SELECT seq FROM tasks WHERE queue = $2 AND state = 'dead' \
+                   AND COALESCE(last_error, '') = $3 ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED), \
+                 u AS (UPDATE tasks t SET state = 'pending', run_at = $1, \
+                   attempts_allowed = attempt + max_attempts, cancel_requested = FALSE, \
+                   finished_at = NULL, updated_at = $1 \
+                 FROM picked WHERE t.seq = picked.seq RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) {}",
+                // Flow (#15): the REQUEUED events in the same statement.
+                events::from_updated("requeued", "$1")
+            )),
         )
         .bind(ms(p.now))
         .bind(&p.queue)

@@ -1,8 +1,9 @@
 //! Flow (#15) on Postgres: inserts with dependencies, the event log, bulk
-//! operations. Resolving dependents, recording events and dead-letter notices
-//! happen in the triggers of migration 0010, in the transaction of whatever
-//! statement changed the task, so every path (Complete, CompleteMany, Fail, the
-//! reaper, cancels, and paths yet to come) does them alike.
+//! operations. Every statement that makes a transition records its event
+//! (store/postgres/events.rs). Resolving dependents and dead-letter notices
+//! happen in the row triggers of migration 0010, whose WHEN clauses let only a
+//! task with dependents (`has_dependents`) or a task going DEAD through, in the
+//! transaction of whatever statement changed the task.
 
 use std::collections::{HashMap, HashSet};
 
@@ -54,10 +55,13 @@ pub(super) async fn insert(
     let mut wanted: Vec<&str> = deps.iter().flatten().map(String::as_str).collect();
     wanted.sort_unstable();
     wanted.dedup();
-    // Locked (in id order) so none can finish until this transaction ends: a
-    // dependency that finishes later sees the edges written here.
+    // Locked (in id order) and marked so none can finish until this transaction
+    // ends, and each that finishes later runs the dependents trigger and sees
+    // the edges written here.
     let states: HashMap<String, String> = sqlx::query_as::<_, (String, String)>(
-        "SELECT id, state FROM tasks WHERE id = ANY($1) ORDER BY id FOR SHARE",
+        "UPDATE tasks t SET has_dependents = TRUE FROM ( \
+           SELECT seq FROM tasks WHERE id = ANY($1) ORDER BY id FOR UPDATE) l \
+         WHERE t.seq = l.seq RETURNING t.id, t.state",
     )
     .bind(&wanted)
     .fetch_all(&mut *tx)
@@ -124,15 +128,23 @@ pub(super) async fn insert(
     let rem: Vec<i64> = placed.iter().map(|p| p.remaining).collect();
     let run_if: Vec<bool> = placed.iter().map(|p| p.run_if).collect();
     let sched: Vec<Option<&str>> = placed.iter().map(|p| p.schedule.as_deref()).collect();
-    sqlx::query(
-        "UPDATE tasks t SET state = u.state, deps_remaining = u.rem, \
+    // A blocked task was submitted BLOCKED: its SUBMITTED event says so; one
+    // whose dependency failed already is CANCELLED at once (an event too), in
+    // the same statement, before the dependents trigger tells its own dependents.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH c AS (UPDATE tasks t SET state = u.state, deps_remaining = u.rem, \
            run_if_dependency_fails = u.run_if, retry_schedule = u.sched, \
            cancel_reason = CASE WHEN u.state = 'cancelled' THEN 'dependency_failed' END, \
            last_error = CASE WHEN u.state = 'cancelled' THEN 'DEPENDENCY_FAILED' ELSE t.last_error END, \
            finished_at = CASE WHEN u.state = 'cancelled' THEN $6 ELSE t.finished_at END \
          FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::bool[], $5::text[]) \
-           AS u(id, state, rem, run_if, sched) WHERE t.id = u.id",
-    )
+           AS u(id, state, rem, run_if, sched) WHERE t.id = u.id RETURNING t.id, t.queue, t.state, t.attempt, t.run_at), \
+         b AS (UPDATE task_events e SET state = 'blocked' FROM c \
+           WHERE c.state = 'blocked' AND e.task_id = c.id AND e.kind = 'submitted'), \
+         u AS (SELECT * FROM c WHERE state = 'cancelled') \
+         {}",
+        super::events::from_updated_with("cancelled", "$6", "'DEPENDENCY_FAILED'")
+    )))
     .bind(&ids)
     .bind(&st)
     .bind(&rem)
@@ -141,20 +153,6 @@ pub(super) async fn insert(
     .bind(ms(now))
     .execute(&mut *tx)
     .await?;
-    // A blocked task was submitted BLOCKED: its SUBMITTED event says so.
-    let blocked: Vec<&str> = placed
-        .iter()
-        .filter(|p| p.state == "blocked")
-        .map(|p| p.id.as_str())
-        .collect();
-    if !blocked.is_empty() {
-        sqlx::query(
-            "UPDATE task_events SET state = 'blocked' WHERE task_id = ANY($1) AND kind = 'submitted'",
-        )
-        .bind(&blocked)
-        .execute(&mut *tx)
-        .await?;
-    }
     tx.commit().await?;
     Ok(FlowInserted::Done(inserted))
 }
@@ -242,9 +240,12 @@ pub(super) async fn event_purge(
     before: DateTime<Utc>,
     limit: u32,
 ) -> StoreResult<u64> {
+    // Ids grow with time: the oldest `limit` by id, those older than `before`
+    // (no time index to keep up on every event).
     let n = sqlx::query(
         "DELETE FROM task_events WHERE event_id IN ( \
-           SELECT event_id FROM task_events WHERE time < $1 LIMIT $2)",
+           SELECT event_id FROM (SELECT event_id, time FROM task_events \
+             ORDER BY event_id LIMIT $2) o WHERE time < $1)",
     )
     .bind(ms(before))
     .bind(i64::from(limit))
@@ -315,22 +316,25 @@ pub(super) async fn cancel_many(
     now: DateTime<Utc>,
 ) -> StoreResult<BulkCancelled> {
     let mut tx = pool.begin().await?;
-    let cancelled = sqlx::query(
-        "UPDATE tasks SET state = 'cancelled', cancel_reason = 'operator', finished_at = $2, \
-           updated_at = $2 \
+    // Flow (#15): each statement records its events.
+    let cancelled = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH u AS (UPDATE tasks t SET state = 'cancelled', cancel_reason = 'operator', \
+           finished_at = $2, updated_at = $2 \
          WHERE id IN (SELECT id FROM tasks WHERE id = ANY($1) \
-           AND state IN ('pending', 'blocked') ORDER BY id FOR UPDATE)",
-    )
+           AND state IN ('pending', 'blocked') ORDER BY id FOR UPDATE) RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) {}",
+        super::events::from_updated("cancelled", "$2")
+    )))
     .bind(ids)
     .bind(ms(now))
     .execute(&mut *tx)
     .await?
     .rows_affected();
-    let requested = sqlx::query(
-        "UPDATE tasks SET cancel_requested = TRUE, updated_at = $2 \
+    let requested = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH u AS (UPDATE tasks t SET cancel_requested = TRUE, updated_at = $2 \
          WHERE id IN (SELECT id FROM tasks WHERE id = ANY($1) AND state = 'leased' \
-           AND NOT cancel_requested ORDER BY id FOR UPDATE)",
-    )
+           AND NOT cancel_requested ORDER BY id FOR UPDATE) RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) {}",
+        super::events::from_updated("updated", "$2")
+    )))
     .bind(ids)
     .bind(ms(now))
     .execute(&mut *tx)
@@ -351,13 +355,15 @@ pub(super) async fn requeue_many(
     let ids: Vec<&str> = tasks.iter().map(|t| t.0.as_str()).collect();
     let run_at: Vec<i64> = tasks.iter().map(|t| ms(t.1)).collect();
     let mut tx = pool.begin().await?;
-    let queues: Vec<String> = sqlx::query_scalar(
-        "UPDATE tasks t SET state = 'pending', run_at = u.run_at, \
+    let queues: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "WITH u AS (UPDATE tasks t SET state = 'pending', run_at = r.run_at, \
            attempts_allowed = t.attempt + t.max_attempts, cancel_requested = FALSE, \
            cancel_reason = NULL, finished_at = NULL, updated_at = $3 \
-         FROM UNNEST($1::text[], $2::bigint[]) AS u(id, run_at) \
-         WHERE t.id = u.id AND t.state IN ('dead', 'cancelled') RETURNING t.queue",
-    )
+         FROM UNNEST($1::text[], $2::bigint[]) AS r(id, run_at) \
+         WHERE t.id = r.id AND t.state IN ('dead', 'cancelled') RETURNING t.id, t.queue, t.state, t.attempt, t.run_at), \
+         ev AS ({}) SELECT queue FROM u",
+        super::events::from_updated("requeued", "$3")
+    )))
     .bind(&ids)
     .bind(&run_at)
     .bind(ms(now))

@@ -1,11 +1,12 @@
 //! Flow (#15) on SQLite: inserts with dependencies, resolving dependents, the
 //! event log, bulk operations.
 //!
-//! Events and dead-letter notices are written by the row triggers of migration
-//! 0010. A task with dependents that finishes is queued in `flow_finished` by
-//! the same trigger; [`after_job`] runs at the end of every write job (inside its
-//! savepoint) and tells the dependents, one finished task at a time, so a
-//! cancelled chain of any length is walked iteratively, never by trigger recursion.
+//! Every operation pushes the events of its transitions (store/sqlite/events.rs).
+//! [`after_job`] runs at the end of every write job (inside its savepoint): it
+//! writes them, tells the dependents of each task that finished (one finished
+//! task at a time, so a cancelled chain of any length is walked iteratively),
+//! and files a dead-letter notice for each task that went DEAD in a queue that
+//! has a dead-letter queue.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -14,10 +15,11 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 use sqlx::SqlitePool;
 
-use super::super::flow::{EventRow, event_record, schedule_json};
-use super::super::row::{TaskRow, ms, state_filter_sql};
+use super::super::flow::{Ev, EventRow, event_record, schedule_json, visible};
+use super::super::row::{TaskRow, from_ms, ms, state_filter_sql};
 use super::super::*;
-use super::ops;
+use super::{events, ops};
+use crate::domain::event::EventKind;
 
 thread_local! {
     /// The writer thread's wake-up for queues that got pending tasks.
@@ -46,62 +48,143 @@ pub(super) fn after_commit() {
     });
 }
 
-/// Tells the dependents of every task that finished in this job.
+/// Writes the job's events, then tells the dependents of every task that
+/// finished in this job and files dead-letter notices (whose events are written
+/// in turn).
 pub(super) fn after_job(c: &Connection) -> StoreResult<()> {
     loop {
-        let finished: Vec<(i64, String, String, i64)> = c
-            .prepare_cached(
-                "SELECT rowid, task_id, state, at FROM flow_finished ORDER BY rowid LIMIT 512",
-            )?
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-            .collect::<Result<_, _>>()?;
-        let Some(last) = finished.last().map(|f| f.0) else {
+        let evs = events::take();
+        if evs.is_empty() {
             return Ok(());
-        };
-        c.prepare_cached("DELETE FROM flow_finished WHERE rowid <= ?1")?
-            .execute([last])?;
-        for (_, id, state, at) in finished {
-            resolve(c, &id, &state, at)?;
+        }
+        events::write(c, &evs)?;
+        for e in &evs {
+            let state = match e.kind {
+                EventKind::Succeeded => "succeeded",
+                EventKind::Dead => "dead",
+                EventKind::Cancelled => "cancelled",
+                _ => continue,
+            };
+            let waited_on = c
+                .prepare_cached(
+                    "SELECT 1 FROM task_deps WHERE depends_on = ?1 AND NOT resolved LIMIT 1",
+                )?
+                .exists([&e.task_id])?;
+            if waited_on {
+                resolve(c, &e.task_id, state, e.time)?;
+            }
+            if e.kind == EventKind::Dead {
+                dead_letter(c, &e.task_id, &e.queue, e.time)?;
+            }
         }
     }
+}
+
+/// A task went DEAD: a notice task on its queue's dead-letter queue, if it has one.
+fn dead_letter(c: &Connection, id: &str, queue: &str, at: i64) -> StoreResult<()> {
+    let dlq: Option<String> = c
+        .prepare_cached(
+            "SELECT dead_letter_queue FROM queue_dead_letters \
+             WHERE queue = ?1 AND dead_letter_queue <> ?1",
+        )?
+        .query_row([queue], |r| r.get(0))
+        .optional()?;
+    let Some(dlq) = dlq else {
+        return Ok(());
+    };
+    let (key, attempts, error): (Option<String>, i64, Option<String>) = c
+        .prepare_cached("SELECT key, attempt, last_error FROM tasks WHERE id = ?1")?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    let payload = serde_json::json!({
+        "task_id": id, "queue": queue, "key": key, "attempts": attempts, "last_error": error,
+    });
+    let notice = NewTask {
+        id: uuid::Uuid::now_v7().to_string(),
+        queue: dlq.clone(),
+        key: None,
+        payload: payload.to_string().into_bytes(),
+        priority: 0,
+        run_at: from_ms(at),
+        deadline: None,
+        retry: crate::domain::retry::RetryPolicy {
+            max_attempts: 3,
+            initial_backoff: std::time::Duration::from_secs(10),
+            backoff_multiplier: 2.0,
+            max_backoff: std::time::Duration::from_secs(3600),
+            jitter: 0.2,
+            ..Default::default()
+        },
+        metadata: [("dead_task_id".to_owned(), id.to_owned())].into(),
+        routing: Default::default(),
+        concurrency_key: None,
+    };
+    ops::task_insert_many(c, std::slice::from_ref(&notice), from_ms(at))?;
+    WOKEN.with(|w| w.borrow_mut().push(dlq));
+    Ok(())
 }
 
 /// One finished dependency: count it off its blocked dependents (the last one
 /// unblocks), or cancel them when it failed and they do not run anyway.
 fn resolve(c: &Connection, dep: &str, dep_state: &str, at: i64) -> StoreResult<()> {
-    let dependents: Vec<(String, String, bool, String)> = c
+    let dependents: Vec<(String, String, bool, String, i64)> = c
         .prepare_cached(
-            "SELECT d.task_id, t.state, t.run_if_dependency_fails, t.queue FROM task_deps d \
+            "SELECT d.task_id, t.state, t.run_if_dependency_fails, t.queue, t.attempt \
+             FROM task_deps d \
              JOIN tasks t ON t.id = d.task_id WHERE d.depends_on = ?1 AND NOT d.resolved",
         )?
-        .query_map([dep], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+        .query_map([dep], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?
         .collect::<Result<_, _>>()?;
     c.prepare_cached("UPDATE task_deps SET resolved = 1 WHERE depends_on = ?1 AND NOT resolved")?
         .execute([dep])?;
-    for (id, state, run_if, queue) in dependents {
+    for (id, state, run_if, queue, attempt) in dependents {
         if state != "blocked" {
             continue;
         }
         if dep_state == "succeeded" || run_if {
-            let now_pending: Option<String> = c
+            let now_pending: Option<(String, i64)> = c
                 .prepare_cached(
                     "UPDATE tasks SET deps_remaining = deps_remaining - 1, \
                        state = CASE WHEN deps_remaining <= 1 THEN 'pending' ELSE state END, \
-                       updated_at = ?2 WHERE id = ?1 AND state = 'blocked' RETURNING state",
+                       updated_at = ?2 WHERE id = ?1 AND state = 'blocked' RETURNING state, run_at",
                 )?
-                .query_row(params![id, at], |r| r.get(0))
+                .query_row(params![id, at], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()?;
-            if now_pending.as_deref() == Some("pending") {
+            if let Some(("pending", run_at)) = now_pending.as_ref().map(|(s, r)| (s.as_str(), *r)) {
+                events::push(Ev {
+                    task_id: &id,
+                    queue: &queue,
+                    kind: EventKind::Unblocked,
+                    state: visible("pending", run_at, at),
+                    attempt,
+                    worker: None,
+                    time: at,
+                    detail: None,
+                });
                 WOKEN.with(|w| w.borrow_mut().push(queue));
             }
         } else {
-            // Its own dependents are told when the trigger queues it in turn.
-            c.prepare_cached(
-                "UPDATE tasks SET state = 'cancelled', cancel_reason = 'dependency_failed', \
-                   last_error = 'DEPENDENCY_FAILED', finished_at = ?2, updated_at = ?2 \
-                 WHERE id = ?1 AND state = 'blocked'",
-            )?
-            .execute(params![id, at])?;
+            // Its own dependents are told when after_job reads its event in turn.
+            let n = c
+                .prepare_cached(
+                    "UPDATE tasks SET state = 'cancelled', cancel_reason = 'dependency_failed', \
+                       last_error = 'DEPENDENCY_FAILED', finished_at = ?2, updated_at = ?2 \
+                     WHERE id = ?1 AND state = 'blocked'",
+                )?
+                .execute(params![id, at])?;
+            if n > 0 {
+                events::push(Ev {
+                    task_id: &id,
+                    queue: &queue,
+                    kind: EventKind::Cancelled,
+                    state: "cancelled",
+                    attempt,
+                    worker: None,
+                    time: at,
+                    detail: Some("DEPENDENCY_FAILED"),
+                });
+            }
         }
     }
     Ok(())
@@ -122,11 +205,13 @@ pub(super) fn insert(
     // One writer: what is read here cannot change before the job ends. An
     // unknown dependency undoes the batch's inserts (its own savepoint).
     c.execute_batch("SAVEPOINT flow_insert")?;
+    let mark = events::mark();
     let inserted = ops::task_insert_many(c, tasks, now)?;
     for (i, f) in flows.iter().enumerate() {
         for (j, d) in f.depends_on.iter().enumerate() {
             if state_of(c, d)?.is_none() {
                 c.execute_batch("ROLLBACK TO flow_insert; RELEASE flow_insert")?;
+                events::truncate(mark);
                 return Ok(FlowInserted::UnknownDependency { task: i, dep: j });
             }
         }
@@ -186,10 +271,19 @@ pub(super) fn insert(
             now
         ])?;
         if state == "blocked" {
-            c.prepare_cached(
-                "UPDATE task_events SET state = 'blocked' WHERE task_id = ?1 AND kind = 'submitted'",
-            )?
-            .execute([&r.task_id])?;
+            events::submitted_blocked(&r.task_id);
+        } else if state == "cancelled" {
+            let t = &tasks[i];
+            events::push(Ev {
+                task_id: &r.task_id,
+                queue: &t.queue,
+                kind: EventKind::Cancelled,
+                state: "cancelled",
+                attempt: 0,
+                worker: None,
+                time: now,
+                detail: Some("DEPENDENCY_FAILED"),
+            });
         }
     }
     Ok(FlowInserted::Done(inserted))
@@ -265,19 +359,22 @@ pub(super) async fn event_read(
 }
 
 pub(super) async fn event_head(r: &SqlitePool) -> StoreResult<i64> {
-    // AUTOINCREMENT keeps the largest id ever used here, even once purged.
-    let seq: Option<i64> =
-        sqlx::query_scalar("SELECT seq FROM sqlite_sequence WHERE name = 'task_events'")
-            .fetch_optional(r)
-            .await?;
-    Ok(seq.unwrap_or(0))
+    // Retention never deletes the newest event, so this is the largest id used.
+    let max: Option<i64> = sqlx::query_scalar("SELECT max(event_id) FROM task_events")
+        .fetch_one(r)
+        .await?;
+    Ok(max.unwrap_or(0))
 }
 
 pub(super) fn event_purge(c: &Connection, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
     let n = c
         .prepare_cached(
+            // Ids grow with time: the oldest `limit` by id, those older than
+            // `before`, never the newest (its id is where the next one starts).
             "DELETE FROM task_events WHERE event_id IN ( \
-               SELECT event_id FROM task_events WHERE time < ?1 LIMIT ?2)",
+               SELECT event_id FROM (SELECT event_id, time FROM task_events \
+                 ORDER BY event_id LIMIT ?2) WHERE time < ?1) \
+             AND event_id < (SELECT max(event_id) FROM task_events)",
         )?
         .execute(params![ms(before), limit])?;
     Ok(n as u64)
@@ -359,19 +456,44 @@ pub(super) fn cancel_many(
     let now = ms(now);
     let mut out = BulkCancelled::default();
     for id in ids {
-        out.cancelled += c
+        let cancelled: Option<(String, i64)> = c
             .prepare_cached(
                 "UPDATE tasks SET state = 'cancelled', cancel_reason = 'operator', \
                    finished_at = ?2, updated_at = ?2 \
-                 WHERE id = ?1 AND state IN ('pending', 'blocked')",
+                 WHERE id = ?1 AND state IN ('pending', 'blocked') RETURNING queue, attempt",
             )?
-            .execute(params![id, now])? as u64;
-        out.cancel_requested += c
+            .query_row(params![id, now], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        if let Some((queue, attempt)) = &cancelled {
+            out.cancelled += 1;
+            events::push(simple(
+                id,
+                queue,
+                EventKind::Cancelled,
+                "cancelled",
+                *attempt,
+                now,
+            ));
+        }
+        let requested: Option<(String, i64)> = c
             .prepare_cached(
                 "UPDATE tasks SET cancel_requested = 1, updated_at = ?2 \
-                 WHERE id = ?1 AND state = 'leased' AND NOT cancel_requested",
+                 WHERE id = ?1 AND state = 'leased' AND NOT cancel_requested \
+                 RETURNING queue, attempt",
             )?
-            .execute(params![id, now])? as u64;
+            .query_row(params![id, now], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        if let Some((queue, attempt)) = &requested {
+            out.cancel_requested += 1;
+            events::push(simple(
+                id,
+                queue,
+                EventKind::Updated,
+                "leased",
+                *attempt,
+                now,
+            ));
+        }
     }
     Ok(out)
 }
@@ -384,19 +506,44 @@ pub(super) fn requeue_many(
     let now = ms(now);
     let mut n = 0;
     for (id, run_at) in tasks {
-        let queue: Option<String> = c
+        let row: Option<(String, i64)> = c
             .prepare_cached(
                 "UPDATE tasks SET state = 'pending', run_at = ?2, \
                    attempts_allowed = attempt + max_attempts, cancel_requested = 0, \
                    cancel_reason = NULL, finished_at = NULL, updated_at = ?3 \
-                 WHERE id = ?1 AND state IN ('dead', 'cancelled') RETURNING queue",
+                 WHERE id = ?1 AND state IN ('dead', 'cancelled') RETURNING queue, attempt",
             )?
-            .query_row(params![id, ms(*run_at), now], |r| r.get(0))
+            .query_row(params![id, ms(*run_at), now], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
             .optional()?;
-        if let Some(q) = queue {
+        if let Some((q, attempt)) = row {
             n += 1;
+            let state = visible("pending", ms(*run_at), now);
+            events::push(simple(id, &q, EventKind::Requeued, state, attempt, now));
             WOKEN.with(|w| w.borrow_mut().push(q));
         }
     }
     Ok(n)
+}
+
+/// An event with no worker and no detail.
+pub(super) fn simple<'a>(
+    task_id: &'a str,
+    queue: &'a str,
+    kind: EventKind,
+    state: &'static str,
+    attempt: i64,
+    time: i64,
+) -> Ev<'a> {
+    Ev {
+        task_id,
+        queue,
+        kind,
+        state,
+        attempt,
+        worker: None,
+        time,
+        detail: None,
+    }
 }

@@ -22,6 +22,7 @@ use super::*;
 
 mod admin;
 // Flow (#15): dependencies, events, bulk operations (migration 0010).
+mod events;
 mod flow;
 // Admission (migration 0009).
 mod admission;

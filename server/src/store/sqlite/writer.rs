@@ -64,8 +64,14 @@ where
     F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
 {
     fn run(self: Box<Self>, c: &Connection) -> (bool, Box<dyn Reply>) {
-        // Flow (#15): dependents of tasks the job finished are told in its savepoint.
+        // Flow (#15): the job's events are written, and dependents of tasks it
+        // finished told, in its savepoint; a failed job's events go with it (and
+        // none left by a job that panicked can reach this one).
+        super::events::discard();
         let result = (self.f)(c).and_then(|v| super::flow::after_job(c).map(|()| v));
+        if result.is_err() {
+            super::events::discard();
+        }
         let ok = result.is_ok();
         let reply: Box<dyn Reply> = Box::new(TypedReply {
             result,
