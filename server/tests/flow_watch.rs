@@ -349,7 +349,9 @@ async fn bad_flow_input_names_the_field(b: Backend) {
 both_backends!(
     dependencies_end_to_end,
     bad_flow_input_names_the_field,
-    wait_follows_the_stream
+    wait_follows_the_stream,
+    submit_and_wait_follows_the_stream_not_polling,
+    explain_names_the_unfinished_dependencies
 );
 
 /// client-rs `wait` follows the task on WatchTasks to its outcome.
@@ -388,4 +390,140 @@ async fn wait_follows_the_stream(b: Backend) {
         }
         other => panic!("expected CANCELLED, got {other:?}"),
     }
+}
+
+/// The broker's count of `method` calls answered OK (its Prometheus metrics).
+async fn calls(addr: std::net::SocketAddr, method: &str) -> u64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let prefix = format!(
+        "taskbroker_rpc_duration_seconds_count{{method=\"/taskbroker.v1.{method}\",code=\"OK\"}} "
+    );
+    out.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// client-rs `submit_and_wait` follows the task on WatchTasks, not by polling:
+/// the broker sees the stream opened while the task is still READY, and the
+/// waiter reads the task at most twice (once when the stream opened, once on
+/// the outcome's event).
+async fn submit_and_wait_follows_the_stream_not_polling(b: Backend) {
+    let opts = Options {
+        metrics: true,
+        ..Options::default()
+    };
+    let Some(app) = spawn_app_with(b, opts).await else {
+        return;
+    };
+    let http = app.metrics_addr.expect("metrics port");
+    let client = taskbroker_client::Client::connect(app.url()).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let spec = taskbroker_client::TaskSpec::new("sw", "in");
+        client.submit_and_wait(spec, Duration::from_secs(60)).await
+    });
+    // The task stays READY until the broker has answered the waiter's stream.
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(60);
+    while calls(http, "AdminService/WatchTasks").await == 0 {
+        assert!(tokio::time::Instant::now() < give_up, "no WatchTasks call");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut c = app.broker().await;
+    let t = lease_one(&mut c, "sw").await;
+    c.complete(pb::CompleteRequest {
+        task_id: t.task_id,
+        lease_token: t.lease_token,
+        result: b"out".to_vec(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(waiter.await.unwrap().unwrap(), b"out");
+    let reads = calls(http, "AdminService/GetTask").await;
+    assert!(reads <= 2, "{reads} GetTask calls: the waiter polled");
+    assert_eq!(calls(http, "AdminService/WatchTasks").await, 1);
+}
+
+/// ExplainTask on a BLOCKED task names the dependencies that have not finished
+/// (BLOCKED_BY_DEPENDENCY, ids in holder_task_ids); a finished one drops out.
+async fn explain_names_the_unfinished_dependencies(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let (mut c, mut admin) = (app.broker().await, app.admin().await);
+    let ids = submit(
+        &mut c,
+        vec![
+            spec("ex"),
+            spec("ex"),
+            pb::TaskSpec {
+                depends_on_index: vec![0, 1],
+                ..spec("exr")
+            },
+        ],
+    )
+    .await;
+    let explain = |admin: &mut Admin, id: String| {
+        let mut admin = admin.clone();
+        async move {
+            admin
+                .explain_task(pb::ExplainTaskRequest { task_id: id })
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    let e = explain(&mut admin, ids[2].clone()).await;
+    assert_eq!(e.state(), pb::TaskState::Blocked);
+    assert_eq!(e.gates[0].kind(), pb::GateKind::BlockedByDependency);
+    let mut want = ids[..2].to_vec();
+    want.sort();
+    assert_eq!(e.gates[0].holder_task_ids, want);
+    assert!(
+        e.gates[0].detail.contains(&want[0]),
+        "{}",
+        e.gates[0].detail
+    );
+    assert!(
+        e.gates
+            .iter()
+            .all(|g| g.kind() != pb::GateKind::None && g.kind() != pb::GateKind::WaitingBehind)
+    );
+    // One dependency succeeds: only the other is named.
+    let t = lease_one(&mut c, "ex").await;
+    c.complete(pb::CompleteRequest {
+        task_id: t.task_id.clone(),
+        lease_token: t.lease_token,
+        result: Vec::new(),
+    })
+    .await
+    .unwrap();
+    let rest: Vec<String> = ids[..2]
+        .iter()
+        .filter(|i| **i != t.task_id)
+        .cloned()
+        .collect();
+    let e = explain(&mut admin, ids[2].clone()).await;
+    assert_eq!(e.gates[0].kind(), pb::GateKind::BlockedByDependency);
+    assert_eq!(e.gates[0].holder_task_ids, rest);
+    // The other too: the task is READY and nothing names a dependency.
+    let t = lease_one(&mut c, "ex").await;
+    c.complete(pb::CompleteRequest {
+        task_id: t.task_id,
+        lease_token: t.lease_token,
+        result: Vec::new(),
+    })
+    .await
+    .unwrap();
+    let e = explain(&mut admin, ids[2].clone()).await;
+    assert_eq!(e.state(), pb::TaskState::Ready);
+    assert!(
+        e.gates
+            .iter()
+            .all(|g| g.kind() != pb::GateKind::BlockedByDependency)
+    );
 }

@@ -656,6 +656,10 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> StoreResult<u64>;
 
+    /// The dependencies of a task that have not finished yet, by id, up to
+    /// `limit` (ExplainTask's BLOCKED_BY_DEPENDENCY gate).
+    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>>;
+
     // Admission (#14, migration 0009).
 
     /// Every queue's stored settings, by name.

@@ -1489,6 +1489,17 @@ impl Store for PostgresStore {
         flow::requeue_many(&self.pool, tasks, now).await
     }
 
+    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT depends_on FROM task_deps WHERE task_id = $1 AND NOT resolved \
+             ORDER BY depends_on LIMIT $2",
+        )
+        .bind(task_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     // Admission (#14): postgres/admission.rs.
     async fn queue_list(&self) -> StoreResult<Vec<StoredQueue>> {
         self.admission_queue_list().await

@@ -413,6 +413,17 @@ impl Store for SqliteStore {
         write!(self, flow::requeue_many, [tasks], &tasks, now)
     }
 
+    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT depends_on FROM task_deps WHERE task_id = ? AND NOT resolved \
+             ORDER BY depends_on LIMIT ?",
+        )
+        .bind(task_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?)
+    }
+
     /// Flow (#15): wakes long-polls for tasks unblocked (or requeued in bulk) by
     /// the writer; the writer thread calls it after each commit.
     fn spawn_listener(&self, wake: Waker, _stop: tokio_util::sync::CancellationToken) {
