@@ -52,7 +52,7 @@ pub async fn configure(args: &Args, addr: &str, queues: &[String]) -> anyhow::Re
         admin
             .update_queue(pb::UpdateQueueRequest {
                 name: q.clone(),
-                config: Some(config),
+                config: Some(config.clone()),
                 update_mask: Some(prost_types::FieldMask {
                     paths: paths.clone(),
                 }),

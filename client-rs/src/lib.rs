@@ -48,6 +48,8 @@ pub mod pb {
 mod admin;
 mod client;
 mod error;
+// Flow (#15): events, watch, bulk operations.
+mod flow;
 mod schedule;
 mod spec;
 pub mod time;

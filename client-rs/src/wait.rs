@@ -1,6 +1,8 @@
-//! Waiting for a task's outcome: the "call it like a local function" path. The
-//! broker has no push channel for results, so this polls GetTask with a growing
-//! interval (25 ms up to 1 s), which keeps short tasks snappy and long ones cheap.
+//! Waiting for a task's outcome: the "call it like a local function" path. It
+//! follows the task on AdminService.WatchTasks (Flow, #15): the stream is opened
+//! first, then the task is read once, so an outcome that comes before or after the
+//! stream opened is seen either way. A broker without WatchTasks is polled with
+//! GetTask at a growing interval (25 ms up to 1 s).
 
 use std::time::Duration;
 
@@ -25,6 +27,81 @@ impl Client {
     /// out of time gives `Error::Timeout` (the task itself carries on).
     pub async fn wait(&self, task_id: &str, timeout: Duration) -> Result<Vec<u8>, Error> {
         let give_up = Instant::now() + timeout;
+        match tokio::time::timeout_at(give_up, self.wait_by_watch(task_id)).await {
+            Ok(Ok(Some(outcome))) => outcome,
+            // The broker has no WatchTasks, or the stream broke: poll instead.
+            Ok(Ok(None)) | Ok(Err(_)) => self.wait_by_polling(task_id, give_up, timeout).await,
+            Err(_) => {
+                let state = self
+                    .get_task(task_id)
+                    .await
+                    .map(|t| t.state())
+                    .unwrap_or(TaskState::Unspecified);
+                Err(Error::Timeout {
+                    task_id: task_id.to_string(),
+                    waited: timeout,
+                    state,
+                })
+            }
+        }
+    }
+
+    /// The outcome of a finished task, `None` while it runs.
+    fn outcome(task_id: &str, task: crate::pb::Task) -> Option<Result<Vec<u8>, Error>> {
+        match task.state() {
+            TaskState::Succeeded => Some(Ok(task.result)),
+            s @ (TaskState::Dead | TaskState::Cancelled) => Some(Err(Error::TaskFailed {
+                task_id: task_id.to_string(),
+                state: s,
+                error: task.last_error,
+            })),
+            _ => None,
+        }
+    }
+
+    /// Follows the task on WatchTasks until it finishes (resuming after the last
+    /// event when the stream drops). `Ok(None)`: the broker has no WatchTasks.
+    async fn wait_by_watch(&self, task_id: &str) -> Result<Option<Result<Vec<u8>, Error>>, Error> {
+        use crate::pb::TaskEventKind as K;
+        let mut after = 0u64;
+        loop {
+            let req = crate::pb::WatchTasksRequest {
+                task_ids: vec![task_id.to_string()],
+                kinds: vec![K::Succeeded as i32, K::Dead as i32, K::Cancelled as i32],
+                after_event_id: after,
+                ..Default::default()
+            };
+            let mut events = match self.watch_tasks(req).await {
+                Ok(s) => s,
+                Err(e) if e.code() == Some(tonic::Code::Unimplemented) => return Ok(None),
+                Err(e) if e.is_transient() => {
+                    tokio::time::sleep(FIRST_POLL).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            // Opened: whatever happens from now on arrives on the stream.
+            if let Some(outcome) = Self::outcome(task_id, self.get_task(task_id).await?) {
+                return Ok(Some(outcome));
+            }
+            // Until the stream drops; then resume after the last event seen.
+            while let Ok(Some(m)) = events.message().await {
+                if let Some(last) = m.events.last() {
+                    after = last.event_id;
+                    if let Some(o) = Self::outcome(task_id, self.get_task(task_id).await?) {
+                        return Ok(Some(o));
+                    }
+                }
+            }
+        }
+    }
+
+    async fn wait_by_polling(
+        &self,
+        task_id: &str,
+        give_up: Instant,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, Error> {
         let mut interval = FIRST_POLL;
         loop {
             let state = match self.get_task(task_id).await {

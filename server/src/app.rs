@@ -171,6 +171,22 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
     tokio::spawn(Reaper::new(broker.clone(), config.reclaim_interval).run(stop.clone()));
     tokio::spawn(Retention::new(broker.clone(), Duration::from_secs(60)).run(stop.clone()));
     tokio::spawn(Scheduler::new(broker.clone(), config.schedule_interval).run(stop.clone()));
+    // Flow (#15): event retention, and the configured dead-letter queues.
+    tokio::spawn(
+        crate::maintenance::events::EventRetention::new(broker.clone(), Duration::from_secs(60))
+            .run(stop.clone()),
+    );
+    let dead_letters: Vec<(String, String)> = broker
+        .settings()
+        .flow
+        .dead_letter_queues
+        .iter()
+        .map(|(q, d)| (q.clone(), d.clone()))
+        .collect();
+    store
+        .queue_dead_letters_set(&dead_letters)
+        .await
+        .map_err(AppError::Database)?;
 
     // The readiness monitor's view of the database, for the HTTP /readyz probe.
     let (database_up, database_up_rx) = tokio::sync::watch::channel(true);

@@ -77,6 +77,9 @@ pub struct Config {
     /// ListWorkers shows workers seen this recently by any replica. Default 5 min.
     #[serde(with = "humantime_serde")]
     pub worker_ttl: Duration,
+    /// Flow (#15): task events are deleted this long after they were recorded; 0 keeps them.
+    #[serde(with = "humantime_serde")]
+    pub events_retention: Duration,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -157,6 +160,10 @@ pub struct QueueConfig {
     pub priority_aging: Option<Duration>,
     /// Leases one worker holds at once from this queue; 0 = no limit.
     pub max_leases_per_worker: Option<u32>,
+    /// Flow (#15): when a task of this queue goes DEAD, a notice task (JSON: task_id,
+    /// queue, key, attempts, last_error) is submitted to this queue in the same
+    /// transaction.
+    pub dead_letter_queue: Option<String>,
     /// The lease duration of a Lease call that names none.
     #[serde(with = "humantime_serde")]
     pub default_lease: Option<Duration>,
@@ -203,6 +210,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             queues: BTreeMap::new(),
             worker_ttl: crate::service::DEFAULT_WORKER_TTL,
+            events_retention: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -356,6 +364,9 @@ pub struct ServeArgs {
     /// Default retry policy: jitter 0 to 1 [default: 0.2].
     #[arg(long, env = "TASKBROKER_RETRY_JITTER")]
     pub retry_jitter: Option<f64>,
+    /// Keep task events this long; 0 keeps them forever [default: 7days].
+    #[arg(long, env = "TASKBROKER_EVENTS_RETENTION")]
+    pub events_retention: Option<String>,
 }
 
 macro_rules! layer {
@@ -405,6 +416,7 @@ impl ServeArgs {
             "retry.multiplier" => self.retry_multiplier,
             "retry.max_backoff" => self.retry_max_backoff,
             "retry.jitter" => self.retry_jitter,
+            "events_retention" => self.events_retention,
         );
         fig.extract::<Config>().map_err(|e| {
             // figment's message names the key and the source; keep it to one line.
@@ -464,6 +476,24 @@ impl Config {
         };
         let default_retry = self.retry.policy("retry")?;
         let mut queues = std::collections::HashMap::new();
+        // Flow (#15): dead-letter queues.
+        let mut dead_letter_queues = BTreeMap::new();
+        for (name, q) in &self.queues {
+            if let Some(dlq) = &q.dead_letter_queue {
+                validate::queue_name("dead_letter_queue", dlq).map_err(|e| {
+                    format!(
+                        "queues.{name}.dead_letter_queue: the queue name {}",
+                        e.message
+                    )
+                })?;
+                if dlq == name {
+                    return Err(format!(
+                        "queues.{name}.dead_letter_queue must name another queue"
+                    ));
+                }
+                dead_letter_queues.insert(name.clone(), dlq.clone());
+            }
+        }
         let mut gates = std::collections::HashMap::new();
         for (name, q) in &self.queues {
             validate::queue_name("queue", name)
@@ -562,6 +592,10 @@ impl Config {
             queues,
             retention: self.retention,
             worker_ttl: self.worker_ttl,
+            flow: crate::service::FlowSettings {
+                events_retention: self.events_retention,
+                dead_letter_queues,
+            },
             gates,
             live: Default::default(),
         };

@@ -429,6 +429,7 @@ async fn failures_follow_the_retry_policy(b: Backend) {
                 backoff_multiplier: 3.0,
                 max_backoff: secs(60),
                 jitter: Some(0.0),
+                ..Default::default()
             }),
             ..spec("retry")
         },

@@ -9,6 +9,8 @@
 //! - `render.rs`: tables, detail blocks and JSON.
 //! - `relay.rs`: `relay`, which ships a producer's outbox rows to the broker (docs/outbox.md).
 
+// Flow (#15): bulk cancel and requeue.
+mod bulk;
 mod parse;
 mod relay;
 // Admission (#14): `queue ...` and `explain`.
@@ -55,10 +57,12 @@ pub enum ClientCommand {
     Get(GetArgs),
     /// List tasks, newest first.
     List(ListArgs),
-    /// Cancel a task; a running one is asked to stop at its next heartbeat.
-    Cancel(IdArgs),
-    /// Make a DEAD or CANCELLED task READY again, with a fresh budget of attempts.
-    Requeue(IdArgs),
+    /// Cancel a task (or, with --filter/--queue, every task a filter selects); a
+    /// running one is asked to stop at its next heartbeat.
+    Cancel(CancelArgs),
+    /// Make a DEAD or CANCELLED task READY again, with a fresh budget of attempts
+    /// (or, with --queue/--filter, every such task a filter selects).
+    Requeue(RequeueArgs),
     /// Show every attempt of a task, oldest first.
     Attempts(JsonIdArgs),
     /// Show counts per state and recent throughput per queue.
@@ -152,7 +156,7 @@ pub struct ListArgs {
     /// Only this queue.
     #[arg(long)]
     pub queue: Option<String>,
-    /// Only these states (scheduled, ready, leased, succeeded, dead, cancelled);
+    /// Only these states (scheduled, ready, leased, succeeded, dead, cancelled, blocked);
     /// repeat or separate with commas.
     #[arg(long, value_delimiter = ',', value_parser = parse::state)]
     pub state: Vec<TaskState>,
@@ -178,6 +182,33 @@ pub struct ListArgs {
 #[derive(Debug, clap::Args)]
 pub struct IdArgs {
     pub id: String,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+/// Flow (#15): `cancel ID`, or `cancel --filter ...` for many.
+#[derive(Debug, clap::Args)]
+pub struct CancelArgs {
+    /// The task; leave out to cancel by filter.
+    #[arg(required_unless_present_any = ["filter", "queue"])]
+    pub id: Option<String>,
+    #[command(flatten)]
+    pub bulk: bulk::BulkArgs,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+/// Flow (#15): `requeue ID`, or `requeue --queue q --state dead` for many.
+#[derive(Debug, clap::Args)]
+pub struct RequeueArgs {
+    /// The task; leave out to requeue by filter.
+    #[arg(required_unless_present_any = ["filter", "queue"])]
+    pub id: Option<String>,
+    #[command(flatten)]
+    pub bulk: bulk::BulkArgs,
+    /// Release at most this many requeued tasks per second (0: all at once).
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
     #[command(flatten)]
     pub connection: Connection,
 }
@@ -239,7 +270,23 @@ pub async fn run(cmd: ClientCommand) -> Result<(), CliError> {
             }
         }
         ClientCommand::List(a) => list(a).await?,
-        ClientCommand::Cancel(a) => {
+        ClientCommand::Cancel(CancelArgs {
+            id: None,
+            bulk,
+            connection,
+        }) => bulk::cancel(&bulk, &connection).await?,
+        ClientCommand::Requeue(RequeueArgs {
+            id: None,
+            bulk,
+            rate,
+            connection,
+        }) => bulk::requeue(&bulk, rate, &connection).await?,
+        ClientCommand::Cancel(CancelArgs {
+            id: Some(id),
+            connection,
+            ..
+        }) => {
+            let a = IdArgs { id, connection };
             let task = connect(&a.connection).await?.cancel_task(&a.id).await?;
             if task.state() == TaskState::Cancelled {
                 format!("cancelled {}\n", task.id)
@@ -250,7 +297,12 @@ pub async fn run(cmd: ClientCommand) -> Result<(), CliError> {
                 )
             }
         }
-        ClientCommand::Requeue(a) => {
+        ClientCommand::Requeue(RequeueArgs {
+            id: Some(id),
+            connection,
+            ..
+        }) => {
+            let a = IdArgs { id, connection };
             let task = connect(&a.connection).await?.requeue_task(&a.id).await?;
             format!("requeued {} ({})\n", task.id, render::state(task.state))
         }

@@ -33,7 +33,7 @@ pub fn state(s: &str) -> Result<TaskState, String> {
     };
     match TaskState::from_str_name(&full) {
         Some(TaskState::Unspecified) | None => Err(format!(
-            "{s:?} is not a state (scheduled, ready, leased, succeeded, dead, cancelled)"
+            "{s:?} is not a state (scheduled, ready, leased, succeeded, dead, cancelled, blocked)"
         )),
         Some(state) => Ok(state),
     }

@@ -237,7 +237,7 @@ fn queue_rows(queues: &[pb::Queue]) -> String {
     let rows: Vec<Vec<String>> = queues
         .iter()
         .map(|q| {
-            let c = q.config.unwrap_or_default();
+            let c = q.config.clone().unwrap_or_default();
             vec![
                 q.name.clone(),
                 if c.paused { "paused" } else { "" }.into(),
@@ -259,7 +259,7 @@ fn queue_rows(queues: &[pb::Queue]) -> String {
 }
 
 fn queue_detail(q: &pb::Queue) -> String {
-    let c = q.config.unwrap_or_default();
+    let c = q.config.clone().unwrap_or_default();
     let retry = c.default_retry.unwrap_or_default();
     let lines = [
         ("queue", q.name.clone()),
@@ -292,7 +292,7 @@ fn queue_detail(q: &pb::Queue) -> String {
 }
 
 fn queue_json(q: &pb::Queue) -> Value {
-    let c = q.config.unwrap_or_default();
+    let c = q.config.clone().unwrap_or_default();
     let secs = |d: &Option<prost_types::Duration>| {
         from_proto_duration(d.as_ref()).map(|d| d.as_secs_f64())
     };

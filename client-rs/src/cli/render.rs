@@ -109,7 +109,7 @@ pub fn task_rows(tasks: &[pb::Task]) -> String {
 }
 
 pub fn task_json(t: &pb::Task) -> Value {
-    let retry = t.retry.unwrap_or_default();
+    let retry = t.retry.clone().unwrap_or_default();
     let secs = |d: &Option<prost_types::Duration>| {
         from_proto_duration(d.as_ref()).map(|d| d.as_secs_f64())
     };

@@ -131,8 +131,16 @@ type Task struct {
 	ReservedFor string `protobuf:"bytes,29,opt,name=reserved_for,json=reservedFor,proto3" json:"reserved_for,omitempty"`
 	// Admission (#14): the task's concurrency key, empty when it has none.
 	ConcurrencyKey string `protobuf:"bytes,30,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Flow (#15): the tasks this one waits for (TaskSpec.depends_on, indexes resolved).
+	DependsOn []string `protobuf:"bytes,34,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	// Flow (#15): how many of them have not finished yet (BLOCKED while above 0).
+	DependenciesRemaining uint32 `protobuf:"varint,35,opt,name=dependencies_remaining,json=dependenciesRemaining,proto3" json:"dependencies_remaining,omitempty"`
+	// Flow (#15): TaskSpec.run_if_dependency_fails.
+	RunIfDependencyFails bool `protobuf:"varint,36,opt,name=run_if_dependency_fails,json=runIfDependencyFails,proto3" json:"run_if_dependency_fails,omitempty"`
+	// Flow (#15): why the task was cancelled (when CANCELLED).
+	CancelReason  CancelReason `protobuf:"varint,37,opt,name=cancel_reason,json=cancelReason,proto3,enum=taskbroker.v1.CancelReason" json:"cancel_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -373,6 +381,34 @@ func (x *Task) GetConcurrencyKey() string {
 		return x.ConcurrencyKey
 	}
 	return ""
+}
+
+func (x *Task) GetDependsOn() []string {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
+}
+
+func (x *Task) GetDependenciesRemaining() uint32 {
+	if x != nil {
+		return x.DependenciesRemaining
+	}
+	return 0
+}
+
+func (x *Task) GetRunIfDependencyFails() bool {
+	if x != nil {
+		return x.RunIfDependencyFails
+	}
+	return false
+}
+
+func (x *Task) GetCancelReason() CancelReason {
+	if x != nil {
+		return x.CancelReason
+	}
+	return CancelReason_CANCEL_REASON_UNSPECIFIED
 }
 
 type GetTaskRequest struct {
@@ -1349,8 +1385,7 @@ var File_taskbroker_v1_admin_proto protoreflect.FileDescriptor
 
 const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\x1a\x1ataskbroker/v1/worker.proto\x1a\x19taskbroker/v1/queue.proto\"\x8b\n" +
-	"\n" +
+	"\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\x1a\x1ataskbroker/v1/worker.proto\x1a\x19taskbroker/v1/queue.proto\x1a\x19taskbroker/v1/event.proto\"\xda\v\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -1389,7 +1424,12 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\x06sticky\x18\x1b \x01(\v2\x1b.taskbroker.v1.StickyPolicyR\x06sticky\x12!\n" +
 	"\ffanout_group\x18\x1c \x01(\tR\vfanoutGroup\x12!\n" +
 	"\freserved_for\x18\x1d \x01(\tR\vreservedFor\x12'\n" +
-	"\x0fconcurrency_key\x18\x1e \x01(\tR\x0econcurrencyKey\x1a;\n" +
+	"\x0fconcurrency_key\x18\x1e \x01(\tR\x0econcurrencyKey\x12\x1d\n" +
+	"\n" +
+	"depends_on\x18\" \x03(\tR\tdependsOn\x125\n" +
+	"\x16dependencies_remaining\x18# \x01(\rR\x15dependenciesRemaining\x125\n" +
+	"\x17run_if_dependency_fails\x18$ \x01(\bR\x14runIfDependencyFails\x12@\n" +
+	"\rcancel_reason\x18% \x01(\x0e2\x1b.taskbroker.v1.CancelReasonR\fcancelReason\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\")\n" +
@@ -1469,7 +1509,7 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12!\n" +
 	"\x1dATTEMPT_OUTCOME_LEASE_EXPIRED\x10\x04\x12%\n" +
-	"!ATTEMPT_OUTCOME_DEADLINE_EXCEEDED\x10\x052\xcb\b\n" +
+	"!ATTEMPT_OUTCOME_DEADLINE_EXCEEDED\x10\x052\xae\v\n" +
 	"\fAdminService\x12H\n" +
 	"\aGetTask\x12\x1d.taskbroker.v1.GetTaskRequest\x1a\x1e.taskbroker.v1.GetTaskResponse\x12N\n" +
 	"\tListTasks\x12\x1f.taskbroker.v1.ListTasksRequest\x1a .taskbroker.v1.ListTasksResponse\x12Q\n" +
@@ -1486,7 +1526,12 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"ListQueues\x12 .taskbroker.v1.ListQueuesRequest\x1a!.taskbroker.v1.ListQueuesResponse\x12T\n" +
 	"\vUpdateQueue\x12!.taskbroker.v1.UpdateQueueRequest\x1a\".taskbroker.v1.UpdateQueueResponse\x12T\n" +
-	"\vExplainTask\x12!.taskbroker.v1.ExplainTaskRequest\x1a\".taskbroker.v1.ExplainTaskResponseBB\n" +
+	"\vExplainTask\x12!.taskbroker.v1.ExplainTaskRequest\x1a\".taskbroker.v1.ExplainTaskResponse\x12]\n" +
+	"\x0eListTaskEvents\x12$.taskbroker.v1.ListTaskEventsRequest\x1a%.taskbroker.v1.ListTaskEventsResponse\x12S\n" +
+	"\n" +
+	"WatchTasks\x12 .taskbroker.v1.WatchTasksRequest\x1a!.taskbroker.v1.WatchTasksResponse0\x01\x12T\n" +
+	"\vCancelTasks\x12!.taskbroker.v1.CancelTasksRequest\x1a\".taskbroker.v1.CancelTasksResponse\x12W\n" +
+	"\fRequeueTasks\x12\".taskbroker.v1.RequeueTasksRequest\x1a#.taskbroker.v1.RequeueTasksResponseBB\n" +
 	"\x11dev.taskbroker.v1P\x01Z+taskbroker.dev/go/taskbrokerv1;taskbrokerv1b\x06proto3"
 
 var (
@@ -1504,44 +1549,53 @@ func file_taskbroker_v1_admin_proto_rawDescGZIP() []byte {
 var file_taskbroker_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_taskbroker_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_taskbroker_v1_admin_proto_goTypes = []any{
-	(AttemptOutcome)(0),           // 0: taskbroker.v1.AttemptOutcome
-	(*Task)(nil),                  // 1: taskbroker.v1.Task
-	(*GetTaskRequest)(nil),        // 2: taskbroker.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),       // 3: taskbroker.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),      // 4: taskbroker.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),     // 5: taskbroker.v1.ListTasksResponse
-	(*CancelTaskRequest)(nil),     // 6: taskbroker.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),    // 7: taskbroker.v1.CancelTaskResponse
-	(*UpdateTaskRequest)(nil),     // 8: taskbroker.v1.UpdateTaskRequest
-	(*UpdateTaskResponse)(nil),    // 9: taskbroker.v1.UpdateTaskResponse
-	(*RequeueTaskRequest)(nil),    // 10: taskbroker.v1.RequeueTaskRequest
-	(*RequeueTaskResponse)(nil),   // 11: taskbroker.v1.RequeueTaskResponse
-	(*ListAttemptsRequest)(nil),   // 12: taskbroker.v1.ListAttemptsRequest
-	(*Attempt)(nil),               // 13: taskbroker.v1.Attempt
-	(*ListAttemptsResponse)(nil),  // 14: taskbroker.v1.ListAttemptsResponse
-	(*GetQueueStatsRequest)(nil),  // 15: taskbroker.v1.GetQueueStatsRequest
-	(*QueueStats)(nil),            // 16: taskbroker.v1.QueueStats
-	(*GetQueueStatsResponse)(nil), // 17: taskbroker.v1.GetQueueStatsResponse
-	nil,                           // 18: taskbroker.v1.Task.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(*RetryPolicy)(nil),           // 20: taskbroker.v1.RetryPolicy
-	(TaskState)(0),                // 21: taskbroker.v1.TaskState
-	(*Target)(nil),                // 22: taskbroker.v1.Target
-	(*StickyPolicy)(nil),          // 23: taskbroker.v1.StickyPolicy
-	(*fieldmaskpb.FieldMask)(nil), // 24: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
-	(*ListWorkersRequest)(nil),    // 26: taskbroker.v1.ListWorkersRequest
-	(*GetWorkerRequest)(nil),      // 27: taskbroker.v1.GetWorkerRequest
-	(*GetQueueRequest)(nil),       // 28: taskbroker.v1.GetQueueRequest
-	(*ListQueuesRequest)(nil),     // 29: taskbroker.v1.ListQueuesRequest
-	(*UpdateQueueRequest)(nil),    // 30: taskbroker.v1.UpdateQueueRequest
-	(*ExplainTaskRequest)(nil),    // 31: taskbroker.v1.ExplainTaskRequest
-	(*ListWorkersResponse)(nil),   // 32: taskbroker.v1.ListWorkersResponse
-	(*GetWorkerResponse)(nil),     // 33: taskbroker.v1.GetWorkerResponse
-	(*GetQueueResponse)(nil),      // 34: taskbroker.v1.GetQueueResponse
-	(*ListQueuesResponse)(nil),    // 35: taskbroker.v1.ListQueuesResponse
-	(*UpdateQueueResponse)(nil),   // 36: taskbroker.v1.UpdateQueueResponse
-	(*ExplainTaskResponse)(nil),   // 37: taskbroker.v1.ExplainTaskResponse
+	(AttemptOutcome)(0),            // 0: taskbroker.v1.AttemptOutcome
+	(*Task)(nil),                   // 1: taskbroker.v1.Task
+	(*GetTaskRequest)(nil),         // 2: taskbroker.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),        // 3: taskbroker.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),       // 4: taskbroker.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),      // 5: taskbroker.v1.ListTasksResponse
+	(*CancelTaskRequest)(nil),      // 6: taskbroker.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),     // 7: taskbroker.v1.CancelTaskResponse
+	(*UpdateTaskRequest)(nil),      // 8: taskbroker.v1.UpdateTaskRequest
+	(*UpdateTaskResponse)(nil),     // 9: taskbroker.v1.UpdateTaskResponse
+	(*RequeueTaskRequest)(nil),     // 10: taskbroker.v1.RequeueTaskRequest
+	(*RequeueTaskResponse)(nil),    // 11: taskbroker.v1.RequeueTaskResponse
+	(*ListAttemptsRequest)(nil),    // 12: taskbroker.v1.ListAttemptsRequest
+	(*Attempt)(nil),                // 13: taskbroker.v1.Attempt
+	(*ListAttemptsResponse)(nil),   // 14: taskbroker.v1.ListAttemptsResponse
+	(*GetQueueStatsRequest)(nil),   // 15: taskbroker.v1.GetQueueStatsRequest
+	(*QueueStats)(nil),             // 16: taskbroker.v1.QueueStats
+	(*GetQueueStatsResponse)(nil),  // 17: taskbroker.v1.GetQueueStatsResponse
+	nil,                            // 18: taskbroker.v1.Task.MetadataEntry
+	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
+	(*RetryPolicy)(nil),            // 20: taskbroker.v1.RetryPolicy
+	(TaskState)(0),                 // 21: taskbroker.v1.TaskState
+	(*Target)(nil),                 // 22: taskbroker.v1.Target
+	(*StickyPolicy)(nil),           // 23: taskbroker.v1.StickyPolicy
+	(CancelReason)(0),              // 24: taskbroker.v1.CancelReason
+	(*fieldmaskpb.FieldMask)(nil),  // 25: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),    // 26: google.protobuf.Duration
+	(*ListWorkersRequest)(nil),     // 27: taskbroker.v1.ListWorkersRequest
+	(*GetWorkerRequest)(nil),       // 28: taskbroker.v1.GetWorkerRequest
+	(*GetQueueRequest)(nil),        // 29: taskbroker.v1.GetQueueRequest
+	(*ListQueuesRequest)(nil),      // 30: taskbroker.v1.ListQueuesRequest
+	(*UpdateQueueRequest)(nil),     // 31: taskbroker.v1.UpdateQueueRequest
+	(*ExplainTaskRequest)(nil),     // 32: taskbroker.v1.ExplainTaskRequest
+	(*ListTaskEventsRequest)(nil),  // 33: taskbroker.v1.ListTaskEventsRequest
+	(*WatchTasksRequest)(nil),      // 34: taskbroker.v1.WatchTasksRequest
+	(*CancelTasksRequest)(nil),     // 35: taskbroker.v1.CancelTasksRequest
+	(*RequeueTasksRequest)(nil),    // 36: taskbroker.v1.RequeueTasksRequest
+	(*ListWorkersResponse)(nil),    // 37: taskbroker.v1.ListWorkersResponse
+	(*GetWorkerResponse)(nil),      // 38: taskbroker.v1.GetWorkerResponse
+	(*GetQueueResponse)(nil),       // 39: taskbroker.v1.GetQueueResponse
+	(*ListQueuesResponse)(nil),     // 40: taskbroker.v1.ListQueuesResponse
+	(*UpdateQueueResponse)(nil),    // 41: taskbroker.v1.UpdateQueueResponse
+	(*ExplainTaskResponse)(nil),    // 42: taskbroker.v1.ExplainTaskResponse
+	(*ListTaskEventsResponse)(nil), // 43: taskbroker.v1.ListTaskEventsResponse
+	(*WatchTasksResponse)(nil),     // 44: taskbroker.v1.WatchTasksResponse
+	(*CancelTasksResponse)(nil),    // 45: taskbroker.v1.CancelTasksResponse
+	(*RequeueTasksResponse)(nil),   // 46: taskbroker.v1.RequeueTasksResponse
 }
 var file_taskbroker_v1_admin_proto_depIdxs = []int32{
 	19, // 0: taskbroker.v1.Task.run_at:type_name -> google.protobuf.Timestamp
@@ -1556,54 +1610,63 @@ var file_taskbroker_v1_admin_proto_depIdxs = []int32{
 	19, // 9: taskbroker.v1.Task.fire_time:type_name -> google.protobuf.Timestamp
 	22, // 10: taskbroker.v1.Task.target:type_name -> taskbroker.v1.Target
 	23, // 11: taskbroker.v1.Task.sticky:type_name -> taskbroker.v1.StickyPolicy
-	1,  // 12: taskbroker.v1.GetTaskResponse.task:type_name -> taskbroker.v1.Task
-	21, // 13: taskbroker.v1.ListTasksRequest.states:type_name -> taskbroker.v1.TaskState
-	19, // 14: taskbroker.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	19, // 15: taskbroker.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,  // 16: taskbroker.v1.ListTasksResponse.tasks:type_name -> taskbroker.v1.Task
-	1,  // 17: taskbroker.v1.CancelTaskResponse.task:type_name -> taskbroker.v1.Task
-	19, // 18: taskbroker.v1.UpdateTaskRequest.run_at:type_name -> google.protobuf.Timestamp
-	19, // 19: taskbroker.v1.UpdateTaskRequest.deadline:type_name -> google.protobuf.Timestamp
-	24, // 20: taskbroker.v1.UpdateTaskRequest.update_mask:type_name -> google.protobuf.FieldMask
-	1,  // 21: taskbroker.v1.UpdateTaskResponse.task:type_name -> taskbroker.v1.Task
-	1,  // 22: taskbroker.v1.RequeueTaskResponse.task:type_name -> taskbroker.v1.Task
-	19, // 23: taskbroker.v1.Attempt.leased_at:type_name -> google.protobuf.Timestamp
-	19, // 24: taskbroker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
-	0,  // 25: taskbroker.v1.Attempt.outcome:type_name -> taskbroker.v1.AttemptOutcome
-	13, // 26: taskbroker.v1.ListAttemptsResponse.attempts:type_name -> taskbroker.v1.Attempt
-	25, // 27: taskbroker.v1.QueueStats.oldest_ready_age:type_name -> google.protobuf.Duration
-	16, // 28: taskbroker.v1.GetQueueStatsResponse.queues:type_name -> taskbroker.v1.QueueStats
-	2,  // 29: taskbroker.v1.AdminService.GetTask:input_type -> taskbroker.v1.GetTaskRequest
-	4,  // 30: taskbroker.v1.AdminService.ListTasks:input_type -> taskbroker.v1.ListTasksRequest
-	6,  // 31: taskbroker.v1.AdminService.CancelTask:input_type -> taskbroker.v1.CancelTaskRequest
-	8,  // 32: taskbroker.v1.AdminService.UpdateTask:input_type -> taskbroker.v1.UpdateTaskRequest
-	10, // 33: taskbroker.v1.AdminService.RequeueTask:input_type -> taskbroker.v1.RequeueTaskRequest
-	12, // 34: taskbroker.v1.AdminService.ListAttempts:input_type -> taskbroker.v1.ListAttemptsRequest
-	15, // 35: taskbroker.v1.AdminService.GetQueueStats:input_type -> taskbroker.v1.GetQueueStatsRequest
-	26, // 36: taskbroker.v1.AdminService.ListWorkers:input_type -> taskbroker.v1.ListWorkersRequest
-	27, // 37: taskbroker.v1.AdminService.GetWorker:input_type -> taskbroker.v1.GetWorkerRequest
-	28, // 38: taskbroker.v1.AdminService.GetQueue:input_type -> taskbroker.v1.GetQueueRequest
-	29, // 39: taskbroker.v1.AdminService.ListQueues:input_type -> taskbroker.v1.ListQueuesRequest
-	30, // 40: taskbroker.v1.AdminService.UpdateQueue:input_type -> taskbroker.v1.UpdateQueueRequest
-	31, // 41: taskbroker.v1.AdminService.ExplainTask:input_type -> taskbroker.v1.ExplainTaskRequest
-	3,  // 42: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
-	5,  // 43: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
-	7,  // 44: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
-	9,  // 45: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
-	11, // 46: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
-	14, // 47: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
-	17, // 48: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
-	32, // 49: taskbroker.v1.AdminService.ListWorkers:output_type -> taskbroker.v1.ListWorkersResponse
-	33, // 50: taskbroker.v1.AdminService.GetWorker:output_type -> taskbroker.v1.GetWorkerResponse
-	34, // 51: taskbroker.v1.AdminService.GetQueue:output_type -> taskbroker.v1.GetQueueResponse
-	35, // 52: taskbroker.v1.AdminService.ListQueues:output_type -> taskbroker.v1.ListQueuesResponse
-	36, // 53: taskbroker.v1.AdminService.UpdateQueue:output_type -> taskbroker.v1.UpdateQueueResponse
-	37, // 54: taskbroker.v1.AdminService.ExplainTask:output_type -> taskbroker.v1.ExplainTaskResponse
-	42, // [42:55] is the sub-list for method output_type
-	29, // [29:42] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	24, // 12: taskbroker.v1.Task.cancel_reason:type_name -> taskbroker.v1.CancelReason
+	1,  // 13: taskbroker.v1.GetTaskResponse.task:type_name -> taskbroker.v1.Task
+	21, // 14: taskbroker.v1.ListTasksRequest.states:type_name -> taskbroker.v1.TaskState
+	19, // 15: taskbroker.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	19, // 16: taskbroker.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,  // 17: taskbroker.v1.ListTasksResponse.tasks:type_name -> taskbroker.v1.Task
+	1,  // 18: taskbroker.v1.CancelTaskResponse.task:type_name -> taskbroker.v1.Task
+	19, // 19: taskbroker.v1.UpdateTaskRequest.run_at:type_name -> google.protobuf.Timestamp
+	19, // 20: taskbroker.v1.UpdateTaskRequest.deadline:type_name -> google.protobuf.Timestamp
+	25, // 21: taskbroker.v1.UpdateTaskRequest.update_mask:type_name -> google.protobuf.FieldMask
+	1,  // 22: taskbroker.v1.UpdateTaskResponse.task:type_name -> taskbroker.v1.Task
+	1,  // 23: taskbroker.v1.RequeueTaskResponse.task:type_name -> taskbroker.v1.Task
+	19, // 24: taskbroker.v1.Attempt.leased_at:type_name -> google.protobuf.Timestamp
+	19, // 25: taskbroker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	0,  // 26: taskbroker.v1.Attempt.outcome:type_name -> taskbroker.v1.AttemptOutcome
+	13, // 27: taskbroker.v1.ListAttemptsResponse.attempts:type_name -> taskbroker.v1.Attempt
+	26, // 28: taskbroker.v1.QueueStats.oldest_ready_age:type_name -> google.protobuf.Duration
+	16, // 29: taskbroker.v1.GetQueueStatsResponse.queues:type_name -> taskbroker.v1.QueueStats
+	2,  // 30: taskbroker.v1.AdminService.GetTask:input_type -> taskbroker.v1.GetTaskRequest
+	4,  // 31: taskbroker.v1.AdminService.ListTasks:input_type -> taskbroker.v1.ListTasksRequest
+	6,  // 32: taskbroker.v1.AdminService.CancelTask:input_type -> taskbroker.v1.CancelTaskRequest
+	8,  // 33: taskbroker.v1.AdminService.UpdateTask:input_type -> taskbroker.v1.UpdateTaskRequest
+	10, // 34: taskbroker.v1.AdminService.RequeueTask:input_type -> taskbroker.v1.RequeueTaskRequest
+	12, // 35: taskbroker.v1.AdminService.ListAttempts:input_type -> taskbroker.v1.ListAttemptsRequest
+	15, // 36: taskbroker.v1.AdminService.GetQueueStats:input_type -> taskbroker.v1.GetQueueStatsRequest
+	27, // 37: taskbroker.v1.AdminService.ListWorkers:input_type -> taskbroker.v1.ListWorkersRequest
+	28, // 38: taskbroker.v1.AdminService.GetWorker:input_type -> taskbroker.v1.GetWorkerRequest
+	29, // 39: taskbroker.v1.AdminService.GetQueue:input_type -> taskbroker.v1.GetQueueRequest
+	30, // 40: taskbroker.v1.AdminService.ListQueues:input_type -> taskbroker.v1.ListQueuesRequest
+	31, // 41: taskbroker.v1.AdminService.UpdateQueue:input_type -> taskbroker.v1.UpdateQueueRequest
+	32, // 42: taskbroker.v1.AdminService.ExplainTask:input_type -> taskbroker.v1.ExplainTaskRequest
+	33, // 43: taskbroker.v1.AdminService.ListTaskEvents:input_type -> taskbroker.v1.ListTaskEventsRequest
+	34, // 44: taskbroker.v1.AdminService.WatchTasks:input_type -> taskbroker.v1.WatchTasksRequest
+	35, // 45: taskbroker.v1.AdminService.CancelTasks:input_type -> taskbroker.v1.CancelTasksRequest
+	36, // 46: taskbroker.v1.AdminService.RequeueTasks:input_type -> taskbroker.v1.RequeueTasksRequest
+	3,  // 47: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
+	5,  // 48: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
+	7,  // 49: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
+	9,  // 50: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
+	11, // 51: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
+	14, // 52: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
+	17, // 53: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
+	37, // 54: taskbroker.v1.AdminService.ListWorkers:output_type -> taskbroker.v1.ListWorkersResponse
+	38, // 55: taskbroker.v1.AdminService.GetWorker:output_type -> taskbroker.v1.GetWorkerResponse
+	39, // 56: taskbroker.v1.AdminService.GetQueue:output_type -> taskbroker.v1.GetQueueResponse
+	40, // 57: taskbroker.v1.AdminService.ListQueues:output_type -> taskbroker.v1.ListQueuesResponse
+	41, // 58: taskbroker.v1.AdminService.UpdateQueue:output_type -> taskbroker.v1.UpdateQueueResponse
+	42, // 59: taskbroker.v1.AdminService.ExplainTask:output_type -> taskbroker.v1.ExplainTaskResponse
+	43, // 60: taskbroker.v1.AdminService.ListTaskEvents:output_type -> taskbroker.v1.ListTaskEventsResponse
+	44, // 61: taskbroker.v1.AdminService.WatchTasks:output_type -> taskbroker.v1.WatchTasksResponse
+	45, // 62: taskbroker.v1.AdminService.CancelTasks:output_type -> taskbroker.v1.CancelTasksResponse
+	46, // 63: taskbroker.v1.AdminService.RequeueTasks:output_type -> taskbroker.v1.RequeueTasksResponse
+	47, // [47:64] is the sub-list for method output_type
+	30, // [30:47] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_taskbroker_v1_admin_proto_init() }
@@ -1614,6 +1677,7 @@ func file_taskbroker_v1_admin_proto_init() {
 	file_taskbroker_v1_broker_proto_init()
 	file_taskbroker_v1_worker_proto_init()
 	file_taskbroker_v1_queue_proto_init()
+	file_taskbroker_v1_event_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

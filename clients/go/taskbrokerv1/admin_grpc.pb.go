@@ -21,19 +21,23 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_GetTask_FullMethodName       = "/taskbroker.v1.AdminService/GetTask"
-	AdminService_ListTasks_FullMethodName     = "/taskbroker.v1.AdminService/ListTasks"
-	AdminService_CancelTask_FullMethodName    = "/taskbroker.v1.AdminService/CancelTask"
-	AdminService_UpdateTask_FullMethodName    = "/taskbroker.v1.AdminService/UpdateTask"
-	AdminService_RequeueTask_FullMethodName   = "/taskbroker.v1.AdminService/RequeueTask"
-	AdminService_ListAttempts_FullMethodName  = "/taskbroker.v1.AdminService/ListAttempts"
-	AdminService_GetQueueStats_FullMethodName = "/taskbroker.v1.AdminService/GetQueueStats"
-	AdminService_ListWorkers_FullMethodName   = "/taskbroker.v1.AdminService/ListWorkers"
-	AdminService_GetWorker_FullMethodName     = "/taskbroker.v1.AdminService/GetWorker"
-	AdminService_GetQueue_FullMethodName      = "/taskbroker.v1.AdminService/GetQueue"
-	AdminService_ListQueues_FullMethodName    = "/taskbroker.v1.AdminService/ListQueues"
-	AdminService_UpdateQueue_FullMethodName   = "/taskbroker.v1.AdminService/UpdateQueue"
-	AdminService_ExplainTask_FullMethodName   = "/taskbroker.v1.AdminService/ExplainTask"
+	AdminService_GetTask_FullMethodName        = "/taskbroker.v1.AdminService/GetTask"
+	AdminService_ListTasks_FullMethodName      = "/taskbroker.v1.AdminService/ListTasks"
+	AdminService_CancelTask_FullMethodName     = "/taskbroker.v1.AdminService/CancelTask"
+	AdminService_UpdateTask_FullMethodName     = "/taskbroker.v1.AdminService/UpdateTask"
+	AdminService_RequeueTask_FullMethodName    = "/taskbroker.v1.AdminService/RequeueTask"
+	AdminService_ListAttempts_FullMethodName   = "/taskbroker.v1.AdminService/ListAttempts"
+	AdminService_GetQueueStats_FullMethodName  = "/taskbroker.v1.AdminService/GetQueueStats"
+	AdminService_ListWorkers_FullMethodName    = "/taskbroker.v1.AdminService/ListWorkers"
+	AdminService_GetWorker_FullMethodName      = "/taskbroker.v1.AdminService/GetWorker"
+	AdminService_GetQueue_FullMethodName       = "/taskbroker.v1.AdminService/GetQueue"
+	AdminService_ListQueues_FullMethodName     = "/taskbroker.v1.AdminService/ListQueues"
+	AdminService_UpdateQueue_FullMethodName    = "/taskbroker.v1.AdminService/UpdateQueue"
+	AdminService_ExplainTask_FullMethodName    = "/taskbroker.v1.AdminService/ExplainTask"
+	AdminService_ListTaskEvents_FullMethodName = "/taskbroker.v1.AdminService/ListTaskEvents"
+	AdminService_WatchTasks_FullMethodName     = "/taskbroker.v1.AdminService/WatchTasks"
+	AdminService_CancelTasks_FullMethodName    = "/taskbroker.v1.AdminService/CancelTasks"
+	AdminService_RequeueTasks_FullMethodName   = "/taskbroker.v1.AdminService/RequeueTasks"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -69,6 +73,15 @@ type AdminServiceClient interface {
 	UpdateQueue(ctx context.Context, in *UpdateQueueRequest, opts ...grpc.CallOption) (*UpdateQueueResponse, error)
 	// Every gate that holds a task that is not running.
 	ExplainTask(ctx context.Context, in *ExplainTaskRequest, opts ...grpc.CallOption) (*ExplainTaskResponse, error)
+	// Flow (#15): events, watch, bulk operations (messages in event.proto).
+	// Every recorded event of one task, oldest first.
+	ListTaskEvents(ctx context.Context, in *ListTaskEventsRequest, opts ...grpc.CallOption) (*ListTaskEventsResponse, error)
+	// Matching events as they happen; resumable with after_event_id.
+	WatchTasks(ctx context.Context, in *WatchTasksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTasksResponse], error)
+	// Cancels the tasks a filter selects (or counts them, with dry_run).
+	CancelTasks(ctx context.Context, in *CancelTasksRequest, opts ...grpc.CallOption) (*CancelTasksResponse, error)
+	// Requeues the DEAD or CANCELLED tasks a filter selects, optionally rate-limited.
+	RequeueTasks(ctx context.Context, in *RequeueTasksRequest, opts ...grpc.CallOption) (*RequeueTasksResponse, error)
 }
 
 type adminServiceClient struct {
@@ -209,6 +222,55 @@ func (c *adminServiceClient) ExplainTask(ctx context.Context, in *ExplainTaskReq
 	return out, nil
 }
 
+func (c *adminServiceClient) ListTaskEvents(ctx context.Context, in *ListTaskEventsRequest, opts ...grpc.CallOption) (*ListTaskEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTaskEventsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListTaskEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) WatchTasks(ctx context.Context, in *WatchTasksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchTasksResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AdminService_ServiceDesc.Streams[0], AdminService_WatchTasks_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchTasksRequest, WatchTasksResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_WatchTasksClient = grpc.ServerStreamingClient[WatchTasksResponse]
+
+func (c *adminServiceClient) CancelTasks(ctx context.Context, in *CancelTasksRequest, opts ...grpc.CallOption) (*CancelTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelTasksResponse)
+	err := c.cc.Invoke(ctx, AdminService_CancelTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RequeueTasks(ctx context.Context, in *RequeueTasksRequest, opts ...grpc.CallOption) (*RequeueTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RequeueTasksResponse)
+	err := c.cc.Invoke(ctx, AdminService_RequeueTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -242,6 +304,15 @@ type AdminServiceServer interface {
 	UpdateQueue(context.Context, *UpdateQueueRequest) (*UpdateQueueResponse, error)
 	// Every gate that holds a task that is not running.
 	ExplainTask(context.Context, *ExplainTaskRequest) (*ExplainTaskResponse, error)
+	// Flow (#15): events, watch, bulk operations (messages in event.proto).
+	// Every recorded event of one task, oldest first.
+	ListTaskEvents(context.Context, *ListTaskEventsRequest) (*ListTaskEventsResponse, error)
+	// Matching events as they happen; resumable with after_event_id.
+	WatchTasks(*WatchTasksRequest, grpc.ServerStreamingServer[WatchTasksResponse]) error
+	// Cancels the tasks a filter selects (or counts them, with dry_run).
+	CancelTasks(context.Context, *CancelTasksRequest) (*CancelTasksResponse, error)
+	// Requeues the DEAD or CANCELLED tasks a filter selects, optionally rate-limited.
+	RequeueTasks(context.Context, *RequeueTasksRequest) (*RequeueTasksResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -290,6 +361,18 @@ func (UnimplementedAdminServiceServer) UpdateQueue(context.Context, *UpdateQueue
 }
 func (UnimplementedAdminServiceServer) ExplainTask(context.Context, *ExplainTaskRequest) (*ExplainTaskResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ExplainTask not implemented")
+}
+func (UnimplementedAdminServiceServer) ListTaskEvents(context.Context, *ListTaskEventsRequest) (*ListTaskEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTaskEvents not implemented")
+}
+func (UnimplementedAdminServiceServer) WatchTasks(*WatchTasksRequest, grpc.ServerStreamingServer[WatchTasksResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchTasks not implemented")
+}
+func (UnimplementedAdminServiceServer) CancelTasks(context.Context, *CancelTasksRequest) (*CancelTasksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelTasks not implemented")
+}
+func (UnimplementedAdminServiceServer) RequeueTasks(context.Context, *RequeueTasksRequest) (*RequeueTasksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RequeueTasks not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -546,6 +629,71 @@ func _AdminService_ExplainTask_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ListTaskEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTaskEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListTaskEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListTaskEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListTaskEvents(ctx, req.(*ListTaskEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_WatchTasks_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchTasksRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServiceServer).WatchTasks(m, &grpc.GenericServerStream[WatchTasksRequest, WatchTasksResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_WatchTasksServer = grpc.ServerStreamingServer[WatchTasksResponse]
+
+func _AdminService_CancelTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).CancelTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_CancelTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).CancelTasks(ctx, req.(*CancelTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RequeueTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RequeueTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RequeueTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RequeueTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RequeueTasks(ctx, req.(*RequeueTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -605,7 +753,25 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ExplainTask",
 			Handler:    _AdminService_ExplainTask_Handler,
 		},
+		{
+			MethodName: "ListTaskEvents",
+			Handler:    _AdminService_ListTaskEvents_Handler,
+		},
+		{
+			MethodName: "CancelTasks",
+			Handler:    _AdminService_CancelTasks_Handler,
+		},
+		{
+			MethodName: "RequeueTasks",
+			Handler:    _AdminService_RequeueTasks_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchTasks",
+			Handler:       _AdminService_WatchTasks_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "taskbroker/v1/admin.proto",
 }

@@ -43,8 +43,10 @@ const (
 	TaskState_TASK_STATE_SUCCEEDED TaskState = 4
 	// Failed for good: retries exhausted, non-retryable failure or deadline passed.
 	TaskState_TASK_STATE_DEAD TaskState = 5
-	// Cancelled by an operator.
+	// Cancelled by an operator, or because a dependency failed.
 	TaskState_TASK_STATE_CANCELLED TaskState = 6
+	// Waiting for the tasks it depends on (TaskSpec.depends_on) to succeed.
+	TaskState_TASK_STATE_BLOCKED TaskState = 7
 )
 
 // Enum value maps for TaskState.
@@ -57,6 +59,7 @@ var (
 		4: "TASK_STATE_SUCCEEDED",
 		5: "TASK_STATE_DEAD",
 		6: "TASK_STATE_CANCELLED",
+		7: "TASK_STATE_BLOCKED",
 	}
 	TaskState_value = map[string]int32{
 		"TASK_STATE_UNSPECIFIED": 0,
@@ -66,6 +69,7 @@ var (
 		"TASK_STATE_SUCCEEDED":   4,
 		"TASK_STATE_DEAD":        5,
 		"TASK_STATE_CANCELLED":   6,
+		"TASK_STATE_BLOCKED":     7,
 	}
 )
 
@@ -217,7 +221,11 @@ type RetryPolicy struct {
 	// Upper bound of the backoff. Unset means the default.
 	MaxBackoff *durationpb.Duration `protobuf:"bytes,4,opt,name=max_backoff,json=maxBackoff,proto3" json:"max_backoff,omitempty"`
 	// Random spread of each backoff, 0 to 1 (0.2 means +/-20%). Unset means the default.
-	Jitter        *float64 `protobuf:"fixed64,5,opt,name=jitter,proto3,oneof" json:"jitter,omitempty"`
+	Jitter *float64 `protobuf:"fixed64,5,opt,name=jitter,proto3,oneof" json:"jitter,omitempty"`
+	// Explicit delays before each retry: the first before the second attempt, and so
+	// on; the last one repeats. Jitter still applies. When set, it overrides
+	// initial_backoff, backoff_multiplier and max_backoff. At most 32 entries.
+	Schedule      []*durationpb.Duration `protobuf:"bytes,6,rep,name=schedule,proto3" json:"schedule,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -287,6 +295,13 @@ func (x *RetryPolicy) GetJitter() float64 {
 	return 0
 }
 
+func (x *RetryPolicy) GetSchedule() []*durationpb.Duration {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
 // A task to enqueue.
 type TaskSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -317,8 +332,15 @@ type TaskSpec struct {
 	// count together against the queue's max_concurrent_per_key and
 	// per_key_rate_limit, and take turns under FAIRNESS_ROUND_ROBIN_KEYS.
 	ConcurrencyKey string `protobuf:"bytes,12,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Flow (#15): this task stays BLOCKED until these tasks (ids) have SUCCEEDED.
+	DependsOn []string `protobuf:"bytes,13,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	// Flow (#15): as depends_on, naming earlier tasks of the same Submit by index.
+	DependsOnIndex []uint32 `protobuf:"varint,14,rep,packed,name=depends_on_index,json=dependsOnIndex,proto3" json:"depends_on_index,omitempty"`
+	// Flow (#15): run even when a dependency ends DEAD or CANCELLED (it then counts
+	// as finished); otherwise this task is CANCELLED with reason DEPENDENCY_FAILED.
+	RunIfDependencyFails bool `protobuf:"varint,15,opt,name=run_if_dependency_fails,json=runIfDependencyFails,proto3" json:"run_if_dependency_fails,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *TaskSpec) Reset() {
@@ -433,6 +455,27 @@ func (x *TaskSpec) GetConcurrencyKey() string {
 		return x.ConcurrencyKey
 	}
 	return ""
+}
+
+func (x *TaskSpec) GetDependsOn() []string {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetDependsOnIndex() []uint32 {
+	if x != nil {
+		return x.DependsOnIndex
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetRunIfDependencyFails() bool {
+	if x != nil {
+		return x.RunIfDependencyFails
+	}
+	return false
 }
 
 type SubmitRequest struct {
@@ -1802,15 +1845,16 @@ var File_taskbroker_v1_broker_proto protoreflect.FileDescriptor
 
 const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\n" +
-	"\x1ataskbroker/v1/broker.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x02\n" +
+	"\x1ataskbroker/v1/broker.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbe\x02\n" +
 	"\vRetryPolicy\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\rR\vmaxAttempts\x12B\n" +
 	"\x0finitial_backoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0einitialBackoff\x12-\n" +
 	"\x12backoff_multiplier\x18\x03 \x01(\x01R\x11backoffMultiplier\x12:\n" +
 	"\vmax_backoff\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"maxBackoff\x12\x1b\n" +
-	"\x06jitter\x18\x05 \x01(\x01H\x00R\x06jitter\x88\x01\x01B\t\n" +
-	"\a_jitter\"\xc1\x04\n" +
+	"\x06jitter\x18\x05 \x01(\x01H\x00R\x06jitter\x88\x01\x01\x125\n" +
+	"\bschedule\x18\x06 \x03(\v2\x19.google.protobuf.DurationR\bscheduleB\t\n" +
+	"\a_jitter\"\xc1\x05\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x10\n" +
@@ -1824,7 +1868,11 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\x06sticky\x18\n" +
 	" \x01(\v2\x1b.taskbroker.v1.StickyPolicyR\x06sticky\x12-\n" +
 	"\x06fanout\x18\v \x01(\v2\x15.taskbroker.v1.FanoutR\x06fanout\x12'\n" +
-	"\x0fconcurrency_key\x18\f \x01(\tR\x0econcurrencyKey\x1a;\n" +
+	"\x0fconcurrency_key\x18\f \x01(\tR\x0econcurrencyKey\x12\x1d\n" +
+	"\n" +
+	"depends_on\x18\r \x03(\tR\tdependsOn\x12(\n" +
+	"\x10depends_on_index\x18\x0e \x03(\rR\x0edependsOnIndex\x125\n" +
+	"\x17run_if_dependency_fails\x18\x0f \x01(\bR\x14runIfDependencyFails\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\">\n" +
@@ -1937,7 +1985,7 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"K\n" +
 	"\x06Fanout\x12\x16\n" +
 	"\x06copies\x18\x01 \x01(\rR\x06copies\x12)\n" +
-	"\x10distinct_workers\x18\x02 \x01(\bR\x0fdistinctWorkers*\xb7\x01\n" +
+	"\x10distinct_workers\x18\x02 \x01(\bR\x0fdistinctWorkers*\xcf\x01\n" +
 	"\tTaskState\x12\x1a\n" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14TASK_STATE_SCHEDULED\x10\x01\x12\x14\n" +
@@ -1945,7 +1993,8 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\x11TASK_STATE_LEASED\x10\x03\x12\x18\n" +
 	"\x14TASK_STATE_SUCCEEDED\x10\x04\x12\x13\n" +
 	"\x0fTASK_STATE_DEAD\x10\x05\x12\x18\n" +
-	"\x14TASK_STATE_CANCELLED\x10\x06*\x94\x01\n" +
+	"\x14TASK_STATE_CANCELLED\x10\x06\x12\x16\n" +
+	"\x12TASK_STATE_BLOCKED\x10\a*\x94\x01\n" +
 	"\x0fCompleteOutcome\x12 \n" +
 	"\x1cCOMPLETE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aCOMPLETE_OUTCOME_COMPLETED\x10\x01\x12\x1f\n" +
@@ -2018,57 +2067,58 @@ var file_taskbroker_v1_broker_proto_goTypes = []any{
 var file_taskbroker_v1_broker_proto_depIdxs = []int32{
 	31, // 0: taskbroker.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
 	31, // 1: taskbroker.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	32, // 2: taskbroker.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
-	32, // 3: taskbroker.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
-	3,  // 4: taskbroker.v1.TaskSpec.retry:type_name -> taskbroker.v1.RetryPolicy
-	27, // 5: taskbroker.v1.TaskSpec.metadata:type_name -> taskbroker.v1.TaskSpec.MetadataEntry
-	24, // 6: taskbroker.v1.TaskSpec.target:type_name -> taskbroker.v1.Target
-	25, // 7: taskbroker.v1.TaskSpec.sticky:type_name -> taskbroker.v1.StickyPolicy
-	26, // 8: taskbroker.v1.TaskSpec.fanout:type_name -> taskbroker.v1.Fanout
-	4,  // 9: taskbroker.v1.SubmitRequest.tasks:type_name -> taskbroker.v1.TaskSpec
-	6,  // 10: taskbroker.v1.SubmitResponse.results:type_name -> taskbroker.v1.SubmitResult
-	31, // 11: taskbroker.v1.LeaseRequest.lease_duration:type_name -> google.protobuf.Duration
-	31, // 12: taskbroker.v1.LeaseRequest.wait:type_name -> google.protobuf.Duration
-	28, // 13: taskbroker.v1.LeaseRequest.labels:type_name -> taskbroker.v1.LeaseRequest.LabelsEntry
-	32, // 14: taskbroker.v1.LeasedTask.deadline:type_name -> google.protobuf.Timestamp
-	29, // 15: taskbroker.v1.LeasedTask.metadata:type_name -> taskbroker.v1.LeasedTask.MetadataEntry
-	32, // 16: taskbroker.v1.LeasedTask.lease_expires_at:type_name -> google.protobuf.Timestamp
-	32, // 17: taskbroker.v1.LeasedTask.created_at:type_name -> google.protobuf.Timestamp
-	9,  // 18: taskbroker.v1.LeaseResponse.tasks:type_name -> taskbroker.v1.LeasedTask
-	11, // 19: taskbroker.v1.HeartbeatRequest.leases:type_name -> taskbroker.v1.LeaseRef
-	31, // 20: taskbroker.v1.HeartbeatRequest.extend_by:type_name -> google.protobuf.Duration
-	32, // 21: taskbroker.v1.LeaseStatus.lease_expires_at:type_name -> google.protobuf.Timestamp
-	13, // 22: taskbroker.v1.HeartbeatResponse.leases:type_name -> taskbroker.v1.LeaseStatus
-	31, // 23: taskbroker.v1.CheckpointRequest.extend_by:type_name -> google.protobuf.Duration
-	32, // 24: taskbroker.v1.CheckpointResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	17, // 25: taskbroker.v1.CompleteManyRequest.completions:type_name -> taskbroker.v1.CompleteRequest
-	1,  // 26: taskbroker.v1.CompleteResult.outcome:type_name -> taskbroker.v1.CompleteOutcome
-	20, // 27: taskbroker.v1.CompleteManyResponse.results:type_name -> taskbroker.v1.CompleteResult
-	31, // 28: taskbroker.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
-	0,  // 29: taskbroker.v1.FailResponse.state:type_name -> taskbroker.v1.TaskState
-	32, // 30: taskbroker.v1.FailResponse.next_run_at:type_name -> google.protobuf.Timestamp
-	30, // 31: taskbroker.v1.Target.labels:type_name -> taskbroker.v1.Target.LabelsEntry
-	2,  // 32: taskbroker.v1.StickyPolicy.strategy:type_name -> taskbroker.v1.StickyStrategy
-	31, // 33: taskbroker.v1.StickyPolicy.timeout:type_name -> google.protobuf.Duration
-	5,  // 34: taskbroker.v1.BrokerService.Submit:input_type -> taskbroker.v1.SubmitRequest
-	8,  // 35: taskbroker.v1.BrokerService.Lease:input_type -> taskbroker.v1.LeaseRequest
-	12, // 36: taskbroker.v1.BrokerService.Heartbeat:input_type -> taskbroker.v1.HeartbeatRequest
-	15, // 37: taskbroker.v1.BrokerService.Checkpoint:input_type -> taskbroker.v1.CheckpointRequest
-	17, // 38: taskbroker.v1.BrokerService.Complete:input_type -> taskbroker.v1.CompleteRequest
-	22, // 39: taskbroker.v1.BrokerService.Fail:input_type -> taskbroker.v1.FailRequest
-	19, // 40: taskbroker.v1.BrokerService.CompleteMany:input_type -> taskbroker.v1.CompleteManyRequest
-	7,  // 41: taskbroker.v1.BrokerService.Submit:output_type -> taskbroker.v1.SubmitResponse
-	10, // 42: taskbroker.v1.BrokerService.Lease:output_type -> taskbroker.v1.LeaseResponse
-	14, // 43: taskbroker.v1.BrokerService.Heartbeat:output_type -> taskbroker.v1.HeartbeatResponse
-	16, // 44: taskbroker.v1.BrokerService.Checkpoint:output_type -> taskbroker.v1.CheckpointResponse
-	18, // 45: taskbroker.v1.BrokerService.Complete:output_type -> taskbroker.v1.CompleteResponse
-	23, // 46: taskbroker.v1.BrokerService.Fail:output_type -> taskbroker.v1.FailResponse
-	21, // 47: taskbroker.v1.BrokerService.CompleteMany:output_type -> taskbroker.v1.CompleteManyResponse
-	41, // [41:48] is the sub-list for method output_type
-	34, // [34:41] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	31, // 2: taskbroker.v1.RetryPolicy.schedule:type_name -> google.protobuf.Duration
+	32, // 3: taskbroker.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	32, // 4: taskbroker.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	3,  // 5: taskbroker.v1.TaskSpec.retry:type_name -> taskbroker.v1.RetryPolicy
+	27, // 6: taskbroker.v1.TaskSpec.metadata:type_name -> taskbroker.v1.TaskSpec.MetadataEntry
+	24, // 7: taskbroker.v1.TaskSpec.target:type_name -> taskbroker.v1.Target
+	25, // 8: taskbroker.v1.TaskSpec.sticky:type_name -> taskbroker.v1.StickyPolicy
+	26, // 9: taskbroker.v1.TaskSpec.fanout:type_name -> taskbroker.v1.Fanout
+	4,  // 10: taskbroker.v1.SubmitRequest.tasks:type_name -> taskbroker.v1.TaskSpec
+	6,  // 11: taskbroker.v1.SubmitResponse.results:type_name -> taskbroker.v1.SubmitResult
+	31, // 12: taskbroker.v1.LeaseRequest.lease_duration:type_name -> google.protobuf.Duration
+	31, // 13: taskbroker.v1.LeaseRequest.wait:type_name -> google.protobuf.Duration
+	28, // 14: taskbroker.v1.LeaseRequest.labels:type_name -> taskbroker.v1.LeaseRequest.LabelsEntry
+	32, // 15: taskbroker.v1.LeasedTask.deadline:type_name -> google.protobuf.Timestamp
+	29, // 16: taskbroker.v1.LeasedTask.metadata:type_name -> taskbroker.v1.LeasedTask.MetadataEntry
+	32, // 17: taskbroker.v1.LeasedTask.lease_expires_at:type_name -> google.protobuf.Timestamp
+	32, // 18: taskbroker.v1.LeasedTask.created_at:type_name -> google.protobuf.Timestamp
+	9,  // 19: taskbroker.v1.LeaseResponse.tasks:type_name -> taskbroker.v1.LeasedTask
+	11, // 20: taskbroker.v1.HeartbeatRequest.leases:type_name -> taskbroker.v1.LeaseRef
+	31, // 21: taskbroker.v1.HeartbeatRequest.extend_by:type_name -> google.protobuf.Duration
+	32, // 22: taskbroker.v1.LeaseStatus.lease_expires_at:type_name -> google.protobuf.Timestamp
+	13, // 23: taskbroker.v1.HeartbeatResponse.leases:type_name -> taskbroker.v1.LeaseStatus
+	31, // 24: taskbroker.v1.CheckpointRequest.extend_by:type_name -> google.protobuf.Duration
+	32, // 25: taskbroker.v1.CheckpointResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	17, // 26: taskbroker.v1.CompleteManyRequest.completions:type_name -> taskbroker.v1.CompleteRequest
+	1,  // 27: taskbroker.v1.CompleteResult.outcome:type_name -> taskbroker.v1.CompleteOutcome
+	20, // 28: taskbroker.v1.CompleteManyResponse.results:type_name -> taskbroker.v1.CompleteResult
+	31, // 29: taskbroker.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
+	0,  // 30: taskbroker.v1.FailResponse.state:type_name -> taskbroker.v1.TaskState
+	32, // 31: taskbroker.v1.FailResponse.next_run_at:type_name -> google.protobuf.Timestamp
+	30, // 32: taskbroker.v1.Target.labels:type_name -> taskbroker.v1.Target.LabelsEntry
+	2,  // 33: taskbroker.v1.StickyPolicy.strategy:type_name -> taskbroker.v1.StickyStrategy
+	31, // 34: taskbroker.v1.StickyPolicy.timeout:type_name -> google.protobuf.Duration
+	5,  // 35: taskbroker.v1.BrokerService.Submit:input_type -> taskbroker.v1.SubmitRequest
+	8,  // 36: taskbroker.v1.BrokerService.Lease:input_type -> taskbroker.v1.LeaseRequest
+	12, // 37: taskbroker.v1.BrokerService.Heartbeat:input_type -> taskbroker.v1.HeartbeatRequest
+	15, // 38: taskbroker.v1.BrokerService.Checkpoint:input_type -> taskbroker.v1.CheckpointRequest
+	17, // 39: taskbroker.v1.BrokerService.Complete:input_type -> taskbroker.v1.CompleteRequest
+	22, // 40: taskbroker.v1.BrokerService.Fail:input_type -> taskbroker.v1.FailRequest
+	19, // 41: taskbroker.v1.BrokerService.CompleteMany:input_type -> taskbroker.v1.CompleteManyRequest
+	7,  // 42: taskbroker.v1.BrokerService.Submit:output_type -> taskbroker.v1.SubmitResponse
+	10, // 43: taskbroker.v1.BrokerService.Lease:output_type -> taskbroker.v1.LeaseResponse
+	14, // 44: taskbroker.v1.BrokerService.Heartbeat:output_type -> taskbroker.v1.HeartbeatResponse
+	16, // 45: taskbroker.v1.BrokerService.Checkpoint:output_type -> taskbroker.v1.CheckpointResponse
+	18, // 46: taskbroker.v1.BrokerService.Complete:output_type -> taskbroker.v1.CompleteResponse
+	23, // 47: taskbroker.v1.BrokerService.Fail:output_type -> taskbroker.v1.FailResponse
+	21, // 48: taskbroker.v1.BrokerService.CompleteMany:output_type -> taskbroker.v1.CompleteManyResponse
+	42, // [42:49] is the sub-list for method output_type
+	35, // [35:42] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_taskbroker_v1_broker_proto_init() }

@@ -95,7 +95,7 @@ const (
 	GateKind_GATE_KIND_RUN_AT_IN_FUTURE GateKind = 2
 	// It waits out the backoff after a failed attempt (`until`).
 	GateKind_GATE_KIND_RETRY_BACKOFF GateKind = 3
-	// It waits for tasks it depends on.
+	// It waits for tasks it depends on (`holder_task_ids`: the unfinished ones).
 	GateKind_GATE_KIND_BLOCKED_BY_DEPENDENCY GateKind = 4
 	// Its queue is paused.
 	GateKind_GATE_KIND_QUEUE_PAUSED GateKind = 5
@@ -741,6 +741,7 @@ type Gate struct {
 	// When the gate opens, when known.
 	Until *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=until,proto3" json:"until,omitempty"`
 	// KEY_CONCURRENCY_FULL: the tasks that hold the key's leases.
+	// BLOCKED_BY_DEPENDENCY: the dependencies that have not finished (up to 100).
 	HolderTaskIds []string `protobuf:"bytes,4,rep,name=holder_task_ids,json=holderTaskIds,proto3" json:"holder_task_ids,omitempty"`
 	// WAITING_BEHIND: how many READY tasks of the queue lease first.
 	Ahead         uint64 `protobuf:"varint,5,opt,name=ahead,proto3" json:"ahead,omitempty"`

@@ -27,7 +27,7 @@ impl AdminApi {
 }
 
 /// A producer sees only the tasks it submitted; others look absent.
-fn own(t: &TaskRecord, producer: Option<&str>) -> Result<(), Status> {
+pub(super) fn own(t: &TaskRecord, producer: Option<&str>) -> Result<(), Status> {
     match producer {
         Some(name) if t.metadata.get(super::PRODUCER_KEY).map(String::as_str) != Some(name) => {
             Err(status(crate::service::ServiceError::not_found(&t.id)))
@@ -50,7 +50,11 @@ impl AdminService for AdminApi {
         let task_id = request.into_inner().task_id;
         let t = self.broker.get_task(&task_id).await.map_err(status)?;
         own(&t, producer.as_deref())?;
-        Ok(Response::new(pb::GetTaskResponse { task: self.task(t) }))
+        // Flow (#15): dependencies and cancel reason.
+        let task = super::flow::with_flow(&self.broker, self.task(t).into_iter().collect())
+            .await?
+            .pop();
+        Ok(Response::new(pb::GetTaskResponse { task }))
     }
 
     async fn list_tasks(
@@ -81,12 +85,14 @@ impl AdminService for AdminApi {
         };
         let page = self.broker.list_tasks(req).await.map_err(status)?;
         let now = page.now;
+        let tasks = page
+            .tasks
+            .into_iter()
+            .map(|t| convert::task(t, now))
+            .collect();
         Ok(Response::new(pb::ListTasksResponse {
-            tasks: page
-                .tasks
-                .into_iter()
-                .map(|t| convert::task(t, now))
-                .collect(),
+            // Flow (#15): dependencies and cancel reason.
+            tasks: super::flow::with_flow(&self.broker, tasks).await?,
             next_page_token: page.next_page_token,
         }))
     }
@@ -202,6 +208,38 @@ impl AdminService for AdminApi {
             worker: Some(convert::worker(worker)),
             leases: leases.into_iter().map(convert::worker_lease).collect(),
         }))
+    }
+
+    // ---- Flow (#15): events, watch, bulk operations (api/flow.rs) ----
+
+    type WatchTasksStream = super::flow::WatchStream;
+
+    async fn list_task_events(
+        &self,
+        request: Request<pb::ListTaskEventsRequest>,
+    ) -> Result<Response<pb::ListTaskEventsResponse>, Status> {
+        super::flow::list_task_events(&self.broker, request).await
+    }
+
+    async fn watch_tasks(
+        &self,
+        request: Request<pb::WatchTasksRequest>,
+    ) -> Result<Response<Self::WatchTasksStream>, Status> {
+        super::flow::watch_tasks(&self.broker, request).await
+    }
+
+    async fn cancel_tasks(
+        &self,
+        request: Request<pb::CancelTasksRequest>,
+    ) -> Result<Response<pb::CancelTasksResponse>, Status> {
+        super::flow::cancel_tasks(&self.broker, request).await
+    }
+
+    async fn requeue_tasks(
+        &self,
+        request: Request<pb::RequeueTasksRequest>,
+    ) -> Result<Response<pb::RequeueTasksResponse>, Status> {
+        super::flow::requeue_tasks(&self.broker, request).await
     }
 
     // Admission (#14).

@@ -25,6 +25,8 @@ impl BrokerApi {
 
 fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid> {
     let f = |name: &str| format!("tasks[{i}].{name}");
+    // Flow (#15).
+    let flow = super::flow::flow_spec(i, &t)?;
     let retry = match t.retry {
         None => service::RetrySpec::default(),
         Some(r) => service::RetrySpec {
@@ -50,6 +52,7 @@ fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid
             copies: fo.copies,
             distinct_workers: fo.distinct_workers,
         }),
+        flow,
         concurrency_key: (!t.concurrency_key.is_empty()).then_some(t.concurrency_key),
     })
 }

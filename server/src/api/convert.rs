@@ -60,6 +60,7 @@ pub fn state_to_pb(s: TaskState) -> pb::TaskState {
         TaskState::Succeeded => pb::TaskState::Succeeded,
         TaskState::Dead => pb::TaskState::Dead,
         TaskState::Cancelled => pb::TaskState::Cancelled,
+        TaskState::Blocked => pb::TaskState::Blocked,
     }
 }
 
@@ -71,6 +72,7 @@ pub fn state_from_pb(field: &str, v: i32) -> Result<TaskState, Invalid> {
         Ok(pb::TaskState::Succeeded) => TaskState::Succeeded,
         Ok(pb::TaskState::Dead) => TaskState::Dead,
         Ok(pb::TaskState::Cancelled) => TaskState::Cancelled,
+        Ok(pb::TaskState::Blocked) => TaskState::Blocked,
         _ => return Err(Invalid::new(field, format!("{v} is not a task state"))),
     })
 }
@@ -92,6 +94,7 @@ pub fn retry_to_pb(r: &RetryPolicy) -> pb::RetryPolicy {
         backoff_multiplier: r.backoff_multiplier,
         max_backoff: Some(to_duration(r.max_backoff)),
         jitter: Some(r.jitter),
+        schedule: Vec::new(),
     }
 }
 
@@ -154,6 +157,11 @@ pub fn task(t: TaskRecord, now: DateTime<Utc>) -> pb::Task {
         sticky: t.routing.sticky.map(sticky_to_pb),
         fanout_group: t.routing.fanout_group.unwrap_or_default(),
         reserved_for: t.routing.reserved_for.unwrap_or_default(),
+        // Flow (#15).
+        depends_on: Vec::new(),
+        dependencies_remaining: 0,
+        run_if_dependency_fails: false,
+        cancel_reason: 0,
         concurrency_key: t.concurrency_key.unwrap_or_default(),
     }
 }

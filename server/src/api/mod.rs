@@ -6,6 +6,7 @@ pub mod auth;
 mod broker;
 mod convert;
 mod error;
+mod flow;
 pub mod guard;
 pub mod scaler;
 mod schedule;

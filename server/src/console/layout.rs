@@ -117,6 +117,7 @@ pub fn state_name(s: TaskState) -> &'static str {
         TaskState::Succeeded => "succeeded",
         TaskState::Dead => "dead",
         TaskState::Cancelled => "cancelled",
+        TaskState::Blocked => "blocked",
     }
 }
 
@@ -128,6 +129,7 @@ pub fn parse_state(s: &str) -> Option<TaskState> {
         "succeeded" => TaskState::Succeeded,
         "dead" => TaskState::Dead,
         "cancelled" => TaskState::Cancelled,
+        "blocked" => TaskState::Blocked,
         _ => return None,
     })
 }

@@ -60,7 +60,7 @@ impl TaskQuery {
             None => Ok(None),
             Some(s) => layout::parse_state(&s).map(Some).ok_or_else(|| {
                 PageError::BadInput(format!(
-                    "state: {s:?} is not one of scheduled, ready, leased, succeeded, dead, cancelled"
+                    "state: {s:?} is not one of scheduled, ready, leased, succeeded, dead, cancelled, blocked"
                 ))
             }),
         }

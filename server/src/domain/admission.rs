@@ -386,6 +386,23 @@ pub fn explain(v: &ExplainView, now: DateTime<Utc>) -> Vec<Gate> {
     }
 }
 
+/// Flow (#15): a BLOCKED task waits for these dependencies (ids, unfinished).
+pub fn dependency_gate(waiting: Vec<String>) -> Gate {
+    let detail = match waiting.as_slice() {
+        [] => "it waits for the tasks it depends on".to_owned(),
+        [one] => format!("it waits for task {one} it depends on"),
+        many => format!(
+            "it waits for {} tasks it depends on: {}",
+            many.len(),
+            many.join(", ")
+        ),
+    };
+    Gate {
+        holders: waiting,
+        ..Gate::new(GateKind::BlockedByDependency, detail)
+    }
+}
+
 fn run_at_gate(v: &ExplainView, now: DateTime<Utc>) -> Option<Gate> {
     if v.run_at <= now {
         return None;

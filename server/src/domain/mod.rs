@@ -3,6 +3,7 @@
 //! Nothing here does I/O or reads the clock: callers pass `now` in, so every rule
 //! can be unit-tested without a runtime or a database.
 
+pub mod event;
 // Admission (#14): queue settings and gates.
 pub mod admission;
 pub mod retry;

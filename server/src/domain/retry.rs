@@ -47,6 +47,22 @@ impl RetryPolicy {
     }
 }
 
+/// Flow (#15): the delay RetryPolicy.schedule gives after failed attempt number
+/// `attempt` (1-based): the attempt's entry, the last one repeating, spread by
+/// +/- `jitter` as `unit` picks. `None` when there is no schedule.
+pub fn scheduled_backoff(
+    schedule: &[Duration],
+    attempt: u32,
+    jitter: f64,
+    unit: f64,
+) -> Option<Duration> {
+    let last = schedule.len().checked_sub(1)?;
+    let i = (attempt.saturating_sub(1) as usize).min(last);
+    let base = schedule[i].as_secs_f64();
+    let factor = 1.0 + jitter.clamp(0.0, 1.0) * (2.0 * unit.clamp(0.0, 1.0) - 1.0);
+    Some(Duration::from_secs_f64((base * factor).max(0.0)))
+}
+
 /// What one failed attempt leads to.
 #[derive(Debug, Clone, Copy)]
 pub struct Failure {
@@ -199,5 +215,19 @@ mod tests {
                 run_at: now + chrono::Duration::milliseconds(1500)
             }
         );
+    }
+
+    #[test]
+    fn a_schedule_gives_each_retry_its_delay_and_repeats_the_last() {
+        let m = |v: u64| Duration::from_secs(60 * v);
+        let s = [m(1), m(5), m(30)];
+        assert_eq!(scheduled_backoff(&s, 1, 0.0, 0.9), Some(m(1)));
+        assert_eq!(scheduled_backoff(&s, 2, 0.0, 0.9), Some(m(5)));
+        assert_eq!(scheduled_backoff(&s, 3, 0.0, 0.9), Some(m(30)));
+        assert_eq!(scheduled_backoff(&s, 9, 0.0, 0.9), Some(m(30)));
+        assert_eq!(scheduled_backoff(&[], 1, 0.0, 0.5), None);
+        // Jitter still applies: +/-20% of 5 minutes.
+        assert_eq!(scheduled_backoff(&s, 2, 0.2, 0.0), Some(m(4)));
+        assert_eq!(scheduled_backoff(&s, 2, 0.2, 1.0), Some(m(6)));
     }
 }

@@ -11,6 +11,8 @@ pub enum StoredState {
     Succeeded,
     Dead,
     Cancelled,
+    /// Flow (#15): waiting for its dependencies (migration 0010).
+    Blocked,
 }
 
 impl StoredState {
@@ -21,6 +23,7 @@ impl StoredState {
             StoredState::Succeeded => "succeeded",
             StoredState::Dead => "dead",
             StoredState::Cancelled => "cancelled",
+            StoredState::Blocked => "blocked",
         }
     }
 
@@ -31,6 +34,7 @@ impl StoredState {
             "succeeded" => StoredState::Succeeded,
             "dead" => StoredState::Dead,
             "cancelled" => StoredState::Cancelled,
+            "blocked" => StoredState::Blocked,
             _ => return None,
         })
     }
@@ -52,6 +56,8 @@ pub enum TaskState {
     Succeeded,
     Dead,
     Cancelled,
+    /// Flow (#15): waiting for its dependencies.
+    Blocked,
 }
 
 impl TaskState {
@@ -64,6 +70,7 @@ impl TaskState {
             StoredState::Succeeded => TaskState::Succeeded,
             StoredState::Dead => TaskState::Dead,
             StoredState::Cancelled => TaskState::Cancelled,
+            StoredState::Blocked => TaskState::Blocked,
         }
     }
 }

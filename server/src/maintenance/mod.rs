@@ -1,5 +1,7 @@
 //! Background services. Each exposes `run_once(now)` for tests and a `run` loop.
 
+// Flow (#15): event retention.
+pub mod events;
 pub mod reaper;
 pub mod retention;
 pub mod scheduler;

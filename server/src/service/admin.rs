@@ -94,6 +94,7 @@ fn state_name(s: StoredState) -> &'static str {
         StoredState::Succeeded => "succeeded",
         StoredState::Dead => "dead",
         StoredState::Cancelled => "cancelled",
+        StoredState::Blocked => "waiting for its dependencies",
     }
 }
 

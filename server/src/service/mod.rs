@@ -20,6 +20,9 @@ mod backlog;
 mod clock;
 mod combine;
 mod error;
+// Flow (#15): dependencies, events, bulk operations; the watch stream.
+mod events;
+mod flow;
 mod heartbeat;
 mod lease;
 mod observe;
@@ -39,6 +42,8 @@ pub use admin::{ListTasks, TaskPage, UpdateTask};
 pub use backlog::Backlog;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::ServiceError;
+pub use events::{EventHub, WatchFilter};
+pub use flow::BulkOutcome;
 pub use heartbeat::CheckpointRequest;
 pub use lease::LeaseRequest;
 pub use observe::{Overview, QueueOverview, REQUEUE_BATCH, percentile};
@@ -66,6 +71,17 @@ pub struct Settings {
     /// Admission (#14): every queue's live settings (stored in the database; the
     /// fields above seed them), read by the per-queue methods below.
     pub live: LiveQueues,
+    /// Flow (#15): event retention and dead-letter queues.
+    pub flow: FlowSettings,
+}
+
+/// Flow (#15) settings.
+#[derive(Debug, Clone, Default)]
+pub struct FlowSettings {
+    /// Task events are deleted this long after they were recorded; zero keeps them.
+    pub events_retention: Duration,
+    /// Per queue: where a notice goes when one of its tasks goes DEAD.
+    pub dead_letter_queues: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for Settings {
@@ -78,6 +94,7 @@ impl Default for Settings {
             worker_ttl: DEFAULT_WORKER_TTL,
             gates: HashMap::new(),
             live: LiveQueues::default(),
+            flow: FlowSettings::default(),
         }
     }
 }
@@ -168,6 +185,8 @@ pub struct Broker {
     workers: workers::Registry,
     /// Long-polls a Submit may hand its tasks to (sync match, issue 17).
     parked: Arc<sync_match::Parked>,
+    /// Flow (#15): the fan-out of the event log to WatchTasks calls.
+    events: Arc<events::EventHub>,
 }
 
 type Time = DateTime<Utc>;
@@ -189,6 +208,7 @@ impl Broker {
         // Admission (#14): the configuration's queues until the database is read.
         settings.seed_live();
         Broker {
+            events: events::EventHub::new(store.clone()),
             store,
             dispatch,
             clock,
@@ -221,5 +241,10 @@ impl Broker {
 
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// Flow (#15): the watch stream's fan-out.
+    pub fn events(&self) -> &Arc<events::EventHub> {
+        &self.events
     }
 }

@@ -22,6 +22,9 @@ use crate::domain::validate::{self, Invalid};
 use crate::domain::{RetryPolicy, StoredState};
 use crate::store::{StoreResult, StoredQueue};
 
+/// Flow (#15): ExplainTask names at most this many unfinished dependencies.
+const EXPLAIN_DEPENDENCIES: u32 = 100;
+
 /// How often every replica reloads the stored settings.
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -529,18 +532,29 @@ impl Broker {
         let task = self.get_task(task_id).await?;
         let now = self.clock.now();
         let state = crate::domain::TaskState::of(task.state, task.run_at, now);
-        if task.state != StoredState::Pending {
-            return Ok(Explained {
-                task_id: task.id,
-                state,
-                gates: Vec::new(),
-            });
-        }
+        // Flow (#15): a BLOCKED task names the dependencies it waits for.
+        let blocked = match task.state {
+            StoredState::Pending => None,
+            StoredState::Blocked => {
+                let waiting = self
+                    .store
+                    .task_deps_unfinished(&task.id, EXPLAIN_DEPENDENCIES)
+                    .await?;
+                Some(admission::dependency_gate(waiting))
+            }
+            _ => {
+                return Ok(Explained {
+                    task_id: task.id,
+                    state,
+                    gates: Vec::new(),
+                });
+            }
+        };
         let usage = self
             .store
             .queue_usage(&task.queue, task.concurrency_key.as_deref(), now)
             .await?;
-        let ahead = if task.run_at <= now {
+        let ahead = if task.run_at <= now && blocked.is_none() {
             self.store
                 .task_ahead(&task, usage.config.aging_ms(), now)
                 .await?
@@ -562,10 +576,21 @@ impl Broker {
             reserved,
             unmatched_target,
         };
+        let mut gates = admission::explain(&view, now);
+        if let Some(g) = blocked {
+            // What else holds it once unblocked; NONE and WAITING_BEHIND do not apply.
+            gates.retain(|g| {
+                !matches!(
+                    g.kind,
+                    admission::GateKind::None | admission::GateKind::WaitingBehind
+                )
+            });
+            gates.insert(0, g);
+        }
         Ok(Explained {
             task_id: task.id,
             state,
-            gates: admission::explain(&view, now),
+            gates,
         })
     }
 }

@@ -36,6 +36,8 @@ pub struct SubmitTask {
     pub target: Target,
     pub sticky: Option<StickySpec>,
     pub fanout: Option<Fanout>,
+    /// Flow (#15): dependencies and retry schedule.
+    pub flow: crate::store::FlowSpec,
     /// Admission (#14): `[A-Za-z0-9._:@/-]{1,256}`, or none.
     pub concurrency_key: Option<String>,
 }
@@ -85,6 +87,11 @@ impl Broker {
             .into());
         }
         let now = self.clock.now();
+        // Flow (#15): dependencies and retry schedules, validated per spec.
+        let flows: Vec<crate::store::FlowSpec> = tasks.iter().map(|t| t.flow.clone()).collect();
+        for (i, f) in flows.iter().enumerate() {
+            super::flow::validate_flow(i, f, limits.max_backoff)?;
+        }
         // Routing (issue 13): a fan-out task becomes its copies; `copies[i]` is
         // how many tasks the i-th spec made.
         let total: u64 = tasks
@@ -114,6 +121,21 @@ impl Broker {
             first_of.push(new.len());
             new.extend(made);
         }
+        // Flow (#15) per task: a fan-out spec's copies share its flow, and an
+        // index naming a fan-out spec waits for every one of its copies.
+        let mut spec_of = Vec::with_capacity(new.len());
+        let mut task_flows = Vec::with_capacity(new.len());
+        for (i, mut f) in flows.into_iter().enumerate() {
+            f.depends_on_index = f
+                .depends_on_index
+                .iter()
+                .flat_map(|&k| first_of[k]..first_of[k] + copies[k])
+                .collect();
+            for _ in 0..copies[i] {
+                spec_of.push(i);
+                task_flows.push(f.clone());
+            }
+        }
         // (index, queue, key) of the keyed tasks, when a producer submits. (A
         // keyed task has no copies: its spec's first task is the task.)
         let keyed: Vec<(usize, String, String)> = match producer {
@@ -141,20 +163,30 @@ impl Broker {
         let parked = self.parked.clone();
         let release = self.releaser();
         let weight = new.len();
-        let (inserted, matched): (Vec<Inserted>, Vec<bool>) = self
-            .submits
-            .call(
-                (),
-                (new, matchable, now),
-                weight,
-                move |batch: Vec<super::sync_match::SubmitBatch>| {
-                    let (parked, release) = (parked.clone(), release.clone());
-                    async move { super::sync_match::insert_batch(&parked, &release, batch).await }
-                },
-            )
-            .await?
-            .into_iter()
-            .unzip();
+        // Flow (#15): tasks with dependencies or flow options take the flow insert
+        // (never sync-matched: a blocked task is not ready to lease).
+        let (inserted, matched): (Vec<Inserted>, Vec<bool>) =
+            if task_flows.iter().any(|f| !f.is_plain()) {
+                let inserted = self.insert_flow(new, task_flows, now, &spec_of).await?;
+                let n = inserted.len();
+                (inserted, vec![false; n])
+            } else {
+                self.submits
+                    .call(
+                        (),
+                        (new, matchable, now),
+                        weight,
+                        move |batch: Vec<super::sync_match::SubmitBatch>| {
+                            let (parked, release) = (parked.clone(), release.clone());
+                            async move {
+                                super::sync_match::insert_batch(&parked, &release, batch).await
+                            }
+                        },
+                    )
+                    .await?
+                    .into_iter()
+                    .unzip()
+            };
         // A key taken by another producer between the check and the insert (a race
         // of two producers on one key) is refused the same way; the call's other
         // tasks stand, as their own keys make a retry safe.

@@ -38,6 +38,10 @@ pub use admission::{QueueUsage, StoredQueue};
 pub mod sync_match;
 pub use sync_match::{MatchTo, MatchedInsert};
 
+// Flow (#15): dependencies, events, bulk operations (migration 0010).
+mod flow;
+pub use flow::{BulkCancelled, BulkFilter, EventRecord, FlowInserted, FlowSpec, TaskFlowInfo};
+
 /// A store failure, classified for the caller.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -609,6 +613,70 @@ pub trait Store: Send + Sync + 'static {
         worker_id: &str,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>>;
+
+    // ---- Flow (#15): dependencies, events, bulk operations ----
+
+    /// Inserts tasks as `task_insert_many` does, in one transaction, with their
+    /// dependencies: a task with unfinished dependencies is BLOCKED; one whose
+    /// dependency already failed is CANCELLED (DEPENDENCY_FAILED) unless it runs
+    /// anyway. Dependencies are locked while they are read, so none can finish
+    /// unseen. An unknown dependency id inserts nothing.
+    async fn task_insert_flow(
+        &self,
+        tasks: &[NewTask],
+        flows: &[FlowSpec],
+        now: DateTime<Utc>,
+    ) -> StoreResult<FlowInserted>;
+
+    /// The dependencies and cancel reason of each named task that exists.
+    async fn task_flow_info(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, TaskFlowInfo>>;
+
+    /// One task's events after `after_event_id`, oldest first, up to `limit`.
+    async fn event_list(
+        &self,
+        task_id: &str,
+        after_event_id: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<EventRecord>>;
+
+    /// Events after `after_event_id` in id order, up to `limit`, and only final
+    /// ones: no event with a smaller id than one returned can appear later.
+    async fn event_read(&self, after_event_id: i64, limit: u32) -> StoreResult<Vec<EventRecord>>;
+
+    /// A cursor that every event recorded from now on lies after.
+    async fn event_head(&self) -> StoreResult<i64>;
+
+    /// Deletes up to `limit` events recorded before `before`; returns how many.
+    async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64>;
+
+    /// Replaces the per-queue dead-letter queues (from the configuration).
+    async fn queue_dead_letters_set(&self, pairs: &[(String, String)]) -> StoreResult<()>;
+
+    /// The tasks a bulk filter selects, oldest first, up to `limit`.
+    async fn task_select(&self, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>>;
+
+    /// Cancels these tasks (pending, blocked: at once; leased: cancel requested),
+    /// in one transaction; others are left alone.
+    async fn task_cancel_many(
+        &self,
+        task_ids: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<BulkCancelled>;
+
+    /// Requeues these dead or cancelled tasks, each to run at its time, with
+    /// `max_attempts` further attempts, in one transaction; returns how many.
+    async fn task_requeue_many(
+        &self,
+        tasks: &[(String, DateTime<Utc>)],
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64>;
+
+    /// The dependencies of a task that have not finished yet, by id, up to
+    /// `limit` (ExplainTask's BLOCKED_BY_DEPENDENCY gate).
+    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>>;
 
     // Admission (#14, migration 0009).
 

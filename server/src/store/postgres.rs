@@ -30,6 +30,11 @@ use routing::BindRouting as _;
 
 // The console's dead letters.
 mod dead;
+// Flow (#15): dependencies, events, bulk operations (migration 0010).
+mod events;
+mod flow;
+use super::flow::{failure_events as flow_failure_events, of_row as flow_of_row};
+use crate::domain::event::EventKind;
 // Admission (migration 0009).
 mod admission;
 // The plain lease, for batches routing cannot touch (issue 17, migration 0012).
@@ -254,6 +259,9 @@ impl PostgresStore {
         .bind(row.seq)
         .execute(&mut **tx)
         .await?;
+        // Flow (#15): the failure and what follows it.
+        let evs = flow_failure_events(row, write.state.as_str(), write.run_at, error, now);
+        events::record(tx, &evs).await?;
         let leased_at =
             Self::finish_attempt(tx, &row.attempt_end(), outcome, Some(error), now).await?;
         if write.state == StoredState::Pending {
@@ -356,6 +364,9 @@ impl PostgresStore {
         .bind(row.seq)
         .execute(&mut *tx)
         .await?;
+        let mut ev = flow_of_row(&row, EventKind::Succeeded, now);
+        ev.state = "succeeded";
+        events::record(&mut tx, &[ev]).await?;
         let outcome = AttemptOutcome::Succeeded;
         let leased_at =
             Self::finish_attempt(&mut tx, &row.attempt_end(), outcome, None, now).await?;
@@ -366,9 +377,132 @@ impl PostgresStore {
         }))
     }
 
-    async fn changed(tx: &mut Transaction<'_, Postgres>, id: &str) -> StoreResult<Changed> {
+    /// Inserts tasks (see `Store::task_insert_many`) on one connection, which may
+    /// be in a transaction (Flow (#15) inserts tasks with dependencies in one).
+    /// `tag`: appended to the wake-up's queue name (issue 17): the store's own tag
+    /// when the broker wakes its own waiters after the commit, else "".
+    pub(super) async fn insert_on(
+        conn: &mut sqlx::PgConnection,
+        tasks: &[NewTask],
+        now: DateTime<Utc>,
+        tag: &str,
+    ) -> StoreResult<Vec<Inserted>> {
+        // One multi-row statement (one round trip, one commit) for the whole batch;
+        // it also notifies the queues that got tasks, in the same transaction.
+        let col = |f: &dyn Fn(&NewTask) -> i64| tasks.iter().map(f).collect::<Vec<i64>>();
+        let ids: Vec<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
+        let queues: Vec<&str> = tasks.iter().map(|t| t.queue.as_str()).collect();
+        let keys: Vec<Option<&str>> = tasks.iter().map(|t| t.key.as_deref()).collect();
+        let payloads: Vec<&[u8]> = tasks.iter().map(|t| t.payload.as_slice()).collect();
+        let deadlines: Vec<Option<i64>> = tasks.iter().map(|t| t.deadline.map(ms)).collect();
+        let multipliers: Vec<f64> = tasks.iter().map(|t| t.retry.backoff_multiplier).collect();
+        let jitters: Vec<f64> = tasks.iter().map(|t| t.retry.jitter).collect();
+        let metadata: Vec<String> = tasks
+            .iter()
+            .map(|t| serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into()))
+            .collect();
+        let concurrency_keys: Vec<Option<&str>> =
+            tasks.iter().map(|t| t.concurrency_key.as_deref()).collect();
+        // Routing (issue 13): a batch with routed tasks inserts their routing
+        // columns too (the same statement with more arrays, in routing.rs).
+        let routed = tasks.iter().any(|t| routing::is_routed(&t.routing));
+        let inserted: Vec<String> = sqlx::query_scalar(routing::insert_sql(
+            routed,
+            concat!(
+                "WITH ins AS ( \
+               INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
+                 max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
+                 max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key) \
+               SELECT id, queue, key, payload, priority, run_at, deadline, 'pending', \
+                 max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck \
+               FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
+                 $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], \
+                 $11::bigint[], $12::float8[], $13::text[], $16::text[]) \
+                 AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
+                      ib, bm, mb, j, md, ck) \
+               ON CONFLICT DO NOTHING RETURNING id, queue, run_at), \
+             ev AS (",
+                events::event_insert!(),
+                "SELECT ",
+                events::event_base!(),
+                " + row_number() OVER () - 1, id, queue, 'submitted', \
+               CASE WHEN run_at > $14 THEN 'scheduled' ELSE 'ready' END, 0, NULL, $14, NULL \
+               FROM ins), \
+             woken AS (SELECT pg_notify('taskbroker', q || $15) \
+               FROM (SELECT DISTINCT queue AS q FROM ins) d) \
+             SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0"
+            ),
+        ))
+        .bind(&ids)
+        .bind(&queues)
+        .bind(&keys)
+        .bind(&payloads)
+        .bind(col(&|t| i64::from(t.priority)))
+        .bind(col(&|t| ms(t.run_at)))
+        .bind(&deadlines)
+        .bind(col(&|t| i64::from(t.retry.max_attempts)))
+        .bind(col(&|t| duration_ms(t.retry.initial_backoff)))
+        .bind(&multipliers)
+        .bind(col(&|t| duration_ms(t.retry.max_backoff)))
+        .bind(&jitters)
+        .bind(&metadata)
+        .bind(ms(now))
+        .bind(tag)
+        .bind(&concurrency_keys)
+        .bind_routing(routed, tasks)
+        .fetch_all(&mut *conn)
+        .await?;
+        let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
+        // The rest were duplicates of a (queue, key): answer with the existing ids.
+        let dups: Vec<&NewTask> = tasks.iter().filter(|t| !inserted.contains(&t.id)).collect();
+        let mut existing = std::collections::HashMap::new();
+        if !dups.is_empty() {
+            let q: Vec<&str> = dups.iter().map(|t| t.queue.as_str()).collect();
+            let k: Vec<Option<&str>> = dups.iter().map(|t| t.key.as_deref()).collect();
+            let rows: Vec<(String, String, String)> = sqlx::query_as(
+                "SELECT t.queue, t.key, t.id FROM tasks t \
+                 JOIN UNNEST($1::text[], $2::text[]) AS u(queue, key) \
+                   ON t.queue = u.queue AND t.key = u.key",
+            )
+            .bind(&q)
+            .bind(&k)
+            .fetch_all(&mut *conn)
+            .await?;
+            existing = rows.into_iter().map(|(q, k, id)| ((q, k), id)).collect();
+        }
+        tasks
+            .iter()
+            .map(|t| {
+                if inserted.contains(&t.id) {
+                    return Ok(Inserted {
+                        task_id: t.id.clone(),
+                        deduplicated: false,
+                    });
+                }
+                let key = (t.queue.clone(), t.key.clone().unwrap_or_default());
+                existing
+                    .get(&key)
+                    .map(|id| Inserted {
+                        task_id: id.clone(),
+                        deduplicated: true,
+                    })
+                    .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))
+            })
+            .collect()
+    }
+
+    /// The task as it is after a change, which is recorded as a `kind` event (Flow, #15).
+    async fn changed_event(
+        tx: &mut Transaction<'_, Postgres>,
+        id: &str,
+        kind: EventKind,
+        now: i64,
+    ) -> StoreResult<Changed> {
         match Self::fetch_task(tx, id).await? {
-            Some(row) => Ok(Changed::Done(Box::new(row.into_record()?))),
+            Some(row) => {
+                events::record(tx, &[flow_of_row(&row, kind, now)]).await?;
+                Ok(Changed::Done(Box::new(row.into_record()?)))
+            }
             None => Ok(Changed::NotFound),
         }
     }
@@ -424,101 +558,9 @@ impl Store for PostgresStore {
         tasks: &[NewTask],
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Inserted>> {
-        // One multi-row statement (one round trip, one commit) for the whole batch;
-        // it also notifies the queues that got tasks, in the same transaction.
-        let col = |f: &dyn Fn(&NewTask) -> i64| tasks.iter().map(f).collect::<Vec<i64>>();
-        let ids: Vec<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
-        let queues: Vec<&str> = tasks.iter().map(|t| t.queue.as_str()).collect();
-        let keys: Vec<Option<&str>> = tasks.iter().map(|t| t.key.as_deref()).collect();
-        let payloads: Vec<&[u8]> = tasks.iter().map(|t| t.payload.as_slice()).collect();
-        let deadlines: Vec<Option<i64>> = tasks.iter().map(|t| t.deadline.map(ms)).collect();
-        let multipliers: Vec<f64> = tasks.iter().map(|t| t.retry.backoff_multiplier).collect();
-        let jitters: Vec<f64> = tasks.iter().map(|t| t.retry.jitter).collect();
-        let metadata: Vec<String> = tasks
-            .iter()
-            .map(|t| serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into()))
-            .collect();
-        let concurrency_keys: Vec<Option<&str>> =
-            tasks.iter().map(|t| t.concurrency_key.as_deref()).collect();
-        // Routing (issue 13): a batch with routed tasks inserts their routing
-        // columns too (the same statement with more arrays, in routing.rs).
-        let routed = tasks.iter().any(|t| routing::is_routed(&t.routing));
-        let inserted: Vec<String> = sqlx::query_scalar(routing::insert_sql(
-            routed,
-            "WITH ins AS ( \
-               INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
-                 max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
-                 max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key) \
-               SELECT id, queue, key, payload, priority, run_at, deadline, 'pending', \
-                 max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck \
-               FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
-                 $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], \
-                 $11::bigint[], $12::float8[], $13::text[], $16::text[]) \
-                 AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
-                      ib, bm, mb, j, md, ck) \
-               ON CONFLICT DO NOTHING RETURNING id, queue), \
-             woken AS (SELECT pg_notify('taskbroker', q || $15) \
-               FROM (SELECT DISTINCT queue AS q FROM ins) d) \
-             SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0",
-        ))
-        .bind(&ids)
-        .bind(&queues)
-        .bind(&keys)
-        .bind(&payloads)
-        .bind(col(&|t| i64::from(t.priority)))
-        .bind(col(&|t| ms(t.run_at)))
-        .bind(&deadlines)
-        .bind(col(&|t| i64::from(t.retry.max_attempts)))
-        .bind(col(&|t| duration_ms(t.retry.initial_backoff)))
-        .bind(&multipliers)
-        .bind(col(&|t| duration_ms(t.retry.max_backoff)))
-        .bind(&jitters)
-        .bind(&metadata)
-        .bind(ms(now))
-        // The wake-up carries this replica's tag: its listener skips it, as the
-        // broker wakes its own waiters after the commit (issue 17).
-        .bind(&self.wake_tag)
-        .bind(&concurrency_keys)
-        .bind_routing(routed, tasks)
-        .fetch_all(&self.pool)
-        .await?;
-        let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
-        // The rest were duplicates of a (queue, key): answer with the existing ids.
-        let dups: Vec<&NewTask> = tasks.iter().filter(|t| !inserted.contains(&t.id)).collect();
-        let mut existing = std::collections::HashMap::new();
-        if !dups.is_empty() {
-            let q: Vec<&str> = dups.iter().map(|t| t.queue.as_str()).collect();
-            let k: Vec<Option<&str>> = dups.iter().map(|t| t.key.as_deref()).collect();
-            let rows: Vec<(String, String, String)> = sqlx::query_as(
-                "SELECT t.queue, t.key, t.id FROM tasks t \
-                 JOIN UNNEST($1::text[], $2::text[]) AS u(queue, key) \
-                   ON t.queue = u.queue AND t.key = u.key",
-            )
-            .bind(&q)
-            .bind(&k)
-            .fetch_all(&self.pool)
-            .await?;
-            existing = rows.into_iter().map(|(q, k, id)| ((q, k), id)).collect();
-        }
-        tasks
-            .iter()
-            .map(|t| {
-                if inserted.contains(&t.id) {
-                    return Ok(Inserted {
-                        task_id: t.id.clone(),
-                        deduplicated: false,
-                    });
-                }
-                let key = (t.queue.clone(), t.key.clone().unwrap_or_default());
-                existing
-                    .get(&key)
-                    .map(|id| Inserted {
-                        task_id: id.clone(),
-                        deduplicated: true,
-                    })
-                    .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))
-            })
-            .collect()
+        let mut conn = self.pool.acquire().await?;
+        // The broker wakes its own waiters after the commit (issue 17).
+        Self::insert_on(&mut conn, tasks, now, &self.wake_tag).await
     }
 
     async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
@@ -648,7 +690,10 @@ impl Store for PostgresStore {
                    COALESCE(t.deadline, $2 + ($6::bigint[])[p.req])), \
                  updated_at = $2, leased_at = $2, leased_address = ($5::text[])[p.req] \
                FROM picked p WHERE t.seq = p.seq \
-               RETURNING t.*, p.req::bigint AS request) \
+               RETURNING t.*, p.req::bigint AS request), \
+             ev AS (", events::event_insert!(), "SELECT ", events::event_base!(),
+               " + row_number() OVER () - 1, id, queue, 'leased', 'leased', attempt, leased_by, \
+               $2, NULL FROM leased) \
              SELECT leased.*, (SELECT count(*) FROM spare) AS spare FROM leased",
         ))
         .bind(&first.queues)
@@ -765,6 +810,7 @@ impl Store for PostgresStore {
         .bind(row.seq)
         .fetch_one(&mut *tx)
         .await?;
+        events::record(&mut tx, &[flow_of_row(&row, EventKind::Checkpointed, now)]).await?;
         tx.commit().await?;
         Ok(Settled::Applied(LeaseState::Live {
             lease_expires_at: from_ms(at),
@@ -796,7 +842,7 @@ impl Store for PostgresStore {
         // found by id (on young statistics it would otherwise scan every lease).
         // Each settled row answers with the token that settled it, so a stale
         // token naming the same task in the same batch is never taken for it.
-        let done: Vec<(String, String, String, i64)> = sqlx::query_as(
+        let done: Vec<(String, String, String, i64)> = sqlx::query_as(concat!(
             "WITH input AS ( \
                SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) \
                  AS i(id, token, result, now)), \
@@ -816,9 +862,15 @@ impl Store for PostgresStore {
                  leased_at, 'succeeded', now, fencing_token FROM t \
                ON CONFLICT (task_id, attempt) DO UPDATE SET outcome = excluded.outcome, \
                  finished_at = excluded.finished_at \
-               RETURNING task_id, leased_at) \
-             SELECT t.id, t.token, t.queue, a.leased_at FROM t JOIN a ON a.task_id = t.id",
-        )
+               RETURNING task_id, leased_at), \
+             ev AS (",
+            events::event_insert!(),
+            "SELECT ",
+            events::event_base!(),
+            " + row_number() OVER () - 1, id, queue, 'succeeded', 'succeeded', attempt, \
+               leased_by, now, NULL FROM t) \
+             SELECT t.id, t.token, t.queue, a.leased_at FROM t JOIN a ON a.task_id = t.id"
+        ))
         .bind(&ids)
         .bind(&tokens)
         .bind(&results)
@@ -933,6 +985,8 @@ impl Store for PostgresStore {
                 .bind(row.seq)
                 .execute(&mut *tx)
                 .await?;
+                let evs = flow_failure_events(row, "dead", row.run_at, error, now);
+                events::record(&mut tx, &evs).await?;
             }
             reaped.deadline_exceeded += 1;
             reaped.by_queue.entry(row.queue.clone()).or_default().dead += 1;
@@ -1064,14 +1118,16 @@ impl Store for PostgresStore {
             tx.rollback().await?;
             return Ok(Changed::NotFound);
         };
-        let sql = match row.stored_state()? {
-            StoredState::Pending => {
+        let (sql, kind) = match row.stored_state()? {
+            StoredState::Pending | StoredState::Blocked => (
                 "UPDATE tasks SET state = 'cancelled', finished_at = $1, updated_at = $1 \
-                 WHERE seq = $2"
-            }
-            StoredState::Leased => {
-                "UPDATE tasks SET cancel_requested = TRUE, updated_at = $1 WHERE seq = $2"
-            }
+                 WHERE seq = $2",
+                EventKind::Cancelled,
+            ),
+            StoredState::Leased => (
+                "UPDATE tasks SET cancel_requested = TRUE, updated_at = $1 WHERE seq = $2",
+                EventKind::Updated,
+            ),
             StoredState::Cancelled => {
                 tx.rollback().await?;
                 return Ok(Changed::Done(Box::new(row.into_record()?)));
@@ -1086,7 +1142,7 @@ impl Store for PostgresStore {
             .bind(row.seq)
             .execute(&mut *tx)
             .await?;
-        let changed = Self::changed(&mut tx, task_id).await?;
+        let changed = Self::changed_event(&mut tx, task_id, kind, now).await?;
         tx.commit().await?;
         Ok(changed)
     }
@@ -1126,7 +1182,7 @@ impl Store for PostgresStore {
         }
         // Routing (issue 13): an admin change frees a reserved retry.
         routing::clear_reservation(&mut tx, &row).await?;
-        let changed = Self::changed(&mut tx, task_id).await?;
+        let changed = Self::changed_event(&mut tx, task_id, EventKind::Updated, ms(now)).await?;
         tx.commit().await?;
         Ok(changed)
     }
@@ -1153,7 +1209,7 @@ impl Store for PostgresStore {
         Self::notify(&mut tx, &[&row.queue]).await?;
         // Routing (issue 13): an admin requeue frees a reserved retry.
         routing::clear_reservation(&mut tx, &row).await?;
-        let changed = Self::changed(&mut tx, task_id).await?;
+        let changed = Self::changed_event(&mut tx, task_id, EventKind::Requeued, ms(now)).await?;
         tx.commit().await?;
         Ok(changed)
     }
@@ -1381,13 +1437,17 @@ impl Store for PostgresStore {
         let mut tx = self.pool.begin().await?;
         let n = sqlx::query(
             // A CTE runs once (an IN subquery may be rescanned per row, past the limit).
-            "WITH picked AS (SELECT seq FROM tasks WHERE queue = $2 AND state = 'dead' \
-               AND error_hash = hashtextextended($3, 0) \
-               AND COALESCE(last_error, '') = $3 ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED) \
-             UPDATE tasks t SET state = 'pending', run_at = $1, \
-               attempts_allowed = attempt + max_attempts, cancel_requested = FALSE, \
-               finished_at = NULL, updated_at = $1 \
-             FROM picked WHERE t.seq = picked.seq",
+            sqlx::AssertSqlSafe(format!(
+                "WITH picked AS (SELECT seq FROM tasks WHERE queue = $2 AND state = 'dead' \
+                   AND error_hash = hashtextextended($3, 0) \
+                   AND COALESCE(last_error, '') = $3 ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED), \
+                 u AS (UPDATE tasks t SET state = 'pending', run_at = $1, \
+                   attempts_allowed = attempt + max_attempts, cancel_requested = FALSE, \
+                   finished_at = NULL, updated_at = $1 \
+                 FROM picked WHERE t.seq = picked.seq RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) {}",
+                // Flow (#15): the REQUEUED events in the same statement.
+                events::from_updated("requeued", "$1")
+            )),
         )
         .bind(ms(p.now))
         .bind(&p.queue)
@@ -1436,6 +1496,80 @@ impl Store for PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
         routing::worker_get(&self.pool, worker_id, now).await
+    }
+
+    // ---- Flow (#15): dependencies, events, bulk operations (postgres/flow.rs) ----
+
+    async fn task_insert_flow(
+        &self,
+        tasks: &[NewTask],
+        flows: &[FlowSpec],
+        now: DateTime<Utc>,
+    ) -> StoreResult<FlowInserted> {
+        flow::insert(&self.pool, tasks, flows, now).await
+    }
+
+    async fn task_flow_info(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, TaskFlowInfo>> {
+        flow::flow_info(&self.pool, task_ids).await
+    }
+
+    async fn event_list(
+        &self,
+        task_id: &str,
+        after_event_id: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<EventRecord>> {
+        flow::event_list(&self.pool, task_id, after_event_id, limit).await
+    }
+
+    async fn event_read(&self, after_event_id: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
+        flow::event_read(&self.pool, after_event_id, limit).await
+    }
+
+    async fn event_head(&self) -> StoreResult<i64> {
+        flow::event_head(&self.pool).await
+    }
+
+    async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        flow::event_purge(&self.pool, before, limit).await
+    }
+
+    async fn queue_dead_letters_set(&self, pairs: &[(String, String)]) -> StoreResult<()> {
+        flow::dead_letters_set(&self.pool, pairs).await
+    }
+
+    async fn task_select(&self, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
+        flow::select(&self.pool, f).await
+    }
+
+    async fn task_cancel_many(
+        &self,
+        task_ids: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<BulkCancelled> {
+        flow::cancel_many(&self.pool, task_ids, now).await
+    }
+
+    async fn task_requeue_many(
+        &self,
+        tasks: &[(String, DateTime<Utc>)],
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        flow::requeue_many(&self.pool, tasks, now).await
+    }
+
+    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT depends_on FROM task_deps WHERE task_id = $1 AND NOT resolved \
+             ORDER BY depends_on LIMIT $2",
+        )
+        .bind(task_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     // Admission (#14): postgres/admission.rs.

@@ -76,6 +76,9 @@ pub(crate) struct TaskRow {
     pub reserved_until: Option<i64>,
     pub fanout_group: Option<String>,
     pub fanout_distinct: bool,
+    /// Flow (#15): RetryPolicy.schedule as a JSON array of ms (migration 0010).
+    #[sqlx(default)]
+    pub retry_schedule: Option<String>,
     /// Admission (#14, migration 0009).
     pub concurrency_key: Option<String>,
 }
@@ -250,6 +253,15 @@ pub(crate) fn decide(
     now: DateTime<Utc>,
     unit: f64,
 ) -> crate::domain::FailureDecision {
+    // Flow (#15): an explicit retry schedule replaces the exponential backoff.
+    let retry_after = retry_after.or_else(|| {
+        let schedule: Vec<i64> = serde_json::from_str(row.retry_schedule.as_deref()?).ok()?;
+        let schedule: Vec<Duration> = schedule
+            .into_iter()
+            .map(|v| Duration::from_millis(v.max(0) as u64))
+            .collect();
+        crate::domain::retry::scheduled_backoff(&schedule, to_u32(row.attempt), row.jitter, unit)
+    });
     crate::domain::retry::decide_failure(
         &row.retry_policy(),
         &crate::domain::retry::Failure {
@@ -283,6 +295,7 @@ pub(crate) fn state_filter_sql(
             S::Succeeded => "state = 'succeeded'".to_string(),
             S::Dead => "state = 'dead'".to_string(),
             S::Cancelled => "state = 'cancelled'".to_string(),
+            S::Blocked => "state = 'blocked'".to_string(),
         })
         .collect();
     Some(format!("({})", parts.join(" OR ")))

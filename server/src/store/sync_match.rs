@@ -144,6 +144,8 @@ pub(crate) fn leased_row(
         fanout_group: None,
         fanout_distinct: false,
         concurrency_key: t.concurrency_key.clone(),
+        // Flow (#15): a task with a retry schedule takes the flow insert, never this.
+        retry_schedule: None,
     }
     .into_record()
 }

@@ -275,7 +275,7 @@ pub async fn produce(
                 queue: queue.clone(),
                 key: format!("{queue}-{i}"),
                 payload: i.to_string().into_bytes(),
-                retry,
+                retry: retry.clone(),
                 ..Default::default()
             })
             .collect();

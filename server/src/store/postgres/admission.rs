@@ -216,8 +216,9 @@ impl PostgresStore {
         let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
         let addresses: Vec<&str> = ps.iter().map(|p| p.worker_address.as_str()).collect();
         let durations: Vec<i64> = ps.iter().map(|p| duration_ms(p.lease_duration)).collect();
-        let rows: Vec<(TaskRow, i64)> = sqlx::query(
-            "UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
+        // Flow (#15): the LEASED events in the same statement.
+        let rows: Vec<(TaskRow, i64)> = sqlx::query(concat!(
+            "WITH l AS (UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
                fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
                leased_by = ($4::text[])[p.req], lease_duration_ms = ($6::bigint[])[p.req], \
                lease_expires_at = LEAST($3 + ($6::bigint[])[p.req], \
@@ -225,8 +226,15 @@ impl PostgresStore {
                updated_at = $3, leased_at = $3, leased_address = ($5::text[])[p.req] \
              FROM UNNEST($1::bigint[], $2::int[]) AS p(seq, req) \
              WHERE t.seq = p.seq AND t.state = 'pending' \
-             RETURNING t.*, p.req::bigint AS request",
-        )
+             RETURNING t.*, p.req::bigint AS request), \
+             ev AS (",
+            super::events::event_insert!(),
+            "SELECT ",
+            super::events::event_base!(),
+            " + row_number() OVER () - 1, id, queue, 'leased', 'leased', attempt, leased_by, \
+               $3, NULL FROM l) \
+             SELECT * FROM l",
+        ))
         .bind(&seqs)
         .bind(&reqs)
         .bind(now)

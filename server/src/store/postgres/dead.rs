@@ -28,10 +28,12 @@ pub(super) async fn task_cancel_dead(pool: &PgPool, p: &CancelDeadParams) -> Sto
     qb.push(" ORDER BY seq LIMIT ")
         .push_bind(i64::from(p.limit))
         .push(
-            " FOR UPDATE SKIP LOCKED) \
-             UPDATE tasks t SET state = 'cancelled', cancel_requested = FALSE, updated_at = ",
+            " FOR UPDATE SKIP LOCKED), \
+             u AS (UPDATE tasks t SET state = 'cancelled', cancel_requested = FALSE, updated_at = ",
         )
         .push_bind(ms(p.now))
-        .push(" FROM picked WHERE t.seq = picked.seq");
+        .push(" FROM picked WHERE t.seq = picked.seq RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) ")
+        // Flow (#15): the CANCELLED events in the same statement.
+        .push(super::events::from_updated("cancelled", &ms(p.now).to_string()));
     Ok(qb.build().execute(pool).await?.rows_affected())
 }

@@ -46,7 +46,7 @@ impl PostgresStore {
         // there), plus `routed`: whether a READY task of the queues carries a
         // routing rule, in which case `cand` is empty and the one row returned
         // says so. The final LEFT JOIN returns that row even when nothing is leased.
-        let rows: Vec<(Option<(TaskRow, i64)>, bool)> = sqlx::query(
+        let rows: Vec<(Option<(TaskRow, i64)>, bool)> = sqlx::query(concat!(
             "WITH routed AS ( \
                SELECT EXISTS (SELECT 1 FROM tasks WHERE state = 'pending' \
                  AND queue = ANY($1::text[]) AND run_at <= $2 \
@@ -88,10 +88,16 @@ impl PostgresStore {
                    COALESCE(t.deadline, $2 + ($6::bigint[])[p.req])), \
                  updated_at = $2, leased_at = $2, leased_address = ($5::text[])[p.req] \
                FROM picked p WHERE t.seq = p.seq \
-               RETURNING t.*, p.req::bigint AS request) \
+               RETURNING t.*, p.req::bigint AS request), \
+             ev AS (",
+            events::event_insert!(),
+            "SELECT ",
+            events::event_base!(),
+            " + row_number() OVER () - 1, id, queue, 'leased', 'leased', attempt, leased_by, \
+               $2, NULL FROM leased) \
              SELECT l.*, r.pending AS routed_pending, (SELECT count(*) FROM spare) AS spare \
              FROM routed r LEFT JOIN leased l ON TRUE",
-        )
+        ))
         .bind(&first.queues)
         .bind(now)
         .bind(demand)

@@ -16,7 +16,8 @@ pub(super) fn is_routed(r: &TaskRouting) -> bool {
 
 /// The submit statement of `task_insert_many` with the routing columns as well
 /// ($17 to $22; $16 is the concurrency keys), for a batch that has routed tasks.
-pub(super) const INSERT_ROUTED: &str = "WITH ins AS ( \
+pub(super) const INSERT_ROUTED: &str = concat!(
+    "WITH ins AS ( \
        INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
          max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
          max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key, \
@@ -29,9 +30,16 @@ pub(super) const INSERT_ROUTED: &str = "WITH ins AS ( \
          $20::bigint[], $21::text[], $22::bool[]) \
          AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
               ib, bm, mb, j, md, ck, tw, tl, st, sto, fg, fd) \
-       ON CONFLICT DO NOTHING RETURNING id, queue), \
+       ON CONFLICT DO NOTHING RETURNING id, queue, run_at), \
+     ev AS (",
+    super::events::event_insert!(),
+    "SELECT ",
+    super::events::event_base!(),
+    " + row_number() OVER () - 1, id, queue, 'submitted', \
+       CASE WHEN run_at > $14 THEN 'scheduled' ELSE 'ready' END, 0, NULL, $14, NULL FROM ins), \
      woken AS (SELECT pg_notify('taskbroker', q || $15) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
-     SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0";
+     SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0"
+);
 
 type InsertQuery<'q> =
     sqlx::query::QueryScalar<'q, Postgres, String, <Postgres as sqlx::Database>::Arguments>;

@@ -115,18 +115,21 @@ pub(super) async fn fire(pool: &PgPool, f: &ScheduleFire) -> StoreResult<Fired> 
         return Ok(Fired::Stale);
     }
     if let Some(task) = &f.cancel_task_id {
-        sqlx::query(
-            "UPDATE tasks SET state = 'cancelled', finished_at = $1, updated_at = $1 \
-             WHERE id = $2 AND state = 'pending'",
-        )
+        // Flow (#15): each change with its event, in the same statement.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "WITH u AS (UPDATE tasks t SET state = 'cancelled', finished_at = $1, updated_at = $1 \
+             WHERE id = $2 AND state = 'pending' RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) {}",
+            super::events::from_updated("cancelled", "$1")
+        )))
         .bind(now)
         .bind(task)
         .execute(&mut *tx)
         .await?;
-        sqlx::query(
-            "UPDATE tasks SET cancel_requested = TRUE, updated_at = $1 \
-             WHERE id = $2 AND state = 'leased'",
-        )
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "WITH u AS (UPDATE tasks t SET cancel_requested = TRUE, updated_at = $1 \
+             WHERE id = $2 AND state = 'leased' RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) {}",
+            super::events::from_updated("updated", "$1")
+        )))
         .bind(now)
         .bind(task)
         .execute(&mut *tx)
@@ -200,13 +203,15 @@ async fn insert_task(
     now: i64,
 ) -> StoreResult<()> {
     let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
-    sqlx::query(
-        "INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
+    // Flow (#15): the SUBMITTED event in the same statement.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH u AS (INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
          max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
          max_backoff_ms, jitter, metadata, created_at, updated_at, schedule_id, fire_time) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $8, $9, $10, $11, $12, $13, $14, \
-         $14, $15, $16)",
-    )
+         $14, $15, $16) RETURNING id, queue, state, attempt, run_at) {}",
+        super::events::from_updated("submitted", "$14")
+    )))
     .bind(&t.id)
     .bind(&t.queue)
     .bind(&t.key)

@@ -19,7 +19,8 @@ use super::{CHANNEL, PostgresStore};
 /// id, seq, state, lease token, lease expiry of each inserted row.
 type InsertedRow = (String, i64, String, Option<String>, Option<i64>);
 
-const INSERT_MATCHED: &str = "WITH u AS ( \
+const INSERT_MATCHED: &str = concat!(
+    "WITH u AS ( \
        SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
          $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], \
          $11::bigint[], $12::float8[], $13::text[], $16::text[], $17::text[], $18::text[], \
@@ -53,11 +54,23 @@ const INSERT_MATCHED: &str = "WITH u AS ( \
          CASE WHEN m THEN $14 END, CASE WHEN m THEN address END \
        FROM v ORDER BY n \
        ON CONFLICT DO NOTHING \
-       RETURNING id, seq, state, lease_token, lease_expires_at, queue), \
+       RETURNING id, seq, state, lease_token, lease_expires_at, queue, run_at, leased_by), \
+     ev AS (",
+    super::events::event_insert!(),
+    "SELECT ",
+    super::events::event_base!(),
+    " + row_number() OVER (ORDER BY e.seq, e.k) - 1, e.id, e.queue, e.kind, e.st, e.att, e.w, \
+       $14, NULL FROM ( \
+         SELECT seq, id, queue, 0 AS k, 'submitted' AS kind, \
+           CASE WHEN run_at > $14 THEN 'scheduled' ELSE 'ready' END AS st, 0 AS att, \
+           NULL::text AS w FROM ins \
+         UNION ALL SELECT seq, id, queue, 1, 'leased', 'leased', 1, leased_by FROM ins \
+           WHERE state = 'leased') e), \
      woken AS (SELECT pg_notify($15, q) FROM \
        (SELECT DISTINCT queue AS q FROM ins WHERE state = 'pending') d) \
      SELECT id, seq, state, lease_token, lease_expires_at FROM ins \
-     WHERE (SELECT count(*) FROM woken) >= 0";
+     WHERE (SELECT count(*) FROM woken) >= 0"
+);
 
 impl PostgresStore {
     pub(super) async fn sync_insert_matched(
@@ -220,18 +233,25 @@ impl PostgresStore {
         let tokens: Vec<&str> = leases.iter().map(|l| l.lease_token.as_str()).collect();
         // The attempt is taken back (it never ran, and no attempt row was written
         // for it: that happens when an attempt ends); the fencing token is not.
-        let released: i64 = sqlx::query_scalar(
-            "WITH r AS ( \
+        let released: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "WITH u AS ( \
                UPDATE tasks t SET state = 'pending', attempt = t.attempt - 1, \
                  lease_token = NULL, leased_by = NULL, lease_duration_ms = NULL, \
                  lease_expires_at = NULL, leased_at = NULL, leased_address = NULL, \
                  updated_at = $1 \
                FROM UNNEST($2::text[], $3::text[]) AS l(id, token) \
                WHERE t.id = l.id AND t.state = 'leased' AND t.lease_token = l.token \
-               RETURNING t.queue), \
-             woken AS (SELECT pg_notify($4, q) FROM (SELECT DISTINCT queue AS q FROM r) d) \
-             SELECT count(*) FROM r WHERE (SELECT count(*) FROM woken) >= 0",
-        )
+               RETURNING t.id, t.queue, t.state, t.attempt, t.run_at), \
+             ev AS ({}), \
+             woken AS (SELECT pg_notify($4, q) FROM (SELECT DISTINCT queue AS q FROM u) d) \
+             SELECT count(*) FROM u WHERE (SELECT count(*) FROM woken) >= 0",
+            // Flow (#15): the task is READY again, its long-poll gone.
+            super::events::from_updated_with(
+                "requeued",
+                "$1",
+                "'lease released: its long-poll went away'"
+            )
+        )))
         .bind(ms(now))
         .bind(&ids)
         .bind(&tokens)

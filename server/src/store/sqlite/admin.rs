@@ -6,7 +6,8 @@ use rusqlite::{Connection, ToSql, params, params_from_iter};
 
 use super::super::row::{FailureWrite, decide, ms};
 use super::super::*;
-use super::ops::{changed, fetch_task, placeholders, task_columns, task_row, write_failure};
+use super::ops::{changed_event, fetch_task, placeholders, task_columns, task_row, write_failure};
+use crate::domain::event::EventKind;
 
 pub(super) fn lease_reclaim_expired(
     c: &Connection,
@@ -41,6 +42,9 @@ pub(super) fn lease_reclaim_expired(
                  updated_at = ?1 WHERE seq = ?3",
             )?
             .execute(params![now, error, row.seq])?;
+            for e in super::super::flow::failure_events(row, "dead", row.run_at, error, now) {
+                super::events::push(e);
+            }
         }
         reaped.deadline_exceeded += 1;
         reaped.by_queue.entry(row.queue.clone()).or_default().dead += 1;
@@ -78,19 +82,21 @@ pub(super) fn task_cancel(
     let Some(row) = fetch_task(c, task_id)? else {
         return Ok(Changed::NotFound);
     };
-    let sql = match row.stored_state()? {
-        StoredState::Pending => {
+    let (sql, kind) = match row.stored_state()? {
+        StoredState::Pending | StoredState::Blocked => (
             "UPDATE tasks SET state = 'cancelled', finished_at = ?1, updated_at = ?1 \
-             WHERE seq = ?2"
-        }
-        StoredState::Leased => {
-            "UPDATE tasks SET cancel_requested = 1, updated_at = ?1 WHERE seq = ?2"
-        }
+             WHERE seq = ?2",
+            EventKind::Cancelled,
+        ),
+        StoredState::Leased => (
+            "UPDATE tasks SET cancel_requested = 1, updated_at = ?1 WHERE seq = ?2",
+            EventKind::Updated,
+        ),
         StoredState::Cancelled => return Ok(Changed::Done(Box::new(row.into_record()?))),
         other => return Ok(Changed::WrongState(other)),
     };
     c.prepare_cached(sql)?.execute(params![now, row.seq])?;
-    let changed = changed(c, task_id)?;
+    let changed = changed_event(c, task_id, kind, now)?;
     Ok(changed)
 }
 
@@ -123,7 +129,7 @@ pub(super) fn task_update(
     ])?;
     // Routing (issue 13): an admin change frees a reserved retry.
     super::routing::clear_reservation(c, &row)?;
-    let changed = changed(c, task_id)?;
+    let changed = changed_event(c, task_id, EventKind::Updated, ms(now))?;
     Ok(changed)
 }
 
@@ -146,7 +152,7 @@ pub(super) fn task_requeue(
     .execute(params![ms(now), row.seq])?;
     // Routing (issue 13): an admin requeue frees a reserved retry.
     super::routing::clear_reservation(c, &row)?;
-    let changed = changed(c, task_id)?;
+    let changed = changed_event(c, task_id, EventKind::Requeued, ms(now))?;
     Ok(changed)
 }
 

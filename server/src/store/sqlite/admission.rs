@@ -373,6 +373,12 @@ fn lease_one(c: &Connection, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskReco
             )
             .optional()?;
         if let Some(row) = row {
+            // Flow (#15): the LEASED event.
+            super::events::push(super::super::flow::of_row(
+                &row,
+                crate::domain::event::EventKind::Leased,
+                now,
+            ));
             charged.push((queue, row.concurrency_key.clone()));
             out[request].push(row.into_record()?);
         }

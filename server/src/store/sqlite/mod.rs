@@ -21,6 +21,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use super::*;
 
 mod admin;
+// Flow (#15): dependencies, events, bulk operations (migration 0010).
+mod events;
+mod flow;
 // Admission (migration 0009).
 mod admission;
 mod observe;
@@ -347,6 +350,97 @@ impl Store for SqliteStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
         routing::worker_get(&self.reader, worker_id, now).await
+    }
+
+    // ---- Flow (#15): dependencies, events, bulk operations (sqlite/flow.rs) ----
+
+    async fn task_insert_flow(
+        &self,
+        tasks: &[NewTask],
+        flows: &[FlowSpec],
+        now: DateTime<Utc>,
+    ) -> StoreResult<FlowInserted> {
+        write!(self, flow::insert, [tasks, flows], &tasks, &flows, now)
+    }
+
+    async fn task_flow_info(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, TaskFlowInfo>> {
+        flow::flow_info(&self.reader, task_ids).await
+    }
+
+    async fn event_list(
+        &self,
+        task_id: &str,
+        after_event_id: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<EventRecord>> {
+        flow::event_list(&self.reader, task_id, after_event_id, limit).await
+    }
+
+    async fn event_read(&self, after_event_id: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
+        flow::event_read(&self.reader, after_event_id, limit).await
+    }
+
+    async fn event_head(&self) -> StoreResult<i64> {
+        flow::event_head(&self.reader).await
+    }
+
+    async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        write!(self, flow::event_purge, [], before, limit)
+    }
+
+    async fn queue_dead_letters_set(&self, pairs: &[(String, String)]) -> StoreResult<()> {
+        write!(self, flow::dead_letters_set, [pairs], &pairs)
+    }
+
+    async fn task_select(&self, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
+        flow::select(&self.reader, f).await
+    }
+
+    async fn task_cancel_many(
+        &self,
+        task_ids: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<BulkCancelled> {
+        write!(self, flow::cancel_many, [task_ids], &task_ids, now)
+    }
+
+    async fn task_requeue_many(
+        &self,
+        tasks: &[(String, DateTime<Utc>)],
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        write!(self, flow::requeue_many, [tasks], &tasks, now)
+    }
+
+    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT depends_on FROM task_deps WHERE task_id = ? AND NOT resolved \
+             ORDER BY depends_on LIMIT ?",
+        )
+        .bind(task_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?)
+    }
+
+    /// Flow (#15): wakes long-polls for tasks unblocked (or requeued in bulk) by
+    /// the writer; the writer thread calls it after each commit.
+    fn spawn_listener(&self, wake: Waker, _stop: tokio_util::sync::CancellationToken) {
+        let writer = self.writer.clone();
+        tokio::spawn(async move {
+            if let Err(e) = writer
+                .write(move |_| {
+                    flow::set_waker(wake);
+                    Ok(())
+                })
+                .await
+            {
+                tracing::warn!(error = %e, "cannot install the writer's wake-up");
+            }
+        });
     }
 
     // Admission (#14).

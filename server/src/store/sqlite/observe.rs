@@ -100,22 +100,32 @@ pub(super) fn task_requeue_dead(
     c: &rusqlite::Connection,
     p: &RequeueDeadParams,
 ) -> StoreResult<u64> {
-    let n = c
+    let rows: Vec<(String, String, i64)> = c
         .prepare_cached(
             "UPDATE tasks SET state = 'pending', run_at = ?1, \
                attempts_allowed = attempt + max_attempts, cancel_requested = 0, \
                finished_at = NULL, updated_at = ?1 \
              WHERE seq IN (SELECT seq FROM tasks WHERE queue = ?2 AND state = 'dead' \
                AND state <> 'pending' AND COALESCE(last_error, '') = ?3 \
-               ORDER BY seq LIMIT ?4)",
+               ORDER BY seq LIMIT ?4) RETURNING id, queue, attempt",
         )?
-        .execute(rusqlite::params![
+        .query_map(
+            rusqlite::params![ms(p.now), p.queue, p.error, i64::from(p.limit)],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?
+        .collect::<rusqlite::Result<_>>()?;
+    // Flow (#15): the REQUEUED events.
+    for (id, queue, attempt) in &rows {
+        super::events::push(super::flow::simple(
+            id,
+            queue,
+            crate::domain::event::EventKind::Requeued,
+            "ready",
+            *attempt,
             ms(p.now),
-            p.queue,
-            p.error,
-            i64::from(p.limit)
-        ])?;
-    Ok(n as u64)
+        ));
+    }
+    Ok(rows.len() as u64)
 }
 
 pub(super) async fn lease_holders(
@@ -136,19 +146,28 @@ pub(super) async fn lease_holders(
 }
 
 pub(super) fn task_cancel_dead(c: &rusqlite::Connection, p: &CancelDeadParams) -> StoreResult<u64> {
-    let n = c
+    let rows: Vec<(String, String, i64)> = c
         .prepare_cached(
             "UPDATE tasks SET state = 'cancelled', cancel_requested = 0, updated_at = ?1 \
              WHERE seq IN (SELECT seq FROM tasks WHERE queue = ?2 AND state = 'dead' \
                AND state <> 'pending' AND (?3 IS NULL OR COALESCE(last_error, '') = ?3) \
-               AND (?4 IS NULL OR id = ?4) ORDER BY seq LIMIT ?5)",
+               AND (?4 IS NULL OR id = ?4) ORDER BY seq LIMIT ?5) RETURNING id, queue, attempt",
         )?
-        .execute(rusqlite::params![
+        .query_map(
+            rusqlite::params![ms(p.now), p.queue, p.error, p.task_id, i64::from(p.limit)],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?
+        .collect::<rusqlite::Result<_>>()?;
+    // Flow (#15): the CANCELLED events.
+    for (id, queue, attempt) in &rows {
+        super::events::push(super::flow::simple(
+            id,
+            queue,
+            crate::domain::event::EventKind::Cancelled,
+            "cancelled",
+            *attempt,
             ms(p.now),
-            p.queue,
-            p.error,
-            p.task_id,
-            i64::from(p.limit)
-        ])?;
-    Ok(n as u64)
+        ));
+    }
+    Ok(rows.len() as u64)
 }

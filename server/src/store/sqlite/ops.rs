@@ -1,6 +1,9 @@
 //! The write operations of the hot path (submit, lease, heartbeat, checkpoint,
 //! complete, fail), each run inside the writer's batch transaction.
 
+use super::super::flow::{Ev, failure_events, of_row, visible};
+use super::events;
+use crate::domain::event::EventKind;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -22,7 +25,7 @@ macro_rules! task_columns {
          lease_token, lease_duration_ms, lease_expires_at, fencing_token, finished_at, \
          cancel_requested, leased_at, leased_address, schedule_id, fire_time, \
          target_worker, target_labels, sticky, sticky_timeout_ms, reserved_for, reserved_until, \
-         fanout_group, fanout_distinct, concurrency_key"
+         fanout_group, fanout_distinct, concurrency_key, retry_schedule"
     };
 }
 pub(super) use task_columns;
@@ -72,6 +75,8 @@ pub(super) fn task_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         fanout_group: r.get(39)?,
         fanout_distinct: r.get(40)?,
         concurrency_key: r.get(41)?,
+        // Flow (#15).
+        retry_schedule: r.get(42)?,
     })
 }
 
@@ -167,12 +172,25 @@ pub(super) fn write_failure(
         now,
         row.seq
     ])?;
+    // Flow (#15): the failure and what follows it.
+    for e in failure_events(row, write.state.as_str(), write.run_at, error, now) {
+        events::push(e);
+    }
     finish_attempt(c, &row.attempt_end(), outcome, Some(error), now)
 }
 
-pub(super) fn changed(c: &Connection, id: &str) -> StoreResult<Changed> {
+/// The task as it is after a change, which is recorded as a `kind` event (Flow, #15).
+pub(super) fn changed_event(
+    c: &Connection,
+    id: &str,
+    kind: EventKind,
+    now: i64,
+) -> StoreResult<Changed> {
     match fetch_task(c, id)? {
-        Some(row) => Ok(Changed::Done(Box::new(row.into_record()?))),
+        Some(row) => {
+            events::push(of_row(&row, kind, now));
+            Ok(Changed::Done(Box::new(row.into_record()?)))
+        }
         None => Ok(Changed::NotFound),
     }
 }
@@ -217,6 +235,16 @@ pub(super) fn task_insert_many(
         ])?;
         if n == 1 {
             super::routing::write_task_routing(c, t)?;
+            events::push(Ev {
+                task_id: &t.id,
+                queue: &t.queue,
+                kind: EventKind::Submitted,
+                state: visible("pending", ms(t.run_at), now),
+                attempt: 0,
+                worker: None,
+                time: now,
+                detail: None,
+            });
             out.push(Inserted {
                 task_id: t.id.clone(),
                 deduplicated: false,
@@ -308,6 +336,10 @@ pub(super) fn task_lease_available(
         .prepare_cached(&sql)?
         .query_map(params_from_iter(args), task_row)?
         .collect::<rusqlite::Result<Vec<TaskRow>>>()?;
+    // Flow (#15): the LEASED events.
+    for r in &rows {
+        events::push(of_row(r, EventKind::Leased, now));
+    }
     // The attempt's row is written when it ends (`finish_attempt`).
     let mut records = rows
         .into_iter()
@@ -453,6 +485,7 @@ pub(super) fn task_checkpoint(
             params![p.checkpoint, p.extend_by.map(duration_ms), now, row.seq],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
+    events::push(of_row(&row, EventKind::Checkpointed, now));
     Ok(Settled::Applied(LeaseState::Live {
         lease_expires_at: from_ms(at),
         cancel_requested,
@@ -492,6 +525,16 @@ pub(super) fn task_complete(c: &Connection, p: &CompleteParams) -> StoreResult<S
         })
         .optional()?;
     if let Some((queue, attempt, worker, address, leased_at, fencing_token, updated_at)) = done {
+        events::push(Ev {
+            task_id: &p.task_id,
+            queue: &queue,
+            kind: EventKind::Succeeded,
+            state: "succeeded",
+            attempt,
+            worker: worker.as_deref(),
+            time: now,
+            detail: None,
+        });
         let end = AttemptEnd {
             task_id: &p.task_id,
             attempt,
@@ -522,6 +565,9 @@ pub(super) fn task_complete(c: &Connection, p: &CompleteParams) -> StoreResult<S
          lease_expires_at = NULL, updated_at = ?2 WHERE seq = ?3",
     )?
     .execute(params![p.result, now, row.seq])?;
+    let mut ev = of_row(&row, EventKind::Succeeded, now);
+    ev.state = "succeeded";
+    events::push(ev);
     let outcome = AttemptOutcome::Succeeded;
     let leased_at = finish_attempt(c, &row.attempt_end(), outcome, None, now)?;
     Ok(Settled::Applied(Completed {

@@ -97,16 +97,36 @@ pub(super) fn schedule_fire(c: &Connection, f: &ScheduleFire) -> StoreResult<Fir
         return Ok(Fired::Stale);
     }
     if let Some(task) = &f.cancel_task_id {
-        c.prepare_cached(
-            "UPDATE tasks SET state = 'cancelled', finished_at = ?1, updated_at = ?1 \
-             WHERE id = ?2 AND state = 'pending'",
-        )?
-        .execute(params![now, task])?;
-        c.prepare_cached(
-            "UPDATE tasks SET cancel_requested = 1, updated_at = ?1 \
-             WHERE id = ?2 AND state = 'leased'",
-        )?
-        .execute(params![now, task])?;
+        // Flow (#15): each change with its event.
+        use crate::domain::event::EventKind;
+        let gone: Option<(String, i64)> = c
+            .prepare_cached(
+                "UPDATE tasks SET state = 'cancelled', finished_at = ?1, updated_at = ?1 \
+                 WHERE id = ?2 AND state = 'pending' RETURNING queue, attempt",
+            )?
+            .query_row(params![now, task], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        if let Some((q, a)) = &gone {
+            let e = super::flow::simple(task, q, EventKind::Cancelled, "cancelled", *a, now);
+            super::events::push(e);
+        }
+        let asked: Option<(String, i64)> = c
+            .prepare_cached(
+                "UPDATE tasks SET cancel_requested = 1, updated_at = ?1 \
+                 WHERE id = ?2 AND state = 'leased' RETURNING queue, attempt",
+            )?
+            .query_row(params![now, task], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        if let Some((q, a)) = &asked {
+            super::events::push(super::flow::simple(
+                task,
+                q,
+                EventKind::Updated,
+                "leased",
+                *a,
+                now,
+            ));
+        }
     }
     let mut out = Vec::with_capacity(f.runs.len());
     for run in &f.runs {

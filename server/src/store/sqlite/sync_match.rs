@@ -8,9 +8,12 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::super::flow::{Ev, visible};
 use super::super::row::{duration_ms, ms};
 use super::super::sync_match::{lease_expiry, leased_row, matches_in_lease_order, metadata_json};
 use super::super::*;
+use super::events;
+use crate::domain::event::EventKind;
 
 pub(super) fn task_insert_matched(
     c: &Connection,
@@ -110,6 +113,27 @@ pub(super) fn task_insert_matched(
             });
             continue;
         };
+        // Flow (#15): SUBMITTED and LEASED, as an insert and a lease would record.
+        for (kind, state, attempt, worker) in [
+            (
+                EventKind::Submitted,
+                visible("pending", ms(t.run_at), now_ms),
+                0,
+                None,
+            ),
+            (EventKind::Leased, "leased", 1, Some(m.worker_id.as_str())),
+        ] {
+            events::push(Ev {
+                task_id: &t.id,
+                queue: &t.queue,
+                kind,
+                state,
+                attempt,
+                worker,
+                time: now_ms,
+                detail: None,
+            });
+        }
         out.push(MatchedInsert {
             inserted: Inserted {
                 task_id: t.id.clone(),
@@ -132,11 +156,32 @@ pub(super) fn lease_release(
         "UPDATE tasks SET state = 'pending', attempt = attempt - 1, lease_token = NULL, \
          leased_by = NULL, lease_duration_ms = NULL, lease_expires_at = NULL, leased_at = NULL, \
          leased_address = NULL, updated_at = ?1 \
-         WHERE id = ?2 AND state = 'leased' AND lease_token = ?3",
+         WHERE id = ?2 AND state = 'leased' AND lease_token = ?3 \
+         RETURNING queue, attempt, run_at",
     )?;
+    let now_ms = ms(now);
     let mut released = 0;
     for l in leases {
-        released += update.execute(params![ms(now), l.task_id, l.lease_token])? as u64;
+        let row: Option<(String, i64, i64)> = update
+            .query_row(params![now_ms, l.task_id, l.lease_token], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()?;
+        let Some((queue, attempt, run_at)) = row else {
+            continue;
+        };
+        released += 1;
+        // Flow (#15): the task is READY again, its long-poll gone.
+        events::push(Ev {
+            task_id: &l.task_id,
+            queue: &queue,
+            kind: EventKind::Requeued,
+            state: visible("pending", run_at, now_ms),
+            attempt,
+            worker: None,
+            time: now_ms,
+            detail: Some("lease released: its long-poll went away"),
+        });
     }
     Ok(released)
 }

@@ -64,7 +64,14 @@ where
     F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
 {
     fn run(self: Box<Self>, c: &Connection) -> (bool, Box<dyn Reply>) {
-        let result = (self.f)(c);
+        // Flow (#15): the job's events are written, and dependents of tasks it
+        // finished told, in its savepoint; a failed job's events go with it (and
+        // none left by a job that panicked can reach this one).
+        super::events::discard();
+        let result = (self.f)(c).and_then(|v| super::flow::after_job(c).map(|()| v));
+        if result.is_err() {
+            super::events::discard();
+        }
         let ok = result.is_ok();
         let reply: Box<dyn Reply> = Box::new(TypedReply {
             result,
@@ -203,6 +210,8 @@ fn run(
         for r in replies.drain(..) {
             r.send(result.as_ref().map(|_| ()));
         }
+        // Flow (#15): wake the queues whose tasks the batch unblocked.
+        super::flow::after_commit();
         // Full means a checkpoint is due already.
         let _ = committed.try_send(());
     }

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from taskbroker.v1 import admin_pb2 as taskbroker_dot_v1_dot_admin__pb2
+from taskbroker.v1 import event_pb2 as taskbroker_dot_v1_dot_event__pb2
 from taskbroker.v1 import queue_pb2 as taskbroker_dot_v1_dot_queue__pb2
 from taskbroker.v1 import worker_pb2 as taskbroker_dot_v1_dot_worker__pb2
 
@@ -101,6 +102,26 @@ class AdminServiceStub:
                 '/taskbroker.v1.AdminService/ExplainTask',
                 request_serializer=taskbroker_dot_v1_dot_queue__pb2.ExplainTaskRequest.SerializeToString,
                 response_deserializer=taskbroker_dot_v1_dot_queue__pb2.ExplainTaskResponse.FromString,
+                _registered_method=True)
+        self.ListTaskEvents = channel.unary_unary(
+                '/taskbroker.v1.AdminService/ListTaskEvents',
+                request_serializer=taskbroker_dot_v1_dot_event__pb2.ListTaskEventsRequest.SerializeToString,
+                response_deserializer=taskbroker_dot_v1_dot_event__pb2.ListTaskEventsResponse.FromString,
+                _registered_method=True)
+        self.WatchTasks = channel.unary_stream(
+                '/taskbroker.v1.AdminService/WatchTasks',
+                request_serializer=taskbroker_dot_v1_dot_event__pb2.WatchTasksRequest.SerializeToString,
+                response_deserializer=taskbroker_dot_v1_dot_event__pb2.WatchTasksResponse.FromString,
+                _registered_method=True)
+        self.CancelTasks = channel.unary_unary(
+                '/taskbroker.v1.AdminService/CancelTasks',
+                request_serializer=taskbroker_dot_v1_dot_event__pb2.CancelTasksRequest.SerializeToString,
+                response_deserializer=taskbroker_dot_v1_dot_event__pb2.CancelTasksResponse.FromString,
+                _registered_method=True)
+        self.RequeueTasks = channel.unary_unary(
+                '/taskbroker.v1.AdminService/RequeueTasks',
+                request_serializer=taskbroker_dot_v1_dot_event__pb2.RequeueTasksRequest.SerializeToString,
+                response_deserializer=taskbroker_dot_v1_dot_event__pb2.RequeueTasksResponse.FromString,
                 _registered_method=True)
 
 
@@ -200,6 +221,35 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTaskEvents(self, request, context):
+        """Flow (#15): events, watch, bulk operations (messages in event.proto).
+        Every recorded event of one task, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchTasks(self, request, context):
+        """Matching events as they happen; resumable with after_event_id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelTasks(self, request, context):
+        """Cancels the tasks a filter selects (or counts them, with dry_run).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RequeueTasks(self, request, context):
+        """Requeues the DEAD or CANCELLED tasks a filter selects, optionally rate-limited.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -267,6 +317,26 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ExplainTask,
                     request_deserializer=taskbroker_dot_v1_dot_queue__pb2.ExplainTaskRequest.FromString,
                     response_serializer=taskbroker_dot_v1_dot_queue__pb2.ExplainTaskResponse.SerializeToString,
+            ),
+            'ListTaskEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTaskEvents,
+                    request_deserializer=taskbroker_dot_v1_dot_event__pb2.ListTaskEventsRequest.FromString,
+                    response_serializer=taskbroker_dot_v1_dot_event__pb2.ListTaskEventsResponse.SerializeToString,
+            ),
+            'WatchTasks': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchTasks,
+                    request_deserializer=taskbroker_dot_v1_dot_event__pb2.WatchTasksRequest.FromString,
+                    response_serializer=taskbroker_dot_v1_dot_event__pb2.WatchTasksResponse.SerializeToString,
+            ),
+            'CancelTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelTasks,
+                    request_deserializer=taskbroker_dot_v1_dot_event__pb2.CancelTasksRequest.FromString,
+                    response_serializer=taskbroker_dot_v1_dot_event__pb2.CancelTasksResponse.SerializeToString,
+            ),
+            'RequeueTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequeueTasks,
+                    request_deserializer=taskbroker_dot_v1_dot_event__pb2.RequeueTasksRequest.FromString,
+                    response_serializer=taskbroker_dot_v1_dot_event__pb2.RequeueTasksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -621,6 +691,114 @@ class AdminService:
             '/taskbroker.v1.AdminService/ExplainTask',
             taskbroker_dot_v1_dot_queue__pb2.ExplainTaskRequest.SerializeToString,
             taskbroker_dot_v1_dot_queue__pb2.ExplainTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTaskEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskbroker.v1.AdminService/ListTaskEvents',
+            taskbroker_dot_v1_dot_event__pb2.ListTaskEventsRequest.SerializeToString,
+            taskbroker_dot_v1_dot_event__pb2.ListTaskEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/taskbroker.v1.AdminService/WatchTasks',
+            taskbroker_dot_v1_dot_event__pb2.WatchTasksRequest.SerializeToString,
+            taskbroker_dot_v1_dot_event__pb2.WatchTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskbroker.v1.AdminService/CancelTasks',
+            taskbroker_dot_v1_dot_event__pb2.CancelTasksRequest.SerializeToString,
+            taskbroker_dot_v1_dot_event__pb2.CancelTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequeueTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskbroker.v1.AdminService/RequeueTasks',
+            taskbroker_dot_v1_dot_event__pb2.RequeueTasksRequest.SerializeToString,
+            taskbroker_dot_v1_dot_event__pb2.RequeueTasksResponse.FromString,
             options,
             channel_credentials,
             insecure,

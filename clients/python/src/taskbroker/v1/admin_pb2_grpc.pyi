@@ -6,6 +6,7 @@ The operator-facing half of the taskbroker v1 contract: see and steer every task
 from collections import abc as _abc
 from grpc import aio as _aio
 from taskbroker.v1 import admin_pb2 as _admin_pb2
+from taskbroker.v1 import event_pb2 as _event_pb2
 from taskbroker.v1 import queue_pb2 as _queue_pb2
 from taskbroker.v1 import worker_pb2 as _worker_pb2
 import abc as _abc_1
@@ -64,6 +65,16 @@ class AdminServiceStub:
     """Changes the fields named in update_mask; every replica applies it within a second."""
     ExplainTask: _grpc.UnaryUnaryMultiCallable[_queue_pb2.ExplainTaskRequest, _queue_pb2.ExplainTaskResponse]
     """Every gate that holds a task that is not running."""
+    ListTaskEvents: _grpc.UnaryUnaryMultiCallable[_event_pb2.ListTaskEventsRequest, _event_pb2.ListTaskEventsResponse]
+    """Flow (#15): events, watch, bulk operations (messages in event.proto).
+    Every recorded event of one task, oldest first.
+    """
+    WatchTasks: _grpc.UnaryStreamMultiCallable[_event_pb2.WatchTasksRequest, _event_pb2.WatchTasksResponse]
+    """Matching events as they happen; resumable with after_event_id."""
+    CancelTasks: _grpc.UnaryUnaryMultiCallable[_event_pb2.CancelTasksRequest, _event_pb2.CancelTasksResponse]
+    """Cancels the tasks a filter selects (or counts them, with dry_run)."""
+    RequeueTasks: _grpc.UnaryUnaryMultiCallable[_event_pb2.RequeueTasksRequest, _event_pb2.RequeueTasksResponse]
+    """Requeues the DEAD or CANCELLED tasks a filter selects, optionally rate-limited."""
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -99,6 +110,16 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Changes the fields named in update_mask; every replica applies it within a second."""
     ExplainTask: _aio.UnaryUnaryMultiCallable[_queue_pb2.ExplainTaskRequest, _queue_pb2.ExplainTaskResponse]  # type: ignore[assignment]
     """Every gate that holds a task that is not running."""
+    ListTaskEvents: _aio.UnaryUnaryMultiCallable[_event_pb2.ListTaskEventsRequest, _event_pb2.ListTaskEventsResponse]  # type: ignore[assignment]
+    """Flow (#15): events, watch, bulk operations (messages in event.proto).
+    Every recorded event of one task, oldest first.
+    """
+    WatchTasks: _aio.UnaryStreamMultiCallable[_event_pb2.WatchTasksRequest, _event_pb2.WatchTasksResponse]  # type: ignore[assignment]
+    """Matching events as they happen; resumable with after_event_id."""
+    CancelTasks: _aio.UnaryUnaryMultiCallable[_event_pb2.CancelTasksRequest, _event_pb2.CancelTasksResponse]  # type: ignore[assignment]
+    """Cancels the tasks a filter selects (or counts them, with dry_run)."""
+    RequeueTasks: _aio.UnaryUnaryMultiCallable[_event_pb2.RequeueTasksRequest, _event_pb2.RequeueTasksResponse]  # type: ignore[assignment]
+    """Requeues the DEAD or CANCELLED tasks a filter selects, optionally rate-limited."""
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     """AdminService reads and steers tasks."""
@@ -209,5 +230,39 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_queue_pb2.ExplainTaskResponse, _abc.Awaitable[_queue_pb2.ExplainTaskResponse]]:
         """Every gate that holds a task that is not running."""
+
+    @_abc_1.abstractmethod
+    def ListTaskEvents(
+        self,
+        request: _event_pb2.ListTaskEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_event_pb2.ListTaskEventsResponse, _abc.Awaitable[_event_pb2.ListTaskEventsResponse]]:
+        """Flow (#15): events, watch, bulk operations (messages in event.proto).
+        Every recorded event of one task, oldest first.
+        """
+
+    @_abc_1.abstractmethod
+    def WatchTasks(
+        self,
+        request: _event_pb2.WatchTasksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_event_pb2.WatchTasksResponse], _abc.AsyncIterator[_event_pb2.WatchTasksResponse]]:
+        """Matching events as they happen; resumable with after_event_id."""
+
+    @_abc_1.abstractmethod
+    def CancelTasks(
+        self,
+        request: _event_pb2.CancelTasksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_event_pb2.CancelTasksResponse, _abc.Awaitable[_event_pb2.CancelTasksResponse]]:
+        """Cancels the tasks a filter selects (or counts them, with dry_run)."""
+
+    @_abc_1.abstractmethod
+    def RequeueTasks(
+        self,
+        request: _event_pb2.RequeueTasksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_event_pb2.RequeueTasksResponse, _abc.Awaitable[_event_pb2.RequeueTasksResponse]]:
+        """Requeues the DEAD or CANCELLED tasks a filter selects, optionally rate-limited."""
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -43,7 +43,9 @@ class _TaskStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TaskState.V
     TASK_STATE_DEAD: _TaskState.ValueType  # 5
     """Failed for good: retries exhausted, non-retryable failure or deadline passed."""
     TASK_STATE_CANCELLED: _TaskState.ValueType  # 6
-    """Cancelled by an operator."""
+    """Cancelled by an operator, or because a dependency failed."""
+    TASK_STATE_BLOCKED: _TaskState.ValueType  # 7
+    """Waiting for the tasks it depends on (TaskSpec.depends_on) to succeed."""
 
 class TaskState(_TaskState, metaclass=_TaskStateEnumTypeWrapper):
     """The life-cycle state of a task."""
@@ -60,7 +62,9 @@ TASK_STATE_SUCCEEDED: TaskState.ValueType  # 4
 TASK_STATE_DEAD: TaskState.ValueType  # 5
 """Failed for good: retries exhausted, non-retryable failure or deadline passed."""
 TASK_STATE_CANCELLED: TaskState.ValueType  # 6
-"""Cancelled by an operator."""
+"""Cancelled by an operator, or because a dependency failed."""
+TASK_STATE_BLOCKED: TaskState.ValueType  # 7
+"""Waiting for the tasks it depends on (TaskSpec.depends_on) to succeed."""
 Global___TaskState: _TypeAlias = TaskState  # noqa: Y015
 
 class _CompleteOutcome:
@@ -124,6 +128,7 @@ class RetryPolicy(_message.Message):
     BACKOFF_MULTIPLIER_FIELD_NUMBER: _builtins.int
     MAX_BACKOFF_FIELD_NUMBER: _builtins.int
     JITTER_FIELD_NUMBER: _builtins.int
+    SCHEDULE_FIELD_NUMBER: _builtins.int
     max_attempts: _builtins.int
     """Total attempts allowed, counting the first. 0 means the default."""
     backoff_multiplier: _builtins.float
@@ -138,6 +143,13 @@ class RetryPolicy(_message.Message):
     def max_backoff(self) -> _duration_pb2.Duration:
         """Upper bound of the backoff. Unset means the default."""
 
+    @_builtins.property
+    def schedule(self) -> _containers.RepeatedCompositeFieldContainer[_duration_pb2.Duration]:
+        """Explicit delays before each retry: the first before the second attempt, and so
+        on; the last one repeats. Jitter still applies. When set, it overrides
+        initial_backoff, backoff_multiplier and max_backoff. At most 32 entries.
+        """
+
     def __init__(
         self,
         *,
@@ -146,10 +158,11 @@ class RetryPolicy(_message.Message):
         backoff_multiplier: _builtins.float = ...,
         max_backoff: _duration_pb2.Duration | None = ...,
         jitter: _builtins.float | None = ...,
+        schedule: _abc.Iterable[_duration_pb2.Duration] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_jitter", b"_jitter", "initial_backoff", b"initial_backoff", "jitter", b"jitter", "max_backoff", b"max_backoff"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_jitter", b"_jitter", "backoff_multiplier", b"backoff_multiplier", "initial_backoff", b"initial_backoff", "jitter", b"jitter", "max_attempts", b"max_attempts", "max_backoff", b"max_backoff"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_jitter", b"_jitter", "backoff_multiplier", b"backoff_multiplier", "initial_backoff", b"initial_backoff", "jitter", b"jitter", "max_attempts", b"max_attempts", "max_backoff", b"max_backoff", "schedule", b"schedule"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__jitter: _TypeAlias = _typing.Literal["jitter"]  # noqa: Y015
     _WhichOneofArgType__jitter: _TypeAlias = _typing.Literal["_jitter", b"_jitter"]  # noqa: Y015
@@ -195,6 +208,9 @@ class TaskSpec(_message.Message):
     STICKY_FIELD_NUMBER: _builtins.int
     FANOUT_FIELD_NUMBER: _builtins.int
     CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
+    DEPENDS_ON_FIELD_NUMBER: _builtins.int
+    DEPENDS_ON_INDEX_FIELD_NUMBER: _builtins.int
+    RUN_IF_DEPENDENCY_FAILS_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Required, [A-Za-z0-9._:-]{1,128}."""
     payload: _builtins.bytes
@@ -207,6 +223,10 @@ class TaskSpec(_message.Message):
     """Admission (#14): [A-Za-z0-9._:@/-]{0,256}. Tasks of a queue with the same key
     count together against the queue's max_concurrent_per_key and
     per_key_rate_limit, and take turns under FAIRNESS_ROUND_ROBIN_KEYS.
+    """
+    run_if_dependency_fails: _builtins.bool
+    """Flow (#15): run even when a dependency ends DEAD or CANCELLED (it then counts
+    as finished); otherwise this task is CANCELLED with reason DEPENDENCY_FAILED.
     """
     @_builtins.property
     def run_at(self) -> _timestamp_pb2.Timestamp:
@@ -238,6 +258,14 @@ class TaskSpec(_message.Message):
     def fanout(self) -> Global___Fanout:
         """Submit creates `copies` tasks sharing a fan-out group (the first copy's id)."""
 
+    @_builtins.property
+    def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Flow (#15): this task stays BLOCKED until these tasks (ids) have SUCCEEDED."""
+
+    @_builtins.property
+    def depends_on_index(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Flow (#15): as depends_on, naming earlier tasks of the same Submit by index."""
+
     def __init__(
         self,
         *,
@@ -253,10 +281,13 @@ class TaskSpec(_message.Message):
         sticky: Global___StickyPolicy | None = ...,
         fanout: Global___Fanout | None = ...,
         concurrency_key: _builtins.str = ...,
+        depends_on: _abc.Iterable[_builtins.str] | None = ...,
+        depends_on_index: _abc.Iterable[_builtins.int] | None = ...,
+        run_if_dependency_fails: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "fanout", b"fanout", "retry", b"retry", "run_at", b"run_at", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_key", b"concurrency_key", "deadline", b"deadline", "fanout", b"fanout", "key", b"key", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry", b"retry", "run_at", b"run_at", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_key", b"concurrency_key", "deadline", b"deadline", "depends_on", b"depends_on", "depends_on_index", b"depends_on_index", "fanout", b"fanout", "key", b"key", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry", b"retry", "run_at", b"run_at", "run_if_dependency_fails", b"run_if_dependency_fails", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

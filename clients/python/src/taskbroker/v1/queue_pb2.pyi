@@ -69,7 +69,7 @@ class _GateKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GateKind.Val
     GATE_KIND_RETRY_BACKOFF: _GateKind.ValueType  # 3
     """It waits out the backoff after a failed attempt (`until`)."""
     GATE_KIND_BLOCKED_BY_DEPENDENCY: _GateKind.ValueType  # 4
-    """It waits for tasks it depends on."""
+    """It waits for tasks it depends on (`holder_task_ids`: the unfinished ones)."""
     GATE_KIND_QUEUE_PAUSED: _GateKind.ValueType  # 5
     """Its queue is paused."""
     GATE_KIND_QUEUE_CONCURRENCY_FULL: _GateKind.ValueType  # 6
@@ -96,7 +96,7 @@ GATE_KIND_RUN_AT_IN_FUTURE: GateKind.ValueType  # 2
 GATE_KIND_RETRY_BACKOFF: GateKind.ValueType  # 3
 """It waits out the backoff after a failed attempt (`until`)."""
 GATE_KIND_BLOCKED_BY_DEPENDENCY: GateKind.ValueType  # 4
-"""It waits for tasks it depends on."""
+"""It waits for tasks it depends on (`holder_task_ids`: the unfinished ones)."""
 GATE_KIND_QUEUE_PAUSED: GateKind.ValueType  # 5
 """Its queue is paused."""
 GATE_KIND_QUEUE_CONCURRENCY_FULL: GateKind.ValueType  # 6
@@ -416,7 +416,9 @@ class Gate(_message.Message):
 
     @_builtins.property
     def holder_task_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """KEY_CONCURRENCY_FULL: the tasks that hold the key's leases."""
+        """KEY_CONCURRENCY_FULL: the tasks that hold the key's leases.
+        BLOCKED_BY_DEPENDENCY: the dependencies that have not finished (up to 100).
+        """
 
     def __init__(
         self,

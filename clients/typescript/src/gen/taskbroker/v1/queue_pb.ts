@@ -339,6 +339,7 @@ export type Gate = Message<"taskbroker.v1.Gate"> & {
 
   /**
    * KEY_CONCURRENCY_FULL: the tasks that hold the key's leases.
+   * BLOCKED_BY_DEPENDENCY: the dependencies that have not finished (up to 100).
    *
    * @generated from field: repeated string holder_task_ids = 4;
    */
@@ -472,7 +473,7 @@ export enum GateKind {
   RETRY_BACKOFF = 3,
 
   /**
-   * It waits for tasks it depends on.
+   * It waits for tasks it depends on (`holder_task_ids`: the unfinished ones).
    *
    * @generated from enum value: GATE_KIND_BLOCKED_BY_DEPENDENCY = 4;
    */

@@ -1,0 +1,235 @@
+//! Flow (#15) store types: dependencies, the event log, bulk selections.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::domain::TaskState;
+use crate::domain::event::EventKind;
+
+use super::Inserted;
+
+/// What a submitted task adds for flow; `Default` is a plain task.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FlowSpec {
+    /// Task ids this task waits for.
+    pub depends_on: Vec<String>,
+    /// Earlier tasks of the same insert this task waits for (by index).
+    pub depends_on_index: Vec<usize>,
+    pub run_if_dependency_fails: bool,
+    /// RetryPolicy.schedule: explicit delays, the last one repeating.
+    pub retry_schedule: Vec<Duration>,
+}
+
+impl FlowSpec {
+    /// True when the task needs nothing of flow (the plain insert serves it).
+    pub fn is_plain(&self) -> bool {
+        self.depends_on.is_empty()
+            && self.depends_on_index.is_empty()
+            && !self.run_if_dependency_fails
+            && self.retry_schedule.is_empty()
+    }
+}
+
+/// The outcome of an insert with flow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlowInserted {
+    Done(Vec<Inserted>),
+    /// `tasks[task].depends_on[dep]` names no task; nothing was inserted.
+    UnknownDependency {
+        task: usize,
+        dep: usize,
+    },
+}
+
+/// The flow side of one task, for the admin view.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskFlowInfo {
+    pub depends_on: Vec<String>,
+    pub deps_remaining: u32,
+    pub run_if_dependency_fails: bool,
+    /// "operator" or "dependency_failed" when cancelled.
+    pub cancel_reason: Option<String>,
+}
+
+/// One recorded transition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRecord {
+    pub event_id: i64,
+    pub task_id: String,
+    pub queue: String,
+    pub kind: EventKind,
+    pub state: TaskState,
+    pub attempt: u32,
+    pub worker_id: Option<String>,
+    pub time: DateTime<Utc>,
+    pub detail: Option<String>,
+}
+
+/// Which tasks a bulk operation acts on (oldest first, up to `limit`).
+#[derive(Debug, Clone, Default)]
+pub struct BulkFilter {
+    pub queue: String,
+    pub states: Vec<TaskState>,
+    pub key_prefix: Option<String>,
+    pub error_contains: Option<String>,
+    pub created_after: Option<DateTime<Utc>>,
+    pub created_before: Option<DateTime<Utc>>,
+    pub schedule_id: Option<String>,
+    pub limit: u32,
+    pub now: DateTime<Utc>,
+}
+
+/// What a bulk cancel did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BulkCancelled {
+    pub cancelled: u64,
+    pub cancel_requested: u64,
+}
+
+/// Reads a stored event row: (event_id, task_id, queue, kind, state, attempt,
+/// worker_id, time, detail).
+pub(crate) type EventRow = (
+    i64,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    Option<String>,
+    i64,
+    Option<String>,
+);
+
+pub(crate) fn event_record(r: EventRow) -> Result<EventRecord, super::StoreError> {
+    let (event_id, task_id, queue, kind, state, attempt, worker_id, time, detail) = r;
+    Ok(EventRecord {
+        kind: EventKind::parse(&kind)
+            .ok_or_else(|| super::StoreError::Corrupt(format!("event kind {kind:?}")))?,
+        state: crate::domain::event::parse_visible_state(&state)
+            .ok_or_else(|| super::StoreError::Corrupt(format!("event state {state:?}")))?,
+        event_id,
+        task_id,
+        queue,
+        attempt: u32::try_from(attempt.max(0)).unwrap_or(u32::MAX),
+        worker_id,
+        time: super::row::from_ms(time),
+        detail,
+    })
+}
+
+/// RetryPolicy.schedule as stored (`tasks.retry_schedule`): a JSON array of ms.
+pub(crate) fn schedule_json(s: &[Duration]) -> Option<String> {
+    if s.is_empty() {
+        return None;
+    }
+    let ms: Vec<i64> = s.iter().map(|d| super::row::duration_ms(*d)).collect();
+    serde_json::to_string(&ms).ok()
+}
+
+/// One event to record, as the statement that makes the transition knows it
+/// (store/postgres/events.rs and store/sqlite/events.rs write it in the same
+/// transaction).
+#[derive(Debug, Clone)]
+pub(crate) struct Ev<'a> {
+    pub task_id: &'a str,
+    pub queue: &'a str,
+    pub kind: EventKind,
+    /// The visible state after the transition ([`visible`]).
+    pub state: &'static str,
+    pub attempt: i64,
+    pub worker: Option<&'a str>,
+    /// ms since the epoch.
+    pub time: i64,
+    pub detail: Option<&'a str>,
+}
+
+/// The visible state of a stored state at `at` (ms): pending is scheduled or ready.
+pub(crate) fn visible(state: &str, run_at: i64, at: i64) -> &'static str {
+    match state {
+        "pending" if run_at > at => "scheduled",
+        "pending" => "ready",
+        "leased" => "leased",
+        "succeeded" => "succeeded",
+        "dead" => "dead",
+        "cancelled" => "cancelled",
+        "blocked" => "blocked",
+        _ => "ready",
+    }
+}
+
+/// The events of an attempt that ended without success (Fail, an expired lease,
+/// a deadline): the failure itself (HEARTBEAT_LOST when the lease had expired),
+/// then what follows (RETRY_SCHEDULED, DEAD or CANCELLED).
+pub(crate) fn failure_events<'a>(
+    row: &'a super::row::TaskRow,
+    new_state: &str,
+    run_at: i64,
+    error: &'a str,
+    now: i64,
+) -> Vec<Ev<'a>> {
+    let state = visible(new_state, run_at, now);
+    let mut out = Vec::with_capacity(2);
+    if row.state == "leased" {
+        let lost = row.lease_expires_at.is_some_and(|e| e <= now);
+        out.push(Ev {
+            task_id: &row.id,
+            queue: &row.queue,
+            kind: if lost {
+                EventKind::HeartbeatLost
+            } else {
+                EventKind::Failed
+            },
+            state,
+            attempt: row.attempt,
+            worker: row.leased_by.as_deref(),
+            time: now,
+            detail: Some(error),
+        });
+    }
+    let (kind, detail) = match new_state {
+        "pending" if row.state == "leased" => (EventKind::RetryScheduled, None),
+        "pending" => (EventKind::Requeued, None),
+        "dead" => (EventKind::Dead, Some(error)),
+        _ => (EventKind::Cancelled, None),
+    };
+    out.push(Ev {
+        task_id: &row.id,
+        queue: &row.queue,
+        kind,
+        state,
+        attempt: row.attempt,
+        worker: None,
+        time: now,
+        detail,
+    });
+    out
+}
+
+/// The event `kind` of a task row as it is after the transition, at `now` (ms).
+pub(crate) fn of_row(row: &super::row::TaskRow, kind: EventKind, now: i64) -> Ev<'_> {
+    let worker = matches!(
+        kind,
+        EventKind::Leased | EventKind::Succeeded | EventKind::Checkpointed
+    )
+    .then_some(row.leased_by.as_deref())
+    .flatten();
+    let detail = match kind {
+        EventKind::Dead => row.last_error.as_deref(),
+        // A dependency cancellation writes this error (and cancel_reason).
+        EventKind::Cancelled if row.last_error.as_deref() == Some("DEPENDENCY_FAILED") => {
+            Some("DEPENDENCY_FAILED")
+        }
+        _ => None,
+    };
+    Ev {
+        task_id: &row.id,
+        queue: &row.queue,
+        kind,
+        state: visible(&row.state, row.run_at, now),
+        attempt: row.attempt,
+        worker,
+        time: now,
+        detail,
+    }
+}

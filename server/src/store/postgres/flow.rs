@@ -1,0 +1,381 @@
+//! Flow (#15) on Postgres: inserts with dependencies, the event log, bulk
+//! operations. Every statement that makes a transition records its event
+//! (store/postgres/events.rs). Resolving dependents and dead-letter notices
+//! happen in the row triggers of migration 0010, whose WHEN clauses let only a
+//! task with dependents (`has_dependents`) or a task going DEAD through, in the
+//! transaction of whatever statement changed the task.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgPool, Postgres};
+
+use super::super::flow::{EventRow, event_record, schedule_json};
+use super::super::row::{TaskRow, ms, state_filter_sql};
+use super::super::*;
+use super::{CHANNEL, PostgresStore};
+
+const EVENT_COLUMNS: &str =
+    "event_id, task_id, queue, kind, state, attempt, worker_id, time, detail";
+
+fn finished(state: &str) -> bool {
+    matches!(state, "succeeded" | "dead" | "cancelled")
+}
+
+/// The stored state of a new task and its flow columns.
+struct Placed {
+    id: String,
+    state: &'static str,
+    remaining: i64,
+    run_if: bool,
+    schedule: Option<String>,
+}
+
+pub(super) async fn insert(
+    pool: &PgPool,
+    tasks: &[NewTask],
+    flows: &[FlowSpec],
+    now: DateTime<Utc>,
+) -> StoreResult<FlowInserted> {
+    let mut tx = pool.begin().await?;
+    let inserted = PostgresStore::insert_on(&mut tx, tasks, now, "").await?;
+    // Each new task's dependencies, as ids.
+    let deps: Vec<Vec<String>> = flows
+        .iter()
+        .map(|f| {
+            let mut d = f.depends_on.clone();
+            d.extend(
+                f.depends_on_index
+                    .iter()
+                    .filter_map(|&j| inserted.get(j).map(|r| r.task_id.clone())),
+            );
+            d
+        })
+        .collect();
+    let mut wanted: Vec<&str> = deps.iter().flatten().map(String::as_str).collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    // Locked (in id order) and marked so none can finish until this transaction
+    // ends, and each that finishes later runs the dependents trigger and sees
+    // the edges written here.
+    let states: HashMap<String, String> = sqlx::query_as::<_, (String, String)>(
+        "UPDATE tasks t SET has_dependents = TRUE FROM ( \
+           SELECT seq FROM tasks WHERE id = ANY($1) ORDER BY id FOR UPDATE) l \
+         WHERE t.seq = l.seq RETURNING t.id, t.state",
+    )
+    .bind(&wanted)
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .collect();
+    for (i, f) in flows.iter().enumerate() {
+        if let Some(j) = f.depends_on.iter().position(|d| !states.contains_key(d)) {
+            tx.rollback().await?;
+            return Ok(FlowInserted::UnknownDependency { task: i, dep: j });
+        }
+    }
+    let mut placed = Vec::new();
+    let mut edges: (Vec<String>, Vec<String>, Vec<bool>) = Default::default();
+    for (i, f) in flows.iter().enumerate() {
+        let Some(r) = inserted.get(i).filter(|r| !r.deduplicated) else {
+            continue;
+        };
+        if f.is_plain() {
+            continue;
+        }
+        let mut mine: Vec<&String> = deps[i].iter().collect();
+        mine.sort_unstable();
+        mine.dedup();
+        let mut remaining = 0;
+        let mut failed = false;
+        for d in mine {
+            let state = states.get(d).map(String::as_str).unwrap_or("pending");
+            let done = finished(state);
+            remaining += i64::from(!done);
+            failed |= matches!(state, "dead" | "cancelled");
+            edges.0.push(d.clone());
+            edges.1.push(r.task_id.clone());
+            edges.2.push(done);
+        }
+        let state = if failed && !f.run_if_dependency_fails {
+            "cancelled"
+        } else if remaining > 0 {
+            "blocked"
+        } else {
+            "pending"
+        };
+        placed.push(Placed {
+            id: r.task_id.clone(),
+            state,
+            remaining,
+            run_if: f.run_if_dependency_fails,
+            schedule: schedule_json(&f.retry_schedule),
+        });
+    }
+    // Edges first: a dependency in this batch that is cancelled below then
+    // cancels its dependents through the trigger, like any other.
+    sqlx::query(
+        "INSERT INTO task_deps (depends_on, task_id, resolved) \
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::bool[]) ON CONFLICT DO NOTHING",
+    )
+    .bind(&edges.0)
+    .bind(&edges.1)
+    .bind(&edges.2)
+    .execute(&mut *tx)
+    .await?;
+    let ids: Vec<&str> = placed.iter().map(|p| p.id.as_str()).collect();
+    let st: Vec<&str> = placed.iter().map(|p| p.state).collect();
+    let rem: Vec<i64> = placed.iter().map(|p| p.remaining).collect();
+    let run_if: Vec<bool> = placed.iter().map(|p| p.run_if).collect();
+    let sched: Vec<Option<&str>> = placed.iter().map(|p| p.schedule.as_deref()).collect();
+    // A blocked task was submitted BLOCKED: its SUBMITTED event says so; one
+    // whose dependency failed already is CANCELLED at once (an event too), in
+    // the same statement, before the dependents trigger tells its own dependents.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH c AS (UPDATE tasks t SET state = u.state, deps_remaining = u.rem, \
+           run_if_dependency_fails = u.run_if, retry_schedule = u.sched, \
+           cancel_reason = CASE WHEN u.state = 'cancelled' THEN 'dependency_failed' END, \
+           last_error = CASE WHEN u.state = 'cancelled' THEN 'DEPENDENCY_FAILED' ELSE t.last_error END, \
+           finished_at = CASE WHEN u.state = 'cancelled' THEN $6 ELSE t.finished_at END \
+         FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::bool[], $5::text[]) \
+           AS u(id, state, rem, run_if, sched) WHERE t.id = u.id RETURNING t.id, t.queue, t.state, t.attempt, t.run_at), \
+         b AS (UPDATE task_events e SET state = 'blocked' FROM c \
+           WHERE c.state = 'blocked' AND e.task_id = c.id AND e.kind = 'submitted'), \
+         u AS (SELECT * FROM c WHERE state = 'cancelled') \
+         {}",
+        super::events::from_updated_with("cancelled", "$6", "'DEPENDENCY_FAILED'")
+    )))
+    .bind(&ids)
+    .bind(&st)
+    .bind(&rem)
+    .bind(&run_if)
+    .bind(&sched)
+    .bind(ms(now))
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(FlowInserted::Done(inserted))
+}
+
+pub(super) async fn flow_info(
+    pool: &PgPool,
+    ids: &[String],
+) -> StoreResult<HashMap<String, TaskFlowInfo>> {
+    /// id, deps_remaining, run_if_dependency_fails, cancel_reason, depends_on.
+    type InfoRow = (String, i64, bool, Option<String>, Vec<String>);
+    let rows: Vec<InfoRow> = sqlx::query_as(
+        "SELECT t.id, t.deps_remaining, t.run_if_dependency_fails, t.cancel_reason, \
+           COALESCE(array_agg(d.depends_on ORDER BY d.depends_on) \
+             FILTER (WHERE d.depends_on IS NOT NULL), '{}') \
+         FROM tasks t LEFT JOIN task_deps d ON d.task_id = t.id \
+         WHERE t.id = ANY($1) GROUP BY t.id, t.deps_remaining, t.run_if_dependency_fails, \
+           t.cancel_reason",
+    )
+    .bind(ids)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, rem, run_if, reason, deps)| {
+            let info = TaskFlowInfo {
+                depends_on: deps,
+                deps_remaining: u32::try_from(rem.max(0)).unwrap_or(u32::MAX),
+                run_if_dependency_fails: run_if,
+                cancel_reason: reason,
+            };
+            (id, info)
+        })
+        .collect())
+}
+
+pub(super) async fn event_list(
+    pool: &PgPool,
+    task_id: &str,
+    after: i64,
+    limit: u32,
+) -> StoreResult<Vec<EventRecord>> {
+    let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {EVENT_COLUMNS} FROM task_events WHERE task_id = $1 AND event_id > $2 \
+         ORDER BY event_id LIMIT $3"
+    )))
+    .bind(task_id)
+    .bind(after)
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter().map(event_record).collect()
+}
+
+/// The horizon: every transaction with an id below the oldest one still running
+/// has ended, and any event to come has an id at or above `xmin << 20`. So the
+/// events below it are final, and reading up to it never skips one.
+const HORIZON: &str = "(pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 20)";
+
+pub(super) async fn event_read(
+    pool: &PgPool,
+    after: i64,
+    limit: u32,
+) -> StoreResult<Vec<EventRecord>> {
+    let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {EVENT_COLUMNS} FROM task_events WHERE event_id > $1 AND event_id < {HORIZON} \
+         ORDER BY event_id LIMIT $2"
+    )))
+    .bind(after)
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter().map(event_record).collect()
+}
+
+pub(super) async fn event_head(pool: &PgPool) -> StoreResult<i64> {
+    Ok(
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {HORIZON} - 1")))
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
+pub(super) async fn event_purge(
+    pool: &PgPool,
+    before: DateTime<Utc>,
+    limit: u32,
+) -> StoreResult<u64> {
+    // Ids grow with time: the oldest `limit` by id, those older than `before`
+    // (no time index to keep up on every event).
+    let n = sqlx::query(
+        "DELETE FROM task_events WHERE event_id IN ( \
+           SELECT event_id FROM (SELECT event_id, time FROM task_events \
+             ORDER BY event_id LIMIT $2) o WHERE time < $1)",
+    )
+    .bind(ms(before))
+    .bind(i64::from(limit))
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok(n)
+}
+
+pub(super) async fn dead_letters_set(pool: &PgPool, pairs: &[(String, String)]) -> StoreResult<()> {
+    let queues: Vec<&str> = pairs.iter().map(|p| p.0.as_str()).collect();
+    let dlqs: Vec<&str> = pairs.iter().map(|p| p.1.as_str()).collect();
+    let mut tx = pool.begin().await?;
+    sqlx::query("DELETE FROM queue_dead_letters")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO queue_dead_letters (queue, dead_letter_queue) \
+         SELECT * FROM UNNEST($1::text[], $2::text[])",
+    )
+    .bind(&queues)
+    .bind(&dlqs)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(super) async fn select(pool: &PgPool, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
+    let mut qb = sqlx::QueryBuilder::<Postgres>::new("SELECT * FROM tasks WHERE queue = ");
+    qb.push_bind(&f.queue);
+    if let Some(p) = &f.key_prefix {
+        qb.push(" AND left(key, length(")
+            .push_bind(p)
+            .push(")) = ")
+            .push_bind(p);
+    }
+    if let Some(e) = &f.error_contains {
+        qb.push(" AND strpos(COALESCE(last_error, ''), ")
+            .push_bind(e)
+            .push(") > 0");
+    }
+    if let Some(t) = f.created_after {
+        qb.push(" AND created_at >= ").push_bind(ms(t));
+    }
+    if let Some(t) = f.created_before {
+        qb.push(" AND created_at < ").push_bind(ms(t));
+    }
+    if let Some(s) = &f.schedule_id {
+        qb.push(" AND schedule_id = ").push_bind(s);
+    }
+    if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
+        qb.push(" AND ").push(sql);
+    }
+    qb.push(" ORDER BY seq LIMIT ")
+        .push_bind(i64::from(f.limit));
+    qb.build_query_as::<TaskRow>()
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(TaskRow::into_record)
+        .collect()
+}
+
+pub(super) async fn cancel_many(
+    pool: &PgPool,
+    ids: &[String],
+    now: DateTime<Utc>,
+) -> StoreResult<BulkCancelled> {
+    let mut tx = pool.begin().await?;
+    // Flow (#15): each statement records its events.
+    let cancelled = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH u AS (UPDATE tasks t SET state = 'cancelled', cancel_reason = 'operator', \
+           finished_at = $2, updated_at = $2 \
+         WHERE id IN (SELECT id FROM tasks WHERE id = ANY($1) \
+           AND state IN ('pending', 'blocked') ORDER BY id FOR UPDATE) RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) {}",
+        super::events::from_updated("cancelled", "$2")
+    )))
+    .bind(ids)
+    .bind(ms(now))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    let requested = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH u AS (UPDATE tasks t SET cancel_requested = TRUE, updated_at = $2 \
+         WHERE id IN (SELECT id FROM tasks WHERE id = ANY($1) AND state = 'leased' \
+           AND NOT cancel_requested ORDER BY id FOR UPDATE) RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) {}",
+        super::events::from_updated("updated", "$2")
+    )))
+    .bind(ids)
+    .bind(ms(now))
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    tx.commit().await?;
+    Ok(BulkCancelled {
+        cancelled,
+        cancel_requested: requested,
+    })
+}
+
+pub(super) async fn requeue_many(
+    pool: &PgPool,
+    tasks: &[(String, DateTime<Utc>)],
+    now: DateTime<Utc>,
+) -> StoreResult<u64> {
+    let ids: Vec<&str> = tasks.iter().map(|t| t.0.as_str()).collect();
+    let run_at: Vec<i64> = tasks.iter().map(|t| ms(t.1)).collect();
+    let mut tx = pool.begin().await?;
+    let queues: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "WITH u AS (UPDATE tasks t SET state = 'pending', run_at = r.run_at, \
+           attempts_allowed = t.attempt + t.max_attempts, cancel_requested = FALSE, \
+           cancel_reason = NULL, finished_at = NULL, updated_at = $3 \
+         FROM UNNEST($1::text[], $2::bigint[]) AS r(id, run_at) \
+         WHERE t.id = r.id AND t.state IN ('dead', 'cancelled') RETURNING t.id, t.queue, t.state, t.attempt, t.run_at), \
+         ev AS ({}) SELECT queue FROM u",
+        super::events::from_updated("requeued", "$3")
+    )))
+    .bind(&ids)
+    .bind(&run_at)
+    .bind(ms(now))
+    .fetch_all(&mut *tx)
+    .await?;
+    let distinct: HashSet<&str> = queues.iter().map(String::as_str).collect();
+    let distinct: Vec<&str> = distinct.into_iter().collect();
+    sqlx::query("SELECT pg_notify($1, q) FROM UNNEST($2::text[]) AS q")
+        .bind(CHANNEL)
+        .bind(&distinct)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(queues.len() as u64)
+}
