@@ -63,7 +63,6 @@ class Worker:
         lease_duration: float = spec.DEFAULT_LEASE_DURATION,
         poll_wait: float = spec.DEFAULT_POLL_WAIT,
         worker_id: str | None = None,
-        labels: Mapping[str, str] | None = None,
         stop_timeout: float | None = spec.DEFAULT_STOP_TIMEOUT,
         labels: Mapping[str, str] | None = None,
     ) -> None:
@@ -89,9 +88,6 @@ class Worker:
         self.lease_duration = lease_duration
         self.poll_wait = poll_wait
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
-        # What this worker is (``{"gpu": "a100"}``): tasks targeted at labels go only to
-        # workers carrying all of them (routing; the broker checks them on Lease).
-        self.labels = dict(labels or {})
         self.stop_timeout = stop_timeout
         #: What this worker is (``{"gpu": "a100"}``), sent with every Lease: a task targeted
         #: at labels goes only to a worker carrying every pair.
