@@ -34,11 +34,6 @@ export interface WorkerOptions {
   queues: string[];
   /** Shown in the broker's attempts and admin views. Default `<hostname>-<pid>`. */
   workerId?: string;
-  /**
-   * What this worker is (`{ gpu: "a100" }`), sent with every Lease: a task targeted at
-   * labels goes only to a worker carrying all of them (routing). At most 32.
-   */
-  labels?: Record<string, string>;
   /** Tasks run at once, 1 to 256. Default 4. */
   concurrency?: number;
   /** Lease (and heartbeat extension) length in ms. Default 30 s; the broker allows 1 s to 24 h. */
@@ -75,7 +70,6 @@ export class Worker {
   readonly #broker: BrokerClient;
   readonly #handler: Handler;
   readonly #queues: string[];
-  readonly #labels: Record<string, string>;
   readonly #concurrency: number;
   readonly #leaseDurationMs: number;
   readonly #pollWaitMs: number;
@@ -102,7 +96,6 @@ export class Worker {
     this.#broker = broker;
     this.#handler = handler;
     this.#queues = [...options.queues];
-    this.#labels = { ...(options.labels ?? {}) };
     this.workerId = options.workerId ?? `${hostname()}-${process.pid}`;
     this.#concurrency = clamp(options.concurrency ?? DEFAULTS.concurrency, 1, 256);
     this.#leaseDurationMs = Math.max(options.leaseDurationMs ?? DEFAULTS.leaseDurationMs, 1_000);
@@ -214,7 +207,6 @@ export class Worker {
           {
             workerId: this.workerId,
             queues: this.#queues,
-            labels: this.#labels,
             maxTasks: free,
             leaseDuration: durationFromMs(this.#leaseDurationMs),
             wait: durationFromMs(this.#pollWaitMs),
