@@ -115,10 +115,14 @@ def wait_tasks(
                 raise WaitTimeout([i for i in ids if i not in done], timeout or 0.0) from None
             if code not in _RECONNECT and code != grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise
-            time.sleep(min(pause, max(0.0, deadline.left() or pause)))
-            pause = min(pause * 2, _MAX_PAUSE)
         finally:
             call.cancel()
+        if all(i in done for i in ids):
+            continue
+        # The stream ended or dropped: open it again after a pause, so a broker that keeps
+        # ending streams is not hammered.
+        time.sleep(min(pause, max(0.0, deadline.left() or pause)))
+        pause = min(pause * 2, _MAX_PAUSE)
 
 
 async def wait_tasks_async(
@@ -166,7 +170,11 @@ async def wait_tasks_async(
                 raise WaitTimeout([i for i in ids if i not in done], timeout or 0.0) from None
             if code not in _RECONNECT and code != grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise
-            await asyncio.sleep(min(pause, max(0.0, deadline.left() or pause)))
-            pause = min(pause * 2, _MAX_PAUSE)
         finally:
             call.cancel()
+        if all(i in done for i in ids):
+            continue
+        # The stream ended or dropped: open it again after a pause, so a broker that keeps
+        # ending streams is not hammered.
+        await asyncio.sleep(min(pause, max(0.0, deadline.left() or pause)))
+        pause = min(pause * 2, _MAX_PAUSE)
