@@ -7,7 +7,8 @@
 #   bench/ab.sh BASE [REPS]        # e.g. bench/ab.sh 65cc5a4 3
 #
 # Env: STORES ("sqlite postgres"), MODES ("batched per-task"), WORKERS (64),
-# TASKS_BATCHED (30000), TASKS_PER_TASK (10000).
+# TASKS_BATCHED (30000), TASKS_PER_TASK (10000), BASE_BIN (a release binary of
+# BASE built already: skips building it), NO_BUILD (use target/release as it is).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=${1:?usage: bench/ab.sh BASE [REPS]}
@@ -25,13 +26,18 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== building HEAD (working tree) and $base" >&2
-cargo build --release -q -p taskbroker-server -p taskbroker-bench
+[ -n "${NO_BUILD:-}" ] || cargo build --release -q -p taskbroker-server -p taskbroker-bench
+bins=("target/ab-base/release/taskbroker" "target/release/taskbroker")
+if [ -n "${BASE_BIN:-}" ]; then
+  # A base binary built already (release build of BASE), e.g. a copy kept aside.
+  bins[0]=$BASE_BIN
+else
 git worktree add -q --detach "$work/base" "$base"
 # The base builds in a target dir of its own that outlives the run (a rerun is quick).
 top=$PWD
 (cd "$work/base" && cargo build --release -q -p taskbroker-server --bin taskbroker \
   --target-dir "$top/target/ab-base")
-bins=("target/ab-base/release/taskbroker" "target/release/taskbroker")
+fi
 names=("base" "head")
 
 eval "$(scripts/pg.sh start "$work/pg")"

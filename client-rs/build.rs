@@ -5,6 +5,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "taskbroker/v1/admin.proto",
         "taskbroker/v1/schedule.proto",
         "taskbroker/v1/event.proto",
+        "taskbroker/v1/queue.proto",
     ];
     let fds = protox::compile(files, ["../proto"])?;
     tonic_prost_build::configure()

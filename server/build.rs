@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "taskbroker/v1/admin.proto",
         "taskbroker/v1/schedule.proto",
         "taskbroker/v1/event.proto",
+        "taskbroker/v1/queue.proto",
     ];
     let fds = protox::compile(files, ["../proto"])?;
     // The encoded descriptors serve gRPC reflection.

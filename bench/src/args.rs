@@ -120,6 +120,17 @@ pub struct Args {
     /// checks the target of every task it takes.
     #[arg(long)]
     pub targeted: bool,
+
+    /// Admission (#14): every task gets one of this many concurrency keys, in
+    /// turn; 0 = none.
+    #[arg(long, default_value_t = 0)]
+    pub concurrency_keys: u64,
+    /// With --concurrency-keys: the measured queues' max_concurrent_per_key.
+    #[arg(long, default_value_t = 5)]
+    pub max_per_key: u32,
+    /// The measured queues' rate limit, leases/s; 0 = none.
+    #[arg(long, default_value_t = 0.0)]
+    pub rate_limit: f64,
 }
 
 /// Every parameter of a run, defaults resolved.

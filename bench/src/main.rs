@@ -21,6 +21,8 @@
 //! `rpc.rs` holds the calls themselves and their bounded retries.
 #![forbid(unsafe_code)]
 
+// Admission (#14): concurrency keys and queue gates under load.
+mod admission;
 mod args;
 mod backlog;
 mod broker;
@@ -104,6 +106,8 @@ async fn measure(
     // Unique queue names, so runs against one long-lived broker never mix.
     let run_id = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let queue = format!("bench-{run_id}");
+    let gated = [queue.clone(), format!("{queue}-latency")];
+    admission::configure(args, &addrs[0], &gated).await?;
 
     let backlog_load = if params.backlog > 0 {
         let q = format!("{queue}-backlog");

@@ -101,6 +101,7 @@ pub fn spec(queue: &str, payload: Vec<u8>) -> TaskSpec {
         queue: queue.to_string(),
         payload,
         target,
+        concurrency_key: crate::admission::next_key(),
         ..Default::default()
     }
 }

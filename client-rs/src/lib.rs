@@ -17,6 +17,7 @@
 //! - `cli/` (feature `cli`): the client subcommands of the `taskbroker` binary.
 //! - `outbox/` (feature `outbox`): [`outbox::enqueue`] in the producer's Postgres
 //!   transaction, and [`outbox::Relay`], which ships those rows to the broker.
+//! - `queue.rs`: live queue settings ([`QueueUpdate`]) and `explain_task` (admission).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -57,6 +58,8 @@ mod wait;
 pub mod worker;
 // Routing (issue 13): the worker registry and sticky retries.
 mod workers;
+// Admission (#14).
+mod queue;
 
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -68,6 +71,7 @@ pub use admin::{TaskFilter, TaskUpdate};
 pub use client::{Client, ClientBuilder, DEFAULT_ADDR, Submitted};
 pub use error::{ERROR_DOMAIN, Error, LEASE_LOST, code_name, state_name};
 pub use pb::TaskState;
+pub use queue::QueueUpdate;
 pub use schedule::{NewSchedule, Schedules};
 pub use spec::TaskSpec;
 pub use worker::{CancelReason, Json, TaskContext, TaskError, Worker, WorkerEvent};

@@ -53,6 +53,13 @@ impl TaskSpec {
         self
     }
 
+    /// Tasks of a queue with the same concurrency key count together against the
+    /// queue's per-key limits (`[A-Za-z0-9._:@/-]{1,256}`).
+    pub fn concurrency_key(mut self, key: impl Into<String>) -> Self {
+        self.inner.concurrency_key = key.into();
+        self
+    }
+
     /// Higher priorities are leased first. Default 0.
     pub fn priority(mut self, priority: i32) -> Self {
         self.inner.priority = priority;

@@ -25,7 +25,8 @@ rm -f "$out"/taskbroker/v1/*_pb2*.py "$out"/taskbroker/v1/*_pb2*.pyi
   --plugin=protoc-gen-mypy_grpc="$(dirname "$python")/protoc-gen-mypy_grpc" \
   --python_out="$out" --mypy_out="$out" --grpc_python_out="$out" --mypy_grpc_out="$out" \
   "$proto"/taskbroker/v1/broker.proto "$proto"/taskbroker/v1/admin.proto \
-  "$proto"/taskbroker/v1/schedule.proto "$proto"/taskbroker/v1/worker.proto "$proto"/taskbroker/v1/event.proto
+  "$proto"/taskbroker/v1/schedule.proto "$proto"/taskbroker/v1/worker.proto "$proto"/taskbroker/v1/queue.proto \
+  "$proto"/taskbroker/v1/event.proto
 cat > "$out/taskbroker/v1/__init__.py" <<'PY'
 """Generated from proto/taskbroker/v1 by clients/python/generate.sh; do not edit."""
 PY

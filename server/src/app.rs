@@ -157,7 +157,11 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
         config.settings,
         metrics.clone(),
     ));
+    // Admission (#14): store the configured queue settings, read the live ones,
+    // and keep reading them.
+    broker.queues_start().await.map_err(AppError::Database)?;
     let stop = CancellationToken::new();
+    tokio::spawn(broker.clone().queues_refresh(stop.clone()));
     let d = dispatch.clone();
     store.spawn_listener(Arc::new(move |q| d.wake(q)), stop.clone());
     tokio::spawn(Reaper::new(broker.clone(), config.reclaim_interval).run(stop.clone()));

@@ -137,13 +137,51 @@ pub struct QueueConfig {
     pub max_lease: Option<Duration>,
     #[serde(with = "humantime_serde")]
     pub retention: Option<Duration>,
-    /// Leases of this queue one worker may hold at most, whatever its Lease asks
-    /// for (routing, issue 13). Unset or 0: no cap.
+    // Admission (#14): the queue's gates, seeding its live settings (see
+    // docs/semantics.md "Admission"; UpdateQueue changes them at run time).
+    /// Start paused: no leases until resumed.
+    pub paused: Option<bool>,
+    /// Leases held at once in the cluster; 0 = no limit.
+    pub max_concurrent: Option<u32>,
+    /// `{ per_second = 50.0, burst = 10 }`: leases granted per second in the cluster.
+    pub rate_limit: Option<crate::domain::admission::RateLimit>,
+    /// Leases held at once per concurrency key; 0 = no limit.
+    pub max_concurrent_per_key: Option<u32>,
+    /// Leases granted per second per concurrency key.
+    pub per_key_rate_limit: Option<crate::domain::admission::RateLimit>,
+    /// `none` or `round_robin_keys`.
+    pub fairness: Option<crate::domain::admission::Fairness>,
+    /// Each such wait adds 1 to a READY task's effective priority.
+    #[serde(with = "humantime_serde")]
+    pub priority_aging: Option<Duration>,
+    /// Leases one worker holds at once from this queue; 0 = no limit.
     pub max_leases_per_worker: Option<u32>,
     /// Flow (#15): when a task of this queue goes DEAD, a notice task (JSON: task_id,
     /// queue, key, attempts, last_error) is submitted to this queue in the same
     /// transaction.
     pub dead_letter_queue: Option<String>,
+    /// The lease duration of a Lease call that names none.
+    #[serde(with = "humantime_serde")]
+    pub default_lease: Option<Duration>,
+}
+
+impl QueueConfig {
+    /// The admission part of a `[queues.X]` table.
+    fn gates(&self) -> crate::domain::admission::QueueConfig {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        crate::domain::admission::QueueConfig {
+            paused: self.paused.unwrap_or_default(),
+            max_concurrent: self.max_concurrent.unwrap_or_default(),
+            rate_limit: self.rate_limit,
+            max_concurrent_per_key: self.max_concurrent_per_key.unwrap_or_default(),
+            per_key_rate_limit: self.per_key_rate_limit,
+            fairness: self.fairness.unwrap_or_default(),
+            priority_aging_ms: self.priority_aging.map(ms),
+            max_leases_per_worker: self.max_leases_per_worker.unwrap_or_default(),
+            default_lease_ms: self.default_lease.map(ms),
+            ..Default::default()
+        }
+    }
 }
 
 impl Default for Config {
@@ -447,6 +485,7 @@ impl Config {
                 dead_letter_queues.insert(name.clone(), dlq.clone());
             }
         }
+        let mut gates = std::collections::HashMap::new();
         for (name, q) in &self.queues {
             validate::queue_name("queue", name)
                 .map_err(|e| format!("[queues.{name}]: the queue name {}", e.message))?;
@@ -461,6 +500,15 @@ impl Config {
                     "queues.{name}: min_lease must be above zero and at most max_lease"
                 ));
             }
+            let g = q.gates();
+            g.validate().map_err(|e| {
+                format!(
+                    "queues.{name}.{}: {}",
+                    e.field.trim_start_matches("config."),
+                    e.message
+                )
+            })?;
+            gates.insert(name.clone(), g);
             queues.insert(
                 name.clone(),
                 QueueSettings {
@@ -539,6 +587,8 @@ impl Config {
                 events_retention: self.events_retention,
                 dead_letter_queues,
             },
+            gates,
+            live: Default::default(),
         };
         app.metrics_listen = metrics_listen;
         app.server = ServerOptions {
@@ -677,6 +727,40 @@ mod tests {
         let s = c.redacted_toml();
         assert!(!s.contains("hunter2") && !s.contains("super-secret"), "{s}");
         assert!(s.contains("postgres://tb:***@db/tb"));
+    }
+
+    #[test]
+    fn queue_tables_seed_admission_gates() {
+        let dir = tempfile_dir();
+        let path = dir.join("tb.toml");
+        std::fs::write(
+            &path,
+            "[queues.mail]\nmax_concurrent = 5\nrate_limit = { per_second = 2.5 }\n\
+             fairness = \"round_robin_keys\"\npriority_aging = \"30s\"\n\
+             [queues.bad]\nrate_limit = { per_second = -1.0 }\n",
+        )
+        .unwrap();
+        let mut a = args();
+        a.config = Some(path);
+        let mut c = a.load().unwrap();
+        let Err(bad) = c.validate() else {
+            panic!("a negative rate is refused")
+        };
+        assert_eq!(
+            bad,
+            "queues.bad.rate_limit.per_second: must be above 0 and at most 1000000"
+        );
+        c.queues.remove("bad");
+        let v = c.validate().unwrap();
+        let g = &v.app.settings.gates["mail"];
+        assert_eq!(g.max_concurrent, 5);
+        assert_eq!(g.rate_limit.unwrap().per_second, 2.5);
+        assert_eq!(
+            g.fairness,
+            crate::domain::admission::Fairness::RoundRobinKeys
+        );
+        assert_eq!(g.priority_aging_ms, Some(30_000));
+        assert!(g.gated());
     }
 
     fn tempfile_dir() -> PathBuf {

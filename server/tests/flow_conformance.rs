@@ -53,6 +53,7 @@ fn task(queue: &str, n: usize) -> NewTask {
         },
         metadata: BTreeMap::new(),
         routing: Default::default(),
+        concurrency_key: None,
     }
 }
 

@@ -434,6 +434,7 @@ async fn step(s: &dyn Store, m: &mut Model, op: &Op) -> Result<(), TestCaseError
                     jitter: 0.0,
                 },
                 metadata: BTreeMap::new(),
+                concurrency_key: None,
             };
             let got = s.task_insert_many(&[new], at(now)).await.map_err(err)?;
             let existing = key.as_ref().and_then(|k| {

@@ -324,8 +324,102 @@ async fn bad_routing_input_names_the_field_and_changes_nothing(b: Backend) {
     assert!(all.is_empty(), "{all:?}");
 }
 
+/// A queue with admission gates leases through its own statement: targets,
+/// labels, distinct fan-out copies and the per-worker cap hold there too.
+async fn routing_holds_in_a_queue_with_admission_gates(b: Backend) {
+    let mut settings = Settings::default();
+    settings.gates.insert(
+        "gated".into(),
+        taskbroker_server::domain::admission::QueueConfig {
+            max_concurrent: 100,
+            max_leases_per_worker: 3,
+            ..Default::default()
+        },
+    );
+    let Some(app) = spawn_app_with(
+        b,
+        Options {
+            settings,
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    let mut c = app.broker().await;
+    let for_b = submit_one(
+        &mut c,
+        pb::TaskSpec {
+            target: Some(pb::Target {
+                worker_id: "b".into(),
+                labels: HashMap::new(),
+            }),
+            ..spec("gated")
+        },
+    )
+    .await;
+    let gpu = submit_one(&mut c, targeted("gated", &[("gpu", "a100")])).await;
+    let copies = c
+        .submit(pb::SubmitRequest {
+            tasks: vec![pb::TaskSpec {
+                fanout: Some(pb::Fanout {
+                    copies: 3,
+                    distinct_workers: true,
+                }),
+                ..spec("gated")
+            }],
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .results[0]
+        .copy_task_ids
+        .clone();
+    assert_eq!(copies.len(), 3);
+    let plain = submit_one(&mut c, spec("gated")).await;
+    // Worker a (no labels) may take one copy and the plain task, nothing else.
+    let got: Vec<String> = leased(&mut c, worker_req("gated", "a", &[], 10))
+        .await
+        .into_iter()
+        .map(|t| t.task_id)
+        .collect();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got.contains(&plain), "{got:?}");
+    assert_eq!(got.iter().filter(|id| copies.contains(id)).count(), 1);
+    assert!(!got.contains(&for_b) && !got.contains(&gpu));
+    assert!(
+        leased(&mut c, worker_req("gated", "a", &[], 10))
+            .await
+            .is_empty()
+    );
+    // Worker b with the label: its own task, the GPU task and one copy, but its
+    // cap is 3.
+    let got: Vec<String> = leased(&mut c, worker_req("gated", "b", &[("gpu", "a100")], 10))
+        .await
+        .into_iter()
+        .map(|t| t.task_id)
+        .collect();
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert!(got.contains(&for_b) && got.contains(&gpu), "{got:?}");
+    assert_eq!(got.iter().filter(|id| copies.contains(id)).count(), 1);
+    assert!(
+        leased(&mut c, worker_req("gated", "b", &[], 10))
+            .await
+            .is_empty()
+    );
+    // The last copy goes to a third worker.
+    assert_eq!(
+        leased(&mut c, worker_req("gated", "c", &[], 10))
+            .await
+            .len(),
+        1
+    );
+}
+
 both_backends!(
     labels_route_tasks_and_fanout_makes_copies,
+    routing_holds_in_a_queue_with_admission_gates,
     prefer_same_worker_keeps_the_retry_for_the_worker,
     a_queue_cap_limits_the_leases_of_each_worker,
     a_waiting_worker_with_the_labels_is_woken_for_a_targeted_task,

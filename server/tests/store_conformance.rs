@@ -10,6 +10,10 @@ use schedules::*;
 #[path = "store_conformance/routing.rs"]
 mod routing;
 use routing::*;
+// Admission (#14): stored queue settings and the gated lease.
+#[path = "store_conformance/admission.rs"]
+mod admission;
+use admission::*;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -50,6 +54,7 @@ fn task(queue: &str, n: usize) -> NewTask {
             ..RetryPolicy::default()
         },
         metadata: BTreeMap::from([("traceparent".to_string(), format!("tp-{n}"))]),
+        concurrency_key: None,
     }
 }
 
@@ -869,6 +874,9 @@ both_backends!(
     targets_sticky_fanout_and_caps_combine,
     workers_are_recorded_and_listed_with_their_leases,
     requests_with_the_same_labels_share_targeted_tasks,
+    queue_settings_are_seeded_put_by_version_and_listed,
+    a_gated_lease_holds_key_limits_and_spends_tokens,
+    a_gated_lease_never_takes_a_task_twice,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

@@ -1,5 +1,6 @@
 //! The client subcommands of the `taskbroker` binary: submit, get, list, cancel,
-//! requeue, attempts, stats, `workers` (in `workers.rs`), and `schedule ...` (in `schedule.rs`). The binary flattens [`ClientCommand`] into its own
+//! requeue, attempts, stats, `workers` (in `workers.rs`), `schedule ...` (in `schedule.rs`), and `queue ...`
+//! and `explain` (in `queue.rs`). The binary flattens [`ClientCommand`] into its own
 //! commands and calls [`run`]; a failure is one plain line (`NOT_FOUND: task x not
 //! found`) for the binary to print.
 //!
@@ -12,6 +13,8 @@
 mod bulk;
 mod parse;
 mod relay;
+// Admission (#14): `queue ...` and `explain`.
+mod queue;
 mod render;
 mod schedule;
 // Routing (issue 13).
@@ -71,6 +74,11 @@ pub enum ClientCommand {
     Relay(relay::RelayArgs),
     /// List the workers seen recently by any broker, or show one with its leases.
     Workers(workers::WorkersArgs),
+    /// Show and change queues' live settings: pause, limits, fairness, aging.
+    #[command(subcommand)]
+    Queue(queue::QueueCommand),
+    /// Say why a task is not running (every gate that holds it).
+    Explain(JsonIdArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -126,6 +134,9 @@ pub struct SubmitArgs {
     /// With --copies: no worker runs two copies.
     #[arg(long, requires = "copies")]
     pub distinct_workers: bool,
+    /// Concurrency key: counts against the queue's per-key limits.
+    #[arg(long)]
+    pub concurrency_key: Option<String>,
     #[command(flatten)]
     pub connection: Connection,
 }
@@ -318,6 +329,15 @@ pub async fn run(cmd: ClientCommand) -> Result<(), CliError> {
         ClientCommand::Schedule(cmd) => schedule::run(cmd).await?,
         ClientCommand::Relay(a) => relay::run(a).await?,
         ClientCommand::Workers(a) => workers::run(a).await?,
+        ClientCommand::Queue(cmd) => queue::run(cmd).await?,
+        ClientCommand::Explain(a) => {
+            let e = connect(&a.connection).await?.explain_task(&a.id).await?;
+            if a.json {
+                json_line(&queue::explain_json(&e))
+            } else {
+                queue::explain_text(&e)
+            }
+        }
     };
     print(&out)
 }
@@ -419,6 +439,9 @@ async fn submit(a: SubmitArgs) -> Result<String, CliError> {
     }
     if let Some(n) = a.copies {
         spec = spec.fanout(n, a.distinct_workers);
+    }
+    if let Some(k) = &a.concurrency_key {
+        spec = spec.concurrency_key(k);
     }
     let submitted = connect(&a.connection).await?.submit(spec).await?;
     if submitted.deduplicated {

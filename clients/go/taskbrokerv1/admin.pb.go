@@ -129,6 +129,8 @@ type Task struct {
 	FanoutGroup string `protobuf:"bytes,28,opt,name=fanout_group,json=fanoutGroup,proto3" json:"fanout_group,omitempty"`
 	// The worker a retry is reserved for now (sticky), if any.
 	ReservedFor string `protobuf:"bytes,29,opt,name=reserved_for,json=reservedFor,proto3" json:"reserved_for,omitempty"`
+	// Admission (#14): the task's concurrency key, empty when it has none.
+	ConcurrencyKey string `protobuf:"bytes,30,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
 	// Flow (#15): the tasks this one waits for (TaskSpec.depends_on, indexes resolved).
 	DependsOn []string `protobuf:"bytes,34,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
 	// Flow (#15): how many of them have not finished yet (BLOCKED while above 0).
@@ -370,6 +372,13 @@ func (x *Task) GetFanoutGroup() string {
 func (x *Task) GetReservedFor() string {
 	if x != nil {
 		return x.ReservedFor
+	}
+	return ""
+}
+
+func (x *Task) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
 	}
 	return ""
 }
@@ -1376,7 +1385,7 @@ var File_taskbroker_v1_admin_proto protoreflect.FileDescriptor
 
 const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\x1a\x1ataskbroker/v1/worker.proto\x1a\x19taskbroker/v1/event.proto\"\xb1\v\n" +
+	"\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\x1a\x1ataskbroker/v1/worker.proto\x1a\x19taskbroker/v1/queue.proto\x1a\x19taskbroker/v1/event.proto\"\xda\v\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -1414,7 +1423,8 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\x06target\x18\x1a \x01(\v2\x15.taskbroker.v1.TargetR\x06target\x123\n" +
 	"\x06sticky\x18\x1b \x01(\v2\x1b.taskbroker.v1.StickyPolicyR\x06sticky\x12!\n" +
 	"\ffanout_group\x18\x1c \x01(\tR\vfanoutGroup\x12!\n" +
-	"\freserved_for\x18\x1d \x01(\tR\vreservedFor\x12\x1d\n" +
+	"\freserved_for\x18\x1d \x01(\tR\vreservedFor\x12'\n" +
+	"\x0fconcurrency_key\x18\x1e \x01(\tR\x0econcurrencyKey\x12\x1d\n" +
 	"\n" +
 	"depends_on\x18\" \x03(\tR\tdependsOn\x125\n" +
 	"\x16dependencies_remaining\x18# \x01(\rR\x15dependenciesRemaining\x125\n" +
@@ -1499,7 +1509,7 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12!\n" +
 	"\x1dATTEMPT_OUTCOME_LEASE_EXPIRED\x10\x04\x12%\n" +
-	"!ATTEMPT_OUTCOME_DEADLINE_EXCEEDED\x10\x052\xe2\b\n" +
+	"!ATTEMPT_OUTCOME_DEADLINE_EXCEEDED\x10\x052\xae\v\n" +
 	"\fAdminService\x12H\n" +
 	"\aGetTask\x12\x1d.taskbroker.v1.GetTaskRequest\x1a\x1e.taskbroker.v1.GetTaskResponse\x12N\n" +
 	"\tListTasks\x12\x1f.taskbroker.v1.ListTasksRequest\x1a .taskbroker.v1.ListTasksResponse\x12Q\n" +
@@ -1511,7 +1521,12 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\fListAttempts\x12\".taskbroker.v1.ListAttemptsRequest\x1a#.taskbroker.v1.ListAttemptsResponse\x12Z\n" +
 	"\rGetQueueStats\x12#.taskbroker.v1.GetQueueStatsRequest\x1a$.taskbroker.v1.GetQueueStatsResponse\x12T\n" +
 	"\vListWorkers\x12!.taskbroker.v1.ListWorkersRequest\x1a\".taskbroker.v1.ListWorkersResponse\x12N\n" +
-	"\tGetWorker\x12\x1f.taskbroker.v1.GetWorkerRequest\x1a .taskbroker.v1.GetWorkerResponse\x12]\n" +
+	"\tGetWorker\x12\x1f.taskbroker.v1.GetWorkerRequest\x1a .taskbroker.v1.GetWorkerResponse\x12K\n" +
+	"\bGetQueue\x12\x1e.taskbroker.v1.GetQueueRequest\x1a\x1f.taskbroker.v1.GetQueueResponse\x12Q\n" +
+	"\n" +
+	"ListQueues\x12 .taskbroker.v1.ListQueuesRequest\x1a!.taskbroker.v1.ListQueuesResponse\x12T\n" +
+	"\vUpdateQueue\x12!.taskbroker.v1.UpdateQueueRequest\x1a\".taskbroker.v1.UpdateQueueResponse\x12T\n" +
+	"\vExplainTask\x12!.taskbroker.v1.ExplainTaskRequest\x1a\".taskbroker.v1.ExplainTaskResponse\x12]\n" +
 	"\x0eListTaskEvents\x12$.taskbroker.v1.ListTaskEventsRequest\x1a%.taskbroker.v1.ListTaskEventsResponse\x12S\n" +
 	"\n" +
 	"WatchTasks\x12 .taskbroker.v1.WatchTasksRequest\x1a!.taskbroker.v1.WatchTasksResponse0\x01\x12T\n" +
@@ -1563,16 +1578,24 @@ var file_taskbroker_v1_admin_proto_goTypes = []any{
 	(*durationpb.Duration)(nil),    // 26: google.protobuf.Duration
 	(*ListWorkersRequest)(nil),     // 27: taskbroker.v1.ListWorkersRequest
 	(*GetWorkerRequest)(nil),       // 28: taskbroker.v1.GetWorkerRequest
-	(*ListTaskEventsRequest)(nil),  // 29: taskbroker.v1.ListTaskEventsRequest
-	(*WatchTasksRequest)(nil),      // 30: taskbroker.v1.WatchTasksRequest
-	(*CancelTasksRequest)(nil),     // 31: taskbroker.v1.CancelTasksRequest
-	(*RequeueTasksRequest)(nil),    // 32: taskbroker.v1.RequeueTasksRequest
-	(*ListWorkersResponse)(nil),    // 33: taskbroker.v1.ListWorkersResponse
-	(*GetWorkerResponse)(nil),      // 34: taskbroker.v1.GetWorkerResponse
-	(*ListTaskEventsResponse)(nil), // 35: taskbroker.v1.ListTaskEventsResponse
-	(*WatchTasksResponse)(nil),     // 36: taskbroker.v1.WatchTasksResponse
-	(*CancelTasksResponse)(nil),    // 37: taskbroker.v1.CancelTasksResponse
-	(*RequeueTasksResponse)(nil),   // 38: taskbroker.v1.RequeueTasksResponse
+	(*GetQueueRequest)(nil),        // 29: taskbroker.v1.GetQueueRequest
+	(*ListQueuesRequest)(nil),      // 30: taskbroker.v1.ListQueuesRequest
+	(*UpdateQueueRequest)(nil),     // 31: taskbroker.v1.UpdateQueueRequest
+	(*ExplainTaskRequest)(nil),     // 32: taskbroker.v1.ExplainTaskRequest
+	(*ListTaskEventsRequest)(nil),  // 33: taskbroker.v1.ListTaskEventsRequest
+	(*WatchTasksRequest)(nil),      // 34: taskbroker.v1.WatchTasksRequest
+	(*CancelTasksRequest)(nil),     // 35: taskbroker.v1.CancelTasksRequest
+	(*RequeueTasksRequest)(nil),    // 36: taskbroker.v1.RequeueTasksRequest
+	(*ListWorkersResponse)(nil),    // 37: taskbroker.v1.ListWorkersResponse
+	(*GetWorkerResponse)(nil),      // 38: taskbroker.v1.GetWorkerResponse
+	(*GetQueueResponse)(nil),       // 39: taskbroker.v1.GetQueueResponse
+	(*ListQueuesResponse)(nil),     // 40: taskbroker.v1.ListQueuesResponse
+	(*UpdateQueueResponse)(nil),    // 41: taskbroker.v1.UpdateQueueResponse
+	(*ExplainTaskResponse)(nil),    // 42: taskbroker.v1.ExplainTaskResponse
+	(*ListTaskEventsResponse)(nil), // 43: taskbroker.v1.ListTaskEventsResponse
+	(*WatchTasksResponse)(nil),     // 44: taskbroker.v1.WatchTasksResponse
+	(*CancelTasksResponse)(nil),    // 45: taskbroker.v1.CancelTasksResponse
+	(*RequeueTasksResponse)(nil),   // 46: taskbroker.v1.RequeueTasksResponse
 }
 var file_taskbroker_v1_admin_proto_depIdxs = []int32{
 	19, // 0: taskbroker.v1.Task.run_at:type_name -> google.protobuf.Timestamp
@@ -1614,25 +1637,33 @@ var file_taskbroker_v1_admin_proto_depIdxs = []int32{
 	15, // 36: taskbroker.v1.AdminService.GetQueueStats:input_type -> taskbroker.v1.GetQueueStatsRequest
 	27, // 37: taskbroker.v1.AdminService.ListWorkers:input_type -> taskbroker.v1.ListWorkersRequest
 	28, // 38: taskbroker.v1.AdminService.GetWorker:input_type -> taskbroker.v1.GetWorkerRequest
-	29, // 39: taskbroker.v1.AdminService.ListTaskEvents:input_type -> taskbroker.v1.ListTaskEventsRequest
-	30, // 40: taskbroker.v1.AdminService.WatchTasks:input_type -> taskbroker.v1.WatchTasksRequest
-	31, // 41: taskbroker.v1.AdminService.CancelTasks:input_type -> taskbroker.v1.CancelTasksRequest
-	32, // 42: taskbroker.v1.AdminService.RequeueTasks:input_type -> taskbroker.v1.RequeueTasksRequest
-	3,  // 43: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
-	5,  // 44: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
-	7,  // 45: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
-	9,  // 46: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
-	11, // 47: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
-	14, // 48: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
-	17, // 49: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
-	33, // 50: taskbroker.v1.AdminService.ListWorkers:output_type -> taskbroker.v1.ListWorkersResponse
-	34, // 51: taskbroker.v1.AdminService.GetWorker:output_type -> taskbroker.v1.GetWorkerResponse
-	35, // 52: taskbroker.v1.AdminService.ListTaskEvents:output_type -> taskbroker.v1.ListTaskEventsResponse
-	36, // 53: taskbroker.v1.AdminService.WatchTasks:output_type -> taskbroker.v1.WatchTasksResponse
-	37, // 54: taskbroker.v1.AdminService.CancelTasks:output_type -> taskbroker.v1.CancelTasksResponse
-	38, // 55: taskbroker.v1.AdminService.RequeueTasks:output_type -> taskbroker.v1.RequeueTasksResponse
-	43, // [43:56] is the sub-list for method output_type
-	30, // [30:43] is the sub-list for method input_type
+	29, // 39: taskbroker.v1.AdminService.GetQueue:input_type -> taskbroker.v1.GetQueueRequest
+	30, // 40: taskbroker.v1.AdminService.ListQueues:input_type -> taskbroker.v1.ListQueuesRequest
+	31, // 41: taskbroker.v1.AdminService.UpdateQueue:input_type -> taskbroker.v1.UpdateQueueRequest
+	32, // 42: taskbroker.v1.AdminService.ExplainTask:input_type -> taskbroker.v1.ExplainTaskRequest
+	33, // 43: taskbroker.v1.AdminService.ListTaskEvents:input_type -> taskbroker.v1.ListTaskEventsRequest
+	34, // 44: taskbroker.v1.AdminService.WatchTasks:input_type -> taskbroker.v1.WatchTasksRequest
+	35, // 45: taskbroker.v1.AdminService.CancelTasks:input_type -> taskbroker.v1.CancelTasksRequest
+	36, // 46: taskbroker.v1.AdminService.RequeueTasks:input_type -> taskbroker.v1.RequeueTasksRequest
+	3,  // 47: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
+	5,  // 48: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
+	7,  // 49: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
+	9,  // 50: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
+	11, // 51: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
+	14, // 52: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
+	17, // 53: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
+	37, // 54: taskbroker.v1.AdminService.ListWorkers:output_type -> taskbroker.v1.ListWorkersResponse
+	38, // 55: taskbroker.v1.AdminService.GetWorker:output_type -> taskbroker.v1.GetWorkerResponse
+	39, // 56: taskbroker.v1.AdminService.GetQueue:output_type -> taskbroker.v1.GetQueueResponse
+	40, // 57: taskbroker.v1.AdminService.ListQueues:output_type -> taskbroker.v1.ListQueuesResponse
+	41, // 58: taskbroker.v1.AdminService.UpdateQueue:output_type -> taskbroker.v1.UpdateQueueResponse
+	42, // 59: taskbroker.v1.AdminService.ExplainTask:output_type -> taskbroker.v1.ExplainTaskResponse
+	43, // 60: taskbroker.v1.AdminService.ListTaskEvents:output_type -> taskbroker.v1.ListTaskEventsResponse
+	44, // 61: taskbroker.v1.AdminService.WatchTasks:output_type -> taskbroker.v1.WatchTasksResponse
+	45, // 62: taskbroker.v1.AdminService.CancelTasks:output_type -> taskbroker.v1.CancelTasksResponse
+	46, // 63: taskbroker.v1.AdminService.RequeueTasks:output_type -> taskbroker.v1.RequeueTasksResponse
+	47, // [47:64] is the sub-list for method output_type
+	30, // [30:47] is the sub-list for method input_type
 	30, // [30:30] is the sub-list for extension type_name
 	30, // [30:30] is the sub-list for extension extendee
 	0,  // [0:30] is the sub-list for field type_name
@@ -1645,6 +1676,7 @@ func file_taskbroker_v1_admin_proto_init() {
 	}
 	file_taskbroker_v1_broker_proto_init()
 	file_taskbroker_v1_worker_proto_init()
+	file_taskbroker_v1_queue_proto_init()
 	file_taskbroker_v1_event_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -30,6 +30,10 @@ const (
 	AdminService_GetQueueStats_FullMethodName  = "/taskbroker.v1.AdminService/GetQueueStats"
 	AdminService_ListWorkers_FullMethodName    = "/taskbroker.v1.AdminService/ListWorkers"
 	AdminService_GetWorker_FullMethodName      = "/taskbroker.v1.AdminService/GetWorker"
+	AdminService_GetQueue_FullMethodName       = "/taskbroker.v1.AdminService/GetQueue"
+	AdminService_ListQueues_FullMethodName     = "/taskbroker.v1.AdminService/ListQueues"
+	AdminService_UpdateQueue_FullMethodName    = "/taskbroker.v1.AdminService/UpdateQueue"
+	AdminService_ExplainTask_FullMethodName    = "/taskbroker.v1.AdminService/ExplainTask"
 	AdminService_ListTaskEvents_FullMethodName = "/taskbroker.v1.AdminService/ListTaskEvents"
 	AdminService_WatchTasks_FullMethodName     = "/taskbroker.v1.AdminService/WatchTasks"
 	AdminService_CancelTasks_FullMethodName    = "/taskbroker.v1.AdminService/CancelTasks"
@@ -60,6 +64,15 @@ type AdminServiceClient interface {
 	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
 	// One worker with its current leases.
 	GetWorker(ctx context.Context, in *GetWorkerRequest, opts ...grpc.CallOption) (*GetWorkerResponse, error)
+	// Admission (#14): live queue settings and why a task is not running.
+	// The live settings of one queue (the broker's defaults when it has none stored).
+	GetQueue(ctx context.Context, in *GetQueueRequest, opts ...grpc.CallOption) (*GetQueueResponse, error)
+	// Every queue with stored settings or with tasks.
+	ListQueues(ctx context.Context, in *ListQueuesRequest, opts ...grpc.CallOption) (*ListQueuesResponse, error)
+	// Changes the fields named in update_mask; every replica applies it within a second.
+	UpdateQueue(ctx context.Context, in *UpdateQueueRequest, opts ...grpc.CallOption) (*UpdateQueueResponse, error)
+	// Every gate that holds a task that is not running.
+	ExplainTask(ctx context.Context, in *ExplainTaskRequest, opts ...grpc.CallOption) (*ExplainTaskResponse, error)
 	// Flow (#15): events, watch, bulk operations (messages in event.proto).
 	// Every recorded event of one task, oldest first.
 	ListTaskEvents(ctx context.Context, in *ListTaskEventsRequest, opts ...grpc.CallOption) (*ListTaskEventsResponse, error)
@@ -169,6 +182,46 @@ func (c *adminServiceClient) GetWorker(ctx context.Context, in *GetWorkerRequest
 	return out, nil
 }
 
+func (c *adminServiceClient) GetQueue(ctx context.Context, in *GetQueueRequest, opts ...grpc.CallOption) (*GetQueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetQueueResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListQueues(ctx context.Context, in *ListQueuesRequest, opts ...grpc.CallOption) (*ListQueuesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListQueuesResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListQueues_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) UpdateQueue(ctx context.Context, in *UpdateQueueRequest, opts ...grpc.CallOption) (*UpdateQueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateQueueResponse)
+	err := c.cc.Invoke(ctx, AdminService_UpdateQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ExplainTask(ctx context.Context, in *ExplainTaskRequest, opts ...grpc.CallOption) (*ExplainTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExplainTaskResponse)
+	err := c.cc.Invoke(ctx, AdminService_ExplainTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) ListTaskEvents(ctx context.Context, in *ListTaskEventsRequest, opts ...grpc.CallOption) (*ListTaskEventsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListTaskEventsResponse)
@@ -242,6 +295,15 @@ type AdminServiceServer interface {
 	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
 	// One worker with its current leases.
 	GetWorker(context.Context, *GetWorkerRequest) (*GetWorkerResponse, error)
+	// Admission (#14): live queue settings and why a task is not running.
+	// The live settings of one queue (the broker's defaults when it has none stored).
+	GetQueue(context.Context, *GetQueueRequest) (*GetQueueResponse, error)
+	// Every queue with stored settings or with tasks.
+	ListQueues(context.Context, *ListQueuesRequest) (*ListQueuesResponse, error)
+	// Changes the fields named in update_mask; every replica applies it within a second.
+	UpdateQueue(context.Context, *UpdateQueueRequest) (*UpdateQueueResponse, error)
+	// Every gate that holds a task that is not running.
+	ExplainTask(context.Context, *ExplainTaskRequest) (*ExplainTaskResponse, error)
 	// Flow (#15): events, watch, bulk operations (messages in event.proto).
 	// Every recorded event of one task, oldest first.
 	ListTaskEvents(context.Context, *ListTaskEventsRequest) (*ListTaskEventsResponse, error)
@@ -287,6 +349,18 @@ func (UnimplementedAdminServiceServer) ListWorkers(context.Context, *ListWorkers
 }
 func (UnimplementedAdminServiceServer) GetWorker(context.Context, *GetWorkerRequest) (*GetWorkerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetWorker not implemented")
+}
+func (UnimplementedAdminServiceServer) GetQueue(context.Context, *GetQueueRequest) (*GetQueueResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetQueue not implemented")
+}
+func (UnimplementedAdminServiceServer) ListQueues(context.Context, *ListQueuesRequest) (*ListQueuesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListQueues not implemented")
+}
+func (UnimplementedAdminServiceServer) UpdateQueue(context.Context, *UpdateQueueRequest) (*UpdateQueueResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateQueue not implemented")
+}
+func (UnimplementedAdminServiceServer) ExplainTask(context.Context, *ExplainTaskRequest) (*ExplainTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExplainTask not implemented")
 }
 func (UnimplementedAdminServiceServer) ListTaskEvents(context.Context, *ListTaskEventsRequest) (*ListTaskEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListTaskEvents not implemented")
@@ -483,6 +557,78 @@ func _AdminService_GetWorker_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_GetQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetQueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetQueue(ctx, req.(*GetQueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListQueues_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListQueuesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListQueues(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListQueues_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListQueues(ctx, req.(*ListQueuesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_UpdateQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateQueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).UpdateQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_UpdateQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).UpdateQueue(ctx, req.(*UpdateQueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ExplainTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExplainTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ExplainTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ExplainTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ExplainTask(ctx, req.(*ExplainTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_ListTaskEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListTaskEventsRequest)
 	if err := dec(in); err != nil {
@@ -590,6 +736,22 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetWorker",
 			Handler:    _AdminService_GetWorker_Handler,
+		},
+		{
+			MethodName: "GetQueue",
+			Handler:    _AdminService_GetQueue_Handler,
+		},
+		{
+			MethodName: "ListQueues",
+			Handler:    _AdminService_ListQueues_Handler,
+		},
+		{
+			MethodName: "UpdateQueue",
+			Handler:    _AdminService_UpdateQueue_Handler,
+		},
+		{
+			MethodName: "ExplainTask",
+			Handler:    _AdminService_ExplainTask_Handler,
 		},
 		{
 			MethodName: "ListTaskEvents",

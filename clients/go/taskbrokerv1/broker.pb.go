@@ -328,6 +328,10 @@ type TaskSpec struct {
 	Sticky *StickyPolicy `protobuf:"bytes,10,opt,name=sticky,proto3" json:"sticky,omitempty"`
 	// Submit creates `copies` tasks sharing a fan-out group (the first copy's id).
 	Fanout *Fanout `protobuf:"bytes,11,opt,name=fanout,proto3" json:"fanout,omitempty"`
+	// Admission (#14): [A-Za-z0-9._:@/-]{0,256}. Tasks of a queue with the same key
+	// count together against the queue's max_concurrent_per_key and
+	// per_key_rate_limit, and take turns under FAIRNESS_ROUND_ROBIN_KEYS.
+	ConcurrencyKey string `protobuf:"bytes,12,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
 	// Flow (#15): this task stays BLOCKED until these tasks (ids) have SUCCEEDED.
 	DependsOn []string `protobuf:"bytes,13,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
 	// Flow (#15): as depends_on, naming earlier tasks of the same Submit by index.
@@ -444,6 +448,13 @@ func (x *TaskSpec) GetFanout() *Fanout {
 		return x.Fanout
 	}
 	return nil
+}
+
+func (x *TaskSpec) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
 }
 
 func (x *TaskSpec) GetDependsOn() []string {
@@ -736,9 +747,11 @@ type LeasedTask struct {
 	// When the task was submitted.
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// The fan-out group (the first copy's id) when the task is one of several copies.
-	FanoutGroup   string `protobuf:"bytes,16,opt,name=fanout_group,json=fanoutGroup,proto3" json:"fanout_group,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FanoutGroup string `protobuf:"bytes,16,opt,name=fanout_group,json=fanoutGroup,proto3" json:"fanout_group,omitempty"`
+	// Admission (#14): the task's concurrency key, empty when it has none.
+	ConcurrencyKey string `protobuf:"bytes,20,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LeasedTask) Reset() {
@@ -879,6 +892,13 @@ func (x *LeasedTask) GetCreatedAt() *timestamppb.Timestamp {
 func (x *LeasedTask) GetFanoutGroup() string {
 	if x != nil {
 		return x.FanoutGroup
+	}
+	return ""
+}
+
+func (x *LeasedTask) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
 	}
 	return ""
 }
@@ -1834,7 +1854,7 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"maxBackoff\x12\x1b\n" +
 	"\x06jitter\x18\x05 \x01(\x01H\x00R\x06jitter\x88\x01\x01\x125\n" +
 	"\bschedule\x18\x06 \x03(\v2\x19.google.protobuf.DurationR\bscheduleB\t\n" +
-	"\a_jitter\"\x98\x05\n" +
+	"\a_jitter\"\xc1\x05\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x10\n" +
@@ -1847,7 +1867,8 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\x06target\x18\t \x01(\v2\x15.taskbroker.v1.TargetR\x06target\x123\n" +
 	"\x06sticky\x18\n" +
 	" \x01(\v2\x1b.taskbroker.v1.StickyPolicyR\x06sticky\x12-\n" +
-	"\x06fanout\x18\v \x01(\v2\x15.taskbroker.v1.FanoutR\x06fanout\x12\x1d\n" +
+	"\x06fanout\x18\v \x01(\v2\x15.taskbroker.v1.FanoutR\x06fanout\x12'\n" +
+	"\x0fconcurrency_key\x18\f \x01(\tR\x0econcurrencyKey\x12\x1d\n" +
 	"\n" +
 	"depends_on\x18\r \x03(\tR\tdependsOn\x12(\n" +
 	"\x10depends_on_index\x18\x0e \x03(\rR\x0edependsOnIndex\x125\n" +
@@ -1872,7 +1893,7 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\x06labels\x18\x06 \x03(\v2'.taskbroker.v1.LeaseRequest.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd4\x05\n" +
 	"\n" +
 	"LeasedTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x14\n" +
@@ -1895,7 +1916,8 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\fmax_attempts\x18\x0e \x01(\rR\vmaxAttempts\x129\n" +
 	"\n" +
 	"created_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
-	"\ffanout_group\x18\x10 \x01(\tR\vfanoutGroup\x1a;\n" +
+	"\ffanout_group\x18\x10 \x01(\tR\vfanoutGroup\x12'\n" +
+	"\x0fconcurrency_key\x18\x14 \x01(\tR\x0econcurrencyKey\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +

@@ -241,4 +241,33 @@ impl AdminService for AdminApi {
     ) -> Result<Response<pb::RequeueTasksResponse>, Status> {
         super::flow::requeue_tasks(&self.broker, request).await
     }
+
+    // Admission (#14).
+    async fn get_queue(
+        &self,
+        request: Request<pb::GetQueueRequest>,
+    ) -> Result<Response<pb::GetQueueResponse>, Status> {
+        super::queues::get_queue(&self.broker, request).await
+    }
+
+    async fn list_queues(
+        &self,
+        request: Request<pb::ListQueuesRequest>,
+    ) -> Result<Response<pb::ListQueuesResponse>, Status> {
+        super::queues::list_queues(&self.broker, request).await
+    }
+
+    async fn update_queue(
+        &self,
+        request: Request<pb::UpdateQueueRequest>,
+    ) -> Result<Response<pb::UpdateQueueResponse>, Status> {
+        super::queues::update_queue(&self.broker, request).await
+    }
+
+    async fn explain_task(
+        &self,
+        request: Request<pb::ExplainTaskRequest>,
+    ) -> Result<Response<pb::ExplainTaskResponse>, Status> {
+        super::queues::explain_task(&self.broker, request).await
+    }
 }

@@ -53,6 +53,7 @@ fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid
             distinct_workers: fo.distinct_workers,
         }),
         flow,
+        concurrency_key: (!t.concurrency_key.is_empty()).then_some(t.concurrency_key),
     })
 }
 

@@ -116,6 +116,7 @@ pub fn leased_task(t: TaskRecord) -> pb::LeasedTask {
         max_attempts: t.attempts_allowed,
         created_at: Some(to_timestamp(t.created_at)),
         fanout_group: t.routing.fanout_group.unwrap_or_default(),
+        concurrency_key: t.concurrency_key.unwrap_or_default(),
     }
 }
 
@@ -161,6 +162,7 @@ pub fn task(t: TaskRecord, now: DateTime<Utc>) -> pb::Task {
         dependencies_remaining: 0,
         run_if_dependency_fails: false,
         cancel_reason: 0,
+        concurrency_key: t.concurrency_key.unwrap_or_default(),
     }
 }
 

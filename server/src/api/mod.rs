@@ -10,6 +10,8 @@ mod flow;
 pub mod guard;
 pub mod scaler;
 mod schedule;
+// Admission (#14): live queue settings and Explain.
+mod queues;
 
 pub use admin::AdminApi;
 pub use broker::BrokerApi;

@@ -29,8 +29,9 @@ pub async fn page(
     let settings = console.broker.settings();
     let body = html! {
         h1 { "Queues" }
-        p.muted { "Settings as configured when the broker started ("
-            code { "[queues.NAME]" } " in its configuration file, or the defaults)." }
+        p.muted { "Live settings (seeded from "
+            code { "[queues.NAME]" } " in the configuration file; changed with "
+            code { "taskbroker queue set" } ")." }
         @if stats.is_empty() { p { "No queue has tasks yet." } } @else {
             div.scroll { table #queue-settings {
                 thead { tr {
@@ -40,7 +41,7 @@ pub async fn page(
                     th scope="col" { "Overrides" }
                 } }
                 tbody { @for s in stats {
-                    @let q = settings.queues.get(&s.queue);
+                    @let q = settings.queue(&s.queue).map(|l| l.settings);
                     @let retry = settings.retry_for(&s.queue);
                     @let (min_lease, max_lease) = settings.lease_bounds(std::slice::from_ref(&s.queue));
                     tr {
@@ -52,7 +53,7 @@ pub async fn page(
                         td { (duration(retry.initial_backoff)) " × " (retry.backoff_multiplier) " up to " (duration(retry.max_backoff)) }
                         td.num { (count(settings.max_payload_for(&s.queue) as u64)) " B" }
                         td { (duration(min_lease)) " – " (duration(max_lease)) }
-                        td { (keep(q.map_or(settings.retention, |q| q.retention))) }
+                        td { (keep(q.as_ref().map_or(settings.retention, |q| q.retention))) }
                         td { @if q.is_some() { "yes" } @else { span.muted { "defaults" } } }
                     }
                 } }

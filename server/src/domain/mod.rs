@@ -4,6 +4,8 @@
 //! can be unit-tested without a runtime or a database.
 
 pub mod event;
+// Admission (#14): queue settings and gates.
+pub mod admission;
 pub mod retry;
 // Routing (issue 13).
 pub mod routing;

@@ -50,13 +50,15 @@ impl Retention {
                 .and_then(|k| now.checked_sub_signed(k))
         };
         let mut total = 0;
-        for (queue, q) in &settings.queues {
-            if let Some(c) = cutoff(q.retention).filter(|_| !q.retention.is_zero()) {
+        // The live settings (admission, #14): a queue's stored retention.
+        let queues = settings.queue_retention();
+        for (queue, retention) in &queues {
+            if let Some(c) = cutoff(*retention).filter(|_| !retention.is_zero()) {
                 total += self.purge(c, &PurgeScope::Only(queue.clone())).await?;
             }
         }
         if let Some(c) = cutoff(settings.retention).filter(|_| !settings.retention.is_zero()) {
-            let except = settings.queues.keys().cloned().collect();
+            let except = queues.into_iter().map(|(q, _)| q).collect();
             total += self.purge(c, &PurgeScope::AllExcept(except)).await?;
         }
         Ok(total)

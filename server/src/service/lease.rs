@@ -63,9 +63,11 @@ impl Broker {
             )
             .into());
         }
-        let lease_duration = req
-            .lease_duration
-            .unwrap_or_else(|| limits.default_lease.clamp(min_lease, max_lease));
+        let lease_duration = req.lease_duration.unwrap_or_else(|| {
+            self.settings
+                .default_lease_for(&req.queues)
+                .clamp(min_lease, max_lease)
+        });
         validate::duration_in("lease_duration", lease_duration, min_lease, max_lease)?;
         let wait = req.wait.unwrap_or_default();
         validate::duration_in("wait", wait, Duration::ZERO, limits.max_wait)?;
@@ -122,11 +124,19 @@ impl Broker {
             };
             let weight = params.max_tasks as usize;
             let store = self.store.clone();
+            // Admission (#14): queues with gates take the gated lease.
+            let gated = self.settings.gated(&key);
             let tasks = self
                 .leases
                 .call(key.clone(), params, weight, move |ps: Vec<LeaseParams>| {
                     let store = store.clone();
-                    async move { store.task_lease_many(&ps).await }
+                    async move {
+                        if gated {
+                            store.task_lease_gated(&ps).await
+                        } else {
+                            store.task_lease_many(&ps).await
+                        }
+                    }
                 })
                 .await?;
             if let Some(p) = pass_on.take() {
@@ -168,6 +178,11 @@ impl Broker {
             if let Some(next) = next_run {
                 let due = (next - now).to_std().unwrap_or_default();
                 until = until.min(Instant::now() + due);
+            }
+            if gated {
+                // A gate opens without a wake-up when a lease ends on another
+                // replica or a rate-limit token comes due: look again soon.
+                until = until.min(Instant::now() + self.settings.gated_recheck(&key));
             }
             let _waiting = self.dispatch.waiting();
             tokio::select! {

@@ -35,6 +35,8 @@ mod schedule;
 mod schedule_fire;
 // Routing (issue 13): the worker registry.
 mod workers;
+// Admission (#14): live queue settings and Explain.
+mod queues;
 
 pub use admin::{ListTasks, TaskPage, UpdateTask};
 pub use backlog::Backlog;
@@ -45,6 +47,7 @@ pub use flow::BulkOutcome;
 pub use heartbeat::CheckpointRequest;
 pub use lease::LeaseRequest;
 pub use observe::{Overview, QueueOverview, REQUEUE_BATCH, percentile};
+pub use queues::{Explained, LiveQueue, LiveQueues, QueueView, REFRESH_INTERVAL, apply_mask};
 pub use schedule::{Caller, ScheduleInput, SchedulePage, SpecInput, TemplateInput};
 pub use schedule_fire::{FIRE_TIME_KEY, FireStep, RunPage, RunView, SCHEDULE_ID_KEY};
 pub use settle::{CompleteItem, CompleteOutcome, FailRequest};
@@ -63,6 +66,11 @@ pub struct Settings {
     pub retention: Duration,
     /// ListWorkers shows the workers seen this recently (routing, issue 13).
     pub worker_ttl: Duration,
+    /// Admission (#14): the gates the configuration gives queues (`[queues.X]`).
+    pub gates: HashMap<String, crate::domain::admission::QueueConfig>,
+    /// Admission (#14): every queue's live settings (stored in the database; the
+    /// fields above seed them), read by the per-queue methods below.
+    pub live: LiveQueues,
     /// Flow (#15): event retention and dead-letter queues.
     pub flow: FlowSettings,
 }
@@ -84,6 +92,8 @@ impl Default for Settings {
             queues: HashMap::new(),
             retention: Duration::ZERO,
             worker_ttl: DEFAULT_WORKER_TTL,
+            gates: HashMap::new(),
+            live: LiveQueues::default(),
             flow: FlowSettings::default(),
         }
     }
@@ -105,43 +115,53 @@ pub struct QueueSettings {
 }
 
 impl Settings {
+    // The per-queue reads take the live settings (admission, #14).
+
     /// The retry defaults of a queue.
-    pub fn retry_for(&self, queue: &str) -> &RetryPolicy {
-        self.queues
+    pub fn retry_for(&self, queue: &str) -> RetryPolicy {
+        self.live
+            .snapshot()
             .get(queue)
-            .map_or(&self.default_retry, |q| &q.retry)
+            .map_or(self.default_retry, |q| q.settings.retry)
     }
 
     pub fn max_payload_for(&self, queue: &str) -> usize {
-        self.queues
+        self.live
+            .snapshot()
             .get(queue)
-            .map_or(self.limits.max_payload_bytes, |q| q.max_payload_bytes)
+            .map_or(self.limits.max_payload_bytes, |q| {
+                q.settings.max_payload_bytes
+            })
     }
 
     /// Whether some queue narrows the broker's lease bounds.
     pub fn has_lease_overrides(&self) -> bool {
-        self.queues
-            .values()
-            .any(|q| q.min_lease > self.limits.min_lease || q.max_lease < self.limits.max_lease)
+        self.live.snapshot().values().any(|q| {
+            q.settings.min_lease > self.limits.min_lease
+                || q.settings.max_lease < self.limits.max_lease
+        })
     }
 
     /// Lease bounds that hold for every one of `queues`.
     pub fn lease_bounds(&self, queues: &[String]) -> (Duration, Duration) {
         let mut min = self.limits.min_lease;
         let mut max = self.limits.max_lease;
-        for q in queues.iter().filter_map(|q| self.queues.get(q)) {
-            min = min.max(q.min_lease);
-            max = max.min(q.max_lease);
+        let live = self.live.snapshot();
+        for q in queues.iter().filter_map(|q| live.get(q)) {
+            min = min.max(q.settings.min_lease);
+            max = max.min(q.settings.max_lease);
         }
         (min, max)
     }
 
-    /// The per-worker caps of those of `queues` that have one (routing, issue 13).
+    /// The per-worker caps of those of `queues` that have one (routing, issue 13),
+    /// from the live settings (UpdateQueue changes them at run time).
     pub fn worker_caps(&self, queues: &[String]) -> std::collections::BTreeMap<String, u32> {
+        let live = self.live.snapshot();
         queues
             .iter()
             .filter_map(|q| {
-                let cap = self.queues.get(q)?.max_leases_per_worker;
+                let cap = live.get(q)?.settings.max_leases_per_worker;
                 (cap > 0).then(|| (q.clone(), cap))
             })
             .collect()
@@ -184,6 +204,8 @@ impl Broker {
         settings: Settings,
         metrics: Arc<Metrics>,
     ) -> Self {
+        // Admission (#14): the configuration's queues until the database is read.
+        settings.seed_live();
         Broker {
             events: events::EventHub::new(store.clone()),
             store,

@@ -76,6 +76,7 @@ pub fn scheduled_task(s: &ScheduleRecord, fire_time: DateTime<Utc>, now: DateTim
         routing: Default::default(),
         retry: t.retry,
         metadata,
+        concurrency_key: None,
     }
 }
 

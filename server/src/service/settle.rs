@@ -120,7 +120,8 @@ impl Broker {
     ) -> Result<Vec<Settled<Completed>>, StoreError> {
         let store = self.store.clone();
         let weight = ps.len();
-        self.completes
+        let settled = self
+            .completes
             .call((), ps, weight, move |batch: Vec<Vec<CompleteParams>>| {
                 let store = store.clone();
                 async move {
@@ -130,7 +131,14 @@ impl Broker {
                     combine::split(settled, &lengths)
                 }
             })
-            .await
+            .await?;
+        // Admission (#14): a lease ended, so a gated queue may admit another.
+        for s in &settled {
+            if let Settled::Applied(c) = s {
+                self.wake_gated(&c.queue);
+            }
+        }
+        Ok(settled)
     }
 
     /// Completes many leases at once; input is checked all-or-nothing, outcomes are
@@ -202,6 +210,8 @@ impl Broker {
                 // that failed it usually asks again at once anyway.)
                 let n = if p.prefer_same_worker { 256 } else { 1 };
                 self.dispatch.wake_n(Some(&r.queue), n);
+            } else {
+                self.wake_gated(&r.queue);
             }
         }
         settled(outcome, &p.task_id)

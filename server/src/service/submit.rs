@@ -38,6 +38,8 @@ pub struct SubmitTask {
     pub fanout: Option<Fanout>,
     /// Flow (#15): dependencies and retry schedule.
     pub flow: crate::store::FlowSpec,
+    /// Admission (#14): `[A-Za-z0-9._:@/-]{1,256}`, or none.
+    pub concurrency_key: Option<String>,
 }
 
 /// A sticky policy as submitted.
@@ -318,6 +320,9 @@ impl Broker {
         if let Some(key) = &t.key {
             validate::identifier(&f("key"), key, MAX_KEY_LEN)?;
         }
+        if let Some(key) = &t.concurrency_key {
+            crate::domain::admission::concurrency_key(&f("concurrency_key"), key)?;
+        }
         let metadata_bytes: usize = t.metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
         if t.metadata.len() > MAX_METADATA_ENTRIES || metadata_bytes > MAX_METADATA_BYTES {
             return Err(Invalid::too_large(
@@ -348,6 +353,7 @@ impl Broker {
             retry,
             metadata: t.metadata,
             routing: TaskRouting::default(),
+            concurrency_key: t.concurrency_key,
         })
     }
 

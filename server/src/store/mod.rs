@@ -31,6 +31,9 @@ pub use schedule::{
 mod routing;
 pub use routing::{LeaseRouting, WorkerFilter, WorkerLeaseRecord, WorkerRecord, WorkerSeen};
 pub(crate) use routing::{WorkerLeaseRow, WorkerRow, worker_lease};
+// Admission (migration 0009).
+pub mod admission;
+pub use admission::{QueueUsage, StoredQueue};
 
 // Flow (#15): dependencies, events, bulk operations (migration 0010).
 mod flow;
@@ -117,6 +120,8 @@ pub struct NewTask {
     pub metadata: BTreeMap<String, String>,
     /// Target, sticky policy and fan-out group (routing, issue 13).
     pub routing: crate::domain::routing::TaskRouting,
+    /// Admission (#14): counts against the queue's per-key limits.
+    pub concurrency_key: Option<String>,
 }
 
 /// One inserted (or deduplicated) task.
@@ -353,6 +358,8 @@ pub struct TaskRecord {
     pub fire_time: Option<DateTime<Utc>>,
     /// Target, sticky policy, fan-out group and reservation (routing, issue 13).
     pub routing: crate::domain::routing::TaskRouting,
+    /// Admission (#14): counts against the queue's per-key limits.
+    pub concurrency_key: Option<String>,
 }
 
 /// One attempt (lease) of a task.
@@ -646,6 +653,52 @@ pub trait Store: Send + Sync + 'static {
     async fn task_requeue_many(
         &self,
         tasks: &[(String, DateTime<Utc>)],
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64>;
+
+    // Admission (#14, migration 0009).
+
+    /// Every queue's stored settings, by name.
+    async fn queue_list(&self) -> StoreResult<Vec<StoredQueue>>;
+
+    /// Seeds the settings of the configuration's `[queues.X]`: stored where a
+    /// queue has none or only an earlier seed; a queue an operator changed keeps
+    /// its settings. Earlier seeds of queues not in `seed` are removed.
+    async fn queue_seed(
+        &self,
+        seed: &[(String, crate::domain::admission::QueueConfig)],
+    ) -> StoreResult<()>;
+
+    /// Stores a queue's settings if its stored version is still `version`
+    /// (`None`: it has none stored); returns false otherwise. Wakes the queue's
+    /// long-polls on every replica.
+    async fn queue_put(
+        &self,
+        name: &str,
+        config: &crate::domain::admission::QueueConfig,
+        version: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<bool>;
+
+    /// Leases as `task_lease_many` does, through every gate of the queues'
+    /// stored settings (pause, concurrency and rate limits, fairness, aging),
+    /// enforced for the whole cluster. Used only for queues with gates.
+    async fn task_lease_gated(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>>;
+
+    /// A queue's settings, leases, the leases of `key`, and its buckets, now.
+    async fn queue_usage(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<QueueUsage>;
+
+    /// How many READY tasks of a pending task's queue lease before it (by
+    /// effective priority, then submission order).
+    async fn task_ahead(
+        &self,
+        task: &TaskRecord,
+        aging_ms: Option<i64>,
         now: DateTime<Utc>,
     ) -> StoreResult<u64>;
 }

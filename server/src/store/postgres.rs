@@ -31,6 +31,8 @@ use routing::BindRouting as _;
 mod dead;
 // Flow (#15): dependencies, events, bulk operations (migration 0010).
 mod flow;
+// Admission (migration 0009).
+mod admission;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -341,6 +343,8 @@ impl PostgresStore {
             .iter()
             .map(|t| serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into()))
             .collect();
+        let concurrency_keys: Vec<Option<&str>> =
+            tasks.iter().map(|t| t.concurrency_key.as_deref()).collect();
         // Routing (issue 13): a batch with routed tasks inserts their routing
         // columns too (the same statement with more arrays, in routing.rs).
         let routed = tasks.iter().any(|t| routing::is_routed(&t.routing));
@@ -349,14 +353,14 @@ impl PostgresStore {
             "WITH ins AS ( \
                INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
                  max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
-                 max_backoff_ms, jitter, metadata, created_at, updated_at) \
+                 max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key) \
                SELECT id, queue, key, payload, priority, run_at, deadline, 'pending', \
-                 max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14 \
+                 max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck \
                FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
                  $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], \
-                 $11::bigint[], $12::float8[], $13::text[]) \
+                 $11::bigint[], $12::float8[], $13::text[], $16::text[]) \
                  AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
-                      ib, bm, mb, j, md) \
+                      ib, bm, mb, j, md, ck) \
                ON CONFLICT DO NOTHING RETURNING id, queue), \
              woken AS (SELECT pg_notify($15, q) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
              SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0",
@@ -376,6 +380,7 @@ impl PostgresStore {
         .bind(&metadata)
         .bind(ms(now))
         .bind(CHANNEL)
+        .bind(&concurrency_keys)
         .bind_routing(routed, tasks)
         .fetch_all(&mut *conn)
         .await?;
@@ -1437,5 +1442,49 @@ impl Store for PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreResult<u64> {
         flow::requeue_many(&self.pool, tasks, now).await
+    }
+
+    // Admission (#14): postgres/admission.rs.
+    async fn queue_list(&self) -> StoreResult<Vec<StoredQueue>> {
+        self.admission_queue_list().await
+    }
+
+    async fn queue_seed(
+        &self,
+        seed: &[(String, crate::domain::admission::QueueConfig)],
+    ) -> StoreResult<()> {
+        self.admission_queue_seed(seed).await
+    }
+
+    async fn queue_put(
+        &self,
+        name: &str,
+        config: &crate::domain::admission::QueueConfig,
+        version: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        self.admission_queue_put(name, config, version, now).await
+    }
+
+    async fn task_lease_gated(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
+        self.admission_lease(ps).await
+    }
+
+    async fn queue_usage(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<QueueUsage> {
+        self.admission_usage(queue, key, now).await
+    }
+
+    async fn task_ahead(
+        &self,
+        task: &TaskRecord,
+        aging_ms: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        self.admission_ahead(task, aging_ms, now).await
     }
 }

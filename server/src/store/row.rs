@@ -79,6 +79,8 @@ pub(crate) struct TaskRow {
     /// Flow (#15): RetryPolicy.schedule as a JSON array of ms (migration 0010).
     #[sqlx(default)]
     pub retry_schedule: Option<String>,
+    /// Admission (#14, migration 0009).
+    pub concurrency_key: Option<String>,
 }
 
 /// The attempt row written when an attempt ends.
@@ -154,6 +156,7 @@ impl TaskRow {
             schedule_id: self.schedule_id,
             fire_time: self.fire_time.map(from_ms),
             routing,
+            concurrency_key: self.concurrency_key,
         })
     }
 

@@ -15,20 +15,20 @@ pub(super) fn is_routed(r: &TaskRouting) -> bool {
 }
 
 /// The submit statement of `task_insert_many` with the routing columns as well
-/// ($16 to $21), for a batch that has routed tasks.
+/// ($17 to $22; $16 is the concurrency keys), for a batch that has routed tasks.
 pub(super) const INSERT_ROUTED: &str = "WITH ins AS ( \
        INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
          max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
-         max_backoff_ms, jitter, metadata, created_at, updated_at, \
+         max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key, \
          target_worker, target_labels, sticky, sticky_timeout_ms, fanout_group, fanout_distinct) \
        SELECT id, queue, key, payload, priority, run_at, deadline, 'pending', \
-         max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, tw, tl, st, sto, fg, fd \
+         max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck, tw, tl, st, sto, fg, fd \
        FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
          $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], \
-         $11::bigint[], $12::float8[], $13::text[], $16::text[], $17::text[], $18::text[], \
-         $19::bigint[], $20::text[], $21::bool[]) \
+         $11::bigint[], $12::float8[], $13::text[], $16::text[], $17::text[], $18::text[], $19::text[], \
+         $20::bigint[], $21::text[], $22::bool[]) \
          AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
-              ib, bm, mb, j, md, tw, tl, st, sto, fg, fd) \
+              ib, bm, mb, j, md, ck, tw, tl, st, sto, fg, fd) \
        ON CONFLICT DO NOTHING RETURNING id, queue), \
      woken AS (SELECT pg_notify($15, q) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
      SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0";
@@ -57,7 +57,7 @@ impl<'q> BindRouting<'q> for InsertQuery<'q> {
     }
 }
 
-/// Binds the routing arrays ($16 to $21) of [`INSERT_ROUTED`].
+/// Binds the routing arrays ($17 to $22) of [`INSERT_ROUTED`].
 fn bind_routing<'q>(q: InsertQuery<'q>, tasks: &[NewTask]) -> InsertQuery<'q> {
     let workers: Vec<Option<String>> = tasks
         .iter()

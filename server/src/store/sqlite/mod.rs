@@ -23,6 +23,8 @@ use super::*;
 mod admin;
 // Flow (#15): dependencies, events, bulk operations (migration 0010).
 mod flow;
+// Admission (migration 0009).
+mod admission;
 mod observe;
 mod ops;
 mod read;
@@ -425,5 +427,57 @@ impl Store for SqliteStore {
                 tracing::warn!(error = %e, "cannot install the writer's wake-up");
             }
         });
+    }
+
+    // Admission (#14).
+    async fn queue_list(&self) -> StoreResult<Vec<StoredQueue>> {
+        admission::queue_list(&self.reader).await
+    }
+
+    async fn queue_seed(
+        &self,
+        seed: &[(String, crate::domain::admission::QueueConfig)],
+    ) -> StoreResult<()> {
+        write!(self, admission::queue_seed, [seed], &seed)
+    }
+
+    async fn queue_put(
+        &self,
+        name: &str,
+        config: &crate::domain::admission::QueueConfig,
+        version: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        write!(
+            self,
+            admission::queue_put,
+            [name, config],
+            &name,
+            &config,
+            version,
+            now
+        )
+    }
+
+    async fn task_lease_gated(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
+        write!(self, admission::task_lease_gated, [ps], &ps)
+    }
+
+    async fn queue_usage(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<QueueUsage> {
+        admission::queue_usage(&self.reader, queue, key, now).await
+    }
+
+    async fn task_ahead(
+        &self,
+        task: &TaskRecord,
+        aging_ms: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        admission::task_ahead(&self.reader, task, aging_ms, now).await
     }
 }

@@ -22,7 +22,7 @@ macro_rules! task_columns {
          lease_token, lease_duration_ms, lease_expires_at, fencing_token, finished_at, \
          cancel_requested, leased_at, leased_address, schedule_id, fire_time, \
          target_worker, target_labels, sticky, sticky_timeout_ms, reserved_for, reserved_until, \
-         fanout_group, fanout_distinct, retry_schedule"
+         fanout_group, fanout_distinct, concurrency_key, retry_schedule"
     };
 }
 pub(super) use task_columns;
@@ -71,8 +71,9 @@ pub(super) fn task_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         reserved_until: r.get(38)?,
         fanout_group: r.get(39)?,
         fanout_distinct: r.get(40)?,
+        concurrency_key: r.get(41)?,
         // Flow (#15).
-        retry_schedule: r.get(41)?,
+        retry_schedule: r.get(42)?,
     })
 }
 
@@ -191,8 +192,9 @@ pub(super) fn task_insert_many(
     let mut insert = c.prepare_cached(
         "INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
          max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
-         max_backoff_ms, jitter, metadata, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14) \
+         max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, \
+         ?15) \
          ON CONFLICT DO NOTHING",
     )?;
     let mut out = Vec::with_capacity(tasks.len());
@@ -213,6 +215,7 @@ pub(super) fn task_insert_many(
             t.retry.jitter,
             metadata,
             now,
+            t.concurrency_key,
         ])?;
         if n == 1 {
             super::routing::write_task_routing(c, t)?;

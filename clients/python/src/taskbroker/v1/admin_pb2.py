@@ -27,10 +27,11 @@ from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mas
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from taskbroker.v1 import broker_pb2 as taskbroker_dot_v1_dot_broker__pb2
 from taskbroker.v1 import worker_pb2 as taskbroker_dot_v1_dot_worker__pb2
+from taskbroker.v1 import queue_pb2 as taskbroker_dot_v1_dot_queue__pb2
 from taskbroker.v1 import event_pb2 as taskbroker_dot_v1_dot_event__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\x1a\x1ataskbroker/v1/worker.proto\x1a\x19taskbroker/v1/event.proto\"\xb4\x08\n\x04Task\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x0b\n\x03key\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12*\n\x06run_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05retry\x18\x08 \x01(\x0b\x32\x1a.taskbroker.v1.RetryPolicy\x12\x33\n\x08metadata\x18\t \x03(\x0b\x32!.taskbroker.v1.Task.MetadataEntry\x12\'\n\x05state\x18\n \x01(\x0e\x32\x18.taskbroker.v1.TaskState\x12\x0f\n\x07\x61ttempt\x18\x0b \x01(\r\x12\x14\n\x0cmax_attempts\x18\x0c \x01(\r\x12.\n\ncreated_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nlast_error\x18\x0f \x01(\t\x12\x12\n\ncheckpoint\x18\x10 \x01(\x0c\x12\x16\n\x0ehas_checkpoint\x18\x11 \x01(\x08\x12\x0e\n\x06result\x18\x12 \x01(\x0c\x12\x11\n\tleased_by\x18\x13 \x01(\t\x12\x34\n\x10lease_expires_at\x18\x14 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x15 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\x16 \x01(\x08\x12\x15\n\rfencing_token\x18\x17 \x01(\x04\x12\x13\n\x0bschedule_id\x18\x18 \x01(\t\x12-\n\tfire_time\x18\x19 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12%\n\x06target\x18\x1a \x01(\x0b\x32\x15.taskbroker.v1.Target\x12+\n\x06sticky\x18\x1b \x01(\x0b\x32\x1b.taskbroker.v1.StickyPolicy\x12\x14\n\x0c\x66\x61nout_group\x18\x1c \x01(\t\x12\x14\n\x0creserved_for\x18\x1d \x01(\t\x12\x12\n\ndepends_on\x18\" \x03(\t\x12\x1e\n\x16\x64\x65pendencies_remaining\x18# \x01(\r\x12\x1f\n\x17run_if_dependency_fails\x18$ \x01(\x08\x12\x32\n\rcancel_reason\x18% \x01(\x0e\x32\x1b.taskbroker.v1.CancelReason\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"!\n\x0eGetTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"4\n\x0fGetTaskResponse\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.taskbroker.v1.Task\"\xa4\x02\n\x10ListTasksRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12(\n\x06states\x18\x02 \x03(\x0e\x32\x18.taskbroker.v1.TaskState\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x11\n\tworker_id\x18\x04 \x01(\t\x12\x31\n\rcreated_after\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0e\x63reated_before\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x07 \x01(\x05\x12\x12\n\npage_token\x18\x08 \x01(\t\x12\x13\n\x0bschedule_id\x18\t \x01(\t\x12\x14\n\x0c\x66\x61nout_group\x18\n \x01(\t\"P\n\x11ListTasksResponse\x12\"\n\x05tasks\x18\x01 \x03(\x0b\x32\x13.taskbroker.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x11\x43\x61ncelTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"7\n\x12\x43\x61ncelTaskResponse\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.taskbroker.v1.Task\"\xd7\x01\n\x11UpdateTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12*\n\x06run_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12,\n\x08\x64\x65\x61\x64line\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cmax_attempts\x18\x05 \x01(\r\x12/\n\x0bupdate_mask\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"7\n\x12UpdateTaskResponse\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.taskbroker.v1.Task\"%\n\x12RequeueTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"8\n\x13RequeueTaskResponse\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.taskbroker.v1.Task\"&\n\x13ListAttemptsRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"\xfb\x01\n\x07\x41ttempt\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\r\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x16\n\x0eworker_address\x18\x03 \x01(\t\x12-\n\tleased_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\x07outcome\x18\x06 \x01(\x0e\x32\x1d.taskbroker.v1.AttemptOutcome\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x15\n\rfencing_token\x18\x08 \x01(\x04\"@\n\x14ListAttemptsResponse\x12(\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x16.taskbroker.v1.Attempt\"&\n\x14GetQueueStatsRequest\x12\x0e\n\x06queues\x18\x01 \x03(\t\"\xf1\x01\n\nQueueStats\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x11\n\tscheduled\x18\x02 \x01(\x04\x12\r\n\x05ready\x18\x03 \x01(\x04\x12\x0e\n\x06leased\x18\x04 \x01(\x04\x12\x11\n\tsucceeded\x18\x05 \x01(\x04\x12\x0c\n\x04\x64\x65\x61\x64\x18\x06 \x01(\x04\x12\x11\n\tcancelled\x18\x07 \x01(\x04\x12\x33\n\x10oldest_ready_age\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1d\n\x15\x63ompleted_last_minute\x18\t \x01(\x04\x12\x1a\n\x12\x66\x61iled_last_minute\x18\n \x01(\x04\"B\n\x15GetQueueStatsResponse\x12)\n\x06queues\x18\x01 \x03(\x0b\x32\x19.taskbroker.v1.QueueStats*\xd3\x01\n\x0e\x41ttemptOutcome\x12\x1f\n\x1b\x41TTEMPT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x41TTEMPT_OUTCOME_RUNNING\x10\x01\x12\x1d\n\x19\x41TTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n\x16\x41TTEMPT_OUTCOME_FAILED\x10\x03\x12!\n\x1d\x41TTEMPT_OUTCOME_LEASE_EXPIRED\x10\x04\x12%\n!ATTEMPT_OUTCOME_DEADLINE_EXCEEDED\x10\x05\x32\xe2\x08\n\x0c\x41\x64minService\x12H\n\x07GetTask\x12\x1d.taskbroker.v1.GetTaskRequest\x1a\x1e.taskbroker.v1.GetTaskResponse\x12N\n\tListTasks\x12\x1f.taskbroker.v1.ListTasksRequest\x1a .taskbroker.v1.ListTasksResponse\x12Q\n\nCancelTask\x12 .taskbroker.v1.CancelTaskRequest\x1a!.taskbroker.v1.CancelTaskResponse\x12Q\n\nUpdateTask\x12 .taskbroker.v1.UpdateTaskRequest\x1a!.taskbroker.v1.UpdateTaskResponse\x12T\n\x0bRequeueTask\x12!.taskbroker.v1.RequeueTaskRequest\x1a\".taskbroker.v1.RequeueTaskResponse\x12W\n\x0cListAttempts\x12\".taskbroker.v1.ListAttemptsRequest\x1a#.taskbroker.v1.ListAttemptsResponse\x12Z\n\rGetQueueStats\x12#.taskbroker.v1.GetQueueStatsRequest\x1a$.taskbroker.v1.GetQueueStatsResponse\x12T\n\x0bListWorkers\x12!.taskbroker.v1.ListWorkersRequest\x1a\".taskbroker.v1.ListWorkersResponse\x12N\n\tGetWorker\x12\x1f.taskbroker.v1.GetWorkerRequest\x1a .taskbroker.v1.GetWorkerResponse\x12]\n\x0eListTaskEvents\x12$.taskbroker.v1.ListTaskEventsRequest\x1a%.taskbroker.v1.ListTaskEventsResponse\x12S\n\nWatchTasks\x12 .taskbroker.v1.WatchTasksRequest\x1a!.taskbroker.v1.WatchTasksResponse0\x01\x12T\n\x0b\x43\x61ncelTasks\x12!.taskbroker.v1.CancelTasksRequest\x1a\".taskbroker.v1.CancelTasksResponse\x12W\n\x0cRequeueTasks\x12\".taskbroker.v1.RequeueTasksRequest\x1a#.taskbroker.v1.RequeueTasksResponseBB\n\x11\x64\x65v.taskbroker.v1P\x01Z+taskbroker.dev/go/taskbrokerv1;taskbrokerv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\x1a\x1ataskbroker/v1/worker.proto\x1a\x19taskbroker/v1/queue.proto\x1a\x19taskbroker/v1/event.proto\"\xcd\x08\n\x04Task\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x0b\n\x03key\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12*\n\x06run_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05retry\x18\x08 \x01(\x0b\x32\x1a.taskbroker.v1.RetryPolicy\x12\x33\n\x08metadata\x18\t \x03(\x0b\x32!.taskbroker.v1.Task.MetadataEntry\x12\'\n\x05state\x18\n \x01(\x0e\x32\x18.taskbroker.v1.TaskState\x12\x0f\n\x07\x61ttempt\x18\x0b \x01(\r\x12\x14\n\x0cmax_attempts\x18\x0c \x01(\r\x12.\n\ncreated_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nlast_error\x18\x0f \x01(\t\x12\x12\n\ncheckpoint\x18\x10 \x01(\x0c\x12\x16\n\x0ehas_checkpoint\x18\x11 \x01(\x08\x12\x0e\n\x06result\x18\x12 \x01(\x0c\x12\x11\n\tleased_by\x18\x13 \x01(\t\x12\x34\n\x10lease_expires_at\x18\x14 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x15 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\x16 \x01(\x08\x12\x15\n\rfencing_token\x18\x17 \x01(\x04\x12\x13\n\x0bschedule_id\x18\x18 \x01(\t\x12-\n\tfire_time\x18\x19 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12%\n\x06target\x18\x1a \x01(\x0b\x32\x15.taskbroker.v1.Target\x12+\n\x06sticky\x18\x1b \x01(\x0b\x32\x1b.taskbroker.v1.StickyPolicy\x12\x14\n\x0c\x66\x61nout_group\x18\x1c \x01(\t\x12\x14\n\x0creserved_for\x18\x1d \x01(\t\x12\x17\n\x0f\x63oncurrency_key\x18\x1e \x01(\t\x12\x12\n\ndepends_on\x18\" \x03(\t\x12\x1e\n\x16\x64\x65pendencies_remaining\x18# \x01(\r\x12\x1f\n\x17run_if_dependency_fails\x18$ \x01(\x08\x12\x32\n\rcancel_reason\x18% \x01(\x0e\x32\x1b.taskbroker.v1.CancelReason\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"!\n\x0eGetTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"4\n\x0fGetTaskResponse\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.taskbroker.v1.Task\"\xa4\x02\n\x10ListTasksRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12(\n\x06states\x18\x02 \x03(\x0e\x32\x18.taskbroker.v1.TaskState\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x11\n\tworker_id\x18\x04 \x01(\t\x12\x31\n\rcreated_after\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0e\x63reated_before\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x07 \x01(\x05\x12\x12\n\npage_token\x18\x08 \x01(\t\x12\x13\n\x0bschedule_id\x18\t \x01(\t\x12\x14\n\x0c\x66\x61nout_group\x18\n \x01(\t\"P\n\x11ListTasksResponse\x12\"\n\x05tasks\x18\x01 \x03(\x0b\x32\x13.taskbroker.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x11\x43\x61ncelTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"7\n\x12\x43\x61ncelTaskResponse\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.taskbroker.v1.Task\"\xd7\x01\n\x11UpdateTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12*\n\x06run_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12,\n\x08\x64\x65\x61\x64line\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cmax_attempts\x18\x05 \x01(\r\x12/\n\x0bupdate_mask\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"7\n\x12UpdateTaskResponse\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.taskbroker.v1.Task\"%\n\x12RequeueTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"8\n\x13RequeueTaskResponse\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.taskbroker.v1.Task\"&\n\x13ListAttemptsRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"\xfb\x01\n\x07\x41ttempt\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\r\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x16\n\x0eworker_address\x18\x03 \x01(\t\x12-\n\tleased_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\x07outcome\x18\x06 \x01(\x0e\x32\x1d.taskbroker.v1.AttemptOutcome\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x15\n\rfencing_token\x18\x08 \x01(\x04\"@\n\x14ListAttemptsResponse\x12(\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x16.taskbroker.v1.Attempt\"&\n\x14GetQueueStatsRequest\x12\x0e\n\x06queues\x18\x01 \x03(\t\"\xf1\x01\n\nQueueStats\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x11\n\tscheduled\x18\x02 \x01(\x04\x12\r\n\x05ready\x18\x03 \x01(\x04\x12\x0e\n\x06leased\x18\x04 \x01(\x04\x12\x11\n\tsucceeded\x18\x05 \x01(\x04\x12\x0c\n\x04\x64\x65\x61\x64\x18\x06 \x01(\x04\x12\x11\n\tcancelled\x18\x07 \x01(\x04\x12\x33\n\x10oldest_ready_age\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1d\n\x15\x63ompleted_last_minute\x18\t \x01(\x04\x12\x1a\n\x12\x66\x61iled_last_minute\x18\n \x01(\x04\"B\n\x15GetQueueStatsResponse\x12)\n\x06queues\x18\x01 \x03(\x0b\x32\x19.taskbroker.v1.QueueStats*\xd3\x01\n\x0e\x41ttemptOutcome\x12\x1f\n\x1b\x41TTEMPT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x41TTEMPT_OUTCOME_RUNNING\x10\x01\x12\x1d\n\x19\x41TTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n\x16\x41TTEMPT_OUTCOME_FAILED\x10\x03\x12!\n\x1d\x41TTEMPT_OUTCOME_LEASE_EXPIRED\x10\x04\x12%\n!ATTEMPT_OUTCOME_DEADLINE_EXCEEDED\x10\x05\x32\xae\x0b\n\x0c\x41\x64minService\x12H\n\x07GetTask\x12\x1d.taskbroker.v1.GetTaskRequest\x1a\x1e.taskbroker.v1.GetTaskResponse\x12N\n\tListTasks\x12\x1f.taskbroker.v1.ListTasksRequest\x1a .taskbroker.v1.ListTasksResponse\x12Q\n\nCancelTask\x12 .taskbroker.v1.CancelTaskRequest\x1a!.taskbroker.v1.CancelTaskResponse\x12Q\n\nUpdateTask\x12 .taskbroker.v1.UpdateTaskRequest\x1a!.taskbroker.v1.UpdateTaskResponse\x12T\n\x0bRequeueTask\x12!.taskbroker.v1.RequeueTaskRequest\x1a\".taskbroker.v1.RequeueTaskResponse\x12W\n\x0cListAttempts\x12\".taskbroker.v1.ListAttemptsRequest\x1a#.taskbroker.v1.ListAttemptsResponse\x12Z\n\rGetQueueStats\x12#.taskbroker.v1.GetQueueStatsRequest\x1a$.taskbroker.v1.GetQueueStatsResponse\x12T\n\x0bListWorkers\x12!.taskbroker.v1.ListWorkersRequest\x1a\".taskbroker.v1.ListWorkersResponse\x12N\n\tGetWorker\x12\x1f.taskbroker.v1.GetWorkerRequest\x1a .taskbroker.v1.GetWorkerResponse\x12K\n\x08GetQueue\x12\x1e.taskbroker.v1.GetQueueRequest\x1a\x1f.taskbroker.v1.GetQueueResponse\x12Q\n\nListQueues\x12 .taskbroker.v1.ListQueuesRequest\x1a!.taskbroker.v1.ListQueuesResponse\x12T\n\x0bUpdateQueue\x12!.taskbroker.v1.UpdateQueueRequest\x1a\".taskbroker.v1.UpdateQueueResponse\x12T\n\x0b\x45xplainTask\x12!.taskbroker.v1.ExplainTaskRequest\x1a\".taskbroker.v1.ExplainTaskResponse\x12]\n\x0eListTaskEvents\x12$.taskbroker.v1.ListTaskEventsRequest\x1a%.taskbroker.v1.ListTaskEventsResponse\x12S\n\nWatchTasks\x12 .taskbroker.v1.WatchTasksRequest\x1a!.taskbroker.v1.WatchTasksResponse0\x01\x12T\n\x0b\x43\x61ncelTasks\x12!.taskbroker.v1.CancelTasksRequest\x1a\".taskbroker.v1.CancelTasksResponse\x12W\n\x0cRequeueTasks\x12\".taskbroker.v1.RequeueTasksRequest\x1a#.taskbroker.v1.RequeueTasksResponseBB\n\x11\x64\x65v.taskbroker.v1P\x01Z+taskbroker.dev/go/taskbrokerv1;taskbrokerv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,44 +41,44 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\021dev.taskbroker.v1P\001Z+taskbroker.dev/go/taskbrokerv1;taskbrokerv1'
   _globals['_TASK_METADATAENTRY']._loaded_options = None
   _globals['_TASK_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_ATTEMPTOUTCOME']._serialized_start=2951
-  _globals['_ATTEMPTOUTCOME']._serialized_end=3162
-  _globals['_TASK']._serialized_start=227
-  _globals['_TASK']._serialized_end=1303
-  _globals['_TASK_METADATAENTRY']._serialized_start=1256
-  _globals['_TASK_METADATAENTRY']._serialized_end=1303
-  _globals['_GETTASKREQUEST']._serialized_start=1305
-  _globals['_GETTASKREQUEST']._serialized_end=1338
-  _globals['_GETTASKRESPONSE']._serialized_start=1340
-  _globals['_GETTASKRESPONSE']._serialized_end=1392
-  _globals['_LISTTASKSREQUEST']._serialized_start=1395
-  _globals['_LISTTASKSREQUEST']._serialized_end=1687
-  _globals['_LISTTASKSRESPONSE']._serialized_start=1689
-  _globals['_LISTTASKSRESPONSE']._serialized_end=1769
-  _globals['_CANCELTASKREQUEST']._serialized_start=1771
-  _globals['_CANCELTASKREQUEST']._serialized_end=1807
-  _globals['_CANCELTASKRESPONSE']._serialized_start=1809
-  _globals['_CANCELTASKRESPONSE']._serialized_end=1864
-  _globals['_UPDATETASKREQUEST']._serialized_start=1867
-  _globals['_UPDATETASKREQUEST']._serialized_end=2082
-  _globals['_UPDATETASKRESPONSE']._serialized_start=2084
-  _globals['_UPDATETASKRESPONSE']._serialized_end=2139
-  _globals['_REQUEUETASKREQUEST']._serialized_start=2141
-  _globals['_REQUEUETASKREQUEST']._serialized_end=2178
-  _globals['_REQUEUETASKRESPONSE']._serialized_start=2180
-  _globals['_REQUEUETASKRESPONSE']._serialized_end=2236
-  _globals['_LISTATTEMPTSREQUEST']._serialized_start=2238
-  _globals['_LISTATTEMPTSREQUEST']._serialized_end=2276
-  _globals['_ATTEMPT']._serialized_start=2279
-  _globals['_ATTEMPT']._serialized_end=2530
-  _globals['_LISTATTEMPTSRESPONSE']._serialized_start=2532
-  _globals['_LISTATTEMPTSRESPONSE']._serialized_end=2596
-  _globals['_GETQUEUESTATSREQUEST']._serialized_start=2598
-  _globals['_GETQUEUESTATSREQUEST']._serialized_end=2636
-  _globals['_QUEUESTATS']._serialized_start=2639
-  _globals['_QUEUESTATS']._serialized_end=2880
-  _globals['_GETQUEUESTATSRESPONSE']._serialized_start=2882
-  _globals['_GETQUEUESTATSRESPONSE']._serialized_end=2948
-  _globals['_ADMINSERVICE']._serialized_start=3165
-  _globals['_ADMINSERVICE']._serialized_end=4287
+  _globals['_ATTEMPTOUTCOME']._serialized_start=3003
+  _globals['_ATTEMPTOUTCOME']._serialized_end=3214
+  _globals['_TASK']._serialized_start=254
+  _globals['_TASK']._serialized_end=1355
+  _globals['_TASK_METADATAENTRY']._serialized_start=1308
+  _globals['_TASK_METADATAENTRY']._serialized_end=1355
+  _globals['_GETTASKREQUEST']._serialized_start=1357
+  _globals['_GETTASKREQUEST']._serialized_end=1390
+  _globals['_GETTASKRESPONSE']._serialized_start=1392
+  _globals['_GETTASKRESPONSE']._serialized_end=1444
+  _globals['_LISTTASKSREQUEST']._serialized_start=1447
+  _globals['_LISTTASKSREQUEST']._serialized_end=1739
+  _globals['_LISTTASKSRESPONSE']._serialized_start=1741
+  _globals['_LISTTASKSRESPONSE']._serialized_end=1821
+  _globals['_CANCELTASKREQUEST']._serialized_start=1823
+  _globals['_CANCELTASKREQUEST']._serialized_end=1859
+  _globals['_CANCELTASKRESPONSE']._serialized_start=1861
+  _globals['_CANCELTASKRESPONSE']._serialized_end=1916
+  _globals['_UPDATETASKREQUEST']._serialized_start=1919
+  _globals['_UPDATETASKREQUEST']._serialized_end=2134
+  _globals['_UPDATETASKRESPONSE']._serialized_start=2136
+  _globals['_UPDATETASKRESPONSE']._serialized_end=2191
+  _globals['_REQUEUETASKREQUEST']._serialized_start=2193
+  _globals['_REQUEUETASKREQUEST']._serialized_end=2230
+  _globals['_REQUEUETASKRESPONSE']._serialized_start=2232
+  _globals['_REQUEUETASKRESPONSE']._serialized_end=2288
+  _globals['_LISTATTEMPTSREQUEST']._serialized_start=2290
+  _globals['_LISTATTEMPTSREQUEST']._serialized_end=2328
+  _globals['_ATTEMPT']._serialized_start=2331
+  _globals['_ATTEMPT']._serialized_end=2582
+  _globals['_LISTATTEMPTSRESPONSE']._serialized_start=2584
+  _globals['_LISTATTEMPTSRESPONSE']._serialized_end=2648
+  _globals['_GETQUEUESTATSREQUEST']._serialized_start=2650
+  _globals['_GETQUEUESTATSREQUEST']._serialized_end=2688
+  _globals['_QUEUESTATS']._serialized_start=2691
+  _globals['_QUEUESTATS']._serialized_end=2932
+  _globals['_GETQUEUESTATSRESPONSE']._serialized_start=2934
+  _globals['_GETQUEUESTATSRESPONSE']._serialized_end=3000
+  _globals['_ADMINSERVICE']._serialized_start=3217
+  _globals['_ADMINSERVICE']._serialized_end=4671
 # @@protoc_insertion_point(module_scope)

@@ -111,6 +111,7 @@ class Task(_message.Message):
     STICKY_FIELD_NUMBER: _builtins.int
     FANOUT_GROUP_FIELD_NUMBER: _builtins.int
     RESERVED_FOR_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
     DEPENDENCIES_REMAINING_FIELD_NUMBER: _builtins.int
     RUN_IF_DEPENDENCY_FAILS_FIELD_NUMBER: _builtins.int
@@ -138,6 +139,8 @@ class Task(_message.Message):
     """The fan-out group (the first copy's id) of a copy."""
     reserved_for: _builtins.str
     """The worker a retry is reserved for now (sticky), if any."""
+    concurrency_key: _builtins.str
+    """Admission (#14): the task's concurrency key, empty when it has none."""
     dependencies_remaining: _builtins.int
     """Flow (#15): how many of them have not finished yet (BLOCKED while above 0)."""
     run_if_dependency_fails: _builtins.bool
@@ -208,6 +211,7 @@ class Task(_message.Message):
         sticky: _broker_pb2.StickyPolicy | None = ...,
         fanout_group: _builtins.str = ...,
         reserved_for: _builtins.str = ...,
+        concurrency_key: _builtins.str = ...,
         depends_on: _abc.Iterable[_builtins.str] | None = ...,
         dependencies_remaining: _builtins.int = ...,
         run_if_dependency_fails: _builtins.bool = ...,
@@ -215,7 +219,7 @@ class Task(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline", b"deadline", "finished_at", b"finished_at", "fire_time", b"fire_time", "lease_expires_at", b"lease_expires_at", "retry", b"retry", "run_at", b"run_at", "sticky", b"sticky", "target", b"target", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "cancel_reason", b"cancel_reason", "cancel_requested", b"cancel_requested", "checkpoint", b"checkpoint", "created_at", b"created_at", "deadline", b"deadline", "dependencies_remaining", b"dependencies_remaining", "depends_on", b"depends_on", "fanout_group", b"fanout_group", "fencing_token", b"fencing_token", "finished_at", b"finished_at", "fire_time", b"fire_time", "has_checkpoint", b"has_checkpoint", "id", b"id", "key", b"key", "last_error", b"last_error", "lease_expires_at", b"lease_expires_at", "leased_by", b"leased_by", "max_attempts", b"max_attempts", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "reserved_for", b"reserved_for", "result", b"result", "retry", b"retry", "run_at", b"run_at", "run_if_dependency_fails", b"run_if_dependency_fails", "schedule_id", b"schedule_id", "state", b"state", "sticky", b"sticky", "target", b"target", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "cancel_reason", b"cancel_reason", "cancel_requested", b"cancel_requested", "checkpoint", b"checkpoint", "concurrency_key", b"concurrency_key", "created_at", b"created_at", "deadline", b"deadline", "dependencies_remaining", b"dependencies_remaining", "depends_on", b"depends_on", "fanout_group", b"fanout_group", "fencing_token", b"fencing_token", "finished_at", b"finished_at", "fire_time", b"fire_time", "has_checkpoint", b"has_checkpoint", "id", b"id", "key", b"key", "last_error", b"last_error", "lease_expires_at", b"lease_expires_at", "leased_by", b"leased_by", "max_attempts", b"max_attempts", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "reserved_for", b"reserved_for", "result", b"result", "retry", b"retry", "run_at", b"run_at", "run_if_dependency_fails", b"run_if_dependency_fails", "schedule_id", b"schedule_id", "state", b"state", "sticky", b"sticky", "target", b"target", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

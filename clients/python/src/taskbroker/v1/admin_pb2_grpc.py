@@ -5,6 +5,7 @@ import warnings
 
 from taskbroker.v1 import admin_pb2 as taskbroker_dot_v1_dot_admin__pb2
 from taskbroker.v1 import event_pb2 as taskbroker_dot_v1_dot_event__pb2
+from taskbroker.v1 import queue_pb2 as taskbroker_dot_v1_dot_queue__pb2
 from taskbroker.v1 import worker_pb2 as taskbroker_dot_v1_dot_worker__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -81,6 +82,26 @@ class AdminServiceStub:
                 '/taskbroker.v1.AdminService/GetWorker',
                 request_serializer=taskbroker_dot_v1_dot_worker__pb2.GetWorkerRequest.SerializeToString,
                 response_deserializer=taskbroker_dot_v1_dot_worker__pb2.GetWorkerResponse.FromString,
+                _registered_method=True)
+        self.GetQueue = channel.unary_unary(
+                '/taskbroker.v1.AdminService/GetQueue',
+                request_serializer=taskbroker_dot_v1_dot_queue__pb2.GetQueueRequest.SerializeToString,
+                response_deserializer=taskbroker_dot_v1_dot_queue__pb2.GetQueueResponse.FromString,
+                _registered_method=True)
+        self.ListQueues = channel.unary_unary(
+                '/taskbroker.v1.AdminService/ListQueues',
+                request_serializer=taskbroker_dot_v1_dot_queue__pb2.ListQueuesRequest.SerializeToString,
+                response_deserializer=taskbroker_dot_v1_dot_queue__pb2.ListQueuesResponse.FromString,
+                _registered_method=True)
+        self.UpdateQueue = channel.unary_unary(
+                '/taskbroker.v1.AdminService/UpdateQueue',
+                request_serializer=taskbroker_dot_v1_dot_queue__pb2.UpdateQueueRequest.SerializeToString,
+                response_deserializer=taskbroker_dot_v1_dot_queue__pb2.UpdateQueueResponse.FromString,
+                _registered_method=True)
+        self.ExplainTask = channel.unary_unary(
+                '/taskbroker.v1.AdminService/ExplainTask',
+                request_serializer=taskbroker_dot_v1_dot_queue__pb2.ExplainTaskRequest.SerializeToString,
+                response_deserializer=taskbroker_dot_v1_dot_queue__pb2.ExplainTaskResponse.FromString,
                 _registered_method=True)
         self.ListTaskEvents = channel.unary_unary(
                 '/taskbroker.v1.AdminService/ListTaskEvents',
@@ -171,6 +192,35 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetQueue(self, request, context):
+        """Admission (#14): live queue settings and why a task is not running.
+        The live settings of one queue (the broker's defaults when it has none stored).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQueues(self, request, context):
+        """Every queue with stored settings or with tasks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateQueue(self, request, context):
+        """Changes the fields named in update_mask; every replica applies it within a second.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExplainTask(self, request, context):
+        """Every gate that holds a task that is not running.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListTaskEvents(self, request, context):
         """Flow (#15): events, watch, bulk operations (messages in event.proto).
         Every recorded event of one task, oldest first.
@@ -247,6 +297,26 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetWorker,
                     request_deserializer=taskbroker_dot_v1_dot_worker__pb2.GetWorkerRequest.FromString,
                     response_serializer=taskbroker_dot_v1_dot_worker__pb2.GetWorkerResponse.SerializeToString,
+            ),
+            'GetQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetQueue,
+                    request_deserializer=taskbroker_dot_v1_dot_queue__pb2.GetQueueRequest.FromString,
+                    response_serializer=taskbroker_dot_v1_dot_queue__pb2.GetQueueResponse.SerializeToString,
+            ),
+            'ListQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueues,
+                    request_deserializer=taskbroker_dot_v1_dot_queue__pb2.ListQueuesRequest.FromString,
+                    response_serializer=taskbroker_dot_v1_dot_queue__pb2.ListQueuesResponse.SerializeToString,
+            ),
+            'UpdateQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateQueue,
+                    request_deserializer=taskbroker_dot_v1_dot_queue__pb2.UpdateQueueRequest.FromString,
+                    response_serializer=taskbroker_dot_v1_dot_queue__pb2.UpdateQueueResponse.SerializeToString,
+            ),
+            'ExplainTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExplainTask,
+                    request_deserializer=taskbroker_dot_v1_dot_queue__pb2.ExplainTaskRequest.FromString,
+                    response_serializer=taskbroker_dot_v1_dot_queue__pb2.ExplainTaskResponse.SerializeToString,
             ),
             'ListTaskEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTaskEvents,
@@ -513,6 +583,114 @@ class AdminService:
             '/taskbroker.v1.AdminService/GetWorker',
             taskbroker_dot_v1_dot_worker__pb2.GetWorkerRequest.SerializeToString,
             taskbroker_dot_v1_dot_worker__pb2.GetWorkerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskbroker.v1.AdminService/GetQueue',
+            taskbroker_dot_v1_dot_queue__pb2.GetQueueRequest.SerializeToString,
+            taskbroker_dot_v1_dot_queue__pb2.GetQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskbroker.v1.AdminService/ListQueues',
+            taskbroker_dot_v1_dot_queue__pb2.ListQueuesRequest.SerializeToString,
+            taskbroker_dot_v1_dot_queue__pb2.ListQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskbroker.v1.AdminService/UpdateQueue',
+            taskbroker_dot_v1_dot_queue__pb2.UpdateQueueRequest.SerializeToString,
+            taskbroker_dot_v1_dot_queue__pb2.UpdateQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExplainTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskbroker.v1.AdminService/ExplainTask',
+            taskbroker_dot_v1_dot_queue__pb2.ExplainTaskRequest.SerializeToString,
+            taskbroker_dot_v1_dot_queue__pb2.ExplainTaskResponse.FromString,
             options,
             channel_credentials,
             insecure,

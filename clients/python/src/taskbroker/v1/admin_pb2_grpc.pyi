@@ -7,6 +7,7 @@ from collections import abc as _abc
 from grpc import aio as _aio
 from taskbroker.v1 import admin_pb2 as _admin_pb2
 from taskbroker.v1 import event_pb2 as _event_pb2
+from taskbroker.v1 import queue_pb2 as _queue_pb2
 from taskbroker.v1 import worker_pb2 as _worker_pb2
 import abc as _abc_1
 import grpc as _grpc
@@ -54,6 +55,16 @@ class AdminServiceStub:
     """
     GetWorker: _grpc.UnaryUnaryMultiCallable[_worker_pb2.GetWorkerRequest, _worker_pb2.GetWorkerResponse]
     """One worker with its current leases."""
+    GetQueue: _grpc.UnaryUnaryMultiCallable[_queue_pb2.GetQueueRequest, _queue_pb2.GetQueueResponse]
+    """Admission (#14): live queue settings and why a task is not running.
+    The live settings of one queue (the broker's defaults when it has none stored).
+    """
+    ListQueues: _grpc.UnaryUnaryMultiCallable[_queue_pb2.ListQueuesRequest, _queue_pb2.ListQueuesResponse]
+    """Every queue with stored settings or with tasks."""
+    UpdateQueue: _grpc.UnaryUnaryMultiCallable[_queue_pb2.UpdateQueueRequest, _queue_pb2.UpdateQueueResponse]
+    """Changes the fields named in update_mask; every replica applies it within a second."""
+    ExplainTask: _grpc.UnaryUnaryMultiCallable[_queue_pb2.ExplainTaskRequest, _queue_pb2.ExplainTaskResponse]
+    """Every gate that holds a task that is not running."""
     ListTaskEvents: _grpc.UnaryUnaryMultiCallable[_event_pb2.ListTaskEventsRequest, _event_pb2.ListTaskEventsResponse]
     """Flow (#15): events, watch, bulk operations (messages in event.proto).
     Every recorded event of one task, oldest first.
@@ -89,6 +100,16 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """
     GetWorker: _aio.UnaryUnaryMultiCallable[_worker_pb2.GetWorkerRequest, _worker_pb2.GetWorkerResponse]  # type: ignore[assignment]
     """One worker with its current leases."""
+    GetQueue: _aio.UnaryUnaryMultiCallable[_queue_pb2.GetQueueRequest, _queue_pb2.GetQueueResponse]  # type: ignore[assignment]
+    """Admission (#14): live queue settings and why a task is not running.
+    The live settings of one queue (the broker's defaults when it has none stored).
+    """
+    ListQueues: _aio.UnaryUnaryMultiCallable[_queue_pb2.ListQueuesRequest, _queue_pb2.ListQueuesResponse]  # type: ignore[assignment]
+    """Every queue with stored settings or with tasks."""
+    UpdateQueue: _aio.UnaryUnaryMultiCallable[_queue_pb2.UpdateQueueRequest, _queue_pb2.UpdateQueueResponse]  # type: ignore[assignment]
+    """Changes the fields named in update_mask; every replica applies it within a second."""
+    ExplainTask: _aio.UnaryUnaryMultiCallable[_queue_pb2.ExplainTaskRequest, _queue_pb2.ExplainTaskResponse]  # type: ignore[assignment]
+    """Every gate that holds a task that is not running."""
     ListTaskEvents: _aio.UnaryUnaryMultiCallable[_event_pb2.ListTaskEventsRequest, _event_pb2.ListTaskEventsResponse]  # type: ignore[assignment]
     """Flow (#15): events, watch, bulk operations (messages in event.proto).
     Every recorded event of one task, oldest first.
@@ -175,6 +196,40 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_worker_pb2.GetWorkerResponse, _abc.Awaitable[_worker_pb2.GetWorkerResponse]]:
         """One worker with its current leases."""
+
+    @_abc_1.abstractmethod
+    def GetQueue(
+        self,
+        request: _queue_pb2.GetQueueRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.GetQueueResponse, _abc.Awaitable[_queue_pb2.GetQueueResponse]]:
+        """Admission (#14): live queue settings and why a task is not running.
+        The live settings of one queue (the broker's defaults when it has none stored).
+        """
+
+    @_abc_1.abstractmethod
+    def ListQueues(
+        self,
+        request: _queue_pb2.ListQueuesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.ListQueuesResponse, _abc.Awaitable[_queue_pb2.ListQueuesResponse]]:
+        """Every queue with stored settings or with tasks."""
+
+    @_abc_1.abstractmethod
+    def UpdateQueue(
+        self,
+        request: _queue_pb2.UpdateQueueRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.UpdateQueueResponse, _abc.Awaitable[_queue_pb2.UpdateQueueResponse]]:
+        """Changes the fields named in update_mask; every replica applies it within a second."""
+
+    @_abc_1.abstractmethod
+    def ExplainTask(
+        self,
+        request: _queue_pb2.ExplainTaskRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.ExplainTaskResponse, _abc.Awaitable[_queue_pb2.ExplainTaskResponse]]:
+        """Every gate that holds a task that is not running."""
 
     @_abc_1.abstractmethod
     def ListTaskEvents(

@@ -207,6 +207,7 @@ class TaskSpec(_message.Message):
     TARGET_FIELD_NUMBER: _builtins.int
     STICKY_FIELD_NUMBER: _builtins.int
     FANOUT_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_INDEX_FIELD_NUMBER: _builtins.int
     RUN_IF_DEPENDENCY_FAILS_FIELD_NUMBER: _builtins.int
@@ -218,6 +219,11 @@ class TaskSpec(_message.Message):
     """Optional idempotency/business key, unique per queue while the task exists."""
     priority: _builtins.int
     """Higher leases first. Default 0."""
+    concurrency_key: _builtins.str
+    """Admission (#14): [A-Za-z0-9._:@/-]{0,256}. Tasks of a queue with the same key
+    count together against the queue's max_concurrent_per_key and
+    per_key_rate_limit, and take turns under FAIRNESS_ROUND_ROBIN_KEYS.
+    """
     run_if_dependency_fails: _builtins.bool
     """Flow (#15): run even when a dependency ends DEAD or CANCELLED (it then counts
     as finished); otherwise this task is CANCELLED with reason DEPENDENCY_FAILED.
@@ -274,13 +280,14 @@ class TaskSpec(_message.Message):
         target: Global___Target | None = ...,
         sticky: Global___StickyPolicy | None = ...,
         fanout: Global___Fanout | None = ...,
+        concurrency_key: _builtins.str = ...,
         depends_on: _abc.Iterable[_builtins.str] | None = ...,
         depends_on_index: _abc.Iterable[_builtins.int] | None = ...,
         run_if_dependency_fails: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "fanout", b"fanout", "retry", b"retry", "run_at", b"run_at", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "depends_on", b"depends_on", "depends_on_index", b"depends_on_index", "fanout", b"fanout", "key", b"key", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry", b"retry", "run_at", b"run_at", "run_if_dependency_fails", b"run_if_dependency_fails", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_key", b"concurrency_key", "deadline", b"deadline", "depends_on", b"depends_on", "depends_on_index", b"depends_on_index", "fanout", b"fanout", "key", b"key", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry", b"retry", "run_at", b"run_at", "run_if_dependency_fails", b"run_if_dependency_fails", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -471,6 +478,7 @@ class LeasedTask(_message.Message):
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
     FANOUT_GROUP_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     queue: _builtins.str
     payload: _builtins.bytes
@@ -491,6 +499,8 @@ class LeasedTask(_message.Message):
     """The attempt number after which no retry is made."""
     fanout_group: _builtins.str
     """The fan-out group (the first copy's id) when the task is one of several copies."""
+    concurrency_key: _builtins.str
+    """Admission (#14): the task's concurrency key, empty when it has none."""
     @_builtins.property
     def deadline(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -520,10 +530,11 @@ class LeasedTask(_message.Message):
         max_attempts: _builtins.int = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
         fanout_group: _builtins.str = ...,
+        concurrency_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline", b"deadline", "lease_expires_at", b"lease_expires_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "created_at", b"created_at", "deadline", b"deadline", "fanout_group", b"fanout_group", "fencing_token", b"fencing_token", "has_checkpoint", b"has_checkpoint", "key", b"key", "lease_expires_at", b"lease_expires_at", "lease_token", b"lease_token", "max_attempts", b"max_attempts", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "concurrency_key", b"concurrency_key", "created_at", b"created_at", "deadline", b"deadline", "fanout_group", b"fanout_group", "fencing_token", b"fencing_token", "has_checkpoint", b"has_checkpoint", "key", b"key", "lease_expires_at", b"lease_expires_at", "lease_token", b"lease_token", "max_attempts", b"max_attempts", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,589 @@
+//! Admission (#14), the pure part: a queue's stored settings, the token-bucket
+//! math, which READY candidates a gated lease may take, and the gates that hold a
+//! task (Explain). No I/O: the stores read the rows and call [`admit`]; the
+//! service reads the views and calls [`explain`]. `now` is always passed in.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::validate::Invalid;
+
+/// Longest concurrency key, in bytes.
+pub const MAX_CONCURRENCY_KEY_LEN: usize = 256;
+
+/// Checks a concurrency key: `[A-Za-z0-9._:@/-]{1,256}` (empty means none).
+pub fn concurrency_key(field: &str, key: &str) -> Result<(), Invalid> {
+    if key.len() > MAX_CONCURRENCY_KEY_LEN {
+        return Err(Invalid::new(
+            field,
+            format!("is longer than {MAX_CONCURRENCY_KEY_LEN} characters"),
+        ));
+    }
+    if !key
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'/' | b'-'))
+    {
+        return Err(Invalid::new(
+            field,
+            "may only contain A-Z a-z 0-9 . _ : @ / -",
+        ));
+    }
+    Ok(())
+}
+
+/// A token bucket's rate: `per_second` tokens a second, at most `burst` held.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RateLimit {
+    pub per_second: f64,
+    /// 0 means `max(1, ceil(per_second))`.
+    #[serde(default)]
+    pub burst: u32,
+}
+
+impl RateLimit {
+    /// Tokens the bucket holds at most.
+    pub fn capacity(&self) -> f64 {
+        if self.burst > 0 {
+            f64::from(self.burst)
+        } else {
+            self.per_second.ceil().max(1.0)
+        }
+    }
+
+    /// The tokens of a bucket that held `tokens` at `refilled_at_ms`, at `now_ms`.
+    /// A bucket never seen (`refilled_at_ms` 0) is full.
+    pub fn refill(&self, tokens: f64, refilled_at_ms: i64, now_ms: i64) -> f64 {
+        if refilled_at_ms <= 0 {
+            return self.capacity();
+        }
+        let elapsed = (now_ms - refilled_at_ms).max(0) as f64 / 1000.0;
+        (tokens + elapsed * self.per_second).min(self.capacity())
+    }
+
+    /// When a bucket holding `tokens` (fewer than one) at `now_ms` has its next one.
+    pub fn next_token_ms(&self, tokens: f64, now_ms: i64) -> i64 {
+        if tokens >= 1.0 || self.per_second <= 0.0 {
+            return now_ms;
+        }
+        let wait = ((1.0 - tokens) / self.per_second * 1000.0).ceil();
+        now_ms.saturating_add(wait as i64)
+    }
+}
+
+/// How a queue orders READY tasks of equal effective priority.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fairness {
+    #[default]
+    None,
+    RoundRobinKeys,
+}
+
+/// Retry fields a queue overrides; the others follow the broker's defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RetryOverride {
+    pub max_attempts: Option<u32>,
+    pub initial_backoff_ms: Option<u64>,
+    pub backoff_multiplier: Option<f64>,
+    pub max_backoff_ms: Option<u64>,
+    pub jitter: Option<f64>,
+}
+
+/// A queue's stored settings (the `queues.config` JSON). Absent options follow
+/// the broker's defaults, so a change of the defaults reaches every queue that
+/// does not set its own.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QueueConfig {
+    pub paused: bool,
+    /// Leases held at once in the cluster; 0 = no limit.
+    pub max_concurrent: u32,
+    pub rate_limit: Option<RateLimit>,
+    /// Leases held at once per concurrency key; 0 = no limit.
+    pub max_concurrent_per_key: u32,
+    pub per_key_rate_limit: Option<RateLimit>,
+    pub fairness: Fairness,
+    /// Each such wait adds 1 to a READY task's effective priority.
+    pub priority_aging_ms: Option<u64>,
+    /// Stored for routing's per-worker cap; 0 = no limit.
+    pub max_leases_per_worker: u32,
+    pub retry: RetryOverride,
+    pub default_lease_ms: Option<u64>,
+    pub min_lease_ms: Option<u64>,
+    pub max_lease_ms: Option<u64>,
+    pub max_payload_bytes: Option<u64>,
+    pub retention_ms: Option<u64>,
+}
+
+impl QueueConfig {
+    /// Whether leases of this queue go through the gated lease (any gate set).
+    /// A queue with none keeps the plain lease statement.
+    pub fn gated(&self) -> bool {
+        self.paused
+            || self.max_concurrent > 0
+            || self.rate_limit.is_some()
+            || self.max_concurrent_per_key > 0
+            || self.per_key_rate_limit.is_some()
+            || self.fairness == Fairness::RoundRobinKeys
+            || self.priority_aging_ms.is_some_and(|a| a > 0)
+    }
+
+    /// The aging step in ms, when aging is on.
+    pub fn aging_ms(&self) -> Option<i64> {
+        self.priority_aging_ms
+            .filter(|a| *a > 0)
+            .map(|a| i64::try_from(a).unwrap_or(i64::MAX))
+    }
+
+    /// Checks the admission fields; the first problem names its field.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        for (field, limit) in [
+            ("config.rate_limit", &self.rate_limit),
+            ("config.per_key_rate_limit", &self.per_key_rate_limit),
+        ] {
+            if let Some(l) = limit
+                && !(l.per_second.is_finite() && l.per_second > 0.0 && l.per_second <= 1e6)
+            {
+                return Err(Invalid::new(
+                    format!("{field}.per_second"),
+                    "must be above 0 and at most 1000000",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A task's effective priority: its priority plus one per full aging step it
+/// has been READY (since run_at).
+pub fn effective_priority(
+    priority: i64,
+    run_at_ms: i64,
+    now_ms: i64,
+    aging_ms: Option<i64>,
+) -> i64 {
+    match aging_ms {
+        Some(step) if step > 0 => priority.saturating_add((now_ms - run_at_ms).max(0) / step),
+        _ => priority,
+    }
+}
+
+/// A READY task a gated lease may take, in the order the store read them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub seq: i64,
+    pub key: Option<String>,
+    /// Lease order across queues: effective priority (higher first), the key's
+    /// turn (round robin; 1 otherwise), deadline (none last), run_at, seq.
+    pub order: (i64, i64, i64, i64, i64),
+    /// Bytes it adds to a lease reply.
+    pub size: i64,
+}
+
+impl Candidate {
+    /// The ordering key: ascending sorts in lease order.
+    pub fn sort_key(&self) -> (i64, i64, i64, i64, i64) {
+        let (p, turn, deadline, run_at, seq) = self.order;
+        (p.saturating_neg(), turn, deadline, run_at, seq)
+    }
+}
+
+/// What a gated lease knows of one queue, read under its lock.
+#[derive(Debug, Clone, Default)]
+pub struct QueueUse {
+    pub config: QueueConfig,
+    /// Leases held now in the queue.
+    pub leased: u64,
+    /// Leases held now per concurrency key (keys with none are absent).
+    pub leased_per_key: HashMap<String, u64>,
+    /// The queue bucket's tokens now (refilled), when it has a rate limit.
+    pub tokens: Option<f64>,
+    /// Per-key bucket tokens now (refilled); an absent key has a full bucket.
+    pub key_tokens: HashMap<String, f64>,
+}
+
+impl QueueUse {
+    /// How many leases the queue-wide gates allow now, at most `demand`.
+    pub fn budget(&self, demand: usize) -> usize {
+        let c = &self.config;
+        if c.paused {
+            return 0;
+        }
+        let mut n = demand;
+        if c.max_concurrent > 0 {
+            let free = u64::from(c.max_concurrent).saturating_sub(self.leased);
+            n = n.min(usize::try_from(free).unwrap_or(usize::MAX));
+        }
+        if let Some(t) = self.tokens {
+            n = n.min(t.max(0.0).floor() as usize);
+        }
+        n
+    }
+
+    /// Keys that can take no lease now (full, or out of tokens): the store leaves
+    /// their tasks out of the scan, so they never block the keys behind them.
+    pub fn closed_keys(&self) -> Vec<String> {
+        let c = &self.config;
+        let mut out: Vec<String> = Vec::new();
+        if c.max_concurrent_per_key > 0 {
+            out.extend(
+                self.leased_per_key
+                    .iter()
+                    .filter(|(_, n)| **n >= u64::from(c.max_concurrent_per_key))
+                    .map(|(k, _)| k.clone()),
+            );
+        }
+        if c.per_key_rate_limit.is_some() {
+            for (k, t) in &self.key_tokens {
+                if *t < 1.0 && !out.contains(k) {
+                    out.push(k.clone());
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The candidates (indexes into `cands`, in their order) a lease may take: at
+/// most `budget`, and per key no more than its concurrency limit and its tokens
+/// allow, counting what this lease took already (`taken`, per key, updated).
+/// Returns the picks and the keys found closed along the way (for the store's
+/// next, wider scan).
+pub fn admit(
+    cands: &[Candidate],
+    usage: &QueueUse,
+    budget: usize,
+    taken: &mut HashMap<String, u64>,
+) -> (Vec<usize>, Vec<String>) {
+    let c = &usage.config;
+    let mut picks = Vec::new();
+    let mut closed: Vec<String> = Vec::new();
+    for (i, cand) in cands.iter().enumerate() {
+        if picks.len() >= budget {
+            break;
+        }
+        let Some(key) = cand.key.as_deref() else {
+            picks.push(i);
+            continue;
+        };
+        let already = taken.get(key).copied().unwrap_or(0);
+        let held = usage.leased_per_key.get(key).copied().unwrap_or(0);
+        let full =
+            c.max_concurrent_per_key > 0 && held + already >= u64::from(c.max_concurrent_per_key);
+        let dry = c.per_key_rate_limit.as_ref().is_some_and(|l| {
+            let tokens = usage
+                .key_tokens
+                .get(key)
+                .copied()
+                .unwrap_or_else(|| l.capacity());
+            tokens - (already as f64) < 1.0
+        });
+        if full || dry {
+            if !closed.iter().any(|k| k == key) {
+                closed.push(key.to_string());
+            }
+            continue;
+        }
+        *taken.entry(key.to_string()).or_default() += 1;
+        picks.push(i);
+    }
+    (picks, closed)
+}
+
+/// What holds a task (the proto's `GateKind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateKind {
+    None,
+    RunAtInFuture,
+    RetryBackoff,
+    BlockedByDependency,
+    QueuePaused,
+    QueueConcurrencyFull,
+    KeyConcurrencyFull,
+    RateLimited,
+    NoMatchingWorker,
+    StickyReserved,
+    WaitingBehind,
+}
+
+/// One reason a task is held.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gate {
+    pub kind: GateKind,
+    pub detail: String,
+    pub until: Option<DateTime<Utc>>,
+    pub holders: Vec<String>,
+    pub ahead: u64,
+}
+
+impl Gate {
+    fn new(kind: GateKind, detail: String) -> Self {
+        Gate {
+            kind,
+            detail,
+            until: None,
+            holders: Vec::new(),
+            ahead: 0,
+        }
+    }
+}
+
+/// What Explain read about a pending task and its queue.
+#[derive(Debug, Clone)]
+pub struct ExplainView {
+    pub queue: String,
+    pub key: Option<String>,
+    pub run_at: DateTime<Utc>,
+    /// Attempts started so far (a pending task with attempts is in backoff).
+    pub attempt: u32,
+    pub config: QueueConfig,
+    pub leased: u64,
+    /// Tasks holding leases of the task's concurrency key.
+    pub key_holders: Vec<String>,
+    /// Queue bucket tokens now (refilled), with a rate limit.
+    pub tokens: Option<f64>,
+    /// The key's bucket tokens now (refilled), with a per-key rate limit.
+    pub key_tokens: Option<f64>,
+    /// READY tasks of the queue that lease before it.
+    pub ahead: u64,
+    /// Routing (issue 13): the worker a retry is reserved for, and until when
+    /// (`None`: until the deadline), while the reservation holds.
+    pub reserved: Option<(String, Option<DateTime<Utc>>)>,
+    /// Routing (issue 13): the task's target, described, when no live worker of
+    /// the queue matches it.
+    pub unmatched_target: Option<String>,
+}
+
+/// Every gate that holds a pending task at `now`, or a single NONE. Each gate is
+/// one function; gates that other features add (dependencies, routing) join the list.
+pub fn explain(v: &ExplainView, now: DateTime<Utc>) -> Vec<Gate> {
+    let gates: Vec<Gate> = [
+        run_at_gate(v, now),
+        paused_gate(v),
+        queue_full_gate(v),
+        key_full_gate(v),
+        rate_gate(v, now),
+        key_rate_gate(v, now),
+        sticky_gate(v),
+        no_worker_gate(v),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !gates.is_empty() {
+        return gates;
+    }
+    // Only when nothing else holds it: the tasks that lease first.
+    match behind_gate(v, now) {
+        Some(g) => vec![g],
+        None => vec![Gate::new(
+            GateKind::None,
+            "a worker asking now would get it".into(),
+        )],
+    }
+}
+
+fn run_at_gate(v: &ExplainView, now: DateTime<Utc>) -> Option<Gate> {
+    if v.run_at <= now {
+        return None;
+    }
+    let (kind, detail) = if v.attempt > 0 {
+        (
+            GateKind::RetryBackoff,
+            format!(
+                "attempt {} failed; it waits out the retry backoff",
+                v.attempt
+            ),
+        )
+    } else {
+        (GateKind::RunAtInFuture, "its run_at is still ahead".into())
+    };
+    Some(Gate {
+        until: Some(v.run_at),
+        ..Gate::new(kind, detail)
+    })
+}
+
+fn sticky_gate(v: &ExplainView) -> Option<Gate> {
+    let (worker, until) = v.reserved.as_ref()?;
+    let detail = match until {
+        Some(_) => format!("its retry is reserved for worker {worker} for a while (sticky)"),
+        None => format!("its retry is reserved for worker {worker} (sticky, hard)"),
+    };
+    Some(Gate {
+        until: *until,
+        ..Gate::new(GateKind::StickyReserved, detail)
+    })
+}
+
+fn no_worker_gate(v: &ExplainView) -> Option<Gate> {
+    let target = v.unmatched_target.as_ref()?;
+    Some(Gate::new(
+        GateKind::NoMatchingWorker,
+        format!("no live worker of queue {} is {target}", v.queue),
+    ))
+}
+
+fn paused_gate(v: &ExplainView) -> Option<Gate> {
+    v.config.paused.then(|| {
+        Gate::new(
+            GateKind::QueuePaused,
+            format!("queue {} is paused", v.queue),
+        )
+    })
+}
+
+fn queue_full_gate(v: &ExplainView) -> Option<Gate> {
+    let max = u64::from(v.config.max_concurrent);
+    (max > 0 && v.leased >= max).then(|| {
+        Gate::new(
+            GateKind::QueueConcurrencyFull,
+            format!(
+                "queue {} holds {} leases, its max_concurrent is {max}",
+                v.queue, v.leased
+            ),
+        )
+    })
+}
+
+fn key_full_gate(v: &ExplainView) -> Option<Gate> {
+    let key = v.key.as_deref()?;
+    let max = v.config.max_concurrent_per_key;
+    (max > 0 && v.key_holders.len() as u64 >= u64::from(max)).then(|| Gate {
+        holders: v.key_holders.clone(),
+        ..Gate::new(
+            GateKind::KeyConcurrencyFull,
+            format!(
+                "concurrency key {key} holds {} leases, the queue's max_concurrent_per_key is {max}",
+                v.key_holders.len()
+            ),
+        )
+    })
+}
+
+fn rate_gate(v: &ExplainView, now: DateTime<Utc>) -> Option<Gate> {
+    let limit = v.config.rate_limit?;
+    let tokens = v.tokens?;
+    (tokens < 1.0).then(|| Gate {
+        until: DateTime::from_timestamp_millis(limit.next_token_ms(tokens, now.timestamp_millis())),
+        ..Gate::new(
+            GateKind::RateLimited,
+            format!(
+                "queue {} used its rate limit of {}/s",
+                v.queue, limit.per_second
+            ),
+        )
+    })
+}
+
+fn key_rate_gate(v: &ExplainView, now: DateTime<Utc>) -> Option<Gate> {
+    let limit = v.config.per_key_rate_limit?;
+    let key = v.key.as_deref()?;
+    let tokens = v.key_tokens.unwrap_or_else(|| limit.capacity());
+    (tokens < 1.0).then(|| Gate {
+        until: DateTime::from_timestamp_millis(limit.next_token_ms(tokens, now.timestamp_millis())),
+        ..Gate::new(
+            GateKind::RateLimited,
+            format!(
+                "concurrency key {key} used its rate limit of {}/s",
+                limit.per_second
+            ),
+        )
+    })
+}
+
+fn behind_gate(v: &ExplainView, now: DateTime<Utc>) -> Option<Gate> {
+    (v.run_at <= now && v.ahead > 0).then(|| Gate {
+        ahead: v.ahead,
+        ..Gate::new(
+            GateKind::WaitingBehind,
+            format!(
+                "{} READY tasks of queue {} lease before it",
+                v.ahead, v.queue
+            ),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cand(seq: i64, key: Option<&str>) -> Candidate {
+        Candidate {
+            seq,
+            key: key.map(str::to_string),
+            order: (0, 1, i64::MAX, 0, seq),
+            size: 10,
+        }
+    }
+
+    #[test]
+    fn a_full_key_is_skipped_and_the_keys_behind_it_are_taken() {
+        let mut usage = QueueUse {
+            config: QueueConfig {
+                max_concurrent_per_key: 1,
+                ..QueueConfig::default()
+            },
+            ..QueueUse::default()
+        };
+        usage.leased_per_key.insert("a".into(), 1);
+        let cands = [
+            cand(1, Some("a")),
+            cand(2, Some("b")),
+            cand(3, Some("b")),
+            cand(4, None),
+        ];
+        let (picks, closed) = admit(&cands, &usage, 10, &mut HashMap::new());
+        assert_eq!(picks, vec![1, 3]);
+        assert_eq!(closed, vec!["a".to_string(), "b".to_string()]);
+    }
+
+    #[test]
+    fn the_budget_counts_pause_concurrency_and_tokens() {
+        let mut usage = QueueUse {
+            config: QueueConfig {
+                max_concurrent: 5,
+                ..QueueConfig::default()
+            },
+            leased: 3,
+            ..QueueUse::default()
+        };
+        assert_eq!(usage.budget(10), 2);
+        usage.tokens = Some(1.7);
+        assert_eq!(usage.budget(10), 1);
+        usage.config.paused = true;
+        assert_eq!(usage.budget(10), 0);
+    }
+
+    #[test]
+    fn a_bucket_refills_at_its_rate_up_to_its_burst() {
+        let l = RateLimit {
+            per_second: 10.0,
+            burst: 0,
+        };
+        assert_eq!(l.capacity(), 10.0);
+        assert_eq!(l.refill(0.0, 1_000, 1_000), 0.0);
+        assert!((l.refill(0.0, 1_000, 1_250) - 2.5).abs() < 1e-9);
+        assert_eq!(l.refill(0.0, 1_000, 60_000), 10.0);
+        assert_eq!(l.refill(3.0, 0, 5), 10.0);
+        assert_eq!(l.next_token_ms(0.5, 1_000), 1_050);
+    }
+
+    #[test]
+    fn aging_adds_one_per_step_waited() {
+        assert_eq!(effective_priority(-10, 0, 10_000, Some(1_000)), 0);
+        assert_eq!(effective_priority(-10, 0, 10_000, None), -10);
+        assert_eq!(effective_priority(5, 20_000, 10_000, Some(1_000)), 5);
+    }
+
+    #[test]
+    fn concurrency_keys_allow_their_characters_only() {
+        assert!(concurrency_key("k", "user@example.com/a:b-c_d.e").is_ok());
+        assert!(concurrency_key("k", "a b").is_err());
+        assert!(concurrency_key("k", &"x".repeat(257)).is_err());
+    }
+}

@@ -1,0 +1,612 @@
+//! Admission (#14) on Postgres: stored queue settings and the gated lease.
+//!
+//! How limits hold for the whole cluster: a gated lease first locks the `queues`
+//! rows of its gated queues (`SELECT ... FOR UPDATE`, in name order so two leases
+//! never wait on each other in a cycle). While it holds a queue's row, no other
+//! gated lease of that queue, on any replica, can count or grant. Under READ
+//! COMMITTED every later statement of the transaction sees all leases committed
+//! before the lock was granted, so the leases it counts (through
+//! `tasks_leased_key`) are at least those held: settling and reclaiming only
+//! lower the count, and granting happens only under the lock. The token buckets
+//! live on the same locked rows (and in `queue_key_tokens`, written only under
+//! the queue's lock). The rows granted are updated with `state = 'pending'`
+//! re-checked, so a task taken meanwhile by a plain lease (a replica that has
+//! not yet seen the queue's new gates) is skipped, never leased twice.
+//!
+//! Cost: gated leases of one queue take turns (one transaction at a time per
+//! queue; each replica already combines its concurrent leases into one), and
+//! queues without gates never touch these rows.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::{Postgres, Transaction};
+
+use super::super::admission::{Assigned, MAX_PASSES, WINDOW_FACTOR, assign};
+use super::super::row::{TaskRow, duration_ms, from_ms, ms, sort_lease_order};
+use super::super::*;
+use super::PostgresStore;
+use crate::domain::admission::{Candidate, Fairness, QueueConfig, QueueUse, admit};
+
+fn parse(name: &str, json: &str) -> StoreResult<QueueConfig> {
+    serde_json::from_str(json)
+        .map_err(|e| StoreError::Corrupt(format!("queue {name} settings: {e}")))
+}
+
+fn to_json(c: &QueueConfig) -> StoreResult<String> {
+    serde_json::to_string(c).map_err(|e| StoreError::Internal(Box::new(e)))
+}
+
+type Tx<'a> = Transaction<'a, Postgres>;
+
+/// seq, concurrency key, effective priority, turn, deadline, run_at, size.
+type CandidateRow = (i64, Option<String>, i64, i64, i64, i64, i64);
+
+impl PostgresStore {
+    pub(super) async fn admission_queue_list(&self) -> StoreResult<Vec<StoredQueue>> {
+        let rows: Vec<(String, String, Option<i64>, i64)> =
+            sqlx::query_as("SELECT name, config, updated_at, version FROM queues ORDER BY name")
+                .fetch_all(&self.pool)
+                .await?;
+        rows.into_iter()
+            .map(|(name, config, updated_at, version)| {
+                Ok(StoredQueue {
+                    config: parse(&name, &config)?,
+                    name,
+                    updated_at: updated_at.map(from_ms),
+                    version,
+                })
+            })
+            .collect()
+    }
+
+    pub(super) async fn admission_queue_seed(
+        &self,
+        seed: &[(String, QueueConfig)],
+    ) -> StoreResult<()> {
+        let names: Vec<&str> = seed.iter().map(|(n, _)| n.as_str()).collect();
+        let configs = seed
+            .iter()
+            .map(|(_, c)| to_json(c))
+            .collect::<StoreResult<Vec<String>>>()?;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM queues WHERE updated_at IS NULL AND name <> ALL($1::text[])")
+            .bind(&names)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO queues (name, config) SELECT * FROM UNNEST($1::text[], $2::text[]) \
+             ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config, \
+               version = queues.version + 1 \
+             WHERE queues.updated_at IS NULL AND queues.config <> EXCLUDED.config",
+        )
+        .bind(&names)
+        .bind(&configs)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn admission_queue_put(
+        &self,
+        name: &str,
+        config: &QueueConfig,
+        version: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        let json = to_json(config)?;
+        let mut tx = self.pool.begin().await?;
+        let n = match version {
+            None => sqlx::query(
+                "INSERT INTO queues (name, config, updated_at, version) VALUES ($1, $2, $3, 1) \
+                 ON CONFLICT (name) DO NOTHING",
+            )
+            .bind(name)
+            .bind(&json)
+            .bind(ms(now))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected(),
+            Some(v) => sqlx::query(
+                "UPDATE queues SET config = $2, updated_at = $3, version = version + 1 \
+                 WHERE name = $1 AND version = $4",
+            )
+            .bind(name)
+            .bind(&json)
+            .bind(ms(now))
+            .bind(v)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected(),
+        };
+        // A resumed (or widened) queue: long-polls on every replica look again.
+        Self::notify(&mut tx, &[name]).await?;
+        tx.commit().await?;
+        Ok(n == 1)
+    }
+
+    /// Routing (issue 13) in a gated queue: each request is served alone, in its
+    /// own transaction under the queues' row locks, so its worker's target,
+    /// labels, reservations, fan-out copies and per-worker cap are checked in the
+    /// candidate scan, exactly for that worker.
+    pub(super) async fn admission_lease(
+        &self,
+        ps: &[LeaseParams],
+    ) -> StoreResult<Vec<Vec<TaskRecord>>> {
+        let mut out = Vec::with_capacity(ps.len());
+        for p in ps {
+            let mut one = self.admission_lease_one(std::slice::from_ref(p)).await?;
+            out.push(one.pop().unwrap_or_default());
+        }
+        Ok(out)
+    }
+
+    async fn admission_lease_one(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
+        let Some(first) = ps.first() else {
+            return Ok(Vec::new());
+        };
+        let who = Who {
+            worker: &first.worker_id,
+            labels: first.routing.labels_json(),
+        };
+        let now = ms(ps.iter().map(|p| p.now).max().unwrap_or(first.now));
+        let demand: usize = ps.iter().map(|p| p.max_tasks as usize).sum();
+        let mut tx = self.pool.begin().await?;
+        // The serialisation point: see the module comment.
+        let mut sorted = first.queues.clone();
+        sorted.sort_unstable();
+        let rows: Vec<(String, String, f64, i64)> = sqlx::query_as(
+            "SELECT name, config, tokens, refilled_at FROM queues WHERE name = ANY($1) \
+             ORDER BY name FOR UPDATE",
+        )
+        .bind(&sorted)
+        .fetch_all(&mut *tx)
+        .await?;
+        let stored: HashMap<String, (String, f64, i64)> = rows
+            .into_iter()
+            .map(|(n, c, t, r)| (n, (c, t, r)))
+            .collect();
+        let mut admitted = Vec::new();
+        let mut uses = Vec::new();
+        for (qi, queue) in first.queues.iter().enumerate() {
+            let mut usage = match stored.get(queue) {
+                Some((json, tokens, refilled_at)) => {
+                    load_use(
+                        &mut tx,
+                        queue,
+                        parse(queue, json)?,
+                        *tokens,
+                        *refilled_at,
+                        now,
+                    )
+                    .await?
+                }
+                None => QueueUse::default(),
+            };
+            // The worker's cap in this queue (routing): what it holds counts.
+            let demand = match first.routing.max_leases_per_worker.get(queue) {
+                Some(&cap) if cap > 0 => {
+                    let held: i64 = sqlx::query_scalar(
+                        "SELECT count(*) FROM tasks WHERE queue = $1 AND state = 'leased' \
+                         AND leased_by = $2",
+                    )
+                    .bind(queue)
+                    .bind(who.worker)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    demand.min(usize::try_from(i64::from(cap) - held).unwrap_or(0))
+                }
+                _ => demand,
+            };
+            let picks = admit_queue(&mut tx, queue, &mut usage, demand, now, &who).await?;
+            admitted.extend(picks.into_iter().map(|p| (qi, p)));
+            uses.push(usage);
+        }
+        let assigned = assign(admitted, ps);
+        let seqs: Vec<i64> = assigned.iter().map(|a| a.cand.seq).collect();
+        let reqs: Vec<i32> = assigned
+            .iter()
+            .map(|a| i32::try_from(a.request + 1).unwrap_or(i32::MAX))
+            .collect();
+        let queue_of: HashMap<i64, usize> = assigned
+            .iter()
+            .map(|Assigned { cand, queue, .. }| (cand.seq, *queue))
+            .collect();
+        let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
+        let addresses: Vec<&str> = ps.iter().map(|p| p.worker_address.as_str()).collect();
+        let durations: Vec<i64> = ps.iter().map(|p| duration_ms(p.lease_duration)).collect();
+        let rows: Vec<(TaskRow, i64)> = sqlx::query(
+            "UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
+               fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
+               leased_by = ($4::text[])[p.req], lease_duration_ms = ($6::bigint[])[p.req], \
+               lease_expires_at = LEAST($3 + ($6::bigint[])[p.req], \
+                 COALESCE(t.deadline, $3 + ($6::bigint[])[p.req])), \
+               updated_at = $3, leased_at = $3, leased_address = ($5::text[])[p.req] \
+             FROM UNNEST($1::bigint[], $2::int[]) AS p(seq, req) \
+             WHERE t.seq = p.seq AND t.state = 'pending' \
+             RETURNING t.*, p.req::bigint AS request",
+        )
+        .bind(&seqs)
+        .bind(&reqs)
+        .bind(now)
+        .bind(&workers)
+        .bind(&addresses)
+        .bind(&durations)
+        .try_map(|row: sqlx::postgres::PgRow| {
+            use sqlx::{FromRow, Row};
+            Ok((TaskRow::from_row(&row)?, row.try_get::<i64, _>("request")?))
+        })
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut out: Vec<Vec<TaskRecord>> = ps.iter().map(|_| Vec::new()).collect();
+        let mut charged: Vec<(usize, Option<String>)> = Vec::new();
+        for (row, request) in rows {
+            let q = queue_of.get(&row.seq).copied().unwrap_or_default();
+            charged.push((q, row.concurrency_key.clone()));
+            let slot = usize::try_from(request - 1)
+                .ok()
+                .and_then(|i| out.get_mut(i))
+                .ok_or_else(|| StoreError::Corrupt(format!("lease for request {request}")))?;
+            slot.push(row.into_record()?);
+        }
+        charge(&mut tx, &first.queues, &uses, &charged, now).await?;
+        tx.commit().await?;
+        for records in &mut out {
+            sort_lease_order(records);
+        }
+        Ok(out)
+    }
+
+    pub(super) async fn admission_usage(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<QueueUsage> {
+        let now = ms(now);
+        let row: Option<(String, f64, i64)> =
+            sqlx::query_as("SELECT config, tokens, refilled_at FROM queues WHERE name = $1")
+                .bind(queue)
+                .fetch_optional(&self.pool)
+                .await?;
+        let Some((json, tokens, refilled_at)) = row else {
+            return Ok(QueueUsage::default());
+        };
+        let config = parse(queue, &json)?;
+        let leased: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM tasks WHERE queue = $1 AND state = 'leased'")
+                .bind(queue)
+                .fetch_one(&self.pool)
+                .await?;
+        let mut usage = QueueUsage {
+            tokens: config
+                .rate_limit
+                .map(|l| l.refill(tokens, refilled_at, now)),
+            leased: leased.max(0) as u64,
+            ..QueueUsage::default()
+        };
+        if let Some(key) = key {
+            usage.key_holders = sqlx::query_scalar(
+                "SELECT id FROM tasks WHERE queue = $1 AND state = 'leased' \
+                 AND concurrency_key = $2 ORDER BY seq LIMIT 100",
+            )
+            .bind(queue)
+            .bind(key)
+            .fetch_all(&self.pool)
+            .await?;
+            if let Some(limit) = config.per_key_rate_limit {
+                let b: Option<(f64, i64)> = sqlx::query_as(
+                    "SELECT tokens, refilled_at FROM queue_key_tokens \
+                     WHERE queue = $1 AND key = $2",
+                )
+                .bind(queue)
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await?;
+                usage.key_tokens =
+                    Some(b.map_or(limit.capacity(), |(t, at)| limit.refill(t, at, now)));
+            }
+        }
+        usage.config = config;
+        Ok(usage)
+    }
+
+    pub(super) async fn admission_ahead(
+        &self,
+        t: &TaskRecord,
+        aging_ms: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        let now = ms(now);
+        let mine = crate::domain::admission::effective_priority(
+            i64::from(t.priority),
+            ms(t.run_at),
+            now,
+            aging_ms,
+        );
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT seq, CASE WHEN $4 > 0 \
+               THEN priority + GREATEST($2 - run_at, 0) / $4 ELSE priority END AS eff \
+               FROM tasks WHERE state = 'pending' AND queue = $1 AND run_at <= $2 \
+               AND COALESCE(deadline, 9223372036854775807) > $2 AND seq <> $5) c \
+             WHERE eff > $3 OR (eff = $3 AND seq < $5)",
+        )
+        .bind(&t.queue)
+        .bind(now)
+        .bind(mine)
+        .bind(aging_ms.unwrap_or(0))
+        .bind(t.seq)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n.max(0) as u64)
+    }
+}
+
+/// The worker a gated lease is for (routing, issue 13).
+struct Who<'a> {
+    worker: &'a str,
+    /// Its labels as a JSON object.
+    labels: String,
+}
+
+/// Routing (issue 13) in the gated candidate scan: whether the worker ($7, with
+/// labels $8) may take the row: its target, a retry reserved for another worker,
+/// and of a distinct fan-out group only the first pending copy, and none when the
+/// worker holds or completed one (so one lease never takes two copies).
+const GATED_MAY_TAKE: &str = "(target_worker IS NULL OR target_worker = $7) \
+    AND (target_labels IS NULL OR target_labels::jsonb <@ $8::jsonb) \
+    AND (reserved_for IS NULL OR reserved_for = $7 OR reserved_until <= $2) \
+    AND (NOT fanout_distinct OR (NOT EXISTS (SELECT 1 FROM tasks c \
+        WHERE c.fanout_group = tasks.fanout_group AND c.leased_by = $7 \
+          AND c.state IN ('leased', 'succeeded')) \
+      AND seq = (SELECT min(c.seq) FROM tasks c \
+        WHERE c.fanout_group = tasks.fanout_group AND c.state = 'pending')))";
+
+/// What the gated lease knows of one queue (its row already locked).
+async fn load_use(
+    tx: &mut Tx<'_>,
+    queue: &str,
+    config: QueueConfig,
+    tokens: f64,
+    refilled_at: i64,
+    now: i64,
+) -> StoreResult<QueueUse> {
+    let mut usage = QueueUse {
+        tokens: config
+            .rate_limit
+            .map(|l| l.refill(tokens, refilled_at, now)),
+        ..QueueUse::default()
+    };
+    if config.max_concurrent > 0 {
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM tasks WHERE queue = $1 AND state = 'leased'")
+                .bind(queue)
+                .fetch_one(&mut **tx)
+                .await?;
+        usage.leased = n.max(0) as u64;
+    }
+    if config.max_concurrent_per_key > 0 {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT concurrency_key, count(*) FROM tasks WHERE queue = $1 AND state = 'leased' \
+             AND concurrency_key IS NOT NULL GROUP BY concurrency_key",
+        )
+        .bind(queue)
+        .fetch_all(&mut **tx)
+        .await?;
+        usage.leased_per_key = rows
+            .into_iter()
+            .map(|(k, n)| (k, n.max(0) as u64))
+            .collect();
+    }
+    usage.config = config;
+    Ok(usage)
+}
+
+/// Loads the per-key buckets of `keys` not loaded yet (refilled to `now`).
+async fn load_key_tokens(
+    tx: &mut Tx<'_>,
+    queue: &str,
+    usage: &mut QueueUse,
+    keys: &[&str],
+    now: i64,
+) -> StoreResult<()> {
+    let Some(limit) = usage.config.per_key_rate_limit else {
+        return Ok(());
+    };
+    let mut missing: Vec<&str> = keys
+        .iter()
+        .copied()
+        .filter(|k| !usage.key_tokens.contains_key(*k))
+        .collect();
+    missing.sort_unstable();
+    missing.dedup();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<(String, f64, i64)> = sqlx::query_as(
+        "SELECT key, tokens, refilled_at FROM queue_key_tokens WHERE queue = $1 \
+         AND key = ANY($2::text[])",
+    )
+    .bind(queue)
+    .bind(&missing)
+    .fetch_all(&mut **tx)
+    .await?;
+    for (k, t, at) in rows {
+        usage.key_tokens.insert(k, limit.refill(t, at, now));
+    }
+    for k in missing {
+        usage
+            .key_tokens
+            .entry(k.to_string())
+            .or_insert_with(|| limit.capacity());
+    }
+    Ok(())
+}
+
+/// The candidate scan: READY tasks of the queue in effective lease order,
+/// leaving out closed keys and tasks already admitted.
+#[allow(clippy::too_many_arguments)]
+async fn candidates(
+    tx: &mut Tx<'_>,
+    queue: &str,
+    config: &QueueConfig,
+    closed: &[String],
+    taken: &[i64],
+    limit: usize,
+    now: i64,
+    who: &Who<'_>,
+) -> StoreResult<Vec<Candidate>> {
+    let aging = config.aging_ms().unwrap_or(0);
+    let round_robin = config.fairness == Fairness::RoundRobinKeys;
+    let turn = if round_robin {
+        "row_number() OVER (PARTITION BY COALESCE(concurrency_key, ''), eff \
+         ORDER BY deadline ASC NULLS LAST, run_at, seq)"
+    } else {
+        "1::bigint"
+    };
+    let eff = if aging > 0 {
+        "priority + GREATEST($2 - run_at, 0) / $6"
+    } else {
+        "priority + 0 * $6"
+    };
+    // Without aging or fairness the index order is the lease order: read only the
+    // first rows. With them, every READY row of the queue is ranked.
+    let cap = if aging == 0 && !round_robin {
+        " ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq LIMIT $5"
+    } else {
+        ""
+    };
+    let sql = format!(
+        "SELECT seq, concurrency_key, eff, turn, COALESCE(deadline, 9223372036854775807) AS dl, \
+           run_at, size FROM (SELECT seq, concurrency_key, deadline, run_at, eff, size, \
+           {turn} AS turn FROM (SELECT seq, concurrency_key, deadline, run_at, {eff} AS eff, \
+             octet_length(payload) + COALESCE(octet_length(checkpoint), 0) \
+               + octet_length(metadata) + {extra}::bigint AS size \
+             FROM tasks WHERE state = 'pending' AND queue = $1 AND run_at <= $2 \
+             AND COALESCE(deadline, 9223372036854775807) > $2 \
+             AND (concurrency_key IS NULL OR concurrency_key <> ALL($3::text[])) \
+             AND seq <> ALL($4::bigint[]) AND {may_take}{cap}) a) b \
+         ORDER BY eff DESC, turn, deadline ASC NULLS LAST, run_at, seq LIMIT $5",
+        extra = LEASE_REPLY_TASK_BYTES,
+        may_take = GATED_MAY_TAKE,
+    );
+    // Built from constant fragments only; every value is bound.
+    let rows: Vec<CandidateRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(queue)
+        .bind(now)
+        .bind(closed)
+        .bind(taken)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(aging)
+        .bind(who.worker)
+        .bind(&who.labels)
+        .fetch_all(&mut **tx)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(seq, key, eff, turn, dl, run_at, size)| Candidate {
+            seq,
+            key,
+            order: (eff, turn, dl, run_at, seq),
+            size,
+        })
+        .collect())
+}
+
+/// The tasks one queue's gates admit now, at most `demand`, in lease order.
+async fn admit_queue(
+    tx: &mut Tx<'_>,
+    queue: &str,
+    usage: &mut QueueUse,
+    demand: usize,
+    now: i64,
+    who: &Who<'_>,
+) -> StoreResult<Vec<Candidate>> {
+    let budget = usage.budget(demand);
+    let mut out: Vec<Candidate> = Vec::new();
+    let mut closed = usage.closed_keys();
+    let mut taken: Vec<i64> = Vec::new();
+    let mut per_key: HashMap<String, u64> = HashMap::new();
+    for _ in 0..MAX_PASSES {
+        let want = budget - out.len();
+        if want == 0 {
+            break;
+        }
+        let window = want * WINDOW_FACTOR + 16;
+        let config = usage.config.clone();
+        let cands = candidates(tx, queue, &config, &closed, &taken, window, now, who).await?;
+        let keys: Vec<&str> = cands.iter().filter_map(|c| c.key.as_deref()).collect();
+        load_key_tokens(tx, queue, usage, &keys, now).await?;
+        let (picks, newly_closed) = admit(&cands, usage, want, &mut per_key);
+        for &i in &picks {
+            taken.push(cands[i].seq);
+            out.push(cands[i].clone());
+        }
+        closed.extend(newly_closed);
+        if cands.len() < window {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Takes one token per lease granted from the queue's and the keys' buckets.
+async fn charge(
+    tx: &mut Tx<'_>,
+    queues: &[String],
+    uses: &[QueueUse],
+    charged: &[(usize, Option<String>)],
+    now: i64,
+) -> StoreResult<()> {
+    for (qi, queue) in queues.iter().enumerate() {
+        let usage = &uses[qi];
+        let (tokens, key_tokens) = (&usage.tokens, &usage.key_tokens);
+        let granted: Vec<&Option<String>> = charged
+            .iter()
+            .filter(|(q, _)| *q == qi)
+            .map(|(_, k)| k)
+            .collect();
+        if let Some(t) = tokens {
+            sqlx::query("UPDATE queues SET tokens = $2, refilled_at = $3 WHERE name = $1")
+                .bind(queue)
+                .bind(t - granted.len() as f64)
+                .bind(now)
+                .execute(&mut **tx)
+                .await?;
+        }
+        if let Some(limit) = usage.config.per_key_rate_limit {
+            let mut per_key: HashMap<&str, f64> = HashMap::new();
+            for k in granted.iter().filter_map(|k| k.as_deref()) {
+                *per_key.entry(k).or_default() += 1.0;
+            }
+            if per_key.is_empty() {
+                continue;
+            }
+            let keys: Vec<&str> = per_key.keys().copied().collect();
+            let left: Vec<f64> = keys
+                .iter()
+                .map(|k| {
+                    key_tokens
+                        .get(*k)
+                        .copied()
+                        .unwrap_or_else(|| limit.capacity())
+                        - per_key[k]
+                })
+                .collect();
+            sqlx::query(
+                "INSERT INTO queue_key_tokens (queue, key, tokens, refilled_at) \
+                 SELECT $1, k, t, $4 FROM UNNEST($2::text[], $3::float8[]) AS u(k, t) \
+                 ON CONFLICT (queue, key) DO UPDATE SET tokens = EXCLUDED.tokens, \
+                   refilled_at = EXCLUDED.refilled_at",
+            )
+            .bind(queue)
+            .bind(&keys)
+            .bind(&left)
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+        }
+    }
+    Ok(())
+}
