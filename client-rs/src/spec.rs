@@ -164,6 +164,28 @@ impl TaskSpec {
         self
     }
 
+    /// Flow (#15): keeps the task BLOCKED until the task with this id SUCCEEDED; call
+    /// again for more. When one ends DEAD or CANCELLED this task is CANCELLED (reason
+    /// DEPENDENCY_FAILED) unless [`TaskSpec::run_if_dependency_fails`].
+    pub fn depends_on(mut self, task_id: impl Into<String>) -> Self {
+        self.inner.depends_on.push(task_id.into());
+        self
+    }
+
+    /// Flow (#15): as [`TaskSpec::depends_on`], naming an earlier task of the same
+    /// [`Client::submit_many`](crate::Client::submit_many) by its index.
+    pub fn depends_on_index(mut self, index: u32) -> Self {
+        self.inner.depends_on_index.push(index);
+        self
+    }
+
+    /// Flow (#15): runs even when a dependency ends DEAD or CANCELLED (it then counts
+    /// as finished).
+    pub fn run_if_dependency_fails(mut self) -> Self {
+        self.inner.run_if_dependency_fails = true;
+        self
+    }
+
     pub fn queue(&self) -> &str {
         &self.inner.queue
     }
@@ -229,6 +251,19 @@ mod tests {
             "unset stays the broker's default"
         );
         assert_eq!(spec.metadata["traceparent"], "00-abc");
+    }
+
+    #[test]
+    fn dependency_builders_fill_the_flow_fields() {
+        let spec = TaskSpec::new("q", "p")
+            .depends_on("a")
+            .depends_on("b")
+            .depends_on_index(0)
+            .run_if_dependency_fails()
+            .into_proto();
+        assert_eq!(spec.depends_on, ["a", "b"]);
+        assert_eq!(spec.depends_on_index, [0]);
+        assert!(spec.run_if_dependency_fails);
     }
 
     #[test]

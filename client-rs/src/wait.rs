@@ -85,14 +85,29 @@ impl Client {
                 return Ok(Some(outcome));
             }
             // Until the stream drops; then resume after the last event seen.
-            while let Ok(Some(m)) = events.message().await {
-                if let Some(last) = m.events.last() {
-                    after = last.event_id;
-                    if let Some(o) = Self::outcome(task_id, self.get_task(task_id).await?) {
-                        return Ok(Some(o));
+            loop {
+                match events.message().await {
+                    Ok(Some(m)) => {
+                        if let Some(last) = m.events.last() {
+                            after = last.event_id;
+                            if let Some(o) = Self::outcome(task_id, self.get_task(task_id).await?) {
+                                return Ok(Some(o));
+                            }
+                        }
+                    }
+                    // A clean end or a dropped connection: open the watch again, after a
+                    // pause so a broker that keeps ending streams is not hammered.
+                    Ok(None) => break,
+                    Err(status) => {
+                        let e = Error::from(status);
+                        if !e.is_transient() {
+                            return Err(e);
+                        }
+                        break;
                     }
                 }
             }
+            tokio::time::sleep(FIRST_POLL).await;
         }
     }
 

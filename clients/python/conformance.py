@@ -5,6 +5,7 @@ Prints one PASS/FAIL line per case, then "N passed, M failed"; exits 0 only when
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import random
 import string
@@ -17,9 +18,9 @@ from google.protobuf import timestamp_pb2
 
 from conformance_spec import SPEC_CASES, SpecCases
 from conformance_spec import CaseFailed as SpecCaseFailed
-from taskbroker import Client, error_info, routing
+from taskbroker import Client, WaitTimeout, error_info, routing
 from taskbroker.client import duration
-from taskbroker.v1 import admin_pb2, broker_pb2, schedule_pb2
+from taskbroker.v1 import admin_pb2, broker_pb2, event_pb2, schedule_pb2
 
 WORKER_ID = "conf-python"
 S = broker_pb2  # short alias for the many message constructors below
@@ -345,6 +346,76 @@ class Cases(SpecCases):
         )
         self.complete(again[0])
 
+    # Flow (issue 15).
+
+    def dependency(self, q: str) -> None:
+        a, b = self.tb.broker.Submit(
+            S.SubmitRequest(
+                tasks=[S.TaskSpec(queue=q, payload=b"a"), S.TaskSpec(queue=q, payload=b"b", depends_on_index=[0])]
+            ),
+            timeout=10,
+        ).results
+        tb = self.get_task(b.task_id)
+        check(tb.state == State.TASK_STATE_BLOCKED, f"b is {state_name(tb.state)}, want BLOCKED")
+        check(list(tb.depends_on) == [a.task_id], f"b depends_on {list(tb.depends_on)}, want [{a.task_id}]")
+        got = self.lease(q, 10)
+        check(payloads(got) == ["a"], f"first Lease returned {payloads(got)}, want ['a']")
+        self.complete(got[0])
+        tb = self.get_task(b.task_id)
+        check(tb.state == State.TASK_STATE_READY, f"after a completed b is {state_name(tb.state)}, want READY")
+        got = self.lease(q, 10, wait=5)
+        check(payloads(got) == ["b"], f"second Lease returned {payloads(got)}, want ['b']")
+        self.complete(got[0])
+
+        c = self.tb.submit(q, b"c")
+        d, e = self.tb.broker.Submit(
+            S.SubmitRequest(
+                tasks=[
+                    S.TaskSpec(queue=q, payload=b"d", depends_on=[c.task_id]),
+                    S.TaskSpec(queue=q, payload=b"e", depends_on=[c.task_id], run_if_dependency_fails=True),
+                ]
+            ),
+            timeout=10,
+        ).results
+        got = self.lease(q, 10)
+        check(payloads(got) == ["c"], f"third Lease returned {payloads(got)}, want ['c'] (d and e BLOCKED)")
+        self.tb.broker.Fail(
+            S.FailRequest(
+                task_id=got[0].task_id, lease_token=got[0].lease_token, error_message="broken", non_retryable=True
+            ),
+            timeout=10,
+        )
+        td, te = self.get_task(d.task_id), self.get_task(e.task_id)
+        check(
+            td.state == State.TASK_STATE_CANCELLED and td.cancel_reason == event_pb2.CANCEL_REASON_DEPENDENCY_FAILED,
+            f"d is {state_name(td.state)} ({event_pb2.CancelReason.Name(td.cancel_reason)}),"
+            " want CANCELLED (CANCEL_REASON_DEPENDENCY_FAILED)",
+        )
+        check(te.state == State.TASK_STATE_READY, f"e (run_if_dependency_fails) is {state_name(te.state)}, want READY")
+
+    def wait_by_stream(self, q: str) -> None:
+        w = self.tb.submit(q, b"w").task_id
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(self.tb.wait, w, timeout=20)
+            got = self.lease(q, 1, wait=10)
+            check(len(got) == 1 and got[0].task_id == w, f"Lease returned {describe(got)}, want {w}")
+            self.complete(got[0], b"waited")
+            task = waiting.result(timeout=30)
+        check(
+            task.state == State.TASK_STATE_SUCCEEDED and task.result == b"waited",
+            f"wait returned {state_name(task.state)} result {task.result!r}, want SUCCEEDED b'waited'",
+        )
+        again = self.tb.wait(w, timeout=5)
+        check(again.state == State.TASK_STATE_SUCCEEDED, f"second wait returned {state_name(again.state)}")
+        x = self.tb.submit(q, b"x").task_id
+        try:
+            self.tb.wait(x, timeout=0.5)
+            raise CaseFailed("the wait on x returned; want WaitTimeout")
+        except WaitTimeout:
+            pass
+        tx = self.get_task(x)
+        check(tx.state == State.TASK_STATE_READY, f"x is {state_name(tx.state)} after the timeout, want READY")
+
 
 def payloads(tasks: list[S.LeasedTask]) -> list[str]:
     return [t.payload.decode() for t in tasks]
@@ -365,6 +436,8 @@ CASES = [
     "schedule_every",
     "targeted_task",
     "sticky_retry",
+    "dependency",
+    "wait_by_stream",
 ]
 
 

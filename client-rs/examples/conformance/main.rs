@@ -4,6 +4,7 @@
 //! Prints `PASS case` or `FAIL case: reason` per case, then `N passed, M failed`, and
 //! exits non-zero when any case failed. Run it with `scripts/conformance.sh rust`.
 
+mod flow;
 mod routing;
 mod spec;
 
@@ -433,6 +434,10 @@ fn cases() -> Vec<(&'static str, Case)> {
             Box::pin(routing::targeted_task(c, q))
         }),
         ("sticky_retry", |c, q| Box::pin(routing::sticky_retry(c, q))),
+        ("dependency", |c, q| Box::pin(flow::dependency(c, q))),
+        ("wait_by_stream", |c, q| {
+            Box::pin(flow::wait_by_stream(c, q))
+        }),
     ]
 }
 

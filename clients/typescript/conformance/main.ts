@@ -24,6 +24,7 @@ import {
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { specCases } from "./spec_cases.js";
 import { routingCases } from "./routing_cases.js";
+import { flowCases } from "./flow_cases.js";
 
 const LANG = "typescript";
 const WORKER_ID = `conf-${LANG}`;
@@ -300,6 +301,7 @@ const cases: [string, Case][] = [
     },
   ],
   ...routingCases,
+  ...flowCases,
 ];
 
 function reasonOf(err: unknown): string {

@@ -1,6 +1,7 @@
 /**
  * taskbroker client for TypeScript: generated messages and services (gen/), a connection
- * helper with rich-error decoding (client.ts) and a worker runtime (worker.ts, context.ts).
+ * helper with rich-error decoding (client.ts), a worker runtime (worker.ts, context.ts) and
+ * waiting for tasks on the WatchTasks stream (wait.ts).
  */
 export { connect, optionsFromEnv, errorInfo, isLeaseLost, ERROR_DOMAIN, REASON_LEASE_LOST } from "./client.js";
 export type { Taskbroker, BrokerClient, AdminClient, ScheduleClient, ConnectOptions, TlsOptions } from "./client.js";
@@ -16,6 +17,9 @@ export { target, sticky, fanout, MAX_LABELS } from "./routing.js";
 export * from "./gen/taskbroker/v1/broker_pb.js";
 export * from "./gen/taskbroker/v1/admin_pb.js";
 export * from "./gen/taskbroker/v1/schedule_pb.js";
+export * from "./gen/taskbroker/v1/event_pb.js";
+export { wait, waitAll, submitAndWait, isFinal, WaitTimeoutError, MAX_WAIT_TASKS } from "./wait.js";
+export type { WaitOptions } from "./wait.js";
 // The worker registry's messages; its Worker message is WorkerInfo here (Worker is the runtime).
 export {
   WorkerSchema as WorkerInfoSchema,

@@ -51,6 +51,8 @@ var cases = []testCase{
 	{"schedule_every", scheduleEvery},
 	{"targeted_task", targetedTask},
 	{"sticky_retry", stickyRetry},
+	{"dependency", dependency},
+	{"wait_by_stream", waitByStream},
 }
 
 func main() {

@@ -12,11 +12,14 @@
 - ``taskbroker.outbox``: enqueue in your own Postgres transaction (psycopg 3); docs/outbox.md.
 - ``routing``: ``target``, ``sticky`` and ``fanout`` for ``submit`` (issue 13); workers take
   ``labels=``, and ``RetryableError(prefer_same_worker=True)`` keeps a retry on this worker.
+- Flow (issue 15): ``submit(depends_on=...)``, ``task_spec`` + ``submit_many`` for
+  ``depends_on_index``; ``wait`` / ``wait_all`` / ``submit_and_wait`` follow the task on
+  WatchTasks (``WaitTimeout`` when time runs out); ``event_pb2`` holds the event messages.
 """
 
 from taskbroker import routing
 from taskbroker.aio import AsyncClient, AsyncTaskContext, AsyncWorker
-from taskbroker.client import Client, ConnectOptions, TLSConfig
+from taskbroker.client import Client, ConnectOptions, TLSConfig, task_spec
 from taskbroker.errors import (
     ERROR_DOMAIN,
     REASON_LEASE_LOST,
@@ -28,7 +31,8 @@ from taskbroker.errors import (
     error_info,
     is_lease_lost,
 )
-from taskbroker.v1 import admin_pb2, broker_pb2, schedule_pb2
+from taskbroker.v1 import admin_pb2, broker_pb2, event_pb2, schedule_pb2
+from taskbroker.wait import WaitTimeout
 from taskbroker.worker import TaskContext, Worker
 
 __all__ = [
@@ -45,12 +49,15 @@ __all__ = [
     "TLSConfig",
     "TaskContext",
     "TaskbrokerError",
+    "WaitTimeout",
     "WorkerStoppedError",
     "Worker",
     "admin_pb2",
     "broker_pb2",
     "error_info",
+    "event_pb2",
     "is_lease_lost",
     "routing",
     "schedule_pb2",
+    "task_spec",
 ]

@@ -20,7 +20,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -28,11 +28,12 @@ import grpc
 import grpc.aio
 
 from taskbroker import spec, tracing
-from taskbroker.client import ConnectOptions, TLSConfig, duration, timestamp
+from taskbroker.client import ConnectOptions, TLSConfig, duration, task_spec
 from taskbroker.context import CANCEL_REQUESTED, DEADLINE, LEASE_LOST, STOPPING
 from taskbroker.errors import LeaseLostError, PermanentError, RetryableError, WorkerStoppedError, is_lease_lost
 from taskbroker.routing import check_labels
-from taskbroker.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc, worker_pb2
+from taskbroker.wait import wait_tasks_async
+from taskbroker.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, worker_pb2
 
 log = logging.getLogger("taskbroker.aio")
 
@@ -103,30 +104,51 @@ class AsyncClient:
         target: broker_pb2.Target | None = None,
         sticky: broker_pb2.StickyPolicy | None = None,
         fanout: broker_pb2.Fanout | None = None,
+        depends_on: Sequence[str] = (),
+        run_if_dependency_fails: bool = False,
         timeout: float = spec.CALL_TIMEOUT,
     ) -> broker_pb2.SubmitResult:
         """Submits one task (with the current OpenTelemetry traceparent in its metadata);
-        ``target``, ``sticky`` and ``fanout`` as in ``Client.submit``."""
-        meta = dict(metadata or {})
-        tracing.inject(meta)
-        task = broker_pb2.TaskSpec(
-            queue=queue,
-            payload=payload,
+        ``target``, ``sticky``, ``fanout`` and ``depends_on`` as in ``Client.submit``."""
+        task = task_spec(
+            queue,
+            payload,
             key=key,
             priority=priority,
+            run_at=run_at,
+            deadline=deadline,
             retry=retry,
-            metadata=meta,
+            metadata=metadata,
             target=target,
             sticky=sticky,
             fanout=fanout,
+            depends_on=depends_on,
+            run_if_dependency_fails=run_if_dependency_fails,
         )
-        if run_at is not None:
-            task.run_at.CopyFrom(timestamp(run_at))
-        if deadline is not None:
-            task.deadline.CopyFrom(timestamp(deadline))
+        return (await self.submit_many([task], timeout=timeout))[0]
+
+    async def submit_many(
+        self, specs: Sequence[broker_pb2.TaskSpec], *, timeout: float = spec.CALL_TIMEOUT
+    ) -> list[broker_pb2.SubmitResult]:
+        """As ``Client.submit_many``: several ``task_spec``s in one request, results in order."""
         headers = list(tracing.current_headers().items()) or None
-        resp = await self.broker.Submit(broker_pb2.SubmitRequest(tasks=[task]), timeout=timeout, metadata=headers)
-        return resp.results[0]
+        resp = await self.broker.Submit(broker_pb2.SubmitRequest(tasks=list(specs)), timeout=timeout, metadata=headers)
+        return list(resp.results)
+
+    async def wait(self, task_id: str, *, timeout: float | None = None) -> admin_pb2.Task:
+        """As ``Client.wait``: the finished task, followed on WatchTasks; ``WaitTimeout``."""
+        return (await wait_tasks_async(self.admin, [task_id], timeout))[0]
+
+    async def wait_all(self, task_ids: Iterable[str], *, timeout: float | None = None) -> list[admin_pb2.Task]:
+        """As ``Client.wait_all``: several tasks on one stream, in the order given."""
+        return await wait_tasks_async(self.admin, task_ids, timeout)
+
+    async def submit_and_wait(
+        self, queue: str, payload: bytes = b"", *, timeout: float | None = None, **submit: Any
+    ) -> admin_pb2.Task:
+        """``submit`` (same keyword arguments) then ``wait`` up to ``timeout``."""
+        task_id = (await self.submit(queue, payload, **submit)).task_id
+        return await self.wait(task_id, timeout=timeout)
 
     async def list_workers(
         self, *, queue: str = "", labels: Mapping[str, str] | None = None, timeout: float = spec.CALL_TIMEOUT

@@ -6,13 +6,15 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from taskbroker import tracing
-from taskbroker.v1 import admin_pb2_grpc, broker_pb2, broker_pb2_grpc, schedule_pb2_grpc, worker_pb2
+from taskbroker.wait import wait_tasks
+from taskbroker.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, schedule_pb2_grpc, worker_pb2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +173,8 @@ class Client:
         target: broker_pb2.Target | None = None,
         sticky: broker_pb2.StickyPolicy | None = None,
         fanout: broker_pb2.Fanout | None = None,
+        depends_on: Sequence[str] = (),
+        run_if_dependency_fails: bool = False,
         timeout: float = 30.0,
     ) -> broker_pb2.SubmitResult:
         """Submits one task and returns its SubmitResult (task_id, deduplicated, and with
@@ -180,29 +184,63 @@ class Client:
         them: ``target(labels={"gpu": "a100"})``, ``sticky("soft", timeout=60)``,
         ``fanout(6, distinct_workers=True)``).
 
+        ``depends_on`` (task ids) keeps the task BLOCKED until those tasks SUCCEEDED; when one
+        ends DEAD or CANCELLED this one is CANCELLED (reason DEPENDENCY_FAILED) unless
+        ``run_if_dependency_fails``. For tasks depending on each other within one request,
+        see ``submit_many``.
+
         The current OpenTelemetry context's ``traceparent`` goes into the task's metadata
         (unless ``metadata`` has one) and into the call's headers.
         """
-        meta = dict(metadata or {})
-        tracing.inject(meta)
-        spec = broker_pb2.TaskSpec(
-            queue=queue,
-            payload=payload,
+        spec = task_spec(
+            queue,
+            payload,
             key=key,
             priority=priority,
+            run_at=run_at,
+            deadline=deadline,
             retry=retry,
-            metadata=meta,
+            metadata=metadata,
             target=target,
             sticky=sticky,
             fanout=fanout,
+            depends_on=depends_on,
+            run_if_dependency_fails=run_if_dependency_fails,
         )
-        if run_at is not None:
-            spec.run_at.CopyFrom(timestamp(run_at))
-        if deadline is not None:
-            spec.deadline.CopyFrom(timestamp(deadline))
+        return self.submit_many([spec], timeout=timeout)[0]
+
+    def submit_many(
+        self, specs: Sequence[broker_pb2.TaskSpec], *, timeout: float = 30.0
+    ) -> list[broker_pb2.SubmitResult]:
+        """Submits several tasks in one request (atomically) and returns their results in
+        order. Build them with ``task_spec``; ``depends_on_index=[0]`` makes a task wait for
+        the first one of the same request.
+
+        >>> a, b = tb.submit_many([task_spec("etl", b"extract"),
+        ...                        task_spec("etl", b"load", depends_on_index=[0])])
+        """
         headers = tuple(tracing.current_headers().items())
-        resp = self.broker.Submit(broker_pb2.SubmitRequest(tasks=[spec]), timeout=timeout, metadata=headers or None)
-        return resp.results[0]
+        resp = self.broker.Submit(
+            broker_pb2.SubmitRequest(tasks=list(specs)), timeout=timeout, metadata=headers or None
+        )
+        return list(resp.results)
+
+    def wait(self, task_id: str, *, timeout: float | None = None) -> admin_pb2.Task:
+        """Blocks until the task is SUCCEEDED, DEAD or CANCELLED and returns it (``.state``,
+        ``.result``, ``.last_error``), following it on WatchTasks rather than polling. Raises
+        ``WaitTimeout`` (a ``TimeoutError``) after ``timeout`` seconds; the task carries on."""
+        return wait_tasks(self.admin, [task_id], timeout)[0]
+
+    def wait_all(self, task_ids: Iterable[str], *, timeout: float | None = None) -> list[admin_pb2.Task]:
+        """``wait`` for several tasks (up to 1000) on one stream; the tasks in the order given."""
+        return wait_tasks(self.admin, task_ids, timeout)
+
+    def submit_and_wait(
+        self, queue: str, payload: bytes = b"", *, timeout: float | None = None, **submit: Any
+    ) -> admin_pb2.Task:
+        """``submit`` (with the same keyword arguments) then ``wait`` up to ``timeout``."""
+        task_id = self.submit(queue, payload, **submit).task_id
+        return self.wait(task_id, timeout=timeout)
 
     def list_workers(
         self, *, queue: str = "", labels: Mapping[str, str] | None = None, timeout: float = 10.0
@@ -233,6 +271,48 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def task_spec(
+    queue: str,
+    payload: bytes = b"",
+    *,
+    key: str = "",
+    priority: int = 0,
+    run_at: datetime.datetime | None = None,
+    deadline: datetime.datetime | None = None,
+    retry: broker_pb2.RetryPolicy | None = None,
+    metadata: Mapping[str, str] | None = None,
+    target: broker_pb2.Target | None = None,
+    sticky: broker_pb2.StickyPolicy | None = None,
+    fanout: broker_pb2.Fanout | None = None,
+    depends_on: Sequence[str] = (),
+    depends_on_index: Sequence[int] = (),
+    run_if_dependency_fails: bool = False,
+) -> broker_pb2.TaskSpec:
+    """A TaskSpec for ``Client.submit_many``, with the current OpenTelemetry ``traceparent``
+    in its metadata. ``depends_on_index`` names earlier tasks of the same request."""
+    meta = dict(metadata or {})
+    tracing.inject(meta)
+    spec = broker_pb2.TaskSpec(
+        queue=queue,
+        payload=payload,
+        key=key,
+        priority=priority,
+        retry=retry,
+        metadata=meta,
+        target=target,
+        sticky=sticky,
+        fanout=fanout,
+        depends_on=list(depends_on),
+        depends_on_index=list(depends_on_index),
+        run_if_dependency_fails=run_if_dependency_fails,
+    )
+    if run_at is not None:
+        spec.run_at.CopyFrom(timestamp(run_at))
+    if deadline is not None:
+        spec.deadline.CopyFrom(timestamp(deadline))
+    return spec
 
 
 def timestamp(when: datetime.datetime) -> timestamp_pb2.Timestamp:

@@ -203,6 +203,50 @@ public final class Taskbroker implements AutoCloseable {
         .getResults(0);
   }
 
+  /**
+   * Submits several tasks in one request (all or none) with a 10 s deadline; the results in
+   * order. A task's {@code depends_on_index} names earlier tasks of the same list:
+   *
+   * <pre>{@code
+   * List<SubmitResult> r = tb.submitAll(List.of(
+   *     TaskSpec.newBuilder().setQueue("etl").build(),
+   *     TaskSpec.newBuilder().setQueue("etl").addDependsOnIndex(0).build()));
+   * }</pre>
+   */
+  public java.util.List<dev.taskbroker.v1.SubmitResult> submitAll(
+      java.util.List<dev.taskbroker.v1.TaskSpec> specs) {
+    var req = dev.taskbroker.v1.SubmitRequest.newBuilder();
+    for (dev.taskbroker.v1.TaskSpec spec : specs) {
+      req.addTasks(Tracing.inject(spec.toBuilder()));
+    }
+    return broker()
+        .withDeadlineAfter(10, TimeUnit.SECONDS)
+        .submit(req.build())
+        .getResultsList();
+  }
+
+  /**
+   * Blocks until the task is SUCCEEDED, DEAD or CANCELLED and returns it (state, result,
+   * last_error), following it on AdminService.WatchTasks rather than polling (Flow, #15). Throws
+   * {@link WaitTimeoutException} after {@code timeout} (null: no limit); the task carries on.
+   */
+  public dev.taskbroker.v1.Task waitFor(String taskId, java.time.Duration timeout)
+      throws InterruptedException {
+    return TaskWaiter.waitAll(channel, java.util.List.of(taskId), timeout).get(0);
+  }
+
+  /** {@link #waitFor} for up to 1000 tasks on one stream; the tasks in the order given. */
+  public java.util.List<dev.taskbroker.v1.Task> waitForAll(
+      java.util.List<String> taskIds, java.time.Duration timeout) throws InterruptedException {
+    return TaskWaiter.waitAll(channel, taskIds, timeout);
+  }
+
+  /** {@link #submit} then {@link #waitFor} up to {@code timeout}. */
+  public dev.taskbroker.v1.Task submitAndWait(
+      dev.taskbroker.v1.TaskSpec spec, java.time.Duration timeout) throws InterruptedException {
+    return waitFor(submit(spec).getTaskId(), timeout);
+  }
+
   /** A blocking AdminService stub. */
   public AdminServiceGrpc.AdminServiceBlockingStub admin() {
     return AdminServiceGrpc.newBlockingStub(channel);

@@ -119,6 +119,8 @@ public final class Conformance {
     cases.put("schedule_every", this::scheduleEvery);
     cases.put("targeted_task", () -> RoutingCases.targetedTask(tb, queue));
     cases.put("sticky_retry", () -> RoutingCases.stickyRetry(tb, queue));
+    cases.put("dependency", () -> FlowCases.dependency(tb, queue));
+    cases.put("wait_by_stream", () -> FlowCases.waitByStream(tb, queue));
     int passed = 0;
     int failed = 0;
     for (Map.Entry<String, Case> c : cases.entrySet()) {
