@@ -215,7 +215,7 @@ impl PostgresStore {
         .await?;
         // Flow (#15): the failure and what follows it.
         let evs = flow_failure_events(row, write.state.as_str(), write.run_at, error, now);
-        events::record(&mut **tx, &evs).await?;
+        events::record(tx, &evs).await?;
         let leased_at =
             Self::finish_attempt(tx, &row.attempt_end(), outcome, Some(error), now).await?;
         if write.state == StoredState::Pending {
@@ -320,7 +320,7 @@ impl PostgresStore {
         .await?;
         let mut ev = flow_of_row(&row, EventKind::Succeeded, now);
         ev.state = "succeeded";
-        events::record(&mut *tx, &[ev]).await?;
+        events::record(&mut tx, &[ev]).await?;
         let outcome = AttemptOutcome::Succeeded;
         let leased_at =
             Self::finish_attempt(&mut tx, &row.attempt_end(), outcome, None, now).await?;
@@ -450,7 +450,7 @@ impl PostgresStore {
     ) -> StoreResult<Changed> {
         match Self::fetch_task(tx, id).await? {
             Some(row) => {
-                events::record(&mut **tx, &[flow_of_row(&row, kind, now)]).await?;
+                events::record(tx, &[flow_of_row(&row, kind, now)]).await?;
                 Ok(Changed::Done(Box::new(row.into_record()?)))
             }
             None => Ok(Changed::NotFound),
@@ -754,7 +754,7 @@ impl Store for PostgresStore {
         .bind(row.seq)
         .fetch_one(&mut *tx)
         .await?;
-        events::record(&mut *tx, &[flow_of_row(&row, EventKind::Checkpointed, now)]).await?;
+        events::record(&mut tx, &[flow_of_row(&row, EventKind::Checkpointed, now)]).await?;
         tx.commit().await?;
         Ok(Settled::Applied(LeaseState::Live {
             lease_expires_at: from_ms(at),
@@ -930,7 +930,7 @@ impl Store for PostgresStore {
                 .execute(&mut *tx)
                 .await?;
                 let evs = flow_failure_events(row, "dead", row.run_at, error, now);
-                events::record(&mut *tx, &evs).await?;
+                events::record(&mut tx, &evs).await?;
             }
             reaped.deadline_exceeded += 1;
             reaped.by_queue.entry(row.queue.clone()).or_default().dead += 1;

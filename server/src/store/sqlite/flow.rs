@@ -112,7 +112,6 @@ fn dead_letter(c: &Connection, id: &str, queue: &str, at: i64) -> StoreResult<()
             backoff_multiplier: 2.0,
             max_backoff: std::time::Duration::from_secs(3600),
             jitter: 0.2,
-            ..Default::default()
         },
         metadata: [("dead_task_id".to_owned(), id.to_owned())].into(),
         routing: Default::default(),
