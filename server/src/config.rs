@@ -555,6 +555,7 @@ impl Config {
             worker_ttl: self.worker_ttl,
             gates,
             live: Default::default(),
+            sync_match_postgres: false,
         };
         app.metrics_listen = metrics_listen;
         app.server = ServerOptions {
