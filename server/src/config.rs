@@ -598,6 +598,7 @@ impl Config {
             },
             gates,
             live: Default::default(),
+            sync_match_postgres: false,
         };
         app.metrics_listen = metrics_listen;
         app.metrics_depth_max_age = self.metrics_depth_max_age;

@@ -14,6 +14,14 @@ use taskbroker_client::pb;
 
 const GUARD: Duration = Duration::from_secs(20);
 
+/// Sync match on, on Postgres too (off there by default).
+fn sync_on() -> taskbroker_server::service::Settings {
+    taskbroker_server::service::Settings {
+        sync_match_postgres: true,
+        ..Default::default()
+    }
+}
+
 fn waiting(queue: &str, worker: &str, max_tasks: u32) -> pb::LeaseRequest {
     pb::LeaseRequest {
         worker_id: worker.into(),
@@ -23,7 +31,15 @@ fn waiting(queue: &str, worker: &str, max_tasks: u32) -> pb::LeaseRequest {
 }
 
 async fn a_waiting_worker_is_handed_the_submitted_task(b: Backend) {
-    let Some(app) = spawn_app(b).await else {
+    let Some(app) = spawn_app_with(
+        b,
+        Options {
+            settings: sync_on(),
+            ..Options::default()
+        },
+    )
+    .await
+    else {
         return;
     };
     let mut waiter = app.broker().await;
@@ -60,7 +76,15 @@ async fn a_waiting_worker_is_handed_the_submitted_task(b: Backend) {
 }
 
 async fn a_batch_of_submits_is_shared_among_the_waiting_workers(b: Backend) {
-    let Some(app) = spawn_app(b).await else {
+    let Some(app) = spawn_app_with(
+        b,
+        Options {
+            settings: sync_on(),
+            ..Options::default()
+        },
+    )
+    .await
+    else {
         return;
     };
     let mut polls = Vec::new();
@@ -92,7 +116,15 @@ async fn a_batch_of_submits_is_shared_among_the_waiting_workers(b: Backend) {
 }
 
 async fn a_due_task_that_leases_first_is_not_overtaken_by_a_new_one(b: Backend) {
-    let Some(app) = spawn_app(b).await else {
+    let Some(app) = spawn_app_with(
+        b,
+        Options {
+            settings: sync_on(),
+            ..Options::default()
+        },
+    )
+    .await
+    else {
         return;
     };
     let mut c = app.broker().await;
@@ -131,7 +163,15 @@ async fn a_due_task_that_leases_first_is_not_overtaken_by_a_new_one(b: Backend) 
 }
 
 async fn a_new_task_that_leases_first_is_handed_over_past_a_due_one(b: Backend) {
-    let Some(app) = spawn_app(b).await else {
+    let Some(app) = spawn_app_with(
+        b,
+        Options {
+            settings: sync_on(),
+            ..Options::default()
+        },
+    )
+    .await
+    else {
         return;
     };
     let mut c = app.broker().await;
@@ -170,7 +210,15 @@ async fn a_new_task_that_leases_first_is_handed_over_past_a_due_one(b: Backend) 
 }
 
 async fn a_targeted_task_is_left_to_the_lease_statement(b: Backend) {
-    let Some(app) = spawn_app(b).await else {
+    let Some(app) = spawn_app_with(
+        b,
+        Options {
+            settings: sync_on(),
+            ..Options::default()
+        },
+    )
+    .await
+    else {
         return;
     };
     let mut waiter = app.broker().await;
@@ -218,6 +266,7 @@ both_backends!(
 async fn two_replicas_hand_every_task_to_one_worker_once() {
     let real = || Options {
         manual_clock: false,
+        settings: sync_on(),
         ..Options::default()
     };
     let Some(a) = spawn_app_with(Backend::Postgres, real()).await else {

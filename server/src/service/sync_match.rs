@@ -385,6 +385,9 @@ impl super::Broker {
 
     /// Whether long-polls of `queue` alone may park for sync match.
     pub(super) fn queue_matchable(&self, queue: &str) -> bool {
+        if self.store.backend() == "postgres" && !self.settings.sync_match_postgres {
+            return false;
+        }
         let q = [queue.to_string()];
         !self.settings.gated(&q) && self.settings.worker_caps(&q).is_empty()
     }
