@@ -102,6 +102,9 @@ pub struct AppConfig {
     pub tls: Option<TlsOptions>,
     /// Time between scheduler passes. Default 250 ms (fires within a second).
     pub schedule_interval: Duration,
+    /// How old the queue depths on `/metrics` may grow before a scrape counts
+    /// again in the background (`crate::depth`); zero counts on every scrape.
+    pub metrics_depth_max_age: Duration,
 }
 
 impl AppConfig {
@@ -118,6 +121,7 @@ impl AppConfig {
             auth: Vec::new(),
             tls: None,
             schedule_interval: Duration::from_millis(250),
+            metrics_depth_max_age: crate::depth::DEFAULT_MAX_AGE,
         }
     }
 }
@@ -178,6 +182,7 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
                 database_up_rx,
                 &config.auth,
                 stop.clone(),
+                config.metrics_depth_max_age,
             )
             .await
             .map_err(bind_error(m))?,

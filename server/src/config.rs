@@ -43,6 +43,10 @@ pub struct Config {
     pub db_max_connections: u32,
     /// HTTP address of Prometheus `/metrics` and the web console; empty turns it off.
     pub metrics_listen: String,
+    /// How old the queue depths on `/metrics` may grow before a scrape counts the
+    /// task table again, in the background; 0 counts on every scrape (issue 17).
+    #[serde(with = "humantime_serde")]
+    pub metrics_depth_max_age: Duration,
     /// Expired leases and passed deadlines are looked for this often.
     #[serde(with = "humantime_serde")]
     pub reclaim_interval: Duration,
@@ -184,6 +188,7 @@ impl Default for Config {
             database_url: "sqlite://taskbroker.db".into(),
             db_max_connections: 16,
             metrics_listen: "127.0.0.1:9090".into(),
+            metrics_depth_max_age: crate::depth::DEFAULT_MAX_AGE,
             reclaim_interval: Duration::from_millis(500),
             shutdown_grace: Duration::from_secs(20),
             request_timeout: Duration::from_secs(30),
@@ -271,6 +276,9 @@ pub struct ServeArgs {
     /// Prometheus metrics address; empty turns it off [default: 127.0.0.1:9090].
     #[arg(long, env = "TASKBROKER_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
+    /// How old /metrics queue depths may grow; 0 counts on every scrape [default: 10s].
+    #[arg(long, env = "TASKBROKER_METRICS_DEPTH_MAX_AGE")]
+    pub metrics_depth_max_age: Option<String>,
     /// How often expired leases and deadlines are looked for [default: 500ms].
     #[arg(long, env = "TASKBROKER_RECLAIM_INTERVAL")]
     pub reclaim_interval: Option<String>,
@@ -371,6 +379,7 @@ impl ServeArgs {
             "database_url" => self.database_url,
             "db_max_connections" => self.db_max_connections,
             "metrics_listen" => self.metrics_listen,
+            "metrics_depth_max_age" => self.metrics_depth_max_age,
             "reclaim_interval" => self.reclaim_interval,
             "shutdown_grace" => self.shutdown_grace,
             "request_timeout" => self.request_timeout,
@@ -557,6 +566,7 @@ impl Config {
             live: Default::default(),
         };
         app.metrics_listen = metrics_listen;
+        app.metrics_depth_max_age = self.metrics_depth_max_age;
         app.server = ServerOptions {
             request_timeout: self.request_timeout,
             max_concurrent_requests: self.max_concurrent_requests,

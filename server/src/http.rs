@@ -22,12 +22,14 @@ struct HttpState {
     broker: Arc<Broker>,
     /// The database answered the last readiness check (set by the app's monitor).
     database_up: watch::Receiver<bool>,
+    /// The queue depths of the last count (issue 17: a scrape does not count).
+    depth: Arc<crate::depth::DepthCache>,
 }
 
 async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
     let broker = &state.broker;
     let now = broker.clock().now();
-    let stats = match broker.store().queue_stats(&[], now).await {
+    let depth = match state.depth.get(broker).await {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(error = %e, "metrics: queue stats unavailable");
@@ -38,8 +40,12 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
                 .into_response();
         }
     };
+    broker.metrics().depth_age(depth.taken.elapsed());
+    broker
+        .metrics()
+        .notifications(broker.store().notification_stats());
     let body = broker.metrics().render(
-        &stats,
+        &depth.stats,
         broker.store().pool_stats(),
         broker.dispatcher().waiters(),
         now,
@@ -81,6 +87,7 @@ pub async fn serve(
     database_up: watch::Receiver<bool>,
     tokens: &[crate::api::auth::TokenEntry],
     stop: CancellationToken,
+    depth_max_age: std::time::Duration,
 ) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
@@ -92,6 +99,7 @@ pub async fn serve(
         .with_state(HttpState {
             broker,
             database_up,
+            depth: crate::depth::DepthCache::new(depth_max_age),
         })
         .merge(console);
     tokio::spawn(async move {

@@ -12,7 +12,8 @@
 //! - [`maintenance`]: the reaper (expired leases, passed deadlines), retention, and
 //!   the scheduler (fires due schedules; calendar rules in `domain::schedule`).
 //! - [`metrics`] and [`http`]: Prometheus metrics and the HTTP probes (`/healthz`,
-//!   `/readyz`) on their own port.
+//!   `/readyz`) on their own port; [`depth`]: the queue depths a scrape shows,
+//!   counted off the scrape.
 //! - [`console`]: the web console on that port (server-rendered HTML).
 //! - [`telemetry`]: logs and OpenTelemetry traces (context crosses the queue).
 //! - [`app`] and [`config`]: start-up, configuration and shutdown.
@@ -23,6 +24,7 @@ pub mod api;
 pub mod app;
 pub mod config;
 pub mod console;
+pub mod depth;
 pub mod dispatch;
 pub mod domain;
 pub mod http;

@@ -68,6 +68,12 @@ pub struct Metrics {
     pool_size: Gauge,
     pool_idle: Gauge,
     waiters: Gauge,
+    // Issue 17: how old the depths are, and the cross-replica wake-ups.
+    depth_age: FloatGauge,
+    notifications_received: Counter,
+    notifications_own_skipped: Counter,
+    /// Sync match (issue 17): tasks handed to a waiting long-poll by Submit.
+    sync_matched: Family<QueueLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -100,6 +106,10 @@ impl Metrics {
             pool_size: Gauge::default(),
             pool_idle: Gauge::default(),
             waiters: Gauge::default(),
+            depth_age: FloatGauge::default(),
+            notifications_received: Counter::default(),
+            notifications_own_skipped: Counter::default(),
+            sync_matched: Family::default(),
         };
         let r = &mut m.registry;
         r.register(
@@ -156,7 +166,49 @@ impl Metrics {
             "Lease long-polls waiting for work",
             m.waiters.clone(),
         );
+        r.register(
+            "queue_depth_age_seconds",
+            "Age of the count behind queue_depth and queue_oldest_ready_age_seconds",
+            m.depth_age.clone(),
+        );
+        r.register(
+            "notifications_received",
+            "Wake-up notifications received from the database (Postgres LISTEN)",
+            m.notifications_received.clone(),
+        );
+        r.register(
+            "notifications_own_skipped",
+            "Of those, the ones this replica sent itself and did not act on again",
+            m.notifications_own_skipped.clone(),
+        );
+        r.register(
+            "tasks_sync_matched",
+            "Tasks inserted already leased to a waiting long-poll (also counted as leased)",
+            m.sync_matched.clone(),
+        );
         m
+    }
+
+    /// How old the depth snapshot shown by this scrape is (see `crate::depth`).
+    pub fn depth_age(&self, age: Duration) {
+        self.depth_age.set(age.as_secs_f64());
+    }
+
+    /// The store's notification counts so far (they only grow).
+    pub fn notifications(&self, n: crate::store::NotificationStats) {
+        let set = |c: &Counter, v: u64| {
+            let have = c.get();
+            if v > have {
+                c.inc_by(v - have);
+            }
+        };
+        set(&self.notifications_received, n.received);
+        set(&self.notifications_own_skipped, n.own_skipped);
+    }
+
+    /// Sync match (issue 17): a task handed to a waiting long-poll.
+    pub fn sync_matched(&self, queue: &str) {
+        self.sync_matched.get_or_create(&q(queue)).inc();
     }
 
     pub fn submitted(&self, queue: &str) {

@@ -18,6 +18,10 @@ use admission::*;
 #[path = "store_conformance/console.rs"]
 mod console;
 use console::*;
+// Sync match (issue 17).
+#[path = "store_conformance/sync_match.rs"]
+mod sync_match;
+use sync_match::*;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -866,6 +870,7 @@ both_backends!(
     two_stores_racing_on_due_schedules_fire_each_once,
     // Routing (issue 13).
     a_task_targeted_by_worker_id_goes_only_to_that_worker,
+    plain_leases_keep_order_and_targets_around_a_routed_task,
     a_task_targeted_by_labels_goes_to_a_worker_with_all_of_them,
     a_task_nobody_may_take_does_not_block_the_tasks_behind_it,
     a_soft_sticky_retry_waits_for_its_worker_until_the_timeout,
@@ -883,6 +888,13 @@ both_backends!(
     a_gated_lease_never_takes_a_task_twice,
     // The console (issue 18).
     dead_letters_group_by_the_current_error_however_a_task_died,
+    // Sync match (issue 17).
+    a_matched_task_is_inserted_leased_to_its_waiter,
+    a_ready_task_that_would_lease_first_keeps_the_new_one_pending,
+    matches_stand_only_at_the_head_of_their_queue,
+    a_duplicate_key_is_answered_with_the_existing_task_unleased,
+    a_sync_matched_lease_expires_and_is_leased_again,
+    a_released_lease_is_pending_again_without_spending_an_attempt,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

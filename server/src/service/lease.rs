@@ -185,10 +185,60 @@ impl Broker {
                 until = until.min(Instant::now() + self.settings.gated_recheck(&key));
             }
             let _waiting = self.dispatch.waiting();
-            tokio::select! {
-                _ = select_all(woken) => pass_on = Some(self.dispatch.pass_on(&key)),
-                _ = tokio::time::sleep_until(until) => {}
-                _ = self.dispatch.draining().cancelled() => return Ok(Vec::new()),
+            // Sync match (issue 17): a long-poll of one plain queue waits where a
+            // Submit can hand it tasks directly.
+            let mut parking =
+                (key.len() == 1 && !gated && self.queue_matchable(&key[0])).then(|| {
+                    self.park(
+                        &key[0],
+                        super::sync_match::Offer {
+                            to: crate::store::MatchTo {
+                                worker_id: req.worker_id.clone(),
+                                worker_address: req.worker_address.clone(),
+                                lease_duration,
+                            },
+                            max_tasks: req.max_tasks,
+                            max_reply_bytes: limits.max_lease_reply_bytes as u64,
+                        },
+                    )
+                });
+            let handed = async {
+                match parking.as_mut() {
+                    Some(p) => p.answer().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let mut drained = false;
+            let mut tasks = tokio::select! {
+                _ = select_all(woken) => {
+                    pass_on = Some(self.dispatch.pass_on(&key));
+                    Vec::new()
+                }
+                tasks = handed => tasks,
+                _ = tokio::time::sleep_until(until) => Vec::new(),
+                _ = self.dispatch.draining().cancelled() => {
+                    drained = true;
+                    Vec::new()
+                }
+            };
+            if let Some(p) = parking {
+                // Claimed by a Submit meanwhile: its tasks are leased to this
+                // caller already, so they are waited for.
+                tasks.extend(p.leave().await);
+            }
+            if !tasks.is_empty() {
+                let now = self.clock.now();
+                for t in &tasks {
+                    let waited = (now - t.run_at.max(t.created_at))
+                        .to_std()
+                        .unwrap_or_default();
+                    self.metrics.leased(&t.queue, waited);
+                    self.metrics.sync_matched(&t.queue);
+                }
+                return Ok(tasks);
+            }
+            if drained {
+                return Ok(Vec::new());
             }
         }
     }

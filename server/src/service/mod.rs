@@ -12,9 +12,7 @@ use crate::domain::validate::Limits;
 use crate::metrics::Metrics;
 use chrono::{DateTime, Utc};
 
-use crate::store::{
-    CompleteParams, Completed, Inserted, LeaseParams, NewTask, Settled, Store, TaskRecord,
-};
+use crate::store::{CompleteParams, Completed, LeaseParams, Settled, Store, TaskRecord};
 use combine::Combiner;
 
 mod admin;
@@ -34,6 +32,8 @@ mod schedule_fire;
 mod workers;
 // Admission (#14): live queue settings and Explain.
 mod queues;
+// Sync match (issue 17): Submit hands tasks to waiting long-polls.
+mod sync_match;
 
 pub use admin::{ListTasks, TaskPage, UpdateTask};
 pub use backlog::Backlog;
@@ -160,18 +160,19 @@ pub struct Broker {
     metrics: Arc<Metrics>,
     /// Group commit above the store (see `combine`).
     leases: Arc<Combiner<Vec<String>, LeaseParams, Vec<TaskRecord>>>,
-    submits: Arc<Combiner<(), SubmitBatch, Vec<Inserted>>>,
+    submits: Arc<Combiner<(), SubmitBatch, Vec<sync_match::Submitted>>>,
     completes: Arc<Combiner<(), Vec<CompleteParams>, Vec<Settled<Completed>>>>,
     /// The next scheduled run_at of a queue set, asked for at a time.
     next_runs: Arc<Combiner<Vec<String>, Time, Option<Time>>>,
     /// What this broker last wrote to the worker registry (routing, issue 13).
     workers: workers::Registry,
+    /// Long-polls a Submit may hand its tasks to (sync match, issue 17).
+    parked: Arc<sync_match::Parked>,
 }
 
 type Time = DateTime<Utc>;
 
-/// One Submit call's tasks and its time of arrival.
-type SubmitBatch = (Vec<NewTask>, DateTime<Utc>);
+use sync_match::SubmitBatch;
 
 /// Store calls combined at most: requests, and tasks.
 const MAX_COMBINED_REQUESTS: usize = 256;
@@ -198,6 +199,7 @@ impl Broker {
             completes: Arc::new(Combiner::new(MAX_COMBINED_REQUESTS, MAX_COMBINED_TASKS)),
             next_runs: Arc::new(Combiner::new(usize::MAX, usize::MAX)),
             workers: workers::Registry::default(),
+            parked: Arc::default(),
         }
     }
 

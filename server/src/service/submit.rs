@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{Broker, ServiceError, combine};
+use super::{Broker, ServiceError};
 use crate::domain::RetryPolicy;
 use crate::domain::routing::{Fanout, MAX_COPIES, Sticky, Target, TaskRouting};
 use crate::domain::validate::{self, Invalid};
@@ -135,27 +135,26 @@ impl Broker {
             .iter()
             .map(|t| t.routing != TaskRouting::default())
             .collect();
-        // Concurrent Submit calls share one insert statement and commit.
-        let store = self.store.clone();
+        // Concurrent Submit calls share one insert statement and commit, which
+        // hands tasks to waiting long-polls (sync match, issue 17).
+        let matchable = self.sync_matchable(&new);
+        let parked = self.parked.clone();
+        let release = self.releaser();
         let weight = new.len();
-        let inserted = self
+        let (inserted, matched): (Vec<Inserted>, Vec<bool>) = self
             .submits
             .call(
                 (),
-                (new, now),
+                (new, matchable, now),
                 weight,
-                move |batch: Vec<(Vec<NewTask>, _)>| {
-                    let store = store.clone();
-                    async move {
-                        let now = batch.iter().map(|(_, now)| *now).max().unwrap_or_default();
-                        let lengths: Vec<usize> = batch.iter().map(|(t, _)| t.len()).collect();
-                        let all: Vec<NewTask> = batch.into_iter().flat_map(|(t, _)| t).collect();
-                        let inserted = store.task_insert_many(&all, now).await?;
-                        combine::split(inserted, &lengths)
-                    }
+                move |batch: Vec<super::sync_match::SubmitBatch>| {
+                    let (parked, release) = (parked.clone(), release.clone());
+                    async move { super::sync_match::insert_batch(&parked, &release, batch).await }
                 },
             )
-            .await?;
+            .await?
+            .into_iter()
+            .unzip();
         // A key taken by another producer between the check and the insert (a race
         // of two producers on one key) is refused the same way; the call's other
         // tasks stand, as their own keys make a retry safe.
@@ -174,11 +173,17 @@ impl Broker {
         // Wake one waiting long-poll per new task in each queue (every waiter
         // for a routed task: the one that may take it must be among them).
         let mut new_per_queue: Vec<(&str, usize)> = Vec::new();
-        for ((queue, r), routed) in queues.iter().zip(&inserted).zip(&routed) {
+        for (((queue, r), routed), matched) in
+            queues.iter().zip(&inserted).zip(&routed).zip(matched)
+        {
             if r.deduplicated {
                 continue;
             }
             self.metrics.submitted(queue);
+            if matched {
+                // Leased already, to a long-poll that has it in hand.
+                continue;
+            }
             let n = if *routed { 256 } else { 1 };
             match new_per_queue.iter_mut().find(|(q, _)| q == queue) {
                 Some((_, m)) => *m += n,

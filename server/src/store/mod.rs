@@ -34,6 +34,9 @@ pub(crate) use routing::{WorkerLeaseRow, WorkerRow, worker_lease};
 // Admission (migration 0009).
 pub mod admission;
 pub use admission::{QueueUsage, StoredQueue};
+// Sync match (issue 17).
+pub mod sync_match;
+pub use sync_match::{MatchTo, MatchedInsert};
 
 /// A store failure, classified for the caller.
 #[derive(Debug, thiserror::Error)]
@@ -244,6 +247,16 @@ pub enum PurgeScope {
 pub struct PoolStats {
     pub size: u32,
     pub idle: usize,
+}
+
+/// Wake-up notifications a store's listener received (issue 17): Postgres only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NotificationStats {
+    /// Notifications received on the wake-up channel.
+    pub received: u64,
+    /// Of those, the ones this store sent itself, whose waiters its broker had
+    /// woken already: not acted on again.
+    pub own_skipped: u64,
 }
 
 /// What a maintenance pass did to one queue.
@@ -503,6 +516,11 @@ pub trait Store: Send + Sync + 'static {
     /// (Postgres LISTEN/NOTIFY) until `stop`. A single-process store has none.
     fn spawn_listener(&self, _wake: Waker, _stop: tokio_util::sync::CancellationToken) {}
 
+    /// What the listener of [`Store::spawn_listener`] received so far.
+    fn notification_stats(&self) -> NotificationStats {
+        NotificationStats::default()
+    }
+
     /// Deletes up to `limit` tasks (and their attempts) that finished before
     /// `before`, in the queues `scope` selects. Returns how many.
     async fn task_purge_finished(
@@ -637,6 +655,30 @@ pub trait Store: Send + Sync + 'static {
         aging_ms: Option<i64>,
         now: DateTime<Utc>,
     ) -> StoreResult<u64>;
+
+    // Sync match (issue 17).
+
+    /// Inserts tasks as `task_insert_many` does (one transaction, in order,
+    /// deduplicated by key), except that a task matched to a waiting request
+    /// (`matches[i]`; missing entries are `None`) is inserted already leased to
+    /// it, as `task_lease_available` would lease it (attempt 1, a new lease and
+    /// fencing token), if the match stands: see
+    /// [`sync_match::matches_in_lease_order`], and no pending task of its queue
+    /// that is due at `now` has a priority as high or higher, judged in the same
+    /// transaction as the insert. Otherwise it is inserted pending (and its queue
+    /// notified). One answer per task, in order.
+    async fn task_insert_matched(
+        &self,
+        tasks: &[NewTask],
+        matches: &[Option<MatchTo>],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<MatchedInsert>>;
+
+    /// Gives back leases nobody received (their long-poll went away before the
+    /// answer): each task still leased under its token becomes pending again as
+    /// if the lease had not been taken (the attempt is not counted; the fencing
+    /// token stays spent), and its queue is notified. Returns how many.
+    async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64>;
 }
 
 /// Opens the store a URL names: `sqlite://PATH` (created if missing) or `postgres://...`.

@@ -6,6 +6,7 @@
 //! with the queue name, so long-polls on every replica wake.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -31,6 +32,10 @@ use routing::BindRouting as _;
 mod dead;
 // Admission (migration 0009).
 mod admission;
+// The plain lease, for batches routing cannot touch (issue 17, migration 0012).
+mod lease_plain;
+// Sync match (issue 17).
+mod sync_match;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -42,6 +47,30 @@ pub struct PostgresStore {
     /// For the notification listener's own connection, outside the pool: a
     /// listener holds its connection for good, and must not starve the calls.
     options: PgConnectOptions,
+    /// Issue 17: `@` and a random id of this store (this replica), appended to
+    /// the queue name of the wake-ups it sends, so its listener knows them.
+    wake_tag: String,
+    notes: Arc<Notes>,
+}
+
+/// What the listener received (see [`NotificationStats`]).
+#[derive(Default)]
+struct Notes {
+    received: std::sync::atomic::AtomicU64,
+    own_skipped: std::sync::atomic::AtomicU64,
+}
+
+/// What a notification on [`CHANNEL`] asks of the listener of the store tagged
+/// `own`: the payload is a queue name, followed by the sender's tag when a store
+/// of this version sent it from a path whose broker wakes its own waiters itself
+/// (`queue@id`; queue names have no `@`). An untagged payload (another path, an
+/// older replica) always wakes.
+fn wake_for<'a>(payload: &'a str, own: &str) -> Option<&'a str> {
+    match payload.find('@') {
+        Some(at) if &payload[at..] == own => None,
+        Some(at) => Some(&payload[..at]),
+        None => Some(payload),
+    }
 }
 
 impl PostgresStore {
@@ -50,20 +79,29 @@ impl PostgresStore {
         // table was small, reads the whole table on every lease once it is large
         // (a seq scan and sort instead of the ordered lease index), until the next
         // ANALYZE. Planning per execution costs ~1 ms; a bad generic plan, seconds.
-        let options =
-            PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_custom_plan")]);
+        // No JIT: the lease statement's estimated cost (subplans per candidate row)
+        // passes the JIT thresholds, and compiling it took 0.2-6 s per execution
+        // while the statement itself runs in under a millisecond.
+        let options = PgConnectOptions::from_str(url)?
+            .options([("plan_cache_mode", "force_custom_plan"), ("jit", "off")]);
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(options.clone())
             .await?;
-        Ok(PostgresStore { pool, options })
+        Ok(PostgresStore {
+            pool,
+            options,
+            wake_tag: format!("@{:016x}", rand::random::<u64>()),
+            notes: Arc::default(),
+        })
     }
 
     /// Listens for NOTIFY on [`CHANNEL`] and calls `wake(Some(queue))`; after a
     /// (re)connect, when notifications may have been missed, calls `wake(None)`.
     fn listen(&self, wake: Waker, stop: CancellationToken) {
         let options = self.options.clone();
+        let (tag, notes) = (self.wake_tag.clone(), self.notes.clone());
         tokio::spawn(async move {
             loop {
                 let listener = async {
@@ -80,7 +118,15 @@ impl PostgresStore {
                     wake(None);
                     loop {
                         match l.try_recv().await? {
-                            Some(n) => wake(Some(n.payload())),
+                            Some(n) => {
+                                use std::sync::atomic::Ordering::Relaxed;
+                                notes.received.fetch_add(1, Relaxed);
+                                match wake_for(n.payload(), &tag) {
+                                    Some(q) => wake(Some(q)),
+                                    // Its broker woke its waiters when it committed.
+                                    None => _ = notes.own_skipped.fetch_add(1, Relaxed),
+                                }
+                            }
                             // The connection dropped and was re-established.
                             None => wake(None),
                         }
@@ -411,7 +457,8 @@ impl Store for PostgresStore {
                  AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
                       ib, bm, mb, j, md, ck) \
                ON CONFLICT DO NOTHING RETURNING id, queue), \
-             woken AS (SELECT pg_notify($15, q) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
+             woken AS (SELECT pg_notify('taskbroker', q || $15) \
+               FROM (SELECT DISTINCT queue AS q FROM ins) d) \
              SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0",
         ))
         .bind(&ids)
@@ -428,7 +475,9 @@ impl Store for PostgresStore {
         .bind(&jitters)
         .bind(&metadata)
         .bind(ms(now))
-        .bind(CHANNEL)
+        // The wake-up carries this replica's tag: its listener skips it, as the
+        // broker wakes its own waiters after the commit (issue 17).
+        .bind(&self.wake_tag)
         .bind(&concurrency_keys)
         .bind_routing(routed, tasks)
         .fetch_all(&self.pool)
@@ -481,6 +530,11 @@ impl Store for PostgresStore {
         let Some(first) = ps.first() else {
             return Ok(Vec::new());
         };
+        // Issue 17: a batch without labels or caps, in queues without READY routed
+        // tasks, takes the statement from before routing (lease_plain.rs).
+        if let Some(out) = self.lease_plain(ps).await? {
+            return Ok(out);
+        }
         let now = ms(ps.iter().map(|p| p.now).max().unwrap_or(first.now));
         let demand: i64 = ps.iter().map(|p| i64::from(p.max_tasks)).sum();
         let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
@@ -1244,6 +1298,14 @@ impl Store for PostgresStore {
         self.listen(wake, stop);
     }
 
+    fn notification_stats(&self) -> NotificationStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        NotificationStats {
+            received: self.notes.received.load(Relaxed),
+            own_skipped: self.notes.own_skipped.load(Relaxed),
+        }
+    }
+
     async fn close(&self) {
         self.pool.close().await;
     }
@@ -1418,5 +1480,39 @@ impl Store for PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreResult<u64> {
         self.admission_ahead(task, aging_ms, now).await
+    }
+
+    // Sync match (issue 17).
+
+    async fn task_insert_matched(
+        &self,
+        tasks: &[NewTask],
+        matches: &[Option<MatchTo>],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<MatchedInsert>> {
+        self.sync_insert_matched(tasks, matches, now).await
+    }
+
+    async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64> {
+        self.sync_lease_release(leases, now).await
+    }
+}
+
+#[cfg(test)]
+mod wake_tag_tests {
+    use super::wake_for;
+
+    #[test]
+    fn own_wake_ups_are_skipped_and_others_wake_their_queue() {
+        let own = "@00000000000000aa";
+        assert_eq!(wake_for("emails@00000000000000aa", own), None);
+        assert_eq!(wake_for("emails@00000000000000bb", own), Some("emails"));
+        // Untagged: an older replica, or a path whose broker does not wake locally.
+        assert_eq!(
+            wake_for("emails.v2:high-prio_1", own),
+            Some("emails.v2:high-prio_1")
+        );
+        // A tag that merely starts like ours is another replica's.
+        assert_eq!(wake_for("q@00000000000000aa1", own), Some("q"));
     }
 }

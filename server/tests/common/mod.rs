@@ -112,6 +112,8 @@ pub struct Options {
     pub server: Option<taskbroker_server::app::ServerOptions>,
     /// The database pool's size (8 unless set).
     pub db_max_connections: Option<u32>,
+    /// How old `/metrics` queue depths may grow (the app's default unless set).
+    pub metrics_depth_max_age: Option<Duration>,
 }
 
 impl Default for Options {
@@ -125,6 +127,7 @@ impl Default for Options {
             tls: None,
             server: None,
             db_max_connections: None,
+            metrics_depth_max_age: None,
         }
     }
 }
@@ -161,6 +164,9 @@ pub async fn spawn_on(db: Arc<TestDb>, opts: Options) -> TestApp {
     config.tls = opts.tls;
     if let Some(server) = opts.server {
         config.server = server;
+    }
+    if let Some(age) = opts.metrics_depth_max_age {
+        config.metrics_depth_max_age = age;
     }
     let app = app::start(config, clock).await.expect("broker starts");
     TestApp {

@@ -616,3 +616,32 @@ pub async fn requests_with_the_same_labels_share_targeted_tasks(b: Backend) {
     all.sort();
     assert_eq!(all, (3..=8).map(uuid_like).collect::<Vec<_>>());
 }
+
+/// Issue 17: leases without labels or caps take a plain statement unless a READY
+/// task of their queues carries a routing rule. Around such a task the order and
+/// the targets hold: another worker passes it over, its own worker gets it first
+/// (by priority), and plain tasks behind it still go out in order.
+pub async fn plain_leases_keep_order_and_targets_around_a_routed_task(b: Backend) {
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    let mut first = routed("o", 2, for_worker("w1"));
+    first.priority = 5;
+    let later = NewTask {
+        run_at: at(60),
+        ..routed("o", 4, for_worker("w2"))
+    };
+    s.task_insert_many(&[task("o", 1), first, task("o", 3), later], t0())
+        .await
+        .unwrap();
+    let w2 = lease(&s, worker("o", "w2", &[], 1, t0())).await;
+    assert_eq!(ids(&w2), [uuid_like(1)], "w2 passes over w1's task");
+    let w1 = lease(&s, worker("o", "w1", &[], 1, t0())).await;
+    assert_eq!(ids(&w1), [uuid_like(2)], "w1's own task comes first");
+    let w3 = lease(&s, worker("o", "w3", &[], 5, t0())).await;
+    assert_eq!(ids(&w3), [uuid_like(3)], "w2's task is not due yet");
+    let w3 = lease(&s, worker("o", "w3", &[], 5, at(60))).await;
+    assert!(w3.is_empty(), "{w3:?}");
+    let w2 = lease(&s, worker("o", "w2", &[], 5, at(60))).await;
+    assert_eq!(ids(&w2), [uuid_like(4)]);
+}

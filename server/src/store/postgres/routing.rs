@@ -30,7 +30,7 @@ pub(super) const INSERT_ROUTED: &str = "WITH ins AS ( \
          AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
               ib, bm, mb, j, md, ck, tw, tl, st, sto, fg, fd) \
        ON CONFLICT DO NOTHING RETURNING id, queue), \
-     woken AS (SELECT pg_notify($15, q) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
+     woken AS (SELECT pg_notify('taskbroker', q || $15) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
      SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0";
 
 type InsertQuery<'q> =

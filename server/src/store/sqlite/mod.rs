@@ -29,6 +29,8 @@ mod read;
 // Routing and the worker registry (migration 0008).
 mod routing;
 mod schedule;
+// Sync match (issue 17).
+mod sync_match;
 mod writer;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -397,5 +399,27 @@ impl Store for SqliteStore {
         now: DateTime<Utc>,
     ) -> StoreResult<u64> {
         admission::task_ahead(&self.reader, task, aging_ms, now).await
+    }
+
+    // Sync match (issue 17).
+
+    async fn task_insert_matched(
+        &self,
+        tasks: &[NewTask],
+        matches: &[Option<MatchTo>],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<MatchedInsert>> {
+        write!(
+            self,
+            sync_match::task_insert_matched,
+            [tasks, matches],
+            &tasks,
+            &matches,
+            now
+        )
+    }
+
+    async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64> {
+        write!(self, sync_match::lease_release, [leases], &leases, now)
     }
 }

@@ -1,0 +1,132 @@
+//! The plain lease (issue 17): the lease statement as it was before routing, for
+//! the batches routing cannot touch.
+//!
+//! Routing's lease statement (in `postgres.rs`) costs Postgres about three times the
+//! planning and twice the execution of the statement before it (1.1 ms + 1.0 ms
+//! instead of 0.35 ms + 0.45 ms per call in per-task mode, `pg_stat_statements`):
+//! plans are custom per execution (`plan_cache_mode`), and its caps, eligibility
+//! arrays and window functions are planned every time, although most leases name
+//! no labels, in queues without per-worker caps and without routed tasks. Such a
+//! batch runs this statement first. It leases nothing and says so when a READY task
+//! of its queues carries a routing rule (a target, a reservation, a distinct
+//! fan-out copy; found through the small partial index of migration 0012, which
+//! holds only such tasks): then the full statement runs instead. Without routed
+//! tasks both statements choose the same tasks in the same order, every task being
+//! open to every request of the batch.
+
+use super::*;
+
+impl PostgresStore {
+    /// The batch's leases, or `None` when the full (routing) statement must decide
+    /// them: some request carries labels, a queue has a per-worker cap, or a READY
+    /// task of the queues carries a routing rule.
+    pub(super) async fn lease_plain(
+        &self,
+        ps: &[LeaseParams],
+    ) -> StoreResult<Option<Vec<Vec<TaskRecord>>>> {
+        let Some(first) = ps.first() else {
+            return Ok(Some(Vec::new()));
+        };
+        if ps.iter().any(|p| !p.routing.labels.is_empty())
+            || first.routing.caps(&first.queues).iter().any(|&c| c > 0)
+        {
+            return Ok(None);
+        }
+        let now = ms(ps.iter().map(|p| p.now).max().unwrap_or(first.now));
+        let demand: i64 = ps.iter().map(|p| i64::from(p.max_tasks)).sum();
+        let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
+        let addresses: Vec<&str> = ps.iter().map(|p| p.worker_address.as_str()).collect();
+        let durations: Vec<i64> = ps.iter().map(|p| duration_ms(p.lease_duration)).collect();
+        let wanted: Vec<u32> = ps.iter().map(|p| p.max_tasks).collect();
+        let owners: Vec<i32> = lease_slots(&wanted)
+            .into_iter()
+            .map(|i| i32::try_from(i + 1).unwrap_or(i32::MAX))
+            .collect();
+        // The statement of `task_lease_many` before routing (see the comments
+        // there), plus `routed`: whether a READY task of the queues carries a
+        // routing rule, in which case `cand` is empty and the one row returned
+        // says so. The final LEFT JOIN returns that row even when nothing is leased.
+        let rows: Vec<(Option<(TaskRow, i64)>, bool)> = sqlx::query(
+            "WITH routed AS ( \
+               SELECT EXISTS (SELECT 1 FROM tasks WHERE state = 'pending' \
+                 AND queue = ANY($1::text[]) AND run_at <= $2 \
+                 AND (target_worker IS NOT NULL OR target_labels IS NOT NULL \
+                   OR reserved_for IS NOT NULL OR fanout_distinct)) AS pending), \
+             cand AS ( \
+               SELECT t.* FROM UNNEST($1::text[]) AS q(name) \
+               CROSS JOIN LATERAL ( \
+                 SELECT seq, queue, priority, deadline, run_at, \
+                   octet_length(payload) + COALESCE(octet_length(checkpoint), 0) \
+                     + octet_length(metadata) + $9::bigint AS size \
+                 FROM tasks \
+                 WHERE state = 'pending' AND queue = q.name \
+                   AND run_at <= $2 AND COALESCE(deadline, 9223372036854775807) > $2 \
+                   AND NOT (SELECT pending FROM routed) \
+                 ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq \
+                 LIMIT $3 FOR UPDATE SKIP LOCKED) t), \
+             ranked AS ( \
+               SELECT t.seq, t.size, t.rn, ($7::int[])[t.rn] AS req FROM ( \
+                 SELECT c.seq, c.size, row_number() OVER ( \
+                   ORDER BY c.priority DESC, c.deadline ASC NULLS LAST, c.run_at, c.seq) AS rn \
+                 FROM cand c \
+                 ORDER BY c.priority DESC, c.deadline ASC NULLS LAST, c.run_at, c.seq \
+                 LIMIT $3) t), \
+             picked AS ( \
+               SELECT seq, req FROM ( \
+                 SELECT seq, req, size, sum(size) OVER (PARTITION BY req ORDER BY rn) AS total \
+                 FROM ranked) r \
+               WHERE total <= $8 OR total = size), \
+             spare AS ( \
+               SELECT pg_notify('taskbroker', s.queue) FROM ( \
+                 SELECT DISTINCT queue FROM cand \
+                 WHERE seq NOT IN (SELECT seq FROM picked)) s), \
+             leased AS ( \
+               UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
+                 fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
+                 leased_by = ($4::text[])[p.req], lease_duration_ms = ($6::bigint[])[p.req], \
+                 lease_expires_at = LEAST($2 + ($6::bigint[])[p.req], \
+                   COALESCE(t.deadline, $2 + ($6::bigint[])[p.req])), \
+                 updated_at = $2, leased_at = $2, leased_address = ($5::text[])[p.req] \
+               FROM picked p WHERE t.seq = p.seq \
+               RETURNING t.*, p.req::bigint AS request) \
+             SELECT l.*, r.pending AS routed_pending, (SELECT count(*) FROM spare) AS spare \
+             FROM routed r LEFT JOIN leased l ON TRUE",
+        )
+        .bind(&first.queues)
+        .bind(now)
+        .bind(demand)
+        .bind(&workers)
+        .bind(&addresses)
+        .bind(&durations)
+        .bind(&owners)
+        .bind(i64::try_from(first.max_reply_bytes).unwrap_or(i64::MAX))
+        .bind(LEASE_REPLY_TASK_BYTES)
+        .try_map(|row: sqlx::postgres::PgRow| {
+            use sqlx::{FromRow, Row};
+            let routed: bool = row.try_get("routed_pending")?;
+            // The one row of `routed` when nothing was leased.
+            if row.try_get::<Option<i64>, _>("seq")?.is_none() {
+                return Ok((None, routed));
+            }
+            let task = (TaskRow::from_row(&row)?, row.try_get::<i64, _>("request")?);
+            Ok((Some(task), routed))
+        })
+        .fetch_all(&self.pool)
+        .await?;
+        if rows.iter().any(|(_, routed)| *routed) {
+            return Ok(None);
+        }
+        let mut out: Vec<Vec<TaskRecord>> = ps.iter().map(|_| Vec::new()).collect();
+        for (row, request) in rows.into_iter().filter_map(|(t, _)| t) {
+            let slot = usize::try_from(request - 1)
+                .ok()
+                .and_then(|i| out.get_mut(i))
+                .ok_or_else(|| StoreError::Corrupt(format!("lease for request {request}")))?;
+            slot.push(row.into_record()?);
+        }
+        for records in &mut out {
+            sort_lease_order(records);
+        }
+        Ok(Some(out))
+    }
+}

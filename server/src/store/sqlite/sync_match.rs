@@ -1,0 +1,142 @@
+//! Sync match on SQLite (issue 17), run as one writer job: the check (no pending
+//! task of the queue due now would lease first) and the inserts share the
+//! writer's transaction, and the one writer serialises every other write, so
+//! nothing can come between them.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::super::row::{duration_ms, ms};
+use super::super::sync_match::{lease_expiry, leased_row, matches_in_lease_order, metadata_json};
+use super::super::*;
+
+pub(super) fn task_insert_matched(
+    c: &Connection,
+    tasks: &[NewTask],
+    matches: &[Option<MatchTo>],
+    now: DateTime<Utc>,
+) -> StoreResult<Vec<MatchedInsert>> {
+    let stands = matches_in_lease_order(tasks, matches, now);
+    let now_ms = ms(now);
+    // The highest priority among the pending tasks due now, per queue with a
+    // match, read before this batch inserts anything.
+    let mut top: HashMap<&str, Option<i64>> = HashMap::new();
+    for (t, _) in tasks.iter().zip(&stands).filter(|(_, s)| **s) {
+        if top.contains_key(t.queue.as_str()) {
+            continue;
+        }
+        let p: Option<i64> = c
+            .prepare_cached(
+                "SELECT priority FROM tasks WHERE state = 'pending' AND queue = ?1 \
+                 AND run_at <= ?2 AND (deadline IS NULL OR deadline > ?2) \
+                 ORDER BY priority DESC LIMIT 1",
+            )?
+            .query_row(params![t.queue, now_ms], |r| r.get(0))
+            .optional()?;
+        top.insert(t.queue.as_str(), p);
+    }
+    let mut out = Vec::with_capacity(tasks.len());
+    for (i, t) in tasks.iter().enumerate() {
+        let m = matches
+            .get(i)
+            .and_then(Option::as_ref)
+            .filter(|_| stands[i])
+            .filter(|_| {
+                top.get(t.queue.as_str())
+                    .copied()
+                    .flatten()
+                    .is_none_or(|p| p < i64::from(t.priority))
+            });
+        let Some(m) = m else {
+            let inserted = super::ops::task_insert_many(c, std::slice::from_ref(t), now)?;
+            out.extend(inserted.into_iter().map(|inserted| MatchedInsert {
+                inserted,
+                leased: None,
+            }));
+            continue;
+        };
+        let expires = lease_expiry(t, m, now);
+        let row: Option<(i64, String)> = c
+            .prepare_cached(
+                "INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
+                 max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
+                 max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key, \
+                 attempt, fencing_token, lease_token, leased_by, lease_duration_ms, \
+                 lease_expires_at, leased_at, leased_address) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'leased', ?8, ?8, ?9, ?10, ?11, ?12, ?13, \
+                 ?14, ?14, ?15, 1, 1, lower(hex(randomblob(16))), ?16, ?17, ?18, ?14, ?19) \
+                 ON CONFLICT DO NOTHING RETURNING seq, lease_token",
+            )?
+            .query_row(
+                params![
+                    t.id,
+                    t.queue,
+                    t.key,
+                    t.payload,
+                    t.priority,
+                    ms(t.run_at),
+                    t.deadline.map(ms),
+                    t.retry.max_attempts,
+                    duration_ms(t.retry.initial_backoff),
+                    t.retry.backoff_multiplier,
+                    duration_ms(t.retry.max_backoff),
+                    t.retry.jitter,
+                    metadata_json(t),
+                    now_ms,
+                    t.concurrency_key,
+                    m.worker_id,
+                    duration_ms(m.lease_duration),
+                    expires,
+                    m.worker_address,
+                ],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let Some((seq, token)) = row else {
+            // A duplicate of an existing (queue, key), or of one earlier in this batch.
+            let task_id: String = c
+                .prepare_cached("SELECT id FROM tasks WHERE queue = ?1 AND key = ?2")?
+                .query_row(params![t.queue, t.key], |r| r.get(0))
+                .optional()?
+                .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))?;
+            out.push(MatchedInsert {
+                inserted: Inserted {
+                    task_id,
+                    deduplicated: true,
+                },
+                leased: None,
+            });
+            continue;
+        };
+        out.push(MatchedInsert {
+            inserted: Inserted {
+                task_id: t.id.clone(),
+                deduplicated: false,
+            },
+            leased: Some(leased_row(t, m, seq, token, expires, now)?),
+        });
+    }
+    Ok(out)
+}
+
+pub(super) fn lease_release(
+    c: &Connection,
+    leases: &[LeaseRef],
+    now: DateTime<Utc>,
+) -> StoreResult<u64> {
+    // The attempt is taken back (it never ran, and no attempt row was written
+    // for it: that happens when an attempt ends); the fencing token is not.
+    let mut update = c.prepare_cached(
+        "UPDATE tasks SET state = 'pending', attempt = attempt - 1, lease_token = NULL, \
+         leased_by = NULL, lease_duration_ms = NULL, lease_expires_at = NULL, leased_at = NULL, \
+         leased_address = NULL, updated_at = ?1 \
+         WHERE id = ?2 AND state = 'leased' AND lease_token = ?3",
+    )?;
+    let mut released = 0;
+    for l in leases {
+        released += update.execute(params![ms(now), l.task_id, l.lease_token])? as u64;
+    }
+    Ok(released)
+}
