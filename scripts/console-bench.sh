@@ -70,6 +70,8 @@ fi
 
 enc() { python3 -c 'import sys; from urllib.parse import quote; print(quote(sys.argv[1], safe=""))' "$1"; }
 read -r task_id < <(sql "SELECT id FROM tasks WHERE queue = 'q03' AND state = 'dead' ORDER BY seq DESC LIMIT 1")
+# A READY task deep in its queue: its page asks Explain why it waits.
+read -r ready_id < <(sql "SELECT id FROM tasks WHERE queue = 'q03' AND state = 'pending' AND run_at < $(date +%s)000 ORDER BY seq DESC LIMIT 1")
 error="$(enc "$(sql "SELECT last_error FROM tasks WHERE id = '$task_id'")")"
 newest="$(sql "SELECT MAX(created_at) FROM tasks")"
 day=86400000
@@ -93,11 +95,14 @@ pages=(
   "/tasks?from=$dense_from&to=$dense_to"
   "/tasks?schedule=nightly-00"
   "/tasks/$task_id"
+  "/tasks/$ready_id"
   "/dead"
   "/dead/requeue?queue=q03&error=$error"
   "/dead/cancel?queue=q03&error=$error"
   "/workers"
+  "/workers/worker-3"
   "/queues"
+  "/queues/q03"
   "/schedules"
   "/schedules/nightly-00"
 )

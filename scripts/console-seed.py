@@ -8,9 +8,9 @@ for measuring the console: scripts/console-bench.sh runs it.
 It writes the rows directly (not through the broker) so that a million tasks
 with a realistic history take a minute, not an hour. The mix, by sequence:
 90% succeeded, 5% dead (five distinct errors), 3% ready, 1% scheduled, 0.5%
-leased (20 workers), 0.5% cancelled; ten queues; created over the last seven
-days, the newest hour's tasks finished within the last hour; one attempt row per
-finished task. Nothing here is read by the broker's tests.
+leased (20 workers, in the worker registry too), 0.5% cancelled; ten queues;
+created over the last seven days, the newest hour's tasks finished within the
+last hour; one attempt row per finished task. Nothing here is read by the broker's tests.
 """
 
 import csv
@@ -41,6 +41,7 @@ FIXED = {
     "backoff_multiplier": 2.0, "max_backoff_ms": 3600000, "jitter": 0.2, "metadata": "{}",
 }
 ATTEMPT_COLUMNS = "task_id, worker_id, worker_address, leased_at, finished_at, outcome, error"
+WORKER_COLUMNS = "worker_id, labels, address, queues, first_seen, last_seen"
 
 
 class SqliteWriter:
@@ -60,6 +61,11 @@ class SqliteWriter:
             f"INSERT INTO task_attempts ({ATTEMPT_COLUMNS}, attempt, fencing_token) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1)",
             attempts,
+        )
+
+    def workers(self, rows: list) -> None:
+        self.db.executemany(
+            f"INSERT INTO workers ({WORKER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)", rows
         )
 
     def close(self) -> None:
@@ -90,6 +96,9 @@ class PostgresWriter:
         self.copy("tasks", f"{TASK_COLUMNS}, {', '.join(FIXED)}", [t + tuple(fixed) for t in tasks])
         self.copy("task_attempts", f"{ATTEMPT_COLUMNS}, attempt, fencing_token",
                   [a + (1, 1) for a in attempts])
+
+    def workers(self, rows: list) -> None:
+        self.copy("workers", WORKER_COLUMNS, rows)
 
     def close(self) -> None:
         for table in ("tasks", "task_attempts"):
@@ -151,6 +160,13 @@ def main() -> None:
         if len(tasks) == 50_000:
             flush()
     flush()
+    # The 20 workers in the registry (the Workers page), seen "until" an hour from
+    # now like their leases, so that they stay live while the pages are measured.
+    db.workers([
+        (f"worker-{w}", json.dumps({"zone": f"eu-{w % 3}"}), f"10.0.0.{w}:5000",
+         json.dumps([f"q{(w * 7) % 10:02d}"]), start, now + 3600 * 1000)
+        for w in range(20)
+    ])
     db.close()
     print(f"seeded {n} tasks into {path}")
 

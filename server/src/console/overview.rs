@@ -34,7 +34,8 @@ pub struct Cache(Arc<CacheInner>);
 
 #[derive(Clone)]
 struct Entry {
-    /// When the read finished.
+    /// When the read began and finished.
+    started: Instant,
     at: Instant,
     overview: Arc<Overview>,
     /// Read as the broker started, before anyone asked: shown at once only in a
@@ -81,8 +82,10 @@ impl CacheInner {
     }
 
     async fn read(&self, broker: &Broker, warm: bool) -> Result<Arc<Overview>, PageError> {
+        let started = Instant::now();
         let o = Arc::new(broker.overview().await?);
         *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(Entry {
+            started,
             at: Instant::now(),
             overview: o.clone(),
             warm,
@@ -108,20 +111,26 @@ impl Cache {
         });
     }
 
+    /// Reads a new overview in the background, unless one is being read.
+    fn refresh(&self, console: &Console) {
+        let inner = &self.0;
+        if !inner.refreshing.swap(true, Ordering::AcqRel) {
+            let (inner, broker) = (inner.clone(), console.broker.clone());
+            tokio::spawn(async move {
+                if let Err(e) = inner.read(&broker, false).await {
+                    tracing::debug!(?e, "console: overview refresh failed");
+                }
+                inner.refreshing.store(false, Ordering::Release);
+            });
+        }
+    }
+
     pub async fn get(&self, console: &Console) -> Result<Arc<Overview>, PageError> {
         let inner = &self.0;
         match inner.latest() {
             Some(e) if e.fresh() => return Ok(e.overview),
             Some(e) if e.big() => {
-                if !inner.refreshing.swap(true, Ordering::AcqRel) {
-                    let (inner, broker) = (inner.clone(), console.broker.clone());
-                    tokio::spawn(async move {
-                        if let Err(e) = inner.read(&broker, false).await {
-                            tracing::debug!(?e, "console: overview refresh failed");
-                        }
-                        inner.refreshing.store(false, Ordering::Release);
-                    });
-                }
+                self.refresh(console);
                 return Ok(e.overview);
             }
             _ => {}
@@ -129,8 +138,14 @@ impl Cache {
         let asked = Instant::now();
         let _reading = inner.reading.lock().await;
         match inner.latest() {
-            // Read while this view waited for the lock: as new as its own read.
-            Some(e) if e.fresh() || e.at >= asked => Ok(e.overview),
+            // Begun after this view asked (while it waited for the lock): as new
+            // as its own read would be.
+            Some(e) if e.fresh() || e.started >= asked => Ok(e.overview),
+            // The first view of a big store, which waited for the warm-up read.
+            Some(e) if e.big() => {
+                self.refresh(console);
+                Ok(e.overview)
+            }
             _ => inner.read(&console.broker, false).await,
         }
     }

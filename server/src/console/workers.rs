@@ -14,7 +14,8 @@ use serde::Deserialize;
 
 use super::layout::{self, count, href, opt_time, time};
 use super::{Console, PageError, Viewer, non_empty};
-use crate::service::{ListWorkers, ServiceError};
+use crate::domain::TaskState;
+use crate::service::{ListTasks, ListWorkers, ServiceError};
 use crate::store::{WorkerLeaseRecord, WorkerRecord};
 
 /// Workers per page.
@@ -59,17 +60,21 @@ pub async fn page(
             ..ListWorkers::default()
         })
         .await?;
-    // Each worker's current leases, read together (one indexed read each).
+    // A few of each worker's current leases, read together (one indexed read
+    // each, of at most SHOWN_LEASES + 1 tasks; the worker's page has them all).
     let leases = try_join_all(listed.workers.iter().map(|w| async move {
         if w.leases_held == 0 {
             return Ok(Vec::new());
         }
-        match b.get_worker(&w.worker_id).await {
-            Ok((_, l)) => Ok(l),
-            // Gone between the two reads: shown without its leases.
-            Err(ServiceError::NotFound { .. }) => Ok(Vec::new()),
-            Err(e) => Err(e),
-        }
+        let page = b
+            .list_tasks(ListTasks {
+                worker_id: Some(w.worker_id.clone()),
+                states: vec![TaskState::Leased],
+                page_size: SHOWN_LEASES as i32 + 1,
+                ..ListTasks::default()
+            })
+            .await?;
+        Ok::<_, ServiceError>(page.tasks.into_iter().map(|t| t.id).collect::<Vec<_>>())
     }))
     .await?;
     let now = b.clock().now();
@@ -105,8 +110,8 @@ pub async fn page(
                                 a href=(href("/tasks", &[("worker", &w.worker_id), ("state", "leased")])) {
                                     (count(w.leases_held)) " task" @if w.leases_held != 1 { "s" } }
                                 ": "
-                                @for (i, l) in held.iter().take(SHOWN_LEASES).enumerate() {
-                                    @if i > 0 { ", " } (task_link(l))
+                                @for (i, id) in held.iter().take(SHOWN_LEASES).enumerate() {
+                                    @if i > 0 { ", " } a.mono href={ "/tasks/" (layout::encode(id)) } { (id) }
                                 }
                                 @if held.len() > SHOWN_LEASES { ", …" }
                             }
