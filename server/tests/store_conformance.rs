@@ -877,6 +877,8 @@ both_backends!(
     queue_settings_are_seeded_put_by_version_and_listed,
     a_gated_lease_holds_key_limits_and_spends_tokens,
     a_gated_lease_never_takes_a_task_twice,
+    routed_and_plain_tasks_served_together_keep_lease_order_per_worker,
+    key_buckets_full_again_are_purged,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

@@ -1411,4 +1411,7 @@ impl Store for PostgresStore {
     ) -> StoreResult<u64> {
         self.admission_ahead(task, aging_ms, now).await
     }
+    async fn queue_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+        self.admission_key_tokens_purge(now).await
+    }
 }

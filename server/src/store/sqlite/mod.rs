@@ -398,4 +398,7 @@ impl Store for SqliteStore {
     ) -> StoreResult<u64> {
         admission::task_ahead(&self.reader, task, aging_ms, now).await
     }
+    async fn queue_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+        write!(self, admission::key_tokens_purge, [], now)
+    }
 }
