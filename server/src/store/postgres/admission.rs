@@ -237,27 +237,46 @@ impl PostgresStore {
             }
         }
         let assigned = plan.into_taken();
+        if assigned.is_empty() {
+            // Nothing to write: a bucket refills the same from its older time.
+            tx.commit().await?;
+            return Ok(ps.iter().map(|_| Vec::new()).collect());
+        }
         let seqs: Vec<i64> = assigned.iter().map(|a| a.cand.seq).collect();
         let reqs: Vec<i32> = assigned
             .iter()
             .map(|a| i32::try_from(a.request + 1).unwrap_or(i32::MAX))
             .collect();
-        let queue_of: HashMap<i64, usize> = assigned
-            .iter()
-            .map(|Assigned { cand, queue, .. }| (cand.seq, *queue))
-            .collect();
         let addresses: Vec<&str> = ps.iter().map(|p| p.worker_address.as_str()).collect();
         let durations: Vec<i64> = ps.iter().map(|p| duration_ms(p.lease_duration)).collect();
+        let buckets = Buckets::new(queues, &uses, &assigned);
+        // One statement: the leases (`leased`, each row re-checked as pending, so a
+        // task a plain lease took meanwhile is skipped), then one token per lease
+        // taken from its queue's bucket (`bucket`) and its key's (`key_bucket`).
         let rows: Vec<(TaskRow, i64)> = sqlx::query(
-            "UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
-               fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
-               leased_by = ($4::text[])[p.req], lease_duration_ms = ($6::bigint[])[p.req], \
-               lease_expires_at = LEAST($3 + ($6::bigint[])[p.req], \
-                 COALESCE(t.deadline, $3 + ($6::bigint[])[p.req])), \
-               updated_at = $3, leased_at = $3, leased_address = ($5::text[])[p.req] \
-             FROM UNNEST($1::bigint[], $2::int[]) AS p(seq, req) \
-             WHERE t.seq = p.seq AND t.state = 'pending' \
-             RETURNING t.*, p.req::bigint AS request",
+            "WITH leased AS ( \
+               UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
+                 fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
+                 leased_by = ($4::text[])[p.req], lease_duration_ms = ($6::bigint[])[p.req], \
+                 lease_expires_at = LEAST($3 + ($6::bigint[])[p.req], \
+                   COALESCE(t.deadline, $3 + ($6::bigint[])[p.req])), \
+                 updated_at = $3, leased_at = $3, leased_address = ($5::text[])[p.req] \
+               FROM UNNEST($1::bigint[], $2::int[]) AS p(seq, req) \
+               WHERE t.seq = p.seq AND t.state = 'pending' \
+               RETURNING t.*, p.req::bigint AS request), \
+             bucket AS ( \
+               UPDATE queues q SET refilled_at = $3, \
+                 tokens = b.tokens - (SELECT count(*) FROM leased l WHERE l.queue = q.name) \
+               FROM UNNEST($7::text[], $8::float8[]) AS b(name, tokens) WHERE q.name = b.name), \
+             key_bucket AS ( \
+               INSERT INTO queue_key_tokens (queue, key, tokens, refilled_at) \
+               SELECT l.queue, l.concurrency_key, b.tokens - count(*), $3 FROM leased l \
+               JOIN UNNEST($9::text[], $10::text[], $11::float8[]) AS b(queue, key, tokens) \
+                 ON b.queue = l.queue AND b.key = l.concurrency_key \
+               GROUP BY l.queue, l.concurrency_key, b.tokens \
+               ON CONFLICT (queue, key) DO UPDATE SET tokens = EXCLUDED.tokens, \
+                 refilled_at = EXCLUDED.refilled_at) \
+             SELECT * FROM leased",
         )
         .bind(&seqs)
         .bind(&reqs)
@@ -265,25 +284,26 @@ impl PostgresStore {
         .bind(&batch.workers)
         .bind(&addresses)
         .bind(&durations)
+        .bind(&buckets.queues)
+        .bind(&buckets.tokens)
+        .bind(&buckets.key_queues)
+        .bind(&buckets.keys)
+        .bind(&buckets.key_tokens)
         .try_map(|row: sqlx::postgres::PgRow| {
             use sqlx::{FromRow, Row};
             Ok((TaskRow::from_row(&row)?, row.try_get::<i64, _>("request")?))
         })
         .fetch_all(&mut *tx)
         .await?;
+        tx.commit().await?;
         let mut out: Vec<Vec<TaskRecord>> = ps.iter().map(|_| Vec::new()).collect();
-        let mut charged: Vec<(usize, Option<String>)> = Vec::new();
         for (row, request) in rows {
-            let q = queue_of.get(&row.seq).copied().unwrap_or_default();
-            charged.push((q, row.concurrency_key.clone()));
             let slot = usize::try_from(request - 1)
                 .ok()
                 .and_then(|i| out.get_mut(i))
                 .ok_or_else(|| StoreError::Corrupt(format!("lease for request {request}")))?;
             slot.push(row.into_record()?);
         }
-        charge(&mut tx, queues, &uses, &charged, now).await?;
-        tx.commit().await?;
         for records in &mut out {
             sort_lease_order(records);
         }
@@ -596,8 +616,9 @@ async fn candidates(
              CASE WHEN fanout_distinct THEN fanout_group END AS fgroup \
              FROM tasks WHERE state = 'pending' AND queue = $1 AND run_at <= $2 \
              AND COALESCE(deadline, 9223372036854775807) > $2 \
-             AND (concurrency_key IS NULL OR concurrency_key <> ALL($3::text[])) \
-             AND seq <> ALL($4::bigint[]) \
+             AND (concurrency_key IS NULL \
+               OR concurrency_key NOT IN (SELECT unnest($3::text[]))) \
+             AND seq NOT IN (SELECT unnest($4::bigint[])) \
              AND ({open} OR EXISTS (SELECT 1 FROM generate_subscripts($7::text[], 1) AS i \
                WHERE {may_take})){cap}) a) b \
          ORDER BY eff DESC, turn, deadline ASC NULLS LAST, run_at, seq LIMIT $5",
@@ -639,62 +660,54 @@ async fn candidates(
         .collect())
 }
 
-/// Takes one token per lease granted from the queue's and the keys' buckets.
-async fn charge(
-    tx: &mut Tx<'_>,
-    queues: &[String],
-    uses: &[QueueUse],
-    charged: &[(usize, Option<String>)],
-    now: i64,
-) -> StoreResult<()> {
-    for (qi, queue) in queues.iter().enumerate() {
-        let usage = &uses[qi];
-        let (tokens, key_tokens) = (&usage.tokens, &usage.key_tokens);
-        let granted: Vec<&Option<String>> = charged
-            .iter()
-            .filter(|(q, _)| *q == qi)
-            .map(|(_, k)| k)
-            .collect();
-        if let Some(t) = tokens {
-            sqlx::query("UPDATE queues SET tokens = $2, refilled_at = $3 WHERE name = $1")
-                .bind(queue)
-                .bind(t - granted.len() as f64)
-                .bind(now)
-                .execute(&mut **tx)
-                .await?;
-        }
-        if let Some(limit) = usage.config.per_key_rate_limit {
-            let mut per_key: HashMap<&str, f64> = HashMap::new();
-            for k in granted.iter().filter_map(|k| k.as_deref()) {
-                *per_key.entry(k).or_default() += 1.0;
+/// The buckets a gated lease charges, as the lease statement binds them: each
+/// rate-limited queue with its tokens before, and each key of a task granted in
+/// a queue with a per-key rate limit with its tokens before (an absent bucket
+/// is full). The statement takes one token per lease it writes.
+struct Buckets {
+    queues: Vec<String>,
+    tokens: Vec<f64>,
+    key_queues: Vec<String>,
+    keys: Vec<String>,
+    key_tokens: Vec<f64>,
+}
+
+impl Buckets {
+    fn new(queues: &[String], uses: &[QueueUse], granted: &[Assigned]) -> Self {
+        let mut b = Buckets {
+            queues: Vec::new(),
+            tokens: Vec::new(),
+            key_queues: Vec::new(),
+            keys: Vec::new(),
+            key_tokens: Vec::new(),
+        };
+        for (qi, (queue, usage)) in queues.iter().zip(uses).enumerate() {
+            if let Some(t) = usage.tokens {
+                b.queues.push(queue.clone());
+                b.tokens.push(t);
             }
-            if per_key.is_empty() {
+            let Some(limit) = usage.config.per_key_rate_limit else {
                 continue;
-            }
-            let keys: Vec<&str> = per_key.keys().copied().collect();
-            let left: Vec<f64> = keys
+            };
+            let mut keys: Vec<&str> = granted
                 .iter()
-                .map(|k| {
-                    key_tokens
-                        .get(*k)
-                        .copied()
-                        .unwrap_or_else(|| limit.capacity())
-                        - per_key[k]
-                })
+                .filter(|a| a.queue == qi)
+                .filter_map(|a| a.cand.key.as_deref())
                 .collect();
-            sqlx::query(
-                "INSERT INTO queue_key_tokens (queue, key, tokens, refilled_at) \
-                 SELECT $1, k, t, $4 FROM UNNEST($2::text[], $3::float8[]) AS u(k, t) \
-                 ON CONFLICT (queue, key) DO UPDATE SET tokens = EXCLUDED.tokens, \
-                   refilled_at = EXCLUDED.refilled_at",
-            )
-            .bind(queue)
-            .bind(&keys)
-            .bind(&left)
-            .bind(now)
-            .execute(&mut **tx)
-            .await?;
+            keys.sort_unstable();
+            keys.dedup();
+            for k in keys {
+                b.key_queues.push(queue.clone());
+                b.keys.push(k.to_string());
+                b.key_tokens.push(
+                    usage
+                        .key_tokens
+                        .get(k)
+                        .copied()
+                        .unwrap_or_else(|| limit.capacity()),
+                );
+            }
         }
+        b
     }
-    Ok(())
 }
