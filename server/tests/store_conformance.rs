@@ -895,6 +895,8 @@ both_backends!(
     a_duplicate_key_is_answered_with_the_existing_task_unleased,
     a_sync_matched_lease_expires_and_is_leased_again,
     a_released_lease_is_pending_again_without_spending_an_attempt,
+    routed_and_plain_tasks_served_together_keep_lease_order_per_worker,
+    key_buckets_full_again_are_purged,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

@@ -245,6 +245,24 @@ impl QueueUse {
         }
         out
     }
+
+    /// Whether `key` may take one more lease now, `already` granted in this
+    /// lease: under its concurrency limit and with a token in its bucket.
+    pub fn key_admits(&self, key: &str, already: u64) -> bool {
+        let c = &self.config;
+        let held = self.leased_per_key.get(key).copied().unwrap_or(0);
+        let full = c.max_concurrent_per_key > 0
+            && held.saturating_add(already) >= u64::from(c.max_concurrent_per_key);
+        let dry = c.per_key_rate_limit.as_ref().is_some_and(|l| {
+            let tokens = self
+                .key_tokens
+                .get(key)
+                .copied()
+                .unwrap_or_else(|| l.capacity());
+            tokens - (already as f64) < 1.0
+        });
+        !(full || dry)
+    }
 }
 
 /// The candidates (indexes into `cands`, in their order) a lease may take: at
@@ -258,7 +276,6 @@ pub fn admit(
     budget: usize,
     taken: &mut HashMap<String, u64>,
 ) -> (Vec<usize>, Vec<String>) {
-    let c = &usage.config;
     let mut picks = Vec::new();
     let mut closed: Vec<String> = Vec::new();
     for (i, cand) in cands.iter().enumerate() {
@@ -270,18 +287,7 @@ pub fn admit(
             continue;
         };
         let already = taken.get(key).copied().unwrap_or(0);
-        let held = usage.leased_per_key.get(key).copied().unwrap_or(0);
-        let full =
-            c.max_concurrent_per_key > 0 && held + already >= u64::from(c.max_concurrent_per_key);
-        let dry = c.per_key_rate_limit.as_ref().is_some_and(|l| {
-            let tokens = usage
-                .key_tokens
-                .get(key)
-                .copied()
-                .unwrap_or_else(|| l.capacity());
-            tokens - (already as f64) < 1.0
-        });
-        if full || dry {
+        if !usage.key_admits(key, already) {
             if !closed.iter().any(|k| k == key) {
                 closed.push(key.to_string());
             }

@@ -61,6 +61,11 @@ impl Retention {
             let except = queues.into_iter().map(|(q, _)| q).collect();
             total += self.purge(c, &PurgeScope::AllExcept(except)).await?;
         }
+        // Admission (#14): rate-limit buckets of keys that are full again.
+        let buckets = self.broker.store().queue_key_tokens_purge(now).await?;
+        if buckets > 0 {
+            tracing::debug!(deleted = buckets, "key buckets purged");
+        }
         Ok(total)
     }
 

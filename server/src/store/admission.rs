@@ -3,10 +3,12 @@
 //! merged and handed to the requests served together). The gated leases
 //! themselves are `sqlite/admission.rs` and `postgres/admission.rs`.
 
+use std::collections::{HashMap, HashSet};
+
 use chrono::{DateTime, Utc};
 
-use super::{LEASE_REPLY_TASK_BYTES, LeaseParams, lease_slots};
-use crate::domain::admission::{Candidate, QueueConfig};
+use super::{LEASE_REPLY_TASK_BYTES, LeaseParams};
+use crate::domain::admission::{Candidate, QueueConfig, QueueUse};
 
 /// A queue's stored settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,30 +49,220 @@ pub struct Assigned {
     pub request: usize,
 }
 
-/// Merges the admitted candidates of every queue in lease order, keeps the
-/// first `demand`, and hands them out slot by slot as the plain lease does; a
-/// request takes its tasks while their bytes stay within its reply budget (and
-/// always its first).
-pub fn assign(mut admitted: Vec<(usize, Candidate)>, ps: &[LeaseParams]) -> Vec<Assigned> {
-    admitted.sort_by_key(|(_, c)| c.sort_key());
-    let wanted: Vec<u32> = ps.iter().map(|p| p.max_tasks).collect();
-    let mut bytes = vec![0i64; ps.len()];
-    let mut out = Vec::new();
-    for ((queue, cand), request) in admitted.into_iter().zip(lease_slots(&wanted)) {
-        let budget = i64::try_from(ps[request].max_reply_bytes).unwrap_or(i64::MAX);
-        let size = cand.size;
-        let total = bytes[request].saturating_add(size);
-        if bytes[request] > 0 && total > budget {
-            continue;
+/// A READY task a gated lease read, with what routing (issue 13) says about who
+/// may take it.
+#[derive(Debug, Clone)]
+pub struct Offer {
+    pub cand: Candidate,
+    /// The index of its queue in the requests' queue list.
+    pub queue: usize,
+    /// The requests (indexes into `ps`, ascending) whose workers may take it, by
+    /// target, labels, reservation and the distinct fan-out copies they hold;
+    /// `None`: every request (an unrouted task).
+    pub elig: Option<Vec<usize>>,
+    /// Its fan-out group, when the copies go to distinct workers.
+    pub group: Option<String>,
+}
+
+/// What became of an offered candidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Taken,
+    /// Its key is full or out of tokens: the key's other tasks are passed over too.
+    KeyClosed,
+    /// No request may take it now (routing, a full request, the reply budget,
+    /// the worker's cap, the queue's budget).
+    Passed,
+}
+
+/// The gated lease of a batch of requests served together: the candidates of
+/// every queue are offered once, in lease order, and each goes to a request
+/// whose worker may take it and has room (in turn among several), within the
+/// queue's gates. So each worker gets the first tasks in lease order that it may
+/// take and that the gates admit: a task meant for it is never passed over for
+/// one ranked after it, and one scan serves the whole batch.
+pub struct Plan<'a> {
+    ps: &'a [LeaseParams],
+    /// Per request: tasks it may still take.
+    left: Vec<u32>,
+    left_total: usize,
+    /// Per request: reply bytes taken.
+    bytes: Vec<i64>,
+    /// Per queue: leases the queue-wide gates still allow.
+    budget: Vec<usize>,
+    /// Per queue: leases granted per key in this batch.
+    per_key: Vec<HashMap<String, u64>>,
+    /// Per request: the index of its worker (requests of one worker share caps
+    /// and fan-out copies).
+    worker: Vec<usize>,
+    /// Per worker and queue: leases its cap still allows (`None`: no cap).
+    room: Vec<Vec<Option<u64>>>,
+    /// (worker, group): distinct fan-out copies granted in this batch.
+    copies: HashSet<(usize, String)>,
+    /// The request the next task is offered to first.
+    cursor: usize,
+    taken: Vec<Assigned>,
+}
+
+impl<'a> Plan<'a> {
+    /// `uses` per queue of `ps[0].queues`; `held(worker, queue)` is the leases the
+    /// worker holds in a queue where the requests carry a per-worker cap.
+    pub fn new(ps: &'a [LeaseParams], uses: &[QueueUse], held: impl Fn(&str, &str) -> u64) -> Self {
+        let queues: &[String] = ps.first().map_or(&[], |p| &p.queues);
+        let left: Vec<u32> = ps.iter().map(|p| p.max_tasks).collect();
+        let left_total = left.iter().map(|&n| n as usize).sum();
+        let mut ids: Vec<&str> = Vec::new();
+        let worker: Vec<usize> = ps
+            .iter()
+            .map(|p| match ids.iter().position(|w| *w == p.worker_id) {
+                Some(i) => i,
+                None => {
+                    ids.push(&p.worker_id);
+                    ids.len() - 1
+                }
+            })
+            .collect();
+        let mut room = vec![vec![None; queues.len()]; ids.len()];
+        for (p, &w) in ps.iter().zip(&worker) {
+            for (qi, queue) in queues.iter().enumerate() {
+                if let Some(&cap) = p.routing.max_leases_per_worker.get(queue)
+                    && cap > 0
+                {
+                    let free = u64::from(cap).saturating_sub(held(&p.worker_id, queue));
+                    room[w][qi] = Some(room[w][qi].map_or(free, |r: u64| r.min(free)));
+                }
+            }
         }
-        bytes[request] = total;
-        out.push(Assigned {
-            cand,
-            queue,
-            request,
-        });
+        Plan {
+            ps,
+            left,
+            left_total,
+            bytes: vec![0; ps.len()],
+            budget: uses.iter().map(|u| u.budget(left_total)).collect(),
+            per_key: vec![HashMap::new(); queues.len()],
+            worker,
+            room,
+            copies: HashSet::new(),
+            cursor: 0,
+            taken: Vec::new(),
+        }
     }
-    out
+
+    /// How many more tasks the batch may take now.
+    pub fn wanted(&self) -> usize {
+        self.left_total.min(self.budget.iter().sum())
+    }
+
+    /// Whether queue `q`'s gates allow another lease.
+    pub fn open(&self, q: usize) -> bool {
+        self.budget.get(q).is_some_and(|&b| b > 0)
+    }
+
+    /// Offers the next candidate in lease order.
+    pub fn offer(&mut self, o: &Offer, usage: &QueueUse) -> Verdict {
+        let q = o.queue;
+        if !self.open(q) {
+            return Verdict::Passed;
+        }
+        if let Some(key) = o.cand.key.as_deref() {
+            let already = self.per_key[q].get(key).copied().unwrap_or(0);
+            if !usage.key_admits(key, already) {
+                return Verdict::KeyClosed;
+            }
+        }
+        let n = self.ps.len();
+        let Some(r) = (0..n)
+            .map(|step| (self.cursor + step) % n)
+            .find(|&r| self.may_take(r, o))
+        else {
+            return Verdict::Passed;
+        };
+        let w = self.worker[r];
+        self.left[r] -= 1;
+        self.left_total -= 1;
+        self.bytes[r] = self.bytes[r].saturating_add(o.cand.size);
+        self.budget[q] -= 1;
+        if let Some(room) = self.room[w][q].as_mut() {
+            *room -= 1;
+        }
+        if let Some(g) = &o.group {
+            self.copies.insert((w, g.clone()));
+        }
+        if let Some(key) = &o.cand.key {
+            *self.per_key[q].entry(key.clone()).or_default() += 1;
+        }
+        self.cursor = (r + 1) % n;
+        self.taken.push(Assigned {
+            cand: o.cand.clone(),
+            queue: q,
+            request: r,
+        });
+        Verdict::Taken
+    }
+
+    fn may_take(&self, r: usize, o: &Offer) -> bool {
+        if self.left[r] == 0 {
+            return false;
+        }
+        if let Some(elig) = &o.elig
+            && elig.binary_search(&r).is_err()
+        {
+            return false;
+        }
+        let budget = i64::try_from(self.ps[r].max_reply_bytes).unwrap_or(i64::MAX);
+        if self.bytes[r] > 0 && self.bytes[r].saturating_add(o.cand.size) > budget {
+            return false;
+        }
+        let w = self.worker[r];
+        if self.room[w][o.queue] == Some(0) {
+            return false;
+        }
+        match &o.group {
+            Some(g) => !self.copies.contains(&(w, g.clone())),
+            None => true,
+        }
+    }
+
+    /// Offers one pass's candidates of every queue in lease order, up to
+    /// `horizon` (the last candidate read of a queue that may have more: what
+    /// ranks after it is read again in the next pass). Each candidate offered is
+    /// added to its queue's `seen` (not read again); keys found closed to
+    /// `closed`.
+    pub fn walk(
+        &mut self,
+        mut offers: Vec<Offer>,
+        horizon: Option<SortKey>,
+        uses: &[QueueUse],
+        seen: &mut [Vec<i64>],
+        closed: &mut [HashSet<String>],
+    ) {
+        offers.sort_by_key(|o| o.cand.sort_key());
+        for o in &offers {
+            if self.wanted() == 0 || horizon.is_some_and(|h| o.cand.sort_key() > h) {
+                break;
+            }
+            seen[o.queue].push(o.cand.seq);
+            if self.offer(o, &uses[o.queue]) == Verdict::KeyClosed
+                && let Some(k) = &o.cand.key
+            {
+                closed[o.queue].insert(k.clone());
+            }
+        }
+    }
+
+    /// The tasks granted, each with its request.
+    pub fn into_taken(self) -> Vec<Assigned> {
+        self.taken
+    }
+}
+
+/// A candidate's place in lease order (see [`Candidate::sort_key`]).
+pub type SortKey = (i64, i64, i64, i64, i64);
+
+/// The window of the next candidate read: this many times what the batch still
+/// wants, and a little more.
+pub fn window(wanted: usize) -> usize {
+    wanted.saturating_mul(WINDOW_FACTOR).saturating_add(16)
 }
 
 /// The reply bytes of a task: what the lease statements count.

@@ -747,6 +747,11 @@ pub trait Store: Send + Sync + 'static {
     /// if the lease had not been taken (the attempt is not counted; the fencing
     /// token stays spent), and its queue is notified. Returns how many.
     async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64>;
+
+    /// Admission (#14): deletes the per-key rate-limit buckets that are full
+    /// again at `now` (a bucket absent is a full one), and those of queues
+    /// without a per-key rate limit; returns how many. Run by retention.
+    async fn queue_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64>;
 }
 
 /// Opens the store a URL names: `sqlite://PATH` (created if missing) or `postgres://...`.

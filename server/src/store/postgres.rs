@@ -1630,6 +1630,10 @@ impl Store for PostgresStore {
     async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64> {
         self.sync_lease_release(leases, now).await
     }
+
+    async fn queue_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+        self.admission_key_tokens_purge(now).await
+    }
 }
 
 #[cfg(test)]

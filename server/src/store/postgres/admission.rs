@@ -17,16 +17,16 @@
 //! queue; each replica already combines its concurrent leases into one), and
 //! queues without gates never touch these rows.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 
-use super::super::admission::{Assigned, MAX_PASSES, WINDOW_FACTOR, assign};
+use super::super::admission::{Assigned, MAX_PASSES, Offer, Plan, SortKey, window};
 use super::super::row::{TaskRow, duration_ms, from_ms, ms, sort_lease_order};
 use super::super::*;
 use super::PostgresStore;
-use crate::domain::admission::{Candidate, Fairness, QueueConfig, QueueUse, admit};
+use crate::domain::admission::{Candidate, Fairness, QueueConfig, QueueUse};
 
 fn parse(name: &str, json: &str) -> StoreResult<QueueConfig> {
     serde_json::from_str(json)
@@ -39,8 +39,19 @@ fn to_json(c: &QueueConfig) -> StoreResult<String> {
 
 type Tx<'a> = Transaction<'a, Postgres>;
 
-/// seq, concurrency key, effective priority, turn, deadline, run_at, size.
-type CandidateRow = (i64, Option<String>, i64, i64, i64, i64, i64);
+/// seq, concurrency key, effective priority, turn, deadline, run_at, size, the
+/// requests that may take it (0-based; NULL: all), its distinct fan-out group.
+type CandidateRow = (
+    i64,
+    Option<String>,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    Option<Vec<i32>>,
+    Option<String>,
+);
 
 impl PostgresStore {
     pub(super) async fn admission_queue_list(&self) -> StoreResult<Vec<StoredQueue>> {
@@ -126,35 +137,28 @@ impl PostgresStore {
         Ok(n == 1)
     }
 
-    /// Routing (issue 13) in a gated queue: each request is served alone, in its
-    /// own transaction under the queues' row locks, so its worker's target,
-    /// labels, reservations, fan-out copies and per-worker cap are checked in the
-    /// candidate scan, exactly for that worker.
+    /// The gated lease of a batch of requests for the same queues, served
+    /// together in one transaction: one lock of the queue rows, one count of the
+    /// leases held, one candidate scan (more only when keys close along the way),
+    /// one UPDATE. Routing (issue 13): each candidate row comes with the requests
+    /// whose workers may take it (`elig`); [`Plan`] hands the rows out in lease
+    /// order within the gates, the caps and the reply budgets.
     pub(super) async fn admission_lease(
         &self,
         ps: &[LeaseParams],
     ) -> StoreResult<Vec<Vec<TaskRecord>>> {
-        let mut out = Vec::with_capacity(ps.len());
-        for p in ps {
-            let mut one = self.admission_lease_one(std::slice::from_ref(p)).await?;
-            out.push(one.pop().unwrap_or_default());
-        }
-        Ok(out)
-    }
-
-    async fn admission_lease_one(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
         let Some(first) = ps.first() else {
             return Ok(Vec::new());
         };
-        let who = Who {
-            worker: &first.worker_id,
-            labels: first.routing.labels_json(),
-        };
+        let queues = &first.queues;
         let now = ms(ps.iter().map(|p| p.now).max().unwrap_or(first.now));
-        let demand: usize = ps.iter().map(|p| p.max_tasks as usize).sum();
+        let batch = Batch {
+            workers: ps.iter().map(|p| p.worker_id.clone()).collect(),
+            labels: ps.iter().map(|p| p.routing.labels_json()).collect(),
+        };
         let mut tx = self.pool.begin().await?;
         // The serialisation point: see the module comment.
-        let mut sorted = first.queues.clone();
+        let mut sorted = queues.clone();
         sorted.sort_unstable();
         let rows: Vec<(String, String, f64, i64)> = sqlx::query_as(
             "SELECT name, config, tokens, refilled_at FROM queues WHERE name = ANY($1) \
@@ -167,99 +171,146 @@ impl PostgresStore {
             .into_iter()
             .map(|(n, c, t, r)| (n, (c, t, r)))
             .collect();
-        let mut admitted = Vec::new();
-        let mut uses = Vec::new();
-        for (qi, queue) in first.queues.iter().enumerate() {
-            let mut usage = match stored.get(queue) {
+        let mut uses = Vec::with_capacity(queues.len());
+        for queue in queues {
+            uses.push(match stored.get(queue) {
                 Some((json, tokens, refilled_at)) => {
-                    load_use(
-                        &mut tx,
-                        queue,
-                        parse(queue, json)?,
-                        *tokens,
-                        *refilled_at,
-                        now,
-                    )
-                    .await?
+                    let config = parse(queue, json)?;
+                    load_use(&mut tx, queue, config, *tokens, *refilled_at, now).await?
                 }
                 None => QueueUse::default(),
-            };
-            // The worker's cap in this queue (routing): what it holds counts.
-            let demand = match first.routing.max_leases_per_worker.get(queue) {
-                Some(&cap) if cap > 0 => {
-                    let held: i64 = sqlx::query_scalar(
-                        "SELECT count(*) FROM tasks WHERE queue = $1 AND state = 'leased' \
-                         AND leased_by = $2",
-                    )
-                    .bind(queue)
-                    .bind(who.worker)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                    demand.min(usize::try_from(i64::from(cap) - held).unwrap_or(0))
-                }
-                _ => demand,
-            };
-            let picks = admit_queue(&mut tx, queue, &mut usage, demand, now, &who).await?;
-            admitted.extend(picks.into_iter().map(|p| (qi, p)));
-            uses.push(usage);
+            });
         }
-        let assigned = assign(admitted, ps);
+        let held = held_by_workers(&mut tx, ps).await?;
+        let mut plan = Plan::new(ps, &uses, |w, q| {
+            held.get(&(w.to_string(), q.to_string()))
+                .copied()
+                .unwrap_or(0)
+        });
+        let mut closed: Vec<HashSet<String>> = uses
+            .iter()
+            .map(|u| u.closed_keys().into_iter().collect())
+            .collect();
+        let mut seen: Vec<Vec<i64>> = vec![Vec::new(); queues.len()];
+        let mut done = vec![false; queues.len()];
+        for _ in 0..MAX_PASSES {
+            let window = window(plan.wanted());
+            if plan.wanted() == 0 {
+                break;
+            }
+            let mut offers = Vec::new();
+            let mut horizon: Option<SortKey> = None;
+            for (qi, queue) in queues.iter().enumerate() {
+                if done[qi] || !plan.open(qi) {
+                    continue;
+                }
+                let closed_now: Vec<&String> = closed[qi].iter().collect();
+                let cands = candidates(
+                    &mut tx,
+                    queue,
+                    qi,
+                    &uses[qi].config,
+                    &closed_now,
+                    &seen[qi],
+                    window,
+                    now,
+                    &batch,
+                )
+                .await?;
+                let keys: Vec<&str> = cands.iter().filter_map(|o| o.cand.key.as_deref()).collect();
+                load_key_tokens(&mut tx, queue, &mut uses[qi], &keys, now).await?;
+                match cands.last() {
+                    Some(last) if cands.len() >= window => {
+                        let k = last.cand.sort_key();
+                        horizon = Some(horizon.map_or(k, |h| h.min(k)));
+                    }
+                    _ => done[qi] = true,
+                }
+                offers.extend(cands);
+            }
+            if offers.is_empty() {
+                break;
+            }
+            plan.walk(offers, horizon, &uses, &mut seen, &mut closed);
+            if done.iter().all(|d| *d) {
+                break;
+            }
+        }
+        let assigned = plan.into_taken();
+        if assigned.is_empty() {
+            // Nothing to write: a bucket refills the same from its older time.
+            tx.commit().await?;
+            return Ok(ps.iter().map(|_| Vec::new()).collect());
+        }
         let seqs: Vec<i64> = assigned.iter().map(|a| a.cand.seq).collect();
         let reqs: Vec<i32> = assigned
             .iter()
             .map(|a| i32::try_from(a.request + 1).unwrap_or(i32::MAX))
             .collect();
-        let queue_of: HashMap<i64, usize> = assigned
-            .iter()
-            .map(|Assigned { cand, queue, .. }| (cand.seq, *queue))
-            .collect();
-        let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
         let addresses: Vec<&str> = ps.iter().map(|p| p.worker_address.as_str()).collect();
         let durations: Vec<i64> = ps.iter().map(|p| duration_ms(p.lease_duration)).collect();
-        // Flow (#15): the LEASED events in the same statement.
+        let buckets = Buckets::new(queues, &uses, &assigned);
+        // One statement: the leases (`leased`, each row re-checked as pending, so a
+        // task a plain lease took meanwhile is skipped), then one token per lease
+        // taken from its queue's bucket (`bucket`) and its key's (`key_bucket`),
+        // and (flow, #15) the LEASED events (`ev`).
         let rows: Vec<(TaskRow, i64)> = sqlx::query(concat!(
-            "WITH l AS (UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
-               fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
-               leased_by = ($4::text[])[p.req], lease_duration_ms = ($6::bigint[])[p.req], \
-               lease_expires_at = LEAST($3 + ($6::bigint[])[p.req], \
-                 COALESCE(t.deadline, $3 + ($6::bigint[])[p.req])), \
-               updated_at = $3, leased_at = $3, leased_address = ($5::text[])[p.req] \
-             FROM UNNEST($1::bigint[], $2::int[]) AS p(seq, req) \
-             WHERE t.seq = p.seq AND t.state = 'pending' \
-             RETURNING t.*, p.req::bigint AS request), \
+            "WITH leased AS ( \
+               UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
+                 fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
+                 leased_by = ($4::text[])[p.req], lease_duration_ms = ($6::bigint[])[p.req], \
+                 lease_expires_at = LEAST($3 + ($6::bigint[])[p.req], \
+                   COALESCE(t.deadline, $3 + ($6::bigint[])[p.req])), \
+                 updated_at = $3, leased_at = $3, leased_address = ($5::text[])[p.req] \
+               FROM UNNEST($1::bigint[], $2::int[]) AS p(seq, req) \
+               WHERE t.seq = p.seq AND t.state = 'pending' \
+               RETURNING t.*, p.req::bigint AS request), \
+             bucket AS ( \
+               UPDATE queues q SET refilled_at = $3, \
+                 tokens = b.tokens - (SELECT count(*) FROM leased l WHERE l.queue = q.name) \
+               FROM UNNEST($7::text[], $8::float8[]) AS b(name, tokens) WHERE q.name = b.name), \
+             key_bucket AS ( \
+               INSERT INTO queue_key_tokens (queue, key, tokens, refilled_at) \
+               SELECT l.queue, l.concurrency_key, b.tokens - count(*), $3 FROM leased l \
+               JOIN UNNEST($9::text[], $10::text[], $11::float8[]) AS b(queue, key, tokens) \
+                 ON b.queue = l.queue AND b.key = l.concurrency_key \
+               GROUP BY l.queue, l.concurrency_key, b.tokens \
+               ON CONFLICT (queue, key) DO UPDATE SET tokens = EXCLUDED.tokens, \
+                 refilled_at = EXCLUDED.refilled_at), \
              ev AS (",
             super::events::event_insert!(),
             "SELECT ",
             super::events::event_base!(),
             " + row_number() OVER () - 1, id, queue, 'leased', 'leased', attempt, leased_by, \
-               $3, NULL FROM l) \
-             SELECT * FROM l",
+               $3, NULL FROM leased) \
+             SELECT * FROM leased",
         ))
         .bind(&seqs)
         .bind(&reqs)
         .bind(now)
-        .bind(&workers)
+        .bind(&batch.workers)
         .bind(&addresses)
         .bind(&durations)
+        .bind(&buckets.queues)
+        .bind(&buckets.tokens)
+        .bind(&buckets.key_queues)
+        .bind(&buckets.keys)
+        .bind(&buckets.key_tokens)
         .try_map(|row: sqlx::postgres::PgRow| {
             use sqlx::{FromRow, Row};
             Ok((TaskRow::from_row(&row)?, row.try_get::<i64, _>("request")?))
         })
         .fetch_all(&mut *tx)
         .await?;
+        tx.commit().await?;
         let mut out: Vec<Vec<TaskRecord>> = ps.iter().map(|_| Vec::new()).collect();
-        let mut charged: Vec<(usize, Option<String>)> = Vec::new();
         for (row, request) in rows {
-            let q = queue_of.get(&row.seq).copied().unwrap_or_default();
-            charged.push((q, row.concurrency_key.clone()));
             let slot = usize::try_from(request - 1)
                 .ok()
                 .and_then(|i| out.get_mut(i))
                 .ok_or_else(|| StoreError::Corrupt(format!("lease for request {request}")))?;
             slot.push(row.into_record()?);
         }
-        charge(&mut tx, &first.queues, &uses, &charged, now).await?;
-        tx.commit().await?;
         for records in &mut out {
             sort_lease_order(records);
         }
@@ -351,25 +402,98 @@ impl PostgresStore {
     }
 }
 
-/// The worker a gated lease is for (routing, issue 13).
-struct Who<'a> {
-    worker: &'a str,
-    /// Its labels as a JSON object.
-    labels: String,
+impl PostgresStore {
+    /// Deletes the per-key buckets full again at `now` (one DELETE per queue with
+    /// a per-key rate limit) and those of queues without one. A gated lease that
+    /// read a bucket before it went writes it back whole (an absent bucket is a
+    /// full one, which is what it read); one that commits first leaves a bucket
+    /// this DELETE, re-checking the row it would delete, no longer finds full.
+    pub(super) async fn admission_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+        let now = ms(now);
+        let mut limited: Vec<String> = Vec::new();
+        let mut n = 0;
+        for q in self.admission_queue_list().await? {
+            let Some(l) = q.config.per_key_rate_limit else {
+                continue;
+            };
+            n += sqlx::query(
+                "DELETE FROM queue_key_tokens WHERE queue = $1 \
+                 AND tokens + GREATEST($2 - refilled_at, 0)::float8 * $3 / 1000.0 >= $4",
+            )
+            .bind(&q.name)
+            .bind(now)
+            .bind(l.per_second)
+            .bind(l.capacity())
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+            limited.push(q.name);
+        }
+        n += sqlx::query("DELETE FROM queue_key_tokens WHERE queue <> ALL($1::text[])")
+            .bind(&limited)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(n)
+    }
 }
 
-/// Routing (issue 13) in the gated candidate scan: whether the worker ($7, with
-/// labels $8) may take the row: its target, a retry reserved for another worker,
-/// and of a distinct fan-out group only the first pending copy, and none when the
-/// worker holds or completed one (so one lease never takes two copies).
-const GATED_MAY_TAKE: &str = "(target_worker IS NULL OR target_worker = $7) \
-    AND (target_labels IS NULL OR target_labels::jsonb <@ $8::jsonb) \
-    AND (reserved_for IS NULL OR reserved_for = $7 OR reserved_until <= $2) \
-    AND (NOT fanout_distinct OR (NOT EXISTS (SELECT 1 FROM tasks c \
-        WHERE c.fanout_group = tasks.fanout_group AND c.leased_by = $7 \
-          AND c.state IN ('leased', 'succeeded')) \
-      AND seq = (SELECT min(c.seq) FROM tasks c \
-        WHERE c.fanout_group = tasks.fanout_group AND c.state = 'pending')))";
+/// The workers of a gated lease batch (routing, issue 13), per request.
+struct Batch {
+    workers: Vec<String>,
+    /// Each request's labels as a JSON object.
+    labels: Vec<String>,
+}
+
+/// Routing (issue 13) in the gated candidate scan: a row anyone may take (no
+/// target, no reservation, no distinct fan-out group), read from its own columns.
+const GATED_OPEN: &str = "(target_worker IS NULL AND target_labels IS NULL \
+    AND reserved_for IS NULL AND NOT fanout_distinct)";
+
+/// Routing (issue 13) in the gated candidate scan: whether the worker of request
+/// `i` (1-based; ids $7, labels $8) may take the row: its target, a retry
+/// reserved for another worker, a distinct fan-out copy of a group the worker
+/// holds or completed.
+const GATED_MAY_TAKE: &str = "((target_worker IS NULL OR target_worker = ($7::text[])[i]) \
+    AND (target_labels IS NULL OR target_labels::jsonb <@ ($8::text[])[i]::jsonb) \
+    AND (reserved_for IS NULL OR reserved_for = ($7::text[])[i] OR reserved_until <= $2) \
+    AND (NOT fanout_distinct OR NOT EXISTS (SELECT 1 FROM tasks c \
+        WHERE c.fanout_group = tasks.fanout_group AND c.leased_by = ($7::text[])[i] \
+          AND c.state IN ('leased', 'succeeded'))))";
+
+/// Leases each worker of the batch holds in each queue where its request
+/// carries a per-worker cap (routing, issue 13).
+async fn held_by_workers(
+    tx: &mut Tx<'_>,
+    ps: &[LeaseParams],
+) -> StoreResult<HashMap<(String, String), u64>> {
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for p in ps {
+        for (queue, &cap) in &p.routing.max_leases_per_worker {
+            if cap > 0 && p.queues.contains(queue) {
+                pairs.push((p.worker_id.clone(), queue.clone()));
+            }
+        }
+    }
+    if pairs.is_empty() {
+        return Ok(HashMap::new());
+    }
+    pairs.sort_unstable();
+    pairs.dedup();
+    let (workers, queues): (Vec<String>, Vec<String>) = pairs.into_iter().unzip();
+    let rows: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT p.w, p.q, (SELECT count(*) FROM tasks WHERE state = 'leased' \
+           AND leased_by = p.w AND queue = p.q) FROM UNNEST($1::text[], $2::text[]) AS p(w, q)",
+    )
+    .bind(&workers)
+    .bind(&queues)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(w, q, n)| ((w, q), n.max(0) as u64))
+        .collect())
+}
 
 /// What the gated lease knows of one queue (its row already locked).
 async fn load_use(
@@ -452,19 +576,21 @@ async fn load_key_tokens(
     Ok(())
 }
 
-/// The candidate scan: READY tasks of the queue in effective lease order,
-/// leaving out closed keys and tasks already admitted.
+/// The candidate scan: READY tasks of the queue in effective lease order that
+/// some request of the batch may take, leaving out closed keys and tasks
+/// offered already, each with the requests that may take it.
 #[allow(clippy::too_many_arguments)]
 async fn candidates(
     tx: &mut Tx<'_>,
     queue: &str,
+    qi: usize,
     config: &QueueConfig,
-    closed: &[String],
-    taken: &[i64],
+    closed: &[&String],
+    seen: &[i64],
     limit: usize,
     now: i64,
-    who: &Who<'_>,
-) -> StoreResult<Vec<Candidate>> {
+    batch: &Batch,
+) -> StoreResult<Vec<Offer>> {
     let aging = config.aging_ms().unwrap_or(0);
     let round_robin = config.fairness == Fairness::RoundRobinKeys;
     let turn = if round_robin {
@@ -487,16 +613,24 @@ async fn candidates(
     };
     let sql = format!(
         "SELECT seq, concurrency_key, eff, turn, COALESCE(deadline, 9223372036854775807) AS dl, \
-           run_at, size FROM (SELECT seq, concurrency_key, deadline, run_at, eff, size, \
-           {turn} AS turn FROM (SELECT seq, concurrency_key, deadline, run_at, {eff} AS eff, \
+           run_at, size, elig, fgroup FROM (SELECT seq, concurrency_key, deadline, run_at, eff, \
+           size, elig, fgroup, {turn} AS turn FROM (SELECT seq, concurrency_key, deadline, run_at, \
+             {eff} AS eff, \
              octet_length(payload) + COALESCE(octet_length(checkpoint), 0) \
-               + octet_length(metadata) + {extra}::bigint AS size \
+               + octet_length(metadata) + {extra}::bigint AS size, \
+             CASE WHEN {open} THEN NULL ELSE ARRAY(SELECT i - 1 \
+               FROM generate_subscripts($7::text[], 1) AS i WHERE {may_take} ORDER BY i) END AS elig, \
+             CASE WHEN fanout_distinct THEN fanout_group END AS fgroup \
              FROM tasks WHERE state = 'pending' AND queue = $1 AND run_at <= $2 \
              AND COALESCE(deadline, 9223372036854775807) > $2 \
-             AND (concurrency_key IS NULL OR concurrency_key <> ALL($3::text[])) \
-             AND seq <> ALL($4::bigint[]) AND {may_take}{cap}) a) b \
+             AND (concurrency_key IS NULL \
+               OR concurrency_key NOT IN (SELECT unnest($3::text[]))) \
+             AND seq NOT IN (SELECT unnest($4::bigint[])) \
+             AND ({open} OR EXISTS (SELECT 1 FROM generate_subscripts($7::text[], 1) AS i \
+               WHERE {may_take})){cap}) a) b \
          ORDER BY eff DESC, turn, deadline ASC NULLS LAST, run_at, seq LIMIT $5",
         extra = LEASE_REPLY_TASK_BYTES,
+        open = GATED_OPEN,
         may_take = GATED_MAY_TAKE,
     );
     // Built from constant fragments only; every value is bound.
@@ -504,117 +638,83 @@ async fn candidates(
         .bind(queue)
         .bind(now)
         .bind(closed)
-        .bind(taken)
+        .bind(seen)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .bind(aging)
-        .bind(who.worker)
-        .bind(&who.labels)
+        .bind(&batch.workers)
+        .bind(&batch.labels)
         .fetch_all(&mut **tx)
         .await?;
     Ok(rows
         .into_iter()
-        .map(|(seq, key, eff, turn, dl, run_at, size)| Candidate {
-            seq,
-            key,
-            order: (eff, turn, dl, run_at, seq),
-            size,
-        })
+        .map(
+            |(seq, key, eff, turn, dl, run_at, size, elig, group)| Offer {
+                cand: Candidate {
+                    seq,
+                    key,
+                    order: (eff, turn, dl, run_at, seq),
+                    size,
+                },
+                queue: qi,
+                elig: elig.map(|e| {
+                    e.into_iter()
+                        .filter_map(|i| usize::try_from(i).ok())
+                        .collect()
+                }),
+                group,
+            },
+        )
         .collect())
 }
 
-/// The tasks one queue's gates admit now, at most `demand`, in lease order.
-async fn admit_queue(
-    tx: &mut Tx<'_>,
-    queue: &str,
-    usage: &mut QueueUse,
-    demand: usize,
-    now: i64,
-    who: &Who<'_>,
-) -> StoreResult<Vec<Candidate>> {
-    let budget = usage.budget(demand);
-    let mut out: Vec<Candidate> = Vec::new();
-    let mut closed = usage.closed_keys();
-    let mut taken: Vec<i64> = Vec::new();
-    let mut per_key: HashMap<String, u64> = HashMap::new();
-    for _ in 0..MAX_PASSES {
-        let want = budget - out.len();
-        if want == 0 {
-            break;
-        }
-        let window = want * WINDOW_FACTOR + 16;
-        let config = usage.config.clone();
-        let cands = candidates(tx, queue, &config, &closed, &taken, window, now, who).await?;
-        let keys: Vec<&str> = cands.iter().filter_map(|c| c.key.as_deref()).collect();
-        load_key_tokens(tx, queue, usage, &keys, now).await?;
-        let (picks, newly_closed) = admit(&cands, usage, want, &mut per_key);
-        for &i in &picks {
-            taken.push(cands[i].seq);
-            out.push(cands[i].clone());
-        }
-        closed.extend(newly_closed);
-        if cands.len() < window {
-            break;
-        }
-    }
-    Ok(out)
+/// The buckets a gated lease charges, as the lease statement binds them: each
+/// rate-limited queue with its tokens before, and each key of a task granted in
+/// a queue with a per-key rate limit with its tokens before (an absent bucket
+/// is full). The statement takes one token per lease it writes.
+struct Buckets {
+    queues: Vec<String>,
+    tokens: Vec<f64>,
+    key_queues: Vec<String>,
+    keys: Vec<String>,
+    key_tokens: Vec<f64>,
 }
 
-/// Takes one token per lease granted from the queue's and the keys' buckets.
-async fn charge(
-    tx: &mut Tx<'_>,
-    queues: &[String],
-    uses: &[QueueUse],
-    charged: &[(usize, Option<String>)],
-    now: i64,
-) -> StoreResult<()> {
-    for (qi, queue) in queues.iter().enumerate() {
-        let usage = &uses[qi];
-        let (tokens, key_tokens) = (&usage.tokens, &usage.key_tokens);
-        let granted: Vec<&Option<String>> = charged
-            .iter()
-            .filter(|(q, _)| *q == qi)
-            .map(|(_, k)| k)
-            .collect();
-        if let Some(t) = tokens {
-            sqlx::query("UPDATE queues SET tokens = $2, refilled_at = $3 WHERE name = $1")
-                .bind(queue)
-                .bind(t - granted.len() as f64)
-                .bind(now)
-                .execute(&mut **tx)
-                .await?;
-        }
-        if let Some(limit) = usage.config.per_key_rate_limit {
-            let mut per_key: HashMap<&str, f64> = HashMap::new();
-            for k in granted.iter().filter_map(|k| k.as_deref()) {
-                *per_key.entry(k).or_default() += 1.0;
+impl Buckets {
+    fn new(queues: &[String], uses: &[QueueUse], granted: &[Assigned]) -> Self {
+        let mut b = Buckets {
+            queues: Vec::new(),
+            tokens: Vec::new(),
+            key_queues: Vec::new(),
+            keys: Vec::new(),
+            key_tokens: Vec::new(),
+        };
+        for (qi, (queue, usage)) in queues.iter().zip(uses).enumerate() {
+            if let Some(t) = usage.tokens {
+                b.queues.push(queue.clone());
+                b.tokens.push(t);
             }
-            if per_key.is_empty() {
+            let Some(limit) = usage.config.per_key_rate_limit else {
                 continue;
-            }
-            let keys: Vec<&str> = per_key.keys().copied().collect();
-            let left: Vec<f64> = keys
+            };
+            let mut keys: Vec<&str> = granted
                 .iter()
-                .map(|k| {
-                    key_tokens
-                        .get(*k)
-                        .copied()
-                        .unwrap_or_else(|| limit.capacity())
-                        - per_key[k]
-                })
+                .filter(|a| a.queue == qi)
+                .filter_map(|a| a.cand.key.as_deref())
                 .collect();
-            sqlx::query(
-                "INSERT INTO queue_key_tokens (queue, key, tokens, refilled_at) \
-                 SELECT $1, k, t, $4 FROM UNNEST($2::text[], $3::float8[]) AS u(k, t) \
-                 ON CONFLICT (queue, key) DO UPDATE SET tokens = EXCLUDED.tokens, \
-                   refilled_at = EXCLUDED.refilled_at",
-            )
-            .bind(queue)
-            .bind(&keys)
-            .bind(&left)
-            .bind(now)
-            .execute(&mut **tx)
-            .await?;
+            keys.sort_unstable();
+            keys.dedup();
+            for k in keys {
+                b.key_queues.push(queue.clone());
+                b.keys.push(k.to_string());
+                b.key_tokens.push(
+                    usage
+                        .key_tokens
+                        .get(k)
+                        .copied()
+                        .unwrap_or_else(|| limit.capacity()),
+                );
+            }
         }
+        b
     }
-    Ok(())
 }

@@ -4,17 +4,17 @@
 //! writer, so the leases counted and the tokens read here are exactly what the
 //! next lease sees; nothing else can lease between the count and the update.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 use sqlx::SqlitePool;
 
-use super::super::admission::{Assigned, MAX_PASSES, WINDOW_FACTOR, assign};
+use super::super::admission::{Assigned, MAX_PASSES, Offer, Plan, SortKey, window};
 use super::super::row::{TaskRow, duration_ms, from_ms, ms, sort_lease_order};
 use super::super::*;
 use super::ops::{task_columns, task_row};
-use crate::domain::admission::{Candidate, Fairness, QueueConfig, QueueUse, admit};
+use crate::domain::admission::{Candidate, Fairness, QueueConfig, QueueUse};
 
 fn parse(name: &str, json: &str) -> StoreResult<QueueConfig> {
     serde_json::from_str(json)
@@ -169,40 +169,52 @@ fn load_key_tokens(
     Ok(())
 }
 
-/// The worker a gated lease is for (routing, issue 13).
-struct Who<'a> {
-    worker: &'a str,
-    /// Its labels as a JSON object.
+/// The workers of a gated lease batch (routing, issue 13), per request.
+struct Batch {
+    /// Their ids, a JSON array.
+    workers: String,
+    /// Their labels, a JSON array of objects.
     labels: String,
 }
 
-/// Routing (issue 13) in the gated candidate scan: whether the worker (?7, with
-/// labels ?8) may take the row: its target, a retry reserved for another worker,
-/// and of a distinct fan-out group only the first pending copy, and none when the
-/// worker holds or completed one (so one lease never takes two copies).
-const GATED_MAY_TAKE: &str = "(target_worker IS NULL OR target_worker = ?7) \
-    AND (target_labels IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(tasks.target_labels) j \
-      WHERE j.value IS NOT (SELECT w.value FROM json_each(?8) w WHERE w.key = j.key))) \
-    AND (reserved_for IS NULL OR reserved_for = ?7 OR reserved_until <= ?2) \
-    AND (fanout_distinct = 0 OR (NOT EXISTS (SELECT 1 FROM tasks c \
-        WHERE c.fanout_group = tasks.fanout_group AND c.leased_by = ?7 \
-          AND c.state IN ('leased', 'succeeded')) \
-      AND seq = (SELECT min(c.seq) FROM tasks c \
-        WHERE c.fanout_group = tasks.fanout_group AND c.state = 'pending')))";
+/// Routing (issue 13) in the gated candidate scan: a row anyone may take (no
+/// target, no reservation, no distinct fan-out group), read from its own columns.
+const GATED_OPEN: &str = "(target_worker IS NULL AND target_labels IS NULL \
+    AND reserved_for IS NULL AND fanout_distinct = 0)";
 
-/// The candidate scan: READY tasks of the queue in effective lease order,
-/// leaving out closed keys and tasks already admitted.
+/// Routing (issue 13) in the gated candidate scan: whether the worker of request
+/// `r` (a row of `json_each(?7)`: `r.key` its index, `r.value` its id; its labels
+/// at the same index of ?8) may take the row: its target, a retry reserved for
+/// another worker, a distinct fan-out copy of a group the worker holds or
+/// completed.
+const GATED_MAY_TAKE: &str = "((target_worker IS NULL OR target_worker = r.value) \
+    AND (target_labels IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(tasks.target_labels) j \
+      WHERE j.value IS NOT (SELECT w.value FROM json_each(?8, '$[' || r.key || ']') w \
+        WHERE w.key = j.key))) \
+    AND (reserved_for IS NULL OR reserved_for = r.value OR reserved_until <= ?2) \
+    AND (fanout_distinct = 0 OR NOT EXISTS (SELECT 1 FROM tasks c \
+        WHERE c.fanout_group = tasks.fanout_group AND c.leased_by = r.value \
+          AND c.state IN ('leased', 'succeeded'))))";
+
+fn json_text<T: serde::Serialize + ?Sized>(v: &T) -> StoreResult<String> {
+    serde_json::to_string(v).map_err(|e| StoreError::Internal(Box::new(e)))
+}
+
+/// The candidate scan: READY tasks of the queue in effective lease order that
+/// some request of the batch may take, leaving out closed keys and tasks
+/// offered already, each with the requests that may take it.
 #[allow(clippy::too_many_arguments)]
 fn candidates(
     c: &Connection,
     queue: &str,
+    qi: usize,
     config: &QueueConfig,
-    closed: &[String],
-    taken: &[i64],
+    closed: &HashSet<String>,
+    seen: &[i64],
     limit: usize,
     now: i64,
-    who: &Who<'_>,
-) -> StoreResult<Vec<Candidate>> {
+    batch: &Batch,
+) -> StoreResult<Vec<Offer>> {
     let aging = config.aging_ms().unwrap_or(0);
     let turn = if config.fairness == Fairness::RoundRobinKeys {
         "row_number() OVER (PARTITION BY COALESCE(concurrency_key, ''), eff \
@@ -217,16 +229,22 @@ fn candidates(
     };
     let sql = format!(
         "SELECT seq, concurrency_key, eff, turn, COALESCE(deadline, 9223372036854775807), run_at, \
-           size FROM (SELECT seq, concurrency_key, deadline, run_at, eff, size, {turn} AS turn \
+           size, elig, fgroup FROM (SELECT seq, concurrency_key, deadline, run_at, eff, size, \
+           elig, fgroup, {turn} AS turn \
            FROM (SELECT seq, concurrency_key, deadline, run_at, {eff} AS eff, \
-             length(payload) + COALESCE(length(checkpoint), 0) + length(metadata) + {extra} AS size \
+             length(payload) + COALESCE(length(checkpoint), 0) + length(metadata) + {extra} AS size, \
+             CASE WHEN {open} THEN NULL ELSE (SELECT json_group_array(r.key) FROM json_each(?7) r \
+               WHERE {may_take}) END AS elig, \
+             CASE WHEN fanout_distinct THEN fanout_group END AS fgroup \
              FROM tasks WHERE state = 'pending' AND queue = ?1 AND run_at <= ?2 \
              AND (deadline IS NULL OR deadline > ?2) \
              AND (concurrency_key IS NULL OR concurrency_key NOT IN (SELECT value FROM json_each(?3))) \
-             AND seq NOT IN (SELECT value FROM json_each(?4)) AND {may_take} \
+             AND seq NOT IN (SELECT value FROM json_each(?4)) \
+             AND ({open} OR EXISTS (SELECT 1 FROM json_each(?7) r WHERE {may_take})) \
              ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq{cap})) \
          ORDER BY eff DESC, turn, deadline IS NULL, deadline, run_at, seq LIMIT ?5",
         extra = LEASE_REPLY_TASK_BYTES,
+        open = GATED_OPEN,
         may_take = GATED_MAY_TAKE,
         // Without aging or fairness the index order is the lease order: read only
         // the first rows. With them, every READY row of the queue is ranked.
@@ -236,109 +254,155 @@ fn candidates(
             ""
         },
     );
-    let closed = serde_json::to_string(closed).map_err(|e| StoreError::Internal(Box::new(e)))?;
-    let taken = serde_json::to_string(taken).map_err(|e| StoreError::Internal(Box::new(e)))?;
+    let closed = json_text(closed)?;
+    let seen = json_text(seen)?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let mut st = c.prepare_cached(&sql)?;
     let rows = st.query_map(
         params![
-            queue, now, closed, taken, limit, aging, who.worker, who.labels
+            queue,
+            now,
+            closed,
+            seen,
+            limit,
+            aging,
+            batch.workers,
+            batch.labels
         ],
         |r| {
-            Ok(Candidate {
-                seq: r.get(0)?,
-                key: r.get(1)?,
-                order: (r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(0)?),
-                size: r.get(6)?,
-            })
+            Ok((
+                Candidate {
+                    seq: r.get(0)?,
+                    key: r.get(1)?,
+                    order: (r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(0)?),
+                    size: r.get(6)?,
+                },
+                r.get::<_, Option<String>>(7)?,
+                r.get::<_, Option<String>>(8)?,
+            ))
         },
     )?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-}
-
-/// The tasks one queue's gates admit now, at most `demand`, in lease order.
-fn admit_queue(
-    c: &Connection,
-    queue: &str,
-    usage: &mut QueueUse,
-    demand: usize,
-    now: i64,
-    who: &Who<'_>,
-) -> StoreResult<Vec<Candidate>> {
-    let budget = usage.budget(demand);
-    let mut out: Vec<Candidate> = Vec::new();
-    let mut closed = usage.closed_keys();
-    let mut taken: Vec<i64> = Vec::new();
-    let mut per_key: HashMap<String, u64> = HashMap::new();
-    for _ in 0..MAX_PASSES {
-        let want = budget - out.len();
-        if want == 0 {
-            break;
-        }
-        let window = want * WINDOW_FACTOR + 16;
-        let cands = candidates(c, queue, &usage.config, &closed, &taken, window, now, who)?;
-        let keys: Vec<&str> = cands.iter().filter_map(|c| c.key.as_deref()).collect();
-        load_key_tokens(c, queue, usage, &keys, now)?;
-        let (picks, newly_closed) = admit(&cands, usage, want, &mut per_key);
-        for &i in &picks {
-            taken.push(cands[i].seq);
-            out.push(cands[i].clone());
-        }
-        closed.extend(newly_closed);
-        if cands.len() < window {
-            break;
-        }
+    let mut out = Vec::new();
+    for row in rows {
+        let (cand, elig, group) = row?;
+        let elig = match elig {
+            Some(json) => {
+                let mut e: Vec<usize> = serde_json::from_str(&json)
+                    .map_err(|e| StoreError::Corrupt(format!("lease eligibility: {e}")))?;
+                e.sort_unstable();
+                Some(e)
+            }
+            None => None,
+        };
+        out.push(Offer {
+            cand,
+            queue: qi,
+            elig,
+            group,
+        });
     }
     Ok(out)
 }
 
-/// Routing (issue 13) in a gated queue: each request is served alone, so its
-/// worker's target, labels, reservations, fan-out copies and per-worker cap are
-/// checked in the candidate scan, exactly for that worker.
+/// The leases a worker holds in `queue`.
+fn held(c: &Connection, worker: &str, queue: &str) -> StoreResult<u64> {
+    let n: i64 = c
+        .prepare_cached(
+            "SELECT count(*) FROM tasks WHERE queue = ?1 AND state = 'leased' AND leased_by = ?2",
+        )?
+        .query_row(params![queue, worker], |r| r.get(0))?;
+    Ok(n.max(0) as u64)
+}
+
+/// The gated lease of a batch of requests for the same queues, served together:
+/// one count of the leases held, one candidate scan (more only when keys close
+/// along the way), one UPDATE per task granted, all in the writer's batch.
+/// Routing (issue 13): each candidate row comes with the requests whose workers
+/// may take it (`elig`); [`Plan`] hands the rows out in lease order within the
+/// gates, the caps and the reply budgets.
 pub(super) fn task_lease_gated(
     c: &Connection,
     ps: &[LeaseParams],
 ) -> StoreResult<Vec<Vec<TaskRecord>>> {
-    let mut out = Vec::with_capacity(ps.len());
-    for p in ps {
-        let mut one = lease_one(c, std::slice::from_ref(p))?;
-        out.push(one.pop().unwrap_or_default());
-    }
-    Ok(out)
-}
-
-fn lease_one(c: &Connection, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
     let Some(first) = ps.first() else {
         return Ok(Vec::new());
     };
-    let who = Who {
-        worker: &first.worker_id,
-        labels: first.routing.labels_json(),
-    };
+    let queues = &first.queues;
     let now = ms(ps.iter().map(|p| p.now).max().unwrap_or(first.now));
-    let demand: usize = ps.iter().map(|p| p.max_tasks as usize).sum();
-    let mut admitted = Vec::new();
-    let mut uses = Vec::new();
-    for (qi, queue) in first.queues.iter().enumerate() {
-        let mut usage = load_use(c, queue, now)?;
-        // The worker's cap in this queue (routing): what it holds counts.
-        let demand = match first.routing.max_leases_per_worker.get(queue) {
-            Some(&cap) if cap > 0 => {
-                let held: i64 = c
-                    .prepare_cached(
-                        "SELECT count(*) FROM tasks WHERE queue = ?1 AND state = 'leased' \
-                         AND leased_by = ?2",
-                    )?
-                    .query_row(params![queue, who.worker], |r| r.get(0))?;
-                demand.min(usize::try_from(i64::from(cap) - held).unwrap_or(0))
-            }
-            _ => demand,
-        };
-        let picks = admit_queue(c, queue, &mut usage, demand, now, &who)?;
-        admitted.extend(picks.into_iter().map(|p| (qi, p)));
-        uses.push(usage);
+    let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
+    let labels: Vec<_> = ps.iter().map(|p| &p.routing.labels).collect();
+    let batch = Batch {
+        workers: json_text(&workers)?,
+        labels: json_text(&labels)?,
+    };
+    let mut uses = Vec::with_capacity(queues.len());
+    for queue in queues {
+        uses.push(load_use(c, queue, now)?);
     }
-    let assigned = assign(admitted, ps);
+    // The per-worker caps (routing): what each worker holds counts.
+    let mut holds: HashMap<(String, String), u64> = HashMap::new();
+    for p in ps {
+        for (queue, &cap) in &p.routing.max_leases_per_worker {
+            let pair = (p.worker_id.clone(), queue.clone());
+            if cap > 0 && queues.contains(queue) && !holds.contains_key(&pair) {
+                let n = held(c, &p.worker_id, queue)?;
+                holds.insert(pair, n);
+            }
+        }
+    }
+    let mut plan = Plan::new(ps, &uses, |w, q| {
+        holds
+            .get(&(w.to_string(), q.to_string()))
+            .copied()
+            .unwrap_or(0)
+    });
+    let mut closed: Vec<HashSet<String>> = uses
+        .iter()
+        .map(|u| u.closed_keys().into_iter().collect())
+        .collect();
+    let mut seen: Vec<Vec<i64>> = vec![Vec::new(); queues.len()];
+    let mut done = vec![false; queues.len()];
+    for _ in 0..MAX_PASSES {
+        if plan.wanted() == 0 {
+            break;
+        }
+        let window = window(plan.wanted());
+        let mut offers = Vec::new();
+        let mut horizon: Option<SortKey> = None;
+        for (qi, queue) in queues.iter().enumerate() {
+            if done[qi] || !plan.open(qi) {
+                continue;
+            }
+            let cands = candidates(
+                c,
+                queue,
+                qi,
+                &uses[qi].config,
+                &closed[qi],
+                &seen[qi],
+                window,
+                now,
+                &batch,
+            )?;
+            let keys: Vec<&str> = cands.iter().filter_map(|o| o.cand.key.as_deref()).collect();
+            load_key_tokens(c, queue, &mut uses[qi], &keys, now)?;
+            match cands.last() {
+                Some(last) if cands.len() >= window => {
+                    let k = last.cand.sort_key();
+                    horizon = Some(horizon.map_or(k, |h| h.min(k)));
+                }
+                _ => done[qi] = true,
+            }
+            offers.extend(cands);
+        }
+        if offers.is_empty() {
+            break;
+        }
+        plan.walk(offers, horizon, &uses, &mut seen, &mut closed);
+        if done.iter().all(|d| *d) {
+            break;
+        }
+    }
     let mut out: Vec<Vec<TaskRecord>> = ps.iter().map(|_| Vec::new()).collect();
     let mut charged: Vec<(usize, Option<String>)> = Vec::new();
     let sql = format!(
@@ -355,7 +419,7 @@ fn lease_one(c: &Connection, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskReco
         cand,
         queue,
         request,
-    } in assigned
+    } in plan.into_taken()
     {
         let p = &ps[request];
         let lease_ms = duration_ms(p.lease_duration);
@@ -383,7 +447,7 @@ fn lease_one(c: &Connection, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskReco
             out[request].push(row.into_record()?);
         }
     }
-    charge(c, &first.queues, &uses, &charged, now)?;
+    charge(c, queues, &uses, &charged, now)?;
     for records in &mut out {
         sort_lease_order(records);
     }
@@ -429,6 +493,36 @@ fn charge(
         }
     }
     Ok(())
+}
+
+/// Deletes the per-key buckets full again at `now` and those of queues without
+/// a per-key rate limit; in the writer's batch, so no lease runs meanwhile.
+pub(super) fn key_tokens_purge(c: &Connection, now: DateTime<Utc>) -> StoreResult<u64> {
+    let now = ms(now);
+    let mut st = c.prepare_cached("SELECT name, config FROM queues")?;
+    let queues = st
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut limited: Vec<String> = Vec::new();
+    let mut n = 0;
+    for (name, json) in queues {
+        let Some(l) = parse(&name, &json)?.per_key_rate_limit else {
+            continue;
+        };
+        n += c
+            .prepare_cached(
+                "DELETE FROM queue_key_tokens WHERE queue = ?1 \
+                 AND tokens + MAX(?2 - refilled_at, 0) * ?3 / 1000.0 >= ?4",
+            )?
+            .execute(params![name, now, l.per_second, l.capacity()])?;
+        limited.push(name);
+    }
+    n += c
+        .prepare_cached(
+            "DELETE FROM queue_key_tokens WHERE queue NOT IN (SELECT value FROM json_each(?1))",
+        )?
+        .execute(params![json_text(&limited)?])?;
+    Ok(n as u64)
 }
 
 pub(super) async fn queue_usage(

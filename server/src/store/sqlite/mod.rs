@@ -516,4 +516,8 @@ impl Store for SqliteStore {
     async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64> {
         write!(self, sync_match::lease_release, [leases], &leases, now)
     }
+
+    async fn queue_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+        write!(self, admission::key_tokens_purge, [], now)
+    }
 }
