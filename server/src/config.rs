@@ -80,6 +80,10 @@ pub struct Config {
     /// Flow (#15): task events are deleted this long after they were recorded; 0 keeps them.
     #[serde(with = "humantime_serde")]
     pub events_retention: Duration,
+    /// Sync match (issue 17) on Postgres: a Submit hands its tasks to long-polls
+    /// waiting on this replica in its own statement. Off by default on Postgres
+    /// until measured on a quiet machine; SQLite always sync-matches.
+    pub sync_match_postgres: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -211,6 +215,7 @@ impl Default for Config {
             queues: BTreeMap::new(),
             worker_ttl: crate::service::DEFAULT_WORKER_TTL,
             events_retention: Duration::from_secs(7 * 24 * 3600),
+            sync_match_postgres: false,
         }
     }
 }
@@ -367,6 +372,9 @@ pub struct ServeArgs {
     /// Keep task events this long; 0 keeps them forever [default: 7days].
     #[arg(long, env = "TASKBROKER_EVENTS_RETENTION")]
     pub events_retention: Option<String>,
+    /// Sync match on Postgres (issue 17) [default: false].
+    #[arg(long, env = "TASKBROKER_SYNC_MATCH_POSTGRES")]
+    pub sync_match_postgres: Option<bool>,
 }
 
 macro_rules! layer {
@@ -417,6 +425,7 @@ impl ServeArgs {
             "retry.max_backoff" => self.retry_max_backoff,
             "retry.jitter" => self.retry_jitter,
             "events_retention" => self.events_retention,
+            "sync_match_postgres" => self.sync_match_postgres,
         );
         fig.extract::<Config>().map_err(|e| {
             // figment's message names the key and the source; keep it to one line.
@@ -598,7 +607,7 @@ impl Config {
             },
             gates,
             live: Default::default(),
-            sync_match_postgres: false,
+            sync_match_postgres: self.sync_match_postgres,
         };
         app.metrics_listen = metrics_listen;
         app.metrics_depth_max_age = self.metrics_depth_max_age;

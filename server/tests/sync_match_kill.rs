@@ -51,7 +51,9 @@ async fn a_broker_killed_right_after_a_sync_match_loses_nothing(b: Backend) {
         return;
     };
     let logs = tempfile::tempdir().unwrap();
-    let mut broker = Broker::start("sync-kill", logs.path(), &db.url, &[]).await;
+    // Sync match is opt-in on Postgres (and always on for SQLite).
+    let on = ["--sync-match-postgres", "true"];
+    let mut broker = Broker::start("sync-kill", logs.path(), &db.url, &on).await;
     // A worker waits on the queue; the task will be handed to it.
     let mut worker = BrokerServiceClient::new(channel(&broker.url()));
     let poll =
@@ -123,9 +125,12 @@ async fn a_broker_killed_right_after_a_sync_match_loses_nothing(b: Backend) {
     assert_eq!(attempts[1].worker_id, "w2");
 }
 
-// SQLite only for now: the broker binary sync-matches on Postgres only when
-// `Settings::sync_match_postgres` is set, which no flag sets yet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sqlite_broker_killed_right_after_a_sync_match_loses_nothing() {
     a_broker_killed_right_after_a_sync_match_loses_nothing(Backend::Sqlite).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_broker_killed_right_after_a_sync_match_loses_nothing() {
+    a_broker_killed_right_after_a_sync_match_loses_nothing(Backend::Postgres).await
 }

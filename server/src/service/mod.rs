@@ -71,10 +71,8 @@ pub struct Settings {
     /// Admission (#14): every queue's live settings (stored in the database; the
     /// fields above seed them), read by the per-queue methods below.
     pub live: LiveQueues,
-    /// Sync match (issue 17) on Postgres: off unless set. The A/B run of
-    /// 2026-11-24 saw Postgres lease statements of 4-6 s and errors with it on
-    /// (not understood yet; docs/performance.md, "Sync match"). SQLite always
-    /// sync-matches.
+    /// Sync match (issue 17) on Postgres: off unless set (`sync_match_postgres`
+    /// in the configuration, `--sync-match-postgres`). SQLite always sync-matches.
     pub sync_match_postgres: bool,
     /// Flow (#15): event retention and dead-letter queues.
     pub flow: FlowSettings,
