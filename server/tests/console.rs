@@ -1020,8 +1020,87 @@ async fn a_waiting_task_says_why_it_is_not_running(backend: Backend) {
     app.shutdown().await;
 }
 
+// ---- Event history on the task page (issue 18, last point), on both stores ----
+
+/// The kinds in the history table of a task page, in page order.
+fn history_kinds(html: &str) -> Vec<String> {
+    let Some(at) = html.find("<table id=\"history\">") else {
+        return Vec::new();
+    };
+    let table = &html[at..at + html[at..].find("</table>").expect("a closed table")];
+    table
+        .split("data-kind=\"")
+        .skip(1)
+        .map(|rest| rest[..rest.find('"').unwrap()].to_uppercase())
+        .collect()
+}
+
+async fn a_task_page_shows_its_event_history(backend: Backend) {
+    let Some(app) = console_on(backend).await else {
+        return;
+    };
+    let mut c = app.broker().await;
+    let id = submit_one(&mut c, spec("hist")).await;
+    let mut b = Browser::new(&app);
+    let fresh = b.get(&format!("/tasks/{id}")).await;
+    assert_eq!(fresh.status, 200);
+    assert_eq!(history_kinds(&fresh.body), ["SUBMITTED"], "{}", fresh.body);
+
+    let mut req = lease_req("hist", 1);
+    req.worker_id = "hist-worker".into();
+    let t = c.lease(req).await.expect("lease").into_inner().tasks;
+    assert_eq!(t.len(), 1);
+    c.complete(pb::CompleteRequest {
+        task_id: id.clone(),
+        lease_token: t[0].lease_token.clone(),
+        result: vec![],
+    })
+    .await
+    .expect("complete");
+    let page = b.get(&format!("/tasks/{id}")).await;
+    assert_eq!(page.status, 200);
+    assert_eq!(
+        history_kinds(&page.body),
+        ["SUBMITTED", "LEASED", "SUCCEEDED"],
+        "oldest first: {}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("<caption>Events of this task, oldest first</caption>")
+    );
+    assert!(page.body.contains("<th scope=\"col\">Kind</th>"));
+    assert!(
+        page.body.contains(">hist-worker<"),
+        "the worker that leased it"
+    );
+    assert!(
+        page.body.contains("badge succeeded"),
+        "the state after each event"
+    );
+    assert!(
+        !page.body.contains("id=\"history-note\""),
+        "all of it shown"
+    );
+
+    // The detail (a failure's error) is escaped like the rest of the page.
+    submit_one(&mut c, spec("hist-bad")).await;
+    let dead = kill_one(&app, "hist-bad", "<img src=x onerror=alert(1)>").await;
+    let page = b.get(&format!("/tasks/{dead}")).await;
+    assert_eq!(
+        history_kinds(&page.body),
+        ["SUBMITTED", "LEASED", "FAILED", "DEAD"],
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("<img src=x"), "{}", page.body);
+    assert!(page.body.contains("&lt;img src=x onerror=alert(1)&gt;"));
+    app.shutdown().await;
+}
+
 both_backends!(
     queues_are_paused_resumed_and_edited_from_the_console,
     workers_show_their_labels_and_leases,
     a_waiting_task_says_why_it_is_not_running,
+    a_task_page_shows_its_event_history,
 );

@@ -238,6 +238,23 @@ async function main() {
     expect(attempts === 1, `one attempt (it died before running), got ${attempts}`);
   });
 
+  await test('a task page shows its event history, oldest first', async () => {
+    await page.goto(`${a.base}/tasks/${late}`);
+    const table = page.getByRole('table', { name: 'Events of this task, oldest first' });
+    expect(await table.count() === 1, 'a history table named by its caption');
+    const headers = await table.locator('thead th[scope=col]').allTextContents();
+    expect(headers.join('|') === 'Time (UTC)|Kind|State|Attempt|Worker|Detail', `headers: ${headers}`);
+    const kinds = await table.locator('tbody tr td:nth-child(2)').allTextContents();
+    const at = (k) => kinds.indexOf(k);
+    expect(kinds[0] === 'SUBMITTED' && kinds.at(-1) === 'SUCCEEDED', `kinds: ${kinds}`);
+    expect(at('DEAD') > 0 && at('REQUEUED') > at('DEAD') && at('LEASED') > at('REQUEUED'),
+      `died, was requeued, then leased: ${kinds}`);
+    const leased = await table.locator('tbody tr[data-kind=leased]').last().textContent();
+    expect(leased.includes('leased'), `the state after the lease: ${leased}`);
+    await table.scrollIntoViewIfNeeded();
+    await page.screenshot({ path: join(shots, 'console-history.png'), fullPage: true });
+  });
+
   await test('requeue all of an error group shows the count first', async () => {
     await page.goto(`${a.base}/dead`);
     const group = page.locator('#dead tbody tr', { hasText: 'empty payload' });

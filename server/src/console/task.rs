@@ -1,6 +1,7 @@
 //! One task: its fields, payload (JSON pretty-printed, text or hex), checkpoint,
 //! result, metadata, every attempt (worker, address, start, end, outcome, error)
-//! and the actions its state allows.
+//! its event history (the task events of #15, latest [`HISTORY_SHOWN`]) and the
+//! actions its state allows.
 
 use std::sync::Arc;
 
@@ -12,9 +13,93 @@ use serde::Deserialize;
 use super::layout::{self, badge, duration, href, opt_time, time};
 use super::{Console, PageError, Viewer};
 use crate::domain::{AttemptOutcome, StoredState, TaskState};
+use crate::service::{Broker, ServiceError};
+use crate::store::EventRecord;
 
 /// Bytes of a body shown at most (the rest is summarised).
 const SHOWN_BYTES: usize = 64 * 1024;
+
+/// Events of the history shown at most: the latest ones.
+pub const HISTORY_SHOWN: usize = 200;
+/// Events read per call (the most ListTaskEvents allows).
+const HISTORY_PAGE: i32 = 1000;
+/// Calls made at most for one page view, so a task with a huge history stays cheap.
+const HISTORY_PAGES: usize = 10;
+
+/// A task's latest events, oldest first, through the service (as ListTaskEvents).
+pub struct History {
+    pub events: Vec<EventRecord>,
+    /// Events read in all (more than shown when it is long).
+    pub read: u64,
+    /// Whether the reading stopped before the end.
+    pub cut: bool,
+}
+
+pub async fn history(b: &Broker, id: &str) -> Result<History, ServiceError> {
+    let mut events = std::collections::VecDeque::new();
+    let (mut after, mut read) = (0, 0u64);
+    for _ in 0..HISTORY_PAGES {
+        let page = b.list_task_events(id, after, HISTORY_PAGE).await?;
+        let full = page.len() == HISTORY_PAGE as usize;
+        read += page.len() as u64;
+        if let Some(last) = page.last() {
+            after = last.event_id;
+        }
+        for e in page {
+            if events.len() == HISTORY_SHOWN {
+                events.pop_front();
+            }
+            events.push_back(e);
+        }
+        if !full {
+            return Ok(History {
+                events: events.into(),
+                read,
+                cut: false,
+            });
+        }
+    }
+    Ok(History {
+        events: events.into(),
+        read,
+        cut: true,
+    })
+}
+
+fn history_section(h: &History) -> Markup {
+    let more = h.read > h.events.len() as u64;
+    html! {
+        @if !h.events.is_empty() {
+            section aria-labelledby="h-history" {
+                h2 #h-history { "History" }
+                @if more {
+                    p.muted #history-note {
+                        "Showing the latest " (layout::count(h.events.len() as u64)) " of "
+                        @if h.cut { "more than " }
+                        (layout::count(h.read)) " events; ListTaskEvents pages through them all."
+                    }
+                }
+                div.scroll { table #history {
+                    caption { "Events of this task, oldest first" }
+                    thead { tr {
+                        th scope="col" { "Time (UTC)" } th scope="col" { "Kind" } th scope="col" { "State" }
+                        th scope="col" .num { "Attempt" } th scope="col" { "Worker" } th scope="col" { "Detail" }
+                    } }
+                    tbody { @for e in &h.events {
+                        tr data-kind=(e.kind.as_str()) {
+                            td { (time(e.time)) }
+                            td.mono { (e.kind.as_str().to_uppercase()) }
+                            td { (badge(e.state)) }
+                            td.num { (e.attempt) }
+                            td { (e.worker_id.as_deref().unwrap_or("")) }
+                            td { (e.detail.as_deref().unwrap_or("")) }
+                        }
+                    } }
+                } }
+            }
+        }
+    }
+}
 
 #[derive(Debug, Default, Deserialize)]
 pub struct TaskPageQuery {
@@ -124,7 +209,8 @@ pub async fn page(
     Query(q): Query<TaskPageQuery>,
 ) -> Result<Markup, PageError> {
     let b = &console.broker;
-    let (task, attempts) = tokio::try_join!(b.get_task(&id), b.list_attempts(&id))?;
+    let (task, attempts, events) =
+        tokio::try_join!(b.get_task(&id), b.list_attempts(&id), history(b, &id))?;
     // Why a waiting task is not running (Explain); only a pending task has gates.
     let gates = if task.state == StoredState::Pending {
         Some(b.explain_task(&id).await?.gates)
@@ -203,6 +289,7 @@ pub async fn page(
                 } }
             }
         }
+        (history_section(&events))
         @if let Some(c) = &task.checkpoint {
             section aria-labelledby="h-checkpoint" {
                 h2 #h-checkpoint { "Checkpoint " span.muted.small { "(" (layout::count(c.len() as u64)) " bytes)" } }
@@ -261,6 +348,55 @@ fn actions(base: &str, state: StoredState) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_history_says_how_much_is_shown() {
+        let e = |id: i64| EventRecord {
+            event_id: id,
+            task_id: "t".into(),
+            queue: "q".into(),
+            kind: crate::domain::event::EventKind::Checkpointed,
+            state: TaskState::Leased,
+            attempt: 1,
+            worker_id: Some("w<1>".into()),
+            time: chrono::DateTime::UNIX_EPOCH,
+            detail: None,
+        };
+        let events: Vec<EventRecord> = (1..=HISTORY_SHOWN as i64).map(e).collect();
+        let all = History {
+            events: events.clone(),
+            read: HISTORY_SHOWN as u64,
+            cut: false,
+        };
+        let html = history_section(&all).into_string();
+        assert!(!html.contains("history-note") && html.contains("w&lt;1&gt;"));
+        let long = History {
+            events: events.clone(),
+            read: 1500,
+            cut: false,
+        };
+        assert!(
+            history_section(&long)
+                .into_string()
+                .contains("Showing the latest 200 of 1,500 events")
+        );
+        let cut = History {
+            events,
+            read: 10_000,
+            cut: true,
+        };
+        assert!(
+            history_section(&cut)
+                .into_string()
+                .contains("of more than 10,000")
+        );
+        let none = History {
+            events: vec![],
+            read: 0,
+            cut: false,
+        };
+        assert!(history_section(&none).into_string().is_empty());
+    }
 
     #[test]
     fn bodies_fall_back_from_json_to_text_to_hex() {
