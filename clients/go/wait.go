@@ -120,6 +120,10 @@ func WaitAll(ctx context.Context, admin pb.AdminServiceClient, taskIDs []string)
 		switch {
 		case ctx.Err() != nil:
 			return nil, &WaitTimeoutError{TaskIDs: w.pending(), Err: ctx.Err()}
+		case status.Code(err) == codes.DeadlineExceeded:
+			// The broker ended the watch at ctx's deadline (sent as grpc-timeout)
+			// a moment before ctx itself was done here.
+			return nil, &WaitTimeoutError{TaskIDs: w.pending(), Err: context.DeadlineExceeded}
 		case err == nil || errors.Is(err, io.EOF) || status.Code(err) == codes.Unavailable:
 			// The stream dropped: open it again after the last event.
 		default:

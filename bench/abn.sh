@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# N-way before/after in one run: each broker binary in turn (order reversed every
+# repetition), each on a fresh database, with the CPU each lifecycle cost: the broker
+# plus the bench process (/usr/bin/time) and Postgres (the postmaster's reaped
+# children). CPU per lifecycle stays steady on a loaded machine when lifecycles/s
+# does not. A "binary" may be a script that execs one with settings in its env.
+#
+#   bench/abn.sh base=/tmp/bins/6002044 head=target/release/taskbroker
+#
+# Env: REPS (3), STORES ("sqlite postgres"), MODES ("batched per-task"),
+# OUT (the raw results file, /tmp/abn.results). Needs target/release/taskbroker-bench.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+reps=${REPS:-3}; stores=${STORES:-"sqlite postgres"}; modes=${MODES:-"batched per-task"}
+work=$(mktemp -d /tmp/abn.XXXXXX)
+trap 'scripts/pg.sh stop "$work/pg" || true; rm -rf "$work"' EXIT
+eval "$(scripts/pg.sh start "$work/pg")"
+admin=$TASKBROKER_TEST_POSTGRES_URL
+fresh_db() { local name=ab_$(date +%s%N)_$RANDOM; psql -q "$admin" -c "CREATE DATABASE $name" >/dev/null; echo "${admin%/*}/$name"; }
+pgcpu() { local pid; pid=$(head -1 "$work/pg/data/postmaster.pid"); awk '{print $14+$15+$16+$17}' /proc/$pid/stat; }
+names=(); bins=()
+for a in "$@"; do names+=("${a%%=*}"); bins+=("${a#*=}"); done
+n=${#names[@]}
+res=${OUT:-/tmp/abn.results}; : > "$res"
+for rep in $(seq 1 "$reps"); do
+ for store in $stores; do for mode in $modes; do
+  tasks=30000; [ "$mode" = per-task ] && tasks=10000
+  idx=$(seq 0 $((n-1))); [ $((rep % 2)) = 0 ] && idx=$(seq $((n-1)) -1 0)
+  for i in $idx; do
+    if [ "$store" = sqlite ]; then url="sqlite://$work/ab-$rep-$i.db"; else url=$(fresh_db); fi
+    pgb=$(pgcpu)
+    line=$(/usr/bin/time -f "%U %S" -o $work/time target/release/taskbroker-bench --spawn-broker "$url" --broker-bin "${bins[$i]}" --mode "$mode" --workers 64 --tasks "$tasks" --latency-seconds 2 2>>"$work/log" | tail -n 1) || { echo "FAILED ${names[$i]} $store $mode" >&2; tail -3 "$work/log" >&2; continue; }
+    sleep 1; pga=$(pgcpu); read u sy < $work/time
+    line=$(python3 -c "import json,sys; d=json.loads(sys.argv[1]); d['cpu_broker_us']=round(($u+$sy)*1e6/$tasks,1); d['cpu_pg_us']=round(($pga-$pgb)*1e4/$tasks,1); print(json.dumps(d))" "$line")
+    echo "${names[$i]} $store $mode $line" >> "$res"; echo "${names[$i]} $store $mode $line" | cut -c1-150 >&2
+  done
+ done; done
+done
+python3 - "$res" "${names[@]}" <<'PY'
+import json, statistics, sys
+rows={}
+for line in open(sys.argv[1]):
+    side, store, mode, js = line.split(" ",3); rows.setdefault((store,mode),{}).setdefault(side,[]).append(json.loads(js))
+names=sys.argv[2:]
+print("| store | mode | "+" | ".join(names)+" |")
+for (s,m),d in sorted(rows.items()):
+    M=lambda x,k: statistics.median([r[k] for r in d[x]])
+    base=M(names[0],"lifecycles_per_sec")
+    print(f"| {s} | {m} | "+" | ".join(f"{M(x,'lifecycles_per_sec'):,.0f} ({M(x,'lifecycles_per_sec')/base:.2f}) cpu b{M(x,'cpu_broker_us'):.0f}+pg{M(x,'cpu_pg_us'):.0f}us" for x in names)+" |")
+PY
