@@ -166,6 +166,7 @@ pub async fn complete(client: &mut Broker, task: &LeasedTask, errors: &Errors) -
             task_id: task.task_id.clone(),
             lease_token: task.lease_token.clone(),
             result: Vec::new(),
+            lease_next: None,
         };
         match client.complete(request).await {
             Ok(_) => return true,
@@ -188,8 +189,10 @@ pub async fn complete_many(client: &mut Broker, tasks: &[LeasedTask], errors: &E
                 task_id: t.task_id.clone(),
                 lease_token: t.lease_token.clone(),
                 result: Vec::new(),
+                lease_next: None,
             })
             .collect(),
+        lease_next: None,
     };
     for attempt in 1..=COMPLETE_ATTEMPTS {
         match client.complete_many(request.clone()).await {

@@ -187,6 +187,7 @@ async fn queue_stats_count_states_and_recent_outcomes(b: Backend) {
         task_id: leased[0].task_id.clone(),
         lease_token: leased[0].lease_token.clone(),
         result: vec![],
+        lease_next: None,
     })
     .await
     .unwrap();

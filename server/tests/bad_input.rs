@@ -260,13 +260,16 @@ async fn lease_and_report_calls_with_bad_fields_are_rejected(b: Backend) {
                     task_id: t.task_id.clone(),
                     lease_token: t.lease_token.clone(),
                     result: vec![],
+                    lease_next: None,
                 },
                 pb::CompleteRequest {
                     task_id: t.task_id.clone(),
                     lease_token: "\0".into(),
                     result: vec![],
+                    lease_next: None,
                 },
             ],
+            lease_next: None,
         })
         .await,
         Code::InvalidArgument,
@@ -277,6 +280,7 @@ async fn lease_and_report_calls_with_bad_fields_are_rejected(b: Backend) {
             task_id: "".into(),
             lease_token: t.lease_token.clone(),
             result: vec![],
+            lease_next: None,
         })
         .await,
         Code::InvalidArgument,
@@ -287,6 +291,7 @@ async fn lease_and_report_calls_with_bad_fields_are_rejected(b: Backend) {
             task_id: t.task_id.clone(),
             lease_token: t.lease_token.clone(),
             result: vec![0; (1 << 20) + 1],
+            lease_next: None,
         })
         .await,
         Code::ResourceExhausted,
@@ -307,6 +312,7 @@ async fn lease_and_report_calls_with_bad_fields_are_rejected(b: Backend) {
         task_id: t.task_id,
         lease_token: t.lease_token,
         result: vec![],
+        lease_next: None,
     })
     .await
     .expect("the lease survived the bad calls");

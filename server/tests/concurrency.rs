@@ -63,6 +63,7 @@ async fn drain(addrs: Vec<String>, queue: &str) -> HashMap<String, usize> {
                         task_id: t.task_id,
                         lease_token: t.lease_token,
                         result: vec![],
+                        lease_next: None,
                     })
                     .await
                     .unwrap();

@@ -155,6 +155,7 @@ async fn kill_one(app: &TestApp, queue: &str, error: &str) -> String {
         error_message: error.into(),
         non_retryable: true,
         retry_after: None,
+        lease_next: None,
     })
     .await
     .expect("fail");
@@ -1054,6 +1055,7 @@ async fn a_task_page_shows_its_event_history(backend: Backend) {
         task_id: id.clone(),
         lease_token: t[0].lease_token.clone(),
         result: vec![],
+        lease_next: None,
     })
     .await
     .expect("complete");

@@ -186,6 +186,7 @@ async fn a_full_disk_answers_clearly_corrupts_nothing_and_service_resumes() {
                 task_id: t.task_id,
                 lease_token: t.lease_token,
                 result: vec![],
+                lease_next: None,
             })
             .await
             .expect("complete");

@@ -270,6 +270,7 @@ async fn ten_thousand_leases_expiring_at_once_are_reclaimed_and_run_again(b: Bac
                 task_id: t.task_id.clone(),
                 lease_token: t.lease_token.clone(),
                 result: vec![],
+                lease_next: None,
             })
             .await
             .expect_err("a reclaimed lease cannot complete");

@@ -109,6 +109,7 @@ async fn watch_resumes_across_replicas_without_gap_or_repeat() {
                         task_id: t.task_id,
                         lease_token: t.lease_token,
                         result: Vec::new(),
+                        lease_next: None,
                     })
                     .await
                     .unwrap();
@@ -194,6 +195,7 @@ async fn dependencies_end_to_end(b: Backend) {
             task_id: t.task_id,
             lease_token: t.lease_token,
             result: Vec::new(),
+            lease_next: None,
         })
         .await
         .unwrap();
@@ -439,6 +441,7 @@ async fn submit_and_wait_follows_the_stream_not_polling(b: Backend) {
         task_id: t.task_id,
         lease_token: t.lease_token,
         result: b"out".to_vec(),
+        lease_next: None,
     })
     .await
     .unwrap();
@@ -499,6 +502,7 @@ async fn explain_names_the_unfinished_dependencies(b: Backend) {
         task_id: t.task_id.clone(),
         lease_token: t.lease_token,
         result: Vec::new(),
+        lease_next: None,
     })
     .await
     .unwrap();
@@ -516,6 +520,7 @@ async fn explain_names_the_unfinished_dependencies(b: Backend) {
         task_id: t.task_id,
         lease_token: t.lease_token,
         result: Vec::new(),
+        lease_next: None,
     })
     .await
     .unwrap();

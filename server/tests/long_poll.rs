@@ -282,6 +282,7 @@ async fn a_pool_of_one_connection_still_serves_calls_and_wake_ups() {
             task_id: id,
             lease_token: got[0].lease_token.clone(),
             result: vec![],
+            lease_next: None,
         }),
     )
     .await

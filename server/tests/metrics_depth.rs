@@ -61,6 +61,7 @@ async fn complete(
         task_id: t.task_id.clone(),
         lease_token: t.lease_token.clone(),
         result: vec![],
+        lease_next: None,
     })
     .await
     .unwrap();

@@ -129,6 +129,7 @@ async fn metrics_move_as_tasks_flow() {
         task_id: leased[0].task_id.clone(),
         lease_token: leased[0].lease_token.clone(),
         result: vec![],
+        lease_next: None,
     })
     .await
     .unwrap();
@@ -145,6 +146,7 @@ async fn metrics_move_as_tasks_flow() {
             task_id: leased[1].task_id.clone(),
             lease_token: "stale".into(),
             result: vec![],
+            lease_next: None,
         })
         .await;
     let text = scrape(app.metrics_addr.unwrap()).await;
@@ -432,6 +434,7 @@ async fn auth_matrix_of_roles_and_methods() {
             task_id: "x".into(),
             lease_token: "y".into(),
             result: vec![],
+            lease_next: None,
         };
         let got = code(c.complete(authed(unknown(()), Some(tok))).await);
         let want_complete = if want == Code::Ok {
@@ -777,6 +780,7 @@ async fn sigterm_answers_long_polls_and_exits_cleanly() {
                 task_id: lease.task_id,
                 lease_token: lease.lease_token,
                 result: b"done".to_vec(),
+                lease_next: None,
             })
             .await
         }

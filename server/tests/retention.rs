@@ -58,6 +58,7 @@ async fn finished_tasks_are_deleted_after_their_queue_retention(b: Backend) {
                 task_id: id.clone(),
                 lease_token: t.lease_token,
                 result: vec![],
+                lease_next: None,
             },
         )
         .await

@@ -108,6 +108,7 @@ async fn finish(app: &TestApp, queue: &str) {
         task_id: t.task_id,
         lease_token: t.lease_token,
         result: vec![],
+        lease_next: None,
     })
     .await
     .unwrap();

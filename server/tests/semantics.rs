@@ -119,6 +119,7 @@ async fn stale_token_is_aborted_with_lease_lost_and_changes_nothing(b: Backend) 
             task_id: id.clone(),
             lease_token: "stale".into(),
             result: b"x".to_vec(),
+            lease_next: None,
         })
         .await
         .unwrap_err();
@@ -176,6 +177,7 @@ async fn stale_token_is_aborted_with_lease_lost_and_changes_nothing(b: Backend) 
             task_id: "no-such-task".into(),
             lease_token: "t".into(),
             result: vec![],
+            lease_next: None,
         })
         .await
         .unwrap_err();
@@ -194,6 +196,7 @@ async fn repeated_complete_or_fail_with_settling_token_is_ok(b: Backend) {
             task_id: done.clone(),
             lease_token: t.lease_token.clone(),
             result: b"r".to_vec(),
+            lease_next: None,
         })
         .await
         .expect("complete is idempotent");
@@ -261,6 +264,7 @@ async fn complete_many_reports_each_task_and_validates_all_or_nothing(b: Backend
         task_id: t.task_id.clone(),
         lease_token: token.into(),
         result: result.to_vec(),
+        lease_next: None,
     };
 
     // One oversized result, one missing token: refused, nothing settled.
@@ -271,6 +275,7 @@ async fn complete_many_reports_each_task_and_validates_all_or_nothing(b: Backend
                 item(&leased[0], &leased[0].lease_token, b"ok"),
                 item(&leased[1], &leased[1].lease_token, &vec![0; max_result + 1]),
             ],
+            lease_next: None,
         })
         .await
         .unwrap_err();
@@ -282,6 +287,7 @@ async fn complete_many_reports_each_task_and_validates_all_or_nothing(b: Backend
                 item(&leased[0], &leased[0].lease_token, b""),
                 item(&leased[2], "", b""),
             ],
+            lease_next: None,
         })
         .await
         .unwrap_err();
@@ -303,6 +309,7 @@ async fn complete_many_reports_each_task_and_validates_all_or_nothing(b: Backend
         task_id: "0190a5a0-0000-7000-8000-000000000000".into(),
         lease_token: "t".into(),
         result: Vec::new(),
+        lease_next: None,
     };
     let results = c
         .complete_many(pb::CompleteManyRequest {
@@ -312,6 +319,7 @@ async fn complete_many_reports_each_task_and_validates_all_or_nothing(b: Backend
                 unknown,
                 item(&leased[2], &leased[2].lease_token, b"third"),
             ],
+            lease_next: None,
         })
         .await
         .expect("complete many")
@@ -383,6 +391,7 @@ async fn expired_leases_are_reclaimed_and_end_dead_after_max_attempts(b: Backend
             task_id: id.clone(),
             lease_token: first.lease_token,
             result: vec![],
+            lease_next: None,
         })
         .await
         .unwrap_err();
@@ -769,6 +778,7 @@ async fn cancel_stops_waiting_tasks_and_asks_running_ones(b: Backend) {
         task_id: completed.clone(),
         lease_token: t.lease_token,
         result: vec![],
+        lease_next: None,
     })
     .await
     .unwrap();
@@ -883,6 +893,7 @@ async fn every_lease_records_an_attempt_with_worker_and_address(b: Backend) {
         task_id: id.clone(),
         lease_token: t.lease_token,
         result: b"ok".to_vec(),
+        lease_next: None,
     })
     .await
     .unwrap();
@@ -943,6 +954,7 @@ async fn a_previous_holder_is_fenced_off_after_the_task_moves_on(b: Backend) {
             task_id: id.clone(),
             lease_token: a.lease_token.clone(),
             result: b"late".to_vec(),
+            lease_next: None,
         })
         .await
         .unwrap_err();
@@ -964,6 +976,7 @@ async fn a_previous_holder_is_fenced_off_after_the_task_moves_on(b: Backend) {
             task_id: id.clone(),
             lease_token: a.lease_token.clone(),
             result: b"a".to_vec(),
+            lease_next: None,
         })
         .await
         .map(|r| r.map(|_| ())),
@@ -1017,6 +1030,7 @@ async fn a_previous_holder_is_fenced_off_after_the_task_moves_on(b: Backend) {
                     task_id: id,
                     lease_token: token,
                     result: b"done".to_vec(),
+                    lease_next: None,
                 })
                 .await
             }

@@ -39,6 +39,7 @@ async fn complete(c: &Client, t: &pb::LeasedTask, result: &str) -> Outcome {
         task_id: t.task_id.clone(),
         lease_token: t.lease_token.clone(),
         result: result.as_bytes().to_vec(),
+        lease_next: None,
     };
     at("Complete", c.complete(req).await).map(|_| ())
 }
@@ -106,6 +107,7 @@ pub async fn dependency(c: Client, q: String) -> Outcome {
         non_retryable: true,
         retry_after: None,
         prefer_same_worker: false,
+        lease_next: None,
     };
     at("Fail", c.fail(fail).await)?;
     let d = at("GetTask", c.get_task(&de[0].task_id).await)?;

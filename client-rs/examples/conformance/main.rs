@@ -77,6 +77,7 @@ fn fail_req(t: &pb::LeasedTask, message: &str, non_retryable: bool) -> pb::FailR
         non_retryable,
         retry_after: None,
         prefer_same_worker: false,
+        lease_next: None,
     }
 }
 
@@ -122,6 +123,7 @@ async fn lease_order(c: Client, q: String) -> Outcome {
             task_id: t.task_id,
             lease_token: t.lease_token,
             result: Vec::new(),
+            lease_next: None,
         };
         at("Complete", c.complete(req).await)?;
     }
@@ -270,6 +272,7 @@ async fn stale_token(c: Client, q: String) -> Outcome {
         task_id: id.clone(),
         lease_token: "stale".into(),
         result: Vec::new(),
+        lease_next: None,
     };
     match c.complete(req).await {
         Ok(()) => return Err("Complete with a stale token succeeded".into()),
@@ -301,6 +304,7 @@ async fn complete_result(c: Client, q: String) -> Outcome {
         task_id: id.clone(),
         lease_token: t.lease_token,
         result: b"done:42".to_vec(),
+        lease_next: None,
     };
     at("Complete", c.complete(req.clone()).await)?;
     at("Complete (repeated)", c.complete(req).await)?;
@@ -379,6 +383,7 @@ async fn schedule_every(c: Client, q: String) -> Outcome {
             task_id: t.task_id,
             lease_token: t.lease_token,
             result: Vec::new(),
+            lease_next: None,
         })
         .await
         .map_err(|e| e.to_string())?;

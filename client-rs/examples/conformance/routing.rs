@@ -48,6 +48,7 @@ async fn complete(c: &Client, t: &pb::LeasedTask) -> Outcome {
         task_id: t.task_id.clone(),
         lease_token: t.lease_token.clone(),
         result: Vec::new(),
+        lease_next: None,
     };
     at("Complete", c.complete(req).await)
 }
@@ -106,6 +107,7 @@ pub async fn sticky_retry(c: Client, q: String) -> Outcome {
         non_retryable: false,
         retry_after: None,
         prefer_same_worker: false,
+        lease_next: None,
     };
     let failed = at("Fail", c.fail(req).await)?;
     check(

@@ -103,6 +103,7 @@ pub async fn lease_lost_reason(c: Client, q: String) -> Outcome {
             task_id: t.task_id.clone(),
             lease_token: "stale".into(),
             result: Vec::new(),
+            lease_next: None,
         })
         .await
         .err()

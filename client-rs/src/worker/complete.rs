@@ -80,6 +80,7 @@ async fn send(client: &Client, mut batch: Vec<Item>) {
     }
     let req = pb::CompleteManyRequest {
         completions: batch.iter().map(|i| i.req.clone()).collect(),
+        lease_next: None,
     };
     match client.complete_many(req).await {
         Ok(results) if results.len() == batch.len() => {

@@ -211,6 +211,7 @@ impl Attempt {
             task_id: self.shared.task.task_id.clone(),
             lease_token: self.shared.task.lease_token.clone(),
             result,
+            lease_next: None,
         };
         self.completer.complete(req).await
     }
@@ -229,6 +230,7 @@ impl Attempt {
             non_retryable,
             retry_after: retry_after.map(to_proto_duration),
             prefer_same_worker,
+            lease_next: None,
         };
         self.client.fail(req).await.map(|_| ())
     }

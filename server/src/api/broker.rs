@@ -248,7 +248,7 @@ impl BrokerService for BrokerApi {
             .complete(r.task_id, r.lease_token, r.result)
             .await
             .map_err(status)?;
-        Ok(Response::new(pb::CompleteResponse {}))
+        Ok(Response::new(pb::CompleteResponse::default()))
     }
 
     async fn complete_many(
@@ -280,6 +280,7 @@ impl BrokerService for BrokerApi {
                     } as i32,
                 })
                 .collect(),
+            next_tasks: Vec::new(),
         }))
     }
 
@@ -300,6 +301,7 @@ impl BrokerService for BrokerApi {
         Ok(Response::new(pb::FailResponse {
             state: convert::state_to_pb(out.state) as i32,
             next_run_at: out.next_run_at.map(to_timestamp),
+            next_tasks: Vec::new(),
         }))
     }
 }

@@ -396,6 +396,7 @@ async fn complete_many(
             task_id: t.task_id.clone(),
             lease_token: t.lease_token.clone(),
             result: b"ok".to_vec(),
+            lease_next: None,
         })
         .collect();
     while !stop.is_cancelled() {
@@ -403,6 +404,7 @@ async fn complete_many(
         *turn += 1;
         let req = pb::CompleteManyRequest {
             completions: completions.clone(),
+            lease_next: None,
         };
         match c.complete_many(req).await {
             Ok(r) => {
@@ -448,6 +450,7 @@ async fn report(
                     seconds: 0,
                     nanos: 1_000_000,
                 }),
+                lease_next: None,
             })
             .await
             .map(|_| ())
@@ -456,6 +459,7 @@ async fn report(
                 task_id: t.task_id.clone(),
                 lease_token: t.lease_token.clone(),
                 result: b"ok".to_vec(),
+                lease_next: None,
             })
             .await
             .map(|_| ())
