@@ -68,7 +68,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     spawned.stop().await?;
     let rows = result?;
     let mut json = serde_json::Map::new();
-    println!("{:<10} {:>8} {:>8} {:>8}", "call", "p50 ms", "p90 ms", "p99 ms");
+    println!(
+        "{:<10} {:>8} {:>8} {:>8}",
+        "call", "p50 ms", "p90 ms", "p99 ms"
+    );
     for (name, s) in &rows {
         let (p50, p90, p99) = (s.pct(0.5), s.pct(0.9), s.pct(0.99));
         println!("{name:<10} {p50:>8.3} {p90:>8.3} {p99:>8.3}");
@@ -139,7 +142,10 @@ async fn measure(args: &Args, addr: &str) -> anyhow::Result<Vec<(&'static str, S
             .into_inner()
             .tasks;
         record(&mut lease, counted, t);
-        let task = leased.into_iter().next().context("Lease returned no task")?;
+        let task = leased
+            .into_iter()
+            .next()
+            .context("Lease returned no task")?;
         let t = Instant::now();
         client
             .complete(pb::CompleteRequest {
@@ -160,11 +166,7 @@ async fn measure(args: &Args, addr: &str) -> anyhow::Result<Vec<(&'static str, S
             record(&mut insert, counted, t);
         }
     }
-    let mut rows = vec![
-        ("submit", submit),
-        ("lease", lease),
-        ("complete", complete),
-    ];
+    let mut rows = vec![("submit", submit), ("lease", lease), ("complete", complete)];
     if floor.is_some() {
         rows.push(("insert", insert));
     }
