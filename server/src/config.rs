@@ -81,8 +81,8 @@ pub struct Config {
     #[serde(with = "humantime_serde")]
     pub events_retention: Duration,
     /// Sync match (issue 17) on Postgres: a Submit hands its tasks to long-polls
-    /// waiting on this replica in its own statement. Off by default on Postgres
-    /// until measured on a quiet machine; SQLite always sync-matches.
+    /// waiting on this replica in its own statement. On by default; `false` turns
+    /// it off on Postgres (SQLite always sync-matches).
     pub sync_match_postgres: bool,
 }
 
@@ -215,7 +215,7 @@ impl Default for Config {
             queues: BTreeMap::new(),
             worker_ttl: crate::service::DEFAULT_WORKER_TTL,
             events_retention: Duration::from_secs(7 * 24 * 3600),
-            sync_match_postgres: false,
+            sync_match_postgres: true,
         }
     }
 }
@@ -372,7 +372,7 @@ pub struct ServeArgs {
     /// Keep task events this long; 0 keeps them forever [default: 7days].
     #[arg(long, env = "TASKBROKER_EVENTS_RETENTION")]
     pub events_retention: Option<String>,
-    /// Sync match on Postgres (issue 17) [default: false].
+    /// Sync match on Postgres (issue 17) [default: true].
     #[arg(long, env = "TASKBROKER_SYNC_MATCH_POSTGRES")]
     pub sync_match_postgres: Option<bool>,
 }

@@ -71,8 +71,8 @@ pub struct Settings {
     /// Admission (#14): every queue's live settings (stored in the database; the
     /// fields above seed them), read by the per-queue methods below.
     pub live: LiveQueues,
-    /// Sync match (issue 17) on Postgres: off unless set (`sync_match_postgres`
-    /// in the configuration, `--sync-match-postgres`). SQLite always sync-matches.
+    /// Sync match (issue 17) on Postgres: on unless turned off (`sync_match_postgres`
+    /// in the configuration, `--sync-match-postgres false`). SQLite always sync-matches.
     pub sync_match_postgres: bool,
     /// Flow (#15): event retention and dead-letter queues.
     pub flow: FlowSettings,
@@ -97,7 +97,7 @@ impl Default for Settings {
             worker_ttl: DEFAULT_WORKER_TTL,
             gates: HashMap::new(),
             live: LiveQueues::default(),
-            sync_match_postgres: false,
+            sync_match_postgres: true,
             flow: FlowSettings::default(),
         }
     }
