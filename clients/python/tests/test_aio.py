@@ -134,7 +134,8 @@ def test_async_lease_next_runs_each_task_once_and_stops_cleanly() -> None:
             for lease_next in (True, False):
                 q = queue(f"next{lease_next}")
                 specs = [broker_pb2.TaskSpec(queue=q, payload=str(i).encode()) for i in range(6)]
-                ids = [r.task_id for r in (await tb.broker.Submit(broker_pb2.SubmitRequest(tasks=specs), timeout=10)).results]
+                reply = await tb.broker.Submit(broker_pb2.SubmitRequest(tasks=specs), timeout=10)
+                ids = [r.task_id for r in reply.results]
                 seen: list[bytes] = []
 
                 async def handler(ctx: AsyncTaskContext) -> bytes:
@@ -150,7 +151,8 @@ def test_async_lease_next_runs_each_task_once_and_stops_cleanly() -> None:
 
             q = queue("nextstop")
             specs = [broker_pb2.TaskSpec(queue=q) for _ in range(8)]
-            ids = [r.task_id for r in (await tb.broker.Submit(broker_pb2.SubmitRequest(tasks=specs), timeout=10)).results]
+            reply = await tb.broker.Submit(broker_pb2.SubmitRequest(tasks=specs), timeout=10)
+            ids = [r.task_id for r in reply.results]
             ran: list[str] = []
             third, release = asyncio.Event(), asyncio.Event()
 

@@ -286,6 +286,7 @@ class AsyncWorker:
         #: How many tasks came back in a settle's ``next_tasks`` (and ran) so far.
         self.lease_next_tasks = 0
         self._running: dict[str, AsyncTaskContext] = {}
+        self._stop_timed_out = False  # then a task a settle still brings is cancelled at once
         self._stopping: asyncio.Event | None = None
         self._changed: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -395,6 +396,9 @@ class AsyncWorker:
             delay = (ctx.deadline - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
             timer = loop.call_later(max(delay, 0.0), lambda: ctx._cancel(DEADLINE, hard=True))
         ctx._runner = loop.create_task(self._handle(ctx, timer))
+        if self._stop_timed_out:
+            # Not hard: a task cancelled before its first step would skip _handle's cleanup.
+            ctx._cancel(STOPPING)
 
     async def _handle(self, ctx: AsyncTaskContext, timer: asyncio.TimerHandle | None) -> None:
         next_tasks: list[broker_pb2.LeasedTask] = []
@@ -473,12 +477,13 @@ class AsyncWorker:
         loop = asyncio.get_running_loop()
         deadline = None if self.stop_timeout is None else loop.time() + self.stop_timeout
         while True:
-            running = [c._runner for c in self._running.values() if c._runner is not None]
+            running = [c._runner for c in self._running.values() if c._runner and not c._runner.done()]
             if not running:
                 return
             timeout = None if deadline is None else max(deadline - loop.time(), 0.0)
             _, pending = await asyncio.wait(running, timeout=timeout)
             if pending:
+                self._stop_timed_out = True
                 for c in list(self._running.values()):
                     c._cancel(STOPPING, hard=True)
                 deadline = None  # cancelled once; now wait for the handlers to return

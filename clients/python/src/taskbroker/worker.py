@@ -106,6 +106,7 @@ class Worker:
         self._cond = threading.Condition()
         self._running: dict[str, TaskContext] = {}
         self._stopping = False
+        self._stop_timed_out = False  # then a task a settle still brings is cancelled at once
         self._lease_call: grpc.Future | None = None
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -242,6 +243,8 @@ class Worker:
         """Registers a leased task as running (its heartbeats start); call with _cond held."""
         ctx = TaskContext(task, self._broker, self.lease_duration)
         self._running[task.task_id] = ctx
+        if self._stop_timed_out:
+            ctx._cancel(STOPPING)
         return ctx
 
     def _watch_deadline(self, ctx: TaskContext) -> None:
@@ -265,6 +268,7 @@ class Worker:
             while self._running:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
+                    self._stop_timed_out = True
                     for ctx in self._running.values():
                         ctx._cancel(STOPPING)
                     deadline = None  # cancelled once; now wait for the handlers to return
