@@ -50,49 +50,54 @@ func (f *fixture) state(t *testing.T, id string) pb.TaskState {
 }
 
 func TestLeaseNextRunsEachTaskOnceLeasingThroughTheSettles(t *testing.T) {
-	for _, disable := range []bool{false, true} {
-		t.Run(fmt.Sprintf("DisableLeaseNext=%v", disable), func(t *testing.T) {
-			f := newFixture(t)
-			var specs []*pb.TaskSpec
-			for i := range 8 {
-				specs = append(specs, &pb.TaskSpec{Payload: []byte(fmt.Sprint(i))})
+	runsEachTaskOnce(t, false)
+}
+
+func TestDisableLeaseNextLeasesEveryTaskWithLease(t *testing.T) {
+	runsEachTaskOnce(t, true)
+}
+
+// runsEachTaskOnce: concurrency 1 over 8 ready tasks, one failing for good.
+func runsEachTaskOnce(t *testing.T, disable bool) {
+	f := newFixture(t)
+	var specs []*pb.TaskSpec
+	for i := range 8 {
+		specs = append(specs, &pb.TaskSpec{Payload: []byte(fmt.Sprint(i))})
+	}
+	ids := f.submit(t, specs...)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	w, cancel, wait := f.run(t, worker.Config{Concurrency: 1, DisableLeaseNext: disable},
+		func(ctx context.Context, task *worker.Task) ([]byte, error) {
+			mu.Lock()
+			seen[string(task.GetPayload())]++
+			mu.Unlock()
+			if string(task.GetPayload()) == "3" { // a Fail carries lease_next too
+				return nil, worker.Permanent(errors.New("bad input"))
 			}
-			ids := f.submit(t, specs...)
-			var mu sync.Mutex
-			seen := map[string]int{}
-			w, cancel, wait := f.run(t, worker.Config{Concurrency: 1, DisableLeaseNext: disable},
-				func(ctx context.Context, task *worker.Task) ([]byte, error) {
-					mu.Lock()
-					seen[string(task.GetPayload())]++
-					mu.Unlock()
-					if string(task.GetPayload()) == "3" { // a Fail carries lease_next too
-						return nil, worker.Permanent(errors.New("bad input"))
-					}
-					return []byte("ok"), nil
-				})
-			for i, id := range ids {
-				want := pb.TaskState_TASK_STATE_SUCCEEDED
-				if i == 3 {
-					want = pb.TaskState_TASK_STATE_DEAD
-				}
-				f.waitState(t, id, want)
-			}
-			cancel()
-			wait()
-			for i := range 8 {
-				if n := seen[fmt.Sprint(i)]; n != 1 {
-					t.Errorf("task %d ran %d times, want once", i, n)
-				}
-			}
-			// Concurrency 1 over ready tasks: only the first needs a Lease.
-			want := int64(len(ids) - 1)
-			if disable {
-				want = 0
-			}
-			if got := w.LeaseNextTasks(); got != want {
-				t.Errorf("%d tasks came through lease_next, want %d", got, want)
-			}
+			return []byte("ok"), nil
 		})
+	for i, id := range ids {
+		want := pb.TaskState_TASK_STATE_SUCCEEDED
+		if i == 3 {
+			want = pb.TaskState_TASK_STATE_DEAD
+		}
+		f.waitState(t, id, want)
+	}
+	cancel()
+	wait()
+	for i := range 8 {
+		if n := seen[fmt.Sprint(i)]; n != 1 {
+			t.Errorf("task %d ran %d times, want once", i, n)
+		}
+	}
+	// Concurrency 1 over ready tasks: only the first needs a Lease.
+	want := int64(len(ids) - 1)
+	if disable {
+		want = 0
+	}
+	if got := w.LeaseNextTasks(); got != want {
+		t.Errorf("%d tasks came through lease_next, want %d", got, want)
 	}
 }
 
