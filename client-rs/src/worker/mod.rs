@@ -8,6 +8,7 @@
 //! - `heartbeat.rs`: the running leases and the Heartbeat loop.
 //! - `task.rs`: one attempt: run the handler, catch panics, report with retries.
 //! - `event.rs`: `WorkerEvent`, what a worker tells subscribers.
+//! - `next.rs`: lease_next (issue 17), a slot's next task asked for with its settle.
 
 mod complete;
 mod context;
