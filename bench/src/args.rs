@@ -131,6 +131,12 @@ pub struct Args {
     /// The measured queues' rate limit, leases/s; 0 = none.
     #[arg(long, default_value_t = 0.0)]
     pub rate_limit: f64,
+
+    /// lease_next (issue 17): workers' Complete/CompleteMany calls no longer ask for
+    /// the next tasks (per-task: lease 1, complete 1, three RPCs per lifecycle with
+    /// the Submit), for A/B against the default.
+    #[arg(long)]
+    pub no_lease_next: bool,
 }
 
 /// Every parameter of a run, defaults resolved.
@@ -149,6 +155,8 @@ pub struct Params {
     pub timeout: Duration,
     pub closed_loop: bool,
     pub replicas: usize,
+    /// Issue 17: settles carry lease_next (off with `--no-lease-next`).
+    pub lease_next: bool,
 }
 
 impl Args {
@@ -208,6 +216,7 @@ impl Args {
             timeout: Duration::from_secs_f64(self.timeout_seconds),
             closed_loop: self.closed_loop,
             replicas: self.replicas,
+            lease_next: !self.no_lease_next,
         })
     }
 

@@ -95,9 +95,34 @@ fn parse_vm_hwm_kb(status: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// CPU seconds (user + system) a process has used so far, from /proc/PID/stat
+/// (issue 17: broker CPU per lifecycle). Linux reports them in clock ticks of
+/// USER_HZ, which is 100 on every Linux ABI.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_cpu_seconds(&stat)
+}
+
+fn parse_cpu_seconds(stat: &str) -> Option<f64> {
+    // The command name (field 2) may hold spaces: count fields after its ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are the 12th and 13th after the name.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_is_utime_plus_stime() {
+        let stat = "42 (a b) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 4 0";
+        assert_eq!(parse_cpu_seconds(stat), Some(3.0));
+        assert_eq!(parse_cpu_seconds("garbage"), None);
+    }
 
     #[test]
     fn vm_hwm_is_read_in_kilobytes() {

@@ -52,6 +52,7 @@ fn main() -> ExitCode {
         }
     };
     rpc::set_targeted(args.targeted);
+    rpc::set_lease_next(!args.no_lease_next);
     // The machine this targets has few cores; the broker and its database need
     // them more than the load generator does, so two runtime threads are enough.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -124,7 +125,12 @@ async fn measure(
         None
     };
 
+    let cpu_before = pid.and_then(broker::cpu_seconds);
     let throughput = throughput::run(&params, &workers, &producers, &queue).await?;
+    let broker_cpu_s = match (cpu_before, pid.and_then(broker::cpu_seconds)) {
+        (Some(a), Some(b)) => Some(b - a),
+        _ => None,
+    };
     let latency = if let Some(duration) = args.soak {
         let rate = params
             .latency_rates
@@ -179,5 +185,6 @@ async fn measure(
         latency,
         broker_pid: pid,
         broker_rss_mb,
+        broker_cpu_s,
     })
 }

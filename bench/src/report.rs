@@ -20,6 +20,8 @@ pub struct Report {
     pub latency: Vec<Latency>,
     pub broker_pid: Option<u32>,
     pub broker_rss_mb: Option<f64>,
+    /// Issue 17: the broker's CPU seconds during the throughput phase.
+    pub broker_cpu_s: Option<f64>,
 }
 
 /// The nearest-rank percentile `q` (0-1] of sorted samples.
@@ -160,7 +162,20 @@ impl Report {
             _ => "not measured (--broker-pid or --spawn-broker)".into(),
         };
         row("broker", "peak RSS", rss);
+        if let Some(us) = self.cpu_per_lifecycle_us() {
+            row(
+                "broker",
+                "CPU / lifecycle",
+                format!("{us:.0} us (throughput phase)"),
+            );
+        }
         s
+    }
+
+    /// Broker CPU per lifecycle in the throughput phase, microseconds.
+    fn cpu_per_lifecycle_us(&self) -> Option<f64> {
+        let n = self.throughput.completed.max(1) as f64;
+        self.broker_cpu_s.map(|s| s * 1e6 / n)
     }
 
     /// The one-line JSON summary, parameters included.
@@ -195,6 +210,8 @@ impl Report {
             "shape": "overlap",
             "replicas": p.replicas,
             "latency": self.latency.iter().map(latency_json).collect::<Vec<_>>(),
+            "lease_next": p.lease_next,
+            "broker_cpu_us_per_lifecycle": self.cpu_per_lifecycle_us().map(|v| round(v, 1)),
         })
     }
 }

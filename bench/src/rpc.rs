@@ -139,49 +139,80 @@ pub async fn submit(
     }
 }
 
-/// A long-poll Lease of up to `max_tasks` tasks of `queue`.
-pub fn lease_request(worker_id: &str, queue: &str, max_tasks: u32) -> tonic::Request<LeaseRequest> {
+/// Issue 17: settles carry `lease_next` unless `--no-lease-next`.
+static LEASE_NEXT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+pub fn set_lease_next(on: bool) {
+    LEASE_NEXT.store(on, Ordering::Relaxed);
+}
+
+/// The `lease_next` of a settle: up to `max_tasks` of `queue`, no wait (the worker
+/// falls back to its long-poll Lease when none comes back); None when turned off.
+pub fn lease_next(worker_id: &str, queue: &str, max_tasks: u32) -> Option<LeaseRequest> {
+    LEASE_NEXT.load(Ordering::Relaxed).then(|| LeaseRequest {
+        wait: None,
+        ..lease_message(worker_id, queue, max_tasks)
+    })
+}
+
+fn lease_message(worker_id: &str, queue: &str, max_tasks: u32) -> LeaseRequest {
     let labels = if TARGETED.load(Ordering::Relaxed) {
         pairs(&[("gpu", "a100"), ("region", "eu"), ("rack", "r7")])
     } else {
         Default::default()
     };
-    let mut request = tonic::Request::new(LeaseRequest {
+    LeaseRequest {
         labels,
         worker_id: worker_id.to_string(),
         queues: vec![queue.to_string()],
         max_tasks,
         lease_duration: Some(to_proto_duration(LEASE_DURATION)),
         wait: Some(to_proto_duration(LEASE_WAIT)),
-    });
+    }
+}
+
+/// A long-poll Lease of up to `max_tasks` tasks of `queue`.
+pub fn lease_request(worker_id: &str, queue: &str, max_tasks: u32) -> tonic::Request<LeaseRequest> {
+    let mut request = tonic::Request::new(lease_message(worker_id, queue, max_tasks));
     // The deadline leaves room for the broker's empty answer after the wait.
     request.set_timeout(LEASE_WAIT + Duration::from_secs(5));
     request
 }
 
-/// Completes a leased task with an empty result; true when the broker acknowledged.
-pub async fn complete(client: &mut Broker, task: &LeasedTask, errors: &Errors) -> bool {
+/// Completes a leased task with an empty result; true when the broker acknowledged,
+/// with the tasks leased for `lease_next`.
+pub async fn complete(
+    client: &mut Broker,
+    task: &LeasedTask,
+    errors: &Errors,
+    lease_next: Option<LeaseRequest>,
+) -> (bool, Vec<LeasedTask>) {
     for attempt in 1..=COMPLETE_ATTEMPTS {
         let request = CompleteRequest {
             task_id: task.task_id.clone(),
             lease_token: task.lease_token.clone(),
             result: Vec::new(),
-            lease_next: None,
+            lease_next: lease_next.clone(),
         };
         match client.complete(request).await {
-            Ok(_) => return true,
+            Ok(reply) => return (true, reply.into_inner().next_tasks),
             Err(status) => {
                 errors.record("Complete", &status);
                 tokio::time::sleep(RETRY_PAUSE * attempt).await;
             }
         }
     }
-    false
+    (false, Vec::new())
 }
 
 /// Completes leased tasks with empty results in one CompleteMany call; returns how
-/// many the broker acknowledged as completed.
-pub async fn complete_many(client: &mut Broker, tasks: &[LeasedTask], errors: &Errors) -> usize {
+/// many the broker acknowledged as completed, and the tasks leased for `lease_next`.
+pub async fn complete_many(
+    client: &mut Broker,
+    tasks: &[LeasedTask],
+    errors: &Errors,
+    lease_next: Option<LeaseRequest>,
+) -> (usize, Vec<LeasedTask>) {
     let request = CompleteManyRequest {
         completions: tasks
             .iter()
@@ -192,12 +223,13 @@ pub async fn complete_many(client: &mut Broker, tasks: &[LeasedTask], errors: &E
                 lease_next: None,
             })
             .collect(),
-        lease_next: None,
+        lease_next,
     };
     for attempt in 1..=COMPLETE_ATTEMPTS {
         match client.complete_many(request.clone()).await {
             Ok(reply) => {
-                let results = reply.into_inner().results;
+                let reply = reply.into_inner();
+                let results = reply.results;
                 let completed = results
                     .iter()
                     .filter(|r| r.outcome() == CompleteOutcome::Completed)
@@ -209,7 +241,7 @@ pub async fn complete_many(client: &mut Broker, tasks: &[LeasedTask], errors: &E
                     let status = tonic::Status::aborted(format!("{:?}", r.outcome()));
                     errors.record("CompleteMany", &status);
                 }
-                return completed;
+                return (completed, reply.next_tasks);
             }
             Err(status) => {
                 errors.record("CompleteMany", &status);
@@ -217,5 +249,5 @@ pub async fn complete_many(client: &mut Broker, tasks: &[LeasedTask], errors: &E
             }
         }
     }
-    0
+    (0, Vec::new())
 }

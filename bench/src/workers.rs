@@ -1,4 +1,5 @@
-//! The simulated workers of both phases: a per-task worker (lease 1, complete 1)
+//! The simulated workers of both phases: a per-task worker (lease 1, complete 1,
+//! each Complete asking for the next task unless `--no-lease-next`)
 //! and a batched worker (lease for free slots, up to `lease_batch`, complete
 //! concurrently, like the client runtime), plus the shared [`Progress`] that says
 //! when a phase is done.
@@ -158,18 +159,31 @@ struct Worker {
 }
 
 impl Worker {
-    /// Lease one, complete it, repeat: two RPCs per task, one at a time.
+    /// Lease one, complete it, repeat, one at a time. The Complete asks for the
+    /// next task (lease_next, issue 17; no wait), so a busy worker makes two RPCs
+    /// per task; a long-poll Lease only when none came back (or `--no-lease-next`).
     async fn run_per_task(mut self) {
         let p = self.progress.clone();
+        let mut next = Vec::new();
         loop {
-            let Some(tasks) = self.lease(1).await else {
-                return;
+            let tasks = if next.is_empty() {
+                let Some(tasks) = self.lease(1).await else {
+                    return;
+                };
+                tasks
+            } else {
+                std::mem::take(&mut next)
             };
             for task in tasks {
                 p.on_leased(&task);
-                if rpc::complete(&mut self.client, &task, &p.errors).await {
+                let ask = (!p.stop.is_cancelled())
+                    .then(|| rpc::lease_next(&self.id, &self.queue, 1))
+                    .flatten();
+                let (done, more) = rpc::complete(&mut self.client, &task, &p.errors, ask).await;
+                if done {
                     p.on_completed();
                 }
+                next.extend(more);
             }
         }
     }
@@ -206,12 +220,29 @@ impl Worker {
             for task in &tasks {
                 p.on_leased(task);
             }
-            // The handlers are no-ops: the whole lease batch is reported in one call.
+            // The handlers are no-ops: the whole lease batch is reported in one call,
+            // which asks for as many next tasks as it frees slots (lease_next, issue
+            // 17), and those are reported the same way, until none comes back.
             let (mut client, p) = (self.client.clone(), p.clone());
+            let (id, queue) = (self.id.clone(), self.queue.clone());
             completing.spawn(async move {
-                let n = rpc::complete_many(&mut client, &tasks, &p.errors).await;
-                for _ in 0..n {
-                    p.on_completed();
+                let (mut tasks, mut permits) = (tasks, permits);
+                loop {
+                    let ask = (!p.stop.is_cancelled())
+                        .then(|| rpc::lease_next(&id, &queue, permits.len() as u32))
+                        .flatten();
+                    let (n, next) = rpc::complete_many(&mut client, &tasks, &p.errors, ask).await;
+                    for _ in 0..n {
+                        p.on_completed();
+                    }
+                    if next.is_empty() {
+                        break;
+                    }
+                    permits.truncate(next.len());
+                    for task in &next {
+                        p.on_leased(task);
+                    }
+                    tasks = next;
                 }
                 drop(permits);
             });

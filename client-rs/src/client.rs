@@ -432,14 +432,56 @@ impl Client {
             .results)
     }
 
-    /// One Fail call (idempotent for the same lease token).
+    /// One Fail call (idempotent for the same lease token). With `lease_next` set, the
+    /// call may wait as a Lease does, and the tasks leased are in `next_tasks`.
     pub async fn fail(&self, req: pb::FailRequest) -> Result<pb::FailResponse, Error> {
+        let timeout = self.settle_timeout(req.lease_next.as_ref());
+        let request = self.request_within(req, timeout);
+        Ok(self.broker.clone().fail(request).await?.into_inner())
+    }
+
+    // ---- lease_next (issue 17): settle and lease in one call ----
+
+    /// A settle's call timeout: as a Lease's when it carries a waiting `lease_next`.
+    fn settle_timeout(&self, next: Option<&pb::LeaseRequest>) -> Duration {
+        match next.and_then(|n| from_proto_duration(n.wait.as_ref())) {
+            Some(wait) if !wait.is_zero() => wait + self.lease_margin,
+            _ => self.call_timeout,
+        }
+    }
+
+    /// One Complete call that also leases (`req.lease_next`, after the completion is
+    /// committed): the tasks leased, none when it is unset or nothing was ready.
+    pub async fn complete_and_lease(
+        &self,
+        req: pb::CompleteRequest,
+    ) -> Result<Vec<pb::LeasedTask>, Error> {
+        let timeout = self.settle_timeout(req.lease_next.as_ref());
+        let request = self.request_within(req, timeout);
         Ok(self
             .broker
             .clone()
-            .fail(self.request(req))
+            .complete(request)
             .await?
-            .into_inner())
+            .into_inner()
+            .next_tasks)
+    }
+
+    /// One CompleteMany call that also leases (`req.lease_next`): one result per
+    /// completion, in order, and the tasks leased.
+    pub async fn complete_many_and_lease(
+        &self,
+        req: pb::CompleteManyRequest,
+    ) -> Result<(Vec<pb::CompleteResult>, Vec<pb::LeasedTask>), Error> {
+        let timeout = self.settle_timeout(req.lease_next.as_ref());
+        let request = self.request_within(req, timeout);
+        let r = self
+            .broker
+            .clone()
+            .complete_many(request)
+            .await?
+            .into_inner();
+        Ok((r.results, r.next_tasks))
     }
 }
 

@@ -5,6 +5,7 @@
 //! exits non-zero when any case failed. Run it with `scripts/conformance.sh rust`.
 
 mod flow;
+mod lease_next;
 mod routing;
 mod spec;
 
@@ -443,6 +444,7 @@ fn cases() -> Vec<(&'static str, Case)> {
         ("wait_by_stream", |c, q| {
             Box::pin(flow::wait_by_stream(c, q))
         }),
+        ("lease_next", |c, q| Box::pin(lease_next::lease_next(c, q))),
     ]
 }
 

@@ -7,6 +7,10 @@
 //! Each completion gets the answer its own Complete would have had. If the broker
 //! refuses the batch as a whole (a result over its size limit, or a broker that
 //! predates CompleteMany), every completion of it is sent on its own instead.
+//!
+//! lease_next (issue 17): a completion may ask for its slot's next task
+//! (`lease_next`, max_tasks 1). A batch asks once, for as many tasks as its
+//! completions asked for, and hands them out in order, one per asking completion.
 
 use futures::future::join_all;
 use tokio::sync::{mpsc, oneshot};
@@ -22,7 +26,29 @@ const MAX_BATCH_BYTES: usize = 1024 * 1024;
 
 struct Item {
     req: pb::CompleteRequest,
-    reply: oneshot::Sender<Result<(), Error>>,
+    reply: oneshot::Sender<Settled>,
+}
+
+/// The answer for one completion: Complete's, and the tasks leased for its slot
+/// (given even when the completion itself lost its lease, so none is dropped).
+pub(crate) struct Settled {
+    pub(crate) result: Result<(), Error>,
+    pub(crate) next: Vec<pb::LeasedTask>,
+}
+
+impl Settled {
+    fn alone(r: Result<Vec<pb::LeasedTask>, Error>) -> Self {
+        match r {
+            Ok(next) => Settled {
+                result: Ok(()),
+                next,
+            },
+            Err(e) => Settled {
+                result: Err(e),
+                next: Vec::new(),
+            },
+        }
+    }
 }
 
 /// Cheap to clone; the sending task ends when the last clone is dropped.
@@ -40,17 +66,17 @@ impl Completer {
     }
 
     /// Completes one task; the answer is that of a Complete call for it.
-    pub(crate) async fn complete(&self, req: pb::CompleteRequest) -> Result<(), Error> {
+    pub(crate) async fn complete(&self, req: pb::CompleteRequest) -> Settled {
         let (reply, answer) = oneshot::channel();
         if let Err(mpsc::error::SendError(item)) = self.items.send(Item { req, reply }) {
             // The sending task is gone (the runtime is shutting down): send it here.
-            return self.client.complete(item.req).await;
+            return Settled::alone(self.client.complete_and_lease(item.req).await);
         }
         match answer.await {
-            Ok(result) => result,
-            Err(_) => Err(Error::from(tonic::Status::unavailable(
+            Ok(settled) => settled,
+            Err(_) => Settled::alone(Err(Error::from(tonic::Status::unavailable(
                 "the worker's completer stopped",
-            ))),
+            )))),
         }
     }
 }
@@ -75,27 +101,59 @@ async fn run(client: Client, mut rx: mpsc::UnboundedReceiver<Item>) {
 async fn send(client: &Client, mut batch: Vec<Item>) {
     if batch.len() == 1 {
         let item = batch.remove(0);
-        let _ = item.reply.send(client.complete(item.req).await);
+        let settled = Settled::alone(client.complete_and_lease(item.req).await);
+        let _ = item.reply.send(settled);
         return;
     }
+    // One lease_next for the batch, for as many tasks as its completions asked for.
+    let asking = batch.iter().filter(|i| i.req.lease_next.is_some()).count();
+    let lease_next = batch
+        .iter()
+        .find_map(|i| i.req.lease_next.clone())
+        .map(|l| pb::LeaseRequest {
+            max_tasks: asking as u32,
+            ..l
+        });
     let req = pb::CompleteManyRequest {
-        completions: batch.iter().map(|i| i.req.clone()).collect(),
-        lease_next: None,
+        completions: batch
+            .iter()
+            .map(|i| pb::CompleteRequest {
+                lease_next: None,
+                ..i.req.clone()
+            })
+            .collect(),
+        lease_next,
     };
-    match client.complete_many(req).await {
-        Ok(results) if results.len() == batch.len() => {
+    match client.complete_many_and_lease(req).await {
+        Ok((results, next)) if results.len() == batch.len() => {
+            let mut next = next.into_iter();
             for (item, r) in batch.into_iter().zip(results) {
-                let _ = item.reply.send(outcome(&item.req.task_id, r.outcome()));
+                let next = match item.req.lease_next {
+                    Some(_) => next.next().into_iter().collect(),
+                    None => Vec::new(),
+                };
+                let result = outcome(&item.req.task_id, r.outcome());
+                let _ = item.reply.send(Settled { result, next });
+            }
+            for t in next {
+                tracing::error!(task_id = %t.task_id, "the broker returned more tasks than asked for");
             }
         }
         // Refused as a whole, or answered oddly: each on its own, as Complete.
-        Ok(_) | Err(_) => one_by_one(client, batch).await,
+        Ok((_, next)) => {
+            for t in next {
+                tracing::error!(task_id = %t.task_id, "a malformed CompleteMany answer; its lease will expire");
+            }
+            one_by_one(client, batch).await
+        }
+        Err(_) => one_by_one(client, batch).await,
     }
 }
 
 async fn one_by_one(client: &Client, batch: Vec<Item>) {
     join_all(batch.into_iter().map(|item| async move {
-        let _ = item.reply.send(client.complete(item.req).await);
+        let settled = Settled::alone(client.complete_and_lease(item.req).await);
+        let _ = item.reply.send(settled);
     }))
     .await;
 }

@@ -8,12 +8,14 @@
 //! - `heartbeat.rs`: the running leases and the Heartbeat loop.
 //! - `task.rs`: one attempt: run the handler, catch panics, report with retries.
 //! - `event.rs`: `WorkerEvent`, what a worker tells subscribers.
+//! - `next.rs`: lease_next (issue 17), a slot's next task asked for with its settle.
 
 mod complete;
 mod context;
 mod event;
 mod handler;
 mod heartbeat;
+mod next;
 mod task;
 
 use std::collections::HashMap;
@@ -30,7 +32,6 @@ pub use context::{CancelReason, TaskContext};
 pub use event::{LeaseUpdate, Outcome, WorkerEvent};
 pub use handler::{BoxError, Json, TaskError, TaskOutput};
 
-use context::Shared;
 use handler::BoxHandler;
 use heartbeat::{Heartbeat, Leases};
 use task::Attempt;
@@ -287,6 +288,19 @@ impl Worker {
             events: self.events.clone(),
         };
         let stop_beating = CancellationToken::new();
+        // lease_next (issue 17): settles ask for their slot's next task until stopping.
+        let stopping = CancellationToken::new();
+        let chain = next::Chain {
+            handlers: Arc::new(c.handlers.clone()),
+            lease: pb::LeaseRequest {
+                wait: None,
+                ..lease_request(c, &worker_id, 1)
+            },
+            lease_duration: c.lease_duration,
+            stopping: stopping.clone(),
+            client: c.client.clone(),
+            events: self.events.clone(),
+        };
         let mut run = Run {
             worker: &self,
             worker_id,
@@ -295,9 +309,11 @@ impl Worker {
             // Dropping the set (when `run` is dropped) aborts every handler with it.
             tasks: JoinSet::new(),
             hard_stop: CancellationToken::new(),
+            chain,
         };
         let main = async {
             let result = run.lease_loop(shutdown).await;
+            stopping.cancel();
             let _ = self.events.send(WorkerEvent::Stopping);
             run.drain().await;
             // Beat until the last report is in: a report may be retried.
@@ -317,6 +333,7 @@ struct Run<'a> {
     completer: complete::Completer,
     tasks: JoinSet<()>,
     hard_stop: CancellationToken,
+    chain: next::Chain,
 }
 
 impl Run<'_> {
@@ -381,15 +398,7 @@ impl Run<'_> {
     }
 
     fn lease_request(&self, max_tasks: u32) -> pb::LeaseRequest {
-        let c = &self.worker.config;
-        pb::LeaseRequest {
-            worker_id: self.worker_id.clone(),
-            queues: c.queues.clone(),
-            max_tasks,
-            lease_duration: Some(to_proto_duration(c.lease_duration)),
-            wait: Some(to_proto_duration(c.lease_wait)),
-            labels: c.labels.clone(),
-        }
+        lease_request(&self.worker.config, &self.worker_id, max_tasks)
     }
 
     /// Starts each leased task in one of the slots `permit` holds; the slots left
@@ -404,7 +413,6 @@ impl Run<'_> {
             asked: permit.num_permits() as u32,
             count: tasks.len(),
         });
-        let valid_until = sent_at + self.worker.config.lease_duration;
         for t in tasks {
             let Some(slot) = permit.split(1) else {
                 // The broker never returns more than max_tasks; if it did, the extra
@@ -412,29 +420,17 @@ impl Run<'_> {
                 tracing::error!(task_id = %t.task_id, "the broker returned more tasks than asked for");
                 break;
             };
-            self.start(t, slot, valid_until);
+            self.start(t, slot, sent_at);
         }
     }
 
-    fn start(&mut self, task: pb::LeasedTask, permit: OwnedSemaphorePermit, valid_until: Instant) {
+    fn start(&mut self, task: pb::LeasedTask, permit: OwnedSemaphorePermit, sent_at: Instant) {
         let c = &self.worker.config;
-        let Some(handler) = c.handlers.get(&task.queue).cloned() else {
-            // Only the handlers' queues are leased, so this cannot happen; the lease
-            // runs out and the broker retries the task.
-            tracing::error!(task_id = %task.task_id, queue = %task.queue, "no handler for the queue");
+        // No handler for its queue cannot happen (only the handlers' queues are
+        // leased); the lease runs out and the broker retries the task.
+        let Some((shared, handler)) = self.chain.begin(task, sent_at) else {
             return;
         };
-        let _ = self.worker.events.send(WorkerEvent::Started {
-            task_id: task.task_id.clone(),
-            queue: task.queue.clone(),
-            attempt: task.attempt,
-        });
-        let shared = Arc::new(Shared::new(
-            task,
-            c.client.clone(),
-            valid_until,
-            c.lease_duration,
-        ));
         self.leases.insert(shared.clone());
         let attempt = Attempt {
             shared,
@@ -445,6 +441,8 @@ impl Run<'_> {
             hard_stop: self.hard_stop.clone(),
             events: self.worker.events.clone(),
             permit,
+            chain: self.chain.clone(),
+            next: next::Next::default(),
         };
         self.tasks.spawn(attempt.run());
     }
@@ -484,6 +482,18 @@ fn log_join(r: Result<(), tokio::task::JoinError>) {
     if let Err(e) = r {
         // Handler panics are caught inside the attempt; this is the runtime's own.
         tracing::error!(error = %e, "a task attempt ended abnormally");
+    }
+}
+
+/// The runtime's Lease for `max_tasks` slots.
+fn lease_request(c: &WorkerBuilder, worker_id: &str, max_tasks: u32) -> pb::LeaseRequest {
+    pb::LeaseRequest {
+        worker_id: worker_id.to_string(),
+        queues: c.queues.clone(),
+        max_tasks,
+        lease_duration: Some(to_proto_duration(c.lease_duration)),
+        wait: Some(to_proto_duration(c.lease_wait)),
+        labels: c.labels.clone(),
     }
 }
 

@@ -55,6 +55,9 @@ pub(crate) struct Attempt {
     pub(crate) events: broadcast::Sender<WorkerEvent>,
     /// The slot this attempt occupies; freed when the attempt is over.
     pub(crate) permit: OwnedSemaphorePermit,
+    /// lease_next (issue 17): asking for, and starting, the slot's next task.
+    pub(crate) chain: super::next::Chain,
+    pub(crate) next: super::next::Next,
 }
 
 fn panic_message(payload: &(dyn Any + Send)) -> String {
@@ -68,7 +71,25 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 }
 
 impl Attempt {
-    pub(crate) async fn run(self) {
+    /// Runs the task, then each task its settle leased next for this slot (issue
+    /// 17); the slot is freed when a settle brings none.
+    pub(crate) async fn run(mut self) {
+        loop {
+            self.run_one().await;
+            let Some((task, sent_at)) = self.next.take() else {
+                break;
+            };
+            let Some((shared, handler)) = self.chain.begin(task, sent_at) else {
+                break;
+            };
+            self.leases.insert(shared.clone());
+            self.shared = shared;
+            self.handler = handler;
+        }
+        drop(self.permit);
+    }
+
+    async fn run_one(&self) {
         let task_id = self.shared.task.task_id.clone();
         let ctx = TaskContext {
             shared: self.shared.clone(),
@@ -112,8 +133,15 @@ impl Attempt {
         }
         let outcome = self.settle(ended).await;
         self.leases.remove(&task_id);
-        drop(self.permit);
         let _ = self.events.send(WorkerEvent::Finished { task_id, outcome });
+    }
+
+    /// Whether a settle now may ask for the next task: not once the worker stops.
+    fn lease_next(&self) -> Option<pb::LeaseRequest> {
+        if self.hard_stop.is_cancelled() {
+            return None;
+        }
+        self.chain.lease_next()
     }
 
     async fn settle(&self, ended: Ended) -> Outcome {
@@ -211,9 +239,12 @@ impl Attempt {
             task_id: self.shared.task.task_id.clone(),
             lease_token: self.shared.task.lease_token.clone(),
             result,
-            lease_next: None,
+            lease_next: self.lease_next(),
         };
-        self.completer.complete(req).await
+        let sent_at = Instant::now();
+        let settled = self.completer.complete(req).await;
+        self.next.keep(settled.next, sent_at);
+        settled.result
     }
 
     async fn fail(
@@ -230,9 +261,13 @@ impl Attempt {
             non_retryable,
             retry_after: retry_after.map(to_proto_duration),
             prefer_same_worker,
-            lease_next: None,
+            // None for a task handed back at shutdown (hard_stop is cancelled).
+            lease_next: self.lease_next(),
         };
-        self.client.fail(req).await.map(|_| ())
+        let sent_at = Instant::now();
+        let out = self.client.fail(req).await?;
+        self.next.keep(out.next_tasks, sent_at);
+        Ok(())
     }
 
     /// Calls `call` until it succeeds, fails for a reason a retry cannot fix, or

@@ -1303,7 +1303,13 @@ type CompleteRequest struct {
 	TaskId     string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	LeaseToken string                 `protobuf:"bytes,2,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	// Limited in size (default 1 MiB); readable through AdminService.GetTask.
-	Result        []byte `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	Result []byte `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	// Lease the next tasks in the same call, after the completion is committed (issue 17),
+	// so a one-at-a-time worker makes two calls per task instead of three. Validated with
+	// the completion, as a LeaseRequest is (fields named `lease_next.<field>`); answered
+	// in CompleteResponse.next_tasks, with no tasks when none is ready (after waiting up
+	// to `lease_next.wait`, as Lease does). Must be unset inside CompleteMany.completions.
+	LeaseNext     *LeaseRequest `protobuf:"bytes,4,opt,name=lease_next,json=leaseNext,proto3" json:"lease_next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1359,8 +1365,17 @@ func (x *CompleteRequest) GetResult() []byte {
 	return nil
 }
 
+func (x *CompleteRequest) GetLeaseNext() *LeaseRequest {
+	if x != nil {
+		return x.LeaseNext
+	}
+	return nil
+}
+
 type CompleteResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tasks leased for CompleteRequest.lease_next; empty when it was unset.
+	NextTasks     []*LeasedTask `protobuf:"bytes,1,rep,name=next_tasks,json=nextTasks,proto3" json:"next_tasks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1395,9 +1410,19 @@ func (*CompleteResponse) Descriptor() ([]byte, []int) {
 	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{15}
 }
 
+func (x *CompleteResponse) GetNextTasks() []*LeasedTask {
+	if x != nil {
+		return x.NextTasks
+	}
+	return nil
+}
+
 type CompleteManyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Completions   []*CompleteRequest     `protobuf:"bytes,1,rep,name=completions,proto3" json:"completions,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Completions []*CompleteRequest     `protobuf:"bytes,1,rep,name=completions,proto3" json:"completions,omitempty"`
+	// Lease the next tasks after the completions are committed (issue 17), as
+	// CompleteRequest.lease_next does; answered in CompleteManyResponse.next_tasks.
+	LeaseNext     *LeaseRequest `protobuf:"bytes,2,opt,name=lease_next,json=leaseNext,proto3" json:"lease_next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1435,6 +1460,13 @@ func (*CompleteManyRequest) Descriptor() ([]byte, []int) {
 func (x *CompleteManyRequest) GetCompletions() []*CompleteRequest {
 	if x != nil {
 		return x.Completions
+	}
+	return nil
+}
+
+func (x *CompleteManyRequest) GetLeaseNext() *LeaseRequest {
+	if x != nil {
+		return x.LeaseNext
 	}
 	return nil
 }
@@ -1494,7 +1526,9 @@ func (x *CompleteResult) GetOutcome() CompleteOutcome {
 type CompleteManyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One per completion, in request order.
-	Results       []*CompleteResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	Results []*CompleteResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// The tasks leased for CompleteManyRequest.lease_next; empty when it was unset.
+	NextTasks     []*LeasedTask `protobuf:"bytes,2,rep,name=next_tasks,json=nextTasks,proto3" json:"next_tasks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1536,6 +1570,13 @@ func (x *CompleteManyResponse) GetResults() []*CompleteResult {
 	return nil
 }
 
+func (x *CompleteManyResponse) GetNextTasks() []*LeasedTask {
+	if x != nil {
+		return x.NextTasks
+	}
+	return nil
+}
+
 type FailRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	TaskId       string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -1548,8 +1589,11 @@ type FailRequest struct {
 	// Reserve this retry for the same worker (as a SOFT sticky policy would, or the
 	// task's own sticky policy when it has one).
 	PreferSameWorker bool `protobuf:"varint,6,opt,name=prefer_same_worker,json=preferSameWorker,proto3" json:"prefer_same_worker,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Lease the next tasks in the same call, after the failure is committed (issue 17),
+	// as CompleteRequest.lease_next does; answered in FailResponse.next_tasks.
+	LeaseNext     *LeaseRequest `protobuf:"bytes,7,opt,name=lease_next,json=leaseNext,proto3" json:"lease_next,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FailRequest) Reset() {
@@ -1624,12 +1668,21 @@ func (x *FailRequest) GetPreferSameWorker() bool {
 	return false
 }
 
+func (x *FailRequest) GetLeaseNext() *LeaseRequest {
+	if x != nil {
+		return x.LeaseNext
+	}
+	return nil
+}
+
 type FailResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// SCHEDULED or READY when the task will be retried; DEAD or CANCELLED otherwise.
 	State TaskState `protobuf:"varint,1,opt,name=state,proto3,enum=taskbroker.v1.TaskState" json:"state,omitempty"`
 	// When the retry may run; unset when there is no retry.
-	NextRunAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=next_run_at,json=nextRunAt,proto3" json:"next_run_at,omitempty"`
+	NextRunAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=next_run_at,json=nextRunAt,proto3" json:"next_run_at,omitempty"`
+	// The tasks leased for FailRequest.lease_next; empty when it was unset.
+	NextTasks     []*LeasedTask `protobuf:"bytes,3,rep,name=next_tasks,json=nextTasks,proto3" json:"next_tasks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1674,6 +1727,13 @@ func (x *FailResponse) GetState() TaskState {
 func (x *FailResponse) GetNextRunAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.NextRunAt
+	}
+	return nil
+}
+
+func (x *FailResponse) GetNextTasks() []*LeasedTask {
+	if x != nil {
+		return x.NextTasks
 	}
 	return nil
 }
@@ -1948,20 +2008,28 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\textend_by\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bextendBy\"\x85\x01\n" +
 	"\x12CheckpointResponse\x12D\n" +
 	"\x10lease_expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\x12)\n" +
-	"\x10cancel_requested\x18\x02 \x01(\bR\x0fcancelRequested\"c\n" +
+	"\x10cancel_requested\x18\x02 \x01(\bR\x0fcancelRequested\"\x9f\x01\n" +
 	"\x0fCompleteRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1f\n" +
 	"\vlease_token\x18\x02 \x01(\tR\n" +
 	"leaseToken\x12\x16\n" +
-	"\x06result\x18\x03 \x01(\fR\x06result\"\x12\n" +
-	"\x10CompleteResponse\"W\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\x12:\n" +
+	"\n" +
+	"lease_next\x18\x04 \x01(\v2\x1b.taskbroker.v1.LeaseRequestR\tleaseNext\"L\n" +
+	"\x10CompleteResponse\x128\n" +
+	"\n" +
+	"next_tasks\x18\x01 \x03(\v2\x19.taskbroker.v1.LeasedTaskR\tnextTasks\"\x93\x01\n" +
 	"\x13CompleteManyRequest\x12@\n" +
-	"\vcompletions\x18\x01 \x03(\v2\x1e.taskbroker.v1.CompleteRequestR\vcompletions\"c\n" +
+	"\vcompletions\x18\x01 \x03(\v2\x1e.taskbroker.v1.CompleteRequestR\vcompletions\x12:\n" +
+	"\n" +
+	"lease_next\x18\x02 \x01(\v2\x1b.taskbroker.v1.LeaseRequestR\tleaseNext\"c\n" +
 	"\x0eCompleteResult\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x128\n" +
-	"\aoutcome\x18\x02 \x01(\x0e2\x1e.taskbroker.v1.CompleteOutcomeR\aoutcome\"O\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x1e.taskbroker.v1.CompleteOutcomeR\aoutcome\"\x89\x01\n" +
 	"\x14CompleteManyResponse\x127\n" +
-	"\aresults\x18\x01 \x03(\v2\x1d.taskbroker.v1.CompleteResultR\aresults\"\xfb\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.taskbroker.v1.CompleteResultR\aresults\x128\n" +
+	"\n" +
+	"next_tasks\x18\x02 \x03(\v2\x19.taskbroker.v1.LeasedTaskR\tnextTasks\"\xb7\x02\n" +
 	"\vFailRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1f\n" +
 	"\vlease_token\x18\x02 \x01(\tR\n" +
@@ -1970,10 +2038,14 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\rnon_retryable\x18\x04 \x01(\bR\fnonRetryable\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12,\n" +
-	"\x12prefer_same_worker\x18\x06 \x01(\bR\x10preferSameWorker\"z\n" +
+	"\x12prefer_same_worker\x18\x06 \x01(\bR\x10preferSameWorker\x12:\n" +
+	"\n" +
+	"lease_next\x18\a \x01(\v2\x1b.taskbroker.v1.LeaseRequestR\tleaseNext\"\xb4\x01\n" +
 	"\fFailResponse\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.taskbroker.v1.TaskStateR\x05state\x12:\n" +
-	"\vnext_run_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tnextRunAt\"\x9b\x01\n" +
+	"\vnext_run_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tnextRunAt\x128\n" +
+	"\n" +
+	"next_tasks\x18\x03 \x03(\v2\x19.taskbroker.v1.LeasedTaskR\tnextTasks\"\x9b\x01\n" +
 	"\x06Target\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x129\n" +
 	"\x06labels\x18\x02 \x03(\v2!.taskbroker.v1.Target.LabelsEntryR\x06labels\x1a9\n" +
@@ -2091,34 +2163,40 @@ var file_taskbroker_v1_broker_proto_depIdxs = []int32{
 	13, // 23: taskbroker.v1.HeartbeatResponse.leases:type_name -> taskbroker.v1.LeaseStatus
 	31, // 24: taskbroker.v1.CheckpointRequest.extend_by:type_name -> google.protobuf.Duration
 	32, // 25: taskbroker.v1.CheckpointResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	17, // 26: taskbroker.v1.CompleteManyRequest.completions:type_name -> taskbroker.v1.CompleteRequest
-	1,  // 27: taskbroker.v1.CompleteResult.outcome:type_name -> taskbroker.v1.CompleteOutcome
-	20, // 28: taskbroker.v1.CompleteManyResponse.results:type_name -> taskbroker.v1.CompleteResult
-	31, // 29: taskbroker.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
-	0,  // 30: taskbroker.v1.FailResponse.state:type_name -> taskbroker.v1.TaskState
-	32, // 31: taskbroker.v1.FailResponse.next_run_at:type_name -> google.protobuf.Timestamp
-	30, // 32: taskbroker.v1.Target.labels:type_name -> taskbroker.v1.Target.LabelsEntry
-	2,  // 33: taskbroker.v1.StickyPolicy.strategy:type_name -> taskbroker.v1.StickyStrategy
-	31, // 34: taskbroker.v1.StickyPolicy.timeout:type_name -> google.protobuf.Duration
-	5,  // 35: taskbroker.v1.BrokerService.Submit:input_type -> taskbroker.v1.SubmitRequest
-	8,  // 36: taskbroker.v1.BrokerService.Lease:input_type -> taskbroker.v1.LeaseRequest
-	12, // 37: taskbroker.v1.BrokerService.Heartbeat:input_type -> taskbroker.v1.HeartbeatRequest
-	15, // 38: taskbroker.v1.BrokerService.Checkpoint:input_type -> taskbroker.v1.CheckpointRequest
-	17, // 39: taskbroker.v1.BrokerService.Complete:input_type -> taskbroker.v1.CompleteRequest
-	22, // 40: taskbroker.v1.BrokerService.Fail:input_type -> taskbroker.v1.FailRequest
-	19, // 41: taskbroker.v1.BrokerService.CompleteMany:input_type -> taskbroker.v1.CompleteManyRequest
-	7,  // 42: taskbroker.v1.BrokerService.Submit:output_type -> taskbroker.v1.SubmitResponse
-	10, // 43: taskbroker.v1.BrokerService.Lease:output_type -> taskbroker.v1.LeaseResponse
-	14, // 44: taskbroker.v1.BrokerService.Heartbeat:output_type -> taskbroker.v1.HeartbeatResponse
-	16, // 45: taskbroker.v1.BrokerService.Checkpoint:output_type -> taskbroker.v1.CheckpointResponse
-	18, // 46: taskbroker.v1.BrokerService.Complete:output_type -> taskbroker.v1.CompleteResponse
-	23, // 47: taskbroker.v1.BrokerService.Fail:output_type -> taskbroker.v1.FailResponse
-	21, // 48: taskbroker.v1.BrokerService.CompleteMany:output_type -> taskbroker.v1.CompleteManyResponse
-	42, // [42:49] is the sub-list for method output_type
-	35, // [35:42] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	8,  // 26: taskbroker.v1.CompleteRequest.lease_next:type_name -> taskbroker.v1.LeaseRequest
+	9,  // 27: taskbroker.v1.CompleteResponse.next_tasks:type_name -> taskbroker.v1.LeasedTask
+	17, // 28: taskbroker.v1.CompleteManyRequest.completions:type_name -> taskbroker.v1.CompleteRequest
+	8,  // 29: taskbroker.v1.CompleteManyRequest.lease_next:type_name -> taskbroker.v1.LeaseRequest
+	1,  // 30: taskbroker.v1.CompleteResult.outcome:type_name -> taskbroker.v1.CompleteOutcome
+	20, // 31: taskbroker.v1.CompleteManyResponse.results:type_name -> taskbroker.v1.CompleteResult
+	9,  // 32: taskbroker.v1.CompleteManyResponse.next_tasks:type_name -> taskbroker.v1.LeasedTask
+	31, // 33: taskbroker.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
+	8,  // 34: taskbroker.v1.FailRequest.lease_next:type_name -> taskbroker.v1.LeaseRequest
+	0,  // 35: taskbroker.v1.FailResponse.state:type_name -> taskbroker.v1.TaskState
+	32, // 36: taskbroker.v1.FailResponse.next_run_at:type_name -> google.protobuf.Timestamp
+	9,  // 37: taskbroker.v1.FailResponse.next_tasks:type_name -> taskbroker.v1.LeasedTask
+	30, // 38: taskbroker.v1.Target.labels:type_name -> taskbroker.v1.Target.LabelsEntry
+	2,  // 39: taskbroker.v1.StickyPolicy.strategy:type_name -> taskbroker.v1.StickyStrategy
+	31, // 40: taskbroker.v1.StickyPolicy.timeout:type_name -> google.protobuf.Duration
+	5,  // 41: taskbroker.v1.BrokerService.Submit:input_type -> taskbroker.v1.SubmitRequest
+	8,  // 42: taskbroker.v1.BrokerService.Lease:input_type -> taskbroker.v1.LeaseRequest
+	12, // 43: taskbroker.v1.BrokerService.Heartbeat:input_type -> taskbroker.v1.HeartbeatRequest
+	15, // 44: taskbroker.v1.BrokerService.Checkpoint:input_type -> taskbroker.v1.CheckpointRequest
+	17, // 45: taskbroker.v1.BrokerService.Complete:input_type -> taskbroker.v1.CompleteRequest
+	22, // 46: taskbroker.v1.BrokerService.Fail:input_type -> taskbroker.v1.FailRequest
+	19, // 47: taskbroker.v1.BrokerService.CompleteMany:input_type -> taskbroker.v1.CompleteManyRequest
+	7,  // 48: taskbroker.v1.BrokerService.Submit:output_type -> taskbroker.v1.SubmitResponse
+	10, // 49: taskbroker.v1.BrokerService.Lease:output_type -> taskbroker.v1.LeaseResponse
+	14, // 50: taskbroker.v1.BrokerService.Heartbeat:output_type -> taskbroker.v1.HeartbeatResponse
+	16, // 51: taskbroker.v1.BrokerService.Checkpoint:output_type -> taskbroker.v1.CheckpointResponse
+	18, // 52: taskbroker.v1.BrokerService.Complete:output_type -> taskbroker.v1.CompleteResponse
+	23, // 53: taskbroker.v1.BrokerService.Fail:output_type -> taskbroker.v1.FailResponse
+	21, // 54: taskbroker.v1.BrokerService.CompleteMany:output_type -> taskbroker.v1.CompleteManyResponse
+	48, // [48:55] is the sub-list for method output_type
+	41, // [41:48] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_taskbroker_v1_broker_proto_init() }

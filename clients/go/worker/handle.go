@@ -15,9 +15,11 @@ import (
 	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
-// handle runs the handler for one leased task and settles it. parent is Run's context
-// without its cancellation: a graceful stop lets handlers finish, and they keep its values.
-func (w *Worker) handle(parent context.Context, lt *pb.LeasedTask) {
+// handle runs the handler for one leased task and settles it; it returns the tasks the
+// settle leased (lease_next), which the caller runs in the same slot. run is Run's context
+// (once it ends, no lease_next is asked for); parent is the same without its cancellation:
+// a graceful stop lets handlers finish, and they keep its values.
+func (w *Worker) handle(run, parent context.Context, lt *pb.LeasedTask) []*pb.LeasedTask {
 	// The handler's span context is the producer's (W3C traceparent in the task's metadata).
 	parent = taskbroker.ExtractTrace(parent, lt.GetMetadata())
 	ctx, cancel := context.WithCancelCause(parent)
@@ -31,6 +33,9 @@ func (w *Worker) handle(parent context.Context, lt *pb.LeasedTask) {
 
 	w.mu.Lock()
 	w.running[lt.GetTaskId()] = t
+	if w.stopCause != nil {
+		t.cancel(w.stopCause)
+	}
 	w.mu.Unlock()
 	result, err := w.call(ctx, t)
 	w.mu.Lock()
@@ -40,22 +45,28 @@ func (w *Worker) handle(parent context.Context, lt *pb.LeasedTask) {
 	log := w.log.With("task_id", lt.GetTaskId(), "attempt", lt.GetAttempt())
 	if t.isLost() {
 		log.Warn("lease lost; not reporting", "handler_err", err)
-		return
+		return nil
 	}
+	var next []*pb.LeasedTask
 	if err == nil {
 		err = w.report(func(rctx context.Context) error {
-			_, err := w.broker.Complete(rctx, &pb.CompleteRequest{
+			resp, err := w.broker.Complete(rctx, &pb.CompleteRequest{
 				TaskId: lt.GetTaskId(), LeaseToken: lt.GetLeaseToken(), Result: result,
+				LeaseNext: w.nextLease(run),
 			})
+			next = resp.GetNextTasks()
 			return err
 		})
 		if err != nil {
 			log.Error("complete failed", "err", err)
 		}
-		return
+		return next
 	}
 
-	req := &pb.FailRequest{TaskId: lt.GetTaskId(), LeaseToken: lt.GetLeaseToken(), ErrorMessage: err.Error()}
+	req := &pb.FailRequest{
+		TaskId: lt.GetTaskId(), LeaseToken: lt.GetLeaseToken(), ErrorMessage: err.Error(),
+		LeaseNext: w.nextLease(run),
+	}
 	var perm *PermanentError
 	var retry *RetryableError
 	switch {
@@ -68,7 +79,8 @@ func (w *Worker) handle(parent context.Context, lt *pb.LeasedTask) {
 		req.PreferSameWorker = retry.PreferSameWorker
 	}
 	ferr := w.report(func(rctx context.Context) error {
-		_, err := w.broker.Fail(rctx, req)
+		resp, err := w.broker.Fail(rctx, req)
+		next = resp.GetNextTasks()
 		return err
 	})
 	switch {
@@ -76,6 +88,22 @@ func (w *Worker) handle(parent context.Context, lt *pb.LeasedTask) {
 		log.Info("lease lost; the failure was not recorded", "handler_err", err)
 	case ferr != nil:
 		log.Error("fail failed", "err", ferr, "handler_err", err)
+	}
+	return next
+}
+
+// nextLease is the lease_next a settle carries: one task for the slot it frees, no wait;
+// nil when turned off or once Run's context has ended (stopping).
+func (w *Worker) nextLease(run context.Context) *pb.LeaseRequest {
+	if w.cfg.DisableLeaseNext || run.Err() != nil {
+		return nil
+	}
+	return &pb.LeaseRequest{
+		WorkerId:      w.cfg.WorkerID,
+		Queues:        w.cfg.Queues,
+		MaxTasks:      1,
+		LeaseDuration: durationpb.New(w.cfg.LeaseDuration),
+		Labels:        w.cfg.Labels,
 	}
 }
 

@@ -124,3 +124,53 @@ def test_an_async_worker_with_labels_runs_the_tasks_targeted_at_them() -> None:
             assert t.state == SUCCEEDED and t.result == b"gpu"
 
     asyncio.run(main())
+
+
+def test_async_lease_next_runs_each_task_once_and_stops_cleanly() -> None:
+    # Issue 17: every settle brings the next task (concurrency 1: one Lease for the first);
+    # with lease_next=False none comes that way; a stop mid-stream leaves the rest READY.
+    async def main() -> None:
+        async with AsyncClient.from_env(ADDR) as tb:
+            for lease_next in (True, False):
+                q = queue(f"next{lease_next}")
+                specs = [broker_pb2.TaskSpec(queue=q, payload=str(i).encode()) for i in range(6)]
+                reply = await tb.broker.Submit(broker_pb2.SubmitRequest(tasks=specs), timeout=10)
+                ids = [r.task_id for r in reply.results]
+                seen: list[bytes] = []
+
+                async def handler(ctx: AsyncTaskContext) -> bytes:
+                    seen.append(ctx.payload)
+                    return ctx.payload
+
+                worker = AsyncWorker(tb, [q], handler, poll_wait=1, concurrency=1, lease_next=lease_next)
+                async with worker:
+                    for task_id in ids:
+                        assert (await wait_state(tb, task_id, SUCCEEDED)).state == SUCCEEDED
+                assert sorted(seen) == sorted(s.payload for s in specs)
+                assert worker.lease_next_tasks == (len(ids) - 1 if lease_next else 0)
+
+            q = queue("nextstop")
+            specs = [broker_pb2.TaskSpec(queue=q) for _ in range(8)]
+            reply = await tb.broker.Submit(broker_pb2.SubmitRequest(tasks=specs), timeout=10)
+            ids = [r.task_id for r in reply.results]
+            ran: list[str] = []
+            third, release = asyncio.Event(), asyncio.Event()
+
+            async def blocking(ctx: AsyncTaskContext) -> bytes:
+                ran.append(ctx.task_id)
+                if len(ran) == 3:
+                    third.set()
+                    await release.wait()
+                return b"ok"
+
+            worker = AsyncWorker(tb, [q], blocking, poll_wait=1, concurrency=1)
+            async with worker:
+                await asyncio.wait_for(third.wait(), 15)
+                worker.stop_soon()  # while the third task runs: its Complete leases nothing
+                release.set()
+            assert len(ran) == len(set(ran)) == 3
+            for task_id in ids:
+                t = (await tb.admin.GetTask(admin_pb2.GetTaskRequest(task_id=task_id), timeout=10)).task
+                assert t.state == (SUCCEEDED if task_id in ran else broker_pb2.TaskState.TASK_STATE_READY)
+
+    asyncio.run(main())

@@ -168,3 +168,59 @@ def test_a_worker_with_labels_runs_the_tasks_targeted_at_them(tb, queue, start):
     start(lambda ctx: ctx.payload, labels={"gpu": "a100", "region": "eu"})
     assert wait_state(tb, mine, State.TASK_STATE_SUCCEEDED).result == b"mine"
     assert tb.admin.GetTask(admin_pb2.GetTaskRequest(task_id=theirs), timeout=10).task.state == State.TASK_STATE_READY
+
+
+def _states(tb: Client, ids: list[str]) -> dict[str, int]:
+    return {i: tb.admin.GetTask(admin_pb2.GetTaskRequest(task_id=i), timeout=10).task.state for i in ids}
+
+
+def test_lease_next_runs_each_task_once_leasing_through_the_settles(tb, queue, start):
+    # Issue 17: with concurrency 1 only the first task needs a Lease; every Complete or Fail
+    # brings the next one (a permanent failure too), and each runs exactly once.
+    ids = submit(tb, queue, *[broker_pb2.TaskSpec(payload=str(i).encode()) for i in range(8)])
+    seen: list[bytes] = []
+
+    def handler(ctx: TaskContext) -> bytes:
+        seen.append(ctx.payload)
+        if ctx.payload == b"3":
+            raise PermanentError("bad input")
+        return b"done:" + ctx.payload
+
+    w = start(handler, concurrency=1)
+    for task_id in ids:
+        wait_state(tb, task_id, State.TASK_STATE_DEAD if task_id == ids[3] else State.TASK_STATE_SUCCEEDED)
+    w.stop()
+    assert sorted(seen) == sorted(str(i).encode() for i in range(8))
+    assert w.lease_next_tasks == len(ids) - 1
+
+
+def test_lease_next_false_leases_every_task_with_lease(tb, queue, start):
+    ids = submit(tb, queue, *[broker_pb2.TaskSpec() for _ in range(4)])
+    w = start(lambda ctx: b"ok", concurrency=1, lease_next=False)
+    for task_id in ids:
+        wait_state(tb, task_id, State.TASK_STATE_SUCCEEDED)
+    w.stop()
+    assert w.lease_next_tasks == 0
+
+
+def test_stopping_mid_stream_leaves_the_rest_ready(tb, queue, start):
+    ids = submit(tb, queue, *[broker_pb2.TaskSpec() for _ in range(10)])
+    ran: list[str] = []
+    third, release = threading.Event(), threading.Event()
+
+    def handler(ctx: TaskContext) -> bytes:
+        ran.append(ctx.task_id)
+        if len(ran) == 3:
+            third.set()
+            assert release.wait(10)
+        return b"ok"
+
+    w = start(handler, concurrency=1)
+    assert third.wait(15)
+    w.stop(wait=False)  # while the third task runs: its Complete must not lease another
+    release.set()
+    w.stop()
+    states = _states(tb, ids)
+    assert len(ran) == len(set(ran)) == 3
+    assert all(states[i] == State.TASK_STATE_SUCCEEDED for i in ran)
+    assert all(states[i] == State.TASK_STATE_READY for i in ids if i not in ran)

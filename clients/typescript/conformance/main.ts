@@ -25,6 +25,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { specCases } from "./spec_cases.js";
 import { routingCases } from "./routing_cases.js";
 import { flowCases } from "./flow_cases.js";
+import { leaseNextCases } from "./lease_next_cases.js";
 
 const LANG = "typescript";
 const WORKER_ID = `conf-${LANG}`;
@@ -302,6 +303,7 @@ const cases: [string, Case][] = [
   ],
   ...routingCases,
   ...flowCases,
+  ...leaseNextCases,
 ];
 
 function reasonOf(err: unknown): string {

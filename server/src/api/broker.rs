@@ -57,6 +57,47 @@ fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid
     })
 }
 
+/// A LeaseRequest from the wire; fields are named with `prefix` (`lease_next.` for
+/// a settle's lease_next, issue 17).
+fn lease_request(
+    prefix: &str,
+    r: pb::LeaseRequest,
+    worker_address: String,
+    call_timeout: Option<std::time::Duration>,
+) -> Result<service::LeaseRequest, Invalid> {
+    Ok(service::LeaseRequest {
+        lease_duration: duration(
+            &format!("{prefix}lease_duration"),
+            r.lease_duration.as_ref(),
+        )?,
+        wait: duration(&format!("{prefix}wait"), r.wait.as_ref())?,
+        worker_id: r.worker_id,
+        queues: r.queues,
+        max_tasks: r.max_tasks,
+        worker_address,
+        call_timeout,
+        labels: r.labels.into_iter().collect(),
+    })
+}
+
+/// A settle's `lease_next` (issue 17), with the call's peer and deadline.
+fn lease_next<T>(
+    request: &Request<T>,
+    r: Option<pb::LeaseRequest>,
+) -> Result<Option<service::LeaseRequest>, Invalid> {
+    let Some(r) = r else { return Ok(None) };
+    let call_timeout = convert::grpc_timeout(request.metadata());
+    let worker_address = request
+        .remote_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    lease_request("lease_next.", r, worker_address, call_timeout).map(Some)
+}
+
+fn leased(tasks: Vec<crate::store::TaskRecord>) -> Vec<pb::LeasedTask> {
+    tasks.into_iter().map(convert::leased_task).collect()
+}
+
 fn lease_status(task_id: String, s: LeaseState) -> pb::LeaseStatus {
     match s {
         LeaseState::Lost => pb::LeaseStatus {
@@ -166,20 +207,10 @@ impl BrokerService for BrokerApi {
             .map(|a| a.to_string())
             .unwrap_or_default();
         let r = request.into_inner();
-        let req = service::LeaseRequest {
-            lease_duration: duration("lease_duration", r.lease_duration.as_ref())
-                .map_err(invalid)?,
-            wait: duration("wait", r.wait.as_ref()).map_err(invalid)?,
-            worker_id: r.worker_id,
-            queues: r.queues,
-            max_tasks: r.max_tasks,
-            worker_address,
-            call_timeout,
-            labels: r.labels.into_iter().collect(),
-        };
+        let req = lease_request("", r, worker_address, call_timeout).map_err(invalid)?;
         let tasks = self.broker.lease(req).await.map_err(status)?;
         Ok(Response::new(pb::LeaseResponse {
-            tasks: tasks.into_iter().map(convert::leased_task).collect(),
+            tasks: leased(tasks),
         }))
     }
 
@@ -241,22 +272,35 @@ impl BrokerService for BrokerApi {
 
     async fn complete(
         &self,
-        request: Request<pb::CompleteRequest>,
+        mut request: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
+        let next = request.get_mut().lease_next.take();
+        let next = lease_next(&request, next).map_err(invalid)?;
         let r = request.into_inner();
-        self.broker
-            .complete(r.task_id, r.lease_token, r.result)
+        let next_tasks = self
+            .broker
+            .complete_leasing(r.task_id, r.lease_token, r.result, next)
             .await
             .map_err(status)?;
-        Ok(Response::new(pb::CompleteResponse::default()))
+        Ok(Response::new(pb::CompleteResponse {
+            next_tasks: leased(next_tasks),
+        }))
     }
 
     async fn complete_many(
         &self,
-        request: Request<pb::CompleteManyRequest>,
+        mut request: Request<pb::CompleteManyRequest>,
     ) -> Result<Response<pb::CompleteManyResponse>, Status> {
-        let items: Vec<service::CompleteItem> = request
-            .into_inner()
+        let next = request.get_mut().lease_next.take();
+        let next = lease_next(&request, next).map_err(invalid)?;
+        let r = request.into_inner();
+        // lease_next (issue 17) is the batch's, not a completion's.
+        if let Some(i) = r.completions.iter().position(|c| c.lease_next.is_some()) {
+            let field = format!("completions[{i}].lease_next");
+            let message = "must be unset; set CompleteManyRequest.lease_next instead";
+            return Err(invalid(Invalid::new(field, message)));
+        }
+        let items: Vec<service::CompleteItem> = r
             .completions
             .into_iter()
             .map(|c| service::CompleteItem {
@@ -266,7 +310,11 @@ impl BrokerService for BrokerApi {
             })
             .collect();
         let ids: Vec<String> = items.iter().map(|c| c.task_id.clone()).collect();
-        let outcomes = self.broker.complete_many(items).await.map_err(status)?;
+        let (outcomes, next_tasks) = self
+            .broker
+            .complete_many_leasing(items, next)
+            .await
+            .map_err(status)?;
         Ok(Response::new(pb::CompleteManyResponse {
             results: ids
                 .into_iter()
@@ -280,14 +328,16 @@ impl BrokerService for BrokerApi {
                     } as i32,
                 })
                 .collect(),
-            next_tasks: Vec::new(),
+            next_tasks: leased(next_tasks),
         }))
     }
 
     async fn fail(
         &self,
-        request: Request<pb::FailRequest>,
+        mut request: Request<pb::FailRequest>,
     ) -> Result<Response<pb::FailResponse>, Status> {
+        let next = request.get_mut().lease_next.take();
+        let next = lease_next(&request, next).map_err(invalid)?;
         let r = request.into_inner();
         let req = service::FailRequest {
             retry_after: duration("retry_after", r.retry_after.as_ref()).map_err(invalid)?,
@@ -297,11 +347,11 @@ impl BrokerService for BrokerApi {
             non_retryable: r.non_retryable,
             prefer_same_worker: r.prefer_same_worker,
         };
-        let out = self.broker.fail(req).await.map_err(status)?;
+        let (out, next_tasks) = self.broker.fail_leasing(req, next).await.map_err(status)?;
         Ok(Response::new(pb::FailResponse {
             state: convert::state_to_pb(out.state) as i32,
             next_run_at: out.next_run_at.map(to_timestamp),
-            next_tasks: Vec::new(),
+            next_tasks: leased(next_tasks),
         }))
     }
 }

@@ -165,7 +165,14 @@ where
         // Metric labels: only this broker's own methods, so arbitrary paths cannot
         // grow the label set.
         let path = method_label(req.uri().path()).to_string();
-        let is_lease = path == "/taskbroker.v1.BrokerService/Lease";
+        let is_lease = path == "/taskbroker.v1.BrokerService/Lease"
+            // lease_next (issue 17): a settle may long-poll for its next tasks.
+            || matches!(
+                path.as_str(),
+                "/taskbroker.v1.BrokerService/Complete"
+                    | "/taskbroker.v1.BrokerService/CompleteMany"
+                    | "/taskbroker.v1.BrokerService/Fail"
+            );
         if let Some(auth) = &state.config.auth {
             match auth.check(req.uri().path(), req.headers()) {
                 Ok(Some(principal)) => {

@@ -33,14 +33,28 @@ pub struct LeaseRequest {
 const MAX_QUEUES: usize = 64;
 const MAX_WORKER_ID_LEN: usize = 256;
 
+/// A LeaseRequest that passed its checks: the lease and the wait it gets.
+#[derive(Debug, Clone, Copy)]
+pub struct LeasePlan {
+    lease_duration: Duration,
+    wait: Duration,
+}
+
 impl Broker {
     pub async fn lease(&self, req: LeaseRequest) -> Result<Vec<TaskRecord>, ServiceError> {
+        let plan = self.lease_plan(&req)?;
+        self.lease_planned(req, plan).await
+    }
+
+    /// Checks a LeaseRequest (changing nothing) and works out its lease and wait.
+    pub(crate) fn lease_plan(&self, req: &LeaseRequest) -> Result<LeasePlan, Invalid> {
         let limits = &self.settings.limits;
         validate::identifier("worker_id", &req.worker_id, MAX_WORKER_ID_LEN)?;
         if req.queues.is_empty() || req.queues.len() > MAX_QUEUES {
-            return Err(
-                Invalid::new("queues", format!("must name 1 to {MAX_QUEUES} queues")).into(),
-            );
+            return Err(Invalid::new(
+                "queues",
+                format!("must name 1 to {MAX_QUEUES} queues"),
+            ));
         }
         for (i, q) in req.queues.iter().enumerate() {
             validate::queue_name(&format!("queues[{i}]"), q)?;
@@ -50,8 +64,7 @@ impl Broker {
             return Err(Invalid::new(
                 "max_tasks",
                 format!("must be between 1 and {}", limits.max_lease_batch),
-            )
-            .into());
+            ));
         }
         // The queues' own bounds ([queues.X] min_lease / max_lease) narrow the
         // broker's; the default lease is brought inside them.
@@ -60,8 +73,7 @@ impl Broker {
             return Err(Invalid::new(
                 "queues",
                 "name queues whose lease bounds (min_lease, max_lease) do not overlap",
-            )
-            .into());
+            ));
         }
         let lease_duration = req.lease_duration.unwrap_or_else(|| {
             self.settings
@@ -76,6 +88,23 @@ impl Broker {
             Some(t) => wait.min(t.saturating_sub((t / 10).min(Duration::from_millis(500)))),
             None => wait,
         };
+        Ok(LeasePlan {
+            lease_duration,
+            wait,
+        })
+    }
+
+    /// Leases for a request `lease_plan` accepted.
+    pub(crate) async fn lease_planned(
+        &self,
+        req: LeaseRequest,
+        plan: LeasePlan,
+    ) -> Result<Vec<TaskRecord>, ServiceError> {
+        let limits = &self.settings.limits;
+        let LeasePlan {
+            lease_duration,
+            wait,
+        } = plan;
         if self.dispatch.draining().is_cancelled() {
             return Ok(Vec::new());
         }

@@ -37,6 +37,8 @@ mod workers;
 mod queues;
 // Sync match (issue 17): Submit hands tasks to waiting long-polls.
 mod sync_match;
+// lease_next (issue 17): a settle that leases the next tasks.
+mod lease_next;
 
 pub use admin::{ListTasks, TaskPage, UpdateTask};
 pub use backlog::Backlog;

@@ -53,6 +53,7 @@ var cases = []testCase{
 	{"sticky_retry", stickyRetry},
 	{"dependency", dependency},
 	{"wait_by_stream", waitByStream},
+	{"lease_next", leaseNext},
 }
 
 func main() {

@@ -244,7 +244,9 @@ class AsyncWorker:
     """Runs an ``async def`` handler on leased tasks, ``concurrency`` at a time, with the sync
     Worker's behaviour: free-slot leasing, batched heartbeats, checkpoint extension, deadline
     cancellation, the four stop codes (``run()`` raises WorkerStoppedError), jittered backoff,
-    drain on SIGTERM/SIGINT (``run()`` on the main thread's loop) or ``stop()``."""
+    drain on SIGTERM/SIGINT (``run()`` on the main thread's loop) or ``stop()``, and
+    ``lease_next`` (a settle also leases the freed slot's next task; ``lease_next=False``
+    turns it off)."""
 
     def __init__(
         self,
@@ -258,6 +260,7 @@ class AsyncWorker:
         worker_id: str | None = None,
         stop_timeout: float | None = spec.DEFAULT_STOP_TIMEOUT,
         labels: Mapping[str, str] | None = None,
+        lease_next: bool = True,
     ) -> None:
         if not queues:
             raise ValueError("queues is empty")
@@ -278,7 +281,12 @@ class AsyncWorker:
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.stop_timeout = stop_timeout
         self.labels = check_labels(labels)
+        #: Whether Complete and Fail also lease the next task for the freed slot.
+        self.lease_next = lease_next
+        #: How many tasks came back in a settle's ``next_tasks`` (and ran) so far.
+        self.lease_next_tasks = 0
         self._running: dict[str, AsyncTaskContext] = {}
+        self._stop_timed_out = False  # then a task a settle still brings is cancelled at once
         self._stopping: asyncio.Event | None = None
         self._changed: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -388,8 +396,12 @@ class AsyncWorker:
             delay = (ctx.deadline - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
             timer = loop.call_later(max(delay, 0.0), lambda: ctx._cancel(DEADLINE, hard=True))
         ctx._runner = loop.create_task(self._handle(ctx, timer))
+        if self._stop_timed_out:
+            # Not hard: a task cancelled before its first step would skip _handle's cleanup.
+            ctx._cancel(STOPPING)
 
     async def _handle(self, ctx: AsyncTaskContext, timer: asyncio.TimerHandle | None) -> None:
+        next_tasks: list[broker_pb2.LeasedTask] = []
         try:
             result: bytes | None = None
             error: BaseException | None = None
@@ -410,41 +422,71 @@ class AsyncWorker:
                 timer.cancel()
             if ctx.lost:
                 return
+            request: broker_pb2.CompleteRequest | broker_pb2.FailRequest
             if error is None:
-                await self._report(
-                    "Complete",
-                    broker_pb2.CompleteRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token, result=result or b""),
+                method = "Complete"
+                request = broker_pb2.CompleteRequest(
+                    task_id=ctx.task_id, lease_token=ctx.task.lease_token, result=result or b""
                 )
             else:
-                await self._report("Fail", _fail_request(ctx, error))
+                method, request = "Fail", _fail_request(ctx, error)
+            lease_next = self._next_lease()
+            if lease_next is not None:
+                request.lease_next.CopyFrom(lease_next)
+            response = await self._report(method, request)
+            if response is not None:
+                next_tasks = list(response.next_tasks)
         finally:
+            # No await between: the finished task leaves and its successors (lease_next) take
+            # the slot at once, so the lease loop never sees it free in between. Pop first: a
+            # failed task retried at once can come back with the same id.
             self._running.pop(ctx.task_id, None)
+            for task in next_tasks:
+                self.lease_next_tasks += 1
+                self._start(task)
             if self._changed is not None:
                 self._changed.set()
 
-    async def _report(self, method: str, request: Any) -> None:
+    def _next_lease(self) -> broker_pb2.LeaseRequest | None:
+        """The lease_next for a settle: the freed slot's task, no wait; None when off or stopping."""
+        if not self.lease_next or self._stopping is None or self._stopping.is_set():
+            return None
+        return broker_pb2.LeaseRequest(
+            worker_id=self.worker_id, queues=self.queues, max_tasks=1,
+            lease_duration=duration(self.lease_duration), labels=self.labels,
+        )
+
+    async def _report(self, method: str, request: Any) -> Any:
+        """Sends Complete or Fail (retried while unreachable); the answer, or None."""
         for attempt in range(spec.REPORT_ATTEMPTS):
             try:
-                await getattr(self._broker, method)(request, timeout=spec.CALL_TIMEOUT)
-                return
+                return await getattr(self._broker, method)(request, timeout=spec.CALL_TIMEOUT)
             except grpc.aio.AioRpcError as err:
                 if is_lease_lost(err):
                     log.info("%s for task %s: lease lost, nothing reported", method, request.task_id)
-                    return
+                    return None
                 if err.code() not in spec.REPORT_RETRY_CODES or attempt == spec.REPORT_ATTEMPTS - 1:
                     log.error("%s for task %s failed: %s", method, request.task_id, err)
-                    return
+                    return None
             await asyncio.sleep(spec.backoff(attempt))
+        return None
 
     async def _drain(self) -> None:
-        running = [c._runner for c in self._running.values() if c._runner is not None]
-        if not running:
-            return
-        _, pending = await asyncio.wait(running, timeout=self.stop_timeout)
-        if pending:
-            for c in list(self._running.values()):
-                c._cancel(STOPPING, hard=True)
-            await asyncio.wait(pending)
+        # Loops: a settle in flight when stopping began may still bring a task (lease_next),
+        # which runs like any other before the worker returns.
+        loop = asyncio.get_running_loop()
+        deadline = None if self.stop_timeout is None else loop.time() + self.stop_timeout
+        while True:
+            running = [c._runner for c in self._running.values() if c._runner and not c._runner.done()]
+            if not running:
+                return
+            timeout = None if deadline is None else max(deadline - loop.time(), 0.0)
+            _, pending = await asyncio.wait(running, timeout=timeout)
+            if pending:
+                self._stop_timed_out = True
+                for c in list(self._running.values()):
+                    c._cancel(STOPPING, hard=True)
+                deadline = None  # cancelled once; now wait for the handlers to return
 
     async def _heartbeat_loop(self) -> None:
         while True:

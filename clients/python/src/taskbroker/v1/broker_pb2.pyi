@@ -728,20 +728,31 @@ class CompleteRequest(_message.Message):
     TASK_ID_FIELD_NUMBER: _builtins.int
     LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
+    LEASE_NEXT_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     lease_token: _builtins.str
     result: _builtins.bytes
     """Limited in size (default 1 MiB); readable through AdminService.GetTask."""
+    @_builtins.property
+    def lease_next(self) -> Global___LeaseRequest:
+        """Lease the next tasks in the same call, after the completion is committed (issue 17),
+        so a one-at-a-time worker makes two calls per task instead of three. Validated with
+        the completion, as a LeaseRequest is (fields named `lease_next.<field>`); answered
+        in CompleteResponse.next_tasks, with no tasks when none is ready (after waiting up
+        to `lease_next.wait`, as Lease does). Must be unset inside CompleteMany.completions.
+        """
+
     def __init__(
         self,
         *,
         task_id: _builtins.str = ...,
         lease_token: _builtins.str = ...,
         result: _builtins.bytes = ...,
+        lease_next: Global___LeaseRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease_next", b"lease_next"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_token", b"lease_token", "result", b"result", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_next", b"lease_next", "lease_token", b"lease_token", "result", b"result", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -751,12 +762,19 @@ Global___CompleteRequest: _TypeAlias = CompleteRequest  # noqa: Y015
 class CompleteResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    NEXT_TASKS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def next_tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___LeasedTask]:
+        """The tasks leased for CompleteRequest.lease_next; empty when it was unset."""
+
     def __init__(
         self,
+        *,
+        next_tasks: _abc.Iterable[Global___LeasedTask] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_tasks", b"next_tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -767,16 +785,24 @@ class CompleteManyRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     COMPLETIONS_FIELD_NUMBER: _builtins.int
+    LEASE_NEXT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def completions(self) -> _containers.RepeatedCompositeFieldContainer[Global___CompleteRequest]: ...
+    @_builtins.property
+    def lease_next(self) -> Global___LeaseRequest:
+        """Lease the next tasks after the completions are committed (issue 17), as
+        CompleteRequest.lease_next does; answered in CompleteManyResponse.next_tasks.
+        """
+
     def __init__(
         self,
         *,
         completions: _abc.Iterable[Global___CompleteRequest] | None = ...,
+        lease_next: Global___LeaseRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease_next", b"lease_next"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["completions", b"completions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completions", b"completions", "lease_next", b"lease_next"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -809,18 +835,24 @@ class CompleteManyResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULTS_FIELD_NUMBER: _builtins.int
+    NEXT_TASKS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___CompleteResult]:
         """One per completion, in request order."""
+
+    @_builtins.property
+    def next_tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___LeasedTask]:
+        """The tasks leased for CompleteManyRequest.lease_next; empty when it was unset."""
 
     def __init__(
         self,
         *,
         results: _abc.Iterable[Global___CompleteResult] | None = ...,
+        next_tasks: _abc.Iterable[Global___LeasedTask] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_tasks", b"next_tasks", "results", b"results"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -836,6 +868,7 @@ class FailRequest(_message.Message):
     NON_RETRYABLE_FIELD_NUMBER: _builtins.int
     RETRY_AFTER_FIELD_NUMBER: _builtins.int
     PREFER_SAME_WORKER_FIELD_NUMBER: _builtins.int
+    LEASE_NEXT_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     lease_token: _builtins.str
     error_message: _builtins.str
@@ -849,6 +882,12 @@ class FailRequest(_message.Message):
     def retry_after(self) -> _duration_pb2.Duration:
         """Overrides the retry policy's backoff for this retry."""
 
+    @_builtins.property
+    def lease_next(self) -> Global___LeaseRequest:
+        """Lease the next tasks in the same call, after the failure is committed (issue 17),
+        as CompleteRequest.lease_next does; answered in FailResponse.next_tasks.
+        """
+
     def __init__(
         self,
         *,
@@ -858,10 +897,11 @@ class FailRequest(_message.Message):
         non_retryable: _builtins.bool = ...,
         retry_after: _duration_pb2.Duration | None = ...,
         prefer_same_worker: _builtins.bool = ...,
+        lease_next: Global___LeaseRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["retry_after", b"retry_after"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease_next", b"lease_next", "retry_after", b"retry_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_message", b"error_message", "lease_token", b"lease_token", "non_retryable", b"non_retryable", "prefer_same_worker", b"prefer_same_worker", "retry_after", b"retry_after", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_message", b"error_message", "lease_next", b"lease_next", "lease_token", b"lease_token", "non_retryable", b"non_retryable", "prefer_same_worker", b"prefer_same_worker", "retry_after", b"retry_after", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -873,21 +913,27 @@ class FailResponse(_message.Message):
 
     STATE_FIELD_NUMBER: _builtins.int
     NEXT_RUN_AT_FIELD_NUMBER: _builtins.int
+    NEXT_TASKS_FIELD_NUMBER: _builtins.int
     state: Global___TaskState.ValueType
     """SCHEDULED or READY when the task will be retried; DEAD or CANCELLED otherwise."""
     @_builtins.property
     def next_run_at(self) -> _timestamp_pb2.Timestamp:
         """When the retry may run; unset when there is no retry."""
 
+    @_builtins.property
+    def next_tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___LeasedTask]:
+        """The tasks leased for FailRequest.lease_next; empty when it was unset."""
+
     def __init__(
         self,
         *,
         state: Global___TaskState.ValueType = ...,
         next_run_at: _timestamp_pb2.Timestamp | None = ...,
+        next_tasks: _abc.Iterable[Global___LeasedTask] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["next_run_at", b"next_run_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_run_at", b"next_run_at", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_run_at", b"next_run_at", "next_tasks", b"next_tasks", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

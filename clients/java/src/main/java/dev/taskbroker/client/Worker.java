@@ -47,6 +47,10 @@ import java.util.function.BiConsumer;
  *       after a jittered backoff ({@link Backoff}).
  *   <li>A task's deadline flags its context {@link TaskContext.AbortKind#DEADLINE} and interrupts
  *       the handler.
+ *   <li>With {@link Builder#leaseNext(boolean) leaseNext} (the default), a finished task's Complete
+ *       or Fail also leases the next task for the slot it frees ({@code lease_next} on the
+ *       settle, no wait), which then runs like a leased one: two calls per task instead of three.
+ *       When none comes back, the long-poll Lease goes on. Never asked for while stopping.
  * </ul>
  *
  * <p>Defaults follow docs/client-spec.md: concurrency 4, poll wait 10 s, lease 30 s, heartbeat
@@ -70,6 +74,11 @@ public final class Worker implements AutoCloseable {
   private final Duration pollWait;
   private final Duration heartbeatInterval;
   private final BiConsumer<String, Throwable> onError;
+  private final boolean leaseNext;
+  private final java.util.concurrent.atomic.AtomicLong leaseNextTasks =
+      new java.util.concurrent.atomic.AtomicLong();
+  /** Set once the drain timed out: a task a settle brings after that is stopped at once. */
+  private volatile boolean stopTimedOut;
 
   private final Map<String, TaskContext> running = new ConcurrentHashMap<>();
   /** One permit per free slot: the lease loop asks for no more tasks than these. */
@@ -100,6 +109,7 @@ public final class Worker implements AutoCloseable {
     this.heartbeatInterval =
         b.heartbeatInterval != null ? b.heartbeatInterval : leaseDuration.dividedBy(3);
     this.onError = b.onError;
+    this.leaseNext = b.leaseNext;
     this.slots = new Semaphore(concurrency);
     if (b.executor != null) {
       this.handlers = b.executor;
@@ -131,6 +141,11 @@ public final class Worker implements AutoCloseable {
   /** Tasks being worked on right now. */
   public int inFlight() {
     return running.size();
+  }
+
+  /** How many tasks came back in a settle's next_tasks (and ran) so far. */
+  public long leaseNextTasks() {
+    return leaseNextTasks.get();
   }
 
   /** Starts leasing and heartbeating in background threads. */
@@ -244,6 +259,7 @@ public final class Worker implements AutoCloseable {
   private void drain() {
     try {
       if (!slots.tryAcquire(concurrency, stopTimeout.toMillis(), TimeUnit.MILLISECONDS)) {
+        stopTimedOut = true;
         running.values().forEach(ctx -> ctx.abort(TaskContext.AbortKind.STOPPING));
         if (!slots.tryAcquire(concurrency, 10, TimeUnit.SECONDS)) {
           LOG.log(System.Logger.Level.WARNING, "taskbroker worker: handlers ignored the hard stop");
@@ -332,6 +348,55 @@ public final class Worker implements AutoCloseable {
   }
 
   private void dispatch(LeasedTask task) {
+    TaskContext tc = admit(task);
+    try {
+      handlers.execute(() -> runInSlot(tc));
+    } catch (RejectedExecutionException e) {
+      running.remove(task.getTaskId());
+      slots.release();
+      onError.accept("run task " + task.getTaskId() + " (executor refused it)", e);
+    }
+  }
+
+  /**
+   * Runs {@code first} and then, in the same slot (its permit held throughout), each task its
+   * settle leased (lease_next); releases the slot when a settle brings none.
+   */
+  private void runInSlot(TaskContext first) {
+    java.util.ArrayDeque<TaskContext> queue = new java.util.ArrayDeque<>();
+    queue.add(first);
+    try {
+      while (!queue.isEmpty()) {
+        TaskContext tc = queue.poll();
+        List<LeasedTask> next = List.of();
+        tc.bind(Thread.currentThread());
+        if (stopTimedOut) {
+          tc.abort(TaskContext.AbortKind.STOPPING);
+        }
+        io.opentelemetry.context.Scope scope = tc.traceContext().makeCurrent();
+        try {
+          next = execute(tc);
+        } finally {
+          scope.close();
+          tc.bind(null);
+          // Remove this context only: a failed task retried at once can come back with its id.
+          running.remove(tc.taskId(), tc);
+        }
+        for (LeasedTask task : next) {
+          leaseNextTasks.incrementAndGet();
+          queue.add(admit(task));
+        }
+      }
+    } finally {
+      // Not reached with tasks left in the queue unless execute threw an Error; those leases
+      // then run out and the broker hands the tasks out again.
+      queue.forEach(tc -> running.remove(tc.taskId(), tc));
+      slots.release();
+    }
+  }
+
+  /** Registers a leased task as running (its heartbeats start) and arms its deadline. */
+  private TaskContext admit(LeasedTask task) {
     TaskContext tc = new TaskContext(broker, task, leaseDuration);
     running.put(task.getTaskId(), tc);
     if (task.hasDeadline()) {
@@ -343,29 +408,25 @@ public final class Worker implements AutoCloseable {
         // Stopping: the timers are gone, and so is the need for them.
       }
     }
-    Runnable work =
-        () -> {
-          tc.bind(Thread.currentThread());
-          io.opentelemetry.context.Scope scope = tc.traceContext().makeCurrent();
-          try {
-            execute(tc);
-          } finally {
-            scope.close();
-            tc.bind(null);
-            running.remove(task.getTaskId());
-            slots.release();
-          }
-        };
-    try {
-      handlers.execute(work);
-    } catch (RejectedExecutionException e) {
-      running.remove(task.getTaskId());
-      slots.release();
-      onError.accept("run task " + task.getTaskId() + " (executor refused it)", e);
-    }
+    return tc;
   }
 
-  private void execute(TaskContext ctx) {
+  /** The lease_next a settle carries: the freed slot's task, no wait; null when off or stopping. */
+  private LeaseRequest nextLease() {
+    if (!leaseNext || stopping) {
+      return null;
+    }
+    return LeaseRequest.newBuilder()
+        .setWorkerId(workerId)
+        .addAllQueues(queues)
+        .setMaxTasks(1)
+        .setLeaseDuration(ProtoTime.duration(leaseDuration))
+        .putAllLabels(labels)
+        .build();
+  }
+
+  /** Runs the handler and settles the task; returns the tasks the settle leased (lease_next). */
+  private List<LeasedTask> execute(TaskContext ctx) {
     byte[] result = null;
     Throwable error = null;
     try {
@@ -378,24 +439,34 @@ public final class Worker implements AutoCloseable {
     // A hard stop or a deadline interrupts us; the report below must not be cut short by that.
     Thread.interrupted();
     if (ctx.abortKind().orElse(null) == TaskContext.AbortKind.LOST) {
-      return; // Another holder may have the task now; nothing of ours would be accepted.
+      return List.of(); // Another holder may have the task now; nothing of ours would be accepted.
     }
+    LeaseRequest next = nextLease();
     // Complete and Fail are idempotent for the same lease token: retry transient errors.
     for (int tries = 1; ; tries++) {
       try {
         if (error == null) {
-          broker
+          CompleteRequest.Builder req =
+              CompleteRequest.newBuilder()
+                  .setTaskId(ctx.taskId())
+                  .setLeaseToken(ctx.task().getLeaseToken())
+                  .setResult(result == null ? ByteString.EMPTY : ByteString.copyFrom(result));
+          if (next != null) {
+            req.setLeaseNext(next);
+          }
+          return broker
               .withDeadlineAfter(10, TimeUnit.SECONDS)
-              .complete(
-                  CompleteRequest.newBuilder()
-                      .setTaskId(ctx.taskId())
-                      .setLeaseToken(ctx.task().getLeaseToken())
-                      .setResult(result == null ? ByteString.EMPTY : ByteString.copyFrom(result))
-                      .build());
-        } else {
-          broker.withDeadlineAfter(10, TimeUnit.SECONDS).fail(failRequest(ctx, error));
+              .complete(req.build())
+              .getNextTasksList();
         }
-        return;
+        FailRequest.Builder req = failRequest(ctx, error).toBuilder();
+        if (next != null) {
+          req.setLeaseNext(next);
+        }
+        return broker
+            .withDeadlineAfter(10, TimeUnit.SECONDS)
+            .fail(req.build())
+            .getNextTasksList();
       } catch (StatusRuntimeException e) {
         Status.Code code = e.getStatus().getCode();
         boolean transient_ =
@@ -405,14 +476,14 @@ public final class Worker implements AutoCloseable {
             Thread.sleep(Backoff.delay(tries - 1).toMillis());
           } catch (InterruptedException ie) {
             Thread.currentThread().interrupt();
-            return;
+            return List.of();
           }
           continue;
         }
         if (!ErrorDetails.isLeaseLost(e)) {
           onError.accept("report task " + ctx.taskId(), e);
         }
-        return;
+        return List.of();
       }
     }
   }
@@ -498,6 +569,7 @@ public final class Worker implements AutoCloseable {
     private Duration pollWait = DEFAULT_POLL_WAIT;
     private Duration heartbeatInterval;
     private Executor executor;
+    private boolean leaseNext = true;
     private BiConsumer<String, Throwable> onError =
         (during, e) ->
             LOG.log(System.Logger.Level.WARNING, "taskbroker worker: " + during + ": " + e);
@@ -574,6 +646,15 @@ public final class Worker implements AutoCloseable {
      */
     public Builder executor(Executor executor) {
       this.executor = java.util.Objects.requireNonNull(executor, "executor");
+      return this;
+    }
+
+    /**
+     * Whether each Complete or Fail also leases the next task for the slot it frees (lease_next,
+     * issue 17): two calls per task instead of three. Default true.
+     */
+    public Builder leaseNext(boolean leaseNext) {
+      this.leaseNext = leaseNext;
       return this;
     }
 

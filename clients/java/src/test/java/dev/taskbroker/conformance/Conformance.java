@@ -121,6 +121,7 @@ public final class Conformance {
     cases.put("sticky_retry", () -> RoutingCases.stickyRetry(tb, queue));
     cases.put("dependency", () -> FlowCases.dependency(tb, queue));
     cases.put("wait_by_stream", () -> FlowCases.waitByStream(tb, queue));
+    cases.put("lease_next", () -> LeaseNextCases.leaseNext(tb, queue));
     int passed = 0;
     int failed = 0;
     for (Map.Entry<String, Case> c : cases.entrySet()) {
