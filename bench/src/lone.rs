@@ -6,7 +6,10 @@
 //! issue compares a Submit with: one INSERT of a row of the same size into a
 //! one-index table, committed on its own (autocommit), over the same driver
 //! (sqlx) from this process, alternating with the broker's calls so both see the
-//! same minute of the machine. Prints p50/p90/p99 per call and one JSON line.
+//! same minute of the machine; and the same INSERT with a `pg_notify` on the
+//! broker's channel in the same statement (`insert_notify`), which is what the
+//! broker's Submit adds to wake other replicas. Prints p50/p90/p99 per call and
+//! one JSON line.
 #![forbid(unsafe_code)]
 
 #[path = "broker.rs"]
@@ -69,12 +72,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let rows = result?;
     let mut json = serde_json::Map::new();
     println!(
-        "{:<10} {:>8} {:>8} {:>8}",
+        "{:<14} {:>8} {:>8} {:>8}",
         "call", "p50 ms", "p90 ms", "p99 ms"
     );
     for (name, s) in &rows {
         let (p50, p90, p99) = (s.pct(0.5), s.pct(0.9), s.pct(0.99));
-        println!("{name:<10} {p50:>8.3} {p90:>8.3} {p99:>8.3}");
+        println!("{name:<14} {p50:>8.3} {p90:>8.3} {p99:>8.3}");
         json.insert(
             name.to_string(),
             serde_json::json!({"p50_ms": p50, "p90_ms": p90, "p99_ms": p99, "calls": s.0.len()}),
@@ -114,6 +117,7 @@ async fn measure(args: &Args, addr: &str) -> anyhow::Result<Vec<(&'static str, S
     let queue = format!("lone-{}", std::process::id());
     let payload = vec![7u8; args.payload_bytes];
     let (mut submit, mut lease, mut complete, mut insert) = Default::default();
+    let mut insert_notify = Samples::default();
     for round in 0..args.warmup + args.calls {
         let counted = round >= args.warmup;
         let t = Instant::now();
@@ -164,11 +168,22 @@ async fn measure(args: &Args, addr: &str) -> anyhow::Result<Vec<(&'static str, S
                 .execute(pool)
                 .await?;
             record(&mut insert, counted, t);
+            let t = Instant::now();
+            sqlx::query(
+                "WITH i AS (INSERT INTO lone_floor (queue, payload) VALUES ($1, $2) RETURNING queue) \
+                 SELECT pg_notify('taskbroker', queue) FROM i",
+            )
+            .bind(&queue)
+            .bind(&payload)
+            .execute(pool)
+            .await?;
+            record(&mut insert_notify, counted, t);
         }
     }
     let mut rows = vec![("submit", submit), ("lease", lease), ("complete", complete)];
     if floor.is_some() {
         rows.push(("insert", insert));
+        rows.push(("insert_notify", insert_notify));
     }
     Ok(rows)
 }
