@@ -128,7 +128,6 @@ async fn measure(args: &Args, addr: &str) -> anyhow::Result<Vec<(&'static str, S
                     payload: payload.clone(),
                     ..Default::default()
                 }],
-                ..Default::default()
             })
             .await
             .context("Submit")?;
