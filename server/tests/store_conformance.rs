@@ -22,6 +22,10 @@ use console::*;
 #[path = "store_conformance/sync_match.rs"]
 mod sync_match;
 use sync_match::*;
+// Fewer index writes per task (issue 17, migration 0013).
+#[path = "store_conformance/hot.rs"]
+mod hot;
+use hot::*;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -897,6 +901,10 @@ both_backends!(
     a_released_lease_is_pending_again_without_spending_an_attempt,
     routed_and_plain_tasks_served_together_keep_lease_order_per_worker,
     key_buckets_full_again_are_purged,
+    // Fewer index writes per task (issue 17, migration 0013).
+    a_creation_time_range_lists_leased_tasks_in_their_place,
+    retention_purges_old_finished_tasks_of_every_queue_and_state,
+    queue_counts_see_leased_finished_and_pending_tasks,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

@@ -1054,55 +1054,77 @@ impl Store for PostgresStore {
     }
 
     async fn task_list(&self, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
-        let mut qb = sqlx::QueryBuilder::<Postgres>::new("SELECT * FROM tasks WHERE 1 = 1");
-        if let Some(queue) = &f.queue {
-            qb.push(" AND queue = ").push_bind(queue);
-        }
-        if let Some(key) = &f.key {
-            qb.push(" AND key = ").push_bind(key);
-        }
-        if let Some(worker) = &f.worker_id {
-            qb.push(" AND leased_by = ").push_bind(worker);
-        }
-        if let Some(error) = &f.last_error {
-            qb.push(" AND last_error = ").push_bind(error);
-        }
-        if let Some(after) = f.created_after {
-            qb.push(" AND created_at >= ").push_bind(ms(after));
-        }
-        if let Some(before) = f.created_before {
-            qb.push(" AND created_at < ").push_bind(ms(before));
-        }
-        if let Some(schedule) = &f.schedule_id {
-            qb.push(" AND schedule_id = ").push_bind(schedule);
-        }
         // A creation-time range is read in creation order, from its index.
         let by_created = f.created_after.is_some() || f.created_before.is_some();
-        match (f.before_created, f.before_seq) {
-            (Some(at), Some(seq)) if by_created => {
-                qb.push(" AND (created_at, seq) < (")
-                    .push_bind(ms(at))
-                    .push(", ")
-                    .push_bind(seq)
-                    .push(")");
+        let push_where = |qb: &mut sqlx::QueryBuilder<Postgres>| {
+            if let Some(queue) = &f.queue {
+                qb.push(" AND queue = ").push_bind(queue);
             }
-            (_, Some(seq)) => {
-                qb.push(" AND seq < ").push_bind(seq);
+            if let Some(key) = &f.key {
+                qb.push(" AND key = ").push_bind(key);
             }
-            _ => {}
+            if let Some(worker) = &f.worker_id {
+                qb.push(" AND leased_by = ").push_bind(worker);
+            }
+            if let Some(error) = &f.last_error {
+                qb.push(" AND last_error = ").push_bind(error);
+            }
+            if let Some(after) = f.created_after {
+                qb.push(" AND created_at >= ").push_bind(ms(after));
+            }
+            if let Some(before) = f.created_before {
+                qb.push(" AND created_at < ").push_bind(ms(before));
+            }
+            if let Some(schedule) = &f.schedule_id {
+                qb.push(" AND schedule_id = ").push_bind(schedule);
+            }
+            match (f.before_created, f.before_seq) {
+                (Some(at), Some(seq)) if by_created => {
+                    qb.push(" AND (created_at, seq) < (")
+                        .push_bind(ms(at))
+                        .push(", ")
+                        .push_bind(seq)
+                        .push(")");
+                }
+                (_, Some(seq)) => {
+                    qb.push(" AND seq < ").push_bind(seq);
+                }
+                _ => {}
+            }
+            if let Some(group) = &f.fanout_group {
+                qb.push(" AND fanout_group = ").push_bind(group);
+            }
+            if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
+                qb.push(" AND ").push(sql);
+            }
+        };
+        if by_created {
+            // tasks_created leaves LEASED rows out (0013: a lease writes no entry
+            // into it); they are few, so they are read apart and merged in.
+            let mut qb = sqlx::QueryBuilder::<Postgres>::new(
+                "SELECT * FROM ((SELECT * FROM tasks WHERE state <> 'leased'",
+            );
+            push_where(&mut qb);
+            qb.push(" ORDER BY created_at DESC, seq DESC LIMIT ")
+                .push_bind(i64::from(f.limit))
+                .push(") UNION ALL (SELECT * FROM tasks WHERE state = 'leased'");
+            push_where(&mut qb);
+            qb.push(" ORDER BY created_at DESC, seq DESC LIMIT ")
+                .push_bind(i64::from(f.limit))
+                .push(")) u ORDER BY created_at DESC, seq DESC LIMIT ")
+                .push_bind(i64::from(f.limit));
+            return qb
+                .build_query_as::<TaskRow>()
+                .fetch_all(&self.pool)
+                .await?
+                .into_iter()
+                .map(TaskRow::into_record)
+                .collect();
         }
-        if let Some(group) = &f.fanout_group {
-            qb.push(" AND fanout_group = ").push_bind(group);
-        }
-        if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
-            qb.push(" AND ").push(sql);
-        }
-        qb.push(if by_created {
-            " ORDER BY created_at DESC, seq DESC LIMIT "
-        } else {
-            " ORDER BY seq DESC LIMIT "
-        })
-        .push_bind(i64::from(f.limit));
+        let mut qb = sqlx::QueryBuilder::<Postgres>::new("SELECT * FROM tasks WHERE 1 = 1");
+        push_where(&mut qb);
+        qb.push(" ORDER BY seq DESC LIMIT ")
+            .push_bind(i64::from(f.limit));
         qb.build_query_as::<TaskRow>()
             .fetch_all(&self.pool)
             .await?
@@ -1248,15 +1270,24 @@ impl Store for PostgresStore {
     ) -> StoreResult<Vec<QueueStatsRecord>> {
         let now = ms(now);
         let all = queues.is_empty();
-        // Two index-only scans instead of one over the table: finished and leased
-        // rows through the (queue, state) index, pending rows through the lease index.
+        // Three index-only scans instead of one over the table: finished and blocked
+        // rows through the (queue, state) index, leased rows through tasks_leased and
+        // pending rows through the lease index (each predicate names its index's).
         let mut qb = sqlx::QueryBuilder::<Postgres>::new(
-            "SELECT queue, state, FALSE, COUNT(*), 0::BIGINT FROM tasks WHERE state <> 'pending'",
+            "SELECT queue, state, FALSE, COUNT(*), 0::BIGINT FROM tasks \
+             WHERE state NOT IN ('pending', 'leased')",
         );
         if !all {
             qb.push(" AND queue = ANY(").push_bind(queues).push(")");
         }
-        qb.push(" GROUP BY queue, state UNION ALL SELECT queue, state, run_at > ")
+        qb.push(
+            " GROUP BY queue, state UNION ALL SELECT queue, 'leased', FALSE, COUNT(*), 0::BIGINT \
+             FROM tasks WHERE state = 'leased'",
+        );
+        if !all {
+            qb.push(" AND queue = ANY(").push_bind(queues).push(")");
+        }
+        qb.push(" GROUP BY queue UNION ALL SELECT queue, state, run_at > ")
             .push_bind(now)
             .push(" AS later, COUNT(*), MIN(run_at) FROM tasks WHERE state = 'pending'");
         if !all {
@@ -1288,13 +1319,30 @@ impl Store for PostgresStore {
             PurgeScope::Only(q) => (Some(q), Vec::new()),
             PurgeScope::AllExcept(qs) => (None, qs.iter().map(String::as_str).collect()),
         };
+        // Old finished tasks are found through tasks_queue_state (queue, state,
+        // finished_at), the only index a settle writes besides the universal ones
+        // (0013): its queues are walked one index probe each (qs), then each
+        // (queue, finished state) is a range of it.
         let purged: i64 = sqlx::query_scalar(
-            "WITH gone AS ( \
+            "WITH RECURSIVE qs(q) AS ( \
+               SELECT CASE WHEN $2::text IS NULL THEN (SELECT queue FROM tasks \
+                 WHERE state NOT IN ('pending', 'leased') ORDER BY queue LIMIT 1) ELSE $2 END \
+               UNION ALL \
+               SELECT (SELECT t.queue FROM tasks t WHERE t.state NOT IN ('pending', 'leased') \
+                 AND t.queue > qs.q ORDER BY t.queue LIMIT 1) \
+               FROM qs WHERE qs.q IS NOT NULL AND $2::text IS NULL), \
+             old AS ( \
+               SELECT o.seq FROM qs \
+               CROSS JOIN unnest(ARRAY['succeeded', 'dead', 'cancelled']) AS s(state) \
+               CROSS JOIN LATERAL (SELECT t.seq FROM tasks t WHERE t.queue = qs.q \
+                 AND t.state = s.state AND t.state NOT IN ('pending', 'leased') \
+                 AND t.finished_at < $1 LIMIT $4) o \
+               WHERE qs.q IS NOT NULL AND NOT (qs.q = ANY($3)) LIMIT $4), \
+             gone AS ( \
                DELETE FROM tasks WHERE seq IN ( \
-                 SELECT seq FROM tasks WHERE state IN ('succeeded', 'dead', 'cancelled') \
-                   AND finished_at < $1 AND ($2::text IS NULL OR queue = $2) \
-                   AND NOT (queue = ANY($3)) \
-                 LIMIT $4 FOR UPDATE SKIP LOCKED) \
+                 SELECT seq FROM tasks WHERE seq IN (SELECT seq FROM old) \
+                   AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at < $1 \
+                 FOR UPDATE SKIP LOCKED) \
                RETURNING id), \
              attempts AS (DELETE FROM task_attempts WHERE task_id IN (SELECT id FROM gone)) \
              SELECT COUNT(*) FROM gone",

@@ -106,7 +106,7 @@ pub(super) fn task_requeue_dead(
                attempts_allowed = attempt + max_attempts, cancel_requested = 0, \
                finished_at = NULL, updated_at = ?1 \
              WHERE seq IN (SELECT seq FROM tasks WHERE queue = ?2 AND state = 'dead' \
-               AND state <> 'pending' AND COALESCE(last_error, '') = ?3 \
+               AND state NOT IN ('pending', 'leased') AND COALESCE(last_error, '') = ?3 \
                ORDER BY seq LIMIT ?4) RETURNING id, queue, attempt",
         )?
         .query_map(
@@ -150,7 +150,7 @@ pub(super) fn task_cancel_dead(c: &rusqlite::Connection, p: &CancelDeadParams) -
         .prepare_cached(
             "UPDATE tasks SET state = 'cancelled', cancel_requested = 0, updated_at = ?1 \
              WHERE seq IN (SELECT seq FROM tasks WHERE queue = ?2 AND state = 'dead' \
-               AND state <> 'pending' AND (?3 IS NULL OR COALESCE(last_error, '') = ?3) \
+               AND state NOT IN ('pending', 'leased') AND (?3 IS NULL OR COALESCE(last_error, '') = ?3) \
                AND (?4 IS NULL OR id = ?4) ORDER BY seq LIMIT ?5) RETURNING id, queue, attempt",
         )?
         .query_map(

@@ -116,7 +116,7 @@ pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec
     } else if f.queue.is_some()
         && only(&[TaskState::Succeeded, TaskState::Dead, TaskState::Cancelled])
     {
-        qb.push(" AND state <> 'pending'");
+        qb.push(" AND state NOT IN ('pending', 'leased')");
     } else if f.queue.is_some() && only(&[TaskState::Ready, TaskState::Scheduled]) {
         qb.push(" AND state = 'pending'");
     }
@@ -191,13 +191,19 @@ pub(super) async fn queue_stats(
     now: DateTime<Utc>,
 ) -> StoreResult<Vec<QueueStatsRecord>> {
     let now = ms(now);
-    // Two index-only scans instead of one over the table: finished and leased rows
-    // through the (queue, state) index, pending rows through the lease index.
+    // Three index-only scans instead of one over the table: finished and blocked
+    // rows through the (queue, state) index, leased rows through tasks_leased,
+    // pending rows through the lease index.
     let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
-        "SELECT queue, state, 0, COUNT(*), 0 FROM tasks WHERE state <> 'pending'",
+        "SELECT queue, state, 0, COUNT(*), 0 FROM tasks WHERE state NOT IN ('pending', 'leased')",
     );
     push_queues(&mut qb, queues);
-    qb.push(" GROUP BY queue, state UNION ALL SELECT queue, state, run_at > ")
+    qb.push(
+        " GROUP BY queue, state UNION ALL SELECT queue, 'leased', 0, COUNT(*), 0 FROM tasks \
+         WHERE state = 'leased'",
+    );
+    push_queues(&mut qb, queues);
+    qb.push(" GROUP BY queue UNION ALL SELECT queue, state, run_at > ")
         .push_bind(now)
         .push(" AS later, COUNT(*), MIN(run_at) FROM tasks WHERE state = 'pending'");
     push_queues(&mut qb, queues);

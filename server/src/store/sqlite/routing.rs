@@ -82,7 +82,7 @@ pub(super) fn clear_reservation(c: &Connection, row: &TaskRow) -> StoreResult<()
 }
 
 /// Per queue, how many more leases this worker may take: `max_tasks` where the
-/// queue has no cap, else what its cap leaves (counted through `tasks_held`).
+/// queue has no cap, else what its cap leaves (counted through `tasks_leased`).
 pub(super) fn room(c: &Connection, p: &LeaseParams) -> StoreResult<Vec<i64>> {
     p.queues
         .iter()
