@@ -8,7 +8,8 @@
 #   bench/abn.sh base=/tmp/bins/6002044 head=target/release/taskbroker
 #
 # Env: REPS (3), STORES ("sqlite postgres"), MODES ("batched per-task"),
-# OUT (the raw results file, /tmp/abn.results). Needs target/release/taskbroker-bench.
+# OUT (the raw results file, /tmp/abn.results), BENCH_ARGS_<name> (more bench flags
+# for one side, e.g. BENCH_ARGS_off=--no-lease-next). Needs target/release/taskbroker-bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps=${REPS:-3}; stores=${STORES:-"sqlite postgres"}; modes=${MODES:-"batched per-task"}
@@ -28,8 +29,9 @@ for rep in $(seq 1 "$reps"); do
   idx=$(seq 0 $((n-1))); [ $((rep % 2)) = 0 ] && idx=$(seq $((n-1)) -1 0)
   for i in $idx; do
     if [ "$store" = sqlite ]; then url="sqlite://$work/ab-$rep-$i.db"; else url=$(fresh_db); fi
-    pgb=$(pgcpu)
-    line=$(/usr/bin/time -f "%U %S" -o $work/time target/release/taskbroker-bench --spawn-broker "$url" --broker-bin "${bins[$i]}" --mode "$mode" --workers 64 --tasks "$tasks" --latency-seconds 2 2>>"$work/log" | tail -n 1) || { echo "FAILED ${names[$i]} $store $mode" >&2; tail -3 "$work/log" >&2; continue; }
+    pgb=$(pgcpu); extra_var="BENCH_ARGS_${names[$i]}"
+    # shellcheck disable=SC2086 # the side's flags, split on spaces
+    line=$(/usr/bin/time -f "%U %S" -o $work/time target/release/taskbroker-bench ${!extra_var:-} --spawn-broker "$url" --broker-bin "${bins[$i]}" --mode "$mode" --workers 64 --tasks "$tasks" --latency-seconds 2 2>>"$work/log" | tail -n 1) || { echo "FAILED ${names[$i]} $store $mode" >&2; tail -3 "$work/log" >&2; continue; }
     sleep 1; pga=$(pgcpu); read u sy < $work/time
     line=$(python3 -c "import json,sys; d=json.loads(sys.argv[1]); d['cpu_broker_us']=round(($u+$sy)*1e6/$tasks,1); d['cpu_pg_us']=round(($pga-$pgb)*1e4/$tasks,1); print(json.dumps(d))" "$line")
     echo "${names[$i]} $store $mode $line" >> "$res"; echo "${names[$i]} $store $mode $line" | cut -c1-150 >&2
@@ -46,5 +48,6 @@ print("| store | mode | "+" | ".join(names)+" |")
 for (s,m),d in sorted(rows.items()):
     M=lambda x,k: statistics.median([r[k] for r in d[x]])
     base=M(names[0],"lifecycles_per_sec")
-    print(f"| {s} | {m} | "+" | ".join(f"{M(x,'lifecycles_per_sec'):,.0f} ({M(x,'lifecycles_per_sec')/base:.2f}) cpu b{M(x,'cpu_broker_us'):.0f}+pg{M(x,'cpu_pg_us'):.0f}us" for x in names)+" |")
+    own=lambda x: (f" broker-only {M(x,'broker_cpu_us_per_lifecycle'):.0f}us" if all(r.get('broker_cpu_us_per_lifecycle') is not None for r in d[x]) else "")
+    print(f"| {s} | {m} | "+" | ".join(f"{M(x,'lifecycles_per_sec'):,.0f} ({M(x,'lifecycles_per_sec')/base:.2f}) cpu b{M(x,'cpu_broker_us'):.0f}+pg{M(x,'cpu_pg_us'):.0f}us{own(x)}" for x in names)+" |")
 PY
