@@ -905,6 +905,7 @@ both_backends!(
     a_creation_time_range_lists_leased_tasks_in_their_place,
     retention_purges_old_finished_tasks_of_every_queue_and_state,
     queue_counts_see_leased_finished_and_pending_tasks,
+    a_bulk_selection_by_creation_time_keeps_leased_tasks,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

@@ -170,3 +170,36 @@ pub async fn queue_counts_see_leased_finished_and_pending_tasks(b: Backend) {
         assert_eq!((q.leased, q.succeeded, q.ready), (2, 1, 1), "{queues:?}");
     }
 }
+
+pub async fn a_bulk_selection_by_creation_time_keeps_leased_tasks(b: Backend) {
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    // One queue, created at 2, 3 and 4 s; the first is leased, the second completed.
+    insert_leased(&s, "bq", 1, secs_after(2)).await;
+    insert_done(&s, "bq", 2, secs_after(3)).await;
+    s.task_insert_many(&[task("bq", 3)], secs_after(4))
+        .await
+        .unwrap();
+    let f = store::BulkFilter {
+        queue: "bq".into(),
+        created_after: Some(secs_after(1)),
+        created_before: Some(secs_after(10)),
+        limit: 10,
+        now: secs_after(30),
+        ..Default::default()
+    };
+    let ids = |ts: Vec<store::TaskRecord>| ts.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(s.task_select(&f).await.unwrap()),
+        [1, 2, 3].map(uuid_like),
+        "every task of the range, in stored order"
+    );
+    let narrow = store::BulkFilter {
+        created_after: Some(secs_after(2)),
+        created_before: Some(secs_after(3)),
+        limit: 1,
+        ..f.clone()
+    };
+    assert_eq!(ids(s.task_select(&narrow).await.unwrap()), [uuid_like(1)]);
+}

@@ -275,33 +275,54 @@ pub(super) async fn dead_letters_set(pool: &PgPool, pairs: &[(String, String)]) 
 }
 
 pub(super) async fn select(pool: &PgPool, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
-    let mut qb = sqlx::QueryBuilder::<Postgres>::new("SELECT * FROM tasks WHERE queue = ");
-    qb.push_bind(&f.queue);
-    if let Some(p) = &f.key_prefix {
-        qb.push(" AND left(key, length(")
-            .push_bind(p)
-            .push(")) = ")
-            .push_bind(p);
-    }
-    if let Some(e) = &f.error_contains {
-        qb.push(" AND strpos(COALESCE(last_error, ''), ")
-            .push_bind(e)
-            .push(") > 0");
-    }
-    if let Some(t) = f.created_after {
-        qb.push(" AND created_at >= ").push_bind(ms(t));
-    }
-    if let Some(t) = f.created_before {
-        qb.push(" AND created_at < ").push_bind(ms(t));
-    }
-    if let Some(s) = &f.schedule_id {
-        qb.push(" AND schedule_id = ").push_bind(s);
-    }
-    if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
-        qb.push(" AND ").push(sql);
-    }
-    qb.push(" ORDER BY seq LIMIT ")
-        .push_bind(i64::from(f.limit));
+    let push_where = |qb: &mut sqlx::QueryBuilder<Postgres>| {
+        qb.push(" AND queue = ").push_bind(&f.queue);
+        if let Some(p) = &f.key_prefix {
+            qb.push(" AND left(key, length(")
+                .push_bind(p)
+                .push(")) = ")
+                .push_bind(p);
+        }
+        if let Some(e) = &f.error_contains {
+            qb.push(" AND strpos(COALESCE(last_error, ''), ")
+                .push_bind(e)
+                .push(") > 0");
+        }
+        if let Some(t) = f.created_after {
+            qb.push(" AND created_at >= ").push_bind(ms(t));
+        }
+        if let Some(t) = f.created_before {
+            qb.push(" AND created_at < ").push_bind(ms(t));
+        }
+        if let Some(s) = &f.schedule_id {
+            qb.push(" AND schedule_id = ").push_bind(s);
+        }
+        if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
+            qb.push(" AND ").push(sql);
+        }
+    };
+    let limit = i64::from(f.limit);
+    let mut qb = if f.created_after.is_some() || f.created_before.is_some() {
+        // tasks_created leaves LEASED rows out (0013): a creation-time range reads
+        // them apart, so both parts keep an index.
+        let mut qb = sqlx::QueryBuilder::<Postgres>::new(
+            "SELECT * FROM ((SELECT * FROM tasks WHERE state <> 'leased'",
+        );
+        push_where(&mut qb);
+        qb.push(" ORDER BY seq LIMIT ")
+            .push_bind(limit)
+            .push(") UNION ALL (SELECT * FROM tasks WHERE state = 'leased'");
+        push_where(&mut qb);
+        qb.push(" ORDER BY seq LIMIT ")
+            .push_bind(limit)
+            .push(")) u");
+        qb
+    } else {
+        let mut qb = sqlx::QueryBuilder::<Postgres>::new("SELECT * FROM tasks WHERE TRUE");
+        push_where(&mut qb);
+        qb
+    };
+    qb.push(" ORDER BY seq LIMIT ").push_bind(limit);
     qb.build_query_as::<TaskRow>()
         .fetch_all(pool)
         .await?
