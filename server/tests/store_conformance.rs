@@ -900,6 +900,7 @@ both_backends!(
     a_sync_matched_lease_expires_and_is_leased_again,
     a_released_lease_is_pending_again_without_spending_an_attempt,
     routed_and_plain_tasks_served_together_keep_lease_order_per_worker,
+    requests_of_one_worker_in_a_gated_batch_share_its_cap_in_turn,
     key_buckets_full_again_are_purged,
     // Fewer index writes per task (issue 17, migration 0013).
     a_creation_time_range_lists_leased_tasks_in_their_place,

@@ -281,6 +281,56 @@ pub async fn routed_and_plain_tasks_served_together_keep_lease_order_per_worker(
     assert_eq!(nums, [8, 9][..3 - held], "in lease order");
 }
 
+/// Requests of one worker served in one gated batch share its
+/// `max_leases_per_worker`: together they get `cap - held`, handed out in turn
+/// with the batch's other requests (not the first request filled first).
+pub async fn requests_of_one_worker_in_a_gated_batch_share_its_cap_in_turn(b: Backend) {
+    use taskbroker_server::store::LeaseRouting;
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    let config = QueueConfig {
+        rate_limit: Some(RateLimit {
+            per_second: 1000.0,
+            burst: 1000,
+        }),
+        ..QueueConfig::default()
+    };
+    s.queue_put("g", &config, None, t0()).await.unwrap();
+    let tasks: Vec<NewTask> = (1..=8).map(|n| task("g", n)).collect();
+    s.task_insert_many(&tasks, t0()).await.unwrap();
+    let ask = |worker: &str, cap: Option<u32>, max: u32| LeaseParams {
+        worker_id: worker.into(),
+        routing: LeaseRouting {
+            max_leases_per_worker: cap
+                .map(|c| BTreeMap::from([("g".to_string(), c)]))
+                .unwrap_or_default(),
+            ..LeaseRouting::default()
+        },
+        ..lease_params("g", max, t0())
+    };
+    let n = |t: &taskbroker_server::store::TaskRecord| {
+        t.id.rsplit('-').next().unwrap().parse::<usize>().unwrap()
+    };
+    // a holds one lease of its cap of 4.
+    let first = s.task_lease_gated(&[ask("a", Some(4), 1)]).await.unwrap();
+    assert_eq!(first[0].iter().map(n).collect::<Vec<_>>(), [1]);
+    let got = s
+        .task_lease_gated(&[
+            ask("a", Some(4), 3),
+            ask("b", None, 2),
+            ask("a", Some(4), 3),
+        ])
+        .await
+        .unwrap();
+    let nums: Vec<Vec<usize>> = got.iter().map(|g| g.iter().map(n).collect()).collect();
+    // In turn: 2 a, 3 b, 4 a, 5 a (a's room of 3 is used up), 6 b; 7 and 8 wait.
+    assert_eq!(nums, [vec![2, 5], vec![3, 6], vec![4]]);
+    for (g, worker) in got.iter().zip(["a", "b", "a"]) {
+        assert!(g.iter().all(|t| t.leased_by.as_deref() == Some(worker)));
+    }
+}
+
 /// Retention deletes a per-key bucket once it is full again (absent is full),
 /// and keeps one that still counts.
 pub async fn key_buckets_full_again_are_purged(b: Backend) {

@@ -494,25 +494,27 @@ pub(super) fn task_checkpoint(
 
 pub(super) fn task_complete(c: &Connection, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
     let now = ms(p.now);
-    // The common case in two statements: a live lease settles, with its attempt.
-    type Done = (
+    // The common case: a live lease settles, with its attempt. Read, then a
+    // single-row UPDATE by rowid (the writer is the only writer, so nothing
+    // changes the row in between): an UPDATE with RETURNING runs in a statement
+    // journal, whose close inside the writer's job savepoint walks the job's
+    // in-memory sub-journal from its start, per task (see `admission::grant`).
+    type Live = (
+        i64,
         String,
         i64,
         Option<String>,
         Option<String>,
         Option<i64>,
         i64,
-        i64,
     );
-    let done: Option<Done> = c
+    let live: Option<Live> = c
         .prepare_cached(
-            "UPDATE tasks SET state = 'succeeded', result = ?1, finished_at = ?2, \
-             lease_expires_at = NULL, updated_at = ?2 \
-             WHERE id = ?3 AND state = 'leased' AND lease_token = ?4 AND lease_expires_at > ?2 \
-             RETURNING queue, attempt, leased_by, leased_address, leased_at, fencing_token, \
-               updated_at",
+            "SELECT seq, queue, attempt, leased_by, leased_address, leased_at, fencing_token \
+             FROM tasks \
+             WHERE id = ?1 AND state = 'leased' AND lease_token = ?2 AND lease_expires_at > ?3",
         )?
-        .query_row(params![p.result, now, p.task_id, p.lease_token], |r| {
+        .query_row(params![p.task_id, p.lease_token, now], |r| {
             Ok((
                 r.get(0)?,
                 r.get(1)?,
@@ -524,7 +526,12 @@ pub(super) fn task_complete(c: &Connection, p: &CompleteParams) -> StoreResult<S
             ))
         })
         .optional()?;
-    if let Some((queue, attempt, worker, address, leased_at, fencing_token, updated_at)) = done {
+    if let Some((seq, queue, attempt, worker, address, leased_at, fencing_token)) = live {
+        c.prepare_cached(
+            "UPDATE tasks SET state = 'succeeded', result = ?1, finished_at = ?2, \
+             lease_expires_at = NULL, updated_at = ?2 WHERE seq = ?3",
+        )?
+        .execute(params![p.result, now, seq])?;
         events::push(Ev {
             task_id: &p.task_id,
             queue: &queue,
@@ -540,7 +547,7 @@ pub(super) fn task_complete(c: &Connection, p: &CompleteParams) -> StoreResult<S
             attempt,
             worker_id: worker.as_deref().unwrap_or_default(),
             worker_address: address.as_deref().unwrap_or_default(),
-            leased_at: leased_at.unwrap_or(updated_at),
+            leased_at: leased_at.unwrap_or(now),
             fencing_token,
         };
         let leased_at = finish_attempt(c, &end, AttemptOutcome::Succeeded, None, now)?;
