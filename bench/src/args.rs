@@ -132,11 +132,16 @@ pub struct Args {
     #[arg(long, default_value_t = 0.0)]
     pub rate_limit: f64,
 
-    /// lease_next (issue 17): workers' Complete/CompleteMany calls no longer ask for
-    /// the next tasks (per-task: lease 1, complete 1, three RPCs per lifecycle with
-    /// the Submit), for A/B against the default.
+    /// lease_next (issue 17): per-task workers' Complete calls no longer ask for
+    /// the next task (lease 1, complete 1: three RPCs per lifecycle with the
+    /// Submit), for A/B against the default.
     #[arg(long)]
     pub no_lease_next: bool,
+    /// lease_next in batched mode too: each CompleteMany asks for as many tasks as
+    /// it frees slots. Off by default: it measured slower (docs/performance.md,
+    /// "lease_next and per-task CPU"). `--no-lease-next` wins.
+    #[arg(long)]
+    pub batched_lease_next: bool,
 }
 
 /// Every parameter of a run, defaults resolved.
@@ -160,6 +165,11 @@ pub struct Params {
 }
 
 impl Args {
+    /// Whether this run's settles carry lease_next (issue 17).
+    pub fn lease_next(&self) -> bool {
+        !self.no_lease_next && (self.mode == Mode::PerTask || self.batched_lease_next)
+    }
+
     /// Fills in the mode-dependent defaults and checks the broker's limits.
     pub fn params(&self) -> Result<Params, String> {
         let per_task = self.mode == Mode::PerTask;
@@ -216,7 +226,7 @@ impl Args {
             timeout: Duration::from_secs_f64(self.timeout_seconds),
             closed_loop: self.closed_loop,
             replicas: self.replicas,
-            lease_next: !self.no_lease_next,
+            lease_next: self.lease_next(),
         })
     }
 

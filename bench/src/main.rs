@@ -52,7 +52,7 @@ fn main() -> ExitCode {
         }
     };
     rpc::set_targeted(args.targeted);
-    rpc::set_lease_next(!args.no_lease_next);
+    rpc::set_lease_next(args.lease_next());
     // The machine this targets has few cores; the broker and its database need
     // them more than the load generator does, so two runtime threads are enough.
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -221,8 +221,9 @@ impl Worker {
                 p.on_leased(task);
             }
             // The handlers are no-ops: the whole lease batch is reported in one call,
-            // which asks for as many next tasks as it frees slots (lease_next, issue
-            // 17), and those are reported the same way, until none comes back.
+            // which (with --batched-lease-next) asks for as many next tasks as it frees
+            // slots (lease_next, issue 17); those are reported the same way, until none
+            // comes back.
             let (mut client, p) = (self.client.clone(), p.clone());
             let (id, queue) = (self.id.clone(), self.queue.clone());
             completing.spawn(async move {
