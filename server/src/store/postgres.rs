@@ -49,6 +49,10 @@ pub const CHANNEL: &str = "taskbroker";
 
 pub struct PostgresStore {
     pool: PgPool,
+    /// Issue 17: the plain lease, the task insert and the sync-matched insert run
+    /// here, on connections with generic plans (see [`PostgresStore::connect`]);
+    /// None with a single connection (then they run on `pool`).
+    hot: Option<PgPool>,
     /// For the notification listener's own connection, outside the pool: a
     /// listener holds its connection for good, and must not starve the calls.
     options: PgConnectOptions,
@@ -89,17 +93,46 @@ impl PostgresStore {
         // while the statement itself runs in under a millisecond.
         let options = PgConnectOptions::from_str(url)?
             .options([("plan_cache_mode", "force_custom_plan"), ("jit", "off")]);
+        // Issue 17: planning was three quarters of Postgres's time per task
+        // (docs/performance.md, "What limits Postgres: planning"). The statements of
+        // the plain lease and of the task inserts keep one generic plan per
+        // connection instead, on half of the connections. They name their states
+        // as constants (a generic plan cannot match a partial index's predicate
+        // against a parameter), and those connections forbid sequential scans, so a
+        // plan cached while the table was empty still reads it through its index
+        // once it holds millions of rows.
+        let hot_connections = max_connections / 2;
         let pool = PgPoolOptions::new()
-            .max_connections(max_connections)
+            .max_connections(max_connections - hot_connections)
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(options.clone())
             .await?;
+        let hot = if hot_connections == 0 {
+            None
+        } else {
+            let hot = PgPoolOptions::new()
+                .max_connections(hot_connections)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_with(PgConnectOptions::from_str(url)?.options([
+                    ("plan_cache_mode", "force_generic_plan"),
+                    ("jit", "off"),
+                    ("enable_seqscan", "off"),
+                ]))
+                .await?;
+            Some(hot)
+        };
         Ok(PostgresStore {
             pool,
+            hot,
             options,
             wake_tag: format!("@{:016x}", rand::random::<u64>()),
             notes: Arc::default(),
         })
+    }
+
+    /// Where the plain lease and the task inserts run (see [`PostgresStore::connect`]).
+    fn hot(&self) -> &PgPool {
+        self.hot.as_ref().unwrap_or(&self.pool)
     }
 
     /// Listens for NOTIFY on [`CHANNEL`] and calls `wake(Some(queue))`; after a
@@ -558,7 +591,7 @@ impl Store for PostgresStore {
         tasks: &[NewTask],
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Inserted>> {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.hot().acquire().await?;
         // The broker wakes its own waiters after the commit (issue 17).
         Self::insert_on(&mut conn, tasks, now, &self.wake_tag).await
     }
@@ -1392,9 +1425,10 @@ impl Store for PostgresStore {
     }
 
     fn pool_stats(&self) -> PoolStats {
+        let hot = self.hot.as_ref();
         PoolStats {
-            size: self.pool.size(),
-            idle: self.pool.num_idle(),
+            size: self.pool.size() + hot.map_or(0, |p| p.size()),
+            idle: self.pool.num_idle() + hot.map_or(0, |p| p.num_idle()),
         }
     }
 
@@ -1411,6 +1445,9 @@ impl Store for PostgresStore {
     }
 
     async fn close(&self) {
+        if let Some(hot) = &self.hot {
+            hot.close().await;
+        }
         self.pool.close().await;
     }
 

@@ -117,7 +117,7 @@ impl PostgresStore {
             let task = (TaskRow::from_row(&row)?, row.try_get::<i64, _>("request")?);
             Ok((Some(task), routed))
         })
-        .fetch_all(&self.pool)
+        .fetch_all(self.hot())
         .await?;
         if rows.iter().any(|(_, routed)| *routed) {
             return Ok(None);

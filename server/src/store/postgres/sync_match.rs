@@ -162,7 +162,7 @@ impl PostgresStore {
             .bind(&workers)
             .bind(&addresses)
             .bind(&durations)
-            .fetch_all(&self.pool)
+            .fetch_all(self.hot())
             .await?;
         let mut rows: std::collections::HashMap<String, InsertedRow> =
             rows.into_iter().map(|r| (r.0.clone(), r)).collect();
