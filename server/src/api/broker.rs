@@ -57,13 +57,21 @@ fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid
     })
 }
 
+/// The caller's address (the worker's, for routing) and its call deadline.
+fn caller<T>(request: &Request<T>) -> (String, Option<std::time::Duration>) {
+    let worker_address = request
+        .remote_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    (worker_address, convert::grpc_timeout(request.metadata()))
+}
+
 /// A LeaseRequest from the wire; fields are named with `prefix` (`lease_next.` for
 /// a settle's lease_next, issue 17).
 fn lease_request(
     prefix: &str,
     r: pb::LeaseRequest,
-    worker_address: String,
-    call_timeout: Option<std::time::Duration>,
+    (worker_address, call_timeout): (String, Option<std::time::Duration>),
 ) -> Result<service::LeaseRequest, Invalid> {
     Ok(service::LeaseRequest {
         lease_duration: duration(
@@ -86,12 +94,7 @@ fn lease_next<T>(
     r: Option<pb::LeaseRequest>,
 ) -> Result<Option<service::LeaseRequest>, Invalid> {
     let Some(r) = r else { return Ok(None) };
-    let call_timeout = convert::grpc_timeout(request.metadata());
-    let worker_address = request
-        .remote_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    lease_request("lease_next.", r, worker_address, call_timeout).map(Some)
+    lease_request("lease_next.", r, caller(request)).map(Some)
 }
 
 fn leased(tasks: Vec<crate::store::TaskRecord>) -> Vec<pb::LeasedTask> {
@@ -201,13 +204,8 @@ impl BrokerService for BrokerApi {
         &self,
         request: Request<pb::LeaseRequest>,
     ) -> Result<Response<pb::LeaseResponse>, Status> {
-        let call_timeout = convert::grpc_timeout(request.metadata());
-        let worker_address = request
-            .remote_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default();
-        let r = request.into_inner();
-        let req = lease_request("", r, worker_address, call_timeout).map_err(invalid)?;
+        let from = caller(&request);
+        let req = lease_request("", request.into_inner(), from).map_err(invalid)?;
         let tasks = self.broker.lease(req).await.map_err(status)?;
         Ok(Response::new(pb::LeaseResponse {
             tasks: leased(tasks),
@@ -218,10 +216,7 @@ impl BrokerService for BrokerApi {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        let worker_address = request
-            .remote_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default();
+        let (worker_address, _) = caller(&request);
         let r = request.into_inner();
         // Routing (issue 13): the worker registry (throttled).
         self.broker
