@@ -873,6 +873,9 @@ impl Store for PostgresStore {
         // Live leases settle in one statement, with their attempts. The lease check
         // is a CASE so the planner cannot use it for an index: rows are always
         // found by id (on young statistics it would otherwise scan every lease).
+        // `id = ANY($1)` hands the planner the ids themselves, so it probes the
+        // id index: joined to `input` alone it hashed the whole table, finished
+        // tasks included, for every batch (docs/performance.md, "Settle").
         // Each settled row answers with the token that settled it, so a stale
         // token naming the same task in the same batch is never taken for it.
         let done: Vec<(String, String, String, i64)> = sqlx::query_as(concat!(
@@ -882,7 +885,8 @@ impl Store for PostgresStore {
              t AS ( \
                UPDATE tasks SET state = 'succeeded', result = input.result, \
                  finished_at = input.now, lease_expires_at = NULL, updated_at = input.now \
-               FROM input WHERE tasks.id = input.id AND CASE WHEN tasks.state = 'leased' \
+               FROM input WHERE tasks.id = input.id AND tasks.id = ANY($1::text[]) \
+                 AND CASE WHEN tasks.state = 'leased' \
                  AND tasks.lease_token = input.token AND tasks.lease_expires_at > input.now \
                  THEN true ELSE false END \
                RETURNING tasks.id, input.token, input.now, tasks.attempt, tasks.queue, \
