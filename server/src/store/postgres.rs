@@ -773,7 +773,7 @@ impl Store for PostgresStore {
         )
         .bind(queues)
         .bind(ms(now))
-        .fetch_one(&self.pool)
+        .fetch_one(self.hot())
         .await?;
         Ok(next.map(from_ms))
     }
@@ -875,7 +875,9 @@ impl Store for PostgresStore {
         // found by id (on young statistics it would otherwise scan every lease).
         // `id = ANY($1)` hands the planner the ids themselves, so it probes the
         // id index: joined to `input` alone it hashed the whole table, finished
-        // tasks included, for every batch (docs/performance.md, "Settle").
+        // tasks included, for every batch (docs/performance.md, "Settle"). The
+        // answer reads `t` alone: joined to the attempts' RETURNING, a generic plan
+        // (which expects one row from each) looped over one for every row of the other.
         // Each settled row answers with the token that settled it, so a stale
         // token naming the same task in the same batch is never taken for it.
         let done: Vec<(String, String, String, i64)> = sqlx::query_as(concat!(
@@ -899,20 +901,20 @@ impl Store for PostgresStore {
                  leased_at, 'succeeded', now, fencing_token FROM t \
                ON CONFLICT (task_id, attempt) DO UPDATE SET outcome = excluded.outcome, \
                  finished_at = excluded.finished_at \
-               RETURNING task_id, leased_at), \
+               ), \
              ev AS (",
             events::event_insert!(),
             "SELECT ",
             events::event_base!(),
             " + row_number() OVER () - 1, id, queue, 'succeeded', 'succeeded', attempt, \
                leased_by, now, NULL FROM t) \
-             SELECT t.id, t.token, t.queue, a.leased_at FROM t JOIN a ON a.task_id = t.id"
+             SELECT t.id, t.token, t.queue, t.leased_at FROM t"
         ))
         .bind(&ids)
         .bind(&tokens)
         .bind(&results)
         .bind(&nows)
-        .fetch_all(&self.pool)
+        .fetch_all(self.hot())
         .await?;
         let mut done: std::collections::HashMap<(String, String), (String, i64)> = done
             .into_iter()
