@@ -7,6 +7,11 @@
 # UPDATE, LOCK). docs/performance.md, "Writes per task (round 2, session 4)".
 #
 #   bench/wal_writes.sh base=/tmp/bins/main head=target/release/taskbroker
+#   bench/wal_writes.sh head=target/release/taskbroker graphile=peer:graphile-worker river=peer:river
+#
+# A `peer:SYSTEM` side runs that peer's bench (bench/peers/run.sh SYSTEM best, the same
+# overlapping shape and worker count; bench/peers/install.sh first). Each side also prints
+# the Postgres server's CPU per lifecycle (its backends' user + system time).
 #
 # Env: MODE (batched), TASKS (20000), WORKERS (64). Needs target/release/taskbroker-bench.
 set -euo pipefail
@@ -23,21 +28,34 @@ waldump=$bindir/pg_waldump
 psql -q "$admin" -c "ALTER SYSTEM SET wal_keep_size = '4GB'" -c "SELECT pg_reload_conf()" >/dev/null
 wal=$work/pg/data/pg_wal
 dump() { "$waldump" "$@"; }
+# CPU ticks of the postmaster's reaped children (backends exit when their client closes).
+pgcpu() { awk '{print $16+$17}' "/proc/$(head -1 "$work/pg/data/postmaster.pid")/stat"; }
 
 for arg in "$@"; do
   name=${arg%%=*}; bin=${arg#*=}
   db=walw_${name//[^a-zA-Z0-9]/_}_$RANDOM
   psql -q "$admin" -c "CREATE DATABASE $db" >/dev/null
   url="${admin%/*}/$db"
-  "$bin" migrate --database-url "$url" >/dev/null
+  case "$bin" in
+    peer:*) system=${bin#peer:}
+      # The peer creates its schema when it starts: a run of 100 jobs, then the measured one.
+      bench/peers/run.sh "$system" best "$url" 100 2 >>"$work/log" 2>&1 ;;
+    *) "$bin" migrate --database-url "$url" >/dev/null ;;
+  esac
   psql -qAt -F ' ' "$url" -c "SELECT pg_relation_filenode(c.oid), c.relname FROM pg_class c \
-    JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = 'public' AND c.relkind IN ('r', 'i')" > "$work/rels"
+    JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname NOT IN ('pg_catalog', \
+    'information_schema', 'pg_toast') AND c.relkind IN ('r', 'i')" > "$work/rels"
   start=$(psql -qAt "$url" -c "SELECT pg_current_wal_insert_lsn()")
-  out=$(target/release/taskbroker-bench --spawn-broker "$url" --broker-bin "$bin" --mode "$mode" \
-    --workers "$workers" --tasks "$n" --latency-seconds 0 2>>"$work/log" | tail -n 1)
+  cpu0=$(pgcpu)
+  case "$bin" in
+    peer:*) out=$(bench/peers/run.sh "${bin#peer:}" best "$url" "$n" "$workers" 2>>"$work/log" | tail -n 1) ;;
+    *) out=$(target/release/taskbroker-bench --spawn-broker "$url" --broker-bin "$bin" --mode "$mode" \
+      --workers "$workers" --tasks "$n" --latency-seconds 0 2>>"$work/log" | tail -n 1) ;;
+  esac
   end=$(psql -qAt "$url" -c "SELECT pg_current_wal_insert_lsn()")
+  sleep 1; cpu1=$(pgcpu)
   psql -qAt "$url" -c "SELECT pg_switch_wal()" >/dev/null
-  echo "== $name: $mode, $n tasks, $(echo "$out" | python3 -c 'import json, sys; print(round(json.load(sys.stdin)["lifecycles_per_sec"]))') lifecycles/s"
+  echo "== $name: $mode, $n tasks, $(echo "$out" | python3 -c 'import json, sys; print(round(json.load(sys.stdin)["lifecycles_per_sec"]))') lifecycles/s, Postgres CPU $(( (cpu1 - cpu0) * 10000 / n )) us per lifecycle"
   dump -p "$wal" -s "$start" -e "$end" --stats 2>/dev/null | awk -v n="$n" '/^Total/ {
     gsub(/[][%(),]/, " ")
     printf "WAL per lifecycle: %.1f records, %.0f record bytes, %.0f full-page-image bytes\n", $2 / n, $3 / n, $5 / n }'

@@ -439,52 +439,34 @@ impl PostgresStore {
         // Routing (issue 13): a batch with routed tasks inserts their routing
         // columns too (the same statement with more arrays, in routing.rs).
         let routed = tasks.iter().any(|t| routing::is_routed(&t.routing));
-        let inserted: Vec<String> = sqlx::query_scalar(routing::insert_sql(
-            routed,
-            concat!(
-                "WITH ins AS ( \
-               INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
-                 max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
-                 max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key) \
-               SELECT id, queue, key, payload, priority, run_at, deadline, 'pending', \
-                 max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck \
-               FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
-                 $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], \
-                 $11::bigint[], $12::float8[], $13::text[], $16::text[]) \
-                 AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
-                      ib, bm, mb, j, md, ck) \
-               ON CONFLICT DO NOTHING RETURNING id, queue, run_at), \
-             ev AS (",
-                events::event_insert!(),
-                "SELECT ",
-                events::event_base!(),
-                " + row_number() OVER () - 1, id, queue, 'submitted', \
-               CASE WHEN run_at > $14 THEN 'scheduled' ELSE 'ready' END, 0, NULL, $14, NULL \
-               FROM ins), \
-             woken AS (SELECT pg_notify('taskbroker', q || $15) \
-               FROM (SELECT DISTINCT queue AS q FROM ins) d) \
-             SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0"
-            ),
-        ))
-        .bind(&ids)
-        .bind(&queues)
-        .bind(&keys)
-        .bind(&payloads)
-        .bind(col(&|t| i64::from(t.priority)))
-        .bind(col(&|t| ms(t.run_at)))
-        .bind(&deadlines)
-        .bind(col(&|t| i64::from(t.retry.max_attempts)))
-        .bind(col(&|t| duration_ms(t.retry.initial_backoff)))
-        .bind(&multipliers)
-        .bind(col(&|t| duration_ms(t.retry.max_backoff)))
-        .bind(&jitters)
-        .bind(&metadata)
-        .bind(ms(now))
-        .bind(tag)
-        .bind(&concurrency_keys)
-        .bind_routing(routed, tasks)
-        .fetch_all(&mut *conn)
-        .await?;
+        // A batch without keys cannot collide (ids are new UUIDv7s): a plain INSERT
+        // skips the speculative insertion of ON CONFLICT, which probes every unique
+        // index first and writes a confirmation record per row.
+        let sql = if tasks.iter().any(|t| t.key.is_some()) {
+            INSERT_PLAIN
+        } else {
+            INSERT_PLAIN_KEYLESS.as_str()
+        };
+        let inserted: Vec<String> = sqlx::query_scalar(routing::insert_sql(routed, sql))
+            .bind(&ids)
+            .bind(&queues)
+            .bind(&keys)
+            .bind(&payloads)
+            .bind(col(&|t| i64::from(t.priority)))
+            .bind(col(&|t| ms(t.run_at)))
+            .bind(&deadlines)
+            .bind(col(&|t| i64::from(t.retry.max_attempts)))
+            .bind(col(&|t| duration_ms(t.retry.initial_backoff)))
+            .bind(&multipliers)
+            .bind(col(&|t| duration_ms(t.retry.max_backoff)))
+            .bind(&jitters)
+            .bind(&metadata)
+            .bind(ms(now))
+            .bind(tag)
+            .bind(&concurrency_keys)
+            .bind_routing(routed, tasks)
+            .fetch_all(&mut *conn)
+            .await?;
         let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
         // The rest were duplicates of a (queue, key): answer with the existing ids.
         let dups: Vec<&NewTask> = tasks.iter().filter(|t| !inserted.contains(&t.id)).collect();
@@ -539,6 +521,45 @@ impl PostgresStore {
             None => Ok(Changed::NotFound),
         }
     }
+}
+
+/// The task insert (see `PostgresStore::insert_on`): one multi-row statement that also
+/// records the `submitted` events and notifies the queues that got tasks.
+const INSERT_PLAIN: &str = concat!(
+    "WITH ins AS ( \
+       INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
+         max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
+         max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key) \
+       SELECT id, queue, key, payload, priority, run_at, deadline, 'pending', \
+         max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck \
+       FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
+         $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], \
+         $11::bigint[], $12::float8[], $13::text[], $16::text[]) \
+         AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
+              ib, bm, mb, j, md, ck) \
+       ON CONFLICT DO NOTHING RETURNING id, queue, run_at), \
+     ev AS (",
+    events::event_insert!(),
+    "SELECT ",
+    events::event_base!(),
+    " + row_number() OVER () - 1, id, queue, 'submitted', \
+       CASE WHEN run_at > $14 THEN 'scheduled' ELSE 'ready' END, 0, NULL, $14, NULL \
+       FROM ins), \
+     woken AS (SELECT pg_notify('taskbroker', q || $15) \
+       FROM (SELECT DISTINCT queue AS q FROM ins) d) \
+     SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0"
+);
+
+/// [`INSERT_PLAIN`] for a batch in which no task carries a key.
+static INSERT_PLAIN_KEYLESS: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| keyless(INSERT_PLAIN));
+
+/// `sql` without its `ON CONFLICT DO NOTHING`: for batches of tasks without keys,
+/// whose new ids cannot collide.
+pub(super) fn keyless(sql: &str) -> String {
+    let out = sql.replacen("ON CONFLICT DO NOTHING ", "", 1);
+    debug_assert_ne!(out, sql, "no ON CONFLICT DO NOTHING to drop");
+    out
 }
 
 /// Routing (issue 13): whether the worker of request `i` (1-based) may take the

@@ -77,6 +77,10 @@ const INSERT_MATCHED: &str = concat!(
      WHERE (SELECT count(*) FROM woken) >= 0"
 );
 
+/// [`INSERT_MATCHED`] for a batch in which no task carries a key.
+static INSERT_MATCHED_KEYLESS: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| super::keyless(INSERT_MATCHED));
+
 impl PostgresStore {
     pub(super) async fn sync_insert_matched(
         &self,
@@ -136,7 +140,13 @@ impl PostgresStore {
         let durations: Vec<Option<i64>> = (0..tasks.len())
             .map(|i| matched(i).map(|m| duration_ms(m.lease_duration)))
             .collect();
-        let rows: Vec<InsertedRow> = sqlx::query_as(INSERT_MATCHED)
+        // Without keys, no ON CONFLICT (see `keyless`).
+        let sql = if tasks.iter().any(|t| t.key.is_some()) {
+            INSERT_MATCHED
+        } else {
+            INSERT_MATCHED_KEYLESS.as_str()
+        };
+        let rows: Vec<InsertedRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(&ids)
             .bind(&queues)
             .bind(&keys)
