@@ -20,6 +20,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(false)
         .compile_fds(fds)?;
     println!("cargo:rerun-if-changed=../proto");
+    // sqlx::migrate! embeds the migrations: a new file must rebuild the server.
+    println!("cargo:rerun-if-changed=../migrations");
 
     let keda = protox::compile(["externalscaler.proto"], ["proto/keda"])?;
     std::fs::write(
