@@ -9,9 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, ToSql, params, params_from_iter};
 
-use super::super::row::{
-    AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms, sort_lease_order,
-};
+use super::super::row::{AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms};
 use super::super::*;
 use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
 
@@ -269,84 +267,8 @@ pub(super) fn task_lease_available(
     c: &Connection,
     p: &LeaseParams,
 ) -> StoreResult<Vec<TaskRecord>> {
-    let now = ms(p.now);
-    let expires = now.saturating_add(duration_ms(p.lease_duration));
-    // One index-ordered branch per queue (each reads only its first rows), merged;
-    // then the first rows whose bytes before them stay under the reply budget.
-    // (length() of a blob reads its size, not its pages.)
-    // Routing (issue 13): each branch passes over the tasks this worker may not
-    // take (`MAY_TAKE`, labels at ?{n+8}) and takes no more than the queue's
-    // per-worker cap leaves (?{n+9+i}); `fgroup` names a distinct fan-out group.
-    let n = p.queues.len();
-    let may_take = super::routing::MAY_TAKE.replace("?L", &format!("?{}", n + 8));
-    let branches: Vec<String> = (0..p.queues.len())
-        .map(|i| {
-            format!(
-                "SELECT * FROM (SELECT seq, priority, deadline, run_at, \
-                 length(payload) + COALESCE(length(checkpoint), 0) + length(metadata) + {} AS size, \
-                 CASE WHEN fanout_distinct THEN fanout_group END AS fgroup \
-                 FROM tasks WHERE state = 'pending' AND queue = ?{} AND run_at <= ?4 \
-                 AND (deadline IS NULL OR deadline > ?4) AND {may_take} \
-                 ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?{})",
-                LEASE_REPLY_TASK_BYTES,
-                i + 8,
-                n + 9 + i
-            )
-        })
-        .collect();
-    let sql = format!(
-        "UPDATE tasks SET state = 'leased', attempt = attempt + 1, \
-         fencing_token = fencing_token + 1, lease_token = lower(hex(randomblob(16))), \
-         leased_by = ?1, lease_duration_ms = ?2, \
-         lease_expires_at = MIN(?3, COALESCE(deadline, 9223372036854775807)), updated_at = ?4, \
-         leased_at = ?4, leased_address = ?6 \
-         WHERE seq IN (SELECT seq FROM ( \
-           SELECT seq, size, sum(size) OVER (ORDER BY priority DESC, deadline IS NULL, deadline, \
-             run_at, seq ROWS UNBOUNDED PRECEDING) AS total, \
-             row_number() OVER (PARTITION BY COALESCE(fgroup, seq) ORDER BY priority DESC, \
-               deadline IS NULL, deadline, run_at, seq) AS nth_copy FROM ( \
-             SELECT * FROM ({}) \
-             ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?5)) \
-           WHERE (total <= ?7 OR total = size) AND nth_copy = 1) \
-         RETURNING {}",
-        branches.join(" UNION ALL "),
-        task_columns!()
-    );
-    let lease_ms = duration_ms(p.lease_duration);
-    let budget = i64::try_from(p.max_reply_bytes).unwrap_or(i64::MAX);
-    let mut args: Vec<&dyn ToSql> = vec![
-        &p.worker_id,
-        &lease_ms,
-        &expires,
-        &now,
-        &p.max_tasks,
-        &p.worker_address,
-        &budget,
-    ];
-    for queue in &p.queues {
-        args.push(queue);
-    }
-    let labels = p.routing.labels_json();
-    args.push(&labels);
-    let room = super::routing::room(c, p)?;
-    for r in &room {
-        args.push(r);
-    }
-    let rows = c
-        .prepare_cached(&sql)?
-        .query_map(params_from_iter(args), task_row)?
-        .collect::<rusqlite::Result<Vec<TaskRow>>>()?;
-    // Flow (#15): the LEASED events.
-    for r in &rows {
-        events::push(of_row(r, EventKind::Leased, now));
-    }
-    // The attempt's row is written when it ends (`finish_attempt`).
-    let mut records = rows
-        .into_iter()
-        .map(TaskRow::into_record)
-        .collect::<StoreResult<Vec<_>>>()?;
-    sort_lease_order(&mut records);
-    Ok(records)
+    // Issue 17: candidates by SELECT, then UPDATE by rowid (lease_plain.rs).
+    super::lease_plain::lease(c, p)
 }
 
 pub(super) fn task_lease_many(
