@@ -353,26 +353,32 @@ pub(super) fn lease_extend(
 ) -> StoreResult<Vec<LeaseState>> {
     let now = ms(now);
     let ext = extend_by.map(duration_ms);
-    let mut extend = c.prepare_cached(
-        "UPDATE tasks SET lease_expires_at = \
-           MIN(?1 + COALESCE(?2, lease_duration_ms), COALESCE(deadline, 9223372036854775807)), \
-           updated_at = ?1 \
+    // Issue 17: read (with the new expiry computed by SQLite), then a single-row
+    // UPDATE by rowid without RETURNING, which would run in a statement journal
+    // (see `task_complete`).
+    let mut live = c.prepare_cached(
+        "SELECT seq, MIN(?1 + COALESCE(?2, lease_duration_ms), \
+           COALESCE(deadline, 9223372036854775807)), cancel_requested FROM tasks \
          WHERE id = ?3 AND state = 'leased' AND lease_token = ?4 AND lease_expires_at > ?1 \
-           AND (deadline IS NULL OR deadline > ?1) \
-         RETURNING lease_expires_at, cancel_requested",
+           AND (deadline IS NULL OR deadline > ?1)",
     )?;
+    let mut extend =
+        c.prepare_cached("UPDATE tasks SET lease_expires_at = ?1, updated_at = ?2 WHERE seq = ?3")?;
     let mut out = Vec::with_capacity(leases.len());
     for l in leases {
-        let row: Option<(i64, bool)> = extend
+        let row: Option<(i64, i64, bool)> = live
             .query_row(params![now, ext, l.task_id, l.lease_token], |r| {
-                Ok((r.get(0)?, r.get(1)?))
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
             })
             .optional()?;
         out.push(match row {
-            Some((at, cancel_requested)) => LeaseState::Live {
-                lease_expires_at: from_ms(at),
-                cancel_requested,
-            },
+            Some((seq, at, cancel_requested)) => {
+                extend.execute(params![at, now, seq])?;
+                LeaseState::Live {
+                    lease_expires_at: from_ms(at),
+                    cancel_requested,
+                }
+            }
             None => LeaseState::Lost,
         });
     }
@@ -397,16 +403,22 @@ pub(super) fn task_checkpoint(
     if !live {
         return Ok(Settled::LeaseLost);
     }
-    let (at, cancel_requested): (i64, bool) = c
+    // Issue 17: the new expiry computed by SQLite first, then a single-row UPDATE
+    // by rowid without RETURNING (see `lease_extend`).
+    let at: i64 = c
         .prepare_cached(
-            "UPDATE tasks SET checkpoint = ?1, lease_expires_at = CASE WHEN ?2 IS NULL \
-               THEN lease_expires_at ELSE MIN(?3 + ?2, COALESCE(deadline, 9223372036854775807)) END, \
-               updated_at = ?3 WHERE seq = ?4 RETURNING lease_expires_at, cancel_requested",
+            "SELECT CASE WHEN ?1 IS NULL THEN lease_expires_at \
+               ELSE MIN(?2 + ?1, COALESCE(deadline, 9223372036854775807)) END \
+             FROM tasks WHERE seq = ?3",
         )?
-        .query_row(
-            params![p.checkpoint, p.extend_by.map(duration_ms), now, row.seq],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
+        .query_row(params![p.extend_by.map(duration_ms), now, row.seq], |r| {
+            r.get(0)
+        })?;
+    c.prepare_cached(
+        "UPDATE tasks SET checkpoint = ?1, lease_expires_at = ?2, updated_at = ?3 WHERE seq = ?4",
+    )?
+    .execute(params![p.checkpoint, at, now, row.seq])?;
+    let cancel_requested = row.cancel_requested;
     events::push(of_row(&row, EventKind::Checkpointed, now));
     Ok(Settled::Applied(LeaseState::Live {
         lease_expires_at: from_ms(at),
