@@ -8,11 +8,6 @@ use taskbroker_server::app;
 use taskbroker_server::config::{DatabaseArgs, ServeArgs, redact_url};
 use taskbroker_server::service::SystemClock;
 
-// Issue 17 (per-task CPU): an allocator with thread caches. malloc/free were
-// 14% of the broker's CPU per task with glibc's (docs/performance.md).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "taskbroker",
