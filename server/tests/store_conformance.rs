@@ -26,6 +26,10 @@ use sync_match::*;
 #[path = "store_conformance/hot.rs"]
 mod hot;
 use hot::*;
+// The plain lease over several queues (issue 17, session 5).
+#[path = "store_conformance/lease_order.rs"]
+mod lease_order;
+use lease_order::*;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -907,6 +911,8 @@ both_backends!(
     retention_purges_old_finished_tasks_of_every_queue_and_state,
     queue_counts_see_leased_finished_and_pending_tasks,
     a_bulk_selection_by_creation_time_keeps_leased_tasks,
+    // The plain lease over several queues (issue 17, session 5).
+    one_lease_takes_tasks_in_lease_order_across_queues,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

@@ -93,10 +93,21 @@ pub(super) fn write(c: &Connection, evs: &[Pending]) -> StoreResult<()> {
             args.push(&e.time);
             args.push(&e.detail);
         }
-        c.prepare_cached(&insert_sql(n))?
+        c.prepare_cached(insert_sql_cached(n))?
             .execute(params_from_iter(args))?;
     }
     Ok(())
+}
+
+/// The INSERT of `rows` events, built once per piece size (issue 17: not a new
+/// string per job just to look the prepared statement up).
+fn insert_sql_cached(rows: usize) -> &'static str {
+    static SQL: std::sync::OnceLock<[String; 4]> = std::sync::OnceLock::new();
+    let all = SQL.get_or_init(|| PIECES.map(insert_sql));
+    match PIECES.iter().position(|&n| n == rows) {
+        Some(i) => &all[i],
+        None => all[PIECES.len() - 1].as_str(),
+    }
 }
 
 fn insert_sql(rows: usize) -> String {

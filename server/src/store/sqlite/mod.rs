@@ -35,6 +35,8 @@ mod schedule;
 // Sync match (issue 17).
 mod sync_match;
 mod writer;
+// Issue 17 (per-task CPU): the plain lease without UPDATE ... RETURNING.
+mod lease_plain;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 

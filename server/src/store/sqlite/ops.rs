@@ -9,9 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, ToSql, params, params_from_iter};
 
-use super::super::row::{
-    AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms, sort_lease_order,
-};
+use super::super::row::{AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms};
 use super::super::*;
 use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
 
@@ -269,84 +267,8 @@ pub(super) fn task_lease_available(
     c: &Connection,
     p: &LeaseParams,
 ) -> StoreResult<Vec<TaskRecord>> {
-    let now = ms(p.now);
-    let expires = now.saturating_add(duration_ms(p.lease_duration));
-    // One index-ordered branch per queue (each reads only its first rows), merged;
-    // then the first rows whose bytes before them stay under the reply budget.
-    // (length() of a blob reads its size, not its pages.)
-    // Routing (issue 13): each branch passes over the tasks this worker may not
-    // take (`MAY_TAKE`, labels at ?{n+8}) and takes no more than the queue's
-    // per-worker cap leaves (?{n+9+i}); `fgroup` names a distinct fan-out group.
-    let n = p.queues.len();
-    let may_take = super::routing::MAY_TAKE.replace("?L", &format!("?{}", n + 8));
-    let branches: Vec<String> = (0..p.queues.len())
-        .map(|i| {
-            format!(
-                "SELECT * FROM (SELECT seq, priority, deadline, run_at, \
-                 length(payload) + COALESCE(length(checkpoint), 0) + length(metadata) + {} AS size, \
-                 CASE WHEN fanout_distinct THEN fanout_group END AS fgroup \
-                 FROM tasks WHERE state = 'pending' AND queue = ?{} AND run_at <= ?4 \
-                 AND (deadline IS NULL OR deadline > ?4) AND {may_take} \
-                 ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?{})",
-                LEASE_REPLY_TASK_BYTES,
-                i + 8,
-                n + 9 + i
-            )
-        })
-        .collect();
-    let sql = format!(
-        "UPDATE tasks SET state = 'leased', attempt = attempt + 1, \
-         fencing_token = fencing_token + 1, lease_token = lower(hex(randomblob(16))), \
-         leased_by = ?1, lease_duration_ms = ?2, \
-         lease_expires_at = MIN(?3, COALESCE(deadline, 9223372036854775807)), updated_at = ?4, \
-         leased_at = ?4, leased_address = ?6 \
-         WHERE seq IN (SELECT seq FROM ( \
-           SELECT seq, size, sum(size) OVER (ORDER BY priority DESC, deadline IS NULL, deadline, \
-             run_at, seq ROWS UNBOUNDED PRECEDING) AS total, \
-             row_number() OVER (PARTITION BY COALESCE(fgroup, seq) ORDER BY priority DESC, \
-               deadline IS NULL, deadline, run_at, seq) AS nth_copy FROM ( \
-             SELECT * FROM ({}) \
-             ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?5)) \
-           WHERE (total <= ?7 OR total = size) AND nth_copy = 1) \
-         RETURNING {}",
-        branches.join(" UNION ALL "),
-        task_columns!()
-    );
-    let lease_ms = duration_ms(p.lease_duration);
-    let budget = i64::try_from(p.max_reply_bytes).unwrap_or(i64::MAX);
-    let mut args: Vec<&dyn ToSql> = vec![
-        &p.worker_id,
-        &lease_ms,
-        &expires,
-        &now,
-        &p.max_tasks,
-        &p.worker_address,
-        &budget,
-    ];
-    for queue in &p.queues {
-        args.push(queue);
-    }
-    let labels = p.routing.labels_json();
-    args.push(&labels);
-    let room = super::routing::room(c, p)?;
-    for r in &room {
-        args.push(r);
-    }
-    let rows = c
-        .prepare_cached(&sql)?
-        .query_map(params_from_iter(args), task_row)?
-        .collect::<rusqlite::Result<Vec<TaskRow>>>()?;
-    // Flow (#15): the LEASED events.
-    for r in &rows {
-        events::push(of_row(r, EventKind::Leased, now));
-    }
-    // The attempt's row is written when it ends (`finish_attempt`).
-    let mut records = rows
-        .into_iter()
-        .map(TaskRow::into_record)
-        .collect::<StoreResult<Vec<_>>>()?;
-    sort_lease_order(&mut records);
-    Ok(records)
+    // Issue 17: candidates by SELECT, then UPDATE by rowid (lease_plain.rs).
+    super::lease_plain::lease(c, p)
 }
 
 pub(super) fn task_lease_many(
@@ -431,26 +353,32 @@ pub(super) fn lease_extend(
 ) -> StoreResult<Vec<LeaseState>> {
     let now = ms(now);
     let ext = extend_by.map(duration_ms);
-    let mut extend = c.prepare_cached(
-        "UPDATE tasks SET lease_expires_at = \
-           MIN(?1 + COALESCE(?2, lease_duration_ms), COALESCE(deadline, 9223372036854775807)), \
-           updated_at = ?1 \
+    // Issue 17: read (with the new expiry computed by SQLite), then a single-row
+    // UPDATE by rowid without RETURNING, which would run in a statement journal
+    // (see `task_complete`).
+    let mut live = c.prepare_cached(
+        "SELECT seq, MIN(?1 + COALESCE(?2, lease_duration_ms), \
+           COALESCE(deadline, 9223372036854775807)), cancel_requested FROM tasks \
          WHERE id = ?3 AND state = 'leased' AND lease_token = ?4 AND lease_expires_at > ?1 \
-           AND (deadline IS NULL OR deadline > ?1) \
-         RETURNING lease_expires_at, cancel_requested",
+           AND (deadline IS NULL OR deadline > ?1)",
     )?;
+    let mut extend =
+        c.prepare_cached("UPDATE tasks SET lease_expires_at = ?1, updated_at = ?2 WHERE seq = ?3")?;
     let mut out = Vec::with_capacity(leases.len());
     for l in leases {
-        let row: Option<(i64, bool)> = extend
+        let row: Option<(i64, i64, bool)> = live
             .query_row(params![now, ext, l.task_id, l.lease_token], |r| {
-                Ok((r.get(0)?, r.get(1)?))
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
             })
             .optional()?;
         out.push(match row {
-            Some((at, cancel_requested)) => LeaseState::Live {
-                lease_expires_at: from_ms(at),
-                cancel_requested,
-            },
+            Some((seq, at, cancel_requested)) => {
+                extend.execute(params![at, now, seq])?;
+                LeaseState::Live {
+                    lease_expires_at: from_ms(at),
+                    cancel_requested,
+                }
+            }
             None => LeaseState::Lost,
         });
     }
@@ -475,16 +403,22 @@ pub(super) fn task_checkpoint(
     if !live {
         return Ok(Settled::LeaseLost);
     }
-    let (at, cancel_requested): (i64, bool) = c
+    // Issue 17: the new expiry computed by SQLite first, then a single-row UPDATE
+    // by rowid without RETURNING (see `lease_extend`).
+    let at: i64 = c
         .prepare_cached(
-            "UPDATE tasks SET checkpoint = ?1, lease_expires_at = CASE WHEN ?2 IS NULL \
-               THEN lease_expires_at ELSE MIN(?3 + ?2, COALESCE(deadline, 9223372036854775807)) END, \
-               updated_at = ?3 WHERE seq = ?4 RETURNING lease_expires_at, cancel_requested",
+            "SELECT CASE WHEN ?1 IS NULL THEN lease_expires_at \
+               ELSE MIN(?2 + ?1, COALESCE(deadline, 9223372036854775807)) END \
+             FROM tasks WHERE seq = ?3",
         )?
-        .query_row(
-            params![p.checkpoint, p.extend_by.map(duration_ms), now, row.seq],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
+        .query_row(params![p.extend_by.map(duration_ms), now, row.seq], |r| {
+            r.get(0)
+        })?;
+    c.prepare_cached(
+        "UPDATE tasks SET checkpoint = ?1, lease_expires_at = ?2, updated_at = ?3 WHERE seq = ?4",
+    )?
+    .execute(params![p.checkpoint, at, now, row.seq])?;
+    let cancel_requested = row.cancel_requested;
     events::push(of_row(&row, EventKind::Checkpointed, now));
     Ok(Settled::Applied(LeaseState::Live {
         lease_expires_at: from_ms(at),

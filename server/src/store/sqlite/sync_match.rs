@@ -61,7 +61,9 @@ pub(super) fn task_insert_matched(
             continue;
         };
         let expires = lease_expiry(t, m, now);
-        let row: Option<(i64, String)> = c
+        // Issue 17: no RETURNING (it would run in a statement journal, see
+        // `ops::task_complete`): the rowid of the insert, then its token by rowid.
+        let n = c
             .prepare_cached(
                 "INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
                  max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
@@ -70,33 +72,38 @@ pub(super) fn task_insert_matched(
                  lease_expires_at, leased_at, leased_address) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'leased', ?8, ?8, ?9, ?10, ?11, ?12, ?13, \
                  ?14, ?14, ?15, 1, 1, lower(hex(randomblob(16))), ?16, ?17, ?18, ?14, ?19) \
-                 ON CONFLICT DO NOTHING RETURNING seq, lease_token",
+                 ON CONFLICT DO NOTHING",
             )?
-            .query_row(
-                params![
-                    t.id,
-                    t.queue,
-                    t.key,
-                    t.payload,
-                    t.priority,
-                    ms(t.run_at),
-                    t.deadline.map(ms),
-                    t.retry.max_attempts,
-                    duration_ms(t.retry.initial_backoff),
-                    t.retry.backoff_multiplier,
-                    duration_ms(t.retry.max_backoff),
-                    t.retry.jitter,
-                    metadata_json(t),
-                    now_ms,
-                    t.concurrency_key,
-                    m.worker_id,
-                    duration_ms(m.lease_duration),
-                    expires,
-                    m.worker_address,
-                ],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
+            .execute(params![
+                t.id,
+                t.queue,
+                t.key,
+                t.payload,
+                t.priority,
+                ms(t.run_at),
+                t.deadline.map(ms),
+                t.retry.max_attempts,
+                duration_ms(t.retry.initial_backoff),
+                t.retry.backoff_multiplier,
+                duration_ms(t.retry.max_backoff),
+                t.retry.jitter,
+                metadata_json(t),
+                now_ms,
+                t.concurrency_key,
+                m.worker_id,
+                duration_ms(m.lease_duration),
+                expires,
+                m.worker_address,
+            ])?;
+        let row: Option<(i64, String)> = if n == 1 {
+            let seq = c.last_insert_rowid();
+            let token: String = c
+                .prepare_cached("SELECT lease_token FROM tasks WHERE seq = ?1")?
+                .query_row([seq], |r| r.get(0))?;
+            Some((seq, token))
+        } else {
+            None
+        };
         let Some((seq, token)) = row else {
             // A duplicate of an existing (queue, key), or of one earlier in this batch.
             let task_id: String = c

@@ -168,6 +168,17 @@ fn run(
             continue;
         }
         tracing::trace!(jobs = batch.len(), "write batch");
+        if batch.len() == 1 {
+            // Issue 17: a lone job needs no savepoint (its failure rolls back the
+            // whole transaction, which holds nothing else), so the pages it
+            // changes are not copied to a sub-journal first.
+            if let Some(job) = batch.pop() {
+                run_alone(&conn, job, &mut replies);
+            }
+            super::flow::after_commit();
+            let _ = committed.try_send(());
+            continue;
+        }
         let mut broken = None;
         for job in batch.drain(..) {
             if let Some(e) = &broken {
@@ -214,5 +225,87 @@ fn run(
         super::flow::after_commit();
         // Full means a checkpoint is due already.
         let _ = committed.try_send(());
+    }
+}
+
+/// Runs a batch of one job in the transaction begun for it: committed if it
+/// succeeded, rolled back if it failed or panicked. Its caller then sees the
+/// job's own result, or the commit's error.
+fn run_alone(conn: &Connection, job: Box<dyn Job>, replies: &mut Vec<Box<dyn Reply>>) {
+    let ran = std::panic::catch_unwind(AssertUnwindSafe(|| job.run(conn)));
+    let (ok, reply) = match ran {
+        Ok((ok, reply)) => (ok, Some(reply)),
+        Err(_) => {
+            tracing::error!("a write job panicked; its changes are rolled back");
+            (false, None)
+        }
+    };
+    replies.extend(reply);
+    let result = if ok {
+        let done = exec(conn, "COMMIT");
+        if let Err(e) = &done {
+            tracing::warn!(error = %e, jobs = 1, "write batch failed; rolled back");
+            let _ = exec(conn, "ROLLBACK");
+        }
+        done
+    } else {
+        // The job failed: nothing of it may stay; its answer is its own error.
+        match exec(conn, "ROLLBACK") {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot roll back a failed write job");
+                Err(e)
+            }
+        }
+    };
+    for r in replies.drain(..) {
+        r.send(result.as_ref().map(|_| ()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(c: &Connection) -> StoreResult<i64> {
+        Ok(c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?)
+    }
+
+    /// A batch of one job runs without a savepoint (issue 17): its failure or
+    /// panic must still leave nothing behind, answer its caller, and keep the
+    /// writer usable.
+    #[tokio::test]
+    async fn a_lone_job_that_fails_or_panics_leaves_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("w.db");
+        let conn = Connection::open(&path).expect("open");
+        conn.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x INTEGER)")
+            .expect("schema");
+        let writer = Writer::start(conn, Connection::open(&path).expect("open")).expect("start");
+
+        let failed = writer
+            .write(|c| {
+                c.execute("INSERT INTO t VALUES (1)", [])?;
+                Err::<(), _>(StoreError::Corrupt("the job failed".into()))
+            })
+            .await;
+        assert!(matches!(failed, Err(StoreError::Corrupt(m)) if m == "the job failed"));
+        assert_eq!(writer.write(count).await.expect("count"), 0);
+
+        let panicked = writer
+            .write(|c| -> StoreResult<()> {
+                c.execute("INSERT INTO t VALUES (2)", [])?;
+                panic!("the job panicked")
+            })
+            .await;
+        assert!(matches!(panicked, Err(StoreError::Unavailable(_))));
+        assert_eq!(writer.write(count).await.expect("count"), 0);
+
+        writer
+            .write(|c| Ok(c.execute("INSERT INTO t VALUES (3)", []).map(|_| ())?))
+            .await
+            .expect("insert");
+        let reader = Connection::open(&path).expect("open");
+        assert_eq!(count(&reader).expect("count"), 1);
     }
 }
