@@ -8,8 +8,9 @@
 //! (sqlx) from this process, alternating with the broker's calls so both see the
 //! same minute of the machine; and the same INSERT with a `pg_notify` on the
 //! broker's channel in the same statement (`insert_notify`), which is what the
-//! broker's Submit adds to wake other replicas. Prints p50/p90/p99 per call and
-//! one JSON line.
+//! broker's Submit adds to wake other replicas. `rpc_floor` is a Submit of no
+//! tasks, which the broker refuses before any store work: the gRPC round trip
+//! through the same layers. Prints p50/p90/p99 per call and one JSON line.
 #![forbid(unsafe_code)]
 
 #[path = "broker.rs"]
@@ -118,8 +119,18 @@ async fn measure(args: &Args, addr: &str) -> anyhow::Result<Vec<(&'static str, S
     let payload = vec![7u8; args.payload_bytes];
     let (mut submit, mut lease, mut complete, mut insert) = Default::default();
     let mut insert_notify = Samples::default();
+    let mut rpc_floor = Samples::default();
     for round in 0..args.warmup + args.calls {
         let counted = round >= args.warmup;
+        // The gRPC floor: a Submit the broker refuses before any store work (no
+        // tasks: INVALID_ARGUMENT), so one round trip through the same layers.
+        let t = Instant::now();
+        let refused = client.submit(pb::SubmitRequest { tasks: Vec::new() }).await;
+        anyhow::ensure!(
+            refused.as_ref().err().map(|s| s.code()) == Some(tonic::Code::InvalidArgument),
+            "an empty Submit was not refused: {refused:?}"
+        );
+        record(&mut rpc_floor, counted, t);
         let t = Instant::now();
         client
             .submit(pb::SubmitRequest {
@@ -179,7 +190,12 @@ async fn measure(args: &Args, addr: &str) -> anyhow::Result<Vec<(&'static str, S
             record(&mut insert_notify, counted, t);
         }
     }
-    let mut rows = vec![("submit", submit), ("lease", lease), ("complete", complete)];
+    let mut rows = vec![
+        ("submit", submit),
+        ("lease", lease),
+        ("complete", complete),
+        ("rpc_floor", rpc_floor),
+    ];
     if floor.is_some() {
         rows.push(("insert", insert));
         rows.push(("insert_notify", insert_notify));
