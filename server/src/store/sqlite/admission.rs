@@ -13,6 +13,7 @@ use sqlx::SqlitePool;
 use super::super::admission::{Assigned, MAX_PASSES, Offer, Plan, SortKey, window};
 use super::super::row::{TaskRow, duration_ms, from_ms, ms, sort_lease_order};
 use super::super::*;
+use super::lease_plain::LEASE_BY_SEQ;
 use super::ops::{task_columns, task_row};
 use crate::domain::admission::{Candidate, Fairness, QueueConfig, QueueUse};
 
@@ -446,14 +447,7 @@ fn grant(
     if taken.is_empty() {
         return Ok(Vec::new());
     }
-    let mut update = c.prepare_cached(
-        "UPDATE tasks SET state = 'leased', attempt = attempt + 1, \
-         fencing_token = fencing_token + 1, lease_token = lower(hex(randomblob(16))), \
-         leased_by = ?1, lease_duration_ms = ?2, \
-         lease_expires_at = MIN(?3, COALESCE(deadline, 9223372036854775807)), updated_at = ?4, \
-         leased_at = ?4, leased_address = ?5 \
-         WHERE seq = ?6 AND state = 'pending'",
-    )?;
+    let mut update = c.prepare_cached(LEASE_BY_SEQ)?;
     let mut leased: Vec<i64> = Vec::with_capacity(taken.len());
     for a in taken {
         let p = &ps[a.request];

@@ -23,6 +23,16 @@ use super::events;
 use super::ops::{task_columns, task_row};
 use crate::domain::event::EventKind;
 
+/// Leases one READY task by rowid (no RETURNING: see the module docs), for the plain
+/// lease here and the gated one (admission.rs): ?1 worker, ?2 lease duration ms, ?3
+/// expiry before the deadline cap, ?4 now, ?5 worker address, ?6 seq.
+pub(super) const LEASE_BY_SEQ: &str = "UPDATE tasks SET state = 'leased', attempt = attempt + 1, \
+     fencing_token = fencing_token + 1, lease_token = lower(hex(randomblob(16))), \
+     leased_by = ?1, lease_duration_ms = ?2, \
+     lease_expires_at = MIN(?3, COALESCE(deadline, 9223372036854775807)), updated_at = ?4, \
+     leased_at = ?4, leased_address = ?5 \
+     WHERE seq = ?6 AND state = 'pending'";
+
 /// A READY task the request may take, with what ordering and cutting need.
 struct Candidate {
     seq: i64,
@@ -119,14 +129,7 @@ pub(super) fn lease(c: &Connection, p: &LeaseParams) -> StoreResult<Vec<TaskReco
     }
     let lease_ms = duration_ms(p.lease_duration);
     let expires = now.saturating_add(lease_ms);
-    let mut update = c.prepare_cached(
-        "UPDATE tasks SET state = 'leased', attempt = attempt + 1, \
-         fencing_token = fencing_token + 1, lease_token = lower(hex(randomblob(16))), \
-         leased_by = ?1, lease_duration_ms = ?2, \
-         lease_expires_at = MIN(?3, COALESCE(deadline, 9223372036854775807)), updated_at = ?4, \
-         leased_at = ?4, leased_address = ?5 \
-         WHERE seq = ?6 AND state = 'pending'",
-    )?;
+    let mut update = c.prepare_cached(LEASE_BY_SEQ)?;
     let mut read = c.prepare_cached(concat!(
         "SELECT ",
         task_columns!(),
