@@ -461,14 +461,7 @@ impl PostgresStore {
         // Routing (issue 13): a batch with routed tasks inserts their routing
         // columns too (the same statement with more arrays, in routing.rs).
         let routed = tasks.iter().any(|t| routing::is_routed(&t.routing));
-        // A batch without keys cannot collide (ids are new UUIDv7s): a plain INSERT
-        // skips the speculative insertion of ON CONFLICT, which probes every unique
-        // index first and writes a confirmation record per row.
-        let sql = if tasks.iter().any(|t| t.key.is_some()) {
-            INSERT_PLAIN
-        } else {
-            INSERT_PLAIN_KEYLESS.as_str()
-        };
+        let sql = by_keys(tasks, INSERT_PLAIN, &INSERT_PLAIN_KEYLESS);
         let inserted: Vec<String> = sqlx::query_scalar(routing::insert_sql(routed, sql))
             .bind(&ids)
             .bind(&queues)
@@ -582,6 +575,22 @@ pub(super) fn keyless(sql: &str) -> String {
     let out = sql.replacen("ON CONFLICT DO NOTHING ", "", 1);
     debug_assert_ne!(out, sql, "no ON CONFLICT DO NOTHING to drop");
     out
+}
+
+/// The insert for `tasks`: `keyed` when one carries a key, else its [`keyless`]
+/// form. A batch without keys cannot collide (ids are new UUIDv7s), and a plain
+/// INSERT skips the speculative insertion of ON CONFLICT, which probes every unique
+/// index first and writes a confirmation record per row (issue 17).
+pub(super) fn by_keys(
+    tasks: &[NewTask],
+    keyed: &'static str,
+    keyless: &'static std::sync::LazyLock<String>,
+) -> &'static str {
+    if tasks.iter().any(|t| t.key.is_some()) {
+        keyed
+    } else {
+        keyless.as_str()
+    }
 }
 
 /// Routing (issue 13): whether the worker of request `i` (1-based) may take the

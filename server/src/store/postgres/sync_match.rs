@@ -140,12 +140,7 @@ impl PostgresStore {
         let durations: Vec<Option<i64>> = (0..tasks.len())
             .map(|i| matched(i).map(|m| duration_ms(m.lease_duration)))
             .collect();
-        // Without keys, no ON CONFLICT (see `keyless`).
-        let sql = if tasks.iter().any(|t| t.key.is_some()) {
-            INSERT_MATCHED
-        } else {
-            INSERT_MATCHED_KEYLESS.as_str()
-        };
+        let sql = super::by_keys(tasks, INSERT_MATCHED, &INSERT_MATCHED_KEYLESS);
         let rows: Vec<InsertedRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(&ids)
             .bind(&queues)
