@@ -13,6 +13,7 @@ use sqlx::{PgPool, Postgres};
 use super::super::flow::{EventRow, event_record, schedule_json};
 use super::super::row::{TaskRow, ms, state_filter_sql};
 use super::super::*;
+use super::horizon::HORIZON;
 use super::{CHANNEL, PostgresStore};
 
 const EVENT_COLUMNS: &str =
@@ -205,11 +206,6 @@ pub(super) async fn event_list(
     .await?;
     rows.into_iter().map(event_record).collect()
 }
-
-/// The horizon: every transaction with an id below the oldest one still running
-/// has ended, and any event to come has an id at or above `xmin << 20`. So the
-/// events below it are final, and reading up to it never skips one.
-const HORIZON: &str = "(pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 20)";
 
 pub(super) async fn event_read(
     pool: &PgPool,
