@@ -78,24 +78,27 @@ impl EventHub {
         }
     }
 
-    /// Subscribes to the fan-out, starting the tailer if it is not running.
-    fn subscribe(self: &Arc<Self>) -> broadcast::Receiver<Arc<Stretch>> {
+    /// Subscribes to the fan-out, starting the tailer if it is not running. The
+    /// tailer starts at the store's head as read before this subscription (never
+    /// at a watcher's cursor): the store read that follows a subscription reaches
+    /// at least that far (heads never go back), so a stretch never starts past
+    /// what its watcher has read without the watcher noticing.
+    async fn subscribe(
+        self: &Arc<Self>,
+    ) -> Result<broadcast::Receiver<Arc<Stretch>>, ServiceError> {
+        let head = self.store.event_head().await?;
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         let rx = self.fanout.subscribe();
         if !*running {
             *running = true;
             let hub = self.clone();
-            tokio::spawn(async move { hub.tail().await });
+            tokio::spawn(async move { hub.tail(head).await });
         }
-        rx
+        Ok(rx)
     }
 
-    /// Reads from the store's head on: a watcher behind it catches up from the
-    /// store (its first stretch starts after its cursor), one ahead of it skips
-    /// what it has seen. Either way the tailer's reads do not depend on who
-    /// subscribed first.
-    async fn tail(self: Arc<Self>) {
-        let mut cursor = None;
+    async fn tail(self: Arc<Self>, from: i64) {
+        let mut cursor = from;
         loop {
             {
                 let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
@@ -104,27 +107,16 @@ impl EventHub {
                     return;
                 }
             }
-            let at = match cursor {
-                Some(at) => at,
-                None => match self.store.event_head().await {
-                    Ok(head) => *cursor.insert(head),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "event tailer cannot read");
-                        tokio::time::sleep(POLL).await;
-                        continue;
-                    }
-                },
-            };
-            match self.store.event_read(at, READ_BATCH).await {
+            match self.store.event_read(cursor, READ_BATCH).await {
                 Ok(events) if !events.is_empty() => {
                     let full = events.len() as u32 == READ_BATCH;
-                    let upto = events.last().map_or(at, |e| e.event_id);
+                    let upto = events.last().map_or(cursor, |e| e.event_id);
                     let stretch = Stretch {
-                        after: at,
+                        after: cursor,
                         upto,
                         events,
                     };
-                    cursor = Some(upto);
+                    cursor = upto;
                     let _ = self.fanout.send(Arc::new(stretch));
                     if full {
                         continue;
@@ -162,7 +154,7 @@ impl EventHub {
         'catch_up: loop {
             // Subscribed before reading the store: every stretch published from now
             // on starts at or before where the reading below ends.
-            let mut rx = self.subscribe();
+            let mut rx = self.subscribe().await?;
             loop {
                 let events = self.store.event_read(last, READ_BATCH).await?;
                 let full = events.len() as u32 == READ_BATCH;
