@@ -649,8 +649,8 @@ pub trait Store: Send + Sync + 'static {
     /// A cursor that every event recorded from now on lies after.
     async fn event_head(&self) -> StoreResult<i64>;
 
-    /// The largest event id recorded so far, committed or not: a cursor beyond it
-    /// names no event of this database (a stale one, or made up).
+    /// An id at or above every committed event's: a cursor beyond it names no
+    /// event anybody can have seen in this database (a stale one, or made up).
     async fn event_ceiling(&self) -> StoreResult<i64> {
         self.event_head().await
     }

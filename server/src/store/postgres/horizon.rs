@@ -7,15 +7,17 @@
 //! back. Only transactions of this database can write its `task_events`, so the
 //! horizon waits only for them:
 //!
-//! 1. One statement takes a snapshot S (running ids `xip`, next id `xmax`), then
-//!    looks at `pg_stat_activity` (A) and `pg_prepared_xacts`. The horizon is
-//!    `min(xmax, the ids in xip still running in this database at A, or prepared
-//!    in it) << 20`.
+//! 1. One statement takes a snapshot S (`xmax`: one past the newest ended
+//!    transaction, every id at or above it counting as running; `xip`: the
+//!    running ids below it), then looks at `pg_stat_activity` (A) and
+//!    `pg_prepared_xacts`. The horizon is `min(xmax, the ids in xip still running
+//!    in this database at A, or prepared in it) << 20`.
 //! 2. Events are read below it by a later statement, with a snapshot taken after A.
 //!
 //! Why that never skips an event: an event to come belongs to a transaction with
-//! an id below `xmax` (then it was in xip: running at S) or at or above it (its
-//! ids lie above the horizon). One in xip either still runs in this database at A
+//! an id at or above `xmax` (its ids lie above the horizon) or to one in xip (a
+//! transaction below `xmax` and not in xip had ended at S, and writes no more).
+//! One in xip either still runs in this database at A
 //! (the horizon stays below its ids), runs in another database (it can never
 //! write here), or has ended by A, committed or not: then the read's later
 //! snapshot sees its events (or none), so passing it loses nothing. A session's
@@ -49,8 +51,9 @@ pub(super) async fn horizon(pool: &PgPool) -> StoreResult<i64> {
     Ok(sqlx::query_scalar(HORIZON).fetch_one(pool).await?)
 }
 
-/// The largest event id any transaction begun so far can write: ids of running
-/// transactions are below `xmax << 20`.
+/// An id at or above every committed event's: a snapshot's `xmax` is one past
+/// the newest ended transaction. (A transaction still running may lie above it;
+/// nobody has seen its events yet.)
 pub(super) async fn event_ceiling(pool: &PgPool) -> StoreResult<i64> {
     Ok(sqlx::query_scalar(
         "SELECT (pg_snapshot_xmax(pg_current_snapshot())::text::bigint << 20) - 1",
