@@ -556,6 +556,50 @@ def status_codes():
     return codes, reasons
 
 
+def heading_anchors(text):
+    """GitHub's anchors for a Markdown text's headings."""
+    anchors = set()
+    for line in text.split("\n"):
+        m = re.match(r"^#{1,6}\s+(.*)", line)
+        if m:
+            h = m.group(1).strip().lower()
+            h = re.sub(r"[^\w\- ]", "", h)
+            anchors.add(h.replace(" ", "-"))
+    return anchors
+
+
+def broken_links(generated):
+    """Relative links (and their #anchors) in README.md, CHANGELOG.md and docs/ that lead nowhere."""
+    pages = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "CHANGELOG.md")]
+    for dirpath, _, names in os.walk(os.path.join(ROOT, "docs")):
+        pages += [os.path.join(dirpath, n) for n in sorted(names) if n.endswith(".md")]
+    out = []
+    for page in pages:
+        if not os.path.exists(page):
+            continue
+        text = open(page, encoding="utf-8").read()
+        if os.path.dirname(page) == REF and os.path.basename(page) in generated:
+            text = generated[os.path.basename(page)]
+        text = re.sub(r"```.*?```", "", text, flags=re.S)
+        for m in re.finditer(r"\]\(([^)\s]+)\)", text):
+            target = m.group(1)
+            if re.match(r"^[a-z]+:", target):
+                continue
+            path, _, frag = target.partition("#")
+            full = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+            if not os.path.exists(full):
+                out.append(f"{rel(page)}: link to {target}: no such file")
+                continue
+            if frag and full.endswith(".md"):
+                if os.path.dirname(full) == REF and os.path.basename(full) in generated:
+                    body = generated[os.path.basename(full)]
+                else:
+                    body = open(full, encoding="utf-8").read()
+                if frag not in heading_anchors(body):
+                    out.append(f"{rel(page)}: link to {target}: no such heading")
+    return out
+
+
 def main():
     write = "--write" in sys.argv[1:]
     problems = []
@@ -615,6 +659,8 @@ def main():
     if hist.strip():
         print(hist.strip())
         problems.append("issue numbers or session words in the docs (above)")
+
+    problems += broken_links(generated)
 
     undocumented = undocumented_fields(types)
     print(
