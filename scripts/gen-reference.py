@@ -43,7 +43,10 @@ def clean(text):
     text = re.sub(r"\b(\w+) \(#\d+\)", r"\1", text)
     text = re.sub(r"^(?:Issue \d+|#\d+):\s*", "", text)
     text = re.sub(r"^(\w+) \((?:issue \d+|#\d+)\):\s*", r"\1: ", text)
-    return text.replace("|", "\\|")
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # outside code spans: no accidental emphasis or HTML
+        parts[i] = parts[i].replace("*", "\\*").replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(parts).replace("|", "\\|")
 
 
 def rel(path):
