@@ -171,6 +171,41 @@ pub fn effective_priority(
     }
 }
 
+/// Round robin keeps, per queue, the number of the latest grant of each key
+/// (`queue_key_turns`); a key never served has 0. Rows this many grants behind
+/// the queue's counter may be deleted: an absent key ranks as served longest ago,
+/// where such a key ranks already.
+pub const TURNS_KEPT: i64 = 100_000;
+
+/// What one lease's grants of a round-robin queue change: the grants, in the
+/// order taken, number `1..=count` after the queue's counter; each key keeps
+/// the number of its latest grant (`last`, in order of first appearance).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    pub last: Vec<(String, i64)>,
+    pub count: i64,
+}
+
+/// The turns taken by grants of these keys (`""` for tasks without one), in
+/// the order granted; `None` when nothing was granted.
+pub fn served_order(keys: &[&str]) -> Option<Served> {
+    if keys.is_empty() {
+        return None;
+    }
+    let mut last: Vec<(String, i64)> = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let at = i64::try_from(i).unwrap_or(i64::MAX).saturating_add(1);
+        match last.iter_mut().find(|(key, _)| key == k) {
+            Some(slot) => slot.1 = at,
+            None => last.push(((*k).to_string(), at)),
+        }
+    }
+    Some(Served {
+        last,
+        count: i64::try_from(keys.len()).unwrap_or(i64::MAX),
+    })
+}
+
 /// A READY task a gated lease may take, in the order the store read them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
