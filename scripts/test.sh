@@ -52,6 +52,9 @@ cargo test --workspace --no-fail-fast
 step "console: browser end-to-end tests (headless Chromium)"
 scripts/console-e2e.sh
 
+step "docs: generated reference up to date, every RPC documented, links resolve"
+python3 scripts/gen-reference.py
+
 # Each language runs twice: plaintext, and --secure (TLS, mTLS and a token). An empty
 # TASKBROKER_LANGS runs no client at all, which is said plainly rather than called a pass.
 failed=()

@@ -74,6 +74,11 @@ pub struct Args {
     /// Tasks pre-loaded into another queue (batches of 1000) before measuring.
     #[arg(long, default_value_t = 0)]
     pub backlog: u64,
+    /// Tasks pre-loaded into each measured queue, due in a day at priority 10
+    /// (above every measured task): what a backlog of scheduled work costs the
+    /// leases of the tasks that are due.
+    #[arg(long, default_value_t = 0)]
+    pub future_backlog: u64,
     /// Read the broker's peak RSS (VmHWM) from /proc/PID/status at the end.
     #[arg(long, conflicts_with = "spawn_broker")]
     pub broker_pid: Option<u32>,
@@ -157,6 +162,7 @@ pub struct Params {
     pub latency_rates: Vec<f64>,
     pub latency_seconds: f64,
     pub backlog: u64,
+    pub future_backlog: u64,
     pub timeout: Duration,
     pub closed_loop: bool,
     pub replicas: usize,
@@ -223,6 +229,7 @@ impl Args {
             latency_rates: self.latency_rate.clone(),
             latency_seconds: self.latency_seconds,
             backlog: self.backlog,
+            future_backlog: self.future_backlog,
             timeout: Duration::from_secs_f64(self.timeout_seconds),
             closed_loop: self.closed_loop,
             replicas: self.replicas,

@@ -16,13 +16,16 @@ const LOADERS: usize = 4;
 /// A progress line on stderr every this many tasks.
 const REPORT_EVERY: u64 = 100_000;
 
-/// Submits `n` tasks to `queue`; returns how long it took.
+/// Submits `n` tasks to `queue`; returns how long it took. With `future`, each
+/// is due in a day at priority 10: waiting in the measured queue itself, ahead
+/// of every measured task in priority order, never leased during the run.
 pub async fn preload(
     clients: &[Broker],
     queue: &str,
     n: u64,
     payload_bytes: usize,
     timeout: Duration,
+    future: bool,
 ) -> anyhow::Result<Duration> {
     let start = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
@@ -39,8 +42,16 @@ pub async fn preload(
                     return anyhow::Ok(());
                 }
                 let to = (from + BATCH).min(n);
+                let later = std::time::SystemTime::now() + Duration::from_secs(86_400);
                 let tasks = (from..to)
-                    .map(|_| rpc::spec(&queue, payload.clone()))
+                    .map(|_| {
+                        let mut t = rpc::spec(&queue, payload.clone());
+                        if future {
+                            t.priority = 10;
+                            t.run_at = Some(prost_types::Timestamp::from(later));
+                        }
+                        t
+                    })
                     .collect();
                 rpc::submit(&mut client, tasks, &errors).await?;
                 if to / REPORT_EVERY != from / REPORT_EVERY || to == n {

@@ -118,12 +118,27 @@ async fn measure(
             params.backlog,
             params.payload_bytes,
             params.timeout,
+            false,
         )
         .await?;
         Some(took)
     } else {
         None
     };
+
+    if params.future_backlog > 0 {
+        for q in &gated {
+            backlog::preload(
+                &producers,
+                q,
+                params.future_backlog,
+                params.payload_bytes,
+                params.timeout,
+                true,
+            )
+            .await?;
+        }
+    }
 
     let cpu_before = pid.and_then(broker::cpu_seconds);
     let throughput = throughput::run(&params, &workers, &producers, &queue).await?;

@@ -73,7 +73,7 @@ impl Report {
         let _ = writeln!(
             s,
             "taskbroker-bench: mode={} store={} tasks={} producers={} workers={} \
-             submit_batch={} lease_batch={} payload={} B backlog={} replicas={}",
+             submit_batch={} lease_batch={} payload={} B backlog={} future_backlog={} replicas={}",
             p.mode.name(),
             self.store.unwrap_or("?"),
             p.tasks,
@@ -83,6 +83,7 @@ impl Report {
             p.lease_batch,
             p.payload_bytes,
             p.backlog,
+            p.future_backlog,
             p.replicas
         );
         let mut row = |phase: &str, metric: &str, value: String| {

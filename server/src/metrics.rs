@@ -191,8 +191,7 @@ impl Metrics {
         );
         r.register(
             "watch_lag_seconds",
-            "How long the oldest committed event has waited for an earlier writer before \
-             WatchTasks can deliver it (0 when none waits)",
+            "How long the oldest committed event has waited before WatchTasks can deliver it",
             m.watch_lag.clone(),
         );
         m

@@ -30,6 +30,10 @@ use hot::*;
 #[path = "store_conformance/lease_order.rs"]
 mod lease_order;
 use lease_order::*;
+// Round-robin fairness across lease calls.
+#[path = "store_conformance/lease_fairness.rs"]
+mod lease_fairness;
+use lease_fairness::*;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -913,6 +917,10 @@ both_backends!(
     a_bulk_selection_by_creation_time_keeps_leased_tasks,
     // The plain lease over several queues (issue 17, session 5).
     one_lease_takes_tasks_in_lease_order_across_queues,
+    // Round-robin fairness across lease calls.
+    round_robin_turns_persist_across_single_task_leases,
+    a_multi_task_round_robin_lease_comes_in_turn_order,
+    random_key_populations_are_served_round_robin_across_leases,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

@@ -41,6 +41,35 @@ pub struct LeasePlan {
 }
 
 impl Broker {
+    /// How long until the next token of the rate-limited queues among `queues`
+    /// whose buckets are empty now (`None`: no such queue). A bucket of burst 1
+    /// that is full drops what it would accrue, so a long-poll that looks late
+    /// loses that much of the rate: it looks when the token is due.
+    async fn next_token(
+        &self,
+        queues: &[String],
+        now: DateTime<Utc>,
+    ) -> Result<Option<Duration>, ServiceError> {
+        let mut due: Option<Duration> = None;
+        for q in queues {
+            let limited = self
+                .settings
+                .queue(q)
+                .is_some_and(|l| l.config.rate_limit.is_some());
+            if !limited {
+                continue;
+            }
+            let usage = self.store.queue_usage(q, None, now).await?;
+            if let (Some(limit), Some(tokens)) = (usage.config.rate_limit, usage.tokens)
+                && crate::domain::admission::whole_tokens(tokens) < 1.0
+            {
+                let wait = limit.wait_for_token(tokens);
+                due = Some(due.map_or(wait, |d| d.min(wait)));
+            }
+        }
+        Ok(due)
+    }
+
     pub async fn lease(&self, req: LeaseRequest) -> Result<Vec<TaskRecord>, ServiceError> {
         let plan = self.lease_plan(&req)?;
         self.lease_planned(req, plan).await
@@ -210,8 +239,13 @@ impl Broker {
             }
             if gated {
                 // A gate opens without a wake-up when a lease ends on another
-                // replica or a rate-limit token comes due: look again soon.
-                until = until.min(Instant::now() + self.settings.gated_recheck(&key));
+                // replica or a rate-limit token comes due: look again soon, and
+                // when a queue's next token is due, right then.
+                let mut recheck = self.settings.gated_recheck(&key);
+                if let Some(due) = self.next_token(&key, now).await? {
+                    recheck = recheck.min(due);
+                }
+                until = until.min(Instant::now() + recheck);
             }
             let _waiting = self.dispatch.waiting();
             // Sync match (issue 17): a long-poll of one plain queue waits where a

@@ -728,8 +728,9 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> StoreResult<QueueUsage>;
 
-    /// How many READY tasks of a pending task's queue lease before it (by
-    /// effective priority, then submission order).
+    /// How many READY tasks of a pending task's queue lease before it, in the
+    /// gated lease's order (effective priority, the key's turn under round robin,
+    /// deadline, run_at, submission).
     async fn task_ahead(
         &self,
         task: &TaskRecord,
@@ -763,7 +764,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Admission (#14): deletes the per-key rate-limit buckets that are full
     /// again at `now` (a bucket absent is a full one), and those of queues
-    /// without a per-key rate limit; returns how many. Run by retention.
+    /// without a per-key rate limit; returns how many. Run by retention, which
+    /// also drops the round-robin turns of queues without round robin and
+    /// those [`crate::domain::admission::TURNS_KEPT`] grants old.
     async fn queue_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64>;
 }
 

@@ -302,6 +302,20 @@ impl PostgresStore {
         })
         .fetch_all(&mut *tx)
         .await?;
+        let fair = uses
+            .iter()
+            .any(|u| u.config.fairness == Fairness::RoundRobinKeys);
+        // The rows written, in the order granted (the lease order).
+        let mut rows = rows;
+        if fair {
+            let place: HashMap<i64, usize> = assigned
+                .iter()
+                .enumerate()
+                .map(|(i, a)| (a.cand.seq, i))
+                .collect();
+            rows.sort_by_key(|(r, _)| place.get(&r.seq).copied().unwrap_or(usize::MAX));
+            record_turns(&mut tx, queues, &uses, &rows).await?;
+        }
         tx.commit().await?;
         let mut out: Vec<Vec<TaskRecord>> = ps.iter().map(|_| Vec::new()).collect();
         for (row, request) in rows {
@@ -311,8 +325,11 @@ impl PostgresStore {
                 .ok_or_else(|| StoreError::Corrupt(format!("lease for request {request}")))?;
             slot.push(row.into_record()?);
         }
-        for records in &mut out {
-            sort_lease_order(records);
+        // Round robin: each reply in turn order (the order granted).
+        if !fair {
+            for records in &mut out {
+                sort_lease_order(records);
+            }
         }
         Ok(out)
     }
@@ -378,24 +395,39 @@ impl PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreResult<u64> {
         let now = ms(now);
-        let mine = crate::domain::admission::effective_priority(
-            i64::from(t.priority),
-            ms(t.run_at),
-            now,
-            aging_ms,
-        );
+        let config: Option<String> =
+            sqlx::query_scalar("SELECT config FROM queues WHERE name = $1")
+                .bind(&t.queue)
+                .fetch_optional(&self.pool)
+                .await?;
+        let fair = match config {
+            Some(json) => parse(&t.queue, &json)?.fairness == Fairness::RoundRobinKeys,
+            None => false,
+        };
+        // The READY tasks ranked as the gated lease ranks them (see `candidates`),
+        // counted up to the task's own place.
         let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM (SELECT seq, CASE WHEN $4 > 0 \
-               THEN priority + GREATEST($2 - run_at, 0) / $4 ELSE priority END AS eff \
-               FROM tasks WHERE state = 'pending' AND queue = $1 AND run_at <= $2 \
-               AND COALESCE(deadline, 9223372036854775807) > $2 AND seq <> $5) c \
-             WHERE eff > $3 OR (eff = $3 AND seq < $5)",
+            "WITH r AS (SELECT seq, eff, last, COALESCE(deadline, 9223372036854775807) AS dl, \
+               run_at, CASE WHEN $5 THEN row_number() OVER (PARTITION BY \
+                 COALESCE(concurrency_key, ''), eff ORDER BY deadline ASC NULLS LAST, run_at, seq) \
+               ELSE 1 END AS krn \
+               FROM (SELECT seq, concurrency_key, deadline, run_at, \
+                 CASE WHEN $3 > 0 THEN priority + GREATEST($2 - run_at, 0) / $3 \
+                 ELSE priority END AS eff, \
+                 CASE WHEN $5 THEN COALESCE((SELECT k.served FROM queue_key_turns k \
+                   WHERE k.queue = $1 AND k.key = COALESCE(tasks.concurrency_key, '')), 0) \
+                 ELSE 0 END AS last \
+                 FROM tasks WHERE state = 'pending' AND queue = $1 AND run_at <= $2 \
+                 AND COALESCE(deadline, 9223372036854775807) > $2) a) \
+             SELECT count(*) FROM r, r m WHERE m.seq = $4 AND r.seq <> m.seq \
+               AND (r.eff > m.eff OR (r.eff = m.eff AND (r.krn, r.last, r.dl, r.run_at, r.seq) \
+                 < (m.krn, m.last, m.dl, m.run_at, m.seq)))",
         )
         .bind(&t.queue)
         .bind(now)
-        .bind(mine)
         .bind(aging_ms.unwrap_or(0))
         .bind(t.seq)
+        .bind(fair)
         .fetch_one(&self.pool)
         .await?;
         Ok(n.max(0) as u64)
@@ -411,8 +443,12 @@ impl PostgresStore {
     pub(super) async fn admission_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64> {
         let now = ms(now);
         let mut limited: Vec<String> = Vec::new();
+        let mut fair: Vec<String> = Vec::new();
         let mut n = 0;
         for q in self.admission_queue_list().await? {
+            if q.config.fairness == Fairness::RoundRobinKeys {
+                fair.push(q.name.clone());
+            }
             let Some(l) = q.config.per_key_rate_limit else {
                 continue;
             };
@@ -434,8 +470,59 @@ impl PostgresStore {
             .execute(&self.pool)
             .await?
             .rows_affected();
+        // Round robin's turns: those of queues without it, and those served so
+        // long ago that an absent row ranks them the same.
+        sqlx::query(
+            "DELETE FROM queue_key_turns t WHERE t.queue <> ALL($1::text[]) \
+             OR t.served < (SELECT q.served FROM queues q WHERE q.name = t.queue) - $2",
+        )
+        .bind(&fair)
+        .bind(crate::domain::admission::TURNS_KEPT)
+        .execute(&self.pool)
+        .await?;
         Ok(n)
     }
+}
+
+/// Round robin: records the keys served by the rows leased (in the order
+/// granted), so the next lease of any replica, of any size, starts with the
+/// keys served longest ago. Each grant of a round-robin queue takes the next
+/// number of the queue's counter; a key keeps the number of its latest grant.
+/// Runs under the queue row's lock, like the grant.
+async fn record_turns(
+    tx: &mut Tx<'_>,
+    queues: &[String],
+    uses: &[QueueUse],
+    rows: &[(TaskRow, i64)],
+) -> StoreResult<()> {
+    for (queue, usage) in queues.iter().zip(uses) {
+        if usage.config.fairness != Fairness::RoundRobinKeys {
+            continue;
+        }
+        let keys: Vec<&str> = rows
+            .iter()
+            .filter(|(r, _)| &r.queue == queue)
+            .map(|(r, _)| r.concurrency_key.as_deref().unwrap_or(""))
+            .collect();
+        let Some(order) = crate::domain::admission::served_order(&keys) else {
+            continue;
+        };
+        let (names, at): (Vec<String>, Vec<i64>) = order.last.into_iter().unzip();
+        sqlx::query(
+            "WITH c AS (UPDATE queues SET served = served + $4 WHERE name = $1 \
+               RETURNING served - $4 AS base) \
+             INSERT INTO queue_key_turns (queue, key, served) \
+             SELECT $1, k.key, c.base + k.at FROM c, UNNEST($2::text[], $3::bigint[]) AS k(key, at) \
+             ON CONFLICT (queue, key) DO UPDATE SET served = EXCLUDED.served",
+        )
+        .bind(queue)
+        .bind(&names)
+        .bind(&at)
+        .bind(order.count)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
 }
 
 /// The workers of a gated lease batch (routing, issue 13), per request.
@@ -593,11 +680,20 @@ async fn candidates(
 ) -> StoreResult<Vec<Offer>> {
     let aging = config.aging_ms().unwrap_or(0);
     let round_robin = config.fairness == Fairness::RoundRobinKeys;
-    let turn = if round_robin {
-        "row_number() OVER (PARTITION BY COALESCE(concurrency_key, ''), eff \
-         ORDER BY deadline ASC NULLS LAST, run_at, seq)"
+    // Round robin: a key's n-th READY task takes its turn in the n-th round, and
+    // within a round the key served longest ago (`queue_key_turns`, kept across
+    // leases and replicas) goes first. `turn` is the task's place in that order.
+    let (last, krn, turn) = if round_robin {
+        (
+            "COALESCE((SELECT k.served FROM queue_key_turns k WHERE k.queue = $1 \
+             AND k.key = COALESCE(tasks.concurrency_key, '')), 0)",
+            "row_number() OVER (PARTITION BY COALESCE(concurrency_key, ''), eff \
+             ORDER BY deadline ASC NULLS LAST, run_at, seq)",
+            "row_number() OVER (PARTITION BY eff \
+             ORDER BY krn, last, deadline ASC NULLS LAST, run_at, seq)",
+        )
     } else {
-        "1::bigint"
+        ("0::bigint", "1::bigint", "1::bigint")
     };
     let eff = if aging > 0 {
         "priority + GREATEST($2 - run_at, 0) / $6"
@@ -615,7 +711,8 @@ async fn candidates(
         "SELECT seq, concurrency_key, eff, turn, COALESCE(deadline, 9223372036854775807) AS dl, \
            run_at, size, elig, fgroup FROM (SELECT seq, concurrency_key, deadline, run_at, eff, \
            size, elig, fgroup, {turn} AS turn FROM (SELECT seq, concurrency_key, deadline, run_at, \
-             {eff} AS eff, \
+           eff, size, elig, fgroup, last, {krn} AS krn FROM (SELECT seq, concurrency_key, deadline, \
+             run_at, {eff} AS eff, {last} AS last, \
              octet_length(payload) + COALESCE(octet_length(checkpoint), 0) \
                + octet_length(metadata) + {extra}::bigint AS size, \
              CASE WHEN {open} THEN NULL ELSE ARRAY(SELECT i - 1 \
@@ -627,7 +724,7 @@ async fn candidates(
                OR concurrency_key NOT IN (SELECT unnest($3::text[]))) \
              AND seq NOT IN (SELECT unnest($4::bigint[])) \
              AND ({open} OR EXISTS (SELECT 1 FROM generate_subscripts($7::text[], 1) AS i \
-               WHERE {may_take})){cap}) a) b \
+               WHERE {may_take})){cap}) a) k) b \
          ORDER BY eff DESC, turn, deadline ASC NULLS LAST, run_at, seq LIMIT $5",
         extra = LEASE_REPLY_TASK_BYTES,
         open = GATED_OPEN,

@@ -217,11 +217,21 @@ fn candidates(
     batch: &Batch,
 ) -> StoreResult<Vec<Offer>> {
     let aging = config.aging_ms().unwrap_or(0);
-    let turn = if config.fairness == Fairness::RoundRobinKeys {
-        "row_number() OVER (PARTITION BY COALESCE(concurrency_key, ''), eff \
-         ORDER BY deadline IS NULL, deadline, run_at, seq)"
+    // Round robin: a key's n-th READY task takes its turn in the n-th round, and
+    // within a round the key served longest ago (`queue_key_turns`, kept across
+    // leases) goes first. `turn` is the task's place in that order.
+    let fair = config.fairness == Fairness::RoundRobinKeys;
+    let (last, krn, turn) = if fair {
+        (
+            "COALESCE((SELECT k.served FROM queue_key_turns k WHERE k.queue = ?1 \
+             AND k.key = COALESCE(tasks.concurrency_key, '')), 0)",
+            "row_number() OVER (PARTITION BY COALESCE(concurrency_key, ''), eff \
+             ORDER BY deadline IS NULL, deadline, run_at, seq)",
+            "row_number() OVER (PARTITION BY eff \
+             ORDER BY krn, last, deadline IS NULL, deadline, run_at, seq)",
+        )
     } else {
-        "1"
+        ("0", "1", "1")
     };
     let eff = if aging > 0 {
         "priority + MAX(?2 - run_at, 0) / ?6"
@@ -231,8 +241,9 @@ fn candidates(
     let sql = format!(
         "SELECT seq, concurrency_key, eff, turn, COALESCE(deadline, 9223372036854775807), run_at, \
            size, elig, fgroup FROM (SELECT seq, concurrency_key, deadline, run_at, eff, size, \
-           elig, fgroup, {turn} AS turn \
-           FROM (SELECT seq, concurrency_key, deadline, run_at, {eff} AS eff, \
+           elig, fgroup, {turn} AS turn FROM (SELECT seq, concurrency_key, deadline, run_at, eff, \
+           size, elig, fgroup, last, {krn} AS krn \
+           FROM (SELECT seq, concurrency_key, deadline, run_at, {eff} AS eff, {last} AS last, \
              length(payload) + COALESCE(length(checkpoint), 0) + length(metadata) + {extra} AS size, \
              CASE WHEN {open} THEN NULL ELSE (SELECT json_group_array(r.key) FROM json_each(?7) r \
                WHERE {may_take}) END AS elig, \
@@ -242,18 +253,14 @@ fn candidates(
              AND (concurrency_key IS NULL OR concurrency_key NOT IN (SELECT value FROM json_each(?3))) \
              AND seq NOT IN (SELECT value FROM json_each(?4)) \
              AND ({open} OR EXISTS (SELECT 1 FROM json_each(?7) r WHERE {may_take})) \
-             ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq{cap})) \
+             ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq{cap}))) \
          ORDER BY eff DESC, turn, deadline IS NULL, deadline, run_at, seq LIMIT ?5",
         extra = LEASE_REPLY_TASK_BYTES,
         open = GATED_OPEN,
         may_take = GATED_MAY_TAKE,
         // Without aging or fairness the index order is the lease order: read only
         // the first rows. With them, every READY row of the queue is ranked.
-        cap = if aging == 0 && turn == "1" {
-            " LIMIT ?5"
-        } else {
-            ""
-        },
+        cap = if aging == 0 && !fair { " LIMIT ?5" } else { "" },
     );
     let closed = json_text(closed)?;
     let seen = json_text(seen)?;
@@ -421,10 +428,57 @@ pub(super) fn task_lease_gated(
         out[*request].push(row.into_record()?);
     }
     charge(c, queues, &uses, &charged, now)?;
-    for records in &mut out {
-        sort_lease_order(records);
+    turns(c, queues, &uses, &charged)?;
+    // Round robin: each reply in turn order (the order granted).
+    if !uses
+        .iter()
+        .any(|u| u.config.fairness == Fairness::RoundRobinKeys)
+    {
+        for records in &mut out {
+            sort_lease_order(records);
+        }
     }
     Ok(out)
+}
+
+/// Round robin: records the keys served, in the order granted, so the next
+/// lease (of any replica, any size) starts with the keys served longest ago.
+/// Each grant of a round-robin queue takes the next number of the queue's
+/// counter; a key keeps the number of its latest grant.
+fn turns(
+    c: &Connection,
+    queues: &[String],
+    uses: &[QueueUse],
+    charged: &[(usize, Option<String>)],
+) -> StoreResult<()> {
+    for (qi, queue) in queues.iter().enumerate() {
+        if uses[qi].config.fairness != Fairness::RoundRobinKeys {
+            continue;
+        }
+        let keys: Vec<&str> = charged
+            .iter()
+            .filter(|(q, _)| *q == qi)
+            .map(|(_, k)| k.as_deref().unwrap_or(""))
+            .collect();
+        let Some(order) = crate::domain::admission::served_order(&keys) else {
+            continue;
+        };
+        let counter: i64 = c
+            .prepare_cached("SELECT served FROM queues WHERE name = ?1")?
+            .query_row(params![queue], |r| r.get(0))
+            .optional()?
+            .unwrap_or(0);
+        let mut put = c.prepare_cached(
+            "INSERT INTO queue_key_turns (queue, key, served) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (queue, key) DO UPDATE SET served = excluded.served",
+        )?;
+        for (key, at) in &order.last {
+            put.execute(params![queue, key, counter + at])?;
+        }
+        c.prepare_cached("UPDATE queues SET served = ?2 WHERE name = ?1")?
+            .execute(params![queue, counter + order.count])?;
+    }
+    Ok(())
 }
 
 /// Writes the leases of the tasks granted (in `taken` order) and reads them
@@ -526,9 +580,14 @@ pub(super) fn key_tokens_purge(c: &Connection, now: DateTime<Utc>) -> StoreResul
         .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let mut limited: Vec<String> = Vec::new();
+    let mut fair: Vec<String> = Vec::new();
     let mut n = 0;
     for (name, json) in queues {
-        let Some(l) = parse(&name, &json)?.per_key_rate_limit else {
+        let config = parse(&name, &json)?;
+        if config.fairness == Fairness::RoundRobinKeys {
+            fair.push(name.clone());
+        }
+        let Some(l) = config.per_key_rate_limit else {
             continue;
         };
         n += c
@@ -544,6 +603,16 @@ pub(super) fn key_tokens_purge(c: &Connection, now: DateTime<Utc>) -> StoreResul
             "DELETE FROM queue_key_tokens WHERE queue NOT IN (SELECT value FROM json_each(?1))",
         )?
         .execute(params![json_text(&limited)?])?;
+    // Round robin's turns: those of queues without it, and those served so long
+    // ago that an absent row ranks them the same.
+    c.prepare_cached(
+        "DELETE FROM queue_key_turns WHERE queue NOT IN (SELECT value FROM json_each(?1)) \
+         OR served < (SELECT q.served FROM queues q WHERE q.name = queue_key_turns.queue) - ?2",
+    )?
+    .execute(params![
+        json_text(&fair)?,
+        crate::domain::admission::TURNS_KEPT
+    ])?;
     Ok(n as u64)
 }
 
@@ -607,23 +676,36 @@ pub(super) async fn task_ahead(
 ) -> StoreResult<u64> {
     let aging = aging_ms.unwrap_or(0);
     let now = ms(now);
-    let mine = crate::domain::admission::effective_priority(
-        i64::from(t.priority),
-        ms(t.run_at),
-        now,
-        aging_ms,
-    );
+    let config: Option<String> = sqlx::query_scalar("SELECT config FROM queues WHERE name = ?1")
+        .bind(&t.queue)
+        .fetch_optional(r)
+        .await?;
+    let fair = match config {
+        Some(json) => parse(&t.queue, &json)?.fairness == Fairness::RoundRobinKeys,
+        None => false,
+    };
+    // The READY tasks ranked as the gated lease ranks them (see `candidates`),
+    // counted up to the task's own place.
     let n: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT seq, CASE WHEN ?4 > 0 THEN priority + MAX(?2 - run_at, 0) / ?4 \
-           ELSE priority END AS eff FROM tasks WHERE state = 'pending' AND queue = ?1 \
-           AND run_at <= ?2 AND (deadline IS NULL OR deadline > ?2) AND seq <> ?5) \
-         WHERE eff > ?3 OR (eff = ?3 AND seq < ?5)",
+        "WITH r AS (SELECT seq, eff, last, COALESCE(deadline, 9223372036854775807) AS dl, run_at, \
+           CASE WHEN ?5 THEN row_number() OVER (PARTITION BY COALESCE(concurrency_key, ''), eff \
+             ORDER BY deadline IS NULL, deadline, run_at, seq) ELSE 1 END AS krn \
+           FROM (SELECT seq, concurrency_key, deadline, run_at, \
+             CASE WHEN ?3 > 0 THEN priority + MAX(?2 - run_at, 0) / ?3 ELSE priority END AS eff, \
+             CASE WHEN ?5 THEN COALESCE((SELECT k.served FROM queue_key_turns k \
+               WHERE k.queue = ?1 AND k.key = COALESCE(tasks.concurrency_key, '')), 0) \
+             ELSE 0 END AS last \
+             FROM tasks WHERE state = 'pending' AND queue = ?1 AND run_at <= ?2 \
+             AND (deadline IS NULL OR deadline > ?2))) \
+         SELECT count(*) FROM r, r m WHERE m.seq = ?4 AND r.seq <> m.seq \
+           AND (r.eff > m.eff OR (r.eff = m.eff AND (r.krn, r.last, r.dl, r.run_at, r.seq) \
+             < (m.krn, m.last, m.dl, m.run_at, m.seq)))",
     )
     .bind(&t.queue)
     .bind(now)
-    .bind(mine)
     .bind(aging)
     .bind(t.seq)
+    .bind(fair)
     .fetch_one(r)
     .await?;
     Ok(n.max(0) as u64)
