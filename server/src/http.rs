@@ -44,6 +44,10 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
     broker
         .metrics()
         .notifications(broker.store().notification_stats());
+    match broker.store().event_held_since().await {
+        Ok(since) => broker.metrics().watch_lag(since, now),
+        Err(e) => tracing::warn!(error = %e, "metrics: watch lag unavailable"),
+    }
     let body = broker.metrics().render(
         &depth.stats,
         broker.store().pool_stats(),

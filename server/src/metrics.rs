@@ -74,6 +74,8 @@ pub struct Metrics {
     notifications_own_skipped: Counter,
     /// Sync match (issue 17): tasks handed to a waiting long-poll by Submit.
     sync_matched: Family<QueueLabel, Counter>,
+    /// How long the oldest committed event has waited to become final.
+    watch_lag: FloatGauge,
 }
 
 impl Default for Metrics {
@@ -110,6 +112,7 @@ impl Metrics {
             notifications_received: Counter::default(),
             notifications_own_skipped: Counter::default(),
             sync_matched: Family::default(),
+            watch_lag: FloatGauge::default(),
         };
         let r = &mut m.registry;
         r.register(
@@ -186,7 +189,20 @@ impl Metrics {
             "Tasks inserted already leased to a waiting long-poll (also counted as leased)",
             m.sync_matched.clone(),
         );
+        r.register(
+            "watch_lag_seconds",
+            "How long the oldest committed event has waited before WatchTasks can deliver it",
+            m.watch_lag.clone(),
+        );
         m
+    }
+
+    /// The oldest committed event not yet final was recorded at `since` (ms).
+    pub fn watch_lag(&self, since: Option<i64>, now: chrono::DateTime<chrono::Utc>) {
+        let lag = since.map_or(0.0, |t| {
+            ((now.timestamp_millis() - t).max(0)) as f64 / 1000.0
+        });
+        self.watch_lag.set(lag);
     }
 
     /// How old the depth snapshot shown by this scrape is (see `crate::depth`).

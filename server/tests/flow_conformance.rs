@@ -648,8 +648,8 @@ async fn a_late_commit_is_never_skipped_by_a_reader() {
     );
     assert!(s.event_head().await.unwrap() < s.event_list(&id(2), 0, 10).await.unwrap()[1].event_id);
     sqlx::query("COMMIT").execute(&mut early).await.unwrap();
-    // Transactions of other tests on the same cluster hold the horizon (it is
-    // cluster-wide) until they end: read until both events are final.
+    // The horizon moves on at the next read after the commit; read until both
+    // events are final.
     let give_up = tokio::time::Instant::now() + Duration::from_secs(60);
     let events = loop {
         let events = s.event_read(start, 100).await.unwrap();

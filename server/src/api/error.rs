@@ -23,6 +23,11 @@ pub fn invalid(e: Invalid) -> Status {
 pub fn status(e: ServiceError) -> Status {
     match e {
         ServiceError::Invalid(i) => invalid(i),
+        ServiceError::OutOfRange(i) => {
+            let details =
+                ErrorDetails::with_bad_request_violation(i.field.clone(), i.message.clone());
+            Status::with_error_details(Code::OutOfRange, i.to_string(), details)
+        }
         ServiceError::NotFound { .. } => Status::not_found(e.to_string()),
         ServiceError::LeaseLost { ref task_id } => {
             let details = ErrorDetails::with_error_info(

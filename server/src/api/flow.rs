@@ -173,9 +173,6 @@ fn watch_filter(r: &pb::WatchTasksRequest) -> Result<WatchFilter, Invalid> {
         .enumerate()
         .map(|(i, k)| kind_from_pb(&format!("kinds[{i}]"), *k))
         .collect::<Result<HashSet<_>, _>>()?;
-    if r.after_event_id > i64::MAX as u64 {
-        return Err(Invalid::new("after_event_id", "is out of range"));
-    }
     Ok(WatchFilter {
         task_ids: r.task_ids.iter().cloned().collect(),
         queues: r.queues.iter().cloned().collect(),
@@ -203,11 +200,12 @@ pub async fn watch_tasks(
             super::admin::own(&t, producer.as_deref())?;
         }
     }
-    let after = if r.after_event_id == 0 {
-        broker.events().head().await.map_err(status)?
-    } else {
-        r.after_event_id as i64
+    // A cursor past i64::MAX is past every event id too.
+    let after = match r.after_event_id {
+        0 => None,
+        a => Some(i64::try_from(a).unwrap_or(i64::MAX)),
     };
+    let after = broker.events().cursor(after).await.map_err(status)?;
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     broker.events().watch(filter, after, tx);
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(

@@ -146,7 +146,9 @@ pub enum PageError {
 impl From<ServiceError> for PageError {
     fn from(e: ServiceError) -> Self {
         match e {
-            ServiceError::Invalid(i) => PageError::BadInput(i.to_string()),
+            ServiceError::Invalid(i) | ServiceError::OutOfRange(i) => {
+                PageError::BadInput(i.to_string())
+            }
             ServiceError::NotFound { .. } => PageError::NotFound(e.to_string()),
             ServiceError::FailedPrecondition(m) => PageError::Conflict(m),
             ServiceError::LeaseLost { .. } | ServiceError::AlreadyExists { .. } => {

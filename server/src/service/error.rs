@@ -17,6 +17,10 @@ pub enum ServiceError {
     /// never the other party's ids).
     #[error("{field}: {message}")]
     AlreadyExists { field: String, message: String },
+    /// A position past the end of what exists (a cursor beyond the last event);
+    /// nothing was changed.
+    #[error("{0}")]
+    OutOfRange(Invalid),
     /// The task's state does not allow the operation.
     #[error("{0}")]
     FailedPrecondition(String),

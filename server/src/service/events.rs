@@ -4,6 +4,10 @@
 //! then follows the fan-out, and falls back to the store whenever it cannot
 //! prove the fan-out continues exactly where it stands. So a watch delivers
 //! every matching event after its cursor exactly once, on any replica.
+//!
+//! The tailer starts at the store's head, never at a watcher's cursor: no
+//! watcher's cursor moves what the others receive. A cursor beyond the last
+//! event recorded is refused (OUT_OF_RANGE), not waited on.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -62,22 +66,35 @@ impl EventHub {
         })
     }
 
-    /// The cursor a watch without one starts from.
-    pub async fn head(&self) -> Result<i64, ServiceError> {
-        Ok(self.store.event_head().await?)
+    /// The cursor a watch starts from: after `after`, or at the head when
+    /// `None`. A cursor beyond every event recorded so far (made up, or kept
+    /// from a database that was since restored from an older backup) is
+    /// OUT_OF_RANGE: no event would ever follow it in order.
+    pub async fn cursor(&self, after: Option<i64>) -> Result<i64, ServiceError> {
+        match after {
+            None => Ok(self.store.event_head().await?),
+            Some(a) if a > self.store.event_ceiling().await? => Err(out_of_range()),
+            Some(a) => Ok(a),
+        }
     }
 
-    /// Subscribes to the fan-out; a watcher at `from` that starts the tailer
-    /// starts it at `from`, so nothing after its own cursor can be passed over.
-    fn subscribe(self: &Arc<Self>, from: i64) -> broadcast::Receiver<Arc<Stretch>> {
+    /// Subscribes to the fan-out, starting the tailer if it is not running. The
+    /// tailer starts at the store's head as read before this subscription (never
+    /// at a watcher's cursor): the store read that follows a subscription reaches
+    /// at least that far (heads never go back), so a stretch never starts past
+    /// what its watcher has read without the watcher noticing.
+    async fn subscribe(
+        self: &Arc<Self>,
+    ) -> Result<broadcast::Receiver<Arc<Stretch>>, ServiceError> {
+        let head = self.store.event_head().await?;
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         let rx = self.fanout.subscribe();
         if !*running {
             *running = true;
             let hub = self.clone();
-            tokio::spawn(async move { hub.tail(from).await });
+            tokio::spawn(async move { hub.tail(head).await });
         }
-        rx
+        Ok(rx)
     }
 
     async fn tail(self: Arc<Self>, from: i64) {
@@ -137,7 +154,7 @@ impl EventHub {
         'catch_up: loop {
             // Subscribed before reading the store: every stretch published from now
             // on starts at or before where the reading below ends.
-            let mut rx = self.subscribe(last);
+            let mut rx = self.subscribe().await?;
             loop {
                 let events = self.store.event_read(last, READ_BATCH).await?;
                 let full = events.len() as u32 == READ_BATCH;
@@ -176,6 +193,13 @@ impl EventHub {
             }
         }
     }
+}
+
+fn out_of_range() -> ServiceError {
+    ServiceError::OutOfRange(crate::domain::validate::Invalid::new(
+        "after_event_id",
+        "is beyond the last event recorded",
+    ))
 }
 
 /// Sends the matching events; `false` when the watcher went away.

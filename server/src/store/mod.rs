@@ -649,6 +649,19 @@ pub trait Store: Send + Sync + 'static {
     /// A cursor that every event recorded from now on lies after.
     async fn event_head(&self) -> StoreResult<i64>;
 
+    /// An id at or above every committed event's: a cursor beyond it names no
+    /// event anybody can have seen in this database (a stale one, or made up).
+    async fn event_ceiling(&self) -> StoreResult<i64> {
+        self.event_head().await
+    }
+
+    /// The time (ms) of the oldest committed event that `event_read` does not
+    /// return yet (it waits for a writer that started earlier), if any. Never on
+    /// a store whose committed events are all final.
+    async fn event_held_since(&self) -> StoreResult<Option<i64>> {
+        Ok(None)
+    }
+
     /// Deletes up to `limit` events recorded before `before`; returns how many.
     async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64>;
 

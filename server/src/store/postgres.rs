@@ -33,6 +33,7 @@ mod dead;
 // Flow (#15): dependencies, events, bulk operations (migration 0010).
 mod events;
 mod flow;
+mod horizon;
 use super::flow::{failure_events as flow_failure_events, of_row as flow_of_row};
 use crate::domain::event::EventKind;
 // Admission (migration 0009).
@@ -82,6 +83,10 @@ fn wake_for<'a>(payload: &'a str, own: &str) -> Option<&'a str> {
     }
 }
 
+/// How long a broker transaction may sit idle between statements before the
+/// server ends it (see [`PostgresStore::connect`]).
+const WRITER_IDLE_LIMIT: &str = "30s";
+
 /// How long a pooled connection may sit idle and still be handed out untested.
 const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
@@ -115,8 +120,17 @@ impl PostgresStore {
         // No JIT: the lease statement's estimated cost (subplans per candidate row)
         // passes the JIT thresholds, and compiling it took 0.2-6 s per execution
         // while the statement itself runs in under a millisecond.
-        let options = PgConnectOptions::from_str(url)?
-            .options([("plan_cache_mode", "force_custom_plan"), ("jit", "off")]);
+        //
+        // A transaction of the broker left idle (its replica frozen, or cut off
+        // from the database without a reset) holds back the event horizon of every
+        // replica's watch (store/postgres/horizon.rs): the server ends it after
+        // WRITER_IDLE_LIMIT. No broker transaction waits on anything but the
+        // database between its statements.
+        let options = PgConnectOptions::from_str(url)?.options([
+            ("plan_cache_mode", "force_custom_plan"),
+            ("jit", "off"),
+            ("idle_in_transaction_session_timeout", WRITER_IDLE_LIMIT),
+        ]);
         // Issue 17: planning was three quarters of Postgres's time per task
         // (docs/performance.md, "What limits Postgres: planning"). The statements of
         // the plain lease and of the task inserts keep one generic plan per
@@ -139,6 +153,7 @@ impl PostgresStore {
                     ("plan_cache_mode", "force_generic_plan"),
                     ("jit", "off"),
                     ("enable_seqscan", "off"),
+                    ("idle_in_transaction_session_timeout", WRITER_IDLE_LIMIT),
                 ]))
                 .await?;
             Some(hot)
@@ -1674,6 +1689,14 @@ impl Store for PostgresStore {
 
     async fn event_head(&self) -> StoreResult<i64> {
         flow::event_head(&self.pool).await
+    }
+
+    async fn event_ceiling(&self) -> StoreResult<i64> {
+        horizon::event_ceiling(&self.pool).await
+    }
+
+    async fn event_held_since(&self) -> StoreResult<Option<i64>> {
+        horizon::event_held_since(&self.pool).await
     }
 
     async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {

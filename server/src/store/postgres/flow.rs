@@ -13,6 +13,7 @@ use sqlx::{PgPool, Postgres};
 use super::super::flow::{EventRow, event_record, schedule_json};
 use super::super::row::{TaskRow, ms, state_filter_sql};
 use super::super::*;
+use super::horizon::horizon;
 use super::{CHANNEL, PostgresStore};
 
 const EVENT_COLUMNS: &str =
@@ -206,33 +207,27 @@ pub(super) async fn event_list(
     rows.into_iter().map(event_record).collect()
 }
 
-/// The horizon: every transaction with an id below the oldest one still running
-/// has ended, and any event to come has an id at or above `xmin << 20`. So the
-/// events below it are final, and reading up to it never skips one.
-const HORIZON: &str = "(pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 20)";
-
 pub(super) async fn event_read(
     pool: &PgPool,
     after: i64,
     limit: u32,
 ) -> StoreResult<Vec<EventRecord>> {
+    // The horizon first, in a statement of its own (store/postgres/horizon.rs).
+    let below = horizon(pool).await?;
     let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {EVENT_COLUMNS} FROM task_events WHERE event_id > $1 AND event_id < {HORIZON} \
+        "SELECT {EVENT_COLUMNS} FROM task_events WHERE event_id > $1 AND event_id < $3 \
          ORDER BY event_id LIMIT $2"
     )))
     .bind(after)
     .bind(i64::from(limit))
+    .bind(below)
     .fetch_all(pool)
     .await?;
     rows.into_iter().map(event_record).collect()
 }
 
 pub(super) async fn event_head(pool: &PgPool) -> StoreResult<i64> {
-    Ok(
-        sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {HORIZON} - 1")))
-            .fetch_one(pool)
-            .await?,
-    )
+    Ok(horizon(pool).await? - 1)
 }
 
 pub(super) async fn event_purge(
