@@ -163,10 +163,7 @@ pub fn parse(url: &str) -> Result<DbUrl, String> {
     }
     let entries: Vec<&str> = hostlist.split(',').collect();
     if entries.len() > MAX_HOSTS {
-        return Err(bad(format!(
-            "{} hosts; at most {MAX_HOSTS}",
-            entries.len()
-        )));
+        return Err(bad(format!("{} hosts; at most {MAX_HOSTS}", entries.len())));
     }
     let suffix = if kept.is_empty() {
         path.to_string()
@@ -407,7 +404,12 @@ impl Router {
         } else {
             self.recheck();
             Err(sqlx::Error::Configuration(
-                format!("the host is {}, not {}", role.describe(), self.attrs.as_str()).into(),
+                format!(
+                    "the host is {}, not {}",
+                    role.describe(),
+                    self.attrs.as_str()
+                )
+                .into(),
             ))
         }
     }
@@ -507,11 +509,15 @@ mod tests {
 
     #[test]
     fn hosts_keep_their_order_ports_and_the_rest_of_the_url() {
-        let (h, a) =
-            hosts("postgres://tb:pw@db-a:5433,db-b,[::1]:6000/tb?sslmode=disable&target_session_attrs=read-write");
+        let (h, a) = hosts(
+            "postgres://tb:pw@db-a:5433,db-b,[::1]:6000/tb?sslmode=disable&target_session_attrs=read-write",
+        );
         assert_eq!(h, ["db-a:5433", "db-b:5432", "[::1]:6000"]);
         assert_eq!(a, SessionAttrs::ReadWrite);
-        let DbUrl::Hosts { hosts, .. } = parse("postgres://tb:pw@db-a:5433,db-b/tb?sslmode=disable&target_session_attrs=primary").unwrap() else {
+        let DbUrl::Hosts { hosts, .. } = parse(
+            "postgres://tb:pw@db-a:5433,db-b/tb?sslmode=disable&target_session_attrs=primary",
+        )
+        .unwrap() else {
             unreachable!()
         };
         let url = hosts[1].options.to_url_lossy().to_string();
@@ -538,7 +544,10 @@ mod tests {
     #[test]
     fn hostile_urls_are_one_line_config_errors() {
         for (url, says) in [
-            ("postgres://tb@/tb?target_session_attrs=primary", "empty host"),
+            (
+                "postgres://tb@/tb?target_session_attrs=primary",
+                "empty host",
+            ),
             ("postgres://tb@a,,b/tb", "empty host"),
             ("postgres://tb@,/tb", "empty host"),
             ("postgres://tb@a,b:0/tb", "port \"0\""),
@@ -549,7 +558,10 @@ mod tests {
             ("postgres://tb@a,[::1/tb", "no closing ]"),
             ("postgres://tb@a,[::1]x/tb", "junk after ]"),
             ("postgres://tb@a,[]:5/tb", "no name"),
-            ("postgres://a,b/tb?target_session_attrs=master", "is not one of"),
+            (
+                "postgres://a,b/tb?target_session_attrs=master",
+                "is not one of",
+            ),
             ("postgres://a,b/tb?target_session_attrs=", "is not one of"),
             (
                 "postgres://a/tb?target_session_attrs=any&target_session_attrs=primary",
