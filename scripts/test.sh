@@ -49,6 +49,11 @@ export TASKBROKER_REQUIRE_POSTGRES_TLS=1
 step "cargo test (SQLite and Postgres)"
 cargo test --workspace --no-fail-fast
 
+# The failover test runs only here (and in scripts/failover.sh), where it is asked for.
+step "Postgres failover: kill -9 of the primary, promotion of the synchronous standby (2 rounds)"
+TASKBROKER_FAILOVER_ROUNDS=2 cargo test -q -p taskbroker-server --test failover_pg -- --nocapture 2>&1 |
+  grep -E '^failover|panicked|test result'
+
 step "console: browser end-to-end tests (headless Chromium)"
 scripts/console-e2e.sh
 
