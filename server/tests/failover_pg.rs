@@ -2,8 +2,11 @@
 //! synchronous standby (streaming replication from `pg_basebackup -R`), two broker
 //! replicas on the multi-host URL `postgres://...@A,B/...?target_session_attrs=read-write`,
 //! a producer and workers running; then, round after round, the primary is killed
-//! with SIGKILL and the standby promoted (`pg_ctl promote`), and a new standby is
-//! built in the dead node's place. Each round checks that calls answer UNAVAILABLE
+//! with SIGKILL and the standby promoted, and the dead node comes back as the new
+//! standby. Two ways: `pg_ctl promote` and a new standby from `pg_basebackup -R`
+//! (scripts/pg.sh), and pg_auto_failover, whose monitor promotes the standby and
+//! whose keeper rejoins the dead node (scripts/pgaf.sh; skipped when `pg_autoctl`
+//! cannot be installed, unless `TASKBROKER_REQUIRE_PG_AUTO_FAILOVER` is set). Each round checks that calls answer UNAVAILABLE
 //! while no primary is reachable (no hang), that /readyz says not ready then ready
 //! again, and measures the unavailability window (the kill to the first Submit
 //! answered OK). At the end: every acknowledged Submit is present and SUCCEEDED, no
@@ -30,17 +33,46 @@ use tonic::Code;
 const QUEUE: &str = "failover";
 
 fn pg_sh(args: &[&str]) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/pg.sh");
+    script("pg.sh", args)
+}
+
+fn script(name: &str, args: &[&str]) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scripts")
+        .join(name);
     let out = std::process::Command::new(script)
         .args(args)
         .output()
         .expect("run scripts/pg.sh");
     assert!(
         out.status.success(),
-        "scripts/pg.sh {args:?} failed: {}",
+        "scripts/{name} {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A primary and a synchronous standby, and what a failover does to them.
+trait Ha: Send + 'static {
+    /// How the standby is promoted, for the report.
+    fn method(&self) -> &'static str;
+    /// Both hosts, with `target_session_attrs=read-write`.
+    fn multi_url(&self) -> String;
+    /// The primary alone.
+    fn primary_url(&self) -> String;
+    /// The primary's node dies (SIGKILL to every process).
+    fn kill_primary(&mut self);
+    /// Returns once the standby is the primary.
+    fn promote(&mut self);
+    /// The dead node comes back as the synchronous standby.
+    fn replace_dead(&mut self);
+}
+
+fn multi_url(ports: [String; 2]) -> String {
+    format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        ports[0], ports[1]
+    )
 }
 
 /// Two nodes, one primary and one synchronous standby, each in a directory of
@@ -79,22 +111,6 @@ impl Pair {
             .to_string()
     }
 
-    /// Both hosts, the first slot first.
-    fn multi_url(&self) -> String {
-        format!(
-            "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
-            self.port(0),
-            self.port(1)
-        )
-    }
-
-    fn primary_url(&self) -> String {
-        format!(
-            "postgres://postgres@127.0.0.1:{}/postgres",
-            self.port(self.primary)
-        )
-    }
-
     /// A fresh standby of the primary in the other slot, then synchronous
     /// replication on; returns once the standby is the synchronous one.
     fn rebuild_standby(&self) {
@@ -118,18 +134,145 @@ impl Pair {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
 
-    /// The primary's node dies (SIGKILL to every process).
-    fn kill_primary(&self) {
+impl Ha for Pair {
+    fn method(&self) -> &'static str {
+        "pg_ctl promote"
+    }
+
+    fn multi_url(&self) -> String {
+        multi_url([self.port(0), self.port(1)])
+    }
+
+    fn primary_url(&self) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/postgres",
+            self.port(self.primary)
+        )
+    }
+
+    fn kill_primary(&mut self) {
         pg_sh(&["kill9", self.dir(self.primary)]);
     }
 
-    /// The standby is promoted; until a new standby joins, it commits alone.
+    /// Until a new standby joins, the promoted node commits alone.
     fn promote(&mut self) {
         let standby = 1 - self.primary;
         pg_sh(&["promote", self.dir(standby)]);
         pg_sh(&["sync", self.dir(standby), "off"]);
         self.primary = standby;
+    }
+
+    fn replace_dead(&mut self) {
+        self.rebuild_standby();
+    }
+}
+
+/// A pg_auto_failover formation: a monitor and two nodes (scripts/pgaf.sh).
+struct Formation {
+    dir: PathBuf,
+    ports: [String; 2],
+    /// 1 or 2, as the monitor names the nodes.
+    primary: usize,
+    _tmp: tempfile::TempDir,
+}
+
+impl Formation {
+    /// None when pg_auto_failover cannot run here.
+    fn start() -> Option<Formation> {
+        let tmp = tempfile::Builder::new()
+            .prefix("taskbroker-pgaf")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path().join("formation");
+        let script_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/pgaf.sh");
+        let out = std::process::Command::new(&script_path)
+            .args(["up", dir.to_str().unwrap()])
+            .output()
+            .expect("run scripts/pgaf.sh");
+        if !out.status.success() {
+            let why = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                std::env::var("TASKBROKER_REQUIRE_PG_AUTO_FAILOVER").is_err(),
+                "pg_auto_failover is required but did not start: {why}"
+            );
+            eprintln!("skipped: pg_auto_failover did not start here: {why}");
+            let _ = std::process::Command::new(&script_path)
+                .args(["down", dir.to_str().unwrap()])
+                .status();
+            return None;
+        }
+        let printed = String::from_utf8_lossy(&out.stdout);
+        let ports: Vec<String> = printed.split_whitespace().map(str::to_string).collect();
+        let mut f = Formation {
+            dir,
+            ports: [ports[0].clone(), ports[1].clone()],
+            primary: 0,
+            _tmp: tmp,
+        };
+        f.primary = f.monitor_primary().expect("a primary after up");
+        Some(f)
+    }
+
+    fn d(&self) -> &str {
+        self.dir.to_str().unwrap()
+    }
+
+    fn monitor_primary(&self) -> Option<usize> {
+        script("pgaf.sh", &["primary", self.d()])
+            .trim()
+            .parse()
+            .ok()
+    }
+}
+
+impl Ha for Formation {
+    fn method(&self) -> &'static str {
+        "pg_auto_failover"
+    }
+
+    fn multi_url(&self) -> String {
+        multi_url(self.ports.clone())
+    }
+
+    fn primary_url(&self) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/postgres",
+            self.ports[self.primary - 1]
+        )
+    }
+
+    fn kill_primary(&mut self) {
+        script("pgaf.sh", &["kill", self.d(), &self.primary.to_string()]);
+    }
+
+    /// The monitor notices the dead primary and promotes the standby.
+    fn promote(&mut self) {
+        let dead = self.primary;
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            if let Some(p) = self.monitor_primary().filter(|p| *p != dead) {
+                self.primary = p;
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pg_auto_failover never promoted the standby"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn replace_dead(&mut self) {
+        let dead = 3 - self.primary;
+        script("pgaf.sh", &["rejoin", self.d(), &dead.to_string()]);
+    }
+}
+
+impl Drop for Formation {
+    fn drop(&mut self) {
+        script("pgaf.sh", &["down", self.d()]);
     }
 }
 
@@ -244,20 +387,38 @@ async fn throughput(ledger: &Arc<Ledger>, over: Duration) -> f64 {
     (completed(ledger) - from) as f64 / over.as_secs_f64()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_brokers_ride_through_primary_failovers() {
+/// How many failovers to make; None: the test does not run.
+fn rounds() -> Option<usize> {
     let Ok(rounds) = std::env::var("TASKBROKER_FAILOVER_ROUNDS") else {
         eprintln!("skipped: TASKBROKER_FAILOVER_ROUNDS is not set (scripts/failover.sh)");
-        return;
+        return None;
     };
     let rounds: usize = rounds
         .parse()
         .expect("TASKBROKER_FAILOVER_ROUNDS is a number");
     assert!(rounds > 0, "TASKBROKER_FAILOVER_ROUNDS is at least 1");
-    if postgres_admin_url().is_none() {
-        return; // no Postgres here (the test starts clusters of its own)
-    }
-    let mut pair = blocking(Pair::start).await;
+    // No Postgres here: skipped (the test starts clusters of its own).
+    postgres_admin_url().map(|_| rounds)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_brokers_ride_through_pg_ctl_promotions() {
+    let Some(rounds) = rounds() else { return };
+    let pair = blocking(Pair::start).await;
+    ride_through(Box::new(pair), rounds).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_brokers_ride_through_pg_auto_failover_failovers() {
+    let Some(rounds) = rounds() else { return };
+    let Some(formation) = blocking(Formation::start).await else {
+        return;
+    };
+    ride_through(Box::new(formation), rounds).await;
+}
+
+async fn ride_through(mut pair: Box<dyn Ha>, rounds: usize) {
+    let method = pair.method();
     let url = pair.multi_url();
     let logs = tempfile::tempdir().unwrap();
     let brokers = vec![
@@ -285,6 +446,7 @@ async fn the_brokers_ride_through_primary_failovers() {
         until_completed(&ledger, 100, &format!("load before failover {round}")).await;
         let killed = Instant::now();
         pair = blocking(move || {
+            let mut pair = pair;
             pair.kill_primary();
             pair
         })
@@ -300,6 +462,7 @@ async fn the_brokers_ride_through_primary_failovers() {
         assert_eq!(err.code(), Code::Unavailable, "round {round}: {err:?}");
         until_ready(&brokers, 503, "/readyz not ready without a primary").await;
         pair = blocking(move || {
+            let mut pair = pair;
             pair.promote();
             pair
         })
@@ -333,12 +496,14 @@ async fn the_brokers_ride_through_primary_failovers() {
         };
         until_ready(&brokers, 200, "/readyz ready on the new primary").await;
         eprintln!(
-            "failover {round}: unavailable for {:.2} s (kill to the first Submit acknowledged)",
+            "failover {round} ({method}): unavailable for {:.2} s (kill to the first Submit \
+             acknowledged)",
             window.as_secs_f64()
         );
         windows.push(window.as_secs_f64());
         pair = blocking(move || {
-            pair.rebuild_standby();
+            let mut pair = pair;
+            pair.replace_dead();
             pair
         })
         .await;
@@ -361,7 +526,7 @@ async fn the_brokers_ride_through_primary_failovers() {
     stop_workers(stop, workers).await;
     windows.sort_by(f64::total_cmp);
     eprintln!(
-        "failover summary: {rounds} failovers (kill -9, pg_ctl promote), {} tasks acknowledged \
+        "failover summary: {rounds} failovers (kill -9, {method}), {} tasks acknowledged \
          and succeeded, none lost, none completed twice; unavailable min {:.2} s, median {:.2} s, \
          max {:.2} s; completions {before:.0}/s before, {after:.0}/s after",
         ledger.acked().len(),
