@@ -377,7 +377,15 @@ impl Router {
     /// Follows the chosen host with `pool` from now on (its connections are
     /// opened with `session` settings).
     pub fn follow(&self, pool: sqlx::PgPool, session: Vec<(&'static str, &'static str)>) {
-        self.state().pools.push((pool, session));
+        let mut s = self.state();
+        // The watcher may have switched since the pool was built.
+        pool.set_connect_options(
+            self.hosts[s.current]
+                .options
+                .clone()
+                .options(session.clone()),
+        );
+        s.pools.push((pool, session));
     }
 
     /// Whether a connection `age` old was opened before the last switch.
