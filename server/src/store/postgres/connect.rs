@@ -104,7 +104,8 @@ pub struct Host {
     pub options: PgConnectOptions,
 }
 
-/// A parsed `database_url`.
+/// A parsed `database_url`. Parsed once at start; its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum DbUrl {
     /// One host and no `target_session_attrs`: used exactly as given.
@@ -159,7 +160,7 @@ pub fn parse(url: &str) -> Result<DbUrl, String> {
     if !hostlist.contains(',') && attrs.is_none() {
         return PgConnectOptions::from_str(url)
             .map(DbUrl::Single)
-            .map_err(|e| bad(e));
+            .map_err(bad);
     }
     let entries: Vec<&str> = hostlist.split(',').collect();
     if entries.len() > MAX_HOSTS {
