@@ -7,12 +7,20 @@
 #          (both made here with openssl), that refuses connections without TLS
 #   scripts/pg.sh stop DIR
 #   scripts/pg.sh resume DIR            -> starts a stopped cluster again, same port
+# Replication (the failover test, server/tests/failover_pg.rs):
+#   scripts/pg.sh standby PRIMARY DIR   -> a streaming standby of PRIMARY (pg_basebackup -R),
+#                                          on DIR's earlier port when DIR had one
+#   scripts/pg.sh sync DIR on|off       -> synchronous_standby_names '*' or '' on DIR
+#   scripts/pg.sh kill9 DIR             -> SIGKILL to the postmaster and all its processes
+#   scripts/pg.sh promote DIR           -> pg_ctl promote (waits until it takes writes)
+#   scripts/pg.sh sql DIR 'SQL'         -> runs SQL on DIR (psql -Atc), prints the rows
 # Installs Postgres from Debian packages when it is missing. Postgres refuses to
 # run as root, so the cluster runs as the `postgres` user (created if needed).
 set -euo pipefail
 
-cmd=${1:?usage: pg.sh start|start-tls|stop|resume DIR}
-dir=${2:?usage: pg.sh start|start-tls|stop|resume DIR}
+usage="usage: pg.sh start|start-tls|stop|resume|kill9|promote DIR | standby PRIMARY DIR | sync DIR on|off | sql DIR SQL"
+cmd=${1:?$usage}
+dir=${2:?$usage}
 
 find_bin() {
   local b
@@ -42,6 +50,10 @@ as_pg() {
   else
     "$@"
   fi
+}
+
+server_opts() {
+  echo "-p $1 -k $2 -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=on"
 }
 
 case "$cmd" in
@@ -97,5 +109,43 @@ case "$cmd" in
   stop)
     as_pg "$bindir/pg_ctl" -D "$dir/data" -m fast stop >/dev/null 2>&1 || true
     ;;
-  *) echo "usage: pg.sh start|start-tls|stop|resume DIR" >&2; exit 2 ;;
+  standby)
+    # pg.sh standby PRIMARY DIR: DIR's old data (a crashed node) is thrown away.
+    primary=$dir
+    dir=${3:?$usage}
+    mkdir -p "$dir"
+    if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; fi
+    chmod 700 "$dir"
+    if [ -f "$dir/data/postmaster.pid" ]; then
+      as_pg "$bindir/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
+    fi
+    rm -rf "$dir/data"
+    [ -f "$dir/port" ] ||
+      python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' >"$dir/port"
+    port=$(cat "$dir/port")
+    as_pg "$bindir/pg_basebackup" -h 127.0.0.1 -p "$(cat "$primary/port")" -U postgres \
+      -D "$dir/data" -R -X stream -c fast >/dev/null
+    as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o "$(server_opts "$port" "$dir")" start >/dev/null
+    echo "127.0.0.1:$port"
+    ;;
+  sync)
+    names=''
+    if [ "${3:?$usage}" = on ]; then names='*'; fi
+    as_pg "$bindir/psql" -h "$dir" -p "$(cat "$dir/port")" -U postgres -d postgres -qAt \
+      -c "ALTER SYSTEM SET synchronous_standby_names = '$names'" -c "SELECT pg_reload_conf()" >/dev/null
+    ;;
+  kill9)
+    # A crash of the node: the postmaster and every backend die at once.
+    pid=$(head -1 "$dir/data/postmaster.pid")
+    children=$(pgrep -P "$pid" || true)
+    kill -9 "$pid" $children 2>/dev/null || true
+    ;;
+  promote)
+    as_pg "$bindir/pg_ctl" -D "$dir/data" -w promote >/dev/null
+    ;;
+  sql)
+    as_pg "$bindir/psql" -h "$dir" -p "$(cat "$dir/port")" -U postgres -d postgres -qAt \
+      -c "${3:?$usage}"
+    ;;
+  *) echo "$usage" >&2; exit 2 ;;
 esac

@@ -49,6 +49,18 @@ export TASKBROKER_REQUIRE_POSTGRES_TLS=1
 step "cargo test (SQLite and Postgres)"
 cargo test --workspace --no-fail-fast
 
+# The failover tests run only here (and in scripts/failover.sh), where they are asked for:
+# 2 failovers by pg_ctl promote, 1 by pg_auto_failover (Debian's package, installed by
+# scripts/pgaf.sh; required here).
+step "Postgres failover: kill -9 of the primary, promotion of the synchronous standby"
+TASKBROKER_FAILOVER_ROUNDS=2 cargo test -q -p taskbroker-server --test failover_pg \
+  the_brokers_ride_through_pg_ctl_promotions -- --nocapture 2>&1 |
+  grep -E '^failover|^skipped|panicked|test result'
+TASKBROKER_FAILOVER_ROUNDS=1 TASKBROKER_REQUIRE_PG_AUTO_FAILOVER=1 \
+  cargo test -q -p taskbroker-server --test failover_pg \
+  the_brokers_ride_through_pg_auto_failover_failovers -- --nocapture 2>&1 |
+  grep -E '^failover|^skipped|panicked|test result'
+
 step "console: browser end-to-end tests (headless Chromium)"
 scripts/console-e2e.sh
 

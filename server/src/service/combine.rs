@@ -204,7 +204,9 @@ fn same_error(e: &StoreError) -> StoreError {
     match e {
         StoreError::Unavailable(_) => StoreError::Unavailable(detail()),
         StoreError::Corrupt(s) => StoreError::Corrupt(s.clone()),
-        StoreError::Internal(_) | StoreError::Migrate(_) => StoreError::Internal(detail()),
+        StoreError::Internal(_) | StoreError::Migrate(_) | StoreError::Config(_) => {
+            StoreError::Internal(detail())
+        }
     }
 }
 

@@ -57,6 +57,10 @@ pub enum StoreError {
     /// Migrations could not be applied.
     #[error("migration failed")]
     Migrate(#[source] sqlx::migrate::MigrateError),
+    /// The database URL is wrong, or none of its hosts is of the kind it asks
+    /// for (one line, for the operator).
+    #[error("{0}")]
+    Config(String),
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -74,8 +78,9 @@ impl From<sqlx::Error> for StoreError {
             sqlx::Error::Database(db) => matches!(
                 db.code().as_deref(),
                 // Postgres: admin/crash shutdown, cannot connect now, too many
-                // connections, disk full, out of memory.
-                Some("57P01" | "57P02" | "57P03" | "53300" | "53100" | "53200" | "08006" | "08001" | "08004")
+                // connections, disk full, out of memory; a write on a host that
+                // became a standby (read-only transaction) during a failover.
+                Some("57P01" | "57P02" | "57P03" | "53300" | "53100" | "53200" | "08006" | "08001" | "08004" | "25006")
                 // SQLite: busy, locked.
                 | Some("5" | "6" | "517" | "261")
             ),

@@ -5,7 +5,6 @@
 //! they change. Every change that makes a task pending sends `NOTIFY taskbroker`
 //! with the queue name, so long-polls on every replica wake.
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +41,9 @@ mod admission;
 mod lease_plain;
 // Sync match (issue 17).
 mod sync_match;
+// Several hosts in one URL, and following the primary through a failover.
+pub mod connect;
+use connect::{DbUrl, Router};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -57,6 +59,9 @@ pub struct PostgresStore {
     /// For the notification listener's own connection, outside the pool: a
     /// listener holds its connection for good, and must not starve the calls.
     options: PgConnectOptions,
+    /// With several hosts (or `target_session_attrs`): the host in use now,
+    /// which the pools follow (see [`connect`]).
+    router: Option<Arc<Router>>,
     /// Issue 17: `@` and a random id of this store (this replica), appended to
     /// the queue name of the wake-ups it sends, so its listener knows them.
     wake_tag: String,
@@ -97,19 +102,56 @@ const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 /// (where a restart or a proxy's idle cut is likely to have broken it) is still
 /// pinged, and replaced if that fails; one broken while busy fails its statement,
 /// as it would have without the ping, and is dropped.
-fn pool_options() -> PgPoolOptions {
-    PgPoolOptions::new()
+fn pool_options(router: Option<&Arc<Router>>) -> PgPoolOptions {
+    let follow = router.map(Arc::downgrade);
+    let opts = PgPoolOptions::new()
         .acquire_timeout(Duration::from_secs(5))
         .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
+        .before_acquire(move |conn, meta| {
+            let router = follow.as_ref().and_then(std::sync::Weak::upgrade);
             Box::pin(async move {
+                // Opened on the host used before the last switch: closed, not used.
+                if router.is_some_and(|r| r.stale(meta.age)) {
+                    return Ok(false);
+                }
                 if meta.idle_for > PING_AFTER_IDLE {
                     sqlx::Connection::ping(conn).await?;
                 }
                 Ok(true)
             })
-        })
+        });
+    match router.map(Arc::downgrade) {
+        // Each new connection must match `target_session_attrs`.
+        Some(weak) => opts.after_connect(move |conn, _| {
+            let router = weak.upgrade();
+            Box::pin(async move {
+                match router {
+                    Some(r) => r.admit(conn).await,
+                    None => Ok(()),
+                }
+            })
+        }),
+        None => opts,
+    }
 }
+
+/// The session settings of the main pool's connections (see [`PostgresStore::connect`]).
+const MAIN_SESSION: [(&str, &str); 3] = [
+    ("plan_cache_mode", "force_custom_plan"),
+    ("jit", "off"),
+    ("idle_in_transaction_session_timeout", WRITER_IDLE_LIMIT),
+];
+/// The session settings of the hot pool's connections.
+const HOT_SESSION: [(&str, &str); 4] = [
+    ("plan_cache_mode", "force_generic_plan"),
+    ("jit", "off"),
+    ("enable_seqscan", "off"),
+    ("idle_in_transaction_session_timeout", WRITER_IDLE_LIMIT),
+];
+
+/// How long the store waits at start for a host that matches while some host
+/// does not answer.
+const START_WITHIN: Duration = Duration::from_secs(5);
 
 impl PostgresStore {
     pub async fn connect(url: &str, max_connections: u32) -> StoreResult<Self> {
@@ -126,11 +168,17 @@ impl PostgresStore {
         // replica's watch (store/postgres/horizon.rs): the server ends it after
         // WRITER_IDLE_LIMIT. No broker transaction waits on anything but the
         // database between its statements.
-        let options = PgConnectOptions::from_str(url)?.options([
-            ("plan_cache_mode", "force_custom_plan"),
-            ("jit", "off"),
-            ("idle_in_transaction_session_timeout", WRITER_IDLE_LIMIT),
-        ]);
+        let (base, router) = match connect::parse(url).map_err(StoreError::Config)? {
+            DbUrl::Single(options) => (options, None),
+            DbUrl::Hosts { hosts, attrs } => {
+                let (router, probe) = Router::start(hosts, attrs, START_WITHIN)
+                    .await
+                    .map_err(|e| StoreError::Config(e.message))?;
+                Router::watch(&router, probe);
+                (router.options(), Some(router))
+            }
+        };
+        let options = base.clone().options(MAIN_SESSION);
         // Issue 17: planning was three quarters of Postgres's time per task
         // (docs/performance.md, "What limits Postgres: planning"). The statements of
         // the plain lease and of the task inserts keep one generic plan per
@@ -140,28 +188,30 @@ impl PostgresStore {
         // plan cached while the table was empty still reads it through its index
         // once it holds millions of rows.
         let hot_connections = max_connections / 2;
-        let pool = pool_options()
+        let pool = pool_options(router.as_ref())
             .max_connections(max_connections - hot_connections)
             .connect_with(options.clone())
             .await?;
         let hot = if hot_connections == 0 {
             None
         } else {
-            let hot = pool_options()
+            let hot = pool_options(router.as_ref())
                 .max_connections(hot_connections)
-                .connect_with(PgConnectOptions::from_str(url)?.options([
-                    ("plan_cache_mode", "force_generic_plan"),
-                    ("jit", "off"),
-                    ("enable_seqscan", "off"),
-                    ("idle_in_transaction_session_timeout", WRITER_IDLE_LIMIT),
-                ]))
+                .connect_with(base.clone().options(HOT_SESSION))
                 .await?;
             Some(hot)
         };
+        if let Some(r) = &router {
+            r.follow(pool.clone(), MAIN_SESSION.to_vec());
+            if let Some(h) = &hot {
+                r.follow(h.clone(), HOT_SESSION.to_vec());
+            }
+        }
         Ok(PostgresStore {
             pool,
             hot,
             options,
+            router,
             wake_tag: format!("@{:016x}", rand::random::<u64>()),
             notes: Arc::default(),
         })
@@ -176,9 +226,15 @@ impl PostgresStore {
     /// (re)connect, when notifications may have been missed, calls `wake(None)`.
     fn listen(&self, wake: Waker, stop: CancellationToken) {
         let options = self.options.clone();
+        let router = self.router.clone();
         let (tag, notes) = (self.wake_tag.clone(), self.notes.clone());
         tokio::spawn(async move {
             loop {
+                // With several hosts, the one in use now.
+                let options = match &router {
+                    Some(r) => r.options().options(MAIN_SESSION),
+                    None => options.clone(),
+                };
                 let listener = async {
                     // A pool of its own with one connection, kept for good.
                     let own = PgPoolOptions::new()
@@ -649,8 +705,24 @@ impl Store for PostgresStore {
     }
 
     async fn ping(&self) -> StoreResult<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
+        let Some(router) = &self.router else {
+            sqlx::query("SELECT 1").execute(&self.pool).await?;
+            return Ok(());
+        };
+        // With several hosts: ready while a host that matches is in use.
+        let mut conn = self.pool.acquire().await?;
+        let role = connect::role_of(&mut conn).await?;
+        if router.healthy() && router.attrs().accepts(role) {
+            return Ok(());
+        }
+        router.recheck();
+        Err(StoreError::Unavailable(
+            format!(
+                "no database host accepts target_session_attrs={}",
+                router.attrs().as_str()
+            )
+            .into(),
+        ))
     }
 
     async fn task_insert_many(
