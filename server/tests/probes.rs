@@ -160,6 +160,7 @@ fn token(role: Role, token: &str) -> TokenEntry {
         role,
         token: token.into(),
         name: None,
+        workers: None,
     }
 }
 

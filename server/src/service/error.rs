@@ -17,6 +17,9 @@ pub enum ServiceError {
     /// never the other party's ids).
     #[error("{field}: {message}")]
     AlreadyExists { field: String, message: String },
+    /// The caller's token may not do this (the message names the field).
+    #[error("{field}: {message}")]
+    PermissionDenied { field: String, message: String },
     /// The task's state does not allow the operation.
     #[error("{0}")]
     FailedPrecondition(String),
