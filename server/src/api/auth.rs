@@ -385,7 +385,7 @@ mod tests {
             name: None,
             workers: Some(vec!["uid_5".into()]),
         };
-        let e = check_unique_names(&[admin.clone()]).unwrap_err();
+        let e = check_unique_names(std::slice::from_ref(&admin)).unwrap_err();
         assert!(
             e.contains("worker tokens only") && !e.contains("s3cret"),
             "{e}"
