@@ -9,7 +9,8 @@
 # --secure: the broker serves TLS, requires a client certificate (mTLS, `tls.client_ca`) and
 # a bearer token (`auth.tokens_file`). The certificates are made here with openssl; the
 # scenario gets TASKBROKER_CA, TASKBROKER_CLIENT_CERT, TASKBROKER_CLIENT_KEY and
-# TASKBROKER_TOKEN (docs/client-spec.md, point 8).
+# TASKBROKER_TOKEN (docs/client-spec.md, point 8), and TASKBROKER_WORKER_TOKEN, a worker
+# token bound to the worker ids conf-LANG-bound and conf-LANG-bound-*.
 #
 # The scenario must end with "N passed, 0 failed" where N is the number of cases in
 # SCENARIO.md; anything else (fewer cases run, no summary) is a failure.
@@ -85,17 +86,26 @@ security=()
 if [ -n "$secure" ]; then
   make_certs "$tmp/pki"
   token="conformance-admin-$(openssl rand -hex 12)"
-  printf 'admin %s conformance\n' "$token" >"$tmp/pki/tokens"
+  # A worker token bound to the worker ids `conf-<lang>-bound` and `conf-<lang>-bound-*`
+  # (the `worker_id_binding` case).
+  worker_token="conformance-worker-$(openssl rand -hex 12)"
+  {
+    printf 'admin %s conformance\n' "$token"
+    printf 'worker %s conformance-bound workers=conf-%s-bound,conf-%s-bound-*\n' \
+      "$worker_token" "$lang" "$lang"
+  } >"$tmp/pki/tokens"
   security=(
     --tls-cert "$tmp/pki/server.pem" --tls-key "$tmp/pki/server.key"
     --tls-client-ca "$tmp/pki/ca.pem" --auth-tokens-file "$tmp/pki/tokens"
   )
   export TASKBROKER_TOKEN="$token"
+  export TASKBROKER_WORKER_TOKEN="$worker_token"
   export TASKBROKER_CA="$tmp/pki/ca.pem"
   export TASKBROKER_CLIENT_CERT="$tmp/pki/client.pem"
   export TASKBROKER_CLIENT_KEY="$tmp/pki/client.key"
 else
-  unset TASKBROKER_TOKEN TASKBROKER_CA TASKBROKER_CLIENT_CERT TASKBROKER_CLIENT_KEY
+  unset TASKBROKER_TOKEN TASKBROKER_WORKER_TOKEN TASKBROKER_CA TASKBROKER_CLIENT_CERT \
+    TASKBROKER_CLIENT_KEY
 fi
 
 target/debug/taskbroker serve \

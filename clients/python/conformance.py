@@ -5,11 +5,14 @@ Prints one PASS/FAIL line per case, then "N passed, M failed"; exits 0 only when
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import contextlib
 import os
 import random
 import string
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -18,7 +21,18 @@ from google.protobuf import timestamp_pb2
 
 from conformance_spec import SPEC_CASES, SpecCases
 from conformance_spec import CaseFailed as SpecCaseFailed
-from taskbroker import Client, WaitTimeout, error_info, routing
+from taskbroker import (
+    AsyncClient,
+    AsyncTaskContext,
+    AsyncWorker,
+    Client,
+    ConnectOptions,
+    WaitTimeout,
+    Worker,
+    WorkerStoppedError,
+    error_info,
+    routing,
+)
 from taskbroker.client import duration
 from taskbroker.v1 import admin_pb2, broker_pb2, event_pb2, schedule_pb2
 
@@ -461,6 +475,80 @@ class Cases(SpecCases):
         tc = self.get_task(c[0].task_id)
         check(tc.state == State.TASK_STATE_SUCCEEDED, f"c is {state_name(tc.state)}, want SUCCEEDED")
 
+    def worker_id_binding(self, q: str) -> None:
+        task_id = self.tb.submit(q, b"bound").task_id
+        worker_token = os.environ.get("TASKBROKER_WORKER_TOKEN")
+        o = ConnectOptions.from_env()
+        bound = Client(o.target, token=worker_token, tls=o.tls) if worker_token else None
+        with bound or contextlib.nullcontext(self.tb) as w:
+            lease = S.LeaseRequest(
+                worker_id=f"{WORKER_ID}-bound-1", queues=[q], max_tasks=1, lease_duration=duration(30)
+            )
+            got = list(w.broker.Lease(lease, timeout=10).tasks)
+            check([t.task_id for t in got] == [task_id], f"Lease as {lease.worker_id} returned {describe(got)}")
+            if worker_token:
+                lease.worker_id = WORKER_ID
+                try:
+                    w.broker.Lease(lease, timeout=10)
+                    raise CaseFailed(f"Lease as {WORKER_ID} with the bound token: OK, want PERMISSION_DENIED")
+                except grpc.RpcError as err:
+                    check(
+                        err.code() == grpc.StatusCode.PERMISSION_DENIED and "worker_id" in (err.details() or ""),
+                        f"Lease as {WORKER_ID}: {err.code().name} {err.details()!r}, "
+                        "want PERMISSION_DENIED naming worker_id",
+                    )
+            w.broker.Complete(S.CompleteRequest(task_id=task_id, lease_token=got[0].lease_token), timeout=10)
+            t = self.get_task(task_id)
+            check(t.state == State.TASK_STATE_SUCCEEDED, f"the task is {state_name(t.state)}, want SUCCEEDED")
+            if worker_token:
+                err = run_until_stopped(Worker(w, [q], lambda ctx: b"", poll_wait=1, worker_id=WORKER_ID))
+                check(
+                    isinstance(err, WorkerStoppedError) and err.code == grpc.StatusCode.PERMISSION_DENIED,
+                    f"Worker as {WORKER_ID}: stopped with {err!r}, want WorkerStoppedError PERMISSION_DENIED",
+                )
+        if worker_token:
+            err = asyncio.run(async_run_until_stopped(o, worker_token, q))
+            check(
+                isinstance(err, WorkerStoppedError) and err.code == grpc.StatusCode.PERMISSION_DENIED,
+                f"AsyncWorker as {WORKER_ID}: stopped with {err!r}, want WorkerStoppedError PERMISSION_DENIED",
+            )
+
+
+def run_until_stopped(w: Worker) -> BaseException | None:
+    """What the Worker's run raised, once it stopped by itself (within 20 s)."""
+    out: list[BaseException | None] = [None]
+
+    def target() -> None:
+        try:
+            w.run(handle_signals=False)
+        except BaseException as err:  # noqa: BLE001 -- handed to the case
+            out[0] = err
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    th.join(20)
+    if th.is_alive():
+        w.stop(wait=False)
+        raise CaseFailed("the worker kept running")
+    return out[0]
+
+
+async def async_run_until_stopped(o: ConnectOptions, token: str, q: str) -> BaseException | None:
+    """The same for the AsyncWorker, on a client with `token`."""
+
+    async def handler(ctx: AsyncTaskContext) -> bytes:
+        return b""
+
+    async with AsyncClient(o.target, token=token, tls=o.tls) as client:
+        w = AsyncWorker(client, [q], handler, poll_wait=1, worker_id=WORKER_ID)
+        try:
+            await asyncio.wait_for(w.run(handle_signals=False), 20)
+        except asyncio.TimeoutError as err:
+            raise CaseFailed("the async worker kept running") from err
+        except BaseException as err:  # noqa: BLE001 -- handed to the case
+            return err
+    return None
+
 
 def payloads(tasks: list[S.LeasedTask]) -> list[str]:
     return [t.payload.decode() for t in tasks]
@@ -484,6 +572,7 @@ CASES = [
     "dependency",
     "wait_by_stream",
     "lease_next",
+    "worker_id_binding",
 ]
 
 

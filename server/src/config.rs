@@ -743,6 +743,7 @@ mod tests {
             role: crate::api::auth::Role::Admin,
             token: "super-secret-token-value".into(),
             name: None,
+            workers: None,
         });
         let s = c.redacted_toml();
         assert!(!s.contains("hunter2") && !s.contains("super-secret"), "{s}");

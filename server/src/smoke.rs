@@ -108,11 +108,12 @@ fn tokens(args: &SmokeArgs) -> Result<(Option<String>, Option<String>), SmokeErr
         .map_err(|_| SmokeError::Config(format!("{} is not UTF-8", path.display())))?;
     let entries = parse_token_file(&text)
         .map_err(|e| SmokeError::Config(format!("{}: {e}", path.display())))?;
-    // The narrowest role that may make the call, admin only when nothing narrower exists.
+    // The narrowest role that may make the call, admin only when nothing narrower exists;
+    // not a worker token bound to worker ids (the smoke test leases as `smoke-...`).
     let pick = |role: Role| {
         entries
             .iter()
-            .find(|e| e.role == role)
+            .find(|e| e.role == role && e.workers.is_none())
             .or_else(|| entries.iter().find(|e| e.role == Role::Admin))
             .map(|e| e.token.clone())
     };

@@ -507,11 +507,13 @@ async fn with_auth_on_the_console_needs_an_admin_token() {
             role: Role::Admin,
             token: admin_token.into(),
             name: Some("ops".into()),
+            workers: None,
         },
         TokenEntry {
             role: Role::Worker,
             token: "console-worker-token-123456".into(),
             name: None,
+            workers: None,
         },
     ])
     .await;

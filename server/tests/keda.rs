@@ -179,6 +179,7 @@ async fn with_auth_on_the_scaler_takes_a_worker_or_scaler_token_from_the_metadat
         role,
         token: token.into(),
         name: None,
+        workers: None,
     };
     let app = spawn_app_with(
         Backend::Sqlite,

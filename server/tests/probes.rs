@@ -160,6 +160,7 @@ fn token(role: Role, token: &str) -> TokenEntry {
         role,
         token: token.into(),
         name: None,
+        workers: None,
     }
 }
 
@@ -217,6 +218,35 @@ async fn smoke_submits_leases_and_completes_with_tokens_from_the_broker_token_fi
     // No token at all.
     let out = smoke(&["--addr", &app.url()]).await;
     assert!(text(&out.stderr).contains("submit: UNAUTHENTICATED"));
+    app.shutdown().await;
+}
+
+/// The smoke command leases as `smoke-...`: it skips a worker token bound to other
+/// worker ids and takes an unbound one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smoke_skips_worker_tokens_bound_to_worker_ids() {
+    let tokens = "producer p-secret\nworker w-bound per-user workers=uid_5\nworker w-secret\n";
+    let app = spawn_app_with(
+        Backend::Sqlite,
+        Options {
+            auth: taskbroker_server::api::auth::parse_token_file(tokens).unwrap(),
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    std::fs::write(&file, tokens).unwrap();
+    let out = smoke(&[
+        "--addr",
+        &app.url(),
+        "--tokens-file",
+        file.to_str().unwrap(),
+    ])
+    .await;
+    assert!(out.status.success(), "smoke failed: {}", text(&out.stderr));
+    assert!(text(&out.stdout).ends_with("smoke test passed\n"));
     app.shutdown().await;
 }
 

@@ -273,6 +273,7 @@ fn token(role: Role, token: &str, name: &str) -> TokenEntry {
         role,
         token: token.into(),
         name: Some(name.into()),
+        workers: None,
     }
 }
 

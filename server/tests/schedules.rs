@@ -640,6 +640,7 @@ async fn producers_manage_only_their_own_schedules(b: Backend) {
         role,
         token: token.into(),
         name: Some(name.into()),
+        workers: None,
     };
     let opts = Options {
         auth: vec![

@@ -4,6 +4,7 @@
 //! Prints `PASS case` or `FAIL case: reason` per case, then `N passed, M failed`, and
 //! exits non-zero when any case failed. Run it with `scripts/conformance.sh rust`.
 
+mod binding;
 mod flow;
 mod lease_next;
 mod routing;
@@ -445,6 +446,9 @@ fn cases() -> Vec<(&'static str, Case)> {
             Box::pin(flow::wait_by_stream(c, q))
         }),
         ("lease_next", |c, q| Box::pin(lease_next::lease_next(c, q))),
+        ("worker_id_binding", |c, q| {
+            Box::pin(binding::worker_id_binding(c, q))
+        }),
     ]
 }
 

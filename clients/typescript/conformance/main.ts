@@ -26,6 +26,7 @@ import { specCases } from "./spec_cases.js";
 import { routingCases } from "./routing_cases.js";
 import { flowCases } from "./flow_cases.js";
 import { leaseNextCases } from "./lease_next_cases.js";
+import { bindingCases } from "./binding_cases.js";
 
 const LANG = "typescript";
 const WORKER_ID = `conf-${LANG}`;
@@ -304,6 +305,7 @@ const cases: [string, Case][] = [
   ...routingCases,
   ...flowCases,
   ...leaseNextCases,
+  ...bindingCases,
 ];
 
 function reasonOf(err: unknown): string {

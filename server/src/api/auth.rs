@@ -35,6 +35,45 @@ pub struct Principal {
     /// The token's name; see [`TokenEntry::identity`].
     pub name: String,
     pub role: Role,
+    /// The worker ids a bound worker token may use (`None`: any).
+    pub workers: Option<WorkerIds>,
+}
+
+impl Principal {
+    /// Whether this caller may lease, heartbeat and settle as `worker_id`.
+    pub fn may_use_worker_id(&self, worker_id: &str) -> bool {
+        self.workers.as_ref().is_none_or(|w| w.allows(worker_id))
+    }
+}
+
+/// The worker ids a worker token is bound to: exact ids, or prefixes written
+/// with a trailing `*` (`gpu-*` allows `gpu-1` and `gpu-`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerIds(Vec<String>);
+
+impl WorkerIds {
+    /// Checks a list of patterns: each non-empty, `*` only as the last character.
+    pub fn new(patterns: &[String]) -> Result<WorkerIds, String> {
+        if patterns.is_empty() {
+            return Err("workers= needs at least one worker id".into());
+        }
+        for p in patterns {
+            let exact = p.strip_suffix('*').unwrap_or(p);
+            if p.is_empty() || exact.contains('*') || p.chars().any(char::is_whitespace) {
+                return Err(format!(
+                    "workers= entry {p:?} must be a worker id or a prefix ending in `*`"
+                ));
+            }
+        }
+        Ok(WorkerIds(patterns.to_vec()))
+    }
+
+    pub fn allows(&self, worker_id: &str) -> bool {
+        self.0.iter().any(|p| match p.strip_suffix('*') {
+            Some(prefix) => worker_id.starts_with(prefix),
+            None => worker_id == p,
+        })
+    }
 }
 
 /// One configured token.
@@ -44,6 +83,10 @@ pub struct TokenEntry {
     pub token: String,
     #[serde(default)]
     pub name: Option<String>,
+    /// For a worker token: the worker ids it may lease, heartbeat and settle
+    /// under (exact ids or prefixes ending in `*`); `None` allows any.
+    #[serde(default)]
+    pub workers: Option<Vec<String>>,
 }
 
 impl TokenEntry {
@@ -64,10 +107,14 @@ impl TokenEntry {
 }
 
 /// Checks that no two tokens share a name (explicit or derived): two producers
-/// with one name would see and own each other's tasks.
+/// with one name would see and own each other's tasks. Also checks each token's
+/// worker-id binding (worker tokens only, well-formed patterns).
 pub fn check_unique_names(entries: &[TokenEntry]) -> Result<(), String> {
     let mut seen = std::collections::HashSet::new();
     for e in entries {
+        if let Some(w) = &e.workers {
+            check_binding(e.role, w).map_err(|m| format!("auth tokens: {m}"))?;
+        }
         let name = e.identity();
         if !seen.insert(name.clone()) {
             return Err(format!(
@@ -78,18 +125,27 @@ pub fn check_unique_names(entries: &[TokenEntry]) -> Result<(), String> {
     Ok(())
 }
 
+/// A binding is for worker tokens (an admin may use any worker id).
+fn check_binding(role: Role, patterns: &[String]) -> Result<WorkerIds, String> {
+    if role != Role::Worker {
+        return Err("workers= binds worker tokens only".into());
+    }
+    WorkerIds::new(patterns)
+}
+
 impl std::fmt::Debug for TokenEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TokenEntry")
             .field("role", &self.role)
             .field("name", &self.name)
+            .field("workers", &self.workers)
             .field("token", &"<redacted>")
             .finish()
     }
 }
 
-/// Parses a token file: one `ROLE TOKEN [NAME]` per line; `#` comments and blank
-/// lines are skipped. The error names the line, never the token.
+/// Parses a token file: one `ROLE TOKEN [NAME [workers=ID,PREFIX*,...]]` per line;
+/// `#` comments and blank lines are skipped. The error names the line, never the token.
 pub fn parse_token_file(text: &str) -> Result<Vec<TokenEntry>, String> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -98,8 +154,9 @@ pub fn parse_token_file(text: &str) -> Result<Vec<TokenEntry>, String> {
             continue;
         }
         let mut parts = line.split_whitespace();
+        const FORM: &str = "ROLE TOKEN [NAME [workers=ID,...]]";
         let (Some(role), Some(token)) = (parts.next(), parts.next()) else {
-            return Err(format!("line {}: expected `ROLE TOKEN [NAME]`", i + 1));
+            return Err(format!("line {}: expected `{FORM}`", i + 1));
         };
         let role = Role::parse(role).ok_or_else(|| {
             format!(
@@ -107,10 +164,32 @@ pub fn parse_token_file(text: &str) -> Result<Vec<TokenEntry>, String> {
                 i + 1
             )
         })?;
+        let name = parts.next();
+        if name.is_some_and(|n| n.starts_with("workers=")) {
+            return Err(format!(
+                "line {}: give the token a NAME before workers=",
+                i + 1
+            ));
+        }
+        let workers = match parts.next() {
+            None => None,
+            Some(field) => {
+                let Some(list) = field.strip_prefix("workers=") else {
+                    return Err(format!("line {}: expected `{FORM}`", i + 1));
+                };
+                let list: Vec<String> = list.split(',').map(str::to_string).collect();
+                check_binding(role, &list).map_err(|m| format!("line {}: {m}", i + 1))?;
+                Some(list)
+            }
+        };
+        if parts.next().is_some() {
+            return Err(format!("line {}: expected `{FORM}`", i + 1));
+        }
         out.push(TokenEntry {
             role,
             token: token.to_string(),
-            name: parts.next().map(str::to_string),
+            name: name.map(str::to_string),
+            workers,
         });
     }
     Ok(out)
@@ -173,9 +252,18 @@ impl Authenticator {
                 .iter()
                 .map(|e| {
                     let name = e.identity();
+                    // Checked when the configuration is read (check_unique_names); a
+                    // malformed binding here allows no worker id rather than any.
+                    let workers = e.workers.as_deref().filter(|_| e.role == Role::Worker);
+                    let workers = workers
+                        .map(|w| WorkerIds::new(w).unwrap_or_else(|_| WorkerIds(Vec::new())));
                     (
                         e.token.as_bytes().to_vec(),
-                        Principal { name, role: e.role },
+                        Principal {
+                            name,
+                            role: e.role,
+                            workers,
+                        },
                     )
                 })
                 .collect(),
@@ -239,6 +327,74 @@ mod tests {
         assert!(e.starts_with("line 1"));
         assert!(!e.contains("s3cret"));
         assert!(!format!("{:?}", t[0]).contains("s3cret"));
+    }
+
+    #[test]
+    fn worker_tokens_bind_to_ids_and_prefixes() {
+        let t = parse_token_file(
+            "worker w0rkw0rkw0rkw0rk per-user workers=uid_5,gpu-*\nworker fr33fr33fr33 fleet\n",
+        )
+        .unwrap();
+        assert_eq!(
+            t[0].workers.as_deref(),
+            Some(&["uid_5".to_string(), "gpu-*".to_string()][..])
+        );
+        assert_eq!(t[1].workers, None);
+        assert!(check_unique_names(&t).is_ok());
+        let auth = Authenticator::new(&t);
+        let bound = auth
+            .check_token("w0rkw0rkw0rkw0rk", &[Role::Worker], "Lease")
+            .unwrap();
+        for ok in ["uid_5", "gpu-", "gpu-a100-7"] {
+            assert!(bound.may_use_worker_id(ok), "{ok}");
+        }
+        for no in ["uid_55", "uid_", "uid_6", "gpu", "", "xgpu-1"] {
+            assert!(!bound.may_use_worker_id(no), "{no}");
+        }
+        let free = auth
+            .check_token("fr33fr33fr33", &[Role::Worker], "Lease")
+            .unwrap();
+        assert!(free.may_use_worker_id("uid_5") && free.may_use_worker_id("anything"));
+    }
+
+    #[test]
+    fn bad_bindings_are_refused_naming_the_line() {
+        for (text, says) in [
+            ("admin s3cretS3cret ops workers=uid_5", "worker tokens only"),
+            (
+                "producer s3cretS3cret shop workers=uid_5",
+                "worker tokens only",
+            ),
+            ("worker s3cretS3cret w workers=", "\"\""),
+            ("worker s3cretS3cret w workers=a,,b", "\"\""),
+            ("worker s3cretS3cret w workers=a*b", "\"a*b\""),
+            ("worker s3cretS3cret w workers=**", "\"**\""),
+            ("worker s3cretS3cret workers=uid_5", "NAME before workers="),
+            ("worker s3cretS3cret w worker=uid_5", "expected"),
+            ("worker s3cretS3cret w workers=a extra", "expected"),
+        ] {
+            let e = parse_token_file(&format!("# c\n{text}\n")).unwrap_err();
+            assert!(e.starts_with("line 2:"), "{text}: {e}");
+            assert!(e.contains(says), "{text}: {e}");
+            assert!(!e.contains("s3cret") && !e.contains('\n'), "{text}: {e}");
+        }
+        // Inline tokens (the configuration file) are checked the same way.
+        let admin = TokenEntry {
+            role: Role::Admin,
+            token: "s3cretS3cret0000".into(),
+            name: None,
+            workers: Some(vec!["uid_5".into()]),
+        };
+        let e = check_unique_names(std::slice::from_ref(&admin)).unwrap_err();
+        assert!(
+            e.contains("worker tokens only") && !e.contains("s3cret"),
+            "{e}"
+        );
+        // An admin is never restricted, even when built with a binding.
+        let p = Authenticator::new(&[admin])
+            .check_token("s3cretS3cret0000", &[Role::Admin], "Lease")
+            .unwrap();
+        assert!(p.may_use_worker_id("uid_6"));
     }
 
     #[test]

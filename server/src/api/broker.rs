@@ -4,12 +4,13 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
+use super::auth::Principal;
 use super::convert::{self, duration, timestamp, to_timestamp};
 use super::error::{invalid, status};
 use crate::domain::validate::Invalid;
 use crate::pb;
 use crate::pb::broker_service_server::BrokerService;
-use crate::service::{self, Broker};
+use crate::service::{self, Broker, HeldBy};
 use crate::store::{LeaseRef, LeaseState};
 use crate::telemetry::TRACEPARENT;
 
@@ -95,6 +96,60 @@ fn lease_next<T>(
 ) -> Result<Option<service::LeaseRequest>, Invalid> {
     let Some(r) = r else { return Ok(None) };
     lease_request("lease_next.", r, caller(request)).map(Some)
+}
+
+/// The caller when its token is bound to worker ids (`workers=` in the tokens file).
+fn bound<T>(request: &Request<T>) -> Option<Principal> {
+    request
+        .extensions()
+        .get::<Principal>()
+        .filter(|p| p.workers.is_some())
+        .cloned()
+}
+
+/// PERMISSION_DENIED naming `field` unless the caller may use `worker_id`.
+fn check_worker_id(caller: Option<&Principal>, field: &str, worker_id: &str) -> Result<(), Status> {
+    match caller {
+        Some(p) if !p.may_use_worker_id(worker_id) => Err(Status::permission_denied(format!(
+            "{field}: this token may not use the worker id {worker_id:?}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// A settle's `lease_next.worker_id` must be one the caller may use.
+fn check_lease_next(
+    caller: Option<&Principal>,
+    next: Option<&pb::LeaseRequest>,
+) -> Result<(), Status> {
+    match next {
+        Some(n) => check_worker_id(caller, "lease_next.worker_id", &n.worker_id),
+        None => Ok(()),
+    }
+}
+
+impl BrokerApi {
+    /// PERMISSION_DENIED when a bound caller settles (or heartbeats, or
+    /// checkpoints) a lease held under a worker id it may not use.
+    async fn check_holders(
+        &self,
+        caller: Option<&Principal>,
+        call: HeldBy,
+        leases: &[LeaseRef],
+    ) -> Result<(), Status> {
+        let Some(p) = caller else { return Ok(()) };
+        self.broker
+            .check_lease_holders(call, leases, |w| p.may_use_worker_id(w))
+            .await
+            .map_err(status)
+    }
+}
+
+fn lease_ref(task_id: &str, lease_token: &str) -> LeaseRef {
+    LeaseRef {
+        task_id: task_id.to_string(),
+        lease_token: lease_token.to_string(),
+    }
 }
 
 fn leased(tasks: Vec<crate::store::TaskRecord>) -> Vec<pb::LeasedTask> {
@@ -205,7 +260,10 @@ impl BrokerService for BrokerApi {
         request: Request<pb::LeaseRequest>,
     ) -> Result<Response<pb::LeaseResponse>, Status> {
         let from = caller(&request);
-        let req = lease_request("", request.into_inner(), from).map_err(invalid)?;
+        let who = bound(&request);
+        let r = request.into_inner();
+        check_worker_id(who.as_ref(), "worker_id", &r.worker_id)?;
+        let req = lease_request("", r, from).map_err(invalid)?;
         let tasks = self.broker.lease(req).await.map_err(status)?;
         Ok(Response::new(pb::LeaseResponse {
             tasks: leased(tasks),
@@ -217,7 +275,18 @@ impl BrokerService for BrokerApi {
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
         let (worker_address, _) = caller(&request);
+        let who = bound(&request);
         let r = request.into_inner();
+        check_worker_id(who.as_ref(), "worker_id", &r.worker_id)?;
+        if who.is_some() {
+            let leases: Vec<LeaseRef> = r
+                .leases
+                .iter()
+                .map(|l| lease_ref(&l.task_id, &l.lease_token))
+                .collect();
+            self.check_holders(who.as_ref(), HeldBy::Heartbeat, &leases)
+                .await?;
+        }
         // Routing (issue 13): the worker registry (throttled).
         self.broker
             .worker_heartbeat(&r.worker_id, &worker_address)
@@ -250,7 +319,12 @@ impl BrokerService for BrokerApi {
         &self,
         request: Request<pb::CheckpointRequest>,
     ) -> Result<Response<pb::CheckpointResponse>, Status> {
+        let who = bound(&request);
         let r = request.into_inner();
+        if who.is_some() {
+            let held = [lease_ref(&r.task_id, &r.lease_token)];
+            self.check_holders(who.as_ref(), HeldBy::One, &held).await?;
+        }
         let req = service::CheckpointRequest {
             extend_by: duration("extend_by", r.extend_by.as_ref()).map_err(invalid)?,
             task_id: r.task_id,
@@ -269,9 +343,15 @@ impl BrokerService for BrokerApi {
         &self,
         mut request: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
+        let who = bound(&request);
         let next = request.get_mut().lease_next.take();
+        check_lease_next(who.as_ref(), next.as_ref())?;
         let next = lease_next(&request, next).map_err(invalid)?;
         let r = request.into_inner();
+        if who.is_some() {
+            let held = [lease_ref(&r.task_id, &r.lease_token)];
+            self.check_holders(who.as_ref(), HeldBy::One, &held).await?;
+        }
         let next_tasks = self
             .broker
             .complete_leasing(r.task_id, r.lease_token, r.result, next)
@@ -286,7 +366,9 @@ impl BrokerService for BrokerApi {
         &self,
         mut request: Request<pb::CompleteManyRequest>,
     ) -> Result<Response<pb::CompleteManyResponse>, Status> {
+        let who = bound(&request);
         let next = request.get_mut().lease_next.take();
+        check_lease_next(who.as_ref(), next.as_ref())?;
         let next = lease_next(&request, next).map_err(invalid)?;
         let r = request.into_inner();
         // lease_next (issue 17) is the batch's, not a completion's.
@@ -304,6 +386,14 @@ impl BrokerService for BrokerApi {
                 result: c.result,
             })
             .collect();
+        if who.is_some() {
+            let held: Vec<LeaseRef> = items
+                .iter()
+                .map(|c| lease_ref(&c.task_id, &c.lease_token))
+                .collect();
+            self.check_holders(who.as_ref(), HeldBy::CompleteMany, &held)
+                .await?;
+        }
         let ids: Vec<String> = items.iter().map(|c| c.task_id.clone()).collect();
         let (outcomes, next_tasks) = self
             .broker
@@ -331,9 +421,15 @@ impl BrokerService for BrokerApi {
         &self,
         mut request: Request<pb::FailRequest>,
     ) -> Result<Response<pb::FailResponse>, Status> {
+        let who = bound(&request);
         let next = request.get_mut().lease_next.take();
+        check_lease_next(who.as_ref(), next.as_ref())?;
         let next = lease_next(&request, next).map_err(invalid)?;
         let r = request.into_inner();
+        if who.is_some() {
+            let held = [lease_ref(&r.task_id, &r.lease_token)];
+            self.check_holders(who.as_ref(), HeldBy::One, &held).await?;
+        }
         let req = service::FailRequest {
             retry_after: duration("retry_after", r.retry_after.as_ref()).map_err(invalid)?,
             task_id: r.task_id,

@@ -38,6 +38,7 @@ pub fn status(e: ServiceError) -> Status {
             Status::with_error_details(Code::Aborted, e.to_string(), details)
         }
         ServiceError::AlreadyExists { .. } => Status::already_exists(e.to_string()),
+        ServiceError::PermissionDenied { .. } => Status::permission_denied(e.to_string()),
         ServiceError::FailedPrecondition(m) => Status::failed_precondition(m),
         ServiceError::Unavailable(ref source) => {
             tracing::warn!(error = %source, cause = ?std::error::Error::source(source), "database unavailable");

@@ -413,11 +413,13 @@ mod tests {
                 role: Role::Admin,
                 token: "admin-token-0123456789".into(),
                 name: Some("ops".into()),
+                workers: None,
             },
             TokenEntry {
                 role: Role::Worker,
                 token: "worker-token-0123456789".into(),
                 name: None,
+                workers: None,
             },
         ])
     }

@@ -151,6 +151,7 @@ impl From<ServiceError> for PageError {
             }
             ServiceError::NotFound { .. } => PageError::NotFound(e.to_string()),
             ServiceError::FailedPrecondition(m) => PageError::Conflict(m),
+            ServiceError::PermissionDenied { .. } => PageError::Forbidden(e.to_string()),
             ServiceError::LeaseLost { .. } | ServiceError::AlreadyExists { .. } => {
                 PageError::Conflict(e.to_string())
             }

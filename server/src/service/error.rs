@@ -21,6 +21,9 @@ pub enum ServiceError {
     /// nothing was changed.
     #[error("{0}")]
     OutOfRange(Invalid),
+    /// The caller's token may not do this (the message names the field).
+    #[error("{field}: {message}")]
+    PermissionDenied { field: String, message: String },
     /// The task's state does not allow the operation.
     #[error("{0}")]
     FailedPrecondition(String),

@@ -38,7 +38,7 @@ pub enum CompleteOutcome {
 }
 
 /// Completions per CompleteMany call at most (as tasks per Submit).
-const MAX_COMPLETE_BATCH: usize = 1000;
+pub(super) const MAX_COMPLETE_BATCH: usize = 1000;
 
 /// Longer error messages are cut (on a character boundary), not refused: the
 /// worker is reporting a failure and should not fail again doing it.

@@ -54,6 +54,7 @@ var cases = []testCase{
 	{"dependency", dependency},
 	{"wait_by_stream", waitByStream},
 	{"lease_next", leaseNext},
+	{"worker_id_binding", workerIDBinding},
 }
 
 func main() {
