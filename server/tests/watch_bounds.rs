@@ -41,6 +41,7 @@ fn tokens() -> Vec<TokenEntry> {
         role,
         token: token.into(),
         name: Some(name.into()),
+        workers: None,
     };
     vec![
         tok(Role::Producer, ALICE, "alice"),
