@@ -9,7 +9,7 @@
 # normal test suite replays it (server/tests/fuzz_regressions.rs).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-target=${1:?usage: fuzz.sh TARGET SECONDS (targets: rpc_requests config_loader)}
+target=${1:?usage: fuzz.sh TARGET SECONDS (targets: rpc_requests config_loader submit_expansion)}
 secs=${2:-60}
 
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
