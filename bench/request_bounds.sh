@@ -42,7 +42,7 @@ for store in $stores; do
       python3 -c '
 import json, sys
 r = json.loads(sys.stdin.read().strip().splitlines()[-1])
-print(f"| {sys.argv[1]} | {r[\"case\"]} | {r[\"request_bytes\"]:,} | {r[\"code\"]} | {r[\"tasks\"]:,} | {r[\"ms\"]:,} | {r[\"peak_rss_mb_before\"]} | {r[\"peak_rss_mb\"]} |")
+print("| {} | {case} | {request_bytes:,} | {code} | {tasks:,} | {ms:,} | {peak_rss_mb_before} | {peak_rss_mb} |".format(sys.argv[1], **r))
 ' "$store"
   done
 done

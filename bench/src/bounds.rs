@@ -83,10 +83,10 @@ fn request(case: &str, existing: &[String]) -> anyhow::Result<Vec<pb::TaskSpec>>
                 ..plain()
             })
             .collect(),
-        // 16 copies of a payload of almost 1 MiB: 16 MiB stored.
+        // 8 copies of a payload of almost 1 MiB: 8 MiB stored.
         "fanout_bytes" => vec![pb::TaskSpec {
             payload: vec![7; (1 << 20) - 16],
-            ..fanout(16)
+            ..fanout(8)
         }],
         // 1,000 copies targeted by 32 labels of the longest key and value.
         "labels" => vec![pb::TaskSpec {
@@ -98,8 +98,8 @@ fn request(case: &str, existing: &[String]) -> anyhow::Result<Vec<pb::TaskSpec>>
             }),
             ..fanout(1000)
         }],
-        // 1,000 tasks each with 64 metadata entries of 15 KiB in all.
-        "metadata" => (0..1000)
+        // 530 tasks each with 64 metadata entries of 15 KiB in all: 8 MiB.
+        "metadata" => (0..530)
             .map(|t| pb::TaskSpec {
                 metadata: (0..64)
                     .map(|i| (format!("k{t}-{i:02}"), "m".repeat(240 - 8)))

@@ -75,10 +75,10 @@ async fn limits_apply_after_expansion(b: Backend) {
     assert_eq!(e.code(), Code::InvalidArgument);
     assert_eq!(bad_field(&e).as_deref(), Some("tasks[1].depends_on_index"));
 
-    // 17 copies of a 1 MiB payload: 17 MiB stored, over 16.
+    // 9 copies of a 1 MiB payload: 9 MiB stored, over 8.
     let big = pb::TaskSpec {
         payload: vec![7; 1 << 20],
-        ..fanout("q", 17)
+        ..fanout("q", 9)
     };
     let e = refused(&mut c, vec![big]).await;
     assert_eq!(e.code(), Code::ResourceExhausted);
@@ -117,10 +117,10 @@ async fn the_largest_allowed_requests_are_accepted(b: Backend) {
     let t = get(&mut admin, &r[1].copy_task_ids[99]).await;
     assert_eq!(t.depends_on.len(), 100);
     assert_eq!(state(&t), pb::TaskState::Blocked);
-    // 16 copies of 1 MiB less the queue name: under 16 MiB.
+    // 8 copies of 1 MiB less the queue name: under 8 MiB.
     let big = pb::TaskSpec {
         payload: vec![7; (1 << 20) - 8],
-        ..fanout("bytes", 16)
+        ..fanout("bytes", 8)
     };
     let r = c
         .submit(pb::SubmitRequest { tasks: vec![big] })
@@ -128,9 +128,9 @@ async fn the_largest_allowed_requests_are_accepted(b: Backend) {
         .unwrap()
         .into_inner()
         .results;
-    assert_eq!(r[0].copy_task_ids.len(), 16);
+    assert_eq!(r[0].copy_task_ids.len(), 8);
     assert_eq!(
-        get(&mut admin, &r[0].copy_task_ids[15]).await.payload.len(),
+        get(&mut admin, &r[0].copy_task_ids[7]).await.payload.len(),
         (1 << 20) - 8
     );
 }
