@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stores=${STORES:-"sqlite postgres"}
-cases=${CASES:-"hostile_fanout_deps edges join ids fanout_bytes labels metadata"}
+cases=${CASES:-"hostile_fanout_deps edges join ids fanout_bytes labels metadata metadata_over"}
 
 work=$(mktemp -d /tmp/taskbroker-bounds.XXXXXX)
 cleanup() {

@@ -32,7 +32,8 @@ struct Args {
     spawn_broker: String,
     #[arg(long, default_value = "target/release/taskbroker")]
     broker_bin: std::path::PathBuf,
-    /// hostile_fanout_deps, edges, join, ids, fanout_bytes, labels, metadata.
+    /// hostile_fanout_deps, edges, join, ids, fanout_bytes, labels, metadata,
+    /// metadata_over.
     #[arg(long)]
     case: String,
 }
@@ -107,6 +108,21 @@ fn request(case: &str, existing: &[String]) -> anyhow::Result<Vec<pb::TaskSpec>>
                 ..plain()
             })
             .collect(),
+        // The same with 1,000 tasks (16 MB, under the 16 MiB message limit):
+        // refused for its bytes after it was decoded.
+        "metadata_over" => {
+            let mut tasks = request("metadata", existing)?;
+            let one = tasks[0].clone();
+            tasks.extend((530..1000).map(|t| pb::TaskSpec {
+                metadata: one
+                    .metadata
+                    .iter()
+                    .map(|(k, v)| (format!("{k}-{t}"), v.clone()))
+                    .collect(),
+                ..plain()
+            }));
+            tasks
+        }
         other => anyhow::bail!("unknown case {other}"),
     })
 }
