@@ -113,13 +113,15 @@ fn request(case: &str, existing: &[String]) -> anyhow::Result<Vec<pb::TaskSpec>>
         "metadata_over" => {
             let mut tasks = request("metadata", existing)?;
             let one = tasks[0].clone();
-            tasks.extend((530..1000).map(|t| pb::TaskSpec {
-                metadata: one
-                    .metadata
-                    .iter()
-                    .map(|(k, v)| (format!("{k}-{t}"), v.clone()))
-                    .collect(),
-                ..plain()
+            tasks.extend((530..1000).map(|t| {
+                pb::TaskSpec {
+                    metadata: one
+                        .metadata
+                        .iter()
+                        .map(|(k, v)| (format!("{k}-{t}"), v.clone()))
+                        .collect(),
+                    ..plain()
+                }
             }));
             tasks
         }
