@@ -103,7 +103,7 @@ impl Broker {
     /// DEADLINE_EXCEEDED, having stored nothing.
     pub async fn submit_until(
         &self,
-        tasks: Vec<SubmitTask>,
+        mut tasks: Vec<SubmitTask>,
         producer: Option<&str>,
         commit_by: Option<std::time::Instant>,
     ) -> Result<Vec<Submitted>, ServiceError> {
@@ -117,15 +117,15 @@ impl Broker {
         }
         let passed = || commit_by.is_some_and(|d| std::time::Instant::now() >= d);
         let now = self.clock.now();
-        // Flow (#15): dependencies and retry schedules, validated per spec. The
+        // Dependencies and retry schedules, validated per spec. The
         // same dependency named twice is one edge: repeats are dropped here,
         // before a fan-out spec's flow is cloned for each copy (`dep_pos[i][j]`
         // is where `depends_on[j]` stood in the request, for error fields).
         let mut flows: Vec<crate::store::FlowSpec> = Vec::with_capacity(tasks.len());
         let mut dep_pos: Vec<Vec<usize>> = Vec::with_capacity(tasks.len());
-        for (i, t) in tasks.iter().enumerate() {
+        for (i, t) in tasks.iter_mut().enumerate() {
             super::flow::validate_flow(i, &t.flow, limits.max_backoff)?;
-            let mut f = t.flow.clone();
+            let mut f = std::mem::take(&mut t.flow);
             let mut seen = std::collections::HashSet::new();
             let (ids, pos): (Vec<String>, Vec<usize>) = f
                 .depends_on
@@ -139,7 +139,7 @@ impl Broker {
             flows.push(f);
             dep_pos.push(pos);
         }
-        // Routing (issue 13): a fan-out task becomes its copies; `copies[i]` is
+        // A fan-out task becomes its copies; `copies[i]` is
         // how many tasks the i-th spec made. Every limit applies to what the
         // request expands to, checked before anything is cloned.
         let shapes: Vec<bounds::SpecShape> = tasks
