@@ -2,6 +2,7 @@
 # Runs one cargo-fuzz target (fuzz/fuzz_targets/) for a number of seconds:
 #   scripts/fuzz.sh rpc_requests 600
 #   scripts/fuzz.sh config_loader 600
+#   scripts/fuzz.sh submit_expansion 600   # fan-out x dependencies x labels in one Submit
 #   FUZZ_KEEP_GOING=1 scripts/fuzz.sh rpc_requests 600   # record crashes, keep fuzzing
 # Needs the nightly toolchain and cargo-fuzz (both installed when missing).
 # The corpus grows in fuzz/corpus/TARGET (not committed); a crashing input is
@@ -9,7 +10,7 @@
 # normal test suite replays it (server/tests/fuzz_regressions.rs).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-target=${1:?usage: fuzz.sh TARGET SECONDS (targets: rpc_requests config_loader)}
+target=${1:?usage: fuzz.sh TARGET SECONDS (targets: rpc_requests config_loader submit_expansion)}
 secs=${2:-60}
 
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal

@@ -164,3 +164,115 @@ pub fn config_file(data: &[u8]) {
         ),
     }
 }
+
+/// Reads the fuzzer's bytes as a stream of small numbers (zeros once spent).
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn u8(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((&b, rest)) => {
+                self.0 = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.u8(), self.u8()])
+    }
+}
+
+/// One Submit of up to 6 specs combining fan-out copies (0 to 1,100),
+/// dependencies by index (repeated up to 2,040 times), unknown dependency ids,
+/// target labels and metadata of every size around their limits, and payloads
+/// up to 2 MiB, through the real handler. Besides a clear status, the answer
+/// must agree with the limits counted after expansion
+/// (`domain::bounds::check`): refused when they are passed, never more than
+/// 1,000 tasks when accepted.
+pub fn submit_expansion(data: &[u8]) {
+    use taskbroker_server::domain::bounds;
+    let mut b = Bytes(data);
+    let n = 1 + usize::from(b.u8() % 6);
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        let copies = u32::from(b.u16() % 1101);
+        let mut t = pb::TaskSpec {
+            queue: "fuzz".into(),
+            fanout: (copies > 0).then_some(pb::Fanout {
+                copies,
+                distinct_workers: b.u8() & 1 == 1,
+            }),
+            payload: vec![0; usize::from(b.u16()) * 32],
+            ..Default::default()
+        };
+        for _ in 0..b.u8() % 4 {
+            let (k, times) = (u32::from(b.u8()) % (i as u32 + 2), usize::from(b.u8()) * 8);
+            t.depends_on_index
+                .extend(std::iter::repeat_n(k, times.max(1)));
+        }
+        for _ in 0..b.u8() % 3 {
+            t.depends_on.push(format!("unknown-{}", b.u8()));
+        }
+        let labels = b.u8() % 40;
+        let mut target = pb::Target::default();
+        for l in 0..labels {
+            let key = format!("{l:0>width$}", width = usize::from(b.u8() % 70));
+            target
+                .labels
+                .insert(key, "v".repeat(usize::from(b.u8() % 140)));
+        }
+        if labels > 0 {
+            t.target = Some(target);
+        }
+        for m in 0..b.u8() % 70 {
+            t.metadata
+                .insert(format!("m{m}"), "x".repeat(usize::from(b.u16()) % 600));
+        }
+        tasks.push(t);
+    }
+    // What the limits say of this request (indexes that are not earlier, bad
+    // label or fan-out fields are refused elsewhere: then only "refused" is
+    // checked).
+    let shapes: Vec<bounds::SpecShape> = tasks
+        .iter()
+        .map(|t| {
+            let mut idx: Vec<usize> = t.depends_on_index.iter().map(|&k| k as usize).collect();
+            bounds::dedup(&mut idx);
+            let mut ids = t.depends_on.clone();
+            bounds::dedup(&mut ids);
+            let pairs = |m: &std::collections::HashMap<String, String>| -> usize {
+                m.iter().map(|(k, v)| k.len() + v.len()).sum()
+            };
+            bounds::SpecShape {
+                copies: t.fanout.map_or(1, |f| f.copies.clamp(1, 1000)),
+                depends_on: ids.len(),
+                depends_on_index: idx,
+                bytes: (t.queue.len()
+                    + t.payload.len()
+                    + pairs(&t.metadata)
+                    + t.target.as_ref().map_or(0, |g| pairs(&g.labels))
+                    + ids.iter().map(String::len).sum::<usize>()) as u64,
+            }
+        })
+        .collect();
+    let limits = bounds::check(&shapes);
+    let h = harness();
+    let r =
+        h.rt.block_on(h.broker.submit(Request::new(pb::SubmitRequest { tasks })));
+    if let Ok(answer) = &r {
+        let made: usize = answer
+            .get_ref()
+            .results
+            .iter()
+            .map(|t| t.copy_task_ids.len().max(1))
+            .sum();
+        assert!(made <= 1000, "accepted {made} tasks");
+        assert!(
+            limits.is_ok(),
+            "accepted a request over the limits: {limits:?}"
+        );
+    }
+    check("submit", r);
+}

@@ -78,7 +78,7 @@ fn lease(queue: &str, max: u32, now: DateTime<Utc>) -> LeaseParams {
 }
 
 async fn insert(s: &Arc<dyn Store>, tasks: &[NewTask], flows: &[FlowSpec]) -> Vec<Inserted> {
-    match s.task_insert_flow(tasks, flows, t0()).await.unwrap() {
+    match s.task_insert_flow(tasks, flows, t0(), None).await.unwrap() {
         FlowInserted::Done(r) => r,
         other => panic!("insert refused: {other:?}"),
     }
@@ -324,6 +324,7 @@ async fn finished_dependencies_count_at_submit(b: Backend) {
             &[task("r", 6), task("r", 7)],
             &[FlowSpec::default(), after(&[1, 999])],
             t0(),
+            None,
         )
         .await
         .unwrap();

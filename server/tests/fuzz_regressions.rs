@@ -51,3 +51,14 @@ fn saved_config_inputs_load_or_fail_in_one_line() {
     }
     eprintln!("{} config inputs replayed", saved.len());
 }
+
+#[test]
+fn saved_submit_expansion_inputs_stay_within_the_limits() {
+    let saved = inputs("submit_expansion");
+    for (path, bytes) in &saved {
+        eprintln!("replaying {}", path.display());
+        harness::submit_expansion(bytes);
+    }
+    assert!(!saved.is_empty(), "seeds of submit_expansion");
+    eprintln!("{} submit_expansion inputs replayed", saved.len());
+}

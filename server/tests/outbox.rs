@@ -517,3 +517,75 @@ async fn the_relay_counts_what_it_ships_and_serves_it_to_prometheus() {
     assert!(scrape("/other").await.starts_with("HTTP/1.1 404"));
     server.abort();
 }
+
+/// Rows no batch can carry (an index into the request names another
+/// transaction's row; a fan-out row would need a key per copy) are refused
+/// when written, and the relay refuses such a row written around `enqueue`
+/// instead of shipping it with another row as its dependency.
+#[tokio::test]
+async fn rows_that_would_name_other_transactions_rows_are_refused() {
+    let Some(app) = spawn_app(Backend::Sqlite).await else {
+        return;
+    };
+    let Some((_db, pool)) = producer_db().await else {
+        return;
+    };
+    let mut indexed = TaskSpec::new("flow", "second").into_proto();
+    indexed.depends_on_index = vec![0];
+    let mut copies = TaskSpec::new("flow", "copies").into_proto();
+    copies.fanout = Some(pb::Fanout {
+        copies: 3,
+        distinct_workers: false,
+    });
+    let mut tx = pool.begin().await.unwrap();
+    let err = outbox::enqueue_many(
+        &mut tx,
+        [
+            TaskSpec::new("flow", "first"),
+            TaskSpec::from(indexed.clone()),
+        ],
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("specs[1].depends_on_index: cannot be used through the outbox"),
+        "{err}"
+    );
+    let err = outbox::enqueue(&mut tx, TaskSpec::from(copies.clone()))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().starts_with("specs[0].fanout.copies"),
+        "{err}"
+    );
+    tx.rollback().await.unwrap();
+
+    // Two transactions, the second's row written by hand.
+    outbox::enqueue(
+        &mut pool.acquire().await.unwrap(),
+        TaskSpec::new("flow", "other transaction"),
+    )
+    .await
+    .unwrap();
+    for spec in [&indexed, &copies] {
+        sqlx::query("INSERT INTO taskbroker_outbox (spec) VALUES ($1)")
+            .bind(prost::Message::encode_to_vec(spec))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let report = relay_for(&app, &pool).await.run_once().await.unwrap();
+    assert_eq!((report.shipped, report.refused), (1, 2));
+    let tasks = tasks_in(&app, "flow").await;
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0].payload, b"other transaction".to_vec());
+    let refused: Vec<String> = sqlx::query_scalar(
+        "SELECT last_error FROM taskbroker_outbox WHERE failed_at IS NOT NULL ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(refused[0].starts_with("depends_on_index: "), "{refused:?}");
+    assert!(refused[1].starts_with("fanout.copies: "), "{refused:?}");
+}

@@ -112,4 +112,81 @@ async fn finished_tasks_are_deleted_after_their_queue_retention(b: Backend) {
     get(&mut admin, &waiting).await;
 }
 
-both_backends!(finished_tasks_are_deleted_after_their_queue_retention);
+/// Rows of `task_deps` in the test's database.
+async fn edges(url: &str) -> i64 {
+    use sqlx::Connection;
+    let sql = "SELECT COUNT(*) FROM task_deps";
+    if url.starts_with("sqlite") {
+        let mut c = sqlx::SqliteConnection::connect(url).await.unwrap();
+        sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap()
+    } else {
+        let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+        sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap()
+    }
+}
+
+/// A purged dependent takes its dependency edges with it; an edge stays while
+/// its dependent does (GetTask shows it), even when the dependency is gone.
+async fn purged_tasks_take_their_dependency_edges(b: Backend) {
+    let Some(app) = spawn_app_with(
+        b,
+        Options {
+            settings: Settings {
+                retention: Duration::from_secs(60),
+                ..Settings::default()
+            },
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    let (mut c, mut admin) = (app.broker().await, app.admin().await);
+    let mut second = spec("q");
+    second.depends_on_index = vec![0];
+    let mut third = spec("q");
+    third.depends_on_index = vec![0, 1];
+    let ids = submit(&mut c, vec![spec("q"), second, third]).await;
+    assert_eq!(edges(&app.db.url).await, 3);
+    let run = async |c: &mut _| {
+        let t = lease_one(c, "q").await;
+        taskbroker_client::pb::broker_service_client::BrokerServiceClient::complete(
+            c,
+            pb::CompleteRequest {
+                task_id: t.task_id.clone(),
+                lease_token: t.lease_token,
+                result: vec![],
+                lease_next: None,
+            },
+        )
+        .await
+        .unwrap();
+        t.task_id
+    };
+    assert_eq!(run(&mut c).await, ids[0]);
+    assert_eq!(run(&mut c).await, ids[1]);
+    let retention = Retention::new(
+        app.app.as_ref().unwrap().broker.clone(),
+        Duration::from_secs(60),
+    );
+    app.advance(Duration::from_secs(61));
+    assert_eq!(retention.run_once(app.clock.now_utc()).await.unwrap(), 2);
+    // The second's edge went with it; the third still waits for nothing but
+    // shows both of its dependencies.
+    assert_eq!(edges(&app.db.url).await, 2);
+    assert_eq!(get(&mut admin, &ids[2]).await.depends_on.len(), 2);
+    assert_eq!(run(&mut c).await, ids[2]);
+    app.advance(Duration::from_secs(61));
+    assert_eq!(retention.run_once(app.clock.now_utc()).await.unwrap(), 1);
+    assert_eq!(
+        edges(&app.db.url).await,
+        0,
+        "edges whose both ends are purged"
+    );
+}
+
+both_backends!(
+    finished_tasks_are_deleted_after_their_queue_retention,
+    purged_tasks_take_their_dependency_edges,
+);

@@ -35,6 +35,12 @@ impl Relay {
         let mut shipped_ids = Vec::with_capacity(rows.len());
         for (id, key, body, age) in rows {
             match pb::TaskSpec::decode(body.as_slice()) {
+                // A row written around `enqueue` (by SQL, or by an older client)
+                // that no batch can carry: refused here, not shipped.
+                Ok(spec) if let Some((field, why)) = super::unshippable(&spec) => {
+                    mark_refused(&mut tx, id, &format!("{field}: {why}")).await?;
+                    report.refused += 1;
+                }
                 Ok(mut spec) => {
                     if spec.key.is_empty() {
                         spec.key = key;

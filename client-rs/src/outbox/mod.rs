@@ -176,7 +176,31 @@ fn check(i: usize, spec: &pb::TaskSpec) -> Result<(), OutboxError> {
     if spec.key.chars().any(char::is_control) {
         return Err(invalid("key", "must not contain control characters"));
     }
+    if let Some((field, why)) = unshippable(spec) {
+        return Err(invalid(field, why));
+    }
     Ok(())
+}
+
+/// Why `depends_on_index` cannot travel through the outbox.
+pub(crate) const NO_INDEX: &str = "cannot be used through the outbox (rows of many transactions share one Submit); \
+     name dependencies by task id in depends_on";
+/// Why more than one fan-out copy cannot travel through the outbox.
+pub(crate) const NO_FANOUT: &str = "cannot have more than one copy through the outbox (every row is submitted under \
+     an idempotency key, which Submit refuses with fan-out)";
+
+/// The field of a spec that the outbox cannot ship, if any. Every row is
+/// submitted under an idempotency key, which Submit refuses with more than one
+/// fan-out copy; and the relay batches rows of many transactions into one
+/// Submit, so an index into "this request" would name another transaction's row.
+pub(crate) fn unshippable(spec: &pb::TaskSpec) -> Option<(&'static str, &'static str)> {
+    if !spec.depends_on_index.is_empty() {
+        return Some(("depends_on_index", NO_INDEX));
+    }
+    if spec.fanout.as_ref().is_some_and(|f| f.copies > 1) {
+        return Some(("fanout.copies", NO_FANOUT));
+    }
+    None
 }
 
 #[cfg(test)]
@@ -202,6 +226,27 @@ mod tests {
         assert_eq!(field(check(0, &long_key)), "specs[0].key");
         let nul_key = TaskSpec::new("q", "x").key("a\0b").into_proto();
         assert_eq!(field(check(0, &nul_key)), "specs[0].key");
+    }
+
+    #[test]
+    fn fields_a_batch_of_rows_cannot_carry_are_refused() {
+        let mut indexed = TaskSpec::new("q", "x").into_proto();
+        indexed.depends_on_index = vec![0];
+        assert_eq!(field(check(1, &indexed)), "specs[1].depends_on_index");
+        let mut copies = TaskSpec::new("q", "x").into_proto();
+        copies.fanout = Some(pb::Fanout {
+            copies: 3,
+            distinct_workers: false,
+        });
+        assert_eq!(field(check(0, &copies)), "specs[0].fanout.copies");
+        copies.fanout = Some(pb::Fanout {
+            copies: 1,
+            distinct_workers: false,
+        });
+        assert!(check(0, &copies).is_ok());
+        let mut by_id = TaskSpec::new("q", "x").into_proto();
+        by_id.depends_on = vec!["0190-id".into()];
+        assert!(check(0, &by_id).is_ok());
     }
 
     #[test]

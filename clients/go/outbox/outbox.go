@@ -124,6 +124,17 @@ func Check(spec *pb.TaskSpec) error {
 	if strings.IndexFunc(k, func(r rune) bool { return r < 0x20 || (r >= 0x7f && r <= 0x9f) }) >= 0 {
 		return invalid("key", "must not contain control characters")
 	}
+	// The relay submits rows of many transactions together, each under an
+	// idempotency key (docs/outbox.md): an index into the request, or more than
+	// one fan-out copy, cannot be shipped.
+	if len(spec.GetDependsOnIndex()) > 0 {
+		return invalid("depends_on_index", "cannot be used through the outbox (rows of many transactions "+
+			"share one Submit); name dependencies by task id in depends_on")
+	}
+	if spec.GetFanout().GetCopies() > 1 {
+		return invalid("fanout.copies", "cannot have more than one copy through the outbox (every row is "+
+			"submitted under an idempotency key, which Submit refuses with fan-out)")
+	}
 	return nil
 }
 

@@ -192,6 +192,10 @@ func TestASpecSubmitWouldRefuseIsRefusedAndNothingIsWritten(t *testing.T) {
 		{&pb.TaskSpec{Queue: strings.Repeat("q", 129)}, "queue: is longer than 128 characters"},
 		{&pb.TaskSpec{Queue: "q", Key: strings.Repeat("k", 513)}, "key: is longer than 512 characters"},
 		{&pb.TaskSpec{Queue: "q", Key: "a\nb"}, "key: must not contain control characters"},
+		{&pb.TaskSpec{Queue: "q", DependsOnIndex: []uint32{0}}, "depends_on_index: cannot be used through the outbox " +
+			"(rows of many transactions share one Submit); name dependencies by task id in depends_on"},
+		{&pb.TaskSpec{Queue: "q", Fanout: &pb.Fanout{Copies: 2}}, "fanout.copies: cannot have more than one copy " +
+			"through the outbox (every row is submitted under an idempotency key, which Submit refuses with fan-out)"},
 	}
 	for _, c := range cases {
 		_, err := outbox.Enqueue(context.Background(), db, c.spec)

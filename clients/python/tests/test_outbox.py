@@ -97,6 +97,19 @@ def test_a_spec_submit_would_refuse_is_refused_and_nothing_is_written(
     assert rows(url) == []
 
 
+def test_fields_a_batch_of_rows_cannot_carry_are_refused(url: str) -> None:
+    indexed = broker_pb2.TaskSpec(queue="q", depends_on_index=[0])
+    copies = broker_pb2.TaskSpec(queue="q", fanout=broker_pb2.Fanout(copies=2))
+    with psycopg.connect(url) as conn:
+        with pytest.raises(ValueError, match="^depends_on_index: cannot be used through the outbox"):
+            outbox.enqueue_spec(conn, indexed)
+        with pytest.raises(ValueError, match="^fanout.copies: cannot have more than one copy"):
+            outbox.enqueue_spec(conn, copies)
+        one = outbox.enqueue_spec(conn, broker_pb2.TaskSpec(queue="q", fanout=broker_pb2.Fanout(copies=1)))
+        conn.commit()
+    assert [k for _, k, _ in rows(url)] == [one.key]
+
+
 def test_the_asyncio_variant_writes_in_the_callers_transaction(url: str) -> None:
     async def run() -> outbox.Enqueued:
         async with await psycopg.AsyncConnection.connect(url) as conn:

@@ -13,6 +13,7 @@ use crate::pb::broker_service_server::BrokerService;
 use crate::service::{self, Broker, HeldBy};
 use crate::store::{LeaseRef, LeaseState};
 use crate::telemetry::TRACEPARENT;
+use tracing::Instrument;
 
 pub struct BrokerApi {
     broker: Arc<Broker>,
@@ -183,6 +184,10 @@ impl BrokerService for BrokerApi {
         request: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitResponse>, Status> {
         let producer = super::producer_of(&request);
+        let commit_by = request
+            .extensions()
+            .get::<super::guard::CommitBy>()
+            .map(|c| c.0);
         // The caller's own context, as the client libraries send it (docs/client-spec.md, 7).
         let header_tp = request
             .metadata()
@@ -235,11 +240,20 @@ impl BrokerService for BrokerApi {
                 t.metadata.insert(TRACEPARENT.into(), tp);
             }
         }
-        let inserted = self
-            .broker
-            .submit_as(tasks, producer.as_deref())
-            .await
-            .map_err(status)?;
+        // Run to its end even when the call is dropped at its deadline: the
+        // insert then commits or rolls back by `commit_by`, never half-way.
+        let broker = self.broker.clone();
+        let inserted = tokio::spawn(
+            async move {
+                broker
+                    .submit_until(tasks, producer.as_deref(), commit_by)
+                    .await
+            }
+            .in_current_span(),
+        )
+        .await
+        .map_err(|_| Status::internal("internal error"))?
+        .map_err(status)?;
         for (span, r) in spans.iter().zip(&inserted) {
             span.record("messaging.message.id", r.task_id.as_str());
         }

@@ -200,7 +200,11 @@ pub fn queue_stats(s: QueueStatsRecord, now: DateTime<Utc>) -> pb::QueueStats {
 
 /// The time left of the call's `grpc-timeout`, if the client set one.
 pub fn grpc_timeout(meta: &tonic::metadata::MetadataMap) -> Option<Duration> {
-    let v = meta.get("grpc-timeout")?.to_str().ok()?;
+    parse_grpc_timeout(meta.get("grpc-timeout")?.to_str().ok()?)
+}
+
+/// A `grpc-timeout` header value (`100m`, `2S`) as a duration.
+pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
     if v.len() < 2 {
         return None;
     }

@@ -44,6 +44,7 @@ pub fn status(e: ServiceError) -> Status {
             tracing::warn!(error = %source, cause = ?std::error::Error::source(source), "database unavailable");
             Status::unavailable("database unavailable, retry later")
         }
+        ServiceError::DeadlineExceeded => Status::deadline_exceeded(e.to_string()),
         ServiceError::Draining => Status::unavailable("broker is shutting down"),
         ServiceError::Internal(ref source) => {
             tracing::error!(error = %source, cause = ?std::error::Error::source(source), "internal error");

@@ -209,6 +209,18 @@ where
         } else {
             state.config.request_timeout
         };
+        // The instant after which a write of this call must not commit: the
+        // answer goes out at the broker's timeout or the client's grpc-timeout,
+        // whichever is first, and a commit leaves a margin before it.
+        let budget = req
+            .headers()
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(super::convert::parse_grpc_timeout)
+            .map_or(timeout, |t| t.min(timeout));
+        req.extensions_mut().insert(CommitBy(
+            Instant::now() + budget - (budget / 4).min(COMMIT_MARGIN),
+        ));
         // The clone is ready only if polled; swap so the polled one serves this call.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
@@ -246,6 +258,15 @@ where
         })
     }
 }
+
+/// A write commits at least this long (or a quarter of the call's time, if
+/// less) before the call's answer is due.
+const COMMIT_MARGIN: Duration = Duration::from_millis(100);
+
+/// The instant after which the call's writes must not commit (a request
+/// extension, set for every call).
+#[derive(Debug, Clone, Copy)]
+pub struct CommitBy(pub Instant);
 
 #[cfg(test)]
 mod tests {

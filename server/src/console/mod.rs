@@ -155,7 +155,9 @@ impl From<ServiceError> for PageError {
             ServiceError::LeaseLost { .. } | ServiceError::AlreadyExists { .. } => {
                 PageError::Conflict(e.to_string())
             }
-            ServiceError::Unavailable(_) | ServiceError::Draining => PageError::Unavailable,
+            ServiceError::Unavailable(_)
+            | ServiceError::Draining
+            | ServiceError::DeadlineExceeded => PageError::Unavailable,
             ServiceError::Internal(source) => {
                 tracing::error!(error = %source, "console: internal error");
                 PageError::Internal

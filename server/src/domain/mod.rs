@@ -6,6 +6,7 @@
 pub mod event;
 // Admission (#14): queue settings and gates.
 pub mod admission;
+pub mod bounds;
 pub mod retry;
 // Routing (issue 13).
 pub mod routing;

@@ -30,6 +30,10 @@ pub enum ServiceError {
     /// The database cannot be reached.
     #[error("database unavailable")]
     Unavailable(#[source] StoreError),
+    /// The call's deadline passed before its writes committed; they were
+    /// rolled back (or never started), so nothing was stored.
+    #[error("the call's deadline passed before its tasks were committed; nothing was stored")]
+    DeadlineExceeded,
     /// The broker is shutting down.
     #[error("broker is shutting down")]
     Draining,

@@ -83,18 +83,27 @@ impl Broker {
         flows: Vec<FlowSpec>,
         now: DateTime<Utc>,
         spec_of: &[usize],
+        dep_pos: &[Vec<usize>],
+        commit_by: Option<std::time::Instant>,
     ) -> Result<Vec<Inserted>, ServiceError> {
-        match self.store.task_insert_flow(&new, &flows, now).await? {
+        match self
+            .store
+            .task_insert_flow(&new, &flows, now, commit_by)
+            .await?
+        {
+            FlowInserted::DeadlinePassed => Err(ServiceError::DeadlineExceeded),
             FlowInserted::Done(inserted) => Ok(inserted),
-            FlowInserted::UnknownDependency { task, dep } => Err(Invalid::new(
-                // (`task` counts fan-out copies; the field names the spec.)
-                format!(
-                    "tasks[{}].depends_on[{dep}]",
-                    spec_of.get(task).copied().unwrap_or(task)
-                ),
-                "names no task",
-            )
-            .into()),
+            FlowInserted::UnknownDependency { task, dep } => {
+                // (`task` counts fan-out copies and `dep` skips repeated ids;
+                // the field names the spec and the id as the request had them.)
+                let spec = spec_of.get(task).copied().unwrap_or(task);
+                let at = dep_pos
+                    .get(spec)
+                    .and_then(|p| p.get(dep))
+                    .copied()
+                    .unwrap_or(dep);
+                Err(Invalid::new(format!("tasks[{spec}].depends_on[{at}]"), "names no task").into())
+            }
         }
     }
 

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::{Broker, ServiceError};
 use crate::domain::RetryPolicy;
+use crate::domain::bounds;
 use crate::domain::routing::{Fanout, MAX_COPIES, Sticky, Target, TaskRouting};
 use crate::domain::validate::{self, Invalid};
 use crate::store::{Inserted, NewTask};
@@ -66,6 +67,22 @@ pub const PRODUCER_KEY: &str = "taskbroker.producer";
 const MAX_METADATA_ENTRIES: usize = 64;
 const MAX_METADATA_BYTES: usize = 16 * 1024;
 
+/// What one copy of a spec stores (the bytes counted against
+/// [`bounds::MAX_STORED_BYTES`]).
+fn stored_bytes(t: &SubmitTask, f: &crate::store::FlowSpec) -> u64 {
+    let pairs =
+        |m: &BTreeMap<String, String>| -> usize { m.iter().map(|(k, v)| k.len() + v.len()).sum() };
+    let n = t.queue.len()
+        + t.payload.len()
+        + t.key.as_ref().map_or(0, String::len)
+        + pairs(&t.metadata)
+        + t.concurrency_key.as_ref().map_or(0, String::len)
+        + t.target.worker_id.as_ref().map_or(0, String::len)
+        + pairs(&t.target.labels)
+        + f.depends_on.iter().map(String::len).sum::<usize>();
+    n as u64
+}
+
 impl Broker {
     pub async fn submit(&self, tasks: Vec<SubmitTask>) -> Result<Vec<Submitted>, ServiceError> {
         self.submit_as(tasks, None).await
@@ -78,6 +95,18 @@ impl Broker {
         tasks: Vec<SubmitTask>,
         producer: Option<&str>,
     ) -> Result<Vec<Submitted>, ServiceError> {
+        self.submit_until(tasks, producer, None).await
+    }
+
+    /// Submit that commits only before `commit_by`: once it has passed, the
+    /// call's writes roll back (or never start) and it answers
+    /// DEADLINE_EXCEEDED, having stored nothing.
+    pub async fn submit_until(
+        &self,
+        mut tasks: Vec<SubmitTask>,
+        producer: Option<&str>,
+        commit_by: Option<std::time::Instant>,
+    ) -> Result<Vec<Submitted>, ServiceError> {
         let limits = &self.settings.limits;
         if tasks.is_empty() || tasks.len() > limits.max_submit_batch {
             return Err(Invalid::new(
@@ -86,31 +115,49 @@ impl Broker {
             )
             .into());
         }
+        let passed = || commit_by.is_some_and(|d| std::time::Instant::now() >= d);
         let now = self.clock.now();
-        // Flow (#15): dependencies and retry schedules, validated per spec.
-        let flows: Vec<crate::store::FlowSpec> = tasks.iter().map(|t| t.flow.clone()).collect();
-        for (i, f) in flows.iter().enumerate() {
-            super::flow::validate_flow(i, f, limits.max_backoff)?;
+        // Dependencies and retry schedules, validated per spec. The
+        // same dependency named twice is one edge: repeats are dropped here,
+        // before a fan-out spec's flow is cloned for each copy (`dep_pos[i][j]`
+        // is where `depends_on[j]` stood in the request, for error fields).
+        let mut flows: Vec<crate::store::FlowSpec> = Vec::with_capacity(tasks.len());
+        let mut dep_pos: Vec<Vec<usize>> = Vec::with_capacity(tasks.len());
+        for (i, t) in tasks.iter_mut().enumerate() {
+            super::flow::validate_flow(i, &t.flow, limits.max_backoff)?;
+            let mut f = std::mem::take(&mut t.flow);
+            let mut seen = std::collections::HashSet::new();
+            let (ids, pos): (Vec<String>, Vec<usize>) = f
+                .depends_on
+                .drain(..)
+                .enumerate()
+                .filter(|(_, d)| seen.insert(d.clone()))
+                .map(|(j, d)| (d, j))
+                .unzip();
+            f.depends_on = ids;
+            bounds::dedup(&mut f.depends_on_index);
+            flows.push(f);
+            dep_pos.push(pos);
         }
-        // Routing (issue 13): a fan-out task becomes its copies; `copies[i]` is
-        // how many tasks the i-th spec made.
-        let total: u64 = tasks
+        // A fan-out task becomes its copies; `copies[i]` is
+        // how many tasks the i-th spec made. Every limit applies to what the
+        // request expands to, checked before anything is cloned.
+        let shapes: Vec<bounds::SpecShape> = tasks
             .iter()
-            // (A spec with a bad count is refused below, naming its field.)
-            .map(|t| match t.fanout {
-                Some(f) if (1..=MAX_COPIES).contains(&f.copies) => u64::from(f.copies),
-                _ => 1,
+            .zip(&flows)
+            .map(|(t, f)| bounds::SpecShape {
+                // (A spec with a bad count is refused below, naming its field.)
+                copies: match t.fanout {
+                    Some(fo) if (1..=MAX_COPIES).contains(&fo.copies) => fo.copies,
+                    _ => 1,
+                },
+                depends_on: f.depends_on.len(),
+                depends_on_index: f.depends_on_index.clone(),
+                bytes: stored_bytes(t, f),
             })
-            .sum();
-        if total > u64::from(MAX_COPIES) {
-            return Err(Invalid::new(
-                "tasks",
-                format!(
-                    "would create {total} tasks (fan-out copies included), more than {MAX_COPIES}"
-                ),
-            )
-            .into());
-        }
+            .collect();
+        bounds::check(&shapes)?;
+        drop(shapes);
         let mut copies = Vec::with_capacity(tasks.len());
         let mut new = Vec::with_capacity(tasks.len());
         // Where each spec's first task is in `new`.
@@ -152,6 +199,9 @@ impl Broker {
         if let Some(producer) = producer {
             self.check_key_owners(&keyed, producer).await?;
         }
+        if passed() {
+            return Err(ServiceError::DeadlineExceeded);
+        }
         let queues: Vec<String> = new.iter().map(|t| t.queue.clone()).collect();
         let routed: Vec<bool> = new
             .iter()
@@ -167,14 +217,18 @@ impl Broker {
         // (never sync-matched: a blocked task is not ready to lease).
         let (inserted, matched): (Vec<Inserted>, Vec<bool>) =
             if task_flows.iter().any(|f| !f.is_plain()) {
-                let inserted = self.insert_flow(new, task_flows, now, &spec_of).await?;
+                let inserted = self
+                    .insert_flow(new, task_flows, now, &spec_of, &dep_pos, commit_by)
+                    .await?;
                 let n = inserted.len();
                 (inserted, vec![false; n])
             } else {
-                self.submits
+                let asked = new.len();
+                let answers: Vec<(Inserted, bool)> = self
+                    .submits
                     .call(
                         (),
-                        (new, matchable, now),
+                        (new, matchable, now, commit_by),
                         weight,
                         move |batch: Vec<super::sync_match::SubmitBatch>| {
                             let (parked, release) = (parked.clone(), release.clone());
@@ -183,9 +237,13 @@ impl Broker {
                             }
                         },
                     )
-                    .await?
-                    .into_iter()
-                    .unzip()
+                    .await?;
+                // A call whose commit-by instant passed before its batch
+                // started was left out of it.
+                if answers.len() != asked {
+                    return Err(ServiceError::DeadlineExceeded);
+                }
+                answers.into_iter().unzip()
             };
         // A key taken by another producer between the check and the insert (a race
         // of two producers on one key) is refused the same way; the call's other

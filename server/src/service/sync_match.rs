@@ -222,7 +222,14 @@ impl Drop for Parking {
 
 /// One Submit call's tasks, whether each may be sync-matched (its queue has no
 /// gates and no per-worker cap, its routing none), and its time of arrival.
-pub(super) type SubmitBatch = (Vec<NewTask>, Vec<bool>, DateTime<Utc>);
+/// One Submit call's tasks, which of them may go to a waiter, its `now`, and
+/// the instant after which it must not commit.
+pub(super) type SubmitBatch = (
+    Vec<NewTask>,
+    Vec<bool>,
+    DateTime<Utc>,
+    Option<std::time::Instant>,
+);
 
 /// One submitted task: what was inserted, and whether it went to a waiter.
 pub(super) type Submitted = (Inserted, bool);
@@ -236,12 +243,28 @@ pub(super) async fn insert_batch(
     batch: Vec<SubmitBatch>,
 ) -> StoreResult<Vec<Vec<Submitted>>> {
     let now = batch.iter().map(|b| b.2).max().unwrap_or_default();
+    // A call whose commit-by instant passed while it waited for its batch is
+    // left out (its answer is empty: the caller says DEADLINE_EXCEEDED).
+    let started = std::time::Instant::now();
+    let batch: Vec<SubmitBatch> = batch
+        .into_iter()
+        .map(|mut b| {
+            if b.3.is_some_and(|d| started >= d) {
+                b.0.clear();
+                b.1.clear();
+            }
+            b
+        })
+        .collect();
     let lengths: Vec<usize> = batch.iter().map(|b| b.0.len()).collect();
     let mut tasks = Vec::with_capacity(lengths.iter().sum());
     let mut eligible = Vec::with_capacity(tasks.capacity());
-    for (t, e, _) in batch {
+    for (t, e, _, _) in batch {
         tasks.extend(t);
         eligible.extend(e);
+    }
+    if tasks.is_empty() {
+        return Ok(lengths.iter().map(|_| Vec::new()).collect());
     }
     let draining = release.dispatch.draining().is_cancelled();
     let plan = if parked.any() && !draining {

@@ -40,6 +40,9 @@ pub enum FlowInserted {
         task: usize,
         dep: usize,
     },
+    /// The caller's commit-by instant passed before the commit; nothing was
+    /// inserted.
+    DeadlinePassed,
 }
 
 /// The flow side of one task, for the admin view.

@@ -625,12 +625,15 @@ pub trait Store: Send + Sync + 'static {
     /// dependencies: a task with unfinished dependencies is BLOCKED; one whose
     /// dependency already failed is CANCELLED (DEPENDENCY_FAILED) unless it runs
     /// anyway. Dependencies are locked while they are read, so none can finish
-    /// unseen. An unknown dependency id inserts nothing.
+    /// unseen. An unknown dependency id inserts nothing. When `commit_by` has
+    /// passed once every statement ran, the transaction rolls back and nothing
+    /// is inserted ([`FlowInserted::DeadlinePassed`]).
     async fn task_insert_flow(
         &self,
         tasks: &[NewTask],
         flows: &[FlowSpec],
         now: DateTime<Utc>,
+        commit_by: Option<std::time::Instant>,
     ) -> StoreResult<FlowInserted>;
 
     /// The dependencies and cancel reason of each named task that exists.

@@ -1522,7 +1522,8 @@ impl Store for PostgresStore {
                    AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at < $1 \
                  FOR UPDATE SKIP LOCKED) \
                RETURNING id), \
-             attempts AS (DELETE FROM task_attempts WHERE task_id IN (SELECT id FROM gone)) \
+             attempts AS (DELETE FROM task_attempts WHERE task_id IN (SELECT id FROM gone)), \
+             edges AS (DELETE FROM task_deps WHERE task_id IN (SELECT id FROM gone)) \
              SELECT COUNT(*) FROM gone",
         )
         .bind(ms(before))
@@ -1735,8 +1736,9 @@ impl Store for PostgresStore {
         tasks: &[NewTask],
         flows: &[FlowSpec],
         now: DateTime<Utc>,
+        commit_by: Option<std::time::Instant>,
     ) -> StoreResult<FlowInserted> {
-        flow::insert(&self.pool, tasks, flows, now).await
+        flow::insert(&self.pool, tasks, flows, now, commit_by).await
     }
 
     async fn task_flow_info(

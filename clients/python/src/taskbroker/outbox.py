@@ -93,6 +93,19 @@ def check(spec: broker_pb2.TaskSpec) -> None:
         raise ValueError("key: is longer than 512 characters")
     if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in spec.key):
         raise ValueError("key: must not contain control characters")
+    # The relay submits rows of many transactions together, each under an
+    # idempotency key (docs/outbox.md): an index into the request, or more than
+    # one fan-out copy, cannot be shipped.
+    if len(spec.depends_on_index) > 0:
+        raise ValueError(
+            "depends_on_index: cannot be used through the outbox (rows of many transactions "
+            "share one Submit); name dependencies by task id in depends_on"
+        )
+    if spec.HasField("fanout") and spec.fanout.copies > 1:
+        raise ValueError(
+            "fanout.copies: cannot have more than one copy through the outbox (every row is "
+            "submitted under an idempotency key, which Submit refuses with fan-out)"
+        )
 
 
 def _params(spec: broker_pb2.TaskSpec) -> tuple[str | None, bytes]:

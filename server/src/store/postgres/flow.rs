@@ -37,6 +37,7 @@ pub(super) async fn insert(
     tasks: &[NewTask],
     flows: &[FlowSpec],
     now: DateTime<Utc>,
+    commit_by: Option<std::time::Instant>,
 ) -> StoreResult<FlowInserted> {
     let mut tx = pool.begin().await?;
     let inserted = PostgresStore::insert_on(&mut tx, tasks, now, "").await?;
@@ -154,6 +155,10 @@ pub(super) async fn insert(
     .bind(ms(now))
     .execute(&mut *tx)
     .await?;
+    if commit_by.is_some_and(|d| std::time::Instant::now() >= d) {
+        tx.rollback().await?;
+        return Ok(FlowInserted::DeadlinePassed);
+    }
     tx.commit().await?;
     Ok(FlowInserted::Done(inserted))
 }

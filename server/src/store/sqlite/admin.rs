@@ -186,8 +186,12 @@ pub(super) fn task_purge_finished(
         .query_map(params_from_iter(args), |r| r.get::<_, String>(0))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let mut delete = c.prepare_cached("DELETE FROM task_attempts WHERE task_id = ?1")?;
+    // Its dependency edges go with the dependent (an edge whose dependency is
+    // purged first stays while its dependent shows it in `depends_on`).
+    let mut edges = c.prepare_cached("DELETE FROM task_deps WHERE task_id = ?1")?;
     for id in &ids {
         delete.execute([id])?;
+        edges.execute([id])?;
     }
     Ok(ids.len() as u64)
 }

@@ -200,9 +200,11 @@ pub(super) fn insert(
     tasks: &[NewTask],
     flows: &[FlowSpec],
     now: DateTime<Utc>,
+    commit_by: Option<std::time::Instant>,
 ) -> StoreResult<FlowInserted> {
     // One writer: what is read here cannot change before the job ends. An
-    // unknown dependency undoes the batch's inserts (its own savepoint).
+    // unknown dependency, or a commit-by instant that passed, undoes the
+    // batch's inserts (its own savepoint).
     c.execute_batch("SAVEPOINT flow_insert")?;
     let mark = events::mark();
     let inserted = ops::task_insert_many(c, tasks, now)?;
@@ -215,7 +217,6 @@ pub(super) fn insert(
             }
         }
     }
-    c.execute_batch("RELEASE flow_insert")?;
     let now = ms(now);
     for (i, f) in flows.iter().enumerate() {
         let Some(r) = inserted.get(i).filter(|r| !r.deduplicated) else {
@@ -285,6 +286,12 @@ pub(super) fn insert(
             });
         }
     }
+    if commit_by.is_some_and(|d| std::time::Instant::now() >= d) {
+        c.execute_batch("ROLLBACK TO flow_insert; RELEASE flow_insert")?;
+        events::truncate(mark);
+        return Ok(FlowInserted::DeadlinePassed);
+    }
+    c.execute_batch("RELEASE flow_insert")?;
     Ok(FlowInserted::Done(inserted))
 }
 

@@ -361,8 +361,17 @@ impl Store for SqliteStore {
         tasks: &[NewTask],
         flows: &[FlowSpec],
         now: DateTime<Utc>,
+        commit_by: Option<std::time::Instant>,
     ) -> StoreResult<FlowInserted> {
-        write!(self, flow::insert, [tasks, flows], &tasks, &flows, now)
+        write!(
+            self,
+            flow::insert,
+            [tasks, flows],
+            &tasks,
+            &flows,
+            now,
+            commit_by
+        )
     }
 
     async fn task_flow_info(
