@@ -186,6 +186,9 @@ async fn once_and_cron_schedules_fire_on_their_times(b: Backend) {
         return;
     };
     let mut c = app.schedules().await;
+    // One second past a minute boundary: the next boundary comes 59 s on.
+    let since_minute = app.clock.now_utc().timestamp_millis().rem_euclid(60_000) as u64;
+    app.advance(Duration::from_millis((61_000 - since_minute) % 60_000));
     let t0 = app.clock.now_utc();
     let at = secs_after(t0, 30);
     let once = pb::Schedule {

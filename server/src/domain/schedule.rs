@@ -189,7 +189,10 @@ impl CronLine {
 
     /// The last local time at or before `n` the line matches.
     fn prev_local(&self, n: NaiveDateTime) -> Option<NaiveDateTime> {
-        let found = self.cron.find_previous_occurrence(&n.and_utc(), true).ok()?;
+        let found = self
+            .cron
+            .find_previous_occurrence(&n.and_utc(), true)
+            .ok()?;
         Some(found.naive_utc())
     }
 
@@ -397,7 +400,9 @@ impl Calendar {
     pub fn last_at_or_before(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let upper = self.end.map_or(t, |e| e.min(t));
         let found = match &self.kind {
-            Kind::Cron(line) => line.last_at_or_before(DateTime::from_timestamp(upper.timestamp(), 0)?),
+            Kind::Cron(line) => {
+                line.last_at_or_before(DateTime::from_timestamp(upper.timestamp(), 0)?)
+            }
             Kind::Every {
                 every_ms,
                 anchor_ms,
@@ -497,33 +502,44 @@ fn due_times(
     let Some(first) = next.filter(|n| *n <= now) else {
         return (due, next, 0);
     };
-    match rules.misfire {
-        Misfire::FireOnce => {
-            // All missed fire times become one fire, as the latest of them.
-            let latest = cal.last_at_or_before(now).map_or(first, |l| l.max(first));
-            dropped += u64::from(latest != first);
-            due.push(latest);
-            next = cal.next_after(latest);
-        }
-        Misfire::Skip | Misfire::CatchUp => {
-            let window = if rules.misfire == Misfire::Skip {
-                MISFIRE_GRACE
-            } else {
-                rules.catchup_window
-            };
-            let cutoff = now.checked_sub_signed(delta(window)).unwrap_or(first);
-            if first < cutoff {
+    // Fire times at most MISFIRE_GRACE late are on time under every policy; the
+    // policy decides about the ones before `on_time`.
+    let on_time = now
+        .checked_sub_signed(delta(MISFIRE_GRACE))
+        .unwrap_or(first);
+    if first < on_time {
+        match rules.misfire {
+            Misfire::FireOnce => {
+                // All missed fire times become one fire, as the latest of them.
+                let missed = on_time.checked_sub_signed(TimeDelta::milliseconds(1));
+                let latest = missed
+                    .and_then(|m| cal.last_at_or_before(m))
+                    .map_or(first, |l| l.max(first));
+                dropped += u64::from(latest != first);
+                due.push(latest);
+                next = cal.next_after(latest);
+            }
+            Misfire::Skip => {
                 dropped += 1;
-                next = cal.first_at_or_after(cutoff);
+                next = cal.first_at_or_after(on_time);
             }
-            while let Some(t) = next.filter(|t| *t <= now) {
-                if due.len() >= MAX_FIRES_PER_PASS {
-                    break;
+            Misfire::CatchUp => {
+                let cutoff = now
+                    .checked_sub_signed(delta(rules.catchup_window))
+                    .map_or(first, |c| c.min(on_time));
+                if first < cutoff {
+                    dropped += 1;
+                    next = cal.first_at_or_after(cutoff);
                 }
-                due.push(t);
-                next = cal.next_after(t);
             }
         }
+    }
+    while let Some(t) = next.filter(|t| *t <= now) {
+        if due.len() >= MAX_FIRES_PER_PASS {
+            break;
+        }
+        due.push(t);
+        next = cal.next_after(t);
     }
     (due, next, dropped)
 }

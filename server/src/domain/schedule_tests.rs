@@ -476,11 +476,19 @@ fn assert_fires(expr: &str, tz: &str, from: &str, to: &str, expected: &[&str]) {
     while t <= to {
         let next = expected.iter().find(|e| **e >= t).copied();
         if next.is_some() {
-            assert_eq!(c.first_at_or_after(t), next, "{what}: first at or after {t}");
+            assert_eq!(
+                c.first_at_or_after(t),
+                next,
+                "{what}: first at or after {t}"
+            );
         }
         let prev = expected.iter().rev().find(|e| **e <= t).copied();
         if prev.is_some() {
-            assert_eq!(c.last_at_or_before(t), prev, "{what}: last at or before {t}");
+            assert_eq!(
+                c.last_at_or_before(t),
+                prev,
+                "{what}: last at or before {t}"
+            );
         }
         t += TimeDelta::seconds(30);
     }
@@ -738,5 +746,81 @@ fn fixed_time_crons_fire_once_a_day_across_both_changes_in_new_york() {
             "2026-10-25T00:30:00Z",
             "2026-10-26T01:30:00Z",
         ],
+    );
+}
+
+#[test]
+fn fire_times_at_most_a_minute_late_are_on_time_under_every_misfire_policy() {
+    // Every 20 s; the scheduler stalled 40 s: the fire times 40 s and 20 s late are on time.
+    let c = every(20, "2026-01-01T00:00:00Z");
+    let short_window = Duration::from_secs(10);
+    for misfire in [Misfire::Skip, Misfire::FireOnce, Misfire::CatchUp] {
+        for catchup_window in [short_window, DEFAULT_CATCHUP_WINDOW] {
+            let r = Rules {
+                catchup_window,
+                ..rules(Overlap::Allow, misfire)
+            };
+            let p = plan(
+                &c,
+                &r,
+                &at("2026-01-05T09:00:00Z"),
+                false,
+                utc("2026-01-05T09:00:40Z"),
+            );
+            assert_eq!(
+                p.fires,
+                vec![
+                    utc("2026-01-05T09:00:00Z"),
+                    utc("2026-01-05T09:00:20Z"),
+                    utc("2026-01-05T09:00:40Z"),
+                ],
+                "{misfire:?}, catch-up window {catchup_window:?}"
+            );
+            assert_eq!(p.dropped, 0);
+            assert_eq!(p.next_spec_at, Some(utc("2026-01-05T09:01:00Z")));
+        }
+    }
+    // Stalled 2 minutes: 09:00:00-09:00:40 are missed (more than 60 s late), the policy
+    // decides about them; 09:01:00 (60 s late) onwards are on time and fire each.
+    let on_time = [
+        "2026-01-05T09:01:00Z",
+        "2026-01-05T09:01:20Z",
+        "2026-01-05T09:01:40Z",
+        "2026-01-05T09:02:00Z",
+    ]
+    .map(utc);
+    let after_stall = |misfire, catchup_window| {
+        let r = Rules {
+            catchup_window,
+            ..rules(Overlap::Allow, misfire)
+        };
+        plan(
+            &c,
+            &r,
+            &at("2026-01-05T09:00:00Z"),
+            false,
+            utc("2026-01-05T09:02:00Z"),
+        )
+        .fires
+    };
+    let mut fire_once = vec![utc("2026-01-05T09:00:40Z")];
+    fire_once.extend(on_time);
+    assert_eq!(
+        after_stall(Misfire::FireOnce, DEFAULT_CATCHUP_WINDOW),
+        fire_once
+    );
+    assert_eq!(after_stall(Misfire::Skip, DEFAULT_CATCHUP_WINDOW), on_time);
+    assert_eq!(after_stall(Misfire::CatchUp, short_window), on_time);
+    let mut caught_up = [
+        "2026-01-05T09:00:00Z",
+        "2026-01-05T09:00:20Z",
+        "2026-01-05T09:00:40Z",
+    ]
+    .map(utc)
+    .to_vec();
+    caught_up.extend(on_time);
+    assert_eq!(
+        after_stall(Misfire::CatchUp, DEFAULT_CATCHUP_WINDOW),
+        caught_up
     );
 }
