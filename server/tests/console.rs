@@ -419,6 +419,52 @@ async fn tasks_are_requeued_changed_and_cancelled_after_confirmation() {
     app.shutdown().await;
 }
 
+/// A task whose 3 attempts failed, requeued from its page: the page shows the new
+/// budget and no lessee (the last one shows only while the task is finished).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeued_task_shows_its_new_budget_and_no_lessee() {
+    let app = console_app(Vec::new()).await;
+    let mut c = app.broker().await;
+    let id = submit_one(
+        &mut c,
+        pb::TaskSpec {
+            retry: retry_now(3),
+            ..spec("rq")
+        },
+    )
+    .await;
+    for _ in 0..3 {
+        let t = lease_one(&mut c, "rq").await;
+        c.fail(pb::FailRequest {
+            task_id: t.task_id,
+            lease_token: t.lease_token,
+            error_message: "boom".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let mut b = Browser::new(&app);
+    let dead = b.get(&format!("/tasks/{id}")).await;
+    assert!(dead.body.contains("<dd>3 of 3 allowed"), "{}", dead.body);
+    assert!(
+        dead.body.contains("<dt>Last leased by</dt>"),
+        "{}",
+        dead.body
+    );
+    let token = b.get(&format!("/tasks/{id}/requeue")).await.csrf();
+    let r = b
+        .post(&format!("/tasks/{id}/requeue"), &[("csrf", &token)])
+        .await;
+    assert_eq!(r.status, 303);
+    let ready = b.get(&format!("/tasks/{id}")).await;
+    assert!(ready.body.contains("<dd>3 of 6 allowed"), "{}", ready.body);
+    assert!(!ready.body.contains("Leased by"), "{}", ready.body);
+    assert!(!ready.body.contains("Last leased by"), "{}", ready.body);
+    assert!(!ready.body.contains("Lease expires"), "{}", ready.body);
+    app.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_group_by_error_and_requeue_all_after_the_count() {
     let app = console_app(Vec::new()).await;
