@@ -224,7 +224,63 @@ async fn queue_stats_count_states_and_recent_outcomes(b: Backend) {
     assert_eq!(s.oldest_ready_age.as_ref().unwrap().seconds, 5);
 }
 
+/// A task that spent its 3 attempts, requeued: READY with a budget of 6 attempts
+/// (the 3 made and 3 more), no lease, and the retry policy still 3.
+async fn requeue_gives_a_fresh_budget_and_no_lease(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let (mut c, mut admin) = (app.broker().await, app.admin().await);
+    let id = submit_one(
+        &mut c,
+        pb::TaskSpec {
+            retry: retry_now(3),
+            ..spec("rq")
+        },
+    )
+    .await;
+    for _ in 0..3 {
+        let t = lease_one(&mut c, "rq").await;
+        c.fail(pb::FailRequest {
+            task_id: t.task_id,
+            lease_token: t.lease_token,
+            error_message: "boom".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let dead = get(&mut admin, &id).await;
+    assert_eq!(state(&dead), pb::TaskState::Dead);
+    assert_eq!((dead.attempt, dead.max_attempts), (3, 3));
+
+    let requeued = admin
+        .requeue_task(pb::RequeueTaskRequest {
+            task_id: id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .task
+        .unwrap();
+    for t in [requeued, get(&mut admin, &id).await] {
+        assert_eq!(state(&t), pb::TaskState::Ready);
+        assert_eq!((t.attempt, t.max_attempts), (3, 6), "attempt 3 of 6");
+        assert_eq!(t.retry.as_ref().unwrap().max_attempts, 3);
+        assert_eq!(t.lease_expires_at, None);
+        assert!(!t.cancel_requested);
+        assert!(t.finished_at.is_none());
+    }
+    let again = lease_one(&mut c, "rq").await;
+    assert_eq!((again.attempt, again.max_attempts), (4, 6));
+    let leased = get(&mut admin, &id).await;
+    assert_eq!((leased.attempt, leased.max_attempts), (4, 6));
+    assert_eq!(leased.leased_by, "w1");
+    assert!(leased.lease_expires_at.is_some());
+}
+
 both_backends!(
+    requeue_gives_a_fresh_budget_and_no_lease,
     list_filters_and_pages_newest_first,
     update_changes_waiting_tasks_but_not_leased_ones,
     queue_stats_count_states_and_recent_outcomes,

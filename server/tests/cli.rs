@@ -203,6 +203,80 @@ async fn submit_get_list_cancel_and_requeue_through_the_cli() {
     app.shutdown().await;
 }
 
+/// `get` of a task whose 3 attempts failed on worker w-r, then requeued: the new
+/// budget and no lessee (the last one shows only while the task is finished).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_after_requeue_shows_the_new_budget_and_no_lessee() {
+    use common::{lease_req, retry_now, spec, submit_one};
+    use taskbroker_client::pb;
+    let Some(app) = spawn_app(Backend::Sqlite).await else {
+        return;
+    };
+    let mut c = app.broker().await;
+    let id = submit_one(
+        &mut c,
+        pb::TaskSpec {
+            retry: retry_now(3),
+            ..spec("rq")
+        },
+    )
+    .await;
+    for _ in 0..3 {
+        let t = c
+            .lease(pb::LeaseRequest {
+                worker_id: "w-r".into(),
+                ..lease_req("rq", 1)
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .tasks
+            .remove(0);
+        c.fail(pb::FailRequest {
+            task_id: t.task_id,
+            lease_token: t.lease_token,
+            error_message: "boom".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let field = |detail: &str, name: &str| {
+        detail
+            .lines()
+            .find(|l| l.split("  ").next() == Some(name))
+            .map(|l| l[name.len()..].trim().to_string())
+    };
+    let dead = ok(&app, &["get", &id]).await;
+    assert_eq!(field(&dead, "state").as_deref(), Some("DEAD"), "{dead}");
+    assert_eq!(field(&dead, "attempt").as_deref(), Some("3 of 3"), "{dead}");
+    assert_eq!(
+        field(&dead, "last leased by").as_deref(),
+        Some("w-r"),
+        "{dead}"
+    );
+
+    ok(&app, &["requeue", &id]).await;
+    let ready = ok(&app, &["get", &id]).await;
+    assert_eq!(field(&ready, "state").as_deref(), Some("READY"), "{ready}");
+    assert_eq!(
+        field(&ready, "attempt").as_deref(),
+        Some("3 of 6"),
+        "{ready}"
+    );
+    assert!(!ready.contains("leased by"), "{ready}");
+    assert!(!ready.contains("w-r"), "{ready}");
+    assert!(!ready.contains("lease expires"), "{ready}");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&app, &["get", &id, "--json"]).await).unwrap();
+    assert_eq!(
+        (json["attempt"].as_u64(), json["max_attempts"].as_u64()),
+        (Some(3), Some(6))
+    );
+    assert_eq!(json["retry"]["max_attempts"], 3);
+    app.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_errors_are_one_line_with_the_status_and_a_failing_exit() {
     let Some(app) = spawn_app(Backend::Sqlite).await else {

@@ -419,6 +419,52 @@ async fn tasks_are_requeued_changed_and_cancelled_after_confirmation() {
     app.shutdown().await;
 }
 
+/// A task whose 3 attempts failed, requeued from its page: the page shows the new
+/// budget and no lessee (the last one shows only while the task is finished).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeued_task_shows_its_new_budget_and_no_lessee() {
+    let app = console_app(Vec::new()).await;
+    let mut c = app.broker().await;
+    let id = submit_one(
+        &mut c,
+        pb::TaskSpec {
+            retry: retry_now(3),
+            ..spec("rq")
+        },
+    )
+    .await;
+    for _ in 0..3 {
+        let t = lease_one(&mut c, "rq").await;
+        c.fail(pb::FailRequest {
+            task_id: t.task_id,
+            lease_token: t.lease_token,
+            error_message: "boom".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let mut b = Browser::new(&app);
+    let dead = b.get(&format!("/tasks/{id}")).await;
+    assert!(dead.body.contains("<dd>3 of 3 allowed"), "{}", dead.body);
+    assert!(
+        dead.body.contains("<dt>Last leased by</dt>"),
+        "{}",
+        dead.body
+    );
+    let token = b.get(&format!("/tasks/{id}/requeue")).await.csrf();
+    let r = b
+        .post(&format!("/tasks/{id}/requeue"), &[("csrf", &token)])
+        .await;
+    assert_eq!(r.status, 303);
+    let ready = b.get(&format!("/tasks/{id}")).await;
+    assert!(ready.body.contains("<dd>3 of 6 allowed"), "{}", ready.body);
+    assert!(!ready.body.contains("Leased by"), "{}", ready.body);
+    assert!(!ready.body.contains("Last leased by"), "{}", ready.body);
+    assert!(!ready.body.contains("Lease expires"), "{}", ready.body);
+    app.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_group_by_error_and_requeue_all_after_the_count() {
     let app = console_app(Vec::new()).await;
@@ -586,6 +632,86 @@ async fn with_auth_on_the_console_needs_an_admin_token() {
     let out = b.post("/logout", &[("csrf", &home.csrf())]).await;
     assert_eq!(out.status, 303);
     assert_eq!(b.get("/").await.status, 303, "signed out again");
+    app.shutdown().await;
+}
+
+/// `next` after sign-in: a path on this site stays; anything a browser could read as
+/// another site (tabs and newlines it drops, `\\` it reads as `/`, `//host`,
+/// schemes, the same percent-encoded once or twice) goes to `/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_in_redirects_only_to_paths_on_this_site() {
+    let admin_token = "console-admin-token-123456";
+    let app = console_app(vec![TokenEntry {
+        role: Role::Admin,
+        token: admin_token.into(),
+        name: Some("ops".into()),
+    }])
+    .await;
+    let mut b = Browser::new(&app);
+    let kept = [
+        "/tasks?state=dead",
+        "/tasks/t-1?tab=runs#history",
+        "/tasks?queue=caf%C3%A9",
+        "/a%2Fb",
+        "/",
+    ];
+    let hostile = [
+        "/\t/evil.example/phish",
+        "/\n/evil.example",
+        "/\r\n/evil.example",
+        "\t//evil.example",
+        " //evil.example",
+        "/ /evil.example",
+        "//evil.example",
+        "///evil.example",
+        "/\\evil.example",
+        "\\/evil.example",
+        "/\\/evil.example",
+        "/x\\..\\..\\evil",
+        "/\u{0}/evil.example",
+        "/\u{7f}/evil.example",
+        "/\u{3000}/evil.example",
+        "https://evil.example",
+        "HTTPS://evil.example/",
+        "javascript:alert(1)",
+        "data:text/html,x",
+        "evil.example",
+        "",
+        "/%09/evil.example/phish",
+        "/%0A/evil.example",
+        "/%0d%0a/evil.example",
+        "/%2F/evil.example",
+        "/%2f%2fevil.example",
+        "%2F%2Fevil.example",
+        "/%5Cevil.example",
+        "/%5c/evil.example",
+        "/%2509/evil.example",
+        "/%252F/evil.example",
+        "/%25252F/evil.example",
+        "/%00/evil.example",
+    ];
+    let cases = kept
+        .iter()
+        .map(|n| (*n, *n))
+        .chain(hostile.iter().map(|n| (*n, "/")));
+    for (next, expected) in cases {
+        let page = b.get(&format!("/login?next={}", encode(next))).await;
+        assert_eq!(page.status, 200, "{next:?}");
+        let hidden = format!("name=\"next\" value=\"{}\"", expected.replace('&', "&amp;"));
+        assert!(page.body.contains(&hidden), "{next:?}: {}", page.body);
+        let signed_in = b
+            .post(
+                "/login",
+                &[
+                    ("csrf", &page.csrf()),
+                    ("token", admin_token),
+                    ("next", next),
+                ],
+            )
+            .await;
+        assert_eq!(signed_in.status, 303, "{next:?}");
+        assert_eq!(signed_in.header("location"), Some(expected), "{next:?}");
+    }
     app.shutdown().await;
 }
 

@@ -186,6 +186,9 @@ async fn once_and_cron_schedules_fire_on_their_times(b: Backend) {
         return;
     };
     let mut c = app.schedules().await;
+    // One second past a minute boundary: the next boundary comes 59 s on.
+    let since_minute = app.clock.now_utc().timestamp_millis().rem_euclid(60_000) as u64;
+    app.advance(Duration::from_millis((61_000 - since_minute) % 60_000));
     let t0 = app.clock.now_utc();
     let at = secs_after(t0, 30);
     let once = pb::Schedule {
@@ -249,6 +252,62 @@ async fn a_berlin_0230_job_fires_once_on_both_dst_days(b: Backend) {
     );
     let s = get_schedule(&mut c, "berlin").await;
     assert_eq!(from_ts(&s.next_fire_at), utc("2027-11-01T01:30:00Z"));
+}
+
+/// Every 15 minutes in New York across the fall-back night of 2027-11-07 (01:00-01:59
+/// happens twice): PreviewSchedule lists both passes, and the scheduler, with the
+/// clock moved to each of them, fires exactly those times.
+async fn a_quarter_hourly_new_york_job_fires_what_the_preview_shows_when_clocks_go_back(
+    b: Backend,
+) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let mut c = app.schedules().await;
+    let utc = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+    let move_to = |t: DateTime<Utc>| {
+        let now = app.clock.now_utc();
+        app.advance((t - now).to_std().expect("the clock only moves forward"));
+    };
+    move_to(utc("2027-11-07T04:50:00Z"));
+    let spec = cron("ny", "*/15 * * * *", "America/New_York");
+    let preview = c
+        .preview_schedule(pb::PreviewScheduleRequest {
+            spec: spec.spec.clone(),
+            count: 9,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let shown: Vec<_> = preview
+        .fire_times
+        .iter()
+        .map(|t| from_ts(&Some(*t)))
+        .collect();
+    let expected: Vec<_> = [
+        "2027-11-07T05:00:00Z", // 01:00 EDT
+        "2027-11-07T05:15:00Z",
+        "2027-11-07T05:30:00Z",
+        "2027-11-07T05:45:00Z",
+        "2027-11-07T06:00:00Z", // 01:00 EST
+        "2027-11-07T06:15:00Z",
+        "2027-11-07T06:30:00Z",
+        "2027-11-07T06:45:00Z",
+        "2027-11-07T07:00:00Z", // 02:00 EST
+    ]
+    .into_iter()
+    .map(utc)
+    .collect();
+    assert_eq!(shown, expected);
+    create(&mut c, spec).await;
+    for t in &shown {
+        move_to(*t);
+        assert_eq!(app.fire_schedules().await.fired, 1, "at {t}");
+    }
+    assert_eq!(fire_times(&tasks_of(&app, "ny").await), shown);
+    let s = get_schedule(&mut c, "ny").await;
+    assert_eq!(from_ts(&s.next_fire_at), utc("2027-11-07T07:15:00Z"));
 }
 
 async fn bad_schedules_are_invalid_argument_naming_the_field(b: Backend) {
@@ -735,6 +794,7 @@ both_backends!(
     every_schedule_makes_tasks_that_carry_its_id_and_fire_time,
     once_and_cron_schedules_fire_on_their_times,
     a_berlin_0230_job_fires_once_on_both_dst_days,
+    a_quarter_hourly_new_york_job_fires_what_the_preview_shows_when_clocks_go_back,
     bad_schedules_are_invalid_argument_naming_the_field,
     preview_lists_fire_times_and_creates_nothing,
     the_window_bounds_the_fires_and_its_end_completes_the_schedule,

@@ -145,6 +145,17 @@ pub fn task_json(t: &pb::Task) -> Value {
     })
 }
 
+/// Who holds the task's lease; for a finished task, who held the last one. A
+/// waiting task (also one requeued or retried) has no lessee.
+fn lessee(t: &pb::Task) -> (&'static str, String) {
+    use TaskState as S;
+    match S::try_from(t.state).unwrap_or(S::Unspecified) {
+        S::Leased => ("leased by", t.leased_by.clone()),
+        S::Succeeded | S::Dead | S::Cancelled => ("last leased by", t.leased_by.clone()),
+        _ => ("leased by", String::new()),
+    }
+}
+
 /// `name  value` lines for one task; empty values are left out.
 pub fn task_detail(t: &pb::Task) -> String {
     let mut lines: Vec<(&str, String)> = vec![
@@ -159,7 +170,7 @@ pub fn task_detail(t: &pb::Task) -> String {
         ("run at", time(&t.run_at)),
         ("deadline", time(&t.deadline)),
         ("finished", time(&t.finished_at)),
-        ("leased by", t.leased_by.clone()),
+        lessee(t),
         ("lease expires", time(&t.lease_expires_at)),
         (
             "cancel requested",

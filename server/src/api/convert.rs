@@ -135,7 +135,9 @@ pub fn task(t: TaskRecord, now: DateTime<Utc>) -> pb::Task {
         metadata: t.metadata.into_iter().collect(),
         state: state_to_pb(state) as i32,
         attempt: t.attempt,
-        max_attempts: t.max_attempts,
+        // The attempts the task may make in all (what a lease reports too): the retry
+        // policy's max_attempts, plus max_attempts more for each requeue.
+        max_attempts: t.attempts_allowed,
         created_at: Some(to_timestamp(t.created_at)),
         updated_at: Some(to_timestamp(t.updated_at)),
         last_error: t.last_error.unwrap_or_default(),

@@ -317,12 +317,57 @@ fn form_urlencoded_value(s: &str) -> String {
         .collect()
 }
 
-/// Only a path on this site (not `//host`), so sign-in cannot redirect elsewhere.
+/// `next` when it is a path on this site as a browser reads it, else `/`, so
+/// sign-in cannot redirect elsewhere. A browser drops tabs and newlines anywhere in
+/// a URL, reads `\` as `/` and `//host` as another site: only visible ASCII
+/// without `\` is taken, starting with a single `/`; and decoding its
+/// percent-escapes (as often as they nest) must not make it anything else.
 fn safe_next(next: Option<&str>) -> String {
-    match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.into(),
-        _ => "/".into(),
+    fn one_slash(b: &[u8]) -> bool {
+        b.first() == Some(&b'/') && !matches!(b.get(1), Some(b'/' | b'\\'))
     }
+    let Some(n) = next else {
+        return "/".into();
+    };
+    if !one_slash(n.as_bytes()) || !n.bytes().all(|c| c.is_ascii_graphic() && c != b'\\') {
+        return "/".into();
+    }
+    let mut bytes = n.as_bytes().to_vec();
+    for _ in 0..8 {
+        let decoded = percent_decode(&bytes);
+        if decoded == bytes {
+            return n.into();
+        }
+        let hostile = |c: &u8| c.is_ascii_control() || c.is_ascii_whitespace() || *c == b'\\';
+        if !one_slash(&decoded) || decoded.iter().any(hostile) {
+            return "/".into();
+        }
+        bytes = decoded;
+    }
+    "/".into()
+}
+
+/// `%XX` escapes decoded once; anything else (a stray `%`) kept as it is.
+fn percent_decode(s: &[u8]) -> Vec<u8> {
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let escape = (s[i] == b'%')
+            .then(|| Some(hex(*s.get(i + 1)?)? * 16 + hex(*s.get(i + 2)?)?))
+            .flatten();
+        match escape {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(s[i]);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 #[derive(Deserialize)]

@@ -240,9 +240,13 @@ pub async fn page(
                 dt { "Created (UTC)" } dd { (time(task.created_at)) }
                 dt { "Updated (UTC)" } dd { (time(task.updated_at)) }
                 dt { "Finished (UTC)" } dd { (opt_time(task.finished_at)) }
-                @if let Some(w) = &task.leased_by {
+                // A waiting task (also one requeued or retried) has no lessee; a finished
+                // one shows who held its last lease.
+                @if let Some(w) = task.leased_by.as_ref().filter(|_| state == TaskState::Leased) {
                     dt { "Leased by" } dd { a href=(href("/tasks", &[("worker", w), ("state", "leased")])) { (w) } }
                     dt { "Lease expires (UTC)" } dd { (opt_time(task.lease_expires_at)) }
+                } @else if let Some(w) = task.leased_by.as_ref().filter(|_| task.state.is_finished()) {
+                    dt { "Last leased by" } dd { a href=(href("/tasks", &[("worker", w)])) { (w) } }
                 }
                 @if let Some(sid) = &task.schedule_id {
                     dt { "Schedule" } dd { a.mono href={ "/schedules/" (layout::encode(sid)) } { (sid) }
