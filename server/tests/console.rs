@@ -645,6 +645,7 @@ async fn sign_in_redirects_only_to_paths_on_this_site() {
         role: Role::Admin,
         token: admin_token.into(),
         name: Some("ops".into()),
+        workers: None,
     }])
     .await;
     let mut b = Browser::new(&app);
