@@ -161,7 +161,7 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
         config.settings,
         metrics.clone(),
     ));
-    // Admission (#14): store the configured queue settings, read the live ones,
+    // Admission: store the configured queue settings, read the live ones,
     // and keep reading them.
     broker.queues_start().await.map_err(AppError::Database)?;
     let stop = CancellationToken::new();
@@ -171,7 +171,7 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
     tokio::spawn(Reaper::new(broker.clone(), config.reclaim_interval).run(stop.clone()));
     tokio::spawn(Retention::new(broker.clone(), Duration::from_secs(60)).run(stop.clone()));
     tokio::spawn(Scheduler::new(broker.clone(), config.schedule_interval).run(stop.clone()));
-    // Flow (#15): event retention, and the configured dead-letter queues.
+    // Flow: event retention, and the configured dead-letter queues.
     tokio::spawn(
         crate::maintenance::events::EventRetention::new(broker.clone(), Duration::from_secs(60))
             .run(stop.clone()),

@@ -44,7 +44,7 @@ pub struct Config {
     /// HTTP address of Prometheus `/metrics` and the web console; empty turns it off.
     pub metrics_listen: String,
     /// How old the queue depths on `/metrics` may grow before a scrape counts the
-    /// task table again, in the background; 0 counts on every scrape (issue 17).
+    /// task table again, in the background; 0 counts on every scrape.
     #[serde(with = "humantime_serde")]
     pub metrics_depth_max_age: Duration,
     /// Expired leases and passed deadlines are looked for this often.
@@ -77,10 +77,10 @@ pub struct Config {
     /// ListWorkers shows workers seen this recently by any replica. Default 5 min.
     #[serde(with = "humantime_serde")]
     pub worker_ttl: Duration,
-    /// Flow (#15): task events are deleted this long after they were recorded; 0 keeps them.
+    /// Flow: task events are deleted this long after they were recorded; 0 keeps them.
     #[serde(with = "humantime_serde")]
     pub events_retention: Duration,
-    /// Sync match (issue 17) on Postgres: a Submit hands its tasks to long-polls
+    /// Sync match on Postgres: a Submit hands its tasks to long-polls
     /// waiting on this replica in its own statement. On by default; `false` turns
     /// it off on Postgres (SQLite always sync-matches).
     pub sync_match_postgres: bool,
@@ -145,7 +145,7 @@ pub struct QueueConfig {
     pub max_lease: Option<Duration>,
     #[serde(with = "humantime_serde")]
     pub retention: Option<Duration>,
-    // Admission (#14): the queue's gates, seeding its live settings (see
+    // Admission: the queue's gates, seeding its live settings (see
     // docs/semantics.md "Admission"; UpdateQueue changes them at run time).
     /// Start paused: no leases until resumed.
     pub paused: Option<bool>,
@@ -164,7 +164,7 @@ pub struct QueueConfig {
     pub priority_aging: Option<Duration>,
     /// Leases one worker holds at once from this queue; 0 = no limit.
     pub max_leases_per_worker: Option<u32>,
-    /// Flow (#15): when a task of this queue goes DEAD, a notice task (JSON: task_id,
+    /// Flow: when a task of this queue goes DEAD, a notice task (JSON: task_id,
     /// queue, key, attempts, last_error) is submitted to this queue in the same
     /// transaction.
     pub dead_letter_queue: Option<String>,
@@ -372,7 +372,7 @@ pub struct ServeArgs {
     /// Keep task events this long; 0 keeps them forever [default: 7days].
     #[arg(long, env = "TASKBROKER_EVENTS_RETENTION")]
     pub events_retention: Option<String>,
-    /// Sync match on Postgres (issue 17) [default: true].
+    /// Sync match on Postgres [default: true].
     #[arg(long, env = "TASKBROKER_SYNC_MATCH_POSTGRES")]
     pub sync_match_postgres: Option<bool>,
 }
@@ -485,7 +485,7 @@ impl Config {
         };
         let default_retry = self.retry.policy("retry")?;
         let mut queues = std::collections::HashMap::new();
-        // Flow (#15): dead-letter queues.
+        // Flow: dead-letter queues.
         let mut dead_letter_queues = BTreeMap::new();
         for (name, q) in &self.queues {
             if let Some(dlq) = &q.dead_letter_queue {

@@ -72,7 +72,7 @@ pub struct Metrics {
     depth_age: FloatGauge,
     notifications_received: Counter,
     notifications_own_skipped: Counter,
-    /// Sync match (issue 17): tasks handed to a waiting long-poll by Submit.
+    /// Sync match: tasks handed to a waiting long-poll by Submit.
     sync_matched: Family<QueueLabel, Counter>,
 }
 
@@ -206,7 +206,7 @@ impl Metrics {
         set(&self.notifications_own_skipped, n.own_skipped);
     }
 
-    /// Sync match (issue 17): a task handed to a waiting long-poll.
+    /// Sync match: a task handed to a waiting long-poll.
     pub fn sync_matched(&self, queue: &str) {
         self.sync_matched.get_or_create(&q(queue)).inc();
     }

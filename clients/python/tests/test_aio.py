@@ -108,7 +108,7 @@ def test_lease_lost_is_read_from_async_errors() -> None:
 
 
 def test_an_async_worker_with_labels_runs_the_tasks_targeted_at_them() -> None:
-    # Routing (issue 13): labels go with every Lease.
+    # Routing: labels go with every Lease.
     async def main() -> None:
         q = queue("labels")
         async with AsyncClient.from_env(ADDR) as tb:

@@ -159,7 +159,7 @@ def test_stop_lets_running_handlers_finish(tb, queue, start):
 
 
 def test_a_worker_with_labels_runs_the_tasks_targeted_at_them(tb, queue, start):
-    # Routing (issue 13): labels go with every Lease; a task for other labels waits.
+    # Routing: labels go with every Lease; a task for other labels waits.
     target = broker_pb2.Target(labels={"gpu": "a100"})
     other = broker_pb2.Target(labels={"gpu": "h100"})
     mine, theirs = submit(

@@ -50,7 +50,7 @@ impl AdminService for AdminApi {
         let task_id = request.into_inner().task_id;
         let t = self.broker.get_task(&task_id).await.map_err(status)?;
         own(&t, producer.as_deref())?;
-        // Flow (#15): dependencies and cancel reason.
+        // Flow: dependencies and cancel reason.
         let task = super::flow::with_flow(&self.broker, self.task(t).into_iter().collect())
             .await?
             .pop();
@@ -91,7 +91,7 @@ impl AdminService for AdminApi {
             .map(|t| convert::task(t, now))
             .collect();
         Ok(Response::new(pb::ListTasksResponse {
-            // Flow (#15): dependencies and cancel reason.
+            // Flow: dependencies and cancel reason.
             tasks: super::flow::with_flow(&self.broker, tasks).await?,
             next_page_token: page.next_page_token,
         }))
@@ -173,7 +173,7 @@ impl AdminService for AdminApi {
         }))
     }
 
-    // ---- Routing (issue 13): the worker registry ----
+    // ---- Routing: the worker registry ----
 
     async fn list_workers(
         &self,
@@ -210,7 +210,7 @@ impl AdminService for AdminApi {
         }))
     }
 
-    // ---- Flow (#15): events, watch, bulk operations (api/flow.rs) ----
+    // ---- Flow: events, watch, bulk operations (api/flow.rs) ----
 
     type WatchTasksStream = super::flow::WatchStream;
 
@@ -242,7 +242,7 @@ impl AdminService for AdminApi {
         super::flow::requeue_tasks(&self.broker, request).await
     }
 
-    // Admission (#14).
+    // Admission.
     async fn get_queue(
         &self,
         request: Request<pb::GetQueueRequest>,

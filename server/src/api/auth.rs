@@ -159,7 +159,7 @@ fn allowed(path: &str) -> Option<&'static [Role]> {
             (true, "Submit") => PRODUCER,
             (true, _) => WORKER,
             (false, "GetTask" | "ListAttempts") => READ,
-            // Flow (#15): the service checks ownership (api/flow.rs).
+            // Flow: the service checks ownership (api/flow.rs).
             (false, "ListTaskEvents" | "WatchTasks") => READ,
             _ => ADMIN,
         },

@@ -157,7 +157,7 @@ pub fn task(t: TaskRecord, now: DateTime<Utc>) -> pb::Task {
         sticky: t.routing.sticky.map(sticky_to_pb),
         fanout_group: t.routing.fanout_group.unwrap_or_default(),
         reserved_for: t.routing.reserved_for.unwrap_or_default(),
-        // Flow (#15).
+        // Flow.
         depends_on: Vec::new(),
         dependencies_remaining: 0,
         run_if_dependency_fails: false,
@@ -217,7 +217,7 @@ pub fn grpc_timeout(meta: &tonic::metadata::MetadataMap) -> Option<Duration> {
     })
 }
 
-// ---- Routing (issue 13) ----
+// ---- Routing ----
 
 pub fn target_from_pb(t: pb::Target) -> crate::domain::routing::Target {
     crate::domain::routing::Target {

@@ -1,4 +1,4 @@
-//! Flow (#15) handlers of `AdminService`: ListTaskEvents, WatchTasks, CancelTasks,
+//! Flow handlers of `AdminService`: ListTaskEvents, WatchTasks, CancelTasks,
 //! RequeueTasks; and the flow fields of TaskSpec and Task.
 
 use std::collections::HashSet;

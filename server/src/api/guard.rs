@@ -166,7 +166,7 @@ where
         // grow the label set.
         let path = method_label(req.uri().path()).to_string();
         let is_lease = path == "/taskbroker.v1.BrokerService/Lease"
-            // lease_next (issue 17): a settle may long-poll for its next tasks.
+            // lease_next: a settle may long-poll for its next tasks.
             || matches!(
                 path.as_str(),
                 "/taskbroker.v1.BrokerService/Complete"

@@ -10,7 +10,7 @@ mod flow;
 pub mod guard;
 pub mod scaler;
 mod schedule;
-// Admission (#14): live queue settings and Explain.
+// Admission: live queue settings and Explain.
 mod queues;
 
 pub use admin::AdminApi;

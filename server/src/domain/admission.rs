@@ -1,4 +1,4 @@
-//! Admission (#14), the pure part: a queue's stored settings, the token-bucket
+//! Admission, the pure part: a queue's stored settings, the token-bucket
 //! math, which READY candidates a gated lease may take, and the gates that hold a
 //! task (Explain). No I/O: the stores read the rows and call [`admit`]; the
 //! service reads the views and calls [`explain`]. `now` is always passed in.
@@ -355,10 +355,10 @@ pub struct ExplainView {
     pub key_tokens: Option<f64>,
     /// READY tasks of the queue that lease before it.
     pub ahead: u64,
-    /// Routing (issue 13): the worker a retry is reserved for, and until when
+    /// Routing: the worker a retry is reserved for, and until when
     /// (`None`: until the deadline), while the reservation holds.
     pub reserved: Option<(String, Option<DateTime<Utc>>)>,
-    /// Routing (issue 13): the task's target, described, when no live worker of
+    /// Routing: the task's target, described, when no live worker of
     /// the queue matches it.
     pub unmatched_target: Option<String>,
 }
@@ -392,7 +392,7 @@ pub fn explain(v: &ExplainView, now: DateTime<Utc>) -> Vec<Gate> {
     }
 }
 
-/// Flow (#15): a BLOCKED task waits for these dependencies (ids, unfinished).
+/// Flow: a BLOCKED task waits for these dependencies (ids, unfinished).
 pub fn dependency_gate(waiting: Vec<String>) -> Gate {
     let detail = match waiting.as_slice() {
         [] => "it waits for the tasks it depends on".to_owned(),

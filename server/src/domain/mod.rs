@@ -4,10 +4,10 @@
 //! can be unit-tested without a runtime or a database.
 
 pub mod event;
-// Admission (#14): queue settings and gates.
+// Admission: queue settings and gates.
 pub mod admission;
 pub mod retry;
-// Routing (issue 13).
+// Routing.
 pub mod routing;
 pub mod schedule;
 pub mod task;

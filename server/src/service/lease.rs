@@ -26,7 +26,7 @@ pub struct LeaseRequest {
     pub worker_address: String,
     /// What is left of the call's own gRPC deadline, if it has one.
     pub call_timeout: Option<Duration>,
-    /// What this worker is (routing, issue 13).
+    /// What this worker is (routing).
     pub labels: std::collections::BTreeMap<String, String>,
 }
 
@@ -109,7 +109,7 @@ impl Broker {
             return Ok(Vec::new());
         }
 
-        // Routing (issue 13): the worker registry (throttled).
+        // Routing: the worker registry (throttled).
         self.worker_seen(
             &req.worker_id,
             Some(&req.labels),
@@ -153,7 +153,7 @@ impl Broker {
             };
             let weight = params.max_tasks as usize;
             let store = self.store.clone();
-            // Admission (#14): queues with gates take the gated lease.
+            // Admission: queues with gates take the gated lease.
             let gated = self.settings.gated(&key);
             let tasks = self
                 .leases
@@ -214,7 +214,7 @@ impl Broker {
                 until = until.min(Instant::now() + self.settings.gated_recheck(&key));
             }
             let _waiting = self.dispatch.waiting();
-            // Sync match (issue 17): a long-poll of one plain queue waits where a
+            // Sync match: a long-poll of one plain queue waits where a
             // Submit can hand it tasks directly.
             let mut parking =
                 (key.len() == 1 && !gated && self.queue_matchable(&key[0])).then(|| {

@@ -32,13 +32,13 @@ pub struct SubmitTask {
     pub deadline: Option<DateTime<Utc>>,
     pub retry: RetrySpec,
     pub metadata: BTreeMap<String, String>,
-    /// Routing (issue 13): who may lease it, sticky retries, fan-out copies.
+    /// Routing: who may lease it, sticky retries, fan-out copies.
     pub target: Target,
     pub sticky: Option<StickySpec>,
     pub fanout: Option<Fanout>,
-    /// Flow (#15): dependencies and retry schedule.
+    /// Flow: dependencies and retry schedule.
     pub flow: crate::store::FlowSpec,
-    /// Admission (#14): `[A-Za-z0-9._:@/-]{1,256}`, or none.
+    /// Admission: `[A-Za-z0-9._:@/-]{1,256}`, or none.
     pub concurrency_key: Option<String>,
 }
 
@@ -87,12 +87,12 @@ impl Broker {
             .into());
         }
         let now = self.clock.now();
-        // Flow (#15): dependencies and retry schedules, validated per spec.
+        // Flow: dependencies and retry schedules, validated per spec.
         let flows: Vec<crate::store::FlowSpec> = tasks.iter().map(|t| t.flow.clone()).collect();
         for (i, f) in flows.iter().enumerate() {
             super::flow::validate_flow(i, f, limits.max_backoff)?;
         }
-        // Routing (issue 13): a fan-out task becomes its copies; `copies[i]` is
+        // Routing: a fan-out task becomes its copies; `copies[i]` is
         // how many tasks the i-th spec made.
         let total: u64 = tasks
             .iter()
@@ -121,7 +121,7 @@ impl Broker {
             first_of.push(new.len());
             new.extend(made);
         }
-        // Flow (#15) per task: a fan-out spec's copies share its flow, and an
+        // Flow per task: a fan-out spec's copies share its flow, and an
         // index naming a fan-out spec waits for every one of its copies.
         let mut spec_of = Vec::with_capacity(new.len());
         let mut task_flows = Vec::with_capacity(new.len());
@@ -158,12 +158,12 @@ impl Broker {
             .map(|t| t.routing != TaskRouting::default())
             .collect();
         // Concurrent Submit calls share one insert statement and commit, which
-        // hands tasks to waiting long-polls (sync match, issue 17).
+        // hands tasks to waiting long-polls (sync match).
         let matchable = self.sync_matchable(&new);
         let parked = self.parked.clone();
         let release = self.releaser();
         let weight = new.len();
-        // Flow (#15): tasks with dependencies or flow options take the flow insert
+        // Flow: tasks with dependencies or flow options take the flow insert
         // (never sync-matched: a blocked task is not ready to lease).
         let (inserted, matched): (Vec<Inserted>, Vec<bool>) =
             if task_flows.iter().any(|f| !f.is_plain()) {

@@ -34,11 +34,11 @@ pub(crate) use routing::{WorkerLeaseRow, WorkerRow, worker_lease};
 // Admission (migration 0009).
 pub mod admission;
 pub use admission::{QueueUsage, StoredQueue};
-// Sync match (issue 17).
+// Sync match.
 pub mod sync_match;
 pub use sync_match::{MatchTo, MatchedInsert};
 
-// Flow (#15): dependencies, events, bulk operations (migration 0010).
+// Flow: dependencies, events, bulk operations (migration 0010).
 mod flow;
 pub use flow::{BulkCancelled, BulkFilter, EventRecord, FlowInserted, FlowSpec, TaskFlowInfo};
 
@@ -121,9 +121,9 @@ pub struct NewTask {
     pub deadline: Option<DateTime<Utc>>,
     pub retry: RetryPolicy,
     pub metadata: BTreeMap<String, String>,
-    /// Target, sticky policy and fan-out group (routing, issue 13).
+    /// Target, sticky policy and fan-out group (routing).
     pub routing: crate::domain::routing::TaskRouting,
-    /// Admission (#14): counts against the queue's per-key limits.
+    /// Admission: counts against the queue's per-key limits.
     pub concurrency_key: Option<String>,
 }
 
@@ -145,7 +145,7 @@ pub struct LeaseParams {
     pub worker_address: String,
     pub lease_duration: Duration,
     pub now: DateTime<Utc>,
-    /// The worker's labels and the queues' per-worker caps (routing, issue 13).
+    /// The worker's labels and the queues' per-worker caps (routing).
     pub routing: LeaseRouting,
 }
 
@@ -217,7 +217,7 @@ pub struct FailParams {
     pub now: DateTime<Utc>,
     /// Random sample in [0, 1) for the backoff jitter.
     pub jitter_unit: f64,
-    /// Reserve the retry for the worker that failed it (routing, issue 13).
+    /// Reserve the retry for the worker that failed it (routing).
     pub prefer_same_worker: bool,
 }
 
@@ -253,7 +253,7 @@ pub struct PoolStats {
     pub idle: usize,
 }
 
-/// Wake-up notifications a store's listener received (issue 17): Postgres only.
+/// Wake-up notifications a store's listener received: Postgres only.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NotificationStats {
     /// Notifications received on the wake-up channel.
@@ -310,7 +310,7 @@ pub struct TaskFilter {
     pub schedule_id: Option<String>,
     /// Only tasks submitted before the task with this sequence number.
     pub before_seq: Option<i64>,
-    /// Only the copies of this fan-out group (routing, issue 13).
+    /// Only the copies of this fan-out group (routing).
     pub fanout_group: Option<String>,
     pub limit: u32,
     pub now: DateTime<Utc>,
@@ -369,9 +369,9 @@ pub struct TaskRecord {
     /// The schedule that made the task, and the fire time it was made for.
     pub schedule_id: Option<String>,
     pub fire_time: Option<DateTime<Utc>>,
-    /// Target, sticky policy, fan-out group and reservation (routing, issue 13).
+    /// Target, sticky policy, fan-out group and reservation (routing).
     pub routing: crate::domain::routing::TaskRouting,
-    /// Admission (#14): counts against the queue's per-key limits.
+    /// Admission: counts against the queue's per-key limits.
     pub concurrency_key: Option<String>,
 }
 
@@ -598,7 +598,7 @@ pub trait Store: Send + Sync + 'static {
     /// Cancels up to `limit` dead tasks of one queue (and error, or one task):
     /// dead -> cancelled, keeping attempts, last error and finished time; returns how many.
     async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64>;
-    // ---- routing (issue 13): the worker registry ----
+    // ---- routing: the worker registry ----
 
     /// Records workers as seen now (insert, or update labels, address, last seen
     /// and, when given, queues), in one transaction.
@@ -614,7 +614,7 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>>;
 
-    // ---- Flow (#15): dependencies, events, bulk operations ----
+    // ---- Flow: dependencies, events, bulk operations ----
 
     /// Inserts tasks as `task_insert_many` does, in one transaction, with their
     /// dependencies: a task with unfinished dependencies is BLOCKED; one whose
@@ -678,7 +678,7 @@ pub trait Store: Send + Sync + 'static {
     /// `limit` (ExplainTask's BLOCKED_BY_DEPENDENCY gate).
     async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>>;
 
-    // Admission (#14, migration 0009).
+    // Admission (migration 0009).
 
     /// Every queue's stored settings, by name.
     async fn queue_list(&self) -> StoreResult<Vec<StoredQueue>>;
@@ -724,7 +724,7 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> StoreResult<u64>;
 
-    // Sync match (issue 17).
+    // Sync match.
 
     /// Inserts tasks as `task_insert_many` does (one transaction, in order,
     /// deduplicated by key), except that a task matched to a waiting request
@@ -748,7 +748,7 @@ pub trait Store: Send + Sync + 'static {
     /// token stays spent), and its queue is notified. Returns how many.
     async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64>;
 
-    /// Admission (#14): deletes the per-key rate-limit buckets that are full
+    /// Admission: deletes the per-key rate-limit buckets that are full
     /// again at `now` (a bucket absent is a full one), and those of queues
     /// without a per-key rate limit; returns how many. Run by retention.
     async fn queue_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64>;

@@ -30,16 +30,16 @@ use routing::BindRouting as _;
 
 // The console's dead letters.
 mod dead;
-// Flow (#15): dependencies, events, bulk operations (migration 0010).
+// Flow: dependencies, events, bulk operations (migration 0010).
 mod events;
 mod flow;
 use super::flow::{failure_events as flow_failure_events, of_row as flow_of_row};
 use crate::domain::event::EventKind;
 // Admission (migration 0009).
 mod admission;
-// The plain lease, for batches routing cannot touch (issue 17, migration 0012).
+// The plain lease, for batches routing cannot touch (migration 0012).
 mod lease_plain;
-// Sync match (issue 17).
+// Sync match.
 mod sync_match;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -87,7 +87,7 @@ const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 /// The pools' options. sqlx pings every idle connection before handing it out by
 /// default: a round trip to Postgres before every store call, most of them on a
-/// connection that finished a statement microseconds earlier (issue 17: 0.07 ms of
+/// connection that finished a statement microseconds earlier (measured: 0.07 ms of
 /// a lone Submit's 0.79). A connection idle for longer than [`PING_AFTER_IDLE`]
 /// (where a restart or a proxy's idle cut is likely to have broken it) is still
 /// pinged, and replaced if that fails; one broken while busy fails its statement,
@@ -314,7 +314,7 @@ impl PostgresStore {
         .bind(row.seq)
         .execute(&mut **tx)
         .await?;
-        // Flow (#15): the failure and what follows it.
+        // Flow: the failure and what follows it.
         let evs = flow_failure_events(row, write.state.as_str(), write.run_at, error, now);
         events::record(tx, &evs).await?;
         let leased_at =
@@ -433,8 +433,8 @@ impl PostgresStore {
     }
 
     /// Inserts tasks (see `Store::task_insert_many`) on one connection, which may
-    /// be in a transaction (Flow (#15) inserts tasks with dependencies in one).
-    /// `tag`: appended to the wake-up's queue name (issue 17): the store's own tag
+    /// be in a transaction (Flow inserts tasks with dependencies in one).
+    /// `tag`: appended to the wake-up's queue name: the store's own tag
     /// when the broker wakes its own waiters after the commit, else "".
     pub(super) async fn insert_on(
         conn: &mut sqlx::PgConnection,
@@ -458,7 +458,7 @@ impl PostgresStore {
             .collect();
         let concurrency_keys: Vec<Option<&str>> =
             tasks.iter().map(|t| t.concurrency_key.as_deref()).collect();
-        // Routing (issue 13): a batch with routed tasks inserts their routing
+        // Routing: a batch with routed tasks inserts their routing
         // columns too (the same statement with more arrays, in routing.rs).
         let routed = tasks.iter().any(|t| routing::is_routed(&t.routing));
         let sql = by_keys(tasks, INSERT_PLAIN, &INSERT_PLAIN_KEYLESS);
@@ -521,7 +521,7 @@ impl PostgresStore {
             .collect()
     }
 
-    /// The task as it is after a change, which is recorded as a `kind` event (Flow, #15).
+    /// The task as it is after a change, which is recorded as a `kind` event (Flow).
     async fn changed_event(
         tx: &mut Transaction<'_, Postgres>,
         id: &str,
@@ -580,7 +580,7 @@ pub(super) fn keyless(sql: &str) -> String {
 /// The insert for `tasks`: `keyed` when one carries a key, else its [`keyless`]
 /// form. A batch without keys cannot collide (ids are new UUIDv7s), and a plain
 /// INSERT skips the speculative insertion of ON CONFLICT, which probes every unique
-/// index first and writes a confirmation record per row (issue 17).
+/// index first and writes a confirmation record per row.
 pub(super) fn by_keys(
     tasks: &[NewTask],
     keyed: &'static str,
@@ -593,7 +593,7 @@ pub(super) fn by_keys(
     }
 }
 
-/// Routing (issue 13): whether the worker of request `i` (1-based) may take the
+/// Routing: whether the worker of request `i` (1-based) may take the
 /// `tasks` row at hand: its target (id, every label), a retry reserved for
 /// another worker, a fan-out copy of a group this worker holds or completed, a
 /// capped queue in which it has no room. Each test reads only columns of the row
@@ -611,7 +611,7 @@ macro_rules! routing_may_take {
     };
 }
 
-/// Routing (issue 13): whether every request of the batch may take the row at
+/// Routing: whether every request of the batch may take the row at
 /// hand, so it is shared out by slots like any task: no target other than labels
 /// that all requests carry ($13, their common labels, NULL when they differ), no
 /// reservation, no distinct fan-out group, an uncapped queue.
@@ -644,7 +644,7 @@ impl Store for PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Inserted>> {
         let mut conn = self.hot().acquire().await?;
-        // The broker wakes its own waiters after the commit (issue 17).
+        // The broker wakes its own waiters after the commit.
         Self::insert_on(&mut conn, tasks, now, &self.wake_tag).await
     }
 
@@ -673,7 +673,7 @@ impl Store for PostgresStore {
             .into_iter()
             .map(|i| i32::try_from(i + 1).unwrap_or(i32::MAX))
             .collect();
-        // Routing (issue 13): each request's labels, each queue's per-worker cap
+        // Routing: each request's labels, each queue's per-worker cap
         // (0: none), each request's max_tasks.
         let labels: Vec<String> = ps.iter().map(|p| p.routing.labels_json()).collect();
         let common_labels: Option<&String> = labels
@@ -702,7 +702,7 @@ impl Store for PostgresStore {
         // lease on another replica that skipped them may have found nothing and
         // gone to sleep.
         //
-        // Routing (issue 13) adds: `room`, the leases each request's worker may
+        // Routing adds: `room`, the leases each request's worker may
         // still take of each capped queue; in `cand`, a task that no request of
         // this batch may take is passed over (not locked, never blocking the
         // tasks behind it), and `elig` lists the requests that may take it (NULL:
@@ -1031,7 +1031,7 @@ impl Store for PostgresStore {
         let outcome = AttemptOutcome::Failed;
         let leased_at = Self::write_failure(&mut tx, &row, &write, &p.error, outcome, now).await?;
         if write.state == StoredState::Pending {
-            // Routing (issue 13): a sticky retry is kept for this worker.
+            // Routing: a sticky retry is kept for this worker.
             routing::reserve_retry(&mut tx, &row, p).await?;
         }
         tx.commit().await?;
@@ -1293,7 +1293,7 @@ impl Store for PostgresStore {
         if state == StoredState::Pending {
             Self::notify(&mut tx, &[&row.queue]).await?;
         }
-        // Routing (issue 13): an admin change frees a reserved retry.
+        // Routing: an admin change frees a reserved retry.
         routing::clear_reservation(&mut tx, &row).await?;
         let changed = Self::changed_event(&mut tx, task_id, EventKind::Updated, ms(now)).await?;
         tx.commit().await?;
@@ -1320,7 +1320,7 @@ impl Store for PostgresStore {
         .execute(&mut *tx)
         .await?;
         Self::notify(&mut tx, &[&row.queue]).await?;
-        // Routing (issue 13): an admin requeue frees a reserved retry.
+        // Routing: an admin requeue frees a reserved retry.
         routing::clear_reservation(&mut tx, &row).await?;
         let changed = Self::changed_event(&mut tx, task_id, EventKind::Requeued, ms(now)).await?;
         tx.commit().await?;
@@ -1555,7 +1555,7 @@ impl Store for PostgresStore {
     }
 
     async fn task_dead_groups(&self, p: &DeadGroupParams) -> StoreResult<Vec<DeadGroup>> {
-        // Console (issue 18, migration 0011): counted per (queue, error_hash) from
+        // Console (migration 0011): counted per (queue, error_hash) from
         // tasks_dead_error alone, then one row per group read for its text.
         let rows: Vec<(String, String, i64, Option<i64>)> = sqlx::query_as(
             "WITH g AS (SELECT queue, error_hash, COUNT(*) AS n, MAX(finished_at) AS last \
@@ -1588,7 +1588,7 @@ impl Store for PostgresStore {
                    attempts_allowed = attempt + max_attempts, cancel_requested = FALSE, \
                    finished_at = NULL, updated_at = $1 \
                  FROM picked WHERE t.seq = picked.seq RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) {}",
-                // Flow (#15): the REQUEUED events in the same statement.
+                // Flow: the REQUEUED events in the same statement.
                 events::from_updated("requeued", "$1")
             )),
         )
@@ -1623,7 +1623,7 @@ impl Store for PostgresStore {
         dead::task_cancel_dead(&self.pool, p).await
     }
 
-    // ---- routing (issue 13): the worker registry ----
+    // ---- routing: the worker registry ----
 
     async fn worker_record_seen(&self, seen: &[WorkerSeen]) -> StoreResult<()> {
         routing::worker_record_seen(&self.pool, seen).await
@@ -1641,7 +1641,7 @@ impl Store for PostgresStore {
         routing::worker_get(&self.pool, worker_id, now).await
     }
 
-    // ---- Flow (#15): dependencies, events, bulk operations (postgres/flow.rs) ----
+    // ---- Flow: dependencies, events, bulk operations (postgres/flow.rs) ----
 
     async fn task_insert_flow(
         &self,
@@ -1715,7 +1715,7 @@ impl Store for PostgresStore {
         .await?)
     }
 
-    // Admission (#14): postgres/admission.rs.
+    // Admission: postgres/admission.rs.
     async fn queue_list(&self) -> StoreResult<Vec<StoredQueue>> {
         self.admission_queue_list().await
     }
@@ -1759,7 +1759,7 @@ impl Store for PostgresStore {
         self.admission_ahead(task, aging_ms, now).await
     }
 
-    // Sync match (issue 17).
+    // Sync match.
 
     async fn task_insert_matched(
         &self,

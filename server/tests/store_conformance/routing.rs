@@ -1,4 +1,4 @@
-//! Routing (issue 13) on both stores: targets by worker id and by labels,
+//! Routing on both stores: targets by worker id and by labels,
 //! sticky reservations (SOFT and HARD, and `prefer_same_worker`), fan-out copies
 //! to distinct workers, the per-worker cap, each alone and combined, through one
 //! lease and through a batch of lease requests served together.

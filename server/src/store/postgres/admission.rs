@@ -1,4 +1,4 @@
-//! Admission (#14) on Postgres: stored queue settings and the gated lease.
+//! Admission on Postgres: stored queue settings and the gated lease.
 //!
 //! How limits hold for the whole cluster: a gated lease first locks the `queues`
 //! rows of its gated queues (`SELECT ... FOR UPDATE`, in name order so two leases
@@ -140,7 +140,7 @@ impl PostgresStore {
     /// The gated lease of a batch of requests for the same queues, served
     /// together in one transaction: one lock of the queue rows, one count of the
     /// leases held, one candidate scan (more only when keys close along the way),
-    /// one UPDATE. Routing (issue 13): each candidate row comes with the requests
+    /// one UPDATE. Routing: each candidate row comes with the requests
     /// whose workers may take it (`elig`); [`Plan`] hands the rows out in lease
     /// order within the gates, the caps and the reply budgets.
     pub(super) async fn admission_lease(
@@ -253,7 +253,7 @@ impl PostgresStore {
         // One statement: the leases (`leased`, each row re-checked as pending, so a
         // task a plain lease took meanwhile is skipped), then one token per lease
         // taken from its queue's bucket (`bucket`) and its key's (`key_bucket`),
-        // and (flow, #15) the LEASED events (`ev`).
+        // and (flow) the LEASED events (`ev`).
         let rows: Vec<(TaskRow, i64)> = sqlx::query(concat!(
             "WITH leased AS ( \
                UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
@@ -438,19 +438,19 @@ impl PostgresStore {
     }
 }
 
-/// The workers of a gated lease batch (routing, issue 13), per request.
+/// The workers of a gated lease batch (routing), per request.
 struct Batch {
     workers: Vec<String>,
     /// Each request's labels as a JSON object.
     labels: Vec<String>,
 }
 
-/// Routing (issue 13) in the gated candidate scan: a row anyone may take (no
+/// Routing in the gated candidate scan: a row anyone may take (no
 /// target, no reservation, no distinct fan-out group), read from its own columns.
 const GATED_OPEN: &str = "(target_worker IS NULL AND target_labels IS NULL \
     AND reserved_for IS NULL AND NOT fanout_distinct)";
 
-/// Routing (issue 13) in the gated candidate scan: whether the worker of request
+/// Routing in the gated candidate scan: whether the worker of request
 /// `i` (1-based; ids $7, labels $8) may take the row: its target, a retry
 /// reserved for another worker, a distinct fan-out copy of a group the worker
 /// holds or completed.
@@ -462,7 +462,7 @@ const GATED_MAY_TAKE: &str = "((target_worker IS NULL OR target_worker = ($7::te
           AND c.state IN ('leased', 'succeeded'))))";
 
 /// Leases each worker of the batch holds in each queue where its request
-/// carries a per-worker cap (routing, issue 13).
+/// carries a per-worker cap (routing).
 async fn held_by_workers(
     tx: &mut Tx<'_>,
     ps: &[LeaseParams],

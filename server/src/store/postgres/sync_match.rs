@@ -1,4 +1,4 @@
-//! Sync match on Postgres (issue 17): one statement inserts a batch, the matched
+//! Sync match on Postgres: one statement inserts a batch, the matched
 //! tasks already leased, after checking in the same statement (the same snapshot)
 //! that no pending task of their queue due now would lease before them.
 //!
@@ -255,7 +255,7 @@ impl PostgresStore {
              ev AS ({}), \
              woken AS (SELECT pg_notify($4, q) FROM (SELECT DISTINCT queue AS q FROM u) d) \
              SELECT count(*) FROM u WHERE (SELECT count(*) FROM woken) >= 0",
-            // Flow (#15): the task is READY again, its long-poll gone.
+            // Flow: the task is READY again, its long-poll gone.
             super::events::from_updated_with(
                 "requeued",
                 "$1",

@@ -127,7 +127,7 @@ pub(super) fn task_update(
         ms(now),
         row.seq
     ])?;
-    // Routing (issue 13): an admin change frees a reserved retry.
+    // Routing: an admin change frees a reserved retry.
     super::routing::clear_reservation(c, &row)?;
     let changed = changed_event(c, task_id, EventKind::Updated, ms(now))?;
     Ok(changed)
@@ -150,7 +150,7 @@ pub(super) fn task_requeue(
          cancel_requested = 0, finished_at = NULL, updated_at = ?1 WHERE seq = ?2",
     )?
     .execute(params![ms(now), row.seq])?;
-    // Routing (issue 13): an admin requeue frees a reserved retry.
+    // Routing: an admin requeue frees a reserved retry.
     super::routing::clear_reservation(c, &row)?;
     let changed = changed_event(c, task_id, EventKind::Requeued, ms(now))?;
     Ok(changed)

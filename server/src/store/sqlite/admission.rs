@@ -1,4 +1,4 @@
-//! Admission (#14) on SQLite: stored queue settings and the gated lease.
+//! Admission on SQLite: stored queue settings and the gated lease.
 //!
 //! The gated lease runs in the writer's batch like every write: SQLite has one
 //! writer, so the leases counted and the tokens read here are exactly what the
@@ -170,7 +170,7 @@ fn load_key_tokens(
     Ok(())
 }
 
-/// The workers of a gated lease batch (routing, issue 13), per request.
+/// The workers of a gated lease batch (routing), per request.
 struct Batch {
     /// Their ids, a JSON array.
     workers: String,
@@ -178,12 +178,12 @@ struct Batch {
     labels: String,
 }
 
-/// Routing (issue 13) in the gated candidate scan: a row anyone may take (no
+/// Routing in the gated candidate scan: a row anyone may take (no
 /// target, no reservation, no distinct fan-out group), read from its own columns.
 const GATED_OPEN: &str = "(target_worker IS NULL AND target_labels IS NULL \
     AND reserved_for IS NULL AND fanout_distinct = 0)";
 
-/// Routing (issue 13) in the gated candidate scan: whether the worker of request
+/// Routing in the gated candidate scan: whether the worker of request
 /// `r` (a row of `json_each(?7)`: `r.key` its index, `r.value` its id; its labels
 /// at the same index of ?8) may take the row: its target, a retry reserved for
 /// another worker, a distinct fan-out copy of a group the worker holds or
@@ -319,7 +319,7 @@ fn held(c: &Connection, worker: &str, queue: &str) -> StoreResult<u64> {
 /// one count of the leases held, one candidate scan (more only when keys close
 /// along the way), one UPDATE per task granted and one read of the granted rows
 /// ([`grant`]), all in the writer's batch.
-/// Routing (issue 13): each candidate row comes with the requests whose workers
+/// Routing: each candidate row comes with the requests whose workers
 /// may take it (`elig`); [`Plan`] hands the rows out in lease order within the
 /// gates, the caps and the reply budgets.
 pub(super) fn task_lease_gated(
@@ -411,7 +411,7 @@ pub(super) fn task_lease_gated(
     let mut charged: Vec<(usize, Option<String>)> = Vec::with_capacity(granted.len());
     for (Assigned { queue, request, .. }, row) in taken.iter().zip(granted) {
         let Some(row) = row else { continue };
-        // Flow (#15): the LEASED event.
+        // Flow: the LEASED event.
         super::events::push(super::super::flow::of_row(
             &row,
             crate::domain::event::EventKind::Leased,

@@ -1,4 +1,4 @@
-//! The plain lease on SQLite (issue 17, per-task CPU): the candidates are read
+//! The plain lease on SQLite (less CPU per task): the candidates are read
 //! with one index-ordered SELECT per queue, merged and cut to the request (count,
 //! reply budget, one copy per distinct fan-out group) here, then each task taken
 //! is leased with a single-row UPDATE by rowid and read back by rowid.
@@ -56,7 +56,7 @@ fn lease_order(a: &Candidate, b: &Candidate) -> Ordering {
 }
 
 /// One queue's first candidates in lease order: ?1 worker, ?2 queue, ?3 the
-/// worker's labels (JSON), ?4 now, ?5 how many at most. Routing (issue 13):
+/// worker's labels (JSON), ?4 now, ?5 how many at most. Routing:
 /// passes over the tasks this worker may not take (`MAY_TAKE`).
 fn candidates_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
@@ -149,7 +149,7 @@ pub(super) fn lease(c: &Connection, p: &LeaseParams) -> StoreResult<Vec<TaskReco
             rows.push(read.query_row([seq], task_row)?);
         }
     }
-    // Flow (#15): the LEASED events.
+    // Flow: the LEASED events.
     for r in &rows {
         events::push(of_row(r, EventKind::Leased, now));
     }

@@ -73,7 +73,7 @@ pub(super) fn task_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
         fanout_group: r.get(39)?,
         fanout_distinct: r.get(40)?,
         concurrency_key: r.get(41)?,
-        // Flow (#15).
+        // Flow.
         retry_schedule: r.get(42)?,
     })
 }
@@ -170,14 +170,14 @@ pub(super) fn write_failure(
         now,
         row.seq
     ])?;
-    // Flow (#15): the failure and what follows it.
+    // Flow: the failure and what follows it.
     for e in failure_events(row, write.state.as_str(), write.run_at, error, now) {
         events::push(e);
     }
     finish_attempt(c, &row.attempt_end(), outcome, Some(error), now)
 }
 
-/// The task as it is after a change, which is recorded as a `kind` event (Flow, #15).
+/// The task as it is after a change, which is recorded as a `kind` event (Flow).
 pub(super) fn changed_event(
     c: &Connection,
     id: &str,
@@ -319,7 +319,7 @@ pub(super) fn task_lease_many(
             task_lease_available(c, &p)
         })
         .collect::<StoreResult<Vec<_>>>()?;
-    // Routing (issue 13): a request that got less than its share (tasks it may
+    // Routing: a request that got less than its share (tasks it may
     // not take, or its cap) leaves tasks behind that the others may take: they
     // ask again for what they still want, in request order.
     if out
@@ -548,7 +548,7 @@ pub(super) fn task_fail(c: &Connection, p: &FailParams) -> StoreResult<Settled<F
     let outcome = AttemptOutcome::Failed;
     let leased_at = write_failure(c, &row, &write, &p.error, outcome, now)?;
     if write.state == StoredState::Pending {
-        // Routing (issue 13): a sticky retry is kept for this worker.
+        // Routing: a sticky retry is kept for this worker.
         super::routing::reserve_retry(c, &row, p)?;
     }
     Ok(Settled::Applied(FailResult {
