@@ -102,7 +102,7 @@ pub struct Args {
     #[arg(long, default_value = "bench/results/soak.csv")]
     pub soak_csv: PathBuf,
 
-    // Issue 17 (peers measured the same way, replicas).
+    // Pick-up latency (peers measured the same way, replicas).
     /// Before the open loops, measure pick-up latency in a closed loop for
     /// `--latency-seconds`: one task per Submit, the next sent once a worker's
     /// Lease reply carried the previous one.
@@ -160,7 +160,7 @@ pub struct Params {
     pub timeout: Duration,
     pub closed_loop: bool,
     pub replicas: usize,
-    /// Issue 17: settles carry lease_next (off with `--no-lease-next`).
+    /// Settles carry lease_next (off with `--no-lease-next`).
     pub lease_next: bool,
 }
 

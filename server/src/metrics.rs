@@ -68,7 +68,7 @@ pub struct Metrics {
     pool_size: Gauge,
     pool_idle: Gauge,
     waiters: Gauge,
-    // Issue 17: how old the depths are, and the cross-replica wake-ups.
+    // How old the depths are, and the cross-replica wake-ups.
     depth_age: FloatGauge,
     notifications_received: Counter,
     notifications_own_skipped: Counter,

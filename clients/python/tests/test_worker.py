@@ -175,7 +175,7 @@ def _states(tb: Client, ids: list[str]) -> dict[str, int]:
 
 
 def test_lease_next_runs_each_task_once_leasing_through_the_settles(tb, queue, start):
-    # Issue 17: with concurrency 1 only the first task needs a Lease; every Complete or Fail
+    # lease_next: with concurrency 1 only the first task needs a Lease; every Complete or Fail
     # brings the next one (a permanent failure too), and each runs exactly once.
     ids = submit(tb, queue, *[broker_pb2.TaskSpec(payload=str(i).encode()) for i in range(8)])
     seen: list[bytes] = []

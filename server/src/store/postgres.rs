@@ -49,14 +49,14 @@ pub const CHANNEL: &str = "taskbroker";
 
 pub struct PostgresStore {
     pool: PgPool,
-    /// Issue 17: the plain lease, the task insert and the sync-matched insert run
+    /// The plain lease, the task insert and the sync-matched insert run
     /// here, on connections with generic plans (see [`PostgresStore::connect`]);
     /// None with a single connection (then they run on `pool`).
     hot: Option<PgPool>,
     /// For the notification listener's own connection, outside the pool: a
     /// listener holds its connection for good, and must not starve the calls.
     options: PgConnectOptions,
-    /// Issue 17: `@` and a random id of this store (this replica), appended to
+    /// `@` and a random id of this store (this replica), appended to
     /// the queue name of the wake-ups it sends, so its listener knows them.
     wake_tag: String,
     notes: Arc<Notes>,
@@ -117,7 +117,7 @@ impl PostgresStore {
         // while the statement itself runs in under a millisecond.
         let options = PgConnectOptions::from_str(url)?
             .options([("plan_cache_mode", "force_custom_plan"), ("jit", "off")]);
-        // Issue 17: planning was three quarters of Postgres's time per task
+        // Planning was three quarters of Postgres's time per task
         // (docs/performance.md, "What limits Postgres: planning"). The statements of
         // the plain lease and of the task inserts keep one generic plan per
         // connection instead, on half of the connections. They name their states
@@ -657,7 +657,7 @@ impl Store for PostgresStore {
         let Some(first) = ps.first() else {
             return Ok(Vec::new());
         };
-        // Issue 17: a batch without labels or caps, in queues without READY routed
+        // A batch without labels or caps, in queues without READY routed
         // tasks, takes the statement from before routing (lease_plain.rs).
         if let Some(out) = self.lease_plain(ps).await? {
             return Ok(out);

@@ -617,7 +617,7 @@ pub async fn requests_with_the_same_labels_share_targeted_tasks(b: Backend) {
     assert_eq!(all, (3..=8).map(uuid_like).collect::<Vec<_>>());
 }
 
-/// Issue 17: leases without labels or caps take a plain statement unless a READY
+/// Leases without labels or caps take a plain statement unless a READY
 /// task of their queues carries a routing rule. Around such a task the order and
 /// the targets hold: another worker passes it over, its own worker gets it first
 /// (by priority), and plain tasks behind it still go out in order.

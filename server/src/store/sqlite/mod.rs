@@ -35,7 +35,7 @@ mod schedule;
 // Sync match.
 mod sync_match;
 mod writer;
-// Issue 17 (per-task CPU): the plain lease without UPDATE ... RETURNING.
+// Less CPU per task: the plain lease without UPDATE ... RETURNING.
 mod lease_plain;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");

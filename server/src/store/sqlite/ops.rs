@@ -267,7 +267,7 @@ pub(super) fn task_lease_available(
     c: &Connection,
     p: &LeaseParams,
 ) -> StoreResult<Vec<TaskRecord>> {
-    // Issue 17: candidates by SELECT, then UPDATE by rowid (lease_plain.rs).
+    // Candidates by SELECT, then UPDATE by rowid (lease_plain.rs).
     super::lease_plain::lease(c, p)
 }
 
@@ -353,7 +353,7 @@ pub(super) fn lease_extend(
 ) -> StoreResult<Vec<LeaseState>> {
     let now = ms(now);
     let ext = extend_by.map(duration_ms);
-    // Issue 17: read (with the new expiry computed by SQLite), then a single-row
+    // Read (with the new expiry computed by SQLite), then a single-row
     // UPDATE by rowid without RETURNING, which would run in a statement journal
     // (see `task_complete`).
     let mut live = c.prepare_cached(
@@ -403,7 +403,7 @@ pub(super) fn task_checkpoint(
     if !live {
         return Ok(Settled::LeaseLost);
     }
-    // Issue 17: the new expiry computed by SQLite first, then a single-row UPDATE
+    // The new expiry computed by SQLite first, then a single-row UPDATE
     // by rowid without RETURNING (see `lease_extend`).
     let at: i64 = c
         .prepare_cached(

@@ -61,7 +61,7 @@ pub(super) fn task_insert_matched(
             continue;
         };
         let expires = lease_expiry(t, m, now);
-        // Issue 17: no RETURNING (it would run in a statement journal, see
+        // No RETURNING (it would run in a statement journal, see
         // `ops::task_complete`): the rowid of the insert, then its token by rowid.
         let n = c
             .prepare_cached(

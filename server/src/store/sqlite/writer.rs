@@ -169,7 +169,7 @@ fn run(
         }
         tracing::trace!(jobs = batch.len(), "write batch");
         if batch.len() == 1 {
-            // Issue 17: a lone job needs no savepoint (its failure rolls back the
+            // A lone job needs no savepoint (its failure rolls back the
             // whole transaction, which holds nothing else), so the pages it
             // changes are not copied to a sub-journal first.
             if let Some(job) = batch.pop() {
