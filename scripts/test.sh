@@ -3,8 +3,8 @@
 #   scripts/test.sh
 # It installs what is missing (Rust components, Postgres from Debian packages,
 # each client's dependencies), starts a throwaway Postgres cluster as the
-# `postgres` user, and runs: format and lint checks, buf lint and breaking checks
-# on the proto, the Helm chart checks, every Rust test against SQLite and Postgres,
+# `postgres` user, and runs: the issue-tag and layering checks (scripts/layers.py),
+# format and lint checks, buf lint and breaking checks on the proto, the Helm chart checks, every Rust test against SQLite and Postgres,
 # the console's browser tests (scripts/console-e2e.sh, installs Debian chromium),
 # and the client conformance scenario in every language against a live broker.
 # Set TASKBROKER_LANGS="rust python" to run only some client languages.
@@ -43,6 +43,9 @@ if git grep -nE '[Ii]ssue [0-9]+|\(#[0-9]+\)|[Rr]ound [0-9]|[Ss]ession [0-9]' --
   echo "issue tags found (above): say what the code does and why instead" >&2
   exit 1
 fi
+
+step "server layering: no cycle between files, no arrow up (scripts/layers.py)"
+python3 scripts/layers.py
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

@@ -13,9 +13,9 @@ use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
-use crate::api::auth::{TokenEntry, parse_token_file};
 use crate::app::{AppConfig, ServerOptions, TlsOptions};
 use crate::domain::RetryPolicy;
+use crate::domain::token::{TokenEntry, parse_token_file};
 use crate::domain::validate::{self, Limits};
 use crate::service::{QueueSettings, Settings};
 
@@ -553,7 +553,7 @@ impl Config {
         if auth.iter().any(|t| t.token.len() < 16) {
             return Err("auth tokens must be at least 16 characters long".into());
         }
-        crate::api::auth::check_unique_names(&auth)?;
+        crate::domain::token::check_unique_names(&auth)?;
         if !is_loopback(&self.listen) && auth.is_empty() && !self.insecure {
             return Err(format!(
                 "refusing to listen on {} without authentication: configure auth tokens, \
@@ -740,7 +740,7 @@ mod tests {
             ..Config::default()
         };
         c.auth.tokens.push(TokenEntry {
-            role: crate::api::auth::Role::Admin,
+            role: crate::domain::token::Role::Admin,
             token: "super-secret-token-value".into(),
             name: None,
         });

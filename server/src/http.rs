@@ -85,7 +85,7 @@ pub async fn serve(
     addr: SocketAddr,
     broker: Arc<Broker>,
     database_up: watch::Receiver<bool>,
-    tokens: &[crate::api::auth::TokenEntry],
+    tokens: &[crate::domain::token::TokenEntry],
     stop: CancellationToken,
     depth_max_age: std::time::Duration,
 ) -> std::io::Result<SocketAddr> {

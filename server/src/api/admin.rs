@@ -26,16 +26,6 @@ impl AdminApi {
     }
 }
 
-/// A producer sees only the tasks it submitted; others look absent.
-pub(super) fn own(t: &TaskRecord, producer: Option<&str>) -> Result<(), Status> {
-    match producer {
-        Some(name) if t.metadata.get(super::PRODUCER_KEY).map(String::as_str) != Some(name) => {
-            Err(status(crate::service::ServiceError::not_found(&t.id)))
-        }
-        _ => Ok(()),
-    }
-}
-
 fn non_empty(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
@@ -49,7 +39,7 @@ impl AdminService for AdminApi {
         let producer = super::producer_of(&request);
         let task_id = request.into_inner().task_id;
         let t = self.broker.get_task(&task_id).await.map_err(status)?;
-        own(&t, producer.as_deref())?;
+        super::own(&t, producer.as_deref())?;
         // Flow: dependencies and cancel reason.
         let task = super::flow::with_flow(&self.broker, self.task(t).into_iter().collect())
             .await?
@@ -148,7 +138,7 @@ impl AdminService for AdminApi {
         let task_id = request.into_inner().task_id;
         if producer.is_some() {
             let t = self.broker.get_task(&task_id).await.map_err(status)?;
-            own(&t, producer.as_deref())?;
+            super::own(&t, producer.as_deref())?;
         }
         let attempts = self.broker.list_attempts(&task_id).await.map_err(status)?;
         Ok(Response::new(pb::ListAttemptsResponse {

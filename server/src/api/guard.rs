@@ -71,7 +71,7 @@ pub struct Guard<S> {
 /// besides `unknown`, so calls to made-up paths cannot grow `/metrics`.
 static KNOWN_METHODS: LazyLock<HashSet<String>> = LazyLock::new(|| {
     let mut known = HashSet::new();
-    for descriptor in [crate::app::DESCRIPTOR, crate::app::KEDA_DESCRIPTOR] {
+    for descriptor in [super::DESCRIPTOR, super::KEDA_DESCRIPTOR] {
         let set: prost_types::FileDescriptorSet =
             prost::Message::decode(descriptor).unwrap_or_default();
         for f in &set.file {

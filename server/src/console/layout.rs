@@ -6,7 +6,6 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, html};
 
-use super::Viewer;
 use crate::domain::TaskState;
 
 /// The navigation, in order: (path, label). A page that lands later (schedules,
@@ -19,6 +18,14 @@ const NAV: &[(&str, &str)] = &[
     ("/queues", "Queues"),
     ("/schedules", "Schedules"),
 ];
+
+/// Who is looking, and the CSRF token their forms carry.
+#[derive(Clone)]
+pub struct Viewer {
+    /// The admin token's name, when auth is on and they signed in.
+    pub name: Option<String>,
+    pub csrf: String,
+}
 
 /// A whole page. `current` is the nav path to mark as the current page.
 pub fn page(title: &str, current: &str, viewer: Option<&Viewer>, body: Markup) -> Markup {

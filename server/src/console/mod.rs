@@ -28,7 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use maud::html;
 
-use crate::api::auth::TokenEntry;
+use crate::domain::token::TokenEntry;
 use crate::service::{Broker, ServiceError};
 
 mod actions;
@@ -47,7 +47,7 @@ mod task;
 mod tasks;
 mod workers;
 
-pub use auth::Viewer;
+pub use layout::Viewer;
 
 /// What every console handler shares.
 pub struct Console {

@@ -11,6 +11,7 @@ pub mod retry;
 pub mod routing;
 pub mod schedule;
 pub mod task;
+pub mod token;
 pub mod validate;
 
 pub use retry::RetryPolicy;

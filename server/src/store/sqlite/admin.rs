@@ -6,7 +6,8 @@ use rusqlite::{Connection, ToSql, params, params_from_iter};
 
 use super::super::row::{FailureWrite, decide, ms};
 use super::super::*;
-use super::ops::{changed_event, fetch_task, placeholders, task_columns, task_row, write_failure};
+use super::columns::{task_columns, task_row};
+use super::ops::{changed_event, fetch_task, placeholders, write_failure};
 use crate::domain::event::EventKind;
 
 pub(super) fn lease_reclaim_expired(

@@ -13,8 +13,8 @@ use sqlx::SqlitePool;
 use super::super::admission::{Assigned, MAX_PASSES, Offer, Plan, SortKey, window};
 use super::super::row::{TaskRow, duration_ms, from_ms, ms, sort_lease_order};
 use super::super::*;
+use super::columns::{task_columns, task_row};
 use super::lease_plain::LEASE_BY_SEQ;
-use super::ops::{task_columns, task_row};
 use crate::domain::admission::{Candidate, Fairness, QueueConfig, QueueUse};
 
 fn parse(name: &str, json: &str) -> StoreResult<QueueConfig> {

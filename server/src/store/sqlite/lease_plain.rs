@@ -19,8 +19,8 @@ use rusqlite::{Connection, params};
 use super::super::flow::of_row;
 use super::super::row::{TaskRow, duration_ms, ms, sort_lease_order};
 use super::super::*;
+use super::columns::{task_columns, task_row};
 use super::events;
-use super::ops::{task_columns, task_row};
 use crate::domain::event::EventKind;
 
 /// Leases one READY task by rowid (no RETURNING: see the module docs), for the plain

@@ -26,6 +26,7 @@ mod events;
 mod flow;
 // Admission (migration 0009).
 mod admission;
+mod columns;
 mod observe;
 mod ops;
 mod read;
