@@ -237,27 +237,27 @@ impl AdminService for AdminApi {
         &self,
         request: Request<pb::GetQueueRequest>,
     ) -> Result<Response<pb::GetQueueResponse>, Status> {
-        super::queues::get_queue(&self.broker, request).await
+        super::admission::get_queue(&self.broker, request).await
     }
 
     async fn list_queues(
         &self,
         request: Request<pb::ListQueuesRequest>,
     ) -> Result<Response<pb::ListQueuesResponse>, Status> {
-        super::queues::list_queues(&self.broker, request).await
+        super::admission::list_queues(&self.broker, request).await
     }
 
     async fn update_queue(
         &self,
         request: Request<pb::UpdateQueueRequest>,
     ) -> Result<Response<pb::UpdateQueueResponse>, Status> {
-        super::queues::update_queue(&self.broker, request).await
+        super::admission::update_queue(&self.broker, request).await
     }
 
     async fn explain_task(
         &self,
         request: Request<pb::ExplainTaskRequest>,
     ) -> Result<Response<pb::ExplainTaskResponse>, Status> {
-        super::queues::explain_task(&self.broker, request).await
+        super::admission::explain_task(&self.broker, request).await
     }
 }

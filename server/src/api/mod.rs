@@ -11,7 +11,7 @@ pub mod guard;
 pub mod scaler;
 mod schedule;
 // Admission: live queue settings and Explain.
-mod queues;
+mod admission;
 
 pub use admin::AdminApi;
 pub use broker::BrokerApi;

@@ -34,13 +34,14 @@ mod schedule_fire;
 // Routing: the worker registry.
 mod workers;
 // Admission: live queue settings and Explain.
-mod queues;
+mod admission;
 // Sync match: Submit hands tasks to waiting long-polls.
 mod sync_match;
 // lease_next: a settle that leases the next tasks.
 mod lease_next;
 
 pub use admin::{ListTasks, TaskPage, UpdateTask};
+pub use admission::{Explained, LiveQueue, LiveQueues, QueueView, REFRESH_INTERVAL, apply_mask};
 pub use backlog::Backlog;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::ServiceError;
@@ -49,7 +50,6 @@ pub use flow::BulkOutcome;
 pub use heartbeat::CheckpointRequest;
 pub use lease::LeaseRequest;
 pub use observe::{Overview, QueueOverview, REQUEUE_BATCH, percentile};
-pub use queues::{Explained, LiveQueue, LiveQueues, QueueView, REFRESH_INTERVAL, apply_mask};
 pub use schedule::{Caller, ScheduleInput, SchedulePage, SpecInput, TemplateInput};
 pub use schedule_fire::{FIRE_TIME_KEY, FireStep, RunPage, RunView, SCHEDULE_ID_KEY};
 pub use settle::{CompleteItem, CompleteOutcome, FailRequest};

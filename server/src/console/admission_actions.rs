@@ -12,9 +12,9 @@ use axum::{Extension, Form};
 use maud::{Markup, html};
 
 use super::actions::Confirmed;
+use super::admission::{queue_href, queue_page};
+use super::admission_form::QueueForm;
 use super::layout::{self, csrf, href};
-use super::queue_form::QueueForm;
-use super::queues::{queue_href, queue_page};
 use super::{Console, PageError, Viewer};
 use crate::domain::admission::QueueConfig;
 use crate::service::ServiceError;
