@@ -79,6 +79,50 @@ pub fn csrf(viewer: &Viewer) -> Markup {
     html! { input type="hidden" name="csrf" value=(viewer.csrf); }
 }
 
+/// What a confirmation page asks and explains, and the button that does it.
+pub struct Ask {
+    pub action: &'static str,
+    pub question: &'static str,
+    pub button: &'static str,
+    pub explain: &'static str,
+    pub danger: bool,
+}
+
+/// Declares `pub async fn $name`, the GET handler of a confirmed action: the
+/// page the calling module's `confirm(console, viewer, key, ask)` renders for
+/// `$ask` and the path's key (a queue name, a schedule id).
+macro_rules! confirm_handler {
+    ($name:ident, $ask:expr) => {
+        pub async fn $name(
+            axum::extract::State(console): axum::extract::State<std::sync::Arc<super::Console>>,
+            axum::Extension(viewer): axum::Extension<super::Viewer>,
+            axum::extract::Path(key): axum::extract::Path<String>,
+        ) -> Result<maud::Markup, super::PageError> {
+            confirm(&console, &viewer, &key, &$ask).await
+        }
+    };
+}
+pub(super) use confirm_handler;
+
+/// The foot of a confirmation page: a POST to `{base}/{action}` carrying the
+/// CSRF field, or the way back to `base`.
+pub fn confirm_form(
+    viewer: &Viewer,
+    base: &str,
+    action: &str,
+    button: &str,
+    danger: bool,
+) -> Markup {
+    html! {
+        form.confirm method="post" action={ (base) "/" (action) } {
+            (csrf(viewer))
+            button type="submit" class=[danger.then_some("danger")] { (button) }
+            " "
+            a href=(base) { "Cancel, go back" }
+        }
+    }
+}
+
 /// A time in UTC, machine-readable too.
 pub fn time(t: DateTime<Utc>) -> Markup {
     html! {
