@@ -1,0 +1,80 @@
+//! Opening the Postgres store: the pools, their options, and the hot pool's
+//! generic plans.
+
+use super::*;
+
+/// How long a pooled connection may sit idle and still be handed out untested.
+pub(super) const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+
+/// The pools' options. sqlx pings every idle connection before handing it out by
+/// default: a round trip to Postgres before every store call, most of them on a
+/// connection that finished a statement microseconds earlier (measured: 0.07 ms of
+/// a lone Submit's 0.79). A connection idle for longer than [`PING_AFTER_IDLE`]
+/// (where a restart or a proxy's idle cut is likely to have broken it) is still
+/// pinged, and replaced if that fails; one broken while busy fails its statement,
+/// as it would have without the ping, and is dropped.
+pub(super) fn pool_options() -> PgPoolOptions {
+    PgPoolOptions::new()
+        .acquire_timeout(Duration::from_secs(5))
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for > PING_AFTER_IDLE {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
+}
+
+impl PostgresStore {
+    pub async fn connect(url: &str, max_connections: u32) -> StoreResult<Self> {
+        // Custom plans only: a generic plan of the lease statement, cached while the
+        // table was small, reads the whole table on every lease once it is large
+        // (a seq scan and sort instead of the ordered lease index), until the next
+        // ANALYZE. Planning per execution costs ~1 ms; a bad generic plan, seconds.
+        // No JIT: the lease statement's estimated cost (subplans per candidate row)
+        // passes the JIT thresholds, and compiling it took 0.2-6 s per execution
+        // while the statement itself runs in under a millisecond.
+        let options = PgConnectOptions::from_str(url)?
+            .options([("plan_cache_mode", "force_custom_plan"), ("jit", "off")]);
+        // Planning was three quarters of Postgres's time per task
+        // (docs/performance.md, "What limits Postgres: planning"). The statements of
+        // the plain lease and of the task inserts keep one generic plan per
+        // connection instead, on half of the connections. They name their states
+        // as constants (a generic plan cannot match a partial index's predicate
+        // against a parameter), and those connections forbid sequential scans, so a
+        // plan cached while the table was empty still reads it through its index
+        // once it holds millions of rows.
+        let hot_connections = max_connections / 2;
+        let pool = pool_options()
+            .max_connections(max_connections - hot_connections)
+            .connect_with(options.clone())
+            .await?;
+        let hot = if hot_connections == 0 {
+            None
+        } else {
+            let hot = pool_options()
+                .max_connections(hot_connections)
+                .connect_with(PgConnectOptions::from_str(url)?.options([
+                    ("plan_cache_mode", "force_generic_plan"),
+                    ("jit", "off"),
+                    ("enable_seqscan", "off"),
+                ]))
+                .await?;
+            Some(hot)
+        };
+        Ok(PostgresStore {
+            pool,
+            hot,
+            options,
+            wake_tag: format!("@{:016x}", rand::random::<u64>()),
+            notes: Arc::default(),
+        })
+    }
+
+    /// Where the plain lease and the task inserts run (see [`PostgresStore::connect`]).
+    pub(super) fn hot(&self) -> &PgPool {
+        self.hot.as_ref().unwrap_or(&self.pool)
+    }
+}
