@@ -37,6 +37,7 @@ use super::flow::{failure_events as flow_failure_events, of_row as flow_of_row};
 use crate::domain::event::EventKind;
 // Admission (migration 0009).
 mod admission;
+mod admission_lease;
 // The plain lease, for batches routing cannot touch (migration 0012).
 mod lease_plain;
 // Sync match.

@@ -6,7 +6,7 @@
 //! It used to be one `UPDATE ... WHERE seq IN (window functions over a UNION ALL)
 //! RETURNING ...`: ephemeral tables and a sorter per call, and RETURNING runs in a
 //! statement journal whose close inside the writer's job savepoint walks the
-//! job's sub-journal (see `admission::grant`). That statement was 40% of the
+//! job's sub-journal (see `admission_lease::grant`). That statement was 40% of the
 //! writer thread's time in per-task runs, most of it the machinery around one row.
 //! The writer is the only writer, so nothing changes the rows between the SELECT
 //! and the UPDATEs; the result is the same rows in the same order.

@@ -26,6 +26,7 @@ mod events;
 mod flow;
 // Admission (migration 0009).
 mod admission;
+mod admission_lease;
 mod columns;
 mod observe;
 mod ops;
@@ -477,7 +478,7 @@ impl Store for SqliteStore {
     }
 
     async fn task_lease_gated(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
-        write!(self, admission::task_lease_gated, [ps], &ps)
+        write!(self, admission_lease::task_lease_gated, [ps], &ps)
     }
 
     async fn queue_usage(
