@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Admission (#14): what the gated lease costs, in one run. Runs taskbroker-bench
+# Admission: what the gated lease costs, in one run. Runs taskbroker-bench
 # against the working tree's broker with and without gates, alternating (A B A B
 # ..., which side goes first alternates too), each on a fresh database, and
 # prints the median lifecycles/s and dispatch p99 of each side.

@@ -206,5 +206,5 @@ closed loop and open loops at $lat_rates jobs/s, ${loop_seconds}s each. Payload 
 $(GOTOOLCHAIN=local go version | awk '{print $3}'). Total time ${elapsed}s."
 bench/.venv/bin/python bench/report.py "$jsonl" "$results/$stamp.md" "$results/$stamp.png" "$description"
 # The like-for-like tables on the terminal too (the full report is in the file).
-sed -n '/^## Pick-up latency/,/^## Targets of issue 6/p' "$results/$stamp.md" | sed '$d'
+sed -n '/^## Pick-up latency/,/^## Targets: throughput/p' "$results/$stamp.md" | sed '$d'
 say "done: $results/$stamp.md"

@@ -301,7 +301,7 @@ def plot_latency(lat, png):
     fig.savefig(png, dpi=110)
 
 
-def targets_17(points, lat):
+def targets_latency(points, lat):
     rows = ["| target | measured | met |", "|---|---|---|"]
 
     def add(target, measured, ok):
@@ -391,15 +391,15 @@ def main():
                 "",
                 latency_table(lat),
                 "",
-                "## Targets of issue 17",
+                "## Targets: pick-up latency",
                 "",
-                targets_17(points, lat),
+                targets_latency(points, lat),
                 "",
             ]
             if lat
             else []
         ),
-        "## Targets of issue 6",
+        "## Targets: throughput",
         "",
         targets_table(points),
         "",

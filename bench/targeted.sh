@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Routing (issue 13): what label targets cost, in one run. The same broker binary
+# Routing: what label targets cost, in one run. The same broker binary
 # is benchmarked with every task targeted by labels (and every worker carrying
 # them: `taskbroker-bench --targeted`) and untargeted, alternating (A B B A ...),
 # each on a fresh database, and the median lifecycles/s of each side is printed.

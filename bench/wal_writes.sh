@@ -4,7 +4,7 @@
 # cluster, then pg_waldump over the run's WAL range. Prints, per lifecycle, the WAL
 # records and bytes (full-page images apart: they depend on where checkpoints fall) and
 # the records per relation and kind (B-tree INSERT_LEAF = one index entry; heap INSERT,
-# UPDATE, LOCK). docs/performance.md, "Writes per task (round 2, session 4)".
+# UPDATE, LOCK). docs/performance.md, "Writes per task".
 #
 #   bench/wal_writes.sh base=/tmp/bins/main head=target/release/taskbroker
 #   bench/wal_writes.sh head=target/release/taskbroker graphile=peer:graphile-worker river=peer:river

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How long a Prometheus scrape of /metrics takes with N tasks stored (default
-# 1,000,000; issue 17), on SQLite or Postgres; prints a Markdown row:
+# 1,000,000), on SQLite or Postgres; prints a Markdown row:
 #   scripts/metrics-bench.sh [N]                  # SQLite
 #   STORE=postgres scripts/metrics-bench.sh [N]   # a throwaway Postgres cluster
 # The database is filled by scripts/console-seed.py (its mix: 90% succeeded, 5% dead,

@@ -1,4 +1,4 @@
-//! Admission (#14) load: `--concurrency-keys N` gives every task one of N keys
+//! Admission load: `--concurrency-keys N` gives every task one of N keys
 //! (in turn), and the measured queues get `--max-per-key` and `--rate-limit`
 //! through AdminService.UpdateQueue before the load starts, so the broker takes
 //! its gated lease.

@@ -107,7 +107,7 @@ pub struct Args {
     #[arg(long, default_value = "bench/results/soak.csv")]
     pub soak_csv: PathBuf,
 
-    // Issue 17 (peers measured the same way, replicas).
+    // Pick-up latency (peers measured the same way, replicas).
     /// Before the open loops, measure pick-up latency in a closed loop for
     /// `--latency-seconds`: one task per Submit, the next sent once a worker's
     /// Lease reply carried the previous one.
@@ -120,13 +120,13 @@ pub struct Args {
     /// database's `max_connections` (100 by default).
     #[arg(long, default_value_t = 1, requires = "spawn_broker")]
     pub replicas: usize,
-    /// Routing (issue 13): every task is targeted by labels (`gpu=a100,
+    /// Routing: every task is targeted by labels (`gpu=a100,
     /// region=eu`) and every worker carries them (and one more), so each lease
     /// checks the target of every task it takes.
     #[arg(long)]
     pub targeted: bool,
 
-    /// Admission (#14): every task gets one of this many concurrency keys, in
+    /// Admission: every task gets one of this many concurrency keys, in
     /// turn; 0 = none.
     #[arg(long, default_value_t = 0)]
     pub concurrency_keys: u64,
@@ -137,7 +137,7 @@ pub struct Args {
     #[arg(long, default_value_t = 0.0)]
     pub rate_limit: f64,
 
-    /// lease_next (issue 17): per-task workers' Complete calls no longer ask for
+    /// lease_next: per-task workers' Complete calls no longer ask for
     /// the next task (lease 1, complete 1: three RPCs per lifecycle with the
     /// Submit), for A/B against the default.
     #[arg(long)]
@@ -166,12 +166,12 @@ pub struct Params {
     pub timeout: Duration,
     pub closed_loop: bool,
     pub replicas: usize,
-    /// Issue 17: settles carry lease_next (off with `--no-lease-next`).
+    /// Settles carry lease_next (off with `--no-lease-next`).
     pub lease_next: bool,
 }
 
 impl Args {
-    /// Whether this run's settles carry lease_next (issue 17).
+    /// Whether this run's settles carry lease_next.
     pub fn lease_next(&self) -> bool {
         !self.no_lease_next && (self.mode == Mode::PerTask || self.batched_lease_next)
     }

@@ -96,7 +96,7 @@ fn parse_vm_hwm_kb(status: &str) -> Option<u64> {
 }
 
 /// CPU seconds (user + system) a process has used so far, from /proc/PID/stat
-/// (issue 17: broker CPU per lifecycle). Linux reports them in clock ticks of
+/// (for broker CPU per lifecycle). Linux reports them in clock ticks of
 /// USER_HZ, which is 100 on every Linux ABI.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

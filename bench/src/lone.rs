@@ -1,4 +1,4 @@
-//! `taskbroker-bench-lone`: what one call costs on a quiet broker (issue 17, item 3).
+//! `taskbroker-bench-lone`: what one call costs on a quiet broker.
 //!
 //! One client, one call at a time, no other load: `--calls` rounds of Submit (one
 //! task), Lease (one task, no wait) and Complete, each timed from send to reply

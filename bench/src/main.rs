@@ -21,7 +21,7 @@
 //! `rpc.rs` holds the calls themselves and their bounded retries.
 #![forbid(unsafe_code)]
 
-// Admission (#14): concurrency keys and queue gates under load.
+// Admission: concurrency keys and queue gates under load.
 mod admission;
 mod args;
 mod backlog;

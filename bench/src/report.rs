@@ -20,7 +20,7 @@ pub struct Report {
     pub latency: Vec<Latency>,
     pub broker_pid: Option<u32>,
     pub broker_rss_mb: Option<f64>,
-    /// Issue 17: the broker's CPU seconds during the throughput phase.
+    /// The broker's CPU seconds during the throughput phase.
     pub broker_cpu_s: Option<f64>,
 }
 

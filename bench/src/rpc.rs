@@ -139,7 +139,7 @@ pub async fn submit(
     }
 }
 
-/// Issue 17: settles carry `lease_next` unless `--no-lease-next`.
+/// Settles carry `lease_next` unless `--no-lease-next`.
 static LEASE_NEXT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 pub fn set_lease_next(on: bool) {

@@ -160,7 +160,7 @@ struct Worker {
 
 impl Worker {
     /// Lease one, complete it, repeat, one at a time. The Complete asks for the
-    /// next task (lease_next, issue 17; no wait), so a busy worker makes two RPCs
+    /// next task (lease_next; no wait), so a busy worker makes two RPCs
     /// per task; a long-poll Lease only when none came back (or `--no-lease-next`).
     async fn run_per_task(mut self) {
         let p = self.progress.clone();
@@ -222,7 +222,7 @@ impl Worker {
             }
             // The handlers are no-ops: the whole lease batch is reported in one call,
             // which (with --batched-lease-next) asks for as many next tasks as it frees
-            // slots (lease_next, issue 17); those are reported the same way, until none
+            // slots (lease_next); those are reported the same way, until none
             // comes back.
             let (mut client, p) = (self.client.clone(), p.clone());
             let (id, queue) = (self.id.clone(), self.queue.clone());

@@ -440,7 +440,7 @@ impl Client {
         Ok(self.broker.clone().fail(request).await?.into_inner())
     }
 
-    // ---- lease_next (issue 17): settle and lease in one call ----
+    // ---- lease_next: settle and lease in one call ----
 
     /// A settle's call timeout: as a Lease's when it carries a waiting `lease_next`.
     fn settle_timeout(&self, next: Option<&pb::LeaseRequest>) -> Duration {

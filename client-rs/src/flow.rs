@@ -1,4 +1,4 @@
-//! Flow (#15) admin calls: task events, the watch stream, bulk cancel/requeue.
+//! Flow admin calls: task events, the watch stream, bulk cancel/requeue.
 
 use crate::{Client, Error, pb};
 

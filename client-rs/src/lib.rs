@@ -48,7 +48,7 @@ pub mod pb {
 mod admin;
 mod client;
 mod error;
-// Flow (#15): events, watch, bulk operations.
+// Flow: events, watch, bulk operations.
 mod flow;
 mod schedule;
 mod spec;
@@ -56,9 +56,9 @@ pub mod time;
 pub mod trace;
 mod wait;
 pub mod worker;
-// Routing (issue 13): the worker registry and sticky retries.
+// Routing: the worker registry and sticky retries.
 mod workers;
-// Admission (#14).
+// Admission.
 mod queue;
 
 #[cfg(feature = "cli")]

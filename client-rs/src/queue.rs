@@ -1,4 +1,4 @@
-//! Admission (#14) on `Client`: live queue settings (get, list, update by field
+//! Admission on `Client`: live queue settings (get, list, update by field
 //! mask) and `explain_task`, why a task is not running.
 
 use std::time::Duration;

@@ -164,7 +164,7 @@ impl TaskSpec {
         self
     }
 
-    /// Flow (#15): keeps the task BLOCKED until the task with this id SUCCEEDED; call
+    /// Flow: keeps the task BLOCKED until the task with this id SUCCEEDED; call
     /// again for more. When one ends DEAD or CANCELLED this task is CANCELLED (reason
     /// DEPENDENCY_FAILED) unless [`TaskSpec::run_if_dependency_fails`].
     pub fn depends_on(mut self, task_id: impl Into<String>) -> Self {
@@ -172,14 +172,14 @@ impl TaskSpec {
         self
     }
 
-    /// Flow (#15): as [`TaskSpec::depends_on`], naming an earlier task of the same
+    /// Flow: as [`TaskSpec::depends_on`], naming an earlier task of the same
     /// [`Client::submit_many`](crate::Client::submit_many) by its index.
     pub fn depends_on_index(mut self, index: u32) -> Self {
         self.inner.depends_on_index.push(index);
         self
     }
 
-    /// Flow (#15): runs even when a dependency ends DEAD or CANCELLED (it then counts
+    /// Flow: runs even when a dependency ends DEAD or CANCELLED (it then counts
     /// as finished).
     pub fn run_if_dependency_fails(mut self) -> Self {
         self.inner.run_if_dependency_fails = true;

@@ -1,5 +1,5 @@
 //! Waiting for a task's outcome: the "call it like a local function" path. It
-//! follows the task on AdminService.WatchTasks (Flow, #15): the stream is opened
+//! follows the task on AdminService.WatchTasks (Flow): the stream is opened
 //! first, then the task is read once, so an outcome that comes before or after the
 //! stream opened is seen either way. A broker without WatchTasks is polled with
 //! GetTask at a growing interval (25 ms up to 1 s).

@@ -1,4 +1,4 @@
-//! Routing (issue 13) on `Client`: the worker registry (ListWorkers, GetWorker)
+//! Routing on `Client`: the worker registry (ListWorkers, GetWorker)
 //! and [`Sticky`], the retry policy of [`crate::TaskSpec::sticky`].
 
 use std::time::Duration;

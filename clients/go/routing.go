@@ -8,7 +8,7 @@ import (
 	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
-// Routing (issue 13): builders for the TaskSpec fields that say who may lease a task
+// Routing: builders for the TaskSpec fields that say who may lease a task
 // (Target), how its retries stay on one worker (Sticky) and how many copies Submit makes
 // (Fanout). Workers say what they are with worker.Config.Labels.
 //

@@ -1,6 +1,6 @@
 package taskbroker
 
-// Waiting for tasks to finish (Flow, #15): Wait, WaitAll and SubmitAndWait follow the tasks on
+// Waiting for tasks to finish (Flow): Wait, WaitAll and SubmitAndWait follow the tasks on
 // AdminService.WatchTasks instead of polling. The watch is opened first and its response
 // headers awaited (from then on every matching event arrives on it), then each task is read
 // once with GetTask: an outcome from before the watch is seen by the read, one from after by

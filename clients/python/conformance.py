@@ -304,7 +304,7 @@ class Cases(SpecCases):
         except grpc.RpcError as err:
             check(err.code() == grpc.StatusCode.NOT_FOUND, f"after delete: {err.code().name}, want NOT_FOUND")
 
-    # Routing (issue 13), through the submit helper's target= and sticky=.
+    # Routing, through the submit helper's target= and sticky=.
 
     def lease_as(
         self, queue: str, worker_id: str, labels: dict[str, str] | None = None, wait: float = 0
@@ -360,7 +360,7 @@ class Cases(SpecCases):
         )
         self.complete(again[0])
 
-    # Flow (issue 15).
+    # Flow.
 
     def dependency(self, q: str) -> None:
         a, b = self.tb.broker.Submit(

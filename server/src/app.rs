@@ -13,10 +13,12 @@ use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::api::auth::{Authenticator, TokenEntry};
+use crate::api::auth::Authenticator;
 use crate::api::guard::{GuardConfig, GuardLayer};
 use crate::api::{AdminApi, BrokerApi, ScalerApi, ScheduleApi};
+use crate::api::{DESCRIPTOR, KEDA_DESCRIPTOR};
 use crate::dispatch::Dispatcher;
+use crate::domain::token::TokenEntry;
 use crate::keda::external_scaler_server::ExternalScalerServer;
 use crate::maintenance::{Reaper, Retention, Scheduler};
 use crate::metrics::Metrics;
@@ -28,10 +30,6 @@ use crate::store::{self, StoreError};
 
 /// The readiness service name in grpc.health.v1 (service "" is liveness).
 pub const READINESS: &str = "readiness";
-
-pub(crate) const DESCRIPTOR: &[u8] = tonic::include_file_descriptor_set!("taskbroker_descriptor");
-pub(crate) const KEDA_DESCRIPTOR: &[u8] =
-    tonic::include_file_descriptor_set!("externalscaler_descriptor");
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -161,7 +159,7 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
         config.settings,
         metrics.clone(),
     ));
-    // Admission (#14): store the configured queue settings, read the live ones,
+    // Admission: store the configured queue settings, read the live ones,
     // and keep reading them.
     broker.queues_start().await.map_err(AppError::Database)?;
     let stop = CancellationToken::new();
@@ -171,7 +169,7 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
     tokio::spawn(Reaper::new(broker.clone(), config.reclaim_interval).run(stop.clone()));
     tokio::spawn(Retention::new(broker.clone(), Duration::from_secs(60)).run(stop.clone()));
     tokio::spawn(Scheduler::new(broker.clone(), config.schedule_interval).run(stop.clone()));
-    // Flow (#15): event retention, and the configured dead-letter queues.
+    // Flow: event retention, and the configured dead-letter queues.
     tokio::spawn(
         crate::maintenance::events::EventRetention::new(broker.clone(), Duration::from_secs(60))
             .run(stop.clone()),

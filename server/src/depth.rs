@@ -1,5 +1,5 @@
 //! The queue depths `/metrics` shows, kept as a snapshot so that a scrape never
-//! counts the task table (issue 17, item 7).
+//! counts the task table.
 //!
 //! Counting every task by queue and state is a scan of the whole table: about
 //! half a second of database time with a million tasks stored. Keeping exact

@@ -22,7 +22,7 @@ struct HttpState {
     broker: Arc<Broker>,
     /// The database answered the last readiness check (set by the app's monitor).
     database_up: watch::Receiver<bool>,
-    /// The queue depths of the last count (issue 17: a scrape does not count).
+    /// The queue depths of the last count (a scrape does not count).
     depth: Arc<crate::depth::DepthCache>,
 }
 
@@ -89,7 +89,7 @@ pub async fn serve(
     addr: SocketAddr,
     broker: Arc<Broker>,
     database_up: watch::Receiver<bool>,
-    tokens: &[crate::api::auth::TokenEntry],
+    tokens: &[crate::domain::token::TokenEntry],
     stop: CancellationToken,
     depth_max_age: std::time::Duration,
 ) -> std::io::Result<SocketAddr> {

@@ -68,11 +68,11 @@ pub struct Metrics {
     pool_size: Gauge,
     pool_idle: Gauge,
     waiters: Gauge,
-    // Issue 17: how old the depths are, and the cross-replica wake-ups.
+    // How old the depths are, and the cross-replica wake-ups.
     depth_age: FloatGauge,
     notifications_received: Counter,
     notifications_own_skipped: Counter,
-    /// Sync match (issue 17): tasks handed to a waiting long-poll by Submit.
+    /// Sync match: tasks handed to a waiting long-poll by Submit.
     sync_matched: Family<QueueLabel, Counter>,
     /// How long the oldest committed event has waited to become final.
     watch_lag: FloatGauge,
@@ -222,7 +222,7 @@ impl Metrics {
         set(&self.notifications_own_skipped, n.own_skipped);
     }
 
-    /// Sync match (issue 17): a task handed to a waiting long-poll.
+    /// Sync match: a task handed to a waiting long-poll.
     pub fn sync_matched(&self, queue: &str) {
         self.sync_matched.get_or_create(&q(queue)).inc();
     }

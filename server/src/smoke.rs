@@ -17,7 +17,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::api::auth::{Role, parse_token_file};
+use crate::domain::token::{Role, parse_token_file};
 
 #[derive(Debug, clap::Args)]
 pub struct SmokeArgs {

@@ -1,4 +1,4 @@
-//! Admission (#14) end to end on both stores: live queue settings (GetQueue,
+//! Admission end to end on both stores: live queue settings (GetQueue,
 //! ListQueues, UpdateQueue), and each gate of the lease path alone and combined
 //! (pause/resume, max_concurrent, per-key limits, rate limits, round robin,
 //! priority aging). Explain is in `admission_explain.rs`; replicas sharing

@@ -1,4 +1,4 @@
-//! `taskbroker queue ...` and `taskbroker explain` (admission, #14) of the real
+//! `taskbroker queue ...` and `taskbroker explain` (admission) of the real
 //! binary against a spawned broker.
 
 mod common;

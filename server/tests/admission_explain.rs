@@ -1,4 +1,4 @@
-//! ExplainTask (#14) on both stores: the gate it names in each case, and the
+//! ExplainTask on both stores: the gate it names in each case, and the
 //! details it gives (until, the holders of a key, how many lease first).
 
 mod common;
@@ -198,7 +198,7 @@ async fn a_task_behind_others_says_how_many_lease_first(b: Backend) {
     app.shutdown().await;
 }
 
-/// Routing (issue 13): a target no live worker of the queue matches, and a
+/// Routing: a target no live worker of the queue matches, and a
 /// retry reserved for the worker that failed it.
 async fn an_unmatched_target_and_a_sticky_reservation_are_named(b: Backend) {
     let Some(app) = spawn_app(b).await else {

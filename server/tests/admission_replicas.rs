@@ -1,4 +1,4 @@
-//! Admission (#14): two broker replicas on one Postgres share their queues'
+//! Admission: two broker replicas on one Postgres share their queues'
 //! limits (a limit of 1 is 1 in the cluster) and their settings.
 
 mod common;

@@ -313,7 +313,7 @@ async fn cli_errors_are_one_line_with_the_status_and_a_failing_exit() {
     app.shutdown().await;
 }
 
-/// Routing (issue 13): `submit --target-label`, `--copies`, a Rust worker with
+/// Routing: `submit --target-label`, `--copies`, a Rust worker with
 /// `.label(...)` running the targeted task, and `taskbroker workers`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn targeted_tasks_copies_and_workers_through_the_cli() {

@@ -951,7 +951,7 @@ async fn dead_letters_are_cancelled_by_group_after_the_count_or_one_by_one() {
     app.shutdown().await;
 }
 
-// ---- Queues, workers and Explain (issue 18, second part), on both stores ----
+// ---- Queues, workers and Explain, on both stores ----
 
 async fn console_on(backend: Backend) -> Option<TestApp> {
     spawn_app_with(
@@ -1150,7 +1150,7 @@ async fn a_waiting_task_says_why_it_is_not_running(backend: Backend) {
     app.shutdown().await;
 }
 
-// ---- Event history on the task page (issue 18, last point), on both stores ----
+// ---- Event history on the task page, on both stores ----
 
 /// The kinds in the history table of a task page, in page order.
 fn history_kinds(html: &str) -> Vec<String> {

@@ -1,4 +1,4 @@
-//! Flow (#15) through the CLI: `taskbroker cancel --filter ...` and
+//! Flow through the CLI: `taskbroker cancel --filter ...` and
 //! `taskbroker requeue --queue q --state cancelled --dry-run`.
 
 mod common;

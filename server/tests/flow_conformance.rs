@@ -1,4 +1,4 @@
-//! Flow (#15) store conformance, on SQLite and Postgres: dependencies (chains and
+//! Flow store conformance, on SQLite and Postgres: dependencies (chains and
 //! diamonds of 10,000 tasks, failure propagation, run_if_dependency_fails),
 //! the event log of every transition, dead-letter notices, bulk operations.
 

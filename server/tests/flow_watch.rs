@@ -1,4 +1,4 @@
-//! Flow (#15) over gRPC: WatchTasks resumes after a dropped connection with no
+//! Flow over gRPC: WatchTasks resumes after a dropped connection with no
 //! gap and no repeat, across two replicas; dependencies and events end to end;
 //! bad input names its field.
 

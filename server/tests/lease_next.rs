@@ -1,4 +1,4 @@
-//! lease_next (issue 17) end to end: Complete, CompleteMany and Fail settle first,
+//! lease_next end to end: Complete, CompleteMany and Fail settle first,
 //! exactly as alone, then lease as Lease would and answer the tasks in the same
 //! call. A bad lease_next changes nothing; a settle that fails leases nothing.
 //! Bounds below are liveness guards, not speed checks.

@@ -187,7 +187,7 @@ async fn a_long_poll_on_one_replica_wakes_on_a_submit_to_another() {
 
 /// A long-poll that is woken and then cancelled (its caller went away) before it
 /// took its task passes the wake-up on to the next waiter. On Postgres too: the
-/// broker skips its own Submit's NOTIFY (issue 17), so that does not wake B.
+/// broker skips its own Submit's NOTIFY, so that does not wake B.
 #[tokio::test(flavor = "current_thread")]
 async fn a_woken_long_poll_that_goes_away_passes_the_wake_up_on() {
     woken_long_poll_goes_away(Backend::Sqlite).await;

@@ -1,4 +1,4 @@
-//! Issue 17: `/metrics` shows queue depths from a count taken off the scrape
+//! `/metrics` shows queue depths from a count taken off the scrape
 //! (`server/src/depth.rs`), right after every kind of change and on every replica;
 //! and a Postgres replica does not act on its own wake-up notifications while it
 //! still hears every other replica's.

@@ -945,7 +945,7 @@ impl Fresh {
                 // transaction (LEASE_LOST) can still hold the row lock for a moment
                 // while its rollback is flushed, and a lease on another connection
                 // skips the row (SKIP LOCKED): reported with a reproduction in
-                // tests/found_defects.rs, not a rule the model checks.
+                // tests/lost_report_lock.rs, not a rule the model checks.
                 let s = store::connect(&url, 1).await.expect("connect");
                 s.migrate().await.expect("migrate");
                 (s, None, schema)

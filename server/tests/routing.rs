@@ -1,4 +1,4 @@
-//! Routing (issue 13) end to end over gRPC: labels on Lease, targets, sticky
+//! Routing end to end over gRPC: labels on Lease, targets, sticky
 //! retries and fan-out on Submit, prefer_same_worker on Fail, the per-worker
 //! cap from the queue's settings, a long-poll woken for a targeted task, bad
 //! input, and the worker registry shared by two replicas.

@@ -6,27 +6,27 @@ mod common;
 #[path = "store_conformance/schedules.rs"]
 mod schedules;
 use schedules::*;
-// Routing (issue 13).
+// Routing.
 #[path = "store_conformance/routing.rs"]
 mod routing;
 use routing::*;
-// Admission (#14): stored queue settings and the gated lease.
+// Admission: stored queue settings and the gated lease.
 #[path = "store_conformance/admission.rs"]
 mod admission;
 use admission::*;
-// The console (issue 18): dead-letter groups (migration 0011).
+// The console: dead-letter groups (migration 0011).
 #[path = "store_conformance/console.rs"]
 mod console;
 use console::*;
-// Sync match (issue 17).
+// Sync match.
 #[path = "store_conformance/sync_match.rs"]
 mod sync_match;
 use sync_match::*;
-// Fewer index writes per task (issue 17, migration 0013).
+// Fewer index writes per task (migration 0013).
 #[path = "store_conformance/hot.rs"]
 mod hot;
 use hot::*;
-// The plain lease over several queues (issue 17, session 5).
+// The plain lease over several queues .
 #[path = "store_conformance/lease_order.rs"]
 mod lease_order;
 use lease_order::*;
@@ -880,7 +880,7 @@ both_backends!(
     schedule_due_reads_only_due_unpaused_schedules_in_order,
     schedule_fire_records_each_fire_time_and_its_task_once,
     two_stores_racing_on_due_schedules_fire_each_once,
-    // Routing (issue 13).
+    // Routing.
     a_task_targeted_by_worker_id_goes_only_to_that_worker,
     plain_leases_keep_order_and_targets_around_a_routed_task,
     a_task_targeted_by_labels_goes_to_a_worker_with_all_of_them,
@@ -898,9 +898,9 @@ both_backends!(
     queue_settings_are_seeded_put_by_version_and_listed,
     a_gated_lease_holds_key_limits_and_spends_tokens,
     a_gated_lease_never_takes_a_task_twice,
-    // The console (issue 18).
+    // The console.
     dead_letters_group_by_the_current_error_however_a_task_died,
-    // Sync match (issue 17).
+    // Sync match.
     a_matched_task_is_inserted_leased_to_its_waiter,
     a_ready_task_that_would_lease_first_keeps_the_new_one_pending,
     matches_stand_only_at_the_head_of_their_queue,
@@ -910,12 +910,12 @@ both_backends!(
     routed_and_plain_tasks_served_together_keep_lease_order_per_worker,
     requests_of_one_worker_in_a_gated_batch_share_its_cap_in_turn,
     key_buckets_full_again_are_purged,
-    // Fewer index writes per task (issue 17, migration 0013).
+    // Fewer index writes per task (migration 0013).
     a_creation_time_range_lists_leased_tasks_in_their_place,
     retention_purges_old_finished_tasks_of_every_queue_and_state,
     queue_counts_see_leased_finished_and_pending_tasks,
     a_bulk_selection_by_creation_time_keeps_leased_tasks,
-    // The plain lease over several queues (issue 17, session 5).
+    // The plain lease over several queues .
     one_lease_takes_tasks_in_lease_order_across_queues,
     // Round-robin fairness across lease calls.
     round_robin_turns_persist_across_single_task_leases,

@@ -1,4 +1,4 @@
-//! Sync match (issue 17) end to end: a Submit hands its tasks to the long-polls
+//! Sync match end to end: a Submit hands its tasks to the long-polls
 //! waiting for their queue, in its own commit; a task that would lease first
 //! keeps its place; with two replicas on one database every task goes to one
 //! worker once. Bounds below are liveness guards, not speed checks.

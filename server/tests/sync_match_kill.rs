@@ -1,4 +1,4 @@
-//! Sync match (issue 17) and SIGKILL: a broker process killed right after a
+//! Sync match and SIGKILL: a broker process killed right after a
 //! Submit's sync-match commit (the producer holds its acknowledgement, the
 //! worker may or may not have had its answer) loses nothing. The task is stored
 //! LEASED to the waiting worker; after the restart its lease expires, the reaper

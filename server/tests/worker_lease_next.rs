@@ -1,4 +1,4 @@
-//! The Rust worker runtime with lease_next (issue 17): a slot whose task settles
+//! The Rust worker runtime with lease_next: a slot whose task settles
 //! gets its next task in the same Complete or Fail call and runs it; every task
 //! runs exactly once, none is dropped (a dropped one would stay LEASED: the broker
 //! runs on the manual clock, so its lease never runs out and the test gets stuck),

@@ -1,4 +1,4 @@
-//! The flow cases of the scenario (issue 15): `dependency` through `TaskSpec`'s
+//! The flow cases of the scenario: `dependency` through `TaskSpec`'s
 //! dependency builders and the generated stubs, and `wait_by_stream` with
 //! `Client::wait`, which follows `AdminService.WatchTasks`.
 

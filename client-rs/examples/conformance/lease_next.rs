@@ -1,4 +1,4 @@
-//! The `lease_next` case of the scenario (issue 17): Complete and Fail carry the next
+//! The `lease_next` case of the scenario: Complete and Fail carry the next
 //! lease and answer with `next_tasks`. Complete goes through the generated stub (its answer
 //! is what the case checks), with the bearer token of `TASKBROKER_TOKEN` when one is set.
 

@@ -1,4 +1,4 @@
-//! The routing cases of the scenario (issue 13): `targeted_task` and `sticky_retry`,
+//! The routing cases of the scenario: `targeted_task` and `sticky_retry`,
 //! leasing on the generated stubs, submitting through `TaskSpec`'s routing builders.
 
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! Flow (#15): `taskbroker cancel --filter ...` and `taskbroker requeue --queue q
+//! Flow: `taskbroker cancel --filter ...` and `taskbroker requeue --queue q
 //! --state dead [--dry-run] [--rate N]`, the bulk forms of cancel and requeue.
 
 use crate::pb;

@@ -9,15 +9,15 @@
 //! - `render.rs`: tables, detail blocks and JSON.
 //! - `relay.rs`: `relay`, which ships a producer's outbox rows to the broker (docs/outbox.md).
 
-// Flow (#15): bulk cancel and requeue.
+// Flow: bulk cancel and requeue.
 mod bulk;
 mod parse;
 mod relay;
-// Admission (#14): `queue ...` and `explain`.
+// Admission: `queue ...` and `explain`.
 mod queue;
 mod render;
 mod schedule;
-// Routing (issue 13).
+// Routing.
 mod workers;
 
 use std::io::Write;
@@ -186,7 +186,7 @@ pub struct IdArgs {
     pub connection: Connection,
 }
 
-/// Flow (#15): `cancel ID`, or `cancel --filter ...` for many.
+/// Flow: `cancel ID`, or `cancel --filter ...` for many.
 #[derive(Debug, clap::Args)]
 pub struct CancelArgs {
     /// The task; leave out to cancel by filter.
@@ -198,7 +198,7 @@ pub struct CancelArgs {
     pub connection: Connection,
 }
 
-/// Flow (#15): `requeue ID`, or `requeue --queue q --state dead` for many.
+/// Flow: `requeue ID`, or `requeue --queue q --state dead` for many.
 #[derive(Debug, clap::Args)]
 pub struct RequeueArgs {
     /// The task; leave out to requeue by filter.

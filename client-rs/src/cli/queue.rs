@@ -1,5 +1,5 @@
 //! `taskbroker queue list|get|pause|resume|set` and `taskbroker explain ID`
-//! (admission, #14).
+//! (admission).
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! `taskbroker workers` (routing, issue 13): the workers any broker replica saw
+//! `taskbroker workers` (routing): the workers any broker replica saw
 //! within its `worker_ttl`, or one worker with the leases it holds.
 
 use serde_json::{Value, json};

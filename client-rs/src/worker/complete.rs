@@ -8,7 +8,7 @@
 //! refuses the batch as a whole (a result over its size limit, or a broker that
 //! predates CompleteMany), every completion of it is sent on its own instead.
 //!
-//! lease_next (issue 17): a completion may ask for its slot's next task
+//! lease_next: a completion may ask for its slot's next task
 //! (`lease_next`, max_tasks 1). A batch asks once, for as many tasks as its
 //! completions asked for, and hands them out in order, one per asking completion.
 

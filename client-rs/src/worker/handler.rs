@@ -21,7 +21,7 @@ pub struct TaskError {
     message: String,
     retryable: bool,
     retry_after: Option<Duration>,
-    /// Ask for the retry to be reserved for this worker (routing, issue 13).
+    /// Ask for the retry to be reserved for this worker (routing).
     prefer_same_worker: bool,
 }
 

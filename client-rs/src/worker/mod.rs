@@ -8,7 +8,7 @@
 //! - `heartbeat.rs`: the running leases and the Heartbeat loop.
 //! - `task.rs`: one attempt: run the handler, catch panics, report with retries.
 //! - `event.rs`: `WorkerEvent`, what a worker tells subscribers.
-//! - `next.rs`: lease_next (issue 17), a slot's next task asked for with its settle.
+//! - `next.rs`: lease_next, a slot's next task asked for with its settle.
 
 mod complete;
 mod context;
@@ -122,7 +122,7 @@ pub struct WorkerBuilder {
     lease_wait: Duration,
     shutdown_grace: Duration,
     worker_id: Option<String>,
-    /// What this worker is, sent with every Lease (routing, issue 13).
+    /// What this worker is, sent with every Lease (routing).
     labels: HashMap<String, String>,
 }
 
@@ -288,7 +288,7 @@ impl Worker {
             events: self.events.clone(),
         };
         let stop_beating = CancellationToken::new();
-        // lease_next (issue 17): settles ask for their slot's next task until stopping.
+        // lease_next: settles ask for their slot's next task until stopping.
         let stopping = CancellationToken::new();
         let chain = next::Chain {
             handlers: Arc::new(c.handlers.clone()),

@@ -1,4 +1,4 @@
-//! lease_next (issue 17): a slot whose task settles asks for its next task in the
+//! lease_next: a slot whose task settles asks for its next task in the
 //! same call (Complete or Fail with `lease_next`, max_tasks 1, no wait) and runs
 //! what comes back in the same slot; when nothing comes back, the slot is freed
 //! and the lease loop's long-poll Lease takes over. Never while the worker stops:

@@ -55,7 +55,7 @@ pub(crate) struct Attempt {
     pub(crate) events: broadcast::Sender<WorkerEvent>,
     /// The slot this attempt occupies; freed when the attempt is over.
     pub(crate) permit: OwnedSemaphorePermit,
-    /// lease_next (issue 17): asking for, and starting, the slot's next task.
+    /// lease_next: asking for, and starting, the slot's next task.
     pub(crate) chain: super::next::Chain,
     pub(crate) next: super::next::Next,
 }

@@ -122,22 +122,22 @@ type Task struct {
 	ScheduleId string `protobuf:"bytes,24,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
 	// The schedule's fire time this task was made for.
 	FireTime *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=fire_time,json=fireTime,proto3" json:"fire_time,omitempty"`
-	// Routing (issue 13): who may lease the task, as submitted.
+	// Routing: who may lease the task, as submitted.
 	Target *Target       `protobuf:"bytes,26,opt,name=target,proto3" json:"target,omitempty"`
 	Sticky *StickyPolicy `protobuf:"bytes,27,opt,name=sticky,proto3" json:"sticky,omitempty"`
 	// The fan-out group (the first copy's id) of a copy.
 	FanoutGroup string `protobuf:"bytes,28,opt,name=fanout_group,json=fanoutGroup,proto3" json:"fanout_group,omitempty"`
 	// The worker a retry is reserved for now (sticky), if any.
 	ReservedFor string `protobuf:"bytes,29,opt,name=reserved_for,json=reservedFor,proto3" json:"reserved_for,omitempty"`
-	// Admission (#14): the task's concurrency key, empty when it has none.
+	// Admission: the task's concurrency key, empty when it has none.
 	ConcurrencyKey string `protobuf:"bytes,30,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
-	// Flow (#15): the tasks this one waits for (TaskSpec.depends_on, indexes resolved).
+	// Flow: the tasks this one waits for (TaskSpec.depends_on, indexes resolved).
 	DependsOn []string `protobuf:"bytes,34,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
-	// Flow (#15): how many of them have not finished yet (BLOCKED while above 0).
+	// Flow: how many of them have not finished yet (BLOCKED while above 0).
 	DependenciesRemaining uint32 `protobuf:"varint,35,opt,name=dependencies_remaining,json=dependenciesRemaining,proto3" json:"dependencies_remaining,omitempty"`
-	// Flow (#15): TaskSpec.run_if_dependency_fails.
+	// Flow: TaskSpec.run_if_dependency_fails.
 	RunIfDependencyFails bool `protobuf:"varint,36,opt,name=run_if_dependency_fails,json=runIfDependencyFails,proto3" json:"run_if_dependency_fails,omitempty"`
-	// Flow (#15): why the task was cancelled (when CANCELLED).
+	// Flow: why the task was cancelled (when CANCELLED).
 	CancelReason  CancelReason `protobuf:"varint,37,opt,name=cancel_reason,json=cancelReason,proto3,enum=taskbroker.v1.CancelReason" json:"cancel_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

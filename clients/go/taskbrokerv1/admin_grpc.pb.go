@@ -59,12 +59,12 @@ type AdminServiceClient interface {
 	ListAttempts(ctx context.Context, in *ListAttemptsRequest, opts ...grpc.CallOption) (*ListAttemptsResponse, error)
 	// Counts per state and recent throughput, per queue.
 	GetQueueStats(ctx context.Context, in *GetQueueStatsRequest, opts ...grpc.CallOption) (*GetQueueStatsResponse, error)
-	// ---- Routing (issue 13): the worker registry (messages in worker.proto) ----
+	// ---- Routing: the worker registry (messages in worker.proto) ----
 	// Workers seen within the broker's worker_ttl by any replica, by worker id, paged.
 	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
 	// One worker with its current leases.
 	GetWorker(ctx context.Context, in *GetWorkerRequest, opts ...grpc.CallOption) (*GetWorkerResponse, error)
-	// Admission (#14): live queue settings and why a task is not running.
+	// Admission: live queue settings and why a task is not running.
 	// The live settings of one queue (the broker's defaults when it has none stored).
 	GetQueue(ctx context.Context, in *GetQueueRequest, opts ...grpc.CallOption) (*GetQueueResponse, error)
 	// Every queue with stored settings or with tasks.
@@ -73,7 +73,7 @@ type AdminServiceClient interface {
 	UpdateQueue(ctx context.Context, in *UpdateQueueRequest, opts ...grpc.CallOption) (*UpdateQueueResponse, error)
 	// Every gate that holds a task that is not running.
 	ExplainTask(ctx context.Context, in *ExplainTaskRequest, opts ...grpc.CallOption) (*ExplainTaskResponse, error)
-	// Flow (#15): events, watch, bulk operations (messages in event.proto).
+	// Flow: events, watch, bulk operations (messages in event.proto).
 	// Every recorded event of one task, oldest first.
 	ListTaskEvents(ctx context.Context, in *ListTaskEventsRequest, opts ...grpc.CallOption) (*ListTaskEventsResponse, error)
 	// Matching events as they happen; resumable with after_event_id.
@@ -290,12 +290,12 @@ type AdminServiceServer interface {
 	ListAttempts(context.Context, *ListAttemptsRequest) (*ListAttemptsResponse, error)
 	// Counts per state and recent throughput, per queue.
 	GetQueueStats(context.Context, *GetQueueStatsRequest) (*GetQueueStatsResponse, error)
-	// ---- Routing (issue 13): the worker registry (messages in worker.proto) ----
+	// ---- Routing: the worker registry (messages in worker.proto) ----
 	// Workers seen within the broker's worker_ttl by any replica, by worker id, paged.
 	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
 	// One worker with its current leases.
 	GetWorker(context.Context, *GetWorkerRequest) (*GetWorkerResponse, error)
-	// Admission (#14): live queue settings and why a task is not running.
+	// Admission: live queue settings and why a task is not running.
 	// The live settings of one queue (the broker's defaults when it has none stored).
 	GetQueue(context.Context, *GetQueueRequest) (*GetQueueResponse, error)
 	// Every queue with stored settings or with tasks.
@@ -304,7 +304,7 @@ type AdminServiceServer interface {
 	UpdateQueue(context.Context, *UpdateQueueRequest) (*UpdateQueueResponse, error)
 	// Every gate that holds a task that is not running.
 	ExplainTask(context.Context, *ExplainTaskRequest) (*ExplainTaskResponse, error)
-	// Flow (#15): events, watch, bulk operations (messages in event.proto).
+	// Flow: events, watch, bulk operations (messages in event.proto).
 	// Every recorded event of one task, oldest first.
 	ListTaskEvents(context.Context, *ListTaskEventsRequest) (*ListTaskEventsResponse, error)
 	// Matching events as they happen; resumable with after_event_id.

@@ -321,22 +321,22 @@ type TaskSpec struct {
 	Retry *RetryPolicy `protobuf:"bytes,7,opt,name=retry,proto3" json:"retry,omitempty"`
 	// Free-form; carries trace context (traceparent) among other things.
 	Metadata map[string]string `protobuf:"bytes,8,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// Routing (issue 13). Only a worker with this id, or whose lease labels include
+	// Routing. Only a worker with this id, or whose lease labels include
 	// every pair, may lease the task. No matching worker is not an error: the task waits.
 	Target *Target `protobuf:"bytes,9,opt,name=target,proto3" json:"target,omitempty"`
 	// Reserves a retry for the worker that ran the failed attempt.
 	Sticky *StickyPolicy `protobuf:"bytes,10,opt,name=sticky,proto3" json:"sticky,omitempty"`
 	// Submit creates `copies` tasks sharing a fan-out group (the first copy's id).
 	Fanout *Fanout `protobuf:"bytes,11,opt,name=fanout,proto3" json:"fanout,omitempty"`
-	// Admission (#14): [A-Za-z0-9._:@/-]{0,256}. Tasks of a queue with the same key
+	// Admission: [A-Za-z0-9._:@/-]{0,256}. Tasks of a queue with the same key
 	// count together against the queue's max_concurrent_per_key and
 	// per_key_rate_limit, and take turns under FAIRNESS_ROUND_ROBIN_KEYS.
 	ConcurrencyKey string `protobuf:"bytes,12,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
-	// Flow (#15): this task stays BLOCKED until these tasks (ids) have SUCCEEDED.
+	// Flow: this task stays BLOCKED until these tasks (ids) have SUCCEEDED.
 	DependsOn []string `protobuf:"bytes,13,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
-	// Flow (#15): as depends_on, naming earlier tasks of the same Submit by index.
+	// Flow: as depends_on, naming earlier tasks of the same Submit by index.
 	DependsOnIndex []uint32 `protobuf:"varint,14,rep,packed,name=depends_on_index,json=dependsOnIndex,proto3" json:"depends_on_index,omitempty"`
-	// Flow (#15): run even when a dependency ends DEAD or CANCELLED (it then counts
+	// Flow: run even when a dependency ends DEAD or CANCELLED (it then counts
 	// as finished); otherwise this task is CANCELLED with reason DEPENDENCY_FAILED.
 	RunIfDependencyFails bool `protobuf:"varint,15,opt,name=run_if_dependency_fails,json=runIfDependencyFails,proto3" json:"run_if_dependency_fails,omitempty"`
 	unknownFields        protoimpl.UnknownFields
@@ -748,7 +748,7 @@ type LeasedTask struct {
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// The fan-out group (the first copy's id) when the task is one of several copies.
 	FanoutGroup string `protobuf:"bytes,16,opt,name=fanout_group,json=fanoutGroup,proto3" json:"fanout_group,omitempty"`
-	// Admission (#14): the task's concurrency key, empty when it has none.
+	// Admission: the task's concurrency key, empty when it has none.
 	ConcurrencyKey string `protobuf:"bytes,20,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -1304,7 +1304,7 @@ type CompleteRequest struct {
 	LeaseToken string                 `protobuf:"bytes,2,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	// Limited in size (default 1 MiB); readable through AdminService.GetTask.
 	Result []byte `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
-	// Lease the next tasks in the same call, after the completion is committed (issue 17),
+	// Lease the next tasks in the same call, after the completion is committed,
 	// so a one-at-a-time worker makes two calls per task instead of three. Validated with
 	// the completion, as a LeaseRequest is (fields named `lease_next.<field>`); answered
 	// in CompleteResponse.next_tasks, with no tasks when none is ready (after waiting up
@@ -1420,7 +1420,7 @@ func (x *CompleteResponse) GetNextTasks() []*LeasedTask {
 type CompleteManyRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Completions []*CompleteRequest     `protobuf:"bytes,1,rep,name=completions,proto3" json:"completions,omitempty"`
-	// Lease the next tasks after the completions are committed (issue 17), as
+	// Lease the next tasks after the completions are committed, as
 	// CompleteRequest.lease_next does; answered in CompleteManyResponse.next_tasks.
 	LeaseNext     *LeaseRequest `protobuf:"bytes,2,opt,name=lease_next,json=leaseNext,proto3" json:"lease_next,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1589,7 +1589,7 @@ type FailRequest struct {
 	// Reserve this retry for the same worker (as a SOFT sticky policy would, or the
 	// task's own sticky policy when it has one).
 	PreferSameWorker bool `protobuf:"varint,6,opt,name=prefer_same_worker,json=preferSameWorker,proto3" json:"prefer_same_worker,omitempty"`
-	// Lease the next tasks in the same call, after the failure is committed (issue 17),
+	// Lease the next tasks in the same call, after the failure is committed,
 	// as CompleteRequest.lease_next does; answered in FailResponse.next_tasks.
 	LeaseNext     *LeaseRequest `protobuf:"bytes,7,opt,name=lease_next,json=leaseNext,proto3" json:"lease_next,omitempty"`
 	unknownFields protoimpl.UnknownFields

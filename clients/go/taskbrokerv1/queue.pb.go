@@ -1,4 +1,4 @@
-// Admission (#14): live queue settings (pause, concurrency limits, rate limits,
+// Admission: live queue settings (pause, concurrency limits, rate limits,
 // fairness, priority aging) and the gates that hold a task, as AdminService
 // reads and changes them (see admin.proto).
 //

@@ -62,7 +62,7 @@ func (e *RetryableError) Unwrap() error { return e.Err }
 // RetryAfter wraps err so the next attempt runs after d (overriding the retry policy).
 func RetryAfter(err error, d time.Duration) error { return &RetryableError{Err: err, RetryAfter: d} }
 
-// PreferSameWorker wraps err so its retry is reserved for this worker (routing, issue 13).
+// PreferSameWorker wraps err so its retry is reserved for this worker (routing).
 // It keeps the RetryAfter of an err that is already a *RetryableError.
 //
 //	return nil, worker.PreferSameWorker(fmt.Errorf("render: %w", err))

@@ -1,6 +1,6 @@
 package worker_test
 
-// lease_next (issue 17): a settle carries the next lease. Live broker, as worker_test.go.
+// lease_next: a settle carries the next lease. Live broker, as worker_test.go.
 
 import (
 	"context"

@@ -269,7 +269,7 @@ func TestHandlersSeeTheValuesOfRunsContext(t *testing.T) {
 	}
 }
 
-// Routing (issue 13): a worker's labels go with every Lease; a task targeted at other
+// Routing: a worker's labels go with every Lease; a task targeted at other
 // labels waits.
 func TestAWorkerWithLabelsRunsTheTasksTargetedAtThem(t *testing.T) {
 	f := newFixture(t)

@@ -108,7 +108,7 @@ def test_lease_lost_is_read_from_async_errors() -> None:
 
 
 def test_an_async_worker_with_labels_runs_the_tasks_targeted_at_them() -> None:
-    # Routing (issue 13): labels go with every Lease.
+    # Routing: labels go with every Lease.
     async def main() -> None:
         q = queue("labels")
         async with AsyncClient.from_env(ADDR) as tb:
@@ -127,7 +127,7 @@ def test_an_async_worker_with_labels_runs_the_tasks_targeted_at_them() -> None:
 
 
 def test_async_lease_next_runs_each_task_once_and_stops_cleanly() -> None:
-    # Issue 17: every settle brings the next task (concurrency 1: one Lease for the first);
+    # lease_next: every settle brings the next task (concurrency 1: one Lease for the first);
     # with lease_next=False none comes that way; a stop mid-stream leaves the rest READY.
     async def main() -> None:
         async with AsyncClient.from_env(ADDR) as tb:

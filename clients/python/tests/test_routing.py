@@ -1,4 +1,4 @@
-"""Routing (issue 13) in the Python client: the builders (pure), and the Worker's labels and
+"""Routing in the Python client: the builders (pure), and the Worker's labels and
 prefer_same_worker against a live broker at $TASKBROKER_ADDR (skipped without one)."""
 
 from __future__ import annotations

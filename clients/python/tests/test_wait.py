@@ -1,4 +1,4 @@
-"""Flow (issue 15) in the Python client: ``wait`` follows WatchTasks (against an in-process
+"""Flow in the Python client: ``wait`` follows WatchTasks (against an in-process
 fake AdminService that drops a stream, so the reconnect with after_event_id is seen), and
 dependencies plus ``submit_and_wait`` against a live broker at $TASKBROKER_ADDR (skipped
 without one)."""

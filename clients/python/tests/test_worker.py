@@ -159,7 +159,7 @@ def test_stop_lets_running_handlers_finish(tb, queue, start):
 
 
 def test_a_worker_with_labels_runs_the_tasks_targeted_at_them(tb, queue, start):
-    # Routing (issue 13): labels go with every Lease; a task for other labels waits.
+    # Routing: labels go with every Lease; a task for other labels waits.
     target = broker_pb2.Target(labels={"gpu": "a100"})
     other = broker_pb2.Target(labels={"gpu": "h100"})
     mine, theirs = submit(
@@ -175,7 +175,7 @@ def _states(tb: Client, ids: list[str]) -> dict[str, int]:
 
 
 def test_lease_next_runs_each_task_once_leasing_through_the_settles(tb, queue, start):
-    # Issue 17: with concurrency 1 only the first task needs a Lease; every Complete or Fail
+    # lease_next: with concurrency 1 only the first task needs a Lease; every Complete or Fail
     # brings the next one (a permanent failure too), and each runs exactly once.
     ids = submit(tb, queue, *[broker_pb2.TaskSpec(payload=str(i).encode()) for i in range(8)])
     seen: list[bytes] = []

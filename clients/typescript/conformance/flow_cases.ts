@@ -1,5 +1,5 @@
 /**
- * The flow cases of the scenario (issue 15): `dependency` on the broker stubs, and
+ * The flow cases of the scenario: `dependency` on the broker stubs, and
  * `wait_by_stream` with the client's `wait` (which follows AdminService.WatchTasks).
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";

@@ -1,5 +1,5 @@
 /**
- * The `lease_next` case of the scenario (issue 17): Complete and Fail carry the next lease
+ * The `lease_next` case of the scenario: Complete and Fail carry the next lease
  * and answer with nextTasks.
  */
 import { Code, ConnectError } from "@connectrpc/connect";

@@ -1,5 +1,5 @@
 /**
- * The routing cases of the scenario (issue 13): `targeted_task` and `sticky_retry`, on the
+ * The routing cases of the scenario: `targeted_task` and `sticky_retry`, on the
  * broker stubs with the client's `target` / `sticky` builders.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";

@@ -1,5 +1,5 @@
 /**
- * Routing (issue 13): builders for the TaskSpec fields that say who may lease a task
+ * Routing: builders for the TaskSpec fields that say who may lease a task
  * (`target`), how its retries stay on one worker (`sticky`) and how many copies Submit makes
  * (`fanout`). Workers say what they are with `WorkerOptions.labels`.
  *

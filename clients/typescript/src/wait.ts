@@ -1,5 +1,5 @@
 /**
- * Waiting for tasks to finish (Flow, #15): `wait`, `waitAll` and `submitAndWait` follow the
+ * Waiting for tasks to finish (Flow): `wait`, `waitAll` and `submitAndWait` follow the
  * tasks on AdminService.WatchTasks instead of polling.
  *
  * The watch is opened first and its response headers awaited (from then on every matching

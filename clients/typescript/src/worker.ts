@@ -56,8 +56,8 @@ export interface WorkerOptions {
    */
   labels?: Record<string, string>;
   /**
-   * Let each Complete or Fail also lease the next task for the slot it frees (lease_next,
-   * issue 17): two calls per task instead of three. Default true.
+   * Let each Complete or Fail also lease the next task for the slot it frees (lease_next):
+   * two calls per task instead of three. Default true.
    */
   leaseNext?: boolean;
 }

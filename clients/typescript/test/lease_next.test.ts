@@ -1,5 +1,5 @@
 /**
- * lease_next (issue 17) against the live broker at $TASKBROKER_ADDR (scripts/conformance.sh
+ * lease_next against the live broker at $TASKBROKER_ADDR (scripts/conformance.sh
  * typescript starts one; skipped without it): each settle brings the freed slot's next task.
  */
 import assert from "node:assert/strict";

@@ -1,4 +1,4 @@
-/** Routing (issue 13) in the TypeScript client: worker labels on every Lease, preferSameWorker
+/** Routing in the TypeScript client: worker labels on every Lease, preferSameWorker
  * on Fail, and the target / sticky / fanout builders. */
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, test } from "node:test";

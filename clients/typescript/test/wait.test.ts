@@ -1,4 +1,4 @@
-/** Flow (issue 15) in the TypeScript client: `wait` follows WatchTasks, against a fake
+/** Flow in the TypeScript client: `wait` follows WatchTasks, against a fake
  * AdminService on a raw HTTP/2 gRPC server (so, like the broker, it sends a watch's headers
  * before any event), which drops a stream to show the reconnect with afterEventId. */
 import assert from "node:assert/strict";

@@ -26,16 +26,6 @@ impl AdminApi {
     }
 }
 
-/// A producer sees only the tasks it submitted; others look absent.
-pub(super) fn own(t: &TaskRecord, producer: Option<&str>) -> Result<(), Status> {
-    match producer {
-        Some(name) if t.metadata.get(super::PRODUCER_KEY).map(String::as_str) != Some(name) => {
-            Err(status(crate::service::ServiceError::not_found(&t.id)))
-        }
-        _ => Ok(()),
-    }
-}
-
 fn non_empty(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
@@ -49,8 +39,8 @@ impl AdminService for AdminApi {
         let producer = super::producer_of(&request);
         let task_id = request.into_inner().task_id;
         let t = self.broker.get_task(&task_id).await.map_err(status)?;
-        own(&t, producer.as_deref())?;
-        // Flow (#15): dependencies and cancel reason.
+        super::own(&t, producer.as_deref())?;
+        // Flow: dependencies and cancel reason.
         let task = super::flow::with_flow(&self.broker, self.task(t).into_iter().collect())
             .await?
             .pop();
@@ -91,7 +81,7 @@ impl AdminService for AdminApi {
             .map(|t| convert::task(t, now))
             .collect();
         Ok(Response::new(pb::ListTasksResponse {
-            // Flow (#15): dependencies and cancel reason.
+            // Flow: dependencies and cancel reason.
             tasks: super::flow::with_flow(&self.broker, tasks).await?,
             next_page_token: page.next_page_token,
         }))
@@ -148,7 +138,7 @@ impl AdminService for AdminApi {
         let task_id = request.into_inner().task_id;
         if producer.is_some() {
             let t = self.broker.get_task(&task_id).await.map_err(status)?;
-            own(&t, producer.as_deref())?;
+            super::own(&t, producer.as_deref())?;
         }
         let attempts = self.broker.list_attempts(&task_id).await.map_err(status)?;
         Ok(Response::new(pb::ListAttemptsResponse {
@@ -173,7 +163,7 @@ impl AdminService for AdminApi {
         }))
     }
 
-    // ---- Routing (issue 13): the worker registry ----
+    // ---- Routing: the worker registry ----
 
     async fn list_workers(
         &self,
@@ -210,7 +200,7 @@ impl AdminService for AdminApi {
         }))
     }
 
-    // ---- Flow (#15): events, watch, bulk operations (api/flow.rs) ----
+    // ---- Flow: events, watch, bulk operations (api/flow.rs) ----
 
     type WatchTasksStream = super::flow::WatchStream;
 
@@ -242,32 +232,32 @@ impl AdminService for AdminApi {
         super::flow::requeue_tasks(&self.broker, request).await
     }
 
-    // Admission (#14).
+    // Admission.
     async fn get_queue(
         &self,
         request: Request<pb::GetQueueRequest>,
     ) -> Result<Response<pb::GetQueueResponse>, Status> {
-        super::queues::get_queue(&self.broker, request).await
+        super::admission::get_queue(&self.broker, request).await
     }
 
     async fn list_queues(
         &self,
         request: Request<pb::ListQueuesRequest>,
     ) -> Result<Response<pb::ListQueuesResponse>, Status> {
-        super::queues::list_queues(&self.broker, request).await
+        super::admission::list_queues(&self.broker, request).await
     }
 
     async fn update_queue(
         &self,
         request: Request<pb::UpdateQueueRequest>,
     ) -> Result<Response<pb::UpdateQueueResponse>, Status> {
-        super::queues::update_queue(&self.broker, request).await
+        super::admission::update_queue(&self.broker, request).await
     }
 
     async fn explain_task(
         &self,
         request: Request<pb::ExplainTaskRequest>,
     ) -> Result<Response<pb::ExplainTaskResponse>, Status> {
-        super::queues::explain_task(&self.broker, request).await
+        super::admission::explain_task(&self.broker, request).await
     }
 }

@@ -27,7 +27,7 @@ impl BrokerApi {
 
 fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid> {
     let f = |name: &str| format!("tasks[{i}].{name}");
-    // Flow (#15).
+    // Flow.
     let flow = super::flow::flow_spec(i, &t)?;
     let retry = match t.retry {
         None => service::RetrySpec::default(),
@@ -69,7 +69,7 @@ fn caller<T>(request: &Request<T>) -> (String, Option<std::time::Duration>) {
 }
 
 /// A LeaseRequest from the wire; fields are named with `prefix` (`lease_next.` for
-/// a settle's lease_next, issue 17).
+/// a settle's lease_next).
 fn lease_request(
     prefix: &str,
     r: pb::LeaseRequest,
@@ -90,7 +90,7 @@ fn lease_request(
     })
 }
 
-/// A settle's `lease_next` (issue 17), with the call's peer and deadline.
+/// A settle's `lease_next`, with the call's peer and deadline.
 fn lease_next<T>(
     request: &Request<T>,
     r: Option<pb::LeaseRequest>,
@@ -301,7 +301,7 @@ impl BrokerService for BrokerApi {
             self.check_holders(who.as_ref(), HeldBy::Heartbeat, &leases)
                 .await?;
         }
-        // Routing (issue 13): the worker registry (throttled).
+        // Routing: the worker registry (throttled).
         self.broker
             .worker_heartbeat(&r.worker_id, &worker_address)
             .await;
@@ -385,7 +385,7 @@ impl BrokerService for BrokerApi {
         check_lease_next(who.as_ref(), next.as_ref())?;
         let next = lease_next(&request, next).map_err(invalid)?;
         let r = request.into_inner();
-        // lease_next (issue 17) is the batch's, not a completion's.
+        // lease_next is the batch's, not a completion's.
         if let Some(i) = r.completions.iter().position(|c| c.lease_next.is_some()) {
             let field = format!("completions[{i}].lease_next");
             let message = "must be unset; set CompleteManyRequest.lease_next instead";

@@ -159,7 +159,7 @@ pub fn task(t: TaskRecord, now: DateTime<Utc>) -> pb::Task {
         sticky: t.routing.sticky.map(sticky_to_pb),
         fanout_group: t.routing.fanout_group.unwrap_or_default(),
         reserved_for: t.routing.reserved_for.unwrap_or_default(),
-        // Flow (#15).
+        // Flow.
         depends_on: Vec::new(),
         dependencies_remaining: 0,
         run_if_dependency_fails: false,
@@ -223,7 +223,7 @@ pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
     })
 }
 
-// ---- Routing (issue 13) ----
+// ---- Routing ----
 
 pub fn target_from_pb(t: pb::Target) -> crate::domain::routing::Target {
     crate::domain::routing::Target {

@@ -1,4 +1,4 @@
-//! Flow (#15) handlers of `AdminService`: ListTaskEvents, WatchTasks, CancelTasks,
+//! Flow handlers of `AdminService`: ListTaskEvents, WatchTasks, CancelTasks,
 //! RequeueTasks; and the flow fields of TaskSpec and Task.
 
 use std::collections::HashSet;
@@ -112,7 +112,7 @@ pub async fn list_task_events(
     let r = request.into_inner();
     if producer.is_some() {
         let t = broker.get_task(&r.task_id).await.map_err(status)?;
-        super::admin::own(&t, producer.as_deref())?;
+        super::own(&t, producer.as_deref())?;
     }
     let after = decode_token(&r.page_token).map_err(invalid)?;
     let page = if r.page_size == 0 { 100 } else { r.page_size };
@@ -197,7 +197,7 @@ pub async fn watch_tasks(
         }
         for id in &r.task_ids {
             let t = broker.get_task(id).await.map_err(status)?;
-            super::admin::own(&t, producer.as_deref())?;
+            super::own(&t, producer.as_deref())?;
         }
     }
     // A cursor past i64::MAX is past every event id too.

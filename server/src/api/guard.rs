@@ -71,7 +71,7 @@ pub struct Guard<S> {
 /// besides `unknown`, so calls to made-up paths cannot grow `/metrics`.
 static KNOWN_METHODS: LazyLock<HashSet<String>> = LazyLock::new(|| {
     let mut known = HashSet::new();
-    for descriptor in [crate::app::DESCRIPTOR, crate::app::KEDA_DESCRIPTOR] {
+    for descriptor in [super::DESCRIPTOR, super::KEDA_DESCRIPTOR] {
         let set: prost_types::FileDescriptorSet =
             prost::Message::decode(descriptor).unwrap_or_default();
         for f in &set.file {
@@ -166,7 +166,7 @@ where
         // grow the label set.
         let path = method_label(req.uri().path()).to_string();
         let is_lease = path == "/taskbroker.v1.BrokerService/Lease"
-            // lease_next (issue 17): a settle may long-poll for its next tasks.
+            // lease_next: a settle may long-poll for its next tasks.
             || matches!(
                 path.as_str(),
                 "/taskbroker.v1.BrokerService/Complete"

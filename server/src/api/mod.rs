@@ -10,8 +10,8 @@ mod flow;
 pub mod guard;
 pub mod scaler;
 mod schedule;
-// Admission (#14): live queue settings and Explain.
-mod queues;
+// Admission: live queue settings and Explain.
+mod admission;
 
 pub use admin::AdminApi;
 pub use broker::BrokerApi;
@@ -22,6 +22,12 @@ pub use schedule::ScheduleApi;
 /// authentication is on; producers may read only their own tasks.
 pub use crate::service::PRODUCER_KEY;
 
+/// The encoded descriptors of the services served here, for gRPC reflection and
+/// for the guard's table of method paths.
+pub(crate) const DESCRIPTOR: &[u8] = tonic::include_file_descriptor_set!("taskbroker_descriptor");
+pub(crate) const KEDA_DESCRIPTOR: &[u8] =
+    tonic::include_file_descriptor_set!("externalscaler_descriptor");
+
 /// The producer name of an authenticated producer call.
 fn producer_of<T>(request: &tonic::Request<T>) -> Option<String> {
     request
@@ -29,4 +35,14 @@ fn producer_of<T>(request: &tonic::Request<T>) -> Option<String> {
         .get::<auth::Principal>()
         .filter(|p| p.role == auth::Role::Producer)
         .map(|p| p.name.clone())
+}
+
+/// A producer sees only the tasks it submitted; others look absent.
+fn own(t: &crate::store::TaskRecord, producer: Option<&str>) -> Result<(), tonic::Status> {
+    match producer {
+        Some(name) if t.metadata.get(PRODUCER_KEY).map(String::as_str) != Some(name) => Err(
+            error::status(crate::service::ServiceError::not_found(&t.id)),
+        ),
+        _ => Ok(()),
+    }
 }

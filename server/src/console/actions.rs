@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::layout::{self, csrf, opt_time, time};
+use super::layout::{self, confirm_form, csrf, opt_time, time};
 use super::tasks::parse_time;
 use super::{Console, PageError, Viewer};
 use crate::domain::StoredState;
@@ -35,12 +35,7 @@ fn confirm_page(
         h1 { (question) }
         p { "Task " a.mono href=(base) { (task.id) } " in queue " strong { (task.queue) } "." }
         p { (explain) }
-        form.confirm method="post" action={ (base) "/" (action) } {
-            (csrf(viewer))
-            button type="submit" class=[danger.then_some("danger")] { (question.trim_end_matches('?')) }
-            " "
-            a href=(base) { "Cancel, go back" }
-        }
+        (confirm_form(viewer, &base, action, question.trim_end_matches('?'), danger))
     };
     layout::page(question, "/tasks", Some(viewer), body)
 }

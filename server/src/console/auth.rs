@@ -26,8 +26,8 @@ use maud::html;
 use ring::hmac;
 use serde::Deserialize;
 
-use super::{Console, layout};
-use crate::api::auth::{Role, TokenEntry};
+use super::{Console, Viewer, layout};
+use crate::domain::token::{Role, TokenEntry};
 
 const SESSION_COOKIE: &str = "tb_session";
 const ANON_COOKIE: &str = "tb_anon";
@@ -40,14 +40,6 @@ const MAX_FORM_BYTES: usize = 64 * 1024;
 pub struct Gate {
     /// Every token with its role and name; empty = auth off.
     tokens: Vec<(hmac::Key, Vec<u8>, Role, String)>,
-}
-
-/// Who is looking, and the CSRF token their forms carry.
-#[derive(Clone)]
-pub struct Viewer {
-    /// The admin token's name, when auth is on and they signed in.
-    pub name: Option<String>,
-    pub csrf: String,
 }
 
 fn hex(bytes: &[u8]) -> String {

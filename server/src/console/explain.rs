@@ -3,8 +3,8 @@
 
 use maud::{Markup, html};
 
+use super::admission::queue_href;
 use super::layout::{self, opt_time};
-use super::queues::queue_href;
 use crate::domain::admission::{Gate, GateKind};
 
 fn title(kind: GateKind) -> &'static str {

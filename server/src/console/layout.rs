@@ -6,7 +6,6 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, html};
 
-use super::Viewer;
 use crate::domain::TaskState;
 
 /// The navigation, in order: (path, label). A page that lands later (schedules,
@@ -19,6 +18,14 @@ const NAV: &[(&str, &str)] = &[
     ("/queues", "Queues"),
     ("/schedules", "Schedules"),
 ];
+
+/// Who is looking, and the CSRF token their forms carry.
+#[derive(Clone)]
+pub struct Viewer {
+    /// The admin token's name, when auth is on and they signed in.
+    pub name: Option<String>,
+    pub csrf: String,
+}
 
 /// A whole page. `current` is the nav path to mark as the current page.
 pub fn page(title: &str, current: &str, viewer: Option<&Viewer>, body: Markup) -> Markup {
@@ -70,6 +77,50 @@ pub fn page(title: &str, current: &str, viewer: Option<&Viewer>, body: Markup) -
 /// A hidden CSRF field for a form.
 pub fn csrf(viewer: &Viewer) -> Markup {
     html! { input type="hidden" name="csrf" value=(viewer.csrf); }
+}
+
+/// What a confirmation page asks and explains, and the button that does it.
+pub struct Ask {
+    pub action: &'static str,
+    pub question: &'static str,
+    pub button: &'static str,
+    pub explain: &'static str,
+    pub danger: bool,
+}
+
+/// Declares `pub async fn $name`, the GET handler of a confirmed action: the
+/// page the calling module's `confirm(console, viewer, key, ask)` renders for
+/// `$ask` and the path's key (a queue name, a schedule id).
+macro_rules! confirm_handler {
+    ($name:ident, $ask:expr) => {
+        pub async fn $name(
+            axum::extract::State(console): axum::extract::State<std::sync::Arc<super::Console>>,
+            axum::Extension(viewer): axum::Extension<super::Viewer>,
+            axum::extract::Path(key): axum::extract::Path<String>,
+        ) -> Result<maud::Markup, super::PageError> {
+            confirm(&console, &viewer, &key, &$ask).await
+        }
+    };
+}
+pub(super) use confirm_handler;
+
+/// The foot of a confirmation page: a POST to `{base}/{action}` carrying the
+/// CSRF field, or the way back to `base`.
+pub fn confirm_form(
+    viewer: &Viewer,
+    base: &str,
+    action: &str,
+    button: &str,
+    danger: bool,
+) -> Markup {
+    html! {
+        form.confirm method="post" action={ (base) "/" (action) } {
+            (csrf(viewer))
+            button type="submit" class=[danger.then_some("danger")] { (button) }
+            " "
+            a href=(base) { "Cancel, go back" }
+        }
+    }
 }
 
 /// A time in UTC, machine-readable too.

@@ -8,8 +8,8 @@
 //! - one file per page: `overview`, `tasks` (the list), `task` (one task),
 //!   `actions` (cancel, requeue, change, each confirmed first), `dead` (dead
 //!   letters), `workers` (the registry, and one worker with its leases),
-//!   `queues` (live settings; one queue with the form of its limits, read by
-//!   `queue_form`) and `queue_actions` (pause, resume, each confirmed first;
+//!   `admission` (live queue settings; one queue with the form of its limits, read by
+//!   `admission_form`) and `admission_actions` (pause, resume, each confirmed first;
 //!   the edit), `explain` (the gates on a waiting task's page), `schedules`
 //!   (the list and one schedule with its runs) and `schedule_actions` (pause,
 //!   resume, trigger, delete, each confirmed first); `assets` serves the
@@ -28,26 +28,26 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use maud::html;
 
-use crate::api::auth::TokenEntry;
+use crate::domain::token::TokenEntry;
 use crate::service::{Broker, ServiceError};
 
 mod actions;
+mod admission;
+mod admission_actions;
+mod admission_form;
 mod assets;
 mod auth;
 mod dead;
 mod explain;
 mod layout;
 mod overview;
-mod queue_actions;
-mod queue_form;
-mod queues;
 mod schedule_actions;
 mod schedules;
 mod task;
 mod tasks;
 mod workers;
 
-pub use auth::Viewer;
+pub use layout::Viewer;
 
 /// What every console handler shares.
 pub struct Console {
@@ -91,17 +91,17 @@ pub fn router(broker: Arc<Broker>, tokens: &[TokenEntry]) -> Router {
         .route("/dead/cancel", get(dead::confirm_cancel).post(dead::cancel))
         .route("/workers", get(workers::page))
         .route("/workers/{id}", get(workers::one))
-        .route("/queues", get(queues::page))
-        .route("/queues/{name}", get(queues::one))
+        .route("/queues", get(admission::page))
+        .route("/queues/{name}", get(admission::one))
         .route(
             "/queues/{name}/pause",
-            get(queue_actions::confirm_pause).post(queue_actions::pause),
+            get(admission_actions::confirm_pause).post(admission_actions::pause),
         )
         .route(
             "/queues/{name}/resume",
-            get(queue_actions::confirm_resume).post(queue_actions::resume),
+            get(admission_actions::confirm_resume).post(admission_actions::resume),
         )
-        .route("/queues/{name}/edit", post(queue_actions::edit))
+        .route("/queues/{name}/edit", post(admission_actions::edit))
         .route("/schedules", get(schedules::list))
         .route("/schedules/{id}", get(schedules::page))
         .route(

@@ -11,8 +11,8 @@ use axum::Extension;
 use axum::extract::State;
 use maud::{Markup, html};
 
+use super::admission::queue_href;
 use super::layout::{self, count, duration, href, sparkline};
-use super::queues::queue_href;
 use super::{Console, PageError, Viewer};
 use crate::service::{Broker, Overview, QueueOverview};
 

@@ -4,26 +4,17 @@
 
 use std::sync::Arc;
 
+use axum::Form;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::{Extension, Form};
 use maud::{Markup, html};
 
 use super::actions::Confirmed;
-use super::layout::{self, csrf, href};
+use super::layout::{self, Ask, confirm_form, confirm_handler, href};
 use super::schedules::{Status, schedule_href, status};
 use super::{Console, PageError, Viewer};
 use crate::service::Caller;
 use crate::store::ScheduleRecord;
-
-/// What an action asks and explains.
-struct Ask {
-    action: &'static str,
-    question: &'static str,
-    button: &'static str,
-    explain: &'static str,
-    danger: bool,
-}
 
 const PAUSE: Ask = Ask {
     action: "pause",
@@ -68,12 +59,7 @@ fn confirm_page(viewer: &Viewer, s: &ScheduleRecord, ask: &Ask) -> Markup {
         @if ask.action == "resume" && status(s) == Status::Completed {
             p { "It is completed (" (s.state_reason.as_deref().unwrap_or("")) "): resuming will not make it fire again." }
         }
-        form.confirm method="post" action={ (base) "/" (ask.action) } {
-            (csrf(viewer))
-            button type="submit" class=[ask.danger.then_some("danger")] { (ask.button) }
-            " "
-            a href=(base) { "Cancel, go back" }
-        }
+        (confirm_form(viewer, &base, ask.action, ask.button, ask.danger))
     };
     layout::page(ask.question, "/schedules", Some(viewer), body)
 }
@@ -92,13 +78,7 @@ fn back(id: &str, done: &str) -> Response {
     Redirect::to(&format!("{}?done={done}", schedule_href(id))).into_response()
 }
 
-pub async fn confirm_pause(
-    State(console): State<Arc<Console>>,
-    Extension(viewer): Extension<Viewer>,
-    Path(id): Path<String>,
-) -> Result<Markup, PageError> {
-    confirm(&console, &viewer, &id, &PAUSE).await
-}
+confirm_handler!(confirm_pause, PAUSE);
 
 pub async fn pause(
     State(console): State<Arc<Console>>,
@@ -112,13 +92,7 @@ pub async fn pause(
     Ok(back(&id, "pause"))
 }
 
-pub async fn confirm_resume(
-    State(console): State<Arc<Console>>,
-    Extension(viewer): Extension<Viewer>,
-    Path(id): Path<String>,
-) -> Result<Markup, PageError> {
-    confirm(&console, &viewer, &id, &RESUME).await
-}
+confirm_handler!(confirm_resume, RESUME);
 
 pub async fn resume(
     State(console): State<Arc<Console>>,
@@ -132,13 +106,7 @@ pub async fn resume(
     Ok(back(&id, "resume"))
 }
 
-pub async fn confirm_trigger(
-    State(console): State<Arc<Console>>,
-    Extension(viewer): Extension<Viewer>,
-    Path(id): Path<String>,
-) -> Result<Markup, PageError> {
-    confirm(&console, &viewer, &id, &TRIGGER).await
-}
+confirm_handler!(confirm_trigger, TRIGGER);
 
 pub async fn trigger(
     State(console): State<Arc<Console>>,
@@ -152,13 +120,7 @@ pub async fn trigger(
     Ok(back(&id, "trigger"))
 }
 
-pub async fn confirm_delete(
-    State(console): State<Arc<Console>>,
-    Extension(viewer): Extension<Viewer>,
-    Path(id): Path<String>,
-) -> Result<Markup, PageError> {
-    confirm(&console, &viewer, &id, &DELETE).await
-}
+confirm_handler!(confirm_delete, DELETE);
 
 pub async fn delete(
     State(console): State<Arc<Console>>,

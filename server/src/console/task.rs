@@ -1,6 +1,6 @@
 //! One task: its fields, payload (JSON pretty-printed, text or hex), checkpoint,
 //! result, metadata, every attempt (worker, address, start, end, outcome, error)
-//! its event history (the task events of #15, latest [`HISTORY_SHOWN`]) and the
+//! its event history (its task events, latest [`HISTORY_SHOWN`]) and the
 //! actions its state allows.
 
 use std::sync::Arc;

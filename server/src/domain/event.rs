@@ -1,4 +1,4 @@
-//! Flow (#15): the kinds of task events, as stored (`task_events.kind`) and named
+//! Flow: the kinds of task events, as stored (`task_events.kind`) and named
 //! in the API (`TaskEventKind`).
 
 /// What happened to a task.

@@ -4,14 +4,15 @@
 //! can be unit-tested without a runtime or a database.
 
 pub mod event;
-// Admission (#14): queue settings and gates.
+// Admission: queue settings and gates.
 pub mod admission;
 pub mod bounds;
 pub mod retry;
-// Routing (issue 13).
+// Routing.
 pub mod routing;
 pub mod schedule;
 pub mod task;
+pub mod token;
 pub mod validate;
 
 pub use retry::RetryPolicy;

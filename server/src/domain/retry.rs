@@ -47,7 +47,7 @@ impl RetryPolicy {
     }
 }
 
-/// Flow (#15): the delay RetryPolicy.schedule gives after failed attempt number
+/// Flow: the delay RetryPolicy.schedule gives after failed attempt number
 /// `attempt` (1-based): the attempt's entry, the last one repeating, spread by
 /// +/- `jitter` as `unit` picks. `None` when there is no schedule.
 pub fn scheduled_backoff(

@@ -1,4 +1,4 @@
-//! Routing (issue 13): which workers may lease a task. Worker labels, targets,
+//! Routing: which workers may lease a task. Worker labels, targets,
 //! sticky reservations of retries and fan-out copies, their validation, and the
 //! reservation a failed attempt leaves. Pure: no I/O, `now` passed in.
 //!

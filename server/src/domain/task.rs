@@ -11,7 +11,7 @@ pub enum StoredState {
     Succeeded,
     Dead,
     Cancelled,
-    /// Flow (#15): waiting for its dependencies (migration 0010).
+    /// Flow: waiting for its dependencies (migration 0010).
     Blocked,
 }
 
@@ -56,7 +56,7 @@ pub enum TaskState {
     Succeeded,
     Dead,
     Cancelled,
-    /// Flow (#15): waiting for its dependencies.
+    /// Flow: waiting for its dependencies.
     Blocked,
 }
 

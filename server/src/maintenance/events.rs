@@ -1,4 +1,4 @@
-//! Flow (#15): event retention. Deletes task events older than
+//! Flow: event retention. Deletes task events older than
 //! `events_retention`, in batches, so the event log stays bounded.
 
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! Background services. Each exposes `run_once(now)` for tests and a `run` loop.
 
-// Flow (#15): event retention.
+// Flow: event retention.
 pub mod events;
 pub mod reaper;
 pub mod retention;

@@ -50,7 +50,7 @@ impl Retention {
                 .and_then(|k| now.checked_sub_signed(k))
         };
         let mut total = 0;
-        // The live settings (admission, #14): a queue's stored retention.
+        // The live settings (admission): a queue's stored retention.
         let queues = settings.queue_retention();
         for (queue, retention) in &queues {
             if let Some(c) = cutoff(*retention).filter(|_| !retention.is_zero()) {
@@ -61,7 +61,7 @@ impl Retention {
             let except = queues.into_iter().map(|(q, _)| q).collect();
             total += self.purge(c, &PurgeScope::AllExcept(except)).await?;
         }
-        // Admission (#14): rate-limit buckets of keys that are full again.
+        // Admission: rate-limit buckets of keys that are full again.
         let buckets = self.broker.store().queue_key_tokens_purge(now).await?;
         if buckets > 0 {
             tracing::debug!(deleted = buckets, "key buckets purged");

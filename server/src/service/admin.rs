@@ -20,7 +20,7 @@ pub struct ListTasks {
     pub created_after: Option<DateTime<Utc>>,
     pub created_before: Option<DateTime<Utc>>,
     pub schedule_id: Option<String>,
-    /// Only the copies of this fan-out group (routing, issue 13).
+    /// Only the copies of this fan-out group (routing).
     pub fanout_group: Option<String>,
     pub page_size: i32,
     pub page_token: String,

@@ -1,4 +1,4 @@
-//! Flow (#15): the watch stream. One tailer per broker process reads the event
+//! Flow: the watch stream. One tailer per broker process reads the event
 //! log in id order (only events that are final: see `Store::event_read`) and
 //! fans it out; each watcher catches up from its own cursor in the store first,
 //! then follows the fan-out, and falls back to the store whenever it cannot

@@ -1,4 +1,4 @@
-//! Flow (#15): submit with dependencies, the flow view of tasks, task events,
+//! Flow: submit with dependencies, the flow view of tasks, task events,
 //! and bulk cancel/requeue by filter.
 
 use std::collections::HashMap;

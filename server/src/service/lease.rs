@@ -26,7 +26,7 @@ pub struct LeaseRequest {
     pub worker_address: String,
     /// What is left of the call's own gRPC deadline, if it has one.
     pub call_timeout: Option<Duration>,
-    /// What this worker is (routing, issue 13).
+    /// What this worker is (routing).
     pub labels: std::collections::BTreeMap<String, String>,
 }
 
@@ -138,7 +138,7 @@ impl Broker {
             return Ok(Vec::new());
         }
 
-        // Routing (issue 13): the worker registry (throttled).
+        // Routing: the worker registry (throttled).
         self.worker_seen(
             &req.worker_id,
             Some(&req.labels),
@@ -182,7 +182,7 @@ impl Broker {
             };
             let weight = params.max_tasks as usize;
             let store = self.store.clone();
-            // Admission (#14): queues with gates take the gated lease.
+            // Admission: queues with gates take the gated lease.
             let gated = self.settings.gated(&key);
             let tasks = self
                 .leases
@@ -248,7 +248,7 @@ impl Broker {
                 until = until.min(Instant::now() + recheck);
             }
             let _waiting = self.dispatch.waiting();
-            // Sync match (issue 17): a long-poll of one plain queue waits where a
+            // Sync match: a long-poll of one plain queue waits where a
             // Submit can hand it tasks directly.
             let mut parking =
                 (key.len() == 1 && !gated && self.queue_matchable(&key[0])).then(|| {

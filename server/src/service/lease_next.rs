@@ -1,4 +1,4 @@
-//! Settling and leasing in one call (issue 17): Complete, CompleteMany and Fail
+//! Settling and leasing in one call: Complete, CompleteMany and Fail
 //! may carry a `lease_next`, a LeaseRequest answered after the settle commits, so
 //! a one-at-a-time worker makes two calls per task instead of three.
 //!

@@ -20,7 +20,7 @@ mod backlog;
 mod clock;
 mod combine;
 mod error;
-// Flow (#15): dependencies, events, bulk operations; the watch stream.
+// Flow: dependencies, events, bulk operations; the watch stream.
 mod events;
 mod flow;
 mod heartbeat;
@@ -32,16 +32,17 @@ mod submit;
 // Schedules.
 mod schedule;
 mod schedule_fire;
-// Routing (issue 13): the worker registry.
+// Routing: the worker registry.
 mod workers;
-// Admission (#14): live queue settings and Explain.
-mod queues;
-// Sync match (issue 17): Submit hands tasks to waiting long-polls.
+// Admission: live queue settings and Explain.
+mod admission;
+// Sync match: Submit hands tasks to waiting long-polls.
 mod sync_match;
-// lease_next (issue 17): a settle that leases the next tasks.
+// lease_next: a settle that leases the next tasks.
 mod lease_next;
 
 pub use admin::{ListTasks, TaskPage, UpdateTask};
+pub use admission::{Explained, LiveQueue, LiveQueues, QueueView, REFRESH_INTERVAL, apply_mask};
 pub use backlog::Backlog;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::ServiceError;
@@ -51,7 +52,6 @@ pub use heartbeat::CheckpointRequest;
 pub use holders::HeldBy;
 pub use lease::LeaseRequest;
 pub use observe::{Overview, QueueOverview, REQUEUE_BATCH, percentile};
-pub use queues::{Explained, LiveQueue, LiveQueues, QueueView, REFRESH_INTERVAL, apply_mask};
 pub use schedule::{Caller, ScheduleInput, SchedulePage, SpecInput, TemplateInput};
 pub use schedule_fire::{FIRE_TIME_KEY, FireStep, RunPage, RunView, SCHEDULE_ID_KEY};
 pub use settle::{CompleteItem, CompleteOutcome, FailRequest};
@@ -68,21 +68,21 @@ pub struct Settings {
     pub queues: HashMap<String, QueueSettings>,
     /// Finished tasks are deleted this long after they finish; zero keeps them.
     pub retention: Duration,
-    /// ListWorkers shows the workers seen this recently (routing, issue 13).
+    /// ListWorkers shows the workers seen this recently (routing).
     pub worker_ttl: Duration,
-    /// Admission (#14): the gates the configuration gives queues (`[queues.X]`).
+    /// Admission: the gates the configuration gives queues (`[queues.X]`).
     pub gates: HashMap<String, crate::domain::admission::QueueConfig>,
-    /// Admission (#14): every queue's live settings (stored in the database; the
+    /// Admission: every queue's live settings (stored in the database; the
     /// fields above seed them), read by the per-queue methods below.
     pub live: LiveQueues,
-    /// Sync match (issue 17) on Postgres: on unless turned off (`sync_match_postgres`
+    /// Sync match on Postgres: on unless turned off (`sync_match_postgres`
     /// in the configuration, `--sync-match-postgres false`). SQLite always sync-matches.
     pub sync_match_postgres: bool,
-    /// Flow (#15): event retention and dead-letter queues.
+    /// Flow: event retention and dead-letter queues.
     pub flow: FlowSettings,
 }
 
-/// Flow (#15) settings.
+/// Flow settings.
 #[derive(Debug, Clone, Default)]
 pub struct FlowSettings {
     /// Task events are deleted this long after they were recorded; zero keeps them.
@@ -123,7 +123,7 @@ pub struct QueueSettings {
 }
 
 impl Settings {
-    // The per-queue reads take the live settings (admission, #14).
+    // The per-queue reads take the live settings (admission).
 
     /// The retry defaults of a queue.
     pub fn retry_for(&self, queue: &str) -> RetryPolicy {
@@ -162,7 +162,7 @@ impl Settings {
         (min, max)
     }
 
-    /// The per-worker caps of those of `queues` that have one (routing, issue 13),
+    /// The per-worker caps of those of `queues` that have one (routing),
     /// from the live settings (UpdateQueue changes them at run time).
     pub fn worker_caps(&self, queues: &[String]) -> std::collections::BTreeMap<String, u32> {
         let live = self.live.snapshot();
@@ -189,11 +189,11 @@ pub struct Broker {
     completes: Arc<Combiner<(), Vec<CompleteParams>, Vec<Settled<Completed>>>>,
     /// The next scheduled run_at of a queue set, asked for at a time.
     next_runs: Arc<Combiner<Vec<String>, Time, Option<Time>>>,
-    /// What this broker last wrote to the worker registry (routing, issue 13).
+    /// What this broker last wrote to the worker registry (routing).
     workers: workers::Registry,
-    /// Long-polls a Submit may hand its tasks to (sync match, issue 17).
+    /// Long-polls a Submit may hand its tasks to (sync match).
     parked: Arc<sync_match::Parked>,
-    /// Flow (#15): the fan-out of the event log to WatchTasks calls.
+    /// Flow: the fan-out of the event log to WatchTasks calls.
     events: Arc<events::EventHub>,
 }
 
@@ -213,7 +213,7 @@ impl Broker {
         settings: Settings,
         metrics: Arc<Metrics>,
     ) -> Self {
-        // Admission (#14): the configuration's queues until the database is read.
+        // Admission: the configuration's queues until the database is read.
         settings.seed_live();
         Broker {
             events: events::EventHub::new(store.clone()),
@@ -251,7 +251,7 @@ impl Broker {
         &self.settings
     }
 
-    /// Flow (#15): the watch stream's fan-out.
+    /// Flow: the watch stream's fan-out.
     pub fn events(&self) -> &Arc<events::EventHub> {
         &self.events
     }

@@ -59,7 +59,7 @@ pub fn scheduled_task(s: &ScheduleRecord, fire_time: DateTime<Utc>, now: DateTim
     );
     if let Some(producer) = &s.created_by {
         // Producers may read the tasks their schedules made.
-        metadata.insert(crate::api::PRODUCER_KEY.into(), producer.clone());
+        metadata.insert(super::PRODUCER_KEY.into(), producer.clone());
     }
     let deadline = t
         .deadline_after

@@ -17,7 +17,7 @@ pub struct FailRequest {
     pub error_message: String,
     pub non_retryable: bool,
     pub retry_after: Option<Duration>,
-    /// Keep the retry for this worker (routing, issue 13).
+    /// Keep the retry for this worker (routing).
     pub prefer_same_worker: bool,
 }
 
@@ -132,7 +132,7 @@ impl Broker {
                 }
             })
             .await?;
-        // Admission (#14): a lease ended, so a gated queue may admit another.
+        // Admission: a lease ended, so a gated queue may admit another.
         for s in &settled {
             if let Settled::Applied(c) = s {
                 self.wake_gated(&c.queue);
@@ -206,7 +206,7 @@ impl Broker {
             self.metrics.failed(&r.queue, ran(r.leased_at, p.now), dead);
             if r.next_run_at.is_some() {
                 // A retry kept for one worker wakes every waiter of the queue,
-                // so that worker is among them (routing, issue 13). (The worker
+                // so that worker is among them (routing). (The worker
                 // that failed it usually asks again at once anyway.)
                 let n = if p.prefer_same_worker { 256 } else { 1 };
                 self.dispatch.wake_n(Some(&r.queue), n);

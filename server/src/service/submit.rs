@@ -33,13 +33,13 @@ pub struct SubmitTask {
     pub deadline: Option<DateTime<Utc>>,
     pub retry: RetrySpec,
     pub metadata: BTreeMap<String, String>,
-    /// Routing (issue 13): who may lease it, sticky retries, fan-out copies.
+    /// Routing: who may lease it, sticky retries, fan-out copies.
     pub target: Target,
     pub sticky: Option<StickySpec>,
     pub fanout: Option<Fanout>,
-    /// Flow (#15): dependencies and retry schedule.
+    /// Flow: dependencies and retry schedule.
     pub flow: crate::store::FlowSpec,
-    /// Admission (#14): `[A-Za-z0-9._:@/-]{1,256}`, or none.
+    /// Admission: `[A-Za-z0-9._:@/-]{1,256}`, or none.
     pub concurrency_key: Option<String>,
 }
 
@@ -168,7 +168,7 @@ impl Broker {
             first_of.push(new.len());
             new.extend(made);
         }
-        // Flow (#15) per task: a fan-out spec's copies share its flow, and an
+        // Flow per task: a fan-out spec's copies share its flow, and an
         // index naming a fan-out spec waits for every one of its copies.
         let mut spec_of = Vec::with_capacity(new.len());
         let mut task_flows = Vec::with_capacity(new.len());
@@ -208,12 +208,12 @@ impl Broker {
             .map(|t| t.routing != TaskRouting::default())
             .collect();
         // Concurrent Submit calls share one insert statement and commit, which
-        // hands tasks to waiting long-polls (sync match, issue 17).
+        // hands tasks to waiting long-polls (sync match).
         let matchable = self.sync_matchable(&new);
         let parked = self.parked.clone();
         let release = self.releaser();
         let weight = new.len();
-        // Flow (#15): tasks with dependencies or flow options take the flow insert
+        // Flow: tasks with dependencies or flow options take the flow insert
         // (never sync-matched: a blocked task is not ready to lease).
         let (inserted, matched): (Vec<Inserted>, Vec<bool>) =
             if task_flows.iter().any(|f| !f.is_plain()) {

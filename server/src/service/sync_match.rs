@@ -1,4 +1,4 @@
-//! Sync match (issue 17): a Submit hands its tasks straight to the long-polls
+//! Sync match: a Submit hands its tasks straight to the long-polls
 //! waiting for their queue on this replica. The tasks are inserted already
 //! leased to those waiters (`Store::task_insert_matched`: one statement, one
 //! commit), and the producer and the workers are answered together.

@@ -1,4 +1,4 @@
-//! The worker registry (routing, issue 13): every Lease and Heartbeat says who
+//! The worker registry (routing): every Lease and Heartbeat says who
 //! the worker is; the broker records it in the store, shared by every replica,
 //! at most once per [`RECORD_EVERY`] per worker unless what it says changed
 //! (throttled here, in memory, so the hot path stays one map lookup), and

@@ -1,4 +1,4 @@
-//! Admission (#14, migration 0009): the stored queue settings and what both
+//! Admission (migration 0009): the stored queue settings and what both
 //! stores' gated leases share (how the admitted tasks of several queues are
 //! merged and handed to the requests served together). The gated leases
 //! themselves are `sqlite/admission.rs` and `postgres/admission.rs`.
@@ -49,7 +49,7 @@ pub struct Assigned {
     pub request: usize,
 }
 
-/// A READY task a gated lease read, with what routing (issue 13) says about who
+/// A READY task a gated lease read, with what routing says about who
 /// may take it.
 #[derive(Debug, Clone)]
 pub struct Offer {

@@ -1,4 +1,4 @@
-//! Flow (#15) store types: dependencies, the event log, bulk selections.
+//! Flow store types: dependencies, the event log, bulk selections.
 
 use std::time::Duration;
 

@@ -19,6 +19,9 @@ pub mod sqlite;
 
 pub(crate) mod row;
 
+mod model;
+pub use model::*;
+
 mod observe;
 pub use observe::*;
 // Schedules (migration 0006).
@@ -34,11 +37,11 @@ pub(crate) use routing::{WorkerLeaseRow, WorkerRow, worker_lease};
 // Admission (migration 0009).
 pub mod admission;
 pub use admission::{QueueUsage, StoredQueue};
-// Sync match (issue 17).
+// Sync match.
 pub mod sync_match;
 pub use sync_match::{MatchTo, MatchedInsert};
 
-// Flow (#15): dependencies, events, bulk operations (migration 0010).
+// Flow: dependencies, events, bulk operations (migration 0010).
 mod flow;
 pub use flow::{BulkCancelled, BulkFilter, EventRecord, FlowInserted, FlowSpec, TaskFlowInfo};
 
@@ -113,300 +116,6 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Called with a queue that has a newly pending task, or `None` for "maybe any queue".
 pub type Waker = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
-
-/// A task to insert. The id is chosen by the caller (UUIDv7).
-#[derive(Debug, Clone)]
-pub struct NewTask {
-    pub id: String,
-    pub queue: String,
-    pub key: Option<String>,
-    pub payload: Vec<u8>,
-    pub priority: i32,
-    pub run_at: DateTime<Utc>,
-    pub deadline: Option<DateTime<Utc>>,
-    pub retry: RetryPolicy,
-    pub metadata: BTreeMap<String, String>,
-    /// Target, sticky policy and fan-out group (routing, issue 13).
-    pub routing: crate::domain::routing::TaskRouting,
-    /// Admission (#14): counts against the queue's per-key limits.
-    pub concurrency_key: Option<String>,
-}
-
-/// One inserted (or deduplicated) task.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Inserted {
-    pub task_id: String,
-    pub deduplicated: bool,
-}
-
-#[derive(Debug, Clone)]
-pub struct LeaseParams {
-    pub queues: Vec<String>,
-    pub max_tasks: u32,
-    /// Reply size budget: tasks are taken in lease order while their bytes stay
-    /// within it, and the first always; see [`LEASE_REPLY_TASK_BYTES`].
-    pub max_reply_bytes: u64,
-    pub worker_id: String,
-    pub worker_address: String,
-    pub lease_duration: Duration,
-    pub now: DateTime<Utc>,
-    /// The worker's labels and the queues' per-worker caps (routing, issue 13).
-    pub routing: LeaseRouting,
-}
-
-/// What each task adds to a Lease reply besides its payload, checkpoint and
-/// metadata (ids, token, queue, key, timestamps, framing), counted generously.
-pub const LEASE_REPLY_TASK_BYTES: i64 = 512;
-
-/// The order in which requests served together receive tasks: one slot per task
-/// asked for, slot k of every request (in request order) before slot k + 1 of
-/// any. The n-th ready task in lease order goes to the request of the n-th slot.
-pub fn lease_slots(wanted: &[u32]) -> Vec<usize> {
-    let rounds = wanted.iter().copied().max().unwrap_or(0);
-    (0..rounds)
-        .flat_map(|k| (0..wanted.len()).filter(move |&i| wanted[i] > k))
-        .collect()
-}
-
-/// How many of `available` ready tasks each request gets when requests asking for
-/// `wanted` tasks are served together (see [`lease_slots`]).
-pub fn lease_shares(wanted: &[u32], available: usize) -> Vec<u32> {
-    let mut shares = vec![0u32; wanted.len()];
-    for i in lease_slots(wanted).into_iter().take(available) {
-        shares[i] += 1;
-    }
-    shares
-}
-
-/// Names one lease.
-#[derive(Debug, Clone)]
-pub struct LeaseRef {
-    pub task_id: String,
-    pub lease_token: String,
-}
-
-/// The state of one lease after an extension.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseState {
-    Lost,
-    Live {
-        lease_expires_at: DateTime<Utc>,
-        cancel_requested: bool,
-    },
-}
-
-#[derive(Debug, Clone)]
-pub struct CheckpointParams {
-    pub task_id: String,
-    pub lease_token: String,
-    pub checkpoint: Vec<u8>,
-    pub extend_by: Option<Duration>,
-    pub now: DateTime<Utc>,
-}
-
-#[derive(Debug, Clone)]
-pub struct CompleteParams {
-    pub task_id: String,
-    pub lease_token: String,
-    pub result: Vec<u8>,
-    pub now: DateTime<Utc>,
-}
-
-#[derive(Debug, Clone)]
-pub struct FailParams {
-    pub task_id: String,
-    pub lease_token: String,
-    pub error: String,
-    pub non_retryable: bool,
-    pub retry_after: Option<Duration>,
-    pub now: DateTime<Utc>,
-    /// Random sample in [0, 1) for the backoff jitter.
-    pub jitter_unit: f64,
-    /// Reserve the retry for the worker that failed it (routing, issue 13).
-    pub prefer_same_worker: bool,
-}
-
-/// The task's state after a Fail.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FailResult {
-    pub queue: String,
-    pub state: TaskState,
-    pub next_run_at: Option<DateTime<Utc>>,
-    /// When the failed attempt was leased (for run-time metrics).
-    pub leased_at: Option<DateTime<Utc>>,
-}
-
-/// A completed task.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Completed {
-    pub queue: String,
-    /// When the attempt was leased (for run-time metrics).
-    pub leased_at: Option<DateTime<Utc>>,
-}
-
-/// Which queues a purge covers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PurgeScope {
-    Only(String),
-    AllExcept(Vec<String>),
-}
-
-/// Connection pool usage.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PoolStats {
-    pub size: u32,
-    pub idle: usize,
-}
-
-/// Wake-up notifications a store's listener received (issue 17): Postgres only.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NotificationStats {
-    /// Notifications received on the wake-up channel.
-    pub received: u64,
-    /// Of those, the ones this store sent itself, whose waiters its broker had
-    /// woken already: not acted on again.
-    pub own_skipped: u64,
-}
-
-/// What a maintenance pass did to one queue.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct QueueReaped {
-    pub reclaimed: u64,
-    /// Tasks that went DEAD (budget spent or deadline passed).
-    pub dead: u64,
-}
-
-/// What a report (Checkpoint, Complete, Fail) did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Settled<T> {
-    /// Applied now.
-    Applied(T),
-    /// Already applied with the same token earlier: nothing changed.
-    AlreadySettled(T),
-    LeaseLost,
-    NotFound,
-}
-
-/// What a maintenance pass did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Reaped {
-    /// Expired leases reclaimed.
-    pub reclaimed: u64,
-    /// Tasks killed by their deadline.
-    pub deadline_exceeded: u64,
-    /// Queues that received a pending task, to wake their waiters.
-    pub queues: Vec<String>,
-    /// Per queue, for metrics.
-    pub by_queue: BTreeMap<String, QueueReaped>,
-}
-
-/// Filters and page position of ListTasks; newest first.
-#[derive(Debug, Clone, Default)]
-pub struct TaskFilter {
-    pub queue: Option<String>,
-    pub states: Vec<TaskState>,
-    pub key: Option<String>,
-    pub worker_id: Option<String>,
-    /// Only tasks whose last error is exactly this (`""` matches none).
-    pub last_error: Option<String>,
-    pub created_after: Option<DateTime<Utc>>,
-    pub created_before: Option<DateTime<Utc>>,
-    /// Only tasks made by this schedule.
-    pub schedule_id: Option<String>,
-    /// Only tasks submitted before the task with this sequence number.
-    pub before_seq: Option<i64>,
-    /// Only the copies of this fan-out group (routing, issue 13).
-    pub fanout_group: Option<String>,
-    pub limit: u32,
-    pub now: DateTime<Utc>,
-    /// With `created_after` or `created_before` the list is in creation order
-    /// (newest first, then by sequence number) and a page starts after the task
-    /// created at `before_created` with sequence number `before_seq`.
-    pub before_created: Option<DateTime<Utc>>,
-}
-
-/// The changes of UpdateTask; `None` leaves a field alone.
-#[derive(Debug, Clone, Default)]
-pub struct TaskUpdate {
-    pub run_at: Option<DateTime<Utc>>,
-    pub priority: Option<i32>,
-    pub deadline: Option<Option<DateTime<Utc>>>,
-    pub max_attempts: Option<u32>,
-}
-
-/// What an admin change did.
-#[derive(Debug, Clone)]
-pub enum Changed {
-    Done(Box<TaskRecord>),
-    NotFound,
-    /// The task is in a state that does not allow the change.
-    WrongState(StoredState),
-}
-
-/// A task as stored.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TaskRecord {
-    pub seq: i64,
-    pub id: String,
-    pub queue: String,
-    pub key: Option<String>,
-    pub payload: Vec<u8>,
-    pub priority: i32,
-    pub run_at: DateTime<Utc>,
-    pub deadline: Option<DateTime<Utc>>,
-    pub state: StoredState,
-    pub attempt: u32,
-    pub max_attempts: u32,
-    pub attempts_allowed: u32,
-    pub retry: RetryPolicy,
-    pub metadata: BTreeMap<String, String>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    pub last_error: Option<String>,
-    pub checkpoint: Option<Vec<u8>>,
-    pub result: Option<Vec<u8>>,
-    pub leased_by: Option<String>,
-    pub lease_token: Option<String>,
-    pub lease_expires_at: Option<DateTime<Utc>>,
-    pub fencing_token: u64,
-    pub finished_at: Option<DateTime<Utc>>,
-    pub cancel_requested: bool,
-    /// The schedule that made the task, and the fire time it was made for.
-    pub schedule_id: Option<String>,
-    pub fire_time: Option<DateTime<Utc>>,
-    /// Target, sticky policy, fan-out group and reservation (routing, issue 13).
-    pub routing: crate::domain::routing::TaskRouting,
-    /// Admission (#14): counts against the queue's per-key limits.
-    pub concurrency_key: Option<String>,
-}
-
-/// One attempt (lease) of a task.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AttemptRecord {
-    pub attempt: u32,
-    pub worker_id: String,
-    pub worker_address: String,
-    pub leased_at: DateTime<Utc>,
-    pub finished_at: Option<DateTime<Utc>>,
-    pub outcome: AttemptOutcome,
-    pub error: Option<String>,
-    pub fencing_token: u64,
-}
-
-/// Counts of one queue.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct QueueStatsRecord {
-    pub queue: String,
-    pub scheduled: u64,
-    pub ready: u64,
-    pub leased: u64,
-    pub succeeded: u64,
-    pub dead: u64,
-    pub cancelled: u64,
-    pub oldest_ready_at: Option<DateTime<Utc>>,
-    pub completed_last_minute: u64,
-    pub failed_last_minute: u64,
-}
 
 /// The database behind the broker.
 #[async_trait]
@@ -603,7 +312,7 @@ pub trait Store: Send + Sync + 'static {
     /// Cancels up to `limit` dead tasks of one queue (and error, or one task):
     /// dead -> cancelled, keeping attempts, last error and finished time; returns how many.
     async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64>;
-    // ---- routing (issue 13): the worker registry ----
+    // ---- routing: the worker registry ----
 
     /// Records workers as seen now (insert, or update labels, address, last seen
     /// and, when given, queues), in one transaction.
@@ -619,7 +328,7 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>>;
 
-    // ---- Flow (#15): dependencies, events, bulk operations ----
+    // ---- Flow: dependencies, events, bulk operations ----
 
     /// Inserts tasks as `task_insert_many` does, in one transaction, with their
     /// dependencies: a task with unfinished dependencies is BLOCKED; one whose
@@ -699,7 +408,7 @@ pub trait Store: Send + Sync + 'static {
     /// `limit` (ExplainTask's BLOCKED_BY_DEPENDENCY gate).
     async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>>;
 
-    // Admission (#14, migration 0009).
+    // Admission (migration 0009).
 
     /// Every queue's stored settings, by name.
     async fn queue_list(&self) -> StoreResult<Vec<StoredQueue>>;
@@ -746,7 +455,7 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> StoreResult<u64>;
 
-    // Sync match (issue 17).
+    // Sync match.
 
     /// Inserts tasks as `task_insert_many` does (one transaction, in order,
     /// deduplicated by key), except that a task matched to a waiting request
@@ -770,7 +479,7 @@ pub trait Store: Send + Sync + 'static {
     /// token stays spent), and its queue is notified. Returns how many.
     async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64>;
 
-    /// Admission (#14): deletes the per-key rate-limit buckets that are full
+    /// Admission: deletes the per-key rate-limit buckets that are full
     /// again at `now` (a bucket absent is a full one), and those of queues
     /// without a per-key rate limit; returns how many. Run by retention, which
     /// also drops the round-robin turns of queues without round robin and

@@ -1,4 +1,4 @@
-//! Parameters and rows of routing (issue 13): what a lease request says about
+//! Parameters and rows of routing: what a lease request says about
 //! its worker, and the worker registry. The lease rules themselves live in each
 //! store's lease statement; the `Store` methods that use these are in `mod.rs`.
 

@@ -76,10 +76,10 @@ pub(crate) struct TaskRow {
     pub reserved_until: Option<i64>,
     pub fanout_group: Option<String>,
     pub fanout_distinct: bool,
-    /// Flow (#15): RetryPolicy.schedule as a JSON array of ms (migration 0010).
+    /// Flow: RetryPolicy.schedule as a JSON array of ms (migration 0010).
     #[sqlx(default)]
     pub retry_schedule: Option<String>,
-    /// Admission (#14, migration 0009).
+    /// Admission (migration 0009).
     pub concurrency_key: Option<String>,
 }
 
@@ -253,7 +253,7 @@ pub(crate) fn decide(
     now: DateTime<Utc>,
     unit: f64,
 ) -> crate::domain::FailureDecision {
-    // Flow (#15): an explicit retry schedule replaces the exponential backoff.
+    // Flow: an explicit retry schedule replaces the exponential backoff.
     let retry_after = retry_after.or_else(|| {
         let schedule: Vec<i64> = serde_json::from_str(row.retry_schedule.as_deref()?).ok()?;
         let schedule: Vec<Duration> = schedule

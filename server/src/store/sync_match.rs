@@ -1,4 +1,4 @@
-//! Sync match (issue 17): a new task inserted already leased to a long-poll that
+//! Sync match: a new task inserted already leased to a long-poll that
 //! waits for its queue, in the insert's own statement and commit, instead of an
 //! insert now and a lease statement later.
 //!
@@ -144,7 +144,7 @@ pub(crate) fn leased_row(
         fanout_group: None,
         fanout_distinct: false,
         concurrency_key: t.concurrency_key.clone(),
-        // Flow (#15): a task with a retry schedule takes the flow insert, never this.
+        // Flow: a task with a retry schedule takes the flow insert, never this.
         retry_schedule: None,
     }
     .into_record()

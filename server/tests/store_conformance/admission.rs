@@ -1,4 +1,4 @@
-//! Admission (#14, migration 0009) store cases: stored queue settings and the
+//! Admission (migration 0009) store cases: stored queue settings and the
 //! gated lease, run on both databases by `store_conformance.rs`.
 
 use super::*;
@@ -165,8 +165,8 @@ pub async fn a_gated_lease_never_takes_a_task_twice(b: Backend) {
     assert_eq!(unique.len(), 200);
 }
 
-/// Requests served together by one gated lease (issue 14 with routing, issue
-/// 13): each worker gets the first tasks in lease order that it may take and
+/// Requests served together by one gated lease (admission with
+/// routing): each worker gets the first tasks in lease order that it may take and
 /// the gates admit. A task meant for one worker is not passed over for plain
 /// tasks ranked after it (the defect of an earlier batching), a task no worker
 /// of the batch may take blocks nobody, and a full key is skipped.

@@ -1,4 +1,4 @@
-//! The console (issue 18, migration 0011) store cases: dead letters stay grouped
+//! The console (migration 0011) store cases: dead letters stay grouped
 //! by their current last error whichever way a task died (Fail, the reaper's
 //! lease expiry and deadline), and after a requeue and a second death
 //! with another error. Run on both databases by `store_conformance.rs`.

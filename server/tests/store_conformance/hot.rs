@@ -1,4 +1,4 @@
-//! Fewer index writes per task (issue 17, migration 0013) store cases: the reads
+//! Fewer index writes per task (migration 0013) store cases: the reads
 //! whose indexes now leave some states out still see every task. On Postgres a
 //! creation-time range reads LEASED tasks apart from the others, and retention
 //! walks finished tasks queue by queue and state by state; per-queue counts come

@@ -1,4 +1,4 @@
-//! The plain lease over several queues (issue 17: SQLite now merges the queues'
+//! The plain lease over several queues (SQLite merges the queues'
 //! candidates in Rust instead of SQL): one call takes tasks in lease order across
 //! all its queues, cuts at `max_tasks` and at the reply budget, and leaves the
 //! rest READY.

@@ -1,4 +1,4 @@
-//! Routing (issue 13) on both stores: targets by worker id and by labels,
+//! Routing on both stores: targets by worker id and by labels,
 //! sticky reservations (SOFT and HARD, and `prefer_same_worker`), fan-out copies
 //! to distinct workers, the per-worker cap, each alone and combined, through one
 //! lease and through a batch of lease requests served together.
@@ -617,7 +617,7 @@ pub async fn requests_with_the_same_labels_share_targeted_tasks(b: Backend) {
     assert_eq!(all, (3..=8).map(uuid_like).collect::<Vec<_>>());
 }
 
-/// Issue 17: leases without labels or caps take a plain statement unless a READY
+/// Leases without labels or caps take a plain statement unless a READY
 /// task of their queues carries a routing rule. Around such a task the order and
 /// the targets hold: another worker passes it over, its own worker gets it first
 /// (by priority), and plain tasks behind it still go out in order.

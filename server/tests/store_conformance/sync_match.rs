@@ -1,4 +1,4 @@
-//! Sync match (issue 17) on both stores: a task inserted already leased to a
+//! Sync match on both stores: a task inserted already leased to a
 //! waiting request, only when no pending task of its queue due now would lease
 //! first; its lease behaves as any other (settle, expiry, reclaim); a lease
 //! nobody received is released without spending an attempt.

@@ -11,7 +11,7 @@ import (
 	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
-// The flow cases (issue 15): dependencies on the broker stubs, and the client's Wait, which
+// The flow cases: dependencies on the broker stubs, and the client's Wait, which
 // follows AdminService.WatchTasks.
 
 func submitMany(ctx context.Context, e *env, specs ...*pb.TaskSpec) ([]string, error) {

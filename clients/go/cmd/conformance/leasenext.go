@@ -14,7 +14,7 @@ import (
 	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
-// leaseNext (issue 17): Complete and Fail carry the next lease and answer with next_tasks.
+// leaseNext: Complete and Fail carry the next lease and answer with next_tasks.
 func leaseNext(ctx context.Context, e *env, q string) error {
 	ids, err := submitMany(ctx, e,
 		&pb.TaskSpec{Queue: q, Payload: []byte("a"), Priority: 2},

@@ -12,7 +12,7 @@ import (
 	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
 
-// The routing cases (issue 13), on the broker stubs with the taskbroker routing builders.
+// The routing cases, on the broker stubs with the taskbroker routing builders.
 
 func leaseAs(ctx context.Context, e *env, q, worker string, labels map[string]string, wait time.Duration) ([]*pb.LeasedTask, error) {
 	resp, err := e.broker.Lease(ctx, &pb.LeaseRequest{

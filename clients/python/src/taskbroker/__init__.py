@@ -10,9 +10,9 @@
   every exception the package defines.
 - ``error_info`` / ``is_lease_lost``: the broker's rich error details (google.rpc.ErrorInfo).
 - ``taskbroker.outbox``: enqueue in your own Postgres transaction (psycopg 3); docs/outbox.md.
-- ``routing``: ``target``, ``sticky`` and ``fanout`` for ``submit`` (issue 13); workers take
+- ``routing``: ``target``, ``sticky`` and ``fanout`` for ``submit``; workers take
   ``labels=``, and ``RetryableError(prefer_same_worker=True)`` keeps a retry on this worker.
-- Flow (issue 15): ``submit(depends_on=...)``, ``task_spec`` + ``submit_many`` for
+- Flow: ``submit(depends_on=...)``, ``task_spec`` + ``submit_many`` for
   ``depends_on_index``; ``wait`` / ``wait_all`` / ``submit_and_wait`` follow the task on
   WatchTasks (``WaitTimeout`` when time runs out); ``event_pb2`` holds the event messages.
 """

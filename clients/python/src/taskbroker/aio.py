@@ -22,18 +22,21 @@ import socket
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
 
 from taskbroker import spec, tracing
-from taskbroker.client import ConnectOptions, TLSConfig, duration, task_spec
+from taskbroker.client import ConnectOptions, SubmitOptions, TLSConfig, check_channel_args, duration, task_spec
 from taskbroker.context import CANCEL_REQUESTED, DEADLINE, LEASE_LOST, STOPPING
 from taskbroker.errors import LeaseLostError, PermanentError, RetryableError, WorkerStoppedError, is_lease_lost
 from taskbroker.routing import check_labels
 from taskbroker.wait import wait_tasks_async
 from taskbroker.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, worker_pb2
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 log = logging.getLogger("taskbroker.aio")
 
@@ -66,10 +69,7 @@ class AsyncClient:
         token: str | None = None,
         tls: TLSConfig | bool | None = None,
     ) -> None:
-        if (target is None) == (channel is None):
-            raise ValueError("pass exactly one of target (host:port) or channel")
-        if channel is not None and (token or tls):
-            raise ValueError("token and tls apply to a target; a channel brings its own")
+        check_channel_args(target, channel, token, tls)
         self._owns_channel = channel is None
         if channel is None:
             o = ConnectOptions(target=target, token=token, tls=tls)  # type: ignore[arg-type]
@@ -95,37 +95,12 @@ class AsyncClient:
         queue: str,
         payload: bytes = b"",
         *,
-        key: str = "",
-        priority: int = 0,
-        run_at: datetime.datetime | None = None,
-        deadline: datetime.datetime | None = None,
-        retry: broker_pb2.RetryPolicy | None = None,
-        metadata: Mapping[str, str] | None = None,
-        target: broker_pb2.Target | None = None,
-        sticky: broker_pb2.StickyPolicy | None = None,
-        fanout: broker_pb2.Fanout | None = None,
-        depends_on: Sequence[str] = (),
-        run_if_dependency_fails: bool = False,
         timeout: float = spec.CALL_TIMEOUT,
+        **options: Unpack[SubmitOptions],
     ) -> broker_pb2.SubmitResult:
         """Submits one task (with the current OpenTelemetry traceparent in its metadata);
         ``target``, ``sticky``, ``fanout`` and ``depends_on`` as in ``Client.submit``."""
-        task = task_spec(
-            queue,
-            payload,
-            key=key,
-            priority=priority,
-            run_at=run_at,
-            deadline=deadline,
-            retry=retry,
-            metadata=metadata,
-            target=target,
-            sticky=sticky,
-            fanout=fanout,
-            depends_on=depends_on,
-            run_if_dependency_fails=run_if_dependency_fails,
-        )
-        return (await self.submit_many([task], timeout=timeout))[0]
+        return (await self.submit_many([task_spec(queue, payload, **options)], timeout=timeout))[0]
 
     async def submit_many(
         self, specs: Sequence[broker_pb2.TaskSpec], *, timeout: float = spec.CALL_TIMEOUT
@@ -262,14 +237,7 @@ class AsyncWorker:
         labels: Mapping[str, str] | None = None,
         lease_next: bool = True,
     ) -> None:
-        if not queues:
-            raise ValueError("queues is empty")
-        if not 1 <= concurrency <= 256:
-            raise ValueError("concurrency must be 1 to 256 (the broker's max_tasks)")
-        if lease_duration < 1:
-            raise ValueError("lease_duration is below the broker's 1 s minimum")
-        if not 0 <= poll_wait <= 60:
-            raise ValueError("poll_wait must be 0 to 60 s")
+        spec.check_worker_options(queues, concurrency, lease_duration, poll_wait)
         self._owns_client = isinstance(target, str)
         self._client = AsyncClient(target) if isinstance(target, str) else target
         self._broker = self._client.broker

@@ -7,14 +7,34 @@ import dataclasses
 import datetime
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from taskbroker import tracing
+from taskbroker import spec, tracing
 from taskbroker.wait import wait_tasks
 from taskbroker.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, schedule_pb2_grpc, worker_pb2
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+
+class SubmitOptions(TypedDict, total=False):
+    """The keyword arguments of ``Client.submit`` and ``AsyncClient.submit``: ``task_spec``'s,
+    with its defaults (``depends_on_index`` is ``submit_many``'s alone)."""
+
+    key: str
+    priority: int
+    run_at: datetime.datetime | None
+    deadline: datetime.datetime | None
+    retry: broker_pb2.RetryPolicy | None
+    metadata: Mapping[str, str] | None
+    target: broker_pb2.Target | None
+    sticky: broker_pb2.StickyPolicy | None
+    fanout: broker_pb2.Fanout | None
+    depends_on: Sequence[str]
+    run_if_dependency_fails: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +134,14 @@ class _CallDetails(grpc.ClientCallDetails):  # type: ignore[misc]
         self.compression = compression
 
 
+def check_channel_args(target: str | None, channel: object, token: str | None, tls: TLSConfig | bool | None) -> None:
+    """Raises ValueError unless a client gets a target (with its token and TLS) or a channel."""
+    if (target is None) == (channel is None):
+        raise ValueError("pass exactly one of target (host:port) or channel")
+    if channel is not None and (token or tls):
+        raise ValueError("token and tls apply to a target; a channel brings its own")
+
+
 def open_channel(options: ConnectOptions) -> grpc.Channel:
     """A sync channel with the options' TLS settings and token."""
     creds = options.channel_credentials()
@@ -141,10 +169,7 @@ class Client:
         token: str | None = None,
         tls: TLSConfig | bool | None = None,
     ) -> None:
-        if (target is None) == (channel is None):
-            raise ValueError("pass exactly one of target (host:port) or channel")
-        if channel is not None and (token or tls):
-            raise ValueError("token and tls apply to a target; a channel brings its own")
+        check_channel_args(target, channel, token, tls)
         self._owns_channel = channel is None
         if channel is None:
             channel = open_channel(ConnectOptions(target=target, token=token, tls=tls))  # type: ignore[arg-type]
@@ -164,18 +189,8 @@ class Client:
         queue: str,
         payload: bytes = b"",
         *,
-        key: str = "",
-        priority: int = 0,
-        run_at: datetime.datetime | None = None,
-        deadline: datetime.datetime | None = None,
-        retry: broker_pb2.RetryPolicy | None = None,
-        metadata: Mapping[str, str] | None = None,
-        target: broker_pb2.Target | None = None,
-        sticky: broker_pb2.StickyPolicy | None = None,
-        fanout: broker_pb2.Fanout | None = None,
-        depends_on: Sequence[str] = (),
-        run_if_dependency_fails: bool = False,
-        timeout: float = 30.0,
+        timeout: float = spec.CALL_TIMEOUT,
+        **options: Unpack[SubmitOptions],
     ) -> broker_pb2.SubmitResult:
         """Submits one task and returns its SubmitResult (task_id, deduplicated, and with
         ``fanout`` every copy's id in ``copy_task_ids``).
@@ -192,25 +207,10 @@ class Client:
         The current OpenTelemetry context's ``traceparent`` goes into the task's metadata
         (unless ``metadata`` has one) and into the call's headers.
         """
-        spec = task_spec(
-            queue,
-            payload,
-            key=key,
-            priority=priority,
-            run_at=run_at,
-            deadline=deadline,
-            retry=retry,
-            metadata=metadata,
-            target=target,
-            sticky=sticky,
-            fanout=fanout,
-            depends_on=depends_on,
-            run_if_dependency_fails=run_if_dependency_fails,
-        )
-        return self.submit_many([spec], timeout=timeout)[0]
+        return self.submit_many([task_spec(queue, payload, **options)], timeout=timeout)[0]
 
     def submit_many(
-        self, specs: Sequence[broker_pb2.TaskSpec], *, timeout: float = 30.0
+        self, specs: Sequence[broker_pb2.TaskSpec], *, timeout: float = spec.CALL_TIMEOUT
     ) -> list[broker_pb2.SubmitResult]:
         """Submits several tasks in one request (atomically) and returns their results in
         order. Build them with ``task_spec``; ``depends_on_index=[0]`` makes a task wait for

@@ -6,6 +6,7 @@ import datetime
 import threading
 from typing import TYPE_CHECKING
 
+from taskbroker import spec
 from taskbroker.client import duration
 from taskbroker.errors import LeaseLostError, is_lease_lost
 from taskbroker.v1 import broker_pb2
@@ -93,7 +94,7 @@ class TaskContext:
         with self._lock:
             return self._lost
 
-    def checkpoint(self, data: bytes, *, timeout: float = 30.0) -> None:
+    def checkpoint(self, data: bytes, *, timeout: float = spec.CALL_TIMEOUT) -> None:
         """Durably stores progress that the next attempt receives; extends the lease.
 
         Raises LeaseLostError (and sets ``cancelled``) when the lease is gone.

@@ -1,4 +1,4 @@
-"""Routing (issue 13): who may lease a task, how its retries stay on one worker, and
+"""Routing: who may lease a task, how its retries stay on one worker, and
 fan-out to several workers. Builders of the ``broker_pb2`` messages that ``Client.submit``
 and ``AsyncClient.submit`` take as ``target=``, ``sticky=`` and ``fanout=``.
 

@@ -41,6 +41,18 @@ REPORT_RETRY_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEA
 REPORT_ATTEMPTS = 5
 
 
+def check_worker_options(queues: object, concurrency: int, lease_duration: float, poll_wait: float) -> None:
+    """Raises ValueError, naming the option, for a Worker or AsyncWorker the broker would refuse."""
+    if not queues:
+        raise ValueError("queues is empty")
+    if not 1 <= concurrency <= 256:
+        raise ValueError("concurrency must be 1 to 256 (the broker's max_tasks)")
+    if lease_duration < 1:
+        raise ValueError("lease_duration is below the broker's 1 s minimum")
+    if not 0 <= poll_wait <= 60:
+        raise ValueError("poll_wait must be 0 to 60 s")
+
+
 def heartbeat_interval(lease_duration: float) -> float:
     """A third of the lease: two heartbeats may fail before a lease runs out."""
     return lease_duration / 3

@@ -1,4 +1,4 @@
-"""Waiting for tasks to finish (Flow, #15): ``Client.wait`` / ``AsyncClient.wait`` follow the
+"""Waiting for tasks to finish (Flow): ``Client.wait`` / ``AsyncClient.wait`` follow the
 tasks on ``AdminService.WatchTasks`` instead of polling.
 
 The watch is opened first and its response headers awaited (from then on every matching event

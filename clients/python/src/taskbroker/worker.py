@@ -71,14 +71,7 @@ class Worker:
         labels: Mapping[str, str] | None = None,
         lease_next: bool = True,
     ) -> None:
-        if not queues:
-            raise ValueError("queues is empty")
-        if not 1 <= concurrency <= 256:
-            raise ValueError("concurrency must be 1 to 256 (the broker's max_tasks)")
-        if lease_duration < 1:
-            raise ValueError("lease_duration is below the broker's 1 s minimum")
-        if not 0 <= poll_wait <= 60:
-            raise ValueError("poll_wait must be 0 to 60 s")
+        spec.check_worker_options(queues, concurrency, lease_duration, poll_wait)
         if isinstance(target, str):
             self._client = Client(target)
         elif isinstance(target, Client):

@@ -33,7 +33,7 @@ pub(super) async fn task_cancel_dead(pool: &PgPool, p: &CancelDeadParams) -> Sto
         )
         .push_bind(ms(p.now))
         .push(" FROM picked WHERE t.seq = picked.seq RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) ")
-        // Flow (#15): the CANCELLED events in the same statement.
+        // Flow: the CANCELLED events in the same statement.
         .push(super::events::from_updated("cancelled", &ms(p.now).to_string()));
     Ok(qb.build().execute(pool).await?.rows_affected())
 }

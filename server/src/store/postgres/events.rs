@@ -1,4 +1,4 @@
-//! Flow (#15): recording task events on Postgres, in the transaction of the
+//! Flow: recording task events on Postgres, in the transaction of the
 //! statement that makes each transition.
 //!
 //! The hot statements (insert, lease, gated lease, complete) append a

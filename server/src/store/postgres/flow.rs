@@ -1,4 +1,4 @@
-//! Flow (#15) on Postgres: inserts with dependencies, the event log, bulk
+//! Flow on Postgres: inserts with dependencies, the event log, bulk
 //! operations. Every statement that makes a transition records its event
 //! (store/postgres/events.rs). Resolving dependents and dead-letter notices
 //! happen in the row triggers of migration 0010, whose WHEN clauses let only a
@@ -337,7 +337,7 @@ pub(super) async fn cancel_many(
     now: DateTime<Utc>,
 ) -> StoreResult<BulkCancelled> {
     let mut tx = pool.begin().await?;
-    // Flow (#15): each statement records its events.
+    // Flow: each statement records its events.
     let cancelled = sqlx::query(sqlx::AssertSqlSafe(format!(
         "WITH u AS (UPDATE tasks t SET state = 'cancelled', cancel_reason = 'operator', \
            finished_at = $2, updated_at = $2 \

@@ -1,4 +1,4 @@
-//! The plain lease (issue 17): the lease statement as it was before routing, for
+//! The plain lease: the lease statement as it was before routing, for
 //! the batches routing cannot touch.
 //!
 //! Routing's lease statement (in `postgres.rs`) costs Postgres about three times the

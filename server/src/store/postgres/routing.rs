@@ -1,4 +1,4 @@
-//! Routing on Postgres (issue 13, migration 0008): the routing columns written
+//! Routing on Postgres (migration 0008): the routing columns written
 //! with a submit, the reservation a failure leaves, and the worker registry.
 //! The lease rules are predicates of the lease statement in `postgres.rs`.
 

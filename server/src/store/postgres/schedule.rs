@@ -115,7 +115,7 @@ pub(super) async fn fire(pool: &PgPool, f: &ScheduleFire) -> StoreResult<Fired> 
         return Ok(Fired::Stale);
     }
     if let Some(task) = &f.cancel_task_id {
-        // Flow (#15): each change with its event, in the same statement.
+        // Flow: each change with its event, in the same statement.
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "WITH u AS (UPDATE tasks t SET state = 'cancelled', finished_at = $1, updated_at = $1 \
              WHERE id = $2 AND state = 'pending' RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) {}",
@@ -203,7 +203,7 @@ async fn insert_task(
     now: i64,
 ) -> StoreResult<()> {
     let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
-    // Flow (#15): the SUBMITTED event in the same statement.
+    // Flow: the SUBMITTED event in the same statement.
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "WITH u AS (INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
          max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \

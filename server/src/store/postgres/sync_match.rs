@@ -1,4 +1,4 @@
-//! Sync match on Postgres (issue 17): one statement inserts a batch, the matched
+//! Sync match on Postgres: one statement inserts a batch, the matched
 //! tasks already leased, after checking in the same statement (the same snapshot)
 //! that no pending task of their queue due now would lease before them.
 //!
@@ -79,7 +79,7 @@ const INSERT_MATCHED: &str = concat!(
 
 /// [`INSERT_MATCHED`] for a batch in which no task carries a key.
 static INSERT_MATCHED_KEYLESS: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| super::keyless(INSERT_MATCHED));
+    std::sync::LazyLock::new(|| super::ops::keyless(INSERT_MATCHED));
 
 impl PostgresStore {
     pub(super) async fn sync_insert_matched(
@@ -140,7 +140,7 @@ impl PostgresStore {
         let durations: Vec<Option<i64>> = (0..tasks.len())
             .map(|i| matched(i).map(|m| duration_ms(m.lease_duration)))
             .collect();
-        let sql = super::by_keys(tasks, INSERT_MATCHED, &INSERT_MATCHED_KEYLESS);
+        let sql = super::ops::by_keys(tasks, INSERT_MATCHED, &INSERT_MATCHED_KEYLESS);
         let rows: Vec<InsertedRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(&ids)
             .bind(&queues)
@@ -255,7 +255,7 @@ impl PostgresStore {
              ev AS ({}), \
              woken AS (SELECT pg_notify($4, q) FROM (SELECT DISTINCT queue AS q FROM u) d) \
              SELECT count(*) FROM u WHERE (SELECT count(*) FROM woken) >= 0",
-            // Flow (#15): the task is READY again, its long-poll gone.
+            // Flow: the task is READY again, its long-poll gone.
             super::events::from_updated_with(
                 "requeued",
                 "$1",

@@ -6,7 +6,8 @@ use rusqlite::{Connection, ToSql, params, params_from_iter};
 
 use super::super::row::{FailureWrite, decide, ms};
 use super::super::*;
-use super::ops::{changed_event, fetch_task, placeholders, task_columns, task_row, write_failure};
+use super::columns::{task_columns, task_row};
+use super::ops::{changed_event, fetch_task, placeholders, write_failure};
 use crate::domain::event::EventKind;
 
 pub(super) fn lease_reclaim_expired(
@@ -127,7 +128,7 @@ pub(super) fn task_update(
         ms(now),
         row.seq
     ])?;
-    // Routing (issue 13): an admin change frees a reserved retry.
+    // Routing: an admin change frees a reserved retry.
     super::routing::clear_reservation(c, &row)?;
     let changed = changed_event(c, task_id, EventKind::Updated, ms(now))?;
     Ok(changed)
@@ -150,7 +151,7 @@ pub(super) fn task_requeue(
          cancel_requested = 0, finished_at = NULL, updated_at = ?1 WHERE seq = ?2",
     )?
     .execute(params![ms(now), row.seq])?;
-    // Routing (issue 13): an admin requeue frees a reserved retry.
+    // Routing: an admin requeue frees a reserved retry.
     super::routing::clear_reservation(c, &row)?;
     let changed = changed_event(c, task_id, EventKind::Requeued, ms(now))?;
     Ok(changed)

@@ -1,4 +1,4 @@
-//! Flow (#15): recording task events on SQLite.
+//! Flow: recording task events on SQLite.
 //!
 //! The operations of a write job push the events of their transitions here (the
 //! writer thread's buffer); at the end of the job, inside its savepoint,
@@ -48,7 +48,7 @@ pub(super) fn push(e: Ev<'_>) {
     });
 }
 
-/// Flow (#15): a task inserted with dependencies was submitted BLOCKED.
+/// Flow: a task inserted with dependencies was submitted BLOCKED.
 pub(super) fn submitted_blocked(task_id: &str) {
     PENDING.with(|p| {
         for e in p.borrow_mut().iter_mut() {
@@ -99,7 +99,7 @@ pub(super) fn write(c: &Connection, evs: &[Pending]) -> StoreResult<()> {
     Ok(())
 }
 
-/// The INSERT of `rows` events, built once per piece size (issue 17: not a new
+/// The INSERT of `rows` events, built once per piece size (not a new
 /// string per job just to look the prepared statement up).
 fn insert_sql_cached(rows: usize) -> &'static str {
     static SQL: std::sync::OnceLock<[String; 4]> = std::sync::OnceLock::new();

@@ -1,4 +1,4 @@
-//! Flow (#15) on SQLite: inserts with dependencies, resolving dependents, the
+//! Flow on SQLite: inserts with dependencies, resolving dependents, the
 //! event log, bulk operations.
 //!
 //! Every operation pushes the events of its transitions (store/sqlite/events.rs).

@@ -1,4 +1,4 @@
-//! The plain lease on SQLite (issue 17, per-task CPU): the candidates are read
+//! The plain lease on SQLite (less CPU per task): the candidates are read
 //! with one index-ordered SELECT per queue, merged and cut to the request (count,
 //! reply budget, one copy per distinct fan-out group) here, then each task taken
 //! is leased with a single-row UPDATE by rowid and read back by rowid.
@@ -6,7 +6,7 @@
 //! It used to be one `UPDATE ... WHERE seq IN (window functions over a UNION ALL)
 //! RETURNING ...`: ephemeral tables and a sorter per call, and RETURNING runs in a
 //! statement journal whose close inside the writer's job savepoint walks the
-//! job's sub-journal (see `admission::grant`). That statement was 40% of the
+//! job's sub-journal (see `admission_lease::grant`). That statement was 40% of the
 //! writer thread's time in per-task runs, most of it the machinery around one row.
 //! The writer is the only writer, so nothing changes the rows between the SELECT
 //! and the UPDATEs; the result is the same rows in the same order.
@@ -19,8 +19,8 @@ use rusqlite::{Connection, params};
 use super::super::flow::of_row;
 use super::super::row::{TaskRow, duration_ms, ms, sort_lease_order};
 use super::super::*;
+use super::columns::{task_columns, task_row};
 use super::events;
-use super::ops::{task_columns, task_row};
 use crate::domain::event::EventKind;
 
 /// Leases one READY task by rowid (no RETURNING: see the module docs), for the plain
@@ -56,7 +56,7 @@ fn lease_order(a: &Candidate, b: &Candidate) -> Ordering {
 }
 
 /// One queue's first candidates in lease order: ?1 worker, ?2 queue, ?3 the
-/// worker's labels (JSON), ?4 now, ?5 how many at most. Routing (issue 13):
+/// worker's labels (JSON), ?4 now, ?5 how many at most. Routing:
 /// passes over the tasks this worker may not take (`MAY_TAKE`).
 fn candidates_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
@@ -149,7 +149,7 @@ pub(super) fn lease(c: &Connection, p: &LeaseParams) -> StoreResult<Vec<TaskReco
             rows.push(read.query_row([seq], task_row)?);
         }
     }
-    // Flow (#15): the LEASED events.
+    // Flow: the LEASED events.
     for r in &rows {
         events::push(of_row(r, EventKind::Leased, now));
     }

@@ -21,21 +21,23 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use super::*;
 
 mod admin;
-// Flow (#15): dependencies, events, bulk operations (migration 0010).
+// Flow: dependencies, events, bulk operations (migration 0010).
 mod events;
 mod flow;
 // Admission (migration 0009).
 mod admission;
+mod admission_lease;
+mod columns;
 mod observe;
 mod ops;
 mod read;
 // Routing and the worker registry (migration 0008).
 mod routing;
 mod schedule;
-// Sync match (issue 17).
+// Sync match.
 mod sync_match;
 mod writer;
-// Issue 17 (per-task CPU): the plain lease without UPDATE ... RETURNING.
+// Less CPU per task: the plain lease without UPDATE ... RETURNING.
 mod lease_plain;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -336,7 +338,7 @@ impl Store for SqliteStore {
         write!(self, observe::task_cancel_dead, [p], &p)
     }
 
-    // ---- routing (issue 13): the worker registry ----
+    // ---- routing: the worker registry ----
 
     async fn worker_record_seen(&self, seen: &[WorkerSeen]) -> StoreResult<()> {
         write!(self, routing::worker_record_seen, [seen], &seen)
@@ -354,7 +356,7 @@ impl Store for SqliteStore {
         routing::worker_get(&self.reader, worker_id, now).await
     }
 
-    // ---- Flow (#15): dependencies, events, bulk operations (sqlite/flow.rs) ----
+    // ---- Flow: dependencies, events, bulk operations (sqlite/flow.rs) ----
 
     async fn task_insert_flow(
         &self,
@@ -437,7 +439,7 @@ impl Store for SqliteStore {
         .await?)
     }
 
-    /// Flow (#15): wakes long-polls for tasks unblocked (or requeued in bulk) by
+    /// Flow: wakes long-polls for tasks unblocked (or requeued in bulk) by
     /// the writer; the writer thread calls it after each commit.
     fn spawn_listener(&self, wake: Waker, _stop: tokio_util::sync::CancellationToken) {
         let writer = self.writer.clone();
@@ -454,7 +456,7 @@ impl Store for SqliteStore {
         });
     }
 
-    // Admission (#14).
+    // Admission.
     async fn queue_list(&self) -> StoreResult<Vec<StoredQueue>> {
         admission::queue_list(&self.reader).await
     }
@@ -485,7 +487,7 @@ impl Store for SqliteStore {
     }
 
     async fn task_lease_gated(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
-        write!(self, admission::task_lease_gated, [ps], &ps)
+        write!(self, admission_lease::task_lease_gated, [ps], &ps)
     }
 
     async fn queue_usage(
@@ -506,7 +508,7 @@ impl Store for SqliteStore {
         admission::task_ahead(&self.reader, task, aging_ms, now).await
     }
 
-    // Sync match (issue 17).
+    // Sync match.
 
     async fn task_insert_matched(
         &self,

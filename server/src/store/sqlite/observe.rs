@@ -114,7 +114,7 @@ pub(super) fn task_requeue_dead(
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )?
         .collect::<rusqlite::Result<_>>()?;
-    // Flow (#15): the REQUEUED events.
+    // Flow: the REQUEUED events.
     for (id, queue, attempt) in &rows {
         super::events::push(super::flow::simple(
             id,
@@ -158,7 +158,7 @@ pub(super) fn task_cancel_dead(c: &rusqlite::Connection, p: &CancelDeadParams) -
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )?
         .collect::<rusqlite::Result<_>>()?;
-    // Flow (#15): the CANCELLED events.
+    // Flow: the CANCELLED events.
     for (id, queue, attempt) in &rows {
         super::events::push(super::flow::simple(
             id,

@@ -13,70 +13,7 @@ use super::super::row::{AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, 
 use super::super::*;
 use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
 
-/// The columns `task_row` reads, in its order (by position: a name lookup per
-/// column per row costs more than the rest of reading it).
-macro_rules! task_columns {
-    () => {
-        "seq, id, queue, key, payload, priority, run_at, deadline, state, attempt, \
-         max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, max_backoff_ms, \
-         jitter, metadata, created_at, updated_at, last_error, checkpoint, result, leased_by, \
-         lease_token, lease_duration_ms, lease_expires_at, fencing_token, finished_at, \
-         cancel_requested, leased_at, leased_address, schedule_id, fire_time, \
-         target_worker, target_labels, sticky, sticky_timeout_ms, reserved_for, reserved_until, \
-         fanout_group, fanout_distinct, concurrency_key, retry_schedule"
-    };
-}
-pub(super) use task_columns;
-
-/// Reads a `tasks` row selected as `task_columns!()`.
-pub(super) fn task_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
-    Ok(TaskRow {
-        seq: r.get(0)?,
-        id: r.get(1)?,
-        queue: r.get(2)?,
-        key: r.get(3)?,
-        payload: r.get(4)?,
-        priority: r.get(5)?,
-        run_at: r.get(6)?,
-        deadline: r.get(7)?,
-        state: r.get(8)?,
-        attempt: r.get(9)?,
-        max_attempts: r.get(10)?,
-        attempts_allowed: r.get(11)?,
-        initial_backoff_ms: r.get(12)?,
-        backoff_multiplier: r.get(13)?,
-        max_backoff_ms: r.get(14)?,
-        jitter: r.get(15)?,
-        metadata: r.get(16)?,
-        created_at: r.get(17)?,
-        updated_at: r.get(18)?,
-        last_error: r.get(19)?,
-        checkpoint: r.get(20)?,
-        result: r.get(21)?,
-        leased_by: r.get(22)?,
-        lease_token: r.get(23)?,
-        lease_duration_ms: r.get(24)?,
-        lease_expires_at: r.get(25)?,
-        fencing_token: r.get(26)?,
-        finished_at: r.get(27)?,
-        cancel_requested: r.get(28)?,
-        leased_at: r.get(29)?,
-        leased_address: r.get(30)?,
-        schedule_id: r.get(31)?,
-        fire_time: r.get(32)?,
-        target_worker: r.get(33)?,
-        target_labels: r.get(34)?,
-        sticky: r.get(35)?,
-        sticky_timeout_ms: r.get(36)?,
-        reserved_for: r.get(37)?,
-        reserved_until: r.get(38)?,
-        fanout_group: r.get(39)?,
-        fanout_distinct: r.get(40)?,
-        concurrency_key: r.get(41)?,
-        // Flow (#15).
-        retry_schedule: r.get(42)?,
-    })
-}
+use super::columns::{task_columns, task_row};
 
 pub(super) fn fetch_task(c: &Connection, id: &str) -> StoreResult<Option<TaskRow>> {
     Ok(c.prepare_cached(concat!(
@@ -170,14 +107,14 @@ pub(super) fn write_failure(
         now,
         row.seq
     ])?;
-    // Flow (#15): the failure and what follows it.
+    // Flow: the failure and what follows it.
     for e in failure_events(row, write.state.as_str(), write.run_at, error, now) {
         events::push(e);
     }
     finish_attempt(c, &row.attempt_end(), outcome, Some(error), now)
 }
 
-/// The task as it is after a change, which is recorded as a `kind` event (Flow, #15).
+/// The task as it is after a change, which is recorded as a `kind` event (Flow).
 pub(super) fn changed_event(
     c: &Connection,
     id: &str,
@@ -267,7 +204,7 @@ pub(super) fn task_lease_available(
     c: &Connection,
     p: &LeaseParams,
 ) -> StoreResult<Vec<TaskRecord>> {
-    // Issue 17: candidates by SELECT, then UPDATE by rowid (lease_plain.rs).
+    // Candidates by SELECT, then UPDATE by rowid (lease_plain.rs).
     super::lease_plain::lease(c, p)
 }
 
@@ -319,7 +256,7 @@ pub(super) fn task_lease_many(
             task_lease_available(c, &p)
         })
         .collect::<StoreResult<Vec<_>>>()?;
-    // Routing (issue 13): a request that got less than its share (tasks it may
+    // Routing: a request that got less than its share (tasks it may
     // not take, or its cap) leaves tasks behind that the others may take: they
     // ask again for what they still want, in request order.
     if out
@@ -353,7 +290,7 @@ pub(super) fn lease_extend(
 ) -> StoreResult<Vec<LeaseState>> {
     let now = ms(now);
     let ext = extend_by.map(duration_ms);
-    // Issue 17: read (with the new expiry computed by SQLite), then a single-row
+    // Read (with the new expiry computed by SQLite), then a single-row
     // UPDATE by rowid without RETURNING, which would run in a statement journal
     // (see `task_complete`).
     let mut live = c.prepare_cached(
@@ -403,7 +340,7 @@ pub(super) fn task_checkpoint(
     if !live {
         return Ok(Settled::LeaseLost);
     }
-    // Issue 17: the new expiry computed by SQLite first, then a single-row UPDATE
+    // The new expiry computed by SQLite first, then a single-row UPDATE
     // by rowid without RETURNING (see `lease_extend`).
     let at: i64 = c
         .prepare_cached(
@@ -548,7 +485,7 @@ pub(super) fn task_fail(c: &Connection, p: &FailParams) -> StoreResult<Settled<F
     let outcome = AttemptOutcome::Failed;
     let leased_at = write_failure(c, &row, &write, &p.error, outcome, now)?;
     if write.state == StoredState::Pending {
-        // Routing (issue 13): a sticky retry is kept for this worker.
+        // Routing: a sticky retry is kept for this worker.
         super::routing::reserve_retry(c, &row, p)?;
     }
     Ok(Settled::Applied(FailResult {

@@ -1,4 +1,4 @@
-//! Routing on SQLite (issue 13, migration 0008): the routing columns written
+//! Routing on SQLite (migration 0008): the routing columns written
 //! with a submit, the reservation a failure leaves, the lease predicate, and the
 //! worker registry. Writes run in the writer's batch transaction.
 

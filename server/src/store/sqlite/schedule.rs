@@ -97,7 +97,7 @@ pub(super) fn schedule_fire(c: &Connection, f: &ScheduleFire) -> StoreResult<Fir
         return Ok(Fired::Stale);
     }
     if let Some(task) = &f.cancel_task_id {
-        // Flow (#15): each change with its event.
+        // Flow: each change with its event.
         use crate::domain::event::EventKind;
         let gone: Option<(String, i64)> = c
             .prepare_cached(

@@ -1,4 +1,4 @@
-//! Sync match on SQLite (issue 17), run as one writer job: the check (no pending
+//! Sync match on SQLite, run as one writer job: the check (no pending
 //! task of the queue due now would lease first) and the inserts share the
 //! writer's transaction, and the one writer serialises every other write, so
 //! nothing can come between them.
@@ -61,7 +61,7 @@ pub(super) fn task_insert_matched(
             continue;
         };
         let expires = lease_expiry(t, m, now);
-        // Issue 17: no RETURNING (it would run in a statement journal, see
+        // No RETURNING (it would run in a statement journal, see
         // `ops::task_complete`): the rowid of the insert, then its token by rowid.
         let n = c
             .prepare_cached(
@@ -120,7 +120,7 @@ pub(super) fn task_insert_matched(
             });
             continue;
         };
-        // Flow (#15): SUBMITTED and LEASED, as an insert and a lease would record.
+        // Flow: SUBMITTED and LEASED, as an insert and a lease would record.
         for (kind, state, attempt, worker) in [
             (
                 EventKind::Submitted,
@@ -178,7 +178,7 @@ pub(super) fn lease_release(
             continue;
         };
         released += 1;
-        // Flow (#15): the task is READY again, its long-poll gone.
+        // Flow: the task is READY again, its long-poll gone.
         events::push(Ev {
             task_id: &l.task_id,
             queue: &queue,

@@ -64,7 +64,7 @@ where
     F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
 {
     fn run(self: Box<Self>, c: &Connection) -> (bool, Box<dyn Reply>) {
-        // Flow (#15): the job's events are written, and dependents of tasks it
+        // Flow: the job's events are written, and dependents of tasks it
         // finished told, in its savepoint; a failed job's events go with it (and
         // none left by a job that panicked can reach this one).
         super::events::discard();
@@ -169,7 +169,7 @@ fn run(
         }
         tracing::trace!(jobs = batch.len(), "write batch");
         if batch.len() == 1 {
-            // Issue 17: a lone job needs no savepoint (its failure rolls back the
+            // A lone job needs no savepoint (its failure rolls back the
             // whole transaction, which holds nothing else), so the pages it
             // changes are not copied to a sub-journal first.
             if let Some(job) = batch.pop() {
@@ -221,7 +221,7 @@ fn run(
         for r in replies.drain(..) {
             r.send(result.as_ref().map(|_| ()));
         }
-        // Flow (#15): wake the queues whose tasks the batch unblocked.
+        // Flow: wake the queues whose tasks the batch unblocked.
         super::flow::after_commit();
         // Full means a checkpoint is due already.
         let _ = committed.try_send(());
@@ -271,7 +271,7 @@ mod tests {
         Ok(c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?)
     }
 
-    /// A batch of one job runs without a savepoint (issue 17): its failure or
+    /// A batch of one job runs without a savepoint: its failure or
     /// panic must still leave nothing behind, answer its caller, and keep the
     /// writer usable.
     #[tokio::test]

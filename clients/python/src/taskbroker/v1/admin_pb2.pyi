@@ -140,13 +140,13 @@ class Task(_message.Message):
     reserved_for: _builtins.str
     """The worker a retry is reserved for now (sticky), if any."""
     concurrency_key: _builtins.str
-    """Admission (#14): the task's concurrency key, empty when it has none."""
+    """Admission: the task's concurrency key, empty when it has none."""
     dependencies_remaining: _builtins.int
-    """Flow (#15): how many of them have not finished yet (BLOCKED while above 0)."""
+    """Flow: how many of them have not finished yet (BLOCKED while above 0)."""
     run_if_dependency_fails: _builtins.bool
-    """Flow (#15): TaskSpec.run_if_dependency_fails."""
+    """Flow: TaskSpec.run_if_dependency_fails."""
     cancel_reason: _event_pb2.CancelReason.ValueType
-    """Flow (#15): why the task was cancelled (when CANCELLED)."""
+    """Flow: why the task was cancelled (when CANCELLED)."""
     @_builtins.property
     def run_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -171,13 +171,13 @@ class Task(_message.Message):
 
     @_builtins.property
     def target(self) -> _broker_pb2.Target:
-        """Routing (issue 13): who may lease the task, as submitted."""
+        """Routing: who may lease the task, as submitted."""
 
     @_builtins.property
     def sticky(self) -> _broker_pb2.StickyPolicy: ...
     @_builtins.property
     def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Flow (#15): the tasks this one waits for (TaskSpec.depends_on, indexes resolved)."""
+        """Flow: the tasks this one waits for (TaskSpec.depends_on, indexes resolved)."""
 
     def __init__(
         self,

@@ -178,7 +178,7 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListWorkers(self, request, context):
-        """---- Routing (issue 13): the worker registry (messages in worker.proto) ----
+        """---- Routing: the worker registry (messages in worker.proto) ----
         Workers seen within the broker's worker_ttl by any replica, by worker id, paged.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -193,7 +193,7 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetQueue(self, request, context):
-        """Admission (#14): live queue settings and why a task is not running.
+        """Admission: live queue settings and why a task is not running.
         The live settings of one queue (the broker's defaults when it has none stored).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -222,7 +222,7 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListTaskEvents(self, request, context):
-        """Flow (#15): events, watch, bulk operations (messages in event.proto).
+        """Flow: events, watch, bulk operations (messages in event.proto).
         Every recorded event of one task, oldest first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -50,13 +50,13 @@ class AdminServiceStub:
     GetQueueStats: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetQueueStatsRequest, _admin_pb2.GetQueueStatsResponse]
     """Counts per state and recent throughput, per queue."""
     ListWorkers: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ListWorkersRequest, _worker_pb2.ListWorkersResponse]
-    """---- Routing (issue 13): the worker registry (messages in worker.proto) ----
+    """---- Routing: the worker registry (messages in worker.proto) ----
     Workers seen within the broker's worker_ttl by any replica, by worker id, paged.
     """
     GetWorker: _grpc.UnaryUnaryMultiCallable[_worker_pb2.GetWorkerRequest, _worker_pb2.GetWorkerResponse]
     """One worker with its current leases."""
     GetQueue: _grpc.UnaryUnaryMultiCallable[_queue_pb2.GetQueueRequest, _queue_pb2.GetQueueResponse]
-    """Admission (#14): live queue settings and why a task is not running.
+    """Admission: live queue settings and why a task is not running.
     The live settings of one queue (the broker's defaults when it has none stored).
     """
     ListQueues: _grpc.UnaryUnaryMultiCallable[_queue_pb2.ListQueuesRequest, _queue_pb2.ListQueuesResponse]
@@ -66,7 +66,7 @@ class AdminServiceStub:
     ExplainTask: _grpc.UnaryUnaryMultiCallable[_queue_pb2.ExplainTaskRequest, _queue_pb2.ExplainTaskResponse]
     """Every gate that holds a task that is not running."""
     ListTaskEvents: _grpc.UnaryUnaryMultiCallable[_event_pb2.ListTaskEventsRequest, _event_pb2.ListTaskEventsResponse]
-    """Flow (#15): events, watch, bulk operations (messages in event.proto).
+    """Flow: events, watch, bulk operations (messages in event.proto).
     Every recorded event of one task, oldest first.
     """
     WatchTasks: _grpc.UnaryStreamMultiCallable[_event_pb2.WatchTasksRequest, _event_pb2.WatchTasksResponse]
@@ -95,13 +95,13 @@ class AdminServiceAsyncStub(AdminServiceStub):
     GetQueueStats: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetQueueStatsRequest, _admin_pb2.GetQueueStatsResponse]  # type: ignore[assignment]
     """Counts per state and recent throughput, per queue."""
     ListWorkers: _aio.UnaryUnaryMultiCallable[_worker_pb2.ListWorkersRequest, _worker_pb2.ListWorkersResponse]  # type: ignore[assignment]
-    """---- Routing (issue 13): the worker registry (messages in worker.proto) ----
+    """---- Routing: the worker registry (messages in worker.proto) ----
     Workers seen within the broker's worker_ttl by any replica, by worker id, paged.
     """
     GetWorker: _aio.UnaryUnaryMultiCallable[_worker_pb2.GetWorkerRequest, _worker_pb2.GetWorkerResponse]  # type: ignore[assignment]
     """One worker with its current leases."""
     GetQueue: _aio.UnaryUnaryMultiCallable[_queue_pb2.GetQueueRequest, _queue_pb2.GetQueueResponse]  # type: ignore[assignment]
-    """Admission (#14): live queue settings and why a task is not running.
+    """Admission: live queue settings and why a task is not running.
     The live settings of one queue (the broker's defaults when it has none stored).
     """
     ListQueues: _aio.UnaryUnaryMultiCallable[_queue_pb2.ListQueuesRequest, _queue_pb2.ListQueuesResponse]  # type: ignore[assignment]
@@ -111,7 +111,7 @@ class AdminServiceAsyncStub(AdminServiceStub):
     ExplainTask: _aio.UnaryUnaryMultiCallable[_queue_pb2.ExplainTaskRequest, _queue_pb2.ExplainTaskResponse]  # type: ignore[assignment]
     """Every gate that holds a task that is not running."""
     ListTaskEvents: _aio.UnaryUnaryMultiCallable[_event_pb2.ListTaskEventsRequest, _event_pb2.ListTaskEventsResponse]  # type: ignore[assignment]
-    """Flow (#15): events, watch, bulk operations (messages in event.proto).
+    """Flow: events, watch, bulk operations (messages in event.proto).
     Every recorded event of one task, oldest first.
     """
     WatchTasks: _aio.UnaryStreamMultiCallable[_event_pb2.WatchTasksRequest, _event_pb2.WatchTasksResponse]  # type: ignore[assignment]
@@ -185,7 +185,7 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _worker_pb2.ListWorkersRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_worker_pb2.ListWorkersResponse, _abc.Awaitable[_worker_pb2.ListWorkersResponse]]:
-        """---- Routing (issue 13): the worker registry (messages in worker.proto) ----
+        """---- Routing: the worker registry (messages in worker.proto) ----
         Workers seen within the broker's worker_ttl by any replica, by worker id, paged.
         """
 
@@ -203,7 +203,7 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _queue_pb2.GetQueueRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_queue_pb2.GetQueueResponse, _abc.Awaitable[_queue_pb2.GetQueueResponse]]:
-        """Admission (#14): live queue settings and why a task is not running.
+        """Admission: live queue settings and why a task is not running.
         The live settings of one queue (the broker's defaults when it has none stored).
         """
 
@@ -237,7 +237,7 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _event_pb2.ListTaskEventsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_event_pb2.ListTaskEventsResponse, _abc.Awaitable[_event_pb2.ListTaskEventsResponse]]:
-        """Flow (#15): events, watch, bulk operations (messages in event.proto).
+        """Flow: events, watch, bulk operations (messages in event.proto).
         Every recorded event of one task, oldest first.
         """
 

@@ -220,12 +220,12 @@ class TaskSpec(_message.Message):
     priority: _builtins.int
     """Higher leases first. Default 0."""
     concurrency_key: _builtins.str
-    """Admission (#14): [A-Za-z0-9._:@/-]{0,256}. Tasks of a queue with the same key
+    """Admission: [A-Za-z0-9._:@/-]{0,256}. Tasks of a queue with the same key
     count together against the queue's max_concurrent_per_key and
     per_key_rate_limit, and take turns under FAIRNESS_ROUND_ROBIN_KEYS.
     """
     run_if_dependency_fails: _builtins.bool
-    """Flow (#15): run even when a dependency ends DEAD or CANCELLED (it then counts
+    """Flow: run even when a dependency ends DEAD or CANCELLED (it then counts
     as finished); otherwise this task is CANCELLED with reason DEPENDENCY_FAILED.
     """
     @_builtins.property
@@ -246,7 +246,7 @@ class TaskSpec(_message.Message):
 
     @_builtins.property
     def target(self) -> Global___Target:
-        """Routing (issue 13). Only a worker with this id, or whose lease labels include
+        """Routing. Only a worker with this id, or whose lease labels include
         every pair, may lease the task. No matching worker is not an error: the task waits.
         """
 
@@ -260,11 +260,11 @@ class TaskSpec(_message.Message):
 
     @_builtins.property
     def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Flow (#15): this task stays BLOCKED until these tasks (ids) have SUCCEEDED."""
+        """Flow: this task stays BLOCKED until these tasks (ids) have SUCCEEDED."""
 
     @_builtins.property
     def depends_on_index(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """Flow (#15): as depends_on, naming earlier tasks of the same Submit by index."""
+        """Flow: as depends_on, naming earlier tasks of the same Submit by index."""
 
     def __init__(
         self,
@@ -500,7 +500,7 @@ class LeasedTask(_message.Message):
     fanout_group: _builtins.str
     """The fan-out group (the first copy's id) when the task is one of several copies."""
     concurrency_key: _builtins.str
-    """Admission (#14): the task's concurrency key, empty when it has none."""
+    """Admission: the task's concurrency key, empty when it has none."""
     @_builtins.property
     def deadline(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -735,7 +735,7 @@ class CompleteRequest(_message.Message):
     """Limited in size (default 1 MiB); readable through AdminService.GetTask."""
     @_builtins.property
     def lease_next(self) -> Global___LeaseRequest:
-        """Lease the next tasks in the same call, after the completion is committed (issue 17),
+        """Lease the next tasks in the same call, after the completion is committed,
         so a one-at-a-time worker makes two calls per task instead of three. Validated with
         the completion, as a LeaseRequest is (fields named `lease_next.<field>`); answered
         in CompleteResponse.next_tasks, with no tasks when none is ready (after waiting up
@@ -790,7 +790,7 @@ class CompleteManyRequest(_message.Message):
     def completions(self) -> _containers.RepeatedCompositeFieldContainer[Global___CompleteRequest]: ...
     @_builtins.property
     def lease_next(self) -> Global___LeaseRequest:
-        """Lease the next tasks after the completions are committed (issue 17), as
+        """Lease the next tasks after the completions are committed, as
         CompleteRequest.lease_next does; answered in CompleteManyResponse.next_tasks.
         """
 
@@ -884,7 +884,7 @@ class FailRequest(_message.Message):
 
     @_builtins.property
     def lease_next(self) -> Global___LeaseRequest:
-        """Lease the next tasks in the same call, after the failure is committed (issue 17),
+        """Lease the next tasks in the same call, after the failure is committed,
         as CompleteRequest.lease_next does; answered in FailResponse.next_tasks.
         """
 
@@ -941,7 +941,7 @@ Global___FailResponse: _TypeAlias = FailResponse  # noqa: Y015
 
 @_typing.final
 class Target(_message.Message):
-    """---- Routing (issue 13) ----
+    """---- Routing ----
 
     Which workers may lease a task. Both parts must match when both are set.
     """

@@ -166,7 +166,7 @@ export type Task = Message<"taskbroker.v1.Task"> & {
   fireTime?: Timestamp | undefined;
 
   /**
-   * Routing (issue 13): who may lease the task, as submitted.
+   * Routing: who may lease the task, as submitted.
    *
    * @generated from field: taskbroker.v1.Target target = 26;
    */
@@ -192,35 +192,35 @@ export type Task = Message<"taskbroker.v1.Task"> & {
   reservedFor: string;
 
   /**
-   * Admission (#14): the task's concurrency key, empty when it has none.
+   * Admission: the task's concurrency key, empty when it has none.
    *
    * @generated from field: string concurrency_key = 30;
    */
   concurrencyKey: string;
 
   /**
-   * Flow (#15): the tasks this one waits for (TaskSpec.depends_on, indexes resolved).
+   * Flow: the tasks this one waits for (TaskSpec.depends_on, indexes resolved).
    *
    * @generated from field: repeated string depends_on = 34;
    */
   dependsOn: string[];
 
   /**
-   * Flow (#15): how many of them have not finished yet (BLOCKED while above 0).
+   * Flow: how many of them have not finished yet (BLOCKED while above 0).
    *
    * @generated from field: uint32 dependencies_remaining = 35;
    */
   dependenciesRemaining: number;
 
   /**
-   * Flow (#15): TaskSpec.run_if_dependency_fails.
+   * Flow: TaskSpec.run_if_dependency_fails.
    *
    * @generated from field: bool run_if_dependency_fails = 36;
    */
   runIfDependencyFails: boolean;
 
   /**
-   * Flow (#15): why the task was cancelled (when CANCELLED).
+   * Flow: why the task was cancelled (when CANCELLED).
    *
    * @generated from field: taskbroker.v1.CancelReason cancel_reason = 37;
    */
@@ -823,7 +823,7 @@ export const AdminService: GenService<{
     output: typeof GetQueueStatsResponseSchema;
   },
   /**
-   * ---- Routing (issue 13): the worker registry (messages in worker.proto) ----
+   * ---- Routing: the worker registry (messages in worker.proto) ----
    * Workers seen within the broker's worker_ttl by any replica, by worker id, paged.
    *
    * @generated from rpc taskbroker.v1.AdminService.ListWorkers
@@ -844,7 +844,7 @@ export const AdminService: GenService<{
     output: typeof GetWorkerResponseSchema;
   },
   /**
-   * Admission (#14): live queue settings and why a task is not running.
+   * Admission: live queue settings and why a task is not running.
    * The live settings of one queue (the broker's defaults when it has none stored).
    *
    * @generated from rpc taskbroker.v1.AdminService.GetQueue
@@ -885,7 +885,7 @@ export const AdminService: GenService<{
     output: typeof ExplainTaskResponseSchema;
   },
   /**
-   * Flow (#15): events, watch, bulk operations (messages in event.proto).
+   * Flow: events, watch, bulk operations (messages in event.proto).
    * Every recorded event of one task, oldest first.
    *
    * @generated from rpc taskbroker.v1.AdminService.ListTaskEvents

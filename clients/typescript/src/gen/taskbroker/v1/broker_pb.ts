@@ -141,7 +141,7 @@ export type TaskSpec = Message<"taskbroker.v1.TaskSpec"> & {
   metadata: { [key: string]: string };
 
   /**
-   * Routing (issue 13). Only a worker with this id, or whose lease labels include
+   * Routing. Only a worker with this id, or whose lease labels include
    * every pair, may lease the task. No matching worker is not an error: the task waits.
    *
    * @generated from field: taskbroker.v1.Target target = 9;
@@ -163,7 +163,7 @@ export type TaskSpec = Message<"taskbroker.v1.TaskSpec"> & {
   fanout?: Fanout | undefined;
 
   /**
-   * Admission (#14): [A-Za-z0-9._:@/-]{0,256}. Tasks of a queue with the same key
+   * Admission: [A-Za-z0-9._:@/-]{0,256}. Tasks of a queue with the same key
    * count together against the queue's max_concurrent_per_key and
    * per_key_rate_limit, and take turns under FAIRNESS_ROUND_ROBIN_KEYS.
    *
@@ -172,21 +172,21 @@ export type TaskSpec = Message<"taskbroker.v1.TaskSpec"> & {
   concurrencyKey: string;
 
   /**
-   * Flow (#15): this task stays BLOCKED until these tasks (ids) have SUCCEEDED.
+   * Flow: this task stays BLOCKED until these tasks (ids) have SUCCEEDED.
    *
    * @generated from field: repeated string depends_on = 13;
    */
   dependsOn: string[];
 
   /**
-   * Flow (#15): as depends_on, naming earlier tasks of the same Submit by index.
+   * Flow: as depends_on, naming earlier tasks of the same Submit by index.
    *
    * @generated from field: repeated uint32 depends_on_index = 14;
    */
   dependsOnIndex: number[];
 
   /**
-   * Flow (#15): run even when a dependency ends DEAD or CANCELLED (it then counts
+   * Flow: run even when a dependency ends DEAD or CANCELLED (it then counts
    * as finished); otherwise this task is CANCELLED with reason DEPENDENCY_FAILED.
    *
    * @generated from field: bool run_if_dependency_fails = 15;
@@ -427,7 +427,7 @@ export type LeasedTask = Message<"taskbroker.v1.LeasedTask"> & {
   fanoutGroup: string;
 
   /**
-   * Admission (#14): the task's concurrency key, empty when it has none.
+   * Admission: the task's concurrency key, empty when it has none.
    *
    * @generated from field: string concurrency_key = 20;
    */
@@ -646,7 +646,7 @@ export type CompleteRequest = Message<"taskbroker.v1.CompleteRequest"> & {
   result: Uint8Array;
 
   /**
-   * Lease the next tasks in the same call, after the completion is committed (issue 17),
+   * Lease the next tasks in the same call, after the completion is committed,
    * so a one-at-a-time worker makes two calls per task instead of three. Validated with
    * the completion, as a LeaseRequest is (fields named `lease_next.<field>`); answered
    * in CompleteResponse.next_tasks, with no tasks when none is ready (after waiting up
@@ -693,7 +693,7 @@ export type CompleteManyRequest = Message<"taskbroker.v1.CompleteManyRequest"> &
   completions: CompleteRequest[];
 
   /**
-   * Lease the next tasks after the completions are committed (issue 17), as
+   * Lease the next tasks after the completions are committed, as
    * CompleteRequest.lease_next does; answered in CompleteManyResponse.next_tasks.
    *
    * @generated from field: taskbroker.v1.LeaseRequest lease_next = 2;
@@ -798,7 +798,7 @@ export type FailRequest = Message<"taskbroker.v1.FailRequest"> & {
   preferSameWorker: boolean;
 
   /**
-   * Lease the next tasks in the same call, after the failure is committed (issue 17),
+   * Lease the next tasks in the same call, after the failure is committed,
    * as CompleteRequest.lease_next does; answered in FailResponse.next_tasks.
    *
    * @generated from field: taskbroker.v1.LeaseRequest lease_next = 7;

@@ -1,4 +1,4 @@
-// Flow (#15): the event log of every task transition, the watch stream over it, and
+// Flow: the event log of every task transition, the watch stream over it, and
 // bulk operations by filter. Served by AdminService (admin.proto).
 //
 // Field and message names are fixed: generated clients in several languages and

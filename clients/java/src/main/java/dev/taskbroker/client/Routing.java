@@ -8,7 +8,7 @@ import java.time.Duration;
 import java.util.Map;
 
 /**
- * Routing (issue 13): the TaskSpec fields that say who may lease a task ({@link Target}), how
+ * Routing: the TaskSpec fields that say who may lease a task ({@link Target}), how
  * its retries stay on one worker ({@link StickyPolicy}) and how many copies Submit makes
  * ({@link Fanout}). Workers say what they are with {@link Worker.Builder#label}.
  *

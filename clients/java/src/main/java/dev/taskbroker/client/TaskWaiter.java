@@ -24,7 +24,7 @@ import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 
 /**
- * Waiting for tasks to finish (Flow, #15), behind {@link Taskbroker#waitFor} and friends: the
+ * Waiting for tasks to finish (Flow), behind {@link Taskbroker#waitFor} and friends: the
  * tasks are followed on AdminService.WatchTasks instead of polled.
  *
  * <p>The watch is opened first and its response headers awaited (from then on every matching

@@ -227,7 +227,7 @@ public final class Taskbroker implements AutoCloseable {
 
   /**
    * Blocks until the task is SUCCEEDED, DEAD or CANCELLED and returns it (state, result,
-   * last_error), following it on AdminService.WatchTasks rather than polling (Flow, #15). Throws
+   * last_error), following it on AdminService.WatchTasks rather than polling (Flow). Throws
    * {@link WaitTimeoutException} after {@code timeout} (null: no limit); the task carries on.
    */
   public dev.taskbroker.v1.Task waitFor(String taskId, java.time.Duration timeout)

@@ -650,8 +650,8 @@ public final class Worker implements AutoCloseable {
     }
 
     /**
-     * Whether each Complete or Fail also leases the next task for the slot it frees (lease_next,
-     * issue 17): two calls per task instead of three. Default true.
+     * Whether each Complete or Fail also leases the next task for the slot it frees (lease_next):
+     * two calls per task instead of three. Default true.
      */
     public Builder leaseNext(boolean leaseNext) {
       this.leaseNext = leaseNext;

@@ -22,7 +22,7 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
 /**
- * lease_next (issue 17) against the live broker at $TASKBROKER_ADDR (scripts/conformance.sh java
+ * lease_next against the live broker at $TASKBROKER_ADDR (scripts/conformance.sh java
  * starts one; skipped without it): each settle brings the freed slot's next task.
  */
 class LeaseNextTest {

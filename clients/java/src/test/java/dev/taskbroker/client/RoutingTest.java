@@ -16,7 +16,7 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
-/** Routing (issue 13): worker labels on every Lease, prefer_same_worker on Fail, the builders. */
+/** Routing: worker labels on every Lease, prefer_same_worker on Fail, the builders. */
 class RoutingTest {
   private FakeBroker fake;
 

@@ -39,7 +39,7 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
 /**
- * Flow (issue 15): {@link Taskbroker#waitFor} follows WatchTasks, against an in-process fake
+ * Flow: {@link Taskbroker#waitFor} follows WatchTasks, against an in-process fake
  * AdminService that, like the broker, sends a watch's headers before any event, and drops a
  * stream to show the reconnect with after_event_id. Also the dependency fields on submitAll.
  */

@@ -20,7 +20,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 
 /**
- * The flow cases of SCENARIO.md (issue 15): {@code dependency} on the broker stub (through
+ * The flow cases of SCENARIO.md: {@code dependency} on the broker stub (through
  * {@link Taskbroker#submitAll}), and {@code wait_by_stream} with {@link Taskbroker#waitFor},
  * which follows AdminService.WatchTasks.
  */

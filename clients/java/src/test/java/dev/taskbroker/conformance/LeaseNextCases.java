@@ -19,7 +19,7 @@ import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 
-/** The {@code lease_next} case of SCENARIO.md (issue 17): a settle carries the next lease. */
+/** The {@code lease_next} case of SCENARIO.md: a settle carries the next lease. */
 final class LeaseNextCases {
   private static final String WORKER_ID = "conf-java";
 

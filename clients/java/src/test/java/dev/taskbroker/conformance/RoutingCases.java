@@ -19,7 +19,7 @@ import java.util.Map;
 import java.util.concurrent.TimeUnit;
 
 /**
- * The routing cases of SCENARIO.md (issue 13): {@code targeted_task} and {@code sticky_retry},
+ * The routing cases of SCENARIO.md: {@code targeted_task} and {@code sticky_retry},
  * on the broker stub with the {@link Routing} builders.
  */
 final class RoutingCases {

@@ -1,5 +1,7 @@
-//! Defects found while building the hardening tests (issue 11), each with a test
-//! that failed while the defect was there (now fixed).
+//! A report that loses its lease (LEASE_LOST) ends its transaction before it
+//! answers, so the row lock it took never hides a ready task from a lease on
+//! another connection or replica. The test failed while the lock outlived the
+//! answer.
 
 mod common;
 

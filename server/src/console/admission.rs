@@ -2,7 +2,7 @@
 //! fairness, aging, retry and lease defaults), read through the service
 //! (`Broker::get_queue`, the in-memory snapshot every replica keeps fresh), and
 //! one queue's page with its settings in full, pause/resume (in
-//! `queue_actions`, confirmed first) and the form that edits its main limits.
+//! `admission_actions`, confirmed first) and the form that edits its main limits.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,8 +12,8 @@ use axum::extract::{Path, Query, State};
 use maud::{Markup, html};
 use serde::Deserialize;
 
+use super::admission_form::QueueForm;
 use super::layout::{self, count, csrf, duration, href};
-use super::queue_form::QueueForm;
 use super::{Console, PageError, Viewer};
 use crate::domain::admission::{Fairness, RateLimit};
 use crate::service::QueueView;

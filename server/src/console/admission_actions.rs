@@ -12,20 +12,12 @@ use axum::{Extension, Form};
 use maud::{Markup, html};
 
 use super::actions::Confirmed;
-use super::layout::{self, csrf, href};
-use super::queue_form::QueueForm;
-use super::queues::{queue_href, queue_page};
+use super::admission::{queue_href, queue_page};
+use super::admission_form::QueueForm;
+use super::layout::{self, Ask, confirm_form, confirm_handler, href};
 use super::{Console, PageError, Viewer};
 use crate::domain::admission::QueueConfig;
 use crate::service::ServiceError;
-
-struct Ask {
-    action: &'static str,
-    question: &'static str,
-    button: &'static str,
-    explain: &'static str,
-    danger: bool,
-}
 
 const PAUSE: Ask = Ask {
     action: "pause",
@@ -61,12 +53,7 @@ async fn confirm(
             p { "It is " (if paused { "paused" } else { "active" }) " already." }
         }
         p { (ask.explain) }
-        form.confirm method="post" action={ (base) "/" (ask.action) } {
-            (csrf(viewer))
-            button type="submit" class=[ask.danger.then_some("danger")] { (ask.button) }
-            " "
-            a href=(base) { "Cancel, go back" }
-        }
+        (confirm_form(viewer, &base, ask.action, ask.button, ask.danger))
     };
     Ok(layout::page(ask.question, "/queues", Some(viewer), body))
 }
@@ -84,13 +71,7 @@ async fn set_paused(console: &Console, name: &str, paused: bool) -> Result<Respo
     Ok(Redirect::to(&format!("{}?done={done}", queue_href(&q.name))).into_response())
 }
 
-pub async fn confirm_pause(
-    State(console): State<Arc<Console>>,
-    Extension(viewer): Extension<Viewer>,
-    Path(name): Path<String>,
-) -> Result<Markup, PageError> {
-    confirm(&console, &viewer, &name, &PAUSE).await
-}
+confirm_handler!(confirm_pause, PAUSE);
 
 pub async fn pause(
     State(console): State<Arc<Console>>,
@@ -100,13 +81,7 @@ pub async fn pause(
     set_paused(&console, &name, true).await
 }
 
-pub async fn confirm_resume(
-    State(console): State<Arc<Console>>,
-    Extension(viewer): Extension<Viewer>,
-    Path(name): Path<String>,
-) -> Result<Markup, PageError> {
-    confirm(&console, &viewer, &name, &RESUME).await
-}
+confirm_handler!(confirm_resume, RESUME);
 
 pub async fn resume(
     State(console): State<Arc<Console>>,

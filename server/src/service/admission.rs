@@ -1,4 +1,4 @@
-//! Admission (#14): live queue settings and Explain.
+//! Admission: live queue settings and Explain.
 //!
 //! Every queue's settings are stored in the database (`queues`), seeded from the
 //! configuration's `[queues.X]` tables, and held in memory as a snapshot that
@@ -22,7 +22,7 @@ use crate::domain::validate::{self, Invalid};
 use crate::domain::{RetryPolicy, StoredState};
 use crate::store::{StoreResult, StoredQueue};
 
-/// Flow (#15): ExplainTask names at most this many unfinished dependencies.
+/// Flow: ExplainTask names at most this many unfinished dependencies.
 const EXPLAIN_DEPENDENCIES: u32 = 100;
 
 /// How often every replica reloads the stored settings.
@@ -122,7 +122,7 @@ impl Settings {
         c.min_lease_ms = differs(qs.min_lease, l.min_lease);
         c.max_lease_ms = differs(qs.max_lease, l.max_lease);
         c.retention_ms = differs(qs.retention, self.retention);
-        // Routing (issue 13): the cap of `[queues.X] max_leases_per_worker`.
+        // Routing: the cap of `[queues.X] max_leases_per_worker`.
         if c.max_leases_per_worker == 0 {
             c.max_leases_per_worker = qs.max_leases_per_worker;
         }
@@ -469,7 +469,7 @@ impl Broker {
         )))
     }
 
-    /// Routing (issue 13) for Explain: the reservation that holds a retry, and
+    /// Routing for Explain: the reservation that holds a retry, and
     /// the target no live worker of the queue (seen within `worker_ttl`) matches.
     #[allow(clippy::type_complexity)]
     async fn routing_gates(
@@ -532,7 +532,7 @@ impl Broker {
         let task = self.get_task(task_id).await?;
         let now = self.clock.now();
         let state = crate::domain::TaskState::of(task.state, task.run_at, now);
-        // Flow (#15): a BLOCKED task names the dependencies it waits for.
+        // Flow: a BLOCKED task names the dependencies it waits for.
         let blocked = match task.state {
             StoredState::Pending => None,
             StoredState::Blocked => {

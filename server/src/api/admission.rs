@@ -1,4 +1,4 @@
-//! Admission (#14): the AdminService calls on live queue settings
+//! Admission: the AdminService calls on live queue settings
 //! (GetQueue, ListQueues, UpdateQueue) and ExplainTask, and their conversions.
 
 use std::time::Duration;

@@ -1,0 +1,299 @@
+//! The types the `Store` trait takes and returns: tasks to insert and as stored,
+//! the parameters of leases and reports and what they did, list filters, admin
+//! changes, attempts, queue counts, pool and listener stats.
+
+use super::*;
+
+/// A task to insert. The id is chosen by the caller (UUIDv7).
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub id: String,
+    pub queue: String,
+    pub key: Option<String>,
+    pub payload: Vec<u8>,
+    pub priority: i32,
+    pub run_at: DateTime<Utc>,
+    pub deadline: Option<DateTime<Utc>>,
+    pub retry: RetryPolicy,
+    pub metadata: BTreeMap<String, String>,
+    /// Target, sticky policy and fan-out group (routing).
+    pub routing: crate::domain::routing::TaskRouting,
+    /// Admission: counts against the queue's per-key limits.
+    pub concurrency_key: Option<String>,
+}
+
+/// One inserted (or deduplicated) task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inserted {
+    pub task_id: String,
+    pub deduplicated: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct LeaseParams {
+    pub queues: Vec<String>,
+    pub max_tasks: u32,
+    /// Reply size budget: tasks are taken in lease order while their bytes stay
+    /// within it, and the first always; see [`LEASE_REPLY_TASK_BYTES`].
+    pub max_reply_bytes: u64,
+    pub worker_id: String,
+    pub worker_address: String,
+    pub lease_duration: Duration,
+    pub now: DateTime<Utc>,
+    /// The worker's labels and the queues' per-worker caps (routing).
+    pub routing: LeaseRouting,
+}
+
+/// What each task adds to a Lease reply besides its payload, checkpoint and
+/// metadata (ids, token, queue, key, timestamps, framing), counted generously.
+pub const LEASE_REPLY_TASK_BYTES: i64 = 512;
+
+/// The order in which requests served together receive tasks: one slot per task
+/// asked for, slot k of every request (in request order) before slot k + 1 of
+/// any. The n-th ready task in lease order goes to the request of the n-th slot.
+pub fn lease_slots(wanted: &[u32]) -> Vec<usize> {
+    let rounds = wanted.iter().copied().max().unwrap_or(0);
+    (0..rounds)
+        .flat_map(|k| (0..wanted.len()).filter(move |&i| wanted[i] > k))
+        .collect()
+}
+
+/// How many of `available` ready tasks each request gets when requests asking for
+/// `wanted` tasks are served together (see [`lease_slots`]).
+pub fn lease_shares(wanted: &[u32], available: usize) -> Vec<u32> {
+    let mut shares = vec![0u32; wanted.len()];
+    for i in lease_slots(wanted).into_iter().take(available) {
+        shares[i] += 1;
+    }
+    shares
+}
+
+/// Names one lease.
+#[derive(Debug, Clone)]
+pub struct LeaseRef {
+    pub task_id: String,
+    pub lease_token: String,
+}
+
+/// The state of one lease after an extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseState {
+    Lost,
+    Live {
+        lease_expires_at: DateTime<Utc>,
+        cancel_requested: bool,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct CheckpointParams {
+    pub task_id: String,
+    pub lease_token: String,
+    pub checkpoint: Vec<u8>,
+    pub extend_by: Option<Duration>,
+    pub now: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CompleteParams {
+    pub task_id: String,
+    pub lease_token: String,
+    pub result: Vec<u8>,
+    pub now: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FailParams {
+    pub task_id: String,
+    pub lease_token: String,
+    pub error: String,
+    pub non_retryable: bool,
+    pub retry_after: Option<Duration>,
+    pub now: DateTime<Utc>,
+    /// Random sample in [0, 1) for the backoff jitter.
+    pub jitter_unit: f64,
+    /// Reserve the retry for the worker that failed it (routing).
+    pub prefer_same_worker: bool,
+}
+
+/// The task's state after a Fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailResult {
+    pub queue: String,
+    pub state: TaskState,
+    pub next_run_at: Option<DateTime<Utc>>,
+    /// When the failed attempt was leased (for run-time metrics).
+    pub leased_at: Option<DateTime<Utc>>,
+}
+
+/// A completed task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completed {
+    pub queue: String,
+    /// When the attempt was leased (for run-time metrics).
+    pub leased_at: Option<DateTime<Utc>>,
+}
+
+/// Which queues a purge covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PurgeScope {
+    Only(String),
+    AllExcept(Vec<String>),
+}
+
+/// Connection pool usage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    pub size: u32,
+    pub idle: usize,
+}
+
+/// Wake-up notifications a store's listener received: Postgres only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NotificationStats {
+    /// Notifications received on the wake-up channel.
+    pub received: u64,
+    /// Of those, the ones this store sent itself, whose waiters its broker had
+    /// woken already: not acted on again.
+    pub own_skipped: u64,
+}
+
+/// What a maintenance pass did to one queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueReaped {
+    pub reclaimed: u64,
+    /// Tasks that went DEAD (budget spent or deadline passed).
+    pub dead: u64,
+}
+
+/// What a report (Checkpoint, Complete, Fail) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled<T> {
+    /// Applied now.
+    Applied(T),
+    /// Already applied with the same token earlier: nothing changed.
+    AlreadySettled(T),
+    LeaseLost,
+    NotFound,
+}
+
+/// What a maintenance pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reaped {
+    /// Expired leases reclaimed.
+    pub reclaimed: u64,
+    /// Tasks killed by their deadline.
+    pub deadline_exceeded: u64,
+    /// Queues that received a pending task, to wake their waiters.
+    pub queues: Vec<String>,
+    /// Per queue, for metrics.
+    pub by_queue: BTreeMap<String, QueueReaped>,
+}
+
+/// Filters and page position of ListTasks; newest first.
+#[derive(Debug, Clone, Default)]
+pub struct TaskFilter {
+    pub queue: Option<String>,
+    pub states: Vec<TaskState>,
+    pub key: Option<String>,
+    pub worker_id: Option<String>,
+    /// Only tasks whose last error is exactly this (`""` matches none).
+    pub last_error: Option<String>,
+    pub created_after: Option<DateTime<Utc>>,
+    pub created_before: Option<DateTime<Utc>>,
+    /// Only tasks made by this schedule.
+    pub schedule_id: Option<String>,
+    /// Only tasks submitted before the task with this sequence number.
+    pub before_seq: Option<i64>,
+    /// Only the copies of this fan-out group (routing).
+    pub fanout_group: Option<String>,
+    pub limit: u32,
+    pub now: DateTime<Utc>,
+    /// With `created_after` or `created_before` the list is in creation order
+    /// (newest first, then by sequence number) and a page starts after the task
+    /// created at `before_created` with sequence number `before_seq`.
+    pub before_created: Option<DateTime<Utc>>,
+}
+
+/// The changes of UpdateTask; `None` leaves a field alone.
+#[derive(Debug, Clone, Default)]
+pub struct TaskUpdate {
+    pub run_at: Option<DateTime<Utc>>,
+    pub priority: Option<i32>,
+    pub deadline: Option<Option<DateTime<Utc>>>,
+    pub max_attempts: Option<u32>,
+}
+
+/// What an admin change did.
+#[derive(Debug, Clone)]
+pub enum Changed {
+    Done(Box<TaskRecord>),
+    NotFound,
+    /// The task is in a state that does not allow the change.
+    WrongState(StoredState),
+}
+
+/// A task as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRecord {
+    pub seq: i64,
+    pub id: String,
+    pub queue: String,
+    pub key: Option<String>,
+    pub payload: Vec<u8>,
+    pub priority: i32,
+    pub run_at: DateTime<Utc>,
+    pub deadline: Option<DateTime<Utc>>,
+    pub state: StoredState,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub attempts_allowed: u32,
+    pub retry: RetryPolicy,
+    pub metadata: BTreeMap<String, String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub last_error: Option<String>,
+    pub checkpoint: Option<Vec<u8>>,
+    pub result: Option<Vec<u8>>,
+    pub leased_by: Option<String>,
+    pub lease_token: Option<String>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub fencing_token: u64,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub cancel_requested: bool,
+    /// The schedule that made the task, and the fire time it was made for.
+    pub schedule_id: Option<String>,
+    pub fire_time: Option<DateTime<Utc>>,
+    /// Target, sticky policy, fan-out group and reservation (routing).
+    pub routing: crate::domain::routing::TaskRouting,
+    /// Admission: counts against the queue's per-key limits.
+    pub concurrency_key: Option<String>,
+}
+
+/// One attempt (lease) of a task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptRecord {
+    pub attempt: u32,
+    pub worker_id: String,
+    pub worker_address: String,
+    pub leased_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub outcome: AttemptOutcome,
+    pub error: Option<String>,
+    pub fencing_token: u64,
+}
+
+/// Counts of one queue.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueueStatsRecord {
+    pub queue: String,
+    pub scheduled: u64,
+    pub ready: u64,
+    pub leased: u64,
+    pub succeeded: u64,
+    pub dead: u64,
+    pub cancelled: u64,
+    pub oldest_ready_at: Option<DateTime<Utc>>,
+    pub completed_last_minute: u64,
+    pub failed_last_minute: u64,
+}
