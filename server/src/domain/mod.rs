@@ -7,6 +7,7 @@ pub mod event;
 // Admission: queue settings and gates.
 pub mod admission;
 pub mod bounds;
+pub mod cron;
 pub mod retry;
 // Routing.
 pub mod routing;

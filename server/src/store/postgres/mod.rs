@@ -44,7 +44,9 @@ mod lease_plain;
 mod sync_match;
 // Several hosts in one URL, and following the primary through a failover.
 pub mod hosts;
-use hosts::{DbUrl, Router};
+pub mod router;
+use hosts::DbUrl;
+use router::Router;
 
 // The rooms of the Store implementation (each an `impl PostgresStore` the
 // trait impl below delegates to) and its helpers.
@@ -108,7 +110,7 @@ impl Store for PostgresStore {
         };
         // With several hosts: ready while a host that matches is in use.
         let mut conn = self.pool.acquire().await?;
-        let role = hosts::role_of(&mut conn).await?;
+        let role = router::role_of(&mut conn).await?;
         if router.healthy() && router.attrs().accepts(role) {
             return Ok(());
         }
