@@ -219,8 +219,6 @@ fn split_host(entry: &str) -> Result<(&str, u16), String> {
     Ok((host, port))
 }
 
-/// Reads a session's role.
-
 #[cfg(test)]
 mod tests {
     use super::*;
