@@ -95,7 +95,7 @@ def check_ran_once(tb: Client, ids: list[str], runs: int) -> None:
     for t in tasks:
         check(
             t.state == State.TASK_STATE_SUCCEEDED and t.attempt == 1 and t.result == b"done",
-            f"task {t.task_id} is {name(t.state)} attempt {t.attempt} result {t.result!r} "
+            f"task {t.id} is {name(t.state)} attempt {t.attempt} result {t.result!r} "
             f"(last error {t.last_error!r}), want SUCCEEDED attempt 1 result b'done'",
         )
     check(runs == len(ids), f"the handler ran {runs} times for {len(ids)} tasks")

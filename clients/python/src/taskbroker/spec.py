@@ -47,8 +47,6 @@ STOP_MARGIN = 2.0
 HANDBACK_GRACE = 1.0
 #: The message of the Fail that hands a task back at stop (retryable, retry_after 0).
 HANDBACK_MESSAGE = "worker stopped"
-#: Attempts at one Complete or Fail (replaced by SETTLE_MARGIN in the workers).
-REPORT_ATTEMPTS = 5
 
 
 def heartbeat_interval(lease_duration: float) -> float:
