@@ -39,6 +39,9 @@ pub(crate) struct Shared {
     cancel: CancellationToken,
     reason: OnceLock<CancelReason>,
     lost: AtomicBool,
+    /// The handler is done and its outcome is being reported: a heartbeat's "lost"
+    /// then only means the report got there first.
+    settling: AtomicBool,
     checkpoint: Mutex<Option<Vec<u8>>>,
     /// Until when this worker believes the lease holds: the time a call that
     /// extended it was sent, plus the extension. Earlier than the broker's view.
@@ -66,6 +69,7 @@ impl Shared {
             cancel: CancellationToken::new(),
             reason: OnceLock::new(),
             lost: AtomicBool::new(false),
+            settling: AtomicBool::new(false),
             checkpoint: Mutex::new(checkpoint),
             valid_until: Mutex::new(valid_until),
         }
@@ -85,6 +89,14 @@ impl Shared {
             tracing::warn!(task_id = %self.task.task_id, "lease lost ({why}); handler cancelled, nothing more is reported");
         }
         self.cancel(CancelReason::LeaseLost);
+    }
+
+    pub(crate) fn start_settling(&self) {
+        self.settling.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_settling(&self) -> bool {
+        self.settling.load(Ordering::SeqCst)
     }
 
     pub(crate) fn is_lost(&self) -> bool {

@@ -115,7 +115,11 @@ impl Heartbeat {
         let mut updates = Vec::with_capacity(batch.len());
         for (shared, status) in batch.iter().zip(statuses) {
             if status.lost {
-                shared.lose("the broker's heartbeat answer says so");
+                // Unless the outcome is being reported: then the report settled it (or
+                // hears LEASE_LOST itself and says so).
+                if !shared.is_settling() {
+                    shared.lose("the broker's heartbeat answer says so");
+                }
             } else {
                 shared.extended(sent_at + self.extend_by);
                 shared.expires_at_is(from_proto_timestamp(status.lease_expires_at.as_ref()));

@@ -163,6 +163,7 @@ impl Attempt {
     }
 
     async fn settle(&self, ended: Ended) -> Outcome {
+        self.shared.start_settling();
         if self.shared.is_lost() {
             // The broker reclaimed the task; whatever we say now is stale.
             return Outcome::Abandoned;

@@ -657,7 +657,9 @@ class AsyncWorker:
                 continue
             for c, status in zip(ctxs, resp.leases):
                 if status.lost:
-                    c._lose("the broker's heartbeat answer says so")
+                    # Unless the outcome is being reported: then the report settled it.
+                    if not c._settling:
+                        c._lose("the broker's heartbeat answer says so")
                     continue
                 if status.cancel_requested:
                     c._cancel(CANCEL_REQUESTED)

@@ -494,7 +494,10 @@ class Worker:
             return
         for c, status in zip(ctxs, resp.leases):  # statuses come in request order
             if status.lost:
-                c._lose("the broker's heartbeat answer says so")
+                # Unless the outcome is being reported: then the report settled it (or hears
+                # LEASE_LOST itself and says so).
+                if not c._settling:
+                    c._lose("the broker's heartbeat answer says so")
                 continue
             if status.cancel_requested:
                 c._cancel(CANCEL_REQUESTED)
