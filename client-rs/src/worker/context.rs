@@ -39,6 +39,9 @@ pub(crate) struct Shared {
     cancel: CancellationToken,
     reason: OnceLock<CancelReason>,
     lost: AtomicBool,
+    /// The handler is done and its outcome is being reported: a heartbeat's "lost"
+    /// then only means the report got there first.
+    settling: AtomicBool,
     checkpoint: Mutex<Option<Vec<u8>>>,
     /// Until when this worker believes the lease holds: the time a call that
     /// extended it was sent, plus the extension. Earlier than the broker's view.
@@ -66,6 +69,7 @@ impl Shared {
             cancel: CancellationToken::new(),
             reason: OnceLock::new(),
             lost: AtomicBool::new(false),
+            settling: AtomicBool::new(false),
             checkpoint: Mutex::new(checkpoint),
             valid_until: Mutex::new(valid_until),
         }
@@ -77,9 +81,22 @@ impl Shared {
         self.cancel.cancel();
     }
 
-    pub(crate) fn mark_lost(&self) {
-        self.lost.store(true, Ordering::SeqCst);
+    /// The lease is lost: cancels the handler with `LeaseLost` and logs it, once per
+    /// task (WARN, with the task id), whichever of the broker's answer or the local
+    /// clock noticed it first (docs/client-spec.md point 11).
+    pub(crate) fn lose(&self, why: &str) {
+        if !self.lost.swap(true, Ordering::SeqCst) {
+            tracing::warn!(task_id = %self.task.task_id, "lease lost ({why}); handler cancelled, nothing more is reported");
+        }
         self.cancel(CancelReason::LeaseLost);
+    }
+
+    pub(crate) fn start_settling(&self) {
+        self.settling.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_settling(&self) -> bool {
+        self.settling.load(Ordering::SeqCst)
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -98,6 +115,10 @@ impl Shared {
         if at.is_some() {
             *self.expires_at.lock().unwrap_or_else(|p| p.into_inner()) = at;
         }
+    }
+
+    pub(crate) fn cancel_reason(&self) -> Option<CancelReason> {
+        self.reason.get().copied()
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
@@ -214,7 +235,7 @@ impl TaskContext {
             }
             Err(e) => {
                 if e.is_lease_lost() {
-                    shared.mark_lost();
+                    shared.lose("Checkpoint answered LEASE_LOST");
                 }
                 Err(e)
             }

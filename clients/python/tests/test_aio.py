@@ -174,3 +174,25 @@ def test_async_lease_next_runs_each_task_once_and_stops_cleanly() -> None:
                 assert t.state == (SUCCEEDED if task_id in ran else broker_pb2.TaskState.TASK_STATE_READY)
 
     asyncio.run(main())
+
+
+def test_an_async_worker_made_before_the_loop_runs_in_it() -> None:
+    # The channel is made on first use, inside the loop that runs the worker; one made in
+    # __init__ belonged to no running loop and failed on the first Lease.
+    q = queue("early")
+    done: list[bytes] = []
+
+    async def handler(ctx: AsyncTaskContext) -> bytes:
+        done.append(ctx.payload)
+        worker.stop_soon()
+        return b"ok"
+
+    worker = AsyncWorker(ADDR or "", [q], handler, poll_wait=1)
+
+    async def main() -> None:
+        async with AsyncClient.from_env(ADDR) as tb:
+            await tb.submit(q, b"early")
+            await asyncio.wait_for(worker.run(handle_signals=False), 20)
+
+    asyncio.run(main())
+    assert done == [b"early"]

@@ -224,3 +224,36 @@ def test_stopping_mid_stream_leaves_the_rest_ready(tb, queue, start):
     assert len(ran) == len(set(ran)) == 3
     assert all(states[i] == State.TASK_STATE_SUCCEEDED for i in ran)
     assert all(states[i] == State.TASK_STATE_READY for i in ids if i not in ran)
+
+
+def test_deadlines_are_watched_without_a_thread_per_task(tb, queue, start):
+    # One clock thread watches every task's deadline and lease; a threading.Timer per task
+    # cost a thread start on every leased task with a deadline.
+    deadline = broker_pb2.TaskSpec()
+    deadline.deadline.FromSeconds(int(time.time()) + 3600)
+    ids = submit(tb, queue, *[broker_pb2.TaskSpec(deadline=deadline.deadline) for _ in range(4)])
+    timers: list[int] = []
+
+    def handler(ctx: TaskContext) -> bytes:
+        timers.append(sum(isinstance(t, threading.Timer) for t in threading.enumerate()))
+        return b"ok"
+
+    start(handler, concurrency=4)
+    for task_id in ids:
+        wait_state(tb, task_id, State.TASK_STATE_SUCCEEDED)
+    assert timers == [0, 0, 0, 0]
+
+
+def test_a_result_of_the_wrong_type_fails_the_attempt_naming_the_type(tb, queue, start):
+    spec = broker_pb2.TaskSpec(retry=broker_pb2.RetryPolicy(max_attempts=1))
+    (task_id,) = submit(tb, queue, spec)
+    start(lambda ctx: {"not": "bytes"})
+    task = wait_state(tb, task_id, State.TASK_STATE_DEAD)
+    assert "handler returned dict" in task.last_error
+
+
+def test_a_str_result_is_stored_as_utf8(tb, queue, start):
+    (task_id,) = submit(tb, queue, broker_pb2.TaskSpec())
+    start(lambda ctx: "héllo")
+    task = wait_state(tb, task_id, State.TASK_STATE_SUCCEEDED)
+    assert task.result == "héllo".encode()
