@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: scripts/conformance.sh LANG [--secure]   (LANG = rust, python, go, typescript, java)
+# Usage: scripts/conformance.sh LANG [--secure | --faults]   (LANG = rust, python, go, typescript, java)
 #
 # Builds the broker, starts it on a free port with a fresh SQLite database, runs the
 # language's conformance scenario (clients/conformance/SCENARIO.md) against it through
@@ -11,24 +11,35 @@
 # scenario gets TASKBROKER_CA, TASKBROKER_CLIENT_CERT, TASKBROKER_CLIENT_KEY and
 # TASKBROKER_TOKEN (docs/client-spec.md, point 8).
 #
+# --faults: runs the language's fault scenario (clients/conformance/FAULTS.md) instead, with a
+# control channel through which it asks this script to kill -9, restart, pause (SIGSTOP) and
+# resume (SIGCONT) the broker: TASKBROKER_FAULT_CTL (a FIFO the scenario writes one command
+# line to) and TASKBROKER_FAULT_ACK (a FIFO it then reads the one-line answer from). The
+# restarted broker listens on the same address with the same database. The scenario also gets
+# TASKBROKER_HTTP_ADDR, the broker's HTTP (metrics) port, which is not a gRPC port.
+# A language without a fault scenario yet exits 3 with a line saying so.
+#
 # The scenario must end with "N passed, 0 failed" where N is the number of cases in
-# SCENARIO.md; anything else (fewer cases run, no summary) is a failure.
+# SCENARIO.md (FAULTS.md with --faults); anything else (fewer cases run, no summary) is a
+# failure.
 set -euo pipefail
 
 lang="${1:-}"
 secure=""
+faults=""
 case "${2:-}" in
   "") ;;
   --secure) secure=1 ;;
+  --faults) faults=1 ;;
   *)
-    echo "usage: $0 rust|python|go|typescript|java [--secure]" >&2
+    echo "usage: $0 rust|python|go|typescript|java [--secure | --faults]" >&2
     exit 2
     ;;
 esac
 case "$lang" in
   rust | python | go | typescript | java) ;;
   *)
-    echo "usage: $0 rust|python|go|typescript|java [--secure]" >&2
+    echo "usage: $0 rust|python|go|typescript|java [--secure | --faults]" >&2
     exit 2
     ;;
 esac
@@ -36,14 +47,31 @@ esac
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
+# The fault scenario of each language: Rust's is an example of client-rs, the others a
+# faults.sh next to conformance.sh. A language without one is skipped (exit 3).
+if [ -n "$faults" ] && [ "$lang" != rust ] && [ ! -x "clients/$lang/faults.sh" ]; then
+  echo "== $lang has no fault scenario yet (clients/$lang/faults.sh); skipped" >&2
+  exit 3
+fi
+
 echo "== building the broker" >&2
 cargo build -q -p taskbroker-server --bin taskbroker
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/taskbroker-conformance.XXXXXX")"
 broker_pid=""
+ctl_pid=""
 cleanup() {
+  if [ -n "$ctl_pid" ]; then
+    kill "$ctl_pid" 2>/dev/null || true
+    wait "$ctl_pid" 2>/dev/null || true
+  fi
+  # In fault mode the control loop may have restarted the broker: its pid is in the file.
+  if [ -f "$tmp/broker.pid" ]; then
+    broker_pid="$(cat "$tmp/broker.pid")"
+  fi
   if [ -n "$broker_pid" ] && kill -0 "$broker_pid" 2>/dev/null; then
     kill "$broker_pid" 2>/dev/null || true
+    kill -CONT "$broker_pid" 2>/dev/null || true # a paused broker handles SIGTERM once resumed
     wait "$broker_pid" 2>/dev/null || true
   fi
   rm -rf "$tmp"
@@ -78,8 +106,13 @@ make_certs() {
   }
 }
 
-# The number of cases: the rows of SCENARIO.md's table whose first cell is a `case`.
-expected="$(grep -cE '^\| `[a-z_]+` \|' clients/conformance/SCENARIO.md)"
+# The number of cases: the rows of SCENARIO.md's table whose first cell is a `case`
+# (with --faults: those of FAULTS.md's table under "## The cases").
+if [ -n "$faults" ]; then
+  expected="$(sed -n '/^## The cases/,$p' clients/conformance/FAULTS.md | grep -cE '^\| `[a-z_]+` \|')"
+else
+  expected="$(grep -cE '^\| `[a-z_]+` \|' clients/conformance/SCENARIO.md)"
+fi
 
 security=()
 if [ -n "$secure" ]; then
@@ -98,42 +131,121 @@ else
   unset TASKBROKER_TOKEN TASKBROKER_CA TASKBROKER_CLIENT_CERT TASKBROKER_CLIENT_KEY
 fi
 
-target/debug/taskbroker serve \
-  --listen 127.0.0.1:0 \
-  --database-url "sqlite://$tmp/tb.db" \
-  --reclaim-interval 200ms \
-  --metrics-listen 127.0.0.1:0 \
-  "${security[@]}" \
-  >"$tmp/stdout" 2>"$tmp/stderr" &
-broker_pid=$!
-
-# Wait for "taskbroker listening on 127.0.0.1:PORT" on stdout.
-addr=""
-for _ in $(seq 1 600); do # 600 x 0.1 s = 60 s
-  addr="$(sed -n 's/^taskbroker listening on \([^ ]*\).*$/\1/p' "$tmp/stdout" | head -n 1)"
-  [ -n "$addr" ] && break
-  if ! kill -0 "$broker_pid" 2>/dev/null; then
-    wait "$broker_pid" && status=0 || status=$?
-    echo "the broker exited (status $status) before it was listening; its log:" >&2
-    cat "$tmp/stdout" "$tmp/stderr" >&2
-    broker_pid=""
-    exit 1
-  fi
-  sleep 0.1
-done
-if [ -z "$addr" ]; then
+# start_broker LISTEN METRICS: starts the broker on those addresses with the database in
+# $tmp (appending to its log files), writes its pid to $tmp/broker.pid and waits until it
+# prints "taskbroker listening on HOST:PORT"; sets addr and metrics_addr. Returns 1 (the log
+# printed) when it exits first or is not listening within 60 s.
+start_broker() {
+  local pid lines
+  lines="$(wc -l <"$tmp/stdout" 2>/dev/null || echo 0)"
+  target/debug/taskbroker serve \
+    --listen "$1" \
+    --database-url "sqlite://$tmp/tb.db" \
+    --reclaim-interval 200ms \
+    --metrics-listen "$2" \
+    "${security[@]}" \
+    >>"$tmp/stdout" 2>>"$tmp/stderr" &
+  pid=$!
+  echo "$pid" >"$tmp/broker.pid"
+  addr=""
+  for _ in $(seq 1 600); do # 600 x 0.1 s = 60 s
+    addr="$(tail -n +"$((lines + 1))" "$tmp/stdout" | sed -n 's/^taskbroker listening on \([^ ]*\).*$/\1/p' | head -n 1)"
+    if [ -n "$addr" ]; then
+      metrics_addr="$(tail -n +"$((lines + 1))" "$tmp/stdout" | sed -n 's|^  metrics:  http://\([^/]*\)/metrics$|\1|p' | head -n 1)"
+      return 0
+    fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      wait "$pid" && status=0 || status=$?
+      echo "the broker exited (status $status) before it was listening; its log:" >&2
+      cat "$tmp/stdout" "$tmp/stderr" >&2
+      rm -f "$tmp/broker.pid"
+      return 1
+    fi
+    sleep 0.1
+  done
   echo "the broker did not print 'taskbroker listening on ...' within 60 s; its log:" >&2
   cat "$tmp/stdout" "$tmp/stderr" >&2
-  exit 1
-fi
+  return 1
+}
+
+: >"$tmp/stdout"
+: >"$tmp/stderr"
+metrics_addr=""
+start_broker 127.0.0.1:0 127.0.0.1:0 || exit 1
+broker_pid="$(cat "$tmp/broker.pid")"
 export TASKBROKER_ADDR="$addr"
 mode="plaintext"
 [ -n "$secure" ] && mode="TLS + mTLS + token"
+[ -n "$faults" ] && mode="plaintext, faults"
 echo "== broker listening on $TASKBROKER_ADDR ($mode, pid $broker_pid); running the $lang scenario ($expected cases)" >&2
+
+# control_loop: serves the fault scenario's commands (clients/conformance/FAULTS.md), one
+# line each from $ctl, one answer line each to $ack: kill (SIGKILL, waits for the exit),
+# start (same address and database; answers once listening), restart (kill, then start),
+# pause (SIGSTOP), resume (SIGCONT). The broker's pid is kept in $tmp/broker.pid.
+control_loop() {
+  local cmd pid reply
+  while true; do
+    cmd=""
+    IFS= read -r cmd <"$ctl" || true
+    [ -n "$cmd" ] || continue
+    pid="$(cat "$tmp/broker.pid" 2>/dev/null || true)"
+    reply=ok
+    case "$cmd" in
+      kill | restart)
+        if [ -n "$pid" ]; then
+          kill -KILL "$pid" 2>/dev/null || true
+          # Not a child of this subshell when it is the first broker: poll for its exit.
+          while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+          rm -f "$tmp/broker.pid"
+        fi
+        echo "== fault: broker $pid killed (SIGKILL)" >&2
+        if [ "$cmd" = restart ]; then
+          if start_broker "$TASKBROKER_ADDR" "$TASKBROKER_HTTP_ADDR"; then
+            echo "== fault: broker restarted on $addr (pid $(cat "$tmp/broker.pid"))" >&2
+          else
+            reply="error: the broker did not restart"
+          fi
+        fi
+        ;;
+      start)
+        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+          reply="error: the broker is running (pid $pid)"
+        elif start_broker "$TASKBROKER_ADDR" "$TASKBROKER_HTTP_ADDR"; then
+          echo "== fault: broker started on $addr (pid $(cat "$tmp/broker.pid"))" >&2
+        else
+          reply="error: the broker did not start"
+        fi
+        ;;
+      pause)
+        kill -STOP "$pid" 2>/dev/null || reply="error: no broker to pause"
+        echo "== fault: broker $pid paused (SIGSTOP)" >&2
+        ;;
+      resume)
+        kill -CONT "$pid" 2>/dev/null || reply="error: no broker to resume"
+        echo "== fault: broker $pid resumed (SIGCONT)" >&2
+        ;;
+      *) reply="error: unknown command '$cmd' (kill, start, restart, pause, resume)" ;;
+    esac
+    echo "$reply" >"$ack"
+  done
+}
 
 # The scenario's output is kept so its summary line can be repeated after the broker log.
 status=0
-if [ "$lang" = rust ]; then
+if [ -n "$faults" ]; then
+  ctl="$tmp/fault-ctl"
+  ack="$tmp/fault-ack"
+  mkfifo "$ctl" "$ack"
+  export TASKBROKER_FAULT_CTL="$ctl" TASKBROKER_FAULT_ACK="$ack" TASKBROKER_HTTP_ADDR="$metrics_addr"
+  control_loop &
+  ctl_pid=$!
+  if [ "$lang" = rust ]; then
+    cargo run -q -p taskbroker-client --example conformance_faults | tee "$tmp/scenario.out" || status=${PIPESTATUS[0]}
+  else
+    "clients/$lang/faults.sh" | tee "$tmp/scenario.out" || status=${PIPESTATUS[0]}
+  fi
+elif [ "$lang" = rust ]; then
   cargo run -q -p taskbroker-client --example conformance | tee "$tmp/scenario.out" || status=${PIPESTATUS[0]}
 else
   "clients/$lang/conformance.sh" | tee "$tmp/scenario.out" || status=${PIPESTATUS[0]}

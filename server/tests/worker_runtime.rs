@@ -590,7 +590,7 @@ async fn graceful_stop_finishes_running_tasks_and_hands_back_the_rest(b: Backend
     assert_eq!(done.result, b"finished");
     let handed_back = c.get_task(&hanging).await.unwrap();
     assert_eq!(handed_back.state(), TaskState::Ready, "retryable, at once");
-    assert_eq!(handed_back.last_error, "worker shutting down");
+    assert_eq!(handed_back.last_error, "worker stopped");
     assert_eq!(handed_back.attempt, 1);
     let untouched = c.get_task(&waiting).await.unwrap();
     assert_eq!(

@@ -77,8 +77,13 @@ impl Shared {
         self.cancel.cancel();
     }
 
-    pub(crate) fn mark_lost(&self) {
-        self.lost.store(true, Ordering::SeqCst);
+    /// The lease is lost: cancels the handler with `LeaseLost` and logs it, once per
+    /// task (WARN, with the task id), whichever of the broker's answer or the local
+    /// clock noticed it first (docs/client-spec.md point 11).
+    pub(crate) fn lose(&self, why: &str) {
+        if !self.lost.swap(true, Ordering::SeqCst) {
+            tracing::warn!(task_id = %self.task.task_id, "lease lost ({why}); handler cancelled, nothing more is reported");
+        }
         self.cancel(CancelReason::LeaseLost);
     }
 
@@ -98,6 +103,10 @@ impl Shared {
         if at.is_some() {
             *self.expires_at.lock().unwrap_or_else(|p| p.into_inner()) = at;
         }
+    }
+
+    pub(crate) fn cancel_reason(&self) -> Option<CancelReason> {
+        self.reason.get().copied()
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
@@ -214,7 +223,7 @@ impl TaskContext {
             }
             Err(e) => {
                 if e.is_lease_lost() {
-                    shared.mark_lost();
+                    shared.lose("Checkpoint answered LEASE_LOST");
                 }
                 Err(e)
             }

@@ -149,10 +149,13 @@ impl TaskOutput for () {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Json<T>(pub T);
 
+/// A value that does not encode (a map whose keys are not strings) fails the attempt at
+/// once with the reason, under the task's normal retry policy: a programming error, like
+/// an error the handler returns (docs/client-spec.md point 11).
 impl<T: Serialize> TaskOutput for Json<T> {
     fn into_result(self) -> Result<Vec<u8>, TaskError> {
         serde_json::to_vec(&self.0)
-            .map_err(|e| TaskError::permanent(format!("cannot encode the result as JSON: {e}")))
+            .map_err(|e| TaskError::retry(format!("cannot encode the result as JSON: {e}")))
     }
 }
 
@@ -210,6 +213,18 @@ mod tests {
         assert_eq!(
             Json(serde_json::json!({"n": 1})).into_result().unwrap(),
             br#"{"n":1}"#
+        );
+    }
+
+    #[test]
+    fn a_result_that_does_not_encode_fails_the_attempt_under_the_retry_policy() {
+        let m = std::collections::HashMap::from([((1_u8, 2_u8), 3_u8)]);
+        let e = Json(m).into_result().unwrap_err();
+        assert!(e.is_retryable());
+        assert!(
+            e.message().contains("key must be a string"),
+            "{}",
+            e.message()
         );
     }
 }

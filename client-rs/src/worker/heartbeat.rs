@@ -82,7 +82,12 @@ impl Heartbeat {
             }
             let live = self.leases.live();
             for batch in live.chunks(MAX_BATCH) {
-                self.beat(batch).await;
+                // A stop does not wait for a beat the broker does not answer.
+                tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => return,
+                    _ = self.beat(batch) => {}
+                }
             }
         }
     }
@@ -110,8 +115,7 @@ impl Heartbeat {
         let mut updates = Vec::with_capacity(batch.len());
         for (shared, status) in batch.iter().zip(statuses) {
             if status.lost {
-                tracing::warn!(task_id = %shared.task.task_id, "lease lost; cancelling the handler");
-                shared.mark_lost();
+                shared.lose("the broker's heartbeat answer says so");
             } else {
                 shared.extended(sent_at + self.extend_by);
                 shared.expires_at_is(from_proto_timestamp(status.lease_expires_at.as_ref()));

@@ -8,7 +8,7 @@
 //! - `heartbeat.rs`: the running leases and the Heartbeat loop.
 //! - `task.rs`: one attempt: run the handler, catch panics, report with retries.
 //! - `event.rs`: `WorkerEvent`, what a worker tells subscribers.
-//! - `next.rs`: lease_next (issue 17), a slot's next task asked for with its settle.
+//! - `next.rs`: lease_next, a slot's next task asked for with its settle.
 
 mod complete;
 mod context;
@@ -41,6 +41,10 @@ use crate::{Client, Error, pb};
 
 /// The broker's limit on tasks per Lease call.
 const MAX_LEASE_BATCH: usize = 256;
+
+/// What a stop may take past its grace period (docs/client-spec.md point 11): the
+/// hand-backs of the handlers cut off then.
+pub const STOP_MARGIN: Duration = Duration::from_secs(2);
 
 /// The defaults of docs/client-spec.md, point 1.
 pub mod defaults {
@@ -372,7 +376,9 @@ impl Run<'_> {
             match leased {
                 Ok(tasks) if !tasks.is_empty() => {
                     failures = 0;
-                    self.start_all(tasks, permit, sent_at);
+                    // A long poll's lease starts when the broker grants it, just before
+                    // this answer arrives: the local clock counts it from now.
+                    self.start_all(tasks, permit, Instant::now());
                     continue;
                 }
                 // Nothing within the whole wait: ask again at once.
@@ -455,7 +461,9 @@ impl Run<'_> {
     }
 
     /// Waits the grace period for running handlers, then cuts the rest off (they
-    /// report Fail, retryable, retry_after 0) and waits for their reports.
+    /// report Fail, retryable, retry_after 0) and waits for their reports, at most
+    /// `STOP_MARGIN` (docs/client-spec.md point 11): a report still unanswered then
+    /// (the broker unreachable) is dropped and its task waits for its lease to expire.
     async fn drain(&mut self) {
         let grace = self.worker.config.shutdown_grace;
         let tasks = &mut self.tasks;
@@ -471,8 +479,19 @@ impl Run<'_> {
             );
             self.leases.cancel_all(CancelReason::ShuttingDown);
             self.hard_stop.cancel();
-            while let Some(r) = self.tasks.join_next().await {
-                log_join(r);
+            let tasks = &mut self.tasks;
+            let reported = async {
+                while let Some(r) = tasks.join_next().await {
+                    log_join(r);
+                }
+            };
+            if tokio::time::timeout(STOP_MARGIN, reported).await.is_err() {
+                tracing::warn!(
+                    unreported = self.tasks.len(),
+                    "the broker did not take the hand-backs within the stop margin; those tasks wait for their leases to expire"
+                );
+                self.tasks.abort_all();
+                while self.tasks.join_next().await.is_some() {}
             }
         }
     }
@@ -498,18 +517,28 @@ fn lease_request(c: &WorkerBuilder, worker_id: &str, max_tasks: u32) -> pb::Leas
 }
 
 /// Errors that retrying the same Lease cannot fix, so they stop the worker (spec point
-/// 5): UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT, UNIMPLEMENTED.
+/// 5): UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT, UNIMPLEMENTED, and an
+/// answer that is not gRPC at all (the broker's HTTP port, another HTTP server): tonic
+/// reads its body as gRPC frames and fails with INTERNAL "protocol error: ...".
 pub fn stops_worker(e: &Error) -> bool {
     use tonic::Code;
-    matches!(
-        e.code(),
+    match e.code() {
         Some(
             Code::InvalidArgument
-                | Code::Unauthenticated
-                | Code::PermissionDenied
-                | Code::Unimplemented
-        )
-    )
+            | Code::Unauthenticated
+            | Code::PermissionDenied
+            | Code::Unimplemented,
+        ) => true,
+        Some(Code::Internal | Code::Unknown) => not_grpc(e),
+        _ => false,
+    }
+}
+
+/// Whether a status was made by tonic from an answer that is not gRPC (no broker
+/// writes these messages).
+fn not_grpc(e: &Error) -> bool {
+    e.status()
+        .is_some_and(|s| s.message().starts_with("protocol error:"))
 }
 
 #[cfg(test)]
@@ -543,6 +572,18 @@ mod tests {
             let e = Error::from(tonic::Status::new(code, "x"));
             assert_eq!(stops_worker(&e), stops, "{code:?}");
         }
+    }
+
+    #[test]
+    fn an_answer_that_is_not_grpc_stops_a_worker() {
+        // What tonic makes of an HTTP server's 403 page read as gRPC frames.
+        let e = Error::from(tonic::Status::internal(
+            "protocol error: received message with invalid compression flag: 60 (valid flags are 0 and 1) while receiving response with status: 403 Forbidden",
+        ));
+        assert!(stops_worker(&e));
+        // INTERNAL from the broker itself is retried.
+        let e = Error::from(tonic::Status::internal("database is locked"));
+        assert!(!stops_worker(&e));
     }
 
     #[test]

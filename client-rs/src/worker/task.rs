@@ -1,7 +1,9 @@
 //! One attempt of one task: run the handler (a panic is caught and becomes a
 //! failure), then report Complete or Fail, retrying the report while the lease
-//! still holds. Both reports are idempotent on the broker, so a retry after a lost
-//! answer is harmless.
+//! still holds (until `SETTLE_MARGIN` before it runs out). Both reports are
+//! idempotent on the broker, so a retry after a lost answer is harmless. The lease
+//! is watched by this process's clock too: when it runs out without an extension,
+//! the handler is told at once, whether or not the broker answers.
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
@@ -22,7 +24,7 @@ use crate::time::to_proto_duration;
 use crate::{Client, Error, pb};
 
 /// The message of the Fail a worker sends for a handler cut off by shutdown.
-pub(crate) const SHUTDOWN_MESSAGE: &str = "worker shutting down";
+pub(crate) const SHUTDOWN_MESSAGE: &str = "worker stopped";
 
 /// How a handler's run ended.
 enum Ended {
@@ -119,6 +121,21 @@ impl Attempt {
                 shared.cancel(crate::CancelReason::Deadline);
             })
         });
+        // The lease by this process's clock (docs/client-spec.md point 11): when it
+        // runs out without an extension, the lease is lost, broker answer or not.
+        let expiry = {
+            let shared = self.shared.clone();
+            tokio::spawn(async move {
+                loop {
+                    let until = shared.valid_until();
+                    if Instant::now() >= until {
+                        shared.lose("it ran out by the worker's clock without an extension");
+                        return;
+                    }
+                    tokio::time::sleep_until(until).await;
+                }
+            })
+        };
         let ended = tokio::select! {
             // A handler that is done wins over a shutdown that fires at the same time.
             biased;
@@ -132,6 +149,7 @@ impl Attempt {
             timer.abort();
         }
         let outcome = self.settle(ended).await;
+        expiry.abort();
         self.leases.remove(&task_id);
         let _ = self.events.send(WorkerEvent::Finished { task_id, outcome });
     }
@@ -151,7 +169,15 @@ impl Attempt {
         }
         let (report, success) = match ended {
             Ended::Returned(Ok(result)) => (Report::Complete(result), Outcome::Completed),
+            // Cut off by the stop: whatever it failed with, the task is handed back.
+            Ended::Returned(Err(_))
+                if self.shared.cancel_reason() == Some(crate::CancelReason::ShuttingDown) =>
+            {
+                tracing::warn!(task_id = %self.shared.task.task_id, "handler failed after the stop timeout; task handed back");
+                (Report::hand_back(), Outcome::Interrupted)
+            }
             Ended::Returned(Err(e)) => {
+                tracing::error!(task_id = %self.shared.task.task_id, error = %e.message(), retryable = e.is_retryable(), "handler failed");
                 let success = Outcome::Failed {
                     message: e.message().to_string(),
                     retryable: e.is_retryable(),
@@ -180,19 +206,17 @@ impl Attempt {
                 (report, success)
             }
             Ended::Stopped => {
-                let report = Report::Fail {
-                    message: SHUTDOWN_MESSAGE.to_string(),
-                    non_retryable: false,
-                    // Hand the task straight back so another worker can take it.
-                    retry_after: Some(Duration::ZERO),
-                    prefer_same_worker: false,
-                };
-                (report, Outcome::Interrupted)
+                tracing::warn!(task_id = %self.shared.task.task_id, "handler still running at the stop timeout; task handed back");
+                (Report::hand_back(), Outcome::Interrupted)
             }
         };
         match self.report(report).await {
             Ok(()) => success,
-            Err(e) if e.is_lease_lost() => Outcome::Abandoned,
+            Err(e) if e.is_lease_lost() => {
+                self.shared.lose("the settle was answered LEASE_LOST");
+                Outcome::Abandoned
+            }
+            Err(_) if self.shared.is_lost() => Outcome::Abandoned,
             Err(e) => {
                 tracing::warn!(task_id = %self.shared.task.task_id, error = %e, "could not report the outcome");
                 Outcome::Unreported {
@@ -283,15 +307,34 @@ impl Attempt {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_transient() => {
                     let pause = super::backoff(attempt, REPORT_BACKOFF_BASE, REPORT_BACKOFF_MAX);
-                    if Instant::now() + pause >= self.shared.valid_until() {
+                    if self.shared.is_lost()
+                        || Instant::now() + pause + SETTLE_MARGIN >= self.shared.valid_until()
+                    {
                         return Err(e);
                     }
-                    tracing::debug!(error = %e, ?pause, "report failed; retrying");
+                    tracing::warn!(task_id = %self.shared.task.task_id, error = %e, ?pause, "settle failed; retrying");
                     tokio::time::sleep(pause).await;
                     attempt += 1;
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+}
+
+/// A settle is not retried when the retry would start within this of the lease's
+/// expiry (docs/client-spec.md point 11).
+pub(crate) const SETTLE_MARGIN: Duration = Duration::from_secs(1);
+
+impl Report {
+    /// The Fail that hands a task back at stop: retryable, `retry_after` 0, so it is
+    /// READY at once for another worker.
+    fn hand_back() -> Self {
+        Report::Fail {
+            message: SHUTDOWN_MESSAGE.to_string(),
+            non_retryable: false,
+            retry_after: Some(Duration::ZERO),
+            prefer_same_worker: false,
         }
     }
 }

@@ -71,18 +71,39 @@ class AsyncClient:
         if channel is not None and (token or tls):
             raise ValueError("token and tls apply to a target; a channel brings its own")
         self._owns_channel = channel is None
-        if channel is None:
-            o = ConnectOptions(target=target, token=token, tls=tls)  # type: ignore[arg-type]
-            interceptors: Any = [_TokenInterceptor(o.metadata())] if token else None
+        self._options = None if target is None else ConnectOptions(target=target, token=token, tls=tls)
+        self._channel: grpc.aio.Channel | None = channel
+        self._broker: broker_pb2_grpc.BrokerServiceAsyncStub | None = None
+        self._admin: admin_pb2_grpc.AdminServiceAsyncStub | None = None
+
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        """The channel, made on first use: inside the event loop that runs the calls (a
+        grpc.aio channel belongs to the loop it was made in), so an AsyncClient or AsyncWorker
+        may be built before ``asyncio.run``."""
+        if self._channel is None:
+            o = self._options
+            assert o is not None
+            interceptors: Any = [_TokenInterceptor(o.metadata())] if o.token else None
             creds = o.channel_credentials()
-            channel = (
+            self._channel = (
                 grpc.aio.secure_channel(o.target, creds, interceptors=interceptors)
                 if creds
                 else grpc.aio.insecure_channel(o.target, interceptors=interceptors)
             )
-        self.channel: grpc.aio.Channel = channel
-        self.broker = broker_pb2_grpc.BrokerServiceStub(self.channel)
-        self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
+        return self._channel
+
+    @property
+    def broker(self) -> broker_pb2_grpc.BrokerServiceAsyncStub:
+        if self._broker is None:
+            self._broker = broker_pb2_grpc.BrokerServiceStub(self.channel)
+        return self._broker
+
+    @property
+    def admin(self) -> admin_pb2_grpc.AdminServiceAsyncStub:
+        if self._admin is None:
+            self._admin = admin_pb2_grpc.AdminServiceStub(self.channel)
+        return self._admin
 
     @classmethod
     def from_env(cls, target: str | None = None) -> AsyncClient:
@@ -168,8 +189,9 @@ class AsyncClient:
         return await self.admin.GetWorker(worker_pb2.GetWorkerRequest(worker_id=worker_id), timeout=timeout)
 
     async def close(self) -> None:
-        if self._owns_channel:
-            await self.channel.close(None)
+        if self._owns_channel and self._channel is not None:
+            await self._channel.close(None)
+            self._channel = self._broker = self._admin = None
 
     async def __aenter__(self) -> AsyncClient:  # noqa: PYI034 -- typing.Self needs 3.11
         return self
@@ -184,7 +206,13 @@ class AsyncTaskContext:
     ``"cancel_requested"``, ``"deadline"``, ``"stopping"``); a deadline or a hard stop also
     cancels the handler's asyncio task."""
 
-    def __init__(self, task: broker_pb2.LeasedTask, broker: broker_pb2_grpc.BrokerServiceAsyncStub, lease_duration: float):
+    def __init__(
+        self,
+        task: broker_pb2.LeasedTask,
+        broker: broker_pb2_grpc.BrokerServiceAsyncStub,
+        lease_duration: float,
+        valid_until: float | None = None,
+    ):
         self.task = task
         self.cancelled = asyncio.Event()
         self.cancel_reason: str | None = None
@@ -194,6 +222,13 @@ class AsyncTaskContext:
         self._last_checkpoint: bytes | None = task.checkpoint if task.has_checkpoint else None
         self._expires_at = task.lease_expires_at.ToDatetime(tzinfo=datetime.timezone.utc)
         self._runner: asyncio.Task[Any] | None = None
+        # When the lease runs out by this process's clock (the loop's monotonic time): the
+        # send time of the call that granted or last extended it plus the duration asked for.
+        loop = asyncio.get_running_loop()
+        self._valid_until = loop.time() + lease_duration if valid_until is None else valid_until
+        self._expiry: asyncio.TimerHandle | None = None
+        self._settling = False  # the handler is done; its Complete or Fail is being sent
+        self._left_behind = False  # abandoned at stop (handed back); its result is discarded
 
     task_id = property(lambda self: self.task.task_id)
     payload = property(lambda self: self.task.payload)
@@ -213,15 +248,17 @@ class AsyncTaskContext:
             task_id=self.task_id, lease_token=self.task.lease_token, checkpoint=data,
             extend_by=duration(self._lease_duration),
         )
+        sent = asyncio.get_running_loop().time()
         try:
             resp = await self._broker.Checkpoint(req, timeout=timeout)
         except grpc.aio.AioRpcError as err:
             if is_lease_lost(err):
-                self._mark_lost()
+                self._lose("Checkpoint answered LEASE_LOST")
                 raise LeaseLostError(f"task {self.task_id}: lease lost") from err
             raise
         self._last_checkpoint = data
         self._expires_at = resp.lease_expires_at.ToDatetime(tzinfo=datetime.timezone.utc)
+        self._valid_until = max(self._valid_until, sent + self._lease_duration)
         if resp.cancel_requested:
             self._cancel(CANCEL_REQUESTED)
 
@@ -232,9 +269,24 @@ class AsyncTaskContext:
         if hard and self._runner is not None:
             self._runner.cancel()
 
-    def _mark_lost(self) -> None:
+    def _lose(self, why: str) -> None:
+        """The lease is lost: cancels the handler (not hard) and logs it once per task (WARN)."""
+        if self.lost:
+            return
         self.lost = True
         self._cancel(LEASE_LOST)
+        log.warning("task %s: lease lost (%s); handler cancelled, nothing more is reported", self.task_id, why)
+
+    def _watch_lease(self) -> None:
+        """Loses the lease when it runs out by this process's clock, whether or not the broker
+        answers (spec point 11); an extension meanwhile moves the check."""
+        if self.lost or self._left_behind:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self._valid_until:
+            self._lose("it ran out by the worker's clock without an extension")
+            return
+        self._expiry = loop.call_at(self._valid_until, self._watch_lease)
 
 
 AsyncHandler = Callable[[AsyncTaskContext], Awaitable["bytes | None"]]
@@ -272,7 +324,6 @@ class AsyncWorker:
             raise ValueError("poll_wait must be 0 to 60 s")
         self._owns_client = isinstance(target, str)
         self._client = AsyncClient(target) if isinstance(target, str) else target
-        self._broker = self._client.broker
         self.queues = list(queues)
         self.handler = handler
         self.concurrency = concurrency
@@ -290,6 +341,13 @@ class AsyncWorker:
         self._stopping: asyncio.Event | None = None
         self._changed: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._hard_deadline: float | None = None  # set when a stop with a timeout begins
+        self._abandon: asyncio.Event | None = None  # settles still retrying give up
+
+    @property
+    def _broker(self) -> broker_pb2_grpc.BrokerServiceAsyncStub:
+        # Made on first use, inside the running loop (the client makes its channel lazily).
+        return self._client.broker
 
     @property
     def heartbeat_interval(self) -> float:
@@ -325,7 +383,7 @@ class AsyncWorker:
         on the main thread); returns once drained. Raises WorkerStoppedError when the broker
         refused the Lease for good."""
         loop = asyncio.get_running_loop()
-        self._stopping, self._changed = asyncio.Event(), asyncio.Event()
+        self._stopping, self._changed, self._abandon = asyncio.Event(), asyncio.Event(), asyncio.Event()
         signals = []
         if handle_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -372,6 +430,9 @@ class AsyncWorker:
                 return
             try:
                 tasks = list(call.result().tasks)
+                # A long poll's lease starts when the broker grants it, just before this answer
+                # arrives: its expiry by this process's clock counts from now.
+                got = asyncio.get_running_loop().time()
                 failures = 0
             except grpc.aio.AioRpcError as err:
                 if spec.stops_worker(err):
@@ -385,11 +446,12 @@ class AsyncWorker:
                     pass
                 continue
             for t in tasks:
-                self._start(t)
+                self._start(t, got)
 
-    def _start(self, task: broker_pb2.LeasedTask) -> None:
-        ctx = AsyncTaskContext(task, self._broker, self.lease_duration)
+    def _start(self, task: broker_pb2.LeasedTask, sent: float) -> None:
+        ctx = AsyncTaskContext(task, self._broker, self.lease_duration, sent + self.lease_duration)
         self._running[task.task_id] = ctx
+        ctx._watch_lease()
         loop = asyncio.get_running_loop()
         timer = None
         if ctx.deadline is not None:
@@ -402,8 +464,9 @@ class AsyncWorker:
 
     async def _handle(self, ctx: AsyncTaskContext, timer: asyncio.TimerHandle | None) -> None:
         next_tasks: list[broker_pb2.LeasedTask] = []
+        sent = 0.0
         try:
-            result: bytes | None = None
+            result: Any = None
             error: BaseException | None = None
             try:
                 with tracing.task_context(ctx.task.metadata):
@@ -420,30 +483,44 @@ class AsyncWorker:
                 error = exc
             if timer is not None:
                 timer.cancel()
-            if ctx.lost:
+            if ctx._left_behind:
+                log.debug("task %s: handler returned after it was handed back; result discarded", ctx.task_id)
                 return
+            ctx._settling = True
+            if ctx.lost:
+                return  # logged once when it was lost
+            if error is None and not isinstance(result, (bytes, bytearray, str, type(None))):
+                error = TypeError(f"handler returned {type(result).__name__}, not bytes, str or None")
+                log.error("task %s: %s", ctx.task_id, error)
+            elif error is not None and not isinstance(
+                error, (PermanentError, RetryableError, asyncio.CancelledError)
+            ):
+                log.error("task %s: handler raised %s: %s", ctx.task_id, type(error).__name__, error, exc_info=error)
             request: broker_pb2.CompleteRequest | broker_pb2.FailRequest
             if error is None:
                 method = "Complete"
-                request = broker_pb2.CompleteRequest(
-                    task_id=ctx.task_id, lease_token=ctx.task.lease_token, result=result or b""
-                )
+                data = result.encode() if isinstance(result, str) else bytes(result or b"")
+                request = broker_pb2.CompleteRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token, result=data)
             else:
                 method, request = "Fail", _fail_request(ctx, error)
             lease_next = self._next_lease()
             if lease_next is not None:
                 request.lease_next.CopyFrom(lease_next)
-            response = await self._report(method, request)
+            sent = asyncio.get_running_loop().time()
+            response = await self._report(ctx, method, request)
             if response is not None:
                 next_tasks = list(response.next_tasks)
         finally:
+            if ctx._expiry is not None:
+                ctx._expiry.cancel()
             # No await between: the finished task leaves and its successors (lease_next) take
             # the slot at once, so the lease loop never sees it free in between. Pop first: a
             # failed task retried at once can come back with the same id.
-            self._running.pop(ctx.task_id, None)
+            if self._running.get(ctx.task_id) is ctx:
+                del self._running[ctx.task_id]
             for task in next_tasks:
                 self.lease_next_tasks += 1
-                self._start(task)
+                self._start(task, sent)
             if self._changed is not None:
                 self._changed.set()
 
@@ -456,37 +533,109 @@ class AsyncWorker:
             lease_duration=duration(self.lease_duration), labels=self.labels,
         )
 
-    async def _report(self, method: str, request: Any) -> Any:
-        """Sends Complete or Fail (retried while unreachable); the answer, or None."""
-        for attempt in range(spec.REPORT_ATTEMPTS):
+    async def _report(self, ctx: AsyncTaskContext, method: str, request: Any) -> Any:
+        """Sends Complete or Fail, retried while the broker is unreachable until the lease is
+        about to run out (spec point 11); the answer, or None (each reason logged)."""
+        loop = asyncio.get_running_loop()
+        failures = 0
+        while True:
+            timeout = spec.CALL_TIMEOUT
+            if self._hard_deadline is not None:
+                timeout = max(min(timeout, self._hard_deadline - loop.time()), 0.05)
             try:
-                return await getattr(self._broker, method)(request, timeout=spec.CALL_TIMEOUT)
+                return await getattr(self._broker, method)(request, timeout=timeout)
             except grpc.aio.AioRpcError as err:
                 if is_lease_lost(err):
-                    log.info("%s for task %s: lease lost, nothing reported", method, request.task_id)
+                    ctx._lose(f"{method} answered LEASE_LOST")
                     return None
-                if err.code() not in spec.REPORT_RETRY_CODES or attempt == spec.REPORT_ATTEMPTS - 1:
-                    log.error("%s for task %s failed: %s", method, request.task_id, err)
+                if err.code() not in spec.REPORT_RETRY_CODES:
+                    log.error("task %s: %s failed: %s: %s", ctx.task_id, method, err.code().name, err.details())
                     return None
-            await asyncio.sleep(spec.backoff(attempt))
-        return None
+                pause = spec.backoff(failures)
+                failures += 1
+                if ctx.lost:
+                    return None  # the lease ran out by the local clock, and that was said
+                if ctx._valid_until - (loop.time() + pause) < spec.SETTLE_MARGIN:
+                    log.warning(
+                        "task %s: %s given up, the lease runs out before the broker answered (%s: %s)",
+                        ctx.task_id, method, err.code().name, err.details(),
+                    )
+                    return None
+                log.warning(
+                    "task %s: %s failed, retrying in %.1fs: %s: %s",
+                    ctx.task_id, method, pause, err.code().name, err.details(),
+                )
+            assert self._abandon is not None
+            try:
+                await asyncio.wait_for(self._abandon.wait(), pause)
+                return None
+            except asyncio.TimeoutError:
+                pass
 
-    async def _drain(self) -> None:
-        # Loops: a settle in flight when stopping began may still bring a task (lease_next),
-        # which runs like any other before the worker returns.
+    async def _wait_running(self, until: float | None) -> bool:
+        """Waits for every running task (and those their settles bring) to end, up to the loop
+        time ``until``; True when none is left."""
         loop = asyncio.get_running_loop()
-        deadline = None if self.stop_timeout is None else loop.time() + self.stop_timeout
         while True:
             running = [c._runner for c in self._running.values() if c._runner and not c._runner.done()]
             if not running:
-                return
-            timeout = None if deadline is None else max(deadline - loop.time(), 0.0)
-            _, pending = await asyncio.wait(running, timeout=timeout)
-            if pending:
-                self._stop_timed_out = True
-                for c in list(self._running.values()):
-                    c._cancel(STOPPING, hard=True)
-                deadline = None  # cancelled once; now wait for the handlers to return
+                return True
+            timeout = None if until is None else until - loop.time()
+            if timeout is not None and timeout <= 0:
+                return False
+            await asyncio.wait(running, timeout=timeout)
+
+    async def _drain(self) -> None:
+        """Waits up to the stop timeout, cancels the handlers, waits HANDBACK_GRACE more, then
+        hands back the tasks of those still running and leaves them behind: returns within
+        stop_timeout + STOP_MARGIN (spec point 11)."""
+        loop = asyncio.get_running_loop()
+        if self.stop_timeout is None:
+            await self._wait_running(None)
+            return
+        start = loop.time()
+        self._hard_deadline = start + self.stop_timeout + spec.STOP_MARGIN
+        if await self._wait_running(start + self.stop_timeout):
+            return
+        self._stop_timed_out = True
+        for c in list(self._running.values()):
+            c._cancel(STOPPING, hard=True)
+        if await self._wait_running(loop.time() + spec.HANDBACK_GRACE):
+            return
+        left = [c for c in self._running.values() if not c._settling]
+        for c in left:
+            c._left_behind = True
+            del self._running[c.task_id]
+        await self._hand_back(left)
+        if not await self._wait_running(self._hard_deadline):
+            assert self._abandon is not None
+            self._abandon.set()
+            for c in self._running.values():
+                log.warning("task %s: its outcome is not reported (the stop margin ran out)", c.task_id)
+
+    async def _hand_back(self, ctxs: list[AsyncTaskContext]) -> None:
+        """Fails each task retryable with retry_after 0 (READY at once), all at once, within
+        what is left of the stop margin."""
+        if not ctxs:
+            return
+        assert self._hard_deadline is not None
+        timeout = max(self._hard_deadline - asyncio.get_running_loop().time(), 0.05)
+
+        async def one(c: AsyncTaskContext) -> None:
+            req = broker_pb2.FailRequest(
+                task_id=c.task_id, lease_token=c.task.lease_token, error_message=spec.HANDBACK_MESSAGE
+            )
+            req.retry_after.CopyFrom(duration(0))
+            try:
+                await self._broker.Fail(req, timeout=timeout)
+                log.warning("task %s: handler still running at stop; task handed back", c.task_id)
+            except grpc.aio.AioRpcError as err:
+                log.warning(
+                    "task %s: handler still running at stop; hand-back failed (%s: %s), the task waits for its lease to expire",
+                    c.task_id, err.code().name, err.details(),
+                )
+
+        await asyncio.gather(*(one(c) for c in ctxs))
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -499,26 +648,31 @@ class AsyncWorker:
                 leases=[broker_pb2.LeaseRef(task_id=c.task_id, lease_token=c.task.lease_token) for c in ctxs],
                 extend_by=duration(self.lease_duration),
             )
+            sent = asyncio.get_running_loop().time()
             try:
-                resp = await self._broker.Heartbeat(req, timeout=self.heartbeat_interval)
+                resp = await self._broker.Heartbeat(req, timeout=min(self.heartbeat_interval, spec.CALL_TIMEOUT))
             except grpc.aio.AioRpcError as err:
-                log.warning("heartbeat for %d leases failed: %s", len(ctxs), err)
-                now = datetime.datetime.now(datetime.timezone.utc)
-                for c in ctxs:
-                    if now > c._expires_at:
-                        c._mark_lost()
+                # Each context's own timer loses the leases that run out meanwhile.
+                log.warning("heartbeat for %d leases failed: %s: %s", len(ctxs), err.code().name, err.details())
                 continue
             for c, status in zip(ctxs, resp.leases):
                 if status.lost:
-                    c._mark_lost()
-                elif status.cancel_requested:
+                    c._lose("the broker's heartbeat answer says so")
+                    continue
+                if status.cancel_requested:
                     c._cancel(CANCEL_REQUESTED)
                 if status.HasField("lease_expires_at"):
                     c._expires_at = status.lease_expires_at.ToDatetime(tzinfo=datetime.timezone.utc)
+                c._valid_until = max(c._valid_until, sent + self.lease_duration)
 
 
 def _fail_request(ctx: AsyncTaskContext, error: BaseException) -> broker_pb2.FailRequest:
     req = broker_pb2.FailRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token)
+    if ctx.cancel_reason == STOPPING and not isinstance(error, PermanentError):
+        # Cut off by the stop timeout: handed back, READY at once for another worker.
+        req.error_message = spec.HANDBACK_MESSAGE
+        req.retry_after.CopyFrom(duration(0))
+        return req
     if isinstance(error, PermanentError):
         req.error_message, req.non_retryable = str(error), True
     elif isinstance(error, RetryableError):

@@ -13,6 +13,7 @@ import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from taskbroker import tracing
+from taskbroker.spec import CALL_TIMEOUT
 from taskbroker.wait import wait_tasks
 from taskbroker.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, schedule_pb2_grpc, worker_pb2
 
@@ -175,7 +176,7 @@ class Client:
         fanout: broker_pb2.Fanout | None = None,
         depends_on: Sequence[str] = (),
         run_if_dependency_fails: bool = False,
-        timeout: float = 30.0,
+        timeout: float = CALL_TIMEOUT,
     ) -> broker_pb2.SubmitResult:
         """Submits one task and returns its SubmitResult (task_id, deduplicated, and with
         ``fanout`` every copy's id in ``copy_task_ids``).
@@ -210,7 +211,7 @@ class Client:
         return self.submit_many([spec], timeout=timeout)[0]
 
     def submit_many(
-        self, specs: Sequence[broker_pb2.TaskSpec], *, timeout: float = 30.0
+        self, specs: Sequence[broker_pb2.TaskSpec], *, timeout: float = CALL_TIMEOUT
     ) -> list[broker_pb2.SubmitResult]:
         """Submits several tasks in one request (atomically) and returns their results in
         order. Build them with ``task_spec``; ``depends_on_index=[0]`` makes a task wait for

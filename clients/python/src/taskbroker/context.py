@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import datetime
+import logging
 import threading
+import time
 from typing import TYPE_CHECKING
 
+from taskbroker import spec
 from taskbroker.client import duration
 from taskbroker.errors import LeaseLostError, is_lease_lost
 from taskbroker.v1 import broker_pb2
 
 if TYPE_CHECKING:
     from taskbroker.v1 import broker_pb2_grpc
+
+log = logging.getLogger("taskbroker.worker")
 
 #: Why ``TaskContext.cancelled`` was set.
 LEASE_LOST = "lease_lost"
@@ -26,7 +31,8 @@ class TaskContext:
     ``cancelled`` is set when the handler should stop: ``cancel_reason`` says why
     (``"lease_lost"``, ``"cancel_requested"`` by an operator, ``"deadline"`` when the task's
     deadline passed, or ``"stopping"`` after the worker's stop timeout). Long handlers should
-    check it between steps.
+    check it between steps. The lease is also lost when it runs out by this process's own
+    clock without an extension (a broker that does not answer cannot extend it).
     """
 
     def __init__(
@@ -34,6 +40,7 @@ class TaskContext:
         task: broker_pb2.LeasedTask,
         broker: broker_pb2_grpc.BrokerServiceStub,
         lease_duration: float,
+        valid_until: float | None = None,
     ) -> None:
         self.task = task
         self.cancelled = threading.Event()
@@ -44,7 +51,13 @@ class TaskContext:
         self._last_checkpoint: bytes | None = task.checkpoint if task.has_checkpoint else None
         self._lost = False
         self._expires_at = task.lease_expires_at.ToDatetime(tzinfo=datetime.timezone.utc)
-        self._deadline_timer: threading.Timer | None = None  # set by the worker
+        # When the lease runs out by this process's clock (time.monotonic()): the send time of
+        # the call that granted or last extended it, plus the duration asked for. Never later
+        # than the broker's own expiry.
+        self._valid_until = time.monotonic() + lease_duration if valid_until is None else valid_until
+        self._deadline_fired = False  # the worker's clock thread cancelled it for its deadline
+        self._settling = False  # the handler is done; its Complete or Fail is being sent
+        self._left_behind = False  # abandoned at stop (handed back); its result is discarded
 
     @property
     def task_id(self) -> str:
@@ -93,7 +106,7 @@ class TaskContext:
         with self._lock:
             return self._lost
 
-    def checkpoint(self, data: bytes, *, timeout: float = 30.0) -> None:
+    def checkpoint(self, data: bytes, *, timeout: float = spec.CALL_TIMEOUT) -> None:
         """Durably stores progress that the next attempt receives; extends the lease.
 
         Raises LeaseLostError (and sets ``cancelled``) when the lease is gone.
@@ -104,16 +117,18 @@ class TaskContext:
             checkpoint=data,
             extend_by=duration(self._lease_duration),
         )
+        sent = time.monotonic()
         try:
             resp = self._broker.Checkpoint(req, timeout=timeout)
         except Exception as err:
             if is_lease_lost(err):
-                self._mark_lost()
+                self._lose("Checkpoint answered LEASE_LOST")
                 raise LeaseLostError(f"task {self.task_id}: lease lost") from err
             raise
         with self._lock:
             self._last_checkpoint = data
             self._expires_at = resp.lease_expires_at.ToDatetime(tzinfo=datetime.timezone.utc)
+            self._valid_until = max(self._valid_until, sent + self._lease_duration)
         if resp.cancel_requested:
             self._cancel(CANCEL_REQUESTED)
 
@@ -125,15 +140,26 @@ class TaskContext:
                 self.cancel_reason = reason
         self.cancelled.set()
 
-    def _mark_lost(self) -> None:
+    def _mark_lost(self) -> bool:
+        """Marks the lease lost and cancels the handler; True the first time only."""
         with self._lock:
+            first = not self._lost
             self._lost = True
         self._cancel(LEASE_LOST)
+        return first
 
-    def _extended(self, expires_at: datetime.datetime) -> None:
-        with self._lock:
-            self._expires_at = expires_at
+    def _lose(self, why: str) -> None:
+        """The lease is lost: cancels the handler, and logs it once per task (WARN)."""
+        if self._mark_lost():
+            log.warning("task %s: lease lost (%s); handler cancelled, nothing more is reported", self.task_id, why)
 
-    def _expired(self, now: datetime.datetime) -> bool:
+    def _extended(self, expires_at: datetime.datetime | None, valid_until: float) -> None:
         with self._lock:
-            return now > self._expires_at
+            if expires_at is not None:
+                self._expires_at = expires_at
+            self._valid_until = max(self._valid_until, valid_until)
+
+    def _lease_left(self, now: float) -> float:
+        """Seconds until the lease runs out by this process's clock (negative: it has)."""
+        with self._lock:
+            return self._valid_until - now

@@ -35,10 +35,18 @@ STOP_CODES = frozenset(
         grpc.StatusCode.UNIMPLEMENTED,
     }
 )
-#: Codes on which Complete and Fail (idempotent per lease token) are sent again.
+#: Codes on which Complete and Fail (idempotent per lease token) are sent again, until the
+#: lease is about to run out (SETTLE_MARGIN).
 REPORT_RETRY_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-#: Attempts at one Complete or Fail.
-REPORT_ATTEMPTS = 5
+#: A settle is not retried when the retry would start within this of the lease's expiry, seconds.
+SETTLE_MARGIN = 1.0
+#: What stop() may take past its stop timeout, seconds: HANDBACK_GRACE for cancelled handlers
+#: to return, then the hand-backs (Fail, retry_after 0) with the rest as their deadline.
+STOP_MARGIN = 2.0
+#: How long handlers cancelled by the stop timeout get to return before they are left behind.
+HANDBACK_GRACE = 1.0
+#: The message of the Fail that hands a task back at stop (retryable, retry_after 0).
+HANDBACK_MESSAGE = "worker stopped"
 
 
 def heartbeat_interval(lease_duration: float) -> float:

@@ -25,8 +25,8 @@ from taskbroker.v1 import broker_pb2
 
 log = logging.getLogger("taskbroker.worker")
 
-#: A handler returns the task's result (bytes or None) or raises to fail the attempt.
-Handler = Callable[[TaskContext], "bytes | None"]
+#: A handler returns the task's result (bytes, str as UTF-8, or None) or raises to fail the attempt.
+Handler = Callable[[TaskContext], "bytes | str | None"]
 
 
 class Worker:
@@ -38,7 +38,15 @@ class Worker:
     - A handler's return value completes the task; PermanentError fails it for good;
       RetryableError or any other exception fails the attempt for a retry.
     - ``stop()`` stops leasing and waits for running handlers; after ``stop_timeout``
-      seconds it sets their ``ctx.cancelled`` (reason ``"stopping"``) and keeps waiting.
+      seconds it sets their ``ctx.cancelled`` (reason ``"stopping"``), gives them
+      ``spec.HANDBACK_GRACE`` to return, then hands the tasks of the rest back (Fail,
+      retryable, ``retry_after`` 0: READY at once) and leaves their threads behind, so it
+      returns within ``stop_timeout + spec.STOP_MARGIN``.
+    - A Complete or Fail the broker does not answer is retried until the lease is about to
+      run out (``spec.SETTLE_MARGIN``); a lease that runs out by this process's clock
+      cancels the handler (reason ``"lease_lost"``) even when the broker does not answer.
+    - A handler result that is not bytes, str or None fails the attempt with a message
+      naming its type.
     - ``run()`` in the main thread stops the same way on SIGTERM or SIGINT (Kubernetes, Ctrl-C).
     - A Lease refused with UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT or
       UNIMPLEMENTED stops the worker: ``run()`` raises WorkerStoppedError. Other errors are
@@ -107,6 +115,11 @@ class Worker:
         self._running: dict[str, TaskContext] = {}
         self._stopping = False
         self._stop_timed_out = False  # then a task a settle still brings is cancelled at once
+        # Set when a stop with a timeout begins: settles and hand-backs end by then.
+        self._hard_deadline: float | None = None
+        self._abandon = threading.Event()  # settles still retrying give up (the stop margin ran out)
+        self._left_behind = False  # handler threads were left running at stop
+        self._clock_stop = False
         self._lease_call: grpc.Future | None = None
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -141,6 +154,8 @@ class Worker:
         restore = self._install_signals() if handle_signals else {}
         heartbeats = threading.Thread(target=self._heartbeat_loop, name="taskbroker-heartbeat", daemon=True)
         heartbeats.start()
+        clock = threading.Thread(target=self._clock_loop, name="taskbroker-clock", daemon=True)
+        clock.start()
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="taskbroker-handler")
         try:
             try:
@@ -152,9 +167,15 @@ class Worker:
                     self._stopping = True
             self._drain()
         finally:
-            pool.shutdown(wait=True)
+            # Handler threads left behind at stop are not waited for (a thread cannot be killed).
+            pool.shutdown(wait=not self._left_behind, cancel_futures=self._left_behind)
             self._stopped.set()
-            heartbeats.join()
+            with self._cond:
+                self._clock_stop = True
+                self._cond.notify_all()
+            clock.join()
+            # A heartbeat in flight ends by its own deadline; the stop does not wait past its margin.
+            heartbeats.join(None if self._hard_deadline is None else max(self._hard_deadline - time.monotonic(), 0.0))
             for sig, handler in restore.items():
                 signal.signal(sig, handler)
             if self._owns_client:
@@ -217,6 +238,9 @@ class Worker:
                 self._lease_call = call
             try:
                 tasks = list(call.result().tasks)
+                # A long poll's lease starts when the broker grants it, just before this answer
+                # arrives: its expiry by this process's clock counts from now.
+                got = time.monotonic()
                 failures = 0
             except (grpc.RpcError, grpc.FutureCancelledError) as err:
                 if self._is_stopping():
@@ -235,45 +259,106 @@ class Worker:
                     self._lease_call = None
             for task in tasks:
                 with self._cond:
-                    ctx = self._admit(task)
-                self._watch_deadline(ctx)
+                    ctx = self._admit(task, got)
                 pool.submit(self._handle, ctx, pool)
 
-    def _admit(self, task: broker_pb2.LeasedTask) -> TaskContext:
-        """Registers a leased task as running (its heartbeats start); call with _cond held."""
-        ctx = TaskContext(task, self._broker, self.lease_duration)
+    def _admit(self, task: broker_pb2.LeasedTask, sent: float) -> TaskContext:
+        """Registers a leased task as running (its heartbeats and its clock start); call with
+        _cond held. ``sent`` is when the lease began by this process's clock (time.monotonic():
+        a settle's send time, a long poll's answer time)."""
+        ctx = TaskContext(task, self._broker, self.lease_duration, sent + self.lease_duration)
         self._running[task.task_id] = ctx
         if self._stop_timed_out:
             ctx._cancel(STOPPING)
+        self._cond.notify_all()  # the clock thread watches its deadline and lease from now
         return ctx
 
-    def _watch_deadline(self, ctx: TaskContext) -> None:
-        """Cancels the handler when the task's deadline passes (spec point 4)."""
-        deadline = ctx.deadline
-        if deadline is None:
-            return
-        delay = (deadline - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
-        timer = threading.Timer(max(delay, 0.0), ctx._cancel, args=(DEADLINE,))
-        timer.daemon = True
-        ctx._deadline_timer = timer
-        timer.start()
+    def _clock_loop(self) -> None:
+        """One thread for every running task's clock: cancels a handler when its task's
+        deadline passes (spec point 4, reason "deadline") and when its lease runs out by this
+        process's clock (point 11, reason "lease_lost"), whether or not the broker answers."""
+        with self._cond:
+            while not self._clock_stop:
+                now = time.monotonic()
+                wall = datetime.datetime.now(datetime.timezone.utc)
+                wait = 5.0  # a bound, in case the wall clock jumps under a deadline
+                for ctx in list(self._running.values()):
+                    if ctx._left_behind or ctx.lost:
+                        continue
+                    left = ctx._lease_left(now)
+                    if left <= 0:
+                        ctx._lose("it ran out by the worker's clock without an extension")
+                        continue
+                    wait = min(wait, left)
+                    deadline = ctx.deadline
+                    if deadline is not None and not ctx._deadline_fired:
+                        until = (deadline - wall).total_seconds()
+                        if until <= 0:
+                            ctx._deadline_fired = True
+                            ctx._cancel(DEADLINE)
+                        else:
+                            wait = min(wait, until)
+                self._cond.wait(wait)
 
     def _is_stopping(self) -> bool:
         with self._cond:
             return self._stopping
 
     def _drain(self) -> None:
-        deadline = None if self.stop_timeout is None else time.monotonic() + self.stop_timeout
+        """Waits for running handlers up to the stop timeout, cancels them, waits
+        HANDBACK_GRACE more, then hands back the tasks of those still running and leaves them
+        behind: returns within stop_timeout + STOP_MARGIN (spec point 11)."""
+        if self.stop_timeout is None:
+            with self._cond:
+                self._cond.wait_for(lambda: not self._running)
+            return
+        start = time.monotonic()
+        self._hard_deadline = start + self.stop_timeout + spec.STOP_MARGIN
         with self._cond:
-            while self._running:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    self._stop_timed_out = True
-                    for ctx in self._running.values():
-                        ctx._cancel(STOPPING)
-                    deadline = None  # cancelled once; now wait for the handlers to return
-                    continue
-                self._cond.wait(remaining)
+            if self._cond.wait_for(lambda: not self._running, self.stop_timeout):
+                return
+            self._stop_timed_out = True
+            for ctx in self._running.values():
+                ctx._cancel(STOPPING)
+            if self._cond.wait_for(lambda: not self._running, spec.HANDBACK_GRACE):
+                return
+            left = [c for c in self._running.values() if not c._settling]
+            for c in left:
+                c._left_behind = True
+                del self._running[c.task_id]
+            self._left_behind = bool(left)
+        self._hand_back(left)
+        # Settles still retrying give up when the margin runs out.
+        with self._cond:
+            remaining = self._hard_deadline - time.monotonic()
+            if not self._cond.wait_for(lambda: not self._running, max(remaining, 0.0)):
+                self._abandon.set()
+                for c in self._running.values():
+                    log.warning("task %s: its outcome is not reported (the stop margin ran out)", c.task_id)
+
+    def _hand_back(self, ctxs: list[TaskContext]) -> None:
+        """Fails each task retryable with retry_after 0 (READY at once for another worker),
+        all at once, within what is left of the stop margin."""
+        if not ctxs:
+            return
+        assert self._hard_deadline is not None
+        timeout = max(self._hard_deadline - time.monotonic(), 0.05)
+        calls = []
+        for c in ctxs:
+            req = broker_pb2.FailRequest(
+                task_id=c.task_id, lease_token=c.task.lease_token, error_message=spec.HANDBACK_MESSAGE
+            )
+            req.retry_after.CopyFrom(duration(0))
+            calls.append((c, self._broker.Fail.future(req, timeout=timeout)))
+        for c, call in calls:
+            try:
+                call.result()
+                log.warning("task %s: handler still running at stop; task handed back", c.task_id)
+            except grpc.RpcError as err:
+                log.warning(
+                    "task %s: handler still running at stop; hand-back failed (%s), the task waits for its lease to expire",
+                    c.task_id, _describe(err),
+                )
 
     # Running one task.
 
@@ -284,30 +369,26 @@ class Worker:
             current = self._handle_one(current, pool)
 
     def _handle_one(self, ctx: TaskContext, pool: ThreadPoolExecutor) -> TaskContext | None:
-        next_tasks: list[broker_pb2.LeasedTask] = []
+        next_tasks: list[tuple[broker_pb2.LeasedTask, float]] = []
         try:
             with tracing.task_context(ctx.task.metadata):
                 next_tasks = self._run_handler(ctx)
         except Exception:  # a bug here must not kill the pool thread silently
             log.exception("task %s: settling failed", ctx.task_id)
         finally:
-            timer = ctx._deadline_timer
-            if timer is not None:
-                timer.cancel()
             # One critical section: the finished task leaves and its successors take the slot,
             # so the lease loop never sees the slot free in between (and never over-leases).
             # Pop first: a failed task retried at once can come back with the same id.
             with self._cond:
-                self._running.pop(ctx.task_id, None)
-                nexts = [self._admit(task) for task in next_tasks]
+                if self._running.get(ctx.task_id) is ctx:
+                    del self._running[ctx.task_id]
+                nexts = [self._admit(task, sent) for task, sent in next_tasks]
                 self.lease_next_tasks += len(nexts)
                 self._cond.notify_all()
         for extra in nexts[1:]:  # more than the one asked for: never dropped, run beside
-            self._watch_deadline(extra)
             pool.submit(self._handle, extra, pool)
         if not nexts:
             return None
-        self._watch_deadline(nexts[0])
         return nexts[0]
 
     def _next_lease(self) -> broker_pb2.LeaseRequest | None:
@@ -322,48 +403,70 @@ class Worker:
             labels=self.labels,
         )
 
-    def _run_handler(self, ctx: TaskContext) -> list[broker_pb2.LeasedTask]:
+    def _run_handler(self, ctx: TaskContext) -> list[tuple[broker_pb2.LeasedTask, float]]:
         """Runs the handler and settles the task with Complete or Fail from its outcome;
-        returns the tasks the settle leased (lease_next)."""
+        returns the tasks the settle leased (lease_next), each with the settle's send time."""
+        error: BaseException | None = None
         try:
             result = self.handler(ctx)
-            error: BaseException | None = None
         except Exception as exc:  # noqa: BLE001 -- any handler error fails the attempt, by design
             result, error = None, exc
-        if ctx.lost:
-            log.warning("task %s: lease lost, not reporting (handler error: %s)", ctx.task_id, error)
+        if ctx._left_behind:
+            log.debug("task %s: handler returned after it was handed back; result discarded", ctx.task_id)
             return []
+        ctx._settling = True
+        if ctx.lost:
+            return []  # logged once when it was lost
         request: broker_pb2.CompleteRequest | broker_pb2.FailRequest
+        if error is None and not isinstance(result, (bytes, bytearray, str, type(None))):
+            error = TypeError(f"handler returned {type(result).__name__}, not bytes, str or None")
+            log.error("task %s: %s", ctx.task_id, error)
+        elif error is not None and not isinstance(error, (PermanentError, RetryableError)):
+            log.error("task %s: handler raised %s: %s", ctx.task_id, type(error).__name__, error, exc_info=error)
         if error is None:
             method = "Complete"
-            request = broker_pb2.CompleteRequest(
-                task_id=ctx.task_id, lease_token=ctx.task.lease_token, result=result or b""
-            )
+            data = result.encode() if isinstance(result, str) else bytes(result or b"")
+            request = broker_pb2.CompleteRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token, result=data)
         else:
             method, request = "Fail", _fail_request(ctx, error)
         lease_next = self._next_lease()
         if lease_next is not None:
             request.lease_next.CopyFrom(lease_next)
-        response = self._report(method, request)
-        return list(response.next_tasks) if response is not None else []
+        sent = time.monotonic()
+        response = self._report(ctx, method, request)
+        return [(t, sent) for t in response.next_tasks] if response is not None else []
 
-    def _report(self, method: str, request: broker_pb2.CompleteRequest | broker_pb2.FailRequest) -> Any:
+    def _report(self, ctx: TaskContext, method: str, request: broker_pb2.CompleteRequest | broker_pb2.FailRequest) -> Any:
         """Sends Complete or Fail, retrying while the broker is unreachable (both are
-        idempotent for one lease token); returns the answer. LEASE_LOST and other errors are
-        logged and return None."""
-        for attempt in range(spec.REPORT_ATTEMPTS):
+        idempotent for one lease token) until the lease is about to run out; returns the
+        answer, or None (LEASE_LOST, given up, another error: each logged)."""
+        failures = 0
+        while True:
+            timeout = spec.CALL_TIMEOUT
+            if self._hard_deadline is not None:
+                timeout = max(min(timeout, self._hard_deadline - time.monotonic()), 0.05)
             try:
-                return getattr(self._broker, method)(request, timeout=spec.CALL_TIMEOUT)
+                return getattr(self._broker, method)(request, timeout=timeout)
             except grpc.RpcError as err:
                 if is_lease_lost(err):
-                    log.info("%s for task %s: lease lost, nothing reported", method, request.task_id)
+                    ctx._lose(f"{method} answered LEASE_LOST")
                     return None
-                retry = err.code() in spec.REPORT_RETRY_CODES
-                if not retry or attempt == spec.REPORT_ATTEMPTS - 1:
-                    log.error("%s for task %s failed: %s", method, request.task_id, err)
+                if err.code() not in spec.REPORT_RETRY_CODES:
+                    log.error("task %s: %s failed: %s", ctx.task_id, method, _describe(err))
                     return None
-            time.sleep(spec.backoff(attempt))
-        return None
+                pause = spec.backoff(failures)
+                failures += 1
+                if ctx.lost:
+                    return None  # the clock thread found the lease run out, and said so
+                if ctx._lease_left(time.monotonic() + pause) < spec.SETTLE_MARGIN:
+                    log.warning(
+                        "task %s: %s given up, the lease runs out before the broker answered (%s)",
+                        ctx.task_id, method, _describe(err),
+                    )
+                    return None
+                log.warning("task %s: %s failed, retrying in %.1fs: %s", ctx.task_id, method, pause, _describe(err))
+            if self._abandon.wait(pause):
+                return None
 
     # Heartbeats.
 
@@ -382,27 +485,41 @@ class Worker:
             leases=[broker_pb2.LeaseRef(task_id=c.task_id, lease_token=c.task.lease_token) for c in ctxs],
             extend_by=duration(self.lease_duration),
         )
+        sent = time.monotonic()
         try:
-            resp = self._broker.Heartbeat(req, timeout=self.lease_duration / 3)
+            resp = self._broker.Heartbeat(req, timeout=min(self.heartbeat_interval, spec.CALL_TIMEOUT))
         except grpc.RpcError as err:
-            log.warning("heartbeat for %d leases failed: %s", len(ctxs), err)
-            # Without an answer, a lease past its expiry is as good as lost.
-            now = datetime.datetime.now(datetime.timezone.utc)
-            for c in ctxs:
-                if c._expired(now):
-                    c._mark_lost()
+            # The clock thread cancels the handlers whose leases run out meanwhile.
+            log.warning("heartbeat for %d leases failed: %s", len(ctxs), _describe(err))
             return
         for c, status in zip(ctxs, resp.leases):  # statuses come in request order
             if status.lost:
-                c._mark_lost()
-            elif status.cancel_requested:
+                c._lose("the broker's heartbeat answer says so")
+                continue
+            if status.cancel_requested:
                 c._cancel(CANCEL_REQUESTED)
-            if status.HasField("lease_expires_at"):
-                c._extended(status.lease_expires_at.ToDatetime(tzinfo=datetime.timezone.utc))
+            expires = (
+                status.lease_expires_at.ToDatetime(tzinfo=datetime.timezone.utc)
+                if status.HasField("lease_expires_at")
+                else None
+            )
+            c._extended(expires, sent + self.lease_duration)
+
+
+def _describe(err: grpc.RpcError) -> str:
+    """A failed call in one plain line: its code and the library's details."""
+    code = err.code() if isinstance(err, grpc.Call) else None
+    details = err.details() if isinstance(err, grpc.Call) else str(err)
+    return f"{code.name if code else 'error'}: {details}"
 
 
 def _fail_request(ctx: TaskContext, error: BaseException) -> broker_pb2.FailRequest:
     req = broker_pb2.FailRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token)
+    if ctx.cancel_reason == STOPPING and not isinstance(error, PermanentError):
+        # Cut off by the stop timeout: handed back, READY at once for another worker.
+        req.error_message = spec.HANDBACK_MESSAGE
+        req.retry_after.CopyFrom(duration(0))
+        return req
     if isinstance(error, PermanentError):
         req.error_message = str(error)
         req.non_retryable = True
