@@ -8,6 +8,7 @@ import type { LeasedTask } from "./gen/taskbroker/v1/broker_pb.js";
 import { isLeaseLost, type BrokerClient } from "./client.js";
 import { TaskAbortedError, type AbortKind } from "./errors.js";
 import { taskContext } from "./tracing.js";
+import { DEFAULTS } from "./spec.js";
 
 const utf8 = new TextEncoder();
 
@@ -42,7 +43,9 @@ export class TaskContext {
     this.traceContext = taskContext(task.metadata);
     this.signal = this.#abort.signal;
     this.#lastCheckpoint = task.hasCheckpoint ? task.checkpoint : undefined;
-    this.#leaseExpiresAtMs = task.leaseExpiresAt ? timestampDate(task.leaseExpiresAt).getTime() : Date.now();
+    this.#leaseExpiresAtMs = task.leaseExpiresAt
+      ? timestampDate(task.leaseExpiresAt).getTime()
+      : Date.now() + extendByMs;
   }
 
   get taskId(): string {
@@ -95,7 +98,7 @@ export class TaskContext {
         leaseToken: this.task.leaseToken,
         checkpoint: bytes,
         extendBy: durationFromMs(this.#extendByMs),
-      });
+      }, { timeoutMs: DEFAULTS.callTimeoutMs });
       this.#lastCheckpoint = bytes;
       if (res.leaseExpiresAt) {
         this.extendedTo(timestampDate(res.leaseExpiresAt).getTime());
