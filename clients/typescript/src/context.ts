@@ -3,11 +3,10 @@
  * abort signal) and the per-task lease bookkeeping the worker's heartbeat loop updates.
  */
 import { durationFromMs, timestampDate } from "@bufbuild/protobuf/wkt";
-import type { Context as OtelContext } from "@opentelemetry/api";
 import type { LeasedTask } from "./gen/taskbroker/v1/broker_pb.js";
 import { isLeaseLost, type BrokerClient } from "./client.js";
 import { TaskAbortedError, type AbortKind } from "./errors.js";
-import { taskContext } from "./tracing.js";
+import { taskContext, type TraceContext } from "./tracing.js";
 import { DEFAULTS } from "./spec.js";
 
 const utf8 = new TextEncoder();
@@ -28,7 +27,7 @@ export class TaskContext {
    * The OpenTelemetry context of the task: the producer's span context from its traceparent
    * (undefined without `@opentelemetry/api`). The handler runs with it active.
    */
-  readonly traceContext: OtelContext | undefined;
+  readonly traceContext: TraceContext | undefined;
 
   readonly #broker: BrokerClient;
   readonly #abort = new AbortController();
