@@ -117,7 +117,10 @@ func (t *Task) watchExpiry() (stop func()) {
 		for {
 			d := time.Until(t.LeaseExpiry())
 			if d <= 0 {
-				t.markLost("the lease expired by the local clock")
+				// A lease that ends at the task's deadline: the deadline cancels the handler.
+				if dl := t.GetDeadline(); dl == nil || dl.AsTime().After(t.LeaseExpiry()) {
+					t.markLost("the lease expired by the local clock")
+				}
 				return
 			}
 			timer := time.NewTimer(d)

@@ -377,6 +377,9 @@ export class Worker {
     const check = () => {
       const left = entry.ctx.leaseExpiresAt.getTime() - Date.now();
       if (left <= 0) {
+        const deadline = entry.ctx.task.deadline;
+        // A lease that ends at the task's deadline: the deadline aborts the signal.
+        if (deadline && timestampDate(deadline).getTime() <= entry.ctx.leaseExpiresAt.getTime()) return;
         this.#markLost(entry, "the lease expired by the local clock");
       } else {
         timer = setTimeout(check, left);
@@ -442,7 +445,10 @@ export class Worker {
           this.#log.warn(`taskbroker worker: task ${id}: ${call} abandoned: the worker stopped while it was retried`);
           return [];
         }
-        if (!isTransient(err)) {
+        // connect-node reports a connection the broker dropped (killed, restarted) as CANCELED
+        // ("http/2 stream closed"); this settle was not cancelled by us (abandon is checked above).
+        const dropped = err instanceof ConnectError && err.code === Code.Canceled;
+        if (!isTransient(err) && !dropped) {
           this.#onError(err, `report task ${id}`);
           return [];
         }

@@ -67,12 +67,14 @@ public final class Worker implements AutoCloseable {
   public static final int DEFAULT_CONCURRENCY = 4;
   public static final Duration DEFAULT_POLL_WAIT = Duration.ofSeconds(10);
   public static final Duration DEFAULT_LEASE_DURATION = Duration.ofSeconds(30);
+  /** The spec's stop timeout (docs/client-spec.md point 1). */
+  public static final Duration DEFAULT_STOP_TIMEOUT = Duration.ofSeconds(30);
   /**
-   * The stop timeout of {@link #close()} and {@link #stopOnShutdown()}: with the default stop
-   * grace and the 1 s hand-back, a stop takes at most 25 s, inside Kubernetes' default 30 s
-   * termination grace period.
+   * The stop timeout of {@link #close()} and {@link #stopOnShutdown()} unless {@link
+   * Builder#stopTimeout} says otherwise: with the default stop grace and the 1 s hand-back, a stop
+   * takes at most 25 s, inside Kubernetes' default 30 s termination grace period.
    */
-  public static final Duration DEFAULT_STOP_TIMEOUT = Duration.ofSeconds(23);
+  public static final Duration DEFAULT_SHUTDOWN_STOP_TIMEOUT = Duration.ofSeconds(23);
   /** How long handlers have to return once a stop timed out and interrupted them. */
   public static final Duration DEFAULT_STOP_GRACE = Duration.ofSeconds(1);
   /** The deadline of a hand-back's Fail at stop. */
@@ -263,7 +265,7 @@ public final class Worker implements AutoCloseable {
 
   /**
    * Stops with the builder's stop timeout (default 23 s: at most 25 s in all, see {@link
-   * #DEFAULT_STOP_TIMEOUT}); returns at once for a worker never started.
+   * #DEFAULT_SHUTDOWN_STOP_TIMEOUT}); returns at once for a worker never started.
    */
   @Override
   public void close() {
@@ -483,6 +485,11 @@ public final class Worker implements AutoCloseable {
               return;
             }
             if (!tc.leaseExpiresAt().isAfter(Instant.now())) {
+              if (tc.task().hasDeadline()
+                  && !ProtoTime.instant(tc.task().getDeadline()).isAfter(tc.leaseExpiresAt())) {
+                tc.abort(TaskContext.AbortKind.DEADLINE); // the lease ends at the task's deadline
+                return;
+              }
               markLost(tc, "the lease expired by the local clock");
             } else {
               watchExpiry(tc); // extended meanwhile: look again at the new expiry
@@ -720,7 +727,7 @@ public final class Worker implements AutoCloseable {
     private Duration heartbeatInterval;
     private Executor executor;
     private boolean leaseNext = true;
-    private Duration stopTimeout = DEFAULT_STOP_TIMEOUT;
+    private Duration stopTimeout = DEFAULT_SHUTDOWN_STOP_TIMEOUT;
     private Duration stopGrace = DEFAULT_STOP_GRACE;
     private BiConsumer<String, Throwable> onError =
         (during, e) ->
