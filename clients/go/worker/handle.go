@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -37,19 +38,28 @@ func (w *Worker) handle(run, parent context.Context, lt *pb.LeasedTask) []*pb.Le
 		t.cancel(w.stopCause)
 	}
 	w.mu.Unlock()
+	// The task stays in running (heartbeated) until its settle is done or given up.
+	defer func() {
+		w.mu.Lock()
+		delete(w.running, lt.GetTaskId())
+		w.mu.Unlock()
+	}()
+	stopWatch := t.watchExpiry()
 	result, err := w.call(ctx, t)
-	w.mu.Lock()
-	delete(w.running, lt.GetTaskId())
-	w.mu.Unlock()
+	stopWatch()
 
-	log := w.log.With("task_id", lt.GetTaskId(), "attempt", lt.GetAttempt())
-	if t.isLost() {
-		log.Warn("lease lost; not reporting", "handler_err", err)
+	log := t.log
+	if !t.handlerReturned() {
+		// Handed back at stop: another worker may run it now; the result is discarded.
+		log.Debug("handler returned after its task was handed back; result discarded")
 		return nil
+	}
+	if t.isLost() {
+		return nil // logged once when the lease was lost
 	}
 	var next []*pb.LeasedTask
 	if err == nil {
-		err = w.report(func(rctx context.Context) error {
+		err = w.report(t, "complete", func(rctx context.Context) error {
 			resp, err := w.broker.Complete(rctx, &pb.CompleteRequest{
 				TaskId: lt.GetTaskId(), LeaseToken: lt.GetLeaseToken(), Result: result,
 				LeaseNext: w.nextLease(run),
@@ -57,9 +67,7 @@ func (w *Worker) handle(run, parent context.Context, lt *pb.LeasedTask) []*pb.Le
 			next = resp.GetNextTasks()
 			return err
 		})
-		if err != nil {
-			log.Error("complete failed", "err", err)
-		}
+		w.logSettle(t, "complete", err)
 		return next
 	}
 
@@ -70,6 +78,9 @@ func (w *Worker) handle(run, parent context.Context, lt *pb.LeasedTask) []*pb.Le
 	var perm *PermanentError
 	var retry *RetryableError
 	switch {
+	case errors.Is(context.Cause(ctx), ErrStopTimeout):
+		// A failure after the stop's cancellation hands the task back: READY at once.
+		req.RetryAfter = durationpb.New(0)
 	case errors.As(err, &perm):
 		req.NonRetryable = true
 	case errors.As(err, &retry):
@@ -78,18 +89,34 @@ func (w *Worker) handle(run, parent context.Context, lt *pb.LeasedTask) []*pb.Le
 		}
 		req.PreferSameWorker = retry.PreferSameWorker
 	}
-	ferr := w.report(func(rctx context.Context) error {
+	if !errors.Is(err, ErrLeaseLost) {
+		log.Error("handler failed", "err", err)
+	}
+	ferr := w.report(t, "fail", func(rctx context.Context) error {
 		resp, err := w.broker.Fail(rctx, req)
 		next = resp.GetNextTasks()
 		return err
 	})
-	switch {
-	case rpcerr.IsLeaseLost(ferr):
-		log.Info("lease lost; the failure was not recorded", "handler_err", err)
-	case ferr != nil:
-		log.Error("fail failed", "err", ferr, "handler_err", err)
-	}
+	w.logSettle(t, "fail", ferr)
 	return next
+}
+
+// logSettle logs a settle that did not go through: LEASE_LOST and a settle given up at the
+// lease's expiry once at WARN (the broker hands the task out again), anything else at ERROR.
+func (w *Worker) logSettle(t *Task, call string, err error) {
+	var given *settleGivenUpError
+	switch {
+	case err == nil:
+	case rpcerr.IsLeaseLost(err):
+		t.log.Warn(call+" refused: lease lost (LEASE_LOST); another attempt may run", "call", call)
+	case errors.As(err, &given):
+		t.log.Warn(call+" given up at the lease's expiry; the broker will hand the task out again",
+			"call", call, "err", given.err)
+	case errors.Is(err, errSettleAbandoned):
+		t.log.Warn(call+" abandoned: the worker stopped while it was retried", "call", call)
+	default:
+		t.log.Error(call+" failed", "call", call, "err", err)
+	}
 }
 
 // nextLease is the lease_next a settle carries: one task for the slot it frees, no wait;
@@ -107,29 +134,76 @@ func (w *Worker) nextLease(run context.Context) *pb.LeaseRequest {
 	}
 }
 
-// call runs the handler, turning a panic into a retryable error.
+// call runs the handler, turning a panic into a retryable error (logged with its stack).
 func (w *Worker) call(ctx context.Context, t *Task) (result []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("handler panicked: %v", p)
+			t.log.Error("handler panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		}
 	}()
 	return w.handler(ctx, t)
 }
 
-// report sends Complete or Fail, retrying while the broker is unreachable; both are
-// idempotent for the same lease token. LEASE_LOST is final.
-func (w *Worker) report(send func(context.Context) error) error {
-	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), CallTimeout)
+// SettleMargin: a settle is not tried again when the next try would start within this much of
+// the lease's expiry (docs/client-spec.md point 11).
+const SettleMargin = time.Second
+
+// errSettleAbandoned: the worker stopped (stop timeout + stop margin) while a settle was retried.
+var errSettleAbandoned = errors.New("taskbroker: settle abandoned at stop")
+
+// settleGivenUpError: the broker stayed unreachable until the lease's expiry was near.
+type settleGivenUpError struct{ err error }
+
+func (e *settleGivenUpError) Error() string {
+	return "settle given up at the lease's expiry: " + e.err.Error()
+}
+
+// report sends Complete or Fail, retrying with backoff while the broker is unreachable (the
+// lease token stays valid across a broker restart) until the next try would start within
+// SettleMargin of the lease's expiry; both calls are idempotent for the same lease token.
+// LEASE_LOST is final.
+func (w *Worker) report(t *Task, call string, send func(context.Context) error) error {
+	for failures := 0; ; failures++ {
+		ctx, cancel := context.WithTimeout(w.settleCtx, CallTimeout)
 		err := send(ctx)
 		cancel()
-		if err == nil || rpcerr.IsLeaseLost(err) || attempt == 5 {
+		if err == nil || rpcerr.IsLeaseLost(err) {
 			return err
+		}
+		if w.settleCtx.Err() != nil {
+			return errSettleAbandoned
 		}
 		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
 			return err
 		}
-		time.Sleep(Backoff(attempt - 1))
+		pause := Backoff(failures)
+		if time.Until(t.LeaseExpiry()) < pause+SettleMargin {
+			return &settleGivenUpError{err: err}
+		}
+		t.log.Warn(call+" failed; retrying", "call", call, "code", status.Code(err).String(),
+			"err", err, "after", pause)
+		select {
+		case <-time.After(pause):
+		case <-w.settleCtx.Done():
+			return errSettleAbandoned
+		}
 	}
+}
+
+// handBack gives a task whose handler is left running at stop back to the broker: Fail,
+// retryable, retry_after 0, so it is READY at once. The call has a short deadline so a
+// frozen broker cannot hold the stop.
+func (w *Worker) handBack(t *Task) {
+	ctx, cancel := context.WithTimeout(context.Background(), HandBackTimeout)
+	defer cancel()
+	_, err := w.broker.Fail(ctx, &pb.FailRequest{
+		TaskId: t.GetTaskId(), LeaseToken: t.GetLeaseToken(),
+		ErrorMessage: "worker stopped", RetryAfter: durationpb.New(0),
+	})
+	if err != nil {
+		t.log.Warn("hand-back at stop failed; the task returns when its lease expires", "err", err)
+		return
+	}
+	t.log.Warn("task handed back at stop: its handler did not return in time")
 }

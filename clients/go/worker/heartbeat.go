@@ -56,7 +56,7 @@ func (w *Worker) heartbeatOnce(ctx context.Context) {
 			expired := now.After(t.expiresAt)
 			t.mu.Unlock()
 			if expired {
-				t.markLost()
+				t.markLost("the lease expired without a successful heartbeat")
 			}
 		}
 		return
@@ -69,7 +69,7 @@ func (w *Worker) heartbeatOnce(ctx context.Context) {
 		t := tasks[i]
 		switch {
 		case st.GetLost():
-			t.markLost()
+			t.markLost("a heartbeat answered lost")
 		case st.GetCancelRequested():
 			t.cancel(ErrCancelRequested)
 		}

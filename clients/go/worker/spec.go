@@ -17,6 +17,12 @@ const (
 	DefaultPollWait      = 10 * time.Second
 	DefaultLeaseDuration = 30 * time.Second
 	DefaultStopTimeout   = 30 * time.Second
+	// StopGrace is how long handlers have to return once a stop timed out and cancelled
+	// them; StopMargin bounds the rest of the stop (hand-backs and settles).
+	StopGrace  = time.Second
+	StopMargin = 2 * time.Second
+	// HandBackTimeout is the deadline of a hand-back's Fail at stop.
+	HandBackTimeout = time.Second
 	// CallTimeout is the deadline of every call except Lease.
 	CallTimeout = 10 * time.Second
 	// LeaseMargin is added to the poll wait to make a Lease call's deadline.

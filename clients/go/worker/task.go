@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -24,6 +25,12 @@ type Task struct {
 	hasCheckpoint  bool
 	expiresAt      time.Time
 	lost           bool
+	// returned: the handler has returned; handedBack: the stop gave the task back while the
+	// handler still ran (its result is discarded).
+	returned   bool
+	handedBack bool
+
+	log *slog.Logger
 }
 
 func newTask(w *Worker, lt *pb.LeasedTask, cancel context.CancelCauseFunc) *Task {
@@ -34,6 +41,7 @@ func newTask(w *Worker, lt *pb.LeasedTask, cancel context.CancelCauseFunc) *Task
 		lastCheckpoint: lt.GetCheckpoint(),
 		hasCheckpoint:  lt.GetHasCheckpoint(),
 		expiresAt:      lt.GetLeaseExpiresAt().AsTime(),
+		log:            w.log.With("task_id", lt.GetTaskId(), "attempt", lt.GetAttempt()),
 	}
 }
 
@@ -49,6 +57,8 @@ func (t *Task) LastCheckpoint() (data []byte, ok bool) {
 // When the lease is lost it cancels the handler's context (cause ErrLeaseLost) and returns
 // ErrLeaseLost; when an operator cancelled the task it cancels with ErrCancelRequested.
 func (t *Task) Checkpoint(ctx context.Context, data []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
 	resp, err := t.w.broker.Checkpoint(ctx, &pb.CheckpointRequest{
 		TaskId:     t.GetTaskId(),
 		LeaseToken: t.GetLeaseToken(),
@@ -56,7 +66,7 @@ func (t *Task) Checkpoint(ctx context.Context, data []byte) error {
 		ExtendBy:   durationpb.New(t.w.cfg.LeaseDuration),
 	})
 	if rpcerr.IsLeaseLost(err) {
-		t.markLost()
+		t.markLost("checkpoint answered LEASE_LOST")
 		return ErrLeaseLost
 	}
 	if err != nil {
@@ -80,10 +90,16 @@ func (t *Task) LeaseExpiry() time.Time {
 	return t.expiresAt
 }
 
-func (t *Task) markLost() {
+// markLost cancels the handler with ErrLeaseLost and logs it once (WARN): the task may be
+// leased elsewhere, so nothing more is sent for it.
+func (t *Task) markLost(why string) {
 	t.mu.Lock()
+	first := !t.lost && !t.handedBack
 	t.lost = true
 	t.mu.Unlock()
+	if first {
+		t.log.Warn("lease lost: "+why+"; the task is not settled by this worker", "reason", why)
+	}
 	t.cancel(ErrLeaseLost)
 }
 
@@ -91,4 +107,51 @@ func (t *Task) isLost() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.lost
+}
+
+// watchExpiry cancels the handler (ErrLeaseLost) when the lease's expiry passes by the local
+// clock without an extension, whether or not the broker answers heartbeats. stop ends it.
+func (t *Task) watchExpiry() (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		for {
+			d := time.Until(t.LeaseExpiry())
+			if d <= 0 {
+				// A lease that ends at the task's deadline: the deadline cancels the handler.
+				if dl := t.GetDeadline(); dl == nil || dl.AsTime().After(t.LeaseExpiry()) {
+					t.markLost("the lease expired by the local clock")
+				}
+				return
+			}
+			timer := time.NewTimer(d)
+			select {
+			case <-done:
+				timer.Stop()
+				return
+			case <-timer.C:
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// handlerReturned records that the handler returned; false when the task was handed back
+// at stop before that.
+func (t *Task) handlerReturned() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.returned = true
+	return !t.handedBack
+}
+
+// takeForHandBack marks a task whose handler still runs as handed back; false when the
+// handler has returned (its own settle reports it) or the lease is lost.
+func (t *Task) takeForHandBack() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.returned || t.lost {
+		return false
+	}
+	t.handedBack = true
+	return true
 }

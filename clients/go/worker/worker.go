@@ -50,7 +50,9 @@ type Config struct {
 	// PollWait is the Lease long-poll wait, 0 to 60 s. Default 10 s.
 	PollWait time.Duration
 	// StopTimeout bounds the drain after Run's context ends: then running handlers' contexts
-	// are cancelled with ErrStopTimeout. Default 30 s; negative waits however long they take.
+	// are cancelled with ErrStopTimeout; a handler still running StopGrace later is left
+	// behind and its task handed back (Fail, retry_after 0: READY at once), and Run returns
+	// within StopTimeout + StopMargin. Default 30 s; negative waits however long they take.
 	StopTimeout time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
@@ -75,6 +77,10 @@ type Worker struct {
 	stopCause error
 
 	leaseNextTasks atomic.Int64
+
+	// settleCtx ends when a stop's margin runs out: settles still retried then are abandoned.
+	settleCtx      context.Context
+	abandonSettles context.CancelFunc
 }
 
 // LeaseNextTasks is how many tasks came back in a settle's next_tasks (and ran) so far.
@@ -120,12 +126,15 @@ func New(conn grpc.ClientConnInterface, cfg Config, handler Handler) (*Worker, e
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	settleCtx, abandonSettles := context.WithCancel(context.Background())
 	return &Worker{
-		cfg:     cfg,
-		broker:  pb.NewBrokerServiceClient(conn),
-		handler: handler,
-		log:     cfg.Logger.With("worker_id", cfg.WorkerID),
-		running: map[string]*Task{},
+		settleCtx:      settleCtx,
+		abandonSettles: abandonSettles,
+		cfg:            cfg,
+		broker:         pb.NewBrokerServiceClient(conn),
+		handler:        handler,
+		log:            cfg.Logger.With("worker_id", cfg.WorkerID),
+		running:        map[string]*Task{},
 	}, nil
 }
 
@@ -152,8 +161,20 @@ func (w *Worker) Run(ctx context.Context) error {
 		select {
 		case <-drained:
 		case <-time.After(w.cfg.StopTimeout):
+			// Bounded by StopTimeout + StopMargin whatever the handlers or the broker do.
 			w.cancelRunning(ErrStopTimeout)
-			<-drained
+			margin := time.NewTimer(StopMargin)
+			defer margin.Stop()
+			select {
+			case <-drained:
+			case <-time.After(StopGrace):
+				w.handBackRunning()
+				select {
+				case <-drained:
+				case <-margin.C:
+				}
+			}
+			w.abandonSettles()
 		}
 	} else {
 		<-drained
@@ -249,6 +270,25 @@ func (w *Worker) lease(ctx context.Context, n int) ([]*pb.LeasedTask, error) {
 
 // Config is the worker's configuration with the defaults filled in.
 func (w *Worker) Config() Config { return w.cfg }
+
+// handBackRunning hands back, in parallel, every task whose handler is still running; the
+// handlers are left behind (a goroutine cannot be killed) and their results discarded.
+func (w *Worker) handBackRunning() {
+	w.mu.Lock()
+	var tasks []*Task
+	for _, t := range w.running {
+		if t.takeForHandBack() {
+			tasks = append(tasks, t)
+		}
+	}
+	w.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, t := range tasks {
+		wg.Add(1)
+		go func() { defer wg.Done(); w.handBack(t) }()
+	}
+	wg.Wait()
+}
 
 func (w *Worker) cancelRunning(cause error) {
 	w.mu.Lock()

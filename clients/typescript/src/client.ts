@@ -14,6 +14,7 @@ import { ScheduleService } from "./gen/taskbroker/v1/schedule_pb.js";
 import { ErrorInfoSchema, type ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
 import type { SubmitRequest } from "./gen/taskbroker/v1/broker_pb.js";
 import { currentTraceparent, TRACEPARENT } from "./tracing.js";
+import { DEFAULTS } from "./spec.js";
 
 /** The ErrorInfo domain of every error the broker raises. */
 export const ERROR_DOMAIN = "taskbroker.dev";
@@ -46,7 +47,10 @@ export interface ConnectOptions {
   interceptors?: Interceptor[];
   /** Sends an HTTP/2 PING after this much idleness, so dead connections are noticed. Default 30 s. */
   pingIntervalMs?: number;
-  /** Deadline of every call that sets none itself, in ms. Default none. */
+  /**
+   * Deadline of every call that sets none itself, in ms. Default 10 s (the spec's call
+   * deadline); 0 for none.
+   */
   defaultTimeoutMs?: number;
 }
 
@@ -89,7 +93,7 @@ export function connect(address: string, options: ConnectOptions = {}): Taskbrok
           },
         }),
     pingIntervalMs: options.pingIntervalMs ?? 30_000,
-    ...(options.defaultTimeoutMs === undefined ? {} : { defaultTimeoutMs: options.defaultTimeoutMs }),
+    ...(options.defaultTimeoutMs === 0 ? {} : { defaultTimeoutMs: options.defaultTimeoutMs ?? DEFAULTS.callTimeoutMs }),
   });
   return {
     broker: createClient(BrokerService, transport),

@@ -3,11 +3,11 @@
  * abort signal) and the per-task lease bookkeeping the worker's heartbeat loop updates.
  */
 import { durationFromMs, timestampDate } from "@bufbuild/protobuf/wkt";
-import type { Context as OtelContext } from "@opentelemetry/api";
 import type { LeasedTask } from "./gen/taskbroker/v1/broker_pb.js";
 import { isLeaseLost, type BrokerClient } from "./client.js";
 import { TaskAbortedError, type AbortKind } from "./errors.js";
-import { taskContext } from "./tracing.js";
+import { taskContext, type TraceContext } from "./tracing.js";
+import { DEFAULTS } from "./spec.js";
 
 const utf8 = new TextEncoder();
 
@@ -27,7 +27,7 @@ export class TaskContext {
    * The OpenTelemetry context of the task: the producer's span context from its traceparent
    * (undefined without `@opentelemetry/api`). The handler runs with it active.
    */
-  readonly traceContext: OtelContext | undefined;
+  readonly traceContext: TraceContext | undefined;
 
   readonly #broker: BrokerClient;
   readonly #abort = new AbortController();
@@ -42,7 +42,9 @@ export class TaskContext {
     this.traceContext = taskContext(task.metadata);
     this.signal = this.#abort.signal;
     this.#lastCheckpoint = task.hasCheckpoint ? task.checkpoint : undefined;
-    this.#leaseExpiresAtMs = task.leaseExpiresAt ? timestampDate(task.leaseExpiresAt).getTime() : Date.now();
+    this.#leaseExpiresAtMs = task.leaseExpiresAt
+      ? timestampDate(task.leaseExpiresAt).getTime()
+      : Date.now() + extendByMs;
   }
 
   get taskId(): string {
@@ -95,7 +97,7 @@ export class TaskContext {
         leaseToken: this.task.leaseToken,
         checkpoint: bytes,
         extendBy: durationFromMs(this.#extendByMs),
-      });
+      }, { timeoutMs: DEFAULTS.callTimeoutMs });
       this.#lastCheckpoint = bytes;
       if (res.leaseExpiresAt) {
         this.extendedTo(timestampDate(res.leaseExpiresAt).getTime());

@@ -6,7 +6,7 @@
 export { connect, optionsFromEnv, errorInfo, isLeaseLost, ERROR_DOMAIN, REASON_LEASE_LOST } from "./client.js";
 export type { Taskbroker, BrokerClient, AdminClient, ScheduleClient, ConnectOptions, TlsOptions } from "./client.js";
 export { Worker } from "./worker.js";
-export type { Handler, WorkerOptions, RunOptions } from "./worker.js";
+export type { Handler, WorkerOptions, RunOptions, Logger } from "./worker.js";
 export { DEFAULTS, backoffMs, backoffCeilingMs, heartbeatIntervalMs, stopsWorker, STOP_CODES } from "./spec.js";
 export { TRACEPARENT, currentTraceparent } from "./tracing.js";
 export { TaskContext } from "./context.js";

@@ -13,6 +13,14 @@ export const DEFAULTS = Object.freeze({
   callTimeoutMs: 10_000,
   /** Added to the poll wait to make a Lease call's deadline. */
   leaseMarginMs: 5_000,
+  /** A settle is not tried again within this much of the lease's expiry (point 11). */
+  settleMarginMs: 1_000,
+  /** How long handlers have to return once a stop timed out and aborted them. */
+  stopGraceMs: 1_000,
+  /** stop() returns within its timeout + this, whatever handlers or the broker do. */
+  stopMarginMs: 2_000,
+  /** Deadline of a hand-back's Fail at stop. */
+  handBackTimeoutMs: 1_000,
   backoffBaseMs: 200,
   backoffMaxMs: 10_000,
 });

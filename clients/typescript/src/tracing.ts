@@ -8,6 +8,16 @@
 import { createRequire } from "node:module";
 import type * as OtelApi from "@opentelemetry/api";
 
+/**
+ * An OpenTelemetry `Context` (the same shape), declared here so this package's types do not
+ * need the optional `@opentelemetry/api` installed.
+ */
+export interface TraceContext {
+  getValue(key: symbol): unknown;
+  setValue(key: symbol, value: unknown): TraceContext;
+  deleteValue(key: symbol): TraceContext;
+}
+
 /** The task metadata key (and gRPC header) of the trace context. */
 export const TRACEPARENT = "traceparent";
 
@@ -28,7 +38,7 @@ export function currentTraceparent(): string | undefined {
 }
 
 /** The OpenTelemetry context a task's handler runs in: the producer's, from its traceparent. */
-export function taskContext(metadata: Record<string, string>): OtelApi.Context | undefined {
+export function taskContext(metadata: Record<string, string>): TraceContext | undefined {
   if (!otel) return undefined;
   const m = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/.exec(metadata[TRACEPARENT] ?? "");
   if (!m) return otel.ROOT_CONTEXT;
@@ -37,6 +47,6 @@ export function taskContext(metadata: Record<string, string>): OtelApi.Context |
 }
 
 /** Runs `fn` with `cx` active (when there is an API and a context). */
-export function withContext<T>(cx: OtelApi.Context | undefined, fn: () => T): T {
-  return otel && cx ? otel.context.with(cx, fn) : fn();
+export function withContext<T>(cx: TraceContext | undefined, fn: () => T): T {
+  return otel && cx ? otel.context.with(cx as OtelApi.Context, fn) : fn();
 }

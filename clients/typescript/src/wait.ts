@@ -120,7 +120,8 @@ interface Follow {
 function timeout(w: Follow, cap?: number): { timeoutMs?: number } {
   const l = w.left();
   const ms = l === undefined ? cap : Math.max(1, cap === undefined ? l : Math.min(l, cap));
-  return ms === undefined ? {} : { timeoutMs: ms };
+  // 0: no deadline (a watch with no timeout outlives the transport's default call deadline).
+  return { timeoutMs: ms ?? 0 };
 }
 
 async function read(w: Follow, id: string, signal: AbortSignal): Promise<void> {

@@ -8,7 +8,14 @@
  * - A handler's result is reported with Complete; a thrown PermanentError with
  *   Fail(non_retryable); any other error with Fail, so the broker's retry policy applies.
  * - stop() (or close(), or the `signal` given to run(), or SIGTERM/SIGINT with
- *   `handleSignals`) stops leasing and drains; after its timeout it aborts the handlers' signals.
+ *   `handleSignals`) stops leasing and drains; after its timeout it aborts the handlers'
+ *   signals, hands back (Fail, retry_after 0: READY at once) the tasks of handlers still
+ *   running a second later, and returns within the timeout + 2 s whatever they or the broker do.
+ * - A Complete or Fail that meets an unreachable broker is retried with backoff until the
+ *   lease's expiry is near (the lease token stays valid across a broker restart).
+ * - A task's signal is aborted (kind "lost") when its lease expires by the local clock, whether
+ *   or not the broker answers heartbeats.
+ * - A handler result that is not a Uint8Array, string or undefined fails the task at once.
  * - A Lease refused with UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT or UNIMPLEMENTED
  *   stops the worker: run() rejects with WorkerStoppedError. Other errors are retried after a
  *   jittered backoff. A task's deadline aborts its signal (kind "deadline").
@@ -33,6 +40,12 @@ import { withContext } from "./tracing.js";
 /** Does the work of one task. Resolve (optionally with a result) to complete it; throw to fail it. */
 export type Handler = (ctx: TaskContext) => Promise<BytesLike | void>;
 
+/** Where the worker logs (docs/client-spec.md point 11, Logging). Default `console`. */
+export interface Logger {
+  warn(message: string): void;
+  error(message: string): void;
+}
+
 export interface WorkerOptions {
   /** Queues to lease from, at least one. */
   queues: string[];
@@ -48,6 +61,8 @@ export interface WorkerOptions {
   heartbeatIntervalMs?: number;
   /** How long stop() lets running handlers finish before aborting them, in ms. Default 30 s. */
   stopTimeoutMs?: number;
+  /** Warnings (lost leases, retried settles, hand-backs) and errors (handler failures). Default console. */
+  logger?: Logger;
   /** Called with errors the worker survives (broker unreachable, a report that failed). */
   onError?: (err: unknown, during: string) => void;
   /**
@@ -72,6 +87,14 @@ export interface RunOptions {
 interface Running {
   ctx: TaskContext;
   done: Promise<void>;
+  /** The handler has returned. */
+  returned: boolean;
+  /** The lease was lost (logged once); nothing more is sent for the task. */
+  lost: boolean;
+  /** Handed back at stop while its handler still ran: its result is discarded. */
+  handedBack: boolean;
+  /** Ends the local-clock watch of the lease. */
+  stopWatch: () => void;
 }
 
 export class Worker {
@@ -85,6 +108,9 @@ export class Worker {
   readonly #heartbeatIntervalMs: number;
   readonly #stopTimeoutMs: number;
   readonly #onError: (err: unknown, during: string) => void;
+  readonly #log: Logger;
+  /** Aborted when a stop's margin runs out: settles still retried then are abandoned. */
+  readonly #abandon = new AbortController();
   /** Sent with every Lease (routing). */
   readonly labels: Readonly<Record<string, string>>;
   readonly #leaseNext: boolean;
@@ -115,6 +141,7 @@ export class Worker {
     this.#pollWaitMs = clamp(options.pollWaitMs ?? DEFAULTS.pollWaitMs, 0, 60_000);
     this.#heartbeatIntervalMs = options.heartbeatIntervalMs ?? heartbeatIntervalMs(this.#leaseDurationMs);
     this.#stopTimeoutMs = options.stopTimeoutMs ?? DEFAULTS.stopTimeoutMs;
+    this.#log = options.logger ?? console;
     this.#onError = options.onError ?? ((err, during) => console.error(`taskbroker worker: ${during}:`, err));
     const labels = { ...options.labels };
     if (Object.keys(labels).length > MAX_LABELS) {
@@ -176,34 +203,66 @@ export class Worker {
 
   /**
    * Stops leasing and waits for running tasks to finish. After `timeoutMs` (default the
-   * worker's stopTimeoutMs) their signals are aborted (kind "stopping") and the worker waits for
-   * the handlers to return. Never rejects: run() reports why a worker stopped by itself.
+   * worker's stopTimeoutMs) their signals are aborted (kind "stopping"); the tasks of handlers
+   * still running a second later are handed back (Fail, retryable, retry_after 0, so they are
+   * READY at once) and their results discarded. Resolves within `timeoutMs` + 2 s whatever the
+   * handlers or the broker do. Never rejects: run() reports why a worker stopped by itself.
    */
   async stop(timeoutMs = this.#stopTimeoutMs): Promise<void> {
     this.#stopping.abort();
     this.#slotFreed?.();
     const run = (this.#runPromise ?? Promise.resolve()).catch(() => {});
-    let timer: NodeJS.Timeout | undefined;
-    const timedOut = new Promise<boolean>((resolve) => {
-      timer = setTimeout(() => resolve(true), timeoutMs);
-    });
-    const gaveUp = await Promise.race([run.then(() => false), timedOut]);
-    clearTimeout(timer);
-    if (gaveUp) {
-      this.#stopTimedOut = true;
-      for (const { ctx } of this.#running.values()) {
-        ctx.abort("stopping");
-      }
+    if (await settlesWithin(run, timeoutMs)) {
+      return;
     }
+    const marginEnd = Date.now() + DEFAULTS.stopMarginMs;
+    this.#stopTimedOut = true;
+    for (const { ctx } of this.#running.values()) {
+      ctx.abort("stopping");
+    }
+    if (await settlesWithin(run, DEFAULTS.stopGraceMs)) {
+      return;
+    }
+    await this.#handBackRunning();
+    await settlesWithin(run, Math.max(0, marginEnd - Date.now()));
+    this.#abandon.abort();
     await run;
+  }
+
+  /** Hands back, in parallel, every task whose handler is still running (spec point 11). */
+  async #handBackRunning(): Promise<void> {
+    const left = [...this.#running.values()].filter((r) => !r.returned && !r.lost);
+    for (const r of left) {
+      r.handedBack = true;
+      r.stopWatch();
+    }
+    this.#slotFreed?.();
+    await Promise.all(
+      left.map(async ({ ctx }) => {
+        try {
+          await this.#broker.fail(
+            { taskId: ctx.taskId, leaseToken: ctx.task.leaseToken, errorMessage: "worker stopped", retryAfter: durationFromMs(0) },
+            { timeoutMs: DEFAULTS.handBackTimeoutMs },
+          );
+          this.#log.warn(`taskbroker worker: task ${ctx.taskId} handed back at stop: its handler did not return in time`);
+        } catch (err) {
+          this.#log.warn(`taskbroker worker: task ${ctx.taskId}: hand-back at stop failed (${plain(err)}); it returns when its lease expires`);
+        }
+      }),
+    );
   }
 
   async #run(): Promise<void> {
     const heartbeats = this.#heartbeatLoop();
     await this.#leaseLoop();
-    // Heartbeats go on while the last tasks drain, so their leases do not run out.
-    while (this.#running.size > 0) {
-      await Promise.all([...this.#running.values()].map((r) => r.done));
+    // Heartbeats go on while the last tasks drain, so their leases do not run out. Handlers
+    // left behind at stop (their tasks handed back) are not waited for; nor are settles once
+    // the stop abandons them.
+    const abandoned = new Promise<void>((resolve) => this.#abandon.signal.addEventListener("abort", () => resolve(), { once: true }));
+    for (;;) {
+      const waiting = [...this.#running.values()].filter((r) => !r.handedBack);
+      if (waiting.length === 0 || this.#abandon.signal.aborted) break;
+      await Promise.race([Promise.all(waiting.map((r) => r.done)), abandoned]);
     }
     this.#heartbeatStop.abort();
     await heartbeats;
@@ -267,7 +326,8 @@ export class Worker {
     if (this.#stopTimedOut) {
       ctx.abort("stopping");
     }
-    const done = this.#execute(ctx)
+    const entry: Running = { ctx, done: Promise.resolve(), returned: false, lost: false, handedBack: false, stopWatch: () => {} };
+    const done = this.#execute(entry)
       .catch((err: unknown) => {
         this.#onError(err, `task ${ctx.taskId}`);
         return [] as LeasedTask[];
@@ -277,14 +337,15 @@ export class Worker {
         // In one step: the finished task leaves and the tasks its settle leased take its
         // slot, so the lease loop never sees the slot free in between. Delete first: a
         // failed task retried at once can come back with the same id.
-        this.#running.delete(task.taskId);
+        if (this.#running.get(task.taskId) === entry) this.#running.delete(task.taskId);
         for (const t of next) {
           this.#leaseNextTasks++;
           this.#start(t);
         }
         this.#slotFreed?.();
       });
-    this.#running.set(task.taskId, { ctx, done });
+    entry.done = done;
+    this.#running.set(task.taskId, entry);
   }
 
   /** The lease_next a settle carries: the freed slot's task, no wait; none when off or stopping. */
@@ -301,42 +362,103 @@ export class Worker {
     };
   }
 
+  /** Cancels the handler (kind "lost") and logs it once: nothing more is sent for the task. */
+  #markLost(entry: Running, why: string): void {
+    if (!entry.lost && !entry.handedBack) {
+      entry.lost = true;
+      this.#log.warn(`taskbroker worker: task ${entry.ctx.taskId}: lease lost (${why}); not settled by this worker`);
+    }
+    entry.ctx.abort("lost");
+  }
+
+  /** Aborts the task's signal when its lease expires by the local clock; returns the canceller. */
+  #watchExpiry(entry: Running): () => void {
+    let timer: NodeJS.Timeout | undefined;
+    const check = () => {
+      const left = entry.ctx.leaseExpiresAt.getTime() - Date.now();
+      if (left <= 0) {
+        const deadline = entry.ctx.task.deadline;
+        // A lease that ends at the task's deadline: the deadline aborts the signal.
+        if (deadline && timestampDate(deadline).getTime() <= entry.ctx.leaseExpiresAt.getTime()) return;
+        this.#markLost(entry, "the lease expired by the local clock");
+      } else {
+        timer = setTimeout(check, left);
+      }
+    };
+    check();
+    return () => clearTimeout(timer);
+  }
+
   /** Runs the handler and settles the task; resolves with the tasks the settle leased. */
-  async #execute(ctx: TaskContext): Promise<LeasedTask[]> {
-    let outcome: { ok: true; result: BytesLike | void } | { ok: false; error: unknown };
+  async #execute(entry: Running): Promise<LeasedTask[]> {
+    const ctx = entry.ctx;
+    let outcome: { ok: true; result: Uint8Array } | { ok: false; error: unknown };
+    const stopWatch = this.#watchExpiry(entry);
+    entry.stopWatch = stopWatch;
     try {
-      outcome = { ok: true, result: await withContext(ctx.traceContext, () => this.#handler(ctx)) };
+      const returned: unknown = await withContext(ctx.traceContext, () => this.#handler(ctx));
+      const result = resultBytes(returned);
+      outcome = result instanceof Uint8Array ? { ok: true, result } : { ok: false, error: result };
     } catch (error) {
       outcome = { ok: false, error };
+    } finally {
+      stopWatch();
+      entry.returned = true;
     }
-    if (ctx.abortKind === "lost") {
+    if (entry.handedBack) {
+      return []; // handed back at stop; another worker may run it now
+    }
+    if (entry.lost || ctx.abortKind === "lost") {
+      if (!entry.lost) this.#markLost(entry, "a checkpoint answered LEASE_LOST");
       return []; // Another holder may have the task now; nothing of ours would be accepted.
     }
+    if (!outcome.ok) {
+      const e = outcome.error;
+      this.#log.error(`taskbroker worker: task ${ctx.taskId}: handler failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
+    }
     const leaseNext = this.#nextLease();
-    // Complete and Fail are idempotent for the same lease token, so a report that met a
-    // transient error is sent again a few times before the lease is left to run out.
-    for (let tries = 1; ; tries++) {
+    const call = outcome.ok ? "complete" : "fail";
+    const options = { signal: this.#abandon.signal, timeoutMs: DEFAULTS.callTimeoutMs };
+    // Complete and Fail are idempotent for the same lease token, which stays valid across a
+    // broker restart: a settle that met an unreachable broker is sent again with backoff until
+    // the next try would start within the settle margin of the lease's expiry.
+    for (let failures = 0; ; failures++) {
       try {
         if (outcome.ok) {
-          const res = await this.#broker.complete({
-            taskId: ctx.taskId,
-            leaseToken: ctx.task.leaseToken,
-            result: outcome.result === undefined ? new Uint8Array() : toBytes(outcome.result),
-            leaseNext,
-          });
+          const res = await this.#broker.complete(
+            { taskId: ctx.taskId, leaseToken: ctx.task.leaseToken, result: outcome.result, leaseNext },
+            options,
+          );
           return res.nextTasks;
         }
-        const res = await this.#broker.fail({ ...failRequest(ctx, outcome.error), leaseNext });
+        const req = failRequest(ctx, outcome.error);
+        if (ctx.abortKind === "stopping") req.retryAfter = durationFromMs(0); // hand back
+        const res = await this.#broker.fail({ ...req, leaseNext }, options);
         return res.nextTasks;
       } catch (err) {
-        if (isTransient(err) && tries < 5) {
-          await new Promise((resolve) => setTimeout(resolve, backoffMs(tries - 1)));
-          continue;
+        const id = ctx.taskId;
+        if (isLeaseLost(err)) {
+          this.#log.warn(`taskbroker worker: task ${id}: ${call} refused: lease lost (LEASE_LOST); another attempt may run`);
+          return [];
         }
-        if (!isLeaseLost(err)) {
-          this.#onError(err, `report task ${ctx.taskId}`);
+        if (this.#abandon.signal.aborted) {
+          this.#log.warn(`taskbroker worker: task ${id}: ${call} abandoned: the worker stopped while it was retried`);
+          return [];
         }
-        return [];
+        // connect-node reports a connection the broker dropped (killed, restarted) as CANCELED
+        // ("http/2 stream closed"); this settle was not cancelled by us (abandon is checked above).
+        const dropped = err instanceof ConnectError && err.code === Code.Canceled;
+        if (!isTransient(err) && !dropped) {
+          this.#onError(err, `report task ${id}`);
+          return [];
+        }
+        const pause = backoffMs(failures);
+        if (Date.now() + pause + DEFAULTS.settleMarginMs > ctx.leaseExpiresAt.getTime()) {
+          this.#log.warn(`taskbroker worker: task ${id}: ${call} given up at the lease's expiry (${plain(err)}); the broker will hand the task out again`);
+          return [];
+        }
+        this.#log.warn(`taskbroker worker: task ${id}: ${call} failed (${plain(err)}); retrying in ${Math.round(pause)} ms`);
+        await sleep(pause, this.#abandon.signal);
       }
     }
   }
@@ -352,7 +474,9 @@ export class Worker {
   }
 
   async #heartbeatOnce(): Promise<void> {
-    const live = [...this.#running.values()].map((r) => r.ctx).filter((ctx) => ctx.abortKind !== "lost");
+    const stopped = this.#heartbeatStop.signal;
+    const entries = [...this.#running.values()].filter((r) => !r.lost && !r.handedBack && r.ctx.abortKind !== "lost");
+    const live = entries.map((r) => r.ctx);
     if (live.length === 0) {
       return;
     }
@@ -363,14 +487,15 @@ export class Worker {
           leases: live.map((ctx) => ({ taskId: ctx.taskId, leaseToken: ctx.task.leaseToken })),
           extendBy: durationFromMs(this.#leaseDurationMs),
         },
-        { timeoutMs: Math.max(this.#heartbeatIntervalMs, 1_000) },
+        { timeoutMs: Math.max(this.#heartbeatIntervalMs, 1_000), signal: this.#heartbeatStop.signal },
       );
-      const byId = new Map(live.map((ctx) => [ctx.taskId, ctx]));
+      const byId = new Map(entries.map((r) => [r.ctx.taskId, r]));
       for (const status of res.leases) {
-        const ctx = byId.get(status.taskId);
-        if (!ctx) continue;
+        const entry = byId.get(status.taskId);
+        if (!entry) continue;
+        const ctx = entry.ctx;
         if (status.lost) {
-          ctx.abort("lost");
+          this.#markLost(entry, "a heartbeat answered lost");
         } else if (status.cancelRequested) {
           ctx.abort("cancelled");
         }
@@ -379,15 +504,55 @@ export class Worker {
         }
       }
     } catch (err) {
+      if (stopped.aborted) return;
       this.#onError(err, "heartbeat");
       // Without a broker to confirm, a lease that ran out by our clock is gone.
       const now = Date.now();
-      for (const ctx of live) {
-        if (ctx.leaseExpiresAt.getTime() <= now) {
-          ctx.abort("lost");
+      for (const entry of entries) {
+        if (entry.ctx.leaseExpiresAt.getTime() <= now) {
+          this.#markLost(entry, "the lease expired without a successful heartbeat");
         }
       }
     }
+  }
+}
+
+/**
+ * The bytes of a handler's result, or the error that fails the task when the handler
+ * returned something else (a programming error, reported at once, not left to the lease).
+ */
+function resultBytes(result: unknown): Uint8Array | Error {
+  if (result === undefined || result === null) return new Uint8Array();
+  if (typeof result === "string" || result instanceof Uint8Array) return toBytes(result);
+  return new Error(`handler returned ${typeName(result)}, not a Uint8Array, string or undefined`);
+}
+
+function typeName(v: unknown): string {
+  if (Array.isArray(v)) return "an array";
+  if (typeof v === "object") {
+    const name = (v as object).constructor?.name;
+    return name && name !== "Object" ? `a ${name}` : "a plain object";
+  }
+  return `a ${typeof v}`;
+}
+
+/** An error in plain words: a gRPC code and its message, or the error's message. */
+function plain(err: unknown): string {
+  if (err instanceof ConnectError) {
+    const cause = err.cause instanceof Error ? ` (${err.cause.message})` : "";
+    return `${Code[err.code]}: ${err.rawMessage}${cause}`;
+  }
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** True when `p` settles within `ms`. */
+async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+  try {
+    return await Promise.race([p.then(() => true), timedOut]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 

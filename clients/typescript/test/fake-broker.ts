@@ -32,6 +32,14 @@ export class FakeBroker {
   readonly lostIds = new Set<string>();
   /** Heartbeats report cancel_requested for these task ids. */
   readonly cancelIds = new Set<string>();
+  /** Calls (by method: "complete", "fail", ...) answered UNAVAILABLE this many more times. */
+  readonly unavailable = new Map<string, number>();
+  /** Calls (by method) that get no answer until their deadline, as from a frozen broker. */
+  readonly frozen = new Set<string>();
+  /** Deadlines (ms, or undefined) the calls arrived with, by method. */
+  readonly deadlines = new Map<string, number | undefined>();
+  /** Lease expiry handed out with each task, ms from the Lease. */
+  leaseMs = 30_000;
   /** How many Lease calls are waiting right now. */
   pendingLeases = 0;
 
@@ -59,7 +67,7 @@ export class FakeBroker {
 
   async start(): Promise<string> {
     const routes = (router: ConnectRouter) =>
-      router.service(BrokerService, {
+      router.service(BrokerService, this.#faulty({
         submit: () => {
           throw new ConnectError("not faked", Code.Unimplemented);
         },
@@ -90,7 +98,7 @@ export class FakeBroker {
           this.fails.push(req);
           return { state: req.nonRetryable ? TaskState.DEAD : TaskState.READY };
         },
-      });
+      }));
     this.#server = createServer(connectNodeAdapter({ routes }));
     // close() must not wait for clients' idle connections: track them to destroy them.
     this.#server.on("session", (s: ServerHttp2Session) => {
@@ -99,6 +107,29 @@ export class FakeBroker {
     });
     await new Promise<void>((resolve) => this.#server!.listen(0, "127.0.0.1", resolve));
     return `127.0.0.1:${(this.#server.address() as AddressInfo).port}`;
+  }
+
+  /** Wraps each method with the faults steered by `unavailable` and `frozen`. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  #faulty<T extends Record<string, (req: any, ctx: HandlerContext) => unknown>>(impl: T): T {
+    const out: Record<string, unknown> = {};
+    for (const [name, fn] of Object.entries(impl)) {
+      out[name] = async (req: unknown, ctx: HandlerContext) => {
+        const left = ctx.timeoutMs();
+        this.deadlines.set(name, left);
+        const n = this.unavailable.get(name) ?? 0;
+        if (n > 0) {
+          this.unavailable.set(name, n - 1);
+          throw new ConnectError("connection refused", Code.Unavailable);
+        }
+        if (this.frozen.has(name)) {
+          await new Promise<void>((resolve) => ctx.signal.addEventListener("abort", () => resolve(), { once: true }));
+          throw new ConnectError("frozen", Code.DeadlineExceeded);
+        }
+        return fn(req, ctx);
+      };
+    }
+    return out as T;
   }
 
   async close(): Promise<void> {
@@ -125,7 +156,9 @@ export class FakeBroker {
       });
       this.pendingLeases--;
     }
-    return { tasks: this.tasks.splice(0, req.maxTasks) };
+    const tasks = this.tasks.splice(0, req.maxTasks);
+    for (const t of tasks) t.leaseExpiresAt = timestampFromMs(Date.now() + this.leaseMs);
+    return { tasks };
   }
 }
 

@@ -59,4 +59,26 @@ public final class ErrorDetails {
         || code == Status.Code.INVALID_ARGUMENT
         || code == Status.Code.UNIMPLEMENTED;
   }
+
+  /**
+   * A failed call in plain words for logs: the code and the broker's message, or for a
+   * connection error the underlying cause ("UNAVAILABLE: Connection refused: /127.0.0.1:7070")
+   * instead of grpc-java's generic "io exception".
+   */
+  public static String plain(Throwable t) {
+    Status st = Status.fromThrowable(t);
+    if (st.getCode() == Status.Code.UNKNOWN && st.getDescription() == null && st.getCause() == t) {
+      return t.toString(); // not a gRPC failure
+    }
+    String desc = st.getDescription();
+    Throwable root = st.getCause();
+    while (root != null && root.getCause() != null && root.getCause() != root) {
+      root = root.getCause();
+    }
+    String cause = root != null && root.getMessage() != null ? root.getMessage() : null;
+    if (cause != null && (desc == null || desc.startsWith("io exception"))) {
+      return st.getCode() + ": " + cause;
+    }
+    return st.getCode() + (desc != null ? ": " + desc : "");
+  }
 }

@@ -34,7 +34,15 @@ public final class TaskContext {
   private volatile ByteString lastCheckpoint;
   private volatile Instant leaseExpiresAt;
   private final java.time.Duration extendBy;
-  /** The thread running the handler, interrupted on a deadline or a hard stop; guarded by this. */
+  /** The handler has returned; guarded by this. */
+  private boolean returned;
+  /** Handed back at stop while the handler still ran: its result is discarded; guarded by this. */
+  private boolean handedBack;
+  /** The loss was logged. */
+  private final java.util.concurrent.atomic.AtomicBoolean lostLogged =
+      new java.util.concurrent.atomic.AtomicBoolean();
+
+  /** The thread running the handler, interrupted on a lost lease, a deadline or a hard stop; guarded by this. */
   private Thread thread;
   /** The handler's OpenTelemetry context: a child of the producer's traceparent. */
   private final io.opentelemetry.context.Context traceContext;
@@ -49,7 +57,9 @@ public final class TaskContext {
     this.traceContext = Tracing.extract(task.getMetadataMap());
     this.lastCheckpoint = task.getHasCheckpoint() ? task.getCheckpoint() : null;
     this.leaseExpiresAt =
-        task.hasLeaseExpiresAt() ? ProtoTime.instant(task.getLeaseExpiresAt()) : Instant.now();
+        task.hasLeaseExpiresAt()
+            ? ProtoTime.instant(task.getLeaseExpiresAt())
+            : Instant.now().plus(extendBy);
   }
 
   /** The task as leased. */
@@ -158,18 +168,51 @@ public final class TaskContext {
   }
 
   /**
-   * Records the first reason only. A deadline or a hard stop also interrupts the handler's
-   * thread, Java's way to cancel blocking work.
+   * Records the first reason only. A lost lease, a deadline or a hard stop also interrupts the
+   * handler's thread, Java's way to cancel blocking work (an operator's cancel is only flagged).
    */
   void abort(AbortKind kind) {
-    if (abort.compareAndSet(null, kind)
-        && (kind == AbortKind.DEADLINE || kind == AbortKind.STOPPING)) {
+    if (abort.compareAndSet(null, kind) && kind != AbortKind.CANCELLED) {
       synchronized (this) {
         if (thread != null) {
           thread.interrupt();
         }
       }
     }
+  }
+
+  /** Flags the lease lost; true the first time (the caller logs it), false once handed back. */
+  boolean markLost() {
+    abort(AbortKind.LOST);
+    synchronized (this) {
+      if (handedBack) {
+        return false;
+      }
+    }
+    return lostLogged.compareAndSet(false, true);
+  }
+
+  synchronized boolean handlerReturned() {
+    return returned;
+  }
+
+  synchronized boolean handedBack() {
+    return handedBack;
+  }
+
+  /** Records that the handler returned; false when the task was handed back before that. */
+  synchronized boolean handlerReturnedNow() {
+    returned = true;
+    return !handedBack;
+  }
+
+  /** Marks a task whose handler still runs as handed back; false when it returned or was lost. */
+  synchronized boolean takeForHandBack() {
+    if (returned || abort.get() == AbortKind.LOST) {
+      return false;
+    }
+    handedBack = true;
+    return true;
   }
 
   /** The handler runs on {@code t} from now on (null: it has returned). */

@@ -41,7 +41,14 @@ import java.util.function.BiConsumer;
  *   <li>A returned result is reported with Complete; a {@link PermanentException} with
  *       Fail(non_retryable); any other exception with Fail, so the retry policy applies.
  *   <li>{@link #stop(Duration)} stops leasing and drains; after the timeout it flags and
- *       interrupts the handlers still running. {@link #stopOnShutdown()} does that on SIGTERM.
+ *       interrupts the handlers still running, and hands back (Fail, retryable, retry_after 0:
+ *       READY at once) the tasks of those still running after the stop grace (1 s); it returns
+ *       within the timeout + the grace + 1 s for the hand-back. {@link #stopOnShutdown()} does that
+ *       on SIGTERM with the builder's {@link Builder#stopTimeout} and {@link Builder#stopGrace}.
+ *   <li>A Complete or Fail that meets an unreachable broker is retried with backoff until the
+ *       lease's expiry is near (the lease token stays valid across a broker restart).
+ *   <li>When a lease expires by the local clock (heartbeats unanswered), the task's context is
+ *       flagged {@link TaskContext.AbortKind#LOST} and its handler interrupted.
  *   <li>A Lease refused with UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT or
  *       UNIMPLEMENTED stops the worker ({@link WorkerStoppedException}); other errors are retried
  *       after a jittered backoff ({@link Backoff}).
@@ -60,7 +67,20 @@ public final class Worker implements AutoCloseable {
   public static final int DEFAULT_CONCURRENCY = 4;
   public static final Duration DEFAULT_POLL_WAIT = Duration.ofSeconds(10);
   public static final Duration DEFAULT_LEASE_DURATION = Duration.ofSeconds(30);
+  /** The spec's stop timeout (docs/client-spec.md point 1). */
   public static final Duration DEFAULT_STOP_TIMEOUT = Duration.ofSeconds(30);
+  /**
+   * The stop timeout of {@link #close()} and {@link #stopOnShutdown()} unless {@link
+   * Builder#stopTimeout} says otherwise: with the default stop grace and the 1 s hand-back, a stop
+   * takes at most 25 s, inside Kubernetes' default 30 s termination grace period.
+   */
+  public static final Duration DEFAULT_SHUTDOWN_STOP_TIMEOUT = Duration.ofSeconds(23);
+  /** How long handlers have to return once a stop timed out and interrupted them. */
+  public static final Duration DEFAULT_STOP_GRACE = Duration.ofSeconds(1);
+  /** The deadline of a hand-back's Fail at stop. */
+  static final Duration HAND_BACK_TIMEOUT = Duration.ofSeconds(1);
+  /** A settle is not tried again when the next try would start within this of the lease's expiry. */
+  static final Duration SETTLE_MARGIN = Duration.ofSeconds(1);
 
   private static final System.Logger LOG = System.getLogger(Worker.class.getName());
 
@@ -93,7 +113,10 @@ public final class Worker implements AutoCloseable {
   private final CountDownLatch stopRequested = new CountDownLatch(1);
   private final CountDownLatch stopped = new CountDownLatch(1);
   private volatile boolean stopping;
-  private volatile Duration stopTimeout = DEFAULT_STOP_TIMEOUT;
+  private volatile Duration stopTimeout;
+  private final Duration stopGrace;
+  /** Set when a stop's margin ran out: settles still retried then are abandoned. */
+  private volatile boolean abandoned;
   private volatile RuntimeException failure;
   private boolean started;
 
@@ -110,6 +133,8 @@ public final class Worker implements AutoCloseable {
         b.heartbeatInterval != null ? b.heartbeatInterval : leaseDuration.dividedBy(3);
     this.onError = b.onError;
     this.leaseNext = b.leaseNext;
+    this.stopTimeout = b.stopTimeout;
+    this.stopGrace = b.stopGrace;
     this.slots = new Semaphore(concurrency);
     if (b.executor != null) {
       this.handlers = b.executor;
@@ -121,7 +146,10 @@ public final class Worker implements AutoCloseable {
               concurrency, r -> daemon(r, "taskbroker-handler-" + n.incrementAndGet()));
       this.handlers = ownPool;
     }
-    this.timers = Executors.newSingleThreadScheduledExecutor(r -> daemon(r, "taskbroker-timers"));
+    // Two threads: a heartbeat waiting on a frozen broker must not delay a lease's expiry.
+    AtomicInteger t = new AtomicInteger();
+    this.timers =
+        Executors.newScheduledThreadPool(2, r -> daemon(r, "taskbroker-timers-" + t.incrementAndGet()));
     this.leaseThread = daemon(this::runLoop, "taskbroker-lease");
   }
 
@@ -235,7 +263,10 @@ public final class Worker implements AutoCloseable {
     return java.util.Optional.ofNullable(failure);
   }
 
-  /** Stops with the 30 s drain timeout; returns at once for a worker never started. */
+  /**
+   * Stops with the builder's stop timeout (default 23 s: at most 25 s in all, see {@link
+   * #DEFAULT_SHUTDOWN_STOP_TIMEOUT}); returns at once for a worker never started.
+   */
   @Override
   public void close() {
     stop(stopTimeout);
@@ -255,18 +286,60 @@ public final class Worker implements AutoCloseable {
     }
   }
 
-  /** Waits for every slot to be free again, then for the hard-stopped handlers. */
+  /**
+   * Waits for every slot to be free again; at the stop timeout interrupts the handlers, and after
+   * the stop grace hands back the tasks of those still running (their threads are left behind,
+   * their results discarded). Settles still retried after that are abandoned.
+   */
   private void drain() {
     try {
       if (!slots.tryAcquire(concurrency, stopTimeout.toMillis(), TimeUnit.MILLISECONDS)) {
         stopTimedOut = true;
         running.values().forEach(ctx -> ctx.abort(TaskContext.AbortKind.STOPPING));
-        if (!slots.tryAcquire(concurrency, 10, TimeUnit.SECONDS)) {
-          LOG.log(System.Logger.Level.WARNING, "taskbroker worker: handlers ignored the hard stop");
+        if (!slots.tryAcquire(concurrency, stopGrace.toMillis(), TimeUnit.MILLISECONDS)) {
+          handBackRunning();
         }
       }
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
+    } finally {
+      abandoned = true;
+    }
+  }
+
+  /** Hands back, in parallel, every task whose handler is still running (spec point 11). */
+  private void handBackRunning() throws InterruptedException {
+    List<TaskContext> left = running.values().stream().filter(TaskContext::takeForHandBack).toList();
+    List<Thread> calls = new java.util.ArrayList<>();
+    for (TaskContext ctx : left) {
+      Thread th = daemon(() -> handBack(ctx), "taskbroker-hand-back");
+      th.start();
+      calls.add(th);
+    }
+    for (Thread th : calls) {
+      th.join(HAND_BACK_TIMEOUT.toMillis() + 500);
+    }
+  }
+
+  private void handBack(TaskContext ctx) {
+    try {
+      broker
+          .withDeadlineAfter(HAND_BACK_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS)
+          .fail(
+              FailRequest.newBuilder()
+                  .setTaskId(ctx.taskId())
+                  .setLeaseToken(ctx.task().getLeaseToken())
+                  .setErrorMessage("worker stopped")
+                  .setRetryAfter(ProtoTime.duration(Duration.ZERO))
+                  .build());
+      LOG.log(
+          System.Logger.Level.WARNING,
+          "taskbroker worker: task " + ctx.taskId() + " handed back at stop: its handler did not return in time");
+    } catch (RuntimeException e) {
+      LOG.log(
+          System.Logger.Level.WARNING,
+          "taskbroker worker: task " + ctx.taskId() + ": hand-back at stop failed ("
+              + ErrorDetails.plain(e) + "); it returns when its lease expires");
     }
   }
 
@@ -370,13 +443,17 @@ public final class Worker implements AutoCloseable {
         TaskContext tc = queue.poll();
         List<LeasedTask> next = List.of();
         tc.bind(Thread.currentThread());
+        java.util.concurrent.ScheduledFuture<?> watch = watchExpiry(tc);
         if (stopTimedOut) {
           tc.abort(TaskContext.AbortKind.STOPPING);
         }
         io.opentelemetry.context.Scope scope = tc.traceContext().makeCurrent();
         try {
-          next = execute(tc);
+          next = execute(tc, watch);
         } finally {
+          if (watch != null) {
+            watch.cancel(false);
+          }
           scope.close();
           tc.bind(null);
           // Remove this context only: a failed task retried at once can come back with its id.
@@ -392,6 +469,45 @@ public final class Worker implements AutoCloseable {
       // then run out and the broker hands the tasks out again.
       queue.forEach(tc -> running.remove(tc.taskId(), tc));
       slots.release();
+    }
+  }
+
+  /**
+   * Flags the task LOST (and interrupts its handler) when its lease expires by the local clock
+   * without an extension, whether or not the broker answers heartbeats.
+   */
+  private java.util.concurrent.ScheduledFuture<?> watchExpiry(TaskContext tc) {
+    long ms = Math.max(Duration.between(Instant.now(), tc.leaseExpiresAt()).toMillis(), 0);
+    try {
+      return timers.schedule(
+          () -> {
+            if (tc.handlerReturned()) {
+              return;
+            }
+            if (!tc.leaseExpiresAt().isAfter(Instant.now())) {
+              if (tc.task().hasDeadline()
+                  && !ProtoTime.instant(tc.task().getDeadline()).isAfter(tc.leaseExpiresAt())) {
+                tc.abort(TaskContext.AbortKind.DEADLINE); // the lease ends at the task's deadline
+                return;
+              }
+              markLost(tc, "the lease expired by the local clock");
+            } else {
+              watchExpiry(tc); // extended meanwhile: look again at the new expiry
+            }
+          },
+          ms,
+          TimeUnit.MILLISECONDS);
+    } catch (RejectedExecutionException e) {
+      return null; // stopping: the timers are gone
+    }
+  }
+
+  /** Flags the task LOST, interrupts its handler and logs it once (WARN). */
+  private static void markLost(TaskContext tc, String why) {
+    if (tc.markLost()) {
+      LOG.log(
+          System.Logger.Level.WARNING,
+          "taskbroker worker: task " + tc.taskId() + ": lease lost (" + why + "); not settled by this worker");
     }
   }
 
@@ -426,24 +542,41 @@ public final class Worker implements AutoCloseable {
   }
 
   /** Runs the handler and settles the task; returns the tasks the settle leased (lease_next). */
-  private List<LeasedTask> execute(TaskContext ctx) {
+  private List<LeasedTask> execute(TaskContext ctx, java.util.concurrent.ScheduledFuture<?> watch) {
     byte[] result = null;
     Throwable error = null;
     try {
       result = handler.handle(ctx);
-    } catch (VirtualMachineError e) {
-      throw e;
     } catch (Throwable t) {
+      // StackOverflowError and other Errors too: the attempt fails with its cause instead of
+      // the task waiting out its lease.
       error = t;
+    } finally {
+      if (watch != null) {
+        watch.cancel(false);
+      }
     }
     // A hard stop or a deadline interrupts us; the report below must not be cut short by that.
     Thread.interrupted();
+    if (!ctx.handlerReturnedNow()) {
+      return List.of(); // handed back at stop; another worker may run it now
+    }
     if (ctx.abortKind().orElse(null) == TaskContext.AbortKind.LOST) {
+      markLost(ctx, "a checkpoint answered LEASE_LOST");
       return List.of(); // Another holder may have the task now; nothing of ours would be accepted.
     }
+    if (error != null) {
+      LOG.log(
+          System.Logger.Level.ERROR,
+          "taskbroker worker: task " + ctx.taskId() + ": handler failed: " + error,
+          error);
+    }
     LeaseRequest next = nextLease();
-    // Complete and Fail are idempotent for the same lease token: retry transient errors.
-    for (int tries = 1; ; tries++) {
+    String call = error == null ? "complete" : "fail";
+    // Complete and Fail are idempotent for the same lease token, which stays valid across a
+    // broker restart: a settle that met an unreachable broker is sent again with backoff until
+    // the next try would start within the settle margin of the lease's expiry.
+    for (int failures = 0; ; failures++) {
       try {
         if (error == null) {
           CompleteRequest.Builder req =
@@ -460,6 +593,9 @@ public final class Worker implements AutoCloseable {
               .getNextTasksList();
         }
         FailRequest.Builder req = failRequest(ctx, error).toBuilder();
+        if (ctx.abortKind().orElse(null) == TaskContext.AbortKind.STOPPING) {
+          req.setRetryAfter(ProtoTime.duration(Duration.ZERO)); // hand back: READY at once
+        }
         if (next != null) {
           req.setLeaseNext(next);
         }
@@ -468,22 +604,43 @@ public final class Worker implements AutoCloseable {
             .fail(req.build())
             .getNextTasksList();
       } catch (StatusRuntimeException e) {
+        String id = ctx.taskId();
+        if (ErrorDetails.isLeaseLost(e)) {
+          LOG.log(
+              System.Logger.Level.WARNING,
+              "taskbroker worker: task " + id + ": " + call
+                  + " refused: lease lost (LEASE_LOST); another attempt may run");
+          return List.of();
+        }
+        if (abandoned) {
+          LOG.log(
+              System.Logger.Level.WARNING,
+              "taskbroker worker: task " + id + ": " + call + " abandoned: the worker stopped while it was retried");
+          return List.of();
+        }
         Status.Code code = e.getStatus().getCode();
-        boolean transient_ =
-            code == Status.Code.UNAVAILABLE || code == Status.Code.DEADLINE_EXCEEDED;
-        if (transient_ && tries < 5) {
-          try {
-            Thread.sleep(Backoff.delay(tries - 1).toMillis());
-          } catch (InterruptedException ie) {
-            Thread.currentThread().interrupt();
-            return List.of();
-          }
-          continue;
+        if (code != Status.Code.UNAVAILABLE && code != Status.Code.DEADLINE_EXCEEDED) {
+          onError.accept("report task " + id, e);
+          return List.of();
         }
-        if (!ErrorDetails.isLeaseLost(e)) {
-          onError.accept("report task " + ctx.taskId(), e);
+        Duration pause = Backoff.delay(failures);
+        if (Instant.now().plus(pause).plus(SETTLE_MARGIN).isAfter(ctx.leaseExpiresAt())) {
+          LOG.log(
+              System.Logger.Level.WARNING,
+              "taskbroker worker: task " + id + ": " + call + " given up at the lease's expiry ("
+                  + ErrorDetails.plain(e) + "); the broker will hand the task out again");
+          return List.of();
         }
-        return List.of();
+        LOG.log(
+            System.Logger.Level.WARNING,
+            "taskbroker worker: task " + id + ": " + call + " failed (" + ErrorDetails.plain(e)
+                + "); retrying in " + pause.toMillis() + " ms");
+        try {
+          Thread.sleep(pause.toMillis());
+        } catch (InterruptedException ie) {
+          Thread.currentThread().interrupt();
+          return List.of();
+        }
       }
     }
   }
@@ -506,7 +663,7 @@ public final class Worker implements AutoCloseable {
   private void heartbeatOnce() {
     List<TaskContext> live =
         running.values().stream()
-            .filter(c -> c.abortKind().orElse(null) != TaskContext.AbortKind.LOST)
+            .filter(c -> c.abortKind().orElse(null) != TaskContext.AbortKind.LOST && !c.handedBack())
             .toList();
     if (live.isEmpty()) {
       return;
@@ -531,7 +688,7 @@ public final class Worker implements AutoCloseable {
           continue;
         }
         if (status.getLost()) {
-          c.abort(TaskContext.AbortKind.LOST);
+          markLost(c, "a heartbeat answered lost");
         } else if (status.getCancelRequested()) {
           c.abort(TaskContext.AbortKind.CANCELLED);
         }
@@ -545,7 +702,7 @@ public final class Worker implements AutoCloseable {
       Instant now = Instant.now();
       for (TaskContext c : live) {
         if (!c.leaseExpiresAt().isAfter(now)) {
-          c.abort(TaskContext.AbortKind.LOST); // Without a broker to confirm, it ran out.
+          markLost(c, "the lease expired without a successful heartbeat");
         }
       }
     }
@@ -570,9 +727,13 @@ public final class Worker implements AutoCloseable {
     private Duration heartbeatInterval;
     private Executor executor;
     private boolean leaseNext = true;
+    private Duration stopTimeout = DEFAULT_SHUTDOWN_STOP_TIMEOUT;
+    private Duration stopGrace = DEFAULT_STOP_GRACE;
     private BiConsumer<String, Throwable> onError =
         (during, e) ->
-            LOG.log(System.Logger.Level.WARNING, "taskbroker worker: " + during + ": " + e);
+            LOG.log(
+                System.Logger.Level.WARNING,
+                "taskbroker worker: " + during + ": " + ErrorDetails.plain(e));
 
     private Builder(Taskbroker taskbroker, TaskHandler handler) {
       this.taskbroker = taskbroker;
@@ -655,6 +816,31 @@ public final class Worker implements AutoCloseable {
      */
     public Builder leaseNext(boolean leaseNext) {
       this.leaseNext = leaseNext;
+      return this;
+    }
+
+    /**
+     * The stop timeout of {@link Worker#close()} and {@link Worker#stopOnShutdown()}: how long
+     * running handlers may finish before they are interrupted. Default 23 s, so that with the
+     * stop grace and the hand-back a stop takes at most 25 s (Kubernetes' grace period is 30 s).
+     */
+    public Builder stopTimeout(Duration stopTimeout) {
+      if (stopTimeout.isNegative()) {
+        throw new IllegalArgumentException("stopTimeout must not be negative");
+      }
+      this.stopTimeout = stopTimeout;
+      return this;
+    }
+
+    /**
+     * How long interrupted handlers may take to return after the stop timeout before their tasks
+     * are handed back (Fail, retry_after 0) and the threads left behind. Default 1 s.
+     */
+    public Builder stopGrace(Duration stopGrace) {
+      if (stopGrace.isNegative()) {
+        throw new IllegalArgumentException("stopGrace must not be negative");
+      }
+      this.stopGrace = stopGrace;
       return this;
     }
 

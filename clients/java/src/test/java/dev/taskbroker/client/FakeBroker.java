@@ -47,6 +47,12 @@ final class FakeBroker extends BrokerServiceGrpc.BrokerServiceImplBase implement
   final Set<String> lostIds = ConcurrentHashMap.newKeySet();
   final Set<String> cancelIds = ConcurrentHashMap.newKeySet();
   final AtomicInteger pendingLeases = new AtomicInteger();
+  /** Complete calls answered UNAVAILABLE this many more times. */
+  final AtomicInteger unavailableCompletes = new AtomicInteger();
+  /** Heartbeat and Fail calls get no answer while set (a frozen broker): they hang until cancelled. */
+  volatile boolean frozen;
+  /** Lease length handed out with each task. */
+  volatile java.time.Duration leaseLength = java.time.Duration.ofSeconds(30);
 
   private final ArrayDeque<LeasedTask> ready = new ArrayDeque<>();
   private final AtomicInteger seq = new AtomicInteger();
@@ -76,7 +82,6 @@ final class FakeBroker extends BrokerServiceGrpc.BrokerServiceImplBase implement
               .setAttempt(attempt)
               .setLeaseToken("tok-" + id)
               .setFencingToken(n)
-              .setLeaseExpiresAt(ProtoTime.timestamp(Instant.now().plusSeconds(30)))
               .build());
       ready.notifyAll();
     }
@@ -100,7 +105,9 @@ final class FakeBroker extends BrokerServiceGrpc.BrokerServiceImplBase implement
           ready.wait(20);
         }
         while (!ready.isEmpty() && res.getTasksCount() < req.getMaxTasks()) {
-          res.addTasks(ready.poll());
+          res.addTasks(
+              ready.poll().toBuilder()
+                  .setLeaseExpiresAt(ProtoTime.timestamp(Instant.now().plus(leaseLength))));
         }
       }
     } catch (InterruptedException e) {
@@ -115,6 +122,9 @@ final class FakeBroker extends BrokerServiceGrpc.BrokerServiceImplBase implement
   @Override
   public void heartbeat(HeartbeatRequest req, StreamObserver<HeartbeatResponse> out) {
     heartbeats.add(req);
+    if (frozen) {
+      return; // never answered: the caller's deadline ends the call
+    }
     HeartbeatResponse.Builder res = HeartbeatResponse.newBuilder();
     for (LeaseRef l : req.getLeasesList()) {
       res.addLeases(
@@ -141,6 +151,10 @@ final class FakeBroker extends BrokerServiceGrpc.BrokerServiceImplBase implement
 
   @Override
   public void complete(CompleteRequest req, StreamObserver<CompleteResponse> out) {
+    if (unavailableCompletes.getAndUpdate(n -> Math.max(n - 1, 0)) > 0) {
+      out.onError(Status.UNAVAILABLE.withDescription("connection refused").asRuntimeException());
+      return;
+    }
     completes.add(req);
     out.onNext(CompleteResponse.getDefaultInstance());
     out.onCompleted();
@@ -148,6 +162,9 @@ final class FakeBroker extends BrokerServiceGrpc.BrokerServiceImplBase implement
 
   @Override
   public void fail(FailRequest req, StreamObserver<FailResponse> out) {
+    if (frozen) {
+      return;
+    }
     fails.add(req);
     TaskState state = req.getNonRetryable() ? TaskState.TASK_STATE_DEAD : TaskState.TASK_STATE_READY;
     out.onNext(FailResponse.newBuilder().setState(state).build());

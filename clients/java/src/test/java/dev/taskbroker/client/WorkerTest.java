@@ -177,7 +177,11 @@ class WorkerTest {
         worker(
                 ctx -> {
                   while (!ctx.isCancelled()) {
-                    Thread.sleep(10);
+                    try {
+                      Thread.sleep(10);
+                    } catch (InterruptedException e) {
+                      // a lost lease interrupts the handler too
+                    }
                   }
                   kind.set(ctx.abortKind().orElseThrow());
                   try {
