@@ -187,10 +187,13 @@ def test_an_async_worker_made_before_the_loop_runs_in_it() -> None:
         worker.stop_soon()
         return b"ok"
 
-    worker = AsyncWorker(ADDR or "", [q], handler, poll_wait=1)
+    # Made before asyncio.run, as the worker's own client would be from a target string;
+    # from the environment, so the secure run's TLS and token apply.
+    early = AsyncClient.from_env(ADDR)
+    worker = AsyncWorker(early, [q], handler, poll_wait=1)
 
     async def main() -> None:
-        async with AsyncClient.from_env(ADDR) as tb:
+        async with early, AsyncClient.from_env(ADDR) as tb:
             await tb.submit(q, b"early")
             await asyncio.wait_for(worker.run(handle_signals=False), 20)
 
