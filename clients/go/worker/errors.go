@@ -3,7 +3,11 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Causes of a handler's context being cancelled; read them with context.Cause(ctx).
@@ -22,10 +26,17 @@ var (
 )
 
 // StoppedError is what Run returns when the broker refused the worker's Lease with a code that
-// retrying cannot fix (see StopsWorker); Err is the gRPC status error.
-type StoppedError struct{ Err error }
+// retrying cannot fix (see StopsWorker), or, with Config.FailFast, when the first calls met a
+// configuration that is wrong for good (see ConfigError); Err is the gRPC status error.
+type StoppedError struct {
+	Err error
+	why string
+}
 
 func (e *StoppedError) Error() string {
+	if e.why != "" {
+		return "taskbroker: worker stopped: " + e.why
+	}
 	return "taskbroker: worker stopped: lease refused: " + e.Err.Error()
 }
 func (e *StoppedError) Unwrap() error { return e.Err }
@@ -73,4 +84,40 @@ func PreferSameWorker(err error) error {
 		r.RetryAfter = inner.RetryAfter
 	}
 	return r
+}
+
+// ConfigError reports whether err, from a call, says the connection's configuration is wrong
+// for good, and why in one plain line: the TLS handshake failed (a certificate not trusted, a
+// TLS client against a plaintext port: "first record does not look like a TLS handshake"),
+// the server did not speak HTTP/2 (plaintext against a TLS port, or not a gRPC server at
+// all), an answer without a grpc-status (an HTTP server), UNAUTHENTICATED or
+// PERMISSION_DENIED. Config.FailFast stops a worker on these.
+func ConfigError(err error) (why string, ok bool) {
+	st, isStatus := status.FromError(err)
+	if !isStatus || err == nil {
+		return "", false
+	}
+	msg := st.Message()
+	switch st.Code() {
+	case codes.Unauthenticated:
+		return "the broker refused the credentials (UNAUTHENTICATED): " + msg, true
+	case codes.PermissionDenied:
+		return "the broker refused the call (PERMISSION_DENIED): " + msg, true
+	case codes.Unimplemented, codes.Internal, codes.Unknown:
+		if strings.Contains(msg, "unexpected HTTP status code") || strings.Contains(msg, "unexpected content-type") ||
+			strings.Contains(msg, "malformed header") {
+			return "the address answers HTTP, not gRPC: " + msg, true
+		}
+	case codes.Unavailable:
+		switch {
+		case strings.Contains(msg, "first record does not look like a TLS handshake"):
+			return "TLS is on but the broker's port is plaintext: " + msg, true
+		case strings.Contains(msg, "authentication handshake failed") || strings.Contains(msg, "tls: ") ||
+			strings.Contains(msg, "x509: "):
+			return "the TLS handshake failed: " + msg, true
+		case strings.Contains(msg, "server preface"):
+			return "the address does not speak gRPC over plaintext HTTP/2 (a TLS port, or not a gRPC server): " + msg, true
+		}
+	}
+	return "", false
 }

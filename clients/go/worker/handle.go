@@ -45,29 +45,36 @@ func (w *Worker) handle(run, parent context.Context, lt *pb.LeasedTask) []*pb.Le
 		w.mu.Unlock()
 	}()
 	stopWatch := t.watchExpiry()
+	began := time.Now()
 	result, err := w.call(ctx, t)
+	took := time.Since(began).Seconds()
 	stopWatch()
 
+	queue := lt.GetQueue()
 	log := t.log
 	if !t.handlerReturned() {
 		// Handed back at stop: another worker may run it now; the result is discarded.
 		log.Debug("handler returned after its task was handed back; result discarded")
+		w.metrics.task(queue, OutcomeFailed, took)
 		return nil
 	}
 	if t.isLost() {
+		w.metrics.task(queue, OutcomeLeaseLost, took)
 		return nil // logged once when the lease was lost
 	}
 	var next []*pb.LeasedTask
 	if err == nil {
-		err = w.report(t, "complete", func(rctx context.Context) error {
-			resp, err := w.broker.Complete(rctx, &pb.CompleteRequest{
-				TaskId: lt.GetTaskId(), LeaseToken: lt.GetLeaseToken(), Result: result,
-				LeaseNext: w.nextLease(run),
-			})
-			next = resp.GetNextTasks()
-			return err
+		req := &pb.CompleteRequest{
+			TaskId: lt.GetTaskId(), LeaseToken: lt.GetLeaseToken(), Result: result,
+			LeaseNext: w.nextLease(run),
+		}
+		err = w.report(t, "complete", func(context.Context) error {
+			s := w.completer.complete(req)
+			next = s.next
+			return s.err
 		})
 		w.logSettle(t, "complete", err)
+		w.metrics.task(queue, settleOutcome(err, OutcomeSucceeded), took)
 		return next
 	}
 
@@ -93,12 +100,33 @@ func (w *Worker) handle(run, parent context.Context, lt *pb.LeasedTask) []*pb.Le
 		log.Error("handler failed", "err", err)
 	}
 	ferr := w.report(t, "fail", func(rctx context.Context) error {
+		w.metrics.settleCall("Fail")
 		resp, err := w.broker.Fail(rctx, req)
 		next = resp.GetNextTasks()
 		return err
 	})
 	w.logSettle(t, "fail", ferr)
+	outcome := OutcomeFailed
+	if errors.Is(context.Cause(ctx), ErrCancelRequested) {
+		outcome = OutcomeCancelled
+	}
+	w.metrics.task(queue, settleOutcome(ferr, outcome), took)
 	return next
+}
+
+// settleOutcome is the outcome of an attempt whose settle ended in err: want when it went
+// through; lease_lost when the broker refused it as LEASE_LOST or it was given up at the
+// lease's expiry or abandoned at stop (the broker hands the task out again); else failed.
+func settleOutcome(err error, want string) string {
+	var given *settleGivenUpError
+	switch {
+	case err == nil:
+		return want
+	case rpcerr.IsLeaseLost(err), errors.As(err, &given), errors.Is(err, errSettleAbandoned):
+		return OutcomeLeaseLost
+	default:
+		return OutcomeFailed
+	}
 }
 
 // logSettle logs a settle that did not go through: LEASE_LOST and a settle given up at the
@@ -108,6 +136,7 @@ func (w *Worker) logSettle(t *Task, call string, err error) {
 	switch {
 	case err == nil:
 	case rpcerr.IsLeaseLost(err):
+		w.metrics.leaseLost(t.GetQueue())
 		t.log.Warn(call+" refused: lease lost (LEASE_LOST); another attempt may run", "call", call)
 	case errors.As(err, &given):
 		t.log.Warn(call+" given up at the lease's expiry; the broker will hand the task out again",
@@ -134,15 +163,49 @@ func (w *Worker) nextLease(run context.Context) *pb.LeaseRequest {
 	}
 }
 
-// call runs the handler, turning a panic into a retryable error (logged with its stack).
+// call runs the handler under the middleware, turning a panic into a retryable error (logged
+// with its stack).
 func (w *Worker) call(ctx context.Context, t *Task) (result []byte, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("handler panicked: %v", p)
-			t.log.Error("handler panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-		}
-	}()
+	defer recovered(t, &err)
 	return w.handler(ctx, t)
+}
+
+// recovered turns a panic into *err; deferred around the handler (so middleware sees the
+// panic as its error) and around the middleware.
+func recovered(t *Task, err *error) {
+	if p := recover(); p != nil {
+		*err = fmt.Errorf("handler panicked: %v", p)
+		t.log.Error("handler panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	}
+}
+
+// Middleware wraps every handler call of a worker: it sees the task, can time the call, read
+// the outcome (result or error, a panic as its error) and replace it. Config.Middleware's
+// first is the outermost.
+//
+//	func logging(next worker.Handler) worker.Handler {
+//		return func(ctx context.Context, t *worker.Task) ([]byte, error) {
+//			began := time.Now()
+//			result, err := next(ctx, t)
+//			slog.Info("task", "queue", t.GetQueue(), "took", time.Since(began), "err", err)
+//			return result, err
+//		}
+//	}
+type Middleware func(next Handler) Handler
+
+// chain wraps h (panics recovered) in mws, the first outermost.
+func chain(h Handler, mws []Middleware) Handler {
+	inner := func(ctx context.Context, t *Task) (result []byte, err error) {
+		defer recovered(t, &err)
+		return h(ctx, t)
+	}
+	out := Handler(inner)
+	for i := len(mws) - 1; i >= 0; i-- {
+		if mws[i] != nil {
+			out = mws[i](out)
+		}
+	}
+	return out
 }
 
 // SettleMargin: a settle is not tried again when the next try would start within this much of
@@ -181,6 +244,7 @@ func (w *Worker) report(t *Task, call string, send func(context.Context) error) 
 		if time.Until(t.LeaseExpiry()) < pause+SettleMargin {
 			return &settleGivenUpError{err: err}
 		}
+		w.metrics.settleRetry(t.GetQueue())
 		t.log.Warn(call+" failed; retrying", "call", call, "code", status.Code(err).String(),
 			"err", err, "after", pause)
 		select {
@@ -197,6 +261,7 @@ func (w *Worker) report(t *Task, call string, send func(context.Context) error) 
 func (w *Worker) handBack(t *Task) {
 	ctx, cancel := context.WithTimeout(context.Background(), HandBackTimeout)
 	defer cancel()
+	w.metrics.settleCall("Fail")
 	_, err := w.broker.Fail(ctx, &pb.FailRequest{
 		TaskId: t.GetTaskId(), LeaseToken: t.GetLeaseToken(),
 		ErrorMessage: "worker stopped", RetryAfter: durationpb.New(0),

@@ -98,6 +98,7 @@ func (t *Task) markLost(why string) {
 	t.lost = true
 	t.mu.Unlock()
 	if first {
+		t.w.metrics.leaseLost(t.GetQueue())
 		t.log.Warn("lease lost: "+why+"; the task is not settled by this worker", "reason", why)
 	}
 	t.cancel(ErrLeaseLost)

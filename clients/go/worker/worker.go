@@ -17,10 +17,12 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -61,6 +63,20 @@ type Config struct {
 	// wait), which runs like a leased one: two calls per task instead of three. When none
 	// comes back, the long-poll Lease goes on. Never asked for once Run's context has ended.
 	DisableLeaseNext bool
+	// Middleware wraps every handler call, the first outermost (see Middleware).
+	Middleware []Middleware
+	// MeterProvider gives the meter "taskbroker" of the worker's OpenTelemetry instruments
+	// (taskbroker.worker.tasks, .task.duration, .leases.lost, .settle.retries, .settle.calls).
+	// Default otel.GetMeterProvider(): nothing is recorded until the application installs an
+	// SDK.
+	MeterProvider metric.MeterProvider
+	// FailFast makes Run return at once, with a *StoppedError saying why in one line, when a
+	// call fails with an error that retrying cannot fix before any call has gone through: a
+	// TLS handshake failure, plaintext against a TLS port or TLS against a plaintext one, a
+	// port that is not gRPC, UNAUTHENTICATED or PERMISSION_DENIED (see ConfigError). Without
+	// it a worker retries such errors with backoff, as any other UNAVAILABLE, until its context
+	// ends (a broker that is still starting looks the same).
+	FailFast bool
 }
 
 // Worker leases tasks and runs a Handler on each. Create it with New, run it with Run.
@@ -77,6 +93,10 @@ type Worker struct {
 	stopCause error
 
 	leaseNextTasks atomic.Int64
+	metrics        *metrics
+	completer      *completer
+	// connected: a Lease has gone through (FailFast applies before that).
+	connected bool
 
 	// settleCtx ends when a stop's margin runs out: settles still retried then are abandoned.
 	settleCtx      context.Context
@@ -126,17 +146,29 @@ func New(conn grpc.ClientConnInterface, cfg Config, handler Handler) (*Worker, e
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Middleware = slices.Clone(cfg.Middleware)
+	m, err := newMetrics(cfg.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("worker: metrics: %w", err)
+	}
 	settleCtx, abandonSettles := context.WithCancel(context.Background())
-	return &Worker{
+	w := &Worker{
 		settleCtx:      settleCtx,
 		abandonSettles: abandonSettles,
 		cfg:            cfg,
 		broker:         pb.NewBrokerServiceClient(conn),
-		handler:        handler,
+		handler:        chain(handler, cfg.Middleware),
 		log:            cfg.Logger.With("worker_id", cfg.WorkerID),
 		running:        map[string]*Task{},
-	}, nil
+		metrics:        m,
+	}
+	w.completer = &completer{w: w}
+	return w, nil
 }
+
+// QueuedCompletions is how many Completes wait for the settle call in flight; they go
+// together as one CompleteMany when it returns.
+func (w *Worker) QueuedCompletions() int { return w.completer.queued() }
 
 // Run leases and handles tasks until ctx ends, then stops leasing, lets running handlers
 // finish (see Config.StopTimeout), reports their results and returns nil. When the broker
@@ -236,6 +268,11 @@ func (w *Worker) leaseLoop(ctx context.Context, wg *sync.WaitGroup) error {
 			if StopsWorker(err) {
 				return &StoppedError{Err: err}
 			}
+			if w.cfg.FailFast && !w.connected {
+				if why, ok := ConfigError(err); ok {
+					return &StoppedError{Err: err, why: why}
+				}
+			}
 			pause := Backoff(failures)
 			failures++
 			w.log.Warn("lease failed; retrying", "err", err, "after", pause)
@@ -247,6 +284,7 @@ func (w *Worker) leaseLoop(ctx context.Context, wg *sync.WaitGroup) error {
 			continue
 		}
 		failures = 0
+		w.connected = true
 	}
 }
 
