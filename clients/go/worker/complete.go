@@ -84,7 +84,11 @@ func (c *completer) queued() int {
 	return len(c.queue)
 }
 
+// loop sends the first completion alone (nothing was in flight when it came), then, while
+// more queued during the call before, all that queued as one batch; it ends when a call
+// returns to an empty queue.
 func (c *completer) loop() {
+	limit := 1
 	for {
 		c.mu.Lock()
 		if len(c.queue) == 0 {
@@ -93,7 +97,7 @@ func (c *completer) loop() {
 			return
 		}
 		n, bytes := 0, 0
-		for n < len(c.queue) && n < MaxCompleteBatch && (n == 0 || bytes < MaxCompleteBatchBytes) {
+		for n < len(c.queue) && n < limit && (n == 0 || bytes < MaxCompleteBatchBytes) {
 			bytes += len(c.queue[n].req.GetResult())
 			n++
 		}
@@ -105,6 +109,7 @@ func (c *completer) loop() {
 		c.mu.Lock()
 		c.busy = false
 		c.mu.Unlock()
+		limit = MaxCompleteBatch
 	}
 }
 

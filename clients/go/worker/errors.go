@@ -34,10 +34,14 @@ type StoppedError struct {
 }
 
 func (e *StoppedError) Error() string {
-	if e.why != "" {
-		return "taskbroker: worker stopped: " + e.why
+	why := e.why
+	if why == "" {
+		why, _ = ConfigError(e.Err)
 	}
-	return "taskbroker: worker stopped: lease refused: " + e.Err.Error()
+	if why == "" {
+		why = "lease refused: " + firstLine(e.Err.Error())
+	}
+	return "taskbroker: worker stopped: " + why
 }
 func (e *StoppedError) Unwrap() error { return e.Err }
 
@@ -97,17 +101,16 @@ func ConfigError(err error) (why string, ok bool) {
 	if !isStatus || err == nil {
 		return "", false
 	}
-	msg := st.Message()
+	msg := firstLine(st.Message())
+	if strings.Contains(msg, "unexpected HTTP status code") || strings.Contains(msg, "unexpected content-type") ||
+		strings.Contains(msg, "malformed header") {
+		return "the address answers HTTP, not gRPC: " + msg, true
+	}
 	switch st.Code() {
 	case codes.Unauthenticated:
 		return "the broker refused the credentials (UNAUTHENTICATED): " + msg, true
 	case codes.PermissionDenied:
 		return "the broker refused the call (PERMISSION_DENIED): " + msg, true
-	case codes.Unimplemented, codes.Internal, codes.Unknown:
-		if strings.Contains(msg, "unexpected HTTP status code") || strings.Contains(msg, "unexpected content-type") ||
-			strings.Contains(msg, "malformed header") {
-			return "the address answers HTTP, not gRPC: " + msg, true
-		}
 	case codes.Unavailable:
 		switch {
 		case strings.Contains(msg, "first record does not look like a TLS handshake"):
@@ -120,4 +123,12 @@ func ConfigError(err error) (why string, ok bool) {
 		}
 	}
 	return "", false
+}
+
+// firstLine is s up to its first line break: a status may carry a whole HTML page.
+func firstLine(s string) string {
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		return s[:i]
+	}
+	return s
 }
