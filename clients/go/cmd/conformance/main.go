@@ -55,6 +55,7 @@ var cases = []testCase{
 	{"wait_by_stream", waitByStream},
 	{"lease_next", leaseNext},
 	{"worker_id_binding", workerIDBinding},
+	{"typed_handlers", typedHandlers},
 }
 
 func main() {

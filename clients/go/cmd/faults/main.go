@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -43,6 +45,7 @@ var cases = []struct {
 	{"stop_bound", stopBound},
 	{"wrong_result_type", wrongResultType},
 	{"http_port", httpPort},
+	{"settle_batching", settleBatching},
 }
 
 func main() {
@@ -388,6 +391,9 @@ func wrongResultType(e *env, queue string) error {
 }
 
 func httpPort(e *env, queue string) error {
+	if err := httpPortFailFast(e, queue); err != nil {
+		return err
+	}
 	conn, err := taskbroker.NewClient(os.Getenv("TASKBROKER_HTTP_ADDR"), taskbroker.FromEnv())
 	if err != nil {
 		return err
@@ -409,4 +415,119 @@ func httpPort(e *env, queue string) error {
 	case <-time.After(20 * time.Second):
 		return errors.New("the worker did not stop by itself within 20 s")
 	}
+}
+
+// httpPortFailFast: with FailFast, the first Lease against the HTTP port ends Run at once
+// with one plain line.
+func httpPortFailFast(e *env, queue string) error {
+	conn, err := taskbroker.NewClient(os.Getenv("TASKBROKER_HTTP_ADDR"), taskbroker.FromEnv())
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stop, done, err := start(e, conn, worker.Config{Queues: []string{queue}, FailFast: true},
+		func(ctx context.Context, t *worker.Task) ([]byte, error) { return nil, nil })
+	if err != nil {
+		return err
+	}
+	defer stop()
+	select {
+	case err := <-done:
+		done <- err // for stop
+		var stopped *worker.StoppedError
+		if !errors.As(err, &stopped) || strings.Contains(err.Error(), "\n") {
+			return fmt.Errorf("with FailFast Run returned %q, want one line of a *worker.StoppedError", err)
+		}
+		return nil
+	case <-time.After(20 * time.Second):
+		return errors.New("the FailFast worker did not stop by itself within 20 s")
+	}
+}
+
+// settleBatching: ten handlers finish while the broker is paused; the first Complete is in
+// flight, the other nine queue behind it and go as one CompleteMany once it returns.
+func settleBatching(e *env, queue string) error {
+	ids, err := submit(e, queue, 10, nil)
+	if err != nil {
+		return err
+	}
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer provider.Shutdown(context.Background())
+	started := make(chan struct{}, 10)
+	latch := make(chan struct{})
+	var latchOnce sync.Once
+	openLatch := func() { latchOnce.Do(func() { close(latch) }) }
+	defer openLatch()
+	var runs sync.Map
+	cfg := worker.Config{Queues: []string{queue}, Concurrency: 10, WorkerID: workerID, PollWait: time.Second,
+		MeterProvider: provider}
+	w, err := worker.New(e.conn, cfg, func(ctx context.Context, t *worker.Task) ([]byte, error) {
+		n, _ := runs.LoadOrStore(t.GetTaskId(), new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		started <- struct{}{}
+		<-latch
+		return []byte("done"), nil
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for range 10 {
+		select {
+		case <-started:
+		case <-time.After(20 * time.Second):
+			return errors.New("the 10 handlers did not all start within 20 s")
+		}
+	}
+	if err := fault("pause"); err != nil {
+		return err
+	}
+	openLatch()
+	// The runtime's own count: nine Completes behind the one in flight to the paused broker.
+	queued := false
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if w.QueuedCompletions() == 9 {
+			queued = true
+			break
+		}
+	}
+	if err := fault("resume"); err != nil {
+		return err
+	}
+	if !queued {
+		return fmt.Errorf("%d completions queued behind the call in flight, want 9", w.QueuedCompletions())
+	}
+	for _, id := range ids {
+		t, err := waitFinished(e, id, 20*time.Second)
+		if err != nil {
+			return err
+		}
+		n, _ := runs.Load(id)
+		if t.GetState() != pb.TaskState_TASK_STATE_SUCCEEDED || t.GetAttempt() != 1 || n == nil || n.(*atomic.Int32).Load() != 1 {
+			return fmt.Errorf("task %s is %v attempt %d, want SUCCEEDED at attempt 1, run once", id, t.GetState(), t.GetAttempt())
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		return err
+	}
+	calls := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "taskbroker.worker.settle.calls" {
+				for _, dp := range sum.DataPoints {
+					rpc, _ := dp.Attributes.Value("rpc")
+					calls[rpc.AsString()] += dp.Value
+				}
+			}
+		}
+	}
+	if len(calls) != 2 || calls["Complete"] != 1 || calls["CompleteMany"] != 1 {
+		return fmt.Errorf("taskbroker.worker.settle.calls %v, want exactly 1 Complete and 1 CompleteMany", calls)
+	}
+	return nil
 }
