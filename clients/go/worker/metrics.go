@@ -42,7 +42,9 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		return nil, err
 	}
 	if ms.duration, err = m.Float64Histogram("taskbroker.worker.task.duration", metric.WithUnit("s"),
-		metric.WithDescription("How long handlers ran, by queue and outcome.")); err != nil {
+		metric.WithDescription("How long handlers ran, by queue and outcome."),
+		// Seconds, from a quick task to an hour-long one (the SDK's default buckets are for ms).
+		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)); err != nil {
 		return nil, err
 	}
 	if ms.leasesLost, err = m.Int64Counter("taskbroker.worker.leases.lost",
