@@ -128,7 +128,8 @@ func TestCompleteIsRetriedAcrossAnOutageWithinTheLease(t *testing.T) {
 		return false, nil
 	}}
 	var runs atomic.Int32
-	f.startOn(t, conn, worker.Config{}, func(ctx context.Context, task *worker.Task) ([]byte, error) {
+	m := newMeter()
+	f.startOn(t, conn, worker.Config{MeterProvider: m.provider}, func(ctx context.Context, task *worker.Task) ([]byte, error) {
 		runs.Add(1)
 		return []byte("done"), nil
 	})
@@ -144,6 +145,12 @@ func TestCompleteIsRetriedAcrossAnOutageWithinTheLease(t *testing.T) {
 	}
 	if task.GetState() != pb.TaskState_TASK_STATE_SUCCEEDED || task.GetAttempt() != 1 || runs.Load() != 1 || string(task.GetResult()) != "done" {
 		t.Fatalf("%v, attempt %d, %d runs, result %q; want SUCCEEDED in one run", task.GetState(), task.GetAttempt(), runs.Load(), task.GetResult())
+	}
+	waitFor(t, "the task counted", func() bool {
+		return m.count(t, "taskbroker.worker.tasks", "queue", f.queue, "outcome", "succeeded") == 1
+	})
+	if n := m.count(t, "taskbroker.worker.settle.retries", "queue", f.queue); n != 6 {
+		t.Errorf("taskbroker.worker.settle.retries = %d, want 6 (one per refused Complete)", n)
 	}
 }
 
@@ -213,7 +220,8 @@ func TestTheLocalClockCancelsAHandlerWhoseLeaseExpired(t *testing.T) {
 		}}
 	logs := &records{}
 	cause := make(chan error, 1)
-	f.startOn(t, conn, worker.Config{LeaseDuration: time.Second, StopTimeout: time.Second, Logger: logs.logger()},
+	m := newMeter()
+	f.startOn(t, conn, worker.Config{LeaseDuration: time.Second, StopTimeout: time.Second, Logger: logs.logger(), MeterProvider: m.provider},
 		func(ctx context.Context, task *worker.Task) ([]byte, error) {
 			if task.GetAttempt() > 1 {
 				return []byte("second"), nil
@@ -234,6 +242,12 @@ func TestTheLocalClockCancelsAHandlerWhoseLeaseExpired(t *testing.T) {
 	f.waitState(t, ids[0], pb.TaskState_TASK_STATE_SUCCEEDED)
 	if n := len(logs.matching(slog.LevelWarn, "attempt=1")); n != 1 {
 		t.Errorf("%d WARN lines for attempt 1, want 1: %v", n, logs.matching(slog.LevelWarn, ""))
+	}
+	if n := m.count(t, "taskbroker.worker.leases.lost", "queue", f.queue); n != 1 {
+		t.Errorf("taskbroker.worker.leases.lost = %d, want 1", n)
+	}
+	if n := m.count(t, "taskbroker.worker.tasks", "queue", f.queue, "outcome", "lease_lost"); n != 1 {
+		t.Errorf("taskbroker.worker.tasks{lease_lost} = %d, want 1", n)
 	}
 }
 

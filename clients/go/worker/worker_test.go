@@ -200,8 +200,9 @@ func TestCancelRequestedReachesTheHandlerThroughHeartbeats(t *testing.T) {
 	ids := f.submit(t, &pb.TaskSpec{})
 	started := make(chan struct{})
 	var cause atomic.Value
+	m := newMeter()
 	// 3 s leases: a heartbeat every second.
-	f.start(t, worker.Config{LeaseDuration: 3 * time.Second}, func(ctx context.Context, task *worker.Task) ([]byte, error) {
+	f.start(t, worker.Config{LeaseDuration: 3 * time.Second, MeterProvider: m.provider}, func(ctx context.Context, task *worker.Task) ([]byte, error) {
 		close(started)
 		<-ctx.Done()
 		cause.Store(context.Cause(ctx))
@@ -219,6 +220,9 @@ func TestCancelRequestedReachesTheHandlerThroughHeartbeats(t *testing.T) {
 	if c, _ := cause.Load().(error); !errors.Is(c, worker.ErrCancelRequested) {
 		t.Errorf("handler context cause %v, want ErrCancelRequested", c)
 	}
+	waitFor(t, "the cancelled attempt counted", func() bool {
+		return m.count(t, "taskbroker.worker.tasks", "queue", f.queue, "outcome", "cancelled") == 1
+	})
 }
 
 func TestStopLetsRunningHandlersFinish(t *testing.T) {
