@@ -26,10 +26,15 @@ const PROTOCOL_CODES = new Set(["ERR_HTTP2_ERROR", "ERR_HTTP2_SESSION_ERROR", "E
 
 /**
  * Why `err` is a configuration error retrying cannot fix, in one plain line; undefined when it
- * may pass (an unreachable or restarting broker, a timeout).
+ * may pass (an unreachable or restarting broker, a timeout). `first`: no call of this worker
+ * has been answered yet, so a connection closed before any answer is the TLS server refusing a
+ * plaintext client rather than a broker going away.
  */
-export function wrongForGood(err: unknown): string | undefined {
+export function wrongForGood(err: unknown, first = false): string | undefined {
   if (!(err instanceof ConnectError)) return undefined;
+  if (first && err.code === Code.Canceled && err.cause === undefined) {
+    return `the connection closed before any answer: is the broker serving TLS (give tls or an https:// address)? ${oneLine(err)}`;
+  }
   if (err.code === Code.Unauthenticated || err.code === Code.PermissionDenied) {
     return `${Code[err.code]}: ${err.rawMessage}`;
   }

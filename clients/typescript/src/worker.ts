@@ -429,6 +429,7 @@ export class Worker<Data = unknown, Result = unknown> {
   async #leaseLoop(): Promise<void> {
     const stop = this.#stopping.signal;
     let failures = 0;
+    let answered = false;
     while (!stop.aborted) {
       const free = this.#concurrency - this.#running.size;
       if (free <= 0) {
@@ -450,6 +451,7 @@ export class Worker<Data = unknown, Result = unknown> {
           { signal: stop, timeoutMs: this.#pollWaitMs + DEFAULTS.leaseMarginMs },
         );
         failures = 0;
+        answered = true;
         for (const task of res.tasks) {
           this.#start(task);
         }
@@ -464,7 +466,7 @@ export class Worker<Data = unknown, Result = unknown> {
           this.#stopping.abort();
           break;
         }
-        const why = this.#failFast ? wrongForGood(err) : undefined;
+        const why = this.#failFast ? wrongForGood(err, !answered) : undefined;
         if (why !== undefined) {
           const code = err instanceof ConnectError ? err.code : Code.Unknown;
           this.#failure = new WorkerStoppedError(`lease failed for good (failFast): ${why}`, code, err);
