@@ -31,7 +31,10 @@ export class FakeBroker {
   readonly submits: SubmitRequest[] = [];
   readonly leases: LeaseRequest[] = [];
   readonly heartbeats: HeartbeatRequest[] = [];
+  /** Every completion, whether it came alone (Complete) or in a CompleteMany. */
   readonly completes: CompleteRequest[] = [];
+  /** The Complete calls alone. */
+  readonly completeCalls: CompleteRequest[] = [];
   readonly completeManys: CompleteManyRequest[] = [];
   /** While set, Complete and CompleteMany wait for it before they answer. */
   hold: Promise<void> | undefined;
@@ -103,6 +106,7 @@ export class FakeBroker {
           return { cancelRequested: this.cancelIds.has(req.taskId) };
         },
         complete: async (req) => {
+          this.completeCalls.push(req);
           this.completes.push(req);
           await this.hold;
           if (this.lostIds.has(req.taskId)) {
@@ -114,6 +118,7 @@ export class FakeBroker {
         },
         completeMany: async (req) => {
           this.completeManys.push(req);
+          this.completes.push(...req.completions);
           await this.hold;
           if (this.refuseMany !== undefined) throw new ConnectError("not here", this.refuseMany);
           return {
