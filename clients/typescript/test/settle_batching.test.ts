@@ -1,13 +1,11 @@
 /**
  * Completions share calls: a lone Complete goes at once; those that queue behind a call in
  * flight go as one CompleteMany, each with the answer its own Complete would have had; a batch
- * refused as a whole goes one by one; the batch limits hold. Also failFast.
+ * refused as a whole goes one by one; the batch limits hold.
  */
 import assert from "node:assert/strict";
-import { createServer } from "node:net";
-import type { AddressInfo } from "node:net";
 import { afterEach, beforeEach, test } from "node:test";
-import { Client, Code, Worker, WorkerStoppedError, connect } from "../src/index.js";
+import { Client, Code, Worker, connect } from "../src/index.js";
 import { Completer, MAX_BATCH } from "../src/completer.js";
 import { WorkerMetrics } from "../src/metrics.js";
 import { Metrics } from "../conformance/metric_reader.js";
@@ -148,34 +146,4 @@ test("a batch holds at most 256 completions and stops at 1 MiB of results", asyn
   // 600 KiB, then 1.2 MiB reached: two in the batch; the third goes alone.
   assert.deepEqual(fake.completeManys.map((m) => m.completions.length), [2]);
   assert.equal(fake.completeCalls.at(-1)!.taskId, "h2");
-});
-
-test("failFast: a TLS worker pointed at a plaintext port stops at once with one plain line", async () => {
-  const w = new Worker(connect(addr, { tls: true }), async () => {}, { ...quiet, queues: ["q"], failFast: true });
-  const err = await w.run({ handleSignals: false }).then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  assert.ok(err instanceof WorkerStoppedError, `run() ended with ${String(err)}`);
-  assert.match(err.message, /^lease failed for good \(failFast\): TLS handshake failed/);
-  assert.ok(!err.message.includes("\n"), "one line");
-});
-
-test("failFast: a port that does not speak HTTP/2 stops the worker; without failFast it is retried", async () => {
-  const server = createServer((s) => s.end("HTTP/1.1 400 Bad Request\r\n\r\n"));
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const http = `127.0.0.1:${(server.address() as AddressInfo).port}`;
-  try {
-    const fast = new Worker(connect(http), async () => {}, { ...quiet, queues: ["q"], failFast: true });
-    await assert.rejects(fast.run({ handleSignals: false }), /failFast\): the address does not speak gRPC over HTTP\/2/);
-
-    let errors = 0;
-    const patient = new Worker(connect(http), async () => {}, { ...quiet, queues: ["q"], onError: () => void errors++ });
-    const run = patient.run({ handleSignals: false });
-    await until(() => errors >= 2);
-    await patient.stop();
-    await run; // resolves: it was still retrying, not stopped
-  } finally {
-    server.close();
-  }
 });
