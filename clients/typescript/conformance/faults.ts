@@ -6,8 +6,9 @@
  */
 import { randomBytes } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
-import { connect, optionsFromEnv, TaskState, Worker, type Logger, type Taskbroker, type TaskContext } from "../src/index.js";
+import { connect, optionsFromEnv, TaskState, Worker, WorkerStoppedError, type Logger, type Taskbroker, type TaskContext } from "../src/index.js";
 import { DEFAULTS } from "../src/spec.js";
+import { Metrics } from "./metric_reader.js";
 
 const WORKER_ID = "conf-typescript";
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -235,9 +236,73 @@ const cases: [string, (tb: Taskbroker, queue: string) => Promise<void>][] = [
     },
   ],
   [
+    "settle_batching",
+    async (tb, queue) => {
+      const n = 10;
+      const ids = await submit(tb, queue, n);
+      const metrics = new Metrics();
+      let started = 0;
+      const allStarted = latch();
+      const release = latch();
+      const w = worker(
+        tb,
+        queue,
+        async () => {
+          if (++started === n) allStarted.open();
+          await release.promise;
+          return "done";
+        },
+        { concurrency: n, meterProvider: metrics.provider },
+      );
+      const run = w.run({ handleSignals: false });
+      try {
+        await within(allStarted.promise, 20_000, "the handlers did not all start");
+        fault("pause");
+        try {
+          release.open();
+          // The runtime's own count: the first Complete is in flight to the paused broker.
+          await within(
+            (async () => {
+              while (w.pendingCompletions < n - 1) await sleep(10);
+            })(),
+            5_000,
+            `${n - 1} completions did not queue behind the call in flight (${w.pendingCompletions} did)`,
+          );
+        } finally {
+          fault("resume");
+        }
+        for (const id of ids) {
+          const t = await waitFinished(tb, id, 20_000);
+          check(
+            t.state === TaskState.SUCCEEDED && t.attempt === 1,
+            `task ${id} is ${TaskState[t.state]} attempt ${t.attempt} (last error ${t.lastError}), want SUCCEEDED attempt 1`,
+          );
+        }
+      } finally {
+        release.open();
+        await w.stop(5_000);
+        await run.catch(() => {});
+      }
+      const complete = await metrics.sum("taskbroker.worker.settle.calls", { rpc: "Complete" });
+      const many = await metrics.sum("taskbroker.worker.settle.calls", { rpc: "CompleteMany" });
+      check(complete === 1 && many === 1, `settle.calls: ${complete} Complete and ${many} CompleteMany, want 1 and 1`);
+    },
+  ],
+  [
     "http_port",
     async (_tb, queue) => {
       const http = connect(process.env["TASKBROKER_HTTP_ADDR"]!, optionsFromEnv());
+      const fast = worker(http, queue, async () => "x", { failFast: true });
+      const err = await within(
+        fast.run({ handleSignals: false }).then(
+          () => new CaseFailed("run() with failFast resolved, want a rejection saying why"),
+          (e: unknown) => e,
+        ),
+        20_000,
+        "the failFast worker did not stop by itself",
+      );
+      check(err instanceof WorkerStoppedError, `the failFast worker stopped with ${String(err)}, want a WorkerStoppedError`);
+      check(!err.message.includes("\n"), `its error is not one line: ${JSON.stringify(err.message)}`);
       const w = worker(http, queue, async () => "x");
       const run = w.run();
       let stopped = false;

@@ -11,6 +11,7 @@ import { durationFromMs, timestampFromMs, timestampMs, type Timestamp } from "@b
 import {
   connect,
   optionsFromEnv,
+  type Client,
   errorInfo,
   TaskState,
   OverlapPolicy,
@@ -27,6 +28,7 @@ import { routingCases } from "./routing_cases.js";
 import { flowCases } from "./flow_cases.js";
 import { leaseNextCases } from "./lease_next_cases.js";
 import { bindingCases } from "./binding_cases.js";
+import { typedCases } from "./typed_cases.js";
 
 const LANG = "typescript";
 const WORKER_ID = `conf-${LANG}`;
@@ -35,6 +37,8 @@ const text = new TextDecoder();
 const HOUR_MS = 3_600_000;
 
 interface Env {
+  /** The typed client the services below belong to. */
+  client: Client;
   broker: BrokerClient;
   admin: AdminClient;
   schedules: ScheduleClient;
@@ -306,6 +310,7 @@ const cases: [string, Case][] = [
   ...flowCases,
   ...leaseNextCases,
   ...bindingCases,
+  ...typedCases,
 ];
 
 function reasonOf(err: unknown): string {
@@ -322,13 +327,14 @@ async function main(): Promise<number> {
   }
   // Every call gets a deadline, so a broker that hangs fails a case instead of the run.
   // TLS, mTLS and the token come from TASKBROKER_CA / _CLIENT_CERT / _CLIENT_KEY / _TOKEN.
-  const { broker, admin, schedules } = connect(addr, optionsFromEnv({ defaultTimeoutMs: 10_000 }));
+  const client = connect(addr, optionsFromEnv({ defaultTimeoutMs: 10_000 }));
+  const { broker, admin, schedules } = client;
   let passed = 0;
   let failed = 0;
   for (const [name, run] of cases) {
     const queue = `conf.${LANG}.${name}.${randomBytes(3).toString("hex")}`;
     try {
-      await withTimeout(run({ broker, admin, schedules, queue }), 40_000);
+      await withTimeout(run({ client, broker, admin, schedules, queue }), 40_000);
       console.log(`PASS ${name}`);
       passed++;
     } catch (err) {

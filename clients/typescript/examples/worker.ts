@@ -1,25 +1,35 @@
 /**
- * Runs a worker on queue "emails" until SIGINT/SIGTERM, then drains.
+ * Runs a worker on queues "emails" and "reports" until SIGINT/SIGTERM, then drains.
  *   TASKBROKER_ADDR=127.0.0.1:50051 node dist/examples/worker.js
  */
-import { connect, optionsFromEnv, PermanentError, Worker, type TaskContext } from "../src/index.js";
+import { Client, optionsFromEnv, PermanentError, Worker, type Middleware, type TaskContext } from "../src/index.js";
 
-// TASKBROKER_TOKEN / _CA / _CLIENT_CERT / _CLIENT_KEY add a token and TLS when set.
-const { broker } = connect(process.env["TASKBROKER_ADDR"] ?? "127.0.0.1:50051", optionsFromEnv());
-
-async function sendEmail(ctx: TaskContext): Promise<string> {
-  let job: { to?: string };
-  try {
-    job = JSON.parse(new TextDecoder().decode(ctx.payload)) as { to?: string };
-  } catch (err) {
-    throw new PermanentError("payload is not JSON", { cause: err }); // goes DEAD, no retry
-  }
-  const done = ctx.lastCheckpoint ? new TextDecoder().decode(ctx.lastCheckpoint) : "none";
-  console.log(`attempt ${ctx.attempt} for ${job.to}, last checkpoint: ${done}`);
-  ctx.signal.throwIfAborted(); // lease lost or task cancelled: stop here
-  await ctx.checkpoint("rendered");
-  return `sent to ${job.to}`; // becomes the task's result
+interface Email {
+  to: string;
 }
 
-const worker = new Worker(broker, sendEmail, { queues: ["emails"], concurrency: 8 });
-await worker.run({ handleSignals: true }); // SIGTERM or Ctrl-C: stop leasing, drain, resolve
+// TASKBROKER_TOKEN / _CA / _CLIENT_CERT / _CLIENT_KEY add a token and TLS when set.
+await using client = new Client(process.env["TASKBROKER_ADDR"] ?? "127.0.0.1:50051", optionsFromEnv());
+
+async function sendEmail(email: Email, ctx: TaskContext): Promise<{ sentTo: string }> {
+  if (!email.to) throw new PermanentError("no recipient"); // goes DEAD, no retry
+  const done = ctx.lastCheckpoint ? new TextDecoder().decode(ctx.lastCheckpoint) : "none";
+  console.log(`attempt ${ctx.attempt} for ${email.to}, last checkpoint: ${done}`);
+  ctx.signal.throwIfAborted(); // lease lost or task cancelled: stop here
+  await ctx.checkpoint("rendered");
+  return { sentTo: email.to }; // becomes the task's result (JSON)
+}
+
+const logged: Middleware = async (ctx, next) => {
+  const t0 = performance.now();
+  try {
+    return await next();
+  } finally {
+    console.log(`${ctx.queue} ${ctx.taskId}: ${Math.round(performance.now() - t0)} ms`);
+  }
+};
+
+const worker = new Worker(client, { concurrency: 8, middleware: [logged] })
+  .handle<Email, { sentTo: string }>("emails", sendEmail, { type: "Email" })
+  .handle<{ day: string }, { pages: number }>("reports", async ({ day }) => ({ pages: day.length }));
+await worker.run(); // SIGTERM or Ctrl-C: stop leasing, drain, resolve

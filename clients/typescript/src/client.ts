@@ -3,18 +3,23 @@
  * two generated services, a bearer token on every call, and decoding of the broker's rich
  * error details.
  *
+ * `Client` adds typed submits and results (a Serializer, JSON by default) and closing.
+ *
  * Owns no worker logic (see worker.ts) and no message types (see gen/).
  */
-import { createClient, type Client, type Interceptor, type Transport, ConnectError, Code } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { createClient, type Client as ServiceClient, type Interceptor, type Transport, ConnectError, Code } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { readFileSync } from "node:fs";
 import { BrokerService } from "./gen/taskbroker/v1/broker_pb.js";
 import { AdminService } from "./gen/taskbroker/v1/admin_pb.js";
 import { ScheduleService } from "./gen/taskbroker/v1/schedule_pb.js";
 import { ErrorInfoSchema, type ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
-import type { SubmitRequest } from "./gen/taskbroker/v1/broker_pb.js";
+import { TaskState, type SubmitRequest, type SubmitResult, type TaskSpecSchema } from "./gen/taskbroker/v1/broker_pb.js";
 import { currentTraceparent, TRACEPARENT } from "./tracing.js";
 import { DEFAULTS } from "./spec.js";
+import { decodeResult, json, payloadBytes, type Serializer } from "./serializer.js";
+import { TaskbrokerError } from "./errors.js";
 
 /** The ErrorInfo domain of every error the broker raises. */
 export const ERROR_DOMAIN = "taskbroker.dev";
@@ -22,9 +27,9 @@ export const ERROR_DOMAIN = "taskbroker.dev";
 /** The ErrorInfo reason when a lease token no longer holds its task. */
 export const REASON_LEASE_LOST = "LEASE_LOST";
 
-export type BrokerClient = Client<typeof BrokerService>;
-export type AdminClient = Client<typeof AdminService>;
-export type ScheduleClient = Client<typeof ScheduleService>;
+export type BrokerClient = ServiceClient<typeof BrokerService>;
+export type AdminClient = ServiceClient<typeof AdminService>;
+export type ScheduleClient = ServiceClient<typeof ScheduleService>;
 
 /** TLS settings, PEM text or bytes. Giving any of them turns TLS on. */
 export interface TlsOptions {
@@ -62,45 +67,126 @@ export interface Taskbroker {
   transport: Transport;
 }
 
+/** Connection options plus the serializer of typed payloads and results. */
+export interface ClientOptions extends ConnectOptions {
+  /** Encodes `submit()` payloads and decodes `getResult()` results; workers made from this client use it too. Default JSON. */
+  serializer?: Serializer;
+}
+
+/** The fields of a task besides its queue and payload (priority, key, retry, runAt, ...). */
+export type SubmitOptions = Omit<MessageInitShape<typeof TaskSpecSchema>, "queue" | "payload" | "$typeName">;
+
 /**
- * Connects to a broker. `address` is `host:port` (plaintext gRPC) or a full
- * `http://` / `https://` URL.
+ * A connection to one broker: the generated services (`broker`, `admin`, `schedules`) on one
+ * HTTP/2 connection, typed submits and results, and `close()` (or `await using`).
+ *
+ *     await using client = new Client("broker:50051", { token });
+ *     const { taskId } = await client.submit<Email>("emails", { to: "ada@example.com" });
  */
-export function connect(address: string, options: ConnectOptions = {}): Taskbroker {
-  const tls = options.tls === true ? {} : options.tls || undefined;
-  const scheme = tls === undefined ? "http" : "https";
-  const baseUrl = /^https?:\/\//.test(address)
-    ? address.replace(/^http:/, tls === undefined ? "http:" : "https:")
-    : `${scheme}://${address}`;
-  if (tls !== undefined && (tls.cert === undefined) !== (tls.key === undefined)) {
-    throw new Error("tls: give both cert and key (mTLS), or neither");
-  }
-  const interceptors = [traceInterceptor, ...(options.interceptors ?? [])];
-  if (options.token) {
-    interceptors.unshift(bearer(options.token));
-  }
-  const transport = createGrpcTransport({
-    baseUrl,
-    interceptors,
-    ...(tls === undefined
-      ? {}
-      : {
-          nodeOptions: {
+export class Client implements Taskbroker {
+  readonly broker: BrokerClient;
+  readonly admin: AdminClient;
+  readonly schedules: ScheduleClient;
+  readonly transport: Transport;
+  readonly serializer: Serializer;
+  readonly #sessions: Http2SessionManager;
+
+  /**
+   * `address` is `host:port` (plaintext gRPC) or a full `http://` / `https://` URL. Nothing is
+   * sent until the first call.
+   */
+  constructor(address: string, options: ClientOptions = {}) {
+    if (typeof address !== "string" || address.trim() === "") {
+      throw new RangeError("Client: address is empty: give host:port or an http(s):// URL");
+    }
+    const tls = options.tls === true ? {} : options.tls || undefined;
+    const scheme = tls === undefined ? "http" : "https";
+    const baseUrl = /^https?:\/\//.test(address)
+      ? address.replace(/^http:/, tls === undefined ? "http:" : "https:")
+      : `${scheme}://${address}`;
+    if (tls !== undefined && (tls.cert === undefined) !== (tls.key === undefined)) {
+      throw new Error("tls: give both cert and key (mTLS), or neither");
+    }
+    const pingIntervalMs = options.pingIntervalMs ?? 30_000;
+    if (!(pingIntervalMs > 0)) throw new RangeError(`Client: pingIntervalMs must be above 0, got ${pingIntervalMs}`);
+    const timeoutMs = options.defaultTimeoutMs ?? DEFAULTS.callTimeoutMs;
+    if (!(timeoutMs >= 0 && Number.isFinite(timeoutMs))) {
+      throw new RangeError(`Client: defaultTimeoutMs must be 0 (none) or more, got ${timeoutMs}`);
+    }
+    const interceptors = [traceInterceptor, ...(options.interceptors ?? [])];
+    if (options.token) {
+      interceptors.unshift(bearer(options.token));
+    }
+    this.#sessions = new Http2SessionManager(
+      baseUrl,
+      { pingIntervalMs },
+      tls === undefined
+        ? {}
+        : {
             ...(tls.ca === undefined ? {} : { ca: tls.ca }),
             ...(tls.cert === undefined ? {} : { cert: tls.cert }),
             ...(tls.key === undefined ? {} : { key: tls.key }),
             ...(tls.serverName === undefined ? {} : { servername: tls.serverName }),
           },
-        }),
-    pingIntervalMs: options.pingIntervalMs ?? 30_000,
-    ...(options.defaultTimeoutMs === 0 ? {} : { defaultTimeoutMs: options.defaultTimeoutMs ?? DEFAULTS.callTimeoutMs }),
-  });
-  return {
-    broker: createClient(BrokerService, transport),
-    admin: createClient(AdminService, transport),
-    schedules: createClient(ScheduleService, transport),
-    transport,
-  };
+    );
+    this.transport = createGrpcTransport({
+      baseUrl,
+      interceptors,
+      sessionManager: this.#sessions,
+      ...(timeoutMs === 0 ? {} : { defaultTimeoutMs: timeoutMs }),
+    });
+    this.broker = createClient(BrokerService, this.transport);
+    this.admin = createClient(AdminService, this.transport);
+    this.schedules = createClient(ScheduleService, this.transport);
+    this.serializer = options.serializer ?? json;
+  }
+
+  /**
+   * Submits one task whose payload is `data` encoded by the serializer (a `Uint8Array` is sent
+   * as it is); resolves with its SubmitResult (`taskId`, `deduplicated`).
+   */
+  async submit<Data = unknown>(queue: string, data: Data, options: SubmitOptions = {}): Promise<SubmitResult> {
+    const [result] = await this.submitMany<Data>(queue, [data], options);
+    return result!;
+  }
+
+  /** Submits one task per item, in one call (all or none); the results are in order. */
+  async submitMany<Data = unknown>(queue: string, items: readonly Data[], options: SubmitOptions = {}): Promise<SubmitResult[]> {
+    const tasks = items.map((data) => ({ ...options, queue, payload: payloadBytes(this.serializer, data) }));
+    const res = await this.broker.submit({ tasks });
+    return res.results;
+  }
+
+  /**
+   * The decoded result of a SUCCEEDED task (GetTask, then the serializer); rejects when the
+   * task has not succeeded (yet) or its result does not decode. To wait for it, see `wait()`
+   * and `decodeResult()`.
+   */
+  async getResult<Result = unknown>(taskId: string): Promise<Result> {
+    const { task } = await this.admin.getTask({ taskId });
+    if (!task || task.state !== TaskState.SUCCEEDED) {
+      const state = task ? TaskState[task.state] : "missing";
+      throw new TaskbrokerError(`task ${taskId} is ${state}, not SUCCEEDED: it has no result`);
+    }
+    return decodeResult<Result>(task.result, this.serializer);
+  }
+
+  /** Closes the HTTP/2 connection; calls still running fail. A later call opens a new one. */
+  async close(): Promise<void> {
+    this.#sessions.abort();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+/**
+ * Connects to a broker: `new Client(address, options)`. `address` is `host:port` (plaintext
+ * gRPC) or a full `http://` / `https://` URL.
+ */
+export function connect(address: string, options: ClientOptions = {}): Client {
+  return new Client(address, options);
 }
 
 /**

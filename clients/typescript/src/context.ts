@@ -51,6 +51,11 @@ export class TaskContext {
     return this.task.taskId;
   }
 
+  /** The queue the task was leased from. */
+  get queue(): string {
+    return this.task.queue;
+  }
+
   get payload(): Uint8Array {
     return this.task.payload;
   }

@@ -1,13 +1,31 @@
 /**
- * taskbroker client for TypeScript: generated messages and services (gen/), a connection
- * helper with rich-error decoding (client.ts), a worker runtime (worker.ts, context.ts) and
- * waiting for tasks on the WatchTasks stream (wait.ts).
+ * taskbroker client for TypeScript: generated messages and services (gen/), a Client with typed
+ * submits and rich-error decoding (client.ts, serializer.ts), a worker runtime with typed
+ * handlers per queue, middleware, batched completions and metrics (worker.ts, handlers.ts,
+ * completer.ts, metrics.ts, context.ts) and waiting for tasks on the WatchTasks stream (wait.ts).
  */
-export { connect, optionsFromEnv, errorInfo, isLeaseLost, ERROR_DOMAIN, REASON_LEASE_LOST } from "./client.js";
-export type { Taskbroker, BrokerClient, AdminClient, ScheduleClient, ConnectOptions, TlsOptions } from "./client.js";
+export { Client, connect, optionsFromEnv, errorInfo, isLeaseLost, ERROR_DOMAIN, REASON_LEASE_LOST } from "./client.js";
+export type {
+  Taskbroker,
+  BrokerClient,
+  AdminClient,
+  ScheduleClient,
+  ConnectOptions,
+  ClientOptions,
+  SubmitOptions,
+  TlsOptions,
+} from "./client.js";
+export { Code, ConnectError } from "@connectrpc/connect";
 export { Worker } from "./worker.js";
-export type { Handler, WorkerOptions, RunOptions, Logger } from "./worker.js";
-export { DEFAULTS, backoffMs, backoffCeilingMs, heartbeatIntervalMs, stopsWorker, STOP_CODES } from "./spec.js";
+export type { WorkerOptions, WorkerEvents, RunOptions, Logger } from "./worker.js";
+export { handler } from "./handlers.js";
+export type { Handler, TypedHandler, HandlerDefinition, HandlerOptions, Middleware } from "./handlers.js";
+export { json, decodeResult, SerializationError } from "./serializer.js";
+export type { Serializer } from "./serializer.js";
+export type { TaskOutcome, SettleRpc, MeterProviderLike } from "./metrics.js";
+export { MAX_BATCH as MAX_COMPLETE_BATCH, MAX_BATCH_BYTES as MAX_COMPLETE_BATCH_BYTES } from "./completer.js";
+export { DEFAULTS, backoffMs, backoffCeilingMs, heartbeatIntervalMs, stopsWorker, STOP_CODES, checkWorkerOptions } from "./spec.js";
+export { wrongForGood } from "./failfast.js";
 export { TRACEPARENT, currentTraceparent } from "./tracing.js";
 export { TaskContext } from "./context.js";
 export type { BytesLike } from "./context.js";

@@ -53,3 +53,39 @@ export const STOP_CODES: ReadonlySet<Code> = new Set([
 export function stopsWorker(err: unknown): boolean {
   return err instanceof ConnectError && STOP_CODES.has(err.code);
 }
+
+/** The worker settings checkWorkerOptions looks at, in milliseconds. */
+export interface WorkerLimits {
+  queues: readonly string[];
+  concurrency: number;
+  leaseDurationMs: number;
+  pollWaitMs: number;
+  heartbeatIntervalMs: number;
+  stopTimeoutMs: number;
+}
+
+/**
+ * Throws a RangeError naming the option, for worker settings the broker would refuse or that
+ * cannot work (as the Python client refuses them).
+ */
+export function checkWorkerOptions(o: WorkerLimits): void {
+  const bad = (msg: string) => {
+    throw new RangeError(`Worker: ${msg}`);
+  };
+  if (o.queues.length === 0) bad("queues is empty: give at least one queue (or handler)");
+  for (const q of o.queues) {
+    if (typeof q !== "string" || q.length === 0) bad(`queues: ${JSON.stringify(q)} is not a queue name`);
+  }
+  if (new Set(o.queues).size !== o.queues.length) bad("queues: a queue is listed twice");
+  if (!Number.isInteger(o.concurrency) || o.concurrency < 1 || o.concurrency > 256) {
+    bad(`concurrency must be an integer from 1 to 256 (the broker's max_tasks), got ${o.concurrency}`);
+  }
+  if (!(o.leaseDurationMs >= 1_000 && o.leaseDurationMs <= 86_400_000)) {
+    bad(`leaseDurationMs must be 1 s to 24 h (the broker's limits), got ${o.leaseDurationMs}`);
+  }
+  if (!(o.pollWaitMs >= 0 && o.pollWaitMs <= 60_000)) bad(`pollWaitMs must be 0 to 60 s, got ${o.pollWaitMs}`);
+  if (!(o.heartbeatIntervalMs > 0 && o.heartbeatIntervalMs < o.leaseDurationMs)) {
+    bad(`heartbeatIntervalMs must be above 0 and below leaseDurationMs (${o.leaseDurationMs}), got ${o.heartbeatIntervalMs}`);
+  }
+  if (!(o.stopTimeoutMs >= 0 && Number.isFinite(o.stopTimeoutMs))) bad(`stopTimeoutMs must be 0 or more, got ${o.stopTimeoutMs}`);
+}

@@ -1,24 +1,36 @@
 /**
- * Worker: runs a handler over tasks leased from a broker.
+ * Worker: runs handlers over tasks leased from a broker.
  *
- * - One lease loop long-polls Lease for exactly as many tasks as there are free slots.
+ * - Handlers are registered per queue (`handle(queue, fn)`, a `handlers` map, or one handler
+ *   for `queues`); typed handlers get the payload decoded by the serializer (JSON by default)
+ *   and return the result to encode, raw ones (the `new Worker(broker, fn, { queues })` form)
+ *   work on bytes. Middleware runs around every handler call, the first registered outermost.
+ * - One lease loop long-polls Lease, for all registered queues, for exactly as many tasks as
+ *   there are free slots.
  * - One heartbeat loop extends every running lease in a single Heartbeat call, about every
  *   third of the lease duration, and aborts a task's signal when its lease is lost or an
  *   operator asks to cancel it.
- * - A handler's result is reported with Complete; a thrown PermanentError with
- *   Fail(non_retryable); any other error with Fail, so the broker's retry policy applies.
- * - stop() (or close(), or the `signal` given to run(), or SIGTERM/SIGINT with
- *   `handleSignals`) stops leasing and drains; after its timeout it aborts the handlers'
+ * - A handler's result is reported with Complete, through the completer (completer.ts: while
+ *   one call is in flight the next ones queue and go as one CompleteMany); a thrown
+ *   PermanentError with Fail(non_retryable); any other error with Fail, so the broker's retry
+ *   policy applies. A payload that does not decode fails the attempt as non-retryable.
+ * - stop() (or close(), `await using`, the `signal` given to run(), or SIGTERM/SIGINT unless
+ *   `handleSignals: false`) stops leasing and drains; after its timeout it aborts the handlers'
  *   signals, hands back (Fail, retry_after 0: READY at once) the tasks of handlers still
  *   running a second later, and returns within the timeout + 2 s whatever they or the broker do.
  * - A Complete or Fail that meets an unreachable broker is retried with backoff until the
  *   lease's expiry is near (the lease token stays valid across a broker restart).
  * - A task's signal is aborted (kind "lost") when its lease expires by the local clock, whether
  *   or not the broker answers heartbeats.
- * - A handler result that is not a Uint8Array, string or undefined fails the task at once.
+ * - A raw handler's result that is not a Uint8Array, string or undefined, or a typed handler's
+ *   result the serializer cannot encode, fails the task at once.
  * - A Lease refused with UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT or UNIMPLEMENTED
- *   stops the worker: run() rejects with WorkerStoppedError. Other errors are retried after a
- *   jittered backoff. A task's deadline aborts its signal (kind "deadline").
+ *   stops the worker: run() rejects with WorkerStoppedError. With `failFast`, so does a Lease
+ *   that fails for a reason of configuration (TLS or plaintext mismatch, a certificate not
+ *   trusted, a port that does not speak gRPC). Other errors are retried after a jittered
+ *   backoff. A task's deadline aborts its signal (kind "deadline").
+ * - Metrics go through the OpenTelemetry API (metrics.ts); `completed` and `failed` listeners
+ *   hear of each settled attempt.
  * - With `leaseNext` (the default), a finished task's Complete or Fail also leases the next
  *   task for the slot it frees (`leaseNext` on the settle, no wait), which then runs like a
  *   leased one: two calls per task instead of three. When none comes back, the long-poll Lease
@@ -27,62 +39,37 @@
  * Defaults follow docs/client-spec.md (see DEFAULTS in spec.ts).
  */
 import { hostname } from "node:os";
+import { performance } from "node:perf_hooks";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { durationFromMs, timestampDate } from "@bufbuild/protobuf/wkt";
-import type { LeasedTask } from "./gen/taskbroker/v1/broker_pb.js";
-import { isLeaseLost, type BrokerClient } from "./client.js";
-import { TaskContext, toBytes, type BytesLike } from "./context.js";
+import { TaskState, type LeasedTask } from "./gen/taskbroker/v1/broker_pb.js";
+import { Client, isLeaseLost, type BrokerClient } from "./client.js";
+import { TaskContext } from "./context.js";
 import { PermanentError, RetryableError, WorkerStoppedError } from "./errors.js";
-import { backoffMs, DEFAULTS, heartbeatIntervalMs, stopsWorker } from "./spec.js";
+import { backoffMs, checkWorkerOptions, DEFAULTS, heartbeatIntervalMs, stopsWorker } from "./spec.js";
 import { MAX_LABELS } from "./routing.js";
 import { withContext } from "./tracing.js";
+import { Completer, transient } from "./completer.js";
+import {
+  handler,
+  isHandler,
+  rawRoute,
+  typedRoute,
+  withMiddleware,
+  type Handler,
+  type HandlerDefinition,
+  type HandlerOptions,
+  type Middleware,
+  type Route,
+  type TypedHandler,
+} from "./handlers.js";
+import { WorkerMetrics, type TaskOutcome } from "./metrics.js";
+import { json, type Serializer } from "./serializer.js";
+import type { Logger, RunOptions, WorkerEvents, WorkerOptions } from "./worker_options.js";
+import { onStopSignal } from "./signals.js";
+import { wrongForGood } from "./failfast.js";
 
-/** Does the work of one task. Resolve (optionally with a result) to complete it; throw to fail it. */
-export type Handler = (ctx: TaskContext) => Promise<BytesLike | void>;
-
-/** Where the worker logs (docs/client-spec.md point 11, Logging). Default `console`. */
-export interface Logger {
-  warn(message: string): void;
-  error(message: string): void;
-}
-
-export interface WorkerOptions {
-  /** Queues to lease from, at least one. */
-  queues: string[];
-  /** Shown in the broker's attempts and admin views. Default `<hostname>-<pid>`. */
-  workerId?: string;
-  /** Tasks run at once, 1 to 256. Default 4. */
-  concurrency?: number;
-  /** Lease (and heartbeat extension) length in ms. Default 30 s; the broker allows 1 s to 24 h. */
-  leaseDurationMs?: number;
-  /** Long-poll wait of each Lease call in ms, 0 to 60 s. Default 10 s. */
-  pollWaitMs?: number;
-  /** Time between heartbeats in ms. Default a third of leaseDurationMs. */
-  heartbeatIntervalMs?: number;
-  /** How long stop() lets running handlers finish before aborting them, in ms. Default 30 s. */
-  stopTimeoutMs?: number;
-  /** Warnings (lost leases, retried settles, hand-backs) and errors (handler failures). Default console. */
-  logger?: Logger;
-  /** Called with errors the worker survives (broker unreachable, a report that failed). */
-  onError?: (err: unknown, during: string) => void;
-  /**
-   * What this worker is (`{ gpu: "a100", region: "eu" }`), sent with every Lease: a task
-   * targeted at labels goes only to a worker carrying every pair. At most 32.
-   */
-  labels?: Record<string, string>;
-  /**
-   * Let each Complete or Fail also lease the next task for the slot it frees (lease_next):
-   * two calls per task instead of three. Default true.
-   */
-  leaseNext?: boolean;
-}
-
-export interface RunOptions {
-  /** Aborting it stops the worker as stop() does; run() then resolves once drained. */
-  signal?: AbortSignal;
-  /** Stop on SIGTERM and SIGINT (Kubernetes, Ctrl-C) while running. Default false. */
-  handleSignals?: boolean;
-}
+export type { Logger, WorkerOptions, RunOptions, WorkerEvents } from "./worker_options.js";
 
 interface Running {
   ctx: TaskContext;
@@ -95,20 +82,27 @@ interface Running {
   handedBack: boolean;
   /** Ends the local-clock watch of the lease. */
   stopWatch: () => void;
+  /** When the task started here (performance.now()). */
+  startedAt: number;
 }
 
-export class Worker {
+export class Worker<Data = unknown, Result = unknown> {
   readonly workerId: string;
   readonly #broker: BrokerClient;
-  readonly #handler: Handler;
-  readonly #queues: string[];
+  readonly #routes = new Map<string, Route>();
+  readonly #middleware: Middleware[];
+  readonly #serializer: Serializer;
   readonly #concurrency: number;
   readonly #leaseDurationMs: number;
   readonly #pollWaitMs: number;
   readonly #heartbeatIntervalMs: number;
   readonly #stopTimeoutMs: number;
+  readonly #failFast: boolean;
   readonly #onError: (err: unknown, during: string) => void;
   readonly #log: Logger;
+  readonly #metrics: WorkerMetrics;
+  readonly #completer: Completer;
+  readonly #listeners: { [E in keyof WorkerEvents]: Set<WorkerEvents<Result>[E]> } = { completed: new Set(), failed: new Set() };
   /** Aborted when a stop's margin runs out: settles still retried then are abandoned. */
   readonly #abandon = new AbortController();
   /** Sent with every Lease (routing). */
@@ -128,27 +122,111 @@ export class Worker {
   #runPromise: Promise<void> | undefined;
   #failure: WorkerStoppedError | undefined;
 
-  constructor(broker: BrokerClient, handler: Handler, options: WorkerOptions) {
-    if (options.queues.length === 0) {
-      throw new Error("Worker needs at least one queue");
-    }
-    this.#broker = broker;
-    this.#handler = handler;
-    this.#queues = [...options.queues];
+  /**
+   * A worker with typed handlers: `handler` for `queues`, a `handlers` map, or `handle()` calls
+   * before run().
+   */
+  constructor(client: Client | BrokerClient, options: WorkerOptions<Data, Result>);
+  /** A worker running one raw handler (bytes in, bytes, a string or nothing out) over `queues`. */
+  constructor(client: Client | BrokerClient, handler: Handler, options: WorkerOptions<Data, Result> & { queues: string[] });
+  constructor(
+    client: Client | BrokerClient,
+    handlerOrOptions: Handler | WorkerOptions<Data, Result>,
+    maybeOptions?: WorkerOptions<Data, Result>,
+  ) {
+    const raw = typeof handlerOrOptions === "function" ? handlerOrOptions : undefined;
+    const options: WorkerOptions<Data, Result> = (raw ? maybeOptions : (handlerOrOptions as WorkerOptions<Data, Result>)) ?? {};
+    this.#broker = client instanceof Client ? client.broker : client;
+    this.#serializer = options.serializer ?? (client instanceof Client ? client.serializer : json);
     this.workerId = options.workerId ?? `${hostname()}-${process.pid}`;
-    this.#concurrency = clamp(options.concurrency ?? DEFAULTS.concurrency, 1, 256);
-    this.#leaseDurationMs = Math.max(options.leaseDurationMs ?? DEFAULTS.leaseDurationMs, 1_000);
-    this.#pollWaitMs = clamp(options.pollWaitMs ?? DEFAULTS.pollWaitMs, 0, 60_000);
+    this.#concurrency = options.concurrency ?? DEFAULTS.concurrency;
+    this.#leaseDurationMs = options.leaseDurationMs ?? DEFAULTS.leaseDurationMs;
+    this.#pollWaitMs = options.pollWaitMs ?? DEFAULTS.pollWaitMs;
     this.#heartbeatIntervalMs = options.heartbeatIntervalMs ?? heartbeatIntervalMs(this.#leaseDurationMs);
     this.#stopTimeoutMs = options.stopTimeoutMs ?? DEFAULTS.stopTimeoutMs;
+    this.#failFast = options.failFast ?? false;
     this.#log = options.logger ?? console;
     this.#onError = options.onError ?? ((err, during) => console.error(`taskbroker worker: ${during}:`, err));
     const labels = { ...options.labels };
     if (Object.keys(labels).length > MAX_LABELS) {
-      throw new Error(`Worker labels: at most ${MAX_LABELS}, got ${Object.keys(labels).length}`);
+      throw new RangeError(`Worker: labels: at most ${MAX_LABELS}, got ${Object.keys(labels).length}`);
     }
     this.labels = labels;
     this.#leaseNext = options.leaseNext ?? true;
+    this.#middleware = [...(options.middleware ?? [])];
+    const queues = options.queues ?? [];
+    if (raw) {
+      if (options.handler) throw new TypeError("Worker: give a raw handler or options.handler, not both");
+      for (const q of queues) this.#route(q, rawRoute(raw));
+    } else if (options.handler) {
+      if (queues.length === 0) throw new RangeError("Worker: handler needs queues to run it on");
+      for (const q of queues) this.#route(q, typedRoute(q, options.handler, this.#serializer));
+    } else if (queues.length > 0) {
+      throw new TypeError("Worker: queues were given without a handler for them");
+    }
+    for (const [q, h] of Object.entries(options.handlers ?? {})) {
+      if (!isHandler(h)) throw new TypeError(`Worker: handlers.${q} is not a function or a handler() definition`);
+      this.#route(q, typedRoute(q, h, this.#serializer));
+    }
+    // Every setting but the queues, which handle() may still add to.
+    checkWorkerOptions({ ...this.settings, queues: ["-"] });
+    if (raw && queues.length === 0) checkWorkerOptions({ ...this.settings, queues });
+    this.#metrics = new WorkerMetrics(options.meterProvider);
+    this.#completer = new Completer(this.#broker, this.#metrics, { signal: this.#abandon.signal, timeoutMs: DEFAULTS.callTimeoutMs });
+  }
+
+  /**
+   * Registers a typed handler for `queue`: its payload is decoded by the serializer (and
+   * `options.validate`) and its return value encoded as the result. Before run() only.
+   */
+  handle<D = Data, R = Result>(queue: string, fn: TypedHandler<D, R> | HandlerDefinition<D, R>, options: HandlerOptions<D> = {}): this {
+    if (!isHandler(fn)) throw new TypeError(`Worker: the handler for queue ${queue} is not a function`);
+    const def = typeof fn === "function" ? handler(fn, options) : handler(fn.fn, { ...fn, ...options });
+    this.#route(queue, typedRoute(queue, def, this.#serializer));
+    return this;
+  }
+
+  /** Adds a middleware, inside those registered before it. Before run() only. */
+  use(middleware: Middleware): this {
+    if (typeof middleware !== "function") throw new TypeError("Worker: middleware must be a function");
+    this.#notRunning("use()");
+    this.#middleware.push(middleware);
+    return this;
+  }
+
+  /** Listens to settled attempts: `completed` and `failed`. */
+  on<E extends keyof WorkerEvents>(event: E, listener: WorkerEvents<Result>[E]): this {
+    const set = this.#listeners[event] as Set<WorkerEvents<Result>[E]> | undefined;
+    if (!set) throw new RangeError(`Worker: no event ${String(event)}; there are completed and failed`);
+    set.add(listener);
+    return this;
+  }
+
+  /** Stops listening. */
+  off<E extends keyof WorkerEvents>(event: E, listener: WorkerEvents<Result>[E]): this {
+    (this.#listeners[event] as Set<WorkerEvents<Result>[E]> | undefined)?.delete(listener);
+    return this;
+  }
+
+  /** The queues with a handler, leased from in one Lease call. */
+  get queues(): string[] {
+    return [...this.#routes.keys()];
+  }
+
+  /** Completions queued behind the settle call in flight (they go as one CompleteMany). */
+  get pendingCompletions(): number {
+    return this.#completer.pending;
+  }
+
+  #route(queue: string, route: Route): void {
+    this.#notRunning("adding a handler");
+    if (typeof queue !== "string" || queue.length === 0) throw new RangeError(`Worker: ${JSON.stringify(queue)} is not a queue name`);
+    if (this.#routes.has(queue)) throw new RangeError(`Worker: queue ${queue} already has a handler`);
+    this.#routes.set(queue, route);
+  }
+
+  #notRunning(what: string): void {
+    if (this.#runPromise) throw new Error(`Worker: ${what} after run(): register handlers and middleware first`);
   }
 
   /** How many tasks came back in a settle's nextTasks (and ran) so far. */
@@ -181,17 +259,14 @@ export class Worker {
     if (this.#runPromise) {
       return this.#runPromise;
     }
+    checkWorkerOptions({ ...this.settings, queues: this.queues });
     const onStop = () => void this.stop().catch(() => {});
     options.signal?.addEventListener("abort", onStop, { once: true });
     if (options.signal?.aborted) onStop();
-    if (options.handleSignals) {
-      process.on("SIGTERM", onStop);
-      process.on("SIGINT", onStop);
-    }
+    const unlisten = options.handleSignals === false ? () => {} : onStopSignal(onStop);
     this.#runPromise = this.#run().finally(() => {
       options.signal?.removeEventListener("abort", onStop);
-      process.off("SIGTERM", onStop);
-      process.off("SIGINT", onStop);
+      unlisten();
     });
     return this.#runPromise;
   }
@@ -199,6 +274,11 @@ export class Worker {
   /** stop() with the worker's stop timeout; resolves at once for a worker never run. */
   close(): Promise<void> {
     return this.stop();
+  }
+
+  /** `await using worker = new Worker(...)`: close() at the end of the scope. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
   }
 
   /**
@@ -238,7 +318,9 @@ export class Worker {
     }
     this.#slotFreed?.();
     await Promise.all(
-      left.map(async ({ ctx }) => {
+      left.map(async ({ ctx, startedAt }) => {
+        this.#metrics.task(ctx.queue, "failed", (performance.now() - startedAt) / 1000);
+        this.#metrics.settleCall("Fail");
         try {
           await this.#broker.fail(
             { taskId: ctx.taskId, leaseToken: ctx.task.leaseToken, errorMessage: "worker stopped", retryAfter: durationFromMs(0) },
@@ -274,6 +356,7 @@ export class Worker {
   async #leaseLoop(): Promise<void> {
     const stop = this.#stopping.signal;
     let failures = 0;
+    let answered = false;
     while (!stop.aborted) {
       const free = this.#concurrency - this.#running.size;
       if (free <= 0) {
@@ -285,7 +368,7 @@ export class Worker {
         const res = await this.#broker.lease(
           {
             workerId: this.workerId,
-            queues: this.#queues,
+            queues: this.queues,
             maxTasks: free,
             leaseDuration: durationFromMs(this.#leaseDurationMs),
             wait: durationFromMs(this.#pollWaitMs),
@@ -295,6 +378,7 @@ export class Worker {
           { signal: stop, timeoutMs: this.#pollWaitMs + DEFAULTS.leaseMarginMs },
         );
         failures = 0;
+        answered = true;
         for (const task of res.tasks) {
           this.#start(task);
         }
@@ -305,6 +389,14 @@ export class Worker {
         if (stopsWorker(err)) {
           const code = (err as ConnectError).code;
           this.#failure = new WorkerStoppedError(`lease refused: ${Code[code]}: ${(err as ConnectError).rawMessage}`, code, err);
+          this.#onError(this.#failure, "lease");
+          this.#stopping.abort();
+          break;
+        }
+        const why = this.#failFast ? wrongForGood(err, !answered) : undefined;
+        if (why !== undefined) {
+          const code = err instanceof ConnectError ? err.code : Code.Unknown;
+          this.#failure = new WorkerStoppedError(`lease failed for good (failFast): ${why}`, code, err);
           this.#onError(this.#failure, "lease");
           this.#stopping.abort();
           break;
@@ -326,7 +418,15 @@ export class Worker {
     if (this.#stopTimedOut) {
       ctx.abort("stopping");
     }
-    const entry: Running = { ctx, done: Promise.resolve(), returned: false, lost: false, handedBack: false, stopWatch: () => {} };
+    const entry: Running = {
+      ctx,
+      done: Promise.resolve(),
+      returned: false,
+      lost: false,
+      handedBack: false,
+      stopWatch: () => {},
+      startedAt: performance.now(),
+    };
     const done = this.#execute(entry)
       .catch((err: unknown) => {
         this.#onError(err, `task ${ctx.taskId}`);
@@ -355,7 +455,7 @@ export class Worker {
     }
     return {
       workerId: this.workerId,
-      queues: this.#queues,
+      queues: this.queues,
       maxTasks: 1,
       leaseDuration: durationFromMs(this.#leaseDurationMs),
       labels: { ...this.labels },
@@ -366,6 +466,7 @@ export class Worker {
   #markLost(entry: Running, why: string): void {
     if (!entry.lost && !entry.handedBack) {
       entry.lost = true;
+      this.#metrics.leaseLost(entry.ctx.queue);
       this.#log.warn(`taskbroker worker: task ${entry.ctx.taskId}: lease lost (${why}); not settled by this worker`);
     }
     entry.ctx.abort("lost");
@@ -389,76 +490,116 @@ export class Worker {
     return () => clearTimeout(timer);
   }
 
-  /** Runs the handler and settles the task; resolves with the tasks the settle leased. */
+  /** Runs the handler (and middleware) and settles the task; resolves with the tasks the settle leased. */
   async #execute(entry: Running): Promise<LeasedTask[]> {
     const ctx = entry.ctx;
-    let outcome: { ok: true; result: Uint8Array } | { ok: false; error: unknown };
+    let outcome: { ok: true; result: Uint8Array; value: unknown } | { ok: false; error: unknown };
     const stopWatch = this.#watchExpiry(entry);
     entry.stopWatch = stopWatch;
     try {
-      const returned: unknown = await withContext(ctx.traceContext, () => this.#handler(ctx));
-      const result = resultBytes(returned);
-      outcome = result instanceof Uint8Array ? { ok: true, result } : { ok: false, error: result };
+      const value: unknown = await withContext(ctx.traceContext, () => this.#call(ctx));
+      const route = this.#routes.get(ctx.queue);
+      const result = route ? route.encode(value) : new Error(`no handler for queue ${ctx.queue}`);
+      outcome = result instanceof Uint8Array ? { ok: true, result, value } : { ok: false, error: result };
     } catch (error) {
       outcome = { ok: false, error };
     } finally {
       stopWatch();
       entry.returned = true;
     }
+    const seconds = (performance.now() - entry.startedAt) / 1000;
     if (entry.handedBack) {
-      return []; // handed back at stop; another worker may run it now
+      return []; // handed back at stop (and counted there); another worker may run it now
     }
     if (entry.lost || ctx.abortKind === "lost") {
       if (!entry.lost) this.#markLost(entry, "a checkpoint answered LEASE_LOST");
+      this.#metrics.task(ctx.queue, "lease_lost", seconds);
       return []; // Another holder may have the task now; nothing of ours would be accepted.
     }
     if (!outcome.ok) {
       const e = outcome.error;
       this.#log.error(`taskbroker worker: task ${ctx.taskId}: handler failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
     }
-    const leaseNext = this.#nextLease();
     const call = outcome.ok ? "complete" : "fail";
-    const options = { signal: this.#abandon.signal, timeoutMs: DEFAULTS.callTimeoutMs };
+    const id = ctx.taskId;
     // Complete and Fail are idempotent for the same lease token, which stays valid across a
     // broker restart: a settle that met an unreachable broker is sent again with backoff until
     // the next try would start within the settle margin of the lease's expiry.
     for (let failures = 0; ; failures++) {
-      try {
-        if (outcome.ok) {
-          const res = await this.#broker.complete(
-            { taskId: ctx.taskId, leaseToken: ctx.task.leaseToken, result: outcome.result, leaseNext },
-            options,
-          );
-          return res.nextTasks;
-        }
+      const leaseNext = this.#nextLease();
+      let error: unknown;
+      let next: LeasedTask[] = [];
+      let state = TaskState.UNSPECIFIED;
+      if (outcome.ok) {
+        const settled = await this.#completer.complete({ taskId: id, leaseToken: ctx.task.leaseToken, result: outcome.result, leaseNext });
+        ({ error, next } = settled);
+      } else {
         const req = failRequest(ctx, outcome.error);
         if (ctx.abortKind === "stopping") req.retryAfter = durationFromMs(0); // hand back
-        const res = await this.#broker.fail({ ...req, leaseNext }, options);
-        return res.nextTasks;
-      } catch (err) {
-        const id = ctx.taskId;
-        if (isLeaseLost(err)) {
-          this.#log.warn(`taskbroker worker: task ${id}: ${call} refused: lease lost (LEASE_LOST); another attempt may run`);
-          return [];
+        this.#metrics.settleCall("Fail");
+        try {
+          const res = await this.#broker.fail({ ...req, leaseNext }, { signal: this.#abandon.signal, timeoutMs: DEFAULTS.callTimeoutMs });
+          next = res.nextTasks;
+          state = res.state;
+        } catch (err) {
+          error = err;
         }
-        if (this.#abandon.signal.aborted) {
-          this.#log.warn(`taskbroker worker: task ${id}: ${call} abandoned: the worker stopped while it was retried`);
-          return [];
+      }
+      if (error === undefined) {
+        if (outcome.ok) {
+          this.#metrics.task(ctx.queue, "succeeded", seconds);
+          this.#emit("completed", ctx, outcome.value as Result);
+        } else {
+          const cancelled = state === TaskState.CANCELLED || ctx.abortKind === "cancelled";
+          this.#metrics.task(ctx.queue, cancelled ? "cancelled" : "failed", seconds);
+          this.#emit("failed", ctx, outcome.error, state);
         }
-        // connect-node reports a connection the broker dropped (killed, restarted) as CANCELED
-        // ("http/2 stream closed"); this settle was not cancelled by us (abandon is checked above).
-        const dropped = err instanceof ConnectError && err.code === Code.Canceled;
-        if (!isTransient(err) && !dropped) {
-          this.#onError(err, `report task ${id}`);
-          return [];
-        }
+        return next;
+      }
+      let ended: TaskOutcome | undefined;
+      if (isLeaseLost(error)) {
+        this.#log.warn(`taskbroker worker: task ${id}: ${call} refused: lease lost (LEASE_LOST); another attempt may run`);
+        this.#metrics.leaseLost(ctx.queue);
+        ended = "lease_lost";
+      } else if (this.#abandon.signal.aborted) {
+        this.#log.warn(`taskbroker worker: task ${id}: ${call} abandoned: the worker stopped while it was retried`);
+        ended = "failed";
+      } else if (!transient(error)) {
+        // (connect-node reports a connection the broker dropped as CANCELED; transient() counts
+        // it, since this settle was not cancelled by us: abandon is checked above.)
+        this.#onError(error, `report task ${id}`);
+        ended = "failed";
+      } else {
         const pause = backoffMs(failures);
         if (Date.now() + pause + DEFAULTS.settleMarginMs > ctx.leaseExpiresAt.getTime()) {
-          this.#log.warn(`taskbroker worker: task ${id}: ${call} given up at the lease's expiry (${plain(err)}); the broker will hand the task out again`);
-          return [];
+          this.#log.warn(`taskbroker worker: task ${id}: ${call} given up at the lease's expiry (${plain(error)}); the broker will hand the task out again`);
+          ended = "lease_lost";
+        } else {
+          this.#log.warn(`taskbroker worker: task ${id}: ${call} failed (${plain(error)}); retrying in ${Math.round(pause)} ms`);
+          this.#metrics.settleRetry(ctx.queue);
+          await sleep(pause, this.#abandon.signal);
         }
-        this.#log.warn(`taskbroker worker: task ${id}: ${call} failed (${plain(err)}); retrying in ${Math.round(pause)} ms`);
-        await sleep(pause, this.#abandon.signal);
+      }
+      if (ended !== undefined) {
+        this.#metrics.task(ctx.queue, ended, seconds);
+        return next;
+      }
+    }
+  }
+
+  /** The middleware chain around the queue's handler. */
+  #call(ctx: TaskContext): Promise<unknown> {
+    const route = this.#routes.get(ctx.queue);
+    const run = route ? (c: TaskContext) => route.run(c) : () => Promise.reject(new Error(`no handler for queue ${ctx.queue}`));
+    return withMiddleware(this.#middleware, run)(ctx);
+  }
+
+  #emit<E extends keyof WorkerEvents>(event: E, ...args: Parameters<WorkerEvents<Result>[E]>): void {
+    for (const listener of this.#listeners[event]) {
+      try {
+        (listener as (...a: unknown[]) => void)(...args);
+      } catch (err) {
+        this.#onError(err, `${event} listener`);
       }
     }
   }
@@ -517,25 +658,6 @@ export class Worker {
   }
 }
 
-/**
- * The bytes of a handler's result, or the error that fails the task when the handler
- * returned something else (a programming error, reported at once, not left to the lease).
- */
-function resultBytes(result: unknown): Uint8Array | Error {
-  if (result === undefined || result === null) return new Uint8Array();
-  if (typeof result === "string" || result instanceof Uint8Array) return toBytes(result);
-  return new Error(`handler returned ${typeName(result)}, not a Uint8Array, string or undefined`);
-}
-
-function typeName(v: unknown): string {
-  if (Array.isArray(v)) return "an array";
-  if (typeof v === "object") {
-    const name = (v as object).constructor?.name;
-    return name && name !== "Object" ? `a ${name}` : "a plain object";
-  }
-  return `a ${typeof v}`;
-}
-
 /** An error in plain words: a gRPC code and its message, or the error's message. */
 function plain(err: unknown): string {
   if (err instanceof ConnectError) {
@@ -587,11 +709,3 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
-function clamp(n: number, lo: number, hi: number): number {
-  return Math.min(Math.max(Math.floor(n), lo), hi);
-}
-
-/** True for errors a caller may retry unchanged (broker briefly unreachable). */
-function isTransient(err: unknown): boolean {
-  return err instanceof ConnectError && (err.code === Code.Unavailable || err.code === Code.DeadlineExceeded);
-}

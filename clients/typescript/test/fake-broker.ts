@@ -10,22 +10,36 @@ import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import {
+  ErrorInfoSchema,
   BrokerService,
   LeasedTaskSchema,
   TaskState,
+  CompleteOutcome,
+  type CompleteManyRequest,
   type CompleteRequest,
   type FailRequest,
   type HeartbeatRequest,
   type LeaseRequest,
+  type SubmitRequest,
   type LeasedTask,
 } from "../src/index.js";
 
 export class FakeBroker {
   /** Tasks not yet leased, leased first-in first-out. */
   readonly tasks: LeasedTask[] = [];
+  /** Submits are recorded, then refused (UNIMPLEMENTED). */
+  readonly submits: SubmitRequest[] = [];
   readonly leases: LeaseRequest[] = [];
   readonly heartbeats: HeartbeatRequest[] = [];
+  /** Every completion, whether it came alone (Complete) or in a CompleteMany. */
   readonly completes: CompleteRequest[] = [];
+  /** The Complete calls alone. */
+  readonly completeCalls: CompleteRequest[] = [];
+  readonly completeManys: CompleteManyRequest[] = [];
+  /** While set, Complete and CompleteMany wait for it before they answer. */
+  hold: Promise<void> | undefined;
+  /** CompleteMany is refused as a whole with this code (as a broker without it would). */
+  refuseMany: Code | undefined;
   readonly fails: FailRequest[] = [];
   readonly checkpoints = new Map<string, Uint8Array>();
   /** Heartbeats report these task ids lost. */
@@ -49,13 +63,13 @@ export class FakeBroker {
   #seq = 0;
 
   /** Adds a task with this payload; returns its id. */
-  add(payload: string, attempt = 1): string {
+  add(payload: string | Uint8Array, attempt = 1, queue = "q"): string {
     const id = `t${++this.#seq}`;
     this.tasks.push(
       create(LeasedTaskSchema, {
         taskId: id,
-        queue: "q",
-        payload: new TextEncoder().encode(payload),
+        queue,
+        payload: typeof payload === "string" ? new TextEncoder().encode(payload) : payload,
         attempt,
         leaseToken: `tok-${id}`,
         fencingToken: BigInt(this.#seq),
@@ -68,7 +82,8 @@ export class FakeBroker {
   async start(): Promise<string> {
     const routes = (router: ConnectRouter) =>
       router.service(BrokerService, this.#faulty({
-        submit: () => {
+        submit: (req) => {
+          this.submits.push(req);
           throw new ConnectError("not faked", Code.Unimplemented);
         },
         lease: (req, ctx) => this.#lease(req, ctx),
@@ -90,9 +105,28 @@ export class FakeBroker {
           this.checkpoints.set(req.taskId, req.checkpoint);
           return { cancelRequested: this.cancelIds.has(req.taskId) };
         },
-        complete: (req) => {
+        complete: async (req) => {
+          this.completeCalls.push(req);
           this.completes.push(req);
+          await this.hold;
+          if (this.lostIds.has(req.taskId)) {
+            throw new ConnectError("lease lost", Code.Aborted, undefined, [
+              { desc: ErrorInfoSchema, value: { reason: "LEASE_LOST", domain: "taskbroker.dev" } },
+            ]);
+          }
           return {};
+        },
+        completeMany: async (req) => {
+          this.completeManys.push(req);
+          this.completes.push(...req.completions);
+          await this.hold;
+          if (this.refuseMany !== undefined) throw new ConnectError("not here", this.refuseMany);
+          return {
+            results: req.completions.map((c) => ({
+              taskId: c.taskId,
+              outcome: this.lostIds.has(c.taskId) ? CompleteOutcome.LEASE_LOST : CompleteOutcome.COMPLETED,
+            })),
+          };
         },
         fail: (req) => {
           this.fails.push(req);
@@ -130,6 +164,11 @@ export class FakeBroker {
       };
     }
     return out as T;
+  }
+
+  /** Client connections open now. */
+  get connections(): number {
+    return this.#sessions.size;
   }
 
   async close(): Promise<void> {
