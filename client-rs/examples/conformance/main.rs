@@ -7,8 +7,11 @@
 mod binding;
 mod flow;
 mod lease_next;
+#[path = "../common/meter.rs"]
+mod meter;
 mod routing;
 mod spec;
+mod typed;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -435,6 +438,9 @@ fn cases() -> Vec<(&'static str, Case)> {
         }),
         ("trace_propagation", |c, q| {
             Box::pin(spec::trace_propagation(c, q))
+        }),
+        ("typed_handlers", |c, q| {
+            Box::pin(typed::typed_handlers(c, q))
         }),
         ("schedule_every", |c, q| Box::pin(schedule_every(c, q))),
         ("targeted_task", |c, q| {

@@ -24,6 +24,9 @@ use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
+#[path = "../common/meter.rs"]
+mod meter;
+
 const WORKER_ID: &str = "conf-rust";
 const CASE_TIMEOUT: Duration = Duration::from_secs(90);
 /// What a stop may take past its timeout (docs/client-spec.md point 11).
@@ -387,6 +390,78 @@ async fn http_port(_c: Client, q: String) -> Outcome {
     }
 }
 
+/// Completions that finish while a settle call hangs go together in one CompleteMany.
+async fn settle_batching(c: Client, q: String) -> Outcome {
+    const N: usize = 10;
+    let mut ids = Vec::new();
+    for i in 0..N {
+        let spec = TaskSpec::new(q.clone(), format!("{i}").into_bytes());
+        ids.push(at("Submit", c.submit(spec).await)?.task_id);
+    }
+    let readings = meter::Readings::new();
+    let started = Arc::new(AtomicUsize::new(0));
+    let all_started = Arc::new(Notify::new());
+    let latch = Arc::new(Semaphore::new(0));
+    let (st, all, l) = (started.clone(), all_started.clone(), latch.clone());
+    let w = Worker::builder(c.clone())
+        .worker_id(WORKER_ID)
+        .concurrency(N)
+        .meter(readings.meter())
+        .queue(q, move |_ctx: TaskContext| {
+            let (st, all, l) = (st.clone(), all.clone(), l.clone());
+            async move {
+                if st.fetch_add(1, Ordering::SeqCst) + 1 == N {
+                    all.notify_one();
+                }
+                let _permit = l.acquire().await;
+                Ok::<_, TaskError>("done")
+            }
+        })
+        .build();
+    let mut events = w.subscribe();
+    let running = Running::start(w);
+    let outcome = async {
+        at(
+            "awaiting 10 running handlers",
+            tokio::time::timeout(Duration::from_secs(30), all_started.notified()).await,
+        )?;
+        fault("pause").await?;
+        latch.add_permits(N);
+        let handed = tokio::time::timeout(Duration::from_secs(20), async {
+            let mut n = 0;
+            while n < N {
+                match events.recv().await {
+                    Ok(taskbroker_client::WorkerEvent::SettleQueued { .. }) => n += 1,
+                    Ok(_) => {}
+                    Err(e) => return Err(format!("worker events: {e}")),
+                }
+            }
+            Ok(())
+        })
+        .await;
+        fault("resume").await?;
+        at("awaiting the 10 completions in the settle queue", handed)??;
+        for id in &ids {
+            let _ = c.wait(id, Duration::from_secs(20)).await;
+            let t = get(&c, id).await?;
+            check(
+                t.state() == TaskState::Succeeded && t.attempt == 1,
+                format!("task {id} is {:?} attempt {}, want SUCCEEDED attempt 1", t.state(), t.attempt),
+            )?;
+        }
+        let single = readings.count("taskbroker.worker.settle.calls", &[("rpc", "Complete")]);
+        let many = readings.count("taskbroker.worker.settle.calls", &[("rpc", "CompleteMany")]);
+        check(
+            single + many == 2 && many >= 1,
+            format!("{single} Complete and {many} CompleteMany calls, want 2 calls in all, the last a CompleteMany"),
+        )
+    }
+    .await;
+    latch.add_permits(N);
+    let stopped = running.stop().await;
+    outcome.and(stopped)
+}
+
 fn cases() -> Vec<(&'static str, Case)> {
     vec![
         ("restart_mid_settle", |c, q| {
@@ -400,6 +475,7 @@ fn cases() -> Vec<(&'static str, Case)> {
             Box::pin(wrong_result_type(c, q))
         }),
         ("http_port", |c, q| Box::pin(http_port(c, q))),
+        ("settle_batching", |c, q| Box::pin(settle_batching(c, q))),
     ]
 }
 

@@ -12,9 +12,15 @@
 //! (`lease_next`, max_tasks 1). A batch asks once, for as many tasks as its
 //! completions asked for, and hands them out in order, one per asking completion.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use futures::future::join_all;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tonic::Code;
+
+use super::event::WorkerEvent;
+use super::metrics::{Metrics, Rpc};
 
 use crate::error::LEASE_LOST;
 use crate::{Client, Error, pb};
@@ -56,22 +62,53 @@ impl Settled {
 pub(crate) struct Completer {
     client: Client,
     items: mpsc::UnboundedSender<Item>,
+    /// Completions sent to the completer and not yet taken into a call.
+    queued: Arc<AtomicUsize>,
+    events: broadcast::Sender<WorkerEvent>,
+    metrics: Metrics,
+}
+
+/// The completer task's side.
+struct Sender {
+    client: Client,
+    queued: Arc<AtomicUsize>,
+    metrics: Metrics,
 }
 
 impl Completer {
-    pub(crate) fn start(client: Client) -> Self {
+    pub(crate) fn start(
+        client: Client,
+        metrics: Metrics,
+        events: broadcast::Sender<WorkerEvent>,
+    ) -> Self {
         let (items, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(client.clone(), rx));
-        Completer { client, items }
+        let queued = Arc::new(AtomicUsize::new(0));
+        let sender = Sender {
+            client: client.clone(),
+            queued: queued.clone(),
+            metrics: metrics.clone(),
+        };
+        tokio::spawn(run(sender, rx));
+        Completer {
+            client,
+            items,
+            queued,
+            events,
+            metrics,
+        }
     }
 
     /// Completes one task; the answer is that of a Complete call for it.
     pub(crate) async fn complete(&self, req: pb::CompleteRequest) -> Settled {
         let (reply, answer) = oneshot::channel();
+        let queued = self.queued.fetch_add(1, Ordering::SeqCst) + 1;
         if let Err(mpsc::error::SendError(item)) = self.items.send(Item { req, reply }) {
             // The sending task is gone (the runtime is shutting down): send it here.
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            self.metrics.settle_call(Rpc::Complete);
             return Settled::alone(self.client.complete_and_lease(item.req).await);
         }
+        let _ = self.events.send(WorkerEvent::SettleQueued { queued });
         match answer.await {
             Ok(settled) => settled,
             Err(_) => Settled::alone(Err(Error::from(tonic::Status::unavailable(
@@ -81,7 +118,7 @@ impl Completer {
     }
 }
 
-async fn run(client: Client, mut rx: mpsc::UnboundedReceiver<Item>) {
+async fn run(sender: Sender, mut rx: mpsc::UnboundedReceiver<Item>) {
     while let Some(first) = rx.recv().await {
         let mut bytes = first.req.result.len();
         let mut batch = vec![first];
@@ -94,13 +131,16 @@ async fn run(client: Client, mut rx: mpsc::UnboundedReceiver<Item>) {
                 Err(_) => break,
             }
         }
-        send(&client, batch).await;
+        sender.queued.fetch_sub(batch.len(), Ordering::SeqCst);
+        send(&sender, batch).await;
     }
 }
 
-async fn send(client: &Client, mut batch: Vec<Item>) {
+async fn send(sender: &Sender, mut batch: Vec<Item>) {
+    let client = &sender.client;
     if batch.len() == 1 {
         let item = batch.remove(0);
+        sender.metrics.settle_call(Rpc::Complete);
         let settled = Settled::alone(client.complete_and_lease(item.req).await);
         let _ = item.reply.send(settled);
         return;
@@ -124,6 +164,7 @@ async fn send(client: &Client, mut batch: Vec<Item>) {
             .collect(),
         lease_next,
     };
+    sender.metrics.settle_call(Rpc::CompleteMany);
     match client.complete_many_and_lease(req).await {
         Ok((results, next)) if results.len() == batch.len() => {
             let mut next = next.into_iter();
@@ -144,14 +185,16 @@ async fn send(client: &Client, mut batch: Vec<Item>) {
             for t in next {
                 tracing::error!(task_id = %t.task_id, "a malformed CompleteMany answer; its lease will expire");
             }
-            one_by_one(client, batch).await
+            one_by_one(sender, batch).await
         }
-        Err(_) => one_by_one(client, batch).await,
+        Err(_) => one_by_one(sender, batch).await,
     }
 }
 
-async fn one_by_one(client: &Client, batch: Vec<Item>) {
+async fn one_by_one(sender: &Sender, batch: Vec<Item>) {
+    let client = &sender.client;
     join_all(batch.into_iter().map(|item| async move {
+        sender.metrics.settle_call(Rpc::Complete);
         let settled = Settled::alone(client.complete_and_lease(item.req).await);
         let _ = item.reply.send(settled);
     }))

@@ -20,6 +20,10 @@ pub enum WorkerEvent {
     /// Leasing stopped because shutdown was asked for; running handlers continue
     /// for the grace period.
     Stopping,
+    /// A Complete was handed to the worker's completer; `queued` completions now
+    /// wait for the settle call in flight to return, to go together in one
+    /// CompleteMany (1 when none is in flight: it is sent at once).
+    SettleQueued { queued: usize },
     /// A task's handler ended and its outcome was reported (or not, see `Outcome`).
     Finished { task_id: String, outcome: Outcome },
 }

@@ -9,12 +9,17 @@
 //! - `task.rs`: one attempt: run the handler, catch panics, report with retries.
 //! - `event.rs`: `WorkerEvent`, what a worker tells subscribers.
 //! - `next.rs`: lease_next, a slot's next task asked for with its settle.
+//! - `complete.rs`: Completes gathered into CompleteMany while a call is in flight.
+//! - `middleware.rs`: code around every handler call.
+//! - `metrics.rs`: the runtime's OpenTelemetry instruments.
 
 mod complete;
 mod context;
 mod event;
 mod handler;
 mod heartbeat;
+mod metrics;
+mod middleware;
 mod next;
 mod task;
 
@@ -31,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 pub use context::{CancelReason, TaskContext};
 pub use event::{LeaseUpdate, Outcome, WorkerEvent};
 pub use handler::{BoxError, Json, TaskError, TaskOutput};
+pub use middleware::Next;
 
 use handler::BoxHandler;
 use heartbeat::{Heartbeat, Leases};
@@ -128,6 +134,9 @@ pub struct WorkerBuilder {
     worker_id: Option<String>,
     /// What this worker is, sent with every Lease (routing).
     labels: HashMap<String, String>,
+    middleware: Vec<middleware::BoxMiddleware>,
+    meter: Option<opentelemetry::metrics::Meter>,
+    fail_fast: bool,
 }
 
 /// Leases tasks from its queues and runs them, at most `concurrency` at a time.
@@ -152,6 +161,61 @@ impl WorkerBuilder {
             self.queues.push(queue.clone());
         }
         self.handlers.insert(queue, handler::boxed(handler));
+        self
+    }
+
+    /// Runs `handler` for the tasks of `queue` with the payload decoded from JSON into
+    /// `T`, and stores what it returns as the JSON result. A payload that is not a
+    /// valid `T` fails the attempt for good, with the queue and the type in the error.
+    pub fn queue_json<T, R, H, Fut>(self, queue: impl Into<String>, handler: H) -> Self
+    where
+        T: serde::de::DeserializeOwned + Send + 'static,
+        R: serde::Serialize + Send + 'static,
+        H: Fn(TaskContext, T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, TaskError>> + Send + 'static,
+    {
+        let queue = queue.into();
+        let name = queue.clone();
+        let handler = Arc::new(handler);
+        self.queue(queue, move |ctx: TaskContext| {
+            let decoded = serde_json::from_slice::<T>(ctx.payload()).map_err(|e| {
+                TaskError::permanent(format!(
+                    "payload of a {name} task is not a valid {}: {e}",
+                    short_type_name::<T>()
+                ))
+            });
+            let handler = handler.clone();
+            async move { handler(ctx, decoded?).await.map(Json) }
+        })
+    }
+
+    /// Adds a middleware around every handler of this worker: an async fn of the
+    /// task's [`TaskContext`] and the rest of the chain ([`Next`]) returning the
+    /// outcome. The first added is the outermost. A panic inside one is caught and
+    /// fails the attempt like a handler's.
+    pub fn middleware<M, Fut>(mut self, m: M) -> Self
+    where
+        M: Fn(TaskContext, Next) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<u8>, TaskError>> + Send + 'static,
+    {
+        self.middleware.push(middleware::boxed(m));
+        self
+    }
+
+    /// The meter the runtime's metrics are recorded with (docs/client-spec.md,
+    /// "Middleware and metrics"). Default: the global provider's `taskbroker` meter.
+    pub fn meter(mut self, meter: opentelemetry::metrics::Meter) -> Self {
+        self.meter = Some(meter);
+        self
+    }
+
+    /// Stop at once, with the error, when a Lease fails because the configuration
+    /// is wrong for good (TLS on one side only, a certificate refused, an address
+    /// that does not speak gRPC) before any call has succeeded. Without it such
+    /// errors are retried with backoff, as a broker that is still starting is.
+    /// Refusals of the worker itself (a bad token, PERMISSION_DENIED) stop it either way.
+    pub fn fail_fast(mut self, on: bool) -> Self {
+        self.fail_fast = on;
         self
     }
 
@@ -231,6 +295,9 @@ impl Worker {
             shutdown_grace: defaults::STOP_TIMEOUT,
             worker_id: None,
             labels: HashMap::new(),
+            middleware: Vec::new(),
+            meter: None,
+            fail_fast: false,
         }
     }
 
@@ -291,11 +358,21 @@ impl Worker {
             extend_by: c.lease_duration,
             events: self.events.clone(),
         };
+        let metrics = metrics::Metrics::new(
+            &c.meter
+                .clone()
+                .unwrap_or_else(|| opentelemetry::global::meter("taskbroker")),
+        );
+        let handlers: HashMap<String, BoxHandler> = c
+            .handlers
+            .iter()
+            .map(|(q, h)| (q.clone(), middleware::wrap(h.clone(), &c.middleware)))
+            .collect();
         let stop_beating = CancellationToken::new();
         // lease_next: settles ask for their slot's next task until stopping.
         let stopping = CancellationToken::new();
         let chain = next::Chain {
-            handlers: Arc::new(c.handlers.clone()),
+            handlers: Arc::new(handlers),
             lease: pb::LeaseRequest {
                 wait: None,
                 ..lease_request(c, &worker_id, 1)
@@ -309,7 +386,12 @@ impl Worker {
             worker: &self,
             worker_id,
             leases,
-            completer: complete::Completer::start(self.config.client.clone()),
+            completer: complete::Completer::start(
+                self.config.client.clone(),
+                metrics.clone(),
+                self.events.clone(),
+            ),
+            metrics,
             // Dropping the set (when `run` is dropped) aborts every handler with it.
             tasks: JoinSet::new(),
             hard_stop: CancellationToken::new(),
@@ -335,6 +417,7 @@ struct Run<'a> {
     worker_id: String,
     leases: Arc<Leases>,
     completer: complete::Completer,
+    metrics: metrics::Metrics,
     tasks: JoinSet<()>,
     hard_stop: CancellationToken,
     chain: next::Chain,
@@ -348,6 +431,8 @@ impl Run<'_> {
         let slots = Arc::new(Semaphore::new(c.concurrency));
         tokio::pin!(shutdown);
         let mut failures = 0;
+        // Until a Lease has been answered, a configuration error may end the run.
+        let mut answered = false;
         loop {
             self.reap_finished();
             let mut permit = tokio::select! {
@@ -373,6 +458,9 @@ impl Run<'_> {
                 _ = &mut shutdown => return Ok(()),
                 r = c.client.lease(req) => r,
             };
+            if leased.is_ok() {
+                answered = true;
+            }
             match leased {
                 Ok(tasks) if !tasks.is_empty() => {
                     failures = 0;
@@ -390,6 +478,10 @@ impl Run<'_> {
                 // wait is zero). Back off instead of asking again in a tight loop.
                 Ok(_) => tracing::debug!("lease answered empty early"),
                 Err(e) if stops_worker(&e) => return Err(e),
+                Err(e) if c.fail_fast && !answered && misconfigured(&e) => {
+                    tracing::error!(error = %e, "the first Lease failed for a reason retrying cannot fix; stopping (fail_fast)");
+                    return Err(e);
+                }
                 Err(e) => tracing::warn!(error = %e, "lease failed; retrying"),
             }
             drop(permit);
@@ -443,6 +535,7 @@ impl Run<'_> {
             handler,
             client: c.client.clone(),
             completer: self.completer.clone(),
+            metrics: self.metrics.clone(),
             leases: self.leases.clone(),
             hard_stop: self.hard_stop.clone(),
             events: self.worker.events.clone(),
@@ -502,6 +595,47 @@ fn log_join(r: Result<(), tokio::task::JoinError>) {
         // Handler panics are caught inside the attempt; this is the runtime's own.
         tracing::error!(error = %e, "a task attempt ended abnormally");
     }
+}
+
+/// `T`'s name without its module path (`Email` for `my_app::mail::Email`).
+fn short_type_name<T>() -> &'static str {
+    let full = std::any::type_name::<T>();
+    let base = full.split('<').next().unwrap_or(full);
+    let start = base.rfind("::").map(|i| i + 2).unwrap_or(0);
+    if full.len() > base.len() {
+        &full[start..]
+    } else {
+        &base[start..]
+    }
+}
+
+/// Whether a failed call says the client's configuration cannot work against that
+/// address: TLS on one side only or refused, or an answer that is not gRPC. A
+/// refused connection or a timeout is not (the broker may still be starting).
+pub fn misconfigured(e: &Error) -> bool {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    let text = text.to_ascii_lowercase();
+    [
+        "tls",
+        "certificate",
+        "handshake",
+        "invalidcontenttype",
+        "corrupt message",
+        "protocol error",
+        "frame with invalid size",
+        "http2 error",
+        "broken pipe",
+        "connection reset",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle))
+        && !text.contains("connection refused")
 }
 
 /// The runtime's Lease for `max_tasks` slots.

@@ -20,6 +20,7 @@ use super::context::Shared;
 use super::event::{Outcome, WorkerEvent};
 use super::handler::{BoxHandler, TaskError};
 use super::heartbeat::Leases;
+use super::metrics::{Kind, Rpc};
 use crate::time::to_proto_duration;
 use crate::{Client, Error, pb};
 
@@ -52,6 +53,7 @@ pub(crate) struct Attempt {
     pub(crate) client: Client,
     /// Shares Complete calls with the worker's other attempts.
     pub(crate) completer: super::complete::Completer,
+    pub(crate) metrics: super::metrics::Metrics,
     pub(crate) leases: Arc<Leases>,
     pub(crate) hard_stop: CancellationToken,
     pub(crate) events: broadcast::Sender<WorkerEvent>,
@@ -136,6 +138,7 @@ impl Attempt {
                 }
             })
         };
+        let began = Instant::now();
         let ended = tokio::select! {
             // A handler that is done wins over a shutdown that fires at the same time.
             biased;
@@ -148,7 +151,15 @@ impl Attempt {
         if let Some(timer) = deadline {
             timer.abort();
         }
+        let ran_for = began.elapsed().as_secs_f64();
         let outcome = self.settle(ended).await;
+        let kind = match &outcome {
+            Outcome::Completed => Kind::Succeeded,
+            Outcome::Abandoned => Kind::LeaseLost,
+            Outcome::Interrupted => Kind::Cancelled,
+            Outcome::Failed { .. } | Outcome::Unreported { .. } => Kind::Failed,
+        };
+        self.metrics.task(&self.shared.task.queue, kind, ran_for);
         expiry.abort();
         self.leases.remove(&task_id);
         let _ = self.events.send(WorkerEvent::Finished { task_id, outcome });
@@ -290,6 +301,7 @@ impl Attempt {
             lease_next: self.lease_next(),
         };
         let sent_at = Instant::now();
+        self.metrics.settle_call(Rpc::Fail);
         let out = self.client.fail(req).await?;
         self.next.keep(out.next_tasks, sent_at);
         Ok(())
@@ -314,6 +326,7 @@ impl Attempt {
                         return Err(e);
                     }
                     tracing::warn!(task_id = %self.shared.task.task_id, error = %e, ?pause, "settle failed; retrying");
+                    self.metrics.settle_retry(&self.shared.task.queue);
                     tokio::time::sleep(pause).await;
                     attempt += 1;
                 }
