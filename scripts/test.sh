@@ -94,6 +94,23 @@ scripts/console-e2e.sh
 step "docs: generated reference up to date, every RPC documented, links resolve"
 python3 scripts/gen-reference.py
 
+# Each client installs from the committed tree as docs/clients.md says (a `git archive HEAD`
+# copy into a fresh project of that language), compiles and runs a small program.
+step "clients install from a clean checkout"
+for lang in $langs; do
+  case "$lang" in
+    rust) check=client-rs/check-install.sh ;;
+    *) check=clients/$lang/check-install.sh ;;
+  esac
+  if [ -x "$check" ]; then
+    step "install check: $lang"
+    "$check"
+  else
+    echo "no install check for $lang ($check)" >&2
+    exit 1
+  fi
+done
+
 # Each language runs three times: plaintext, --secure (TLS, mTLS and a token) and --faults
 # (the broker killed, restarted and paused under the worker; clients/conformance/FAULTS.md).
 # A language without a fault scenario yet is skipped with a line saying so (exit 3). An empty
