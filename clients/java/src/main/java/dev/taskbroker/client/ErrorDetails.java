@@ -61,6 +61,31 @@ public final class ErrorDetails {
   }
 
   /**
+   * True when a call failed for a reason of configuration that retrying cannot fix (the rule of
+   * {@link Worker.Builder#failFast}): UNAUTHENTICATED or PERMISSION_DENIED; a TLS handshake that
+   * failed (a TLS client against a plaintext port, an untrusted certificate, a refused client
+   * certificate); or an answer that is not HTTP/2 (a plaintext client against a TLS port, whose
+   * first bytes are a TLS record, or an HTTP/1 server).
+   */
+  public static boolean isConfigurationError(Throwable t) {
+    Status.Code code = Status.fromThrowable(t).getCode();
+    if (code == Status.Code.UNAUTHENTICATED || code == Status.Code.PERMISSION_DENIED) {
+      return true;
+    }
+    for (Throwable c = t; c != null; c = c.getCause() == c ? null : c.getCause()) {
+      if (c instanceof javax.net.ssl.SSLException) {
+        return true;
+      }
+      String m = c.getMessage();
+      if (m != null && m.contains("First received frame was not SETTINGS")) {
+        return true;
+      }
+    }
+    String desc = Status.fromThrowable(t).getDescription();
+    return desc != null && desc.contains("First received frame was not SETTINGS");
+  }
+
+  /**
    * A failed call in plain words for logs: the code and the broker's message, or for a
    * connection error the underlying cause ("UNAVAILABLE: Connection refused: /127.0.0.1:7070")
    * instead of grpc-java's generic "io exception".
