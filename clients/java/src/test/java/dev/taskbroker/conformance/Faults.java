@@ -343,6 +343,19 @@ public final class Faults {
         w.close();
         throw new IllegalStateException("the worker did not stop by itself within 20 s");
       }
+      // failFast (opt-in): the first Lease's error ends run() with one plain line.
+      Worker fast = worker(http, queue, ctx -> null).failFast(true).build();
+      CompletableFuture<Void> runFast = CompletableFuture.runAsync(fast::run);
+      try {
+        runFast.get(20, TimeUnit.SECONDS);
+        throw new IllegalStateException("run() with failFast returned, want WorkerStoppedException");
+      } catch (java.util.concurrent.ExecutionException e) {
+        check(e.getCause() instanceof dev.taskbroker.client.WorkerStoppedException, "run() with failFast threw " + e.getCause());
+        check(!e.getCause().getMessage().contains("\n"), "the error is not one line: " + e.getCause().getMessage());
+      } catch (java.util.concurrent.TimeoutException e) {
+        fast.close();
+        throw new IllegalStateException("the failFast worker did not stop by itself within 20 s");
+      }
     }
   }
 
