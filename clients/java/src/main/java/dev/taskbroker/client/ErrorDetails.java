@@ -61,6 +61,28 @@ public final class ErrorDetails {
   }
 
   /**
+   * A status description on one line. grpc-java describes a non-gRPC answer over several lines
+   * (the HTTP status, the content type, then the headers and the body, an HTML page perhaps):
+   * the first two are kept, joined by "; ".
+   */
+  static String oneLine(String description) {
+    if (description == null) {
+      return null;
+    }
+    java.util.List<String> kept = new java.util.ArrayList<>();
+    for (String line : description.split("\\R")) {
+      String l = line.strip();
+      if (l.startsWith("headers:") || l.startsWith("DATA")) {
+        break;
+      }
+      if (!l.isEmpty()) {
+        kept.add(l);
+      }
+    }
+    return kept.isEmpty() ? null : String.join("; ", kept);
+  }
+
+  /**
    * True when a call failed for a reason of configuration that retrying cannot fix (the rule of
    * {@link Worker.Builder#failFast}): UNAUTHENTICATED or PERMISSION_DENIED; a TLS handshake that
    * failed (a TLS client against a plaintext port, an untrusted certificate, a refused client
@@ -95,7 +117,7 @@ public final class ErrorDetails {
     if (st.getCode() == Status.Code.UNKNOWN && st.getDescription() == null && st.getCause() == t) {
       return t.toString(); // not a gRPC failure
     }
-    String desc = st.getDescription();
+    String desc = oneLine(st.getDescription());
     Throwable root = st.getCause();
     while (root != null && root.getCause() != null && root.getCause() != root) {
       root = root.getCause();

@@ -460,8 +460,7 @@ public final class Worker implements AutoCloseable {
         }
         Status.Code code = Status.fromThrowable(e).getCode();
         if (ErrorDetails.stopsWorker(code)) {
-          throw new WorkerStoppedException(
-              "lease refused: " + code + ": " + Status.fromThrowable(e).getDescription(), e);
+          throw new WorkerStoppedException("lease refused: " + ErrorDetails.plain(e), e);
         }
         if (failFast && ErrorDetails.isConfigurationError(e)) {
           throw new WorkerStoppedException(
