@@ -90,21 +90,31 @@ public final class ErrorDetails {
    * first bytes are a TLS record, or an HTTP/1 server).
    */
   public static boolean isConfigurationError(Throwable t) {
+    return configurationProblem(t) != null;
+  }
+
+  /** What is wrong, in a few words, when {@link #isConfigurationError} holds; else null. */
+  static String configurationProblem(Throwable t) {
     Status.Code code = Status.fromThrowable(t).getCode();
-    if (code == Status.Code.UNAUTHENTICATED || code == Status.Code.PERMISSION_DENIED) {
-      return true;
+    if (code == Status.Code.UNAUTHENTICATED) {
+      return "the token was not accepted";
+    }
+    if (code == Status.Code.PERMISSION_DENIED) {
+      return "permission denied";
     }
     for (Throwable c = t; c != null; c = c.getCause() == c ? null : c.getCause()) {
       if (c instanceof javax.net.ssl.SSLException) {
-        return true;
+        return "the TLS handshake failed";
       }
       String m = c.getMessage();
       if (m != null && m.contains("First received frame was not SETTINGS")) {
-        return true;
+        // A TLS record (0x15 alert, 0x16 handshake) where HTTP/2 was expected.
+        return m.contains("bytes: 15") || m.contains("bytes: 16")
+            ? "the port expects TLS and the client sent plaintext"
+            : "the server does not speak gRPC (HTTP/2)";
       }
     }
-    String desc = Status.fromThrowable(t).getDescription();
-    return desc != null && desc.contains("First received frame was not SETTINGS");
+    return null;
   }
 
   /**
@@ -123,7 +133,8 @@ public final class ErrorDetails {
       root = root.getCause();
     }
     String cause = root != null && root.getMessage() != null ? root.getMessage() : null;
-    if (cause != null && (desc == null || desc.startsWith("io exception"))) {
+    if (cause != null
+        && (desc == null || desc.startsWith("io exception") || desc.startsWith("http2 exception"))) {
       return st.getCode() + ": " + cause;
     }
     return st.getCode() + (desc != null ? ": " + desc : "");

@@ -464,7 +464,9 @@ public final class Worker implements AutoCloseable {
         }
         if (failFast && ErrorDetails.isConfigurationError(e)) {
           throw new WorkerStoppedException(
-              "the broker cannot be used at this address as configured: " + ErrorDetails.plain(e), e);
+              "cannot use the broker as configured (failFast): "
+                  + ErrorDetails.configurationProblem(e) + " (" + ErrorDetails.plain(e) + ")",
+              e);
         }
         onError.accept("lease", e);
         try {

@@ -53,7 +53,7 @@ class FailFastTest {
     Worker w = worker(errors).failFast(true).build();
     WorkerStoppedException e =
         assertTimeoutPreemptively(Duration.ofSeconds(20), () -> assertThrows(WorkerStoppedException.class, w::run));
-    assertTrue(e.getMessage().startsWith("the broker cannot be used at this address as configured: UNAVAILABLE"), e.getMessage());
+    assertTrue(e.getMessage().startsWith("cannot use the broker as configured (failFast): the TLS handshake failed (UNAVAILABLE"), e.getMessage());
     assertFalse(e.getMessage().contains("\n"), e.getMessage());
     assertTrue(errors.isEmpty(), "retried first: " + errors);
   }
