@@ -49,7 +49,7 @@ final class Completer {
   private static final long CALL_DEADLINE_MS = 10_000;
 
   private final BrokerServiceGrpc.BrokerServiceBlockingStub broker;
-  private final WorkerMetrics metrics;
+  private final java.util.function.Supplier<WorkerMetrics> metrics;
   /** One thread: the calls it makes are the ones "in flight". */
   private final ExecutorService sender;
 
@@ -76,7 +76,7 @@ final class Completer {
 
   Completer(
       BrokerServiceGrpc.BrokerServiceBlockingStub broker,
-      WorkerMetrics metrics,
+      java.util.function.Supplier<WorkerMetrics> metrics,
       ExecutorService sender) {
     this.broker = broker;
     this.metrics = metrics;
@@ -140,7 +140,7 @@ final class Completer {
 
   /** A plain Complete from the caller's thread. */
   private List<LeasedTask> alone(CompleteRequest req) {
-    metrics.settleCall("Complete");
+    metrics.get().settleCall("Complete");
     return broker
         .withDeadlineAfter(CALL_DEADLINE_MS, TimeUnit.MILLISECONDS)
         .complete(req)
@@ -186,7 +186,7 @@ final class Completer {
     if (batch.size() == 1) {
       Item item = batch.get(0);
       try {
-        metrics.settleCall("Complete");
+        metrics.get().settleCall("Complete");
         item.answer.complete(
             Answer.of(
                 broker
@@ -215,7 +215,7 @@ final class Completer {
     }
     CompleteManyResponse res;
     try {
-      metrics.settleCall("CompleteMany");
+      metrics.get().settleCall("CompleteMany");
       res =
           broker
               .withDeadlineAfter(CALL_DEADLINE_MS, TimeUnit.MILLISECONDS)

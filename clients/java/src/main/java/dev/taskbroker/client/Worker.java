@@ -109,7 +109,9 @@ public final class Worker implements AutoCloseable {
   private final List<String> queues;
   private final List<Middleware> middleware;
   private final Serializer serializer;
-  private final WorkerMetrics metrics;
+  /** The provider given to the builder; null: the global one, looked up at start. */
+  private final io.opentelemetry.api.metrics.MeterProvider meterProvider;
+  private volatile WorkerMetrics metrics;
   private final Completer completer;
   private final ExecutorService completerThread;
   private final boolean failFast;
@@ -152,11 +154,12 @@ public final class Worker implements AutoCloseable {
     this.queues = List.copyOf(registry.keySet());
     this.middleware = List.copyOf(b.middleware);
     this.serializer = b.serializer != null ? b.serializer : b.taskbroker.serializer();
+    this.meterProvider = b.meterProvider;
     this.metrics =
         new WorkerMetrics(
-            b.meterProvider != null
-                ? b.meterProvider
-                : io.opentelemetry.api.GlobalOpenTelemetry.getMeterProvider());
+            meterProvider != null
+                ? meterProvider
+                : io.opentelemetry.api.metrics.MeterProvider.noop());
     this.failFast = b.failFast;
     this.workerId = b.workerId;
     this.labels = Map.copyOf(b.labels);
@@ -187,7 +190,7 @@ public final class Worker implements AutoCloseable {
     this.leaseThread = daemon(this::runLoop, "taskbroker-lease");
     this.completerThread =
         Executors.newSingleThreadExecutor(r -> daemon(r, "taskbroker-completer"));
-    this.completer = new Completer(broker, metrics, completerThread);
+    this.completer = new Completer(broker, () -> metrics, completerThread);
   }
 
   /** A worker whose queues and handlers are added with {@link Builder#handle} or {@link Builder#register}. */
@@ -214,7 +217,7 @@ public final class Worker implements AutoCloseable {
   }
 
   /** Started and not yet stopped (for lifecycle frameworks). */
-  public boolean isRunning() {
+  public synchronized boolean isRunning() {
     return started && stopped.getCount() > 0 && !stopping;
   }
 
@@ -243,6 +246,12 @@ public final class Worker implements AutoCloseable {
       return;
     }
     started = true;
+    if (meterProvider == null) {
+      // Looked up now rather than when built, so an SDK the application installs in between
+      // counts; getOrNoop does not fix the global to a no-op the way get() would.
+      metrics =
+          new WorkerMetrics(io.opentelemetry.api.GlobalOpenTelemetry.getOrNoop().getMeterProvider());
+    }
     long every = Math.max(heartbeatInterval.toMillis(), 100);
     timers.scheduleWithFixedDelay(this::heartbeatOnce, every, every, TimeUnit.MILLISECONDS);
     leaseThread.start();
@@ -931,9 +940,9 @@ public final class Worker implements AutoCloseable {
     }
 
     /**
-     * Where the worker's metrics go (meter {@code taskbroker}). Default {@code
-     * GlobalOpenTelemetry.getMeterProvider()}: nothing is recorded until the application installs
-     * an OpenTelemetry SDK.
+     * Where the worker's metrics go (meter {@code taskbroker}). Default: the global
+     * OpenTelemetry's ({@code GlobalOpenTelemetry}) as set when the worker starts; nothing is
+     * recorded when the application installed no OpenTelemetry SDK.
      */
     public Builder meterProvider(io.opentelemetry.api.metrics.MeterProvider meterProvider) {
       this.meterProvider = java.util.Objects.requireNonNull(meterProvider, "meterProvider");

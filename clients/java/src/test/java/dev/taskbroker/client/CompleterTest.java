@@ -39,7 +39,7 @@ class CompleterTest {
     sender = Executors.newSingleThreadExecutor();
     callers = Executors.newCachedThreadPool();
     completer =
-        new Completer(fake.taskbroker().broker(), new WorkerMetrics(MeterProvider.noop()), sender);
+        new Completer(fake.taskbroker().broker(), () -> new WorkerMetrics(MeterProvider.noop()), sender);
   }
 
   @AfterEach

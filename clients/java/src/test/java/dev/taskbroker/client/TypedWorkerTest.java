@@ -249,6 +249,36 @@ class TypedWorkerTest {
   }
 
   @Test
+  void withoutAMeterProviderTheGlobalOneAsSetWhenTheWorkerStartsIsUsed() throws Exception {
+    fake.add("q", "{\"n\": 1}");
+    Worker w =
+        Worker.builder(fake.taskbroker())
+            .handle("q", Count.class, (task, c) -> new Ok(true, c.n()))
+            .workerId("w1")
+            .pollWait(Duration.ofSeconds(1))
+            .build();
+    io.opentelemetry.api.GlobalOpenTelemetry.resetForTest();
+    io.opentelemetry.api.GlobalOpenTelemetry.set(
+        io.opentelemetry.sdk.OpenTelemetrySdk.builder().setMeterProvider(meters).build());
+    try {
+      w.start();
+      until(() -> fake.completes.size() == 1);
+      w.stop(Duration.ofSeconds(5));
+    } finally {
+      io.opentelemetry.api.GlobalOpenTelemetry.resetForTest();
+    }
+    long succeeded = 0;
+    for (MetricData m : reader.collectAllMetrics()) {
+      if (m.getName().equals("taskbroker.worker.tasks")) {
+        for (LongPointData p : m.getLongSumData().getPoints()) {
+          succeeded += p.getValue();
+        }
+      }
+    }
+    assertEquals(1, succeeded);
+  }
+
+  @Test
   void theBuilderRefusesTwoHandlersForOneQueueAndQueuesWithoutAHandler() {
     Worker.Builder b = worker().handle("q", Count.class, (task, c) -> null);
     assertThrows(IllegalArgumentException.class, () -> b.handle("q", task -> null));
