@@ -7,7 +7,7 @@ import java.util.Objects;
  * One queue and the handler for its tasks, with the type its payload decodes to (none for a raw
  * {@link TaskHandler}). A worker is built from any number of these, one per queue ({@link
  * Worker.Builder#register}); frameworks that discover handlers (annotated beans) build them with
- * {@link #of(String, Type, TypedHandler)}.
+ * {@link #ofType(String, Type, TypedHandler)}.
  */
 public final class Registration {
   private final String queue;
@@ -41,7 +41,7 @@ public final class Registration {
    * Tasks of {@code queue} get their payload decoded into {@code type}, which may be generic
    * ({@code List<Email>}, as reflection gives it); the handler receives that value.
    */
-  public static Registration of(String queue, Type type, TypedHandler<Object, ?> handler) {
+  public static Registration ofType(String queue, Type type, TypedHandler<Object, ?> handler) {
     Objects.requireNonNull(type, "type");
     Objects.requireNonNull(handler, "handler");
     return new Registration(

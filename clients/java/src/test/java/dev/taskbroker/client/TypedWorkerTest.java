@@ -278,6 +278,28 @@ class TypedWorkerTest {
     assertEquals(1, succeeded);
   }
 
+  /** A handler method's generic parameter type, as a framework finds it by reflection. */
+  static Object sum(TaskContext task, List<Count> counts) {
+    return new Count(counts.stream().mapToInt(Count::n).sum());
+  }
+
+  @Test
+  void registrationsFromAListDecodeGenericTypes() throws Exception {
+    java.lang.reflect.Method m = TypedWorkerTest.class.getDeclaredMethod("sum", TaskContext.class, List.class);
+    String id = fake.add("sums", "[{\"n\": 1}, {\"n\": 2}]");
+    @SuppressWarnings("unchecked")
+    Worker w =
+        worker()
+            .registrations(List.of(
+                Registration.ofType("sums", m.getGenericParameterTypes()[1], (task, v) -> sum(task, (List<Count>) v)),
+                Registration.of("counts", Count.class, (task, c) -> c)))
+            .build();
+    w.start();
+    until(() -> fake.completes.size() == 1);
+    w.stop(Duration.ofSeconds(5));
+    assertEquals(Map.of(id, "{\"n\":3}"), results());
+  }
+
   @Test
   void theBuilderRefusesTwoHandlersForOneQueueAndQueuesWithoutAHandler() {
     Worker.Builder b = worker().handle("q", Count.class, (task, c) -> null);
