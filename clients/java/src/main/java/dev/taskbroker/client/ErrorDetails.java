@@ -61,6 +61,63 @@ public final class ErrorDetails {
   }
 
   /**
+   * A status description on one line. grpc-java describes a non-gRPC answer over several lines
+   * (the HTTP status, the content type, then the headers and the body, an HTML page perhaps):
+   * the first two are kept, joined by "; ".
+   */
+  static String oneLine(String description) {
+    if (description == null) {
+      return null;
+    }
+    java.util.List<String> kept = new java.util.ArrayList<>();
+    for (String line : description.split("\\R")) {
+      String l = line.strip();
+      if (l.startsWith("headers:") || l.startsWith("DATA")) {
+        break;
+      }
+      if (!l.isEmpty()) {
+        kept.add(l);
+      }
+    }
+    return kept.isEmpty() ? null : String.join("; ", kept);
+  }
+
+  /**
+   * True when a call failed for a reason of configuration that retrying cannot fix (the rule of
+   * {@link Worker.Builder#failFast}): UNAUTHENTICATED or PERMISSION_DENIED; a TLS handshake that
+   * failed (a TLS client against a plaintext port, an untrusted certificate, a refused client
+   * certificate); or an answer that is not HTTP/2 (a plaintext client against a TLS port, whose
+   * first bytes are a TLS record, or an HTTP/1 server).
+   */
+  public static boolean isConfigurationError(Throwable t) {
+    return configurationProblem(t) != null;
+  }
+
+  /** What is wrong, in a few words, when {@link #isConfigurationError} holds; else null. */
+  static String configurationProblem(Throwable t) {
+    Status.Code code = Status.fromThrowable(t).getCode();
+    if (code == Status.Code.UNAUTHENTICATED) {
+      return "the token was not accepted";
+    }
+    if (code == Status.Code.PERMISSION_DENIED) {
+      return "permission denied";
+    }
+    for (Throwable c = t; c != null; c = c.getCause() == c ? null : c.getCause()) {
+      if (c instanceof javax.net.ssl.SSLException) {
+        return "the TLS handshake failed";
+      }
+      String m = c.getMessage();
+      if (m != null && m.contains("First received frame was not SETTINGS")) {
+        // A TLS record (0x15 alert, 0x16 handshake) where HTTP/2 was expected.
+        return m.contains("bytes: 15") || m.contains("bytes: 16")
+            ? "the port expects TLS and the client sent plaintext"
+            : "the server does not speak gRPC (HTTP/2)";
+      }
+    }
+    return null;
+  }
+
+  /**
    * A failed call in plain words for logs: the code and the broker's message, or for a
    * connection error the underlying cause ("UNAVAILABLE: Connection refused: /127.0.0.1:7070")
    * instead of grpc-java's generic "io exception".
@@ -70,13 +127,14 @@ public final class ErrorDetails {
     if (st.getCode() == Status.Code.UNKNOWN && st.getDescription() == null && st.getCause() == t) {
       return t.toString(); // not a gRPC failure
     }
-    String desc = st.getDescription();
+    String desc = oneLine(st.getDescription());
     Throwable root = st.getCause();
     while (root != null && root.getCause() != null && root.getCause() != root) {
       root = root.getCause();
     }
     String cause = root != null && root.getMessage() != null ? root.getMessage() : null;
-    if (cause != null && (desc == null || desc.startsWith("io exception"))) {
+    if (cause != null
+        && (desc == null || desc.startsWith("io exception") || desc.startsWith("http2 exception"))) {
       return st.getCode() + ": " + cause;
     }
     return st.getCode() + (desc != null ? ": " + desc : "");

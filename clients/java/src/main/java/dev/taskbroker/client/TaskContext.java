@@ -44,6 +44,8 @@ public final class TaskContext {
 
   /** The thread running the handler, interrupted on a lost lease, a deadline or a hard stop; guarded by this. */
   private Thread thread;
+  /** System.nanoTime() when the handler started; guarded by this. */
+  private long startedNanos;
   /** The handler's OpenTelemetry context: a child of the producer's traceparent. */
   private final io.opentelemetry.context.Context traceContext;
 
@@ -69,6 +71,11 @@ public final class TaskContext {
 
   public String taskId() {
     return task.getTaskId();
+  }
+
+  /** The queue the task was submitted to. */
+  public String queue() {
+    return task.getQueue();
   }
 
   public ByteString payload() {
@@ -218,6 +225,14 @@ public final class TaskContext {
   /** The handler runs on {@code t} from now on (null: it has returned). */
   synchronized void bind(Thread t) {
     thread = t;
+    if (t != null) {
+      startedNanos = System.nanoTime();
+    }
+  }
+
+  /** How long the handler has run (or ran), from when it was bound to its thread. */
+  synchronized java.time.Duration ranFor() {
+    return startedNanos == 0 ? java.time.Duration.ZERO : java.time.Duration.ofNanos(System.nanoTime() - startedNanos);
   }
 
   /** Thrown to stop a task's work once its context is cancelled. */

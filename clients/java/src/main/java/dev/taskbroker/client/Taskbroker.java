@@ -32,9 +32,11 @@ import java.util.concurrent.TimeUnit;
  */
 public final class Taskbroker implements AutoCloseable {
   private final ManagedChannel channel;
+  private final Serializer serializer;
 
-  private Taskbroker(ManagedChannel channel) {
+  private Taskbroker(ManagedChannel channel, Serializer serializer) {
     this.channel = channel;
+    this.serializer = serializer;
   }
 
   /** Connects to {@code host:port} over plaintext HTTP/2. */
@@ -75,6 +77,7 @@ public final class Taskbroker implements AutoCloseable {
     private final String address;
     private String token;
     private ChannelCredentials credentials = InsecureChannelCredentials.create();
+    private Serializer serializer = new JsonSerializer();
 
     private Builder(String address) {
       this.address = address;
@@ -121,6 +124,15 @@ public final class Taskbroker implements AutoCloseable {
       return this;
     }
 
+    /**
+     * How {@link Taskbroker#submit(String, Object)} encodes payloads and {@link Taskbroker#result}
+     * decodes results; workers built on this client use it too. Default {@link JsonSerializer}.
+     */
+    public Builder serializer(Serializer serializer) {
+      this.serializer = java.util.Objects.requireNonNull(serializer, "serializer");
+      return this;
+    }
+
     public Taskbroker build() {
       var b =
           Grpc.newChannelBuilder(address, credentials)
@@ -130,7 +142,7 @@ public final class Taskbroker implements AutoCloseable {
       if (token != null && !token.isEmpty()) {
         b.intercept(new BearerToken(token));
       }
-      return new Taskbroker(b.build());
+      return new Taskbroker(b.build(), serializer);
     }
   }
 
@@ -179,7 +191,66 @@ public final class Taskbroker implements AutoCloseable {
 
   /** Wraps a channel built by the caller (TLS, interceptors); closing this closes it too. */
   public static Taskbroker of(ManagedChannel channel) {
-    return new Taskbroker(channel);
+    return new Taskbroker(channel, new JsonSerializer());
+  }
+
+  /** {@link #of(ManagedChannel)} with another serializer for typed payloads and results. */
+  public static Taskbroker of(ManagedChannel channel, Serializer serializer) {
+    return new Taskbroker(channel, java.util.Objects.requireNonNull(serializer, "serializer"));
+  }
+
+  /** The serializer of typed payloads and results (JSON unless the builder set another). */
+  public Serializer serializer() {
+    return serializer;
+  }
+
+  /**
+   * Submits {@code payload}, encoded by the serializer (JSON by default), to {@code queue}:
+   * {@code tb.submit("emails", new Email("a@example.com", "hi"))}. For more options (priority,
+   * delay, retry policy, ...) build the spec with {@link #spec(String, Object)}.
+   *
+   * @throws SerializationException when the serializer cannot encode it (nothing is sent)
+   */
+  public dev.taskbroker.v1.SubmitResult submit(String queue, Object payload) {
+    return submit(spec(queue, payload).build());
+  }
+
+  /** Submits raw bytes to {@code queue}, as they are. */
+  public dev.taskbroker.v1.SubmitResult submit(String queue, byte[] payload) {
+    return submit(
+        dev.taskbroker.v1.TaskSpec.newBuilder()
+            .setQueue(queue)
+            .setPayload(com.google.protobuf.ByteString.copyFrom(payload))
+            .build());
+  }
+
+  /**
+   * A task spec for {@code queue} whose payload is {@code payload} encoded by the serializer
+   * (bytes as they are; null: empty), to add options to and pass to {@link
+   * #submit(dev.taskbroker.v1.TaskSpec)} or {@link #submitAll}.
+   */
+  public dev.taskbroker.v1.TaskSpec.Builder spec(String queue, Object payload) {
+    byte[] bytes =
+        payload == null
+            ? new byte[0]
+            : payload instanceof byte[] raw ? raw : serializer.encode(payload);
+    return dev.taskbroker.v1.TaskSpec.newBuilder()
+        .setQueue(queue)
+        .setPayload(com.google.protobuf.ByteString.copyFrom(bytes));
+  }
+
+  /**
+   * A finished task's result decoded into {@code type} by the serializer ({@code byte[]}: the
+   * bytes as they are); null when the task has no result.
+   *
+   * @throws SerializationException when the result does not decode into {@code type}
+   */
+  public <R> R result(dev.taskbroker.v1.Task task, Class<R> type) {
+    if (task.getResult().isEmpty()) {
+      return null;
+    }
+    byte[] bytes = task.getResult().toByteArray();
+    return type == byte[].class ? type.cast(bytes) : serializer.decode(bytes, type);
   }
 
   public ManagedChannel channel() {

@@ -31,7 +31,20 @@ import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.BiConsumer;
 
 /**
- * Runs a {@link TaskHandler} over tasks leased from a broker.
+ * Runs handlers over tasks leased from a broker: one worker, any number of queues, a handler
+ * each ({@link Builder#handle(String, Class, TypedHandler)} with a typed payload, {@link
+ * Builder#handle(String, TaskHandler)} with raw bytes), one Lease call for all of them.
+ *
+ * <pre>{@code
+ * Worker worker = Worker.builder(tb)
+ *     .handle("emails", Email.class, (task, email) -> new Sent(mailer.send(email)))
+ *     .handle("thumbnails", Image.class, (task, image) -> thumbnails.make(image))
+ *     .middleware((task, next) -> { ...; return next.proceed(); })
+ *     .concurrency(8)
+ *     .build();
+ * worker.stopOnShutdown();
+ * worker.run();
+ * }</pre>
  *
  * <ul>
  *   <li>One lease thread long-polls Lease for exactly as many tasks as there are free slots.
@@ -58,6 +71,12 @@ import java.util.function.BiConsumer;
  *       or Fail also leases the next task for the slot it frees ({@code lease_next} on the
  *       settle, no wait), which then runs like a leased one: two calls per task instead of three.
  *       When none comes back, the long-poll Lease goes on. Never asked for while stopping.
+ *   <li>Completes share calls: while one is in flight the next ones queue and go as one
+ *       CompleteMany when it returns; a lone one is sent at once ({@link #queuedCompletions()}).
+ *   <li>Metrics go to the OpenTelemetry meter {@code taskbroker} ({@link Builder#meterProvider}).
+ *   <li>With {@link Builder#failFast(boolean) failFast}, a Lease that fails for a reason retrying
+ *       cannot fix (TLS handshake, plaintext against TLS or the reverse, not a gRPC server) stops
+ *       the worker at once instead of being retried.
  * </ul>
  *
  * <p>Defaults follow docs/client-spec.md: concurrency 4, poll wait 10 s, lease 30 s, heartbeat
@@ -85,9 +104,18 @@ public final class Worker implements AutoCloseable {
   private static final System.Logger LOG = System.getLogger(Worker.class.getName());
 
   private final BrokerServiceGrpc.BrokerServiceBlockingStub broker;
-  private final TaskHandler handler;
-  private final String workerId;
+  /** The handler of each queue, in registration order. */
+  private final Map<String, Registration> registry;
   private final List<String> queues;
+  private final List<Middleware> middleware;
+  private final Serializer serializer;
+  /** The provider given to the builder; null: the global one, looked up at start. */
+  private final io.opentelemetry.api.metrics.MeterProvider meterProvider;
+  private volatile WorkerMetrics metrics;
+  private final Completer completer;
+  private final ExecutorService completerThread;
+  private final boolean failFast;
+  private final String workerId;
   private final Map<String, String> labels;
   private final int concurrency;
   private final Duration leaseDuration;
@@ -122,9 +150,18 @@ public final class Worker implements AutoCloseable {
 
   private Worker(Builder b) {
     this.broker = b.taskbroker.broker();
-    this.handler = b.handler;
+    this.registry = b.registry();
+    this.queues = List.copyOf(registry.keySet());
+    this.middleware = List.copyOf(b.middleware);
+    this.serializer = b.serializer != null ? b.serializer : b.taskbroker.serializer();
+    this.meterProvider = b.meterProvider;
+    this.metrics =
+        new WorkerMetrics(
+            meterProvider != null
+                ? meterProvider
+                : io.opentelemetry.api.metrics.MeterProvider.noop());
+    this.failFast = b.failFast;
     this.workerId = b.workerId;
-    this.queues = List.copyOf(b.queues);
     this.labels = Map.copyOf(b.labels);
     this.concurrency = b.concurrency;
     this.leaseDuration = b.leaseDuration;
@@ -151,10 +188,37 @@ public final class Worker implements AutoCloseable {
     this.timers =
         Executors.newScheduledThreadPool(2, r -> daemon(r, "taskbroker-timers-" + t.incrementAndGet()));
     this.leaseThread = daemon(this::runLoop, "taskbroker-lease");
+    this.completerThread =
+        Executors.newSingleThreadExecutor(r -> daemon(r, "taskbroker-completer"));
+    this.completer = new Completer(broker, () -> metrics, completerThread);
   }
 
+  /** A worker whose queues and handlers are added with {@link Builder#handle} or {@link Builder#register}. */
+  public static Builder builder(Taskbroker taskbroker) {
+    return new Builder(taskbroker, null);
+  }
+
+  /** A worker running one raw-bytes {@code handler} for every queue given to {@link Builder#queues}. */
   public static Builder builder(Taskbroker taskbroker, TaskHandler handler) {
-    return new Builder(taskbroker, handler);
+    return new Builder(taskbroker, java.util.Objects.requireNonNull(handler, "handler"));
+  }
+
+  /** The queues this worker leases from, in registration order. */
+  public List<String> queues() {
+    return queues;
+  }
+
+  /**
+   * Completions waiting behind the Complete or CompleteMany call in flight; they go as one
+   * CompleteMany when it returns.
+   */
+  public int queuedCompletions() {
+    return completer.queued();
+  }
+
+  /** Started and not yet stopped (for lifecycle frameworks). */
+  public synchronized boolean isRunning() {
+    return started && stopped.getCount() > 0 && !stopping;
   }
 
   public String workerId() {
@@ -182,6 +246,12 @@ public final class Worker implements AutoCloseable {
       return;
     }
     started = true;
+    if (meterProvider == null) {
+      // Looked up now rather than when built, so an SDK the application installs in between
+      // counts; getOrNoop does not fix the global to a no-op the way get() would.
+      metrics =
+          new WorkerMetrics(io.opentelemetry.api.GlobalOpenTelemetry.getOrNoop().getMeterProvider());
+    }
     long every = Math.max(heartbeatInterval.toMillis(), 100);
     timers.scheduleWithFixedDelay(this::heartbeatOnce, every, every, TimeUnit.MILLISECONDS);
     leaseThread.start();
@@ -322,7 +392,9 @@ public final class Worker implements AutoCloseable {
   }
 
   private void handBack(TaskContext ctx) {
+    metrics.task(ctx.queue(), WorkerMetrics.Outcome.FAILED, ctx.ranFor());
     try {
+      metrics.settleCall("Fail");
       broker
           .withDeadlineAfter(HAND_BACK_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS)
           .fail(
@@ -345,6 +417,7 @@ public final class Worker implements AutoCloseable {
 
   private void shutdownExecutors() {
     timers.shutdownNow();
+    completerThread.shutdownNow();
     if (ownPool != null) {
       ownPool.shutdownNow();
     }
@@ -396,8 +469,13 @@ public final class Worker implements AutoCloseable {
         }
         Status.Code code = Status.fromThrowable(e).getCode();
         if (ErrorDetails.stopsWorker(code)) {
+          throw new WorkerStoppedException("lease refused: " + ErrorDetails.plain(e), e);
+        }
+        if (failFast && ErrorDetails.isConfigurationError(e)) {
           throw new WorkerStoppedException(
-              "lease refused: " + code + ": " + Status.fromThrowable(e).getDescription(), e);
+              "cannot use the broker as configured (failFast): "
+                  + ErrorDetails.configurationProblem(e) + " (" + ErrorDetails.plain(e) + ")",
+              e);
         }
         onError.accept("lease", e);
         try {
@@ -502,9 +580,10 @@ public final class Worker implements AutoCloseable {
     }
   }
 
-  /** Flags the task LOST, interrupts its handler and logs it once (WARN). */
-  private static void markLost(TaskContext tc, String why) {
+  /** Flags the task LOST, interrupts its handler, logs it once (WARN) and counts it. */
+  private void markLost(TaskContext tc, String why) {
     if (tc.markLost()) {
+      metrics.leaseLost(tc.queue());
       LOG.log(
           System.Logger.Level.WARNING,
           "taskbroker worker: task " + tc.taskId() + ": lease lost (" + why + "); not settled by this worker");
@@ -546,7 +625,7 @@ public final class Worker implements AutoCloseable {
     byte[] result = null;
     Throwable error = null;
     try {
-      result = handler.handle(ctx);
+      result = encodeResult(ctx.queue(), runChain(ctx));
     } catch (Throwable t) {
       // StackOverflowError and other Errors too: the attempt fails with its cause instead of
       // the task waiting out its lease.
@@ -556,13 +635,15 @@ public final class Worker implements AutoCloseable {
         watch.cancel(false);
       }
     }
+    Duration ran = ctx.ranFor();
     // A hard stop or a deadline interrupts us; the report below must not be cut short by that.
     Thread.interrupted();
     if (!ctx.handlerReturnedNow()) {
-      return List.of(); // handed back at stop; another worker may run it now
+      return List.of(); // handed back at stop (and counted then); another worker may run it now
     }
     if (ctx.abortKind().orElse(null) == TaskContext.AbortKind.LOST) {
       markLost(ctx, "a checkpoint answered LEASE_LOST");
+      metrics.task(ctx.queue(), WorkerMetrics.Outcome.LEASE_LOST, ran);
       return List.of(); // Another holder may have the task now; nothing of ours would be accepted.
     }
     if (error != null) {
@@ -571,11 +652,70 @@ public final class Worker implements AutoCloseable {
           "taskbroker worker: task " + ctx.taskId() + ": handler failed: " + error,
           error);
     }
+    WorkerMetrics.Outcome intended =
+        error == null
+            ? WorkerMetrics.Outcome.SUCCEEDED
+            : ctx.abortKind().orElse(null) == TaskContext.AbortKind.CANCELLED
+                ? WorkerMetrics.Outcome.CANCELLED
+                : WorkerMetrics.Outcome.FAILED;
+    Settled settled = settle(ctx, result, error);
+    metrics.task(ctx.queue(), settled.outcome != null ? settled.outcome : intended, ran);
+    return settled.next;
+  }
+
+  /** The middleware chain around the queue's handler; the first registered is the outermost. */
+  private Object runChain(TaskContext ctx) throws Exception {
+    Registration reg = registry.get(ctx.queue());
+    if (reg == null) {
+      throw new TaskbrokerException("this worker has no handler for queue " + ctx.queue());
+    }
+    Middleware.Next next = () -> reg.invoker().invoke(ctx, serializer);
+    for (int i = middleware.size() - 1; i >= 0; i--) {
+      Middleware m = middleware.get(i);
+      Middleware.Next inner = next;
+      next = () -> m.handle(ctx, inner);
+    }
+    return next.proceed();
+  }
+
+  /**
+   * The result bytes of a handler's value: none for null, bytes as they are, anything else through
+   * the serializer. A value it cannot encode fails the attempt (retryable: a fixed deploy may
+   * succeed), with a message naming the type.
+   */
+  private byte[] encodeResult(String queue, Object value) {
+    if (value == null) {
+      return null;
+    }
+    if (value instanceof byte[] bytes) {
+      return bytes;
+    }
+    try {
+      return serializer.encode(value);
+    } catch (RuntimeException e) {
+      throw new TaskbrokerException(
+          "queue " + queue + ": handler returned " + value.getClass().getSimpleName()
+              + ", which cannot be encoded: " + String.valueOf(e.getMessage()).replaceAll("\\s+", " "),
+          e);
+    }
+  }
+
+  /** What a settle brought: the slot's next tasks, and the outcome when it is not the intended one. */
+  private record Settled(List<LeasedTask> next, WorkerMetrics.Outcome outcome) {
+    static Settled ended(WorkerMetrics.Outcome outcome) {
+      return new Settled(List.of(), outcome);
+    }
+  }
+
+  /**
+   * Reports the attempt: Complete (through the completer, which batches) or Fail. Complete and
+   * Fail are idempotent for the same lease token, which stays valid across a broker restart: a
+   * settle that met an unreachable broker is sent again with backoff until the next try would
+   * start within the settle margin of the lease's expiry.
+   */
+  private Settled settle(TaskContext ctx, byte[] result, Throwable error) {
     LeaseRequest next = nextLease();
     String call = error == null ? "complete" : "fail";
-    // Complete and Fail are idempotent for the same lease token, which stays valid across a
-    // broker restart: a settle that met an unreachable broker is sent again with backoff until
-    // the next try would start within the settle margin of the lease's expiry.
     for (int failures = 0; ; failures++) {
       try {
         if (error == null) {
@@ -587,10 +727,7 @@ public final class Worker implements AutoCloseable {
           if (next != null) {
             req.setLeaseNext(next);
           }
-          return broker
-              .withDeadlineAfter(10, TimeUnit.SECONDS)
-              .complete(req.build())
-              .getNextTasksList();
+          return new Settled(completer.complete(req.build()), null);
         }
         FailRequest.Builder req = failRequest(ctx, error).toBuilder();
         if (ctx.abortKind().orElse(null) == TaskContext.AbortKind.STOPPING) {
@@ -599,10 +736,10 @@ public final class Worker implements AutoCloseable {
         if (next != null) {
           req.setLeaseNext(next);
         }
-        return broker
-            .withDeadlineAfter(10, TimeUnit.SECONDS)
-            .fail(req.build())
-            .getNextTasksList();
+        metrics.settleCall("Fail");
+        return new Settled(
+            broker.withDeadlineAfter(10, TimeUnit.SECONDS).fail(req.build()).getNextTasksList(),
+            null);
       } catch (StatusRuntimeException e) {
         String id = ctx.taskId();
         if (ErrorDetails.isLeaseLost(e)) {
@@ -610,18 +747,19 @@ public final class Worker implements AutoCloseable {
               System.Logger.Level.WARNING,
               "taskbroker worker: task " + id + ": " + call
                   + " refused: lease lost (LEASE_LOST); another attempt may run");
-          return List.of();
+          metrics.leaseLost(ctx.queue());
+          return Settled.ended(WorkerMetrics.Outcome.LEASE_LOST);
         }
         if (abandoned) {
           LOG.log(
               System.Logger.Level.WARNING,
               "taskbroker worker: task " + id + ": " + call + " abandoned: the worker stopped while it was retried");
-          return List.of();
+          return Settled.ended(WorkerMetrics.Outcome.FAILED);
         }
         Status.Code code = e.getStatus().getCode();
         if (code != Status.Code.UNAVAILABLE && code != Status.Code.DEADLINE_EXCEEDED) {
           onError.accept("report task " + id, e);
-          return List.of();
+          return Settled.ended(WorkerMetrics.Outcome.FAILED);
         }
         Duration pause = Backoff.delay(failures);
         if (Instant.now().plus(pause).plus(SETTLE_MARGIN).isAfter(ctx.leaseExpiresAt())) {
@@ -629,7 +767,8 @@ public final class Worker implements AutoCloseable {
               System.Logger.Level.WARNING,
               "taskbroker worker: task " + id + ": " + call + " given up at the lease's expiry ("
                   + ErrorDetails.plain(e) + "); the broker will hand the task out again");
-          return List.of();
+          metrics.leaseLost(ctx.queue());
+          return Settled.ended(WorkerMetrics.Outcome.LEASE_LOST);
         }
         LOG.log(
             System.Logger.Level.WARNING,
@@ -639,8 +778,9 @@ public final class Worker implements AutoCloseable {
           Thread.sleep(pause.toMillis());
         } catch (InterruptedException ie) {
           Thread.currentThread().interrupt();
-          return List.of();
+          return Settled.ended(WorkerMetrics.Outcome.FAILED);
         }
+        metrics.settleRetry(ctx.queue());
       }
     }
   }
@@ -714,11 +854,16 @@ public final class Worker implements AutoCloseable {
     return t;
   }
 
-  /** Configures a {@link Worker}; only the queues are required. */
+  /** Configures a {@link Worker}; only the queues and their handlers are required. */
   public static final class Builder {
     private final Taskbroker taskbroker;
     private final TaskHandler handler;
     private List<String> queues = List.of();
+    private final Map<String, Registration> registrations = new java.util.LinkedHashMap<>();
+    private final List<Middleware> middleware = new java.util.ArrayList<>();
+    private Serializer serializer;
+    private io.opentelemetry.api.metrics.MeterProvider meterProvider;
+    private boolean failFast;
     private String workerId = defaultWorkerId();
     private final Map<String, String> labels = new java.util.TreeMap<>();
     private int concurrency = DEFAULT_CONCURRENCY;
@@ -740,9 +885,79 @@ public final class Worker implements AutoCloseable {
       this.handler = handler;
     }
 
-    /** Queues to lease from, at least one. */
+    /**
+     * Queues whose tasks go to the handler given to {@link Worker#builder(Taskbroker,
+     * TaskHandler)}. With {@link Worker#builder(Taskbroker)}, use {@link #handle} instead.
+     */
     public Builder queues(String... queues) {
       this.queues = List.of(queues);
+      return this;
+    }
+
+    /**
+     * Tasks of {@code queue} go to {@code handler} with their payload decoded into a {@code T} by
+     * the serializer (JSON by default); its return value is encoded as the result. A payload
+     * that does not decode fails the attempt at once, non-retryable, naming the queue and type.
+     */
+    public <T> Builder handle(String queue, Class<T> type, TypedHandler<? super T, ?> handler) {
+      return register(Registration.of(queue, type, handler));
+    }
+
+    /** Tasks of {@code queue} go to {@code handler} as raw bytes. */
+    public Builder handle(String queue, TaskHandler handler) {
+      return register(Registration.raw(queue, handler));
+    }
+
+    /** Adds one queue and its handler; one handler per queue. */
+    public Builder register(Registration registration) {
+      String q = registration.queue();
+      if (registrations.containsKey(q)) {
+        throw new IllegalArgumentException("queue " + q + " has a handler already");
+      }
+      registrations.put(q, registration);
+      return this;
+    }
+
+    /** {@link #register} for each, in order (handlers a framework discovered). */
+    public Builder registrations(java.util.Collection<Registration> registrations) {
+      registrations.forEach(this::register);
+      return this;
+    }
+
+    /**
+     * Runs {@code m} around every handler call, on every queue; the first registered is the
+     * outermost. See {@link Middleware}.
+     */
+    public Builder middleware(Middleware m) {
+      middleware.add(java.util.Objects.requireNonNull(m, "middleware"));
+      return this;
+    }
+
+    /** How typed payloads and results are encoded. Default: the client's ({@link JsonSerializer}). */
+    public Builder serializer(Serializer serializer) {
+      this.serializer = java.util.Objects.requireNonNull(serializer, "serializer");
+      return this;
+    }
+
+    /**
+     * Where the worker's metrics go (meter {@code taskbroker}). Default: the global
+     * OpenTelemetry's ({@code GlobalOpenTelemetry}) as set when the worker starts; nothing is
+     * recorded when the application installed no OpenTelemetry SDK.
+     */
+    public Builder meterProvider(io.opentelemetry.api.metrics.MeterProvider meterProvider) {
+      this.meterProvider = java.util.Objects.requireNonNull(meterProvider, "meterProvider");
+      return this;
+    }
+
+    /**
+     * When on, a Lease that fails for a reason retrying cannot fix stops the worker at once
+     * ({@link Worker#run()} throws {@link WorkerStoppedException} with one plain line): a TLS
+     * handshake failure, plaintext against a TLS port or the reverse, a port that does not speak
+     * gRPC, UNAUTHENTICATED, PERMISSION_DENIED. Off (the default), those are logged and retried
+     * like an unreachable broker, except the codes that always stop a worker. Default false.
+     */
+    public Builder failFast(boolean failFast) {
+      this.failFast = failFast;
       return this;
     }
 
@@ -851,10 +1066,26 @@ public final class Worker implements AutoCloseable {
     }
 
     public Worker build() {
-      if (queues.isEmpty()) {
+      registry(); // refuses a wrong set of queues here rather than when the worker starts
+      return new Worker(this);
+    }
+
+    /** Every queue and its handler: those registered, and {@link #queues} for the raw handler. */
+    private Map<String, Registration> registry() {
+      Map<String, Registration> all = new java.util.LinkedHashMap<>(registrations);
+      if (handler == null && !queues.isEmpty()) {
+        throw new IllegalArgumentException(
+            "queues(...) needs the handler of Worker.builder(taskbroker, handler); use handle(queue, ...)");
+      }
+      for (String q : queues) {
+        if (all.putIfAbsent(q, Registration.raw(q, handler)) != null) {
+          throw new IllegalArgumentException("queue " + q + " has a handler already");
+        }
+      }
+      if (all.isEmpty()) {
         throw new IllegalArgumentException("a Worker needs at least one queue");
       }
-      return new Worker(this);
+      return all;
     }
 
     private static String defaultWorkerId() {

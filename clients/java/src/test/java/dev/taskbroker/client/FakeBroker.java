@@ -4,8 +4,12 @@ import com.google.protobuf.ByteString;
 import dev.taskbroker.v1.BrokerServiceGrpc;
 import dev.taskbroker.v1.CheckpointRequest;
 import dev.taskbroker.v1.CheckpointResponse;
+import dev.taskbroker.v1.CompleteManyRequest;
+import dev.taskbroker.v1.CompleteManyResponse;
+import dev.taskbroker.v1.CompleteOutcome;
 import dev.taskbroker.v1.CompleteRequest;
 import dev.taskbroker.v1.CompleteResponse;
+import dev.taskbroker.v1.CompleteResult;
 import dev.taskbroker.v1.FailRequest;
 import dev.taskbroker.v1.FailResponse;
 import dev.taskbroker.v1.HeartbeatRequest;
@@ -41,7 +45,17 @@ import java.util.concurrent.atomic.AtomicInteger;
 final class FakeBroker extends BrokerServiceGrpc.BrokerServiceImplBase implements AutoCloseable {
   final List<LeaseRequest> leases = new CopyOnWriteArrayList<>();
   final List<HeartbeatRequest> heartbeats = new CopyOnWriteArrayList<>();
+  /** Every completion, by Complete or inside CompleteMany. */
   final List<CompleteRequest> completes = new CopyOnWriteArrayList<>();
+  /** The plain Complete calls only. */
+  final List<CompleteRequest> completeCalls = new CopyOnWriteArrayList<>();
+  final List<CompleteManyRequest> completeManys = new CopyOnWriteArrayList<>();
+  /** Complete calls received so far (counted before {@link #holdCompletes} is awaited). */
+  final AtomicInteger completesArrived = new AtomicInteger();
+  /** Complete calls wait for this before they are answered: a Complete held in flight. */
+  volatile java.util.concurrent.CountDownLatch holdCompletes = new java.util.concurrent.CountDownLatch(0);
+  /** When set, every CompleteMany fails with it. */
+  volatile Status completeManyError;
   final List<FailRequest> fails = new CopyOnWriteArrayList<>();
   final Map<String, ByteString> checkpoints = new ConcurrentHashMap<>();
   final Set<String> lostIds = ConcurrentHashMap.newKeySet();
@@ -90,6 +104,39 @@ final class FakeBroker extends BrokerServiceGrpc.BrokerServiceImplBase implement
 
   String add(String payload) {
     return add(payload, 1);
+  }
+
+  /** Adds a ready task of {@code queue}; returns its id. */
+  String add(String queue, String payload) {
+    int n = seq.incrementAndGet();
+    String id = "t" + n;
+    synchronized (ready) {
+      ready.add(
+          LeasedTask.newBuilder()
+              .setTaskId(id)
+              .setQueue(queue)
+              .setPayload(ByteString.copyFromUtf8(payload))
+              .setAttempt(1)
+              .setLeaseToken("tok-" + id)
+              .setFencingToken(n)
+              .build());
+      ready.notifyAll();
+    }
+    return id;
+  }
+
+  /** Up to {@code max} ready tasks, at once (lease_next: no wait). */
+  private List<LeasedTask> takeReady(int max) {
+    List<LeasedTask> out = new java.util.ArrayList<>();
+    synchronized (ready) {
+      while (!ready.isEmpty() && out.size() < max) {
+        out.add(
+            ready.poll().toBuilder()
+                .setLeaseExpiresAt(ProtoTime.timestamp(Instant.now().plus(leaseLength)))
+                .build());
+      }
+    }
+    return out;
   }
 
   @Override
@@ -151,12 +198,48 @@ final class FakeBroker extends BrokerServiceGrpc.BrokerServiceImplBase implement
 
   @Override
   public void complete(CompleteRequest req, StreamObserver<CompleteResponse> out) {
+    completesArrived.incrementAndGet();
+    try {
+      holdCompletes.await();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
     if (unavailableCompletes.getAndUpdate(n -> Math.max(n - 1, 0)) > 0) {
       out.onError(Status.UNAVAILABLE.withDescription("connection refused").asRuntimeException());
       return;
     }
     completes.add(req);
+    completeCalls.add(req);
     out.onNext(CompleteResponse.getDefaultInstance());
+    out.onCompleted();
+  }
+
+  @Override
+  public void completeMany(CompleteManyRequest req, StreamObserver<CompleteManyResponse> out) {
+    completeManys.add(req);
+    Status error = completeManyError;
+    if (error != null) {
+      out.onError(error.asRuntimeException());
+      return;
+    }
+    CompleteManyResponse.Builder res = CompleteManyResponse.newBuilder();
+    for (CompleteRequest c : req.getCompletionsList()) {
+      boolean lost = lostIds.contains(c.getTaskId());
+      if (!lost) {
+        completes.add(c);
+      }
+      res.addResults(
+          CompleteResult.newBuilder()
+              .setTaskId(c.getTaskId())
+              .setOutcome(
+                  lost
+                      ? CompleteOutcome.COMPLETE_OUTCOME_LEASE_LOST
+                      : CompleteOutcome.COMPLETE_OUTCOME_COMPLETED));
+    }
+    if (req.hasLeaseNext()) {
+      res.addAllNextTasks(takeReady(req.getLeaseNext().getMaxTasks()));
+    }
+    out.onNext(res.build());
     out.onCompleted();
   }
 

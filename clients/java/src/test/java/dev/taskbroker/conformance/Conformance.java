@@ -123,6 +123,7 @@ public final class Conformance {
     cases.put("wait_by_stream", () -> FlowCases.waitByStream(tb, queue));
     cases.put("lease_next", () -> LeaseNextCases.leaseNext(tb, queue));
     cases.put("worker_id_binding", () -> BindingCases.workerIdBinding(tb, queue));
+    cases.put("typed_handlers", () -> TypedCases.typedHandlers(tb, queue));
     int passed = 0;
     int failed = 0;
     for (Map.Entry<String, Case> c : cases.entrySet()) {

@@ -238,26 +238,96 @@ public final class Faults {
     }
   }
 
-  /** A Java handler returns bytes: the wrong type is a result that cannot be encoded. */
+  /**
+   * A typed handler returns a value the JSON serializer cannot encode (a plain Object: Jackson
+   * finds no properties to write).
+   */
   static void wrongResultType(Taskbroker tb, String queue) throws Exception {
     String id = submit(tb, queue, 1, RetryPolicy.newBuilder().setMaxAttempts(1).build()).get(0);
     Worker w =
-        worker(
-                tb,
-                queue,
-                ctx -> {
-                  Object notBytes = Map.of("k", new Object());
-                  throw new IllegalArgumentException("result " + notBytes.getClass().getSimpleName() + " cannot be encoded as bytes");
-                })
+        Worker.builder(tb)
+            .handle(queue, byte[].class, (ctx, payload) -> new Object())
+            .workerId("conf-java")
+            .pollWait(Duration.ofSeconds(1))
             .build();
     w.start();
     try {
       Task t = waitFinished(tb, id, 10);
       check(t.getState() == TaskState.TASK_STATE_DEAD, "task is " + t.getState() + ", want DEAD");
-      check(t.getLastError().contains("cannot be encoded"), "last_error " + t.getLastError());
+      check(
+          t.getLastError().contains("handler returned Object, which cannot be encoded"),
+          "last_error " + t.getLastError());
     } finally {
       w.stop(Duration.ofSeconds(5));
     }
+  }
+
+  /**
+   * Ten completions while the broker is paused: the first is in flight as a plain Complete, the
+   * other nine queue behind it and go as one CompleteMany once it returns.
+   */
+  static void settleBatching(Taskbroker tb, String queue) throws Exception {
+    List<String> ids = submit(tb, queue, 10, null);
+    io.opentelemetry.sdk.testing.exporter.InMemoryMetricReader reader =
+        io.opentelemetry.sdk.testing.exporter.InMemoryMetricReader.create();
+    io.opentelemetry.sdk.metrics.SdkMeterProvider meters =
+        io.opentelemetry.sdk.metrics.SdkMeterProvider.builder().registerMetricReader(reader).build();
+    Semaphore started = new Semaphore(0);
+    CountDownLatch release = new CountDownLatch(1);
+    AtomicInteger runs = new AtomicInteger();
+    Worker w =
+        worker(
+                tb,
+                queue,
+                ctx -> {
+                  runs.incrementAndGet();
+                  started.release();
+                  release.await();
+                  return "done".getBytes(StandardCharsets.UTF_8);
+                })
+            .concurrency(10)
+            .meterProvider(meters)
+            .build();
+    w.start();
+    boolean paused = false;
+    try {
+      check(started.tryAcquire(10, 20, TimeUnit.SECONDS), "the 10 handlers did not all start within 20 s");
+      fault("pause");
+      paused = true;
+      release.countDown();
+      long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+      while (w.queuedCompletions() < 9) {
+        check(System.nanoTime() < end, "the worker queued " + w.queuedCompletions() + " completions, want 9");
+        Thread.sleep(10);
+      }
+      fault("resume");
+      paused = false;
+      for (String id : ids) {
+        Task t = waitFinished(tb, id, 20);
+        check(
+            t.getState() == TaskState.TASK_STATE_SUCCEEDED && t.getAttempt() == 1,
+            "task " + id + " is " + t.getState() + " attempt " + t.getAttempt() + ", want SUCCEEDED attempt 1");
+      }
+    } finally {
+      if (paused) {
+        fault("resume");
+      }
+      release.countDown();
+      w.stop(Duration.ofSeconds(5));
+    }
+    check(runs.get() == 10, "the handler ran " + runs.get() + " times, want 10");
+    Map<String, Long> calls = new java.util.TreeMap<>();
+    for (io.opentelemetry.sdk.metrics.data.MetricData m : reader.collectAllMetrics()) {
+      if (m.getName().equals("taskbroker.worker.settle.calls")) {
+        for (io.opentelemetry.sdk.metrics.data.LongPointData p : m.getLongSumData().getPoints()) {
+          calls.merge(p.getAttributes().get(io.opentelemetry.api.common.AttributeKey.stringKey("rpc")), p.getValue(), Long::sum);
+        }
+      }
+    }
+    check(
+        calls.equals(Map.of("Complete", 1L, "CompleteMany", 1L)),
+        "taskbroker.worker.settle.calls is " + calls + ", want {Complete=1, CompleteMany=1}");
+    meters.close();
   }
 
   static void httpPort(Taskbroker unused, String queue) throws Exception {
@@ -272,6 +342,19 @@ public final class Faults {
       } catch (java.util.concurrent.TimeoutException e) {
         w.close();
         throw new IllegalStateException("the worker did not stop by itself within 20 s");
+      }
+      // failFast (opt-in): the first Lease's error ends run() with one plain line.
+      Worker fast = worker(http, queue, ctx -> null).failFast(true).build();
+      CompletableFuture<Void> runFast = CompletableFuture.runAsync(fast::run);
+      try {
+        runFast.get(20, TimeUnit.SECONDS);
+        throw new IllegalStateException("run() with failFast returned, want WorkerStoppedException");
+      } catch (java.util.concurrent.ExecutionException e) {
+        check(e.getCause() instanceof dev.taskbroker.client.WorkerStoppedException, "run() with failFast threw " + e.getCause());
+        check(!e.getCause().getMessage().contains("\n"), "the error is not one line: " + e.getCause().getMessage());
+      } catch (java.util.concurrent.TimeoutException e) {
+        fast.close();
+        throw new IllegalStateException("the failFast worker did not stop by itself within 20 s");
       }
     }
   }
@@ -297,6 +380,7 @@ public final class Faults {
     cases.put("stop_bound", Faults::stopBound);
     cases.put("wrong_result_type", Faults::wrongResultType);
     cases.put("http_port", Faults::httpPort);
+    cases.put("settle_batching", Faults::settleBatching);
     int passed = 0;
     int failed = 0;
     try (Taskbroker tb = Taskbroker.fromEnv(System.getenv("TASKBROKER_ADDR"))) {
