@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Any, Optional, TypedDict
+from typing import Any, TypedDict
 
 import pydantic
 import pytest
@@ -29,7 +29,7 @@ class Line:
 class Order:
     id: str
     lines: list[Line]
-    note: Optional[str] = None
+    note: str | None = None
 
 
 class Point(TypedDict):

@@ -169,6 +169,11 @@ def test_a_worker_with_no_handler_or_two_for_a_queue_is_refused() -> None:
             w.handle("q", lambda: None)
         with pytest.raises(ValueError, match="queues and a handler together"):
             Worker(tb, ["q"])
+
+        async def coroutine() -> None: ...
+
+        with pytest.raises(TypeError, match="run it on an AsyncWorker"):
+            w.handle("q2", coroutine)
     aw = AsyncWorker(ADDR or "")
 
     def not_async() -> None: ...

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import inspect
 import logging
 import os
 import signal
@@ -431,7 +432,7 @@ class AsyncWorker:
             raise RuntimeError("register handlers before the worker runs")
         if queue in self._handlers:
             raise ValueError(f"queue {queue} already has a handler")
-        if not asyncio.iscoroutinefunction(fn):
+        if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"handler for queue {queue}: the AsyncWorker takes async def functions")
         self._handlers[queue] = handlers.register(queue, fn, AsyncTaskContext)
 

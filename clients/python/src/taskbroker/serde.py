@@ -176,7 +176,9 @@ def _convert(value: Any, type_: Any) -> Any:
 
 def _expect(value: Any, json_type: type, type_: Any) -> None:
     if not isinstance(value, json_type):
-        raise ValueError(f"expected a JSON {'object' if json_type is dict else 'array'} for {type_name(type_)}, got {_json_type(value)}")
+        shape = "object" if json_type is dict else "array"
+        # A payload of the wrong shape is a bad value (PayloadError), not a programming error.
+        raise ValueError(f"expected a JSON {shape} for {type_name(type_)}, got {_json_type(value)}")  # noqa: TRY004
 
 
 def _json_type(value: Any) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime
 import random
 import re
-from typing import Union
 
 import grpc
 import grpc.aio
@@ -53,7 +52,7 @@ HANDBACK_MESSAGE = "worker stopped"
 
 
 #: A duration in the public API: a ``datetime.timedelta`` or a number of seconds.
-Duration = Union[float, datetime.timedelta]
+Duration = float | datetime.timedelta
 
 
 def seconds(value: Duration) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import inspect
 import logging
 import os
 import signal
@@ -183,6 +184,8 @@ class Worker:
             raise RuntimeError("register handlers before the worker runs")
         if queue in self._handlers:
             raise ValueError(f"queue {queue} already has a handler")
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError(f"handler for queue {queue} is async def: run it on an AsyncWorker")
         self._handlers[queue] = handlers.register(queue, fn, TaskContext)
 
     def use(self, middleware: handlers.Middleware) -> handlers.Middleware:
