@@ -55,7 +55,7 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class _TokenInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
+class _Token:
     """Adds ``authorization: Bearer TOKEN`` to every call (also on plaintext, inside a mesh)."""
 
     def __init__(self, metadata: list[tuple[str, str]]) -> None:
@@ -65,9 +65,15 @@ class _TokenInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStre
         md = grpc.aio.Metadata(*(d.metadata or ()), *self._metadata)
         return grpc.aio.ClientCallDetails(d.method, d.timeout, md, d.credentials, d.wait_for_ready)
 
+
+# One object per kind of call: grpc.aio files an interceptor under the first kind it
+# implements only, so one object for both would leave the streams (WatchTasks) without the token.
+class _UnaryUnaryToken(_Token, grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
     async def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
         return await continuation(self._details(details), request)
 
+
+class _UnaryStreamToken(_Token, grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
     async def intercept_unary_stream(self, continuation, details, request):  # type: ignore[no-untyped-def]
         return await continuation(self._details(details), request)
 
@@ -101,7 +107,7 @@ class AsyncClient:
         if self._channel is None:
             o = self._options
             assert o is not None
-            interceptors: Any = [_TokenInterceptor(o.metadata())] if o.token else None
+            interceptors: Any = [_UnaryUnaryToken(o.metadata()), _UnaryStreamToken(o.metadata())] if o.token else None
             creds = o.channel_credentials()
             self._channel = (
                 grpc.aio.secure_channel(o.target, creds, interceptors=interceptors)
