@@ -10,7 +10,7 @@ import random
 import grpc
 import pytest
 
-from taskbroker import AsyncClient, AsyncTaskContext, AsyncWorker, WorkerStoppedError, is_lease_lost
+from taskbroker import AsyncClient, AsyncTaskContext, AsyncWorker, WaitTimeout, WorkerStoppedError, is_lease_lost
 from taskbroker.v1 import admin_pb2, broker_pb2
 
 ADDR = os.environ.get("TASKBROKER_ADDR")
@@ -217,5 +217,9 @@ def test_async_wait_streams_carry_the_token() -> None:
             )
             done = await tb.wait(task_id, timeout=10)
             assert done.state == SUCCEEDED and done.result == b"r"
+            # An unfinished task is followed on the stream itself until the timeout.
+            waiting = (await tb.submit(q, b"y")).task_id
+            with pytest.raises(WaitTimeout):
+                await tb.wait(waiting, timeout=0.5)
 
     asyncio.run(main())
