@@ -32,8 +32,9 @@ def target(worker_id: str = "", labels: Mapping[str, str] | None = None) -> brok
 
 def sticky(strategy: StickyStrategy = "soft", *, timeout: Duration | None = None) -> broker_pb2.StickyPolicy:
     """A retry is reserved for the worker that ran the failed attempt. ``"soft"``: until
-    ``timeout`` (a ``timedelta`` or seconds) passes (1 s to 24 h; the broker's default 30 s), then any worker;
-    ``"hard"``: until the task's deadline or an admin requeue (``timeout`` is not used)."""
+    ``timeout`` (a ``timedelta`` or seconds: 1 s to 24 h; the broker's default 30 s) passes,
+    then any worker; ``"hard"``: until the task's deadline or an admin requeue (``timeout`` is
+    not used)."""
     strategies = {"soft": broker_pb2.STICKY_STRATEGY_SOFT, "hard": broker_pb2.STICKY_STRATEGY_HARD}
     if strategy not in strategies:
         raise ValueError(f"sticky strategy must be 'soft' or 'hard', not {strategy!r}")
