@@ -373,7 +373,9 @@ class AsyncWorker:
         lease_duration, poll_wait = seconds(lease_duration), seconds(poll_wait)
         stop_timeout = None if stop_timeout is None else seconds(stop_timeout)
         if (queues is None) != (handler is None):
-            raise ValueError("pass queues and a handler together, or neither and register handlers with @worker.handler(queue)")
+            raise ValueError(
+                "pass queues and a handler together, or neither and register handlers with @worker.handler(queue)"
+            )
         spec.check_worker_options(queues, concurrency, lease_duration, poll_wait)
         self._owns_client = isinstance(target, str)
         self._client = AsyncClient(target) if isinstance(target, str) else target
