@@ -28,7 +28,7 @@ from taskbroker import (
     WorkerStoppedError,
     retry_policy,
 )
-from taskbroker.v1 import broker_pb2
+from taskbroker.v1 import admin_pb2, broker_pb2
 
 ADDR = os.environ.get("TASKBROKER_ADDR")
 pytestmark = pytest.mark.skipif(not ADDR, reason="TASKBROKER_ADDR is not set; needs a live broker")
@@ -224,3 +224,26 @@ def test_fail_fast_stops_an_async_worker_on_a_tls_mismatch() -> None:
             await asyncio.wait_for(w.run(handle_signals=False), 20)
 
     asyncio.run(main())
+
+
+def test_an_operators_cancel_is_counted_as_cancelled() -> None:
+    q = queue("cancel")
+    reader = InMemoryMetricReader()
+    started = threading.Event()
+    with Client.from_env(ADDR) as tb:
+        worker = Worker(tb, poll_wait=1, lease_duration=3, meter_provider=MeterProvider(metric_readers=[reader]))
+
+        @worker.handler(q)
+        def wait_for_cancel(ctx: TaskContext) -> None:
+            started.set()
+            ctx.cancelled.wait(20)
+            raise RuntimeError(f"stopped: {ctx.cancel_reason}")
+
+        task_id = tb.submit(q, None).task_id
+        with worker:
+            assert started.wait(20)
+            tb.admin.CancelTask(admin_pb2.CancelTaskRequest(task_id=task_id), timeout=10)
+            t = tb.wait(task_id, timeout=20)
+        assert t.state == State.TASK_STATE_CANCELLED
+        tasks = {k: p.value for k, p in points(reader, "taskbroker.worker.tasks").items()}
+        assert tasks == {(("outcome", "cancelled"), ("queue", q)): 1}
