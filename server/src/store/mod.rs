@@ -6,21 +6,19 @@
 //! Timestamps are stored as milliseconds since the Unix epoch (BIGINT) in both
 //! databases, so the two implementations share their row types and rules.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::domain::{AttemptOutcome, RetryPolicy, StoredState, TaskState};
+use crate::domain::{AttemptOutcome, StoredState, TaskState};
 
 pub mod postgres;
 pub mod sqlite;
 
 pub(crate) mod row;
 
-mod model;
-pub use model::*;
+pub use crate::domain::model::*;
 
 mod observe;
 pub use observe::*;

@@ -211,21 +211,7 @@ impl AttemptRow {
     }
 }
 
-/// Sorts leased rows into lease order (RETURNING gives no order).
-pub(crate) fn sort_lease_order(rows: &mut [TaskRecord]) {
-    rows.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then_with(|| match (a.deadline, b.deadline) {
-                (Some(x), Some(y)) => x.cmp(&y),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, Some(_)) => std::cmp::Ordering::Greater,
-                (None, None) => std::cmp::Ordering::Equal,
-            })
-            .then_with(|| a.run_at.cmp(&b.run_at))
-            .then_with(|| a.seq.cmp(&b.seq))
-    });
-}
+pub(crate) use crate::domain::model::sort_lease_order;
 
 /// The column values a failed attempt writes, shared by Fail and the reaper.
 pub(crate) struct FailureWrite {
