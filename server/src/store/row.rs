@@ -310,7 +310,8 @@ pub(crate) fn fold_stats(
             ("pending", true) => s.scheduled += n,
             ("pending", false) => {
                 s.ready += n;
-                s.oldest_ready_at = Some(from_ms(min_run_at));
+                let at = from_ms(min_run_at);
+                s.oldest_ready_at = Some(s.oldest_ready_at.map_or(at, |o| o.min(at)));
             }
             ("leased", _) => s.leased += n,
             ("succeeded", _) => s.succeeded += n,

@@ -49,12 +49,20 @@ impl PostgresStore {
         let Some(first) = ps.first() else {
             return Ok(Vec::new());
         };
-        // A batch without labels or caps, in queues without READY routed
-        // tasks, takes the statement from before routing (lease_plain.rs).
-        if let Some(out) = self.lease_plain(ps).await? {
-            return Ok(out);
-        }
         let now = ms(ps.iter().map(|p| p.now).max().unwrap_or(first.now));
+        // A batch without labels or caps, in queues without READY routed
+        // tasks, takes the statement from before routing (lease_plain.rs). A
+        // scheduled task that came due is promoted first (a handful of times at
+        // most: each promotion takes every task due by then).
+        for _ in 0..4 {
+            match self.lease_plain(ps).await? {
+                super::lease_plain::Plain::Leased(out) => return Ok(out),
+                super::lease_plain::Plain::Due(at) => self.promote(&first.queues, at).await?,
+                super::lease_plain::Plain::Routed => break,
+            }
+        }
+        // The routing statement reads the lease index only: the due tasks join it.
+        self.promote(&first.queues, now).await?;
         let demand: i64 = ps.iter().map(|p| i64::from(p.max_tasks)).sum();
         let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
         let addresses: Vec<&str> = ps.iter().map(|p| p.worker_address.as_str()).collect();
@@ -121,7 +129,7 @@ impl PostgresStore {
                      ORDER BY i) END AS elig, \
                    fanout_group, fanout_distinct \
                  FROM tasks \
-                 WHERE state = 'pending' AND queue = q.name \
+                 WHERE state = 'pending' AND NOT waiting AND queue = q.name \
                    AND run_at <= $2 AND COALESCE(deadline, 9223372036854775807) > $2 \
                    AND (q.cap = 0 OR EXISTS (SELECT 1 FROM room r WHERE r.name = q.name AND r.room > 0)) \
                    AND (", routing_open!(), " \

@@ -51,14 +51,14 @@ fn lease_key(c: &Candidate) -> crate::domain::model::LeaseKey {
 /// One queue's first candidates in lease order: ?1 worker, ?2 queue, ?3 the
 /// worker's labels (JSON), ?4 now, ?5 how many at most. Routing:
 /// passes over the tasks this worker may not take (`MAY_TAKE`).
-fn candidates_sql() -> &'static str {
+pub(super) fn candidates_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| {
         format!(
             "SELECT seq, priority, deadline, run_at, \
              length(payload) + COALESCE(length(checkpoint), 0) + length(metadata) + {} AS size, \
              CASE WHEN fanout_distinct THEN fanout_group END AS fgroup \
-             FROM tasks WHERE state = 'pending' AND queue = ?2 AND run_at <= ?4 \
+             FROM tasks WHERE state = 'pending' AND waiting = 0 AND queue = ?2 AND run_at <= ?4 \
              AND (deadline IS NULL OR deadline > ?4) AND {} \
              ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?5",
             LEASE_REPLY_TASK_BYTES,
