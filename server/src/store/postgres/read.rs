@@ -9,8 +9,9 @@ impl PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<DateTime<Utc>>> {
         let next: Option<i64> = sqlx::query_scalar(
-            "SELECT MIN(run_at) FROM tasks WHERE state = 'pending' AND waiting \
-             AND queue = ANY($1) AND run_at > $2",
+            "SELECT MIN(n) FROM UNNEST($1::text[]) AS q(name), LATERAL ( \
+               SELECT run_at AS n FROM tasks WHERE state = 'pending' AND waiting \
+               AND queue = q.name AND run_at > $2 ORDER BY run_at LIMIT 1) f",
         )
         .bind(queues)
         .bind(ms(now))

@@ -143,16 +143,17 @@ pub(super) async fn task_next_run_at(
     queues: &[String],
     now: DateTime<Utc>,
 ) -> StoreResult<Option<DateTime<Utc>>> {
-    let sql = format!(
-        "SELECT MIN(run_at) FROM tasks WHERE state = 'pending' AND waiting = 1 \
-         AND queue IN ({}) AND run_at > ?",
-        placeholders(queues.len())
-    );
-    let mut q = sqlx::query_scalar::<_, Option<i64>>(sqlx::AssertSqlSafe(sql));
-    for queue in queues {
-        q = q.bind(queue);
-    }
-    let next = q.bind(ms(now)).fetch_one(r).await?;
+    // The first entry of tasks_waiting after `now`, queue by queue (a MIN over
+    // several queues at once would read every entry after `now`).
+    let queues = serde_json::to_string(queues).unwrap_or_else(|_| "[]".into());
+    let next: Option<i64> = sqlx::query_scalar(
+        "SELECT MIN((SELECT run_at FROM tasks WHERE state = 'pending' AND waiting = 1 \
+           AND queue = q.value AND run_at > ?2 ORDER BY run_at LIMIT 1)) FROM json_each(?1) q",
+    )
+    .bind(queues)
+    .bind(ms(now))
+    .fetch_one(r)
+    .await?;
     Ok(next.map(from_ms))
 }
 
