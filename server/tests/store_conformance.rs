@@ -30,6 +30,10 @@ use hot::*;
 #[path = "store_conformance/lease_order.rs"]
 mod lease_order;
 use lease_order::*;
+// Leasers racing over plain, targeted, fan-out and scheduled tasks.
+#[path = "store_conformance/lease_races.rs"]
+mod lease_races;
+use lease_races::*;
 // Scheduled tasks wait outside the lease order (migration 0017).
 #[path = "store_conformance/scheduled.rs"]
 mod scheduled;
@@ -931,6 +935,7 @@ both_backends!(
     an_update_moves_a_task_out_of_the_lease_order_and_back,
     requeued_and_reclaimed_tasks_lease_when_due,
     scheduled_tasks_of_higher_priority_do_not_hold_back_sync_match,
+    racing_leasers_keep_fanout_copies_distinct_and_every_task_single,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

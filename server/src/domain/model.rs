@@ -10,6 +10,15 @@ use chrono::{DateTime, Utc};
 
 use super::{AttemptOutcome, RetryPolicy, StoredState, TaskState};
 
+/// What a store offers beyond the `Store` trait's common ground, for the
+/// service to decide by (never by the database's name).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Several broker replicas may share the database: a task made pending by
+    /// one may have waiters on another, which hear of it through notifications.
+    pub shared: bool,
+}
+
 /// A task to insert. The id is chosen by the caller (UUIDv7).
 #[derive(Debug, Clone)]
 pub struct NewTask {

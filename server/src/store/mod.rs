@@ -121,6 +121,11 @@ pub trait Store: Send + Sync + 'static {
     /// Which database this is, for logs ("sqlite", "postgres").
     fn backend(&self) -> &'static str;
 
+    /// What this store offers beyond the common ground (see [`Capabilities`]).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+
     /// Applies pending migrations.
     async fn migrate(&self) -> StoreResult<()>;
 

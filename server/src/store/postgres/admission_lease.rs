@@ -78,6 +78,8 @@ impl PostgresStore {
                 None => QueueUse::default(),
             });
         }
+        let workers: Vec<&str> = batch.workers.iter().map(String::as_str).collect();
+        super::lease::lock_workers(&mut tx, &workers).await?;
         let held = held_by_workers(&mut tx, ps).await?;
         let mut plan = Plan::new(ps, &uses, |w, q| {
             held.get(&(w.to_string(), q.to_string()))

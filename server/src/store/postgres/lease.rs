@@ -1,5 +1,7 @@
 //! Leasing: one statement leases for a batch of requests (`FOR UPDATE SKIP
 //! LOCKED`), routing decided per row, unless the plain lease can take the batch.
+//! The routing statement runs in a transaction that first takes a lock per
+//! worker of the batch ([`lock_workers`]); the plain one needs none.
 
 use super::*;
 
@@ -110,6 +112,8 @@ impl PostgresStore {
         // `ranked`, such a task goes to one of those requests; `routed` keeps
         // each request within its max_tasks, its cap and one copy per distinct
         // fan-out group.
+        let mut tx = self.pool.begin().await?;
+        lock_workers(&mut tx, &workers).await?;
         let rows: Vec<(TaskRow, i64)> = sqlx::query(concat!(
             "WITH room AS ( \
                SELECT q.name, i AS req, q.cap - ( \
@@ -198,8 +202,9 @@ impl PostgresStore {
             use sqlx::{FromRow, Row};
             Ok((TaskRow::from_row(&row)?, row.try_get::<i64, _>("request")?))
         })
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?;
+        tx.commit().await?;
         let mut out: Vec<Vec<TaskRecord>> = ps.iter().map(|_| Vec::new()).collect();
         for (row, request) in rows {
             let slot = usize::try_from(request - 1)
@@ -213,4 +218,26 @@ impl PostgresStore {
         }
         Ok(out)
     }
+}
+
+/// Serialises the routing leases of the batch's workers with every other
+/// routing or gated lease of any of them, on any replica, until the transaction
+/// ends: the rules that look at what a worker holds (one copy of a distinct
+/// fan-out group, the per-worker cap) are then read by a statement that starts
+/// after the other lease committed, so two leases of one worker at once cannot
+/// both see nothing held and both take. Locks in one order (by worker id), so
+/// two batches never wait for each other in a cycle. The plain lease takes no
+/// such task and no lock.
+pub(super) async fn lock_workers(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    workers: &[&str],
+) -> StoreResult<()> {
+    sqlx::query(
+        "SELECT count(pg_advisory_xact_lock(hashtextextended('taskbroker.lease.' || w, 0))) \
+         FROM (SELECT DISTINCT unnest($1::text[]) AS w ORDER BY w) x",
+    )
+    .bind(workers)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
