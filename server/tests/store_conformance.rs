@@ -30,6 +30,14 @@ use hot::*;
 #[path = "store_conformance/lease_order.rs"]
 mod lease_order;
 use lease_order::*;
+// Leasers racing over plain, targeted, fan-out and scheduled tasks.
+#[path = "store_conformance/lease_races.rs"]
+mod lease_races;
+use lease_races::*;
+// Scheduled tasks wait outside the lease order (migration 0017).
+#[path = "store_conformance/scheduled.rs"]
+mod scheduled;
+use scheduled::*;
 // Round-robin fairness across lease calls.
 #[path = "store_conformance/lease_fairness.rs"]
 mod lease_fairness;
@@ -921,6 +929,13 @@ both_backends!(
     round_robin_turns_persist_across_single_task_leases,
     a_multi_task_round_robin_lease_comes_in_turn_order,
     random_key_populations_are_served_round_robin_across_leases,
+    // Scheduled tasks wait outside the lease order (migration 0017).
+    a_scheduled_task_leases_exactly_when_due_in_priority_order,
+    a_retry_backoff_waits_and_is_leased_when_due,
+    an_update_moves_a_task_out_of_the_lease_order_and_back,
+    requeued_and_reclaimed_tasks_lease_when_due,
+    scheduled_tasks_of_higher_priority_do_not_hold_back_sync_match,
+    racing_leasers_keep_fanout_copies_distinct_and_every_task_single,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

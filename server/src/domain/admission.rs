@@ -239,7 +239,7 @@ impl Candidate {
     /// The ordering key: ascending sorts in lease order.
     pub fn sort_key(&self) -> (i64, i64, i64, i64, i64) {
         let (p, turn, deadline, run_at, seq) = self.order;
-        (p.saturating_neg(), turn, deadline, run_at, seq)
+        super::model::lease_key(p, turn, Some(deadline), run_at, seq)
     }
 }
 

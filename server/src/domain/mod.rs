@@ -8,6 +8,8 @@ pub mod event;
 pub mod admission;
 pub mod bounds;
 pub mod cron;
+// The types of the Store trait, and lease order.
+pub mod model;
 pub mod retry;
 // Routing.
 pub mod routing;

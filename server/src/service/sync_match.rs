@@ -408,7 +408,7 @@ impl super::Broker {
 
     /// Whether long-polls of `queue` alone may park for sync match.
     pub(super) fn queue_matchable(&self, queue: &str) -> bool {
-        if self.store.backend() == "postgres" && !self.settings.sync_match_postgres {
+        if self.store.capabilities().shared && !self.settings.sync_match_postgres {
             return false;
         }
         let q = [queue.to_string()];

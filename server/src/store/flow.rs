@@ -8,28 +8,7 @@ use crate::domain::TaskState;
 use crate::domain::event::EventKind;
 
 use super::Inserted;
-
-/// What a submitted task adds for flow; `Default` is a plain task.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct FlowSpec {
-    /// Task ids this task waits for.
-    pub depends_on: Vec<String>,
-    /// Earlier tasks of the same insert this task waits for (by index).
-    pub depends_on_index: Vec<usize>,
-    pub run_if_dependency_fails: bool,
-    /// RetryPolicy.schedule: explicit delays, the last one repeating.
-    pub retry_schedule: Vec<Duration>,
-}
-
-impl FlowSpec {
-    /// True when the task needs nothing of flow (the plain insert serves it).
-    pub fn is_plain(&self) -> bool {
-        self.depends_on.is_empty()
-            && self.depends_on_index.is_empty()
-            && !self.run_if_dependency_fails
-            && self.retry_schedule.is_empty()
-    }
-}
+pub use crate::domain::model::FlowSpec;
 
 /// The outcome of an insert with flow.
 #[derive(Debug, Clone, PartialEq, Eq)]

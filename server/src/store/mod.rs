@@ -6,21 +6,19 @@
 //! Timestamps are stored as milliseconds since the Unix epoch (BIGINT) in both
 //! databases, so the two implementations share their row types and rules.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::domain::{AttemptOutcome, RetryPolicy, StoredState, TaskState};
+use crate::domain::{AttemptOutcome, StoredState, TaskState};
 
 pub mod postgres;
 pub mod sqlite;
 
 pub(crate) mod row;
 
-mod model;
-pub use model::*;
+pub use crate::domain::model::*;
 
 mod observe;
 pub use observe::*;
@@ -122,6 +120,11 @@ pub type Waker = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 pub trait Store: Send + Sync + 'static {
     /// Which database this is, for logs ("sqlite", "postgres").
     fn backend(&self) -> &'static str;
+
+    /// What this store offers beyond the common ground (see [`Capabilities`]).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
 
     /// Applies pending migrations.
     async fn migrate(&self) -> StoreResult<()>;

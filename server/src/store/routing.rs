@@ -6,34 +6,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
-/// What a lease request says about its worker, besides its id.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LeaseRouting {
-    /// The worker's labels (matched against each task's target labels).
-    pub labels: BTreeMap<String, String>,
-    /// Per queue, the leases one worker may hold at most (`[queues.X]
-    /// max_leases_per_worker`); queues without a cap are absent.
-    pub max_leases_per_worker: BTreeMap<String, u32>,
-}
-
-impl LeaseRouting {
-    /// The labels as the JSON object both stores compare with.
-    pub fn labels_json(&self) -> String {
-        serde_json::to_string(&self.labels).unwrap_or_else(|_| "{}".into())
-    }
-
-    /// The cap of each of `queues`, in order; 0 means none.
-    pub fn caps(&self, queues: &[String]) -> Vec<i32> {
-        queues
-            .iter()
-            .map(|q| {
-                self.max_leases_per_worker
-                    .get(q)
-                    .map_or(0, |&c| i32::try_from(c).unwrap_or(i32::MAX))
-            })
-            .collect()
-    }
-}
+pub use crate::domain::model::LeaseRouting;
 
 /// A worker seen by Lease or Heartbeat, to record in the registry.
 #[derive(Debug, Clone, PartialEq, Eq)]

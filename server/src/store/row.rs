@@ -211,21 +211,7 @@ impl AttemptRow {
     }
 }
 
-/// Sorts leased rows into lease order (RETURNING gives no order).
-pub(crate) fn sort_lease_order(rows: &mut [TaskRecord]) {
-    rows.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then_with(|| match (a.deadline, b.deadline) {
-                (Some(x), Some(y)) => x.cmp(&y),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, Some(_)) => std::cmp::Ordering::Greater,
-                (None, None) => std::cmp::Ordering::Equal,
-            })
-            .then_with(|| a.run_at.cmp(&b.run_at))
-            .then_with(|| a.seq.cmp(&b.seq))
-    });
-}
+pub(crate) use crate::domain::model::sort_lease_order;
 
 /// The column values a failed attempt writes, shared by Fail and the reaper.
 pub(crate) struct FailureWrite {
@@ -324,7 +310,8 @@ pub(crate) fn fold_stats(
             ("pending", true) => s.scheduled += n,
             ("pending", false) => {
                 s.ready += n;
-                s.oldest_ready_at = Some(from_ms(min_run_at));
+                let at = from_ms(min_run_at);
+                s.oldest_ready_at = Some(s.oldest_ready_at.map_or(at, |o| o.min(at)));
             }
             ("leased", _) => s.leased += n,
             ("succeeded", _) => s.succeeded += n,

@@ -64,31 +64,8 @@ pub fn matches_in_lease_order(
     ok
 }
 
-/// Whether a new task could be leased at `now`.
-fn due(t: &NewTask, now: DateTime<Utc>) -> bool {
-    t.run_at <= now && t.deadline.is_none_or(|d| d > now)
-}
-
-/// The positions of the tasks of a batch that are due at `now`, in lease order:
-/// priority (high first), deadline (none last), run_at, then submission order
-/// (the batch's order, which becomes the order of `seq`).
-pub fn lease_order(tasks: &[NewTask], now: DateTime<Utc>) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..tasks.len()).filter(|&i| due(&tasks[i], now)).collect();
-    order.sort_by(|&a, &b| {
-        let (x, y) = (&tasks[a], &tasks[b]);
-        y.priority
-            .cmp(&x.priority)
-            .then_with(|| match (x.deadline, y.deadline) {
-                (Some(p), Some(q)) => p.cmp(&q),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, Some(_)) => std::cmp::Ordering::Greater,
-                (None, None) => std::cmp::Ordering::Equal,
-            })
-            .then_with(|| x.run_at.cmp(&y.run_at))
-            .then_with(|| a.cmp(&b))
-    });
-    order
-}
+pub use crate::domain::model::batch_lease_order as lease_order;
+use crate::domain::model::due;
 
 /// The row of `t` inserted leased to `m` at `now`, with the sequence number,
 /// lease token and expiry the database gave it (the record `task_get` reads).

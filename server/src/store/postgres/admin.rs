@@ -130,8 +130,8 @@ impl PostgresStore {
         }
         let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
         sqlx::query(
-            "UPDATE tasks SET run_at = $1, priority = $2, deadline = $3, max_attempts = $4, \
-             attempts_allowed = $5, updated_at = $6 WHERE seq = $7",
+            "UPDATE tasks SET run_at = $1, waiting = $1 > $6, priority = $2, deadline = $3, \
+             max_attempts = $4, attempts_allowed = $5, updated_at = $6 WHERE seq = $7",
         )
         .bind(u.run_at.map(ms).unwrap_or(row.run_at))
         .bind(u.priority.map(i64::from).unwrap_or(row.priority))
@@ -168,7 +168,7 @@ impl PostgresStore {
             return Ok(Changed::WrongState(state));
         }
         sqlx::query(
-            "UPDATE tasks SET state = 'pending', run_at = $1, attempts_allowed = attempt + max_attempts, \
+            "UPDATE tasks SET state = 'pending', run_at = $1, waiting = FALSE, attempts_allowed = attempt + max_attempts, \
              cancel_requested = FALSE, finished_at = NULL, updated_at = $1 WHERE seq = $2",
         )
         .bind(ms(now))

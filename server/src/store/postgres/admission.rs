@@ -200,8 +200,10 @@ impl PostgresStore {
                  CASE WHEN $5 THEN COALESCE((SELECT k.served FROM queue_key_turns k \
                    WHERE k.queue = $1 AND k.key = COALESCE(tasks.concurrency_key, '')), 0) \
                  ELSE 0 END AS last \
-                 FROM tasks WHERE state = 'pending' AND queue = $1 AND run_at <= $2 \
-                 AND COALESCE(deadline, 9223372036854775807) > $2) a) \
+                 FROM (SELECT * FROM tasks WHERE state = 'pending' AND NOT waiting AND queue = $1 \
+                   UNION ALL SELECT * FROM tasks WHERE state = 'pending' AND waiting AND queue = $1 \
+                   AND run_at <= $2) tasks \
+                 WHERE run_at <= $2 AND COALESCE(deadline, 9223372036854775807) > $2) a) \
              SELECT count(*) FROM r, r m WHERE m.seq = $4 AND r.seq <> m.seq \
                AND (r.eff > m.eff OR (r.eff = m.eff AND (r.krn, r.last, r.dl, r.run_at, r.seq) \
                  < (m.krn, m.last, m.dl, m.run_at, m.seq)))",

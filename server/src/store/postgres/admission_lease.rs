@@ -50,6 +50,9 @@ impl PostgresStore {
             workers: ps.iter().map(|p| p.worker_id.clone()).collect(),
             labels: ps.iter().map(|p| p.routing.labels_json()).collect(),
         };
+        // Scheduled tasks now due join the lease index first (a statement of its
+        // own: no lock on them is held through the transaction below).
+        self.promote(queues, now).await?;
         let mut tx = self.pool.begin().await?;
         // The serialisation point: see the module comment.
         let mut sorted = queues.clone();
@@ -75,6 +78,8 @@ impl PostgresStore {
                 None => QueueUse::default(),
             });
         }
+        let workers: Vec<&str> = batch.workers.iter().map(String::as_str).collect();
+        super::lease::lock_workers(&mut tx, &workers).await?;
         let held = held_by_workers(&mut tx, ps).await?;
         let mut plan = Plan::new(ps, &uses, |w, q| {
             held.get(&(w.to_string(), q.to_string()))
@@ -463,7 +468,7 @@ async fn candidates(
              CASE WHEN {open} THEN NULL ELSE ARRAY(SELECT i - 1 \
                FROM generate_subscripts($7::text[], 1) AS i WHERE {may_take} ORDER BY i) END AS elig, \
              CASE WHEN fanout_distinct THEN fanout_group END AS fgroup \
-             FROM tasks WHERE state = 'pending' AND queue = $1 AND run_at <= $2 \
+             FROM tasks WHERE state = 'pending' AND NOT waiting AND queue = $1 AND run_at <= $2 \
              AND COALESCE(deadline, 9223372036854775807) > $2 \
              AND (concurrency_key IS NULL \
                OR concurrency_key NOT IN (SELECT unnest($3::text[]))) \

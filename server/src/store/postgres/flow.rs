@@ -377,7 +377,7 @@ pub(super) async fn requeue_many(
     let run_at: Vec<i64> = tasks.iter().map(|t| ms(t.1)).collect();
     let mut tx = pool.begin().await?;
     let queues: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "WITH u AS (UPDATE tasks t SET state = 'pending', run_at = r.run_at, \
+        "WITH u AS (UPDATE tasks t SET state = 'pending', run_at = r.run_at, waiting = r.run_at > $3, \
            attempts_allowed = t.attempt + t.max_attempts, cancel_requested = FALSE, \
            cancel_reason = NULL, finished_at = NULL, updated_at = $3 \
          FROM UNNEST($1::text[], $2::bigint[]) AS r(id, run_at) \

@@ -1,5 +1,7 @@
 //! Leasing: one statement leases for a batch of requests (`FOR UPDATE SKIP
 //! LOCKED`), routing decided per row, unless the plain lease can take the batch.
+//! The routing statement runs in a transaction that first takes a lock per
+//! worker of the batch ([`lock_workers`]); the plain one needs none.
 
 use super::*;
 
@@ -49,12 +51,20 @@ impl PostgresStore {
         let Some(first) = ps.first() else {
             return Ok(Vec::new());
         };
-        // A batch without labels or caps, in queues without READY routed
-        // tasks, takes the statement from before routing (lease_plain.rs).
-        if let Some(out) = self.lease_plain(ps).await? {
-            return Ok(out);
-        }
         let now = ms(ps.iter().map(|p| p.now).max().unwrap_or(first.now));
+        // A batch without labels or caps, in queues without READY routed
+        // tasks, takes the statement from before routing (lease_plain.rs). A
+        // scheduled task that came due is promoted first (a handful of times at
+        // most: each promotion takes every task due by then).
+        for _ in 0..4 {
+            match self.lease_plain(ps).await? {
+                super::lease_plain::Plain::Leased(out) => return Ok(out),
+                super::lease_plain::Plain::Due(at) => self.promote(&first.queues, at).await?,
+                super::lease_plain::Plain::Routed => break,
+            }
+        }
+        // The routing statement reads the lease index only: the due tasks join it.
+        self.promote(&first.queues, now).await?;
         let demand: i64 = ps.iter().map(|p| i64::from(p.max_tasks)).sum();
         let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
         let addresses: Vec<&str> = ps.iter().map(|p| p.worker_address.as_str()).collect();
@@ -102,6 +112,8 @@ impl PostgresStore {
         // `ranked`, such a task goes to one of those requests; `routed` keeps
         // each request within its max_tasks, its cap and one copy per distinct
         // fan-out group.
+        let mut tx = self.pool.begin().await?;
+        lock_workers(&mut tx, &workers).await?;
         let rows: Vec<(TaskRow, i64)> = sqlx::query(concat!(
             "WITH room AS ( \
                SELECT q.name, i AS req, q.cap - ( \
@@ -121,7 +133,7 @@ impl PostgresStore {
                      ORDER BY i) END AS elig, \
                    fanout_group, fanout_distinct \
                  FROM tasks \
-                 WHERE state = 'pending' AND queue = q.name \
+                 WHERE state = 'pending' AND NOT waiting AND queue = q.name \
                    AND run_at <= $2 AND COALESCE(deadline, 9223372036854775807) > $2 \
                    AND (q.cap = 0 OR EXISTS (SELECT 1 FROM room r WHERE r.name = q.name AND r.room > 0)) \
                    AND (", routing_open!(), " \
@@ -190,8 +202,9 @@ impl PostgresStore {
             use sqlx::{FromRow, Row};
             Ok((TaskRow::from_row(&row)?, row.try_get::<i64, _>("request")?))
         })
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?;
+        tx.commit().await?;
         let mut out: Vec<Vec<TaskRecord>> = ps.iter().map(|_| Vec::new()).collect();
         for (row, request) in rows {
             let slot = usize::try_from(request - 1)
@@ -205,4 +218,26 @@ impl PostgresStore {
         }
         Ok(out)
     }
+}
+
+/// Serialises the routing leases of the batch's workers with every other
+/// routing or gated lease of any of them, on any replica, until the transaction
+/// ends: the rules that look at what a worker holds (one copy of a distinct
+/// fan-out group, the per-worker cap) are then read by a statement that starts
+/// after the other lease committed, so two leases of one worker at once cannot
+/// both see nothing held and both take. Locks in one order (by worker id), so
+/// two batches never wait for each other in a cycle. The plain lease takes no
+/// such task and no lock.
+pub(super) async fn lock_workers(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    workers: &[&str],
+) -> StoreResult<()> {
+    sqlx::query(
+        "SELECT count(pg_advisory_xact_lock(hashtextextended('taskbroker.lease.' || w, 0))) \
+         FROM (SELECT DISTINCT unnest($1::text[]) AS w ORDER BY w) x",
+    )
+    .bind(workers)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }

@@ -17,20 +17,18 @@
 use super::*;
 
 impl PostgresStore {
-    /// The batch's leases, or `None` when the full (routing) statement must decide
-    /// them: some request carries labels, a queue has a per-worker cap, or a READY
-    /// task of the queues carries a routing rule.
-    pub(super) async fn lease_plain(
-        &self,
-        ps: &[LeaseParams],
-    ) -> StoreResult<Option<Vec<Vec<TaskRecord>>>> {
+    /// The batch's leases, or why the statement leased nothing: the full
+    /// (routing) statement must decide them (some request carries labels, a queue
+    /// has a per-worker cap, or a READY task of the queues carries a routing
+    /// rule), or a scheduled task of the queues came due and waits for promotion.
+    pub(super) async fn lease_plain(&self, ps: &[LeaseParams]) -> StoreResult<Plain> {
         let Some(first) = ps.first() else {
-            return Ok(Some(Vec::new()));
+            return Ok(Plain::Leased(Vec::new()));
         };
         if ps.iter().any(|p| !p.routing.labels.is_empty())
             || first.routing.caps(&first.queues).iter().any(|&c| c > 0)
         {
-            return Ok(None);
+            return Ok(Plain::Routed);
         }
         let now = ms(ps.iter().map(|p| p.now).max().unwrap_or(first.now));
         let demand: i64 = ps.iter().map(|p| i64::from(p.max_tasks)).sum();
@@ -46,12 +44,15 @@ impl PostgresStore {
         // there), plus `routed`: whether a READY task of the queues carries a
         // routing rule, in which case `cand` is empty and the one row returned
         // says so. The final LEFT JOIN returns that row even when nothing is leased.
-        let rows: Vec<(Option<(TaskRow, i64)>, bool)> = sqlx::query(concat!(
+        let rows: Vec<(Option<(TaskRow, i64)>, bool, bool)> = sqlx::query(concat!(
             "WITH routed AS ( \
                SELECT EXISTS (SELECT 1 FROM tasks WHERE state = 'pending' \
                  AND queue = ANY($1::text[]) AND run_at <= $2 \
                  AND (target_worker IS NOT NULL OR target_labels IS NOT NULL \
                    OR reserved_for IS NOT NULL OR fanout_distinct)) AS pending), \
+             due AS ( \
+               SELECT EXISTS (SELECT 1 FROM tasks WHERE state = 'pending' AND waiting \
+                 AND queue = ANY($1::text[]) AND run_at <= $2) AS waiting), \
              cand AS ( \
                SELECT t.* FROM UNNEST($1::text[]) AS q(name) \
                CROSS JOIN LATERAL ( \
@@ -59,9 +60,9 @@ impl PostgresStore {
                    octet_length(payload) + COALESCE(octet_length(checkpoint), 0) \
                      + octet_length(metadata) + $9::bigint AS size \
                  FROM tasks \
-                 WHERE state = 'pending' AND queue = q.name \
+                 WHERE state = 'pending' AND NOT waiting AND queue = q.name \
                    AND run_at <= $2 AND COALESCE(deadline, 9223372036854775807) > $2 \
-                   AND NOT (SELECT pending FROM routed) \
+                   AND NOT (SELECT pending FROM routed) AND NOT (SELECT waiting FROM due) \
                  ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq \
                  LIMIT $3 FOR UPDATE SKIP LOCKED) t), \
              ranked AS ( \
@@ -95,7 +96,8 @@ impl PostgresStore {
             events::event_base!(),
             " + row_number() OVER () - 1, id, queue, 'leased', 'leased', attempt, leased_by, \
                $2, NULL FROM leased) \
-             SELECT l.*, r.pending AS routed_pending, (SELECT count(*) FROM spare) AS spare \
+             SELECT l.*, r.pending AS routed_pending, (SELECT waiting FROM due) AS due_waiting, \
+               (SELECT count(*) FROM spare) AS spare \
              FROM routed r LEFT JOIN leased l ON TRUE",
         ))
         .bind(&first.queues)
@@ -110,20 +112,24 @@ impl PostgresStore {
         .try_map(|row: sqlx::postgres::PgRow| {
             use sqlx::{FromRow, Row};
             let routed: bool = row.try_get("routed_pending")?;
+            let due: bool = row.try_get("due_waiting")?;
             // The one row of `routed` when nothing was leased.
             if row.try_get::<Option<i64>, _>("seq")?.is_none() {
-                return Ok((None, routed));
+                return Ok((None, routed, due));
             }
             let task = (TaskRow::from_row(&row)?, row.try_get::<i64, _>("request")?);
-            Ok((Some(task), routed))
+            Ok((Some(task), routed, due))
         })
         .fetch_all(self.hot())
         .await?;
-        if rows.iter().any(|(_, routed)| *routed) {
-            return Ok(None);
+        if rows.iter().any(|(_, routed, _)| *routed) {
+            return Ok(Plain::Routed);
+        }
+        if rows.iter().any(|(_, _, due)| *due) {
+            return Ok(Plain::Due(now));
         }
         let mut out: Vec<Vec<TaskRecord>> = ps.iter().map(|_| Vec::new()).collect();
-        for (row, request) in rows.into_iter().filter_map(|(t, _)| t) {
+        for (row, request) in rows.into_iter().filter_map(|(t, _, _)| t) {
             let slot = usize::try_from(request - 1)
                 .ok()
                 .and_then(|i| out.get_mut(i))
@@ -133,6 +139,35 @@ impl PostgresStore {
         for records in &mut out {
             sort_lease_order(records);
         }
-        Ok(Some(out))
+        Ok(Plain::Leased(out))
     }
+
+    /// Clears `waiting` on the pending tasks of `queues` due at `now` (through
+    /// `tasks_waiting`, which holds only scheduled tasks), so a lease finds them
+    /// in the lease index, in their place by priority. The rows are locked in
+    /// one order (seq), so two promotions over the same queues never deadlock;
+    /// no lease locks a waiting row.
+    pub(super) async fn promote(&self, queues: &[String], now: i64) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE tasks SET waiting = FALSE WHERE seq IN (SELECT seq FROM tasks \
+             WHERE state = 'pending' AND waiting AND queue = ANY($1) AND run_at <= $2 \
+             ORDER BY seq FOR UPDATE)",
+        )
+        .bind(queues)
+        .bind(now)
+        .execute(self.hot())
+        .await?;
+        Ok(())
+    }
+}
+
+/// What the plain lease statement did.
+pub(super) enum Plain {
+    /// The batch's leases.
+    Leased(Vec<Vec<TaskRecord>>),
+    /// Nothing: the full (routing) statement must decide.
+    Routed,
+    /// Nothing: a waiting task of the queues is due at this time (ms); promote
+    /// it and lease again.
+    Due(i64),
 }

@@ -99,6 +99,10 @@ impl Store for PostgresStore {
         "postgres"
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { shared: true }
+    }
+
     async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.pool).await.map_err(StoreError::Migrate)
     }

@@ -10,9 +10,9 @@ pub(super) const INSERT_PLAIN: &str = concat!(
     "WITH ins AS ( \
        INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
          max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
-         max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key) \
+         max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key, waiting) \
        SELECT id, queue, key, payload, priority, run_at, deadline, 'pending', \
-         max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck \
+         max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck, run_at > $14 \
        FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
          $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], \
          $11::bigint[], $12::float8[], $13::text[], $16::text[]) \
@@ -155,8 +155,8 @@ impl PostgresStore {
         now: i64,
     ) -> StoreResult<Option<DateTime<Utc>>> {
         sqlx::query(
-            "UPDATE tasks SET state = $1, run_at = $2, finished_at = $3, last_error = $4, \
-             lease_expires_at = NULL, updated_at = $5 WHERE seq = $6",
+            "UPDATE tasks SET state = $1, run_at = $2, waiting = $2 > $5, finished_at = $3, \
+             last_error = $4, lease_expires_at = NULL, updated_at = $5 WHERE seq = $6",
         )
         .bind(write.state.as_str())
         .bind(write.run_at)

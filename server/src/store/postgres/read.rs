@@ -9,8 +9,9 @@ impl PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<DateTime<Utc>>> {
         let next: Option<i64> = sqlx::query_scalar(
-            "SELECT MIN(run_at) FROM tasks WHERE state = 'pending' AND queue = ANY($1) \
-             AND run_at > $2",
+            "SELECT MIN(n) FROM UNNEST($1::text[]) AS q(name), LATERAL ( \
+               SELECT run_at AS n FROM tasks WHERE state = 'pending' AND waiting \
+               AND queue = q.name AND run_at > $2 ORDER BY run_at LIMIT 1) f",
         )
         .bind(queues)
         .bind(ms(now))
@@ -176,9 +177,9 @@ impl PostgresStore {
     ) -> StoreResult<Vec<QueueStatsRecord>> {
         let now = ms(now);
         let all = queues.is_empty();
-        // Three index-only scans instead of one over the table: finished and blocked
+        // Index-only scans instead of one over the table: finished and blocked
         // rows through the (queue, state) index, leased rows through tasks_leased and
-        // pending rows through the lease index (each predicate names its index's).
+        // pending rows through the lease index and tasks_waiting (each predicate names its index's).
         let mut qb = sqlx::QueryBuilder::<Postgres>::new(
             "SELECT queue, state, FALSE, COUNT(*), 0::BIGINT FROM tasks \
              WHERE state NOT IN ('pending', 'leased')",
@@ -193,13 +194,19 @@ impl PostgresStore {
         if !all {
             qb.push(" AND queue = ANY(").push_bind(queues).push(")");
         }
-        qb.push(" GROUP BY queue UNION ALL SELECT queue, state, run_at > ")
-            .push_bind(now)
-            .push(" AS later, COUNT(*), MIN(run_at) FROM tasks WHERE state = 'pending'");
-        if !all {
-            qb.push(" AND queue = ANY(").push_bind(queues).push(")");
+        // Pending rows in two parts, each through its index: the lease index
+        // (not waiting) and tasks_waiting.
+        qb.push(" GROUP BY queue");
+        for part in ["NOT waiting", "waiting"] {
+            qb.push(" UNION ALL SELECT queue, state, run_at > ")
+                .push_bind(now)
+                .push(" AS later, COUNT(*), MIN(run_at) FROM tasks WHERE state = 'pending' AND ")
+                .push(part);
+            if !all {
+                qb.push(" AND queue = ANY(").push_bind(queues).push(")");
+            }
+            qb.push(" GROUP BY queue, state, later");
         }
-        qb.push(" GROUP BY queue, state, later");
         let counts: Vec<(String, String, bool, i64, i64)> =
             qb.build_query_as().fetch_all(&self.pool).await?;
         let recent: Vec<(String, String, i64)> = sqlx::query_as(

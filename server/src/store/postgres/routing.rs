@@ -21,9 +21,11 @@ pub(super) const INSERT_ROUTED: &str = concat!(
        INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
          max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
          max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key, \
-         target_worker, target_labels, sticky, sticky_timeout_ms, fanout_group, fanout_distinct) \
+         target_worker, target_labels, sticky, sticky_timeout_ms, fanout_group, fanout_distinct, \
+         waiting) \
        SELECT id, queue, key, payload, priority, run_at, deadline, 'pending', \
-         max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck, tw, tl, st, sto, fg, fd \
+         max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck, tw, tl, st, sto, fg, fd, \
+         run_at > $14 \
        FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
          $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], \
          $11::bigint[], $12::float8[], $13::text[], $16::text[], $17::text[], $18::text[], $19::text[], \

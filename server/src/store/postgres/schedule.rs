@@ -207,9 +207,10 @@ async fn insert_task(
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "WITH u AS (INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
          max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
-         max_backoff_ms, jitter, metadata, created_at, updated_at, schedule_id, fire_time) \
+         max_backoff_ms, jitter, metadata, created_at, updated_at, schedule_id, fire_time, \
+         waiting) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $8, $9, $10, $11, $12, $13, $14, \
-         $14, $15, $16) RETURNING id, queue, state, attempt, run_at) {}",
+         $14, $15, $16, $6 > $14) RETURNING id, queue, state, attempt, run_at) {}",
         super::events::from_updated("submitted", "$14")
     )))
     .bind(&t.id)

@@ -34,10 +34,13 @@ const INSERT_MATCHED: &str = concat!(
          AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
               ib, bm, mb, j, md, ck, tw, tl, st, sto, fg, fd, worker, address, dur, n)), \
      top AS MATERIALIZED ( \
-       SELECT q.queue, (SELECT t.priority FROM tasks t WHERE t.state = 'pending' \
-           AND t.queue = q.queue AND t.run_at <= $14 \
+       SELECT q.queue, GREATEST((SELECT t.priority FROM tasks t WHERE t.state = 'pending' \
+           AND NOT t.waiting AND t.queue = q.queue AND t.run_at <= $14 \
            AND COALESCE(t.deadline, 9223372036854775807) > $14 \
-         ORDER BY t.priority DESC LIMIT 1) AS p \
+         ORDER BY t.priority DESC LIMIT 1), \
+         (SELECT max(t.priority) FROM tasks t WHERE t.state = 'pending' AND t.waiting \
+           AND t.queue = q.queue AND t.run_at <= $14 \
+           AND COALESCE(t.deadline, 9223372036854775807) > $14)) AS p \
        FROM (SELECT DISTINCT queue FROM u WHERE worker IS NOT NULL) q), \
      v AS MATERIALIZED ( \
        SELECT u.*, (u.worker IS NOT NULL AND NOT EXISTS (SELECT 1 FROM top \
@@ -48,7 +51,7 @@ const INSERT_MATCHED: &str = concat!(
          max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key, \
          target_worker, target_labels, sticky, sticky_timeout_ms, fanout_group, fanout_distinct, \
          attempt, fencing_token, lease_token, leased_by, lease_duration_ms, lease_expires_at, \
-         leased_at, leased_address) \
+         leased_at, leased_address, waiting) \
        SELECT id, queue, key, payload, priority, run_at, deadline, \
          CASE WHEN m THEN 'leased' ELSE 'pending' END, \
          max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck, tw, tl, st, sto, fg, fd, \
@@ -56,7 +59,7 @@ const INSERT_MATCHED: &str = concat!(
          CASE WHEN m THEN gen_random_uuid()::text END, CASE WHEN m THEN worker END, \
          CASE WHEN m THEN dur END, \
          CASE WHEN m THEN LEAST($14 + dur, COALESCE(deadline, $14 + dur)) END, \
-         CASE WHEN m THEN $14 END, CASE WHEN m THEN address END \
+         CASE WHEN m THEN $14 END, CASE WHEN m THEN address END, NOT m AND run_at > $14 \
        FROM v ORDER BY n \
        ON CONFLICT DO NOTHING \
        RETURNING id, seq, state, lease_token, lease_expires_at, queue, run_at, leased_by), \

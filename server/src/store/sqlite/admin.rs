@@ -116,8 +116,8 @@ pub(super) fn task_update(
     }
     let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
     c.prepare_cached(
-        "UPDATE tasks SET run_at = ?1, priority = ?2, deadline = ?3, max_attempts = ?4, \
-         attempts_allowed = ?5, updated_at = ?6 WHERE seq = ?7",
+        "UPDATE tasks SET run_at = ?1, waiting = ?1 > ?6, priority = ?2, deadline = ?3, \
+         max_attempts = ?4, attempts_allowed = ?5, updated_at = ?6 WHERE seq = ?7",
     )?
     .execute(params![
         u.run_at.map(ms).unwrap_or(row.run_at),
@@ -147,7 +147,7 @@ pub(super) fn task_requeue(
         return Ok(Changed::WrongState(state));
     }
     c.prepare_cached(
-        "UPDATE tasks SET state = 'pending', run_at = ?1, attempts_allowed = attempt + max_attempts, \
+        "UPDATE tasks SET state = 'pending', run_at = ?1, waiting = 0, attempts_allowed = attempt + max_attempts, \
          cancel_requested = 0, finished_at = NULL, updated_at = ?1 WHERE seq = ?2",
     )?
     .execute(params![ms(now), row.seq])?;

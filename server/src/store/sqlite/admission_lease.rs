@@ -172,7 +172,7 @@ fn candidates(
              CASE WHEN {open} THEN NULL ELSE (SELECT json_group_array(r.key) FROM json_each(?7) r \
                WHERE {may_take}) END AS elig, \
              CASE WHEN fanout_distinct THEN fanout_group END AS fgroup \
-             FROM tasks WHERE state = 'pending' AND queue = ?1 AND run_at <= ?2 \
+             FROM tasks WHERE state = 'pending' AND waiting = 0 AND queue = ?1 AND run_at <= ?2 \
              AND (deadline IS NULL OR deadline > ?2) \
              AND (concurrency_key IS NULL OR concurrency_key NOT IN (SELECT value FROM json_each(?3))) \
              AND seq NOT IN (SELECT value FROM json_each(?4)) \
@@ -268,6 +268,7 @@ pub(super) fn task_lease_gated(
         workers: json_text(&workers)?,
         labels: json_text(&labels)?,
     };
+    super::ops::promote(c, queues, now)?;
     let mut uses = Vec::with_capacity(queues.len());
     for queue in queues {
         uses.push(load_use(c, queue, now)?);

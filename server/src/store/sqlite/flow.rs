@@ -514,7 +514,7 @@ pub(super) fn requeue_many(
     for (id, run_at) in tasks {
         let row: Option<(String, i64)> = c
             .prepare_cached(
-                "UPDATE tasks SET state = 'pending', run_at = ?2, \
+                "UPDATE tasks SET state = 'pending', run_at = ?2, waiting = ?2 > ?3, \
                    attempts_allowed = attempt + max_attempts, cancel_requested = 0, \
                    cancel_reason = NULL, finished_at = NULL, updated_at = ?3 \
                  WHERE id = ?1 AND state IN ('dead', 'cancelled') RETURNING queue, attempt",

@@ -11,7 +11,6 @@
 //! The writer is the only writer, so nothing changes the rows between the SELECT
 //! and the UPDATEs; the result is the same rows in the same order.
 
-use std::cmp::Ordering;
 use std::sync::OnceLock;
 
 use rusqlite::{Connection, params};
@@ -44,28 +43,22 @@ struct Candidate {
     fgroup: Option<String>,
 }
 
-/// Lease order: priority first, then the earliest deadline (none last), then
-/// the earliest run time, then submission order.
-fn lease_order(a: &Candidate, b: &Candidate) -> Ordering {
-    b.priority
-        .cmp(&a.priority)
-        .then_with(|| a.deadline.is_none().cmp(&b.deadline.is_none()))
-        .then_with(|| a.deadline.cmp(&b.deadline))
-        .then_with(|| a.run_at.cmp(&b.run_at))
-        .then_with(|| a.seq.cmp(&b.seq))
+/// A candidate's place in lease order.
+fn lease_key(c: &Candidate) -> crate::domain::model::LeaseKey {
+    crate::domain::model::lease_key(c.priority, 1, c.deadline, c.run_at, c.seq)
 }
 
 /// One queue's first candidates in lease order: ?1 worker, ?2 queue, ?3 the
 /// worker's labels (JSON), ?4 now, ?5 how many at most. Routing:
 /// passes over the tasks this worker may not take (`MAY_TAKE`).
-fn candidates_sql() -> &'static str {
+pub(super) fn candidates_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| {
         format!(
             "SELECT seq, priority, deadline, run_at, \
              length(payload) + COALESCE(length(checkpoint), 0) + length(metadata) + {} AS size, \
              CASE WHEN fanout_distinct THEN fanout_group END AS fgroup \
-             FROM tasks WHERE state = 'pending' AND queue = ?2 AND run_at <= ?4 \
+             FROM tasks WHERE state = 'pending' AND waiting = 0 AND queue = ?2 AND run_at <= ?4 \
              AND (deadline IS NULL OR deadline > ?4) AND {} \
              ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?5",
             LEASE_REPLY_TASK_BYTES,
@@ -104,7 +97,7 @@ pub(super) fn lease(c: &Connection, p: &LeaseParams) -> StoreResult<Vec<TaskReco
     if found.is_empty() {
         return Ok(Vec::new());
     }
-    found.sort_by(lease_order);
+    found.sort_by_key(lease_key);
     found.truncate(usize::try_from(p.max_tasks).unwrap_or(usize::MAX));
     // The first task always; then while the reply's bytes stay within the
     // budget (the running total counts every task up to here in lease order).

@@ -40,6 +40,14 @@ mod writer;
 // Less CPU per task: the plain lease without UPDATE ... RETURNING.
 mod lease_plain;
 
+/// The plain lease's per-queue candidate statement (?1 worker, ?2 queue, ?3 the
+/// worker's labels as JSON, ?4 now, ?5 how many at most), for the store tests
+/// that count the rows it reads.
+#[doc(hidden)]
+pub fn lease_candidates_sql() -> &'static str {
+    lease_plain::candidates_sql()
+}
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
 pub struct SqliteStore {

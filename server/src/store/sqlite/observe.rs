@@ -102,7 +102,7 @@ pub(super) fn task_requeue_dead(
 ) -> StoreResult<u64> {
     let rows: Vec<(String, String, i64)> = c
         .prepare_cached(
-            "UPDATE tasks SET state = 'pending', run_at = ?1, \
+            "UPDATE tasks SET state = 'pending', run_at = ?1, waiting = 0, \
                attempts_allowed = attempt + max_attempts, cancel_requested = 0, \
                finished_at = NULL, updated_at = ?1 \
              WHERE seq IN (SELECT seq FROM tasks WHERE queue = ?2 AND state = 'dead' \

@@ -96,8 +96,8 @@ pub(super) fn write_failure(
     now: i64,
 ) -> StoreResult<Option<DateTime<Utc>>> {
     c.prepare_cached(
-        "UPDATE tasks SET state = ?1, run_at = ?2, finished_at = ?3, last_error = ?4, \
-         lease_expires_at = NULL, updated_at = ?5 WHERE seq = ?6",
+        "UPDATE tasks SET state = ?1, run_at = ?2, waiting = ?2 > ?5, finished_at = ?3, \
+         last_error = ?4, lease_expires_at = NULL, updated_at = ?5 WHERE seq = ?6",
     )?
     .execute(params![
         write.state.as_str(),
@@ -143,9 +143,9 @@ pub(super) fn task_insert_many(
     let mut insert = c.prepare_cached(
         "INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
          max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
-         max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key) \
+         max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key, waiting) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, \
-         ?15) \
+         ?15, ?6 > ?14) \
          ON CONFLICT DO NOTHING",
     )?;
     let mut out = Vec::with_capacity(tasks.len());
@@ -200,10 +200,27 @@ pub(super) fn task_insert_many(
     Ok(out)
 }
 
+/// Clears `waiting` on the pending tasks of `queues` that are due at `now`
+/// (through `tasks_waiting`, which holds only scheduled tasks: nothing to read
+/// when none is due). Every lease and the sync-match priority check run it
+/// first, so a task due is in the lease index, in its place by priority, before
+/// anything reads it. The writer is the only writer: nothing comes between.
+pub(super) fn promote(c: &Connection, queues: &[String], now: i64) -> StoreResult<()> {
+    let mut promote = c.prepare_cached(
+        "UPDATE tasks SET waiting = 0 WHERE state = 'pending' AND waiting = 1 \
+         AND queue = ?1 AND run_at <= ?2",
+    )?;
+    for queue in queues {
+        promote.execute(params![queue, now])?;
+    }
+    Ok(())
+}
+
 pub(super) fn task_lease_available(
     c: &Connection,
     p: &LeaseParams,
 ) -> StoreResult<Vec<TaskRecord>> {
+    promote(c, &p.queues, ms(p.now))?;
     // Candidates by SELECT, then UPDATE by rowid (lease_plain.rs).
     super::lease_plain::lease(c, p)
 }
@@ -220,12 +237,13 @@ pub(super) fn task_lease_many(
         return Ok(vec![task_lease_available(c, first)?]);
     }
     let now = ps.iter().map(|p| p.now).max().unwrap_or(first.now);
+    promote(c, &first.queues, ms(now))?;
     let wanted: Vec<u32> = ps.iter().map(|p| p.max_tasks).collect();
     let demand: i64 = wanted.iter().map(|&w| i64::from(w)).sum();
     // The writer is the only writer: what is counted here is what the leases
     // below take, one request after the other.
     let sql = format!(
-        "SELECT count(*) FROM (SELECT 1 FROM tasks WHERE state = 'pending' \
+        "SELECT count(*) FROM (SELECT 1 FROM tasks WHERE state = 'pending' AND waiting = 0 \
          AND queue IN ({}) AND run_at <= ?1 AND (deadline IS NULL OR deadline > ?1) LIMIT ?2)",
         (0..first.queues.len())
             .map(|i| format!("?{}", i + 3))
@@ -253,7 +271,7 @@ pub(super) fn task_lease_many(
                 now,
                 ..p.clone()
             };
-            task_lease_available(c, &p)
+            super::lease_plain::lease(c, &p)
         })
         .collect::<StoreResult<Vec<_>>>()?;
     // Routing: a request that got less than its share (tasks it may
@@ -276,7 +294,7 @@ pub(super) fn task_lease_many(
                 now,
                 ..p.clone()
             };
-            got.extend(task_lease_available(c, &p)?);
+            got.extend(super::lease_plain::lease(c, &p)?);
         }
     }
     Ok(out)

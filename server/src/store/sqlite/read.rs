@@ -143,15 +143,17 @@ pub(super) async fn task_next_run_at(
     queues: &[String],
     now: DateTime<Utc>,
 ) -> StoreResult<Option<DateTime<Utc>>> {
-    let sql = format!(
-        "SELECT MIN(run_at) FROM tasks WHERE state = 'pending' AND queue IN ({}) AND run_at > ?",
-        placeholders(queues.len())
-    );
-    let mut q = sqlx::query_scalar::<_, Option<i64>>(sqlx::AssertSqlSafe(sql));
-    for queue in queues {
-        q = q.bind(queue);
-    }
-    let next = q.bind(ms(now)).fetch_one(r).await?;
+    // The first entry of tasks_waiting after `now`, queue by queue (a MIN over
+    // several queues at once would read every entry after `now`).
+    let queues = serde_json::to_string(queues).unwrap_or_else(|_| "[]".into());
+    let next: Option<i64> = sqlx::query_scalar(
+        "SELECT MIN((SELECT run_at FROM tasks WHERE state = 'pending' AND waiting = 1 \
+           AND queue = q.value AND run_at > ?2 ORDER BY run_at LIMIT 1)) FROM json_each(?1) q",
+    )
+    .bind(queues)
+    .bind(ms(now))
+    .fetch_one(r)
+    .await?;
     Ok(next.map(from_ms))
 }
 
@@ -191,9 +193,9 @@ pub(super) async fn queue_stats(
     now: DateTime<Utc>,
 ) -> StoreResult<Vec<QueueStatsRecord>> {
     let now = ms(now);
-    // Three index-only scans instead of one over the table: finished and blocked
+    // Index-only scans instead of one over the table: finished and blocked
     // rows through the (queue, state) index, leased rows through tasks_leased,
-    // pending rows through the lease index.
+    // pending rows through the lease index and tasks_waiting.
     let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
         "SELECT queue, state, 0, COUNT(*), 0 FROM tasks WHERE state NOT IN ('pending', 'leased')",
     );
@@ -203,11 +205,17 @@ pub(super) async fn queue_stats(
          WHERE state = 'leased'",
     );
     push_queues(&mut qb, queues);
-    qb.push(" GROUP BY queue UNION ALL SELECT queue, state, run_at > ")
-        .push_bind(now)
-        .push(" AS later, COUNT(*), MIN(run_at) FROM tasks WHERE state = 'pending'");
-    push_queues(&mut qb, queues);
-    qb.push(" GROUP BY queue, later");
+    // Pending rows in two parts, each through its index: the lease index (not
+    // waiting) and tasks_waiting.
+    qb.push(" GROUP BY queue");
+    for part in ["0", "1"] {
+        qb.push(" UNION ALL SELECT queue, state, run_at > ")
+            .push_bind(now)
+            .push(" AS later, COUNT(*), MIN(run_at) FROM tasks WHERE state = 'pending' AND waiting = ")
+            .push(part);
+        push_queues(&mut qb, queues);
+        qb.push(" GROUP BY queue, later");
+    }
     let counts: Vec<(String, String, bool, i64, i64)> = qb.build_query_as().fetch_all(r).await?;
     let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
         "SELECT t.queue, a.outcome, COUNT(*) FROM task_attempts a \

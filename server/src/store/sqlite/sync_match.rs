@@ -30,9 +30,10 @@ pub(super) fn task_insert_matched(
         if top.contains_key(t.queue.as_str()) {
             continue;
         }
+        super::ops::promote(c, std::slice::from_ref(&t.queue), now_ms)?;
         let p: Option<i64> = c
             .prepare_cached(
-                "SELECT priority FROM tasks WHERE state = 'pending' AND queue = ?1 \
+                "SELECT priority FROM tasks WHERE state = 'pending' AND waiting = 0 AND queue = ?1 \
                  AND run_at <= ?2 AND (deadline IS NULL OR deadline > ?2) \
                  ORDER BY priority DESC LIMIT 1",
             )?

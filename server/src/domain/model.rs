@@ -1,8 +1,23 @@
 //! The types the `Store` trait takes and returns: tasks to insert and as stored,
 //! the parameters of leases and reports and what they did, list filters, admin
-//! changes, attempts, queue counts, pool and listener stats.
+//! changes, attempts, queue counts, pool and listener stats; and lease order,
+//! the one ordering of READY tasks that every lease, sync match and reply uses.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{AttemptOutcome, RetryPolicy, StoredState, TaskState};
+
+/// What a store offers beyond the `Store` trait's common ground, for the
+/// service to decide by (never by the database's name).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Several broker replicas may share the database: a task made pending by
+    /// one may have waiters on another, which hear of it through notifications.
+    pub shared: bool,
+}
 
 /// A task to insert. The id is chosen by the caller (UUIDv7).
 #[derive(Debug, Clone)]
@@ -296,4 +311,119 @@ pub struct QueueStatsRecord {
     pub oldest_ready_at: Option<DateTime<Utc>>,
     pub completed_last_minute: u64,
     pub failed_last_minute: u64,
+}
+
+/// What a lease request says about its worker, besides its id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaseRouting {
+    /// The worker's labels (matched against each task's target labels).
+    pub labels: BTreeMap<String, String>,
+    /// Per queue, the leases one worker may hold at most (`[queues.X]
+    /// max_leases_per_worker`); queues without a cap are absent.
+    pub max_leases_per_worker: BTreeMap<String, u32>,
+}
+
+impl LeaseRouting {
+    /// The labels as the JSON object both stores compare with.
+    pub fn labels_json(&self) -> String {
+        serde_json::to_string(&self.labels).unwrap_or_else(|_| "{}".into())
+    }
+
+    /// The cap of each of `queues`, in order; 0 means none.
+    pub fn caps(&self, queues: &[String]) -> Vec<i32> {
+        queues
+            .iter()
+            .map(|q| {
+                self.max_leases_per_worker
+                    .get(q)
+                    .map_or(0, |&c| i32::try_from(c).unwrap_or(i32::MAX))
+            })
+            .collect()
+    }
+}
+
+/// What a submitted task adds for flow; `Default` is a plain task.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FlowSpec {
+    /// Task ids this task waits for.
+    pub depends_on: Vec<String>,
+    /// Earlier tasks of the same insert this task waits for (by index).
+    pub depends_on_index: Vec<usize>,
+    pub run_if_dependency_fails: bool,
+    /// RetryPolicy.schedule: explicit delays, the last one repeating.
+    pub retry_schedule: Vec<Duration>,
+}
+
+impl FlowSpec {
+    /// True when the task needs nothing of flow (the plain insert serves it).
+    pub fn is_plain(&self) -> bool {
+        self.depends_on.is_empty()
+            && self.depends_on_index.is_empty()
+            && !self.run_if_dependency_fails
+            && self.retry_schedule.is_empty()
+    }
+}
+
+/// A READY task's place in lease order, as a key that sorts ascending in that
+/// order: effective priority (higher first), its key's turn (round robin; 1
+/// otherwise), deadline (the earliest first, none last), run_at, then submission
+/// order (`seq`). Every ordering of READY tasks computed in Rust is this one, and
+/// the stores' lease statements and indexes order by the same columns.
+pub type LeaseKey = (i64, i64, i64, i64, i64);
+
+/// See [`LeaseKey`]; times are milliseconds since the epoch.
+pub fn lease_key(
+    priority: i64,
+    turn: i64,
+    deadline: Option<i64>,
+    run_at: i64,
+    seq: i64,
+) -> LeaseKey {
+    (
+        priority.saturating_neg(),
+        turn,
+        deadline.unwrap_or(i64::MAX),
+        run_at,
+        seq,
+    )
+}
+
+impl TaskRecord {
+    /// This task's place in lease order.
+    pub fn lease_key(&self) -> LeaseKey {
+        lease_key(
+            i64::from(self.priority),
+            1,
+            self.deadline.map(|d| d.timestamp_millis()),
+            self.run_at.timestamp_millis(),
+            self.seq,
+        )
+    }
+}
+
+/// Sorts tasks into lease order (a statement's RETURNING gives no order).
+pub fn sort_lease_order(tasks: &mut [TaskRecord]) {
+    tasks.sort_by_key(TaskRecord::lease_key);
+}
+
+/// Whether a new task could be leased at `now`.
+pub fn due(t: &NewTask, now: DateTime<Utc>) -> bool {
+    t.run_at <= now && t.deadline.is_none_or(|d| d > now)
+}
+
+/// The positions of the tasks of a batch that are due at `now`, in lease order
+/// (submission order being the batch's order, which becomes the order of `seq`).
+pub fn batch_lease_order(tasks: &[NewTask], now: DateTime<Utc>) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..tasks.len()).filter(|&i| due(&tasks[i], now)).collect();
+    order.sort_by_key(|&i| {
+        let t = &tasks[i];
+        lease_key(
+            i64::from(t.priority),
+            1,
+            t.deadline.map(|d| d.timestamp_millis()),
+            t.run_at.timestamp_millis(),
+            i64::try_from(i).unwrap_or(i64::MAX),
+        )
+    });
+    order
 }
