@@ -72,6 +72,10 @@ sql() {
 
 case "$cmd" in
   start)
+    if [ -e "$dir/data" ]; then
+      echo "mysql.sh: $dir/data exists; stop it and remove $dir first" >&2
+      exit 1
+    fi
     mkdir -p "$dir"
     if [ "$(id -u)" = 0 ]; then
       as_db true # creates the mysql user when missing
