@@ -1,5 +1,5 @@
 //! The store conformance suite: the `Store` contract, written once and run against
-//! SQLite and Postgres. Time is passed in, so every case controls `now`.
+//! SQLite, Postgres and MySQL. Time is passed in, so every case controls `now`.
 
 mod common;
 // The schedule methods (written as their own file, run here on both databases).
@@ -863,7 +863,7 @@ async fn lease_holders_are_grouped_by_worker_and_queue(b: Backend) {
     assert_eq!(holders[1].last_seen_at, secs_after(5));
 }
 
-both_backends!(
+all_backends!(
     insert_deduplicates_by_queue_and_key,
     concurrent_leases_never_share_a_task,
     one_lease_call_shares_tasks_among_waiting_requests,
