@@ -49,10 +49,16 @@ async fn lease_seqs(
     if seqs.is_empty() {
         return Ok(Vec::new());
     }
+    // Each lease token is this call's random prefix and the row's seq: unique,
+    // and it names exactly the rows this UPDATE changed (a row another
+    // transaction leased meanwhile is not pending here any more).
+    let batch = uuid::Uuid::new_v4().simple().to_string();
     let mut qb = sqlx::QueryBuilder::<sqlx::MySql>::new(
         "UPDATE tasks SET state = 'leased', attempt = attempt + 1, \
-         fencing_token = fencing_token + 1, lease_token = REPLACE(UUID(), '-', ''), leased_by = ",
+         fencing_token = fencing_token + 1, lease_token = CONCAT(",
     );
+    qb.push_bind(&batch)
+        .push(", '.', seq), leased_by = ");
     qb.push_bind(worker)
         .push(", lease_duration_ms = ")
         .push_bind(lease_ms)
@@ -72,10 +78,9 @@ async fn lease_seqs(
     qb.push(")");
     qb.build().execute(j.conn()).await?;
     let mut qb = sqlx::QueryBuilder::<sqlx::MySql>::new(format!(
-        "SELECT {TASK_COLUMNS} FROM tasks WHERE state = 'leased' AND leased_at = "
+        "SELECT {TASK_COLUMNS} FROM tasks WHERE lease_token = CONCAT("
     ));
-    qb.push_bind(now).push(" AND leased_by = ").push_bind(worker);
-    qb.push(" AND seq IN (");
+    qb.push_bind(&batch).push(", '.', seq) AND seq IN (");
     let mut sep = qb.separated(", ");
     for s in seqs {
         sep.push_bind(*s);
