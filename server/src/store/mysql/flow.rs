@@ -33,6 +33,8 @@ pub(super) async fn insert(
     flows: &[FlowSpec],
     now: DateTime<Utc>,
 ) -> StoreResult<FlowInserted> {
+    // First the tasks: a dependency may name one of this batch.
+    let inserted = super::ops::task_insert_many(j, tasks, now).await?;
     for (i, f) in flows.iter().enumerate() {
         for (k, d) in f.depends_on.iter().enumerate() {
             if state_of(j, d).await?.is_none() {
@@ -40,7 +42,6 @@ pub(super) async fn insert(
             }
         }
     }
-    let inserted = super::ops::task_insert_many(j, tasks, now).await?;
     let now = ms(now);
     for (i, f) in flows.iter().enumerate() {
         let Some(r) = inserted.get(i).filter(|r| !r.deduplicated) else {
