@@ -1,6 +1,6 @@
 //! Wake-ups across replicas without LISTEN/NOTIFY: each replica polls the event
 //! counter (`event_seq`, one primary-key read), every 5 ms while it moves and
-//! backing off to every 50 ms while it does not. When it moved, the events in
+//! backing off to every 25 ms while it does not. When it moved, the events in
 //! between name the queues that got READY tasks (submitted, retried, requeued,
 //! unblocked, released), and those queues' long-polls wake. An id with no event
 //! (a job left rows locked and untaken, or a queue's settings changed) or more
@@ -18,7 +18,7 @@ use super::super::{NotificationStats, StoreResult, Waker};
 /// The fastest poll, while the counter moves.
 pub(crate) const POLL_MIN: Duration = Duration::from_millis(5);
 /// The slowest poll, after it stood still a while.
-pub(crate) const POLL_MAX: Duration = Duration::from_millis(50);
+pub(crate) const POLL_MAX: Duration = Duration::from_millis(25);
 /// Events read per poll; more wake every queue.
 const READ: i64 = 512;
 
