@@ -146,7 +146,7 @@ async fn leases_over_ever_new_queue_names_leave_nothing_behind(b: Backend) {
     assert_eq!(app.service().dispatcher().queues_tracked(), 0);
 }
 
-both_backends!(
+all_backends!(
     leases_over_ever_new_queue_names_leave_nothing_behind,
     a_waiting_lease_wakes_when_a_task_is_submitted,
     an_empty_long_poll_answers_ok_when_the_wait_runs_out,

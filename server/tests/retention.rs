@@ -186,7 +186,7 @@ async fn purged_tasks_take_their_dependency_edges(b: Backend) {
     );
 }
 
-both_backends!(
+all_backends!(
     finished_tasks_are_deleted_after_their_queue_retention,
     purged_tasks_take_their_dependency_edges,
 );

@@ -250,7 +250,7 @@ async fn a_submit_past_its_deadline_stores_nothing(b: Backend) {
     );
 }
 
-both_backends!(
+all_backends!(
     limits_apply_after_expansion,
     the_largest_allowed_requests_are_accepted,
     repeated_dependencies_are_one_edge,

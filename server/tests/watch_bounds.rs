@@ -247,7 +247,7 @@ async fn hostile_watch_calls_are_refused_and_disturb_no_one(b: Backend) {
     app.shutdown().await;
 }
 
-both_backends!(
+all_backends!(
     a_far_cursor_does_not_freeze_other_watchers,
     hostile_watch_calls_are_refused_and_disturb_no_one,
     watch_lag_is_exported
