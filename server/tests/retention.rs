@@ -119,6 +119,9 @@ async fn edges(url: &str) -> i64 {
     if url.starts_with("sqlite") {
         let mut c = sqlx::SqliteConnection::connect(url).await.unwrap();
         sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap()
+    } else if url.starts_with("mysql") {
+        let mut c = sqlx::MySqlConnection::connect(url).await.unwrap();
+        sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap()
     } else {
         let mut c = sqlx::PgConnection::connect(url).await.unwrap();
         sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap()

@@ -13,12 +13,14 @@ use super::observe::simple;
 use super::{Job, TASK_COLUMNS};
 use crate::domain::event::EventKind;
 
-/// A dependency's state, its row share-locked until the job ends: a
-/// dependency cannot finish unseen between this read and the commit (its
-/// finishing job waits, then sees the new edge).
+/// A dependency's state, its row locked until the job ends: a dependency
+/// cannot finish unseen between this read and the commit (its finishing job
+/// waits, then sees the new edge). An exclusive lock, as the row is marked
+/// `has_dependents` next (a shared one would have to be upgraded, and two
+/// inserts upgrading at once deadlock).
 async fn state_of(j: &mut Job, id: &str) -> StoreResult<Option<String>> {
     Ok(
-        sqlx::query_scalar("SELECT state FROM tasks WHERE id = ? LOCK IN SHARE MODE")
+        sqlx::query_scalar("SELECT state FROM tasks WHERE id = ? FOR UPDATE")
             .bind(id)
             .fetch_optional(j.conn())
             .await?,
