@@ -56,6 +56,29 @@ pub(super) async fn after_job(j: &mut Job) -> StoreResult<()> {
         if evs.is_empty() {
             break;
         }
+        // The tasks that finished here and have unresolved dependents, in one read.
+        let finished: Vec<&str> = evs
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.kind,
+                    EventKind::Succeeded | EventKind::Dead | EventKind::Cancelled
+                )
+            })
+            .map(|e| e.task_id.as_str())
+            .collect();
+        let mut waited_on: Vec<String> = Vec::new();
+        for piece in finished.chunks(500) {
+            let mut qb = sqlx::QueryBuilder::<sqlx::MySql>::new(
+                "SELECT DISTINCT depends_on FROM task_deps WHERE NOT resolved AND depends_on IN (",
+            );
+            let mut sep = qb.separated(", ");
+            for id in piece {
+                sep.push_bind(*id);
+            }
+            qb.push(")");
+            waited_on.extend(qb.build_query_scalar::<String>().fetch_all(j.conn()).await?);
+        }
         for e in &evs {
             let state = match e.kind {
                 EventKind::Succeeded => "succeeded",
@@ -63,13 +86,7 @@ pub(super) async fn after_job(j: &mut Job) -> StoreResult<()> {
                 EventKind::Cancelled => "cancelled",
                 _ => continue,
             };
-            let waited_on: Option<i64> = sqlx::query_scalar(
-                "SELECT 1 FROM task_deps WHERE depends_on = ? AND NOT resolved LIMIT 1",
-            )
-            .bind(&e.task_id)
-            .fetch_optional(j.conn())
-            .await?;
-            if waited_on.is_some() {
+            if waited_on.contains(&e.task_id) {
                 resolve(j, &e.task_id, state, e.time).await?;
             }
             if e.kind == EventKind::Dead {
@@ -84,13 +101,13 @@ pub(super) async fn after_job(j: &mut Job) -> StoreResult<()> {
     // One more than the events: an id no event holds tells pollers to look at
     // every queue (`listen.rs`) when the job left locked rows untaken.
     let k = all.len() as i64 + i64::from(j.spare);
-    sqlx::query("UPDATE event_seq SET n = LAST_INSERT_ID(n + ?) WHERE id = 1")
+    // LAST_INSERT_ID(expr) comes back in the statement's answer: one round trip.
+    let last = sqlx::query("UPDATE event_seq SET n = LAST_INSERT_ID(n + ?) WHERE id = 1")
         .bind(k)
         .execute(j.conn())
-        .await?;
-    let last: i64 = sqlx::query_scalar("SELECT CAST(LAST_INSERT_ID() AS SIGNED)")
-        .fetch_one(j.conn())
-        .await?;
+        .await?
+        .last_insert_id();
+    let last = i64::try_from(last).map_err(|_| StoreError::Corrupt("event id".into()))?;
     let first = last - k + 1;
     for (n, piece) in all.chunks(PIECE).enumerate() {
         let mut qb = sqlx::QueryBuilder::<sqlx::MySql>::new(

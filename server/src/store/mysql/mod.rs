@@ -228,13 +228,7 @@ impl Store for MysqlStore {
         &self,
         ps: &[CompleteParams],
     ) -> StoreResult<Vec<Settled<Completed>>> {
-        job!(self, |j| {
-            let mut out = Vec::with_capacity(ps.len());
-            for p in ps {
-                out.push(ops::task_complete(j, p).await?);
-            }
-            Ok(out)
-        })
+        job!(self, |j| ops::task_complete_many(j, ps).await)
     }
 
     async fn task_fail(&self, p: &FailParams) -> StoreResult<Settled<FailResult>> {

@@ -403,3 +403,92 @@ pub(super) async fn task_fail(j: &mut Job, p: &FailParams) -> StoreResult<Settle
         leased_at,
     }))
 }
+
+/// CompleteMany: the rows read and locked in one statement, each live lease
+/// settled by its own UPDATE, the attempt rows written in one statement; an
+/// item that is not a live lease (or names a task twice) takes `task_complete`.
+pub(super) async fn task_complete_many(
+    j: &mut Job,
+    ps: &[CompleteParams],
+) -> StoreResult<Vec<Settled<Completed>>> {
+    if ps.len() < 2 {
+        let mut out = Vec::with_capacity(ps.len());
+        for p in ps {
+            out.push(task_complete(j, p).await?);
+        }
+        return Ok(out);
+    }
+    let mut qb = sqlx::QueryBuilder::<sqlx::MySql>::new(format!(
+        "SELECT {TASK_COLUMNS} FROM tasks WHERE id IN ("
+    ));
+    let mut sep = qb.separated(", ");
+    for p in ps {
+        sep.push_bind(&p.task_id);
+    }
+    qb.push(") FOR UPDATE");
+    let mut rows: std::collections::HashMap<String, TaskRow> = qb
+        .build_query_as::<TaskRow>()
+        .fetch_all(j.conn())
+        .await?
+        .into_iter()
+        .map(|r| (r.id.clone(), r))
+        .collect();
+    let mut out = Vec::with_capacity(ps.len());
+    let mut ended: Vec<(TaskRow, i64)> = Vec::new();
+    for p in ps {
+        let now = ms(p.now);
+        let live = rows.get(&p.task_id).is_some_and(|r| {
+            r.state == "leased"
+                && r.lease_token.as_deref() == Some(p.lease_token.as_str())
+                && r.lease_expires_at.is_some_and(|e| e > now)
+        });
+        if !live {
+            out.push(task_complete(j, p).await?);
+            continue;
+        }
+        let row = rows.remove(&p.task_id).expect("present");
+        sqlx::query(
+            "UPDATE tasks SET state = 'succeeded', result = ?, finished_at = ?, \
+             lease_expires_at = NULL, updated_at = ? WHERE seq = ?",
+        )
+        .bind(&p.result)
+        .bind(now)
+        .bind(now)
+        .bind(row.seq)
+        .execute(j.conn())
+        .await?;
+        let mut ev = of_row(&row, EventKind::Succeeded, now);
+        ev.state = "succeeded";
+        j.push(ev);
+        let a = row.attempt_end();
+        out.push(Settled::Applied(Completed {
+            queue: row.queue.clone(),
+            leased_at: Some(from_ms(a.leased_at)),
+        }));
+        ended.push((row, now));
+    }
+    if !ended.is_empty() {
+        let mut qb = sqlx::QueryBuilder::<sqlx::MySql>::new(
+            "INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, leased_at, \
+             outcome, error, finished_at, fencing_token) ",
+        );
+        qb.push_values(&ended, |mut b, (row, now)| {
+            let a = row.attempt_end();
+            b.push_bind(a.task_id.to_owned())
+                .push_bind(a.attempt)
+                .push_bind(a.worker_id.to_owned())
+                .push_bind(a.worker_address.to_owned())
+                .push_bind(a.leased_at)
+                .push_bind(AttemptOutcome::Succeeded.as_str())
+                .push_bind(None::<String>)
+                .push_bind(*now)
+                .push_bind(a.fencing_token);
+        });
+        qb.push(
+            " ON DUPLICATE KEY UPDATE outcome = VALUES(outcome), error = VALUES(error), \
+             finished_at = VALUES(finished_at)",
+        );
+        qb.build().execute(j.conn()).await?;
+    }
+    Ok(out)
+}
