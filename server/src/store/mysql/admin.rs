@@ -67,7 +67,15 @@ pub(super) async fn lease_reclaim_expired(
     for row in &expired {
         let decision = decide(row, false, None, now_dt, rand::random());
         let write = FailureWrite::new(row, decision, now);
-        write_failure(j, row, &write, "lease expired", AttemptOutcome::LeaseExpired, now).await?;
+        write_failure(
+            j,
+            row,
+            &write,
+            "lease expired",
+            AttemptOutcome::LeaseExpired,
+            now,
+        )
+        .await?;
         if write.state == StoredState::Pending && !reaped.queues.contains(&row.queue) {
             reaped.queues.push(row.queue.clone());
         }

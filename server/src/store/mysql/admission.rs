@@ -197,7 +197,9 @@ pub(super) async fn queue_usage(
             .fetch_one(r)
             .await?;
     let mut usage = QueueUsage {
-        tokens: config.rate_limit.map(|l| l.refill(tokens, refilled_at, now)),
+        tokens: config
+            .rate_limit
+            .map(|l| l.refill(tokens, refilled_at, now)),
         leased: leased.max(0) as u64,
         ..QueueUsage::default()
     };

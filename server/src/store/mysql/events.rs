@@ -77,7 +77,11 @@ pub(super) async fn after_job(j: &mut Job) -> StoreResult<()> {
                 sep.push_bind(*id);
             }
             qb.push(")");
-            waited_on.extend(qb.build_query_scalar::<String>().fetch_all(j.conn()).await?);
+            waited_on.extend(
+                qb.build_query_scalar::<String>()
+                    .fetch_all(j.conn())
+                    .await?,
+            );
         }
         for e in &evs {
             let state = match e.kind {

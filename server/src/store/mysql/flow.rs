@@ -246,8 +246,9 @@ pub(super) async fn dead_letters_set(j: &mut Job, pairs: &[(String, String)]) ->
 }
 
 pub(super) async fn select(r: &MySqlPool, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
-    let mut qb =
-        sqlx::QueryBuilder::<MySql>::new(format!("SELECT {TASK_COLUMNS} FROM tasks WHERE queue = "));
+    let mut qb = sqlx::QueryBuilder::<MySql>::new(format!(
+        "SELECT {TASK_COLUMNS} FROM tasks WHERE queue = "
+    ));
     qb.push_bind(&f.queue);
     if let Some(p) = &f.key_prefix {
         qb.push(" AND LEFT(`key`, CHAR_LENGTH(")
@@ -272,7 +273,8 @@ pub(super) async fn select(r: &MySqlPool, f: &BulkFilter) -> StoreResult<Vec<Tas
     if let Some(s) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
         qb.push(" AND ").push(s);
     }
-    qb.push(" ORDER BY seq LIMIT ").push_bind(i64::from(f.limit));
+    qb.push(" ORDER BY seq LIMIT ")
+        .push_bind(i64::from(f.limit));
     qb.build_query_as::<TaskRow>()
         .fetch_all(r)
         .await?
@@ -310,7 +312,14 @@ pub(super) async fn cancel_many(
             .execute(j.conn())
             .await?;
             out.cancelled += 1;
-            j.push(simple(id, &queue, EventKind::Cancelled, "cancelled", attempt, now));
+            j.push(simple(
+                id,
+                &queue,
+                EventKind::Cancelled,
+                "cancelled",
+                attempt,
+                now,
+            ));
         } else if state == "leased" && !requested {
             sqlx::query("UPDATE tasks SET cancel_requested = TRUE, updated_at = ? WHERE seq = ?")
                 .bind(now)
@@ -318,7 +327,14 @@ pub(super) async fn cancel_many(
                 .execute(j.conn())
                 .await?;
             out.cancel_requested += 1;
-            j.push(simple(id, &queue, EventKind::Updated, "leased", attempt, now));
+            j.push(simple(
+                id,
+                &queue,
+                EventKind::Updated,
+                "leased",
+                attempt,
+                now,
+            ));
         }
     }
     Ok(out)

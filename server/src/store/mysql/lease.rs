@@ -57,8 +57,7 @@ async fn lease_seqs(
         "UPDATE tasks SET state = 'leased', attempt = attempt + 1, \
          fencing_token = fencing_token + 1, lease_token = CONCAT(",
     );
-    qb.push_bind(&batch)
-        .push(", '.', seq), leased_by = ");
+    qb.push_bind(&batch).push(", '.', seq), leased_by = ");
     qb.push_bind(worker)
         .push(", lease_duration_ms = ")
         .push_bind(lease_ms)
@@ -211,7 +210,10 @@ pub(super) async fn lease(j: &mut Job, p: &LeaseParams) -> StoreResult<Vec<TaskR
 /// tasks are shared out as [`lease_shares`] says, then a request that got less
 /// than its share (routing, its cap) leaves the rest to the others, who ask
 /// again for what they still want, in request order.
-pub(super) async fn lease_many(j: &mut Job, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
+pub(super) async fn lease_many(
+    j: &mut Job,
+    ps: &[LeaseParams],
+) -> StoreResult<Vec<Vec<TaskRecord>>> {
     let Some(first) = ps.first() else {
         return Ok(Vec::new());
     };
@@ -278,18 +280,19 @@ pub(super) async fn lease_many(j: &mut Job, ps: &[LeaseParams]) -> StoreResult<V
 /// What the gated lease knows of one queue, and its bucket as read; its
 /// `queues` row stays locked until the job ends.
 async fn load_use(j: &mut Job, queue: &str, now: i64) -> StoreResult<QueueUse> {
-    let row: Option<(String, f64, i64)> = sqlx::query_as(
-        "SELECT config, tokens, refilled_at FROM queues WHERE name = ? FOR UPDATE",
-    )
-    .bind(queue)
-    .fetch_optional(j.conn())
-    .await?;
+    let row: Option<(String, f64, i64)> =
+        sqlx::query_as("SELECT config, tokens, refilled_at FROM queues WHERE name = ? FOR UPDATE")
+            .bind(queue)
+            .fetch_optional(j.conn())
+            .await?;
     let Some((json, tokens, refilled_at)) = row else {
         return Ok(QueueUse::default());
     };
     let config = super::admission::parse(queue, &json)?;
     let mut usage = QueueUse {
-        tokens: config.rate_limit.map(|l| l.refill(tokens, refilled_at, now)),
+        tokens: config
+            .rate_limit
+            .map(|l| l.refill(tokens, refilled_at, now)),
         ..QueueUse::default()
     };
     if config.max_concurrent > 0 {
@@ -586,7 +589,15 @@ pub(super) async fn lease_gated(
             }
             let config = uses[qi].config.clone();
             let cands = candidates(
-                j, ps, queue, qi, &config, &closed[qi], &seen[qi], window, now,
+                j,
+                ps,
+                queue,
+                qi,
+                &config,
+                &closed[qi],
+                &seen[qi],
+                window,
+                now,
             )
             .await?;
             let keys: Vec<&str> = cands.iter().filter_map(|o| o.cand.key.as_deref()).collect();
@@ -628,7 +639,12 @@ pub(super) async fn lease_gated(
     }
     let mut out: Vec<Vec<TaskRecord>> = ps.iter().map(|_| Vec::new()).collect();
     let mut charged: Vec<(usize, Option<String>)> = Vec::with_capacity(taken.len());
-    for Assigned { cand, queue, request } in &taken {
+    for Assigned {
+        cand,
+        queue,
+        request,
+    } in &taken
+    {
         let Some(row) = by_seq.remove(&cand.seq) else {
             continue;
         };

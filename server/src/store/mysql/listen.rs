@@ -48,13 +48,12 @@ async fn wake_between(pool: &MySqlPool, wake: &Waker, last: i64, n: i64) -> Stor
         wake(None);
         return Ok(());
     }
-    let rows: Vec<(String, String)> = sqlx::query_as(
-        "SELECT queue, state FROM task_events WHERE event_id > ? AND event_id <= ?",
-    )
-    .bind(last)
-    .bind(n)
-    .fetch_all(pool)
-    .await?;
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT queue, state FROM task_events WHERE event_id > ? AND event_id <= ?")
+            .bind(last)
+            .bind(n)
+            .fetch_all(pool)
+            .await?;
     if (rows.len() as i64) < n - last {
         wake(None);
         return Ok(());
@@ -72,7 +71,12 @@ async fn wake_between(pool: &MySqlPool, wake: &Waker, last: i64, n: i64) -> Stor
     Ok(())
 }
 
-pub(super) fn spawn(pool: MySqlPool, wake: Waker, stop: CancellationToken, notes: std::sync::Arc<Notes>) {
+pub(super) fn spawn(
+    pool: MySqlPool,
+    wake: Waker,
+    stop: CancellationToken,
+    notes: std::sync::Arc<Notes>,
+) {
     tokio::spawn(async move {
         loop {
             let poller = async {

@@ -293,7 +293,10 @@ impl Store for MysqlStore {
         scope: &PurgeScope,
         limit: u32,
     ) -> StoreResult<u64> {
-        job!(self, |j| admin::task_purge_finished(j, before, scope, limit).await)
+        job!(self, |j| admin::task_purge_finished(
+            j, before, scope, limit
+        )
+        .await)
     }
 
     fn pool_stats(&self) -> PoolStats {
@@ -559,7 +562,10 @@ impl Store for MysqlStore {
         matches: &[Option<MatchTo>],
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<MatchedInsert>> {
-        job!(self, |j| sync_match::task_insert_matched(j, tasks, matches, now).await)
+        job!(self, |j| sync_match::task_insert_matched(
+            j, tasks, matches, now
+        )
+        .await)
     }
 
     async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64> {

@@ -129,7 +129,14 @@ pub(super) async fn task_requeue_dead(j: &mut Job, p: &RequeueDeadParams) -> Sto
     )
     .await?;
     for (_, id, attempt) in &rows {
-        j.push(simple(id, &p.queue, EventKind::Requeued, "ready", *attempt, now));
+        j.push(simple(
+            id,
+            &p.queue,
+            EventKind::Requeued,
+            "ready",
+            *attempt,
+            now,
+        ));
     }
     if !rows.is_empty() {
         j.woken.push(p.queue.clone());
@@ -154,7 +161,14 @@ pub(super) async fn lease_holders(
 
 pub(super) async fn task_cancel_dead(j: &mut Job, p: &CancelDeadParams) -> StoreResult<u64> {
     let now = ms(p.now);
-    let rows = dead_ids(j, &p.queue, p.error.as_deref(), p.task_id.as_deref(), p.limit).await?;
+    let rows = dead_ids(
+        j,
+        &p.queue,
+        p.error.as_deref(),
+        p.task_id.as_deref(),
+        p.limit,
+    )
+    .await?;
     let seqs: Vec<i64> = rows.iter().map(|r| r.0).collect();
     update_seqs(
         j,
@@ -163,7 +177,14 @@ pub(super) async fn task_cancel_dead(j: &mut Job, p: &CancelDeadParams) -> Store
     )
     .await?;
     for (_, id, attempt) in &rows {
-        j.push(simple(id, &p.queue, EventKind::Cancelled, "cancelled", *attempt, now));
+        j.push(simple(
+            id,
+            &p.queue,
+            EventKind::Cancelled,
+            "cancelled",
+            *attempt,
+            now,
+        ));
     }
     Ok(rows.len() as u64)
 }

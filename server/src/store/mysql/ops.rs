@@ -390,8 +390,7 @@ pub(super) async fn task_fail(j: &mut Job, p: &FailParams) -> StoreResult<Settle
     }
     let decision = decide(&row, p.non_retryable, p.retry_after, p.now, p.jitter_unit);
     let write = FailureWrite::new(&row, decision, now);
-    let leased_at =
-        write_failure(j, &row, &write, &p.error, AttemptOutcome::Failed, now).await?;
+    let leased_at = write_failure(j, &row, &write, &p.error, AttemptOutcome::Failed, now).await?;
     if write.state == StoredState::Pending {
         // Routing: a sticky retry is kept for this worker.
         super::routing::reserve_retry(j, &row, p).await?;

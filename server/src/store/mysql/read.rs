@@ -55,19 +55,14 @@ pub(super) async fn task_queues(
             sep.push_bind(id);
         }
         qb.push(")");
-        out.extend(
-            qb.build_query_as::<(String, String)>()
-                .fetch_all(r)
-                .await?,
-        );
+        out.extend(qb.build_query_as::<(String, String)>().fetch_all(r).await?);
     }
     Ok(out)
 }
 
 pub(super) async fn task_list(r: &MySqlPool, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
-    let mut qb = sqlx::QueryBuilder::<MySql>::new(format!(
-        "SELECT {TASK_COLUMNS} FROM tasks WHERE 1 = 1"
-    ));
+    let mut qb =
+        sqlx::QueryBuilder::<MySql>::new(format!("SELECT {TASK_COLUMNS} FROM tasks WHERE 1 = 1"));
     if let Some(queue) = &f.queue {
         qb.push(" AND queue = ").push_bind(queue);
     }
@@ -194,7 +189,9 @@ pub(super) async fn queue_stats(
     push_queues(&mut qb, queues);
     qb.push(" GROUP BY queue UNION ALL SELECT queue, state, run_at > ")
         .push_bind(now)
-        .push(" AS later, COUNT(*), CAST(MIN(run_at) AS SIGNED) FROM tasks WHERE state = 'pending'");
+        .push(
+            " AS later, COUNT(*), CAST(MIN(run_at) AS SIGNED) FROM tasks WHERE state = 'pending'",
+        );
     push_queues(&mut qb, queues);
     qb.push(" GROUP BY queue, state, later");
     let counts: Vec<(String, String, bool, i64, i64)> = qb.build_query_as().fetch_all(r).await?;

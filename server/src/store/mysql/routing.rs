@@ -82,7 +82,8 @@ fn minute_before(now: DateTime<Utc>) -> i64 {
 pub(super) async fn worker_list(r: &MySqlPool, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
     let since = minute_before(f.now).to_string();
     let mut qb = sqlx::QueryBuilder::<MySql>::new(WORKER_SELECT.replace('?', &since));
-    qb.push(" WHERE w.last_seen >= ").push_bind(ms(f.seen_since));
+    qb.push(" WHERE w.last_seen >= ")
+        .push_bind(ms(f.seen_since));
     if let Some(queue) = &f.queue {
         qb.push(" AND JSON_CONTAINS(w.queues, JSON_QUOTE(")
             .push_bind(queue)

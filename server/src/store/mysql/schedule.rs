@@ -110,12 +110,11 @@ pub(super) async fn fire(j: &mut Job, f: &ScheduleFire) -> StoreResult<Fired> {
     }
     if let Some(task) = &f.cancel_task_id {
         use crate::domain::event::EventKind;
-        let row: Option<(i64, String, String, i64)> = sqlx::query_as(
-            "SELECT seq, state, queue, attempt FROM tasks WHERE id = ? FOR UPDATE",
-        )
-        .bind(task)
-        .fetch_optional(j.conn())
-        .await?;
+        let row: Option<(i64, String, String, i64)> =
+            sqlx::query_as("SELECT seq, state, queue, attempt FROM tasks WHERE id = ? FOR UPDATE")
+                .bind(task)
+                .fetch_optional(j.conn())
+                .await?;
         match row {
             Some((seq, state, q, a)) if state == "pending" => {
                 sqlx::query(
@@ -271,7 +270,8 @@ pub(super) async fn run_list(
     if let Some(before) = f.before_fire_time {
         qb.push(" AND r.fire_time < ").push_bind(ms(before));
     }
-    qb.push(" ORDER BY r.fire_time DESC LIMIT ").push_bind(f.limit);
+    qb.push(" ORDER BY r.fire_time DESC LIMIT ")
+        .push_bind(f.limit);
     Ok(qb
         .build_query_as::<RunRow>()
         .fetch_all(r)
