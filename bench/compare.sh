@@ -21,17 +21,26 @@
 # file, or a new database on one throwaway Postgres cluster (scripts/pg.sh) that
 # the peers share. Task counts can be overridden with TB_TASKS_PER_TASK,
 # TB_TASKS_BATCHED, PEER_TASKS_BEST, BACKLOGS ("100000 1000000"); REPS overrides the repetitions.
+#
+#   bench/compare.sh --mysql    # taskbroker on MySQL too (a throwaway MariaDB, scripts/mysql.sh):
+#                               # per-task and batched at every worker count, and its pick-up latency
+#   TB_ONLY=1 bench/compare.sh --quick --mysql   # taskbroker's stores only, no peers
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 quick=0
+mysql=0
 for arg in "$@"; do
   case "$arg" in
     --quick) quick=1 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
-    *) echo "unknown argument $arg (try --quick)" >&2; exit 2 ;;
+    --mysql) mysql=1 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    *) echo "unknown argument $arg (try --quick or --mysql)" >&2; exit 2 ;;
   esac
 done
+stores="sqlite postgres"
+if [ "$mysql" = 1 ]; then stores="$stores mysql"; fi
+tb_only=${TB_ONLY:-0}
 
 if [ "$quick" = 1 ]; then
   reps=${REPS:-1}
@@ -67,6 +76,7 @@ work=$(mktemp -d /tmp/taskbroker-compare.XXXXXX)
 log=$work/log
 cleanup() {
   scripts/pg.sh stop "$work/pg" || true
+  if [ "$mysql" = 1 ]; then scripts/mysql.sh stop "$work/mysql" || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -75,8 +85,10 @@ say() { echo "[$(( $(date +%s) - started ))s] $*" >&2; }
 
 say "building (release)"
 cargo build --release -q -p taskbroker-server -p taskbroker-bench
-say "installing peers (npm, Go module proxy) and matplotlib (PyPI)"
-bench/peers/install.sh >&2
+if [ "$tb_only" != 1 ]; then
+  say "installing peers (npm, Go module proxy) and matplotlib (PyPI)"
+  bench/peers/install.sh >&2
+fi
 if [ ! -x bench/.venv/bin/python ]; then python3 -m venv bench/.venv; fi
 bench/.venv/bin/pip install -q matplotlib
 
@@ -92,6 +104,32 @@ fresh_db() { # prints the URL of a new, empty database
   echo "$pg_base/$name"
 }
 drop_db() { psql_admin -c "DROP DATABASE IF EXISTS ${1##*/}"; }
+if [ "$mysql" = 1 ]; then
+  eval "$(scripts/mysql.sh start "$work/mysql")"
+  my_base=${TASKBROKER_TEST_MYSQL_URL%/*}
+  say "mysql at $my_base"
+fi
+fresh_mysql() { # prints the URL of a new, empty MySQL database
+  db_seq=$((db_seq + 1))
+  scripts/mysql.sh sql "$work/mysql" "CREATE DATABASE bench_$db_seq"
+  echo "$my_base/bench_$db_seq"
+}
+drop_mysql() { scripts/mysql.sh sql "$work/mysql" "DROP DATABASE IF EXISTS ${1##*/}"; }
+# store_url STORE NAME: a fresh database of the store; store_drop STORE URL.
+store_url() {
+  case "$1" in
+    sqlite) echo "sqlite://$work/$2.db" ;;
+    mysql) fresh_mysql ;;
+    *) fresh_db ;;
+  esac
+}
+store_drop() {
+  case "$1" in
+    sqlite) rm -f "${2#sqlite://}"* ;;
+    mysql) drop_mysql "$2" ;;
+    *) drop_db "$2" ;;
+  esac
+}
 
 summary() { # JSON LABEL: one line for the progress log
   python3 - "$1" "$2" <<'PY'
@@ -125,11 +163,11 @@ record() {
 
 tb_run() { # STORE MODE WORKERS TASKS BACKLOG REP
   local store=$1 mode=$2 workers=$3 tasks=$4 backlog=$5 rep=$6 url
-  if [ "$store" = sqlite ]; then url="sqlite://$work/bench-$rep.db"; else url=$(fresh_db); fi
+  url=$(store_url "$store" "bench-$rep")
   record "taskbroker $store $mode w=$workers backlog=$backlog" "$rep" \
     target/release/taskbroker-bench --spawn-broker "$url" --mode "$mode" --workers "$workers" \
     --tasks "$tasks" --backlog "$backlog" --latency-seconds "$latency_seconds"
-  if [ "$store" = sqlite ]; then rm -f "$work/bench-$rep.db"*; else drop_db "$url"; fi
+  store_drop "$store" "$url"
 }
 
 peer_run() { # SYSTEM CONFIG WORKERS TASKS REP [EXTRA ARGS FOR THE PEER...]
@@ -148,11 +186,11 @@ lat_rates=${LAT_RATES:-500,1000,3000}
 lat_warmup=2000
 tb_latency() { # STORE REP
   local store=$1 rep=$2 url
-  if [ "$store" = sqlite ]; then url="sqlite://$work/lat-$rep.db"; else url=$(fresh_db); fi
+  url=$(store_url "$store" "lat-$rep")
   record "latency taskbroker $store" "$rep" \
     target/release/taskbroker-bench --spawn-broker "$url" --mode batched --workers "$lat_workers" \
     --tasks "$lat_warmup" --closed-loop --latency-rate "$lat_rates" --latency-seconds "$loop_seconds"
-  if [ "$store" = sqlite ]; then rm -f "$work/lat-$rep.db"*; else drop_db "$url"; fi
+  store_drop "$store" "$url"
 }
 peer_latency() { # SYSTEM REP
   local url
@@ -163,12 +201,18 @@ peer_latency() { # SYSTEM REP
 }
 
 for rep in $(seq 1 "$reps"); do
-  for store in sqlite postgres; do
+  for store in $stores; do
     for workers in $worker_counts; do
       tb_run "$store" per-task "$workers" "$tb_per_task" 0 "$rep"
       tb_run "$store" batched "$workers" "$tb_batched" 0 "$rep"
     done
   done
+  if [ "$mysql" = 1 ]; then tb_latency mysql "$rep"; fi
+  if [ "$tb_only" = 1 ]; then
+    tb_latency postgres "$rep"
+    tb_latency sqlite "$rep"
+    continue
+  fi
   for workers in $worker_counts; do
     for peer in graphile-worker river pg-boss; do
       peer_run "$peer" best "$workers" "$peer_best" "$rep"
@@ -198,7 +242,7 @@ commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- server client-rs 
 description="Run by \`bench/compare.sh$([ "$quick" = 1 ] && echo " --quick")\` on $(date -u '+%Y-%m-%d %H:%M UTC'), \
 commit $commit, $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB; broker, database and load generator \
 on the same machine. Postgres $pg_version (scripts/pg.sh: default settings, fsync on); SQLite WAL with \
-synchronous=FULL. $reps run(s) per point ($( [ "$reps" -ge 3 ] && echo "median of $reps" || echo "single run")); \
+synchronous=FULL.$( [ "$mysql" = 1 ] && echo " MySQL store on MariaDB $(scripts/mysql.sh sql "$work/mysql" 'SELECT VERSION()') (scripts/mysql.sh: log flushed once a second)." ) $reps run(s) per point ($( [ "$reps" -ge 3 ] && echo "median of $reps" || echo "single run")); \
 backlog points one run each. Tasks per run: taskbroker per-task $tb_per_task, batched $tb_batched; \
 peers' best configurations $peer_best, their per-job defaults $peer_graphile_defaults (graphile-worker), \
 $peer_river_defaults (River), $peer_pgboss_defaults (pg-boss). Pick-up latency: $lat_workers workers, \

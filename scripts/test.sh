@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it and as a new user runs it:
 #   scripts/test.sh
-# It installs what is missing (Rust components, Postgres from Debian packages,
-# each client's dependencies), starts a throwaway Postgres cluster as the
-# `postgres` user, and runs: the issue-tag and layering checks (scripts/layers.py),
-# format and lint checks, buf lint and breaking checks on the proto, the Helm chart checks, every Rust test against SQLite and Postgres,
+# It installs what is missing (Rust components, Postgres and MariaDB from Debian
+# packages, each client's dependencies), starts a throwaway Postgres cluster as the
+# `postgres` user and a throwaway MariaDB server as the `mysql` user, and runs: the issue-tag and layering checks (scripts/layers.py),
+# format and lint checks, buf lint and breaking checks on the proto, the Helm chart checks, every Rust test against SQLite and Postgres (and the store
+# conformance suites and MySQL fault tests against MariaDB),
 # the console's browser tests (scripts/console-e2e.sh, installs Debian chromium),
 # and the client conformance scenario in every language against a live broker.
 # Set TASKBROKER_LANGS="rust python" to run only some client languages.
@@ -73,7 +74,13 @@ eval "$(scripts/pg.sh start-tls "$pgdir/tls")"
 export TASKBROKER_TEST_POSTGRES_TLS_URL TASKBROKER_TEST_POSTGRES_TLS_CA
 export TASKBROKER_REQUIRE_POSTGRES_TLS=1
 
-step "cargo test (SQLite and Postgres)"
+step "throwaway MariaDB server (the MySQL store)"
+trap 'scripts/pg.sh stop "$pgdir/cluster"; scripts/pg.sh stop "$pgdir/tls"; scripts/mysql.sh stop "$pgdir/mysql"; rm -rf "$pgdir"' EXIT
+eval "$(scripts/mysql.sh start "$pgdir/mysql")"
+export TASKBROKER_TEST_MYSQL_URL
+export TASKBROKER_REQUIRE_MYSQL=1
+
+step "cargo test (SQLite, Postgres and MySQL)"
 cargo test --workspace --no-fail-fast
 
 # The failover tests run only here (and in scripts/failover.sh), where they are asked for:

@@ -209,8 +209,8 @@ impl Args {
         if !(1..=MAX_REPLICAS).contains(&self.replicas) {
             return Err(format!("--replicas must be 1-{MAX_REPLICAS}"));
         }
-        if self.replicas > 1 && self.store() != Some("postgres") {
-            return Err("--replicas above 1 needs a Postgres --spawn-broker URL".into());
+        if self.replicas > 1 && !matches!(self.store(), Some("postgres" | "mysql")) {
+            return Err("--replicas above 1 needs a Postgres or MySQL --spawn-broker URL".into());
         }
         if !(self.soak_sample_seconds >= 1.0 && self.soak_sample_seconds.is_finite()) {
             return Err("--soak-sample-seconds must be 1 or more".into());
@@ -237,13 +237,15 @@ impl Args {
         })
     }
 
-    /// `sqlite` or `postgres` when the benchmark starts the broker itself.
+    /// `sqlite`, `postgres` or `mysql` when the benchmark starts the broker itself.
     pub fn store(&self) -> Option<&'static str> {
         let url = self.spawn_broker.as_deref()?;
         if url.starts_with("sqlite:") {
             Some("sqlite")
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             Some("postgres")
+        } else if url.starts_with("mysql:") {
+            Some("mysql")
         } else {
             None
         }
@@ -327,6 +329,10 @@ mod tests {
         assert_eq!(
             parse(&["--spawn-broker", "postgres://u@h/db"]).store(),
             Some("postgres")
+        );
+        assert_eq!(
+            parse(&["--spawn-broker", "mysql://u:p@h:3306/db"]).store(),
+            Some("mysql")
         );
         assert_eq!(parse(&[]).store(), None);
     }

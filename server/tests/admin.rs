@@ -279,7 +279,7 @@ async fn requeue_gives_a_fresh_budget_and_no_lease(b: Backend) {
     assert!(leased.lease_expires_at.is_some());
 }
 
-both_backends!(
+all_backends!(
     requeue_gives_a_fresh_budget_and_no_lease,
     list_filters_and_pages_newest_first,
     update_changes_waiting_tasks_but_not_leased_ones,

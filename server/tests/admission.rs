@@ -571,7 +571,7 @@ async fn the_per_worker_cap_is_a_live_setting(b: Backend) {
     app.shutdown().await;
 }
 
-both_backends!(
+all_backends!(
     settings_are_read_changed_by_mask_and_listed,
     the_per_worker_cap_is_a_live_setting,
     bad_updates_name_their_field_and_change_nothing,

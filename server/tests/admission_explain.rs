@@ -287,7 +287,7 @@ async fn an_unmatched_target_and_a_sticky_reservation_are_named(b: Backend) {
     app.shutdown().await;
 }
 
-both_backends!(
+all_backends!(
     a_ready_task_alone_has_no_gate_and_a_leased_one_none_at_all,
     an_unmatched_target_and_a_sticky_reservation_are_named,
     a_future_run_at_and_a_retry_backoff_say_until_when,

@@ -1,4 +1,4 @@
-//! Admission: two broker replicas on one Postgres share their queues'
+//! Admission: two broker replicas on one Postgres (or MySQL) share their queues'
 //! limits (a limit of 1 is 1 in the cluster) and their settings.
 
 mod common;
@@ -12,8 +12,8 @@ use common::*;
 use helpers::*;
 use taskbroker_client::pb;
 
-async fn two_replicas() -> Option<(TestApp, TestApp)> {
-    let db = Arc::new(test_db(Backend::Postgres).await?);
+async fn two_replicas(backend: Backend) -> Option<(TestApp, TestApp)> {
+    let db = Arc::new(test_db(backend).await?);
     let a = spawn_on(db.clone(), Options::default()).await;
     let b = spawn_on(db, Options::default()).await;
     Some((a, b))
@@ -21,7 +21,16 @@ async fn two_replicas() -> Option<(TestApp, TestApp)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_limit_of_one_is_one_across_replicas() {
-    let Some((a, b)) = two_replicas().await else {
+    limit_of_one_across_replicas(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_limit_of_one_is_one_across_mysql_replicas() {
+    limit_of_one_across_replicas(Backend::Mysql).await;
+}
+
+async fn limit_of_one_across_replicas(backend: Backend) {
+    let Some((a, b)) = two_replicas(backend).await else {
         return;
     };
     let (mut admin, mut ca, mut cb) = (a.admin().await, a.broker().await, b.broker().await);
@@ -50,7 +59,16 @@ async fn a_queue_limit_of_one_is_one_across_replicas() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_per_key_limit_holds_with_workers_on_both_replicas() {
-    let Some(db) = test_db(Backend::Postgres).await else {
+    per_key_limit_on_both_replicas(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_key_limit_holds_with_workers_on_both_mysql_replicas() {
+    per_key_limit_on_both_replicas(Backend::Mysql).await;
+}
+
+async fn per_key_limit_on_both_replicas(backend: Backend) {
+    let Some(db) = test_db(backend).await else {
         return;
     };
     let db = Arc::new(db);
@@ -86,7 +104,18 @@ async fn a_per_key_limit_holds_with_workers_on_both_replicas() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_on_one_replica_stops_the_other_and_resume_wakes_its_long_poll() {
-    let Some((a, b)) = two_replicas().await else {
+    pause_and_resume_across_replicas(Backend::Postgres).await;
+}
+
+/// On MySQL the resume reaches the other replica through the event counter
+/// its poller reads (a settings change advances it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_on_one_mysql_replica_stops_the_other_and_resume_wakes_its_long_poll() {
+    pause_and_resume_across_replicas(Backend::Mysql).await;
+}
+
+async fn pause_and_resume_across_replicas(backend: Backend) {
+    let Some((a, b)) = two_replicas(backend).await else {
         return;
     };
     let (mut admin, mut ca, mut cb) = (a.admin().await, a.broker().await, b.broker().await);

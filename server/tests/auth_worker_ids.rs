@@ -282,4 +282,4 @@ async fn settles_check_the_lease_holder(b: Backend) {
     assert!(e.message().starts_with("completions:"), "{e:?}");
 }
 
-both_backends!(lease_under_allowed_ids_only, settles_check_the_lease_holder);
+all_backends!(lease_under_allowed_ids_only, settles_check_the_lease_holder);

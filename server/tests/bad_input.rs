@@ -405,7 +405,7 @@ async fn admin_calls_with_bad_fields_are_rejected(b: Backend) {
     assert_eq!(get(&mut admin, &id).await.priority, 0, "unchanged");
 }
 
-both_backends!(
+all_backends!(
     submits_with_bad_fields_are_rejected_and_store_nothing,
     lease_and_report_calls_with_bad_fields_are_rejected,
     admin_calls_with_bad_fields_are_rejected,

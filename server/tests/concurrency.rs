@@ -114,7 +114,7 @@ async fn eight_workers_complete_two_thousand_tasks_exactly_once(b: Backend) {
     assert_eq!(stats[0].ready + stats[0].leased, 0);
 }
 
-both_backends!(eight_workers_complete_two_thousand_tasks_exactly_once);
+all_backends!(eight_workers_complete_two_thousand_tasks_exactly_once);
 
 /// A broker process of the built binary.
 pub struct BrokerProcess {

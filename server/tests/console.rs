@@ -1229,7 +1229,7 @@ async fn a_task_page_shows_its_event_history(backend: Backend) {
     app.shutdown().await;
 }
 
-both_backends!(
+all_backends!(
     queues_are_paused_resumed_and_edited_from_the_console,
     workers_show_their_labels_and_leases,
     a_waiting_task_says_why_it_is_not_running,

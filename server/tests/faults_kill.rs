@@ -44,7 +44,17 @@ async fn until_progress(ledger: &Arc<Ledger>, by: usize, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_postgres_replicas_survive_a_sigkill_under_load_and_a_restart() {
-    let Some(db) = test_db(Backend::Postgres).await else {
+    two_replicas_survive_a_sigkill(Backend::Postgres).await;
+}
+
+/// The same on MySQL/MariaDB (row locks, the polled wake-ups).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_mysql_replicas_survive_a_sigkill_under_load_and_a_restart() {
+    two_replicas_survive_a_sigkill(Backend::Mysql).await;
+}
+
+async fn two_replicas_survive_a_sigkill(backend: Backend) {
+    let Some(db) = test_db(backend).await else {
         return;
     };
     let logs = tempfile::tempdir().unwrap();

@@ -25,7 +25,15 @@ fn pb_dur(d: Duration) -> Option<prost_types::Duration> {
 
 /// One number from the database.
 async fn count(database_url: &str, sql: &str) -> i64 {
-    if database_url.starts_with("postgres") {
+    if database_url.starts_with("mysql") {
+        let mut c = <sqlx::MySqlConnection as sqlx::Connection>::connect(database_url)
+            .await
+            .unwrap();
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.to_string()))
+            .fetch_one(&mut c)
+            .await
+            .unwrap()
+    } else if database_url.starts_with("postgres") {
         let mut c = <sqlx::PgConnection as sqlx::Connection>::connect(database_url)
             .await
             .unwrap();
@@ -279,7 +287,7 @@ async fn ten_thousand_leases_expiring_at_once_are_reclaimed_and_run_again(b: Bac
     }
 }
 
-both_backends!(
+all_backends!(
     a_retry_storm_settles_every_task_after_exactly_four_attempts,
     a_thousand_idle_long_polls_leave_submit_and_lease_answering,
     ten_thousand_leases_expiring_at_once_are_reclaimed_and_run_again,

@@ -589,7 +589,7 @@ async fn a_retry_schedule_sets_each_delay(b: Backend) {
     }
 }
 
-both_backends!(
+all_backends!(
     a_retry_schedule_sets_each_delay,
     a_chain_of_ten_thousand_runs_in_order,
     a_diamond_of_ten_thousand_joins_once,

@@ -348,7 +348,7 @@ async fn bad_flow_input_names_the_field(b: Backend) {
     assert_eq!(bad_field(&e).as_deref(), Some("filter.states[0]"));
 }
 
-both_backends!(
+all_backends!(
     dependencies_end_to_end,
     bad_flow_input_names_the_field,
     wait_follows_the_stream,

@@ -143,7 +143,7 @@ async fn a_worker_deployment_scales_from_zero_on_work_and_back(backend: Backend)
     app.shutdown().await;
 }
 
-both_backends!(a_worker_deployment_scales_from_zero_on_work_and_back);
+all_backends!(a_worker_deployment_scales_from_zero_on_work_and_back);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_trigger_metadata_is_invalid_argument_naming_the_key() {

@@ -413,7 +413,7 @@ async fn a_waiting_lease_next_gets_a_task_submitted_meanwhile(b: Backend) {
     app.shutdown().await;
 }
 
-both_backends!(
+all_backends!(
     complete_returns_the_next_tasks_in_lease_order,
     fail_returns_the_next_task_but_not_its_own_retry_before_the_backoff,
     complete_many_returns_the_next_batch,

@@ -151,7 +151,7 @@ async fn a_scrape_answers_from_the_last_count_while_it_is_young(b: Backend) {
     app.shutdown().await;
 }
 
-both_backends!(
+all_backends!(
     the_depth_gauges_follow_submits_leases_settles_and_cancels,
     a_scrape_answers_from_the_last_count_while_it_is_young,
 );

@@ -351,7 +351,7 @@ async fn a_key_of_another_producer_is_refused_without_its_id(b: Backend) {
     .unwrap();
 }
 
-both_backends!(a_key_of_another_producer_is_refused_without_its_id);
+all_backends!(a_key_of_another_producer_is_refused_without_its_id);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_matrix_of_roles_and_methods() {

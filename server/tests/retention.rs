@@ -119,6 +119,9 @@ async fn edges(url: &str) -> i64 {
     if url.starts_with("sqlite") {
         let mut c = sqlx::SqliteConnection::connect(url).await.unwrap();
         sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap()
+    } else if url.starts_with("mysql") {
+        let mut c = sqlx::MySqlConnection::connect(url).await.unwrap();
+        sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap()
     } else {
         let mut c = sqlx::PgConnection::connect(url).await.unwrap();
         sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap()
@@ -186,7 +189,7 @@ async fn purged_tasks_take_their_dependency_edges(b: Backend) {
     );
 }
 
-both_backends!(
+all_backends!(
     finished_tasks_are_deleted_after_their_queue_retention,
     purged_tasks_take_their_dependency_edges,
 );

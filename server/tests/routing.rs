@@ -417,7 +417,7 @@ async fn routing_holds_in_a_queue_with_admission_gates(b: Backend) {
     );
 }
 
-both_backends!(
+all_backends!(
     labels_route_tasks_and_fanout_makes_copies,
     routing_holds_in_a_queue_with_admission_gates,
     prefer_same_worker_keeps_the_retry_for_the_worker,

@@ -1,5 +1,5 @@
 //! Exactly once with real broker processes: schedules firing every second while
-//! two brokers share one Postgres and the firing broker is killed with SIGKILL
+//! two brokers share one Postgres (or MySQL) and the firing broker is killed with SIGKILL
 //! (and restarted), or while the one SQLite broker is killed and restarted.
 //! Every fire time makes one task, and CATCH_UP leaves no fire time out.
 
@@ -179,7 +179,16 @@ async fn pause_and_check(addr: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_postgres_brokers_and_a_kill_9_fire_each_fire_time_once() {
-    let Some(db) = test_db(Backend::Postgres).await else {
+    two_brokers_and_a_kill_9(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_mysql_brokers_and_a_kill_9_fire_each_fire_time_once() {
+    two_brokers_and_a_kill_9(Backend::Mysql).await;
+}
+
+async fn two_brokers_and_a_kill_9(backend: Backend) {
+    let Some(db) = test_db(backend).await else {
         return;
     };
     let a = start_broker(&db.url).await;

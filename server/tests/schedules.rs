@@ -790,7 +790,7 @@ async fn producers_manage_only_their_own_schedules(b: Backend) {
         .unwrap();
 }
 
-both_backends!(
+all_backends!(
     every_schedule_makes_tasks_that_carry_its_id_and_fire_time,
     once_and_cron_schedules_fire_on_their_times,
     a_berlin_0230_job_fires_once_on_both_dst_days,

@@ -1180,7 +1180,7 @@ async fn a_lease_reply_never_outgrows_what_a_client_can_decode(b: Backend) {
     assert_eq!(second.len(), 3);
 }
 
-both_backends!(
+all_backends!(
     a_lease_reply_never_outgrows_what_a_client_can_decode,
     a_previous_holder_is_fenced_off_after_the_task_moves_on,
     per_queue_lease_bounds_hold_in_every_lease_call,

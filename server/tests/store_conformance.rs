@@ -1,5 +1,5 @@
 //! The store conformance suite: the `Store` contract, written once and run against
-//! SQLite and Postgres. Time is passed in, so every case controls `now`.
+//! SQLite, Postgres and MySQL. Time is passed in, so every case controls `now`.
 
 mod common;
 // The schedule methods (written as their own file, run here on both databases).
@@ -871,7 +871,7 @@ async fn lease_holders_are_grouped_by_worker_and_queue(b: Backend) {
     assert_eq!(holders[1].last_seen_at, secs_after(5));
 }
 
-both_backends!(
+all_backends!(
     insert_deduplicates_by_queue_and_key,
     concurrent_leases_never_share_a_task,
     one_lease_call_shares_tasks_among_waiting_requests,
@@ -970,4 +970,50 @@ async fn rows_locked_but_not_taken_are_announced() {
         .expect("the untaken row's queue was announced")
         .unwrap();
     assert_eq!(n.payload(), "y");
+}
+
+/// On MySQL the same: a lease that locked rows it did not take advances the
+/// event counter past its events, and another replica's poller then wakes every
+/// queue (it cannot know which rows were skipped while locked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_locked_but_not_taken_wake_every_queue_on_mysql() {
+    let Some((s, db)) = open(Backend::Mysql).await else {
+        return;
+    };
+    let high = NewTask {
+        priority: 5,
+        ..task("x", 1)
+    };
+    s.task_insert_many(&[high, task("y", 2)], t0())
+        .await
+        .unwrap();
+    // Another replica's store and its poller, recording what it wakes.
+    let other = store::connect(&db.url, 2).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Option<String>>();
+    let stop = tokio_util::sync::CancellationToken::new();
+    other.spawn_listener(
+        Arc::new(move |q: Option<&str>| {
+            let _ = tx.send(q.map(str::to_owned));
+        }),
+        stop.clone(),
+    );
+    // The poller wakes every queue once as it starts: wait for that first.
+    let first = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+        .await
+        .unwrap();
+    assert_eq!(first, Some(None));
+    let leased = s
+        .task_lease_available(&LeaseParams {
+            queues: vec!["x".into(), "y".into()],
+            ..lease_params("x", 1, t0())
+        })
+        .await
+        .unwrap();
+    assert_eq!(leased[0].id, uuid_like(1));
+    let woken = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+        .await
+        .expect("the other replica woke")
+        .unwrap();
+    assert_eq!(woken, None, "every queue");
+    stop.cancel();
 }

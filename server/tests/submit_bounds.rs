@@ -170,10 +170,11 @@ async fn repeated_dependencies_are_one_edge(b: Backend) {
 }
 
 /// Holds the database's write lock (SQLite) or the dependency's row lock
-/// (Postgres) so the Submit's insert waits past its deadline.
+/// (Postgres, MySQL) so the Submit's insert waits past its deadline.
 enum Hold {
     Sqlite(sqlx::SqliteConnection),
     Postgres(sqlx::PgConnection),
+    Mysql(sqlx::MySqlConnection),
 }
 
 impl Hold {
@@ -186,6 +187,15 @@ impl Hold {
                 .await
                 .unwrap();
             Hold::Sqlite(c)
+        } else if url.starts_with("mysql") {
+            let mut c = sqlx::MySqlConnection::connect(url).await.unwrap();
+            sqlx::query("BEGIN").execute(&mut c).await.unwrap();
+            sqlx::query("SELECT 1 FROM tasks WHERE id = ? FOR UPDATE")
+                .bind(dep)
+                .execute(&mut c)
+                .await
+                .unwrap();
+            Hold::Mysql(c)
         } else {
             let mut c = sqlx::PgConnection::connect(url).await.unwrap();
             sqlx::query("BEGIN").execute(&mut c).await.unwrap();
@@ -202,6 +212,18 @@ impl Hold {
     async fn release(self, dep: &str) {
         match self {
             Hold::Sqlite(mut c) => {
+                sqlx::query("COMMIT").execute(&mut c).await.unwrap();
+            }
+            Hold::Mysql(mut c) => {
+                sqlx::query("COMMIT").execute(&mut c).await.unwrap();
+                // The insert locks the dependency next: this waits until its
+                // transaction ended.
+                sqlx::query("BEGIN").execute(&mut c).await.unwrap();
+                sqlx::query("SELECT 1 FROM tasks WHERE id = ? FOR UPDATE")
+                    .bind(dep)
+                    .execute(&mut c)
+                    .await
+                    .unwrap();
                 sqlx::query("COMMIT").execute(&mut c).await.unwrap();
             }
             Hold::Postgres(mut c) => {
@@ -250,7 +272,7 @@ async fn a_submit_past_its_deadline_stores_nothing(b: Backend) {
     );
 }
 
-both_backends!(
+all_backends!(
     limits_apply_after_expansion,
     the_largest_allowed_requests_are_accepted,
     repeated_dependencies_are_one_edge,

@@ -251,7 +251,7 @@ async fn a_targeted_task_is_left_to_the_lease_statement(b: Backend) {
     assert_eq!(app.service().sync_matched(), 0);
 }
 
-both_backends!(
+all_backends!(
     a_waiting_worker_is_handed_the_submitted_task,
     a_batch_of_submits_is_shared_among_the_waiting_workers,
     a_due_task_that_leases_first_is_not_overtaken_by_a_new_one,

@@ -248,7 +248,7 @@ async fn slots_settling_together_share_the_next_tasks(b: Backend) {
     assert!(many >= 1, "no CompleteMany call");
 }
 
-both_backends!(
+all_backends!(
     one_slot_runs_each_task_once_leasing_through_its_settles,
     slots_settling_together_share_the_next_tasks,
 );

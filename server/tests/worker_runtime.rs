@@ -761,7 +761,7 @@ async fn completions_finishing_together_share_calls(b: Backend) {
     );
 }
 
-both_backends!(
+all_backends!(
     completions_finishing_together_share_calls,
     concurrency_cap_is_respected_and_only_free_slots_are_leased,
     batched_heartbeats_keep_tasks_alive_well_past_their_lease,

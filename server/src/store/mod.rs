@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 
 use crate::domain::{AttemptOutcome, StoredState, TaskState};
 
+pub mod mysql;
 pub mod postgres;
 pub mod sqlite;
 
@@ -84,6 +85,8 @@ impl From<sqlx::Error> for StoreError {
                 Some("57P01" | "57P02" | "57P03" | "53300" | "53100" | "53200" | "08006" | "08001" | "08004" | "25006")
                 // SQLite: busy, locked.
                 | Some("5" | "6" | "517" | "261")
+                // MySQL/MariaDB: lost connection to the server, server shutdown.
+                | Some("08S01")
             ),
             _ => false,
         };
@@ -490,9 +493,14 @@ pub trait Store: Send + Sync + 'static {
     async fn queue_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64>;
 }
 
-/// Opens the store a URL names: `sqlite://PATH` (created if missing) or `postgres://...`.
+/// Opens the store a URL names: `sqlite://PATH` (created if missing), `postgres://...`
+/// or `mysql://...` (MySQL or MariaDB).
 pub async fn connect(url: &str, max_connections: u32) -> StoreResult<std::sync::Arc<dyn Store>> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+    if url.starts_with("mysql://") {
+        Ok(std::sync::Arc::new(
+            mysql::MysqlStore::connect(url, max_connections).await?,
+        ))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(std::sync::Arc::new(
             postgres::PostgresStore::connect(url, max_connections).await?,
         ))

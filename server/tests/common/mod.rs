@@ -17,6 +17,7 @@ use tonic::transport::Channel;
 pub enum Backend {
     Sqlite,
     Postgres,
+    Mysql,
 }
 
 /// A fresh database: a temp file, or a new Postgres database on the test cluster.
@@ -36,6 +37,22 @@ pub fn postgres_admin_url() -> Option<String> {
                 "TASKBROKER_TEST_POSTGRES_URL is not set but Postgres tests are required"
             );
             eprintln!("skipped: TASKBROKER_TEST_POSTGRES_URL is not set");
+            None
+        }
+    }
+}
+
+/// The MySQL/MariaDB test server's URL (scripts/mysql.sh). Without one, MySQL
+/// tests are skipped, unless TASKBROKER_REQUIRE_MYSQL is set, when they fail.
+pub fn mysql_admin_url() -> Option<String> {
+    match std::env::var("TASKBROKER_TEST_MYSQL_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("TASKBROKER_REQUIRE_MYSQL").is_err(),
+                "TASKBROKER_TEST_MYSQL_URL is not set but MySQL tests are required"
+            );
+            eprintln!("skipped: TASKBROKER_TEST_MYSQL_URL is not set");
             None
         }
     }
@@ -64,6 +81,22 @@ pub async fn test_db(backend: Backend) -> Option<TestDb> {
             let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
                 .await
                 .expect("connect to the test cluster");
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .execute(&mut conn)
+                .await
+                .expect("create test database");
+            let base = admin.rsplit_once('/').expect("url has a path").0;
+            Some(TestDb {
+                url: format!("{base}/{name}"),
+                _dir: None,
+            })
+        }
+        Backend::Mysql => {
+            let admin = mysql_admin_url()?;
+            let name = format!("tb_{}", uuid_simple());
+            let mut conn = <sqlx::MySqlConnection as sqlx::Connection>::connect(&admin)
+                .await
+                .expect("connect to the MySQL test server");
             sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
                 .execute(&mut conn)
                 .await
@@ -381,6 +414,22 @@ macro_rules! both_backends {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name($crate::common::Backend::Postgres).await
+                }
+            )*
+        }
+    };
+}
+
+/// As [`both_backends`], and on MySQL too (the store conformance suites).
+#[macro_export]
+macro_rules! all_backends {
+    ($($name:ident),* $(,)?) => {
+        $crate::both_backends!($($name),*);
+        mod mysql {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::common::Backend::Mysql).await
                 }
             )*
         }

@@ -546,7 +546,18 @@ pub async fn settle_and_check(
 /// Ids of the succeeded tasks of `queue`, read from the database.
 pub async fn succeeded_ids(database_url: &str, queue: &str) -> HashSet<String> {
     let sql = "SELECT id FROM tasks WHERE queue = $1 AND state = 'succeeded'";
-    if database_url.starts_with("postgres") {
+    if database_url.starts_with("mysql") {
+        let mut c = <sqlx::MySqlConnection as sqlx::Connection>::connect(database_url)
+            .await
+            .expect("connect");
+        sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(sql.replace("$1", "?")))
+            .bind(queue)
+            .fetch_all(&mut c)
+            .await
+            .expect("read ids")
+            .into_iter()
+            .collect()
+    } else if database_url.starts_with("postgres") {
         let mut c = <sqlx::PgConnection as sqlx::Connection>::connect(database_url)
             .await
             .expect("connect");
@@ -571,7 +582,15 @@ pub async fn succeeded_ids(database_url: &str, queue: &str) -> HashSet<String> {
 pub async fn succeeded_attempts_twice(database_url: &str) -> Vec<String> {
     let sql = "SELECT task_id FROM task_attempts WHERE outcome = 'succeeded' \
                GROUP BY task_id HAVING count(*) > 1";
-    if database_url.starts_with("postgres") {
+    if database_url.starts_with("mysql") {
+        let mut c = <sqlx::MySqlConnection as sqlx::Connection>::connect(database_url)
+            .await
+            .expect("connect");
+        sqlx::query_scalar::<_, String>(sql)
+            .fetch_all(&mut c)
+            .await
+            .expect("read attempts")
+    } else if database_url.starts_with("postgres") {
         let mut c = <sqlx::PgConnection as sqlx::Connection>::connect(database_url)
             .await
             .expect("connect");

@@ -1,0 +1,116 @@
+//! Wake-ups across replicas without LISTEN/NOTIFY: each replica polls the event
+//! counter (`event_seq`, one primary-key read), every 5 ms while it moves and
+//! backing off to every 25 ms while it does not. When it moved, the events in
+//! between name the queues that got READY tasks (submitted, retried, requeued,
+//! unblocked, released), and those queues' long-polls wake. An id with no event
+//! (a job left rows locked and untaken, or a queue's settings changed) or more
+//! events than one read takes wakes every queue. Pick-up latency across
+//! replicas is the poll interval at most (docs/deploy.md has the figure).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use sqlx::MySqlPool;
+use tokio_util::sync::CancellationToken;
+
+use super::super::{NotificationStats, StoreResult, Waker};
+
+/// The fastest poll, while the counter moves.
+pub(crate) const POLL_MIN: Duration = Duration::from_millis(5);
+/// The slowest poll, after it stood still a while.
+pub(crate) const POLL_MAX: Duration = Duration::from_millis(25);
+/// Events read per poll; more wake every queue.
+const READ: i64 = 512;
+
+#[derive(Default)]
+pub(crate) struct Notes {
+    received: AtomicU64,
+}
+
+impl Notes {
+    pub fn stats(&self) -> NotificationStats {
+        NotificationStats {
+            received: self.received.load(Relaxed),
+            own_skipped: 0,
+        }
+    }
+}
+
+async fn head(pool: &MySqlPool) -> StoreResult<i64> {
+    Ok(sqlx::query_scalar("SELECT n FROM event_seq WHERE id = 1")
+        .fetch_one(pool)
+        .await?)
+}
+
+/// Wakes the queues of the READY events in `(last, n]`, or every queue.
+async fn wake_between(pool: &MySqlPool, wake: &Waker, last: i64, n: i64) -> StoreResult<()> {
+    if n - last > READ {
+        wake(None);
+        return Ok(());
+    }
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT queue, state FROM task_events WHERE event_id > ? AND event_id <= ?")
+            .bind(last)
+            .bind(n)
+            .fetch_all(pool)
+            .await?;
+    if (rows.len() as i64) < n - last {
+        wake(None);
+        return Ok(());
+    }
+    let mut queues: Vec<&str> = rows
+        .iter()
+        .filter(|(_, s)| s == "ready")
+        .map(|(q, _)| q.as_str())
+        .collect();
+    queues.sort_unstable();
+    queues.dedup();
+    for q in queues {
+        wake(Some(q));
+    }
+    Ok(())
+}
+
+pub(super) fn spawn(
+    pool: MySqlPool,
+    wake: Waker,
+    stop: CancellationToken,
+    notes: std::sync::Arc<Notes>,
+) {
+    tokio::spawn(async move {
+        loop {
+            let poller = async {
+                let mut last = head(&pool).await?;
+                // Whatever happened while nobody polled.
+                wake(None);
+                let mut interval = POLL_MIN;
+                loop {
+                    tokio::time::sleep(interval).await;
+                    let n = head(&pool).await?;
+                    if n == last {
+                        interval = (interval * 2).min(POLL_MAX);
+                        continue;
+                    }
+                    notes.received.fetch_add(1, Relaxed);
+                    wake_between(&pool, &wake, last, n).await?;
+                    last = n;
+                    interval = POLL_MIN;
+                }
+                #[allow(unreachable_code)]
+                Ok::<(), super::super::StoreError>(())
+            };
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                res = poller => {
+                    if let Err(e) = res {
+                        tracing::warn!(error = %e, "wake-up poller failed; retrying");
+                    }
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    });
+}
