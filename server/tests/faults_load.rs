@@ -93,8 +93,9 @@ async fn a_retry_storm_settles_every_task_after_exactly_four_attempts(b: Backend
         0,
         "every task ran exactly four times"
     );
-    let attempts =
-        |outcome: &str| format!("SELECT count(*) FROM task_attempts_all WHERE outcome = '{outcome}'");
+    let attempts = |outcome: &str| {
+        format!("SELECT count(*) FROM task_attempts_all WHERE outcome = '{outcome}'")
+    };
     assert_eq!(count(&db.url, &attempts("failed")).await, 3 * TASKS as i64);
     assert_eq!(count(&db.url, &attempts("succeeded")).await, TASKS as i64);
 }

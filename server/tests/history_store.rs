@@ -179,7 +179,11 @@ async fn a_cursor_inside_a_batch_resumes_after_it(b: Backend) {
         let rest = s.event_read(all[k].event_id, 1000).await.unwrap();
         assert_eq!(rest, all[k + 1..], "resumed after event {k}");
         let one = s.event_read(all[k].event_id, 1).await.unwrap();
-        assert_eq!(one, all[k + 1..(k + 2).min(all.len())], "one after event {k}");
+        assert_eq!(
+            one,
+            all[k + 1..(k + 2).min(all.len())],
+            "one after event {k}"
+        );
     }
     let mut after = start;
     let mut paged = Vec::new();
@@ -439,7 +443,9 @@ async fn an_upgraded_database_reads_its_old_rows() {
         [("old", 1, 1)]
     );
     // New events come after the old ones.
-    s.task_insert_many(&[task("new", 2, 3)], t0()).await.unwrap();
+    s.task_insert_many(&[task("new", 2, 3)], t0())
+        .await
+        .unwrap();
     let next = read_final(&s, base + 4, 1).await;
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].task_id, id(2));
