@@ -4,7 +4,8 @@
 # cluster, then pg_waldump over the run's WAL range. Prints, per lifecycle, the WAL
 # records and bytes (full-page images apart: they depend on where checkpoints fall) and
 # the records per relation and kind (B-tree INSERT_LEAF = one index entry; heap INSERT,
-# UPDATE, LOCK). docs/performance.md, "Writes per task".
+# UPDATE, LOCK; a GIN index's pending list is moved into its tree before the end, so
+# that deferred work is counted). docs/performance.md, "Writes per task".
 #
 #   bench/wal_writes.sh base=/tmp/bins/main head=target/release/taskbroker
 #   bench/wal_writes.sh head=target/release/taskbroker graphile=peer:graphile-worker river=peer:river
@@ -52,6 +53,9 @@ for arg in "$@"; do
     *) out=$(target/release/taskbroker-bench --spawn-broker "$url" --broker-bin "$bin" --mode "$mode" \
       --workers "$workers" --tasks "$n" --latency-seconds 0 2>>"$work/log" | tail -n 1) ;;
   esac
+  # Work a GIN index deferred (its pending list) belongs to the run: do it now.
+  psql -qAt "$url" -c "SELECT count(gin_clean_pending_list(c.oid::regclass)) FROM pg_class c \
+    JOIN pg_am a ON a.oid = c.relam WHERE a.amname = 'gin'" >/dev/null
   end=$(psql -qAt "$url" -c "SELECT pg_current_wal_insert_lsn()")
   sleep 1; cpu1=$(pgcpu)
   psql -qAt "$url" -c "SELECT pg_switch_wal()" >/dev/null
@@ -61,7 +65,7 @@ for arg in "$@"; do
     printf "WAL per lifecycle: %.1f records, %.0f record bytes, %.0f full-page-image bytes\n", $2 / n, $3 / n, $5 / n }'
   dump -p "$wal" -s "$start" -e "$end" 2>/dev/null | awk -v n="$n" -v rels="$work/rels" '
     BEGIN { while ((getline l < rels) > 0) { split(l, a, " "); name[a[1]] = a[2] } }
-    /rmgr: (Btree|Heap|Heap2) / {
+    /rmgr: (Btree|Heap|Heap2|Gin) / {
       d = $0; sub(/.*desc: /, "", d); split(d, w, " ")
       if (!match($0, /rel [0-9]+\/[0-9]+\/[0-9]+/)) next
       r = substr($0, RSTART + 4, RLENGTH - 4); split(r, p, "/")

@@ -101,8 +101,9 @@ async fn a_retry_storm_settles_every_task_after_exactly_four_attempts(b: Backend
         0,
         "every task ran exactly four times"
     );
-    let attempts =
-        |outcome: &str| format!("SELECT count(*) FROM task_attempts WHERE outcome = '{outcome}'");
+    let attempts = |outcome: &str| {
+        format!("SELECT count(*) FROM task_attempts_all WHERE outcome = '{outcome}'")
+    };
     assert_eq!(count(&db.url, &attempts("failed")).await, 3 * TASKS as i64);
     assert_eq!(count(&db.url, &attempts("succeeded")).await, TASKS as i64);
 }
@@ -266,7 +267,7 @@ async fn ten_thousand_leases_expiring_at_once_are_reclaimed_and_run_again(b: Bac
     assert_eq!(
         count(
             &db.url,
-            "SELECT count(*) FROM task_attempts WHERE outcome = 'lease_expired'"
+            "SELECT count(*) FROM task_attempts_all WHERE outcome = 'lease_expired'"
         )
         .await,
         TASKS as i64

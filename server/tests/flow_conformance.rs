@@ -625,8 +625,10 @@ async fn a_late_commit_is_never_skipped_by_a_reader() {
         .await
         .unwrap();
     sqlx::query(
-        "INSERT INTO task_events (event_id, task_id, queue, kind, state, attempt, time) \
-         SELECT taskbroker_event_base(), $1, 'l', 'updated', 'ready', 0, 1",
+        "INSERT INTO task_event_batches (first_id, last_id, task_ids, queues, kinds, states, \
+           attempts, workers, times, details) \
+         SELECT b, b, ARRAY[$1], ARRAY['l'], ARRAY['updated'], ARRAY['ready'], ARRAY[0::bigint], \
+           ARRAY[NULL::text], ARRAY[1::bigint], ARRAY[NULL::text] FROM taskbroker_event_base() b",
     )
     .bind(id(1))
     .execute(&mut early)

@@ -580,7 +580,7 @@ pub async fn succeeded_ids(database_url: &str, queue: &str) -> HashSet<String> {
 
 /// Tasks with more than one succeeded attempt.
 pub async fn succeeded_attempts_twice(database_url: &str) -> Vec<String> {
-    let sql = "SELECT task_id FROM task_attempts WHERE outcome = 'succeeded' \
+    let sql = "SELECT task_id FROM task_attempts_all WHERE outcome = 'succeeded' \
                GROUP BY task_id HAVING count(*) > 1";
     if database_url.starts_with("mysql") {
         let mut c = <sqlx::MySqlConnection as sqlx::Connection>::connect(database_url)

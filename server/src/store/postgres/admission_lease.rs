@@ -175,14 +175,9 @@ impl PostgresStore {
                  ON b.queue = l.queue AND b.key = l.concurrency_key \
                GROUP BY l.queue, l.concurrency_key, b.tokens \
                ON CONFLICT (queue, key) DO UPDATE SET tokens = EXCLUDED.tokens, \
-                 refilled_at = EXCLUDED.refilled_at), \
-             ev AS (",
-            super::events::event_insert!(),
-            "SELECT ",
-            super::events::event_base!(),
-            " + row_number() OVER () - 1, id, queue, 'leased', 'leased', attempt, leased_by, \
-               $3, NULL FROM leased) \
-             SELECT * FROM leased",
+                 refilled_at = EXCLUDED.refilled_at)",
+            super::events::leased_event!("$3"),
+            " SELECT * FROM leased",
         ))
         .bind(&seqs)
         .bind(&reqs)

@@ -23,7 +23,8 @@ impl PostgresStore {
             Option<String>,
         );
         let rows: Vec<Checked> = sqlx::query_as(
-            "SELECT t.id, t.queue, t.state, t.lease_token, t.lease_expires_at, a.outcome \
+            "SELECT t.id, t.queue, t.state, t.lease_token, t.lease_expires_at, \
+                 CASE WHEN t.state = 'succeeded' THEN 'succeeded' ELSE a.outcome END \
                  FROM tasks t LEFT JOIN task_attempts a \
                    ON a.task_id = t.id AND a.attempt = t.attempt \
                  WHERE t.id = ANY($1)",
@@ -104,9 +105,8 @@ impl PostgresStore {
         let mut ev = flow_of_row(&row, EventKind::Succeeded, now);
         ev.state = "succeeded";
         events::record(&mut tx, &[ev]).await?;
-        let outcome = AttemptOutcome::Succeeded;
-        let leased_at =
-            Self::finish_attempt(&mut tx, &row.attempt_end(), outcome, None, now).await?;
+        // The succeeded attempt stays on the task row (migration 0017).
+        let leased_at = Some(from_ms(row.attempt_end().leased_at));
         tx.commit().await?;
         Ok(Settled::Applied(Completed {
             queue: row.queue,
@@ -159,21 +159,13 @@ impl PostgresStore {
                  THEN true ELSE false END \
                RETURNING tasks.id, input.token, input.now, tasks.attempt, tasks.queue, \
                  tasks.leased_by, tasks.leased_address, \
-                 COALESCE(tasks.leased_at, tasks.updated_at) AS leased_at, tasks.fencing_token), \
-             a AS ( \
-               INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, \
-                 leased_at, outcome, finished_at, fencing_token) \
-               SELECT id, attempt, COALESCE(leased_by, ''), COALESCE(leased_address, ''), \
-                 leased_at, 'succeeded', now, fencing_token FROM t \
-               ON CONFLICT (task_id, attempt) DO UPDATE SET outcome = excluded.outcome, \
-                 finished_at = excluded.finished_at \
-               ), \
+                 COALESCE(tasks.leased_at, tasks.updated_at) AS leased_at), \
              ev AS (",
-            events::event_insert!(),
-            "SELECT ",
-            events::event_base!(),
-            " + row_number() OVER () - 1, id, queue, 'succeeded', 'succeeded', attempt, \
-               leased_by, now, NULL FROM t) \
+            events::event_batch!(),
+            "SELECT id, queue, 'succeeded', 'succeeded', attempt, leased_by, now, NULL::text \
+               FROM t",
+            events::event_batch_end!(),
+            ") \
              SELECT t.id, t.token, t.queue, t.leased_at FROM t"
         ))
         .bind(&ids)

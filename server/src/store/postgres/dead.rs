@@ -35,5 +35,6 @@ pub(super) async fn task_cancel_dead(pool: &PgPool, p: &CancelDeadParams) -> Sto
         .push(" FROM picked WHERE t.seq = picked.seq RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) ")
         // Flow: the CANCELLED events in the same statement.
         .push(super::events::from_updated("cancelled", &ms(p.now).to_string()));
-    Ok(qb.build().execute(pool).await?.rows_affected())
+    let n: Option<i32> = qb.build_query_scalar().fetch_optional(pool).await?;
+    Ok(super::events::changed(n))
 }

@@ -1,13 +1,15 @@
 //! Flow: recording task events on Postgres, in the transaction of the
 //! statement that makes each transition.
 //!
+//! A statement's events are one row of `task_event_batches` (migration 0017):
+//! parallel arrays in event order, event i (from 1) with id `first_id + i - 1`.
 //! The hot statements (insert, lease, gated lease, complete) append a
-//! data-modifying CTE (`INSERT INTO task_events ... SELECT ... FROM <updated
-//! rows>`), so an event costs no round trip and no function call per row; the
-//! rarer paths (fail, reclaim, checkpoint, admin operations) send their events
-//! with [`record`] in the same transaction. Ids are `(xid << 20) + ordinal`
+//! data-modifying CTE (`INSERT INTO task_event_batches ... SELECT ... FROM
+//! <updated rows>`), so the events of a batch of tasks cost one row; the rarer
+//! paths (fail, reclaim, checkpoint, admin operations) send theirs with
+//! [`record`] in the same transaction. Ids are `(xid << 20) + ordinal`
 //! (migration 0010): [`event_base!`] is the next free ordinal of the running
-//! transaction, one index probe per statement.
+//! transaction, one index probe.
 
 use sqlx::PgConnection;
 
@@ -15,25 +17,62 @@ use super::super::StoreResult;
 use super::super::flow::Ev;
 
 /// The first free event id of the running transaction: an uncorrelated
-/// sub-select, evaluated once per statement (one backward probe of the primary
-/// key within the transaction's id range).
+/// sub-select, evaluated once per statement (one backward probe of the
+/// `last_id` index within the transaction's id range).
 macro_rules! event_base {
     () => {
-        "(SELECT COALESCE(max(event_id) + 1, pg_current_xact_id()::text::bigint << 20) \
-         FROM task_events WHERE event_id >= pg_current_xact_id()::text::bigint << 20 \
-         AND event_id < (pg_current_xact_id()::text::bigint + 1) << 20)"
+        "(SELECT COALESCE(max(last_id) + 1, pg_current_xact_id()::text::bigint << 20) \
+         FROM task_event_batches WHERE last_id >= pg_current_xact_id()::text::bigint << 20 \
+         AND last_id < (pg_current_xact_id()::text::bigint + 1) << 20)"
     };
 }
 pub(super) use event_base;
 
-/// The column list of an event insert.
-macro_rules! event_insert {
+/// The start of an event insert: `event_batch!() "SELECT <task id>, <queue>,
+/// <kind>, <state>, <attempt>, <worker>, <time>, <detail> FROM ..."
+/// event_batch_end!()` records the sub-select's rows, in their order, as one
+/// row (none when it has no rows). The statement returns that row's event count.
+macro_rules! event_batch {
     () => {
-        "INSERT INTO task_events (event_id, task_id, queue, kind, state, attempt, worker_id, \
-         time, detail) "
+        concat!(
+            "INSERT INTO task_event_batches (first_id, last_id, task_ids, queues, kinds, \
+             states, attempts, workers, times, details) SELECT ",
+            $crate::store::postgres::events::event_base!(),
+            ", ",
+            $crate::store::postgres::events::event_base!(),
+            " + count(*) - 1, array_agg(e.t), array_agg(e.q), array_agg(e.k), array_agg(e.s), \
+             array_agg(e.a), array_agg(e.w), array_agg(e.at), array_agg(e.d) FROM ("
+        )
     };
 }
-pub(super) use event_insert;
+pub(super) use event_batch;
+
+/// The end of [`event_batch!`].
+macro_rules! event_batch_end {
+    () => {
+        ") AS e(t, q, k, s, a, w, at, d) HAVING count(*) > 0 RETURNING cardinality(task_ids)"
+    };
+}
+pub(super) use event_batch_end;
+
+/// The LEASED events of a lease statement, as its CTE `ev`: one per row of the
+/// CTE `leased` (the rows the lease changed: `id, queue, attempt, leased_by`), at
+/// `$time` (an SQL expression in ms, the lease's clock). Every lease statement
+/// (plain, routed, gated) ends with `, leased_event!("$n") SELECT ...`.
+macro_rules! leased_event {
+    ($time:literal) => {
+        concat!(
+            ", ev AS (",
+            $crate::store::postgres::events::event_batch!(),
+            "SELECT id, queue, 'leased', 'leased', attempt, leased_by, ",
+            $time,
+            "::bigint, NULL FROM leased",
+            $crate::store::postgres::events::event_batch_end!(),
+            ")"
+        )
+    };
+}
+pub(super) use leased_event;
 
 /// Records events (in order) in the transaction `conn` is in.
 pub(super) async fn record(conn: &mut PgConnection, evs: &[Ev<'_>]) -> StoreResult<()> {
@@ -48,13 +87,14 @@ pub(super) async fn record(conn: &mut PgConnection, evs: &[Ev<'_>]) -> StoreResu
     let workers: Vec<Option<&str>> = evs.iter().map(|e| e.worker).collect();
     let times: Vec<i64> = evs.iter().map(|e| e.time).collect();
     let details: Vec<Option<&str>> = evs.iter().map(|e| e.detail).collect();
+    // The arrays as given: one row, in the given order.
     sqlx::query(concat!(
-        event_insert!(),
-        "SELECT ",
+        "INSERT INTO task_event_batches (first_id, last_id, task_ids, queues, kinds, states, \
+         attempts, workers, times, details) SELECT b, b + cardinality($1::text[]) - 1, \
+         $1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], \
+         $7::bigint[], $8::text[] FROM ",
         event_base!(),
-        " + o - 1, t, q, k, s, a, w, at, d \
-         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], \
-           $7::bigint[], $8::text[]) WITH ORDINALITY AS e(t, q, k, s, a, w, at, d, o)"
+        " AS base(b)"
     ))
     .bind(&ids)
     .bind(&queues)
@@ -71,8 +111,8 @@ pub(super) async fn record(conn: &mut PgConnection, evs: &[Ev<'_>]) -> StoreResu
 
 /// The statement tail that records one `kind` event per row of the CTE `u`
 /// (which returns `id, queue, state, attempt, run_at`), at `time` (an SQL expression
-/// in ms): `WITH u AS (UPDATE ... RETURNING ...) <this>`. Its row count is the
-/// number of rows `u` changed.
+/// in ms): `WITH u AS (UPDATE ... RETURNING ...) <this>`. It returns one row with
+/// the number of rows `u` changed, or none when it changed none ([`changed`]).
 pub(super) fn from_updated(kind: &str, time: &str) -> String {
     from_updated_with(kind, time, "NULL")
 }
@@ -80,11 +120,16 @@ pub(super) fn from_updated(kind: &str, time: &str) -> String {
 /// As [`from_updated`], with `detail` (an SQL expression).
 pub(super) fn from_updated_with(kind: &str, time: &str, detail: &str) -> String {
     format!(
-        "{} SELECT {} + row_number() OVER () - 1, id, queue, '{kind}', \
+        "{} SELECT id, queue, '{kind}'::text, \
          CASE WHEN state = 'pending' AND run_at > {time} THEN 'scheduled' \
               WHEN state = 'pending' THEN 'ready' ELSE state END, \
-         attempt, NULL, {time}, {detail} FROM u",
-        event_insert!(),
-        event_base!()
+         attempt, NULL::text, ({time})::bigint, ({detail})::text FROM u{}",
+        event_batch!(),
+        event_batch_end!()
     )
+}
+
+/// The rows a statement ending in [`from_updated`] changed, from its answer.
+pub(super) fn changed(n: Option<i32>) -> u64 {
+    n.map_or(0, |n| u64::try_from(n).unwrap_or(0))
 }

@@ -16,8 +16,14 @@ use super::super::*;
 use super::horizon::horizon;
 use super::{CHANNEL, PostgresStore};
 
-const EVENT_COLUMNS: &str =
-    "event_id, task_id, queue, kind, state, attempt, worker_id, time, detail";
+/// An event row of `task_event_batches b` unnested as `e` (with [`EVENT_UNNEST`]).
+const EVENT_COLUMNS: &str = "b.first_id + e.o - 1 AS event_id, e.task_id, e.queue, e.kind, \
+     e.state, e.attempt, e.worker_id, e.time, e.detail";
+
+/// The events of the row `b`, with their place `o` (from 1).
+const EVENT_UNNEST: &str = "unnest(b.task_ids, b.queues, b.kinds, b.states, b.attempts, \
+     b.workers, b.times, b.details) WITH ORDINALITY \
+     AS e(task_id, queue, kind, state, attempt, worker_id, time, detail, o)";
 
 fn finished(state: &str) -> bool {
     matches!(state, "succeeded" | "dead" | "cancelled")
@@ -141,8 +147,14 @@ pub(super) async fn insert(
            finished_at = CASE WHEN u.state = 'cancelled' THEN $6 ELSE t.finished_at END \
          FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::bool[], $5::text[]) \
            AS u(id, state, rem, run_if, sched) WHERE t.id = u.id RETURNING t.id, t.queue, t.state, t.attempt, t.run_at), \
-         b AS (UPDATE task_events e SET state = 'blocked' FROM c \
-           WHERE c.state = 'blocked' AND e.task_id = c.id AND e.kind = 'submitted'), \
+         blocked AS (SELECT array_agg(id) AS ids FROM c WHERE state = 'blocked'), \
+         b AS (UPDATE task_event_batches e SET states = ( \
+             SELECT array_agg(CASE WHEN x.k = 'submitted' AND x.t = ANY(blocked.ids) \
+               THEN 'blocked' ELSE x.s END ORDER BY x.o) \
+             FROM unnest(e.task_ids, e.kinds, e.states) WITH ORDINALITY AS x(t, k, s, o)) \
+           FROM blocked WHERE e.task_ids && blocked.ids \
+             AND e.last_id >= pg_current_xact_id()::text::bigint << 20 \
+             AND e.last_id < (pg_current_xact_id()::text::bigint + 1) << 20), \
          u AS (SELECT * FROM c WHERE state = 'cancelled') \
          {}",
         super::events::from_updated_with("cancelled", "$6", "'DEPENDENCY_FAILED'")
@@ -200,9 +212,13 @@ pub(super) async fn event_list(
     after: i64,
     limit: u32,
 ) -> StoreResult<Vec<EventRecord>> {
+    // The task's rows through the GIN index on task_ids; a row holds the events
+    // of other tasks too.
     let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {EVENT_COLUMNS} FROM task_events WHERE task_id = $1 AND event_id > $2 \
-         ORDER BY event_id LIMIT $3"
+        "SELECT {EVENT_COLUMNS} FROM task_event_batches b, {EVENT_UNNEST} \
+         WHERE b.task_ids @> ARRAY[$1::text] AND b.last_id > $2 \
+           AND e.task_id = $1 AND b.first_id + e.o - 1 > $2 \
+         ORDER BY 1 LIMIT $3"
     )))
     .bind(task_id)
     .bind(after)
@@ -219,9 +235,13 @@ pub(super) async fn event_read(
 ) -> StoreResult<Vec<EventRecord>> {
     // The horizon first, in a statement of its own (store/postgres/horizon.rs).
     let below = horizon(pool).await?;
+    // A row with last_id above the cursor holds at least one event after it, so
+    // `limit` rows hold at least `limit` events; a row's ids are all of one
+    // transaction, so it lies wholly below the horizon or at or above it.
     let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {EVENT_COLUMNS} FROM task_events WHERE event_id > $1 AND event_id < $3 \
-         ORDER BY event_id LIMIT $2"
+        "SELECT {EVENT_COLUMNS} FROM (SELECT * FROM task_event_batches \
+           WHERE last_id > $1 AND last_id < $3 ORDER BY last_id LIMIT $2) b, {EVENT_UNNEST} \
+         WHERE b.first_id + e.o - 1 > $1 ORDER BY 1 LIMIT $2"
     )))
     .bind(after)
     .bind(i64::from(limit))
@@ -240,19 +260,25 @@ pub(super) async fn event_purge(
     before: DateTime<Utc>,
     limit: u32,
 ) -> StoreResult<u64> {
-    // Ids grow with time: the oldest `limit` by id, those older than `before`
-    // (no time index to keep up on every event).
-    let n = sqlx::query(
-        "DELETE FROM task_events WHERE event_id IN ( \
-           SELECT event_id FROM (SELECT event_id, time FROM task_events \
-             ORDER BY event_id LIMIT $2) o WHERE time < $1)",
+    // Ids grow with time: of the oldest rows by id, holding `limit` events
+    // together (at least the first row), those whose every event is older than
+    // `before` (no time index to keep up on every event). A row goes whole.
+    let n: Option<i64> = sqlx::query_scalar(
+        "WITH gone AS (DELETE FROM task_event_batches b WHERE b.last_id IN ( \
+           SELECT last_id FROM (SELECT last_id, times, \
+               sum(cardinality(task_ids)) OVER (ORDER BY last_id) - cardinality(task_ids) \
+                 AS before_it \
+             FROM (SELECT last_id, task_ids, times FROM task_event_batches \
+               ORDER BY last_id LIMIT $2) f) o \
+           WHERE before_it < $2 AND (SELECT max(t) FROM unnest(times) AS t) < $1) \
+         RETURNING cardinality(b.task_ids) AS n) \
+         SELECT sum(n)::bigint FROM gone",
     )
     .bind(ms(before))
     .bind(i64::from(limit))
-    .execute(pool)
-    .await?
-    .rows_affected();
-    Ok(n)
+    .fetch_one(pool)
+    .await?;
+    Ok(n.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
 }
 
 pub(super) async fn dead_letters_set(pool: &PgPool, pairs: &[(String, String)]) -> StoreResult<()> {
@@ -338,7 +364,7 @@ pub(super) async fn cancel_many(
 ) -> StoreResult<BulkCancelled> {
     let mut tx = pool.begin().await?;
     // Flow: each statement records its events.
-    let cancelled = sqlx::query(sqlx::AssertSqlSafe(format!(
+    let cancelled: Option<i32> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "WITH u AS (UPDATE tasks t SET state = 'cancelled', cancel_reason = 'operator', \
            finished_at = $2, updated_at = $2 \
          WHERE id IN (SELECT id FROM tasks WHERE id = ANY($1) \
@@ -347,10 +373,10 @@ pub(super) async fn cancel_many(
     )))
     .bind(ids)
     .bind(ms(now))
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    let requested = sqlx::query(sqlx::AssertSqlSafe(format!(
+    .fetch_optional(&mut *tx)
+    .await?;
+    let cancelled = super::events::changed(cancelled);
+    let requested: Option<i32> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "WITH u AS (UPDATE tasks t SET cancel_requested = TRUE, updated_at = $2 \
          WHERE id IN (SELECT id FROM tasks WHERE id = ANY($1) AND state = 'leased' \
            AND NOT cancel_requested ORDER BY id FOR UPDATE) RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) {}",
@@ -358,9 +384,9 @@ pub(super) async fn cancel_many(
     )))
     .bind(ids)
     .bind(ms(now))
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
+    .fetch_optional(&mut *tx)
+    .await?;
+    let requested = super::events::changed(requested);
     tx.commit().await?;
     Ok(BulkCancelled {
         cancelled,

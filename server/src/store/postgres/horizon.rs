@@ -4,7 +4,7 @@
 //! Transaction ids are server-wide: the snapshot's list of running transactions
 //! holds those of every database on the server, and waiting for the oldest of
 //! them (`pg_snapshot_xmin`) lets any open transaction anywhere hold the watch
-//! back. Only transactions of this database can write its `task_events`, so the
+//! back. Only transactions of this database can write its events, so the
 //! horizon waits only for them:
 //!
 //! 1. One statement takes a snapshot S (`xmax`: one past the newest ended
@@ -67,7 +67,7 @@ pub(super) async fn event_ceiling(pool: &PgPool) -> StoreResult<i64> {
 pub(super) async fn event_held_since(pool: &PgPool) -> StoreResult<Option<i64>> {
     let h = horizon(pool).await?;
     Ok(sqlx::query_scalar(
-        "SELECT time FROM task_events WHERE event_id >= $1 ORDER BY event_id LIMIT 1",
+        "SELECT times[1] FROM task_event_batches WHERE last_id >= $1 ORDER BY last_id LIMIT 1",
     )
     .bind(h)
     .fetch_optional(pool)

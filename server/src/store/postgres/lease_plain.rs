@@ -89,14 +89,9 @@ impl PostgresStore {
                    COALESCE(t.deadline, $2 + ($6::bigint[])[p.req])), \
                  updated_at = $2, leased_at = $2, leased_address = ($5::text[])[p.req] \
                FROM picked p WHERE t.seq = p.seq \
-               RETURNING t.*, p.req::bigint AS request), \
-             ev AS (",
-            events::event_insert!(),
-            "SELECT ",
-            events::event_base!(),
-            " + row_number() OVER () - 1, id, queue, 'leased', 'leased', attempt, leased_by, \
-               $2, NULL FROM leased) \
-             SELECT l.*, r.pending AS routed_pending, (SELECT waiting FROM due) AS due_waiting, \
+               RETURNING t.*, p.req::bigint AS request)",
+            events::leased_event!("$2"),
+            " SELECT l.*, r.pending AS routed_pending, (SELECT waiting FROM due) AS due_waiting, \
                (SELECT count(*) FROM spare) AS spare \
              FROM routed r LEFT JOIN leased l ON TRUE",
         ))

@@ -8,14 +8,14 @@ impl PostgresStore {
         &self,
         p: &AttemptHistogramParams,
     ) -> StoreResult<Vec<AttemptBucket>> {
-        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
-            "SELECT t.queue, (a.finished_at - $1) / $3 AS b, \
-               COUNT(*) FILTER (WHERE a.outcome = 'succeeded'), \
-               COUNT(*) FILTER (WHERE a.outcome <> 'succeeded') \
-             FROM task_attempts a JOIN tasks t ON t.id = a.task_id \
-             WHERE a.finished_at >= $1 AND a.finished_at < $2 \
-             GROUP BY t.queue, b ORDER BY t.queue, b",
-        )
+        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "{} SELECT queue, (finished_at - $1) / $3 AS b, \
+               COUNT(*) FILTER (WHERE outcome = 'succeeded'), \
+               COUNT(*) FILTER (WHERE outcome <> 'succeeded') \
+             FROM recent WHERE finished_at < $2 \
+             GROUP BY queue, b ORDER BY queue, b",
+            super::read::recent_attempts("$1::bigint")
+        )))
         .bind(ms(p.since))
         .bind(ms(p.until))
         .bind(duration_ms(p.bucket).max(1))
@@ -28,12 +28,11 @@ impl PostgresStore {
         &self,
         p: &AttemptDurationParams,
     ) -> StoreResult<Vec<AttemptDuration>> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT t.queue, a.finished_at - a.leased_at FROM task_attempts a \
-             JOIN tasks t ON t.id = a.task_id \
-             WHERE a.finished_at >= $1 AND a.outcome = 'succeeded' \
-             ORDER BY a.finished_at DESC LIMIT $2",
-        )
+        let rows: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "{} SELECT queue, finished_at - leased_at FROM recent \
+             WHERE outcome = 'succeeded' ORDER BY finished_at DESC LIMIT $2",
+            super::read::recent_attempts("$1::bigint")
+        )))
         .bind(ms(p.since))
         .bind(i64::from(p.limit))
         .fetch_all(&self.pool)
@@ -74,7 +73,7 @@ impl PostgresStore {
 
     pub(super) async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> StoreResult<u64> {
         let mut tx = self.pool.begin().await?;
-        let n = sqlx::query(
+        let n: Option<i32> = sqlx::query_scalar(
             // A CTE runs once (an IN subquery may be rescanned per row, past the limit).
             sqlx::AssertSqlSafe(format!(
                 "WITH picked AS (SELECT seq FROM tasks WHERE queue = $2 AND state = 'dead' \
@@ -92,9 +91,9 @@ impl PostgresStore {
         .bind(&p.queue)
         .bind(&p.error)
         .bind(i64::from(p.limit))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        .fetch_optional(&mut *tx)
+        .await?;
+        let n = events::changed(n);
         if n > 0 {
             Self::notify(&mut tx, &[&p.queue]).await?;
         }

@@ -20,12 +20,12 @@ pub(super) const INSERT_PLAIN: &str = concat!(
               ib, bm, mb, j, md, ck) \
        ON CONFLICT DO NOTHING RETURNING id, queue, run_at), \
      ev AS (",
-    events::event_insert!(),
-    "SELECT ",
-    events::event_base!(),
-    " + row_number() OVER () - 1, id, queue, 'submitted', \
-       CASE WHEN run_at > $14 THEN 'scheduled' ELSE 'ready' END, 0, NULL, $14, NULL \
-       FROM ins), \
+    events::event_batch!(),
+    "SELECT id, queue, 'submitted', \
+       CASE WHEN run_at > $14 THEN 'scheduled' ELSE 'ready' END, 0, NULL::text, $14, NULL::text \
+       FROM ins",
+    events::event_batch_end!(),
+    "), \
      woken AS (SELECT pg_notify('taskbroker', q || $15) \
        FROM (SELECT DISTINCT queue AS q FROM ins) d) \
      SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0"
@@ -97,6 +97,9 @@ impl PostgresStore {
         let state = row.stored_state()?;
         let outcome = if state == StoredState::Leased {
             None
+        } else if state == StoredState::Succeeded {
+            // Its last attempt succeeded; the task row carries it (migration 0017).
+            Some(AttemptOutcome::Succeeded)
         } else {
             let outcome: Option<String> = sqlx::query_scalar(
                 "SELECT outcome FROM task_attempts WHERE task_id = $1 AND attempt = $2",

@@ -2,6 +2,38 @@
 
 use super::*;
 
+/// CTEs naming the attempts that finished at or after `since` (an SQL expression
+/// in ms): `recent(queue, worker_id, leased_at, finished_at, outcome)`. An attempt
+/// that ended otherwise than in success has its row in task_attempts; a succeeded
+/// one is its task's row (migration 0017), found per queue through
+/// tasks_queue_state (queue, state, finished_at) after a walk of its queues (one
+/// probe each), unless task_attempts holds it (a success recorded before 0017).
+/// Starts with `WITH RECURSIVE`; append more CTEs with a comma.
+pub(super) fn recent_attempts(since: &str) -> String {
+    format!(
+        "WITH RECURSIVE done_queues(q) AS ( \
+           SELECT (SELECT queue FROM tasks WHERE state NOT IN ('pending', 'leased') \
+             ORDER BY queue LIMIT 1) \
+           UNION ALL \
+           SELECT (SELECT t.queue FROM tasks t WHERE t.state NOT IN ('pending', 'leased') \
+             AND t.queue > dq.q ORDER BY t.queue LIMIT 1) \
+           FROM done_queues dq WHERE dq.q IS NOT NULL), \
+         recent(queue, worker_id, leased_at, finished_at, outcome) AS ( \
+           SELECT t.queue, a.worker_id, a.leased_at, a.finished_at, a.outcome \
+           FROM task_attempts a JOIN tasks t ON t.id = a.task_id WHERE a.finished_at >= {since} \
+           UNION ALL \
+           SELECT s.queue, s.worker_id, s.leased_at, s.finished_at, 'succeeded' \
+           FROM done_queues dq CROSS JOIN LATERAL ( \
+             SELECT t.queue, COALESCE(t.leased_by, '') AS worker_id, \
+               COALESCE(t.leased_at, t.updated_at) AS leased_at, t.finished_at \
+             FROM tasks t WHERE t.queue = dq.q AND t.state = 'succeeded' \
+               AND t.state NOT IN ('pending', 'leased') AND t.finished_at >= {since} \
+               AND NOT EXISTS (SELECT 1 FROM task_attempts x \
+                 WHERE x.task_id = t.id AND x.attempt = t.attempt)) s \
+           WHERE dq.q IS NOT NULL)"
+    )
+}
+
 impl PostgresStore {
     pub(super) async fn task_next_run_at(
         &self,
@@ -153,7 +185,7 @@ impl PostgresStore {
         }
         let rows = sqlx::query_as::<_, AttemptRow>(
             "SELECT attempt, worker_id, worker_address, leased_at, finished_at, outcome, error, \
-             fencing_token FROM task_attempts WHERE task_id = $1 \
+             fencing_token FROM task_attempts_all WHERE task_id = $1 \
              UNION ALL \
              SELECT attempt, COALESCE(leased_by, ''), COALESCE(leased_address, ''), \
                COALESCE(leased_at, updated_at), NULL, 'running', NULL, fencing_token \
@@ -209,11 +241,11 @@ impl PostgresStore {
         }
         let counts: Vec<(String, String, bool, i64, i64)> =
             qb.build_query_as().fetch_all(&self.pool).await?;
-        let recent: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT t.queue, a.outcome, COUNT(*) FROM task_attempts a \
-             JOIN tasks t ON t.id = a.task_id WHERE a.finished_at >= $1 \
-             AND ($2 OR t.queue = ANY($3)) GROUP BY t.queue, a.outcome",
-        )
+        let recent: Vec<(String, String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "{} SELECT queue, outcome, COUNT(*) FROM recent \
+             WHERE ($2 OR queue = ANY($3)) GROUP BY queue, outcome",
+            recent_attempts("$1::bigint")
+        )))
         .bind(now - 60_000)
         .bind(all)
         .bind(queues)

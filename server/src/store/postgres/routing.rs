@@ -34,11 +34,11 @@ pub(super) const INSERT_ROUTED: &str = concat!(
               ib, bm, mb, j, md, ck, tw, tl, st, sto, fg, fd) \
        ON CONFLICT DO NOTHING RETURNING id, queue, run_at), \
      ev AS (",
-    super::events::event_insert!(),
-    "SELECT ",
-    super::events::event_base!(),
-    " + row_number() OVER () - 1, id, queue, 'submitted', \
-       CASE WHEN run_at > $14 THEN 'scheduled' ELSE 'ready' END, 0, NULL, $14, NULL FROM ins), \
+    super::events::event_batch!(),
+    "SELECT id, queue, 'submitted', \
+       CASE WHEN run_at > $14 THEN 'scheduled' ELSE 'ready' END, 0, NULL::text, $14, NULL::text FROM ins",
+    super::events::event_batch_end!(),
+    "), \
      woken AS (SELECT pg_notify('taskbroker', q || $15) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
      SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0"
 );
@@ -188,16 +188,21 @@ pub(super) async fn worker_record_seen(pool: &PgPool, seen: &[WorkerSeen]) -> St
 }
 
 /// The registry row with its counts: leases held now, attempts finished in the
-/// minute before `now`.
-const WORKER_SELECT: &str = "SELECT w.worker_id, w.labels, w.address, w.queues, w.first_seen, \
-     w.last_seen, \
-     (SELECT count(*) FROM tasks h WHERE h.state = 'leased' AND h.leased_by = w.worker_id) \
-       AS leases_held, \
-     (SELECT count(*) FROM task_attempts a WHERE a.finished_at >= $1 \
-       AND a.worker_id = w.worker_id AND a.outcome = 'succeeded') AS completed, \
-     (SELECT count(*) FROM task_attempts a WHERE a.finished_at >= $1 \
-       AND a.worker_id = w.worker_id AND a.outcome <> 'succeeded') AS failed \
-     FROM workers w";
+/// minute before `now` (`$1`).
+static WORKER_SELECT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{}, per_worker AS (SELECT worker_id, \
+           count(*) FILTER (WHERE outcome = 'succeeded') AS completed, \
+           count(*) FILTER (WHERE outcome <> 'succeeded') AS failed \
+           FROM recent GROUP BY worker_id) \
+         SELECT w.worker_id, w.labels, w.address, w.queues, w.first_seen, w.last_seen, \
+         (SELECT count(*) FROM tasks h WHERE h.state = 'leased' AND h.leased_by = w.worker_id) \
+           AS leases_held, \
+         COALESCE(p.completed, 0) AS completed, COALESCE(p.failed, 0) AS failed \
+         FROM workers w LEFT JOIN per_worker p ON p.worker_id = w.worker_id",
+        super::read::recent_attempts("$1::bigint")
+    )
+});
 
 fn minute_before(now: DateTime<Utc>) -> i64 {
     ms(now) - 60_000
@@ -235,7 +240,7 @@ pub(super) async fn worker_get(
     worker_id: &str,
     now: DateTime<Utc>,
 ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
-    let sql = format!("{WORKER_SELECT} WHERE w.worker_id = $2");
+    let sql = format!("{} WHERE w.worker_id = $2", *WORKER_SELECT);
     let Some(row) = sqlx::query_as::<_, WorkerRow>(sqlx::AssertSqlSafe(sql))
         .bind(minute_before(now))
         .bind(worker_id)

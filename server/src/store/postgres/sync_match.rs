@@ -64,16 +64,15 @@ const INSERT_MATCHED: &str = concat!(
        ON CONFLICT DO NOTHING \
        RETURNING id, seq, state, lease_token, lease_expires_at, queue, run_at, leased_by), \
      ev AS (",
-    super::events::event_insert!(),
-    "SELECT ",
-    super::events::event_base!(),
-    " + row_number() OVER (ORDER BY e.seq, e.k) - 1, e.id, e.queue, e.kind, e.st, e.att, e.w, \
-       $14, NULL FROM ( \
-         SELECT seq, id, queue, 0 AS k, 'submitted' AS kind, \
-           CASE WHEN run_at > $14 THEN 'scheduled' ELSE 'ready' END AS st, 0 AS att, \
+    super::events::event_batch!(),
+    "SELECT e.id, e.queue, e.kind, e.st, e.att, e.w, $14::bigint, NULL::text FROM ( \
+         SELECT seq, id, queue, 0 AS k, 'submitted'::text AS kind, \
+           CASE WHEN run_at > $14 THEN 'scheduled' ELSE 'ready' END AS st, 0::bigint AS att, \
            NULL::text AS w FROM ins \
          UNION ALL SELECT seq, id, queue, 1, 'leased', 'leased', 1, leased_by FROM ins \
-           WHERE state = 'leased') e), \
+           WHERE state = 'leased') e ORDER BY e.seq, e.k",
+    super::events::event_batch_end!(),
+    "), \
      woken AS (SELECT pg_notify($15, q) FROM \
        (SELECT DISTINCT queue AS q FROM ins WHERE state = 'pending') d) \
      SELECT id, seq, state, lease_token, lease_expires_at FROM ins \
