@@ -2,7 +2,7 @@
 //! submitted, leased and settled together read back per task and from any
 //! cursor, and the attempts of a task that failed before it succeeded. On
 //! Postgres a statement's events are one row and a succeeded attempt stays on
-//! its task row (migration 0017); a database upgraded with rows of the earlier
+//! its task row (migration 0018); a database upgraded with rows of the earlier
 //! form reads the same.
 
 mod common;
@@ -353,7 +353,7 @@ async fn an_upgraded_database_reads_its_old_rows() {
         before
             .migrations
             .iter()
-            .filter(|m| m.version < 17)
+            .filter(|m| m.version < 18)
             .cloned()
             .collect(),
     );

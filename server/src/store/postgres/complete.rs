@@ -105,7 +105,7 @@ impl PostgresStore {
         let mut ev = flow_of_row(&row, EventKind::Succeeded, now);
         ev.state = "succeeded";
         events::record(&mut tx, &[ev]).await?;
-        // The succeeded attempt stays on the task row (migration 0017).
+        // The succeeded attempt stays on the task row (migration 0018).
         let leased_at = Some(from_ms(row.attempt_end().leased_at));
         tx.commit().await?;
         Ok(Settled::Applied(Completed {

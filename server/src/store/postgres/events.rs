@@ -1,7 +1,7 @@
 //! Flow: recording task events on Postgres, in the transaction of the
 //! statement that makes each transition.
 //!
-//! A statement's events are one row of `task_event_batches` (migration 0017):
+//! A statement's events are one row of `task_event_batches` (migration 0018):
 //! parallel arrays in event order, event i (from 1) with id `first_id + i - 1`.
 //! The hot statements (insert, lease, gated lease, complete) append a
 //! data-modifying CTE (`INSERT INTO task_event_batches ... SELECT ... FROM

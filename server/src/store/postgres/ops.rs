@@ -98,7 +98,7 @@ impl PostgresStore {
         let outcome = if state == StoredState::Leased {
             None
         } else if state == StoredState::Succeeded {
-            // Its last attempt succeeded; the task row carries it (migration 0017).
+            // Its last attempt succeeded; the task row carries it (migration 0018).
             Some(AttemptOutcome::Succeeded)
         } else {
             let outcome: Option<String> = sqlx::query_scalar(

@@ -5,9 +5,9 @@ use super::*;
 /// CTEs naming the attempts that finished at or after `since` (an SQL expression
 /// in ms): `recent(queue, worker_id, leased_at, finished_at, outcome)`. An attempt
 /// that ended otherwise than in success has its row in task_attempts; a succeeded
-/// one is its task's row (migration 0017), found per queue through
+/// one is its task's row (migration 0018), found per queue through
 /// tasks_queue_state (queue, state, finished_at) after a walk of its queues (one
-/// probe each), unless task_attempts holds it (a success recorded before 0017).
+/// probe each), unless task_attempts holds it (a success recorded before 0018).
 /// Starts with `WITH RECURSIVE`; append more CTEs with a comma.
 pub(super) fn recent_attempts(since: &str) -> String {
     format!(
