@@ -215,6 +215,12 @@ async fn a_woken_long_poll_that_goes_away_passes_the_wake_up_on_postgres() {
     woken_long_poll_goes_away(Backend::Postgres).await;
 }
 
+/// On MySQL too.
+#[tokio::test(flavor = "current_thread")]
+async fn a_woken_long_poll_that_goes_away_passes_the_wake_up_on_mysql() {
+    woken_long_poll_goes_away(Backend::Mysql).await;
+}
+
 async fn woken_long_poll_goes_away(backend: Backend) {
     use taskbroker_server::service::{LeaseRequest, SubmitTask};
     let Some(app) = spawn_app(backend).await else {

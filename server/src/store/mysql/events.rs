@@ -49,7 +49,8 @@ const PIECE: usize = 200;
 /// Writes the job's events (following up each task that finished), then takes
 /// their ids from the counter. With no events, the counter moves only when the
 /// job left rows locked that other replicas may have skipped (`spare`).
-pub(super) async fn after_job(j: &mut Job) -> StoreResult<()> {
+/// Returns the ids of the events written (first, last), if any.
+pub(super) async fn after_job(j: &mut Job) -> StoreResult<Option<(i64, i64)>> {
     let mut all: Vec<Pending> = Vec::new();
     loop {
         let evs = std::mem::take(&mut j.events);
@@ -100,7 +101,7 @@ pub(super) async fn after_job(j: &mut Job) -> StoreResult<()> {
         all.extend(evs);
     }
     if all.is_empty() && !j.spare {
-        return Ok(());
+        return Ok(None);
     }
     // One more than the events: an id no event holds tells pollers to look at
     // every queue (`listen.rs`) when the job left locked rows untaken.
@@ -132,7 +133,7 @@ pub(super) async fn after_job(j: &mut Job) -> StoreResult<()> {
         });
         qb.build().execute(j.conn()).await?;
     }
-    Ok(())
+    Ok((!all.is_empty()).then(|| (first, first + all.len() as i64 - 1)))
 }
 
 /// A task went DEAD: a notice task on its queue's dead-letter queue, if it has one.

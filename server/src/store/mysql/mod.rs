@@ -67,6 +67,9 @@ pub(crate) struct Job {
     pub woken: Vec<String>,
     /// Rows were locked and not taken: other replicas' long-polls must look again.
     pub spare: bool,
+    /// A Submit's plain insert, whose broker wakes this replica's waiters
+    /// itself: this replica's poller skips its events.
+    pub own_wakes: bool,
 }
 
 impl Job {
@@ -149,14 +152,19 @@ impl MysqlStore {
             events: Vec::new(),
             woken: Vec::new(),
             spare: false,
+            own_wakes: false,
         })
     }
 
     /// Ends a job: flow's follow-ups and the events, then the commit, then the
     /// local wake-ups.
     pub(crate) async fn finish(&self, mut job: Job) -> StoreResult<()> {
-        events::after_job(&mut job).await?;
+        let ids = events::after_job(&mut job).await?;
         job.tx.commit().await?;
+        if let Some(ids) = ids.filter(|_| job.own_wakes) {
+            // This replica's poller does not wake for them again.
+            self.notes.own(ids);
+        }
         if let Some(wake) = self.waker.get() {
             job.woken.sort_unstable();
             job.woken.dedup();
@@ -188,7 +196,10 @@ impl Store for MysqlStore {
         tasks: &[NewTask],
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Inserted>> {
-        job!(self, |j| ops::task_insert_many(j, tasks, now).await)
+        job!(self, |j| {
+            j.own_wakes = true;
+            ops::task_insert_many(j, tasks, now).await
+        })
     }
 
     async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
