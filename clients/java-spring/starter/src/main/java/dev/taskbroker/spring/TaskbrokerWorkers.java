@@ -131,6 +131,14 @@ public class TaskbrokerWorkers implements SmartInitializingSingleton, SmartLifec
   }
 
   private Worker build(String name, TaskbrokerProperties.WorkerProperties p, List<Registration> registrations) {
+    try {
+      return builder(p, registrations).build();
+    } catch (IllegalArgumentException | NullPointerException e) {
+      throw new IllegalStateException("taskbroker.workers." + name + ": " + e.getMessage(), e);
+    }
+  }
+
+  private Worker.Builder builder(TaskbrokerProperties.WorkerProperties p, List<Registration> registrations) {
     Worker.Builder b =
         Worker.builder(taskbroker)
             .registrations(registrations)
@@ -149,11 +157,7 @@ public class TaskbrokerWorkers implements SmartInitializingSingleton, SmartLifec
       b.meterProvider(meterProvider);
     }
     middleware.forEach(b::middleware);
-    try {
-      return b.build();
-    } catch (IllegalArgumentException e) {
-      throw new IllegalStateException("taskbroker.workers." + name + ": " + e.getMessage(), e);
-    }
+    return b;
   }
 
   /** The workers by name (those with at least one queue). */
