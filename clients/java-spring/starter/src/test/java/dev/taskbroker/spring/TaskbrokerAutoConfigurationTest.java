@@ -175,7 +175,7 @@ class TaskbrokerAutoConfigurationTest {
         .withPropertyValues("taskbroker.workers.mail.concurrency=0")
         .run(
             ctx ->
-                assertThat(rootCause(ctx.getStartupFailure()))
+                assertThat(ctx.getStartupFailure())
                     .hasMessage("taskbroker.workers.mail: concurrency must be 1 to 256"));
   }
 }
