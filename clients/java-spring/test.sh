@@ -28,7 +28,7 @@ if ! (cd "$root/clients/java" && "${mvn[@]}" -q install -DskipTests) >"$tmp/clie
   exit 1
 fi
 
-echo "== building the broker" >&2
+echo "== building the broker (client installed in ${SECONDS}s)" >&2
 (cd "$root" && cargo build -q -p taskbroker-server --bin taskbroker)
 
 : >"$tmp/stdout"
@@ -59,7 +59,7 @@ if [ -z "$addr" ]; then
 fi
 export TASKBROKER_ADDR="$addr"
 unset TASKBROKER_TOKEN TASKBROKER_CA TASKBROKER_CLIENT_CERT TASKBROKER_CLIENT_KEY
-echo "== broker on $addr; building and testing the starter and the sample" >&2
+echo "== broker on $addr (at ${SECONDS}s); building and testing the starter and the sample" >&2
 
 status=0
 rm -rf "$here"/starter/target/surefire-reports "$here"/sample/target/surefire-reports
@@ -83,6 +83,7 @@ if [ "$status" -ne 0 ]; then
   [ "$failed" -eq 0 ] && failed=1
 fi
 grep -E 'Tests run:.*in dev\.' "$tmp/mvn.log" >&2 || true
+echo "== done in ${SECONDS}s" >&2
 # A skipped test ran nothing: it counts as a failure here.
 failed=$((failed + skipped))
 passed=$((tests - failed))
