@@ -118,6 +118,14 @@ for lang in $langs; do
   fi
 done
 
+# The Spring Boot starter and its sample application against a live broker.
+case " $langs " in
+  *" java "*)
+    step "Java: the Spring Boot starter and its sample against a live broker"
+    clients/java-spring/test.sh
+    ;;
+esac
+
 # Each language runs three times: plaintext, --secure (TLS, mTLS and a token) and --faults
 # (the broker killed, restarted and paused under the worker; clients/conformance/FAULTS.md).
 # A language without a fault scenario yet is skipped with a line saying so (exit 3). An empty
