@@ -35,6 +35,56 @@ macro_rules! routing_open {
     };
 }
 
+/// The end of both lease statements, before the writes: `picked`, the rows of
+/// `$from` (seq, size, rn, req) each request takes while their bytes stay within
+/// the reply budget ($8; the first always), and `spare`, a NOTIFY for the queues
+/// of rows locked in `cand` but not taken.
+macro_rules! lease_pick {
+    ($from:literal) => {
+        concat!(
+            "picked AS ( \
+               SELECT seq, req FROM ( \
+                 SELECT seq, req, size, sum(size) OVER (PARTITION BY req ORDER BY rn) AS total \
+                 FROM ",
+            $from,
+            ") r \
+               WHERE total <= $8 OR total = size), \
+             spare AS ( \
+               SELECT pg_notify('taskbroker', s.queue) FROM ( \
+                 SELECT DISTINCT queue FROM cand \
+                 WHERE seq NOT IN (SELECT seq FROM picked)) s), "
+        )
+    };
+}
+pub(super) use lease_pick;
+
+/// What both lease statements write, in one place: `leased`, the UPDATE of the
+/// `picked` rows (seq, req) to leased for request `req` (now $2, workers $4,
+/// addresses $5, durations $6), returning the rows with their request, and `ev`,
+/// their LEASED events. (The attempt's row is written when it ends.)
+macro_rules! lease_write {
+    () => {
+        concat!(
+            "leased AS ( \
+               UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
+                 fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
+                 leased_by = ($4::text[])[p.req], lease_duration_ms = ($6::bigint[])[p.req], \
+                 lease_expires_at = LEAST($2 + ($6::bigint[])[p.req], \
+                   COALESCE(t.deadline, $2 + ($6::bigint[])[p.req])), \
+                 updated_at = $2, leased_at = $2, leased_address = ($5::text[])[p.req] \
+               FROM picked p WHERE t.seq = p.seq \
+               RETURNING t.*, p.req::bigint AS request), \
+             ev AS (",
+            super::events::event_insert!(),
+            "SELECT ",
+            super::events::event_base!(),
+            " + row_number() OVER () - 1, id, queue, 'leased', 'leased', attempt, leased_by, \
+               $2, NULL FROM leased) "
+        )
+    };
+}
+pub(super) use lease_write;
+
 impl PostgresStore {
     pub(super) async fn task_lease_available(
         &self,
@@ -162,28 +212,7 @@ impl PostgresStore {
                  AND (NOT fanout_distinct OR nth_copy = 1) \
                  AND nth_queue <= COALESCE((SELECT m.room FROM room m \
                    WHERE m.name = r.queue AND m.req = r.req), 2147483647)), \
-             picked AS ( \
-               SELECT seq, req FROM ( \
-                 SELECT seq, req, size, sum(size) OVER (PARTITION BY req ORDER BY rn) AS total \
-                 FROM routed) r \
-               WHERE total <= $8 OR total = size), \
-             spare AS ( \
-               SELECT pg_notify('taskbroker', s.queue) FROM ( \
-                 SELECT DISTINCT queue FROM cand \
-                 WHERE seq NOT IN (SELECT seq FROM picked)) s), \
-             leased AS ( \
-               UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
-                 fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
-                 leased_by = ($4::text[])[p.req], lease_duration_ms = ($6::bigint[])[p.req], \
-                 lease_expires_at = LEAST($2 + ($6::bigint[])[p.req], \
-                   COALESCE(t.deadline, $2 + ($6::bigint[])[p.req])), \
-                 updated_at = $2, leased_at = $2, leased_address = ($5::text[])[p.req] \
-               FROM picked p WHERE t.seq = p.seq \
-               RETURNING t.*, p.req::bigint AS request), \
-             ev AS (", events::event_insert!(), "SELECT ", events::event_base!(),
-               " + row_number() OVER () - 1, id, queue, 'leased', 'leased', attempt, leased_by, \
-               $2, NULL FROM leased) \
-             SELECT leased.*, (SELECT count(*) FROM spare) AS spare FROM leased",
+", lease_pick!("routed"), lease_write!(), "SELECT leased.*, (SELECT count(*) FROM spare) AS spare FROM leased",
         ))
         .bind(&first.queues)
         .bind(now)

@@ -72,31 +72,10 @@ impl PostgresStore {
                  FROM cand c \
                  ORDER BY c.priority DESC, c.deadline ASC NULLS LAST, c.run_at, c.seq \
                  LIMIT $3) t), \
-             picked AS ( \
-               SELECT seq, req FROM ( \
-                 SELECT seq, req, size, sum(size) OVER (PARTITION BY req ORDER BY rn) AS total \
-                 FROM ranked) r \
-               WHERE total <= $8 OR total = size), \
-             spare AS ( \
-               SELECT pg_notify('taskbroker', s.queue) FROM ( \
-                 SELECT DISTINCT queue FROM cand \
-                 WHERE seq NOT IN (SELECT seq FROM picked)) s), \
-             leased AS ( \
-               UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
-                 fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
-                 leased_by = ($4::text[])[p.req], lease_duration_ms = ($6::bigint[])[p.req], \
-                 lease_expires_at = LEAST($2 + ($6::bigint[])[p.req], \
-                   COALESCE(t.deadline, $2 + ($6::bigint[])[p.req])), \
-                 updated_at = $2, leased_at = $2, leased_address = ($5::text[])[p.req] \
-               FROM picked p WHERE t.seq = p.seq \
-               RETURNING t.*, p.req::bigint AS request), \
-             ev AS (",
-            events::event_insert!(),
-            "SELECT ",
-            events::event_base!(),
-            " + row_number() OVER () - 1, id, queue, 'leased', 'leased', attempt, leased_by, \
-               $2, NULL FROM leased) \
-             SELECT l.*, r.pending AS routed_pending, (SELECT waiting FROM due) AS due_waiting, \
+",
+            super::lease::lease_pick!("ranked"),
+            super::lease::lease_write!(),
+            "SELECT l.*, r.pending AS routed_pending, (SELECT waiting FROM due) AS due_waiting, \
                (SELECT count(*) FROM spare) AS spare \
              FROM routed r LEFT JOIN leased l ON TRUE",
         ))
