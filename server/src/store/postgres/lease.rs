@@ -65,16 +65,8 @@ impl PostgresStore {
         }
         // The routing statement reads the lease index only: the due tasks join it.
         self.promote(&first.queues, now).await?;
-        let demand: i64 = ps.iter().map(|p| i64::from(p.max_tasks)).sum();
-        let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
-        let addresses: Vec<&str> = ps.iter().map(|p| p.worker_address.as_str()).collect();
-        let durations: Vec<i64> = ps.iter().map(|p| duration_ms(p.lease_duration)).collect();
+        let batch = super::lease_plain::Batch::new(ps);
         let wanted: Vec<u32> = ps.iter().map(|p| p.max_tasks).collect();
-        // The request of each slot, 1-based, for the n-th task in lease order.
-        let owners: Vec<i32> = lease_slots(&wanted)
-            .into_iter()
-            .map(|i| i32::try_from(i + 1).unwrap_or(i32::MAX))
-            .collect();
         // Routing: each request's labels, each queue's per-worker cap
         // (0: none), each request's max_tasks.
         let labels: Vec<String> = ps.iter().map(|p| p.routing.labels_json()).collect();
@@ -113,7 +105,7 @@ impl PostgresStore {
         // each request within its max_tasks, its cap and one copy per distinct
         // fan-out group.
         let mut tx = self.pool.begin().await?;
-        lock_workers(&mut tx, &workers).await?;
+        lock_workers(&mut tx, &batch.workers).await?;
         let rows: Vec<(TaskRow, i64)> = sqlx::query(concat!(
             "WITH room AS ( \
                SELECT q.name, i AS req, q.cap - ( \
@@ -162,35 +154,16 @@ impl PostgresStore {
                  AND (NOT fanout_distinct OR nth_copy = 1) \
                  AND nth_queue <= COALESCE((SELECT m.room FROM room m \
                    WHERE m.name = r.queue AND m.req = r.req), 2147483647)), \
-             picked AS ( \
-               SELECT seq, req FROM ( \
-                 SELECT seq, req, size, sum(size) OVER (PARTITION BY req ORDER BY rn) AS total \
-                 FROM routed) r \
-               WHERE total <= $8 OR total = size), \
-             spare AS ( \
-               SELECT pg_notify('taskbroker', s.queue) FROM ( \
-                 SELECT DISTINCT queue FROM cand \
-                 WHERE seq NOT IN (SELECT seq FROM picked)) s), \
-             leased AS ( \
-               UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
-                 fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
-                 leased_by = ($4::text[])[p.req], lease_duration_ms = ($6::bigint[])[p.req], \
-                 lease_expires_at = LEAST($2 + ($6::bigint[])[p.req], \
-                   COALESCE(t.deadline, $2 + ($6::bigint[])[p.req])), \
-                 updated_at = $2, leased_at = $2, leased_address = ($5::text[])[p.req] \
-               FROM picked p WHERE t.seq = p.seq \
-               RETURNING t.*, p.req::bigint AS request)",
-            events::leased_event!("$2"),
-            " SELECT leased.*, (SELECT count(*) FROM spare) AS spare FROM leased",
+", super::lease_plain::lease_pick!("routed"), super::lease_plain::lease_write!(), "SELECT leased.*, (SELECT count(*) FROM spare) AS spare FROM leased",
         ))
         .bind(&first.queues)
         .bind(now)
-        .bind(demand)
-        .bind(&workers)
-        .bind(&addresses)
-        .bind(&durations)
-        .bind(&owners)
-        .bind(i64::try_from(first.max_reply_bytes).unwrap_or(i64::MAX))
+        .bind(batch.demand)
+        .bind(&batch.workers)
+        .bind(&batch.addresses)
+        .bind(&batch.durations)
+        .bind(&batch.owners)
+        .bind(batch.max_reply_bytes)
         .bind(LEASE_REPLY_TASK_BYTES)
         .bind(&caps)
         .bind(&wants)

@@ -16,6 +16,52 @@
 
 use super::*;
 
+/// The end of both lease statements, before the writes: `picked`, the rows of
+/// `$from` (seq, size, rn, req) each request takes while their bytes stay within
+/// the reply budget ($8; the first always), and `spare`, a NOTIFY for the queues
+/// of rows locked in `cand` but not taken.
+macro_rules! lease_pick {
+    ($from:literal) => {
+        concat!(
+            "picked AS ( \
+               SELECT seq, req FROM ( \
+                 SELECT seq, req, size, sum(size) OVER (PARTITION BY req ORDER BY rn) AS total \
+                 FROM ",
+            $from,
+            ") r \
+               WHERE total <= $8 OR total = size), \
+             spare AS ( \
+               SELECT pg_notify('taskbroker', s.queue) FROM ( \
+                 SELECT DISTINCT queue FROM cand \
+                 WHERE seq NOT IN (SELECT seq FROM picked)) s), "
+        )
+    };
+}
+pub(super) use lease_pick;
+
+/// What both lease statements write, in one place: `leased`, the UPDATE of the
+/// `picked` rows (seq, req) to leased for request `req` (now $2, workers $4,
+/// addresses $5, durations $6), returning the rows with their request, and `ev`,
+/// their LEASED events. (The attempt's row is written when it ends.)
+macro_rules! lease_write {
+    () => {
+        concat!(
+            "leased AS ( \
+               UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
+                 fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
+                 leased_by = ($4::text[])[p.req], lease_duration_ms = ($6::bigint[])[p.req], \
+                 lease_expires_at = LEAST($2 + ($6::bigint[])[p.req], \
+                   COALESCE(t.deadline, $2 + ($6::bigint[])[p.req])), \
+                 updated_at = $2, leased_at = $2, leased_address = ($5::text[])[p.req] \
+               FROM picked p WHERE t.seq = p.seq \
+               RETURNING t.*, p.req::bigint AS request)",
+            super::events::leased_event!("$2"),
+            " "
+        )
+    };
+}
+pub(super) use lease_write;
+
 impl PostgresStore {
     /// The batch's leases, or why the statement leased nothing: the full
     /// (routing) statement must decide them (some request carries labels, a queue
@@ -31,20 +77,12 @@ impl PostgresStore {
             return Ok(Plain::Routed);
         }
         let now = ms(ps.iter().map(|p| p.now).max().unwrap_or(first.now));
-        let demand: i64 = ps.iter().map(|p| i64::from(p.max_tasks)).sum();
-        let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
-        let addresses: Vec<&str> = ps.iter().map(|p| p.worker_address.as_str()).collect();
-        let durations: Vec<i64> = ps.iter().map(|p| duration_ms(p.lease_duration)).collect();
-        let wanted: Vec<u32> = ps.iter().map(|p| p.max_tasks).collect();
-        let owners: Vec<i32> = lease_slots(&wanted)
-            .into_iter()
-            .map(|i| i32::try_from(i + 1).unwrap_or(i32::MAX))
-            .collect();
+        let batch = Batch::new(ps);
         // The statement of `task_lease_many` before routing (see the comments
         // there), plus `routed`: whether a READY task of the queues carries a
         // routing rule, in which case `cand` is empty and the one row returned
         // says so. The final LEFT JOIN returns that row even when nothing is leased.
-        let rows: Vec<(Option<(TaskRow, i64)>, bool, bool)> = sqlx::query(concat!(
+        let rows: Vec<PlainRow> = sqlx::query(concat!(
             "WITH routed AS ( \
                SELECT EXISTS (SELECT 1 FROM tasks WHERE state = 'pending' \
                  AND queue = ANY($1::text[]) AND run_at <= $2 \
@@ -72,37 +110,21 @@ impl PostgresStore {
                  FROM cand c \
                  ORDER BY c.priority DESC, c.deadline ASC NULLS LAST, c.run_at, c.seq \
                  LIMIT $3) t), \
-             picked AS ( \
-               SELECT seq, req FROM ( \
-                 SELECT seq, req, size, sum(size) OVER (PARTITION BY req ORDER BY rn) AS total \
-                 FROM ranked) r \
-               WHERE total <= $8 OR total = size), \
-             spare AS ( \
-               SELECT pg_notify('taskbroker', s.queue) FROM ( \
-                 SELECT DISTINCT queue FROM cand \
-                 WHERE seq NOT IN (SELECT seq FROM picked)) s), \
-             leased AS ( \
-               UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
-                 fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
-                 leased_by = ($4::text[])[p.req], lease_duration_ms = ($6::bigint[])[p.req], \
-                 lease_expires_at = LEAST($2 + ($6::bigint[])[p.req], \
-                   COALESCE(t.deadline, $2 + ($6::bigint[])[p.req])), \
-                 updated_at = $2, leased_at = $2, leased_address = ($5::text[])[p.req] \
-               FROM picked p WHERE t.seq = p.seq \
-               RETURNING t.*, p.req::bigint AS request)",
-            events::leased_event!("$2"),
-            " SELECT l.*, r.pending AS routed_pending, (SELECT waiting FROM due) AS due_waiting, \
+",
+            lease_pick!("ranked"),
+            lease_write!(),
+            "SELECT l.*, r.pending AS routed_pending, (SELECT waiting FROM due) AS due_waiting, \
                (SELECT count(*) FROM spare) AS spare \
              FROM routed r LEFT JOIN leased l ON TRUE",
         ))
         .bind(&first.queues)
         .bind(now)
-        .bind(demand)
-        .bind(&workers)
-        .bind(&addresses)
-        .bind(&durations)
-        .bind(&owners)
-        .bind(i64::try_from(first.max_reply_bytes).unwrap_or(i64::MAX))
+        .bind(batch.demand)
+        .bind(&batch.workers)
+        .bind(&batch.addresses)
+        .bind(&batch.durations)
+        .bind(&batch.owners)
+        .bind(batch.max_reply_bytes)
         .bind(LEASE_REPLY_TASK_BYTES)
         .try_map(|row: sqlx::postgres::PgRow| {
             use sqlx::{FromRow, Row};
@@ -156,6 +178,11 @@ impl PostgresStore {
     }
 }
 
+/// A row of the plain lease statement: the task leased and its request (none
+/// when nothing was leased), whether a routed task is READY, whether a waiting
+/// task is due.
+type PlainRow = (Option<(TaskRow, i64)>, bool, bool);
+
 /// What the plain lease statement did.
 pub(super) enum Plain {
     /// The batch's leases.
@@ -165,4 +192,36 @@ pub(super) enum Plain {
     /// Nothing: a waiting task of the queues is due at this time (ms); promote
     /// it and lease again.
     Due(i64),
+}
+
+/// What both lease statements bind of a batch of requests, per request in
+/// order: $3 the total demand, $4 the workers, $5 their addresses, $6 the lease
+/// durations (ms), $7 the request (1-based) of each slot for the n-th task in
+/// lease order (see [`lease_slots`]), $8 the reply budget.
+pub(super) struct Batch<'a> {
+    pub demand: i64,
+    pub workers: Vec<&'a str>,
+    pub addresses: Vec<&'a str>,
+    pub durations: Vec<i64>,
+    pub owners: Vec<i32>,
+    pub max_reply_bytes: i64,
+}
+
+impl<'a> Batch<'a> {
+    pub fn new(ps: &'a [LeaseParams]) -> Self {
+        let wanted: Vec<u32> = ps.iter().map(|p| p.max_tasks).collect();
+        Batch {
+            demand: ps.iter().map(|p| i64::from(p.max_tasks)).sum(),
+            workers: ps.iter().map(|p| p.worker_id.as_str()).collect(),
+            addresses: ps.iter().map(|p| p.worker_address.as_str()).collect(),
+            durations: ps.iter().map(|p| duration_ms(p.lease_duration)).collect(),
+            owners: lease_slots(&wanted)
+                .into_iter()
+                .map(|i| i32::try_from(i + 1).unwrap_or(i32::MAX))
+                .collect(),
+            max_reply_bytes: ps.first().map_or(i64::MAX, |p| {
+                i64::try_from(p.max_reply_bytes).unwrap_or(i64::MAX)
+            }),
+        }
+    }
 }
