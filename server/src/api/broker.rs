@@ -264,6 +264,7 @@ impl BrokerService for BrokerApi {
                     task_id: r.task_id,
                     deduplicated: r.deduplicated,
                     copy_task_ids: r.copy_task_ids,
+                    replaced: false,
                 })
                 .collect(),
         }))

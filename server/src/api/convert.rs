@@ -117,6 +117,8 @@ pub fn leased_task(t: TaskRecord) -> pb::LeasedTask {
         created_at: Some(to_timestamp(t.created_at)),
         fanout_group: t.routing.fanout_group.unwrap_or_default(),
         concurrency_key: t.concurrency_key.unwrap_or_default(),
+        dependency_results: Default::default(),
+        at_most_once: false,
     }
 }
 
@@ -165,6 +167,8 @@ pub fn task(t: TaskRecord, now: DateTime<Utc>) -> pb::Task {
         run_if_dependency_fails: false,
         cancel_reason: 0,
         concurrency_key: t.concurrency_key.unwrap_or_default(),
+        depends_on_keys: Vec::new(),
+        at_most_once: false,
     }
 }
 
