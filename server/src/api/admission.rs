@@ -82,6 +82,7 @@ fn gate_to_pb(g: admission::Gate) -> pb::Gate {
         until: g.until.map(to_timestamp),
         holder_task_ids: g.holders,
         ahead: g.ahead,
+        missing_keys: Vec::new(),
     }
 }
 
@@ -119,6 +120,8 @@ fn queue_to_pb(q: QueueView) -> pb::Queue {
             max_payload_bytes: s.max_payload_bytes as u64,
             retention: Some(to_duration(s.retention)),
             min_lease: Some(to_duration(s.min_lease)),
+            max_pending: 0,
+            max_pending_bytes: 0,
         }),
         update_time: l.updated_at.map(to_timestamp),
     }

@@ -56,6 +56,19 @@ fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid
         }),
         flow,
         concurrency_key: (!t.concurrency_key.is_empty()).then_some(t.concurrency_key),
+        at_most_once: t.at_most_once,
+        on_duplicate: match pb::DuplicateKeyPolicy::try_from(t.on_duplicate_key) {
+            Ok(pb::DuplicateKeyPolicy::Unspecified | pb::DuplicateKeyPolicy::KeepExisting) => {
+                service::DuplicateKey::KeepExisting
+            }
+            Ok(pb::DuplicateKeyPolicy::ReplaceWaiting) => service::DuplicateKey::ReplaceWaiting,
+            Err(_) => {
+                return Err(Invalid::new(
+                    f("on_duplicate_key"),
+                    format!("{} is not a DuplicateKeyPolicy", t.on_duplicate_key),
+                ));
+            }
+        },
     })
 }
 
@@ -264,6 +277,7 @@ impl BrokerService for BrokerApi {
                     task_id: r.task_id,
                     deduplicated: r.deduplicated,
                     copy_task_ids: r.copy_task_ids,
+                    replaced: false,
                 })
                 .collect(),
         }))

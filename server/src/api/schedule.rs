@@ -175,6 +175,7 @@ pub fn schedule_to_pb(s: ScheduleRecord) -> pb::Schedule {
             retry: Some(retry_to_pb(&t.retry)),
             metadata: t.metadata.clone().into_iter().collect(),
             deadline_after: t.deadline_after.map(to_duration),
+            ..Default::default()
         }),
         overlap: match s.overlap {
             Overlap::Allow => O::Allow,

@@ -41,6 +41,21 @@ pub struct SubmitTask {
     pub flow: crate::store::FlowSpec,
     /// Admission: `[A-Za-z0-9._:@/-]{1,256}`, or none.
     pub concurrency_key: Option<String>,
+    /// Leased at most once: one attempt, never retried (not after a lost lease either).
+    pub at_most_once: bool,
+    /// What to do when the key is taken.
+    pub on_duplicate: DuplicateKey,
+}
+
+/// What Submit does when a task with the same (queue, key) exists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DuplicateKey {
+    /// Keep the existing task (deduplicated).
+    #[default]
+    KeepExisting,
+    /// Replace the payload, run_at, priority and metadata of the existing task
+    /// while it waits (not leased, not finished); otherwise keep it.
+    ReplaceWaiting,
 }
 
 /// A sticky policy as submitted.
@@ -64,6 +79,7 @@ const MAX_KEY_LEN: usize = 512;
 /// The metadata entry that names the producer of a task submitted with a producer
 /// token (set by the API layer, read back to enforce ownership).
 pub const PRODUCER_KEY: &str = "taskbroker.producer";
+pub use crate::domain::task::{AT_MOST_ONCE_KEY, is_at_most_once};
 const MAX_METADATA_ENTRIES: usize = 64;
 const MAX_METADATA_BYTES: usize = 16 * 1024;
 
@@ -381,8 +397,28 @@ impl Broker {
         Ok(())
     }
 
-    fn new_task(&self, i: usize, t: SubmitTask, now: DateTime<Utc>) -> Result<NewTask, Invalid> {
+    fn new_task(
+        &self,
+        i: usize,
+        mut t: SubmitTask,
+        now: DateTime<Utc>,
+    ) -> Result<NewTask, Invalid> {
         let f = |name: &str| format!("tasks[{i}].{name}");
+        if t.metadata.contains_key(AT_MOST_ONCE_KEY) {
+            return Err(Invalid::new(
+                f("metadata"),
+                format!("{AT_MOST_ONCE_KEY} is set by the broker: use at_most_once"),
+            ));
+        }
+        if t.at_most_once {
+            if t.retry.max_attempts.is_some_and(|m| m != 1) {
+                return Err(Invalid::new(
+                    f("retry.max_attempts"),
+                    "must be 1 or unset with at_most_once",
+                ));
+            }
+            t.retry.max_attempts = Some(1);
+        }
         validate::queue_name(&f("queue"), &t.queue)?;
         let max_payload = self.settings.max_payload_for(&t.queue);
         validate::size(&f("payload"), t.payload.len(), max_payload)?;
@@ -411,6 +447,10 @@ impl Broker {
             }
         }
         let retry = self.retry_policy(&t.queue, &t.retry, &f)?;
+        if t.at_most_once {
+            // Past the metadata limits: the broker's own entry does not count.
+            t.metadata.insert(AT_MOST_ONCE_KEY.into(), "true".into());
+        }
         Ok(NewTask {
             id: uuid::Uuid::now_v7().to_string(),
             queue: t.queue,
