@@ -21,6 +21,8 @@ from google.protobuf import timestamp_pb2
 
 from conformance_spec import SPEC_CASES, SpecCases
 from conformance_spec import CaseFailed as SpecCaseFailed
+from conformance_typed import CaseFailed as TypedCaseFailed
+from conformance_typed import TypedCases
 from taskbroker import (
     AsyncClient,
     AsyncTaskContext,
@@ -60,7 +62,7 @@ def state_name(state: int) -> str:
     return State.Name(state)
 
 
-class Cases(SpecCases):
+class Cases(SpecCases, TypedCases):
     def __init__(self, tb: Client) -> None:
         self.tb = tb
 
@@ -573,6 +575,7 @@ CASES = [
     "wait_by_stream",
     "lease_next",
     "worker_id_binding",
+    "typed_handlers",
 ]
 
 
@@ -590,7 +593,7 @@ def run_case(fn: Callable[[str], None], name: str) -> str | None:
     try:
         fn(queue_name(name))
         return None
-    except (CaseFailed, SpecCaseFailed) as err:
+    except (CaseFailed, SpecCaseFailed, TypedCaseFailed) as err:
         return str(err)
     except grpc.RpcError as err:
         return f"unexpected {err.code().name}: {err.details()}"

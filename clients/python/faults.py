@@ -19,7 +19,10 @@ import time
 from collections.abc import Callable
 
 import grpc
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from conformance_typed import counter_points
 from taskbroker import AsyncClient, AsyncTaskContext, AsyncWorker, Client, TaskContext, Worker, WorkerStoppedError
 from taskbroker import spec
 from taskbroker.context import LEASE_LOST
@@ -132,6 +135,12 @@ def check_failed_at_once(tb: Client, task_id: str, type_name: str) -> None:
     check(type_name in t.last_error, f"last_error {t.last_error!r} does not name {type_name!r}")
 
 
+def check_settle_calls(reader: InMemoryMetricReader) -> None:
+    calls = counter_points(reader, "taskbroker.worker.settle.calls")
+    got = {dict(k)["rpc"]: v for k, v in calls.items()}
+    check(got == {"Complete": 1, "CompleteMany": 1}, f"settle calls {got}, want 1 Complete and 1 CompleteMany")
+
+
 # The sync Worker.
 
 
@@ -239,8 +248,60 @@ def sync_wrong_result_type(tb: Client, q: str) -> None:
         th.join(10)
 
 
+def sync_settle_batching(tb: Client, q: str) -> None:
+    ids = [tb.submit(q, b"x").task_id for _ in range(10)]
+    started = threading.Semaphore(0)
+    release = threading.Event()
+    lock = threading.Lock()
+    runs = [0]
+
+    def handler(ctx: TaskContext) -> bytes:
+        with lock:
+            runs[0] += 1
+        started.release()
+        release.wait(30)
+        return b"done"
+
+    reader = InMemoryMetricReader()
+    w = Worker(tb, [q], handler, concurrency=10, worker_id=WORKER_ID, meter_provider=MeterProvider(metric_readers=[reader]))
+    th = run_worker(w)
+    try:
+        for _ in ids:
+            check(started.acquire(timeout=20), "the handlers did not all start within 20 s")
+        fault("pause")
+        try:
+            release.set()
+            queued = w._completer is not None and w._completer.wait_queued(9, 20)
+            check(queued, f"{w.queued_completions} completions queued behind the call in flight, want 9")
+        finally:
+            fault("resume")
+        check_ran_once(tb, ids, runs[0])
+        w.stop()
+        check_settle_calls(reader)
+    finally:
+        release.set()
+        w.stop(wait=False)
+        th.join(40)
+
+
+def check_fail_fast(err: BaseException) -> None:
+    """With fail_fast the error is one plain line saying what is wrong."""
+    text = str(err)
+    check(
+        "not a gRPC broker" in text and "\n" not in text,
+        f"with fail_fast the worker stopped with {text!r}, want one line saying the server is not a gRPC broker",
+    )
+
+
 def sync_http_port(tb: Client, q: str) -> None:
-    w = Worker(os.environ["TASKBROKER_HTTP_ADDR"], [q], lambda ctx: b"", worker_id=WORKER_ID)
+    for fail_fast in (False, True):
+        err = sync_run_on_http_port(q, fail_fast)
+        if fail_fast:
+            check_fail_fast(err)
+
+
+def sync_run_on_http_port(q: str, fail_fast: bool) -> BaseException:
+    w = Worker(os.environ["TASKBROKER_HTTP_ADDR"], [q], lambda ctx: b"", worker_id=WORKER_ID, fail_fast=fail_fast)
     failure: list[BaseException] = []
 
     def run() -> None:
@@ -259,6 +320,7 @@ def sync_http_port(tb: Client, q: str) -> None:
         bool(failure) and isinstance(failure[0], WorkerStoppedError),
         f"the worker ended with {failure!r}, want WorkerStoppedError",
     )
+    return failure[0]
 
 
 # The asyncio AsyncWorker (its client made inside the running loop, its worker object too).
@@ -372,18 +434,62 @@ async def aio_wrong_result_type(tb: Client, q: str) -> None:
         await asyncio.wait_for(run, 10)
 
 
+async def aio_settle_batching(tb: Client, q: str) -> None:
+    ids = [tb.submit(q, b"x").task_id for _ in range(10)]
+    started: asyncio.Queue[None] = asyncio.Queue()
+    release = asyncio.Event()
+    runs = [0]
+
+    async def handler(ctx: AsyncTaskContext) -> bytes:
+        runs[0] += 1
+        started.put_nowait(None)
+        await release.wait()
+        return b"done"
+
+    reader = InMemoryMetricReader()
+    w = AsyncWorker(
+        os.environ["TASKBROKER_ADDR"], [q], handler, concurrency=10, worker_id=WORKER_ID,
+        meter_provider=MeterProvider(metric_readers=[reader]),
+    )
+    run = asyncio.ensure_future(w.run(handle_signals=False))
+    try:
+        for _ in ids:
+            await asyncio.wait_for(started.get(), 20)
+        await asyncio.to_thread(fault, "pause")
+        try:
+            release.set()
+            assert w._completer is not None
+            try:
+                await asyncio.wait_for(w._completer.wait_queued(9), 20)
+            except asyncio.TimeoutError:
+                raise CaseFailed(f"{w.queued_completions} completions queued behind the call in flight, want 9") from None
+        finally:
+            await asyncio.to_thread(fault, "resume")
+        await asyncio.to_thread(check_ran_once, tb, ids, runs[0])
+        await w.stop()
+        await run
+        check_settle_calls(reader)
+    finally:
+        release.set()
+        w.stop_soon()
+        await asyncio.wait_for(asyncio.shield(run), 40)
+
+
 async def aio_http_port(tb: Client, q: str) -> None:
     async def handler(ctx: AsyncTaskContext) -> bytes:
         return b""
 
-    w = AsyncWorker(os.environ["TASKBROKER_HTTP_ADDR"], [q], handler, worker_id=WORKER_ID)
-    try:
-        await asyncio.wait_for(w.run(handle_signals=False), 20)
-    except WorkerStoppedError:
-        return
-    except asyncio.TimeoutError:
-        raise CaseFailed("the worker against the HTTP port still runs after 20 s") from None
-    raise CaseFailed("the worker against the HTTP port returned normally, want WorkerStoppedError")
+    for fail_fast in (False, True):
+        w = AsyncWorker(os.environ["TASKBROKER_HTTP_ADDR"], [q], handler, worker_id=WORKER_ID, fail_fast=fail_fast)
+        try:
+            await asyncio.wait_for(w.run(handle_signals=False), 20)
+        except WorkerStoppedError as err:
+            if fail_fast:
+                check_fail_fast(err)
+            continue
+        except asyncio.TimeoutError:
+            raise CaseFailed("the worker against the HTTP port still runs after 20 s") from None
+        raise CaseFailed("the worker against the HTTP port returned normally, want WorkerStoppedError")
 
 
 CASES: list[tuple[str, Callable[[Client, str], None], Callable[[Client, str], object]]] = [
@@ -392,6 +498,7 @@ CASES: list[tuple[str, Callable[[Client, str], None], Callable[[Client, str], ob
     ("stop_bound", sync_stop_bound, aio_stop_bound),
     ("wrong_result_type", sync_wrong_result_type, aio_wrong_result_type),
     ("http_port", sync_http_port, aio_http_port),
+    ("settle_batching", sync_settle_batching, aio_settle_batching),
 ]
 
 

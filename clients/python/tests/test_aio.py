@@ -10,7 +10,7 @@ import random
 import grpc
 import pytest
 
-from taskbroker import AsyncClient, AsyncTaskContext, AsyncWorker, WorkerStoppedError, is_lease_lost
+from taskbroker import AsyncClient, AsyncTaskContext, AsyncWorker, WaitTimeout, WorkerStoppedError, is_lease_lost
 from taskbroker.v1 import admin_pb2, broker_pb2
 
 ADDR = os.environ.get("TASKBROKER_ADDR")
@@ -199,3 +199,27 @@ def test_an_async_worker_made_before_the_loop_runs_in_it() -> None:
 
     asyncio.run(main())
     assert done == [b"early"]
+
+
+def test_async_wait_streams_carry_the_token() -> None:
+    """WatchTasks (a server stream) goes through the same token as the unary calls: with
+    --secure a stream without it is UNAUTHENTICATED."""
+
+    async def main() -> None:
+        q = queue("wait")
+        async with AsyncClient.from_env(ADDR) as tb:
+            task_id = (await tb.submit(q, b"x")).task_id
+            t = (await tb.broker.Lease(
+                broker_pb2.LeaseRequest(worker_id="test-python", queues=[q], max_tasks=1), timeout=10
+            )).tasks[0]
+            await tb.broker.Complete(
+                broker_pb2.CompleteRequest(task_id=t.task_id, lease_token=t.lease_token, result=b"r"), timeout=10
+            )
+            done = await tb.wait(task_id, timeout=10)
+            assert done.state == SUCCEEDED and done.result == b"r"
+            # An unfinished task is followed on the stream itself until the timeout.
+            waiting = (await tb.submit(q, b"y")).task_id
+            with pytest.raises(WaitTimeout):
+                await tb.wait(waiting, timeout=0.5)
+
+    asyncio.run(main())

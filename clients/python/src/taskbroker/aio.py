@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import inspect
 import logging
 import os
 import signal
@@ -22,16 +23,27 @@ import socket
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 import grpc.aio
 
-from taskbroker import spec, tracing
-from taskbroker.client import ConnectOptions, SubmitOptions, TLSConfig, check_channel_args, duration, task_spec
+from taskbroker import handlers, metrics, spec, tracing
+from taskbroker.aio_completer import AsyncCompleter
+from taskbroker.client import (
+    ConnectOptions,
+    SubmitOptions,
+    TLSConfig,
+    check_channel_args,
+    decode_result,
+    duration,
+    task_spec,
+)
 from taskbroker.context import CANCEL_REQUESTED, DEADLINE, LEASE_LOST, STOPPING
 from taskbroker.errors import LeaseLostError, PermanentError, RetryableError, WorkerStoppedError, is_lease_lost
 from taskbroker.routing import check_labels
+from taskbroker.serde import DEFAULT_SERIALIZER, PayloadError, Serializer, encode_payload
+from taskbroker.spec import Duration, seconds
 from taskbroker.wait import wait_tasks_async
 from taskbroker.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, worker_pb2
 
@@ -39,9 +51,11 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 log = logging.getLogger("taskbroker.aio")
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-class _TokenInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
+class _Token:
     """Adds ``authorization: Bearer TOKEN`` to every call (also on plaintext, inside a mesh)."""
 
     def __init__(self, metadata: list[tuple[str, str]]) -> None:
@@ -51,15 +65,22 @@ class _TokenInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStre
         md = grpc.aio.Metadata(*(d.metadata or ()), *self._metadata)
         return grpc.aio.ClientCallDetails(d.method, d.timeout, md, d.credentials, d.wait_for_ready)
 
+
+# One object per kind of call: grpc.aio files an interceptor under the first kind it
+# implements only, so one object for both would leave the streams (WatchTasks) without the token.
+class _UnaryUnaryToken(_Token, grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
     async def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
         return await continuation(self._details(details), request)
 
+
+class _UnaryStreamToken(_Token, grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
     async def intercept_unary_stream(self, continuation, details, request):  # type: ignore[no-untyped-def]
         return await continuation(self._details(details), request)
 
 
 class AsyncClient:
-    """An asyncio channel to the broker with both service stubs (``broker``, ``admin``)."""
+    """An asyncio channel to the broker with both service stubs (``broker``, ``admin``);
+    ``serializer`` as in ``Client`` (JSON by default)."""
 
     def __init__(
         self,
@@ -68,8 +89,10 @@ class AsyncClient:
         channel: grpc.aio.Channel | None = None,
         token: str | None = None,
         tls: TLSConfig | bool | None = None,
+        serializer: Serializer | None = None,
     ) -> None:
         check_channel_args(target, channel, token, tls)
+        self.serializer: Serializer = serializer or DEFAULT_SERIALIZER
         self._owns_channel = channel is None
         self._options = None if target is None else ConnectOptions(target=target, token=token, tls=tls)
         self._channel: grpc.aio.Channel | None = channel
@@ -84,7 +107,7 @@ class AsyncClient:
         if self._channel is None:
             o = self._options
             assert o is not None
-            interceptors: Any = [_TokenInterceptor(o.metadata())] if o.token else None
+            interceptors: Any = [_UnaryUnaryToken(o.metadata()), _UnaryStreamToken(o.metadata())] if o.token else None
             creds = o.channel_credentials()
             self._channel = (
                 grpc.aio.secure_channel(o.target, creds, interceptors=interceptors)
@@ -106,62 +129,77 @@ class AsyncClient:
         return self._admin
 
     @classmethod
-    def from_env(cls, target: str | None = None) -> AsyncClient:
+    def from_env(cls, target: str | None = None, *, serializer: Serializer | None = None) -> AsyncClient:
         """Configured from TASKBROKER_ADDR, _TOKEN, _CA, _CLIENT_CERT, _CLIENT_KEY."""
         o = ConnectOptions.from_env(target)
-        return cls(o.target, token=o.token, tls=o.tls)
+        return cls(o.target, token=o.token, tls=o.tls, serializer=serializer)
 
     async def submit(
         self,
         queue: str,
-        payload: bytes = b"",
+        payload: Any = b"",
         *,
-        timeout: float = spec.CALL_TIMEOUT,
+        timeout: Duration = spec.CALL_TIMEOUT,
         **options: Unpack[SubmitOptions],
     ) -> broker_pb2.SubmitResult:
         """Submits one task (with the current OpenTelemetry traceparent in its metadata);
-        ``target``, ``sticky``, ``fanout`` and ``depends_on`` as in ``Client.submit``."""
+        a payload that is not ``bytes`` is encoded by the serializer; ``target``, ``sticky``,
+        ``fanout`` and ``depends_on`` as in ``Client.submit``."""
+        payload = encode_payload(self.serializer, payload)
         return (await self.submit_many([task_spec(queue, payload, **options)], timeout=timeout))[0]
 
     async def submit_many(
-        self, specs: Sequence[broker_pb2.TaskSpec], *, timeout: float = spec.CALL_TIMEOUT
+        self, specs: Sequence[broker_pb2.TaskSpec], *, timeout: Duration = spec.CALL_TIMEOUT
     ) -> list[broker_pb2.SubmitResult]:
         """As ``Client.submit_many``: several ``task_spec``s in one request, results in order."""
         headers = list(tracing.current_headers().items()) or None
-        resp = await self.broker.Submit(broker_pb2.SubmitRequest(tasks=list(specs)), timeout=timeout, metadata=headers)
+        resp = await self.broker.Submit(
+            broker_pb2.SubmitRequest(tasks=list(specs)), timeout=seconds(timeout), metadata=headers
+        )
         return list(resp.results)
 
-    async def wait(self, task_id: str, *, timeout: float | None = None) -> admin_pb2.Task:
-        """As ``Client.wait``: the finished task, followed on WatchTasks; ``WaitTimeout``."""
-        return (await wait_tasks_async(self.admin, [task_id], timeout))[0]
+    async def get_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> admin_pb2.Task:
+        """As ``Client.get_task``: the task as the broker has it now."""
+        return (await self.admin.GetTask(admin_pb2.GetTaskRequest(task_id=task_id), timeout=seconds(timeout))).task
 
-    async def wait_all(self, task_ids: Iterable[str], *, timeout: float | None = None) -> list[admin_pb2.Task]:
+    async def get_result(
+        self, task: str | admin_pb2.Task, type_: type[T], *, timeout: Duration = spec.CALL_TIMEOUT
+    ) -> T:
+        """As ``Client.get_result``: a SUCCEEDED task's result decoded as ``type_``."""
+        t = await self.get_task(task, timeout=timeout) if isinstance(task, str) else task
+        return decode_result(self.serializer, t, type_)
+
+    async def wait(self, task_id: str, *, timeout: Duration | None = None) -> admin_pb2.Task:
+        """As ``Client.wait``: the finished task, followed on WatchTasks; ``WaitTimeout``."""
+        return (await wait_tasks_async(self.admin, [task_id], None if timeout is None else seconds(timeout)))[0]
+
+    async def wait_all(self, task_ids: Iterable[str], *, timeout: Duration | None = None) -> list[admin_pb2.Task]:
         """As ``Client.wait_all``: several tasks on one stream, in the order given."""
-        return await wait_tasks_async(self.admin, task_ids, timeout)
+        return await wait_tasks_async(self.admin, task_ids, None if timeout is None else seconds(timeout))
 
     async def submit_and_wait(
-        self, queue: str, payload: bytes = b"", *, timeout: float | None = None, **submit: Any
+        self, queue: str, payload: Any = b"", *, timeout: Duration | None = None, **submit: Any
     ) -> admin_pb2.Task:
         """``submit`` (same keyword arguments) then ``wait`` up to ``timeout``."""
         task_id = (await self.submit(queue, payload, **submit)).task_id
         return await self.wait(task_id, timeout=timeout)
 
     async def list_workers(
-        self, *, queue: str = "", labels: Mapping[str, str] | None = None, timeout: float = spec.CALL_TIMEOUT
+        self, *, queue: str = "", labels: Mapping[str, str] | None = None, timeout: Duration = spec.CALL_TIMEOUT
     ) -> list[worker_pb2.Worker]:
         """As ``Client.list_workers``: every worker seen within worker_ttl, all pages."""
         req = worker_pb2.ListWorkersRequest(queue=queue, labels=dict(labels or {}), page_size=1000)
         workers: list[worker_pb2.Worker] = []
         while True:
-            resp = await self.admin.ListWorkers(req, timeout=timeout)
+            resp = await self.admin.ListWorkers(req, timeout=seconds(timeout))
             workers.extend(resp.workers)
             if not resp.next_page_token:
                 return workers
             req.page_token = resp.next_page_token
 
-    async def get_worker(self, worker_id: str, *, timeout: float = spec.CALL_TIMEOUT) -> worker_pb2.GetWorkerResponse:
+    async def get_worker(self, worker_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> worker_pb2.GetWorkerResponse:
         """As ``Client.get_worker``: one worker with its current leases."""
-        return await self.admin.GetWorker(worker_pb2.GetWorkerRequest(worker_id=worker_id), timeout=timeout)
+        return await self.admin.GetWorker(worker_pb2.GetWorkerRequest(worker_id=worker_id), timeout=seconds(timeout))
 
     async def close(self) -> None:
         if self._owns_channel and self._channel is not None:
@@ -204,20 +242,50 @@ class AsyncTaskContext:
         self._expiry: asyncio.TimerHandle | None = None
         self._settling = False  # the handler is done; its Complete or Fail is being sent
         self._left_behind = False  # abandoned at stop (handed back); its result is discarded
+        self._gave_up = False  # its settle was given up at the lease's expiry
+        self._settle_failed = False  # its settle was refused (not LEASE_LOST): logged
 
-    task_id = property(lambda self: self.task.task_id)
-    payload = property(lambda self: self.task.payload)
-    attempt = property(lambda self: self.task.attempt, doc="1-based number of this attempt.")
-    fencing_token = property(lambda self: self.task.fencing_token)
-    metadata = property(lambda self: dict(self.task.metadata))
-    last_checkpoint = property(lambda self: self._last_checkpoint)
-    lease_expires_at = property(lambda self: self._expires_at)
+    @property
+    def task_id(self) -> str:
+        return self.task.task_id
+
+    @property
+    def queue(self) -> str:
+        return self.task.queue
+
+    @property
+    def payload(self) -> bytes:
+        return self.task.payload
+
+    @property
+    def attempt(self) -> int:
+        """1-based number of this attempt."""
+        return self.task.attempt
+
+    @property
+    def fencing_token(self) -> int:
+        """Pass to downstream stores so they can reject writes from a stale holder."""
+        return self.task.fencing_token
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return dict(self.task.metadata)
+
+    @property
+    def last_checkpoint(self) -> bytes | None:
+        """The newest checkpoint: this attempt's, else the one an earlier attempt saved."""
+        return self._last_checkpoint
+
+    @property
+    def lease_expires_at(self) -> datetime.datetime:
+        """When the lease runs out unless extended, as the broker last said."""
+        return self._expires_at
 
     @property
     def deadline(self) -> datetime.datetime | None:
         return self.task.deadline.ToDatetime(tzinfo=datetime.timezone.utc) if self.task.HasField("deadline") else None
 
-    async def checkpoint(self, data: bytes, *, timeout: float = spec.CALL_TIMEOUT) -> None:
+    async def checkpoint(self, data: bytes, *, timeout: Duration = spec.CALL_TIMEOUT) -> None:
         """Stores progress the next attempt receives, and extends the lease (spec point 3)."""
         req = broker_pb2.CheckpointRequest(
             task_id=self.task_id, lease_token=self.task.lease_token, checkpoint=data,
@@ -225,7 +293,7 @@ class AsyncTaskContext:
         )
         sent = asyncio.get_running_loop().time()
         try:
-            resp = await self._broker.Checkpoint(req, timeout=timeout)
+            resp = await self._broker.Checkpoint(req, timeout=seconds(timeout))
         except grpc.aio.AioRpcError as err:
             if is_lease_lost(err):
                 self._lose("Checkpoint answered LEASE_LOST")
@@ -273,27 +341,55 @@ class AsyncWorker:
     cancellation, the four stop codes (``run()`` raises WorkerStoppedError), jittered backoff,
     drain on SIGTERM/SIGINT (``run()`` on the main thread's loop) or ``stop()``, and
     ``lease_next`` (a settle also leases the freed slot's next task; ``lease_next=False``
-    turns it off)."""
+    turns it off). Handlers by queue (``@worker.handler("emails")`` on ``async def``
+    functions, typed payloads and results), ``middleware`` (``async def mw(ctx, call_next)``),
+    OpenTelemetry metrics, Completes batched into CompleteMany and ``fail_fast`` as in
+    ``Worker``; durations are ``timedelta`` or seconds.
+
+    >>> worker = AsyncWorker(AsyncClient.from_env())
+    >>> @worker.handler("emails")
+    ... async def send(email: Email, ctx: AsyncTaskContext) -> Receipt: ...
+    >>> await worker.run()
+    """
 
     def __init__(
         self,
         target: str | AsyncClient,
-        queues: Sequence[str],
-        handler: AsyncHandler,
+        queues: Sequence[str] | None = None,
+        handler: AsyncHandler | None = None,
         *,
         concurrency: int = spec.DEFAULT_CONCURRENCY,
-        lease_duration: float = spec.DEFAULT_LEASE_DURATION,
-        poll_wait: float = spec.DEFAULT_POLL_WAIT,
+        lease_duration: Duration = spec.DEFAULT_LEASE_DURATION,
+        poll_wait: Duration = spec.DEFAULT_POLL_WAIT,
         worker_id: str | None = None,
-        stop_timeout: float | None = spec.DEFAULT_STOP_TIMEOUT,
+        stop_timeout: Duration | None = spec.DEFAULT_STOP_TIMEOUT,
         labels: Mapping[str, str] | None = None,
         lease_next: bool = True,
+        middleware: Sequence[handlers.AsyncMiddleware] = (),
+        serializer: Serializer | None = None,
+        meter_provider: Any = None,
+        fail_fast: bool = False,
     ) -> None:
+        lease_duration, poll_wait = seconds(lease_duration), seconds(poll_wait)
+        stop_timeout = None if stop_timeout is None else seconds(stop_timeout)
+        if (queues is None) != (handler is None):
+            raise ValueError(
+                "pass queues and a handler together, or neither and register handlers with @worker.handler(queue)"
+            )
         spec.check_worker_options(queues, concurrency, lease_duration, poll_wait)
         self._owns_client = isinstance(target, str)
         self._client = AsyncClient(target) if isinstance(target, str) else target
-        self.queues = list(queues)
-        self.handler = handler
+        self._handlers: dict[str, handlers.Registered] = {}
+        if queues is not None and handler is not None:
+            self._handlers = {q: handlers.raw(q, handler) for q in queues}
+        self._middleware: list[handlers.AsyncMiddleware] = list(middleware)
+        #: Encodes results and decodes payloads for registered handlers (the client's by default).
+        self.serializer: Serializer = serializer or self._client.serializer
+        self._metrics = metrics.WorkerMetrics(meter_provider)
+        #: Whether a Lease failing with a configuration error stops the worker at once.
+        self.fail_fast = fail_fast
+        self._completer: AsyncCompleter | None = None
+        self._running_loop = False
         self.concurrency = concurrency
         self.lease_duration = lease_duration
         self.poll_wait = poll_wait
@@ -320,6 +416,51 @@ class AsyncWorker:
     @property
     def heartbeat_interval(self) -> float:
         return spec.heartbeat_interval(self.lease_duration)
+
+    @property
+    def queues(self) -> list[str]:
+        """Every queue with a handler: what each Lease asks for."""
+        return list(self._handlers)
+
+    def handler(self, queue: str) -> Callable[[F], F]:
+        """A decorator: ``@worker.handler("emails")`` registers the ``async def`` function for
+        that queue (see ``handle``)."""
+
+        def register(fn: F) -> F:
+            self.handle(queue, fn)
+            return fn
+
+        return register
+
+    def handle(self, queue: str, fn: Callable[..., Awaitable[Any]]) -> None:
+        """Runs ``async def fn`` for the tasks of ``queue``, its parameters filled by their
+        annotations (an ``AsyncTaskContext``, the payload decoded into its type), its return
+        value encoded as the result (``taskbroker.handlers``). One handler per queue."""
+        if self._running_loop:
+            raise RuntimeError("register handlers before the worker runs")
+        if queue in self._handlers:
+            raise ValueError(f"queue {queue} already has a handler")
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"handler for queue {queue}: the AsyncWorker takes async def functions")
+        self._handlers[queue] = handlers.register(queue, fn, AsyncTaskContext)
+
+    def use(self, middleware: handlers.AsyncMiddleware) -> handlers.AsyncMiddleware:
+        """Adds ``async def middleware(ctx, call_next)`` around every handler call (also a
+        decorator); the first added is the outermost."""
+        self._middleware.append(middleware)
+        return middleware
+
+    @property
+    def queued_completions(self) -> int:
+        """Completions waiting behind the settle call in flight (sent next as one CompleteMany)."""
+        return self._completer.queued() if self._completer is not None else 0
+
+    def _call_timeout(self) -> float:
+        """A settle's deadline: the call deadline, or what is left of the stop margin."""
+        timeout = spec.CALL_TIMEOUT
+        if self._hard_deadline is not None:
+            timeout = max(min(timeout, self._hard_deadline - asyncio.get_running_loop().time()), 0.05)
+        return timeout
 
     async def __aenter__(self) -> AsyncWorker:  # noqa: PYI034
         self._task = asyncio.get_running_loop().create_task(self.run(handle_signals=False))
@@ -350,8 +491,12 @@ class AsyncWorker:
         """Leases and handles tasks until ``stop()`` (or SIGTERM/SIGINT with ``handle_signals``,
         on the main thread); returns once drained. Raises WorkerStoppedError when the broker
         refused the Lease for good."""
+        if not self._handlers:
+            raise ValueError("the worker has no queues: register a handler with @worker.handler(queue)")
         loop = asyncio.get_running_loop()
+        self._running_loop = True
         self._stopping, self._changed, self._abandon = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        self._completer = AsyncCompleter(self)
         signals = []
         if handle_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -367,6 +512,7 @@ class AsyncWorker:
         finally:
             self._stopping.set()
             await self._drain()
+            await self._completer.close()
             heartbeats.cancel()
             for sig in signals:
                 loop.remove_signal_handler(sig)
@@ -403,6 +549,9 @@ class AsyncWorker:
                 got = asyncio.get_running_loop().time()
                 failures = 0
             except grpc.aio.AioRpcError as err:
+                plain = spec.config_error(err) if self.fail_fast else None
+                if plain is not None:
+                    raise WorkerStoppedError(plain, err.code()) from err
                 if spec.stops_worker(err):
                     raise WorkerStoppedError(f"lease refused: {err.code().name}: {err.details()}", err.code()) from err
                 pause = spec.backoff(failures)
@@ -433,12 +582,18 @@ class AsyncWorker:
     async def _handle(self, ctx: AsyncTaskContext, timer: asyncio.TimerHandle | None) -> None:
         next_tasks: list[broker_pb2.LeasedTask] = []
         sent = 0.0
+        reg = self._handlers[ctx.task.queue]
+
+        async def call() -> Any:
+            return await reg.fn(*reg.args(ctx, self.serializer))
+
         try:
             result: Any = None
             error: BaseException | None = None
+            started = asyncio.get_running_loop().time()
             try:
                 with tracing.task_context(ctx.task.metadata):
-                    result = await self.handler(ctx)
+                    result = await handlers.chain_async(self._middleware, ctx, call)
             except asyncio.CancelledError as exc:
                 if ctx.cancel_reason is None:
                     raise
@@ -449,6 +604,7 @@ class AsyncWorker:
                 error = exc
             except Exception as exc:  # noqa: BLE001 -- any handler error fails the attempt, by design
                 error = exc
+            ran = asyncio.get_running_loop().time() - started
             if timer is not None:
                 timer.cancel()
             if ctx._left_behind:
@@ -456,26 +612,35 @@ class AsyncWorker:
                 return
             ctx._settling = True
             if ctx.lost:
+                self._metrics.task(ctx.queue, metrics.LEASE_LOST, ran)
                 return  # logged once when it was lost
-            if error is None and not isinstance(result, (bytes, bytearray, str, type(None))):
-                error = TypeError(f"handler returned {type(result).__name__}, not bytes, str or None")
+            data = b""
+            if error is None:
+                try:
+                    data = handlers.encode_result(reg, self.serializer, result)
+                except TypeError as exc:
+                    error = exc
+                    log.error("task %s: %s", ctx.task_id, error)
+            elif isinstance(error, PayloadError):
                 log.error("task %s: %s", ctx.task_id, error)
-            elif error is not None and not isinstance(
-                error, (PermanentError, RetryableError, asyncio.CancelledError)
-            ):
+            elif not isinstance(error, (PermanentError, RetryableError, asyncio.CancelledError)):
                 log.error("task %s: handler raised %s: %s", ctx.task_id, type(error).__name__, error, exc_info=error)
             request: broker_pb2.CompleteRequest | broker_pb2.FailRequest
             if error is None:
-                method = "Complete"
-                data = result.encode() if isinstance(result, str) else bytes(result or b"")
                 request = broker_pb2.CompleteRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token, result=data)
             else:
-                method, request = "Fail", _fail_request(ctx, error)
+                request = _fail_request(ctx, error)
             lease_next = self._next_lease()
             if lease_next is not None:
                 request.lease_next.CopyFrom(lease_next)
             sent = asyncio.get_running_loop().time()
-            response = await self._report(ctx, method, request)
+            if error is not None:
+                response = await self._report(ctx, "Fail", request)
+            elif self._completer is not None:
+                response = await self._completer.complete(ctx, request)  # type: ignore[arg-type]
+            else:
+                response = await self._report(ctx, "Complete", request)
+            self._metrics.task(ctx.queue, metrics.outcome(ctx, error, response), ran)
             if response is not None:
                 next_tasks = list(response.next_tasks)
         finally:
@@ -507,17 +672,16 @@ class AsyncWorker:
         loop = asyncio.get_running_loop()
         failures = 0
         while True:
-            timeout = spec.CALL_TIMEOUT
-            if self._hard_deadline is not None:
-                timeout = max(min(timeout, self._hard_deadline - loop.time()), 0.05)
             try:
-                return await getattr(self._broker, method)(request, timeout=timeout)
+                self._metrics.settle_call(method)
+                return await getattr(self._broker, method)(request, timeout=self._call_timeout())
             except grpc.aio.AioRpcError as err:
                 if is_lease_lost(err):
                     ctx._lose(f"{method} answered LEASE_LOST")
                     return None
                 if err.code() not in spec.REPORT_RETRY_CODES:
                     log.error("task %s: %s failed: %s: %s", ctx.task_id, method, err.code().name, err.details())
+                    ctx._settle_failed = True
                     return None
                 pause = spec.backoff(failures)
                 failures += 1
@@ -528,7 +692,9 @@ class AsyncWorker:
                         "task %s: %s given up, the lease runs out before the broker answered (%s: %s)",
                         ctx.task_id, method, err.code().name, err.details(),
                     )
+                    ctx._gave_up = True
                     return None
+                self._metrics.settle_retry(ctx.queue)
                 log.warning(
                     "task %s: %s failed, retrying in %.1fs: %s: %s",
                     ctx.task_id, method, pause, err.code().name, err.details(),

@@ -7,17 +7,22 @@ import dataclasses
 import datetime
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from taskbroker import spec, tracing
+from taskbroker.errors import TaskNotSucceededError
+from taskbroker.serde import DEFAULT_SERIALIZER, Serializer, encode_payload
+from taskbroker.spec import Duration, seconds
 from taskbroker.wait import wait_tasks
 from taskbroker.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, schedule_pb2_grpc, worker_pb2
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+T = TypeVar("T")
 
 
 class SubmitOptions(TypedDict, total=False):
@@ -159,6 +164,9 @@ class Client:
     >>> Client("broker:50051", token=os.environ["TASKBROKER_TOKEN"],
     ...        tls=TLSConfig.from_files(ca="ca.pem", cert="client.pem", key="client.key"))
     >>> Client.from_env()  # TASKBROKER_ADDR, _TOKEN, _CA, _CLIENT_CERT, _CLIENT_KEY
+
+    ``serializer`` (default JSON) encodes what ``submit`` gets that is not bytes, and decodes
+    results in ``get_result``; workers on this client use it for payloads and results too.
     """
 
     def __init__(
@@ -168,8 +176,10 @@ class Client:
         channel: grpc.Channel | None = None,
         token: str | None = None,
         tls: TLSConfig | bool | None = None,
+        serializer: Serializer | None = None,
     ) -> None:
         check_channel_args(target, channel, token, tls)
+        self.serializer: Serializer = serializer or DEFAULT_SERIALIZER
         self._owns_channel = channel is None
         if channel is None:
             channel = open_channel(ConnectOptions(target=target, token=token, tls=tls))  # type: ignore[arg-type]
@@ -179,21 +189,25 @@ class Client:
         self.schedules = schedule_pb2_grpc.ScheduleServiceStub(self.channel)
 
     @classmethod
-    def from_env(cls, target: str | None = None) -> Client:
+    def from_env(cls, target: str | None = None, *, serializer: Serializer | None = None) -> Client:
         """A client configured from the standard environment; see ``ConnectOptions.from_env``."""
         o = ConnectOptions.from_env(target)
-        return cls(o.target, token=o.token, tls=o.tls)
+        return cls(o.target, token=o.token, tls=o.tls, serializer=serializer)
 
     def submit(
         self,
         queue: str,
-        payload: bytes = b"",
+        payload: Any = b"",
         *,
-        timeout: float = spec.CALL_TIMEOUT,
+        timeout: Duration = spec.CALL_TIMEOUT,
         **options: Unpack[SubmitOptions],
     ) -> broker_pb2.SubmitResult:
         """Submits one task and returns its SubmitResult (task_id, deduplicated, and with
         ``fanout`` every copy's id in ``copy_task_ids``).
+
+        ``payload`` is sent as it is when it is ``bytes``; anything else (a dataclass, a dict,
+        a pydantic model, a str...) is encoded by the client's serializer (JSON by default):
+        ``tb.submit("emails", Email(to="ada@example.com"))``.
 
         ``target``, ``sticky`` and ``fanout`` route the task (``taskbroker.routing`` builds
         them: ``target(labels={"gpu": "a100"})``, ``sticky("soft", timeout=60)``,
@@ -207,10 +221,11 @@ class Client:
         The current OpenTelemetry context's ``traceparent`` goes into the task's metadata
         (unless ``metadata`` has one) and into the call's headers.
         """
+        payload = encode_payload(self.serializer, payload)
         return self.submit_many([task_spec(queue, payload, **options)], timeout=timeout)[0]
 
     def submit_many(
-        self, specs: Sequence[broker_pb2.TaskSpec], *, timeout: float = spec.CALL_TIMEOUT
+        self, specs: Sequence[broker_pb2.TaskSpec], *, timeout: Duration = spec.CALL_TIMEOUT
     ) -> list[broker_pb2.SubmitResult]:
         """Submits several tasks in one request (atomically) and returns their results in
         order. Build them with ``task_spec``; ``depends_on_index=[0]`` makes a task wait for
@@ -221,29 +236,40 @@ class Client:
         """
         headers = tuple(tracing.current_headers().items())
         resp = self.broker.Submit(
-            broker_pb2.SubmitRequest(tasks=list(specs)), timeout=timeout, metadata=headers or None
+            broker_pb2.SubmitRequest(tasks=list(specs)), timeout=seconds(timeout), metadata=headers or None
         )
         return list(resp.results)
 
-    def wait(self, task_id: str, *, timeout: float | None = None) -> admin_pb2.Task:
+    def get_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> admin_pb2.Task:
+        """The task as the broker has it now (AdminService.GetTask): ``.state``, ``.result``..."""
+        return self.admin.GetTask(admin_pb2.GetTaskRequest(task_id=task_id), timeout=seconds(timeout)).task
+
+    def get_result(self, task: str | admin_pb2.Task, type_: type[T], *, timeout: Duration = spec.CALL_TIMEOUT) -> T:
+        """A SUCCEEDED task's result decoded as ``type_`` by the client's serializer (``bytes``:
+        as it is). ``task`` is a task id (read now) or a task already read (``wait``'s answer).
+        Raises ``TaskNotSucceededError`` when the task is in any other state."""
+        t = self.get_task(task, timeout=timeout) if isinstance(task, str) else task
+        return decode_result(self.serializer, t, type_)
+
+    def wait(self, task_id: str, *, timeout: Duration | None = None) -> admin_pb2.Task:
         """Blocks until the task is SUCCEEDED, DEAD or CANCELLED and returns it (``.state``,
         ``.result``, ``.last_error``), following it on WatchTasks rather than polling. Raises
         ``WaitTimeout`` (a ``TimeoutError``) after ``timeout`` seconds; the task carries on."""
-        return wait_tasks(self.admin, [task_id], timeout)[0]
+        return wait_tasks(self.admin, [task_id], None if timeout is None else seconds(timeout))[0]
 
-    def wait_all(self, task_ids: Iterable[str], *, timeout: float | None = None) -> list[admin_pb2.Task]:
+    def wait_all(self, task_ids: Iterable[str], *, timeout: Duration | None = None) -> list[admin_pb2.Task]:
         """``wait`` for several tasks (up to 1000) on one stream; the tasks in the order given."""
-        return wait_tasks(self.admin, task_ids, timeout)
+        return wait_tasks(self.admin, task_ids, None if timeout is None else seconds(timeout))
 
     def submit_and_wait(
-        self, queue: str, payload: bytes = b"", *, timeout: float | None = None, **submit: Any
+        self, queue: str, payload: Any = b"", *, timeout: Duration | None = None, **submit: Any
     ) -> admin_pb2.Task:
         """``submit`` (with the same keyword arguments) then ``wait`` up to ``timeout``."""
         task_id = self.submit(queue, payload, **submit).task_id
         return self.wait(task_id, timeout=timeout)
 
     def list_workers(
-        self, *, queue: str = "", labels: Mapping[str, str] | None = None, timeout: float = 10.0
+        self, *, queue: str = "", labels: Mapping[str, str] | None = None, timeout: Duration = 10.0
     ) -> list[worker_pb2.Worker]:
         """Every worker any broker replica saw within its worker_ttl (AdminService.ListWorkers,
         all pages), by worker id; only those leasing from ``queue`` and carrying every pair of
@@ -251,16 +277,16 @@ class Client:
         req = worker_pb2.ListWorkersRequest(queue=queue, labels=dict(labels or {}), page_size=1000)
         workers: list[worker_pb2.Worker] = []
         while True:
-            resp = self.admin.ListWorkers(req, timeout=timeout)
+            resp = self.admin.ListWorkers(req, timeout=seconds(timeout))
             workers.extend(resp.workers)
             if not resp.next_page_token:
                 return workers
             req.page_token = resp.next_page_token
 
-    def get_worker(self, worker_id: str, *, timeout: float = 10.0) -> worker_pb2.GetWorkerResponse:
+    def get_worker(self, worker_id: str, *, timeout: Duration = 10.0) -> worker_pb2.GetWorkerResponse:
         """One worker (``.worker``) with the leases it holds now (``.leases``); NOT_FOUND when
         no replica saw it within worker_ttl."""
-        return self.admin.GetWorker(worker_pb2.GetWorkerRequest(worker_id=worker_id), timeout=timeout)
+        return self.admin.GetWorker(worker_pb2.GetWorkerRequest(worker_id=worker_id), timeout=seconds(timeout))
 
     def close(self) -> None:
         if self._owns_channel:
@@ -273,9 +299,40 @@ class Client:
         self.close()
 
 
+def decode_result(serializer: Serializer, task: admin_pb2.Task, type_: type[T]) -> T:
+    """A SUCCEEDED task's result as ``type_``; TaskNotSucceededError in any other state."""
+    if task.state != broker_pb2.TASK_STATE_SUCCEEDED:
+        state = broker_pb2.TaskState.Name(task.state).removeprefix("TASK_STATE_")
+        why = f": {task.last_error}" if task.last_error else ""
+        raise TaskNotSucceededError(f"task {task.id} is {state}, not SUCCEEDED{why}", task)
+    if type_ is bytes:
+        return task.result  # type: ignore[return-value]
+    return serializer.decode(task.result, type_)  # type: ignore[no-any-return]
+
+
+def retry_policy(
+    max_attempts: int = 0,
+    *,
+    initial_backoff: Duration | None = None,
+    backoff_multiplier: float = 0.0,
+    max_backoff: Duration | None = None,
+    jitter: float | None = None,
+) -> broker_pb2.RetryPolicy:
+    """A RetryPolicy for ``submit(retry=...)``, durations as ``timedelta`` or seconds; what is
+    left unset takes the broker's default (3 attempts, 10 s initial backoff, x2, 1 h max)."""
+    policy = broker_pb2.RetryPolicy(max_attempts=max_attempts, backoff_multiplier=backoff_multiplier)
+    if initial_backoff is not None:
+        policy.initial_backoff.CopyFrom(duration(initial_backoff))
+    if max_backoff is not None:
+        policy.max_backoff.CopyFrom(duration(max_backoff))
+    if jitter is not None:
+        policy.jitter = jitter
+    return policy
+
+
 def task_spec(
     queue: str,
-    payload: bytes = b"",
+    payload: Any = b"",
     *,
     key: str = "",
     priority: int = 0,
@@ -289,9 +346,12 @@ def task_spec(
     depends_on: Sequence[str] = (),
     depends_on_index: Sequence[int] = (),
     run_if_dependency_fails: bool = False,
+    serializer: Serializer | None = None,
 ) -> broker_pb2.TaskSpec:
     """A TaskSpec for ``Client.submit_many``, with the current OpenTelemetry ``traceparent``
-    in its metadata. ``depends_on_index`` names earlier tasks of the same request."""
+    in its metadata. ``depends_on_index`` names earlier tasks of the same request. A payload
+    that is not ``bytes`` is encoded by ``serializer`` (JSON by default)."""
+    payload = encode_payload(serializer or DEFAULT_SERIALIZER, payload)
     meta = dict(metadata or {})
     tracing.inject(meta)
     spec = broker_pb2.TaskSpec(
@@ -324,8 +384,8 @@ def timestamp(when: datetime.datetime) -> timestamp_pb2.Timestamp:
     return ts
 
 
-def duration(seconds: float) -> duration_pb2.Duration:
-    """A protobuf Duration from seconds."""
+def duration(value: Duration) -> duration_pb2.Duration:
+    """A protobuf Duration from a ``timedelta`` or seconds."""
     d = duration_pb2.Duration()
-    d.FromNanoseconds(round(seconds * 1e9))
+    d.FromNanoseconds(round(seconds(value) * 1e9))
     return d

@@ -57,11 +57,17 @@ class TaskContext:
         self._valid_until = time.monotonic() + lease_duration if valid_until is None else valid_until
         self._deadline_fired = False  # the worker's clock thread cancelled it for its deadline
         self._settling = False  # the handler is done; its Complete or Fail is being sent
+        self._gave_up = False  # its settle was given up at the lease's expiry
+        self._settle_failed = False  # its settle was refused (not LEASE_LOST): logged
         self._left_behind = False  # abandoned at stop (handed back); its result is discarded
 
     @property
     def task_id(self) -> str:
         return self.task.task_id
+
+    @property
+    def queue(self) -> str:
+        return self.task.queue
 
     @property
     def payload(self) -> bytes:
@@ -106,7 +112,7 @@ class TaskContext:
         with self._lock:
             return self._lost
 
-    def checkpoint(self, data: bytes, *, timeout: float = spec.CALL_TIMEOUT) -> None:
+    def checkpoint(self, data: bytes, *, timeout: spec.Duration = spec.CALL_TIMEOUT) -> None:
         """Durably stores progress that the next attempt receives; extends the lease.
 
         Raises LeaseLostError (and sets ``cancelled``) when the lease is gone.
@@ -119,7 +125,7 @@ class TaskContext:
         )
         sent = time.monotonic()
         try:
-            resp = self._broker.Checkpoint(req, timeout=timeout)
+            resp = self._broker.Checkpoint(req, timeout=spec.seconds(timeout))
         except Exception as err:
             if is_lease_lost(err):
                 self._lose("Checkpoint answered LEASE_LOST")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import grpc
@@ -30,7 +31,8 @@ class WorkerStoppedError(TaskbrokerError):
 
 
 class RetryableError(TaskbrokerError):
-    """A failure the broker should retry; ``retry_after`` (seconds) overrides the backoff;
+    """A failure the broker should retry; ``retry_after`` (a ``timedelta`` or seconds)
+    overrides the backoff;
     ``prefer_same_worker`` asks for the retry to be reserved for this worker (its local files
     are here): FailRequest.prefer_same_worker, SOFT unless the task's sticky policy says HARD.
 
@@ -38,7 +40,9 @@ class RetryableError(TaskbrokerError):
     ``retry_after`` or ``prefer_same_worker``.
     """
 
-    def __init__(self, message: str, *, retry_after: float | None = None, prefer_same_worker: bool = False) -> None:
+    def __init__(
+        self, message: str, *, retry_after: float | datetime.timedelta | None = None, prefer_same_worker: bool = False
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
         self.prefer_same_worker = prefer_same_worker
@@ -46,6 +50,15 @@ class RetryableError(TaskbrokerError):
 
 class PermanentError(TaskbrokerError):
     """A failure that retrying cannot fix: the task goes straight to DEAD."""
+
+
+class TaskNotSucceededError(TaskbrokerError):
+    """A task's result was asked for, but the task is not SUCCEEDED: ``task`` is the task as
+    read (``.state``, ``.last_error``)."""
+
+    def __init__(self, message: str, task: Any) -> None:
+        super().__init__(message)
+        self.task = task
 
 
 class LeaseLostError(TaskbrokerError):

@@ -125,9 +125,10 @@ def enqueue_spec(conn: _Executes, spec: broker_pb2.TaskSpec) -> Enqueued:
     return _row(cur.fetchone())
 
 
-def enqueue(conn: _Executes, queue: str, payload: bytes = b"", **kwargs: Any) -> Enqueued:
+def enqueue(conn: _Executes, queue: str, payload: Any = b"", **kwargs: Any) -> Enqueued:
     """Writes a task into the outbox through ``conn``; the arguments are ``Client.submit``'s
-    (``key``, ``priority``, ``run_at``, ``deadline``, ``retry``, ``metadata``)."""
+    (``key``, ``priority``, ``run_at``, ``deadline``, ``retry``, ``metadata``; a payload that is
+    not ``bytes`` is encoded by ``serializer=``, JSON by default)."""
     return enqueue_spec(conn, task_spec(queue, payload, **kwargs))
 
 
@@ -137,6 +138,6 @@ async def enqueue_spec_async(conn: _ExecutesAsync, spec: broker_pb2.TaskSpec) ->
     return _row(await cur.fetchone())
 
 
-async def enqueue_async(conn: _ExecutesAsync, queue: str, payload: bytes = b"", **kwargs: Any) -> Enqueued:
+async def enqueue_async(conn: _ExecutesAsync, queue: str, payload: Any = b"", **kwargs: Any) -> Enqueued:
     """``enqueue`` on a psycopg ``AsyncConnection`` or ``AsyncCursor``."""
     return await enqueue_spec_async(conn, task_spec(queue, payload, **kwargs))

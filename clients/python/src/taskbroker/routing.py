@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
+from taskbroker.spec import Duration, seconds
 from taskbroker.v1 import broker_pb2
 
 #: At most this many labels on a worker or a target.
@@ -29,10 +30,11 @@ def target(worker_id: str = "", labels: Mapping[str, str] | None = None) -> brok
     return broker_pb2.Target(worker_id=worker_id, labels=dict(labels or {}))
 
 
-def sticky(strategy: StickyStrategy = "soft", *, timeout: float | None = None) -> broker_pb2.StickyPolicy:
+def sticky(strategy: StickyStrategy = "soft", *, timeout: Duration | None = None) -> broker_pb2.StickyPolicy:
     """A retry is reserved for the worker that ran the failed attempt. ``"soft"``: until
-    ``timeout`` seconds pass (1 s to 24 h; the broker's default 30 s), then any worker;
-    ``"hard"``: until the task's deadline or an admin requeue (``timeout`` is not used)."""
+    ``timeout`` (a ``timedelta`` or seconds: 1 s to 24 h; the broker's default 30 s) passes,
+    then any worker; ``"hard"``: until the task's deadline or an admin requeue (``timeout`` is
+    not used)."""
     strategies = {"soft": broker_pb2.STICKY_STRATEGY_SOFT, "hard": broker_pb2.STICKY_STRATEGY_HARD}
     if strategy not in strategies:
         raise ValueError(f"sticky strategy must be 'soft' or 'hard', not {strategy!r}")
@@ -40,7 +42,7 @@ def sticky(strategy: StickyStrategy = "soft", *, timeout: float | None = None) -
     if timeout is not None:
         if strategy == "hard":
             raise ValueError("a hard sticky policy has no timeout")
-        policy.timeout.FromNanoseconds(round(timeout * 1e9))
+        policy.timeout.FromNanoseconds(round(seconds(timeout) * 1e9))
     return policy
 
 

@@ -5,7 +5,9 @@ Pure: no I/O, so the worker, the asyncio worker and the tests read the same valu
 
 from __future__ import annotations
 
+import datetime
 import random
+import re
 
 import grpc
 import grpc.aio
@@ -49,9 +51,23 @@ HANDBACK_GRACE = 1.0
 HANDBACK_MESSAGE = "worker stopped"
 
 
+#: A duration in the public API: a ``datetime.timedelta`` or a number of seconds.
+Duration = float | datetime.timedelta
+
+
+def seconds(value: Duration) -> float:
+    """A duration (``timedelta`` or seconds) as seconds."""
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"a duration is a timedelta or a number of seconds, not {type(value).__name__}")
+    return float(value)
+
+
 def check_worker_options(queues: object, concurrency: int, lease_duration: float, poll_wait: float) -> None:
-    """Raises ValueError, naming the option, for a Worker or AsyncWorker the broker would refuse."""
-    if not queues:
+    """Raises ValueError, naming the option, for a Worker or AsyncWorker the broker would refuse
+    (``queues`` None: the queues come from registered handlers, checked when it runs)."""
+    if queues is not None and not queues:
         raise ValueError("queues is empty")
     if not 1 <= concurrency <= 256:
         raise ValueError("concurrency must be 1 to 256 (the broker's max_tasks)")
@@ -79,3 +95,34 @@ def backoff(failures: int) -> float:
 def stops_worker(err: BaseException) -> bool:
     """True when a Lease error (sync or asyncio) stops the worker instead of being retried."""
     return isinstance(err, (grpc.Call, grpc.aio.AioRpcError)) and err.code() in STOP_CODES
+
+
+def config_error(err: BaseException) -> str | None:
+    """With fail_fast: one plain line when a call's error is a configuration that retrying
+    cannot fix (a TLS mismatch, a port that is not the broker's gRPC port, a refused token or
+    role), else None (docs/client-spec.md, point 17)."""
+    if not isinstance(err, (grpc.Call, grpc.aio.AioRpcError)):
+        return None
+    code, details = err.code(), err.details() or ""
+    low = details.lower()
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return f"the broker refused the token (UNAUTHENTICATED): {details}"
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        if "received http" in low:
+            return f"the server is not a gRPC broker (an HTTP answer: {details})"
+        return f"the broker refused the call (PERMISSION_DENIED): {details}"
+    if code in STOP_CODES and "received http" in low:
+        return f"the server is not a gRPC broker (an HTTP answer: {details})"
+    if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL):
+        return None
+    if "handshake failed" in low or "ssl_error" in low:
+        reason = re.search(r"OPENSSL_internal:([A-Z_]+)", details)
+        why = reason.group(1) if reason else "see the log"
+        if why == "WRONG_VERSION_NUMBER":
+            return "the TLS handshake failed: the server does not speak TLS (a plaintext port reached with TLS?)"
+        return f"the TLS handshake failed ({why}): is TLS on at both ends, with the right CA?"
+    if "failed to connect to all addresses" in low and "socket closed" in low:
+        return "the server closed the connection before answering: a TLS port reached without TLS?"
+    if "received http" in low or "http/1" in low:
+        return f"the server is not a gRPC broker ({details})"
+    return None

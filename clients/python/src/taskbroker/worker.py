@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import inspect
 import logging
 import os
 import signal
@@ -12,21 +13,25 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
-from taskbroker import spec, tracing
+from taskbroker import handlers, metrics, spec, tracing
 from taskbroker.client import Client, duration
+from taskbroker.completer import Completer
 from taskbroker.context import CANCEL_REQUESTED, DEADLINE, STOPPING, TaskContext
 from taskbroker.errors import PermanentError, RetryableError, WorkerStoppedError, is_lease_lost
 from taskbroker.routing import check_labels
+from taskbroker.serde import PayloadError, Serializer
+from taskbroker.spec import Duration, seconds
 from taskbroker.v1 import broker_pb2
 
 log = logging.getLogger("taskbroker.worker")
 
 #: A handler returns the task's result (bytes, str as UTF-8, or None) or raises to fail the attempt.
 Handler = Callable[[TaskContext], "bytes | str | None"]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Worker:
@@ -57,9 +62,24 @@ class Worker:
       like a leased one: two calls per task instead of three. When none comes back, the long-poll
       Lease goes on as before. Never asked for while stopping. ``lease_next=False`` turns it off.
 
+    - Handlers by queue (``@worker.handler("emails")``): one Lease asks for every registered
+      queue; each handler gets its payload decoded into its parameter's type and its return
+      value is encoded as the result (``taskbroker.handlers``, ``serializer``, JSON by default).
+      A payload that does not decode fails the attempt for good, naming the queue and type.
+    - ``middleware`` (``worker.use(fn)``) runs around every handler call, the first outermost.
+    - Metrics through the OpenTelemetry API (``taskbroker.metrics``; ``meter_provider``).
+    - Completes queued behind a settle in flight go as one CompleteMany (``taskbroker.completer``).
+    - ``fail_fast``: a Lease that fails with a configuration error (TLS mismatch, not a gRPC
+      port, UNAUTHENTICATED, PERMISSION_DENIED) stops the worker at once, in one plain line.
+    - Durations are ``timedelta`` or seconds.
+
     Defaults follow docs/client-spec.md (``taskbroker.spec``).
 
-    >>> w = Worker(Client.from_env(), ["emails"], send_email)
+    >>> worker = Worker(Client.from_env())
+    >>> @worker.handler("emails")
+    ... def send(email: Email, ctx: TaskContext) -> Receipt: ...
+    >>> worker.run()
+    >>> w = Worker(Client.from_env(), ["emails"], send_email)  # one raw handler, ctx -> bytes
     >>> w.run()  # until SIGTERM, Ctrl-C or w.stop() from another thread
     >>> with Worker(Client.from_env(), ["emails"], send_email):  # runs in the background
     ...     ...  # leaving the block stops and drains it
@@ -68,17 +88,27 @@ class Worker:
     def __init__(
         self,
         target: str | Client | grpc.Channel,
-        queues: Sequence[str],
-        handler: Handler,
+        queues: Sequence[str] | None = None,
+        handler: Handler | None = None,
         *,
         concurrency: int = spec.DEFAULT_CONCURRENCY,
-        lease_duration: float = spec.DEFAULT_LEASE_DURATION,
-        poll_wait: float = spec.DEFAULT_POLL_WAIT,
+        lease_duration: Duration = spec.DEFAULT_LEASE_DURATION,
+        poll_wait: Duration = spec.DEFAULT_POLL_WAIT,
         worker_id: str | None = None,
-        stop_timeout: float | None = spec.DEFAULT_STOP_TIMEOUT,
+        stop_timeout: Duration | None = spec.DEFAULT_STOP_TIMEOUT,
         labels: Mapping[str, str] | None = None,
         lease_next: bool = True,
+        middleware: Sequence[handlers.Middleware] = (),
+        serializer: Serializer | None = None,
+        meter_provider: Any = None,
+        fail_fast: bool = False,
     ) -> None:
+        lease_duration, poll_wait = seconds(lease_duration), seconds(poll_wait)
+        stop_timeout = None if stop_timeout is None else seconds(stop_timeout)
+        if (queues is None) != (handler is None):
+            raise ValueError(
+                "pass queues and a handler together, or neither and register handlers with @worker.handler(queue)"
+            )
         spec.check_worker_options(queues, concurrency, lease_duration, poll_wait)
         if isinstance(target, str):
             self._client = Client(target)
@@ -88,8 +118,17 @@ class Worker:
             self._client = Client(channel=target)
         self._owns_client = isinstance(target, str)
         self._broker = self._client.broker
-        self.queues = list(queues)
-        self.handler = handler
+        #: Each queue's handler; the constructor's ``handler`` serves its ``queues`` (raw).
+        self._handlers: dict[str, handlers.Registered] = {}
+        if queues is not None and handler is not None:
+            self._handlers = {q: handlers.raw(q, handler) for q in queues}
+        self._middleware: list[handlers.Middleware] = list(middleware)
+        #: Encodes results and decodes payloads for registered handlers (the client's by default).
+        self.serializer: Serializer = serializer or self._client.serializer
+        self._metrics = metrics.WorkerMetrics(meter_provider)
+        #: Whether a Lease failing with a configuration error stops the worker at once.
+        self.fail_fast = fail_fast
+        self._completer: Completer | None = None
         self.concurrency = concurrency
         self.lease_duration = lease_duration
         self.poll_wait = poll_wait
@@ -122,6 +161,46 @@ class Worker:
     def heartbeat_interval(self) -> float:
         return spec.heartbeat_interval(self.lease_duration)
 
+    @property
+    def queues(self) -> list[str]:
+        """Every queue with a handler: what each Lease asks for."""
+        return list(self._handlers)
+
+    # Handlers and middleware.
+
+    def handler(self, queue: str) -> Callable[[F], F]:
+        """A decorator: ``@worker.handler("emails")`` registers the function for that queue
+        (see ``handle``)."""
+
+        def register(fn: F) -> F:
+            self.handle(queue, fn)
+            return fn
+
+        return register
+
+    def handle(self, queue: str, fn: Callable[..., Any]) -> None:
+        """Runs ``fn`` for the tasks of ``queue``; its parameters are filled by their
+        annotations (a ``TaskContext``, the payload decoded into its type) and its return
+        value is encoded as the result (``taskbroker.handlers``). One handler per queue."""
+        if self._thread is not None or self._stopped.is_set():
+            raise RuntimeError("register handlers before the worker runs")
+        if queue in self._handlers:
+            raise ValueError(f"queue {queue} already has a handler")
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError(f"handler for queue {queue} is async def: run it on an AsyncWorker")
+        self._handlers[queue] = handlers.register(queue, fn, TaskContext)
+
+    def use(self, middleware: handlers.Middleware) -> handlers.Middleware:
+        """Adds ``middleware(ctx, call_next)`` around every handler call (also a decorator);
+        the first added is the outermost."""
+        self._middleware.append(middleware)
+        return middleware
+
+    @property
+    def queued_completions(self) -> int:
+        """Completions waiting behind the settle call in flight (sent next as one CompleteMany)."""
+        return self._completer.queued() if self._completer is not None else 0
+
     def __enter__(self) -> Worker:  # noqa: PYI034 -- typing.Self needs 3.11
         self.start()
         return self
@@ -144,6 +223,9 @@ class Worker:
 
         Raises WorkerStoppedError when the broker refused the worker's Lease for good.
         """
+        if not self._handlers:
+            raise ValueError("the worker has no queues: register a handler with @worker.handler(queue)")
+        self._completer = Completer(self)
         restore = self._install_signals() if handle_signals else {}
         heartbeats = threading.Thread(target=self._heartbeat_loop, name="taskbroker-heartbeat", daemon=True)
         heartbeats.start()
@@ -160,6 +242,7 @@ class Worker:
                     self._stopping = True
             self._drain()
         finally:
+            self._completer.close()
             # Handler threads left behind at stop are not waited for (a thread cannot be killed).
             pool.shutdown(wait=not self._left_behind, cancel_futures=self._left_behind)
             self._stopped.set()
@@ -238,6 +321,9 @@ class Worker:
             except (grpc.RpcError, grpc.FutureCancelledError) as err:
                 if self._is_stopping():
                     return
+                plain = spec.config_error(err) if self.fail_fast else None
+                if plain is not None:
+                    raise WorkerStoppedError(plain, err.code()) from err  # type: ignore[union-attr]
                 if spec.stops_worker(err):
                     code = err.code()  # type: ignore[union-attr]
                     raise WorkerStoppedError(f"lease refused: {code.name}: {err.details()}", code) from err  # type: ignore[union-attr]
@@ -397,37 +483,62 @@ class Worker:
         )
 
     def _run_handler(self, ctx: TaskContext) -> list[tuple[broker_pb2.LeasedTask, float]]:
-        """Runs the handler and settles the task with Complete or Fail from its outcome;
-        returns the tasks the settle leased (lease_next), each with the settle's send time."""
+        """Runs the handler (inside the middleware) and settles the task with Complete or Fail
+        from its outcome; returns the tasks the settle leased (lease_next), each with the
+        settle's send time."""
+        reg = self._handlers[ctx.task.queue]
         error: BaseException | None = None
+        started = time.monotonic()
         try:
-            result = self.handler(ctx)
+            result = handlers.chain(self._middleware, ctx, lambda: reg.fn(*reg.args(ctx, self.serializer)))
         except Exception as exc:  # noqa: BLE001 -- any handler error fails the attempt, by design
             result, error = None, exc
+        ran = time.monotonic() - started
         if ctx._left_behind:
             log.debug("task %s: handler returned after it was handed back; result discarded", ctx.task_id)
             return []
         ctx._settling = True
         if ctx.lost:
+            self._metrics.task(ctx.queue, metrics.LEASE_LOST, ran)
             return []  # logged once when it was lost
         request: broker_pb2.CompleteRequest | broker_pb2.FailRequest
-        if error is None and not isinstance(result, (bytes, bytearray, str, type(None))):
-            error = TypeError(f"handler returned {type(result).__name__}, not bytes, str or None")
+        data = b""
+        if error is None:
+            try:
+                data = handlers.encode_result(reg, self.serializer, result)
+            except TypeError as exc:
+                error = exc
+                log.error("task %s: %s", ctx.task_id, error)
+        elif isinstance(error, PayloadError):
             log.error("task %s: %s", ctx.task_id, error)
-        elif error is not None and not isinstance(error, (PermanentError, RetryableError)):
+        elif not isinstance(error, (PermanentError, RetryableError)):
             log.error("task %s: handler raised %s: %s", ctx.task_id, type(error).__name__, error, exc_info=error)
         if error is None:
-            method = "Complete"
-            data = result.encode() if isinstance(result, str) else bytes(result or b"")
             request = broker_pb2.CompleteRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token, result=data)
         else:
-            method, request = "Fail", _fail_request(ctx, error)
+            request = _fail_request(ctx, error)
         lease_next = self._next_lease()
         if lease_next is not None:
             request.lease_next.CopyFrom(lease_next)
         sent = time.monotonic()
-        response = self._report(ctx, method, request)
+        if error is None:
+            completer = self._completer
+            response = (
+                completer.complete(ctx, request)  # type: ignore[arg-type]
+                if completer is not None
+                else self._report(ctx, "Complete", request)
+            )
+        else:
+            response = self._report(ctx, "Fail", request)
+        self._metrics.task(ctx.queue, metrics.outcome(ctx, error, response), ran)
         return [(t, sent) for t in response.next_tasks] if response is not None else []
+
+    def _call_timeout(self) -> float:
+        """A settle's deadline: the call deadline, or what is left of the stop margin."""
+        timeout = spec.CALL_TIMEOUT
+        if self._hard_deadline is not None:
+            timeout = max(min(timeout, self._hard_deadline - time.monotonic()), 0.05)
+        return timeout
 
     def _report(self, ctx: TaskContext, method: str, request: broker_pb2.CompleteRequest | broker_pb2.FailRequest) -> Any:
         """Sends Complete or Fail, retrying while the broker is unreachable (both are
@@ -435,17 +546,16 @@ class Worker:
         answer, or None (LEASE_LOST, given up, another error: each logged)."""
         failures = 0
         while True:
-            timeout = spec.CALL_TIMEOUT
-            if self._hard_deadline is not None:
-                timeout = max(min(timeout, self._hard_deadline - time.monotonic()), 0.05)
             try:
-                return getattr(self._broker, method)(request, timeout=timeout)
+                self._metrics.settle_call(method)
+                return getattr(self._broker, method)(request, timeout=self._call_timeout())
             except grpc.RpcError as err:
                 if is_lease_lost(err):
                     ctx._lose(f"{method} answered LEASE_LOST")
                     return None
                 if err.code() not in spec.REPORT_RETRY_CODES:
                     log.error("task %s: %s failed: %s", ctx.task_id, method, _describe(err))
+                    ctx._settle_failed = True
                     return None
                 pause = spec.backoff(failures)
                 failures += 1
@@ -456,7 +566,9 @@ class Worker:
                         "task %s: %s given up, the lease runs out before the broker answered (%s)",
                         ctx.task_id, method, _describe(err),
                     )
+                    ctx._gave_up = True
                     return None
+                self._metrics.settle_retry(ctx.queue)
                 log.warning("task %s: %s failed, retrying in %.1fs: %s", ctx.task_id, method, pause, _describe(err))
             if self._abandon.wait(pause):
                 return None
