@@ -177,3 +177,58 @@ both_backends!(
     payload_bytes_are_limited_too,
     hostile_limits_and_oversized_calls,
 );
+
+async fn refused(addr: SocketAddr, queue: &str) -> bool {
+    scrape(addr)
+        .await
+        .contains(&format!("taskbroker_submit_refused_total{{queue=\"{queue}\"}} 1"))
+}
+
+/// client-rs's submit waits out a full queue with the hinted delay, and gives
+/// up at once on a call that can never fit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_client_retries_a_full_queue() {
+    use taskbroker_client::{Client, TaskSpec};
+    let app = spawn_app_with(
+        Backend::Sqlite,
+        Options {
+            metrics: true,
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    let metrics = app.metrics_addr.unwrap();
+    set_limits(&app, "jobs", 1, 0).await;
+    let client = Client::connect(app.url()).await.unwrap();
+    client.submit(TaskSpec::new("jobs", b"a".to_vec())).await.unwrap();
+    let second = {
+        let client = client.clone();
+        tokio::spawn(async move { client.submit(TaskSpec::new("jobs", b"b".to_vec())).await })
+    };
+    // Refused once (the refusal is counted), then room is made.
+    let give_up = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !refused(metrics, "jobs").await {
+        assert!(tokio::time::Instant::now() < give_up, "never refused");
+        tokio::task::yield_now().await;
+    }
+    let mut c = app.broker().await;
+    lease_one(&mut c, "jobs").await;
+    let done = second.await.unwrap().expect("retried after the hint");
+    assert!(!done.task_id.is_empty());
+    // A call larger than the limit is not retried: one more refusal only.
+    let e = client
+        .submit_many(vec![TaskSpec::new("other", Vec::new()); 1].into_iter().chain([
+            TaskSpec::new("jobs", Vec::new()),
+            TaskSpec::new("jobs", Vec::new()),
+        ]))
+        .await
+        .expect_err("never fits");
+    assert!(format!("{e}").contains("max_pending"), "{e}");
+    assert!(
+        scrape(metrics)
+            .await
+            .contains("taskbroker_submit_refused_total{queue=\"jobs\"} 2")
+    );
+    app.shutdown().await;
+}
