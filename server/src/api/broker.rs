@@ -29,6 +29,13 @@ fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid
     let f = |name: &str| format!("tasks[{i}].{name}");
     // Flow.
     let flow = super::flow::flow_spec(i, &t)?;
+    // Not served by this broker yet: refused rather than ignored.
+    if !t.depends_on_keys.is_empty() {
+        return Err(Invalid::new(
+            f("depends_on_keys"),
+            "is not supported by this broker yet",
+        ));
+    }
     let retry = match t.retry {
         None => service::RetrySpec::default(),
         Some(r) => service::RetrySpec {
@@ -61,7 +68,12 @@ fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid
             Ok(pb::DuplicateKeyPolicy::Unspecified | pb::DuplicateKeyPolicy::KeepExisting) => {
                 service::DuplicateKey::KeepExisting
             }
-            Ok(pb::DuplicateKeyPolicy::ReplaceWaiting) => service::DuplicateKey::ReplaceWaiting,
+            Ok(pb::DuplicateKeyPolicy::ReplaceWaiting) => {
+                return Err(Invalid::new(
+                    f("on_duplicate_key"),
+                    "REPLACE_WAITING is not supported by this broker yet",
+                ));
+            }
             Err(_) => {
                 return Err(Invalid::new(
                     f("on_duplicate_key"),
