@@ -19,10 +19,10 @@ import (
 
 const (
 	// SubmitRetries is how many times a Submit refused with RESOURCE_EXHAUSTED and a RetryInfo
-	// is sent again before its error is returned.
-	SubmitRetries = 3
+	// is sent again before its error is returned (5 tries in all; docs/client-spec.md, point 18).
+	SubmitRetries = 4
 	// SubmitRetryMaxDelay caps the wait before each such resend (a longer hint is cut to it).
-	SubmitRetryMaxDelay = 5 * time.Second
+	SubmitRetryMaxDelay = 10 * time.Second
 )
 
 // RetryDelay returns the delay of the google.rpc.RetryInfo detail of err; ok is false when

@@ -187,7 +187,7 @@ export class Client implements Taskbroker {
 /**
  * Sends `tasks` in one SubmitRequest (all or none) and resolves with their results in order.
  * A refusal for backpressure (a queue's max_pending: RESOURCE_EXHAUSTED with a RetryInfo) is
- * sent again after the hinted delay, at most 5 s each and 3 times (`submitRetryDelayMs`); then
+ * sent again after the hinted delay, at most 10 s each and 5 tries in all (`submitRetryDelayMs`); then
  * its error is thrown. `signal` ends a wait early.
  */
 export async function submitTasks(

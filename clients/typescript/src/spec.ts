@@ -24,10 +24,10 @@ export const DEFAULTS = Object.freeze({
   handBackTimeoutMs: 1_000,
   backoffBaseMs: 200,
   backoffMaxMs: 10_000,
-  /** A Submit refused with RESOURCE_EXHAUSTED and a RetryInfo is sent again at most this often. */
-  submitRetries: 3,
+  /** A Submit refused with RESOURCE_EXHAUSTED and a RetryInfo is sent again at most this often (5 tries in all; spec point 18). */
+  submitRetries: 4,
   /** The longest wait before one such resend (a longer hint is cut to this). */
-  submitRetryMaxDelayMs: 5_000,
+  submitRetryMaxDelayMs: 10_000,
 });
 
 /** A third of the lease: two heartbeats may fail before a lease runs out. */

@@ -241,7 +241,7 @@ class Client:
         (``replaced`` is then true). ``at_most_once`` gives the task one attempt only.
 
         A Submit refused with RESOURCE_EXHAUSTED and a RetryInfo (the queue's ``max_pending``)
-        is sent again after the hinted delay (at most 5 s), up to 3 times, then raised.
+        is sent again after the hinted delay (at most 10 s), up to 5 tries in all, then raised.
 
         The current OpenTelemetry context's ``traceparent`` goes into the task's metadata
         (unless ``metadata`` has one) and into the call's headers.

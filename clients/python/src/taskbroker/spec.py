@@ -52,10 +52,11 @@ HANDBACK_GRACE = 1.0
 #: The message of the Fail that hands a task back at stop (retryable, retry_after 0).
 HANDBACK_MESSAGE = "worker stopped"
 #: Submit refused with RESOURCE_EXHAUSTED carrying google.rpc.RetryInfo (a queue's
-#: max_pending): sent again after the hinted delay, at most this many times.
-SUBMIT_RETRIES = 3
+#: max_pending): sent again after the hinted delay, at most this many times (5 tries in all;
+#: docs/client-spec.md, point 18).
+SUBMIT_RETRIES = 4
 #: The longest wait before one such resend, seconds (a longer hint is cut to this).
-SUBMIT_RETRY_MAX_DELAY = 5.0
+SUBMIT_RETRY_MAX_DELAY = 10.0
 
 
 #: A duration in the public API: a ``datetime.timedelta`` or a number of seconds.

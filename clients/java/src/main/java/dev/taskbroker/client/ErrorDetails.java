@@ -55,11 +55,14 @@ public final class ErrorDetails {
     return Optional.empty();
   }
 
-  /** A Submit refused with RESOURCE_EXHAUSTED and a RetryInfo is sent again at most this often. */
-  public static final int SUBMIT_RETRIES = 3;
+  /**
+   * A Submit refused with RESOURCE_EXHAUSTED and a RetryInfo is sent again at most this often (5
+   * tries in all; docs/client-spec.md, point 18).
+   */
+  public static final int SUBMIT_RETRIES = 4;
 
   /** The longest wait before one such resend (a longer hint is cut to this). */
-  public static final java.time.Duration SUBMIT_RETRY_MAX_DELAY = java.time.Duration.ofSeconds(5);
+  public static final java.time.Duration SUBMIT_RETRY_MAX_DELAY = java.time.Duration.ofSeconds(10);
 
   /**
    * How long to wait before sending a refused Submit again after {@code retries} resends, or

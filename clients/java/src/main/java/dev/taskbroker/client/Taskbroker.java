@@ -282,8 +282,8 @@ public final class Taskbroker implements AutoCloseable {
   /**
    * Submits one task with a 10 s deadline; the current OpenTelemetry context's traceparent goes
    * into its metadata (see {@link Tracing#inject}). A refusal for backpressure
-   * (RESOURCE_EXHAUSTED with a RetryInfo) is sent again after the hinted delay, at most 5 s each
-   * and 3 times, then thrown.
+   * (RESOURCE_EXHAUSTED with a RetryInfo) is sent again after the hinted delay, at most 10 s
+   * each and 5 tries in all, then thrown.
    */
   public dev.taskbroker.v1.SubmitResult submit(dev.taskbroker.v1.TaskSpec spec) {
     dev.taskbroker.v1.TaskSpec withTrace = Tracing.inject(spec.toBuilder()).build();
@@ -294,7 +294,7 @@ public final class Taskbroker implements AutoCloseable {
   /**
    * Sends a SubmitRequest with a 10 s deadline per attempt. A refusal for backpressure (a
    * queue's max_pending: RESOURCE_EXHAUSTED with a RetryInfo) is sent again after the hinted
-   * delay, at most 5 s each and 3 times ({@link ErrorDetails#submitRetryDelay}); then it is
+   * delay, at most 10 s each and 5 tries in all ({@link ErrorDetails#submitRetryDelay}); then it is
    * thrown. An interrupt during the wait throws the refusal with the interrupt flag set.
    */
   private dev.taskbroker.v1.SubmitResponse send(dev.taskbroker.v1.SubmitRequest req) {
