@@ -75,3 +75,11 @@ mod tests {
         assert!(key_value("=x").is_err());
     }
 }
+
+/// `QUEUE:KEY` (the key may hold more colons).
+pub fn queue_key(s: &str) -> Result<(String, String), String> {
+    match s.split_once(':') {
+        Some((q, k)) if !q.is_empty() && !k.is_empty() => Ok((q.to_string(), k.to_string())),
+        _ => Err(format!("expected QUEUE:KEY, got {s:?}")),
+    }
+}
