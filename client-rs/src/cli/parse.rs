@@ -47,6 +47,14 @@ pub fn key_value(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// `QUEUE:KEY` (the key may hold more colons).
+pub fn queue_key(s: &str) -> Result<(String, String), String> {
+    match s.split_once(':') {
+        Some((q, k)) if !q.is_empty() && !k.is_empty() => Ok((q.to_string(), k.to_string())),
+        _ => Err(format!("expected QUEUE:KEY, got {s:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,13 +81,5 @@ mod tests {
         assert!(state("done").is_err());
         assert_eq!(key_value("a=b=c").unwrap(), ("a".into(), "b=c".into()));
         assert!(key_value("=x").is_err());
-    }
-}
-
-/// `QUEUE:KEY` (the key may hold more colons).
-pub fn queue_key(s: &str) -> Result<(String, String), String> {
-    match s.split_once(':') {
-        Some((q, k)) if !q.is_empty() && !k.is_empty() => Ok((q.to_string(), k.to_string())),
-        _ => Err(format!("expected QUEUE:KEY, got {s:?}")),
     }
 }

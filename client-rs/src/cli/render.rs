@@ -367,32 +367,6 @@ pub fn stats_json(s: &pb::QueueStats) -> Value {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tables_align_columns() {
-        let t = table(
-            &["ID", "STATE", "KEY"],
-            &[
-                vec!["a".into(), "READY".into(), "k".into()],
-                vec!["abcdef".into(), "DEAD".into(), String::new()],
-            ],
-        );
-        assert_eq!(t, "ID      STATE  KEY\na       READY  k\nabcdef  DEAD\n");
-    }
-
-    #[test]
-    fn bytes_show_as_text_or_base64() {
-        assert_eq!(bytes_text(b"hello"), "hello");
-        assert_eq!(bytes_text(&[0xff, 0x00]), "base64:/wA=");
-        assert_eq!(bytes_json(b"x"), json!("x"));
-        assert_eq!(clip("first\nsecond", 40), "first...");
-        assert_eq!(clip("short", 40), "short");
-    }
-}
-
 fn event_kind(k: i32) -> &'static str {
     match pb::TaskEventKind::try_from(k).unwrap_or(pb::TaskEventKind::Unspecified) {
         pb::TaskEventKind::Unspecified => "unknown",
@@ -469,4 +443,30 @@ pub fn event_json(e: &pb::TaskEvent) -> Value {
         "time": time_json(&e.time),
         "detail": e.detail,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_columns() {
+        let t = table(
+            &["ID", "STATE", "KEY"],
+            &[
+                vec!["a".into(), "READY".into(), "k".into()],
+                vec!["abcdef".into(), "DEAD".into(), String::new()],
+            ],
+        );
+        assert_eq!(t, "ID      STATE  KEY\na       READY  k\nabcdef  DEAD\n");
+    }
+
+    #[test]
+    fn bytes_show_as_text_or_base64() {
+        assert_eq!(bytes_text(b"hello"), "hello");
+        assert_eq!(bytes_text(&[0xff, 0x00]), "base64:/wA=");
+        assert_eq!(bytes_json(b"x"), json!("x"));
+        assert_eq!(clip("first\nsecond", 40), "first...");
+        assert_eq!(clip("short", 40), "short");
+    }
 }
