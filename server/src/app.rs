@@ -408,7 +408,10 @@ mod banner_tests {
         let addr = "127.0.0.1:50051".parse().unwrap();
         let http = Some("127.0.0.1:9090".parse().unwrap());
         let open = banner(addr, "sqlite:x.db", http, false, false);
-        assert!(open.contains("console:  http://127.0.0.1:9090/\n"), "{open}");
+        assert!(
+            open.contains("console:  http://127.0.0.1:9090/\n"),
+            "{open}"
+        );
         assert!(!open.contains("--token"), "{open}");
         let locked = banner(addr, "sqlite:x.db", http, true, true);
         assert!(

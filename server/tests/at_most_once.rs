@@ -37,7 +37,12 @@ async fn an_expired_lease_kills_the_task_with_a_reason(b: Backend) {
     let mine = got.iter().find(|t| t.task_id == id).expect("leased");
     assert!(mine.at_most_once);
     assert_eq!(mine.max_attempts, 1);
-    assert!(!got.iter().find(|t| t.task_id == plain).unwrap().at_most_once);
+    assert!(
+        !got.iter()
+            .find(|t| t.task_id == plain)
+            .unwrap()
+            .at_most_once
+    );
     app.advance(Duration::from_secs(31));
     app.reap().await;
     let t = get(&mut admin, &id).await;

@@ -42,7 +42,10 @@ async fn set_limits(app: &TestApp, queue: &str, max_pending: u64, max_pending_by
         .queue
         .unwrap();
     let c = q.config.unwrap();
-    assert_eq!((c.max_pending, c.max_pending_bytes), (max_pending, max_pending_bytes));
+    assert_eq!(
+        (c.max_pending, c.max_pending_bytes),
+        (max_pending, max_pending_bytes)
+    );
 }
 
 fn with_payload(queue: &str, n: usize) -> pb::TaskSpec {
@@ -115,7 +118,11 @@ async fn payload_bytes_are_limited_too(b: Backend) {
     };
     let mut c = app.broker().await;
     set_limits(&app, "jobs", 0, 100).await;
-    submit(&mut c, vec![with_payload("jobs", 60), with_payload("jobs", 40)]).await;
+    submit(
+        &mut c,
+        vec![with_payload("jobs", 60), with_payload("jobs", 40)],
+    )
+    .await;
     let e = c
         .submit(pb::SubmitRequest {
             tasks: vec![with_payload("jobs", 1)],
@@ -125,7 +132,11 @@ async fn payload_bytes_are_limited_too(b: Backend) {
     assert_eq!(e.code(), tonic::Code::ResourceExhausted);
     assert!(e.get_details_retry_info().is_some());
     let quota = e.get_details_quota_failure().expect("QuotaFailure");
-    assert!(quota.violations[0].description.contains("max_pending_bytes"));
+    assert!(
+        quota.violations[0]
+            .description
+            .contains("max_pending_bytes")
+    );
     // An empty payload adds no bytes.
     submit_one(&mut c, spec("jobs")).await;
     assert_eq!(count(&app, "jobs").await, 3);
@@ -179,9 +190,9 @@ both_backends!(
 );
 
 async fn refused(addr: SocketAddr, queue: &str) -> bool {
-    scrape(addr)
-        .await
-        .contains(&format!("taskbroker_submit_refused_total{{queue=\"{queue}\"}} 1"))
+    scrape(addr).await.contains(&format!(
+        "taskbroker_submit_refused_total{{queue=\"{queue}\"}} 1"
+    ))
 }
 
 /// client-rs's submit waits out a full queue with the hinted delay, and gives
@@ -201,7 +212,10 @@ async fn the_rust_client_retries_a_full_queue() {
     let metrics = app.metrics_addr.unwrap();
     set_limits(&app, "jobs", 1, 0).await;
     let client = Client::connect(app.url()).await.unwrap();
-    client.submit(TaskSpec::new("jobs", b"a".to_vec())).await.unwrap();
+    client
+        .submit(TaskSpec::new("jobs", b"a".to_vec()))
+        .await
+        .unwrap();
     let second = {
         let client = client.clone();
         tokio::spawn(async move { client.submit(TaskSpec::new("jobs", b"b".to_vec())).await })
@@ -218,10 +232,14 @@ async fn the_rust_client_retries_a_full_queue() {
     assert!(!done.task_id.is_empty());
     // A call larger than the limit is not retried: one more refusal only.
     let e = client
-        .submit_many(vec![TaskSpec::new("other", Vec::new()); 1].into_iter().chain([
-            TaskSpec::new("jobs", Vec::new()),
-            TaskSpec::new("jobs", Vec::new()),
-        ]))
+        .submit_many(
+            vec![TaskSpec::new("other", Vec::new()); 1]
+                .into_iter()
+                .chain([
+                    TaskSpec::new("jobs", Vec::new()),
+                    TaskSpec::new("jobs", Vec::new()),
+                ]),
+        )
         .await
         .expect_err("never fits");
     assert!(format!("{e}").contains("max_pending"), "{e}");

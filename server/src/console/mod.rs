@@ -154,9 +154,7 @@ impl From<ServiceError> for PageError {
             ServiceError::PermissionDenied { .. } => PageError::Forbidden(e.to_string()),
             ServiceError::LeaseLost { .. }
             | ServiceError::AlreadyExists { .. }
-            | ServiceError::QueueFull { .. } => {
-                PageError::Conflict(e.to_string())
-            }
+            | ServiceError::QueueFull { .. } => PageError::Conflict(e.to_string()),
             ServiceError::Unavailable(_)
             | ServiceError::Draining
             | ServiceError::DeadlineExceeded => PageError::Unavailable,

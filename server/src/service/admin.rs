@@ -226,8 +226,7 @@ impl Broker {
                     }
                     if req.max_attempts != 1 {
                         let held = self.store.task_get(&req.task_id).await?;
-                        if held.is_some_and(|t| crate::domain::task::is_at_most_once(&t.metadata))
-                        {
+                        if held.is_some_and(|t| crate::domain::task::is_at_most_once(&t.metadata)) {
                             return Err(Invalid::new(
                                 "max_attempts",
                                 "must stay 1: the task is at most once",

@@ -396,7 +396,8 @@ impl Broker {
                 continue;
             }
             let (held, held_bytes) = self.store.queue_pending(queue).await?;
-            let over = |limit: u64, held: u64, add: u64| limit > 0 && held.saturating_add(add) > limit;
+            let over =
+                |limit: u64, held: u64, add: u64| limit > 0 && held.saturating_add(add) > limit;
             let refused = if over(c.max_pending, held, n) {
                 Some((
                     "max_pending",
