@@ -49,6 +49,7 @@ type SubmitOption func(*submitOptions)
 
 type submitOptions struct {
 	spec       *pb.TaskSpec
+	edits      []func(*pb.TaskSpec)
 	serializer Serializer
 }
 
@@ -58,7 +59,8 @@ func WithSerializer(s Serializer) SubmitOption {
 }
 
 // WithTask submits a copy of spec (key, priority, retry policy, run_at, routing, ...) with
-// the queue and the encoded payload filled in.
+// the queue and the encoded payload filled in; the field options (WithKey, WithDependsOn...)
+// apply on top of it.
 //
 //	taskbroker.SubmitJSON(ctx, broker, "emails", email,
 //		taskbroker.WithTask(&pb.TaskSpec{Key: "welcome-ada", Priority: 5}))
@@ -67,8 +69,10 @@ func WithTask(spec *pb.TaskSpec) SubmitOption {
 }
 
 // SubmitJSON encodes v (JSON unless WithSerializer says otherwise) and submits it as one task
-// on queue; the result says the task's id and whether its key deduplicated it. Raw bytes go
-// through broker.Submit as before.
+// on queue, every TaskSpec field an option (WithKey, WithDependsOnKeys, WithOnDuplicateKey,
+// WithAtMostOnce...); the result says the task's id, whether its key deduplicated it and
+// whether it replaced a waiting task (GetReplaced). Backpressure is retried as Submit does.
+// Raw bytes go through Submit with a TaskSpec.
 func SubmitJSON[T any](ctx context.Context, broker pb.BrokerServiceClient, queue string, v T, opts ...SubmitOption) (*pb.SubmitResult, error) {
 	o := submitOptions{serializer: JSON}
 	for _, opt := range opts {
@@ -82,15 +86,15 @@ func SubmitJSON[T any](ctx context.Context, broker pb.BrokerServiceClient, queue
 	if o.spec != nil {
 		spec = proto.Clone(o.spec).(*pb.TaskSpec)
 	}
+	for _, f := range o.edits {
+		f(spec)
+	}
 	spec.Queue, spec.Payload = queue, payload
-	resp, err := broker.Submit(ctx, &pb.SubmitRequest{Tasks: []*pb.TaskSpec{spec}})
+	results, err := Submit(ctx, broker, spec)
 	if err != nil {
 		return nil, err
 	}
-	if len(resp.GetResults()) != 1 {
-		return nil, fmt.Errorf("taskbroker: Submit answered %d results for 1 task", len(resp.GetResults()))
-	}
-	return resp.GetResults()[0], nil
+	return results[0], nil
 }
 
 // ResultJSON decodes a finished task's result (GetTask, Wait) as JSON into an R.

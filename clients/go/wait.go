@@ -80,11 +80,11 @@ func Wait(ctx context.Context, admin pb.AdminServiceClient, taskID string) (*pb.
 // SubmitAndWait submits spec (with the trace context of ctx, as InjectTrace) and Waits for it.
 func SubmitAndWait(ctx context.Context, broker pb.BrokerServiceClient, admin pb.AdminServiceClient, spec *pb.TaskSpec) (*pb.Task, error) {
 	InjectTrace(ctx, spec)
-	resp, err := broker.Submit(ctx, &pb.SubmitRequest{Tasks: []*pb.TaskSpec{spec}})
+	results, err := Submit(ctx, broker, spec)
 	if err != nil {
 		return nil, err
 	}
-	return Wait(ctx, admin, resp.GetResults()[0].GetTaskId())
+	return Wait(ctx, admin, results[0].GetTaskId())
 }
 
 // WaitAll is Wait for up to MaxWaitTasks tasks on one stream; the tasks come back in the order

@@ -23,6 +23,8 @@ from conformance_spec import SPEC_CASES, SpecCases
 from conformance_spec import CaseFailed as SpecCaseFailed
 from conformance_typed import CaseFailed as TypedCaseFailed
 from conformance_typed import TypedCases
+from conformance_results import RESULTS_CASES, ResultsCases
+from conformance_results import CaseFailed as ResultsCaseFailed
 from taskbroker import (
     AsyncClient,
     AsyncTaskContext,
@@ -62,7 +64,7 @@ def state_name(state: int) -> str:
     return State.Name(state)
 
 
-class Cases(SpecCases, TypedCases):
+class Cases(SpecCases, TypedCases, ResultsCases):
     def __init__(self, tb: Client) -> None:
         self.tb = tb
 
@@ -576,6 +578,7 @@ CASES = [
     "lease_next",
     "worker_id_binding",
     "typed_handlers",
+    *RESULTS_CASES,
 ]
 
 
@@ -593,7 +596,7 @@ def run_case(fn: Callable[[str], None], name: str) -> str | None:
     try:
         fn(queue_name(name))
         return None
-    except (CaseFailed, SpecCaseFailed, TypedCaseFailed) as err:
+    except (CaseFailed, SpecCaseFailed, TypedCaseFailed, ResultsCaseFailed) as err:
         return str(err)
     except grpc.RpcError as err:
         return f"unexpected {err.code().name}: {err.details()}"

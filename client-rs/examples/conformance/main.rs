@@ -9,6 +9,7 @@ mod flow;
 mod lease_next;
 #[path = "../common/meter.rs"]
 mod meter;
+mod results;
 mod routing;
 mod spec;
 mod typed;
@@ -454,6 +455,12 @@ fn cases() -> Vec<(&'static str, Case)> {
         ("lease_next", |c, q| Box::pin(lease_next::lease_next(c, q))),
         ("worker_id_binding", |c, q| {
             Box::pin(binding::worker_id_binding(c, q))
+        }),
+        ("dependency_results", |c, q| {
+            Box::pin(results::dependency_results(c, q))
+        }),
+        ("submit_backpressure", |c, q| {
+            Box::pin(results::submit_backpressure(c, q))
         }),
     ]
 }

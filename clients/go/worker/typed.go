@@ -41,3 +41,23 @@ func HandleWith[T, R any](s taskbroker.Serializer, fn TypedFunc[T, R]) Handler {
 		return out, nil
 	}
 }
+
+// DependencyResultJSON decodes the result of the dependency taskID (task.GetDependencyResults:
+// task id -> result of each SUCCEEDED dependency) as JSON into an R. An error when taskID is
+// not there or does not decode.
+func DependencyResultJSON[R any](task *Task, taskID string) (R, error) {
+	return DependencyResultWith[R](taskbroker.JSON, task, taskID)
+}
+
+// DependencyResultWith is DependencyResultJSON with the Serializer s.
+func DependencyResultWith[R any](s taskbroker.Serializer, task *Task, taskID string) (R, error) {
+	var r R
+	data, ok := task.GetDependencyResults()[taskID]
+	if !ok {
+		return r, fmt.Errorf("task %s has no result of a dependency %s", task.GetTaskId(), taskID)
+	}
+	if err := s.Decode(data, &r); err != nil {
+		return r, fmt.Errorf("the result of dependency %s is not a valid %s: %w", taskID, taskbroker.TypeName[R](), err)
+	}
+	return r, nil
+}

@@ -29,6 +29,7 @@ import { flowCases } from "./flow_cases.js";
 import { leaseNextCases } from "./lease_next_cases.js";
 import { bindingCases } from "./binding_cases.js";
 import { typedCases } from "./typed_cases.js";
+import { resultsCases } from "./results_cases.js";
 
 const LANG = "typescript";
 const WORKER_ID = `conf-${LANG}`;
@@ -311,6 +312,7 @@ const cases: [string, Case][] = [
   ...leaseNextCases,
   ...bindingCases,
   ...typedCases,
+  ...resultsCases,
 ];
 
 function reasonOf(err: unknown): string {

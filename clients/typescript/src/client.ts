@@ -17,7 +17,7 @@ import { ScheduleService } from "./gen/taskbroker/v1/schedule_pb.js";
 import { ErrorInfoSchema, type ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
 import { TaskState, type SubmitRequest, type SubmitResult, type TaskSpecSchema } from "./gen/taskbroker/v1/broker_pb.js";
 import { currentTraceparent, TRACEPARENT } from "./tracing.js";
-import { DEFAULTS } from "./spec.js";
+import { DEFAULTS, submitRetryDelayMs } from "./spec.js";
 import { decodeResult, json, payloadBytes, type Serializer } from "./serializer.js";
 import { TaskbrokerError } from "./errors.js";
 
@@ -143,7 +143,11 @@ export class Client implements Taskbroker {
 
   /**
    * Submits one task whose payload is `data` encoded by the serializer (a `Uint8Array` is sent
-   * as it is); resolves with its SubmitResult (`taskId`, `deduplicated`).
+   * as it is); resolves with its SubmitResult (`taskId`, `deduplicated`, `replaced`,
+   * `copyTaskIds`). `options` takes every other TaskSpec field by name: `key`, `priority`,
+   * `runAt`, `deadline`, `retry`, `metadata`, `target`, `sticky`, `fanout`, `concurrencyKey`,
+   * `dependsOn`, `dependsOnKeys`, `runIfDependencyFails`, `onDuplicateKey`, `atMostOnce`.
+   * Backpressure (RESOURCE_EXHAUSTED with a RetryInfo) is retried as `submitTasks` says.
    */
   async submit<Data = unknown>(queue: string, data: Data, options: SubmitOptions = {}): Promise<SubmitResult> {
     const [result] = await this.submitMany<Data>(queue, [data], options);
@@ -153,8 +157,7 @@ export class Client implements Taskbroker {
   /** Submits one task per item, in one call (all or none); the results are in order. */
   async submitMany<Data = unknown>(queue: string, items: readonly Data[], options: SubmitOptions = {}): Promise<SubmitResult[]> {
     const tasks = items.map((data) => ({ ...options, queue, payload: payloadBytes(this.serializer, data) }));
-    const res = await this.broker.submit({ tasks });
-    return res.results;
+    return submitTasks(this.broker, tasks);
   }
 
   /**
@@ -178,6 +181,35 @@ export class Client implements Taskbroker {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
+  }
+}
+
+/**
+ * Sends `tasks` in one SubmitRequest (all or none) and resolves with their results in order.
+ * A refusal for backpressure (a queue's max_pending: RESOURCE_EXHAUSTED with a RetryInfo) is
+ * sent again after the hinted delay, at most 10 s each and 5 tries in all (`submitRetryDelayMs`); then
+ * its error is thrown. `signal` ends a wait early.
+ */
+export async function submitTasks(
+  broker: BrokerClient,
+  tasks: MessageInitShape<typeof TaskSpecSchema>[],
+  options: { signal?: AbortSignal } = {},
+): Promise<SubmitResult[]> {
+  for (let retries = 0; ; retries++) {
+    try {
+      const res = await broker.submit({ tasks }, options.signal ? { signal: options.signal } : {});
+      return res.results;
+    } catch (err) {
+      const delay = submitRetryDelayMs(err, retries);
+      if (delay === undefined) throw err;
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(resolve, delay);
+        options.signal?.addEventListener("abort", () => {
+          clearTimeout(timer);
+          reject(err);
+        }, { once: true });
+      });
+    }
   }
 }
 

@@ -8,6 +8,7 @@ import { isLeaseLost, type BrokerClient } from "./client.js";
 import { TaskAbortedError, type AbortKind } from "./errors.js";
 import { taskContext, type TraceContext } from "./tracing.js";
 import { DEFAULTS } from "./spec.js";
+import { json, messageOf, SerializationError, type Serializer } from "./serializer.js";
 
 const utf8 = new TextEncoder();
 
@@ -34,9 +35,11 @@ export class TaskContext {
   #lastCheckpoint: Uint8Array | undefined;
   #leaseExpiresAtMs: number;
   readonly #extendByMs: number;
+  readonly #serializer: Serializer;
 
-  constructor(broker: BrokerClient, task: LeasedTask, extendByMs = 30_000) {
+  constructor(broker: BrokerClient, task: LeasedTask, extendByMs = 30_000, serializer: Serializer = json) {
     this.#broker = broker;
+    this.#serializer = serializer;
     this.task = task;
     this.#extendByMs = extendByMs;
     this.traceContext = taskContext(task.metadata);
@@ -68,6 +71,28 @@ export class TaskContext {
   /** Pass to downstream stores so they can reject writes from a stale holder. */
   get fencingToken(): bigint {
     return this.task.fencingToken;
+  }
+
+  /** The result of each SUCCEEDED dependency of this task (dependsOn, dependsOnIndex, dependsOnKeys), by task id. */
+  get dependencyResults(): Readonly<Record<string, Uint8Array>> {
+    return this.task.dependencyResults;
+  }
+
+  /**
+   * One dependency's result decoded by the worker's serializer (JSON by default); the caller
+   * names the type. Throws a SerializationError when `taskId` has no result here or it does
+   * not decode.
+   */
+  dependencyResult<Result = unknown>(taskId: string): Result {
+    const bytes = this.task.dependencyResults[taskId];
+    if (bytes === undefined) {
+      throw new SerializationError(`task ${this.task.taskId} has no result of a dependency ${taskId}`);
+    }
+    try {
+      return this.#serializer.decode(bytes) as Result;
+    } catch (err) {
+      throw new SerializationError(`the result of dependency ${taskId} is not valid ${this.#serializer.name}: ${messageOf(err)}`, { cause: err });
+    }
   }
 
   /** The latest checkpoint: saved by this attempt, else by an earlier one, else undefined. */

@@ -4,7 +4,7 @@
  * handlers per queue, middleware, batched completions and metrics (worker.ts, handlers.ts,
  * completer.ts, metrics.ts, context.ts) and waiting for tasks on the WatchTasks stream (wait.ts).
  */
-export { Client, connect, optionsFromEnv, errorInfo, isLeaseLost, ERROR_DOMAIN, REASON_LEASE_LOST } from "./client.js";
+export { Client, connect, optionsFromEnv, errorInfo, isLeaseLost, submitTasks, ERROR_DOMAIN, REASON_LEASE_LOST } from "./client.js";
 export type {
   Taskbroker,
   BrokerClient,
@@ -24,7 +24,7 @@ export { json, decodeResult, SerializationError } from "./serializer.js";
 export type { Serializer } from "./serializer.js";
 export type { TaskOutcome, SettleRpc, MeterProviderLike } from "./metrics.js";
 export { MAX_BATCH as MAX_COMPLETE_BATCH, MAX_BATCH_BYTES as MAX_COMPLETE_BATCH_BYTES } from "./completer.js";
-export { DEFAULTS, backoffMs, backoffCeilingMs, heartbeatIntervalMs, stopsWorker, STOP_CODES, checkWorkerOptions } from "./spec.js";
+export { DEFAULTS, backoffMs, backoffCeilingMs, heartbeatIntervalMs, stopsWorker, STOP_CODES, checkWorkerOptions, retryDelayMs, submitRetryDelayMs } from "./spec.js";
 export { wrongForGood } from "./failfast.js";
 export { TRACEPARENT, currentTraceparent } from "./tracing.js";
 export { TaskContext } from "./context.js";
@@ -55,5 +55,5 @@ export type {
   GetWorkerResponse,
   WorkerLease,
 } from "./gen/taskbroker/v1/worker_pb.js";
-export { ErrorInfoSchema } from "./gen/google/rpc/error_details_pb.js";
-export type { ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
+export { ErrorInfoSchema, RetryInfoSchema, QuotaFailureSchema } from "./gen/google/rpc/error_details_pb.js";
+export type { ErrorInfo, RetryInfo, QuotaFailure } from "./gen/google/rpc/error_details_pb.js";

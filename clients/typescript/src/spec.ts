@@ -2,6 +2,7 @@
  * The numbers and rules of docs/client-spec.md that every client shares. Pure: no I/O.
  */
 import { Code, ConnectError } from "@connectrpc/connect";
+import { RetryInfoSchema } from "./gen/google/rpc/error_details_pb.js";
 
 /** The defaults of spec point 1. */
 export const DEFAULTS = Object.freeze({
@@ -23,6 +24,10 @@ export const DEFAULTS = Object.freeze({
   handBackTimeoutMs: 1_000,
   backoffBaseMs: 200,
   backoffMaxMs: 10_000,
+  /** A Submit refused with RESOURCE_EXHAUSTED and a RetryInfo is sent again at most this often (5 tries in all; spec point 18). */
+  submitRetries: 4,
+  /** The longest wait before one such resend (a longer hint is cut to this). */
+  submitRetryMaxDelayMs: 10_000,
 });
 
 /** A third of the lease: two heartbeats may fail before a lease runs out. */
@@ -52,6 +57,28 @@ export const STOP_CODES: ReadonlySet<Code> = new Set([
 /** True when a Lease error stops the worker instead of being retried. */
 export function stopsWorker(err: unknown): boolean {
   return err instanceof ConnectError && STOP_CODES.has(err.code);
+}
+
+/** The delay of the google.rpc.RetryInfo an error carries, in ms, or undefined without one. */
+export function retryDelayMs(err: unknown): number | undefined {
+  if (!(err instanceof ConnectError)) return undefined;
+  const info = err.findDetails(RetryInfoSchema)[0];
+  if (info === undefined) return undefined;
+  const d = info.retryDelay;
+  return d === undefined ? 0 : Number(d.seconds) * 1000 + d.nanos / 1e6;
+}
+
+/**
+ * How long to wait before sending a refused Submit again after `retries` resends, or
+ * undefined to throw its error: only RESOURCE_EXHAUSTED with a RetryInfo (backpressure: the
+ * broker stored nothing) is resent, at most DEFAULTS.submitRetries times, each wait at most
+ * DEFAULTS.submitRetryMaxDelayMs.
+ */
+export function submitRetryDelayMs(err: unknown, retries: number): number | undefined {
+  if (retries >= DEFAULTS.submitRetries) return undefined;
+  if (!(err instanceof ConnectError) || err.code !== Code.ResourceExhausted) return undefined;
+  const delay = retryDelayMs(err);
+  return delay === undefined ? undefined : Math.min(Math.max(delay, 0), DEFAULTS.submitRetryMaxDelayMs);
 }
 
 /** The worker settings checkWorkerOptions looks at, in milliseconds. */

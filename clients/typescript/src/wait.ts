@@ -11,7 +11,7 @@
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { AdminClient, Taskbroker } from "./client.js";
+import { submitTasks, type AdminClient, type Taskbroker } from "./client.js";
 import { TaskbrokerError } from "./errors.js";
 import type { Task } from "./gen/taskbroker/v1/admin_pb.js";
 import { TaskState, type TaskSpecSchema } from "./gen/taskbroker/v1/broker_pb.js";
@@ -60,14 +60,14 @@ export async function wait(tb: Taskbroker | AdminClient, taskId: string, options
   return task!;
 }
 
-/** Submits one task (as `tb.broker.submit`) and `wait`s for it. */
+/** Submits one task (as `submitTasks`: backpressure is retried) and `wait`s for it. */
 export async function submitAndWait(
   tb: Taskbroker,
   spec: MessageInitShape<typeof TaskSpecSchema>,
   options: WaitOptions = {},
 ): Promise<Task> {
-  const resp = await tb.broker.submit({ tasks: [spec] }, options.signal ? { signal: options.signal } : {});
-  return wait(tb, resp.results[0]!.taskId, options);
+  const [result] = await submitTasks(tb.broker, [spec], options.signal ? { signal: options.signal } : {});
+  return wait(tb, result!.taskId, options);
 }
 
 /** `wait` for up to MAX_WAIT_TASKS tasks on one stream; the tasks in the order given. */

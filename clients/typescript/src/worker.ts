@@ -409,7 +409,7 @@ export class Worker<Data = unknown, Result = unknown> {
   }
 
   #start(task: LeasedTask): void {
-    const ctx = new TaskContext(this.#broker, task, this.#leaseDurationMs);
+    const ctx = new TaskContext(this.#broker, task, this.#leaseDurationMs, this.#serializer);
     let deadlineTimer: NodeJS.Timeout | undefined;
     if (task.deadline) {
       const ms = Math.max(timestampDate(task.deadline).getTime() - Date.now(), 0);

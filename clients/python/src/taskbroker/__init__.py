@@ -18,12 +18,14 @@
   ``labels=``, and ``RetryableError(prefer_same_worker=True)`` keeps a retry on this worker.
 - Flow: ``submit(depends_on=...)``, ``task_spec`` + ``submit_many`` for
   ``depends_on_index``; ``wait`` / ``wait_all`` / ``submit_and_wait`` follow the task on
-  WatchTasks (``WaitTimeout`` when time runs out); ``event_pb2`` holds the event messages.
+  WatchTasks (``WaitTimeout`` when time runs out); ``event_pb2`` holds the event messages;
+  ``submit(depends_on_keys=[task_key(queue, key)])``; a handler reads its dependencies'
+  results with ``ctx.dependency_results`` / ``ctx.dependency_result(task_id, Type)``.
 """
 
 from taskbroker import routing
 from taskbroker.aio import AsyncClient, AsyncTaskContext, AsyncWorker
-from taskbroker.client import Client, ConnectOptions, TLSConfig, retry_policy, task_spec
+from taskbroker.client import Client, ConnectOptions, TLSConfig, retry_policy, task_key, task_spec
 from taskbroker.errors import (
     ERROR_DOMAIN,
     REASON_LEASE_LOST,
@@ -35,6 +37,7 @@ from taskbroker.errors import (
     WorkerStoppedError,
     error_info,
     is_lease_lost,
+    retry_delay,
 )
 from taskbroker.serde import JSONSerializer, PayloadError, Serializer
 from taskbroker.v1 import admin_pb2, broker_pb2, event_pb2, schedule_pb2
@@ -68,7 +71,9 @@ __all__ = [
     "event_pb2",
     "is_lease_lost",
     "routing",
+    "retry_delay",
     "retry_policy",
     "schedule_pb2",
+    "task_key",
     "task_spec",
 ]

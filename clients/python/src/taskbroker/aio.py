@@ -37,9 +37,10 @@ from taskbroker.client import (
     check_channel_args,
     decode_result,
     duration,
+    log_submit_retry,
     task_spec,
 )
-from taskbroker.context import CANCEL_REQUESTED, DEADLINE, LEASE_LOST, STOPPING
+from taskbroker.context import CANCEL_REQUESTED, DEADLINE, LEASE_LOST, STOPPING, context_dependency_result
 from taskbroker.errors import LeaseLostError, PermanentError, RetryableError, WorkerStoppedError, is_lease_lost
 from taskbroker.routing import check_labels
 from taskbroker.serde import DEFAULT_SERIALIZER, PayloadError, Serializer, encode_payload
@@ -144,7 +145,8 @@ class AsyncClient:
     ) -> broker_pb2.SubmitResult:
         """Submits one task (with the current OpenTelemetry traceparent in its metadata);
         a payload that is not ``bytes`` is encoded by the serializer; ``target``, ``sticky``,
-        ``fanout`` and ``depends_on`` as in ``Client.submit``."""
+        ``fanout``, ``depends_on``, ``on_duplicate_key``... and the RESOURCE_EXHAUSTED
+        retry as in ``Client.submit``."""
         payload = encode_payload(self.serializer, payload)
         return (await self.submit_many([task_spec(queue, payload, **options)], timeout=timeout))[0]
 
@@ -153,10 +155,19 @@ class AsyncClient:
     ) -> list[broker_pb2.SubmitResult]:
         """As ``Client.submit_many``: several ``task_spec``s in one request, results in order."""
         headers = list(tracing.current_headers().items()) or None
-        resp = await self.broker.Submit(
-            broker_pb2.SubmitRequest(tasks=list(specs)), timeout=seconds(timeout), metadata=headers
-        )
-        return list(resp.results)
+        req = broker_pb2.SubmitRequest(tasks=list(specs))
+        retries = 0
+        while True:
+            try:
+                resp = await self.broker.Submit(req, timeout=seconds(timeout), metadata=headers)
+                return list(resp.results)
+            except grpc.aio.AioRpcError as err:
+                delay = spec.submit_retry_delay(err, retries)
+                if delay is None:
+                    raise
+                retries += 1
+                log_submit_retry(err, delay, retries)
+                await asyncio.sleep(delay)
 
     async def get_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> admin_pb2.Task:
         """As ``Client.get_task``: the task as the broker has it now."""
@@ -225,8 +236,10 @@ class AsyncTaskContext:
         broker: broker_pb2_grpc.BrokerServiceAsyncStub,
         lease_duration: float,
         valid_until: float | None = None,
+        serializer: Serializer | None = None,
     ):
         self.task = task
+        self.serializer: Serializer = serializer or DEFAULT_SERIALIZER
         self.cancelled = asyncio.Event()
         self.cancel_reason: str | None = None
         self.lost = False
@@ -284,6 +297,17 @@ class AsyncTaskContext:
     @property
     def deadline(self) -> datetime.datetime | None:
         return self.task.deadline.ToDatetime(tzinfo=datetime.timezone.utc) if self.task.HasField("deadline") else None
+
+    @property
+    def dependency_results(self) -> dict[str, bytes]:
+        """The result of each SUCCEEDED dependency of this task, by task id."""
+        return dict(self.task.dependency_results)
+
+    def dependency_result(self, task_id: str, type_: type[T]) -> T:
+        """One dependency's result decoded as ``type_`` by the worker's serializer (``bytes``:
+        as it is). KeyError when ``task_id`` is not a dependency with a result;
+        ``PayloadError`` when it does not decode."""
+        return context_dependency_result(self.task, task_id, type_, self.serializer)
 
     async def checkpoint(self, data: bytes, *, timeout: Duration = spec.CALL_TIMEOUT) -> None:
         """Stores progress the next attempt receives, and extends the lease (spec point 3)."""
@@ -566,7 +590,7 @@ class AsyncWorker:
                 self._start(t, got)
 
     def _start(self, task: broker_pb2.LeasedTask, sent: float) -> None:
-        ctx = AsyncTaskContext(task, self._broker, self.lease_duration, sent + self.lease_duration)
+        ctx = AsyncTaskContext(task, self._broker, self.lease_duration, sent + self.lease_duration, self.serializer)
         self._running[task.task_id] = ctx
         ctx._watch_lease()
         loop = asyncio.get_running_loop()

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Union
 
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
@@ -24,6 +26,16 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+log = logging.getLogger("taskbroker.client")
+
+#: ``on_duplicate_key``: a DuplicateKeyPolicy value, or ``"keep_existing"`` /
+#: ``"replace_waiting"``.
+DuplicateKey = Union[int, str]
+_DUPLICATE_KEY = {
+    "keep_existing": broker_pb2.DUPLICATE_KEY_POLICY_KEEP_EXISTING,
+    "replace_waiting": broker_pb2.DUPLICATE_KEY_POLICY_REPLACE_WAITING,
+}
+
 
 class SubmitOptions(TypedDict, total=False):
     """The keyword arguments of ``Client.submit`` and ``AsyncClient.submit``: ``task_spec``'s,
@@ -38,8 +50,12 @@ class SubmitOptions(TypedDict, total=False):
     target: broker_pb2.Target | None
     sticky: broker_pb2.StickyPolicy | None
     fanout: broker_pb2.Fanout | None
+    concurrency_key: str
     depends_on: Sequence[str]
     run_if_dependency_fails: bool
+    depends_on_keys: Sequence[broker_pb2.TaskKey | tuple[str, str]]
+    on_duplicate_key: DuplicateKey
+    at_most_once: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,8 +218,9 @@ class Client:
         timeout: Duration = spec.CALL_TIMEOUT,
         **options: Unpack[SubmitOptions],
     ) -> broker_pb2.SubmitResult:
-        """Submits one task and returns its SubmitResult (task_id, deduplicated, and with
-        ``fanout`` every copy's id in ``copy_task_ids``).
+        """Submits one task and returns its SubmitResult (task_id, deduplicated, ``replaced``,
+        and with ``fanout`` every copy's id in ``copy_task_ids``). Every TaskSpec field is a
+        keyword argument (see ``task_spec``).
 
         ``payload`` is sent as it is when it is ``bytes``; anything else (a dataclass, a dict,
         a pydantic model, a str...) is encoded by the client's serializer (JSON by default):
@@ -216,7 +233,15 @@ class Client:
         ``depends_on`` (task ids) keeps the task BLOCKED until those tasks SUCCEEDED; when one
         ends DEAD or CANCELLED this one is CANCELLED (reason DEPENDENCY_FAILED) unless
         ``run_if_dependency_fails``. For tasks depending on each other within one request,
-        see ``submit_many``.
+        see ``submit_many``; ``depends_on_keys`` names dependencies by ``(queue, key)``, which
+        may be submitted later.
+
+        ``on_duplicate_key="replace_waiting"`` makes a submission whose ``key`` is taken by a
+        task that still waits replace that task's payload, run_at, priority and metadata
+        (``replaced`` is then true). ``at_most_once`` gives the task one attempt only.
+
+        A Submit refused with RESOURCE_EXHAUSTED and a RetryInfo (the queue's ``max_pending``)
+        is sent again after the hinted delay (at most 10 s), up to 5 tries in all, then raised.
 
         The current OpenTelemetry context's ``traceparent`` goes into the task's metadata
         (unless ``metadata`` has one) and into the call's headers.
@@ -235,10 +260,19 @@ class Client:
         ...                        task_spec("etl", b"load", depends_on_index=[0])])
         """
         headers = tuple(tracing.current_headers().items())
-        resp = self.broker.Submit(
-            broker_pb2.SubmitRequest(tasks=list(specs)), timeout=seconds(timeout), metadata=headers or None
-        )
-        return list(resp.results)
+        req = broker_pb2.SubmitRequest(tasks=list(specs))
+        retries = 0
+        while True:
+            try:
+                resp = self.broker.Submit(req, timeout=seconds(timeout), metadata=headers or None)
+                return list(resp.results)
+            except grpc.RpcError as err:
+                delay = spec.submit_retry_delay(err, retries)
+                if delay is None:
+                    raise
+                retries += 1
+                log_submit_retry(err, delay, retries)
+                time.sleep(delay)
 
     def get_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> admin_pb2.Task:
         """The task as the broker has it now (AdminService.GetTask): ``.state``, ``.result``..."""
@@ -330,6 +364,33 @@ def retry_policy(
     return policy
 
 
+def log_submit_retry(err: grpc.RpcError, delay: float, retries: int) -> None:
+    """One INFO line per resent Submit (the broker's backpressure is not a failure yet)."""
+    log.info(
+        "submit refused (%s: %s); sending it again in %.2fs (retry %d of %d)",
+        err.code().name,  # type: ignore[attr-defined]
+        err.details(),  # type: ignore[attr-defined]
+        delay,
+        retries,
+        spec.SUBMIT_RETRIES,
+    )
+
+
+def task_key(queue: str, key: str) -> broker_pb2.TaskKey:
+    """Names a task by its queue and key, for ``depends_on_keys``."""
+    return broker_pb2.TaskKey(queue=queue, key=key)
+
+
+def duplicate_key_policy(value: DuplicateKey) -> int:
+    """A DuplicateKeyPolicy from its value or its name (``"replace_waiting"``...)."""
+    if isinstance(value, str):
+        try:
+            return _DUPLICATE_KEY[value.lower()]
+        except KeyError:
+            raise ValueError(f"on_duplicate_key must be one of {sorted(_DUPLICATE_KEY)}, not {value!r}") from None
+    return int(value)
+
+
 def task_spec(
     queue: str,
     payload: Any = b"",
@@ -346,11 +407,18 @@ def task_spec(
     depends_on: Sequence[str] = (),
     depends_on_index: Sequence[int] = (),
     run_if_dependency_fails: bool = False,
+    concurrency_key: str = "",
+    depends_on_keys: Sequence[broker_pb2.TaskKey | tuple[str, str]] = (),
+    on_duplicate_key: DuplicateKey = 0,
+    at_most_once: bool = False,
     serializer: Serializer | None = None,
 ) -> broker_pb2.TaskSpec:
     """A TaskSpec for ``Client.submit_many``, with the current OpenTelemetry ``traceparent``
-    in its metadata. ``depends_on_index`` names earlier tasks of the same request. A payload
-    that is not ``bytes`` is encoded by ``serializer`` (JSON by default)."""
+    in its metadata; every TaskSpec field by name. ``depends_on_index`` names earlier tasks of
+    the same request; ``depends_on_keys`` takes ``task_key(queue, key)`` or ``(queue, key)``
+    pairs; ``on_duplicate_key`` a DuplicateKeyPolicy or ``"keep_existing"`` /
+    ``"replace_waiting"``. A payload that is not ``bytes`` is encoded by ``serializer`` (JSON
+    by default)."""
     payload = encode_payload(serializer or DEFAULT_SERIALIZER, payload)
     meta = dict(metadata or {})
     tracing.inject(meta)
@@ -367,6 +435,10 @@ def task_spec(
         depends_on=list(depends_on),
         depends_on_index=list(depends_on_index),
         run_if_dependency_fails=run_if_dependency_fails,
+        concurrency_key=concurrency_key,
+        depends_on_keys=[k if isinstance(k, broker_pb2.TaskKey) else task_key(*k) for k in depends_on_keys],
+        on_duplicate_key=duplicate_key_policy(on_duplicate_key),  # type: ignore[arg-type]
+        at_most_once=at_most_once,
     )
     if run_at is not None:
         spec.run_at.CopyFrom(timestamp(run_at))

@@ -6,11 +6,12 @@ import datetime
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from taskbroker import spec
 from taskbroker.client import duration
 from taskbroker.errors import LeaseLostError, is_lease_lost
+from taskbroker.serde import DEFAULT_SERIALIZER, PayloadError, Serializer, one_line, type_name
 from taskbroker.v1 import broker_pb2
 
 if TYPE_CHECKING:
@@ -18,11 +19,30 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("taskbroker.worker")
 
+T = TypeVar("T")
+
 #: Why ``TaskContext.cancelled`` was set.
 LEASE_LOST = "lease_lost"
 CANCEL_REQUESTED = "cancel_requested"
 STOPPING = "stopping"
 DEADLINE = "deadline"
+
+
+def context_dependency_result(
+    task: broker_pb2.LeasedTask, task_id: str, type_: type[T], serializer: Serializer
+) -> T:
+    """``dependency_result`` of both task contexts."""
+    if task_id not in task.dependency_results:
+        raise KeyError(f"task {task.task_id} has no result of a dependency {task_id}")
+    data = task.dependency_results[task_id]
+    if type_ is bytes:
+        return data  # type: ignore[return-value]
+    try:
+        return serializer.decode(data, type_)  # type: ignore[no-any-return]
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError) as err:
+        raise PayloadError(
+            f"the result of dependency {task_id} is not a valid {type_name(type_)}: {one_line(err)}"
+        ) from err
 
 
 class TaskContext:
@@ -41,8 +61,11 @@ class TaskContext:
         broker: broker_pb2_grpc.BrokerServiceStub,
         lease_duration: float,
         valid_until: float | None = None,
+        serializer: Serializer | None = None,
     ) -> None:
         self.task = task
+        #: Decodes ``dependency_result``; the worker's serializer (JSON by default).
+        self.serializer: Serializer = serializer or DEFAULT_SERIALIZER
         self.cancelled = threading.Event()
         self.cancel_reason: str | None = None
         self._broker = broker
@@ -105,6 +128,18 @@ class TaskContext:
         if not self.task.HasField("deadline"):
             return None
         return self.task.deadline.ToDatetime(tzinfo=datetime.timezone.utc)
+
+    @property
+    def dependency_results(self) -> dict[str, bytes]:
+        """The result of each SUCCEEDED dependency of this task (``depends_on``,
+        ``depends_on_index``, ``depends_on_keys``), by task id."""
+        return dict(self.task.dependency_results)
+
+    def dependency_result(self, task_id: str, type_: type[T]) -> T:
+        """One dependency's result decoded as ``type_`` by the worker's serializer (``bytes``:
+        as it is). KeyError when ``task_id`` is not a dependency with a result;
+        ``PayloadError`` when it does not decode."""
+        return context_dependency_result(self.task, task_id, type_, self.serializer)
 
     @property
     def lost(self) -> bool:

@@ -101,6 +101,20 @@ def error_info(err: BaseException) -> error_details_pb2.ErrorInfo | None:
     return None
 
 
+def retry_delay(err: BaseException) -> float | None:
+    """The delay of the google.rpc.RetryInfo in a gRPC error's status details, in seconds,
+    or None when it has none (the broker sends one with RESOURCE_EXHAUSTED backpressure)."""
+    status = _status(err)
+    if status is None:
+        return None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            return float(info.retry_delay.ToNanoseconds()) / 1e9
+    return None
+
+
 def is_lease_lost(err: BaseException) -> bool:
     """True for the broker's ABORTED / LEASE_LOST answer to a stale lease token: by the
     ErrorInfo reason, never by the bare code (docs/client-spec.md, point 2)."""

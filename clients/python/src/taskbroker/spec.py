@@ -12,6 +12,8 @@ import re
 import grpc
 import grpc.aio
 
+from taskbroker.errors import retry_delay
+
 #: Handlers running at once (and leases held at most).
 DEFAULT_CONCURRENCY = 4
 #: Lease long-poll wait, seconds.
@@ -49,6 +51,12 @@ STOP_MARGIN = 2.0
 HANDBACK_GRACE = 1.0
 #: The message of the Fail that hands a task back at stop (retryable, retry_after 0).
 HANDBACK_MESSAGE = "worker stopped"
+#: Submit refused with RESOURCE_EXHAUSTED carrying google.rpc.RetryInfo (a queue's
+#: max_pending): sent again after the hinted delay, at most this many times (5 tries in all;
+#: docs/client-spec.md, point 18).
+SUBMIT_RETRIES = 4
+#: The longest wait before one such resend, seconds (a longer hint is cut to this).
+SUBMIT_RETRY_MAX_DELAY = 10.0
 
 
 #: A duration in the public API: a ``datetime.timedelta`` or a number of seconds.
@@ -90,6 +98,21 @@ def backoff_ceiling(failures: int) -> float:
 def backoff(failures: int) -> float:
     """A random pause in [0.1, 1] x backoff_ceiling(failures), so workers spread out."""
     return backoff_ceiling(failures) * max(random.random(), 0.1)  # noqa: S311 -- jitter, not crypto
+
+
+def submit_retry_delay(err: BaseException, retries: int) -> float | None:
+    """Seconds to wait before sending a refused Submit again, or None to raise the error:
+    only RESOURCE_EXHAUSTED with a RetryInfo delay is retried (the broker stored nothing),
+    at most SUBMIT_RETRIES times (``retries`` made so far), each wait at most
+    SUBMIT_RETRY_MAX_DELAY."""
+    if retries >= SUBMIT_RETRIES:
+        return None
+    if not isinstance(err, (grpc.Call, grpc.aio.AioRpcError)) or err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    delay = retry_delay(err)
+    if delay is None:
+        return None
+    return min(max(delay, 0.0), SUBMIT_RETRY_MAX_DELAY)
 
 
 def stops_worker(err: BaseException) -> bool:

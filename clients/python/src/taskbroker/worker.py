@@ -345,7 +345,7 @@ class Worker:
         """Registers a leased task as running (its heartbeats and its clock start); call with
         _cond held. ``sent`` is when the lease began by this process's clock (time.monotonic():
         a settle's send time, a long poll's answer time)."""
-        ctx = TaskContext(task, self._broker, self.lease_duration, sent + self.lease_duration)
+        ctx = TaskContext(task, self._broker, self.lease_duration, sent + self.lease_duration, self.serializer)
         self._running[task.task_id] = ctx
         if self._stop_timed_out:
             ctx._cancel(STOPPING)

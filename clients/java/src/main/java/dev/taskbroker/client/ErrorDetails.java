@@ -35,6 +35,51 @@ public final class ErrorDetails {
     return Optional.empty();
   }
 
+  /** The delay of the google.rpc.RetryInfo detail of a failed call, if any. */
+  public static Optional<java.time.Duration> retryDelay(Throwable t) {
+    com.google.rpc.Status status = StatusProto.fromThrowable(t);
+    if (status == null) {
+      return Optional.empty();
+    }
+    for (Any detail : status.getDetailsList()) {
+      if (detail.is(com.google.rpc.RetryInfo.class)) {
+        try {
+          com.google.protobuf.Duration d =
+              detail.unpack(com.google.rpc.RetryInfo.class).getRetryDelay();
+          return Optional.of(java.time.Duration.ofSeconds(d.getSeconds(), d.getNanos()));
+        } catch (InvalidProtocolBufferException e) {
+          return Optional.empty();
+        }
+      }
+    }
+    return Optional.empty();
+  }
+
+  /**
+   * A Submit refused with RESOURCE_EXHAUSTED and a RetryInfo is sent again at most this often (5
+   * tries in all; docs/client-spec.md, point 18).
+   */
+  public static final int SUBMIT_RETRIES = 4;
+
+  /** The longest wait before one such resend (a longer hint is cut to this). */
+  public static final java.time.Duration SUBMIT_RETRY_MAX_DELAY = java.time.Duration.ofSeconds(10);
+
+  /**
+   * How long to wait before sending a refused Submit again after {@code retries} resends, or
+   * empty to throw its error: only RESOURCE_EXHAUSTED with a RetryInfo (backpressure: the broker
+   * stored nothing) is resent, at most {@link #SUBMIT_RETRIES} times, each wait at most {@link
+   * #SUBMIT_RETRY_MAX_DELAY}.
+   */
+  public static Optional<java.time.Duration> submitRetryDelay(Throwable t, int retries) {
+    if (retries >= SUBMIT_RETRIES
+        || Status.fromThrowable(t).getCode() != Status.Code.RESOURCE_EXHAUSTED) {
+      return Optional.empty();
+    }
+    return retryDelay(t)
+        .map(d -> d.isNegative() ? java.time.Duration.ZERO : d)
+        .map(d -> d.compareTo(SUBMIT_RETRY_MAX_DELAY) > 0 ? SUBMIT_RETRY_MAX_DELAY : d);
+  }
+
   /**
    * True when the call failed because the lease is no longer held: ABORTED with an ErrorInfo of
    * domain {@code taskbroker.dev} and reason {@code LEASE_LOST}. A bare ABORTED is not a lost

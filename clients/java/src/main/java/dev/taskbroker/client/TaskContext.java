@@ -34,6 +34,7 @@ public final class TaskContext {
   private volatile ByteString lastCheckpoint;
   private volatile Instant leaseExpiresAt;
   private final java.time.Duration extendBy;
+  private final Serializer serializer;
   /** The handler has returned; guarded by this. */
   private boolean returned;
   /** Handed back at stop while the handler still ran: its result is discarded; guarded by this. */
@@ -53,6 +54,15 @@ public final class TaskContext {
       BrokerServiceGrpc.BrokerServiceBlockingStub broker,
       LeasedTask task,
       java.time.Duration extendBy) {
+    this(broker, task, extendBy, new JsonSerializer());
+  }
+
+  TaskContext(
+      BrokerServiceGrpc.BrokerServiceBlockingStub broker,
+      LeasedTask task,
+      java.time.Duration extendBy,
+      Serializer serializer) {
+    this.serializer = serializer;
     this.broker = broker;
     this.task = task;
     this.extendBy = extendBy;
@@ -90,6 +100,40 @@ public final class TaskContext {
   /** Pass to downstream stores so they can reject writes from a stale holder. */
   public long fencingToken() {
     return task.getFencingToken();
+  }
+
+  /**
+   * The result of each SUCCEEDED dependency of this task ({@code depends_on}, {@code
+   * depends_on_index}, {@code depends_on_keys}), by task id.
+   */
+  public java.util.Map<String, ByteString> dependencyResults() {
+    return task.getDependencyResultsMap();
+  }
+
+  /**
+   * One dependency's result decoded into {@code type} by the worker's serializer (JSON by
+   * default; {@code byte[]}: the bytes as they are).
+   *
+   * @throws SerializationException when {@code taskId} has no result here or it does not decode
+   */
+  public <R> R dependencyResult(String taskId, Class<R> type) {
+    ByteString data = task.getDependencyResultsMap().get(taskId);
+    if (data == null) {
+      throw new SerializationException(
+          "task " + taskId() + " has no result of a dependency " + taskId);
+    }
+    byte[] bytes = data.toByteArray();
+    if (type == byte[].class) {
+      return type.cast(bytes);
+    }
+    try {
+      return serializer.decode(bytes, type);
+    } catch (RuntimeException e) {
+      throw new SerializationException(
+          "the result of dependency " + taskId + " is not a valid " + type.getSimpleName() + ": "
+              + e.getMessage(),
+          e);
+    }
   }
 
   /** The latest checkpoint: saved by this attempt, else by an earlier one. */

@@ -31,6 +31,7 @@ import java.util.concurrent.TimeUnit;
  * }</pre>
  */
 public final class Taskbroker implements AutoCloseable {
+  private static final System.Logger LOG = System.getLogger("dev.taskbroker.client");
   private final ManagedChannel channel;
   private final Serializer serializer;
 
@@ -55,6 +56,11 @@ public final class Taskbroker implements AutoCloseable {
    * {@code TASKBROKER_CLIENT_KEY} (mTLS).
    */
   public static Taskbroker fromEnv(String address) {
+    return builderFromEnv(address).build();
+  }
+
+  /** The settings {@link #fromEnv} connects with, to add to (an interceptor, a serializer). */
+  public static Builder builderFromEnv(String address) {
     Builder b = builder(address).token(System.getenv("TASKBROKER_TOKEN"));
     String ca = System.getenv("TASKBROKER_CA");
     String cert = System.getenv("TASKBROKER_CLIENT_CERT");
@@ -65,7 +71,7 @@ public final class Taskbroker implements AutoCloseable {
           present(cert) ? new File(cert) : null,
           present(key) ? new File(key) : null);
     }
-    return b.build();
+    return b;
   }
 
   private static boolean present(String s) {
@@ -78,6 +84,7 @@ public final class Taskbroker implements AutoCloseable {
     private String token;
     private ChannelCredentials credentials = InsecureChannelCredentials.create();
     private Serializer serializer = new JsonSerializer();
+    private final java.util.List<ClientInterceptor> interceptors = new java.util.ArrayList<>();
 
     private Builder(String address) {
       this.address = address;
@@ -133,6 +140,12 @@ public final class Taskbroker implements AutoCloseable {
       return this;
     }
 
+    /** Adds a grpc-java interceptor to every call on the channel (logging, metrics, ...). */
+    public Builder intercept(ClientInterceptor interceptor) {
+      interceptors.add(java.util.Objects.requireNonNull(interceptor, "interceptor"));
+      return this;
+    }
+
     public Taskbroker build() {
       var b =
           Grpc.newChannelBuilder(address, credentials)
@@ -142,6 +155,7 @@ public final class Taskbroker implements AutoCloseable {
       if (token != null && !token.isEmpty()) {
         b.intercept(new BearerToken(token));
       }
+      b.intercept(interceptors);
       return new Taskbroker(b.build(), serializer);
     }
   }
@@ -206,8 +220,11 @@ public final class Taskbroker implements AutoCloseable {
 
   /**
    * Submits {@code payload}, encoded by the serializer (JSON by default), to {@code queue}:
-   * {@code tb.submit("emails", new Email("a@example.com", "hi"))}. For more options (priority,
-   * delay, retry policy, ...) build the spec with {@link #spec(String, Object)}.
+   * {@code tb.submit("emails", new Email("a@example.com", "hi"))}. For more options build the
+   * spec with {@link #spec(String, Object)}: every TaskSpec field has its setter there (priority,
+   * run_at, retry, concurrency_key, depends_on_keys, on_duplicate_key, at_most_once, ...), and
+   * the SubmitResult says {@code getDeduplicated()} and {@code getReplaced()}. Backpressure is
+   * retried as {@link #submit(dev.taskbroker.v1.TaskSpec)} says.
    *
    * @throws SerializationException when the serializer cannot encode it (nothing is sent)
    */
@@ -264,14 +281,52 @@ public final class Taskbroker implements AutoCloseable {
 
   /**
    * Submits one task with a 10 s deadline; the current OpenTelemetry context's traceparent goes
-   * into its metadata (see {@link Tracing#inject}).
+   * into its metadata (see {@link Tracing#inject}). A refusal for backpressure
+   * (RESOURCE_EXHAUSTED with a RetryInfo) is sent again after the hinted delay, at most 10 s
+   * each and 5 tries in all, then thrown.
    */
   public dev.taskbroker.v1.SubmitResult submit(dev.taskbroker.v1.TaskSpec spec) {
     dev.taskbroker.v1.TaskSpec withTrace = Tracing.inject(spec.toBuilder()).build();
-    return broker()
-        .withDeadlineAfter(10, TimeUnit.SECONDS)
-        .submit(dev.taskbroker.v1.SubmitRequest.newBuilder().addTasks(withTrace).build())
+    return send(dev.taskbroker.v1.SubmitRequest.newBuilder().addTasks(withTrace).build())
         .getResults(0);
+  }
+
+  /**
+   * Sends a SubmitRequest with a 10 s deadline per attempt. A refusal for backpressure (a
+   * queue's max_pending: RESOURCE_EXHAUSTED with a RetryInfo) is sent again after the hinted
+   * delay, at most 10 s each and 5 tries in all ({@link ErrorDetails#submitRetryDelay}); then it is
+   * thrown. An interrupt during the wait throws the refusal with the interrupt flag set.
+   */
+  private dev.taskbroker.v1.SubmitResponse send(dev.taskbroker.v1.SubmitRequest req) {
+    for (int retries = 0; ; retries++) {
+      try {
+        return broker().withDeadlineAfter(10, TimeUnit.SECONDS).submit(req);
+      } catch (io.grpc.StatusRuntimeException e) {
+        java.util.Optional<java.time.Duration> delay = ErrorDetails.submitRetryDelay(e, retries);
+        if (delay.isEmpty()) {
+          throw e;
+        }
+        LOG.log(
+            System.Logger.Level.INFO,
+            "taskbroker: submit refused ("
+                + e.getStatus().getCode()
+                + ": "
+                + ErrorDetails.oneLine(e.getStatus().getDescription())
+                + "); sending it again in "
+                + delay.get().toMillis()
+                + " ms (retry "
+                + (retries + 1)
+                + " of "
+                + ErrorDetails.SUBMIT_RETRIES
+                + ")");
+        try {
+          Thread.sleep(delay.get().toMillis());
+        } catch (InterruptedException ie) {
+          Thread.currentThread().interrupt();
+          throw e;
+        }
+      }
+    }
   }
 
   /**
@@ -290,10 +345,7 @@ public final class Taskbroker implements AutoCloseable {
     for (dev.taskbroker.v1.TaskSpec spec : specs) {
       req.addTasks(Tracing.inject(spec.toBuilder()));
     }
-    return broker()
-        .withDeadlineAfter(10, TimeUnit.SECONDS)
-        .submit(req.build())
-        .getResultsList();
+    return send(req.build()).getResultsList();
   }
 
   /**

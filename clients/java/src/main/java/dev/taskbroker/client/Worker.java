@@ -592,7 +592,7 @@ public final class Worker implements AutoCloseable {
 
   /** Registers a leased task as running (its heartbeats start) and arms its deadline. */
   private TaskContext admit(LeasedTask task) {
-    TaskContext tc = new TaskContext(broker, task, leaseDuration);
+    TaskContext tc = new TaskContext(broker, task, leaseDuration, serializer);
     running.put(task.getTaskId(), tc);
     if (task.hasDeadline()) {
       long ms = Duration.between(Instant.now(), ProtoTime.instant(task.getDeadline())).toMillis();

@@ -1,0 +1,173 @@
+package dev.taskbroker.conformance;
+
+import com.google.protobuf.ByteString;
+import com.google.protobuf.FieldMask;
+import com.google.rpc.QuotaFailure;
+import com.google.rpc.RetryInfo;
+import dev.taskbroker.client.ProtoTime;
+import dev.taskbroker.client.Taskbroker;
+import dev.taskbroker.client.Worker;
+import dev.taskbroker.v1.CompleteRequest;
+import dev.taskbroker.v1.GetTaskRequest;
+import dev.taskbroker.v1.LeaseRequest;
+import dev.taskbroker.v1.LeasedTask;
+import dev.taskbroker.v1.ListTasksRequest;
+import dev.taskbroker.v1.QueueConfig;
+import dev.taskbroker.v1.SubmitRequest;
+import dev.taskbroker.v1.SubmitResult;
+import dev.taskbroker.v1.Task;
+import dev.taskbroker.v1.TaskSpec;
+import dev.taskbroker.v1.TaskState;
+import dev.taskbroker.v1.UpdateQueueRequest;
+import io.grpc.CallOptions;
+import io.grpc.Channel;
+import io.grpc.ClientCall;
+import io.grpc.ClientInterceptor;
+import io.grpc.ForwardingClientCall;
+import io.grpc.ForwardingClientCallListener;
+import io.grpc.Metadata;
+import io.grpc.MethodDescriptor;
+import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
+import io.grpc.protobuf.StatusProto;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * {@code dependency_results} (a Worker's handler reads its dependency's result on its context)
+ * and {@code submit_backpressure} (a queue's max_pending refuses a Submit with
+ * RESOURCE_EXHAUSTED, RetryInfo and QuotaFailure; the client's submit waits the hinted delay
+ * and gets in) of SCENARIO.md.
+ */
+final class ResultsCases {
+  private static final String WORKER_ID = "conf-java";
+
+  private ResultsCases() {}
+
+  private static void check(boolean ok, String reason) {
+    if (!ok) {
+      throw new IllegalStateException(reason);
+    }
+  }
+
+  private static TaskSpec spec(String queue, String payload) {
+    return TaskSpec.newBuilder().setQueue(queue).setPayload(ByteString.copyFromUtf8(payload)).build();
+  }
+
+  static void dependencyResults(Taskbroker tb, String queue) throws Exception {
+    String a = tb.submit(spec(queue, "a")).getTaskId();
+    String b = tb.submit(spec(queue, "b").toBuilder().addDependsOn(a).build()).getTaskId();
+    Map<String, String> seen = new java.util.concurrent.ConcurrentHashMap<>();
+    Worker w =
+        Worker.builder(tb)
+            .handle(
+                queue,
+                ctx -> {
+                  if (ctx.taskId().equals(a)) {
+                    return "a-result".getBytes(java.nio.charset.StandardCharsets.UTF_8);
+                  }
+                  ctx.dependencyResults().forEach((id, r) -> seen.put(id, r.toStringUtf8()));
+                  return ctx.dependencyResult(a, byte[].class);
+                })
+            .workerId(WORKER_ID)
+            .pollWait(Duration.ofSeconds(1))
+            .build();
+    w.start();
+    try {
+      tb.waitFor(b, Duration.ofSeconds(20));
+    } finally {
+      w.stop(Duration.ofSeconds(5));
+    }
+    check(seen.equals(Map.of(a, "a-result")), "b's handler saw dependency_results " + seen + ", want {" + a + "=a-result}");
+    Task tbk = tb.admin().getTask(GetTaskRequest.newBuilder().setTaskId(b).build()).getTask();
+    check(
+        tbk.getState() == TaskState.TASK_STATE_SUCCEEDED && tbk.getResult().toStringUtf8().equals("a-result"),
+        "b is " + tbk.getState() + " with result " + tbk.getResult().toStringUtf8() + ", want SUCCEEDED with a-result");
+  }
+
+  /** Counts down when a call through it is answered RESOURCE_EXHAUSTED. */
+  private static final class Refusals implements ClientInterceptor {
+    final CountDownLatch refused = new CountDownLatch(1);
+
+    @Override
+    public <Q, R> ClientCall<Q, R> interceptCall(
+        MethodDescriptor<Q, R> method, CallOptions options, Channel next) {
+      return new ForwardingClientCall.SimpleForwardingClientCall<>(next.newCall(method, options)) {
+        @Override
+        public void start(Listener<R> listener, Metadata headers) {
+          super.start(
+              new ForwardingClientCallListener.SimpleForwardingClientCallListener<>(listener) {
+                @Override
+                public void onClose(Status status, Metadata trailers) {
+                  if (status.getCode() == Status.Code.RESOURCE_EXHAUSTED) {
+                    refused.countDown();
+                  }
+                  super.onClose(status, trailers);
+                }
+              },
+              headers);
+        }
+      };
+    }
+  }
+
+  static void submitBackpressure(Taskbroker tb, String queue) throws Exception {
+    tb.admin()
+        .updateQueue(
+            UpdateQueueRequest.newBuilder()
+                .setName(queue)
+                .setConfig(QueueConfig.newBuilder().setMaxPending(1))
+                .setUpdateMask(FieldMask.newBuilder().addPaths("max_pending"))
+                .build());
+    tb.submit(spec(queue, "1"));
+    StatusRuntimeException refusal = null;
+    try {
+      tb.broker().submit(SubmitRequest.newBuilder().addTasks(spec(queue, "2")).build());
+    } catch (StatusRuntimeException e) {
+      refusal = e;
+    }
+    check(
+        refusal != null && refusal.getStatus().getCode() == Status.Code.RESOURCE_EXHAUSTED,
+        "Submit 2 over max_pending answered " + (refusal == null ? "OK" : refusal.getStatus().getCode()) + ", want RESOURCE_EXHAUSTED");
+    com.google.rpc.Status details = StatusProto.fromThrowable(refusal);
+    boolean retry = details != null && details.getDetailsList().stream().anyMatch(d -> d.is(RetryInfo.class));
+    boolean quota = details != null && details.getDetailsList().stream().anyMatch(d -> d.is(QuotaFailure.class));
+    check(retry && quota, "RESOURCE_EXHAUSTED details: RetryInfo " + retry + ", QuotaFailure " + quota + "; want both");
+    int listed = tb.admin().listTasks(ListTasksRequest.newBuilder().setQueue(queue).build()).getTasksCount();
+    check(listed == 1, "the refused Submit left " + listed + " tasks, want 1");
+
+    Refusals refusals = new Refusals();
+    try (Taskbroker watched =
+        Taskbroker.builderFromEnv(System.getenv("TASKBROKER_ADDR")).intercept(refusals).build()) {
+      CompletableFuture<SubmitResult> submitted =
+          CompletableFuture.supplyAsync(() -> watched.submit(spec(queue, "2")));
+      check(refusals.refused.await(10, TimeUnit.SECONDS), "the client's submit was not refused within 10 s");
+      check(!submitted.isDone(), "the client's submit returned before it was let in");
+      List<LeasedTask> got =
+          tb.broker()
+              .lease(
+                  LeaseRequest.newBuilder()
+                      .setWorkerId(WORKER_ID)
+                      .addQueues(queue)
+                      .setMaxTasks(1)
+                      .setLeaseDuration(ProtoTime.duration(Duration.ofSeconds(30)))
+                      .setWait(ProtoTime.duration(Duration.ZERO))
+                      .build())
+              .getTasksList();
+      check(got.size() == 1 && got.get(0).getPayload().toStringUtf8().equals("1"), "Lease returned " + got.size() + " tasks, want task 1");
+      tb.broker()
+          .complete(
+              CompleteRequest.newBuilder()
+                  .setTaskId(got.get(0).getTaskId())
+                  .setLeaseToken(got.get(0).getLeaseToken())
+                  .build());
+      SubmitResult second = submitted.get(30, TimeUnit.SECONDS);
+      Task t2 = tb.admin().getTask(GetTaskRequest.newBuilder().setTaskId(second.getTaskId()).build()).getTask();
+      check(t2.getPayload().toStringUtf8().equals("2"), "task 2 has payload " + t2.getPayload().toStringUtf8());
+    }
+  }
+}
