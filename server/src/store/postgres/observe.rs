@@ -14,11 +14,13 @@ impl PostgresStore {
                COUNT(*) FILTER (WHERE a.outcome <> 'succeeded') \
              FROM task_attempts a JOIN tasks t ON t.id = a.task_id \
              WHERE a.finished_at >= $1 AND a.finished_at < $2 \
+               AND ($4::text IS NULL OR t.queue = $4) \
              GROUP BY t.queue, b ORDER BY t.queue, b",
         )
         .bind(ms(p.since))
         .bind(ms(p.until))
         .bind(duration_ms(p.bucket).max(1))
+        .bind(p.queue.as_deref())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(observe::bucket_row).collect())
