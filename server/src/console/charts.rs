@@ -34,7 +34,11 @@ fn chart(id: &str, title: &str, unit: &str, t: &Throughput) -> Markup {
         .max(1) as f64;
     let slot = W / n as f64;
     let gap = if slot > 4.0 { 1.0 } else { 0.0 };
-    let fmt = if unit == "minute" { "%H:%M" } else { "%d %H:00" };
+    let fmt = if unit == "minute" {
+        "%H:%M"
+    } else {
+        "%d %H:00"
+    };
     let at = |i: usize| -> DateTime<Utc> {
         t.since + chrono::Duration::from_std(t.bucket * i as u32).unwrap_or_default()
     };
@@ -45,7 +49,7 @@ fn chart(id: &str, title: &str, unit: &str, t: &Throughput) -> Markup {
                 strong { (title) } " (per " (unit) ", UTC): "
                 span.ok { (count(ok)) " succeeded" } ", " span.bad { (count(bad)) " failed" }
             }
-            svg.chart role="img" aria-label=(label) viewBox={ "0 0 " (W) " " (H + 16.0) }
+            svg.chart role="img" aria-label=(label) viewBox={ "0 0 " (W) " " (H) }
                 preserveAspectRatio="none" {
                 line.axis x1="0" y1=(H) x2=(W) y2=(H) {}
                 @for i in 0..t.succeeded.len() {
@@ -61,9 +65,9 @@ fn chart(id: &str, title: &str, unit: &str, t: &Throughput) -> Markup {
                         }
                     }
                 }
-                text x="2" y="10" { "max " (top as u64) }
-                text x="0" y=(H + 13.0) { (at(0).format(fmt)) }
-                text x=(W) y=(H + 13.0) text-anchor="end" { "now" }
+            }
+            div.axis aria-hidden="true" {
+                span { (at(0).format(fmt)) } span { "top: " (top as u64) " per " (unit) } span { "now" }
             }
         }
     }

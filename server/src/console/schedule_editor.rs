@@ -94,7 +94,11 @@ fn form_page(
     error: Option<&str>,
 ) -> Markup {
     let (title, action, button) = match existing {
-        None => ("New schedule".to_string(), "/schedules/new".to_string(), "Create the schedule"),
+        None => (
+            "New schedule".to_string(),
+            "/schedules/new".to_string(),
+            "Create the schedule",
+        ),
         Some(s) => (
             format!("Edit schedule {}", s.id),
             format!("{}/edit", schedule_href(&s.id)),
@@ -115,7 +119,7 @@ fn form_page(
                 }
                 Some(s) => { input type="hidden" name="schedule_id" value=(s.id); }
             }
-            fieldset.when hx-post="/schedules/preview" hx-trigger="input delay:300ms, change"
+            fieldset.when hx-post="/schedules/preview" hx-trigger="input delay:300ms"
                 hx-target="#preview" hx-include="closest form" {
                 legend { "When it fires" }
                 div.kinds role="radiogroup" aria-label="Kind" {
@@ -181,7 +185,13 @@ fn form_page(
     layout::page(&title, "/schedules", Some(viewer), body)
 }
 
-fn refused(console: &Console, viewer: &Viewer, s: Option<&ScheduleRecord>, f: &ScheduleForm, e: &str) -> Response {
+fn refused(
+    console: &Console,
+    viewer: &Viewer,
+    s: Option<&ScheduleRecord>,
+    f: &ScheduleForm,
+    e: &str,
+) -> Response {
     let page = form_page(console, viewer, s, f, Some(e));
     (StatusCode::BAD_REQUEST, page).into_response()
 }
@@ -189,9 +199,9 @@ fn refused(console: &Console, viewer: &Viewer, s: Option<&ScheduleRecord>, f: &S
 /// A service refusal the form can show as its one line; other errors are pages.
 fn form_error(e: ServiceError) -> Result<String, PageError> {
     match e {
-        ServiceError::Invalid(_) | ServiceError::OutOfRange(_) | ServiceError::AlreadyExists { .. } => {
-            Ok(PageError::from(e).message())
-        }
+        ServiceError::Invalid(_)
+        | ServiceError::OutOfRange(_)
+        | ServiceError::AlreadyExists { .. } => Ok(PageError::from(e).message()),
         e => Err(e.into()),
     }
 }
@@ -215,7 +225,11 @@ pub async fn create(
         Ok(i) => i,
         Err(e) => return Ok(refused(&console, &viewer, None, &f, &e)),
     };
-    match console.broker.create_schedule(&Caller::default(), input).await {
+    match console
+        .broker
+        .create_schedule(&Caller::default(), input)
+        .await
+    {
         Ok(s) => Ok(Redirect::to(&format!("{}?done=create", schedule_href(&s.id))).into_response()),
         Err(e) => Ok(refused(&console, &viewer, None, &f, &form_error(e)?)),
     }
@@ -227,11 +241,18 @@ pub async fn edit_form(
     Path(id): Path<String>,
 ) -> Result<Markup, PageError> {
     let s = console.broker.get_schedule(&Caller::default(), &id).await?;
-    Ok(form_page(&console, &viewer, Some(&s), &ScheduleForm::from_record(&s), None))
+    Ok(form_page(
+        &console,
+        &viewer,
+        Some(&s),
+        &ScheduleForm::from_record(&s),
+        None,
+    ))
 }
 
 /// What the form cannot show is kept from the stored template: the retry
-/// backoff, and a payload that is not UTF-8 text when its field is untouched.
+/// backoff, and the payload's exact bytes while its field is untouched (a
+/// browser turns line ends into `\r\n`; bytes that are not UTF-8 show as U+FFFD).
 fn keep_unshown(input: &mut ScheduleInput, s: &ScheduleRecord, f: &ScheduleForm) {
     let Some(t) = input.task.as_mut() else { return };
     let r = &s.template.retry;
@@ -243,7 +264,7 @@ fn keep_unshown(input: &mut ScheduleInput, s: &ScheduleRecord, f: &ScheduleForm)
         ..t.retry.clone()
     };
     let shown = TemplateForm::from_template(&s.template).payload;
-    if std::str::from_utf8(&s.template.payload).is_err() && f.task.payload == shown {
+    if f.task.payload_is(&shown) {
         t.payload = s.template.payload.clone();
     }
 }
@@ -269,7 +290,11 @@ pub async fn edit(
         return Ok(Redirect::to(&format!("{base}?done=unchanged")).into_response());
     }
     keep_unshown(&mut input, &s, &f);
-    match console.broker.update_schedule(&Caller::default(), input, paths).await {
+    match console
+        .broker
+        .update_schedule(&Caller::default(), input, paths)
+        .await
+    {
         Ok(_) => Ok(Redirect::to(&format!("{base}?done=edit")).into_response()),
         Err(e) => Ok(refused(&console, &viewer, Some(&s), &f, &form_error(e)?)),
     }

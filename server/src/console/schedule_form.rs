@@ -75,11 +75,16 @@ fn time(field: &str, s: &str) -> Result<Option<DateTime<Utc>>, String> {
     if let Ok(t) = DateTime::parse_from_rfc3339(s) {
         return Ok(Some(t.with_timezone(&Utc)));
     }
-    ["%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"]
-        .iter()
-        .find_map(|f| NaiveDateTime::parse_from_str(s, f).ok())
-        .map(|t| Some(t.and_utc()))
-        .ok_or_else(|| format!("{field}: {s:?} is not a time (like 2026-01-31 09:00, UTC)"))
+    [
+        "%Y-%m-%d %H:%M:%S",
+        "%Y-%m-%d %H:%M",
+        "%Y-%m-%dT%H:%M:%S",
+        "%Y-%m-%dT%H:%M",
+    ]
+    .iter()
+    .find_map(|f| NaiveDateTime::parse_from_str(s, f).ok())
+    .map(|t| Some(t.and_utc()))
+    .ok_or_else(|| format!("{field}: {s:?} is not a time (like 2026-01-31 09:00, UTC)"))
 }
 
 fn duration(field: &str, s: &str) -> Result<Option<Duration>, String> {
@@ -114,6 +119,27 @@ fn metadata(s: &str) -> Result<BTreeMap<String, String>, String> {
 }
 
 impl TemplateForm {
+    /// The fields as values mean them: trimmed, line ends as `\n` (a browser
+    /// sends `\r\n`), metadata in key order; what an edit compares.
+    fn canonical(&self) -> TemplateForm {
+        TemplateForm {
+            queue: self.queue.trim().into(),
+            payload: self.payload.replace("\r\n", "\n"),
+            priority: self.priority.trim().trim_start_matches('+').into(),
+            max_attempts: self.max_attempts.trim().into(),
+            deadline_after: self.deadline_after.trim().into(),
+            metadata: match metadata(&self.metadata) {
+                Ok(m) => m.iter().map(|(k, v)| format!("{k}={v}\n")).collect(),
+                Err(_) => self.metadata.clone(),
+            },
+        }
+    }
+
+    /// Whether the payload field still shows `shown` (line ends aside).
+    pub fn payload_is(&self, shown: &str) -> bool {
+        self.payload.replace("\r\n", "\n") == shown.replace("\r\n", "\n")
+    }
+
     pub fn from_template(t: &TaskTemplate) -> Self {
         TemplateForm {
             queue: t.queue.clone(),
@@ -206,7 +232,9 @@ impl ScheduleForm {
     }
 
     /// The spec and the window, as PreviewSchedule takes them.
-    pub fn spec(&self) -> Result<(SpecInput, Option<DateTime<Utc>>, Option<DateTime<Utc>>), String> {
+    pub fn spec(
+        &self,
+    ) -> Result<(SpecInput, Option<DateTime<Utc>>, Option<DateTime<Utc>>), String> {
         let spec = match self.kind.trim() {
             "" | "cron" => {
                 if self.cron.trim().is_empty() {
@@ -265,7 +293,13 @@ impl ScheduleForm {
         let spec = |f: &ScheduleForm| {
             let k = f.kind.trim();
             let cron = k == "cron" || k.is_empty();
-            let pick = |s: &str| if cron { s.trim().to_string() } else { String::new() };
+            let pick = |s: &str| {
+                if cron {
+                    s.trim().to_string()
+                } else {
+                    String::new()
+                }
+            };
             (
                 k.to_string(),
                 pick(&f.cron),
@@ -276,9 +310,12 @@ impl ScheduleForm {
         };
         let differs = [
             ("spec", spec(self) != spec(current)),
-            ("start_time", self.start_time.trim() != current.start_time.trim()),
+            (
+                "start_time",
+                self.start_time.trim() != current.start_time.trim(),
+            ),
             ("end_time", self.end_time.trim() != current.end_time.trim()),
-            ("task", self.task != current.task),
+            ("task", self.task.canonical() != current.task.canonical()),
             ("overlap", self.overlap.trim() != current.overlap.trim()),
             ("misfire", self.misfire.trim() != current.misfire.trim()),
             (
@@ -414,6 +451,15 @@ mod tests {
     fn only_changed_fields_are_in_the_mask() {
         let a = cron_form();
         assert!(a.changed(&a).is_empty());
+        let same = ScheduleForm {
+            task: TemplateForm {
+                metadata: "note=a=b\r\nteam=ops".into(),
+                priority: " 5".into(),
+                ..a.task.clone()
+            },
+            ..a.clone()
+        };
+        assert!(same.changed(&a).is_empty(), "{:?}", same.changed(&a));
         let b = ScheduleForm {
             cron: "0 4 * * *".into(),
             max_runs: "3".into(),
