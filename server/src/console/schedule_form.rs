@@ -5,8 +5,8 @@
 //! naming the field when it cannot.
 //!
 //! The task template's fields are `TemplateForm`: a new TaskTemplate field is
-//! one field there, one line in `from_template`, one in `input` and one input
-//! in `schedule_editor::template_fields`.
+//! one field there, one line each in `from_template`, `input` and `canonical`,
+//! and one label and input in `schedule_editor::template_fields`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
