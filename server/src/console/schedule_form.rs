@@ -57,6 +57,9 @@ pub struct ScheduleForm {
     pub task: TemplateForm,
 }
 
+/// A spec with its window (start, end), as PreviewSchedule takes them.
+pub type Window = (SpecInput, Option<DateTime<Utc>>, Option<DateTime<Utc>>);
+
 /// A time as the console shows it (UTC).
 pub fn time_text(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S").to_string()
@@ -232,9 +235,7 @@ impl ScheduleForm {
     }
 
     /// The spec and the window, as PreviewSchedule takes them.
-    pub fn spec(
-        &self,
-    ) -> Result<(SpecInput, Option<DateTime<Utc>>, Option<DateTime<Utc>>), String> {
+    pub fn spec(&self) -> Result<Window, String> {
         let spec = match self.kind.trim() {
             "" | "cron" => {
                 if self.cron.trim().is_empty() {
