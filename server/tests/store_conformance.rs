@@ -615,6 +615,7 @@ async fn attempts_are_counted_per_bucket_with_their_run_times(b: Backend) {
             since: t0(),
             until: secs_after(3600),
             bucket: Duration::from_secs(60),
+            queue: None,
         })
         .await
         .unwrap();
@@ -623,11 +624,26 @@ async fn attempts_are_counted_per_bucket_with_their_run_times(b: Backend) {
         .map(|b| (b.queue.as_str(), b.bucket, b.succeeded, b.failed))
         .collect();
     assert_eq!(got, [("g", 2, 1, 0), ("h", 0, 2, 0), ("h", 1, 0, 1)]);
+    let one_queue = s
+        .attempt_histogram(&store::AttemptHistogramParams {
+            since: t0(),
+            until: secs_after(86_400),
+            bucket: Duration::from_secs(3600),
+            queue: Some("h".into()),
+        })
+        .await
+        .unwrap();
+    let got: Vec<_> = one_queue
+        .iter()
+        .map(|b| (b.queue.as_str(), b.bucket, b.succeeded, b.failed))
+        .collect();
+    assert_eq!(got, [("h", 0, 2, 1)], "one queue, hourly");
     let later = s
         .attempt_histogram(&store::AttemptHistogramParams {
             since: secs_after(60),
             until: secs_after(120),
             bucket: Duration::from_secs(60),
+            queue: None,
         })
         .await
         .unwrap();

@@ -157,6 +157,23 @@ async function main() {
     return html.includes('No tasks match.');
   }, 30000);
 
+  await test("a queue's charts count its finished attempts, per minute and per hour", async () => {
+    // By now the worker has run the emails: 8 succeeded, the 2 empty payloads failed
+    // for good (one attempt each); the late task died by its deadline before any attempt.
+    await page.goto(`${a.base}/queues/emails`);
+    for (const id of ['chart-hour', 'chart-day']) {
+      const fig = page.locator(`#${id}`);
+      const [ok, bad] = [await fig.getAttribute('data-succeeded'), await fig.getAttribute('data-failed')];
+      expect(ok === '8' && bad === '2', `${id}: 8 succeeded and 2 failed, got ${ok} and ${bad}`);
+      expect((await fig.locator('figcaption').textContent()).includes('8 succeeded, 2 failed'), `${id} says it in words`);
+      const tips = await fig.locator('svg g title').allTextContents();
+      const sum = (re) => tips.reduce((n, t) => n + Number(t.match(re)[1]), 0);
+      expect(sum(/(\d+) succeeded/) === 8 && sum(/(\d+) failed/) === 2, `${id} bars add up: ${tips}`);
+      expect(await fig.locator('rect.ok').count() >= 1 && await fig.locator('rect.bad').count() >= 1, `${id} draws both`);
+    }
+    await page.locator('section[aria-labelledby=h-throughput]').screenshot({ path: join(shots, 'console-queue-charts.png') });
+  });
+
   await test('the overview loads with live data and refreshes itself', async () => {
     await page.goto(`${a.base}/`);
     const row = page.locator('#queues tr', { has: page.locator('th', { hasText: 'reports' }) });
@@ -290,6 +307,67 @@ async function main() {
     await page.screenshot({ path: join(shots, 'console-schedule.png'), fullPage: true });
   });
 
+  await test('a schedule is created from the form, its preview matching PreviewSchedule', async () => {
+    await page.goto(`${a.base}/schedules`);
+    await page.getByRole('link', { name: 'New schedule…' }).click();
+    await page.waitForURL(/\/schedules\/new$/);
+    await page.evaluate(() => { window.__sameDocument = true; });
+    await page.getByLabel(/^Schedule id/).fill('report-run');
+    await page.getByLabel(/^Cron line/).fill('15 */2 * * *');
+    await page.getByLabel(/^Time zone/).fill('America/New_York');
+    const cli = JSON.parse(execFileSync(bin, ['schedule', 'preview', '--cron', '15 */2 * * *', '--tz', 'America/New_York',
+      '-n', '5', '--json', '--addr', a.grpc], { encoding: 'utf8' })).map((t) => Date.parse(t));
+    const times = page.locator('#preview-times time');
+    const shown = async () => (await times.evaluateAll((ts) => ts.map((t) => t.getAttribute('datetime')))).map((t) => Date.parse(t));
+    // The preview follows the typing; it settles on the full spec's fire times.
+    await eventually('the preview to show PreviewSchedule\'s 5 fire times',
+      async () => JSON.stringify(await shown()) === JSON.stringify(cli));
+    expect(await page.evaluate(() => window.__sameDocument === true), 'previewed without reloading');
+    await page.getByLabel('Queue', { exact: true }).fill('reports');
+    await page.getByLabel(/^Payload/).fill('{"report":"bi-hourly"}');
+    await page.getByLabel(/^Priority/).fill('3');
+    await page.getByLabel(/^Metadata/).fill('team=ops');
+    await page.getByLabel(/^Fire times missed/).selectOption('skip');
+    await page.screenshot({ path: join(shots, 'console-schedule-form.png'), fullPage: true });
+    await page.getByRole('button', { name: 'Create the schedule' }).click();
+    await page.waitForURL(/\/schedules\/report-run\?done=create$/);
+    await page.getByText('Created.').waitFor();
+    const when = await page.locator('#h-when + dl').textContent();
+    expect(when.includes('15 */2 * * *') && when.includes('America/New_York') && when.includes('skip'), when);
+    const next = Date.parse(await page.locator('#h-when + dl time').nth(0).getAttribute('datetime'));
+    expect(next === cli[0], `its next fire ${next} is the preview's first ${cli[0]}`);
+    const task = await page.locator('#h-template + dl').textContent();
+    expect(task.includes('reports') && task.includes('team') && task.includes('3'), task);
+    // Edit: a new cron line, previewed, saved.
+    await page.getByRole('link', { name: 'Edit', exact: true }).click();
+    await page.getByLabel(/^Cron line/).fill('0 9 * * MON');
+    await eventually('the preview to follow the new line', async () =>
+      (await page.locator('#preview-times time').count()) === 5
+      && new Date(Date.parse(await page.locator('#preview-times time').first().getAttribute('datetime'))).getUTCDay() === 1);
+    await page.getByRole('button', { name: 'Save the changes' }).click();
+    await page.getByText('Saved').waitFor();
+    expect((await page.locator('#h-when + dl').textContent()).includes('0 9 * * MON'), 'the new line is stored');
+  });
+
+  await test('an invalid spec shows one line naming the field and creates nothing', async () => {
+    await page.goto(`${a.base}/schedules/new`);
+    await page.getByLabel(/^Schedule id/).fill('broken');
+    await page.getByLabel('Queue', { exact: true }).fill('reports');
+    await page.getByLabel(/^Cron line/).fill('61 * * * *');
+    await page.locator('#preview-error').waitFor();
+    expect((await page.locator('#preview-error').textContent()).includes('cron'), 'the preview names the field');
+    expected400 += 1;
+    await page.getByRole('button', { name: 'Create the schedule' }).click();
+    const alert = page.getByRole('alert');
+    await alert.waitFor();
+    const line = await alert.textContent();
+    expect(/^schedule\.spec\.cron: /.test(line) && !line.includes('\n'), `one plain line: ${line}`);
+    expect(await page.getByLabel(/^Cron line/).inputValue() === '61 * * * *', 'the form keeps what was typed');
+    await page.screenshot({ path: join(shots, 'console-schedule-error.png'), fullPage: true });
+    const r = await fetch(`${a.base}/schedules/broken`);
+    expect(r.status === 404, `nothing created, got ${r.status}`);
+  });
+
   await test('tasks filter by schedule, linked from the schedule', async () => {
     await page.goto(`${a.base}/schedules/nightly-digest`);
     await page.getByRole('link', { name: 'Tasks it made' }).click();
@@ -402,11 +480,40 @@ async function main() {
     lw.kill('SIGTERM');
   });
 
+  await test('no page is wider than a 1280-pixel window', async () => {
+    const wide = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    const p = await wide.newPage();
+    const workerLink = await (async () => {
+      await p.goto(`${a.base}/workers`);
+      const l = p.locator('#workers tbody th a').first();
+      return (await l.count()) ? await l.getAttribute('href') : null;
+    })();
+    const paths = ['/', '/tasks', '/tasks?queue=emails', `/tasks/${xss}`, `/tasks/${late}`, '/dead', '/workers',
+      '/queues', '/queues/emails', '/schedules', '/schedules/nightly-digest', '/schedules/nightly-digest/edit',
+      '/schedules/new', '/schedules/nightly-digest/pause', ...(workerLink ? [workerLink] : [])];
+    for (const path of paths) {
+      await p.goto(`${a.base}${path}`);
+      const wider = await p.evaluate(() => {
+        const out = [];
+        const d = document.documentElement;
+        if (d.scrollWidth > d.clientWidth) out.push(`the page by ${d.scrollWidth - d.clientWidth}px`);
+        for (const el of document.querySelectorAll('.scroll, table, main')) {
+          if (el.scrollWidth > el.clientWidth) out.push(`${el.id || el.className || el.tagName} by ${el.scrollWidth - el.clientWidth}px`);
+        }
+        return out;
+      });
+      expect(wider.length === 0, `${path}: ${wider.join(', ')}`);
+    }
+    await p.goto(`${a.base}/queues`);
+    await p.screenshot({ path: join(shots, 'console-queues.png'), fullPage: true });
+    await wide.close();
+  });
+
   await test('pages fit a phone width', async () => {
     const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true });
     const p = await phone.newPage();
     for (const path of ['/', '/tasks', `/tasks/${xss}`, '/dead', '/workers', '/queues', '/queues/emails', '/schedules',
-      '/schedules/nightly-digest', '/schedules/nightly-digest/pause']) {
+      '/schedules/nightly-digest', '/schedules/nightly-digest/pause', '/schedules/new']) {
       await p.goto(`${a.base}${path}`);
       const overflow = await p.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
       expect(overflow <= 0, `${path} is ${overflow}px wider than the screen`);

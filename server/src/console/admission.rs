@@ -180,23 +180,26 @@ pub async fn one(
 ) -> Result<Markup, PageError> {
     let view = console.broker.get_queue(&name).await?;
     let form = QueueForm::from_config(&view.live.config);
+    let charts = super::charts::section(&console, &view.name).await?;
     Ok(queue_page(
         &viewer,
         &view,
         &form,
         done_notice(q.done.as_deref()),
         None,
+        Some(charts),
     ))
 }
 
 /// The queue page, with the form filled from `form` and, after a refused
-/// change, the reason as one line.
+/// change, the reason as one line; `charts` are its throughput charts.
 pub fn queue_page(
     viewer: &Viewer,
     q: &QueueView,
     form: &QueueForm,
     notice: Option<&str>,
     error: Option<&str>,
+    charts: Option<Markup>,
 ) -> Markup {
     let c = &q.live.config;
     let s = &q.live.settings;
@@ -214,6 +217,7 @@ pub fn queue_page(
             a href=(href("/tasks", &[("queue", &q.name)])) { "Its tasks" }
             a href=(href("/dead", &[("queue", &q.name)])) { "Its dead letters" }
         }
+        @if let Some(c) = charts { (c) }
         section aria-labelledby="h-settings" {
             h2 #h-settings { "Settings" }
             dl.fields #settings {

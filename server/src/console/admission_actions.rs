@@ -101,7 +101,7 @@ pub async fn edit(
 ) -> Result<Response, PageError> {
     let view = console.broker.get_queue(&name).await?;
     let refused = |e: &str| {
-        let page = queue_page(&viewer, &view, &form, None, Some(e));
+        let page = queue_page(&viewer, &view, &form, None, Some(e), None);
         (StatusCode::BAD_REQUEST, page).into_response()
     };
     let (patch, paths) = match form.changes(&view.live.config) {

@@ -9,11 +9,12 @@
 //!   `actions` (cancel, requeue, change, each confirmed first), `dead` (dead
 //!   letters), `workers` (the registry, and one worker with its leases),
 //!   `admission` (live queue settings; one queue with the form of its limits, read by
-//!   `admission_form`) and `admission_actions` (pause, resume, each confirmed first;
+//!   `admission_form`, and its throughput charts drawn by `charts`) and `admission_actions` (pause, resume, each confirmed first;
 //!   the edit), `explain` (the gates on a waiting task's page), `schedules`
 //!   (the list and one schedule with its runs) and `schedule_actions` (pause,
-//!   resume, trigger, delete, each confirmed first); `assets` serves the
-//!   embedded files.
+//!   resume, trigger, delete, each confirmed first), `schedule_editor` (the
+//!   create and edit form with its live preview of fire times, read by
+//!   `schedule_form`); `assets` serves the embedded files.
 //!
 //! Why server-rendered HTML: `cargo build` needs no Node, the pages work without
 //! JavaScript (htmx only refreshes the overview), and a strict Content Security
@@ -37,11 +38,14 @@ mod admission_actions;
 mod admission_form;
 mod assets;
 mod auth;
+mod charts;
 mod dead;
 mod explain;
 mod layout;
 mod overview;
 mod schedule_actions;
+mod schedule_editor;
+mod schedule_form;
 mod schedules;
 mod task;
 mod tasks;
@@ -103,7 +107,16 @@ pub fn router(broker: Arc<Broker>, tokens: &[TokenEntry]) -> Router {
         )
         .route("/queues/{name}/edit", post(admission_actions::edit))
         .route("/schedules", get(schedules::list))
+        .route(
+            "/schedules/new",
+            get(schedule_editor::new_form).post(schedule_editor::create),
+        )
+        .route("/schedules/preview", post(schedule_editor::preview))
         .route("/schedules/{id}", get(schedules::page))
+        .route(
+            "/schedules/{id}/edit",
+            get(schedule_editor::edit_form).post(schedule_editor::edit),
+        )
         .route(
             "/schedules/{id}/pause",
             get(schedule_actions::confirm_pause).post(schedule_actions::pause),
@@ -166,9 +179,14 @@ impl From<ServiceError> for PageError {
     }
 }
 
-impl IntoResponse for PageError {
-    fn into_response(self) -> Response {
-        let (status, message) = match self {
+impl PageError {
+    /// The one line a user reads.
+    pub fn message(self) -> String {
+        self.parts().1
+    }
+
+    fn parts(self) -> (StatusCode, String) {
+        match self {
             PageError::BadInput(m) => (StatusCode::BAD_REQUEST, m),
             PageError::NotFound(m) => (StatusCode::NOT_FOUND, m),
             PageError::Conflict(m) => (StatusCode::CONFLICT, m),
@@ -181,7 +199,13 @@ impl IntoResponse for PageError {
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "Internal error; the broker's log has the detail.".into(),
             ),
-        };
+        }
+    }
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        let (status, message) = self.parts();
         let title = status.canonical_reason().unwrap_or("Error");
         let body = html! {
             h1 { (title) }

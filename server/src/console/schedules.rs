@@ -94,9 +94,10 @@ pub async fn list(
     let body = html! {
         h1 { "Schedules" }
         (layout::notice(notice.as_deref()))
+        nav.actions aria-label="Actions" { a.button href="/schedules/new" { "New schedule…" } }
         @if page.schedules.is_empty() {
             p { "No schedules." }
-            p.muted { "Create one with " code { "taskbroker schedule create" } " or the ScheduleService API." }
+            p.muted { "Create one here, with " code { "taskbroker schedule create" } " or with the ScheduleService API." }
         } @else {
             div.scroll { table #schedules {
                 caption { "By schedule id; times in UTC" }
@@ -164,6 +165,9 @@ fn done_notice(done: Option<&str>) -> Option<&'static str> {
         "pause" => "Paused: nothing fires until it is resumed.",
         "resume" => "Resumed.",
         "trigger" => "Triggered: the new run is at the top of the history.",
+        "create" => "Created.",
+        "edit" => "Saved: its fire times are computed anew from now.",
+        "unchanged" => "Nothing changed.",
         _ => return None,
     })
 }
@@ -213,6 +217,7 @@ pub async fn page(
         (layout::notice(done_notice(q.done.as_deref())))
         nav.actions aria-label="Actions" {
             (row_actions(&base, &s.id, st, false))
+            a href={ (base) "/edit" } { "Edit" }
             a href=(href("/tasks", &[("schedule", &s.id)])) { "Tasks it made" }
         }
         section aria-labelledby="h-when" {

@@ -51,7 +51,7 @@ pub use flow::BulkOutcome;
 pub use heartbeat::CheckpointRequest;
 pub use holders::HeldBy;
 pub use lease::LeaseRequest;
-pub use observe::{Overview, QueueOverview, REQUEUE_BATCH, percentile};
+pub use observe::{Overview, QueueOverview, REQUEUE_BATCH, Throughput, percentile};
 pub use schedule::{Caller, ScheduleInput, SchedulePage, SpecInput, TemplateInput};
 pub use schedule_fire::{FIRE_TIME_KEY, FireStep, RunPage, RunView, SCHEDULE_ID_KEY};
 pub use settle::{CompleteItem, CompleteOutcome, FailRequest};

@@ -52,6 +52,21 @@ impl QueueOverview {
     }
 }
 
+/// One queue's finished attempts over a window, per bucket, oldest first.
+#[derive(Debug, Clone)]
+pub struct Throughput {
+    /// The start of the first bucket; buckets end on whole multiples of `bucket`
+    /// (the last one holds the current minute or hour so far).
+    pub since: DateTime<Utc>,
+    pub bucket: Duration,
+    pub succeeded: Vec<u64>,
+    /// Failed, lease expired or deadline exceeded.
+    pub failed: Vec<u64>,
+}
+
+/// Buckets one throughput read returns at most.
+pub const MAX_BUCKETS: u64 = 1440;
+
 pub struct Overview {
     pub now: DateTime<Utc>,
     pub queues: Vec<QueueOverview>,
@@ -82,6 +97,7 @@ impl Broker {
             since,
             until: now,
             bucket: BUCKET,
+            queue: None,
         };
         let durations = AttemptDurationParams {
             since,
@@ -129,6 +145,43 @@ impl Broker {
             now,
             queues: queues.into_values().collect(),
         })
+    }
+
+    /// `queue`'s finished attempts over the `window` up to now, in buckets of
+    /// `bucket` (at most [`MAX_BUCKETS`]). The read is bounded by the window: it
+    /// walks the attempts' finish-time index from the window's start.
+    pub async fn queue_throughput(
+        &self,
+        queue: &str,
+        window: Duration,
+        bucket: Duration,
+    ) -> Result<Throughput, ServiceError> {
+        validate::queue_name("queue", queue)?;
+        let width = bucket.as_millis().max(1) as i64;
+        let n = (window.as_millis() as i64 / width).clamp(1, MAX_BUCKETS as i64);
+        let now_ms = self.clock.now().timestamp_millis();
+        let until_ms = (now_ms / width + 1) * width;
+        let at = |ms: i64| DateTime::from_timestamp_millis(ms).unwrap_or_default();
+        let since = at(until_ms - n * width);
+        let p = AttemptHistogramParams {
+            since,
+            until: at(until_ms),
+            bucket,
+            queue: Some(queue.to_string()),
+        };
+        let mut t = Throughput {
+            since,
+            bucket,
+            succeeded: vec![0; n as usize],
+            failed: vec![0; n as usize],
+        };
+        for b in self.store().attempt_histogram(&p).await? {
+            if let Some(i) = usize::try_from(b.bucket).ok().filter(|&i| i < n as usize) {
+                t.succeeded[i] += b.succeeded;
+                t.failed[i] += b.failed;
+            }
+        }
+        Ok(t)
     }
 
     /// Dead tasks grouped by queue and error, largest group first.

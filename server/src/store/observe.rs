@@ -16,6 +16,8 @@ pub struct AttemptHistogramParams {
     pub until: DateTime<Utc>,
     /// Width of one bucket; bucket `i` covers `since + i * bucket`.
     pub bucket: Duration,
+    /// Only this queue's attempts (`None`: every queue).
+    pub queue: Option<String>,
 }
 
 /// One bucket of [`AttemptHistogramParams`]; buckets without attempts are absent.

@@ -19,13 +19,15 @@ pub(super) async fn attempt_histogram(
            CAST(SUM(CASE WHEN a.outcome = 'succeeded' THEN 1 ELSE 0 END) AS SIGNED), \
            CAST(SUM(CASE WHEN a.outcome = 'succeeded' THEN 0 ELSE 1 END) AS SIGNED) \
          FROM task_attempts a JOIN tasks t ON t.id = a.task_id \
-         WHERE a.finished_at >= ? AND a.finished_at < ? \
+         WHERE a.finished_at >= ? AND a.finished_at < ? AND (? IS NULL OR t.queue = ?) \
          GROUP BY t.queue, b ORDER BY t.queue, b",
     )
     .bind(ms(p.since))
     .bind(duration_ms(p.bucket).max(1))
     .bind(ms(p.since))
     .bind(ms(p.until))
+    .bind(p.queue.as_deref())
+    .bind(p.queue.as_deref())
     .fetch_all(r)
     .await?;
     Ok(rows.into_iter().map(bucket_row).collect())

@@ -8,17 +8,20 @@ impl PostgresStore {
         &self,
         p: &AttemptHistogramParams,
     ) -> StoreResult<Vec<AttemptBucket>> {
+        // The window's attempts: ended ones from task_attempts, succeeded ones from
+        // their task rows (recent_attempts), optionally of one queue.
         let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "{} SELECT queue, (finished_at - $1) / $3 AS b, \
                COUNT(*) FILTER (WHERE outcome = 'succeeded'), \
                COUNT(*) FILTER (WHERE outcome <> 'succeeded') \
-             FROM recent WHERE finished_at < $2 \
+             FROM recent WHERE finished_at < $2 AND ($4::text IS NULL OR queue = $4) \
              GROUP BY queue, b ORDER BY queue, b",
             super::read::recent_attempts("$1::bigint")
         )))
         .bind(ms(p.since))
         .bind(ms(p.until))
         .bind(duration_ms(p.bucket).max(1))
+        .bind(p.queue.as_deref())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(observe::bucket_row).collect())

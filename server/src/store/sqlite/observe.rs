@@ -17,11 +17,13 @@ pub(super) async fn attempt_histogram(
            SUM(CASE WHEN a.outcome = 'succeeded' THEN 0 ELSE 1 END) \
          FROM task_attempts a JOIN tasks t ON t.id = a.task_id \
          WHERE a.finished_at >= ?1 AND a.finished_at < ?2 \
+           AND (?4 IS NULL OR t.queue = ?4) \
          GROUP BY t.queue, b ORDER BY t.queue, b",
     )
     .bind(ms(p.since))
     .bind(ms(p.until))
     .bind(duration_ms(p.bucket).max(1))
+    .bind(p.queue.as_deref())
     .fetch_all(r)
     .await?;
     Ok(rows.into_iter().map(bucket_row).collect())
