@@ -306,6 +306,7 @@ async fn two_failures_then_a_success_keep_three_attempts(b: Backend) {
             since: t0(),
             until: at(60_000),
             bucket: Duration::from_secs(3600),
+            queue: None,
         })
         .await
         .unwrap();
@@ -432,6 +433,7 @@ async fn an_upgraded_database_reads_its_old_rows() {
             since: DateTime::from_timestamp_millis(0).unwrap(),
             until: DateTime::from_timestamp_millis(1000).unwrap(),
             bucket: Duration::from_secs(3600),
+            queue: None,
         })
         .await
         .unwrap();

@@ -224,3 +224,16 @@ fn push_queues(qb: &mut sqlx::QueryBuilder<MySql>, queues: &[String]) {
         qb.push(")");
     }
 }
+
+/// The tasks of `queue` still waiting to run (SCHEDULED, READY or BLOCKED) and the
+/// bytes of their payloads, for Submit's backpressure limits.
+pub(super) async fn queue_pending(r: &MySqlPool, queue: &str) -> StoreResult<(u64, u64)> {
+    let (n, bytes): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), CAST(COALESCE(SUM(LENGTH(payload)), 0) AS SIGNED) FROM tasks \
+         WHERE queue = ? AND state IN ('pending', 'blocked')",
+    )
+    .bind(queue)
+    .fetch_one(r)
+    .await?;
+    Ok((n.max(0) as u64, bytes.max(0) as u64))
+}
