@@ -23,6 +23,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // sqlx::migrate! embeds the migrations: a new file must rebuild the server.
     println!("cargo:rerun-if-changed=../migrations");
 
+    // google.rpc's error details (BadRequest, RetryInfo, QuotaFailure, ErrorInfo...),
+    // served by reflection so a generic client (grpcurl) decodes the details of
+    // an error status. Only the descriptor is needed: tonic-types has the types.
+    let rpc = protox::compile(["google/rpc/error_details.proto"], ["proto"])?;
+    std::fs::write(
+        out.join("rpc_descriptor.bin"),
+        prost::Message::encode_to_vec(&rpc),
+    )?;
+    println!("cargo:rerun-if-changed=proto/google");
+
     let keda = protox::compile(["externalscaler.proto"], ["proto/keda"])?;
     std::fs::write(
         out.join("externalscaler_descriptor.bin"),

@@ -50,6 +50,26 @@ pub struct Submitted {
     pub deduplicated: bool,
     /// A fan-out task's copies (the first is `task_id`); empty otherwise.
     pub copy_task_ids: Vec<String>,
+    /// The existing waiting task took this submission's payload, run_at,
+    /// priority and metadata (DUPLICATE_KEY_POLICY_REPLACE_WAITING).
+    pub replaced: bool,
+}
+
+/// Tries of a Submit refused by a full queue, the first included.
+pub const SUBMIT_FULL_TRIES: u32 = 5;
+/// The longest wait between them, whatever the broker hints.
+pub const SUBMIT_FULL_MAX_DELAY: Duration = Duration::from_secs(10);
+
+/// The wait a full queue's refusal hints (RESOURCE_EXHAUSTED with a
+/// `google.rpc.RetryInfo`), capped; `None` for any other error, or a refusal
+/// without a hint (a call that can never fit).
+pub fn full_queue_delay(status: &tonic::Status) -> Option<Duration> {
+    use tonic_types::StatusExt;
+    if status.code() != tonic::Code::ResourceExhausted {
+        return None;
+    }
+    let delay = status.get_details_retry_info()?.retry_delay?;
+    Some(delay.min(SUBMIT_FULL_MAX_DELAY))
 }
 
 /// `host:port` becomes `http://host:port` (`https://` with `tls`); URLs are kept as
@@ -340,11 +360,35 @@ impl Client {
                     .or_insert_with(|| tp.clone());
             }
         }
+        // A full queue (RESOURCE_EXHAUSTED with a RetryInfo) stored nothing:
+        // the call is tried again after the hinted delay, a bounded number of
+        // times (docs/client-spec.md, point 18).
         let call = async {
-            self.broker
-                .clone()
-                .submit(self.request(pb::SubmitRequest { tasks }))
-                .await
+            let mut tries = 1;
+            loop {
+                let answer = self
+                    .broker
+                    .clone()
+                    .submit(self.request(pb::SubmitRequest {
+                        tasks: tasks.clone(),
+                    }))
+                    .await;
+                match answer {
+                    Err(status) if tries < SUBMIT_FULL_TRIES => match full_queue_delay(&status) {
+                        Some(delay) => {
+                            tracing::warn!(
+                                delay = ?delay,
+                                message = status.message(),
+                                "submit refused by a full queue; retrying"
+                            );
+                            tokio::time::sleep(delay).await;
+                            tries += 1;
+                        }
+                        None => return Err(status),
+                    },
+                    other => return other,
+                }
+            }
         };
         let response = tracing::Instrument::instrument(call, span)
             .await?
@@ -359,6 +403,7 @@ impl Client {
                 task_id: r.task_id,
                 deduplicated: r.deduplicated,
                 copy_task_ids: r.copy_task_ids,
+                replaced: r.replaced,
             })
             .collect())
     }

@@ -186,6 +186,40 @@ impl TaskSpec {
         self
     }
 
+    /// Flow: as [`TaskSpec::depends_on`], naming the task by its queue and key;
+    /// it may be submitted later (the task waits BLOCKED until it exists and
+    /// SUCCEEDED, or until its own deadline).
+    pub fn depends_on_key(mut self, queue: impl Into<String>, key: impl Into<String>) -> Self {
+        self.inner.depends_on_keys.push(pb::TaskKey {
+            queue: queue.into(),
+            key: key.into(),
+        });
+        self
+    }
+
+    /// Explicit delays before each retry (the last one repeats), instead of the
+    /// exponential backoff; at most 32.
+    pub fn retry_schedule(mut self, delays: impl IntoIterator<Item = Duration>) -> Self {
+        let retry = self.inner.retry.get_or_insert_with(Default::default);
+        retry.schedule = delays.into_iter().map(to_proto_duration).collect();
+        self
+    }
+
+    /// Leased at most once: if the lease expires or the attempt fails, the task
+    /// goes DEAD and never runs again.
+    pub fn at_most_once(mut self) -> Self {
+        self.inner.at_most_once = true;
+        self
+    }
+
+    /// When a task with this key still waits, replace its payload, run_at,
+    /// priority and metadata with this one's (`Submitted::replaced`) instead of
+    /// keeping it as it is.
+    pub fn replace_waiting(mut self) -> Self {
+        self.inner.on_duplicate_key = pb::DuplicateKeyPolicy::ReplaceWaiting as i32;
+        self
+    }
+
     pub fn queue(&self) -> &str {
         &self.inner.queue
     }

@@ -16,7 +16,7 @@ use tonic_health::server::HealthReporter;
 use crate::api::auth::Authenticator;
 use crate::api::guard::{GuardConfig, GuardLayer};
 use crate::api::{AdminApi, BrokerApi, ScalerApi, ScheduleApi};
-use crate::api::{DESCRIPTOR, KEDA_DESCRIPTOR};
+use crate::api::{DESCRIPTOR, KEDA_DESCRIPTOR, RPC_DESCRIPTOR};
 use crate::dispatch::Dispatcher;
 use crate::domain::token::TokenEntry;
 use crate::keda::external_scaler_server::ExternalScalerServer;
@@ -220,12 +220,14 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
         .register_encoded_file_descriptor_set(DESCRIPTOR)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(KEDA_DESCRIPTOR)
+        .register_encoded_file_descriptor_set(RPC_DESCRIPTOR)
         .build_v1()
         .expect("the embedded descriptors are valid");
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(DESCRIPTOR)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(KEDA_DESCRIPTOR)
+        .register_encoded_file_descriptor_set(RPC_DESCRIPTOR)
         .build_v1alpha()
         .expect("the embedded descriptors are valid");
 
@@ -364,5 +366,63 @@ impl App {
             Ok(r) => r.map_err(AppError::Serve),
             Err(_) => Ok(()),
         }
+    }
+}
+
+/// What `taskbroker serve` prints once it listens: where the broker, its
+/// database, metrics and console are, and two commands to try (with the token
+/// flag when tokens are configured, as every call then needs one).
+pub fn banner(
+    addr: SocketAddr,
+    database: &str,
+    http_addr: Option<SocketAddr>,
+    tokens: bool,
+    tls: bool,
+) -> String {
+    let scheme = if tls { "https" } else { "http" };
+    let mut out = format!("taskbroker listening on {addr}\n  database: {database}\n");
+    if let Some(m) = http_addr {
+        out += &format!("  metrics:  http://{m}/metrics\n  console:  http://{m}/\n");
+    }
+    let auth = if tokens {
+        " --token \"$TASKBROKER_TOKEN\""
+    } else {
+        ""
+    };
+    out += &format!(
+        "  try:      taskbroker submit emails --payload hello --addr {scheme}://{addr}{auth}\n"
+    );
+    out += &format!("            taskbroker list --addr {scheme}://{addr}{auth}\n");
+    if tokens {
+        out += "            (tokens are configured: pass one with --token or TASKBROKER_TOKEN)\n";
+    }
+    out
+}
+
+#[cfg(test)]
+mod banner_tests {
+    use super::banner;
+
+    #[test]
+    fn shows_the_console_and_how_to_pass_a_token() {
+        let addr = "127.0.0.1:50051".parse().unwrap();
+        let http = Some("127.0.0.1:9090".parse().unwrap());
+        let open = banner(addr, "sqlite:x.db", http, false, false);
+        assert!(
+            open.contains("console:  http://127.0.0.1:9090/\n"),
+            "{open}"
+        );
+        assert!(!open.contains("--token"), "{open}");
+        let locked = banner(addr, "sqlite:x.db", http, true, true);
+        assert!(
+            locked.contains("--addr https://127.0.0.1:50051 --token \"$TASKBROKER_TOKEN\""),
+            "{locked}"
+        );
+        assert!(
+            locked.lines().filter(|l| l.contains("--token")).count() >= 2,
+            "{locked}"
+        );
+        let no_http = banner(addr, "sqlite:x.db", None, false, false);
+        assert!(!no_http.contains("console"), "{no_http}");
     }
 }

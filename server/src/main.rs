@@ -75,15 +75,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Everything is checked before a port is bound.
     let config = args.load().map_err(anyhow::Error::msg)?;
     let valid = config.validate().map_err(anyhow::Error::msg)?;
+    let (tokens, tls) = (!valid.app.auth.is_empty(), valid.app.tls.is_some());
     let mut app = app::start(valid.app, Arc::new(SystemClock)).await?;
     let addr = app.addr;
-    println!("taskbroker listening on {addr}");
-    println!("  database: {}", redact_url(&config.database_url));
-    if let Some(m) = app.metrics_addr {
-        println!("  metrics:  http://{m}/metrics");
-    }
-    println!("  try:      taskbroker submit emails --payload hello --addr http://{addr}");
-    println!("            taskbroker list --addr http://{addr}");
+    print!(
+        "{}",
+        app::banner(
+            addr,
+            &redact_url(&config.database_url),
+            app.metrics_addr,
+            tokens,
+            tls
+        )
+    );
     tracing::info!(%addr, backend = app.broker.store().backend(), "serving");
     tokio::select! {
         r = app.wait() => r?,

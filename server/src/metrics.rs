@@ -55,6 +55,7 @@ type FloatGauge = Gauge<f64, AtomicU64>;
 pub struct Metrics {
     registry: Registry,
     submitted: Family<QueueLabel, Counter>,
+    submit_refused: Family<QueueLabel, Counter>,
     leased: Family<QueueLabel, Counter>,
     completed: Family<QueueLabel, Counter>,
     failed: Family<QueueLabel, Counter>,
@@ -95,6 +96,7 @@ impl Metrics {
         let mut m = Metrics {
             registry: Registry::with_prefix("taskbroker"),
             submitted: Family::default(),
+            submit_refused: Family::default(),
             leased: Family::default(),
             completed: Family::default(),
             failed: Family::default(),
@@ -119,6 +121,11 @@ impl Metrics {
             "tasks_submitted",
             "Tasks created by Submit",
             m.submitted.clone(),
+        );
+        r.register(
+            "submit_refused",
+            "Submit calls refused because the queue's max_pending or max_pending_bytes was reached",
+            m.submit_refused.clone(),
         );
         r.register("tasks_leased", "Leases granted", m.leased.clone());
         r.register("tasks_completed", "Tasks completed", m.completed.clone());
@@ -229,6 +236,11 @@ impl Metrics {
 
     pub fn submitted(&self, queue: &str) {
         self.submitted.get_or_create(&q(queue)).inc();
+    }
+
+    /// A Submit refused by the queue's backpressure limits.
+    pub fn submit_refused(&self, queue: &str) {
+        self.submit_refused.get_or_create(&q(queue)).inc();
     }
 
     pub fn leased(&self, queue: &str, waited: Duration) {

@@ -183,7 +183,7 @@ async fn lease_and_report_calls_with_bad_fields_are_rejected(b: Backend) {
         ),
         (
             pb::LeaseRequest {
-                max_tasks: 257,
+                max_tasks: 1001,
                 ..base.clone()
             },
             "max_tasks",

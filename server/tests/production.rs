@@ -880,3 +880,53 @@ async fn readiness_flips_while_the_database_is_unreachable() {
     let mut c = app.broker().await;
     submit_one(&mut c, spec("back")).await;
 }
+
+/// A generic client (grpcurl) decodes error details by asking reflection for
+/// the file that defines them: google/rpc/error_details.proto is served, by
+/// name and by each detail type the broker sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflection_serves_the_error_detail_types() {
+    use prost::Message as _;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    let app = spawn_app(Backend::Sqlite).await.unwrap();
+    let mut r = ServerReflectionClient::new(channel(&app.url()).await);
+    let asks = vec![
+        MessageRequest::FileByFilename("google/rpc/error_details.proto".into()),
+        MessageRequest::FileContainingSymbol("google.rpc.BadRequest".into()),
+        MessageRequest::FileContainingSymbol("google.rpc.RetryInfo".into()),
+        MessageRequest::FileContainingSymbol("google.rpc.ErrorInfo".into()),
+        MessageRequest::FileContainingSymbol("google.rpc.QuotaFailure".into()),
+    ];
+    let n = asks.len();
+    let reqs: Vec<_> = asks
+        .into_iter()
+        .map(|m| tonic_reflection::pb::v1::ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(m),
+        })
+        .collect();
+    let mut resp = r
+        .server_reflection_info(futures::stream::iter(reqs))
+        .await
+        .unwrap()
+        .into_inner();
+    for i in 0..n {
+        let answer = resp.message().await.unwrap().unwrap().message_response;
+        let Some(MessageResponse::FileDescriptorResponse(files)) = answer else {
+            panic!("request {i}: expected a file, got {answer:?}")
+        };
+        let file = files
+            .file_descriptor_proto
+            .iter()
+            .map(|b| prost_types::FileDescriptorProto::decode(b.as_slice()).unwrap())
+            .find(|f| f.name() == "google/rpc/error_details.proto")
+            .unwrap_or_else(|| panic!("request {i}: error_details.proto not among the files"));
+        let names: Vec<&str> = file.message_type.iter().map(|m| m.name()).collect();
+        for want in ["BadRequest", "RetryInfo", "ErrorInfo", "QuotaFailure"] {
+            assert!(names.contains(&want), "{names:?}");
+        }
+    }
+    app.shutdown().await;
+}

@@ -79,6 +79,12 @@ pub enum ClientCommand {
     Queue(queue::QueueCommand),
     /// Say why a task is not running (every gate that holds it).
     Explain(JsonIdArgs),
+    /// Change run_at, priority, deadline or max_attempts of a task that is not running.
+    Update(UpdateArgs),
+    /// Show every recorded event of a task, oldest first.
+    Events(JsonIdArgs),
+    /// Print task events as they happen (until interrupted).
+    Watch(WatchArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -111,8 +117,8 @@ pub struct SubmitArgs {
     /// Attempts in all, counting the first. Default: the broker's.
     #[arg(long)]
     pub max_attempts: Option<u32>,
-    /// Metadata entries, NAME=VALUE; repeat for more.
-    #[arg(long = "meta", value_parser = parse::key_value)]
+    /// Metadata entries, NAME=VALUE; repeat for more (also `--meta`).
+    #[arg(long = "metadata", visible_alias = "meta", value_parser = parse::key_value)]
     pub metadata: Vec<(String, String)>,
     /// Only the worker with this id may run the task.
     #[arg(long)]
@@ -128,8 +134,8 @@ pub struct SubmitArgs {
     /// How long a soft sticky retry waits for its worker. Default 30s.
     #[arg(long, value_parser = parse::duration, requires = "sticky")]
     pub sticky_timeout: Option<Duration>,
-    /// Make this many copies (1 to 1000) and print each id.
-    #[arg(long)]
+    /// Make this many copies (1 to 1000) and print each id (also `--fanout`).
+    #[arg(long, visible_alias = "fanout")]
     pub copies: Option<u32>,
     /// With --copies: no worker runs two copies.
     #[arg(long, requires = "copies")]
@@ -137,6 +143,65 @@ pub struct SubmitArgs {
     /// Concurrency key: counts against the queue's per-key limits.
     #[arg(long)]
     pub concurrency_key: Option<String>,
+    /// Wait (BLOCKED) until the task with this id has succeeded; repeat for more.
+    #[arg(long = "depends-on")]
+    pub depends_on: Vec<String>,
+    /// Wait until a task with this key exists in that queue and has succeeded,
+    /// QUEUE:KEY; repeat for more.
+    #[arg(long = "depends-on-key", value_parser = parse::queue_key)]
+    pub depends_on_keys: Vec<(String, String)>,
+    /// Run even when a dependency ends DEAD or CANCELLED.
+    #[arg(long)]
+    pub run_if_dependency_fails: bool,
+    /// Explicit delays before each retry, e.g. `1m,5m,20m` (the last one repeats).
+    #[arg(long, value_delimiter = ',', value_parser = parse::duration)]
+    pub retry_schedule: Vec<Duration>,
+    /// Lease the task once at most: a lost lease or a failure makes it DEAD.
+    #[arg(long)]
+    pub at_most_once: bool,
+    /// When the key is taken: keep-existing (the default) or replace-waiting
+    /// (replace a task that has not started).
+    #[arg(long, value_parser = ["keep-existing", "replace-waiting"])]
+    pub on_duplicate_key: Option<String>,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UpdateArgs {
+    pub id: String,
+    /// Not leased before then: an RFC 3339 time or a duration from now.
+    #[arg(long)]
+    pub run_at: Option<String>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub priority: Option<i32>,
+    /// An RFC 3339 time or a duration from now; `none` clears it.
+    #[arg(long)]
+    pub deadline: Option<String>,
+    /// Attempts in all, counting those made.
+    #[arg(long)]
+    pub max_attempts: Option<u32>,
+    /// Print JSON instead of a readable block.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct WatchArgs {
+    /// Only events of this queue; repeat for more.
+    #[arg(long)]
+    pub queue: Vec<String>,
+    /// Only events of this task; repeat for more.
+    #[arg(long)]
+    pub task: Vec<String>,
+    /// Resume after this event id.
+    #[arg(long, default_value_t = 0)]
+    pub after: u64,
+    /// Print one JSON object per event.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub connection: Connection,
 }
@@ -330,6 +395,21 @@ pub async fn run(cmd: ClientCommand) -> Result<(), CliError> {
         ClientCommand::Relay(a) => relay::run(a).await?,
         ClientCommand::Workers(a) => workers::run(a).await?,
         ClientCommand::Queue(cmd) => queue::run(cmd).await?,
+        ClientCommand::Update(a) => update(a).await?,
+        ClientCommand::Events(a) => {
+            let events = connect(&a.connection)
+                .await?
+                .list_task_events(&a.id)
+                .await?;
+            if a.json {
+                json_line(&Value::Array(
+                    events.iter().map(render::event_json).collect(),
+                ))
+            } else {
+                render::event_rows(&events)
+            }
+        }
+        ClientCommand::Watch(a) => return watch(a).await,
         ClientCommand::Explain(a) => {
             let e = connect(&a.connection).await?.explain_task(&a.id).await?;
             if a.json {
@@ -443,8 +523,28 @@ async fn submit(a: SubmitArgs) -> Result<String, CliError> {
     if let Some(k) = &a.concurrency_key {
         spec = spec.concurrency_key(k);
     }
+    for id in &a.depends_on {
+        spec = spec.depends_on(id);
+    }
+    for (q, k) in &a.depends_on_keys {
+        spec = spec.depends_on_key(q, k);
+    }
+    if a.run_if_dependency_fails {
+        spec = spec.run_if_dependency_fails();
+    }
+    if !a.retry_schedule.is_empty() {
+        spec = spec.retry_schedule(a.retry_schedule.iter().copied());
+    }
+    if a.at_most_once {
+        spec = spec.at_most_once();
+    }
+    if a.on_duplicate_key.as_deref() == Some("replace-waiting") {
+        spec = spec.replace_waiting();
+    }
     let submitted = connect(&a.connection).await?.submit(spec).await?;
-    if submitted.deduplicated {
+    if submitted.replaced {
+        eprintln!("taskbroker: the waiting task with this key was replaced");
+    } else if submitted.deduplicated {
         eprintln!("taskbroker: a task with this key already exists; nothing was created");
     }
     if !submitted.copy_task_ids.is_empty() {
@@ -455,6 +555,66 @@ async fn submit(a: SubmitArgs) -> Result<String, CliError> {
             .collect());
     }
     Ok(format!("{}\n", submitted.task_id))
+}
+
+async fn update(a: UpdateArgs) -> Result<String, CliError> {
+    let now = SystemTime::now();
+    let mut u = crate::TaskUpdate::new(&a.id);
+    if let Some(t) = &a.run_at {
+        u = u.run_at(parse::time_or_delay(t, now).map_err(CliError::Usage)?);
+    }
+    if let Some(p) = a.priority {
+        u = u.priority(p);
+    }
+    if let Some(d) = &a.deadline {
+        u = u.deadline(match d.as_str() {
+            "none" => None,
+            d => Some(parse::time_or_delay(d, now).map_err(CliError::Usage)?),
+        });
+    }
+    if let Some(n) = a.max_attempts {
+        u = u.max_attempts(n);
+    }
+    if a.run_at.is_none()
+        && a.priority.is_none()
+        && a.deadline.is_none()
+        && a.max_attempts.is_none()
+    {
+        return Err(CliError::Usage(
+            "name at least one of --run-at, --priority, --deadline, --max-attempts".into(),
+        ));
+    }
+    let task = connect(&a.connection).await?.update_task(u).await?;
+    Ok(if a.json {
+        json_line(&render::task_json(&task))
+    } else {
+        render::task_detail(&task)
+    })
+}
+
+/// Prints events as they arrive, one line each, until the stream ends.
+async fn watch(a: WatchArgs) -> Result<(), CliError> {
+    let client = connect(&a.connection).await?;
+    let mut stream = client
+        .watch_tasks(crate::pb::WatchTasksRequest {
+            task_ids: a.task.clone(),
+            queues: a.queue.clone(),
+            kinds: Vec::new(),
+            after_event_id: a.after,
+        })
+        .await?;
+    while let Some(batch) = stream.message().await.map_err(Error::from)? {
+        let mut out = String::new();
+        for e in &batch.events {
+            if a.json {
+                out.push_str(&json_line(&render::event_json(e)));
+            } else {
+                out.push_str(&render::event_line(e));
+            }
+        }
+        print(&out)?;
+    }
+    Ok(())
 }
 
 async fn list(a: ListArgs) -> Result<String, CliError> {

@@ -47,6 +47,14 @@ pub fn key_value(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// `QUEUE:KEY` (the key may hold more colons).
+pub fn queue_key(s: &str) -> Result<(String, String), String> {
+    match s.split_once(':') {
+        Some((q, k)) if !q.is_empty() && !k.is_empty() => Ok((q.to_string(), k.to_string())),
+        _ => Err(format!("expected QUEUE:KEY, got {s:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -141,7 +141,22 @@ pub fn task_json(t: &pb::Task) -> Value {
             "backoff_multiplier": retry.backoff_multiplier,
             "max_backoff_secs": secs(&retry.max_backoff),
             "jitter": retry.jitter,
+            "schedule_secs": retry.schedule.iter().map(|d| secs(&Some(*d))).collect::<Vec<_>>(),
         },
+        "schedule_id": t.schedule_id,
+        "fire_time": time_json(&t.fire_time),
+        "target": t.target.as_ref().map(|g| json!({
+            "worker_id": g.worker_id,
+            "labels": g.labels,
+        })),
+        "fanout_group": t.fanout_group,
+        "reserved_for": t.reserved_for,
+        "concurrency_key": t.concurrency_key,
+        "depends_on": t.depends_on,
+        "depends_on_keys": t.depends_on_keys.iter().map(|k| format!("{}:{}", k.queue, k.key)).collect::<Vec<_>>(),
+        "dependencies_remaining": t.dependencies_remaining,
+        "run_if_dependency_fails": t.run_if_dependency_fails,
+        "at_most_once": t.at_most_once,
     })
 }
 
@@ -200,6 +215,44 @@ pub fn task_detail(t: &pb::Task) -> String {
         ),
         ("result", bytes_text(&t.result)),
     ];
+    let yes = |b: bool| if b { "yes".to_string() } else { String::new() };
+    lines.push(("schedule", t.schedule_id.clone()));
+    lines.push(("fire time", time(&t.fire_time)));
+    if let Some(g) = &t.target {
+        lines.push(("target worker", g.worker_id.clone()));
+        let mut labels: Vec<String> = g.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        labels.sort();
+        lines.push(("target labels", labels.join(",")));
+    }
+    lines.push(("fan-out group", t.fanout_group.clone()));
+    lines.push(("reserved for", t.reserved_for.clone()));
+    lines.push(("concurrency key", t.concurrency_key.clone()));
+    lines.push(("depends on", t.depends_on.join(",")));
+    let keys: Vec<String> = t
+        .depends_on_keys
+        .iter()
+        .map(|k| format!("{}:{}", k.queue, k.key))
+        .collect();
+    lines.push(("depends on keys", keys.join(",")));
+    if t.dependencies_remaining > 0 {
+        lines.push((
+            "waiting for",
+            format!("{} dependencies", t.dependencies_remaining),
+        ));
+    }
+    lines.push(("run if dep fails", yes(t.run_if_dependency_fails)));
+    lines.push(("at most once", yes(t.at_most_once)));
+    if let Some(r) = &t.retry
+        && !r.schedule.is_empty()
+    {
+        let s: Vec<String> = r
+            .schedule
+            .iter()
+            .filter_map(|d| from_proto_duration(Some(d)))
+            .map(|d| humantime::format_duration(d).to_string())
+            .collect();
+        lines.push(("retry schedule", s.join(",")));
+    }
     for (k, v) in &t.metadata {
         lines.push(("metadata", format!("{k}={v}")));
     }
@@ -311,6 +364,84 @@ pub fn stats_json(s: &pb::QueueStats) -> Value {
         "oldest_ready_age_secs": from_proto_duration(s.oldest_ready_age.as_ref()).map(|d| d.as_secs_f64()),
         "completed_last_minute": s.completed_last_minute,
         "failed_last_minute": s.failed_last_minute,
+    })
+}
+
+fn event_kind(k: i32) -> &'static str {
+    match pb::TaskEventKind::try_from(k).unwrap_or(pb::TaskEventKind::Unspecified) {
+        pb::TaskEventKind::Unspecified => "unknown",
+        pb::TaskEventKind::Submitted => "submitted",
+        pb::TaskEventKind::Leased => "leased",
+        pb::TaskEventKind::HeartbeatLost => "heartbeat lost",
+        pb::TaskEventKind::Checkpointed => "checkpointed",
+        pb::TaskEventKind::Failed => "failed",
+        pb::TaskEventKind::RetryScheduled => "retry scheduled",
+        pb::TaskEventKind::Succeeded => "succeeded",
+        pb::TaskEventKind::Dead => "dead",
+        pb::TaskEventKind::Cancelled => "cancelled",
+        pb::TaskEventKind::Requeued => "requeued",
+        pb::TaskEventKind::Updated => "updated",
+        pb::TaskEventKind::Unblocked => "unblocked",
+        pb::TaskEventKind::Replaced => "replaced",
+    }
+}
+
+/// A task's events as a table, oldest first.
+pub fn event_rows(events: &[pb::TaskEvent]) -> String {
+    let rows: Vec<Vec<String>> = events
+        .iter()
+        .map(|e| {
+            vec![
+                e.event_id.to_string(),
+                time(&e.time),
+                event_kind(e.kind).to_string(),
+                state(e.state).to_string(),
+                e.attempt.to_string(),
+                e.worker_id.clone(),
+                clip(&e.detail, 80),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "EVENT", "TIME", "KIND", "STATE", "ATTEMPT", "WORKER", "DETAIL",
+        ],
+        &rows,
+    )
+}
+
+/// One event on one line, for `watch`.
+pub fn event_line(e: &pb::TaskEvent) -> String {
+    let mut line = format!(
+        "{}  {}  {}  {}  {}  {}",
+        e.event_id,
+        time(&e.time),
+        e.queue,
+        e.task_id,
+        event_kind(e.kind),
+        state(e.state)
+    );
+    if !e.worker_id.is_empty() {
+        line += &format!("  worker={}", e.worker_id);
+    }
+    if !e.detail.is_empty() {
+        line += &format!("  {}", clip(&e.detail, 120));
+    }
+    line.push('\n');
+    line
+}
+
+pub fn event_json(e: &pb::TaskEvent) -> Value {
+    json!({
+        "event_id": e.event_id,
+        "task_id": e.task_id,
+        "queue": e.queue,
+        "kind": event_kind(e.kind),
+        "state": state(e.state),
+        "attempt": e.attempt,
+        "worker_id": e.worker_id,
+        "time": time_json(&e.time),
+        "detail": e.detail,
     })
 }
 

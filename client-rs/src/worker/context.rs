@@ -184,6 +184,18 @@ impl TaskContext {
         self.task().max_attempts
     }
 
+    /// The results of the task's dependencies that succeeded, by task id, as the
+    /// lease carried them (empty when the broker left them out of the reply:
+    /// read them with `Client::get_task` then).
+    pub fn dependency_results(&self) -> &HashMap<String, Vec<u8>> {
+        &self.task().dependency_results
+    }
+
+    /// The task is at most once: this is its only attempt.
+    pub fn at_most_once(&self) -> bool {
+        self.task().at_most_once
+    }
+
     /// Strictly increases with every lease of the task: pass it to downstream stores
     /// so they can reject writes from a stale holder.
     pub fn fencing_token(&self) -> u64 {

@@ -138,7 +138,11 @@ type Task struct {
 	// Flow: TaskSpec.run_if_dependency_fails.
 	RunIfDependencyFails bool `protobuf:"varint,36,opt,name=run_if_dependency_fails,json=runIfDependencyFails,proto3" json:"run_if_dependency_fails,omitempty"`
 	// Flow: why the task was cancelled (when CANCELLED).
-	CancelReason  CancelReason `protobuf:"varint,37,opt,name=cancel_reason,json=cancelReason,proto3,enum=taskbroker.v1.CancelReason" json:"cancel_reason,omitempty"`
+	CancelReason CancelReason `protobuf:"varint,37,opt,name=cancel_reason,json=cancelReason,proto3,enum=taskbroker.v1.CancelReason" json:"cancel_reason,omitempty"`
+	// Flow: TaskSpec.depends_on_keys, as submitted.
+	DependsOnKeys []*TaskKey `protobuf:"bytes,38,rep,name=depends_on_keys,json=dependsOnKeys,proto3" json:"depends_on_keys,omitempty"`
+	// TaskSpec.at_most_once.
+	AtMostOnce    bool `protobuf:"varint,39,opt,name=at_most_once,json=atMostOnce,proto3" json:"at_most_once,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -409,6 +413,20 @@ func (x *Task) GetCancelReason() CancelReason {
 		return x.CancelReason
 	}
 	return CancelReason_CANCEL_REASON_UNSPECIFIED
+}
+
+func (x *Task) GetDependsOnKeys() []*TaskKey {
+	if x != nil {
+		return x.DependsOnKeys
+	}
+	return nil
+}
+
+func (x *Task) GetAtMostOnce() bool {
+	if x != nil {
+		return x.AtMostOnce
+	}
+	return false
 }
 
 type GetTaskRequest struct {
@@ -1385,7 +1403,7 @@ var File_taskbroker_v1_admin_proto protoreflect.FileDescriptor
 
 const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\x1a\x1ataskbroker/v1/worker.proto\x1a\x19taskbroker/v1/queue.proto\x1a\x19taskbroker/v1/event.proto\"\xda\v\n" +
+	"\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\x1a\x1ataskbroker/v1/worker.proto\x1a\x19taskbroker/v1/queue.proto\x1a\x19taskbroker/v1/event.proto\"\xbc\f\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -1429,7 +1447,10 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"depends_on\x18\" \x03(\tR\tdependsOn\x125\n" +
 	"\x16dependencies_remaining\x18# \x01(\rR\x15dependenciesRemaining\x125\n" +
 	"\x17run_if_dependency_fails\x18$ \x01(\bR\x14runIfDependencyFails\x12@\n" +
-	"\rcancel_reason\x18% \x01(\x0e2\x1b.taskbroker.v1.CancelReasonR\fcancelReason\x1a;\n" +
+	"\rcancel_reason\x18% \x01(\x0e2\x1b.taskbroker.v1.CancelReasonR\fcancelReason\x12>\n" +
+	"\x0fdepends_on_keys\x18& \x03(\v2\x16.taskbroker.v1.TaskKeyR\rdependsOnKeys\x12 \n" +
+	"\fat_most_once\x18' \x01(\bR\n" +
+	"atMostOnce\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\")\n" +
@@ -1574,28 +1595,29 @@ var file_taskbroker_v1_admin_proto_goTypes = []any{
 	(*Target)(nil),                 // 22: taskbroker.v1.Target
 	(*StickyPolicy)(nil),           // 23: taskbroker.v1.StickyPolicy
 	(CancelReason)(0),              // 24: taskbroker.v1.CancelReason
-	(*fieldmaskpb.FieldMask)(nil),  // 25: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),    // 26: google.protobuf.Duration
-	(*ListWorkersRequest)(nil),     // 27: taskbroker.v1.ListWorkersRequest
-	(*GetWorkerRequest)(nil),       // 28: taskbroker.v1.GetWorkerRequest
-	(*GetQueueRequest)(nil),        // 29: taskbroker.v1.GetQueueRequest
-	(*ListQueuesRequest)(nil),      // 30: taskbroker.v1.ListQueuesRequest
-	(*UpdateQueueRequest)(nil),     // 31: taskbroker.v1.UpdateQueueRequest
-	(*ExplainTaskRequest)(nil),     // 32: taskbroker.v1.ExplainTaskRequest
-	(*ListTaskEventsRequest)(nil),  // 33: taskbroker.v1.ListTaskEventsRequest
-	(*WatchTasksRequest)(nil),      // 34: taskbroker.v1.WatchTasksRequest
-	(*CancelTasksRequest)(nil),     // 35: taskbroker.v1.CancelTasksRequest
-	(*RequeueTasksRequest)(nil),    // 36: taskbroker.v1.RequeueTasksRequest
-	(*ListWorkersResponse)(nil),    // 37: taskbroker.v1.ListWorkersResponse
-	(*GetWorkerResponse)(nil),      // 38: taskbroker.v1.GetWorkerResponse
-	(*GetQueueResponse)(nil),       // 39: taskbroker.v1.GetQueueResponse
-	(*ListQueuesResponse)(nil),     // 40: taskbroker.v1.ListQueuesResponse
-	(*UpdateQueueResponse)(nil),    // 41: taskbroker.v1.UpdateQueueResponse
-	(*ExplainTaskResponse)(nil),    // 42: taskbroker.v1.ExplainTaskResponse
-	(*ListTaskEventsResponse)(nil), // 43: taskbroker.v1.ListTaskEventsResponse
-	(*WatchTasksResponse)(nil),     // 44: taskbroker.v1.WatchTasksResponse
-	(*CancelTasksResponse)(nil),    // 45: taskbroker.v1.CancelTasksResponse
-	(*RequeueTasksResponse)(nil),   // 46: taskbroker.v1.RequeueTasksResponse
+	(*TaskKey)(nil),                // 25: taskbroker.v1.TaskKey
+	(*fieldmaskpb.FieldMask)(nil),  // 26: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),    // 27: google.protobuf.Duration
+	(*ListWorkersRequest)(nil),     // 28: taskbroker.v1.ListWorkersRequest
+	(*GetWorkerRequest)(nil),       // 29: taskbroker.v1.GetWorkerRequest
+	(*GetQueueRequest)(nil),        // 30: taskbroker.v1.GetQueueRequest
+	(*ListQueuesRequest)(nil),      // 31: taskbroker.v1.ListQueuesRequest
+	(*UpdateQueueRequest)(nil),     // 32: taskbroker.v1.UpdateQueueRequest
+	(*ExplainTaskRequest)(nil),     // 33: taskbroker.v1.ExplainTaskRequest
+	(*ListTaskEventsRequest)(nil),  // 34: taskbroker.v1.ListTaskEventsRequest
+	(*WatchTasksRequest)(nil),      // 35: taskbroker.v1.WatchTasksRequest
+	(*CancelTasksRequest)(nil),     // 36: taskbroker.v1.CancelTasksRequest
+	(*RequeueTasksRequest)(nil),    // 37: taskbroker.v1.RequeueTasksRequest
+	(*ListWorkersResponse)(nil),    // 38: taskbroker.v1.ListWorkersResponse
+	(*GetWorkerResponse)(nil),      // 39: taskbroker.v1.GetWorkerResponse
+	(*GetQueueResponse)(nil),       // 40: taskbroker.v1.GetQueueResponse
+	(*ListQueuesResponse)(nil),     // 41: taskbroker.v1.ListQueuesResponse
+	(*UpdateQueueResponse)(nil),    // 42: taskbroker.v1.UpdateQueueResponse
+	(*ExplainTaskResponse)(nil),    // 43: taskbroker.v1.ExplainTaskResponse
+	(*ListTaskEventsResponse)(nil), // 44: taskbroker.v1.ListTaskEventsResponse
+	(*WatchTasksResponse)(nil),     // 45: taskbroker.v1.WatchTasksResponse
+	(*CancelTasksResponse)(nil),    // 46: taskbroker.v1.CancelTasksResponse
+	(*RequeueTasksResponse)(nil),   // 47: taskbroker.v1.RequeueTasksResponse
 }
 var file_taskbroker_v1_admin_proto_depIdxs = []int32{
 	19, // 0: taskbroker.v1.Task.run_at:type_name -> google.protobuf.Timestamp
@@ -1611,62 +1633,63 @@ var file_taskbroker_v1_admin_proto_depIdxs = []int32{
 	22, // 10: taskbroker.v1.Task.target:type_name -> taskbroker.v1.Target
 	23, // 11: taskbroker.v1.Task.sticky:type_name -> taskbroker.v1.StickyPolicy
 	24, // 12: taskbroker.v1.Task.cancel_reason:type_name -> taskbroker.v1.CancelReason
-	1,  // 13: taskbroker.v1.GetTaskResponse.task:type_name -> taskbroker.v1.Task
-	21, // 14: taskbroker.v1.ListTasksRequest.states:type_name -> taskbroker.v1.TaskState
-	19, // 15: taskbroker.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	19, // 16: taskbroker.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,  // 17: taskbroker.v1.ListTasksResponse.tasks:type_name -> taskbroker.v1.Task
-	1,  // 18: taskbroker.v1.CancelTaskResponse.task:type_name -> taskbroker.v1.Task
-	19, // 19: taskbroker.v1.UpdateTaskRequest.run_at:type_name -> google.protobuf.Timestamp
-	19, // 20: taskbroker.v1.UpdateTaskRequest.deadline:type_name -> google.protobuf.Timestamp
-	25, // 21: taskbroker.v1.UpdateTaskRequest.update_mask:type_name -> google.protobuf.FieldMask
-	1,  // 22: taskbroker.v1.UpdateTaskResponse.task:type_name -> taskbroker.v1.Task
-	1,  // 23: taskbroker.v1.RequeueTaskResponse.task:type_name -> taskbroker.v1.Task
-	19, // 24: taskbroker.v1.Attempt.leased_at:type_name -> google.protobuf.Timestamp
-	19, // 25: taskbroker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
-	0,  // 26: taskbroker.v1.Attempt.outcome:type_name -> taskbroker.v1.AttemptOutcome
-	13, // 27: taskbroker.v1.ListAttemptsResponse.attempts:type_name -> taskbroker.v1.Attempt
-	26, // 28: taskbroker.v1.QueueStats.oldest_ready_age:type_name -> google.protobuf.Duration
-	16, // 29: taskbroker.v1.GetQueueStatsResponse.queues:type_name -> taskbroker.v1.QueueStats
-	2,  // 30: taskbroker.v1.AdminService.GetTask:input_type -> taskbroker.v1.GetTaskRequest
-	4,  // 31: taskbroker.v1.AdminService.ListTasks:input_type -> taskbroker.v1.ListTasksRequest
-	6,  // 32: taskbroker.v1.AdminService.CancelTask:input_type -> taskbroker.v1.CancelTaskRequest
-	8,  // 33: taskbroker.v1.AdminService.UpdateTask:input_type -> taskbroker.v1.UpdateTaskRequest
-	10, // 34: taskbroker.v1.AdminService.RequeueTask:input_type -> taskbroker.v1.RequeueTaskRequest
-	12, // 35: taskbroker.v1.AdminService.ListAttempts:input_type -> taskbroker.v1.ListAttemptsRequest
-	15, // 36: taskbroker.v1.AdminService.GetQueueStats:input_type -> taskbroker.v1.GetQueueStatsRequest
-	27, // 37: taskbroker.v1.AdminService.ListWorkers:input_type -> taskbroker.v1.ListWorkersRequest
-	28, // 38: taskbroker.v1.AdminService.GetWorker:input_type -> taskbroker.v1.GetWorkerRequest
-	29, // 39: taskbroker.v1.AdminService.GetQueue:input_type -> taskbroker.v1.GetQueueRequest
-	30, // 40: taskbroker.v1.AdminService.ListQueues:input_type -> taskbroker.v1.ListQueuesRequest
-	31, // 41: taskbroker.v1.AdminService.UpdateQueue:input_type -> taskbroker.v1.UpdateQueueRequest
-	32, // 42: taskbroker.v1.AdminService.ExplainTask:input_type -> taskbroker.v1.ExplainTaskRequest
-	33, // 43: taskbroker.v1.AdminService.ListTaskEvents:input_type -> taskbroker.v1.ListTaskEventsRequest
-	34, // 44: taskbroker.v1.AdminService.WatchTasks:input_type -> taskbroker.v1.WatchTasksRequest
-	35, // 45: taskbroker.v1.AdminService.CancelTasks:input_type -> taskbroker.v1.CancelTasksRequest
-	36, // 46: taskbroker.v1.AdminService.RequeueTasks:input_type -> taskbroker.v1.RequeueTasksRequest
-	3,  // 47: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
-	5,  // 48: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
-	7,  // 49: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
-	9,  // 50: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
-	11, // 51: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
-	14, // 52: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
-	17, // 53: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
-	37, // 54: taskbroker.v1.AdminService.ListWorkers:output_type -> taskbroker.v1.ListWorkersResponse
-	38, // 55: taskbroker.v1.AdminService.GetWorker:output_type -> taskbroker.v1.GetWorkerResponse
-	39, // 56: taskbroker.v1.AdminService.GetQueue:output_type -> taskbroker.v1.GetQueueResponse
-	40, // 57: taskbroker.v1.AdminService.ListQueues:output_type -> taskbroker.v1.ListQueuesResponse
-	41, // 58: taskbroker.v1.AdminService.UpdateQueue:output_type -> taskbroker.v1.UpdateQueueResponse
-	42, // 59: taskbroker.v1.AdminService.ExplainTask:output_type -> taskbroker.v1.ExplainTaskResponse
-	43, // 60: taskbroker.v1.AdminService.ListTaskEvents:output_type -> taskbroker.v1.ListTaskEventsResponse
-	44, // 61: taskbroker.v1.AdminService.WatchTasks:output_type -> taskbroker.v1.WatchTasksResponse
-	45, // 62: taskbroker.v1.AdminService.CancelTasks:output_type -> taskbroker.v1.CancelTasksResponse
-	46, // 63: taskbroker.v1.AdminService.RequeueTasks:output_type -> taskbroker.v1.RequeueTasksResponse
-	47, // [47:64] is the sub-list for method output_type
-	30, // [30:47] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	25, // 13: taskbroker.v1.Task.depends_on_keys:type_name -> taskbroker.v1.TaskKey
+	1,  // 14: taskbroker.v1.GetTaskResponse.task:type_name -> taskbroker.v1.Task
+	21, // 15: taskbroker.v1.ListTasksRequest.states:type_name -> taskbroker.v1.TaskState
+	19, // 16: taskbroker.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	19, // 17: taskbroker.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,  // 18: taskbroker.v1.ListTasksResponse.tasks:type_name -> taskbroker.v1.Task
+	1,  // 19: taskbroker.v1.CancelTaskResponse.task:type_name -> taskbroker.v1.Task
+	19, // 20: taskbroker.v1.UpdateTaskRequest.run_at:type_name -> google.protobuf.Timestamp
+	19, // 21: taskbroker.v1.UpdateTaskRequest.deadline:type_name -> google.protobuf.Timestamp
+	26, // 22: taskbroker.v1.UpdateTaskRequest.update_mask:type_name -> google.protobuf.FieldMask
+	1,  // 23: taskbroker.v1.UpdateTaskResponse.task:type_name -> taskbroker.v1.Task
+	1,  // 24: taskbroker.v1.RequeueTaskResponse.task:type_name -> taskbroker.v1.Task
+	19, // 25: taskbroker.v1.Attempt.leased_at:type_name -> google.protobuf.Timestamp
+	19, // 26: taskbroker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	0,  // 27: taskbroker.v1.Attempt.outcome:type_name -> taskbroker.v1.AttemptOutcome
+	13, // 28: taskbroker.v1.ListAttemptsResponse.attempts:type_name -> taskbroker.v1.Attempt
+	27, // 29: taskbroker.v1.QueueStats.oldest_ready_age:type_name -> google.protobuf.Duration
+	16, // 30: taskbroker.v1.GetQueueStatsResponse.queues:type_name -> taskbroker.v1.QueueStats
+	2,  // 31: taskbroker.v1.AdminService.GetTask:input_type -> taskbroker.v1.GetTaskRequest
+	4,  // 32: taskbroker.v1.AdminService.ListTasks:input_type -> taskbroker.v1.ListTasksRequest
+	6,  // 33: taskbroker.v1.AdminService.CancelTask:input_type -> taskbroker.v1.CancelTaskRequest
+	8,  // 34: taskbroker.v1.AdminService.UpdateTask:input_type -> taskbroker.v1.UpdateTaskRequest
+	10, // 35: taskbroker.v1.AdminService.RequeueTask:input_type -> taskbroker.v1.RequeueTaskRequest
+	12, // 36: taskbroker.v1.AdminService.ListAttempts:input_type -> taskbroker.v1.ListAttemptsRequest
+	15, // 37: taskbroker.v1.AdminService.GetQueueStats:input_type -> taskbroker.v1.GetQueueStatsRequest
+	28, // 38: taskbroker.v1.AdminService.ListWorkers:input_type -> taskbroker.v1.ListWorkersRequest
+	29, // 39: taskbroker.v1.AdminService.GetWorker:input_type -> taskbroker.v1.GetWorkerRequest
+	30, // 40: taskbroker.v1.AdminService.GetQueue:input_type -> taskbroker.v1.GetQueueRequest
+	31, // 41: taskbroker.v1.AdminService.ListQueues:input_type -> taskbroker.v1.ListQueuesRequest
+	32, // 42: taskbroker.v1.AdminService.UpdateQueue:input_type -> taskbroker.v1.UpdateQueueRequest
+	33, // 43: taskbroker.v1.AdminService.ExplainTask:input_type -> taskbroker.v1.ExplainTaskRequest
+	34, // 44: taskbroker.v1.AdminService.ListTaskEvents:input_type -> taskbroker.v1.ListTaskEventsRequest
+	35, // 45: taskbroker.v1.AdminService.WatchTasks:input_type -> taskbroker.v1.WatchTasksRequest
+	36, // 46: taskbroker.v1.AdminService.CancelTasks:input_type -> taskbroker.v1.CancelTasksRequest
+	37, // 47: taskbroker.v1.AdminService.RequeueTasks:input_type -> taskbroker.v1.RequeueTasksRequest
+	3,  // 48: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
+	5,  // 49: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
+	7,  // 50: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
+	9,  // 51: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
+	11, // 52: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
+	14, // 53: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
+	17, // 54: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
+	38, // 55: taskbroker.v1.AdminService.ListWorkers:output_type -> taskbroker.v1.ListWorkersResponse
+	39, // 56: taskbroker.v1.AdminService.GetWorker:output_type -> taskbroker.v1.GetWorkerResponse
+	40, // 57: taskbroker.v1.AdminService.GetQueue:output_type -> taskbroker.v1.GetQueueResponse
+	41, // 58: taskbroker.v1.AdminService.ListQueues:output_type -> taskbroker.v1.ListQueuesResponse
+	42, // 59: taskbroker.v1.AdminService.UpdateQueue:output_type -> taskbroker.v1.UpdateQueueResponse
+	43, // 60: taskbroker.v1.AdminService.ExplainTask:output_type -> taskbroker.v1.ExplainTaskResponse
+	44, // 61: taskbroker.v1.AdminService.ListTaskEvents:output_type -> taskbroker.v1.ListTaskEventsResponse
+	45, // 62: taskbroker.v1.AdminService.WatchTasks:output_type -> taskbroker.v1.WatchTasksResponse
+	46, // 63: taskbroker.v1.AdminService.CancelTasks:output_type -> taskbroker.v1.CancelTasksResponse
+	47, // 64: taskbroker.v1.AdminService.RequeueTasks:output_type -> taskbroker.v1.RequeueTasksResponse
+	48, // [48:65] is the sub-list for method output_type
+	31, // [31:48] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_taskbroker_v1_admin_proto_init() }

@@ -100,6 +100,61 @@ func (TaskState) EnumDescriptor() ([]byte, []int) {
 	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{0}
 }
 
+// What Submit does with a task whose (queue, key) is taken by an existing task.
+type DuplicateKeyPolicy int32
+
+const (
+	// DUPLICATE_KEY_POLICY_KEEP_EXISTING.
+	DuplicateKeyPolicy_DUPLICATE_KEY_POLICY_UNSPECIFIED DuplicateKeyPolicy = 0
+	// Keep the existing task untouched; the submission is deduplicated.
+	DuplicateKeyPolicy_DUPLICATE_KEY_POLICY_KEEP_EXISTING DuplicateKeyPolicy = 1
+	// When the existing task still waits (SCHEDULED, READY or BLOCKED), replace its
+	// payload, run_at, priority and metadata with this submission's
+	// (SubmitResult.replaced). A leased or finished task is kept, as KEEP_EXISTING does.
+	DuplicateKeyPolicy_DUPLICATE_KEY_POLICY_REPLACE_WAITING DuplicateKeyPolicy = 2
+)
+
+// Enum value maps for DuplicateKeyPolicy.
+var (
+	DuplicateKeyPolicy_name = map[int32]string{
+		0: "DUPLICATE_KEY_POLICY_UNSPECIFIED",
+		1: "DUPLICATE_KEY_POLICY_KEEP_EXISTING",
+		2: "DUPLICATE_KEY_POLICY_REPLACE_WAITING",
+	}
+	DuplicateKeyPolicy_value = map[string]int32{
+		"DUPLICATE_KEY_POLICY_UNSPECIFIED":     0,
+		"DUPLICATE_KEY_POLICY_KEEP_EXISTING":   1,
+		"DUPLICATE_KEY_POLICY_REPLACE_WAITING": 2,
+	}
+)
+
+func (x DuplicateKeyPolicy) Enum() *DuplicateKeyPolicy {
+	p := new(DuplicateKeyPolicy)
+	*p = x
+	return p
+}
+
+func (x DuplicateKeyPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DuplicateKeyPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_taskbroker_v1_broker_proto_enumTypes[1].Descriptor()
+}
+
+func (DuplicateKeyPolicy) Type() protoreflect.EnumType {
+	return &file_taskbroker_v1_broker_proto_enumTypes[1]
+}
+
+func (x DuplicateKeyPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DuplicateKeyPolicy.Descriptor instead.
+func (DuplicateKeyPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{1}
+}
+
 // What CompleteMany did to one task.
 type CompleteOutcome int32
 
@@ -140,11 +195,11 @@ func (x CompleteOutcome) String() string {
 }
 
 func (CompleteOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_taskbroker_v1_broker_proto_enumTypes[1].Descriptor()
+	return file_taskbroker_v1_broker_proto_enumTypes[2].Descriptor()
 }
 
 func (CompleteOutcome) Type() protoreflect.EnumType {
-	return &file_taskbroker_v1_broker_proto_enumTypes[1]
+	return &file_taskbroker_v1_broker_proto_enumTypes[2]
 }
 
 func (x CompleteOutcome) Number() protoreflect.EnumNumber {
@@ -153,7 +208,7 @@ func (x CompleteOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CompleteOutcome.Descriptor instead.
 func (CompleteOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{1}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{2}
 }
 
 // How a retry is kept for the worker that ran the failed attempt.
@@ -192,11 +247,11 @@ func (x StickyStrategy) String() string {
 }
 
 func (StickyStrategy) Descriptor() protoreflect.EnumDescriptor {
-	return file_taskbroker_v1_broker_proto_enumTypes[2].Descriptor()
+	return file_taskbroker_v1_broker_proto_enumTypes[3].Descriptor()
 }
 
 func (StickyStrategy) Type() protoreflect.EnumType {
-	return &file_taskbroker_v1_broker_proto_enumTypes[2]
+	return &file_taskbroker_v1_broker_proto_enumTypes[3]
 }
 
 func (x StickyStrategy) Number() protoreflect.EnumNumber {
@@ -205,7 +260,7 @@ func (x StickyStrategy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StickyStrategy.Descriptor instead.
 func (StickyStrategy) EnumDescriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{2}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{3}
 }
 
 // How a failed attempt is retried. Unset fields take the broker's defaults
@@ -339,8 +394,18 @@ type TaskSpec struct {
 	// Flow: run even when a dependency ends DEAD or CANCELLED (it then counts
 	// as finished); otherwise this task is CANCELLED with reason DEPENDENCY_FAILED.
 	RunIfDependencyFails bool `protobuf:"varint,15,opt,name=run_if_dependency_fails,json=runIfDependencyFails,proto3" json:"run_if_dependency_fails,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Flow: as depends_on, naming tasks by (queue, key), which may be submitted
+	// later. The task stays BLOCKED until a task with each key exists and has
+	// SUCCEEDED; a key that never appears holds it until its deadline. At most 64.
+	DependsOnKeys []*TaskKey `protobuf:"bytes,16,rep,name=depends_on_keys,json=dependsOnKeys,proto3" json:"depends_on_keys,omitempty"`
+	// What Submit does when a task with the same (queue, key) exists.
+	// Unspecified means DUPLICATE_KEY_POLICY_KEEP_EXISTING.
+	OnDuplicateKey DuplicateKeyPolicy `protobuf:"varint,17,opt,name=on_duplicate_key,json=onDuplicateKey,proto3,enum=taskbroker.v1.DuplicateKeyPolicy" json:"on_duplicate_key,omitempty"`
+	// Leased at most once: when that lease expires or the worker fails the attempt,
+	// the task goes DEAD (never re-run), whatever its retry policy says.
+	AtMostOnce    bool `protobuf:"varint,18,opt,name=at_most_once,json=atMostOnce,proto3" json:"at_most_once,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskSpec) Reset() {
@@ -478,6 +543,82 @@ func (x *TaskSpec) GetRunIfDependencyFails() bool {
 	return false
 }
 
+func (x *TaskSpec) GetDependsOnKeys() []*TaskKey {
+	if x != nil {
+		return x.DependsOnKeys
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetOnDuplicateKey() DuplicateKeyPolicy {
+	if x != nil {
+		return x.OnDuplicateKey
+	}
+	return DuplicateKeyPolicy_DUPLICATE_KEY_POLICY_UNSPECIFIED
+}
+
+func (x *TaskSpec) GetAtMostOnce() bool {
+	if x != nil {
+		return x.AtMostOnce
+	}
+	return false
+}
+
+// Names a task by its queue and key (TaskSpec.key).
+type TaskKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// [A-Za-z0-9._:-]{1,128}.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Non-empty, at most as long as TaskSpec.key may be.
+	Key           string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskKey) Reset() {
+	*x = TaskKey{}
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskKey) ProtoMessage() {}
+
+func (x *TaskKey) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskKey.ProtoReflect.Descriptor instead.
+func (*TaskKey) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TaskKey) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *TaskKey) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
 type SubmitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1 to 1000 tasks.
@@ -488,7 +629,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[2]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -500,7 +641,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[2]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -513,7 +654,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{2}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SubmitRequest) GetTasks() []*TaskSpec {
@@ -530,14 +671,18 @@ type SubmitResult struct {
 	// True when a task with the same (queue, key) already existed; nothing was created.
 	Deduplicated bool `protobuf:"varint,2,opt,name=deduplicated,proto3" json:"deduplicated,omitempty"`
 	// With TaskSpec.fanout: every copy's id, the first being task_id (the group's id).
-	CopyTaskIds   []string `protobuf:"bytes,3,rep,name=copy_task_ids,json=copyTaskIds,proto3" json:"copy_task_ids,omitempty"`
+	CopyTaskIds []string `protobuf:"bytes,3,rep,name=copy_task_ids,json=copyTaskIds,proto3" json:"copy_task_ids,omitempty"`
+	// True when the existing waiting task took this submission's payload, run_at,
+	// priority and metadata (DUPLICATE_KEY_POLICY_REPLACE_WAITING); deduplicated is
+	// then true as well.
+	Replaced      bool `protobuf:"varint,4,opt,name=replaced,proto3" json:"replaced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitResult) Reset() {
 	*x = SubmitResult{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[3]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +694,7 @@ func (x *SubmitResult) String() string {
 func (*SubmitResult) ProtoMessage() {}
 
 func (x *SubmitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[3]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +707,7 @@ func (x *SubmitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResult.ProtoReflect.Descriptor instead.
 func (*SubmitResult) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{3}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SubmitResult) GetTaskId() string {
@@ -586,6 +731,13 @@ func (x *SubmitResult) GetCopyTaskIds() []string {
 	return nil
 }
 
+func (x *SubmitResult) GetReplaced() bool {
+	if x != nil {
+		return x.Replaced
+	}
+	return false
+}
+
 type SubmitResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Results       []*SubmitResult        `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
@@ -595,7 +747,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[4]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -607,7 +759,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[4]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -620,7 +772,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{4}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SubmitResponse) GetResults() []*SubmitResult {
@@ -636,7 +788,7 @@ type LeaseRequest struct {
 	WorkerId string `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	// Queues to take tasks from, 1 to 64.
 	Queues []string `protobuf:"bytes,2,rep,name=queues,proto3" json:"queues,omitempty"`
-	// 1 to 256.
+	// 1 to 1000; fewer when the reply would exceed the reply budget.
 	MaxTasks uint32 `protobuf:"varint,3,opt,name=max_tasks,json=maxTasks,proto3" json:"max_tasks,omitempty"`
 	// 1 s to 24 h; default 30 s. Capped by each task's deadline.
 	LeaseDuration *durationpb.Duration `protobuf:"bytes,4,opt,name=lease_duration,json=leaseDuration,proto3" json:"lease_duration,omitempty"`
@@ -651,7 +803,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[5]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +815,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[5]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +828,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{5}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LeaseRequest) GetWorkerId() string {
@@ -750,13 +902,19 @@ type LeasedTask struct {
 	FanoutGroup string `protobuf:"bytes,16,opt,name=fanout_group,json=fanoutGroup,proto3" json:"fanout_group,omitempty"`
 	// Admission: the task's concurrency key, empty when it has none.
 	ConcurrencyKey string `protobuf:"bytes,20,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Flow: the results of the dependencies that SUCCEEDED, by task id (depends_on,
+	// depends_on_index and depends_on_keys). Left out, wholly, when they would push
+	// the reply past its size budget: read them with AdminService.GetTask then.
+	DependencyResults map[string][]byte `protobuf:"bytes,21,rep,name=dependency_results,json=dependencyResults,proto3" json:"dependency_results,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// TaskSpec.at_most_once: this is the only attempt the task gets.
+	AtMostOnce    bool `protobuf:"varint,22,opt,name=at_most_once,json=atMostOnce,proto3" json:"at_most_once,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeasedTask) Reset() {
 	*x = LeasedTask{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[6]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +926,7 @@ func (x *LeasedTask) String() string {
 func (*LeasedTask) ProtoMessage() {}
 
 func (x *LeasedTask) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[6]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +939,7 @@ func (x *LeasedTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasedTask.ProtoReflect.Descriptor instead.
 func (*LeasedTask) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{6}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LeasedTask) GetTaskId() string {
@@ -903,6 +1061,20 @@ func (x *LeasedTask) GetConcurrencyKey() string {
 	return ""
 }
 
+func (x *LeasedTask) GetDependencyResults() map[string][]byte {
+	if x != nil {
+		return x.DependencyResults
+	}
+	return nil
+}
+
+func (x *LeasedTask) GetAtMostOnce() bool {
+	if x != nil {
+		return x.AtMostOnce
+	}
+	return false
+}
+
 type LeaseResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tasks         []*LeasedTask          `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
@@ -912,7 +1084,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[7]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1096,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[7]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1109,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{7}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LeaseResponse) GetTasks() []*LeasedTask {
@@ -958,7 +1130,7 @@ type LeaseRef struct {
 
 func (x *LeaseRef) Reset() {
 	*x = LeaseRef{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[8]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1142,7 @@ func (x *LeaseRef) String() string {
 func (*LeaseRef) ProtoMessage() {}
 
 func (x *LeaseRef) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[8]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1155,7 @@ func (x *LeaseRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRef.ProtoReflect.Descriptor instead.
 func (*LeaseRef) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{8}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LeaseRef) GetTaskId() string {
@@ -1012,7 +1184,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[9]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1196,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[9]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1209,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{9}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -1076,7 +1248,7 @@ type LeaseStatus struct {
 
 func (x *LeaseStatus) Reset() {
 	*x = LeaseStatus{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[10]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1088,7 +1260,7 @@ func (x *LeaseStatus) String() string {
 func (*LeaseStatus) ProtoMessage() {}
 
 func (x *LeaseStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[10]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1101,7 +1273,7 @@ func (x *LeaseStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseStatus.ProtoReflect.Descriptor instead.
 func (*LeaseStatus) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{10}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LeaseStatus) GetTaskId() string {
@@ -1141,7 +1313,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[11]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1325,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[11]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1338,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{11}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HeartbeatResponse) GetLeases() []*LeaseStatus {
@@ -1190,7 +1362,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[12]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1374,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[12]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1387,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{12}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CheckpointRequest) GetTaskId() string {
@@ -1256,7 +1428,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[13]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1440,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[13]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1453,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{13}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CheckpointResponse) GetLeaseExpiresAt() *timestamppb.Timestamp {
@@ -1316,7 +1488,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[14]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1500,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[14]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1513,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{14}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CompleteRequest) GetTaskId() string {
@@ -1382,7 +1554,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[15]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1566,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[15]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1579,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{15}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CompleteResponse) GetNextTasks() []*LeasedTask {
@@ -1429,7 +1601,7 @@ type CompleteManyRequest struct {
 
 func (x *CompleteManyRequest) Reset() {
 	*x = CompleteManyRequest{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[16]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1613,7 @@ func (x *CompleteManyRequest) String() string {
 func (*CompleteManyRequest) ProtoMessage() {}
 
 func (x *CompleteManyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[16]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1626,7 @@ func (x *CompleteManyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteManyRequest.ProtoReflect.Descriptor instead.
 func (*CompleteManyRequest) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{16}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CompleteManyRequest) GetCompletions() []*CompleteRequest {
@@ -1481,7 +1653,7 @@ type CompleteResult struct {
 
 func (x *CompleteResult) Reset() {
 	*x = CompleteResult{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[17]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1665,7 @@ func (x *CompleteResult) String() string {
 func (*CompleteResult) ProtoMessage() {}
 
 func (x *CompleteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[17]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1678,7 @@ func (x *CompleteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResult.ProtoReflect.Descriptor instead.
 func (*CompleteResult) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{17}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CompleteResult) GetTaskId() string {
@@ -1535,7 +1707,7 @@ type CompleteManyResponse struct {
 
 func (x *CompleteManyResponse) Reset() {
 	*x = CompleteManyResponse{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[18]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1719,7 @@ func (x *CompleteManyResponse) String() string {
 func (*CompleteManyResponse) ProtoMessage() {}
 
 func (x *CompleteManyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[18]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1732,7 @@ func (x *CompleteManyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteManyResponse.ProtoReflect.Descriptor instead.
 func (*CompleteManyResponse) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{18}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CompleteManyResponse) GetResults() []*CompleteResult {
@@ -1598,7 +1770,7 @@ type FailRequest struct {
 
 func (x *FailRequest) Reset() {
 	*x = FailRequest{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[19]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1782,7 @@ func (x *FailRequest) String() string {
 func (*FailRequest) ProtoMessage() {}
 
 func (x *FailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[19]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1795,7 @@ func (x *FailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailRequest.ProtoReflect.Descriptor instead.
 func (*FailRequest) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{19}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FailRequest) GetTaskId() string {
@@ -1689,7 +1861,7 @@ type FailResponse struct {
 
 func (x *FailResponse) Reset() {
 	*x = FailResponse{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[20]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +1873,7 @@ func (x *FailResponse) String() string {
 func (*FailResponse) ProtoMessage() {}
 
 func (x *FailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[20]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1886,7 @@ func (x *FailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailResponse.ProtoReflect.Descriptor instead.
 func (*FailResponse) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{20}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FailResponse) GetState() TaskState {
@@ -1751,7 +1923,7 @@ type Target struct {
 
 func (x *Target) Reset() {
 	*x = Target{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[21]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +1935,7 @@ func (x *Target) String() string {
 func (*Target) ProtoMessage() {}
 
 func (x *Target) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[21]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +1948,7 @@ func (x *Target) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Target.ProtoReflect.Descriptor instead.
 func (*Target) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{21}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Target) GetWorkerId() string {
@@ -1804,7 +1976,7 @@ type StickyPolicy struct {
 
 func (x *StickyPolicy) Reset() {
 	*x = StickyPolicy{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[22]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +1988,7 @@ func (x *StickyPolicy) String() string {
 func (*StickyPolicy) ProtoMessage() {}
 
 func (x *StickyPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[22]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +2001,7 @@ func (x *StickyPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StickyPolicy.ProtoReflect.Descriptor instead.
 func (*StickyPolicy) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{22}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StickyPolicy) GetStrategy() StickyStrategy {
@@ -1859,7 +2031,7 @@ type Fanout struct {
 
 func (x *Fanout) Reset() {
 	*x = Fanout{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[23]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2043,7 @@ func (x *Fanout) String() string {
 func (*Fanout) ProtoMessage() {}
 
 func (x *Fanout) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[23]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2056,7 @@ func (x *Fanout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fanout.ProtoReflect.Descriptor instead.
 func (*Fanout) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{23}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Fanout) GetCopies() uint32 {
@@ -1914,7 +2086,7 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"maxBackoff\x12\x1b\n" +
 	"\x06jitter\x18\x05 \x01(\x01H\x00R\x06jitter\x88\x01\x01\x125\n" +
 	"\bschedule\x18\x06 \x03(\v2\x19.google.protobuf.DurationR\bscheduleB\t\n" +
-	"\a_jitter\"\xc1\x05\n" +
+	"\a_jitter\"\xf0\x06\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x10\n" +
@@ -1932,16 +2104,24 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\n" +
 	"depends_on\x18\r \x03(\tR\tdependsOn\x12(\n" +
 	"\x10depends_on_index\x18\x0e \x03(\rR\x0edependsOnIndex\x125\n" +
-	"\x17run_if_dependency_fails\x18\x0f \x01(\bR\x14runIfDependencyFails\x1a;\n" +
+	"\x17run_if_dependency_fails\x18\x0f \x01(\bR\x14runIfDependencyFails\x12>\n" +
+	"\x0fdepends_on_keys\x18\x10 \x03(\v2\x16.taskbroker.v1.TaskKeyR\rdependsOnKeys\x12K\n" +
+	"\x10on_duplicate_key\x18\x11 \x01(\x0e2!.taskbroker.v1.DuplicateKeyPolicyR\x0eonDuplicateKey\x12 \n" +
+	"\fat_most_once\x18\x12 \x01(\bR\n" +
+	"atMostOnce\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\">\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
+	"\aTaskKey\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\">\n" +
 	"\rSubmitRequest\x12-\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x17.taskbroker.v1.TaskSpecR\x05tasks\"o\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x17.taskbroker.v1.TaskSpecR\x05tasks\"\x8b\x01\n" +
 	"\fSubmitResult\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\"\n" +
 	"\fdeduplicated\x18\x02 \x01(\bR\fdeduplicated\x12\"\n" +
-	"\rcopy_task_ids\x18\x03 \x03(\tR\vcopyTaskIds\"G\n" +
+	"\rcopy_task_ids\x18\x03 \x03(\tR\vcopyTaskIds\x12\x1a\n" +
+	"\breplaced\x18\x04 \x01(\bR\breplaced\"G\n" +
 	"\x0eSubmitResponse\x125\n" +
 	"\aresults\x18\x01 \x03(\v2\x1b.taskbroker.v1.SubmitResultR\aresults\"\xcd\x02\n" +
 	"\fLeaseRequest\x12\x1b\n" +
@@ -1953,7 +2133,7 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\x06labels\x18\x06 \x03(\v2'.taskbroker.v1.LeaseRequest.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd4\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9d\a\n" +
 	"\n" +
 	"LeasedTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x14\n" +
@@ -1977,10 +2157,16 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
 	"\ffanout_group\x18\x10 \x01(\tR\vfanoutGroup\x12'\n" +
-	"\x0fconcurrency_key\x18\x14 \x01(\tR\x0econcurrencyKey\x1a;\n" +
+	"\x0fconcurrency_key\x18\x14 \x01(\tR\x0econcurrencyKey\x12_\n" +
+	"\x12dependency_results\x18\x15 \x03(\v20.taskbroker.v1.LeasedTask.DependencyResultsEntryR\x11dependencyResults\x12 \n" +
+	"\fat_most_once\x18\x16 \x01(\bR\n" +
+	"atMostOnce\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aD\n" +
+	"\x16DependencyResultsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"@\n" +
 	"\rLeaseResponse\x12/\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x19.taskbroker.v1.LeasedTaskR\x05tasks\"D\n" +
 	"\bLeaseRef\x12\x17\n" +
@@ -2066,7 +2252,11 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\x14TASK_STATE_SUCCEEDED\x10\x04\x12\x13\n" +
 	"\x0fTASK_STATE_DEAD\x10\x05\x12\x18\n" +
 	"\x14TASK_STATE_CANCELLED\x10\x06\x12\x16\n" +
-	"\x12TASK_STATE_BLOCKED\x10\a*\x94\x01\n" +
+	"\x12TASK_STATE_BLOCKED\x10\a*\x8c\x01\n" +
+	"\x12DuplicateKeyPolicy\x12$\n" +
+	" DUPLICATE_KEY_POLICY_UNSPECIFIED\x10\x00\x12&\n" +
+	"\"DUPLICATE_KEY_POLICY_KEEP_EXISTING\x10\x01\x12(\n" +
+	"$DUPLICATE_KEY_POLICY_REPLACE_WAITING\x10\x02*\x94\x01\n" +
 	"\x0fCompleteOutcome\x12 \n" +
 	"\x1cCOMPLETE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aCOMPLETE_OUTCOME_COMPLETED\x10\x01\x12\x1f\n" +
@@ -2099,104 +2289,110 @@ func file_taskbroker_v1_broker_proto_rawDescGZIP() []byte {
 	return file_taskbroker_v1_broker_proto_rawDescData
 }
 
-var file_taskbroker_v1_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_taskbroker_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_taskbroker_v1_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_taskbroker_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_taskbroker_v1_broker_proto_goTypes = []any{
 	(TaskState)(0),                // 0: taskbroker.v1.TaskState
-	(CompleteOutcome)(0),          // 1: taskbroker.v1.CompleteOutcome
-	(StickyStrategy)(0),           // 2: taskbroker.v1.StickyStrategy
-	(*RetryPolicy)(nil),           // 3: taskbroker.v1.RetryPolicy
-	(*TaskSpec)(nil),              // 4: taskbroker.v1.TaskSpec
-	(*SubmitRequest)(nil),         // 5: taskbroker.v1.SubmitRequest
-	(*SubmitResult)(nil),          // 6: taskbroker.v1.SubmitResult
-	(*SubmitResponse)(nil),        // 7: taskbroker.v1.SubmitResponse
-	(*LeaseRequest)(nil),          // 8: taskbroker.v1.LeaseRequest
-	(*LeasedTask)(nil),            // 9: taskbroker.v1.LeasedTask
-	(*LeaseResponse)(nil),         // 10: taskbroker.v1.LeaseResponse
-	(*LeaseRef)(nil),              // 11: taskbroker.v1.LeaseRef
-	(*HeartbeatRequest)(nil),      // 12: taskbroker.v1.HeartbeatRequest
-	(*LeaseStatus)(nil),           // 13: taskbroker.v1.LeaseStatus
-	(*HeartbeatResponse)(nil),     // 14: taskbroker.v1.HeartbeatResponse
-	(*CheckpointRequest)(nil),     // 15: taskbroker.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),    // 16: taskbroker.v1.CheckpointResponse
-	(*CompleteRequest)(nil),       // 17: taskbroker.v1.CompleteRequest
-	(*CompleteResponse)(nil),      // 18: taskbroker.v1.CompleteResponse
-	(*CompleteManyRequest)(nil),   // 19: taskbroker.v1.CompleteManyRequest
-	(*CompleteResult)(nil),        // 20: taskbroker.v1.CompleteResult
-	(*CompleteManyResponse)(nil),  // 21: taskbroker.v1.CompleteManyResponse
-	(*FailRequest)(nil),           // 22: taskbroker.v1.FailRequest
-	(*FailResponse)(nil),          // 23: taskbroker.v1.FailResponse
-	(*Target)(nil),                // 24: taskbroker.v1.Target
-	(*StickyPolicy)(nil),          // 25: taskbroker.v1.StickyPolicy
-	(*Fanout)(nil),                // 26: taskbroker.v1.Fanout
-	nil,                           // 27: taskbroker.v1.TaskSpec.MetadataEntry
-	nil,                           // 28: taskbroker.v1.LeaseRequest.LabelsEntry
-	nil,                           // 29: taskbroker.v1.LeasedTask.MetadataEntry
-	nil,                           // 30: taskbroker.v1.Target.LabelsEntry
-	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(DuplicateKeyPolicy)(0),       // 1: taskbroker.v1.DuplicateKeyPolicy
+	(CompleteOutcome)(0),          // 2: taskbroker.v1.CompleteOutcome
+	(StickyStrategy)(0),           // 3: taskbroker.v1.StickyStrategy
+	(*RetryPolicy)(nil),           // 4: taskbroker.v1.RetryPolicy
+	(*TaskSpec)(nil),              // 5: taskbroker.v1.TaskSpec
+	(*TaskKey)(nil),               // 6: taskbroker.v1.TaskKey
+	(*SubmitRequest)(nil),         // 7: taskbroker.v1.SubmitRequest
+	(*SubmitResult)(nil),          // 8: taskbroker.v1.SubmitResult
+	(*SubmitResponse)(nil),        // 9: taskbroker.v1.SubmitResponse
+	(*LeaseRequest)(nil),          // 10: taskbroker.v1.LeaseRequest
+	(*LeasedTask)(nil),            // 11: taskbroker.v1.LeasedTask
+	(*LeaseResponse)(nil),         // 12: taskbroker.v1.LeaseResponse
+	(*LeaseRef)(nil),              // 13: taskbroker.v1.LeaseRef
+	(*HeartbeatRequest)(nil),      // 14: taskbroker.v1.HeartbeatRequest
+	(*LeaseStatus)(nil),           // 15: taskbroker.v1.LeaseStatus
+	(*HeartbeatResponse)(nil),     // 16: taskbroker.v1.HeartbeatResponse
+	(*CheckpointRequest)(nil),     // 17: taskbroker.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),    // 18: taskbroker.v1.CheckpointResponse
+	(*CompleteRequest)(nil),       // 19: taskbroker.v1.CompleteRequest
+	(*CompleteResponse)(nil),      // 20: taskbroker.v1.CompleteResponse
+	(*CompleteManyRequest)(nil),   // 21: taskbroker.v1.CompleteManyRequest
+	(*CompleteResult)(nil),        // 22: taskbroker.v1.CompleteResult
+	(*CompleteManyResponse)(nil),  // 23: taskbroker.v1.CompleteManyResponse
+	(*FailRequest)(nil),           // 24: taskbroker.v1.FailRequest
+	(*FailResponse)(nil),          // 25: taskbroker.v1.FailResponse
+	(*Target)(nil),                // 26: taskbroker.v1.Target
+	(*StickyPolicy)(nil),          // 27: taskbroker.v1.StickyPolicy
+	(*Fanout)(nil),                // 28: taskbroker.v1.Fanout
+	nil,                           // 29: taskbroker.v1.TaskSpec.MetadataEntry
+	nil,                           // 30: taskbroker.v1.LeaseRequest.LabelsEntry
+	nil,                           // 31: taskbroker.v1.LeasedTask.MetadataEntry
+	nil,                           // 32: taskbroker.v1.LeasedTask.DependencyResultsEntry
+	nil,                           // 33: taskbroker.v1.Target.LabelsEntry
+	(*durationpb.Duration)(nil),   // 34: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
 }
 var file_taskbroker_v1_broker_proto_depIdxs = []int32{
-	31, // 0: taskbroker.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	31, // 1: taskbroker.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	31, // 2: taskbroker.v1.RetryPolicy.schedule:type_name -> google.protobuf.Duration
-	32, // 3: taskbroker.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
-	32, // 4: taskbroker.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
-	3,  // 5: taskbroker.v1.TaskSpec.retry:type_name -> taskbroker.v1.RetryPolicy
-	27, // 6: taskbroker.v1.TaskSpec.metadata:type_name -> taskbroker.v1.TaskSpec.MetadataEntry
-	24, // 7: taskbroker.v1.TaskSpec.target:type_name -> taskbroker.v1.Target
-	25, // 8: taskbroker.v1.TaskSpec.sticky:type_name -> taskbroker.v1.StickyPolicy
-	26, // 9: taskbroker.v1.TaskSpec.fanout:type_name -> taskbroker.v1.Fanout
-	4,  // 10: taskbroker.v1.SubmitRequest.tasks:type_name -> taskbroker.v1.TaskSpec
-	6,  // 11: taskbroker.v1.SubmitResponse.results:type_name -> taskbroker.v1.SubmitResult
-	31, // 12: taskbroker.v1.LeaseRequest.lease_duration:type_name -> google.protobuf.Duration
-	31, // 13: taskbroker.v1.LeaseRequest.wait:type_name -> google.protobuf.Duration
-	28, // 14: taskbroker.v1.LeaseRequest.labels:type_name -> taskbroker.v1.LeaseRequest.LabelsEntry
-	32, // 15: taskbroker.v1.LeasedTask.deadline:type_name -> google.protobuf.Timestamp
-	29, // 16: taskbroker.v1.LeasedTask.metadata:type_name -> taskbroker.v1.LeasedTask.MetadataEntry
-	32, // 17: taskbroker.v1.LeasedTask.lease_expires_at:type_name -> google.protobuf.Timestamp
-	32, // 18: taskbroker.v1.LeasedTask.created_at:type_name -> google.protobuf.Timestamp
-	9,  // 19: taskbroker.v1.LeaseResponse.tasks:type_name -> taskbroker.v1.LeasedTask
-	11, // 20: taskbroker.v1.HeartbeatRequest.leases:type_name -> taskbroker.v1.LeaseRef
-	31, // 21: taskbroker.v1.HeartbeatRequest.extend_by:type_name -> google.protobuf.Duration
-	32, // 22: taskbroker.v1.LeaseStatus.lease_expires_at:type_name -> google.protobuf.Timestamp
-	13, // 23: taskbroker.v1.HeartbeatResponse.leases:type_name -> taskbroker.v1.LeaseStatus
-	31, // 24: taskbroker.v1.CheckpointRequest.extend_by:type_name -> google.protobuf.Duration
-	32, // 25: taskbroker.v1.CheckpointResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	8,  // 26: taskbroker.v1.CompleteRequest.lease_next:type_name -> taskbroker.v1.LeaseRequest
-	9,  // 27: taskbroker.v1.CompleteResponse.next_tasks:type_name -> taskbroker.v1.LeasedTask
-	17, // 28: taskbroker.v1.CompleteManyRequest.completions:type_name -> taskbroker.v1.CompleteRequest
-	8,  // 29: taskbroker.v1.CompleteManyRequest.lease_next:type_name -> taskbroker.v1.LeaseRequest
-	1,  // 30: taskbroker.v1.CompleteResult.outcome:type_name -> taskbroker.v1.CompleteOutcome
-	20, // 31: taskbroker.v1.CompleteManyResponse.results:type_name -> taskbroker.v1.CompleteResult
-	9,  // 32: taskbroker.v1.CompleteManyResponse.next_tasks:type_name -> taskbroker.v1.LeasedTask
-	31, // 33: taskbroker.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
-	8,  // 34: taskbroker.v1.FailRequest.lease_next:type_name -> taskbroker.v1.LeaseRequest
-	0,  // 35: taskbroker.v1.FailResponse.state:type_name -> taskbroker.v1.TaskState
-	32, // 36: taskbroker.v1.FailResponse.next_run_at:type_name -> google.protobuf.Timestamp
-	9,  // 37: taskbroker.v1.FailResponse.next_tasks:type_name -> taskbroker.v1.LeasedTask
-	30, // 38: taskbroker.v1.Target.labels:type_name -> taskbroker.v1.Target.LabelsEntry
-	2,  // 39: taskbroker.v1.StickyPolicy.strategy:type_name -> taskbroker.v1.StickyStrategy
-	31, // 40: taskbroker.v1.StickyPolicy.timeout:type_name -> google.protobuf.Duration
-	5,  // 41: taskbroker.v1.BrokerService.Submit:input_type -> taskbroker.v1.SubmitRequest
-	8,  // 42: taskbroker.v1.BrokerService.Lease:input_type -> taskbroker.v1.LeaseRequest
-	12, // 43: taskbroker.v1.BrokerService.Heartbeat:input_type -> taskbroker.v1.HeartbeatRequest
-	15, // 44: taskbroker.v1.BrokerService.Checkpoint:input_type -> taskbroker.v1.CheckpointRequest
-	17, // 45: taskbroker.v1.BrokerService.Complete:input_type -> taskbroker.v1.CompleteRequest
-	22, // 46: taskbroker.v1.BrokerService.Fail:input_type -> taskbroker.v1.FailRequest
-	19, // 47: taskbroker.v1.BrokerService.CompleteMany:input_type -> taskbroker.v1.CompleteManyRequest
-	7,  // 48: taskbroker.v1.BrokerService.Submit:output_type -> taskbroker.v1.SubmitResponse
-	10, // 49: taskbroker.v1.BrokerService.Lease:output_type -> taskbroker.v1.LeaseResponse
-	14, // 50: taskbroker.v1.BrokerService.Heartbeat:output_type -> taskbroker.v1.HeartbeatResponse
-	16, // 51: taskbroker.v1.BrokerService.Checkpoint:output_type -> taskbroker.v1.CheckpointResponse
-	18, // 52: taskbroker.v1.BrokerService.Complete:output_type -> taskbroker.v1.CompleteResponse
-	23, // 53: taskbroker.v1.BrokerService.Fail:output_type -> taskbroker.v1.FailResponse
-	21, // 54: taskbroker.v1.BrokerService.CompleteMany:output_type -> taskbroker.v1.CompleteManyResponse
-	48, // [48:55] is the sub-list for method output_type
-	41, // [41:48] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	34, // 0: taskbroker.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	34, // 1: taskbroker.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	34, // 2: taskbroker.v1.RetryPolicy.schedule:type_name -> google.protobuf.Duration
+	35, // 3: taskbroker.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	35, // 4: taskbroker.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	4,  // 5: taskbroker.v1.TaskSpec.retry:type_name -> taskbroker.v1.RetryPolicy
+	29, // 6: taskbroker.v1.TaskSpec.metadata:type_name -> taskbroker.v1.TaskSpec.MetadataEntry
+	26, // 7: taskbroker.v1.TaskSpec.target:type_name -> taskbroker.v1.Target
+	27, // 8: taskbroker.v1.TaskSpec.sticky:type_name -> taskbroker.v1.StickyPolicy
+	28, // 9: taskbroker.v1.TaskSpec.fanout:type_name -> taskbroker.v1.Fanout
+	6,  // 10: taskbroker.v1.TaskSpec.depends_on_keys:type_name -> taskbroker.v1.TaskKey
+	1,  // 11: taskbroker.v1.TaskSpec.on_duplicate_key:type_name -> taskbroker.v1.DuplicateKeyPolicy
+	5,  // 12: taskbroker.v1.SubmitRequest.tasks:type_name -> taskbroker.v1.TaskSpec
+	8,  // 13: taskbroker.v1.SubmitResponse.results:type_name -> taskbroker.v1.SubmitResult
+	34, // 14: taskbroker.v1.LeaseRequest.lease_duration:type_name -> google.protobuf.Duration
+	34, // 15: taskbroker.v1.LeaseRequest.wait:type_name -> google.protobuf.Duration
+	30, // 16: taskbroker.v1.LeaseRequest.labels:type_name -> taskbroker.v1.LeaseRequest.LabelsEntry
+	35, // 17: taskbroker.v1.LeasedTask.deadline:type_name -> google.protobuf.Timestamp
+	31, // 18: taskbroker.v1.LeasedTask.metadata:type_name -> taskbroker.v1.LeasedTask.MetadataEntry
+	35, // 19: taskbroker.v1.LeasedTask.lease_expires_at:type_name -> google.protobuf.Timestamp
+	35, // 20: taskbroker.v1.LeasedTask.created_at:type_name -> google.protobuf.Timestamp
+	32, // 21: taskbroker.v1.LeasedTask.dependency_results:type_name -> taskbroker.v1.LeasedTask.DependencyResultsEntry
+	11, // 22: taskbroker.v1.LeaseResponse.tasks:type_name -> taskbroker.v1.LeasedTask
+	13, // 23: taskbroker.v1.HeartbeatRequest.leases:type_name -> taskbroker.v1.LeaseRef
+	34, // 24: taskbroker.v1.HeartbeatRequest.extend_by:type_name -> google.protobuf.Duration
+	35, // 25: taskbroker.v1.LeaseStatus.lease_expires_at:type_name -> google.protobuf.Timestamp
+	15, // 26: taskbroker.v1.HeartbeatResponse.leases:type_name -> taskbroker.v1.LeaseStatus
+	34, // 27: taskbroker.v1.CheckpointRequest.extend_by:type_name -> google.protobuf.Duration
+	35, // 28: taskbroker.v1.CheckpointResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	10, // 29: taskbroker.v1.CompleteRequest.lease_next:type_name -> taskbroker.v1.LeaseRequest
+	11, // 30: taskbroker.v1.CompleteResponse.next_tasks:type_name -> taskbroker.v1.LeasedTask
+	19, // 31: taskbroker.v1.CompleteManyRequest.completions:type_name -> taskbroker.v1.CompleteRequest
+	10, // 32: taskbroker.v1.CompleteManyRequest.lease_next:type_name -> taskbroker.v1.LeaseRequest
+	2,  // 33: taskbroker.v1.CompleteResult.outcome:type_name -> taskbroker.v1.CompleteOutcome
+	22, // 34: taskbroker.v1.CompleteManyResponse.results:type_name -> taskbroker.v1.CompleteResult
+	11, // 35: taskbroker.v1.CompleteManyResponse.next_tasks:type_name -> taskbroker.v1.LeasedTask
+	34, // 36: taskbroker.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
+	10, // 37: taskbroker.v1.FailRequest.lease_next:type_name -> taskbroker.v1.LeaseRequest
+	0,  // 38: taskbroker.v1.FailResponse.state:type_name -> taskbroker.v1.TaskState
+	35, // 39: taskbroker.v1.FailResponse.next_run_at:type_name -> google.protobuf.Timestamp
+	11, // 40: taskbroker.v1.FailResponse.next_tasks:type_name -> taskbroker.v1.LeasedTask
+	33, // 41: taskbroker.v1.Target.labels:type_name -> taskbroker.v1.Target.LabelsEntry
+	3,  // 42: taskbroker.v1.StickyPolicy.strategy:type_name -> taskbroker.v1.StickyStrategy
+	34, // 43: taskbroker.v1.StickyPolicy.timeout:type_name -> google.protobuf.Duration
+	7,  // 44: taskbroker.v1.BrokerService.Submit:input_type -> taskbroker.v1.SubmitRequest
+	10, // 45: taskbroker.v1.BrokerService.Lease:input_type -> taskbroker.v1.LeaseRequest
+	14, // 46: taskbroker.v1.BrokerService.Heartbeat:input_type -> taskbroker.v1.HeartbeatRequest
+	17, // 47: taskbroker.v1.BrokerService.Checkpoint:input_type -> taskbroker.v1.CheckpointRequest
+	19, // 48: taskbroker.v1.BrokerService.Complete:input_type -> taskbroker.v1.CompleteRequest
+	24, // 49: taskbroker.v1.BrokerService.Fail:input_type -> taskbroker.v1.FailRequest
+	21, // 50: taskbroker.v1.BrokerService.CompleteMany:input_type -> taskbroker.v1.CompleteManyRequest
+	9,  // 51: taskbroker.v1.BrokerService.Submit:output_type -> taskbroker.v1.SubmitResponse
+	12, // 52: taskbroker.v1.BrokerService.Lease:output_type -> taskbroker.v1.LeaseResponse
+	16, // 53: taskbroker.v1.BrokerService.Heartbeat:output_type -> taskbroker.v1.HeartbeatResponse
+	18, // 54: taskbroker.v1.BrokerService.Checkpoint:output_type -> taskbroker.v1.CheckpointResponse
+	20, // 55: taskbroker.v1.BrokerService.Complete:output_type -> taskbroker.v1.CompleteResponse
+	25, // 56: taskbroker.v1.BrokerService.Fail:output_type -> taskbroker.v1.FailResponse
+	23, // 57: taskbroker.v1.BrokerService.CompleteMany:output_type -> taskbroker.v1.CompleteManyResponse
+	51, // [51:58] is the sub-list for method output_type
+	44, // [44:51] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_taskbroker_v1_broker_proto_init() }
@@ -2210,8 +2406,8 @@ func file_taskbroker_v1_broker_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskbroker_v1_broker_proto_rawDesc), len(file_taskbroker_v1_broker_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   28,
+			NumEnums:      4,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -57,6 +57,9 @@ const (
 	TaskEventKind_TASK_EVENT_KIND_UPDATED TaskEventKind = 11
 	// The last dependency succeeded: BLOCKED -> READY or SCHEDULED.
 	TaskEventKind_TASK_EVENT_KIND_UNBLOCKED TaskEventKind = 12
+	// A later submission with the same key replaced the payload, run_at, priority
+	// and metadata of the waiting task (DUPLICATE_KEY_POLICY_REPLACE_WAITING).
+	TaskEventKind_TASK_EVENT_KIND_REPLACED TaskEventKind = 13
 )
 
 // Enum value maps for TaskEventKind.
@@ -75,6 +78,7 @@ var (
 		10: "TASK_EVENT_KIND_REQUEUED",
 		11: "TASK_EVENT_KIND_UPDATED",
 		12: "TASK_EVENT_KIND_UNBLOCKED",
+		13: "TASK_EVENT_KIND_REPLACED",
 	}
 	TaskEventKind_value = map[string]int32{
 		"TASK_EVENT_KIND_UNSPECIFIED":     0,
@@ -90,6 +94,7 @@ var (
 		"TASK_EVENT_KIND_REQUEUED":        10,
 		"TASK_EVENT_KIND_UPDATED":         11,
 		"TASK_EVENT_KIND_UNBLOCKED":       12,
+		"TASK_EVENT_KIND_REPLACED":        13,
 	}
 )
 
@@ -1051,7 +1056,7 @@ const file_taskbroker_v1_event_proto_rawDesc = "" +
 	"\amatched\x18\x01 \x01(\x04R\amatched\x12\x1a\n" +
 	"\brequeued\x18\x02 \x01(\x04R\brequeued\x122\n" +
 	"\x06sample\x18\x03 \x03(\v2\x1a.taskbroker.v1.TaskSummaryR\x06sample\x12:\n" +
-	"\vlast_run_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tlastRunAt*\xa4\x03\n" +
+	"\vlast_run_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tlastRunAt*\xc2\x03\n" +
 	"\rTaskEventKind\x12\x1f\n" +
 	"\x1bTASK_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19TASK_EVENT_KIND_SUBMITTED\x10\x01\x12\x1a\n" +
@@ -1066,7 +1071,8 @@ const file_taskbroker_v1_event_proto_rawDesc = "" +
 	"\x18TASK_EVENT_KIND_REQUEUED\x10\n" +
 	"\x12\x1b\n" +
 	"\x17TASK_EVENT_KIND_UPDATED\x10\v\x12\x1d\n" +
-	"\x19TASK_EVENT_KIND_UNBLOCKED\x10\f*n\n" +
+	"\x19TASK_EVENT_KIND_UNBLOCKED\x10\f\x12\x1c\n" +
+	"\x18TASK_EVENT_KIND_REPLACED\x10\r*n\n" +
 	"\fCancelReason\x12\x1d\n" +
 	"\x19CANCEL_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16CANCEL_REASON_OPERATOR\x10\x01\x12#\n" +

@@ -260,9 +260,15 @@ type QueueConfig struct {
 	// Finished tasks are deleted this long after they finish; zero keeps them.
 	Retention *durationpb.Duration `protobuf:"bytes,13,opt,name=retention,proto3" json:"retention,omitempty"`
 	// The shortest lease duration a Lease call may ask for.
-	MinLease      *durationpb.Duration `protobuf:"bytes,14,opt,name=min_lease,json=minLease,proto3" json:"min_lease,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MinLease *durationpb.Duration `protobuf:"bytes,14,opt,name=min_lease,json=minLease,proto3" json:"min_lease,omitempty"`
+	// Backpressure: Submit refuses (RESOURCE_EXHAUSTED, with RetryInfo and
+	// QuotaFailure) tasks that would take the queue's waiting tasks (SCHEDULED,
+	// READY or BLOCKED) above this many; 0 means no limit.
+	MaxPending uint64 `protobuf:"varint,15,opt,name=max_pending,json=maxPending,proto3" json:"max_pending,omitempty"`
+	// Backpressure: as max_pending, for the sum of the waiting tasks' payload bytes.
+	MaxPendingBytes uint64 `protobuf:"varint,16,opt,name=max_pending_bytes,json=maxPendingBytes,proto3" json:"max_pending_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *QueueConfig) Reset() {
@@ -391,6 +397,20 @@ func (x *QueueConfig) GetMinLease() *durationpb.Duration {
 		return x.MinLease
 	}
 	return nil
+}
+
+func (x *QueueConfig) GetMaxPending() uint64 {
+	if x != nil {
+		return x.MaxPending
+	}
+	return 0
+}
+
+func (x *QueueConfig) GetMaxPendingBytes() uint64 {
+	if x != nil {
+		return x.MaxPendingBytes
+	}
+	return 0
 }
 
 // A queue and its live settings.
@@ -744,7 +764,9 @@ type Gate struct {
 	// BLOCKED_BY_DEPENDENCY: the dependencies that have not finished (up to 100).
 	HolderTaskIds []string `protobuf:"bytes,4,rep,name=holder_task_ids,json=holderTaskIds,proto3" json:"holder_task_ids,omitempty"`
 	// WAITING_BEHIND: how many READY tasks of the queue lease first.
-	Ahead         uint64 `protobuf:"varint,5,opt,name=ahead,proto3" json:"ahead,omitempty"`
+	Ahead uint64 `protobuf:"varint,5,opt,name=ahead,proto3" json:"ahead,omitempty"`
+	// BLOCKED_BY_DEPENDENCY: the depends_on_keys no task has yet (up to 100).
+	MissingKeys   []*TaskKey `protobuf:"bytes,6,rep,name=missing_keys,json=missingKeys,proto3" json:"missing_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -812,6 +834,13 @@ func (x *Gate) GetAhead() uint64 {
 		return x.Ahead
 	}
 	return 0
+}
+
+func (x *Gate) GetMissingKeys() []*TaskKey {
+	if x != nil {
+		return x.MissingKeys
+	}
+	return nil
 }
 
 type ExplainTaskRequest struct {
@@ -928,7 +957,7 @@ const file_taskbroker_v1_queue_proto_rawDesc = "" +
 	"\tRateLimit\x12\x1d\n" +
 	"\n" +
 	"per_second\x18\x01 \x01(\x01R\tperSecond\x12\x14\n" +
-	"\x05burst\x18\x02 \x01(\rR\x05burst\"\x81\x06\n" +
+	"\x05burst\x18\x02 \x01(\rR\x05burst\"\xce\x06\n" +
 	"\vQueueConfig\x12\x16\n" +
 	"\x06paused\x18\x01 \x01(\bR\x06paused\x12%\n" +
 	"\x0emax_concurrent\x18\x02 \x01(\rR\rmaxConcurrent\x127\n" +
@@ -945,7 +974,10 @@ const file_taskbroker_v1_queue_proto_rawDesc = "" +
 	"\tmax_lease\x18\v \x01(\v2\x19.google.protobuf.DurationR\bmaxLease\x12*\n" +
 	"\x11max_payload_bytes\x18\f \x01(\x04R\x0fmaxPayloadBytes\x127\n" +
 	"\tretention\x18\r \x01(\v2\x19.google.protobuf.DurationR\tretention\x126\n" +
-	"\tmin_lease\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\bminLease\"\x8c\x01\n" +
+	"\tmin_lease\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\bminLease\x12\x1f\n" +
+	"\vmax_pending\x18\x0f \x01(\x04R\n" +
+	"maxPending\x12*\n" +
+	"\x11max_pending_bytes\x18\x10 \x01(\x04R\x0fmaxPendingBytes\"\x8c\x01\n" +
 	"\x05Queue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x06config\x18\x02 \x01(\v2\x1a.taskbroker.v1.QueueConfigR\x06config\x12;\n" +
@@ -964,13 +996,14 @@ const file_taskbroker_v1_queue_proto_rawDesc = "" +
 	"\vupdate_mask\x18\x03 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
 	"updateMask\"A\n" +
 	"\x13UpdateQueueResponse\x12*\n" +
-	"\x05queue\x18\x01 \x01(\v2\x14.taskbroker.v1.QueueR\x05queue\"\xbb\x01\n" +
+	"\x05queue\x18\x01 \x01(\v2\x14.taskbroker.v1.QueueR\x05queue\"\xf6\x01\n" +
 	"\x04Gate\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.taskbroker.v1.GateKindR\x04kind\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x120\n" +
 	"\x05until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12&\n" +
 	"\x0fholder_task_ids\x18\x04 \x03(\tR\rholderTaskIds\x12\x14\n" +
-	"\x05ahead\x18\x05 \x01(\x04R\x05ahead\"-\n" +
+	"\x05ahead\x18\x05 \x01(\x04R\x05ahead\x129\n" +
+	"\fmissing_keys\x18\x06 \x03(\v2\x16.taskbroker.v1.TaskKeyR\vmissingKeys\"-\n" +
 	"\x12ExplainTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\"\x89\x01\n" +
 	"\x13ExplainTaskResponse\x12\x17\n" +
@@ -1030,7 +1063,8 @@ var file_taskbroker_v1_queue_proto_goTypes = []any{
 	(*RetryPolicy)(nil),           // 15: taskbroker.v1.RetryPolicy
 	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 	(*fieldmaskpb.FieldMask)(nil), // 17: google.protobuf.FieldMask
-	(TaskState)(0),                // 18: taskbroker.v1.TaskState
+	(*TaskKey)(nil),               // 18: taskbroker.v1.TaskKey
+	(TaskState)(0),                // 19: taskbroker.v1.TaskState
 }
 var file_taskbroker_v1_queue_proto_depIdxs = []int32{
 	2,  // 0: taskbroker.v1.QueueConfig.rate_limit:type_name -> taskbroker.v1.RateLimit
@@ -1051,13 +1085,14 @@ var file_taskbroker_v1_queue_proto_depIdxs = []int32{
 	4,  // 15: taskbroker.v1.UpdateQueueResponse.queue:type_name -> taskbroker.v1.Queue
 	1,  // 16: taskbroker.v1.Gate.kind:type_name -> taskbroker.v1.GateKind
 	16, // 17: taskbroker.v1.Gate.until:type_name -> google.protobuf.Timestamp
-	18, // 18: taskbroker.v1.ExplainTaskResponse.state:type_name -> taskbroker.v1.TaskState
-	11, // 19: taskbroker.v1.ExplainTaskResponse.gates:type_name -> taskbroker.v1.Gate
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	18, // 18: taskbroker.v1.Gate.missing_keys:type_name -> taskbroker.v1.TaskKey
+	19, // 19: taskbroker.v1.ExplainTaskResponse.state:type_name -> taskbroker.v1.TaskState
+	11, // 20: taskbroker.v1.ExplainTaskResponse.gates:type_name -> taskbroker.v1.Gate
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_taskbroker_v1_queue_proto_init() }

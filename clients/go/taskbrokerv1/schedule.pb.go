@@ -340,6 +340,19 @@ type TaskTemplate struct {
 	Metadata map[string]string `protobuf:"bytes,5,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Each task must finish this long after it is made, or it goes DEAD. Optional.
 	DeadlineAfter *durationpb.Duration `protobuf:"bytes,6,opt,name=deadline_after,json=deadlineAfter,proto3" json:"deadline_after,omitempty"`
+	// As TaskSpec.target: which workers may lease each task.
+	Target *Target `protobuf:"bytes,7,opt,name=target,proto3" json:"target,omitempty"`
+	// As TaskSpec.sticky.
+	Sticky *StickyPolicy `protobuf:"bytes,8,opt,name=sticky,proto3" json:"sticky,omitempty"`
+	// As TaskSpec.fanout: each fire time makes this many copies.
+	Fanout *Fanout `protobuf:"bytes,9,opt,name=fanout,proto3" json:"fanout,omitempty"`
+	// As TaskSpec.concurrency_key.
+	ConcurrencyKey string `protobuf:"bytes,10,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	// The key of each task, with `{fire_time}` (RFC 3339, UTC) and `{schedule_id}`
+	// substituted, e.g. "report-{fire_time}". A fire time whose key is taken makes
+	// no new task (deduplicated, as Submit does). Empty: no key. The expanded key
+	// must be a valid TaskSpec.key; `{` and `}` appear only in these placeholders.
+	Key           string `protobuf:"bytes,11,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -414,6 +427,41 @@ func (x *TaskTemplate) GetDeadlineAfter() *durationpb.Duration {
 		return x.DeadlineAfter
 	}
 	return nil
+}
+
+func (x *TaskTemplate) GetTarget() *Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *TaskTemplate) GetSticky() *StickyPolicy {
+	if x != nil {
+		return x.Sticky
+	}
+	return nil
+}
+
+func (x *TaskTemplate) GetFanout() *Fanout {
+	if x != nil {
+		return x.Fanout
+	}
+	return nil
+}
+
+func (x *TaskTemplate) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
+}
+
+func (x *TaskTemplate) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
 }
 
 type Schedule struct {
@@ -1646,14 +1694,20 @@ const file_taskbroker_v1_schedule_proto_rawDesc = "" +
 	"\aonce_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampH\x00R\x06onceAt\x12\x1a\n" +
 	"\btimezone\x18\x04 \x01(\tR\btimezone\x122\n" +
 	"\x06anchor\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06anchorB\x06\n" +
-	"\x04kind\"\xd2\x02\n" +
+	"\x04kind\"\xa0\x04\n" +
 	"\fTaskTemplate\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1a\n" +
 	"\bpriority\x18\x03 \x01(\x05R\bpriority\x120\n" +
 	"\x05retry\x18\x04 \x01(\v2\x1a.taskbroker.v1.RetryPolicyR\x05retry\x12E\n" +
 	"\bmetadata\x18\x05 \x03(\v2).taskbroker.v1.TaskTemplate.MetadataEntryR\bmetadata\x12@\n" +
-	"\x0edeadline_after\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\rdeadlineAfter\x1a;\n" +
+	"\x0edeadline_after\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\rdeadlineAfter\x12-\n" +
+	"\x06target\x18\a \x01(\v2\x15.taskbroker.v1.TargetR\x06target\x123\n" +
+	"\x06sticky\x18\b \x01(\v2\x1b.taskbroker.v1.StickyPolicyR\x06sticky\x12-\n" +
+	"\x06fanout\x18\t \x01(\v2\x15.taskbroker.v1.FanoutR\x06fanout\x12'\n" +
+	"\x0fconcurrency_key\x18\n" +
+	" \x01(\tR\x0econcurrencyKey\x12\x10\n" +
+	"\x03key\x18\v \x01(\tR\x03key\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x06\n" +
@@ -1823,8 +1877,11 @@ var file_taskbroker_v1_schedule_proto_goTypes = []any{
 	(*durationpb.Duration)(nil),      // 28: google.protobuf.Duration
 	(*timestamppb.Timestamp)(nil),    // 29: google.protobuf.Timestamp
 	(*RetryPolicy)(nil),              // 30: taskbroker.v1.RetryPolicy
-	(*fieldmaskpb.FieldMask)(nil),    // 31: google.protobuf.FieldMask
-	(TaskState)(0),                   // 32: taskbroker.v1.TaskState
+	(*Target)(nil),                   // 31: taskbroker.v1.Target
+	(*StickyPolicy)(nil),             // 32: taskbroker.v1.StickyPolicy
+	(*Fanout)(nil),                   // 33: taskbroker.v1.Fanout
+	(*fieldmaskpb.FieldMask)(nil),    // 34: google.protobuf.FieldMask
+	(TaskState)(0),                   // 35: taskbroker.v1.TaskState
 }
 var file_taskbroker_v1_schedule_proto_depIdxs = []int32{
 	28, // 0: taskbroker.v1.ScheduleSpec.every:type_name -> google.protobuf.Duration
@@ -1833,61 +1890,64 @@ var file_taskbroker_v1_schedule_proto_depIdxs = []int32{
 	30, // 3: taskbroker.v1.TaskTemplate.retry:type_name -> taskbroker.v1.RetryPolicy
 	27, // 4: taskbroker.v1.TaskTemplate.metadata:type_name -> taskbroker.v1.TaskTemplate.MetadataEntry
 	28, // 5: taskbroker.v1.TaskTemplate.deadline_after:type_name -> google.protobuf.Duration
-	3,  // 6: taskbroker.v1.Schedule.spec:type_name -> taskbroker.v1.ScheduleSpec
-	29, // 7: taskbroker.v1.Schedule.start_time:type_name -> google.protobuf.Timestamp
-	29, // 8: taskbroker.v1.Schedule.end_time:type_name -> google.protobuf.Timestamp
-	4,  // 9: taskbroker.v1.Schedule.task:type_name -> taskbroker.v1.TaskTemplate
-	0,  // 10: taskbroker.v1.Schedule.overlap:type_name -> taskbroker.v1.OverlapPolicy
-	1,  // 11: taskbroker.v1.Schedule.misfire:type_name -> taskbroker.v1.MisfirePolicy
-	28, // 12: taskbroker.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
-	29, // 13: taskbroker.v1.Schedule.next_fire_at:type_name -> google.protobuf.Timestamp
-	29, // 14: taskbroker.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	29, // 15: taskbroker.v1.Schedule.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 16: taskbroker.v1.Schedule.state:type_name -> taskbroker.v1.ScheduleState
-	29, // 17: taskbroker.v1.Schedule.updated_at:type_name -> google.protobuf.Timestamp
-	5,  // 18: taskbroker.v1.CreateScheduleRequest.schedule:type_name -> taskbroker.v1.Schedule
-	5,  // 19: taskbroker.v1.CreateScheduleResponse.schedule:type_name -> taskbroker.v1.Schedule
-	5,  // 20: taskbroker.v1.GetScheduleResponse.schedule:type_name -> taskbroker.v1.Schedule
-	5,  // 21: taskbroker.v1.ListSchedulesResponse.schedules:type_name -> taskbroker.v1.Schedule
-	5,  // 22: taskbroker.v1.UpdateScheduleRequest.schedule:type_name -> taskbroker.v1.Schedule
-	31, // 23: taskbroker.v1.UpdateScheduleRequest.update_mask:type_name -> google.protobuf.FieldMask
-	5,  // 24: taskbroker.v1.UpdateScheduleResponse.schedule:type_name -> taskbroker.v1.Schedule
-	5,  // 25: taskbroker.v1.PauseScheduleResponse.schedule:type_name -> taskbroker.v1.Schedule
-	5,  // 26: taskbroker.v1.ResumeScheduleResponse.schedule:type_name -> taskbroker.v1.Schedule
-	22, // 27: taskbroker.v1.TriggerScheduleResponse.run:type_name -> taskbroker.v1.ScheduleRun
-	29, // 28: taskbroker.v1.ScheduleRun.fire_time:type_name -> google.protobuf.Timestamp
-	32, // 29: taskbroker.v1.ScheduleRun.task_state:type_name -> taskbroker.v1.TaskState
-	22, // 30: taskbroker.v1.ListScheduleRunsResponse.runs:type_name -> taskbroker.v1.ScheduleRun
-	3,  // 31: taskbroker.v1.PreviewScheduleRequest.spec:type_name -> taskbroker.v1.ScheduleSpec
-	29, // 32: taskbroker.v1.PreviewScheduleRequest.start_time:type_name -> google.protobuf.Timestamp
-	29, // 33: taskbroker.v1.PreviewScheduleRequest.end_time:type_name -> google.protobuf.Timestamp
-	29, // 34: taskbroker.v1.PreviewScheduleRequest.after:type_name -> google.protobuf.Timestamp
-	29, // 35: taskbroker.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	6,  // 36: taskbroker.v1.ScheduleService.CreateSchedule:input_type -> taskbroker.v1.CreateScheduleRequest
-	8,  // 37: taskbroker.v1.ScheduleService.GetSchedule:input_type -> taskbroker.v1.GetScheduleRequest
-	10, // 38: taskbroker.v1.ScheduleService.ListSchedules:input_type -> taskbroker.v1.ListSchedulesRequest
-	12, // 39: taskbroker.v1.ScheduleService.UpdateSchedule:input_type -> taskbroker.v1.UpdateScheduleRequest
-	14, // 40: taskbroker.v1.ScheduleService.PauseSchedule:input_type -> taskbroker.v1.PauseScheduleRequest
-	16, // 41: taskbroker.v1.ScheduleService.ResumeSchedule:input_type -> taskbroker.v1.ResumeScheduleRequest
-	18, // 42: taskbroker.v1.ScheduleService.DeleteSchedule:input_type -> taskbroker.v1.DeleteScheduleRequest
-	20, // 43: taskbroker.v1.ScheduleService.TriggerSchedule:input_type -> taskbroker.v1.TriggerScheduleRequest
-	23, // 44: taskbroker.v1.ScheduleService.ListScheduleRuns:input_type -> taskbroker.v1.ListScheduleRunsRequest
-	25, // 45: taskbroker.v1.ScheduleService.PreviewSchedule:input_type -> taskbroker.v1.PreviewScheduleRequest
-	7,  // 46: taskbroker.v1.ScheduleService.CreateSchedule:output_type -> taskbroker.v1.CreateScheduleResponse
-	9,  // 47: taskbroker.v1.ScheduleService.GetSchedule:output_type -> taskbroker.v1.GetScheduleResponse
-	11, // 48: taskbroker.v1.ScheduleService.ListSchedules:output_type -> taskbroker.v1.ListSchedulesResponse
-	13, // 49: taskbroker.v1.ScheduleService.UpdateSchedule:output_type -> taskbroker.v1.UpdateScheduleResponse
-	15, // 50: taskbroker.v1.ScheduleService.PauseSchedule:output_type -> taskbroker.v1.PauseScheduleResponse
-	17, // 51: taskbroker.v1.ScheduleService.ResumeSchedule:output_type -> taskbroker.v1.ResumeScheduleResponse
-	19, // 52: taskbroker.v1.ScheduleService.DeleteSchedule:output_type -> taskbroker.v1.DeleteScheduleResponse
-	21, // 53: taskbroker.v1.ScheduleService.TriggerSchedule:output_type -> taskbroker.v1.TriggerScheduleResponse
-	24, // 54: taskbroker.v1.ScheduleService.ListScheduleRuns:output_type -> taskbroker.v1.ListScheduleRunsResponse
-	26, // 55: taskbroker.v1.ScheduleService.PreviewSchedule:output_type -> taskbroker.v1.PreviewScheduleResponse
-	46, // [46:56] is the sub-list for method output_type
-	36, // [36:46] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	31, // 6: taskbroker.v1.TaskTemplate.target:type_name -> taskbroker.v1.Target
+	32, // 7: taskbroker.v1.TaskTemplate.sticky:type_name -> taskbroker.v1.StickyPolicy
+	33, // 8: taskbroker.v1.TaskTemplate.fanout:type_name -> taskbroker.v1.Fanout
+	3,  // 9: taskbroker.v1.Schedule.spec:type_name -> taskbroker.v1.ScheduleSpec
+	29, // 10: taskbroker.v1.Schedule.start_time:type_name -> google.protobuf.Timestamp
+	29, // 11: taskbroker.v1.Schedule.end_time:type_name -> google.protobuf.Timestamp
+	4,  // 12: taskbroker.v1.Schedule.task:type_name -> taskbroker.v1.TaskTemplate
+	0,  // 13: taskbroker.v1.Schedule.overlap:type_name -> taskbroker.v1.OverlapPolicy
+	1,  // 14: taskbroker.v1.Schedule.misfire:type_name -> taskbroker.v1.MisfirePolicy
+	28, // 15: taskbroker.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
+	29, // 16: taskbroker.v1.Schedule.next_fire_at:type_name -> google.protobuf.Timestamp
+	29, // 17: taskbroker.v1.Schedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	29, // 18: taskbroker.v1.Schedule.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 19: taskbroker.v1.Schedule.state:type_name -> taskbroker.v1.ScheduleState
+	29, // 20: taskbroker.v1.Schedule.updated_at:type_name -> google.protobuf.Timestamp
+	5,  // 21: taskbroker.v1.CreateScheduleRequest.schedule:type_name -> taskbroker.v1.Schedule
+	5,  // 22: taskbroker.v1.CreateScheduleResponse.schedule:type_name -> taskbroker.v1.Schedule
+	5,  // 23: taskbroker.v1.GetScheduleResponse.schedule:type_name -> taskbroker.v1.Schedule
+	5,  // 24: taskbroker.v1.ListSchedulesResponse.schedules:type_name -> taskbroker.v1.Schedule
+	5,  // 25: taskbroker.v1.UpdateScheduleRequest.schedule:type_name -> taskbroker.v1.Schedule
+	34, // 26: taskbroker.v1.UpdateScheduleRequest.update_mask:type_name -> google.protobuf.FieldMask
+	5,  // 27: taskbroker.v1.UpdateScheduleResponse.schedule:type_name -> taskbroker.v1.Schedule
+	5,  // 28: taskbroker.v1.PauseScheduleResponse.schedule:type_name -> taskbroker.v1.Schedule
+	5,  // 29: taskbroker.v1.ResumeScheduleResponse.schedule:type_name -> taskbroker.v1.Schedule
+	22, // 30: taskbroker.v1.TriggerScheduleResponse.run:type_name -> taskbroker.v1.ScheduleRun
+	29, // 31: taskbroker.v1.ScheduleRun.fire_time:type_name -> google.protobuf.Timestamp
+	35, // 32: taskbroker.v1.ScheduleRun.task_state:type_name -> taskbroker.v1.TaskState
+	22, // 33: taskbroker.v1.ListScheduleRunsResponse.runs:type_name -> taskbroker.v1.ScheduleRun
+	3,  // 34: taskbroker.v1.PreviewScheduleRequest.spec:type_name -> taskbroker.v1.ScheduleSpec
+	29, // 35: taskbroker.v1.PreviewScheduleRequest.start_time:type_name -> google.protobuf.Timestamp
+	29, // 36: taskbroker.v1.PreviewScheduleRequest.end_time:type_name -> google.protobuf.Timestamp
+	29, // 37: taskbroker.v1.PreviewScheduleRequest.after:type_name -> google.protobuf.Timestamp
+	29, // 38: taskbroker.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	6,  // 39: taskbroker.v1.ScheduleService.CreateSchedule:input_type -> taskbroker.v1.CreateScheduleRequest
+	8,  // 40: taskbroker.v1.ScheduleService.GetSchedule:input_type -> taskbroker.v1.GetScheduleRequest
+	10, // 41: taskbroker.v1.ScheduleService.ListSchedules:input_type -> taskbroker.v1.ListSchedulesRequest
+	12, // 42: taskbroker.v1.ScheduleService.UpdateSchedule:input_type -> taskbroker.v1.UpdateScheduleRequest
+	14, // 43: taskbroker.v1.ScheduleService.PauseSchedule:input_type -> taskbroker.v1.PauseScheduleRequest
+	16, // 44: taskbroker.v1.ScheduleService.ResumeSchedule:input_type -> taskbroker.v1.ResumeScheduleRequest
+	18, // 45: taskbroker.v1.ScheduleService.DeleteSchedule:input_type -> taskbroker.v1.DeleteScheduleRequest
+	20, // 46: taskbroker.v1.ScheduleService.TriggerSchedule:input_type -> taskbroker.v1.TriggerScheduleRequest
+	23, // 47: taskbroker.v1.ScheduleService.ListScheduleRuns:input_type -> taskbroker.v1.ListScheduleRunsRequest
+	25, // 48: taskbroker.v1.ScheduleService.PreviewSchedule:input_type -> taskbroker.v1.PreviewScheduleRequest
+	7,  // 49: taskbroker.v1.ScheduleService.CreateSchedule:output_type -> taskbroker.v1.CreateScheduleResponse
+	9,  // 50: taskbroker.v1.ScheduleService.GetSchedule:output_type -> taskbroker.v1.GetScheduleResponse
+	11, // 51: taskbroker.v1.ScheduleService.ListSchedules:output_type -> taskbroker.v1.ListSchedulesResponse
+	13, // 52: taskbroker.v1.ScheduleService.UpdateSchedule:output_type -> taskbroker.v1.UpdateScheduleResponse
+	15, // 53: taskbroker.v1.ScheduleService.PauseSchedule:output_type -> taskbroker.v1.PauseScheduleResponse
+	17, // 54: taskbroker.v1.ScheduleService.ResumeSchedule:output_type -> taskbroker.v1.ResumeScheduleResponse
+	19, // 55: taskbroker.v1.ScheduleService.DeleteSchedule:output_type -> taskbroker.v1.DeleteScheduleResponse
+	21, // 56: taskbroker.v1.ScheduleService.TriggerSchedule:output_type -> taskbroker.v1.TriggerScheduleResponse
+	24, // 57: taskbroker.v1.ScheduleService.ListScheduleRuns:output_type -> taskbroker.v1.ListScheduleRunsResponse
+	26, // 58: taskbroker.v1.ScheduleService.PreviewSchedule:output_type -> taskbroker.v1.PreviewScheduleResponse
+	49, // [49:59] is the sub-list for method output_type
+	39, // [39:49] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_taskbroker_v1_schedule_proto_init() }

@@ -82,6 +82,7 @@ fn gate_to_pb(g: admission::Gate) -> pb::Gate {
         until: g.until.map(to_timestamp),
         holder_task_ids: g.holders,
         ahead: g.ahead,
+        missing_keys: Vec::new(),
     }
 }
 
@@ -119,6 +120,8 @@ fn queue_to_pb(q: QueueView) -> pb::Queue {
             max_payload_bytes: s.max_payload_bytes as u64,
             retention: Some(to_duration(s.retention)),
             min_lease: Some(to_duration(s.min_lease)),
+            max_pending: c.max_pending,
+            max_pending_bytes: c.max_pending_bytes,
         }),
         update_time: l.updated_at.map(to_timestamp),
     }
@@ -208,5 +211,7 @@ fn config_from_pb(c: pb::QueueConfig, paths: &[String]) -> Result<QueueConfig, I
         max_payload_bytes: (c.max_payload_bytes > 0).then_some(c.max_payload_bytes),
         // Zero keeps finished tasks for good; unset means the broker's default.
         retention_ms: duration("config.retention", c.retention.as_ref())?.map(ms),
+        max_pending: c.max_pending,
+        max_pending_bytes: c.max_pending_bytes,
     })
 }

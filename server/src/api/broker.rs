@@ -29,6 +29,13 @@ fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid
     let f = |name: &str| format!("tasks[{i}].{name}");
     // Flow.
     let flow = super::flow::flow_spec(i, &t)?;
+    // Not served by this broker yet: refused rather than ignored.
+    if !t.depends_on_keys.is_empty() {
+        return Err(Invalid::new(
+            f("depends_on_keys"),
+            "is not supported by this broker yet",
+        ));
+    }
     let retry = match t.retry {
         None => service::RetrySpec::default(),
         Some(r) => service::RetrySpec {
@@ -56,6 +63,24 @@ fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid
         }),
         flow,
         concurrency_key: (!t.concurrency_key.is_empty()).then_some(t.concurrency_key),
+        at_most_once: t.at_most_once,
+        on_duplicate: match pb::DuplicateKeyPolicy::try_from(t.on_duplicate_key) {
+            Ok(pb::DuplicateKeyPolicy::Unspecified | pb::DuplicateKeyPolicy::KeepExisting) => {
+                service::DuplicateKey::KeepExisting
+            }
+            Ok(pb::DuplicateKeyPolicy::ReplaceWaiting) => {
+                return Err(Invalid::new(
+                    f("on_duplicate_key"),
+                    "REPLACE_WAITING is not supported by this broker yet",
+                ));
+            }
+            Err(_) => {
+                return Err(Invalid::new(
+                    f("on_duplicate_key"),
+                    format!("{} is not a DuplicateKeyPolicy", t.on_duplicate_key),
+                ));
+            }
+        },
     })
 }
 
@@ -264,6 +289,7 @@ impl BrokerService for BrokerApi {
                     task_id: r.task_id,
                     deduplicated: r.deduplicated,
                     copy_task_ids: r.copy_task_ids,
+                    replaced: false,
                 })
                 .collect(),
         }))

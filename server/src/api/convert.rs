@@ -99,6 +99,7 @@ pub fn retry_to_pb(r: &RetryPolicy) -> pb::RetryPolicy {
 }
 
 pub fn leased_task(t: TaskRecord) -> pb::LeasedTask {
+    let at_most_once = crate::service::is_at_most_once(&t.metadata);
     pb::LeasedTask {
         task_id: t.id,
         queue: t.queue,
@@ -117,10 +118,13 @@ pub fn leased_task(t: TaskRecord) -> pb::LeasedTask {
         created_at: Some(to_timestamp(t.created_at)),
         fanout_group: t.routing.fanout_group.unwrap_or_default(),
         concurrency_key: t.concurrency_key.unwrap_or_default(),
+        dependency_results: Default::default(),
+        at_most_once,
     }
 }
 
 pub fn task(t: TaskRecord, now: DateTime<Utc>) -> pb::Task {
+    let at_most_once = crate::service::is_at_most_once(&t.metadata);
     let state = TaskState::of(t.state, t.run_at, now);
     let leased = t.state == StoredState::Leased;
     pb::Task {
@@ -165,6 +169,8 @@ pub fn task(t: TaskRecord, now: DateTime<Utc>) -> pb::Task {
         run_if_dependency_fails: false,
         cancel_reason: 0,
         concurrency_key: t.concurrency_key.unwrap_or_default(),
+        depends_on_keys: Vec::new(),
+        at_most_once,
     }
 }
 

@@ -44,6 +44,22 @@ pub fn status(e: ServiceError) -> Status {
             tracing::warn!(error = %source, cause = ?std::error::Error::source(source), "database unavailable");
             Status::unavailable("database unavailable, retry later")
         }
+        ServiceError::QueueFull {
+            ref queue,
+            limit,
+            retry_after,
+            ..
+        } => {
+            let mut details = ErrorDetails::new();
+            if let Some(after) = retry_after {
+                details.set_retry_info(Some(after));
+            }
+            details.add_quota_failure_violation(
+                format!("queue:{queue}"),
+                format!("the queue's {limit} is reached"),
+            );
+            Status::with_error_details(Code::ResourceExhausted, e.to_string(), details)
+        }
         ServiceError::DeadlineExceeded => Status::deadline_exceeded(e.to_string()),
         ServiceError::Draining => Status::unavailable("broker is shutting down"),
         ServiceError::Internal(ref source) => {

@@ -27,6 +27,8 @@ pub use crate::service::PRODUCER_KEY;
 pub(crate) const DESCRIPTOR: &[u8] = tonic::include_file_descriptor_set!("taskbroker_descriptor");
 pub(crate) const KEDA_DESCRIPTOR: &[u8] =
     tonic::include_file_descriptor_set!("externalscaler_descriptor");
+/// `google/rpc/error_details.proto`, for reflection: the details of error statuses.
+pub(crate) const RPC_DESCRIPTOR: &[u8] = tonic::include_file_descriptor_set!("rpc_descriptor");
 
 /// The producer name of an authenticated producer call.
 fn producer_of<T>(request: &tonic::Request<T>) -> Option<String> {

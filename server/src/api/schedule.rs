@@ -93,6 +93,18 @@ fn misfire_from_pb(v: i32) -> Result<Misfire, Invalid> {
 
 fn template_from_pb(t: pb::TaskTemplate) -> Result<TemplateInput, Invalid> {
     let f = |name: &str| format!("schedule.task.{name}");
+    // Not served by this broker yet: refused rather than ignored.
+    for (name, set) in [
+        ("target", t.target.is_some()),
+        ("sticky", t.sticky.is_some()),
+        ("fanout", t.fanout.is_some()),
+        ("concurrency_key", !t.concurrency_key.is_empty()),
+        ("key", !t.key.is_empty()),
+    ] {
+        if set {
+            return Err(Invalid::new(f(name), "is not supported by this broker yet"));
+        }
+    }
     let retry = match t.retry {
         None => RetrySpec::default(),
         Some(r) => RetrySpec {
@@ -175,6 +187,7 @@ pub fn schedule_to_pb(s: ScheduleRecord) -> pb::Schedule {
             retry: Some(retry_to_pb(&t.retry)),
             metadata: t.metadata.clone().into_iter().collect(),
             deadline_after: t.deadline_after.map(to_duration),
+            ..Default::default()
         }),
         overlap: match s.overlap {
             Overlap::Allow => O::Allow,

@@ -153,6 +153,10 @@ pub struct QueueConfig {
     /// The lease duration of a Lease call that names none.
     #[serde(with = "humantime_serde")]
     pub default_lease: Option<Duration>,
+    /// Backpressure: Submit refuses tasks beyond this many waiting ones; 0 = no limit.
+    pub max_pending: Option<u64>,
+    /// Backpressure: as max_pending, for their payload bytes.
+    pub max_pending_bytes: Option<u64>,
 }
 
 impl Default for Config {

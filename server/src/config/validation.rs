@@ -26,6 +26,8 @@ impl QueueConfig {
             priority_aging_ms: self.priority_aging.map(ms),
             max_leases_per_worker: self.max_leases_per_worker.unwrap_or_default(),
             default_lease_ms: self.default_lease.map(ms),
+            max_pending: self.max_pending.unwrap_or_default(),
+            max_pending_bytes: self.max_pending_bytes.unwrap_or_default(),
             ..Default::default()
         }
     }

@@ -152,9 +152,9 @@ impl From<ServiceError> for PageError {
             ServiceError::NotFound { .. } => PageError::NotFound(e.to_string()),
             ServiceError::FailedPrecondition(m) => PageError::Conflict(m),
             ServiceError::PermissionDenied { .. } => PageError::Forbidden(e.to_string()),
-            ServiceError::LeaseLost { .. } | ServiceError::AlreadyExists { .. } => {
-                PageError::Conflict(e.to_string())
-            }
+            ServiceError::LeaseLost { .. }
+            | ServiceError::AlreadyExists { .. }
+            | ServiceError::QueueFull { .. } => PageError::Conflict(e.to_string()),
             ServiceError::Unavailable(_)
             | ServiceError::Draining
             | ServiceError::DeadlineExceeded => PageError::Unavailable,

@@ -133,6 +133,11 @@ pub struct QueueConfig {
     pub max_lease_ms: Option<u64>,
     pub max_payload_bytes: Option<u64>,
     pub retention_ms: Option<u64>,
+    /// Backpressure: waiting tasks (SCHEDULED, READY, BLOCKED) Submit lets the
+    /// queue hold; 0 = no limit.
+    pub max_pending: u64,
+    /// Backpressure: the waiting tasks' payload bytes; 0 = no limit.
+    pub max_pending_bytes: u64,
 }
 
 impl QueueConfig {

@@ -195,6 +195,15 @@ pub fn lease_is_live(
         && lease_expires_at.is_some_and(|at| at > now)
 }
 
+/// The metadata entry that marks an at-most-once task (set by the broker from
+/// TaskSpec.at_most_once; a caller may not set it itself).
+pub const AT_MOST_ONCE_KEY: &str = "taskbroker.at_most_once";
+
+/// True for a task submitted with `at_most_once`: one attempt, never retried.
+pub fn is_at_most_once(metadata: &std::collections::BTreeMap<String, String>) -> bool {
+    metadata.get(AT_MOST_ONCE_KEY).map(String::as_str) == Some("true")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

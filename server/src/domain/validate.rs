@@ -48,7 +48,7 @@ pub struct Limits {
     pub default_lease: Duration,
     /// Longest long poll. Default 60 s.
     pub max_wait: Duration,
-    /// Tasks per Lease. Default 256.
+    /// Tasks per Lease. Default 1000 (the reply budget still cuts a reply short).
     pub max_lease_batch: u32,
     /// Bytes one Lease reply carries at most (payloads, checkpoints, metadata and
     /// a fixed allowance per task); it always holds at least one task. Default
@@ -74,7 +74,7 @@ impl Default for Limits {
             max_lease: Duration::from_secs(24 * 3600),
             default_lease: Duration::from_secs(30),
             max_wait: Duration::from_secs(60),
-            max_lease_batch: 256,
+            max_lease_batch: 1000,
             max_lease_reply_bytes: 4 << 20,
             max_heartbeat_batch: 1000,
             max_attempts: 1000,

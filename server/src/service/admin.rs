@@ -224,6 +224,16 @@ impl Broker {
                         )
                         .into());
                     }
+                    if req.max_attempts != 1 {
+                        let held = self.store.task_get(&req.task_id).await?;
+                        if held.is_some_and(|t| crate::domain::task::is_at_most_once(&t.metadata)) {
+                            return Err(Invalid::new(
+                                "max_attempts",
+                                "must stay 1: the task is at most once",
+                            )
+                            .into());
+                        }
+                    }
                     u.max_attempts = Some(req.max_attempts);
                 }
                 other => {

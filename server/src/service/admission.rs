@@ -310,6 +310,8 @@ pub fn apply_mask(
             "max_lease" => c.max_lease_ms = p.max_lease_ms,
             "max_payload_bytes" => c.max_payload_bytes = p.max_payload_bytes,
             "retention" => c.retention_ms = p.retention_ms,
+            "max_pending" => c.max_pending = p.max_pending,
+            "max_pending_bytes" => c.max_pending_bytes = p.max_pending_bytes,
             other => {
                 return Err(Invalid::new(
                     "update_mask",

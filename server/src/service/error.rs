@@ -34,6 +34,17 @@ pub enum ServiceError {
     /// rolled back (or never started), so nothing was stored.
     #[error("the call's deadline passed before its tasks were committed; nothing was stored")]
     DeadlineExceeded,
+    /// The queue holds as many waiting tasks (or payload bytes) as its
+    /// `max_pending` (`max_pending_bytes`) allows; nothing was stored.
+    #[error("queue {queue} is full: {what}; retry later")]
+    QueueFull {
+        queue: String,
+        /// `max_pending` or `max_pending_bytes`.
+        limit: &'static str,
+        what: String,
+        /// `None` when the call alone exceeds the limit (retrying cannot help).
+        retry_after: Option<std::time::Duration>,
+    },
     /// The broker is shutting down.
     #[error("broker is shutting down")]
     Draining,

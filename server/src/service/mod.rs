@@ -55,7 +55,10 @@ pub use observe::{Overview, QueueOverview, REQUEUE_BATCH, percentile};
 pub use schedule::{Caller, ScheduleInput, SchedulePage, SpecInput, TemplateInput};
 pub use schedule_fire::{FIRE_TIME_KEY, FireStep, RunPage, RunView, SCHEDULE_ID_KEY};
 pub use settle::{CompleteItem, CompleteOutcome, FailRequest};
-pub use submit::{PRODUCER_KEY, RetrySpec, StickySpec, SubmitTask, Submitted};
+pub use submit::{
+    AT_MOST_ONCE_KEY, DuplicateKey, PRODUCER_KEY, RetrySpec, StickySpec, SubmitTask, Submitted,
+    is_at_most_once,
+};
 pub use workers::{ListWorkers, RECORD_EVERY, WorkerPage};
 
 /// Broker-wide settings.

@@ -41,6 +41,21 @@ pub struct SubmitTask {
     pub flow: crate::store::FlowSpec,
     /// Admission: `[A-Za-z0-9._:@/-]{1,256}`, or none.
     pub concurrency_key: Option<String>,
+    /// Leased at most once: one attempt, never retried (not after a lost lease either).
+    pub at_most_once: bool,
+    /// What to do when the key is taken.
+    pub on_duplicate: DuplicateKey,
+}
+
+/// What Submit does when a task with the same (queue, key) exists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DuplicateKey {
+    /// Keep the existing task (deduplicated).
+    #[default]
+    KeepExisting,
+    /// Replace the payload, run_at, priority and metadata of the existing task
+    /// while it waits (not leased, not finished); otherwise keep it.
+    ReplaceWaiting,
 }
 
 /// A sticky policy as submitted.
@@ -61,9 +76,13 @@ pub struct Submitted {
 
 const MAX_KEY_LEN: usize = 512;
 
+/// The retry hint of a Submit refused by a full queue.
+pub const PENDING_RETRY_AFTER: Duration = Duration::from_secs(1);
+
 /// The metadata entry that names the producer of a task submitted with a producer
 /// token (set by the API layer, read back to enforce ownership).
 pub const PRODUCER_KEY: &str = "taskbroker.producer";
+pub use crate::domain::task::{AT_MOST_ONCE_KEY, is_at_most_once};
 const MAX_METADATA_ENTRIES: usize = 64;
 const MAX_METADATA_BYTES: usize = 16 * 1024;
 
@@ -199,6 +218,7 @@ impl Broker {
         if let Some(producer) = producer {
             self.check_key_owners(&keyed, producer).await?;
         }
+        self.check_pending(&new).await?;
         if passed() {
             return Err(ServiceError::DeadlineExceeded);
         }
@@ -351,6 +371,68 @@ impl Broker {
         Ok(out)
     }
 
+    /// Backpressure: refuses the call when it would take a queue past its
+    /// `max_pending` or `max_pending_bytes` (every new task counted, also those
+    /// a key may deduplicate). A call that alone exceeds a limit never fits:
+    /// it is refused without a retry hint.
+    async fn check_pending(&self, new: &[NewTask]) -> Result<(), ServiceError> {
+        let mut per_queue: Vec<(&str, u64, u64)> = Vec::new();
+        for t in new {
+            let bytes = t.payload.len() as u64;
+            match per_queue.iter_mut().find(|(q, _, _)| *q == t.queue) {
+                Some((_, n, b)) => {
+                    *n += 1;
+                    *b += bytes;
+                }
+                None => per_queue.push((&t.queue, 1, bytes)),
+            }
+        }
+        for (queue, n, bytes) in per_queue {
+            let Some(live) = self.settings.queue(queue) else {
+                continue;
+            };
+            let c = &live.config;
+            if c.max_pending == 0 && c.max_pending_bytes == 0 {
+                continue;
+            }
+            let (held, held_bytes) = self.store.queue_pending(queue).await?;
+            let over =
+                |limit: u64, held: u64, add: u64| limit > 0 && held.saturating_add(add) > limit;
+            let refused = if over(c.max_pending, held, n) {
+                Some((
+                    "max_pending",
+                    format!("{held} waiting tasks + {n} > max_pending {}", c.max_pending),
+                    n > c.max_pending,
+                ))
+            } else if over(c.max_pending_bytes, held_bytes, bytes) {
+                Some((
+                    "max_pending_bytes",
+                    format!(
+                        "{held_bytes} waiting payload bytes + {bytes} > max_pending_bytes {}",
+                        c.max_pending_bytes
+                    ),
+                    bytes > c.max_pending_bytes,
+                ))
+            } else {
+                None
+            };
+            if let Some((limit, what, never_fits)) = refused {
+                self.metrics.submit_refused(queue);
+                return Err(ServiceError::QueueFull {
+                    queue: queue.to_string(),
+                    limit,
+                    what,
+                    retry_after: if never_fits {
+                        None
+                    } else {
+                        Some(PENDING_RETRY_AFTER)
+                    },
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Refuses keys that another producer's tasks hold.
     async fn check_key_owners(
         &self,
@@ -381,8 +463,28 @@ impl Broker {
         Ok(())
     }
 
-    fn new_task(&self, i: usize, t: SubmitTask, now: DateTime<Utc>) -> Result<NewTask, Invalid> {
+    fn new_task(
+        &self,
+        i: usize,
+        mut t: SubmitTask,
+        now: DateTime<Utc>,
+    ) -> Result<NewTask, Invalid> {
         let f = |name: &str| format!("tasks[{i}].{name}");
+        if t.metadata.contains_key(AT_MOST_ONCE_KEY) {
+            return Err(Invalid::new(
+                f("metadata"),
+                format!("{AT_MOST_ONCE_KEY} is set by the broker: use at_most_once"),
+            ));
+        }
+        if t.at_most_once {
+            if t.retry.max_attempts.is_some_and(|m| m != 1) {
+                return Err(Invalid::new(
+                    f("retry.max_attempts"),
+                    "must be 1 or unset with at_most_once",
+                ));
+            }
+            t.retry.max_attempts = Some(1);
+        }
         validate::queue_name(&f("queue"), &t.queue)?;
         let max_payload = self.settings.max_payload_for(&t.queue);
         validate::size(&f("payload"), t.payload.len(), max_payload)?;
@@ -411,6 +513,10 @@ impl Broker {
             }
         }
         let retry = self.retry_policy(&t.queue, &t.retry, &f)?;
+        if t.at_most_once {
+            // Past the metadata limits: the broker's own entry does not count.
+            t.metadata.insert(AT_MOST_ONCE_KEY.into(), "true".into());
+        }
         Ok(NewTask {
             id: uuid::Uuid::now_v7().to_string(),
             queue: t.queue,

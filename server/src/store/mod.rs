@@ -201,6 +201,10 @@ pub trait Store: Send + Sync + 'static {
 
     async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>>;
 
+    /// Backpressure: the waiting tasks (pending or blocked) of `queue` and the
+    /// sum of their payload bytes.
+    async fn queue_pending(&self, queue: &str) -> StoreResult<(u64, u64)>;
+
     /// The tasks that hold any of these `(queue, key)` pairs.
     async fn task_find_keys(&self, keys: &[(String, String)]) -> StoreResult<Vec<TaskRecord>>;
 

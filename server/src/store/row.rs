@@ -231,6 +231,18 @@ impl FailureWrite {
     }
 }
 
+/// What an expired lease records as the attempt's error: an at-most-once task
+/// (one attempt, never retried) says why it is not run again.
+pub(crate) fn expiry_error(row: &TaskRow) -> &'static str {
+    let m: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(&row.metadata).unwrap_or_default();
+    if crate::domain::task::is_at_most_once(&m) {
+        "lease expired: an at-most-once task is never run again"
+    } else {
+        "lease expired"
+    }
+}
+
 /// Applies the retry policy to the failed attempt of `row`.
 pub(crate) fn decide(
     row: &TaskRow,

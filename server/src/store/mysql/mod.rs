@@ -251,6 +251,10 @@ impl Store for MysqlStore {
         read::task_find_keys(&self.pool, keys).await
     }
 
+    async fn queue_pending(&self, queue: &str) -> StoreResult<(u64, u64)> {
+        read::queue_pending(&self.pool, queue).await
+    }
+
     async fn task_queues(
         &self,
         task_ids: &[String],

@@ -224,3 +224,16 @@ fn push_queues(qb: &mut sqlx::QueryBuilder<MySql>, queues: &[String]) {
         qb.push(")");
     }
 }
+
+/// Backpressure: the waiting tasks (pending or blocked) of `queue` and the sum
+/// of their payload bytes (`tasks_queue_state` leads with both columns).
+pub(super) async fn queue_pending(r: &MySqlPool, queue: &str) -> StoreResult<(u64, u64)> {
+    let (n, bytes): (i64, i64) = sqlx::query_as(
+        "SELECT CAST(COUNT(*) AS SIGNED), CAST(COALESCE(SUM(LENGTH(payload)), 0) AS SIGNED) \
+         FROM tasks WHERE queue = ? AND state IN ('pending', 'blocked')",
+    )
+    .bind(queue)
+    .fetch_one(r)
+    .await?;
+    Ok((n.max(0) as u64, bytes.max(0) as u64))
+}

@@ -59,7 +59,8 @@ impl PostgresStore {
             let decision = decide(row, false, None, now_dt, rand::random());
             let write = FailureWrite::new(row, decision, now);
             let outcome = AttemptOutcome::LeaseExpired;
-            Self::write_failure(&mut tx, row, &write, "lease expired", outcome, now).await?;
+            let error = super::super::row::expiry_error(row);
+            Self::write_failure(&mut tx, row, &write, error, outcome, now).await?;
             if write.state == StoredState::Pending && !reaped.queues.contains(&row.queue) {
                 reaped.queues.push(row.queue.clone());
             }

@@ -192,6 +192,10 @@ impl Store for PostgresStore {
         self.task_find_keys(keys).await
     }
 
+    async fn queue_pending(&self, queue: &str) -> StoreResult<(u64, u64)> {
+        self.queue_pending(queue).await
+    }
+
     async fn task_queues(
         &self,
         task_ids: &[String],

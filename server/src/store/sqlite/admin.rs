@@ -62,7 +62,8 @@ pub(super) fn lease_reclaim_expired(
         let decision = decide(row, false, None, now_dt, rand::random());
         let write = FailureWrite::new(row, decision, now);
         let outcome = AttemptOutcome::LeaseExpired;
-        write_failure(c, row, &write, "lease expired", outcome, now)?;
+        let error = super::super::row::expiry_error(row);
+        write_failure(c, row, &write, error, outcome, now)?;
         if write.state == StoredState::Pending && !reaped.queues.contains(&row.queue) {
             reaped.queues.push(row.queue.clone());
         }

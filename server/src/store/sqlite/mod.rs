@@ -204,6 +204,10 @@ impl Store for SqliteStore {
         read::task_find_keys(&self.reader, keys).await
     }
 
+    async fn queue_pending(&self, queue: &str) -> StoreResult<(u64, u64)> {
+        read::queue_pending(&self.reader, queue).await
+    }
+
     async fn task_queues(
         &self,
         task_ids: &[String],

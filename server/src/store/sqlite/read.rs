@@ -36,6 +36,17 @@ pub(super) async fn task_find_keys(
     Ok(out)
 }
 
+pub(super) async fn queue_pending(r: &SqlitePool, queue: &str) -> StoreResult<(u64, u64)> {
+    let (n, bytes): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), COALESCE(SUM(length(payload)), 0) FROM tasks \
+         WHERE queue = ?1 AND state IN ('pending', 'blocked')",
+    )
+    .bind(queue)
+    .fetch_one(r)
+    .await?;
+    Ok((n.max(0) as u64, bytes.max(0) as u64))
+}
+
 pub(super) async fn task_queues(
     r: &SqlitePool,
     task_ids: &[String],

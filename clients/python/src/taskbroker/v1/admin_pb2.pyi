@@ -116,6 +116,8 @@ class Task(_message.Message):
     DEPENDENCIES_REMAINING_FIELD_NUMBER: _builtins.int
     RUN_IF_DEPENDENCY_FAILS_FIELD_NUMBER: _builtins.int
     CANCEL_REASON_FIELD_NUMBER: _builtins.int
+    DEPENDS_ON_KEYS_FIELD_NUMBER: _builtins.int
+    AT_MOST_ONCE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     queue: _builtins.str
     payload: _builtins.bytes
@@ -147,6 +149,8 @@ class Task(_message.Message):
     """Flow: TaskSpec.run_if_dependency_fails."""
     cancel_reason: _event_pb2.CancelReason.ValueType
     """Flow: why the task was cancelled (when CANCELLED)."""
+    at_most_once: _builtins.bool
+    """TaskSpec.at_most_once."""
     @_builtins.property
     def run_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -178,6 +182,10 @@ class Task(_message.Message):
     @_builtins.property
     def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Flow: the tasks this one waits for (TaskSpec.depends_on, indexes resolved)."""
+
+    @_builtins.property
+    def depends_on_keys(self) -> _containers.RepeatedCompositeFieldContainer[_broker_pb2.TaskKey]:
+        """Flow: TaskSpec.depends_on_keys, as submitted."""
 
     def __init__(
         self,
@@ -216,10 +224,12 @@ class Task(_message.Message):
         dependencies_remaining: _builtins.int = ...,
         run_if_dependency_fails: _builtins.bool = ...,
         cancel_reason: _event_pb2.CancelReason.ValueType = ...,
+        depends_on_keys: _abc.Iterable[_broker_pb2.TaskKey] | None = ...,
+        at_most_once: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline", b"deadline", "finished_at", b"finished_at", "fire_time", b"fire_time", "lease_expires_at", b"lease_expires_at", "retry", b"retry", "run_at", b"run_at", "sticky", b"sticky", "target", b"target", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "cancel_reason", b"cancel_reason", "cancel_requested", b"cancel_requested", "checkpoint", b"checkpoint", "concurrency_key", b"concurrency_key", "created_at", b"created_at", "deadline", b"deadline", "dependencies_remaining", b"dependencies_remaining", "depends_on", b"depends_on", "fanout_group", b"fanout_group", "fencing_token", b"fencing_token", "finished_at", b"finished_at", "fire_time", b"fire_time", "has_checkpoint", b"has_checkpoint", "id", b"id", "key", b"key", "last_error", b"last_error", "lease_expires_at", b"lease_expires_at", "leased_by", b"leased_by", "max_attempts", b"max_attempts", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "reserved_for", b"reserved_for", "result", b"result", "retry", b"retry", "run_at", b"run_at", "run_if_dependency_fails", b"run_if_dependency_fails", "schedule_id", b"schedule_id", "state", b"state", "sticky", b"sticky", "target", b"target", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_most_once", b"at_most_once", "attempt", b"attempt", "cancel_reason", b"cancel_reason", "cancel_requested", b"cancel_requested", "checkpoint", b"checkpoint", "concurrency_key", b"concurrency_key", "created_at", b"created_at", "deadline", b"deadline", "dependencies_remaining", b"dependencies_remaining", "depends_on", b"depends_on", "depends_on_keys", b"depends_on_keys", "fanout_group", b"fanout_group", "fencing_token", b"fencing_token", "finished_at", b"finished_at", "fire_time", b"fire_time", "has_checkpoint", b"has_checkpoint", "id", b"id", "key", b"key", "last_error", b"last_error", "lease_expires_at", b"lease_expires_at", "leased_by", b"leased_by", "max_attempts", b"max_attempts", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "reserved_for", b"reserved_for", "result", b"result", "retry", b"retry", "run_at", b"run_at", "run_if_dependency_fails", b"run_if_dependency_fails", "schedule_id", b"schedule_id", "state", b"state", "sticky", b"sticky", "target", b"target", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -67,6 +67,36 @@ TASK_STATE_BLOCKED: TaskState.ValueType  # 7
 """Waiting for the tasks it depends on (TaskSpec.depends_on) to succeed."""
 Global___TaskState: _TypeAlias = TaskState  # noqa: Y015
 
+class _DuplicateKeyPolicy:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _DuplicateKeyPolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DuplicateKeyPolicy.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    DUPLICATE_KEY_POLICY_UNSPECIFIED: _DuplicateKeyPolicy.ValueType  # 0
+    """DUPLICATE_KEY_POLICY_KEEP_EXISTING."""
+    DUPLICATE_KEY_POLICY_KEEP_EXISTING: _DuplicateKeyPolicy.ValueType  # 1
+    """Keep the existing task untouched; the submission is deduplicated."""
+    DUPLICATE_KEY_POLICY_REPLACE_WAITING: _DuplicateKeyPolicy.ValueType  # 2
+    """When the existing task still waits (SCHEDULED, READY or BLOCKED), replace its
+    payload, run_at, priority and metadata with this submission's
+    (SubmitResult.replaced). A leased or finished task is kept, as KEEP_EXISTING does.
+    """
+
+class DuplicateKeyPolicy(_DuplicateKeyPolicy, metaclass=_DuplicateKeyPolicyEnumTypeWrapper):
+    """What Submit does with a task whose (queue, key) is taken by an existing task."""
+
+DUPLICATE_KEY_POLICY_UNSPECIFIED: DuplicateKeyPolicy.ValueType  # 0
+"""DUPLICATE_KEY_POLICY_KEEP_EXISTING."""
+DUPLICATE_KEY_POLICY_KEEP_EXISTING: DuplicateKeyPolicy.ValueType  # 1
+"""Keep the existing task untouched; the submission is deduplicated."""
+DUPLICATE_KEY_POLICY_REPLACE_WAITING: DuplicateKeyPolicy.ValueType  # 2
+"""When the existing task still waits (SCHEDULED, READY or BLOCKED), replace its
+payload, run_at, priority and metadata with this submission's
+(SubmitResult.replaced). A leased or finished task is kept, as KEEP_EXISTING does.
+"""
+Global___DuplicateKeyPolicy: _TypeAlias = DuplicateKeyPolicy  # noqa: Y015
+
 class _CompleteOutcome:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -211,6 +241,9 @@ class TaskSpec(_message.Message):
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_INDEX_FIELD_NUMBER: _builtins.int
     RUN_IF_DEPENDENCY_FAILS_FIELD_NUMBER: _builtins.int
+    DEPENDS_ON_KEYS_FIELD_NUMBER: _builtins.int
+    ON_DUPLICATE_KEY_FIELD_NUMBER: _builtins.int
+    AT_MOST_ONCE_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Required, [A-Za-z0-9._:-]{1,128}."""
     payload: _builtins.bytes
@@ -227,6 +260,14 @@ class TaskSpec(_message.Message):
     run_if_dependency_fails: _builtins.bool
     """Flow: run even when a dependency ends DEAD or CANCELLED (it then counts
     as finished); otherwise this task is CANCELLED with reason DEPENDENCY_FAILED.
+    """
+    on_duplicate_key: Global___DuplicateKeyPolicy.ValueType
+    """What Submit does when a task with the same (queue, key) exists.
+    Unspecified means DUPLICATE_KEY_POLICY_KEEP_EXISTING.
+    """
+    at_most_once: _builtins.bool
+    """Leased at most once: when that lease expires or the worker fails the attempt,
+    the task goes DEAD (never re-run), whatever its retry policy says.
     """
     @_builtins.property
     def run_at(self) -> _timestamp_pb2.Timestamp:
@@ -266,6 +307,13 @@ class TaskSpec(_message.Message):
     def depends_on_index(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Flow: as depends_on, naming earlier tasks of the same Submit by index."""
 
+    @_builtins.property
+    def depends_on_keys(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskKey]:
+        """Flow: as depends_on, naming tasks by (queue, key), which may be submitted
+        later. The task stays BLOCKED until a task with each key exists and has
+        SUCCEEDED; a key that never appears holds it until its deadline. At most 64.
+        """
+
     def __init__(
         self,
         *,
@@ -284,14 +332,43 @@ class TaskSpec(_message.Message):
         depends_on: _abc.Iterable[_builtins.str] | None = ...,
         depends_on_index: _abc.Iterable[_builtins.int] | None = ...,
         run_if_dependency_fails: _builtins.bool = ...,
+        depends_on_keys: _abc.Iterable[Global___TaskKey] | None = ...,
+        on_duplicate_key: Global___DuplicateKeyPolicy.ValueType = ...,
+        at_most_once: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "fanout", b"fanout", "retry", b"retry", "run_at", b"run_at", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_key", b"concurrency_key", "deadline", b"deadline", "depends_on", b"depends_on", "depends_on_index", b"depends_on_index", "fanout", b"fanout", "key", b"key", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry", b"retry", "run_at", b"run_at", "run_if_dependency_fails", b"run_if_dependency_fails", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_most_once", b"at_most_once", "concurrency_key", b"concurrency_key", "deadline", b"deadline", "depends_on", b"depends_on", "depends_on_index", b"depends_on_index", "depends_on_keys", b"depends_on_keys", "fanout", b"fanout", "key", b"key", "metadata", b"metadata", "on_duplicate_key", b"on_duplicate_key", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry", b"retry", "run_at", b"run_at", "run_if_dependency_fails", b"run_if_dependency_fails", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TaskSpec: _TypeAlias = TaskSpec  # noqa: Y015
+
+@_typing.final
+class TaskKey(_message.Message):
+    """Names a task by its queue and key (TaskSpec.key)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """[A-Za-z0-9._:-]{1,128}."""
+    key: _builtins.str
+    """Non-empty, at most as long as TaskSpec.key may be."""
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "queue", b"queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskKey: _TypeAlias = TaskKey  # noqa: Y015
 
 @_typing.final
 class SubmitRequest(_message.Message):
@@ -324,9 +401,15 @@ class SubmitResult(_message.Message):
     TASK_ID_FIELD_NUMBER: _builtins.int
     DEDUPLICATED_FIELD_NUMBER: _builtins.int
     COPY_TASK_IDS_FIELD_NUMBER: _builtins.int
+    REPLACED_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     deduplicated: _builtins.bool
     """True when a task with the same (queue, key) already existed; nothing was created."""
+    replaced: _builtins.bool
+    """True when the existing waiting task took this submission's payload, run_at,
+    priority and metadata (DUPLICATE_KEY_POLICY_REPLACE_WAITING); deduplicated is
+    then true as well.
+    """
     @_builtins.property
     def copy_task_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """With TaskSpec.fanout: every copy's id, the first being task_id (the group's id)."""
@@ -337,10 +420,11 @@ class SubmitResult(_message.Message):
         task_id: _builtins.str = ...,
         deduplicated: _builtins.bool = ...,
         copy_task_ids: _abc.Iterable[_builtins.str] | None = ...,
+        replaced: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_task_ids", b"copy_task_ids", "deduplicated", b"deduplicated", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_task_ids", b"copy_task_ids", "deduplicated", b"deduplicated", "replaced", b"replaced", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -399,7 +483,7 @@ class LeaseRequest(_message.Message):
     worker_id: _builtins.str
     """Required: who holds the lease (shown in attempts and admin views)."""
     max_tasks: _builtins.int
-    """1 to 256."""
+    """1 to 1000; fewer when the reply would exceed the reply budget."""
     @_builtins.property
     def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Queues to take tasks from, 1 to 64."""
@@ -462,6 +546,26 @@ class LeasedTask(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class DependencyResultsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.bytes
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.bytes = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     TASK_ID_FIELD_NUMBER: _builtins.int
     QUEUE_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
@@ -479,6 +583,8 @@ class LeasedTask(_message.Message):
     CREATED_AT_FIELD_NUMBER: _builtins.int
     FANOUT_GROUP_FIELD_NUMBER: _builtins.int
     CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
+    DEPENDENCY_RESULTS_FIELD_NUMBER: _builtins.int
+    AT_MOST_ONCE_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     queue: _builtins.str
     payload: _builtins.bytes
@@ -501,6 +607,8 @@ class LeasedTask(_message.Message):
     """The fan-out group (the first copy's id) when the task is one of several copies."""
     concurrency_key: _builtins.str
     """Admission: the task's concurrency key, empty when it has none."""
+    at_most_once: _builtins.bool
+    """TaskSpec.at_most_once: this is the only attempt the task gets."""
     @_builtins.property
     def deadline(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -510,6 +618,13 @@ class LeasedTask(_message.Message):
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp:
         """When the task was submitted."""
+
+    @_builtins.property
+    def dependency_results(self) -> _containers.ScalarMap[_builtins.str, _builtins.bytes]:
+        """Flow: the results of the dependencies that SUCCEEDED, by task id (depends_on,
+        depends_on_index and depends_on_keys). Left out, wholly, when they would push
+        the reply past its size budget: read them with AdminService.GetTask then.
+        """
 
     def __init__(
         self,
@@ -531,10 +646,12 @@ class LeasedTask(_message.Message):
         created_at: _timestamp_pb2.Timestamp | None = ...,
         fanout_group: _builtins.str = ...,
         concurrency_key: _builtins.str = ...,
+        dependency_results: _abc.Mapping[_builtins.str, _builtins.bytes] | None = ...,
+        at_most_once: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline", b"deadline", "lease_expires_at", b"lease_expires_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "checkpoint", b"checkpoint", "concurrency_key", b"concurrency_key", "created_at", b"created_at", "deadline", b"deadline", "fanout_group", b"fanout_group", "fencing_token", b"fencing_token", "has_checkpoint", b"has_checkpoint", "key", b"key", "lease_expires_at", b"lease_expires_at", "lease_token", b"lease_token", "max_attempts", b"max_attempts", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_most_once", b"at_most_once", "attempt", b"attempt", "checkpoint", b"checkpoint", "concurrency_key", b"concurrency_key", "created_at", b"created_at", "deadline", b"deadline", "dependency_results", b"dependency_results", "fanout_group", b"fanout_group", "fencing_token", b"fencing_token", "has_checkpoint", b"has_checkpoint", "key", b"key", "lease_expires_at", b"lease_expires_at", "lease_token", b"lease_token", "max_attempts", b"max_attempts", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

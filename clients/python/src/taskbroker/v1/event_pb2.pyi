@@ -58,6 +58,10 @@ class _TaskEventKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TaskEve
     """
     TASK_EVENT_KIND_UNBLOCKED: _TaskEventKind.ValueType  # 12
     """The last dependency succeeded: BLOCKED -> READY or SCHEDULED."""
+    TASK_EVENT_KIND_REPLACED: _TaskEventKind.ValueType  # 13
+    """A later submission with the same key replaced the payload, run_at, priority
+    and metadata of the waiting task (DUPLICATE_KEY_POLICY_REPLACE_WAITING).
+    """
 
 class TaskEventKind(_TaskEventKind, metaclass=_TaskEventKindEnumTypeWrapper):
     """What happened to a task."""
@@ -88,6 +92,10 @@ operator asked a leased task to cancel.
 """
 TASK_EVENT_KIND_UNBLOCKED: TaskEventKind.ValueType  # 12
 """The last dependency succeeded: BLOCKED -> READY or SCHEDULED."""
+TASK_EVENT_KIND_REPLACED: TaskEventKind.ValueType  # 13
+"""A later submission with the same key replaced the payload, run_at, priority
+and metadata of the waiting task (DUPLICATE_KEY_POLICY_REPLACE_WAITING).
+"""
 Global___TaskEventKind: _TypeAlias = TaskEventKind  # noqa: Y015
 
 class _CancelReason:

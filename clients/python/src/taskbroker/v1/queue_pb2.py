@@ -28,7 +28,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from taskbroker.v1 import broker_pb2 as taskbroker_dot_v1_dot_broker__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19taskbroker/v1/queue.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\".\n\tRateLimit\x12\x12\n\nper_second\x18\x01 \x01(\x01\x12\r\n\x05\x62urst\x18\x02 \x01(\r\"\xc0\x04\n\x0bQueueConfig\x12\x0e\n\x06paused\x18\x01 \x01(\x08\x12\x16\n\x0emax_concurrent\x18\x02 \x01(\r\x12,\n\nrate_limit\x18\x03 \x01(\x0b\x32\x18.taskbroker.v1.RateLimit\x12\x1e\n\x16max_concurrent_per_key\x18\x04 \x01(\r\x12\x34\n\x12per_key_rate_limit\x18\x05 \x01(\x0b\x32\x18.taskbroker.v1.RateLimit\x12)\n\x08\x66\x61irness\x18\x06 \x01(\x0e\x32\x17.taskbroker.v1.Fairness\x12\x31\n\x0epriority_aging\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1d\n\x15max_leases_per_worker\x18\x08 \x01(\r\x12\x31\n\rdefault_retry\x18\t \x01(\x0b\x32\x1a.taskbroker.v1.RetryPolicy\x12\x30\n\rdefault_lease\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tmax_lease\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x19\n\x11max_payload_bytes\x18\x0c \x01(\x04\x12,\n\tretention\x18\r \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tmin_lease\x18\x0e \x01(\x0b\x32\x19.google.protobuf.Duration\"r\n\x05Queue\x12\x0c\n\x04name\x18\x01 \x01(\t\x12*\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1a.taskbroker.v1.QueueConfig\x12/\n\x0bupdate_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x1f\n\x0fGetQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x10GetQueueResponse\x12#\n\x05queue\x18\x01 \x01(\x0b\x32\x14.taskbroker.v1.Queue\"\x13\n\x11ListQueuesRequest\":\n\x12ListQueuesResponse\x12$\n\x06queues\x18\x01 \x03(\x0b\x32\x14.taskbroker.v1.Queue\"\x7f\n\x12UpdateQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12*\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1a.taskbroker.v1.QueueConfig\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\":\n\x13UpdateQueueResponse\x12#\n\x05queue\x18\x01 \x01(\x0b\x32\x14.taskbroker.v1.Queue\"\x90\x01\n\x04Gate\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.taskbroker.v1.GateKind\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\x12)\n\x05until\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fholder_task_ids\x18\x04 \x03(\t\x12\r\n\x05\x61head\x18\x05 \x01(\x04\"%\n\x12\x45xplainTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"s\n\x13\x45xplainTaskResponse\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\'\n\x05state\x18\x02 \x01(\x0e\x32\x18.taskbroker.v1.TaskState\x12\"\n\x05gates\x18\x03 \x03(\x0b\x32\x13.taskbroker.v1.Gate*V\n\x08\x46\x61irness\x12\x18\n\x14\x46\x41IRNESS_UNSPECIFIED\x10\x00\x12\x11\n\rFAIRNESS_NONE\x10\x01\x12\x1d\n\x19\x46\x41IRNESS_ROUND_ROBIN_KEYS\x10\x02*\xfc\x02\n\x08GateKind\x12\x19\n\x15GATE_KIND_UNSPECIFIED\x10\x00\x12\x12\n\x0eGATE_KIND_NONE\x10\x01\x12\x1e\n\x1aGATE_KIND_RUN_AT_IN_FUTURE\x10\x02\x12\x1b\n\x17GATE_KIND_RETRY_BACKOFF\x10\x03\x12#\n\x1fGATE_KIND_BLOCKED_BY_DEPENDENCY\x10\x04\x12\x1a\n\x16GATE_KIND_QUEUE_PAUSED\x10\x05\x12$\n GATE_KIND_QUEUE_CONCURRENCY_FULL\x10\x06\x12\"\n\x1eGATE_KIND_KEY_CONCURRENCY_FULL\x10\x07\x12\x1a\n\x16GATE_KIND_RATE_LIMITED\x10\x08\x12 \n\x1cGATE_KIND_NO_MATCHING_WORKER\x10\t\x12\x1d\n\x19GATE_KIND_STICKY_RESERVED\x10\n\x12\x1c\n\x18GATE_KIND_WAITING_BEHIND\x10\x0b\x42\x42\n\x11\x64\x65v.taskbroker.v1P\x01Z+taskbroker.dev/go/taskbrokerv1;taskbrokerv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19taskbroker/v1/queue.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\".\n\tRateLimit\x12\x12\n\nper_second\x18\x01 \x01(\x01\x12\r\n\x05\x62urst\x18\x02 \x01(\r\"\xf0\x04\n\x0bQueueConfig\x12\x0e\n\x06paused\x18\x01 \x01(\x08\x12\x16\n\x0emax_concurrent\x18\x02 \x01(\r\x12,\n\nrate_limit\x18\x03 \x01(\x0b\x32\x18.taskbroker.v1.RateLimit\x12\x1e\n\x16max_concurrent_per_key\x18\x04 \x01(\r\x12\x34\n\x12per_key_rate_limit\x18\x05 \x01(\x0b\x32\x18.taskbroker.v1.RateLimit\x12)\n\x08\x66\x61irness\x18\x06 \x01(\x0e\x32\x17.taskbroker.v1.Fairness\x12\x31\n\x0epriority_aging\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1d\n\x15max_leases_per_worker\x18\x08 \x01(\r\x12\x31\n\rdefault_retry\x18\t \x01(\x0b\x32\x1a.taskbroker.v1.RetryPolicy\x12\x30\n\rdefault_lease\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tmax_lease\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x19\n\x11max_payload_bytes\x18\x0c \x01(\x04\x12,\n\tretention\x18\r \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tmin_lease\x18\x0e \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0bmax_pending\x18\x0f \x01(\x04\x12\x19\n\x11max_pending_bytes\x18\x10 \x01(\x04\"r\n\x05Queue\x12\x0c\n\x04name\x18\x01 \x01(\t\x12*\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1a.taskbroker.v1.QueueConfig\x12/\n\x0bupdate_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x1f\n\x0fGetQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x10GetQueueResponse\x12#\n\x05queue\x18\x01 \x01(\x0b\x32\x14.taskbroker.v1.Queue\"\x13\n\x11ListQueuesRequest\":\n\x12ListQueuesResponse\x12$\n\x06queues\x18\x01 \x03(\x0b\x32\x14.taskbroker.v1.Queue\"\x7f\n\x12UpdateQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12*\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1a.taskbroker.v1.QueueConfig\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\":\n\x13UpdateQueueResponse\x12#\n\x05queue\x18\x01 \x01(\x0b\x32\x14.taskbroker.v1.Queue\"\xbe\x01\n\x04Gate\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.taskbroker.v1.GateKind\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\x12)\n\x05until\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fholder_task_ids\x18\x04 \x03(\t\x12\r\n\x05\x61head\x18\x05 \x01(\x04\x12,\n\x0cmissing_keys\x18\x06 \x03(\x0b\x32\x16.taskbroker.v1.TaskKey\"%\n\x12\x45xplainTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"s\n\x13\x45xplainTaskResponse\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\'\n\x05state\x18\x02 \x01(\x0e\x32\x18.taskbroker.v1.TaskState\x12\"\n\x05gates\x18\x03 \x03(\x0b\x32\x13.taskbroker.v1.Gate*V\n\x08\x46\x61irness\x12\x18\n\x14\x46\x41IRNESS_UNSPECIFIED\x10\x00\x12\x11\n\rFAIRNESS_NONE\x10\x01\x12\x1d\n\x19\x46\x41IRNESS_ROUND_ROBIN_KEYS\x10\x02*\xfc\x02\n\x08GateKind\x12\x19\n\x15GATE_KIND_UNSPECIFIED\x10\x00\x12\x12\n\x0eGATE_KIND_NONE\x10\x01\x12\x1e\n\x1aGATE_KIND_RUN_AT_IN_FUTURE\x10\x02\x12\x1b\n\x17GATE_KIND_RETRY_BACKOFF\x10\x03\x12#\n\x1fGATE_KIND_BLOCKED_BY_DEPENDENCY\x10\x04\x12\x1a\n\x16GATE_KIND_QUEUE_PAUSED\x10\x05\x12$\n GATE_KIND_QUEUE_CONCURRENCY_FULL\x10\x06\x12\"\n\x1eGATE_KIND_KEY_CONCURRENCY_FULL\x10\x07\x12\x1a\n\x16GATE_KIND_RATE_LIMITED\x10\x08\x12 \n\x1cGATE_KIND_NO_MATCHING_WORKER\x10\t\x12\x1d\n\x19GATE_KIND_STICKY_RESERVED\x10\n\x12\x1c\n\x18GATE_KIND_WAITING_BEHIND\x10\x0b\x42\x42\n\x11\x64\x65v.taskbroker.v1P\x01Z+taskbroker.dev/go/taskbrokerv1;taskbrokerv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,32 +36,32 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'taskbroker.v1.queue_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\021dev.taskbroker.v1P\001Z+taskbroker.dev/go/taskbrokerv1;taskbrokerv1'
-  _globals['_FAIRNESS']._serialized_start=1577
-  _globals['_FAIRNESS']._serialized_end=1663
-  _globals['_GATEKIND']._serialized_start=1666
-  _globals['_GATEKIND']._serialized_end=2046
+  _globals['_FAIRNESS']._serialized_start=1671
+  _globals['_FAIRNESS']._serialized_end=1757
+  _globals['_GATEKIND']._serialized_start=1760
+  _globals['_GATEKIND']._serialized_end=2140
   _globals['_RATELIMIT']._serialized_start=171
   _globals['_RATELIMIT']._serialized_end=217
   _globals['_QUEUECONFIG']._serialized_start=220
-  _globals['_QUEUECONFIG']._serialized_end=796
-  _globals['_QUEUE']._serialized_start=798
-  _globals['_QUEUE']._serialized_end=912
-  _globals['_GETQUEUEREQUEST']._serialized_start=914
-  _globals['_GETQUEUEREQUEST']._serialized_end=945
-  _globals['_GETQUEUERESPONSE']._serialized_start=947
-  _globals['_GETQUEUERESPONSE']._serialized_end=1002
-  _globals['_LISTQUEUESREQUEST']._serialized_start=1004
-  _globals['_LISTQUEUESREQUEST']._serialized_end=1023
-  _globals['_LISTQUEUESRESPONSE']._serialized_start=1025
-  _globals['_LISTQUEUESRESPONSE']._serialized_end=1083
-  _globals['_UPDATEQUEUEREQUEST']._serialized_start=1085
-  _globals['_UPDATEQUEUEREQUEST']._serialized_end=1212
-  _globals['_UPDATEQUEUERESPONSE']._serialized_start=1214
-  _globals['_UPDATEQUEUERESPONSE']._serialized_end=1272
-  _globals['_GATE']._serialized_start=1275
-  _globals['_GATE']._serialized_end=1419
-  _globals['_EXPLAINTASKREQUEST']._serialized_start=1421
-  _globals['_EXPLAINTASKREQUEST']._serialized_end=1458
-  _globals['_EXPLAINTASKRESPONSE']._serialized_start=1460
-  _globals['_EXPLAINTASKRESPONSE']._serialized_end=1575
+  _globals['_QUEUECONFIG']._serialized_end=844
+  _globals['_QUEUE']._serialized_start=846
+  _globals['_QUEUE']._serialized_end=960
+  _globals['_GETQUEUEREQUEST']._serialized_start=962
+  _globals['_GETQUEUEREQUEST']._serialized_end=993
+  _globals['_GETQUEUERESPONSE']._serialized_start=995
+  _globals['_GETQUEUERESPONSE']._serialized_end=1050
+  _globals['_LISTQUEUESREQUEST']._serialized_start=1052
+  _globals['_LISTQUEUESREQUEST']._serialized_end=1071
+  _globals['_LISTQUEUESRESPONSE']._serialized_start=1073
+  _globals['_LISTQUEUESRESPONSE']._serialized_end=1131
+  _globals['_UPDATEQUEUEREQUEST']._serialized_start=1133
+  _globals['_UPDATEQUEUEREQUEST']._serialized_end=1260
+  _globals['_UPDATEQUEUERESPONSE']._serialized_start=1262
+  _globals['_UPDATEQUEUERESPONSE']._serialized_end=1320
+  _globals['_GATE']._serialized_start=1323
+  _globals['_GATE']._serialized_end=1513
+  _globals['_EXPLAINTASKREQUEST']._serialized_start=1515
+  _globals['_EXPLAINTASKREQUEST']._serialized_end=1552
+  _globals['_EXPLAINTASKRESPONSE']._serialized_start=1554
+  _globals['_EXPLAINTASKRESPONSE']._serialized_end=1669
 # @@protoc_insertion_point(module_scope)

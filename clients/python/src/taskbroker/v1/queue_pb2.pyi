@@ -165,6 +165,8 @@ class QueueConfig(_message.Message):
     MAX_PAYLOAD_BYTES_FIELD_NUMBER: _builtins.int
     RETENTION_FIELD_NUMBER: _builtins.int
     MIN_LEASE_FIELD_NUMBER: _builtins.int
+    MAX_PENDING_FIELD_NUMBER: _builtins.int
+    MAX_PENDING_BYTES_FIELD_NUMBER: _builtins.int
     paused: _builtins.bool
     """No new leases while set; leases already held run on."""
     max_concurrent: _builtins.int
@@ -176,6 +178,13 @@ class QueueConfig(_message.Message):
     """Leases one worker holds at once from this queue; 0 means no limit."""
     max_payload_bytes: _builtins.int
     """The largest payload Submit accepts."""
+    max_pending: _builtins.int
+    """Backpressure: Submit refuses (RESOURCE_EXHAUSTED, with RetryInfo and
+    QuotaFailure) tasks that would take the queue's waiting tasks (SCHEDULED,
+    READY or BLOCKED) above this many; 0 means no limit.
+    """
+    max_pending_bytes: _builtins.int
+    """Backpressure: as max_pending, for the sum of the waiting tasks' payload bytes."""
     @_builtins.property
     def rate_limit(self) -> Global___RateLimit:
         """Leases granted per second in the whole cluster; unset means no limit."""
@@ -225,10 +234,12 @@ class QueueConfig(_message.Message):
         max_payload_bytes: _builtins.int = ...,
         retention: _duration_pb2.Duration | None = ...,
         min_lease: _duration_pb2.Duration | None = ...,
+        max_pending: _builtins.int = ...,
+        max_pending_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["default_lease", b"default_lease", "default_retry", b"default_retry", "max_lease", b"max_lease", "min_lease", b"min_lease", "per_key_rate_limit", b"per_key_rate_limit", "priority_aging", b"priority_aging", "rate_limit", b"rate_limit", "retention", b"retention"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_lease", b"default_lease", "default_retry", b"default_retry", "fairness", b"fairness", "max_concurrent", b"max_concurrent", "max_concurrent_per_key", b"max_concurrent_per_key", "max_lease", b"max_lease", "max_leases_per_worker", b"max_leases_per_worker", "max_payload_bytes", b"max_payload_bytes", "min_lease", b"min_lease", "paused", b"paused", "per_key_rate_limit", b"per_key_rate_limit", "priority_aging", b"priority_aging", "rate_limit", b"rate_limit", "retention", b"retention"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_lease", b"default_lease", "default_retry", b"default_retry", "fairness", b"fairness", "max_concurrent", b"max_concurrent", "max_concurrent_per_key", b"max_concurrent_per_key", "max_lease", b"max_lease", "max_leases_per_worker", b"max_leases_per_worker", "max_payload_bytes", b"max_payload_bytes", "max_pending", b"max_pending", "max_pending_bytes", b"max_pending_bytes", "min_lease", b"min_lease", "paused", b"paused", "per_key_rate_limit", b"per_key_rate_limit", "priority_aging", b"priority_aging", "rate_limit", b"rate_limit", "retention", b"retention"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -405,6 +416,7 @@ class Gate(_message.Message):
     UNTIL_FIELD_NUMBER: _builtins.int
     HOLDER_TASK_IDS_FIELD_NUMBER: _builtins.int
     AHEAD_FIELD_NUMBER: _builtins.int
+    MISSING_KEYS_FIELD_NUMBER: _builtins.int
     kind: Global___GateKind.ValueType
     detail: _builtins.str
     """One plain sentence for people."""
@@ -420,6 +432,10 @@ class Gate(_message.Message):
         BLOCKED_BY_DEPENDENCY: the dependencies that have not finished (up to 100).
         """
 
+    @_builtins.property
+    def missing_keys(self) -> _containers.RepeatedCompositeFieldContainer[_broker_pb2.TaskKey]:
+        """BLOCKED_BY_DEPENDENCY: the depends_on_keys no task has yet (up to 100)."""
+
     def __init__(
         self,
         *,
@@ -428,10 +444,11 @@ class Gate(_message.Message):
         until: _timestamp_pb2.Timestamp | None = ...,
         holder_task_ids: _abc.Iterable[_builtins.str] | None = ...,
         ahead: _builtins.int = ...,
+        missing_keys: _abc.Iterable[_broker_pb2.TaskKey] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["until", b"until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ahead", b"ahead", "detail", b"detail", "holder_task_ids", b"holder_task_ids", "kind", b"kind", "until", b"until"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ahead", b"ahead", "detail", b"detail", "holder_task_ids", b"holder_task_ids", "kind", b"kind", "missing_keys", b"missing_keys", "until", b"until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -199,10 +199,23 @@ class TaskTemplate(_message.Message):
     RETRY_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
     DEADLINE_AFTER_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    STICKY_FIELD_NUMBER: _builtins.int
+    FANOUT_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Required, [A-Za-z0-9._:-]{1,128}."""
     payload: _builtins.bytes
     priority: _builtins.int
+    concurrency_key: _builtins.str
+    """As TaskSpec.concurrency_key."""
+    key: _builtins.str
+    """The key of each task, with `{fire_time}` (RFC 3339, UTC) and `{schedule_id}`
+    substituted, e.g. "report-{fire_time}". A fire time whose key is taken makes
+    no new task (deduplicated, as Submit does). Empty: no key. The expanded key
+    must be a valid TaskSpec.key; `{` and `}` appear only in these placeholders.
+    """
     @_builtins.property
     def retry(self) -> _broker_pb2.RetryPolicy: ...
     @_builtins.property
@@ -215,6 +228,18 @@ class TaskTemplate(_message.Message):
     def deadline_after(self) -> _duration_pb2.Duration:
         """Each task must finish this long after it is made, or it goes DEAD. Optional."""
 
+    @_builtins.property
+    def target(self) -> _broker_pb2.Target:
+        """As TaskSpec.target: which workers may lease each task."""
+
+    @_builtins.property
+    def sticky(self) -> _broker_pb2.StickyPolicy:
+        """As TaskSpec.sticky."""
+
+    @_builtins.property
+    def fanout(self) -> _broker_pb2.Fanout:
+        """As TaskSpec.fanout: each fire time makes this many copies."""
+
     def __init__(
         self,
         *,
@@ -224,10 +249,15 @@ class TaskTemplate(_message.Message):
         retry: _broker_pb2.RetryPolicy | None = ...,
         metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         deadline_after: _duration_pb2.Duration | None = ...,
+        target: _broker_pb2.Target | None = ...,
+        sticky: _broker_pb2.StickyPolicy | None = ...,
+        fanout: _broker_pb2.Fanout | None = ...,
+        concurrency_key: _builtins.str = ...,
+        key: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline_after", b"deadline_after", "retry", b"retry"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline_after", b"deadline_after", "fanout", b"fanout", "retry", b"retry", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline_after", b"deadline_after", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry", b"retry"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_key", b"concurrency_key", "deadline_after", b"deadline_after", "fanout", b"fanout", "key", b"key", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry", b"retry", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

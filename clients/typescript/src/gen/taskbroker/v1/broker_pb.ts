@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file taskbroker/v1/broker.proto.
  */
 export const file_taskbroker_v1_broker: GenFile = /*@__PURE__*/
-  fileDesc("Chp0YXNrYnJva2VyL3YxL2Jyb2tlci5wcm90bxINdGFza2Jyb2tlci52MSLwAQoLUmV0cnlQb2xpY3kSFAoMbWF4X2F0dGVtcHRzGAEgASgNEjIKD2luaXRpYWxfYmFja29mZhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIaChJiYWNrb2ZmX211bHRpcGxpZXIYAyABKAESLgoLbWF4X2JhY2tvZmYYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoGaml0dGVyGAUgASgBSACIAQESKwoIc2NoZWR1bGUYBiADKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCQoHX2ppdHRlciKbBAoIVGFza1NwZWMSDQoFcXVldWUYASABKAkSDwoHcGF5bG9hZBgCIAEoDBILCgNrZXkYAyABKAkSEAoIcHJpb3JpdHkYBCABKAUSKgoGcnVuX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghkZWFkbGluZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoFcmV0cnkYByABKAsyGi50YXNrYnJva2VyLnYxLlJldHJ5UG9saWN5EjcKCG1ldGFkYXRhGAggAygLMiUudGFza2Jyb2tlci52MS5UYXNrU3BlYy5NZXRhZGF0YUVudHJ5EiUKBnRhcmdldBgJIAEoCzIVLnRhc2ticm9rZXIudjEuVGFyZ2V0EisKBnN0aWNreRgKIAEoCzIbLnRhc2ticm9rZXIudjEuU3RpY2t5UG9saWN5EiUKBmZhbm91dBgLIAEoCzIVLnRhc2ticm9rZXIudjEuRmFub3V0EhcKD2NvbmN1cnJlbmN5X2tleRgMIAEoCRISCgpkZXBlbmRzX29uGA0gAygJEhgKEGRlcGVuZHNfb25faW5kZXgYDiADKA0SHwoXcnVuX2lmX2RlcGVuZGVuY3lfZmFpbHMYDyABKAgaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjcKDVN1Ym1pdFJlcXVlc3QSJgoFdGFza3MYASADKAsyFy50YXNrYnJva2VyLnYxLlRhc2tTcGVjIkwKDFN1Ym1pdFJlc3VsdBIPCgd0YXNrX2lkGAEgASgJEhQKDGRlZHVwbGljYXRlZBgCIAEoCBIVCg1jb3B5X3Rhc2tfaWRzGAMgAygJIj4KDlN1Ym1pdFJlc3BvbnNlEiwKB3Jlc3VsdHMYASADKAsyGy50YXNrYnJva2VyLnYxLlN1Ym1pdFJlc3VsdCKIAgoMTGVhc2VSZXF1ZXN0EhEKCXdvcmtlcl9pZBgBIAEoCRIOCgZxdWV1ZXMYAiADKAkSEQoJbWF4X3Rhc2tzGAMgASgNEjEKDmxlYXNlX2R1cmF0aW9uGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEicKBHdhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNwoGbGFiZWxzGAYgAygLMicudGFza2Jyb2tlci52MS5MZWFzZVJlcXVlc3QuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKKBAoKTGVhc2VkVGFzaxIPCgd0YXNrX2lkGAEgASgJEg0KBXF1ZXVlGAIgASgJEg8KB3BheWxvYWQYAyABKAwSCwoDa2V5GAQgASgJEhAKCHByaW9yaXR5GAUgASgFEiwKCGRlYWRsaW5lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI5CghtZXRhZGF0YRgHIAMoCzInLnRhc2ticm9rZXIudjEuTGVhc2VkVGFzay5NZXRhZGF0YUVudHJ5Eg8KB2F0dGVtcHQYCCABKA0SEwoLbGVhc2VfdG9rZW4YCSABKAkSFQoNZmVuY2luZ190b2tlbhgKIAEoBBI0ChBsZWFzZV9leHBpcmVzX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpjaGVja3BvaW50GAwgASgMEhYKDmhhc19jaGVja3BvaW50GA0gASgIEhQKDG1heF9hdHRlbXB0cxgOIAEoDRIuCgpjcmVhdGVkX2F0GA8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxmYW5vdXRfZ3JvdXAYECABKAkSFwoPY29uY3VycmVuY3lfa2V5GBQgASgJGi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI5Cg1MZWFzZVJlc3BvbnNlEigKBXRhc2tzGAEgAygLMhkudGFza2Jyb2tlci52MS5MZWFzZWRUYXNrIjAKCExlYXNlUmVmEg8KB3Rhc2tfaWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkifAoQSGVhcnRiZWF0UmVxdWVzdBIRCgl3b3JrZXJfaWQYASABKAkSJwoGbGVhc2VzGAIgAygLMhcudGFza2Jyb2tlci52MS5MZWFzZVJlZhIsCglleHRlbmRfYnkYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ifAoLTGVhc2VTdGF0dXMSDwoHdGFza19pZBgBIAEoCRIMCgRsb3N0GAIgASgIEjQKEGxlYXNlX2V4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYBCABKAgiPwoRSGVhcnRiZWF0UmVzcG9uc2USKgoGbGVhc2VzGAEgAygLMhoudGFza2Jyb2tlci52MS5MZWFzZVN0YXR1cyJ7ChFDaGVja3BvaW50UmVxdWVzdBIPCgd0YXNrX2lkGAEgASgJEhMKC2xlYXNlX3Rva2VuGAIgASgJEhIKCmNoZWNrcG9pbnQYAyABKAwSLAoJZXh0ZW5kX2J5GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImQKEkNoZWNrcG9pbnRSZXNwb25zZRI0ChBsZWFzZV9leHBpcmVzX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBjYW5jZWxfcmVxdWVzdGVkGAIgASgIIngKD0NvbXBsZXRlUmVxdWVzdBIPCgd0YXNrX2lkGAEgASgJEhMKC2xlYXNlX3Rva2VuGAIgASgJEg4KBnJlc3VsdBgDIAEoDBIvCgpsZWFzZV9uZXh0GAQgASgLMhsudGFza2Jyb2tlci52MS5MZWFzZVJlcXVlc3QiQQoQQ29tcGxldGVSZXNwb25zZRItCgpuZXh0X3Rhc2tzGAEgAygLMhkudGFza2Jyb2tlci52MS5MZWFzZWRUYXNrInsKE0NvbXBsZXRlTWFueVJlcXVlc3QSMwoLY29tcGxldGlvbnMYASADKAsyHi50YXNrYnJva2VyLnYxLkNvbXBsZXRlUmVxdWVzdBIvCgpsZWFzZV9uZXh0GAIgASgLMhsudGFza2Jyb2tlci52MS5MZWFzZVJlcXVlc3QiUgoOQ29tcGxldGVSZXN1bHQSDwoHdGFza19pZBgBIAEoCRIvCgdvdXRjb21lGAIgASgOMh4udGFza2Jyb2tlci52MS5Db21wbGV0ZU91dGNvbWUidQoUQ29tcGxldGVNYW55UmVzcG9uc2USLgoHcmVzdWx0cxgBIAMoCzIdLnRhc2ticm9rZXIudjEuQ29tcGxldGVSZXN1bHQSLQoKbmV4dF90YXNrcxgCIAMoCzIZLnRhc2ticm9rZXIudjEuTGVhc2VkVGFzayLeAQoLRmFpbFJlcXVlc3QSDwoHdGFza19pZBgBIAEoCRITCgtsZWFzZV90b2tlbhgCIAEoCRIVCg1lcnJvcl9tZXNzYWdlGAMgASgJEhUKDW5vbl9yZXRyeWFibGUYBCABKAgSLgoLcmV0cnlfYWZ0ZXIYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGgoScHJlZmVyX3NhbWVfd29ya2VyGAYgASgIEi8KCmxlYXNlX25leHQYByABKAsyGy50YXNrYnJva2VyLnYxLkxlYXNlUmVxdWVzdCKXAQoMRmFpbFJlc3BvbnNlEicKBXN0YXRlGAEgASgOMhgudGFza2Jyb2tlci52MS5UYXNrU3RhdGUSLwoLbmV4dF9ydW5fYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCm5leHRfdGFza3MYAyADKAsyGS50YXNrYnJva2VyLnYxLkxlYXNlZFRhc2sifQoGVGFyZ2V0EhEKCXdvcmtlcl9pZBgBIAEoCRIxCgZsYWJlbHMYAiADKAsyIS50YXNrYnJva2VyLnYxLlRhcmdldC5MYWJlbHNFbnRyeRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBImsKDFN0aWNreVBvbGljeRIvCghzdHJhdGVneRgBIAEoDjIdLnRhc2ticm9rZXIudjEuU3RpY2t5U3RyYXRlZ3kSKgoHdGltZW91dBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIyCgZGYW5vdXQSDgoGY29waWVzGAEgASgNEhgKEGRpc3RpbmN0X3dvcmtlcnMYAiABKAgqzwEKCVRhc2tTdGF0ZRIaChZUQVNLX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoUVEFTS19TVEFURV9TQ0hFRFVMRUQQARIUChBUQVNLX1NUQVRFX1JFQURZEAISFQoRVEFTS19TVEFURV9MRUFTRUQQAxIYChRUQVNLX1NUQVRFX1NVQ0NFRURFRBAEEhMKD1RBU0tfU1RBVEVfREVBRBAFEhgKFFRBU0tfU1RBVEVfQ0FOQ0VMTEVEEAYSFgoSVEFTS19TVEFURV9CTE9DS0VEEAcqlAEKD0NvbXBsZXRlT3V0Y29tZRIgChxDT01QTEVURV9PVVRDT01FX1VOU1BFQ0lGSUVEEAASHgoaQ09NUExFVEVfT1VUQ09NRV9DT01QTEVURUQQARIfChtDT01QTEVURV9PVVRDT01FX0xFQVNFX0xPU1QQAhIeChpDT01QTEVURV9PVVRDT01FX05PVF9GT1VORBADKmUKDlN0aWNreVN0cmF0ZWd5Eh8KG1NUSUNLWV9TVFJBVEVHWV9VTlNQRUNJRklFRBAAEhgKFFNUSUNLWV9TVFJBVEVHWV9TT0ZUEAESGAoUU1RJQ0tZX1NUUkFURUdZX0hBUkQQAjKkBAoNQnJva2VyU2VydmljZRJFCgZTdWJtaXQSHC50YXNrYnJva2VyLnYxLlN1Ym1pdFJlcXVlc3QaHS50YXNrYnJva2VyLnYxLlN1Ym1pdFJlc3BvbnNlEkIKBUxlYXNlEhsudGFza2Jyb2tlci52MS5MZWFzZVJlcXVlc3QaHC50YXNrYnJva2VyLnYxLkxlYXNlUmVzcG9uc2USTgoJSGVhcnRiZWF0Eh8udGFza2Jyb2tlci52MS5IZWFydGJlYXRSZXF1ZXN0GiAudGFza2Jyb2tlci52MS5IZWFydGJlYXRSZXNwb25zZRJRCgpDaGVja3BvaW50EiAudGFza2Jyb2tlci52MS5DaGVja3BvaW50UmVxdWVzdBohLnRhc2ticm9rZXIudjEuQ2hlY2twb2ludFJlc3BvbnNlEksKCENvbXBsZXRlEh4udGFza2Jyb2tlci52MS5Db21wbGV0ZVJlcXVlc3QaHy50YXNrYnJva2VyLnYxLkNvbXBsZXRlUmVzcG9uc2USPwoERmFpbBIaLnRhc2ticm9rZXIudjEuRmFpbFJlcXVlc3QaGy50YXNrYnJva2VyLnYxLkZhaWxSZXNwb25zZRJXCgxDb21wbGV0ZU1hbnkSIi50YXNrYnJva2VyLnYxLkNvbXBsZXRlTWFueVJlcXVlc3QaIy50YXNrYnJva2VyLnYxLkNvbXBsZXRlTWFueVJlc3BvbnNlQkIKEWRldi50YXNrYnJva2VyLnYxUAFaK3Rhc2ticm9rZXIuZGV2L2dvL3Rhc2ticm9rZXJ2MTt0YXNrYnJva2VydjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chp0YXNrYnJva2VyL3YxL2Jyb2tlci5wcm90bxINdGFza2Jyb2tlci52MSLwAQoLUmV0cnlQb2xpY3kSFAoMbWF4X2F0dGVtcHRzGAEgASgNEjIKD2luaXRpYWxfYmFja29mZhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIaChJiYWNrb2ZmX211bHRpcGxpZXIYAyABKAESLgoLbWF4X2JhY2tvZmYYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoGaml0dGVyGAUgASgBSACIAQESKwoIc2NoZWR1bGUYBiADKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCQoHX2ppdHRlciKfBQoIVGFza1NwZWMSDQoFcXVldWUYASABKAkSDwoHcGF5bG9hZBgCIAEoDBILCgNrZXkYAyABKAkSEAoIcHJpb3JpdHkYBCABKAUSKgoGcnVuX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghkZWFkbGluZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoFcmV0cnkYByABKAsyGi50YXNrYnJva2VyLnYxLlJldHJ5UG9saWN5EjcKCG1ldGFkYXRhGAggAygLMiUudGFza2Jyb2tlci52MS5UYXNrU3BlYy5NZXRhZGF0YUVudHJ5EiUKBnRhcmdldBgJIAEoCzIVLnRhc2ticm9rZXIudjEuVGFyZ2V0EisKBnN0aWNreRgKIAEoCzIbLnRhc2ticm9rZXIudjEuU3RpY2t5UG9saWN5EiUKBmZhbm91dBgLIAEoCzIVLnRhc2ticm9rZXIudjEuRmFub3V0EhcKD2NvbmN1cnJlbmN5X2tleRgMIAEoCRISCgpkZXBlbmRzX29uGA0gAygJEhgKEGRlcGVuZHNfb25faW5kZXgYDiADKA0SHwoXcnVuX2lmX2RlcGVuZGVuY3lfZmFpbHMYDyABKAgSLwoPZGVwZW5kc19vbl9rZXlzGBAgAygLMhYudGFza2Jyb2tlci52MS5UYXNrS2V5EjsKEG9uX2R1cGxpY2F0ZV9rZXkYESABKA4yIS50YXNrYnJva2VyLnYxLkR1cGxpY2F0ZUtleVBvbGljeRIUCgxhdF9tb3N0X29uY2UYEiABKAgaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIiUKB1Rhc2tLZXkSDQoFcXVldWUYASABKAkSCwoDa2V5GAIgASgJIjcKDVN1Ym1pdFJlcXVlc3QSJgoFdGFza3MYASADKAsyFy50YXNrYnJva2VyLnYxLlRhc2tTcGVjIl4KDFN1Ym1pdFJlc3VsdBIPCgd0YXNrX2lkGAEgASgJEhQKDGRlZHVwbGljYXRlZBgCIAEoCBIVCg1jb3B5X3Rhc2tfaWRzGAMgAygJEhAKCHJlcGxhY2VkGAQgASgIIj4KDlN1Ym1pdFJlc3BvbnNlEiwKB3Jlc3VsdHMYASADKAsyGy50YXNrYnJva2VyLnYxLlN1Ym1pdFJlc3VsdCKIAgoMTGVhc2VSZXF1ZXN0EhEKCXdvcmtlcl9pZBgBIAEoCRIOCgZxdWV1ZXMYAiADKAkSEQoJbWF4X3Rhc2tzGAMgASgNEjEKDmxlYXNlX2R1cmF0aW9uGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEicKBHdhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNwoGbGFiZWxzGAYgAygLMicudGFza2Jyb2tlci52MS5MZWFzZVJlcXVlc3QuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKoBQoKTGVhc2VkVGFzaxIPCgd0YXNrX2lkGAEgASgJEg0KBXF1ZXVlGAIgASgJEg8KB3BheWxvYWQYAyABKAwSCwoDa2V5GAQgASgJEhAKCHByaW9yaXR5GAUgASgFEiwKCGRlYWRsaW5lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI5CghtZXRhZGF0YRgHIAMoCzInLnRhc2ticm9rZXIudjEuTGVhc2VkVGFzay5NZXRhZGF0YUVudHJ5Eg8KB2F0dGVtcHQYCCABKA0SEwoLbGVhc2VfdG9rZW4YCSABKAkSFQoNZmVuY2luZ190b2tlbhgKIAEoBBI0ChBsZWFzZV9leHBpcmVzX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpjaGVja3BvaW50GAwgASgMEhYKDmhhc19jaGVja3BvaW50GA0gASgIEhQKDG1heF9hdHRlbXB0cxgOIAEoDRIuCgpjcmVhdGVkX2F0GA8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxmYW5vdXRfZ3JvdXAYECABKAkSFwoPY29uY3VycmVuY3lfa2V5GBQgASgJEkwKEmRlcGVuZGVuY3lfcmVzdWx0cxgVIAMoCzIwLnRhc2ticm9rZXIudjEuTGVhc2VkVGFzay5EZXBlbmRlbmN5UmVzdWx0c0VudHJ5EhQKDGF0X21vc3Rfb25jZRgWIAEoCBovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaOAoWRGVwZW5kZW5jeVJlc3VsdHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAw6AjgBIjkKDUxlYXNlUmVzcG9uc2USKAoFdGFza3MYASADKAsyGS50YXNrYnJva2VyLnYxLkxlYXNlZFRhc2siMAoITGVhc2VSZWYSDwoHdGFza19pZBgBIAEoCRITCgtsZWFzZV90b2tlbhgCIAEoCSJ8ChBIZWFydGJlYXRSZXF1ZXN0EhEKCXdvcmtlcl9pZBgBIAEoCRInCgZsZWFzZXMYAiADKAsyFy50YXNrYnJva2VyLnYxLkxlYXNlUmVmEiwKCWV4dGVuZF9ieRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJ8CgtMZWFzZVN0YXR1cxIPCgd0YXNrX2lkGAEgASgJEgwKBGxvc3QYAiABKAgSNAoQbGVhc2VfZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQY2FuY2VsX3JlcXVlc3RlZBgEIAEoCCI/ChFIZWFydGJlYXRSZXNwb25zZRIqCgZsZWFzZXMYASADKAsyGi50YXNrYnJva2VyLnYxLkxlYXNlU3RhdHVzInsKEUNoZWNrcG9pbnRSZXF1ZXN0Eg8KB3Rhc2tfaWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSEgoKY2hlY2twb2ludBgDIAEoDBIsCglleHRlbmRfYnkYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iZAoSQ2hlY2twb2ludFJlc3BvbnNlEjQKEGxlYXNlX2V4cGlyZXNfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYAiABKAgieAoPQ29tcGxldGVSZXF1ZXN0Eg8KB3Rhc2tfaWQYASABKAkSEwoLbGVhc2VfdG9rZW4YAiABKAkSDgoGcmVzdWx0GAMgASgMEi8KCmxlYXNlX25leHQYBCABKAsyGy50YXNrYnJva2VyLnYxLkxlYXNlUmVxdWVzdCJBChBDb21wbGV0ZVJlc3BvbnNlEi0KCm5leHRfdGFza3MYASADKAsyGS50YXNrYnJva2VyLnYxLkxlYXNlZFRhc2siewoTQ29tcGxldGVNYW55UmVxdWVzdBIzCgtjb21wbGV0aW9ucxgBIAMoCzIeLnRhc2ticm9rZXIudjEuQ29tcGxldGVSZXF1ZXN0Ei8KCmxlYXNlX25leHQYAiABKAsyGy50YXNrYnJva2VyLnYxLkxlYXNlUmVxdWVzdCJSCg5Db21wbGV0ZVJlc3VsdBIPCgd0YXNrX2lkGAEgASgJEi8KB291dGNvbWUYAiABKA4yHi50YXNrYnJva2VyLnYxLkNvbXBsZXRlT3V0Y29tZSJ1ChRDb21wbGV0ZU1hbnlSZXNwb25zZRIuCgdyZXN1bHRzGAEgAygLMh0udGFza2Jyb2tlci52MS5Db21wbGV0ZVJlc3VsdBItCgpuZXh0X3Rhc2tzGAIgAygLMhkudGFza2Jyb2tlci52MS5MZWFzZWRUYXNrIt4BCgtGYWlsUmVxdWVzdBIPCgd0YXNrX2lkGAEgASgJEhMKC2xlYXNlX3Rva2VuGAIgASgJEhUKDWVycm9yX21lc3NhZ2UYAyABKAkSFQoNbm9uX3JldHJ5YWJsZRgEIAEoCBIuCgtyZXRyeV9hZnRlchgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIaChJwcmVmZXJfc2FtZV93b3JrZXIYBiABKAgSLwoKbGVhc2VfbmV4dBgHIAEoCzIbLnRhc2ticm9rZXIudjEuTGVhc2VSZXF1ZXN0IpcBCgxGYWlsUmVzcG9uc2USJwoFc3RhdGUYASABKA4yGC50YXNrYnJva2VyLnYxLlRhc2tTdGF0ZRIvCgtuZXh0X3J1bl9hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoKbmV4dF90YXNrcxgDIAMoCzIZLnRhc2ticm9rZXIudjEuTGVhc2VkVGFzayJ9CgZUYXJnZXQSEQoJd29ya2VyX2lkGAEgASgJEjEKBmxhYmVscxgCIAMoCzIhLnRhc2ticm9rZXIudjEuVGFyZ2V0LkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiawoMU3RpY2t5UG9saWN5Ei8KCHN0cmF0ZWd5GAEgASgOMh0udGFza2Jyb2tlci52MS5TdGlja3lTdHJhdGVneRIqCgd0aW1lb3V0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjIKBkZhbm91dBIOCgZjb3BpZXMYASABKA0SGAoQZGlzdGluY3Rfd29ya2VycxgCIAEoCCrPAQoJVGFza1N0YXRlEhoKFlRBU0tfU1RBVEVfVU5TUEVDSUZJRUQQABIYChRUQVNLX1NUQVRFX1NDSEVEVUxFRBABEhQKEFRBU0tfU1RBVEVfUkVBRFkQAhIVChFUQVNLX1NUQVRFX0xFQVNFRBADEhgKFFRBU0tfU1RBVEVfU1VDQ0VFREVEEAQSEwoPVEFTS19TVEFURV9ERUFEEAUSGAoUVEFTS19TVEFURV9DQU5DRUxMRUQQBhIWChJUQVNLX1NUQVRFX0JMT0NLRUQQByqMAQoSRHVwbGljYXRlS2V5UG9saWN5EiQKIERVUExJQ0FURV9LRVlfUE9MSUNZX1VOU1BFQ0lGSUVEEAASJgoiRFVQTElDQVRFX0tFWV9QT0xJQ1lfS0VFUF9FWElTVElORxABEigKJERVUExJQ0FURV9LRVlfUE9MSUNZX1JFUExBQ0VfV0FJVElORxACKpQBCg9Db21wbGV0ZU91dGNvbWUSIAocQ09NUExFVEVfT1VUQ09NRV9VTlNQRUNJRklFRBAAEh4KGkNPTVBMRVRFX09VVENPTUVfQ09NUExFVEVEEAESHwobQ09NUExFVEVfT1VUQ09NRV9MRUFTRV9MT1NUEAISHgoaQ09NUExFVEVfT1VUQ09NRV9OT1RfRk9VTkQQAyplCg5TdGlja3lTdHJhdGVneRIfChtTVElDS1lfU1RSQVRFR1lfVU5TUEVDSUZJRUQQABIYChRTVElDS1lfU1RSQVRFR1lfU09GVBABEhgKFFNUSUNLWV9TVFJBVEVHWV9IQVJEEAIypAQKDUJyb2tlclNlcnZpY2USRQoGU3VibWl0EhwudGFza2Jyb2tlci52MS5TdWJtaXRSZXF1ZXN0Gh0udGFza2Jyb2tlci52MS5TdWJtaXRSZXNwb25zZRJCCgVMZWFzZRIbLnRhc2ticm9rZXIudjEuTGVhc2VSZXF1ZXN0GhwudGFza2Jyb2tlci52MS5MZWFzZVJlc3BvbnNlEk4KCUhlYXJ0YmVhdBIfLnRhc2ticm9rZXIudjEuSGVhcnRiZWF0UmVxdWVzdBogLnRhc2ticm9rZXIudjEuSGVhcnRiZWF0UmVzcG9uc2USUQoKQ2hlY2twb2ludBIgLnRhc2ticm9rZXIudjEuQ2hlY2twb2ludFJlcXVlc3QaIS50YXNrYnJva2VyLnYxLkNoZWNrcG9pbnRSZXNwb25zZRJLCghDb21wbGV0ZRIeLnRhc2ticm9rZXIudjEuQ29tcGxldGVSZXF1ZXN0Gh8udGFza2Jyb2tlci52MS5Db21wbGV0ZVJlc3BvbnNlEj8KBEZhaWwSGi50YXNrYnJva2VyLnYxLkZhaWxSZXF1ZXN0GhsudGFza2Jyb2tlci52MS5GYWlsUmVzcG9uc2USVwoMQ29tcGxldGVNYW55EiIudGFza2Jyb2tlci52MS5Db21wbGV0ZU1hbnlSZXF1ZXN0GiMudGFza2Jyb2tlci52MS5Db21wbGV0ZU1hbnlSZXNwb25zZUJCChFkZXYudGFza2Jyb2tlci52MVABWit0YXNrYnJva2VyLmRldi9nby90YXNrYnJva2VydjE7dGFza2Jyb2tlcnYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * How a failed attempt is retried. Unset fields take the broker's defaults
@@ -192,6 +192,31 @@ export type TaskSpec = Message<"taskbroker.v1.TaskSpec"> & {
    * @generated from field: bool run_if_dependency_fails = 15;
    */
   runIfDependencyFails: boolean;
+
+  /**
+   * Flow: as depends_on, naming tasks by (queue, key), which may be submitted
+   * later. The task stays BLOCKED until a task with each key exists and has
+   * SUCCEEDED; a key that never appears holds it until its deadline. At most 64.
+   *
+   * @generated from field: repeated taskbroker.v1.TaskKey depends_on_keys = 16;
+   */
+  dependsOnKeys: TaskKey[];
+
+  /**
+   * What Submit does when a task with the same (queue, key) exists.
+   * Unspecified means DUPLICATE_KEY_POLICY_KEEP_EXISTING.
+   *
+   * @generated from field: taskbroker.v1.DuplicateKeyPolicy on_duplicate_key = 17;
+   */
+  onDuplicateKey: DuplicateKeyPolicy;
+
+  /**
+   * Leased at most once: when that lease expires or the worker fails the attempt,
+   * the task goes DEAD (never re-run), whatever its retry policy says.
+   *
+   * @generated from field: bool at_most_once = 18;
+   */
+  atMostOnce: boolean;
 };
 
 /**
@@ -200,6 +225,34 @@ export type TaskSpec = Message<"taskbroker.v1.TaskSpec"> & {
  */
 export const TaskSpecSchema: GenMessage<TaskSpec> = /*@__PURE__*/
   messageDesc(file_taskbroker_v1_broker, 1);
+
+/**
+ * Names a task by its queue and key (TaskSpec.key).
+ *
+ * @generated from message taskbroker.v1.TaskKey
+ */
+export type TaskKey = Message<"taskbroker.v1.TaskKey"> & {
+  /**
+   * [A-Za-z0-9._:-]{1,128}.
+   *
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+
+  /**
+   * Non-empty, at most as long as TaskSpec.key may be.
+   *
+   * @generated from field: string key = 2;
+   */
+  key: string;
+};
+
+/**
+ * Describes the message taskbroker.v1.TaskKey.
+ * Use `create(TaskKeySchema)` to create a new message.
+ */
+export const TaskKeySchema: GenMessage<TaskKey> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_broker, 2);
 
 /**
  * @generated from message taskbroker.v1.SubmitRequest
@@ -218,7 +271,7 @@ export type SubmitRequest = Message<"taskbroker.v1.SubmitRequest"> & {
  * Use `create(SubmitRequestSchema)` to create a new message.
  */
 export const SubmitRequestSchema: GenMessage<SubmitRequest> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 2);
+  messageDesc(file_taskbroker_v1_broker, 3);
 
 /**
  * The outcome of one submitted task, in request order.
@@ -244,6 +297,15 @@ export type SubmitResult = Message<"taskbroker.v1.SubmitResult"> & {
    * @generated from field: repeated string copy_task_ids = 3;
    */
   copyTaskIds: string[];
+
+  /**
+   * True when the existing waiting task took this submission's payload, run_at,
+   * priority and metadata (DUPLICATE_KEY_POLICY_REPLACE_WAITING); deduplicated is
+   * then true as well.
+   *
+   * @generated from field: bool replaced = 4;
+   */
+  replaced: boolean;
 };
 
 /**
@@ -251,7 +313,7 @@ export type SubmitResult = Message<"taskbroker.v1.SubmitResult"> & {
  * Use `create(SubmitResultSchema)` to create a new message.
  */
 export const SubmitResultSchema: GenMessage<SubmitResult> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 3);
+  messageDesc(file_taskbroker_v1_broker, 4);
 
 /**
  * @generated from message taskbroker.v1.SubmitResponse
@@ -268,7 +330,7 @@ export type SubmitResponse = Message<"taskbroker.v1.SubmitResponse"> & {
  * Use `create(SubmitResponseSchema)` to create a new message.
  */
 export const SubmitResponseSchema: GenMessage<SubmitResponse> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 4);
+  messageDesc(file_taskbroker_v1_broker, 5);
 
 /**
  * @generated from message taskbroker.v1.LeaseRequest
@@ -289,7 +351,7 @@ export type LeaseRequest = Message<"taskbroker.v1.LeaseRequest"> & {
   queues: string[];
 
   /**
-   * 1 to 256.
+   * 1 to 1000; fewer when the reply would exceed the reply budget.
    *
    * @generated from field: uint32 max_tasks = 3;
    */
@@ -323,7 +385,7 @@ export type LeaseRequest = Message<"taskbroker.v1.LeaseRequest"> & {
  * Use `create(LeaseRequestSchema)` to create a new message.
  */
 export const LeaseRequestSchema: GenMessage<LeaseRequest> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 5);
+  messageDesc(file_taskbroker_v1_broker, 6);
 
 /**
  * A task handed to a worker under a lease.
@@ -432,6 +494,22 @@ export type LeasedTask = Message<"taskbroker.v1.LeasedTask"> & {
    * @generated from field: string concurrency_key = 20;
    */
   concurrencyKey: string;
+
+  /**
+   * Flow: the results of the dependencies that SUCCEEDED, by task id (depends_on,
+   * depends_on_index and depends_on_keys). Left out, wholly, when they would push
+   * the reply past its size budget: read them with AdminService.GetTask then.
+   *
+   * @generated from field: map<string, bytes> dependency_results = 21;
+   */
+  dependencyResults: { [key: string]: Uint8Array };
+
+  /**
+   * TaskSpec.at_most_once: this is the only attempt the task gets.
+   *
+   * @generated from field: bool at_most_once = 22;
+   */
+  atMostOnce: boolean;
 };
 
 /**
@@ -439,7 +517,7 @@ export type LeasedTask = Message<"taskbroker.v1.LeasedTask"> & {
  * Use `create(LeasedTaskSchema)` to create a new message.
  */
 export const LeasedTaskSchema: GenMessage<LeasedTask> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 6);
+  messageDesc(file_taskbroker_v1_broker, 7);
 
 /**
  * @generated from message taskbroker.v1.LeaseResponse
@@ -456,7 +534,7 @@ export type LeaseResponse = Message<"taskbroker.v1.LeaseResponse"> & {
  * Use `create(LeaseResponseSchema)` to create a new message.
  */
 export const LeaseResponseSchema: GenMessage<LeaseResponse> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 7);
+  messageDesc(file_taskbroker_v1_broker, 8);
 
 /**
  * Names one lease: the task and the token the lease was granted with.
@@ -480,7 +558,7 @@ export type LeaseRef = Message<"taskbroker.v1.LeaseRef"> & {
  * Use `create(LeaseRefSchema)` to create a new message.
  */
 export const LeaseRefSchema: GenMessage<LeaseRef> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 8);
+  messageDesc(file_taskbroker_v1_broker, 9);
 
 /**
  * @generated from message taskbroker.v1.HeartbeatRequest
@@ -509,7 +587,7 @@ export type HeartbeatRequest = Message<"taskbroker.v1.HeartbeatRequest"> & {
  * Use `create(HeartbeatRequestSchema)` to create a new message.
  */
 export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 9);
+  messageDesc(file_taskbroker_v1_broker, 10);
 
 /**
  * The state of one lease after a Heartbeat, in request order.
@@ -547,7 +625,7 @@ export type LeaseStatus = Message<"taskbroker.v1.LeaseStatus"> & {
  * Use `create(LeaseStatusSchema)` to create a new message.
  */
 export const LeaseStatusSchema: GenMessage<LeaseStatus> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 10);
+  messageDesc(file_taskbroker_v1_broker, 11);
 
 /**
  * @generated from message taskbroker.v1.HeartbeatResponse
@@ -564,7 +642,7 @@ export type HeartbeatResponse = Message<"taskbroker.v1.HeartbeatResponse"> & {
  * Use `create(HeartbeatResponseSchema)` to create a new message.
  */
 export const HeartbeatResponseSchema: GenMessage<HeartbeatResponse> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 11);
+  messageDesc(file_taskbroker_v1_broker, 12);
 
 /**
  * @generated from message taskbroker.v1.CheckpointRequest
@@ -600,7 +678,7 @@ export type CheckpointRequest = Message<"taskbroker.v1.CheckpointRequest"> & {
  * Use `create(CheckpointRequestSchema)` to create a new message.
  */
 export const CheckpointRequestSchema: GenMessage<CheckpointRequest> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 12);
+  messageDesc(file_taskbroker_v1_broker, 13);
 
 /**
  * @generated from message taskbroker.v1.CheckpointResponse
@@ -622,7 +700,7 @@ export type CheckpointResponse = Message<"taskbroker.v1.CheckpointResponse"> & {
  * Use `create(CheckpointResponseSchema)` to create a new message.
  */
 export const CheckpointResponseSchema: GenMessage<CheckpointResponse> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 13);
+  messageDesc(file_taskbroker_v1_broker, 14);
 
 /**
  * @generated from message taskbroker.v1.CompleteRequest
@@ -662,7 +740,7 @@ export type CompleteRequest = Message<"taskbroker.v1.CompleteRequest"> & {
  * Use `create(CompleteRequestSchema)` to create a new message.
  */
 export const CompleteRequestSchema: GenMessage<CompleteRequest> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 14);
+  messageDesc(file_taskbroker_v1_broker, 15);
 
 /**
  * @generated from message taskbroker.v1.CompleteResponse
@@ -681,7 +759,7 @@ export type CompleteResponse = Message<"taskbroker.v1.CompleteResponse"> & {
  * Use `create(CompleteResponseSchema)` to create a new message.
  */
 export const CompleteResponseSchema: GenMessage<CompleteResponse> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 15);
+  messageDesc(file_taskbroker_v1_broker, 16);
 
 /**
  * @generated from message taskbroker.v1.CompleteManyRequest
@@ -706,7 +784,7 @@ export type CompleteManyRequest = Message<"taskbroker.v1.CompleteManyRequest"> &
  * Use `create(CompleteManyRequestSchema)` to create a new message.
  */
 export const CompleteManyRequestSchema: GenMessage<CompleteManyRequest> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 16);
+  messageDesc(file_taskbroker_v1_broker, 17);
 
 /**
  * @generated from message taskbroker.v1.CompleteResult
@@ -728,7 +806,7 @@ export type CompleteResult = Message<"taskbroker.v1.CompleteResult"> & {
  * Use `create(CompleteResultSchema)` to create a new message.
  */
 export const CompleteResultSchema: GenMessage<CompleteResult> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 17);
+  messageDesc(file_taskbroker_v1_broker, 18);
 
 /**
  * @generated from message taskbroker.v1.CompleteManyResponse
@@ -754,7 +832,7 @@ export type CompleteManyResponse = Message<"taskbroker.v1.CompleteManyResponse">
  * Use `create(CompleteManyResponseSchema)` to create a new message.
  */
 export const CompleteManyResponseSchema: GenMessage<CompleteManyResponse> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 18);
+  messageDesc(file_taskbroker_v1_broker, 19);
 
 /**
  * @generated from message taskbroker.v1.FailRequest
@@ -811,7 +889,7 @@ export type FailRequest = Message<"taskbroker.v1.FailRequest"> & {
  * Use `create(FailRequestSchema)` to create a new message.
  */
 export const FailRequestSchema: GenMessage<FailRequest> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 19);
+  messageDesc(file_taskbroker_v1_broker, 20);
 
 /**
  * @generated from message taskbroker.v1.FailResponse
@@ -844,7 +922,7 @@ export type FailResponse = Message<"taskbroker.v1.FailResponse"> & {
  * Use `create(FailResponseSchema)` to create a new message.
  */
 export const FailResponseSchema: GenMessage<FailResponse> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 20);
+  messageDesc(file_taskbroker_v1_broker, 21);
 
 /**
  * Which workers may lease a task. Both parts must match when both are set.
@@ -872,7 +950,7 @@ export type Target = Message<"taskbroker.v1.Target"> & {
  * Use `create(TargetSchema)` to create a new message.
  */
 export const TargetSchema: GenMessage<Target> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 21);
+  messageDesc(file_taskbroker_v1_broker, 22);
 
 /**
  * @generated from message taskbroker.v1.StickyPolicy
@@ -896,7 +974,7 @@ export type StickyPolicy = Message<"taskbroker.v1.StickyPolicy"> & {
  * Use `create(StickyPolicySchema)` to create a new message.
  */
 export const StickyPolicySchema: GenMessage<StickyPolicy> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 22);
+  messageDesc(file_taskbroker_v1_broker, 23);
 
 /**
  * One task dispatched to several workers.
@@ -924,7 +1002,7 @@ export type Fanout = Message<"taskbroker.v1.Fanout"> & {
  * Use `create(FanoutSchema)` to create a new message.
  */
 export const FanoutSchema: GenMessage<Fanout> = /*@__PURE__*/
-  messageDesc(file_taskbroker_v1_broker, 23);
+  messageDesc(file_taskbroker_v1_broker, 24);
 
 /**
  * The life-cycle state of a task.
@@ -994,6 +1072,42 @@ export const TaskStateSchema: GenEnum<TaskState> = /*@__PURE__*/
   enumDesc(file_taskbroker_v1_broker, 0);
 
 /**
+ * What Submit does with a task whose (queue, key) is taken by an existing task.
+ *
+ * @generated from enum taskbroker.v1.DuplicateKeyPolicy
+ */
+export enum DuplicateKeyPolicy {
+  /**
+   * DUPLICATE_KEY_POLICY_KEEP_EXISTING.
+   *
+   * @generated from enum value: DUPLICATE_KEY_POLICY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Keep the existing task untouched; the submission is deduplicated.
+   *
+   * @generated from enum value: DUPLICATE_KEY_POLICY_KEEP_EXISTING = 1;
+   */
+  KEEP_EXISTING = 1,
+
+  /**
+   * When the existing task still waits (SCHEDULED, READY or BLOCKED), replace its
+   * payload, run_at, priority and metadata with this submission's
+   * (SubmitResult.replaced). A leased or finished task is kept, as KEEP_EXISTING does.
+   *
+   * @generated from enum value: DUPLICATE_KEY_POLICY_REPLACE_WAITING = 2;
+   */
+  REPLACE_WAITING = 2,
+}
+
+/**
+ * Describes the enum taskbroker.v1.DuplicateKeyPolicy.
+ */
+export const DuplicateKeyPolicySchema: GenEnum<DuplicateKeyPolicy> = /*@__PURE__*/
+  enumDesc(file_taskbroker_v1_broker, 1);
+
+/**
  * What CompleteMany did to one task.
  *
  * @generated from enum taskbroker.v1.CompleteOutcome
@@ -1030,7 +1144,7 @@ export enum CompleteOutcome {
  * Describes the enum taskbroker.v1.CompleteOutcome.
  */
 export const CompleteOutcomeSchema: GenEnum<CompleteOutcome> = /*@__PURE__*/
-  enumDesc(file_taskbroker_v1_broker, 1);
+  enumDesc(file_taskbroker_v1_broker, 2);
 
 /**
  * How a retry is kept for the worker that ran the failed attempt.
@@ -1062,7 +1176,7 @@ export enum StickyStrategy {
  * Describes the enum taskbroker.v1.StickyStrategy.
  */
 export const StickyStrategySchema: GenEnum<StickyStrategy> = /*@__PURE__*/
-  enumDesc(file_taskbroker_v1_broker, 2);
+  enumDesc(file_taskbroker_v1_broker, 3);
 
 /**
  * BrokerService is what producers and workers call.

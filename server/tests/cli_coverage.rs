@@ -1,0 +1,134 @@
+//! The CLI covers the API: submit with every task option, get showing them,
+//! update, events and watch, against a real broker over gRPC.
+
+mod common;
+
+use std::process::{Output, Stdio};
+
+use common::*;
+use taskbroker_client::Client;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+async fn taskbroker(app: &TestApp, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_taskbroker"))
+        .args(args)
+        .args(["--addr", &app.url()])
+        .env_remove("TASKBROKER_ADDR")
+        .output()
+        .await
+        .expect("the binary runs")
+}
+
+async fn ok(app: &TestApp, args: &[&str]) -> String {
+    let o = taskbroker(app, args).await;
+    assert!(
+        o.status.success(),
+        "taskbroker {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_options_get_update_events_and_watch() {
+    let Some(app) = spawn_app(Backend::Sqlite).await else {
+        return;
+    };
+    let c = Client::connect(app.url()).await.unwrap();
+    let first = ok(&app, &["submit", "jobs", "--payload", "a"]).await;
+    let first = first.trim();
+    let out = ok(
+        &app,
+        &[
+            "submit",
+            "jobs",
+            "--payload",
+            "b",
+            "--depends-on",
+            first,
+            "--concurrency-key",
+            "tenant-1",
+            "--target-worker",
+            "w9",
+            "--target-label",
+            "gpu=a100",
+            "--retry-schedule",
+            "1m,5m,20m",
+            "--metadata",
+            "team=infra",
+            "--meta",
+            "env=prod",
+        ],
+    )
+    .await;
+    let id = out.trim().to_string();
+    let t = c.get_task(&id).await.unwrap();
+    assert_eq!(t.depends_on, [first.to_string()]);
+    assert_eq!(t.concurrency_key, "tenant-1");
+    let target = t.target.clone().unwrap();
+    assert_eq!(target.worker_id, "w9");
+    assert_eq!(target.labels["gpu"], "a100");
+    assert_eq!(t.metadata["team"], "infra");
+    assert_eq!(t.metadata["env"], "prod");
+    let shown = ok(&app, &["get", &id]).await;
+    for want in ["depends on", "tenant-1", "target worker", "gpu=a100"] {
+        assert!(shown.contains(want), "{want:?} missing from:\n{shown}");
+    }
+    // --fanout makes copies; --at-most-once marks the task.
+    let copies = ok(&app, &["submit", "fan", "--fanout", "3"]).await;
+    assert_eq!(copies.lines().count(), 3);
+    let once = ok(&app, &["submit", "once", "--at-most-once"]).await;
+    let once = c.get_task(once.trim()).await.unwrap();
+    assert!(once.at_most_once);
+    assert_eq!(once.max_attempts, 1);
+    assert!(ok(&app, &["get", &once.id]).await.contains("at most once"));
+
+    // update
+    let updated = ok(
+        &app,
+        &["update", &id, "--priority", "7", "--max-attempts", "9"],
+    )
+    .await;
+    assert!(updated.contains("priority"), "{updated}");
+    let t = c.get_task(&id).await.unwrap();
+    assert_eq!((t.priority, t.max_attempts), (7, 9));
+    let none = taskbroker(&app, &["update", &id]).await;
+    assert!(!none.status.success());
+
+    // events: submitted, then updated.
+    let events = ok(&app, &["events", &id]).await;
+    assert!(events.contains("submitted"), "{events}");
+    assert!(events.contains("updated"), "{events}");
+
+    // watch: a line per event as it happens.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_taskbroker"))
+        .args(["watch", "--queue", "later", "--addr", &app.url()])
+        .env_remove("TASKBROKER_ADDR")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // The stream is open once the broker counts its watcher; submit until a
+    // line arrives (an event before the stream opened is not replayed).
+    let watched = loop {
+        let sent = ok(&app, &["submit", "later"]).await;
+        let next = tokio::time::timeout(std::time::Duration::from_millis(500), lines.next_line());
+        if let Ok(line) = next.await {
+            break (sent, line.unwrap().expect("a line"));
+        }
+    };
+    assert!(watched.1.contains("submitted"), "{}", watched.1);
+    assert!(watched.1.contains("later"), "{}", watched.1);
+    child.kill().await.unwrap();
+
+    // A field this broker refuses is one plain line naming it.
+    let o = taskbroker(&app, &["submit", "jobs", "--depends-on-key", "other:k1"]).await;
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("depends_on_keys"), "{err}");
+    let bad = taskbroker(&app, &["submit", "jobs", "--depends-on-key", "nokey"]).await;
+    assert!(!bad.status.success());
+    app.shutdown().await;
+}
