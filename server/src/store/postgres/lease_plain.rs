@@ -16,6 +16,11 @@
 
 use super::*;
 
+/// A row of the plain statement: the task leased and its request (none when
+/// nothing was), whether a READY routed task was seen, whether a scheduled
+/// one came due.
+type PlainRow = (Option<(TaskRow, i64)>, bool, bool);
+
 impl PostgresStore {
     /// The batch's leases, or why the statement leased nothing: the full
     /// (routing) statement must decide them (some request carries labels, a queue
@@ -44,7 +49,7 @@ impl PostgresStore {
         // there), plus `routed`: whether a READY task of the queues carries a
         // routing rule, in which case `cand` is empty and the one row returned
         // says so. The final LEFT JOIN returns that row even when nothing is leased.
-        let rows: Vec<(Option<(TaskRow, i64)>, bool, bool)> = sqlx::query(concat!(
+        let rows: Vec<PlainRow> = sqlx::query(concat!(
             "WITH routed AS ( \
                SELECT EXISTS (SELECT 1 FROM tasks WHERE state = 'pending' \
                  AND queue = ANY($1::text[]) AND run_at <= $2 \
