@@ -362,7 +362,7 @@ impl Client {
         }
         // A full queue (RESOURCE_EXHAUSTED with a RetryInfo) stored nothing:
         // the call is tried again after the hinted delay, a bounded number of
-        // times (docs/client-spec.md, point 12).
+        // times (docs/client-spec.md, point 18).
         let call = async {
             let mut tries = 1;
             loop {

@@ -143,7 +143,7 @@ async fn callers_cannot_give_it_more_attempts(b: Backend) {
     app.shutdown().await;
 }
 
-both_backends!(
+all_backends!(
     an_expired_lease_kills_the_task_with_a_reason,
     a_failed_attempt_is_final_even_when_retryable,
     callers_cannot_give_it_more_attempts,

@@ -36,4 +36,4 @@ async fn a_thousand_at_once_within_the_reply_budget(b: Backend) {
     app.shutdown().await;
 }
 
-both_backends!(a_thousand_at_once_within_the_reply_budget);
+all_backends!(a_thousand_at_once_within_the_reply_budget);

@@ -183,7 +183,7 @@ async fn hostile_limits_and_oversized_calls(b: Backend) {
     app.shutdown().await;
 }
 
-both_backends!(
+all_backends!(
     a_full_queue_refuses_with_a_retry_hint,
     payload_bytes_are_limited_too,
     hostile_limits_and_oversized_calls,

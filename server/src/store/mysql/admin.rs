@@ -71,7 +71,7 @@ pub(super) async fn lease_reclaim_expired(
             j,
             row,
             &write,
-            "lease expired",
+            super::super::row::expiry_error(row),
             AttemptOutcome::LeaseExpired,
             now,
         )

@@ -9,7 +9,13 @@
 //! holds are skipped, never waited for. Rows locked here but not taken set
 //! `Job::spare`, so other replicas' long-polls look again after the commit.
 //!
-//! The gated lease locks the `queues` rows of its gated queues first (in name
+//! Every lease first locks the row of its worker (of each worker of a batch, in
+//! id order) in `lease_workers` ([`lock_workers`]): what a worker holds (one
+//! copy of a distinct fan-out group, its per-worker cap) is then read after any
+//! other lease of the same worker committed, on any replica. Leases of different
+//! workers never wait for each other there.
+//!
+//! The gated lease then locks the `queues` rows of its gated queues (in name
 //! order), so the leases counted and the tokens read are exactly what the next
 //! gated lease of any replica sees; its candidates are ranked by SQL (window
 //! functions) and admitted by [`Plan`].
@@ -126,8 +132,54 @@ async fn room(j: &mut Job, p: &LeaseParams) -> StoreResult<Vec<i64>> {
     Ok(out)
 }
 
+/// Locks the `lease_workers` rows of `workers` until the job ends, in id
+/// order (no two batches wait for each other in a cycle), adding the rows of
+/// workers that never leased before.
+async fn lock_workers(j: &mut Job, workers: &[&str]) -> StoreResult<()> {
+    let mut workers = workers.to_vec();
+    workers.sort_unstable();
+    workers.dedup();
+    let locked = lock_worker_rows(j, &workers).await?;
+    let missing: Vec<&str> = workers
+        .into_iter()
+        .filter(|w| !locked.iter().any(|l| l == w))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    // A row inserted here stays locked by this job; one another job inserted
+    // meanwhile is waited for, then locked below.
+    let mut qb =
+        sqlx::QueryBuilder::<sqlx::MySql>::new("INSERT IGNORE INTO lease_workers (worker_id) ");
+    qb.push_values(&missing, |mut b, w| {
+        b.push_bind(*w);
+    });
+    qb.build().execute(j.conn()).await?;
+    lock_worker_rows(j, &missing).await?;
+    Ok(())
+}
+
+/// Locks the existing `lease_workers` rows of `workers` (sorted), in id order.
+async fn lock_worker_rows(j: &mut Job, workers: &[&str]) -> StoreResult<Vec<String>> {
+    let mut qb = sqlx::QueryBuilder::<sqlx::MySql>::new(
+        "SELECT worker_id FROM lease_workers WHERE worker_id IN (",
+    );
+    let mut sep = qb.separated(", ");
+    for w in workers {
+        sep.push_bind(*w);
+    }
+    qb.push(") ORDER BY worker_id FOR UPDATE");
+    Ok(qb.build_query_scalar().fetch_all(j.conn()).await?)
+}
+
 /// Leases up to `p.max_tasks` READY tasks of `p.queues` to `p.worker_id`.
 pub(super) async fn lease(j: &mut Job, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
+    lock_workers(j, &[p.worker_id.as_str()]).await?;
+    lease_locked(j, p).await
+}
+
+/// [`lease`], its worker's row locked already.
+async fn lease_locked(j: &mut Job, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
     let now = ms(p.now);
     let labels = p.routing.labels_json();
     let room = room(j, p).await?;
@@ -220,6 +272,8 @@ pub(super) async fn lease_many(
     if ps.len() == 1 {
         return Ok(vec![lease(j, first).await?]);
     }
+    let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
+    lock_workers(j, &workers).await?;
     let now = ps.iter().map(|p| p.now).max().unwrap_or(first.now);
     let wanted: Vec<u32> = ps.iter().map(|p| p.max_tasks).collect();
     let demand: i64 = wanted.iter().map(|&w| i64::from(w)).sum();
@@ -250,7 +304,7 @@ pub(super) async fn lease_many(
             now,
             ..p.clone()
         };
-        out.push(lease(j, &p).await?);
+        out.push(lease_locked(j, &p).await?);
     }
     if out
         .iter()
@@ -269,7 +323,7 @@ pub(super) async fn lease_many(
                 now,
                 ..p.clone()
             };
-            got.extend(lease(j, &p).await?);
+            got.extend(lease_locked(j, &p).await?);
         }
     }
     Ok(out)
@@ -539,6 +593,8 @@ pub(super) async fn lease_gated(
     };
     let queues = &first.queues;
     let now = ms(ps.iter().map(|p| p.now).max().unwrap_or(first.now));
+    let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
+    lock_workers(j, &workers).await?;
     // Lock the queues' rows in name order (no deadlock between batches).
     let mut order: Vec<usize> = (0..queues.len()).collect();
     order.sort_by(|&a, &b| queues[a].cmp(&queues[b]));

@@ -182,6 +182,10 @@ impl Store for MysqlStore {
         "mysql"
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { shared: true }
+    }
+
     async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.pool).await.map_err(StoreError::Migrate)
     }

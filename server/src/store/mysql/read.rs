@@ -225,12 +225,12 @@ fn push_queues(qb: &mut sqlx::QueryBuilder<MySql>, queues: &[String]) {
     }
 }
 
-/// The tasks of `queue` still waiting to run (SCHEDULED, READY or BLOCKED) and the
-/// bytes of their payloads, for Submit's backpressure limits.
+/// Backpressure: the waiting tasks (pending or blocked) of `queue` and the sum
+/// of their payload bytes (`tasks_queue_state` leads with both columns).
 pub(super) async fn queue_pending(r: &MySqlPool, queue: &str) -> StoreResult<(u64, u64)> {
     let (n, bytes): (i64, i64) = sqlx::query_as(
-        "SELECT COUNT(*), CAST(COALESCE(SUM(LENGTH(payload)), 0) AS SIGNED) FROM tasks \
-         WHERE queue = ? AND state IN ('pending', 'blocked')",
+        "SELECT CAST(COUNT(*) AS SIGNED), CAST(COALESCE(SUM(LENGTH(payload)), 0) AS SIGNED) \
+         FROM tasks WHERE queue = ? AND state IN ('pending', 'blocked')",
     )
     .bind(queue)
     .fetch_one(r)
