@@ -62,10 +62,6 @@ macro_rules! lease_write {
 }
 pub(super) use lease_write;
 
-/// A row of the plain statement: the task leased and its request (none when
-/// nothing was), whether a READY routed task was seen, whether a scheduled
-/// one came due.
-type PlainRow = (Option<(TaskRow, i64)>, bool, bool);
 
 impl PostgresStore {
     /// The batch's leases, or why the statement leased nothing: the full
