@@ -23,10 +23,12 @@ async fn producer_db() -> Option<(MySqlDb, MySqlPool)> {
     outbox::mysql::init_schema(&pool)
         .await
         .expect("outbox schema again");
-    sqlx::query("CREATE TABLE orders (id bigint PRIMARY KEY, total bigint NOT NULL) ENGINE = InnoDB")
-        .execute(&pool)
-        .await
-        .expect("orders");
+    sqlx::query(
+        "CREATE TABLE orders (id bigint PRIMARY KEY, total bigint NOT NULL) ENGINE = InnoDB",
+    )
+    .execute(&pool)
+    .await
+    .expect("orders");
     Some((db, pool))
 }
 
@@ -93,7 +95,11 @@ async fn a_committed_mysql_row_becomes_one_task_and_a_rolled_back_one_none() {
     assert_eq!(tasks.len(), 1);
     assert_eq!(tasks[0].payload, b"order 1");
     assert_eq!(tasks_with_key(&app, "emails", &kept.key).await.len(), 1);
-    assert!(tasks_with_key(&app, "emails", &dropped.key).await.is_empty());
+    assert!(
+        tasks_with_key(&app, "emails", &dropped.key)
+            .await
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -169,7 +175,11 @@ async fn a_spec_the_broker_cannot_take_is_refused_before_a_mysql_row_is_written(
         "specs[1].queue: may only contain A-Z a-z 0-9 . _ : -"
     );
     tx.commit().await.unwrap();
-    assert_eq!(outbox_rows(&pool).await, 0, "nothing of the batch is written");
+    assert_eq!(
+        outbox_rows(&pool).await,
+        0,
+        "nothing of the batch is written"
+    );
 }
 
 #[tokio::test]
@@ -224,7 +234,10 @@ async fn mysql_rows_the_broker_refuses_are_marked_and_do_not_hold_up_the_others(
             .starts_with("spec is not a taskbroker.v1.TaskSpec"),
         "{refused:?}"
     );
-    assert!(refused[0].3.starts_with("outbox:"), "the default key: {refused:?}");
+    assert!(
+        refused[0].3.starts_with("outbox:"),
+        "the default key: {refused:?}"
+    );
     assert_eq!(refused[1].0, big.id);
     assert!(refused[1].1.contains("payload"), "{refused:?}");
     assert_eq!(refused[1].2, 1);
@@ -232,7 +245,10 @@ async fn mysql_rows_the_broker_refuses_are_marked_and_do_not_hold_up_the_others(
     assert_eq!((again.shipped, again.refused), (0, 0));
     // Refused rows wait no more: the gauge counts only rows still to ship.
     let metrics = relay.metrics_text().await;
-    assert!(metrics.contains("taskbroker_relay_source_up 1"), "{metrics}");
+    assert!(
+        metrics.contains("taskbroker_relay_source_up 1"),
+        "{metrics}"
+    );
     assert!(
         metrics.contains("taskbroker_relay_oldest_pending_seconds 0.000"),
         "{metrics}"
@@ -278,7 +294,10 @@ async fn two_mysql_relays_at_once_ship_every_row_once() {
         .unwrap()
         .into_inner();
     let s = &stats.queues[0];
-    assert_eq!(s.ready + s.scheduled + s.leased + s.succeeded + s.dead + s.cancelled, 300);
+    assert_eq!(
+        s.ready + s.scheduled + s.leased + s.succeeded + s.dead + s.cancelled,
+        300
+    );
     assert_eq!(outbox_rows(&pool).await, 0);
 }
 

@@ -144,7 +144,10 @@ pub(crate) fn prepare(
                 .entry(crate::trace::TRACEPARENT.to_string())
                 .or_insert_with(|| tp.clone());
         }
-        out.push(((!spec.key.is_empty()).then(|| spec.key.clone()), spec.encode_to_vec()));
+        out.push((
+            (!spec.key.is_empty()).then(|| spec.key.clone()),
+            spec.encode_to_vec(),
+        ));
     }
     Ok(out)
 }

@@ -35,9 +35,8 @@ pub const SCHEMA: &str = include_str!("../../../migrations/outbox/mysql/0001_out
 /// [`super::enqueue`].
 pub async fn enqueue(conn: &mut MySqlConnection, spec: TaskSpec) -> Result<Enqueued, OutboxError> {
     let mut rows = enqueue_many(conn, [spec]).await?;
-    rows.pop().ok_or_else(|| {
-        OutboxError::Database(sqlx::Error::Protocol("INSERT wrote no row".into()))
-    })
+    rows.pop()
+        .ok_or_else(|| OutboxError::Database(sqlx::Error::Protocol("INSERT wrote no row".into())))
 }
 
 /// Writes several specs, in order; the rows are shipped in that order. All are
@@ -52,11 +51,12 @@ pub async fn enqueue_many(
     let mut rows = Vec::with_capacity(prepared.len());
     for (key, body) in prepared {
         let key = key.unwrap_or_else(random_key);
-        let done = sqlx::query("INSERT INTO taskbroker_outbox (idempotency_key, spec) VALUES (?, ?)")
-            .bind(&key)
-            .bind(body)
-            .execute(&mut *conn)
-            .await?;
+        let done =
+            sqlx::query("INSERT INTO taskbroker_outbox (idempotency_key, spec) VALUES (?, ?)")
+                .bind(&key)
+                .bind(body)
+                .execute(&mut *conn)
+                .await?;
         let id = i64::try_from(done.last_insert_id()).map_err(|_| {
             OutboxError::Database(sqlx::Error::Protocol("row id out of range".into()))
         })?;

@@ -43,10 +43,8 @@ impl Source {
             // commits; READ COMMITTED locks the rows only. SET TRANSACTION applies to
             // the transaction that follows it, and only to that one.
             Source::MySql(p) => SourceTx::MySql(
-                p.begin_with(
-                    "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
-                )
-                .await?,
+                p.begin_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+                    .await?,
             ),
         })
     }
@@ -164,7 +162,8 @@ impl SourceTx {
                     .await?;
             }
             SourceTx::MySql(tx) => {
-                let mut q = QueryBuilder::<MySql>::new("DELETE FROM taskbroker_outbox WHERE id IN (");
+                let mut q =
+                    QueryBuilder::<MySql>::new("DELETE FROM taskbroker_outbox WHERE id IN (");
                 let mut list = q.separated(", ");
                 for id in ids {
                     list.push_bind(*id);

@@ -73,8 +73,8 @@ impl Drop for MySqlDb {
                     let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
                         "SET SESSION lock_wait_timeout = 5; DROP DATABASE IF EXISTS {name}"
                     )))
-                        .execute(&pool)
-                        .await;
+                    .execute(&pool)
+                    .await;
                 }
             });
         })
