@@ -128,12 +128,15 @@ pub async fn enqueue_many(
     Ok(rows)
 }
 
+/// A spec ready to write: its own key if any, and its encoding.
+pub(crate) type Prepared = (Option<String>, Vec<u8>);
+
 /// Checks every spec, adds the current trace context, and encodes them:
 /// (the spec's own key if any, the encoded spec) in input order. Nothing is returned
 /// unless every spec passes.
 pub(crate) fn prepare(
     specs: impl IntoIterator<Item = TaskSpec>,
-) -> Result<Vec<(Option<String>, Vec<u8>)>, OutboxError> {
+) -> Result<Vec<Prepared>, OutboxError> {
     let traceparent = crate::trace::current_traceparent();
     let mut out = Vec::new();
     for (i, spec) in specs.into_iter().enumerate() {
