@@ -335,7 +335,13 @@ async fn the_relay_ships_on_notify_and_stops_when_asked() {
         )
         .await;
     }
-    assert_eq!(outbox_rows(&pool).await, 0);
+    // The rows are deleted after the broker's acknowledgement, so just after the
+    // tasks are visible.
+    wait_for(
+        || async { outbox_rows(&pool).await == 0 },
+        "the shipped rows to be deleted",
+    )
+    .await;
     stop.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(20), running)
         .await
