@@ -8,7 +8,8 @@
 #   ROUNDS=10 ORDERS=2000 scripts/outbox-kill.sh
 #   TASKBROKER_OUTBOX_KILL_SEED=123 ROUNDS=1 scripts/outbox-kill.sh   replays one run
 #
-# Uses $TASKBROKER_TEST_POSTGRES_URL, or starts a throwaway cluster (scripts/pg.sh).
+# Uses $TASKBROKER_TEST_POSTGRES_URL, or starts a throwaway cluster (scripts/pg.sh). With
+# $TASKBROKER_TEST_MYSQL_URL set (scripts/mysql.sh) the outbox in MariaDB is killed too.
 # CI runs the same test, short, in `cargo test`.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"

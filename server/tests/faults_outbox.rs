@@ -3,7 +3,8 @@
 //! processes ship the rows and the relays and the broker are killed with SIGKILL at
 //! random points (and a relay is sometimes stopped with SIGTERM, which must end it
 //! cleanly) and started again, as a supervisor would. At the end every committed row
-//! is exactly one task and no rolled-back row is any.
+//! is exactly one task and no rolled-back row is any. The producer's database is
+//! Postgres, or MySQL/MariaDB when TASKBROKER_TEST_MYSQL_URL is set (scripts/mysql.sh).
 //!
 //! The ground truth is the producer's database: an order row exists if and only if its
 //! transaction committed, and it records how many tasks it enqueued. Payloads name
@@ -15,6 +16,7 @@
 
 mod common;
 mod fault_harness;
+mod mysql_producer;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -201,32 +203,94 @@ struct Outcomes {
     rolled_back: Mutex<HashSet<i64>>,
 }
 
+/// The producer's database: Postgres, or MySQL/MariaDB (TASKBROKER_TEST_MYSQL_URL).
+#[derive(Clone)]
+enum Producer {
+    Postgres(PgPool),
+    MySql(sqlx::MySqlPool),
+}
+
+impl Producer {
+    /// One order with `tasks` outbox rows, committed or rolled back.
+    async fn order(&self, order: i64, tasks: i64, many: bool, commit: bool) {
+        let specs = (0..tasks).map(|j| TaskSpec::new(QUEUE, format!("o{order}-{j}").into_bytes()));
+        match self {
+            Producer::Postgres(pool) => {
+                let mut tx = pool.begin().await.expect("begin");
+                sqlx::query("INSERT INTO orders (id, tasks) VALUES ($1, $2)")
+                    .bind(order)
+                    .bind(tasks)
+                    .execute(&mut *tx)
+                    .await
+                    .expect("insert the order");
+                if many {
+                    outbox::enqueue_many(&mut tx, specs).await.expect("enqueue");
+                } else {
+                    for s in specs {
+                        outbox::enqueue(&mut tx, s).await.expect("enqueue");
+                    }
+                }
+                if commit {
+                    tx.commit().await.expect("commit");
+                } else {
+                    tx.rollback().await.expect("rollback");
+                }
+            }
+            Producer::MySql(pool) => {
+                let mut tx = pool.begin().await.expect("begin");
+                sqlx::query("INSERT INTO orders (id, tasks) VALUES (?, ?)")
+                    .bind(order)
+                    .bind(tasks)
+                    .execute(&mut *tx)
+                    .await
+                    .expect("insert the order");
+                if many {
+                    outbox::mysql::enqueue_many(&mut tx, specs)
+                        .await
+                        .expect("enqueue");
+                } else {
+                    for s in specs {
+                        outbox::mysql::enqueue(&mut tx, s).await.expect("enqueue");
+                    }
+                }
+                if commit {
+                    tx.commit().await.expect("commit");
+                } else {
+                    tx.rollback().await.expect("rollback");
+                }
+            }
+        }
+    }
+
+    async fn count(&self, sql: &'static str) -> Result<i64, sqlx::Error> {
+        match self {
+            Producer::Postgres(p) => sqlx::query_scalar(sql).fetch_one(p).await,
+            Producer::MySql(p) => sqlx::query_scalar(sql).fetch_one(p).await,
+        }
+    }
+
+    async fn orders(&self) -> Vec<(i64, i64)> {
+        let sql = "SELECT id, tasks FROM orders";
+        match self {
+            Producer::Postgres(p) => sqlx::query_as(sql).fetch_all(p).await,
+            Producer::MySql(p) => sqlx::query_as(sql).fetch_all(p).await,
+        }
+        .expect("read the orders")
+    }
+}
+
 /// Writes orders with 1 to 5 outbox rows each; about a third of the transactions roll back.
-async fn produce(pool: PgPool, producer: u64, orders: u64, mut rng: Rng, out: Arc<Outcomes>) {
+async fn produce(db: Producer, producer: u64, orders: u64, mut rng: Rng, out: Arc<Outcomes>) {
     for n in 0..orders {
         let order = (producer * 1_000_000 + n) as i64;
         let tasks = 1 + rng.below(5) as i64;
-        let mut tx = pool.begin().await.expect("begin");
-        sqlx::query("INSERT INTO orders (id, tasks) VALUES ($1, $2)")
-            .bind(order)
-            .bind(tasks)
-            .execute(&mut *tx)
-            .await
-            .expect("insert the order");
-        let specs = (0..tasks).map(|j| TaskSpec::new(QUEUE, format!("o{order}-{j}").into_bytes()));
-        if rng.below(2) == 0 {
-            outbox::enqueue_many(&mut tx, specs).await.expect("enqueue");
-        } else {
-            for s in specs {
-                outbox::enqueue(&mut tx, s).await.expect("enqueue");
-            }
-        }
-        if rng.below(3) == 0 {
-            tx.rollback().await.expect("rollback");
-            out.rolled_back.lock().unwrap().insert(order);
-        } else {
-            tx.commit().await.expect("commit");
+        let many = rng.below(2) == 0;
+        let commit = rng.below(3) != 0;
+        db.order(order, tasks, many, commit).await;
+        if commit {
             out.committed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            out.rolled_back.lock().unwrap().insert(order);
         }
         tokio::time::sleep(rng.millis(5, 40)).await;
     }
@@ -262,12 +326,31 @@ async fn task_payloads(database_url: &str) -> HashMap<String, u64> {
     counts
 }
 
-async fn every_committed_row_is_one_task_through_kills(backend: Backend) {
+async fn every_committed_row_is_one_task_through_kills(backend: Backend, mysql: bool) {
+    // The producer's database: Postgres, or a MySQL database of its own.
+    let mysql_db = if mysql {
+        match mysql_producer::MySqlDb::create().await {
+            Some(db) => Some(db),
+            None => return,
+        }
+    } else {
+        None
+    };
     let Some(broker_db) = test_db(backend).await else {
         return;
     };
-    let Some(producer_db) = test_db(Backend::Postgres).await else {
-        return;
+    let pg_db = if mysql {
+        None
+    } else {
+        match test_db(Backend::Postgres).await {
+            Some(db) => Some(db),
+            None => return,
+        }
+    };
+    let producer_url = match (&mysql_db, &pg_db) {
+        (Some(m), _) => m.url.clone(),
+        (_, Some(p)) => p.url.clone(),
+        _ => unreachable!("one of the two is set"),
     };
     let orders: u64 = std::env::var("TASKBROKER_OUTBOX_KILL_ORDERS")
         .ok()
@@ -283,25 +366,47 @@ async fn every_committed_row_is_one_task_through_kills(backend: Backend) {
                 .as_nanos() as u64
                 | 1
         });
-    eprintln!("outbox kill test: seed {seed}, {orders} orders per producer, broker on {backend:?}");
+    let source = if mysql { "MySQL" } else { "Postgres" };
+    eprintln!(
+        "outbox kill test: seed {seed}, {orders} orders per producer, outbox on {source}, broker on {backend:?}"
+    );
     let mut rng = Rng(seed);
 
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(PRODUCERS as u32 + 2)
-        .connect(&producer_db.url)
-        .await
-        .expect("connect the producer's database");
-    outbox::init_schema(&pool).await.expect("outbox schema");
-    sqlx::query("CREATE TABLE orders (id bigint PRIMARY KEY, tasks bigint NOT NULL)")
+    let db = if mysql {
+        let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(PRODUCERS as u32 + 2)
+            .connect(&producer_url)
+            .await
+            .expect("connect the producer's database");
+        outbox::mysql::init_schema(&pool)
+            .await
+            .expect("outbox schema");
+        sqlx::query(
+            "CREATE TABLE orders (id bigint PRIMARY KEY, tasks bigint NOT NULL) ENGINE = InnoDB",
+        )
         .execute(&pool)
         .await
         .expect("orders");
+        Producer::MySql(pool)
+    } else {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(PRODUCERS as u32 + 2)
+            .connect(&producer_url)
+            .await
+            .expect("connect the producer's database");
+        outbox::init_schema(&pool).await.expect("outbox schema");
+        sqlx::query("CREATE TABLE orders (id bigint PRIMARY KEY, tasks bigint NOT NULL)")
+            .execute(&pool)
+            .await
+            .expect("orders");
+        Producer::Postgres(pool)
+    };
 
     let logs = tempfile::tempdir().unwrap();
     let mut broker = Broker::start("broker", logs.path(), &broker_db.url, &[]).await;
     let mut relays: Vec<RelayProcess> = ["relay-a", "relay-b"]
         .iter()
-        .map(|name| RelayProcess::new(name, logs.path(), &producer_db.url, &broker.url()))
+        .map(|name| RelayProcess::new(name, logs.path(), &producer_url, &broker.url()))
         .collect();
     for r in &mut relays {
         r.spawn();
@@ -315,7 +420,7 @@ async fn every_committed_row_is_one_task_through_kills(backend: Backend) {
                 fork.next();
             }
             tokio::spawn(produce(
-                pool.clone(),
+                db.clone(),
                 p,
                 orders,
                 Rng(fork.next() | 1),
@@ -379,33 +484,28 @@ async fn every_committed_row_is_one_task_through_kills(backend: Backend) {
     watch.await.unwrap();
 
     // The relays drain the table by themselves.
-    let p = pool.clone();
+    let p = db.clone();
     wait_until("the outbox to drain", Duration::from_secs(120), move || {
         let p = p.clone();
         async move {
-            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM taskbroker_outbox")
-                .fetch_one(&p)
+            p.count("SELECT count(*) FROM taskbroker_outbox")
                 .await
                 .map(|n| n == 0)
                 .unwrap_or(false)
         }
     })
     .await;
-    let refused: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM taskbroker_outbox WHERE failed_at IS NOT NULL")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let refused = db
+        .count("SELECT count(*) FROM taskbroker_outbox WHERE failed_at IS NOT NULL")
+        .await
+        .unwrap();
     assert_eq!(refused, 0);
     for r in &mut relays {
         r.terminate().await;
     }
 
     // Ground truth: the committed orders and the number of tasks each enqueued.
-    let committed: Vec<(i64, i64)> = sqlx::query_as("SELECT id, tasks FROM orders")
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+    let committed = db.orders().await;
     assert_eq!(
         committed.len() as u64,
         out.committed.load(Ordering::Relaxed)
@@ -442,7 +542,7 @@ async fn every_committed_row_is_one_task_through_kills(backend: Backend) {
 
     let redelivered: u64 = relays.iter().map(|r| r.reported("deduplicated")).sum();
     eprintln!(
-        "outbox kill test ({backend:?}): {} committed orders, {} rolled back, {} tasks, \
+        "outbox kill test ({source} outbox, broker on {backend:?}): {} committed orders, {} rolled back, {} tasks, \
          {relay_kills} relay SIGKILLs, {relay_terms} relay SIGTERMs, {broker_kills} broker SIGKILLs, \
          {redelivered} rows shipped again after a kill (deduplicated by key)",
         committed.len(),
@@ -453,10 +553,15 @@ async fn every_committed_row_is_one_task_through_kills(backend: Backend) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_committed_outbox_row_is_one_task_through_kills_with_the_broker_on_sqlite() {
-    every_committed_row_is_one_task_through_kills(Backend::Sqlite).await;
+    every_committed_row_is_one_task_through_kills(Backend::Sqlite, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_committed_outbox_row_is_one_task_through_kills_with_the_broker_on_postgres() {
-    every_committed_row_is_one_task_through_kills(Backend::Postgres).await;
+    every_committed_row_is_one_task_through_kills(Backend::Postgres, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_committed_mysql_outbox_row_is_one_task_through_kills() {
+    every_committed_row_is_one_task_through_kills(Backend::Sqlite, true).await;
 }

@@ -335,7 +335,13 @@ async fn the_relay_ships_on_notify_and_stops_when_asked() {
         )
         .await;
     }
-    assert_eq!(outbox_rows(&pool).await, 0);
+    // The rows are deleted after the broker's acknowledgement, so just after the
+    // tasks are visible.
+    wait_for(
+        || async { outbox_rows(&pool).await == 0 },
+        "the shipped rows to be deleted",
+    )
+    .await;
     stop.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(20), running)
         .await
@@ -430,11 +436,11 @@ async fn taskbroker_relay_once_creates_the_schema_and_ships_what_is_committed() 
 
 #[tokio::test]
 async fn taskbroker_relay_says_in_one_line_what_is_wrong() {
-    let bad_url = relay_cli(&["--source", "mysql://x/y", "--once"]).await;
+    let bad_url = relay_cli(&["--source", "redis://x/y", "--once"]).await;
     assert!(!bad_url.status.success());
     let err = String::from_utf8_lossy(&bad_url.stderr);
     assert!(
-        err.starts_with("taskbroker: --source is not a Postgres URL")
+        err.starts_with("taskbroker: --source must be a postgres:// or mysql:// URL")
             && err.trim().lines().count() == 1,
         "{err}"
     );

@@ -1,22 +1,24 @@
 //! `taskbroker relay`: ships the rows of `taskbroker_outbox` in the producer's
-//! Postgres to the broker until SIGTERM or Ctrl-C (see `outbox::Relay` and
+//! Postgres or MySQL to the broker until SIGTERM or Ctrl-C (see `outbox::Relay` and
 //! docs/outbox.md).
 
 use std::str::FromStr;
 use std::time::Duration;
 
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use super::{CliError, Connection, client_builder, parse};
-use crate::outbox::{self, Relay, RelayError};
+use crate::outbox::{self, Relay, RelayError, Source};
 
 #[derive(Debug, clap::Args)]
 pub struct RelayArgs {
-    /// The producer's Postgres, which holds the outbox table: postgres://USER:PASS@HOST/DB.
+    /// The producer's database, which holds the outbox table: postgres://USER:PASS@HOST/DB
+    /// or mysql://USER:PASS@HOST/DB (MySQL 8.0.13+, MariaDB 10.6+).
     #[arg(long, env = "TASKBROKER_RELAY_SOURCE", hide_env_values = true)]
     pub source: String,
-    /// Create the outbox table and its trigger first, if missing
-    /// (migrations/outbox/postgres; needs the right to create them).
+    /// Create the outbox table (and on Postgres its trigger) first, if missing
+    /// (migrations/outbox/postgres or mysql; needs the right to create them).
     #[arg(long)]
     pub init_schema: bool,
     /// Ship what is committed now, then exit (instead of running until SIGTERM).
@@ -25,7 +27,8 @@ pub struct RelayArgs {
     /// Rows per Submit, 1 to 1000.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub batch_size: u32,
-    /// How often the table is read when no notification came (10ms to 1h).
+    /// How often the table is read when no notification came (10ms to 1h); on MySQL,
+    /// which has no notifications, how often it is read.
     #[arg(long, default_value = "2s", value_parser = parse::duration)]
     pub poll_interval: Duration,
     /// How often to log what was shipped and the lag.
@@ -43,21 +46,13 @@ pub async fn run(a: RelayArgs) -> Result<String, CliError> {
     // Installed before anything else: a SIGTERM during start-up or the first batch
     // must stop the relay cleanly, not kill it with the default action.
     let stop = stop_signal().map_err(|e| CliError::Usage(format!("cannot handle SIGTERM: {e}")))?;
-    if !(a.source.starts_with("postgres://") || a.source.starts_with("postgresql://")) {
-        return Err(CliError::Usage(
-            "--source is not a Postgres URL: it must start with postgres://".into(),
-        ));
-    }
-    let options = PgConnectOptions::from_str(&a.source)
-        .map_err(|e| CliError::Usage(format!("--source is not a Postgres URL: {e}")))?
-        .application_name("taskbroker relay");
-    // One connection listens, one ships batches, one reads the lag for the report.
-    let pool = PgPoolOptions::new()
-        .max_connections(3)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect_lazy_with(options);
+    let pool = source_pool(&a.source)?;
     if a.init_schema {
-        outbox::init_schema(&pool).await.map_err(RelayError::from)?;
+        match &pool {
+            Source::Postgres(p) => outbox::init_schema(p).await,
+            Source::MySql(p) => outbox::mysql::init_schema(p).await,
+        }
+        .map_err(RelayError::from)?;
     }
     // Lazy: the relay starts (and keeps its rows) while the broker is away.
     let client = client_builder(&a.connection)?.connect_lazy()?;
@@ -92,8 +87,44 @@ pub async fn run(a: RelayArgs) -> Result<String, CliError> {
         }
         String::new()
     };
-    pool.close().await;
+    match pool {
+        Source::Postgres(p) => p.close().await,
+        Source::MySql(p) => p.close().await,
+    }
     Ok(out)
+}
+
+/// A lazy pool for `--source`, Postgres or MySQL by the URL's scheme. One connection
+/// listens (Postgres), one ships batches, one reads the lag for the report.
+fn source_pool(url: &str) -> Result<Source, CliError> {
+    let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
+    match scheme {
+        "postgres" | "postgresql" => {
+            let options = PgConnectOptions::from_str(url)
+                .map_err(|e| CliError::Usage(format!("--source is not a Postgres URL: {e}")))?
+                .application_name("taskbroker relay");
+            Ok(Source::Postgres(
+                PgPoolOptions::new()
+                    .max_connections(3)
+                    .acquire_timeout(Duration::from_secs(10))
+                    .connect_lazy_with(options),
+            ))
+        }
+        "mysql" | "mariadb" => {
+            let url = url.replacen("mariadb://", "mysql://", 1);
+            let options = MySqlConnectOptions::from_str(&url)
+                .map_err(|e| CliError::Usage(format!("--source is not a MySQL URL: {e}")))?;
+            Ok(Source::MySql(
+                MySqlPoolOptions::new()
+                    .max_connections(3)
+                    .acquire_timeout(Duration::from_secs(10))
+                    .connect_lazy_with(options),
+            ))
+        }
+        _ => Err(CliError::Usage(
+            "--source must be a postgres:// or mysql:// URL".into(),
+        )),
+    }
 }
 
 /// Completes on SIGTERM (how Kubernetes stops a pod) or Ctrl-C; both handlers are

@@ -25,7 +25,7 @@ impl Relay {
     /// One transaction: lock, Submit, delete (or mark refused), commit.
     pub(super) async fn ship_batch(&self, limit: usize) -> Result<Batch, RelayError> {
         let mut tx = self.cfg.pool.begin().await?;
-        let rows = self.lock_rows(&mut tx, limit).await?;
+        let rows = tx.lock_rows(limit, self.cfg.max_batch_bytes).await?;
         if rows.is_empty() {
             return Ok(Batch::Empty);
         }
@@ -38,7 +38,7 @@ impl Relay {
                 // A row written around `enqueue` (by SQL, or by an older client)
                 // that no batch can carry: refused here, not shipped.
                 Ok(spec) if let Some((field, why)) = super::unshippable(&spec) => {
-                    mark_refused(&mut tx, id, &format!("{field}: {why}")).await?;
+                    tx.mark_refused(id, &format!("{field}: {why}")).await?;
                     report.refused += 1;
                 }
                 Ok(mut spec) => {
@@ -51,7 +51,7 @@ impl Relay {
                 }
                 Err(e) => {
                     let why = format!("spec is not a taskbroker.v1.TaskSpec: {e}");
-                    mark_refused(&mut tx, id, &why).await?;
+                    tx.mark_refused(id, &why).await?;
                     report.refused += 1;
                 }
             }
@@ -63,10 +63,7 @@ impl Relay {
         }
         match self.cfg.client.submit_many(specs).await {
             Ok(results) => {
-                sqlx::query("DELETE FROM taskbroker_outbox WHERE id = ANY($1)")
-                    .bind(&shipped_ids)
-                    .execute(&mut *tx)
-                    .await?;
+                tx.delete(&shipped_ids).await?;
                 tx.commit().await?;
                 report.shipped += shipped_ids.len() as u64;
                 report.deduplicated += results.iter().filter(|r| r.deduplicated).count() as u64;
@@ -75,13 +72,13 @@ impl Relay {
             }
             Err(e) if refusal(&e) => match rejected_index(&e) {
                 Some(i) if i < shipped_ids.len() => {
-                    mark_refused(&mut tx, shipped_ids[i], &e.to_string()).await?;
+                    tx.mark_refused(shipped_ids[i], &e.to_string()).await?;
                     tx.commit().await?;
                     report.refused += 1;
                     Ok(Batch::Done(report, 1))
                 }
                 _ if shipped_ids.len() == 1 => {
-                    mark_refused(&mut tx, shipped_ids[0], &e.to_string()).await?;
+                    tx.mark_refused(shipped_ids[0], &e.to_string()).await?;
                     tx.commit().await?;
                     report.refused += 1;
                     Ok(Batch::Done(report, taken))
@@ -96,61 +93,6 @@ impl Relay {
             Err(e) => Err(e.into()),
         }
     }
-
-    /// Locks up to `limit` waiting rows in id order, cut to `max_batch_bytes` of specs,
-    /// and reads them: (id, idempotency_key, spec, seconds since the insert).
-    async fn lock_rows(
-        &self,
-        tx: &mut sqlx::PgConnection,
-        limit: usize,
-    ) -> Result<Vec<(i64, String, Vec<u8>, f64)>, sqlx::Error> {
-        // Ids and sizes first, so a batch of large specs is cut by bytes before
-        // they are read.
-        let candidates: Vec<(i64, i32)> = sqlx::query_as(
-            "SELECT id, octet_length(spec) FROM taskbroker_outbox \
-             WHERE failed_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
-        )
-        .bind(limit as i64)
-        .fetch_all(&mut *tx)
-        .await?;
-        if candidates.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut ids = Vec::with_capacity(candidates.len());
-        let mut bytes = 0usize;
-        for (id, len) in candidates {
-            bytes += len.max(0) as usize;
-            if !ids.is_empty() && bytes > self.cfg.max_batch_bytes {
-                break;
-            }
-            ids.push(id);
-        }
-        sqlx::query_as(
-            "SELECT id, idempotency_key, spec, \
-                    extract(epoch FROM clock_timestamp() - created_at)::float8 \
-             FROM taskbroker_outbox WHERE id = ANY($1) ORDER BY id",
-        )
-        .bind(&ids)
-        .fetch_all(&mut *tx)
-        .await
-    }
-}
-
-async fn mark_refused(tx: &mut sqlx::PgConnection, id: i64, why: &str) -> Result<(), sqlx::Error> {
-    tracing::warn!(
-        row = id,
-        error = why,
-        "outbox relay: the broker refused a row; it is kept with failed_at set"
-    );
-    sqlx::query(
-        "UPDATE taskbroker_outbox \
-         SET attempts = attempts + 1, last_error = $2, failed_at = now() WHERE id = $1",
-    )
-    .bind(id)
-    .bind(why)
-    .execute(tx)
-    .await?;
-    Ok(())
 }
 
 pub(super) fn secs(s: f64) -> Duration {

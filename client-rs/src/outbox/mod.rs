@@ -1,14 +1,16 @@
 //! Transactional enqueue (feature `outbox`): a task is written into the producer's
-//! own Postgres, in the producer's transaction, as a row of `taskbroker_outbox`
-//! (`migrations/outbox/postgres/`); [`Relay`] (`taskbroker relay`) ships committed
+//! own Postgres or MySQL, in the producer's transaction, as a row of `taskbroker_outbox`
+//! (`migrations/outbox/postgres/`, `migrations/outbox/mysql/`); [`Relay`] (`taskbroker relay`) ships committed
 //! rows to the broker and deletes them after its acknowledgement. A rolled-back
 //! transaction leaves no row, so no task; a committed one leaves a row, so exactly
 //! one task (docs/outbox.md says precisely when).
 //!
-//! - `mod.rs` (this file): [`enqueue`], [`enqueue_many`], [`init_schema`] and the
-//!   client-side checks of a spec.
-//! - `relay.rs`: [`Relay`], the LISTEN-driven, batched shipper; `batch.rs`: one batch
-//!   (lock, Submit, delete or mark refused) and how refusals are told from failures.
+//! - `mod.rs` (this file): [`enqueue`], [`enqueue_many`], [`init_schema`] for Postgres
+//!   and the client-side checks of a spec.
+//! - `mysql.rs`: the same three for MySQL and MariaDB ([`mysql::enqueue`]).
+//! - `relay.rs`: [`Relay`], the batched shipper (woken by LISTEN on Postgres, polling
+//!   on MySQL); `batch.rs`: one batch (lock, Submit, delete or mark refused) and how
+//!   refusals are told from failures; `source.rs`: that batch's SQL for each database.
 //! - `metrics.rs`: the relay's Prometheus counters and [`serve_metrics`].
 //!
 //! ```no_run
@@ -29,7 +31,9 @@
 
 mod batch;
 mod metrics;
+pub mod mysql;
 mod relay;
+mod source;
 
 use prost::Message;
 use sqlx::{Acquire, PgConnection, Postgres};
@@ -38,6 +42,7 @@ use crate::{TaskSpec, pb};
 
 pub use metrics::serve_metrics;
 pub use relay::{Relay, RelayBuilder, RelayError, RelayReport};
+pub use source::Source;
 
 /// The schema of the outbox table, as shipped in `migrations/outbox/postgres/`.
 pub const SCHEMA: &str = include_str!("../../../migrations/outbox/postgres/0001_outbox.sql");
@@ -98,20 +103,7 @@ pub async fn enqueue_many(
     conn: &mut PgConnection,
     specs: impl IntoIterator<Item = TaskSpec>,
 ) -> Result<Vec<Enqueued>, OutboxError> {
-    let traceparent = crate::trace::current_traceparent();
-    let mut keys: Vec<Option<String>> = Vec::new();
-    let mut bodies: Vec<Vec<u8>> = Vec::new();
-    for (i, spec) in specs.into_iter().enumerate() {
-        let mut spec = spec.into_proto();
-        check(i, &spec)?;
-        if let Some(tp) = &traceparent {
-            spec.metadata
-                .entry(crate::trace::TRACEPARENT.to_string())
-                .or_insert_with(|| tp.clone());
-        }
-        keys.push((!spec.key.is_empty()).then(|| spec.key.clone()));
-        bodies.push(spec.encode_to_vec());
-    }
+    let (keys, bodies): (Vec<Option<String>>, Vec<Vec<u8>>) = prepare(specs)?.into_iter().unzip();
     if bodies.is_empty() {
         return Ok(Vec::new());
     }
@@ -134,6 +126,33 @@ pub async fn enqueue_many(
     // RETURNING's order is not promised; identity values follow the insert order.
     rows.sort_by_key(|r| r.id);
     Ok(rows)
+}
+
+/// A spec ready to write: its own key if any, and its encoding.
+pub(crate) type Prepared = (Option<String>, Vec<u8>);
+
+/// Checks every spec, adds the current trace context, and encodes them:
+/// (the spec's own key if any, the encoded spec) in input order. Nothing is returned
+/// unless every spec passes.
+pub(crate) fn prepare(
+    specs: impl IntoIterator<Item = TaskSpec>,
+) -> Result<Vec<Prepared>, OutboxError> {
+    let traceparent = crate::trace::current_traceparent();
+    let mut out = Vec::new();
+    for (i, spec) in specs.into_iter().enumerate() {
+        let mut spec = spec.into_proto();
+        check(i, &spec)?;
+        if let Some(tp) = &traceparent {
+            spec.metadata
+                .entry(crate::trace::TRACEPARENT.to_string())
+                .or_insert_with(|| tp.clone());
+        }
+        out.push((
+            (!spec.key.is_empty()).then(|| spec.key.clone()),
+            spec.encode_to_vec(),
+        ));
+    }
+    Ok(out)
 }
 
 /// Applies [`SCHEMA`] (idempotent), under an advisory lock so that several relays

@@ -8,8 +8,9 @@
 //! if the relay dies between the two, the rows stay and the next Submit of the same
 //! keys returns the tasks the first one made (`deduplicated`) instead of new ones.
 //!
-//! The relay wakes on the table's NOTIFY and also polls, so a notification lost while
-//! its connection was down only delays rows. A row the broker refuses for good (an
+//! On Postgres the relay wakes on the table's NOTIFY and also polls, so a notification
+//! lost while its connection was down only delays rows; MySQL has no notifications, so
+//! there it polls only (`poll_interval`). A row the broker refuses for good (an
 //! invalid spec, a key held by another producer) gets `failed_at` and `last_error`
 //! and is skipped from then on; it never blocks the rows behind it.
 
@@ -19,12 +20,12 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use futures::future::FusedFuture;
-use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 
 use super::CHANNEL;
 use super::batch::{Batch, secs};
 use super::metrics::Counters;
+use super::source::Source;
 use crate::{Client, Error};
 
 /// Rows per Submit at most: the broker's limit.
@@ -72,7 +73,7 @@ pub enum RelayError {
 /// Settings of a [`Relay`]; see [`Relay::builder`].
 #[derive(Debug, Clone)]
 pub struct RelayBuilder {
-    pub(super) pool: PgPool,
+    pub(super) pool: Source,
     pub(super) client: Client,
     batch_size: usize,
     pub(super) max_batch_bytes: usize,
@@ -123,7 +124,8 @@ impl RelayBuilder {
     }
 }
 
-/// Ships the rows of `taskbroker_outbox` in `pool`'s database to the broker of `client`.
+/// Ships the rows of `taskbroker_outbox` in `pool`'s database (Postgres or MySQL) to the
+/// broker of `client`.
 /// Clones share their counters (see [`Relay::metrics_text`]).
 #[derive(Debug, Clone)]
 pub struct Relay {
@@ -133,10 +135,10 @@ pub struct Relay {
 
 impl Relay {
     /// A relay with the default settings: batches of up to 1000 rows or 4 MiB,
-    /// a 2 s fallback poll.
-    pub fn builder(pool: PgPool, client: Client) -> RelayBuilder {
+    /// a 2 s poll. `pool` is a `PgPool` or a `MySqlPool` (or a [`Source`]).
+    pub fn builder(pool: impl Into<Source>, client: Client) -> RelayBuilder {
         RelayBuilder {
-            pool,
+            pool: pool.into(),
             client,
             batch_size: MAX_BATCH,
             max_batch_bytes: 4 << 20,
@@ -203,7 +205,7 @@ impl Relay {
                 // it is back.
                 listener = None;
             }
-            if listener.is_none() {
+            if listener.is_none() && matches!(self.cfg.pool, Source::Postgres(_)) {
                 listener = self.listen().await;
             }
         }
@@ -215,8 +217,11 @@ impl Relay {
     }
 
     async fn listen(&self) -> Option<PgListener> {
+        let Source::Postgres(pool) = &self.cfg.pool else {
+            return None;
+        };
         let attempt = async {
-            let mut l = PgListener::connect_with(&self.cfg.pool).await?;
+            let mut l = PgListener::connect_with(pool).await?;
             l.listen(CHANNEL).await?;
             Ok::<_, sqlx::Error>(l)
         };
@@ -236,13 +241,26 @@ impl Relay {
     {
         let mut total = RelayReport::default();
         let mut isolate = 0usize;
+        let mut conflicts = 0u32;
         loop {
             // Polled once between batches: a stop never cuts a batch in half.
             if (&mut *shutdown).now_or_never().is_some() {
                 return Ok(total);
             }
             let limit = if isolate > 0 { 1 } else { self.cfg.batch_size };
-            match self.ship_batch(limit).await? {
+            let batch = match self.ship_batch(limit).await {
+                // InnoDB chose this batch as a deadlock's victim (relays deleting
+                // rows next to each other's): it was rolled back whole, so it is
+                // simply taken again.
+                Err(RelayError::Database(e)) if conflicts < 20 && super::source::conflict(&e) => {
+                    conflicts += 1;
+                    tracing::debug!(error = %e, "outbox relay: batch rolled back by a lock conflict; again");
+                    continue;
+                }
+                other => other?,
+            };
+            conflicts = 0;
+            match batch {
                 Batch::Empty => return Ok(total),
                 Batch::Done(r, taken) => {
                     isolate = isolate.saturating_sub(taken);
@@ -262,12 +280,7 @@ impl Relay {
 
     /// Age of the oldest row waiting to be shipped (zero when none waits).
     async fn oldest_pending(&self) -> Result<Duration, sqlx::Error> {
-        let age: Option<f64> = sqlx::query_scalar(
-            "SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 \
-             FROM taskbroker_outbox WHERE failed_at IS NULL ORDER BY id LIMIT 1",
-        )
-        .fetch_optional(&self.cfg.pool)
-        .await?;
+        let age = self.cfg.pool.oldest_pending().await?;
         Ok(age.map(secs).unwrap_or_default())
     }
 
@@ -287,11 +300,7 @@ impl Relay {
     }
 
     async fn log_refused_rows(&self) {
-        let n: Result<i64, _> = sqlx::query_scalar(
-            "SELECT count(*) FROM taskbroker_outbox WHERE failed_at IS NOT NULL",
-        )
-        .fetch_one(&self.cfg.pool)
-        .await;
+        let n = self.cfg.pool.refused_rows().await;
         match n {
             Ok(0) => {}
             Ok(n) => tracing::warn!(

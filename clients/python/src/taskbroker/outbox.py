@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -141,3 +142,22 @@ async def enqueue_spec_async(conn: _ExecutesAsync, spec: broker_pb2.TaskSpec) ->
 async def enqueue_async(conn: _ExecutesAsync, queue: str, payload: Any = b"", **kwargs: Any) -> Enqueued:
     """``enqueue`` on a psycopg ``AsyncConnection`` or ``AsyncCursor``."""
     return await enqueue_spec_async(conn, task_spec(queue, payload, **kwargs))
+
+
+_INSERT_MYSQL = "INSERT INTO taskbroker_outbox (idempotency_key, spec) VALUES (%s, %s)"
+
+
+def enqueue_spec_mysql(cursor: Any, spec: broker_pb2.TaskSpec) -> Enqueued:
+    """Writes ``spec`` into a MySQL/MariaDB outbox (migrations/outbox/mysql/) through a
+    DB-API 2.0 ``cursor`` (PyMySQL, mysqlclient, mysql-connector): the row commits or
+    rolls back with the cursor's connection. MySQL has no RETURNING: a spec without a
+    key gets ``outbox:`` and a random UUID here, and the id is the cursor's ``lastrowid``."""
+    key, body = _params(spec)
+    key = key or KEY_PREFIX + str(uuid.uuid4())
+    cursor.execute(_INSERT_MYSQL, (key, body))
+    return Enqueued(id=int(cursor.lastrowid), key=key)
+
+
+def enqueue_mysql(cursor: Any, queue: str, payload: bytes = b"", **kwargs: Any) -> Enqueued:
+    """``enqueue`` for MySQL/MariaDB through a DB-API 2.0 cursor (see ``enqueue_spec_mysql``)."""
+    return enqueue_spec_mysql(cursor, task_spec(queue, payload, **kwargs))
