@@ -37,8 +37,6 @@ async fn complete(c: &Client, t: &pb::LeasedTask, result: &[u8]) -> Outcome {
     at("Complete", c.complete(req).await).map(|_| ())
 }
 
-
-
 /// Wakes `refused` when the client logs that a full queue refused its Submit.
 struct Refusals {
     refused: Arc<Notify>,

@@ -62,7 +62,6 @@ macro_rules! lease_write {
 }
 pub(super) use lease_write;
 
-
 impl PostgresStore {
     /// The batch's leases, or why the statement leased nothing: the full
     /// (routing) statement must decide them (some request carries labels, a queue
