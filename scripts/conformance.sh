@@ -20,6 +20,9 @@
 # TASKBROKER_HTTP_ADDR, the broker's HTTP (metrics) port, which is not a gRPC port.
 # A language without a fault scenario yet exits 3 with a line saying so.
 #
+# TASKBROKER_CONFORMANCE_DATABASE_URL runs the broker on that database instead of a fresh
+# SQLite file (e.g. a MariaDB from scripts/mysql.sh; the cases' queues are unique per run).
+#
 # The scenario must end with "N passed, 0 failed" where N is the number of cases in
 # SCENARIO.md (FAULTS.md with --faults); anything else (fewer cases run, no summary) is a
 # failure.
@@ -150,7 +153,7 @@ start_broker() {
   lines="$(wc -l <"$tmp/stdout" 2>/dev/null || echo 0)"
   target/debug/taskbroker serve \
     --listen "$1" \
-    --database-url "sqlite://$tmp/tb.db" \
+    --database-url "${TASKBROKER_CONFORMANCE_DATABASE_URL:-sqlite://$tmp/tb.db}" \
     --reclaim-interval 200ms \
     --metrics-listen "$2" \
     "${security[@]}" \

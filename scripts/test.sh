@@ -148,6 +148,18 @@ for lang in $langs; do
     fi
   done
 done
+# The Rust scenario and its fault scenario once more against a broker on MariaDB (the
+# MySQL store): the broker killed, restarted and paused over the same database.
+case " $langs " in
+  *" rust "*)
+    for mode in "" --faults; do
+      step "conformance: rust ${mode:-(plaintext)} against a broker on MariaDB"
+      ran=$((ran + 1))
+      TASKBROKER_CONFORMANCE_DATABASE_URL="$TASKBROKER_TEST_MYSQL_URL" \
+        scripts/conformance.sh rust $mode || failed+=("rust${mode:+ $mode} on MariaDB")
+    done
+    ;;
+esac
 echo "conformance: $((ran - ${#failed[@]})) passed, ${#failed[@]} failed, ${#skipped[@]} skipped (no fault scenario yet: ${skipped[*]:-none})"
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "conformance failed for: ${failed[*]}" >&2
