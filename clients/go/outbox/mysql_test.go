@@ -208,6 +208,10 @@ func TestMySQLTheRelayTurnsCommittedRowsIntoTasks(t *testing.T) {
 
 	out, err := exec.Command(bin, "relay", "--once", "--source", source, "--addr", addr).Output()
 	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			t.Fatalf("relay: %v %s%s", err, out, exit.Stderr)
+		}
 		t.Fatalf("relay: %v %s", err, out)
 	}
 	if !strings.HasPrefix(string(out), "shipped 1 rows") {
