@@ -21,7 +21,8 @@ import java.util.UUID;
  * try (var st = conn.prepareStatement("INSERT INTO orders (id, total) VALUES (?, ?)")) {
  *   st.setLong(1, 42); st.setLong(2, 1999); st.executeUpdate();
  * }
- * Outbox.Enqueued row = Outbox.enqueueMySql(conn, tb.spec("emails", email).setKey("order-42").build());
+ * TaskSpec spec = tb.spec("emails", email).setKey("order-42").build();
+ * Outbox.Enqueued row = Outbox.enqueueMySql(conn, spec);
  * conn.commit(); // or conn.rollback(): both or neither
  * }</pre>
  *
@@ -79,7 +80,8 @@ public final class Outbox {
     check(spec);
     TaskSpec withTrace = Tracing.inject(spec.toBuilder()).build();
     String key = spec.getKey().isEmpty() ? KEY_PREFIX + UUID.randomUUID() : spec.getKey();
-    try (PreparedStatement st = conn.prepareStatement(INSERT_MYSQL, Statement.RETURN_GENERATED_KEYS)) {
+    try (PreparedStatement st =
+        conn.prepareStatement(INSERT_MYSQL, Statement.RETURN_GENERATED_KEYS)) {
       st.setString(1, key);
       st.setBytes(2, withTrace.toByteArray());
       st.executeUpdate();

@@ -172,8 +172,11 @@ class OutboxMySqlTest {
     SpanContext sc =
         SpanContext.create(
             "0102030405060708090a0b0c0d0e0f10", "0102030405060708", TraceFlags.getSampled(), TraceState.getDefault());
-    try (Scope ignored = Span.wrap(sc).makeCurrent()) {
+    Scope scope = Span.wrap(sc).makeCurrent();
+    try {
       Outbox.enqueueMySql(conn, spec("traced", ""));
+    } finally {
+      scope.close();
     }
     assertEquals(
         "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01",
