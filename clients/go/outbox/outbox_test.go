@@ -181,23 +181,26 @@ func TestASpecKeyIsTheRowsKeyAndPgxNativeWritesThroughStatement(t *testing.T) {
 	}
 }
 
+// refusedSpecs are specs Submit would refuse whatever the broker's settings, and the
+// error of each.
+var refusedSpecs = []struct {
+	spec *pb.TaskSpec
+	want string
+}{
+	{&pb.TaskSpec{}, "queue: is required"},
+	{&pb.TaskSpec{Queue: "has space"}, "queue: may only contain A-Z a-z 0-9 . _ : -"},
+	{&pb.TaskSpec{Queue: strings.Repeat("q", 129)}, "queue: is longer than 128 characters"},
+	{&pb.TaskSpec{Queue: "q", Key: strings.Repeat("k", 513)}, "key: is longer than 512 characters"},
+	{&pb.TaskSpec{Queue: "q", Key: "a\nb"}, "key: must not contain control characters"},
+	{&pb.TaskSpec{Queue: "q", DependsOnIndex: []uint32{0}}, "depends_on_index: cannot be used through the outbox " +
+		"(rows of many transactions share one Submit); name dependencies by task id in depends_on"},
+	{&pb.TaskSpec{Queue: "q", Fanout: &pb.Fanout{Copies: 2}}, "fanout.copies: cannot have more than one copy " +
+		"through the outbox (every row is submitted under an idempotency key, which Submit refuses with fan-out)"},
+}
+
 func TestASpecSubmitWouldRefuseIsRefusedAndNothingIsWritten(t *testing.T) {
 	db := open(t)
-	cases := []struct {
-		spec *pb.TaskSpec
-		want string
-	}{
-		{&pb.TaskSpec{}, "queue: is required"},
-		{&pb.TaskSpec{Queue: "has space"}, "queue: may only contain A-Z a-z 0-9 . _ : -"},
-		{&pb.TaskSpec{Queue: strings.Repeat("q", 129)}, "queue: is longer than 128 characters"},
-		{&pb.TaskSpec{Queue: "q", Key: strings.Repeat("k", 513)}, "key: is longer than 512 characters"},
-		{&pb.TaskSpec{Queue: "q", Key: "a\nb"}, "key: must not contain control characters"},
-		{&pb.TaskSpec{Queue: "q", DependsOnIndex: []uint32{0}}, "depends_on_index: cannot be used through the outbox " +
-			"(rows of many transactions share one Submit); name dependencies by task id in depends_on"},
-		{&pb.TaskSpec{Queue: "q", Fanout: &pb.Fanout{Copies: 2}}, "fanout.copies: cannot have more than one copy " +
-			"through the outbox (every row is submitted under an idempotency key, which Submit refuses with fan-out)"},
-	}
-	for _, c := range cases {
+	for _, c := range refusedSpecs {
 		_, err := outbox.Enqueue(context.Background(), db, c.spec)
 		var invalid *outbox.InvalidSpecError
 		if !errors.As(err, &invalid) || err.Error() != c.want {
