@@ -68,6 +68,18 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Refusals {
     }
 }
 
+/// `msg` as a request carrying the scenario's token (`TASKBROKER_TOKEN`, set in the
+/// secure run), as the client's own calls do: the raw stubs send none by themselves.
+fn authed<T>(msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    if let Ok(token) = std::env::var("TASKBROKER_TOKEN")
+        && let Ok(v) = format!("Bearer {token}").parse()
+    {
+        r.metadata_mut().insert("authorization", v);
+    }
+    r
+}
+
 pub async fn submit_backpressure(c: Client, q: String) -> Outcome {
     let update = pb::UpdateQueueRequest {
         name: q.clone(),
@@ -80,15 +92,15 @@ pub async fn submit_backpressure(c: Client, q: String) -> Outcome {
         }),
     };
     c.admin_stub()
-        .update_queue(update)
+        .update_queue(authed(update))
         .await
         .map_err(|s| format!("UpdateQueue: {s}"))?;
     at("Submit 1", c.submit(TaskSpec::new(q.clone(), "1")).await)?;
     let raw = c
         .broker_stub()
-        .submit(pb::SubmitRequest {
+        .submit(authed(pb::SubmitRequest {
             tasks: vec![TaskSpec::new(q.clone(), "2").into_proto()],
-        })
+        }))
         .await;
     let status = match raw {
         Ok(_) => {
@@ -111,10 +123,10 @@ pub async fn submit_backpressure(c: Client, q: String) -> Outcome {
     )?;
     let listed = c
         .admin_stub()
-        .list_tasks(pb::ListTasksRequest {
+        .list_tasks(authed(pb::ListTasksRequest {
             queue: q.clone(),
             ..Default::default()
-        })
+        }))
         .await
         .map_err(|s| format!("ListTasks: {s}"))?
         .into_inner()
