@@ -5,10 +5,12 @@ pub mod events;
 pub mod reaper;
 pub mod retention;
 pub mod scheduler;
+pub mod statistics;
 
 pub use reaper::Reaper;
 pub use retention::Retention;
 pub use scheduler::Scheduler;
+pub use statistics::Statistics;
 
 use std::time::Duration;
 

@@ -261,6 +261,13 @@ pub trait Store: Send + Sync + 'static {
     /// Connection pool usage.
     fn pool_stats(&self) -> PoolStats;
 
+    /// Refreshes the planner's statistics of the task table when they fall far
+    /// behind it (Postgres, whose hot statements keep cached plans made on them);
+    /// true when it did. Called every second by the maintenance loop.
+    async fn statistics_refresh(&self) -> StoreResult<bool> {
+        Ok(false)
+    }
+
     // ---- schedules ----
 
     /// Inserts a new schedule; `false` when its id exists already.

@@ -58,6 +58,7 @@ mod listen;
 mod observe;
 mod ops;
 mod read;
+mod statistics;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -286,6 +287,10 @@ impl Store for PostgresStore {
             size: self.pool.size() + hot.map_or(0, |p| p.size()),
             idle: self.pool.num_idle() + hot.map_or(0, |p| p.num_idle()),
         }
+    }
+
+    async fn statistics_refresh(&self) -> StoreResult<bool> {
+        self.statistics_refresh().await
     }
 
     fn spawn_listener(&self, wake: Waker, stop: CancellationToken) {
