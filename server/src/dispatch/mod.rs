@@ -2,6 +2,8 @@
 //! every change that makes a task pending calls [`Dispatcher::wake`] for its queue
 //! (locally, and through the store's notifications from other replicas).
 
+pub mod parking;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

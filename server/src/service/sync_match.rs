@@ -5,7 +5,7 @@
 //!
 //! Who takes part, kept simple so every lease rule holds unchanged:
 //! - a long-poll over exactly one queue, with no admission gates and no
-//!   per-worker cap, parks here while it waits ([`Parked::park`]);
+//!   per-worker cap, parks while it waits (`dispatch::parking`);
 //! - a task with no routing (target, sticky policy, fan-out), due now, in such
 //!   a queue, is matched; per queue the batch's tasks are matched in lease order
 //!   and matching stops at the first that cannot be, and the store leases none
@@ -17,118 +17,18 @@
 //! pending again; if even that fails, their lease expires and the reaper
 //! reclaims them, as for any lease whose holder vanished.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::oneshot;
 
 use super::Clock;
 use crate::dispatch::Dispatcher;
+pub(super) use crate::dispatch::parking::{Claimed, GiveBack, Offer, Parked, Parking};
 use crate::store::sync_match::lease_order;
 use crate::store::{
     Inserted, LEASE_REPLY_TASK_BYTES, LeaseRef, MatchTo, NewTask, Store, StoreResult, TaskRecord,
     lease_slots,
 };
-
-/// What a parked long-poll will take.
-#[derive(Debug, Clone)]
-pub(super) struct Offer {
-    pub to: MatchTo,
-    pub max_tasks: u32,
-    pub max_reply_bytes: u64,
-}
-
-struct Waiter {
-    id: u64,
-    offer: Offer,
-    answer: oneshot::Sender<Vec<TaskRecord>>,
-}
-
-/// A waiter taken out of the registry by a Submit, which now owes it an answer.
-struct Claimed {
-    offer: Offer,
-    answer: oneshot::Sender<Vec<TaskRecord>>,
-}
-
-/// The long-polls of this replica that wait for a task and may be handed one.
-#[derive(Default)]
-pub(super) struct Parked {
-    /// Waiters per queue, longest waiting first.
-    queues: Mutex<HashMap<String, VecDeque<Waiter>>>,
-    /// How many are parked: a Submit with none skips all of this.
-    count: AtomicUsize,
-    next_id: AtomicU64,
-    /// Tasks handed to a long-poll so far (released ones included).
-    handed: AtomicU64,
-}
-
-impl Parked {
-    /// Parks a long-poll of `queue` until [`Parking`] is dropped or left.
-    pub(super) fn park(self: &Arc<Self>, queue: &str, offer: Offer, release: Releaser) -> Parking {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (answer, rx) = oneshot::channel();
-        // The lock is held for a map update only, never across an await.
-        let mut map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry(queue.to_string())
-            .or_default()
-            .push_back(Waiter { id, offer, answer });
-        self.count.fetch_add(1, Ordering::Relaxed);
-        Parking {
-            parked: self.clone(),
-            queue: queue.to_string(),
-            id,
-            rx: Some(rx),
-            release,
-        }
-    }
-
-    fn any(&self) -> bool {
-        self.count.load(Ordering::Relaxed) > 0
-    }
-
-    /// Removes waiter `id` if it is still parked; false if a Submit claimed it.
-    fn unpark(&self, queue: &str, id: u64) -> bool {
-        let mut map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(waiters) = map.get_mut(queue) else {
-            return false;
-        };
-        let Some(at) = waiters.iter().position(|w| w.id == id) else {
-            return false;
-        };
-        waiters.remove(at);
-        if waiters.is_empty() {
-            map.remove(queue);
-        }
-        self.count.fetch_sub(1, Ordering::Relaxed);
-        true
-    }
-
-    /// Takes up to `n` waiters of `queue`, longest waiting first.
-    fn claim(&self, queue: &str, n: usize) -> Vec<Claimed> {
-        let mut map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(waiters) = map.get_mut(queue) else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        while out.len() < n {
-            let Some(w) = waiters.pop_front() else { break };
-            self.count.fetch_sub(1, Ordering::Relaxed);
-            // A waiter whose call went away is dropped here, unserved.
-            if !w.answer.is_closed() {
-                out.push(Claimed {
-                    offer: w.offer,
-                    answer: w.answer,
-                });
-            }
-        }
-        if waiters.is_empty() {
-            map.remove(queue);
-        }
-        out
-    }
-}
 
 /// What a parked long-poll needs to give back tasks it can no longer answer with.
 #[derive(Clone)]
@@ -138,17 +38,19 @@ pub(super) struct Releaser {
     pub dispatch: Arc<Dispatcher>,
 }
 
-impl Releaser {
+impl GiveBack for Releaser {
     /// Makes the tasks pending again now, in the background (a caller that went
     /// away cannot wait for it). If the release fails, the leases expire.
-    fn release(&self, tasks: Vec<TaskRecord>) {
+    fn give_back(&self, tasks: Vec<TaskRecord>) {
         if tasks.is_empty() {
             return;
         }
         let this = self.clone();
         tokio::spawn(async move { this.release_now(&tasks).await });
     }
+}
 
+impl Releaser {
     async fn release_now(&self, tasks: &[TaskRecord]) {
         let refs: Vec<LeaseRef> = tasks
             .iter()
@@ -167,55 +69,6 @@ impl Releaser {
             Err(e) => {
                 tracing::warn!(error = %e, tasks = tasks.len(), "could not give back sync-matched tasks; their leases will expire")
             }
-        }
-    }
-}
-
-/// A parked long-poll (see [`Parked::park`]).
-pub(super) struct Parking {
-    parked: Arc<Parked>,
-    queue: String,
-    id: u64,
-    rx: Option<oneshot::Receiver<Vec<TaskRecord>>>,
-    release: Releaser,
-}
-
-impl Parking {
-    /// The tasks a Submit hands over (nothing: it claimed this waiter but had
-    /// none to give after all, so look again). Pending while nobody claims it;
-    /// nothing once answered.
-    pub(super) async fn answer(&mut self) -> Vec<TaskRecord> {
-        let Some(rx) = self.rx.as_mut() else {
-            return Vec::new();
-        };
-        let got = rx.await.unwrap_or_default();
-        self.rx = None;
-        got
-    }
-
-    /// Stops waiting: nothing if still parked, else what the claiming Submit
-    /// hands over (it is waited for: those tasks are leased to this caller).
-    pub(super) async fn leave(mut self) -> Vec<TaskRecord> {
-        if self.parked.unpark(&self.queue, self.id) {
-            self.rx = None;
-            return Vec::new();
-        }
-        self.answer().await
-    }
-}
-
-impl Drop for Parking {
-    fn drop(&mut self) {
-        let Some(mut rx) = self.rx.take() else {
-            return;
-        };
-        if self.parked.unpark(&self.queue, self.id) {
-            return;
-        }
-        // Claimed: tasks already sent are given back; a Submit still at work
-        // finds the channel closed and gives them back itself.
-        if let Ok(tasks) = rx.try_recv() {
-            self.release.release(tasks);
         }
     }
 }
@@ -306,9 +159,7 @@ async fn deliver(
 ) {
     for (claimed, mut tasks) in claimed.into_iter().zip(given) {
         crate::store::row::sort_lease_order(&mut tasks);
-        parked
-            .handed
-            .fetch_add(tasks.len() as u64, Ordering::Relaxed);
+        parked.count_handed(tasks.len());
         if let Err(unanswered) = claimed.answer.send(tasks) {
             release.release_now(&unanswered).await;
         }
@@ -426,12 +277,12 @@ impl super::Broker {
     /// Tasks this broker handed to a waiting long-poll in a Submit's own
     /// commit so far (sync match).
     pub fn sync_matched(&self) -> u64 {
-        self.parked.handed.load(Ordering::Relaxed)
+        self.parked.handed()
     }
 
     /// Parks a long-poll of `queue` for sync match.
     pub(super) fn park(&self, queue: &str, offer: Offer) -> Parking {
-        self.parked.park(queue, offer, self.releaser())
+        self.parked.park(queue, offer, Arc::new(self.releaser()))
     }
 }
 
@@ -509,7 +360,7 @@ mod tests {
     #[tokio::test]
     async fn a_long_poll_gone_before_its_answer_gives_the_tasks_back() {
         let f = fixture().await;
-        let parking = f.parked.park("q", offer(), f.release.clone());
+        let parking = f.parked.park("q", offer(), Arc::new(f.release.clone()));
         let claimed = f.parked.claim("q", 1);
         assert_eq!(claimed.len(), 1);
         drop(parking);
@@ -526,7 +377,7 @@ mod tests {
         let woken = handles.iter().next().unwrap().notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
-        let parking = f.parked.park("q2", offer(), f.release.clone());
+        let parking = f.parked.park("q2", offer(), Arc::new(f.release.clone()));
         let claimed = f.parked.claim("q2", 1);
         let task = leased(&f, "q2").await;
         deliver(&f.parked, &f.release, claimed, vec![vec![task.clone()]]).await;
@@ -542,7 +393,7 @@ mod tests {
     #[tokio::test]
     async fn a_waiter_that_leaves_unclaimed_is_gone_from_the_registry() {
         let f = fixture().await;
-        let parking = f.parked.park("q3", offer(), f.release.clone());
+        let parking = f.parked.park("q3", offer(), Arc::new(f.release.clone()));
         assert!(f.parked.any());
         assert!(parking.leave().await.is_empty());
         assert!(!f.parked.any());
