@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checks the Helm chart (helm/taskbroker) offline, with no cluster:
 #   scripts/helm-check.sh
-# - helm lint --strict in both modes (ci/sqlite-values.yaml, ci/postgres-values.yaml);
-# - helm template in both modes, and once more with the Prometheus Operator API
+# - helm lint --strict in each mode (ci/sqlite-values.yaml, ci/postgres-values.yaml,
+#   ci/mysql-values.yaml);
+# - helm template in each mode, and once more with the Prometheus Operator API
 #   (--api-versions monitoring.coreos.com/v1) so the ServiceMonitor renders;
 # - values.schema.json and the chart's own checks reject contradictory values;
 # - every rendered object validated against the Kubernetes OpenAPI schemas of the
@@ -140,14 +141,17 @@ PY
 
 sq="$chart/ci/sqlite-values.yaml"
 pg="$chart/ci/postgres-values.yaml"
+my="$chart/ci/mysql-values.yaml"
 
 check "helm lint --strict (sqlite)" "$helm" lint --strict "$chart" -f "$sq"
 check "helm lint --strict (postgres)" "$helm" lint --strict "$chart" -f "$pg"
+check "helm lint --strict (mysql)" "$helm" lint --strict "$chart" -f "$my"
 mesh="$chart/ci/mesh-values.yaml"
 check "helm lint --strict (mesh extras)" "$helm" lint --strict "$chart" -f "$mesh"
 check "helm template (defaults)" render "$work/default.yaml"
 check "helm template (sqlite)" render "$work/sqlite.yaml" -f "$sq"
 check "helm template (postgres)" render "$work/postgres.yaml" -f "$pg"
+check "helm template (mysql)" render "$work/mysql.yaml" -f "$my"
 check "helm template (postgres, TLS, no HPA)" render "$work/tls.yaml" -f "$pg" \
   --set autoscaling.enabled=false --set tls.existingSecret=tb-tls --set tls.verifyClients=true
 check "helm template (sqlite, monitoring.coreos.com/v1 served)" render "$work/sqlite-mon.yaml" \
@@ -168,7 +172,9 @@ check "rejected: sqlite with autoscaling" rejects "/autoscaling/enabled': value 
   --set autoscaling.enabled=true
 check "rejected: postgres without database Secret" rejects "/database/postgres/existingSecret'" \
   --set database.mode=postgres
-check "rejected: unknown database.mode" rejects "/database/mode': value must be one of" --set database.mode=mysql
+check "rejected: mysql without database Secret" rejects "/database/mysql/existingSecret'" \
+  --set database.mode=mysql
+check "rejected: unknown database.mode" rejects "/database/mode': value must be one of" --set database.mode=oracle
 check "rejected: unknown top-level value" rejects "additional properties 'replicas'" --set replicas=2
 check "rejected: config key the chart owns" rejects "invalid propertyName 'listen'" --set config.listen=0.0.0.0:1
 check "rejected: unknown probes.type" rejects "/probes/type': value must be one of" --set probes.type=exec
@@ -180,13 +186,17 @@ check "rejected without the schema too: sqlite with replicaCount=3" \
   rejects "sqlite runs exactly one replica" --skip-schema-validation --set replicaCount=3
 check "rejected without the schema too: postgres without database Secret" \
   rejects "postgres needs database.postgres.existingSecret" --skip-schema-validation --set database.mode=postgres
+check "rejected without the schema too: mysql without database Secret" \
+  rejects "mysql needs database.mysql.existingSecret" --skip-schema-validation --set database.mode=mysql
 check "NOTES render (sqlite install, client dry run)" \
   "$helm" install tb "$chart" --namespace tasks --dry-run=client -f "$sq"
 check "NOTES render (postgres install, client dry run)" \
   "$helm" install tb "$chart" --namespace tasks --dry-run=client -f "$pg"
+check "NOTES render (mysql install, client dry run)" \
+  "$helm" install tb "$chart" --namespace tasks --dry-run=client -f "$my"
 
 for v in "${kube_versions[@]}"; do
-  for f in default sqlite postgres tls sqlite-mon postgres-mon linkerd istio grpc-tls mtls-test; do
+  for f in default sqlite postgres mysql tls sqlite-mon postgres-mon linkerd istio grpc-tls mtls-test; do
     check "kubernetes-validate --strict $v: $f" validate "$v" "$work/$f.yaml"
   done
 done
@@ -220,6 +230,23 @@ check "postgres: database URL and tokens from existing Secrets" assert "$p" \
    and env("TASKBROKER_INSECURE") is None'
 check "postgres, no HPA: replicas from replicaCount" assert "$work/tls.yaml" \
   'deploy["spec"]["replicas"] == 3 and not kinds.get("HorizontalPodAutoscaler")'
+m="$work/mysql.yaml"
+check "mysql: replicas from replicaCount, RollingUpdate, PDB, no PVC" assert "$m" \
+  'deploy["spec"]["replicas"] == 2 and deploy["spec"]["strategy"]["type"] == "RollingUpdate"
+   and one("PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+   and not kinds.get("PersistentVolumeClaim") and not kinds.get("HorizontalPodAutoscaler")'
+check "mysql: database URL from its Secret, pool size passed, no Postgres TLS settings" assert "$m" \
+  'env("TASKBROKER_DATABASE_URL")["valueFrom"]["secretKeyRef"] == {"name": "taskbroker-mysql", "key": "url"}
+   and env("TASKBROKER_DB_MAX_CONNECTIONS")["value"] == "8"
+   and env("PGSSLMODE") is None and env("PGSSLROOTCERT") is None'
+check "mysql: migration Job runs migrate on the same URL" assert "$m" \
+  '(j := one("Job"))["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+   and (c := j["spec"]["template"]["spec"]["containers"][0])["args"] == ["migrate"]
+   and next(e for e in c["env"] if e["name"] == "TASKBROKER_DATABASE_URL")["valueFrom"]["secretKeyRef"]
+       == {"name": "taskbroker-mysql", "key": "url"}'
+check "mysql with autoscaling: HPA on the Deployment, replicas left to it" assert_render \
+  'one("HorizontalPodAutoscaler")["spec"]["scaleTargetRef"]["name"] == deploy["metadata"]["name"]
+   and "replicas" not in deploy["spec"]' -f "$my" --set autoscaling.enabled=true
 for f in sqlite postgres; do
   check "$f: Service port grpc with appProtocol grpc, and http-metrics" assert "$work/$f.yaml" \
     '[(q["name"], q.get("appProtocol")) for q in kinds["Service"][0]["spec"]["ports"]]

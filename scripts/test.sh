@@ -5,7 +5,7 @@
 # packages, each client's dependencies), starts a throwaway Postgres cluster as the
 # `postgres` user and a throwaway MariaDB server as the `mysql` user, and runs: the issue-tag and layering checks (scripts/layers.py),
 # format and lint checks, buf lint and breaking checks on the proto, the Helm chart checks, every Rust test against SQLite and Postgres (and the store
-# conformance suites and MySQL fault tests against MariaDB),
+# conformance suites, MySQL fault tests and the MySQL migration drain against MariaDB),
 # the console's browser tests (scripts/console-e2e.sh, installs Debian chromium),
 # and the client conformance scenario in every language against a live broker.
 # Set TASKBROKER_LANGS="rust python" to run only some client languages.

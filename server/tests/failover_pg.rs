@@ -6,10 +6,12 @@
 //! standby. Two ways: `pg_ctl promote` and a new standby from `pg_basebackup -R`
 //! (scripts/pg.sh), and pg_auto_failover, whose monitor promotes the standby and
 //! whose keeper rejoins the dead node (scripts/pgaf.sh; skipped when `pg_autoctl`
-//! cannot be installed, unless `TASKBROKER_REQUIRE_PG_AUTO_FAILOVER` is set). Each round checks that calls answer UNAVAILABLE
-//! while no primary is reachable (no hang), that /readyz says not ready then ready
-//! again, and measures the unavailability window (the kill to the first Submit
-//! answered OK). At the end: every acknowledged Submit is present and SUCCEEDED, no
+//! cannot be installed, unless `TASKBROKER_REQUIRE_PG_AUTO_FAILOVER` is set). Each round
+//! checks that a Submit sent right after the kill answers at once, UNAVAILABLE or (when
+//! it raced the kill) OK, and that an acknowledged one is there after the failover; that
+//! calls answer UNAVAILABLE while no host is primary (no hang); that /readyz says not
+//! ready then ready again; and measures the unavailability window (the kill to the first
+//! Submit answered OK after it). At the end: every acknowledged Submit is present and SUCCEEDED, no
 //! task was completed under two leases nor has two succeeded attempts, and every
 //! task finished (leases taken before a failover were honoured or reclaimed).
 //!
@@ -62,6 +64,9 @@ trait Ha: Send + 'static {
     fn primary_url(&self) -> String;
     /// The primary's node dies (SIGKILL to every process).
     fn kill_primary(&mut self);
+    /// Whether the standby is promoted without `promote` (by a monitor): then a
+    /// host may take writes again at any moment after the kill.
+    fn promotes_itself(&self) -> bool;
     /// Returns once the standby is the primary.
     fn promote(&mut self);
     /// The dead node comes back as the synchronous standby.
@@ -156,6 +161,10 @@ impl Ha for Pair {
         pg_sh(&["kill9", self.dir(self.primary)]);
     }
 
+    fn promotes_itself(&self) -> bool {
+        false
+    }
+
     /// Until a new standby joins, the promoted node commits alone.
     fn promote(&mut self) {
         let standby = 1 - self.primary;
@@ -245,6 +254,10 @@ impl Ha for Formation {
 
     fn kill_primary(&mut self) {
         script("pgaf.sh", &["kill", self.d(), &self.primary.to_string()]);
+    }
+
+    fn promotes_itself(&self) -> bool {
+        true
     }
 
     /// The monitor notices the dead primary and promotes the standby.
@@ -451,16 +464,43 @@ async fn ride_through(mut pair: Box<dyn Ha>, rounds: usize) {
             pair
         })
         .await;
-        // No primary: a call fails fast with UNAVAILABLE (the channel's own
-        // deadline is 20 s), and both replicas report not ready.
-        let err = probe
-            .submit(pb::SubmitRequest {
-                tasks: vec![spec(QUEUE)],
-            })
-            .await
-            .expect_err("no primary, no submit");
-        assert_eq!(err.code(), Code::Unavailable, "round {round}: {err:?}");
+        // A Submit right after the kill answers at once (the channel's own deadline is
+        // 20 s): UNAVAILABLE, or OK when it raced the kill (a pooled backend outlives
+        // its postmaster for a moment). An acknowledged commit waited for the
+        // synchronous standby's flush, so it is durable there and must be found after
+        // the failover; an unacknowledged one may or may not have committed. Every
+        // Submit of the round carries one key, so either way it is one task: the
+        // Submit that measures the window below finds the acknowledged task under
+        // its id, or makes (or finds) the unacknowledged one.
+        let key = format!("probe-{round}");
+        let keyed = || pb::SubmitRequest {
+            tasks: vec![pb::TaskSpec {
+                key: key.clone(),
+                ..spec(QUEUE)
+            }],
+        };
+        let raced = match probe.submit(keyed()).await {
+            Ok(r) => {
+                let id = r.into_inner().results[0].task_id.clone();
+                eprintln!("failover {round}: the Submit sent at the kill was acknowledged ({id})");
+                ledger.acked.lock().unwrap().insert(id.clone());
+                Some(id)
+            }
+            Err(err) => {
+                assert_eq!(err.code(), Code::Unavailable, "round {round}: {err:?}");
+                None
+            }
+        };
         until_ready(&brokers, 503, "/readyz not ready without a primary").await;
+        if !pair.promotes_itself() {
+            // The old primary is dead and the standby not yet promoted: no host
+            // takes writes, and a call fails fast with UNAVAILABLE.
+            let err = probe
+                .submit(keyed())
+                .await
+                .expect_err("no primary, no submit");
+            assert_eq!(err.code(), Code::Unavailable, "round {round}: {err:?}");
+        }
         pair = blocking(move || {
             let mut pair = pair;
             pair.promote();
@@ -472,19 +512,20 @@ async fn ride_through(mut pair: Box<dyn Ha>, rounds: usize) {
         let window = loop {
             let mut c = BrokerServiceClient::new(channel(&urls[turn % urls.len()]));
             turn += 1;
-            match c
-                .submit(pb::SubmitRequest {
-                    tasks: vec![pb::TaskSpec {
-                        key: format!("probe-{round}"),
-                        ..spec(QUEUE)
-                    }],
-                })
-                .await
-            {
+            match c.submit(keyed()).await {
                 Ok(r) => {
-                    let ids = r.into_inner().results.into_iter().map(|r| r.task_id);
-                    ledger.acked.lock().unwrap().extend(ids);
-                    break killed.elapsed();
+                    let at = killed.elapsed();
+                    let result = &r.into_inner().results[0];
+                    if let Some(acked) = &raced {
+                        assert_eq!(
+                            (&result.task_id, result.deduplicated),
+                            (acked, true),
+                            "round {round}: the task acknowledged at the kill is not there \
+                             after the failover"
+                        );
+                    }
+                    ledger.acked.lock().unwrap().insert(result.task_id.clone());
+                    break at;
                 }
                 Err(s) if transient(&s) => tokio::time::sleep(Duration::from_millis(20)).await,
                 Err(s) => panic!("round {round}: submit refused after the promotion: {s:?}"),

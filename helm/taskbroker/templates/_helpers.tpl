@@ -46,24 +46,33 @@ app.kubernetes.io/part-of: taskbroker
 {{- if eq .Values.database.mode "postgres" }}true{{ end }}
 {{- end }}
 
+{{/* A database the replicas share (postgres or mysql): several replicas, RollingUpdate, HPA, PDB, migration Job. */}}
+{{- define "taskbroker.shared" -}}
+{{- if has .Values.database.mode (list "postgres" "mysql") }}true{{ end }}
+{{- end }}
+
 {{- define "taskbroker.validate" -}}
 {{- $mode := .Values.database.mode }}
-{{- if not (has $mode (list "sqlite" "postgres")) }}
-{{- fail (printf "database.mode must be sqlite or postgres, not %q" $mode) }}
+{{- if not (has $mode (list "sqlite" "postgres" "mysql")) }}
+{{- fail (printf "database.mode must be sqlite, postgres or mysql, not %q" $mode) }}
 {{- end }}
 {{- if eq $mode "sqlite" }}
 {{- if gt (int .Values.replicaCount) 1 }}
-{{- fail "database.mode=sqlite runs exactly one replica: set replicaCount to 1, or use database.mode=postgres" }}
+{{- fail "database.mode=sqlite runs exactly one replica: set replicaCount to 1, or use database.mode=postgres or mysql" }}
 {{- end }}
 {{- if .Values.autoscaling.enabled }}
-{{- fail "database.mode=sqlite cannot autoscale: set autoscaling.enabled=false, or use database.mode=postgres" }}
+{{- fail "database.mode=sqlite cannot autoscale: set autoscaling.enabled=false, or use database.mode=postgres or mysql" }}
 {{- end }}
 {{- if not (hasPrefix "/data/" .Values.database.sqlite.path) }}
 {{- fail "database.sqlite.path must lie under /data/, where the volume is mounted" }}
 {{- end }}
-{{- else }}
+{{- else if eq $mode "postgres" }}
 {{- if not .Values.database.postgres.existingSecret }}
 {{- fail "database.mode=postgres needs database.postgres.existingSecret: a Secret whose key database.postgres.secretKey holds the postgres:// URL" }}
+{{- end }}
+{{- else }}
+{{- if not .Values.database.mysql.existingSecret }}
+{{- fail "database.mode=mysql needs database.mysql.existingSecret: a Secret whose key database.mysql.secretKey holds the mysql:// URL" }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -119,14 +128,15 @@ shutdown_grace = {{ printf "%ds" (int $s.shutdownGraceSeconds) | quote }}
 {{- end }}
 {{- end }}
 
-{{/* TASKBROKER_DATABASE_URL for both modes. */}}
+{{/* TASKBROKER_DATABASE_URL for every mode. */}}
 {{- define "taskbroker.databaseUrlEnv" -}}
 - name: TASKBROKER_DATABASE_URL
-{{- if include "taskbroker.postgres" . }}
+{{- if include "taskbroker.shared" . }}
+{{- $db := get .Values.database .Values.database.mode }}
   valueFrom:
     secretKeyRef:
-      name: {{ .Values.database.postgres.existingSecret }}
-      key: {{ .Values.database.postgres.secretKey }}
+      name: {{ $db.existingSecret }}
+      key: {{ $db.secretKey }}
 {{- else }}
   value: {{ printf "sqlite://%s" .Values.database.sqlite.path | quote }}
 {{- end }}

@@ -16,6 +16,7 @@
 //! Wake-ups across replicas (there is no LISTEN/NOTIFY): every event gets its id
 //! from one counter row, `event_seq`, which each replica polls (`listen.rs`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -51,8 +52,24 @@ pub(crate) const TASK_COLUMNS: &str = "seq, id, queue, `key`, payload, priority,
     fire_time, target_worker, target_labels, sticky, sticky_timeout_ms, reserved_for, \
     reserved_until, fanout_group, fanout_distinct, concurrency_key, retry_schedule";
 
+/// How long a store call waits for a pooled connection. While the database is
+/// gone, sqlx keeps retrying a refused connection until then: this is how long
+/// the first calls take to answer UNAVAILABLE.
+pub(crate) const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a write waits for a connection once a write has found none (the
+/// database is gone, or every connection stayed busy for [`ACQUIRE_TIMEOUT`]),
+/// until a write gets one again. Writes queue behind each other (a Submit
+/// waits for the combined insert in flight before its own): without this, each
+/// of them would wait the full [`ACQUIRE_TIMEOUT`] during an outage. A database
+/// that is back is reached well within it (sqlx retries a refused connection
+/// after 10 ms, then 20, 40, ...).
+pub(crate) const ACQUIRE_WHILE_DOWN: Duration = Duration::from_secs(1);
+
 pub struct MysqlStore {
     pool: MySqlPool,
+    /// The last write found no connection (see [`ACQUIRE_WHILE_DOWN`]).
+    down: AtomicBool,
     /// Wakes this replica's long-polls for queues a job of its own made
     /// pending (the poller of `listen.rs` covers the other replicas).
     waker: Arc<OnceLock<Waker>>,
@@ -125,7 +142,7 @@ impl MysqlStore {
         let opts: MySqlConnectOptions = url.parse()?;
         let pool = MySqlPoolOptions::new()
             .max_connections(max_connections.max(2))
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(ACQUIRE_TIMEOUT)
             .after_connect(|conn, _| {
                 Box::pin(async move {
                     // Row locks only on rows read (no gap locks), as on Postgres; a
@@ -141,14 +158,29 @@ impl MysqlStore {
             .await?;
         Ok(MysqlStore {
             pool,
+            down: AtomicBool::new(false),
             waker: Arc::new(OnceLock::new()),
             notes: Arc::new(listen::Notes::default()),
         })
     }
 
     pub(crate) async fn begin(&self) -> StoreResult<Job> {
+        let tx = if self.down.load(Ordering::Relaxed) {
+            match tokio::time::timeout(ACQUIRE_WHILE_DOWN, self.pool.begin()).await {
+                Ok(tx) => tx,
+                Err(_) => Err(sqlx::Error::PoolTimedOut),
+            }
+        } else {
+            self.pool.begin().await
+        };
+        let tx = tx.map_err(StoreError::from).inspect_err(|e| {
+            if matches!(e, StoreError::Unavailable(_)) {
+                self.down.store(true, Ordering::Relaxed);
+            }
+        })?;
+        self.down.store(false, Ordering::Relaxed);
         Ok(Job {
-            tx: self.pool.begin().await?,
+            tx,
             events: Vec::new(),
             woken: Vec::new(),
             spare: false,
