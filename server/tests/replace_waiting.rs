@@ -89,7 +89,7 @@ async fn a_debounce_keeps_one_task_with_the_latest_payload(b: Backend) {
         kinds,
         [
             pb::TaskEventKind::Submitted as i32,
-            pb::TaskEventKind::Updated as i32,
+            pb::TaskEventKind::Replaced as i32,
             pb::TaskEventKind::Leased as i32,
         ]
     );

@@ -236,7 +236,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// REPLACE_WAITING: writes `r`'s payload, run_at, priority and metadata over
     /// the task holding (`r.queue`, `r.key`) if it waits (pending or blocked),
-    /// with an `updated` event, in one transaction that holds the row: a task a
+    /// with a `replaced` event, in one transaction that holds the row: a task a
     /// lease took, or one finished, is never changed. Answers the task's id when
     /// it was replaced, `None` otherwise (no such task, or not waiting).
     async fn task_replace_waiting(

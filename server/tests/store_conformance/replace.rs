@@ -71,7 +71,7 @@ pub async fn replace_waiting_rewrites_a_waiting_task_and_its_place(b: Backend) {
     assert_eq!(t.state, StoredState::Pending);
     let events = s.event_list(&uuid_like(1), 0, 10).await.unwrap();
     let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
-    assert_eq!(kinds, [EventKind::Submitted, EventKind::Updated]);
+    assert_eq!(kinds, [EventKind::Submitted, EventKind::Replaced]);
     assert_eq!(events[1].state, TaskState::Ready);
     // And the other way: a due task pushed later leaves the lease order until then.
     s.task_insert_many(&[keyed("b", 2, t0())], t0())
@@ -136,7 +136,7 @@ pub async fn replace_waiting_never_touches_a_leased_finished_or_other_queues_tas
     assert_eq!((t.payload.as_slice(), t.state), (&b"1"[..], StoredState::Succeeded));
     // No updated event was recorded for the refused replacements.
     let events = s.event_list(&uuid_like(1), 0, 10).await.unwrap();
-    assert!(events.iter().all(|e| e.kind != EventKind::Updated));
+    assert!(events.iter().all(|e| e.kind != EventKind::Replaced));
 }
 
 pub async fn replace_waiting_rewrites_a_blocked_task(b: Backend) {

@@ -264,6 +264,6 @@ pub(super) async fn task_replace_waiting(
     .bind(&id)
     .execute(j.conn())
     .await?;
-    changed_event(j, &id, EventKind::Updated, now).await?;
+    changed_event(j, &id, EventKind::Replaced, now).await?;
     Ok(Some(id))
 }

@@ -270,7 +270,7 @@ impl PostgresStore {
         if state == "pending" {
             Self::notify(&mut tx, &[&r.queue]).await?;
         }
-        Self::changed_event(&mut tx, &id, EventKind::Updated, now).await?;
+        Self::changed_event(&mut tx, &id, EventKind::Replaced, now).await?;
         tx.commit().await?;
         Ok(Some(id))
     }

@@ -230,6 +230,6 @@ pub(super) fn task_replace_waiting(
         now,
         id
     ])?;
-    changed_event(c, &id, EventKind::Updated, now)?;
+    changed_event(c, &id, EventKind::Replaced, now)?;
     Ok(Some(id))
 }
