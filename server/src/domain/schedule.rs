@@ -288,6 +288,22 @@ pub struct Rules {
     pub catchup_window: Duration,
     /// 0: no limit.
     pub max_runs: u32,
+    /// Fire times one pass turns into tasks at most (buffered one included):
+    /// [`MAX_FIRES_PER_PASS`], fewer when each fire makes many tasks
+    /// ([`fires_per_pass`]); the rest wait for the next pass.
+    pub max_fires: usize,
+}
+
+/// Fire times per pass for a schedule whose fires make `copies` tasks of
+/// `bytes` each: at most what one Submit may make (tasks and bytes, copies
+/// counted), and at least one.
+pub fn fires_per_pass(copies: u32, bytes: u64) -> usize {
+    use super::bounds::{MAX_STORED_BYTES, MAX_TASKS};
+    let per_fire = u64::from(copies.max(1));
+    let by_tasks = MAX_TASKS / per_fire;
+    let by_bytes = MAX_STORED_BYTES / per_fire.saturating_mul(bytes).max(1);
+    let n = by_tasks.min(by_bytes).min(MAX_FIRES_PER_PASS as u64);
+    usize::try_from(n).unwrap_or(MAX_FIRES_PER_PASS).max(1)
 }
 
 /// Where a schedule stands.
@@ -321,11 +337,12 @@ fn due_times(
     rules: &Rules,
     next: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
+    limit: usize,
 ) -> (Vec<DateTime<Utc>>, Option<DateTime<Utc>>, u64) {
     let mut next = next;
     let mut due = Vec::new();
     let mut dropped = 0;
-    let Some(first) = next.filter(|n| *n <= now) else {
+    let Some(first) = next.filter(|n| *n <= now && limit > 0) else {
         return (due, next, 0);
     };
     // Fire times at most MISFIRE_GRACE late are on time under every policy; the
@@ -361,7 +378,7 @@ fn due_times(
         }
     }
     while let Some(t) = next.filter(|t| *t <= now) {
-        if due.len() >= MAX_FIRES_PER_PASS {
+        if due.len() >= limit {
             break;
         }
         due.push(t);
@@ -379,10 +396,13 @@ pub fn plan(
     previous_unfinished: bool,
     now: DateTime<Utc>,
 ) -> Plan {
-    let (due, next, mut dropped) = due_times(cal, rules, cur.next_spec_at, now);
-    let mut fires = Vec::new();
     let mut buffered = cur.buffered_at;
     let mut busy = previous_unfinished;
+    // The buffered fire time, when it goes now, counts against the pass's limit.
+    let goes = usize::from(buffered.is_some() && !busy);
+    let limit = rules.max_fires.clamp(1, MAX_FIRES_PER_PASS) - goes;
+    let (due, next, mut dropped) = due_times(cal, rules, cur.next_spec_at, now, limit);
+    let mut fires = Vec::new();
     let mut cancel_previous = false;
     if let Some(b) = buffered.filter(|_| !busy) {
         fires.push(b);

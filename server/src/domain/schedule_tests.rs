@@ -28,6 +28,7 @@ pub(super) fn rules(overlap: Overlap, misfire: Misfire) -> Rules {
         misfire,
         catchup_window: DEFAULT_CATCHUP_WINDOW,
         max_runs: 0,
+        max_fires: MAX_FIRES_PER_PASS,
     }
 }
 

@@ -9,6 +9,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use super::schedule::{Caller, calendar_of, not_found, page_size, rules_of, settle};
 use super::{Broker, ServiceError};
 use crate::domain::TaskState;
+use crate::domain::routing::{Fanout, TaskRouting};
 use crate::domain::schedule::{self as cal, Cursor};
 use crate::domain::validate::{self, Invalid};
 use crate::store::{
@@ -48,15 +49,52 @@ pub struct RunPage {
     pub next_page_token: String,
 }
 
-/// The task a schedule makes for `fire_time`, created at `now`.
-pub fn scheduled_task(s: &ScheduleRecord, fire_time: DateTime<Utc>, now: DateTime<Utc>) -> NewTask {
+/// A fire time as `{fire_time}` and the `taskbroker.fire_time` entry show it:
+/// RFC 3339 in UTC, to the millisecond (always 24 characters).
+pub fn fire_time_text(fire_time: DateTime<Utc>) -> String {
+    fire_time.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// The placeholders a key template may hold.
+pub const KEY_PLACEHOLDERS: [&str; 2] = ["{fire_time}", "{schedule_id}"];
+
+/// Checks a key template: `{` and `}` appear only in its placeholders.
+pub fn check_key_template(field: &str, template: &str) -> Result<(), Invalid> {
+    let mut rest = template;
+    while let Some(at) = rest.find(['{', '}']) {
+        let tail = &rest[at..];
+        match KEY_PLACEHOLDERS.iter().find(|p| tail.starts_with(**p)) {
+            Some(p) => rest = &tail[p.len()..],
+            None => {
+                return Err(Invalid::new(
+                    field,
+                    "may hold only the placeholders {fire_time} and {schedule_id} \
+                     (`{` and `}` appear nowhere else)",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A key template with its placeholders substituted.
+pub fn expand_key(template: &str, schedule_id: &str, fire_time: DateTime<Utc>) -> String {
+    template
+        .replace("{schedule_id}", schedule_id)
+        .replace("{fire_time}", &fire_time_text(fire_time))
+}
+
+/// The tasks a schedule makes for `fire_time`, created at `now`: one, or its
+/// template's fan-out copies (a group named by the first copy's id).
+pub fn scheduled_tasks(
+    s: &ScheduleRecord,
+    fire_time: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Vec<NewTask> {
     let t = &s.template;
     let mut metadata = t.metadata.clone();
     metadata.insert(SCHEDULE_ID_KEY.into(), s.id.clone());
-    metadata.insert(
-        FIRE_TIME_KEY.into(),
-        fire_time.to_rfc3339_opts(SecondsFormat::Millis, true),
-    );
+    metadata.insert(FIRE_TIME_KEY.into(), fire_time_text(fire_time));
     if let Some(producer) = &s.created_by {
         // Producers may read the tasks their schedules made.
         metadata.insert(super::PRODUCER_KEY.into(), producer.clone());
@@ -65,26 +103,53 @@ pub fn scheduled_task(s: &ScheduleRecord, fire_time: DateTime<Utc>, now: DateTim
         .deadline_after
         .and_then(|d| chrono::TimeDelta::from_std(d).ok())
         .and_then(|d| now.checked_add_signed(d));
-    NewTask {
+    let first = NewTask {
         id: uuid::Uuid::now_v7().to_string(),
         queue: t.queue.clone(),
-        key: None,
+        key: t.key.as_deref().map(|k| expand_key(k, &s.id, fire_time)),
         payload: t.payload.clone(),
         priority: t.priority,
         run_at: now,
         deadline,
-        routing: Default::default(),
+        routing: TaskRouting {
+            target: t.target.clone(),
+            sticky: t.sticky,
+            ..TaskRouting::default()
+        },
         retry: t.retry,
         metadata,
-        concurrency_key: None,
+        concurrency_key: t.concurrency_key.clone(),
+    };
+    copies_of(first, t.fanout)
+}
+
+/// A task and its fan-out copies, sharing the first copy's id as their group.
+fn copies_of(mut first: NewTask, fanout: Option<Fanout>) -> Vec<NewTask> {
+    let Some(fo) = fanout else {
+        return vec![first];
+    };
+    first.routing.fanout_group = Some(first.id.clone());
+    first.routing.fanout_distinct = fo.distinct_workers;
+    let mut out = Vec::with_capacity(fo.copies.max(1) as usize);
+    for _ in 1..fo.copies {
+        out.push(NewTask {
+            id: uuid::Uuid::now_v7().to_string(),
+            ..first.clone()
+        });
     }
+    out.insert(0, first);
+    out
 }
 
 impl Broker {
-    fn wake_fired(&self, runs: &[FiredRun]) {
+    fn wake_fired(&self, runs: &[FiredRun], routed: bool) {
         for r in runs.iter().filter(|r| r.inserted) {
-            self.metrics.submitted(&r.queue);
-            self.dispatch.wake(Some(&r.queue));
+            for _ in 0..r.copies {
+                self.metrics.submitted(&r.queue);
+            }
+            // Every waiter for a routed task: the one that may take it is among them.
+            let n = if routed { 256 } else { r.copies };
+            self.dispatch.wake_n(Some(&r.queue), n);
         }
     }
 
@@ -116,7 +181,7 @@ impl Broker {
                     .iter()
                     .map(|&t| NewRun {
                         fire_time: t,
-                        task: scheduled_task(s, t, now),
+                        tasks: scheduled_tasks(s, t, now),
                         triggered: false,
                     })
                     .collect();
@@ -137,7 +202,7 @@ impl Broker {
             Fired::Stale => step.stale = true,
             Fired::Done(runs) => {
                 step.fired = runs.iter().filter(|r| r.inserted).count() as u64;
-                self.wake_fired(&runs);
+                self.wake_fired(&runs, is_routed(&s.template));
             }
         }
         Ok(step)
@@ -152,7 +217,7 @@ impl Broker {
         for _ in 0..TRIGGER_ATTEMPTS {
             let mut s = self.get_schedule(caller, id).await?;
             let now = self.clock.now();
-            let task = scheduled_task(&s, now, now);
+            let tasks = scheduled_tasks(&s, now, now);
             s.runs += 1;
             let calendar = calendar_of(&s)?;
             settle(&mut s, &calendar, now);
@@ -161,7 +226,7 @@ impl Broker {
                 version: s.version,
                 runs: vec![NewRun {
                     fire_time: now,
-                    task,
+                    tasks,
                     triggered: true,
                 }],
                 cancel_task_id: None,
@@ -172,13 +237,22 @@ impl Broker {
                 now,
             };
             if let Fired::Done(runs) = self.store.schedule_fire(&f).await? {
-                self.wake_fired(&runs);
+                self.wake_fired(&runs, is_routed(&s.template));
                 let run = runs.into_iter().next().ok_or_else(|| not_found(id))?;
+                // A key taken: the run names the task holding it, in its own state.
+                let task_state = if run.inserted {
+                    Some(TaskState::Ready)
+                } else {
+                    self.store
+                        .task_get(&run.task_id)
+                        .await?
+                        .map(|t| TaskState::of(t.state, t.run_at, now))
+                };
                 return Ok(RunView {
                     fire_time: run.fire_time,
                     task_id: run.task_id,
                     triggered: true,
-                    task_state: Some(TaskState::Ready),
+                    task_state,
                 });
             }
         }
@@ -237,4 +311,9 @@ impl Broker {
             next_page_token,
         })
     }
+}
+
+/// Whether a template's tasks carry routing (a target, a sticky policy, copies).
+fn is_routed(t: &crate::store::TaskTemplate) -> bool {
+    !t.target.is_empty() || t.sticky.is_some() || t.fanout.is_some()
 }

@@ -77,7 +77,7 @@ pub struct Submitted {
     pub replaced: bool,
 }
 
-const MAX_KEY_LEN: usize = 512;
+pub(super) const MAX_KEY_LEN: usize = 512;
 
 /// The retry hint of a Submit refused by a full queue.
 pub const PENDING_RETRY_AFTER: Duration = Duration::from_secs(1);

@@ -137,38 +137,73 @@ pub(super) async fn fire(pool: &PgPool, f: &ScheduleFire) -> StoreResult<Fired> 
     }
     let mut out = Vec::with_capacity(f.runs.len());
     for run in &f.runs {
+        let Some(first) = run.tasks.first() else {
+            continue;
+        };
         let fire = ms(run.fire_time);
-        let inserted = sqlx::query(
+        let recorded = sqlx::query(
             "INSERT INTO schedule_runs (schedule_id, fire_time, task_id, triggered, created_at) \
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
         )
         .bind(&f.schedule_id)
         .bind(fire)
-        .bind(&run.task.id)
+        .bind(&first.id)
         .bind(run.triggered)
         .bind(now)
         .execute(&mut *tx)
         .await?
         .rows_affected()
             == 1;
-        let task_id = if inserted {
-            insert_task(&mut tx, &run.task, &f.schedule_id, fire, now).await?;
-            run.task.id.clone()
+        let (task_id, inserted) = if recorded {
+            // The submit statement (keys, routing, concurrency keys, events);
+            // the queues are notified below.
+            let made = PostgresStore::insert_on(&mut tx, &run.tasks, f.now, "").await?;
+            let ids: Vec<&str> = made
+                .iter()
+                .filter(|r| !r.deduplicated)
+                .map(|r| r.task_id.as_str())
+                .collect();
+            sqlx::query(
+                "UPDATE tasks SET schedule_id = $1, fire_time = $2 WHERE id = ANY($3::text[])",
+            )
+            .bind(&f.schedule_id)
+            .bind(fire)
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await?;
+            match made.first() {
+                // The key was taken: the run names the task holding it.
+                Some(r) if r.deduplicated => {
+                    sqlx::query(
+                        "UPDATE schedule_runs SET task_id = $1 \
+                         WHERE schedule_id = $2 AND fire_time = $3",
+                    )
+                    .bind(&r.task_id)
+                    .bind(&f.schedule_id)
+                    .bind(fire)
+                    .execute(&mut *tx)
+                    .await?;
+                    (r.task_id.clone(), false)
+                }
+                _ => (first.id.clone(), true),
+            }
         } else {
-            sqlx::query_scalar(
+            let id = sqlx::query_scalar(
                 "SELECT task_id FROM schedule_runs WHERE schedule_id = $1 AND fire_time = $2",
             )
             .bind(&f.schedule_id)
             .bind(fire)
             .fetch_optional(&mut *tx)
             .await?
-            .unwrap_or_default()
+            .unwrap_or_default();
+            (id, false)
         };
         out.push(FiredRun {
             fire_time: run.fire_time,
             task_id,
-            queue: run.task.queue.clone(),
+            queue: first.queue.clone(),
             inserted,
+            copies: run.tasks.len(),
         });
     }
     let (last_fire, last_task, n) = fired_summary(&out);
@@ -193,45 +228,6 @@ pub(super) async fn fire(pool: &PgPool, f: &ScheduleFire) -> StoreResult<Fired> 
     PostgresStore::notify(&mut tx, &queues).await?;
     tx.commit().await?;
     Ok(Fired::Done(out))
-}
-
-async fn insert_task(
-    tx: &mut sqlx::Transaction<'_, Postgres>,
-    t: &NewTask,
-    schedule_id: &str,
-    fire_time: i64,
-    now: i64,
-) -> StoreResult<()> {
-    let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
-    // Flow: the SUBMITTED event in the same statement.
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "WITH u AS (INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
-         max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
-         max_backoff_ms, jitter, metadata, created_at, updated_at, schedule_id, fire_time, \
-         waiting) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $8, $9, $10, $11, $12, $13, $14, \
-         $14, $15, $16, $6 > $14) RETURNING id, queue, state, attempt, run_at) {}",
-        super::events::from_updated("submitted", "$14")
-    )))
-    .bind(&t.id)
-    .bind(&t.queue)
-    .bind(&t.key)
-    .bind(&t.payload)
-    .bind(i64::from(t.priority))
-    .bind(ms(t.run_at))
-    .bind(t.deadline.map(ms))
-    .bind(i64::from(t.retry.max_attempts))
-    .bind(duration_ms(t.retry.initial_backoff))
-    .bind(t.retry.backoff_multiplier)
-    .bind(duration_ms(t.retry.max_backoff))
-    .bind(t.retry.jitter)
-    .bind(metadata)
-    .bind(now)
-    .bind(schedule_id)
-    .bind(fire_time)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
 }
 
 pub(super) async fn get(pool: &PgPool, id: &str) -> StoreResult<Option<ScheduleRecord>> {
