@@ -911,6 +911,7 @@ all_backends!(
     schedules_insert_read_update_and_delete,
     schedule_due_reads_only_due_unpaused_schedules_in_order,
     schedule_fire_records_each_fire_time_and_its_task_once,
+    schedule_fire_makes_copies_and_deduplicates_by_key,
     two_stores_racing_on_due_schedules_fire_each_once,
     // Routing.
     a_task_targeted_by_worker_id_goes_only_to_that_worker,

@@ -13,7 +13,7 @@ use crate::domain::schedule::{Misfire, Overlap, Spec};
 use crate::domain::{RetryPolicy, StoredState};
 
 /// The task a schedule makes at each fire time (retry defaults resolved).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TaskTemplate {
     pub queue: String,
     pub payload: Vec<u8>,
