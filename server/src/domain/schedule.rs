@@ -10,7 +10,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 
 use super::validate::Invalid;
 
@@ -498,3 +498,38 @@ mod tests;
 #[cfg(test)]
 #[path = "schedule_dst_tests.rs"]
 mod dst_tests;
+
+/// A fire time as `{fire_time}` and the `taskbroker.fire_time` entry show it:
+/// RFC 3339 in UTC, to the millisecond (always 24 characters).
+pub fn fire_time_text(fire_time: DateTime<Utc>) -> String {
+    fire_time.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// The placeholders a key template may hold.
+pub const KEY_PLACEHOLDERS: [&str; 2] = ["{fire_time}", "{schedule_id}"];
+
+/// Checks a key template: `{` and `}` appear only in its placeholders.
+pub fn check_key_template(field: &str, template: &str) -> Result<(), Invalid> {
+    let mut rest = template;
+    while let Some(at) = rest.find(['{', '}']) {
+        let tail = &rest[at..];
+        match KEY_PLACEHOLDERS.iter().find(|p| tail.starts_with(**p)) {
+            Some(p) => rest = &tail[p.len()..],
+            None => {
+                return Err(Invalid::new(
+                    field,
+                    "may hold only the placeholders {fire_time} and {schedule_id} \
+                     (`{` and `}` appear nowhere else)",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A key template with its placeholders substituted.
+pub fn expand_key(template: &str, schedule_id: &str, fire_time: DateTime<Utc>) -> String {
+    template
+        .replace("{schedule_id}", schedule_id)
+        .replace("{fire_time}", &fire_time_text(fire_time))
+}

@@ -221,8 +221,8 @@ impl Broker {
         }
         if let Some(key) = &t.key {
             // Checked as it expands: every fire time is as long as this one.
-            super::schedule_fire::check_key_template(&f("key"), key)?;
-            let expanded = super::schedule_fire::expand_key(key, id, DateTime::UNIX_EPOCH);
+            cal::check_key_template(&f("key"), key)?;
+            let expanded = cal::expand_key(key, id, DateTime::UNIX_EPOCH);
             validate::identifier(&f("key"), &expanded, super::submit::MAX_KEY_LEN).map_err(
                 |e| Invalid {
                     message: format!("{} once expanded ({expanded:?})", e.message),

@@ -4,13 +4,13 @@
 //! transaction keyed by (schedule_id, fire_time), conditional on the version the
 //! step was computed from: a fire time fires once across replicas and crashes.
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 
 use super::schedule::{Caller, calendar_of, not_found, page_size, rules_of, settle};
 use super::{Broker, ServiceError};
 use crate::domain::TaskState;
 use crate::domain::routing::{Fanout, TaskRouting};
-use crate::domain::schedule::{self as cal, Cursor};
+use crate::domain::schedule::{self as cal, Cursor, expand_key, fire_time_text};
 use crate::domain::validate::{self, Invalid};
 use crate::store::{
     DueSchedule, Fired, FiredRun, NewRun, NewTask, ScheduleFire, ScheduleRecord, ScheduleRunFilter,
@@ -47,41 +47,6 @@ pub struct RunView {
 pub struct RunPage {
     pub runs: Vec<RunView>,
     pub next_page_token: String,
-}
-
-/// A fire time as `{fire_time}` and the `taskbroker.fire_time` entry show it:
-/// RFC 3339 in UTC, to the millisecond (always 24 characters).
-pub fn fire_time_text(fire_time: DateTime<Utc>) -> String {
-    fire_time.to_rfc3339_opts(SecondsFormat::Millis, true)
-}
-
-/// The placeholders a key template may hold.
-pub const KEY_PLACEHOLDERS: [&str; 2] = ["{fire_time}", "{schedule_id}"];
-
-/// Checks a key template: `{` and `}` appear only in its placeholders.
-pub fn check_key_template(field: &str, template: &str) -> Result<(), Invalid> {
-    let mut rest = template;
-    while let Some(at) = rest.find(['{', '}']) {
-        let tail = &rest[at..];
-        match KEY_PLACEHOLDERS.iter().find(|p| tail.starts_with(**p)) {
-            Some(p) => rest = &tail[p.len()..],
-            None => {
-                return Err(Invalid::new(
-                    field,
-                    "may hold only the placeholders {fire_time} and {schedule_id} \
-                     (`{` and `}` appear nowhere else)",
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A key template with its placeholders substituted.
-pub fn expand_key(template: &str, schedule_id: &str, fire_time: DateTime<Utc>) -> String {
-    template
-        .replace("{schedule_id}", schedule_id)
-        .replace("{fire_time}", &fire_time_text(fire_time))
 }
 
 /// The tasks a schedule makes for `fire_time`, created at `now`: one, or its
