@@ -71,7 +71,10 @@ async fn a_debounce_keeps_one_task_with_the_latest_payload(b: Backend) {
     assert!(lease(&mut c, "q", 10).await.is_empty(), "pushed later");
     app.advance(Duration::from_secs(4));
     let t = lease_one(&mut c, "q").await;
-    assert_eq!((t.task_id.as_str(), t.payload.as_slice()), (id.as_str(), &b"v2"[..]));
+    assert_eq!(
+        (t.task_id.as_str(), t.payload.as_slice()),
+        (id.as_str(), &b"v2"[..])
+    );
     let task = get(&mut admin, &id).await;
     assert_eq!(task.priority, 3);
     assert_eq!(task.metadata["attempt"], "2");
@@ -216,7 +219,10 @@ async fn replace_waiting_never_rewrites_another_producers_task(b: Backend) {
             c.submit(r).await
         }
     };
-    let first = send(replacing("q", "k", "mine"), P).await.unwrap().into_inner();
+    let first = send(replacing("q", "k", "mine"), P)
+        .await
+        .unwrap()
+        .into_inner();
     let e = send(replacing("q", "k", "theirs"), P2).await.unwrap_err();
     assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
     let own = send(replacing("q", "k", "mine again"), P)

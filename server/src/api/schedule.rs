@@ -6,7 +6,9 @@ use std::sync::Arc;
 use prost_types::Timestamp;
 use tonic::{Request, Response, Status};
 
-use super::convert::{self, duration, retry_to_pb, state_to_pb, timestamp, to_duration, to_timestamp};
+use super::convert::{
+    self, duration, retry_to_pb, state_to_pb, timestamp, to_duration, to_timestamp,
+};
 use super::error::{invalid, status};
 use crate::domain::schedule::{Misfire, Overlap, Spec};
 use crate::domain::validate::Invalid;

@@ -14,8 +14,8 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Deserialize;
 
-use crate::domain::schedule::{Misfire, Overlap, Spec};
 use crate::domain::routing::{Fanout, Target};
+use crate::domain::schedule::{Misfire, Overlap, Spec};
 use crate::service::{RetrySpec, ScheduleInput, SpecInput, StickySpec, TemplateInput};
 use crate::store::{ScheduleRecord, TaskTemplate};
 

@@ -12,9 +12,9 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
 
 use super::submit::{RetrySpec, StickySpec};
+use super::{Broker, ServiceError};
 use crate::domain::bounds;
 use crate::domain::routing::{Fanout, Sticky, Target};
-use super::{Broker, ServiceError};
 use crate::domain::schedule::{
     self as cal, Calendar, Cursor, DEFAULT_CATCHUP_WINDOW, MAX_CATCHUP_WINDOW, Misfire, Overlap,
     Rules, Spec,
@@ -128,7 +128,10 @@ pub(super) fn rules_of(s: &ScheduleRecord) -> Rules {
     let bytes = t.queue.len()
         + t.payload.len()
         + t.key.as_ref().map_or(0, String::len)
-        + t.metadata.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        + t.metadata
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>();
     Rules {
         overlap: s.overlap,
         misfire: s.misfire,

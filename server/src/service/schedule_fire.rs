@@ -166,7 +166,11 @@ impl Broker {
         match self.store.schedule_fire(&f).await? {
             Fired::Stale => step.stale = true,
             Fired::Done(runs) => {
-                step.fired = runs.iter().filter(|r| r.inserted).map(|r| r.copies as u64).sum();
+                step.fired = runs
+                    .iter()
+                    .filter(|r| r.inserted)
+                    .map(|r| r.copies as u64)
+                    .sum();
                 self.wake_fired(&runs, is_routed(&s.template));
             }
         }

@@ -45,8 +45,8 @@ mod flow;
 pub use flow::{BulkCancelled, BulkFilter, EventRecord, FlowInserted, FlowSpec, TaskFlowInfo};
 // REPLACE_WAITING.
 mod replace;
-pub(crate) use replace::merged_metadata;
 pub use replace::Replacement;
+pub(crate) use replace::merged_metadata;
 
 /// A store failure, classified for the caller.
 #[derive(Debug, thiserror::Error)]

@@ -29,7 +29,11 @@ pub(crate) fn merged_metadata(existing: &str, new: &BTreeMap<String, String>) ->
         .iter()
         .filter(|(k, _)| !k.starts_with(BROKER_PREFIX))
         .collect();
-    out.extend(existing.iter().filter(|(k, _)| k.starts_with(BROKER_PREFIX)));
+    out.extend(
+        existing
+            .iter()
+            .filter(|(k, _)| k.starts_with(BROKER_PREFIX)),
+    );
     serde_json::to_string(&out).unwrap_or_else(|_| "{}".into())
 }
 

@@ -28,7 +28,10 @@ fn replacement(queue: &str, payload: &str, run_at: DateTime<Utc>) -> Replacement
         priority: 7,
         metadata: BTreeMap::from([
             ("traceparent".to_string(), "tp-new".to_string()),
-            ("taskbroker.producer".to_string(), "someone-else".to_string()),
+            (
+                "taskbroker.producer".to_string(),
+                "someone-else".to_string(),
+            ),
         ]),
     }
 }
@@ -133,7 +136,10 @@ pub async fn replace_waiting_never_touches_a_leased_finished_or_other_queues_tas
         .unwrap();
     assert_eq!(got, None, "finished: kept");
     let t = s.task_get(&uuid_like(1)).await.unwrap().unwrap();
-    assert_eq!((t.payload.as_slice(), t.state), (&b"1"[..], StoredState::Succeeded));
+    assert_eq!(
+        (t.payload.as_slice(), t.state),
+        (&b"1"[..], StoredState::Succeeded)
+    );
     // No updated event was recorded for the refused replacements.
     let events = s.event_list(&uuid_like(1), 0, 10).await.unwrap();
     assert!(events.iter().all(|e| e.kind != EventKind::Replaced));
@@ -159,7 +165,10 @@ pub async fn replace_waiting_rewrites_a_blocked_task(b: Backend) {
         .unwrap();
     assert_eq!(got.as_deref(), Some(uuid_like(2).as_str()));
     let t = s.task_get(&uuid_like(2)).await.unwrap().unwrap();
-    assert_eq!((t.payload.as_slice(), t.state), (&b"new"[..], StoredState::Blocked));
+    assert_eq!(
+        (t.payload.as_slice(), t.state),
+        (&b"new"[..], StoredState::Blocked)
+    );
 }
 
 /// Replacements racing leases: a task a lease took is never changed after it
@@ -172,7 +181,9 @@ pub async fn replace_waiting_racing_a_lease_never_changes_a_leased_task(b: Backe
     const N: usize = 40;
     for n in 0..N {
         let q = format!("r{n}");
-        s.task_insert_many(&[keyed(&q, n, t0())], t0()).await.unwrap();
+        s.task_insert_many(&[keyed(&q, n, t0())], t0())
+            .await
+            .unwrap();
     }
     let mut handles = Vec::new();
     for n in 0..N {

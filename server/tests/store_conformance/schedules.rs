@@ -391,8 +391,10 @@ pub async fn schedule_fire_makes_copies_and_deduplicates_by_key(b: Backend) {
         })
         .await
         .unwrap();
-    let ids: Vec<(DateTime<Utc>, String)> =
-        listed.into_iter().map(|r| (r.fire_time, r.task_id)).collect();
+    let ids: Vec<(DateTime<Utc>, String)> = listed
+        .into_iter()
+        .map(|r| (r.fire_time, r.task_id))
+        .collect();
     assert_eq!(
         ids,
         [
@@ -411,5 +413,8 @@ pub async fn schedule_fire_makes_copies_and_deduplicates_by_key(b: Backend) {
     let Fired::Done(r) = s.schedule_fire(&again).await.unwrap() else {
         panic!("applies");
     };
-    assert_eq!((r[0].task_id.clone(), r[0].inserted), (task_for("a", 10).id, false));
+    assert_eq!(
+        (r[0].task_id.clone(), r[0].inserted),
+        (task_for("a", 10).id, false)
+    );
 }

@@ -211,7 +211,9 @@ pub(super) fn task_replace_waiting(
             "SELECT id, metadata FROM tasks WHERE queue = ?1 AND key = ?2 \
              AND state IN ('pending', 'blocked')",
         )?
-        .query_row(params![r.queue, r.key], |row| Ok((row.get(0)?, row.get(1)?)))
+        .query_row(params![r.queue, r.key], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
         .optional()?;
     let Some((id, metadata)) = held else {
         return Ok(None);

@@ -143,8 +143,9 @@ pub(super) fn schedule_fire(c: &Connection, f: &ScheduleFire) -> StoreResult<Fir
             == 1;
         let (task_id, inserted) = if recorded {
             let made = super::ops::task_insert_many(c, &run.tasks, f.now)?;
-            let mut mark =
-                c.prepare_cached("UPDATE tasks SET schedule_id = ?1, fire_time = ?2 WHERE id = ?3")?;
+            let mut mark = c.prepare_cached(
+                "UPDATE tasks SET schedule_id = ?1, fire_time = ?2 WHERE id = ?3",
+            )?;
             for r in made.iter().filter(|r| !r.deduplicated) {
                 mark.execute(params![f.schedule_id, fire, r.task_id])?;
             }
