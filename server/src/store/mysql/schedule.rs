@@ -162,13 +162,24 @@ pub(super) async fn fire(j: &mut Job, f: &ScheduleFire) -> StoreResult<Fired> {
             == 1;
         let (task_id, inserted) = if recorded {
             let made = super::ops::task_insert_many(j, &run.tasks, f.now).await?;
-            for r in made.iter().filter(|r| !r.deduplicated) {
-                sqlx::query("UPDATE tasks SET schedule_id = ?, fire_time = ? WHERE id = ?")
-                    .bind(&f.schedule_id)
-                    .bind(fire)
-                    .bind(&r.task_id)
-                    .execute(j.conn())
-                    .await?;
+            let fresh: Vec<&str> = made
+                .iter()
+                .filter(|r| !r.deduplicated)
+                .map(|r| r.task_id.as_str())
+                .collect();
+            if !fresh.is_empty() {
+                let mut q =
+                    sqlx::QueryBuilder::<sqlx::MySql>::new("UPDATE tasks SET schedule_id = ");
+                q.push_bind(&f.schedule_id)
+                    .push(", fire_time = ")
+                    .push_bind(fire)
+                    .push(" WHERE id IN (");
+                let mut ids = q.separated(", ");
+                for id in &fresh {
+                    ids.push_bind(*id);
+                }
+                q.push(")");
+                q.build().execute(j.conn()).await?;
             }
             match made.first() {
                 // The key was taken: the run names the task holding it.

@@ -155,22 +155,35 @@ pub(super) async fn fire(pool: &PgPool, f: &ScheduleFire) -> StoreResult<Fired> 
         .rows_affected()
             == 1;
         let (task_id, inserted) = if recorded {
-            // The submit statement (keys, routing, concurrency keys, events);
-            // the queues are notified below.
-            let made = PostgresStore::insert_on(&mut tx, &run.tasks, f.now, "").await?;
-            let ids: Vec<&str> = made
-                .iter()
-                .filter(|r| !r.deduplicated)
-                .map(|r| r.task_id.as_str())
-                .collect();
-            sqlx::query(
-                "UPDATE tasks SET schedule_id = $1, fire_time = $2 WHERE id = ANY($3::text[])",
-            )
-            .bind(&f.schedule_id)
-            .bind(fire)
-            .bind(&ids)
-            .execute(&mut *tx)
-            .await?;
+            let made = if let [t] = run.tasks.as_slice()
+                && is_plain(t)
+            {
+                // One plain task: one statement, schedule columns included.
+                insert_task(&mut tx, t, &f.schedule_id, fire, now).await?;
+                vec![Inserted {
+                    task_id: t.id.clone(),
+                    deduplicated: false,
+                }]
+            } else {
+                // Keys, routing, copies, a concurrency key: the submit statement
+                // (the queues are notified below), then the schedule columns.
+                let made = PostgresStore::insert_on(&mut tx, &run.tasks, f.now, "").await?;
+                let ids: Vec<&str> = made
+                    .iter()
+                    .filter(|r| !r.deduplicated)
+                    .map(|r| r.task_id.as_str())
+                    .collect();
+                sqlx::query(
+                    "UPDATE tasks SET schedule_id = $1, fire_time = $2 \
+                     WHERE id = ANY($3::text[])",
+                )
+                .bind(&f.schedule_id)
+                .bind(fire)
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await?;
+                made
+            };
             match made.first() {
                 // The key was taken: the run names the task holding it.
                 Some(r) if r.deduplicated => {
@@ -228,6 +241,51 @@ pub(super) async fn fire(pool: &PgPool, f: &ScheduleFire) -> StoreResult<Fired> 
     PostgresStore::notify(&mut tx, &queues).await?;
     tx.commit().await?;
     Ok(Fired::Done(out))
+}
+
+/// A task with nothing but what `insert_task` writes: no key, routing, copies
+/// or concurrency key.
+fn is_plain(t: &NewTask) -> bool {
+    t.key.is_none() && t.concurrency_key.is_none() && !super::routing::is_routed(&t.routing)
+}
+
+async fn insert_task(
+    tx: &mut sqlx::Transaction<'_, Postgres>,
+    t: &NewTask,
+    schedule_id: &str,
+    fire_time: i64,
+    now: i64,
+) -> StoreResult<()> {
+    let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
+    // Flow: the SUBMITTED event in the same statement.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH u AS (INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
+         max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
+         max_backoff_ms, jitter, metadata, created_at, updated_at, schedule_id, fire_time, \
+         waiting) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $8, $9, $10, $11, $12, $13, $14, \
+         $14, $15, $16, $6 > $14) RETURNING id, queue, state, attempt, run_at) {}",
+        super::events::from_updated("submitted", "$14")
+    )))
+    .bind(&t.id)
+    .bind(&t.queue)
+    .bind(&t.key)
+    .bind(&t.payload)
+    .bind(i64::from(t.priority))
+    .bind(ms(t.run_at))
+    .bind(t.deadline.map(ms))
+    .bind(i64::from(t.retry.max_attempts))
+    .bind(duration_ms(t.retry.initial_backoff))
+    .bind(t.retry.backoff_multiplier)
+    .bind(duration_ms(t.retry.max_backoff))
+    .bind(t.retry.jitter)
+    .bind(metadata)
+    .bind(now)
+    .bind(schedule_id)
+    .bind(fire_time)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 pub(super) async fn get(pool: &PgPool, id: &str) -> StoreResult<Option<ScheduleRecord>> {
