@@ -388,7 +388,84 @@ async fn catch_up_of_a_wide_fan_out_is_bounded_per_pass(b: Backend) {
     assert_eq!(app.fire_schedules().await.fired, 0, "caught up");
 }
 
+/// Two brokers race scheduler passes over schedules that share one key
+/// template: each fire time makes exactly one task whichever schedule and
+/// broker get there first, and every schedule records each fire time once.
+async fn two_brokers_racing_on_a_shared_key_make_one_task_per_fire_time(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let second = spawn_on(app.db.clone(), Options::default()).await;
+    let mut c = app.schedules().await;
+    const N: usize = 8;
+    const STEPS: i64 = 4;
+    for i in 0..N {
+        let t = pb::TaskTemplate {
+            key: "shared-{fire_time}".into(),
+            ..template("shared")
+        };
+        create(&mut c, every(&format!("s{i}"), 1, t)).await.unwrap();
+    }
+    let t0 = app.clock.now_utc();
+    let (x, y) = (second.service(), app.service());
+    use taskbroker_server::maintenance::Scheduler;
+    let mut fired = 0;
+    for step in 0..STEPS {
+        let now = t0 + chrono::Duration::seconds(step);
+        let sx = Scheduler::new(x.clone(), Duration::from_secs(1));
+        let sy = Scheduler::new(y.clone(), Duration::from_secs(1));
+        let (px, py) = tokio::join!(sx.run_once(now), sy.run_once(now));
+        fired += px.unwrap().fired + py.unwrap().fired;
+    }
+    assert_eq!(fired, STEPS as u64, "one task per fire time");
+    let tasks = tasks_in(&app, "shared").await;
+    let mut keys: Vec<String> = tasks.iter().map(|t| t.key.clone()).collect();
+    keys.sort();
+    let want: Vec<String> = (0..STEPS)
+        .map(|s| {
+            let t = t0 + chrono::Duration::seconds(s);
+            format!(
+                "shared-{}",
+                t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+            )
+        })
+        .collect();
+    assert_eq!(keys, want);
+    let mut made = 0;
+    for i in 0..N {
+        let runs = c
+            .list_schedule_runs(pb::ListScheduleRunsRequest {
+                schedule_id: format!("s{i}"),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .runs;
+        assert_eq!(runs.len(), STEPS as usize, "s{i}: every fire time once");
+        for r in &runs {
+            assert!(
+                tasks.iter().any(|t| t.id == r.task_id),
+                "s{i}: names a task"
+            );
+        }
+        made += c
+            .get_schedule(pb::GetScheduleRequest {
+                schedule_id: format!("s{i}"),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .schedule
+            .unwrap()
+            .runs;
+    }
+    assert_eq!(made, STEPS as u64, "runs count the tasks made");
+    second.shutdown().await;
+}
+
 all_backends!(
+    two_brokers_racing_on_a_shared_key_make_one_task_per_fire_time,
     a_template_targets_fans_out_and_gates_each_fire,
     a_fire_whose_key_is_taken_makes_no_task,
     hostile_templates_are_refused_naming_their_field,
