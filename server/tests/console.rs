@@ -1336,6 +1336,18 @@ async fn schedules_are_created_and_edited_from_the_form(backend: Backend) {
         (vec![("priority", "99999999999")], "task.priority: "),
         (vec![("catchup_window", "30d")], "schedule.catchup_window: "),
         (vec![("misfire", "<script>")], "misfire: "),
+        (vec![("fanout", "lots")], "task.fanout: "),
+        (vec![("fanout", "1001")], "schedule.task.fanout.copies: "),
+        (vec![("sticky", "sometimes")], "task.sticky: "),
+        (vec![("key", "r-{nope}")], "schedule.task.key: "),
+        (
+            vec![("key", "r-{fire_time}"), ("fanout", "2")],
+            "schedule.task.key: ",
+        ),
+        (
+            vec![("target_labels", "no equals sign")],
+            "task.target_labels: ",
+        ),
     ] {
         let r = b.post("/schedules/new", &with(&changes)).await;
         assert_eq!(r.status, 400, "{changes:?}: {}", r.body);
@@ -1459,6 +1471,89 @@ async fn schedules_are_created_and_edited_from_the_form(backend: Backend) {
     app.shutdown().await;
 }
 
+/// The template's routing, fan-out, concurrency key and key template are in
+/// the form; an edit keeps what the form does not show (a SOFT sticky timeout,
+/// a fan-out's distinct_workers) and saves what it changes.
+async fn schedule_form_edits_keep_the_routing_the_form_does_not_show(backend: Backend) {
+    let Some(app) = console_on(backend).await else {
+        return;
+    };
+    let mut c = app.schedules().await;
+    let mut s = nightly("wide", "gpu");
+    s.task = Some(pb::TaskTemplate {
+        target: Some(pb::Target {
+            worker_id: String::new(),
+            labels: [("gpu".to_string(), "a100".to_string())].into(),
+        }),
+        sticky: Some(pb::StickyPolicy {
+            strategy: pb::StickyStrategy::Soft as i32,
+            timeout: secs(90),
+        }),
+        fanout: Some(pb::Fanout {
+            copies: 3,
+            distinct_workers: true,
+        }),
+        concurrency_key: "tenant-1".into(),
+        ..s.task.unwrap()
+    });
+    c.create_schedule(pb::CreateScheduleRequest { schedule: Some(s) })
+        .await
+        .unwrap();
+    let before = get_schedule(&app, "wide").await.unwrap();
+    let mut b = Browser::new(&app);
+    let edit = b.get("/schedules/wide/edit").await;
+    assert_eq!(edit.status, 200);
+    for shown in [
+        "name=\"fanout\" inputmode=\"numeric\" value=\"3\"",
+        "value=\"tenant-1\"",
+        "gpu=a100",
+        "value=\"soft\" selected",
+    ] {
+        assert!(edit.body.contains(shown), "{shown}: {}", edit.body);
+    }
+    let t = before.task.clone().unwrap();
+    let csrf = edit.csrf();
+    let priority = t.priority.to_string();
+    let attempts = t.retry.as_ref().unwrap().max_attempts.to_string();
+    let payload = String::from_utf8(t.payload.clone()).unwrap();
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("schedule_id", "wide"),
+        ("kind", "cron"),
+        ("cron", "0 3 * * *"),
+        ("timezone", "Europe/Berlin"),
+        ("overlap", "skip"),
+        ("misfire", "fire_once"),
+        ("queue", "gpu"),
+        ("metadata", "note=<script>x</script>"),
+        ("payload", payload.as_str()),
+        ("priority", priority.as_str()),
+        ("max_attempts", attempts.as_str()),
+        ("fanout", "5"),
+        ("concurrency_key", "tenant-1"),
+        ("target_labels", "gpu=a100"),
+        ("sticky", "soft"),
+        ("key", ""),
+    ];
+    let saved = b.post("/schedules/wide/edit", &form).await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    let after = get_schedule(&app, "wide").await.unwrap().task.unwrap();
+    assert_eq!(
+        after.fanout,
+        Some(pb::Fanout {
+            copies: 5,
+            distinct_workers: true
+        }),
+        "copies changed, distinct_workers kept"
+    );
+    assert_eq!(after.sticky, t.sticky, "the SOFT timeout kept");
+    assert_eq!(after.target, t.target);
+    assert_eq!(after.concurrency_key, "tenant-1");
+    let page = b.get("/schedules/wide").await;
+    assert!(page.body.contains("Copies per fire"), "{}", page.body);
+    app.shutdown().await;
+}
+
 /// Leases `queue`'s next task and completes it.
 async fn succeed_one(app: &TestApp, queue: &str) {
     let mut c = app.broker().await;
@@ -1525,6 +1620,7 @@ async fn a_queues_charts_count_its_finished_attempts(backend: Backend) {
 
 all_backends!(
     schedules_are_created_and_edited_from_the_form,
+    schedule_form_edits_keep_the_routing_the_form_does_not_show,
     a_queues_charts_count_its_finished_attempts,
     queues_are_paused_resumed_and_edited_from_the_console,
     workers_show_their_labels_and_leases,

@@ -38,6 +38,10 @@ use lease_races::*;
 #[path = "store_conformance/scheduled.rs"]
 mod scheduled;
 use scheduled::*;
+// REPLACE_WAITING: a submission rewriting the waiting task that holds its key.
+#[path = "store_conformance/replace.rs"]
+mod replace;
+use replace::*;
 // Round-robin fairness across lease calls.
 #[path = "store_conformance/lease_fairness.rs"]
 mod lease_fairness;
@@ -889,6 +893,10 @@ async fn lease_holders_are_grouped_by_worker_and_queue(b: Backend) {
 
 all_backends!(
     insert_deduplicates_by_queue_and_key,
+    replace_waiting_rewrites_a_waiting_task_and_its_place,
+    replace_waiting_never_touches_a_leased_finished_or_other_queues_task,
+    replace_waiting_rewrites_a_blocked_task,
+    replace_waiting_racing_a_lease_never_changes_a_leased_task,
     concurrent_leases_never_share_a_task,
     one_lease_call_shares_tasks_among_waiting_requests,
     leases_extend_settle_and_reclaim_by_the_given_clock,
@@ -903,6 +911,7 @@ all_backends!(
     schedules_insert_read_update_and_delete,
     schedule_due_reads_only_due_unpaused_schedules_in_order,
     schedule_fire_records_each_fire_time_and_its_task_once,
+    schedule_fire_makes_copies_and_deduplicates_by_key,
     two_stores_racing_on_due_schedules_fire_each_once,
     // Routing.
     a_task_targeted_by_worker_id_goes_only_to_that_worker,

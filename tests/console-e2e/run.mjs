@@ -327,6 +327,8 @@ async function main() {
     await page.getByLabel(/^Payload/).fill('{"report":"bi-hourly"}');
     await page.getByLabel(/^Priority/).fill('3');
     await page.getByLabel(/^Metadata/).fill('team=ops');
+    await page.getByLabel(/^Key of each task/).fill('report-{fire_time}');
+    await page.getByLabel(/^Concurrency key/).fill('tenant-a');
     await page.getByLabel(/^Fire times missed/).selectOption('skip');
     await page.screenshot({ path: join(shots, 'console-schedule-form.png'), fullPage: true });
     await page.getByRole('button', { name: 'Create the schedule' }).click();
@@ -338,15 +340,18 @@ async function main() {
     expect(next === cli[0], `its next fire ${next} is the preview's first ${cli[0]}`);
     const task = await page.locator('#h-template + dl').textContent();
     expect(task.includes('reports') && task.includes('team') && task.includes('3'), task);
+    expect(task.includes('report-{fire_time}') && task.includes('tenant-a'), `key template and concurrency key: ${task}`);
     // Edit: a new cron line, previewed, saved.
     await page.getByRole('link', { name: 'Edit', exact: true }).click();
     await page.getByLabel(/^Cron line/).fill('0 9 * * MON');
     await eventually('the preview to follow the new line', async () =>
       (await page.locator('#preview-times time').count()) === 5
       && new Date(Date.parse(await page.locator('#preview-times time').first().getAttribute('datetime'))).getUTCDay() === 1);
+    expect(await page.getByLabel(/^Key of each task/).inputValue() === 'report-{fire_time}', 'the editor shows the key template');
     await page.getByRole('button', { name: 'Save the changes' }).click();
     await page.getByText('Saved').waitFor();
     expect((await page.locator('#h-when + dl').textContent()).includes('0 9 * * MON'), 'the new line is stored');
+    expect((await page.locator('#h-template + dl').textContent()).includes('report-{fire_time}'), 'the key template is kept');
   });
 
   await test('an invalid spec shows one line naming the field and creates nothing', async () => {

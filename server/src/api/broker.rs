@@ -68,12 +68,7 @@ fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid
             Ok(pb::DuplicateKeyPolicy::Unspecified | pb::DuplicateKeyPolicy::KeepExisting) => {
                 service::DuplicateKey::KeepExisting
             }
-            Ok(pb::DuplicateKeyPolicy::ReplaceWaiting) => {
-                return Err(Invalid::new(
-                    f("on_duplicate_key"),
-                    "REPLACE_WAITING is not supported by this broker yet",
-                ));
-            }
+            Ok(pb::DuplicateKeyPolicy::ReplaceWaiting) => service::DuplicateKey::ReplaceWaiting,
             Err(_) => {
                 return Err(Invalid::new(
                     f("on_duplicate_key"),
@@ -289,7 +284,7 @@ impl BrokerService for BrokerApi {
                     task_id: r.task_id,
                     deduplicated: r.deduplicated,
                     copy_task_ids: r.copy_task_ids,
-                    replaced: false,
+                    replaced: r.replaced,
                 })
                 .collect(),
         }))

@@ -238,7 +238,7 @@ pub fn target_from_pb(t: pb::Target) -> crate::domain::routing::Target {
     }
 }
 
-fn target_to_pb(t: &crate::domain::routing::Target) -> pb::Target {
+pub(super) fn target_to_pb(t: &crate::domain::routing::Target) -> pb::Target {
     pb::Target {
         worker_id: t.worker_id.clone().unwrap_or_default(),
         labels: t.labels.clone().into_iter().collect(),
@@ -266,7 +266,7 @@ pub fn sticky_from_pb(
     }
 }
 
-fn sticky_to_pb(s: crate::domain::routing::Sticky) -> pb::StickyPolicy {
+pub(super) fn sticky_to_pb(s: crate::domain::routing::Sticky) -> pb::StickyPolicy {
     use crate::domain::routing::Sticky;
     match s {
         Sticky::Soft(t) => pb::StickyPolicy {

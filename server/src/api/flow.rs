@@ -39,6 +39,7 @@ fn kind_to_pb(k: EventKind) -> pb::TaskEventKind {
         EventKind::Requeued => P::Requeued,
         EventKind::Updated => P::Updated,
         EventKind::Unblocked => P::Unblocked,
+        EventKind::Replaced => P::Replaced,
     }
 }
 
@@ -57,6 +58,7 @@ fn kind_from_pb(field: &str, v: i32) -> Result<EventKind, Invalid> {
         Ok(P::Requeued) => EventKind::Requeued,
         Ok(P::Updated) => EventKind::Updated,
         Ok(P::Unblocked) => EventKind::Unblocked,
+        Ok(P::Replaced) => EventKind::Replaced,
         _ => return Err(Invalid::new(field, format!("{v} is not an event kind"))),
     })
 }

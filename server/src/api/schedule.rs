@@ -6,7 +6,9 @@ use std::sync::Arc;
 use prost_types::Timestamp;
 use tonic::{Request, Response, Status};
 
-use super::convert::{duration, retry_to_pb, state_to_pb, timestamp, to_duration, to_timestamp};
+use super::convert::{
+    self, duration, retry_to_pb, state_to_pb, timestamp, to_duration, to_timestamp,
+};
 use super::error::{invalid, status};
 use crate::domain::schedule::{Misfire, Overlap, Spec};
 use crate::domain::validate::Invalid;
@@ -93,18 +95,6 @@ fn misfire_from_pb(v: i32) -> Result<Misfire, Invalid> {
 
 fn template_from_pb(t: pb::TaskTemplate) -> Result<TemplateInput, Invalid> {
     let f = |name: &str| format!("schedule.task.{name}");
-    // Not served by this broker yet: refused rather than ignored.
-    for (name, set) in [
-        ("target", t.target.is_some()),
-        ("sticky", t.sticky.is_some()),
-        ("fanout", t.fanout.is_some()),
-        ("concurrency_key", !t.concurrency_key.is_empty()),
-        ("key", !t.key.is_empty()),
-    ] {
-        if set {
-            return Err(Invalid::new(f(name), "is not supported by this broker yet"));
-        }
-    }
     let retry = match t.retry {
         None => RetrySpec::default(),
         Some(r) => RetrySpec {
@@ -122,6 +112,14 @@ fn template_from_pb(t: pb::TaskTemplate) -> Result<TemplateInput, Invalid> {
         priority: t.priority,
         retry,
         metadata: t.metadata.into_iter().collect(),
+        target: t.target.map(convert::target_from_pb).unwrap_or_default(),
+        sticky: convert::sticky_from_pb(&f("sticky"), t.sticky.as_ref())?,
+        fanout: t.fanout.map(|fo| crate::domain::routing::Fanout {
+            copies: fo.copies,
+            distinct_workers: fo.distinct_workers,
+        }),
+        concurrency_key: (!t.concurrency_key.is_empty()).then_some(t.concurrency_key),
+        key: (!t.key.is_empty()).then_some(t.key),
     })
 }
 
@@ -187,7 +185,14 @@ pub fn schedule_to_pb(s: ScheduleRecord) -> pb::Schedule {
             retry: Some(retry_to_pb(&t.retry)),
             metadata: t.metadata.clone().into_iter().collect(),
             deadline_after: t.deadline_after.map(to_duration),
-            ..Default::default()
+            target: (!t.target.is_empty()).then(|| convert::target_to_pb(&t.target)),
+            sticky: t.sticky.map(convert::sticky_to_pb),
+            fanout: t.fanout.map(|fo| pb::Fanout {
+                copies: fo.copies,
+                distinct_workers: fo.distinct_workers,
+            }),
+            concurrency_key: t.concurrency_key.clone().unwrap_or_default(),
+            key: t.key.clone().unwrap_or_default(),
         }),
         overlap: match s.overlap {
             Overlap::Allow => O::Allow,

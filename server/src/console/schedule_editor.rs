@@ -21,8 +21,9 @@ use super::layout::{self, csrf, time};
 use super::schedule_form::{ScheduleForm, TemplateForm};
 use super::schedules::schedule_href;
 use super::{Console, PageError, Viewer};
+use crate::domain::routing::Sticky;
 use crate::domain::schedule::{Misfire, Overlap};
-use crate::service::{Caller, RetrySpec, ScheduleInput, ServiceError};
+use crate::service::{Caller, RetrySpec, ScheduleInput, ServiceError, StickySpec};
 use crate::store::ScheduleRecord;
 
 /// Fire times shown by the preview.
@@ -82,6 +83,18 @@ fn template_fields(t: &TemplateForm) -> Markup {
         input #s-deadline name="deadline_after" value=(t.deadline_after);
         label for="s-metadata" { "Metadata (one key=value per line)" }
         textarea #s-metadata name="metadata" rows="2" { (t.metadata) }
+        label for="s-key" { "Key of each task ({fire_time} and {schedule_id} substituted; a key taken makes no task; blank: none)" }
+        input #s-key name="key" value=(t.key);
+        label for="s-fanout" { "Copies per fire (fan-out; blank: one task)" }
+        input #s-fanout name="fanout" inputmode="numeric" value=(t.fanout);
+        label for="s-concurrency-key" { "Concurrency key (blank: none)" }
+        input #s-concurrency-key name="concurrency_key" value=(t.concurrency_key);
+        label for="s-target-worker" { "Target worker id (blank: any worker)" }
+        input #s-target-worker name="target_worker" value=(t.target_worker);
+        label for="s-target-labels" { "Target labels (one key=value per line; blank: any)" }
+        textarea #s-target-labels name="target_labels" rows="2" { (t.target_labels) }
+        label for="s-sticky" { "Sticky retries" }
+        (choice("sticky", "s-sticky", &t.sticky, &[("", "none"), ("soft", "soft"), ("hard", "hard")]))
     }
 }
 
@@ -251,7 +264,7 @@ pub async fn edit_form(
 }
 
 /// What the form cannot show is kept from the stored template: the retry
-/// backoff, and the payload's exact bytes while its field is untouched (a
+/// backoff, a SOFT sticky timeout, a fan-out's distinct_workers, and the payload's exact bytes while its field is untouched (a
 /// browser turns line ends into `\r\n`; bytes that are not UTF-8 show as U+FFFD).
 fn keep_unshown(input: &mut ScheduleInput, s: &ScheduleRecord, f: &ScheduleForm) {
     let Some(t) = input.task.as_mut() else { return };
@@ -263,6 +276,15 @@ fn keep_unshown(input: &mut ScheduleInput, s: &ScheduleRecord, f: &ScheduleForm)
         jitter: Some(r.jitter),
         ..t.retry.clone()
     };
+    // A SOFT policy's timeout and a fan-out's distinct_workers.
+    if let (Some(StickySpec::Soft { timeout }), Some(Sticky::Soft(kept))) =
+        (t.sticky.as_mut(), s.template.sticky)
+    {
+        *timeout = Some(kept);
+    }
+    if let (Some(fo), Some(kept)) = (t.fanout.as_mut(), s.template.fanout) {
+        fo.distinct_workers = kept.distinct_workers;
+    }
     let shown = TemplateForm::from_template(&s.template).payload;
     if f.task.payload_is(&shown) {
         t.payload = s.template.payload.clone();

@@ -14,8 +14,9 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Deserialize;
 
+use crate::domain::routing::{Fanout, Target};
 use crate::domain::schedule::{Misfire, Overlap, Spec};
-use crate::service::{RetrySpec, ScheduleInput, SpecInput, TemplateInput};
+use crate::service::{RetrySpec, ScheduleInput, SpecInput, StickySpec, TemplateInput};
 use crate::store::{ScheduleRecord, TaskTemplate};
 
 /// The template's fields as text.
@@ -29,6 +30,16 @@ pub struct TemplateForm {
     pub deadline_after: String,
     /// One `key=value` per line.
     pub metadata: String,
+    /// The key template (`{fire_time}`, `{schedule_id}`); blank: none.
+    pub key: String,
+    pub concurrency_key: String,
+    /// Fan-out copies per fire; blank: one task.
+    pub fanout: String,
+    pub target_worker: String,
+    /// One `key=value` per line.
+    pub target_labels: String,
+    /// `soft`, `hard` or blank (none).
+    pub sticky: String,
 }
 
 /// The schedule's fields as text (what the browser sends back).
@@ -110,15 +121,31 @@ fn whole(field: &str, s: &str) -> Result<u32, String> {
 }
 
 fn metadata(s: &str) -> Result<BTreeMap<String, String>, String> {
+    pairs("task.metadata", s)
+}
+
+/// `key=value` lines (metadata, target labels).
+fn pairs(field: &str, s: &str) -> Result<BTreeMap<String, String>, String> {
     let mut out = BTreeMap::new();
     for line in s.lines().map(str::trim).filter(|l| !l.is_empty()) {
         let (k, v) = line
             .split_once('=')
             .filter(|(k, _)| !k.trim().is_empty())
-            .ok_or_else(|| format!("task.metadata: {line:?} is not a line key=value"))?;
+            .ok_or_else(|| format!("{field}: {line:?} is not a line key=value"))?;
         out.insert(k.trim().to_string(), v.trim().to_string());
     }
     Ok(out)
+}
+
+/// `key=value` lines in key order.
+fn lines(m: &BTreeMap<String, String>) -> String {
+    m.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
+}
+
+/// A trimmed text field; blank: none.
+fn text(s: &str) -> Option<String> {
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_string())
 }
 
 impl TemplateForm {
@@ -132,9 +159,18 @@ impl TemplateForm {
             max_attempts: self.max_attempts.trim().into(),
             deadline_after: self.deadline_after.trim().into(),
             metadata: match metadata(&self.metadata) {
-                Ok(m) => m.iter().map(|(k, v)| format!("{k}={v}\n")).collect(),
+                Ok(m) => lines(&m),
                 Err(_) => self.metadata.clone(),
             },
+            key: self.key.trim().into(),
+            concurrency_key: self.concurrency_key.trim().into(),
+            fanout: self.fanout.trim().into(),
+            target_worker: self.target_worker.trim().into(),
+            target_labels: match pairs("task.target_labels", &self.target_labels) {
+                Ok(m) => lines(&m),
+                Err(_) => self.target_labels.clone(),
+            },
+            sticky: self.sticky.trim().into(),
         }
     }
 
@@ -150,11 +186,13 @@ impl TemplateForm {
             priority: t.priority.to_string(),
             max_attempts: t.retry.max_attempts.to_string(),
             deadline_after: t.deadline_after.map(duration_text).unwrap_or_default(),
-            metadata: t
-                .metadata
-                .iter()
-                .map(|(k, v)| format!("{k}={v}\n"))
-                .collect(),
+            metadata: lines(&t.metadata),
+            key: t.key.clone().unwrap_or_default(),
+            concurrency_key: t.concurrency_key.clone().unwrap_or_default(),
+            fanout: t.fanout.map(|f| f.copies.to_string()).unwrap_or_default(),
+            target_worker: t.target.worker_id.clone().unwrap_or_default(),
+            target_labels: lines(&t.target.labels),
+            sticky: t.sticky.map(|s| s.as_str().to_string()).unwrap_or_default(),
         }
     }
 
@@ -179,6 +217,25 @@ impl TemplateForm {
             },
             metadata: metadata(&self.metadata)?,
             deadline_after: duration("task.deadline_after", &self.deadline_after)?,
+            key: text(&self.key),
+            concurrency_key: text(&self.concurrency_key),
+            fanout: match whole("task.fanout", &self.fanout)? {
+                0 => None,
+                copies => Some(Fanout {
+                    copies,
+                    distinct_workers: false,
+                }),
+            },
+            target: Target {
+                worker_id: text(&self.target_worker),
+                labels: pairs("task.target_labels", &self.target_labels)?,
+            },
+            sticky: match self.sticky.trim() {
+                "" => None,
+                "soft" => Some(StickySpec::Soft { timeout: None }),
+                "hard" => Some(StickySpec::Hard),
+                other => return Err(format!("task.sticky: {other:?} is not soft or hard")),
+            },
         })
     }
 }

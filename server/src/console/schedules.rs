@@ -250,6 +250,14 @@ pub async fn page(
                 dt { "Deadline" } dd { @match t.deadline_after { Some(d) => { (duration(d)) " after it is made" } None => span.muted { "none" } } }
                 dt { "Payload" } dd { (count(t.payload.len() as u64)) " bytes" }
                 @for (k, v) in &t.metadata { dt { "Metadata " (k) } dd.mono { (v) } }
+                @if let Some(k) = &t.key { dt { "Key" } dd.mono { (k) } }
+                @if let Some(f) = &t.fanout {
+                    dt { "Copies per fire" } dd { (f.copies) @if f.distinct_workers { " (distinct workers)" } }
+                }
+                @if let Some(k) = &t.concurrency_key { dt { "Concurrency key" } dd.mono { (k) } }
+                @if let Some(w) = &t.target.worker_id { dt { "Target worker" } dd.mono { (w) } }
+                @for (k, v) in &t.target.labels { dt { "Target label " (k) } dd.mono { (v) } }
+                @if let Some(st) = &t.sticky { dt { "Sticky retries" } dd { (st.as_str()) } }
             }
         }
         section aria-labelledby="h-runs" {

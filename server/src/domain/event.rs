@@ -16,10 +16,12 @@ pub enum EventKind {
     Requeued,
     Updated,
     Unblocked,
+    /// REPLACE_WAITING: a later submission with the same key rewrote the waiting task.
+    Replaced,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 12] = [
+    pub const ALL: [EventKind; 13] = [
         EventKind::Submitted,
         EventKind::Leased,
         EventKind::HeartbeatLost,
@@ -32,6 +34,7 @@ impl EventKind {
         EventKind::Requeued,
         EventKind::Updated,
         EventKind::Unblocked,
+        EventKind::Replaced,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -48,6 +51,7 @@ impl EventKind {
             EventKind::Requeued => "requeued",
             EventKind::Updated => "updated",
             EventKind::Unblocked => "unblocked",
+            EventKind::Replaced => "replaced",
         }
     }
 

@@ -10,7 +10,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 
 use super::validate::Invalid;
 
@@ -288,6 +288,22 @@ pub struct Rules {
     pub catchup_window: Duration,
     /// 0: no limit.
     pub max_runs: u32,
+    /// Fire times one pass turns into tasks at most (buffered one included):
+    /// [`MAX_FIRES_PER_PASS`], fewer when each fire makes many tasks
+    /// ([`fires_per_pass`]); the rest wait for the next pass.
+    pub max_fires: usize,
+}
+
+/// Fire times per pass for a schedule whose fires make `copies` tasks of
+/// `bytes` each: at most what one Submit may make (tasks and bytes, copies
+/// counted), and at least one.
+pub fn fires_per_pass(copies: u32, bytes: u64) -> usize {
+    use super::bounds::{MAX_STORED_BYTES, MAX_TASKS};
+    let per_fire = u64::from(copies.max(1));
+    let by_tasks = MAX_TASKS / per_fire;
+    let by_bytes = MAX_STORED_BYTES / per_fire.saturating_mul(bytes).max(1);
+    let n = by_tasks.min(by_bytes).min(MAX_FIRES_PER_PASS as u64);
+    usize::try_from(n).unwrap_or(MAX_FIRES_PER_PASS).max(1)
 }
 
 /// Where a schedule stands.
@@ -321,11 +337,12 @@ fn due_times(
     rules: &Rules,
     next: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
+    limit: usize,
 ) -> (Vec<DateTime<Utc>>, Option<DateTime<Utc>>, u64) {
     let mut next = next;
     let mut due = Vec::new();
     let mut dropped = 0;
-    let Some(first) = next.filter(|n| *n <= now) else {
+    let Some(first) = next.filter(|n| *n <= now && limit > 0) else {
         return (due, next, 0);
     };
     // Fire times at most MISFIRE_GRACE late are on time under every policy; the
@@ -361,7 +378,7 @@ fn due_times(
         }
     }
     while let Some(t) = next.filter(|t| *t <= now) {
-        if due.len() >= MAX_FIRES_PER_PASS {
+        if due.len() >= limit {
             break;
         }
         due.push(t);
@@ -379,10 +396,13 @@ pub fn plan(
     previous_unfinished: bool,
     now: DateTime<Utc>,
 ) -> Plan {
-    let (due, next, mut dropped) = due_times(cal, rules, cur.next_spec_at, now);
-    let mut fires = Vec::new();
     let mut buffered = cur.buffered_at;
     let mut busy = previous_unfinished;
+    // The buffered fire time, when it goes now, counts against the pass's limit.
+    let goes = usize::from(buffered.is_some() && !busy);
+    let limit = rules.max_fires.clamp(1, MAX_FIRES_PER_PASS) - goes;
+    let (due, next, mut dropped) = due_times(cal, rules, cur.next_spec_at, now, limit);
+    let mut fires = Vec::new();
     let mut cancel_previous = false;
     if let Some(b) = buffered.filter(|_| !busy) {
         fires.push(b);
@@ -478,3 +498,38 @@ mod tests;
 #[cfg(test)]
 #[path = "schedule_dst_tests.rs"]
 mod dst_tests;
+
+/// A fire time as `{fire_time}` and the `taskbroker.fire_time` entry show it:
+/// RFC 3339 in UTC, to the millisecond (always 24 characters).
+pub fn fire_time_text(fire_time: DateTime<Utc>) -> String {
+    fire_time.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// The placeholders a key template may hold.
+pub const KEY_PLACEHOLDERS: [&str; 2] = ["{fire_time}", "{schedule_id}"];
+
+/// Checks a key template: `{` and `}` appear only in its placeholders.
+pub fn check_key_template(field: &str, template: &str) -> Result<(), Invalid> {
+    let mut rest = template;
+    while let Some(at) = rest.find(['{', '}']) {
+        let tail = &rest[at..];
+        match KEY_PLACEHOLDERS.iter().find(|p| tail.starts_with(**p)) {
+            Some(p) => rest = &tail[p.len()..],
+            None => {
+                return Err(Invalid::new(
+                    field,
+                    "may hold only the placeholders {fire_time} and {schedule_id} \
+                     (`{` and `}` appear nowhere else)",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A key template with its placeholders substituted.
+pub fn expand_key(template: &str, schedule_id: &str, fire_time: DateTime<Utc>) -> String {
+    template
+        .replace("{schedule_id}", schedule_id)
+        .replace("{fire_time}", &fire_time_text(fire_time))
+}

@@ -28,6 +28,7 @@ pub(super) fn rules(overlap: Overlap, misfire: Misfire) -> Rules {
         misfire,
         catchup_window: DEFAULT_CATCHUP_WINDOW,
         max_runs: 0,
+        max_fires: MAX_FIRES_PER_PASS,
     }
 }
 
@@ -532,4 +533,42 @@ fn fire_times_at_most_a_minute_late_are_on_time_under_every_misfire_policy() {
         after_stall(Misfire::CatchUp, DEFAULT_CATCHUP_WINDOW),
         caught_up
     );
+}
+
+#[test]
+fn key_templates_take_only_their_placeholders() {
+    for ok in ["r-{fire_time}", "{schedule_id}/{fire_time}", "plain", ""] {
+        assert!(check_key_template("k", ok).is_ok(), "{ok}");
+    }
+    for bad in [
+        "{",
+        "}",
+        "{fire}",
+        "{fire_time",
+        "r-{{fire_time}}",
+        "{schedule_id}}",
+    ] {
+        assert!(check_key_template("k", bad).is_err(), "{bad}");
+    }
+    let t = DateTime::parse_from_rfc3339("2026-01-05T03:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc);
+    assert_eq!(
+        expand_key("{schedule_id}@{fire_time}", "nightly", t),
+        "nightly@2026-01-05T03:00:00.000Z"
+    );
+    assert_eq!(
+        fire_time_text(DateTime::UNIX_EPOCH).len(),
+        fire_time_text(t).len()
+    );
+}
+
+#[test]
+fn fires_per_pass_is_what_one_submit_may_make() {
+    assert_eq!(fires_per_pass(1, 10), MAX_FIRES_PER_PASS);
+    assert_eq!(fires_per_pass(1000, 10), 1);
+    assert_eq!(fires_per_pass(30, 10), 33);
+    // 1 MiB per task: 8 fire times make 8 MiB.
+    assert_eq!(fires_per_pass(1, 1 << 20), 8);
+    assert_eq!(fires_per_pass(1000, 1 << 20), 1, "never below one");
 }

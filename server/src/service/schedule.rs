@@ -11,8 +11,10 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
 
-use super::submit::RetrySpec;
+use super::submit::{RetrySpec, StickySpec};
 use super::{Broker, ServiceError};
+use crate::domain::bounds;
+use crate::domain::routing::{Fanout, Sticky, Target};
 use crate::domain::schedule::{
     self as cal, Calendar, Cursor, DEFAULT_CATCHUP_WINDOW, MAX_CATCHUP_WINDOW, Misfire, Overlap,
     Rules, Spec,
@@ -51,6 +53,13 @@ pub struct TemplateInput {
     pub retry: RetrySpec,
     pub metadata: BTreeMap<String, String>,
     pub deadline_after: Option<Duration>,
+    /// As a submitted task's: routing, fan-out copies per fire, admission.
+    pub target: Target,
+    pub sticky: Option<StickySpec>,
+    pub fanout: Option<Fanout>,
+    pub concurrency_key: Option<String>,
+    /// A key template (`{fire_time}`, `{schedule_id}`).
+    pub key: Option<String>,
 }
 
 /// A schedule as the request gives it (Create, and Update with its mask).
@@ -115,11 +124,20 @@ pub fn spec_of(input: &SpecInput, now: DateTime<Utc>) -> Spec {
 }
 
 pub(super) fn rules_of(s: &ScheduleRecord) -> Rules {
+    let t = &s.template;
+    let bytes = t.queue.len()
+        + t.payload.len()
+        + t.key.as_ref().map_or(0, String::len)
+        + t.metadata
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>();
     Rules {
         overlap: s.overlap,
         misfire: s.misfire,
         catchup_window: s.catchup_window,
         max_runs: s.max_runs,
+        max_fires: cal::fires_per_pass(t.fanout.map_or(1, |f| f.copies), bytes as u64),
     }
 }
 
@@ -166,7 +184,7 @@ pub(super) fn page_size(size: i32) -> Result<u32, Invalid> {
 }
 
 impl Broker {
-    fn template(&self, t: TemplateInput) -> Result<TaskTemplate, Invalid> {
+    fn template(&self, id: &str, t: TemplateInput) -> Result<TaskTemplate, Invalid> {
         let f = |name: &str| format!("schedule.task.{name}");
         validate::queue_name(&f("queue"), &t.queue)?;
         validate::size(
@@ -195,6 +213,56 @@ impl Broker {
             )?;
         }
         let retry = self.retry_policy(&t.queue, &t.retry, &f)?;
+        t.target.validate(&f("target"))?;
+        let sticky = match t.sticky {
+            None => None,
+            Some(StickySpec::Hard) => Some(Sticky::Hard),
+            Some(StickySpec::Soft { timeout }) => Some(Sticky::soft(&f("sticky"), timeout)?),
+        };
+        if let Some(key) = &t.concurrency_key {
+            crate::domain::admission::concurrency_key(&f("concurrency_key"), key)?;
+        }
+        if let Some(key) = &t.key {
+            // Checked as it expands: every fire time is as long as this one.
+            cal::check_key_template(&f("key"), key)?;
+            let expanded = cal::expand_key(key, id, DateTime::UNIX_EPOCH);
+            validate::identifier(&f("key"), &expanded, super::submit::MAX_KEY_LEN).map_err(
+                |e| Invalid {
+                    message: format!("{} once expanded ({expanded:?})", e.message),
+                    ..e
+                },
+            )?;
+        }
+        if let Some(fo) = &t.fanout {
+            fo.validate(&f("fanout"))?;
+            if t.key.is_some() && fo.copies > 1 {
+                return Err(Invalid::new(
+                    f("key"),
+                    "cannot be combined with fanout (each copy would need its own key)",
+                ));
+            }
+        }
+        // What one fire stores, copies counted, within what one Submit may.
+        let copies = u64::from(t.fanout.map_or(1, |fo| fo.copies));
+        let pairs = |m: &BTreeMap<String, String>| -> usize {
+            m.iter().map(|(k, v)| k.len() + v.len()).sum()
+        };
+        let one = t.queue.len()
+            + t.payload.len()
+            + t.key.as_ref().map_or(0, String::len)
+            + pairs(&t.metadata)
+            + t.concurrency_key.as_ref().map_or(0, String::len)
+            + t.target.worker_id.as_ref().map_or(0, String::len)
+            + pairs(&t.target.labels);
+        if copies.saturating_mul(one as u64) > bounds::MAX_STORED_BYTES {
+            return Err(Invalid::too_large(
+                f("fanout.copies"),
+                format!(
+                    "{copies} copies of {one} bytes would store more than {} bytes per fire",
+                    bounds::MAX_STORED_BYTES
+                ),
+            ));
+        }
         Ok(TaskTemplate {
             queue: t.queue,
             payload: t.payload,
@@ -202,6 +270,11 @@ impl Broker {
             retry,
             metadata: t.metadata,
             deadline_after: t.deadline_after,
+            target: t.target,
+            sticky,
+            fanout: t.fanout,
+            concurrency_key: t.concurrency_key,
+            key: t.key,
         })
     }
 
@@ -240,7 +313,7 @@ impl Broker {
         let task = input
             .task
             .ok_or_else(|| Invalid::new("schedule.task", "is required"))?;
-        let template = self.template(task)?;
+        let template = self.template(&input.schedule_id, task)?;
         let catchup_window = catchup(input.catchup_window)?;
         let mut s = ScheduleRecord {
             id: input.schedule_id,
@@ -343,7 +416,7 @@ impl Broker {
         }
         let has = |name: &str| paths.iter().any(|p| p == name);
         let template = match (&input.task, has("task")) {
-            (Some(t), true) => Some(self.template(t.clone())?),
+            (Some(t), true) => Some(self.template(&input.schedule_id, t.clone())?),
             (None, true) => return Err(Invalid::new("schedule.task", "is required").into()),
             _ => None,
         };

@@ -4,12 +4,13 @@
 //! transaction keyed by (schedule_id, fire_time), conditional on the version the
 //! step was computed from: a fire time fires once across replicas and crashes.
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 
 use super::schedule::{Caller, calendar_of, not_found, page_size, rules_of, settle};
 use super::{Broker, ServiceError};
 use crate::domain::TaskState;
-use crate::domain::schedule::{self as cal, Cursor};
+use crate::domain::routing::{Fanout, TaskRouting};
+use crate::domain::schedule::{self as cal, Cursor, expand_key, fire_time_text};
 use crate::domain::validate::{self, Invalid};
 use crate::store::{
     DueSchedule, Fired, FiredRun, NewRun, NewTask, ScheduleFire, ScheduleRecord, ScheduleRunFilter,
@@ -48,15 +49,17 @@ pub struct RunPage {
     pub next_page_token: String,
 }
 
-/// The task a schedule makes for `fire_time`, created at `now`.
-pub fn scheduled_task(s: &ScheduleRecord, fire_time: DateTime<Utc>, now: DateTime<Utc>) -> NewTask {
+/// The tasks a schedule makes for `fire_time`, created at `now`: one, or its
+/// template's fan-out copies (a group named by the first copy's id).
+pub fn scheduled_tasks(
+    s: &ScheduleRecord,
+    fire_time: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Vec<NewTask> {
     let t = &s.template;
     let mut metadata = t.metadata.clone();
     metadata.insert(SCHEDULE_ID_KEY.into(), s.id.clone());
-    metadata.insert(
-        FIRE_TIME_KEY.into(),
-        fire_time.to_rfc3339_opts(SecondsFormat::Millis, true),
-    );
+    metadata.insert(FIRE_TIME_KEY.into(), fire_time_text(fire_time));
     if let Some(producer) = &s.created_by {
         // Producers may read the tasks their schedules made.
         metadata.insert(super::PRODUCER_KEY.into(), producer.clone());
@@ -65,26 +68,53 @@ pub fn scheduled_task(s: &ScheduleRecord, fire_time: DateTime<Utc>, now: DateTim
         .deadline_after
         .and_then(|d| chrono::TimeDelta::from_std(d).ok())
         .and_then(|d| now.checked_add_signed(d));
-    NewTask {
+    let first = NewTask {
         id: uuid::Uuid::now_v7().to_string(),
         queue: t.queue.clone(),
-        key: None,
+        key: t.key.as_deref().map(|k| expand_key(k, &s.id, fire_time)),
         payload: t.payload.clone(),
         priority: t.priority,
         run_at: now,
         deadline,
-        routing: Default::default(),
+        routing: TaskRouting {
+            target: t.target.clone(),
+            sticky: t.sticky,
+            ..TaskRouting::default()
+        },
         retry: t.retry,
         metadata,
-        concurrency_key: None,
+        concurrency_key: t.concurrency_key.clone(),
+    };
+    copies_of(first, t.fanout)
+}
+
+/// A task and its fan-out copies, sharing the first copy's id as their group.
+fn copies_of(mut first: NewTask, fanout: Option<Fanout>) -> Vec<NewTask> {
+    let Some(fo) = fanout else {
+        return vec![first];
+    };
+    first.routing.fanout_group = Some(first.id.clone());
+    first.routing.fanout_distinct = fo.distinct_workers;
+    let mut out = Vec::with_capacity(fo.copies.max(1) as usize);
+    for _ in 1..fo.copies {
+        out.push(NewTask {
+            id: uuid::Uuid::now_v7().to_string(),
+            ..first.clone()
+        });
     }
+    out.insert(0, first);
+    out
 }
 
 impl Broker {
-    fn wake_fired(&self, runs: &[FiredRun]) {
+    fn wake_fired(&self, runs: &[FiredRun], routed: bool) {
         for r in runs.iter().filter(|r| r.inserted) {
-            self.metrics.submitted(&r.queue);
-            self.dispatch.wake(Some(&r.queue));
+            for _ in 0..r.copies {
+                self.metrics.submitted(&r.queue);
+            }
+            // Every waiter for a routed task: the one that may take it is among them.
+            let n = if routed { 256 } else { r.copies };
+            self.dispatch.wake_n(Some(&r.queue), n);
         }
     }
 
@@ -116,7 +146,7 @@ impl Broker {
                     .iter()
                     .map(|&t| NewRun {
                         fire_time: t,
-                        task: scheduled_task(s, t, now),
+                        tasks: scheduled_tasks(s, t, now),
                         triggered: false,
                     })
                     .collect();
@@ -136,8 +166,12 @@ impl Broker {
         match self.store.schedule_fire(&f).await? {
             Fired::Stale => step.stale = true,
             Fired::Done(runs) => {
-                step.fired = runs.iter().filter(|r| r.inserted).count() as u64;
-                self.wake_fired(&runs);
+                step.fired = runs
+                    .iter()
+                    .filter(|r| r.inserted)
+                    .map(|r| r.copies as u64)
+                    .sum();
+                self.wake_fired(&runs, is_routed(&s.template));
             }
         }
         Ok(step)
@@ -152,7 +186,7 @@ impl Broker {
         for _ in 0..TRIGGER_ATTEMPTS {
             let mut s = self.get_schedule(caller, id).await?;
             let now = self.clock.now();
-            let task = scheduled_task(&s, now, now);
+            let tasks = scheduled_tasks(&s, now, now);
             s.runs += 1;
             let calendar = calendar_of(&s)?;
             settle(&mut s, &calendar, now);
@@ -161,7 +195,7 @@ impl Broker {
                 version: s.version,
                 runs: vec![NewRun {
                     fire_time: now,
-                    task,
+                    tasks,
                     triggered: true,
                 }],
                 cancel_task_id: None,
@@ -172,13 +206,22 @@ impl Broker {
                 now,
             };
             if let Fired::Done(runs) = self.store.schedule_fire(&f).await? {
-                self.wake_fired(&runs);
+                self.wake_fired(&runs, is_routed(&s.template));
                 let run = runs.into_iter().next().ok_or_else(|| not_found(id))?;
+                // A key taken: the run names the task holding it, in its own state.
+                let task_state = if run.inserted {
+                    Some(TaskState::Ready)
+                } else {
+                    self.store
+                        .task_get(&run.task_id)
+                        .await?
+                        .map(|t| TaskState::of(t.state, t.run_at, now))
+                };
                 return Ok(RunView {
                     fire_time: run.fire_time,
                     task_id: run.task_id,
                     triggered: true,
-                    task_state: Some(TaskState::Ready),
+                    task_state,
                 });
             }
         }
@@ -237,4 +280,9 @@ impl Broker {
             next_page_token,
         })
     }
+}
+
+/// Whether a template's tasks carry routing (a target, a sticky policy, copies).
+fn is_routed(t: &crate::store::TaskTemplate) -> bool {
+    !t.target.is_empty() || t.sticky.is_some() || t.fanout.is_some()
 }

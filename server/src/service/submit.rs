@@ -10,7 +10,7 @@ use crate::domain::RetryPolicy;
 use crate::domain::bounds;
 use crate::domain::routing::{Fanout, MAX_COPIES, Sticky, Target, TaskRouting};
 use crate::domain::validate::{self, Invalid};
-use crate::store::{Inserted, NewTask};
+use crate::store::{Inserted, NewTask, Replacement};
 
 /// Retry fields as submitted; `None` takes the broker default.
 #[derive(Debug, Clone, Default)]
@@ -72,9 +72,12 @@ pub struct Submitted {
     pub task_id: String,
     pub deduplicated: bool,
     pub copy_task_ids: Vec<String>,
+    /// REPLACE_WAITING: the task holding the key waited and took this
+    /// submission's payload, run_at, priority and metadata.
+    pub replaced: bool,
 }
 
-const MAX_KEY_LEN: usize = 512;
+pub(super) const MAX_KEY_LEN: usize = 512;
 
 /// The retry hint of a Submit refused by a full queue.
 pub const PENDING_RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -181,8 +184,14 @@ impl Broker {
         let mut new = Vec::with_capacity(tasks.len());
         // Where each spec's first task is in `new`.
         let mut first_of = Vec::with_capacity(tasks.len());
+        // REPLACE_WAITING: (spec, what it writes over a waiting duplicate).
+        let mut replacing: Vec<(usize, Replacement)> = Vec::new();
         for (i, t) in tasks.into_iter().enumerate() {
+            let policy = t.on_duplicate;
             let made = self.new_copies(i, t, now)?;
+            if policy == DuplicateKey::ReplaceWaiting {
+                replacing.push((i, replacement(&made[0])));
+            }
             copies.push(made.len());
             first_of.push(new.len());
             new.extend(made);
@@ -280,6 +289,21 @@ impl Broker {
                 .collect();
             self.check_key_owners(&raced, producer).await?;
         }
+        // REPLACE_WAITING: a spec whose key was taken writes over the task
+        // holding it while that task waits, in request order (the last of
+        // several specs with one key wins). One extra statement per such spec,
+        // after the insert: the default path is unchanged.
+        let mut replaced = vec![false; copies.len()];
+        for (i, r) in replacing {
+            let deduplicated = inserted.get(first_of[i]).is_some_and(|r| r.deduplicated);
+            if !deduplicated {
+                continue;
+            }
+            if self.store.task_replace_waiting(&r, now).await?.is_some() {
+                replaced[i] = true;
+                self.dispatch.wake_n(Some(&r.queue), 1);
+            }
+        }
         // Wake one waiting long-poll per new task in each queue (every waiter
         // for a routed task: the one that may take it must be among them).
         let mut new_per_queue: Vec<(&str, usize)> = Vec::new();
@@ -307,7 +331,8 @@ impl Broker {
         let mut inserted = inserted.into_iter();
         Ok(copies
             .into_iter()
-            .map(|n| {
+            .zip(replaced)
+            .map(|(n, replaced)| {
                 let made: Vec<Inserted> = inserted.by_ref().take(n).collect();
                 let first = made.first();
                 Submitted {
@@ -318,6 +343,7 @@ impl Broker {
                     } else {
                         Vec::new()
                     },
+                    replaced,
                 }
             })
             .collect())
@@ -338,6 +364,12 @@ impl Broker {
             Some(StickySpec::Hard) => Some(Sticky::Hard),
             Some(StickySpec::Soft { timeout }) => Some(Sticky::soft(&f("sticky"), timeout)?),
         };
+        if t.on_duplicate == DuplicateKey::ReplaceWaiting && t.key.is_none() {
+            return Err(Invalid::new(
+                f("on_duplicate_key"),
+                "REPLACE_WAITING needs a key (it replaces the task holding that key)",
+            ));
+        }
         let fanout = t.fanout.take();
         if let Some(fo) = &fanout {
             fo.validate(&f("fanout"))?;
@@ -578,5 +610,17 @@ impl Broker {
             max_backoff,
             jitter,
         })
+    }
+}
+
+/// What a REPLACE_WAITING spec writes over the waiting task holding its key.
+fn replacement(t: &NewTask) -> Replacement {
+    Replacement {
+        queue: t.queue.clone(),
+        key: t.key.clone().unwrap_or_default(),
+        payload: t.payload.clone(),
+        run_at: t.run_at,
+        priority: t.priority,
+        metadata: t.metadata.clone(),
     }
 }

@@ -43,6 +43,10 @@ pub use sync_match::{MatchTo, MatchedInsert};
 // Flow: dependencies, events, bulk operations (migration 0010).
 mod flow;
 pub use flow::{BulkCancelled, BulkFilter, EventRecord, FlowInserted, FlowSpec, TaskFlowInfo};
+// REPLACE_WAITING.
+mod replace;
+pub use replace::Replacement;
+pub(crate) use replace::merged_metadata;
 
 /// A store failure, classified for the caller.
 #[derive(Debug, thiserror::Error)]
@@ -229,6 +233,17 @@ pub trait Store: Send + Sync + 'static {
 
     /// Dead or cancelled -> pending now, with `max_attempts` further attempts.
     async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed>;
+
+    /// REPLACE_WAITING: writes `r`'s payload, run_at, priority and metadata over
+    /// the task holding (`r.queue`, `r.key`) if it waits (pending or blocked),
+    /// with a `replaced` event, in one transaction that holds the row: a task a
+    /// lease took, or one finished, is never changed. Answers the task's id when
+    /// it was replaced, `None` otherwise (no such task, or not waiting).
+    async fn task_replace_waiting(
+        &self,
+        r: &Replacement,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<String>>;
 
     /// Every attempt, oldest first; `None` when the task does not exist.
     async fn attempt_list(&self, task_id: &str) -> StoreResult<Option<Vec<AttemptRecord>>>;

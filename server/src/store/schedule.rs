@@ -8,11 +8,12 @@ use chrono::{DateTime, Utc};
 
 use super::row::{duration_ms, from_ms, ms};
 use super::{NewTask, StoreError};
+use crate::domain::routing::{Fanout, Sticky, Target};
 use crate::domain::schedule::{Misfire, Overlap, Spec};
 use crate::domain::{RetryPolicy, StoredState};
 
 /// The task a schedule makes at each fire time (retry defaults resolved).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TaskTemplate {
     pub queue: String,
     pub payload: Vec<u8>,
@@ -20,6 +21,14 @@ pub struct TaskTemplate {
     pub retry: RetryPolicy,
     pub metadata: BTreeMap<String, String>,
     pub deadline_after: Option<Duration>,
+    /// As a submitted task's: who may lease each task, sticky retries.
+    pub target: Target,
+    pub sticky: Option<Sticky>,
+    /// Each fire time makes this many copies (a fan-out group).
+    pub fanout: Option<Fanout>,
+    pub concurrency_key: Option<String>,
+    /// The key of each task, with `{fire_time}` and `{schedule_id}` substituted.
+    pub key: Option<String>,
 }
 
 /// A schedule as stored.
@@ -73,11 +82,12 @@ pub struct DueSchedule {
     pub previous_unfinished: bool,
 }
 
-/// One fire time to record, with its task.
+/// One fire time to record, with its tasks (one, or a fan-out group's copies,
+/// the first copy's id naming the run).
 #[derive(Debug, Clone)]
 pub struct NewRun {
     pub fire_time: DateTime<Utc>,
-    pub task: NewTask,
+    pub tasks: Vec<NewTask>,
     /// Made by TriggerSchedule.
     pub triggered: bool,
 }
@@ -115,8 +125,11 @@ pub struct FiredRun {
     pub fire_time: DateTime<Utc>,
     pub task_id: String,
     pub queue: String,
-    /// False when the fire time had a run already (its task was not inserted again).
+    /// False when the fire time had a run already (its task was not inserted
+    /// again), or when its key was taken (`task_id` is then the task holding it).
     pub inserted: bool,
+    /// Tasks the run made (its fan-out copies).
+    pub copies: usize,
 }
 
 /// ListScheduleRuns: newest fire time first.
@@ -162,6 +175,24 @@ struct TemplateJson {
     jitter: f64,
     metadata: BTreeMap<String, String>,
     deadline_after_ms: Option<i64>,
+    // Routing, admission and the key template; absent when unset (and in
+    // templates stored before they existed).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    target_worker: Option<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    target_labels: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    sticky: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    sticky_timeout_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    fanout_copies: Option<u32>,
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    fanout_distinct: bool,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    concurrency_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    key: Option<String>,
 }
 
 pub(crate) fn spec_json(spec: &Spec) -> String {
@@ -212,6 +243,14 @@ pub(crate) fn template_json(t: &TaskTemplate) -> String {
         jitter: t.retry.jitter,
         metadata: t.metadata.clone(),
         deadline_after_ms: t.deadline_after.map(duration_ms),
+        target_worker: t.target.worker_id.clone(),
+        target_labels: t.target.labels.clone(),
+        sticky: t.sticky.map(|s| s.as_str().to_string()),
+        sticky_timeout_ms: t.sticky.and_then(|s| s.timeout_ms()),
+        fanout_copies: t.fanout.map(|f| f.copies),
+        fanout_distinct: t.fanout.is_some_and(|f| f.distinct_workers),
+        concurrency_key: t.concurrency_key.clone(),
+        key: t.key.clone(),
     };
     serde_json::to_string(&j).unwrap_or_default()
 }
@@ -233,6 +272,17 @@ fn parse_template(id: &str, text: &str, payload: Vec<u8>) -> Result<TaskTemplate
         },
         metadata: j.metadata,
         deadline_after: j.deadline_after_ms.map(d),
+        target: Target {
+            worker_id: j.target_worker,
+            labels: j.target_labels,
+        },
+        sticky: Sticky::parse(j.sticky.as_deref(), j.sticky_timeout_ms),
+        fanout: j.fanout_copies.map(|copies| Fanout {
+            copies,
+            distinct_workers: j.fanout_distinct,
+        }),
+        concurrency_key: j.concurrency_key,
+        key: j.key,
     })
 }
 

@@ -35,6 +35,7 @@ pub fn schedule(id: &str, next: Option<DateTime<Utc>>) -> ScheduleRecord {
             retry: RetryPolicy::default(),
             metadata: BTreeMap::from([("k".to_string(), "v".to_string())]),
             deadline_after: Some(Duration::from_secs(30)),
+            ..TaskTemplate::default()
         },
         overlap: Overlap::BufferOne,
         misfire: Misfire::CatchUp,
@@ -80,7 +81,7 @@ fn fire(s: &ScheduleRecord, version: i64, times: &[i64], task_base: i64) -> Sche
             .enumerate()
             .map(|(i, &t)| NewRun {
                 fire_time: secs(t),
-                task: task_for(&s.id, task_base + i as i64),
+                tasks: vec![task_for(&s.id, task_base + i as i64)],
                 triggered: false,
             })
             .collect(),
@@ -318,4 +319,102 @@ pub async fn two_stores_racing_on_due_schedules_fire_each_once(b: Backend) {
         .unwrap();
     assert_eq!(tasks.len(), N);
     s2.close().await;
+}
+
+/// A fire of several copies records one run named by the first copy; a fire
+/// whose key is taken makes no task and its run names the task holding the key,
+/// recorded once like any other.
+pub async fn schedule_fire_makes_copies_and_deduplicates_by_key(b: Backend) {
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    let a = schedule("a", Some(secs(1)));
+    s.schedule_insert(&a).await.unwrap();
+    let group: Vec<NewTask> = (1..=3)
+        .map(|n| {
+            let mut t = task_for("a", n);
+            t.routing.fanout_group = Some(task_for("a", 1).id);
+            t
+        })
+        .collect();
+    let keyed = |n: i64| NewTask {
+        key: Some("report".into()),
+        ..task_for("a", n)
+    };
+    let mut f = fire(&a, 0, &[], 0);
+    f.runs = vec![
+        NewRun {
+            fire_time: secs(1),
+            tasks: group,
+            triggered: false,
+        },
+        NewRun {
+            fire_time: secs(2),
+            tasks: vec![keyed(10)],
+            triggered: false,
+        },
+        NewRun {
+            fire_time: secs(3),
+            tasks: vec![keyed(11)],
+            triggered: false,
+        },
+    ];
+    let Fired::Done(runs) = s.schedule_fire(&f).await.unwrap() else {
+        panic!("applies");
+    };
+    assert_eq!(
+        runs.iter()
+            .map(|r| (r.task_id.clone(), r.inserted, r.copies))
+            .collect::<Vec<_>>(),
+        [
+            (task_for("a", 1).id, true, 3),
+            (task_for("a", 10).id, true, 1),
+            (task_for("a", 10).id, false, 1),
+        ]
+    );
+    for n in 1..=3 {
+        let t = s.task_get(&task_for("a", n).id).await.unwrap().unwrap();
+        assert_eq!(t.schedule_id.as_deref(), Some("a"));
+        assert_eq!(t.fire_time, Some(secs(1)));
+        assert_eq!(t.routing.fanout_group, Some(task_for("a", 1).id));
+    }
+    assert!(s.task_get(&task_for("a", 11).id).await.unwrap().is_none());
+    let stored = s.schedule_get("a").await.unwrap().unwrap();
+    assert_eq!(stored.runs, 2, "the deduplicated fire made no task");
+    assert_eq!(stored.last_fire_at, Some(secs(2)));
+    // Every fire time is recorded once, the third naming the key's holder.
+    let listed = s
+        .schedule_run_list(&ScheduleRunFilter {
+            schedule_id: "a".into(),
+            before_fire_time: None,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    let ids: Vec<(DateTime<Utc>, String)> = listed
+        .into_iter()
+        .map(|r| (r.fire_time, r.task_id))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            (secs(3), task_for("a", 10).id),
+            (secs(2), task_for("a", 10).id),
+            (secs(1), task_for("a", 1).id),
+        ]
+    );
+    // Firing the third fire time again records nothing new.
+    let mut again = fire(&stored, stored.version, &[], 0);
+    again.runs = vec![NewRun {
+        fire_time: secs(3),
+        tasks: vec![keyed(12)],
+        triggered: false,
+    }];
+    let Fired::Done(r) = s.schedule_fire(&again).await.unwrap() else {
+        panic!("applies");
+    };
+    assert_eq!(
+        (r[0].task_id.clone(), r[0].inserted),
+        (task_for("a", 10).id, false)
+    );
 }

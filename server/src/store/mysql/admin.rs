@@ -231,3 +231,39 @@ pub(super) async fn task_purge_finished(
     }
     Ok(rows.len() as u64)
 }
+
+/// REPLACE_WAITING (see `Store::task_replace_waiting`): the row is locked
+/// (FOR UPDATE reads the latest committed state, after a lease that held it),
+/// so a task a lease took is never changed.
+pub(super) async fn task_replace_waiting(
+    j: &mut Job,
+    r: &Replacement,
+    now: DateTime<Utc>,
+) -> StoreResult<Option<String>> {
+    let held: Option<(String, String)> = sqlx::query_as(
+        "SELECT id, metadata FROM tasks WHERE queue = ? AND `key` = ? \
+         AND state IN ('pending', 'blocked') FOR UPDATE",
+    )
+    .bind(&r.queue)
+    .bind(&r.key)
+    .fetch_optional(j.conn())
+    .await?;
+    let Some((id, metadata)) = held else {
+        return Ok(None);
+    };
+    let now = ms(now);
+    sqlx::query(
+        "UPDATE tasks SET payload = ?, run_at = ?, priority = ?, metadata = ?, updated_at = ? \
+         WHERE id = ?",
+    )
+    .bind(&r.payload)
+    .bind(ms(r.run_at))
+    .bind(i64::from(r.priority))
+    .bind(merged_metadata(&metadata, &r.metadata))
+    .bind(now)
+    .bind(&id)
+    .execute(j.conn())
+    .await?;
+    changed_event(j, &id, EventKind::Replaced, now).await?;
+    Ok(Some(id))
+}

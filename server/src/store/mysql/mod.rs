@@ -322,6 +322,14 @@ impl Store for MysqlStore {
         job!(self, |j| admin::task_update(j, task_id, u, now).await)
     }
 
+    async fn task_replace_waiting(
+        &self,
+        r: &Replacement,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<String>> {
+        job!(self, |j| admin::task_replace_waiting(j, r, now).await)
+    }
+
     async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
         job!(self, |j| admin::task_requeue(j, task_id, now).await)
     }

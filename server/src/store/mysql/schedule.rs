@@ -143,44 +143,77 @@ pub(super) async fn fire(j: &mut Job, f: &ScheduleFire) -> StoreResult<Fired> {
     }
     let mut out = Vec::with_capacity(f.runs.len());
     for run in &f.runs {
+        let Some(first) = run.tasks.first() else {
+            continue;
+        };
         let fire = ms(run.fire_time);
-        let inserted = sqlx::query(
+        let recorded = sqlx::query(
             "INSERT IGNORE INTO schedule_runs (schedule_id, fire_time, task_id, triggered, \
              created_at) VALUES (?, ?, ?, ?, ?)",
         )
         .bind(&f.schedule_id)
         .bind(fire)
-        .bind(&run.task.id)
+        .bind(&first.id)
         .bind(run.triggered)
         .bind(now)
         .execute(j.conn())
         .await?
         .rows_affected()
             == 1;
-        let task_id = if inserted {
-            super::ops::task_insert_many(j, std::slice::from_ref(&run.task), f.now).await?;
-            sqlx::query("UPDATE tasks SET schedule_id = ?, fire_time = ? WHERE id = ?")
-                .bind(&f.schedule_id)
-                .bind(fire)
-                .bind(&run.task.id)
-                .execute(j.conn())
-                .await?;
-            run.task.id.clone()
+        let (task_id, inserted) = if recorded {
+            let made = super::ops::task_insert_many(j, &run.tasks, f.now).await?;
+            let fresh: Vec<&str> = made
+                .iter()
+                .filter(|r| !r.deduplicated)
+                .map(|r| r.task_id.as_str())
+                .collect();
+            if !fresh.is_empty() {
+                let mut q =
+                    sqlx::QueryBuilder::<sqlx::MySql>::new("UPDATE tasks SET schedule_id = ");
+                q.push_bind(&f.schedule_id)
+                    .push(", fire_time = ")
+                    .push_bind(fire)
+                    .push(" WHERE id IN (");
+                let mut ids = q.separated(", ");
+                for id in &fresh {
+                    ids.push_bind(*id);
+                }
+                q.push(")");
+                q.build().execute(j.conn()).await?;
+            }
+            match made.first() {
+                // The key was taken: the run names the task holding it.
+                Some(r) if r.deduplicated => {
+                    sqlx::query(
+                        "UPDATE schedule_runs SET task_id = ? \
+                         WHERE schedule_id = ? AND fire_time = ?",
+                    )
+                    .bind(&r.task_id)
+                    .bind(&f.schedule_id)
+                    .bind(fire)
+                    .execute(j.conn())
+                    .await?;
+                    (r.task_id.clone(), false)
+                }
+                _ => (first.id.clone(), true),
+            }
         } else {
-            sqlx::query_scalar::<_, String>(
+            let id = sqlx::query_scalar::<_, String>(
                 "SELECT task_id FROM schedule_runs WHERE schedule_id = ? AND fire_time = ?",
             )
             .bind(&f.schedule_id)
             .bind(fire)
             .fetch_optional(j.conn())
             .await?
-            .unwrap_or_default()
+            .unwrap_or_default();
+            (id, false)
         };
         out.push(FiredRun {
             fire_time: run.fire_time,
             task_id,
-            queue: run.task.queue.clone(),
+            queue: first.queue.clone(),
             inserted,
+            copies: run.tasks.len(),
         });
     }
     let (last_fire, last_task, n) = fired_summary(&out);

@@ -231,4 +231,47 @@ impl PostgresStore {
         .await?;
         Ok(purged.max(0) as u64)
     }
+
+    /// REPLACE_WAITING (see `Store::task_replace_waiting`): the row is locked
+    /// (FOR UPDATE rechecks its state once a lease that held it commits), so a
+    /// task a lease took is never changed.
+    pub(super) async fn task_replace_waiting(
+        &self,
+        r: &Replacement,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<String>> {
+        let mut tx = self.pool.begin().await?;
+        let held: Option<(String, String, String)> = sqlx::query_as(
+            "SELECT id, state, metadata FROM tasks WHERE queue = $1 AND key = $2 \
+             AND state IN ('pending', 'blocked') FOR UPDATE",
+        )
+        .bind(&r.queue)
+        .bind(&r.key)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((id, state, metadata)) = held else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let now = ms(now);
+        // Every write of run_at writes `waiting` (migration 0017).
+        sqlx::query(
+            "UPDATE tasks SET payload = $1, run_at = $2, waiting = $2 > $5, priority = $3, \
+             metadata = $4, updated_at = $5 WHERE id = $6",
+        )
+        .bind(&r.payload)
+        .bind(ms(r.run_at))
+        .bind(i64::from(r.priority))
+        .bind(super::super::merged_metadata(&metadata, &r.metadata))
+        .bind(now)
+        .bind(&id)
+        .execute(&mut *tx)
+        .await?;
+        if state == "pending" {
+            Self::notify(&mut tx, &[&r.queue]).await?;
+        }
+        Self::changed_event(&mut tx, &id, EventKind::Replaced, now).await?;
+        tx.commit().await?;
+        Ok(Some(id))
+    }
 }

@@ -221,6 +221,14 @@ impl Store for PostgresStore {
         self.task_update(task_id, u, now).await
     }
 
+    async fn task_replace_waiting(
+        &self,
+        r: &Replacement,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<String>> {
+        self.task_replace_waiting(r, now).await
+    }
+
     async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
         self.task_requeue(task_id, now).await
     }

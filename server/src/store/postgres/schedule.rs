@@ -137,38 +137,86 @@ pub(super) async fn fire(pool: &PgPool, f: &ScheduleFire) -> StoreResult<Fired> 
     }
     let mut out = Vec::with_capacity(f.runs.len());
     for run in &f.runs {
+        let Some(first) = run.tasks.first() else {
+            continue;
+        };
         let fire = ms(run.fire_time);
-        let inserted = sqlx::query(
+        let recorded = sqlx::query(
             "INSERT INTO schedule_runs (schedule_id, fire_time, task_id, triggered, created_at) \
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
         )
         .bind(&f.schedule_id)
         .bind(fire)
-        .bind(&run.task.id)
+        .bind(&first.id)
         .bind(run.triggered)
         .bind(now)
         .execute(&mut *tx)
         .await?
         .rows_affected()
             == 1;
-        let task_id = if inserted {
-            insert_task(&mut tx, &run.task, &f.schedule_id, fire, now).await?;
-            run.task.id.clone()
+        let (task_id, inserted) = if recorded {
+            let made = if let [t] = run.tasks.as_slice()
+                && is_plain(t)
+            {
+                // One plain task: one statement, schedule columns included.
+                insert_task(&mut tx, t, &f.schedule_id, fire, now).await?;
+                vec![Inserted {
+                    task_id: t.id.clone(),
+                    deduplicated: false,
+                }]
+            } else {
+                // Keys, routing, copies, a concurrency key: the submit statement
+                // (the queues are notified below), then the schedule columns.
+                let made = PostgresStore::insert_on(&mut tx, &run.tasks, f.now, "").await?;
+                let ids: Vec<&str> = made
+                    .iter()
+                    .filter(|r| !r.deduplicated)
+                    .map(|r| r.task_id.as_str())
+                    .collect();
+                sqlx::query(
+                    "UPDATE tasks SET schedule_id = $1, fire_time = $2 \
+                     WHERE id = ANY($3::text[])",
+                )
+                .bind(&f.schedule_id)
+                .bind(fire)
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await?;
+                made
+            };
+            match made.first() {
+                // The key was taken: the run names the task holding it.
+                Some(r) if r.deduplicated => {
+                    sqlx::query(
+                        "UPDATE schedule_runs SET task_id = $1 \
+                         WHERE schedule_id = $2 AND fire_time = $3",
+                    )
+                    .bind(&r.task_id)
+                    .bind(&f.schedule_id)
+                    .bind(fire)
+                    .execute(&mut *tx)
+                    .await?;
+                    (r.task_id.clone(), false)
+                }
+                _ => (first.id.clone(), true),
+            }
         } else {
-            sqlx::query_scalar(
+            let id = sqlx::query_scalar(
                 "SELECT task_id FROM schedule_runs WHERE schedule_id = $1 AND fire_time = $2",
             )
             .bind(&f.schedule_id)
             .bind(fire)
             .fetch_optional(&mut *tx)
             .await?
-            .unwrap_or_default()
+            .unwrap_or_default();
+            (id, false)
         };
         out.push(FiredRun {
             fire_time: run.fire_time,
             task_id,
-            queue: run.task.queue.clone(),
+            queue: first.queue.clone(),
             inserted,
+            copies: run.tasks.len(),
         });
     }
     let (last_fire, last_task, n) = fired_summary(&out);
@@ -193,6 +241,12 @@ pub(super) async fn fire(pool: &PgPool, f: &ScheduleFire) -> StoreResult<Fired> 
     PostgresStore::notify(&mut tx, &queues).await?;
     tx.commit().await?;
     Ok(Fired::Done(out))
+}
+
+/// A task with nothing but what `insert_task` writes: no key, routing, copies
+/// or concurrency key.
+fn is_plain(t: &NewTask) -> bool {
+    t.key.is_none() && t.concurrency_key.is_none() && !super::routing::is_routed(&t.routing)
 }
 
 async fn insert_task(

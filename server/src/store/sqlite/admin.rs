@@ -197,3 +197,41 @@ pub(super) fn task_purge_finished(
     }
     Ok(ids.len() as u64)
 }
+
+/// REPLACE_WAITING (see `Store::task_replace_waiting`). The writer is the only
+/// writer: nothing comes between the read and the update.
+pub(super) fn task_replace_waiting(
+    c: &Connection,
+    r: &Replacement,
+    now: DateTime<Utc>,
+) -> StoreResult<Option<String>> {
+    use rusqlite::OptionalExtension;
+    let held: Option<(String, String)> = c
+        .prepare_cached(
+            "SELECT id, metadata FROM tasks WHERE queue = ?1 AND key = ?2 \
+             AND state IN ('pending', 'blocked')",
+        )?
+        .query_row(params![r.queue, r.key], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .optional()?;
+    let Some((id, metadata)) = held else {
+        return Ok(None);
+    };
+    let now = ms(now);
+    // Every write of run_at writes `waiting` (migration 0017).
+    c.prepare_cached(
+        "UPDATE tasks SET payload = ?1, run_at = ?2, waiting = ?2 > ?5, priority = ?3, \
+         metadata = ?4, updated_at = ?5 WHERE id = ?6 AND state IN ('pending', 'blocked')",
+    )?
+    .execute(params![
+        r.payload,
+        ms(r.run_at),
+        r.priority,
+        super::super::merged_metadata(&metadata, &r.metadata),
+        now,
+        id
+    ])?;
+    changed_event(c, &id, EventKind::Replaced, now)?;
+    Ok(Some(id))
+}

@@ -239,6 +239,14 @@ impl Store for SqliteStore {
         )
     }
 
+    async fn task_replace_waiting(
+        &self,
+        r: &Replacement,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<String>> {
+        write!(self, admin::task_replace_waiting, [r], &r, now)
+    }
+
     async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
         write!(self, admin::task_requeue, [task_id], &task_id, now)
     }

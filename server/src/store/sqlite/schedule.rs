@@ -130,32 +130,53 @@ pub(super) fn schedule_fire(c: &Connection, f: &ScheduleFire) -> StoreResult<Fir
     }
     let mut out = Vec::with_capacity(f.runs.len());
     for run in &f.runs {
+        let Some(first) = run.tasks.first() else {
+            continue;
+        };
         let fire = ms(run.fire_time);
-        let inserted = c
+        let recorded = c
             .prepare_cached(
                 "INSERT INTO schedule_runs (schedule_id, fire_time, task_id, triggered, created_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
             )?
-            .execute(params![f.schedule_id, fire, run.task.id, run.triggered, now])?
+            .execute(params![f.schedule_id, fire, first.id, run.triggered, now])?
             == 1;
-        let task_id = if inserted {
-            super::ops::task_insert_many(c, std::slice::from_ref(&run.task), f.now)?;
-            c.prepare_cached("UPDATE tasks SET schedule_id = ?1, fire_time = ?2 WHERE id = ?3")?
-                .execute(params![f.schedule_id, fire, run.task.id])?;
-            run.task.id.clone()
+        let (task_id, inserted) = if recorded {
+            let made = super::ops::task_insert_many(c, &run.tasks, f.now)?;
+            let mut mark = c.prepare_cached(
+                "UPDATE tasks SET schedule_id = ?1, fire_time = ?2 WHERE id = ?3",
+            )?;
+            for r in made.iter().filter(|r| !r.deduplicated) {
+                mark.execute(params![f.schedule_id, fire, r.task_id])?;
+            }
+            match made.first() {
+                // The key was taken: the run names the task holding it.
+                Some(r) if r.deduplicated => {
+                    c.prepare_cached(
+                        "UPDATE schedule_runs SET task_id = ?1 \
+                         WHERE schedule_id = ?2 AND fire_time = ?3",
+                    )?
+                    .execute(params![r.task_id, f.schedule_id, fire])?;
+                    (r.task_id.clone(), false)
+                }
+                _ => (first.id.clone(), true),
+            }
         } else {
-            c.prepare_cached(
-                "SELECT task_id FROM schedule_runs WHERE schedule_id = ?1 AND fire_time = ?2",
-            )?
-            .query_row(params![f.schedule_id, fire], |r| r.get(0))
-            .optional()?
-            .unwrap_or_default()
+            let id = c
+                .prepare_cached(
+                    "SELECT task_id FROM schedule_runs WHERE schedule_id = ?1 AND fire_time = ?2",
+                )?
+                .query_row(params![f.schedule_id, fire], |r| r.get(0))
+                .optional()?
+                .unwrap_or_default();
+            (id, false)
         };
         out.push(FiredRun {
             fire_time: run.fire_time,
             task_id,
-            queue: run.task.queue.clone(),
+            queue: first.queue.clone(),
             inserted,
+            copies: run.tasks.len(),
         });
     }
     let (last_fire, last_task, n) = fired_summary(&out);
