@@ -162,6 +162,65 @@ impl NewSchedule {
         self
     }
 
+    /// Only the worker with this id may lease the tasks it makes (routing).
+    pub fn target_worker(mut self, worker_id: impl Into<String>) -> Self {
+        template(&mut self.inner)
+            .target
+            .get_or_insert_with(Default::default)
+            .worker_id = worker_id.into();
+        self
+    }
+
+    /// Only a worker carrying this label may lease the tasks it makes; call
+    /// again to require more.
+    pub fn target_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        template(&mut self.inner)
+            .target
+            .get_or_insert_with(Default::default)
+            .labels
+            .insert(key.into(), value.into());
+        self
+    }
+
+    /// Keeps a retry of each task it makes for the worker that failed it.
+    pub fn sticky(mut self, sticky: crate::Sticky) -> Self {
+        template(&mut self.inner).sticky = Some(match sticky {
+            crate::Sticky::Soft(timeout) => pb::StickyPolicy {
+                strategy: pb::StickyStrategy::Soft as i32,
+                timeout: Some(to_proto_duration(timeout)),
+            },
+            crate::Sticky::Hard => pb::StickyPolicy {
+                strategy: pb::StickyStrategy::Hard as i32,
+                timeout: None,
+            },
+        });
+        self
+    }
+
+    /// Each fire makes `copies` tasks sharing a fan-out group; with
+    /// `distinct_workers` no worker runs two of them.
+    pub fn fanout(mut self, copies: u32, distinct_workers: bool) -> Self {
+        template(&mut self.inner).fanout = Some(pb::Fanout {
+            copies,
+            distinct_workers,
+        });
+        self
+    }
+
+    /// The concurrency key of each task it makes.
+    pub fn concurrency_key(mut self, key: impl Into<String>) -> Self {
+        template(&mut self.inner).concurrency_key = key.into();
+        self
+    }
+
+    /// The key of each task it makes, with `{fire_time}` and `{schedule_id}`
+    /// substituted (e.g. `"report-{fire_time}"`): a fire whose key is taken
+    /// makes no task.
+    pub fn key(mut self, template_key: impl Into<String>) -> Self {
+        template(&mut self.inner).key = template_key.into();
+        self
+    }
+
     /// While the previous run's task is unfinished. Default: skip.
     pub fn overlap(mut self, policy: OverlapPolicy) -> Self {
         self.inner.overlap = policy as i32;

@@ -122,3 +122,90 @@ async fn schedules_through_the_cli() {
     ok(&app, &["schedule", "delete", "nightly"]).await;
     assert_eq!(ok(&app, &["schedule", "list"]).await, "no schedules\n");
 }
+
+/// The template's routing, fan-out and key flags reach the schedule, and a
+/// trigger makes the copies with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_for_a_group_through_the_cli() {
+    let Some(app) = spawn_app(Backend::Sqlite).await else {
+        return;
+    };
+    ok(
+        &app,
+        &[
+            "schedule",
+            "create",
+            "per-user",
+            "--every",
+            "1h",
+            "--queue",
+            "digests",
+            "--target-label",
+            "region=eu",
+            "--fanout",
+            "3",
+            "--distinct-workers",
+            "--concurrency-key",
+            "digest",
+        ],
+    )
+    .await;
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&app, &["schedule", "get", "per-user", "--json"]).await).unwrap();
+    assert_eq!(json["target_labels"], "region=eu", "{json}");
+    assert_eq!(json["fanout"], 3, "{json}");
+    assert_eq!(json["concurrency_key"], "digest", "{json}");
+    let out = ok(&app, &["schedule", "trigger", "per-user"]).await;
+    let first = out.split_whitespace().next().expect("a task id");
+    let task: serde_json::Value =
+        serde_json::from_str(&ok(&app, &["get", first, "--json"]).await).unwrap();
+    assert_eq!(task["concurrency_key"], "digest", "{task}");
+    let copies = ok(&app, &["list", "--schedule", "per-user"]).await;
+    assert_eq!(
+        copies.lines().filter(|l| l.contains("digests")).count(),
+        3,
+        "{copies}"
+    );
+
+    ok(
+        &app,
+        &[
+            "schedule",
+            "create",
+            "report",
+            "--every",
+            "1h",
+            "--queue",
+            "reports",
+            "--key",
+            "report-{schedule_id}-{fire_time}",
+        ],
+    )
+    .await;
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&app, &["schedule", "get", "report", "--json"]).await).unwrap();
+    assert_eq!(json["key"], "report-{schedule_id}-{fire_time}", "{json}");
+
+    // A key with copies is refused by the broker: one plain line naming the field.
+    let o = taskbroker(
+        &app,
+        &[
+            "schedule",
+            "create",
+            "bad",
+            "--every",
+            "1h",
+            "--queue",
+            "q",
+            "--fanout",
+            "2",
+            "--key",
+            "k-{fire_time}",
+        ],
+    )
+    .await;
+    assert!(!o.status.success());
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("schedule.task.key"), "{err}");
+}

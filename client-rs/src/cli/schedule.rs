@@ -79,6 +79,33 @@ pub struct CreateArgs {
     /// Each task must finish this long after it is made (30m).
     #[arg(long, value_parser = parse::duration)]
     pub deadline_after: Option<Duration>,
+    /// Only the worker with this id may run the tasks it makes.
+    #[arg(long)]
+    pub target_worker: Option<String>,
+    /// Only a worker carrying this label may run the tasks it makes, KEY=VALUE;
+    /// repeat to require more.
+    #[arg(long = "target-label", value_parser = parse::key_value)]
+    pub target_labels: Vec<(String, String)>,
+    /// Keep a retry for the worker that failed it: soft (until --sticky-timeout)
+    /// or hard (until the deadline).
+    #[arg(long, value_parser = ["soft", "hard"])]
+    pub sticky: Option<String>,
+    /// How long a soft sticky retry waits for its worker. Default 30s.
+    #[arg(long, value_parser = parse::duration, requires = "sticky")]
+    pub sticky_timeout: Option<Duration>,
+    /// Each fire makes this many copies (also `--copies`).
+    #[arg(long, visible_alias = "copies")]
+    pub fanout: Option<u32>,
+    /// With --fanout: no worker runs two copies of one fire.
+    #[arg(long, requires = "fanout")]
+    pub distinct_workers: bool,
+    /// The concurrency key of each task it makes.
+    #[arg(long)]
+    pub concurrency_key: Option<String>,
+    /// The key of each task it makes, with {fire_time} and {schedule_id}
+    /// substituted ("report-{fire_time}"); a fire whose key is taken makes none.
+    #[arg(long)]
+    pub key: Option<String>,
     /// Nothing fires before this time (RFC 3339 or a delay).
     #[arg(long)]
     pub start: Option<String>,
@@ -229,7 +256,13 @@ fn build(a: &CreateArgs) -> Result<(NewSchedule, Vec<&'static str>), CliError> {
         || a.file.is_some()
         || a.priority.is_some()
         || !a.metadata.is_empty()
-        || a.deadline_after.is_some();
+        || a.deadline_after.is_some()
+        || a.target_worker.is_some()
+        || !a.target_labels.is_empty()
+        || a.sticky.is_some()
+        || a.fanout.is_some()
+        || a.concurrency_key.is_some()
+        || a.key.is_some();
     if task_flags {
         paths.push("task");
     }
@@ -247,6 +280,29 @@ fn build(a: &CreateArgs) -> Result<(NewSchedule, Vec<&'static str>), CliError> {
     }
     if let Some(d) = a.deadline_after {
         s = s.deadline_after(d);
+    }
+    if let Some(w) = &a.target_worker {
+        s = s.target_worker(w);
+    }
+    for (k, v) in &a.target_labels {
+        s = s.target_label(k, v);
+    }
+    match a.sticky.as_deref() {
+        Some("hard") => s = s.sticky(crate::Sticky::Hard),
+        Some(_) => {
+            let timeout = a.sticky_timeout.unwrap_or(Duration::from_secs(30));
+            s = s.sticky(crate::Sticky::Soft(timeout));
+        }
+        None => {}
+    }
+    if let Some(n) = a.fanout {
+        s = s.fanout(n, a.distinct_workers);
+    }
+    if let Some(k) = &a.concurrency_key {
+        s = s.concurrency_key(k);
+    }
+    if let Some(k) = &a.key {
+        s = s.key(k);
     }
     let time = |v: &str| parse::time_or_delay(v, now).map_err(CliError::Usage);
     if let Some(t) = &a.start {
@@ -309,6 +365,7 @@ fn spec_text(s: &pb::Schedule) -> String {
 }
 
 fn schedule_json(s: &pb::Schedule) -> Value {
+    let t = s.task.as_ref();
     json!({
         "schedule_id": s.schedule_id,
         "spec": spec_text(s),
@@ -324,6 +381,12 @@ fn schedule_json(s: &pb::Schedule) -> Value {
         "start_time": time_json(&s.start_time),
         "end_time": time_json(&s.end_time),
         "created_at": time_json(&s.created_at),
+        "target_worker": t.and_then(|t| t.target.as_ref()).map(|x| x.worker_id.clone()).unwrap_or_default(),
+        "target_labels": t.and_then(|t| t.target.as_ref()).filter(|x| !x.labels.is_empty())
+            .map(|x| x.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")),
+        "fanout": t.and_then(|t| t.fanout.as_ref()).filter(|f| f.copies > 1).map(|f| f.copies),
+        "concurrency_key": t.map(|t| t.concurrency_key.clone()).unwrap_or_default(),
+        "key": t.map(|t| t.key.clone()).unwrap_or_default(),
     })
 }
 
