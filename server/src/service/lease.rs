@@ -4,6 +4,7 @@
 //! handles and wakes on a new pending task, at the earliest future `run_at` of a
 //! scheduled task in those queues, when the wait runs out, or when the broker drains.
 
+use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -213,7 +214,7 @@ impl Broker {
                 }
             }
             if !tasks.is_empty() || Instant::now() >= give_up {
-                return Ok(tasks);
+                return Ok(self.with_dependency_results(tasks).await);
             }
             let mut until = give_up;
             // Every waiter that found nothing asks this at once: one query answers all
@@ -298,11 +299,75 @@ impl Broker {
                     self.metrics.leased(&t.queue, waited);
                     self.metrics.sync_matched(&t.queue);
                 }
-                return Ok(tasks);
+                return Ok(self.with_dependency_results(tasks).await);
             }
             if drained {
                 return Ok(Vec::new());
             }
         }
+    }
+}
+
+/// What one entry of LeasedTask.dependency_results adds to a reply besides its
+/// id and result (the map entry's tags and lengths, rounded up).
+const RESULT_ENTRY_BYTES: u64 = 16;
+
+/// A leased task's bytes as the lease statements count them against the reply
+/// budget: payload, checkpoint, metadata (as stored, JSON) and a fixed share.
+fn reply_bytes(t: &TaskRecord) -> u64 {
+    let metadata = serde_json::to_string(&t.metadata).map_or(0, |m| m.len());
+    (t.payload.len() + t.checkpoint.as_ref().map_or(0, Vec::len) + metadata) as u64
+        + crate::store::LEASE_REPLY_TASK_BYTES.unsigned_abs()
+}
+
+impl Broker {
+    /// Fills the results of the SUCCEEDED dependencies of the leased tasks that
+    /// were submitted with dependencies (one read for all of them; a reply with
+    /// no such task reads nothing). They share the lease reply budget with the
+    /// tasks: in lease order, a task's results go in whole while the reply stays
+    /// within it, and are left out whole otherwise (the task is leased all the
+    /// same; GetTask of each dependency reads its result). A failed read leaves
+    /// them out too, as the tasks are leased already.
+    async fn with_dependency_results(&self, mut tasks: Vec<TaskRecord>) -> Vec<TaskRecord> {
+        let ids: Vec<String> = tasks
+            .iter()
+            .filter(|t| crate::domain::task::has_dependencies(&t.metadata))
+            .map(|t| t.id.clone())
+            .collect();
+        if ids.is_empty() {
+            return tasks;
+        }
+        let rows = match self.store.task_dependency_results(&ids).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, cause = ?std::error::Error::source(&e),
+                    "reading dependency results failed; the leased tasks go without them");
+                return tasks;
+            }
+        };
+        let mut by_task: std::collections::HashMap<String, BTreeMap<String, Vec<u8>>> =
+            std::collections::HashMap::new();
+        for (task, dep, result) in rows {
+            by_task.entry(task).or_default().insert(dep, result);
+        }
+        let budget = self.settings.limits.max_lease_reply_bytes as u64;
+        let mut used: u64 = tasks.iter().map(reply_bytes).sum();
+        for t in &mut tasks {
+            let Some(results) = by_task.remove(&t.id) else {
+                continue;
+            };
+            let size: u64 = results
+                .iter()
+                .map(|(id, r)| (id.len() + r.len()) as u64 + RESULT_ENTRY_BYTES)
+                .sum();
+            if used.saturating_add(size) <= budget {
+                used += size;
+                t.dependency_results = results;
+            } else {
+                tracing::debug!(task_id = %t.id, bytes = size,
+                    "dependency results left out of the lease reply: over its size budget");
+            }
+        }
+        tasks
     }
 }
