@@ -899,6 +899,7 @@ all_backends!(
     a_blocked_task_goes_dead_at_its_deadline,
     key_waits_go_with_their_dependent_at_retention,
     racing_waits_and_keyed_inserts_always_bind,
+    a_cycle_through_a_key_ends_at_a_deadline,
     insert_deduplicates_by_queue_and_key,
     concurrent_leases_never_share_a_task,
     one_lease_call_shares_tasks_among_waiting_requests,

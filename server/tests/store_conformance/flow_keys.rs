@@ -347,3 +347,42 @@ pub async fn racing_waits_and_keyed_inserts_always_bind(b: Backend) {
         );
     }
 }
+
+/// A cycle through a key (A waits for key `b`; the task with key `b` waits for
+/// A by id) holds both until a deadline: A goes DEAD at its own and its
+/// dependent is cancelled (DEPENDENCY_FAILED).
+pub async fn a_cycle_through_a_key_ends_at_a_deadline(b: Backend) {
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    let q = "keys.cycle";
+    let deadline = t0() + chrono::Duration::seconds(10);
+    insert_flow(
+        &s,
+        &[NewTask {
+            deadline: Some(deadline),
+            ..task(q, 1)
+        }],
+        &[waits_for(&[key(q, "b")])],
+    )
+    .await;
+    insert_flow(
+        &s,
+        &[keyed(q, 2, "b")],
+        &[FlowSpec {
+            depends_on: vec![uuid_like(1)],
+            ..Default::default()
+        }],
+    )
+    .await;
+    assert_eq!(state(&s, 1).await, StoredState::Blocked);
+    assert_eq!(state(&s, 2).await, StoredState::Blocked);
+    assert_eq!(
+        s.task_deps_unfinished(&uuid_like(1), 10).await.unwrap(),
+        vec![uuid_like(2)]
+    );
+    s.lease_reclaim_expired(deadline, 100).await.unwrap();
+    assert_eq!(state(&s, 1).await, StoredState::Dead);
+    assert_eq!(state(&s, 2).await, StoredState::Cancelled);
+    assert_eq!(info(&s, 2).await.cancel_reason.as_deref(), Some("dependency_failed"));
+}
