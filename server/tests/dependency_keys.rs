@@ -86,7 +86,11 @@ async fn results_and_keys_reach_the_dependents(b: Backend) {
     let gates = explain(&mut admin, &by_key).await;
     assert_eq!(gates[0].kind, pb::GateKind::BlockedByDependency as i32);
     assert_eq!(gates[0].missing_keys, vec![key("later", "report-7")]);
-    assert!(gates[0].detail.contains("later/report-7"), "{}", gates[0].detail);
+    assert!(
+        gates[0].detail.contains("later/report-7"),
+        "{}",
+        gates[0].detail
+    );
 
     let keyed = submit_one(
         &mut c,
@@ -99,7 +103,10 @@ async fn results_and_keys_reach_the_dependents(b: Backend) {
     let gates = explain(&mut admin, &by_key).await;
     assert!(gates[0].missing_keys.is_empty());
     assert_eq!(gates[0].holder_task_ids, vec![keyed.clone()]);
-    assert_eq!(get(&mut admin, &by_key).await.depends_on, vec![keyed.clone()]);
+    assert_eq!(
+        get(&mut admin, &by_key).await.depends_on,
+        vec![keyed.clone()]
+    );
 
     let t = lease_one(&mut c, "up").await;
     assert!(t.dependency_results.is_empty());
@@ -196,7 +203,10 @@ async fn a_missing_key_holds_the_dependent_until_its_deadline(b: Backend) {
     .await;
     app.advance(Duration::from_secs(29));
     app.reap().await;
-    assert_eq!(state(&get(&mut admin, &waiting).await), pb::TaskState::Blocked);
+    assert_eq!(
+        state(&get(&mut admin, &waiting).await),
+        pb::TaskState::Blocked
+    );
     app.advance(Duration::from_secs(1));
     app.reap().await;
     let t = get(&mut admin, &waiting).await;
@@ -258,12 +268,18 @@ async fn hostile_key_lists_are_refused_naming_the_field(b: Backend) {
         },
     )
     .await;
-    assert_eq!(bad_field(&e).as_deref(), Some("tasks[0].depends_on_keys[1]"));
+    assert_eq!(
+        bad_field(&e).as_deref(),
+        Some("tasks[0].depends_on_keys[1]")
+    );
 
     for (bad, field) in [
         (key("bad queue!", "k"), "tasks[0].depends_on_keys[0].queue"),
         (key("q", ""), "tasks[0].depends_on_keys[0].key"),
-        (key("q", &"k".repeat(513)), "tasks[0].depends_on_keys[0].key"),
+        (
+            key("q", &"k".repeat(513)),
+            "tasks[0].depends_on_keys[0].key",
+        ),
     ] {
         let e = refused(
             &mut c,
@@ -286,7 +302,11 @@ async fn hostile_key_lists_are_refused_naming_the_field(b: Backend) {
     )
     .await;
     assert_eq!(bad_field(&e).as_deref(), Some("tasks[0].metadata"));
-    assert_eq!(count(&mut admin, "h").await, 0, "a refused call stores nothing");
+    assert_eq!(
+        count(&mut admin, "h").await,
+        0,
+        "a refused call stores nothing"
+    );
 
     // The largest list, all missing, every key named.
     let id = submit_one(

@@ -362,9 +362,7 @@ pub struct FlowSpec {
 impl FlowSpec {
     /// True when the task needs nothing of flow (the plain insert serves it).
     pub fn is_plain(&self) -> bool {
-        !self.has_dependencies()
-            && !self.run_if_dependency_fails
-            && self.retry_schedule.is_empty()
+        !self.has_dependencies() && !self.run_if_dependency_fails && self.retry_schedule.is_empty()
     }
 }
 

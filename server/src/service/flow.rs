@@ -13,6 +13,8 @@ use crate::store::{
     BulkFilter, EventRecord, FlowInserted, FlowSpec, Inserted, NewTask, TaskFlowInfo, TaskRecord,
 };
 
+/// TaskSpec.key's length at most (a key of depends_on_keys too).
+pub const MAX_KEY_LEN: usize = 512;
 /// Dependencies one task may name at most.
 pub const MAX_DEPENDENCIES: usize = 1000;
 /// Keys one task may wait for at most (TaskSpec.depends_on_keys); they count
@@ -35,8 +37,7 @@ pub fn validate_flow(i: usize, f: &FlowSpec, max_backoff: Duration) -> Result<()
             format!("names more than {MAX_DEPENDENCY_KEYS} keys"),
         ));
     }
-    if f.depends_on.len() + f.depends_on_index.len() + f.depends_on_keys.len() > MAX_DEPENDENCIES
-    {
+    if f.depends_on.len() + f.depends_on_index.len() + f.depends_on_keys.len() > MAX_DEPENDENCIES {
         return Err(Invalid::new(
             field("depends_on"),
             format!("names more than {MAX_DEPENDENCIES} dependencies"),
@@ -50,7 +51,7 @@ pub fn validate_flow(i: usize, f: &FlowSpec, max_backoff: Duration) -> Result<()
         validate::identifier(
             &field(&format!("depends_on_keys[{j}].key")),
             &k.key,
-            super::submit::MAX_KEY_LEN,
+            MAX_KEY_LEN,
         )?;
     }
     for (j, &k) in f.depends_on_index.iter().enumerate() {

@@ -74,7 +74,7 @@ pub struct Submitted {
     pub copy_task_ids: Vec<String>,
 }
 
-pub(super) const MAX_KEY_LEN: usize = 512;
+use super::flow::MAX_KEY_LEN;
 
 /// The retry hint of a Submit refused by a full queue.
 pub const PENDING_RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -82,8 +82,8 @@ pub const PENDING_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The metadata entry that names the producer of a task submitted with a producer
 /// token (set by the API layer, read back to enforce ownership).
 pub const PRODUCER_KEY: &str = "taskbroker.producer";
-pub use crate::domain::task::{AT_MOST_ONCE_KEY, is_at_most_once};
 use crate::domain::task::DEPENDENCIES_KEY;
+pub use crate::domain::task::{AT_MOST_ONCE_KEY, is_at_most_once};
 const MAX_METADATA_ENTRIES: usize = 64;
 const MAX_METADATA_BYTES: usize = 16 * 1024;
 

@@ -51,7 +51,10 @@ async fn info(s: &Arc<dyn Store>, n: usize) -> TaskFlowInfo {
 
 /// Leases task `n` (the only ready one of `queue`) and completes it with `result`.
 async fn run(s: &Arc<dyn Store>, queue: &str, n: usize, result: &[u8]) {
-    let leased = s.task_lease_available(&lease_params(queue, 1, t0())).await.unwrap();
+    let leased = s
+        .task_lease_available(&lease_params(queue, 1, t0()))
+        .await
+        .unwrap();
     assert_eq!(leased.len(), 1, "one ready task in {queue}");
     assert_eq!(leased[0].id, uuid_like(n));
     let r = s
@@ -68,7 +71,10 @@ async fn run(s: &Arc<dyn Store>, queue: &str, n: usize, result: &[u8]) {
 
 /// Leases task `n` and fails it for good (DEAD).
 async fn kill(s: &Arc<dyn Store>, queue: &str, n: usize) {
-    let leased = s.task_lease_available(&lease_params(queue, 1, t0())).await.unwrap();
+    let leased = s
+        .task_lease_available(&lease_params(queue, 1, t0()))
+        .await
+        .unwrap();
     assert_eq!(leased.len(), 1);
     assert_eq!(leased[0].id, uuid_like(n));
     let r = s
@@ -118,7 +124,12 @@ pub async fn a_key_dependency_waits_for_a_task_submitted_later(b: Backend) {
         .await
         .unwrap();
     assert_eq!(state(&s, 1).await, StoredState::Blocked);
-    assert!(s.task_keys_missing(&uuid_like(1), 100).await.unwrap().is_empty());
+    assert!(
+        s.task_keys_missing(&uuid_like(1), 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
         s.task_deps_unfinished(&uuid_like(1), 100).await.unwrap(),
         vec![uuid_like(2)]
@@ -127,7 +138,10 @@ pub async fn a_key_dependency_waits_for_a_task_submitted_later(b: Backend) {
 
     run(&s, other, 2, b"two").await;
     assert_eq!(state(&s, 1).await, StoredState::Pending);
-    let leased = s.task_lease_available(&lease_params(q, 1, t0())).await.unwrap();
+    let leased = s
+        .task_lease_available(&lease_params(q, 1, t0()))
+        .await
+        .unwrap();
     assert_eq!(leased.len(), 1);
     assert_eq!(
         s.task_dependency_results(&[uuid_like(1)]).await.unwrap(),
@@ -143,9 +157,13 @@ pub async fn a_key_naming_an_existing_task_is_an_ordinary_dependency(b: Backend)
         return;
     };
     let q = "keys.existing";
-    s.task_insert_many(&[keyed(q, 1, "done")], t0()).await.unwrap();
+    s.task_insert_many(&[keyed(q, 1, "done")], t0())
+        .await
+        .unwrap();
     run(&s, q, 1, b"one").await;
-    s.task_insert_many(&[keyed(q, 2, "open")], t0()).await.unwrap();
+    s.task_insert_many(&[keyed(q, 2, "open")], t0())
+        .await
+        .unwrap();
     let flows = [
         waits_for(&[key(q, "done")]),
         waits_for(&[key(q, "open"), key(q, "done")]),
@@ -170,15 +188,27 @@ pub async fn a_key_naming_an_existing_task_is_an_ordinary_dependency(b: Backend)
     );
     assert_eq!(info(&s, 4).await.deps_remaining, 1);
     assert_eq!(state(&s, 6).await, StoredState::Blocked);
-    assert!(s.task_keys_missing(&uuid_like(6), 100).await.unwrap().is_empty());
+    assert!(
+        s.task_keys_missing(&uuid_like(6), 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(info(&s, 6).await.deps_remaining, 2);
     assert_eq!(
         info(&s, 6).await.depends_on,
         vec![uuid_like(5), uuid_like(7)]
     );
     // Task 3 leases with the result of its dependency.
-    let leased = s.task_lease_available(&lease_params(q, 1, t0())).await.unwrap();
-    assert_eq!(leased[0].id, uuid_like(2), "lease order: the older task first");
+    let leased = s
+        .task_lease_available(&lease_params(q, 1, t0()))
+        .await
+        .unwrap();
+    assert_eq!(
+        leased[0].id,
+        uuid_like(2),
+        "lease order: the older task first"
+    );
     assert_eq!(
         s.task_dependency_results(&[uuid_like(3), uuid_like(4)])
             .await
@@ -213,12 +243,23 @@ pub async fn a_key_whose_task_fails_follows_run_if_dependency_fails(b: Backend) 
         ],
     )
     .await;
-    s.task_insert_many(&[keyed(q, 10, "dies")], t0()).await.unwrap();
+    s.task_insert_many(&[keyed(q, 10, "dies")], t0())
+        .await
+        .unwrap();
     kill(&s, q, 10).await;
     assert_eq!(state(&s, 1).await, StoredState::Cancelled);
-    assert_eq!(info(&s, 1).await.cancel_reason.as_deref(), Some("dependency_failed"));
-    assert_eq!(state(&s, 2).await, StoredState::Blocked, "still waits for works");
-    s.task_insert_many(&[keyed(q, 11, "works")], t0()).await.unwrap();
+    assert_eq!(
+        info(&s, 1).await.cancel_reason.as_deref(),
+        Some("dependency_failed")
+    );
+    assert_eq!(
+        state(&s, 2).await,
+        StoredState::Blocked,
+        "still waits for works"
+    );
+    s.task_insert_many(&[keyed(q, 11, "works")], t0())
+        .await
+        .unwrap();
     run(&s, q, 11, b"ok").await;
     assert_eq!(state(&s, 2).await, StoredState::Pending);
     assert_eq!(
@@ -227,7 +268,9 @@ pub async fn a_key_whose_task_fails_follows_run_if_dependency_fails(b: Backend) 
         "only the dependency that succeeded has a result"
     );
     // A key whose task is cancelled before it runs.
-    s.task_insert_many(&[keyed(q, 12, "cancelled")], t0()).await.unwrap();
+    s.task_insert_many(&[keyed(q, 12, "cancelled")], t0())
+        .await
+        .unwrap();
     s.task_cancel(&uuid_like(12), t0()).await.unwrap();
     assert_eq!(state(&s, 3).await, StoredState::Cancelled);
     assert_eq!(state(&s, 4).await, StoredState::Pending);
@@ -272,7 +315,9 @@ pub async fn a_blocked_task_goes_dead_at_its_deadline(b: Backend) {
         assert_eq!(t.state, StoredState::Dead);
         assert_eq!(t.last_error.as_deref(), Some("DEADLINE_EXCEEDED"));
     }
-    s.task_insert_many(&[keyed(q, 4, "never")], t0()).await.unwrap();
+    s.task_insert_many(&[keyed(q, 4, "never")], t0())
+        .await
+        .unwrap();
     assert_eq!(state(&s, 2).await, StoredState::Dead);
     run(&s, q, 1, b"").await;
     assert_eq!(state(&s, 3).await, StoredState::Dead);
@@ -286,7 +331,10 @@ pub async fn key_waits_go_with_their_dependent_at_retention(b: Backend) {
     let q = "keys.retention";
     insert_flow(&s, &[task(q, 1)], &[waits_for(&[key(q, "gone")])]).await;
     s.task_cancel(&uuid_like(1), t0()).await.unwrap();
-    assert_eq!(s.task_keys_missing(&uuid_like(1), 10).await.unwrap().len(), 1);
+    assert_eq!(
+        s.task_keys_missing(&uuid_like(1), 10).await.unwrap().len(),
+        1
+    );
     let purged = s
         .task_purge_finished(
             t0() + chrono::Duration::seconds(1),
@@ -296,9 +344,16 @@ pub async fn key_waits_go_with_their_dependent_at_retention(b: Backend) {
         .await
         .unwrap();
     assert_eq!(purged, 1);
-    assert!(s.task_keys_missing(&uuid_like(1), 10).await.unwrap().is_empty());
+    assert!(
+        s.task_keys_missing(&uuid_like(1), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // A task with the key later binds nothing and is a plain task.
-    s.task_insert_many(&[keyed(q, 2, "gone")], t0()).await.unwrap();
+    s.task_insert_many(&[keyed(q, 2, "gone")], t0())
+        .await
+        .unwrap();
     run(&s, q, 2, b"").await;
 }
 
@@ -342,7 +397,9 @@ pub async fn racing_waits_and_keyed_inserts_always_bind(b: Backend) {
             "wait {i} was not bound"
         );
         assert_eq!(
-            s.task_deps_unfinished(&uuid_like(1000 + i), 10).await.unwrap(),
+            s.task_deps_unfinished(&uuid_like(1000 + i), 10)
+                .await
+                .unwrap(),
             vec![uuid_like(2000 + i)]
         );
     }
@@ -384,5 +441,8 @@ pub async fn a_cycle_through_a_key_ends_at_a_deadline(b: Backend) {
     s.lease_reclaim_expired(deadline, 100).await.unwrap();
     assert_eq!(state(&s, 1).await, StoredState::Dead);
     assert_eq!(state(&s, 2).await, StoredState::Cancelled);
-    assert_eq!(info(&s, 2).await.cancel_reason.as_deref(), Some("dependency_failed"));
+    assert_eq!(
+        info(&s, 2).await.cancel_reason.as_deref(),
+        Some("dependency_failed")
+    );
 }
