@@ -364,9 +364,7 @@ impl FlowSpec {
     pub fn is_plain(&self) -> bool {
         !self.has_dependencies() && !self.run_if_dependency_fails && self.retry_schedule.is_empty()
     }
-}
 
-impl FlowSpec {
     /// True when the task waits for other tasks.
     pub fn has_dependencies(&self) -> bool {
         !self.depends_on.is_empty()

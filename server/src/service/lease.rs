@@ -322,12 +322,13 @@ fn reply_bytes(t: &TaskRecord) -> u64 {
 
 impl Broker {
     /// Fills the results of the SUCCEEDED dependencies of the leased tasks that
-    /// were submitted with dependencies (one read for all of them; a reply with
-    /// no such task reads nothing). They share the lease reply budget with the
-    /// tasks: in lease order, a task's results go in whole while the reply stays
-    /// within it, and are left out whole otherwise (the task is leased all the
-    /// same; GetTask of each dependency reads its result). A failed read leaves
-    /// them out too, as the tasks are leased already.
+    /// were submitted with dependencies (a reply with no such task reads
+    /// nothing). They share the lease reply budget with the tasks: in lease
+    /// order, a task's results go in whole while the reply stays within it, and
+    /// are left out whole otherwise (the task is leased all the same; GetTask of
+    /// each dependency reads its result). Their sizes are read first, then only
+    /// the results that fit, so a lease never reads more than its budget. A
+    /// failed read leaves them out too, as the tasks are leased already.
     async fn with_dependency_results(&self, mut tasks: Vec<TaskRecord>) -> Vec<TaskRecord> {
         let ids: Vec<String> = tasks
             .iter()
@@ -337,9 +338,38 @@ impl Broker {
         if ids.is_empty() {
             return tasks;
         }
-        let rows = match self.store.task_dependency_results(&ids).await {
+        let read = async {
+            let sizes: std::collections::HashMap<String, u64> = self
+                .store
+                .task_dependency_result_sizes(&ids)
+                .await?
+                .into_iter()
+                .map(|(id, n, bytes)| (id, bytes.saturating_add(n * RESULT_ENTRY_BYTES)))
+                .collect();
+            let budget = self.settings.limits.max_lease_reply_bytes as u64;
+            let mut used: u64 = tasks.iter().map(reply_bytes).sum();
+            let mut fit = Vec::new();
+            for t in &tasks {
+                let Some(&size) = sizes.get(&t.id) else {
+                    continue;
+                };
+                if used.saturating_add(size) <= budget {
+                    used += size;
+                    fit.push(t.id.clone());
+                } else {
+                    tracing::debug!(task_id = %t.id, bytes = size,
+                        "dependency results left out of the lease reply: over its size budget");
+                }
+            }
+            if fit.is_empty() {
+                return Ok(Vec::new());
+            }
+            self.store.task_dependency_results(&fit).await
+        };
+        let rows = match read.await {
             Ok(rows) => rows,
             Err(e) => {
+                let e = ServiceError::from(e);
                 tracing::warn!(error = %e, cause = ?std::error::Error::source(&e),
                     "reading dependency results failed; the leased tasks go without them");
                 return tasks;
@@ -350,22 +380,9 @@ impl Broker {
         for (task, dep, result) in rows {
             by_task.entry(task).or_default().insert(dep, result);
         }
-        let budget = self.settings.limits.max_lease_reply_bytes as u64;
-        let mut used: u64 = tasks.iter().map(reply_bytes).sum();
         for t in &mut tasks {
-            let Some(results) = by_task.remove(&t.id) else {
-                continue;
-            };
-            let size: u64 = results
-                .iter()
-                .map(|(id, r)| (id.len() + r.len()) as u64 + RESULT_ENTRY_BYTES)
-                .sum();
-            if used.saturating_add(size) <= budget {
-                used += size;
+            if let Some(results) = by_task.remove(&t.id) {
                 t.dependency_results = results;
-            } else {
-                tracing::debug!(task_id = %t.id, bytes = size,
-                    "dependency results left out of the lease reply: over its size budget");
             }
         }
         tasks

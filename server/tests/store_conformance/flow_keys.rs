@@ -147,6 +147,13 @@ pub async fn a_key_dependency_waits_for_a_task_submitted_later(b: Backend) {
         s.task_dependency_results(&[uuid_like(1)]).await.unwrap(),
         vec![(uuid_like(1), uuid_like(2), b"two".to_vec())]
     );
+    // Sizes first (ids and results), for the dependents that have any.
+    assert_eq!(
+        s.task_dependency_result_sizes(&[uuid_like(1), uuid_like(2)])
+            .await
+            .unwrap(),
+        vec![(uuid_like(1), 1, (uuid_like(2).len() + 3) as u64)]
+    );
 }
 
 /// A key that names an existing task is an ordinary dependency on it: done

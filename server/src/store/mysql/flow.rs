@@ -460,3 +460,32 @@ pub(super) async fn dependency_results(
     }
     Ok(out)
 }
+
+/// See [`Store::task_dependency_result_sizes`].
+pub(super) async fn dependency_result_sizes(
+    r: &MySqlPool,
+    task_ids: &[String],
+) -> StoreResult<Vec<(String, u64, u64)>> {
+    let mut out = Vec::new();
+    for piece in task_ids.chunks(500) {
+        let mut qb = sqlx::QueryBuilder::<MySql>::new(
+            "SELECT d.task_id, CAST(count(*) AS SIGNED), \
+               CAST(sum(length(t.id) + COALESCE(length(t.result), 0)) AS SIGNED) \
+             FROM task_deps d JOIN tasks t ON t.id = d.depends_on \
+             WHERE t.state = 'succeeded' AND d.task_id IN (",
+        );
+        let mut sep = qb.separated(", ");
+        for id in piece {
+            sep.push_bind(id);
+        }
+        qb.push(") GROUP BY d.task_id");
+        out.extend(
+            qb.build_query_as::<(String, i64, i64)>()
+                .fetch_all(r)
+                .await?
+                .into_iter()
+                .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64)),
+        );
+    }
+    Ok(out)
+}

@@ -542,3 +542,23 @@ pub(super) async fn dependency_results(
     .fetch_all(pool)
     .await?)
 }
+
+/// See [`Store::task_dependency_result_sizes`].
+pub(super) async fn dependency_result_sizes(
+    pool: &PgPool,
+    task_ids: &[String],
+) -> StoreResult<Vec<(String, u64, u64)>> {
+    let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT d.task_id, count(*), \
+           sum(octet_length(t.id) + COALESCE(octet_length(t.result), 0))::bigint \
+         FROM task_deps d JOIN tasks t ON t.id = d.depends_on \
+         WHERE d.task_id = ANY($1) AND t.state = 'succeeded' GROUP BY d.task_id",
+    )
+    .bind(task_ids)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64))
+        .collect())
+}

@@ -433,6 +433,13 @@ impl Store for PostgresStore {
         flow::keys_missing(&self.pool, task_id, limit).await
     }
 
+    async fn task_dependency_result_sizes(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<Vec<(String, u64, u64)>> {
+        flow::dependency_result_sizes(&self.pool, task_ids).await
+    }
+
     async fn task_dependency_results(
         &self,
         task_ids: &[String],

@@ -641,3 +641,30 @@ pub(super) async fn dependency_results(
     }
     Ok(out)
 }
+
+/// See [`Store::task_dependency_result_sizes`].
+pub(super) async fn dependency_result_sizes(
+    r: &SqlitePool,
+    task_ids: &[String],
+) -> StoreResult<Vec<(String, u64, u64)>> {
+    let mut out = Vec::new();
+    for piece in task_ids.chunks(500) {
+        let sql = format!(
+            "SELECT d.task_id, count(*), sum(length(t.id) + COALESCE(length(t.result), 0)) \
+             FROM task_deps d JOIN tasks t ON t.id = d.depends_on \
+             WHERE d.task_id IN ({}) AND t.state = 'succeeded' GROUP BY d.task_id",
+            vec!["?"; piece.len()].join(", ")
+        );
+        let mut q = sqlx::query_as::<_, (String, i64, i64)>(sqlx::AssertSqlSafe(sql));
+        for id in piece {
+            q = q.bind(id);
+        }
+        out.extend(
+            q.fetch_all(r)
+                .await?
+                .into_iter()
+                .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64)),
+        );
+    }
+    Ok(out)
+}

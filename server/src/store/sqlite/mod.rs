@@ -444,6 +444,13 @@ impl Store for SqliteStore {
         flow::keys_missing(&self.reader, task_id, limit).await
     }
 
+    async fn task_dependency_result_sizes(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<Vec<(String, u64, u64)>> {
+        flow::dependency_result_sizes(&self.reader, task_ids).await
+    }
+
     async fn task_dependency_results(
         &self,
         task_ids: &[String],
