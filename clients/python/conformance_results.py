@@ -19,7 +19,7 @@ from taskbroker.client import duration
 from taskbroker.v1 import admin_pb2, broker_pb2, queue_pb2
 
 State = broker_pb2.TaskState
-RESULTS_CASES = ["submit_backpressure"]
+RESULTS_CASES = ["dependency_results", "submit_backpressure"]
 
 
 class CaseFailed(Exception):

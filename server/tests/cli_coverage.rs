@@ -123,11 +123,27 @@ async fn submit_options_get_update_events_and_watch() {
     assert!(watched.1.contains("later"), "{}", watched.1);
     child.kill().await.unwrap();
 
-    // A field this broker refuses is one plain line naming it.
-    let o = taskbroker(&app, &["submit", "jobs", "--depends-on-key", "other:k1"]).await;
+    // A dependency by key waits for a task with that key; get shows the key.
+    let out = ok(&app, &["submit", "jobs", "--depends-on-key", "other:k1"]).await;
+    let shown = ok(&app, &["get", out.trim()]).await;
+    assert!(shown.contains("other:k1"), "{shown}");
+    // A refused key is one plain line naming its field.
+    let o = taskbroker(
+        &app,
+        &[
+            "submit",
+            "jobs",
+            "--key",
+            "k2",
+            "--depends-on-key",
+            "jobs:k2",
+        ],
+    )
+    .await;
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("depends_on_keys"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
     let bad = taskbroker(&app, &["submit", "jobs", "--depends-on-key", "nokey"]).await;
     assert!(!bad.status.success());
     app.shutdown().await;

@@ -46,6 +46,10 @@ use replace::*;
 #[path = "store_conformance/lease_fairness.rs"]
 mod lease_fairness;
 use lease_fairness::*;
+// Dependencies by key and the results a dependent's lease reads (migration 0020).
+#[path = "store_conformance/flow_keys.rs"]
+mod flow_keys;
+use flow_keys::*;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -892,6 +896,14 @@ async fn lease_holders_are_grouped_by_worker_and_queue(b: Backend) {
 }
 
 all_backends!(
+    // Dependencies by key.
+    a_key_dependency_waits_for_a_task_submitted_later,
+    a_key_naming_an_existing_task_is_an_ordinary_dependency,
+    a_key_whose_task_fails_follows_run_if_dependency_fails,
+    a_blocked_task_goes_dead_at_its_deadline,
+    key_waits_go_with_their_dependent_at_retention,
+    racing_waits_and_keyed_inserts_always_bind,
+    a_cycle_through_a_key_ends_at_a_deadline,
     insert_deduplicates_by_queue_and_key,
     replace_waiting_rewrites_a_waiting_task_and_its_place,
     replace_waiting_never_touches_a_leased_finished_or_other_queues_task,

@@ -456,6 +456,9 @@ fn cases() -> Vec<(&'static str, Case)> {
         ("worker_id_binding", |c, q| {
             Box::pin(binding::worker_id_binding(c, q))
         }),
+        ("dependency_results", |c, q| {
+            Box::pin(results::dependency_results(c, q))
+        }),
         ("submit_backpressure", |c, q| {
             Box::pin(results::submit_backpressure(c, q))
         }),

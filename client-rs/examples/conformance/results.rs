@@ -1,13 +1,17 @@
-//! `submit_backpressure` of the scenario: it drives `Client::submit`,
+//! `dependency_results` and `submit_backpressure` of the scenario.
+//!
+//! `dependency_results` runs the Worker, whose handler reads its dependency's
+//! result on its `TaskContext`; `submit_backpressure` drives `Client::submit`,
 //! whose resend after a full queue's RetryInfo it checks, and notices the first
 //! refusal from the client's own log event.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use taskbroker_client::pb;
+use taskbroker_client::pb::{self, TaskState};
 use taskbroker_client::time::to_proto_duration;
-use taskbroker_client::{Client, TaskSpec};
+use taskbroker_client::{Client, TaskContext, TaskError, TaskSpec, Worker};
 use tokio::sync::Notify;
 use tonic_types::StatusExt;
 use tracing::instrument::WithSubscriber;
@@ -35,6 +39,59 @@ async fn complete(c: &Client, t: &pb::LeasedTask, result: &[u8]) -> Outcome {
         lease_next: None,
     };
     at("Complete", c.complete(req).await).map(|_| ())
+}
+
+/// A task's dependency results, by task id.
+type Results = HashMap<String, Vec<u8>>;
+
+pub async fn dependency_results(c: Client, q: String) -> Outcome {
+    let a = at("Submit a", c.submit(TaskSpec::new(q.clone(), "a")).await)?.task_id;
+    let b = at(
+        "Submit b",
+        c.submit(TaskSpec::new(q.clone(), "b").depends_on(a.clone()))
+            .await,
+    )?
+    .task_id;
+    let seen: Arc<Mutex<Option<Results>>> = Arc::default();
+    let (recorded, dep) = (seen.clone(), a.clone());
+    let w = Worker::builder(c.clone())
+        .worker_id(WORKER_ID)
+        .lease_wait(Duration::from_secs(1))
+        .queue(&q, move |ctx: TaskContext| {
+            let (recorded, dep) = (recorded.clone(), dep.clone());
+            async move {
+                if ctx.task_id() == dep {
+                    return Ok::<_, TaskError>(b"a-result".to_vec());
+                }
+                let results = ctx.dependency_results().clone();
+                *recorded.lock().unwrap() = Some(results.clone());
+                Ok(results.get(&dep).cloned().unwrap_or_default())
+            }
+        })
+        .build();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(w.run(async move {
+        let _ = stopped.await;
+    }));
+    let waited = c.wait(&b, Duration::from_secs(20)).await;
+    let _ = stop.send(());
+    let ran = running.await.map_err(|e| e.to_string())?;
+    at("wait b", waited)?;
+    at("Worker::run", ran)?;
+    let seen = seen.lock().unwrap().clone().unwrap_or_default();
+    check(
+        seen.len() == 1 && seen.get(&a).map(Vec::as_slice) == Some(b"a-result".as_slice()),
+        format!("b's handler saw dependency_results {seen:?}, want {{{a}: a-result}}"),
+    )?;
+    let tb = at("GetTask", c.get_task(&b).await)?;
+    check(
+        tb.state() == TaskState::Succeeded && tb.result == b"a-result",
+        format!(
+            "b is {:?} with result {:?}, want SUCCEEDED with a-result",
+            tb.state(),
+            String::from_utf8_lossy(&tb.result)
+        ),
+    )
 }
 
 /// Wakes `refused` when the client logs that a full queue refused its Submit.

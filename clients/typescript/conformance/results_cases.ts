@@ -1,4 +1,5 @@
 /**
+ * `dependency_results` (a Worker's handler reads its dependency's result on its context) and
  * `submit_backpressure` (a queue's max_pending refuses a Submit with RESOURCE_EXHAUSTED,
  * RetryInfo and QuotaFailure; the client's submit waits the hinted delay and gets in).
  */
@@ -8,8 +9,11 @@ import {
   Client,
   QuotaFailureSchema,
   RetryInfoSchema,
+  TaskState,
   connect,
   optionsFromEnv,
+  wait,
+  Worker,
 } from "../src/index.js";
 
 const WORKER_ID = "conf-typescript";
@@ -28,6 +32,33 @@ function check(ok: boolean, reason: string): asserts ok {
 }
 
 export const resultsCases: [string, (env: ResultsEnv) => Promise<void>][] = [
+  [
+    "dependency_results",
+    async ({ client, queue }) => {
+      const a = await client.submit(queue, utf8.encode("a"));
+      const b = await client.submit(queue, utf8.encode("b"), { dependsOn: [a.taskId] });
+      let seen: Record<string, string> | undefined;
+      const worker = new Worker(client, async (ctx) => {
+        if (ctx.taskId === a.taskId) return "a-result";
+        seen = Object.fromEntries(Object.entries(ctx.dependencyResults).map(([id, r]) => [id, text.decode(r)]));
+        return ctx.dependencyResults[a.taskId];
+      }, { queues: [queue], workerId: WORKER_ID, pollWaitMs: 1_000, onError: () => {} });
+      const run = worker.run({ handleSignals: false });
+      try {
+        await wait(client, b.taskId, { timeoutMs: 20_000 });
+      } finally {
+        await worker.stop(5_000);
+        await run;
+      }
+      const want = JSON.stringify({ [a.taskId]: "a-result" });
+      check(JSON.stringify(seen) === want, `b's handler saw dependency_results ${JSON.stringify(seen)}, want ${want}`);
+      const tb = (await client.admin.getTask({ taskId: b.taskId })).task!;
+      check(
+        tb.state === TaskState.SUCCEEDED && text.decode(tb.result) === "a-result",
+        `b is ${TaskState[tb.state]} with result ${JSON.stringify(text.decode(tb.result))}, want SUCCEEDED with a-result`,
+      );
+    },
+  ],
   [
     "submit_backpressure",
     async ({ client, queue }) => {

@@ -82,7 +82,14 @@ fn gate_to_pb(g: admission::Gate) -> pb::Gate {
         until: g.until.map(to_timestamp),
         holder_task_ids: g.holders,
         ahead: g.ahead,
-        missing_keys: Vec::new(),
+        missing_keys: g
+            .missing_keys
+            .into_iter()
+            .map(|k| pb::TaskKey {
+                queue: k.queue,
+                key: k.key,
+            })
+            .collect(),
     }
 }
 

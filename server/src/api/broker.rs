@@ -29,13 +29,6 @@ fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid
     let f = |name: &str| format!("tasks[{i}].{name}");
     // Flow.
     let flow = super::flow::flow_spec(i, &t)?;
-    // Not served by this broker yet: refused rather than ignored.
-    if !t.depends_on_keys.is_empty() {
-        return Err(Invalid::new(
-            f("depends_on_keys"),
-            "is not supported by this broker yet",
-        ));
-    }
     let retry = match t.retry {
         None => service::RetrySpec::default(),
         Some(r) => service::RetrySpec {

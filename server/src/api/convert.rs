@@ -118,7 +118,7 @@ pub fn leased_task(t: TaskRecord) -> pb::LeasedTask {
         created_at: Some(to_timestamp(t.created_at)),
         fanout_group: t.routing.fanout_group.unwrap_or_default(),
         concurrency_key: t.concurrency_key.unwrap_or_default(),
-        dependency_results: Default::default(),
+        dependency_results: t.dependency_results.into_iter().collect(),
         at_most_once,
     }
 }

@@ -91,6 +91,14 @@ pub async fn with_flow(broker: &Broker, mut tasks: Vec<pb::Task>) -> Result<Vec<
 
 fn fill(t: &mut pb::Task, i: &TaskFlowInfo) {
     t.depends_on = i.depends_on.clone();
+    t.depends_on_keys = i
+        .depends_on_keys
+        .iter()
+        .map(|k| pb::TaskKey {
+            queue: k.queue.clone(),
+            key: k.key.clone(),
+        })
+        .collect();
     t.dependencies_remaining = if t.state == pb::TaskState::Blocked as i32 {
         i.deps_remaining
     } else {
@@ -313,6 +321,14 @@ pub fn flow_spec(i: usize, t: &pb::TaskSpec) -> Result<FlowSpec, Invalid> {
             .depends_on_index
             .iter()
             .map(|&k| usize::try_from(k).unwrap_or(usize::MAX))
+            .collect(),
+        depends_on_keys: t
+            .depends_on_keys
+            .iter()
+            .map(|k| crate::store::TaskKey {
+                queue: k.queue.clone(),
+                key: k.key.clone(),
+            })
             .collect(),
         run_if_dependency_fails: t.run_if_dependency_fails,
         retry_schedule: schedule,

@@ -380,6 +380,8 @@ pub struct Gate {
     pub until: Option<DateTime<Utc>>,
     pub holders: Vec<String>,
     pub ahead: u64,
+    /// BLOCKED_BY_DEPENDENCY: the depends_on_keys no task has yet.
+    pub missing_keys: Vec<crate::domain::model::TaskKey>,
 }
 
 impl Gate {
@@ -390,6 +392,7 @@ impl Gate {
             until: None,
             holders: Vec::new(),
             ahead: 0,
+            missing_keys: Vec::new(),
         }
     }
 }
@@ -449,10 +452,15 @@ pub fn explain(v: &ExplainView, now: DateTime<Utc>) -> Vec<Gate> {
     }
 }
 
-/// Flow: a BLOCKED task waits for these dependencies (ids, unfinished).
-pub fn dependency_gate(waiting: Vec<String>) -> Gate {
-    let detail = match waiting.as_slice() {
-        [] => "it waits for the tasks it depends on".to_owned(),
+/// Flow: a BLOCKED task waits for these dependencies (ids, unfinished) and
+/// for tasks with these keys, which no task has yet.
+pub fn dependency_gate(
+    waiting: Vec<String>,
+    missing_keys: Vec<crate::domain::model::TaskKey>,
+) -> Gate {
+    let mut detail = match waiting.as_slice() {
+        [] if missing_keys.is_empty() => "it waits for the tasks it depends on".to_owned(),
+        [] => String::new(),
         [one] => format!("it waits for task {one} it depends on"),
         many => format!(
             "it waits for {} tasks it depends on: {}",
@@ -460,8 +468,20 @@ pub fn dependency_gate(waiting: Vec<String>) -> Gate {
             many.join(", ")
         ),
     };
+    if !missing_keys.is_empty() {
+        let keys: Vec<String> = missing_keys
+            .iter()
+            .map(|k| format!("{}/{}", k.queue, k.key))
+            .collect();
+        detail = format!(
+            "{detail}{}it waits for a task with key {} (none exists yet)",
+            if detail.is_empty() { "" } else { "; " },
+            keys.join(", ")
+        );
+    }
     Gate {
         holders: waiting,
+        missing_keys,
         ..Gate::new(GateKind::BlockedByDependency, detail)
     }
 }

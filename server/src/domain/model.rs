@@ -283,6 +283,9 @@ pub struct TaskRecord {
     pub routing: crate::domain::routing::TaskRouting,
     /// Admission: counts against the queue's per-key limits.
     pub concurrency_key: Option<String>,
+    /// Flow: the results of the dependencies that succeeded, by task id (filled
+    /// by a lease for a task with dependencies, empty otherwise).
+    pub dependency_results: BTreeMap<String, Vec<u8>>,
 }
 
 /// One attempt (lease) of a task.
@@ -349,6 +352,8 @@ pub struct FlowSpec {
     pub depends_on: Vec<String>,
     /// Earlier tasks of the same insert this task waits for (by index).
     pub depends_on_index: Vec<usize>,
+    /// Tasks this task waits for by (queue, key), which may not exist yet.
+    pub depends_on_keys: Vec<TaskKey>,
     pub run_if_dependency_fails: bool,
     /// RetryPolicy.schedule: explicit delays, the last one repeating.
     pub retry_schedule: Vec<Duration>,
@@ -357,11 +362,22 @@ pub struct FlowSpec {
 impl FlowSpec {
     /// True when the task needs nothing of flow (the plain insert serves it).
     pub fn is_plain(&self) -> bool {
-        self.depends_on.is_empty()
-            && self.depends_on_index.is_empty()
-            && !self.run_if_dependency_fails
-            && self.retry_schedule.is_empty()
+        !self.has_dependencies() && !self.run_if_dependency_fails && self.retry_schedule.is_empty()
     }
+
+    /// True when the task waits for other tasks.
+    pub fn has_dependencies(&self) -> bool {
+        !self.depends_on.is_empty()
+            || !self.depends_on_index.is_empty()
+            || !self.depends_on_keys.is_empty()
+    }
+}
+
+/// A task named by its queue and key (TaskSpec.depends_on_keys).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskKey {
+    pub queue: String,
+    pub key: String,
 }
 
 /// A READY task's place in lease order, as a key that sorts ascending in that

@@ -204,6 +204,18 @@ pub fn is_at_most_once(metadata: &std::collections::BTreeMap<String, String>) ->
     metadata.get(AT_MOST_ONCE_KEY).map(String::as_str) == Some("true")
 }
 
+/// The metadata entry that marks a task submitted with dependencies (set by
+/// the broker; a caller may not set it itself). A lease reads the results of
+/// the dependencies of these tasks only, so a task without dependencies costs
+/// the lease nothing more.
+pub const DEPENDENCIES_KEY: &str = "taskbroker.dependencies";
+
+/// True for a task submitted with dependencies (depends_on, depends_on_index
+/// or depends_on_keys).
+pub fn has_dependencies(metadata: &std::collections::BTreeMap<String, String>) -> bool {
+    metadata.get(DEPENDENCIES_KEY).map(String::as_str) == Some("true")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -542,7 +542,11 @@ impl Broker {
                     .store
                     .task_deps_unfinished(&task.id, EXPLAIN_DEPENDENCIES)
                     .await?;
-                Some(admission::dependency_gate(waiting))
+                let missing = self
+                    .store
+                    .task_keys_missing(&task.id, EXPLAIN_DEPENDENCIES)
+                    .await?;
+                Some(admission::dependency_gate(waiting, missing))
             }
             _ => {
                 return Ok(Explained {

@@ -13,8 +13,13 @@ use crate::store::{
     BulkFilter, EventRecord, FlowInserted, FlowSpec, Inserted, NewTask, TaskFlowInfo, TaskRecord,
 };
 
+/// TaskSpec.key's length at most (a key of depends_on_keys too).
+pub const MAX_KEY_LEN: usize = 512;
 /// Dependencies one task may name at most.
 pub const MAX_DEPENDENCIES: usize = 1000;
+/// Keys one task may wait for at most (TaskSpec.depends_on_keys); they count
+/// toward [`MAX_DEPENDENCIES`] too.
+pub const MAX_DEPENDENCY_KEYS: usize = 64;
 /// Entries of RetryPolicy.schedule at most.
 pub const MAX_RETRY_SCHEDULE: usize = 32;
 /// Tasks a bulk operation acts on when max_tasks is 0, and at most.
@@ -26,7 +31,13 @@ pub const BULK_SAMPLE: usize = 20;
 /// Validates the flow fields of `tasks[i]`.
 pub fn validate_flow(i: usize, f: &FlowSpec, max_backoff: Duration) -> Result<(), Invalid> {
     let field = |name: &str| format!("tasks[{i}].{name}");
-    if f.depends_on.len() + f.depends_on_index.len() > MAX_DEPENDENCIES {
+    if f.depends_on_keys.len() > MAX_DEPENDENCY_KEYS {
+        return Err(Invalid::new(
+            field("depends_on_keys"),
+            format!("names more than {MAX_DEPENDENCY_KEYS} keys"),
+        ));
+    }
+    if f.depends_on.len() + f.depends_on_index.len() + f.depends_on_keys.len() > MAX_DEPENDENCIES {
         return Err(Invalid::new(
             field("depends_on"),
             format!("names more than {MAX_DEPENDENCIES} dependencies"),
@@ -34,6 +45,14 @@ pub fn validate_flow(i: usize, f: &FlowSpec, max_backoff: Duration) -> Result<()
     }
     for (j, d) in f.depends_on.iter().enumerate() {
         validate::identifier(&field(&format!("depends_on[{j}]")), d, 128)?;
+    }
+    for (j, k) in f.depends_on_keys.iter().enumerate() {
+        validate::queue_name(&field(&format!("depends_on_keys[{j}].queue")), &k.queue)?;
+        validate::identifier(
+            &field(&format!("depends_on_keys[{j}].key")),
+            &k.key,
+            MAX_KEY_LEN,
+        )?;
     }
     for (j, &k) in f.depends_on_index.iter().enumerate() {
         if k >= i {

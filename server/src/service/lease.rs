@@ -4,6 +4,7 @@
 //! handles and wakes on a new pending task, at the earliest future `run_at` of a
 //! scheduled task in those queues, when the wait runs out, or when the broker drains.
 
+use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -213,7 +214,7 @@ impl Broker {
                 }
             }
             if !tasks.is_empty() || Instant::now() >= give_up {
-                return Ok(tasks);
+                return Ok(self.with_dependency_results(tasks).await);
             }
             let mut until = give_up;
             // Every waiter that found nothing asks this at once: one query answers all
@@ -298,11 +299,92 @@ impl Broker {
                     self.metrics.leased(&t.queue, waited);
                     self.metrics.sync_matched(&t.queue);
                 }
-                return Ok(tasks);
+                return Ok(self.with_dependency_results(tasks).await);
             }
             if drained {
                 return Ok(Vec::new());
             }
         }
+    }
+}
+
+/// What one entry of LeasedTask.dependency_results adds to a reply besides its
+/// id and result (the map entry's tags and lengths, rounded up).
+const RESULT_ENTRY_BYTES: u64 = 16;
+
+/// A leased task's bytes as the lease statements count them against the reply
+/// budget: payload, checkpoint, metadata (as stored, JSON) and a fixed share.
+fn reply_bytes(t: &TaskRecord) -> u64 {
+    let metadata = serde_json::to_string(&t.metadata).map_or(0, |m| m.len());
+    (t.payload.len() + t.checkpoint.as_ref().map_or(0, Vec::len) + metadata) as u64
+        + crate::store::LEASE_REPLY_TASK_BYTES.unsigned_abs()
+}
+
+impl Broker {
+    /// Fills the results of the SUCCEEDED dependencies of the leased tasks that
+    /// were submitted with dependencies (a reply with no such task reads
+    /// nothing). They share the lease reply budget with the tasks: in lease
+    /// order, a task's results go in whole while the reply stays within it, and
+    /// are left out whole otherwise (the task is leased all the same; GetTask of
+    /// each dependency reads its result). Their sizes are read first, then only
+    /// the results that fit, so a lease never reads more than its budget. A
+    /// failed read leaves them out too, as the tasks are leased already.
+    async fn with_dependency_results(&self, mut tasks: Vec<TaskRecord>) -> Vec<TaskRecord> {
+        let ids: Vec<String> = tasks
+            .iter()
+            .filter(|t| crate::domain::task::has_dependencies(&t.metadata))
+            .map(|t| t.id.clone())
+            .collect();
+        if ids.is_empty() {
+            return tasks;
+        }
+        let read = async {
+            let sizes: std::collections::HashMap<String, u64> = self
+                .store
+                .task_dependency_result_sizes(&ids)
+                .await?
+                .into_iter()
+                .map(|(id, n, bytes)| (id, bytes.saturating_add(n * RESULT_ENTRY_BYTES)))
+                .collect();
+            let budget = self.settings.limits.max_lease_reply_bytes as u64;
+            let mut used: u64 = tasks.iter().map(reply_bytes).sum();
+            let mut fit = Vec::new();
+            for t in &tasks {
+                let Some(&size) = sizes.get(&t.id) else {
+                    continue;
+                };
+                if used.saturating_add(size) <= budget {
+                    used += size;
+                    fit.push(t.id.clone());
+                } else {
+                    tracing::debug!(task_id = %t.id, bytes = size,
+                        "dependency results left out of the lease reply: over its size budget");
+                }
+            }
+            if fit.is_empty() {
+                return Ok(Vec::new());
+            }
+            self.store.task_dependency_results(&fit).await
+        };
+        let rows = match read.await {
+            Ok(rows) => rows,
+            Err(e) => {
+                let e = ServiceError::from(e);
+                tracing::warn!(error = %e, cause = ?std::error::Error::source(&e),
+                    "reading dependency results failed; the leased tasks go without them");
+                return tasks;
+            }
+        };
+        let mut by_task: std::collections::HashMap<String, BTreeMap<String, Vec<u8>>> =
+            std::collections::HashMap::new();
+        for (task, dep, result) in rows {
+            by_task.entry(task).or_default().insert(dep, result);
+        }
+        for t in &mut tasks {
+            if let Some(results) = by_task.remove(&t.id) {
+                t.dependency_results = results;
+            }
+        }
+        tasks
     }
 }

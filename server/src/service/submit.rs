@@ -77,7 +77,7 @@ pub struct Submitted {
     pub replaced: bool,
 }
 
-pub(super) const MAX_KEY_LEN: usize = 512;
+use super::flow::MAX_KEY_LEN;
 
 /// The retry hint of a Submit refused by a full queue.
 pub const PENDING_RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -85,6 +85,7 @@ pub const PENDING_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The metadata entry that names the producer of a task submitted with a producer
 /// token (set by the API layer, read back to enforce ownership).
 pub const PRODUCER_KEY: &str = "taskbroker.producer";
+use crate::domain::task::DEPENDENCIES_KEY;
 pub use crate::domain::task::{AT_MOST_ONCE_KEY, is_at_most_once};
 const MAX_METADATA_ENTRIES: usize = 64;
 const MAX_METADATA_BYTES: usize = 16 * 1024;
@@ -101,7 +102,11 @@ fn stored_bytes(t: &SubmitTask, f: &crate::store::FlowSpec) -> u64 {
         + t.concurrency_key.as_ref().map_or(0, String::len)
         + t.target.worker_id.as_ref().map_or(0, String::len)
         + pairs(&t.target.labels)
-        + f.depends_on.iter().map(String::len).sum::<usize>();
+        + f.depends_on.iter().map(String::len).sum::<usize>()
+        + f.depends_on_keys
+            .iter()
+            .map(|k| k.queue.len() + k.key.len())
+            .sum::<usize>();
     n as u64
 }
 
@@ -158,6 +163,20 @@ impl Broker {
                 .unzip();
             f.depends_on = ids;
             bounds::dedup(&mut f.depends_on_index);
+            bounds::dedup(&mut f.depends_on_keys);
+            // A task cannot wait for its own key.
+            if let (Some(key), Some(j)) = (
+                t.key.as_deref(),
+                f.depends_on_keys
+                    .iter()
+                    .position(|k| Some(k.key.as_str()) == t.key.as_deref() && k.queue == t.queue),
+            ) {
+                return Err(Invalid::new(
+                    format!("tasks[{i}].depends_on_keys[{j}]"),
+                    format!("names this task's own key {key} in queue {}", t.queue),
+                )
+                .into());
+            }
             flows.push(f);
             dep_pos.push(pos);
         }
@@ -173,7 +192,7 @@ impl Broker {
                     Some(fo) if (1..=MAX_COPIES).contains(&fo.copies) => fo.copies,
                     _ => 1,
                 },
-                depends_on: f.depends_on.len(),
+                depends_on: f.depends_on.len() + f.depends_on_keys.len(),
                 depends_on_index: f.depends_on_index.clone(),
                 bytes: stored_bytes(t, f),
             })
@@ -209,6 +228,13 @@ impl Broker {
             for _ in 0..copies[i] {
                 spec_of.push(i);
                 task_flows.push(f.clone());
+            }
+        }
+        // A task with dependencies is marked so: a lease reads the results of
+        // the dependencies of marked tasks only.
+        for (t, f) in new.iter_mut().zip(&task_flows) {
+            if f.has_dependencies() {
+                t.metadata.insert(DEPENDENCIES_KEY.into(), "true".into());
             }
         }
         // (index, queue, key) of the keyed tasks, when a producer submits. (A
@@ -506,6 +532,12 @@ impl Broker {
             return Err(Invalid::new(
                 f("metadata"),
                 format!("{AT_MOST_ONCE_KEY} is set by the broker: use at_most_once"),
+            ));
+        }
+        if t.metadata.contains_key(DEPENDENCIES_KEY) {
+            return Err(Invalid::new(
+                f("metadata"),
+                format!("{DEPENDENCIES_KEY} is set by the broker"),
             ));
         }
         if t.at_most_once {

@@ -28,6 +28,8 @@ pub enum FlowInserted {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TaskFlowInfo {
     pub depends_on: Vec<String>,
+    /// TaskSpec.depends_on_keys as submitted, in (queue, key) order.
+    pub depends_on_keys: Vec<crate::domain::model::TaskKey>,
     pub deps_remaining: u32,
     pub run_if_dependency_fails: bool,
     /// "operator" or "dependency_failed" when cancelled.

@@ -440,6 +440,27 @@ pub trait Store: Send + Sync + 'static {
     /// `limit` (ExplainTask's BLOCKED_BY_DEPENDENCY gate).
     async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>>;
 
+    /// The depends_on_keys of a task that no task has yet, up to `limit`, in
+    /// (queue, key) order (ExplainTask's BLOCKED_BY_DEPENDENCY gate).
+    async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>>;
+
+    /// What the results of the SUCCEEDED dependencies of each of `task_ids`
+    /// come to: (dependent, how many, their bytes with the dependencies' ids),
+    /// for the dependents that have any. A lease asks this only for the tasks it
+    /// leased that were submitted with dependencies, then reads the results of
+    /// those whose results fit its reply ([`Store::task_dependency_results`]).
+    async fn task_dependency_result_sizes(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<Vec<(String, u64, u64)>>;
+
+    /// The results of the SUCCEEDED dependencies of `task_ids`: (dependent,
+    /// dependency, result), ordered by dependent then dependency.
+    async fn task_dependency_results(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<Vec<(String, String, Vec<u8>)>>;
+
     // Admission (migration 0009).
 
     /// Every queue's stored settings, by name.

@@ -157,6 +157,7 @@ impl TaskRow {
             fire_time: self.fire_time.map(from_ms),
             routing,
             concurrency_key: self.concurrency_key,
+            dependency_results: Default::default(),
         })
     }
 

@@ -56,6 +56,7 @@ var cases = []testCase{
 	{"lease_next", leaseNext},
 	{"worker_id_binding", workerIDBinding},
 	{"typed_handlers", typedHandlers},
+	{"dependency_results", dependencyResults},
 	{"submit_backpressure", submitBackpressure},
 }
 

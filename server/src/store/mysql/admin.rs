@@ -21,7 +21,7 @@ pub(super) async fn lease_reclaim_expired(
     // being changed, or reaped, now.
     let sql = format!(
         "SELECT {TASK_COLUMNS} FROM tasks WHERE deadline IS NOT NULL AND deadline <= ? \
-         AND state IN ('pending', 'leased') LIMIT ? FOR UPDATE SKIP LOCKED"
+         AND state IN ('pending', 'leased', 'blocked') LIMIT ? FOR UPDATE SKIP LOCKED"
     );
     let past_deadline: Vec<TaskRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(now)
@@ -214,6 +214,7 @@ pub(super) async fn task_purge_finished(
         ("task_attempts", "task_id", false),
         // Its dependency edges go with the dependent.
         ("task_deps", "task_id", false),
+        ("task_key_deps", "task_id", false),
     ] {
         let mut qb = sqlx::QueryBuilder::<sqlx::MySql>::new(format!(
             "DELETE FROM {table} WHERE {column} IN ("

@@ -35,6 +35,13 @@ pub(super) async fn insert(
     flows: &[FlowSpec],
     now: DateTime<Utc>,
 ) -> StoreResult<FlowInserted> {
+    if flows.iter().any(|f| !f.depends_on_keys.is_empty()) {
+        // Before anything else (so no keyed insert of this batch holds it
+        // shared first): see the trigger of migration 0004.
+        sqlx::query("SELECT id FROM key_deps_lock WHERE id = 1 FOR UPDATE")
+            .fetch_optional(j.conn())
+            .await?;
+    }
     // First the tasks: a dependency may name one of this batch.
     let inserted = super::ops::task_insert_many(j, tasks, now).await?;
     for (i, f) in flows.iter().enumerate() {
@@ -58,9 +65,32 @@ pub(super) async fn insert(
                 .iter()
                 .filter_map(|&k| inserted.get(k).map(|r| r.task_id.clone())),
         );
+        // Keys: a key that names a task is a dependency on it; one that names
+        // none yet is a wait the insert of a task with that key binds.
+        let mut remaining = 0i64;
+        for k in &f.depends_on_keys {
+            let holder: Option<String> =
+                sqlx::query_scalar("SELECT id FROM tasks WHERE queue = ? AND `key` = ?")
+                    .bind(&k.queue)
+                    .bind(&k.key)
+                    .fetch_optional(j.conn())
+                    .await?;
+            sqlx::query(
+                "INSERT INTO task_key_deps (task_id, queue, `key`, bound_to) VALUES (?, ?, ?, ?)",
+            )
+            .bind(&r.task_id)
+            .bind(&k.queue)
+            .bind(&k.key)
+            .bind(&holder)
+            .execute(j.conn())
+            .await?;
+            match holder {
+                Some(id) => deps.push(id),
+                None => remaining += 1,
+            }
+        }
         deps.sort_unstable();
         deps.dedup();
-        let mut remaining = 0i64;
         let mut failed = false;
         for d in &deps {
             let state = state_of(j, d).await?.unwrap_or_default();
@@ -150,10 +180,20 @@ pub(super) async fn flow_info(
         .bind(id)
         .fetch_all(r)
         .await?;
+        let keys: Vec<(String, String)> = sqlx::query_as(
+            "SELECT queue, `key` FROM task_key_deps WHERE task_id = ? ORDER BY queue, `key`",
+        )
+        .bind(id)
+        .fetch_all(r)
+        .await?;
         out.insert(
             id.clone(),
             TaskFlowInfo {
                 depends_on: deps,
+                depends_on_keys: keys
+                    .into_iter()
+                    .map(|(queue, key)| TaskKey { queue, key })
+                    .collect(),
                 deps_remaining: u32::try_from(rem.max(0)).unwrap_or(u32::MAX),
                 run_if_dependency_fails: run_if,
                 cancel_reason: reason,
@@ -374,4 +414,78 @@ pub(super) async fn requeue_many(
         j.woken.push(queue);
     }
     Ok(n)
+}
+
+/// See [`Store::task_keys_missing`].
+pub(super) async fn keys_missing(
+    r: &MySqlPool,
+    task_id: &str,
+    limit: u32,
+) -> StoreResult<Vec<TaskKey>> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT queue, `key` FROM task_key_deps WHERE task_id = ? AND bound_to IS NULL \
+         ORDER BY queue, `key` LIMIT ?",
+    )
+    .bind(task_id)
+    .bind(i64::from(limit))
+    .fetch_all(r)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(queue, key)| TaskKey { queue, key })
+        .collect())
+}
+
+/// See [`Store::task_dependency_results`].
+pub(super) async fn dependency_results(
+    r: &MySqlPool,
+    task_ids: &[String],
+) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for piece in task_ids.chunks(500) {
+        let mut qb = sqlx::QueryBuilder::<MySql>::new(
+            "SELECT d.task_id, t.id, COALESCE(t.result, x'') FROM task_deps d \
+             JOIN tasks t ON t.id = d.depends_on WHERE t.state = 'succeeded' AND d.task_id IN (",
+        );
+        let mut sep = qb.separated(", ");
+        for id in piece {
+            sep.push_bind(id);
+        }
+        qb.push(") ORDER BY d.task_id, t.id");
+        out.extend(
+            qb.build_query_as::<(String, String, Vec<u8>)>()
+                .fetch_all(r)
+                .await?,
+        );
+    }
+    Ok(out)
+}
+
+/// See [`Store::task_dependency_result_sizes`].
+pub(super) async fn dependency_result_sizes(
+    r: &MySqlPool,
+    task_ids: &[String],
+) -> StoreResult<Vec<(String, u64, u64)>> {
+    let mut out = Vec::new();
+    for piece in task_ids.chunks(500) {
+        let mut qb = sqlx::QueryBuilder::<MySql>::new(
+            "SELECT d.task_id, CAST(count(*) AS SIGNED), \
+               CAST(sum(length(t.id) + COALESCE(length(t.result), 0)) AS SIGNED) \
+             FROM task_deps d JOIN tasks t ON t.id = d.depends_on \
+             WHERE t.state = 'succeeded' AND d.task_id IN (",
+        );
+        let mut sep = qb.separated(", ");
+        for id in piece {
+            sep.push_bind(id);
+        }
+        qb.push(") GROUP BY d.task_id");
+        out.extend(
+            qb.build_query_as::<(String, i64, i64)>()
+                .fetch_all(r)
+                .await?
+                .into_iter()
+                .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64)),
+        );
+    }
+    Ok(out)
 }

@@ -549,6 +549,24 @@ impl Store for MysqlStore {
         job!(self, |j| flow::requeue_many(j, tasks, now).await)
     }
 
+    async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>> {
+        flow::keys_missing(&self.pool, task_id, limit).await
+    }
+
+    async fn task_dependency_result_sizes(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<Vec<(String, u64, u64)>> {
+        flow::dependency_result_sizes(&self.pool, task_ids).await
+    }
+
+    async fn task_dependency_results(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
+        flow::dependency_results(&self.pool, task_ids).await
+    }
+
     async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
         Ok(sqlx::query_scalar(
             "SELECT depends_on FROM task_deps WHERE task_id = ? AND NOT resolved \

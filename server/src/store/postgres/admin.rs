@@ -14,8 +14,11 @@ impl PostgresStore {
         let mut reaped = Reaped::default();
         let mut tx = self.pool.begin().await?;
         let past_deadline = sqlx::query_as::<_, TaskRow>(
-            "SELECT * FROM tasks WHERE deadline IS NOT NULL AND deadline <= $1 \
-             AND state IN ('pending', 'leased') LIMIT $2 FOR UPDATE SKIP LOCKED",
+            "WITH live AS (SELECT * FROM tasks WHERE deadline IS NOT NULL AND deadline <= $1 \
+               AND state IN ('pending', 'leased') LIMIT $2 FOR UPDATE SKIP LOCKED), \
+             blocked AS (SELECT * FROM tasks WHERE deadline IS NOT NULL AND deadline <= $1 \
+               AND state = 'blocked' LIMIT $2 FOR UPDATE SKIP LOCKED) \
+             SELECT * FROM live UNION ALL SELECT * FROM blocked",
         )
         .bind(now)
         .bind(i64::from(limit))
@@ -220,7 +223,8 @@ impl PostgresStore {
                  FOR UPDATE SKIP LOCKED) \
                RETURNING id), \
              attempts AS (DELETE FROM task_attempts WHERE task_id IN (SELECT id FROM gone)), \
-             edges AS (DELETE FROM task_deps WHERE task_id IN (SELECT id FROM gone)) \
+             edges AS (DELETE FROM task_deps WHERE task_id IN (SELECT id FROM gone)), \
+             keys AS (DELETE FROM task_key_deps WHERE task_id IN (SELECT id FROM gone)) \
              SELECT COUNT(*) FROM gone",
         )
         .bind(ms(before))

@@ -38,6 +38,32 @@ struct Placed {
     schedule: Option<String>,
 }
 
+/// The tasks that hold the depends_on_keys of `flows` (this batch's own
+/// included), by key.
+async fn key_holders(
+    tx: &mut sqlx::PgConnection,
+    flows: &[FlowSpec],
+) -> StoreResult<HashMap<TaskKey, String>> {
+    let (queues, keys): (Vec<&str>, Vec<&str>) = flows
+        .iter()
+        .flat_map(|f| &f.depends_on_keys)
+        .map(|k| (k.queue.as_str(), k.key.as_str()))
+        .unzip();
+    let rows: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT t.queue, t.key, t.id FROM tasks t \
+         JOIN UNNEST($1::text[], $2::text[]) AS u(queue, key) \
+           ON t.queue = u.queue AND t.key = u.key",
+    )
+    .bind(&queues)
+    .bind(&keys)
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(queue, key, id)| (TaskKey { queue, key }, id))
+        .collect())
+}
+
 pub(super) async fn insert(
     pool: &PgPool,
     tasks: &[NewTask],
@@ -46,8 +72,21 @@ pub(super) async fn insert(
     commit_by: Option<std::time::Instant>,
 ) -> StoreResult<FlowInserted> {
     let mut tx = pool.begin().await?;
+    let keyed = flows.iter().any(|f| !f.depends_on_keys.is_empty());
+    if keyed {
+        // Before anything else (so no keyed insert of this batch holds the
+        // shared form first): see the trigger of migration 0020.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('taskbroker.key_deps', 0))")
+            .execute(&mut *tx)
+            .await?;
+    }
     let inserted = PostgresStore::insert_on(&mut tx, tasks, now, "").await?;
-    // Each new task's dependencies, as ids.
+    let holders = if keyed {
+        key_holders(&mut tx, flows).await?
+    } else {
+        HashMap::new()
+    };
+    // Each new task's dependencies, as ids (keys that name a task included).
     let deps: Vec<Vec<String>> = flows
         .iter()
         .map(|f| {
@@ -56,6 +95,11 @@ pub(super) async fn insert(
                 f.depends_on_index
                     .iter()
                     .filter_map(|&j| inserted.get(j).map(|r| r.task_id.clone())),
+            );
+            d.extend(
+                f.depends_on_keys
+                    .iter()
+                    .filter_map(|k| holders.get(k).cloned()),
             );
             d
         })
@@ -84,6 +128,9 @@ pub(super) async fn insert(
     }
     let mut placed = Vec::new();
     let mut edges: (Vec<String>, Vec<String>, Vec<bool>) = Default::default();
+    #[allow(clippy::type_complexity)]
+    let mut waits: (Vec<String>, Vec<String>, Vec<String>, Vec<Option<String>>) =
+        Default::default();
     for (i, f) in flows.iter().enumerate() {
         let Some(r) = inserted.get(i).filter(|r| !r.deduplicated) else {
             continue;
@@ -95,6 +142,15 @@ pub(super) async fn insert(
         mine.sort_unstable();
         mine.dedup();
         let mut remaining = 0;
+        for k in &f.depends_on_keys {
+            let holder = holders.get(k);
+            // A key no task holds yet: a wait the insert of its task binds.
+            remaining += i64::from(holder.is_none());
+            waits.0.push(r.task_id.clone());
+            waits.1.push(k.queue.clone());
+            waits.2.push(k.key.clone());
+            waits.3.push(holder.cloned());
+        }
         let mut failed = false;
         for d in mine {
             let state = states.get(d).map(String::as_str).unwrap_or("pending");
@@ -131,6 +187,19 @@ pub(super) async fn insert(
     .bind(&edges.2)
     .execute(&mut *tx)
     .await?;
+    if !waits.0.is_empty() {
+        sqlx::query(
+            "INSERT INTO task_key_deps (task_id, queue, key, bound_to) \
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[]) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(&waits.0)
+        .bind(&waits.1)
+        .bind(&waits.2)
+        .bind(&waits.3)
+        .execute(&mut *tx)
+        .await?;
+    }
     let ids: Vec<&str> = placed.iter().map(|p| p.id.as_str()).collect();
     let st: Vec<&str> = placed.iter().map(|p| p.state).collect();
     let rem: Vec<i64> = placed.iter().map(|p| p.remaining).collect();
@@ -192,10 +261,22 @@ pub(super) async fn flow_info(
     .bind(ids)
     .fetch_all(pool)
     .await?;
+    let mut keys: HashMap<String, Vec<TaskKey>> = HashMap::new();
+    let key_rows: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT task_id, queue, key FROM task_key_deps WHERE task_id = ANY($1) \
+         ORDER BY task_id, queue, key",
+    )
+    .bind(ids)
+    .fetch_all(pool)
+    .await?;
+    for (id, queue, key) in key_rows {
+        keys.entry(id).or_default().push(TaskKey { queue, key });
+    }
     Ok(rows
         .into_iter()
         .map(|(id, rem, run_if, reason, deps)| {
             let info = TaskFlowInfo {
+                depends_on_keys: keys.remove(&id).unwrap_or_default(),
                 depends_on: deps,
                 deps_remaining: u32::try_from(rem.max(0)).unwrap_or(u32::MAX),
                 run_if_dependency_fails: run_if,
@@ -425,4 +506,59 @@ pub(super) async fn requeue_many(
         .await?;
     tx.commit().await?;
     Ok(queues.len() as u64)
+}
+
+/// See [`Store::task_keys_missing`].
+pub(super) async fn keys_missing(
+    pool: &PgPool,
+    task_id: &str,
+    limit: u32,
+) -> StoreResult<Vec<TaskKey>> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT queue, key FROM task_key_deps WHERE task_id = $1 AND bound_to IS NULL \
+         ORDER BY queue, key LIMIT $2",
+    )
+    .bind(task_id)
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(queue, key)| TaskKey { queue, key })
+        .collect())
+}
+
+/// See [`Store::task_dependency_results`].
+pub(super) async fn dependency_results(
+    pool: &PgPool,
+    task_ids: &[String],
+) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
+    Ok(sqlx::query_as(
+        "SELECT d.task_id, t.id, COALESCE(t.result, '\\x'::bytea) FROM task_deps d \
+         JOIN tasks t ON t.id = d.depends_on \
+         WHERE d.task_id = ANY($1) AND t.state = 'succeeded' ORDER BY d.task_id, t.id",
+    )
+    .bind(task_ids)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// See [`Store::task_dependency_result_sizes`].
+pub(super) async fn dependency_result_sizes(
+    pool: &PgPool,
+    task_ids: &[String],
+) -> StoreResult<Vec<(String, u64, u64)>> {
+    let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT d.task_id, count(*), \
+           sum(octet_length(t.id) + COALESCE(octet_length(t.result), 0))::bigint \
+         FROM task_deps d JOIN tasks t ON t.id = d.depends_on \
+         WHERE d.task_id = ANY($1) AND t.state = 'succeeded' GROUP BY d.task_id",
+    )
+    .bind(task_ids)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64))
+        .collect())
 }

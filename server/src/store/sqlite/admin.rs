@@ -23,7 +23,11 @@ pub(super) fn lease_reclaim_expired(
             "SELECT ",
             task_columns!(),
             " FROM tasks WHERE deadline IS NOT NULL AND deadline <= ?1 \
-                 AND state IN ('pending', 'leased') LIMIT ?2"
+                 AND state IN ('pending', 'leased') \
+             UNION ALL SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE deadline IS NOT NULL AND deadline <= ?1 AND state = 'blocked' \
+             LIMIT ?2"
         ))?
         .query_map(params![now, limit], task_row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -191,9 +195,11 @@ pub(super) fn task_purge_finished(
     // Its dependency edges go with the dependent (an edge whose dependency is
     // purged first stays while its dependent shows it in `depends_on`).
     let mut edges = c.prepare_cached("DELETE FROM task_deps WHERE task_id = ?1")?;
+    let mut keys = c.prepare_cached("DELETE FROM task_key_deps WHERE task_id = ?1")?;
     for id in &ids {
         delete.execute([id])?;
         edges.execute([id])?;
+        keys.execute([id])?;
     }
     Ok(ids.len() as u64)
 }

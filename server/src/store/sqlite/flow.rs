@@ -195,6 +195,38 @@ fn state_of(c: &Connection, id: &str) -> StoreResult<Option<String>> {
         .optional()?)
 }
 
+/// What a task's depends_on_keys came to.
+struct KeyDeps {
+    /// The tasks that hold some of the keys.
+    bound: Vec<String>,
+    /// How many keys no task holds yet.
+    waiting: i64,
+}
+
+/// Records the depends_on_keys of `task` (task_key_deps) and looks each key up.
+fn key_deps(c: &Connection, task: &str, keys: &[TaskKey]) -> StoreResult<KeyDeps> {
+    let mut out = KeyDeps {
+        bound: Vec::new(),
+        waiting: 0,
+    };
+    for k in keys {
+        let holder: Option<String> = c
+            .prepare_cached("SELECT id FROM tasks WHERE queue = ?1 AND key = ?2")?
+            .query_row(params![k.queue, k.key], |r| r.get(0))
+            .optional()?;
+        c.prepare_cached(
+            "INSERT INTO task_key_deps (task_id, queue, key, bound_to) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT DO NOTHING",
+        )?
+        .execute(params![task, k.queue, k.key, holder])?;
+        match holder {
+            Some(id) => out.bound.push(id),
+            None => out.waiting += 1,
+        }
+    }
+    Ok(out)
+}
+
 pub(super) fn insert(
     c: &Connection,
     tasks: &[NewTask],
@@ -231,9 +263,13 @@ pub(super) fn insert(
                 .iter()
                 .filter_map(|&j| inserted.get(j).map(|r| r.task_id.clone())),
         );
+        // Keys: a key that names a task is a dependency on it; one that names
+        // none yet is a wait the insert of a task with that key binds.
+        let keys = key_deps(c, &r.task_id, &f.depends_on_keys)?;
+        deps.extend(keys.bound);
         deps.sort_unstable();
         deps.dedup();
-        let mut remaining = 0i64;
+        let mut remaining = keys.waiting;
         let mut failed = false;
         for d in &deps {
             let state = state_of(c, d)?.unwrap_or_default();
@@ -316,10 +352,20 @@ pub(super) async fn flow_info(
         .bind(id)
         .fetch_all(r)
         .await?;
+        let keys: Vec<(String, String)> = sqlx::query_as(
+            "SELECT queue, key FROM task_key_deps WHERE task_id = ? ORDER BY queue, key",
+        )
+        .bind(id)
+        .fetch_all(r)
+        .await?;
         out.insert(
             id.clone(),
             TaskFlowInfo {
                 depends_on: deps,
+                depends_on_keys: keys
+                    .into_iter()
+                    .map(|(queue, key)| TaskKey { queue, key })
+                    .collect(),
                 deps_remaining: u32::try_from(rem.max(0)).unwrap_or(u32::MAX),
                 run_if_dependency_fails: run_if,
                 cancel_reason: reason,
@@ -552,4 +598,73 @@ pub(super) fn simple<'a>(
         time,
         detail: None,
     }
+}
+
+/// See [`Store::task_keys_missing`].
+pub(super) async fn keys_missing(
+    r: &SqlitePool,
+    task_id: &str,
+    limit: u32,
+) -> StoreResult<Vec<TaskKey>> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT queue, key FROM task_key_deps WHERE task_id = ? AND bound_to IS NULL \
+         ORDER BY queue, key LIMIT ?",
+    )
+    .bind(task_id)
+    .bind(i64::from(limit))
+    .fetch_all(r)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(queue, key)| TaskKey { queue, key })
+        .collect())
+}
+
+/// See [`Store::task_dependency_results`].
+pub(super) async fn dependency_results(
+    r: &SqlitePool,
+    task_ids: &[String],
+) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for piece in task_ids.chunks(500) {
+        let sql = format!(
+            "SELECT d.task_id, t.id, COALESCE(t.result, x'') FROM task_deps d \
+             JOIN tasks t ON t.id = d.depends_on \
+             WHERE d.task_id IN ({}) AND t.state = 'succeeded' ORDER BY d.task_id, t.id",
+            vec!["?"; piece.len()].join(", ")
+        );
+        let mut q = sqlx::query_as::<_, (String, String, Vec<u8>)>(sqlx::AssertSqlSafe(sql));
+        for id in piece {
+            q = q.bind(id);
+        }
+        out.extend(q.fetch_all(r).await?);
+    }
+    Ok(out)
+}
+
+/// See [`Store::task_dependency_result_sizes`].
+pub(super) async fn dependency_result_sizes(
+    r: &SqlitePool,
+    task_ids: &[String],
+) -> StoreResult<Vec<(String, u64, u64)>> {
+    let mut out = Vec::new();
+    for piece in task_ids.chunks(500) {
+        let sql = format!(
+            "SELECT d.task_id, count(*), sum(length(t.id) + COALESCE(length(t.result), 0)) \
+             FROM task_deps d JOIN tasks t ON t.id = d.depends_on \
+             WHERE d.task_id IN ({}) AND t.state = 'succeeded' GROUP BY d.task_id",
+            vec!["?"; piece.len()].join(", ")
+        );
+        let mut q = sqlx::query_as::<_, (String, i64, i64)>(sqlx::AssertSqlSafe(sql));
+        for id in piece {
+            q = q.bind(id);
+        }
+        out.extend(
+            q.fetch_all(r)
+                .await?
+                .into_iter()
+                .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64)),
+        );
+    }
+    Ok(out)
 }
