@@ -125,6 +125,10 @@ pub struct Args {
     /// checks the target of every task it takes.
     #[arg(long)]
     pub targeted: bool,
+    /// Every task carries an idempotency key of its own (as producers that
+    /// retry safely submit).
+    #[arg(long)]
+    pub keyed: bool,
 
     /// Admission: every task gets one of this many concurrency keys, in
     /// turn; 0 = none.

@@ -52,6 +52,7 @@ fn main() -> ExitCode {
         }
     };
     rpc::set_targeted(args.targeted);
+    rpc::set_keyed(args.keyed);
     rpc::set_lease_next(args.lease_next());
     // The machine this targets has few cores; the broker and its database need
     // them more than the load generator does, so two runtime threads are enough.

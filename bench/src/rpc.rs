@@ -85,6 +85,14 @@ pub fn set_targeted(on: bool) {
     TARGETED.store(on, Ordering::Relaxed);
 }
 
+/// `--keyed`: every task carries an idempotency key of its own.
+static KEYED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static NEXT_KEY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub fn set_keyed(on: bool) {
+    KEYED.store(on, Ordering::Relaxed);
+}
+
 fn pairs(p: &[(&str, &str)]) -> std::collections::HashMap<String, String> {
     p.iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -97,10 +105,16 @@ pub fn spec(queue: &str, payload: Vec<u8>) -> TaskSpec {
         worker_id: String::new(),
         labels: pairs(&[("gpu", "a100"), ("region", "eu")]),
     });
+    let key = if KEYED.load(Ordering::Relaxed) {
+        format!("k{}", NEXT_KEY.fetch_add(1, Ordering::Relaxed))
+    } else {
+        String::new()
+    };
     TaskSpec {
         queue: queue.to_string(),
         payload,
         target,
+        key,
         concurrency_key: crate::admission::next_key(),
         ..Default::default()
     }
