@@ -226,12 +226,12 @@ impl Broker {
             // Checked as it expands: every fire time is as long as this one.
             cal::check_key_template(&f("key"), key)?;
             let expanded = cal::expand_key(key, id, DateTime::UNIX_EPOCH);
-            validate::identifier(&f("key"), &expanded, super::flow::MAX_KEY_LEN).map_err(
-                |e| Invalid {
+            validate::identifier(&f("key"), &expanded, super::flow::MAX_KEY_LEN).map_err(|e| {
+                Invalid {
                     message: format!("{} once expanded ({expanded:?})", e.message),
                     ..e
-                },
-            )?;
+                }
+            })?;
         }
         if let Some(fo) = &t.fanout {
             fo.validate(&f("fanout"))?;

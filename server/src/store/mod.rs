@@ -87,6 +87,9 @@ impl From<sqlx::Error> for StoreError {
                 // connections, disk full, out of memory; a write on a host that
                 // became a standby (read-only transaction) during a failover.
                 Some("57P01" | "57P02" | "57P03" | "53300" | "53100" | "53200" | "08006" | "08001" | "08004" | "25006")
+                // Postgres and MySQL: a deadlock or a serialization failure; the
+                // transaction was rolled back whole, so the call may be sent again.
+                | Some("40P01" | "40001")
                 // SQLite: busy, locked.
                 | Some("5" | "6" | "517" | "261")
                 // MySQL/MariaDB: lost connection to the server, server shutdown.
