@@ -1,11 +1,13 @@
-"""The cases of clients/conformance/SCENARIO.md on the results of dependencies and on
+"""The cases of clients/conformance/SCENARIO.md on the results of dependencies, on keys and on
 backpressure: `dependency_results` (a Worker's handler reads its dependency's result on its
-context) and `submit_backpressure` (a queue's max_pending refuses a Submit with
+context), `keys_and_replace` (the client's submit with a dependency on a key and a replace by
+key) and `submit_backpressure` (a queue's max_pending refuses a Submit with
 RESOURCE_EXHAUSTED, RetryInfo and QuotaFailure; the client's submit waits the hinted delay)."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import datetime
 import logging
 import threading
 
@@ -19,7 +21,7 @@ from taskbroker.client import duration
 from taskbroker.v1 import admin_pb2, broker_pb2, queue_pb2
 
 State = broker_pb2.TaskState
-RESULTS_CASES = ["dependency_results", "submit_backpressure"]
+RESULTS_CASES = ["dependency_results", "keys_and_replace", "submit_backpressure"]
 
 
 class CaseFailed(Exception):
@@ -65,6 +67,62 @@ class ResultsCases:
             tb.state == State.TASK_STATE_SUCCEEDED and tb.result == b"a-result",
             f"b is {State.Name(tb.state)} with result {tb.result!r}, want SUCCEEDED with a-result",
         )
+
+    def _lease(self, q: str, wait: float) -> list[broker_pb2.LeasedTask]:
+        return list(
+            self.tb.broker.Lease(
+                broker_pb2.LeaseRequest(
+                    worker_id="conf-python",
+                    queues=[q],
+                    max_tasks=10,
+                    lease_duration=duration(30),
+                    wait=duration(wait),
+                ),
+                timeout=wait + 10,
+            ).tasks
+        )
+
+    def _complete(self, t: broker_pb2.LeasedTask, result: bytes = b"") -> None:
+        self.tb.broker.Complete(
+            broker_pb2.CompleteRequest(task_id=t.task_id, lease_token=t.lease_token, result=result), timeout=10
+        )
+
+    def keys_and_replace(self, q: str) -> None:
+        b = self.tb.submit(q, b"b", depends_on_keys=[(q, "k-a")]).task_id
+        tb = self.tb.get_task(b)
+        check(tb.state == State.TASK_STATE_BLOCKED, f"b is {State.Name(tb.state)}, want BLOCKED")
+        now = datetime.datetime.now(datetime.timezone.utc)
+        first = self.tb.submit(q, b"v1", key="digest", run_at=now + datetime.timedelta(hours=1))
+        second = self.tb.submit(q, b"v2", key="digest", run_at=now, on_duplicate_key="replace_waiting")
+        check(
+            second.task_id == first.task_id and second.deduplicated and second.replaced,
+            f"the second submit of digest answered {second.task_id} (deduplicated {second.deduplicated}, "
+            f"replaced {second.replaced}), want {first.task_id} with both true",
+        )
+        d = first.task_id
+        a = self.tb.submit(q, b"a", key="k-a").task_id
+        got = self._lease(q, 0)
+        ids = sorted(t.task_id for t in got)
+        check(ids == sorted([a, d]), f"the first Lease returned {ids}, want exactly a {a} and d {d}")
+        for t in got:
+            if t.task_id == d:
+                check(t.payload == b"v2", f"d was leased with payload {t.payload!r}, want v2")
+                self._complete(t)
+            else:
+                self._complete(t, b"a-result")
+        tb = self.tb.get_task(b)
+        check(tb.state == State.TASK_STATE_READY, f"after a's Complete b is {State.Name(tb.state)}, want READY")
+        got = self._lease(q, 5)
+        check(
+            len(got) == 1 and got[0].task_id == b,
+            f"the second Lease returned {[t.task_id for t in got]}, want exactly b {b}",
+        )
+        results = dict(got[0].dependency_results)
+        check(
+            results == {a: b"a-result"},
+            f"b was leased with dependency_results {results}, want {{{a}: a-result}}",
+        )
+        self._complete(got[0])
 
     def submit_backpressure(self, q: str) -> None:
         self.tb.admin.UpdateQueue(

@@ -459,6 +459,9 @@ fn cases() -> Vec<(&'static str, Case)> {
         ("dependency_results", |c, q| {
             Box::pin(results::dependency_results(c, q))
         }),
+        ("keys_and_replace", |c, q| {
+            Box::pin(results::keys_and_replace(c, q))
+        }),
         ("submit_backpressure", |c, q| {
             Box::pin(results::submit_backpressure(c, q))
         }),

@@ -57,6 +57,7 @@ var cases = []testCase{
 	{"worker_id_binding", workerIDBinding},
 	{"typed_handlers", typedHandlers},
 	{"dependency_results", dependencyResults},
+	{"keys_and_replace", keysAndReplace},
 	{"submit_backpressure", submitBackpressure},
 }
 
