@@ -1,15 +1,17 @@
 /**
- * `dependency_results` (a Worker's handler reads its dependency's result on its context) and
- * `submit_backpressure` (a queue's max_pending refuses a Submit with RESOURCE_EXHAUSTED,
+ * `dependency_results` (a Worker's handler reads its dependency's result on its context),
+ * `keys_and_replace` (the submit helper with a dependency on a key and a replace by key; the
+ * leased dependent carries its dependency's result) and `submit_backpressure` (a queue's max_pending refuses a Submit with RESOURCE_EXHAUSTED,
  * RetryInfo and QuotaFailure; the client's submit waits the hinted delay and gets in).
  */
-import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import {
   Client,
   QuotaFailureSchema,
   RetryInfoSchema,
   TaskState,
+  DuplicateKeyPolicy,
   connect,
   optionsFromEnv,
   wait,
@@ -57,6 +59,62 @@ export const resultsCases: [string, (env: ResultsEnv) => Promise<void>][] = [
         tb.state === TaskState.SUCCEEDED && text.decode(tb.result) === "a-result",
         `b is ${TaskState[tb.state]} with result ${JSON.stringify(text.decode(tb.result))}, want SUCCEEDED with a-result`,
       );
+    },
+  ],
+  [
+    "keys_and_replace",
+    async ({ client, queue }) => {
+      const lease = (waitMs: number) =>
+        client.broker.lease({
+          workerId: WORKER_ID,
+          queues: [queue],
+          maxTasks: 10,
+          leaseDuration: durationFromMs(30_000),
+          wait: durationFromMs(waitMs),
+        });
+      const state = async (taskId: string) => (await client.admin.getTask({ taskId })).task!.state;
+
+      const b = await client.submit(queue, utf8.encode("b"), { dependsOnKeys: [{ queue, key: "k-a" }] });
+      const blocked = await state(b.taskId);
+      check(blocked === TaskState.BLOCKED, `b is ${TaskState[blocked]} before k-a exists, want BLOCKED`);
+
+      const now = Date.now();
+      const d1 = await client.submit(queue, utf8.encode("v1"), { key: "digest", runAt: timestampFromMs(now + 3_600_000) });
+      const d2 = await client.submit(queue, utf8.encode("v2"), {
+        key: "digest",
+        runAt: timestampFromMs(now),
+        onDuplicateKey: DuplicateKeyPolicy.REPLACE_WAITING,
+      });
+      check(
+        d2.taskId === d1.taskId && d2.deduplicated && d2.replaced,
+        `the second submit of digest answered ${d2.taskId} deduplicated=${d2.deduplicated} replaced=${d2.replaced}, want ${d1.taskId} deduplicated=true replaced=true`,
+      );
+
+      const a = await client.submit(queue, utf8.encode("a"), { key: "k-a" });
+      const first = await lease(0);
+      const got = first.tasks.map((t) => `${t.taskId}=${text.decode(t.payload)}`).sort().join(",");
+      const want = [`${a.taskId}=a`, `${d1.taskId}=v2`].sort().join(",");
+      check(got === want, `the first Lease returned [${got}], want [${want}] (a, and d with payload v2)`);
+      for (const t of first.tasks) {
+        await client.broker.complete({
+          taskId: t.taskId,
+          leaseToken: t.leaseToken,
+          ...(t.taskId === a.taskId ? { result: utf8.encode("a-result") } : {}),
+        });
+      }
+      const ready = await state(b.taskId);
+      check(ready === TaskState.READY, `b is ${TaskState[ready]} after a's Complete, want READY`);
+
+      const second = await lease(5_000);
+      check(
+        second.tasks.length === 1 && second.tasks[0]!.taskId === b.taskId,
+        `the second Lease returned [${second.tasks.map((t) => text.decode(t.payload)).join(",")}], want exactly b`,
+      );
+      const tb = second.tasks[0]!;
+      const results = JSON.stringify(Object.fromEntries(Object.entries(tb.dependencyResults).map(([id, r]) => [id, text.decode(r)])));
+      const wantResults = JSON.stringify({ [a.taskId]: "a-result" });
+      check(results === wantResults, `b's dependency_results ${results}, want ${wantResults}`);
+      await client.broker.complete({ taskId: tb.taskId, leaseToken: tb.leaseToken });
     },
   ],
   [

@@ -125,6 +125,7 @@ public final class Conformance {
     cases.put("worker_id_binding", () -> BindingCases.workerIdBinding(tb, queue));
     cases.put("typed_handlers", () -> TypedCases.typedHandlers(tb, queue));
     cases.put("dependency_results", () -> ResultsCases.dependencyResults(tb, queue));
+    cases.put("keys_and_replace", () -> ResultsCases.keysAndReplace(tb, queue));
     cases.put("submit_backpressure", () -> ResultsCases.submitBackpressure(tb, queue));
     int passed = 0;
     int failed = 0;

@@ -8,6 +8,7 @@ import dev.taskbroker.client.ProtoTime;
 import dev.taskbroker.client.Taskbroker;
 import dev.taskbroker.client.Worker;
 import dev.taskbroker.v1.CompleteRequest;
+import dev.taskbroker.v1.DuplicateKeyPolicy;
 import dev.taskbroker.v1.GetTaskRequest;
 import dev.taskbroker.v1.LeaseRequest;
 import dev.taskbroker.v1.LeasedTask;
@@ -16,6 +17,7 @@ import dev.taskbroker.v1.QueueConfig;
 import dev.taskbroker.v1.SubmitRequest;
 import dev.taskbroker.v1.SubmitResult;
 import dev.taskbroker.v1.Task;
+import dev.taskbroker.v1.TaskKey;
 import dev.taskbroker.v1.TaskSpec;
 import dev.taskbroker.v1.TaskState;
 import dev.taskbroker.v1.UpdateQueueRequest;
@@ -30,16 +32,20 @@ import io.grpc.MethodDescriptor;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import io.grpc.protobuf.StatusProto;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.time.Instant;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
 /**
- * {@code dependency_results} (a Worker's handler reads its dependency's result on its context)
- * and {@code submit_backpressure} (a queue's max_pending refuses a Submit with
+ * {@code dependency_results} (a Worker's handler reads its dependency's result on its context),
+ * {@code keys_and_replace} (the submit helper with a dependency on a key and a replace by key;
+ * the leased dependent carries its dependency's result) and {@code submit_backpressure} (a queue's max_pending refuses a Submit with
  * RESOURCE_EXHAUSTED, RetryInfo and QuotaFailure; the client's submit waits the hinted delay
  * and gets in) of SCENARIO.md.
  */
@@ -87,6 +93,90 @@ final class ResultsCases {
     check(
         tbk.getState() == TaskState.TASK_STATE_SUCCEEDED && tbk.getResult().toStringUtf8().equals("a-result"),
         "b is " + tbk.getState() + " with result " + tbk.getResult().toStringUtf8() + ", want SUCCEEDED with a-result");
+  }
+
+  private static byte[] utf8(String s) {
+    return s.getBytes(StandardCharsets.UTF_8);
+  }
+
+  private static List<LeasedTask> lease(Taskbroker tb, String queue, Duration wait) {
+    return tb.broker()
+        .lease(
+            LeaseRequest.newBuilder()
+                .setWorkerId(WORKER_ID)
+                .addQueues(queue)
+                .setMaxTasks(10)
+                .setLeaseDuration(ProtoTime.duration(Duration.ofSeconds(30)))
+                .setWait(ProtoTime.duration(wait))
+                .build())
+        .getTasksList();
+  }
+
+  private static TaskState state(Taskbroker tb, String taskId) {
+    return tb.admin().getTask(GetTaskRequest.newBuilder().setTaskId(taskId).build()).getTask().getState();
+  }
+
+  static void keysAndReplace(Taskbroker tb, String queue) throws Exception {
+    String b =
+        tb.submit(
+                tb.spec(queue, utf8("b"))
+                    .addDependsOnKeys(TaskKey.newBuilder().setQueue(queue).setKey("k-a"))
+                    .build())
+            .getTaskId();
+    TaskState blocked = state(tb, b);
+    check(blocked == TaskState.TASK_STATE_BLOCKED, "b is " + blocked + " before k-a exists, want BLOCKED");
+
+    Instant now = Instant.now();
+    SubmitResult d1 =
+        tb.submit(
+            tb.spec(queue, utf8("v1"))
+                .setKey("digest")
+                .setRunAt(ProtoTime.timestamp(now.plus(Duration.ofHours(1))))
+                .build());
+    SubmitResult d2 =
+        tb.submit(
+            tb.spec(queue, utf8("v2"))
+                .setKey("digest")
+                .setRunAt(ProtoTime.timestamp(now))
+                .setOnDuplicateKey(DuplicateKeyPolicy.DUPLICATE_KEY_POLICY_REPLACE_WAITING)
+                .build());
+    check(
+        d2.getTaskId().equals(d1.getTaskId()) && d2.getDeduplicated() && d2.getReplaced(),
+        "the second submit of digest answered " + d2.getTaskId() + " deduplicated=" + d2.getDeduplicated()
+            + " replaced=" + d2.getReplaced() + ", want " + d1.getTaskId() + " deduplicated=true replaced=true");
+
+    String a = tb.submit(tb.spec(queue, utf8("a")).setKey("k-a").build()).getTaskId();
+    List<LeasedTask> first = lease(tb, queue, Duration.ZERO);
+    Map<String, String> got = new TreeMap<>();
+    first.forEach(t -> got.put(t.getTaskId(), t.getPayload().toStringUtf8()));
+    Map<String, String> want = new TreeMap<>(Map.of(a, "a", d1.getTaskId(), "v2"));
+    check(
+        first.size() == 2 && got.equals(want),
+        "the first Lease returned " + got + ", want " + want + " (a, and d with payload v2)");
+    for (LeasedTask t : first) {
+      CompleteRequest.Builder done =
+          CompleteRequest.newBuilder().setTaskId(t.getTaskId()).setLeaseToken(t.getLeaseToken());
+      if (t.getTaskId().equals(a)) {
+        done.setResult(ByteString.copyFromUtf8("a-result"));
+      }
+      tb.broker().complete(done.build());
+    }
+    TaskState ready = state(tb, b);
+    check(ready == TaskState.TASK_STATE_READY, "b is " + ready + " after a's Complete, want READY");
+
+    List<LeasedTask> second = lease(tb, queue, Duration.ofSeconds(5));
+    check(
+        second.size() == 1 && second.get(0).getTaskId().equals(b),
+        "the second Lease returned " + second.stream().map(t -> t.getPayload().toStringUtf8()).toList() + ", want exactly b");
+    LeasedTask leasedB = second.get(0);
+    Map<String, String> results = new TreeMap<>();
+    leasedB.getDependencyResultsMap().forEach((id, r) -> results.put(id, r.toStringUtf8()));
+    check(
+        results.equals(Map.of(a, "a-result")),
+        "b's dependency_results " + results + ", want {" + a + "=a-result}");
+    tb.broker()
+        .complete(
+            CompleteRequest.newBuilder().setTaskId(leasedB.getTaskId()).setLeaseToken(leasedB.getLeaseToken()).build());
   }
 
   /** Counts down when a call through it is answered RESOURCE_EXHAUSTED. */
