@@ -423,6 +423,9 @@ async function main() {
     await page.keyboard.press('Tab');
     expect(await page.evaluate(() => document.activeElement.textContent) === 'Skip to content', 'skip link first');
     await page.keyboard.press('Enter');
+    // Following a fragment link completes after the key press returns.
+    await page.waitForFunction(() => location.hash === '#main', null, { timeout: 5000 })
+      .catch(() => {});
     expect(page.url().endsWith('#main'), 'skip link jumps to the content');
   });
 
