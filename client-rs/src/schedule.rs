@@ -184,16 +184,7 @@ impl NewSchedule {
 
     /// Keeps a retry of each task it makes for the worker that failed it.
     pub fn sticky(mut self, sticky: crate::Sticky) -> Self {
-        template(&mut self.inner).sticky = Some(match sticky {
-            crate::Sticky::Soft(timeout) => pb::StickyPolicy {
-                strategy: pb::StickyStrategy::Soft as i32,
-                timeout: Some(to_proto_duration(timeout)),
-            },
-            crate::Sticky::Hard => pb::StickyPolicy {
-                strategy: pb::StickyStrategy::Hard as i32,
-                timeout: None,
-            },
-        });
+        template(&mut self.inner).sticky = Some(sticky.into());
         self
     }
 

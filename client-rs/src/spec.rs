@@ -140,16 +140,7 @@ impl TaskSpec {
 
     /// Keeps a retry for the worker that ran the failed attempt.
     pub fn sticky(mut self, sticky: crate::Sticky) -> Self {
-        self.inner.sticky = Some(match sticky {
-            crate::Sticky::Soft(timeout) => pb::StickyPolicy {
-                strategy: pb::StickyStrategy::Soft as i32,
-                timeout: Some(to_proto_duration(timeout)),
-            },
-            crate::Sticky::Hard => pb::StickyPolicy {
-                strategy: pb::StickyStrategy::Hard as i32,
-                timeout: None,
-            },
-        });
+        self.inner.sticky = Some(sticky.into());
         self
     }
 

@@ -15,6 +15,21 @@ pub enum Sticky {
     Hard,
 }
 
+impl From<Sticky> for pb::StickyPolicy {
+    fn from(sticky: Sticky) -> Self {
+        match sticky {
+            Sticky::Soft(timeout) => pb::StickyPolicy {
+                strategy: pb::StickyStrategy::Soft as i32,
+                timeout: Some(crate::time::to_proto_duration(timeout)),
+            },
+            Sticky::Hard => pb::StickyPolicy {
+                strategy: pb::StickyStrategy::Hard as i32,
+                timeout: None,
+            },
+        }
+    }
+}
+
 /// Which workers `Client::list_workers_page` returns; empty means every worker
 /// seen within the broker's `worker_ttl`.
 #[derive(Debug, Clone, Default)]

@@ -120,20 +120,8 @@ pub struct SubmitArgs {
     /// Metadata entries, NAME=VALUE; repeat for more (also `--meta`).
     #[arg(long = "metadata", visible_alias = "meta", value_parser = parse::key_value)]
     pub metadata: Vec<(String, String)>,
-    /// Only the worker with this id may run the task.
-    #[arg(long)]
-    pub target_worker: Option<String>,
-    /// Only a worker carrying this label may run the task, KEY=VALUE; repeat
-    /// to require more.
-    #[arg(long = "target-label", value_parser = parse::key_value)]
-    pub target_labels: Vec<(String, String)>,
-    /// Keep a retry for the worker that failed it: soft (until --sticky-timeout)
-    /// or hard (until the deadline).
-    #[arg(long, value_parser = ["soft", "hard"])]
-    pub sticky: Option<String>,
-    /// How long a soft sticky retry waits for its worker. Default 30s.
-    #[arg(long, value_parser = parse::duration, requires = "sticky")]
-    pub sticky_timeout: Option<Duration>,
+    #[command(flatten)]
+    pub routing: RoutingArgs,
     /// Make this many copies (1 to 1000) and print each id (also `--fanout`).
     #[arg(long, visible_alias = "fanout")]
     pub copies: Option<u32>,
@@ -165,6 +153,42 @@ pub struct SubmitArgs {
     pub on_duplicate_key: Option<String>,
     #[command(flatten)]
     pub connection: Connection,
+}
+
+/// Which workers may run each task (`submit` and `schedule create`).
+#[derive(Debug, clap::Args)]
+pub struct RoutingArgs {
+    /// Only the worker with this id may run each task.
+    #[arg(long)]
+    pub target_worker: Option<String>,
+    /// Only a worker carrying this label may run each task, KEY=VALUE; repeat
+    /// to require more.
+    #[arg(long = "target-label", value_parser = parse::key_value)]
+    pub target_labels: Vec<(String, String)>,
+    /// Keep a retry for the worker that failed it: soft (until --sticky-timeout)
+    /// or hard (until the deadline).
+    #[arg(long, value_parser = ["soft", "hard"])]
+    pub sticky: Option<String>,
+    /// How long a soft sticky retry waits for its worker. Default 30s.
+    #[arg(long, value_parser = parse::duration, requires = "sticky")]
+    pub sticky_timeout: Option<Duration>,
+}
+
+impl RoutingArgs {
+    /// The sticky policy the flags ask for, if any.
+    pub fn sticky(&self) -> Option<crate::Sticky> {
+        match self.sticky.as_deref()? {
+            "hard" => Some(crate::Sticky::Hard),
+            _ => Some(crate::Sticky::Soft(
+                self.sticky_timeout.unwrap_or(Duration::from_secs(30)),
+            )),
+        }
+    }
+
+    /// Whether any of the flags is given.
+    pub fn any(&self) -> bool {
+        self.target_worker.is_some() || !self.target_labels.is_empty() || self.sticky.is_some()
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -503,19 +527,14 @@ async fn submit(a: SubmitArgs) -> Result<String, CliError> {
     for (k, v) in &a.metadata {
         spec = spec.metadata(k, v);
     }
-    if let Some(w) = &a.target_worker {
+    if let Some(w) = &a.routing.target_worker {
         spec = spec.target_worker(w);
     }
-    for (k, v) in &a.target_labels {
+    for (k, v) in &a.routing.target_labels {
         spec = spec.target_label(k, v);
     }
-    match a.sticky.as_deref() {
-        Some("hard") => spec = spec.sticky(crate::Sticky::Hard),
-        Some(_) => {
-            let timeout = a.sticky_timeout.unwrap_or(Duration::from_secs(30));
-            spec = spec.sticky(crate::Sticky::Soft(timeout));
-        }
-        None => {}
+    if let Some(sticky) = a.routing.sticky() {
+        spec = spec.sticky(sticky);
     }
     if let Some(n) = a.copies {
         spec = spec.fanout(n, a.distinct_workers);

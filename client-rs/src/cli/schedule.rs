@@ -79,20 +79,8 @@ pub struct CreateArgs {
     /// Each task must finish this long after it is made (30m).
     #[arg(long, value_parser = parse::duration)]
     pub deadline_after: Option<Duration>,
-    /// Only the worker with this id may run the tasks it makes.
-    #[arg(long)]
-    pub target_worker: Option<String>,
-    /// Only a worker carrying this label may run the tasks it makes, KEY=VALUE;
-    /// repeat to require more.
-    #[arg(long = "target-label", value_parser = parse::key_value)]
-    pub target_labels: Vec<(String, String)>,
-    /// Keep a retry for the worker that failed it: soft (until --sticky-timeout)
-    /// or hard (until the deadline).
-    #[arg(long, value_parser = ["soft", "hard"])]
-    pub sticky: Option<String>,
-    /// How long a soft sticky retry waits for its worker. Default 30s.
-    #[arg(long, value_parser = parse::duration, requires = "sticky")]
-    pub sticky_timeout: Option<Duration>,
+    #[command(flatten)]
+    pub routing: super::RoutingArgs,
     /// Each fire makes this many copies (also `--copies`).
     #[arg(long, visible_alias = "copies")]
     pub fanout: Option<u32>,
@@ -257,9 +245,7 @@ fn build(a: &CreateArgs) -> Result<(NewSchedule, Vec<&'static str>), CliError> {
         || a.priority.is_some()
         || !a.metadata.is_empty()
         || a.deadline_after.is_some()
-        || a.target_worker.is_some()
-        || !a.target_labels.is_empty()
-        || a.sticky.is_some()
+        || a.routing.any()
         || a.fanout.is_some()
         || a.concurrency_key.is_some()
         || a.key.is_some();
@@ -281,19 +267,14 @@ fn build(a: &CreateArgs) -> Result<(NewSchedule, Vec<&'static str>), CliError> {
     if let Some(d) = a.deadline_after {
         s = s.deadline_after(d);
     }
-    if let Some(w) = &a.target_worker {
+    if let Some(w) = &a.routing.target_worker {
         s = s.target_worker(w);
     }
-    for (k, v) in &a.target_labels {
+    for (k, v) in &a.routing.target_labels {
         s = s.target_label(k, v);
     }
-    match a.sticky.as_deref() {
-        Some("hard") => s = s.sticky(crate::Sticky::Hard),
-        Some(_) => {
-            let timeout = a.sticky_timeout.unwrap_or(Duration::from_secs(30));
-            s = s.sticky(crate::Sticky::Soft(timeout));
-        }
-        None => {}
+    if let Some(sticky) = a.routing.sticky() {
+        s = s.sticky(sticky);
     }
     if let Some(n) = a.fanout {
         s = s.fanout(n, a.distinct_workers);
