@@ -90,10 +90,24 @@ step "Postgres failover: kill -9 of the primary, promotion of the synchronous st
 TASKBROKER_FAILOVER_ROUNDS=2 cargo test -q -p taskbroker-server --test failover_pg \
   the_brokers_ride_through_pg_ctl_promotions -- --nocapture 2>&1 |
   grep -E '^failover|^skipped|panicked|test result'
-TASKBROKER_FAILOVER_ROUNDS=1 TASKBROKER_REQUIRE_PG_AUTO_FAILOVER=1 \
-  cargo test -q -p taskbroker-server --test failover_pg \
-  the_brokers_ride_through_pg_auto_failover_failovers -- --nocapture 2>&1 |
-  grep -E '^failover|^skipped|panicked|test result'
+# pg_auto_failover's own rejoin of the dead node (its keeper, after the brokers' checks
+# of the round) sometimes does not settle within the harness's 120 s on this machine: that
+# failure, and only that one, is said and the round run once more.
+pgaf_round() {
+  TASKBROKER_FAILOVER_ROUNDS=1 TASKBROKER_REQUIRE_PG_AUTO_FAILOVER=1 \
+    cargo test -q -p taskbroker-server --test failover_pg \
+    the_brokers_ride_through_pg_auto_failover_failovers -- --nocapture > "$pgdir/pgaf.log" 2>&1
+}
+if ! pgaf_round; then
+  grep -E '^failover|^skipped|panicked|test result|failed:|did not settle' "$pgdir/pgaf.log"
+  if grep -q 'pg_auto_failover did not settle' "$pgdir/pgaf.log"; then
+    echo "pg_auto_failover's rejoin did not settle (the harness, not a broker check); once more"
+    pgaf_round || { grep -E 'panicked|failed:|did not settle' "$pgdir/pgaf.log"; exit 1; }
+  else
+    exit 1
+  fi
+fi
+grep -E '^failover|^skipped|panicked|test result' "$pgdir/pgaf.log"
 
 step "console: browser end-to-end tests (headless Chromium)"
 scripts/console-e2e.sh
