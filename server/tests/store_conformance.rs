@@ -385,8 +385,24 @@ async fn a_creation_time_range_lists_newest_created_first_by_keyset(b: Backend) 
     let ids: Vec<_> = all.iter().map(|t| t.id.clone()).collect();
     assert_eq!(
         ids,
-        [uuid_like(4), uuid_like(3), uuid_like(2), uuid_like(1)],
-        "without a time range: newest stored first"
+        [uuid_like(4), uuid_like(1), uuid_like(3), uuid_like(2)],
+        "without a time range: newest created first too"
+    );
+    let rest = s
+        .task_list(&TaskFilter {
+            before_seq: all.get(1).map(|t| t.seq),
+            before_created: all.get(1).map(|t| t.created_at),
+            limit: 10,
+            now: secs_after(30),
+            ..TaskFilter::default()
+        })
+        .await
+        .unwrap();
+    let ids: Vec<_> = rest.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(
+        ids,
+        [uuid_like(3), uuid_like(2)],
+        "a page without a time range follows the same keyset"
     );
 }
 

@@ -44,22 +44,30 @@ pub struct UpdateTask {
     pub max_attempts: u32,
 }
 
+/// A page of a list without creation-time filters, by sequence number alone (the
+/// tokens of earlier versions; still read).
 const PAGE_TOKEN_PREFIX: &str = "v1:";
 /// A page of a list in creation order (a created_after/created_before filter).
 const CREATED_TOKEN_PREFIX: &str = "v2:";
+/// A page of a list without creation-time filters: the creation time and the
+/// sequence number, so a store may list in either order.
+const NEWEST_TOKEN_PREFIX: &str = "v3:";
 
-/// Where the next page starts: after the task with this sequence number (and, in
-/// a list in creation order, this creation time in epoch ms).
+/// Where the next page starts: after the task with this sequence number (and
+/// this creation time in epoch ms), in a list without (`Newest`) or with
+/// (`Created`) creation-time filters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PagePos {
     Seq(i64),
     Created(i64, i64),
+    Newest(i64, i64),
 }
 
 fn encode_page_token(pos: PagePos) -> String {
     let text = match pos {
         PagePos::Seq(seq) => format!("{PAGE_TOKEN_PREFIX}{seq}"),
         PagePos::Created(at, seq) => format!("{CREATED_TOKEN_PREFIX}{at}:{seq}"),
+        PagePos::Newest(at, seq) => format!("{NEWEST_TOKEN_PREFIX}{at}:{seq}"),
     };
     URL_SAFE_NO_PAD.encode(text)
 }
@@ -77,12 +85,17 @@ fn decode_page_token(token: &str) -> Result<Option<PagePos>, Invalid> {
             .map(|s| Some(PagePos::Seq(s)))
             .map_err(|_| bad());
     }
-    let (at, seq) = text
-        .strip_prefix(CREATED_TOKEN_PREFIX)
-        .and_then(|t| t.split_once(':'))
-        .ok_or_else(bad)?;
+    let (pos, rest): (fn(i64, i64) -> PagePos, &str) =
+        if let Some(rest) = text.strip_prefix(CREATED_TOKEN_PREFIX) {
+            (PagePos::Created, rest)
+        } else if let Some(rest) = text.strip_prefix(NEWEST_TOKEN_PREFIX) {
+            (PagePos::Newest, rest)
+        } else {
+            return Err(bad());
+        };
+    let (at, seq) = rest.split_once(':').ok_or_else(bad)?;
     match (at.parse(), seq.parse()) {
-        (Ok(at), Ok(seq)) => Ok(Some(PagePos::Created(at, seq))),
+        (Ok(at), Ok(seq)) => Ok(Some(pos(at, seq))),
         _ => Err(bad()),
     }
 }
@@ -146,7 +159,7 @@ impl Broker {
         let (before_seq, before_created) = match (decode_page_token(&req.page_token)?, by_created) {
             (None, _) => (None, None),
             (Some(PagePos::Seq(seq)), false) => (Some(seq), None),
-            (Some(PagePos::Created(at, seq)), true) => (
+            (Some(PagePos::Created(at, seq)), true) | (Some(PagePos::Newest(at, seq)), false) => (
                 Some(seq),
                 Some(DateTime::from_timestamp_millis(at).ok_or_else(|| {
                     Invalid::new("page_token", "is not a token from a previous response")
@@ -181,10 +194,11 @@ impl Broker {
             tasks
                 .last()
                 .map(|t| {
+                    let at = t.created_at.timestamp_millis();
                     encode_page_token(if by_created {
-                        PagePos::Created(t.created_at.timestamp_millis(), t.seq)
+                        PagePos::Created(at, t.seq)
                     } else {
-                        PagePos::Seq(t.seq)
+                        PagePos::Newest(at, t.seq)
                     })
                 })
                 .unwrap_or_default()

@@ -84,9 +84,10 @@ pub(super) async fn task_list(r: &MySqlPool, f: &TaskFilter) -> StoreResult<Vec<
     if let Some(schedule) = &f.schedule_id {
         qb.push(" AND schedule_id = ").push_bind(schedule);
     }
-    let by_created = f.created_after.is_some() || f.created_before.is_some();
+    // Newest created first (the order of every store); a page token of an
+    // earlier version carries only a sequence number.
     match (f.before_created, f.before_seq) {
-        (Some(at), Some(seq)) if by_created => {
+        (Some(at), Some(seq)) => {
             qb.push(" AND (created_at < ")
                 .push_bind(ms(at))
                 .push(" OR (created_at = ")
@@ -106,12 +107,8 @@ pub(super) async fn task_list(r: &MySqlPool, f: &TaskFilter) -> StoreResult<Vec<
     if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
         qb.push(" AND ").push(sql);
     }
-    if by_created {
-        qb.push(" ORDER BY created_at DESC, seq DESC LIMIT ");
-    } else {
-        qb.push(" ORDER BY seq DESC LIMIT ");
-    }
-    qb.push_bind(f.limit);
+    qb.push(" ORDER BY created_at DESC, seq DESC LIMIT ")
+        .push_bind(f.limit);
     qb.build_query_as::<TaskRow>()
         .fetch_all(r)
         .await?

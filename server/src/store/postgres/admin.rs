@@ -37,11 +37,11 @@ impl PostgresStore {
             } else {
                 sqlx::query(
                     "UPDATE tasks SET state = 'dead', finished_at = $1, last_error = $2, \
-                     updated_at = $1 WHERE seq = $3",
+                     updated_at = $1 WHERE id = $3",
                 )
                 .bind(now)
                 .bind(error)
-                .bind(row.seq)
+                .bind(&row.id)
                 .execute(&mut *tx)
                 .await?;
                 let evs = flow_failure_events(row, "dead", row.run_at, error, now);
@@ -90,11 +90,11 @@ impl PostgresStore {
         let (sql, kind) = match row.stored_state()? {
             StoredState::Pending | StoredState::Blocked => (
                 "UPDATE tasks SET state = 'cancelled', finished_at = $1, updated_at = $1 \
-                 WHERE seq = $2",
+                 WHERE id = $2",
                 EventKind::Cancelled,
             ),
             StoredState::Leased => (
-                "UPDATE tasks SET cancel_requested = TRUE, updated_at = $1 WHERE seq = $2",
+                "UPDATE tasks SET cancel_requested = TRUE, updated_at = $1 WHERE id = $2",
                 EventKind::Updated,
             ),
             StoredState::Cancelled => {
@@ -108,7 +108,7 @@ impl PostgresStore {
         };
         sqlx::query(sql)
             .bind(now)
-            .bind(row.seq)
+            .bind(&row.id)
             .execute(&mut *tx)
             .await?;
         let changed = Self::changed_event(&mut tx, task_id, kind, now).await?;
@@ -135,7 +135,7 @@ impl PostgresStore {
         let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
         sqlx::query(
             "UPDATE tasks SET run_at = $1, waiting = $1 > $6, priority = $2, deadline = $3, \
-             max_attempts = $4, attempts_allowed = $5, updated_at = $6 WHERE seq = $7",
+             max_attempts = $4, attempts_allowed = $5, updated_at = $6 WHERE id = $7",
         )
         .bind(u.run_at.map(ms).unwrap_or(row.run_at))
         .bind(u.priority.map(i64::from).unwrap_or(row.priority))
@@ -143,7 +143,7 @@ impl PostgresStore {
         .bind(max_attempts)
         .bind(row.attempts_allowed - row.max_attempts + max_attempts)
         .bind(ms(now))
-        .bind(row.seq)
+        .bind(&row.id)
         .execute(&mut *tx)
         .await?;
         if state == StoredState::Pending {
@@ -173,10 +173,10 @@ impl PostgresStore {
         }
         sqlx::query(
             "UPDATE tasks SET state = 'pending', run_at = $1, waiting = FALSE, attempts_allowed = attempt + max_attempts, \
-             cancel_requested = FALSE, finished_at = NULL, updated_at = $1 WHERE seq = $2",
+             cancel_requested = FALSE, finished_at = NULL, updated_at = $1 WHERE id = $2",
         )
         .bind(ms(now))
-        .bind(row.seq)
+        .bind(&row.id)
         .execute(&mut *tx)
         .await?;
         Self::notify(&mut tx, &[&row.queue]).await?;
@@ -210,15 +210,15 @@ impl PostgresStore {
                  AND t.queue > qs.q ORDER BY t.queue LIMIT 1) \
                FROM qs WHERE qs.q IS NOT NULL AND $2::text IS NULL), \
              old AS ( \
-               SELECT o.seq FROM qs \
+               SELECT o.id FROM qs \
                CROSS JOIN unnest(ARRAY['succeeded', 'dead', 'cancelled']) AS s(state) \
-               CROSS JOIN LATERAL (SELECT t.seq FROM tasks t WHERE t.queue = qs.q \
+               CROSS JOIN LATERAL (SELECT t.id FROM tasks t WHERE t.queue = qs.q \
                  AND t.state = s.state AND t.state NOT IN ('pending', 'leased') \
                  AND t.finished_at < $1 LIMIT $4) o \
                WHERE qs.q IS NOT NULL AND NOT (qs.q = ANY($3)) LIMIT $4), \
              gone AS ( \
-               DELETE FROM tasks WHERE seq IN ( \
-                 SELECT seq FROM tasks WHERE seq IN (SELECT seq FROM old) \
+               DELETE FROM tasks WHERE id IN ( \
+                 SELECT id FROM tasks WHERE id IN (SELECT id FROM old) \
                    AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at < $1 \
                  FOR UPDATE SKIP LOCKED) \
                RETURNING id), \

@@ -16,9 +16,10 @@ use crate::domain::admission::{Candidate, Fairness, QueueConfig, QueueUse};
 
 type Tx<'a> = Transaction<'a, Postgres>;
 
-/// seq, concurrency key, effective priority, turn, deadline, run_at, size, the
+/// id, seq, concurrency key, effective priority, turn, deadline, run_at, size, the
 /// requests that may take it (0-based; NULL: all), its distinct fan-out group.
 type CandidateRow = (
+    String,
     i64,
     Option<String>,
     i64,
@@ -92,6 +93,8 @@ impl PostgresStore {
             .collect();
         let mut seen: Vec<Vec<i64>> = vec![Vec::new(); queues.len()];
         let mut done = vec![false; queues.len()];
+        // The candidates' ids by seq: the UPDATE finds its rows by id.
+        let mut ids: HashMap<i64, String> = HashMap::new();
         for _ in 0..MAX_PASSES {
             let window = window(plan.wanted());
             if plan.wanted() == 0 {
@@ -114,6 +117,7 @@ impl PostgresStore {
                     window,
                     now,
                     &batch,
+                    &mut ids,
                 )
                 .await?;
                 let keys: Vec<&str> = cands.iter().filter_map(|o| o.cand.key.as_deref()).collect();
@@ -141,7 +145,10 @@ impl PostgresStore {
             tx.commit().await?;
             return Ok(ps.iter().map(|_| Vec::new()).collect());
         }
-        let seqs: Vec<i64> = assigned.iter().map(|a| a.cand.seq).collect();
+        let task_ids: Vec<&str> = assigned
+            .iter()
+            .filter_map(|a| ids.get(&a.cand.seq).map(String::as_str))
+            .collect();
         let reqs: Vec<i32> = assigned
             .iter()
             .map(|a| i32::try_from(a.request + 1).unwrap_or(i32::MAX))
@@ -161,8 +168,8 @@ impl PostgresStore {
                  lease_expires_at = LEAST($3 + ($6::bigint[])[p.req], \
                    COALESCE(t.deadline, $3 + ($6::bigint[])[p.req])), \
                  updated_at = $3, leased_at = $3, leased_address = ($5::text[])[p.req] \
-               FROM UNNEST($1::bigint[], $2::int[]) AS p(seq, req) \
-               WHERE t.seq = p.seq AND t.state = 'pending' \
+               FROM UNNEST($1::text[], $2::int[]) AS p(id, req) \
+               WHERE t.id = p.id AND t.state = 'pending' \
                RETURNING t.*, p.req::bigint AS request), \
              bucket AS ( \
                UPDATE queues q SET refilled_at = $3, \
@@ -179,7 +186,7 @@ impl PostgresStore {
             super::events::leased_event!("$3"),
             " SELECT * FROM leased",
         ))
-        .bind(&seqs)
+        .bind(&task_ids)
         .bind(&reqs)
         .bind(now)
         .bind(&batch.workers)
@@ -422,6 +429,7 @@ async fn candidates(
     limit: usize,
     now: i64,
     batch: &Batch,
+    ids: &mut HashMap<i64, String>,
 ) -> StoreResult<Vec<Offer>> {
     let aging = config.aging_ms().unwrap_or(0);
     let round_robin = config.fairness == Fairness::RoundRobinKeys;
@@ -453,10 +461,10 @@ async fn candidates(
         ""
     };
     let sql = format!(
-        "SELECT seq, concurrency_key, eff, turn, COALESCE(deadline, 9223372036854775807) AS dl, \
-           run_at, size, elig, fgroup FROM (SELECT seq, concurrency_key, deadline, run_at, eff, \
-           size, elig, fgroup, {turn} AS turn FROM (SELECT seq, concurrency_key, deadline, run_at, \
-           eff, size, elig, fgroup, last, {krn} AS krn FROM (SELECT seq, concurrency_key, deadline, \
+        "SELECT id, seq, concurrency_key, eff, turn, COALESCE(deadline, 9223372036854775807) AS dl, \
+           run_at, size, elig, fgroup FROM (SELECT id, seq, concurrency_key, deadline, run_at, eff, \
+           size, elig, fgroup, {turn} AS turn FROM (SELECT id, seq, concurrency_key, deadline, run_at, \
+           eff, size, elig, fgroup, last, {krn} AS krn FROM (SELECT id, seq, concurrency_key, deadline, \
              run_at, {eff} AS eff, {last} AS last, \
              octet_length(payload) + COALESCE(octet_length(checkpoint), 0) \
                + octet_length(metadata) + {extra}::bigint AS size, \
@@ -489,8 +497,9 @@ async fn candidates(
         .await?;
     Ok(rows
         .into_iter()
-        .map(
-            |(seq, key, eff, turn, dl, run_at, size, elig, group)| Offer {
+        .map(|(id, seq, key, eff, turn, dl, run_at, size, elig, group)| {
+            ids.insert(seq, id);
+            Offer {
                 cand: Candidate {
                     seq,
                     key,
@@ -504,8 +513,8 @@ async fn candidates(
                         .collect()
                 }),
                 group,
-            },
-        )
+            }
+        })
         .collect())
 }
 

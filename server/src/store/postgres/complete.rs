@@ -95,11 +95,11 @@ impl PostgresStore {
         }
         sqlx::query(
             "UPDATE tasks SET state = 'succeeded', result = $1, finished_at = $2, \
-             lease_expires_at = NULL, updated_at = $2 WHERE seq = $3",
+             lease_expires_at = NULL, updated_at = $2 WHERE id = $3",
         )
         .bind(&p.result)
         .bind(now)
-        .bind(row.seq)
+        .bind(&row.id)
         .execute(&mut *tx)
         .await?;
         let mut ev = flow_of_row(&row, EventKind::Succeeded, now);

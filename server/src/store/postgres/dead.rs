@@ -8,12 +8,12 @@ use super::super::*;
 /// Dead -> cancelled for up to `limit` tasks, oldest first; rows another
 /// transaction holds are skipped (a requeue racing this one keeps them).
 pub(super) async fn task_cancel_dead(pool: &PgPool, p: &CancelDeadParams) -> StoreResult<u64> {
-    // The rows are picked in a CTE, which runs once: a `seq IN (SELECT .. LIMIT
+    // The rows are picked in a CTE, which runs once: an `id IN (SELECT .. LIMIT
     // .. FOR UPDATE SKIP LOCKED)` may be planned as a semi-join that runs the
     // subquery again per row, skipping the rows this statement already changed
     // and so going past the limit.
     let mut qb =
-        sqlx::QueryBuilder::<Postgres>::new("WITH picked AS (SELECT seq FROM tasks WHERE queue = ");
+        sqlx::QueryBuilder::<Postgres>::new("WITH picked AS (SELECT id FROM tasks WHERE queue = ");
     qb.push_bind(&p.queue).push(" AND state = 'dead'");
     if let Some(e) = &p.error {
         // tasks_dead_error finds the group by the hash (migration 0011).
@@ -32,7 +32,7 @@ pub(super) async fn task_cancel_dead(pool: &PgPool, p: &CancelDeadParams) -> Sto
              u AS (UPDATE tasks t SET state = 'cancelled', cancel_requested = FALSE, updated_at = ",
         )
         .push_bind(ms(p.now))
-        .push(" FROM picked WHERE t.seq = picked.seq RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) ")
+        .push(" FROM picked WHERE t.id = picked.id RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) ")
         // Flow: the CANCELLED events in the same statement.
         .push(super::events::from_updated("cancelled", &ms(p.now).to_string()));
     let n: Option<i32> = qb.build_query_scalar().fetch_optional(pool).await?;

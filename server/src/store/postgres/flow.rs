@@ -112,8 +112,8 @@ pub(super) async fn insert(
     // the edges written here.
     let states: HashMap<String, String> = sqlx::query_as::<_, (String, String)>(
         "UPDATE tasks t SET has_dependents = TRUE FROM ( \
-           SELECT seq FROM tasks WHERE id = ANY($1) ORDER BY id FOR UPDATE) l \
-         WHERE t.seq = l.seq RETURNING t.id, t.state",
+           SELECT id FROM tasks WHERE id = ANY($1) ORDER BY id FOR UPDATE) l \
+         WHERE t.id = l.id RETURNING t.id, t.state",
     )
     .bind(&wanted)
     .fetch_all(&mut *tx)

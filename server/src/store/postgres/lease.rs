@@ -117,7 +117,7 @@ impl PostgresStore {
              cand AS ( \
                SELECT t.* FROM UNNEST($1::text[], $10::int[]) AS q(name, cap) \
                CROSS JOIN LATERAL ( \
-                 SELECT seq, queue, priority, deadline, run_at, \
+                 SELECT id, seq, queue, priority, deadline, run_at, \
                    octet_length(payload) + COALESCE(octet_length(checkpoint), 0) \
                      + octet_length(metadata) + $9::bigint AS size, \
                    CASE WHEN ", routing_open!(), " THEN NULL ELSE ARRAY( \
@@ -134,17 +134,17 @@ impl PostgresStore {
                  ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq \
                  LIMIT $3 FOR UPDATE SKIP LOCKED) t), \
              ranked AS ( \
-               SELECT t.seq, t.size, t.rn, t.queue, t.fanout_group, t.fanout_distinct, \
+               SELECT t.id, t.size, t.rn, t.queue, t.fanout_group, t.fanout_distinct, \
                  CASE WHEN t.elig IS NULL THEN ($7::int[])[t.rn] \
                    ELSE t.elig[1 + (t.rn - 1) % NULLIF(cardinality(t.elig), 0)] END AS req FROM ( \
-                 SELECT c.seq, c.size, c.elig, c.queue, c.fanout_group, c.fanout_distinct, \
+                 SELECT c.id, c.seq, c.size, c.elig, c.queue, c.fanout_group, c.fanout_distinct, \
                    row_number() OVER ( \
                    ORDER BY c.priority DESC, c.deadline ASC NULLS LAST, c.run_at, c.seq) AS rn \
                  FROM cand c \
                  ORDER BY c.priority DESC, c.deadline ASC NULLS LAST, c.run_at, c.seq \
                  LIMIT $3) t), \
              routed AS ( \
-               SELECT seq, size, rn, req FROM ( \
+               SELECT id, size, rn, req FROM ( \
                  SELECT r.*, \
                    row_number() OVER (PARTITION BY r.req ORDER BY r.rn) AS nth, \
                    row_number() OVER (PARTITION BY r.req, r.fanout_group ORDER BY r.rn) AS nth_copy, \

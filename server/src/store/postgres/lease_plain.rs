@@ -17,15 +17,15 @@
 use super::*;
 
 /// The end of both lease statements, before the writes: `picked`, the rows of
-/// `$from` (seq, size, rn, req) each request takes while their bytes stay within
+/// `$from` (id, size, rn, req) each request takes while their bytes stay within
 /// the reply budget ($8; the first always), and `spare`, a NOTIFY for the queues
 /// of rows locked in `cand` but not taken.
 macro_rules! lease_pick {
     ($from:literal) => {
         concat!(
             "picked AS ( \
-               SELECT seq, req FROM ( \
-                 SELECT seq, req, size, sum(size) OVER (PARTITION BY req ORDER BY rn) AS total \
+               SELECT id, req FROM ( \
+                 SELECT id, req, size, sum(size) OVER (PARTITION BY req ORDER BY rn) AS total \
                  FROM ",
             $from,
             ") r \
@@ -33,14 +33,14 @@ macro_rules! lease_pick {
              spare AS ( \
                SELECT pg_notify('taskbroker', s.queue) FROM ( \
                  SELECT DISTINCT queue FROM cand \
-                 WHERE seq NOT IN (SELECT seq FROM picked)) s), "
+                 WHERE id NOT IN (SELECT id FROM picked)) s), "
         )
     };
 }
 pub(super) use lease_pick;
 
 /// What both lease statements write, in one place: `leased`, the UPDATE of the
-/// `picked` rows (seq, req) to leased for request `req` (now $2, workers $4,
+/// `picked` rows (id, req) to leased for request `req` (now $2, workers $4,
 /// addresses $5, durations $6), returning the rows with their request, and `ev`,
 /// their LEASED events. (The attempt's row is written when it ends.)
 macro_rules! lease_write {
@@ -53,7 +53,7 @@ macro_rules! lease_write {
                  lease_expires_at = LEAST($2 + ($6::bigint[])[p.req], \
                    COALESCE(t.deadline, $2 + ($6::bigint[])[p.req])), \
                  updated_at = $2, leased_at = $2, leased_address = ($5::text[])[p.req] \
-               FROM picked p WHERE t.seq = p.seq \
+               FROM picked p WHERE t.id = p.id \
                RETURNING t.*, p.req::bigint AS request)",
             super::events::leased_event!("$2"),
             " "
@@ -94,7 +94,7 @@ impl PostgresStore {
              cand AS ( \
                SELECT t.* FROM UNNEST($1::text[]) AS q(name) \
                CROSS JOIN LATERAL ( \
-                 SELECT seq, queue, priority, deadline, run_at, \
+                 SELECT id, seq, queue, priority, deadline, run_at, \
                    octet_length(payload) + COALESCE(octet_length(checkpoint), 0) \
                      + octet_length(metadata) + $9::bigint AS size \
                  FROM tasks \
@@ -104,8 +104,8 @@ impl PostgresStore {
                  ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq \
                  LIMIT $3 FOR UPDATE SKIP LOCKED) t), \
              ranked AS ( \
-               SELECT t.seq, t.size, t.rn, ($7::int[])[t.rn] AS req FROM ( \
-                 SELECT c.seq, c.size, row_number() OVER ( \
+               SELECT t.id, t.size, t.rn, ($7::int[])[t.rn] AS req FROM ( \
+                 SELECT c.id, c.size, row_number() OVER ( \
                    ORDER BY c.priority DESC, c.deadline ASC NULLS LAST, c.run_at, c.seq) AS rn \
                  FROM cand c \
                  ORDER BY c.priority DESC, c.deadline ASC NULLS LAST, c.run_at, c.seq \
@@ -131,7 +131,7 @@ impl PostgresStore {
             let routed: bool = row.try_get("routed_pending")?;
             let due: bool = row.try_get("due_waiting")?;
             // The one row of `routed` when nothing was leased.
-            if row.try_get::<Option<i64>, _>("seq")?.is_none() {
+            if row.try_get::<Option<String>, _>("id")?.is_none() {
                 return Ok((None, routed, due));
             }
             let task = (TaskRow::from_row(&row)?, row.try_get::<i64, _>("request")?);
@@ -162,13 +162,13 @@ impl PostgresStore {
     /// Clears `waiting` on the pending tasks of `queues` due at `now` (through
     /// `tasks_waiting`, which holds only scheduled tasks), so a lease finds them
     /// in the lease index, in their place by priority. The rows are locked in
-    /// one order (seq), so two promotions over the same queues never deadlock;
+    /// one order (id), so two promotions over the same queues never deadlock;
     /// no lease locks a waiting row.
     pub(super) async fn promote(&self, queues: &[String], now: i64) -> StoreResult<()> {
         sqlx::query(
-            "UPDATE tasks SET waiting = FALSE WHERE seq IN (SELECT seq FROM tasks \
+            "UPDATE tasks SET waiting = FALSE WHERE id IN (SELECT id FROM tasks \
              WHERE state = 'pending' AND waiting AND queue = ANY($1) AND run_at <= $2 \
-             ORDER BY seq FOR UPDATE)",
+             ORDER BY id FOR UPDATE)",
         )
         .bind(queues)
         .bind(now)

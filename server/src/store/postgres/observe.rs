@@ -79,13 +79,13 @@ impl PostgresStore {
         let n: Option<i32> = sqlx::query_scalar(
             // A CTE runs once (an IN subquery may be rescanned per row, past the limit).
             sqlx::AssertSqlSafe(format!(
-                "WITH picked AS (SELECT seq FROM tasks WHERE queue = $2 AND state = 'dead' \
+                "WITH picked AS (SELECT id FROM tasks WHERE queue = $2 AND state = 'dead' \
                    AND error_hash = hashtextextended($3, 0) \
                    AND COALESCE(last_error, '') = $3 ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED), \
                  u AS (UPDATE tasks t SET state = 'pending', run_at = $1, waiting = FALSE, \
                    attempts_allowed = attempt + max_attempts, cancel_requested = FALSE, \
                    finished_at = NULL, updated_at = $1 \
-                 FROM picked WHERE t.seq = picked.seq RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) {}",
+                 FROM picked WHERE t.id = picked.id RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) {}",
                 // Flow: the REQUEUED events in the same statement.
                 events::from_updated("requeued", "$1")
             )),

@@ -159,14 +159,14 @@ impl PostgresStore {
     ) -> StoreResult<Option<DateTime<Utc>>> {
         sqlx::query(
             "UPDATE tasks SET state = $1, run_at = $2, waiting = $2 > $5, finished_at = $3, \
-             last_error = $4, lease_expires_at = NULL, updated_at = $5 WHERE seq = $6",
+             last_error = $4, lease_expires_at = NULL, updated_at = $5 WHERE id = $6",
         )
         .bind(write.state.as_str())
         .bind(write.run_at)
         .bind(write.finished_at)
         .bind(error)
         .bind(now)
-        .bind(row.seq)
+        .bind(&row.id)
         .execute(&mut **tx)
         .await?;
         // Flow: the failure and what follows it.
@@ -355,12 +355,12 @@ impl PostgresStore {
         let (at, cancel_requested): (i64, bool) = sqlx::query_as(
             "UPDATE tasks SET checkpoint = $1, lease_expires_at = CASE WHEN $2::bigint IS NULL \
                THEN lease_expires_at ELSE LEAST($3 + $2, COALESCE(deadline, $3 + $2)) END, \
-               updated_at = $3 WHERE seq = $4 RETURNING lease_expires_at, cancel_requested",
+               updated_at = $3 WHERE id = $4 RETURNING lease_expires_at, cancel_requested",
         )
         .bind(&p.checkpoint)
         .bind(p.extend_by.map(duration_ms))
         .bind(now)
-        .bind(row.seq)
+        .bind(&row.id)
         .fetch_one(&mut *tx)
         .await?;
         events::record(&mut tx, &[flow_of_row(&row, EventKind::Checkpointed, now)]).await?;

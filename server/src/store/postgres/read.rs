@@ -104,8 +104,9 @@ impl PostgresStore {
     }
 
     pub(super) async fn task_list(&self, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
-        // A creation-time range is read in creation order, from its index.
-        let by_created = f.created_after.is_some() || f.created_before.is_some();
+        // Every list is read in creation order, from its index (tasks have no
+        // index on `seq` alone: each row version would write an entry to it).
+        // A page token of an earlier version carries only a sequence number.
         let push_where = |qb: &mut sqlx::QueryBuilder<Postgres>| {
             if let Some(queue) = &f.queue {
                 qb.push(" AND queue = ").push_bind(queue);
@@ -129,7 +130,7 @@ impl PostgresStore {
                 qb.push(" AND schedule_id = ").push_bind(schedule);
             }
             match (f.before_created, f.before_seq) {
-                (Some(at), Some(seq)) if by_created => {
+                (Some(at), Some(seq)) => {
                     qb.push(" AND (created_at, seq) < (")
                         .push_bind(ms(at))
                         .push(", ")
@@ -148,32 +149,19 @@ impl PostgresStore {
                 qb.push(" AND ").push(sql);
             }
         };
-        if by_created {
-            // tasks_created leaves LEASED rows out (0013: a lease writes no entry
-            // into it); they are few, so they are read apart and merged in.
-            let mut qb = sqlx::QueryBuilder::<Postgres>::new(
-                "SELECT * FROM ((SELECT * FROM tasks WHERE state <> 'leased'",
-            );
-            push_where(&mut qb);
-            qb.push(" ORDER BY created_at DESC, seq DESC LIMIT ")
-                .push_bind(i64::from(f.limit))
-                .push(") UNION ALL (SELECT * FROM tasks WHERE state = 'leased'");
-            push_where(&mut qb);
-            qb.push(" ORDER BY created_at DESC, seq DESC LIMIT ")
-                .push_bind(i64::from(f.limit))
-                .push(")) u ORDER BY created_at DESC, seq DESC LIMIT ")
-                .push_bind(i64::from(f.limit));
-            return qb
-                .build_query_as::<TaskRow>()
-                .fetch_all(&self.pool)
-                .await?
-                .into_iter()
-                .map(TaskRow::into_record)
-                .collect();
-        }
-        let mut qb = sqlx::QueryBuilder::<Postgres>::new("SELECT * FROM tasks WHERE 1 = 1");
+        // tasks_created leaves LEASED rows out (0013: a lease writes no entry
+        // into it); they are few, so they are read apart and merged in.
+        let mut qb = sqlx::QueryBuilder::<Postgres>::new(
+            "SELECT * FROM ((SELECT * FROM tasks WHERE state <> 'leased'",
+        );
         push_where(&mut qb);
-        qb.push(" ORDER BY seq DESC LIMIT ")
+        qb.push(" ORDER BY created_at DESC, seq DESC LIMIT ")
+            .push_bind(i64::from(f.limit))
+            .push(") UNION ALL (SELECT * FROM tasks WHERE state = 'leased'");
+        push_where(&mut qb);
+        qb.push(" ORDER BY created_at DESC, seq DESC LIMIT ")
+            .push_bind(i64::from(f.limit))
+            .push(")) u ORDER BY created_at DESC, seq DESC LIMIT ")
             .push_bind(i64::from(f.limit));
         qb.build_query_as::<TaskRow>()
             .fetch_all(&self.pool)

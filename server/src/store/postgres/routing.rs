@@ -120,10 +120,10 @@ pub(super) async fn reserve_retry(
         Some((w, until)) => (Some(w), until.map(ms)),
         None => (None, None),
     };
-    sqlx::query("UPDATE tasks SET reserved_for = $1, reserved_until = $2 WHERE seq = $3")
+    sqlx::query("UPDATE tasks SET reserved_for = $1, reserved_until = $2 WHERE id = $3")
         .bind(worker)
         .bind(until)
-        .bind(row.seq)
+        .bind(&row.id)
         .execute(&mut **tx)
         .await?;
     Ok(())
@@ -137,8 +137,8 @@ pub(super) async fn clear_reservation(
     if row.reserved_for.is_none() {
         return Ok(());
     }
-    sqlx::query("UPDATE tasks SET reserved_for = NULL, reserved_until = NULL WHERE seq = $1")
-        .bind(row.seq)
+    sqlx::query("UPDATE tasks SET reserved_for = NULL, reserved_until = NULL WHERE id = $1")
+        .bind(&row.id)
         .execute(&mut **tx)
         .await?;
     Ok(())

@@ -67,8 +67,9 @@ pub(super) async fn task_queues(
 }
 
 pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
-    // The page is chosen by sequence number alone (from an index when one covers
-    // the filters), and only its rows are read in full.
+    // Newest created first (the order of every store): the page is chosen by
+    // creation time and sequence number (from an index when one covers the
+    // filters), and only its rows are read in full.
     let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
         "SELECT * FROM tasks WHERE seq IN (SELECT seq FROM tasks WHERE 1 = 1",
     );
@@ -93,11 +94,11 @@ pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec
     if let Some(schedule) = &f.schedule_id {
         qb.push(" AND schedule_id = ").push_bind(schedule);
     }
-    // A creation-time range is read in creation order from its index (the rowid,
-    // seq, ends every SQLite index), so an empty range costs what a full page does.
-    let by_created = f.created_after.is_some() || f.created_before.is_some();
+    // Read in creation order from its index (the rowid, seq, ends every SQLite
+    // index), so an empty creation-time range costs what a full page does. A page
+    // token of an earlier version carries only a sequence number.
     match (f.before_created, f.before_seq) {
-        (Some(at), Some(seq)) if by_created => {
+        (Some(at), Some(seq)) => {
             qb.push(" AND (created_at, seq) < (")
                 .push_bind(ms(at))
                 .push(", ")
@@ -117,13 +118,13 @@ pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec
     }
     // Terms that let SQLite use a partial index (it does not infer them from the
     // state filter): leased rows through the lease-expiry index, sorted after
-    // (`+seq`: they are few); finished or pending rows of one queue through the
+    // (`+created_at`: they are few); finished or pending rows of one queue through the
     // (queue, state) or lease index. Without them a rare state scans the table.
     let only = |set: &[TaskState]| !f.states.is_empty() && f.states.iter().all(|s| set.contains(s));
-    let mut order = " ORDER BY seq DESC LIMIT ";
+    let mut order = " ORDER BY created_at DESC, seq DESC LIMIT ";
     if only(&[TaskState::Leased]) {
         qb.push(" AND state = 'leased' AND lease_expires_at >= 0");
-        order = " ORDER BY +seq DESC LIMIT ";
+        order = " ORDER BY +created_at DESC, seq DESC LIMIT ";
     } else if f.queue.is_some()
         && only(&[TaskState::Succeeded, TaskState::Dead, TaskState::Cancelled])
     {
@@ -131,16 +132,9 @@ pub(super) async fn task_list(r: &SqlitePool, f: &TaskFilter) -> StoreResult<Vec
     } else if f.queue.is_some() && only(&[TaskState::Ready, TaskState::Scheduled]) {
         qb.push(" AND state = 'pending'");
     }
-    let mut outer = ") ORDER BY seq DESC";
-    if by_created {
-        order = if order.contains('+') {
-            " ORDER BY +created_at DESC, seq DESC LIMIT "
-        } else {
-            " ORDER BY created_at DESC, seq DESC LIMIT "
-        };
-        outer = ") ORDER BY created_at DESC, seq DESC";
-    }
-    qb.push(order).push_bind(f.limit).push(outer);
+    qb.push(order)
+        .push_bind(f.limit)
+        .push(") ORDER BY created_at DESC, seq DESC");
     qb.build_query_as::<TaskRow>()
         .fetch_all(r)
         .await?
