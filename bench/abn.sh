@@ -10,6 +10,12 @@
 # Env: REPS (3), STORES ("sqlite postgres"), MODES ("batched per-task"),
 # OUT (the raw results file, /tmp/abn.results), BENCH_ARGS_<name> (more bench flags
 # for one side, e.g. BENCH_ARGS_off=--no-lease-next). Needs target/release/taskbroker-bench.
+#
+# A side `name=peer:SYSTEM` runs a peer instead (bench/peers/run.sh SYSTEM best: the same
+# overlapping shape, tasks and workers; bench/peers/install.sh first), on Postgres in the
+# batched rows only; its "broker" CPU is the peer's process (its producers and workers).
+#
+#   STORES=postgres MODES=batched bench/abn.sh head=target/release/taskbroker graphile=peer:graphile-worker
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps=${REPS:-3}; stores=${STORES:-"sqlite postgres"}; modes=${MODES:-"batched per-task"}
@@ -28,10 +34,18 @@ for rep in $(seq 1 "$reps"); do
   tasks=30000; [ "$mode" = per-task ] && tasks=10000
   idx=$(seq 0 $((n-1))); [ $((rep % 2)) = 0 ] && idx=$(seq $((n-1)) -1 0)
   for i in $idx; do
+    peer=""; case "${bins[$i]}" in peer:*) peer=${bins[$i]#peer:} ;; esac
+    if [ -n "$peer" ] && { [ "$store" != postgres ] || [ "$mode" != batched ]; }; then continue; fi
     if [ "$store" = sqlite ]; then url="sqlite://$work/ab-$rep-$i.db"; else url=$(fresh_db); fi
+    # A peer creates its schema when it starts: a run of 100 jobs first.
+    [ -n "$peer" ] && bench/peers/run.sh "$peer" best "$url" 100 2 >>"$work/log" 2>&1
     pgb=$(pgcpu); extra_var="BENCH_ARGS_${names[$i]}"
+    if [ -n "$peer" ]; then
+      line=$(/usr/bin/time -f "%U %S" -o $work/time bench/peers/run.sh "$peer" best "$url" "$tasks" 64 2>>"$work/log" | tail -n 1) || { echo "FAILED ${names[$i]} $store $mode" >&2; tail -3 "$work/log" >&2; continue; }
+    else
     # shellcheck disable=SC2086 # the side's flags, split on spaces
     line=$(/usr/bin/time -f "%U %S" -o $work/time target/release/taskbroker-bench ${!extra_var:-} --spawn-broker "$url" --broker-bin "${bins[$i]}" --mode "$mode" --workers 64 --tasks "$tasks" --latency-seconds 2 2>>"$work/log" | tail -n 1) || { echo "FAILED ${names[$i]} $store $mode" >&2; tail -3 "$work/log" >&2; continue; }
+    fi
     sleep 1; pga=$(pgcpu); read u sy < $work/time
     line=$(python3 -c "import json,sys; d=json.loads(sys.argv[1]); d['cpu_broker_us']=round(($u+$sy)*1e6/$tasks,1); d['cpu_pg_us']=round(($pga-$pgb)*1e4/$tasks,1); print(json.dumps(d))" "$line")
     echo "${names[$i]} $store $mode $line" >> "$res"; echo "${names[$i]} $store $mode $line" | cut -c1-150 >&2
@@ -47,7 +61,8 @@ names=sys.argv[2:]
 print("| store | mode | "+" | ".join(names)+" |")
 for (s,m),d in sorted(rows.items()):
     M=lambda x,k: statistics.median([r[k] for r in d[x]])
-    base=M(names[0],"lifecycles_per_sec")
+    here=[x for x in names if x in d]
+    base=M(here[0],"lifecycles_per_sec")
     own=lambda x: (f" broker-only {M(x,'broker_cpu_us_per_lifecycle'):.0f}us" if all(r.get('broker_cpu_us_per_lifecycle') is not None for r in d[x]) else "")
-    print(f"| {s} | {m} | "+" | ".join(f"{M(x,'lifecycles_per_sec'):,.0f} ({M(x,'lifecycles_per_sec')/base:.2f}) cpu b{M(x,'cpu_broker_us'):.0f}+pg{M(x,'cpu_pg_us'):.0f}us{own(x)}" for x in names)+" |")
+    print(f"| {s} | {m} | "+" | ".join(f"{M(x,'lifecycles_per_sec'):,.0f} ({M(x,'lifecycles_per_sec')/base:.2f}) cpu b{M(x,'cpu_broker_us'):.0f}+pg{M(x,'cpu_pg_us'):.0f}us{own(x)}" if x in d else "-" for x in names)+" |")
 PY
