@@ -161,34 +161,25 @@ impl PostgresStore {
         // taken from its queue's bucket (`bucket`) and its key's (`key_bucket`),
         // and (flow) the LEASED events (`ev`).
         let rows: Vec<(TaskRow, i64)> = sqlx::query(concat!(
-            "WITH leased AS ( \
-               UPDATE tasks t SET state = 'leased', attempt = t.attempt + 1, \
-                 fencing_token = t.fencing_token + 1, lease_token = gen_random_uuid()::text, \
-                 leased_by = ($4::text[])[p.req], lease_duration_ms = ($6::bigint[])[p.req], \
-                 lease_expires_at = LEAST($3 + ($6::bigint[])[p.req], \
-                   COALESCE(t.deadline, $3 + ($6::bigint[])[p.req])), \
-                 updated_at = $3, leased_at = $3, leased_address = ($5::text[])[p.req] \
-               FROM UNNEST($1::text[], $2::int[]) AS p(id, req) \
-               WHERE t.id = p.id AND t.state = 'pending' \
-               RETURNING t.*, p.req::bigint AS request), \
-             bucket AS ( \
-               UPDATE queues q SET refilled_at = $3, \
+            "WITH picked AS (SELECT * FROM UNNEST($1::text[], $3::int[]) AS p(id, req)), ",
+            super::lease_plain::lease_write!(),
+            ", bucket AS ( \
+               UPDATE queues q SET refilled_at = $2, \
                  tokens = b.tokens - (SELECT count(*) FROM leased l WHERE l.queue = q.name) \
                FROM UNNEST($7::text[], $8::float8[]) AS b(name, tokens) WHERE q.name = b.name), \
              key_bucket AS ( \
                INSERT INTO queue_key_tokens (queue, key, tokens, refilled_at) \
-               SELECT l.queue, l.concurrency_key, b.tokens - count(*), $3 FROM leased l \
+               SELECT l.queue, l.concurrency_key, b.tokens - count(*), $2 FROM leased l \
                JOIN UNNEST($9::text[], $10::text[], $11::float8[]) AS b(queue, key, tokens) \
                  ON b.queue = l.queue AND b.key = l.concurrency_key \
                GROUP BY l.queue, l.concurrency_key, b.tokens \
                ON CONFLICT (queue, key) DO UPDATE SET tokens = EXCLUDED.tokens, \
-                 refilled_at = EXCLUDED.refilled_at)",
-            super::events::leased_event!("$3"),
-            " SELECT * FROM leased",
+                 refilled_at = EXCLUDED.refilled_at) \
+             SELECT * FROM leased",
         ))
         .bind(&task_ids)
-        .bind(&reqs)
         .bind(now)
+        .bind(&reqs)
         .bind(&batch.workers)
         .bind(&addresses)
         .bind(&durations)

@@ -1,7 +1,7 @@
 //! The plain lease: the lease statement as it was before routing, for
 //! the batches routing cannot touch.
 //!
-//! Routing's lease statement (in `postgres.rs`) costs Postgres about three times the
+//! Routing's lease statement (in `lease.rs`) costs Postgres about three times the
 //! planning and twice the execution of the statement before it (1.1 ms + 1.0 ms
 //! instead of 0.35 ms + 0.45 ms per call in per-task mode, `pg_stat_statements`):
 //! plans are custom per execution (`plan_cache_mode`), and its caps, eligibility
@@ -39,10 +39,11 @@ macro_rules! lease_pick {
 }
 pub(super) use lease_pick;
 
-/// What both lease statements write, in one place: `leased`, the UPDATE of the
+/// What every lease statement writes, in one place: `leased`, the UPDATE of the
 /// `picked` rows (id, req) to leased for request `req` (now $2, workers $4,
 /// addresses $5, durations $6), returning the rows with their request, and `ev`,
-/// their LEASED events. (The attempt's row is written when it ends.)
+/// their LEASED events. (The attempt's row is written when it ends.) A row that is
+/// no longer pending is skipped: the gated lease picks rows it has not locked.
 macro_rules! lease_write {
     () => {
         concat!(
@@ -53,7 +54,7 @@ macro_rules! lease_write {
                  lease_expires_at = LEAST($2 + ($6::bigint[])[p.req], \
                    COALESCE(t.deadline, $2 + ($6::bigint[])[p.req])), \
                  updated_at = $2, leased_at = $2, leased_address = ($5::text[])[p.req] \
-               FROM picked p WHERE t.id = p.id \
+               FROM picked p WHERE t.id = p.id AND t.state = 'pending' \
                RETURNING t.*, p.req::bigint AS request)",
             super::events::leased_event!("$2"),
             " "
