@@ -339,3 +339,87 @@ async fn reported(c: &mut sqlx::PgConnection, moved_from: Option<i64>) -> (i64, 
         last = now;
     }
 }
+
+/// The blocks of `tasks` and of all its indexes read so far (hit or not).
+async fn tasks_blocks(c: &mut sqlx::PgConnection) -> i64 {
+    sqlx::query("SELECT pg_stat_clear_snapshot()")
+        .execute(&mut *c)
+        .await
+        .unwrap();
+    sqlx::query_scalar::<_, i64>(
+        "SELECT (COALESCE(heap_blks_read, 0) + COALESCE(heap_blks_hit, 0) \
+           + COALESCE(idx_blks_read, 0) + COALESCE(idx_blks_hit, 0))::bigint \
+         FROM pg_statio_user_tables WHERE relname = 'tasks'",
+    )
+    .fetch_one(&mut *c)
+    .await
+    .unwrap()
+}
+
+/// [`tasks_blocks`] once it has stopped moving (and, given `moved_from`, moved
+/// past it): a backend reports its figures when its connection ends.
+async fn tasks_blocks_reported(c: &mut sqlx::PgConnection, moved_from: Option<i64>) -> i64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut last = tasks_blocks(c).await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = tasks_blocks(c).await;
+        if now == last && moved_from.is_none_or(|m| now > m) {
+            return now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no statistics reported"
+        );
+        last = now;
+    }
+}
+
+/// Postgres: a lease of 10 tasks from a queue of 5,000 READY ones (and 20,000
+/// finished) reads the blocks of the rows it takes and of their index entries,
+/// not the queue, with statistics that know the table and the hot pool's generic
+/// plans (six leases: past the first runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_reads_the_rows_it_takes_not_the_queue_postgres() {
+    let Some((s, db)) = open(Backend::Postgres).await else {
+        return;
+    };
+    let tasks: Vec<NewTask> = (1..=25_000).map(|n| prio("wide", n, 0, t0())).collect();
+    for chunk in tasks.chunks(1_000) {
+        s.task_insert_many(chunk, t0()).await.unwrap();
+    }
+    s.close().await;
+    drop(s);
+    // Most of the table finished, as in a broker that has run a while (on a
+    // connection of its own, closed: its reads are reported before the count).
+    let mut setup = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE tasks SET state = 'succeeded', finished_at = run_at, result = '\\x' \
+         WHERE seq % 5 <> 0",
+    )
+    .execute(&mut setup)
+    .await
+    .unwrap();
+    sqlx::query("VACUUM ANALYZE tasks")
+        .execute(&mut setup)
+        .await
+        .unwrap();
+    sqlx::Connection::close(setup).await.unwrap();
+    let mut c = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+        .await
+        .unwrap();
+    let before = tasks_blocks_reported(&mut c, None).await;
+    let s = store::connect(&db.url, 2).await.expect("connect");
+    for _ in 0..6 {
+        assert_eq!(lease_ids(&s, "wide", 10, t0()).await.len(), 10);
+    }
+    s.close().await;
+    drop(s);
+    let per_lease = (tasks_blocks_reported(&mut c, Some(before)).await - before) / 6;
+    assert!(
+        per_lease < 400,
+        "a lease of 10 tasks read {per_lease} blocks of tasks and its indexes"
+    );
+}
