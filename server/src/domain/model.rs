@@ -218,15 +218,17 @@ pub struct TaskFilter {
     pub created_before: Option<DateTime<Utc>>,
     /// Only tasks made by this schedule.
     pub schedule_id: Option<String>,
-    /// Only tasks submitted before the task with this sequence number.
+    /// With `before_created`: where the page starts (see there). Alone (a page
+    /// token of an earlier version): only tasks submitted before the task with
+    /// this sequence number.
     pub before_seq: Option<i64>,
     /// Only the copies of this fan-out group (routing).
     pub fanout_group: Option<String>,
     pub limit: u32,
     pub now: DateTime<Utc>,
-    /// With `created_after` or `created_before` the list is in creation order
-    /// (newest first, then by sequence number) and a page starts after the task
-    /// created at `before_created` with sequence number `before_seq`.
+    /// The list is in creation order (newest first, then by sequence number);
+    /// a page starts after the task created at `before_created` with sequence
+    /// number `before_seq`.
     pub before_created: Option<DateTime<Utc>>,
 }
 
