@@ -353,6 +353,49 @@ async fn admin_calls_with_bad_fields_are_rejected(b: Backend) {
         Code::InvalidArgument,
         "page_token",
     );
+    // Page tokens made by hand: out-of-range or malformed positions, and tokens of
+    // the other kind of list (with and without a creation-time range).
+    let token = |text: &str| {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+    };
+    let range = Some(prost_types::Timestamp {
+        seconds: 1,
+        nanos: 0,
+    });
+    for (text, created_after) in [
+        ("v3:9223372036854775807:1", None),
+        ("v3:1:x", None),
+        ("v3:1", None),
+        ("v9:1:1", None),
+        ("v3:1:1", range),
+        ("v2:1:1", None),
+        ("v1:1", range),
+    ] {
+        check(
+            admin
+                .list_tasks(pb::ListTasksRequest {
+                    page_token: token(text),
+                    created_after,
+                    ..Default::default()
+                })
+                .await,
+            Code::InvalidArgument,
+            "page_token",
+        );
+    }
+    // A token of the earlier order (a sequence number alone) is still served.
+    let old = admin
+        .list_tasks(pb::ListTasksRequest {
+            page_token: token(&format!("v1:{}", i64::MAX)),
+            ..Default::default()
+        })
+        .await
+        .expect("a token of the earlier order");
+    assert!(
+        !old.into_inner().tasks.is_empty(),
+        "every task is before seq i64::MAX"
+    );
     check(
         admin
             .list_tasks(pb::ListTasksRequest {

@@ -49,8 +49,8 @@ pub struct UpdateTask {
 const PAGE_TOKEN_PREFIX: &str = "v1:";
 /// A page of a list in creation order (a created_after/created_before filter).
 const CREATED_TOKEN_PREFIX: &str = "v2:";
-/// A page of a list without creation-time filters: the creation time and the
-/// sequence number, so a store may list in either order.
+/// A page of a list without creation-time filters, which is in creation order
+/// like every list: the creation time and the sequence number.
 const NEWEST_TOKEN_PREFIX: &str = "v3:";
 
 /// Where the next page starts: after the task with this sequence number (and
