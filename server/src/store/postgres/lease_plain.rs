@@ -43,10 +43,10 @@ pub(super) use lease_pick;
 /// `picked` rows (id, req) to leased for request `req` (now $2, workers $4,
 /// addresses $5, durations $6), returning the rows with their request, and `ev`,
 /// their LEASED events. (The attempt's row is written when it ends.) A row that is
-/// no longer pending is skipped: the gated lease picks rows it has not locked. (The
-/// test is a CASE so that the planner never reads it as a reason to find the rows
-/// through an index on `state`: a generic plan that did read every pending row
-/// for each lease.)
+/// no longer pending is skipped: the gated lease picks rows it has not locked. The
+/// test is a CASE so that the planner never takes it as a reason to find the rows
+/// through an index on `state` (a generic plan doing so reads every pending row
+/// for each lease).
 macro_rules! lease_write {
     () => {
         concat!(
