@@ -8,7 +8,8 @@
 //!   heartbeat/checkpoint, settle, admin); validation and wake-ups.
 //! - [`dispatch`]: long-poll waiters and their wake-ups.
 //! - [`domain`]: pure rules with no I/O: states, validation, retry/backoff math.
-//! - [`store`]: the `Store` trait and its SQLite and Postgres implementations.
+//! - [`store`]: the `Store` trait and its SQLite, Postgres and MySQL/MariaDB
+//!   implementations.
 //! - [`maintenance`]: the reaper (expired leases, passed deadlines), retention, and
 //!   the scheduler (fires due schedules; calendar rules in `domain::schedule`).
 //! - [`metrics`] and [`http`]: Prometheus metrics and the HTTP probes (`/healthz`,

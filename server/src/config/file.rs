@@ -19,9 +19,9 @@ use crate::domain::validate::Limits;
 pub struct Config {
     /// gRPC listen address; port 0 picks a free port.
     pub listen: SocketAddr,
-    /// `sqlite://PATH` or `postgres://...`.
+    /// `sqlite://PATH`, `postgres://...` or `mysql://...` (MySQL 8.0+, MariaDB 10.6+).
     pub database_url: String,
-    /// Postgres connections per broker.
+    /// Postgres or MySQL connections per broker.
     pub db_max_connections: u32,
     /// HTTP address of Prometheus `/metrics` and the web console; empty turns it off.
     pub metrics_listen: String,
