@@ -175,6 +175,30 @@ async fn submit_get_list_cancel_and_requeue_through_the_cli() {
     assert_eq!(ids, [later]);
     let limited = ok(&app, &["list", "--limit", "1"]).await;
     assert_eq!(limited.lines().count(), 2, "header and one row:\n{limited}");
+    // Filters by creation time (RFC 3339, or a duration meaning that long ago)
+    // and by the worker that last leased a task.
+    let recent = ok(
+        &app,
+        &["list", "--queue", "emails", "--created-after", "1h"],
+    )
+    .await;
+    assert_eq!(recent.lines().count(), 3, "header and two rows:\n{recent}");
+    let future = [
+        "list",
+        "--queue",
+        "emails",
+        "--created-after",
+        "2999-01-01T00:00:00Z",
+    ];
+    assert_eq!(ok(&app, &future).await, "no tasks\n");
+    let old_only = ["list", "--queue", "emails", "--created-before", "1h"];
+    assert_eq!(ok(&app, &old_only).await, "no tasks\n");
+    let nobody = ["list", "--queue", "emails", "--worker", "nobody"];
+    assert_eq!(ok(&app, &nobody).await, "no tasks\n");
+    let bad = taskbroker(&app, &["list", "--created-after", "yesterday"]).await;
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 
     assert_eq!(
         ok(&app, &["cancel", &id]).await,

@@ -123,10 +123,17 @@ async fn submit_options_get_update_events_and_watch() {
     assert!(watched.1.contains("later"), "{}", watched.1);
     child.kill().await.unwrap();
 
-    // A dependency by key waits for a task with that key; get shows the key.
-    let out = ok(&app, &["submit", "jobs", "--depends-on-key", "other:k1"]).await;
+    // A dependency by key waits for a task with that key; get shows the key
+    // as QUEUE/KEY, the form explain prints and --depends-on-key takes (the
+    // QUEUE:KEY form is read too).
+    let out = ok(&app, &["submit", "jobs", "--depends-on-key", "other/k1"]).await;
     let shown = ok(&app, &["get", out.trim()]).await;
-    assert!(shown.contains("other:k1"), "{shown}");
+    assert!(shown.contains("other/k1"), "{shown}");
+    let out = ok(&app, &["submit", "jobs", "--depends-on-key", "other:k3"]).await;
+    let shown = ok(&app, &["get", out.trim()]).await;
+    assert!(shown.contains("other/k3"), "{shown}");
+    let explained = ok(&app, &["explain", out.trim()]).await;
+    assert!(explained.contains("other/k3"), "{explained}");
     // A refused key is one plain line naming its field.
     let o = taskbroker(
         &app,
@@ -136,7 +143,7 @@ async fn submit_options_get_update_events_and_watch() {
             "--key",
             "k2",
             "--depends-on-key",
-            "jobs:k2",
+            "jobs/k2",
         ],
     )
     .await;

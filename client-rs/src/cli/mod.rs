@@ -135,7 +135,7 @@ pub struct SubmitArgs {
     #[arg(long = "depends-on")]
     pub depends_on: Vec<String>,
     /// Wait until a task with this key exists in that queue and has succeeded,
-    /// QUEUE:KEY; repeat for more.
+    /// QUEUE/KEY (as `explain` prints it); repeat for more.
     #[arg(long = "depends-on-key", value_parser = parse::queue_key)]
     pub depends_on_keys: Vec<(String, String)>,
     /// Run even when a dependency ends DEAD or CANCELLED.
@@ -258,6 +258,17 @@ pub struct ListArgs {
     /// Only the copies of this fan-out group.
     #[arg(long)]
     pub fanout_group: Option<String>,
+    /// Only tasks last leased by this worker id.
+    #[arg(long)]
+    pub worker: Option<String>,
+    /// Only tasks created at or after this time: RFC 3339, or a duration meaning
+    /// that long ago (`1h`).
+    #[arg(long)]
+    pub created_after: Option<String>,
+    /// Only tasks created before this time: RFC 3339, or a duration meaning that
+    /// long ago (`10m`).
+    #[arg(long)]
+    pub created_before: Option<String>,
     /// At most this many tasks.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
@@ -650,6 +661,16 @@ async fn list(a: ListArgs) -> Result<String, CliError> {
     }
     if let Some(g) = &a.fanout_group {
         filter = filter.fanout_group(g);
+    }
+    if let Some(w) = &a.worker {
+        filter = filter.worker_id(w);
+    }
+    let now = std::time::SystemTime::now();
+    if let Some(t) = &a.created_after {
+        filter = filter.created_after(parse::time_or_ago(t, now).map_err(CliError::Usage)?);
+    }
+    if let Some(t) = &a.created_before {
+        filter = filter.created_before(parse::time_or_ago(t, now).map_err(CliError::Usage)?);
     }
     for s in &a.state {
         filter = filter.state(*s);

@@ -153,7 +153,7 @@ pub fn task_json(t: &pb::Task) -> Value {
         "reserved_for": t.reserved_for,
         "concurrency_key": t.concurrency_key,
         "depends_on": t.depends_on,
-        "depends_on_keys": t.depends_on_keys.iter().map(|k| format!("{}:{}", k.queue, k.key)).collect::<Vec<_>>(),
+        "depends_on_keys": t.depends_on_keys.iter().map(|k| format!("{}/{}", k.queue, k.key)).collect::<Vec<_>>(),
         "dependencies_remaining": t.dependencies_remaining,
         "run_if_dependency_fails": t.run_if_dependency_fails,
         "at_most_once": t.at_most_once,
@@ -231,7 +231,7 @@ pub fn task_detail(t: &pb::Task) -> String {
     let keys: Vec<String> = t
         .depends_on_keys
         .iter()
-        .map(|k| format!("{}:{}", k.queue, k.key))
+        .map(|k| format!("{}/{}", k.queue, k.key))
         .collect();
     lines.push(("depends on keys", keys.join(",")));
     if t.dependencies_remaining > 0 {
