@@ -32,3 +32,14 @@ def test_worker_defaults_are_the_specs() -> None:
         10.0,
         30.0,
     )
+
+
+def test_a_retry_policy_takes_a_delay_list() -> None:
+    import datetime
+
+    from taskbroker import retry_policy
+
+    p = retry_policy(5, schedule=[1, datetime.timedelta(minutes=5), 0.25])
+    assert p.max_attempts == 5
+    assert [(d.seconds, d.nanos) for d in p.schedule] == [(1, 0), (300, 0), (0, 250_000_000)]
+    assert not retry_policy(3).schedule

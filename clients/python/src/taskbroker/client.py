@@ -351,9 +351,14 @@ def retry_policy(
     backoff_multiplier: float = 0.0,
     max_backoff: Duration | None = None,
     jitter: float | None = None,
+    schedule: Sequence[Duration] | None = None,
 ) -> broker_pb2.RetryPolicy:
     """A RetryPolicy for ``submit(retry=...)``, durations as ``timedelta`` or seconds; what is
-    left unset takes the broker's default (3 attempts, 10 s initial backoff, x2, 1 h max)."""
+    left unset takes the broker's default (3 attempts, 10 s initial backoff, x2, 1 h max).
+
+    ``schedule`` lists the delay before each retry (``[60, 300, 1200]``: 1 min, 5 min, then
+    20 min for every later retry); when given it overrides the backoff settings, at most 32
+    entries."""
     policy = broker_pb2.RetryPolicy(max_attempts=max_attempts, backoff_multiplier=backoff_multiplier)
     if initial_backoff is not None:
         policy.initial_backoff.CopyFrom(duration(initial_backoff))
@@ -361,6 +366,8 @@ def retry_policy(
         policy.max_backoff.CopyFrom(duration(max_backoff))
     if jitter is not None:
         policy.jitter = jitter
+    for delay in schedule or ():
+        policy.schedule.append(duration(delay))
     return policy
 
 
