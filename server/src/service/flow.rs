@@ -109,10 +109,7 @@ impl Broker {
         // Where the `at`-th (distinct) entry of a spec's list stood in the
         // request, for error fields.
         let in_request = |pos: &[Vec<usize>], spec: usize, at: usize| {
-            pos.get(spec)
-                .and_then(|p| p.get(at))
-                .copied()
-                .unwrap_or(at)
+            pos.get(spec).and_then(|p| p.get(at)).copied().unwrap_or(at)
         };
         match self
             .store

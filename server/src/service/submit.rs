@@ -82,8 +82,8 @@ use super::flow::MAX_KEY_LEN;
 /// The retry hint of a Submit refused by a full queue.
 pub const PENDING_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-pub use crate::domain::task::PRODUCER_KEY;
 use crate::domain::task::DEPENDENCIES_KEY;
+pub use crate::domain::task::PRODUCER_KEY;
 pub use crate::domain::task::{AT_MOST_ONCE_KEY, is_at_most_once};
 const MAX_METADATA_ENTRIES: usize = 64;
 const MAX_METADATA_BYTES: usize = 16 * 1024;
@@ -283,7 +283,14 @@ impl Broker {
         let (inserted, matched): (Vec<Inserted>, Vec<bool>) =
             if task_flows.iter().any(|f| !f.is_plain()) {
                 let inserted = self
-                    .insert_flow(new, task_flows, now, &spec_of, [&dep_pos, &key_pos], commit_by)
+                    .insert_flow(
+                        new,
+                        task_flows,
+                        now,
+                        &spec_of,
+                        [&dep_pos, &key_pos],
+                        commit_by,
+                    )
                     .await?;
                 let n = inserted.len();
                 (inserted, vec![false; n])

@@ -243,10 +243,9 @@ fn key_deps(
                      WHERE queue = ?1 AND key = ?2 AND producer IS ?3 AND bound_to IS NULL \
                      LIMIT ?4)",
                 )?
-                .query_row(
-                    params![k.queue, k.key, producer, MAX_WAITS_PER_KEY],
-                    |r| r.get(0),
-                )?;
+                .query_row(params![k.queue, k.key, producer, MAX_WAITS_PER_KEY], |r| {
+                    r.get(0)
+                })?;
             if waits >= i64::from(MAX_WAITS_PER_KEY) {
                 return Ok(Err(j));
             }
