@@ -14,3 +14,8 @@ ALTER TABLE task_key_deps
     ADD COLUMN producer VARCHAR(255) NULL,
     DROP INDEX task_key_deps_key,
     ADD INDEX task_key_deps_waiting (queue(128), `key`(380), producer);
+
+-- Waits recorded before: their task's producer, as the broker recorded it.
+UPDATE task_key_deps d JOIN tasks t ON t.id = d.task_id
+SET d.producer = JSON_UNQUOTE(JSON_EXTRACT(t.metadata, '$."taskbroker.producer"'))
+WHERE d.bound_to IS NULL;

@@ -5,6 +5,9 @@
 -- index leads with (queue, key, producer), so the insert of a key reads only
 -- the waits it binds, however many other producers wait for that key.
 ALTER TABLE task_key_deps ADD COLUMN producer TEXT;
+-- Waits recorded before: their task's producer, as the broker recorded it.
+UPDATE task_key_deps d SET producer = t.metadata::jsonb ->> 'taskbroker.producer'
+FROM tasks t WHERE t.id = d.task_id AND d.bound_to IS NULL;
 
 DROP INDEX task_key_deps_waiting;
 CREATE INDEX task_key_deps_waiting ON task_key_deps (queue, key, producer)

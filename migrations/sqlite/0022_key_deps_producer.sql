@@ -5,6 +5,11 @@
 -- index leads with (queue, key, producer), so the insert of a key reads only
 -- the waits it binds, however many other producers wait for that key.
 ALTER TABLE task_key_deps ADD COLUMN producer TEXT;
+-- Waits recorded before: their task's producer, as the broker recorded it.
+UPDATE task_key_deps
+SET producer = (SELECT json_extract(t.metadata, '$."taskbroker.producer"')
+                FROM tasks t WHERE t.id = task_key_deps.task_id)
+WHERE bound_to IS NULL;
 
 DROP INDEX task_key_deps_waiting;
 CREATE INDEX task_key_deps_waiting ON task_key_deps (queue, key, producer)

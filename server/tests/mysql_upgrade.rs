@@ -86,6 +86,24 @@ async fn a_database_migrated_with_the_trigger_starts_and_binds_waits_once() {
     let first = std::fs::read_to_string(FIRST_0004).unwrap();
     let pool = migrate_as_before(&db.url, &first).await;
     assert_eq!(triggers(&pool).await, 1, "the first text made the trigger");
+    // A wait of bob's recorded then, for a key nobody holds yet.
+    let bobs = "00000000-0000-7000-8000-000000000009";
+    sqlx::query(
+        "INSERT INTO tasks (id, queue, payload, run_at, state, max_attempts, attempts_allowed, \
+         initial_backoff_ms, backoff_multiplier, max_backoff_ms, jitter, metadata, created_at, \
+         updated_at, deps_remaining) \
+         VALUES (?, 'down', '', 0, 'blocked', 3, 3, 0, 2, 0, 0, ?, 0, 0, 1)",
+    )
+    .bind(bobs)
+    .bind(r#"{"taskbroker.producer":"bob"}"#)
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO task_key_deps (task_id, queue, `key`) VALUES (?, 'up', 'hers')")
+        .bind(bobs)
+        .execute(&pool)
+        .await
+        .unwrap();
 
     let s = store::connect(&db.url, 4).await.unwrap();
     s.migrate().await.expect("an earlier database migrates");
@@ -125,6 +143,13 @@ async fn a_database_migrated_with_the_trigger_starts_and_binds_waits_once() {
         s.task_deps_unfinished(waiting, 10).await.unwrap(),
         vec![holder.to_string()]
     );
+    // Bob's earlier wait is his: alice's task with the key binds it not.
+    let mut hers = task("00000000-0000-7000-8000-000000000003", Some("hers"));
+    hers.metadata
+        .insert("taskbroker.producer".into(), "alice".into());
+    s.task_insert_many(&[hers], t0()).await.unwrap();
+    let missing = s.task_keys_missing(bobs, 10).await.unwrap();
+    assert_eq!(missing.len(), 1, "bob's wait is still unbound");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -61,9 +61,25 @@ pub async fn dependencies_bind_only_to_the_same_producers_tasks(b: Backend) {
     let k = tkey("own.up", "inv-1");
     let done = |r: FlowInserted| assert!(matches!(r, FlowInserted::Done(_)), "{r:?}");
     // Waits before the key has a task: bob's, alice's, and one without a producer.
-    done(flow(&s, Some("bob"), 1, by(Some("bob"), &[k.clone()], &[])).await);
-    done(flow(&s, Some("alice"), 2, by(Some("alice"), &[k.clone()], &[])).await);
-    done(flow(&s, None, 3, by(None, &[k.clone()], &[])).await);
+    done(
+        flow(
+            &s,
+            Some("bob"),
+            1,
+            by(Some("bob"), std::slice::from_ref(&k), &[]),
+        )
+        .await,
+    );
+    done(
+        flow(
+            &s,
+            Some("alice"),
+            2,
+            by(Some("alice"), std::slice::from_ref(&k), &[]),
+        )
+        .await,
+    );
+    done(flow(&s, None, 3, by(None, std::slice::from_ref(&k), &[])).await);
     // Alice's task takes the key (the plain insert): it binds her wait and the
     // producer-less one, never bob's.
     let mut holder = of(Some("alice"), "own.up", 10);
@@ -81,10 +97,26 @@ pub async fn dependencies_bind_only_to_the_same_producers_tasks(b: Backend) {
 
     // The key held at submit: bob's dependent waits as for a key no task
     // holds; alice's depends on her task.
-    done(flow(&s, Some("bob"), 4, by(Some("bob"), &[k.clone()], &[])).await);
+    done(
+        flow(
+            &s,
+            Some("bob"),
+            4,
+            by(Some("bob"), std::slice::from_ref(&k), &[]),
+        )
+        .await,
+    );
     assert_eq!(missing(&s, 4).await, vec![k.clone()]);
     assert!(deps(&s, 4).await.is_empty());
-    done(flow(&s, Some("alice"), 5, by(Some("alice"), &[k.clone()], &[])).await);
+    done(
+        flow(
+            &s,
+            Some("alice"),
+            5,
+            by(Some("alice"), std::slice::from_ref(&k), &[]),
+        )
+        .await,
+    );
     assert_eq!(deps(&s, 5).await, vec![uuid_like(10)]);
 
     // By id: alice's task is, for bob, a task that does not exist.
@@ -134,7 +166,15 @@ pub async fn dependencies_bind_only_to_the_same_producers_tasks(b: Backend) {
 
     // Bob's own task with the key in another queue binds his waits there.
     let k2 = tkey("own.up2", "inv-1");
-    done(flow(&s, Some("bob"), 11, by(Some("bob"), &[k2.clone()], &[])).await);
+    done(
+        flow(
+            &s,
+            Some("bob"),
+            11,
+            by(Some("bob"), std::slice::from_ref(&k2), &[]),
+        )
+        .await,
+    );
     let mut his = of(Some("bob"), "own.up2", 12);
     his.key = Some("inv-1".into());
     s.task_insert_many(&[his], t0()).await.unwrap();
