@@ -50,6 +50,10 @@ use lease_fairness::*;
 #[path = "store_conformance/flow_keys.rs"]
 mod flow_keys;
 use flow_keys::*;
+// Dependencies across producers, and the waits one key may hold.
+#[path = "store_conformance/key_owners.rs"]
+mod key_owners;
+use key_owners::*;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -920,6 +924,8 @@ all_backends!(
     key_waits_go_with_their_dependent_at_retention,
     racing_waits_and_keyed_inserts_always_bind,
     a_cycle_through_a_key_ends_at_a_deadline,
+    dependencies_bind_only_to_the_same_producers_tasks,
+    a_key_holds_a_bounded_number_of_waits_per_producer,
     insert_deduplicates_by_queue_and_key,
     replace_waiting_rewrites_a_waiting_task_and_its_place,
     replace_waiting_never_touches_a_leased_finished_or_other_queues_task,

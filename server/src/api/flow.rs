@@ -332,5 +332,7 @@ pub fn flow_spec(i: usize, t: &pb::TaskSpec) -> Result<FlowSpec, Invalid> {
             .collect(),
         run_if_dependency_fails: t.run_if_dependency_fails,
         retry_schedule: schedule,
+        // Set by the service from the caller's token.
+        producer: None,
     })
 }

@@ -359,6 +359,10 @@ pub struct FlowSpec {
     pub run_if_dependency_fails: bool,
     /// RetryPolicy.schedule: explicit delays, the last one repeating.
     pub retry_schedule: Vec<Duration>,
+    /// The producer that submits the task (its token's name), set by the
+    /// broker: its dependencies, by id or by key, may name only that
+    /// producer's tasks. `None` (no authentication, an admin token): any task.
+    pub producer: Option<String>,
 }
 
 impl FlowSpec {

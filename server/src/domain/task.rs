@@ -195,6 +195,10 @@ pub fn lease_is_live(
         && lease_expires_at.is_some_and(|at| at > now)
 }
 
+/// The metadata entry that names the producer of a task submitted with a
+/// producer token (set by the API layer, read back to enforce ownership).
+pub const PRODUCER_KEY: &str = "taskbroker.producer";
+
 /// The metadata entry that marks an at-most-once task (set by the broker from
 /// TaskSpec.at_most_once; a caller may not set it itself).
 pub const AT_MOST_ONCE_KEY: &str = "taskbroker.at_most_once";

@@ -10,7 +10,8 @@ use super::{Broker, ServiceError};
 use crate::domain::TaskState;
 use crate::domain::validate::{self, Invalid};
 use crate::store::{
-    BulkFilter, EventRecord, FlowInserted, FlowSpec, Inserted, NewTask, TaskFlowInfo, TaskRecord,
+    BulkFilter, EventRecord, FlowInserted, FlowSpec, Inserted, MAX_WAITS_PER_KEY, NewTask,
+    TaskFlowInfo, TaskRecord,
 };
 
 /// TaskSpec.key's length at most (a key of depends_on_keys too).
@@ -102,9 +103,14 @@ impl Broker {
         flows: Vec<FlowSpec>,
         now: DateTime<Utc>,
         spec_of: &[usize],
-        dep_pos: &[Vec<usize>],
+        [dep_pos, key_pos]: [&[Vec<usize>]; 2],
         commit_by: Option<std::time::Instant>,
     ) -> Result<Vec<Inserted>, ServiceError> {
+        // Where the `at`-th (distinct) entry of a spec's list stood in the
+        // request, for error fields.
+        let in_request = |pos: &[Vec<usize>], spec: usize, at: usize| {
+            pos.get(spec).and_then(|p| p.get(at)).copied().unwrap_or(at)
+        };
         match self
             .store
             .task_insert_flow(&new, &flows, now, commit_by)
@@ -116,12 +122,20 @@ impl Broker {
                 // (`task` counts fan-out copies and `dep` skips repeated ids;
                 // the field names the spec and the id as the request had them.)
                 let spec = spec_of.get(task).copied().unwrap_or(task);
-                let at = dep_pos
-                    .get(spec)
-                    .and_then(|p| p.get(dep))
-                    .copied()
-                    .unwrap_or(dep);
+                let at = in_request(dep_pos, spec, dep);
                 Err(Invalid::new(format!("tasks[{spec}].depends_on[{at}]"), "names no task").into())
+            }
+            FlowInserted::TooManyWaits { task, key } => {
+                let spec = spec_of.get(task).copied().unwrap_or(task);
+                let at = in_request(key_pos, spec, key);
+                Err(Invalid::too_large(
+                    format!("tasks[{spec}].depends_on_keys[{at}]"),
+                    format!(
+                        "no task holds this key yet and {MAX_WAITS_PER_KEY} tasks wait for it \
+                         already (the most one key may have)"
+                    ),
+                )
+                .into())
             }
         }
     }

@@ -82,10 +82,8 @@ use super::flow::MAX_KEY_LEN;
 /// The retry hint of a Submit refused by a full queue.
 pub const PENDING_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// The metadata entry that names the producer of a task submitted with a producer
-/// token (set by the API layer, read back to enforce ownership).
-pub const PRODUCER_KEY: &str = "taskbroker.producer";
 use crate::domain::task::DEPENDENCIES_KEY;
+pub use crate::domain::task::PRODUCER_KEY;
 pub use crate::domain::task::{AT_MOST_ONCE_KEY, is_at_most_once};
 const MAX_METADATA_ENTRIES: usize = 64;
 const MAX_METADATA_BYTES: usize = 16 * 1024;
@@ -150,6 +148,7 @@ impl Broker {
         // is where `depends_on[j]` stood in the request, for error fields).
         let mut flows: Vec<crate::store::FlowSpec> = Vec::with_capacity(tasks.len());
         let mut dep_pos: Vec<Vec<usize>> = Vec::with_capacity(tasks.len());
+        let mut key_pos: Vec<Vec<usize>> = Vec::with_capacity(tasks.len());
         for (i, t) in tasks.iter_mut().enumerate() {
             super::flow::validate_flow(i, &t.flow, limits.max_backoff)?;
             let mut f = std::mem::take(&mut t.flow);
@@ -163,7 +162,15 @@ impl Broker {
                 .unzip();
             f.depends_on = ids;
             bounds::dedup(&mut f.depends_on_index);
-            bounds::dedup(&mut f.depends_on_keys);
+            let mut seen_keys = std::collections::HashSet::new();
+            let (keys, kpos): (Vec<crate::store::TaskKey>, Vec<usize>) = f
+                .depends_on_keys
+                .drain(..)
+                .enumerate()
+                .filter(|(_, k)| seen_keys.insert(k.clone()))
+                .map(|(j, k)| (k, j))
+                .unzip();
+            f.depends_on_keys = keys;
             // A task cannot wait for its own key.
             if let (Some(key), Some(j)) = (
                 t.key.as_deref(),
@@ -172,13 +179,16 @@ impl Broker {
                     .position(|k| Some(k.key.as_str()) == t.key.as_deref() && k.queue == t.queue),
             ) {
                 return Err(Invalid::new(
-                    format!("tasks[{i}].depends_on_keys[{j}]"),
+                    format!("tasks[{i}].depends_on_keys[{}]", kpos[j]),
                     format!("names this task's own key {key} in queue {}", t.queue),
                 )
                 .into());
             }
+            // Dependencies bind only to the caller's own tasks.
+            f.producer = producer.map(str::to_string);
             flows.push(f);
             dep_pos.push(pos);
+            key_pos.push(kpos);
         }
         // A fan-out task becomes its copies; `copies[i]` is
         // how many tasks the i-th spec made. Every limit applies to what the
@@ -273,7 +283,14 @@ impl Broker {
         let (inserted, matched): (Vec<Inserted>, Vec<bool>) =
             if task_flows.iter().any(|f| !f.is_plain()) {
                 let inserted = self
-                    .insert_flow(new, task_flows, now, &spec_of, &dep_pos, commit_by)
+                    .insert_flow(
+                        new,
+                        task_flows,
+                        now,
+                        &spec_of,
+                        [&dep_pos, &key_pos],
+                        commit_by,
+                    )
                     .await?;
                 let n = inserted.len();
                 (inserted, vec![false; n])

@@ -22,6 +22,39 @@ pub enum FlowInserted {
     /// The caller's commit-by instant passed before the commit; nothing was
     /// inserted.
     DeadlinePassed,
+    /// `tasks[task].depends_on_keys[key]` would be a wait past
+    /// [`MAX_WAITS_PER_KEY`] for its key; nothing was inserted.
+    TooManyWaits {
+        task: usize,
+        key: usize,
+    },
+}
+
+/// Unbound waits (depends_on_keys that no task holds yet) one key may have per
+/// producer: (queue, key, producer), producer-less waits counted apart. A
+/// Submit that would add one more is refused and stores nothing.
+pub const MAX_WAITS_PER_KEY: u32 = 1000;
+
+/// The producer recorded in a task's stored metadata (a JSON object).
+pub(crate) fn producer_in(metadata: &str) -> Option<String> {
+    let m: std::collections::BTreeMap<String, String> = serde_json::from_str(metadata).ok()?;
+    m.get(crate::domain::task::PRODUCER_KEY).cloned()
+}
+
+/// Whether the run of a schedule whose task is `first` may name the task
+/// holding its key (`holder_metadata`, its stored metadata): always when
+/// `first` has no producer, else only a task of the same producer.
+pub(crate) fn run_may_name(first: &super::NewTask, holder_metadata: Option<&str>) -> bool {
+    match first.metadata.get(crate::domain::task::PRODUCER_KEY) {
+        None => true,
+        Some(p) => holder_metadata.is_some_and(|m| producer_in(m).as_ref() == Some(p)),
+    }
+}
+
+/// Whether a dependent submitted by `waiter` may depend on a task of
+/// `holder`: always without a producer, else only on the same producer's.
+pub(crate) fn may_depend(waiter: Option<&str>, holder: Option<&str>) -> bool {
+    waiter.is_none_or(|w| holder == Some(w))
 }
 
 /// The flow side of one task, for the admin view.

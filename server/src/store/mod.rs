@@ -42,7 +42,9 @@ pub use sync_match::{MatchTo, MatchedInsert};
 
 // Flow: dependencies, events, bulk operations (migration 0010).
 mod flow;
-pub use flow::{BulkCancelled, BulkFilter, EventRecord, FlowInserted, FlowSpec, TaskFlowInfo};
+pub use flow::{
+    BulkCancelled, BulkFilter, EventRecord, FlowInserted, FlowSpec, MAX_WAITS_PER_KEY, TaskFlowInfo,
+};
 // REPLACE_WAITING.
 mod replace;
 pub use replace::Replacement;

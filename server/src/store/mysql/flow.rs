@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use sqlx::{MySql, MySqlPool};
 
-use super::super::flow::{Ev, EventRow, event_record, schedule_json, visible};
+use super::super::flow::{
+    Ev, EventRow, event_record, may_depend, producer_in, schedule_json, visible,
+};
 use super::super::row::{TaskRow, ms, state_filter_sql};
 use super::super::*;
 use super::observe::simple;
@@ -27,6 +29,30 @@ async fn state_of(j: &mut Job, id: &str) -> StoreResult<Option<String>> {
     )
 }
 
+/// Whether a dependent of `producer` may name the task `id` (it exists and,
+/// with a producer, is that producer's).
+async fn may_name(j: &mut Job, id: &str, producer: Option<&str>) -> StoreResult<bool> {
+    let metadata: Option<String> = sqlx::query_scalar("SELECT metadata FROM tasks WHERE id = ?")
+        .bind(id)
+        .fetch_optional(j.conn())
+        .await?;
+    Ok(metadata.is_some_and(|m| may_depend(producer, producer_in(&m).as_deref())))
+}
+
+/// The task holding `key` that a dependent of `producer` may name: a key held
+/// by another producer's task is, for that dependent, a key no task holds.
+async fn holder(j: &mut Job, key: &TaskKey, producer: Option<&str>) -> StoreResult<Option<String>> {
+    let row: Option<(String, String)> =
+        sqlx::query_as("SELECT id, metadata FROM tasks WHERE queue = ? AND `key` = ?")
+            .bind(&key.queue)
+            .bind(&key.key)
+            .fetch_optional(j.conn())
+            .await?;
+    Ok(row
+        .filter(|(_, m)| may_depend(producer, producer_in(m).as_deref()))
+        .map(|(id, _)| id))
+}
+
 /// Inserts with dependencies; an unknown dependency answers before anything is
 /// committed (the caller drops the job, which rolls back).
 pub(super) async fn insert(
@@ -37,7 +63,7 @@ pub(super) async fn insert(
 ) -> StoreResult<FlowInserted> {
     if flows.iter().any(|f| !f.depends_on_keys.is_empty()) {
         // Before anything else (so no keyed insert of this batch holds it
-        // shared first): see the trigger of migration 0004.
+        // shared first): see key_waits.rs.
         sqlx::query("SELECT id FROM key_deps_lock WHERE id = 1 FOR UPDATE")
             .fetch_optional(j.conn())
             .await?;
@@ -46,9 +72,33 @@ pub(super) async fn insert(
     let inserted = super::ops::task_insert_many(j, tasks, now).await?;
     for (i, f) in flows.iter().enumerate() {
         for (k, d) in f.depends_on.iter().enumerate() {
-            if state_of(j, d).await?.is_none() {
+            if !may_name(j, d, f.producer.as_deref()).await? {
                 return Ok(FlowInserted::UnknownDependency { task: i, dep: k });
             }
+        }
+    }
+    // Waits past the cap refuse the call (the waits of this batch counted).
+    let mut held: HashMap<(&TaskKey, Option<&str>), i64> = HashMap::new();
+    for (i, f) in flows.iter().enumerate() {
+        if inserted.get(i).is_none_or(|r| r.deduplicated) || f.is_plain() {
+            continue;
+        }
+        let p = f.producer.as_deref();
+        for (k, key) in f.depends_on_keys.iter().enumerate() {
+            if holder(j, key, p).await?.is_some() {
+                continue;
+            }
+            let n = match held.get_mut(&(key, p)) {
+                Some(n) => n,
+                None => {
+                    let n = super::key_waits::waiting(j, key, p).await?;
+                    held.entry((key, p)).or_insert(n)
+                }
+            };
+            if *n >= i64::from(MAX_WAITS_PER_KEY) {
+                return Ok(FlowInserted::TooManyWaits { task: i, key: k });
+            }
+            *n += 1;
         }
     }
     let now = ms(now);
@@ -69,19 +119,16 @@ pub(super) async fn insert(
         // none yet is a wait the insert of a task with that key binds.
         let mut remaining = 0i64;
         for k in &f.depends_on_keys {
-            let holder: Option<String> =
-                sqlx::query_scalar("SELECT id FROM tasks WHERE queue = ? AND `key` = ?")
-                    .bind(&k.queue)
-                    .bind(&k.key)
-                    .fetch_optional(j.conn())
-                    .await?;
+            let holder = holder(j, k, f.producer.as_deref()).await?;
             sqlx::query(
-                "INSERT INTO task_key_deps (task_id, queue, `key`, bound_to) VALUES (?, ?, ?, ?)",
+                "INSERT INTO task_key_deps (task_id, queue, `key`, bound_to, producer) \
+                 VALUES (?, ?, ?, ?, ?)",
             )
             .bind(&r.task_id)
             .bind(&k.queue)
             .bind(&k.key)
             .bind(&holder)
+            .bind(&f.producer)
             .execute(j.conn())
             .await?;
             match holder {

@@ -30,8 +30,10 @@ use super::*;
 
 mod admin;
 mod admission;
+mod checksums;
 mod events;
 mod flow;
+mod key_waits;
 mod lease;
 mod listen;
 mod observe;
@@ -219,6 +221,9 @@ impl Store for MysqlStore {
     }
 
     async fn migrate(&self) -> StoreResult<()> {
+        checksums::rewrite_earlier(&self.pool, &MIGRATOR)
+            .await
+            .map_err(|e| StoreError::Migrate(e.into()))?;
         MIGRATOR.run(&self.pool).await.map_err(StoreError::Migrate)
     }
 

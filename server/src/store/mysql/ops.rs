@@ -244,7 +244,10 @@ pub(super) async fn task_insert_many(
             });
         }
     }
-    Ok(out.into_iter().flatten().collect())
+    let out: Vec<Inserted> = out.into_iter().flatten().collect();
+    // The waits for the keys stored now (dependencies by key).
+    super::key_waits::bind(j, tasks, &out).await?;
+    Ok(out)
 }
 
 pub(super) async fn lease_extend(

@@ -7,6 +7,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::{MySql, MySqlPool};
 
+use super::super::flow::run_may_name;
 use super::super::row::ms;
 use super::super::schedule::{RunRow, ScheduleRow, fired_summary, spec_json, template_json};
 use super::super::*;
@@ -181,7 +182,21 @@ pub(super) async fn fire(j: &mut Job, f: &ScheduleFire) -> StoreResult<Fired> {
                 q.push(")");
                 q.build().execute(j.conn()).await?;
             }
+            let holder = match made.first() {
+                Some(r) if r.deduplicated => {
+                    let m: Option<String> =
+                        sqlx::query_scalar("SELECT metadata FROM tasks WHERE id = ?")
+                            .bind(&r.task_id)
+                            .fetch_optional(j.conn())
+                            .await?;
+                    Some(run_may_name(first, m.as_deref()))
+                }
+                _ => None,
+            };
             match made.first() {
+                // The key was taken by a task the schedule's producer may not
+                // see: the run keeps the id of the task it did not make.
+                Some(r) if r.deduplicated && holder == Some(false) => (first.id.clone(), false),
                 // The key was taken: the run names the task holding it.
                 Some(r) if r.deduplicated => {
                     sqlx::query(

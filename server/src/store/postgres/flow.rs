@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Postgres};
 
-use super::super::flow::{EventRow, event_record, schedule_json};
+use super::super::flow::{EventRow, event_record, may_depend, schedule_json};
 use super::super::row::{TaskRow, ms, state_filter_sql};
 use super::super::*;
 use super::horizon::horizon;
@@ -39,18 +39,18 @@ struct Placed {
 }
 
 /// The tasks that hold the depends_on_keys of `flows` (this batch's own
-/// included), by key.
+/// included), by key, with their producers.
 async fn key_holders(
     tx: &mut sqlx::PgConnection,
     flows: &[FlowSpec],
-) -> StoreResult<HashMap<TaskKey, String>> {
+) -> StoreResult<HashMap<TaskKey, (String, Option<String>)>> {
     let (queues, keys): (Vec<&str>, Vec<&str>) = flows
         .iter()
         .flat_map(|f| &f.depends_on_keys)
         .map(|k| (k.queue.as_str(), k.key.as_str()))
         .unzip();
-    let rows: Vec<(String, String, String)> = sqlx::query_as(
-        "SELECT t.queue, t.key, t.id FROM tasks t \
+    let rows: Vec<(String, String, String, Option<String>)> = sqlx::query_as(
+        "SELECT t.queue, t.key, t.id, t.metadata::jsonb ->> 'taskbroker.producer' FROM tasks t \
          JOIN UNNEST($1::text[], $2::text[]) AS u(queue, key) \
            ON t.queue = u.queue AND t.key = u.key",
     )
@@ -60,8 +60,48 @@ async fn key_holders(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(queue, key, id)| (TaskKey { queue, key }, id))
+        .map(|(queue, key, id, producer)| (TaskKey { queue, key }, (id, producer)))
         .collect())
+}
+
+/// The first wait of `flows` (as (task, key) indexes) that would take its key
+/// past [`MAX_WAITS_PER_KEY`] unbound waits of its producer; `waits` are this
+/// batch's new waits: (task index, key index, key, producer).
+async fn over_wait_cap(
+    tx: &mut sqlx::PgConnection,
+    waits: &[(usize, usize, &TaskKey, Option<&str>)],
+) -> StoreResult<Option<(usize, usize)>> {
+    let mut held: HashMap<(&TaskKey, Option<&str>), i64> = HashMap::new();
+    for &(_, _, k, p) in waits {
+        if held.contains_key(&(k, p)) {
+            continue;
+        }
+        // One index probe per distinct key, counting no further than the cap
+        // (the NULL case and the named one are separate index conditions).
+        let sql = if p.is_some() {
+            "SELECT count(*) FROM (SELECT 1 FROM task_key_deps WHERE queue = $1 AND key = $2 \
+             AND producer = $3 AND bound_to IS NULL LIMIT $4) w"
+        } else {
+            "SELECT count(*) FROM (SELECT 1 FROM task_key_deps WHERE queue = $1 AND key = $2 \
+             AND producer IS NULL AND $3::text IS NULL AND bound_to IS NULL LIMIT $4) w"
+        };
+        let n: i64 = sqlx::query_scalar(sql)
+            .bind(&k.queue)
+            .bind(&k.key)
+            .bind(p)
+            .bind(i64::from(MAX_WAITS_PER_KEY))
+            .fetch_one(&mut *tx)
+            .await?;
+        held.insert((k, p), n);
+    }
+    for &(i, j, k, p) in waits {
+        let n = held.entry((k, p)).or_default();
+        if *n >= i64::from(MAX_WAITS_PER_KEY) {
+            return Ok(Some((i, j)));
+        }
+        *n += 1;
+    }
+    Ok(None)
 }
 
 pub(super) async fn insert(
@@ -86,6 +126,14 @@ pub(super) async fn insert(
     } else {
         HashMap::new()
     };
+    // A key held by a task the dependent's producer may not name is, for that
+    // dependent, a key no task holds.
+    let holder = |f: &FlowSpec, k: &TaskKey| -> Option<String> {
+        holders
+            .get(k)
+            .filter(|(_, p)| may_depend(f.producer.as_deref(), p.as_deref()))
+            .map(|(id, _)| id.clone())
+    };
     // Each new task's dependencies, as ids (keys that name a task included).
     let deps: Vec<Vec<String>> = flows
         .iter()
@@ -96,41 +144,84 @@ pub(super) async fn insert(
                     .iter()
                     .filter_map(|&j| inserted.get(j).map(|r| r.task_id.clone())),
             );
-            d.extend(
-                f.depends_on_keys
-                    .iter()
-                    .filter_map(|k| holders.get(k).cloned()),
-            );
+            d.extend(f.depends_on_keys.iter().filter_map(|k| holder(f, k)));
             d
         })
         .collect();
-    let mut wanted: Vec<&str> = deps.iter().flatten().map(String::as_str).collect();
+    // (dependency, producer its dependent may name: '' for any).
+    let mut wanted: Vec<(&str, &str)> = flows
+        .iter()
+        .zip(&deps)
+        .flat_map(|(f, d)| {
+            let p = f.producer.as_deref().unwrap_or("");
+            d.iter().map(move |id| (id.as_str(), p))
+        })
+        .collect();
     wanted.sort_unstable();
     wanted.dedup();
+    let (wanted_ids, wanted_by): (Vec<&str>, Vec<&str>) = wanted.into_iter().unzip();
     // Locked (in id order) and marked so none can finish until this transaction
     // ends, and each that finishes later runs the dependents trigger and sees
-    // the edges written here.
-    let states: HashMap<String, String> = sqlx::query_as::<_, (String, String)>(
+    // the edges written here; another producer's task is neither.
+    let found: Vec<(String, String, Option<String>)> = sqlx::query_as(
         "UPDATE tasks t SET has_dependents = TRUE FROM ( \
-           SELECT id FROM tasks WHERE id = ANY($1) ORDER BY id FOR UPDATE) l \
-         WHERE t.id = l.id RETURNING t.id, t.state",
+           SELECT id FROM tasks x WHERE id = ANY($1) AND EXISTS ( \
+             SELECT 1 FROM UNNEST($1::text[], $2::text[]) AS w(id, p) WHERE w.id = x.id \
+               AND (w.p = '' OR w.p = x.metadata::jsonb ->> 'taskbroker.producer')) \
+           ORDER BY id FOR UPDATE) l \
+         WHERE t.id = l.id RETURNING t.id, t.state, t.metadata::jsonb ->> 'taskbroker.producer'",
     )
-    .bind(&wanted)
+    .bind(&wanted_ids)
+    .bind(&wanted_by)
     .fetch_all(&mut *tx)
-    .await?
-    .into_iter()
-    .collect();
+    .await?;
+    let owners: HashMap<&str, Option<&str>> = found
+        .iter()
+        .map(|(id, _, p)| (id.as_str(), p.as_deref()))
+        .collect();
     for (i, f) in flows.iter().enumerate() {
-        if let Some(j) = f.depends_on.iter().position(|d| !states.contains_key(d)) {
+        let named = |d: &String| {
+            owners
+                .get(d.as_str())
+                .is_some_and(|&p| may_depend(f.producer.as_deref(), p))
+        };
+        if let Some(j) = f.depends_on.iter().position(|d| !named(d)) {
             tx.rollback().await?;
             return Ok(FlowInserted::UnknownDependency { task: i, dep: j });
         }
     }
+    let states: HashMap<&str, &str> = found
+        .iter()
+        .map(|(id, st, _)| (id.as_str(), st.as_str()))
+        .collect();
+    // Waits past the cap refuse the call.
+    let mut new_waits = Vec::new();
+    for (i, f) in flows.iter().enumerate() {
+        if inserted.get(i).is_none_or(|r| r.deduplicated) || f.is_plain() {
+            continue;
+        }
+        for (j, k) in f.depends_on_keys.iter().enumerate() {
+            if holder(f, k).is_none() {
+                new_waits.push((i, j, k, f.producer.as_deref()));
+            }
+        }
+    }
+    if !new_waits.is_empty()
+        && let Some((task, key)) = over_wait_cap(&mut tx, &new_waits).await?
+    {
+        tx.rollback().await?;
+        return Ok(FlowInserted::TooManyWaits { task, key });
+    }
     let mut placed = Vec::new();
     let mut edges: (Vec<String>, Vec<String>, Vec<bool>) = Default::default();
     #[allow(clippy::type_complexity)]
-    let mut waits: (Vec<String>, Vec<String>, Vec<String>, Vec<Option<String>>) =
-        Default::default();
+    let mut waits: (
+        Vec<String>,
+        Vec<String>,
+        Vec<String>,
+        Vec<Option<String>>,
+        Vec<Option<String>>,
+    ) = Default::default();
     for (i, f) in flows.iter().enumerate() {
         let Some(r) = inserted.get(i).filter(|r| !r.deduplicated) else {
             continue;
@@ -143,17 +234,18 @@ pub(super) async fn insert(
         mine.dedup();
         let mut remaining = 0;
         for k in &f.depends_on_keys {
-            let holder = holders.get(k);
+            let holder = holder(f, k);
             // A key no task holds yet: a wait the insert of its task binds.
             remaining += i64::from(holder.is_none());
             waits.0.push(r.task_id.clone());
             waits.1.push(k.queue.clone());
             waits.2.push(k.key.clone());
-            waits.3.push(holder.cloned());
+            waits.3.push(holder);
+            waits.4.push(f.producer.clone());
         }
         let mut failed = false;
         for d in mine {
-            let state = states.get(d).map(String::as_str).unwrap_or("pending");
+            let state = states.get(d.as_str()).copied().unwrap_or("pending");
             let done = finished(state);
             remaining += i64::from(!done);
             failed |= matches!(state, "dead" | "cancelled");
@@ -189,14 +281,15 @@ pub(super) async fn insert(
     .await?;
     if !waits.0.is_empty() {
         sqlx::query(
-            "INSERT INTO task_key_deps (task_id, queue, key, bound_to) \
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[]) \
+            "INSERT INTO task_key_deps (task_id, queue, key, bound_to, producer) \
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) \
              ON CONFLICT DO NOTHING",
         )
         .bind(&waits.0)
         .bind(&waits.1)
         .bind(&waits.2)
         .bind(&waits.3)
+        .bind(&waits.4)
         .execute(&mut *tx)
         .await?;
     }

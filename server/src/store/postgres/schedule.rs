@@ -6,6 +6,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Postgres};
 
+use super::super::flow::run_may_name;
 use super::super::row::{duration_ms, ms};
 use super::super::schedule::{RunRow, ScheduleRow, fired_summary, spec_json, template_json};
 use super::super::*;
@@ -184,7 +185,21 @@ pub(super) async fn fire(pool: &PgPool, f: &ScheduleFire) -> StoreResult<Fired> 
                 .await?;
                 made
             };
+            let holder = match made.first() {
+                Some(r) if r.deduplicated => {
+                    let m: Option<String> =
+                        sqlx::query_scalar("SELECT metadata FROM tasks WHERE id = $1")
+                            .bind(&r.task_id)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                    Some(run_may_name(first, m.as_deref()))
+                }
+                _ => None,
+            };
             match made.first() {
+                // The key was taken by a task the schedule's producer may not
+                // see: the run keeps the id of the task it did not make.
+                Some(r) if r.deduplicated && holder == Some(false) => (first.id.clone(), false),
                 // The key was taken: the run names the task holding it.
                 Some(r) if r.deduplicated => {
                     sqlx::query(

@@ -150,6 +150,11 @@ pub(super) fn schedule_fire(c: &Connection, f: &ScheduleFire) -> StoreResult<Fir
                 mark.execute(params![f.schedule_id, fire, r.task_id])?;
             }
             match made.first() {
+                // The key was taken by a task the schedule's producer may not
+                // see: the run keeps the id of the task it did not make.
+                Some(r) if r.deduplicated && !may_hold(c, first, &r.task_id)? => {
+                    (first.id.clone(), false)
+                }
                 // The key was taken: the run names the task holding it.
                 Some(r) if r.deduplicated => {
                     c.prepare_cached(
@@ -188,6 +193,15 @@ pub(super) fn schedule_fire(c: &Connection, f: &ScheduleFire) -> StoreResult<Fir
         .execute(params![n as i64, last_fire, last_task, f.schedule_id])?;
     }
     Ok(Fired::Done(out))
+}
+
+/// Whether the run of `first` may name `holder`, the task holding its key.
+fn may_hold(c: &Connection, first: &NewTask, holder: &str) -> StoreResult<bool> {
+    let metadata: Option<String> = c
+        .prepare_cached("SELECT metadata FROM tasks WHERE id = ?1")?
+        .query_row([holder], |r| r.get(0))
+        .optional()?;
+    Ok(super::super::flow::run_may_name(first, metadata.as_deref()))
 }
 
 pub(super) async fn schedule_get(r: &SqlitePool, id: &str) -> StoreResult<Option<ScheduleRecord>> {
