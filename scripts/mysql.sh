@@ -12,6 +12,9 @@
 # The log is written at each commit and flushed to disk once a second
 # (innodb_flush_log_at_trx_commit=2): a killed server (kill9) loses nothing, a
 # crash of the machine may lose the last second, which no test makes.
+# Binary logging is on (row format), as MySQL 8.0 has it by default: what needs SUPER
+# under binary logging (a trigger, a stored function) fails for a user without it.
+# max_allowed_packet is 16 MiB (MariaDB's default; tests size statements against it).
 set -euo pipefail
 
 usage="usage: mysql.sh start|stop|resume|kill9 DIR | sql DIR SQL"
@@ -57,6 +60,8 @@ start_server() {
     --innodb-flush-log-at-trx-commit=2 \
     --character-set-server=utf8mb4 --collation-server=utf8mb4_bin \
     --transaction-isolation=READ-COMMITTED \
+    --log-bin="$dir/binlog" --server-id=1 --binlog-format=ROW \
+    --max-allowed-packet=16M \
     </dev/null >/dev/null 2>&1 &
   for _ in $(seq 1 300); do
     if "$client" --no-defaults -u"$(id -un)" --socket="$dir/sock" -e 'SELECT 1' >/dev/null 2>&1; then

@@ -54,6 +54,10 @@ use flow_keys::*;
 #[path = "store_conformance/key_owners.rs"]
 mod key_owners;
 use key_owners::*;
+// Keys, ids, tokens and worker ids compare byte for byte.
+#[path = "store_conformance/exact_text.rs"]
+mod exact_text;
+use exact_text::*;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -995,6 +999,10 @@ all_backends!(
     requeued_and_reclaimed_tasks_lease_when_due,
     scheduled_tasks_of_higher_priority_do_not_hold_back_sync_match,
     racing_leasers_keep_fanout_copies_distinct_and_every_task_single,
+    // Keys, ids, tokens and worker ids compare byte for byte.
+    keys_differing_only_in_spaces_are_different_tasks,
+    a_lease_token_with_spaces_added_is_not_the_lease,
+    a_task_for_a_worker_is_not_leased_by_that_id_with_a_space,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

@@ -65,8 +65,8 @@ pub enum StoreError {
     /// Migrations could not be applied.
     #[error("migration failed")]
     Migrate(#[source] sqlx::migrate::MigrateError),
-    /// The database URL is wrong, or none of its hosts is of the kind it asks
-    /// for (one line, for the operator).
+    /// The database URL is wrong, none of its hosts is of the kind it asks
+    /// for, or the database refused a migration (one line, for the operator).
     #[error("{0}")]
     Config(String),
 }

@@ -114,12 +114,12 @@ pub(super) async fn after_job(j: &mut Job) -> StoreResult<Option<(i64, i64)>> {
         .last_insert_id();
     let last = i64::try_from(last).map_err(|_| StoreError::Corrupt("event id".into()))?;
     let first = last - k + 1;
-    for (n, piece) in all.chunks(PIECE).enumerate() {
+    let mut base = first;
+    for piece in super::packet::pieces(&all, PIECE, j.packet, event_bytes) {
         let mut qb = sqlx::QueryBuilder::<sqlx::MySql>::new(
             "INSERT INTO task_events (event_id, task_id, queue, kind, state, attempt, \
              worker_id, `time`, detail) ",
         );
-        let base = first + (n * PIECE) as i64;
         qb.push_values(piece.iter().enumerate(), |mut b, (i, e)| {
             b.push_bind(base + i as i64)
                 .push_bind(&e.task_id)
@@ -132,8 +132,20 @@ pub(super) async fn after_job(j: &mut Job) -> StoreResult<Option<(i64, i64)>> {
                 .push_bind(&e.detail);
         });
         qb.build().execute(j.conn()).await?;
+        base += piece.len() as i64;
     }
     Ok((!all.is_empty()).then(|| (first, first + all.len() as i64 - 1)))
+}
+
+/// What one event's row adds to the multi-row INSERT of `after_job`.
+fn event_bytes(e: &Pending) -> usize {
+    use super::packet::{PARAM_FRAMING, opt_param, param};
+    param(e.task_id.len())
+        + param(e.queue.len())
+        + opt_param(e.worker.as_deref())
+        + opt_param(e.detail.as_deref())
+        // The id, kind, state, attempt and time.
+        + 5 * (32 + PARAM_FRAMING)
 }
 
 /// A task went DEAD: a notice task on its queue's dead-letter queue, if it has one.

@@ -36,8 +36,10 @@ mod flow;
 mod key_waits;
 mod lease;
 mod listen;
+mod migrate;
 mod observe;
 mod ops;
+mod packet;
 mod read;
 mod routing;
 mod schedule;
@@ -76,6 +78,8 @@ pub struct MysqlStore {
     /// pending (the poller of `listen.rs` covers the other replicas).
     waker: Arc<OnceLock<Waker>>,
     notes: Arc<listen::Notes>,
+    /// Bytes of parameters one statement may carry (`packet.rs`).
+    packet: usize,
 }
 
 /// One write transaction and what its operations leave for its end.
@@ -89,6 +93,8 @@ pub(crate) struct Job {
     /// A Submit's plain insert, whose broker wakes this replica's waiters
     /// itself: this replica's poller skips its events.
     pub own_wakes: bool,
+    /// Bytes of parameters one statement may carry (`packet.rs`).
+    pub packet: usize,
 }
 
 impl Job {
@@ -158,7 +164,13 @@ impl MysqlStore {
             })
             .connect_with(opts)
             .await?;
+        // Multi-row statements are cut to fit it (`packet.rs`).
+        let max_allowed_packet: i64 =
+            sqlx::query_scalar("SELECT CAST(@@max_allowed_packet AS SIGNED)")
+                .fetch_one(&pool)
+                .await?;
         Ok(MysqlStore {
+            packet: packet::budget(u64::try_from(max_allowed_packet).unwrap_or(0)),
             pool,
             down: AtomicBool::new(false),
             waker: Arc::new(OnceLock::new()),
@@ -187,6 +199,7 @@ impl MysqlStore {
             woken: Vec::new(),
             spare: false,
             own_wakes: false,
+            packet: self.packet,
         })
     }
 
@@ -224,7 +237,7 @@ impl Store for MysqlStore {
         checksums::rewrite_earlier(&self.pool, &MIGRATOR)
             .await
             .map_err(|e| StoreError::Migrate(e.into()))?;
-        MIGRATOR.run(&self.pool).await.map_err(StoreError::Migrate)
+        migrate::run(&MIGRATOR, &self.pool).await
     }
 
     async fn ping(&self) -> StoreResult<()> {

@@ -130,6 +130,28 @@ pub(super) async fn changed_event(
 /// Rows per multi-row INSERT of tasks.
 const INSERT_PIECE: usize = 100;
 
+/// What one task's row adds to the multi-row INSERT of `task_insert_many`: its
+/// text and byte parameters, and the framing of all of them.
+fn insert_bytes(t: &NewTask) -> usize {
+    use super::packet::{PARAM_FRAMING, opt_param, param};
+    let r = &t.routing;
+    // As JSON, as the row holds them (escapes may lengthen them).
+    let json = |m: &std::collections::BTreeMap<String, String>| {
+        serde_json::to_string(m).map_or(0, |s| s.len())
+    };
+    param(t.id.len())
+        + param(t.queue.len())
+        + opt_param(t.key.as_deref())
+        + param(t.payload.len())
+        + param(json(&t.metadata))
+        + opt_param(t.concurrency_key.as_deref())
+        + opt_param(r.target.worker_id.as_deref())
+        + param(json(&r.target.labels))
+        + opt_param(r.fanout_group.as_deref())
+        // The numbers, flags and short words: 15 parameters of 16 bytes or less.
+        + 15 * (16 + PARAM_FRAMING)
+}
+
 pub(super) async fn task_insert_many(
     j: &mut Job,
     tasks: &[NewTask],
@@ -154,7 +176,8 @@ pub(super) async fn task_insert_many(
         }
         fresh.push(i);
     }
-    for piece in fresh.chunks(INSERT_PIECE) {
+    let size = |&i: &usize| insert_bytes(&tasks[i]);
+    for piece in super::packet::pieces(&fresh, INSERT_PIECE, j.packet, size) {
         // INSERT IGNORE: a row whose (queue, key) exists is skipped (its id is
         // looked up below); nothing else is ignored here, as every other column
         // is checked by the service.
@@ -469,12 +492,22 @@ pub(super) async fn task_complete_many(
         }));
         ended.push((row, now));
     }
-    if !ended.is_empty() {
+    let size = |(row, _): &(TaskRow, i64)| {
+        use super::packet::{PARAM_FRAMING, opt_param, param};
+        let a = row.attempt_end();
+        param(a.task_id.len())
+            + param(a.worker_id.len())
+            + param(a.worker_address.len())
+            + opt_param(None)
+            + 5 * (16 + PARAM_FRAMING)
+    };
+    // One statement unless the rows outgrow a packet.
+    for piece in super::packet::pieces(&ended, ended.len(), j.packet, size) {
         let mut qb = sqlx::QueryBuilder::<sqlx::MySql>::new(
             "INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, leased_at, \
              outcome, error, finished_at, fencing_token) ",
         );
-        qb.push_values(&ended, |mut b, (row, now)| {
+        qb.push_values(piece, |mut b, (row, now)| {
             let a = row.attempt_end();
             b.push_bind(a.task_id.to_owned())
                 .push_bind(a.attempt)

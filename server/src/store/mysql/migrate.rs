@@ -1,0 +1,207 @@
+//! Migrations on MySQL/MariaDB, where DDL commits as it goes: a migration that
+//! fails part way stays recorded as failed (`success = FALSE` in
+//! `_sqlx_migrations`) with what it did before the failure in place, and sqlx
+//! refuses every later run until the record is cleared.
+//!
+//! A migration listed in [`RERUN`] is run again: what a partial run may have
+//! left is undone first, then its record is cleared. No broker starts while a
+//! migration is recorded as failed, so what that migration created holds nothing
+//! a broker wrote (an undo that drops a table first checks it is empty). For any
+//! other migration, and for every failure, the error says in one line what the
+//! database answered and what to do.
+
+use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::{MySqlConnection, MySqlPool};
+
+use super::super::{StoreError, StoreResult};
+
+/// A migration that may run again after it stopped part way.
+struct Rerun {
+    version: i64,
+    /// A table the undo drops, which must be empty (or absent) for that.
+    empty: Option<&'static str>,
+    /// What undoes a partial run (each statement may find nothing to undo).
+    undo: &'static [&'static str],
+}
+
+const RERUN: &[Rerun] = &[
+    // The key-dependency tables (and the trigger an earlier text of this
+    // migration created last, where SUPER was missing under binary logging).
+    Rerun {
+        version: 4,
+        empty: Some("task_key_deps"),
+        undo: &[
+            "DROP TRIGGER IF EXISTS tasks_flow_bind_keys",
+            "DROP TABLE IF EXISTS task_key_deps",
+            "DROP TABLE IF EXISTS key_deps_lock",
+        ],
+    },
+    // Collations: each statement converts a table, which may be done again.
+    Rerun {
+        version: 5,
+        empty: None,
+        undo: &[],
+    },
+];
+
+const TABLE: &str = "_sqlx_migrations";
+
+/// Applies the pending migrations of `m`, after clearing a failed one that may
+/// run again. Replicas starting together take turns (a lock on the database).
+pub(super) async fn run(m: &Migrator, pool: &MySqlPool) -> StoreResult<()> {
+    let mut conn = pool.acquire().await?;
+    // GET_LOCK names are at most 64 characters; a database name may be 64.
+    let lock = "CONCAT('taskbroker-migrate-', LEFT(SHA2(DATABASE(), 256), 32))";
+    sqlx::query(sqlx::AssertSqlSafe(format!("SELECT GET_LOCK({lock}, -1)")))
+        .execute(&mut *conn)
+        .await?;
+    let result = match clear_failed(m, &mut conn).await {
+        // `run_direct` is `run` on a connection (`run` cannot take one inside
+        // an async trait method: sqlx's "Acquire is not general enough").
+        Ok(()) => m
+            .run_direct(None, &mut *conn, false)
+            .await
+            .map_err(|e| StoreError::Config(explain(m, &e))),
+        Err(e) => Err(e),
+    };
+    // The lock goes with the connection too, if this fails.
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT RELEASE_LOCK({lock})")))
+        .execute(&mut *conn)
+        .await;
+    result
+}
+
+/// Clears the record of a failed migration that may run again (undoing what
+/// it left); refuses, saying what to do, for one that may not.
+async fn clear_failed(m: &Migrator, conn: &mut MySqlConnection) -> StoreResult<()> {
+    let recorded: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.tables \
+         WHERE table_schema = DATABASE() AND table_name = ?",
+    )
+    .bind(TABLE)
+    .fetch_one(&mut *conn)
+    .await?;
+    if recorded == 0 {
+        return Ok(());
+    }
+    let failed: Option<(i64, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT version, (SELECT MAX(version) FROM {TABLE}) FROM {TABLE} \
+         WHERE success = FALSE ORDER BY version LIMIT 1"
+    )))
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((version, last)) = failed else {
+        return Ok(());
+    };
+    // Only the last migration recorded: with later ones applied, running it
+    // again would not give the schema they were applied to.
+    let rerun = RERUN
+        .iter()
+        .find(|r| r.version == version && version == last);
+    let Some(rerun) = rerun else {
+        return Err(StoreError::Config(format!(
+            "{} is recorded as failed in `{TABLE}` (it stopped part way); {}",
+            name(m, version),
+            manual(version)
+        )));
+    };
+    if let Some(table) = rerun.empty {
+        let rows: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_name = ?",
+        )
+        .bind(table)
+        .fetch_one(&mut *conn)
+        .await?;
+        let rows = if rows == 0 {
+            0
+        } else {
+            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM {table} LIMIT 1) t"
+            )))
+            .fetch_one(&mut *conn)
+            .await?
+        };
+        if rows > 0 {
+            return Err(StoreError::Config(format!(
+                "{} is recorded as failed in `{TABLE}`, but its table {table} holds rows; {}",
+                name(m, version),
+                manual(version)
+            )));
+        }
+    }
+    tracing::warn!(
+        version,
+        "migration {} is recorded as failed; undoing what it left and running it again",
+        name(m, version)
+    );
+    for statement in rerun.undo {
+        sqlx::query(sqlx::AssertSqlSafe(*statement))
+            .execute(&mut *conn)
+            .await?;
+    }
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DELETE FROM {TABLE} WHERE version = ? AND success = FALSE"
+    )))
+    .bind(version)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// A migration as the operator finds it: its number and file.
+fn name(m: &Migrator, version: i64) -> String {
+    match m.iter().find(|x| x.version == version) {
+        Some(x) => format!(
+            "migration {version} (migrations/mysql/{version:04}_{}.sql)",
+            x.description.replace(' ', "_")
+        ),
+        None => format!("migration {version}"),
+    }
+}
+
+/// What to do about a failed migration that is not run again by itself.
+fn manual(version: i64) -> String {
+    format!(
+        "undo what that file created, then run `DELETE FROM {TABLE} WHERE version = {version}` \
+         and start the broker again"
+    )
+}
+
+/// One line for the operator: which migration failed, the database's own
+/// message, and what happens next.
+fn explain(m: &Migrator, e: &MigrateError) -> String {
+    let line = match e {
+        MigrateError::ExecuteMigration(source, version) => {
+            let next = if RERUN.iter().any(|r| r.version == *version) {
+                "it is recorded as failed and runs again at the next start".to_owned()
+            } else {
+                format!("it is recorded as failed: {}", manual(*version))
+            };
+            format!(
+                "{} failed: {}; {next}",
+                name(m, *version),
+                database_message(source)
+            )
+        }
+        MigrateError::Execute(source) => database_message(source),
+        MigrateError::Dirty(version) => format!(
+            "{} is recorded as failed in `{TABLE}`; {}",
+            name(m, *version),
+            manual(*version)
+        ),
+        other => other.to_string(),
+    };
+    line.replace(['\n', '\r'], " ")
+}
+
+/// The database's message and number, or the driver's error.
+fn database_message(e: &sqlx::Error) -> String {
+    let Some(db) = e.as_database_error() else {
+        return e.to_string();
+    };
+    match db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        Some(my) => format!("error {}: {}", my.number(), my.message()),
+        None => db.message().to_owned(),
+    }
+}
