@@ -188,7 +188,7 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
         .map_err(AppError::Database)?;
 
     // The readiness monitor's view of the database, for the HTTP /readyz probe.
-    let (database_up, database_up_rx) = tokio::sync::watch::channel(true);
+    let (database_up, database_up_rx) = tokio::sync::watch::channel(crate::http::Database::Up);
     let metrics_addr = match config.metrics_listen {
         Some(m) => Some(
             crate::http::serve(
@@ -301,12 +301,13 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
 async fn monitor_readiness(
     broker: Arc<Broker>,
     health: HealthReporter,
-    database_up: tokio::sync::watch::Sender<bool>,
+    database_up: tokio::sync::watch::Sender<crate::http::Database>,
     stop: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last = Some(true);
+    use crate::http::Database;
+    let mut last = Database::Up;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -314,22 +315,28 @@ async fn monitor_readiness(
             _ = tick.tick() => {}
         }
         let ping = tokio::time::timeout(Duration::from_secs(2), broker.store().ping()).await;
-        let up = matches!(ping, Ok(Ok(())));
-        if last != Some(up) {
-            if up {
-                tracing::info!("database reachable: ready");
-            } else {
-                tracing::warn!("database unreachable: not ready");
+        let now = match ping {
+            Ok(Ok(())) => Database::Up,
+            Ok(Err(e)) if e.is_standby() => Database::Standby,
+            _ => Database::Unreachable,
+        };
+        if last != now {
+            match now {
+                Database::Up => tracing::info!("database reachable: ready"),
+                Database::Unreachable => tracing::warn!("database unreachable: not ready"),
+                Database::Standby => tracing::warn!(
+                    "database host is a standby (in recovery), every write is refused: not ready"
+                ),
             }
-            let status = if up {
+            let status = if now == Database::Up {
                 ServingStatus::Serving
             } else {
                 ServingStatus::NotServing
             };
             // /readyz first: whoever sees the gRPC status change sees it there too.
-            database_up.send_replace(up);
+            database_up.send_replace(now);
             health.set_service_status(READINESS, status).await;
-            last = Some(up);
+            last = now;
         }
     }
 }

@@ -17,11 +17,21 @@ use tokio_util::sync::CancellationToken;
 
 use crate::service::Broker;
 
+/// What the last readiness check found of the database (set by the app's monitor).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Database {
+    /// It answered, and takes writes.
+    Up,
+    /// It did not answer.
+    Unreachable,
+    /// It answered as a standby (in recovery): every write would be refused.
+    Standby,
+}
+
 #[derive(Clone)]
 struct HttpState {
     broker: Arc<Broker>,
-    /// The database answered the last readiness check (set by the app's monitor).
-    database_up: watch::Receiver<bool>,
+    database: watch::Receiver<Database>,
     /// The queue depths of the last count (a scrape does not count).
     depth: Arc<crate::depth::DepthCache>,
 }
@@ -69,26 +79,27 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Readiness: the database answers and the broker is not draining (as
+/// Readiness: the database answers, is not a standby, and the broker is not draining (as
 /// `grpc.health.v1` service `readiness`). 503 takes the pod out of the endpoints
 /// without restarting it.
 async fn readyz(State(state): State<HttpState>) -> (StatusCode, &'static str) {
     if state.broker.dispatcher().draining().is_cancelled() {
         return (StatusCode::SERVICE_UNAVAILABLE, "draining\n");
     }
-    if !*state.database_up.borrow() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "database unreachable\n");
+    match *state.database.borrow() {
+        Database::Up => (StatusCode::OK, "ready\n"),
+        Database::Unreachable => (StatusCode::SERVICE_UNAVAILABLE, "database unreachable\n"),
+        Database::Standby => (StatusCode::SERVICE_UNAVAILABLE, "database is a standby\n"),
     }
-    (StatusCode::OK, "ready\n")
 }
 
-/// Binds the HTTP port and serves until `stop`. `database_up` is the readiness
+/// Binds the HTTP port and serves until `stop`. `database` is the readiness
 /// monitor's view of the database; `tokens` are the broker's auth tokens, which the
 /// console checks (empty: auth off).
 pub async fn serve(
     addr: SocketAddr,
     broker: Arc<Broker>,
-    database_up: watch::Receiver<bool>,
+    database: watch::Receiver<Database>,
     tokens: &[crate::domain::token::TokenEntry],
     stop: CancellationToken,
     depth_max_age: std::time::Duration,
@@ -102,7 +113,7 @@ pub async fn serve(
         .route("/readyz", get(readyz))
         .with_state(HttpState {
             broker,
-            database_up,
+            database,
             depth: crate::depth::DepthCache::new(depth_max_age),
         })
         .merge(console);

@@ -56,6 +56,8 @@ pub struct Metrics {
     registry: Registry,
     submitted: Family<QueueLabel, Counter>,
     submit_refused: Family<QueueLabel, Counter>,
+    /// Backpressure: counts of a queue's waiting tasks read by Submit.
+    pending_counted: Family<QueueLabel, Counter>,
     leased: Family<QueueLabel, Counter>,
     completed: Family<QueueLabel, Counter>,
     failed: Family<QueueLabel, Counter>,
@@ -97,6 +99,7 @@ impl Metrics {
             registry: Registry::with_prefix("taskbroker"),
             submitted: Family::default(),
             submit_refused: Family::default(),
+            pending_counted: Family::default(),
             leased: Family::default(),
             completed: Family::default(),
             failed: Family::default(),
@@ -126,6 +129,11 @@ impl Metrics {
             "submit_refused",
             "Submit calls refused because the queue's max_pending or max_pending_bytes was reached",
             m.submit_refused.clone(),
+        );
+        r.register(
+            "pending_counts",
+            "Counts of a queue's waiting tasks read by Submit's max_pending check (about one a second per queue and broker)",
+            m.pending_counted.clone(),
         );
         r.register("tasks_leased", "Leases granted", m.leased.clone());
         r.register("tasks_completed", "Tasks completed", m.completed.clone());
@@ -241,6 +249,11 @@ impl Metrics {
     /// A Submit refused by the queue's backpressure limits.
     pub fn submit_refused(&self, queue: &str) {
         self.submit_refused.get_or_create(&q(queue)).inc();
+    }
+
+    /// Backpressure: Submit read a count of the queue's waiting tasks.
+    pub fn pending_counted(&self, queue: &str) {
+        self.pending_counted.get_or_create(&q(queue)).inc();
     }
 
     pub fn leased(&self, queue: &str, waited: Duration) {

@@ -183,10 +183,87 @@ async fn hostile_limits_and_oversized_calls(b: Backend) {
     app.shutdown().await;
 }
 
+fn counts_read(text: &str, queue: &str) -> u64 {
+    let series = format!("taskbroker_pending_counts_total{{queue=\"{queue}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// The check does not count the backlog on every Submit: while the clock
+/// stands still, 60 Submits read one count of the queue (kept right by what the
+/// broker admitted and leased since), and a count a second old is read again.
+async fn the_backlog_is_counted_once_a_second_not_per_submit(b: Backend) {
+    let Some(app) = spawn_app_with(
+        b,
+        Options {
+            metrics: true,
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    let metrics = app.metrics_addr.unwrap();
+    let mut c = app.broker().await;
+    set_limits(&app, "jobs", 60, 0).await;
+    for _ in 0..60 {
+        submit_one(&mut c, spec("jobs")).await;
+    }
+    assert_eq!(counts_read(&scrape(metrics).await, "jobs"), 1);
+    // The 61st is refused from the view the Submits kept, not from a new count.
+    let e = c
+        .submit(pb::SubmitRequest {
+            tasks: vec![spec("jobs")],
+        })
+        .await
+        .expect_err("queue full");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+    assert!(e.message().contains("60 waiting tasks"), "{}", e.message());
+    // A task this broker leased leaves the view at once.
+    lease_one(&mut c, "jobs").await;
+    submit_one(&mut c, spec("jobs")).await;
+    let text = scrape(metrics).await;
+    assert_eq!(counts_read(&text, "jobs"), 1, "{text}");
+    // A queue without limits is never counted.
+    submit_one(&mut c, spec("other")).await;
+    assert_eq!(counts_read(&scrape(metrics).await, "other"), 0);
+    // Once the count is a second old, the next Submit reads a new one, and
+    // what the view did not see (a task cancelled) is seen then.
+    let mut admin = app.admin().await;
+    let waiting = admin
+        .list_tasks(pb::ListTasksRequest {
+            queue: "jobs".into(),
+            states: vec![pb::TaskState::Ready as i32],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .tasks;
+    admin
+        .cancel_task(pb::CancelTaskRequest {
+            task_id: waiting[0].id.clone(),
+        })
+        .await
+        .unwrap();
+    c.submit(pb::SubmitRequest {
+        tasks: vec![spec("jobs")],
+    })
+    .await
+    .expect_err("the cancel is not seen before the next count");
+    app.advance(std::time::Duration::from_secs(1));
+    submit_one(&mut c, spec("jobs")).await;
+    assert_eq!(counts_read(&scrape(metrics).await, "jobs"), 2);
+    app.shutdown().await;
+}
+
 all_backends!(
     a_full_queue_refuses_with_a_retry_hint,
     payload_bytes_are_limited_too,
     hostile_limits_and_oversized_calls,
+    the_backlog_is_counted_once_a_second_not_per_submit,
 );
 
 async fn refused(addr: SocketAddr, queue: &str) -> bool {

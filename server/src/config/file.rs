@@ -154,8 +154,11 @@ pub struct QueueConfig {
     #[serde(with = "humantime_serde")]
     pub default_lease: Option<Duration>,
     /// Backpressure: Submit refuses tasks beyond this many waiting ones; 0 = no limit.
+    /// Checked against a count at most 1 s old plus what this broker admitted and
+    /// leased since: the queue may pass it by what entered it otherwise within that
+    /// second (with N brokers, up to N times the limit at worst; docs/semantics.md).
     pub max_pending: Option<u64>,
-    /// Backpressure: as max_pending, for their payload bytes.
+    /// Backpressure: as max_pending, for their payload bytes (the same overshoot).
     pub max_pending_bytes: Option<u64>,
 }
 

@@ -10,6 +10,8 @@ pub mod bounds;
 pub mod cron;
 // The types of the Store trait, and lease order.
 pub mod model;
+// Backpressure: the views of waiting tasks.
+pub mod pending;
 pub mod retry;
 // Routing.
 pub mod routing;

@@ -201,6 +201,7 @@ impl Broker {
             if let Some(p) = pass_on.take() {
                 crate::dispatch::PassOn::done(p);
             }
+            self.pending_leased(&tasks);
             for t in &tasks {
                 let waited = (now - t.run_at.max(t.created_at))
                     .to_std()
@@ -291,6 +292,7 @@ impl Broker {
                 tasks.extend(p.leave().await);
             }
             if !tasks.is_empty() {
+                self.pending_leased(&tasks);
                 let now = self.clock.now();
                 for t in &tasks {
                     let waited = (now - t.run_at.max(t.created_at))

@@ -27,6 +27,8 @@ mod heartbeat;
 mod holders;
 mod lease;
 mod observe;
+// Backpressure on Submit.
+mod pending;
 mod settle;
 mod submit;
 // Schedules.
@@ -198,6 +200,8 @@ pub struct Broker {
     parked: Arc<sync_match::Parked>,
     /// Flow: the fan-out of the event log to WatchTasks calls.
     events: Arc<events::EventHub>,
+    /// Backpressure: each limited queue's view of its waiting tasks.
+    pending: pending::Pending,
 }
 
 type Time = DateTime<Utc>;
@@ -231,6 +235,7 @@ impl Broker {
             next_runs: Arc::new(Combiner::new(usize::MAX, usize::MAX)),
             workers: workers::Registry::default(),
             parked: Arc::default(),
+            pending: pending::Pending::default(),
         }
     }
 

@@ -446,68 +446,6 @@ impl Broker {
         Ok(out)
     }
 
-    /// Backpressure: refuses the call when it would take a queue past its
-    /// `max_pending` or `max_pending_bytes` (every new task counted, also those
-    /// a key may deduplicate). A call that alone exceeds a limit never fits:
-    /// it is refused without a retry hint.
-    async fn check_pending(&self, new: &[NewTask]) -> Result<(), ServiceError> {
-        let mut per_queue: Vec<(&str, u64, u64)> = Vec::new();
-        for t in new {
-            let bytes = t.payload.len() as u64;
-            match per_queue.iter_mut().find(|(q, _, _)| *q == t.queue) {
-                Some((_, n, b)) => {
-                    *n += 1;
-                    *b += bytes;
-                }
-                None => per_queue.push((&t.queue, 1, bytes)),
-            }
-        }
-        for (queue, n, bytes) in per_queue {
-            let Some(live) = self.settings.queue(queue) else {
-                continue;
-            };
-            let c = &live.config;
-            if c.max_pending == 0 && c.max_pending_bytes == 0 {
-                continue;
-            }
-            let (held, held_bytes) = self.store.queue_pending(queue).await?;
-            let over =
-                |limit: u64, held: u64, add: u64| limit > 0 && held.saturating_add(add) > limit;
-            let refused = if over(c.max_pending, held, n) {
-                Some((
-                    "max_pending",
-                    format!("{held} waiting tasks + {n} > max_pending {}", c.max_pending),
-                    n > c.max_pending,
-                ))
-            } else if over(c.max_pending_bytes, held_bytes, bytes) {
-                Some((
-                    "max_pending_bytes",
-                    format!(
-                        "{held_bytes} waiting payload bytes + {bytes} > max_pending_bytes {}",
-                        c.max_pending_bytes
-                    ),
-                    bytes > c.max_pending_bytes,
-                ))
-            } else {
-                None
-            };
-            if let Some((limit, what, never_fits)) = refused {
-                self.metrics.submit_refused(queue);
-                return Err(ServiceError::QueueFull {
-                    queue: queue.to_string(),
-                    limit,
-                    what,
-                    retry_after: if never_fits {
-                        None
-                    } else {
-                        Some(PENDING_RETRY_AFTER)
-                    },
-                });
-            }
-        }
-        Ok(())
-    }
-
     /// Refuses keys that another producer's tasks hold.
     async fn check_key_owners(
         &self,

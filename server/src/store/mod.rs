@@ -124,6 +124,19 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// The database driver's error behind a `StoreError`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The database host is a standby (in recovery): it answers, and refuses every
+/// write. A readiness check says so inside [`StoreError::Unavailable`].
+#[derive(Debug, thiserror::Error)]
+#[error("the database host is a standby (in recovery)")]
+pub struct InRecovery;
+
+impl StoreError {
+    /// Whether the database answered as a standby (see [`InRecovery`]).
+    pub fn is_standby(&self) -> bool {
+        matches!(self, StoreError::Unavailable(e) if e.is::<InRecovery>())
+    }
+}
+
 /// Called with a queue that has a newly pending task, or `None` for "maybe any queue".
 pub type Waker = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 

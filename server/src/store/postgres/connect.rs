@@ -64,6 +64,11 @@ const HOT_SESSION: [(&str, &str); 4] = [
 /// does not answer.
 const START_WITHIN: Duration = Duration::from_secs(5);
 
+/// `host:port` of a single-host URL (the socket directory for a Unix socket).
+fn label(options: &PgConnectOptions) -> String {
+    format!("{}:{}", options.get_host(), options.get_port())
+}
+
 impl PostgresStore {
     pub async fn connect(url: &str, max_connections: u32) -> StoreResult<Self> {
         // Custom plans only: a generic plan of the lease statement, cached while the
@@ -117,6 +122,19 @@ impl PostgresStore {
             if let Some(h) = &hot {
                 r.follow(h.clone(), HOT_SESSION.to_vec());
             }
+        }
+        // The broker writes, so a standby cannot serve it (its migrations would
+        // be the first writes to fail): one plain line says so instead.
+        let role = router::role_of(&mut *pool.acquire().await?).await?;
+        if role.in_recovery {
+            return Err(StoreError::Config(match &router {
+                None => format!(
+                    "database_url names a standby (in recovery), {}: the broker writes, \
+                     so it needs the primary",
+                    label(&base)
+                ),
+                Some(r) => r.standby_chosen().await,
+            }));
         }
         Ok(PostgresStore {
             pool,

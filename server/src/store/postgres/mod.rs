@@ -109,14 +109,26 @@ impl Store for PostgresStore {
     }
 
     async fn ping(&self) -> StoreResult<()> {
+        // Every form: not ready while the host in use is a standby, which
+        // answers reads and refuses every write the broker makes (one host named
+        // alone, such as an address that did not follow a failover, or a
+        // `target_session_attrs` that accepts a standby).
         let Some(router) = &self.router else {
-            sqlx::query("SELECT 1").execute(&self.pool).await?;
+            let in_recovery: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
+                .fetch_one(&self.pool)
+                .await?;
+            if in_recovery {
+                return Err(StoreError::Unavailable(Box::new(InRecovery)));
+            }
             return Ok(());
         };
         // With several hosts: ready while a host that matches is in use.
         let mut conn = self.pool.acquire().await?;
         let role = router::role_of(&mut conn).await?;
         if router.healthy() && router.attrs().accepts(role) {
+            if role.in_recovery {
+                return Err(StoreError::Unavailable(Box::new(InRecovery)));
+            }
             return Ok(());
         }
         router.recheck();

@@ -161,6 +161,32 @@ impl Router {
         self.hosts[self.state().current].label.clone()
     }
 
+    /// Why the store cannot start on the chosen host, a standby that
+    /// `target_session_attrs` accepts: one line saying whether every host is one.
+    pub async fn standby_chosen(&self) -> String {
+        let mut standbys = Vec::with_capacity(self.hosts.len());
+        for host in &self.hosts {
+            if let Ok((role, _)) = probe(host).await
+                && role.in_recovery
+            {
+                standbys.push(host.label.as_str());
+            }
+        }
+        if standbys.len() == self.hosts.len() {
+            return format!(
+                "every host in database_url is a standby (in recovery): {}; the broker writes, \
+                 so it needs a primary",
+                standbys.join(", ")
+            );
+        }
+        format!(
+            "database_url: target_session_attrs={} chose {}, a standby (in recovery); the \
+             broker writes, so use target_session_attrs=read-write or primary",
+            self.attrs.as_str(),
+            self.current()
+        )
+    }
+
     /// Whether the chosen host matched at the last check.
     pub fn healthy(&self) -> bool {
         self.state().healthy
