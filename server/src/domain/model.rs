@@ -285,6 +285,9 @@ pub struct TaskRecord {
     pub routing: crate::domain::routing::TaskRouting,
     /// Admission: counts against the queue's per-key limits.
     pub concurrency_key: Option<String>,
+    /// Flow: RetryPolicy.schedule, the delay before each retry (the last one
+    /// repeats); empty when the task backs off exponentially by `retry`.
+    pub retry_schedule: Vec<Duration>,
     /// Flow: the results of the dependencies that succeeded, by task id (filled
     /// by a lease for a task with dependencies, empty otherwise).
     pub dependency_results: BTreeMap<String, Vec<u8>>,
