@@ -308,6 +308,10 @@ pub fn worker_lease(l: crate::store::WorkerLeaseRecord) -> pb::WorkerLease {
 }
 
 #[cfg(test)]
+#[path = "reply_bound_tests.rs"]
+mod reply_bound_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

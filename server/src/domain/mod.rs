@@ -10,6 +10,8 @@ pub mod bounds;
 pub mod cron;
 // The types of the Store trait, and lease order.
 pub mod model;
+// What a leased task costs a Lease reply.
+pub mod reply;
 pub mod retry;
 // Routing.
 pub mod routing;
