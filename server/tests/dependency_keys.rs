@@ -159,14 +159,14 @@ async fn results_over_the_reply_budget_are_left_out_whole(b: Backend) {
     let t = lease_one(&mut c, "up").await;
     complete(&mut c, &t, b"s").await;
     let t = lease_one(&mut c, "up").await;
-    complete(&mut c, &t, &vec![7; 63 << 10]).await;
+    complete(&mut c, &t, &vec![7; 64 << 10]).await;
 
     let leased = lease(&mut c, "down", 10).await;
     assert_eq!(leased.len(), 2, "both leased");
     assert_eq!(leased[0].task_id, both);
     assert!(
         leased[0].dependency_results.is_empty(),
-        "63 KiB of results do not fit in a 64 KiB reply beside the task"
+        "64 KiB of results do not fit in a 64 KiB reply beside the task"
     );
     assert_eq!(leased[1].task_id, only_small);
     assert_eq!(

@@ -4,6 +4,7 @@
 mod common;
 
 use std::process::Output;
+use std::time::Duration;
 
 use common::{Backend, TestApp, spawn_app};
 use taskbroker_client::{Client, TaskState};
@@ -99,3 +100,49 @@ async fn bulk_cancel_and_requeue_through_the_cli() {
         .unwrap();
     assert!(page.0.iter().all(|t| t.state() != TaskState::Cancelled));
 }
+
+/// RetryPolicy.schedule reads back as it was submitted: in GetTask, in
+/// `taskbroker get` and in `taskbroker get --json`.
+async fn a_retry_schedule_reads_back_through_get_task_and_the_cli(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let c = Client::connect(app.url()).await.unwrap();
+    let schedule = [Duration::from_secs(1), Duration::from_secs(2)];
+    let id = c
+        .submit(taskbroker_client::TaskSpec::new("sched", b"x".to_vec()).retry_schedule(schedule))
+        .await
+        .unwrap()
+        .task_id;
+    let plain = c
+        .submit(taskbroker_client::TaskSpec::new("sched", b"y".to_vec()))
+        .await
+        .unwrap()
+        .task_id;
+    let t = c.get_task(&id).await.unwrap();
+    let got: Vec<Duration> = t
+        .retry
+        .unwrap()
+        .schedule
+        .iter()
+        .map(|d| Duration::new(d.seconds as u64, d.nanos as u32))
+        .collect();
+    assert_eq!(got, schedule);
+    let none = c.get_task(&plain).await.unwrap();
+    assert!(none.retry.unwrap().schedule.is_empty());
+
+    let detail = ok(&app, &["get", &id]).await;
+    let line = detail
+        .lines()
+        .find(|l| l.starts_with("retry schedule"))
+        .unwrap_or_else(|| panic!("no retry schedule line in:\n{detail}"));
+    assert_eq!(line.split_whitespace().last(), Some("1s,2s"), "{detail}");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&app, &["get", &id, "--json"]).await).unwrap();
+    assert_eq!(json["retry"]["schedule_secs"], serde_json::json!([1.0, 2.0]));
+    let detail = ok(&app, &["get", &plain]).await;
+    assert!(!detail.contains("retry schedule"), "{detail}");
+    app.shutdown().await;
+}
+
+all_backends!(a_retry_schedule_reads_back_through_get_task_and_the_cli);

@@ -14,7 +14,7 @@ use taskbroker_server::domain::event::EventKind;
 use taskbroker_server::domain::{RetryPolicy, StoredState, TaskState};
 use taskbroker_server::store::{
     self, BulkFilter, CompleteParams, FailParams, FlowInserted, FlowSpec, Inserted, LeaseParams,
-    NewTask, Settled, Store, TaskRecord,
+    NewTask, Settled, Store, TaskFilter, TaskRecord,
 };
 
 async fn open(b: Backend) -> Option<(Arc<dyn Store>, TestDb)> {
@@ -546,6 +546,36 @@ async fn bulk_operations_follow_the_filter(b: Backend) {
     assert_eq!(t.run_at, at(5000));
 }
 
+/// RetryPolicy.schedule reads back with the task, as it was inserted.
+async fn a_retry_schedule_reads_back(b: Backend) {
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    let schedule = vec![Duration::from_secs(1), Duration::from_millis(2500)];
+    let flow = FlowSpec {
+        retry_schedule: schedule.clone(),
+        ..Default::default()
+    };
+    insert(&s, &[task("rs", 1), task("rs", 2)], &[flow, FlowSpec::default()]).await;
+    assert_eq!(get(&s, 1).await.retry_schedule, schedule);
+    assert!(get(&s, 2).await.retry_schedule.is_empty());
+    // And in a list, and after a lease.
+    let listed = s
+        .task_list(&TaskFilter {
+            queue: Some("rs".into()),
+            limit: 10,
+            now: t0(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let first = listed.iter().find(|t| t.id == id(1)).unwrap();
+    assert_eq!(first.retry_schedule, schedule);
+    let leased = s.task_lease_available(&lease("rs", 2, t0())).await.unwrap();
+    let first = leased.iter().find(|t| t.id == id(1)).unwrap();
+    assert_eq!(first.retry_schedule, schedule);
+}
+
 /// RetryPolicy.schedule: each retry waits its entry, the last one repeating.
 async fn a_retry_schedule_sets_each_delay(b: Backend) {
     let Some((s, _db)) = open(b).await else {
@@ -590,6 +620,7 @@ async fn a_retry_schedule_sets_each_delay(b: Backend) {
 }
 
 all_backends!(
+    a_retry_schedule_reads_back,
     a_retry_schedule_sets_each_delay,
     a_chain_of_ten_thousand_runs_in_order,
     a_diamond_of_ten_thousand_joins_once,

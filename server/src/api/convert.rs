@@ -135,7 +135,10 @@ pub fn task(t: TaskRecord, now: DateTime<Utc>) -> pb::Task {
         priority: t.priority,
         run_at: Some(to_timestamp(t.run_at)),
         deadline: t.deadline.map(to_timestamp),
-        retry: Some(retry_to_pb(&t.retry)),
+        retry: Some(pb::RetryPolicy {
+            schedule: t.retry_schedule.iter().copied().map(to_duration).collect(),
+            ..retry_to_pb(&t.retry)
+        }),
         metadata: t.metadata.into_iter().collect(),
         state: state_to_pb(state) as i32,
         attempt: t.attempt,
@@ -303,6 +306,10 @@ pub fn worker_lease(l: crate::store::WorkerLeaseRecord) -> pb::WorkerLease {
         lease_expires_at: l.lease_expires_at.map(to_timestamp),
     }
 }
+
+#[cfg(test)]
+#[path = "reply_bound_tests.rs"]
+mod reply_bound_tests;
 
 #[cfg(test)]
 mod tests {

@@ -12,6 +12,8 @@ pub mod cron;
 pub mod model;
 // Backpressure: the views of waiting tasks.
 pub mod pending;
+// What a leased task costs a Lease reply.
+pub mod reply;
 pub mod retry;
 // Routing.
 pub mod routing;

@@ -48,8 +48,9 @@ pub struct Inserted {
 pub struct LeaseParams {
     pub queues: Vec<String>,
     pub max_tasks: u32,
-    /// Reply size budget: tasks are taken in lease order while their bytes stay
-    /// within it, and the first always; see [`LEASE_REPLY_TASK_BYTES`].
+    /// Reply size budget: tasks are taken in lease order while the bound of
+    /// their reply bytes stays within it, and the first always; see
+    /// [`crate::domain::reply`].
     pub max_reply_bytes: u64,
     pub worker_id: String,
     pub worker_address: String,
@@ -58,10 +59,6 @@ pub struct LeaseParams {
     /// The worker's labels and the queues' per-worker caps (routing).
     pub routing: LeaseRouting,
 }
-
-/// What each task adds to a Lease reply besides its payload, checkpoint and
-/// metadata (ids, token, queue, key, timestamps, framing), counted generously.
-pub const LEASE_REPLY_TASK_BYTES: i64 = 512;
 
 /// The order in which requests served together receive tasks: one slot per task
 /// asked for, slot k of every request (in request order) before slot k + 1 of
@@ -285,6 +282,9 @@ pub struct TaskRecord {
     pub routing: crate::domain::routing::TaskRouting,
     /// Admission: counts against the queue's per-key limits.
     pub concurrency_key: Option<String>,
+    /// Flow: RetryPolicy.schedule, the delay before each retry (the last one
+    /// repeats); empty when the task backs off exponentially by `retry`.
+    pub retry_schedule: Vec<Duration>,
     /// Flow: the results of the dependencies that succeeded, by task id (filled
     /// by a lease for a task with dependencies, empty otherwise).
     pub dependency_results: BTreeMap<String, Vec<u8>>,

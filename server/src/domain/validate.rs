@@ -50,9 +50,9 @@ pub struct Limits {
     pub max_wait: Duration,
     /// Tasks per Lease. Default 1000 (the reply budget still cuts a reply short).
     pub max_lease_batch: u32,
-    /// Bytes one Lease reply carries at most (payloads, checkpoints, metadata and
-    /// a fixed allowance per task); it always holds at least one task. Default
-    /// 4 MiB, the default receive limit of gRPC clients: a larger reply would be
+    /// Bytes one Lease reply encodes to at most (each task counted by the bound
+    /// of `domain::reply`); it always holds at least one task. Default 4 MiB,
+    /// the default receive limit of gRPC clients: a larger reply would be
     /// leased but never decoded.
     pub max_lease_reply_bytes: usize,
     /// Leases per Heartbeat. Default 1000.

@@ -13,6 +13,7 @@ use futures::future::select_all;
 use tokio::time::Instant;
 
 use super::{Broker, ServiceError};
+use crate::domain::reply;
 use crate::domain::validate::{self, Invalid};
 use crate::store::{LeaseParams, TaskRecord};
 
@@ -34,11 +35,25 @@ pub struct LeaseRequest {
 const MAX_QUEUES: usize = 64;
 const MAX_WORKER_ID_LEN: usize = 256;
 
-/// A LeaseRequest that passed its checks: the lease and the wait it gets.
+/// A LeaseRequest that passed its checks: the lease and the wait it gets, and
+/// the bytes its tasks may take in the reply.
 #[derive(Debug, Clone, Copy)]
 pub struct LeasePlan {
     lease_duration: Duration,
     wait: Duration,
+    max_reply_bytes: u64,
+}
+
+/// What a reply keeps of `limits.max_lease_reply_bytes` beyond its tasks'
+/// bounds (which count their own tags and lengths): a margin for the framing.
+const REPLY_MARGIN_BYTES: u64 = 64;
+
+impl LeasePlan {
+    /// Keeps `bytes` of the reply for what a settle answers beside its
+    /// next tasks.
+    pub(crate) fn reserve(&mut self, bytes: u64) {
+        self.max_reply_bytes = self.max_reply_bytes.saturating_sub(bytes);
+    }
 }
 
 impl Broker {
@@ -121,6 +136,8 @@ impl Broker {
         Ok(LeasePlan {
             lease_duration,
             wait,
+            max_reply_bytes: (limits.max_lease_reply_bytes as u64)
+                .saturating_sub(REPLY_MARGIN_BYTES),
         })
     }
 
@@ -130,10 +147,10 @@ impl Broker {
         req: LeaseRequest,
         plan: LeasePlan,
     ) -> Result<Vec<TaskRecord>, ServiceError> {
-        let limits = &self.settings.limits;
         let LeasePlan {
             lease_duration,
             wait,
+            max_reply_bytes,
         } = plan;
         if self.dispatch.draining().is_cancelled() {
             return Ok(Vec::new());
@@ -174,7 +191,7 @@ impl Broker {
                 // Each queue once: requests for the same set share one statement.
                 queues: key.clone(),
                 max_tasks: req.max_tasks,
-                max_reply_bytes: limits.max_lease_reply_bytes as u64,
+                max_reply_bytes,
                 worker_id: req.worker_id.clone(),
                 worker_address: req.worker_address.clone(),
                 lease_duration,
@@ -215,7 +232,7 @@ impl Broker {
                 }
             }
             if !tasks.is_empty() || Instant::now() >= give_up {
-                return Ok(self.with_dependency_results(tasks).await);
+                return Ok(self.with_dependency_results(tasks, max_reply_bytes).await);
             }
             let mut until = give_up;
             // Every waiter that found nothing asks this at once: one query answers all
@@ -263,7 +280,7 @@ impl Broker {
                                 lease_duration,
                             },
                             max_tasks: req.max_tasks,
-                            max_reply_bytes: limits.max_lease_reply_bytes as u64,
+                            max_reply_bytes,
                         },
                     )
                 });
@@ -301,25 +318,13 @@ impl Broker {
                     self.metrics.leased(&t.queue, waited);
                     self.metrics.sync_matched(&t.queue);
                 }
-                return Ok(self.with_dependency_results(tasks).await);
+                return Ok(self.with_dependency_results(tasks, max_reply_bytes).await);
             }
             if drained {
                 return Ok(Vec::new());
             }
         }
     }
-}
-
-/// What one entry of LeasedTask.dependency_results adds to a reply besides its
-/// id and result (the map entry's tags and lengths, rounded up).
-const RESULT_ENTRY_BYTES: u64 = 16;
-
-/// A leased task's bytes as the lease statements count them against the reply
-/// budget: payload, checkpoint, metadata (as stored, JSON) and a fixed share.
-fn reply_bytes(t: &TaskRecord) -> u64 {
-    let metadata = serde_json::to_string(&t.metadata).map_or(0, |m| m.len());
-    (t.payload.len() + t.checkpoint.as_ref().map_or(0, Vec::len) + metadata) as u64
-        + crate::store::LEASE_REPLY_TASK_BYTES.unsigned_abs()
 }
 
 impl Broker {
@@ -331,7 +336,11 @@ impl Broker {
     /// each dependency reads its result). Their sizes are read first, then only
     /// the results that fit, so a lease never reads more than its budget. A
     /// failed read leaves them out too, as the tasks are leased already.
-    async fn with_dependency_results(&self, mut tasks: Vec<TaskRecord>) -> Vec<TaskRecord> {
+    async fn with_dependency_results(
+        &self,
+        mut tasks: Vec<TaskRecord>,
+        budget: u64,
+    ) -> Vec<TaskRecord> {
         let ids: Vec<String> = tasks
             .iter()
             .filter(|t| crate::domain::task::has_dependencies(&t.metadata))
@@ -346,10 +355,9 @@ impl Broker {
                 .task_dependency_result_sizes(&ids)
                 .await?
                 .into_iter()
-                .map(|(id, n, bytes)| (id, bytes.saturating_add(n * RESULT_ENTRY_BYTES)))
+                .map(|(id, n, bytes)| (id, reply::dependency_results_bytes(n, bytes)))
                 .collect();
-            let budget = self.settings.limits.max_lease_reply_bytes as u64;
-            let mut used: u64 = tasks.iter().map(reply_bytes).sum();
+            let mut used: u64 = tasks.iter().map(reply::record_bytes).sum();
             let mut fit = Vec::new();
             for t in &tasks {
                 let Some(&size) = sizes.get(&t.id) else {

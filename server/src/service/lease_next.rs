@@ -12,6 +12,14 @@ use super::lease::LeasePlan;
 use super::{Broker, CompleteItem, CompleteOutcome, FailRequest, LeaseRequest, ServiceError};
 use crate::store::{FailResult, TaskRecord};
 
+/// What a CompleteResult takes in a CompleteManyResponse besides its task id,
+/// at most: its tag and length, the id's tag and length, the outcome.
+const COMPLETE_RESULT_BYTES: u64 = 8;
+
+/// What a FailResponse takes besides its next tasks, at most: the state and
+/// the next run time with their tags.
+const FAIL_RESPONSE_BYTES: u64 = 32;
+
 /// A `lease_next` that passed its checks.
 #[derive(Debug)]
 pub struct LeaseNext {
@@ -70,7 +78,16 @@ impl Broker {
         items: Vec<CompleteItem>,
         next: Option<LeaseRequest>,
     ) -> Result<(Vec<CompleteOutcome>, Vec<TaskRecord>), ServiceError> {
-        let next = self.lease_next_check(next)?;
+        let mut next = self.lease_next_check(next)?;
+        if let Some(n) = next.as_mut() {
+            // The reply's CompleteResults come first: a task id, an outcome and
+            // their tags and lengths each.
+            let results: u64 = items
+                .iter()
+                .map(|i| i.task_id.len() as u64 + COMPLETE_RESULT_BYTES)
+                .sum();
+            n.plan.reserve(results);
+        }
         let outcomes = self.complete_many(items).await?;
         Ok((outcomes, self.lease_next(next).await))
     }
@@ -81,7 +98,10 @@ impl Broker {
         req: FailRequest,
         next: Option<LeaseRequest>,
     ) -> Result<(FailResult, Vec<TaskRecord>), ServiceError> {
-        let next = self.lease_next_check(next)?;
+        let mut next = self.lease_next_check(next)?;
+        if let Some(n) = next.as_mut() {
+            n.plan.reserve(FAIL_RESPONSE_BYTES);
+        }
         let out = self.fail(req).await?;
         Ok((out, self.lease_next(next).await))
     }

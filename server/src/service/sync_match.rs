@@ -26,7 +26,7 @@ use crate::dispatch::Dispatcher;
 pub(super) use crate::dispatch::parking::{Claimed, GiveBack, Offer, Parked, Parking};
 use crate::store::sync_match::lease_order;
 use crate::store::{
-    Inserted, LEASE_REPLY_TASK_BYTES, LeaseRef, MatchTo, NewTask, Store, StoreResult, TaskRecord,
+    Inserted, LeaseRef, MatchTo, NewTask, Store, StoreResult, TaskRecord,
     lease_slots,
 };
 
@@ -227,12 +227,12 @@ fn plan(parked: &Parked, tasks: &[NewTask], eligible: &[bool], now: DateTime<Utc
     plan
 }
 
-/// What a task adds to a Lease reply, counted as the lease statements count it.
+/// What a task adds to a Lease reply at most, counted as the lease statements
+/// count it.
 fn reply_bytes(t: &NewTask) -> u64 {
-    let metadata = crate::store::sync_match::metadata_json(t).len() as u64;
-    (t.payload.len() as u64)
-        .saturating_add(metadata)
-        .saturating_add(LEASE_REPLY_TASK_BYTES as u64)
+    let metadata = crate::store::sync_match::metadata_json(t).len();
+    let lengths = crate::domain::reply::lengths_of_new(t, metadata);
+    crate::domain::reply::task_bytes(&lengths).unsigned_abs()
 }
 
 impl super::Broker {

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 
-use super::{LEASE_REPLY_TASK_BYTES, LeaseParams};
+use super::LeaseParams;
 use crate::domain::admission::{Candidate, QueueConfig, QueueUse};
 
 /// A queue's stored settings.
@@ -263,9 +263,4 @@ pub type SortKey = (i64, i64, i64, i64, i64);
 /// wants, and a little more.
 pub fn window(wanted: usize) -> usize {
     wanted.saturating_mul(WINDOW_FACTOR).saturating_add(16)
-}
-
-/// The reply bytes of a task: what the lease statements count.
-pub fn reply_size(payload: i64, checkpoint: i64, metadata: i64) -> i64 {
-    payload + checkpoint + metadata + LEASE_REPLY_TASK_BYTES
 }

@@ -48,6 +48,9 @@ pub use flow::{
 // REPLACE_WAITING.
 mod replace;
 pub use replace::Replacement;
+
+// The lease reply bound as SQL.
+pub(crate) mod reply;
 pub(crate) use replace::merged_metadata;
 
 /// A store failure, classified for the caller.

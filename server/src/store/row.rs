@@ -127,6 +127,7 @@ impl TaskRow {
         let metadata = serde_json::from_str(&self.metadata)
             .map_err(|e| StoreError::Corrupt(format!("task {} metadata: {e}", self.id)))?;
         let routing = self.routing()?;
+        let retry_schedule = self.retry_schedule();
         Ok(TaskRecord {
             seq: self.seq,
             id: self.id,
@@ -157,8 +158,21 @@ impl TaskRow {
             fire_time: self.fire_time.map(from_ms),
             routing,
             concurrency_key: self.concurrency_key,
+            retry_schedule,
             dependency_results: Default::default(),
         })
+    }
+
+    /// RetryPolicy.schedule (`retry_schedule`, a JSON array of ms): empty
+    /// when the task has none.
+    pub(crate) fn retry_schedule(&self) -> Vec<Duration> {
+        let Some(json) = self.retry_schedule.as_deref() else {
+            return Vec::new();
+        };
+        let ms: Vec<i64> = serde_json::from_str(json).unwrap_or_default();
+        ms.into_iter()
+            .map(|v| Duration::from_millis(v.max(0) as u64))
+            .collect()
     }
 
     /// The routing columns (migration 0008).
@@ -254,12 +268,7 @@ pub(crate) fn decide(
 ) -> crate::domain::FailureDecision {
     // Flow: an explicit retry schedule replaces the exponential backoff.
     let retry_after = retry_after.or_else(|| {
-        let schedule: Vec<i64> = serde_json::from_str(row.retry_schedule.as_deref()?).ok()?;
-        let schedule: Vec<Duration> = schedule
-            .into_iter()
-            .map(|v| Duration::from_millis(v.max(0) as u64))
-            .collect();
-        crate::domain::retry::scheduled_backoff(&schedule, to_u32(row.attempt), row.jitter, unit)
+        crate::domain::retry::scheduled_backoff(&row.retry_schedule(), to_u32(row.attempt), row.jitter, unit)
     });
     crate::domain::retry::decide_failure(
         &row.retry_policy(),

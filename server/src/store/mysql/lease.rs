@@ -185,14 +185,13 @@ async fn lease_locked(j: &mut Job, p: &LeaseParams) -> StoreResult<Vec<TaskRecor
     let room = room(j, p).await?;
     let sql = format!(
         "SELECT seq, priority, lease_deadline, run_at, \
-           CAST(LENGTH(payload) + COALESCE(LENGTH(checkpoint), 0) + LENGTH(metadata) + {} \
-             AS SIGNED) AS size, \
+           CAST({} AS SIGNED) AS size, \
            CASE WHEN fanout_distinct THEN fanout_group END AS fgroup \
          FROM tasks WHERE state = 'pending' AND queue = ? AND run_at <= ? \
            AND lease_deadline > ? AND {MAY_TAKE} \
          ORDER BY priority DESC, lease_deadline, run_at, seq LIMIT ? \
          FOR UPDATE SKIP LOCKED",
-        LEASE_REPLY_TASK_BYTES,
+        crate::store::reply::size_sql(crate::store::reply::Dialect::Mysql),
     );
     let mut found: Vec<Cand> = Vec::new();
     for (queue, &limit) in p.queues.iter().zip(&room) {
@@ -478,9 +477,9 @@ async fn candidates(
            SELECT {cols0}, {eff} AS eff, {last} AS last FROM tasks \
            WHERE state = 'pending' AND queue = ",
         cols0 = "seq, concurrency_key, lease_deadline, run_at, \
-            CAST(LENGTH(payload) + COALESCE(LENGTH(checkpoint), 0) + LENGTH(metadata) + "
+            CAST("
             .to_string()
-            + &LEASE_REPLY_TASK_BYTES.to_string()
+            + &crate::store::reply::size_sql(crate::store::reply::Dialect::Mysql)
             + " AS SIGNED) AS size, target_worker, target_labels, reserved_for, \
                reserved_until, fanout_distinct, fanout_group",
     ));

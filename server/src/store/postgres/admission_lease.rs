@@ -457,8 +457,7 @@ async fn candidates(
            size, elig, fgroup, {turn} AS turn FROM (SELECT id, seq, concurrency_key, deadline, run_at, \
            eff, size, elig, fgroup, last, {krn} AS krn FROM (SELECT id, seq, concurrency_key, deadline, \
              run_at, {eff} AS eff, {last} AS last, \
-             octet_length(payload) + COALESCE(octet_length(checkpoint), 0) \
-               + octet_length(metadata) + {extra}::bigint AS size, \
+             {size}::bigint AS size, \
              CASE WHEN {open} THEN NULL ELSE ARRAY(SELECT i - 1 \
                FROM generate_subscripts($7::text[], 1) AS i WHERE {may_take} ORDER BY i) END AS elig, \
              CASE WHEN fanout_distinct THEN fanout_group END AS fgroup \
@@ -470,7 +469,7 @@ async fn candidates(
              AND ({open} OR EXISTS (SELECT 1 FROM generate_subscripts($7::text[], 1) AS i \
                WHERE {may_take})){cap}) a) k) b \
          ORDER BY eff DESC, turn, deadline ASC NULLS LAST, run_at, seq LIMIT $5",
-        extra = LEASE_REPLY_TASK_BYTES,
+        size = crate::store::reply::size_sql(crate::store::reply::Dialect::Postgres),
         open = GATED_OPEN,
         may_take = GATED_MAY_TAKE,
     );

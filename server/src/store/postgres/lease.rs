@@ -118,8 +118,7 @@ impl PostgresStore {
                SELECT t.* FROM UNNEST($1::text[], $10::int[]) AS q(name, cap) \
                CROSS JOIN LATERAL ( \
                  SELECT id, seq, queue, priority, deadline, run_at, \
-                   octet_length(payload) + COALESCE(octet_length(checkpoint), 0) \
-                     + octet_length(metadata) + $9::bigint AS size, \
+                   ", crate::store::reply::size_of_fields!(), " + $9::bigint AS size, \
                    CASE WHEN ", routing_open!(), " THEN NULL ELSE ARRAY( \
                      SELECT i FROM generate_subscripts($4::text[], 1) AS i WHERE ", routing_may_take!(), " \
                      ORDER BY i) END AS elig, \
@@ -164,7 +163,7 @@ impl PostgresStore {
         .bind(&batch.durations)
         .bind(&batch.owners)
         .bind(batch.max_reply_bytes)
-        .bind(LEASE_REPLY_TASK_BYTES)
+        .bind(crate::domain::reply::TASK_FIXED_BYTES)
         .bind(&caps)
         .bind(&wants)
         .bind(&labels)

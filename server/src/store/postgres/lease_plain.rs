@@ -100,8 +100,7 @@ impl PostgresStore {
                SELECT t.* FROM UNNEST($1::text[]) AS q(name) \
                CROSS JOIN LATERAL ( \
                  SELECT id, seq, queue, priority, deadline, run_at, \
-                   octet_length(payload) + COALESCE(octet_length(checkpoint), 0) \
-                     + octet_length(metadata) + $9::bigint AS size \
+                   ", crate::store::reply::size_of_fields!(), " + $9::bigint AS size \
                  FROM tasks \
                  WHERE state = 'pending' AND NOT waiting AND queue = q.name \
                    AND run_at <= $2 AND COALESCE(deadline, 9223372036854775807) > $2 \
@@ -130,7 +129,7 @@ impl PostgresStore {
         .bind(&batch.durations)
         .bind(&batch.owners)
         .bind(batch.max_reply_bytes)
-        .bind(LEASE_REPLY_TASK_BYTES)
+        .bind(crate::domain::reply::TASK_FIXED_BYTES)
         .try_map(|row: sqlx::postgres::PgRow| {
             use sqlx::{FromRow, Row};
             let routed: bool = row.try_get("routed_pending")?;

@@ -168,7 +168,7 @@ fn candidates(
            elig, fgroup, {turn} AS turn FROM (SELECT seq, concurrency_key, deadline, run_at, eff, \
            size, elig, fgroup, last, {krn} AS krn \
            FROM (SELECT seq, concurrency_key, deadline, run_at, {eff} AS eff, {last} AS last, \
-             length(payload) + COALESCE(length(checkpoint), 0) + length(metadata) + {extra} AS size, \
+             {size} AS size, \
              CASE WHEN {open} THEN NULL ELSE (SELECT json_group_array(r.key) FROM json_each(?7) r \
                WHERE {may_take}) END AS elig, \
              CASE WHEN fanout_distinct THEN fanout_group END AS fgroup \
@@ -179,7 +179,7 @@ fn candidates(
              AND ({open} OR EXISTS (SELECT 1 FROM json_each(?7) r WHERE {may_take})) \
              ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq{cap}))) \
          ORDER BY eff DESC, turn, deadline IS NULL, deadline, run_at, seq LIMIT ?5",
-        extra = LEASE_REPLY_TASK_BYTES,
+        size = crate::store::reply::size_sql(crate::store::reply::Dialect::Sqlite),
         open = GATED_OPEN,
         may_take = GATED_MAY_TAKE,
         // Without aging or fairness the index order is the lease order: read only

@@ -56,12 +56,12 @@ pub(super) fn candidates_sql() -> &'static str {
     SQL.get_or_init(|| {
         format!(
             "SELECT seq, priority, deadline, run_at, \
-             length(payload) + COALESCE(length(checkpoint), 0) + length(metadata) + {} AS size, \
+             {} AS size, \
              CASE WHEN fanout_distinct THEN fanout_group END AS fgroup \
              FROM tasks WHERE state = 'pending' AND waiting = 0 AND queue = ?2 AND run_at <= ?4 \
              AND (deadline IS NULL OR deadline > ?4) AND {} \
              ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq LIMIT ?5",
-            LEASE_REPLY_TASK_BYTES,
+            crate::store::reply::size_sql(crate::store::reply::Dialect::Sqlite),
             super::routing::MAY_TAKE.replace("?L", "?3")
         )
     })
