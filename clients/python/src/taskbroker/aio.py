@@ -41,7 +41,14 @@ from taskbroker.client import (
     task_spec,
 )
 from taskbroker.context import CANCEL_REQUESTED, DEADLINE, LEASE_LOST, STOPPING, context_dependency_result
-from taskbroker.errors import LeaseLostError, PermanentError, RetryableError, WorkerStoppedError, is_lease_lost
+from taskbroker.errors import (
+    LeaseLostError,
+    PermanentError,
+    RetryableError,
+    WorkerStoppedError,
+    is_lease_lost,
+    raise_if_failed,
+)
 from taskbroker.routing import check_labels
 from taskbroker.serde import DEFAULT_SERIALIZER, PayloadError, Serializer, encode_payload
 from taskbroker.spec import Duration, seconds
@@ -181,11 +188,15 @@ class AsyncClient:
         return decode_result(self.serializer, t, type_)
 
     async def wait(self, task_id: str, *, timeout: Duration | None = None) -> admin_pb2.Task:
-        """As ``Client.wait``: the finished task, followed on WatchTasks; ``WaitTimeout``."""
-        return (await wait_tasks_async(self.admin, [task_id], None if timeout is None else seconds(timeout)))[0]
+        """As ``Client.wait``: the SUCCEEDED task, followed on WatchTasks; ``TaskFailedError``
+        for one that ended DEAD or CANCELLED; ``WaitTimeout``."""
+        return raise_if_failed(
+            (await wait_tasks_async(self.admin, [task_id], None if timeout is None else seconds(timeout)))[0]
+        )
 
     async def wait_all(self, task_ids: Iterable[str], *, timeout: Duration | None = None) -> list[admin_pb2.Task]:
-        """As ``Client.wait_all``: several tasks on one stream, in the order given."""
+        """As ``Client.wait_all``: several tasks on one stream, in the order given, whatever
+        their final state."""
         return await wait_tasks_async(self.admin, task_ids, None if timeout is None else seconds(timeout))
 
     async def submit_and_wait(
