@@ -50,7 +50,7 @@ from taskbroker.errors import (
     raise_if_failed,
 )
 from taskbroker.routing import check_labels
-from taskbroker.serde import DEFAULT_SERIALIZER, PayloadError, Serializer, encode_payload
+from taskbroker.serde import DEFAULT_SERIALIZER, Serializer, encode_payload
 from taskbroker.spec import Duration, seconds
 from taskbroker.wait import wait_tasks_async
 from taskbroker.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, worker_pb2
@@ -656,10 +656,8 @@ class AsyncWorker:
                 except TypeError as exc:
                     error = exc
                     log.error("task %s: %s", ctx.task_id, error)
-            elif isinstance(error, PayloadError):
-                log.error("task %s: %s", ctx.task_id, error)
-            elif not isinstance(error, (PermanentError, RetryableError, asyncio.CancelledError)):
-                log.error("task %s: handler raised %s: %s", ctx.task_id, type(error).__name__, error, exc_info=error)
+            elif not isinstance(error, asyncio.CancelledError):
+                handlers.log_failure(log, ctx, error)
             request: broker_pb2.CompleteRequest | broker_pb2.FailRequest
             if error is None:
                 request = broker_pb2.CompleteRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token, result=data)
