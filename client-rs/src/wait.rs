@@ -182,7 +182,10 @@ mod tests {
 
     #[test]
     fn a_task_that_ended_dead_or_cancelled_is_task_failed() {
-        for (state, name) in [(TaskState::Dead, "DEAD"), (TaskState::Cancelled, "CANCELLED")] {
+        for (state, name) in [
+            (TaskState::Dead, "DEAD"),
+            (TaskState::Cancelled, "CANCELLED"),
+        ] {
             let task = crate::pb::Task {
                 id: "t1".into(),
                 state: state as i32,
@@ -192,13 +195,19 @@ mod tests {
             let Some(Err(e)) = Client::outcome("t1", task) else {
                 panic!("{name}: not a failure");
             };
-            assert_eq!(e.to_string(), format!("task t1 ended {name}: no such order"));
+            assert_eq!(
+                e.to_string(),
+                format!("task t1 ended {name}: no such order")
+            );
             match e {
                 Error::TaskFailed {
                     task_id,
                     state: s,
                     error,
-                } => assert_eq!((task_id.as_str(), s, error.as_str()), ("t1", state, "no such order")),
+                } => assert_eq!(
+                    (task_id.as_str(), s, error.as_str()),
+                    ("t1", state, "no such order")
+                ),
                 other => panic!("{name}: {other:?}"),
             }
         }

@@ -371,11 +371,15 @@ pub async fn dead_result(c: Client, q: String) -> Outcome {
     let (id, state, error) = failed("wait", waited.map(|_| String::new()))?;
     check(
         id == d && state == TaskState::Dead && error == "no such order",
-        format!("wait: TaskFailed {{ {id}, {state:?}, {error:?} }}, want {{ {d}, Dead, \"no such order\" }}"),
+        format!(
+            "wait: TaskFailed {{ {id}, {state:?}, {error:?} }}, want {{ {d}, Dead, \"no such order\" }}"
+        ),
     )?;
     let (id, state, error) = failed("submit_and_wait_json", typed)?;
     check(
         !id.is_empty() && id != d && state == TaskState::Dead && error == "no such order",
-        format!("submit_and_wait_json: TaskFailed {{ {id:?}, {state:?}, {error:?} }}, want a new task, Dead, \"no such order\""),
+        format!(
+            "submit_and_wait_json: TaskFailed {{ {id:?}, {state:?}, {error:?} }}, want a new task, Dead, \"no such order\""
+        ),
     )
 }

@@ -157,11 +157,10 @@ pub struct Json<T>(pub T);
 /// an error the handler returns (docs/client-spec.md point 11).
 impl<T: Serialize> TaskOutput for Json<T> {
     fn into_result(self) -> Result<Vec<u8>, TaskError> {
-        serde_json::to_vec(&self.0)
-            .map_err(|e| TaskError {
-                unstorable: true,
-                ..TaskError::retry(format!("cannot encode the result as JSON: {e}"))
-            })
+        serde_json::to_vec(&self.0).map_err(|e| TaskError {
+            unstorable: true,
+            ..TaskError::retry(format!("cannot encode the result as JSON: {e}"))
+        })
     }
 }
 

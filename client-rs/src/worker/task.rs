@@ -416,9 +416,24 @@ mod tests {
     #[test]
     fn returned_errors_are_logged_at_warn_in_one_line() {
         let cases = [
-            (leased(1, 3), TaskError::retry("backend busy"), "WARN", "the task will be retried"),
-            (leased(3, 3), TaskError::retry("backend busy"), "WARN", "on its last attempt; the task goes DEAD"),
-            (leased(1, 3), TaskError::permanent("no such order"), "WARN", "failed permanently; the task goes DEAD"),
+            (
+                leased(1, 3),
+                TaskError::retry("backend busy"),
+                "WARN",
+                "the task will be retried",
+            ),
+            (
+                leased(3, 3),
+                TaskError::retry("backend busy"),
+                "WARN",
+                "on its last attempt; the task goes DEAD",
+            ),
+            (
+                leased(1, 3),
+                TaskError::permanent("no such order"),
+                "WARN",
+                "failed permanently; the task goes DEAD",
+            ),
         ];
         for (task, e, level, what) in cases {
             let lines = logged(|| log_failure(&task, &e));
@@ -435,7 +450,11 @@ mod tests {
         let lines = logged(|| log_failure(&leased(1, 3), &unstorable));
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(lines[0].trim_start().starts_with("ERROR"), "{}", lines[0]);
-        assert!(lines[0].contains("cannot encode the result as JSON"), "{}", lines[0]);
+        assert!(
+            lines[0].contains("cannot encode the result as JSON"),
+            "{}",
+            lines[0]
+        );
     }
 
     #[test]
