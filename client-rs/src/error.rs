@@ -45,11 +45,15 @@ pub enum Error {
         #[source]
         status: Box<tonic::Status>,
     },
-    /// A waited-for task ended DEAD or CANCELLED; `error` is its last error.
-    #[error("task {task_id} ended {}: {error}", state_name(*.state))]
+    /// A waited-for task ended DEAD or CANCELLED (`wait`, `submit_and_wait`,
+    /// `submit_and_wait_json`): the one failure every client raises for it
+    /// (docs/client-spec.md point 19).
+    #[error("task {task_id} ended {}{}", state_name(*.state), colon_then(error))]
     TaskFailed {
         task_id: String,
+        /// `TaskState::Dead` or `TaskState::Cancelled`.
         state: TaskState,
+        /// The task's last error: the message of its last failed attempt, or empty.
         error: String,
     },
     /// A wait ran out before the task finished.
@@ -156,6 +160,15 @@ pub fn code_name(code: Code) -> &'static str {
 }
 
 /// The short upper-case name of a task state, as in `READY`.
+/// `": why"`, or nothing when `why` is empty.
+fn colon_then(why: &str) -> String {
+    if why.is_empty() {
+        String::new()
+    } else {
+        format!(": {why}")
+    }
+}
+
 pub fn state_name(state: TaskState) -> &'static str {
     let full = state.as_str_name();
     full.strip_prefix("TASK_STATE_").unwrap_or(full)

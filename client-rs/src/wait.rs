@@ -181,6 +181,52 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_task_that_ended_dead_or_cancelled_is_task_failed() {
+        for (state, name) in [
+            (TaskState::Dead, "DEAD"),
+            (TaskState::Cancelled, "CANCELLED"),
+        ] {
+            let task = crate::pb::Task {
+                id: "t1".into(),
+                state: state as i32,
+                last_error: "no such order".into(),
+                ..Default::default()
+            };
+            let Some(Err(e)) = Client::outcome("t1", task) else {
+                panic!("{name}: not a failure");
+            };
+            assert_eq!(
+                e.to_string(),
+                format!("task t1 ended {name}: no such order")
+            );
+            match e {
+                Error::TaskFailed {
+                    task_id,
+                    state: s,
+                    error,
+                } => assert_eq!(
+                    (task_id.as_str(), s, error.as_str()),
+                    ("t1", state, "no such order")
+                ),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+        let done = crate::pb::Task {
+            id: "t2".into(),
+            state: TaskState::Succeeded as i32,
+            result: b"r".to_vec(),
+            ..Default::default()
+        };
+        assert!(matches!(Client::outcome("t2", done), Some(Ok(r)) if r == b"r"));
+        let running = crate::pb::Task {
+            id: "t3".into(),
+            state: TaskState::Leased as i32,
+            ..Default::default()
+        };
+        assert!(Client::outcome("t3", running).is_none());
+    }
+
+    #[test]
     fn polling_interval_grows_and_is_bounded() {
         let mut d = FIRST_POLL;
         let mut last = Duration::ZERO;

@@ -97,12 +97,20 @@ func SubmitJSON[T any](ctx context.Context, broker pb.BrokerServiceClient, queue
 	return results[0], nil
 }
 
-// ResultJSON decodes a finished task's result (GetTask, Wait) as JSON into an R.
+// ResultJSON decodes a finished task's result (GetTask, Wait) as JSON into an R. A task that
+// ended DEAD or CANCELLED is a *TaskFailedError; one not finished yet is an error naming its
+// state.
 func ResultJSON[R any](task *pb.Task) (R, error) { return ResultWith[R](JSON, task) }
 
-// ResultWith decodes a finished task's result with s into an R.
+// ResultWith decodes a finished task's result with s into an R (errors as ResultJSON).
 func ResultWith[R any](s Serializer, task *pb.Task) (R, error) {
 	var r R
+	if err := taskFailed(task); err != nil {
+		return r, err
+	}
+	if st := task.GetState(); st != pb.TaskState_TASK_STATE_SUCCEEDED && st != pb.TaskState_TASK_STATE_UNSPECIFIED {
+		return r, fmt.Errorf("taskbroker: task %s is %s, not SUCCEEDED", task.GetId(), stateName(st))
+	}
 	if err := s.Decode(task.GetResult(), &r); err != nil {
 		return r, fmt.Errorf("taskbroker: the result of task %s is not a valid %s: %w", task.GetId(), TypeName[R](), err)
 	}

@@ -100,6 +100,10 @@ func TestResultsDecodeIntoTheirType(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "the result of task t2 is not a valid order") {
 		t.Errorf("err = %v, want it to name the task and the type", err)
 	}
+	_, err = taskbroker.ResultJSON[order](&pb.Task{Id: "t3", State: pb.TaskState_TASK_STATE_READY})
+	if err == nil || err.Error() != "taskbroker: task t3 is READY, not SUCCEEDED" {
+		t.Errorf("err = %v, want it to name the state", err)
+	}
 	s, err := taskbroker.ResultWith[string](upper{}, &pb.Task{Result: []byte("DONE")})
 	if err != nil || s != "done" {
 		t.Errorf("ResultWith = %q, %v", s, err)

@@ -63,8 +63,43 @@ func (e *WaitTimeoutError) Error() string {
 
 func (e *WaitTimeoutError) Unwrap() error { return e.Err }
 
+// TaskFailedError is what waiting for a task that ended DEAD or CANCELLED returns (Wait,
+// SubmitAndWait, ResultJSON, ResultWith): the task's id, its final state and its last error
+// (the message of its last failed attempt, or empty).
+//
+//	var failed *taskbroker.TaskFailedError
+//	if errors.As(err, &failed) { log.Print(failed.TaskID, failed.State, failed.LastError) }
+type TaskFailedError struct {
+	TaskID    string
+	State     pb.TaskState
+	LastError string
+}
+
+func (e *TaskFailedError) Error() string {
+	msg := fmt.Sprintf("task %s ended %s", e.TaskID, stateName(e.State))
+	if e.LastError != "" {
+		msg += ": " + e.LastError
+	}
+	return msg
+}
+
+// stateName is DEAD for TASK_STATE_DEAD.
+func stateName(s pb.TaskState) string { return strings.TrimPrefix(s.String(), "TASK_STATE_") }
+
+// TaskFailed is the *TaskFailedError of a DEAD or CANCELLED task, nil for any other.
+func TaskFailed(task *pb.Task) error { return taskFailed(task) }
+
+func taskFailed(task *pb.Task) error {
+	switch s := task.GetState(); s {
+	case pb.TaskState_TASK_STATE_DEAD, pb.TaskState_TASK_STATE_CANCELLED:
+		return &TaskFailedError{TaskID: task.GetId(), State: s, LastError: task.GetLastError()}
+	}
+	return nil
+}
+
 // Wait blocks until the task is SUCCEEDED, DEAD or CANCELLED and returns it (State, Result,
-// LastError). Give ctx a deadline: when it ends first the error is a *WaitTimeoutError.
+// LastError). A task that ended DEAD or CANCELLED comes back with a *TaskFailedError (and the
+// task itself). Give ctx a deadline: when it ends first the error is a *WaitTimeoutError.
 //
 //	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 //	defer cancel()
@@ -74,10 +109,11 @@ func Wait(ctx context.Context, admin pb.AdminServiceClient, taskID string) (*pb.
 	if err != nil {
 		return nil, err
 	}
-	return tasks[0], nil
+	return tasks[0], taskFailed(tasks[0])
 }
 
-// SubmitAndWait submits spec (with the trace context of ctx, as InjectTrace) and Waits for it.
+// SubmitAndWait submits spec (with the trace context of ctx, as InjectTrace) and Waits for it:
+// a task that ended DEAD or CANCELLED comes back with a *TaskFailedError.
 func SubmitAndWait(ctx context.Context, broker pb.BrokerServiceClient, admin pb.AdminServiceClient, spec *pb.TaskSpec) (*pb.Task, error) {
 	InjectTrace(ctx, spec)
 	results, err := Submit(ctx, broker, spec)
@@ -88,7 +124,8 @@ func SubmitAndWait(ctx context.Context, broker pb.BrokerServiceClient, admin pb.
 }
 
 // WaitAll is Wait for up to MaxWaitTasks tasks on one stream; the tasks come back in the order
-// of taskIDs.
+// of taskIDs, whatever their final state (read each one's State; TaskFailed(task) gives the
+// *TaskFailedError of a DEAD or CANCELLED one).
 func WaitAll(ctx context.Context, admin pb.AdminServiceClient, taskIDs []string) ([]*pb.Task, error) {
 	var ids []string
 	for _, id := range taskIDs {

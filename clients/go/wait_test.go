@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,7 +48,11 @@ func (f *fakeAdmin) GetTask(_ context.Context, req *pb.GetTaskRequest) (*pb.GetT
 	if !ok {
 		return nil, status.Error(codes.NotFound, "task_id: no such task")
 	}
-	return &pb.GetTaskResponse{Task: &pb.Task{Id: req.GetTaskId(), State: s, Result: []byte("r-" + req.GetTaskId())}}, nil
+	task := &pb.Task{Id: req.GetTaskId(), State: s, Result: []byte("r-" + req.GetTaskId())}
+	if s == pb.TaskState_TASK_STATE_DEAD || s == pb.TaskState_TASK_STATE_CANCELLED {
+		task.Result, task.LastError = nil, "boom-"+req.GetTaskId()
+	}
+	return &pb.GetTaskResponse{Task: task}, nil
 }
 
 func (f *fakeAdmin) WatchTasks(req *pb.WatchTasksRequest, stream grpc.ServerStreamingServer[pb.WatchTasksResponse]) error {
@@ -82,6 +87,8 @@ func startFake(t *testing.T) (*fakeAdmin, pb.AdminServiceClient) {
 		"t1":   pb.TaskState_TASK_STATE_LEASED,
 		"t2":   pb.TaskState_TASK_STATE_READY,
 		"done": pb.TaskState_TASK_STATE_SUCCEEDED,
+		"dead": pb.TaskState_TASK_STATE_DEAD,
+		"gone": pb.TaskState_TASK_STATE_CANCELLED,
 	}}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -154,6 +161,38 @@ func TestWaitResumesAfterTheLastEventWhenTheStreamDrops(t *testing.T) {
 	// Resumed after event 7, for the task still running.
 	if second.GetAfterEventId() != 7 || !slices.Equal(second.GetTaskIds(), []string{"t2"}) {
 		t.Fatalf("second watch %v", second)
+	}
+}
+
+func TestWaitOnATaskThatFailedIsATaskFailedError(t *testing.T) {
+	_, admin := startFake(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for id, want := range map[string]pb.TaskState{"dead": pb.TaskState_TASK_STATE_DEAD, "gone": pb.TaskState_TASK_STATE_CANCELLED} {
+		task, err := taskbroker.Wait(ctx, admin, id)
+		var failed *taskbroker.TaskFailedError
+		if !errors.As(err, &failed) {
+			t.Fatalf("Wait(%s) = %v, want a *TaskFailedError", id, err)
+		}
+		if failed.TaskID != id || failed.State != want || failed.LastError != "boom-"+id {
+			t.Fatalf("Wait(%s) failed with %+v", id, failed)
+		}
+		wantMsg := "task " + id + " ended " + strings.TrimPrefix(want.String(), "TASK_STATE_") + ": boom-" + id
+		if err.Error() != wantMsg {
+			t.Fatalf("error %q, want %q", err, wantMsg)
+		}
+		if task.GetState() != want {
+			t.Fatalf("Wait(%s) returned the task in %v", id, task.GetState())
+		}
+		// The typed reader of the same task says the same.
+		_, rerr := taskbroker.ResultJSON[string](task)
+		var again *taskbroker.TaskFailedError
+		if !errors.As(rerr, &again) || *again != *failed {
+			t.Fatalf("ResultJSON(%s) = %v, want %v", id, rerr, failed)
+		}
+	}
+	if _, err := taskbroker.Wait(ctx, admin, "done"); err != nil {
+		t.Fatalf("a SUCCEEDED task: %v", err)
 	}
 }
 

@@ -2,7 +2,8 @@
 backpressure: `dependency_results` (a Worker's handler reads its dependency's result on its
 context), `keys_and_replace` (the client's submit with a dependency on a key and a replace by
 key) and `submit_backpressure` (a queue's max_pending refuses a Submit with
-RESOURCE_EXHAUSTED, RetryInfo and QuotaFailure; the client's submit waits the hinted delay)."""
+RESOURCE_EXHAUSTED, RetryInfo and QuotaFailure; the client's submit waits the hinted delay) and
+`dead_result` (waiting for a task whose handler failed for good raises TaskFailedError)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ from google.protobuf import field_mask_pb2
 from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
-from taskbroker import Client, TaskContext, Worker
+from taskbroker import Client, PermanentError, TaskContext, TaskFailedError, Worker
 from taskbroker.client import duration
 from taskbroker.v1 import admin_pb2, broker_pb2, queue_pb2
 
 State = broker_pb2.TaskState
-RESULTS_CASES = ["dependency_results", "keys_and_replace", "submit_backpressure"]
+RESULTS_CASES = ["dependency_results", "keys_and_replace", "submit_backpressure", "dead_result"]
 
 
 class CaseFailed(Exception):
@@ -180,3 +181,32 @@ class ResultsCases:
             logger.setLevel(level)
         t2 = self.tb.get_task(second.task_id)
         check(t2.payload == b"2", f"task 2 has payload {t2.payload!r}")
+
+    def dead_result(self, q: str) -> None:
+        d = self.tb.submit(q, b"order-7").task_id
+
+        def handle(ctx: TaskContext) -> bytes:
+            raise PermanentError("no such order")
+
+        with Worker(self.tb, queues=[q], handler=handle, poll_wait=1, worker_id="conf-python"):
+            try:
+                self.tb.wait(d, timeout=20)
+            except TaskFailedError as err:
+                waited: TaskFailedError | None = err
+            else:
+                waited = None
+        check(waited is not None, "wait returned, want a TaskFailedError")
+        assert waited is not None
+        try:
+            self.tb.get_result(d, dict)
+        except TaskFailedError as err:
+            read: TaskFailedError | None = err
+        else:
+            read = None
+        check(read is not None, "get_result returned, want a TaskFailedError")
+        assert read is not None
+        for what, e in (("wait", waited), ("get_result", read)):
+            check(
+                (e.task_id, e.state, e.last_error) == (d, State.TASK_STATE_DEAD, "no such order"),
+                f"{what}: TaskFailedError({e.task_id}, {e.state_name}, {e.last_error!r}), want ({d}, DEAD, 'no such order')",
+            )

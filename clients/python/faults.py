@@ -23,7 +23,16 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from conformance_typed import counter_points
-from taskbroker import AsyncClient, AsyncTaskContext, AsyncWorker, Client, TaskContext, Worker, WorkerStoppedError
+from taskbroker import (
+    AsyncClient,
+    AsyncTaskContext,
+    AsyncWorker,
+    Client,
+    TaskContext,
+    TaskFailedError,
+    Worker,
+    WorkerStoppedError,
+)
 from taskbroker import spec
 from taskbroker.context import LEASE_LOST
 from taskbroker.v1 import admin_pb2, broker_pb2
@@ -130,7 +139,10 @@ def check_handed_back(tb: Client, task_id: str, took: float, stop_timeout: float
 
 
 def check_failed_at_once(tb: Client, task_id: str, type_name: str) -> None:
-    t = tb.wait(task_id, timeout=10)
+    try:
+        t = tb.wait(task_id, timeout=10)
+    except TaskFailedError as failed:
+        t = failed.task
     check(t.state == State.TASK_STATE_DEAD, f"task is {name(t.state)}, want DEAD (failed at once, 1 attempt)")
     check(type_name in t.last_error, f"last_error {t.last_error!r} does not name {type_name!r}")
 

@@ -465,6 +465,7 @@ fn cases() -> Vec<(&'static str, Case)> {
         ("submit_backpressure", |c, q| {
             Box::pin(results::submit_backpressure(c, q))
         }),
+        ("dead_result", |c, q| Box::pin(results::dead_result(c, q))),
     ]
 }
 

@@ -23,6 +23,8 @@ pub struct TaskError {
     retry_after: Option<Duration>,
     /// Ask for the retry to be reserved for this worker (routing).
     prefer_same_worker: bool,
+    /// A result the runtime cannot store (a programming error): logged at ERROR.
+    pub(crate) unstorable: bool,
 }
 
 /// The error's text followed by its sources: `outer: inner: root`.
@@ -45,6 +47,7 @@ impl TaskError {
             retryable: true,
             retry_after: None,
             prefer_same_worker: false,
+            unstorable: false,
         }
     }
 
@@ -154,8 +157,10 @@ pub struct Json<T>(pub T);
 /// an error the handler returns (docs/client-spec.md point 11).
 impl<T: Serialize> TaskOutput for Json<T> {
     fn into_result(self) -> Result<Vec<u8>, TaskError> {
-        serde_json::to_vec(&self.0)
-            .map_err(|e| TaskError::retry(format!("cannot encode the result as JSON: {e}")))
+        serde_json::to_vec(&self.0).map_err(|e| TaskError {
+            unstorable: true,
+            ..TaskError::retry(format!("cannot encode the result as JSON: {e}"))
+        })
     }
 }
 

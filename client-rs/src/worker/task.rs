@@ -64,6 +64,23 @@ pub(crate) struct Attempt {
     pub(crate) next: super::next::Next,
 }
 
+/// Logs the error a handler returned (docs/client-spec.md point 11, Logging), one line:
+/// a planned retry (retryable, attempts left) and a permanent failure (`TaskError::permanent`,
+/// or the last of `max_attempts`: the task goes DEAD) at WARN; a result that cannot be stored
+/// (a programming error) at ERROR. A panic is logged at ERROR where it is caught.
+fn log_failure(task: &pb::LeasedTask, e: &TaskError) {
+    let (task_id, attempt, max_attempts) = (&task.task_id, task.attempt, task.max_attempts);
+    if e.unstorable {
+        tracing::error!(%task_id, attempt, error = %e.message(), "handler result cannot be stored");
+    } else if !e.is_retryable() {
+        tracing::warn!(%task_id, attempt, error = %e.message(), "handler failed permanently; the task goes DEAD");
+    } else if max_attempts > 0 && attempt >= max_attempts {
+        tracing::warn!(%task_id, attempt, max_attempts, error = %e.message(), "handler failed on its last attempt; the task goes DEAD");
+    } else {
+        tracing::warn!(%task_id, attempt, max_attempts, error = %e.message(), "handler failed; the task will be retried");
+    }
+}
+
 fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()
@@ -189,7 +206,7 @@ impl Attempt {
                 (Report::hand_back(), Outcome::Interrupted)
             }
             Ended::Returned(Err(e)) => {
-                tracing::error!(task_id = %self.shared.task.task_id, error = %e.message(), retryable = e.is_retryable(), "handler failed");
+                log_failure(&self.shared.task, &e);
                 let success = Outcome::Failed {
                     message: e.message().to_string(),
                     retryable: e.is_retryable(),
@@ -359,6 +376,86 @@ const REPORT_BACKOFF_MAX: Duration = Duration::from_secs(5);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker::{Json, TaskOutput};
+
+    /// The lines `f` logs, formatted without colours.
+    fn logged(f: impl FnOnce()) -> Vec<String> {
+        use std::sync::Mutex;
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .without_time()
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        text.lines().map(str::to_string).collect()
+    }
+
+    fn leased(attempt: u32, max_attempts: u32) -> pb::LeasedTask {
+        pb::LeasedTask {
+            task_id: "t1".into(),
+            attempt,
+            max_attempts,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn returned_errors_are_logged_at_warn_in_one_line() {
+        let cases = [
+            (
+                leased(1, 3),
+                TaskError::retry("backend busy"),
+                "WARN",
+                "the task will be retried",
+            ),
+            (
+                leased(3, 3),
+                TaskError::retry("backend busy"),
+                "WARN",
+                "on its last attempt; the task goes DEAD",
+            ),
+            (
+                leased(1, 3),
+                TaskError::permanent("no such order"),
+                "WARN",
+                "failed permanently; the task goes DEAD",
+            ),
+        ];
+        for (task, e, level, what) in cases {
+            let lines = logged(|| log_failure(&task, &e));
+            assert_eq!(lines.len(), 1, "{lines:?}");
+            let line = &lines[0];
+            assert!(line.trim_start().starts_with(level), "{line}");
+            assert!(line.contains(what) && line.contains("task_id=t1"), "{line}");
+            assert!(line.contains(e.message()), "{line}");
+        }
+        // A result that cannot be stored is a programming error: ERROR.
+        let unstorable = Json(std::collections::HashMap::from([((1, 2), 3)]))
+            .into_result()
+            .unwrap_err();
+        let lines = logged(|| log_failure(&leased(1, 3), &unstorable));
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].trim_start().starts_with("ERROR"), "{}", lines[0]);
+        assert!(
+            lines[0].contains("cannot encode the result as JSON"),
+            "{}",
+            lines[0]
+        );
+    }
 
     #[test]
     fn panic_payloads_become_messages() {

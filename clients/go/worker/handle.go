@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -96,9 +97,7 @@ func (w *Worker) handle(run, parent context.Context, lt *pb.LeasedTask) []*pb.Le
 		}
 		req.PreferSameWorker = retry.PreferSameWorker
 	}
-	if !errors.Is(err, ErrLeaseLost) {
-		log.Error("handler failed", "err", err)
-	}
+	logHandlerFailure(log, lt, err, req, errors.Is(context.Cause(ctx), ErrStopTimeout))
 	ferr := w.report(t, "fail", func(rctx context.Context) error {
 		w.metrics.settleCall("Fail")
 		resp, err := w.broker.Fail(rctx, req)
@@ -170,12 +169,38 @@ func (w *Worker) call(ctx context.Context, t *Task) (result []byte, err error) {
 	return w.handler(ctx, t)
 }
 
-// recovered turns a panic into *err; deferred around the handler (so middleware sees the
-// panic as its error) and around the middleware.
+// recovered turns a panic into *err (a *panicError); deferred around the handler (so
+// middleware sees the panic as its error) and around the middleware. The panic is logged here,
+// at ERROR with its stack: it is the one unexpected failure a Go handler has.
 func recovered(t *Task, err *error) {
 	if p := recover(); p != nil {
-		*err = fmt.Errorf("handler panicked: %v", p)
+		*err = &panicError{msg: fmt.Sprintf("handler panicked: %v", p)}
 		t.log.Error("handler panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	}
+}
+
+// panicError is a recovered panic as the attempt's error; it was logged when recovered.
+type panicError struct{ msg string }
+
+func (e *panicError) Error() string { return e.msg }
+
+// logHandlerFailure logs the error a handler returned, one line without a stack: a planned
+// retry (the task has attempts left and the error is not Permanent) and a permanent failure
+// (Permanent, or the last attempt: the task goes DEAD) at WARN. A panic was logged at ERROR
+// when it was recovered; a lost lease, once when it was lost.
+func logHandlerFailure(log *slog.Logger, lt *pb.LeasedTask, err error, req *pb.FailRequest, handedBack bool) {
+	var p *panicError
+	switch {
+	case errors.Is(err, ErrLeaseLost), errors.As(err, &p):
+	case handedBack:
+		log.Warn("handler failed after the stop timeout; the task is handed back", "err", err)
+	case req.GetNonRetryable():
+		log.Warn("handler failed permanently; the task goes DEAD", "err", err)
+	case lt.GetMaxAttempts() > 0 && lt.GetAttempt() >= lt.GetMaxAttempts():
+		log.Warn("handler failed on its last attempt; the task goes DEAD", "err", err,
+			"max_attempts", lt.GetMaxAttempts())
+	default:
+		log.Warn("handler failed; the task will be retried", "err", err, "max_attempts", lt.GetMaxAttempts())
 	}
 }
 

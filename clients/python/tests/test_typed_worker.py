@@ -23,7 +23,7 @@ from taskbroker import (
     ConnectOptions,
     PermanentError,
     TaskContext,
-    TaskNotSucceededError,
+    TaskFailedError,
     Worker,
     WorkerStoppedError,
     retry_policy,
@@ -104,7 +104,7 @@ def test_sync_typed_handlers_middleware_and_metrics() -> None:
         assert tbad.state == State.TASK_STATE_DEAD and tbad.attempt == 1 and "bad job" in tbad.last_error
         assert twrong.state == State.TASK_STATE_DEAD and twrong.attempt == 1
         assert f"queue {qb}: payload is not a valid Sum: missing field b" == twrong.last_error
-        with pytest.raises(TaskNotSucceededError, match="is DEAD, not SUCCEEDED: bad job"):
+        with pytest.raises(TaskFailedError, match="ended DEAD: bad job"):
             tb.get_result(bad, dict)
         assert sorted(seen) == sorted([(qa, "outer")] * 2 + [(qb, "outer")] * 2)
 
@@ -243,7 +243,9 @@ def test_an_operators_cancel_is_counted_as_cancelled() -> None:
         with worker:
             assert started.wait(20)
             tb.admin.CancelTask(admin_pb2.CancelTaskRequest(task_id=task_id), timeout=10)
-            t = tb.wait(task_id, timeout=20)
+            with pytest.raises(TaskFailedError) as err:
+                tb.wait(task_id, timeout=20)
+        t = err.value.task
         assert t.state == State.TASK_STATE_CANCELLED
         tasks = {k: p.value for k, p in points(reader, "taskbroker.worker.tasks").items()}
         assert tasks == {(("outcome", "cancelled"), ("queue", q)): 1}

@@ -15,7 +15,7 @@ from concurrent import futures
 import grpc
 import pytest
 
-from taskbroker import AsyncClient, Client, TaskContext, WaitTimeout, Worker, task_spec
+from taskbroker import AsyncClient, Client, TaskbrokerError, TaskContext, TaskFailedError, WaitTimeout, Worker, task_spec
 from taskbroker.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, event_pb2
 
 ADDR = os.environ.get("TASKBROKER_ADDR")
@@ -43,9 +43,11 @@ class FakeAdmin(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
             state = self.states.get(request.task_id)
         if state is None:
             context.abort(grpc.StatusCode.NOT_FOUND, "task_id: no such task")
-        return admin_pb2.GetTaskResponse(
-            task=admin_pb2.Task(id=request.task_id, state=state, result=b"r-" + request.task_id.encode())
-        )
+        if state in (S.TASK_STATE_DEAD, S.TASK_STATE_CANCELLED):
+            task = admin_pb2.Task(id=request.task_id, state=state, last_error=f"boom-{request.task_id}")
+        else:
+            task = admin_pb2.Task(id=request.task_id, state=state, result=b"r-" + request.task_id.encode())
+        return admin_pb2.GetTaskResponse(task=task)
 
     def WatchTasks(self, request, context):  # type: ignore[no-untyped-def]
         with self.lock:
@@ -149,9 +151,32 @@ def test_async_wait_resumes_too(fake: tuple[FakeAdmin, str]) -> None:
         async with AsyncClient(addr) as tb:
             return await tb.wait("t1", timeout=30)
 
-    task = asyncio.run(go())
-    assert task.state == S.TASK_STATE_DEAD
+    with pytest.raises(TaskFailedError) as err:
+        asyncio.run(go())
+    assert (err.value.task_id, err.value.state, err.value.last_error) == ("t1", S.TASK_STATE_DEAD, "boom-t1")
     assert [r.after_event_id for r in admin.watch_requests] == [0, 3]
+
+
+@pytest.mark.parametrize(("state", "name"), [(S.TASK_STATE_DEAD, "DEAD"), (S.TASK_STATE_CANCELLED, "CANCELLED")])
+def test_waiting_for_a_task_that_failed_raises_task_failed_error(fake: tuple[FakeAdmin, str], state: int, name: str) -> None:
+    admin, addr = fake
+    admin.set("f", state)
+    with Client(addr) as tb:
+        with pytest.raises(TaskFailedError) as waited:
+            tb.wait("f", timeout=30)
+        # The typed reader of the same task says the same, and a task read by GetTask too.
+        with pytest.raises(TaskFailedError) as read:
+            tb.get_result(waited.value.task, dict)
+        with pytest.raises(TaskFailedError):
+            tb.get_result("f", dict)
+    for e in (waited.value, read.value):
+        assert (e.task_id, e.state, e.state_name, e.last_error) == ("f", state, name, "boom-f")
+        assert str(e) == f"task f ended {name}: boom-f"
+        assert isinstance(e, TaskbrokerError)
+    # wait_all returns the tasks whatever their state.
+    with Client(addr) as tb:
+        (task,) = tb.wait_all(["f"], timeout=30)
+    assert task.state == state
 
 
 def test_task_spec_carries_the_dependency_fields() -> None:

@@ -3,6 +3,7 @@ scripts/conformance.sh python starts one)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import threading
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from taskbroker import Client, PermanentError, TaskContext, Worker
+from taskbroker import Client, PermanentError, RetryableError, TaskContext, Worker
 from taskbroker.client import duration
 from taskbroker.v1 import admin_pb2, broker_pb2
 
@@ -257,3 +258,42 @@ def test_a_str_result_is_stored_as_utf8(tb, queue, start):
     start(lambda ctx: "héllo")
     task = wait_state(tb, task_id, State.TASK_STATE_SUCCEEDED)
     assert task.result == "héllo".encode()
+
+
+def test_handler_failures_are_logged_by_kind(tb, queue, start, caplog):
+    """A RetryableError is a planned retry and a PermanentError (or the last attempt) a
+    permanent failure: one WARN line each, no stack; any other exception is unexpected: ERROR
+    with its stack."""
+    retry = broker_pb2.RetryPolicy(max_attempts=2, initial_backoff=duration(0))
+    planned, broken, crashing = submit(
+        tb,
+        queue,
+        broker_pb2.TaskSpec(payload=b"planned", retry=retry),
+        broker_pb2.TaskSpec(payload=b"broken", retry=retry),
+        broker_pb2.TaskSpec(payload=b"crashing", retry=broker_pb2.RetryPolicy(max_attempts=1)),
+    )
+
+    def handler(ctx: TaskContext) -> bytes:
+        if ctx.payload == b"broken":
+            raise PermanentError("no such order")
+        if ctx.payload == b"crashing":
+            raise KeyError("surprise")
+        raise RetryableError("backend busy")
+
+    caplog.set_level(logging.DEBUG, logger="taskbroker")
+    start(handler, concurrency=3)
+    for task_id in (planned, broken, crashing):
+        wait_state(tb, task_id, State.TASK_STATE_DEAD)
+
+    def lines(task_id: str) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if task_id in r.getMessage() and r.levelno >= logging.WARNING]
+
+    got = [(r.levelname, r.getMessage(), r.exc_info is not None) for r in lines(planned)]
+    assert got == [
+        ("WARNING", f"task {planned}: attempt 1 of 2 failed, the task will be retried: backend busy", False),
+        ("WARNING", f"task {planned}: attempt 2 of 2 failed, the task goes DEAD: backend busy", False),
+    ]
+    got = [(r.levelname, r.getMessage(), r.exc_info is not None) for r in lines(broken)]
+    assert got == [("WARNING", f"task {broken}: failed permanently, the task goes DEAD: no such order", False)]
+    got = [(r.levelname, r.getMessage(), r.exc_info is not None) for r in lines(crashing)]
+    assert got == [("ERROR", f"task {crashing}: handler raised KeyError: 'surprise'", True)]

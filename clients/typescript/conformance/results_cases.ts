@@ -2,7 +2,8 @@
  * `dependency_results` (a Worker's handler reads its dependency's result on its context),
  * `keys_and_replace` (the submit helper with a dependency on a key and a replace by key; the
  * leased dependent carries its dependency's result) and `submit_backpressure` (a queue's max_pending refuses a Submit with RESOURCE_EXHAUSTED,
- * RetryInfo and QuotaFailure; the client's submit waits the hinted delay and gets in).
+ * RetryInfo and QuotaFailure; the client's submit waits the hinted delay and gets in) and
+ * `dead_result` (waiting for a task whose handler failed for good is a TaskFailedError).
  */
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
@@ -14,6 +15,8 @@ import {
   DuplicateKeyPolicy,
   connect,
   optionsFromEnv,
+  PermanentError,
+  TaskFailedError,
   wait,
   Worker,
 } from "../src/index.js";
@@ -172,6 +175,39 @@ export const resultsCases: [string, (env: ResultsEnv) => Promise<void>][] = [
         check(text.decode(t2.payload) === "2", `task 2 has payload ${JSON.stringify(text.decode(t2.payload))}`);
       } finally {
         await watched.close();
+      }
+    },
+  ],
+  [
+    "dead_result",
+    async ({ client, queue }) => {
+      const d = await client.submit(queue, "order-7");
+      const quiet = { warn() {}, error() {} };
+      const worker = new Worker(client, async () => {
+        throw new PermanentError("no such order");
+      }, { queues: [queue], workerId: WORKER_ID, pollWaitMs: 1_000, onError: () => {}, logger: quiet });
+      const run = worker.run({ handleSignals: false });
+      let waited: unknown;
+      try {
+        await wait(client, d.taskId, { timeoutMs: 20_000 });
+      } catch (e) {
+        waited = e;
+      } finally {
+        await worker.stop(5_000);
+        await run;
+      }
+      let read: unknown;
+      try {
+        await client.getResult(d.taskId);
+      } catch (e) {
+        read = e;
+      }
+      for (const [what, e] of [["wait", waited], ["getResult", read]] as const) {
+        check(e instanceof TaskFailedError, `${what} ended with ${String(e)}, want a TaskFailedError`);
+        check(
+          e.taskId === d.taskId && e.state === TaskState.DEAD && e.lastError === "no such order",
+          `${what}: TaskFailedError {${e.taskId}, ${TaskState[e.state]}, ${JSON.stringify(e.lastError)}}, want {${d.taskId}, DEAD, "no such order"}`,
+        );
       }
     },
   ],

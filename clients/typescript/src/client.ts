@@ -19,7 +19,7 @@ import { TaskState, type SubmitRequest, type SubmitResult, type TaskSpecSchema }
 import { currentTraceparent, TRACEPARENT } from "./tracing.js";
 import { DEFAULTS, submitRetryDelayMs } from "./spec.js";
 import { decodeResult, json, payloadBytes, type Serializer } from "./serializer.js";
-import { TaskbrokerError } from "./errors.js";
+import { TaskbrokerError, throwIfFailed } from "./errors.js";
 
 /** The ErrorInfo domain of every error the broker raises. */
 export const ERROR_DOMAIN = "taskbroker.dev";
@@ -161,12 +161,14 @@ export class Client implements Taskbroker {
   }
 
   /**
-   * The decoded result of a SUCCEEDED task (GetTask, then the serializer); rejects when the
-   * task has not succeeded (yet) or its result does not decode. To wait for it, see `wait()`
-   * and `decodeResult()`.
+   * The decoded result of a SUCCEEDED task (GetTask, then the serializer); rejects with a
+   * TaskFailedError when the task ended DEAD or CANCELLED, and with a TaskbrokerError when it
+   * has not finished yet or its result does not decode. To wait for it, see `wait()` and
+   * `decodeResult()`.
    */
   async getResult<Result = unknown>(taskId: string): Promise<Result> {
     const { task } = await this.admin.getTask({ taskId });
+    if (task) throwIfFailed(task);
     if (!task || task.state !== TaskState.SUCCEEDED) {
       const state = task ? TaskState[task.state] : "missing";
       throw new TaskbrokerError(`task ${taskId} is ${state}, not SUCCEEDED: it has no result`);

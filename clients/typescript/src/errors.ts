@@ -3,6 +3,9 @@
  * AbortSignal fired. Pure types: no I/O.
  */
 
+import type { Task } from "./gen/taskbroker/v1/admin_pb.js";
+import { TaskState } from "./gen/taskbroker/v1/broker_pb.js";
+
 /**
  * The attempt failed but may succeed later: the worker reports Fail and the broker
  * applies the task's retry policy. Any other thrown error is treated the same way.
@@ -83,4 +86,34 @@ function describe(kind: AbortKind): string {
     case "deadline":
       return "deadline passed";
   }
+}
+
+/**
+ * A waited-for task ended DEAD or CANCELLED (`wait`, `submitAndWait`, `Taskbroker.getResult`):
+ * its id, its final state and its last error (the message of its last failed attempt, or "").
+ * `task` is the task as read.
+ *
+ *     try { await submitAndWait(tb, spec); }
+ *     catch (e) { if (e instanceof TaskFailedError) console.warn(e.taskId, TaskState[e.state], e.lastError); }
+ */
+export class TaskFailedError extends TaskbrokerError {
+  readonly taskId: string;
+  readonly state: TaskState;
+  readonly lastError: string;
+  readonly task: Task;
+  constructor(task: Task) {
+    const why = task.lastError ? `: ${task.lastError}` : "";
+    super(`task ${task.id} ended ${TaskState[task.state]}${why}`);
+    this.name = "TaskFailedError";
+    this.taskId = task.id;
+    this.state = task.state;
+    this.lastError = task.lastError;
+    this.task = task;
+  }
+}
+
+/** The task itself, unless it ended DEAD or CANCELLED: then a TaskFailedError is thrown. */
+export function throwIfFailed(task: Task): Task {
+  if (task.state === TaskState.DEAD || task.state === TaskState.CANCELLED) throw new TaskFailedError(task);
+  return task;
 }

@@ -29,7 +29,7 @@ export { wrongForGood } from "./failfast.js";
 export { TRACEPARENT, currentTraceparent } from "./tracing.js";
 export { TaskContext } from "./context.js";
 export type { BytesLike } from "./context.js";
-export { TaskbrokerError, RetryableError, PermanentError, TaskAbortedError, WorkerStoppedError } from "./errors.js";
+export { TaskbrokerError, RetryableError, PermanentError, TaskAbortedError, TaskFailedError, WorkerStoppedError } from "./errors.js";
 export type { AbortKind } from "./errors.js";
 export { target, sticky, fanout, MAX_LABELS } from "./routing.js";
 export * from "./gen/taskbroker/v1/broker_pb.js";

@@ -12,7 +12,7 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { submitTasks, type AdminClient, type Taskbroker } from "./client.js";
-import { TaskbrokerError } from "./errors.js";
+import { TaskbrokerError, throwIfFailed } from "./errors.js";
 import type { Task } from "./gen/taskbroker/v1/admin_pb.js";
 import { TaskState, type TaskSpecSchema } from "./gen/taskbroker/v1/broker_pb.js";
 import { TaskEventKind } from "./gen/taskbroker/v1/event_pb.js";
@@ -50,17 +50,18 @@ export function isFinal(state: TaskState): boolean {
 }
 
 /**
- * Resolves with the task once it is SUCCEEDED, DEAD or CANCELLED (`state`, `result`,
- * `lastError`); rejects with WaitTimeoutError after `timeoutMs`.
+ * Resolves with the task once it is SUCCEEDED (`state`, `result`); rejects with a
+ * TaskFailedError (`taskId`, `state`, `lastError`) when it ends DEAD or CANCELLED, and with
+ * WaitTimeoutError after `timeoutMs`.
  *
  *     const task = await wait(tb, id, { timeoutMs: 60_000 });
  */
 export async function wait(tb: Taskbroker | AdminClient, taskId: string, options: WaitOptions = {}): Promise<Task> {
   const [task] = await waitAll(tb, [taskId], options);
-  return task!;
+  return throwIfFailed(task!);
 }
 
-/** Submits one task (as `submitTasks`: backpressure is retried) and `wait`s for it. */
+/** Submits one task (as `submitTasks`: backpressure is retried) and `wait`s for it (TaskFailedError as `wait`). */
 export async function submitAndWait(
   tb: Taskbroker,
   spec: MessageInitShape<typeof TaskSpecSchema>,
@@ -70,7 +71,10 @@ export async function submitAndWait(
   return wait(tb, result!.taskId, options);
 }
 
-/** `wait` for up to MAX_WAIT_TASKS tasks on one stream; the tasks in the order given. */
+/**
+ * Waits for up to MAX_WAIT_TASKS tasks on one stream; the tasks in the order given, whatever
+ * their final state (read each one's `state`; no TaskFailedError).
+ */
 export async function waitAll(
   tb: Taskbroker | AdminClient,
   taskIds: string[],

@@ -493,16 +493,16 @@ export class Worker<Data = unknown, Result = unknown> {
   /** Runs the handler (and middleware) and settles the task; resolves with the tasks the settle leased. */
   async #execute(entry: Running): Promise<LeasedTask[]> {
     const ctx = entry.ctx;
-    let outcome: { ok: true; result: Uint8Array; value: unknown } | { ok: false; error: unknown };
+    let outcome: { ok: true; result: Uint8Array; value: unknown } | { ok: false; error: unknown; thrown: boolean };
     const stopWatch = this.#watchExpiry(entry);
     entry.stopWatch = stopWatch;
     try {
       const value: unknown = await withContext(ctx.traceContext, () => this.#call(ctx));
       const route = this.#routes.get(ctx.queue);
       const result = route ? route.encode(value) : new Error(`no handler for queue ${ctx.queue}`);
-      outcome = result instanceof Uint8Array ? { ok: true, result, value } : { ok: false, error: result };
+      outcome = result instanceof Uint8Array ? { ok: true, result, value } : { ok: false, error: result, thrown: false };
     } catch (error) {
-      outcome = { ok: false, error };
+      outcome = { ok: false, error, thrown: true };
     } finally {
       stopWatch();
       entry.returned = true;
@@ -516,10 +516,7 @@ export class Worker<Data = unknown, Result = unknown> {
       this.#metrics.task(ctx.queue, "lease_lost", seconds);
       return []; // Another holder may have the task now; nothing of ours would be accepted.
     }
-    if (!outcome.ok) {
-      const e = outcome.error;
-      this.#log.error(`taskbroker worker: task ${ctx.taskId}: handler failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
-    }
+    if (!outcome.ok) logFailure(this.#log, ctx, outcome.error, outcome.thrown);
     const call = outcome.ok ? "complete" : "fail";
     const id = ctx.taskId;
     // Complete and Fail are idempotent for the same lease token, which stays valid across a
@@ -675,6 +672,33 @@ async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> 
     return await Promise.race([p.then(() => true), timedOut]);
   } finally {
     clearTimeout(timer);
+  }
+}
+
+/**
+ * Logs a failed attempt (docs/client-spec.md, point 11, Logging): a RetryableError or
+ * PermanentError the handler threw (a payload that does not decode is one) at WARN in one
+ * line without a stack, saying whether the task will be retried or goes DEAD (a
+ * PermanentError, or the last of maxAttempts); anything else it threw, unexpected, at ERROR
+ * with its stack; a result it returned that cannot be stored (`thrown` false) at ERROR, one
+ * line naming the type.
+ */
+function logFailure(log: Logger, ctx: TaskContext, error: unknown, thrown: boolean): void {
+  const prefix = `taskbroker worker: task ${ctx.taskId}`;
+  const message = error instanceof Error ? error.message : String(error);
+  const { attempt, maxAttempts } = ctx.task;
+  if (!thrown) {
+    log.error(`${prefix}: ${message}`);
+  } else if (error instanceof PermanentError) {
+    log.warn(`${prefix}: failed permanently, the task goes DEAD: ${message}`);
+  } else if (!(error instanceof RetryableError)) {
+    const name = error instanceof Error ? error.name : typeof error;
+    const stack = error instanceof Error && error.stack ? `\n${error.stack}` : "";
+    log.error(`${prefix}: handler threw ${name}: ${message}${stack}`);
+  } else if (maxAttempts > 0 && attempt >= maxAttempts) {
+    log.warn(`${prefix}: attempt ${attempt} of ${maxAttempts} failed, the task goes DEAD: ${message}`);
+  } else {
+    log.warn(`${prefix}: attempt ${attempt} of ${maxAttempts} failed, the task will be retried: ${message}`);
   }
 }
 

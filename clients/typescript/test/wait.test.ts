@@ -13,6 +13,8 @@ import {
   GetTaskResponseSchema,
   TaskEventKind,
   TaskState,
+  TaskbrokerError,
+  TaskFailedError,
   WaitTimeoutError,
   WatchTasksRequestSchema,
   WatchTasksResponseSchema,
@@ -60,8 +62,11 @@ class FakeAdmin {
       const req = fromBinary(GetTaskRequestSchema, body);
       const state = this.states.get(req.taskId);
       if (state === undefined) return fail(stream, Code.NotFound, "task_id: no such task");
+      const failed = state === TaskState.DEAD || state === TaskState.CANCELLED;
       const resp = create(GetTaskResponseSchema, {
-        task: { id: req.taskId, state, result: new TextEncoder().encode(`r-${req.taskId}`) },
+        task: failed
+          ? { id: req.taskId, state, lastError: `boom-${req.taskId}` }
+          : { id: req.taskId, state, result: new TextEncoder().encode(`r-${req.taskId}`) },
       });
       return reply(stream, GetTaskResponseSchema, [resp]);
     }
@@ -164,6 +169,25 @@ test("wait resumes after the last event when the stream drops", async () => {
   // Resumed after event 7, for the task still running.
   assert.deepEqual([...second!.taskIds], ["t2"]);
   assert.equal(second!.afterEventId, 7n);
+});
+
+test("waiting for a task that ended DEAD or CANCELLED rejects with TaskFailedError", async () => {
+  fake.states.set("dead", TaskState.DEAD);
+  fake.states.set("gone", TaskState.CANCELLED);
+  const tb = connect(addr);
+  for (const [id, state, name] of [["dead", TaskState.DEAD, "DEAD"], ["gone", TaskState.CANCELLED, "CANCELLED"]] as const) {
+    const check = (e: unknown) => {
+      assert.ok(e instanceof TaskFailedError && e instanceof TaskbrokerError, `got ${String(e)}`);
+      assert.deepEqual([e.taskId, e.state, e.lastError, e.message], [id, state, `boom-${id}`, `task ${id} ended ${name}: boom-${id}`]);
+      return true;
+    };
+    await assert.rejects(wait(tb, id, { timeoutMs: 30_000 }), check);
+    // The typed result getter says the same.
+    await assert.rejects(tb.getResult(id), check);
+    // waitAll returns the tasks whatever their state.
+    const [task] = await waitAll(tb, [id], { timeoutMs: 30_000 });
+    assert.equal(task!.state, state);
+  }
 });
 
 test("wait gives up at the timeout with WaitTimeoutError", async () => {

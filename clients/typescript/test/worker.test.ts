@@ -85,6 +85,41 @@ test("maps PermanentError, RetryableError and other errors to Fail", async () =>
   assert.equal(fake.completes.length, 0);
 });
 
+test("logs a planned retry and a permanent failure at warn in one line, an unexpected error at error with its stack", async () => {
+  const planned = fake.add("retry", 1);
+  const last = fake.add("retry", 3);
+  const perm = fake.add("perm");
+  const other = fake.add("other");
+  for (const t of fake.tasks) t.maxAttempts = 3;
+  const warns: string[] = [];
+  const errors: string[] = [];
+  const { broker } = connect(addr);
+  const w = new Worker(
+    broker,
+    async (ctx: TaskContext) => {
+      const p = text.decode(ctx.payload);
+      if (p === "perm") throw new PermanentError("no such order");
+      if (p === "retry") throw new RetryableError("backend busy");
+      throw new TypeError("undefined is not a function");
+    },
+    { queues: ["q"], workerId: "w1", pollWaitMs: 1_000, onError: () => {}, logger: { warn: (m) => warns.push(m), error: (m) => errors.push(m) } },
+  );
+  const run = w.run();
+  await until(() => fake.fails.length === 4);
+  await w.stop();
+  await run;
+  const about = (lines: string[], id: string) => lines.filter((m) => m.includes(`task ${id}:`));
+  assert.deepEqual(about(warns, planned), [`taskbroker worker: task ${planned}: attempt 1 of 3 failed, the task will be retried: backend busy`]);
+  assert.deepEqual(about(warns, last), [`taskbroker worker: task ${last}: attempt 3 of 3 failed, the task goes DEAD: backend busy`]);
+  assert.deepEqual(about(warns, perm), [`taskbroker worker: task ${perm}: failed permanently, the task goes DEAD: no such order`]);
+  for (const id of [planned, last, perm]) assert.deepEqual(about(errors, id), [], `task ${id} logged at error`);
+  const [line, ...more] = about(errors, other);
+  assert.equal(more.length, 0);
+  assert.ok(line!.startsWith(`taskbroker worker: task ${other}: handler threw TypeError: undefined is not a function\n`), line);
+  assert.ok(line!.includes("worker.test"), `no stack in ${line}`);
+  assert.deepEqual(about(warns, other), []);
+});
+
 test("heartbeats all running tasks in one call about every third of the lease", async () => {
   for (const p of ["a", "b", "c"]) fake.add(p);
   const w = worker(async () => void (await sleep(1_300)), { concurrency: 3, leaseDurationMs: 1_500 });

@@ -59,6 +59,7 @@ var cases = []testCase{
 	{"dependency_results", dependencyResults},
 	{"keys_and_replace", keysAndReplace},
 	{"submit_backpressure", submitBackpressure},
+	{"dead_result", deadResult},
 }
 
 func main() {

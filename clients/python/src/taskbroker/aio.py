@@ -41,9 +41,16 @@ from taskbroker.client import (
     task_spec,
 )
 from taskbroker.context import CANCEL_REQUESTED, DEADLINE, LEASE_LOST, STOPPING, context_dependency_result
-from taskbroker.errors import LeaseLostError, PermanentError, RetryableError, WorkerStoppedError, is_lease_lost
+from taskbroker.errors import (
+    LeaseLostError,
+    PermanentError,
+    RetryableError,
+    WorkerStoppedError,
+    is_lease_lost,
+    raise_if_failed,
+)
 from taskbroker.routing import check_labels
-from taskbroker.serde import DEFAULT_SERIALIZER, PayloadError, Serializer, encode_payload
+from taskbroker.serde import DEFAULT_SERIALIZER, Serializer, encode_payload
 from taskbroker.spec import Duration, seconds
 from taskbroker.wait import wait_tasks_async
 from taskbroker.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, worker_pb2
@@ -181,11 +188,15 @@ class AsyncClient:
         return decode_result(self.serializer, t, type_)
 
     async def wait(self, task_id: str, *, timeout: Duration | None = None) -> admin_pb2.Task:
-        """As ``Client.wait``: the finished task, followed on WatchTasks; ``WaitTimeout``."""
-        return (await wait_tasks_async(self.admin, [task_id], None if timeout is None else seconds(timeout)))[0]
+        """As ``Client.wait``: the SUCCEEDED task, followed on WatchTasks; ``TaskFailedError``
+        for one that ended DEAD or CANCELLED; ``WaitTimeout``."""
+        return raise_if_failed(
+            (await wait_tasks_async(self.admin, [task_id], None if timeout is None else seconds(timeout)))[0]
+        )
 
     async def wait_all(self, task_ids: Iterable[str], *, timeout: Duration | None = None) -> list[admin_pb2.Task]:
-        """As ``Client.wait_all``: several tasks on one stream, in the order given."""
+        """As ``Client.wait_all``: several tasks on one stream, in the order given, whatever
+        their final state."""
         return await wait_tasks_async(self.admin, task_ids, None if timeout is None else seconds(timeout))
 
     async def submit_and_wait(
@@ -645,10 +656,8 @@ class AsyncWorker:
                 except TypeError as exc:
                     error = exc
                     log.error("task %s: %s", ctx.task_id, error)
-            elif isinstance(error, PayloadError):
-                log.error("task %s: %s", ctx.task_id, error)
-            elif not isinstance(error, (PermanentError, RetryableError, asyncio.CancelledError)):
-                log.error("task %s: handler raised %s: %s", ctx.task_id, type(error).__name__, error, exc_info=error)
+            elif not isinstance(error, asyncio.CancelledError):
+                handlers.log_failure(log, ctx, error)
             request: broker_pb2.CompleteRequest | broker_pb2.FailRequest
             if error is None:
                 request = broker_pb2.CompleteRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token, result=data)

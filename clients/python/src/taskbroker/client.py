@@ -15,7 +15,7 @@ import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from taskbroker import spec, tracing
-from taskbroker.errors import TaskNotSucceededError
+from taskbroker.errors import TaskNotSucceededError, raise_if_failed
 from taskbroker.serde import DEFAULT_SERIALIZER, Serializer, encode_payload
 from taskbroker.spec import Duration, seconds
 from taskbroker.wait import wait_tasks
@@ -281,24 +281,29 @@ class Client:
     def get_result(self, task: str | admin_pb2.Task, type_: type[T], *, timeout: Duration = spec.CALL_TIMEOUT) -> T:
         """A SUCCEEDED task's result decoded as ``type_`` by the client's serializer (``bytes``:
         as it is). ``task`` is a task id (read now) or a task already read (``wait``'s answer).
-        Raises ``TaskNotSucceededError`` when the task is in any other state."""
+        Raises ``TaskFailedError`` when the task ended DEAD or CANCELLED and
+        ``TaskNotSucceededError`` when it has not finished."""
         t = self.get_task(task, timeout=timeout) if isinstance(task, str) else task
         return decode_result(self.serializer, t, type_)
 
     def wait(self, task_id: str, *, timeout: Duration | None = None) -> admin_pb2.Task:
-        """Blocks until the task is SUCCEEDED, DEAD or CANCELLED and returns it (``.state``,
-        ``.result``, ``.last_error``), following it on WatchTasks rather than polling. Raises
-        ``WaitTimeout`` (a ``TimeoutError``) after ``timeout`` seconds; the task carries on."""
-        return wait_tasks(self.admin, [task_id], None if timeout is None else seconds(timeout))[0]
+        """Blocks until the task is SUCCEEDED and returns it (``.state``, ``.result``),
+        following it on WatchTasks rather than polling. A task that ends DEAD or CANCELLED
+        raises ``TaskFailedError`` (``.task_id``, ``.state``, ``.last_error``, ``.task``).
+        Raises ``WaitTimeout`` (a ``TimeoutError``) after ``timeout`` seconds; the task
+        carries on."""
+        return raise_if_failed(wait_tasks(self.admin, [task_id], None if timeout is None else seconds(timeout))[0])
 
     def wait_all(self, task_ids: Iterable[str], *, timeout: Duration | None = None) -> list[admin_pb2.Task]:
-        """``wait`` for several tasks (up to 1000) on one stream; the tasks in the order given."""
+        """Waits for several tasks (up to 1000) on one stream and returns them in the order
+        given, whatever their final state (read each one's ``.state``; no TaskFailedError)."""
         return wait_tasks(self.admin, task_ids, None if timeout is None else seconds(timeout))
 
     def submit_and_wait(
         self, queue: str, payload: Any = b"", *, timeout: Duration | None = None, **submit: Any
     ) -> admin_pb2.Task:
-        """``submit`` (with the same keyword arguments) then ``wait`` up to ``timeout``."""
+        """``submit`` (with the same keyword arguments) then ``wait`` up to ``timeout``
+        (``TaskFailedError`` for a task that ends DEAD or CANCELLED)."""
         task_id = self.submit(queue, payload, **submit).task_id
         return self.wait(task_id, timeout=timeout)
 
@@ -334,7 +339,9 @@ class Client:
 
 
 def decode_result(serializer: Serializer, task: admin_pb2.Task, type_: type[T]) -> T:
-    """A SUCCEEDED task's result as ``type_``; TaskNotSucceededError in any other state."""
+    """A SUCCEEDED task's result as ``type_``; TaskFailedError for a task that ended DEAD or
+    CANCELLED, TaskNotSucceededError for one not finished."""
+    raise_if_failed(task)
     if task.state != broker_pb2.TASK_STATE_SUCCEEDED:
         state = broker_pb2.TaskState.Name(task.state).removeprefix("TASK_STATE_")
         why = f": {task.last_error}" if task.last_error else ""

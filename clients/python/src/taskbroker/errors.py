@@ -10,6 +10,8 @@ import grpc.aio
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
+from taskbroker.v1 import broker_pb2
+
 #: The google.rpc.ErrorInfo domain of every reason the broker defines.
 ERROR_DOMAIN = "taskbroker.dev"
 #: ErrorInfo reason for a lease token that no longer holds the task (status ABORTED).
@@ -59,6 +61,29 @@ class TaskNotSucceededError(TaskbrokerError):
     def __init__(self, message: str, task: Any) -> None:
         super().__init__(message)
         self.task = task
+
+
+class TaskFailedError(TaskNotSucceededError):
+    """A waited-for task ended DEAD or CANCELLED (``wait``, ``submit_and_wait``, ``get_result``,
+    sync and asyncio): ``task_id``, ``state`` (the ``TaskState`` value, e.g.
+    ``TASK_STATE_DEAD``; ``state_name`` is ``"DEAD"``) and ``last_error`` (the message of its
+    last failed attempt, or ``""``). ``task`` is the task as read. A subclass of
+    ``TaskNotSucceededError``, which stays the error of a task not finished yet."""
+
+    def __init__(self, task: Any) -> None:
+        self.task_id: str = task.id
+        self.state: int = task.state
+        self.state_name: str = broker_pb2.TaskState.Name(task.state).removeprefix("TASK_STATE_")
+        self.last_error: str = task.last_error
+        why = f": {self.last_error}" if self.last_error else ""
+        super().__init__(f"task {self.task_id} ended {self.state_name}{why}", task)
+
+
+def raise_if_failed(task: Any) -> Any:
+    """``task`` itself, unless it ended DEAD or CANCELLED: then ``TaskFailedError``."""
+    if task.state in (broker_pb2.TASK_STATE_DEAD, broker_pb2.TASK_STATE_CANCELLED):
+        raise TaskFailedError(task)
+    return task
 
 
 class LeaseLostError(TaskbrokerError):

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import typing
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from taskbroker.errors import PermanentError, RetryableError
 from taskbroker.serde import Serializer, decode_payload, encode_payload, one_line
 
 #: Around every handler call: ``middleware(ctx, call_next)`` returns the outcome (``call_next()``'s
@@ -123,3 +125,27 @@ async def chain_async(middleware: Sequence[AsyncMiddleware], ctx: Any, call: Cal
         return await middleware[i](ctx, lambda: at(i + 1))
 
     return await at(0)
+
+
+def log_failure(log: logging.Logger, ctx: Any, error: BaseException) -> None:
+    """Logs a handler's failure by docs/client-spec.md (point 11, Logging): the client's own
+    failures (``RetryableError``, ``PermanentError``, a payload that does not decode) at WARN in
+    one line without a stack, saying whether the task will be retried or goes DEAD (a
+    ``PermanentError``, or the last of ``max_attempts``); any other exception, unexpected, at
+    ERROR with its stack. A result of the wrong type (``TypeError`` from ``encode_result``) is
+    logged by the caller."""
+    task = ctx.task
+    if isinstance(error, PermanentError):
+        log.warning("task %s: failed permanently, the task goes DEAD: %s", ctx.task_id, error)
+    elif not isinstance(error, RetryableError):
+        log.error("task %s: handler raised %s: %s", ctx.task_id, type(error).__name__, error, exc_info=error)
+    elif task.max_attempts and task.attempt >= task.max_attempts:
+        log.warning(
+            "task %s: attempt %d of %d failed, the task goes DEAD: %s",
+            ctx.task_id, task.attempt, task.max_attempts, error,
+        )
+    else:
+        log.warning(
+            "task %s: attempt %d of %d failed, the task will be retried: %s",
+            ctx.task_id, task.attempt, task.max_attempts, error,
+        )

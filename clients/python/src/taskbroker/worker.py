@@ -23,7 +23,7 @@ from taskbroker.completer import Completer
 from taskbroker.context import CANCEL_REQUESTED, DEADLINE, STOPPING, TaskContext
 from taskbroker.errors import PermanentError, RetryableError, WorkerStoppedError, is_lease_lost
 from taskbroker.routing import check_labels
-from taskbroker.serde import PayloadError, Serializer
+from taskbroker.serde import Serializer
 from taskbroker.spec import Duration, seconds
 from taskbroker.v1 import broker_pb2
 
@@ -509,10 +509,8 @@ class Worker:
             except TypeError as exc:
                 error = exc
                 log.error("task %s: %s", ctx.task_id, error)
-        elif isinstance(error, PayloadError):
-            log.error("task %s: %s", ctx.task_id, error)
-        elif not isinstance(error, (PermanentError, RetryableError)):
-            log.error("task %s: handler raised %s: %s", ctx.task_id, type(error).__name__, error, exc_info=error)
+        else:
+            handlers.log_failure(log, ctx, error)
         if error is None:
             request = broker_pb2.CompleteRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token, result=data)
         else:

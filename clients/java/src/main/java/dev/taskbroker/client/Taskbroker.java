@@ -257,12 +257,25 @@ public final class Taskbroker implements AutoCloseable {
   }
 
   /**
-   * A finished task's result decoded into {@code type} by the serializer ({@code byte[]}: the
+   * A SUCCEEDED task's result decoded into {@code type} by the serializer ({@code byte[]}: the
    * bytes as they are); null when the task has no result.
    *
+   * @throws TaskFailedException when the task ended DEAD or CANCELLED
+   * @throws TaskbrokerException when the task has not finished yet
    * @throws SerializationException when the result does not decode into {@code type}
    */
   public <R> R result(dev.taskbroker.v1.Task task, Class<R> type) {
+    TaskFailedException.throwIfFailed(task);
+    dev.taskbroker.v1.TaskState state = task.getState();
+    if (state != dev.taskbroker.v1.TaskState.TASK_STATE_SUCCEEDED
+        && state != dev.taskbroker.v1.TaskState.TASK_STATE_UNSPECIFIED) {
+      throw new TaskbrokerException(
+          "task "
+              + task.getId()
+              + " is "
+              + TaskFailedException.stateName(state)
+              + ", not SUCCEEDED: it has no result");
+    }
     if (task.getResult().isEmpty()) {
       return null;
     }
@@ -349,22 +362,30 @@ public final class Taskbroker implements AutoCloseable {
   }
 
   /**
-   * Blocks until the task is SUCCEEDED, DEAD or CANCELLED and returns it (state, result,
-   * last_error), following it on AdminService.WatchTasks rather than polling (Flow). Throws
-   * {@link WaitTimeoutException} after {@code timeout} (null: no limit); the task carries on.
+   * Blocks until the task is SUCCEEDED and returns it (state, result), following it on
+   * AdminService.WatchTasks rather than polling (Flow). A task that ends DEAD or CANCELLED
+   * throws {@link TaskFailedException} (its id, state and last error). Throws {@link
+   * WaitTimeoutException} after {@code timeout} (null: no limit); the task carries on.
    */
   public dev.taskbroker.v1.Task waitFor(String taskId, java.time.Duration timeout)
       throws InterruptedException {
-    return TaskWaiter.waitAll(channel, java.util.List.of(taskId), timeout).get(0);
+    return TaskFailedException.throwIfFailed(
+        TaskWaiter.waitAll(channel, java.util.List.of(taskId), timeout).get(0));
   }
 
-  /** {@link #waitFor} for up to 1000 tasks on one stream; the tasks in the order given. */
+  /**
+   * Waits for up to 1000 tasks on one stream; the tasks in the order given, whatever their final
+   * state (read each one's state; no {@link TaskFailedException}).
+   */
   public java.util.List<dev.taskbroker.v1.Task> waitForAll(
       java.util.List<String> taskIds, java.time.Duration timeout) throws InterruptedException {
     return TaskWaiter.waitAll(channel, taskIds, timeout);
   }
 
-  /** {@link #submit} then {@link #waitFor} up to {@code timeout}. */
+  /**
+   * {@link #submit} then {@link #waitFor} up to {@code timeout} ({@link TaskFailedException} for a
+   * task that ends DEAD or CANCELLED).
+   */
   public dev.taskbroker.v1.Task submitAndWait(
       dev.taskbroker.v1.TaskSpec spec, java.time.Duration timeout) throws InterruptedException {
     return waitFor(submit(spec).getTaskId(), timeout);

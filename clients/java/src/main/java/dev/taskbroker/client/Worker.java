@@ -624,8 +624,11 @@ public final class Worker implements AutoCloseable {
   private List<LeasedTask> execute(TaskContext ctx, java.util.concurrent.ScheduledFuture<?> watch) {
     byte[] result = null;
     Throwable error = null;
+    boolean returned = false;
     try {
-      result = encodeResult(ctx.queue(), runChain(ctx));
+      Object value = runChain(ctx);
+      returned = true;
+      result = encodeResult(ctx.queue(), value);
     } catch (Throwable t) {
       // StackOverflowError and other Errors too: the attempt fails with its cause instead of
       // the task waiting out its lease.
@@ -647,10 +650,7 @@ public final class Worker implements AutoCloseable {
       return List.of(); // Another holder may have the task now; nothing of ours would be accepted.
     }
     if (error != null) {
-      LOG.log(
-          System.Logger.Level.ERROR,
-          "taskbroker worker: task " + ctx.taskId() + ": handler failed: " + error,
-          error);
+      logFailure(ctx, error, returned);
     }
     WorkerMetrics.Outcome intended =
         error == null
@@ -661,6 +661,42 @@ public final class Worker implements AutoCloseable {
     Settled settled = settle(ctx, result, error);
     metrics.task(ctx.queue(), settled.outcome != null ? settled.outcome : intended, ran);
     return settled.next;
+  }
+
+  /**
+   * Logs a failed attempt (docs/client-spec.md, point 11, Logging): a {@link RetryableException}
+   * or {@link PermanentException} the handler threw (a payload that does not decode is one) at
+   * WARNING in one line without a stack, saying whether the task will be retried or goes DEAD (a
+   * PermanentException, or the last of max_attempts); anything else it threw, unexpected, at
+   * ERROR with its stack; a value it returned that cannot be encoded ({@code returned}) at ERROR,
+   * one line naming the type.
+   */
+  private static void logFailure(TaskContext ctx, Throwable error, boolean returned) {
+    String prefix = "taskbroker worker: task " + ctx.taskId() + ": ";
+    int attempt = ctx.attempt();
+    int max = ctx.task().getMaxAttempts();
+    if (returned) {
+      LOG.log(System.Logger.Level.ERROR, prefix + error.getMessage());
+    } else if (error instanceof PermanentException) {
+      LOG.log(
+          System.Logger.Level.WARNING,
+          prefix + "failed permanently, the task goes DEAD: " + error.getMessage());
+    } else if (!(error instanceof RetryableException)) {
+      LOG.log(
+          System.Logger.Level.ERROR,
+          prefix + "handler threw " + error.getClass().getName() + ": " + error.getMessage(),
+          error);
+    } else if (max > 0 && attempt >= max) {
+      LOG.log(
+          System.Logger.Level.WARNING,
+          prefix + "attempt " + attempt + " of " + max + " failed, the task goes DEAD: "
+              + error.getMessage());
+    } else {
+      LOG.log(
+          System.Logger.Level.WARNING,
+          prefix + "attempt " + attempt + " of " + max + " failed, the task will be retried: "
+              + error.getMessage());
+    }
   }
 
   /** The middleware chain around the queue's handler; the first registered is the outermost. */

@@ -85,6 +85,11 @@ final class FakeBroker extends BrokerServiceGrpc.BrokerServiceImplBase implement
 
   /** Adds a ready task; returns its id. */
   String add(String payload, int attempt) {
+    return add(payload, attempt, 0);
+  }
+
+  /** Adds a ready task at {@code attempt} of {@code maxAttempts}; returns its id. */
+  String add(String payload, int attempt, int maxAttempts) {
     int n = seq.incrementAndGet();
     String id = "t" + n;
     synchronized (ready) {
@@ -94,6 +99,7 @@ final class FakeBroker extends BrokerServiceGrpc.BrokerServiceImplBase implement
               .setQueue("q")
               .setPayload(ByteString.copyFromUtf8(payload))
               .setAttempt(attempt)
+              .setMaxAttempts(maxAttempts)
               .setLeaseToken("tok-" + id)
               .setFencingToken(n)
               .build());

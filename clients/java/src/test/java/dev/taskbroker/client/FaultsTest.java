@@ -195,6 +195,64 @@ class FaultsTest {
     assertTrue(r.getThrown() instanceof StackOverflowError);
   }
 
+  @Test
+  void plannedRetriesAndPermanentFailuresAreOneWarningLineUnexpectedOnesAnErrorWithTheStack()
+      throws Exception {
+    String planned = fake.add("retry", 1, 3);
+    String last = fake.add("retry", 3, 3);
+    String perm = fake.add("perm", 1, 3);
+    String other = fake.add("other", 1, 3);
+    Worker w =
+        worker(
+                ctx -> {
+                  switch (ctx.payload().toStringUtf8()) {
+                    case "retry" -> throw new RetryableException("backend busy");
+                    case "perm" -> throw new PermanentException("no such order");
+                    default -> throw new IllegalStateException("surprise");
+                  }
+                })
+            .concurrency(4)
+            .build();
+    w.start();
+    until(() -> fake.fails.size() == 4, 10);
+    w.stop(Duration.ofSeconds(1));
+    String prefix = "taskbroker worker: task ";
+    assertEquals(
+        List.of(prefix + planned + ": attempt 1 of 3 failed, the task will be retried: backend busy"),
+        about(planned, Level.WARNING));
+    assertEquals(
+        List.of(prefix + last + ": attempt 3 of 3 failed, the task goes DEAD: backend busy"),
+        about(last, Level.WARNING));
+    assertEquals(
+        List.of(prefix + perm + ": failed permanently, the task goes DEAD: no such order"),
+        about(perm, Level.WARNING));
+    for (String id : List.of(planned, last, perm)) {
+      assertEquals(List.of(), about(id, Level.SEVERE), id);
+      assertTrue(
+          records.stream()
+              .filter(r -> r.getMessage().contains(id))
+              .allMatch(r -> r.getThrown() == null),
+          "a stack for " + id);
+    }
+    List<LogRecord> errors =
+        records.stream()
+            .filter(r -> r.getLevel().equals(Level.SEVERE) && r.getMessage().contains(other))
+            .toList();
+    assertEquals(1, errors.size());
+    assertEquals(
+        prefix + other + ": handler threw java.lang.IllegalStateException: surprise",
+        errors.get(0).getMessage());
+    assertTrue(errors.get(0).getThrown() instanceof IllegalStateException);
+    assertEquals(List.of(), about(other, Level.WARNING));
+  }
+
+  private List<String> about(String id, Level level) {
+    return records.stream()
+        .filter(r -> r.getLevel().equals(level) && r.getMessage().contains("task " + id + ":"))
+        .map(LogRecord::getMessage)
+        .toList();
+  }
+
   private static byte[] recurse(int n) {
     return n < 0 ? null : recurse(n + 1);
   }

@@ -60,14 +60,13 @@ class WaitTest {
         out.onError(Status.NOT_FOUND.withDescription("task_id: no such task").asException());
         return;
       }
-      out.onNext(
-          GetTaskResponse.newBuilder()
-              .setTask(
-                  Task.newBuilder()
-                      .setId(req.getTaskId())
-                      .setState(s)
-                      .setResult(ByteString.copyFromUtf8("r-" + req.getTaskId())))
-              .build());
+      Task.Builder task = Task.newBuilder().setId(req.getTaskId()).setState(s);
+      if (s == TaskState.TASK_STATE_DEAD || s == TaskState.TASK_STATE_CANCELLED) {
+        task.setLastError("boom-" + req.getTaskId());
+      } else {
+        task.setResult(ByteString.copyFromUtf8("r-" + req.getTaskId()));
+      }
+      out.onNext(GetTaskResponse.newBuilder().setTask(task).build());
       out.onCompleted();
     }
 
@@ -176,6 +175,41 @@ class WaitTest {
     // Resumed after event 7, for the task still running.
     assertEquals(List.of("t2"), second.getTaskIdsList());
     assertEquals(7, second.getAfterEventId());
+  }
+
+  @Test
+  void aTaskThatEndedDeadOrCancelledThrowsTaskFailedException() throws Exception {
+    fake.states.put("dead", TaskState.TASK_STATE_DEAD);
+    fake.states.put("gone", TaskState.TASK_STATE_CANCELLED);
+    for (Map.Entry<String, TaskState> c :
+        Map.of("dead", TaskState.TASK_STATE_DEAD, "gone", TaskState.TASK_STATE_CANCELLED)
+            .entrySet()) {
+      String id = c.getKey();
+      TaskFailedException waited =
+          assertThrows(TaskFailedException.class, () -> tb.waitFor(id, Duration.ofSeconds(30)));
+      // The typed getter says the same of the task as read.
+      TaskFailedException read =
+          assertThrows(TaskFailedException.class, () -> tb.result(waited.task(), String.class));
+      for (TaskFailedException e : List.of(waited, read)) {
+        assertEquals(id, e.taskId());
+        assertEquals(c.getValue(), e.state());
+        assertEquals("boom-" + id, e.lastError());
+        assertEquals(
+            "task " + id + " ended " + c.getValue().name().substring(11) + ": boom-" + id,
+            e.getMessage());
+        assertTrue(e instanceof TaskbrokerException);
+      }
+      // waitForAll returns the tasks whatever their state.
+      assertEquals(c.getValue(), tb.waitForAll(List.of(id), Duration.ofSeconds(30)).get(0).getState());
+    }
+    TaskbrokerException notYet =
+        assertThrows(
+            TaskbrokerException.class,
+            () ->
+                tb.result(
+                    Task.newBuilder().setId("t3").setState(TaskState.TASK_STATE_READY).build(),
+                    String.class));
+    assertEquals("task t3 is READY, not SUCCEEDED: it has no result", notYet.getMessage());
   }
 
   @Test

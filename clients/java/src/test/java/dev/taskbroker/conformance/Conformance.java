@@ -127,6 +127,7 @@ public final class Conformance {
     cases.put("dependency_results", () -> ResultsCases.dependencyResults(tb, queue));
     cases.put("keys_and_replace", () -> ResultsCases.keysAndReplace(tb, queue));
     cases.put("submit_backpressure", () -> ResultsCases.submitBackpressure(tb, queue));
+    cases.put("dead_result", () -> ResultsCases.deadResult(tb, queue));
     int passed = 0;
     int failed = 0;
     for (Map.Entry<String, Case> c : cases.entrySet()) {

@@ -4,7 +4,9 @@ import com.google.protobuf.ByteString;
 import com.google.protobuf.FieldMask;
 import com.google.rpc.QuotaFailure;
 import com.google.rpc.RetryInfo;
+import dev.taskbroker.client.PermanentException;
 import dev.taskbroker.client.ProtoTime;
+import dev.taskbroker.client.TaskFailedException;
 import dev.taskbroker.client.Taskbroker;
 import dev.taskbroker.client.Worker;
 import dev.taskbroker.v1.CompleteRequest;
@@ -47,7 +49,8 @@ import java.util.concurrent.TimeUnit;
  * {@code keys_and_replace} (the submit helper with a dependency on a key and a replace by key;
  * the leased dependent carries its dependency's result) and {@code submit_backpressure} (a queue's max_pending refuses a Submit with
  * RESOURCE_EXHAUSTED, RetryInfo and QuotaFailure; the client's submit waits the hinted delay
- * and gets in) of SCENARIO.md.
+ * and gets in) and {@code dead_result} (waiting for a task that failed for good throws
+ * TaskFailedException) of SCENARIO.md.
  */
 final class ResultsCases {
   private static final String WORKER_ID = "conf-java";
@@ -258,6 +261,49 @@ final class ResultsCases {
       SubmitResult second = submitted.get(30, TimeUnit.SECONDS);
       Task t2 = tb.admin().getTask(GetTaskRequest.newBuilder().setTaskId(second.getTaskId()).build()).getTask();
       check(t2.getPayload().toStringUtf8().equals("2"), "task 2 has payload " + t2.getPayload().toStringUtf8());
+    }
+  }
+
+  /**
+   * {@code dead_result}: a task whose handler fails for good; waiting for it, and its typed
+   * result getter, throw TaskFailedException with its id, state DEAD and the handler's message.
+   */
+  static void deadResult(Taskbroker tb, String queue) throws Exception {
+    String d = tb.submit(queue, "order-7").getTaskId();
+    Worker w =
+        Worker.builder(tb)
+            .handle(
+                queue,
+                ctx -> {
+                  throw new PermanentException("no such order");
+                })
+            .workerId(WORKER_ID)
+            .pollWait(Duration.ofSeconds(1))
+            .build();
+    w.start();
+    TaskFailedException waited = null;
+    try {
+      tb.waitFor(d, Duration.ofSeconds(20));
+    } catch (TaskFailedException e) {
+      waited = e;
+    } finally {
+      w.stop(Duration.ofSeconds(5));
+    }
+    check(waited != null, "waitFor returned, want a TaskFailedException");
+    TaskFailedException read = null;
+    try {
+      tb.result(waited.task(), String.class);
+    } catch (TaskFailedException e) {
+      read = e;
+    }
+    check(read != null, "result() returned, want a TaskFailedException");
+    for (TaskFailedException e : List.of(waited, read)) {
+      check(
+          e.taskId().equals(d)
+              && e.state() == TaskState.TASK_STATE_DEAD
+              && e.lastError().equals("no such order"),
+          "TaskFailedException {" + e.taskId() + ", " + e.state() + ", " + e.lastError()
+              + "}, want {" + d + ", DEAD, no such order}");
     }
   }
 }
