@@ -31,7 +31,6 @@ const RERUN: &[Rerun] = &[
         version: 4,
         empty: Some("task_key_deps"),
         undo: &[
-            "DROP TRIGGER IF EXISTS tasks_flow_bind_keys",
             "DROP TABLE IF EXISTS task_key_deps",
             "DROP TABLE IF EXISTS key_deps_lock",
         ],
@@ -55,7 +54,11 @@ pub(super) async fn run(m: &Migrator, pool: &MySqlPool) -> StoreResult<()> {
     sqlx::query(sqlx::AssertSqlSafe(format!("SELECT GET_LOCK({lock}, -1)")))
         .execute(&mut *conn)
         .await?;
-    let result = match clear_failed(m, &mut conn).await {
+    let result = match drop_earlier_trigger(&mut conn).await {
+        Ok(()) => clear_failed(m, &mut conn).await,
+        Err(e) => Err(e),
+    };
+    let result = match result {
         // `run_direct` is `run` on a connection (`run` cannot take one inside
         // an async trait method: sqlx's "Acquire is not general enough").
         Ok(()) => m
@@ -69,6 +72,35 @@ pub(super) async fn run(m: &Migrator, pool: &MySqlPool) -> StoreResult<()> {
         .execute(&mut *conn)
         .await;
     result
+}
+
+/// The trigger the first text of migration 4 created (key waits now bind in
+/// the broker). It is dropped here rather than in a migration: MariaDB refuses
+/// DROP TRIGGER, even `IF EXISTS` of no trigger, to a user without SUPER where
+/// binary logging is on, and MySQL cannot prepare it, so only a database that
+/// has the trigger runs the statement (as a user who could create it).
+async fn drop_earlier_trigger(conn: &mut MySqlConnection) -> StoreResult<()> {
+    let present: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.triggers \
+         WHERE trigger_schema = DATABASE() AND trigger_name = 'tasks_flow_bind_keys'",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if present == 0 {
+        return Ok(());
+    }
+    sqlx::query("DROP TRIGGER tasks_flow_bind_keys")
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| {
+            StoreError::Config(format!(
+                "cannot drop the trigger tasks_flow_bind_keys that an earlier migration 4 \
+                 created: {}; drop it as a user who may, then start the broker again",
+                database_message(&e)
+            ))
+        })?;
+    tracing::info!("dropped the trigger tasks_flow_bind_keys: key waits bind in the broker");
+    Ok(())
 }
 
 /// Clears the record of a failed migration that may run again (undoing what
