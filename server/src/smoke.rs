@@ -109,11 +109,12 @@ fn tokens(args: &SmokeArgs) -> Result<(Option<String>, Option<String>), SmokeErr
     let entries = parse_token_file(&text)
         .map_err(|e| SmokeError::Config(format!("{}: {e}", path.display())))?;
     // The narrowest role that may make the call, admin only when nothing narrower exists;
-    // not a worker token bound to worker ids (the smoke test leases as `smoke-...`).
+    // not a worker token bound to worker ids or queues (the smoke test leases as
+    // `smoke-...` from a queue of its own).
     let pick = |role: Role| {
         entries
             .iter()
-            .find(|e| e.role == role && e.workers.is_none())
+            .find(|e| e.role == role && e.workers.is_none() && e.queues.is_none())
             .or_else(|| entries.iter().find(|e| e.role == Role::Admin))
             .map(|e| e.token.clone())
     };

@@ -554,12 +554,14 @@ async fn with_auth_on_the_console_needs_an_admin_token() {
             token: admin_token.into(),
             name: Some("ops".into()),
             workers: None,
+            queues: None,
         },
         TokenEntry {
             role: Role::Worker,
             token: "console-worker-token-123456".into(),
             name: None,
             workers: None,
+            queues: None,
         },
     ])
     .await;
@@ -646,6 +648,7 @@ async fn sign_in_redirects_only_to_paths_on_this_site() {
         token: admin_token.into(),
         name: Some("ops".into()),
         workers: None,
+        queues: None,
     }])
     .await;
     let mut b = Browser::new(&app);

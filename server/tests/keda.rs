@@ -173,6 +173,41 @@ async fn bad_trigger_metadata_is_invalid_argument_naming_the_key() {
     app.shutdown().await;
 }
 
+/// A worker token bound to queues reads the backlogs of those queues only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_bound_worker_token_reads_only_its_queues() {
+    let app = spawn_app_with(
+        Backend::Sqlite,
+        Options {
+            auth: taskbroker_server::api::auth::parse_token_file(
+                "worker w-bound-secret team-a queues=billing,reports-*\n",
+            )
+            .unwrap(),
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut k = scaler(&app).await;
+    let token = ("tokenFromEnv", "w-bound-secret");
+    for q in ["billing", "reports-eu"] {
+        let ok = k.is_active(object(&[("queue", q), token])).await;
+        assert!(!ok.expect("its own queue").into_inner().result);
+    }
+    for q in ["billing-eu", "reports", "billing,other"] {
+        let err = k
+            .is_active(object(&[("queue", q), token]))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied, "{q}: {err:?}");
+        assert!(
+            err.message().starts_with("scalerMetadata.queue:"),
+            "{err:?}"
+        );
+    }
+    app.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_auth_on_the_scaler_takes_a_worker_or_scaler_token_from_the_metadata() {
     let token = |role, token: &str| TokenEntry {
@@ -180,6 +215,7 @@ async fn with_auth_on_the_scaler_takes_a_worker_or_scaler_token_from_the_metadat
         token: token.into(),
         name: None,
         workers: None,
+        queues: None,
     };
     let app = spawn_app_with(
         Backend::Sqlite,

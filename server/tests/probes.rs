@@ -161,6 +161,7 @@ fn token(role: Role, token: &str) -> TokenEntry {
         token: token.into(),
         name: None,
         workers: None,
+        queues: None,
     }
 }
 

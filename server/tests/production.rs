@@ -274,6 +274,7 @@ fn token(role: Role, token: &str, name: &str) -> TokenEntry {
         token: token.into(),
         name: Some(name.into()),
         workers: None,
+        queues: None,
     }
 }
 

@@ -193,6 +193,7 @@ async fn replace_waiting_never_rewrites_another_producers_task(b: Backend) {
         token: token.into(),
         name: Some(name.into()),
         workers: None,
+        queues: None,
     };
     let Some(app) = spawn_app_with(
         b,

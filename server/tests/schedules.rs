@@ -700,6 +700,7 @@ async fn producers_manage_only_their_own_schedules(b: Backend) {
         token: token.into(),
         name: Some(name.into()),
         workers: None,
+        queues: None,
     };
     let opts = Options {
         auth: vec![

@@ -42,6 +42,7 @@ fn tokens() -> Vec<TokenEntry> {
         token: token.into(),
         name: Some(name.into()),
         workers: None,
+        queues: None,
     };
     vec![
         tok(Role::Producer, ALICE, "alice"),

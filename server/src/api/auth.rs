@@ -3,7 +3,9 @@
 
 use tonic::Status;
 
-pub use crate::domain::token::{Role, TokenEntry, WorkerIds, check_unique_names, parse_token_file};
+pub use crate::domain::token::{
+    Binding, Bound, QueueNames, Role, TokenEntry, WorkerIds, check_unique_names, parse_token_file,
+};
 
 /// Who made a call (in the request extensions once authenticated).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,12 +15,24 @@ pub struct Principal {
     pub role: Role,
     /// The worker ids a bound worker token may use (`None`: any).
     pub workers: Option<WorkerIds>,
+    /// The queues a bound worker token may use (`None`: any).
+    pub queues: Option<QueueNames>,
 }
 
 impl Principal {
     /// Whether this caller may lease, heartbeat and settle as `worker_id`.
     pub fn may_use_worker_id(&self, worker_id: &str) -> bool {
         self.workers.as_ref().is_none_or(|w| w.allows(worker_id))
+    }
+
+    /// Whether this caller may lease from `queue`, and heartbeat and settle its leases.
+    pub fn may_use_queue(&self, queue: &str) -> bool {
+        self.queues.as_ref().is_none_or(|q| q.allows(queue))
+    }
+
+    /// Whether the token is bound at all (its lease calls are checked).
+    pub fn is_bound(&self) -> bool {
+        self.workers.is_some() || self.queues.is_some()
     }
 }
 
@@ -80,16 +94,20 @@ impl Authenticator {
                 .map(|e| {
                     let name = e.identity();
                     // Checked when the configuration is read (check_unique_names); a
-                    // malformed binding here allows no worker id rather than any.
-                    let workers = e.workers.as_deref().filter(|_| e.role == Role::Worker);
-                    let workers = workers
-                        .map(|w| WorkerIds::new(w).unwrap_or_else(|_| WorkerIds::deny_all()));
+                    // malformed binding here allows nothing rather than anything. An
+                    // admin token is never restricted.
+                    let bind = |kind: Bound, list: &Option<Vec<String>>| {
+                        list.as_deref()
+                            .filter(|_| e.role == Role::Worker)
+                            .map(|l| Binding::new(kind, l).unwrap_or_else(|_| Binding::deny_all()))
+                    };
                     (
                         e.token.as_bytes().to_vec(),
                         Principal {
                             name,
                             role: e.role,
-                            workers,
+                            workers: bind(Bound::Workers, &e.workers),
+                            queues: bind(Bound::Queues, &e.queues),
                         },
                     )
                 })
@@ -185,6 +203,111 @@ mod tests {
     }
 
     #[test]
+    fn worker_tokens_bind_to_queues_beside_worker_ids() {
+        let t = parse_token_file(
+            "worker q0q0q0q0q0q0 team-a queues=billing,reports-*\n\
+             worker b0b0b0b0b0b0 team-b queues=billing workers=uid_5\n\
+             worker c0c0c0c0c0c0 team-c workers=gpu-* queues=*\n",
+        )
+        .unwrap();
+        assert_eq!(
+            t[0].queues.as_deref(),
+            Some(&["billing".to_string(), "reports-*".to_string()][..])
+        );
+        assert_eq!(t[0].workers, None);
+        assert!(t[1].queues.is_some() && t[1].workers.is_some());
+        assert!(check_unique_names(&t).is_ok());
+        let auth = Authenticator::new(&t);
+        let a = auth
+            .check_token("q0q0q0q0q0q0", &[Role::Worker], "Lease")
+            .unwrap();
+        assert!(a.is_bound());
+        for ok in ["billing", "reports-", "reports-eu"] {
+            assert!(a.may_use_queue(ok), "{ok}");
+        }
+        for no in [
+            "billing-eu",
+            "billin",
+            "reports",
+            "Billing",
+            "",
+            "xreports-1",
+        ] {
+            assert!(!a.may_use_queue(no), "{no}");
+        }
+        assert!(a.may_use_worker_id("anyone"));
+        let b = auth
+            .check_token("b0b0b0b0b0b0", &[Role::Worker], "Lease")
+            .unwrap();
+        assert!(b.may_use_queue("billing") && !b.may_use_worker_id("uid_6"));
+        let c = auth
+            .check_token("c0c0c0c0c0c0", &[Role::Worker], "Lease")
+            .unwrap();
+        assert!(c.may_use_queue("anything") && !c.may_use_worker_id("cpu-1"));
+    }
+
+    #[test]
+    fn bad_queue_bindings_are_refused_naming_the_line() {
+        for (text, says) in [
+            (
+                "admin s3cretS3cret ops queues=billing",
+                "worker tokens only",
+            ),
+            (
+                "producer s3cretS3cret shop queues=billing",
+                "worker tokens only",
+            ),
+            ("worker s3cretS3cret w queues=", "\"\""),
+            ("worker s3cretS3cret w queues=a,,b", "\"\""),
+            ("worker s3cretS3cret w queues=a*b", "\"a*b\""),
+            ("worker s3cretS3cret queues=billing", "NAME before queues="),
+            ("worker s3cretS3cret w queues=a queues=b", "given twice"),
+            ("worker s3cretS3cret w queue=a", "expected"),
+            ("worker s3cretS3cret w queues=a workers=b extra", "expected"),
+        ] {
+            let e = parse_token_file(&format!("# c\n{text}\n")).unwrap_err();
+            assert!(e.starts_with("line 2:"), "{text}: {e}");
+            assert!(e.contains(says), "{text}: {e}");
+            assert!(!e.contains("s3cret") && !e.contains('\n'), "{text}: {e}");
+        }
+        // Inline tokens: an empty list is refused, not read as every queue.
+        let inline = TokenEntry {
+            role: Role::Worker,
+            token: "s3cretS3cret0000".into(),
+            name: Some("w".into()),
+            workers: None,
+            queues: Some(Vec::new()),
+        };
+        let e = check_unique_names(std::slice::from_ref(&inline)).unwrap_err();
+        assert!(e.contains("queues= needs at least one queue"), "{e}");
+        let p = Authenticator::new(&[inline])
+            .check_token("s3cretS3cret0000", &[Role::Worker], "Lease")
+            .unwrap();
+        assert!(!p.may_use_queue("billing"));
+        // An admin is never restricted, even when built with a binding.
+        let admin = TokenEntry {
+            role: Role::Admin,
+            queues: Some(vec!["billing".into()]),
+            name: None,
+            ..p_entry()
+        };
+        let p = Authenticator::new(&[admin])
+            .check_token("s3cretS3cret0000", &[Role::Admin], "Lease")
+            .unwrap();
+        assert!(p.may_use_queue("reports") && !p.is_bound());
+    }
+
+    fn p_entry() -> TokenEntry {
+        TokenEntry {
+            role: Role::Worker,
+            token: "s3cretS3cret0000".into(),
+            name: None,
+            workers: None,
+            queues: None,
+        }
+    }
+
+    #[test]
     fn bad_bindings_are_refused_naming_the_line() {
         for (text, says) in [
             ("admin s3cretS3cret ops workers=uid_5", "worker tokens only"),
@@ -211,6 +334,7 @@ mod tests {
             token: "s3cretS3cret0000".into(),
             name: None,
             workers: Some(vec!["uid_5".into()]),
+            queues: None,
         };
         let e = check_unique_names(std::slice::from_ref(&admin)).unwrap_err();
         assert!(

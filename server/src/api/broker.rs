@@ -112,13 +112,27 @@ fn lease_next<T>(
     lease_request("lease_next.", r, caller(request)).map(Some)
 }
 
-/// The caller when its token is bound to worker ids (`workers=` in the tokens file).
+/// The caller when its token is bound to worker ids or queues (`workers=`,
+/// `queues=` in the tokens file).
 fn bound<T>(request: &Request<T>) -> Option<Principal> {
     request
         .extensions()
         .get::<Principal>()
-        .filter(|p| p.workers.is_some())
+        .filter(|p| p.is_bound())
         .cloned()
+}
+
+/// PERMISSION_DENIED naming `field[i]` unless the caller may lease from every
+/// one of `queues` (checked before the request is, so a refusal changes nothing).
+fn check_queues(caller: Option<&Principal>, field: &str, queues: &[String]) -> Result<(), Status> {
+    let Some(p) = caller else { return Ok(()) };
+    match queues.iter().position(|q| !p.may_use_queue(q)) {
+        Some(i) => Err(Status::permission_denied(format!(
+            "{field}[{i}]: this token may not lease from the queue {:?}",
+            queues[i]
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// PERMISSION_DENIED naming `field` unless the caller may use `worker_id`.
@@ -137,7 +151,10 @@ fn check_lease_next(
     next: Option<&pb::LeaseRequest>,
 ) -> Result<(), Status> {
     match next {
-        Some(n) => check_worker_id(caller, "lease_next.worker_id", &n.worker_id),
+        Some(n) => {
+            check_worker_id(caller, "lease_next.worker_id", &n.worker_id)?;
+            check_queues(caller, "lease_next.queues", &n.queues)
+        }
         None => Ok(()),
     }
 }
@@ -153,7 +170,12 @@ impl BrokerApi {
     ) -> Result<(), Status> {
         let Some(p) = caller else { return Ok(()) };
         self.broker
-            .check_lease_holders(call, leases, |w| p.may_use_worker_id(w))
+            .check_lease_holders(
+                call,
+                leases,
+                |w| p.may_use_worker_id(w),
+                |q| p.may_use_queue(q),
+            )
             .await
             .map_err(status)
     }
@@ -291,6 +313,7 @@ impl BrokerService for BrokerApi {
         let who = bound(&request);
         let r = request.into_inner();
         check_worker_id(who.as_ref(), "worker_id", &r.worker_id)?;
+        check_queues(who.as_ref(), "queues", &r.queues)?;
         let req = lease_request("", r, from).map_err(invalid)?;
         let tasks = self.broker.lease(req).await.map_err(status)?;
         Ok(Response::new(pb::LeaseResponse {

@@ -164,6 +164,7 @@ impl ScalerApi {
     ) -> Result<Trigger, Status> {
         let empty = HashMap::new();
         let meta = obj.map(|o| &o.scaler_metadata).unwrap_or(&empty);
+        let mut caller = None;
         if let Some(auth) = &self.auth {
             let token = meta
                 .get("token")
@@ -180,9 +181,18 @@ impl ScalerApi {
                         "missing token: set tokenFromEnv (or token) in the trigger metadata",
                     )
                 })?;
-            auth.check_token(token, SCALER_ROLES, method)?;
+            caller = Some(auth.check_token(token, SCALER_ROLES, method)?);
         }
-        Trigger::parse(meta).map_err(invalid)
+        let t = Trigger::parse(meta).map_err(invalid)?;
+        // A worker token bound to queues reads the backlogs of those queues only.
+        if let Some(p) = caller
+            && let Some(q) = t.queues.iter().find(|q| !p.may_use_queue(q))
+        {
+            return Err(Status::permission_denied(format!(
+                "{FIELD}.queue: this token may not read the queue {q:?}"
+            )));
+        }
+        Ok(t)
     }
 
     async fn backlog(&self, t: &Trigger) -> Result<Backlog, Status> {

@@ -110,9 +110,11 @@ pub struct TlsConfig {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
-    /// A file of `ROLE TOKEN [NAME]` lines (a mounted secret).
+    /// A file of `ROLE TOKEN [NAME [workers=ID,PREFIX*,...] [queues=QUEUE,PREFIX*,...]]`
+    /// lines (a mounted secret).
     pub tokens_file: Option<PathBuf>,
-    /// Tokens given inline.
+    /// Tokens given inline: `{ role, token, name, workers = [...], queues = [...] }`
+    /// (`workers` and `queues` bind a worker token; docs/semantics.md, "Access control").
     pub tokens: Vec<TokenEntry>,
 }
 

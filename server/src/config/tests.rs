@@ -93,6 +93,7 @@ fn printed_config_hides_secrets() {
         token: "super-secret-token-value".into(),
         name: None,
         workers: None,
+        queues: None,
     });
     let s = c.redacted_toml();
     assert!(!s.contains("hunter2") && !s.contains("super-secret"), "{s}");

@@ -451,12 +451,14 @@ mod tests {
                 token: "admin-token-0123456789".into(),
                 name: Some("ops".into()),
                 workers: None,
+                queues: None,
             },
             TokenEntry {
                 role: Role::Worker,
                 token: "worker-token-0123456789".into(),
                 name: None,
                 workers: None,
+                queues: None,
             },
         ])
     }

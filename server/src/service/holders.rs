@@ -1,7 +1,9 @@
 //! Who holds a lease. A worker token bound to worker ids (`workers=` in the tokens
 //! file, api/auth.rs) may heartbeat, checkpoint and settle only the leases held under
 //! an id it may use; the lease's own worker id decides, as recorded when it was
-//! leased, since Checkpoint, Complete and Fail carry no worker id.
+//! leased, since Checkpoint, Complete and Fail carry no worker id. A token bound to
+//! queues (`queues=`) may do so only for the leases of tasks in those queues; the
+//! task's queue never changes.
 
 use super::{Broker, ServiceError};
 use crate::domain::validate::{self, Invalid};
@@ -24,15 +26,18 @@ const READS_IN_FLIGHT: usize = 8;
 
 impl Broker {
     /// PERMISSION_DENIED naming `worker_id` when any of `leases` is held under a
-    /// worker id that `may_use` refuses. A token that holds no lease on its task
+    /// worker id that `may_use` refuses, or naming `queue` when its task is in a
+    /// queue that `may_use_queue` refuses. A token that holds no lease on its task
     /// passes: the call itself then answers LEASE_LOST or NOT_FOUND and changes
     /// nothing. The check reads each task once; a lease token names one lease and
-    /// its worker id never changes, so the answer cannot go stale before the call.
+    /// its worker id never changes, nor does a task's queue, so the answer cannot
+    /// go stale before the call.
     pub async fn check_lease_holders(
         &self,
         call: HeldBy,
         leases: &[LeaseRef],
         may_use: impl Fn(&str) -> bool,
+        may_use_queue: impl Fn(&str) -> bool,
     ) -> Result<(), ServiceError> {
         let (list, max) = match call {
             HeldBy::One => ("", 1),
@@ -57,6 +62,15 @@ impl Broker {
                 let Some(task) = task else { continue };
                 if task.lease_token.as_deref() != Some(l.lease_token.as_str()) {
                     continue;
+                }
+                if !may_use_queue(&task.queue) {
+                    return Err(ServiceError::PermissionDenied {
+                        field: "queue".into(),
+                        message: format!(
+                            "the lease on task {} is of a queue this token may not use",
+                            l.task_id
+                        ),
+                    });
                 }
                 let holder = task.leased_by.as_deref().unwrap_or_default();
                 if !may_use(holder) {
