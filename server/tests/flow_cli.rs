@@ -139,7 +139,10 @@ async fn a_retry_schedule_reads_back_through_get_task_and_the_cli(b: Backend) {
     assert_eq!(line.split_whitespace().last(), Some("1s,2s"), "{detail}");
     let json: serde_json::Value =
         serde_json::from_str(&ok(&app, &["get", &id, "--json"]).await).unwrap();
-    assert_eq!(json["retry"]["schedule_secs"], serde_json::json!([1.0, 2.0]));
+    assert_eq!(
+        json["retry"]["schedule_secs"],
+        serde_json::json!([1.0, 2.0])
+    );
     let detail = ok(&app, &["get", &plain]).await;
     assert!(!detail.contains("retry schedule"), "{detail}");
     app.shutdown().await;

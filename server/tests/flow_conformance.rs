@@ -556,7 +556,12 @@ async fn a_retry_schedule_reads_back(b: Backend) {
         retry_schedule: schedule.clone(),
         ..Default::default()
     };
-    insert(&s, &[task("rs", 1), task("rs", 2)], &[flow, FlowSpec::default()]).await;
+    insert(
+        &s,
+        &[task("rs", 1), task("rs", 2)],
+        &[flow, FlowSpec::default()],
+    )
+    .await;
     assert_eq!(get(&s, 1).await.retry_schedule, schedule);
     assert!(get(&s, 2).await.retry_schedule.is_empty());
     // And in a list, and after a lease.

@@ -67,7 +67,11 @@ async fn lease_within(
     queue: &str,
     max: u32,
 ) -> Vec<pb::LeasedTask> {
-    let reply = c.lease(lease_req(queue, max)).await.expect("lease").into_inner();
+    let reply = c
+        .lease(lease_req(queue, max))
+        .await
+        .expect("lease")
+        .into_inner();
     let len = reply.encoded_len();
     assert!(len <= CLIENT_LIMIT, "a reply of {len} bytes");
     reply.tasks
@@ -76,7 +80,11 @@ async fn lease_within(
 /// Leases `queue` until it has nothing ready, checking every reply.
 async fn drain(c: &mut BrokerServiceClient<Channel>, queue: &str, delivered: &mut HashSet<String>) {
     for _ in 0..20 {
-        let reply = c.lease(lease_req(queue, 1000)).await.expect("lease").into_inner();
+        let reply = c
+            .lease(lease_req(queue, 1000))
+            .await
+            .expect("lease")
+            .into_inner();
         let len = reply.encoded_len();
         if take(delivered, len, reply.tasks).is_empty() {
             return;
@@ -93,10 +101,18 @@ async fn a_lease_of_a_thousand_large_tasks_fits_a_default_client(b: Backend) {
     let mut c = default_client(&app).await;
     submit_large(&mut c, &queue, 1000).await;
     let mut delivered = HashSet::new();
-    let reply = c.lease(lease_req(&queue, 1000)).await.expect("lease").into_inner();
+    let reply = c
+        .lease(lease_req(&queue, 1000))
+        .await
+        .expect("lease")
+        .into_inner();
     let len = reply.encoded_len();
     let first = take(&mut delivered, len, reply.tasks);
-    assert!(first.len() > 500, "the reply is cut near its budget: {}", first.len());
+    assert!(
+        first.len() > 500,
+        "the reply is cut near its budget: {}",
+        first.len()
+    );
     assert!(first.len() < 1000, "1000 of these tasks are over 4 MiB");
     drain(&mut c, &queue, &mut delivered).await;
     assert_eq!(delivered.len(), 1000, "every task is delivered");
@@ -231,7 +247,11 @@ async fn replies_of_tasks_at_every_limit_fit_a_default_client(b: Backend) {
     let mut done = 0;
     while done < ups.len() {
         for t in lease_within(&mut c, &up, 1000).await {
-            let n = if ups[..3].contains(&t.task_id) { 1 << 20 } else { 1000 };
+            let n = if ups[..3].contains(&t.task_id) {
+                1 << 20
+            } else {
+                1000
+            };
             c.complete(pb::CompleteRequest {
                 task_id: t.task_id,
                 lease_token: t.lease_token,

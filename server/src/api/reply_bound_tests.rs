@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use prost::Message;
 use proptest::prelude::*;
+use prost::Message;
 
 use super::leased_task;
 use crate::domain::StoredState;
@@ -85,9 +85,12 @@ fn a_task_with_every_field_at_its_largest_stays_within_its_bound() {
         t.metadata.insert(format!("k{i:02}"), "v".repeat(200));
     }
     t.metadata.insert("big".into(), "é".repeat(1500));
-    t.metadata.insert("taskbroker.producer".into(), "p".repeat(256));
-    t.metadata.insert("taskbroker.dependencies".into(), "true".into());
-    t.metadata.insert("taskbroker.at_most_once".into(), "true".into());
+    t.metadata
+        .insert("taskbroker.producer".into(), "p".repeat(256));
+    t.metadata
+        .insert("taskbroker.dependencies".into(), "true".into());
+    t.metadata
+        .insert("taskbroker.at_most_once".into(), "true".into());
     t.metadata.insert(
         "traceparent".into(),
         "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
@@ -113,7 +116,10 @@ fn a_task_with_every_field_empty_stays_within_its_bound() {
 /// escapes and characters of several bytes.
 fn text() -> impl Strategy<Value = String> {
     let len = prop_oneof![0usize..4, 120usize..136, 16_370usize..16_400];
-    (len, prop_oneof![Just('a'), Just('"'), Just('\u{1}'), Just('é'), Just('€')])
+    (
+        len,
+        prop_oneof![Just('a'), Just('"'), Just('\u{1}'), Just('é'), Just('€')],
+    )
         .prop_map(|(n, c)| std::iter::repeat_n(c, n).collect())
 }
 

@@ -54,12 +54,28 @@ impl RateLimit {
 
     /// The tokens of a bucket that held `tokens` at `refilled_at_ms`, at `now_ms`.
     /// A bucket never seen (`refilled_at_ms` 0) is full.
+    ///
+    /// Tokens come on the bucket's schedule, one every `1 / per_second`: what
+    /// accrues past a full bucket is kept while it is less than one token, so a
+    /// look that comes late by less than a token's interval takes the token as
+    /// of when it was due, and the next token is due when the schedule says,
+    /// not one interval after the late grant (at burst 1 every late look would
+    /// otherwise lose its lateness from the rate). Only whole tokens are
+    /// granted ([`whole_tokens`]), never more than `burst`; a bucket full for a
+    /// token's interval or longer starts its schedule over, full.
     pub fn refill(&self, tokens: f64, refilled_at_ms: i64, now_ms: i64) -> f64 {
+        let capacity = self.capacity();
         if refilled_at_ms <= 0 {
-            return self.capacity();
+            return capacity;
         }
         let elapsed = (now_ms - refilled_at_ms).max(0) as f64 / 1000.0;
-        (tokens + elapsed * self.per_second).min(self.capacity())
+        let tokens = tokens + elapsed * self.per_second;
+        // The margin keeps `whole_tokens` (which forgives 1e-9) at `burst`.
+        if tokens < capacity + 1.0 - 1e-6 {
+            tokens
+        } else {
+            capacity
+        }
     }
 
     /// When a bucket holding `tokens` (fewer than one) at `now_ms` has its next one.

@@ -37,15 +37,8 @@ pub const LEASE_TOKEN_MAX_BYTES: i64 = 64;
 /// (2 + 64), priority 11, attempt 6, fencing_token 11, max_attempts 6, three
 /// timestamps of 19 (deadline, lease_expires_at, created_at), has_checkpoint 2,
 /// at_most_once 3, and the entry's own tag and length prefix in the reply, 6.
-pub const TASK_FIXED_BYTES: i64 = 3 + 3 + 6 + 3 + 6 + 4 + 4 + (2 + LEASE_TOKEN_MAX_BYTES)
-    + 11
-    + 6
-    + 11
-    + 6
-    + 3 * 19
-    + 2
-    + 3
-    + 6;
+pub const TASK_FIXED_BYTES: i64 =
+    3 + 3 + 6 + 3 + 6 + 4 + 4 + (2 + LEASE_TOKEN_MAX_BYTES) + 11 + 6 + 11 + 6 + 3 * 19 + 2 + 3 + 6;
 
 /// What one entry of `dependency_results` adds to a task's reply entry besides
 /// the dependency's id and result: the map field's two-byte tag, the entry's

@@ -44,6 +44,25 @@ pub struct LeasePlan {
     max_reply_bytes: u64,
 }
 
+/// When a bucket of `limit` that held `tokens` (under one) at `at` has its
+/// next token.
+fn token_due(
+    limit: &crate::domain::admission::RateLimit,
+    tokens: f64,
+    at: DateTime<Utc>,
+) -> DateTime<Utc> {
+    let ms = limit.next_token_ms(tokens, at.timestamp_millis());
+    DateTime::from_timestamp_millis(ms).unwrap_or(at)
+}
+
+/// How long a long-poll sleeps, the clock reading `now`, to look again when a
+/// token is `due`: the rest of the wait (none when it is due already). Counted
+/// from the look's time, not from the end of the statements that followed it,
+/// which would make every look that much late.
+fn until_due(due: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
+    (due - now).to_std().unwrap_or_default()
+}
+
 /// What a reply keeps of `limits.max_lease_reply_bytes` beyond its tasks'
 /// bounds (which count their own tags and lengths): a margin for the framing.
 const REPLY_MARGIN_BYTES: u64 = 64;
@@ -57,16 +76,17 @@ impl LeasePlan {
 }
 
 impl Broker {
-    /// How long until the next token of the rate-limited queues among `queues`
-    /// whose buckets are empty now (`None`: no such queue). A bucket of burst 1
-    /// that is full drops what it would accrue, so a long-poll that looks late
-    /// loses that much of the rate: it looks when the token is due.
+    /// When the next token is due of the rate-limited queues among `queues`
+    /// whose buckets were empty at `now`, the time of the look that found
+    /// nothing (`None`: no such queue). A bucket of burst 1 keeps its schedule
+    /// for less than one token's interval only, so a long-poll looks when the
+    /// token is due, not a recheck period later.
     async fn next_token(
         &self,
         queues: &[String],
         now: DateTime<Utc>,
-    ) -> Result<Option<Duration>, ServiceError> {
-        let mut due: Option<Duration> = None;
+    ) -> Result<Option<DateTime<Utc>>, ServiceError> {
+        let mut due: Option<DateTime<Utc>> = None;
         for q in queues {
             let limited = self
                 .settings
@@ -79,8 +99,8 @@ impl Broker {
             if let (Some(limit), Some(tokens)) = (usage.config.rate_limit, usage.tokens)
                 && crate::domain::admission::whole_tokens(tokens) < 1.0
             {
-                let wait = limit.wait_for_token(tokens);
-                due = Some(due.map_or(wait, |d| d.min(wait)));
+                let at = token_due(&limit, tokens, now);
+                due = Some(due.map_or(at, |d| d.min(at)));
             }
         }
         Ok(due)
@@ -262,7 +282,8 @@ impl Broker {
                 // when a queue's next token is due, right then.
                 let mut recheck = self.settings.gated_recheck(&key);
                 if let Some(due) = self.next_token(&key, now).await? {
-                    recheck = recheck.min(due);
+                    // The look and this read took some of the wait already.
+                    recheck = recheck.min(until_due(due, self.clock.now()));
                 }
                 until = until.min(Instant::now() + recheck);
             }
@@ -396,5 +417,32 @@ impl Broker {
             }
         }
         tasks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::admission::RateLimit;
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(ms).unwrap()
+    }
+
+    #[test]
+    fn a_long_poll_wakes_when_the_token_is_due_not_a_whole_interval_after_its_reads() {
+        let limit = RateLimit {
+            per_second: 50.0,
+            burst: 1,
+        };
+        // The look at 1,000 found an empty bucket: the token is due at 1,020.
+        let due = token_due(&limit, 0.0, at(1_000));
+        assert_eq!(due, at(1_020));
+        // Its statements ended at 1,007: it sleeps 13 ms.
+        assert_eq!(until_due(due, at(1_007)), Duration::from_millis(13));
+        // A quarter token held: due 15 ms after the look.
+        assert_eq!(token_due(&limit, 0.25, at(1_000)), at(1_015));
+        // Reads that outlast the wait: it looks again at once.
+        assert_eq!(until_due(due, at(1_031)), Duration::ZERO);
     }
 }

@@ -26,8 +26,7 @@ use crate::dispatch::Dispatcher;
 pub(super) use crate::dispatch::parking::{Claimed, GiveBack, Offer, Parked, Parking};
 use crate::store::sync_match::lease_order;
 use crate::store::{
-    Inserted, LeaseRef, MatchTo, NewTask, Store, StoreResult, TaskRecord,
-    lease_slots,
+    Inserted, LeaseRef, MatchTo, NewTask, Store, StoreResult, TaskRecord, lease_slots,
 };
 
 /// What a parked long-poll needs to give back tasks it can no longer answer with.

@@ -268,7 +268,12 @@ pub(crate) fn decide(
 ) -> crate::domain::FailureDecision {
     // Flow: an explicit retry schedule replaces the exponential backoff.
     let retry_after = retry_after.or_else(|| {
-        crate::domain::retry::scheduled_backoff(&row.retry_schedule(), to_u32(row.attempt), row.jitter, unit)
+        crate::domain::retry::scheduled_backoff(
+            &row.retry_schedule(),
+            to_u32(row.attempt),
+            row.jitter,
+            unit,
+        )
     });
     crate::domain::retry::decide_failure(
         &row.retry_policy(),

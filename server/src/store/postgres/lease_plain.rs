@@ -100,7 +100,9 @@ impl PostgresStore {
                SELECT t.* FROM UNNEST($1::text[]) AS q(name) \
                CROSS JOIN LATERAL ( \
                  SELECT id, seq, queue, priority, deadline, run_at, \
-                   ", crate::store::reply::size_of_fields!(), " + $9::bigint AS size \
+                   ",
+            crate::store::reply::size_of_fields!(),
+            " + $9::bigint AS size \
                  FROM tasks \
                  WHERE state = 'pending' AND NOT waiting AND queue = q.name \
                    AND run_at <= $2 AND COALESCE(deadline, 9223372036854775807) > $2 \
