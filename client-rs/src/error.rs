@@ -159,7 +159,6 @@ pub fn code_name(code: Code) -> &'static str {
     }
 }
 
-/// The short upper-case name of a task state, as in `READY`.
 /// `": why"`, or nothing when `why` is empty.
 fn colon_then(why: &str) -> String {
     if why.is_empty() {
@@ -169,6 +168,7 @@ fn colon_then(why: &str) -> String {
     }
 }
 
+/// The short upper-case name of a task state, as in `READY`.
 pub fn state_name(state: TaskState) -> &'static str {
     let full = state.as_str_name();
     full.strip_prefix("TASK_STATE_").unwrap_or(full)
