@@ -132,7 +132,7 @@ impl Broker {
                     format!("tasks[{spec}].depends_on_keys[{at}]"),
                     format!(
                         "no task holds this key yet and {MAX_WAITS_PER_KEY} tasks wait for it \
-                         already (the most one key may have)"
+                         already, the most one key may have per producer"
                     ),
                 )
                 .into())

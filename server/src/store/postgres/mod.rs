@@ -32,7 +32,9 @@ mod dead;
 // Flow: dependencies, events, bulk operations (migration 0010).
 mod events;
 mod flow;
+// Dependencies by key at submit: holders and the cap on waits.
 mod horizon;
+mod key_waits;
 use super::flow::{failure_events as flow_failure_events, of_row as flow_of_row};
 use crate::domain::event::EventKind;
 // Admission (migration 0009).

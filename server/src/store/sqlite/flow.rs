@@ -15,12 +15,10 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 use sqlx::SqlitePool;
 
-use super::super::flow::{
-    Ev, EventRow, event_record, may_depend, producer_in, schedule_json, visible,
-};
+use super::super::flow::{Ev, EventRow, event_record, schedule_json, visible};
 use super::super::row::{TaskRow, from_ms, ms, state_filter_sql};
 use super::super::*;
-use super::{events, ops};
+use super::{events, key_waits, ops};
 use crate::domain::event::EventKind;
 
 thread_local! {
@@ -197,72 +195,6 @@ fn state_of(c: &Connection, id: &str) -> StoreResult<Option<String>> {
         .optional()?)
 }
 
-/// Whether a dependent of `producer` may name the task `id` (it exists and,
-/// with a producer, is that producer's).
-fn may_name(c: &Connection, id: &str, producer: Option<&str>) -> StoreResult<bool> {
-    let metadata: Option<String> = c
-        .prepare_cached("SELECT metadata FROM tasks WHERE id = ?1")?
-        .query_row([id], |r| r.get(0))
-        .optional()?;
-    Ok(metadata.is_some_and(|m| may_depend(producer, producer_in(&m).as_deref())))
-}
-
-/// What a task's depends_on_keys came to.
-struct KeyDeps {
-    /// The tasks that hold some of the keys.
-    bound: Vec<String>,
-    /// How many keys no task holds yet.
-    waiting: i64,
-}
-
-/// Records the depends_on_keys of `task` (task_key_deps) and looks each key up:
-/// a key held by a task `producer` may not name is a wait like a key no task
-/// holds. `Err(j)`: the j-th key already has [`MAX_WAITS_PER_KEY`] waits.
-fn key_deps(
-    c: &Connection,
-    task: &str,
-    keys: &[TaskKey],
-    producer: Option<&str>,
-) -> StoreResult<Result<KeyDeps, usize>> {
-    let mut out = KeyDeps {
-        bound: Vec::new(),
-        waiting: 0,
-    };
-    for (j, k) in keys.iter().enumerate() {
-        let holder: Option<(String, String)> = c
-            .prepare_cached("SELECT id, metadata FROM tasks WHERE queue = ?1 AND key = ?2")?
-            .query_row(params![k.queue, k.key], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        let holder = holder
-            .filter(|(_, m)| may_depend(producer, producer_in(m).as_deref()))
-            .map(|(id, _)| id);
-        if holder.is_none() {
-            let waits: i64 = c
-                .prepare_cached(
-                    "SELECT count(*) FROM (SELECT 1 FROM task_key_deps \
-                     WHERE queue = ?1 AND key = ?2 AND producer IS ?3 AND bound_to IS NULL \
-                     LIMIT ?4)",
-                )?
-                .query_row(params![k.queue, k.key, producer, MAX_WAITS_PER_KEY], |r| {
-                    r.get(0)
-                })?;
-            if waits >= i64::from(MAX_WAITS_PER_KEY) {
-                return Ok(Err(j));
-            }
-        }
-        c.prepare_cached(
-            "INSERT INTO task_key_deps (task_id, queue, key, bound_to, producer) \
-             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
-        )?
-        .execute(params![task, k.queue, k.key, holder, producer])?;
-        match holder {
-            Some(id) => out.bound.push(id),
-            None => out.waiting += 1,
-        }
-    }
-    Ok(Ok(out))
-}
-
 pub(super) fn insert(
     c: &Connection,
     tasks: &[NewTask],
@@ -284,7 +216,7 @@ pub(super) fn insert(
     let inserted = ops::task_insert_many(c, tasks, now)?;
     for (i, f) in flows.iter().enumerate() {
         for (j, d) in f.depends_on.iter().enumerate() {
-            if !may_name(c, d, f.producer.as_deref())? {
+            if !key_waits::may_name(c, d, f.producer.as_deref())? {
                 undo()?;
                 return Ok(FlowInserted::UnknownDependency { task: i, dep: j });
             }
@@ -306,13 +238,14 @@ pub(super) fn insert(
         );
         // Keys: a key that names a task is a dependency on it; one that names
         // none yet is a wait the insert of a task with that key binds.
-        let keys = match key_deps(c, &r.task_id, &f.depends_on_keys, f.producer.as_deref())? {
-            Ok(keys) => keys,
-            Err(key) => {
-                undo()?;
-                return Ok(FlowInserted::TooManyWaits { task: i, key });
-            }
-        };
+        let keys =
+            match key_waits::key_deps(c, &r.task_id, &f.depends_on_keys, f.producer.as_deref())? {
+                Ok(keys) => keys,
+                Err(key) => {
+                    undo()?;
+                    return Ok(FlowInserted::TooManyWaits { task: i, key });
+                }
+            };
         deps.extend(keys.bound);
         deps.sort_unstable();
         deps.dedup();

@@ -24,6 +24,8 @@ mod admin;
 // Flow: dependencies, events, bulk operations (migration 0010).
 mod events;
 mod flow;
+// Dependencies by key at submit: what a dependent may name, its waits.
+mod key_waits;
 // Admission (migration 0009).
 mod admission;
 mod admission_lease;
