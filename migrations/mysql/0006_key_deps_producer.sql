@@ -1,7 +1,6 @@
--- Dependencies by key bind in the broker, not in a trigger (a trigger needs
--- SUPER where binary logging is on): the one the first text of migration 0004
--- created goes (DROP TRIGGER needs only the TRIGGER privilege on the table).
-DROP TRIGGER IF EXISTS tasks_flow_bind_keys;
+-- (The trigger the first text of migration 0004 created is dropped by the
+-- broker before it migrates, where it exists: DROP TRIGGER, even IF EXISTS,
+-- needs SUPER where binary logging is on, so it is not run where there is none.)
 
 -- Waits bind only within a producer: `producer` is the waiting task's producer
 -- (its token's name), NULL when it was submitted without one (no

@@ -6,8 +6,10 @@
 //! difference is still refused.
 //!
 //! Version 4 (`0004_flow_keys.sql`) created a trigger, which needs SUPER where
-//! binary logging is on; its text now creates the same tables without it, and
-//! migration 6 drops the trigger where the earlier text made one.
+//! binary logging is on; its text now creates the same tables without it. The
+//! trigger the earlier text made is dropped here, where it exists (dropping
+//! needs SUPER too with binary logging on, even `IF EXISTS`: so never where
+//! there is none), before migration 6 records the producer of each wait.
 
 use sqlx::MySqlPool;
 use sqlx::migrate::Migrator;
@@ -25,8 +27,9 @@ fn unhex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-/// Rewrites the recorded checksums of [`EARLIER`] versions applied with their
-/// earlier text. Nothing to do on a database not migrated yet.
+/// Drops the trigger of the earlier text of version 4 and rewrites the
+/// recorded checksums of [`EARLIER`] versions applied with their earlier text.
+/// Nothing to do on a database not migrated yet.
 pub(super) async fn rewrite_earlier(pool: &MySqlPool, migrator: &Migrator) -> sqlx::Result<()> {
     let recorded: Option<i64> = sqlx::query_scalar(
         "SELECT 1 FROM information_schema.tables \
@@ -36,6 +39,17 @@ pub(super) async fn rewrite_earlier(pool: &MySqlPool, migrator: &Migrator) -> sq
     .await?;
     if recorded.is_none() {
         return Ok(());
+    }
+    let trigger: Option<i64> = sqlx::query_scalar(
+        "SELECT 1 FROM information_schema.triggers \
+         WHERE trigger_schema = DATABASE() AND trigger_name = 'tasks_flow_bind_keys'",
+    )
+    .fetch_optional(pool)
+    .await?;
+    if trigger.is_some() {
+        sqlx::query("DROP TRIGGER tasks_flow_bind_keys")
+            .execute(pool)
+            .await?;
     }
     for &(version, earlier) in EARLIER {
         let Some(now) = migrator.iter().find(|m| m.version == version) else {

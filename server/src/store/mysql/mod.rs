@@ -223,7 +223,14 @@ impl Store for MysqlStore {
     async fn migrate(&self) -> StoreResult<()> {
         checksums::rewrite_earlier(&self.pool, &MIGRATOR)
             .await
-            .map_err(|e| StoreError::Migrate(e.into()))?;
+            .map_err(|e| {
+                let hint = format!(
+                    "cannot drop the trigger tasks_flow_bind_keys of an earlier migration 4 \
+                     or rewrite its checksum ({e}); where binary logging is on, drop the \
+                     trigger as a user with SUPER, then start again"
+                );
+                StoreError::Migrate(sqlx::migrate::MigrateError::Source(hint.into()))
+            })?;
         MIGRATOR.run(&self.pool).await.map_err(StoreError::Migrate)
     }
 
