@@ -6,8 +6,9 @@
 //! difference is still refused.
 //!
 //! Version 4 (`0004_flow_keys.sql`) created a trigger, which needs SUPER where
-//! binary logging is on; its text now creates the same tables without it, and
-//! migration 6 drops the trigger where the earlier text made one.
+//! binary logging is on; its text now creates the same tables without it. The
+//! trigger the earlier text made is dropped before migrating, where it exists
+//! (`migrate.rs`).
 
 use sqlx::MySqlPool;
 use sqlx::migrate::Migrator;
