@@ -27,6 +27,7 @@ async fn app(b: Backend) -> Option<TestApp> {
         token: token.into(),
         name: Some(name.into()),
         workers: None,
+        queues: None,
     };
     spawn_app_with(
         b,
