@@ -94,6 +94,14 @@ func WithRunAt(t time.Time) SubmitOption {
 	return edit(func(s *pb.TaskSpec) { s.RunAt = timestamppb.New(t) })
 }
 
+// WithDelay keeps the task SCHEDULED for d: its run_at is this machine's clock (time.Now,
+// read when SubmitJSON builds the TaskSpec) plus d. The broker compares run_at with its own
+// clock, so a skew between the two shifts the delay by as much. The later of WithRunAt and
+// WithDelay in the options wins; d <= 0 makes the task ready at once.
+func WithDelay(d time.Duration) SubmitOption {
+	return edit(func(s *pb.TaskSpec) { s.RunAt = timestamppb.New(time.Now().Add(d)) })
+}
+
 // WithDeadline makes the task DEAD (DEADLINE_EXCEEDED) unless it finishes by t.
 func WithDeadline(t time.Time) SubmitOption {
 	return edit(func(s *pb.TaskSpec) { s.Deadline = timestamppb.New(t) })

@@ -92,6 +92,21 @@ func TestSubmitOptionsSetEveryField(t *testing.T) {
 	}
 }
 
+func TestWithDelaySetsRunAtToNowPlusTheDelay(t *testing.T) {
+	rec := &recorder{}
+	delay := 90 * time.Minute
+	before := time.Now()
+	if _, err := taskbroker.SubmitJSON(context.Background(), rec, "q", "v", taskbroker.WithDelay(delay)); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	runAt := rec.got.GetTasks()[0].GetRunAt().AsTime()
+	if runAt.Before(before.Add(delay).Round(0)) || runAt.After(after.Add(delay).Round(0)) {
+		t.Errorf("run_at %v; want within [%v, %v] (the clock before and after the call, plus %v)",
+			runAt, before.Add(delay), after.Add(delay), delay)
+	}
+}
+
 func TestSubmitOptionsReachTheBroker(t *testing.T) {
 	addr := os.Getenv("TASKBROKER_ADDR")
 	if addr == "" {

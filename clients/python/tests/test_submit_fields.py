@@ -5,6 +5,7 @@ broker needed)."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 
 import grpc
 import grpc.aio
@@ -72,3 +73,24 @@ def test_dependency_result_decodes_with_the_serializer() -> None:
         ctx.dependency_result("raw", Total)
     with pytest.raises(KeyError, match="missing"):
         ctx.dependency_result("missing", Total)
+
+
+@pytest.mark.parametrize("delay", [datetime.timedelta(minutes=90), 5400, 5400.0])
+def test_delay_sets_run_at_to_now_plus_the_delay(delay: datetime.timedelta | float) -> None:
+    before = datetime.datetime.now(datetime.timezone.utc)
+    s = task_spec("q", b"", delay=delay)
+    after = datetime.datetime.now(datetime.timezone.utc)
+    run_at = s.run_at.ToDatetime(tzinfo=datetime.timezone.utc)
+    ninety = datetime.timedelta(minutes=90)
+    # Timestamp keeps microseconds here: the bound is the clock read before and after the call.
+    assert before + ninety <= run_at <= after + ninety
+
+
+def test_run_at_is_sent_as_given_and_excludes_delay() -> None:
+    when = datetime.datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=datetime.timezone.utc)
+    assert task_spec("q", b"", run_at=when).run_at.ToDatetime(tzinfo=datetime.timezone.utc) == when
+    naive = datetime.datetime(2031, 5, 6, 7, 8, 9)
+    assert task_spec("q", b"", run_at=naive).run_at.ToDatetime() == naive
+    with pytest.raises(ValueError, match="run_at or delay"):
+        task_spec("q", b"", run_at=when, delay=60)
+    assert not task_spec("q", b"").HasField("run_at")

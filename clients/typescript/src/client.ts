@@ -10,6 +10,7 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { createClient, type Client as ServiceClient, type Interceptor, type Transport, ConnectError, Code } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { timestampFromDate, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { readFileSync } from "node:fs";
 import { BrokerService } from "./gen/taskbroker/v1/broker_pb.js";
 import { AdminService } from "./gen/taskbroker/v1/admin_pb.js";
@@ -73,8 +74,46 @@ export interface ClientOptions extends ConnectOptions {
   serializer?: Serializer;
 }
 
-/** The fields of a task besides its queue and payload (priority, key, retry, runAt, ...). */
-export type SubmitOptions = Omit<MessageInitShape<typeof TaskSpecSchema>, "queue" | "payload" | "$typeName">;
+type TaskSpecInit = MessageInitShape<typeof TaskSpecSchema>;
+
+/**
+ * The fields of a task besides its queue and payload (priority, key, retry, ...), by name.
+ * `runAt` and `deadline` take a `Date` (or a Timestamp); `delayMs` keeps the task SCHEDULED
+ * for that many milliseconds from now.
+ */
+export type SubmitOptions = Omit<TaskSpecInit, "queue" | "payload" | "$typeName" | "runAt" | "deadline"> & {
+  /** Keeps the task SCHEDULED until then. */
+  runAt?: Date | TaskSpecInit["runAt"];
+  /**
+   * Keeps the task SCHEDULED for this many ms: its runAt is this machine's clock (`Date.now()`,
+   * read when the TaskSpec is built) plus the delay; the broker compares runAt with its own
+   * clock. Not with `runAt`.
+   */
+  delayMs?: number;
+  /** The task is DEAD (DEADLINE_EXCEEDED) unless it finishes by then. */
+  deadline?: Date | TaskSpecInit["deadline"];
+};
+
+/**
+ * The TaskSpec of one task on `queue` with `payload` (bytes as they are sent) and `options`:
+ * `Date`s become Timestamps and `delayMs` becomes runAt = `nowMs` + delayMs, `nowMs` being
+ * `Date.now()` unless given. For `submitTasks`; `Client.submit` builds its tasks with it.
+ */
+export function taskSpec(queue: string, payload: Uint8Array, options: SubmitOptions = {}, nowMs: number = Date.now()): TaskSpecInit {
+  const { runAt, delayMs, deadline, ...fields } = options;
+  if (delayMs !== undefined && runAt !== undefined) {
+    throw new RangeError("taskSpec: give runAt or delayMs, not both");
+  }
+  if (delayMs !== undefined && !Number.isFinite(delayMs)) {
+    throw new RangeError(`taskSpec: delayMs must be a finite number of milliseconds, got ${delayMs}`);
+  }
+  const spec: TaskSpecInit = { ...fields, queue, payload };
+  const when = delayMs !== undefined ? timestampFromMs(nowMs + delayMs) : runAt instanceof Date ? timestampFromDate(runAt) : runAt;
+  if (when !== undefined) spec.runAt = when;
+  const by = deadline instanceof Date ? timestampFromDate(deadline) : deadline;
+  if (by !== undefined) spec.deadline = by;
+  return spec;
+}
 
 /**
  * A connection to one broker: the generated services (`broker`, `admin`, `schedules`) on one
@@ -145,8 +184,9 @@ export class Client implements Taskbroker {
    * Submits one task whose payload is `data` encoded by the serializer (a `Uint8Array` is sent
    * as it is); resolves with its SubmitResult (`taskId`, `deduplicated`, `replaced`,
    * `copyTaskIds`). `options` takes every other TaskSpec field by name: `key`, `priority`,
-   * `runAt`, `deadline`, `retry`, `metadata`, `target`, `sticky`, `fanout`, `concurrencyKey`,
-   * `dependsOn`, `dependsOnKeys`, `runIfDependencyFails`, `onDuplicateKey`, `atMostOnce`.
+   * `runAt` (a Date), `delayMs`, `deadline` (a Date), `retry`, `metadata`, `target`, `sticky`,
+   * `fanout`, `concurrencyKey`, `dependsOn`, `dependsOnKeys`, `runIfDependencyFails`,
+   * `onDuplicateKey`, `atMostOnce`.
    * Backpressure (RESOURCE_EXHAUSTED with a RetryInfo) is retried as `submitTasks` says.
    */
   async submit<Data = unknown>(queue: string, data: Data, options: SubmitOptions = {}): Promise<SubmitResult> {
@@ -156,7 +196,8 @@ export class Client implements Taskbroker {
 
   /** Submits one task per item, in one call (all or none); the results are in order. */
   async submitMany<Data = unknown>(queue: string, items: readonly Data[], options: SubmitOptions = {}): Promise<SubmitResult[]> {
-    const tasks = items.map((data) => ({ ...options, queue, payload: payloadBytes(this.serializer, data) }));
+    const now = Date.now();
+    const tasks = items.map((data) => taskSpec(queue, payloadBytes(this.serializer, data), options, now));
     return submitTasks(this.broker, tasks);
   }
 

@@ -1,10 +1,16 @@
+/// <reference lib="dom" preserve="true" />
 /**
  * taskbroker client for TypeScript: generated messages and services (gen/), a Client with typed
  * submits and rich-error decoding (client.ts, serializer.ts), a worker runtime with typed
  * handlers per queue, middleware, batched completions and metrics (worker.ts, handlers.ts,
  * completer.ts, metrics.ts, context.ts) and waiting for tasks on the WatchTasks stream (wait.ts).
+ *
+ * The reference to the DOM lib below is kept in the published index.d.ts: @connectrpc/connect's
+ * declarations name the fetch type HeadersInit, which only the DOM lib declares (@types/node
+ * binds Headers and RequestInit but not that type alias), so a Node project whose `lib` leaves
+ * DOM out would otherwise need `skipLibCheck` to compile against this package.
  */
-export { Client, connect, optionsFromEnv, errorInfo, isLeaseLost, submitTasks, ERROR_DOMAIN, REASON_LEASE_LOST } from "./client.js";
+export { Client, connect, optionsFromEnv, errorInfo, isLeaseLost, submitTasks, taskSpec, ERROR_DOMAIN, REASON_LEASE_LOST } from "./client.js";
 export type {
   Taskbroker,
   BrokerClient,
@@ -16,6 +22,9 @@ export type {
   TlsOptions,
 } from "./client.js";
 export { Code, ConnectError } from "@connectrpc/connect";
+// Times and durations of the messages (runAt, deadline, RetryPolicy backoffs, ...) from Dates and milliseconds.
+export { timestampFromDate, timestampFromMs, timestampDate, timestampMs, durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
+export type { Timestamp, Duration } from "@bufbuild/protobuf/wkt";
 export { Worker } from "./worker.js";
 export type { WorkerOptions, WorkerEvents, RunOptions, Logger } from "./worker.js";
 export { handler } from "./handlers.js";

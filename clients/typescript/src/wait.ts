@@ -9,12 +9,11 @@
  * network blip) the watch is opened again after the last event received (`afterEventId`) and
  * the tasks read again, with a short growing pause, until the timeout.
  */
-import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { submitTasks, type AdminClient, type Taskbroker } from "./client.js";
+import { submitTasks, taskSpec, type AdminClient, type SubmitOptions, type Taskbroker } from "./client.js";
 import { TaskbrokerError, throwIfFailed } from "./errors.js";
 import type { Task } from "./gen/taskbroker/v1/admin_pb.js";
-import { TaskState, type TaskSpecSchema } from "./gen/taskbroker/v1/broker_pb.js";
+import { TaskState } from "./gen/taskbroker/v1/broker_pb.js";
 import { TaskEventKind } from "./gen/taskbroker/v1/event_pb.js";
 
 /** How many tasks one `waitAll` follows (WatchTasks' limit). */
@@ -61,13 +60,19 @@ export async function wait(tb: Taskbroker | AdminClient, taskId: string, options
   return throwIfFailed(task!);
 }
 
-/** Submits one task (as `submitTasks`: backpressure is retried) and `wait`s for it (TaskFailedError as `wait`). */
+/**
+ * Submits one task (as `submitTasks`: backpressure is retried) and `wait`s for it (TaskFailedError
+ * as `wait`). `spec` is a TaskSpec or its fields by name, with `runAt` / `deadline` as Dates and
+ * `delayMs` as `Client.submit` takes them.
+ */
 export async function submitAndWait(
   tb: Taskbroker,
-  spec: MessageInitShape<typeof TaskSpecSchema>,
+  spec: SubmitOptions & { queue?: string; payload?: Uint8Array; $typeName?: string },
   options: WaitOptions = {},
 ): Promise<Task> {
-  const [result] = await submitTasks(tb.broker, [spec], options.signal ? { signal: options.signal } : {});
+  const { queue, payload, $typeName: _message, ...fields } = spec;
+  const task = taskSpec(queue ?? "", payload ?? new Uint8Array(), fields);
+  const [result] = await submitTasks(tb.broker, [task], options.signal ? { signal: options.signal } : {});
   return wait(tb, result!.taskId, options);
 }
 

@@ -44,6 +44,7 @@ class SubmitOptions(TypedDict, total=False):
     key: str
     priority: int
     run_at: datetime.datetime | None
+    delay: Duration | None
     deadline: datetime.datetime | None
     retry: broker_pb2.RetryPolicy | None
     metadata: Mapping[str, str] | None
@@ -221,6 +222,10 @@ class Client:
         """Submits one task and returns its SubmitResult (task_id, deduplicated, ``replaced``,
         and with ``fanout`` every copy's id in ``copy_task_ids``). Every TaskSpec field is a
         keyword argument (see ``task_spec``).
+
+        ``delay=timedelta(minutes=5)`` (or seconds: ``delay=300``) keeps the task SCHEDULED
+        for that long from now (this machine's clock); ``run_at=datetime(...)`` until an
+        absolute time (naive is UTC).
 
         ``payload`` is sent as it is when it is ``bytes``; anything else (a dataclass, a dict,
         a pydantic model, a str...) is encoded by the client's serializer (JSON by default):
@@ -412,6 +417,7 @@ def task_spec(
     key: str = "",
     priority: int = 0,
     run_at: datetime.datetime | None = None,
+    delay: Duration | None = None,
     deadline: datetime.datetime | None = None,
     retry: broker_pb2.RetryPolicy | None = None,
     metadata: Mapping[str, str] | None = None,
@@ -432,7 +438,18 @@ def task_spec(
     the same request; ``depends_on_keys`` takes ``task_key(queue, key)`` or ``(queue, key)``
     pairs; ``on_duplicate_key`` a DuplicateKeyPolicy or ``"keep_existing"`` /
     ``"replace_waiting"``. A payload that is not ``bytes`` is encoded by ``serializer`` (JSON
-    by default)."""
+    by default).
+
+    ``run_at`` (a datetime; naive is UTC) keeps the task SCHEDULED until then; ``delay`` (a
+    ``timedelta`` or seconds) does so for that long: its run_at is this machine's clock, read
+    here, plus ``delay`` (the broker compares run_at with its own clock). Pass one of them, not
+    both."""
+    if run_at is not None and delay is not None:
+        raise ValueError("pass run_at or delay, not both")
+    if delay is not None:
+        if not isinstance(delay, datetime.timedelta):
+            delay = datetime.timedelta(seconds=seconds(delay))
+        run_at = datetime.datetime.now(datetime.timezone.utc) + delay
     payload = encode_payload(serializer or DEFAULT_SERIALIZER, payload)
     meta = dict(metadata or {})
     tracing.inject(meta)

@@ -222,7 +222,7 @@ public final class Taskbroker implements AutoCloseable {
    * Submits {@code payload}, encoded by the serializer (JSON by default), to {@code queue}:
    * {@code tb.submit("emails", new Email("a@example.com", "hi"))}. For more options build the
    * spec with {@link #spec(String, Object)}: every TaskSpec field has its setter there (priority,
-   * run_at, retry, concurrency_key, depends_on_keys, on_duplicate_key, at_most_once, ...), and
+   * run_at ({@code setRunAt(ProtoTime.fromNow(delay))} or {@code ProtoTime.timestamp(instant)}), retry, concurrency_key, depends_on_keys, on_duplicate_key, at_most_once, ...), and
    * the SubmitResult says {@code getDeduplicated()} and {@code getReplaced()}. Backpressure is
    * retried as {@link #submit(dev.taskbroker.v1.TaskSpec)} says.
    *
@@ -230,6 +230,18 @@ public final class Taskbroker implements AutoCloseable {
    */
   public dev.taskbroker.v1.SubmitResult submit(String queue, Object payload) {
     return submit(spec(queue, payload).build());
+  }
+
+  /**
+   * Submits {@code payload} (encoded as {@link #submit(String, Object)} does) to {@code queue},
+   * SCHEDULED for {@code delay}: its run_at is this machine's clock now plus {@code delay} (the
+   * broker compares run_at with its own clock). {@code tb.submit("emails", email,
+   * Duration.ofMinutes(5))}; for an absolute time, {@code tb.spec(queue,
+   * payload).setRunAt(ProtoTime.timestamp(instant))}.
+   */
+  public dev.taskbroker.v1.SubmitResult submit(
+      String queue, Object payload, java.time.Duration delay) {
+    return submit(spec(queue, payload).setRunAt(ProtoTime.fromNow(delay)).build());
   }
 
   /** Submits raw bytes to {@code queue}, as they are. */
@@ -365,29 +377,36 @@ public final class Taskbroker implements AutoCloseable {
    * Blocks until the task is SUCCEEDED and returns it (state, result), following it on
    * AdminService.WatchTasks rather than polling (Flow). A task that ends DEAD or CANCELLED
    * throws {@link TaskFailedException} (its id, state and last error). Throws {@link
-   * WaitTimeoutException} after {@code timeout} (null: no limit); the task carries on.
+   * WaitTimeoutException} after {@code timeout} (null: no limit); the task carries on. Declares no
+   * checked exception: an interrupt of the waiting thread throws {@link WaitInterruptedException}
+   * with the thread's interrupt flag set again.
    */
-  public dev.taskbroker.v1.Task waitFor(String taskId, java.time.Duration timeout)
-      throws InterruptedException {
-    return TaskFailedException.throwIfFailed(
-        TaskWaiter.waitAll(channel, java.util.List.of(taskId), timeout).get(0));
+  public dev.taskbroker.v1.Task waitFor(String taskId, java.time.Duration timeout) {
+    return TaskFailedException.throwIfFailed(waitForAll(java.util.List.of(taskId), timeout).get(0));
   }
 
   /**
    * Waits for up to 1000 tasks on one stream; the tasks in the order given, whatever their final
-   * state (read each one's state; no {@link TaskFailedException}).
+   * state (read each one's state; no {@link TaskFailedException}). {@link WaitTimeoutException}
+   * and {@link WaitInterruptedException} as {@link #waitFor} says.
    */
   public java.util.List<dev.taskbroker.v1.Task> waitForAll(
-      java.util.List<String> taskIds, java.time.Duration timeout) throws InterruptedException {
-    return TaskWaiter.waitAll(channel, taskIds, timeout);
+      java.util.List<String> taskIds, java.time.Duration timeout) {
+    try {
+      return TaskWaiter.waitAll(channel, taskIds, timeout);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new WaitInterruptedException(taskIds, e);
+    }
   }
 
   /**
    * {@link #submit} then {@link #waitFor} up to {@code timeout} ({@link TaskFailedException} for a
-   * task that ends DEAD or CANCELLED).
+   * task that ends DEAD or CANCELLED, {@link WaitInterruptedException} on an interrupt: the task
+   * stays submitted).
    */
   public dev.taskbroker.v1.Task submitAndWait(
-      dev.taskbroker.v1.TaskSpec spec, java.time.Duration timeout) throws InterruptedException {
+      dev.taskbroker.v1.TaskSpec spec, java.time.Duration timeout) {
     return waitFor(submit(spec).getTaskId(), timeout);
   }
 

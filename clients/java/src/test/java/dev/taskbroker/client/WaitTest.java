@@ -221,6 +221,18 @@ class WaitTest {
   }
 
   @Test
+  void anInterruptThrowsUncheckedAndKeepsTheInterruptFlag() {
+    Thread.currentThread().interrupt();
+    WaitInterruptedException e =
+        assertThrows(
+            WaitInterruptedException.class, () -> tb.waitFor("t1", Duration.ofSeconds(30)));
+    // Thread.interrupted() reads and clears the flag the wait set again.
+    assertTrue(Thread.interrupted(), "the interrupt flag is set again");
+    assertEquals(List.of("t1"), e.taskIds());
+    assertTrue(e.getCause() instanceof InterruptedException, String.valueOf(e.getCause()));
+  }
+
+  @Test
   void throwsWhatIsNotADroppedStream() {
     StatusRuntimeException e =
         assertThrows(

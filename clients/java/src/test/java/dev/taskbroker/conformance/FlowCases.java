@@ -137,15 +137,7 @@ final class FlowCases {
   static void waitByStream(Taskbroker tb, String queue) throws Exception {
     String w = tb.submit(spec(queue, "w")).getTaskId();
     CompletableFuture<Task> waiting =
-        CompletableFuture.supplyAsync(
-            () -> {
-              try {
-                return tb.waitFor(w, Duration.ofSeconds(20));
-              } catch (InterruptedException ie) {
-                Thread.currentThread().interrupt();
-                throw new IllegalStateException("interrupted", ie);
-              }
-            });
+        CompletableFuture.supplyAsync(() -> tb.waitFor(w, Duration.ofSeconds(20)));
     List<LeasedTask> got = lease(tb, queue, 1, Duration.ofSeconds(10));
     check(
         got.size() == 1 && got.get(0).getTaskId().equals(w),

@@ -1,0 +1,42 @@
+/** What `Client.submit` and `taskSpec` put in a TaskSpec's runAt and deadline: Dates, and a delay from the client's clock. */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { Client, taskSpec, timestampFromDate, timestampFromMs, timestampMs } from "../src/index.js";
+import { FakeBroker } from "./fake-broker.js";
+
+const payload = new Uint8Array([1]);
+
+test("taskSpec makes delayMs a runAt of the given clock plus the delay", () => {
+  const spec = taskSpec("q", payload, { delayMs: 90_000, priority: 3 }, 1_700_000_000_123);
+  assert.deepEqual(spec.runAt, timestampFromMs(1_700_000_090_123));
+  assert.equal(spec.priority, 3);
+  assert.equal(spec.queue, "q");
+  assert.equal("delayMs" in spec, false, "delayMs is not a TaskSpec field");
+});
+
+test("taskSpec takes runAt and deadline as Dates or Timestamps, and refuses runAt with delayMs", () => {
+  const at = new Date("2031-05-06T07:08:09.123Z");
+  assert.deepEqual(taskSpec("q", payload, { runAt: at, deadline: at }).runAt, timestampFromDate(at));
+  assert.deepEqual(taskSpec("q", payload, { deadline: at }).deadline, timestampFromDate(at));
+  assert.deepEqual(taskSpec("q", payload, { runAt: timestampFromDate(at) }).runAt, timestampFromDate(at));
+  assert.equal(taskSpec("q", payload, {}).runAt, undefined);
+  assert.throws(() => taskSpec("q", payload, { runAt: at, delayMs: 1 }), /runAt or delayMs/);
+  assert.throws(() => taskSpec("q", payload, { delayMs: Number.NaN }), /delayMs/);
+});
+
+test("Client.submit sends delayMs as runAt = its clock when called + the delay", async () => {
+  const fake = new FakeBroker();
+  const addr = await fake.start();
+  const client = new Client(addr);
+  try {
+    const before = Date.now();
+    // The fake broker records the Submit, then refuses it.
+    await assert.rejects(client.submit("q", { n: 1 }, { delayMs: 90_000 }));
+    const after = Date.now();
+    const runAt = fake.submits[0]!.tasks[0]!.runAt!;
+    assert.ok(timestampMs(runAt) >= before + 90_000 && timestampMs(runAt) <= after + 90_000, `runAt ${timestampMs(runAt)} not in [${before + 90_000}, ${after + 90_000}]`);
+  } finally {
+    await client.close();
+    await fake.close();
+  }
+});
