@@ -117,6 +117,39 @@ class TaskbrokerAutoConfigurationTest {
   }
 
   @Test
+  void aNonDaemonThreadKeepsTheJvmAliveUntilTheContextCloses() throws Exception {
+    Thread[] seen = new Thread[1];
+    runner
+        .withBean(Mail.class)
+        .run(
+            ctx -> {
+              seen[0] = ctx.getBean(TaskbrokerWorkers.class).keepAliveThread();
+              assertThat(seen[0]).as("a keep-alive thread while the worker runs").isNotNull();
+              assertThat(seen[0].isDaemon()).isFalse();
+              assertThat(seen[0].isAlive()).isTrue();
+            });
+    seen[0].join(10_000);
+    assertThat(seen[0].isAlive()).as("the keep-alive thread ends when the context closes").isFalse();
+  }
+
+  @Test
+  void keepAliveFalseStartsNoKeepAliveThread() {
+    runner
+        .withBean(Mail.class)
+        .withPropertyValues("taskbroker.keep-alive=false")
+        .run(
+            ctx -> {
+              assertThat(workers(ctx).get(TaskbrokerWorkers.DEFAULT_WORKER).isRunning()).isTrue();
+              assertThat(ctx.getBean(TaskbrokerWorkers.class).keepAliveThread()).isNull();
+            });
+  }
+
+  @Test
+  void noHandlerStartsNoKeepAliveThread() {
+    runner.run(ctx -> assertThat(ctx.getBean(TaskbrokerWorkers.class).keepAliveThread()).isNull());
+  }
+
+  @Test
   void workersDisabledStartsNone() {
     runner
         .withBean(Mail.class)
