@@ -77,7 +77,9 @@ class WorkerOnlyApplicationTest {
       assertEquals("msg-" + to, tb.result(done, Mailer.Sent.class).messageId());
       assertTrue(app.isAlive(), "the application still runs after handling the task:\n" + log);
 
-      app.destroy(); // SIGTERM: Spring Boot's shutdown hook closes the context
+      // SIGTERM: Spring Boot's shutdown hook closes the context. Through the ProcessHandle, as
+      // Process.destroy() would also close the output stream being read.
+      assertTrue(app.toHandle().destroy(), "SIGTERM sent");
       assertTrue(app.waitFor(60, TimeUnit.SECONDS), "the application exits after SIGTERM:\n" + log);
       reader.join(10_000);
       assertTrue(
