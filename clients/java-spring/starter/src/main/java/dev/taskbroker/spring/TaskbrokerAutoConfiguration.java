@@ -16,7 +16,8 @@ import org.springframework.context.annotation.Configuration;
 
 /**
  * A {@link Taskbroker} client from {@code taskbroker.*}, the {@link TaskHandler} methods of every
- * bean, and {@link TaskbrokerWorkers} running them. Each piece steps back for a bean of the same
+ * bean, {@link TaskbrokerWorkers} running them, and, with spring-tx, an {@link
+ * AfterCommitSubmitter}. Each piece steps back for a bean of the same
  * type the application defines.
  */
 @AutoConfiguration
@@ -68,6 +69,20 @@ public class TaskbrokerAutoConfiguration {
         handlers,
         middleware.orderedStream().toList(),
         m == null ? null : m.meterProvider());
+  }
+
+  /**
+   * {@link AfterCommitSubmitter}: Submit after the current transaction commits, when Spring's
+   * transaction support (spring-tx) is on the class path.
+   */
+  @Configuration(proxyBeanMethods = false)
+  @ConditionalOnClass(name = "org.springframework.transaction.support.TransactionSynchronizationManager")
+  static class AfterCommitConfiguration {
+    @Bean
+    @ConditionalOnMissingBean
+    AfterCommitSubmitter taskbrokerAfterCommitSubmitter(Taskbroker taskbroker) {
+      return new AfterCommitSubmitter(taskbroker);
+    }
   }
 
   /** The workers' metrics into the application's Micrometer registry, when there is one. */

@@ -47,6 +47,13 @@ public class TaskbrokerProperties {
   private boolean workersEnabled = true;
 
   /**
+   * Keep the JVM running while workers run, with one non-daemon thread that ends when the
+   * context closes (or every worker has stopped on its own): an application without a web
+   * server does not exit after its start. False: something else must keep it alive.
+   */
+  private boolean keepAlive = true;
+
+  /**
    * The workers, by name. Each takes the handlers of the queues it lists. With none configured,
    * one worker named "default" (default settings) runs every @TaskHandler.
    */
@@ -70,6 +77,14 @@ public class TaskbrokerProperties {
 
   public Tls getTls() {
     return tls;
+  }
+
+  public boolean isKeepAlive() {
+    return keepAlive;
+  }
+
+  public void setKeepAlive(boolean keepAlive) {
+    this.keepAlive = keepAlive;
   }
 
   public boolean isFailFast() {

@@ -11,6 +11,8 @@ import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.springframework.beans.factory.DisposableBean;
@@ -26,6 +28,12 @@ import org.springframework.context.SmartLifecycle;
  * it lists; the one worker that lists none takes every other handler. With no worker configured,
  * a worker named {@code default} takes them all. A listed queue without a handler, a queue in
  * two workers, or a handler no worker takes fails the start, naming the queue.
+ *
+ * <p>The workers' own threads are daemon threads. While at least one worker runs, one non-daemon
+ * thread ({@code taskbroker-keep-alive}) keeps the JVM alive, as a listener container's threads
+ * do: an application without a web server keeps running after its start until the context
+ * closes (SIGTERM: Spring Boot's shutdown hook closes it, and the workers drain), or until every
+ * worker has stopped on its own. {@code taskbroker.keep-alive=false} starts no such thread.
  */
 public class TaskbrokerWorkers implements SmartInitializingSingleton, SmartLifecycle, DisposableBean {
   /** The name of the worker made when none is configured. */
@@ -41,6 +49,9 @@ public class TaskbrokerWorkers implements SmartInitializingSingleton, SmartLifec
   private final Map<String, Worker> workers = new LinkedHashMap<>();
   private final Map<String, Duration> stopTimeouts = new LinkedHashMap<>();
   private volatile boolean running;
+  /** Released by {@link #stop()}, {@link #destroy()}, or the last worker stopping on its own. */
+  private volatile CountDownLatch keepAlive = new CountDownLatch(0);
+  private volatile Thread keepAliveThread;
 
   /**
    * @param meterProvider where the workers' metrics go; null: the global OpenTelemetry's
@@ -167,15 +178,45 @@ public class TaskbrokerWorkers implements SmartInitializingSingleton, SmartLifec
 
   @Override
   public void start() {
+    CountDownLatch alive = new CountDownLatch(workers.isEmpty() ? 0 : 1);
+    keepAlive = alive;
+    if (!workers.isEmpty() && properties.isKeepAlive()) {
+      Thread t = new Thread(() -> awaitQuietly(alive), "taskbroker-keep-alive");
+      t.setDaemon(false);
+      t.start();
+      keepAliveThread = t;
+    }
+    AtomicInteger live = new AtomicInteger(workers.size());
     for (Map.Entry<String, Worker> e : workers.entrySet()) {
       Worker w = e.getValue();
       w.start();
       LOG.info("taskbroker worker {} ({}) started on {}", e.getKey(), w.workerId(), w.queues());
-      Thread watch = new Thread(() -> watch(e.getKey(), w), "taskbroker-watch-" + e.getKey());
+      Thread watch =
+          new Thread(
+              () -> {
+                watch(e.getKey(), w);
+                if (live.decrementAndGet() == 0) {
+                  alive.countDown();
+                }
+              },
+              "taskbroker-watch-" + e.getKey());
       watch.setDaemon(true);
       watch.start();
     }
     running = true;
+  }
+
+  private static void awaitQuietly(CountDownLatch latch) {
+    try {
+      latch.await();
+    } catch (InterruptedException ie) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  /** The non-daemon thread of the last start; null when none was started. */
+  Thread keepAliveThread() {
+    return keepAliveThread;
   }
 
   /** Logs a worker that stopped on its own (the broker refused it, or failFast). */
@@ -216,9 +257,11 @@ public class TaskbrokerWorkers implements SmartInitializingSingleton, SmartLifec
         t.join();
       } catch (InterruptedException ie) {
         Thread.currentThread().interrupt();
-        return;
+        break;
       }
     }
+    // After the drain: the JVM may exit once the context has finished closing.
+    keepAlive.countDown();
   }
 
   @Override
@@ -235,6 +278,7 @@ public class TaskbrokerWorkers implements SmartInitializingSingleton, SmartLifec
   /** Workers built but never started (a context that failed to start) release their threads. */
   @Override
   public void destroy() {
+    keepAlive.countDown();
     for (Worker w : workers.values()) {
       if (!w.isRunning()) {
         w.stop(Duration.ZERO);

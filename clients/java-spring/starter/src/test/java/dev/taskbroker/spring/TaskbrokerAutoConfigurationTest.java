@@ -1,10 +1,12 @@
 package dev.taskbroker.spring;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import dev.taskbroker.client.TaskContext;
 import dev.taskbroker.client.Taskbroker;
 import dev.taskbroker.client.Worker;
+import dev.taskbroker.client.WorkerStoppedException;
 import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
@@ -14,8 +16,9 @@ import org.springframework.boot.test.context.runner.ApplicationContextRunner;
 /**
  * The auto-configuration in a real application context: properties to client and workers,
  * @TaskHandler methods to registrations, and the start refused with a plain message for a
- * configuration that cannot work. The workers lease from an address nothing listens on; the
- * live broker tests are the sample's.
+ * configuration that cannot work. The workers lease from an address nothing listens on, except
+ * where a test says otherwise (the live broker of test.sh, TASKBROKER_ADDR); the sample's tests
+ * run tasks through it.
  */
 class TaskbrokerAutoConfigurationTest {
   private final ApplicationContextRunner runner =
@@ -114,6 +117,60 @@ class TaskbrokerAutoConfigurationTest {
               assertThat(seen[0].isRunning()).isTrue();
             });
     assertThat(seen[0].isRunning()).isFalse();
+  }
+
+  @Test
+  void aNonDaemonThreadKeepsTheJvmAliveUntilTheContextCloses() throws Exception {
+    Thread[] seen = new Thread[1];
+    runner
+        .withBean(Mail.class)
+        .run(
+            ctx -> {
+              seen[0] = ctx.getBean(TaskbrokerWorkers.class).keepAliveThread();
+              assertThat(seen[0]).as("a keep-alive thread while the worker runs").isNotNull();
+              assertThat(seen[0].isDaemon()).isFalse();
+              assertThat(seen[0].isAlive()).isTrue();
+            });
+    seen[0].join(10_000);
+    assertThat(seen[0].isAlive()).as("the keep-alive thread ends when the context closes").isFalse();
+  }
+
+  @Test
+  void theKeepAliveThreadEndsWhenTheLastWorkerStopsOnItsOwn() throws Exception {
+    String addr = System.getenv("TASKBROKER_ADDR");
+    assertThat(addr).as("TASKBROKER_ADDR is not set: run clients/java-spring/test.sh, which starts a broker").isNotNull();
+    // TLS against the broker's plaintext port with fail-fast: the worker stops itself.
+    runner
+        .withBean(Mail.class)
+        .withPropertyValues("taskbroker.address=" + addr, "taskbroker.tls.enabled=true", "taskbroker.fail-fast=true")
+        .run(
+            ctx -> {
+              Thread keepAlive = ctx.getBean(TaskbrokerWorkers.class).keepAliveThread();
+              assertThat(keepAlive).isNotNull();
+              Worker w = workers(ctx).get(TaskbrokerWorkers.DEFAULT_WORKER);
+              assertThatThrownBy(w::awaitStopped).isInstanceOf(WorkerStoppedException.class);
+              keepAlive.join(10_000);
+              assertThat(keepAlive.isAlive())
+                  .as("no worker left: the JVM may exit, though the context is open")
+                  .isFalse();
+            });
+  }
+
+  @Test
+  void keepAliveFalseStartsNoKeepAliveThread() {
+    runner
+        .withBean(Mail.class)
+        .withPropertyValues("taskbroker.keep-alive=false")
+        .run(
+            ctx -> {
+              assertThat(workers(ctx).get(TaskbrokerWorkers.DEFAULT_WORKER).isRunning()).isTrue();
+              assertThat(ctx.getBean(TaskbrokerWorkers.class).keepAliveThread()).isNull();
+            });
+  }
+
+  @Test
+  void noHandlerStartsNoKeepAliveThread() {
+    runner.run(ctx -> assertThat(ctx.getBean(TaskbrokerWorkers.class).keepAliveThread()).isNull());
   }
 
   @Test
