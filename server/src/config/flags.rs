@@ -103,9 +103,10 @@ pub struct ServeArgs {
     /// Longest long-poll wait [default: 60s].
     #[arg(long, env = "TASKBROKER_MAX_WAIT")]
     pub max_wait: Option<String>,
-    /// Bytes of payload, checkpoint and metadata one Lease reply carries at most;
-    /// a reply always holds at least one task [default: 4194304, 4 MiB, every
-    /// gRPC client's default receive limit].
+    /// Bytes one Lease reply (or a settle's `lease_next` tasks) encodes to at most,
+    /// each task counted at the most its fields can take on the wire; a reply
+    /// always holds at least one task [default: 4194304, 4 MiB, every gRPC
+    /// client's default receive limit].
     #[arg(long, env = "TASKBROKER_MAX_LEASE_REPLY_BYTES")]
     pub max_lease_reply_bytes: Option<usize>,
     /// Default retry policy: attempts in all [default: 3].
