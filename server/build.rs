@@ -1,7 +1,12 @@
 //! Generates the gRPC server stubs from `proto/` with protox (no system `protoc`),
 //! and KEDA's external scaler protocol from `server/proto/keda` (server and client:
-//! the tests call it as KEDA would).
+//! the tests call it as KEDA would), and the store's statements from the `.sql`
+//! files of each backend folder (`store_sql.rs`).
+#[path = "store_sql.rs"]
+mod store_sql;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    store_sql::generate()?;
     let files = [
         "taskbroker/v1/broker.proto",
         "taskbroker/v1/admin.proto",

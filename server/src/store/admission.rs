@@ -10,6 +10,10 @@ use chrono::{DateTime, Utc};
 use super::LeaseParams;
 use crate::domain::admission::{Candidate, QueueConfig, QueueUse};
 
+#[allow(unused_imports)]
+use super::*;
+use async_trait::async_trait;
+
 /// A queue's stored settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredQueue {
@@ -263,4 +267,63 @@ pub type SortKey = (i64, i64, i64, i64, i64);
 /// wants, and a little more.
 pub fn window(wanted: usize) -> usize {
     wanted.saturating_mul(WINDOW_FACTOR).saturating_add(16)
+}
+
+/// Queue settings and the state admission keeps: stored settings, usage, rate-limit
+/// buckets, backpressure counts, the dead-letter map, a task's place in line.
+#[async_trait]
+pub trait Admission: Send + Sync + 'static {
+    /// Backpressure: the waiting tasks (pending or blocked) of `queue` and the
+    /// sum of their payload bytes.
+    async fn queue_pending(&self, queue: &str) -> StoreResult<(u64, u64)>;
+
+    /// Replaces the per-queue dead-letter queues (from the configuration).
+    async fn queue_dead_letters_set(&self, pairs: &[(String, String)]) -> StoreResult<()>;
+
+    /// Every queue's stored settings, by name.
+    async fn queue_list(&self) -> StoreResult<Vec<StoredQueue>>;
+
+    /// Seeds the settings of the configuration's `[queues.X]`: stored where a
+    /// queue has none or only an earlier seed; a queue an operator changed keeps
+    /// its settings. Earlier seeds of queues not in `seed` are removed.
+    async fn queue_seed(
+        &self,
+        seed: &[(String, crate::domain::admission::QueueConfig)],
+    ) -> StoreResult<()>;
+
+    /// Stores a queue's settings if its stored version is still `version`
+    /// (`None`: it has none stored); returns false otherwise. Wakes the queue's
+    /// long-polls on every replica.
+    async fn queue_put(
+        &self,
+        name: &str,
+        config: &crate::domain::admission::QueueConfig,
+        version: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<bool>;
+
+    /// A queue's settings, leases, the leases of `key`, and its buckets, now.
+    async fn queue_usage(
+        &self,
+        queue: &str,
+        key: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<QueueUsage>;
+
+    /// How many READY tasks of a pending task's queue lease before it, in the
+    /// gated lease's order (effective priority, the key's turn under round robin,
+    /// deadline, run_at, submission).
+    async fn task_ahead(
+        &self,
+        task: &TaskRecord,
+        aging_ms: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64>;
+
+    /// Admission: deletes the per-key rate-limit buckets that are full
+    /// again at `now` (a bucket absent is a full one), and those of queues
+    /// without a per-key rate limit; returns how many. Run by retention, which
+    /// also drops the round-robin turns of queues without round robin and
+    /// those [`crate::domain::admission::TURNS_KEPT`] grants old.
+    async fn queue_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64>;
 }

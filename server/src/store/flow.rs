@@ -10,6 +10,10 @@ use crate::domain::event::EventKind;
 use super::Inserted;
 pub use crate::domain::model::FlowSpec;
 
+#[allow(unused_imports)]
+use super::*;
+use async_trait::async_trait;
+
 /// The outcome of an insert with flow.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FlowInserted {
@@ -249,4 +253,40 @@ pub(crate) fn of_row(row: &super::row::TaskRow, kind: EventKind, now: i64) -> Ev
         time: now,
         detail,
     }
+}
+
+/// Dependencies as a lease and ExplainTask read them: what a task waits for, and the
+/// results its finished dependencies pass down.
+#[async_trait]
+pub trait Flow: Send + Sync + 'static {
+    /// The dependencies and cancel reason of each named task that exists.
+    async fn task_flow_info(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, TaskFlowInfo>>;
+
+    /// The dependencies of a task that have not finished yet, by id, up to
+    /// `limit` (ExplainTask's BLOCKED_BY_DEPENDENCY gate).
+    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>>;
+
+    /// The depends_on_keys of a task that no task has yet, up to `limit`, in
+    /// (queue, key) order (ExplainTask's BLOCKED_BY_DEPENDENCY gate).
+    async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>>;
+
+    /// What the results of the SUCCEEDED dependencies of each of `task_ids`
+    /// come to: (dependent, how many, their bytes with the dependencies' ids),
+    /// for the dependents that have any. A lease asks this only for the tasks it
+    /// leased that were submitted with dependencies, then reads the results of
+    /// those whose results fit its reply ([`Store::task_dependency_results`]).
+    async fn task_dependency_result_sizes(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<Vec<(String, u64, u64)>>;
+
+    /// The results of the SUCCEEDED dependencies of `task_ids`: (dependent,
+    /// dependency, result), ordered by dependent then dependency.
+    async fn task_dependency_results(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<Vec<(String, String, Vec<u8>)>>;
 }

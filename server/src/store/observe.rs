@@ -8,6 +8,10 @@ use chrono::{DateTime, Utc};
 
 use super::row::from_ms;
 
+#[allow(unused_imports)]
+use super::*;
+use async_trait::async_trait;
+
 /// Finished attempts counted per queue and time bucket.
 #[derive(Debug, Clone)]
 pub struct AttemptHistogramParams {
@@ -147,4 +151,29 @@ pub(crate) fn holder_row((worker, address, queue, n, first, last): HolderRow) ->
         first_leased_at: first.map(from_ms),
         last_seen_at: from_ms(last),
     }
+}
+
+/// Reads of the whole broker for the console and metrics: queue counts, attempt
+/// histograms and run times.
+#[async_trait]
+pub trait Observe: Send + Sync + 'static {
+    /// Counts per queue (all queues with tasks when `queues` is empty).
+    async fn queue_stats(
+        &self,
+        queues: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<QueueStatsRecord>>;
+
+    /// Attempts that finished in `[since, until)`, counted per queue, bucket and
+    /// outcome (succeeded or not).
+    async fn attempt_histogram(
+        &self,
+        p: &AttemptHistogramParams,
+    ) -> StoreResult<Vec<AttemptBucket>>;
+
+    /// Run times of successful attempts finished since `since`, most recent first.
+    async fn attempt_durations(
+        &self,
+        p: &AttemptDurationParams,
+    ) -> StoreResult<Vec<AttemptDuration>>;
 }

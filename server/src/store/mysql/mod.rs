@@ -28,6 +28,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 
+/// This backend's statements, from the `.sql` files of this folder.
+pub(crate) mod sql {
+    include!(concat!(env!("OUT_DIR"), "/store_sql_mysql.rs"));
+}
+
 mod admin;
 mod admission;
 mod checksums;
@@ -224,7 +229,7 @@ impl MysqlStore {
 }
 
 #[async_trait]
-impl Store for MysqlStore {
+impl Engine for MysqlStore {
     fn backend(&self) -> &'static str {
         "mysql"
     }
@@ -245,6 +250,29 @@ impl Store for MysqlStore {
         Ok(())
     }
 
+    fn pool_stats(&self) -> PoolStats {
+        PoolStats {
+            size: self.pool.size(),
+            idle: self.pool.num_idle(),
+        }
+    }
+
+    fn spawn_listener(&self, wake: Waker, stop: CancellationToken) {
+        let _ = self.waker.set(wake.clone());
+        listen::spawn(self.pool.clone(), wake, stop, self.notes.clone());
+    }
+
+    fn notification_stats(&self) -> NotificationStats {
+        self.notes.stats()
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+#[async_trait]
+impl Tasks for MysqlStore {
     async fn task_insert_many(
         &self,
         tasks: &[NewTask],
@@ -256,6 +284,91 @@ impl Store for MysqlStore {
         })
     }
 
+    async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>> {
+        read::task_get(&self.pool, task_id).await
+    }
+
+    async fn task_find_keys(&self, keys: &[(String, String)]) -> StoreResult<Vec<TaskRecord>> {
+        read::task_find_keys(&self.pool, keys).await
+    }
+
+    async fn task_queues(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, String>> {
+        read::task_queues(&self.pool, task_ids).await
+    }
+
+    async fn task_list(&self, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
+        read::task_list(&self.pool, f).await
+    }
+
+    async fn task_update(
+        &self,
+        task_id: &str,
+        u: &TaskUpdate,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Changed> {
+        job!(self, |j| admin::task_update(j, task_id, u, now).await)
+    }
+
+    async fn task_replace_waiting(
+        &self,
+        r: &Replacement,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<String>> {
+        job!(self, |j| admin::task_replace_waiting(j, r, now).await)
+    }
+
+    async fn attempt_list(&self, task_id: &str) -> StoreResult<Option<Vec<AttemptRecord>>> {
+        read::attempt_list(&self.pool, task_id).await
+    }
+
+    async fn task_insert_flow(
+        &self,
+        tasks: &[NewTask],
+        flows: &[FlowSpec],
+        now: DateTime<Utc>,
+        commit_by: Option<std::time::Instant>,
+    ) -> StoreResult<FlowInserted> {
+        let mut tries = 0u32;
+        loop {
+            let mut j = self.begin().await?;
+            let r = flow::insert(&mut j, tasks, flows, now).await;
+            let r = match r {
+                Ok(FlowInserted::Done(v)) => {
+                    if commit_by.is_some_and(|d| std::time::Instant::now() >= d) {
+                        // Rolled back: nothing is inserted.
+                        drop(j);
+                        return Ok(FlowInserted::DeadlinePassed);
+                    }
+                    self.finish(j).await.map(|()| FlowInserted::Done(v))
+                }
+                Ok(other) => return Ok(other),
+                Err(e) => Err(e),
+            };
+            match r {
+                Err(e) if tries < 8 && retryable(&e) => tries += 1,
+                other => return other,
+            }
+        }
+    }
+
+    async fn task_insert_matched(
+        &self,
+        tasks: &[NewTask],
+        matches: &[Option<MatchTo>],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<MatchedInsert>> {
+        job!(self, |j| sync_match::task_insert_matched(
+            j, tasks, matches, now
+        )
+        .await)
+    }
+}
+
+#[async_trait]
+impl Leasing for MysqlStore {
     async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
         job!(self, |j| lease::lease(j, p).await)
     }
@@ -281,6 +394,17 @@ impl Store for MysqlStore {
         job!(self, |j| ops::lease_extend(j, leases, extend_by, now).await)
     }
 
+    async fn task_lease_gated(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
+        job!(self, |j| lease::lease_gated(j, ps).await)
+    }
+
+    async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64> {
+        job!(self, |j| sync_match::lease_release(j, leases, now).await)
+    }
+}
+
+#[async_trait]
+impl Settling for MysqlStore {
     async fn task_checkpoint(&self, p: &CheckpointParams) -> StoreResult<Settled<LeaseState>> {
         job!(self, |j| ops::task_checkpoint(j, p).await)
     }
@@ -303,101 +427,73 @@ impl Store for MysqlStore {
     async fn lease_reclaim_expired(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped> {
         job!(self, |j| admin::lease_reclaim_expired(j, now, limit).await)
     }
+}
 
-    async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>> {
-        read::task_get(&self.pool, task_id).await
-    }
-
-    async fn task_find_keys(&self, keys: &[(String, String)]) -> StoreResult<Vec<TaskRecord>> {
-        read::task_find_keys(&self.pool, keys).await
-    }
-
-    async fn queue_pending(&self, queue: &str) -> StoreResult<(u64, u64)> {
-        read::queue_pending(&self.pool, queue).await
-    }
-
-    async fn task_queues(
+#[async_trait]
+impl Flow for MysqlStore {
+    async fn task_flow_info(
         &self,
         task_ids: &[String],
-    ) -> StoreResult<std::collections::HashMap<String, String>> {
-        read::task_queues(&self.pool, task_ids).await
+    ) -> StoreResult<std::collections::HashMap<String, TaskFlowInfo>> {
+        flow::flow_info(&self.pool, task_ids).await
     }
 
-    async fn task_list(&self, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
-        read::task_list(&self.pool, f).await
+    async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>> {
+        flow::keys_missing(&self.pool, task_id, limit).await
     }
 
-    async fn task_cancel(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
-        job!(self, |j| admin::task_cancel(j, task_id, now).await)
+    async fn task_dependency_result_sizes(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<Vec<(String, u64, u64)>> {
+        flow::dependency_result_sizes(&self.pool, task_ids).await
     }
 
-    async fn task_update(
+    async fn task_dependency_results(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
+        flow::dependency_results(&self.pool, task_ids).await
+    }
+
+    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT depends_on FROM task_deps WHERE task_id = ? AND NOT resolved \
+             ORDER BY depends_on LIMIT ?",
+        )
+        .bind(task_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+}
+
+#[async_trait]
+impl Events for MysqlStore {
+    async fn event_list(
         &self,
         task_id: &str,
-        u: &TaskUpdate,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Changed> {
-        job!(self, |j| admin::task_update(j, task_id, u, now).await)
-    }
-
-    async fn task_replace_waiting(
-        &self,
-        r: &Replacement,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Option<String>> {
-        job!(self, |j| admin::task_replace_waiting(j, r, now).await)
-    }
-
-    async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
-        job!(self, |j| admin::task_requeue(j, task_id, now).await)
-    }
-
-    async fn attempt_list(&self, task_id: &str) -> StoreResult<Option<Vec<AttemptRecord>>> {
-        read::attempt_list(&self.pool, task_id).await
-    }
-
-    async fn queue_stats(
-        &self,
-        queues: &[String],
-        now: DateTime<Utc>,
-    ) -> StoreResult<Vec<QueueStatsRecord>> {
-        read::queue_stats(&self.pool, queues, now).await
-    }
-
-    async fn task_purge_finished(
-        &self,
-        before: DateTime<Utc>,
-        scope: &PurgeScope,
+        after_event_id: i64,
         limit: u32,
-    ) -> StoreResult<u64> {
-        job!(self, |j| admin::task_purge_finished(
-            j, before, scope, limit
-        )
-        .await)
+    ) -> StoreResult<Vec<EventRecord>> {
+        flow::event_list(&self.pool, task_id, after_event_id, limit).await
     }
 
-    fn pool_stats(&self) -> PoolStats {
-        PoolStats {
-            size: self.pool.size(),
-            idle: self.pool.num_idle(),
-        }
+    async fn event_read(&self, after_event_id: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
+        flow::event_read(&self.pool, after_event_id, limit).await
     }
 
-    fn spawn_listener(&self, wake: Waker, stop: CancellationToken) {
-        let _ = self.waker.set(wake.clone());
-        listen::spawn(self.pool.clone(), wake, stop, self.notes.clone());
+    async fn event_head(&self) -> StoreResult<i64> {
+        flow::event_head(&self.pool).await
     }
 
-    fn notification_stats(&self) -> NotificationStats {
-        self.notes.stats()
+    async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        flow::event_purge(&self.pool, before, limit).await
     }
+}
 
-    async fn close(&self) {
-        self.pool.close().await;
-    }
-
-    // ---- schedules ----
-
+#[async_trait]
+impl Schedules for MysqlStore {
     async fn schedule_insert(&self, s: &ScheduleRecord) -> StoreResult<bool> {
         schedule::insert(&self.pool, s).await
     }
@@ -432,171 +528,17 @@ impl Store for MysqlStore {
     ) -> StoreResult<Vec<ScheduleRunRecord>> {
         schedule::run_list(&self.pool, f).await
     }
+}
 
-    // ---- reads of the whole broker (the console) and bulk requeue ----
-
-    async fn attempt_histogram(
-        &self,
-        p: &AttemptHistogramParams,
-    ) -> StoreResult<Vec<AttemptBucket>> {
-        observe::attempt_histogram(&self.pool, p).await
-    }
-
-    async fn attempt_durations(
-        &self,
-        p: &AttemptDurationParams,
-    ) -> StoreResult<Vec<AttemptDuration>> {
-        observe::attempt_durations(&self.pool, p).await
-    }
-
-    async fn task_dead_groups(&self, p: &DeadGroupParams) -> StoreResult<Vec<DeadGroup>> {
-        observe::task_dead_groups(&self.pool, p).await
-    }
-
-    async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> StoreResult<u64> {
-        job!(self, |j| observe::task_requeue_dead(j, p).await)
-    }
-
-    async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>> {
-        observe::lease_holders(&self.pool, p).await
-    }
-
-    async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64> {
-        job!(self, |j| observe::task_cancel_dead(j, p).await)
-    }
-
-    // ---- routing: the worker registry ----
-
-    async fn worker_record_seen(&self, seen: &[WorkerSeen]) -> StoreResult<()> {
-        routing::worker_record_seen(&self.pool, seen).await
-    }
-
-    async fn worker_list(&self, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
-        routing::worker_list(&self.pool, f).await
-    }
-
-    async fn worker_get(
-        &self,
-        worker_id: &str,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
-        routing::worker_get(&self.pool, worker_id, now).await
-    }
-
-    // ---- Flow: dependencies, events, bulk operations ----
-
-    async fn task_insert_flow(
-        &self,
-        tasks: &[NewTask],
-        flows: &[FlowSpec],
-        now: DateTime<Utc>,
-        commit_by: Option<std::time::Instant>,
-    ) -> StoreResult<FlowInserted> {
-        let mut tries = 0u32;
-        loop {
-            let mut j = self.begin().await?;
-            let r = flow::insert(&mut j, tasks, flows, now).await;
-            let r = match r {
-                Ok(FlowInserted::Done(v)) => {
-                    if commit_by.is_some_and(|d| std::time::Instant::now() >= d) {
-                        // Rolled back: nothing is inserted.
-                        drop(j);
-                        return Ok(FlowInserted::DeadlinePassed);
-                    }
-                    self.finish(j).await.map(|()| FlowInserted::Done(v))
-                }
-                Ok(other) => return Ok(other),
-                Err(e) => Err(e),
-            };
-            match r {
-                Err(e) if tries < 8 && retryable(&e) => tries += 1,
-                other => return other,
-            }
-        }
-    }
-
-    async fn task_flow_info(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<std::collections::HashMap<String, TaskFlowInfo>> {
-        flow::flow_info(&self.pool, task_ids).await
-    }
-
-    async fn event_list(
-        &self,
-        task_id: &str,
-        after_event_id: i64,
-        limit: u32,
-    ) -> StoreResult<Vec<EventRecord>> {
-        flow::event_list(&self.pool, task_id, after_event_id, limit).await
-    }
-
-    async fn event_read(&self, after_event_id: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
-        flow::event_read(&self.pool, after_event_id, limit).await
-    }
-
-    async fn event_head(&self) -> StoreResult<i64> {
-        flow::event_head(&self.pool).await
-    }
-
-    async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
-        flow::event_purge(&self.pool, before, limit).await
+#[async_trait]
+impl Admission for MysqlStore {
+    async fn queue_pending(&self, queue: &str) -> StoreResult<(u64, u64)> {
+        read::queue_pending(&self.pool, queue).await
     }
 
     async fn queue_dead_letters_set(&self, pairs: &[(String, String)]) -> StoreResult<()> {
         job!(self, |j| flow::dead_letters_set(j, pairs).await)
     }
-
-    async fn task_select(&self, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
-        flow::select(&self.pool, f).await
-    }
-
-    async fn task_cancel_many(
-        &self,
-        task_ids: &[String],
-        now: DateTime<Utc>,
-    ) -> StoreResult<BulkCancelled> {
-        job!(self, |j| flow::cancel_many(j, task_ids, now).await)
-    }
-
-    async fn task_requeue_many(
-        &self,
-        tasks: &[(String, DateTime<Utc>)],
-        now: DateTime<Utc>,
-    ) -> StoreResult<u64> {
-        job!(self, |j| flow::requeue_many(j, tasks, now).await)
-    }
-
-    async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>> {
-        flow::keys_missing(&self.pool, task_id, limit).await
-    }
-
-    async fn task_dependency_result_sizes(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<Vec<(String, u64, u64)>> {
-        flow::dependency_result_sizes(&self.pool, task_ids).await
-    }
-
-    async fn task_dependency_results(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
-        flow::dependency_results(&self.pool, task_ids).await
-    }
-
-    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
-        Ok(sqlx::query_scalar(
-            "SELECT depends_on FROM task_deps WHERE task_id = ? AND NOT resolved \
-             ORDER BY depends_on LIMIT ?",
-        )
-        .bind(task_id)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
-    // ---- admission ----
 
     async fn queue_list(&self) -> StoreResult<Vec<StoredQueue>> {
         admission::queue_list(&self.pool).await
@@ -627,10 +569,6 @@ impl Store for MysqlStore {
         })
     }
 
-    async fn task_lease_gated(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
-        job!(self, |j| lease::lease_gated(j, ps).await)
-    }
-
     async fn queue_usage(
         &self,
         queue: &str,
@@ -649,25 +587,110 @@ impl Store for MysqlStore {
         admission::task_ahead(&self.pool, task, aging_ms, now).await
     }
 
-    // ---- sync match ----
+    async fn queue_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+        job!(self, |j| admission::key_tokens_purge(j, now).await)
+    }
+}
 
-    async fn task_insert_matched(
+#[async_trait]
+impl Workers for MysqlStore {
+    async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>> {
+        observe::lease_holders(&self.pool, p).await
+    }
+
+    async fn worker_record_seen(&self, seen: &[WorkerSeen]) -> StoreResult<()> {
+        routing::worker_record_seen(&self.pool, seen).await
+    }
+
+    async fn worker_list(&self, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
+        routing::worker_list(&self.pool, f).await
+    }
+
+    async fn worker_get(
         &self,
-        tasks: &[NewTask],
-        matches: &[Option<MatchTo>],
+        worker_id: &str,
         now: DateTime<Utc>,
-    ) -> StoreResult<Vec<MatchedInsert>> {
-        job!(self, |j| sync_match::task_insert_matched(
-            j, tasks, matches, now
+    ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
+        routing::worker_get(&self.pool, worker_id, now).await
+    }
+}
+
+#[async_trait]
+impl Admin for MysqlStore {
+    async fn task_cancel(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
+        job!(self, |j| admin::task_cancel(j, task_id, now).await)
+    }
+
+    async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
+        job!(self, |j| admin::task_requeue(j, task_id, now).await)
+    }
+
+    async fn task_purge_finished(
+        &self,
+        before: DateTime<Utc>,
+        scope: &PurgeScope,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        job!(self, |j| admin::task_purge_finished(
+            j, before, scope, limit
         )
         .await)
     }
 
-    async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64> {
-        job!(self, |j| sync_match::lease_release(j, leases, now).await)
+    async fn task_dead_groups(&self, p: &DeadGroupParams) -> StoreResult<Vec<DeadGroup>> {
+        observe::task_dead_groups(&self.pool, p).await
     }
 
-    async fn queue_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64> {
-        job!(self, |j| admission::key_tokens_purge(j, now).await)
+    async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> StoreResult<u64> {
+        job!(self, |j| observe::task_requeue_dead(j, p).await)
+    }
+
+    async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64> {
+        job!(self, |j| observe::task_cancel_dead(j, p).await)
+    }
+
+    async fn task_select(&self, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
+        flow::select(&self.pool, f).await
+    }
+
+    async fn task_cancel_many(
+        &self,
+        task_ids: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<BulkCancelled> {
+        job!(self, |j| flow::cancel_many(j, task_ids, now).await)
+    }
+
+    async fn task_requeue_many(
+        &self,
+        tasks: &[(String, DateTime<Utc>)],
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        job!(self, |j| flow::requeue_many(j, tasks, now).await)
+    }
+}
+
+#[async_trait]
+impl Observe for MysqlStore {
+    async fn queue_stats(
+        &self,
+        queues: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<QueueStatsRecord>> {
+        read::queue_stats(&self.pool, queues, now).await
+    }
+
+    async fn attempt_histogram(
+        &self,
+        p: &AttemptHistogramParams,
+    ) -> StoreResult<Vec<AttemptBucket>> {
+        observe::attempt_histogram(&self.pool, p).await
+    }
+
+    async fn attempt_durations(
+        &self,
+        p: &AttemptDurationParams,
+    ) -> StoreResult<Vec<AttemptDuration>> {
+        observe::attempt_durations(&self.pool, p).await
     }
 }

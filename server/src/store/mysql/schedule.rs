@@ -9,7 +9,7 @@ use sqlx::{MySql, MySqlPool};
 
 use super::super::flow::run_may_name;
 use super::super::row::ms;
-use super::super::schedule::{RunRow, ScheduleRow, fired_summary, spec_json, template_json};
+use super::super::schedules::{RunRow, ScheduleRow, fired_summary, spec_json, template_json};
 use super::super::*;
 use super::Job;
 use super::observe::simple;

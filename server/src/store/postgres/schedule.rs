@@ -8,7 +8,7 @@ use sqlx::{PgPool, Postgres};
 
 use super::super::flow::run_may_name;
 use super::super::row::{duration_ms, ms};
-use super::super::schedule::{RunRow, ScheduleRow, fired_summary, spec_json, template_json};
+use super::super::schedules::{RunRow, ScheduleRow, fired_summary, spec_json, template_json};
 use super::super::*;
 use super::PostgresStore;
 

@@ -20,6 +20,11 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 
 use super::*;
 
+/// This backend's statements, from the `.sql` files of this folder.
+pub(crate) mod sql {
+    include!(concat!(env!("OUT_DIR"), "/store_sql_sqlite.rs"));
+}
+
 mod admin;
 // Flow: dependencies, events, bulk operations (migration 0010).
 mod events;
@@ -125,7 +130,7 @@ macro_rules! write {
 }
 
 #[async_trait]
-impl Store for SqliteStore {
+impl Engine for SqliteStore {
     fn backend(&self) -> &'static str {
         "sqlite"
     }
@@ -142,6 +147,38 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    fn pool_stats(&self) -> PoolStats {
+        PoolStats {
+            size: self.write_pool.size() + self.reader.size(),
+            idle: self.write_pool.num_idle() + self.reader.num_idle(),
+        }
+    }
+
+    async fn close(&self) {
+        self.write_pool.close().await;
+        self.reader.close().await;
+    }
+
+    /// Flow: wakes long-polls for tasks unblocked (or requeued in bulk) by
+    /// the writer; the writer thread calls it after each commit.
+    fn spawn_listener(&self, wake: Waker, _stop: tokio_util::sync::CancellationToken) {
+        let writer = self.writer.clone();
+        tokio::spawn(async move {
+            if let Err(e) = writer
+                .write(move |_| {
+                    flow::set_waker(wake);
+                    Ok(())
+                })
+                .await
+            {
+                tracing::warn!(error = %e, "cannot install the writer's wake-up");
+            }
+        });
+    }
+}
+
+#[async_trait]
+impl Tasks for SqliteStore {
     async fn task_insert_many(
         &self,
         tasks: &[NewTask],
@@ -150,64 +187,12 @@ impl Store for SqliteStore {
         write!(self, ops::task_insert_many, [tasks], &tasks, now)
     }
 
-    async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
-        write!(self, ops::task_lease_available, [p], &p)
-    }
-
-    async fn task_lease_many(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
-        write!(self, ops::task_lease_many, [ps], &ps)
-    }
-
-    async fn task_next_run_at(
-        &self,
-        queues: &[String],
-        now: DateTime<Utc>,
-    ) -> StoreResult<Option<DateTime<Utc>>> {
-        read::task_next_run_at(&self.reader, queues, now).await
-    }
-
-    async fn lease_extend(
-        &self,
-        leases: &[LeaseRef],
-        extend_by: Option<Duration>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Vec<LeaseState>> {
-        write!(self, ops::lease_extend, [leases], &leases, extend_by, now)
-    }
-
-    async fn task_checkpoint(&self, p: &CheckpointParams) -> StoreResult<Settled<LeaseState>> {
-        write!(self, ops::task_checkpoint, [p], &p)
-    }
-
-    async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
-        write!(self, ops::task_complete, [p], &p)
-    }
-
-    async fn task_complete_many(
-        &self,
-        ps: &[CompleteParams],
-    ) -> StoreResult<Vec<Settled<Completed>>> {
-        write!(self, ops::task_complete_many, [ps], &ps)
-    }
-
-    async fn task_fail(&self, p: &FailParams) -> StoreResult<Settled<FailResult>> {
-        write!(self, ops::task_fail, [p], &p)
-    }
-
-    async fn lease_reclaim_expired(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped> {
-        write!(self, admin::lease_reclaim_expired, [], now, limit)
-    }
-
     async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>> {
         read::task_get(&self.reader, task_id).await
     }
 
     async fn task_find_keys(&self, keys: &[(String, String)]) -> StoreResult<Vec<TaskRecord>> {
         read::task_find_keys(&self.reader, keys).await
-    }
-
-    async fn queue_pending(&self, queue: &str) -> StoreResult<(u64, u64)> {
-        read::queue_pending(&self.reader, queue).await
     }
 
     async fn task_queues(
@@ -219,10 +204,6 @@ impl Store for SqliteStore {
 
     async fn task_list(&self, filter: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
         read::task_list(&self.reader, filter).await
-    }
-
-    async fn task_cancel(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
-        write!(self, admin::task_cancel, [task_id], &task_id, now)
     }
 
     async fn task_update(
@@ -249,38 +230,172 @@ impl Store for SqliteStore {
         write!(self, admin::task_replace_waiting, [r], &r, now)
     }
 
-    async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
-        write!(self, admin::task_requeue, [task_id], &task_id, now)
-    }
-
     async fn attempt_list(&self, task_id: &str) -> StoreResult<Option<Vec<AttemptRecord>>> {
         read::attempt_list(&self.reader, task_id).await
     }
 
-    async fn queue_stats(
+    async fn task_insert_flow(
         &self,
-        queues: &[String],
+        tasks: &[NewTask],
+        flows: &[FlowSpec],
         now: DateTime<Utc>,
-    ) -> StoreResult<Vec<QueueStatsRecord>> {
-        read::queue_stats(&self.reader, queues, now).await
-    }
-
-    async fn task_purge_finished(
-        &self,
-        before: DateTime<Utc>,
-        scope: &PurgeScope,
-        limit: u32,
-    ) -> StoreResult<u64> {
+        commit_by: Option<std::time::Instant>,
+    ) -> StoreResult<FlowInserted> {
         write!(
             self,
-            admin::task_purge_finished,
-            [scope],
-            before,
-            &scope,
-            limit
+            flow::insert,
+            [tasks, flows],
+            &tasks,
+            &flows,
+            now,
+            commit_by
         )
     }
 
+    async fn task_insert_matched(
+        &self,
+        tasks: &[NewTask],
+        matches: &[Option<MatchTo>],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<MatchedInsert>> {
+        write!(
+            self,
+            sync_match::task_insert_matched,
+            [tasks, matches],
+            &tasks,
+            &matches,
+            now
+        )
+    }
+}
+
+#[async_trait]
+impl Leasing for SqliteStore {
+    async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
+        write!(self, ops::task_lease_available, [p], &p)
+    }
+
+    async fn task_lease_many(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
+        write!(self, ops::task_lease_many, [ps], &ps)
+    }
+
+    async fn task_next_run_at(
+        &self,
+        queues: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<DateTime<Utc>>> {
+        read::task_next_run_at(&self.reader, queues, now).await
+    }
+
+    async fn lease_extend(
+        &self,
+        leases: &[LeaseRef],
+        extend_by: Option<Duration>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<LeaseState>> {
+        write!(self, ops::lease_extend, [leases], &leases, extend_by, now)
+    }
+
+    async fn task_lease_gated(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
+        write!(self, admission_lease::task_lease_gated, [ps], &ps)
+    }
+
+    async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64> {
+        write!(self, sync_match::lease_release, [leases], &leases, now)
+    }
+}
+
+#[async_trait]
+impl Settling for SqliteStore {
+    async fn task_checkpoint(&self, p: &CheckpointParams) -> StoreResult<Settled<LeaseState>> {
+        write!(self, ops::task_checkpoint, [p], &p)
+    }
+
+    async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
+        write!(self, ops::task_complete, [p], &p)
+    }
+
+    async fn task_complete_many(
+        &self,
+        ps: &[CompleteParams],
+    ) -> StoreResult<Vec<Settled<Completed>>> {
+        write!(self, ops::task_complete_many, [ps], &ps)
+    }
+
+    async fn task_fail(&self, p: &FailParams) -> StoreResult<Settled<FailResult>> {
+        write!(self, ops::task_fail, [p], &p)
+    }
+
+    async fn lease_reclaim_expired(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped> {
+        write!(self, admin::lease_reclaim_expired, [], now, limit)
+    }
+}
+
+#[async_trait]
+impl Flow for SqliteStore {
+    async fn task_flow_info(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, TaskFlowInfo>> {
+        flow::flow_info(&self.reader, task_ids).await
+    }
+
+    async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>> {
+        flow::keys_missing(&self.reader, task_id, limit).await
+    }
+
+    async fn task_dependency_result_sizes(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<Vec<(String, u64, u64)>> {
+        flow::dependency_result_sizes(&self.reader, task_ids).await
+    }
+
+    async fn task_dependency_results(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
+        flow::dependency_results(&self.reader, task_ids).await
+    }
+
+    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT depends_on FROM task_deps WHERE task_id = ? AND NOT resolved \
+             ORDER BY depends_on LIMIT ?",
+        )
+        .bind(task_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?)
+    }
+}
+
+#[async_trait]
+impl Events for SqliteStore {
+    async fn event_list(
+        &self,
+        task_id: &str,
+        after_event_id: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<EventRecord>> {
+        flow::event_list(&self.reader, task_id, after_event_id, limit).await
+    }
+
+    async fn event_read(&self, after_event_id: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
+        flow::event_read(&self.reader, after_event_id, limit).await
+    }
+
+    async fn event_head(&self) -> StoreResult<i64> {
+        flow::event_head(&self.reader).await
+    }
+
+    async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        write!(self, flow::event_purge, [], before, limit)
+    }
+}
+
+#[async_trait]
+impl Schedules for SqliteStore {
     async fn schedule_insert(&self, s: &ScheduleRecord) -> StoreResult<bool> {
         write!(self, schedule::schedule_insert, [s], &s)
     }
@@ -315,188 +430,18 @@ impl Store for SqliteStore {
     ) -> StoreResult<Vec<ScheduleRunRecord>> {
         schedule::schedule_run_list(&self.reader, f).await
     }
+}
 
-    fn pool_stats(&self) -> PoolStats {
-        PoolStats {
-            size: self.write_pool.size() + self.reader.size(),
-            idle: self.write_pool.num_idle() + self.reader.num_idle(),
-        }
-    }
-
-    async fn close(&self) {
-        self.write_pool.close().await;
-        self.reader.close().await;
-    }
-
-    // ---- reads of the whole broker (the console) and bulk requeue ----
-
-    async fn attempt_histogram(
-        &self,
-        p: &AttemptHistogramParams,
-    ) -> StoreResult<Vec<AttemptBucket>> {
-        observe::attempt_histogram(&self.reader, p).await
-    }
-
-    async fn attempt_durations(
-        &self,
-        p: &AttemptDurationParams,
-    ) -> StoreResult<Vec<AttemptDuration>> {
-        observe::attempt_durations(&self.reader, p).await
-    }
-
-    async fn task_dead_groups(&self, p: &DeadGroupParams) -> StoreResult<Vec<DeadGroup>> {
-        observe::task_dead_groups(&self.reader, p).await
-    }
-
-    async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> StoreResult<u64> {
-        write!(self, observe::task_requeue_dead, [p], &p)
-    }
-
-    async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>> {
-        observe::lease_holders(&self.reader, p).await
-    }
-
-    async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64> {
-        write!(self, observe::task_cancel_dead, [p], &p)
-    }
-
-    // ---- routing: the worker registry ----
-
-    async fn worker_record_seen(&self, seen: &[WorkerSeen]) -> StoreResult<()> {
-        write!(self, routing::worker_record_seen, [seen], &seen)
-    }
-
-    async fn worker_list(&self, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
-        routing::worker_list(&self.reader, f).await
-    }
-
-    async fn worker_get(
-        &self,
-        worker_id: &str,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
-        routing::worker_get(&self.reader, worker_id, now).await
-    }
-
-    // ---- Flow: dependencies, events, bulk operations (sqlite/flow.rs) ----
-
-    async fn task_insert_flow(
-        &self,
-        tasks: &[NewTask],
-        flows: &[FlowSpec],
-        now: DateTime<Utc>,
-        commit_by: Option<std::time::Instant>,
-    ) -> StoreResult<FlowInserted> {
-        write!(
-            self,
-            flow::insert,
-            [tasks, flows],
-            &tasks,
-            &flows,
-            now,
-            commit_by
-        )
-    }
-
-    async fn task_flow_info(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<std::collections::HashMap<String, TaskFlowInfo>> {
-        flow::flow_info(&self.reader, task_ids).await
-    }
-
-    async fn event_list(
-        &self,
-        task_id: &str,
-        after_event_id: i64,
-        limit: u32,
-    ) -> StoreResult<Vec<EventRecord>> {
-        flow::event_list(&self.reader, task_id, after_event_id, limit).await
-    }
-
-    async fn event_read(&self, after_event_id: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
-        flow::event_read(&self.reader, after_event_id, limit).await
-    }
-
-    async fn event_head(&self) -> StoreResult<i64> {
-        flow::event_head(&self.reader).await
-    }
-
-    async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
-        write!(self, flow::event_purge, [], before, limit)
+#[async_trait]
+impl Admission for SqliteStore {
+    async fn queue_pending(&self, queue: &str) -> StoreResult<(u64, u64)> {
+        read::queue_pending(&self.reader, queue).await
     }
 
     async fn queue_dead_letters_set(&self, pairs: &[(String, String)]) -> StoreResult<()> {
         write!(self, flow::dead_letters_set, [pairs], &pairs)
     }
 
-    async fn task_select(&self, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
-        flow::select(&self.reader, f).await
-    }
-
-    async fn task_cancel_many(
-        &self,
-        task_ids: &[String],
-        now: DateTime<Utc>,
-    ) -> StoreResult<BulkCancelled> {
-        write!(self, flow::cancel_many, [task_ids], &task_ids, now)
-    }
-
-    async fn task_requeue_many(
-        &self,
-        tasks: &[(String, DateTime<Utc>)],
-        now: DateTime<Utc>,
-    ) -> StoreResult<u64> {
-        write!(self, flow::requeue_many, [tasks], &tasks, now)
-    }
-
-    async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>> {
-        flow::keys_missing(&self.reader, task_id, limit).await
-    }
-
-    async fn task_dependency_result_sizes(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<Vec<(String, u64, u64)>> {
-        flow::dependency_result_sizes(&self.reader, task_ids).await
-    }
-
-    async fn task_dependency_results(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
-        flow::dependency_results(&self.reader, task_ids).await
-    }
-
-    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
-        Ok(sqlx::query_scalar(
-            "SELECT depends_on FROM task_deps WHERE task_id = ? AND NOT resolved \
-             ORDER BY depends_on LIMIT ?",
-        )
-        .bind(task_id)
-        .bind(i64::from(limit))
-        .fetch_all(&self.reader)
-        .await?)
-    }
-
-    /// Flow: wakes long-polls for tasks unblocked (or requeued in bulk) by
-    /// the writer; the writer thread calls it after each commit.
-    fn spawn_listener(&self, wake: Waker, _stop: tokio_util::sync::CancellationToken) {
-        let writer = self.writer.clone();
-        tokio::spawn(async move {
-            if let Err(e) = writer
-                .write(move |_| {
-                    flow::set_waker(wake);
-                    Ok(())
-                })
-                .await
-            {
-                tracing::warn!(error = %e, "cannot install the writer's wake-up");
-            }
-        });
-    }
-
-    // Admission.
     async fn queue_list(&self) -> StoreResult<Vec<StoredQueue>> {
         admission::queue_list(&self.reader).await
     }
@@ -526,10 +471,6 @@ impl Store for SqliteStore {
         )
     }
 
-    async fn task_lease_gated(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
-        write!(self, admission_lease::task_lease_gated, [ps], &ps)
-    }
-
     async fn queue_usage(
         &self,
         queue: &str,
@@ -548,29 +489,114 @@ impl Store for SqliteStore {
         admission::task_ahead(&self.reader, task, aging_ms, now).await
     }
 
-    // Sync match.
+    async fn queue_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+        write!(self, admission::key_tokens_purge, [], now)
+    }
+}
 
-    async fn task_insert_matched(
+#[async_trait]
+impl Workers for SqliteStore {
+    async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>> {
+        observe::lease_holders(&self.reader, p).await
+    }
+
+    async fn worker_record_seen(&self, seen: &[WorkerSeen]) -> StoreResult<()> {
+        write!(self, routing::worker_record_seen, [seen], &seen)
+    }
+
+    async fn worker_list(&self, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
+        routing::worker_list(&self.reader, f).await
+    }
+
+    async fn worker_get(
         &self,
-        tasks: &[NewTask],
-        matches: &[Option<MatchTo>],
+        worker_id: &str,
         now: DateTime<Utc>,
-    ) -> StoreResult<Vec<MatchedInsert>> {
+    ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
+        routing::worker_get(&self.reader, worker_id, now).await
+    }
+}
+
+#[async_trait]
+impl Admin for SqliteStore {
+    async fn task_cancel(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
+        write!(self, admin::task_cancel, [task_id], &task_id, now)
+    }
+
+    async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
+        write!(self, admin::task_requeue, [task_id], &task_id, now)
+    }
+
+    async fn task_purge_finished(
+        &self,
+        before: DateTime<Utc>,
+        scope: &PurgeScope,
+        limit: u32,
+    ) -> StoreResult<u64> {
         write!(
             self,
-            sync_match::task_insert_matched,
-            [tasks, matches],
-            &tasks,
-            &matches,
-            now
+            admin::task_purge_finished,
+            [scope],
+            before,
+            &scope,
+            limit
         )
     }
 
-    async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64> {
-        write!(self, sync_match::lease_release, [leases], &leases, now)
+    async fn task_dead_groups(&self, p: &DeadGroupParams) -> StoreResult<Vec<DeadGroup>> {
+        observe::task_dead_groups(&self.reader, p).await
     }
 
-    async fn queue_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64> {
-        write!(self, admission::key_tokens_purge, [], now)
+    async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> StoreResult<u64> {
+        write!(self, observe::task_requeue_dead, [p], &p)
+    }
+
+    async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64> {
+        write!(self, observe::task_cancel_dead, [p], &p)
+    }
+
+    async fn task_select(&self, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
+        flow::select(&self.reader, f).await
+    }
+
+    async fn task_cancel_many(
+        &self,
+        task_ids: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<BulkCancelled> {
+        write!(self, flow::cancel_many, [task_ids], &task_ids, now)
+    }
+
+    async fn task_requeue_many(
+        &self,
+        tasks: &[(String, DateTime<Utc>)],
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        write!(self, flow::requeue_many, [tasks], &tasks, now)
+    }
+}
+
+#[async_trait]
+impl Observe for SqliteStore {
+    async fn queue_stats(
+        &self,
+        queues: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<QueueStatsRecord>> {
+        read::queue_stats(&self.reader, queues, now).await
+    }
+
+    async fn attempt_histogram(
+        &self,
+        p: &AttemptHistogramParams,
+    ) -> StoreResult<Vec<AttemptBucket>> {
+        observe::attempt_histogram(&self.reader, p).await
+    }
+
+    async fn attempt_durations(
+        &self,
+        p: &AttemptDurationParams,
+    ) -> StoreResult<Vec<AttemptDuration>> {
+        observe::attempt_durations(&self.reader, p).await
     }
 }

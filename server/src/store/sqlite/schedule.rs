@@ -6,7 +6,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use sqlx::{Sqlite, SqlitePool};
 
 use super::super::row::ms;
-use super::super::schedule::{RunRow, ScheduleRow, fired_summary, spec_json, template_json};
+use super::super::schedules::{RunRow, ScheduleRow, fired_summary, spec_json, template_json};
 use super::super::*;
 
 /// `schedules` columns a definition write sets, in this order (?1 is the id).

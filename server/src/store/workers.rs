@@ -8,6 +8,10 @@ use chrono::{DateTime, Utc};
 
 pub use crate::domain::model::LeaseRouting;
 
+#[allow(unused_imports)]
+use super::*;
+use async_trait::async_trait;
+
 /// A worker seen by Lease or Heartbeat, to record in the registry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerSeen {
@@ -103,4 +107,25 @@ pub(crate) fn worker_lease(r: WorkerLeaseRow) -> WorkerLeaseRecord {
         leased_at: at.map(super::row::from_ms),
         lease_expires_at: expires.map(super::row::from_ms),
     }
+}
+
+/// The worker registry: who was seen, with which labels, holding which leases.
+#[async_trait]
+pub trait Workers: Send + Sync + 'static {
+    /// The workers that hold leases now, one row per (worker, address, queue).
+    async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>>;
+
+    /// Records workers as seen now (insert, or update labels, address, last seen
+    /// and, when given, queues), in one transaction.
+    async fn worker_record_seen(&self, seen: &[WorkerSeen]) -> StoreResult<()>;
+
+    /// Workers seen since `seen_since`, by worker id, with their lease counts.
+    async fn worker_list(&self, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>>;
+
+    /// One worker (whenever last seen) and the leases it holds now.
+    async fn worker_get(
+        &self,
+        worker_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>>;
 }

@@ -12,6 +12,10 @@ use crate::domain::routing::{Fanout, Sticky, Target};
 use crate::domain::schedule::{Misfire, Overlap, Spec};
 use crate::domain::{RetryPolicy, StoredState};
 
+#[allow(unused_imports)]
+use super::*;
+use async_trait::async_trait;
+
 /// The task a schedule makes at each fire time (retry defaults resolved).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TaskTemplate {
@@ -375,4 +379,36 @@ pub(crate) fn fired_summary(runs: &[FiredRun]) -> (Option<i64>, Option<&str>, u6
     let last_fire = inserted.iter().map(|r| ms(r.fire_time)).max();
     let last_task = inserted.last().map(|r| r.task_id.as_str());
     (last_fire, last_task, inserted.len() as u64)
+}
+
+/// Schedules and their runs: definitions, the due scan, firing, the run history.
+#[async_trait]
+pub trait Schedules: Send + Sync + 'static {
+    /// Inserts a new schedule; `false` when its id exists already.
+    async fn schedule_insert(&self, s: &ScheduleRecord) -> StoreResult<bool>;
+
+    async fn schedule_get(&self, id: &str) -> StoreResult<Option<ScheduleRecord>>;
+
+    /// Schedules in id order, after `after_id`, up to `limit`.
+    async fn schedule_list(&self, f: &ScheduleFilter) -> StoreResult<Vec<ScheduleRecord>>;
+
+    /// Writes every changeable field of `s` (not runs, last fire, creator) if the
+    /// stored version is still `s.version`, and bumps the version. `false`: it
+    /// changed meanwhile or is gone; nothing was written.
+    async fn schedule_update(&self, s: &ScheduleRecord, now: DateTime<Utc>) -> StoreResult<bool>;
+
+    /// Deletes a schedule and its run history; `false` when there was none.
+    async fn schedule_delete(&self, id: &str) -> StoreResult<bool>;
+
+    /// Unpaused schedules with `next_fire_at <= now`, earliest first, up to
+    /// `limit` (an index scan: the cost follows the schedules due).
+    async fn schedule_due(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Vec<DueSchedule>>;
+
+    /// Records runs, inserts their tasks and moves the cursor, in one transaction
+    /// (see [`ScheduleFire`]).
+    async fn schedule_fire(&self, f: &ScheduleFire) -> StoreResult<Fired>;
+
+    /// The run history, newest fire time first.
+    async fn schedule_run_list(&self, f: &ScheduleRunFilter)
+    -> StoreResult<Vec<ScheduleRunRecord>>;
 }

@@ -1,0 +1,42 @@
+//! The event log.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::*;
+
+/// The event log: a task's events, the ordered feed that WatchTasks and the outbox
+/// read, and its retention.
+#[async_trait]
+pub trait Events: Send + Sync + 'static {
+    /// One task's events after `after_event_id`, oldest first, up to `limit`.
+    async fn event_list(
+        &self,
+        task_id: &str,
+        after_event_id: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<EventRecord>>;
+
+    /// Events after `after_event_id` in id order, up to `limit`, and only final
+    /// ones: no event with a smaller id than one returned can appear later.
+    async fn event_read(&self, after_event_id: i64, limit: u32) -> StoreResult<Vec<EventRecord>>;
+
+    /// A cursor that every event recorded from now on lies after.
+    async fn event_head(&self) -> StoreResult<i64>;
+
+    /// An id at or above every committed event's: a cursor beyond it names no
+    /// event anybody can have seen in this database (a stale one, or made up).
+    async fn event_ceiling(&self) -> StoreResult<i64> {
+        self.event_head().await
+    }
+
+    /// The time (ms) of the oldest committed event that `event_read` does not
+    /// return yet (it waits for a writer that started earlier), if any. Never on
+    /// a store whose committed events are all final.
+    async fn event_held_since(&self) -> StoreResult<Option<i64>> {
+        Ok(None)
+    }
+
+    /// Deletes up to `limit` events recorded before `before`; returns how many.
+    async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64>;
+}

@@ -1,0 +1,60 @@
+//! Taking, extending and giving back leases.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::*;
+
+/// Taking leases, holding and giving them back: the plain, batched and gated
+/// leases, the long-poll's next due time, lease extension and release.
+#[async_trait]
+pub trait Leasing: Send + Sync + 'static {
+    /// Leases up to `max_tasks` ready tasks in lease order, each with a new token and
+    /// fencing token. Tasks come back in lease order. (An attempt's row is written
+    /// when it ends; until then `attempt_list` shows it from the task.)
+    async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>>;
+
+    /// Serves several lease requests for the same queues at once (the waiting
+    /// long-polls of those queues), one answer per request, in order. When there
+    /// are fewer ready tasks than asked for, they are shared out one at a time in
+    /// request order (see [`lease_shares`]), so every waiter gets some. Each
+    /// request's tasks are in lease order and leased to its worker. All requests
+    /// must name the same queues; they are leased at the latest of their `now`.
+    async fn task_lease_many(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
+        let mut out = Vec::with_capacity(ps.len());
+        for p in ps {
+            out.push(self.task_lease_available(p).await?);
+        }
+        Ok(out)
+    }
+
+    /// The earliest `run_at` after `now` of a pending task in these queues, so a
+    /// long-poll knows when to look again.
+    async fn task_next_run_at(
+        &self,
+        queues: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<DateTime<Utc>>>;
+
+    /// Extends live leases, each by `extend_by` or the duration it was leased with,
+    /// capped at the task's deadline. One status per lease, in order.
+    async fn lease_extend(
+        &self,
+        leases: &[LeaseRef],
+        extend_by: Option<Duration>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<LeaseState>>;
+
+    /// Leases as `task_lease_many` does, through every gate of the queues'
+    /// stored settings (pause, concurrency and rate limits, fairness, aging),
+    /// enforced for the whole cluster. Used only for queues with gates.
+    async fn task_lease_gated(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>>;
+
+    /// Gives back leases nobody received (their long-poll went away before the
+    /// answer): each task still leased under its token becomes pending again as
+    /// if the lease had not been taken (the attempt is not counted; the fencing
+    /// token stays spent), and its queue is notified. Returns how many.
+    async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64>;
+}

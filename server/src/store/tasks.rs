@@ -1,0 +1,85 @@
+//! Submitting tasks and reading them back.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::*;
+
+/// Submitting tasks and reading them back: inserts (plain, with dependencies, matched
+/// to a waiting lease), REPLACE_WAITING, a task by id or key, lists, attempts.
+#[async_trait]
+pub trait Tasks: Send + Sync + 'static {
+    /// Inserts tasks in one transaction, in order. A task whose (queue, key) exists
+    /// already (or earlier in the same batch) is not inserted; the existing id is returned.
+    async fn task_insert_many(
+        &self,
+        tasks: &[NewTask],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Inserted>>;
+
+    async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>>;
+
+    /// The tasks that hold any of these `(queue, key)` pairs.
+    async fn task_find_keys(&self, keys: &[(String, String)]) -> StoreResult<Vec<TaskRecord>>;
+
+    /// The queue of each named task that exists, by task id.
+    async fn task_queues(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, String>>;
+
+    async fn task_list(&self, filter: &TaskFilter) -> StoreResult<Vec<TaskRecord>>;
+
+    /// Changes a task that is not leased and not succeeded.
+    async fn task_update(
+        &self,
+        task_id: &str,
+        update: &TaskUpdate,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Changed>;
+
+    /// REPLACE_WAITING: writes `r`'s payload, run_at, priority and metadata over
+    /// the task holding (`r.queue`, `r.key`) if it waits (pending or blocked),
+    /// with a `replaced` event, in one transaction that holds the row: a task a
+    /// lease took, or one finished, is never changed. Answers the task's id when
+    /// it was replaced, `None` otherwise (no such task, or not waiting).
+    async fn task_replace_waiting(
+        &self,
+        r: &Replacement,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<String>>;
+
+    /// Every attempt, oldest first; `None` when the task does not exist.
+    async fn attempt_list(&self, task_id: &str) -> StoreResult<Option<Vec<AttemptRecord>>>;
+
+    /// Inserts tasks as `task_insert_many` does, in one transaction, with their
+    /// dependencies: a task with unfinished dependencies is BLOCKED; one whose
+    /// dependency already failed is CANCELLED (DEPENDENCY_FAILED) unless it runs
+    /// anyway. Dependencies are locked while they are read, so none can finish
+    /// unseen. An unknown dependency id inserts nothing. When `commit_by` has
+    /// passed once every statement ran, the transaction rolls back and nothing
+    /// is inserted ([`FlowInserted::DeadlinePassed`]).
+    async fn task_insert_flow(
+        &self,
+        tasks: &[NewTask],
+        flows: &[FlowSpec],
+        now: DateTime<Utc>,
+        commit_by: Option<std::time::Instant>,
+    ) -> StoreResult<FlowInserted>;
+
+    /// Inserts tasks as `task_insert_many` does (one transaction, in order,
+    /// deduplicated by key), except that a task matched to a waiting request
+    /// (`matches[i]`; missing entries are `None`) is inserted already leased to
+    /// it, as `task_lease_available` would lease it (attempt 1, a new lease and
+    /// fencing token), if the match stands: see
+    /// [`sync_match::matches_in_lease_order`], and no pending task of its queue
+    /// that is due at `now` has a priority as high or higher, judged in the same
+    /// transaction as the insert. Otherwise it is inserted pending (and its queue
+    /// notified). One answer per task, in order.
+    async fn task_insert_matched(
+        &self,
+        tasks: &[NewTask],
+        matches: &[Option<MatchTo>],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<MatchedInsert>>;
+}
