@@ -8,6 +8,7 @@ pub mod event;
 pub mod admission;
 pub mod bounds;
 pub mod cron;
+pub mod explain;
 // The types of the Store trait, and lease order.
 pub mod model;
 // Backpressure: the views of waiting tasks.

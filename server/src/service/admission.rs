@@ -1,4 +1,4 @@
-//! Admission: live queue settings and Explain.
+//! Admission: live queue settings (ExplainTask is in `explain`).
 //!
 //! Every queue's settings are stored in the database (`queues`), seeded from the
 //! configuration's `[queues.X]` tables, and held in memory as a snapshot that
@@ -17,13 +17,10 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::{Broker, QueueSettings, ServiceError, Settings};
-use crate::domain::admission::{self, ExplainView, Gate, QueueConfig, RetryOverride};
+use crate::domain::RetryPolicy;
+use crate::domain::admission::{QueueConfig, RetryOverride};
 use crate::domain::validate::{self, Invalid};
-use crate::domain::{RetryPolicy, StoredState};
 use crate::store::{StoreResult, StoredQueue};
-
-/// Flow: ExplainTask names at most this many unfinished dependencies.
-const EXPLAIN_DEPENDENCIES: u32 = 100;
 
 /// How often every replica reloads the stored settings.
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(500);
@@ -330,14 +327,6 @@ pub struct QueueView {
     pub live: LiveQueue,
 }
 
-/// ExplainTask's answer.
-#[derive(Debug, Clone)]
-pub struct Explained {
-    pub task_id: String,
-    pub state: crate::domain::TaskState,
-    pub gates: Vec<Gate>,
-}
-
 /// Compare-and-set attempts of UpdateQueue before it reports a conflict.
 const UPDATE_ATTEMPTS: usize = 5;
 
@@ -469,134 +458,5 @@ impl Broker {
         Err(ServiceError::FailedPrecondition(format!(
             "queue {name} kept changing while this update was applied; try again"
         )))
-    }
-
-    /// Routing for Explain: the reservation that holds a retry, and
-    /// the target no live worker of the queue (seen within `worker_ttl`) matches.
-    #[allow(clippy::type_complexity)]
-    async fn routing_gates(
-        &self,
-        task: &crate::store::TaskRecord,
-        now: DateTime<Utc>,
-    ) -> Result<(Option<(String, Option<DateTime<Utc>>)>, Option<String>), ServiceError> {
-        let r = &task.routing;
-        let reserved = r
-            .reserved_for
-            .clone()
-            .filter(|_| r.reserved_until.is_none_or(|u| u > now))
-            .map(|w| (w, r.reserved_until));
-        if r.target.is_empty() {
-            return Ok((reserved, None));
-        }
-        let ttl = chrono::Duration::from_std(self.settings.worker_ttl)
-            .unwrap_or_else(|_| chrono::Duration::days(1));
-        let matched = match &r.target.worker_id {
-            // The one worker it names: live, leasing from the queue, with the labels.
-            Some(id) => self.store.worker_get(id, now).await?.is_some_and(|(w, _)| {
-                w.last_seen >= now - ttl
-                    && w.queues.contains(&task.queue)
-                    && r.target
-                        .labels
-                        .iter()
-                        .all(|(k, v)| w.labels.get(k) == Some(v))
-            }),
-            None => !self
-                .store
-                .worker_list(&crate::store::WorkerFilter {
-                    seen_since: now - ttl,
-                    queue: Some(task.queue.clone()),
-                    labels: r.target.labels.clone(),
-                    after_id: None,
-                    limit: 1,
-                    now,
-                })
-                .await?
-                .is_empty(),
-        };
-        let target = || {
-            let labels: Vec<String> = r
-                .target
-                .labels
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            match (&r.target.worker_id, labels.is_empty()) {
-                (Some(id), true) => format!("worker {id}"),
-                (Some(id), false) => format!("worker {id} with labels {}", labels.join(",")),
-                (None, _) => format!("labelled {}", labels.join(",")),
-            }
-        };
-        Ok((reserved, (!matched).then(target)))
-    }
-
-    /// Every gate that holds a task (empty when it is leased or finished).
-    pub async fn explain_task(&self, task_id: &str) -> Result<Explained, ServiceError> {
-        let task = self.get_task(task_id).await?;
-        let now = self.clock.now();
-        let state = crate::domain::TaskState::of(task.state, task.run_at, now);
-        // Flow: a BLOCKED task names the dependencies it waits for.
-        let blocked = match task.state {
-            StoredState::Pending => None,
-            StoredState::Blocked => {
-                let waiting = self
-                    .store
-                    .task_deps_unfinished(&task.id, EXPLAIN_DEPENDENCIES)
-                    .await?;
-                let missing = self
-                    .store
-                    .task_keys_missing(&task.id, EXPLAIN_DEPENDENCIES)
-                    .await?;
-                Some(admission::dependency_gate(waiting, missing))
-            }
-            _ => {
-                return Ok(Explained {
-                    task_id: task.id,
-                    state,
-                    gates: Vec::new(),
-                });
-            }
-        };
-        let usage = self
-            .store
-            .queue_usage(&task.queue, task.concurrency_key.as_deref(), now)
-            .await?;
-        let ahead = if task.run_at <= now && blocked.is_none() {
-            self.store
-                .task_ahead(&task, usage.config.aging_ms(), now)
-                .await?
-        } else {
-            0
-        };
-        let (reserved, unmatched_target) = self.routing_gates(&task, now).await?;
-        let view = ExplainView {
-            queue: task.queue.clone(),
-            key: task.concurrency_key.clone(),
-            run_at: task.run_at,
-            attempt: task.attempt,
-            config: usage.config,
-            leased: usage.leased,
-            key_holders: usage.key_holders,
-            tokens: usage.tokens,
-            key_tokens: usage.key_tokens,
-            ahead,
-            reserved,
-            unmatched_target,
-        };
-        let mut gates = admission::explain(&view, now);
-        if let Some(g) = blocked {
-            // What else holds it once unblocked; NONE and WAITING_BEHIND do not apply.
-            gates.retain(|g| {
-                !matches!(
-                    g.kind,
-                    admission::GateKind::None | admission::GateKind::WaitingBehind
-                )
-            });
-            gates.insert(0, g);
-        }
-        Ok(Explained {
-            task_id: task.id,
-            state,
-            gates,
-        })
     }
 }

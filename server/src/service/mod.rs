@@ -31,6 +31,7 @@ mod observe;
 mod pending;
 mod settle;
 mod submit;
+mod submit_spec;
 // Schedules.
 mod schedule;
 mod schedule_fire;
@@ -38,17 +39,19 @@ mod schedule_fire;
 mod workers;
 // Admission: live queue settings and Explain.
 mod admission;
+mod explain;
 // Sync match: Submit hands tasks to waiting long-polls.
 mod sync_match;
 // lease_next: a settle that leases the next tasks.
 mod lease_next;
 
 pub use admin::{ListTasks, TaskPage, UpdateTask};
-pub use admission::{Explained, LiveQueue, LiveQueues, QueueView, REFRESH_INTERVAL, apply_mask};
+pub use admission::{LiveQueue, LiveQueues, QueueView, REFRESH_INTERVAL, apply_mask};
 pub use backlog::Backlog;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::ServiceError;
 pub use events::{EventHub, WatchFilter};
+pub use explain::Explained;
 pub use flow::BulkOutcome;
 pub use heartbeat::CheckpointRequest;
 pub use holders::HeldBy;

@@ -1,0 +1,258 @@
+//! Explain, the pure part: the gates that hold a pending task, from what the
+//! service read about it and its queue ([`ExplainView`]). No I/O; `now` is passed in.
+
+use chrono::{DateTime, Utc};
+
+use super::admission::QueueConfig;
+
+/// What holds a task (the proto's `GateKind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateKind {
+    None,
+    RunAtInFuture,
+    RetryBackoff,
+    BlockedByDependency,
+    QueuePaused,
+    QueueConcurrencyFull,
+    KeyConcurrencyFull,
+    RateLimited,
+    NoMatchingWorker,
+    StickyReserved,
+    WaitingBehind,
+}
+
+/// One reason a task is held.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gate {
+    pub kind: GateKind,
+    pub detail: String,
+    pub until: Option<DateTime<Utc>>,
+    pub holders: Vec<String>,
+    pub ahead: u64,
+    /// BLOCKED_BY_DEPENDENCY: the depends_on_keys no task has yet.
+    pub missing_keys: Vec<crate::domain::model::TaskKey>,
+}
+
+impl Gate {
+    fn new(kind: GateKind, detail: String) -> Self {
+        Gate {
+            kind,
+            detail,
+            until: None,
+            holders: Vec::new(),
+            ahead: 0,
+            missing_keys: Vec::new(),
+        }
+    }
+}
+
+/// What Explain read about a pending task and its queue.
+#[derive(Debug, Clone)]
+pub struct ExplainView {
+    pub queue: String,
+    pub key: Option<String>,
+    pub run_at: DateTime<Utc>,
+    /// Attempts started so far (a pending task with attempts is in backoff).
+    pub attempt: u32,
+    pub config: QueueConfig,
+    pub leased: u64,
+    /// Tasks holding leases of the task's concurrency key.
+    pub key_holders: Vec<String>,
+    /// Queue bucket tokens now (refilled), with a rate limit.
+    pub tokens: Option<f64>,
+    /// The key's bucket tokens now (refilled), with a per-key rate limit.
+    pub key_tokens: Option<f64>,
+    /// READY tasks of the queue that lease before it.
+    pub ahead: u64,
+    /// Routing: the worker a retry is reserved for, and until when
+    /// (`None`: until the deadline), while the reservation holds.
+    pub reserved: Option<(String, Option<DateTime<Utc>>)>,
+    /// Routing: the task's target, described, when no live worker of
+    /// the queue matches it.
+    pub unmatched_target: Option<String>,
+}
+
+/// Every gate that holds a pending task at `now`, or a single NONE. Each gate is
+/// one function; gates that other features add (dependencies, routing) join the list.
+pub fn explain(v: &ExplainView, now: DateTime<Utc>) -> Vec<Gate> {
+    let gates: Vec<Gate> = [
+        run_at_gate(v, now),
+        paused_gate(v),
+        queue_full_gate(v),
+        key_full_gate(v),
+        rate_gate(v, now),
+        key_rate_gate(v, now),
+        sticky_gate(v),
+        no_worker_gate(v),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !gates.is_empty() {
+        return gates;
+    }
+    // Only when nothing else holds it: the tasks that lease first.
+    match behind_gate(v, now) {
+        Some(g) => vec![g],
+        None => vec![Gate::new(
+            GateKind::None,
+            "a worker asking now would get it".into(),
+        )],
+    }
+}
+
+/// Flow: a BLOCKED task waits for these dependencies (ids, unfinished) and
+/// for tasks with these keys, which no task has yet.
+pub fn dependency_gate(
+    waiting: Vec<String>,
+    missing_keys: Vec<crate::domain::model::TaskKey>,
+) -> Gate {
+    let mut detail = match waiting.as_slice() {
+        [] if missing_keys.is_empty() => "it waits for the tasks it depends on".to_owned(),
+        [] => String::new(),
+        [one] => format!("it waits for task {one} it depends on"),
+        many => format!(
+            "it waits for {} tasks it depends on: {}",
+            many.len(),
+            many.join(", ")
+        ),
+    };
+    if !missing_keys.is_empty() {
+        let keys: Vec<String> = missing_keys
+            .iter()
+            .map(|k| format!("{}/{}", k.queue, k.key))
+            .collect();
+        detail = format!(
+            "{detail}{}it waits for a task with key {} (none exists yet)",
+            if detail.is_empty() { "" } else { "; " },
+            keys.join(", ")
+        );
+    }
+    Gate {
+        holders: waiting,
+        missing_keys,
+        ..Gate::new(GateKind::BlockedByDependency, detail)
+    }
+}
+
+fn run_at_gate(v: &ExplainView, now: DateTime<Utc>) -> Option<Gate> {
+    if v.run_at <= now {
+        return None;
+    }
+    let (kind, detail) = if v.attempt > 0 {
+        (
+            GateKind::RetryBackoff,
+            format!(
+                "attempt {} failed; it waits out the retry backoff",
+                v.attempt
+            ),
+        )
+    } else {
+        (GateKind::RunAtInFuture, "its run_at is still ahead".into())
+    };
+    Some(Gate {
+        until: Some(v.run_at),
+        ..Gate::new(kind, detail)
+    })
+}
+
+fn sticky_gate(v: &ExplainView) -> Option<Gate> {
+    let (worker, until) = v.reserved.as_ref()?;
+    let detail = match until {
+        Some(_) => format!("its retry is reserved for worker {worker} for a while (sticky)"),
+        None => format!("its retry is reserved for worker {worker} (sticky, hard)"),
+    };
+    Some(Gate {
+        until: *until,
+        ..Gate::new(GateKind::StickyReserved, detail)
+    })
+}
+
+fn no_worker_gate(v: &ExplainView) -> Option<Gate> {
+    let target = v.unmatched_target.as_ref()?;
+    Some(Gate::new(
+        GateKind::NoMatchingWorker,
+        format!("no live worker of queue {} is {target}", v.queue),
+    ))
+}
+
+fn paused_gate(v: &ExplainView) -> Option<Gate> {
+    v.config.paused.then(|| {
+        Gate::new(
+            GateKind::QueuePaused,
+            format!("queue {} is paused", v.queue),
+        )
+    })
+}
+
+fn queue_full_gate(v: &ExplainView) -> Option<Gate> {
+    let max = u64::from(v.config.max_concurrent);
+    (max > 0 && v.leased >= max).then(|| {
+        Gate::new(
+            GateKind::QueueConcurrencyFull,
+            format!(
+                "queue {} holds {} leases, its max_concurrent is {max}",
+                v.queue, v.leased
+            ),
+        )
+    })
+}
+
+fn key_full_gate(v: &ExplainView) -> Option<Gate> {
+    let key = v.key.as_deref()?;
+    let max = v.config.max_concurrent_per_key;
+    (max > 0 && v.key_holders.len() as u64 >= u64::from(max)).then(|| Gate {
+        holders: v.key_holders.clone(),
+        ..Gate::new(
+            GateKind::KeyConcurrencyFull,
+            format!(
+                "concurrency key {key} holds {} leases, the queue's max_concurrent_per_key is {max}",
+                v.key_holders.len()
+            ),
+        )
+    })
+}
+
+fn rate_gate(v: &ExplainView, now: DateTime<Utc>) -> Option<Gate> {
+    let limit = v.config.rate_limit?;
+    let tokens = v.tokens?;
+    (tokens < 1.0).then(|| Gate {
+        until: DateTime::from_timestamp_millis(limit.next_token_ms(tokens, now.timestamp_millis())),
+        ..Gate::new(
+            GateKind::RateLimited,
+            format!(
+                "queue {} used its rate limit of {}/s",
+                v.queue, limit.per_second
+            ),
+        )
+    })
+}
+
+fn key_rate_gate(v: &ExplainView, now: DateTime<Utc>) -> Option<Gate> {
+    let limit = v.config.per_key_rate_limit?;
+    let key = v.key.as_deref()?;
+    let tokens = v.key_tokens.unwrap_or_else(|| limit.capacity());
+    (tokens < 1.0).then(|| Gate {
+        until: DateTime::from_timestamp_millis(limit.next_token_ms(tokens, now.timestamp_millis())),
+        ..Gate::new(
+            GateKind::RateLimited,
+            format!(
+                "concurrency key {key} used its rate limit of {}/s",
+                limit.per_second
+            ),
+        )
+    })
+}
+
+fn behind_gate(v: &ExplainView, now: DateTime<Utc>) -> Option<Gate> {
+    (v.run_at <= now && v.ahead > 0).then(|| Gate {
+        ahead: v.ahead,
+        ..Gate::new(
+            GateKind::WaitingBehind,
+            format!(
+                "{} READY tasks of queue {} lease before it",
+                v.ahead, v.queue
+            ),
+        )
+    })
+}
