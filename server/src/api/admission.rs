@@ -7,7 +7,8 @@ use tonic::{Request, Response, Status};
 
 use super::convert::{duration, retry_to_pb, state_to_pb, to_duration, to_timestamp};
 use super::error::{invalid, status};
-use crate::domain::admission::{self, Fairness, GateKind, QueueConfig, RateLimit, RetryOverride};
+use crate::domain::admission::{Fairness, QueueConfig, RateLimit, RetryOverride};
+use crate::domain::explain::{self, GateKind};
 use crate::domain::validate::Invalid;
 use crate::pb;
 use crate::service::{Broker, QueueView};
@@ -62,7 +63,7 @@ pub(super) async fn explain_task(
     }))
 }
 
-fn gate_to_pb(g: admission::Gate) -> pb::Gate {
+fn gate_to_pb(g: explain::Gate) -> pb::Gate {
     let kind = match g.kind {
         GateKind::None => pb::GateKind::None,
         GateKind::RunAtInFuture => pb::GateKind::RunAtInFuture,

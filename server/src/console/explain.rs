@@ -5,7 +5,7 @@ use maud::{Markup, html};
 
 use super::admission::queue_href;
 use super::layout::{self, opt_time};
-use crate::domain::admission::{Gate, GateKind};
+use crate::domain::explain::{Gate, GateKind};
 
 fn title(kind: GateKind) -> &'static str {
     match kind {

@@ -371,9 +371,6 @@ pub fn admit(
     (picks, closed)
 }
 
-// The gates that hold a task (Explain) are in `explain`.
-pub use super::explain::{ExplainView, Gate, GateKind, dependency_gate, explain};
-
 #[cfg(test)]
 #[path = "admission_tests.rs"]
 mod tests;

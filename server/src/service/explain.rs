@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::{Broker, ServiceError};
 use crate::domain::StoredState;
-use crate::domain::admission::{self, ExplainView, Gate};
+use crate::domain::explain::{self, ExplainView, Gate};
 
 /// Flow: ExplainTask names at most this many unfinished dependencies.
 const EXPLAIN_DEPENDENCIES: u32 = 100;
@@ -95,7 +95,7 @@ impl Broker {
                     .store
                     .task_keys_missing(&task.id, EXPLAIN_DEPENDENCIES)
                     .await?;
-                Some(admission::dependency_gate(waiting, missing))
+                Some(explain::dependency_gate(waiting, missing))
             }
             _ => {
                 return Ok(Explained {
@@ -131,13 +131,13 @@ impl Broker {
             reserved,
             unmatched_target,
         };
-        let mut gates = admission::explain(&view, now);
+        let mut gates = explain::explain(&view, now);
         if let Some(g) = blocked {
             // What else holds it once unblocked; NONE and WAITING_BEHIND do not apply.
             gates.retain(|g| {
                 !matches!(
                     g.kind,
-                    admission::GateKind::None | admission::GateKind::WaitingBehind
+                    explain::GateKind::None | explain::GateKind::WaitingBehind
                 )
             });
             gates.insert(0, g);

@@ -1,70 +1,15 @@
 //! Submit: validate a batch all-or-nothing, apply retry defaults, insert, wake waiters.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-
 use super::submit_spec::stored_bytes;
+pub use super::submit_spec::{DuplicateKey, RetrySpec, StickySpec, SubmitTask};
 use super::{Broker, ServiceError};
 use crate::domain::RetryPolicy;
 use crate::domain::bounds;
-use crate::domain::routing::{Fanout, MAX_COPIES, Target, TaskRouting};
+use crate::domain::routing::{MAX_COPIES, TaskRouting};
 use crate::domain::validate::{self, Invalid};
 use crate::store::{Inserted, NewTask, Replacement};
-
-/// Retry fields as submitted; `None` takes the broker default.
-#[derive(Debug, Clone, Default)]
-pub struct RetrySpec {
-    pub max_attempts: Option<u32>,
-    pub initial_backoff: Option<Duration>,
-    pub backoff_multiplier: Option<f64>,
-    pub max_backoff: Option<Duration>,
-    pub jitter: Option<f64>,
-}
-
-/// One task as submitted.
-#[derive(Debug, Clone, Default)]
-pub struct SubmitTask {
-    pub queue: String,
-    pub payload: Vec<u8>,
-    pub key: Option<String>,
-    pub priority: i32,
-    pub run_at: Option<DateTime<Utc>>,
-    pub deadline: Option<DateTime<Utc>>,
-    pub retry: RetrySpec,
-    pub metadata: BTreeMap<String, String>,
-    /// Routing: who may lease it, sticky retries, fan-out copies.
-    pub target: Target,
-    pub sticky: Option<StickySpec>,
-    pub fanout: Option<Fanout>,
-    /// Flow: dependencies and retry schedule.
-    pub flow: crate::store::FlowSpec,
-    /// Admission: `[A-Za-z0-9._:@/-]{1,256}`, or none.
-    pub concurrency_key: Option<String>,
-    /// Leased at most once: one attempt, never retried (not after a lost lease either).
-    pub at_most_once: bool,
-    /// What to do when the key is taken.
-    pub on_duplicate: DuplicateKey,
-}
-
-/// What Submit does when a task with the same (queue, key) exists.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum DuplicateKey {
-    /// Keep the existing task (deduplicated).
-    #[default]
-    KeepExisting,
-    /// Replace the payload, run_at, priority and metadata of the existing task
-    /// while it waits (not leased, not finished); otherwise keep it.
-    ReplaceWaiting,
-}
-
-/// A sticky policy as submitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StickySpec {
-    Soft { timeout: Option<Duration> },
-    Hard,
-}
 
 /// The outcome of one submitted task (for a fan-out task, of its first copy;
 /// `copy_task_ids` lists every copy).
