@@ -82,6 +82,11 @@ pub struct Args {
     /// Read the broker's peak RSS (VmHWM) from /proc/PID/status at the end.
     #[arg(long, conflicts_with = "spawn_broker")]
     pub broker_pid: Option<u32>,
+    /// The database server's process (Postgres' postmaster, mysqld), to count the
+    /// CPU it spends in the throughput phase alone: the process, its live
+    /// children and the children it reaped (a Postgres backend per connection).
+    #[arg(long)]
+    pub db_pid: Option<u32>,
     /// Start `--broker-bin serve` on this database URL on a free loopback port,
     /// benchmark it, and stop it at the end.
     #[arg(long, value_name = "DATABASE_URL")]

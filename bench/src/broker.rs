@@ -103,6 +103,34 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     parse_cpu_seconds(&stat)
 }
 
+/// CPU seconds a server and its processes have used so far: its own, that of
+/// the children it waited for (cutime, cstime), and that of each live child
+/// (a Postgres backend; threads, as mysqld's, count in the process's own).
+/// The difference of two readings is what the server spent between them, as
+/// long as no child that the difference spans exits unreaped.
+pub fn tree_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut total = parse_cpu_seconds(&stat)? + parse_children_cpu_seconds(&stat)?;
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default();
+    for child in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
+        // A child gone meanwhile is counted in cutime on the next reading.
+        if let Some(s) = cpu_seconds(child) {
+            total += s;
+        }
+    }
+    Some(total)
+}
+
+fn parse_children_cpu_seconds(stat: &str) -> Option<f64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 16 and 17 (cutime, cstime).
+    let cutime: u64 = fields.get(13)?.parse().ok()?;
+    let cstime: u64 = fields.get(14)?.parse().ok()?;
+    Some((cutime + cstime) as f64 / 100.0)
+}
+
 fn parse_cpu_seconds(stat: &str) -> Option<f64> {
     // The command name (field 2) may hold spaces: count fields after its ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
@@ -121,6 +149,9 @@ mod tests {
     fn cpu_is_utime_plus_stime() {
         let stat = "42 (a b) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 4 0";
         assert_eq!(parse_cpu_seconds(stat), Some(3.0));
+        assert_eq!(parse_children_cpu_seconds(stat), Some(0.0));
+        let reaped = "42 (a b) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 700 30 20 0 4 0";
+        assert_eq!(parse_children_cpu_seconds(reaped), Some(7.3));
         assert_eq!(parse_cpu_seconds("garbage"), None);
     }
 

@@ -142,8 +142,13 @@ async fn measure(
     }
 
     let cpu_before = pid.and_then(broker::cpu_seconds);
+    let db_before = args.db_pid.and_then(broker::tree_cpu_seconds);
     let throughput = throughput::run(&params, &workers, &producers, &queue).await?;
     let broker_cpu_s = match (cpu_before, pid.and_then(broker::cpu_seconds)) {
+        (Some(a), Some(b)) => Some(b - a),
+        _ => None,
+    };
+    let db_cpu_s = match (db_before, args.db_pid.and_then(broker::tree_cpu_seconds)) {
         (Some(a), Some(b)) => Some(b - a),
         _ => None,
     };
@@ -202,5 +207,6 @@ async fn measure(
         broker_pid: pid,
         broker_rss_mb,
         broker_cpu_s,
+        db_cpu_s,
     })
 }

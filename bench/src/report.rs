@@ -22,6 +22,8 @@ pub struct Report {
     pub broker_rss_mb: Option<f64>,
     /// The broker's CPU seconds during the throughput phase.
     pub broker_cpu_s: Option<f64>,
+    /// The database server's CPU in the throughput phase (`--db-pid`).
+    pub db_cpu_s: Option<f64>,
 }
 
 /// The nearest-rank percentile `q` (0-1] of sorted samples.
@@ -170,7 +172,20 @@ impl Report {
                 format!("{us:.0} us (throughput phase)"),
             );
         }
+        if let Some(us) = self.db_cpu_per_lifecycle_us() {
+            row(
+                "database",
+                "CPU / lifecycle",
+                format!("{us:.0} us (throughput phase)"),
+            );
+        }
         s
+    }
+
+    /// The database server's CPU per lifecycle in the throughput phase, microseconds.
+    fn db_cpu_per_lifecycle_us(&self) -> Option<f64> {
+        let n = self.throughput.completed.max(1) as f64;
+        self.db_cpu_s.map(|s| s * 1e6 / n)
     }
 
     /// Broker CPU per lifecycle in the throughput phase, microseconds.
@@ -213,6 +228,7 @@ impl Report {
             "latency": self.latency.iter().map(latency_json).collect::<Vec<_>>(),
             "lease_next": p.lease_next,
             "broker_cpu_us_per_lifecycle": self.cpu_per_lifecycle_us().map(|v| round(v, 1)),
+            "db_cpu_us_per_lifecycle": self.db_cpu_per_lifecycle_us().map(|v| round(v, 1)),
         })
     }
 }

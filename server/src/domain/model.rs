@@ -329,7 +329,7 @@ pub struct LeaseRouting {
 }
 
 impl LeaseRouting {
-    /// The labels as the JSON object both stores compare with.
+    /// The labels as the JSON object every store compares with.
     pub fn labels_json(&self) -> String {
         serde_json::to_string(&self.labels).unwrap_or_else(|_| "{}".into())
     }

@@ -118,7 +118,7 @@ pub struct LeaseHolderParams {
     pub limit: u32,
 }
 
-// ---- rows as both databases return them (times in epoch ms) ----
+// ---- rows as every database returns them (times in epoch ms) ----
 
 pub(crate) fn bucket_row((queue, b, ok, failed): (String, i64, i64, i64)) -> AttemptBucket {
     AttemptBucket {

@@ -1,4 +1,4 @@
-//! Row types shared by both databases (integers are BIGINT, times are epoch ms).
+//! Row types shared by every database (integers are BIGINT, times are epoch ms).
 
 use std::time::Duration;
 

@@ -290,7 +290,7 @@ fn parse_template(id: &str, text: &str, payload: Vec<u8>) -> Result<TaskTemplate
     })
 }
 
-/// A `schedules` row (both databases).
+/// A `schedules` row (every database).
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct ScheduleRow {
     pub id: String,

@@ -2,7 +2,7 @@
 //! waits for its queue, in the insert's own statement and commit, instead of an
 //! insert now and a lease statement later.
 //!
-//! What both stores share: the request a task is matched to ([`MatchTo`]), which
+//! What every store shares: the request a task is matched to ([`MatchTo`]), which
 //! matches of a batch may stand at all ([`matches_in_lease_order`], pure), and
 //! the record of a task inserted leased ([`leased_row`]). The rule the stores add
 //! inside their one transaction: a matched task is leased only if no pending task
@@ -127,7 +127,7 @@ pub(crate) fn leased_row(
     .into_record()
 }
 
-/// The metadata column of a new task, as both stores write it.
+/// The metadata column of a new task, as every store writes it.
 pub(crate) fn metadata_json(t: &NewTask) -> String {
     serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into())
 }
