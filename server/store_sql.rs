@@ -13,6 +13,11 @@
 //! priority DESC, deadline_at, run_at, id
 //! ```
 //!
+//! A `-- piece:` block is a statement's part that the code joins with others at
+//! run time (a `VALUES` row repeated as often as the batch has rows): a constant
+//! like a statement's, listed with `piece: true`, and not a statement a database
+//! can prepare alone.
+//!
 //! `${name}` stands for the fragment of that name, of the same backend, expanded
 //! where it stands (fragments may name fragments). A statement's name becomes a
 //! constant in upper case; `STATEMENTS` lists every statement with its file, its
@@ -27,6 +32,7 @@ const BACKENDS: [&str; 3] = ["sqlite", "postgres", "mysql"];
 
 struct Block {
     name: String,
+    piece: bool,
     file: String,
     own: Option<String>,
     doc: Vec<String>,
@@ -94,10 +100,11 @@ pub fn generate() -> Result<(), Error> {
         for s in &statements {
             writeln!(
                 code,
-                "    crate::store::sql::Statement {{ name: {:?}, file: {:?}, own: {:?}, text: {} }},",
+                "    crate::store::sql::Statement {{ name: {:?}, file: {:?}, own: {:?}, piece: {}, text: {} }},",
                 s.name,
                 s.file,
                 s.own,
+                s.piece,
                 s.name.to_uppercase()
             )?;
         }
@@ -150,6 +157,8 @@ fn blocks(file: &str, text: &str) -> Result<Vec<(&'static str, Block)>, Error> {
         let t = line.trim();
         let marker = if let Some(n) = t.strip_prefix("-- name:") {
             Some(("name", n))
+        } else if let Some(n) = t.strip_prefix("-- piece:") {
+            Some(("piece", n))
         } else {
             t.strip_prefix("-- fragment:").map(|n| ("fragment", n))
         };
@@ -167,6 +176,7 @@ fn blocks(file: &str, text: &str) -> Result<Vec<(&'static str, Block)>, Error> {
                 out.push((
                     kind,
                     Block {
+                        piece: kind == "piece",
                         name,
                         file: file.to_string(),
                         own: None,

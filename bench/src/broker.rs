@@ -111,9 +111,12 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
 pub fn tree_cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let mut total = parse_cpu_seconds(&stat)? + parse_children_cpu_seconds(&stat)?;
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default();
-    for child in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    for child in children
+        .split_whitespace()
+        .filter_map(|c| c.parse::<u32>().ok())
+    {
         // A child gone meanwhile is counted in cutime on the next reading.
         if let Some(s) = cpu_seconds(child) {
             total += s;

@@ -49,8 +49,41 @@ enum Command {
     /// Check a running broker end to end: health, then Submit, Lease and Complete
     /// of one task on a fresh queue (what `helm test` runs).
     Smoke(taskbroker_server::smoke::SmokeArgs),
+    /// Print the store's statements as a database receives them (fragments
+    /// expanded), to paste into psql, sqlite3 or mariadb and EXPLAIN: every
+    /// statement's name, or one statement's text.
+    Sql(SqlArgs),
     #[command(flatten)]
     Client(taskbroker_client::cli::ClientCommand),
+}
+
+#[derive(clap::Args)]
+struct SqlArgs {
+    /// The database: sqlite, postgres or mysql.
+    store: String,
+    /// A statement's name; without one, every name with its file.
+    name: Option<String>,
+}
+
+fn print_sql(a: &SqlArgs) -> anyhow::Result<()> {
+    let all = taskbroker_server::store::sql::statements(&a.store).ok_or_else(|| {
+        anyhow::anyhow!("store must be sqlite, postgres or mysql, not {}", a.store)
+    })?;
+    match &a.name {
+        None => {
+            for s in all {
+                println!("{}\t{}", s.name, s.file);
+            }
+        }
+        Some(name) => {
+            let s = all
+                .iter()
+                .find(|s| s.name == name.as_str())
+                .ok_or_else(|| anyhow::anyhow!("{} has no statement {name}", a.store))?;
+            println!("{};", s.text);
+        }
+    }
+    Ok(())
 }
 
 async fn shutdown_signal() {
@@ -126,6 +159,7 @@ async fn main() -> std::process::ExitCode {
             .and_then(|c| c.validate().map(|_| c))
             .map(|c| print!("{}", c.redacted_toml()))
             .map_err(anyhow::Error::msg),
+        Command::Sql(args) => print_sql(&args),
         Command::Smoke(args) => taskbroker_server::smoke::run(args)
             .await
             .map(|report| print!("{report}"))

@@ -10,6 +10,9 @@ pub struct Statement {
     pub file: &'static str,
     /// Why only this backend has it, when that is so.
     pub own: Option<&'static str>,
+    /// A part that the code joins with others at run time (a `VALUES` row
+    /// repeated per batch row), not a statement to prepare alone.
+    pub piece: bool,
     pub text: &'static str,
 }
 
