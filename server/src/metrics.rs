@@ -19,6 +19,13 @@ pub struct QueueLabel {
     pub queue: String,
 }
 
+/// A lease's queue and the rules it applied (`domain::explain::LeasePath`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeasedLabel {
+    pub queue: String,
+    pub path: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DepthLabel {
     pub queue: String,
@@ -58,7 +65,7 @@ pub struct Metrics {
     submit_refused: Family<QueueLabel, Counter>,
     /// Backpressure: counts of a queue's waiting tasks read by Submit.
     pending_counted: Family<QueueLabel, Counter>,
-    leased: Family<QueueLabel, Counter>,
+    leased: Family<LeasedLabel, Counter>,
     completed: Family<QueueLabel, Counter>,
     failed: Family<QueueLabel, Counter>,
     dead: Family<QueueLabel, Counter>,
@@ -135,7 +142,11 @@ impl Metrics {
             "Counts of a queue's waiting tasks read by Submit's max_pending check (about one a second per queue and broker)",
             m.pending_counted.clone(),
         );
-        r.register("tasks_leased", "Leases granted", m.leased.clone());
+        r.register(
+            "tasks_leased",
+            "Leases granted, by queue and by the rules the lease applied (path: plain, routed, gated, matched)",
+            m.leased.clone(),
+        );
         r.register("tasks_completed", "Tasks completed", m.completed.clone());
         r.register(
             "tasks_failed",
@@ -256,8 +267,13 @@ impl Metrics {
         self.pending_counted.get_or_create(&q(queue)).inc();
     }
 
-    pub fn leased(&self, queue: &str, waited: Duration) {
-        self.leased.get_or_create(&q(queue)).inc();
+    pub fn leased(&self, queue: &str, path: crate::domain::explain::LeasePath, waited: Duration) {
+        self.leased
+            .get_or_create(&LeasedLabel {
+                queue: queue.to_string(),
+                path: path.as_str(),
+            })
+            .inc();
         self.wait_time
             .get_or_create(&q(queue))
             .observe(waited.as_secs_f64());

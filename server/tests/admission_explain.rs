@@ -1,4 +1,4 @@
-//! ExplainTask on both stores: the gate it names in each case, and the
+//! ExplainTask on every store: the gate it names in each case, and the
 //! details it gives (until, the holders of a key, how many lease first).
 
 mod common;
@@ -287,7 +287,97 @@ async fn an_unmatched_target_and_a_sticky_reservation_are_named(b: Backend) {
     app.shutdown().await;
 }
 
+async fn lease_path(admin: &mut AdminServiceClient<Channel>, id: &str) -> pb::LeasePath {
+    let e = admin
+        .explain_task(pb::ExplainTaskRequest { task_id: id.into() })
+        .await
+        .expect("explain")
+        .into_inner();
+    pb::LeasePath::try_from(e.lease_path).expect("known path")
+}
+
+async fn metrics_text(app: &TestApp) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(app.metrics_addr.expect("metrics"))
+        .await
+        .unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+/// The lease path ExplainTask names for a waiting task is the `path` label the
+/// leased-tasks metric counts it under once it is leased: plain, routed (a
+/// target), gated (a queue with a concurrency limit); a leased task has none.
+async fn the_lease_path_explain_names_is_the_one_the_metric_counts(b: Backend) {
+    let Some(app) = spawn_app_with(
+        b,
+        Options {
+            metrics: true,
+            ..Options::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    let (mut admin, mut broker) = (app.admin().await, app.broker().await);
+    let plain = submit_one(&mut broker, spec("p")).await;
+    let routed = submit_one(
+        &mut broker,
+        pb::TaskSpec {
+            target: Some(pb::Target {
+                worker_id: "w1".into(),
+                labels: Default::default(),
+            }),
+            ..spec("r")
+        },
+    )
+    .await;
+    set_queue(
+        &mut admin,
+        "g",
+        pb::QueueConfig {
+            max_concurrent: 5,
+            ..Default::default()
+        },
+        &["max_concurrent"],
+    )
+    .await;
+    let gated = submit_one(&mut broker, spec("g")).await;
+    assert_eq!(lease_path(&mut admin, &plain).await, pb::LeasePath::Plain);
+    assert_eq!(lease_path(&mut admin, &routed).await, pb::LeasePath::Routed);
+    assert_eq!(lease_path(&mut admin, &gated).await, pb::LeasePath::Gated);
+    for q in ["p", "r", "g"] {
+        let got = broker
+            .lease(pb::LeaseRequest {
+                worker_id: "w1".into(),
+                ..lease_req(q, 1)
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .tasks;
+        assert_eq!(got.len(), 1, "queue {q}");
+    }
+    let text = metrics_text(&app).await;
+    for (q, path) in [("p", "plain"), ("r", "routed"), ("g", "gated")] {
+        let line = format!("taskbroker_tasks_leased_total{{queue=\"{q}\",path=\"{path}\"}} 1");
+        assert!(text.contains(&line), "{line} not in:\n{text}");
+    }
+    assert_eq!(
+        lease_path(&mut admin, &plain).await,
+        pb::LeasePath::Unspecified,
+        "a leased task is not waiting"
+    );
+    app.shutdown().await;
+}
+
 all_backends!(
+    the_lease_path_explain_names_is_the_one_the_metric_counts,
     a_ready_task_alone_has_no_gate_and_a_leased_one_none_at_all,
     an_unmatched_target_and_a_sticky_reservation_are_named,
     a_future_run_at_and_a_retry_backoff_say_until_when,

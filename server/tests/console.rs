@@ -1142,8 +1142,11 @@ async fn a_waiting_task_says_why_it_is_not_running(backend: Backend) {
         page.body
     );
     assert!(page.body.contains("queue held is paused"));
+    // A paused queue has a gate: the gated lease takes its tasks.
+    assert!(page.body.contains("data-path=\"gated\""), "{}", page.body);
     let ready = b.get(&format!("/tasks/{free}")).await;
     assert!(ready.body.contains("a worker asking now would get it"));
+    assert!(ready.body.contains("data-path=\"plain\""), "{}", ready.body);
     lease_one(&mut c, "free").await;
     let running = b.get(&format!("/tasks/{free}")).await;
     assert!(

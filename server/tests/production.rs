@@ -152,7 +152,7 @@ async fn metrics_move_as_tasks_flow() {
     let text = scrape(app.metrics_addr.unwrap()).await;
     for line in [
         "taskbroker_tasks_submitted_total{queue=\"m\"} 3",
-        "taskbroker_tasks_leased_total{queue=\"m\"} 2",
+        "taskbroker_tasks_leased_total{queue=\"m\",path=\"plain\"} 2",
         "taskbroker_tasks_completed_total{queue=\"m\"} 1",
         "taskbroker_tasks_failed_total{queue=\"m\"} 1",
         "taskbroker_tasks_dead_total{queue=\"m\"} 1",

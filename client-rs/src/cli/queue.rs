@@ -329,11 +329,12 @@ pub fn explain_text(e: &pb::ExplainTaskResponse) -> String {
             e.task_id
         );
     }
+    let path = lease_path_line(e.lease_path);
     if let [g] = e.gates.as_slice()
         && g.kind == GateKind::None as i32
     {
         return format!(
-            "Task {} is {state}: nothing holds it; a worker asking now would get it.\n",
+            "Task {} is {state}: nothing holds it; a worker asking now would get it.\n{path}",
             e.task_id
         );
     }
@@ -341,7 +342,21 @@ pub fn explain_text(e: &pb::ExplainTaskResponse) -> String {
     for g in &e.gates {
         out.push_str(&format!("  - {}\n", gate_sentence(g)));
     }
+    out.push_str(&path);
     out
+}
+
+/// The rules the lease that takes the task applies, as the leased-tasks
+/// metric's `path` label names them; nothing when the server does not say.
+fn lease_path_line(path: i32) -> String {
+    let what = match pb::LeasePath::try_from(path) {
+        Ok(pb::LeasePath::Plain) => "plain (no routing, no gates)",
+        Ok(pb::LeasePath::Routed) => "routed (its target, sticky policy or fan-out apply)",
+        Ok(pb::LeasePath::Gated) => "gated (its queue's admission gates apply)",
+        Ok(pb::LeasePath::Matched) => "matched (handed to a waiting long-poll)",
+        _ => return String::new(),
+    };
+    format!("Lease path: {what}.\n")
 }
 
 fn gate_sentence(g: &pb::Gate) -> String {
@@ -393,5 +408,8 @@ pub fn explain_json(e: &pb::ExplainTaskResponse) -> Value {
             })
         })
         .collect();
-    json!({"task_id": e.task_id, "state": render::state(e.state), "gates": gates})
+    let path = pb::LeasePath::try_from(e.lease_path)
+        .map(|p| p.as_str_name())
+        .unwrap_or("LEASE_PATH_UNSPECIFIED");
+    json!({"task_id": e.task_id, "state": render::state(e.state), "gates": gates, "lease_path": path})
 }

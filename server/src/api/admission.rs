@@ -60,7 +60,17 @@ pub(super) async fn explain_task(
         task_id: e.task_id,
         state: state_to_pb(e.state) as i32,
         gates: e.gates.into_iter().map(gate_to_pb).collect(),
+        lease_path: e.lease_path.map_or(pb::LeasePath::Unspecified, path_to_pb) as i32,
     }))
+}
+
+fn path_to_pb(p: explain::LeasePath) -> pb::LeasePath {
+    match p {
+        explain::LeasePath::Plain => pb::LeasePath::Plain,
+        explain::LeasePath::Routed => pb::LeasePath::Routed,
+        explain::LeasePath::Gated => pb::LeasePath::Gated,
+        explain::LeasePath::Matched => pb::LeasePath::Matched,
+    }
 }
 
 fn gate_to_pb(g: explain::Gate) -> pb::Gate {

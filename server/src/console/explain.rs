@@ -5,7 +5,7 @@ use maud::{Markup, html};
 
 use super::admission::queue_href;
 use super::layout::{self, opt_time};
-use crate::domain::explain::{Gate, GateKind};
+use crate::domain::explain::{Gate, GateKind, LeasePath};
 
 fn title(kind: GateKind) -> &'static str {
     match kind {
@@ -23,8 +23,18 @@ fn title(kind: GateKind) -> &'static str {
     }
 }
 
+/// The rules the lease that takes the task applies, in a sentence.
+fn path_sentence(path: LeasePath) -> &'static str {
+    match path {
+        LeasePath::Plain => "the plain lease: any worker of its queue, in lease order",
+        LeasePath::Routed => "the routed lease: its target, sticky policy or fan-out apply",
+        LeasePath::Gated => "the gated lease: its queue's admission gates apply",
+        LeasePath::Matched => "handed to a waiting long-poll at submit",
+    }
+}
+
 /// The section, for a task Explain was asked about.
-pub fn section(gates: &[Gate], queue: &str) -> Markup {
+pub fn section(gates: &[Gate], path: Option<LeasePath>, queue: &str) -> Markup {
     html! {
         section aria-labelledby="h-explain" {
             h2 #h-explain { "Why is it not running?" }
@@ -45,6 +55,12 @@ pub fn section(gates: &[Gate], queue: &str) -> Markup {
                             " " a href=(queue_href(queue)) { "Open the queue to resume it" }
                         }
                     }
+                }
+            }
+            @if let Some(p) = path {
+                p #lease-path data-path=(p.as_str()) {
+                    "Taken by " (path_sentence(p)) " (path " code { (p.as_str()) } " in "
+                    code { "taskbroker_tasks_leased_total" } ")."
                 }
             }
         }

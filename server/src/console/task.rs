@@ -213,7 +213,8 @@ pub async fn page(
         tokio::try_join!(b.get_task(&id), b.list_attempts(&id), history(b, &id))?;
     // Why a waiting task is not running (Explain); only a pending task has gates.
     let gates = if task.state == StoredState::Pending {
-        Some(b.explain_task(&id).await?.gates)
+        let e = b.explain_task(&id).await?;
+        Some((e.gates, e.lease_path))
     } else {
         None
     };
@@ -227,7 +228,7 @@ pub async fn page(
         h1 { "Task " span.mono { (task.id) } " " (badge(state)) }
         (layout::notice(done_notice(q.done.as_deref())))
         (actions(&base, task.state))
-        @if let Some(gates) = &gates { (super::explain::section(gates, &task.queue)) }
+        @if let Some((gates, path)) = &gates { (super::explain::section(gates, *path, &task.queue)) }
         section aria-labelledby="h-fields" {
             h2 #h-fields { "Fields" }
             dl.fields {

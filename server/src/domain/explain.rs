@@ -256,3 +256,73 @@ fn behind_gate(v: &ExplainView, now: DateTime<Utc>) -> Option<Gate> {
         )
     })
 }
+
+/// Which rules a lease applies to a task: the `path` label of the leased-tasks
+/// metric, and ExplainTask's `lease_path` for a waiting task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeasePath {
+    /// No routing and no gates: any worker of the queue, in lease order.
+    Plain,
+    /// Routing's rules: a target, a sticky policy or reservation, a fan-out copy.
+    Routed,
+    /// Its queue has admission gates (pause, limits, fairness, aging); routing's
+    /// rules apply within them.
+    Gated,
+    /// Handed to a waiting long-poll as it was submitted (sync match).
+    Matched,
+}
+
+impl LeasePath {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeasePath::Plain => "plain",
+            LeasePath::Routed => "routed",
+            LeasePath::Gated => "gated",
+            LeasePath::Matched => "matched",
+        }
+    }
+}
+
+/// The path that leases a task taken from its queue: gated when the queue has
+/// gates, else routed when the task has routing, else plain.
+pub fn lease_path(routing: &crate::domain::routing::TaskRouting, gated: bool) -> LeasePath {
+    if gated {
+        LeasePath::Gated
+    } else if routing.is_routed() {
+        LeasePath::Routed
+    } else {
+        LeasePath::Plain
+    }
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::*;
+    use crate::domain::routing::{Sticky, TaskRouting};
+
+    #[test]
+    fn the_lease_path_names_the_rules_a_task_needs() {
+        let plain = TaskRouting::default();
+        assert_eq!(lease_path(&plain, false), LeasePath::Plain);
+        assert_eq!(lease_path(&plain, true), LeasePath::Gated);
+        let mut targeted = TaskRouting::default();
+        targeted.target.worker_id = Some("w1".into());
+        assert_eq!(lease_path(&targeted, false), LeasePath::Routed);
+        assert_eq!(lease_path(&targeted, true), LeasePath::Gated);
+        let reserved = TaskRouting {
+            reserved_for: Some("w2".into()),
+            ..TaskRouting::default()
+        };
+        assert_eq!(lease_path(&reserved, false), LeasePath::Routed);
+        let sticky = TaskRouting {
+            sticky: Some(Sticky::Hard),
+            ..TaskRouting::default()
+        };
+        assert_eq!(lease_path(&sticky, false).as_str(), "routed");
+        let copy = TaskRouting {
+            fanout_group: Some("t1".into()),
+            ..TaskRouting::default()
+        };
+        assert_eq!(lease_path(&copy, false), LeasePath::Routed);
+    }
+}

@@ -162,6 +162,18 @@ pub struct TaskRouting {
     pub reserved_until: Option<DateTime<Utc>>,
 }
 
+impl TaskRouting {
+    /// Whether a lease must apply routing's rules to this task: a target, a
+    /// sticky policy, a fan-out group or a reservation. A task without any of
+    /// them is leased by any worker of its queue.
+    pub fn is_routed(&self) -> bool {
+        !self.target.is_empty()
+            || self.sticky.is_some()
+            || self.fanout_group.is_some()
+            || self.reserved_for.is_some()
+    }
+}
+
 /// The reservation a failed attempt leaves on its retry: with a sticky policy,
 /// or when the worker asked (`prefer_same_worker`, SOFT with the default
 /// timeout unless the task's own policy says more). `None`: no reservation.

@@ -17,6 +17,8 @@ pub struct Explained {
     pub task_id: String,
     pub state: crate::domain::TaskState,
     pub gates: Vec<Gate>,
+    /// The rules the lease that takes it applies; `None` when it is not waiting.
+    pub lease_path: Option<explain::LeasePath>,
 }
 
 impl Broker {
@@ -102,6 +104,7 @@ impl Broker {
                     task_id: task.id,
                     state,
                     gates: Vec::new(),
+                    lease_path: None,
                 });
             }
         };
@@ -142,10 +145,15 @@ impl Broker {
             });
             gates.insert(0, g);
         }
+        // The lease decides the same way (`Broker::lease`): gates by the
+        // queue's live settings, routing by the task.
+        let gated = self.settings.gated(std::slice::from_ref(&task.queue));
+        let lease_path = Some(explain::lease_path(&task.routing, gated));
         Ok(Explained {
             task_id: task.id,
             state,
             gates,
+            lease_path,
         })
     }
 }

@@ -243,7 +243,8 @@ impl Broker {
                 let waited = (now - t.run_at.max(t.created_at))
                     .to_std()
                     .unwrap_or_default();
-                self.metrics.leased(&t.queue, waited);
+                let path = crate::domain::explain::lease_path(&t.routing, gated);
+                self.metrics.leased(&t.queue, path, waited);
             }
             if tasks.len() == req.max_tasks as usize {
                 // A full batch: more may be waiting, so pass the wake-up on.
@@ -336,7 +337,8 @@ impl Broker {
                     let waited = (now - t.run_at.max(t.created_at))
                         .to_std()
                         .unwrap_or_default();
-                    self.metrics.leased(&t.queue, waited);
+                    let path = crate::domain::explain::LeasePath::Matched;
+                    self.metrics.leased(&t.queue, path, waited);
                     self.metrics.sync_matched(&t.queue);
                 }
                 return Ok(self.with_dependency_results(tasks, max_reply_bytes).await);
