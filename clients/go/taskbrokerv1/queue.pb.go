@@ -172,6 +172,68 @@ func (GateKind) EnumDescriptor() ([]byte, []int) {
 	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{1}
 }
 
+// The rules a lease applies to a task.
+type LeasePath int32
+
+const (
+	LeasePath_LEASE_PATH_UNSPECIFIED LeasePath = 0
+	// No routing and no gates: any worker of the queue takes it in lease order.
+	LeasePath_LEASE_PATH_PLAIN LeasePath = 1
+	// Routing's rules: a target, a sticky policy or reservation, a fan-out copy.
+	LeasePath_LEASE_PATH_ROUTED LeasePath = 2
+	// Its queue has admission gates (pause, limits, fairness, aging); routing's
+	// rules apply within them.
+	LeasePath_LEASE_PATH_GATED LeasePath = 3
+	// Handed to a waiting long-poll as it was submitted (sync match); counted by
+	// the metric, never answered for a waiting task.
+	LeasePath_LEASE_PATH_MATCHED LeasePath = 4
+)
+
+// Enum value maps for LeasePath.
+var (
+	LeasePath_name = map[int32]string{
+		0: "LEASE_PATH_UNSPECIFIED",
+		1: "LEASE_PATH_PLAIN",
+		2: "LEASE_PATH_ROUTED",
+		3: "LEASE_PATH_GATED",
+		4: "LEASE_PATH_MATCHED",
+	}
+	LeasePath_value = map[string]int32{
+		"LEASE_PATH_UNSPECIFIED": 0,
+		"LEASE_PATH_PLAIN":       1,
+		"LEASE_PATH_ROUTED":      2,
+		"LEASE_PATH_GATED":       3,
+		"LEASE_PATH_MATCHED":     4,
+	}
+)
+
+func (x LeasePath) Enum() *LeasePath {
+	p := new(LeasePath)
+	*p = x
+	return p
+}
+
+func (x LeasePath) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LeasePath) Descriptor() protoreflect.EnumDescriptor {
+	return file_taskbroker_v1_queue_proto_enumTypes[2].Descriptor()
+}
+
+func (LeasePath) Type() protoreflect.EnumType {
+	return &file_taskbroker_v1_queue_proto_enumTypes[2]
+}
+
+func (x LeasePath) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LeasePath.Descriptor instead.
+func (LeasePath) EnumDescriptor() ([]byte, []int) {
+	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{2}
+}
+
 // A token bucket: `per_second` tokens are added each second, up to `burst`;
 // every lease takes one.
 type RateLimit struct {
@@ -893,7 +955,11 @@ type ExplainTaskResponse struct {
 	State  TaskState              `protobuf:"varint,2,opt,name=state,proto3,enum=taskbroker.v1.TaskState" json:"state,omitempty"`
 	// Every gate that holds the task; empty when it is not waiting (leased or
 	// finished), a single NONE when a worker asking now would get it.
-	Gates         []*Gate `protobuf:"bytes,3,rep,name=gates,proto3" json:"gates,omitempty"`
+	Gates []*Gate `protobuf:"bytes,3,rep,name=gates,proto3" json:"gates,omitempty"`
+	// Which rules the lease that takes this waiting task applies: the `path`
+	// label the leased-tasks metric (`taskbroker_tasks_leased_total`) counts it
+	// under. UNSPECIFIED when the task is not waiting.
+	LeasePath     LeasePath `protobuf:"varint,4,opt,name=lease_path,json=leasePath,proto3,enum=taskbroker.v1.LeasePath" json:"lease_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -947,6 +1013,13 @@ func (x *ExplainTaskResponse) GetGates() []*Gate {
 		return x.Gates
 	}
 	return nil
+}
+
+func (x *ExplainTaskResponse) GetLeasePath() LeasePath {
+	if x != nil {
+		return x.LeasePath
+	}
+	return LeasePath_LEASE_PATH_UNSPECIFIED
 }
 
 var File_taskbroker_v1_queue_proto protoreflect.FileDescriptor
@@ -1005,11 +1078,13 @@ const file_taskbroker_v1_queue_proto_rawDesc = "" +
 	"\x05ahead\x18\x05 \x01(\x04R\x05ahead\x129\n" +
 	"\fmissing_keys\x18\x06 \x03(\v2\x16.taskbroker.v1.TaskKeyR\vmissingKeys\"-\n" +
 	"\x12ExplainTaskRequest\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\"\x89\x01\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\"\xc2\x01\n" +
 	"\x13ExplainTaskResponse\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12.\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.taskbroker.v1.TaskStateR\x05state\x12)\n" +
-	"\x05gates\x18\x03 \x03(\v2\x13.taskbroker.v1.GateR\x05gates*V\n" +
+	"\x05gates\x18\x03 \x03(\v2\x13.taskbroker.v1.GateR\x05gates\x127\n" +
+	"\n" +
+	"lease_path\x18\x04 \x01(\x0e2\x18.taskbroker.v1.LeasePathR\tleasePath*V\n" +
 	"\bFairness\x12\x18\n" +
 	"\x14FAIRNESS_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rFAIRNESS_NONE\x10\x01\x12\x1d\n" +
@@ -1027,7 +1102,13 @@ const file_taskbroker_v1_queue_proto_rawDesc = "" +
 	"\x1cGATE_KIND_NO_MATCHING_WORKER\x10\t\x12\x1d\n" +
 	"\x19GATE_KIND_STICKY_RESERVED\x10\n" +
 	"\x12\x1c\n" +
-	"\x18GATE_KIND_WAITING_BEHIND\x10\vBB\n" +
+	"\x18GATE_KIND_WAITING_BEHIND\x10\v*\x82\x01\n" +
+	"\tLeasePath\x12\x1a\n" +
+	"\x16LEASE_PATH_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10LEASE_PATH_PLAIN\x10\x01\x12\x15\n" +
+	"\x11LEASE_PATH_ROUTED\x10\x02\x12\x14\n" +
+	"\x10LEASE_PATH_GATED\x10\x03\x12\x16\n" +
+	"\x12LEASE_PATH_MATCHED\x10\x04BB\n" +
 	"\x11dev.taskbroker.v1P\x01Z+taskbroker.dev/go/taskbrokerv1;taskbrokerv1b\x06proto3"
 
 var (
@@ -1042,57 +1123,59 @@ func file_taskbroker_v1_queue_proto_rawDescGZIP() []byte {
 	return file_taskbroker_v1_queue_proto_rawDescData
 }
 
-var file_taskbroker_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_taskbroker_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_taskbroker_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_taskbroker_v1_queue_proto_goTypes = []any{
 	(Fairness)(0),                 // 0: taskbroker.v1.Fairness
 	(GateKind)(0),                 // 1: taskbroker.v1.GateKind
-	(*RateLimit)(nil),             // 2: taskbroker.v1.RateLimit
-	(*QueueConfig)(nil),           // 3: taskbroker.v1.QueueConfig
-	(*Queue)(nil),                 // 4: taskbroker.v1.Queue
-	(*GetQueueRequest)(nil),       // 5: taskbroker.v1.GetQueueRequest
-	(*GetQueueResponse)(nil),      // 6: taskbroker.v1.GetQueueResponse
-	(*ListQueuesRequest)(nil),     // 7: taskbroker.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),    // 8: taskbroker.v1.ListQueuesResponse
-	(*UpdateQueueRequest)(nil),    // 9: taskbroker.v1.UpdateQueueRequest
-	(*UpdateQueueResponse)(nil),   // 10: taskbroker.v1.UpdateQueueResponse
-	(*Gate)(nil),                  // 11: taskbroker.v1.Gate
-	(*ExplainTaskRequest)(nil),    // 12: taskbroker.v1.ExplainTaskRequest
-	(*ExplainTaskResponse)(nil),   // 13: taskbroker.v1.ExplainTaskResponse
-	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
-	(*RetryPolicy)(nil),           // 15: taskbroker.v1.RetryPolicy
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil), // 17: google.protobuf.FieldMask
-	(*TaskKey)(nil),               // 18: taskbroker.v1.TaskKey
-	(TaskState)(0),                // 19: taskbroker.v1.TaskState
+	(LeasePath)(0),                // 2: taskbroker.v1.LeasePath
+	(*RateLimit)(nil),             // 3: taskbroker.v1.RateLimit
+	(*QueueConfig)(nil),           // 4: taskbroker.v1.QueueConfig
+	(*Queue)(nil),                 // 5: taskbroker.v1.Queue
+	(*GetQueueRequest)(nil),       // 6: taskbroker.v1.GetQueueRequest
+	(*GetQueueResponse)(nil),      // 7: taskbroker.v1.GetQueueResponse
+	(*ListQueuesRequest)(nil),     // 8: taskbroker.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),    // 9: taskbroker.v1.ListQueuesResponse
+	(*UpdateQueueRequest)(nil),    // 10: taskbroker.v1.UpdateQueueRequest
+	(*UpdateQueueResponse)(nil),   // 11: taskbroker.v1.UpdateQueueResponse
+	(*Gate)(nil),                  // 12: taskbroker.v1.Gate
+	(*ExplainTaskRequest)(nil),    // 13: taskbroker.v1.ExplainTaskRequest
+	(*ExplainTaskResponse)(nil),   // 14: taskbroker.v1.ExplainTaskResponse
+	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
+	(*RetryPolicy)(nil),           // 16: taskbroker.v1.RetryPolicy
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil), // 18: google.protobuf.FieldMask
+	(*TaskKey)(nil),               // 19: taskbroker.v1.TaskKey
+	(TaskState)(0),                // 20: taskbroker.v1.TaskState
 }
 var file_taskbroker_v1_queue_proto_depIdxs = []int32{
-	2,  // 0: taskbroker.v1.QueueConfig.rate_limit:type_name -> taskbroker.v1.RateLimit
-	2,  // 1: taskbroker.v1.QueueConfig.per_key_rate_limit:type_name -> taskbroker.v1.RateLimit
+	3,  // 0: taskbroker.v1.QueueConfig.rate_limit:type_name -> taskbroker.v1.RateLimit
+	3,  // 1: taskbroker.v1.QueueConfig.per_key_rate_limit:type_name -> taskbroker.v1.RateLimit
 	0,  // 2: taskbroker.v1.QueueConfig.fairness:type_name -> taskbroker.v1.Fairness
-	14, // 3: taskbroker.v1.QueueConfig.priority_aging:type_name -> google.protobuf.Duration
-	15, // 4: taskbroker.v1.QueueConfig.default_retry:type_name -> taskbroker.v1.RetryPolicy
-	14, // 5: taskbroker.v1.QueueConfig.default_lease:type_name -> google.protobuf.Duration
-	14, // 6: taskbroker.v1.QueueConfig.max_lease:type_name -> google.protobuf.Duration
-	14, // 7: taskbroker.v1.QueueConfig.retention:type_name -> google.protobuf.Duration
-	14, // 8: taskbroker.v1.QueueConfig.min_lease:type_name -> google.protobuf.Duration
-	3,  // 9: taskbroker.v1.Queue.config:type_name -> taskbroker.v1.QueueConfig
-	16, // 10: taskbroker.v1.Queue.update_time:type_name -> google.protobuf.Timestamp
-	4,  // 11: taskbroker.v1.GetQueueResponse.queue:type_name -> taskbroker.v1.Queue
-	4,  // 12: taskbroker.v1.ListQueuesResponse.queues:type_name -> taskbroker.v1.Queue
-	3,  // 13: taskbroker.v1.UpdateQueueRequest.config:type_name -> taskbroker.v1.QueueConfig
-	17, // 14: taskbroker.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
-	4,  // 15: taskbroker.v1.UpdateQueueResponse.queue:type_name -> taskbroker.v1.Queue
+	15, // 3: taskbroker.v1.QueueConfig.priority_aging:type_name -> google.protobuf.Duration
+	16, // 4: taskbroker.v1.QueueConfig.default_retry:type_name -> taskbroker.v1.RetryPolicy
+	15, // 5: taskbroker.v1.QueueConfig.default_lease:type_name -> google.protobuf.Duration
+	15, // 6: taskbroker.v1.QueueConfig.max_lease:type_name -> google.protobuf.Duration
+	15, // 7: taskbroker.v1.QueueConfig.retention:type_name -> google.protobuf.Duration
+	15, // 8: taskbroker.v1.QueueConfig.min_lease:type_name -> google.protobuf.Duration
+	4,  // 9: taskbroker.v1.Queue.config:type_name -> taskbroker.v1.QueueConfig
+	17, // 10: taskbroker.v1.Queue.update_time:type_name -> google.protobuf.Timestamp
+	5,  // 11: taskbroker.v1.GetQueueResponse.queue:type_name -> taskbroker.v1.Queue
+	5,  // 12: taskbroker.v1.ListQueuesResponse.queues:type_name -> taskbroker.v1.Queue
+	4,  // 13: taskbroker.v1.UpdateQueueRequest.config:type_name -> taskbroker.v1.QueueConfig
+	18, // 14: taskbroker.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	5,  // 15: taskbroker.v1.UpdateQueueResponse.queue:type_name -> taskbroker.v1.Queue
 	1,  // 16: taskbroker.v1.Gate.kind:type_name -> taskbroker.v1.GateKind
-	16, // 17: taskbroker.v1.Gate.until:type_name -> google.protobuf.Timestamp
-	18, // 18: taskbroker.v1.Gate.missing_keys:type_name -> taskbroker.v1.TaskKey
-	19, // 19: taskbroker.v1.ExplainTaskResponse.state:type_name -> taskbroker.v1.TaskState
-	11, // 20: taskbroker.v1.ExplainTaskResponse.gates:type_name -> taskbroker.v1.Gate
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	17, // 17: taskbroker.v1.Gate.until:type_name -> google.protobuf.Timestamp
+	19, // 18: taskbroker.v1.Gate.missing_keys:type_name -> taskbroker.v1.TaskKey
+	20, // 19: taskbroker.v1.ExplainTaskResponse.state:type_name -> taskbroker.v1.TaskState
+	12, // 20: taskbroker.v1.ExplainTaskResponse.gates:type_name -> taskbroker.v1.Gate
+	2,  // 21: taskbroker.v1.ExplainTaskResponse.lease_path:type_name -> taskbroker.v1.LeasePath
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_taskbroker_v1_queue_proto_init() }
@@ -1106,7 +1189,7 @@ func file_taskbroker_v1_queue_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskbroker_v1_queue_proto_rawDesc), len(file_taskbroker_v1_queue_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -113,6 +113,44 @@ GATE_KIND_WAITING_BEHIND: GateKind.ValueType  # 11
 """Other READY tasks lease first (`ahead`)."""
 Global___GateKind: _TypeAlias = GateKind  # noqa: Y015
 
+class _LeasePath:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _LeasePathEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LeasePath.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    LEASE_PATH_UNSPECIFIED: _LeasePath.ValueType  # 0
+    LEASE_PATH_PLAIN: _LeasePath.ValueType  # 1
+    """No routing and no gates: any worker of the queue takes it in lease order."""
+    LEASE_PATH_ROUTED: _LeasePath.ValueType  # 2
+    """Routing's rules: a target, a sticky policy or reservation, a fan-out copy."""
+    LEASE_PATH_GATED: _LeasePath.ValueType  # 3
+    """Its queue has admission gates (pause, limits, fairness, aging); routing's
+    rules apply within them.
+    """
+    LEASE_PATH_MATCHED: _LeasePath.ValueType  # 4
+    """Handed to a waiting long-poll as it was submitted (sync match); counted by
+    the metric, never answered for a waiting task.
+    """
+
+class LeasePath(_LeasePath, metaclass=_LeasePathEnumTypeWrapper):
+    """The rules a lease applies to a task."""
+
+LEASE_PATH_UNSPECIFIED: LeasePath.ValueType  # 0
+LEASE_PATH_PLAIN: LeasePath.ValueType  # 1
+"""No routing and no gates: any worker of the queue takes it in lease order."""
+LEASE_PATH_ROUTED: LeasePath.ValueType  # 2
+"""Routing's rules: a target, a sticky policy or reservation, a fan-out copy."""
+LEASE_PATH_GATED: LeasePath.ValueType  # 3
+"""Its queue has admission gates (pause, limits, fairness, aging); routing's
+rules apply within them.
+"""
+LEASE_PATH_MATCHED: LeasePath.ValueType  # 4
+"""Handed to a waiting long-poll as it was submitted (sync match); counted by
+the metric, never answered for a waiting task.
+"""
+Global___LeasePath: _TypeAlias = LeasePath  # noqa: Y015
+
 @_typing.final
 class RateLimit(_message.Message):
     """A token bucket: `per_second` tokens are added each second, up to `burst`;
@@ -480,8 +518,14 @@ class ExplainTaskResponse(_message.Message):
     TASK_ID_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     GATES_FIELD_NUMBER: _builtins.int
+    LEASE_PATH_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     state: _broker_pb2.TaskState.ValueType
+    lease_path: Global___LeasePath.ValueType
+    """Which rules the lease that takes this waiting task applies: the `path`
+    label the leased-tasks metric (`taskbroker_tasks_leased_total`) counts it
+    under. UNSPECIFIED when the task is not waiting.
+    """
     @_builtins.property
     def gates(self) -> _containers.RepeatedCompositeFieldContainer[Global___Gate]:
         """Every gate that holds the task; empty when it is not waiting (leased or
@@ -494,10 +538,11 @@ class ExplainTaskResponse(_message.Message):
         task_id: _builtins.str = ...,
         state: _broker_pb2.TaskState.ValueType = ...,
         gates: _abc.Iterable[Global___Gate] | None = ...,
+        lease_path: Global___LeasePath.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gates", b"gates", "state", b"state", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gates", b"gates", "lease_path", b"lease_path", "state", b"state", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
