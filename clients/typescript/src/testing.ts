@@ -286,7 +286,10 @@ export class FakeClient implements Taskbroker {
     for (const [q, h] of Object.entries(options.handlers ?? {})) this.handle(q, h);
     const unimplemented = (name: string) => () => Promise.reject(new ConnectError(`the fake broker has no ${name}`, Code.Unimplemented));
     const only = <T extends object>(impl: object): T =>
-      new Proxy(impl, { get: (o, p) => (p in o ? (o as Record<string | symbol, unknown>)[p] : typeof p === "string" ? unimplemented(p) : undefined) }) as T;
+      new Proxy(impl, {
+        // Not "then": the stub is no thenable (awaiting it must not call an RPC).
+        get: (o, p) => (p in o ? (o as Record<string | symbol, unknown>)[p] : typeof p === "string" && p !== "then" ? unimplemented(p) : undefined),
+      }) as T;
     this.schedules = only<ScheduleClient>({});
     this.transport = only<Transport>({});
     this.broker = only<BrokerClient>({ submit: (req: { tasks?: MessageInitShape<typeof TaskSpecSchema>[] }) => this.#submit(req) });
