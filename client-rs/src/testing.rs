@@ -4,8 +4,8 @@
 //!   payload (and whatever else the test sets: attempt, metadata, the checkpoint an
 //!   earlier attempt saved), which records what the handler did: its checkpoints, its
 //!   cancel checks and its outcome ([`TestOutcome`]).
-//! - [`FakeBroker`]: handlers registered as on a [`crate::Worker`] (`queue`,
-//!   `queue_json`) and the producer calls of a [`crate::Client`] (`submit`,
+//! - [`FakeBroker`]: handlers and middleware registered as on a [`crate::Worker`] (`queue`,
+//!   `queue_json`, `middleware`) and the producer calls of a [`crate::Client`] (`submit`,
 //!   `submit_json`, `wait`, `submit_and_wait`, `submit_and_wait_json`). A submit runs
 //!   the task's handler in-process at once, attempt after attempt as the broker would
 //!   (no backoff), until it succeeds, fails permanently or its attempts run out.
@@ -45,9 +45,11 @@ use futures::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::worker::Next;
 use crate::worker::TaskOutput;
 use crate::worker::context::Shared;
 use crate::worker::handler::{self, BoxHandler};
+use crate::worker::middleware::{self, BoxMiddleware};
 use crate::{CancelReason, Client, Error, LEASE_LOST, Submitted, TaskContext, TaskError};
 use crate::{TaskSpec, TaskState, pb};
 
@@ -376,6 +378,7 @@ pub struct FakeTask {
 #[derive(Clone, Default)]
 pub struct FakeBroker {
     handlers: Arc<Mutex<HashMap<String, BoxHandler>>>,
+    middleware: Arc<Mutex<Vec<BoxMiddleware>>>,
     tasks: Arc<Mutex<Vec<FakeTask>>>,
 }
 
@@ -410,6 +413,20 @@ impl FakeBroker {
             let handler = handler.clone();
             async move { handler(ctx, decoded?).await.map(crate::Json) }
         })
+    }
+
+    /// Adds a middleware around every handler, as [`crate::worker::WorkerBuilder::middleware`]
+    /// (the first added is the outermost).
+    pub fn middleware<M, Fut>(self, m: M) -> Self
+    where
+        M: Fn(TaskContext, Next) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<u8>, TaskError>> + Send + 'static,
+    {
+        self.middleware
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(middleware::boxed(m));
+        self
     }
 
     fn lock_handlers(&self) -> std::sync::MutexGuard<'_, HashMap<String, BoxHandler>> {
@@ -468,7 +485,16 @@ impl FakeBroker {
             outcomes: Vec::new(),
             checkpoint: None,
         };
-        let handler = self.lock_handlers().get(&spec.queue).cloned();
+        let chain = self
+            .middleware
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let handler = self
+            .lock_handlers()
+            .get(&spec.queue)
+            .cloned()
+            .map(|h| middleware::wrap(h, &chain));
         if let Some(handler) = handler {
             while task.attempts < max_attempts {
                 task.attempts += 1;
@@ -694,7 +720,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_producer_and_a_worker_run_on_the_fake_broker() {
+        let seen = Arc::new(AtomicUsize::new(0));
+        let counted = seen.clone();
         let broker = FakeBroker::new()
+            .middleware(move |ctx, next: Next| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                next.run(ctx)
+            })
             .queue("imports", import)
             .queue_json("double", |_ctx, n: i64| async move { Ok(n * 2) });
 
@@ -710,6 +742,11 @@ mod tests {
         let task = &broker.tasks()[0];
         assert_eq!(task.attempts, 2);
         assert_eq!(task.state, TaskState::Succeeded);
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            2,
+            "the middleware ran around both attempts"
+        );
 
         let n: i64 = broker
             .submit_and_wait_json("double", &21, Duration::from_secs(1))

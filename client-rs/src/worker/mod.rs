@@ -19,7 +19,7 @@ mod event;
 pub(crate) mod handler;
 mod heartbeat;
 mod metrics;
-mod middleware;
+pub(crate) mod middleware;
 mod next;
 pub(crate) mod task;
 
