@@ -17,6 +17,8 @@
 //! - `cli/` (feature `cli`): the client subcommands of the `taskbroker` binary.
 //! - `outbox/` (feature `outbox`): [`outbox::enqueue`] in the producer's Postgres
 //!   transaction, and [`outbox::Relay`], which ships those rows to the broker.
+//! - `testing`: [`testing::TestContext`] and [`testing::FakeBroker`], handlers and
+//!   producers tested with no broker.
 //! - `queue.rs`: live queue settings ([`QueueUpdate`]) and `explain_task` (admission).
 //!
 //! ```no_run
@@ -52,6 +54,7 @@ mod error;
 mod flow;
 mod schedule;
 mod spec;
+pub mod testing;
 pub mod time;
 pub mod trace;
 mod wait;

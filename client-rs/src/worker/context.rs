@@ -50,6 +50,9 @@ pub(crate) struct Shared {
     expires_at: Mutex<Option<SystemTime>>,
     /// Sent as `extend_by` with every checkpoint (the worker's lease duration).
     extend_by: Duration,
+    /// Set for a context built by `testing::TestContext`: checkpoints and cancel
+    /// checks are recorded there instead of sent to a broker.
+    pub(crate) test: Option<Arc<crate::testing::Record>>,
 }
 
 impl Shared {
@@ -72,6 +75,24 @@ impl Shared {
             settling: AtomicBool::new(false),
             checkpoint: Mutex::new(checkpoint),
             valid_until: Mutex::new(valid_until),
+            test: None,
+        }
+    }
+
+    /// The state of a context no broker leased (`testing::TestContext`).
+    pub(crate) fn for_test(
+        task: pb::LeasedTask,
+        client: Client,
+        record: Arc<crate::testing::Record>,
+    ) -> Self {
+        Shared {
+            test: Some(record),
+            ..Shared::new(
+                task,
+                client,
+                Instant::now() + Duration::from_secs(3600),
+                Duration::from_secs(30),
+            )
         }
     }
 
@@ -227,6 +248,14 @@ impl TaskContext {
     pub async fn checkpoint(&self, checkpoint: impl Into<Vec<u8>>) -> Result<(), Error> {
         let checkpoint = checkpoint.into();
         let shared = &self.shared;
+        if let Some(record) = &shared.test {
+            let cancel = record.checkpointed(checkpoint.clone())?;
+            *shared.checkpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(checkpoint);
+            if cancel {
+                shared.cancel(CancelReason::CancelRequested);
+            }
+            return Ok(());
+        }
         let req = pb::CheckpointRequest {
             task_id: self.task_id().to_string(),
             lease_token: self.lease_token().to_string(),
@@ -257,10 +286,16 @@ impl TaskContext {
     /// Completes when the handler should stop: the lease was lost, an operator
     /// cancelled the task, or the worker's shutdown grace period ran out.
     pub fn cancelled(&self) -> WaitForCancellationFutureOwned {
+        if let Some(record) = &self.shared.test {
+            record.cancel_checked();
+        }
         self.shared.cancel.clone().cancelled_owned()
     }
 
     pub fn is_cancelled(&self) -> bool {
+        if let Some(record) = &self.shared.test {
+            record.cancel_checked();
+        }
         self.shared.cancel.is_cancelled()
     }
 

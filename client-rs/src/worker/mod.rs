@@ -14,14 +14,14 @@
 //! - `metrics.rs`: the runtime's OpenTelemetry instruments.
 
 mod complete;
-mod context;
+pub(crate) mod context;
 mod event;
-mod handler;
+pub(crate) mod handler;
 mod heartbeat;
 mod metrics;
-mod middleware;
+pub(crate) mod middleware;
 mod next;
-mod task;
+pub(crate) mod task;
 
 use std::collections::HashMap;
 use std::future::Future;

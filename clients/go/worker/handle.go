@@ -79,24 +79,8 @@ func (w *Worker) handle(run, parent context.Context, lt *pb.LeasedTask) []*pb.Le
 		return next
 	}
 
-	req := &pb.FailRequest{
-		TaskId: lt.GetTaskId(), LeaseToken: lt.GetLeaseToken(), ErrorMessage: err.Error(),
-		LeaseNext: w.nextLease(run),
-	}
-	var perm *PermanentError
-	var retry *RetryableError
-	switch {
-	case errors.Is(context.Cause(ctx), ErrStopTimeout):
-		// A failure after the stop's cancellation hands the task back: READY at once.
-		req.RetryAfter = durationpb.New(0)
-	case errors.As(err, &perm):
-		req.NonRetryable = true
-	case errors.As(err, &retry):
-		if retry.RetryAfter > 0 {
-			req.RetryAfter = durationpb.New(retry.RetryAfter)
-		}
-		req.PreferSameWorker = retry.PreferSameWorker
-	}
+	req := FailRequestFor(ctx, t, err)
+	req.LeaseNext = w.nextLease(run)
 	logHandlerFailure(log, lt, err, req, errors.Is(context.Cause(ctx), ErrStopTimeout))
 	ferr := w.report(t, "fail", func(rctx context.Context) error {
 		w.metrics.settleCall("Fail")

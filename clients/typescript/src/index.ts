@@ -37,6 +37,8 @@ export { DEFAULTS, backoffMs, backoffCeilingMs, heartbeatIntervalMs, stopsWorker
 export { wrongForGood } from "./failfast.js";
 export { TRACEPARENT, currentTraceparent } from "./tracing.js";
 export { TaskContext } from "./context.js";
+// Handlers and producers tested without a broker: testing.TestContext, testing.FakeClient.
+export * as testing from "./testing.js";
 export type { BytesLike } from "./context.js";
 export { TaskbrokerError, RetryableError, PermanentError, TaskAbortedError, TaskFailedError, WorkerStoppedError } from "./errors.js";
 export type { AbortKind } from "./errors.js";

@@ -702,7 +702,8 @@ function logFailure(log: Logger, ctx: TaskContext, error: unknown, thrown: boole
   }
 }
 
-function failRequest(ctx: TaskContext, error: unknown) {
+/** The Fail the worker sends for an attempt that ended with `error` (taskbroker/testing uses it too). */
+export function failRequest(ctx: TaskContext, error: unknown) {
   const message = error instanceof Error ? error.message : String(error);
   return {
     taskId: ctx.taskId,

@@ -28,7 +28,10 @@ public final class TaskContext {
     DEADLINE
   }
 
-  private final BrokerServiceGrpc.BrokerServiceBlockingStub broker;
+  /** Counts isCancelled and throwIfCancelled calls on a detached context; null on a worker's. */
+  final java.util.concurrent.atomic.AtomicInteger cancelChecks;
+  /** Sends a Checkpoint: the broker's, or a test's stand-in ({@link DetachedTask}). */
+  private final java.util.function.Function<CheckpointRequest, CheckpointResponse> checkpointCall;
   private final LeasedTask task;
   private final AtomicReference<AbortKind> abort = new AtomicReference<>();
   private volatile ByteString lastCheckpoint;
@@ -62,8 +65,18 @@ public final class TaskContext {
       LeasedTask task,
       java.time.Duration extendBy,
       Serializer serializer) {
+    this(req -> broker.withDeadlineAfter(10, TimeUnit.SECONDS).checkpoint(req), task, extendBy, serializer, null);
+  }
+
+  TaskContext(
+      java.util.function.Function<CheckpointRequest, CheckpointResponse> checkpointCall,
+      LeasedTask task,
+      java.time.Duration extendBy,
+      Serializer serializer,
+      java.util.concurrent.atomic.AtomicInteger cancelChecks) {
     this.serializer = serializer;
-    this.broker = broker;
+    this.checkpointCall = checkpointCall;
+    this.cancelChecks = cancelChecks;
     this.task = task;
     this.extendBy = extendBy;
     this.traceContext = Tracing.extract(task.getMetadataMap());
@@ -156,6 +169,9 @@ public final class TaskContext {
 
   /** True once the lease is lost, the task is cancelled, its deadline passed or the worker stops hard. */
   public boolean isCancelled() {
+    if (cancelChecks != null) {
+      cancelChecks.incrementAndGet();
+    }
     return abort.get() != null;
   }
 
@@ -166,6 +182,9 @@ public final class TaskContext {
 
   /** Throws {@link CancelledException} when the work should stop. */
   public void throwIfCancelled() throws CancelledException {
+    if (cancelChecks != null) {
+      cancelChecks.incrementAndGet();
+    }
     AbortKind kind = abort.get();
     if (kind != null) {
       throw new CancelledException(taskId(), kind);
@@ -184,15 +203,13 @@ public final class TaskContext {
     }
     try {
       CheckpointResponse res =
-          broker
-              .withDeadlineAfter(10, TimeUnit.SECONDS)
-              .checkpoint(
-                  CheckpointRequest.newBuilder()
-                      .setTaskId(taskId())
-                      .setLeaseToken(task.getLeaseToken())
-                      .setCheckpoint(data)
-                      .setExtendBy(ProtoTime.duration(extendBy))
-                      .build());
+          checkpointCall.apply(
+              CheckpointRequest.newBuilder()
+                  .setTaskId(taskId())
+                  .setLeaseToken(task.getLeaseToken())
+                  .setCheckpoint(data)
+                  .setExtendBy(ProtoTime.duration(extendBy))
+                  .build());
       lastCheckpoint = data;
       if (res.hasLeaseExpiresAt()) {
         extendedTo(ProtoTime.instant(res.getLeaseExpiresAt()));

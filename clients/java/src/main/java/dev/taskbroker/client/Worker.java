@@ -720,6 +720,10 @@ public final class Worker implements AutoCloseable {
    * succeed), with a message naming the type.
    */
   private byte[] encodeResult(String queue, Object value) {
+    return encodeResult(serializer, queue, value);
+  }
+
+  static byte[] encodeResult(Serializer serializer, String queue, Object value) {
     if (value == null) {
       return null;
     }
@@ -821,7 +825,7 @@ public final class Worker implements AutoCloseable {
     }
   }
 
-  private static FailRequest failRequest(TaskContext ctx, Throwable error) {
+  static FailRequest failRequest(TaskContext ctx, Throwable error) {
     String message = error.getMessage() != null ? error.getMessage() : error.getClass().getName();
     FailRequest.Builder req =
         FailRequest.newBuilder()
