@@ -14,7 +14,7 @@ use std::panic::AssertUnwindSafe;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::super::{StoreError, StoreResult};
+use super::super::super::{StoreError, StoreResult};
 
 /// Jobs per transaction at most.
 const MAX_BATCH: usize = 1024;
@@ -64,14 +64,7 @@ where
     F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
 {
     fn run(self: Box<Self>, c: &Connection) -> (bool, Box<dyn Reply>) {
-        // Flow: the job's events are written, and dependents of tasks it
-        // finished told, in its savepoint; a failed job's events go with it (and
-        // none left by a job that panicked can reach this one).
-        super::events::discard();
-        let result = (self.f)(c).and_then(|v| super::flow::after_job(c).map(|()| v));
-        if result.is_err() {
-            super::events::discard();
-        }
+        let result = (self.f)(c);
         let ok = result.is_ok();
         let reply: Box<dyn Reply> = Box::new(TypedReply {
             result,
@@ -94,8 +87,13 @@ pub struct Writer {
 
 impl Writer {
     /// Starts the writer thread, which owns `conn`, and the checkpointer thread,
-    /// which owns `checkpoint` (a second connection to the same database).
-    pub fn start(conn: Connection, checkpoint: Connection) -> std::io::Result<Self> {
+    /// which owns `checkpoint` (a second connection to the same database). The
+    /// writer thread calls `after_commit` after each batch (committed or not).
+    pub fn start(
+        conn: Connection,
+        checkpoint: Connection,
+        after_commit: fn(),
+    ) -> std::io::Result<Self> {
         let (jobs, rx) = mpsc::channel(QUEUE);
         let (committed, wake) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
@@ -103,7 +101,7 @@ impl Writer {
             .spawn(move || checkpointer(checkpoint, wake))?;
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || run(conn, rx, committed))?;
+            .spawn(move || run(conn, rx, committed, after_commit))?;
         Ok(Writer { jobs })
     }
 
@@ -151,6 +149,7 @@ fn run(
     conn: Connection,
     mut rx: mpsc::Receiver<Box<dyn Job>>,
     committed: std::sync::mpsc::SyncSender<()>,
+    after_commit: fn(),
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
     let mut replies: Vec<Box<dyn Reply>> = Vec::with_capacity(MAX_BATCH);
@@ -175,7 +174,7 @@ fn run(
             if let Some(job) = batch.pop() {
                 run_alone(&conn, job, &mut replies);
             }
-            super::flow::after_commit();
+            after_commit();
             let _ = committed.try_send(());
             continue;
         }
@@ -222,7 +221,7 @@ fn run(
             r.send(result.as_ref().map(|_| ()));
         }
         // Flow: wake the queues whose tasks the batch unblocked.
-        super::flow::after_commit();
+        after_commit();
         // Full means a checkpoint is due already.
         let _ = committed.try_send(());
     }
@@ -281,7 +280,8 @@ mod tests {
         let conn = Connection::open(&path).expect("open");
         conn.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x INTEGER)")
             .expect("schema");
-        let writer = Writer::start(conn, Connection::open(&path).expect("open")).expect("start");
+        let writer =
+            Writer::start(conn, Connection::open(&path).expect("open"), || {}).expect("start");
 
         let failed = writer
             .write(|c| {
