@@ -65,6 +65,7 @@ impl Admin for SqliteStore {
         self.write(move |c| {
             let before = ms(before);
             let mut args: Vec<&dyn ToSql> = vec![&before];
+            // Dynamic: the scope picks the statement; NOT IN lists one ? per queue.
             let sql = match &scope {
                 PurgeScope::Only(q) => {
                     args.push(q);

@@ -349,6 +349,7 @@ impl Flow for SqliteStore {
     ) -> StoreResult<Vec<(String, u64, u64)>> {
         let mut out = Vec::new();
         for piece in task_ids.chunks(500) {
+            // Dynamic: one ? per task.
             let sql = in_list(sql::TASK_DEPENDENCY_RESULT_SIZES, piece.len());
             let mut q = sqlx::query_as::<_, (String, i64, i64)>(sqlx::AssertSqlSafe(sql));
             for id in piece {
@@ -370,6 +371,7 @@ impl Flow for SqliteStore {
     ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
         let mut out = Vec::new();
         for piece in task_ids.chunks(500) {
+            // Dynamic: one ? per task.
             let sql = in_list(sql::TASK_DEPENDENCY_RESULTS, piece.len());
             let mut q = sqlx::query_as::<_, (String, String, Vec<u8>)>(sqlx::AssertSqlSafe(sql));
             for id in piece {

@@ -7,11 +7,12 @@
 //! then each task taken is leased with a single-row UPDATE by rowid and read
 //! back by rowid.
 //!
-//! It used to be one `UPDATE ... WHERE seq IN (window functions over a UNION ALL)
-//! RETURNING ...`: ephemeral tables and a sorter per call, and RETURNING runs in a
-//! statement journal whose close inside the writer's job savepoint walks the
-//! job's sub-journal (see `gated::grant`). That statement was 40% of the
-//! writer thread's time in per-task runs, most of it the machinery around one row.
+//! Not one `UPDATE ... WHERE seq IN (window functions over a UNION ALL)
+//! RETURNING ...`: that needs ephemeral tables and a sorter per call, and
+//! RETURNING runs in a statement journal whose close inside the writer's job
+//! savepoint walks the job's sub-journal (see `gated::grant`); such a statement
+//! took 40% of the writer thread's time in per-task runs, most of it the
+//! machinery around one row.
 //! The writer is the only writer, so nothing changes the rows between the SELECT
 //! and the UPDATEs; the result is the same rows in the same order.
 

@@ -57,6 +57,7 @@ impl Tasks for SqliteStore {
     ) -> StoreResult<std::collections::HashMap<String, String>> {
         let mut out = std::collections::HashMap::with_capacity(task_ids.len());
         for ids in task_ids.chunks(500) {
+            // Dynamic: one ? per task.
             let sql = in_list(sql::TASK_QUEUES, ids.len());
             let mut q = sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(sql));
             for id in ids {

@@ -15,6 +15,7 @@ use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::super::super::{StoreError, StoreResult};
+use super::super::sql;
 
 /// Jobs per transaction at most.
 const MAX_BATCH: usize = 1024;
@@ -132,7 +133,7 @@ fn checkpointer(conn: Connection, wake: std::sync::mpsc::Receiver<()>) {
     const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
     while wake.recv().is_ok() {
         let started = std::time::Instant::now();
-        let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+        let done = conn.query_row(sql::WRITER_CHECKPOINT, [], |r| {
             Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
         });
         match done {
@@ -161,7 +162,7 @@ fn run(
                 Err(_) => break,
             }
         }
-        if let Err(e) = exec(&conn, "BEGIN IMMEDIATE") {
+        if let Err(e) = exec(&conn, sql::WRITER_BEGIN) {
             tracing::warn!(error = %e, "writer cannot begin a transaction");
             batch.drain(..).for_each(|j| j.abort(&e));
             continue;
@@ -184,7 +185,7 @@ fn run(
                 job.abort(e);
                 continue;
             }
-            if let Err(e) = exec(&conn, "SAVEPOINT job") {
+            if let Err(e) = exec(&conn, sql::WRITER_SAVEPOINT) {
                 job.abort(&e);
                 broken = Some(e);
                 continue;
@@ -200,9 +201,10 @@ fn run(
                 }
             };
             let end = if ok {
-                exec(&conn, "RELEASE job")
+                exec(&conn, sql::WRITER_RELEASE)
             } else {
-                exec(&conn, "ROLLBACK TO job").and_then(|()| exec(&conn, "RELEASE job"))
+                exec(&conn, sql::WRITER_ROLLBACK_JOB)
+                    .and_then(|()| exec(&conn, sql::WRITER_RELEASE))
             };
             replies.extend(reply);
             if let Err(e) = end {
@@ -211,11 +213,11 @@ fn run(
         }
         let result = match broken {
             Some(e) => Err(e),
-            None => exec(&conn, "COMMIT"),
+            None => exec(&conn, sql::WRITER_COMMIT),
         };
         if let Err(e) = &result {
             tracing::warn!(error = %e, jobs = replies.len(), "write batch failed; rolled back");
-            let _ = exec(&conn, "ROLLBACK");
+            let _ = exec(&conn, sql::WRITER_ROLLBACK);
         }
         for r in replies.drain(..) {
             r.send(result.as_ref().map(|_| ()));
@@ -241,15 +243,15 @@ fn run_alone(conn: &Connection, job: Box<dyn Job>, replies: &mut Vec<Box<dyn Rep
     };
     replies.extend(reply);
     let result = if ok {
-        let done = exec(conn, "COMMIT");
+        let done = exec(conn, sql::WRITER_COMMIT);
         if let Err(e) = &done {
             tracing::warn!(error = %e, jobs = 1, "write batch failed; rolled back");
-            let _ = exec(conn, "ROLLBACK");
+            let _ = exec(conn, sql::WRITER_ROLLBACK);
         }
         done
     } else {
         // The job failed: nothing of it may stay; its answer is its own error.
-        match exec(conn, "ROLLBACK") {
+        match exec(conn, sql::WRITER_ROLLBACK) {
             Ok(()) => Ok(()),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot roll back a failed write job");
