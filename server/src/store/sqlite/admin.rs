@@ -184,7 +184,7 @@ impl Admin for SqliteStore {
 
     async fn task_select(&self, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
         // Dynamic: the filters given add their terms.
-        let mut sql = String::from(sql::TASK_SELECT);
+        let mut sql = String::from(sql::TASK_SELECT_HEAD);
         let mut texts: Vec<String> = vec![f.queue.clone()];
         let mut args: Vec<Arg> = vec![Arg::Text(0)];
         if let Some(p) = &f.key_prefix {

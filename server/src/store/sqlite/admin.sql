@@ -41,7 +41,7 @@ DELETE FROM task_deps WHERE task_id = ?1;
 DELETE FROM task_key_deps WHERE task_id = ?1;
 
 -- name: task_dead_groups
--- Counted from the dead-letter index alone (migration 0007); `task_dead_groups`
+-- Counted from the dead-letter index alone (migration 0007); `Admin::task_dead_groups`
 -- adds the filters, the grouping, the order and the limit.
 SELECT queue, last_error, COUNT(*) AS n, MAX(finished_at) FROM tasks
 WHERE state = 'dead';
@@ -60,8 +60,8 @@ WHERE seq IN (SELECT seq FROM tasks WHERE queue = ?2 AND state = 'dead'
   AND state NOT IN ('pending', 'leased') AND (?3 IS NULL OR COALESCE(last_error, '') = ?3)
   AND (?4 IS NULL OR id = ?4) ORDER BY seq LIMIT ?5) RETURNING id, queue, attempt;
 
--- name: task_select
--- A queue's tasks (? the queue); `task_select` adds the filters, the order and
+-- name: task_select_head
+-- A queue's tasks (? the queue); `Admin::task_select` adds the filters, the order and
 -- the limit.
 SELECT * FROM tasks WHERE queue = ?;
 

@@ -37,7 +37,7 @@ impl Admission for SqliteStore {
     async fn queue_dead_letters_set(&self, pairs: &[(String, String)]) -> StoreResult<()> {
         let pairs = pairs.to_owned();
         self.write(move |c| {
-            c.prepare_cached(sql::QUEUE_DEAD_LETTERS_SET_DELETE)?
+            c.prepare_cached(sql::QUEUE_DEAD_LETTERS_SET_CLEAR)?
                 .execute([])?;
             for (q, dlq) in &pairs {
                 c.prepare_cached(sql::QUEUE_DEAD_LETTERS_SET_INSERT)?
@@ -137,7 +137,7 @@ impl Admission for SqliteStore {
             ..QueueUsage::default()
         };
         if let Some(key) = key {
-            usage.key_holders = sqlx::query_scalar(sql::QUEUE_USAGE_HOLDERS)
+            usage.key_holders = sqlx::query_scalar(sql::QUEUE_USAGE_KEY_HOLDERS)
                 .bind(queue)
                 .bind(key)
                 .fetch_all(r)
@@ -173,7 +173,7 @@ impl Admission for SqliteStore {
             Some(json) => parse(&t.queue, &json)?.fairness == Fairness::RoundRobinKeys,
             None => false,
         };
-        let n: i64 = sqlx::query_scalar(sql::TASK_AHEAD_COUNT)
+        let n: i64 = sqlx::query_scalar(sql::TASK_AHEAD)
             .bind(&t.queue)
             .bind(now)
             .bind(aging)

@@ -2,7 +2,7 @@
 SELECT COUNT(*), COALESCE(SUM(length(payload)), 0) FROM tasks
 WHERE queue = ?1 AND state IN ('pending', 'blocked');
 
--- name: queue_dead_letters_set_delete
+-- name: queue_dead_letters_set_clear
 DELETE FROM queue_dead_letters;
 
 -- name: queue_dead_letters_set_insert
@@ -53,7 +53,7 @@ SELECT config, tokens, refilled_at FROM queues WHERE name = ?1;
 -- name: queue_usage_leased
 SELECT count(*) FROM tasks WHERE queue = ?1 AND state = 'leased';
 
--- name: queue_usage_holders
+-- name: queue_usage_key_holders
 SELECT id FROM tasks WHERE queue = ?1 AND state = 'leased'
 AND concurrency_key = ?2 ORDER BY seq LIMIT 100;
 
@@ -63,8 +63,8 @@ SELECT tokens, refilled_at FROM queue_key_tokens WHERE queue = ?1 AND key = ?2;
 -- name: task_ahead_config
 SELECT config FROM queues WHERE name = ?1;
 
--- name: task_ahead_count
--- The READY tasks ranked as the gated lease ranks them (see `gated_candidates`),
+-- name: task_ahead
+-- The READY tasks ranked as the gated lease ranks them (see `task_lease_gated_candidates`),
 -- counted up to the task's own place: ?1 queue, ?2 now, ?3 aging ms (0: none),
 -- ?4 the task's seq, ?5 round robin by key.
 WITH r AS (SELECT seq, eff, last, COALESCE(deadline, 9223372036854775807) AS dl, run_at,

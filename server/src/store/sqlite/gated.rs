@@ -18,7 +18,7 @@ use crate::domain::admission::{Candidate, Fairness, QueueConfig, QueueUse};
 /// What the gated lease knows of one queue, and its bucket as read.
 fn load_use(c: &Connection, queue: &str, now: i64) -> StoreResult<QueueUse> {
     let row: Option<(String, f64, i64)> = c
-        .prepare_cached(sql::LEASE_GATED_QUEUE)?
+        .prepare_cached(sql::TASK_LEASE_GATED_QUEUES)?
         .query_row(params![queue], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;
     let Some((json, tokens, refilled_at)) = row else {
@@ -33,12 +33,12 @@ fn load_use(c: &Connection, queue: &str, now: i64) -> StoreResult<QueueUse> {
     };
     if config.max_concurrent > 0 {
         usage.leased = c
-            .prepare_cached(sql::LEASE_GATED_LEASED)?
+            .prepare_cached(sql::TASK_LEASE_GATED_LEASED)?
             .query_row(params![queue], |r| r.get::<_, i64>(0))?
             .max(0) as u64;
     }
     if config.max_concurrent_per_key > 0 {
-        let mut st = c.prepare_cached(sql::LEASE_GATED_LEASED_PER_KEY)?;
+        let mut st = c.prepare_cached(sql::TASK_LEASE_GATED_LEASED_PER_KEY)?;
         let rows = st.query_map(params![queue], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
         })?;
@@ -71,7 +71,7 @@ fn load_key_tokens(
         return Ok(());
     }
     let list = serde_json::to_string(&missing).map_err(|e| StoreError::Internal(Box::new(e)))?;
-    let mut st = c.prepare_cached(sql::LEASE_GATED_KEY_TOKENS)?;
+    let mut st = c.prepare_cached(sql::TASK_LEASE_GATED_KEY_TOKENS)?;
     let rows = st.query_map(params![queue, list], |r| {
         Ok((
             r.get::<_, String>(0)?,
@@ -118,10 +118,10 @@ fn candidates(
     let aging = config.aging_ms().unwrap_or(0);
     let fair = config.fairness == Fairness::RoundRobinKeys;
     let pick = match (fair, aging > 0) {
-        (false, false) => sql::LEASE_GATED_PICK,
-        (false, true) => sql::LEASE_GATED_PICK_AGING,
-        (true, false) => sql::LEASE_GATED_PICK_FAIR,
-        (true, true) => sql::LEASE_GATED_PICK_FAIR_AGING,
+        (false, false) => sql::TASK_LEASE_GATED_CANDIDATES,
+        (false, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING,
+        (true, false) => sql::TASK_LEASE_GATED_CANDIDATES_ROUND_ROBIN,
+        (true, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING_ROUND_ROBIN,
     };
     let closed = json_text(closed)?;
     let seen = json_text(seen)?;
@@ -176,7 +176,7 @@ fn candidates(
 /// The leases a worker holds in `queue`.
 fn held(c: &Connection, worker: &str, queue: &str) -> StoreResult<u64> {
     let n: i64 = c
-        .prepare_cached(sql::LEASE_GATED_HELD)?
+        .prepare_cached(sql::TASK_LEASE_GATED_HELD)?
         .query_row(params![queue, worker], |r| r.get(0))?;
     Ok(n.max(0) as u64)
 }
@@ -321,15 +321,15 @@ fn turns(
             continue;
         };
         let counter: i64 = c
-            .prepare_cached(sql::LEASE_GATED_TURN_COUNTER)?
+            .prepare_cached(sql::TASK_LEASE_GATED_TURNS_COUNTER)?
             .query_row(params![queue], |r| r.get(0))
             .optional()?
             .unwrap_or(0);
-        let mut put = c.prepare_cached(sql::LEASE_GATED_TURN_PUT)?;
+        let mut put = c.prepare_cached(sql::TASK_LEASE_GATED_TURNS_PUT)?;
         for (key, at) in &order.last {
             put.execute(params![queue, key, counter + at])?;
         }
-        c.prepare_cached(sql::LEASE_GATED_TURN_SERVED)?
+        c.prepare_cached(sql::TASK_LEASE_GATED_TURNS_SERVED)?
             .execute(params![queue, counter + order.count])?;
     }
     Ok(())
@@ -373,7 +373,7 @@ fn grant(
         }
     }
     let mut rows: HashMap<i64, TaskRow> = c
-        .prepare_cached(sql::LEASE_GATED_READ)?
+        .prepare_cached(sql::TASK_LEASE_GATED_READ)?
         .query_map(params![json_text(&leased)?], task_row)?
         .map(|r| r.map(|row| (row.seq, row)))
         .collect::<rusqlite::Result<_>>()?;
@@ -394,7 +394,7 @@ fn charge(
         let granted = charged.iter().filter(|(q, _)| *q == qi);
         if let Some(t) = tokens {
             let n = granted.clone().count() as f64;
-            c.prepare_cached(sql::LEASE_GATED_CHARGE)?
+            c.prepare_cached(sql::TASK_LEASE_GATED_CHARGE)?
                 .execute(params![queue, t - n, now])?;
         }
         if let Some(limit) = usage.config.per_key_rate_limit {
@@ -404,7 +404,7 @@ fn charge(
                     *per_key.entry(k).or_default() += 1.0;
                 }
             }
-            let mut put = c.prepare_cached(sql::LEASE_GATED_CHARGE_KEY)?;
+            let mut put = c.prepare_cached(sql::TASK_LEASE_GATED_CHARGE_KEY)?;
             for (k, n) in per_key {
                 let before = key_tokens
                     .get(k)

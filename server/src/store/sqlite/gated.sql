@@ -1,20 +1,20 @@
--- name: lease_gated_queue
+-- name: task_lease_gated_queues
 -- What the gated lease knows of one queue: its settings and bucket.
 SELECT config, tokens, refilled_at FROM queues WHERE name = ?1;
 
--- name: lease_gated_leased
+-- name: task_lease_gated_leased
 SELECT count(*) FROM tasks WHERE queue = ?1 AND state = 'leased';
 
--- name: lease_gated_leased_per_key
+-- name: task_lease_gated_leased_per_key
 SELECT concurrency_key, count(*) FROM tasks WHERE queue = ?1 AND state = 'leased'
 AND concurrency_key IS NOT NULL GROUP BY concurrency_key;
 
--- name: lease_gated_key_tokens
+-- name: task_lease_gated_key_tokens
 -- The per-key buckets of queue ?1 for the keys ?2 (JSON).
 SELECT key, tokens, refilled_at FROM queue_key_tokens WHERE queue = ?1
 AND key IN (SELECT value FROM json_each(?2));
 
--- name: lease_gated_pick
+-- name: task_lease_gated_candidates
 -- The candidate scan: READY tasks of the queue in effective lease order that
 -- some request of the batch may take, leaving out closed keys and tasks
 -- offered already, each with the requests that may take it. ?1 queue, ?2 now,
@@ -30,8 +30,8 @@ SELECT seq, concurrency_key, eff, turn, COALESCE(deadline, 9223372036854775807),
     ${gated_ready} LIMIT ?5)))
 ${gated_order};
 
--- name: lease_gated_pick_aging
--- `lease_gated_pick` with aging: every READY row of the queue is ranked.
+-- name: task_lease_gated_candidates_aging
+-- `task_lease_gated_candidates` with aging: every READY row of the queue is ranked.
 SELECT seq, concurrency_key, eff, turn, COALESCE(deadline, 9223372036854775807), run_at,
   size, elig, fgroup FROM (SELECT seq, concurrency_key, deadline, run_at, eff, size,
   elig, fgroup, 1 AS turn FROM (SELECT seq, concurrency_key, deadline, run_at, eff,
@@ -41,8 +41,8 @@ SELECT seq, concurrency_key, eff, turn, COALESCE(deadline, 9223372036854775807),
     ${gated_ready})))
 ${gated_order};
 
--- name: lease_gated_pick_fair
--- `lease_gated_pick` with round robin by key: a key's n-th READY task takes its
+-- name: task_lease_gated_candidates_round_robin
+-- `task_lease_gated_candidates` with round robin by key: a key's n-th READY task takes its
 -- turn in the n-th round, and within a round the key served longest ago
 -- (`queue_key_turns`, kept across leases) goes first; `turn` is the task's
 -- place in that order. Every READY row of the queue is ranked.
@@ -56,8 +56,8 @@ SELECT seq, concurrency_key, eff, turn, COALESCE(deadline, 9223372036854775807),
     ${gated_ready})))
 ${gated_order};
 
--- name: lease_gated_pick_fair_aging
--- `lease_gated_pick_fair` with aging.
+-- name: task_lease_gated_candidates_aging_round_robin
+-- `task_lease_gated_candidates_round_robin` with aging.
 SELECT seq, concurrency_key, eff, turn, COALESCE(deadline, 9223372036854775807), run_at,
   size, elig, fgroup FROM (SELECT seq, concurrency_key, deadline, run_at, eff, size,
   elig, fgroup, ${gated_turn} AS turn FROM (SELECT seq, concurrency_key, deadline, run_at, eff,
@@ -68,28 +68,28 @@ SELECT seq, concurrency_key, eff, turn, COALESCE(deadline, 9223372036854775807),
     ${gated_ready})))
 ${gated_order};
 
--- name: lease_gated_held
+-- name: task_lease_gated_held
 -- The leases worker ?2 holds in queue ?1.
 SELECT count(*) FROM tasks WHERE queue = ?1 AND state = 'leased' AND leased_by = ?2;
 
--- name: lease_gated_turn_counter
+-- name: task_lease_gated_turns_counter
 SELECT served FROM queues WHERE name = ?1;
 
--- name: lease_gated_turn_put
+-- name: task_lease_gated_turns_put
 INSERT INTO queue_key_turns (queue, key, served) VALUES (?1, ?2, ?3)
 ON CONFLICT (queue, key) DO UPDATE SET served = excluded.served;
 
--- name: lease_gated_turn_served
+-- name: task_lease_gated_turns_served
 UPDATE queues SET served = ?2 WHERE name = ?1;
 
--- name: lease_gated_read
+-- name: task_lease_gated_read
 -- The rows granted (?1 their seqs, JSON).
 SELECT ${task_columns} FROM tasks WHERE seq IN (SELECT value FROM json_each(?1));
 
--- name: lease_gated_charge
+-- name: task_lease_gated_charge
 UPDATE queues SET tokens = ?2, refilled_at = ?3 WHERE name = ?1;
 
--- name: lease_gated_charge_key
+-- name: task_lease_gated_charge_key
 INSERT INTO queue_key_tokens (queue, key, tokens, refilled_at)
 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (queue, key) DO UPDATE SET
 tokens = excluded.tokens, refilled_at = excluded.refilled_at;

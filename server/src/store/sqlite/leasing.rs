@@ -68,7 +68,7 @@ impl Leasing for SqliteStore {
             // Read (with the new expiry computed by SQLite), then a single-row
             // UPDATE by rowid without RETURNING, which would run in a statement
             // journal (see `settling`).
-            let mut live = c.prepare_cached(sql::LEASE_EXTEND_LIVE)?;
+            let mut live = c.prepare_cached(sql::LEASE_EXTEND_PICK)?;
             let mut extend = c.prepare_cached(sql::LEASE_EXTEND_WRITE)?;
             let mut out = Vec::with_capacity(leases.len());
             for l in &leases {

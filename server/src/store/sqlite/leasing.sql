@@ -35,7 +35,7 @@ SELECT ${task_columns} FROM tasks WHERE seq = ?1;
 SELECT count(*) FROM (SELECT 1 FROM tasks WHERE state = 'pending' AND waiting = 0
 AND queue IN (?3) AND run_at <= ?1 AND (deadline IS NULL OR deadline > ?1) LIMIT ?2);
 
--- name: lease_extend_live
+-- name: lease_extend_pick
 -- The lease, if live, with its new expiry (?1 now, ?2 extend by ms or NULL for
 -- its own duration, ?3 id, ?4 token).
 SELECT seq, MIN(?1 + COALESCE(?2, lease_duration_ms),

@@ -1,6 +1,6 @@
 -- name: queue_stats_finished
 -- Index-only scans instead of one over the table: finished and blocked rows
--- through the (queue, state) index. `queue_stats` joins the four counts with
+-- through the (queue, state) index. `Observe::queue_stats` joins the four counts with
 -- UNION ALL, each with its queue filter and grouping.
 SELECT queue, state, 0, COUNT(*), 0 FROM tasks WHERE state NOT IN ('pending', 'leased');
 

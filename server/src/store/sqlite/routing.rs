@@ -47,7 +47,7 @@ pub(super) fn reserve_retry(c: &Connection, row: &TaskRow, p: &FailParams) -> St
         Some((w, until)) => (Some(w), until.map(ms)),
         None => (None, None),
     };
-    c.prepare_cached(sql::ROUTING_RESERVE)?
+    c.prepare_cached(sql::TASK_FAIL_RESERVE)?
         .execute(params![worker, until, row.seq])?;
     Ok(())
 }
@@ -55,7 +55,7 @@ pub(super) fn reserve_retry(c: &Connection, row: &TaskRow, p: &FailParams) -> St
 /// Frees a retry reserved for a worker (an admin changed or requeued the task).
 pub(super) fn clear_reservation(c: &Connection, row: &TaskRow) -> StoreResult<()> {
     if row.reserved_for.is_some() {
-        c.prepare_cached(sql::ROUTING_CLEAR)?
+        c.prepare_cached(sql::TASK_RESERVATION_CLEAR)?
             .execute(params![row.seq])?;
     }
     Ok(())
@@ -70,7 +70,7 @@ pub(super) fn room(c: &Connection, p: &LeaseParams) -> StoreResult<Vec<i64>> {
             None | Some(0) => Ok(i64::from(p.max_tasks)),
             Some(&cap) => {
                 let held: i64 = c
-                    .prepare_cached(sql::ROUTING_HELD)?
+                    .prepare_cached(sql::ROUTING_WORKER_HELD)?
                     .query_row(params![p.worker_id, q], |r| r.get(0))?;
                 Ok((i64::from(cap) - held).clamp(0, i64::from(p.max_tasks)))
             }

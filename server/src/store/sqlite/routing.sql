@@ -3,15 +3,15 @@
 UPDATE tasks SET target_worker = ?1, target_labels = ?2, sticky = ?3,
   sticky_timeout_ms = ?4, fanout_group = ?5, fanout_distinct = ?6 WHERE id = ?7;
 
--- name: routing_reserve
+-- name: task_fail_reserve
 -- A retry kept for a worker (?1 worker or NULL, ?2 until, ?3 seq).
 UPDATE tasks SET reserved_for = ?1, reserved_until = ?2 WHERE seq = ?3;
 
--- name: routing_clear
+-- name: task_reservation_clear
 -- Frees a retry reserved for a worker (?1 seq).
 UPDATE tasks SET reserved_for = NULL, reserved_until = NULL WHERE seq = ?1;
 
--- name: routing_held
+-- name: routing_worker_held
 -- The leases worker ?1 holds in queue ?2 (through `tasks_leased`).
 SELECT count(*) FROM tasks WHERE state = 'leased'
 AND leased_by = ?1 AND queue = ?2;

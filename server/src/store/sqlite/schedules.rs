@@ -65,7 +65,7 @@ impl Schedules for SqliteStore {
 
     async fn schedule_list(&self, f: &ScheduleFilter) -> StoreResult<Vec<ScheduleRecord>> {
         // Dynamic: the filters given add their terms.
-        let mut qb = sqlx::QueryBuilder::<sqlx::Sqlite>::new(sql::SCHEDULE_LIST);
+        let mut qb = sqlx::QueryBuilder::<sqlx::Sqlite>::new(sql::SCHEDULE_LIST_HEAD);
         if let Some(by) = &f.created_by {
             qb.push(" AND created_by = ").push_bind(by);
         }
@@ -101,7 +101,7 @@ impl Schedules for SqliteStore {
         self.write(move |c| {
             c.prepare_cached(sql::SCHEDULE_DELETE_RUNS)?
                 .execute([&id])?;
-            let n = c.prepare_cached(sql::SCHEDULE_DELETE_ROW)?.execute([&id])?;
+            let n = c.prepare_cached(sql::SCHEDULE_DELETE)?.execute([&id])?;
             Ok(n == 1)
         })
         .await
@@ -133,7 +133,7 @@ impl Schedules for SqliteStore {
         f: &ScheduleRunFilter,
     ) -> StoreResult<Vec<ScheduleRunRecord>> {
         // Dynamic: the page bound, when given, adds its term.
-        let mut sql = String::from(sql::SCHEDULE_RUN_LIST);
+        let mut sql = String::from(sql::SCHEDULE_RUN_LIST_HEAD);
         if f.before_fire_time.is_some() {
             sql.push_str(" AND r.fire_time < ?");
         }
@@ -157,7 +157,7 @@ impl Schedules for SqliteStore {
 fn fire(c: &Connection, f: &ScheduleFire) -> StoreResult<Fired> {
     let now = ms(f.now);
     let moved = c
-        .prepare_cached(sql::SCHEDULE_FIRE_ADVANCE)?
+        .prepare_cached(sql::SCHEDULE_FIRE_CURSOR)?
         .execute(params![
             f.next_spec_at.map(ms),
             f.buffered_at.map(ms),

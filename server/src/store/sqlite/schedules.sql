@@ -18,10 +18,10 @@ WHERE id = ?1 AND version = ?17;
 -- name: schedule_delete_runs
 DELETE FROM schedule_runs WHERE schedule_id = ?1;
 
--- name: schedule_delete_row
+-- name: schedule_delete
 DELETE FROM schedules WHERE id = ?1;
 
--- name: schedule_fire_advance
+-- name: schedule_fire_cursor
 -- Moves the cursor, if the schedule is still at the version read.
 UPDATE schedules SET next_spec_at = ?1, buffered_at = ?2, next_fire_at = ?3,
   state_reason = ?4, updated_at = ?5, version = version + 1
@@ -65,8 +65,8 @@ UPDATE schedules SET runs = runs + ?1,
 -- name: schedule_get
 SELECT * FROM schedules WHERE id = ?;
 
--- name: schedule_list
--- Every schedule; `schedule_list` adds the filters, the order and the limit.
+-- name: schedule_list_head
+-- Every schedule; `Schedules::schedule_list` adds the filters, the order and the limit.
 SELECT * FROM schedules WHERE 1 = 1;
 
 -- name: schedule_due
@@ -75,8 +75,8 @@ FROM schedules s LEFT JOIN tasks t ON t.id = s.last_task_id
 WHERE s.next_fire_at IS NOT NULL AND s.paused = 0 AND s.next_fire_at <= ?
 ORDER BY s.next_fire_at LIMIT ?;
 
--- name: schedule_run_list
--- A schedule's runs (? its id); `schedule_run_list` adds the page bound, the
+-- name: schedule_run_list_head
+-- A schedule's runs (? its id); `Schedules::schedule_run_list` adds the page bound, the
 -- order and the limit.
 SELECT r.fire_time, r.task_id, r.triggered, t.state, t.run_at FROM schedule_runs r
 LEFT JOIN tasks t ON t.id = r.task_id WHERE r.schedule_id = ?;

@@ -52,7 +52,7 @@ impl Settling for SqliteStore {
 
 fn latest_outcome(c: &Connection, row: &TaskRow) -> StoreResult<Option<AttemptOutcome>> {
     let outcome: Option<String> = c
-        .prepare_cached(sql::ATTEMPT_OUTCOME)?
+        .prepare_cached(sql::SETTLE_LATEST_OUTCOME)?
         .query_row(params![row.id, row.attempt], |r| r.get(0))
         .optional()?;
     Ok(outcome.as_deref().and_then(AttemptOutcome::parse))
@@ -91,7 +91,7 @@ pub(super) fn finish_attempt(
     error: Option<&str>,
     now: i64,
 ) -> StoreResult<Option<DateTime<Utc>>> {
-    c.prepare_cached(sql::ATTEMPT_FINISH)?.execute(params![
+    c.prepare_cached(sql::SETTLE_ATTEMPT_END)?.execute(params![
         a.task_id,
         a.attempt,
         a.worker_id,
@@ -114,7 +114,7 @@ pub(super) fn write_failure(
     outcome: AttemptOutcome,
     now: i64,
 ) -> StoreResult<Option<DateTime<Utc>>> {
-    c.prepare_cached(sql::TASK_FAIL_WRITE)?.execute(params![
+    c.prepare_cached(sql::SETTLE_FAILURE)?.execute(params![
         write.state.as_str(),
         write.run_at,
         write.finished_at,
@@ -283,7 +283,7 @@ fn reclaim(c: &Connection, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped
     let now = ms(now);
     let mut reaped = Reaped::default();
     let past_deadline = c
-        .prepare_cached(sql::LEASE_RECLAIM_EXPIRED_DEADLINE)?
+        .prepare_cached(sql::LEASE_RECLAIM_EXPIRED_PAST_DEADLINE)?
         .query_map(params![now, limit], task_row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     for row in &past_deadline {

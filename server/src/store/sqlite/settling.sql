@@ -1,16 +1,16 @@
--- name: attempt_outcome
+-- name: settle_latest_outcome
 -- The outcome of a task's latest attempt (?1 task, ?2 attempt), for a settle
 -- check of a task no longer leased.
 SELECT outcome FROM task_attempts WHERE task_id = ?1 AND attempt = ?2;
 
--- name: attempt_finish
+-- name: settle_attempt_end
 -- The row of an attempt that ends now.
 INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, leased_at,
   outcome, error, finished_at, fencing_token) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
 ON CONFLICT (task_id, attempt) DO UPDATE SET outcome = excluded.outcome,
   error = excluded.error, finished_at = excluded.finished_at;
 
--- name: task_fail_write
+-- name: settle_failure
 -- A failed attempt's task: state per the retry policy (?1 state, ?2 run at,
 -- ?3 finished at, ?4 error, ?5 now, ?6 seq).
 UPDATE tasks SET state = ?1, run_at = ?2, waiting = ?2 > ?5, finished_at = ?3,
@@ -35,7 +35,7 @@ WHERE id = ?1 AND state = 'leased' AND lease_token = ?2 AND lease_expires_at > ?
 UPDATE tasks SET state = 'succeeded', result = ?1, finished_at = ?2,
   lease_expires_at = NULL, updated_at = ?2 WHERE seq = ?3;
 
--- name: lease_reclaim_expired_deadline
+-- name: lease_reclaim_expired_past_deadline
 -- Tasks past their deadline (?1 now, ?2 at most).
 SELECT ${task_columns} FROM tasks WHERE deadline IS NOT NULL AND deadline <= ?1
   AND state IN ('pending', 'leased')

@@ -62,7 +62,7 @@ pub(super) fn insert_matched(
         // No RETURNING (it would run in a statement journal, see
         // `settling`): the rowid of the insert, then its token by rowid.
         let n = c
-            .prepare_cached(sql::TASK_INSERT_MATCHED_ROW)?
+            .prepare_cached(sql::TASK_INSERT_MATCHED_LEASED)?
             .execute(params![
                 t.id,
                 t.queue,

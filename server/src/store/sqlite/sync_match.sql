@@ -4,7 +4,7 @@ SELECT priority FROM tasks WHERE state = 'pending' AND waiting = 0 AND queue = ?
 AND run_at <= ?2 AND (deadline IS NULL OR deadline > ?2)
 ORDER BY priority DESC LIMIT 1;
 
--- name: task_insert_matched_row
+-- name: task_insert_matched_leased
 -- A task inserted leased to the worker waiting (?1..?15 as `task_insert_many_row`,
 -- ?16 worker, ?17 lease duration ms, ?18 expiry, ?19 worker address).
 INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state,

@@ -261,7 +261,7 @@ async fn task_list(r: &sqlx::SqlitePool, f: &TaskFilter) -> StoreResult<Vec<Task
     // filters), and only its rows are read in full.
     // Dynamic: the filters given add their terms, and the terms and inner order
     // chosen for the states asked for.
-    let inner = sql::TASK_LIST;
+    let inner = sql::TASK_LIST_HEAD;
     let inner = inner[..inner.find("ORDER BY").unwrap_or(inner.len())].trim_end();
     let mut qb = sqlx::QueryBuilder::<sqlx::Sqlite>::new(inner);
     if let Some(queue) = &f.queue {

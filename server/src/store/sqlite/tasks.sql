@@ -25,10 +25,10 @@ SELECT * FROM tasks WHERE (queue, key) IN (VALUES (?, ?));
 -- The queues of the tasks listed (one ? per task).
 SELECT id, queue FROM tasks WHERE id IN (?);
 
--- name: task_list
+-- name: task_list_head
 -- Newest created first: the page is chosen by creation time and sequence
 -- number (from an index when one covers the filters), and only its rows are
--- read in full. `task_list` adds the filters before the inner ORDER BY.
+-- read in full. `Tasks::task_list` adds the filters before the inner ORDER BY.
 SELECT * FROM tasks WHERE seq IN (SELECT seq FROM tasks WHERE 1 = 1
   ORDER BY created_at DESC, seq DESC LIMIT ?) ORDER BY created_at DESC, seq DESC;
 

@@ -42,7 +42,7 @@ impl Workers for SqliteStore {
     async fn worker_list(&self, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
         // Dynamic: the filters given add their terms; the minute before now is
         // written in as a number.
-        let mut sql = sql::WORKER_LIST.replacen('?', &minute_before(f.now).to_string(), 1);
+        let mut sql = sql::WORKER_LIST_HEAD.replacen('?', &minute_before(f.now).to_string(), 1);
         if f.queue.is_some() {
             sql.push_str(" AND EXISTS (SELECT 1 FROM json_each(w.queues) q WHERE q.value = ?)");
         }
@@ -78,7 +78,7 @@ impl Workers for SqliteStore {
         worker_id: &str,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
-        let Some(row) = sqlx::query_as::<_, WorkerRow>(sql::WORKER_GET_ROW)
+        let Some(row) = sqlx::query_as::<_, WorkerRow>(sql::WORKER_GET)
             .bind(minute_before(now))
             .bind(worker_id)
             .fetch_optional(&self.reader)

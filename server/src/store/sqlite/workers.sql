@@ -15,12 +15,12 @@ ON CONFLICT (worker_id) DO UPDATE SET
   address = excluded.address, queues = COALESCE(?4, workers.queues),
   last_seen = MAX(workers.last_seen, excluded.last_seen);
 
--- name: worker_list
--- The workers seen since ? (the minute before now first, which `worker_list`
--- writes in as a number); `worker_list` adds the filters, order and limit.
+-- name: worker_list_head
+-- The workers seen since ? (the minute before now first, which `Workers::worker_list`
+-- writes in as a number); it adds the filters, order and limit.
 ${worker_select} WHERE w.last_seen >= ?;
 
--- name: worker_get_row
+-- name: worker_get
 -- ? the minute before now, ? the worker id.
 ${worker_select} WHERE w.worker_id = ?;
 
