@@ -1,243 +1,301 @@
-//! Write operations of maintenance and operators (reclaim, cancel, update,
-//! requeue, purge), each run inside the writer's batch transaction.
+//! An operator's changes on SQLite (cancel, requeue, purge, the dead letters,
+//! bulk operations), each run inside the writer's batch transaction; the reads
+//! they start from on the reader pool.
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, ToSql, params, params_from_iter};
+use rusqlite::{OptionalExtension, ToSql, params, params_from_iter};
 
-use super::super::row::{FailureWrite, decide, ms};
+use super::super::observe::dead_group_row;
+use super::super::row::{TaskRow, ms, state_filter_sql};
 use super::super::*;
-use super::columns::{task_columns, task_row};
-use super::ops::{changed_event, fetch_task, placeholders, write_failure};
+use super::rows::{changed_event, fetch_task, in_list};
+use super::{SqliteStore, sql, tx};
 use crate::domain::event::EventKind;
 
-pub(super) fn lease_reclaim_expired(
-    c: &Connection,
-    now: DateTime<Utc>,
-    limit: u32,
-) -> StoreResult<Reaped> {
-    let now_dt = now;
-    let now = ms(now);
-    let mut reaped = Reaped::default();
-    let past_deadline = c
-        .prepare_cached(concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE deadline IS NOT NULL AND deadline <= ?1 \
-                 AND state IN ('pending', 'leased') \
-             UNION ALL SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE deadline IS NOT NULL AND deadline <= ?1 AND state = 'blocked' \
-             LIMIT ?2"
-        ))?
-        .query_map(params![now, limit], task_row)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    for row in &past_deadline {
-        let write = FailureWrite {
-            state: StoredState::Dead,
-            run_at: row.run_at,
-            finished_at: Some(now),
-        };
-        let error = "DEADLINE_EXCEEDED";
-        if row.state == "leased" {
-            let outcome = AttemptOutcome::DeadlineExceeded;
-            write_failure(c, row, &write, error, outcome, now)?;
-        } else {
-            c.prepare_cached(
-                "UPDATE tasks SET state = 'dead', finished_at = ?1, last_error = ?2, \
-                 updated_at = ?1 WHERE seq = ?3",
-            )?
-            .execute(params![now, error, row.seq])?;
-            for e in super::super::flow::failure_events(row, "dead", row.run_at, error, now) {
-                super::events::push(e);
+#[async_trait]
+impl Admin for SqliteStore {
+    async fn task_cancel(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
+        let task_id = task_id.to_owned();
+        self.write(move |c| {
+            let now = ms(now);
+            let Some(row) = fetch_task(c, &task_id)? else {
+                return Ok(Changed::NotFound);
+            };
+            let (sql, kind) = match row.stored_state()? {
+                StoredState::Pending | StoredState::Blocked => {
+                    (sql::TASK_CANCEL_PENDING, EventKind::Cancelled)
+                }
+                StoredState::Leased => (sql::TASK_CANCEL_LEASED, EventKind::Updated),
+                StoredState::Cancelled => return Ok(Changed::Done(Box::new(row.into_record()?))),
+                other => return Ok(Changed::WrongState(other)),
+            };
+            c.prepare_cached(sql)?.execute(params![now, row.seq])?;
+            changed_event(c, &task_id, kind, now)
+        })
+        .await
+    }
+
+    async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
+        let task_id = task_id.to_owned();
+        self.write(move |c| {
+            let Some(row) = fetch_task(c, &task_id)? else {
+                return Ok(Changed::NotFound);
+            };
+            let state = row.stored_state()?;
+            if !matches!(state, StoredState::Dead | StoredState::Cancelled) {
+                return Ok(Changed::WrongState(state));
+            }
+            c.prepare_cached(sql::TASK_REQUEUE)?
+                .execute(params![ms(now), row.seq])?;
+            // Routing: an admin requeue frees a reserved retry.
+            super::routing::clear_reservation(c, &row)?;
+            changed_event(c, &task_id, EventKind::Requeued, ms(now))
+        })
+        .await
+    }
+
+    async fn task_purge_finished(
+        &self,
+        before: DateTime<Utc>,
+        scope: &PurgeScope,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        let scope = scope.clone();
+        self.write(move |c| {
+            let before = ms(before);
+            let mut args: Vec<&dyn ToSql> = vec![&before];
+            // Dynamic: the scope picks the statement; NOT IN lists one ? per queue.
+            let sql = match &scope {
+                PurgeScope::Only(q) => {
+                    args.push(q);
+                    sql::TASK_PURGE_FINISHED_QUEUE.to_string()
+                }
+                PurgeScope::AllExcept(qs) if !qs.is_empty() => {
+                    args.extend(qs.iter().map(|q| q as &dyn ToSql));
+                    in_list(sql::TASK_PURGE_FINISHED_EXCEPT, qs.len())
+                }
+                PurgeScope::AllExcept(_) => sql::TASK_PURGE_FINISHED_ALL.to_string(),
+            };
+            args.push(&limit);
+            let ids = c
+                .prepare(&sql)?
+                .query_map(params_from_iter(args), |r| r.get::<_, String>(0))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let mut delete = c.prepare_cached(sql::TASK_PURGE_FINISHED_ATTEMPTS)?;
+            let mut edges = c.prepare_cached(sql::TASK_PURGE_FINISHED_DEPS)?;
+            let mut keys = c.prepare_cached(sql::TASK_PURGE_FINISHED_KEY_DEPS)?;
+            for id in &ids {
+                delete.execute([id])?;
+                edges.execute([id])?;
+                keys.execute([id])?;
+            }
+            Ok(ids.len() as u64)
+        })
+        .await
+    }
+
+    async fn task_dead_groups(&self, p: &DeadGroupParams) -> StoreResult<Vec<DeadGroup>> {
+        // Grouping by the stored error rather than COALESCE(last_error, '')
+        // spares a sort, and the rare NULL and '' groups of one queue are merged
+        // below. Dynamic: the filters given add their terms.
+        let mut qb = sqlx::QueryBuilder::<sqlx::Sqlite>::new(sql::TASK_DEAD_GROUPS);
+        if let Some(q) = &p.queue {
+            qb.push(" AND queue = ").push_bind(q);
+        }
+        match p.error.as_deref() {
+            Some("") => {
+                qb.push(" AND (last_error IS NULL OR last_error = '')");
+            }
+            Some(e) => {
+                qb.push(" AND last_error = ").push_bind(e);
+            }
+            None => {}
+        }
+        qb.push(" GROUP BY queue, last_error ORDER BY n DESC, queue, last_error LIMIT ")
+            .push_bind(i64::from(p.limit) + 1);
+        let rows: Vec<(String, Option<String>, i64, Option<i64>)> =
+            qb.build_query_as().fetch_all(&self.reader).await?;
+        let mut groups: Vec<DeadGroup> = Vec::with_capacity(rows.len());
+        for (queue, error, n, last) in rows {
+            let g = dead_group_row((queue, error.unwrap_or_default(), n, last));
+            match groups
+                .iter_mut()
+                .find(|x| x.queue == g.queue && x.error == g.error)
+            {
+                Some(x) => {
+                    x.count += g.count;
+                    x.last_finished_at = x.last_finished_at.max(g.last_finished_at);
+                }
+                None => groups.push(g),
             }
         }
-        reaped.deadline_exceeded += 1;
-        reaped.by_queue.entry(row.queue.clone()).or_default().dead += 1;
+        groups.sort_by(|a, b| (b.count, &a.queue, &a.error).cmp(&(a.count, &b.queue, &b.error)));
+        groups.truncate(p.limit as usize);
+        Ok(groups)
     }
-    let expired = c
-        .prepare_cached(concat!(
-            "SELECT ",
-            task_columns!(),
-            " FROM tasks WHERE state = 'leased' AND lease_expires_at <= ?1 LIMIT ?2"
-        ))?
-        .query_map(params![now, limit], task_row)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    for row in &expired {
-        let decision = decide(row, false, None, now_dt, rand::random());
-        let write = FailureWrite::new(row, decision, now);
-        let outcome = AttemptOutcome::LeaseExpired;
-        let error = super::super::row::expiry_error(row);
-        write_failure(c, row, &write, error, outcome, now)?;
-        if write.state == StoredState::Pending && !reaped.queues.contains(&row.queue) {
-            reaped.queues.push(row.queue.clone());
-        }
-        reaped.reclaimed += 1;
-        let q = reaped.by_queue.entry(row.queue.clone()).or_default();
-        q.reclaimed += 1;
-        q.dead += u64::from(write.state == StoredState::Dead);
-    }
-    Ok(reaped)
-}
 
-pub(super) fn task_cancel(
-    c: &Connection,
-    task_id: &str,
-    now: DateTime<Utc>,
-) -> StoreResult<Changed> {
-    let now = ms(now);
-    let Some(row) = fetch_task(c, task_id)? else {
-        return Ok(Changed::NotFound);
-    };
-    let (sql, kind) = match row.stored_state()? {
-        StoredState::Pending | StoredState::Blocked => (
-            "UPDATE tasks SET state = 'cancelled', finished_at = ?1, updated_at = ?1 \
-             WHERE seq = ?2",
-            EventKind::Cancelled,
-        ),
-        StoredState::Leased => (
-            "UPDATE tasks SET cancel_requested = 1, updated_at = ?1 WHERE seq = ?2",
-            EventKind::Updated,
-        ),
-        StoredState::Cancelled => return Ok(Changed::Done(Box::new(row.into_record()?))),
-        other => return Ok(Changed::WrongState(other)),
-    };
-    c.prepare_cached(sql)?.execute(params![now, row.seq])?;
-    let changed = changed_event(c, task_id, kind, now)?;
-    Ok(changed)
-}
-
-pub(super) fn task_update(
-    c: &Connection,
-    task_id: &str,
-    u: &TaskUpdate,
-    now: DateTime<Utc>,
-) -> StoreResult<Changed> {
-    let Some(row) = fetch_task(c, task_id)? else {
-        return Ok(Changed::NotFound);
-    };
-    let state = row.stored_state()?;
-    if matches!(state, StoredState::Leased | StoredState::Succeeded) {
-        return Ok(Changed::WrongState(state));
-    }
-    let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
-    c.prepare_cached(
-        "UPDATE tasks SET run_at = ?1, waiting = ?1 > ?6, priority = ?2, deadline = ?3, \
-         max_attempts = ?4, attempts_allowed = ?5, updated_at = ?6 WHERE seq = ?7",
-    )?
-    .execute(params![
-        u.run_at.map(ms).unwrap_or(row.run_at),
-        u.priority.map(i64::from).unwrap_or(row.priority),
-        u.deadline.map(|d| d.map(ms)).unwrap_or(row.deadline),
-        max_attempts,
-        row.attempts_allowed - row.max_attempts + max_attempts,
-        ms(now),
-        row.seq
-    ])?;
-    // Routing: an admin change frees a reserved retry.
-    super::routing::clear_reservation(c, &row)?;
-    let changed = changed_event(c, task_id, EventKind::Updated, ms(now))?;
-    Ok(changed)
-}
-
-pub(super) fn task_requeue(
-    c: &Connection,
-    task_id: &str,
-    now: DateTime<Utc>,
-) -> StoreResult<Changed> {
-    let Some(row) = fetch_task(c, task_id)? else {
-        return Ok(Changed::NotFound);
-    };
-    let state = row.stored_state()?;
-    if !matches!(state, StoredState::Dead | StoredState::Cancelled) {
-        return Ok(Changed::WrongState(state));
-    }
-    c.prepare_cached(
-        "UPDATE tasks SET state = 'pending', run_at = ?1, waiting = 0, attempts_allowed = attempt + max_attempts, \
-         cancel_requested = 0, finished_at = NULL, updated_at = ?1 WHERE seq = ?2",
-    )?
-    .execute(params![ms(now), row.seq])?;
-    // Routing: an admin requeue frees a reserved retry.
-    super::routing::clear_reservation(c, &row)?;
-    let changed = changed_event(c, task_id, EventKind::Requeued, ms(now))?;
-    Ok(changed)
-}
-
-pub(super) fn task_purge_finished(
-    c: &Connection,
-    before: DateTime<Utc>,
-    scope: &PurgeScope,
-    limit: u32,
-) -> StoreResult<u64> {
-    let before = ms(before);
-    let mut args: Vec<&dyn ToSql> = vec![&before];
-    let scope_sql = match scope {
-        PurgeScope::Only(q) => {
-            args.push(q);
-            " AND queue = ?".to_string()
-        }
-        PurgeScope::AllExcept(qs) if !qs.is_empty() => {
-            args.extend(qs.iter().map(|q| q as &dyn ToSql));
-            format!(" AND queue NOT IN ({})", placeholders(qs.len()))
-        }
-        PurgeScope::AllExcept(_) => String::new(),
-    };
-    args.push(&limit);
-    let sql = format!(
-        "DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks \
-         WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at < ?{scope_sql} \
-         LIMIT ?) RETURNING id"
-    );
-    let ids = c
-        .prepare(&sql)?
-        .query_map(params_from_iter(args), |r| r.get::<_, String>(0))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let mut delete = c.prepare_cached("DELETE FROM task_attempts WHERE task_id = ?1")?;
-    // Its dependency edges go with the dependent (an edge whose dependency is
-    // purged first stays while its dependent shows it in `depends_on`).
-    let mut edges = c.prepare_cached("DELETE FROM task_deps WHERE task_id = ?1")?;
-    let mut keys = c.prepare_cached("DELETE FROM task_key_deps WHERE task_id = ?1")?;
-    for id in &ids {
-        delete.execute([id])?;
-        edges.execute([id])?;
-        keys.execute([id])?;
-    }
-    Ok(ids.len() as u64)
-}
-
-/// REPLACE_WAITING (see `Store::task_replace_waiting`). The writer is the only
-/// writer: nothing comes between the read and the update.
-pub(super) fn task_replace_waiting(
-    c: &Connection,
-    r: &Replacement,
-    now: DateTime<Utc>,
-) -> StoreResult<Option<String>> {
-    use rusqlite::OptionalExtension;
-    let held: Option<(String, String)> = c
-        .prepare_cached(
-            "SELECT id, metadata FROM tasks WHERE queue = ?1 AND key = ?2 \
-             AND state IN ('pending', 'blocked')",
-        )?
-        .query_row(params![r.queue, r.key], |row| {
-            Ok((row.get(0)?, row.get(1)?))
+    async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> StoreResult<u64> {
+        let p = p.clone();
+        self.write(move |c| {
+            let rows: Vec<(String, String, i64)> = c
+                .prepare_cached(sql::TASK_REQUEUE_DEAD)?
+                .query_map(
+                    params![ms(p.now), p.queue, p.error, i64::from(p.limit)],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )?
+                .collect::<rusqlite::Result<_>>()?;
+            // Flow: the REQUEUED events.
+            for (id, queue, attempt) in &rows {
+                let e = tx::simple(id, queue, EventKind::Requeued, "ready", *attempt, ms(p.now));
+                tx::push(e);
+            }
+            Ok(rows.len() as u64)
         })
-        .optional()?;
-    let Some((id, metadata)) = held else {
-        return Ok(None);
-    };
-    let now = ms(now);
-    // Every write of run_at writes `waiting` (migration 0017).
-    c.prepare_cached(
-        "UPDATE tasks SET payload = ?1, run_at = ?2, waiting = ?2 > ?5, priority = ?3, \
-         metadata = ?4, updated_at = ?5 WHERE id = ?6 AND state IN ('pending', 'blocked')",
-    )?
-    .execute(params![
-        r.payload,
-        ms(r.run_at),
-        r.priority,
-        super::super::merged_metadata(&metadata, &r.metadata),
-        now,
-        id
-    ])?;
-    changed_event(c, &id, EventKind::Replaced, now)?;
-    Ok(Some(id))
+        .await
+    }
+
+    async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64> {
+        let p = p.clone();
+        self.write(move |c| {
+            let rows: Vec<(String, String, i64)> = c
+                .prepare_cached(sql::TASK_CANCEL_DEAD)?
+                .query_map(
+                    params![ms(p.now), p.queue, p.error, p.task_id, i64::from(p.limit)],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )?
+                .collect::<rusqlite::Result<_>>()?;
+            // Flow: the CANCELLED events.
+            for (id, queue, attempt) in &rows {
+                let kind = EventKind::Cancelled;
+                tx::push(tx::simple(
+                    id,
+                    queue,
+                    kind,
+                    "cancelled",
+                    *attempt,
+                    ms(p.now),
+                ));
+            }
+            Ok(rows.len() as u64)
+        })
+        .await
+    }
+
+    async fn task_select(&self, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
+        // Dynamic: the filters given add their terms.
+        let mut sql = String::from(sql::TASK_SELECT_HEAD);
+        let mut texts: Vec<String> = vec![f.queue.clone()];
+        let mut args: Vec<Arg> = vec![Arg::Text(0)];
+        if let Some(p) = &f.key_prefix {
+            sql.push_str(" AND substr(key, 1, length(?)) = ?");
+            texts.push(p.clone());
+            args.push(Arg::Text(texts.len() - 1));
+            args.push(Arg::Text(texts.len() - 1));
+        }
+        if let Some(e) = &f.error_contains {
+            sql.push_str(" AND instr(COALESCE(last_error, ''), ?) > 0");
+            texts.push(e.clone());
+            args.push(Arg::Text(texts.len() - 1));
+        }
+        if let Some(t) = f.created_after {
+            sql.push_str(" AND created_at >= ?");
+            args.push(Arg::Int(ms(t)));
+        }
+        if let Some(t) = f.created_before {
+            sql.push_str(" AND created_at < ?");
+            args.push(Arg::Int(ms(t)));
+        }
+        if let Some(s) = &f.schedule_id {
+            sql.push_str(" AND schedule_id = ?");
+            texts.push(s.clone());
+            args.push(Arg::Text(texts.len() - 1));
+        }
+        if let Some(s) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
+            sql.push_str(" AND ");
+            sql.push_str(&s);
+        }
+        sql.push_str(" ORDER BY seq LIMIT ?");
+        args.push(Arg::Int(i64::from(f.limit)));
+        let mut q = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(sql));
+        for a in args {
+            q = match a {
+                Arg::Text(i) => q.bind(texts[i].clone()),
+                Arg::Int(v) => q.bind(v),
+            };
+        }
+        q.fetch_all(&self.reader)
+            .await?
+            .into_iter()
+            .map(TaskRow::into_record)
+            .collect()
+    }
+
+    async fn task_cancel_many(
+        &self,
+        task_ids: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<BulkCancelled> {
+        let ids = task_ids.to_owned();
+        self.write(move |c| {
+            let now = ms(now);
+            let mut out = BulkCancelled::default();
+            for id in &ids {
+                let cancelled: Option<(String, i64)> = c
+                    .prepare_cached(sql::TASK_CANCEL_MANY_PENDING)?
+                    .query_row(params![id, now], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()?;
+                if let Some((queue, attempt)) = &cancelled {
+                    out.cancelled += 1;
+                    let kind = EventKind::Cancelled;
+                    tx::push(tx::simple(id, queue, kind, "cancelled", *attempt, now));
+                }
+                let requested: Option<(String, i64)> = c
+                    .prepare_cached(sql::TASK_CANCEL_MANY_LEASED)?
+                    .query_row(params![id, now], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()?;
+                if let Some((queue, attempt)) = &requested {
+                    out.cancel_requested += 1;
+                    let kind = EventKind::Updated;
+                    tx::push(tx::simple(id, queue, kind, "leased", *attempt, now));
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn task_requeue_many(
+        &self,
+        tasks: &[(String, DateTime<Utc>)],
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        let tasks = tasks.to_owned();
+        self.write(move |c| {
+            let now = ms(now);
+            let mut n = 0;
+            for (id, run_at) in &tasks {
+                let row: Option<(String, i64)> = c
+                    .prepare_cached(sql::TASK_REQUEUE_MANY)?
+                    .query_row(params![id, ms(*run_at), now], |r| {
+                        Ok((r.get(0)?, r.get(1)?))
+                    })
+                    .optional()?;
+                if let Some((q, attempt)) = row {
+                    n += 1;
+                    let state = super::super::flow::visible("pending", ms(*run_at), now);
+                    tx::push(tx::simple(id, &q, EventKind::Requeued, state, attempt, now));
+                    super::flow::wake(q);
+                }
+            }
+            Ok(n)
+        })
+        .await
+    }
+}
+
+/// A bound value of a built query: an index into the text values, or a number.
+enum Arg {
+    Text(usize),
+    Int(i64),
 }

@@ -1,72 +1,59 @@
-//! Flow: recording task events on SQLite.
-//!
-//! The operations of a write job push the events of their transitions here (the
-//! writer thread's buffer); at the end of the job, inside its savepoint,
-//! [`super::flow::after_job`] writes them with multi-row INSERTs, so they commit
-//! (or roll back) with the job. One writer commits in order, so the rowid is the
-//! cursor. No trigger runs on `tasks`.
+//! The event log on SQLite: its reads on the reader pool, its purge, and how a
+//! job's events (buffered by `tx`) become rows of `task_events`.
 
-use std::cell::RefCell;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, ToSql, params, params_from_iter};
 
-use rusqlite::{Connection, ToSql, params_from_iter};
+use super::super::flow::{EventRow, event_record};
+use super::super::row::ms;
+use super::super::*;
+use super::tx::Pending;
+use super::{SqliteStore, sql};
 
-use super::super::StoreResult;
-use super::super::flow::Ev;
-use crate::domain::event::EventKind;
+#[async_trait]
+impl Events for SqliteStore {
+    async fn event_list(
+        &self,
+        task_id: &str,
+        after_event_id: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<EventRecord>> {
+        let rows: Vec<EventRow> = sqlx::query_as(sql::EVENT_LIST)
+            .bind(task_id)
+            .bind(after_event_id)
+            .bind(i64::from(limit))
+            .fetch_all(&self.reader)
+            .await?;
+        rows.into_iter().map(event_record).collect()
+    }
 
-/// An event waiting for the end of its job.
-#[derive(Debug, Clone)]
-pub(super) struct Pending {
-    pub task_id: String,
-    pub queue: String,
-    pub kind: EventKind,
-    pub state: &'static str,
-    pub attempt: i64,
-    pub worker: Option<String>,
-    pub time: i64,
-    pub detail: Option<String>,
-}
+    /// One writer commits whole batches in id order: every committed event is final.
+    async fn event_read(&self, after_event_id: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
+        let rows: Vec<EventRow> = sqlx::query_as(sql::EVENT_READ)
+            .bind(after_event_id)
+            .bind(i64::from(limit))
+            .fetch_all(&self.reader)
+            .await?;
+        rows.into_iter().map(event_record).collect()
+    }
 
-thread_local! {
-    /// The running job's events (the writer thread runs one job at a time).
-    static PENDING: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
-}
+    async fn event_head(&self) -> StoreResult<i64> {
+        let max: Option<i64> = sqlx::query_scalar(sql::EVENT_HEAD)
+            .fetch_one(&self.reader)
+            .await?;
+        Ok(max.unwrap_or(0))
+    }
 
-/// Buffers an event of the running job.
-pub(super) fn push(e: Ev<'_>) {
-    PENDING.with(|p| {
-        p.borrow_mut().push(Pending {
-            task_id: e.task_id.to_owned(),
-            queue: e.queue.to_owned(),
-            kind: e.kind,
-            state: e.state,
-            attempt: e.attempt,
-            worker: e.worker.map(str::to_owned),
-            time: e.time,
-            detail: e.detail.map(str::to_owned),
+    async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        self.write(move |c| {
+            let n = c
+                .prepare_cached(sql::EVENT_PURGE)?
+                .execute(params![ms(before), limit])?;
+            Ok(n as u64)
         })
-    });
-}
-
-/// Flow: a task inserted with dependencies was submitted BLOCKED.
-pub(super) fn submitted_blocked(task_id: &str) {
-    PENDING.with(|p| {
-        for e in p.borrow_mut().iter_mut() {
-            if e.kind == EventKind::Submitted && e.task_id == task_id {
-                e.state = "blocked";
-            }
-        }
-    });
-}
-
-/// The running job's events so far (the buffer is emptied).
-pub(super) fn take() -> Vec<Pending> {
-    PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()))
-}
-
-/// Drops the events of a job that failed (its savepoint is rolled back).
-pub(super) fn discard() {
-    PENDING.with(|p| p.borrow_mut().clear());
+        .await
+    }
 }
 
 /// Rows per INSERT statement: a batch is written in pieces of these sizes, so
@@ -110,26 +97,15 @@ fn insert_sql_cached(rows: usize) -> &'static str {
     }
 }
 
+/// Dynamic: `event_insert` with its row of values repeated `rows` times, one
+/// statement per piece size.
 fn insert_sql(rows: usize) -> String {
-    let mut sql = String::from(
-        "INSERT INTO task_events (task_id, queue, kind, state, attempt, worker_id, time, detail) \
-         VALUES ",
-    );
-    for i in 0..rows {
-        if i > 0 {
-            sql.push_str(", ");
-        }
-        sql.push_str("(?, ?, ?, ?, ?, ?, ?, ?)");
+    let one = sql::EVENT_INSERT;
+    let row = &one[one.rfind('(').unwrap_or(0)..];
+    let mut sql = String::from(one);
+    for _ in 1..rows {
+        sql.push_str(", ");
+        sql.push_str(row);
     }
     sql
-}
-
-/// How many events the running job has pushed so far (for [`truncate`]).
-pub(super) fn mark() -> usize {
-    PENDING.with(|p| p.borrow().len())
-}
-
-/// Drops the events pushed since `mark` (their savepoint was rolled back).
-pub(super) fn truncate(mark: usize) {
-    PENDING.with(|p| p.borrow_mut().truncate(mark));
 }

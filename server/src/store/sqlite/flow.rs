@@ -1,7 +1,7 @@
-//! Flow on SQLite: inserts with dependencies, resolving dependents, the
-//! event log, bulk operations.
+//! Flow on SQLite: the dependency reads, inserts with dependencies, and
+//! resolving dependents.
 //!
-//! Every operation pushes the events of its transitions (store/sqlite/events.rs).
+//! Every operation pushes the events of its transitions (`tx`).
 //! [`after_job`] runs at the end of every write job (inside its savepoint): it
 //! writes them, tells the dependents of each task that finished (one finished
 //! task at a time, so a cancelled chain of any length is walked iteratively),
@@ -11,14 +11,15 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
-use sqlx::SqlitePool;
 
-use super::super::flow::{Ev, EventRow, event_record, schedule_json, visible};
-use super::super::row::{TaskRow, from_ms, ms, state_filter_sql};
+use super::super::flow::{Ev, schedule_json, visible};
+use super::super::row::{from_ms, ms};
 use super::super::*;
-use super::{events, key_waits, ops};
+use super::rows::in_list;
+use super::{SqliteStore, events, key_waits, sql, tx};
 use crate::domain::event::EventKind;
 
 thread_local! {
@@ -31,6 +32,11 @@ thread_local! {
 /// Installs the wake-up on the writer thread (run as a write job).
 pub(super) fn set_waker(wake: Waker) {
     WAKER.with(|w| *w.borrow_mut() = Some(wake));
+}
+
+/// Wakes `queue` after the running batch commits (it got pending tasks).
+pub(super) fn wake(queue: String) {
+    WOKEN.with(|w| w.borrow_mut().push(queue));
 }
 
 /// After a batch committed: wakes the queues whose tasks were unblocked.
@@ -53,7 +59,7 @@ pub(super) fn after_commit() {
 /// in turn).
 pub(super) fn after_job(c: &Connection) -> StoreResult<()> {
     loop {
-        let evs = events::take();
+        let evs = tx::take();
         if evs.is_empty() {
             return Ok(());
         }
@@ -66,9 +72,7 @@ pub(super) fn after_job(c: &Connection) -> StoreResult<()> {
                 _ => continue,
             };
             let waited_on = c
-                .prepare_cached(
-                    "SELECT 1 FROM task_deps WHERE depends_on = ?1 AND NOT resolved LIMIT 1",
-                )?
+                .prepare_cached(sql::FLOW_RESOLVE_WAITED)?
                 .exists([&e.task_id])?;
             if waited_on {
                 resolve(c, &e.task_id, state, e.time)?;
@@ -83,17 +87,14 @@ pub(super) fn after_job(c: &Connection) -> StoreResult<()> {
 /// A task went DEAD: a notice task on its queue's dead-letter queue, if it has one.
 fn dead_letter(c: &Connection, id: &str, queue: &str, at: i64) -> StoreResult<()> {
     let dlq: Option<String> = c
-        .prepare_cached(
-            "SELECT dead_letter_queue FROM queue_dead_letters \
-             WHERE queue = ?1 AND dead_letter_queue <> ?1",
-        )?
+        .prepare_cached(sql::FLOW_DEAD_LETTER_QUEUE)?
         .query_row([queue], |r| r.get(0))
         .optional()?;
     let Some(dlq) = dlq else {
         return Ok(());
     };
     let (key, attempts, error): (Option<String>, i64, Option<String>) = c
-        .prepare_cached("SELECT key, attempt, last_error FROM tasks WHERE id = ?1")?
+        .prepare_cached(sql::FLOW_DEAD_LETTER_TASK)?
         .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
     let payload = serde_json::json!({
         "task_id": id, "queue": queue, "key": key, "attempts": attempts, "last_error": error,
@@ -117,8 +118,8 @@ fn dead_letter(c: &Connection, id: &str, queue: &str, at: i64) -> StoreResult<()
         routing: Default::default(),
         concurrency_key: None,
     };
-    ops::task_insert_many(c, std::slice::from_ref(&notice), from_ms(at))?;
-    WOKEN.with(|w| w.borrow_mut().push(dlq));
+    super::tasks::insert_many(c, std::slice::from_ref(&notice), from_ms(at))?;
+    wake(dlq);
     Ok(())
 }
 
@@ -126,32 +127,23 @@ fn dead_letter(c: &Connection, id: &str, queue: &str, at: i64) -> StoreResult<()
 /// unblocks), or cancel them when it failed and they do not run anyway.
 fn resolve(c: &Connection, dep: &str, dep_state: &str, at: i64) -> StoreResult<()> {
     let dependents: Vec<(String, String, bool, String, i64)> = c
-        .prepare_cached(
-            "SELECT d.task_id, t.state, t.run_if_dependency_fails, t.queue, t.attempt \
-             FROM task_deps d \
-             JOIN tasks t ON t.id = d.task_id WHERE d.depends_on = ?1 AND NOT d.resolved",
-        )?
+        .prepare_cached(sql::FLOW_RESOLVE_DEPENDENTS)?
         .query_map([dep], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })?
         .collect::<Result<_, _>>()?;
-    c.prepare_cached("UPDATE task_deps SET resolved = 1 WHERE depends_on = ?1 AND NOT resolved")?
-        .execute([dep])?;
+    c.prepare_cached(sql::FLOW_RESOLVE_MARK)?.execute([dep])?;
     for (id, state, run_if, queue, attempt) in dependents {
         if state != "blocked" {
             continue;
         }
         if dep_state == "succeeded" || run_if {
             let now_pending: Option<(String, i64)> = c
-                .prepare_cached(
-                    "UPDATE tasks SET deps_remaining = deps_remaining - 1, \
-                       state = CASE WHEN deps_remaining <= 1 THEN 'pending' ELSE state END, \
-                       updated_at = ?2 WHERE id = ?1 AND state = 'blocked' RETURNING state, run_at",
-                )?
+                .prepare_cached(sql::FLOW_RESOLVE_COUNT)?
                 .query_row(params![id, at], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()?;
             if let Some(("pending", run_at)) = now_pending.as_ref().map(|(s, r)| (s.as_str(), *r)) {
-                events::push(Ev {
+                tx::push(Ev {
                     task_id: &id,
                     queue: &queue,
                     kind: EventKind::Unblocked,
@@ -161,19 +153,15 @@ fn resolve(c: &Connection, dep: &str, dep_state: &str, at: i64) -> StoreResult<(
                     time: at,
                     detail: None,
                 });
-                WOKEN.with(|w| w.borrow_mut().push(queue));
+                wake(queue);
             }
         } else {
             // Its own dependents are told when after_job reads its event in turn.
             let n = c
-                .prepare_cached(
-                    "UPDATE tasks SET state = 'cancelled', cancel_reason = 'dependency_failed', \
-                       last_error = 'DEPENDENCY_FAILED', finished_at = ?2, updated_at = ?2 \
-                     WHERE id = ?1 AND state = 'blocked'",
-                )?
+                .prepare_cached(sql::FLOW_RESOLVE_CANCEL)?
                 .execute(params![id, at])?;
             if n > 0 {
-                events::push(Ev {
+                tx::push(Ev {
                     task_id: &id,
                     queue: &queue,
                     kind: EventKind::Cancelled,
@@ -190,11 +178,14 @@ fn resolve(c: &Connection, dep: &str, dep_state: &str, at: i64) -> StoreResult<(
 }
 
 fn state_of(c: &Connection, id: &str) -> StoreResult<Option<String>> {
-    Ok(c.prepare_cached("SELECT state FROM tasks WHERE id = ?1")?
+    Ok(c.prepare_cached(sql::FLOW_INSERT_STATE)?
         .query_row([id], |r| r.get(0))
         .optional()?)
 }
 
+/// Tasks::task_insert_flow's work, in the running write job: the tasks, then
+/// their dependencies (by id, by index in the batch, by key) and the state
+/// they make.
 pub(super) fn insert(
     c: &Connection,
     tasks: &[NewTask],
@@ -206,14 +197,14 @@ pub(super) fn insert(
     // unknown dependency (or another producer's), a key with too many waits,
     // or a commit-by instant that passed, undoes the batch's inserts (its own
     // savepoint).
-    c.execute_batch("SAVEPOINT flow_insert")?;
-    let mark = events::mark();
+    c.execute_batch(sql::FLOW_INSERT_SAVEPOINT)?;
+    let mark = tx::mark();
     let undo = || -> StoreResult<()> {
-        c.execute_batch("ROLLBACK TO flow_insert; RELEASE flow_insert")?;
-        events::truncate(mark);
+        c.execute_batch(sql::FLOW_INSERT_UNDO)?;
+        tx::truncate(mark);
         Ok(())
     };
-    let inserted = ops::task_insert_many(c, tasks, now)?;
+    let inserted = super::tasks::insert_many(c, tasks, now)?;
     for (i, f) in flows.iter().enumerate() {
         for (j, d) in f.depends_on.iter().enumerate() {
             if !key_waits::may_name(c, d, f.producer.as_deref())? {
@@ -256,11 +247,8 @@ pub(super) fn insert(
             let done = matches!(state.as_str(), "succeeded" | "dead" | "cancelled");
             remaining += i64::from(!done);
             failed |= matches!(state.as_str(), "dead" | "cancelled");
-            c.prepare_cached(
-                "INSERT INTO task_deps (depends_on, task_id, resolved) VALUES (?1, ?2, ?3) \
-                 ON CONFLICT DO NOTHING",
-            )?
-            .execute(params![d, r.task_id, done])?;
+            c.prepare_cached(sql::FLOW_INSERT_DEP)?
+                .execute(params![d, r.task_id, done])?;
         }
         let state = if failed && !f.run_if_dependency_fails {
             "cancelled"
@@ -270,15 +258,7 @@ pub(super) fn insert(
             "pending"
         };
         let schedule = schedule_json(&f.retry_schedule);
-        c.prepare_cached(
-            "UPDATE tasks SET state = ?2, deps_remaining = ?3, run_if_dependency_fails = ?4, \
-               retry_schedule = ?5, \
-               cancel_reason = CASE WHEN ?2 = 'cancelled' THEN 'dependency_failed' END, \
-               last_error = CASE WHEN ?2 = 'cancelled' THEN 'DEPENDENCY_FAILED' ELSE last_error END, \
-               finished_at = CASE WHEN ?2 = 'cancelled' THEN ?6 ELSE finished_at END \
-             WHERE id = ?1",
-        )?
-        .execute(params![
+        c.prepare_cached(sql::FLOW_INSERT_WRITE)?.execute(params![
             r.task_id,
             state,
             remaining,
@@ -287,10 +267,10 @@ pub(super) fn insert(
             now
         ])?;
         if state == "blocked" {
-            events::submitted_blocked(&r.task_id);
+            tx::submitted_blocked(&r.task_id);
         } else if state == "cancelled" {
             let t = &tasks[i];
-            events::push(Ev {
+            tx::push(Ev {
                 task_id: &r.task_id,
                 queue: &t.queue,
                 kind: EventKind::Cancelled,
@@ -306,344 +286,107 @@ pub(super) fn insert(
         undo()?;
         return Ok(FlowInserted::DeadlinePassed);
     }
-    c.execute_batch("RELEASE flow_insert")?;
+    c.execute_batch(sql::FLOW_INSERT_RELEASE)?;
     Ok(FlowInserted::Done(inserted))
 }
 
-pub(super) async fn flow_info(
-    r: &SqlitePool,
-    ids: &[String],
-) -> StoreResult<HashMap<String, TaskFlowInfo>> {
-    let mut out = HashMap::with_capacity(ids.len());
-    for id in ids {
-        let row: Option<(i64, bool, Option<String>)> = sqlx::query_as(
-            "SELECT deps_remaining, run_if_dependency_fails, cancel_reason FROM tasks WHERE id = ?",
-        )
-        .bind(id)
-        .fetch_optional(r)
-        .await?;
-        let Some((rem, run_if, reason)) = row else {
-            continue;
-        };
-        let deps: Vec<String> = sqlx::query_scalar(
-            "SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on",
-        )
-        .bind(id)
-        .fetch_all(r)
-        .await?;
-        let keys: Vec<(String, String)> = sqlx::query_as(
-            "SELECT queue, key FROM task_key_deps WHERE task_id = ? ORDER BY queue, key",
-        )
-        .bind(id)
-        .fetch_all(r)
-        .await?;
-        out.insert(
-            id.clone(),
-            TaskFlowInfo {
-                depends_on: deps,
-                depends_on_keys: keys
+#[async_trait]
+impl Flow for SqliteStore {
+    async fn task_flow_info(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<HashMap<String, TaskFlowInfo>> {
+        let r = &self.reader;
+        let mut out = HashMap::with_capacity(task_ids.len());
+        for id in task_ids {
+            let row: Option<(i64, bool, Option<String>)> = sqlx::query_as(sql::TASK_FLOW_INFO_TASK)
+                .bind(id)
+                .fetch_optional(r)
+                .await?;
+            let Some((rem, run_if, reason)) = row else {
+                continue;
+            };
+            let deps: Vec<String> = sqlx::query_scalar(sql::TASK_FLOW_INFO_DEPS)
+                .bind(id)
+                .fetch_all(r)
+                .await?;
+            let keys: Vec<(String, String)> = sqlx::query_as(sql::TASK_FLOW_INFO_KEYS)
+                .bind(id)
+                .fetch_all(r)
+                .await?;
+            out.insert(
+                id.clone(),
+                TaskFlowInfo {
+                    depends_on: deps,
+                    depends_on_keys: keys
+                        .into_iter()
+                        .map(|(queue, key)| TaskKey { queue, key })
+                        .collect(),
+                    deps_remaining: u32::try_from(rem.max(0)).unwrap_or(u32::MAX),
+                    run_if_dependency_fails: run_if,
+                    cancel_reason: reason,
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>> {
+        let rows: Vec<(String, String)> = sqlx::query_as(sql::TASK_KEYS_MISSING)
+            .bind(task_id)
+            .bind(i64::from(limit))
+            .fetch_all(&self.reader)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(queue, key)| TaskKey { queue, key })
+            .collect())
+    }
+
+    async fn task_dependency_result_sizes(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<Vec<(String, u64, u64)>> {
+        let mut out = Vec::new();
+        for piece in task_ids.chunks(500) {
+            // Dynamic: one ? per task.
+            let sql = in_list(sql::TASK_DEPENDENCY_RESULT_SIZES, piece.len());
+            let mut q = sqlx::query_as::<_, (String, i64, i64)>(sqlx::AssertSqlSafe(sql));
+            for id in piece {
+                q = q.bind(id);
+            }
+            out.extend(
+                q.fetch_all(&self.reader)
+                    .await?
                     .into_iter()
-                    .map(|(queue, key)| TaskKey { queue, key })
-                    .collect(),
-                deps_remaining: u32::try_from(rem.max(0)).unwrap_or(u32::MAX),
-                run_if_dependency_fails: run_if,
-                cancel_reason: reason,
-            },
-        );
-    }
-    Ok(out)
-}
-
-pub(super) async fn event_list(
-    r: &SqlitePool,
-    task_id: &str,
-    after: i64,
-    limit: u32,
-) -> StoreResult<Vec<EventRecord>> {
-    let rows: Vec<EventRow> = sqlx::query_as(
-        "SELECT event_id, task_id, queue, kind, state, attempt, worker_id, time, detail \
-         FROM task_events WHERE task_id = ? AND event_id > ? ORDER BY event_id LIMIT ?",
-    )
-    .bind(task_id)
-    .bind(after)
-    .bind(i64::from(limit))
-    .fetch_all(r)
-    .await?;
-    rows.into_iter().map(event_record).collect()
-}
-
-/// One writer commits whole batches in id order: every committed event is final.
-pub(super) async fn event_read(
-    r: &SqlitePool,
-    after: i64,
-    limit: u32,
-) -> StoreResult<Vec<EventRecord>> {
-    let rows: Vec<EventRow> = sqlx::query_as(
-        "SELECT event_id, task_id, queue, kind, state, attempt, worker_id, time, detail \
-         FROM task_events WHERE event_id > ? ORDER BY event_id LIMIT ?",
-    )
-    .bind(after)
-    .bind(i64::from(limit))
-    .fetch_all(r)
-    .await?;
-    rows.into_iter().map(event_record).collect()
-}
-
-pub(super) async fn event_head(r: &SqlitePool) -> StoreResult<i64> {
-    // Retention never deletes the newest event, so this is the largest id used.
-    let max: Option<i64> = sqlx::query_scalar("SELECT max(event_id) FROM task_events")
-        .fetch_one(r)
-        .await?;
-    Ok(max.unwrap_or(0))
-}
-
-pub(super) fn event_purge(c: &Connection, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
-    let n = c
-        .prepare_cached(
-            // Ids grow with time: the oldest `limit` by id, those older than
-            // `before`, never the newest (its id is where the next one starts).
-            "DELETE FROM task_events WHERE event_id IN ( \
-               SELECT event_id FROM (SELECT event_id, time FROM task_events \
-                 ORDER BY event_id LIMIT ?2) WHERE time < ?1) \
-             AND event_id < (SELECT max(event_id) FROM task_events)",
-        )?
-        .execute(params![ms(before), limit])?;
-    Ok(n as u64)
-}
-
-pub(super) fn dead_letters_set(c: &Connection, pairs: &[(String, String)]) -> StoreResult<()> {
-    c.prepare_cached("DELETE FROM queue_dead_letters")?
-        .execute([])?;
-    for (q, dlq) in pairs {
-        c.prepare_cached(
-            "INSERT INTO queue_dead_letters (queue, dead_letter_queue) VALUES (?1, ?2)",
-        )?
-        .execute(params![q, dlq])?;
-    }
-    Ok(())
-}
-
-pub(super) async fn select(r: &SqlitePool, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
-    let mut sql = String::from("SELECT * FROM tasks WHERE queue = ?");
-    let mut texts: Vec<String> = vec![f.queue.clone()];
-    let mut args: Vec<either::Arg> = vec![either::Arg::Text(0)];
-    if let Some(p) = &f.key_prefix {
-        sql.push_str(" AND substr(key, 1, length(?)) = ?");
-        texts.push(p.clone());
-        args.push(either::Arg::Text(texts.len() - 1));
-        args.push(either::Arg::Text(texts.len() - 1));
-    }
-    if let Some(e) = &f.error_contains {
-        sql.push_str(" AND instr(COALESCE(last_error, ''), ?) > 0");
-        texts.push(e.clone());
-        args.push(either::Arg::Text(texts.len() - 1));
-    }
-    if let Some(t) = f.created_after {
-        sql.push_str(" AND created_at >= ?");
-        args.push(either::Arg::Int(ms(t)));
-    }
-    if let Some(t) = f.created_before {
-        sql.push_str(" AND created_at < ?");
-        args.push(either::Arg::Int(ms(t)));
-    }
-    if let Some(s) = &f.schedule_id {
-        sql.push_str(" AND schedule_id = ?");
-        texts.push(s.clone());
-        args.push(either::Arg::Text(texts.len() - 1));
-    }
-    if let Some(s) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
-        sql.push_str(" AND ");
-        sql.push_str(&s);
-    }
-    sql.push_str(" ORDER BY seq LIMIT ?");
-    args.push(either::Arg::Int(i64::from(f.limit)));
-    let mut q = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(sql));
-    for a in args {
-        q = match a {
-            either::Arg::Text(i) => q.bind(texts[i].clone()),
-            either::Arg::Int(v) => q.bind(v),
-        };
-    }
-    q.fetch_all(r)
-        .await?
-        .into_iter()
-        .map(TaskRow::into_record)
-        .collect()
-}
-
-mod either {
-    /// A bound value of a built query: an index into the text values, or a number.
-    pub enum Arg {
-        Text(usize),
-        Int(i64),
-    }
-}
-
-pub(super) fn cancel_many(
-    c: &Connection,
-    ids: &[String],
-    now: DateTime<Utc>,
-) -> StoreResult<BulkCancelled> {
-    let now = ms(now);
-    let mut out = BulkCancelled::default();
-    for id in ids {
-        let cancelled: Option<(String, i64)> = c
-            .prepare_cached(
-                "UPDATE tasks SET state = 'cancelled', cancel_reason = 'operator', \
-                   finished_at = ?2, updated_at = ?2 \
-                 WHERE id = ?1 AND state IN ('pending', 'blocked') RETURNING queue, attempt",
-            )?
-            .query_row(params![id, now], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        if let Some((queue, attempt)) = &cancelled {
-            out.cancelled += 1;
-            events::push(simple(
-                id,
-                queue,
-                EventKind::Cancelled,
-                "cancelled",
-                *attempt,
-                now,
-            ));
+                    .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64)),
+            );
         }
-        let requested: Option<(String, i64)> = c
-            .prepare_cached(
-                "UPDATE tasks SET cancel_requested = 1, updated_at = ?2 \
-                 WHERE id = ?1 AND state = 'leased' AND NOT cancel_requested \
-                 RETURNING queue, attempt",
-            )?
-            .query_row(params![id, now], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        if let Some((queue, attempt)) = &requested {
-            out.cancel_requested += 1;
-            events::push(simple(
-                id,
-                queue,
-                EventKind::Updated,
-                "leased",
-                *attempt,
-                now,
-            ));
+        Ok(out)
+    }
+
+    async fn task_dependency_results(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for piece in task_ids.chunks(500) {
+            // Dynamic: one ? per task.
+            let sql = in_list(sql::TASK_DEPENDENCY_RESULTS, piece.len());
+            let mut q = sqlx::query_as::<_, (String, String, Vec<u8>)>(sqlx::AssertSqlSafe(sql));
+            for id in piece {
+                q = q.bind(id);
+            }
+            out.extend(q.fetch_all(&self.reader).await?);
         }
+        Ok(out)
     }
-    Ok(out)
-}
 
-pub(super) fn requeue_many(
-    c: &Connection,
-    tasks: &[(String, DateTime<Utc>)],
-    now: DateTime<Utc>,
-) -> StoreResult<u64> {
-    let now = ms(now);
-    let mut n = 0;
-    for (id, run_at) in tasks {
-        let row: Option<(String, i64)> = c
-            .prepare_cached(
-                "UPDATE tasks SET state = 'pending', run_at = ?2, waiting = ?2 > ?3, \
-                   attempts_allowed = attempt + max_attempts, cancel_requested = 0, \
-                   cancel_reason = NULL, finished_at = NULL, updated_at = ?3 \
-                 WHERE id = ?1 AND state IN ('dead', 'cancelled') RETURNING queue, attempt",
-            )?
-            .query_row(params![id, ms(*run_at), now], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .optional()?;
-        if let Some((q, attempt)) = row {
-            n += 1;
-            let state = visible("pending", ms(*run_at), now);
-            events::push(simple(id, &q, EventKind::Requeued, state, attempt, now));
-            WOKEN.with(|w| w.borrow_mut().push(q));
-        }
+    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(sql::TASK_DEPS_UNFINISHED)
+            .bind(task_id)
+            .bind(i64::from(limit))
+            .fetch_all(&self.reader)
+            .await?)
     }
-    Ok(n)
-}
-
-/// An event with no worker and no detail.
-pub(super) fn simple<'a>(
-    task_id: &'a str,
-    queue: &'a str,
-    kind: EventKind,
-    state: &'static str,
-    attempt: i64,
-    time: i64,
-) -> Ev<'a> {
-    Ev {
-        task_id,
-        queue,
-        kind,
-        state,
-        attempt,
-        worker: None,
-        time,
-        detail: None,
-    }
-}
-
-/// See [`Store::task_keys_missing`].
-pub(super) async fn keys_missing(
-    r: &SqlitePool,
-    task_id: &str,
-    limit: u32,
-) -> StoreResult<Vec<TaskKey>> {
-    let rows: Vec<(String, String)> = sqlx::query_as(
-        "SELECT queue, key FROM task_key_deps WHERE task_id = ? AND bound_to IS NULL \
-         ORDER BY queue, key LIMIT ?",
-    )
-    .bind(task_id)
-    .bind(i64::from(limit))
-    .fetch_all(r)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(queue, key)| TaskKey { queue, key })
-        .collect())
-}
-
-/// See [`Store::task_dependency_results`].
-pub(super) async fn dependency_results(
-    r: &SqlitePool,
-    task_ids: &[String],
-) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
-    let mut out = Vec::new();
-    for piece in task_ids.chunks(500) {
-        let sql = format!(
-            "SELECT d.task_id, t.id, COALESCE(t.result, x'') FROM task_deps d \
-             JOIN tasks t ON t.id = d.depends_on \
-             WHERE d.task_id IN ({}) AND t.state = 'succeeded' ORDER BY d.task_id, t.id",
-            vec!["?"; piece.len()].join(", ")
-        );
-        let mut q = sqlx::query_as::<_, (String, String, Vec<u8>)>(sqlx::AssertSqlSafe(sql));
-        for id in piece {
-            q = q.bind(id);
-        }
-        out.extend(q.fetch_all(r).await?);
-    }
-    Ok(out)
-}
-
-/// See [`Store::task_dependency_result_sizes`].
-pub(super) async fn dependency_result_sizes(
-    r: &SqlitePool,
-    task_ids: &[String],
-) -> StoreResult<Vec<(String, u64, u64)>> {
-    let mut out = Vec::new();
-    for piece in task_ids.chunks(500) {
-        let sql = format!(
-            "SELECT d.task_id, count(*), sum(length(t.id) + COALESCE(length(t.result), 0)) \
-             FROM task_deps d JOIN tasks t ON t.id = d.depends_on \
-             WHERE d.task_id IN ({}) AND t.state = 'succeeded' GROUP BY d.task_id",
-            vec!["?"; piece.len()].join(", ")
-        );
-        let mut q = sqlx::query_as::<_, (String, i64, i64)>(sqlx::AssertSqlSafe(sql));
-        for id in piece {
-            q = q.bind(id);
-        }
-        out.extend(
-            q.fetch_all(r)
-                .await?
-                .into_iter()
-                .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64)),
-        );
-    }
-    Ok(out)
 }

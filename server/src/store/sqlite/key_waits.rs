@@ -7,12 +7,13 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::super::flow::{may_depend, producer_in};
 use super::super::*;
+use super::sql;
 
 /// Whether a dependent of `producer` may name the task `id` (it exists and,
 /// with a producer, is that producer's).
 pub(super) fn may_name(c: &Connection, id: &str, producer: Option<&str>) -> StoreResult<bool> {
     let metadata: Option<String> = c
-        .prepare_cached("SELECT metadata FROM tasks WHERE id = ?1")?
+        .prepare_cached(sql::KEY_WAITS_NAMED)?
         .query_row([id], |r| r.get(0))
         .optional()?;
     Ok(metadata.is_some_and(|m| may_depend(producer, producer_in(&m).as_deref())))
@@ -41,7 +42,7 @@ pub(super) fn key_deps(
     };
     for (j, k) in keys.iter().enumerate() {
         let holder: Option<(String, String)> = c
-            .prepare_cached("SELECT id, metadata FROM tasks WHERE queue = ?1 AND key = ?2")?
+            .prepare_cached(sql::KEY_WAITS_HOLDER)?
             .query_row(params![k.queue, k.key], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
         let holder = holder
@@ -49,11 +50,7 @@ pub(super) fn key_deps(
             .map(|(id, _)| id);
         if holder.is_none() {
             let waits: i64 = c
-                .prepare_cached(
-                    "SELECT count(*) FROM (SELECT 1 FROM task_key_deps \
-                     WHERE queue = ?1 AND key = ?2 AND producer IS ?3 AND bound_to IS NULL \
-                     LIMIT ?4)",
-                )?
+                .prepare_cached(sql::KEY_WAITS_COUNT)?
                 .query_row(params![k.queue, k.key, producer, MAX_WAITS_PER_KEY], |r| {
                     r.get(0)
                 })?;
@@ -61,11 +58,8 @@ pub(super) fn key_deps(
                 return Ok(Err(j));
             }
         }
-        c.prepare_cached(
-            "INSERT INTO task_key_deps (task_id, queue, key, bound_to, producer) \
-             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
-        )?
-        .execute(params![task, k.queue, k.key, holder, producer])?;
+        c.prepare_cached(sql::KEY_WAITS_INSERT)?
+            .execute(params![task, k.queue, k.key, holder, producer])?;
         match holder {
             Some(id) => out.bound.push(id),
             None => out.waiting += 1,

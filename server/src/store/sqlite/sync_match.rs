@@ -12,10 +12,11 @@ use super::super::flow::{Ev, visible};
 use super::super::row::{duration_ms, ms};
 use super::super::sync_match::{lease_expiry, leased_row, matches_in_lease_order, metadata_json};
 use super::super::*;
-use super::events;
+use super::{sql, tx};
 use crate::domain::event::EventKind;
 
-pub(super) fn task_insert_matched(
+/// Tasks::task_insert_matched's work, in the running write job.
+pub(super) fn insert_matched(
     c: &Connection,
     tasks: &[NewTask],
     matches: &[Option<MatchTo>],
@@ -30,13 +31,9 @@ pub(super) fn task_insert_matched(
         if top.contains_key(t.queue.as_str()) {
             continue;
         }
-        super::ops::promote(c, std::slice::from_ref(&t.queue), now_ms)?;
+        super::leasing::promote(c, std::slice::from_ref(&t.queue), now_ms)?;
         let p: Option<i64> = c
-            .prepare_cached(
-                "SELECT priority FROM tasks WHERE state = 'pending' AND waiting = 0 AND queue = ?1 \
-                 AND run_at <= ?2 AND (deadline IS NULL OR deadline > ?2) \
-                 ORDER BY priority DESC LIMIT 1",
-            )?
+            .prepare_cached(sql::TASK_INSERT_MATCHED_TOP)?
             .query_row(params![t.queue, now_ms], |r| r.get(0))
             .optional()?;
         top.insert(t.queue.as_str(), p);
@@ -54,7 +51,7 @@ pub(super) fn task_insert_matched(
                     .is_none_or(|p| p < i64::from(t.priority))
             });
         let Some(m) = m else {
-            let inserted = super::ops::task_insert_many(c, std::slice::from_ref(t), now)?;
+            let inserted = super::tasks::insert_many(c, std::slice::from_ref(t), now)?;
             out.extend(inserted.into_iter().map(|inserted| MatchedInsert {
                 inserted,
                 leased: None,
@@ -63,18 +60,9 @@ pub(super) fn task_insert_matched(
         };
         let expires = lease_expiry(t, m, now);
         // No RETURNING (it would run in a statement journal, see
-        // `ops::task_complete`): the rowid of the insert, then its token by rowid.
+        // `settling`): the rowid of the insert, then its token by rowid.
         let n = c
-            .prepare_cached(
-                "INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
-                 max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
-                 max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key, \
-                 attempt, fencing_token, lease_token, leased_by, lease_duration_ms, \
-                 lease_expires_at, leased_at, leased_address) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'leased', ?8, ?8, ?9, ?10, ?11, ?12, ?13, \
-                 ?14, ?14, ?15, 1, 1, lower(hex(randomblob(16))), ?16, ?17, ?18, ?14, ?19) \
-                 ON CONFLICT DO NOTHING",
-            )?
+            .prepare_cached(sql::TASK_INSERT_MATCHED_LEASED)?
             .execute(params![
                 t.id,
                 t.queue,
@@ -99,7 +87,7 @@ pub(super) fn task_insert_matched(
         let row: Option<(i64, String)> = if n == 1 {
             let seq = c.last_insert_rowid();
             let token: String = c
-                .prepare_cached("SELECT lease_token FROM tasks WHERE seq = ?1")?
+                .prepare_cached(sql::TASK_INSERT_MATCHED_TOKEN)?
                 .query_row([seq], |r| r.get(0))?;
             Some((seq, token))
         } else {
@@ -108,7 +96,7 @@ pub(super) fn task_insert_matched(
         let Some((seq, token)) = row else {
             // A duplicate of an existing (queue, key), or of one earlier in this batch.
             let task_id: String = c
-                .prepare_cached("SELECT id FROM tasks WHERE queue = ?1 AND key = ?2")?
+                .prepare_cached(sql::TASK_INSERT_MANY_HOLDER)?
                 .query_row(params![t.queue, t.key], |r| r.get(0))
                 .optional()?
                 .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))?;
@@ -131,7 +119,7 @@ pub(super) fn task_insert_matched(
             ),
             (EventKind::Leased, "leased", 1, Some(m.worker_id.as_str())),
         ] {
-            events::push(Ev {
+            tx::push(Ev {
                 task_id: &t.id,
                 queue: &t.queue,
                 kind,
@@ -151,45 +139,4 @@ pub(super) fn task_insert_matched(
         });
     }
     Ok(out)
-}
-
-pub(super) fn lease_release(
-    c: &Connection,
-    leases: &[LeaseRef],
-    now: DateTime<Utc>,
-) -> StoreResult<u64> {
-    // The attempt is taken back (it never ran, and no attempt row was written
-    // for it: that happens when an attempt ends); the fencing token is not.
-    let mut update = c.prepare_cached(
-        "UPDATE tasks SET state = 'pending', attempt = attempt - 1, lease_token = NULL, \
-         leased_by = NULL, lease_duration_ms = NULL, lease_expires_at = NULL, leased_at = NULL, \
-         leased_address = NULL, updated_at = ?1 \
-         WHERE id = ?2 AND state = 'leased' AND lease_token = ?3 \
-         RETURNING queue, attempt, run_at",
-    )?;
-    let now_ms = ms(now);
-    let mut released = 0;
-    for l in leases {
-        let row: Option<(String, i64, i64)> = update
-            .query_row(params![now_ms, l.task_id, l.lease_token], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
-            .optional()?;
-        let Some((queue, attempt, run_at)) = row else {
-            continue;
-        };
-        released += 1;
-        // Flow: the task is READY again, its long-poll gone.
-        events::push(Ev {
-            task_id: &l.task_id,
-            queue: &queue,
-            kind: EventKind::Requeued,
-            state: visible("pending", run_at, now_ms),
-            attempt,
-            worker: None,
-            time: now_ms,
-            detail: Some("lease released: its long-poll went away"),
-        });
-    }
-    Ok(released)
 }

@@ -1,4 +1,4 @@
-//! The gated lease on SQLite, one writer job: the candidates each request may
+//! The gated lease on SQLite (`Leasing::task_lease_gated`), one writer job: the candidates each request may
 //! take, admitted against the queues' and keys' limits and buckets (counted and
 //! read in the same batch, so exactly what the next lease sees), then leased and
 //! charged.
@@ -11,14 +11,14 @@ use super::super::admission::{Assigned, MAX_PASSES, Offer, Plan, SortKey, window
 use super::super::row::{TaskRow, duration_ms, ms, sort_lease_order};
 use super::super::*;
 use super::admission::{json_text, parse};
-use super::columns::{task_columns, task_row};
-use super::lease_plain::LEASE_BY_SEQ;
+use super::rows::task_row;
+use super::{sql, tx};
 use crate::domain::admission::{Candidate, Fairness, QueueConfig, QueueUse};
 
 /// What the gated lease knows of one queue, and its bucket as read.
 fn load_use(c: &Connection, queue: &str, now: i64) -> StoreResult<QueueUse> {
     let row: Option<(String, f64, i64)> = c
-        .prepare_cached("SELECT config, tokens, refilled_at FROM queues WHERE name = ?1")?
+        .prepare_cached(sql::TASK_LEASE_GATED_QUEUES)?
         .query_row(params![queue], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;
     let Some((json, tokens, refilled_at)) = row else {
@@ -33,15 +33,12 @@ fn load_use(c: &Connection, queue: &str, now: i64) -> StoreResult<QueueUse> {
     };
     if config.max_concurrent > 0 {
         usage.leased = c
-            .prepare_cached("SELECT count(*) FROM tasks WHERE queue = ?1 AND state = 'leased'")?
+            .prepare_cached(sql::TASK_LEASE_GATED_LEASED)?
             .query_row(params![queue], |r| r.get::<_, i64>(0))?
             .max(0) as u64;
     }
     if config.max_concurrent_per_key > 0 {
-        let mut st = c.prepare_cached(
-            "SELECT concurrency_key, count(*) FROM tasks WHERE queue = ?1 AND state = 'leased' \
-             AND concurrency_key IS NOT NULL GROUP BY concurrency_key",
-        )?;
+        let mut st = c.prepare_cached(sql::TASK_LEASE_GATED_LEASED_PER_KEY)?;
         let rows = st.query_map(params![queue], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
         })?;
@@ -74,10 +71,7 @@ fn load_key_tokens(
         return Ok(());
     }
     let list = serde_json::to_string(&missing).map_err(|e| StoreError::Internal(Box::new(e)))?;
-    let mut st = c.prepare_cached(
-        "SELECT key, tokens, refilled_at FROM queue_key_tokens WHERE queue = ?1 \
-         AND key IN (SELECT value FROM json_each(?2))",
-    )?;
+    let mut st = c.prepare_cached(sql::TASK_LEASE_GATED_KEY_TOKENS)?;
     let rows = st.query_map(params![queue, list], |r| {
         Ok((
             r.get::<_, String>(0)?,
@@ -106,25 +100,6 @@ struct Batch {
     labels: String,
 }
 
-/// Routing in the gated candidate scan: a row anyone may take (no
-/// target, no reservation, no distinct fan-out group), read from its own columns.
-const GATED_OPEN: &str = "(target_worker IS NULL AND target_labels IS NULL \
-    AND reserved_for IS NULL AND fanout_distinct = 0)";
-
-/// Routing in the gated candidate scan: whether the worker of request
-/// `r` (a row of `json_each(?7)`: `r.key` its index, `r.value` its id; its labels
-/// at the same index of ?8) may take the row: its target, a retry reserved for
-/// another worker, a distinct fan-out copy of a group the worker holds or
-/// completed.
-const GATED_MAY_TAKE: &str = "((target_worker IS NULL OR target_worker = r.value) \
-    AND (target_labels IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(tasks.target_labels) j \
-      WHERE j.value IS NOT (SELECT w.value FROM json_each(?8, '$[' || r.key || ']') w \
-        WHERE w.key = j.key))) \
-    AND (reserved_for IS NULL OR reserved_for = r.value OR reserved_until <= ?2) \
-    AND (fanout_distinct = 0 OR NOT EXISTS (SELECT 1 FROM tasks c \
-        WHERE c.fanout_group = tasks.fanout_group AND c.leased_by = r.value \
-          AND c.state IN ('leased', 'succeeded'))))";
-
 /// The candidate scan: READY tasks of the queue in effective lease order that
 /// some request of the batch may take, leaving out closed keys and tasks
 /// offered already, each with the requests that may take it.
@@ -141,55 +116,17 @@ fn candidates(
     batch: &Batch,
 ) -> StoreResult<Vec<Offer>> {
     let aging = config.aging_ms().unwrap_or(0);
-    // Round robin: a key's n-th READY task takes its turn in the n-th round, and
-    // within a round the key served longest ago (`queue_key_turns`, kept across
-    // leases) goes first. `turn` is the task's place in that order.
     let fair = config.fairness == Fairness::RoundRobinKeys;
-    let (last, krn, turn) = if fair {
-        (
-            "COALESCE((SELECT k.served FROM queue_key_turns k WHERE k.queue = ?1 \
-             AND k.key = COALESCE(tasks.concurrency_key, '')), 0)",
-            "row_number() OVER (PARTITION BY COALESCE(concurrency_key, ''), eff \
-             ORDER BY deadline IS NULL, deadline, run_at, seq)",
-            "row_number() OVER (PARTITION BY eff \
-             ORDER BY krn, last, deadline IS NULL, deadline, run_at, seq)",
-        )
-    } else {
-        ("0", "1", "1")
+    let pick = match (fair, aging > 0) {
+        (false, false) => sql::TASK_LEASE_GATED_CANDIDATES,
+        (false, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING,
+        (true, false) => sql::TASK_LEASE_GATED_CANDIDATES_ROUND_ROBIN,
+        (true, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING_ROUND_ROBIN,
     };
-    let eff = if aging > 0 {
-        "priority + MAX(?2 - run_at, 0) / ?6"
-    } else {
-        "priority + 0 * ?6"
-    };
-    let sql = format!(
-        "SELECT seq, concurrency_key, eff, turn, COALESCE(deadline, 9223372036854775807), run_at, \
-           size, elig, fgroup FROM (SELECT seq, concurrency_key, deadline, run_at, eff, size, \
-           elig, fgroup, {turn} AS turn FROM (SELECT seq, concurrency_key, deadline, run_at, eff, \
-           size, elig, fgroup, last, {krn} AS krn \
-           FROM (SELECT seq, concurrency_key, deadline, run_at, {eff} AS eff, {last} AS last, \
-             {size} AS size, \
-             CASE WHEN {open} THEN NULL ELSE (SELECT json_group_array(r.key) FROM json_each(?7) r \
-               WHERE {may_take}) END AS elig, \
-             CASE WHEN fanout_distinct THEN fanout_group END AS fgroup \
-             FROM tasks WHERE state = 'pending' AND waiting = 0 AND queue = ?1 AND run_at <= ?2 \
-             AND (deadline IS NULL OR deadline > ?2) \
-             AND (concurrency_key IS NULL OR concurrency_key NOT IN (SELECT value FROM json_each(?3))) \
-             AND seq NOT IN (SELECT value FROM json_each(?4)) \
-             AND ({open} OR EXISTS (SELECT 1 FROM json_each(?7) r WHERE {may_take})) \
-             ORDER BY priority DESC, deadline IS NULL, deadline, run_at, seq{cap}))) \
-         ORDER BY eff DESC, turn, deadline IS NULL, deadline, run_at, seq LIMIT ?5",
-        size = crate::store::reply::size_sql(crate::store::reply::Dialect::Sqlite),
-        open = GATED_OPEN,
-        may_take = GATED_MAY_TAKE,
-        // Without aging or fairness the index order is the lease order: read only
-        // the first rows. With them, every READY row of the queue is ranked.
-        cap = if aging == 0 && !fair { " LIMIT ?5" } else { "" },
-    );
     let closed = json_text(closed)?;
     let seen = json_text(seen)?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let mut st = c.prepare_cached(&sql)?;
+    let mut st = c.prepare_cached(pick)?;
     let rows = st.query_map(
         params![
             queue,
@@ -239,9 +176,7 @@ fn candidates(
 /// The leases a worker holds in `queue`.
 fn held(c: &Connection, worker: &str, queue: &str) -> StoreResult<u64> {
     let n: i64 = c
-        .prepare_cached(
-            "SELECT count(*) FROM tasks WHERE queue = ?1 AND state = 'leased' AND leased_by = ?2",
-        )?
+        .prepare_cached(sql::TASK_LEASE_GATED_HELD)?
         .query_row(params![queue, worker], |r| r.get(0))?;
     Ok(n.max(0) as u64)
 }
@@ -253,10 +188,7 @@ fn held(c: &Connection, worker: &str, queue: &str) -> StoreResult<u64> {
 /// Routing: each candidate row comes with the requests whose workers
 /// may take it (`elig`); [`Plan`] hands the rows out in lease order within the
 /// gates, the caps and the reply budgets.
-pub(super) fn task_lease_gated(
-    c: &Connection,
-    ps: &[LeaseParams],
-) -> StoreResult<Vec<Vec<TaskRecord>>> {
+pub(super) fn lease_gated(c: &Connection, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
     let Some(first) = ps.first() else {
         return Ok(Vec::new());
     };
@@ -268,7 +200,7 @@ pub(super) fn task_lease_gated(
         workers: json_text(&workers)?,
         labels: json_text(&labels)?,
     };
-    super::ops::promote(c, queues, now)?;
+    super::leasing::promote(c, queues, now)?;
     let mut uses = Vec::with_capacity(queues.len());
     for queue in queues {
         uses.push(load_use(c, queue, now)?);
@@ -344,7 +276,7 @@ pub(super) fn task_lease_gated(
     for (Assigned { queue, request, .. }, row) in taken.iter().zip(granted) {
         let Some(row) = row else { continue };
         // Flow: the LEASED event.
-        super::events::push(super::super::flow::of_row(
+        tx::push(super::super::flow::of_row(
             &row,
             crate::domain::event::EventKind::Leased,
             now,
@@ -389,18 +321,15 @@ fn turns(
             continue;
         };
         let counter: i64 = c
-            .prepare_cached("SELECT served FROM queues WHERE name = ?1")?
+            .prepare_cached(sql::TASK_LEASE_GATED_TURNS_COUNTER)?
             .query_row(params![queue], |r| r.get(0))
             .optional()?
             .unwrap_or(0);
-        let mut put = c.prepare_cached(
-            "INSERT INTO queue_key_turns (queue, key, served) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (queue, key) DO UPDATE SET served = excluded.served",
-        )?;
+        let mut put = c.prepare_cached(sql::TASK_LEASE_GATED_TURNS_PUT)?;
         for (key, at) in &order.last {
             put.execute(params![queue, key, counter + at])?;
         }
-        c.prepare_cached("UPDATE queues SET served = ?2 WHERE name = ?1")?
+        c.prepare_cached(sql::TASK_LEASE_GATED_TURNS_SERVED)?
             .execute(params![queue, counter + order.count])?;
     }
     Ok(())
@@ -426,7 +355,7 @@ fn grant(
     if taken.is_empty() {
         return Ok(Vec::new());
     }
-    let mut update = c.prepare_cached(LEASE_BY_SEQ)?;
+    let mut update = c.prepare_cached(sql::LEASE_PLAIN_WRITE)?;
     let mut leased: Vec<i64> = Vec::with_capacity(taken.len());
     for a in taken {
         let p = &ps[a.request];
@@ -443,12 +372,8 @@ fn grant(
             leased.push(a.cand.seq);
         }
     }
-    let sql = format!(
-        "SELECT {} FROM tasks WHERE seq IN (SELECT value FROM json_each(?1))",
-        task_columns!()
-    );
     let mut rows: HashMap<i64, TaskRow> = c
-        .prepare_cached(&sql)?
+        .prepare_cached(sql::TASK_LEASE_GATED_READ)?
         .query_map(params![json_text(&leased)?], task_row)?
         .map(|r| r.map(|row| (row.seq, row)))
         .collect::<rusqlite::Result<_>>()?;
@@ -469,7 +394,7 @@ fn charge(
         let granted = charged.iter().filter(|(q, _)| *q == qi);
         if let Some(t) = tokens {
             let n = granted.clone().count() as f64;
-            c.prepare_cached("UPDATE queues SET tokens = ?2, refilled_at = ?3 WHERE name = ?1")?
+            c.prepare_cached(sql::TASK_LEASE_GATED_CHARGE)?
                 .execute(params![queue, t - n, now])?;
         }
         if let Some(limit) = usage.config.per_key_rate_limit {
@@ -479,11 +404,7 @@ fn charge(
                     *per_key.entry(k).or_default() += 1.0;
                 }
             }
-            let mut put = c.prepare_cached(
-                "INSERT INTO queue_key_tokens (queue, key, tokens, refilled_at) \
-                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (queue, key) DO UPDATE SET \
-                 tokens = excluded.tokens, refilled_at = excluded.refilled_at",
-            )?;
+            let mut put = c.prepare_cached(sql::TASK_LEASE_GATED_CHARGE_KEY)?;
             for (k, n) in per_key {
                 let before = key_tokens
                     .get(k)

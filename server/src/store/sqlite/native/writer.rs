@@ -14,7 +14,8 @@ use std::panic::AssertUnwindSafe;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::super::{StoreError, StoreResult};
+use super::super::super::{StoreError, StoreResult};
+use super::super::sql;
 
 /// Jobs per transaction at most.
 const MAX_BATCH: usize = 1024;
@@ -64,14 +65,7 @@ where
     F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
 {
     fn run(self: Box<Self>, c: &Connection) -> (bool, Box<dyn Reply>) {
-        // Flow: the job's events are written, and dependents of tasks it
-        // finished told, in its savepoint; a failed job's events go with it (and
-        // none left by a job that panicked can reach this one).
-        super::events::discard();
-        let result = (self.f)(c).and_then(|v| super::flow::after_job(c).map(|()| v));
-        if result.is_err() {
-            super::events::discard();
-        }
+        let result = (self.f)(c);
         let ok = result.is_ok();
         let reply: Box<dyn Reply> = Box::new(TypedReply {
             result,
@@ -94,8 +88,13 @@ pub struct Writer {
 
 impl Writer {
     /// Starts the writer thread, which owns `conn`, and the checkpointer thread,
-    /// which owns `checkpoint` (a second connection to the same database).
-    pub fn start(conn: Connection, checkpoint: Connection) -> std::io::Result<Self> {
+    /// which owns `checkpoint` (a second connection to the same database). The
+    /// writer thread calls `after_commit` after each batch (committed or not).
+    pub fn start(
+        conn: Connection,
+        checkpoint: Connection,
+        after_commit: fn(),
+    ) -> std::io::Result<Self> {
         let (jobs, rx) = mpsc::channel(QUEUE);
         let (committed, wake) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
@@ -103,7 +102,7 @@ impl Writer {
             .spawn(move || checkpointer(checkpoint, wake))?;
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || run(conn, rx, committed))?;
+            .spawn(move || run(conn, rx, committed, after_commit))?;
         Ok(Writer { jobs })
     }
 
@@ -134,7 +133,7 @@ fn checkpointer(conn: Connection, wake: std::sync::mpsc::Receiver<()>) {
     const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
     while wake.recv().is_ok() {
         let started = std::time::Instant::now();
-        let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+        let done = conn.query_row(sql::WRITER_CHECKPOINT, [], |r| {
             Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
         });
         match done {
@@ -151,6 +150,7 @@ fn run(
     conn: Connection,
     mut rx: mpsc::Receiver<Box<dyn Job>>,
     committed: std::sync::mpsc::SyncSender<()>,
+    after_commit: fn(),
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
     let mut replies: Vec<Box<dyn Reply>> = Vec::with_capacity(MAX_BATCH);
@@ -162,7 +162,7 @@ fn run(
                 Err(_) => break,
             }
         }
-        if let Err(e) = exec(&conn, "BEGIN IMMEDIATE") {
+        if let Err(e) = exec(&conn, sql::WRITER_BEGIN) {
             tracing::warn!(error = %e, "writer cannot begin a transaction");
             batch.drain(..).for_each(|j| j.abort(&e));
             continue;
@@ -175,7 +175,7 @@ fn run(
             if let Some(job) = batch.pop() {
                 run_alone(&conn, job, &mut replies);
             }
-            super::flow::after_commit();
+            after_commit();
             let _ = committed.try_send(());
             continue;
         }
@@ -185,7 +185,7 @@ fn run(
                 job.abort(e);
                 continue;
             }
-            if let Err(e) = exec(&conn, "SAVEPOINT job") {
+            if let Err(e) = exec(&conn, sql::WRITER_SAVEPOINT) {
                 job.abort(&e);
                 broken = Some(e);
                 continue;
@@ -201,9 +201,10 @@ fn run(
                 }
             };
             let end = if ok {
-                exec(&conn, "RELEASE job")
+                exec(&conn, sql::WRITER_RELEASE)
             } else {
-                exec(&conn, "ROLLBACK TO job").and_then(|()| exec(&conn, "RELEASE job"))
+                exec(&conn, sql::WRITER_ROLLBACK_JOB)
+                    .and_then(|()| exec(&conn, sql::WRITER_RELEASE))
             };
             replies.extend(reply);
             if let Err(e) = end {
@@ -212,17 +213,17 @@ fn run(
         }
         let result = match broken {
             Some(e) => Err(e),
-            None => exec(&conn, "COMMIT"),
+            None => exec(&conn, sql::WRITER_COMMIT),
         };
         if let Err(e) = &result {
             tracing::warn!(error = %e, jobs = replies.len(), "write batch failed; rolled back");
-            let _ = exec(&conn, "ROLLBACK");
+            let _ = exec(&conn, sql::WRITER_ROLLBACK);
         }
         for r in replies.drain(..) {
             r.send(result.as_ref().map(|_| ()));
         }
         // Flow: wake the queues whose tasks the batch unblocked.
-        super::flow::after_commit();
+        after_commit();
         // Full means a checkpoint is due already.
         let _ = committed.try_send(());
     }
@@ -242,15 +243,15 @@ fn run_alone(conn: &Connection, job: Box<dyn Job>, replies: &mut Vec<Box<dyn Rep
     };
     replies.extend(reply);
     let result = if ok {
-        let done = exec(conn, "COMMIT");
+        let done = exec(conn, sql::WRITER_COMMIT);
         if let Err(e) = &done {
             tracing::warn!(error = %e, jobs = 1, "write batch failed; rolled back");
-            let _ = exec(conn, "ROLLBACK");
+            let _ = exec(conn, sql::WRITER_ROLLBACK);
         }
         done
     } else {
         // The job failed: nothing of it may stay; its answer is its own error.
-        match exec(conn, "ROLLBACK") {
+        match exec(conn, sql::WRITER_ROLLBACK) {
             Ok(()) => Ok(()),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot roll back a failed write job");
@@ -281,7 +282,8 @@ mod tests {
         let conn = Connection::open(&path).expect("open");
         conn.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x INTEGER)")
             .expect("schema");
-        let writer = Writer::start(conn, Connection::open(&path).expect("open")).expect("start");
+        let writer =
+            Writer::start(conn, Connection::open(&path).expect("open"), || {}).expect("start");
 
         let failed = writer
             .write(|c| {

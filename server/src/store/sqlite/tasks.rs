@@ -1,0 +1,335 @@
+//! Submitting and reading tasks on SQLite: inserts and an operator's edits run
+//! in the writer's batch; reads on the reader pool (WAL readers never wait for
+//! the writer).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::super::flow::{Ev, visible};
+use super::super::row::{AttemptRow, TaskRow, duration_ms, ms, state_filter_sql};
+use super::super::*;
+use super::rows::{changed_event, fetch_task, in_list};
+use super::{SqliteStore, sql, tx};
+use crate::domain::TaskState;
+use crate::domain::event::EventKind;
+
+#[async_trait]
+impl Tasks for SqliteStore {
+    async fn task_insert_many(
+        &self,
+        tasks: &[NewTask],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Inserted>> {
+        let tasks = tasks.to_owned();
+        self.write(move |c| insert_many(c, &tasks, now)).await
+    }
+
+    async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>> {
+        sqlx::query_as::<_, TaskRow>(sql::TASK_GET)
+            .bind(task_id)
+            .fetch_optional(&self.reader)
+            .await?
+            .map(TaskRow::into_record)
+            .transpose()
+    }
+
+    async fn task_find_keys(&self, keys: &[(String, String)]) -> StoreResult<Vec<TaskRecord>> {
+        let mut out = Vec::new();
+        for chunk in keys.chunks(250) {
+            // Dynamic: one (?, ?) per pair.
+            let pairs = vec!["(?, ?)"; chunk.len()].join(", ");
+            let sql = sql::TASK_FIND_KEYS.replacen("(?, ?)", &pairs, 1);
+            let mut q = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(sql));
+            for (queue, key) in chunk {
+                q = q.bind(queue).bind(key);
+            }
+            for row in q.fetch_all(&self.reader).await? {
+                out.push(row.into_record()?);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn task_queues(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, String>> {
+        let mut out = std::collections::HashMap::with_capacity(task_ids.len());
+        for ids in task_ids.chunks(500) {
+            // Dynamic: one ? per task.
+            let sql = in_list(sql::TASK_QUEUES, ids.len());
+            let mut q = sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(sql));
+            for id in ids {
+                q = q.bind(id);
+            }
+            out.extend(q.fetch_all(&self.reader).await?);
+        }
+        Ok(out)
+    }
+
+    async fn task_list(&self, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
+        task_list(&self.reader, f).await
+    }
+
+    async fn task_update(
+        &self,
+        task_id: &str,
+        update: &TaskUpdate,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Changed> {
+        let (task_id, u) = (task_id.to_owned(), update.clone());
+        self.write(move |c| self::update(c, &task_id, &u, now))
+            .await
+    }
+
+    async fn task_replace_waiting(
+        &self,
+        r: &Replacement,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<String>> {
+        let r = r.clone();
+        self.write(move |c| replace_waiting(c, &r, now)).await
+    }
+
+    async fn attempt_list(&self, task_id: &str) -> StoreResult<Option<Vec<AttemptRecord>>> {
+        let exists: Option<i64> = sqlx::query_scalar(sql::ATTEMPT_LIST_TASK)
+            .bind(task_id)
+            .fetch_optional(&self.reader)
+            .await?;
+        if exists.is_none() {
+            return Ok(None);
+        }
+        let rows = sqlx::query_as::<_, AttemptRow>(sql::ATTEMPT_LIST)
+            .bind(task_id)
+            .fetch_all(&self.reader)
+            .await?;
+        rows.into_iter()
+            .map(AttemptRow::into_record)
+            .collect::<StoreResult<Vec<_>>>()
+            .map(Some)
+    }
+
+    async fn task_insert_flow(
+        &self,
+        tasks: &[NewTask],
+        flows: &[FlowSpec],
+        now: DateTime<Utc>,
+        commit_by: Option<std::time::Instant>,
+    ) -> StoreResult<FlowInserted> {
+        let (tasks, flows) = (tasks.to_owned(), flows.to_owned());
+        self.write(move |c| super::flow::insert(c, &tasks, &flows, now, commit_by))
+            .await
+    }
+
+    async fn task_insert_matched(
+        &self,
+        tasks: &[NewTask],
+        matches: &[Option<MatchTo>],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<MatchedInsert>> {
+        let (tasks, matches) = (tasks.to_owned(), matches.to_owned());
+        self.write(move |c| super::sync_match::insert_matched(c, &tasks, &matches, now))
+            .await
+    }
+}
+
+/// Inserts tasks (a duplicate (queue, key) names the task holding it), in the
+/// running write job: submit, a fire's runs, a dead-letter notice.
+pub(super) fn insert_many(
+    c: &Connection,
+    tasks: &[NewTask],
+    now: DateTime<Utc>,
+) -> StoreResult<Vec<Inserted>> {
+    let now = ms(now);
+    let mut insert = c.prepare_cached(sql::TASK_INSERT_MANY_ROW)?;
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
+        let n = insert.execute(params![
+            t.id,
+            t.queue,
+            t.key,
+            t.payload,
+            t.priority,
+            ms(t.run_at),
+            t.deadline.map(ms),
+            t.retry.max_attempts,
+            duration_ms(t.retry.initial_backoff),
+            t.retry.backoff_multiplier,
+            duration_ms(t.retry.max_backoff),
+            t.retry.jitter,
+            metadata,
+            now,
+            t.concurrency_key,
+        ])?;
+        if n == 1 {
+            super::routing::write_task_routing(c, t)?;
+            tx::push(Ev {
+                task_id: &t.id,
+                queue: &t.queue,
+                kind: EventKind::Submitted,
+                state: visible("pending", ms(t.run_at), now),
+                attempt: 0,
+                worker: None,
+                time: now,
+                detail: None,
+            });
+            out.push(Inserted {
+                task_id: t.id.clone(),
+                deduplicated: false,
+            });
+            continue;
+        }
+        // A duplicate of an existing (queue, key), or of one earlier in this batch.
+        let task_id: String = c
+            .prepare_cached(sql::TASK_INSERT_MANY_HOLDER)?
+            .query_row(params![t.queue, t.key], |r| r.get(0))
+            .optional()?
+            .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))?;
+        out.push(Inserted {
+            task_id,
+            deduplicated: true,
+        });
+    }
+    Ok(out)
+}
+
+fn update(
+    c: &Connection,
+    task_id: &str,
+    u: &TaskUpdate,
+    now: DateTime<Utc>,
+) -> StoreResult<Changed> {
+    let Some(row) = fetch_task(c, task_id)? else {
+        return Ok(Changed::NotFound);
+    };
+    let state = row.stored_state()?;
+    if matches!(state, StoredState::Leased | StoredState::Succeeded) {
+        return Ok(Changed::WrongState(state));
+    }
+    let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
+    c.prepare_cached(sql::TASK_UPDATE)?.execute(params![
+        u.run_at.map(ms).unwrap_or(row.run_at),
+        u.priority.map(i64::from).unwrap_or(row.priority),
+        u.deadline.map(|d| d.map(ms)).unwrap_or(row.deadline),
+        max_attempts,
+        row.attempts_allowed - row.max_attempts + max_attempts,
+        ms(now),
+        row.seq
+    ])?;
+    // Routing: an admin change frees a reserved retry.
+    super::routing::clear_reservation(c, &row)?;
+    let changed = changed_event(c, task_id, EventKind::Updated, ms(now))?;
+    Ok(changed)
+}
+
+/// REPLACE_WAITING (see `Store::task_replace_waiting`). The writer is the only
+/// writer: nothing comes between the read and the update.
+fn replace_waiting(
+    c: &Connection,
+    r: &Replacement,
+    now: DateTime<Utc>,
+) -> StoreResult<Option<String>> {
+    let held: Option<(String, String)> = c
+        .prepare_cached(sql::TASK_REPLACE_WAITING_HELD)?
+        .query_row(params![r.queue, r.key], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .optional()?;
+    let Some((id, metadata)) = held else {
+        return Ok(None);
+    };
+    let now = ms(now);
+    // Every write of run_at writes `waiting` (migration 0017).
+    c.prepare_cached(sql::TASK_REPLACE_WAITING_WRITE)?
+        .execute(params![
+            r.payload,
+            ms(r.run_at),
+            r.priority,
+            super::super::merged_metadata(&metadata, &r.metadata),
+            now,
+            id
+        ])?;
+    changed_event(c, &id, EventKind::Replaced, now)?;
+    Ok(Some(id))
+}
+
+async fn task_list(r: &sqlx::SqlitePool, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
+    // Newest created first (the order of every store): the page is chosen by
+    // creation time and sequence number (from an index when one covers the
+    // filters), and only its rows are read in full.
+    // Dynamic: the filters given add their terms, and the terms and inner order
+    // chosen for the states asked for.
+    let inner = sql::TASK_LIST_HEAD;
+    let inner = inner[..inner.find("ORDER BY").unwrap_or(inner.len())].trim_end();
+    let mut qb = sqlx::QueryBuilder::<sqlx::Sqlite>::new(inner);
+    if let Some(queue) = &f.queue {
+        qb.push(" AND queue = ").push_bind(queue);
+    }
+    if let Some(key) = &f.key {
+        qb.push(" AND key = ").push_bind(key);
+    }
+    if let Some(worker) = &f.worker_id {
+        qb.push(" AND leased_by = ").push_bind(worker);
+    }
+    if let Some(error) = &f.last_error {
+        qb.push(" AND last_error = ").push_bind(error);
+    }
+    if let Some(after) = f.created_after {
+        qb.push(" AND created_at >= ").push_bind(ms(after));
+    }
+    if let Some(before) = f.created_before {
+        qb.push(" AND created_at < ").push_bind(ms(before));
+    }
+    if let Some(schedule) = &f.schedule_id {
+        qb.push(" AND schedule_id = ").push_bind(schedule);
+    }
+    // Read in creation order from its index (the rowid, seq, ends every SQLite
+    // index), so an empty creation-time range costs what a full page does. A page
+    // token of an earlier version carries only a sequence number.
+    match (f.before_created, f.before_seq) {
+        (Some(at), Some(seq)) => {
+            qb.push(" AND (created_at, seq) < (")
+                .push_bind(ms(at))
+                .push(", ")
+                .push_bind(seq)
+                .push(")");
+        }
+        (_, Some(seq)) => {
+            qb.push(" AND seq < ").push_bind(seq);
+        }
+        _ => {}
+    }
+    if let Some(group) = &f.fanout_group {
+        qb.push(" AND fanout_group = ").push_bind(group);
+    }
+    if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
+        qb.push(" AND ").push(sql);
+    }
+    // Terms that let SQLite use a partial index (it does not infer them from the
+    // state filter): leased rows through the lease-expiry index, sorted after
+    // (`+created_at`: they are few); finished or pending rows of one queue through the
+    // (queue, state) or lease index. Without them a rare state scans the table.
+    let only = |set: &[TaskState]| !f.states.is_empty() && f.states.iter().all(|s| set.contains(s));
+    let mut order = " ORDER BY created_at DESC, seq DESC LIMIT ";
+    if only(&[TaskState::Leased]) {
+        qb.push(" AND state = 'leased' AND lease_expires_at >= 0");
+        order = " ORDER BY +created_at DESC, seq DESC LIMIT ";
+    } else if f.queue.is_some()
+        && only(&[TaskState::Succeeded, TaskState::Dead, TaskState::Cancelled])
+    {
+        qb.push(" AND state NOT IN ('pending', 'leased')");
+    } else if f.queue.is_some() && only(&[TaskState::Ready, TaskState::Scheduled]) {
+        qb.push(" AND state = 'pending'");
+    }
+    qb.push(order)
+        .push_bind(f.limit)
+        .push(") ORDER BY created_at DESC, seq DESC");
+    qb.build_query_as::<TaskRow>()
+        .fetch_all(r)
+        .await?
+        .into_iter()
+        .map(TaskRow::into_record)
+        .collect()
+}

@@ -1,0 +1,131 @@
+//! How a write runs on this backend, and how it records its events.
+//!
+//! A write is one job handed to the writer thread (`native::writer`): the job
+//! runs on the one write connection inside the writer's batch transaction (in
+//! a savepoint of its own when the batch holds others), and its caller gets its
+//! answer once the batch committed. Every write method of the store calls
+//! [`SqliteStore::write`]; nothing else writes.
+//!
+//! The operations of a job push the events of their transitions here (the
+//! writer thread's buffer, [`push`]); at the end of the job, inside its
+//! savepoint, [`super::flow::after_job`] writes them (`events::write`), so they
+//! commit (or roll back) with the job. One writer commits in order, so the rowid
+//! is the cursor. No trigger runs on `tasks`.
+
+use std::cell::RefCell;
+
+use rusqlite::Connection;
+
+use super::super::StoreResult;
+use super::super::flow::Ev;
+use super::SqliteStore;
+use crate::domain::event::EventKind;
+
+impl SqliteStore {
+    /// Runs `job` in the writer's next batch and returns its result once the
+    /// batch committed. The job's events are written, and dependents of tasks
+    /// it finished told, in its savepoint; a failed job's events go with it (and
+    /// none left by a job that panicked can reach this one).
+    pub(super) async fn write<T, F>(&self, job: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        self.writer
+            .write(move |c| {
+                discard();
+                let result = job(c).and_then(|v| super::flow::after_job(c).map(|()| v));
+                if result.is_err() {
+                    discard();
+                }
+                result
+            })
+            .await
+    }
+}
+
+/// An event waiting for the end of its job.
+#[derive(Debug, Clone)]
+pub(super) struct Pending {
+    pub task_id: String,
+    pub queue: String,
+    pub kind: EventKind,
+    pub state: &'static str,
+    pub attempt: i64,
+    pub worker: Option<String>,
+    pub time: i64,
+    pub detail: Option<String>,
+}
+
+thread_local! {
+    /// The running job's events (the writer thread runs one job at a time).
+    static PENDING: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Buffers an event of the running job.
+pub(super) fn push(e: Ev<'_>) {
+    PENDING.with(|p| {
+        p.borrow_mut().push(Pending {
+            task_id: e.task_id.to_owned(),
+            queue: e.queue.to_owned(),
+            kind: e.kind,
+            state: e.state,
+            attempt: e.attempt,
+            worker: e.worker.map(str::to_owned),
+            time: e.time,
+            detail: e.detail.map(str::to_owned),
+        })
+    });
+}
+
+/// An event with no worker and no detail.
+pub(super) fn simple<'a>(
+    task_id: &'a str,
+    queue: &'a str,
+    kind: EventKind,
+    state: &'static str,
+    attempt: i64,
+    time: i64,
+) -> Ev<'a> {
+    Ev {
+        task_id,
+        queue,
+        kind,
+        state,
+        attempt,
+        worker: None,
+        time,
+        detail: None,
+    }
+}
+
+/// Flow: a task inserted with dependencies was submitted BLOCKED.
+pub(super) fn submitted_blocked(task_id: &str) {
+    PENDING.with(|p| {
+        for e in p.borrow_mut().iter_mut() {
+            if e.kind == EventKind::Submitted && e.task_id == task_id {
+                e.state = "blocked";
+            }
+        }
+    });
+}
+
+/// The running job's events so far (the buffer is emptied).
+pub(super) fn take() -> Vec<Pending> {
+    PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()))
+}
+
+/// Drops the events of a job that failed (its savepoint is rolled back).
+fn discard() {
+    PENDING.with(|p| p.borrow_mut().clear());
+}
+
+/// How many events the running job has pushed so far (for [`truncate`]).
+pub(super) fn mark() -> usize {
+    PENDING.with(|p| p.borrow().len())
+}
+
+/// Drops the events pushed since `mark` (their savepoint was rolled back).
+pub(super) fn truncate(mark: usize) {
+    PENDING.with(|p| p.borrow_mut().truncate(mark));
+}

@@ -1,0 +1,96 @@
+//! The worker registry on SQLite (migration 0008) and the leases held: the
+//! registry's writes run in the writer's batch, its reads on the reader pool.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use rusqlite::params;
+
+use super::super::observe::{HolderRow, holder_row};
+use super::super::row::ms;
+use super::super::*;
+use super::{SqliteStore, sql};
+
+fn minute_before(now: DateTime<Utc>) -> i64 {
+    ms(now) - 60_000
+}
+
+#[async_trait]
+impl Workers for SqliteStore {
+    async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>> {
+        let rows: Vec<HolderRow> = sqlx::query_as(sql::LEASE_HOLDERS)
+            .bind(i64::from(p.limit))
+            .fetch_all(&self.reader)
+            .await?;
+        Ok(rows.into_iter().map(holder_row).collect())
+    }
+
+    async fn worker_record_seen(&self, seen: &[WorkerSeen]) -> StoreResult<()> {
+        let seen = seen.to_owned();
+        self.write(move |c| {
+            let mut upsert = c.prepare_cached(sql::WORKER_RECORD_SEEN)?;
+            for w in &seen {
+                let labels = serde_json::to_string(&w.labels).unwrap_or_else(|_| "{}".into());
+                let queues = (!w.queues.is_empty())
+                    .then(|| serde_json::to_string(&w.queues).unwrap_or_else(|_| "[]".into()));
+                upsert.execute(params![w.worker_id, labels, w.address, queues, ms(w.now)])?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn worker_list(&self, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
+        // Dynamic: the filters given add their terms; the minute before now is
+        // written in as a number.
+        let mut sql = sql::WORKER_LIST_HEAD.replacen('?', &minute_before(f.now).to_string(), 1);
+        if f.queue.is_some() {
+            sql.push_str(" AND EXISTS (SELECT 1 FROM json_each(w.queues) q WHERE q.value = ?)");
+        }
+        for _ in &f.labels {
+            sql.push_str(
+                " AND EXISTS (SELECT 1 FROM json_each(w.labels) l WHERE l.key = ? AND l.value = ?)",
+            );
+        }
+        if f.after_id.is_some() {
+            sql.push_str(" AND w.worker_id > ?");
+        }
+        sql.push_str(" ORDER BY w.worker_id LIMIT ?");
+        let mut q = sqlx::query_as::<_, WorkerRow>(sqlx::AssertSqlSafe(sql)).bind(ms(f.seen_since));
+        if let Some(queue) = &f.queue {
+            q = q.bind(queue);
+        }
+        for (k, v) in &f.labels {
+            q = q.bind(k).bind(v);
+        }
+        if let Some(after) = &f.after_id {
+            q = q.bind(after);
+        }
+        q.bind(f.limit)
+            .fetch_all(&self.reader)
+            .await?
+            .into_iter()
+            .map(WorkerRow::into_record)
+            .collect()
+    }
+
+    async fn worker_get(
+        &self,
+        worker_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
+        let Some(row) = sqlx::query_as::<_, WorkerRow>(sql::WORKER_GET)
+            .bind(minute_before(now))
+            .bind(worker_id)
+            .fetch_optional(&self.reader)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let leases: Vec<WorkerLeaseRow> = sqlx::query_as(sql::WORKER_GET_LEASES)
+            .bind(worker_id)
+            .fetch_all(&self.reader)
+            .await?;
+        let leases = leases.into_iter().map(worker_lease).collect();
+        Ok(Some((row.into_record()?, leases)))
+    }
+}
