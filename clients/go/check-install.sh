@@ -31,13 +31,21 @@ test -f "$tmp/clients/go/go.mod"
 echo "== the module zip of $module@$version (the proxy's layout)"
 proxy="$tmp/proxy"
 at="$proxy/$module/@v"
-mkdir -p "$at" "$tmp/stage/$module@$version"
-cp -R "$tmp/clients/go/." "$tmp/stage/$module@$version/"
-(cd "$tmp/stage" && zip -q -r -D -X "$at/$version.zip" "$module@$version")
+mkdir -p "$at"
+# Every file under the prefix module@version/, no directory entries (as `go mod download` gets).
+python3 - "$tmp/clients/go" "$module@$version" "$at/$version.zip" <<'PY'
+import os, sys, zipfile
+src, prefix, out = sys.argv[1:]
+with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+    for d, _, files in sorted(os.walk(src)):
+        for f in sorted(files):
+            p = os.path.join(d, f)
+            z.write(p, prefix + "/" + os.path.relpath(p, src))
+PY
 cp "$tmp/clients/go/go.mod" "$at/$version.mod"
 printf '{"Version":"%s","Time":"%s"}\n' "$version" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$at/$version.info"
 echo "$version" >"$at/list"
-echo "$(unzip -Z1 "$at/$version.zip" | wc -l) files in $version.zip"
+echo "$(python3 -c 'import sys, zipfile; print(len(zipfile.ZipFile(sys.argv[1]).namelist()))' "$at/$version.zip") files in $version.zip"
 
 cat >"$tmp/main.go" <<'GO'
 package main

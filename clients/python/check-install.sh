@@ -22,7 +22,7 @@ rm -rf "$tmp/clients"
 wheel="$(ls "$tmp"/dist/taskbroker-*-py3-none-any.whl)"
 sdist="$(ls "$tmp"/dist/taskbroker-*.tar.gz)"
 echo "== built $(basename "$wheel") and $(basename "$sdist")"
-files="$(unzip -Z1 "$wheel")"
+files="$(python3 -c 'import sys, zipfile; print("\n".join(zipfile.ZipFile(sys.argv[1]).namelist()))' "$wheel")"
 for f in taskbroker/__init__.py taskbroker/py.typed taskbroker/v1/broker_pb2.py taskbroker/v1/broker_pb2_grpc.py; do
   grep -qx "$f" <<<"$files" || { echo "$f is not in the wheel" >&2; exit 1; }
 done
