@@ -1,15 +1,35 @@
 #!/usr/bin/env bash
-# Checks that the Rust client builds as a user gets it: the committed tree only (`git archive
-# HEAD`, so nothing untracked or built locally leaks in), a fresh Cargo project that depends on
-# client-rs by path as docs/clients.md says, a five-line program using Client and Worker,
-# compiled and run. The project reuses the repository's Cargo.lock (the versions it was tested
-# with) and target directory, so only the client itself is compiled again.
-# Ends with `install check: ok`.
+# Checks that the Rust client installs from its published artifact as docs/clients.md says: a
+# clean copy of the committed tree (`git archive HEAD`, so nothing untracked or built locally
+# leaks in), `cargo package` there (the .crate that `cargo publish` uploads; the build below
+# stands for its verification), the .crate unpacked into a directory outside the copy, and a
+# fresh Cargo project, outside the copy too, that depends on that directory alone and compiles
+# and runs a five-line program using Client and Worker. The project reuses the repository's
+# Cargo.lock (the versions it was tested with) and target directory, so only the client itself
+# is compiled again. Ends with `install check: ok`.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-tmp="$(mktemp -d)"
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/taskbroker-rs-install.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+
+echo "== cargo package (a git archive HEAD copy)"
 git -C "$root" archive HEAD | tar -x -C "$tmp" --one-top-level=src
+(cd "$tmp/src" && cargo package -q -p taskbroker-client --no-verify --offline 2>/dev/null ||
+  cargo package -q -p taskbroker-client --no-verify)
+version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$tmp/src/Cargo.toml" | head -n 1)"
+crate="$CARGO_TARGET_DIR/package/taskbroker-client-$version.crate"
+cp "$crate" "$tmp/"
+rm -rf "$tmp/src"
+files="$(tar -tzf "$tmp/$(basename "$crate")")"
+echo "== packed $(basename "$crate"): $(wc -l <<<"$files") files"
+for f in Cargo.toml build.rs src/lib.rs proto/taskbroker/v1/broker.proto \
+  outbox-sql/postgres/0001_outbox.sql outbox-sql/mysql/0001_outbox.sql; do
+  grep -qx "taskbroker-client-$version/$f" <<<"$files" || { echo "$f is not in the crate" >&2; exit 1; }
+done
+mkdir "$tmp/vendor"
+tar -xzf "$tmp/$(basename "$crate")" -C "$tmp/vendor"
+
 mkdir -p "$tmp/app/src"
 cat >"$tmp/app/Cargo.toml" <<TOML
 [package]
@@ -19,7 +39,7 @@ edition = "2024"
 publish = false
 
 [dependencies]
-taskbroker-client = { path = "$tmp/src/client-rs" }
+taskbroker-client = { path = "$tmp/vendor/taskbroker-client-$version" }
 tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
 
 [workspace]
@@ -34,6 +54,8 @@ async fn main() {
 }
 RS
 cp "$root/Cargo.lock" "$tmp/app/Cargo.lock"
-echo "== cargo run (fresh project, client-rs from the committed tree)"
-CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}" cargo run -q --manifest-path "$tmp/app/Cargo.toml"
+echo "== cargo run (a fresh project depending on the unpacked crate alone)"
+out="$(cargo run -q --manifest-path "$tmp/app/Cargo.toml")"
+echo "$out"
+[ "$out" = "worker true built" ] || { echo "install check: unexpected output" >&2; exit 1; }
 echo "install check: ok"

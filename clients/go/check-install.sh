@@ -1,31 +1,53 @@
 #!/usr/bin/env bash
-# Installs the Go client the way clients/go/README.md says, from a clean copy of the
-# committed tree (git archive HEAD: nothing untracked or built here leaks in), into a fresh
-# module: `go get` of the module path, pointed at that copy with a `replace` (as a fork or a
-# vendored checkout would be), then builds and runs a small program that imports the client,
-# a typed handler and the worker, and builds a Client. Dependencies come from the Go module
-# proxy. Ends with "install check: ok".
+# Installs the Go client the way clients/go/README.md and docs/clients.md say, from a clean copy
+# of the committed tree (git archive HEAD: nothing untracked or built here leaks in), with no
+# `go mod tidy` anywhere: what `go get` writes must be enough for `go build`.
+#
+# 1. The released module: the copy packed as the module zip that the Go module proxy serves for
+#    a tag `clients/go/vX.Y.Z` (same layout: @v/list, .info, .mod, .zip), put in a directory
+#    used as GOPROXY=file://... ahead of the usual proxy. A fresh module outside the copy runs
+#    `go get github.com/taskbroker/taskbroker/clients/go/...@vX.Y.Z` and `go build`. GONOSUMDB
+#    names the module because this zip was never in the checksum database (a real tag is).
+# 2. From a checkout, before any tag: a second fresh module with a `replace` of the module path
+#    to that copy, then the same `go get` and `go build`.
+# Each builds and runs a small program that imports the client, a typed handler and the worker,
+# and builds a Client. The other dependencies come from the Go module proxy. Ends with
+# "install check: ok".
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(git -C "$here" rev-parse --show-toplevel)"
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 module=github.com/taskbroker/taskbroker/clients/go
+# Any version works for the check; a release names it in its tag, clients/go/$version.
+version=v0.1.0
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/taskbroker-go-install.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
+trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 
 echo "== the committed tree of clients/go (git archive HEAD)"
 git -C "$root" archive --format=tar HEAD clients/go | tar -x -C "$tmp"
 test -f "$tmp/clients/go/go.mod"
 
-echo "== a fresh module: go get $module, replaced by that copy"
-mkdir "$tmp/app"
-cd "$tmp/app"
-go mod init example.com/installcheck >/dev/null 2>&1
-go mod edit -replace "$module=$tmp/clients/go"
-go get "$module@v0.0.0"
+echo "== the module zip of $module@$version (the proxy's layout)"
+proxy="$tmp/proxy"
+at="$proxy/$module/@v"
+mkdir -p "$at"
+# Every file under the prefix module@version/, no directory entries (as `go mod download` gets).
+python3 - "$tmp/clients/go" "$module@$version" "$at/$version.zip" <<'PY'
+import os, sys, zipfile
+src, prefix, out = sys.argv[1:]
+with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+    for d, _, files in sorted(os.walk(src)):
+        for f in sorted(files):
+            p = os.path.join(d, f)
+            z.write(p, prefix + "/" + os.path.relpath(p, src))
+PY
+cp "$tmp/clients/go/go.mod" "$at/$version.mod"
+printf '{"Version":"%s","Time":"%s"}\n' "$version" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$at/$version.info"
+echo "$version" >"$at/list"
+echo "$(python3 -c 'import sys, zipfile; print(len(zipfile.ZipFile(sys.argv[1]).namelist()))' "$at/$version.zip") files in $version.zip"
 
-cat >main.go <<'EOF'
+cat >"$tmp/main.go" <<'GO'
 package main
 
 import (
@@ -57,10 +79,29 @@ func main() {
 	}
 	fmt.Println("client for", conn.Target(), "worker on", w.Config().Queues)
 }
-EOF
-go mod tidy
-go build -o installcheck .
-out="$(./installcheck)"
-echo "$out"
-[ "$out" = "client for 127.0.0.1:50051 worker on [emails]" ]
+GO
+
+# build DIR: the program in DIR, `go build` with what `go get` wrote, run.
+build() {
+  cp "$tmp/main.go" "$1/main.go"
+  (cd "$1" && go build -o installcheck .) || { echo "install check: go build failed in $1 after go get" >&2; return 1; }
+  local out
+  out="$(cd "$1" && ./installcheck)"
+  echo "$out"
+  [ "$out" = "client for 127.0.0.1:50051 worker on [emails]" ] || { echo "install check: unexpected output" >&2; return 1; }
+}
+
+echo "== a fresh module: go get $module/...@$version from the module zip"
+mkdir "$tmp/app"
+(cd "$tmp/app" && go mod init example.com/installcheck >/dev/null 2>&1 &&
+  GOPROXY="file://$proxy,$(go env GOPROXY)" GONOSUMDB="$module" \
+    go get "$module/...@$version") 2>"$tmp/get.log" || { cat "$tmp/get.log" >&2; exit 1; }
+grep -q "^	$module $version" "$tmp/app/go.mod" || { echo "install check: $module $version not required" >&2; exit 1; }
+build "$tmp/app"
+
+echo "== a fresh module: go get $module/..., replaced by the copy"
+mkdir "$tmp/app-replace"
+(cd "$tmp/app-replace" && go mod init example.com/installcheck >/dev/null 2>&1 &&
+  go mod edit -replace "$module=$tmp/clients/go" && go get "$module/...@v0.0.0") 2>"$tmp/get.log" || { cat "$tmp/get.log" >&2; exit 1; }
+build "$tmp/app-replace"
 echo "install check: ok"

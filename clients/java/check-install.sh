@@ -1,34 +1,90 @@
 #!/usr/bin/env bash
-# Installs the Java client as docs/clients.md says, from a clean copy of the committed tree
-# (`git archive HEAD`: nothing untracked or built here leaks in): `mvn install` of
-# clients/java (the proto files come from ../../proto of the same copy), then a fresh Maven
-# project that depends on dev.taskbroker:taskbroker-client compiles and runs a five-line
-# program that submits nothing and builds a Client and a Worker. Ends with "install check: ok".
+# Installs the Java artifacts as docs/clients.md says, from a clean copy of the committed tree
+# (`git archive HEAD`: nothing untracked or built here leaks in), and uses them from fresh
+# projects outside that copy:
 #
-# Maven installs into your local repository (~/.m2, or -Dmaven.repo.local through
-# MAVEN_ARGS), as `mvn install` in clients/java does; the libraries come from Maven Central.
+# 1. One `mvn install` in clients/ (the reactor of clients/java, the BOM clients/java-bom and the
+#    Spring Boot starter clients/java-spring) into a local repository of its own, empty of any
+#    dev.taskbroker artifact, so the projects below see only what this install put there, as
+#    they would see the published artifacts.
+# 2. A plain Maven project that imports dev.taskbroker:taskbroker-bom, depends on
+#    taskbroker-client without a version, and compiles and runs a five-line program that submits
+#    nothing and builds a Client and a Worker.
+# 3. A Spring Boot 3.x application (spring-boot-starter-parent, the BOM imported, the starter
+#    without a version, no other override: Spring Boot's own OpenTelemetry API) with one
+#    @TaskHandler bean, started with its worker and closed.
+# Ends with "install check: ok".
+#
+# The local repository starts as a hard-linked copy of ~/.m2/repository (less dev/taskbroker),
+# so libraries already downloaded are not downloaded again; the rest comes from Maven Central.
+# MAVEN_ARGS is passed to every mvn.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/taskbroker-java-install.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 log="$tmp/mvn.log"
-mvn=(mvn -B -ntp -Dstyle.color=never ${MAVEN_ARGS:-})
+repo="$tmp/m2"
+if [ -d "$HOME/.m2/repository" ] && cp -al "$HOME/.m2/repository" "$repo" 2>/dev/null; then
+  rm -rf "$repo/dev/taskbroker"
+else
+  rm -rf "$repo"
+  mkdir -p "$repo"
+fi
+mvn=(mvn -B -ntp -Dstyle.color=never "-Dmaven.repo.local=$repo" ${MAVEN_ARGS:-})
 
 echo "== a clean copy of $(git -C "$root" rev-parse --short HEAD)"
 mkdir "$tmp/src"
-git -C "$root" archive HEAD proto clients/java | tar -x -C "$tmp/src"
+git -C "$root" archive HEAD proto clients/pom.xml clients/java clients/java-bom clients/java-spring | tar -x -C "$tmp/src"
 
-echo "== mvn install (clients/java, tests skipped: conformance.sh runs them)"
-if ! (cd "$tmp/src/clients/java" && "${mvn[@]}" -DskipTests install) >"$log" 2>&1; then
+echo "== mvn install in clients/ (tests skipped: conformance.sh and java-spring/test.sh run them)"
+if ! (cd "$tmp/src/clients" && "${mvn[@]}" -DskipTests install) >"$log" 2>&1; then
   cat "$log" >&2
   echo "install check: mvn install failed" >&2
   exit 1
 fi
 # The project's own version: the first <version> after its artifactId.
-version="$(sed -n '/<artifactId>taskbroker-client<\/artifactId>/,/<version>/s|.*<version>\(.*\)</version>.*|\1|p' \
-  "$tmp/src/clients/java/pom.xml" | head -n 1)"
+version="$(sed -n '/<artifactId>taskbroker-bom<\/artifactId>/,/<version>/s|.*<version>\(.*\)</version>.*|\1|p' \
+  "$tmp/src/clients/java-bom/pom.xml" | head -n 1)"
+boot="$(sed -n 's|.*<spring-boot.version>\(.*\)</spring-boot.version>.*|\1|p' "$tmp/src/clients/java-spring/pom.xml")"
+for a in taskbroker-bom/$version/taskbroker-bom-$version.pom \
+  taskbroker-client/$version/taskbroker-client-$version.jar \
+  taskbroker-spring-parent/$version/taskbroker-spring-parent-$version.pom \
+  taskbroker-spring-boot-starter/$version/taskbroker-spring-boot-starter-$version.jar; do
+  [ -f "$repo/dev/taskbroker/$a" ] || { echo "install check: $a was not installed" >&2; exit 1; }
+done
+rm -rf "$tmp/src"
 
-echo "== a fresh Maven project depending on dev.taskbroker:taskbroker-client:$version"
+plugins='<plugins>
+      <plugin>
+        <groupId>org.apache.maven.plugins</groupId>
+        <artifactId>maven-compiler-plugin</artifactId>
+        <version>3.13.0</version>
+      </plugin>
+      <plugin>
+        <groupId>org.apache.maven.plugins</groupId>
+        <artifactId>maven-dependency-plugin</artifactId>
+        <version>3.8.1</version>
+      </plugin>
+    </plugins>'
+bom="<dependency>
+        <groupId>dev.taskbroker</groupId>
+        <artifactId>taskbroker-bom</artifactId>
+        <version>$version</version>
+        <type>pom</type>
+        <scope>import</scope>
+      </dependency>"
+
+# run DIR MAIN: build the project in DIR and run MAIN with its runtime classpath.
+run() {
+  if ! (cd "$1" && "${mvn[@]}" -q package dependency:build-classpath -Dmdep.outputFile=cp.txt) >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "install check: the fresh project in $1 did not build" >&2
+    return 1
+  fi
+  (cd "$1" && java -cp "target/classes:$(cat cp.txt)" "$2")
+}
+
+echo "== a fresh Maven project: taskbroker-bom $version imported, taskbroker-client"
 app="$tmp/app"
 mkdir -p "$app/src/main/java/app"
 cat >"$app/pom.xml" <<POM
@@ -42,26 +98,19 @@ cat >"$app/pom.xml" <<POM
     <maven.compiler.release>17</maven.compiler.release>
     <project.build.sourceEncoding>UTF-8</project.build.sourceEncoding>
   </properties>
+  <dependencyManagement>
+    <dependencies>
+      $bom
+    </dependencies>
+  </dependencyManagement>
   <dependencies>
     <dependency>
       <groupId>dev.taskbroker</groupId>
       <artifactId>taskbroker-client</artifactId>
-      <version>$version</version>
     </dependency>
   </dependencies>
   <build>
-    <plugins>
-      <plugin>
-        <groupId>org.apache.maven.plugins</groupId>
-        <artifactId>maven-compiler-plugin</artifactId>
-        <version>3.13.0</version>
-      </plugin>
-      <plugin>
-        <groupId>org.apache.maven.plugins</groupId>
-        <artifactId>maven-dependency-plugin</artifactId>
-        <version>3.8.1</version>
-      </plugin>
-    </plugins>
+    $plugins
   </build>
 </project>
 POM
@@ -83,15 +132,87 @@ public class Main {
   }
 }
 JAVA
-if ! (cd "$app" && "${mvn[@]}" -q package dependency:build-classpath -Dmdep.outputFile=cp.txt) >"$log" 2>&1; then
-  cat "$log" >&2
-  echo "install check: the fresh project did not build" >&2
-  exit 1
-fi
-out="$(cd "$app" && java -cp "target/classes:$(cat cp.txt)" app.Main)"
+out="$(run "$app" app.Main)"
 echo "$out"
 [ "$out" = 'built a worker for [emails]; payload {"to":"a@example.com"}' ] || {
   echo "install check: unexpected output" >&2
+  exit 1
+}
+
+echo "== a fresh Spring Boot $boot application: taskbroker-bom imported, the starter, no override"
+spring="$tmp/spring-app"
+mkdir -p "$spring/src/main/java/app"
+cat >"$spring/pom.xml" <<POM
+<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <parent>
+    <groupId>org.springframework.boot</groupId>
+    <artifactId>spring-boot-starter-parent</artifactId>
+    <version>$boot</version>
+    <relativePath/>
+  </parent>
+  <groupId>app</groupId>
+  <artifactId>install-check-spring</artifactId>
+  <version>1</version>
+  <properties>
+    <java.version>17</java.version>
+  </properties>
+  <dependencyManagement>
+    <dependencies>
+      $bom
+    </dependencies>
+  </dependencyManagement>
+  <dependencies>
+    <dependency>
+      <groupId>dev.taskbroker</groupId>
+      <artifactId>taskbroker-spring-boot-starter</artifactId>
+    </dependency>
+  </dependencies>
+  <build>
+    $plugins
+  </build>
+</project>
+POM
+cat >"$spring/src/main/java/app/App.java" <<'JAVA'
+package app;
+
+import dev.taskbroker.spring.TaskHandler;
+import dev.taskbroker.spring.TaskbrokerWorkers;
+import org.springframework.boot.SpringApplication;
+import org.springframework.boot.autoconfigure.SpringBootApplication;
+import org.springframework.context.ConfigurableApplicationContext;
+import org.springframework.stereotype.Component;
+
+@SpringBootApplication
+public class App {
+  public record Email(String to) {}
+
+  @Component
+  public static class Mailer {
+    @TaskHandler(queue = "emails")
+    public String send(Email email) {
+      return "sent to " + email.to();
+    }
+  }
+
+  public static void main(String[] args) throws Exception {
+    try (ConfigurableApplicationContext ctx = SpringApplication.run(App.class,
+        "--taskbroker.address=127.0.0.1:1", "--taskbroker.keep-alive=false",
+        "--spring.main.banner-mode=off", "--logging.level.root=ERROR")) {
+      TaskbrokerWorkers workers = ctx.getBean(TaskbrokerWorkers.class);
+      String api = io.opentelemetry.api.OpenTelemetry.class.getProtectionDomain().getCodeSource().getLocation().getPath();
+      System.out.println("spring workers " + workers.workers().keySet() + " on "
+          + workers.workers().values().iterator().next().queues() + ", running " + workers.isRunning()
+          + ", " + api.substring(api.lastIndexOf('/') + 1));
+    }
+  }
+}
+JAVA
+out="$(run "$spring" app.App)"
+echo "$out"
+[[ "$out" =~ ^'spring workers [default] on [emails], running true, opentelemetry-api-'[0-9.]+'.jar'$ ]] || {
+  echo "install check: unexpected output from the Spring Boot application" >&2
   exit 1
 }
 echo "install check: ok"

@@ -45,7 +45,7 @@ pub use relay::{Relay, RelayBuilder, RelayError, RelayReport};
 pub use source::Source;
 
 /// The schema of the outbox table, as shipped in `migrations/outbox/postgres/`.
-pub const SCHEMA: &str = include_str!("../../../migrations/outbox/postgres/0001_outbox.sql");
+pub const SCHEMA: &str = include_str!("../../outbox-sql/postgres/0001_outbox.sql");
 
 /// The channel the table's trigger notifies on insert (once per statement).
 pub const CHANNEL: &str = "taskbroker_outbox";

@@ -26,7 +26,7 @@ use super::{Enqueued, KEY_PREFIX, OutboxError, prepare};
 use crate::TaskSpec;
 
 /// The schema of the outbox table, as shipped in `migrations/outbox/mysql/`.
-pub const SCHEMA: &str = include_str!("../../../migrations/outbox/mysql/0001_outbox.sql");
+pub const SCHEMA: &str = include_str!("../../outbox-sql/mysql/0001_outbox.sql");
 
 /// Writes `spec` into `taskbroker_outbox` through `conn`: the caller's transaction
 /// (`&mut tx` coerces) or a connection (then the row commits by itself, under

@@ -240,6 +240,23 @@ public final class Worker implements AutoCloseable {
     return leaseNextTasks.get();
   }
 
+  /**
+   * The global OpenTelemetry's meter provider, looked up without fixing the global to a no-op the
+   * way {@code GlobalOpenTelemetry.get()} does when nothing is installed yet ({@code getOrNoop},
+   * OpenTelemetry API 1.57 and later). An older API, as the Spring Boot 3.x BOMs pin, has no such
+   * look-up: then the worker records nowhere unless given {@code meterProvider(...)}.
+   */
+  static io.opentelemetry.api.metrics.MeterProvider globalMeterProvider() {
+    try {
+      return io.opentelemetry.api.GlobalOpenTelemetry.getOrNoop().getMeterProvider();
+    } catch (NoSuchMethodError olderApi) {
+      LOG.log(
+          System.Logger.Level.INFO,
+          "OpenTelemetry API before 1.57: the worker's metrics go to meterProvider(...) only");
+      return io.opentelemetry.api.metrics.MeterProvider.noop();
+    }
+  }
+
   /** Starts leasing and heartbeating in background threads. */
   public synchronized void start() {
     if (started) {
@@ -248,9 +265,8 @@ public final class Worker implements AutoCloseable {
     started = true;
     if (meterProvider == null) {
       // Looked up now rather than when built, so an SDK the application installs in between
-      // counts; getOrNoop does not fix the global to a no-op the way get() would.
-      metrics =
-          new WorkerMetrics(io.opentelemetry.api.GlobalOpenTelemetry.getOrNoop().getMeterProvider());
+      // counts.
+      metrics = new WorkerMetrics(globalMeterProvider());
     }
     long every = Math.max(heartbeatInterval.toMillis(), 100);
     timers.scheduleWithFixedDelay(this::heartbeatOnce, every, every, TimeUnit.MILLISECONDS);
