@@ -37,6 +37,7 @@ pub(super) async fn changed_event(
 /// (`store::reply`) as MySQL spells it, word for word.
 pub(super) fn reply_size_is_shared() -> bool {
     use crate::store::reply::{Dialect, size_sql};
+    // Not run: the text `reply_size_of_task` must have.
     let expected = format!(
         "SELECT CAST({} AS SIGNED) FROM tasks",
         size_sql(Dialect::Mysql)

@@ -172,6 +172,7 @@ fn name(m: &Migrator, version: i64) -> String {
 
 /// What to do about a failed migration that is not run again by itself.
 fn manual(version: i64) -> String {
+    // Not run here: the statement the operator runs.
     format!(
         "undo what that file created, then run `DELETE FROM {TABLE} WHERE version = {version}` \
          and start the broker again"
