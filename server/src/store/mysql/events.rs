@@ -127,7 +127,7 @@ pub(super) async fn after_job(j: &mut Job) -> StoreResult<Option<(i64, i64)>> {
         return Ok(None);
     }
     // One more than the events: an id no event holds tells pollers to look at
-    // every queue (`listen.rs`) when the job left locked rows untaken.
+    // every queue (`native/listen.rs`) when the job left locked rows untaken.
     let k = all.len() as i64 + i64::from(j.spare);
     // LAST_INSERT_ID(expr) comes back in the statement's answer: one round trip.
     let last = sqlx::query(sql::EVENT_WRITE_TAKE_IDS)

@@ -158,7 +158,7 @@ pub(super) async fn lease_seqs(
     // transaction leased meanwhile is not pending here any more).
     let batch = uuid::Uuid::new_v4().simple().to_string();
     // Dynamic: one placeholder per task leased.
-    let text = format!("{}{})", sql::LEASE_WRITE_HEAD, marks(seqs.len()));
+    let text = format!("{}{})", sql::LEASE_PLAIN_WRITE_HEAD, marks(seqs.len()));
     let mut q = sqlx::query(sqlx::AssertSqlSafe(text))
         .bind(&batch)
         .bind(worker)
@@ -172,7 +172,7 @@ pub(super) async fn lease_seqs(
     }
     q.execute(j.conn()).await?;
     // Dynamic: one placeholder per task leased.
-    let text = format!("{}{})", sql::LEASE_READ_HEAD, marks(seqs.len()));
+    let text = format!("{}{})", sql::LEASE_PLAIN_READ_HEAD, marks(seqs.len()));
     let mut q = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(text)).bind(&batch);
     for s in seqs {
         q = q.bind(*s);

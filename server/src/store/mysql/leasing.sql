@@ -13,8 +13,8 @@ FROM tasks WHERE state = 'pending' AND queue = ? AND run_at <= ?
 ORDER BY ${lease_order} LIMIT ?
 FOR UPDATE SKIP LOCKED
 
--- name: lease_write_head
--- own: MySQL has no UPDATE ... RETURNING: the lease UPDATE by primary key, read back by lease_read_head
+-- name: lease_plain_write_head
+-- own: MySQL has no UPDATE ... RETURNING: the lease UPDATE by primary key, read back by lease_plain_read_head
 -- Leases pending tasks by seq; followed by one placeholder per seq, then `)`.
 -- The lease token is the batch's random prefix and the row's seq.
 UPDATE tasks SET state = 'leased', attempt = attempt + 1,
@@ -23,8 +23,8 @@ lease_duration_ms = ?, lease_expires_at = LEAST(?, COALESCE(deadline, 9223372036
 updated_at = ?, leased_at = ?, leased_address = ?
 WHERE state = 'pending' AND seq IN (
 
--- name: lease_read_head
--- own: MySQL has no UPDATE ... RETURNING: the rows lease_write_head leased
+-- name: lease_plain_read_head
+-- own: MySQL has no UPDATE ... RETURNING: the rows lease_plain_write_head leased
 -- Followed by one placeholder per seq, then `)`.
 SELECT ${task_columns} FROM tasks WHERE lease_token = CONCAT(?, '.', seq) AND seq IN (
 
