@@ -1,192 +1,235 @@
-//! Writes of maintenance and operators (reclaim, cancel, update, requeue,
-//! purge), each in its job's transaction.
+//! An operator's changes on MySQL (cancel, requeue, purge, the bulk changes
+//! and the dead letters), each write in its job's transaction.
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use sqlx::MySql;
 
-use super::super::row::{FailureWrite, TaskRow, decide, ms};
+use super::super::flow::visible;
+use super::super::observe::dead_group_row;
+use super::super::row::{TaskRow, ms, state_filter_sql};
 use super::super::*;
-use super::ops::{changed_event, fetch_task, write_failure};
-use super::{Job, TASK_COLUMNS};
+use super::rows::{changed_event, fetch_task};
+use super::tx::simple;
+use super::{Job, MysqlStore, bound_last, marks, sql};
 use crate::domain::event::EventKind;
 
-pub(super) async fn lease_reclaim_expired(
-    j: &mut Job,
-    now: DateTime<Utc>,
-    limit: u32,
-) -> StoreResult<Reaped> {
-    let now_dt = now;
-    let now = ms(now);
-    let mut reaped = Reaped::default();
-    // Rows a settle or another replica's reaper holds are skipped: they are
-    // being changed, or reaped, now.
-    let sql = format!(
-        "SELECT {TASK_COLUMNS} FROM tasks WHERE deadline IS NOT NULL AND deadline <= ? \
-         AND state IN ('pending', 'leased', 'blocked') LIMIT ? FOR UPDATE SKIP LOCKED"
-    );
-    let past_deadline: Vec<TaskRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(j.conn())
-        .await?;
-    for row in &past_deadline {
-        let write = FailureWrite {
-            state: StoredState::Dead,
-            run_at: row.run_at,
-            finished_at: Some(now),
-        };
-        let error = "DEADLINE_EXCEEDED";
-        if row.state == "leased" {
-            write_failure(j, row, &write, error, AttemptOutcome::DeadlineExceeded, now).await?;
-        } else {
-            sqlx::query(
-                "UPDATE tasks SET state = 'dead', finished_at = ?, last_error = ?, \
-                 updated_at = ? WHERE seq = ?",
-            )
-            .bind(now)
-            .bind(error)
-            .bind(now)
-            .bind(row.seq)
-            .execute(j.conn())
-            .await?;
-            for e in super::super::flow::failure_events(row, "dead", row.run_at, error, now) {
-                j.push(e);
+#[async_trait]
+impl Admin for MysqlStore {
+    async fn task_cancel(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
+        job!(self, |j| {
+            let now = ms(now);
+            let Some(row) = fetch_task(j, task_id).await? else {
+                return Ok(Changed::NotFound);
+            };
+            let kind = match row.stored_state()? {
+                StoredState::Pending | StoredState::Blocked => {
+                    sqlx::query(sql::TASK_CANCEL_WAITING)
+                        .bind(now)
+                        .bind(now)
+                        .bind(row.seq)
+                        .execute(j.conn())
+                        .await?;
+                    EventKind::Cancelled
+                }
+                StoredState::Leased => {
+                    sqlx::query(sql::TASK_CANCEL_LEASED)
+                        .bind(now)
+                        .bind(row.seq)
+                        .bind(now)
+                        .execute(j.conn())
+                        .await?;
+                    EventKind::Updated
+                }
+                StoredState::Cancelled => return Ok(Changed::Done(Box::new(row.into_record()?))),
+                other => return Ok(Changed::WrongState(other)),
+            };
+            changed_event(j, task_id, kind, now).await
+        })
+    }
+
+    async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
+        job!(self, |j| {
+            let Some(row) = fetch_task(j, task_id).await? else {
+                return Ok(Changed::NotFound);
+            };
+            let state = row.stored_state()?;
+            if !matches!(state, StoredState::Dead | StoredState::Cancelled) {
+                return Ok(Changed::WrongState(state));
             }
+            // Routing: an admin requeue frees a reserved retry.
+            sqlx::query(sql::TASK_REQUEUE)
+                .bind(ms(now))
+                .bind(ms(now))
+                .bind(row.seq)
+                .execute(j.conn())
+                .await?;
+            changed_event(j, task_id, EventKind::Requeued, ms(now)).await
+        })
+    }
+
+    async fn task_purge_finished(
+        &self,
+        before: DateTime<Utc>,
+        scope: &PurgeScope,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        job!(self, |j| purge_finished(j, before, scope, limit).await)
+    }
+
+    async fn task_dead_groups(&self, p: &DeadGroupParams) -> StoreResult<Vec<DeadGroup>> {
+        // Grouped by the error's hash first (the dead-letter index), then by the
+        // error itself, so two errors with one hash stay apart.
+        // Dynamic: the WHERE holds the filters given.
+        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_DEAD_GROUPS_HEAD);
+        if let Some(q) = &p.queue {
+            qb.push(" AND queue = ").push_bind(q);
         }
-        reaped.deadline_exceeded += 1;
-        reaped.by_queue.entry(row.queue.clone()).or_default().dead += 1;
-    }
-    let sql = format!(
-        "SELECT {TASK_COLUMNS} FROM tasks WHERE state = 'leased' AND lease_expires_at <= ? \
-         LIMIT ? FOR UPDATE SKIP LOCKED"
-    );
-    let expired: Vec<TaskRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(j.conn())
-        .await?;
-    for row in &expired {
-        let decision = decide(row, false, None, now_dt, rand::random());
-        let write = FailureWrite::new(row, decision, now);
-        write_failure(
-            j,
-            row,
-            &write,
-            super::super::row::expiry_error(row),
-            AttemptOutcome::LeaseExpired,
-            now,
-        )
-        .await?;
-        if write.state == StoredState::Pending && !reaped.queues.contains(&row.queue) {
-            reaped.queues.push(row.queue.clone());
+        if let Some(e) = p.error.as_deref() {
+            qb.push(" AND COALESCE(last_error, '') = ").push_bind(e);
         }
-        reaped.reclaimed += 1;
-        let q = reaped.by_queue.entry(row.queue.clone()).or_default();
-        q.reclaimed += 1;
-        q.dead += u64::from(write.state == StoredState::Dead);
+        qb.push(" GROUP BY queue, error_hash, e ORDER BY n DESC, queue, e LIMIT ")
+            .push_bind(i64::from(p.limit));
+        let rows: Vec<(String, String, i64, Option<i64>)> =
+            qb.build_query_as().fetch_all(&self.pool).await?;
+        Ok(rows.into_iter().map(dead_group_row).collect())
     }
-    Ok(reaped)
-}
 
-pub(super) async fn task_cancel(
-    j: &mut Job,
-    task_id: &str,
-    now: DateTime<Utc>,
-) -> StoreResult<Changed> {
-    let now = ms(now);
-    let Some(row) = fetch_task(j, task_id).await? else {
-        return Ok(Changed::NotFound);
-    };
-    let (sql, kind) = match row.stored_state()? {
-        StoredState::Pending | StoredState::Blocked => (
-            "UPDATE tasks SET state = 'cancelled', finished_at = ?, updated_at = ? WHERE seq = ?",
-            EventKind::Cancelled,
-        ),
-        StoredState::Leased => (
-            "UPDATE tasks SET cancel_requested = TRUE, updated_at = ? \
-             WHERE seq = ? AND ? IS NOT NULL",
-            EventKind::Updated,
-        ),
-        StoredState::Cancelled => return Ok(Changed::Done(Box::new(row.into_record()?))),
-        other => return Ok(Changed::WrongState(other)),
-    };
-    let q = sqlx::query(sql).bind(now);
-    let q = if kind == EventKind::Cancelled {
-        q.bind(now).bind(row.seq)
-    } else {
-        q.bind(row.seq).bind(now)
-    };
-    q.execute(j.conn()).await?;
-    changed_event(j, task_id, kind, now).await
-}
-
-pub(super) async fn task_update(
-    j: &mut Job,
-    task_id: &str,
-    u: &TaskUpdate,
-    now: DateTime<Utc>,
-) -> StoreResult<Changed> {
-    let Some(row) = fetch_task(j, task_id).await? else {
-        return Ok(Changed::NotFound);
-    };
-    let state = row.stored_state()?;
-    if matches!(state, StoredState::Leased | StoredState::Succeeded) {
-        return Ok(Changed::WrongState(state));
+    async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> StoreResult<u64> {
+        job!(self, |j| {
+            let now = ms(p.now);
+            let rows = dead_ids(j, &p.queue, Some(&p.error), None, p.limit).await?;
+            let seqs: Vec<i64> = rows.iter().map(|r| r.0).collect();
+            update_seqs(j, sql::TASK_REQUEUE_DEAD_WRITE_HEAD, now, &seqs).await?;
+            for (_, id, attempt) in &rows {
+                j.push(simple(
+                    id,
+                    &p.queue,
+                    EventKind::Requeued,
+                    "ready",
+                    *attempt,
+                    now,
+                ));
+            }
+            if !rows.is_empty() {
+                j.woken.push(p.queue.clone());
+            }
+            Ok(rows.len() as u64)
+        })
     }
-    let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
-    // Routing: an admin change frees a reserved retry.
-    sqlx::query(
-        "UPDATE tasks SET run_at = ?, priority = ?, deadline = ?, max_attempts = ?, \
-         attempts_allowed = ?, updated_at = ?, reserved_for = NULL, reserved_until = NULL \
-         WHERE seq = ?",
-    )
-    .bind(u.run_at.map(ms).unwrap_or(row.run_at))
-    .bind(u.priority.map(i64::from).unwrap_or(row.priority))
-    .bind(u.deadline.map(|d| d.map(ms)).unwrap_or(row.deadline))
-    .bind(max_attempts)
-    .bind(row.attempts_allowed - row.max_attempts + max_attempts)
-    .bind(ms(now))
-    .bind(row.seq)
-    .execute(j.conn())
-    .await?;
-    changed_event(j, task_id, EventKind::Updated, ms(now)).await
-}
 
-pub(super) async fn task_requeue(
-    j: &mut Job,
-    task_id: &str,
-    now: DateTime<Utc>,
-) -> StoreResult<Changed> {
-    let Some(row) = fetch_task(j, task_id).await? else {
-        return Ok(Changed::NotFound);
-    };
-    let state = row.stored_state()?;
-    if !matches!(state, StoredState::Dead | StoredState::Cancelled) {
-        return Ok(Changed::WrongState(state));
+    async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64> {
+        job!(self, |j| {
+            let now = ms(p.now);
+            let rows = dead_ids(
+                j,
+                &p.queue,
+                p.error.as_deref(),
+                p.task_id.as_deref(),
+                p.limit,
+            )
+            .await?;
+            let seqs: Vec<i64> = rows.iter().map(|r| r.0).collect();
+            update_seqs(j, sql::TASK_CANCEL_DEAD_WRITE_HEAD, now, &seqs).await?;
+            for (_, id, attempt) in &rows {
+                j.push(simple(
+                    id,
+                    &p.queue,
+                    EventKind::Cancelled,
+                    "cancelled",
+                    *attempt,
+                    now,
+                ));
+            }
+            Ok(rows.len() as u64)
+        })
     }
-    // Routing: an admin requeue frees a reserved retry.
-    sqlx::query(
-        "UPDATE tasks SET state = 'pending', run_at = ?, attempts_allowed = attempt + max_attempts, \
-         cancel_requested = FALSE, finished_at = NULL, updated_at = ?, reserved_for = NULL, \
-         reserved_until = NULL WHERE seq = ?",
-    )
-    .bind(ms(now))
-    .bind(ms(now))
-    .bind(row.seq)
-    .execute(j.conn())
-    .await?;
-    changed_event(j, task_id, EventKind::Requeued, ms(now)).await
+
+    async fn task_select(&self, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
+        // Dynamic: the WHERE holds the filters given.
+        let mut qb = sqlx::QueryBuilder::<MySql>::new(bound_last(sql::TASK_SELECT_HEAD));
+        qb.push_bind(&f.queue);
+        if let Some(p) = &f.key_prefix {
+            qb.push(" AND LEFT(`key`, CHAR_LENGTH(")
+                .push_bind(p)
+                .push(")) = ")
+                .push_bind(p);
+        }
+        if let Some(e) = &f.error_contains {
+            qb.push(" AND INSTR(COALESCE(last_error, ''), ")
+                .push_bind(e)
+                .push(") > 0");
+        }
+        if let Some(t) = f.created_after {
+            qb.push(" AND created_at >= ").push_bind(ms(t));
+        }
+        if let Some(t) = f.created_before {
+            qb.push(" AND created_at < ").push_bind(ms(t));
+        }
+        if let Some(s) = &f.schedule_id {
+            qb.push(" AND schedule_id = ").push_bind(s);
+        }
+        if let Some(s) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
+            qb.push(" AND ").push(s);
+        }
+        qb.push(" ORDER BY seq LIMIT ")
+            .push_bind(i64::from(f.limit));
+        qb.build_query_as::<TaskRow>()
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(TaskRow::into_record)
+            .collect()
+    }
+
+    async fn task_cancel_many(
+        &self,
+        task_ids: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<BulkCancelled> {
+        job!(self, |j| cancel_many(j, task_ids, now).await)
+    }
+
+    async fn task_requeue_many(
+        &self,
+        tasks: &[(String, DateTime<Utc>)],
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        job!(self, |j| {
+            let now = ms(now);
+            let mut n = 0;
+            for (id, run_at) in tasks {
+                let row: Option<(i64, String, i64)> = sqlx::query_as(sql::TASK_REQUEUE_MANY_PICK)
+                    .bind(id)
+                    .fetch_optional(j.conn())
+                    .await?;
+                let Some((seq, queue, attempt)) = row else {
+                    continue;
+                };
+                sqlx::query(sql::TASK_REQUEUE_MANY_WRITE)
+                    .bind(ms(*run_at))
+                    .bind(now)
+                    .bind(seq)
+                    .execute(j.conn())
+                    .await?;
+                n += 1;
+                let state = visible("pending", ms(*run_at), now);
+                j.push(simple(id, &queue, EventKind::Requeued, state, attempt, now));
+                j.woken.push(queue);
+            }
+            Ok(n)
+        })
+    }
 }
 
-pub(super) async fn task_purge_finished(
+async fn purge_finished(
     j: &mut Job,
     before: DateTime<Utc>,
     scope: &PurgeScope,
     limit: u32,
 ) -> StoreResult<u64> {
-    let mut qb = sqlx::QueryBuilder::<sqlx::MySql>::new(
-        "SELECT seq, id FROM tasks WHERE state IN ('succeeded', 'dead', 'cancelled') \
-         AND finished_at < ",
-    );
+    // Dynamic: the queues of the scope, as a list.
+    let mut qb = sqlx::QueryBuilder::<MySql>::new(bound_last(sql::TASK_PURGE_FINISHED_PICK_HEAD));
     qb.push_bind(ms(before));
     match scope {
         PurgeScope::Only(q) => {
@@ -209,62 +252,119 @@ pub(super) async fn task_purge_finished(
     if rows.is_empty() {
         return Ok(0);
     }
-    for (table, column, key) in [
-        ("tasks", "seq", true),
-        ("task_attempts", "task_id", false),
+    for (head, key) in [
+        (sql::TASK_PURGE_FINISHED_TASKS_HEAD, true),
+        (sql::TASK_PURGE_FINISHED_ATTEMPTS_HEAD, false),
         // Its dependency edges go with the dependent.
-        ("task_deps", "task_id", false),
-        ("task_key_deps", "task_id", false),
+        (sql::TASK_PURGE_FINISHED_DEPS_HEAD, false),
+        (sql::TASK_PURGE_FINISHED_KEY_DEPS_HEAD, false),
     ] {
-        let mut qb = sqlx::QueryBuilder::<sqlx::MySql>::new(format!(
-            "DELETE FROM {table} WHERE {column} IN ("
-        ));
-        let mut sep = qb.separated(", ");
+        // Dynamic: one placeholder per task purged.
+        let text = format!("{head}{})", marks(rows.len()));
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(text));
         for (seq, id) in &rows {
-            if key {
-                sep.push_bind(*seq);
+            q = if key {
+                q.bind(*seq)
             } else {
-                sep.push_bind(id.clone());
-            }
+                q.bind(id.clone())
+            };
         }
-        qb.push(")");
-        qb.build().execute(j.conn()).await?;
+        q.execute(j.conn()).await?;
     }
     Ok(rows.len() as u64)
 }
 
-/// REPLACE_WAITING (see `Store::task_replace_waiting`): the row is locked
-/// (FOR UPDATE reads the latest committed state, after a lease that held it),
-/// so a task a lease took is never changed.
-pub(super) async fn task_replace_waiting(
+/// The dead tasks of a queue (and error, or one task) a bulk change takes,
+/// locked, oldest first.
+async fn dead_ids(
     j: &mut Job,
-    r: &Replacement,
+    queue: &str,
+    error: Option<&str>,
+    task_id: Option<&str>,
+    limit: u32,
+) -> StoreResult<Vec<(i64, String, i64)>> {
+    // Dynamic: the WHERE holds the filters given.
+    let mut qb = sqlx::QueryBuilder::<MySql>::new(bound_last(sql::TASK_DEAD_PICK_HEAD));
+    qb.push_bind(queue);
+    if let Some(e) = error {
+        qb.push(" AND COALESCE(last_error, '') = ").push_bind(e);
+    }
+    if let Some(id) = task_id {
+        qb.push(" AND id = ").push_bind(id);
+    }
+    qb.push(" ORDER BY seq LIMIT ")
+        .push_bind(i64::from(limit))
+        .push(" FOR UPDATE SKIP LOCKED");
+    Ok(qb.build_query_as().fetch_all(j.conn()).await?)
+}
+
+/// Runs `head` (which binds `now` twice or once, then takes the seqs) over `seqs`.
+async fn update_seqs(j: &mut Job, head: &str, now: i64, seqs: &[i64]) -> StoreResult<()> {
+    if seqs.is_empty() {
+        return Ok(());
+    }
+    let nows = head.matches('?').count();
+    // Dynamic: one placeholder per task.
+    let text = format!("{head}{})", marks(seqs.len()));
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(text));
+    for _ in 0..nows {
+        q = q.bind(now);
+    }
+    for s in seqs {
+        q = q.bind(*s);
+    }
+    q.execute(j.conn()).await?;
+    Ok(())
+}
+
+async fn cancel_many(
+    j: &mut Job,
+    ids: &[String],
     now: DateTime<Utc>,
-) -> StoreResult<Option<String>> {
-    let held: Option<(String, String)> = sqlx::query_as(
-        "SELECT id, metadata FROM tasks WHERE queue = ? AND `key` = ? \
-         AND state IN ('pending', 'blocked') FOR UPDATE",
-    )
-    .bind(&r.queue)
-    .bind(&r.key)
-    .fetch_optional(j.conn())
-    .await?;
-    let Some((id, metadata)) = held else {
-        return Ok(None);
-    };
+) -> StoreResult<BulkCancelled> {
     let now = ms(now);
-    sqlx::query(
-        "UPDATE tasks SET payload = ?, run_at = ?, priority = ?, metadata = ?, updated_at = ? \
-         WHERE id = ?",
-    )
-    .bind(&r.payload)
-    .bind(ms(r.run_at))
-    .bind(i64::from(r.priority))
-    .bind(merged_metadata(&metadata, &r.metadata))
-    .bind(now)
-    .bind(&id)
-    .execute(j.conn())
-    .await?;
-    changed_event(j, &id, EventKind::Replaced, now).await?;
-    Ok(Some(id))
+    let mut out = BulkCancelled::default();
+    for id in ids {
+        let row: Option<(i64, String, String, i64, bool)> =
+            sqlx::query_as(sql::TASK_CANCEL_MANY_PICK)
+                .bind(id)
+                .fetch_optional(j.conn())
+                .await?;
+        let Some((seq, state, queue, attempt, requested)) = row else {
+            continue;
+        };
+        if state == "pending" || state == "blocked" {
+            sqlx::query(sql::TASK_CANCEL_MANY_WAITING)
+                .bind(now)
+                .bind(now)
+                .bind(seq)
+                .execute(j.conn())
+                .await?;
+            out.cancelled += 1;
+            j.push(simple(
+                id,
+                &queue,
+                EventKind::Cancelled,
+                "cancelled",
+                attempt,
+                now,
+            ));
+        } else if state == "leased" && !requested {
+            sqlx::query(sql::TASK_CANCEL_MANY_LEASED)
+                .bind(now)
+                .bind(seq)
+                .execute(j.conn())
+                .await?;
+            out.cancel_requested += 1;
+            j.push(simple(
+                id,
+                &queue,
+                EventKind::Updated,
+                "leased",
+                attempt,
+                now,
+            ));
+        }
+    }
+    Ok(out)
 }

@@ -1,45 +1,74 @@
-//! Flow on MySQL: the events of a job, written at its end, and what follows a
-//! task's end (its dependents resolved, a dead-letter notice filed).
+//! Events on MySQL: the event log read, and the events of a job written at its
+//! end with what follows a task's end (its dependents resolved, a dead-letter
+//! notice filed).
 //!
 //! Event ids come from the one-row counter `event_seq`, advanced by the job's
 //! last statements: the row lock is held from there to the commit, so jobs that
 //! record events commit their ids in increasing order, and a reader never sees a
 //! smaller id appear after a larger one (every committed event is final). Only
 //! the commit itself is serialized. The counter is also what other replicas poll
-//! for wake-ups (`listen.rs`).
+//! for wake-ups (`native/listen.rs`).
 
-use super::super::flow::{Ev, visible};
-use super::super::row::from_ms;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::super::flow::{Ev, EventRow, event_record, visible};
+use super::super::row::{from_ms, ms};
 use super::super::*;
-use super::Job;
+use super::tx::Pending;
+use super::{Job, MysqlStore, marks, rows_of, sql};
 use crate::domain::event::EventKind;
 
-/// An event waiting for the end of its job.
-#[derive(Debug, Clone)]
-pub(crate) struct Pending {
-    pub task_id: String,
-    pub queue: String,
-    pub kind: EventKind,
-    pub state: &'static str,
-    pub attempt: i64,
-    pub worker: Option<String>,
-    pub time: i64,
-    pub detail: Option<String>,
-}
+#[async_trait]
+impl Events for MysqlStore {
+    async fn event_list(
+        &self,
+        task_id: &str,
+        after_event_id: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<EventRecord>> {
+        let rows: Vec<EventRow> = sqlx::query_as(sql::EVENT_LIST)
+            .bind(task_id)
+            .bind(after_event_id)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.into_iter().map(event_record).collect()
+    }
 
-impl Job {
-    /// Buffers an event of this job.
-    pub fn push(&mut self, e: Ev<'_>) {
-        self.events.push(Pending {
-            task_id: e.task_id.to_owned(),
-            queue: e.queue.to_owned(),
-            kind: e.kind,
-            state: e.state,
-            attempt: e.attempt,
-            worker: e.worker.map(str::to_owned),
-            time: e.time,
-            detail: e.detail.map(str::to_owned),
-        });
+    /// Ids commit in order (see the module docs): every committed event is final.
+    async fn event_read(&self, after_event_id: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
+        let rows: Vec<EventRow> = sqlx::query_as(sql::EVENT_READ)
+            .bind(after_event_id)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.into_iter().map(event_record).collect()
+    }
+
+    async fn event_head(&self) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(sql::EVENT_HEAD)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        // Ids grow with time: the oldest `limit` by id, those older than `before`.
+        let ids: Vec<i64> = sqlx::query_scalar(sql::EVENT_PURGE_PICK)
+            .bind(ms(before))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        let Some(last) = ids.last() else {
+            return Ok(0);
+        };
+        Ok(sqlx::query(sql::EVENT_PURGE_DELETE)
+            .bind(last)
+            .bind(ids[0])
+            .bind(ms(before))
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
     }
 }
 
@@ -70,19 +99,13 @@ pub(super) async fn after_job(j: &mut Job) -> StoreResult<Option<(i64, i64)>> {
             .collect();
         let mut waited_on: Vec<String> = Vec::new();
         for piece in finished.chunks(500) {
-            let mut qb = sqlx::QueryBuilder::<sqlx::MySql>::new(
-                "SELECT DISTINCT depends_on FROM task_deps WHERE NOT resolved AND depends_on IN (",
-            );
-            let mut sep = qb.separated(", ");
+            // Dynamic: one placeholder per finished task.
+            let text = format!("{}{})", sql::EVENT_WRITE_WAITED_ON_HEAD, marks(piece.len()));
+            let mut q = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(text));
             for id in piece {
-                sep.push_bind(*id);
+                q = q.bind(*id);
             }
-            qb.push(")");
-            waited_on.extend(
-                qb.build_query_scalar::<String>()
-                    .fetch_all(j.conn())
-                    .await?,
-            );
+            waited_on.extend(q.fetch_all(j.conn()).await?);
         }
         for e in &evs {
             let state = match e.kind {
@@ -104,10 +127,10 @@ pub(super) async fn after_job(j: &mut Job) -> StoreResult<Option<(i64, i64)>> {
         return Ok(None);
     }
     // One more than the events: an id no event holds tells pollers to look at
-    // every queue (`listen.rs`) when the job left locked rows untaken.
+    // every queue (`native/listen.rs`) when the job left locked rows untaken.
     let k = all.len() as i64 + i64::from(j.spare);
     // LAST_INSERT_ID(expr) comes back in the statement's answer: one round trip.
-    let last = sqlx::query("UPDATE event_seq SET n = LAST_INSERT_ID(n + ?) WHERE id = 1")
+    let last = sqlx::query(sql::EVENT_WRITE_TAKE_IDS)
         .bind(k)
         .execute(j.conn())
         .await?
@@ -115,23 +138,27 @@ pub(super) async fn after_job(j: &mut Job) -> StoreResult<Option<(i64, i64)>> {
     let last = i64::try_from(last).map_err(|_| StoreError::Corrupt("event id".into()))?;
     let first = last - k + 1;
     let mut base = first;
-    for piece in super::packet::pieces(&all, PIECE, j.packet, event_bytes) {
-        let mut qb = sqlx::QueryBuilder::<sqlx::MySql>::new(
-            "INSERT INTO task_events (event_id, task_id, queue, kind, state, attempt, \
-             worker_id, `time`, detail) ",
+    for piece in super::native::packet::pieces(&all, PIECE, j.packet, event_bytes) {
+        // Dynamic: one row per event, as many as fit a packet.
+        let text = format!(
+            "{} {}",
+            sql::EVENT_WRITE_INSERT_HEAD,
+            rows_of(piece.len(), sql::EVENT_WRITE_INSERT_ROW)
         );
-        qb.push_values(piece.iter().enumerate(), |mut b, (i, e)| {
-            b.push_bind(base + i as i64)
-                .push_bind(&e.task_id)
-                .push_bind(&e.queue)
-                .push_bind(e.kind.as_str())
-                .push_bind(e.state)
-                .push_bind(e.attempt)
-                .push_bind(&e.worker)
-                .push_bind(e.time)
-                .push_bind(&e.detail);
-        });
-        qb.build().execute(j.conn()).await?;
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(text));
+        for (i, e) in piece.iter().enumerate() {
+            q = q
+                .bind(base + i as i64)
+                .bind(&e.task_id)
+                .bind(&e.queue)
+                .bind(e.kind.as_str())
+                .bind(e.state)
+                .bind(e.attempt)
+                .bind(&e.worker)
+                .bind(e.time)
+                .bind(&e.detail);
+        }
+        q.execute(j.conn()).await?;
         base += piece.len() as i64;
     }
     Ok((!all.is_empty()).then(|| (first, first + all.len() as i64 - 1)))
@@ -139,7 +166,7 @@ pub(super) async fn after_job(j: &mut Job) -> StoreResult<Option<(i64, i64)>> {
 
 /// What one event's row adds to the multi-row INSERT of `after_job`.
 fn event_bytes(e: &Pending) -> usize {
-    use super::packet::{PARAM_FRAMING, opt_param, param};
+    use super::native::packet::{PARAM_FRAMING, opt_param, param};
     param(e.task_id.len())
         + param(e.queue.len())
         + opt_param(e.worker.as_deref())
@@ -150,19 +177,16 @@ fn event_bytes(e: &Pending) -> usize {
 
 /// A task went DEAD: a notice task on its queue's dead-letter queue, if it has one.
 async fn dead_letter(j: &mut Job, id: &str, queue: &str, at: i64) -> StoreResult<()> {
-    let dlq: Option<String> = sqlx::query_scalar(
-        "SELECT dead_letter_queue FROM queue_dead_letters \
-         WHERE queue = ? AND dead_letter_queue <> ?",
-    )
-    .bind(queue)
-    .bind(queue)
-    .fetch_optional(j.conn())
-    .await?;
+    let dlq: Option<String> = sqlx::query_scalar(sql::EVENT_WRITE_DEAD_LETTER_QUEUE)
+        .bind(queue)
+        .bind(queue)
+        .fetch_optional(j.conn())
+        .await?;
     let Some(dlq) = dlq else {
         return Ok(());
     };
     let (key, attempts, error): (Option<String>, i64, Option<String>) =
-        sqlx::query_as("SELECT `key`, attempt, last_error FROM tasks WHERE id = ?")
+        sqlx::query_as(sql::EVENT_WRITE_DEAD_TASK)
             .bind(id)
             .fetch_one(j.conn())
             .await?;
@@ -188,7 +212,7 @@ async fn dead_letter(j: &mut Job, id: &str, queue: &str, at: i64) -> StoreResult
         routing: Default::default(),
         concurrency_key: None,
     };
-    Box::pin(super::ops::task_insert_many(
+    Box::pin(super::tasks::insert_many(
         j,
         std::slice::from_ref(&notice),
         from_ms(at),
@@ -201,15 +225,12 @@ async fn dead_letter(j: &mut Job, id: &str, queue: &str, at: i64) -> StoreResult
 /// One finished dependency: count it off its blocked dependents (the last one
 /// unblocks), or cancel them when it failed and they do not run anyway.
 async fn resolve(j: &mut Job, dep: &str, dep_state: &str, at: i64) -> StoreResult<()> {
-    let dependents: Vec<(String, String, bool, String, i64)> = sqlx::query_as(
-        "SELECT d.task_id, t.state, t.run_if_dependency_fails, t.queue, t.attempt \
-         FROM task_deps d JOIN tasks t ON t.id = d.task_id \
-         WHERE d.depends_on = ? AND NOT d.resolved FOR UPDATE",
-    )
-    .bind(dep)
-    .fetch_all(j.conn())
-    .await?;
-    sqlx::query("UPDATE task_deps SET resolved = TRUE WHERE depends_on = ? AND NOT resolved")
+    let dependents: Vec<(String, String, bool, String, i64)> =
+        sqlx::query_as(sql::EVENT_WRITE_DEPENDENTS)
+            .bind(dep)
+            .fetch_all(j.conn())
+            .await?;
+    sqlx::query(sql::EVENT_WRITE_RESOLVE)
         .bind(dep)
         .execute(j.conn())
         .await?;
@@ -218,24 +239,19 @@ async fn resolve(j: &mut Job, dep: &str, dep_state: &str, at: i64) -> StoreResul
             continue;
         }
         if dep_state == "succeeded" || run_if {
-            let n = sqlx::query(
-                "UPDATE tasks SET state = CASE WHEN deps_remaining <= 1 THEN 'pending' \
-                   ELSE state END, deps_remaining = deps_remaining - 1, updated_at = ? \
-                 WHERE id = ? AND state = 'blocked'",
-            )
-            .bind(at)
-            .bind(&id)
-            .execute(j.conn())
-            .await?
-            .rows_affected();
+            let n = sqlx::query(sql::EVENT_WRITE_COUNT_OFF)
+                .bind(at)
+                .bind(&id)
+                .execute(j.conn())
+                .await?
+                .rows_affected();
             if n == 0 {
                 continue;
             }
-            let (state, run_at): (String, i64) =
-                sqlx::query_as("SELECT state, run_at FROM tasks WHERE id = ?")
-                    .bind(&id)
-                    .fetch_one(j.conn())
-                    .await?;
+            let (state, run_at): (String, i64) = sqlx::query_as(sql::EVENT_WRITE_UNBLOCKED)
+                .bind(&id)
+                .fetch_one(j.conn())
+                .await?;
             if state == "pending" {
                 j.push(Ev {
                     task_id: &id,
@@ -251,17 +267,13 @@ async fn resolve(j: &mut Job, dep: &str, dep_state: &str, at: i64) -> StoreResul
             }
         } else {
             // Its own dependents are told when after_job reads its event in turn.
-            let n = sqlx::query(
-                "UPDATE tasks SET state = 'cancelled', cancel_reason = 'dependency_failed', \
-                   last_error = 'DEPENDENCY_FAILED', finished_at = ?, updated_at = ? \
-                 WHERE id = ? AND state = 'blocked'",
-            )
-            .bind(at)
-            .bind(at)
-            .bind(&id)
-            .execute(j.conn())
-            .await?
-            .rows_affected();
+            let n = sqlx::query(sql::EVENT_WRITE_CANCEL_DEPENDENT)
+                .bind(at)
+                .bind(at)
+                .bind(&id)
+                .execute(j.conn())
+                .await?
+                .rows_affected();
             if n > 0 {
                 j.push(Ev {
                     task_id: &id,

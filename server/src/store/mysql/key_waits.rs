@@ -13,7 +13,7 @@
 //! other.
 
 use super::super::*;
-use super::Job;
+use super::{Job, sql};
 use crate::domain::task::PRODUCER_KEY;
 
 /// Binds the waits for the keys of the tasks `inserted` says were stored now
@@ -28,7 +28,7 @@ pub(super) async fn bind(j: &mut Job, tasks: &[NewTask], inserted: &[Inserted]) 
     if keyed.is_empty() {
         return Ok(());
     }
-    sqlx::query("SELECT id FROM key_deps_lock WHERE id = 1 LOCK IN SHARE MODE")
+    sqlx::query(sql::KEY_WAITS_LOCK_SHARED)
         .fetch_optional(j.conn())
         .await?;
     for t in keyed {
@@ -42,34 +42,27 @@ pub(super) async fn bind(j: &mut Job, tasks: &[NewTask], inserted: &[Inserted]) 
             of.push(producer);
         }
         for p in of {
-            let bound = sqlx::query(
-                "UPDATE task_key_deps SET bound_to = ? \
-                 WHERE queue = ? AND `key` = ? AND producer <=> ? AND bound_to IS NULL",
-            )
-            .bind(&t.id)
-            .bind(&t.queue)
-            .bind(key)
-            .bind(p)
-            .execute(j.conn())
-            .await?
-            .rows_affected();
+            let bound = sqlx::query(sql::KEY_WAITS_BIND)
+                .bind(&t.id)
+                .bind(&t.queue)
+                .bind(key)
+                .bind(p)
+                .execute(j.conn())
+                .await?
+                .rows_affected();
             if bound == 0 {
                 continue;
             }
             // The edges, resolved like any other when the keyed task finishes
             // (events.rs looks task_deps up for every task that finishes).
-            sqlx::query(
-                "INSERT IGNORE INTO task_deps (depends_on, task_id, resolved) \
-                 SELECT ?, task_id, FALSE FROM task_key_deps \
-                 WHERE queue = ? AND `key` = ? AND producer <=> ? AND bound_to = ?",
-            )
-            .bind(&t.id)
-            .bind(&t.queue)
-            .bind(key)
-            .bind(p)
-            .bind(&t.id)
-            .execute(j.conn())
-            .await?;
+            sqlx::query(sql::KEY_WAITS_EDGES)
+                .bind(&t.id)
+                .bind(&t.queue)
+                .bind(key)
+                .bind(p)
+                .bind(&t.id)
+                .execute(j.conn())
+                .await?;
         }
     }
     Ok(())
@@ -82,14 +75,11 @@ pub(super) async fn waiting(
     key: &TaskKey,
     producer: Option<&str>,
 ) -> StoreResult<i64> {
-    Ok(sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT 1 FROM task_key_deps \
-         WHERE queue = ? AND `key` = ? AND producer <=> ? AND bound_to IS NULL LIMIT ?) w",
-    )
-    .bind(&key.queue)
-    .bind(&key.key)
-    .bind(producer)
-    .bind(i64::from(MAX_WAITS_PER_KEY))
-    .fetch_one(j.conn())
-    .await?)
+    Ok(sqlx::query_scalar(sql::KEY_WAITS_WAITING)
+        .bind(&key.queue)
+        .bind(&key.key)
+        .bind(producer)
+        .bind(i64::from(MAX_WAITS_PER_KEY))
+        .fetch_one(j.conn())
+        .await?)
 }

@@ -1,12 +1,18 @@
-//! Routing on MySQL: the reservation a failure leaves, and the worker registry.
-//! (The lease predicate is in `lease.rs`.)
+//! Routing on MySQL: the predicate of who may take a task (`routing_may_take`
+//! in `routing.sql`, used by the plain lease), the locks of the leasing
+//! workers' rows, what a worker holds, and the reservation a failure leaves.
+//!
+//! Every lease first locks the row of its worker (of each worker of a batch, in
+//! id order) in `lease_workers` ([`lock_workers`]): what a worker holds (one
+//! copy of a distinct fan-out group, its per-worker cap) is then read after any
+//! other lease of the same worker committed, on any replica. Leases of different
+//! workers never wait for each other there.
 
-use chrono::{DateTime, Utc};
-use sqlx::{MySql, MySqlPool};
+use sqlx::MySql;
 
 use super::super::row::{TaskRow, ms};
 use super::super::*;
-use super::Job;
+use super::{Job, sql};
 use crate::domain::routing::{Sticky, reservation};
 
 /// After a failure made `row` pending again: reserves the retry for the worker
@@ -22,7 +28,7 @@ pub(super) async fn reserve_retry(j: &mut Job, row: &TaskRow, p: &FailParams) ->
         Some((w, until)) => (Some(w), until.map(ms)),
         None => (None, None),
     };
-    sqlx::query("UPDATE tasks SET reserved_for = ?, reserved_until = ? WHERE seq = ?")
+    sqlx::query(sql::TASK_FAIL_RESERVE)
         .bind(worker)
         .bind(until)
         .bind(row.seq)
@@ -31,104 +37,66 @@ pub(super) async fn reserve_retry(j: &mut Job, row: &TaskRow, p: &FailParams) ->
     Ok(())
 }
 
-pub(super) async fn worker_record_seen(r: &MySqlPool, seen: &[WorkerSeen]) -> StoreResult<()> {
-    if seen.is_empty() {
+/// How many leases `worker` holds on `queue` (its per-worker cap).
+pub(super) async fn worker_held(j: &mut Job, queue: &str, worker: &str) -> StoreResult<i64> {
+    Ok(sqlx::query_scalar(sql::ROUTING_WORKER_HELD)
+        .bind(queue)
+        .bind(worker)
+        .fetch_one(j.conn())
+        .await?)
+}
+
+/// Whether `worker` holds or completed a copy of a distinct fan-out group.
+pub(super) async fn holds_copy(
+    j: &mut Job,
+    group: &Option<String>,
+    worker: &str,
+) -> StoreResult<bool> {
+    let Some(g) = group else { return Ok(false) };
+    let n: Option<i64> = sqlx::query_scalar(sql::ROUTING_HOLDS_COPY)
+        .bind(g)
+        .bind(worker)
+        .fetch_optional(j.conn())
+        .await?;
+    Ok(n.is_some())
+}
+
+/// Locks the `lease_workers` rows of `workers` until the job ends, in id
+/// order (no two batches wait for each other in a cycle), adding the rows of
+/// workers that never leased before.
+pub(super) async fn lock_workers(j: &mut Job, workers: &[&str]) -> StoreResult<()> {
+    let mut workers = workers.to_vec();
+    workers.sort_unstable();
+    workers.dedup();
+    let locked = lock_worker_rows(j, &workers).await?;
+    let missing: Vec<&str> = workers
+        .into_iter()
+        .filter(|w| !locked.iter().any(|l| l == w))
+        .collect();
+    if missing.is_empty() {
         return Ok(());
     }
-    // One statement, rows in worker order (no deadlock between two batches).
-    let mut rows: Vec<&WorkerSeen> = seen.iter().collect();
-    rows.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
-    let mut qb = sqlx::QueryBuilder::<MySql>::new(
-        "INSERT INTO workers (worker_id, labels, address, queues, first_seen, last_seen, \
-         queues_given) ",
-    );
-    qb.push_values(rows, |mut b, w| {
-        let labels = serde_json::to_string(&w.labels).unwrap_or_else(|_| "{}".into());
-        let queues = serde_json::to_string(&w.queues).unwrap_or_else(|_| "[]".into());
-        b.push_bind(&w.worker_id)
-            .push_bind(labels)
-            .push_bind(&w.address)
-            .push_bind(queues)
-            .push_bind(ms(w.now))
-            .push_bind(ms(w.now))
-            .push_bind(!w.queues.is_empty());
+    // A row inserted here stays locked by this job; one another job inserted
+    // meanwhile is waited for, then locked below.
+    // Dynamic: one row per worker.
+    let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::ROUTING_WORKERS_ADD_HEAD);
+    qb.push(" ");
+    qb.push_values(&missing, |mut b, w| {
+        b.push_bind(*w);
     });
-    qb.push(
-        " ON DUPLICATE KEY UPDATE \
-           labels = IF(VALUES(queues_given), VALUES(labels), labels), \
-           address = VALUES(address), \
-           queues = IF(VALUES(queues_given), VALUES(queues), queues), \
-           last_seen = GREATEST(last_seen, VALUES(last_seen))",
-    );
-    qb.build().execute(r).await?;
+    qb.build().execute(j.conn()).await?;
+    lock_worker_rows(j, &missing).await?;
     Ok(())
 }
 
-/// The registry row with its counts (`?` = the minute before now, bound first).
-const WORKER_SELECT: &str = "SELECT w.worker_id, w.labels, w.address, w.queues, w.first_seen, \
-     w.last_seen, \
-     (SELECT count(*) FROM tasks h WHERE h.state = 'leased' AND h.leased_by = w.worker_id) \
-       AS leases_held, \
-     (SELECT count(*) FROM task_attempts a WHERE a.finished_at >= ? \
-       AND a.worker_id = w.worker_id AND a.outcome = 'succeeded') AS completed, \
-     (SELECT count(*) FROM task_attempts a WHERE a.finished_at >= ? \
-       AND a.worker_id = w.worker_id AND a.outcome <> 'succeeded') AS failed \
-     FROM workers w";
-
-fn minute_before(now: DateTime<Utc>) -> i64 {
-    ms(now) - 60_000
-}
-
-pub(super) async fn worker_list(r: &MySqlPool, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
-    let since = minute_before(f.now).to_string();
-    let mut qb = sqlx::QueryBuilder::<MySql>::new(WORKER_SELECT.replace('?', &since));
-    qb.push(" WHERE w.last_seen >= ")
-        .push_bind(ms(f.seen_since));
-    if let Some(queue) = &f.queue {
-        qb.push(" AND JSON_CONTAINS(w.queues, JSON_QUOTE(")
-            .push_bind(queue)
-            .push("))");
+/// Locks the existing `lease_workers` rows of `workers` (sorted), in id order.
+async fn lock_worker_rows(j: &mut Job, workers: &[&str]) -> StoreResult<Vec<String>> {
+    // Dynamic: one placeholder per worker.
+    let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::ROUTING_WORKERS_LOCK_HEAD);
+    let mut sep = qb.separated(", ");
+    for w in workers {
+        sep.push_bind(*w);
     }
-    for (k, v) in &f.labels {
-        qb.push(" AND JSON_UNQUOTE(JSON_EXTRACT(w.labels, CONCAT('$.\"', ")
-            .push_bind(k)
-            .push(", '\"'))) = ")
-            .push_bind(v);
-    }
-    if let Some(after) = &f.after_id {
-        qb.push(" AND w.worker_id > ").push_bind(after);
-    }
-    qb.push(" ORDER BY w.worker_id LIMIT ").push_bind(f.limit);
-    qb.build_query_as::<WorkerRow>()
-        .fetch_all(r)
-        .await?
-        .into_iter()
-        .map(WorkerRow::into_record)
-        .collect()
-}
-
-pub(super) async fn worker_get(
-    r: &MySqlPool,
-    worker_id: &str,
-    now: DateTime<Utc>,
-) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
-    let sql = format!("{WORKER_SELECT} WHERE w.worker_id = ?");
-    let Some(row) = sqlx::query_as::<_, WorkerRow>(sqlx::AssertSqlSafe(sql))
-        .bind(minute_before(now))
-        .bind(minute_before(now))
-        .bind(worker_id)
-        .fetch_optional(r)
-        .await?
-    else {
-        return Ok(None);
-    };
-    let leases: Vec<WorkerLeaseRow> = sqlx::query_as(
-        "SELECT id, queue, attempt, leased_at, lease_expires_at FROM tasks \
-         WHERE state = 'leased' AND leased_by = ? ORDER BY leased_at, seq LIMIT 1000",
-    )
-    .bind(worker_id)
-    .fetch_all(r)
-    .await?;
-    let leases = leases.into_iter().map(worker_lease).collect();
-    Ok(Some((row.into_record()?, leases)))
+    qb.push(") ORDER BY worker_id FOR UPDATE");
+    Ok(qb.build_query_scalar().fetch_all(j.conn()).await?)
 }

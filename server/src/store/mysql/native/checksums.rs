@@ -8,10 +8,12 @@
 //! Version 4 (`0004_flow_keys.sql`) created a trigger, which needs SUPER where
 //! binary logging is on; its text now creates the same tables without it. The
 //! trigger the earlier text made is dropped before migrating, where it exists
-//! (`migrate.rs`).
+//! (`native/migrate.rs`).
 
 use sqlx::MySqlPool;
 use sqlx::migrate::Migrator;
+
+use super::super::sql;
 
 /// (version, SHA-384 of the text it shipped with, as hex).
 const EARLIER: &[(i64, &str)] = &[(
@@ -28,13 +30,10 @@ fn unhex(s: &str) -> Vec<u8> {
 
 /// Rewrites the recorded checksums of [`EARLIER`] versions applied with their
 /// earlier text. Nothing to do on a database not migrated yet.
-pub(super) async fn rewrite_earlier(pool: &MySqlPool, migrator: &Migrator) -> sqlx::Result<()> {
-    let recorded: Option<i64> = sqlx::query_scalar(
-        "SELECT 1 FROM information_schema.tables \
-         WHERE table_schema = DATABASE() AND table_name = '_sqlx_migrations'",
-    )
-    .fetch_optional(pool)
-    .await?;
+pub(crate) async fn rewrite_earlier(pool: &MySqlPool, migrator: &Migrator) -> sqlx::Result<()> {
+    let recorded: Option<i64> = sqlx::query_scalar(sql::CHECKSUMS_RECORDED)
+        .fetch_optional(pool)
+        .await?;
     if recorded.is_none() {
         return Ok(());
     }
@@ -42,7 +41,7 @@ pub(super) async fn rewrite_earlier(pool: &MySqlPool, migrator: &Migrator) -> sq
         let Some(now) = migrator.iter().find(|m| m.version == version) else {
             continue;
         };
-        sqlx::query("UPDATE _sqlx_migrations SET checksum = ? WHERE version = ? AND checksum = ?")
+        sqlx::query(sql::CHECKSUMS_REWRITE)
             .bind(&*now.checksum)
             .bind(version)
             .bind(unhex(earlier))
@@ -61,7 +60,7 @@ mod tests {
         for &(version, earlier) in EARLIER {
             let earlier = unhex(earlier);
             assert_eq!(earlier.len(), 48, "a SHA-384");
-            let now = super::super::MIGRATOR
+            let now = super::super::super::MIGRATOR
                 .iter()
                 .find(|m| m.version == version)
                 .expect("the version exists");

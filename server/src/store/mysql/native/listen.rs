@@ -15,7 +15,8 @@ use std::time::Duration;
 use sqlx::MySqlPool;
 use tokio_util::sync::CancellationToken;
 
-use super::super::{NotificationStats, StoreResult, Waker};
+use super::super::super::{NotificationStats, StoreResult, Waker};
+use super::super::sql;
 
 /// The fastest poll, while the counter moves.
 pub(crate) const POLL_MIN: Duration = Duration::from_millis(5);
@@ -66,9 +67,7 @@ impl Notes {
 }
 
 async fn head(pool: &MySqlPool) -> StoreResult<i64> {
-    Ok(sqlx::query_scalar("SELECT n FROM event_seq WHERE id = 1")
-        .fetch_one(pool)
-        .await?)
+    Ok(sqlx::query_scalar(sql::LISTEN_HEAD).fetch_one(pool).await?)
 }
 
 /// Wakes the queues of other replicas' READY events in `(last, n]`, or every queue.
@@ -83,13 +82,11 @@ async fn wake_between(
         wake(None);
         return Ok(());
     }
-    let rows: Vec<(i64, String, String)> = sqlx::query_as(
-        "SELECT event_id, queue, state FROM task_events WHERE event_id > ? AND event_id <= ?",
-    )
-    .bind(last)
-    .bind(n)
-    .fetch_all(pool)
-    .await?;
+    let rows: Vec<(i64, String, String)> = sqlx::query_as(sql::LISTEN_EVENTS)
+        .bind(last)
+        .bind(n)
+        .fetch_all(pool)
+        .await?;
     if (rows.len() as i64) < n - last {
         wake(None);
         return Ok(());
@@ -113,7 +110,7 @@ async fn wake_between(
     Ok(())
 }
 
-pub(super) fn spawn(
+pub(crate) fn spawn(
     pool: MySqlPool,
     wake: Waker,
     stop: CancellationToken,
@@ -140,7 +137,7 @@ pub(super) fn spawn(
                     interval = POLL_MIN;
                 }
                 #[allow(unreachable_code)]
-                Ok::<(), super::super::StoreError>(())
+                Ok::<(), super::super::super::StoreError>(())
             };
             tokio::select! {
                 _ = stop.cancelled() => return,

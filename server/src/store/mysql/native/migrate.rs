@@ -13,13 +13,15 @@
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::{MySqlConnection, MySqlPool};
 
-use super::super::{StoreError, StoreResult};
+use super::super::super::{StoreError, StoreResult};
+use super::super::sql;
 
 /// A migration that may run again after it stopped part way.
 struct Rerun {
     version: i64,
-    /// A table the undo drops, which must be empty (or absent) for that.
-    empty: Option<&'static str>,
+    /// A table the undo drops, which must be empty (or absent) for that, and
+    /// the statement that counts its rows (0 or 1).
+    empty: Option<(&'static str, &'static str)>,
     /// What undoes a partial run (each statement may find nothing to undo).
     undo: &'static [&'static str],
 }
@@ -29,10 +31,10 @@ const RERUN: &[Rerun] = &[
     // migration created last, where SUPER was missing under binary logging).
     Rerun {
         version: 4,
-        empty: Some("task_key_deps"),
+        empty: Some(("task_key_deps", sql::MIGRATE_4_ROWS)),
         undo: &[
-            "DROP TABLE IF EXISTS task_key_deps",
-            "DROP TABLE IF EXISTS key_deps_lock",
+            sql::MIGRATE_4_UNDO_TASK_KEY_DEPS,
+            sql::MIGRATE_4_UNDO_KEY_DEPS_LOCK,
         ],
     },
     // Collations: each statement converts a table, which may be done again.
@@ -47,13 +49,9 @@ const TABLE: &str = "_sqlx_migrations";
 
 /// Applies the pending migrations of `m`, after clearing a failed one that may
 /// run again. Replicas starting together take turns (a lock on the database).
-pub(super) async fn run(m: &Migrator, pool: &MySqlPool) -> StoreResult<()> {
+pub(crate) async fn run(m: &Migrator, pool: &MySqlPool) -> StoreResult<()> {
     let mut conn = pool.acquire().await?;
-    // GET_LOCK names are at most 64 characters; a database name may be 64.
-    let lock = "CONCAT('taskbroker-migrate-', LEFT(SHA2(DATABASE(), 256), 32))";
-    sqlx::query(sqlx::AssertSqlSafe(format!("SELECT GET_LOCK({lock}, -1)")))
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query(sql::MIGRATE_LOCK).execute(&mut *conn).await?;
     let result = match drop_earlier_trigger(&mut conn).await {
         Ok(()) => clear_failed(m, &mut conn).await,
         Err(e) => Err(e),
@@ -68,9 +66,7 @@ pub(super) async fn run(m: &Migrator, pool: &MySqlPool) -> StoreResult<()> {
         Err(e) => Err(e),
     };
     // The lock goes with the connection too, if this fails.
-    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT RELEASE_LOCK({lock})")))
-        .execute(&mut *conn)
-        .await;
+    let _ = sqlx::query(sql::MIGRATE_UNLOCK).execute(&mut *conn).await;
     result
 }
 
@@ -80,16 +76,13 @@ pub(super) async fn run(m: &Migrator, pool: &MySqlPool) -> StoreResult<()> {
 /// binary logging is on, and MySQL cannot prepare it, so only a database that
 /// has the trigger runs the statement (as a user who could create it).
 async fn drop_earlier_trigger(conn: &mut MySqlConnection) -> StoreResult<()> {
-    let present: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM information_schema.triggers \
-         WHERE trigger_schema = DATABASE() AND trigger_name = 'tasks_flow_bind_keys'",
-    )
-    .fetch_one(&mut *conn)
-    .await?;
+    let present: i64 = sqlx::query_scalar(sql::MIGRATE_TRIGGER_PRESENT)
+        .fetch_one(&mut *conn)
+        .await?;
     if present == 0 {
         return Ok(());
     }
-    sqlx::query("DROP TRIGGER tasks_flow_bind_keys")
+    sqlx::query(sql::MIGRATE_TRIGGER_DROP)
         .execute(&mut *conn)
         .await
         .map_err(|e| {
@@ -106,22 +99,16 @@ async fn drop_earlier_trigger(conn: &mut MySqlConnection) -> StoreResult<()> {
 /// Clears the record of a failed migration that may run again (undoing what
 /// it left); refuses, saying what to do, for one that may not.
 async fn clear_failed(m: &Migrator, conn: &mut MySqlConnection) -> StoreResult<()> {
-    let recorded: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM information_schema.tables \
-         WHERE table_schema = DATABASE() AND table_name = ?",
-    )
-    .bind(TABLE)
-    .fetch_one(&mut *conn)
-    .await?;
+    let recorded: i64 = sqlx::query_scalar(sql::MIGRATE_TABLE_EXISTS)
+        .bind(TABLE)
+        .fetch_one(&mut *conn)
+        .await?;
     if recorded == 0 {
         return Ok(());
     }
-    let failed: Option<(i64, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT version, (SELECT MAX(version) FROM {TABLE}) FROM {TABLE} \
-         WHERE success = FALSE ORDER BY version LIMIT 1"
-    )))
-    .fetch_optional(&mut *conn)
-    .await?;
+    let failed: Option<(i64, i64)> = sqlx::query_as(sql::MIGRATE_FAILED)
+        .fetch_optional(&mut *conn)
+        .await?;
     let Some((version, last)) = failed else {
         return Ok(());
     };
@@ -137,22 +124,17 @@ async fn clear_failed(m: &Migrator, conn: &mut MySqlConnection) -> StoreResult<(
             manual(version)
         )));
     };
-    if let Some(table) = rerun.empty {
-        let rows: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.tables \
-             WHERE table_schema = DATABASE() AND table_name = ?",
-        )
-        .bind(table)
-        .fetch_one(&mut *conn)
-        .await?;
+    if let Some((table, count)) = rerun.empty {
+        let rows: i64 = sqlx::query_scalar(sql::MIGRATE_TABLE_EXISTS)
+            .bind(table)
+            .fetch_one(&mut *conn)
+            .await?;
         let rows = if rows == 0 {
             0
         } else {
-            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
-                "SELECT COUNT(*) FROM (SELECT 1 FROM {table} LIMIT 1) t"
-            )))
-            .fetch_one(&mut *conn)
-            .await?
+            sqlx::query_scalar::<_, i64>(count)
+                .fetch_one(&mut *conn)
+                .await?
         };
         if rows > 0 {
             return Err(StoreError::Config(format!(
@@ -168,16 +150,12 @@ async fn clear_failed(m: &Migrator, conn: &mut MySqlConnection) -> StoreResult<(
         name(m, version)
     );
     for statement in rerun.undo {
-        sqlx::query(sqlx::AssertSqlSafe(*statement))
-            .execute(&mut *conn)
-            .await?;
+        sqlx::query(*statement).execute(&mut *conn).await?;
     }
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "DELETE FROM {TABLE} WHERE version = ? AND success = FALSE"
-    )))
-    .bind(version)
-    .execute(&mut *conn)
-    .await?;
+    sqlx::query(sql::MIGRATE_CLEAR_FAILED)
+        .bind(version)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 
@@ -194,6 +172,7 @@ fn name(m: &Migrator, version: i64) -> String {
 
 /// What to do about a failed migration that is not run again by itself.
 fn manual(version: i64) -> String {
+    // Not run here: the statement the operator runs.
     format!(
         "undo what that file created, then run `DELETE FROM {TABLE} WHERE version = {version}` \
          and start the broker again"

@@ -1,0 +1,76 @@
+-- name: task_cancel_waiting
+UPDATE tasks SET state = 'cancelled', finished_at = ?, updated_at = ? WHERE seq = ?
+
+-- name: task_cancel_leased
+UPDATE tasks SET cancel_requested = TRUE, updated_at = ?
+WHERE seq = ? AND ? IS NOT NULL
+
+-- name: task_requeue
+-- Routing: an admin requeue frees a reserved retry.
+UPDATE tasks SET state = 'pending', run_at = ?, attempts_allowed = attempt + max_attempts,
+cancel_requested = FALSE, finished_at = NULL, updated_at = ?, reserved_for = NULL,
+reserved_until = NULL WHERE seq = ?
+
+-- name: task_purge_finished_pick_head
+-- Followed by the scope's condition, then ` LIMIT ? FOR UPDATE SKIP LOCKED`.
+SELECT seq, id FROM tasks WHERE state IN ('succeeded', 'dead', 'cancelled')
+AND finished_at < ?
+
+-- name: task_purge_finished_tasks_head
+-- Followed by one placeholder per seq, then `)`.
+DELETE FROM tasks WHERE seq IN (
+
+-- name: task_purge_finished_attempts_head
+-- Followed by one placeholder per task id, then `)`.
+DELETE FROM task_attempts WHERE task_id IN (
+
+-- name: task_purge_finished_deps_head
+-- A purged dependent's dependency edges: followed by one placeholder per task id, then `)`.
+DELETE FROM task_deps WHERE task_id IN (
+
+-- name: task_purge_finished_key_deps_head
+-- Followed by one placeholder per task id, then `)`.
+DELETE FROM task_key_deps WHERE task_id IN (
+
+-- name: task_dead_groups_head
+-- Followed by ` AND ...` per filter given, then the grouping, order and limit.
+SELECT queue, COALESCE(last_error, '') AS e, COUNT(*) AS n, MAX(finished_at)
+FROM tasks WHERE state = 'dead'
+
+-- name: task_dead_pick_head
+-- The dead tasks of a queue a bulk change takes: followed by ` AND ...` per
+-- filter given, then the order, the limit and `FOR UPDATE SKIP LOCKED`.
+SELECT seq, id, attempt FROM tasks WHERE state = 'dead' AND queue = ?
+
+-- name: task_requeue_dead_write_head
+-- Binds now twice; followed by one placeholder per seq, then `)`.
+UPDATE tasks SET state = 'pending', run_at = ?, attempts_allowed = attempt + max_attempts,
+cancel_requested = FALSE, finished_at = NULL, updated_at = ? WHERE seq IN (
+
+-- name: task_cancel_dead_write_head
+-- Binds now; followed by one placeholder per seq, then `)`.
+UPDATE tasks SET state = 'cancelled', cancel_requested = FALSE, updated_at = ? WHERE seq IN (
+
+-- name: task_select_head
+-- Followed by ` AND ...` per filter given, then the order and the limit.
+SELECT ${task_columns} FROM tasks WHERE queue = ?
+
+-- name: task_cancel_many_pick
+SELECT seq, state, queue, attempt, cancel_requested FROM tasks WHERE id = ?
+FOR UPDATE
+
+-- name: task_cancel_many_waiting
+UPDATE tasks SET state = 'cancelled', cancel_reason = 'operator',
+  finished_at = ?, updated_at = ? WHERE seq = ?
+
+-- name: task_cancel_many_leased
+UPDATE tasks SET cancel_requested = TRUE, updated_at = ? WHERE seq = ?
+
+-- name: task_requeue_many_pick
+SELECT seq, queue, attempt FROM tasks WHERE id = ?
+AND state IN ('dead', 'cancelled') FOR UPDATE
+
+-- name: task_requeue_many_write
+UPDATE tasks SET state = 'pending', run_at = ?,
+  attempts_allowed = attempt + max_attempts, cancel_requested = FALSE,
+  cancel_reason = NULL, finished_at = NULL, updated_at = ? WHERE seq = ?

@@ -1,0 +1,454 @@
+//! The gated lease on MySQL (admission gates: concurrency caps, rate limits,
+//! fairness), which `Leasing::task_lease_gated` calls.
+//!
+//! It locks the workers' rows (`routing.rs`), then the `queues` rows of its
+//! gated queues (in name order), so the leases counted and the tokens read are
+//! exactly what the next gated lease of any replica sees; its candidates are
+//! ranked by SQL (window functions) and admitted by [`Plan`].
+
+use std::collections::{HashMap, HashSet};
+
+use super::super::admission::{Assigned, MAX_PASSES, Offer, Plan, SortKey, window};
+use super::super::flow::of_row;
+use super::super::row::{TaskRow, duration_ms, ms, sort_lease_order};
+use super::super::*;
+use super::leasing::lease_seqs;
+use super::routing::{holds_copy, lock_workers, worker_held};
+use super::{Job, marks, sql};
+use crate::domain::admission::{Candidate, Fairness, QueueConfig, QueueUse};
+use crate::domain::event::EventKind;
+
+/// What the gated lease knows of one queue, and its bucket as read; its
+/// `queues` row stays locked until the job ends.
+async fn load_use(j: &mut Job, queue: &str, now: i64) -> StoreResult<QueueUse> {
+    let row: Option<(String, f64, i64)> = sqlx::query_as(sql::LEASE_GATED_QUEUE_LOCK)
+        .bind(queue)
+        .fetch_optional(j.conn())
+        .await?;
+    let Some((json, tokens, refilled_at)) = row else {
+        return Ok(QueueUse::default());
+    };
+    let config = super::admission::parse(queue, &json)?;
+    let mut usage = QueueUse {
+        tokens: config
+            .rate_limit
+            .map(|l| l.refill(tokens, refilled_at, now)),
+        ..QueueUse::default()
+    };
+    if config.max_concurrent > 0 {
+        let n: i64 = sqlx::query_scalar(sql::LEASE_GATED_QUEUE_LEASED)
+            .bind(queue)
+            .fetch_one(j.conn())
+            .await?;
+        usage.leased = n.max(0) as u64;
+    }
+    if config.max_concurrent_per_key > 0 {
+        let rows: Vec<(String, i64)> = sqlx::query_as(sql::LEASE_GATED_KEYS_LEASED)
+            .bind(queue)
+            .fetch_all(j.conn())
+            .await?;
+        for (k, n) in rows {
+            usage.leased_per_key.insert(k, n.max(0) as u64);
+        }
+    }
+    usage.config = config;
+    Ok(usage)
+}
+
+/// Loads the per-key buckets of `keys` not loaded yet (refilled to `now`).
+async fn load_key_tokens(
+    j: &mut Job,
+    queue: &str,
+    usage: &mut QueueUse,
+    keys: &[&str],
+    now: i64,
+) -> StoreResult<()> {
+    let Some(limit) = usage.config.per_key_rate_limit else {
+        return Ok(());
+    };
+    let mut missing: Vec<&str> = keys
+        .iter()
+        .copied()
+        .filter(|k| !usage.key_tokens.contains_key(*k))
+        .collect();
+    missing.sort_unstable();
+    missing.dedup();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    // Dynamic: one placeholder per key.
+    let text = format!(
+        "{}{})",
+        sql::LEASE_GATED_KEY_TOKENS_HEAD,
+        marks(missing.len())
+    );
+    let mut q = sqlx::query_as::<_, (String, f64, i64)>(sqlx::AssertSqlSafe(text)).bind(queue);
+    for k in &missing {
+        q = q.bind(*k);
+    }
+    let rows: Vec<(String, f64, i64)> = q.fetch_all(j.conn()).await?;
+    for (k, t, at) in rows {
+        usage.key_tokens.insert(k, limit.refill(t, at, now));
+    }
+    for k in missing {
+        usage
+            .key_tokens
+            .entry(k.to_string())
+            .or_insert_with(|| limit.capacity());
+    }
+    Ok(())
+}
+
+/// A candidate row of the gated scan, with its routing columns.
+#[derive(sqlx::FromRow)]
+struct GatedRow {
+    seq: i64,
+    concurrency_key: Option<String>,
+    eff: i64,
+    turn: i64,
+    lease_deadline: i64,
+    run_at: i64,
+    size: i64,
+    target_worker: Option<String>,
+    target_labels: Option<String>,
+    reserved_for: Option<String>,
+    reserved_until: Option<i64>,
+    fanout_distinct: bool,
+    fanout_group: Option<String>,
+}
+
+/// The candidate scan: READY tasks of the queue in effective lease order,
+/// leaving out closed keys and tasks offered already; routing is decided here
+/// for each request of the batch.
+#[allow(clippy::too_many_arguments)]
+async fn candidates(
+    j: &mut Job,
+    ps: &[LeaseParams],
+    queue: &str,
+    qi: usize,
+    config: &QueueConfig,
+    closed: &HashSet<String>,
+    seen: &[i64],
+    limit: usize,
+    now: i64,
+) -> StoreResult<Vec<Offer>> {
+    let aging = config.aging_ms().unwrap_or(0);
+    // Round robin: a key's n-th READY task takes its turn in the n-th round, and
+    // within a round the key served longest ago (`queue_key_turns`) goes first.
+    let fair = config.fairness == Fairness::RoundRobinKeys;
+    let head = match (fair, aging > 0) {
+        (false, false) => sql::LEASE_GATED_CANDIDATES,
+        (true, false) => sql::LEASE_GATED_CANDIDATES_FAIR,
+        (false, true) => sql::LEASE_GATED_CANDIDATES_AGED,
+        (true, true) => sql::LEASE_GATED_CANDIDATES_FAIR_AGED,
+    };
+    // Dynamic: the keys closed and the tasks offered already, as lists; the
+    // first rows only where the index order is the lease order.
+    let mut text = head.to_string();
+    if !closed.is_empty() {
+        text += &format!(
+            " AND (concurrency_key IS NULL OR concurrency_key NOT IN ({}))",
+            marks(closed.len())
+        );
+    }
+    if !seen.is_empty() {
+        text += &format!(" AND seq NOT IN ({})", marks(seen.len()));
+    }
+    text += " ";
+    text += sql::LEASE_GATED_CANDIDATES_ORDER;
+    // Without aging or fairness the index order is the lease order: read only
+    // the first rows. With them, every READY row of the queue is ranked.
+    if aging == 0 && !fair {
+        text += " LIMIT ?";
+    }
+    text += " ";
+    text += sql::LEASE_GATED_CANDIDATES_TAIL;
+    let mut q = sqlx::query_as::<_, GatedRow>(sqlx::AssertSqlSafe(text));
+    if aging > 0 {
+        q = q.bind(now).bind(aging);
+    }
+    q = q.bind(queue).bind(now).bind(now);
+    for k in closed {
+        q = q.bind(k.clone());
+    }
+    for s in seen {
+        q = q.bind(*s);
+    }
+    if aging == 0 && !fair {
+        q = q.bind(limit as i64);
+    }
+    let rows: Vec<GatedRow> = q.bind(limit as i64).fetch_all(j.conn()).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let open = r.target_worker.is_none()
+            && r.target_labels.is_none()
+            && r.reserved_for.is_none()
+            && !r.fanout_distinct;
+        let elig = if open {
+            None
+        } else {
+            let labels: Option<std::collections::BTreeMap<String, String>> = match &r.target_labels
+            {
+                Some(t) => Some(
+                    serde_json::from_str(t)
+                        .map_err(|e| StoreError::Corrupt(format!("task labels: {e}")))?,
+                ),
+                None => None,
+            };
+            let mut e = Vec::new();
+            for (i, p) in ps.iter().enumerate() {
+                let w = p.worker_id.as_str();
+                let ok = r.target_worker.as_deref().is_none_or(|t| t == w)
+                    && labels.as_ref().is_none_or(|l| {
+                        l.iter()
+                            .all(|(k, v)| p.routing.labels.get(k).is_some_and(|x| x == v))
+                    })
+                    && (r.reserved_for.as_deref().is_none_or(|x| x == w)
+                        || r.reserved_until.is_some_and(|u| u <= now));
+                let ok = ok && (!r.fanout_distinct || !holds_copy(j, &r.fanout_group, w).await?);
+                if ok {
+                    e.push(i);
+                }
+            }
+            Some(e)
+        };
+        out.push(Offer {
+            cand: Candidate {
+                seq: r.seq,
+                key: r.concurrency_key,
+                order: (r.eff, r.turn, r.lease_deadline, r.run_at, r.seq),
+                size: r.size,
+            },
+            queue: qi,
+            elig,
+            group: if r.fanout_distinct {
+                r.fanout_group
+            } else {
+                None
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// The gated lease of a batch of requests for the same queues (see the module
+/// docs), as the SQLite store's: one count of the leases held, candidate scans
+/// (more only when keys close along the way), then the grants and their charges.
+pub(super) async fn lease_gated(
+    j: &mut Job,
+    ps: &[LeaseParams],
+) -> StoreResult<Vec<Vec<TaskRecord>>> {
+    let Some(first) = ps.first() else {
+        return Ok(Vec::new());
+    };
+    let queues = &first.queues;
+    let now = ms(ps.iter().map(|p| p.now).max().unwrap_or(first.now));
+    let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
+    lock_workers(j, &workers).await?;
+    // Lock the queues' rows in name order (no deadlock between batches).
+    let mut order: Vec<usize> = (0..queues.len()).collect();
+    order.sort_by(|&a, &b| queues[a].cmp(&queues[b]));
+    let mut uses: Vec<Option<QueueUse>> = vec![None; queues.len()];
+    for i in order {
+        uses[i] = Some(load_use(j, &queues[i], now).await?);
+    }
+    let mut uses: Vec<QueueUse> = uses.into_iter().map(Option::unwrap_or_default).collect();
+    let mut holds: HashMap<(String, String), u64> = HashMap::new();
+    for p in ps {
+        for (queue, &cap) in &p.routing.max_leases_per_worker {
+            let pair = (p.worker_id.clone(), queue.clone());
+            if cap > 0 && queues.contains(queue) && !holds.contains_key(&pair) {
+                let n = worker_held(j, queue, &p.worker_id).await?;
+                holds.insert(pair, n.max(0) as u64);
+            }
+        }
+    }
+    let mut plan = Plan::new(ps, &uses, |w, q| {
+        holds
+            .get(&(w.to_string(), q.to_string()))
+            .copied()
+            .unwrap_or(0)
+    });
+    let mut closed: Vec<HashSet<String>> = uses
+        .iter()
+        .map(|u| u.closed_keys().into_iter().collect())
+        .collect();
+    let mut seen: Vec<Vec<i64>> = vec![Vec::new(); queues.len()];
+    let mut done = vec![false; queues.len()];
+    for _ in 0..MAX_PASSES {
+        if plan.wanted() == 0 {
+            break;
+        }
+        let window = window(plan.wanted());
+        let mut offers = Vec::new();
+        let mut horizon: Option<SortKey> = None;
+        for (qi, queue) in queues.iter().enumerate() {
+            if done[qi] || !plan.open(qi) {
+                continue;
+            }
+            let config = uses[qi].config.clone();
+            let cands = candidates(
+                j,
+                ps,
+                queue,
+                qi,
+                &config,
+                &closed[qi],
+                &seen[qi],
+                window,
+                now,
+            )
+            .await?;
+            let keys: Vec<&str> = cands.iter().filter_map(|o| o.cand.key.as_deref()).collect();
+            load_key_tokens(j, queue, &mut uses[qi], &keys, now).await?;
+            match cands.last() {
+                Some(last) if cands.len() >= window => {
+                    let k = last.cand.sort_key();
+                    horizon = Some(horizon.map_or(k, |h| h.min(k)));
+                }
+                _ => done[qi] = true,
+            }
+            offers.extend(cands);
+        }
+        if offers.is_empty() {
+            break;
+        }
+        plan.walk(offers, horizon, &uses, &mut seen, &mut closed);
+        if done.iter().all(|d| *d) {
+            break;
+        }
+    }
+    let taken = plan.into_taken();
+    // One UPDATE per request's tasks, then the rows by seq.
+    let mut by_seq: HashMap<i64, TaskRow> = HashMap::new();
+    for (r, p) in ps.iter().enumerate() {
+        let seqs: Vec<i64> = taken
+            .iter()
+            .filter(|a| a.request == r)
+            .map(|a| a.cand.seq)
+            .collect();
+        let lease_ms = duration_ms(p.lease_duration);
+        let saved = std::mem::take(&mut j.events);
+        let rows = lease_seqs(j, &seqs, &p.worker_id, &p.worker_address, lease_ms, now).await?;
+        // Events in grant order (below), not per request.
+        j.events = saved;
+        for row in rows {
+            by_seq.insert(row.seq, row);
+        }
+    }
+    let mut out: Vec<Vec<TaskRecord>> = ps.iter().map(|_| Vec::new()).collect();
+    let mut charged: Vec<(usize, Option<String>)> = Vec::with_capacity(taken.len());
+    for Assigned {
+        cand,
+        queue,
+        request,
+    } in &taken
+    {
+        let Some(row) = by_seq.remove(&cand.seq) else {
+            continue;
+        };
+        j.push(of_row(&row, EventKind::Leased, now));
+        charged.push((*queue, row.concurrency_key.clone()));
+        out[*request].push(row.into_record()?);
+    }
+    charge(j, queues, &uses, &charged, now).await?;
+    turns(j, queues, &uses, &charged).await?;
+    if !uses
+        .iter()
+        .any(|u| u.config.fairness == Fairness::RoundRobinKeys)
+    {
+        for records in &mut out {
+            sort_lease_order(records);
+        }
+    }
+    Ok(out)
+}
+
+/// Round robin: records the keys served, in the order granted (see the SQLite
+/// store's `turns`).
+async fn turns(
+    j: &mut Job,
+    queues: &[String],
+    uses: &[QueueUse],
+    charged: &[(usize, Option<String>)],
+) -> StoreResult<()> {
+    for (qi, queue) in queues.iter().enumerate() {
+        if uses[qi].config.fairness != Fairness::RoundRobinKeys {
+            continue;
+        }
+        let keys: Vec<&str> = charged
+            .iter()
+            .filter(|(q, _)| *q == qi)
+            .map(|(_, k)| k.as_deref().unwrap_or(""))
+            .collect();
+        let Some(order) = crate::domain::admission::served_order(&keys) else {
+            continue;
+        };
+        let counter: i64 = sqlx::query_scalar(sql::LEASE_GATED_TURNS_COUNTER)
+            .bind(queue)
+            .fetch_optional(j.conn())
+            .await?
+            .unwrap_or(0);
+        for (key, at) in &order.last {
+            sqlx::query(sql::LEASE_GATED_TURNS_KEY)
+                .bind(queue)
+                .bind(key)
+                .bind(counter + at)
+                .execute(j.conn())
+                .await?;
+        }
+        sqlx::query(sql::LEASE_GATED_TURNS_SERVED)
+            .bind(counter + order.count)
+            .bind(queue)
+            .execute(j.conn())
+            .await?;
+    }
+    Ok(())
+}
+
+/// Takes one token per lease granted from the queue's and the key's buckets.
+async fn charge(
+    j: &mut Job,
+    queues: &[String],
+    uses: &[QueueUse],
+    charged: &[(usize, Option<String>)],
+    now: i64,
+) -> StoreResult<()> {
+    for (qi, queue) in queues.iter().enumerate() {
+        let usage = &uses[qi];
+        let granted: Vec<&Option<String>> = charged
+            .iter()
+            .filter(|(q, _)| *q == qi)
+            .map(|(_, k)| k)
+            .collect();
+        if let Some(t) = usage.tokens {
+            sqlx::query(sql::LEASE_GATED_CHARGE_QUEUE)
+                .bind(t - granted.len() as f64)
+                .bind(now)
+                .bind(queue)
+                .execute(j.conn())
+                .await?;
+        }
+        if let Some(limit) = usage.config.per_key_rate_limit {
+            let mut per_key: HashMap<&str, f64> = HashMap::new();
+            for k in granted.into_iter().flatten() {
+                *per_key.entry(k).or_default() += 1.0;
+            }
+            for (k, n) in per_key {
+                let before = usage
+                    .key_tokens
+                    .get(k)
+                    .copied()
+                    .unwrap_or_else(|| limit.capacity());
+                sqlx::query(sql::LEASE_GATED_CHARGE_KEY)
+                    .bind(queue)
+                    .bind(k)
+                    .bind(before - n)
+                    .bind(now)
+                    .execute(j.conn())
+                    .await?;
+            }
+        }
+    }
+    Ok(())
+}

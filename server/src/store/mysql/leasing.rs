@@ -1,0 +1,354 @@
+//! Leasing on MySQL: the plain lease (with routing) and the batched one, the
+//! next run time, extending and releasing leases. The gated lease is in
+//! `gated.rs`, the routing predicate and the worker locks in `routing.rs`.
+//!
+//! The plain lease reads each queue's first candidates in lease order with
+//! `SELECT ... FOR UPDATE SKIP LOCKED` (the `tasks_lease` index is in that
+//! order, so only the rows returned are read and locked), merges and cuts them
+//! here (count, reply budget, one copy per distinct fan-out group), then leases
+//! them with one UPDATE by primary key and reads them back, all in the job's
+//! transaction: MySQL has no UPDATE ... RETURNING. Rows another replica holds
+//! are skipped, never waited for. Rows locked here but not taken set
+//! `Job::spare`, so other replicas' long-polls look again after the commit.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::super::flow::{Ev, of_row, visible};
+use super::super::row::{TaskRow, duration_ms, from_ms, ms, sort_lease_order};
+use super::super::*;
+use super::routing::{lock_workers, worker_held};
+use super::{Job, MysqlStore, marks, sql};
+use crate::domain::event::EventKind;
+
+#[async_trait]
+impl Leasing for MysqlStore {
+    async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
+        job!(self, |j| lease(j, p).await)
+    }
+
+    /// Several requests for the same queues, served in one transaction: the
+    /// READY tasks are shared out as [`lease_shares`] says, then a request that
+    /// got less than its share (routing, its cap) leaves the rest to the
+    /// others, who ask again for what they still want, in request order.
+    async fn task_lease_many(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
+        job!(self, |j| lease_many(j, ps).await)
+    }
+
+    async fn task_next_run_at(
+        &self,
+        queues: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<DateTime<Utc>>> {
+        if queues.is_empty() {
+            return Ok(None);
+        }
+        // Dynamic: one placeholder per queue.
+        let text = format!(
+            "{}{}{}",
+            sql::TASK_NEXT_RUN_AT_HEAD,
+            marks(queues.len()),
+            sql::TASK_NEXT_RUN_AT_TAIL
+        );
+        let mut q = sqlx::query_scalar::<_, Option<i64>>(sqlx::AssertSqlSafe(text));
+        for queue in queues {
+            q = q.bind(queue);
+        }
+        let next: Option<i64> = q.bind(ms(now)).fetch_one(&self.pool).await?;
+        Ok(next.map(from_ms))
+    }
+
+    async fn lease_extend(
+        &self,
+        leases: &[LeaseRef],
+        extend_by: Option<Duration>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<LeaseState>> {
+        job!(self, |j| {
+            let now = ms(now);
+            let ext = extend_by.map(duration_ms);
+            let mut out = Vec::with_capacity(leases.len());
+            for l in leases {
+                let row: Option<(i64, i64, bool)> = sqlx::query_as(sql::LEASE_EXTEND_PICK)
+                    .bind(now)
+                    .bind(ext)
+                    .bind(&l.task_id)
+                    .bind(&l.lease_token)
+                    .bind(now)
+                    .bind(now)
+                    .fetch_optional(j.conn())
+                    .await?;
+                out.push(match row {
+                    Some((seq, at, cancel_requested)) => {
+                        sqlx::query(sql::LEASE_EXTEND_WRITE)
+                            .bind(at)
+                            .bind(now)
+                            .bind(seq)
+                            .execute(j.conn())
+                            .await?;
+                        LeaseState::Live {
+                            lease_expires_at: from_ms(at),
+                            cancel_requested,
+                        }
+                    }
+                    None => LeaseState::Lost,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    async fn task_lease_gated(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
+        job!(self, |j| super::gated::lease_gated(j, ps).await)
+    }
+
+    /// The attempt is taken back (it never ran); the fencing token is not.
+    async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64> {
+        job!(self, |j| {
+            let now_ms = ms(now);
+            let mut released = 0;
+            for l in leases {
+                let row: Option<(i64, String, i64, i64)> = sqlx::query_as(sql::LEASE_RELEASE_PICK)
+                    .bind(&l.task_id)
+                    .bind(&l.lease_token)
+                    .fetch_optional(j.conn())
+                    .await?;
+                let Some((seq, queue, attempt, run_at)) = row else {
+                    continue;
+                };
+                sqlx::query(sql::LEASE_RELEASE_WRITE)
+                    .bind(now_ms)
+                    .bind(seq)
+                    .execute(j.conn())
+                    .await?;
+                released += 1;
+                j.push(Ev {
+                    task_id: &l.task_id,
+                    queue: &queue,
+                    kind: EventKind::Requeued,
+                    state: visible("pending", run_at, now_ms),
+                    attempt: attempt - 1,
+                    worker: None,
+                    time: now_ms,
+                    detail: Some("lease released: its long-poll went away"),
+                });
+                j.woken.push(queue);
+            }
+            Ok(released)
+        })
+    }
+}
+
+/// Leases the tasks of `seqs` (pending ones) to a worker and reads them back.
+pub(super) async fn lease_seqs(
+    j: &mut Job,
+    seqs: &[i64],
+    worker: &str,
+    address: &str,
+    lease_ms: i64,
+    now: i64,
+) -> StoreResult<Vec<TaskRow>> {
+    if seqs.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Each lease token is this call's random prefix and the row's seq: unique,
+    // and it names exactly the rows this UPDATE changed (a row another
+    // transaction leased meanwhile is not pending here any more).
+    let batch = uuid::Uuid::new_v4().simple().to_string();
+    // Dynamic: one placeholder per task leased.
+    let text = format!("{}{})", sql::LEASE_PLAIN_WRITE_HEAD, marks(seqs.len()));
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(text))
+        .bind(&batch)
+        .bind(worker)
+        .bind(lease_ms)
+        .bind(now.saturating_add(lease_ms))
+        .bind(now)
+        .bind(now)
+        .bind(address);
+    for s in seqs {
+        q = q.bind(*s);
+    }
+    q.execute(j.conn()).await?;
+    // Dynamic: one placeholder per task leased.
+    let text = format!("{}{})", sql::LEASE_PLAIN_READ_HEAD, marks(seqs.len()));
+    let mut q = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(text)).bind(&batch);
+    for s in seqs {
+        q = q.bind(*s);
+    }
+    let rows = q.fetch_all(j.conn()).await?;
+    for r in &rows {
+        j.push(of_row(r, EventKind::Leased, now));
+    }
+    Ok(rows)
+}
+
+/// A READY task the request may take, with what ordering and cutting need.
+#[derive(sqlx::FromRow)]
+struct Cand {
+    seq: i64,
+    priority: i64,
+    lease_deadline: i64,
+    run_at: i64,
+    size: i64,
+    fgroup: Option<String>,
+}
+
+/// Per queue, how many more leases this worker may take: `max_tasks` where the
+/// queue has no cap, else what its cap leaves.
+async fn room(j: &mut Job, p: &LeaseParams) -> StoreResult<Vec<i64>> {
+    let mut out = Vec::with_capacity(p.queues.len());
+    for q in &p.queues {
+        out.push(match p.routing.max_leases_per_worker.get(q) {
+            None | Some(0) => i64::from(p.max_tasks),
+            Some(&cap) => {
+                let held = worker_held(j, q, &p.worker_id).await?;
+                (i64::from(cap) - held).clamp(0, i64::from(p.max_tasks))
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// Leases up to `p.max_tasks` READY tasks of `p.queues` to `p.worker_id`.
+async fn lease(j: &mut Job, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
+    lock_workers(j, &[p.worker_id.as_str()]).await?;
+    lease_locked(j, p).await
+}
+
+/// [`lease`], its worker's row locked already.
+async fn lease_locked(j: &mut Job, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
+    let now = ms(p.now);
+    let labels = p.routing.labels_json();
+    let room = room(j, p).await?;
+    let mut found: Vec<Cand> = Vec::new();
+    for (queue, &limit) in p.queues.iter().zip(&room) {
+        if limit <= 0 {
+            continue;
+        }
+        let rows: Vec<Cand> = sqlx::query_as(sql::LEASE_PLAIN_PICK)
+            .bind(queue)
+            .bind(now)
+            .bind(now)
+            .bind(&p.worker_id)
+            .bind(&labels)
+            .bind(&p.worker_id)
+            .bind(now)
+            .bind(&p.worker_id)
+            .bind(limit)
+            .fetch_all(j.conn())
+            .await?;
+        found.extend(rows);
+    }
+    if found.is_empty() {
+        return Ok(Vec::new());
+    }
+    found.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.lease_deadline.cmp(&b.lease_deadline))
+            .then(a.run_at.cmp(&b.run_at))
+            .then(a.seq.cmp(&b.seq))
+    });
+    let locked = found.len();
+    found.truncate(usize::try_from(p.max_tasks).unwrap_or(usize::MAX));
+    // The first task always; then while the reply's bytes stay within the
+    // budget. Of a distinct fan-out group, only its first copy.
+    let budget = i64::try_from(p.max_reply_bytes).unwrap_or(i64::MAX);
+    let mut total: i64 = 0;
+    let mut groups: Vec<&str> = Vec::new();
+    let mut taken: Vec<i64> = Vec::with_capacity(found.len());
+    for cand in &found {
+        total = total.saturating_add(cand.size);
+        let first_copy = match cand.fgroup.as_deref() {
+            None => true,
+            Some(g) if groups.contains(&g) => false,
+            Some(g) => {
+                groups.push(g);
+                true
+            }
+        };
+        if (total <= budget || total == cand.size) && first_copy {
+            taken.push(cand.seq);
+        }
+    }
+    if taken.len() < locked {
+        j.spare = true;
+    }
+    let lease_ms = duration_ms(p.lease_duration);
+    let rows = lease_seqs(j, &taken, &p.worker_id, &p.worker_address, lease_ms, now).await?;
+    let mut records = rows
+        .into_iter()
+        .map(TaskRow::into_record)
+        .collect::<StoreResult<Vec<_>>>()?;
+    sort_lease_order(&mut records);
+    Ok(records)
+}
+
+/// See [`Leasing::task_lease_many`].
+async fn lease_many(j: &mut Job, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
+    let Some(first) = ps.first() else {
+        return Ok(Vec::new());
+    };
+    if ps.len() == 1 {
+        return Ok(vec![lease(j, first).await?]);
+    }
+    let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
+    lock_workers(j, &workers).await?;
+    let now = ps.iter().map(|p| p.now).max().unwrap_or(first.now);
+    let wanted: Vec<u32> = ps.iter().map(|p| p.max_tasks).collect();
+    let demand: i64 = wanted.iter().map(|&w| i64::from(w)).sum();
+    // Dynamic: one placeholder per queue.
+    let text = format!(
+        "{}{}{}",
+        sql::TASK_LEASE_MANY_AVAILABLE_HEAD,
+        marks(first.queues.len()),
+        sql::TASK_LEASE_MANY_AVAILABLE_TAIL
+    );
+    let mut q = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(text));
+    for queue in &first.queues {
+        q = q.bind(queue);
+    }
+    let available: i64 = q
+        .bind(ms(now))
+        .bind(ms(now))
+        .bind(demand)
+        .fetch_one(j.conn())
+        .await?;
+    let shares = lease_shares(&wanted, usize::try_from(available).unwrap_or(0));
+    let mut out = Vec::with_capacity(ps.len());
+    for (p, &share) in ps.iter().zip(&shares) {
+        if share == 0 {
+            out.push(Vec::new());
+            continue;
+        }
+        let p = LeaseParams {
+            max_tasks: share,
+            now,
+            ..p.clone()
+        };
+        out.push(lease_locked(j, &p).await?);
+    }
+    if out
+        .iter()
+        .zip(&shares)
+        .any(|(got, &share)| got.len() < share as usize)
+    {
+        for (p, got) in ps.iter().zip(out.iter_mut()) {
+            let more = p
+                .max_tasks
+                .saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
+            if more == 0 {
+                continue;
+            }
+            let p = LeaseParams {
+                max_tasks: more,
+                now,
+                ..p.clone()
+            };
+            got.extend(lease_locked(j, &p).await?);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,64 @@
+-- fragment: lease_order
+priority DESC, lease_deadline, run_at, seq
+
+-- name: lease_plain_pick
+-- One queue's first candidates the worker may take, in lease order, locked;
+-- rows another replica holds are skipped. Binds the queue, now, now, the
+-- routing predicate's five (routing.sql), the limit.
+SELECT seq, priority, lease_deadline, run_at,
+  CAST(${reply_size} AS SIGNED) AS size,
+  CASE WHEN fanout_distinct THEN fanout_group END AS fgroup
+FROM tasks WHERE state = 'pending' AND queue = ? AND run_at <= ?
+  AND lease_deadline > ? AND ${routing_may_take}
+ORDER BY ${lease_order} LIMIT ?
+FOR UPDATE SKIP LOCKED
+
+-- name: lease_plain_write_head
+-- own: MySQL has no UPDATE ... RETURNING: the lease UPDATE by primary key, read back by lease_plain_read_head
+-- Leases pending tasks by seq; followed by one placeholder per seq, then `)`.
+-- The lease token is the batch's random prefix and the row's seq.
+UPDATE tasks SET state = 'leased', attempt = attempt + 1,
+fencing_token = fencing_token + 1, lease_token = CONCAT(?, '.', seq), leased_by = ?,
+lease_duration_ms = ?, lease_expires_at = LEAST(?, COALESCE(deadline, 9223372036854775807)),
+updated_at = ?, leased_at = ?, leased_address = ?
+WHERE state = 'pending' AND seq IN (
+
+-- name: lease_plain_read_head
+-- own: MySQL has no UPDATE ... RETURNING: the rows lease_plain_write_head leased
+-- Followed by one placeholder per seq, then `)`.
+SELECT ${task_columns} FROM tasks WHERE lease_token = CONCAT(?, '.', seq) AND seq IN (
+
+-- name: task_lease_many_available_head
+-- How many READY tasks the queues have, up to the demand: followed by one
+-- placeholder per queue, then task_lease_many_available_tail.
+SELECT count(*) FROM (SELECT 1 FROM tasks WHERE state = 'pending' AND queue IN (
+
+-- name: task_lease_many_available_tail
+-- own: the end of task_lease_many_available_head
+) AND run_at <= ? AND lease_deadline > ? LIMIT ?) x
+
+-- name: task_next_run_at_head
+-- Followed by one placeholder per queue, then task_next_run_at_tail.
+SELECT MIN(run_at) FROM tasks WHERE state = 'pending' AND queue IN (
+
+-- name: task_next_run_at_tail
+-- own: the end of task_next_run_at_head
+) AND run_at > ?
+
+-- name: lease_extend_pick
+SELECT seq, LEAST(? + COALESCE(?, lease_duration_ms),
+  COALESCE(deadline, 9223372036854775807)), cancel_requested FROM tasks
+WHERE id = ? AND state = 'leased' AND lease_token = ? AND lease_expires_at > ?
+  AND (deadline IS NULL OR deadline > ?) FOR UPDATE
+
+-- name: lease_extend_write
+UPDATE tasks SET lease_expires_at = ?, updated_at = ? WHERE seq = ?
+
+-- name: lease_release_pick
+SELECT seq, queue, attempt, run_at FROM tasks
+WHERE id = ? AND state = 'leased' AND lease_token = ? FOR UPDATE
+
+-- name: lease_release_write
+UPDATE tasks SET state = 'pending', attempt = attempt - 1, lease_token = NULL,
+leased_by = NULL, lease_duration_ms = NULL, lease_expires_at = NULL,
+leased_at = NULL, leased_address = NULL, updated_at = ? WHERE seq = ?

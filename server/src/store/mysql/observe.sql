@@ -1,0 +1,41 @@
+-- name: queue_stats_finished
+-- The counts by queue and state: this part, then (each followed by
+-- ` AND queue IN (...)` when queues are named) queue_stats_leased,
+-- queue_stats_pending_head, now, queue_stats_pending, and
+-- ` GROUP BY queue, state, later`.
+SELECT queue, state, FALSE AS later, COUNT(*), CAST(0 AS SIGNED) FROM tasks
+WHERE state NOT IN ('pending', 'leased')
+
+-- name: queue_stats_leased
+-- own: a piece of MySQL's queue_stats_finished
+GROUP BY queue, state UNION ALL SELECT queue, 'leased', FALSE, COUNT(*),
+CAST(0 AS SIGNED) FROM tasks WHERE state = 'leased'
+
+-- name: queue_stats_pending_head
+-- own: a piece of MySQL's queue_stats_finished
+GROUP BY queue UNION ALL SELECT queue, state, run_at >
+
+-- name: queue_stats_pending
+-- own: a piece of MySQL's queue_stats_finished
+AS later, COUNT(*), CAST(MIN(run_at) AS SIGNED) FROM tasks WHERE state = 'pending'
+
+-- name: queue_stats_recent_head
+-- The attempts of the last minute by queue and outcome: binds the minute's
+-- start; followed by ` AND t.queue IN (...)` when queues are named, then the
+-- grouping.
+SELECT t.queue, a.outcome, COUNT(*) FROM task_attempts a
+JOIN tasks t ON t.id = a.task_id WHERE a.finished_at >= ?
+
+-- name: attempt_histogram
+SELECT t.queue, CAST(FLOOR((a.finished_at - ?) / ?) AS SIGNED) AS b,
+  CAST(SUM(CASE WHEN a.outcome = 'succeeded' THEN 1 ELSE 0 END) AS SIGNED),
+  CAST(SUM(CASE WHEN a.outcome = 'succeeded' THEN 0 ELSE 1 END) AS SIGNED)
+FROM task_attempts a JOIN tasks t ON t.id = a.task_id
+WHERE a.finished_at >= ? AND a.finished_at < ? AND (? IS NULL OR t.queue = ?)
+GROUP BY t.queue, b ORDER BY t.queue, b
+
+-- name: attempt_durations
+SELECT t.queue, a.finished_at - a.leased_at FROM task_attempts a
+JOIN tasks t ON t.id = a.task_id
+WHERE a.finished_at >= ? AND a.outcome = 'succeeded'
+ORDER BY a.finished_at DESC LIMIT ?

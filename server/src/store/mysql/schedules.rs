@@ -1,0 +1,296 @@
+//! Schedules on MySQL. A fire moves the schedule's cursor by its version
+//! (`UPDATE ... WHERE version = ?` locks the row; a replica firing the same
+//! schedule meanwhile waits, then finds the version moved and answers Stale),
+//! and records its runs and tasks in the same transaction: each fire time
+//! fires once across replicas.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::MySql;
+
+use super::super::flow::run_may_name;
+use super::super::row::ms;
+use super::super::schedules::{RunRow, ScheduleRow, fired_summary, spec_json, template_json};
+use super::super::*;
+use super::tx::simple;
+use super::{Job, MysqlStore, bound_last, marks, sql};
+
+type Definition<'a> = sqlx::query::Query<'a, MySql, sqlx::mysql::MySqlArguments>;
+
+#[async_trait]
+impl Schedules for MysqlStore {
+    async fn schedule_insert(&self, s: &ScheduleRecord) -> StoreResult<bool> {
+        let r = &self.pool;
+        let q = sqlx::query(sql::SCHEDULE_INSERT);
+        let n = bind_definition(q, s)
+            .bind(&s.id)
+            .bind(&s.created_by)
+            .bind(ms(s.created_at))
+            .bind(ms(s.created_at))
+            .execute(r)
+            .await?
+            .rows_affected();
+        Ok(n == 1)
+    }
+
+    async fn schedule_get(&self, id: &str) -> StoreResult<Option<ScheduleRecord>> {
+        let r = &self.pool;
+        sqlx::query_as::<_, ScheduleRow>(sql::SCHEDULE_GET)
+            .bind(id)
+            .fetch_optional(r)
+            .await?
+            .map(ScheduleRow::into_record)
+            .transpose()
+    }
+
+    async fn schedule_list(&self, f: &ScheduleFilter) -> StoreResult<Vec<ScheduleRecord>> {
+        let r = &self.pool;
+        // Dynamic: the WHERE holds the filters given.
+        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::SCHEDULE_LIST_HEAD);
+        if let Some(by) = &f.created_by {
+            qb.push(" AND created_by = ").push_bind(by);
+        }
+        if let Some(after) = &f.after_id {
+            qb.push(" AND id > ").push_bind(after);
+        }
+        qb.push(" ORDER BY id LIMIT ").push_bind(f.limit);
+        qb.build_query_as::<ScheduleRow>()
+            .fetch_all(r)
+            .await?
+            .into_iter()
+            .map(ScheduleRow::into_record)
+            .collect()
+    }
+
+    async fn schedule_update(&self, s: &ScheduleRecord, now: DateTime<Utc>) -> StoreResult<bool> {
+        let r = &self.pool;
+        let q = sqlx::query(sql::SCHEDULE_UPDATE);
+        let n = bind_definition(q, s)
+            .bind(ms(now))
+            .bind(&s.id)
+            .bind(s.version)
+            .execute(r)
+            .await?
+            .rows_affected();
+        Ok(n == 1)
+    }
+
+    async fn schedule_delete(&self, id: &str) -> StoreResult<bool> {
+        let r = &self.pool;
+        let mut tx = r.begin().await?;
+        sqlx::query(sql::SCHEDULE_DELETE_RUNS)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        let n = sqlx::query(sql::SCHEDULE_DELETE)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(n == 1)
+    }
+
+    async fn schedule_due(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Vec<DueSchedule>> {
+        let r = &self.pool;
+        sqlx::query_as::<_, DueRow>(sql::SCHEDULE_DUE)
+            .bind(ms(now))
+            .bind(limit)
+            .fetch_all(r)
+            .await?
+            .into_iter()
+            .map(|d| {
+                Ok(DueSchedule {
+                    schedule: d.schedule.into_record()?,
+                    previous_unfinished: d.previous_unfinished.unwrap_or(false),
+                })
+            })
+            .collect()
+    }
+
+    async fn schedule_fire(&self, f: &ScheduleFire) -> StoreResult<Fired> {
+        job!(self, |j| fire(j, f).await)
+    }
+
+    async fn schedule_run_list(
+        &self,
+        f: &ScheduleRunFilter,
+    ) -> StoreResult<Vec<ScheduleRunRecord>> {
+        let r = &self.pool;
+        // Dynamic: the WHERE holds the filters given.
+        let mut qb = sqlx::QueryBuilder::<MySql>::new(bound_last(sql::SCHEDULE_RUN_LIST_HEAD));
+        qb.push_bind(&f.schedule_id);
+        if let Some(before) = f.before_fire_time {
+            qb.push(" AND r.fire_time < ").push_bind(ms(before));
+        }
+        qb.push(" ORDER BY r.fire_time DESC LIMIT ")
+            .push_bind(f.limit);
+        Ok(qb
+            .build_query_as::<RunRow>()
+            .fetch_all(r)
+            .await?
+            .into_iter()
+            .map(RunRow::into_record)
+            .collect())
+    }
+}
+
+/// Binds the definition columns, in the order the statements below name them.
+fn bind_definition<'a>(q: Definition<'a>, s: &'a ScheduleRecord) -> Definition<'a> {
+    q.bind(spec_json(&s.spec))
+        .bind(s.start_time.map(ms))
+        .bind(s.end_time.map(ms))
+        .bind(template_json(&s.template))
+        .bind(&s.template.payload)
+        .bind(s.overlap.as_str())
+        .bind(s.misfire.as_str())
+        .bind(row::duration_ms(s.catchup_window))
+        .bind(s.paused)
+        .bind(i64::from(s.max_runs))
+        .bind(s.next_spec_at.map(ms))
+        .bind(s.buffered_at.map(ms))
+        .bind(s.next_fire_at.map(ms))
+        .bind(&s.state_reason)
+}
+
+async fn fire(j: &mut Job, f: &ScheduleFire) -> StoreResult<Fired> {
+    let now = ms(f.now);
+    let moved = sqlx::query(sql::SCHEDULE_FIRE_MOVE)
+        .bind(f.next_spec_at.map(ms))
+        .bind(f.buffered_at.map(ms))
+        .bind(f.next_fire_at.map(ms))
+        .bind(&f.state_reason)
+        .bind(now)
+        .bind(&f.schedule_id)
+        .bind(f.version)
+        .execute(j.conn())
+        .await?
+        .rows_affected();
+    if moved == 0 {
+        return Ok(Fired::Stale);
+    }
+    if let Some(task) = &f.cancel_task_id {
+        use crate::domain::event::EventKind;
+        let row: Option<(i64, String, String, i64)> =
+            sqlx::query_as(sql::SCHEDULE_FIRE_CANCEL_PICK)
+                .bind(task)
+                .fetch_optional(j.conn())
+                .await?;
+        match row {
+            Some((seq, state, q, a)) if state == "pending" => {
+                sqlx::query(sql::SCHEDULE_FIRE_CANCEL_WAITING)
+                    .bind(now)
+                    .bind(now)
+                    .bind(seq)
+                    .execute(j.conn())
+                    .await?;
+                j.push(simple(task, &q, EventKind::Cancelled, "cancelled", a, now));
+            }
+            Some((seq, state, q, a)) if state == "leased" => {
+                sqlx::query(sql::SCHEDULE_FIRE_CANCEL_LEASED)
+                    .bind(now)
+                    .bind(seq)
+                    .execute(j.conn())
+                    .await?;
+                j.push(simple(task, &q, EventKind::Updated, "leased", a, now));
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::with_capacity(f.runs.len());
+    for run in &f.runs {
+        let Some(first) = run.tasks.first() else {
+            continue;
+        };
+        let fire = ms(run.fire_time);
+        let recorded = sqlx::query(sql::SCHEDULE_FIRE_RUN)
+            .bind(&f.schedule_id)
+            .bind(fire)
+            .bind(&first.id)
+            .bind(run.triggered)
+            .bind(now)
+            .execute(j.conn())
+            .await?
+            .rows_affected()
+            == 1;
+        let (task_id, inserted) = if recorded {
+            let made = super::tasks::insert_many(j, &run.tasks, f.now).await?;
+            let fresh: Vec<&str> = made
+                .iter()
+                .filter(|r| !r.deduplicated)
+                .map(|r| r.task_id.as_str())
+                .collect();
+            if !fresh.is_empty() {
+                // Dynamic: one placeholder per task made.
+                let text = format!("{}{})", sql::SCHEDULE_FIRE_TASKS_HEAD, marks(fresh.len()));
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(text))
+                    .bind(&f.schedule_id)
+                    .bind(fire);
+                for id in &fresh {
+                    q = q.bind(*id);
+                }
+                q.execute(j.conn()).await?;
+            }
+            let holder = match made.first() {
+                Some(r) if r.deduplicated => {
+                    let m: Option<String> = sqlx::query_scalar(sql::SCHEDULE_FIRE_HOLDER)
+                        .bind(&r.task_id)
+                        .fetch_optional(j.conn())
+                        .await?;
+                    Some(run_may_name(first, m.as_deref()))
+                }
+                _ => None,
+            };
+            match made.first() {
+                // The key was taken by a task the schedule's producer may not
+                // see: the run keeps the id of the task it did not make.
+                Some(r) if r.deduplicated && holder == Some(false) => (first.id.clone(), false),
+                // The key was taken: the run names the task holding it.
+                Some(r) if r.deduplicated => {
+                    sqlx::query(sql::SCHEDULE_FIRE_RUN_HOLDER)
+                        .bind(&r.task_id)
+                        .bind(&f.schedule_id)
+                        .bind(fire)
+                        .execute(j.conn())
+                        .await?;
+                    (r.task_id.clone(), false)
+                }
+                _ => (first.id.clone(), true),
+            }
+        } else {
+            let id = sqlx::query_scalar::<_, String>(sql::SCHEDULE_FIRE_RUN_TASK)
+                .bind(&f.schedule_id)
+                .bind(fire)
+                .fetch_optional(j.conn())
+                .await?
+                .unwrap_or_default();
+            (id, false)
+        };
+        out.push(FiredRun {
+            fire_time: run.fire_time,
+            task_id,
+            queue: first.queue.clone(),
+            inserted,
+            copies: run.tasks.len(),
+        });
+    }
+    let (last_fire, last_task, n) = fired_summary(&out);
+    if let (Some(last_fire), Some(last_task)) = (last_fire, last_task) {
+        sqlx::query(sql::SCHEDULE_FIRE_SUMMARY)
+            .bind(n as i64)
+            .bind(last_fire)
+            .bind(last_fire)
+            .bind(last_task)
+            .bind(&f.schedule_id)
+            .execute(j.conn())
+            .await?;
+    }
+    Ok(Fired::Done(out))
+}
+
+#[derive(sqlx::FromRow)]
+struct DueRow {
+    #[sqlx(flatten)]
+    schedule: ScheduleRow,
+    previous_unfinished: Option<bool>,
+}

@@ -1,0 +1,375 @@
+//! Settling on MySQL (heartbeat with checkpoint, complete, fail, the reaper),
+//! each in its job's transaction, locking the rows it changes.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::MySql;
+
+use super::super::flow::{failure_events, of_row};
+use super::super::row::{
+    AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, expiry_error, from_ms, ms,
+};
+use super::super::*;
+use super::rows::fetch_task;
+use super::{Job, MysqlStore, sql};
+use crate::domain::event::EventKind;
+use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
+
+#[async_trait]
+impl Settling for MysqlStore {
+    async fn task_checkpoint(&self, p: &CheckpointParams) -> StoreResult<Settled<LeaseState>> {
+        job!(self, |j| {
+            let now = ms(p.now);
+            let Some(row) = fetch_task(j, &p.task_id).await? else {
+                return Ok(Settled::NotFound);
+            };
+            let live = lease_is_live(
+                row.stored_state()?,
+                row.lease_token.as_deref(),
+                row.lease_expires_at.map(from_ms),
+                &p.lease_token,
+                p.now,
+            );
+            if !live {
+                return Ok(Settled::LeaseLost);
+            }
+            let at = match p.extend_by {
+                None => row.lease_expires_at.unwrap_or(now),
+                Some(d) => now
+                    .saturating_add(duration_ms(d))
+                    .min(row.deadline.unwrap_or(i64::MAX)),
+            };
+            sqlx::query(sql::TASK_CHECKPOINT)
+                .bind(&p.checkpoint)
+                .bind(at)
+                .bind(now)
+                .bind(row.seq)
+                .execute(j.conn())
+                .await?;
+            j.push(of_row(&row, EventKind::Checkpointed, now));
+            Ok(Settled::Applied(LeaseState::Live {
+                lease_expires_at: from_ms(at),
+                cancel_requested: row.cancel_requested,
+            }))
+        })
+    }
+
+    async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
+        job!(self, |j| complete(j, p).await)
+    }
+
+    async fn task_complete_many(
+        &self,
+        ps: &[CompleteParams],
+    ) -> StoreResult<Vec<Settled<Completed>>> {
+        job!(self, |j| complete_many(j, ps).await)
+    }
+
+    async fn task_fail(&self, p: &FailParams) -> StoreResult<Settled<FailResult>> {
+        job!(self, |j| fail(j, p).await)
+    }
+
+    async fn lease_reclaim_expired(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped> {
+        job!(self, |j| reclaim_expired(j, now, limit).await)
+    }
+}
+
+async fn latest_outcome(j: &mut Job, row: &TaskRow) -> StoreResult<Option<AttemptOutcome>> {
+    let outcome: Option<String> = sqlx::query_scalar(sql::SETTLE_LATEST_OUTCOME)
+        .bind(&row.id)
+        .bind(row.attempt)
+        .fetch_optional(j.conn())
+        .await?;
+    Ok(outcome.as_deref().and_then(AttemptOutcome::parse))
+}
+
+/// Settle checks need the latest attempt's outcome only when the task is no longer leased.
+async fn check(
+    j: &mut Job,
+    row: &TaskRow,
+    report: Report,
+    token: &str,
+    now: DateTime<Utc>,
+) -> StoreResult<SettleCheck> {
+    let state = row.stored_state()?;
+    let outcome = if state == StoredState::Leased {
+        None
+    } else {
+        latest_outcome(j, row).await?
+    };
+    Ok(settle_check(
+        state,
+        row.lease_token.as_deref(),
+        row.lease_expires_at.map(from_ms),
+        outcome,
+        report,
+        token,
+        now,
+    ))
+}
+
+/// Writes the attempt row of an attempt that ends now; returns when it was leased.
+async fn finish_attempt(
+    j: &mut Job,
+    a: &AttemptEnd<'_>,
+    outcome: AttemptOutcome,
+    error: Option<&str>,
+    now: i64,
+) -> StoreResult<Option<DateTime<Utc>>> {
+    sqlx::query(sql::SETTLE_ATTEMPT_END)
+        .bind(a.task_id)
+        .bind(a.attempt)
+        .bind(a.worker_id)
+        .bind(a.worker_address)
+        .bind(a.leased_at)
+        .bind(outcome.as_str())
+        .bind(error)
+        .bind(now)
+        .bind(a.fencing_token)
+        .execute(j.conn())
+        .await?;
+    Ok(Some(from_ms(a.leased_at)))
+}
+
+/// Writes a failed attempt: task state per the retry policy and the attempt row.
+async fn write_failure(
+    j: &mut Job,
+    row: &TaskRow,
+    write: &FailureWrite,
+    error: &str,
+    outcome: AttemptOutcome,
+    now: i64,
+) -> StoreResult<Option<DateTime<Utc>>> {
+    sqlx::query(sql::SETTLE_FAILURE)
+        .bind(write.state.as_str())
+        .bind(write.run_at)
+        .bind(write.finished_at)
+        .bind(error)
+        .bind(now)
+        .bind(row.seq)
+        .execute(j.conn())
+        .await?;
+    for e in failure_events(row, write.state.as_str(), write.run_at, error, now) {
+        j.push(e);
+    }
+    finish_attempt(j, &row.attempt_end(), outcome, Some(error), now).await
+}
+
+async fn complete(j: &mut Job, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
+    let now = ms(p.now);
+    let Some(row) = fetch_task(j, &p.task_id).await? else {
+        return Ok(Settled::NotFound);
+    };
+    match check(j, &row, Report::Complete, &p.lease_token, p.now).await? {
+        SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
+        SettleCheck::AlreadySettled => {
+            return Ok(Settled::AlreadySettled(Completed {
+                queue: row.queue,
+                leased_at: None,
+            }));
+        }
+        SettleCheck::Proceed => {}
+    }
+    sqlx::query(sql::TASK_COMPLETE_WRITE)
+        .bind(&p.result)
+        .bind(now)
+        .bind(now)
+        .bind(row.seq)
+        .execute(j.conn())
+        .await?;
+    let mut ev = of_row(&row, EventKind::Succeeded, now);
+    ev.state = "succeeded";
+    j.push(ev);
+    let leased_at =
+        finish_attempt(j, &row.attempt_end(), AttemptOutcome::Succeeded, None, now).await?;
+    Ok(Settled::Applied(Completed {
+        queue: row.queue,
+        leased_at,
+    }))
+}
+
+async fn fail(j: &mut Job, p: &FailParams) -> StoreResult<Settled<FailResult>> {
+    let now = ms(p.now);
+    let Some(row) = fetch_task(j, &p.task_id).await? else {
+        return Ok(Settled::NotFound);
+    };
+    match check(j, &row, Report::Fail, &p.lease_token, p.now).await? {
+        SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
+        SettleCheck::AlreadySettled => {
+            let state = TaskState::of(row.stored_state()?, from_ms(row.run_at), p.now);
+            let next_run_at = (row.state == "pending").then(|| from_ms(row.run_at));
+            return Ok(Settled::AlreadySettled(FailResult {
+                queue: row.queue,
+                state,
+                next_run_at,
+                leased_at: None,
+            }));
+        }
+        SettleCheck::Proceed => {}
+    }
+    let decision = decide(&row, p.non_retryable, p.retry_after, p.now, p.jitter_unit);
+    let write = FailureWrite::new(&row, decision, now);
+    let leased_at = write_failure(j, &row, &write, &p.error, AttemptOutcome::Failed, now).await?;
+    if write.state == StoredState::Pending {
+        // Routing: a sticky retry is kept for this worker.
+        super::routing::reserve_retry(j, &row, p).await?;
+    }
+    Ok(Settled::Applied(FailResult {
+        queue: row.queue,
+        state: TaskState::of(write.state, from_ms(write.run_at), p.now),
+        next_run_at: decision.run_at(),
+        leased_at,
+    }))
+}
+
+/// CompleteMany: the rows read and locked in one statement, each live lease
+/// settled by its own UPDATE, the attempt rows written in one statement; an
+/// item that is not a live lease (or names a task twice) takes `complete`.
+async fn complete_many(j: &mut Job, ps: &[CompleteParams]) -> StoreResult<Vec<Settled<Completed>>> {
+    if ps.len() < 2 {
+        let mut out = Vec::with_capacity(ps.len());
+        for p in ps {
+            out.push(complete(j, p).await?);
+        }
+        return Ok(out);
+    }
+    // Dynamic: one placeholder per task.
+    let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_COMPLETE_MANY_LOCK_HEAD);
+    let mut sep = qb.separated(", ");
+    for p in ps {
+        sep.push_bind(&p.task_id);
+    }
+    qb.push(") FOR UPDATE");
+    let mut rows: std::collections::HashMap<String, TaskRow> = qb
+        .build_query_as::<TaskRow>()
+        .fetch_all(j.conn())
+        .await?
+        .into_iter()
+        .map(|r| (r.id.clone(), r))
+        .collect();
+    let mut out = Vec::with_capacity(ps.len());
+    let mut ended: Vec<(TaskRow, i64)> = Vec::new();
+    for p in ps {
+        let now = ms(p.now);
+        let live = rows.get(&p.task_id).is_some_and(|r| {
+            r.state == "leased"
+                && r.lease_token.as_deref() == Some(p.lease_token.as_str())
+                && r.lease_expires_at.is_some_and(|e| e > now)
+        });
+        if !live {
+            out.push(complete(j, p).await?);
+            continue;
+        }
+        let row = rows.remove(&p.task_id).expect("present");
+        sqlx::query(sql::TASK_COMPLETE_WRITE)
+            .bind(&p.result)
+            .bind(now)
+            .bind(now)
+            .bind(row.seq)
+            .execute(j.conn())
+            .await?;
+        let mut ev = of_row(&row, EventKind::Succeeded, now);
+        ev.state = "succeeded";
+        j.push(ev);
+        let a = row.attempt_end();
+        out.push(Settled::Applied(Completed {
+            queue: row.queue.clone(),
+            leased_at: Some(from_ms(a.leased_at)),
+        }));
+        ended.push((row, now));
+    }
+    let size = |(row, _): &(TaskRow, i64)| {
+        use super::native::packet::{PARAM_FRAMING, opt_param, param};
+        let a = row.attempt_end();
+        param(a.task_id.len())
+            + param(a.worker_id.len())
+            + param(a.worker_address.len())
+            + opt_param(None)
+            + 5 * (16 + PARAM_FRAMING)
+    };
+    // One statement unless the rows outgrow a packet.
+    for piece in super::native::packet::pieces(&ended, ended.len(), j.packet, size) {
+        // Dynamic: one row per attempt, as many as fit a packet.
+        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_COMPLETE_MANY_ATTEMPTS_HEAD);
+        qb.push(" ");
+        qb.push_values(piece, |mut b, (row, now)| {
+            let a = row.attempt_end();
+            b.push_bind(a.task_id.to_owned())
+                .push_bind(a.attempt)
+                .push_bind(a.worker_id.to_owned())
+                .push_bind(a.worker_address.to_owned())
+                .push_bind(a.leased_at)
+                .push_bind(AttemptOutcome::Succeeded.as_str())
+                .push_bind(None::<String>)
+                .push_bind(*now)
+                .push_bind(a.fencing_token);
+        });
+        qb.push(" ");
+        qb.push(sql::TASK_COMPLETE_MANY_ATTEMPTS_TAIL);
+        qb.build().execute(j.conn()).await?;
+    }
+    Ok(out)
+}
+
+async fn reclaim_expired(j: &mut Job, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped> {
+    let now_dt = now;
+    let now = ms(now);
+    let mut reaped = Reaped::default();
+    // Rows a settle or another replica's reaper holds are skipped: they are
+    // being changed, or reaped, now.
+    let past_deadline: Vec<TaskRow> = sqlx::query_as(sql::LEASE_RECLAIM_EXPIRED_PAST_DEADLINE)
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(j.conn())
+        .await?;
+    for row in &past_deadline {
+        let write = FailureWrite {
+            state: StoredState::Dead,
+            run_at: row.run_at,
+            finished_at: Some(now),
+        };
+        let error = "DEADLINE_EXCEEDED";
+        if row.state == "leased" {
+            write_failure(j, row, &write, error, AttemptOutcome::DeadlineExceeded, now).await?;
+        } else {
+            sqlx::query(sql::LEASE_RECLAIM_EXPIRED_DEAD)
+                .bind(now)
+                .bind(error)
+                .bind(now)
+                .bind(row.seq)
+                .execute(j.conn())
+                .await?;
+            for e in failure_events(row, "dead", row.run_at, error, now) {
+                j.push(e);
+            }
+        }
+        reaped.deadline_exceeded += 1;
+        reaped.by_queue.entry(row.queue.clone()).or_default().dead += 1;
+    }
+    let expired: Vec<TaskRow> = sqlx::query_as(sql::LEASE_RECLAIM_EXPIRED_LEASES)
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(j.conn())
+        .await?;
+    for row in &expired {
+        let decision = decide(row, false, None, now_dt, rand::random());
+        let write = FailureWrite::new(row, decision, now);
+        write_failure(
+            j,
+            row,
+            &write,
+            expiry_error(row),
+            AttemptOutcome::LeaseExpired,
+            now,
+        )
+        .await?;
+        if write.state == StoredState::Pending && !reaped.queues.contains(&row.queue) {
+            reaped.queues.push(row.queue.clone());
+        }
+        reaped.reclaimed += 1;
+        let q = reaped.by_queue.entry(row.queue.clone()).or_default();
+        q.reclaimed += 1;
+        q.dead += u64::from(write.state == StoredState::Dead);
+    }
+    Ok(reaped)
+}

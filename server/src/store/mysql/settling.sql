@@ -1,0 +1,50 @@
+-- name: task_checkpoint
+UPDATE tasks SET checkpoint = ?, lease_expires_at = ?, updated_at = ? WHERE seq = ?
+
+-- name: settle_latest_outcome
+-- The outcome of the task's latest attempt, for a settle of a task no longer leased.
+SELECT outcome FROM task_attempts WHERE task_id = ? AND attempt = ?
+
+-- name: settle_attempt_end
+-- The attempt row of an attempt that ends now.
+INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, leased_at,
+outcome, error, finished_at, fencing_token) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON DUPLICATE KEY UPDATE outcome = VALUES(outcome), error = VALUES(error),
+finished_at = VALUES(finished_at)
+
+-- name: settle_failure
+-- A failed attempt's task: its state per the retry policy.
+UPDATE tasks SET state = ?, run_at = ?, finished_at = ?, last_error = ?,
+lease_expires_at = NULL, updated_at = ? WHERE seq = ?
+
+-- name: task_complete_write
+UPDATE tasks SET state = 'succeeded', result = ?, finished_at = ?,
+lease_expires_at = NULL, updated_at = ? WHERE seq = ?
+
+-- name: task_complete_many_lock_head
+-- Followed by one placeholder per task, then `) FOR UPDATE`.
+SELECT ${task_columns} FROM tasks WHERE id IN (
+
+-- name: task_complete_many_attempts_head
+-- Followed by one row of 9 placeholders per attempt (VALUES (...), (...)),
+-- then task_complete_many_attempts_tail.
+INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, leased_at,
+outcome, error, finished_at, fencing_token)
+
+-- name: task_complete_many_attempts_tail
+-- own: the end of MySQL's multi-row INSERT of attempt rows
+ON DUPLICATE KEY UPDATE outcome = VALUES(outcome), error = VALUES(error),
+finished_at = VALUES(finished_at)
+
+-- name: lease_reclaim_expired_past_deadline
+-- Rows a settle or another replica's reaper holds are skipped.
+SELECT ${task_columns} FROM tasks WHERE deadline IS NOT NULL AND deadline <= ?
+AND state IN ('pending', 'leased', 'blocked') LIMIT ? FOR UPDATE SKIP LOCKED
+
+-- name: lease_reclaim_expired_dead
+UPDATE tasks SET state = 'dead', finished_at = ?, last_error = ?,
+updated_at = ? WHERE seq = ?
+
+-- name: lease_reclaim_expired_leases
+SELECT ${task_columns} FROM tasks WHERE state = 'leased' AND lease_expires_at <= ?
+LIMIT ? FOR UPDATE SKIP LOCKED

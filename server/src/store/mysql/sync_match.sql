@@ -1,0 +1,19 @@
+-- name: task_insert_matched_top
+-- The highest priority of the queue's READY tasks.
+SELECT priority FROM tasks WHERE state = 'pending' AND queue = ?
+AND run_at <= ? AND lease_deadline > ?
+ORDER BY priority DESC LIMIT 1
+
+-- name: task_insert_matched_leased
+-- A task inserted already leased to the request it matched.
+INSERT IGNORE INTO tasks (id, queue, `key`, payload, priority, run_at, deadline,
+state, max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier,
+max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key,
+attempt, fencing_token, lease_token, leased_by, lease_duration_ms,
+lease_expires_at, leased_at, leased_address)
+VALUES (?, ?, ?, ?, ?, ?, ?, 'leased', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?,
+?, ?, ?)
+
+-- name: task_insert_matched_holder
+-- The task holding the (queue, key) of a duplicate.
+SELECT id FROM tasks WHERE queue = ? AND `key` = ?

@@ -1,0 +1,61 @@
+-- name: task_insert_many_head
+-- Followed by one row of 24 placeholders per task (VALUES (...), (...)).
+-- INSERT IGNORE: a row whose (queue, key) exists is skipped; nothing else is
+-- ignored, as every other column is checked by the service.
+INSERT IGNORE INTO tasks (id, queue, `key`, payload, priority, run_at, deadline,
+state, max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier,
+max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key,
+target_worker, target_labels, sticky, sticky_timeout_ms, fanout_group,
+fanout_distinct)
+
+-- name: task_insert_many_stored_head
+-- own: MySQL has no INSERT ... RETURNING: which ids of a piece went in
+-- Followed by one placeholder per id, then `) AND created_at = ?`.
+SELECT id FROM tasks WHERE id IN (
+
+-- name: task_insert_many_holder
+-- The task holding the (queue, key) of a duplicate.
+SELECT id FROM tasks WHERE queue = ? AND `key` = ?
+
+-- name: task_get
+SELECT ${task_columns} FROM tasks WHERE id = ?
+
+-- name: task_find_keys_head
+-- Followed by one `(?, ?)` per (queue, key), comma separated, then `)`.
+SELECT ${task_columns} FROM tasks WHERE (queue, `key`) IN (
+
+-- name: task_queues_head
+-- Followed by one placeholder per id, then `)`.
+SELECT id, queue FROM tasks WHERE id IN (
+
+-- name: task_list_head
+-- Followed by ` AND ...` per filter given, then the order and the limit.
+SELECT ${task_columns} FROM tasks WHERE 1 = 1
+
+-- name: task_update
+-- Routing: an admin change frees a reserved retry.
+UPDATE tasks SET run_at = ?, priority = ?, deadline = ?, max_attempts = ?,
+attempts_allowed = ?, updated_at = ?, reserved_for = NULL, reserved_until = NULL
+WHERE seq = ?
+
+-- name: task_replace_waiting_pick
+SELECT id, metadata FROM tasks WHERE queue = ? AND `key` = ?
+AND state IN ('pending', 'blocked') FOR UPDATE
+
+-- name: task_replace_waiting_write
+UPDATE tasks SET payload = ?, run_at = ?, priority = ?, metadata = ?, updated_at = ?
+WHERE id = ?
+
+-- name: attempt_list_task
+SELECT seq FROM tasks WHERE id = ?
+
+-- name: attempt_list_rows
+-- The attempts recorded, and the one running now (not recorded yet).
+SELECT attempt, worker_id, worker_address, leased_at, finished_at, outcome, error,
+fencing_token FROM task_attempts WHERE task_id = ?
+UNION ALL
+SELECT attempt, COALESCE(leased_by, ''), COALESCE(leased_address, ''),
+  COALESCE(leased_at, updated_at), NULL, 'running', NULL, fencing_token
+FROM tasks t WHERE id = ? AND state = 'leased' AND NOT EXISTS (
+  SELECT 1 FROM task_attempts a WHERE a.task_id = t.id AND a.attempt = t.attempt)
+ORDER BY attempt

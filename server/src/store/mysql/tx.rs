@@ -1,0 +1,165 @@
+//! How a write runs on this backend: one transaction, begun here, made of the
+//! operations of one store call, which record the events of the transitions
+//! they make as they go; at its end the events are written with what follows
+//! from them, then it commits. There is no other way to write.
+//!
+//! On MySQL a write is a [`Job`]: a READ COMMITTED transaction whose operations
+//! buffer their events ([`Job::push`]). [`MysqlStore::finish`] writes them
+//! (`events.rs`: dependents of finished tasks resolved, dead-letter notices
+//! filed, ids taken from `event_seq`), commits, then wakes this replica's
+//! long-polls. [`job!`] runs a call's body as a job, and runs it again when it
+//! lost a deadlock or a lock wait.
+
+use std::sync::atomic::Ordering;
+
+use sqlx::{MySql, Transaction};
+
+use super::super::flow::Ev;
+use super::*;
+use crate::domain::event::EventKind;
+
+/// One write transaction and what its operations leave for its end.
+pub(crate) struct Job {
+    pub tx: Transaction<'static, MySql>,
+    pub events: Vec<Pending>,
+    /// Queues that got pending tasks from flow (unblocked, dead letters, bulk requeue).
+    pub woken: Vec<String>,
+    /// Rows were locked and not taken: other replicas' long-polls must look again.
+    pub spare: bool,
+    /// A Submit's plain insert, whose broker wakes this replica's waiters
+    /// itself: this replica's poller skips its events.
+    pub own_wakes: bool,
+    /// Bytes of parameters one statement may carry (`native/packet.rs`).
+    pub packet: usize,
+}
+
+/// An event waiting for the end of its job.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    pub task_id: String,
+    pub queue: String,
+    pub kind: EventKind,
+    pub state: &'static str,
+    pub attempt: i64,
+    pub worker: Option<String>,
+    pub time: i64,
+    pub detail: Option<String>,
+}
+
+impl Job {
+    pub fn conn(&mut self) -> &mut sqlx::MySqlConnection {
+        &mut self.tx
+    }
+
+    /// Buffers an event of this job.
+    pub fn push(&mut self, e: Ev<'_>) {
+        self.events.push(Pending {
+            task_id: e.task_id.to_owned(),
+            queue: e.queue.to_owned(),
+            kind: e.kind,
+            state: e.state,
+            attempt: e.attempt,
+            worker: e.worker.map(str::to_owned),
+            time: e.time,
+            detail: e.detail.map(str::to_owned),
+        });
+    }
+}
+
+/// Runs `$body` (an expression using `$job: &mut Job`) as a job: begun,
+/// finished and committed, run again after a deadlock (a few times).
+macro_rules! job {
+    ($self:ident, |$job:ident| $body:expr) => {{
+        let mut tries = 0u32;
+        loop {
+            let mut job_value = $self.begin().await?;
+            let result = {
+                let $job = &mut job_value;
+                async { $body }.await
+            };
+            let result = match result {
+                Ok(v) => $self.finish(job_value).await.map(|()| v),
+                Err(e) => {
+                    drop(job_value);
+                    Err(e)
+                }
+            };
+            match result {
+                Err(e) if tries < 8 && $crate::store::mysql::tx::retryable(&e) => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(u64::from(tries))).await;
+                }
+                other => break other,
+            }
+        }
+    }};
+}
+
+pub(crate) use super::retryable;
+
+impl MysqlStore {
+    pub(crate) async fn begin(&self) -> StoreResult<Job> {
+        let tx = if self.down.load(Ordering::Relaxed) {
+            match tokio::time::timeout(ACQUIRE_WHILE_DOWN, self.pool.begin()).await {
+                Ok(tx) => tx,
+                Err(_) => Err(sqlx::Error::PoolTimedOut),
+            }
+        } else {
+            self.pool.begin().await
+        };
+        let tx = tx.map_err(StoreError::from).inspect_err(|e| {
+            if matches!(e, StoreError::Unavailable(_)) {
+                self.down.store(true, Ordering::Relaxed);
+            }
+        })?;
+        self.down.store(false, Ordering::Relaxed);
+        Ok(Job {
+            tx,
+            events: Vec::new(),
+            woken: Vec::new(),
+            spare: false,
+            own_wakes: false,
+            packet: self.packet,
+        })
+    }
+
+    /// Ends a job: flow's follow-ups and the events, then the commit, then the
+    /// local wake-ups.
+    pub(crate) async fn finish(&self, mut job: Job) -> StoreResult<()> {
+        let ids = super::events::after_job(&mut job).await?;
+        job.tx.commit().await?;
+        if let Some(ids) = ids.filter(|_| job.own_wakes) {
+            // This replica's poller does not wake for them again.
+            self.notes.own(ids);
+        }
+        if let Some(wake) = self.waker.get() {
+            job.woken.sort_unstable();
+            job.woken.dedup();
+            for q in &job.woken {
+                wake(Some(q));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An event with no worker and no detail.
+pub(crate) fn simple<'a>(
+    task_id: &'a str,
+    queue: &'a str,
+    kind: EventKind,
+    state: &'static str,
+    attempt: i64,
+    time: i64,
+) -> Ev<'a> {
+    Ev {
+        task_id,
+        queue,
+        kind,
+        state,
+        attempt,
+        worker: None,
+        time,
+        detail: None,
+    }
+}

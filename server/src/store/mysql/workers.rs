@@ -1,0 +1,107 @@
+//! The worker registry on MySQL, and who holds leases.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::MySql;
+
+use super::super::observe::{HolderRow, holder_row};
+use super::super::row::ms;
+use super::super::*;
+use super::{MysqlStore, sql};
+
+#[async_trait]
+impl Workers for MysqlStore {
+    async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>> {
+        let rows: Vec<HolderRow> = sqlx::query_as(sql::LEASE_HOLDERS)
+            .bind(i64::from(p.limit))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.into_iter().map(holder_row).collect())
+    }
+
+    async fn worker_record_seen(&self, seen: &[WorkerSeen]) -> StoreResult<()> {
+        if seen.is_empty() {
+            return Ok(());
+        }
+        // One statement, rows in worker order (no deadlock between two batches).
+        let mut rows: Vec<&WorkerSeen> = seen.iter().collect();
+        rows.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
+        // Dynamic: one row per worker.
+        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::WORKER_RECORD_SEEN_HEAD);
+        qb.push(" ");
+        qb.push_values(rows, |mut b, w| {
+            let labels = serde_json::to_string(&w.labels).unwrap_or_else(|_| "{}".into());
+            let queues = serde_json::to_string(&w.queues).unwrap_or_else(|_| "[]".into());
+            b.push_bind(&w.worker_id)
+                .push_bind(labels)
+                .push_bind(&w.address)
+                .push_bind(queues)
+                .push_bind(ms(w.now))
+                .push_bind(ms(w.now))
+                .push_bind(!w.queues.is_empty());
+        });
+        qb.push(" ");
+        qb.push(sql::WORKER_RECORD_SEEN_TAIL);
+        qb.build().execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn worker_list(&self, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
+        // Dynamic: the WHERE holds the filters given (a condition per label).
+        // The head's two placeholders: the minute before now.
+        let mut args = sqlx::mysql::MySqlArguments::default();
+        for _ in 0..2 {
+            sqlx::Arguments::add(&mut args, minute_before(f.now)).map_err(StoreError::Internal)?;
+        }
+        let mut qb = sqlx::QueryBuilder::<MySql>::with_arguments(sql::WORKER_LIST_HEAD, args);
+        qb.push(" WHERE w.last_seen >= ")
+            .push_bind(ms(f.seen_since));
+        if let Some(queue) = &f.queue {
+            qb.push(" AND JSON_CONTAINS(w.queues, JSON_QUOTE(")
+                .push_bind(queue)
+                .push("))");
+        }
+        for (k, v) in &f.labels {
+            qb.push(" AND JSON_UNQUOTE(JSON_EXTRACT(w.labels, CONCAT('$.\"', ")
+                .push_bind(k)
+                .push(", '\"'))) = ")
+                .push_bind(v);
+        }
+        if let Some(after) = &f.after_id {
+            qb.push(" AND w.worker_id > ").push_bind(after);
+        }
+        qb.push(" ORDER BY w.worker_id LIMIT ").push_bind(f.limit);
+        qb.build_query_as::<WorkerRow>()
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(WorkerRow::into_record)
+            .collect()
+    }
+
+    async fn worker_get(
+        &self,
+        worker_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
+        let Some(row) = sqlx::query_as::<_, WorkerRow>(sql::WORKER_GET)
+            .bind(minute_before(now))
+            .bind(minute_before(now))
+            .bind(worker_id)
+            .fetch_optional(&self.pool)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let leases: Vec<WorkerLeaseRow> = sqlx::query_as(sql::WORKER_GET_LEASES)
+            .bind(worker_id)
+            .fetch_all(&self.pool)
+            .await?;
+        let leases = leases.into_iter().map(worker_lease).collect();
+        Ok(Some((row.into_record()?, leases)))
+    }
+}
+
+fn minute_before(now: DateTime<Utc>) -> i64 {
+    ms(now) - 60_000
+}

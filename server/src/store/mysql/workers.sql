@@ -1,0 +1,42 @@
+-- fragment: worker_select
+-- The registry row with its counts; binds the minute before now, twice.
+SELECT w.worker_id, w.labels, w.address, w.queues, w.first_seen,
+  w.last_seen,
+  (SELECT count(*) FROM tasks h WHERE h.state = 'leased' AND h.leased_by = w.worker_id)
+    AS leases_held,
+  (SELECT count(*) FROM task_attempts a WHERE a.finished_at >= ?
+    AND a.worker_id = w.worker_id AND a.outcome = 'succeeded') AS completed,
+  (SELECT count(*) FROM task_attempts a WHERE a.finished_at >= ?
+    AND a.worker_id = w.worker_id AND a.outcome <> 'succeeded') AS failed
+FROM workers w
+
+-- name: lease_holders
+SELECT COALESCE(leased_by, '') AS w, COALESCE(leased_address, '') AS a, queue,
+  COUNT(*), MIN(leased_at), MAX(updated_at) FROM tasks
+WHERE state = 'leased' GROUP BY w, a, queue ORDER BY w, a, queue LIMIT ?
+
+-- name: worker_record_seen_head
+-- Followed by VALUES and one row of 7 placeholders per worker, then
+-- worker_record_seen_tail.
+INSERT INTO workers (worker_id, labels, address, queues, first_seen, last_seen,
+queues_given)
+
+-- name: worker_record_seen_tail
+-- own: the end of MySQL's multi-row upsert of workers
+ON DUPLICATE KEY UPDATE
+  labels = IF(VALUES(queues_given), VALUES(labels), labels),
+  address = VALUES(address),
+  queues = IF(VALUES(queues_given), VALUES(queues), queues),
+  last_seen = GREATEST(last_seen, VALUES(last_seen))
+
+-- name: worker_list_head
+-- Followed by ` WHERE w.last_seen >= ?`, ` AND ...` per filter given, the
+-- order and the limit.
+${worker_select}
+
+-- name: worker_get
+${worker_select} WHERE w.worker_id = ?
+
+-- name: worker_get_leases
+SELECT id, queue, attempt, leased_at, lease_expires_at FROM tasks
+WHERE state = 'leased' AND leased_by = ? ORDER BY leased_at, seq LIMIT 1000
