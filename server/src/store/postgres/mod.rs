@@ -38,7 +38,6 @@ mod dead;
 mod events;
 mod flow;
 // Dependencies by key at submit: holders and the cap on waits.
-mod horizon;
 mod key_waits;
 use super::flow::{failure_events as flow_failure_events, of_row as flow_of_row};
 use crate::domain::event::EventKind;
@@ -49,23 +48,20 @@ mod admission_lease;
 mod lease_plain;
 // Sync match.
 mod sync_match;
-// Several hosts in one URL, and following the primary through a failover.
-pub mod hosts;
-pub mod router;
-use hosts::DbUrl;
-use router::Router;
+// What only Postgres needs: connect, hosts, the router, listen, statistics, horizon.
+pub mod native;
+use native::hosts::DbUrl;
+use native::router::{self, Router};
+use native::{horizon, hosts};
 
 // The rooms of the Store implementation (each an `impl PostgresStore` the
 // trait impl below delegates to) and its helpers.
 mod admin;
 mod complete;
-mod connect;
 mod lease;
-mod listen;
 mod observe;
 mod ops;
 mod read;
-mod statistics;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 

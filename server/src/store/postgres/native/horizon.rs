@@ -33,7 +33,7 @@
 
 use sqlx::PgPool;
 
-use super::super::StoreResult;
+use super::super::super::StoreResult;
 
 /// Step 1 above.
 const HORIZON: &str = "SELECT LEAST(pg_snapshot_xmax(c.s)::text::bigint, \
@@ -47,14 +47,14 @@ const HORIZON: &str = "SELECT LEAST(pg_snapshot_xmax(c.s)::text::bigint, \
 
 /// The horizon: every event below it is final. Read events below it only in a
 /// later statement.
-pub(super) async fn horizon(pool: &PgPool) -> StoreResult<i64> {
+pub(in crate::store::postgres) async fn horizon(pool: &PgPool) -> StoreResult<i64> {
     Ok(sqlx::query_scalar(HORIZON).fetch_one(pool).await?)
 }
 
 /// An id at or above every committed event's: a snapshot's `xmax` is one past
 /// the newest ended transaction. (A transaction still running may lie above it;
 /// nobody has seen its events yet.)
-pub(super) async fn event_ceiling(pool: &PgPool) -> StoreResult<i64> {
+pub(in crate::store::postgres) async fn event_ceiling(pool: &PgPool) -> StoreResult<i64> {
     Ok(sqlx::query_scalar(
         "SELECT (pg_snapshot_xmax(pg_current_snapshot())::text::bigint << 20) - 1",
     )
@@ -64,7 +64,7 @@ pub(super) async fn event_ceiling(pool: &PgPool) -> StoreResult<i64> {
 
 /// The time (ms) of the oldest committed event that is not final yet (a writer
 /// of this database that started earlier still runs), if any.
-pub(super) async fn event_held_since(pool: &PgPool) -> StoreResult<Option<i64>> {
+pub(in crate::store::postgres) async fn event_held_since(pool: &PgPool) -> StoreResult<Option<i64>> {
     let h = horizon(pool).await?;
     Ok(sqlx::query_scalar(
         "SELECT times[1] FROM task_event_batches WHERE last_id >= $1 ORDER BY last_id LIMIT 1",
