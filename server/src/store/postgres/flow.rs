@@ -10,20 +10,10 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Postgres};
 
-use super::super::flow::{EventRow, event_record, may_depend, schedule_json};
+use super::super::flow::{may_depend, schedule_json};
 use super::super::row::{TaskRow, ms, state_filter_sql};
 use super::super::*;
-use super::horizon::horizon;
 use super::{CHANNEL, PostgresStore};
-
-/// An event row of `task_event_batches b` unnested as `e` (with [`EVENT_UNNEST`]).
-const EVENT_COLUMNS: &str = "b.first_id + e.o - 1 AS event_id, e.task_id, e.queue, e.kind, \
-     e.state, e.attempt, e.worker_id, e.time, e.detail";
-
-/// The events of the row `b`, with their place `o` (from 1).
-const EVENT_UNNEST: &str = "unnest(b.task_ids, b.queues, b.kinds, b.states, b.attempts, \
-     b.workers, b.times, b.details) WITH ORDINALITY \
-     AS e(task_id, queue, kind, state, attempt, worker_id, time, detail, o)";
 
 fn finished(state: &str) -> bool {
     matches!(state, "succeeded" | "dead" | "cancelled")
@@ -312,81 +302,6 @@ pub(super) async fn flow_info(
             (id, info)
         })
         .collect())
-}
-
-pub(super) async fn event_list(
-    pool: &PgPool,
-    task_id: &str,
-    after: i64,
-    limit: u32,
-) -> StoreResult<Vec<EventRecord>> {
-    // The task's rows through the GIN index on task_ids; a row holds the events
-    // of other tasks too.
-    let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {EVENT_COLUMNS} FROM task_event_batches b, {EVENT_UNNEST} \
-         WHERE b.task_ids @> ARRAY[$1::text] AND b.last_id > $2 \
-           AND e.task_id = $1 AND b.first_id + e.o - 1 > $2 \
-         ORDER BY 1 LIMIT $3"
-    )))
-    .bind(task_id)
-    .bind(after)
-    .bind(i64::from(limit))
-    .fetch_all(pool)
-    .await?;
-    rows.into_iter().map(event_record).collect()
-}
-
-pub(super) async fn event_read(
-    pool: &PgPool,
-    after: i64,
-    limit: u32,
-) -> StoreResult<Vec<EventRecord>> {
-    // The horizon first, in a statement of its own (store/postgres/horizon.rs).
-    let below = horizon(pool).await?;
-    // A row with last_id above the cursor holds at least one event after it, so
-    // `limit` rows hold at least `limit` events; a row's ids are all of one
-    // transaction, so it lies wholly below the horizon or at or above it.
-    let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {EVENT_COLUMNS} FROM (SELECT * FROM task_event_batches \
-           WHERE last_id > $1 AND last_id < $3 ORDER BY last_id LIMIT $2) b, {EVENT_UNNEST} \
-         WHERE b.first_id + e.o - 1 > $1 ORDER BY 1 LIMIT $2"
-    )))
-    .bind(after)
-    .bind(i64::from(limit))
-    .bind(below)
-    .fetch_all(pool)
-    .await?;
-    rows.into_iter().map(event_record).collect()
-}
-
-pub(super) async fn event_head(pool: &PgPool) -> StoreResult<i64> {
-    Ok(horizon(pool).await? - 1)
-}
-
-pub(super) async fn event_purge(
-    pool: &PgPool,
-    before: DateTime<Utc>,
-    limit: u32,
-) -> StoreResult<u64> {
-    // Ids grow with time: of the oldest rows by id, holding `limit` events
-    // together (at least the first row), those whose every event is older than
-    // `before` (no time index to keep up on every event). A row goes whole.
-    let n: Option<i64> = sqlx::query_scalar(
-        "WITH gone AS (DELETE FROM task_event_batches b WHERE b.last_id IN ( \
-           SELECT last_id FROM (SELECT last_id, times, \
-               sum(cardinality(task_ids)) OVER (ORDER BY last_id) - cardinality(task_ids) \
-                 AS before_it \
-             FROM (SELECT last_id, task_ids, times FROM task_event_batches \
-               ORDER BY last_id LIMIT $2) f) o \
-           WHERE before_it < $2 AND (SELECT max(t) FROM unnest(times) AS t) < $1) \
-         RETURNING cardinality(b.task_ids) AS n) \
-         SELECT sum(n)::bigint FROM gone",
-    )
-    .bind(ms(before))
-    .bind(i64::from(limit))
-    .fetch_one(pool)
-    .await?;
-    Ok(n.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
 }
 
 pub(super) async fn dead_letters_set(pool: &PgPool, pairs: &[(String, String)]) -> StoreResult<()> {

@@ -52,11 +52,13 @@ mod sync_match;
 pub mod native;
 use native::hosts::DbUrl;
 use native::router::{self, Router};
-use native::{horizon, hosts};
+use native::hosts;
 
 // The rooms of the Store implementation (each an `impl PostgresStore` the
 // trait impl below delegates to) and its helpers.
 mod admin;
+mod rows;
+mod tx;
 mod complete;
 mod lease;
 mod observe;
@@ -344,38 +346,6 @@ impl Flow for PostgresStore {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?)
-    }
-}
-
-#[async_trait]
-impl Events for PostgresStore {
-    async fn event_list(
-        &self,
-        task_id: &str,
-        after_event_id: i64,
-        limit: u32,
-    ) -> StoreResult<Vec<EventRecord>> {
-        flow::event_list(&self.pool, task_id, after_event_id, limit).await
-    }
-
-    async fn event_read(&self, after_event_id: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
-        flow::event_read(&self.pool, after_event_id, limit).await
-    }
-
-    async fn event_head(&self) -> StoreResult<i64> {
-        flow::event_head(&self.pool).await
-    }
-
-    async fn event_ceiling(&self) -> StoreResult<i64> {
-        horizon::event_ceiling(&self.pool).await
-    }
-
-    async fn event_held_since(&self) -> StoreResult<Option<i64>> {
-        horizon::event_held_since(&self.pool).await
-    }
-
-    async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
-        flow::event_purge(&self.pool, before, limit).await
     }
 }
 

@@ -60,32 +60,6 @@ pub(super) fn by_keys(
 }
 
 impl PostgresStore {
-    pub(super) async fn fetch_task(
-        tx: &mut Transaction<'_, Postgres>,
-        id: &str,
-    ) -> StoreResult<Option<TaskRow>> {
-        Ok(
-            sqlx::query_as::<_, TaskRow>("SELECT * FROM tasks WHERE id = $1 FOR UPDATE")
-                .bind(id)
-                .fetch_optional(&mut **tx)
-                .await?,
-        )
-    }
-
-    pub(super) async fn notify(
-        tx: &mut Transaction<'_, Postgres>,
-        queues: &[&str],
-    ) -> StoreResult<()> {
-        if queues.is_empty() {
-            return Ok(());
-        }
-        sqlx::query("SELECT pg_notify($1, q) FROM UNNEST($2::text[]) AS q")
-            .bind(CHANNEL)
-            .bind(queues)
-            .execute(&mut **tx)
-            .await?;
-        Ok(())
-    }
 
     pub(super) async fn check(
         tx: &mut Transaction<'_, Postgres>,
@@ -267,22 +241,6 @@ impl PostgresStore {
                     .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))
             })
             .collect()
-    }
-
-    /// The task as it is after a change, which is recorded as a `kind` event (Flow).
-    pub(super) async fn changed_event(
-        tx: &mut Transaction<'_, Postgres>,
-        id: &str,
-        kind: EventKind,
-        now: i64,
-    ) -> StoreResult<Changed> {
-        match Self::fetch_task(tx, id).await? {
-            Some(row) => {
-                events::record(tx, &[flow_of_row(&row, kind, now)]).await?;
-                Ok(Changed::Done(Box::new(row.into_record()?)))
-            }
-            None => Ok(Changed::NotFound),
-        }
     }
 
     pub(super) async fn task_insert_many(
