@@ -27,7 +27,7 @@ pub(crate) mod sql {
 use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
 
 // Schedules (migration 0006).
-mod schedule;
+mod schedules;
 // Routing and the worker registry (migration 0008).
 mod routing;
 use routing::BindRouting as _;
@@ -346,44 +346,6 @@ impl Flow for PostgresStore {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?)
-    }
-}
-
-#[async_trait]
-impl Schedules for PostgresStore {
-    async fn schedule_insert(&self, s: &ScheduleRecord) -> StoreResult<bool> {
-        schedule::insert(&self.pool, s).await
-    }
-
-    async fn schedule_get(&self, id: &str) -> StoreResult<Option<ScheduleRecord>> {
-        schedule::get(&self.pool, id).await
-    }
-
-    async fn schedule_list(&self, f: &ScheduleFilter) -> StoreResult<Vec<ScheduleRecord>> {
-        schedule::list(&self.pool, f).await
-    }
-
-    async fn schedule_update(&self, s: &ScheduleRecord, now: DateTime<Utc>) -> StoreResult<bool> {
-        schedule::update(&self.pool, s, now).await
-    }
-
-    async fn schedule_delete(&self, id: &str) -> StoreResult<bool> {
-        schedule::delete(&self.pool, id).await
-    }
-
-    async fn schedule_due(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Vec<DueSchedule>> {
-        schedule::due(&self.pool, now, limit).await
-    }
-
-    async fn schedule_fire(&self, f: &ScheduleFire) -> StoreResult<Fired> {
-        schedule::fire(&self.pool, f).await
-    }
-
-    async fn schedule_run_list(
-        &self,
-        f: &ScheduleRunFilter,
-    ) -> StoreResult<Vec<ScheduleRunRecord>> {
-        schedule::run_list(&self.pool, f).await
     }
 }
 
