@@ -13,7 +13,7 @@ use sqlx::{PgPool, Postgres};
 use super::super::flow::{may_depend, schedule_json};
 use super::super::row::{TaskRow, ms, state_filter_sql};
 use super::super::*;
-use super::{CHANNEL, PostgresStore};
+use super::{CHANNEL, PostgresStore, sql};
 
 fn finished(state: &str) -> bool {
     matches!(state, "succeeded" | "dead" | "cancelled")
@@ -304,24 +304,6 @@ pub(super) async fn flow_info(
         .collect())
 }
 
-pub(super) async fn dead_letters_set(pool: &PgPool, pairs: &[(String, String)]) -> StoreResult<()> {
-    let queues: Vec<&str> = pairs.iter().map(|p| p.0.as_str()).collect();
-    let dlqs: Vec<&str> = pairs.iter().map(|p| p.1.as_str()).collect();
-    let mut tx = pool.begin().await?;
-    sqlx::query("DELETE FROM queue_dead_letters")
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query(
-        "INSERT INTO queue_dead_letters (queue, dead_letter_queue) \
-         SELECT * FROM UNNEST($1::text[], $2::text[])",
-    )
-    .bind(&queues)
-    .bind(&dlqs)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(())
-}
 
 pub(super) async fn select(pool: &PgPool, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
     let push_where = |qb: &mut sqlx::QueryBuilder<Postgres>| {

@@ -350,60 +350,6 @@ impl Flow for PostgresStore {
 }
 
 #[async_trait]
-impl Admission for PostgresStore {
-    async fn queue_pending(&self, queue: &str) -> StoreResult<(u64, u64)> {
-        self.queue_pending(queue).await
-    }
-
-    async fn queue_dead_letters_set(&self, pairs: &[(String, String)]) -> StoreResult<()> {
-        flow::dead_letters_set(&self.pool, pairs).await
-    }
-
-    async fn queue_list(&self) -> StoreResult<Vec<StoredQueue>> {
-        self.admission_queue_list().await
-    }
-
-    async fn queue_seed(
-        &self,
-        seed: &[(String, crate::domain::admission::QueueConfig)],
-    ) -> StoreResult<()> {
-        self.admission_queue_seed(seed).await
-    }
-
-    async fn queue_put(
-        &self,
-        name: &str,
-        config: &crate::domain::admission::QueueConfig,
-        version: Option<i64>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<bool> {
-        self.admission_queue_put(name, config, version, now).await
-    }
-
-    async fn queue_usage(
-        &self,
-        queue: &str,
-        key: Option<&str>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<QueueUsage> {
-        self.admission_usage(queue, key, now).await
-    }
-
-    async fn task_ahead(
-        &self,
-        task: &TaskRecord,
-        aging_ms: Option<i64>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<u64> {
-        self.admission_ahead(task, aging_ms, now).await
-    }
-
-    async fn queue_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64> {
-        self.admission_key_tokens_purge(now).await
-    }
-}
-
-#[async_trait]
 impl Workers for PostgresStore {
     async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>> {
         self.lease_holders(p).await

@@ -80,16 +80,6 @@ impl PostgresStore {
         .collect()
     }
 
-    pub(super) async fn queue_pending(&self, queue: &str) -> StoreResult<(u64, u64)> {
-        let (n, bytes): (i64, i64) = sqlx::query_as(
-            "SELECT COUNT(*)::BIGINT, COALESCE(SUM(octet_length(payload)), 0)::BIGINT FROM tasks \
-             WHERE queue = $1 AND state IN ('pending', 'blocked')",
-        )
-        .bind(queue)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok((n.max(0) as u64, bytes.max(0) as u64))
-    }
 
     pub(super) async fn task_queues(
         &self,
