@@ -57,6 +57,7 @@ use native::hosts;
 // The rooms of the Store implementation (each an `impl PostgresStore` the
 // trait impl below delegates to) and its helpers.
 mod admin;
+mod workers;
 mod rows;
 mod tx;
 mod complete;
@@ -350,29 +351,6 @@ impl Flow for PostgresStore {
 }
 
 #[async_trait]
-impl Workers for PostgresStore {
-    async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>> {
-        self.lease_holders(p).await
-    }
-
-    async fn worker_record_seen(&self, seen: &[WorkerSeen]) -> StoreResult<()> {
-        routing::worker_record_seen(&self.pool, seen).await
-    }
-
-    async fn worker_list(&self, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
-        routing::worker_list(&self.pool, f).await
-    }
-
-    async fn worker_get(
-        &self,
-        worker_id: &str,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
-        routing::worker_get(&self.pool, worker_id, now).await
-    }
-}
-
-#[async_trait]
 impl Admin for PostgresStore {
     async fn task_cancel(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
         self.task_cancel(task_id, now).await
@@ -424,27 +402,3 @@ impl Admin for PostgresStore {
     }
 }
 
-#[async_trait]
-impl Observe for PostgresStore {
-    async fn queue_stats(
-        &self,
-        queues: &[String],
-        now: DateTime<Utc>,
-    ) -> StoreResult<Vec<QueueStatsRecord>> {
-        self.queue_stats(queues, now).await
-    }
-
-    async fn attempt_histogram(
-        &self,
-        p: &AttemptHistogramParams,
-    ) -> StoreResult<Vec<AttemptBucket>> {
-        self.attempt_histogram(p).await
-    }
-
-    async fn attempt_durations(
-        &self,
-        p: &AttemptDurationParams,
-    ) -> StoreResult<Vec<AttemptDuration>> {
-        self.attempt_durations(p).await
-    }
-}

@@ -4,50 +4,7 @@
 use super::*;
 
 impl PostgresStore {
-    pub(super) async fn attempt_histogram(
-        &self,
-        p: &AttemptHistogramParams,
-    ) -> StoreResult<Vec<AttemptBucket>> {
-        // The window's attempts: ended ones from task_attempts, succeeded ones from
-        // their task rows (recent_attempts), optionally of one queue.
-        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "{} SELECT queue, (finished_at - $1) / $3 AS b, \
-               COUNT(*) FILTER (WHERE outcome = 'succeeded'), \
-               COUNT(*) FILTER (WHERE outcome <> 'succeeded') \
-             FROM recent WHERE finished_at < $2 AND ($4::text IS NULL OR queue = $4) \
-             GROUP BY queue, b ORDER BY queue, b",
-            super::read::recent_attempts("$1::bigint")
-        )))
-        .bind(ms(p.since))
-        .bind(ms(p.until))
-        .bind(duration_ms(p.bucket).max(1))
-        .bind(p.queue.as_deref())
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(observe::bucket_row).collect())
-    }
 
-    pub(super) async fn attempt_durations(
-        &self,
-        p: &AttemptDurationParams,
-    ) -> StoreResult<Vec<AttemptDuration>> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "{} SELECT queue, finished_at - leased_at FROM recent \
-             WHERE outcome = 'succeeded' ORDER BY finished_at DESC LIMIT $2",
-            super::read::recent_attempts("$1::bigint")
-        )))
-        .bind(ms(p.since))
-        .bind(i64::from(p.limit))
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(queue, d)| AttemptDuration {
-                queue,
-                run_time: Duration::from_millis(d.max(0) as u64),
-            })
-            .collect())
-    }
 
     pub(super) async fn task_dead_groups(
         &self,
@@ -104,19 +61,75 @@ impl PostgresStore {
         Ok(n)
     }
 
-    pub(super) async fn lease_holders(
+}
+
+#[async_trait]
+impl Observe for PostgresStore {
+    async fn queue_stats(
         &self,
-        p: &LeaseHolderParams,
-    ) -> StoreResult<Vec<LeaseHolder>> {
-        let rows: Vec<observe::HolderRow> = sqlx::query_as(
-            "SELECT COALESCE(leased_by, ''), COALESCE(leased_address, ''), queue, COUNT(*), \
-               MIN(leased_at), MAX(updated_at) FROM tasks \
-             WHERE state = 'leased' AND lease_expires_at >= 0 \
-             GROUP BY 1, 2, 3 ORDER BY 1, 2, 3 LIMIT $1",
-        )
+        queues: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<QueueStatsRecord>> {
+        let now = ms(now);
+        let all = queues.is_empty();
+        // Index-only scans (see observe.sql), of every queue or of `queues`.
+        let counts: Vec<(String, String, bool, i64, i64)> = if all {
+            sqlx::query_as(sql::QUEUE_STATS)
+                .bind(now)
+                .bind(now)
+                .fetch_all(&self.pool)
+                .await?
+        } else {
+            sqlx::query_as(sql::QUEUE_STATS_QUEUES)
+                .bind(queues)
+                .bind(queues)
+                .bind(now)
+                .bind(queues)
+                .bind(now)
+                .bind(queues)
+                .fetch_all(&self.pool)
+                .await?
+        };
+        let recent: Vec<(String, String, i64)> = sqlx::query_as(sql::QUEUE_STATS_RECENT)
+        .bind(now - 60_000)
+        .bind(all)
+        .bind(queues)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(super::row::fold_stats(counts, recent))
+    }
+
+    async fn attempt_histogram(
+        &self,
+        p: &AttemptHistogramParams,
+    ) -> StoreResult<Vec<AttemptBucket>> {
+        // The window's attempts: ended ones from task_attempts, succeeded ones from
+        // their task rows (recent_attempts), optionally of one queue.
+        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(sql::ATTEMPT_HISTOGRAM)
+        .bind(ms(p.since))
+        .bind(ms(p.until))
+        .bind(duration_ms(p.bucket).max(1))
+        .bind(p.queue.as_deref())
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(observe::bucket_row).collect())
+    }
+
+    async fn attempt_durations(
+        &self,
+        p: &AttemptDurationParams,
+    ) -> StoreResult<Vec<AttemptDuration>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(sql::ATTEMPT_DURATIONS)
+        .bind(ms(p.since))
         .bind(i64::from(p.limit))
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().map(observe::holder_row).collect())
+        Ok(rows
+            .into_iter()
+            .map(|(queue, d)| AttemptDuration {
+                queue,
+                run_time: Duration::from_millis(d.max(0) as u64),
+            })
+            .collect())
     }
 }

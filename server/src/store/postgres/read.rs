@@ -2,38 +2,6 @@
 
 use super::*;
 
-/// CTEs naming the attempts that finished at or after `since` (an SQL expression
-/// in ms): `recent(queue, worker_id, leased_at, finished_at, outcome)`. An attempt
-/// that ended otherwise than in success has its row in task_attempts; a succeeded
-/// one is its task's row (migration 0018), found per queue through
-/// tasks_queue_state (queue, state, finished_at) after a walk of its queues (one
-/// probe each), unless task_attempts holds it (a success recorded before 0018).
-/// Starts with `WITH RECURSIVE`; append more CTEs with a comma.
-pub(super) fn recent_attempts(since: &str) -> String {
-    format!(
-        "WITH RECURSIVE done_queues(q) AS ( \
-           SELECT (SELECT queue FROM tasks WHERE state NOT IN ('pending', 'leased') \
-             ORDER BY queue LIMIT 1) \
-           UNION ALL \
-           SELECT (SELECT t.queue FROM tasks t WHERE t.state NOT IN ('pending', 'leased') \
-             AND t.queue > dq.q ORDER BY t.queue LIMIT 1) \
-           FROM done_queues dq WHERE dq.q IS NOT NULL), \
-         recent(queue, worker_id, leased_at, finished_at, outcome) AS ( \
-           SELECT t.queue, a.worker_id, a.leased_at, a.finished_at, a.outcome \
-           FROM task_attempts a JOIN tasks t ON t.id = a.task_id WHERE a.finished_at >= {since} \
-           UNION ALL \
-           SELECT s.queue, s.worker_id, s.leased_at, s.finished_at, 'succeeded' \
-           FROM done_queues dq CROSS JOIN LATERAL ( \
-             SELECT t.queue, COALESCE(t.leased_by, '') AS worker_id, \
-               COALESCE(t.leased_at, t.updated_at) AS leased_at, t.finished_at \
-             FROM tasks t WHERE t.queue = dq.q AND t.state = 'succeeded' \
-               AND t.state NOT IN ('pending', 'leased') AND t.finished_at >= {since} \
-               AND NOT EXISTS (SELECT 1 FROM task_attempts x \
-                 WHERE x.task_id = t.id AND x.attempt = t.attempt)) s \
-           WHERE dq.q IS NOT NULL)"
-    )
-}
-
 impl PostgresStore {
     pub(super) async fn task_next_run_at(
         &self,
@@ -191,55 +159,4 @@ impl PostgresStore {
             .map(Some)
     }
 
-    pub(super) async fn queue_stats(
-        &self,
-        queues: &[String],
-        now: DateTime<Utc>,
-    ) -> StoreResult<Vec<QueueStatsRecord>> {
-        let now = ms(now);
-        let all = queues.is_empty();
-        // Index-only scans instead of one over the table: finished and blocked
-        // rows through the (queue, state) index, leased rows through tasks_leased and
-        // pending rows through the lease index and tasks_waiting (each predicate names its index's).
-        let mut qb = sqlx::QueryBuilder::<Postgres>::new(
-            "SELECT queue, state, FALSE, COUNT(*), 0::BIGINT FROM tasks \
-             WHERE state NOT IN ('pending', 'leased')",
-        );
-        if !all {
-            qb.push(" AND queue = ANY(").push_bind(queues).push(")");
-        }
-        qb.push(
-            " GROUP BY queue, state UNION ALL SELECT queue, 'leased', FALSE, COUNT(*), 0::BIGINT \
-             FROM tasks WHERE state = 'leased'",
-        );
-        if !all {
-            qb.push(" AND queue = ANY(").push_bind(queues).push(")");
-        }
-        // Pending rows in two parts, each through its index: the lease index
-        // (not waiting) and tasks_waiting.
-        qb.push(" GROUP BY queue");
-        for part in ["NOT waiting", "waiting"] {
-            qb.push(" UNION ALL SELECT queue, state, run_at > ")
-                .push_bind(now)
-                .push(" AS later, COUNT(*), MIN(run_at) FROM tasks WHERE state = 'pending' AND ")
-                .push(part);
-            if !all {
-                qb.push(" AND queue = ANY(").push_bind(queues).push(")");
-            }
-            qb.push(" GROUP BY queue, state, later");
-        }
-        let counts: Vec<(String, String, bool, i64, i64)> =
-            qb.build_query_as().fetch_all(&self.pool).await?;
-        let recent: Vec<(String, String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "{} SELECT queue, outcome, COUNT(*) FROM recent \
-             WHERE ($2 OR queue = ANY($3)) GROUP BY queue, outcome",
-            recent_attempts("$1::bigint")
-        )))
-        .bind(now - 60_000)
-        .bind(all)
-        .bind(queues)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(super::row::fold_stats(counts, recent))
-    }
 }

@@ -2,8 +2,7 @@
 //! with a submit, the reservation a failure leaves, and the worker registry.
 //! The lease rules are predicates of the lease statement in `postgres.rs`.
 
-use chrono::{DateTime, Utc};
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{Postgres, Transaction};
 
 use super::super::row::{TaskRow, ms};
 use super::super::*;
@@ -144,118 +143,5 @@ pub(super) async fn clear_reservation(
     Ok(())
 }
 
-pub(super) async fn worker_record_seen(pool: &PgPool, seen: &[WorkerSeen]) -> StoreResult<()> {
-    if seen.is_empty() {
-        return Ok(());
-    }
-    let ids: Vec<&str> = seen.iter().map(|w| w.worker_id.as_str()).collect();
-    let labels: Vec<String> = seen
-        .iter()
-        .map(|w| serde_json::to_string(&w.labels).unwrap_or_else(|_| "{}".into()))
-        .collect();
-    let addresses: Vec<&str> = seen.iter().map(|w| w.address.as_str()).collect();
-    // Empty queues (a Heartbeat) keep the stored labels and queues.
-    let queues: Vec<Option<String>> = seen
-        .iter()
-        .map(|w| {
-            (!w.queues.is_empty())
-                .then(|| serde_json::to_string(&w.queues).unwrap_or_else(|_| "[]".into()))
-        })
-        .collect();
-    let nows: Vec<i64> = seen.iter().map(|w| ms(w.now)).collect();
-    // One row per worker id (the last seen wins), in id order so two replicas
-    // upserting the same workers lock rows in the same order.
-    sqlx::query(
-        "INSERT INTO workers (worker_id, labels, address, queues, first_seen, last_seen) \
-         SELECT DISTINCT ON (id) id, l, a, COALESCE(q, '[]'), n, n \
-         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[]) \
-           AS u(id, l, a, q, n) \
-         ORDER BY id, n DESC \
-         ON CONFLICT (worker_id) DO UPDATE SET \
-           labels = CASE WHEN excluded.queues = '[]' THEN workers.labels ELSE excluded.labels END, \
-           address = excluded.address, \
-           queues = CASE WHEN excluded.queues = '[]' THEN workers.queues ELSE excluded.queues END, \
-           last_seen = GREATEST(workers.last_seen, excluded.last_seen)",
-    )
-    .bind(&ids)
-    .bind(&labels)
-    .bind(&addresses)
-    .bind(&queues)
-    .bind(&nows)
-    .execute(pool)
-    .await?;
-    Ok(())
-}
 
-/// The registry row with its counts: leases held now, attempts finished in the
-/// minute before `now` (`$1`).
-static WORKER_SELECT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "{}, per_worker AS (SELECT worker_id, \
-           count(*) FILTER (WHERE outcome = 'succeeded') AS completed, \
-           count(*) FILTER (WHERE outcome <> 'succeeded') AS failed \
-           FROM recent GROUP BY worker_id) \
-         SELECT w.worker_id, w.labels, w.address, w.queues, w.first_seen, w.last_seen, \
-         (SELECT count(*) FROM tasks h WHERE h.state = 'leased' AND h.leased_by = w.worker_id) \
-           AS leases_held, \
-         COALESCE(p.completed, 0) AS completed, COALESCE(p.failed, 0) AS failed \
-         FROM workers w LEFT JOIN per_worker p ON p.worker_id = w.worker_id",
-        super::read::recent_attempts("$1::bigint")
-    )
-});
 
-fn minute_before(now: DateTime<Utc>) -> i64 {
-    ms(now) - 60_000
-}
-
-pub(super) async fn worker_list(pool: &PgPool, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
-    let mut qb = sqlx::QueryBuilder::<Postgres>::new(
-        WORKER_SELECT.replace("$1", &minute_before(f.now).to_string()),
-    );
-    qb.push(" WHERE w.last_seen >= ")
-        .push_bind(ms(f.seen_since));
-    if let Some(queue) = &f.queue {
-        qb.push(" AND w.queues::jsonb ? ").push_bind(queue);
-    }
-    if !f.labels.is_empty() {
-        qb.push(" AND w.labels::jsonb @> ")
-            .push_bind(serde_json::to_string(&f.labels).unwrap_or_else(|_| "{}".into()))
-            .push("::jsonb");
-    }
-    if let Some(after) = &f.after_id {
-        qb.push(" AND w.worker_id > ").push_bind(after);
-    }
-    qb.push(" ORDER BY w.worker_id LIMIT ")
-        .push_bind(i64::from(f.limit));
-    qb.build_query_as::<WorkerRow>()
-        .fetch_all(pool)
-        .await?
-        .into_iter()
-        .map(WorkerRow::into_record)
-        .collect()
-}
-
-pub(super) async fn worker_get(
-    pool: &PgPool,
-    worker_id: &str,
-    now: DateTime<Utc>,
-) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
-    let sql = format!("{} WHERE w.worker_id = $2", *WORKER_SELECT);
-    let Some(row) = sqlx::query_as::<_, WorkerRow>(sqlx::AssertSqlSafe(sql))
-        .bind(minute_before(now))
-        .bind(worker_id)
-        .fetch_optional(pool)
-        .await?
-    else {
-        return Ok(None);
-    };
-    let leases: Vec<WorkerLeaseRow> = sqlx::query_as(
-        "SELECT id, queue, attempt, leased_at, lease_expires_at FROM tasks \
-         WHERE state = 'leased' AND leased_by = $1 ORDER BY leased_at, seq LIMIT 1000",
-    )
-    .bind(worker_id)
-    .fetch_all(pool)
-    .await?;
-    let leases = leases.into_iter().map(worker_lease).collect();
-    Ok(Some((row.into_record()?, leases)))
-}
