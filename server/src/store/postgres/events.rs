@@ -170,14 +170,6 @@ macro_rules! leased_event {
 }
 pub(super) use leased_event;
 
-/// The statement tail that records one `kind` event per row of the CTE `u`
-/// (which returns `id, queue, state, attempt, run_at`), at `time` (an SQL expression
-/// in ms): `WITH u AS (UPDATE ... RETURNING ...) <this>`. It returns one row with
-/// the number of rows `u` changed, or none when it changed none ([`changed`]).
-pub(super) fn from_updated(kind: &str, time: &str) -> String {
-    from_updated_with(kind, time, "NULL")
-}
-
 /// As [`from_updated`], with `detail` (an SQL expression).
 pub(super) fn from_updated_with(kind: &str, time: &str, detail: &str) -> String {
     format!(

@@ -32,8 +32,6 @@ mod schedules;
 mod routing;
 use routing::BindRouting as _;
 
-// The console's dead letters.
-mod dead;
 // Flow: dependencies, events, bulk operations (migration 0010).
 mod events;
 mod flow;
@@ -308,97 +306,6 @@ impl Settling for PostgresStore {
 
     async fn lease_reclaim_expired(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped> {
         self.lease_reclaim_expired(now, limit).await
-    }
-}
-
-#[async_trait]
-impl Flow for PostgresStore {
-    async fn task_flow_info(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<std::collections::HashMap<String, TaskFlowInfo>> {
-        flow::flow_info(&self.pool, task_ids).await
-    }
-
-    async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>> {
-        flow::keys_missing(&self.pool, task_id, limit).await
-    }
-
-    async fn task_dependency_result_sizes(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<Vec<(String, u64, u64)>> {
-        flow::dependency_result_sizes(&self.pool, task_ids).await
-    }
-
-    async fn task_dependency_results(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
-        flow::dependency_results(&self.pool, task_ids).await
-    }
-
-    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
-        Ok(sqlx::query_scalar(
-            "SELECT depends_on FROM task_deps WHERE task_id = $1 AND NOT resolved \
-             ORDER BY depends_on LIMIT $2",
-        )
-        .bind(task_id)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?)
-    }
-}
-
-#[async_trait]
-impl Admin for PostgresStore {
-    async fn task_cancel(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
-        self.task_cancel(task_id, now).await
-    }
-
-    async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
-        self.task_requeue(task_id, now).await
-    }
-
-    async fn task_purge_finished(
-        &self,
-        before: DateTime<Utc>,
-        scope: &PurgeScope,
-        limit: u32,
-    ) -> StoreResult<u64> {
-        self.task_purge_finished(before, scope, limit).await
-    }
-
-    async fn task_dead_groups(&self, p: &DeadGroupParams) -> StoreResult<Vec<DeadGroup>> {
-        self.task_dead_groups(p).await
-    }
-
-    async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> StoreResult<u64> {
-        self.task_requeue_dead(p).await
-    }
-
-    async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64> {
-        dead::task_cancel_dead(&self.pool, p).await
-    }
-
-    async fn task_select(&self, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
-        flow::select(&self.pool, f).await
-    }
-
-    async fn task_cancel_many(
-        &self,
-        task_ids: &[String],
-        now: DateTime<Utc>,
-    ) -> StoreResult<BulkCancelled> {
-        flow::cancel_many(&self.pool, task_ids, now).await
-    }
-
-    async fn task_requeue_many(
-        &self,
-        tasks: &[(String, DateTime<Utc>)],
-        now: DateTime<Utc>,
-    ) -> StoreResult<u64> {
-        flow::requeue_many(&self.pool, tasks, now).await
     }
 }
 

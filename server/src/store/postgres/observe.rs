@@ -3,65 +3,6 @@
 
 use super::*;
 
-impl PostgresStore {
-
-
-    pub(super) async fn task_dead_groups(
-        &self,
-        p: &DeadGroupParams,
-    ) -> StoreResult<Vec<DeadGroup>> {
-        // Console (migration 0011): counted per (queue, error_hash) from
-        // tasks_dead_error alone, then one row per group read for its text.
-        let rows: Vec<(String, String, i64, Option<i64>)> = sqlx::query_as(
-            "WITH g AS (SELECT queue, error_hash, COUNT(*) AS n, MAX(finished_at) AS last \
-               FROM tasks WHERE state = 'dead' AND ($1::text IS NULL OR queue = $1) \
-                 AND ($2::text IS NULL OR (error_hash = hashtextextended($2, 0) \
-                   AND COALESCE(last_error, '') = $2)) \
-               GROUP BY queue, error_hash ORDER BY n DESC, queue, error_hash LIMIT $3) \
-             SELECT g.queue, COALESCE((SELECT t.last_error FROM tasks t WHERE t.state = 'dead' \
-                 AND t.queue = g.queue AND t.error_hash = g.error_hash \
-                 AND ($2::text IS NULL OR COALESCE(t.last_error, '') = $2) LIMIT 1), '') AS e, \
-               g.n, g.last FROM g ORDER BY g.n DESC, g.queue, e",
-        )
-        .bind(p.queue.as_deref())
-        .bind(p.error.as_deref())
-        .bind(i64::from(p.limit))
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(observe::dead_group_row).collect())
-    }
-
-    pub(super) async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> StoreResult<u64> {
-        let mut tx = self.pool.begin().await?;
-        let n: Option<i32> = sqlx::query_scalar(
-            // A CTE runs once (an IN subquery may be rescanned per row, past the limit).
-            sqlx::AssertSqlSafe(format!(
-                "WITH picked AS (SELECT id FROM tasks WHERE queue = $2 AND state = 'dead' \
-                   AND error_hash = hashtextextended($3, 0) \
-                   AND COALESCE(last_error, '') = $3 ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED), \
-                 u AS (UPDATE tasks t SET state = 'pending', run_at = $1, waiting = FALSE, \
-                   attempts_allowed = attempt + max_attempts, cancel_requested = FALSE, \
-                   finished_at = NULL, updated_at = $1 \
-                 FROM picked WHERE t.id = picked.id RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) {}",
-                // Flow: the REQUEUED events in the same statement.
-                events::from_updated("requeued", "$1")
-            )),
-        )
-        .bind(ms(p.now))
-        .bind(&p.queue)
-        .bind(&p.error)
-        .bind(i64::from(p.limit))
-        .fetch_optional(&mut *tx)
-        .await?;
-        let n = events::changed(n);
-        if n > 0 {
-            Self::notify(&mut tx, &[&p.queue]).await?;
-        }
-        tx.commit().await?;
-        Ok(n)
-    }
-
-}
 
 #[async_trait]
 impl Observe for PostgresStore {
