@@ -151,36 +151,6 @@ macro_rules! event_batch_end {
 }
 pub(super) use event_batch_end;
 
-/// The LEASED events of a lease statement, as its CTE `ev`: one per row of the
-/// CTE `leased` (the rows the lease changed: `id, queue, attempt, leased_by`), at
-/// `$time` (an SQL expression in ms, the lease's clock). Every lease statement
-/// (plain, routed, gated) ends with `, leased_event!("$n") SELECT ...`.
-macro_rules! leased_event {
-    ($time:literal) => {
-        concat!(
-            ", ev AS (",
-            $crate::store::postgres::events::event_batch!(),
-            "SELECT id, queue, 'leased', 'leased', attempt, leased_by, ",
-            $time,
-            "::bigint, NULL FROM leased",
-            $crate::store::postgres::events::event_batch_end!(),
-            ")"
-        )
-    };
-}
-pub(super) use leased_event;
-
-/// As [`from_updated`], with `detail` (an SQL expression).
-pub(super) fn from_updated_with(kind: &str, time: &str, detail: &str) -> String {
-    format!(
-        "{} SELECT id, queue, '{kind}'::text, \
-         CASE WHEN state = 'pending' AND run_at > {time} THEN 'scheduled' \
-              WHEN state = 'pending' THEN 'ready' ELSE state END, \
-         attempt, NULL::text, ({time})::bigint, ({detail})::text FROM u{}",
-        event_batch!(),
-        event_batch_end!()
-    )
-}
 
 /// The rows a statement ending in [`from_updated`] changed, from its answer.
 pub(super) fn changed(n: Option<i32>) -> u64 {

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::row::{
     AttemptEnd, AttemptRow, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms,
-    sort_lease_order, state_filter_sql,
+    state_filter_sql,
 };
 use super::*;
 
@@ -41,9 +41,7 @@ use super::flow::{failure_events as flow_failure_events, of_row as flow_of_row};
 use crate::domain::event::EventKind;
 // Admission (migration 0009).
 mod admission;
-mod admission_lease;
-// The plain lease, for batches routing cannot touch (migration 0012).
-mod lease_plain;
+mod gated;
 // Sync match.
 mod sync_match;
 // What only Postgres needs: connect, hosts, the router, listen, statistics, horizon.
@@ -59,7 +57,7 @@ mod workers;
 mod rows;
 mod tx;
 mod complete;
-mod lease;
+mod leasing;
 mod observe;
 mod ops;
 mod read;
@@ -244,42 +242,6 @@ impl Tasks for PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<MatchedInsert>> {
         self.sync_insert_matched(tasks, matches, now).await
-    }
-}
-
-#[async_trait]
-impl Leasing for PostgresStore {
-    async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
-        self.task_lease_available(p).await
-    }
-
-    async fn task_lease_many(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
-        self.task_lease_many(ps).await
-    }
-
-    async fn task_next_run_at(
-        &self,
-        queues: &[String],
-        now: DateTime<Utc>,
-    ) -> StoreResult<Option<DateTime<Utc>>> {
-        self.task_next_run_at(queues, now).await
-    }
-
-    async fn lease_extend(
-        &self,
-        leases: &[LeaseRef],
-        extend_by: Option<Duration>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Vec<LeaseState>> {
-        self.lease_extend(leases, extend_by, now).await
-    }
-
-    async fn task_lease_gated(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
-        self.admission_lease(ps).await
-    }
-
-    async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64> {
-        self.sync_lease_release(leases, now).await
     }
 }
 

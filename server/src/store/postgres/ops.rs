@@ -253,41 +253,6 @@ impl PostgresStore {
         Self::insert_on(&mut conn, tasks, now, &self.wake_tag).await
     }
 
-    pub(super) async fn lease_extend(
-        &self,
-        leases: &[LeaseRef],
-        extend_by: Option<Duration>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Vec<LeaseState>> {
-        let ids: Vec<&str> = leases.iter().map(|l| l.task_id.as_str()).collect();
-        let tokens: Vec<&str> = leases.iter().map(|l| l.lease_token.as_str()).collect();
-        let rows: Vec<(String, String, i64, bool)> = sqlx::query_as(
-            "UPDATE tasks t SET lease_expires_at = \
-               LEAST($1 + COALESCE($2, t.lease_duration_ms), COALESCE(t.deadline, $1 + COALESCE($2, t.lease_duration_ms))), \
-               updated_at = $1 \
-             FROM UNNEST($3::text[], $4::text[]) AS l(id, token) \
-             WHERE t.id = l.id AND t.state = 'leased' AND t.lease_token = l.token \
-               AND t.lease_expires_at > $1 AND (t.deadline IS NULL OR t.deadline > $1) \
-             RETURNING t.id, t.lease_token, t.lease_expires_at, t.cancel_requested",
-        )
-        .bind(ms(now))
-        .bind(extend_by.map(duration_ms))
-        .bind(&ids)
-        .bind(&tokens)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(leases
-            .iter()
-            .map(|l| {
-                rows.iter()
-                    .find(|r| r.0 == l.task_id && r.1 == l.lease_token)
-                    .map_or(LeaseState::Lost, |r| LeaseState::Live {
-                        lease_expires_at: from_ms(r.2),
-                        cancel_requested: r.3,
-                    })
-            })
-            .collect())
-    }
 
     pub(super) async fn task_checkpoint(
         &self,

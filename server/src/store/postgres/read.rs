@@ -3,22 +3,6 @@
 use super::*;
 
 impl PostgresStore {
-    pub(super) async fn task_next_run_at(
-        &self,
-        queues: &[String],
-        now: DateTime<Utc>,
-    ) -> StoreResult<Option<DateTime<Utc>>> {
-        let next: Option<i64> = sqlx::query_scalar(
-            "SELECT MIN(n) FROM UNNEST($1::text[]) AS q(name), LATERAL ( \
-               SELECT run_at AS n FROM tasks WHERE state = 'pending' AND waiting \
-               AND queue = q.name AND run_at > $2 ORDER BY run_at LIMIT 1) f",
-        )
-        .bind(queues)
-        .bind(ms(now))
-        .fetch_one(self.hot())
-        .await?;
-        Ok(next.map(from_ms))
-    }
 
     pub(super) async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>> {
         sqlx::query_as::<_, TaskRow>("SELECT * FROM tasks WHERE id = $1")

@@ -233,43 +233,4 @@ impl PostgresStore {
         Ok(rows.into_iter().map(|(q, k, id)| ((q, k), id)).collect())
     }
 
-    pub(super) async fn sync_lease_release(
-        &self,
-        leases: &[LeaseRef],
-        now: DateTime<Utc>,
-    ) -> StoreResult<u64> {
-        if leases.is_empty() {
-            return Ok(0);
-        }
-        let ids: Vec<&str> = leases.iter().map(|l| l.task_id.as_str()).collect();
-        let tokens: Vec<&str> = leases.iter().map(|l| l.lease_token.as_str()).collect();
-        // The attempt is taken back (it never ran, and no attempt row was written
-        // for it: that happens when an attempt ends); the fencing token is not.
-        let released: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "WITH u AS ( \
-               UPDATE tasks t SET state = 'pending', attempt = t.attempt - 1, \
-                 lease_token = NULL, leased_by = NULL, lease_duration_ms = NULL, \
-                 lease_expires_at = NULL, leased_at = NULL, leased_address = NULL, \
-                 updated_at = $1 \
-               FROM UNNEST($2::text[], $3::text[]) AS l(id, token) \
-               WHERE t.id = l.id AND t.state = 'leased' AND t.lease_token = l.token \
-               RETURNING t.id, t.queue, t.state, t.attempt, t.run_at), \
-             ev AS ({}), \
-             woken AS (SELECT pg_notify($4, q) FROM (SELECT DISTINCT queue AS q FROM u) d) \
-             SELECT count(*) FROM u WHERE (SELECT count(*) FROM woken) >= 0",
-            // Flow: the task is READY again, its long-poll gone.
-            super::events::from_updated_with(
-                "requeued",
-                "$1",
-                "'lease released: its long-poll went away'"
-            )
-        )))
-        .bind(ms(now))
-        .bind(&ids)
-        .bind(&tokens)
-        .bind(CHANNEL)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(u64::try_from(released).unwrap_or_default())
-    }
 }

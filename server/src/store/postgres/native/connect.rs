@@ -71,6 +71,10 @@ fn label(options: &PgConnectOptions) -> String {
 
 impl PostgresStore {
     pub async fn connect(url: &str, max_connections: u32) -> StoreResult<Self> {
+        debug_assert!(
+            super::super::gated::cuts_by_reply_bound(),
+            "a lease statement's reply bound differs from store/reply.rs's"
+        );
         // Custom plans only: a generic plan of the lease statement, cached while the
         // table was small, reads the whole table on every lease once it is large
         // (a seq scan and sort instead of the ordered lease index), until the next
