@@ -112,44 +112,8 @@ pub(super) async fn record(conn: &mut PgConnection, evs: &[Ev<'_>]) -> StoreResu
 
 
 
-/// The first free event id of the running transaction: an uncorrelated
-/// sub-select, evaluated once per statement (one backward probe of the
-/// `last_id` index within the transaction's id range).
-macro_rules! event_base {
-    () => {
-        "(SELECT COALESCE(max(last_id) + 1, pg_current_xact_id()::text::bigint << 20) \
-         FROM task_event_batches WHERE last_id >= pg_current_xact_id()::text::bigint << 20 \
-         AND last_id < (pg_current_xact_id()::text::bigint + 1) << 20)"
-    };
-}
-pub(super) use event_base;
 
-/// The start of an event insert: `event_batch!() "SELECT <task id>, <queue>,
-/// <kind>, <state>, <attempt>, <worker>, <time>, <detail> FROM ..."
-/// event_batch_end!()` records the sub-select's rows, in their order, as one
-/// row (none when it has no rows). The statement returns that row's event count.
-macro_rules! event_batch {
-    () => {
-        concat!(
-            "INSERT INTO task_event_batches (first_id, last_id, task_ids, queues, kinds, \
-             states, attempts, workers, times, details) SELECT ",
-            $crate::store::postgres::events::event_base!(),
-            ", ",
-            $crate::store::postgres::events::event_base!(),
-            " + count(*) - 1, array_agg(e.t), array_agg(e.q), array_agg(e.k), array_agg(e.s), \
-             array_agg(e.a), array_agg(e.w), array_agg(e.at), array_agg(e.d) FROM ("
-        )
-    };
-}
-pub(super) use event_batch;
 
-/// The end of [`event_batch!`].
-macro_rules! event_batch_end {
-    () => {
-        ") AS e(t, q, k, s, a, w, at, d) HAVING count(*) > 0 RETURNING cardinality(task_ids)"
-    };
-}
-pub(super) use event_batch_end;
 
 
 /// The rows a statement ending in [`from_updated`] changed, from its answer.

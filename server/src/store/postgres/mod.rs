@@ -15,7 +15,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 use tokio_util::sync::CancellationToken;
 
 use super::row::{
-    AttemptEnd, AttemptRow, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms,
+    AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms,
     state_filter_sql,
 };
 use super::*;
@@ -30,7 +30,6 @@ use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
 mod schedules;
 // Routing and the worker registry (migration 0008).
 mod routing;
-use routing::BindRouting as _;
 
 // Flow: dependencies, events, bulk operations (migration 0010).
 mod events;
@@ -53,14 +52,13 @@ use native::hosts;
 // The rooms of the Store implementation (each an `impl PostgresStore` the
 // trait impl below delegates to) and its helpers.
 mod admin;
+mod tasks;
 mod workers;
 mod rows;
 mod tx;
-mod complete;
+mod settling;
 mod leasing;
 mod observe;
-mod ops;
-mod read;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -172,102 +170,6 @@ impl Engine for PostgresStore {
             hot.close().await;
         }
         self.pool.close().await;
-    }
-}
-
-#[async_trait]
-impl Tasks for PostgresStore {
-    async fn task_insert_many(
-        &self,
-        tasks: &[NewTask],
-        now: DateTime<Utc>,
-    ) -> StoreResult<Vec<Inserted>> {
-        self.task_insert_many(tasks, now).await
-    }
-
-    async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>> {
-        self.task_get(task_id).await
-    }
-
-    async fn task_find_keys(&self, keys: &[(String, String)]) -> StoreResult<Vec<TaskRecord>> {
-        self.task_find_keys(keys).await
-    }
-
-    async fn task_queues(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<std::collections::HashMap<String, String>> {
-        self.task_queues(task_ids).await
-    }
-
-    async fn task_list(&self, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
-        self.task_list(f).await
-    }
-
-    async fn task_update(
-        &self,
-        task_id: &str,
-        u: &TaskUpdate,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Changed> {
-        self.task_update(task_id, u, now).await
-    }
-
-    async fn task_replace_waiting(
-        &self,
-        r: &Replacement,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Option<String>> {
-        self.task_replace_waiting(r, now).await
-    }
-
-    async fn attempt_list(&self, task_id: &str) -> StoreResult<Option<Vec<AttemptRecord>>> {
-        self.attempt_list(task_id).await
-    }
-
-    async fn task_insert_flow(
-        &self,
-        tasks: &[NewTask],
-        flows: &[FlowSpec],
-        now: DateTime<Utc>,
-        commit_by: Option<std::time::Instant>,
-    ) -> StoreResult<FlowInserted> {
-        flow::insert(&self.pool, tasks, flows, now, commit_by).await
-    }
-
-    async fn task_insert_matched(
-        &self,
-        tasks: &[NewTask],
-        matches: &[Option<MatchTo>],
-        now: DateTime<Utc>,
-    ) -> StoreResult<Vec<MatchedInsert>> {
-        self.sync_insert_matched(tasks, matches, now).await
-    }
-}
-
-#[async_trait]
-impl Settling for PostgresStore {
-    async fn task_checkpoint(&self, p: &CheckpointParams) -> StoreResult<Settled<LeaseState>> {
-        self.task_checkpoint(p).await
-    }
-
-    async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
-        self.task_complete(p).await
-    }
-
-    async fn task_complete_many(
-        &self,
-        ps: &[CompleteParams],
-    ) -> StoreResult<Vec<Settled<Completed>>> {
-        self.task_complete_many(ps).await
-    }
-
-    async fn task_fail(&self, p: &FailParams) -> StoreResult<Settled<FailResult>> {
-        self.task_fail(p).await
-    }
-
-    async fn lease_reclaim_expired(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped> {
-        self.lease_reclaim_expired(now, limit).await
     }
 }
 
