@@ -110,13 +110,8 @@ pub(super) async fn record(conn: &mut PgConnection, evs: &[Ev<'_>]) -> StoreResu
     Ok(())
 }
 
-
-
-
-
-
-
-/// The rows a statement ending in [`from_updated`] changed, from its answer.
+/// The rows a statement ending in `${event_batch_end}` changed, from its answer
+/// (the event count of its one row, none when it changed none).
 pub(super) fn changed(n: Option<i32>) -> u64 {
     n.map_or(0, |n| u64::try_from(n).unwrap_or(0))
 }
