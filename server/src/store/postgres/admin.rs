@@ -5,7 +5,6 @@ use std::collections::HashSet;
 
 use super::*;
 
-
 #[async_trait]
 impl Admin for PostgresStore {
     async fn task_cancel(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
@@ -16,14 +15,10 @@ impl Admin for PostgresStore {
             return Ok(Changed::NotFound);
         };
         let (stmt, kind) = match row.stored_state()? {
-            StoredState::Pending | StoredState::Blocked => (
-                sql::TASK_CANCEL_PENDING,
-                EventKind::Cancelled,
-            ),
-            StoredState::Leased => (
-                sql::TASK_CANCEL_REQUEST,
-                EventKind::Updated,
-            ),
+            StoredState::Pending | StoredState::Blocked => {
+                (sql::TASK_CANCEL_PENDING, EventKind::Cancelled)
+            }
+            StoredState::Leased => (sql::TASK_CANCEL_REQUEST, EventKind::Updated),
             StoredState::Cancelled => {
                 tx.rollback().await?;
                 return Ok(Changed::Done(Box::new(row.into_record()?)));
@@ -55,10 +50,10 @@ impl Admin for PostgresStore {
             return Ok(Changed::WrongState(state));
         }
         sqlx::query(sql::TASK_REQUEUE)
-        .bind(ms(now))
-        .bind(&row.id)
-        .execute(&mut *tx)
-        .await?;
+            .bind(ms(now))
+            .bind(&row.id)
+            .execute(&mut *tx)
+            .await?;
         Self::notify(&mut tx, &[&row.queue]).await?;
         // Routing: an admin requeue frees a reserved retry.
         routing::clear_reservation(&mut tx, &row).await?;
@@ -82,12 +77,12 @@ impl Admin for PostgresStore {
         // (0013): its queues are walked one index probe each (qs), then each
         // (queue, finished state) is a range of it.
         let purged: i64 = sqlx::query_scalar(sql::TASK_PURGE_FINISHED)
-        .bind(ms(before))
-        .bind(only)
-        .bind(&except)
-        .bind(i64::from(limit))
-        .fetch_one(&self.pool)
-        .await?;
+            .bind(ms(before))
+            .bind(only)
+            .bind(&except)
+            .bind(i64::from(limit))
+            .fetch_one(&self.pool)
+            .await?;
         Ok(purged.max(0) as u64)
     }
 
@@ -95,23 +90,26 @@ impl Admin for PostgresStore {
         // Console (migration 0011): counted per (queue, error_hash) from
         // tasks_dead_error alone, then one row per group read for its text.
         let rows: Vec<(String, String, i64, Option<i64>)> = sqlx::query_as(sql::TASK_DEAD_GROUPS)
-        .bind(p.queue.as_deref())
-        .bind(p.error.as_deref())
-        .bind(i64::from(p.limit))
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(super::super::observe::dead_group_row).collect())
+            .bind(p.queue.as_deref())
+            .bind(p.error.as_deref())
+            .bind(i64::from(p.limit))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(super::super::observe::dead_group_row)
+            .collect())
     }
 
     async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> StoreResult<u64> {
         let mut tx = self.pool.begin().await?;
         let n: Option<i32> = sqlx::query_scalar(sql::TASK_REQUEUE_DEAD)
-        .bind(ms(p.now))
-        .bind(&p.queue)
-        .bind(&p.error)
-        .bind(i64::from(p.limit))
-        .fetch_optional(&mut *tx)
-        .await?;
+            .bind(ms(p.now))
+            .bind(&p.queue)
+            .bind(&p.error)
+            .bind(i64::from(p.limit))
+            .fetch_optional(&mut *tx)
+            .await?;
         let n = events::changed(n);
         if n > 0 {
             Self::notify(&mut tx, &[&p.queue]).await?;
@@ -145,6 +143,7 @@ impl Admin for PostgresStore {
     }
 
     async fn task_select(&self, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
+        // Dynamic: the filters are optional.
         let push_where = |qb: &mut sqlx::QueryBuilder<Postgres>| {
             qb.push(" AND queue = ").push_bind(&f.queue);
             if let Some(p) = &f.key_prefix {
@@ -207,16 +206,16 @@ impl Admin for PostgresStore {
         let mut tx = self.pool.begin().await?;
         // Flow: each statement records its events.
         let cancelled: Option<i32> = sqlx::query_scalar(sql::TASK_CANCEL_MANY_PENDING)
-        .bind(task_ids)
-        .bind(ms(now))
-        .fetch_optional(&mut *tx)
-        .await?;
+            .bind(task_ids)
+            .bind(ms(now))
+            .fetch_optional(&mut *tx)
+            .await?;
         let cancelled = super::events::changed(cancelled);
         let requested: Option<i32> = sqlx::query_scalar(sql::TASK_CANCEL_MANY_REQUEST)
-        .bind(task_ids)
-        .bind(ms(now))
-        .fetch_optional(&mut *tx)
-        .await?;
+            .bind(task_ids)
+            .bind(ms(now))
+            .fetch_optional(&mut *tx)
+            .await?;
         let requested = super::events::changed(requested);
         tx.commit().await?;
         Ok(BulkCancelled {
@@ -234,11 +233,11 @@ impl Admin for PostgresStore {
         let run_at: Vec<i64> = tasks.iter().map(|t| ms(t.1)).collect();
         let mut tx = self.pool.begin().await?;
         let queues: Vec<String> = sqlx::query_scalar(sql::TASK_REQUEUE_MANY)
-        .bind(&ids)
-        .bind(&run_at)
-        .bind(ms(now))
-        .fetch_all(&mut *tx)
-        .await?;
+            .bind(&ids)
+            .bind(&run_at)
+            .bind(ms(now))
+            .fetch_all(&mut *tx)
+            .await?;
         let distinct: HashSet<&str> = queues.iter().map(String::as_str).collect();
         let distinct: Vec<&str> = distinct.into_iter().collect();
         sqlx::query(sql::QUEUE_NOTIFY)

@@ -34,15 +34,13 @@ fn to_json(c: &QueueConfig) -> StoreResult<String> {
     serde_json::to_string(c).map_err(|e| StoreError::Internal(Box::new(e)))
 }
 
-
-
 #[async_trait]
 impl Admission for PostgresStore {
     async fn queue_pending(&self, queue: &str) -> StoreResult<(u64, u64)> {
         let (n, bytes): (i64, i64) = sqlx::query_as(sql::QUEUE_PENDING)
-        .bind(queue)
-        .fetch_one(&self.pool)
-        .await?;
+            .bind(queue)
+            .fetch_one(&self.pool)
+            .await?;
         Ok((n.max(0) as u64, bytes.max(0) as u64))
     }
 
@@ -54,19 +52,18 @@ impl Admission for PostgresStore {
             .execute(&mut *tx)
             .await?;
         sqlx::query(sql::QUEUE_DEAD_LETTERS_SET_INSERT)
-        .bind(&queues)
-        .bind(&dlqs)
-        .execute(&mut *tx)
-        .await?;
+            .bind(&queues)
+            .bind(&dlqs)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(())
     }
 
     async fn queue_list(&self) -> StoreResult<Vec<StoredQueue>> {
-        let rows: Vec<(String, String, Option<i64>, i64)> =
-            sqlx::query_as(sql::QUEUE_LIST)
-                .fetch_all(&self.pool)
-                .await?;
+        let rows: Vec<(String, String, Option<i64>, i64)> = sqlx::query_as(sql::QUEUE_LIST)
+            .fetch_all(&self.pool)
+            .await?;
         rows.into_iter()
             .map(|(name, config, updated_at, version)| {
                 Ok(StoredQueue {
@@ -94,10 +91,10 @@ impl Admission for PostgresStore {
             .execute(&mut *tx)
             .await?;
         sqlx::query(sql::QUEUE_SEED_UPSERT)
-        .bind(&names)
-        .bind(&configs)
-        .execute(&mut *tx)
-        .await?;
+            .bind(&names)
+            .bind(&configs)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -113,20 +110,20 @@ impl Admission for PostgresStore {
         let mut tx = self.pool.begin().await?;
         let n = match version {
             None => sqlx::query(sql::QUEUE_PUT_INSERT)
-            .bind(name)
-            .bind(&json)
-            .bind(ms(now))
-            .execute(&mut *tx)
-            .await?
-            .rows_affected(),
+                .bind(name)
+                .bind(&json)
+                .bind(ms(now))
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
             Some(v) => sqlx::query(sql::QUEUE_PUT_UPDATE)
-            .bind(name)
-            .bind(&json)
-            .bind(ms(now))
-            .bind(v)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected(),
+                .bind(name)
+                .bind(&json)
+                .bind(ms(now))
+                .bind(v)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
         };
         // A resumed (or widened) queue: long-polls on every replica look again.
         Self::notify(&mut tx, &[name]).await?;
@@ -141,20 +138,18 @@ impl Admission for PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreResult<QueueUsage> {
         let now = ms(now);
-        let row: Option<(String, f64, i64)> =
-            sqlx::query_as(sql::QUEUE_USAGE_QUEUE)
-                .bind(queue)
-                .fetch_optional(&self.pool)
-                .await?;
+        let row: Option<(String, f64, i64)> = sqlx::query_as(sql::QUEUE_USAGE_QUEUE)
+            .bind(queue)
+            .fetch_optional(&self.pool)
+            .await?;
         let Some((json, tokens, refilled_at)) = row else {
             return Ok(QueueUsage::default());
         };
         let config = parse(queue, &json)?;
-        let leased: i64 =
-            sqlx::query_scalar(sql::QUEUE_USAGE_LEASED)
-                .bind(queue)
-                .fetch_one(&self.pool)
-                .await?;
+        let leased: i64 = sqlx::query_scalar(sql::QUEUE_USAGE_LEASED)
+            .bind(queue)
+            .fetch_one(&self.pool)
+            .await?;
         let mut usage = QueueUsage {
             tokens: config
                 .rate_limit
@@ -164,16 +159,16 @@ impl Admission for PostgresStore {
         };
         if let Some(key) = key {
             usage.key_holders = sqlx::query_scalar(sql::QUEUE_USAGE_KEY_HOLDERS)
-            .bind(queue)
-            .bind(key)
-            .fetch_all(&self.pool)
-            .await?;
-            if let Some(limit) = config.per_key_rate_limit {
-                let b: Option<(f64, i64)> = sqlx::query_as(sql::QUEUE_USAGE_KEY_TOKENS)
                 .bind(queue)
                 .bind(key)
-                .fetch_optional(&self.pool)
+                .fetch_all(&self.pool)
                 .await?;
+            if let Some(limit) = config.per_key_rate_limit {
+                let b: Option<(f64, i64)> = sqlx::query_as(sql::QUEUE_USAGE_KEY_TOKENS)
+                    .bind(queue)
+                    .bind(key)
+                    .fetch_optional(&self.pool)
+                    .await?;
                 usage.key_tokens =
                     Some(b.map_or(limit.capacity(), |(t, at)| limit.refill(t, at, now)));
             }
@@ -189,11 +184,10 @@ impl Admission for PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreResult<u64> {
         let now = ms(now);
-        let config: Option<String> =
-            sqlx::query_scalar(sql::TASK_AHEAD_CONFIG)
-                .bind(&t.queue)
-                .fetch_optional(&self.pool)
-                .await?;
+        let config: Option<String> = sqlx::query_scalar(sql::TASK_AHEAD_CONFIG)
+            .bind(&t.queue)
+            .fetch_optional(&self.pool)
+            .await?;
         let fair = match config {
             Some(json) => parse(&t.queue, &json)?.fairness == Fairness::RoundRobinKeys,
             None => false,
@@ -201,13 +195,13 @@ impl Admission for PostgresStore {
         // The READY tasks ranked as the gated lease ranks them (see `candidates`),
         // counted up to the task's own place.
         let n: i64 = sqlx::query_scalar(sql::TASK_AHEAD)
-        .bind(&t.queue)
-        .bind(now)
-        .bind(aging_ms.unwrap_or(0))
-        .bind(t.seq)
-        .bind(fair)
-        .fetch_one(&self.pool)
-        .await?;
+            .bind(&t.queue)
+            .bind(now)
+            .bind(aging_ms.unwrap_or(0))
+            .bind(t.seq)
+            .bind(fair)
+            .fetch_one(&self.pool)
+            .await?;
         Ok(n.max(0) as u64)
     }
 
@@ -229,13 +223,13 @@ impl Admission for PostgresStore {
                 continue;
             };
             n += sqlx::query(sql::QUEUE_KEY_TOKENS_PURGE_FULL)
-            .bind(&q.name)
-            .bind(now)
-            .bind(l.per_second)
-            .bind(l.capacity())
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
+                .bind(&q.name)
+                .bind(now)
+                .bind(l.per_second)
+                .bind(l.capacity())
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
             limited.push(q.name);
         }
         n += sqlx::query(sql::QUEUE_KEY_TOKENS_PURGE_UNLIMITED)
@@ -246,10 +240,10 @@ impl Admission for PostgresStore {
         // Round robin's turns: those of queues without it, and those served so
         // long ago that an absent row ranks them the same.
         sqlx::query(sql::QUEUE_KEY_TOKENS_PURGE_TURNS)
-        .bind(&fair)
-        .bind(crate::domain::admission::TURNS_KEPT)
-        .execute(&self.pool)
-        .await?;
+            .bind(&fair)
+            .bind(crate::domain::admission::TURNS_KEPT)
+            .execute(&self.pool)
+            .await?;
         Ok(n)
     }
 }

@@ -28,9 +28,7 @@ impl Engine for PostgresStore {
         // alone, such as an address that did not follow a failover, or a
         // `target_session_attrs` that accepts a standby).
         let Some(router) = &self.router else {
-            let in_recovery: bool = sqlx::query_scalar(sql::PING)
-                .fetch_one(&self.pool)
-                .await?;
+            let in_recovery: bool = sqlx::query_scalar(sql::PING).fetch_one(&self.pool).await?;
             if in_recovery {
                 return Err(StoreError::Unavailable(Box::new(InRecovery)));
             }

@@ -97,16 +97,16 @@ pub(super) async fn record(conn: &mut PgConnection, evs: &[Ev<'_>]) -> StoreResu
     let details: Vec<Option<&str>> = evs.iter().map(|e| e.detail).collect();
     // The arrays as given: one row, in the given order.
     sqlx::query(sql::EVENT_RECORD)
-    .bind(&ids)
-    .bind(&queues)
-    .bind(&kinds)
-    .bind(&states)
-    .bind(&attempts)
-    .bind(&workers)
-    .bind(&times)
-    .bind(&details)
-    .execute(&mut *conn)
-    .await?;
+        .bind(&ids)
+        .bind(&queues)
+        .bind(&kinds)
+        .bind(&states)
+        .bind(&attempts)
+        .bind(&workers)
+        .bind(&times)
+        .bind(&details)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 

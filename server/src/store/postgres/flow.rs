@@ -88,11 +88,12 @@ pub(super) async fn insert(
     // Locked (in id order) and marked so none can finish until this transaction
     // ends, and each that finishes later runs the dependents trigger and sees
     // the edges written here; another producer's task is neither.
-    let found: Vec<(String, String, Option<String>)> = sqlx::query_as(sql::TASK_INSERT_FLOW_DEPENDENCIES)
-    .bind(&wanted_ids)
-    .bind(&wanted_by)
-    .fetch_all(&mut *tx)
-    .await?;
+    let found: Vec<(String, String, Option<String>)> =
+        sqlx::query_as(sql::TASK_INSERT_FLOW_DEPENDENCIES)
+            .bind(&wanted_ids)
+            .bind(&wanted_by)
+            .fetch_all(&mut *tx)
+            .await?;
     let owners: HashMap<&str, Option<&str>> = found
         .iter()
         .map(|(id, _, p)| (id.as_str(), p.as_deref()))
@@ -189,20 +190,20 @@ pub(super) async fn insert(
     // Edges first: a dependency in this batch that is cancelled below then
     // cancels its dependents through the trigger, like any other.
     sqlx::query(sql::TASK_INSERT_FLOW_EDGES)
-    .bind(&edges.0)
-    .bind(&edges.1)
-    .bind(&edges.2)
-    .execute(&mut *tx)
-    .await?;
-    if !waits.0.is_empty() {
-        sqlx::query(sql::TASK_INSERT_FLOW_KEY_WAITS)
-        .bind(&waits.0)
-        .bind(&waits.1)
-        .bind(&waits.2)
-        .bind(&waits.3)
-        .bind(&waits.4)
+        .bind(&edges.0)
+        .bind(&edges.1)
+        .bind(&edges.2)
         .execute(&mut *tx)
         .await?;
+    if !waits.0.is_empty() {
+        sqlx::query(sql::TASK_INSERT_FLOW_KEY_WAITS)
+            .bind(&waits.0)
+            .bind(&waits.1)
+            .bind(&waits.2)
+            .bind(&waits.3)
+            .bind(&waits.4)
+            .execute(&mut *tx)
+            .await?;
     }
     let ids: Vec<&str> = placed.iter().map(|p| p.id.as_str()).collect();
     let st: Vec<&str> = placed.iter().map(|p| p.state).collect();
@@ -213,14 +214,14 @@ pub(super) async fn insert(
     // whose dependency failed already is CANCELLED at once (an event too), in
     // the same statement, before the dependents trigger tells its own dependents.
     sqlx::query(sql::TASK_INSERT_FLOW_PLACE)
-    .bind(&ids)
-    .bind(&st)
-    .bind(&rem)
-    .bind(&run_if)
-    .bind(&sched)
-    .bind(ms(now))
-    .execute(&mut *tx)
-    .await?;
+        .bind(&ids)
+        .bind(&st)
+        .bind(&rem)
+        .bind(&run_if)
+        .bind(&sched)
+        .bind(ms(now))
+        .execute(&mut *tx)
+        .await?;
     if commit_by.is_some_and(|d| std::time::Instant::now() >= d) {
         tx.rollback().await?;
         return Ok(FlowInserted::DeadlinePassed);
@@ -238,14 +239,14 @@ impl Flow for PostgresStore {
         /// id, deps_remaining, run_if_dependency_fails, cancel_reason, depends_on.
         type InfoRow = (String, i64, bool, Option<String>, Vec<String>);
         let rows: Vec<InfoRow> = sqlx::query_as(sql::TASK_FLOW_INFO)
-        .bind(task_ids)
-        .fetch_all(&self.pool)
-        .await?;
+            .bind(task_ids)
+            .fetch_all(&self.pool)
+            .await?;
         let mut keys: HashMap<String, Vec<TaskKey>> = HashMap::new();
         let key_rows: Vec<(String, String, String)> = sqlx::query_as(sql::TASK_FLOW_INFO_KEYS)
-        .bind(task_ids)
-        .fetch_all(&self.pool)
-        .await?;
+            .bind(task_ids)
+            .fetch_all(&self.pool)
+            .await?;
         for (id, queue, key) in key_rows {
             keys.entry(id).or_default().push(TaskKey { queue, key });
         }
@@ -267,10 +268,10 @@ impl Flow for PostgresStore {
     /// See [`Store::task_keys_missing`].
     async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>> {
         let rows: Vec<(String, String)> = sqlx::query_as(sql::TASK_KEYS_MISSING)
-        .bind(task_id)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
+            .bind(task_id)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows
             .into_iter()
             .map(|(queue, key)| TaskKey { queue, key })
@@ -283,9 +284,9 @@ impl Flow for PostgresStore {
         task_ids: &[String],
     ) -> StoreResult<Vec<(String, u64, u64)>> {
         let rows: Vec<(String, i64, i64)> = sqlx::query_as(sql::TASK_DEPENDENCY_RESULT_SIZES)
-        .bind(task_ids)
-        .fetch_all(&self.pool)
-        .await?;
+            .bind(task_ids)
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows
             .into_iter()
             .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64))
@@ -298,16 +299,16 @@ impl Flow for PostgresStore {
         task_ids: &[String],
     ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
         Ok(sqlx::query_as(sql::TASK_DEPENDENCY_RESULTS)
-        .bind(task_ids)
-        .fetch_all(&self.pool)
-        .await?)
+            .bind(task_ids)
+            .fetch_all(&self.pool)
+            .await?)
     }
 
     async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
         Ok(sqlx::query_scalar(sql::TASK_DEPS_UNFINISHED)
-        .bind(task_id)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?)
+            .bind(task_id)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?)
     }
 }

@@ -10,9 +10,9 @@ use sqlx::{Postgres, Transaction};
 use super::super::admission::{Assigned, MAX_PASSES, Offer, Plan, SortKey, window};
 use super::super::row::{TaskRow, duration_ms, ms};
 use super::super::*;
+use super::admission::parse;
 use super::rows::{by_request, leased_row};
 use super::{PostgresStore, sql};
-use super::admission::parse;
 use crate::domain::admission::{Candidate, Fairness, QueueConfig, QueueUse};
 
 type Tx<'a> = Transaction<'a, Postgres>;
@@ -60,9 +60,9 @@ impl PostgresStore {
         let mut sorted = queues.clone();
         sorted.sort_unstable();
         let rows: Vec<(String, String, f64, i64)> = sqlx::query_as(sql::TASK_LEASE_GATED_QUEUES)
-        .bind(&sorted)
-        .fetch_all(&mut *tx)
-        .await?;
+            .bind(&sorted)
+            .fetch_all(&mut *tx)
+            .await?;
         let stored: HashMap<String, (String, f64, i64)> = rows
             .into_iter()
             .map(|(n, c, t, r)| (n, (c, t, r)))
@@ -159,20 +159,20 @@ impl PostgresStore {
         // taken from its queue's bucket (`bucket`) and its key's (`key_bucket`),
         // and (flow) the LEASED events (`ev`).
         let rows: Vec<(TaskRow, i64)> = sqlx::query(sql::TASK_LEASE_GATED_WRITE)
-        .bind(&task_ids)
-        .bind(now)
-        .bind(&reqs)
-        .bind(&batch.workers)
-        .bind(&addresses)
-        .bind(&durations)
-        .bind(&buckets.queues)
-        .bind(&buckets.tokens)
-        .bind(&buckets.key_queues)
-        .bind(&buckets.keys)
-        .bind(&buckets.key_tokens)
-        .try_map(leased_row)
-        .fetch_all(&mut *tx)
-        .await?;
+            .bind(&task_ids)
+            .bind(now)
+            .bind(&reqs)
+            .bind(&batch.workers)
+            .bind(&addresses)
+            .bind(&durations)
+            .bind(&buckets.queues)
+            .bind(&buckets.tokens)
+            .bind(&buckets.key_queues)
+            .bind(&buckets.keys)
+            .bind(&buckets.key_tokens)
+            .try_map(leased_row)
+            .fetch_all(&mut *tx)
+            .await?;
         let fair = uses
             .iter()
             .any(|u| u.config.fairness == Fairness::RoundRobinKeys);
@@ -218,12 +218,12 @@ async fn record_turns(
         };
         let (names, at): (Vec<String>, Vec<i64>) = order.last.into_iter().unzip();
         sqlx::query(sql::TASK_LEASE_GATED_TURNS)
-        .bind(queue)
-        .bind(&names)
-        .bind(&at)
-        .bind(order.count)
-        .execute(&mut **tx)
-        .await?;
+            .bind(queue)
+            .bind(&names)
+            .bind(&at)
+            .bind(order.count)
+            .execute(&mut **tx)
+            .await?;
     }
     Ok(())
 }
@@ -256,10 +256,10 @@ async fn held_by_workers(
     pairs.dedup();
     let (workers, queues): (Vec<String>, Vec<String>) = pairs.into_iter().unzip();
     let rows: Vec<(String, String, i64)> = sqlx::query_as(sql::TASK_LEASE_GATED_HELD)
-    .bind(&workers)
-    .bind(&queues)
-    .fetch_all(&mut **tx)
-    .await?;
+        .bind(&workers)
+        .bind(&queues)
+        .fetch_all(&mut **tx)
+        .await?;
     Ok(rows
         .into_iter()
         .map(|(w, q, n)| ((w, q), n.max(0) as u64))
@@ -282,18 +282,17 @@ async fn load_use(
         ..QueueUse::default()
     };
     if config.max_concurrent > 0 {
-        let n: i64 =
-            sqlx::query_scalar(sql::TASK_LEASE_GATED_LEASED)
-                .bind(queue)
-                .fetch_one(&mut **tx)
-                .await?;
+        let n: i64 = sqlx::query_scalar(sql::TASK_LEASE_GATED_LEASED)
+            .bind(queue)
+            .fetch_one(&mut **tx)
+            .await?;
         usage.leased = n.max(0) as u64;
     }
     if config.max_concurrent_per_key > 0 {
         let rows: Vec<(String, i64)> = sqlx::query_as(sql::TASK_LEASE_GATED_LEASED_PER_KEY)
-        .bind(queue)
-        .fetch_all(&mut **tx)
-        .await?;
+            .bind(queue)
+            .fetch_all(&mut **tx)
+            .await?;
         usage.leased_per_key = rows
             .into_iter()
             .map(|(k, n)| (k, n.max(0) as u64))
@@ -325,10 +324,10 @@ async fn load_key_tokens(
         return Ok(());
     }
     let rows: Vec<(String, f64, i64)> = sqlx::query_as(sql::TASK_LEASE_GATED_KEY_TOKENS)
-    .bind(queue)
-    .bind(&missing)
-    .fetch_all(&mut **tx)
-    .await?;
+        .bind(queue)
+        .bind(&missing)
+        .fetch_all(&mut **tx)
+        .await?;
     for (k, t, at) in rows {
         usage.key_tokens.insert(k, limit.refill(t, at, now));
     }

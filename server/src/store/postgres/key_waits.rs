@@ -19,11 +19,12 @@ pub(super) async fn key_holders(
         .flat_map(|f| &f.depends_on_keys)
         .map(|k| (k.queue.as_str(), k.key.as_str()))
         .unzip();
-    let rows: Vec<(String, String, String, Option<String>)> = sqlx::query_as(sql::TASK_INSERT_FLOW_KEY_HOLDERS)
-    .bind(&queues)
-    .bind(&keys)
-    .fetch_all(&mut *tx)
-    .await?;
+    let rows: Vec<(String, String, String, Option<String>)> =
+        sqlx::query_as(sql::TASK_INSERT_FLOW_KEY_HOLDERS)
+            .bind(&queues)
+            .bind(&keys)
+            .fetch_all(&mut *tx)
+            .await?;
     Ok(rows
         .into_iter()
         .map(|(queue, key, id, producer)| (TaskKey { queue, key }, (id, producer)))

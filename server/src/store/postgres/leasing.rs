@@ -6,7 +6,6 @@
 use super::rows::{by_request, leased_row};
 use super::*;
 
-
 /// Serialises the routing leases of the batch's workers with every other
 /// routing or gated lease of any of them, on any replica, until the transaction
 /// ends: the rules that look at what a worker holds (one copy of a distinct
@@ -20,9 +19,9 @@ pub(super) async fn lock_workers(
     workers: &[&str],
 ) -> StoreResult<()> {
     sqlx::query(sql::LEASE_LOCK_WORKERS)
-    .bind(workers)
-    .execute(&mut **tx)
-    .await?;
+        .bind(workers)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 
@@ -63,28 +62,28 @@ impl PostgresStore {
         // routing rule, in which case `cand` is empty and the one row returned
         // says so. The final LEFT JOIN returns that row even when nothing is leased.
         let rows: Vec<PlainRow> = sqlx::query(sql::TASK_LEASE_MANY_PLAIN)
-        .bind(&first.queues)
-        .bind(now)
-        .bind(batch.demand)
-        .bind(&batch.workers)
-        .bind(&batch.addresses)
-        .bind(&batch.durations)
-        .bind(&batch.owners)
-        .bind(batch.max_reply_bytes)
-        .bind(crate::domain::reply::TASK_FIXED_BYTES)
-        .try_map(|row: sqlx::postgres::PgRow| {
-            use sqlx::Row;
-            let routed: bool = row.try_get("routed_pending")?;
-            let due: bool = row.try_get("due_waiting")?;
-            // The one row of `routed` when nothing was leased.
-            if row.try_get::<Option<String>, _>("id")?.is_none() {
-                return Ok((None, routed, due));
-            }
-            let task = leased_row(row)?;
-            Ok((Some(task), routed, due))
-        })
-        .fetch_all(self.hot())
-        .await?;
+            .bind(&first.queues)
+            .bind(now)
+            .bind(batch.demand)
+            .bind(&batch.workers)
+            .bind(&batch.addresses)
+            .bind(&batch.durations)
+            .bind(&batch.owners)
+            .bind(batch.max_reply_bytes)
+            .bind(crate::domain::reply::TASK_FIXED_BYTES)
+            .try_map(|row: sqlx::postgres::PgRow| {
+                use sqlx::Row;
+                let routed: bool = row.try_get("routed_pending")?;
+                let due: bool = row.try_get("due_waiting")?;
+                // The one row of `routed` when nothing was leased.
+                if row.try_get::<Option<String>, _>("id")?.is_none() {
+                    return Ok((None, routed, due));
+                }
+                let task = leased_row(row)?;
+                Ok((Some(task), routed, due))
+            })
+            .fetch_all(self.hot())
+            .await?;
         if rows.iter().any(|(_, routed, _)| *routed) {
             return Ok(Plain::Routed);
         }
@@ -102,10 +101,10 @@ impl PostgresStore {
     /// no lease locks a waiting row.
     pub(super) async fn promote(&self, queues: &[String], now: i64) -> StoreResult<()> {
         sqlx::query(sql::LEASE_PROMOTE)
-        .bind(queues)
-        .bind(now)
-        .execute(self.hot())
-        .await?;
+            .bind(queues)
+            .bind(now)
+            .execute(self.hot())
+            .await?;
         Ok(())
     }
 }
@@ -225,22 +224,22 @@ impl Leasing for PostgresStore {
         let mut tx = self.pool.begin().await?;
         lock_workers(&mut tx, &batch.workers).await?;
         let rows: Vec<(TaskRow, i64)> = sqlx::query(sql::TASK_LEASE_MANY_ROUTED)
-        .bind(&first.queues)
-        .bind(now)
-        .bind(batch.demand)
-        .bind(&batch.workers)
-        .bind(&batch.addresses)
-        .bind(&batch.durations)
-        .bind(&batch.owners)
-        .bind(batch.max_reply_bytes)
-        .bind(crate::domain::reply::TASK_FIXED_BYTES)
-        .bind(&caps)
-        .bind(&wants)
-        .bind(&labels)
-        .bind(common_labels)
-        .try_map(leased_row)
-        .fetch_all(&mut *tx)
-        .await?;
+            .bind(&first.queues)
+            .bind(now)
+            .bind(batch.demand)
+            .bind(&batch.workers)
+            .bind(&batch.addresses)
+            .bind(&batch.durations)
+            .bind(&batch.owners)
+            .bind(batch.max_reply_bytes)
+            .bind(crate::domain::reply::TASK_FIXED_BYTES)
+            .bind(&caps)
+            .bind(&wants)
+            .bind(&labels)
+            .bind(common_labels)
+            .try_map(leased_row)
+            .fetch_all(&mut *tx)
+            .await?;
         tx.commit().await?;
         by_request(ps.len(), rows, true)
     }
@@ -251,10 +250,10 @@ impl Leasing for PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<DateTime<Utc>>> {
         let next: Option<i64> = sqlx::query_scalar(sql::TASK_NEXT_RUN_AT)
-        .bind(queues)
-        .bind(ms(now))
-        .fetch_one(self.hot())
-        .await?;
+            .bind(queues)
+            .bind(ms(now))
+            .fetch_one(self.hot())
+            .await?;
         Ok(next.map(from_ms))
     }
 
@@ -267,12 +266,12 @@ impl Leasing for PostgresStore {
         let ids: Vec<&str> = leases.iter().map(|l| l.task_id.as_str()).collect();
         let tokens: Vec<&str> = leases.iter().map(|l| l.lease_token.as_str()).collect();
         let rows: Vec<(String, String, i64, bool)> = sqlx::query_as(sql::LEASE_EXTEND)
-        .bind(ms(now))
-        .bind(extend_by.map(duration_ms))
-        .bind(&ids)
-        .bind(&tokens)
-        .fetch_all(&self.pool)
-        .await?;
+            .bind(ms(now))
+            .bind(extend_by.map(duration_ms))
+            .bind(&ids)
+            .bind(&tokens)
+            .fetch_all(&self.pool)
+            .await?;
         Ok(leases
             .iter()
             .map(|l| {
@@ -299,12 +298,12 @@ impl Leasing for PostgresStore {
         // The attempt is taken back (it never ran, and no attempt row was written
         // for it: that happens when an attempt ends); the fencing token is not.
         let released: i64 = sqlx::query_scalar(sql::LEASE_RELEASE)
-        .bind(ms(now))
-        .bind(&ids)
-        .bind(&tokens)
-        .bind(CHANNEL)
-        .fetch_one(&self.pool)
-        .await?;
+            .bind(ms(now))
+            .bind(&ids)
+            .bind(&tokens)
+            .bind(CHANNEL)
+            .fetch_one(&self.pool)
+            .await?;
         Ok(u64::try_from(released).unwrap_or_default())
     }
 }

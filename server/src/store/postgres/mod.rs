@@ -15,8 +15,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 use tokio_util::sync::CancellationToken;
 
 use super::row::{
-    AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms,
-    state_filter_sql,
+    AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms, state_filter_sql,
 };
 use super::*;
 
@@ -26,40 +25,34 @@ pub(crate) mod sql {
 }
 use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
 
-// Schedules (migration 0006).
-mod schedules;
-// Routing and the worker registry (migration 0008).
-mod routing;
-
-// Flow: dependencies, events, bulk operations (migration 0010).
+// One file per capability, each implementing its trait in place.
+mod admin;
+mod admission;
+mod engine;
 mod events;
 mod flow;
-// Dependencies by key at submit: holders and the cap on waits.
-mod key_waits;
-use super::flow::{failure_events as flow_failure_events, of_row as flow_of_row};
-use crate::domain::event::EventKind;
-// Admission (migration 0009).
-mod admission;
-mod gated;
-// Sync match.
-mod sync_match;
-// What only Postgres needs: connect, hosts, the router, listen, statistics, horizon.
-pub mod native;
-use native::hosts::DbUrl;
-use native::router::{self, Router};
-use native::hosts;
-
-// The rooms of the Store implementation (each an `impl PostgresStore` the
-// trait impl below delegates to) and its helpers.
-mod admin;
-mod engine;
-mod tasks;
-mod workers;
-mod rows;
-mod tx;
-mod settling;
 mod leasing;
 mod observe;
+mod schedules;
+mod settling;
+mod tasks;
+mod workers;
+// Their helpers: the gated lease, dependencies by key at submit, routing, the
+// task row, sync match, the write transaction.
+mod gated;
+mod key_waits;
+mod routing;
+mod rows;
+mod sync_match;
+mod tx;
+// What only Postgres needs: connect, hosts, the router, listen, statistics, horizon.
+pub mod native;
+use native::hosts;
+use native::hosts::DbUrl;
+use native::router::{self, Router};
+
+use super::flow::{failure_events as flow_failure_events, of_row as flow_of_row};
+use crate::domain::event::EventKind;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -84,14 +77,13 @@ pub struct PostgresStore {
     notes: Arc<Notes>,
 }
 
-/// What the listener received (see [`NotificationStats`]).
 /// How long a broker transaction may sit idle between statements before the
 /// server ends it (see [`PostgresStore::connect`]).
 const WRITER_IDLE_LIMIT: &str = "30s";
 
+/// What the listener received (see [`NotificationStats`]).
 #[derive(Default)]
 struct Notes {
     received: std::sync::atomic::AtomicU64,
     own_skipped: std::sync::atomic::AtomicU64,
 }
-

@@ -3,7 +3,6 @@
 
 use super::*;
 
-
 #[async_trait]
 impl Observe for PostgresStore {
     async fn queue_stats(
@@ -32,11 +31,11 @@ impl Observe for PostgresStore {
                 .await?
         };
         let recent: Vec<(String, String, i64)> = sqlx::query_as(sql::QUEUE_STATS_RECENT)
-        .bind(now - 60_000)
-        .bind(all)
-        .bind(queues)
-        .fetch_all(&self.pool)
-        .await?;
+            .bind(now - 60_000)
+            .bind(all)
+            .bind(queues)
+            .fetch_all(&self.pool)
+            .await?;
         Ok(super::row::fold_stats(counts, recent))
     }
 
@@ -47,12 +46,12 @@ impl Observe for PostgresStore {
         // The window's attempts: ended ones from task_attempts, succeeded ones from
         // their task rows (recent_attempts), optionally of one queue.
         let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(sql::ATTEMPT_HISTOGRAM)
-        .bind(ms(p.since))
-        .bind(ms(p.until))
-        .bind(duration_ms(p.bucket).max(1))
-        .bind(p.queue.as_deref())
-        .fetch_all(&self.pool)
-        .await?;
+            .bind(ms(p.since))
+            .bind(ms(p.until))
+            .bind(duration_ms(p.bucket).max(1))
+            .bind(p.queue.as_deref())
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows.into_iter().map(observe::bucket_row).collect())
     }
 
@@ -61,10 +60,10 @@ impl Observe for PostgresStore {
         p: &AttemptDurationParams,
     ) -> StoreResult<Vec<AttemptDuration>> {
         let rows: Vec<(String, i64)> = sqlx::query_as(sql::ATTEMPT_DURATIONS)
-        .bind(ms(p.since))
-        .bind(i64::from(p.limit))
-        .fetch_all(&self.pool)
-        .await?;
+            .bind(ms(p.since))
+            .bind(i64::from(p.limit))
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows
             .into_iter()
             .map(|(queue, d)| AttemptDuration {

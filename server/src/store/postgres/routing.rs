@@ -108,6 +108,3 @@ pub(super) async fn clear_reservation(
         .await?;
     Ok(())
 }
-
-
-

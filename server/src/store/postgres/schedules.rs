@@ -3,8 +3,8 @@
 //! waits for the row lock, then finds the version moved and writes nothing), and
 //! each run row is keyed by (schedule_id, fire_time).
 
-use chrono::{DateTime, Utc};
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use sqlx::Postgres;
 
 use super::super::flow::run_may_name;
@@ -12,10 +12,6 @@ use super::super::row::{duration_ms, ms};
 use super::super::schedules::{RunRow, ScheduleRow, fired_summary, spec_json, template_json};
 use super::super::*;
 use super::{PostgresStore, sql};
-
-
-
-
 
 /// A task with nothing but what `insert_task` writes: no key, routing, copies
 /// or concurrency key.
@@ -33,28 +29,26 @@ async fn insert_task(
     let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
     // Flow: the SUBMITTED event in the same statement.
     sqlx::query(sql::SCHEDULE_FIRE_TASK)
-    .bind(&t.id)
-    .bind(&t.queue)
-    .bind(&t.key)
-    .bind(&t.payload)
-    .bind(i64::from(t.priority))
-    .bind(ms(t.run_at))
-    .bind(t.deadline.map(ms))
-    .bind(i64::from(t.retry.max_attempts))
-    .bind(duration_ms(t.retry.initial_backoff))
-    .bind(t.retry.backoff_multiplier)
-    .bind(duration_ms(t.retry.max_backoff))
-    .bind(t.retry.jitter)
-    .bind(metadata)
-    .bind(now)
-    .bind(schedule_id)
-    .bind(fire_time)
-    .execute(&mut **tx)
-    .await?;
+        .bind(&t.id)
+        .bind(&t.queue)
+        .bind(&t.key)
+        .bind(&t.payload)
+        .bind(i64::from(t.priority))
+        .bind(ms(t.run_at))
+        .bind(t.deadline.map(ms))
+        .bind(i64::from(t.retry.max_attempts))
+        .bind(duration_ms(t.retry.initial_backoff))
+        .bind(t.retry.backoff_multiplier)
+        .bind(duration_ms(t.retry.max_backoff))
+        .bind(t.retry.jitter)
+        .bind(metadata)
+        .bind(now)
+        .bind(schedule_id)
+        .bind(fire_time)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
-
-
 
 #[derive(sqlx::FromRow)]
 struct DueRow {
@@ -67,26 +61,26 @@ struct DueRow {
 impl Schedules for PostgresStore {
     async fn schedule_insert(&self, s: &ScheduleRecord) -> StoreResult<bool> {
         let n = sqlx::query(sql::SCHEDULE_INSERT)
-        .bind(&s.id)
-        .bind(spec_json(&s.spec))
-        .bind(s.start_time.map(ms))
-        .bind(s.end_time.map(ms))
-        .bind(template_json(&s.template))
-        .bind(&s.template.payload)
-        .bind(s.overlap.as_str())
-        .bind(s.misfire.as_str())
-        .bind(duration_ms(s.catchup_window))
-        .bind(s.paused)
-        .bind(i64::from(s.max_runs))
-        .bind(s.next_spec_at.map(ms))
-        .bind(s.buffered_at.map(ms))
-        .bind(s.next_fire_at.map(ms))
-        .bind(&s.state_reason)
-        .bind(&s.created_by)
-        .bind(ms(s.created_at))
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
+            .bind(&s.id)
+            .bind(spec_json(&s.spec))
+            .bind(s.start_time.map(ms))
+            .bind(s.end_time.map(ms))
+            .bind(template_json(&s.template))
+            .bind(&s.template.payload)
+            .bind(s.overlap.as_str())
+            .bind(s.misfire.as_str())
+            .bind(duration_ms(s.catchup_window))
+            .bind(s.paused)
+            .bind(i64::from(s.max_runs))
+            .bind(s.next_spec_at.map(ms))
+            .bind(s.buffered_at.map(ms))
+            .bind(s.next_fire_at.map(ms))
+            .bind(&s.state_reason)
+            .bind(&s.created_by)
+            .bind(ms(s.created_at))
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
         Ok(n == 1)
     }
 
@@ -100,6 +94,7 @@ impl Schedules for PostgresStore {
     }
 
     async fn schedule_list(&self, f: &ScheduleFilter) -> StoreResult<Vec<ScheduleRecord>> {
+        // Dynamic: the filters and the page are optional.
         let mut qb = sqlx::QueryBuilder::<Postgres>::new(sql::SCHEDULE_LIST_HEAD);
         if let Some(by) = &f.created_by {
             qb.push(" AND created_by = ").push_bind(by);
@@ -119,26 +114,26 @@ impl Schedules for PostgresStore {
 
     async fn schedule_update(&self, s: &ScheduleRecord, now: DateTime<Utc>) -> StoreResult<bool> {
         let n = sqlx::query(sql::SCHEDULE_UPDATE)
-        .bind(&s.id)
-        .bind(spec_json(&s.spec))
-        .bind(s.start_time.map(ms))
-        .bind(s.end_time.map(ms))
-        .bind(template_json(&s.template))
-        .bind(&s.template.payload)
-        .bind(s.overlap.as_str())
-        .bind(s.misfire.as_str())
-        .bind(duration_ms(s.catchup_window))
-        .bind(s.paused)
-        .bind(i64::from(s.max_runs))
-        .bind(s.next_spec_at.map(ms))
-        .bind(s.buffered_at.map(ms))
-        .bind(s.next_fire_at.map(ms))
-        .bind(&s.state_reason)
-        .bind(ms(now))
-        .bind(s.version)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
+            .bind(&s.id)
+            .bind(spec_json(&s.spec))
+            .bind(s.start_time.map(ms))
+            .bind(s.end_time.map(ms))
+            .bind(template_json(&s.template))
+            .bind(&s.template.payload)
+            .bind(s.overlap.as_str())
+            .bind(s.misfire.as_str())
+            .bind(duration_ms(s.catchup_window))
+            .bind(s.paused)
+            .bind(i64::from(s.max_runs))
+            .bind(s.next_spec_at.map(ms))
+            .bind(s.buffered_at.map(ms))
+            .bind(s.next_fire_at.map(ms))
+            .bind(&s.state_reason)
+            .bind(ms(now))
+            .bind(s.version)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
         Ok(n == 1)
     }
 
@@ -159,34 +154,34 @@ impl Schedules for PostgresStore {
 
     async fn schedule_due(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Vec<DueSchedule>> {
         sqlx::query_as::<_, DueRow>(sql::SCHEDULE_DUE)
-        .bind(ms(now))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?
-        .into_iter()
-        .map(|d| {
-            Ok(DueSchedule {
-                schedule: d.schedule.into_record()?,
-                previous_unfinished: d.previous_unfinished.unwrap_or(false),
+            .bind(ms(now))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(|d| {
+                Ok(DueSchedule {
+                    schedule: d.schedule.into_record()?,
+                    previous_unfinished: d.previous_unfinished.unwrap_or(false),
+                })
             })
-        })
-        .collect()
+            .collect()
     }
 
     async fn schedule_fire(&self, f: &ScheduleFire) -> StoreResult<Fired> {
         let now = ms(f.now);
         let mut tx = self.pool.begin().await?;
         let moved = sqlx::query(sql::SCHEDULE_FIRE_CURSOR)
-        .bind(f.next_spec_at.map(ms))
-        .bind(f.buffered_at.map(ms))
-        .bind(f.next_fire_at.map(ms))
-        .bind(&f.state_reason)
-        .bind(now)
-        .bind(&f.schedule_id)
-        .bind(f.version)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+            .bind(f.next_spec_at.map(ms))
+            .bind(f.buffered_at.map(ms))
+            .bind(f.next_fire_at.map(ms))
+            .bind(&f.state_reason)
+            .bind(now)
+            .bind(&f.schedule_id)
+            .bind(f.version)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
         if moved == 0 {
             tx.rollback().await?;
             return Ok(Fired::Stale);
@@ -194,15 +189,15 @@ impl Schedules for PostgresStore {
         if let Some(task) = &f.cancel_task_id {
             // Flow: each change with its event, in the same statement.
             sqlx::query(sql::SCHEDULE_FIRE_CANCEL)
-            .bind(now)
-            .bind(task)
-            .execute(&mut *tx)
-            .await?;
+                .bind(now)
+                .bind(task)
+                .execute(&mut *tx)
+                .await?;
             sqlx::query(sql::SCHEDULE_FIRE_CANCEL_REQUEST)
-            .bind(now)
-            .bind(task)
-            .execute(&mut *tx)
-            .await?;
+                .bind(now)
+                .bind(task)
+                .execute(&mut *tx)
+                .await?;
         }
         let mut out = Vec::with_capacity(f.runs.len());
         for run in &f.runs {
@@ -211,14 +206,14 @@ impl Schedules for PostgresStore {
             };
             let fire = ms(run.fire_time);
             let recorded = sqlx::query(sql::SCHEDULE_FIRE_RUN)
-            .bind(&f.schedule_id)
-            .bind(fire)
-            .bind(&first.id)
-            .bind(run.triggered)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
+                .bind(&f.schedule_id)
+                .bind(fire)
+                .bind(&first.id)
+                .bind(run.triggered)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
                 == 1;
             let (task_id, inserted) = if recorded {
                 let made = if let [t] = run.tasks.as_slice()
@@ -240,20 +235,19 @@ impl Schedules for PostgresStore {
                         .map(|r| r.task_id.as_str())
                         .collect();
                     sqlx::query(sql::SCHEDULE_FIRE_MARK)
-                    .bind(&f.schedule_id)
-                    .bind(fire)
-                    .bind(&ids)
-                    .execute(&mut *tx)
-                    .await?;
+                        .bind(&f.schedule_id)
+                        .bind(fire)
+                        .bind(&ids)
+                        .execute(&mut *tx)
+                        .await?;
                     made
                 };
                 let holder = match made.first() {
                     Some(r) if r.deduplicated => {
-                        let m: Option<String> =
-                            sqlx::query_scalar(sql::SCHEDULE_FIRE_HOLDER)
-                                .bind(&r.task_id)
-                                .fetch_optional(&mut *tx)
-                                .await?;
+                        let m: Option<String> = sqlx::query_scalar(sql::SCHEDULE_FIRE_HOLDER)
+                            .bind(&r.task_id)
+                            .fetch_optional(&mut *tx)
+                            .await?;
                         Some(run_may_name(first, m.as_deref()))
                     }
                     _ => None,
@@ -265,22 +259,22 @@ impl Schedules for PostgresStore {
                     // The key was taken: the run names the task holding it.
                     Some(r) if r.deduplicated => {
                         sqlx::query(sql::SCHEDULE_FIRE_RUN_TASK)
-                        .bind(&r.task_id)
-                        .bind(&f.schedule_id)
-                        .bind(fire)
-                        .execute(&mut *tx)
-                        .await?;
+                            .bind(&r.task_id)
+                            .bind(&f.schedule_id)
+                            .bind(fire)
+                            .execute(&mut *tx)
+                            .await?;
                         (r.task_id.clone(), false)
                     }
                     _ => (first.id.clone(), true),
                 }
             } else {
                 let id = sqlx::query_scalar(sql::SCHEDULE_FIRE_RUN_GET)
-                .bind(&f.schedule_id)
-                .bind(fire)
-                .fetch_optional(&mut *tx)
-                .await?
-                .unwrap_or_default();
+                    .bind(&f.schedule_id)
+                    .bind(fire)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .unwrap_or_default();
                 (id, false)
             };
             out.push(FiredRun {
@@ -294,12 +288,12 @@ impl Schedules for PostgresStore {
         let (last_fire, last_task, n) = fired_summary(&out);
         if let (Some(last_fire), Some(last_task)) = (last_fire, last_task) {
             sqlx::query(sql::SCHEDULE_FIRE_SUMMARY)
-            .bind(n as i64)
-            .bind(last_fire)
-            .bind(last_task)
-            .bind(&f.schedule_id)
-            .execute(&mut *tx)
-            .await?;
+                .bind(n as i64)
+                .bind(last_fire)
+                .bind(last_task)
+                .bind(&f.schedule_id)
+                .execute(&mut *tx)
+                .await?;
         }
         let queues: Vec<&str> = out
             .iter()
@@ -315,6 +309,7 @@ impl Schedules for PostgresStore {
         &self,
         f: &ScheduleRunFilter,
     ) -> StoreResult<Vec<ScheduleRunRecord>> {
+        // Dynamic: the filters and the page are optional.
         let mut qb = sqlx::QueryBuilder::<Postgres>::new(sql::SCHEDULE_RUN_LIST_HEAD);
         qb.push_bind(&f.schedule_id);
         if let Some(before) = f.before_fire_time {

@@ -22,10 +22,10 @@ impl PostgresStore {
             Some(AttemptOutcome::Succeeded)
         } else {
             let outcome: Option<String> = sqlx::query_scalar(sql::SETTLE_ATTEMPT_OUTCOME)
-            .bind(&row.id)
-            .bind(row.attempt)
-            .fetch_optional(&mut **tx)
-            .await?;
+                .bind(&row.id)
+                .bind(row.attempt)
+                .fetch_optional(&mut **tx)
+                .await?;
             outcome.as_deref().and_then(AttemptOutcome::parse)
         };
         Ok(settle_check(
@@ -48,17 +48,17 @@ impl PostgresStore {
         now: i64,
     ) -> StoreResult<Option<DateTime<Utc>>> {
         sqlx::query(sql::SETTLE_ATTEMPT_END)
-        .bind(a.task_id)
-        .bind(a.attempt)
-        .bind(a.worker_id)
-        .bind(a.worker_address)
-        .bind(a.leased_at)
-        .bind(outcome.as_str())
-        .bind(error)
-        .bind(now)
-        .bind(a.fencing_token)
-        .execute(&mut **tx)
-        .await?;
+            .bind(a.task_id)
+            .bind(a.attempt)
+            .bind(a.worker_id)
+            .bind(a.worker_address)
+            .bind(a.leased_at)
+            .bind(outcome.as_str())
+            .bind(error)
+            .bind(now)
+            .bind(a.fencing_token)
+            .execute(&mut **tx)
+            .await?;
         Ok(Some(from_ms(a.leased_at)))
     }
 
@@ -71,14 +71,14 @@ impl PostgresStore {
         now: i64,
     ) -> StoreResult<Option<DateTime<Utc>>> {
         sqlx::query(sql::SETTLE_FAILURE_WRITE)
-        .bind(write.state.as_str())
-        .bind(write.run_at)
-        .bind(write.finished_at)
-        .bind(error)
-        .bind(now)
-        .bind(&row.id)
-        .execute(&mut **tx)
-        .await?;
+            .bind(write.state.as_str())
+            .bind(write.run_at)
+            .bind(write.finished_at)
+            .bind(error)
+            .bind(now)
+            .bind(&row.id)
+            .execute(&mut **tx)
+            .await?;
         // Flow: the failure and what follows it.
         let evs = flow_failure_events(row, write.state.as_str(), write.run_at, error, now);
         events::record(tx, &evs).await?;
@@ -89,11 +89,6 @@ impl PostgresStore {
         }
         Ok(leased_at)
     }
-
-
-
-
-
 
     /// Answers the completions that the one-statement path did not settle, in one
     /// read: unknown task, a repeated Complete of a settled lease, or a lost lease.
@@ -114,9 +109,9 @@ impl PostgresStore {
             Option<String>,
         );
         let rows: Vec<Checked> = sqlx::query_as(sql::TASK_COMPLETE_MANY_CHECKED)
-        .bind(&ids)
-        .fetch_all(&self.pool)
-        .await?;
+            .bind(&ids)
+            .fetch_all(&self.pool)
+            .await?;
         let rows: std::collections::HashMap<&str, _> =
             rows.iter().map(|r| (r.0.as_str(), r)).collect();
         let mut out = Vec::with_capacity(ps.len());
@@ -179,11 +174,11 @@ impl PostgresStore {
             SettleCheck::Proceed => {}
         }
         sqlx::query(sql::TASK_COMPLETE_CHECKED)
-        .bind(&p.result)
-        .bind(now)
-        .bind(&row.id)
-        .execute(&mut *tx)
-        .await?;
+            .bind(&p.result)
+            .bind(now)
+            .bind(&row.id)
+            .execute(&mut *tx)
+            .await?;
         let mut ev = flow_of_row(&row, EventKind::Succeeded, now);
         ev.state = "succeeded";
         events::record(&mut tx, &[ev]).await?;
@@ -195,8 +190,6 @@ impl PostgresStore {
             leased_at,
         }))
     }
-
-
 }
 
 #[async_trait]
@@ -220,12 +213,12 @@ impl Settling for PostgresStore {
             return Ok(Settled::LeaseLost);
         }
         let (at, cancel_requested): (i64, bool) = sqlx::query_as(sql::TASK_CHECKPOINT)
-        .bind(&p.checkpoint)
-        .bind(p.extend_by.map(duration_ms))
-        .bind(now)
-        .bind(&row.id)
-        .fetch_one(&mut *tx)
-        .await?;
+            .bind(&p.checkpoint)
+            .bind(p.extend_by.map(duration_ms))
+            .bind(now)
+            .bind(&row.id)
+            .fetch_one(&mut *tx)
+            .await?;
         events::record(&mut tx, &[flow_of_row(&row, EventKind::Checkpointed, now)]).await?;
         tx.commit().await?;
         Ok(Settled::Applied(LeaseState::Live {
@@ -264,12 +257,12 @@ impl Settling for PostgresStore {
         // Each settled row answers with the token that settled it, so a stale
         // token naming the same task in the same batch is never taken for it.
         let done: Vec<(String, String, String, i64)> = sqlx::query_as(sql::TASK_COMPLETE_MANY)
-        .bind(&ids)
-        .bind(&tokens)
-        .bind(&results)
-        .bind(&nows)
-        .fetch_all(self.hot())
-        .await?;
+            .bind(&ids)
+            .bind(&tokens)
+            .bind(&results)
+            .bind(&nows)
+            .fetch_all(self.hot())
+            .await?;
         let mut done: std::collections::HashMap<(String, String), (String, i64)> = done
             .into_iter()
             .map(|(id, token, queue, leased_at)| ((id, token), (queue, leased_at)))
@@ -351,10 +344,10 @@ impl Settling for PostgresStore {
         let mut reaped = Reaped::default();
         let mut tx = self.pool.begin().await?;
         let past_deadline = sqlx::query_as::<_, TaskRow>(sql::LEASE_RECLAIM_EXPIRED_DEADLINE)
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await?;
+            .bind(now)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await?;
         for row in &past_deadline {
             let write = FailureWrite {
                 state: StoredState::Dead,
@@ -367,11 +360,11 @@ impl Settling for PostgresStore {
                 Self::write_failure(&mut tx, row, &write, error, outcome, now).await?;
             } else {
                 sqlx::query(sql::LEASE_RECLAIM_EXPIRED_DEAD)
-                .bind(now)
-                .bind(error)
-                .bind(&row.id)
-                .execute(&mut *tx)
-                .await?;
+                    .bind(now)
+                    .bind(error)
+                    .bind(&row.id)
+                    .execute(&mut *tx)
+                    .await?;
                 let evs = flow_failure_events(row, "dead", row.run_at, error, now);
                 events::record(&mut tx, &evs).await?;
             }
@@ -379,10 +372,10 @@ impl Settling for PostgresStore {
             reaped.by_queue.entry(row.queue.clone()).or_default().dead += 1;
         }
         let expired = sqlx::query_as::<_, TaskRow>(sql::LEASE_RECLAIM_EXPIRED_LEASES)
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await?;
+            .bind(now)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await?;
         for row in &expired {
             let decision = decide(row, false, None, now_dt, rand::random());
             let write = FailureWrite::new(row, decision, now);

@@ -162,11 +162,10 @@ impl PostgresStore {
         let q: Vec<&str> = dups.iter().map(|t| t.queue.as_str()).collect();
         let k: Vec<Option<&str>> = dups.iter().map(|t| t.key.as_deref()).collect();
         let rows: Vec<(String, String, String)> = sqlx::query_as(sql::TASK_INSERT_MATCHED_EXISTING)
-        .bind(&q)
-        .bind(&k)
-        .fetch_all(&self.pool)
-        .await?;
+            .bind(&q)
+            .bind(&k)
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows.into_iter().map(|(q, k, id)| ((q, k), id)).collect())
     }
-
 }

@@ -5,9 +5,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::Postgres;
 
-use super::routing::BindRouting as _;
 use super::super::row::{AttemptRow, TaskRow, duration_ms, ms, state_filter_sql};
 use super::super::*;
+use super::routing::BindRouting as _;
 use super::{PostgresStore, flow, routing, sql};
 use crate::domain::event::EventKind;
 
@@ -80,11 +80,12 @@ impl PostgresStore {
         if !dups.is_empty() {
             let q: Vec<&str> = dups.iter().map(|t| t.queue.as_str()).collect();
             let k: Vec<Option<&str>> = dups.iter().map(|t| t.key.as_deref()).collect();
-            let rows: Vec<(String, String, String)> = sqlx::query_as(sql::TASK_INSERT_MANY_EXISTING)
-            .bind(&q)
-            .bind(&k)
-            .fetch_all(&mut *conn)
-            .await?;
+            let rows: Vec<(String, String, String)> =
+                sqlx::query_as(sql::TASK_INSERT_MANY_EXISTING)
+                    .bind(&q)
+                    .bind(&k)
+                    .fetch_all(&mut *conn)
+                    .await?;
             existing = rows.into_iter().map(|(q, k, id)| ((q, k), id)).collect();
         }
         tasks
@@ -107,7 +108,6 @@ impl PostgresStore {
             })
             .collect()
     }
-
 }
 
 #[async_trait]
@@ -135,24 +135,23 @@ impl Tasks for PostgresStore {
         let queues: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
         let names: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
         sqlx::query_as::<_, TaskRow>(sql::TASK_FIND_KEYS)
-        .bind(&queues)
-        .bind(&names)
-        .fetch_all(&self.pool)
-        .await?
-        .into_iter()
-        .map(TaskRow::into_record)
-        .collect()
+            .bind(&queues)
+            .bind(&names)
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(TaskRow::into_record)
+            .collect()
     }
 
     async fn task_queues(
         &self,
         task_ids: &[String],
     ) -> StoreResult<std::collections::HashMap<String, String>> {
-        let rows: Vec<(String, String)> =
-            sqlx::query_as(sql::TASK_QUEUES)
-                .bind(task_ids)
-                .fetch_all(&self.pool)
-                .await?;
+        let rows: Vec<(String, String)> = sqlx::query_as(sql::TASK_QUEUES)
+            .bind(task_ids)
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows.into_iter().collect())
     }
 
@@ -160,6 +159,7 @@ impl Tasks for PostgresStore {
         // Every list is read in creation order, from its index (tasks have no
         // index on `seq` alone: each row version would write an entry to it).
         // A page token of an earlier version carries only a sequence number.
+        // Dynamic: the filters are optional.
         let push_where = |qb: &mut sqlx::QueryBuilder<Postgres>| {
             if let Some(queue) = &f.queue {
                 qb.push(" AND queue = ").push_bind(queue);
@@ -240,15 +240,15 @@ impl Tasks for PostgresStore {
         }
         let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
         sqlx::query(sql::TASK_UPDATE)
-        .bind(u.run_at.map(ms).unwrap_or(row.run_at))
-        .bind(u.priority.map(i64::from).unwrap_or(row.priority))
-        .bind(u.deadline.map(|d| d.map(ms)).unwrap_or(row.deadline))
-        .bind(max_attempts)
-        .bind(row.attempts_allowed - row.max_attempts + max_attempts)
-        .bind(ms(now))
-        .bind(&row.id)
-        .execute(&mut *tx)
-        .await?;
+            .bind(u.run_at.map(ms).unwrap_or(row.run_at))
+            .bind(u.priority.map(i64::from).unwrap_or(row.priority))
+            .bind(u.deadline.map(|d| d.map(ms)).unwrap_or(row.deadline))
+            .bind(max_attempts)
+            .bind(row.attempts_allowed - row.max_attempts + max_attempts)
+            .bind(ms(now))
+            .bind(&row.id)
+            .execute(&mut *tx)
+            .await?;
         if state == StoredState::Pending {
             Self::notify(&mut tx, &[&row.queue]).await?;
         }
@@ -269,10 +269,10 @@ impl Tasks for PostgresStore {
     ) -> StoreResult<Option<String>> {
         let mut tx = self.pool.begin().await?;
         let held: Option<(String, String, String)> = sqlx::query_as(sql::TASK_REPLACE_WAITING_LOCK)
-        .bind(&r.queue)
-        .bind(&r.key)
-        .fetch_optional(&mut *tx)
-        .await?;
+            .bind(&r.queue)
+            .bind(&r.key)
+            .fetch_optional(&mut *tx)
+            .await?;
         let Some((id, state, metadata)) = held else {
             tx.rollback().await?;
             return Ok(None);
@@ -280,14 +280,14 @@ impl Tasks for PostgresStore {
         let now = ms(now);
         // Every write of run_at writes `waiting` (migration 0017).
         sqlx::query(sql::TASK_REPLACE_WAITING_WRITE)
-        .bind(&r.payload)
-        .bind(ms(r.run_at))
-        .bind(i64::from(r.priority))
-        .bind(super::super::merged_metadata(&metadata, &r.metadata))
-        .bind(now)
-        .bind(&id)
-        .execute(&mut *tx)
-        .await?;
+            .bind(&r.payload)
+            .bind(ms(r.run_at))
+            .bind(i64::from(r.priority))
+            .bind(super::super::merged_metadata(&metadata, &r.metadata))
+            .bind(now)
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?;
         if state == "pending" {
             Self::notify(&mut tx, &[&r.queue]).await?;
         }
@@ -305,9 +305,9 @@ impl Tasks for PostgresStore {
             return Ok(None);
         }
         let rows = sqlx::query_as::<_, AttemptRow>(sql::ATTEMPT_LIST)
-        .bind(task_id)
-        .fetch_all(&self.pool)
-        .await?;
+            .bind(task_id)
+            .fetch_all(&self.pool)
+            .await?;
         rows.into_iter()
             .map(AttemptRow::into_record)
             .collect::<StoreResult<Vec<_>>>()

@@ -16,9 +16,9 @@ fn minute_before(now: DateTime<Utc>) -> i64 {
 impl Workers for PostgresStore {
     async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>> {
         let rows: Vec<observe::HolderRow> = sqlx::query_as(sql::LEASE_HOLDERS)
-        .bind(i64::from(p.limit))
-        .fetch_all(&self.pool)
-        .await?;
+            .bind(i64::from(p.limit))
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows.into_iter().map(observe::holder_row).collect())
     }
 
@@ -44,13 +44,13 @@ impl Workers for PostgresStore {
         // One row per worker id (the last seen wins), in id order so two replicas
         // upserting the same workers lock rows in the same order.
         sqlx::query(sql::WORKER_RECORD_SEEN)
-        .bind(&ids)
-        .bind(&labels)
-        .bind(&addresses)
-        .bind(&queues)
-        .bind(&nows)
-        .execute(&self.pool)
-        .await?;
+            .bind(&ids)
+            .bind(&labels)
+            .bind(&addresses)
+            .bind(&queues)
+            .bind(&nows)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
@@ -98,9 +98,9 @@ impl Workers for PostgresStore {
             return Ok(None);
         };
         let leases: Vec<WorkerLeaseRow> = sqlx::query_as(sql::WORKER_GET_LEASES)
-        .bind(worker_id)
-        .fetch_all(&self.pool)
-        .await?;
+            .bind(worker_id)
+            .fetch_all(&self.pool)
+            .await?;
         let leases = leases.into_iter().map(worker_lease).collect();
         Ok(Some((row.into_record()?, leases)))
     }

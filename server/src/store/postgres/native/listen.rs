@@ -1,8 +1,8 @@
 //! The notification listener: NOTIFY on the channel wakes long-polls on every
 //! replica, except a replica's own wake-ups, which its broker already acted on.
 
-use super::connect::MAIN_SESSION;
 use super::super::*;
+use super::connect::MAIN_SESSION;
 
 /// What a notification on [`CHANNEL`] asks of the listener of the store tagged
 /// `own`: the payload is a queue name, followed by the sender's tag when a store

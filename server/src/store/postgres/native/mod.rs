@@ -4,8 +4,8 @@
 //! the tasks table ([`statistics`]) and the event horizon ([`horizon`]).
 
 pub(in crate::store::postgres) mod connect;
-pub mod hosts;
 pub(in crate::store::postgres) mod horizon;
+pub mod hosts;
 pub(in crate::store::postgres) mod listen;
 pub mod router;
 pub(in crate::store::postgres) mod statistics;
