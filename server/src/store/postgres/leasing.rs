@@ -28,7 +28,7 @@ pub(super) async fn lock_workers(
 // The plain lease: the lease statement as it was before routing, for the
 // batches routing cannot touch.
 //
-// Routing's lease statement (in `lease.rs`) costs Postgres about three times the
+// Routing's lease statement (`task_lease_many_routed`) costs Postgres about three times the
 // planning and twice the execution of the statement before it (1.1 ms + 1.0 ms
 // instead of 0.35 ms + 0.45 ms per call in per-task mode, `pg_stat_statements`):
 // plans are custom per execution (`plan_cache_mode`), and its caps, eligibility
@@ -170,7 +170,7 @@ impl Leasing for PostgresStore {
         };
         let now = ms(ps.iter().map(|p| p.now).max().unwrap_or(first.now));
         // A batch without labels or caps, in queues without READY routed
-        // tasks, takes the statement from before routing (lease_plain.rs). A
+        // tasks, takes the statement from before routing (`lease_plain`). A
         // scheduled task that came due is promoted first (a handful of times at
         // most: each promotion takes every task due by then).
         for _ in 0..4 {

@@ -85,7 +85,7 @@ impl PostgresStore {
         //
         // A transaction of the broker left idle (its replica frozen, or cut off
         // from the database without a reset) holds back the event horizon of every
-        // replica's watch (store/postgres/horizon.rs): the server ends it after
+        // replica's watch (native/horizon.rs): the server ends it after
         // WRITER_IDLE_LIMIT. No broker transaction waits on anything but the
         // database between its statements.
         let (base, router) = match hosts::parse(url).map_err(StoreError::Config)? {
