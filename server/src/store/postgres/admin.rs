@@ -1,102 +1,24 @@
 //! Admin changes and maintenance: reclaiming expired leases, cancel, update,
 //! requeue, purging finished tasks.
 
+use std::collections::HashSet;
+
 use super::*;
 
-impl PostgresStore {
-    pub(super) async fn lease_reclaim_expired(
-        &self,
-        now: DateTime<Utc>,
-        limit: u32,
-    ) -> StoreResult<Reaped> {
-        let now_dt = now;
-        let now = ms(now);
-        let mut reaped = Reaped::default();
-        let mut tx = self.pool.begin().await?;
-        let past_deadline = sqlx::query_as::<_, TaskRow>(
-            "WITH live AS (SELECT * FROM tasks WHERE deadline IS NOT NULL AND deadline <= $1 \
-               AND state IN ('pending', 'leased') LIMIT $2 FOR UPDATE SKIP LOCKED), \
-             blocked AS (SELECT * FROM tasks WHERE deadline IS NOT NULL AND deadline <= $1 \
-               AND state = 'blocked' LIMIT $2 FOR UPDATE SKIP LOCKED) \
-             SELECT * FROM live UNION ALL SELECT * FROM blocked",
-        )
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await?;
-        for row in &past_deadline {
-            let write = FailureWrite {
-                state: StoredState::Dead,
-                run_at: row.run_at,
-                finished_at: Some(now),
-            };
-            let error = "DEADLINE_EXCEEDED";
-            if row.state == "leased" {
-                let outcome = AttemptOutcome::DeadlineExceeded;
-                Self::write_failure(&mut tx, row, &write, error, outcome, now).await?;
-            } else {
-                sqlx::query(
-                    "UPDATE tasks SET state = 'dead', finished_at = $1, last_error = $2, \
-                     updated_at = $1 WHERE id = $3",
-                )
-                .bind(now)
-                .bind(error)
-                .bind(&row.id)
-                .execute(&mut *tx)
-                .await?;
-                let evs = flow_failure_events(row, "dead", row.run_at, error, now);
-                events::record(&mut tx, &evs).await?;
-            }
-            reaped.deadline_exceeded += 1;
-            reaped.by_queue.entry(row.queue.clone()).or_default().dead += 1;
-        }
-        let expired = sqlx::query_as::<_, TaskRow>(
-            "SELECT * FROM tasks WHERE state = 'leased' AND lease_expires_at <= $1 \
-             LIMIT $2 FOR UPDATE SKIP LOCKED",
-        )
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await?;
-        for row in &expired {
-            let decision = decide(row, false, None, now_dt, rand::random());
-            let write = FailureWrite::new(row, decision, now);
-            let outcome = AttemptOutcome::LeaseExpired;
-            let error = super::super::row::expiry_error(row);
-            Self::write_failure(&mut tx, row, &write, error, outcome, now).await?;
-            if write.state == StoredState::Pending && !reaped.queues.contains(&row.queue) {
-                reaped.queues.push(row.queue.clone());
-            }
-            reaped.reclaimed += 1;
-            let q = reaped.by_queue.entry(row.queue.clone()).or_default();
-            q.reclaimed += 1;
-            q.dead += u64::from(write.state == StoredState::Dead);
-        }
-        tx.commit().await?;
-        Ok(reaped)
-    }
-
-    pub(super) async fn task_cancel(
-        &self,
-        task_id: &str,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Changed> {
+#[async_trait]
+impl Admin for PostgresStore {
+    async fn task_cancel(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
         let now = ms(now);
         let mut tx = self.pool.begin().await?;
         let Some(row) = Self::fetch_task(&mut tx, task_id).await? else {
             tx.rollback().await?;
             return Ok(Changed::NotFound);
         };
-        let (sql, kind) = match row.stored_state()? {
-            StoredState::Pending | StoredState::Blocked => (
-                "UPDATE tasks SET state = 'cancelled', finished_at = $1, updated_at = $1 \
-                 WHERE id = $2",
-                EventKind::Cancelled,
-            ),
-            StoredState::Leased => (
-                "UPDATE tasks SET cancel_requested = TRUE, updated_at = $1 WHERE id = $2",
-                EventKind::Updated,
-            ),
+        let (stmt, kind) = match row.stored_state()? {
+            StoredState::Pending | StoredState::Blocked => {
+                (sql::TASK_CANCEL_PENDING, EventKind::Cancelled)
+            }
+            StoredState::Leased => (sql::TASK_CANCEL_REQUEST, EventKind::Updated),
             StoredState::Cancelled => {
                 tx.rollback().await?;
                 return Ok(Changed::Done(Box::new(row.into_record()?)));
@@ -106,7 +28,7 @@ impl PostgresStore {
                 return Ok(Changed::WrongState(other));
             }
         };
-        sqlx::query(sql)
+        sqlx::query(stmt)
             .bind(now)
             .bind(&row.id)
             .execute(&mut *tx)
@@ -116,51 +38,7 @@ impl PostgresStore {
         Ok(changed)
     }
 
-    pub(super) async fn task_update(
-        &self,
-        task_id: &str,
-        u: &TaskUpdate,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Changed> {
-        let mut tx = self.pool.begin().await?;
-        let Some(row) = Self::fetch_task(&mut tx, task_id).await? else {
-            tx.rollback().await?;
-            return Ok(Changed::NotFound);
-        };
-        let state = row.stored_state()?;
-        if matches!(state, StoredState::Leased | StoredState::Succeeded) {
-            tx.rollback().await?;
-            return Ok(Changed::WrongState(state));
-        }
-        let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
-        sqlx::query(
-            "UPDATE tasks SET run_at = $1, waiting = $1 > $6, priority = $2, deadline = $3, \
-             max_attempts = $4, attempts_allowed = $5, updated_at = $6 WHERE id = $7",
-        )
-        .bind(u.run_at.map(ms).unwrap_or(row.run_at))
-        .bind(u.priority.map(i64::from).unwrap_or(row.priority))
-        .bind(u.deadline.map(|d| d.map(ms)).unwrap_or(row.deadline))
-        .bind(max_attempts)
-        .bind(row.attempts_allowed - row.max_attempts + max_attempts)
-        .bind(ms(now))
-        .bind(&row.id)
-        .execute(&mut *tx)
-        .await?;
-        if state == StoredState::Pending {
-            Self::notify(&mut tx, &[&row.queue]).await?;
-        }
-        // Routing: an admin change frees a reserved retry.
-        routing::clear_reservation(&mut tx, &row).await?;
-        let changed = Self::changed_event(&mut tx, task_id, EventKind::Updated, ms(now)).await?;
-        tx.commit().await?;
-        Ok(changed)
-    }
-
-    pub(super) async fn task_requeue(
-        &self,
-        task_id: &str,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Changed> {
+    async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
         let mut tx = self.pool.begin().await?;
         let Some(row) = Self::fetch_task(&mut tx, task_id).await? else {
             tx.rollback().await?;
@@ -171,14 +49,11 @@ impl PostgresStore {
             tx.rollback().await?;
             return Ok(Changed::WrongState(state));
         }
-        sqlx::query(
-            "UPDATE tasks SET state = 'pending', run_at = $1, waiting = FALSE, attempts_allowed = attempt + max_attempts, \
-             cancel_requested = FALSE, finished_at = NULL, updated_at = $1 WHERE id = $2",
-        )
-        .bind(ms(now))
-        .bind(&row.id)
-        .execute(&mut *tx)
-        .await?;
+        sqlx::query(sql::TASK_REQUEUE)
+            .bind(ms(now))
+            .bind(&row.id)
+            .execute(&mut *tx)
+            .await?;
         Self::notify(&mut tx, &[&row.queue]).await?;
         // Routing: an admin requeue frees a reserved retry.
         routing::clear_reservation(&mut tx, &row).await?;
@@ -187,7 +62,7 @@ impl PostgresStore {
         Ok(changed)
     }
 
-    pub(super) async fn task_purge_finished(
+    async fn task_purge_finished(
         &self,
         before: DateTime<Utc>,
         scope: &PurgeScope,
@@ -201,81 +76,176 @@ impl PostgresStore {
         // finished_at), the only index a settle writes besides the universal ones
         // (0013): its queues are walked one index probe each (qs), then each
         // (queue, finished state) is a range of it.
-        let purged: i64 = sqlx::query_scalar(
-            "WITH RECURSIVE qs(q) AS ( \
-               SELECT CASE WHEN $2::text IS NULL THEN (SELECT queue FROM tasks \
-                 WHERE state NOT IN ('pending', 'leased') ORDER BY queue LIMIT 1) ELSE $2 END \
-               UNION ALL \
-               SELECT (SELECT t.queue FROM tasks t WHERE t.state NOT IN ('pending', 'leased') \
-                 AND t.queue > qs.q ORDER BY t.queue LIMIT 1) \
-               FROM qs WHERE qs.q IS NOT NULL AND $2::text IS NULL), \
-             old AS ( \
-               SELECT o.id FROM qs \
-               CROSS JOIN unnest(ARRAY['succeeded', 'dead', 'cancelled']) AS s(state) \
-               CROSS JOIN LATERAL (SELECT t.id FROM tasks t WHERE t.queue = qs.q \
-                 AND t.state = s.state AND t.state NOT IN ('pending', 'leased') \
-                 AND t.finished_at < $1 LIMIT $4) o \
-               WHERE qs.q IS NOT NULL AND NOT (qs.q = ANY($3)) LIMIT $4), \
-             gone AS ( \
-               DELETE FROM tasks WHERE id IN ( \
-                 SELECT id FROM tasks WHERE id IN (SELECT id FROM old) \
-                   AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at < $1 \
-                 FOR UPDATE SKIP LOCKED) \
-               RETURNING id), \
-             attempts AS (DELETE FROM task_attempts WHERE task_id IN (SELECT id FROM gone)), \
-             edges AS (DELETE FROM task_deps WHERE task_id IN (SELECT id FROM gone)), \
-             keys AS (DELETE FROM task_key_deps WHERE task_id IN (SELECT id FROM gone)) \
-             SELECT COUNT(*) FROM gone",
-        )
-        .bind(ms(before))
-        .bind(only)
-        .bind(&except)
-        .bind(i64::from(limit))
-        .fetch_one(&self.pool)
-        .await?;
+        let purged: i64 = sqlx::query_scalar(sql::TASK_PURGE_FINISHED)
+            .bind(ms(before))
+            .bind(only)
+            .bind(&except)
+            .bind(i64::from(limit))
+            .fetch_one(&self.pool)
+            .await?;
         Ok(purged.max(0) as u64)
     }
 
-    /// REPLACE_WAITING (see `Store::task_replace_waiting`): the row is locked
-    /// (FOR UPDATE rechecks its state once a lease that held it commits), so a
-    /// task a lease took is never changed.
-    pub(super) async fn task_replace_waiting(
-        &self,
-        r: &Replacement,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Option<String>> {
+    async fn task_dead_groups(&self, p: &DeadGroupParams) -> StoreResult<Vec<DeadGroup>> {
+        // Console (migration 0011): counted per (queue, error_hash) from
+        // tasks_dead_error alone, then one row per group read for its text.
+        let rows: Vec<(String, String, i64, Option<i64>)> = sqlx::query_as(sql::TASK_DEAD_GROUPS)
+            .bind(p.queue.as_deref())
+            .bind(p.error.as_deref())
+            .bind(i64::from(p.limit))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(super::super::observe::dead_group_row)
+            .collect())
+    }
+
+    async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> StoreResult<u64> {
         let mut tx = self.pool.begin().await?;
-        let held: Option<(String, String, String)> = sqlx::query_as(
-            "SELECT id, state, metadata FROM tasks WHERE queue = $1 AND key = $2 \
-             AND state IN ('pending', 'blocked') FOR UPDATE",
-        )
-        .bind(&r.queue)
-        .bind(&r.key)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some((id, state, metadata)) = held else {
-            tx.rollback().await?;
-            return Ok(None);
-        };
-        let now = ms(now);
-        // Every write of run_at writes `waiting` (migration 0017).
-        sqlx::query(
-            "UPDATE tasks SET payload = $1, run_at = $2, waiting = $2 > $5, priority = $3, \
-             metadata = $4, updated_at = $5 WHERE id = $6",
-        )
-        .bind(&r.payload)
-        .bind(ms(r.run_at))
-        .bind(i64::from(r.priority))
-        .bind(super::super::merged_metadata(&metadata, &r.metadata))
-        .bind(now)
-        .bind(&id)
-        .execute(&mut *tx)
-        .await?;
-        if state == "pending" {
-            Self::notify(&mut tx, &[&r.queue]).await?;
+        let n: Option<i32> = sqlx::query_scalar(sql::TASK_REQUEUE_DEAD)
+            .bind(ms(p.now))
+            .bind(&p.queue)
+            .bind(&p.error)
+            .bind(i64::from(p.limit))
+            .fetch_optional(&mut *tx)
+            .await?;
+        let n = events::changed(n);
+        if n > 0 {
+            Self::notify(&mut tx, &[&p.queue]).await?;
         }
-        Self::changed_event(&mut tx, &id, EventKind::Replaced, now).await?;
         tx.commit().await?;
-        Ok(Some(id))
+        Ok(n)
+    }
+
+    async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64> {
+        let q = match (&p.error, &p.task_id) {
+            (None, None) => sqlx::query_scalar(sql::TASK_CANCEL_DEAD).bind(&p.queue),
+            (Some(e), None) => sqlx::query_scalar(sql::TASK_CANCEL_DEAD_ERROR)
+                .bind(&p.queue)
+                .bind(e)
+                .bind(e),
+            (None, Some(id)) => sqlx::query_scalar(sql::TASK_CANCEL_DEAD_ID)
+                .bind(&p.queue)
+                .bind(id),
+            (Some(e), Some(id)) => sqlx::query_scalar(sql::TASK_CANCEL_DEAD_ERROR_ID)
+                .bind(&p.queue)
+                .bind(e)
+                .bind(e)
+                .bind(id),
+        };
+        let n: Option<i32> = q
+            .bind(i64::from(p.limit))
+            .bind(ms(p.now))
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(super::events::changed(n))
+    }
+
+    async fn task_select(&self, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
+        // Dynamic: the filters are optional.
+        let push_where = |qb: &mut sqlx::QueryBuilder<Postgres>| {
+            qb.push(" AND queue = ").push_bind(&f.queue);
+            if let Some(p) = &f.key_prefix {
+                qb.push(" AND left(key, length(")
+                    .push_bind(p)
+                    .push(")) = ")
+                    .push_bind(p);
+            }
+            if let Some(e) = &f.error_contains {
+                qb.push(" AND strpos(COALESCE(last_error, ''), ")
+                    .push_bind(e)
+                    .push(") > 0");
+            }
+            if let Some(t) = f.created_after {
+                qb.push(" AND created_at >= ").push_bind(ms(t));
+            }
+            if let Some(t) = f.created_before {
+                qb.push(" AND created_at < ").push_bind(ms(t));
+            }
+            if let Some(s) = &f.schedule_id {
+                qb.push(" AND schedule_id = ").push_bind(s);
+            }
+            if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
+                qb.push(" AND ").push(sql);
+            }
+        };
+        let limit = i64::from(f.limit);
+        let mut qb = if f.created_after.is_some() || f.created_before.is_some() {
+            // tasks_created leaves LEASED rows out (0013): a creation-time range reads
+            // them apart, so both parts keep an index.
+            let mut qb = sqlx::QueryBuilder::<Postgres>::new(sql::TASK_SELECT_RANGE_HEAD);
+            push_where(&mut qb);
+            qb.push(" ORDER BY seq LIMIT ")
+                .push_bind(limit)
+                .push(sql::TASK_SELECT_RANGE_LEASED);
+            push_where(&mut qb);
+            qb.push(" ORDER BY seq LIMIT ")
+                .push_bind(limit)
+                .push(")) u");
+            qb
+        } else {
+            let mut qb = sqlx::QueryBuilder::<Postgres>::new(sql::TASK_SELECT_HEAD);
+            push_where(&mut qb);
+            qb
+        };
+        qb.push(" ORDER BY seq LIMIT ").push_bind(limit);
+        qb.build_query_as::<TaskRow>()
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(TaskRow::into_record)
+            .collect()
+    }
+
+    async fn task_cancel_many(
+        &self,
+        task_ids: &[String],
+        now: DateTime<Utc>,
+    ) -> StoreResult<BulkCancelled> {
+        let mut tx = self.pool.begin().await?;
+        // Flow: each statement records its events.
+        let cancelled: Option<i32> = sqlx::query_scalar(sql::TASK_CANCEL_MANY_PENDING)
+            .bind(task_ids)
+            .bind(ms(now))
+            .fetch_optional(&mut *tx)
+            .await?;
+        let cancelled = super::events::changed(cancelled);
+        let requested: Option<i32> = sqlx::query_scalar(sql::TASK_CANCEL_MANY_REQUEST)
+            .bind(task_ids)
+            .bind(ms(now))
+            .fetch_optional(&mut *tx)
+            .await?;
+        let requested = super::events::changed(requested);
+        tx.commit().await?;
+        Ok(BulkCancelled {
+            cancelled,
+            cancel_requested: requested,
+        })
+    }
+
+    async fn task_requeue_many(
+        &self,
+        tasks: &[(String, DateTime<Utc>)],
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        let ids: Vec<&str> = tasks.iter().map(|t| t.0.as_str()).collect();
+        let run_at: Vec<i64> = tasks.iter().map(|t| ms(t.1)).collect();
+        let mut tx = self.pool.begin().await?;
+        let queues: Vec<String> = sqlx::query_scalar(sql::TASK_REQUEUE_MANY)
+            .bind(&ids)
+            .bind(&run_at)
+            .bind(ms(now))
+            .fetch_all(&mut *tx)
+            .await?;
+        let distinct: HashSet<&str> = queues.iter().map(String::as_str).collect();
+        let distinct: Vec<&str> = distinct.into_iter().collect();
+        sqlx::query(sql::QUEUE_NOTIFY)
+            .bind(CHANNEL)
+            .bind(&distinct)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(queues.len() as u64)
     }
 }

@@ -5,25 +5,16 @@
 //! task with dependents (`has_dependents`) or a task going DEAD through, in the
 //! transaction of whatever statement changed the task.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::{PgPool, Postgres};
+use sqlx::PgPool;
 
-use super::super::flow::{EventRow, event_record, may_depend, schedule_json};
-use super::super::row::{TaskRow, ms, state_filter_sql};
+use super::super::flow::{may_depend, schedule_json};
+use super::super::row::ms;
 use super::super::*;
-use super::horizon::horizon;
-use super::{CHANNEL, PostgresStore};
-
-/// An event row of `task_event_batches b` unnested as `e` (with [`EVENT_UNNEST`]).
-const EVENT_COLUMNS: &str = "b.first_id + e.o - 1 AS event_id, e.task_id, e.queue, e.kind, \
-     e.state, e.attempt, e.worker_id, e.time, e.detail";
-
-/// The events of the row `b`, with their place `o` (from 1).
-const EVENT_UNNEST: &str = "unnest(b.task_ids, b.queues, b.kinds, b.states, b.attempts, \
-     b.workers, b.times, b.details) WITH ORDINALITY \
-     AS e(task_id, queue, kind, state, attempt, worker_id, time, detail, o)";
+use super::{PostgresStore, sql};
 
 fn finished(state: &str) -> bool {
     matches!(state, "succeeded" | "dead" | "cancelled")
@@ -50,7 +41,7 @@ pub(super) async fn insert(
     if keyed {
         // Before anything else (so no keyed insert of this batch holds the
         // shared form first): see the trigger of migration 0020.
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('taskbroker.key_deps', 0))")
+        sqlx::query(sql::TASK_INSERT_FLOW_KEY_LOCK)
             .execute(&mut *tx)
             .await?;
     }
@@ -97,18 +88,12 @@ pub(super) async fn insert(
     // Locked (in id order) and marked so none can finish until this transaction
     // ends, and each that finishes later runs the dependents trigger and sees
     // the edges written here; another producer's task is neither.
-    let found: Vec<(String, String, Option<String>)> = sqlx::query_as(
-        "UPDATE tasks t SET has_dependents = TRUE FROM ( \
-           SELECT id FROM tasks x WHERE id = ANY($1) AND EXISTS ( \
-             SELECT 1 FROM UNNEST($1::text[], $2::text[]) AS w(id, p) WHERE w.id = x.id \
-               AND (w.p = '' OR w.p = x.metadata::jsonb ->> 'taskbroker.producer')) \
-           ORDER BY id FOR UPDATE) l \
-         WHERE t.id = l.id RETURNING t.id, t.state, t.metadata::jsonb ->> 'taskbroker.producer'",
-    )
-    .bind(&wanted_ids)
-    .bind(&wanted_by)
-    .fetch_all(&mut *tx)
-    .await?;
+    let found: Vec<(String, String, Option<String>)> =
+        sqlx::query_as(sql::TASK_INSERT_FLOW_DEPENDENCIES)
+            .bind(&wanted_ids)
+            .bind(&wanted_by)
+            .fetch_all(&mut *tx)
+            .await?;
     let owners: HashMap<&str, Option<&str>> = found
         .iter()
         .map(|(id, _, p)| (id.as_str(), p.as_deref()))
@@ -204,28 +189,21 @@ pub(super) async fn insert(
     }
     // Edges first: a dependency in this batch that is cancelled below then
     // cancels its dependents through the trigger, like any other.
-    sqlx::query(
-        "INSERT INTO task_deps (depends_on, task_id, resolved) \
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::bool[]) ON CONFLICT DO NOTHING",
-    )
-    .bind(&edges.0)
-    .bind(&edges.1)
-    .bind(&edges.2)
-    .execute(&mut *tx)
-    .await?;
-    if !waits.0.is_empty() {
-        sqlx::query(
-            "INSERT INTO task_key_deps (task_id, queue, key, bound_to, producer) \
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) \
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(&waits.0)
-        .bind(&waits.1)
-        .bind(&waits.2)
-        .bind(&waits.3)
-        .bind(&waits.4)
+    sqlx::query(sql::TASK_INSERT_FLOW_EDGES)
+        .bind(&edges.0)
+        .bind(&edges.1)
+        .bind(&edges.2)
         .execute(&mut *tx)
         .await?;
+    if !waits.0.is_empty() {
+        sqlx::query(sql::TASK_INSERT_FLOW_KEY_WAITS)
+            .bind(&waits.0)
+            .bind(&waits.1)
+            .bind(&waits.2)
+            .bind(&waits.3)
+            .bind(&waits.4)
+            .execute(&mut *tx)
+            .await?;
     }
     let ids: Vec<&str> = placed.iter().map(|p| p.id.as_str()).collect();
     let st: Vec<&str> = placed.iter().map(|p| p.state).collect();
@@ -235,34 +213,15 @@ pub(super) async fn insert(
     // A blocked task was submitted BLOCKED: its SUBMITTED event says so; one
     // whose dependency failed already is CANCELLED at once (an event too), in
     // the same statement, before the dependents trigger tells its own dependents.
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "WITH c AS (UPDATE tasks t SET state = u.state, deps_remaining = u.rem, \
-           run_if_dependency_fails = u.run_if, retry_schedule = u.sched, \
-           cancel_reason = CASE WHEN u.state = 'cancelled' THEN 'dependency_failed' END, \
-           last_error = CASE WHEN u.state = 'cancelled' THEN 'DEPENDENCY_FAILED' ELSE t.last_error END, \
-           finished_at = CASE WHEN u.state = 'cancelled' THEN $6 ELSE t.finished_at END \
-         FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::bool[], $5::text[]) \
-           AS u(id, state, rem, run_if, sched) WHERE t.id = u.id RETURNING t.id, t.queue, t.state, t.attempt, t.run_at), \
-         blocked AS (SELECT array_agg(id) AS ids FROM c WHERE state = 'blocked'), \
-         b AS (UPDATE task_event_batches e SET states = ( \
-             SELECT array_agg(CASE WHEN x.k = 'submitted' AND x.t = ANY(blocked.ids) \
-               THEN 'blocked' ELSE x.s END ORDER BY x.o) \
-             FROM unnest(e.task_ids, e.kinds, e.states) WITH ORDINALITY AS x(t, k, s, o)) \
-           FROM blocked WHERE e.task_ids && blocked.ids \
-             AND e.last_id >= pg_current_xact_id()::text::bigint << 20 \
-             AND e.last_id < (pg_current_xact_id()::text::bigint + 1) << 20), \
-         u AS (SELECT * FROM c WHERE state = 'cancelled') \
-         {}",
-        super::events::from_updated_with("cancelled", "$6", "'DEPENDENCY_FAILED'")
-    )))
-    .bind(&ids)
-    .bind(&st)
-    .bind(&rem)
-    .bind(&run_if)
-    .bind(&sched)
-    .bind(ms(now))
-    .execute(&mut *tx)
-    .await?;
+    sqlx::query(sql::TASK_INSERT_FLOW_PLACE)
+        .bind(&ids)
+        .bind(&st)
+        .bind(&rem)
+        .bind(&run_if)
+        .bind(&sched)
+        .bind(ms(now))
+        .execute(&mut *tx)
+        .await?;
     if commit_by.is_some_and(|d| std::time::Instant::now() >= d) {
         tx.rollback().await?;
         return Ok(FlowInserted::DeadlinePassed);
@@ -271,321 +230,85 @@ pub(super) async fn insert(
     Ok(FlowInserted::Done(inserted))
 }
 
-pub(super) async fn flow_info(
-    pool: &PgPool,
-    ids: &[String],
-) -> StoreResult<HashMap<String, TaskFlowInfo>> {
-    /// id, deps_remaining, run_if_dependency_fails, cancel_reason, depends_on.
-    type InfoRow = (String, i64, bool, Option<String>, Vec<String>);
-    let rows: Vec<InfoRow> = sqlx::query_as(
-        "SELECT t.id, t.deps_remaining, t.run_if_dependency_fails, t.cancel_reason, \
-           COALESCE(array_agg(d.depends_on ORDER BY d.depends_on) \
-             FILTER (WHERE d.depends_on IS NOT NULL), '{}') \
-         FROM tasks t LEFT JOIN task_deps d ON d.task_id = t.id \
-         WHERE t.id = ANY($1) GROUP BY t.id, t.deps_remaining, t.run_if_dependency_fails, \
-           t.cancel_reason",
-    )
-    .bind(ids)
-    .fetch_all(pool)
-    .await?;
-    let mut keys: HashMap<String, Vec<TaskKey>> = HashMap::new();
-    let key_rows: Vec<(String, String, String)> = sqlx::query_as(
-        "SELECT task_id, queue, key FROM task_key_deps WHERE task_id = ANY($1) \
-         ORDER BY task_id, queue, key",
-    )
-    .bind(ids)
-    .fetch_all(pool)
-    .await?;
-    for (id, queue, key) in key_rows {
-        keys.entry(id).or_default().push(TaskKey { queue, key });
+#[async_trait]
+impl Flow for PostgresStore {
+    async fn task_flow_info(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, TaskFlowInfo>> {
+        /// id, deps_remaining, run_if_dependency_fails, cancel_reason, depends_on.
+        type InfoRow = (String, i64, bool, Option<String>, Vec<String>);
+        let rows: Vec<InfoRow> = sqlx::query_as(sql::TASK_FLOW_INFO)
+            .bind(task_ids)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut keys: HashMap<String, Vec<TaskKey>> = HashMap::new();
+        let key_rows: Vec<(String, String, String)> = sqlx::query_as(sql::TASK_FLOW_INFO_KEYS)
+            .bind(task_ids)
+            .fetch_all(&self.pool)
+            .await?;
+        for (id, queue, key) in key_rows {
+            keys.entry(id).or_default().push(TaskKey { queue, key });
+        }
+        Ok(rows
+            .into_iter()
+            .map(|(id, rem, run_if, reason, deps)| {
+                let info = TaskFlowInfo {
+                    depends_on_keys: keys.remove(&id).unwrap_or_default(),
+                    depends_on: deps,
+                    deps_remaining: u32::try_from(rem.max(0)).unwrap_or(u32::MAX),
+                    run_if_dependency_fails: run_if,
+                    cancel_reason: reason,
+                };
+                (id, info)
+            })
+            .collect())
     }
-    Ok(rows
-        .into_iter()
-        .map(|(id, rem, run_if, reason, deps)| {
-            let info = TaskFlowInfo {
-                depends_on_keys: keys.remove(&id).unwrap_or_default(),
-                depends_on: deps,
-                deps_remaining: u32::try_from(rem.max(0)).unwrap_or(u32::MAX),
-                run_if_dependency_fails: run_if,
-                cancel_reason: reason,
-            };
-            (id, info)
-        })
-        .collect())
-}
 
-pub(super) async fn event_list(
-    pool: &PgPool,
-    task_id: &str,
-    after: i64,
-    limit: u32,
-) -> StoreResult<Vec<EventRecord>> {
-    // The task's rows through the GIN index on task_ids; a row holds the events
-    // of other tasks too.
-    let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {EVENT_COLUMNS} FROM task_event_batches b, {EVENT_UNNEST} \
-         WHERE b.task_ids @> ARRAY[$1::text] AND b.last_id > $2 \
-           AND e.task_id = $1 AND b.first_id + e.o - 1 > $2 \
-         ORDER BY 1 LIMIT $3"
-    )))
-    .bind(task_id)
-    .bind(after)
-    .bind(i64::from(limit))
-    .fetch_all(pool)
-    .await?;
-    rows.into_iter().map(event_record).collect()
-}
+    /// See [`Store::task_keys_missing`].
+    async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>> {
+        let rows: Vec<(String, String)> = sqlx::query_as(sql::TASK_KEYS_MISSING)
+            .bind(task_id)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(queue, key)| TaskKey { queue, key })
+            .collect())
+    }
 
-pub(super) async fn event_read(
-    pool: &PgPool,
-    after: i64,
-    limit: u32,
-) -> StoreResult<Vec<EventRecord>> {
-    // The horizon first, in a statement of its own (store/postgres/horizon.rs).
-    let below = horizon(pool).await?;
-    // A row with last_id above the cursor holds at least one event after it, so
-    // `limit` rows hold at least `limit` events; a row's ids are all of one
-    // transaction, so it lies wholly below the horizon or at or above it.
-    let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {EVENT_COLUMNS} FROM (SELECT * FROM task_event_batches \
-           WHERE last_id > $1 AND last_id < $3 ORDER BY last_id LIMIT $2) b, {EVENT_UNNEST} \
-         WHERE b.first_id + e.o - 1 > $1 ORDER BY 1 LIMIT $2"
-    )))
-    .bind(after)
-    .bind(i64::from(limit))
-    .bind(below)
-    .fetch_all(pool)
-    .await?;
-    rows.into_iter().map(event_record).collect()
-}
+    /// See [`Store::task_dependency_result_sizes`].
+    async fn task_dependency_result_sizes(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<Vec<(String, u64, u64)>> {
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(sql::TASK_DEPENDENCY_RESULT_SIZES)
+            .bind(task_ids)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64))
+            .collect())
+    }
 
-pub(super) async fn event_head(pool: &PgPool) -> StoreResult<i64> {
-    Ok(horizon(pool).await? - 1)
-}
+    /// See [`Store::task_dependency_results`].
+    async fn task_dependency_results(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
+        Ok(sqlx::query_as(sql::TASK_DEPENDENCY_RESULTS)
+            .bind(task_ids)
+            .fetch_all(&self.pool)
+            .await?)
+    }
 
-pub(super) async fn event_purge(
-    pool: &PgPool,
-    before: DateTime<Utc>,
-    limit: u32,
-) -> StoreResult<u64> {
-    // Ids grow with time: of the oldest rows by id, holding `limit` events
-    // together (at least the first row), those whose every event is older than
-    // `before` (no time index to keep up on every event). A row goes whole.
-    let n: Option<i64> = sqlx::query_scalar(
-        "WITH gone AS (DELETE FROM task_event_batches b WHERE b.last_id IN ( \
-           SELECT last_id FROM (SELECT last_id, times, \
-               sum(cardinality(task_ids)) OVER (ORDER BY last_id) - cardinality(task_ids) \
-                 AS before_it \
-             FROM (SELECT last_id, task_ids, times FROM task_event_batches \
-               ORDER BY last_id LIMIT $2) f) o \
-           WHERE before_it < $2 AND (SELECT max(t) FROM unnest(times) AS t) < $1) \
-         RETURNING cardinality(b.task_ids) AS n) \
-         SELECT sum(n)::bigint FROM gone",
-    )
-    .bind(ms(before))
-    .bind(i64::from(limit))
-    .fetch_one(pool)
-    .await?;
-    Ok(n.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
-}
-
-pub(super) async fn dead_letters_set(pool: &PgPool, pairs: &[(String, String)]) -> StoreResult<()> {
-    let queues: Vec<&str> = pairs.iter().map(|p| p.0.as_str()).collect();
-    let dlqs: Vec<&str> = pairs.iter().map(|p| p.1.as_str()).collect();
-    let mut tx = pool.begin().await?;
-    sqlx::query("DELETE FROM queue_dead_letters")
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query(
-        "INSERT INTO queue_dead_letters (queue, dead_letter_queue) \
-         SELECT * FROM UNNEST($1::text[], $2::text[])",
-    )
-    .bind(&queues)
-    .bind(&dlqs)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(())
-}
-
-pub(super) async fn select(pool: &PgPool, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
-    let push_where = |qb: &mut sqlx::QueryBuilder<Postgres>| {
-        qb.push(" AND queue = ").push_bind(&f.queue);
-        if let Some(p) = &f.key_prefix {
-            qb.push(" AND left(key, length(")
-                .push_bind(p)
-                .push(")) = ")
-                .push_bind(p);
-        }
-        if let Some(e) = &f.error_contains {
-            qb.push(" AND strpos(COALESCE(last_error, ''), ")
-                .push_bind(e)
-                .push(") > 0");
-        }
-        if let Some(t) = f.created_after {
-            qb.push(" AND created_at >= ").push_bind(ms(t));
-        }
-        if let Some(t) = f.created_before {
-            qb.push(" AND created_at < ").push_bind(ms(t));
-        }
-        if let Some(s) = &f.schedule_id {
-            qb.push(" AND schedule_id = ").push_bind(s);
-        }
-        if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
-            qb.push(" AND ").push(sql);
-        }
-    };
-    let limit = i64::from(f.limit);
-    let mut qb = if f.created_after.is_some() || f.created_before.is_some() {
-        // tasks_created leaves LEASED rows out (0013): a creation-time range reads
-        // them apart, so both parts keep an index.
-        let mut qb = sqlx::QueryBuilder::<Postgres>::new(
-            "SELECT * FROM ((SELECT * FROM tasks WHERE state <> 'leased'",
-        );
-        push_where(&mut qb);
-        qb.push(" ORDER BY seq LIMIT ")
-            .push_bind(limit)
-            .push(") UNION ALL (SELECT * FROM tasks WHERE state = 'leased'");
-        push_where(&mut qb);
-        qb.push(" ORDER BY seq LIMIT ")
-            .push_bind(limit)
-            .push(")) u");
-        qb
-    } else {
-        let mut qb = sqlx::QueryBuilder::<Postgres>::new("SELECT * FROM tasks WHERE TRUE");
-        push_where(&mut qb);
-        qb
-    };
-    qb.push(" ORDER BY seq LIMIT ").push_bind(limit);
-    qb.build_query_as::<TaskRow>()
-        .fetch_all(pool)
-        .await?
-        .into_iter()
-        .map(TaskRow::into_record)
-        .collect()
-}
-
-pub(super) async fn cancel_many(
-    pool: &PgPool,
-    ids: &[String],
-    now: DateTime<Utc>,
-) -> StoreResult<BulkCancelled> {
-    let mut tx = pool.begin().await?;
-    // Flow: each statement records its events.
-    let cancelled: Option<i32> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "WITH u AS (UPDATE tasks t SET state = 'cancelled', cancel_reason = 'operator', \
-           finished_at = $2, updated_at = $2 \
-         WHERE id IN (SELECT id FROM tasks WHERE id = ANY($1) \
-           AND state IN ('pending', 'blocked') ORDER BY id FOR UPDATE) RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) {}",
-        super::events::from_updated("cancelled", "$2")
-    )))
-    .bind(ids)
-    .bind(ms(now))
-    .fetch_optional(&mut *tx)
-    .await?;
-    let cancelled = super::events::changed(cancelled);
-    let requested: Option<i32> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "WITH u AS (UPDATE tasks t SET cancel_requested = TRUE, updated_at = $2 \
-         WHERE id IN (SELECT id FROM tasks WHERE id = ANY($1) AND state = 'leased' \
-           AND NOT cancel_requested ORDER BY id FOR UPDATE) RETURNING t.id, t.queue, t.state, t.attempt, t.run_at) {}",
-        super::events::from_updated("updated", "$2")
-    )))
-    .bind(ids)
-    .bind(ms(now))
-    .fetch_optional(&mut *tx)
-    .await?;
-    let requested = super::events::changed(requested);
-    tx.commit().await?;
-    Ok(BulkCancelled {
-        cancelled,
-        cancel_requested: requested,
-    })
-}
-
-pub(super) async fn requeue_many(
-    pool: &PgPool,
-    tasks: &[(String, DateTime<Utc>)],
-    now: DateTime<Utc>,
-) -> StoreResult<u64> {
-    let ids: Vec<&str> = tasks.iter().map(|t| t.0.as_str()).collect();
-    let run_at: Vec<i64> = tasks.iter().map(|t| ms(t.1)).collect();
-    let mut tx = pool.begin().await?;
-    let queues: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "WITH u AS (UPDATE tasks t SET state = 'pending', run_at = r.run_at, waiting = r.run_at > $3, \
-           attempts_allowed = t.attempt + t.max_attempts, cancel_requested = FALSE, \
-           cancel_reason = NULL, finished_at = NULL, updated_at = $3 \
-         FROM UNNEST($1::text[], $2::bigint[]) AS r(id, run_at) \
-         WHERE t.id = r.id AND t.state IN ('dead', 'cancelled') RETURNING t.id, t.queue, t.state, t.attempt, t.run_at), \
-         ev AS ({}) SELECT queue FROM u",
-        super::events::from_updated("requeued", "$3")
-    )))
-    .bind(&ids)
-    .bind(&run_at)
-    .bind(ms(now))
-    .fetch_all(&mut *tx)
-    .await?;
-    let distinct: HashSet<&str> = queues.iter().map(String::as_str).collect();
-    let distinct: Vec<&str> = distinct.into_iter().collect();
-    sqlx::query("SELECT pg_notify($1, q) FROM UNNEST($2::text[]) AS q")
-        .bind(CHANNEL)
-        .bind(&distinct)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(queues.len() as u64)
-}
-
-/// See [`Store::task_keys_missing`].
-pub(super) async fn keys_missing(
-    pool: &PgPool,
-    task_id: &str,
-    limit: u32,
-) -> StoreResult<Vec<TaskKey>> {
-    let rows: Vec<(String, String)> = sqlx::query_as(
-        "SELECT queue, key FROM task_key_deps WHERE task_id = $1 AND bound_to IS NULL \
-         ORDER BY queue, key LIMIT $2",
-    )
-    .bind(task_id)
-    .bind(i64::from(limit))
-    .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(queue, key)| TaskKey { queue, key })
-        .collect())
-}
-
-/// See [`Store::task_dependency_results`].
-pub(super) async fn dependency_results(
-    pool: &PgPool,
-    task_ids: &[String],
-) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
-    Ok(sqlx::query_as(
-        "SELECT d.task_id, t.id, COALESCE(t.result, '\\x'::bytea) FROM task_deps d \
-         JOIN tasks t ON t.id = d.depends_on \
-         WHERE d.task_id = ANY($1) AND t.state = 'succeeded' ORDER BY d.task_id, t.id",
-    )
-    .bind(task_ids)
-    .fetch_all(pool)
-    .await?)
-}
-
-/// See [`Store::task_dependency_result_sizes`].
-pub(super) async fn dependency_result_sizes(
-    pool: &PgPool,
-    task_ids: &[String],
-) -> StoreResult<Vec<(String, u64, u64)>> {
-    let rows: Vec<(String, i64, i64)> = sqlx::query_as(
-        "SELECT d.task_id, count(*), \
-           sum(octet_length(t.id) + COALESCE(octet_length(t.result), 0))::bigint \
-         FROM task_deps d JOIN tasks t ON t.id = d.depends_on \
-         WHERE d.task_id = ANY($1) AND t.state = 'succeeded' GROUP BY d.task_id",
-    )
-    .bind(task_ids)
-    .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64))
-        .collect())
+    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(sql::TASK_DEPS_UNFINISHED)
+            .bind(task_id)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?)
+    }
 }

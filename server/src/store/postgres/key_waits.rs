@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use super::super::*;
+use super::sql;
 
 /// The tasks that hold the depends_on_keys of `flows` (this batch's own
 /// included), by key, with their producers.
@@ -18,15 +19,12 @@ pub(super) async fn key_holders(
         .flat_map(|f| &f.depends_on_keys)
         .map(|k| (k.queue.as_str(), k.key.as_str()))
         .unzip();
-    let rows: Vec<(String, String, String, Option<String>)> = sqlx::query_as(
-        "SELECT t.queue, t.key, t.id, t.metadata::jsonb ->> 'taskbroker.producer' FROM tasks t \
-         JOIN UNNEST($1::text[], $2::text[]) AS u(queue, key) \
-           ON t.queue = u.queue AND t.key = u.key",
-    )
-    .bind(&queues)
-    .bind(&keys)
-    .fetch_all(&mut *tx)
-    .await?;
+    let rows: Vec<(String, String, String, Option<String>)> =
+        sqlx::query_as(sql::TASK_INSERT_FLOW_KEY_HOLDERS)
+            .bind(&queues)
+            .bind(&keys)
+            .fetch_all(&mut *tx)
+            .await?;
     Ok(rows
         .into_iter()
         .map(|(queue, key, id, producer)| (TaskKey { queue, key }, (id, producer)))
@@ -47,14 +45,12 @@ pub(super) async fn over_wait_cap(
         }
         // One index probe per distinct key, counting no further than the cap
         // (the NULL case and the named one are separate index conditions).
-        let sql = if p.is_some() {
-            "SELECT count(*) FROM (SELECT 1 FROM task_key_deps WHERE queue = $1 AND key = $2 \
-             AND producer = $3 AND bound_to IS NULL LIMIT $4) w"
+        let stmt = if p.is_some() {
+            sql::TASK_INSERT_FLOW_KEY_WAITS_OF
         } else {
-            "SELECT count(*) FROM (SELECT 1 FROM task_key_deps WHERE queue = $1 AND key = $2 \
-             AND producer IS NULL AND $3::text IS NULL AND bound_to IS NULL LIMIT $4) w"
+            sql::TASK_INSERT_FLOW_KEY_WAITS_OF_NONE
         };
-        let n: i64 = sqlx::query_scalar(sql)
+        let n: i64 = sqlx::query_scalar(stmt)
             .bind(&k.queue)
             .bind(&k.key)
             .bind(p)

@@ -15,8 +15,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 use tokio_util::sync::CancellationToken;
 
 use super::row::{
-    AttemptEnd, AttemptRow, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms,
-    sort_lease_order, state_filter_sql,
+    AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms, state_filter_sql,
 };
 use super::*;
 
@@ -26,46 +25,34 @@ pub(crate) mod sql {
 }
 use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
 
-// Schedules (migration 0006).
-mod schedule;
-// Routing and the worker registry (migration 0008).
-mod routing;
-use routing::BindRouting as _;
-
-// The console's dead letters.
-mod dead;
-// Flow: dependencies, events, bulk operations (migration 0010).
+// One file per capability, each implementing its trait in place.
+mod admin;
+mod admission;
+mod engine;
 mod events;
 mod flow;
-// Dependencies by key at submit: holders and the cap on waits.
-mod horizon;
+mod leasing;
+mod observe;
+mod schedules;
+mod settling;
+mod tasks;
+mod workers;
+// Their helpers: the gated lease, dependencies by key at submit, routing, the
+// task row, sync match, the write transaction.
+mod gated;
 mod key_waits;
+mod routing;
+mod rows;
+mod sync_match;
+mod tx;
+// What only Postgres needs: connect, hosts, the router, listen, statistics, horizon.
+pub mod native;
+use native::hosts;
+use native::hosts::DbUrl;
+use native::router::{self, Router};
+
 use super::flow::{failure_events as flow_failure_events, of_row as flow_of_row};
 use crate::domain::event::EventKind;
-// Admission (migration 0009).
-mod admission;
-mod admission_lease;
-// The plain lease, for batches routing cannot touch (migration 0012).
-mod lease_plain;
-// Sync match.
-mod sync_match;
-// Several hosts in one URL, and following the primary through a failover.
-pub mod hosts;
-pub mod router;
-use hosts::DbUrl;
-use router::Router;
-
-// The rooms of the Store implementation (each an `impl PostgresStore` the
-// trait impl below delegates to) and its helpers.
-mod admin;
-mod complete;
-mod connect;
-mod lease;
-mod listen;
-mod observe;
-mod ops;
-mod read;
-mod statistics;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -90,487 +77,13 @@ pub struct PostgresStore {
     notes: Arc<Notes>,
 }
 
-/// What the listener received (see [`NotificationStats`]).
 /// How long a broker transaction may sit idle between statements before the
 /// server ends it (see [`PostgresStore::connect`]).
 const WRITER_IDLE_LIMIT: &str = "30s";
 
+/// What the listener received (see [`NotificationStats`]).
 #[derive(Default)]
 struct Notes {
     received: std::sync::atomic::AtomicU64,
     own_skipped: std::sync::atomic::AtomicU64,
-}
-
-#[async_trait]
-impl Engine for PostgresStore {
-    fn backend(&self) -> &'static str {
-        "postgres"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { shared: true }
-    }
-
-    async fn migrate(&self) -> StoreResult<()> {
-        MIGRATOR.run(&self.pool).await.map_err(StoreError::Migrate)
-    }
-
-    async fn ping(&self) -> StoreResult<()> {
-        // Every form: not ready while the host in use is a standby, which
-        // answers reads and refuses every write the broker makes (one host named
-        // alone, such as an address that did not follow a failover, or a
-        // `target_session_attrs` that accepts a standby).
-        let Some(router) = &self.router else {
-            let in_recovery: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
-                .fetch_one(&self.pool)
-                .await?;
-            if in_recovery {
-                return Err(StoreError::Unavailable(Box::new(InRecovery)));
-            }
-            return Ok(());
-        };
-        // With several hosts: ready while a host that matches is in use.
-        let mut conn = self.pool.acquire().await?;
-        let role = router::role_of(&mut conn).await?;
-        if router.healthy() && router.attrs().accepts(role) {
-            if role.in_recovery {
-                return Err(StoreError::Unavailable(Box::new(InRecovery)));
-            }
-            return Ok(());
-        }
-        router.recheck();
-        Err(StoreError::Unavailable(
-            format!(
-                "no database host accepts target_session_attrs={}",
-                router.attrs().as_str()
-            )
-            .into(),
-        ))
-    }
-
-    fn pool_stats(&self) -> PoolStats {
-        let hot = self.hot.as_ref();
-        PoolStats {
-            size: self.pool.size() + hot.map_or(0, |p| p.size()),
-            idle: self.pool.num_idle() + hot.map_or(0, |p| p.num_idle()),
-        }
-    }
-
-    async fn statistics_refresh(&self) -> StoreResult<bool> {
-        self.statistics_refresh().await
-    }
-
-    fn spawn_listener(&self, wake: Waker, stop: CancellationToken) {
-        self.listen(wake, stop);
-    }
-
-    fn notification_stats(&self) -> NotificationStats {
-        use std::sync::atomic::Ordering::Relaxed;
-        NotificationStats {
-            received: self.notes.received.load(Relaxed),
-            own_skipped: self.notes.own_skipped.load(Relaxed),
-        }
-    }
-
-    async fn close(&self) {
-        if let Some(hot) = &self.hot {
-            hot.close().await;
-        }
-        self.pool.close().await;
-    }
-}
-
-#[async_trait]
-impl Tasks for PostgresStore {
-    async fn task_insert_many(
-        &self,
-        tasks: &[NewTask],
-        now: DateTime<Utc>,
-    ) -> StoreResult<Vec<Inserted>> {
-        self.task_insert_many(tasks, now).await
-    }
-
-    async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>> {
-        self.task_get(task_id).await
-    }
-
-    async fn task_find_keys(&self, keys: &[(String, String)]) -> StoreResult<Vec<TaskRecord>> {
-        self.task_find_keys(keys).await
-    }
-
-    async fn task_queues(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<std::collections::HashMap<String, String>> {
-        self.task_queues(task_ids).await
-    }
-
-    async fn task_list(&self, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
-        self.task_list(f).await
-    }
-
-    async fn task_update(
-        &self,
-        task_id: &str,
-        u: &TaskUpdate,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Changed> {
-        self.task_update(task_id, u, now).await
-    }
-
-    async fn task_replace_waiting(
-        &self,
-        r: &Replacement,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Option<String>> {
-        self.task_replace_waiting(r, now).await
-    }
-
-    async fn attempt_list(&self, task_id: &str) -> StoreResult<Option<Vec<AttemptRecord>>> {
-        self.attempt_list(task_id).await
-    }
-
-    async fn task_insert_flow(
-        &self,
-        tasks: &[NewTask],
-        flows: &[FlowSpec],
-        now: DateTime<Utc>,
-        commit_by: Option<std::time::Instant>,
-    ) -> StoreResult<FlowInserted> {
-        flow::insert(&self.pool, tasks, flows, now, commit_by).await
-    }
-
-    async fn task_insert_matched(
-        &self,
-        tasks: &[NewTask],
-        matches: &[Option<MatchTo>],
-        now: DateTime<Utc>,
-    ) -> StoreResult<Vec<MatchedInsert>> {
-        self.sync_insert_matched(tasks, matches, now).await
-    }
-}
-
-#[async_trait]
-impl Leasing for PostgresStore {
-    async fn task_lease_available(&self, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
-        self.task_lease_available(p).await
-    }
-
-    async fn task_lease_many(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
-        self.task_lease_many(ps).await
-    }
-
-    async fn task_next_run_at(
-        &self,
-        queues: &[String],
-        now: DateTime<Utc>,
-    ) -> StoreResult<Option<DateTime<Utc>>> {
-        self.task_next_run_at(queues, now).await
-    }
-
-    async fn lease_extend(
-        &self,
-        leases: &[LeaseRef],
-        extend_by: Option<Duration>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Vec<LeaseState>> {
-        self.lease_extend(leases, extend_by, now).await
-    }
-
-    async fn task_lease_gated(&self, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRecord>>> {
-        self.admission_lease(ps).await
-    }
-
-    async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64> {
-        self.sync_lease_release(leases, now).await
-    }
-}
-
-#[async_trait]
-impl Settling for PostgresStore {
-    async fn task_checkpoint(&self, p: &CheckpointParams) -> StoreResult<Settled<LeaseState>> {
-        self.task_checkpoint(p).await
-    }
-
-    async fn task_complete(&self, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
-        self.task_complete(p).await
-    }
-
-    async fn task_complete_many(
-        &self,
-        ps: &[CompleteParams],
-    ) -> StoreResult<Vec<Settled<Completed>>> {
-        self.task_complete_many(ps).await
-    }
-
-    async fn task_fail(&self, p: &FailParams) -> StoreResult<Settled<FailResult>> {
-        self.task_fail(p).await
-    }
-
-    async fn lease_reclaim_expired(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped> {
-        self.lease_reclaim_expired(now, limit).await
-    }
-}
-
-#[async_trait]
-impl Flow for PostgresStore {
-    async fn task_flow_info(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<std::collections::HashMap<String, TaskFlowInfo>> {
-        flow::flow_info(&self.pool, task_ids).await
-    }
-
-    async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>> {
-        flow::keys_missing(&self.pool, task_id, limit).await
-    }
-
-    async fn task_dependency_result_sizes(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<Vec<(String, u64, u64)>> {
-        flow::dependency_result_sizes(&self.pool, task_ids).await
-    }
-
-    async fn task_dependency_results(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
-        flow::dependency_results(&self.pool, task_ids).await
-    }
-
-    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
-        Ok(sqlx::query_scalar(
-            "SELECT depends_on FROM task_deps WHERE task_id = $1 AND NOT resolved \
-             ORDER BY depends_on LIMIT $2",
-        )
-        .bind(task_id)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?)
-    }
-}
-
-#[async_trait]
-impl Events for PostgresStore {
-    async fn event_list(
-        &self,
-        task_id: &str,
-        after_event_id: i64,
-        limit: u32,
-    ) -> StoreResult<Vec<EventRecord>> {
-        flow::event_list(&self.pool, task_id, after_event_id, limit).await
-    }
-
-    async fn event_read(&self, after_event_id: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
-        flow::event_read(&self.pool, after_event_id, limit).await
-    }
-
-    async fn event_head(&self) -> StoreResult<i64> {
-        flow::event_head(&self.pool).await
-    }
-
-    async fn event_ceiling(&self) -> StoreResult<i64> {
-        horizon::event_ceiling(&self.pool).await
-    }
-
-    async fn event_held_since(&self) -> StoreResult<Option<i64>> {
-        horizon::event_held_since(&self.pool).await
-    }
-
-    async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
-        flow::event_purge(&self.pool, before, limit).await
-    }
-}
-
-#[async_trait]
-impl Schedules for PostgresStore {
-    async fn schedule_insert(&self, s: &ScheduleRecord) -> StoreResult<bool> {
-        schedule::insert(&self.pool, s).await
-    }
-
-    async fn schedule_get(&self, id: &str) -> StoreResult<Option<ScheduleRecord>> {
-        schedule::get(&self.pool, id).await
-    }
-
-    async fn schedule_list(&self, f: &ScheduleFilter) -> StoreResult<Vec<ScheduleRecord>> {
-        schedule::list(&self.pool, f).await
-    }
-
-    async fn schedule_update(&self, s: &ScheduleRecord, now: DateTime<Utc>) -> StoreResult<bool> {
-        schedule::update(&self.pool, s, now).await
-    }
-
-    async fn schedule_delete(&self, id: &str) -> StoreResult<bool> {
-        schedule::delete(&self.pool, id).await
-    }
-
-    async fn schedule_due(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Vec<DueSchedule>> {
-        schedule::due(&self.pool, now, limit).await
-    }
-
-    async fn schedule_fire(&self, f: &ScheduleFire) -> StoreResult<Fired> {
-        schedule::fire(&self.pool, f).await
-    }
-
-    async fn schedule_run_list(
-        &self,
-        f: &ScheduleRunFilter,
-    ) -> StoreResult<Vec<ScheduleRunRecord>> {
-        schedule::run_list(&self.pool, f).await
-    }
-}
-
-#[async_trait]
-impl Admission for PostgresStore {
-    async fn queue_pending(&self, queue: &str) -> StoreResult<(u64, u64)> {
-        self.queue_pending(queue).await
-    }
-
-    async fn queue_dead_letters_set(&self, pairs: &[(String, String)]) -> StoreResult<()> {
-        flow::dead_letters_set(&self.pool, pairs).await
-    }
-
-    async fn queue_list(&self) -> StoreResult<Vec<StoredQueue>> {
-        self.admission_queue_list().await
-    }
-
-    async fn queue_seed(
-        &self,
-        seed: &[(String, crate::domain::admission::QueueConfig)],
-    ) -> StoreResult<()> {
-        self.admission_queue_seed(seed).await
-    }
-
-    async fn queue_put(
-        &self,
-        name: &str,
-        config: &crate::domain::admission::QueueConfig,
-        version: Option<i64>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<bool> {
-        self.admission_queue_put(name, config, version, now).await
-    }
-
-    async fn queue_usage(
-        &self,
-        queue: &str,
-        key: Option<&str>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<QueueUsage> {
-        self.admission_usage(queue, key, now).await
-    }
-
-    async fn task_ahead(
-        &self,
-        task: &TaskRecord,
-        aging_ms: Option<i64>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<u64> {
-        self.admission_ahead(task, aging_ms, now).await
-    }
-
-    async fn queue_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64> {
-        self.admission_key_tokens_purge(now).await
-    }
-}
-
-#[async_trait]
-impl Workers for PostgresStore {
-    async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>> {
-        self.lease_holders(p).await
-    }
-
-    async fn worker_record_seen(&self, seen: &[WorkerSeen]) -> StoreResult<()> {
-        routing::worker_record_seen(&self.pool, seen).await
-    }
-
-    async fn worker_list(&self, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
-        routing::worker_list(&self.pool, f).await
-    }
-
-    async fn worker_get(
-        &self,
-        worker_id: &str,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
-        routing::worker_get(&self.pool, worker_id, now).await
-    }
-}
-
-#[async_trait]
-impl Admin for PostgresStore {
-    async fn task_cancel(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
-        self.task_cancel(task_id, now).await
-    }
-
-    async fn task_requeue(&self, task_id: &str, now: DateTime<Utc>) -> StoreResult<Changed> {
-        self.task_requeue(task_id, now).await
-    }
-
-    async fn task_purge_finished(
-        &self,
-        before: DateTime<Utc>,
-        scope: &PurgeScope,
-        limit: u32,
-    ) -> StoreResult<u64> {
-        self.task_purge_finished(before, scope, limit).await
-    }
-
-    async fn task_dead_groups(&self, p: &DeadGroupParams) -> StoreResult<Vec<DeadGroup>> {
-        self.task_dead_groups(p).await
-    }
-
-    async fn task_requeue_dead(&self, p: &RequeueDeadParams) -> StoreResult<u64> {
-        self.task_requeue_dead(p).await
-    }
-
-    async fn task_cancel_dead(&self, p: &CancelDeadParams) -> StoreResult<u64> {
-        dead::task_cancel_dead(&self.pool, p).await
-    }
-
-    async fn task_select(&self, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
-        flow::select(&self.pool, f).await
-    }
-
-    async fn task_cancel_many(
-        &self,
-        task_ids: &[String],
-        now: DateTime<Utc>,
-    ) -> StoreResult<BulkCancelled> {
-        flow::cancel_many(&self.pool, task_ids, now).await
-    }
-
-    async fn task_requeue_many(
-        &self,
-        tasks: &[(String, DateTime<Utc>)],
-        now: DateTime<Utc>,
-    ) -> StoreResult<u64> {
-        flow::requeue_many(&self.pool, tasks, now).await
-    }
-}
-
-#[async_trait]
-impl Observe for PostgresStore {
-    async fn queue_stats(
-        &self,
-        queues: &[String],
-        now: DateTime<Utc>,
-    ) -> StoreResult<Vec<QueueStatsRecord>> {
-        self.queue_stats(queues, now).await
-    }
-
-    async fn attempt_histogram(
-        &self,
-        p: &AttemptHistogramParams,
-    ) -> StoreResult<Vec<AttemptBucket>> {
-        self.attempt_histogram(p).await
-    }
-
-    async fn attempt_durations(
-        &self,
-        p: &AttemptDurationParams,
-    ) -> StoreResult<Vec<AttemptDuration>> {
-        self.attempt_durations(p).await
-    }
 }

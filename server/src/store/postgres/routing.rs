@@ -1,12 +1,12 @@
-//! Routing on Postgres (migration 0008): the routing columns written
-//! with a submit, the reservation a failure leaves, and the worker registry.
-//! The lease rules are predicates of the lease statement in `postgres.rs`.
+//! Routing on Postgres (migration 0008): the routing columns written with a
+//! submit and the reservation a failure leaves. The lease rules are fragments
+//! of the lease statements (routing.sql); the worker registry is workers.rs.
 
-use chrono::{DateTime, Utc};
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{Postgres, Transaction};
 
 use super::super::row::{TaskRow, ms};
 use super::super::*;
+use super::sql;
 use crate::domain::routing::{TaskRouting, reservation};
 
 /// Whether a new task has routing columns to write.
@@ -14,45 +14,10 @@ pub(super) fn is_routed(r: &TaskRouting) -> bool {
     !r.target.is_empty() || r.sticky.is_some() || r.fanout_group.is_some()
 }
 
-/// The submit statement of `task_insert_many` with the routing columns as well
-/// ($17 to $22; $16 is the concurrency keys), for a batch that has routed tasks.
-pub(super) const INSERT_ROUTED: &str = concat!(
-    "WITH ins AS ( \
-       INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
-         max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
-         max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key, \
-         target_worker, target_labels, sticky, sticky_timeout_ms, fanout_group, fanout_distinct, \
-         waiting) \
-       SELECT id, queue, key, payload, priority, run_at, deadline, 'pending', \
-         max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck, tw, tl, st, sto, fg, fd, \
-         run_at > $14 \
-       FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
-         $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], \
-         $11::bigint[], $12::float8[], $13::text[], $16::text[], $17::text[], $18::text[], $19::text[], \
-         $20::bigint[], $21::text[], $22::bool[]) \
-         AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
-              ib, bm, mb, j, md, ck, tw, tl, st, sto, fg, fd) \
-       ON CONFLICT DO NOTHING RETURNING id, queue, run_at), \
-     ev AS (",
-    super::events::event_batch!(),
-    "SELECT id, queue, 'submitted', \
-       CASE WHEN run_at > $14 THEN 'scheduled' ELSE 'ready' END, 0, NULL::text, $14, NULL::text FROM ins",
-    super::events::event_batch_end!(),
-    "), \
-     woken AS (SELECT pg_notify('taskbroker', q || $15) FROM (SELECT DISTINCT queue AS q FROM ins) d) \
-     SELECT id FROM ins WHERE (SELECT count(*) FROM woken) >= 0"
-);
-
 type InsertQuery<'q> =
     sqlx::query::QueryScalar<'q, Postgres, String, <Postgres as sqlx::Database>::Arguments>;
 
-/// The submit statement: `plain` (the one of `task_insert_many`) or, for a batch
-/// with routed tasks, [`INSERT_ROUTED`].
-pub(super) fn insert_sql(routed: bool, plain: &'static str) -> sqlx::AssertSqlSafe<&'static str> {
-    sqlx::AssertSqlSafe(if routed { INSERT_ROUTED } else { plain })
-}
-
-/// Binds the routing arrays of [`INSERT_ROUTED`] when `routed`.
+/// Binds the routing arrays of `task_insert_many_routed` when `routed`.
 pub(super) trait BindRouting<'q> {
     fn bind_routing(self, routed: bool, tasks: &[NewTask]) -> Self;
 }
@@ -67,7 +32,7 @@ impl<'q> BindRouting<'q> for InsertQuery<'q> {
     }
 }
 
-/// Binds the routing arrays ($17 to $22) of [`INSERT_ROUTED`].
+/// Binds the routing arrays ($17 to $22) of `task_insert_many_routed`.
 fn bind_routing<'q>(q: InsertQuery<'q>, tasks: &[NewTask]) -> InsertQuery<'q> {
     let workers: Vec<Option<String>> = tasks
         .iter()
@@ -120,7 +85,7 @@ pub(super) async fn reserve_retry(
         Some((w, until)) => (Some(w), until.map(ms)),
         None => (None, None),
     };
-    sqlx::query("UPDATE tasks SET reserved_for = $1, reserved_until = $2 WHERE id = $3")
+    sqlx::query(sql::TASK_FAIL_RESERVE)
         .bind(worker)
         .bind(until)
         .bind(&row.id)
@@ -137,125 +102,9 @@ pub(super) async fn clear_reservation(
     if row.reserved_for.is_none() {
         return Ok(());
     }
-    sqlx::query("UPDATE tasks SET reserved_for = NULL, reserved_until = NULL WHERE id = $1")
+    sqlx::query(sql::TASK_RESERVATION_CLEAR)
         .bind(&row.id)
         .execute(&mut **tx)
         .await?;
     Ok(())
-}
-
-pub(super) async fn worker_record_seen(pool: &PgPool, seen: &[WorkerSeen]) -> StoreResult<()> {
-    if seen.is_empty() {
-        return Ok(());
-    }
-    let ids: Vec<&str> = seen.iter().map(|w| w.worker_id.as_str()).collect();
-    let labels: Vec<String> = seen
-        .iter()
-        .map(|w| serde_json::to_string(&w.labels).unwrap_or_else(|_| "{}".into()))
-        .collect();
-    let addresses: Vec<&str> = seen.iter().map(|w| w.address.as_str()).collect();
-    // Empty queues (a Heartbeat) keep the stored labels and queues.
-    let queues: Vec<Option<String>> = seen
-        .iter()
-        .map(|w| {
-            (!w.queues.is_empty())
-                .then(|| serde_json::to_string(&w.queues).unwrap_or_else(|_| "[]".into()))
-        })
-        .collect();
-    let nows: Vec<i64> = seen.iter().map(|w| ms(w.now)).collect();
-    // One row per worker id (the last seen wins), in id order so two replicas
-    // upserting the same workers lock rows in the same order.
-    sqlx::query(
-        "INSERT INTO workers (worker_id, labels, address, queues, first_seen, last_seen) \
-         SELECT DISTINCT ON (id) id, l, a, COALESCE(q, '[]'), n, n \
-         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[]) \
-           AS u(id, l, a, q, n) \
-         ORDER BY id, n DESC \
-         ON CONFLICT (worker_id) DO UPDATE SET \
-           labels = CASE WHEN excluded.queues = '[]' THEN workers.labels ELSE excluded.labels END, \
-           address = excluded.address, \
-           queues = CASE WHEN excluded.queues = '[]' THEN workers.queues ELSE excluded.queues END, \
-           last_seen = GREATEST(workers.last_seen, excluded.last_seen)",
-    )
-    .bind(&ids)
-    .bind(&labels)
-    .bind(&addresses)
-    .bind(&queues)
-    .bind(&nows)
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// The registry row with its counts: leases held now, attempts finished in the
-/// minute before `now` (`$1`).
-static WORKER_SELECT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "{}, per_worker AS (SELECT worker_id, \
-           count(*) FILTER (WHERE outcome = 'succeeded') AS completed, \
-           count(*) FILTER (WHERE outcome <> 'succeeded') AS failed \
-           FROM recent GROUP BY worker_id) \
-         SELECT w.worker_id, w.labels, w.address, w.queues, w.first_seen, w.last_seen, \
-         (SELECT count(*) FROM tasks h WHERE h.state = 'leased' AND h.leased_by = w.worker_id) \
-           AS leases_held, \
-         COALESCE(p.completed, 0) AS completed, COALESCE(p.failed, 0) AS failed \
-         FROM workers w LEFT JOIN per_worker p ON p.worker_id = w.worker_id",
-        super::read::recent_attempts("$1::bigint")
-    )
-});
-
-fn minute_before(now: DateTime<Utc>) -> i64 {
-    ms(now) - 60_000
-}
-
-pub(super) async fn worker_list(pool: &PgPool, f: &WorkerFilter) -> StoreResult<Vec<WorkerRecord>> {
-    let mut qb = sqlx::QueryBuilder::<Postgres>::new(
-        WORKER_SELECT.replace("$1", &minute_before(f.now).to_string()),
-    );
-    qb.push(" WHERE w.last_seen >= ")
-        .push_bind(ms(f.seen_since));
-    if let Some(queue) = &f.queue {
-        qb.push(" AND w.queues::jsonb ? ").push_bind(queue);
-    }
-    if !f.labels.is_empty() {
-        qb.push(" AND w.labels::jsonb @> ")
-            .push_bind(serde_json::to_string(&f.labels).unwrap_or_else(|_| "{}".into()))
-            .push("::jsonb");
-    }
-    if let Some(after) = &f.after_id {
-        qb.push(" AND w.worker_id > ").push_bind(after);
-    }
-    qb.push(" ORDER BY w.worker_id LIMIT ")
-        .push_bind(i64::from(f.limit));
-    qb.build_query_as::<WorkerRow>()
-        .fetch_all(pool)
-        .await?
-        .into_iter()
-        .map(WorkerRow::into_record)
-        .collect()
-}
-
-pub(super) async fn worker_get(
-    pool: &PgPool,
-    worker_id: &str,
-    now: DateTime<Utc>,
-) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
-    let sql = format!("{} WHERE w.worker_id = $2", *WORKER_SELECT);
-    let Some(row) = sqlx::query_as::<_, WorkerRow>(sqlx::AssertSqlSafe(sql))
-        .bind(minute_before(now))
-        .bind(worker_id)
-        .fetch_optional(pool)
-        .await?
-    else {
-        return Ok(None);
-    };
-    let leases: Vec<WorkerLeaseRow> = sqlx::query_as(
-        "SELECT id, queue, attempt, leased_at, lease_expires_at FROM tasks \
-         WHERE state = 'leased' AND leased_by = $1 ORDER BY leased_at, seq LIMIT 1000",
-    )
-    .bind(worker_id)
-    .fetch_all(pool)
-    .await?;
-    let leases = leases.into_iter().map(worker_lease).collect();
-    Ok(Some((row.into_record()?, leases)))
 }

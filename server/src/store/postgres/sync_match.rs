@@ -14,74 +14,10 @@ use chrono::{DateTime, Utc};
 use super::super::row::{duration_ms, ms};
 use super::super::sync_match::{leased_row, matches_in_lease_order, metadata_json};
 use super::super::*;
-use super::{CHANNEL, PostgresStore};
+use super::{CHANNEL, PostgresStore, sql};
 
 /// id, seq, state, lease token, lease expiry of each inserted row.
 type InsertedRow = (String, i64, String, Option<String>, Option<i64>);
-
-// `top` and `v` are MATERIALIZED: inlined, the planner copied `v.m` (with its
-// NOT EXISTS over `top`, itself a scan of `u` per row) into each of the nine
-// CASE expressions that read it, which made the statement quadratic in the batch:
-// 0.7 s for 500 rows and 2.6-4.9 s for 1,400-1,650 (auto_explain), the cause of
-// the slow batched runs and p99 pick-ups of seconds with sync match on.
-const INSERT_MATCHED: &str = concat!(
-    "WITH u AS ( \
-       SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], \
-         $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[], \
-         $11::bigint[], $12::float8[], $13::text[], $16::text[], $17::text[], $18::text[], \
-         $19::text[], $20::bigint[], $21::text[], $22::bool[], $23::text[], $24::text[], \
-         $25::bigint[]) WITH ORDINALITY \
-         AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts, \
-              ib, bm, mb, j, md, ck, tw, tl, st, sto, fg, fd, worker, address, dur, n)), \
-     top AS MATERIALIZED ( \
-       SELECT q.queue, GREATEST((SELECT t.priority FROM tasks t WHERE t.state = 'pending' \
-           AND NOT t.waiting AND t.queue = q.queue AND t.run_at <= $14 \
-           AND COALESCE(t.deadline, 9223372036854775807) > $14 \
-         ORDER BY t.priority DESC LIMIT 1), \
-         (SELECT max(t.priority) FROM tasks t WHERE t.state = 'pending' AND t.waiting \
-           AND t.queue = q.queue AND t.run_at <= $14 \
-           AND COALESCE(t.deadline, 9223372036854775807) > $14)) AS p \
-       FROM (SELECT DISTINCT queue FROM u WHERE worker IS NOT NULL) q), \
-     v AS MATERIALIZED ( \
-       SELECT u.*, (u.worker IS NOT NULL AND NOT EXISTS (SELECT 1 FROM top \
-         WHERE top.queue = u.queue AND top.p >= u.priority)) AS m FROM u), \
-     ins AS ( \
-       INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state, \
-         max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier, \
-         max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key, \
-         target_worker, target_labels, sticky, sticky_timeout_ms, fanout_group, fanout_distinct, \
-         attempt, fencing_token, lease_token, leased_by, lease_duration_ms, lease_expires_at, \
-         leased_at, leased_address, waiting) \
-       SELECT id, queue, key, payload, priority, run_at, deadline, \
-         CASE WHEN m THEN 'leased' ELSE 'pending' END, \
-         max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck, tw, tl, st, sto, fg, fd, \
-         CASE WHEN m THEN 1 ELSE 0 END, CASE WHEN m THEN 1 ELSE 0 END, \
-         CASE WHEN m THEN gen_random_uuid()::text END, CASE WHEN m THEN worker END, \
-         CASE WHEN m THEN dur END, \
-         CASE WHEN m THEN LEAST($14 + dur, COALESCE(deadline, $14 + dur)) END, \
-         CASE WHEN m THEN $14 END, CASE WHEN m THEN address END, NOT m AND run_at > $14 \
-       FROM v ORDER BY n \
-       ON CONFLICT DO NOTHING \
-       RETURNING id, seq, state, lease_token, lease_expires_at, queue, run_at, leased_by), \
-     ev AS (",
-    super::events::event_batch!(),
-    "SELECT e.id, e.queue, e.kind, e.st, e.att, e.w, $14::bigint, NULL::text FROM ( \
-         SELECT seq, id, queue, 0 AS k, 'submitted'::text AS kind, \
-           CASE WHEN run_at > $14 THEN 'scheduled' ELSE 'ready' END AS st, 0::bigint AS att, \
-           NULL::text AS w FROM ins \
-         UNION ALL SELECT seq, id, queue, 1, 'leased', 'leased', 1, leased_by FROM ins \
-           WHERE state = 'leased') e ORDER BY e.seq, e.k",
-    super::events::event_batch_end!(),
-    "), \
-     woken AS (SELECT pg_notify($15, q) FROM \
-       (SELECT DISTINCT queue AS q FROM ins WHERE state = 'pending') d) \
-     SELECT id, seq, state, lease_token, lease_expires_at FROM ins \
-     WHERE (SELECT count(*) FROM woken) >= 0"
-);
-
-/// [`INSERT_MATCHED`] for a batch in which no task carries a key.
-static INSERT_MATCHED_KEYLESS: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| super::ops::keyless(INSERT_MATCHED));
 
 impl PostgresStore {
     pub(super) async fn sync_insert_matched(
@@ -142,8 +78,12 @@ impl PostgresStore {
         let durations: Vec<Option<i64>> = (0..tasks.len())
             .map(|i| matched(i).map(|m| duration_ms(m.lease_duration)))
             .collect();
-        let sql = super::ops::by_keys(tasks, INSERT_MATCHED, &INSERT_MATCHED_KEYLESS);
-        let rows: Vec<InsertedRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        let stmt = if super::tasks::keyed(tasks) {
+            sql::TASK_INSERT_MATCHED
+        } else {
+            sql::TASK_INSERT_MATCHED_KEYLESS
+        };
+        let rows: Vec<InsertedRow> = sqlx::query_as(stmt)
             .bind(&ids)
             .bind(&queues)
             .bind(&keys)
@@ -221,55 +161,11 @@ impl PostgresStore {
         }
         let q: Vec<&str> = dups.iter().map(|t| t.queue.as_str()).collect();
         let k: Vec<Option<&str>> = dups.iter().map(|t| t.key.as_deref()).collect();
-        let rows: Vec<(String, String, String)> = sqlx::query_as(
-            "SELECT t.queue, t.key, t.id FROM tasks t \
-             JOIN UNNEST($1::text[], $2::text[]) AS u(queue, key) \
-               ON t.queue = u.queue AND t.key = u.key",
-        )
-        .bind(&q)
-        .bind(&k)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows: Vec<(String, String, String)> = sqlx::query_as(sql::TASK_INSERT_MATCHED_EXISTING)
+            .bind(&q)
+            .bind(&k)
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows.into_iter().map(|(q, k, id)| ((q, k), id)).collect())
-    }
-
-    pub(super) async fn sync_lease_release(
-        &self,
-        leases: &[LeaseRef],
-        now: DateTime<Utc>,
-    ) -> StoreResult<u64> {
-        if leases.is_empty() {
-            return Ok(0);
-        }
-        let ids: Vec<&str> = leases.iter().map(|l| l.task_id.as_str()).collect();
-        let tokens: Vec<&str> = leases.iter().map(|l| l.lease_token.as_str()).collect();
-        // The attempt is taken back (it never ran, and no attempt row was written
-        // for it: that happens when an attempt ends); the fencing token is not.
-        let released: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "WITH u AS ( \
-               UPDATE tasks t SET state = 'pending', attempt = t.attempt - 1, \
-                 lease_token = NULL, leased_by = NULL, lease_duration_ms = NULL, \
-                 lease_expires_at = NULL, leased_at = NULL, leased_address = NULL, \
-                 updated_at = $1 \
-               FROM UNNEST($2::text[], $3::text[]) AS l(id, token) \
-               WHERE t.id = l.id AND t.state = 'leased' AND t.lease_token = l.token \
-               RETURNING t.id, t.queue, t.state, t.attempt, t.run_at), \
-             ev AS ({}), \
-             woken AS (SELECT pg_notify($4, q) FROM (SELECT DISTINCT queue AS q FROM u) d) \
-             SELECT count(*) FROM u WHERE (SELECT count(*) FROM woken) >= 0",
-            // Flow: the task is READY again, its long-poll gone.
-            super::events::from_updated_with(
-                "requeued",
-                "$1",
-                "'lease released: its long-poll went away'"
-            )
-        )))
-        .bind(ms(now))
-        .bind(&ids)
-        .bind(&tokens)
-        .bind(CHANNEL)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(u64::try_from(released).unwrap_or_default())
     }
 }

@@ -33,43 +33,13 @@
 
 use sqlx::PgPool;
 
-use super::super::StoreResult;
-
-/// Step 1 above.
-const HORIZON: &str = "SELECT LEAST(pg_snapshot_xmax(c.s)::text::bigint, \
-       (SELECT min(x::text::bigint) FROM pg_snapshot_xip(c.s) AS x \
-        WHERE x::xid IN ( \
-          SELECT backend_xid FROM pg_stat_activity \
-          WHERE backend_xid IS NOT NULL AND datname = current_database() \
-          UNION ALL \
-          SELECT transaction FROM pg_prepared_xacts WHERE database = current_database()))) \
-     << 20 FROM (SELECT pg_current_snapshot() AS s) c";
+use super::super::super::StoreResult;
+use super::super::sql;
 
 /// The horizon: every event below it is final. Read events below it only in a
 /// later statement.
-pub(super) async fn horizon(pool: &PgPool) -> StoreResult<i64> {
-    Ok(sqlx::query_scalar(HORIZON).fetch_one(pool).await?)
-}
-
-/// An id at or above every committed event's: a snapshot's `xmax` is one past
-/// the newest ended transaction. (A transaction still running may lie above it;
-/// nobody has seen its events yet.)
-pub(super) async fn event_ceiling(pool: &PgPool) -> StoreResult<i64> {
-    Ok(sqlx::query_scalar(
-        "SELECT (pg_snapshot_xmax(pg_current_snapshot())::text::bigint << 20) - 1",
-    )
-    .fetch_one(pool)
-    .await?)
-}
-
-/// The time (ms) of the oldest committed event that is not final yet (a writer
-/// of this database that started earlier still runs), if any.
-pub(super) async fn event_held_since(pool: &PgPool) -> StoreResult<Option<i64>> {
-    let h = horizon(pool).await?;
-    Ok(sqlx::query_scalar(
-        "SELECT times[1] FROM task_event_batches WHERE last_id >= $1 ORDER BY last_id LIMIT 1",
-    )
-    .bind(h)
-    .fetch_optional(pool)
-    .await?)
+pub(in crate::store::postgres) async fn horizon(pool: &PgPool) -> StoreResult<i64> {
+    Ok(sqlx::query_scalar(sql::EVENT_HORIZON)
+        .fetch_one(pool)
+        .await?)
 }

@@ -12,7 +12,7 @@
 //! cached plans, which are made again on them at their next run. On a table whose
 //! statistics are within that factor this costs one catalog read.
 
-use super::*;
+use super::super::*;
 
 /// Live rows below which stale statistics cost little: no plan reads enough.
 const STALE_MIN_ROWS: i64 = 1_000;
@@ -24,32 +24,29 @@ impl PostgresStore {
     /// Analyzes `tasks` when it holds at least [`STALE_FACTOR`] times the rows
     /// its statistics record (and at least [`STALE_MIN_ROWS`]); true when it did.
     /// One replica at a time does it; the others see fresh statistics next time.
-    pub(super) async fn statistics_refresh(&self) -> StoreResult<bool> {
-        let stale: Option<bool> = sqlx::query_scalar(
-            "SELECT s.n_live_tup >= $1 AND s.n_live_tup > $2 * GREATEST(c.reltuples, 0) \
-             FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid \
-             WHERE c.oid = 'tasks'::regclass",
-        )
-        .bind(STALE_MIN_ROWS)
-        .bind(STALE_FACTOR)
-        .fetch_optional(&self.pool)
-        .await?;
+    pub(in crate::store::postgres) async fn statistics_refresh(&self) -> StoreResult<bool> {
+        let stale: Option<bool> = sqlx::query_scalar(sql::STATISTICS_REFRESH_STALE)
+            .bind(STALE_MIN_ROWS)
+            .bind(STALE_FACTOR)
+            .fetch_optional(&self.pool)
+            .await?;
         if stale != Some(true) {
             return Ok(false);
         }
         let mut tx = self.pool.begin().await?;
         // Never wait behind a vacuum or a migration: the next tick tries again.
-        sqlx::query("SET LOCAL lock_timeout = '1s'")
+        sqlx::query(sql::STATISTICS_REFRESH_LOCK_TIMEOUT)
             .execute(&mut *tx)
             .await?;
-        let ours: bool =
-            sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtext('taskbroker.analyze'))")
-                .fetch_one(&mut *tx)
-                .await?;
+        let ours: bool = sqlx::query_scalar(sql::STATISTICS_REFRESH_LOCK)
+            .fetch_one(&mut *tx)
+            .await?;
         if !ours {
             return Ok(false);
         }
-        sqlx::query("ANALYZE tasks").execute(&mut *tx).await?;
+        sqlx::query(sql::STATISTICS_REFRESH_ANALYZE)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(true)
     }

@@ -1,4 +1,4 @@
-//! The gated lease on Postgres: under the locks of its gated queues' rows, the
+//! The gated lease on Postgres (`Leasing::task_lease_gated`): under the locks of its gated queues' rows, the
 //! candidates each request may take, admitted against the queues' and keys'
 //! limits and buckets, then leased (see `admission.rs` for how the limits hold
 //! for the whole cluster).
@@ -8,10 +8,11 @@ use std::collections::{HashMap, HashSet};
 use sqlx::{Postgres, Transaction};
 
 use super::super::admission::{Assigned, MAX_PASSES, Offer, Plan, SortKey, window};
-use super::super::row::{TaskRow, duration_ms, ms, sort_lease_order};
+use super::super::row::{TaskRow, duration_ms, ms};
 use super::super::*;
-use super::PostgresStore;
 use super::admission::parse;
+use super::rows::{by_request, leased_row};
+use super::{PostgresStore, sql};
 use crate::domain::admission::{Candidate, Fairness, QueueConfig, QueueUse};
 
 type Tx<'a> = Transaction<'a, Postgres>;
@@ -38,7 +39,7 @@ impl PostgresStore {
     /// one UPDATE. Routing: each candidate row comes with the requests
     /// whose workers may take it (`elig`); [`Plan`] hands the rows out in lease
     /// order within the gates, the caps and the reply budgets.
-    pub(super) async fn admission_lease(
+    pub(super) async fn lease_gated(
         &self,
         ps: &[LeaseParams],
     ) -> StoreResult<Vec<Vec<TaskRecord>>> {
@@ -58,13 +59,10 @@ impl PostgresStore {
         // The serialisation point: see the module comment.
         let mut sorted = queues.clone();
         sorted.sort_unstable();
-        let rows: Vec<(String, String, f64, i64)> = sqlx::query_as(
-            "SELECT name, config, tokens, refilled_at FROM queues WHERE name = ANY($1) \
-             ORDER BY name FOR UPDATE",
-        )
-        .bind(&sorted)
-        .fetch_all(&mut *tx)
-        .await?;
+        let rows: Vec<(String, String, f64, i64)> = sqlx::query_as(sql::TASK_LEASE_GATED_QUEUES)
+            .bind(&sorted)
+            .fetch_all(&mut *tx)
+            .await?;
         let stored: HashMap<String, (String, f64, i64)> = rows
             .into_iter()
             .map(|(n, c, t, r)| (n, (c, t, r)))
@@ -80,7 +78,7 @@ impl PostgresStore {
             });
         }
         let workers: Vec<&str> = batch.workers.iter().map(String::as_str).collect();
-        super::lease::lock_workers(&mut tx, &workers).await?;
+        super::leasing::lock_workers(&mut tx, &workers).await?;
         let held = held_by_workers(&mut tx, ps).await?;
         let mut plan = Plan::new(ps, &uses, |w, q| {
             held.get(&(w.to_string(), q.to_string()))
@@ -160,40 +158,21 @@ impl PostgresStore {
         // task a plain lease took meanwhile is skipped), then one token per lease
         // taken from its queue's bucket (`bucket`) and its key's (`key_bucket`),
         // and (flow) the LEASED events (`ev`).
-        let rows: Vec<(TaskRow, i64)> = sqlx::query(concat!(
-            "WITH picked AS (SELECT * FROM UNNEST($1::text[], $3::int[]) AS p(id, req)), ",
-            super::lease_plain::lease_write!(),
-            ", bucket AS ( \
-               UPDATE queues q SET refilled_at = $2, \
-                 tokens = b.tokens - (SELECT count(*) FROM leased l WHERE l.queue = q.name) \
-               FROM UNNEST($7::text[], $8::float8[]) AS b(name, tokens) WHERE q.name = b.name), \
-             key_bucket AS ( \
-               INSERT INTO queue_key_tokens (queue, key, tokens, refilled_at) \
-               SELECT l.queue, l.concurrency_key, b.tokens - count(*), $2 FROM leased l \
-               JOIN UNNEST($9::text[], $10::text[], $11::float8[]) AS b(queue, key, tokens) \
-                 ON b.queue = l.queue AND b.key = l.concurrency_key \
-               GROUP BY l.queue, l.concurrency_key, b.tokens \
-               ON CONFLICT (queue, key) DO UPDATE SET tokens = EXCLUDED.tokens, \
-                 refilled_at = EXCLUDED.refilled_at) \
-             SELECT * FROM leased",
-        ))
-        .bind(&task_ids)
-        .bind(now)
-        .bind(&reqs)
-        .bind(&batch.workers)
-        .bind(&addresses)
-        .bind(&durations)
-        .bind(&buckets.queues)
-        .bind(&buckets.tokens)
-        .bind(&buckets.key_queues)
-        .bind(&buckets.keys)
-        .bind(&buckets.key_tokens)
-        .try_map(|row: sqlx::postgres::PgRow| {
-            use sqlx::{FromRow, Row};
-            Ok((TaskRow::from_row(&row)?, row.try_get::<i64, _>("request")?))
-        })
-        .fetch_all(&mut *tx)
-        .await?;
+        let rows: Vec<(TaskRow, i64)> = sqlx::query(sql::TASK_LEASE_GATED_WRITE)
+            .bind(&task_ids)
+            .bind(now)
+            .bind(&reqs)
+            .bind(&batch.workers)
+            .bind(&addresses)
+            .bind(&durations)
+            .bind(&buckets.queues)
+            .bind(&buckets.tokens)
+            .bind(&buckets.key_queues)
+            .bind(&buckets.keys)
+            .bind(&buckets.key_tokens)
+            .try_map(leased_row)
+            .fetch_all(&mut *tx)
+            .await?;
         let fair = uses
             .iter()
             .any(|u| u.config.fairness == Fairness::RoundRobinKeys);
@@ -209,21 +188,8 @@ impl PostgresStore {
             record_turns(&mut tx, queues, &uses, &rows).await?;
         }
         tx.commit().await?;
-        let mut out: Vec<Vec<TaskRecord>> = ps.iter().map(|_| Vec::new()).collect();
-        for (row, request) in rows {
-            let slot = usize::try_from(request - 1)
-                .ok()
-                .and_then(|i| out.get_mut(i))
-                .ok_or_else(|| StoreError::Corrupt(format!("lease for request {request}")))?;
-            slot.push(row.into_record()?);
-        }
         // Round robin: each reply in turn order (the order granted).
-        if !fair {
-            for records in &mut out {
-                sort_lease_order(records);
-            }
-        }
-        Ok(out)
+        by_request(ps.len(), rows, !fair)
     }
 }
 
@@ -251,19 +217,13 @@ async fn record_turns(
             continue;
         };
         let (names, at): (Vec<String>, Vec<i64>) = order.last.into_iter().unzip();
-        sqlx::query(
-            "WITH c AS (UPDATE queues SET served = served + $4 WHERE name = $1 \
-               RETURNING served - $4 AS base) \
-             INSERT INTO queue_key_turns (queue, key, served) \
-             SELECT $1, k.key, c.base + k.at FROM c, UNNEST($2::text[], $3::bigint[]) AS k(key, at) \
-             ON CONFLICT (queue, key) DO UPDATE SET served = EXCLUDED.served",
-        )
-        .bind(queue)
-        .bind(&names)
-        .bind(&at)
-        .bind(order.count)
-        .execute(&mut **tx)
-        .await?;
+        sqlx::query(sql::TASK_LEASE_GATED_TURNS)
+            .bind(queue)
+            .bind(&names)
+            .bind(&at)
+            .bind(order.count)
+            .execute(&mut **tx)
+            .await?;
     }
     Ok(())
 }
@@ -274,22 +234,6 @@ struct Batch {
     /// Each request's labels as a JSON object.
     labels: Vec<String>,
 }
-
-/// Routing in the gated candidate scan: a row anyone may take (no
-/// target, no reservation, no distinct fan-out group), read from its own columns.
-const GATED_OPEN: &str = "(target_worker IS NULL AND target_labels IS NULL \
-    AND reserved_for IS NULL AND NOT fanout_distinct)";
-
-/// Routing in the gated candidate scan: whether the worker of request
-/// `i` (1-based; ids $7, labels $8) may take the row: its target, a retry
-/// reserved for another worker, a distinct fan-out copy of a group the worker
-/// holds or completed.
-const GATED_MAY_TAKE: &str = "((target_worker IS NULL OR target_worker = ($7::text[])[i]) \
-    AND (target_labels IS NULL OR target_labels::jsonb <@ ($8::text[])[i]::jsonb) \
-    AND (reserved_for IS NULL OR reserved_for = ($7::text[])[i] OR reserved_until <= $2) \
-    AND (NOT fanout_distinct OR NOT EXISTS (SELECT 1 FROM tasks c \
-        WHERE c.fanout_group = tasks.fanout_group AND c.leased_by = ($7::text[])[i] \
-          AND c.state IN ('leased', 'succeeded'))))";
 
 /// Leases each worker of the batch holds in each queue where its request
 /// carries a per-worker cap (routing).
@@ -311,14 +255,11 @@ async fn held_by_workers(
     pairs.sort_unstable();
     pairs.dedup();
     let (workers, queues): (Vec<String>, Vec<String>) = pairs.into_iter().unzip();
-    let rows: Vec<(String, String, i64)> = sqlx::query_as(
-        "SELECT p.w, p.q, (SELECT count(*) FROM tasks WHERE state = 'leased' \
-           AND leased_by = p.w AND queue = p.q) FROM UNNEST($1::text[], $2::text[]) AS p(w, q)",
-    )
-    .bind(&workers)
-    .bind(&queues)
-    .fetch_all(&mut **tx)
-    .await?;
+    let rows: Vec<(String, String, i64)> = sqlx::query_as(sql::TASK_LEASE_GATED_HELD)
+        .bind(&workers)
+        .bind(&queues)
+        .fetch_all(&mut **tx)
+        .await?;
     Ok(rows
         .into_iter()
         .map(|(w, q, n)| ((w, q), n.max(0) as u64))
@@ -341,21 +282,17 @@ async fn load_use(
         ..QueueUse::default()
     };
     if config.max_concurrent > 0 {
-        let n: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM tasks WHERE queue = $1 AND state = 'leased'")
-                .bind(queue)
-                .fetch_one(&mut **tx)
-                .await?;
+        let n: i64 = sqlx::query_scalar(sql::TASK_LEASE_GATED_LEASED)
+            .bind(queue)
+            .fetch_one(&mut **tx)
+            .await?;
         usage.leased = n.max(0) as u64;
     }
     if config.max_concurrent_per_key > 0 {
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT concurrency_key, count(*) FROM tasks WHERE queue = $1 AND state = 'leased' \
-             AND concurrency_key IS NOT NULL GROUP BY concurrency_key",
-        )
-        .bind(queue)
-        .fetch_all(&mut **tx)
-        .await?;
+        let rows: Vec<(String, i64)> = sqlx::query_as(sql::TASK_LEASE_GATED_LEASED_PER_KEY)
+            .bind(queue)
+            .fetch_all(&mut **tx)
+            .await?;
         usage.leased_per_key = rows
             .into_iter()
             .map(|(k, n)| (k, n.max(0) as u64))
@@ -386,14 +323,11 @@ async fn load_key_tokens(
     if missing.is_empty() {
         return Ok(());
     }
-    let rows: Vec<(String, f64, i64)> = sqlx::query_as(
-        "SELECT key, tokens, refilled_at FROM queue_key_tokens WHERE queue = $1 \
-         AND key = ANY($2::text[])",
-    )
-    .bind(queue)
-    .bind(&missing)
-    .fetch_all(&mut **tx)
-    .await?;
+    let rows: Vec<(String, f64, i64)> = sqlx::query_as(sql::TASK_LEASE_GATED_KEY_TOKENS)
+        .bind(queue)
+        .bind(&missing)
+        .fetch_all(&mut **tx)
+        .await?;
     for (k, t, at) in rows {
         usage.key_tokens.insert(k, limit.refill(t, at, now));
     }
@@ -424,57 +358,16 @@ async fn candidates(
 ) -> StoreResult<Vec<Offer>> {
     let aging = config.aging_ms().unwrap_or(0);
     let round_robin = config.fairness == Fairness::RoundRobinKeys;
-    // Round robin: a key's n-th READY task takes its turn in the n-th round, and
-    // within a round the key served longest ago (`queue_key_turns`, kept across
-    // leases and replicas) goes first. `turn` is the task's place in that order.
-    let (last, krn, turn) = if round_robin {
-        (
-            "COALESCE((SELECT k.served FROM queue_key_turns k WHERE k.queue = $1 \
-             AND k.key = COALESCE(tasks.concurrency_key, '')), 0)",
-            "row_number() OVER (PARTITION BY COALESCE(concurrency_key, ''), eff \
-             ORDER BY deadline ASC NULLS LAST, run_at, seq)",
-            "row_number() OVER (PARTITION BY eff \
-             ORDER BY krn, last, deadline ASC NULLS LAST, run_at, seq)",
-        )
-    } else {
-        ("0::bigint", "1::bigint", "1::bigint")
+    // Without aging or fairness the index order is the lease order: only the
+    // first rows are read. With them, every READY row of the queue is ranked
+    // (see gated.sql).
+    let sql = match (aging > 0, round_robin) {
+        (false, false) => sql::TASK_LEASE_GATED_CANDIDATES,
+        (true, false) => sql::TASK_LEASE_GATED_CANDIDATES_AGING,
+        (false, true) => sql::TASK_LEASE_GATED_CANDIDATES_ROUND_ROBIN,
+        (true, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING_ROUND_ROBIN,
     };
-    let eff = if aging > 0 {
-        "priority + GREATEST($2 - run_at, 0) / $6"
-    } else {
-        "priority + 0 * $6"
-    };
-    // Without aging or fairness the index order is the lease order: read only the
-    // first rows. With them, every READY row of the queue is ranked.
-    let cap = if aging == 0 && !round_robin {
-        " ORDER BY priority DESC, deadline ASC NULLS LAST, run_at, seq LIMIT $5"
-    } else {
-        ""
-    };
-    let sql = format!(
-        "SELECT id, seq, concurrency_key, eff, turn, COALESCE(deadline, 9223372036854775807) AS dl, \
-           run_at, size, elig, fgroup FROM (SELECT id, seq, concurrency_key, deadline, run_at, eff, \
-           size, elig, fgroup, {turn} AS turn FROM (SELECT id, seq, concurrency_key, deadline, run_at, \
-           eff, size, elig, fgroup, last, {krn} AS krn FROM (SELECT id, seq, concurrency_key, deadline, \
-             run_at, {eff} AS eff, {last} AS last, \
-             {size}::bigint AS size, \
-             CASE WHEN {open} THEN NULL ELSE ARRAY(SELECT i - 1 \
-               FROM generate_subscripts($7::text[], 1) AS i WHERE {may_take} ORDER BY i) END AS elig, \
-             CASE WHEN fanout_distinct THEN fanout_group END AS fgroup \
-             FROM tasks WHERE state = 'pending' AND NOT waiting AND queue = $1 AND run_at <= $2 \
-             AND COALESCE(deadline, 9223372036854775807) > $2 \
-             AND (concurrency_key IS NULL \
-               OR concurrency_key NOT IN (SELECT unnest($3::text[]))) \
-             AND seq NOT IN (SELECT unnest($4::bigint[])) \
-             AND ({open} OR EXISTS (SELECT 1 FROM generate_subscripts($7::text[], 1) AS i \
-               WHERE {may_take})){cap}) a) k) b \
-         ORDER BY eff DESC, turn, deadline ASC NULLS LAST, run_at, seq LIMIT $5",
-        size = crate::store::reply::size_sql(crate::store::reply::Dialect::Postgres),
-        open = GATED_OPEN,
-        may_take = GATED_MAY_TAKE,
-    );
-    // Built from constant fragments only; every value is bound.
-    let rows: Vec<CandidateRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+    let rows: Vec<CandidateRow> = sqlx::query_as(sql)
         .bind(queue)
         .bind(now)
         .bind(closed)
@@ -557,5 +450,35 @@ impl Buckets {
             }
         }
         b
+    }
+}
+
+/// Whether the lease statements cut their replies by store/reply.rs's bound
+/// (their fragments in leasing.sql and gated.sql spell it out); checked when
+/// the store opens, in debug builds, and by a unit test.
+pub(super) fn cuts_by_reply_bound() -> bool {
+    let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let size = words(&crate::store::reply::size_sql(
+        crate::store::reply::Dialect::Postgres,
+    ));
+    let fields = words(crate::store::reply::size_of_fields!());
+    [
+        sql::TASK_LEASE_GATED_CANDIDATES,
+        sql::TASK_LEASE_GATED_CANDIDATES_AGING,
+        sql::TASK_LEASE_GATED_CANDIDATES_ROUND_ROBIN,
+        sql::TASK_LEASE_GATED_CANDIDATES_AGING_ROUND_ROBIN,
+    ]
+    .iter()
+    .all(|s| words(s).contains(&size))
+        && [sql::TASK_LEASE_MANY_PLAIN, sql::TASK_LEASE_MANY_ROUTED]
+            .iter()
+            .all(|s| words(s).contains(&fields))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_lease_statements_cut_by_the_reply_bound() {
+        assert!(super::cuts_by_reply_bound());
     }
 }

@@ -11,15 +11,13 @@ use sqlx::Connection as _;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use tokio::sync::Notify;
 
+use super::super::sql;
 use super::hosts::{CHECK_EVERY, Host, PROBE_TIMEOUT, Role, SEARCH_EVERY, SessionAttrs};
 
 /// Reads a session's role.
 pub async fn role_of(conn: &mut PgConnection) -> Result<Role, sqlx::Error> {
-    let (in_recovery, read_only): (bool, bool) = sqlx::query_as(
-        "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'",
-    )
-    .fetch_one(conn)
-    .await?;
+    let (in_recovery, read_only): (bool, bool) =
+        sqlx::query_as(sql::SESSION_ROLE).fetch_one(conn).await?;
     Ok(Role {
         in_recovery,
         read_only,

@@ -22,11 +22,11 @@ use sqlx::postgres::PgConnectOptions;
 /// Most hosts one URL may name.
 const MAX_HOSTS: usize = 16;
 /// How long one host may take to accept a connection and answer the check.
-pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(in crate::store::postgres) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the watcher checks the chosen host while it matches.
-pub(super) const CHECK_EVERY: Duration = Duration::from_secs(1);
+pub(in crate::store::postgres) const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// How often the watcher tries the hosts while none matches.
-pub(super) const SEARCH_EVERY: Duration = Duration::from_millis(200);
+pub(in crate::store::postgres) const SEARCH_EVERY: Duration = Duration::from_millis(200);
 
 /// libpq's `target_session_attrs`: which host's session the store accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,7 +84,7 @@ pub struct Role {
 }
 
 impl Role {
-    pub(super) fn describe(self) -> &'static str {
+    pub(in crate::store::postgres) fn describe(self) -> &'static str {
         match (self.in_recovery, self.read_only) {
             (true, _) => "a standby",
             (false, true) => "a primary with read-only sessions",

@@ -1,15 +1,15 @@
 //! The notification listener: NOTIFY on the channel wakes long-polls on every
 //! replica, except a replica's own wake-ups, which its broker already acted on.
 
+use super::super::*;
 use super::connect::MAIN_SESSION;
-use super::*;
 
 /// What a notification on [`CHANNEL`] asks of the listener of the store tagged
 /// `own`: the payload is a queue name, followed by the sender's tag when a store
 /// of this version sent it from a path whose broker wakes its own waiters itself
 /// (`queue@id`; queue names have no `@`). An untagged payload (another path, an
 /// older replica) always wakes.
-pub(super) fn wake_for<'a>(payload: &'a str, own: &str) -> Option<&'a str> {
+pub(in crate::store::postgres) fn wake_for<'a>(payload: &'a str, own: &str) -> Option<&'a str> {
     match payload.find('@') {
         Some(at) if &payload[at..] == own => None,
         Some(at) => Some(&payload[..at]),
@@ -20,7 +20,7 @@ pub(super) fn wake_for<'a>(payload: &'a str, own: &str) -> Option<&'a str> {
 impl PostgresStore {
     /// Listens for NOTIFY on [`CHANNEL`] and calls `wake(Some(queue))`; after a
     /// (re)connect, when notifications may have been missed, calls `wake(None)`.
-    pub(super) fn listen(&self, wake: Waker, stop: CancellationToken) {
+    pub(in crate::store::postgres) fn listen(&self, wake: Waker, stop: CancellationToken) {
         let options = self.options.clone();
         let router = self.router.clone();
         let (tag, notes) = (self.wake_tag.clone(), self.notes.clone());

@@ -1,10 +1,10 @@
 //! Opening the Postgres store: the pools, their options, and the hot pool's
 //! generic plans.
 
-use super::*;
+use super::super::*;
 
 /// How long a pooled connection may sit idle and still be handed out untested.
-pub(super) const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+pub(in crate::store::postgres) const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 /// The pools' options. sqlx pings every idle connection before handing it out by
 /// default: a round trip to Postgres before every store call, most of them on a
@@ -13,7 +13,7 @@ pub(super) const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 /// (where a restart or a proxy's idle cut is likely to have broken it) is still
 /// pinged, and replaced if that fails; one broken while busy fails its statement,
 /// as it would have without the ping, and is dropped.
-pub(super) fn pool_options(router: Option<&Arc<Router>>) -> PgPoolOptions {
+pub(in crate::store::postgres) fn pool_options(router: Option<&Arc<Router>>) -> PgPoolOptions {
     let follow = router.map(Arc::downgrade);
     let opts = PgPoolOptions::new()
         .acquire_timeout(Duration::from_secs(5))
@@ -47,7 +47,7 @@ pub(super) fn pool_options(router: Option<&Arc<Router>>) -> PgPoolOptions {
 }
 
 /// The session settings of the main pool's connections (see [`PostgresStore::connect`]).
-pub(super) const MAIN_SESSION: [(&str, &str); 3] = [
+pub(in crate::store::postgres) const MAIN_SESSION: [(&str, &str); 3] = [
     ("plan_cache_mode", "force_custom_plan"),
     ("jit", "off"),
     ("idle_in_transaction_session_timeout", WRITER_IDLE_LIMIT),
@@ -71,6 +71,10 @@ fn label(options: &PgConnectOptions) -> String {
 
 impl PostgresStore {
     pub async fn connect(url: &str, max_connections: u32) -> StoreResult<Self> {
+        debug_assert!(
+            super::super::gated::cuts_by_reply_bound(),
+            "a lease statement's reply bound differs from store/reply.rs's"
+        );
         // Custom plans only: a generic plan of the lease statement, cached while the
         // table was small, reads the whole table on every lease once it is large
         // (a seq scan and sort instead of the ordered lease index), until the next
@@ -81,7 +85,7 @@ impl PostgresStore {
         //
         // A transaction of the broker left idle (its replica frozen, or cut off
         // from the database without a reset) holds back the event horizon of every
-        // replica's watch (store/postgres/horizon.rs): the server ends it after
+        // replica's watch (native/horizon.rs): the server ends it after
         // WRITER_IDLE_LIMIT. No broker transaction waits on anything but the
         // database between its statements.
         let (base, router) = match hosts::parse(url).map_err(StoreError::Config)? {
@@ -147,7 +151,7 @@ impl PostgresStore {
     }
 
     /// Where the plain lease and the task inserts run (see [`PostgresStore::connect`]).
-    pub(super) fn hot(&self) -> &PgPool {
+    pub(in crate::store::postgres) fn hot(&self) -> &PgPool {
         self.hot.as_ref().unwrap_or(&self.pool)
     }
 }

@@ -1,0 +1,328 @@
+//! Schedules on Postgres. A fire is one transaction: the cursor update is
+//! conditional on the version read (a replica that read the same due schedule
+//! waits for the row lock, then finds the version moved and writes nothing), and
+//! each run row is keyed by (schedule_id, fire_time).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::Postgres;
+
+use super::super::flow::run_may_name;
+use super::super::row::{duration_ms, ms};
+use super::super::schedules::{RunRow, ScheduleRow, fired_summary, spec_json, template_json};
+use super::super::*;
+use super::{PostgresStore, sql};
+
+/// A task with nothing but what `insert_task` writes: no key, routing, copies
+/// or concurrency key.
+fn is_plain(t: &NewTask) -> bool {
+    t.key.is_none() && t.concurrency_key.is_none() && !super::routing::is_routed(&t.routing)
+}
+
+async fn insert_task(
+    tx: &mut sqlx::Transaction<'_, Postgres>,
+    t: &NewTask,
+    schedule_id: &str,
+    fire_time: i64,
+    now: i64,
+) -> StoreResult<()> {
+    let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
+    // Flow: the SUBMITTED event in the same statement.
+    sqlx::query(sql::SCHEDULE_FIRE_TASK)
+        .bind(&t.id)
+        .bind(&t.queue)
+        .bind(&t.key)
+        .bind(&t.payload)
+        .bind(i64::from(t.priority))
+        .bind(ms(t.run_at))
+        .bind(t.deadline.map(ms))
+        .bind(i64::from(t.retry.max_attempts))
+        .bind(duration_ms(t.retry.initial_backoff))
+        .bind(t.retry.backoff_multiplier)
+        .bind(duration_ms(t.retry.max_backoff))
+        .bind(t.retry.jitter)
+        .bind(metadata)
+        .bind(now)
+        .bind(schedule_id)
+        .bind(fire_time)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+struct DueRow {
+    #[sqlx(flatten)]
+    schedule: ScheduleRow,
+    previous_unfinished: Option<bool>,
+}
+
+#[async_trait]
+impl Schedules for PostgresStore {
+    async fn schedule_insert(&self, s: &ScheduleRecord) -> StoreResult<bool> {
+        let n = sqlx::query(sql::SCHEDULE_INSERT)
+            .bind(&s.id)
+            .bind(spec_json(&s.spec))
+            .bind(s.start_time.map(ms))
+            .bind(s.end_time.map(ms))
+            .bind(template_json(&s.template))
+            .bind(&s.template.payload)
+            .bind(s.overlap.as_str())
+            .bind(s.misfire.as_str())
+            .bind(duration_ms(s.catchup_window))
+            .bind(s.paused)
+            .bind(i64::from(s.max_runs))
+            .bind(s.next_spec_at.map(ms))
+            .bind(s.buffered_at.map(ms))
+            .bind(s.next_fire_at.map(ms))
+            .bind(&s.state_reason)
+            .bind(&s.created_by)
+            .bind(ms(s.created_at))
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(n == 1)
+    }
+
+    async fn schedule_get(&self, id: &str) -> StoreResult<Option<ScheduleRecord>> {
+        sqlx::query_as::<_, ScheduleRow>(sql::SCHEDULE_GET)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(ScheduleRow::into_record)
+            .transpose()
+    }
+
+    async fn schedule_list(&self, f: &ScheduleFilter) -> StoreResult<Vec<ScheduleRecord>> {
+        // Dynamic: the filters and the page are optional.
+        let mut qb = sqlx::QueryBuilder::<Postgres>::new(sql::SCHEDULE_LIST_HEAD);
+        if let Some(by) = &f.created_by {
+            qb.push(" AND created_by = ").push_bind(by);
+        }
+        if let Some(after) = &f.after_id {
+            qb.push(" AND id COLLATE \"C\" > ").push_bind(after);
+        }
+        qb.push(" ORDER BY id COLLATE \"C\" LIMIT ")
+            .push_bind(i64::from(f.limit));
+        qb.build_query_as::<ScheduleRow>()
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(ScheduleRow::into_record)
+            .collect()
+    }
+
+    async fn schedule_update(&self, s: &ScheduleRecord, now: DateTime<Utc>) -> StoreResult<bool> {
+        let n = sqlx::query(sql::SCHEDULE_UPDATE)
+            .bind(&s.id)
+            .bind(spec_json(&s.spec))
+            .bind(s.start_time.map(ms))
+            .bind(s.end_time.map(ms))
+            .bind(template_json(&s.template))
+            .bind(&s.template.payload)
+            .bind(s.overlap.as_str())
+            .bind(s.misfire.as_str())
+            .bind(duration_ms(s.catchup_window))
+            .bind(s.paused)
+            .bind(i64::from(s.max_runs))
+            .bind(s.next_spec_at.map(ms))
+            .bind(s.buffered_at.map(ms))
+            .bind(s.next_fire_at.map(ms))
+            .bind(&s.state_reason)
+            .bind(ms(now))
+            .bind(s.version)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(n == 1)
+    }
+
+    async fn schedule_delete(&self, id: &str) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(sql::SCHEDULE_DELETE_RUNS)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        let n = sqlx::query(sql::SCHEDULE_DELETE_SCHEDULE)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(n == 1)
+    }
+
+    async fn schedule_due(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Vec<DueSchedule>> {
+        sqlx::query_as::<_, DueRow>(sql::SCHEDULE_DUE)
+            .bind(ms(now))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(|d| {
+                Ok(DueSchedule {
+                    schedule: d.schedule.into_record()?,
+                    previous_unfinished: d.previous_unfinished.unwrap_or(false),
+                })
+            })
+            .collect()
+    }
+
+    async fn schedule_fire(&self, f: &ScheduleFire) -> StoreResult<Fired> {
+        let now = ms(f.now);
+        let mut tx = self.pool.begin().await?;
+        let moved = sqlx::query(sql::SCHEDULE_FIRE_CURSOR)
+            .bind(f.next_spec_at.map(ms))
+            .bind(f.buffered_at.map(ms))
+            .bind(f.next_fire_at.map(ms))
+            .bind(&f.state_reason)
+            .bind(now)
+            .bind(&f.schedule_id)
+            .bind(f.version)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if moved == 0 {
+            tx.rollback().await?;
+            return Ok(Fired::Stale);
+        }
+        if let Some(task) = &f.cancel_task_id {
+            // Flow: each change with its event, in the same statement.
+            sqlx::query(sql::SCHEDULE_FIRE_CANCEL)
+                .bind(now)
+                .bind(task)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(sql::SCHEDULE_FIRE_CANCEL_REQUEST)
+                .bind(now)
+                .bind(task)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let mut out = Vec::with_capacity(f.runs.len());
+        for run in &f.runs {
+            let Some(first) = run.tasks.first() else {
+                continue;
+            };
+            let fire = ms(run.fire_time);
+            let recorded = sqlx::query(sql::SCHEDULE_FIRE_RUN)
+                .bind(&f.schedule_id)
+                .bind(fire)
+                .bind(&first.id)
+                .bind(run.triggered)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                == 1;
+            let (task_id, inserted) = if recorded {
+                let made = if let [t] = run.tasks.as_slice()
+                    && is_plain(t)
+                {
+                    // One plain task: one statement, schedule columns included.
+                    insert_task(&mut tx, t, &f.schedule_id, fire, now).await?;
+                    vec![Inserted {
+                        task_id: t.id.clone(),
+                        deduplicated: false,
+                    }]
+                } else {
+                    // Keys, routing, copies, a concurrency key: the submit statement
+                    // (the queues are notified below), then the schedule columns.
+                    let made = PostgresStore::insert_on(&mut tx, &run.tasks, f.now, "").await?;
+                    let ids: Vec<&str> = made
+                        .iter()
+                        .filter(|r| !r.deduplicated)
+                        .map(|r| r.task_id.as_str())
+                        .collect();
+                    sqlx::query(sql::SCHEDULE_FIRE_MARK)
+                        .bind(&f.schedule_id)
+                        .bind(fire)
+                        .bind(&ids)
+                        .execute(&mut *tx)
+                        .await?;
+                    made
+                };
+                let holder = match made.first() {
+                    Some(r) if r.deduplicated => {
+                        let m: Option<String> = sqlx::query_scalar(sql::SCHEDULE_FIRE_HOLDER)
+                            .bind(&r.task_id)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                        Some(run_may_name(first, m.as_deref()))
+                    }
+                    _ => None,
+                };
+                match made.first() {
+                    // The key was taken by a task the schedule's producer may not
+                    // see: the run keeps the id of the task it did not make.
+                    Some(r) if r.deduplicated && holder == Some(false) => (first.id.clone(), false),
+                    // The key was taken: the run names the task holding it.
+                    Some(r) if r.deduplicated => {
+                        sqlx::query(sql::SCHEDULE_FIRE_RUN_TASK)
+                            .bind(&r.task_id)
+                            .bind(&f.schedule_id)
+                            .bind(fire)
+                            .execute(&mut *tx)
+                            .await?;
+                        (r.task_id.clone(), false)
+                    }
+                    _ => (first.id.clone(), true),
+                }
+            } else {
+                let id = sqlx::query_scalar(sql::SCHEDULE_FIRE_RUN_GET)
+                    .bind(&f.schedule_id)
+                    .bind(fire)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .unwrap_or_default();
+                (id, false)
+            };
+            out.push(FiredRun {
+                fire_time: run.fire_time,
+                task_id,
+                queue: first.queue.clone(),
+                inserted,
+                copies: run.tasks.len(),
+            });
+        }
+        let (last_fire, last_task, n) = fired_summary(&out);
+        if let (Some(last_fire), Some(last_task)) = (last_fire, last_task) {
+            sqlx::query(sql::SCHEDULE_FIRE_SUMMARY)
+                .bind(n as i64)
+                .bind(last_fire)
+                .bind(last_task)
+                .bind(&f.schedule_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let queues: Vec<&str> = out
+            .iter()
+            .filter(|r| r.inserted)
+            .map(|r| r.queue.as_str())
+            .collect();
+        PostgresStore::notify(&mut tx, &queues).await?;
+        tx.commit().await?;
+        Ok(Fired::Done(out))
+    }
+
+    async fn schedule_run_list(
+        &self,
+        f: &ScheduleRunFilter,
+    ) -> StoreResult<Vec<ScheduleRunRecord>> {
+        // Dynamic: the filters and the page are optional.
+        let mut qb = sqlx::QueryBuilder::<Postgres>::new(sql::SCHEDULE_RUN_LIST_HEAD);
+        qb.push_bind(&f.schedule_id);
+        if let Some(before) = f.before_fire_time {
+            qb.push(" AND r.fire_time < ").push_bind(ms(before));
+        }
+        qb.push(" ORDER BY r.fire_time DESC LIMIT ")
+            .push_bind(i64::from(f.limit));
+        Ok(qb
+            .build_query_as::<RunRow>()
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(RunRow::into_record)
+            .collect())
+    }
+}

@@ -1,0 +1,335 @@
+//! Tasks on Postgres: the submit (plain, keyed, routed; with dependencies in
+//! flow.rs, sync-matched in sync_match.rs), reads, updates, attempts.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::Postgres;
+
+use super::super::row::{AttemptRow, TaskRow, duration_ms, ms, state_filter_sql};
+use super::super::*;
+use super::routing::BindRouting as _;
+use super::{PostgresStore, flow, routing, sql};
+use crate::domain::event::EventKind;
+
+/// Whether a task of the batch carries a key (else its inserts cannot collide).
+pub(super) fn keyed(tasks: &[NewTask]) -> bool {
+    tasks.iter().any(|t| t.key.is_some())
+}
+
+impl PostgresStore {
+    /// Inserts tasks (see `Store::task_insert_many`) on one connection, which may
+    /// be in a transaction (Flow inserts tasks with dependencies in one).
+    /// `tag`: appended to the wake-up's queue name: the store's own tag
+    /// when the broker wakes its own waiters after the commit, else "".
+    pub(super) async fn insert_on(
+        conn: &mut sqlx::PgConnection,
+        tasks: &[NewTask],
+        now: DateTime<Utc>,
+        tag: &str,
+    ) -> StoreResult<Vec<Inserted>> {
+        // One multi-row statement (one round trip, one commit) for the whole batch;
+        // it also notifies the queues that got tasks, in the same transaction.
+        let col = |f: &dyn Fn(&NewTask) -> i64| tasks.iter().map(f).collect::<Vec<i64>>();
+        let ids: Vec<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
+        let queues: Vec<&str> = tasks.iter().map(|t| t.queue.as_str()).collect();
+        let keys: Vec<Option<&str>> = tasks.iter().map(|t| t.key.as_deref()).collect();
+        let payloads: Vec<&[u8]> = tasks.iter().map(|t| t.payload.as_slice()).collect();
+        let deadlines: Vec<Option<i64>> = tasks.iter().map(|t| t.deadline.map(ms)).collect();
+        let multipliers: Vec<f64> = tasks.iter().map(|t| t.retry.backoff_multiplier).collect();
+        let jitters: Vec<f64> = tasks.iter().map(|t| t.retry.jitter).collect();
+        let metadata: Vec<String> = tasks
+            .iter()
+            .map(|t| serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into()))
+            .collect();
+        let concurrency_keys: Vec<Option<&str>> =
+            tasks.iter().map(|t| t.concurrency_key.as_deref()).collect();
+        // Routing: a batch with routed tasks inserts their routing
+        // columns too (the same statement with more arrays).
+        let routed = tasks.iter().any(|t| routing::is_routed(&t.routing));
+        let stmt = if routed {
+            sql::TASK_INSERT_MANY_ROUTED
+        } else if keyed(tasks) {
+            sql::TASK_INSERT_MANY
+        } else {
+            sql::TASK_INSERT_MANY_KEYLESS
+        };
+        let inserted: Vec<String> = sqlx::query_scalar(stmt)
+            .bind(&ids)
+            .bind(&queues)
+            .bind(&keys)
+            .bind(&payloads)
+            .bind(col(&|t| i64::from(t.priority)))
+            .bind(col(&|t| ms(t.run_at)))
+            .bind(&deadlines)
+            .bind(col(&|t| i64::from(t.retry.max_attempts)))
+            .bind(col(&|t| duration_ms(t.retry.initial_backoff)))
+            .bind(&multipliers)
+            .bind(col(&|t| duration_ms(t.retry.max_backoff)))
+            .bind(&jitters)
+            .bind(&metadata)
+            .bind(ms(now))
+            .bind(tag)
+            .bind(&concurrency_keys)
+            .bind_routing(routed, tasks)
+            .fetch_all(&mut *conn)
+            .await?;
+        let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
+        // The rest were duplicates of a (queue, key): answer with the existing ids.
+        let dups: Vec<&NewTask> = tasks.iter().filter(|t| !inserted.contains(&t.id)).collect();
+        let mut existing = std::collections::HashMap::new();
+        if !dups.is_empty() {
+            let q: Vec<&str> = dups.iter().map(|t| t.queue.as_str()).collect();
+            let k: Vec<Option<&str>> = dups.iter().map(|t| t.key.as_deref()).collect();
+            let rows: Vec<(String, String, String)> =
+                sqlx::query_as(sql::TASK_INSERT_MANY_EXISTING)
+                    .bind(&q)
+                    .bind(&k)
+                    .fetch_all(&mut *conn)
+                    .await?;
+            existing = rows.into_iter().map(|(q, k, id)| ((q, k), id)).collect();
+        }
+        tasks
+            .iter()
+            .map(|t| {
+                if inserted.contains(&t.id) {
+                    return Ok(Inserted {
+                        task_id: t.id.clone(),
+                        deduplicated: false,
+                    });
+                }
+                let key = (t.queue.clone(), t.key.clone().unwrap_or_default());
+                existing
+                    .get(&key)
+                    .map(|id| Inserted {
+                        task_id: id.clone(),
+                        deduplicated: true,
+                    })
+                    .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Tasks for PostgresStore {
+    async fn task_insert_many(
+        &self,
+        tasks: &[NewTask],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Inserted>> {
+        let mut conn = self.hot().acquire().await?;
+        // The broker wakes its own waiters after the commit.
+        Self::insert_on(&mut conn, tasks, now, &self.wake_tag).await
+    }
+
+    async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>> {
+        sqlx::query_as::<_, TaskRow>(sql::TASK_GET)
+            .bind(task_id)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(TaskRow::into_record)
+            .transpose()
+    }
+
+    async fn task_find_keys(&self, keys: &[(String, String)]) -> StoreResult<Vec<TaskRecord>> {
+        let queues: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
+        let names: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
+        sqlx::query_as::<_, TaskRow>(sql::TASK_FIND_KEYS)
+            .bind(&queues)
+            .bind(&names)
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(TaskRow::into_record)
+            .collect()
+    }
+
+    async fn task_queues(
+        &self,
+        task_ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, String>> {
+        let rows: Vec<(String, String)> = sqlx::query_as(sql::TASK_QUEUES)
+            .bind(task_ids)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.into_iter().collect())
+    }
+
+    async fn task_list(&self, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
+        // Every list is read in creation order, from its index (tasks have no
+        // index on `seq` alone: each row version would write an entry to it).
+        // A page token of an earlier version carries only a sequence number.
+        // Dynamic: the filters are optional.
+        let push_where = |qb: &mut sqlx::QueryBuilder<Postgres>| {
+            if let Some(queue) = &f.queue {
+                qb.push(" AND queue = ").push_bind(queue);
+            }
+            if let Some(key) = &f.key {
+                qb.push(" AND key = ").push_bind(key);
+            }
+            if let Some(worker) = &f.worker_id {
+                qb.push(" AND leased_by = ").push_bind(worker);
+            }
+            if let Some(error) = &f.last_error {
+                qb.push(" AND last_error = ").push_bind(error);
+            }
+            if let Some(after) = f.created_after {
+                qb.push(" AND created_at >= ").push_bind(ms(after));
+            }
+            if let Some(before) = f.created_before {
+                qb.push(" AND created_at < ").push_bind(ms(before));
+            }
+            if let Some(schedule) = &f.schedule_id {
+                qb.push(" AND schedule_id = ").push_bind(schedule);
+            }
+            match (f.before_created, f.before_seq) {
+                (Some(at), Some(seq)) => {
+                    qb.push(" AND (created_at, seq) < (")
+                        .push_bind(ms(at))
+                        .push(", ")
+                        .push_bind(seq)
+                        .push(")");
+                }
+                (_, Some(seq)) => {
+                    qb.push(" AND seq < ").push_bind(seq);
+                }
+                _ => {}
+            }
+            if let Some(group) = &f.fanout_group {
+                qb.push(" AND fanout_group = ").push_bind(group);
+            }
+            if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
+                qb.push(" AND ").push(sql);
+            }
+        };
+        // tasks_created leaves LEASED rows out (0013: a lease writes no entry
+        // into it); they are few, so they are read apart and merged in.
+        let mut qb = sqlx::QueryBuilder::<Postgres>::new(sql::TASK_LIST_HEAD);
+        push_where(&mut qb);
+        qb.push(" ORDER BY created_at DESC, seq DESC LIMIT ")
+            .push_bind(i64::from(f.limit))
+            .push(sql::TASK_LIST_LEASED);
+        push_where(&mut qb);
+        qb.push(" ORDER BY created_at DESC, seq DESC LIMIT ")
+            .push_bind(i64::from(f.limit))
+            .push(")) u ORDER BY created_at DESC, seq DESC LIMIT ")
+            .push_bind(i64::from(f.limit));
+        qb.build_query_as::<TaskRow>()
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(TaskRow::into_record)
+            .collect()
+    }
+
+    async fn task_update(
+        &self,
+        task_id: &str,
+        u: &TaskUpdate,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Changed> {
+        let mut tx = self.pool.begin().await?;
+        let Some(row) = Self::fetch_task(&mut tx, task_id).await? else {
+            tx.rollback().await?;
+            return Ok(Changed::NotFound);
+        };
+        let state = row.stored_state()?;
+        if matches!(state, StoredState::Leased | StoredState::Succeeded) {
+            tx.rollback().await?;
+            return Ok(Changed::WrongState(state));
+        }
+        let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
+        sqlx::query(sql::TASK_UPDATE)
+            .bind(u.run_at.map(ms).unwrap_or(row.run_at))
+            .bind(u.priority.map(i64::from).unwrap_or(row.priority))
+            .bind(u.deadline.map(|d| d.map(ms)).unwrap_or(row.deadline))
+            .bind(max_attempts)
+            .bind(row.attempts_allowed - row.max_attempts + max_attempts)
+            .bind(ms(now))
+            .bind(&row.id)
+            .execute(&mut *tx)
+            .await?;
+        if state == StoredState::Pending {
+            Self::notify(&mut tx, &[&row.queue]).await?;
+        }
+        // Routing: an admin change frees a reserved retry.
+        routing::clear_reservation(&mut tx, &row).await?;
+        let changed = Self::changed_event(&mut tx, task_id, EventKind::Updated, ms(now)).await?;
+        tx.commit().await?;
+        Ok(changed)
+    }
+
+    /// REPLACE_WAITING (see `Store::task_replace_waiting`): the row is locked
+    /// (FOR UPDATE rechecks its state once a lease that held it commits), so a
+    /// task a lease took is never changed.
+    async fn task_replace_waiting(
+        &self,
+        r: &Replacement,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<String>> {
+        let mut tx = self.pool.begin().await?;
+        let held: Option<(String, String, String)> = sqlx::query_as(sql::TASK_REPLACE_WAITING_LOCK)
+            .bind(&r.queue)
+            .bind(&r.key)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some((id, state, metadata)) = held else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let now = ms(now);
+        // Every write of run_at writes `waiting` (migration 0017).
+        sqlx::query(sql::TASK_REPLACE_WAITING_WRITE)
+            .bind(&r.payload)
+            .bind(ms(r.run_at))
+            .bind(i64::from(r.priority))
+            .bind(super::super::merged_metadata(&metadata, &r.metadata))
+            .bind(now)
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?;
+        if state == "pending" {
+            Self::notify(&mut tx, &[&r.queue]).await?;
+        }
+        Self::changed_event(&mut tx, &id, EventKind::Replaced, now).await?;
+        tx.commit().await?;
+        Ok(Some(id))
+    }
+
+    async fn attempt_list(&self, task_id: &str) -> StoreResult<Option<Vec<AttemptRecord>>> {
+        let exists: Option<i64> = sqlx::query_scalar(sql::ATTEMPT_LIST_TASK)
+            .bind(task_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        if exists.is_none() {
+            return Ok(None);
+        }
+        let rows = sqlx::query_as::<_, AttemptRow>(sql::ATTEMPT_LIST)
+            .bind(task_id)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.into_iter()
+            .map(AttemptRow::into_record)
+            .collect::<StoreResult<Vec<_>>>()
+            .map(Some)
+    }
+
+    async fn task_insert_flow(
+        &self,
+        tasks: &[NewTask],
+        flows: &[FlowSpec],
+        now: DateTime<Utc>,
+        commit_by: Option<std::time::Instant>,
+    ) -> StoreResult<FlowInserted> {
+        flow::insert(&self.pool, tasks, flows, now, commit_by).await
+    }
+
+    async fn task_insert_matched(
+        &self,
+        tasks: &[NewTask],
+        matches: &[Option<MatchTo>],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<MatchedInsert>> {
+        self.sync_insert_matched(tasks, matches, now).await
+    }
+}
