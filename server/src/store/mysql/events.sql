@@ -7,13 +7,15 @@ SELECT event_id, task_id, queue, kind, state, attempt, worker_id, `time`, detail
 FROM task_events WHERE event_id > ? ORDER BY event_id LIMIT ?
 
 -- name: event_head
+-- own: MySQL's event ids come from the one-row counter event_seq, so its value is the head
 SELECT n FROM event_seq WHERE id = 1
 
 -- name: event_purge_pick
+-- own: MySQL takes no LIMIT in an IN subquery of the table it deletes from, so the purge picks the ids first and deletes their range
 -- The oldest `limit` events by id, of those older than `before`.
 SELECT event_id FROM task_events WHERE `time` < ? ORDER BY event_id LIMIT ?
 
--- name: event_purge_delete
+-- name: event_purge
 DELETE FROM task_events WHERE event_id <= ? AND event_id >= ? AND `time` < ?
 
 -- name: event_write_waited_on_head

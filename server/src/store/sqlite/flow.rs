@@ -247,7 +247,7 @@ pub(super) fn insert(
             let done = matches!(state.as_str(), "succeeded" | "dead" | "cancelled");
             remaining += i64::from(!done);
             failed |= matches!(state.as_str(), "dead" | "cancelled");
-            c.prepare_cached(sql::FLOW_INSERT_DEP)?
+            c.prepare_cached(sql::TASK_INSERT_FLOW_EDGES)?
                 .execute(params![d, r.task_id, done])?;
         }
         let state = if failed && !f.run_if_dependency_fails {
@@ -258,7 +258,7 @@ pub(super) fn insert(
             "pending"
         };
         let schedule = schedule_json(&f.retry_schedule);
-        c.prepare_cached(sql::FLOW_INSERT_WRITE)?.execute(params![
+        c.prepare_cached(sql::TASK_INSERT_FLOW_STATE)?.execute(params![
             r.task_id,
             state,
             remaining,
