@@ -48,7 +48,7 @@ impl Leasing for MysqlStore {
         // Dynamic: one placeholder per queue.
         let text = format!(
             "{}{}{}",
-            sql::TASK_NEXT_RUN_AT_HEAD,
+            sql::TASK_NEXT_RUN_AT,
             marks(queues.len()),
             sql::TASK_NEXT_RUN_AT_TAIL
         );
@@ -118,7 +118,7 @@ impl Leasing for MysqlStore {
                 let Some((seq, queue, attempt, run_at)) = row else {
                     continue;
                 };
-                sqlx::query(sql::LEASE_RELEASE_WRITE)
+                sqlx::query(sql::LEASE_RELEASE)
                     .bind(now_ms)
                     .bind(seq)
                     .execute(j.conn())
@@ -158,7 +158,7 @@ pub(super) async fn lease_seqs(
     // transaction leased meanwhile is not pending here any more).
     let batch = uuid::Uuid::new_v4().simple().to_string();
     // Dynamic: one placeholder per task leased.
-    let text = format!("{}{})", sql::LEASE_PLAIN_WRITE_HEAD, marks(seqs.len()));
+    let text = format!("{}{})", sql::LEASE_PLAIN_WRITE, marks(seqs.len()));
     let mut q = sqlx::query(sqlx::AssertSqlSafe(text))
         .bind(&batch)
         .bind(worker)
@@ -172,7 +172,7 @@ pub(super) async fn lease_seqs(
     }
     q.execute(j.conn()).await?;
     // Dynamic: one placeholder per task leased.
-    let text = format!("{}{})", sql::LEASE_PLAIN_READ_HEAD, marks(seqs.len()));
+    let text = format!("{}{})", sql::LEASE_PLAIN_READ, marks(seqs.len()));
     let mut q = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(text)).bind(&batch);
     for s in seqs {
         q = q.bind(*s);
@@ -302,7 +302,7 @@ async fn lease_many(j: &mut Job, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<Task
     // Dynamic: one placeholder per queue.
     let text = format!(
         "{}{}{}",
-        sql::TASK_LEASE_MANY_AVAILABLE_HEAD,
+        sql::TASK_LEASE_MANY_AVAILABLE,
         marks(first.queues.len()),
         sql::TASK_LEASE_MANY_AVAILABLE_TAIL
     );
