@@ -40,7 +40,7 @@ impl Tasks for MysqlStore {
         let mut out = Vec::new();
         for chunk in keys.chunks(250) {
             // Dynamic: one (queue, key) pair per key asked.
-            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_FIND_KEYS_HEAD);
+            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_FIND_KEYS);
             let mut sep = qb.separated(", ");
             for (queue, key) in chunk {
                 sep.push("(")
@@ -64,7 +64,7 @@ impl Tasks for MysqlStore {
         let mut out = std::collections::HashMap::with_capacity(task_ids.len());
         for ids in task_ids.chunks(500) {
             // Dynamic: one placeholder per task.
-            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_QUEUES_HEAD);
+            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_QUEUES);
             let mut sep = qb.separated(", ");
             for id in ids {
                 sep.push_bind(id);
@@ -174,7 +174,7 @@ impl Tasks for MysqlStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<String>> {
         job!(self, |j| {
-            let held: Option<(String, String)> = sqlx::query_as(sql::TASK_REPLACE_WAITING_PICK)
+            let held: Option<(String, String)> = sqlx::query_as(sql::TASK_REPLACE_WAITING_HELD)
                 .bind(&r.queue)
                 .bind(&r.key)
                 .fetch_optional(j.conn())
@@ -205,7 +205,7 @@ impl Tasks for MysqlStore {
         if exists.is_none() {
             return Ok(None);
         }
-        let rows = sqlx::query_as::<_, AttemptRow>(sql::ATTEMPT_LIST_ROWS)
+        let rows = sqlx::query_as::<_, AttemptRow>(sql::ATTEMPT_LIST)
             .bind(task_id)
             .bind(task_id)
             .fetch_all(&self.pool)
@@ -318,7 +318,7 @@ pub(super) async fn insert_many(
         // looked up below); nothing else is ignored here, as every other column
         // is checked by the service.
         // Dynamic: one row per task, as many as fit a packet.
-        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_INSERT_MANY_HEAD);
+        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_INSERT_MANY);
         qb.push(" ");
         qb.push_values(piece.iter().map(|&i| &tasks[i]), |mut b, t| {
             let r = &t.routing;
@@ -386,7 +386,7 @@ pub(super) async fn insert_many(
                 continue;
             }
             // A duplicate of an existing (queue, key).
-            let task_id: String = sqlx::query_scalar(sql::TASK_INSERT_MANY_HOLDER)
+            let task_id: String = sqlx::query_scalar(sql::TASK_INSERT_MANY_EXISTING)
                 .bind(&t.queue)
                 .bind(&t.key)
                 .fetch_optional(j.conn())
