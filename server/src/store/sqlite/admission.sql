@@ -17,6 +17,7 @@ DELETE FROM queues WHERE updated_at IS NULL
 AND name NOT IN (SELECT value FROM json_each(?1));
 
 -- name: queue_seed_upsert
+-- own: SQLite's ON CONFLICT DO UPDATE takes a WHERE, so a seeded queue is written in one statement (MySQL's ON DUPLICATE KEY UPDATE has none)
 INSERT INTO queues (name, config) VALUES (?1, ?2)
 ON CONFLICT (name) DO UPDATE SET config = excluded.config, version = version + 1
 WHERE queues.updated_at IS NULL AND queues.config <> excluded.config;
