@@ -28,12 +28,12 @@ AND leased_by = ?
 SELECT 1 FROM tasks WHERE fanout_group = ? AND leased_by = ?
 AND state IN ('leased', 'succeeded') LIMIT 1
 
--- name: routing_workers_add_head
+-- piece: routing_workers_add_head
 -- own: MySQL serializes a worker's leases on its lease_workers row
 -- Followed by VALUES and one `(?)` per worker.
 INSERT IGNORE INTO lease_workers (worker_id)
 
--- name: routing_workers_lock_head
+-- piece: routing_workers_lock_head
 -- own: MySQL serializes a worker's leases on its lease_workers row
 -- Followed by one placeholder per worker, then `) ORDER BY worker_id FOR UPDATE`.
 SELECT worker_id FROM lease_workers WHERE worker_id IN (
