@@ -51,21 +51,21 @@ SELECT ${gated_columns}, eff, CAST(turn AS SIGNED) AS turn FROM (SELECT ${gated_
   WHERE state = 'pending' AND queue = ? AND run_at <= ? AND lease_deadline > ?
 
 -- piece: task_lease_gated_candidates_round_robin
--- lease_gated_candidates for round robin by key.
+-- task_lease_gated_candidates for round robin by key.
 SELECT ${gated_columns}, eff, CAST(turn AS SIGNED) AS turn FROM (SELECT ${gated_columns}, eff,
   ${fair_turn} AS turn FROM (SELECT ${gated_columns}, eff, last, ${fair_key_round} AS krn FROM (
   SELECT ${gated_row_columns}, priority AS eff, ${fair_last} AS last FROM tasks
   WHERE state = 'pending' AND queue = ? AND run_at <= ? AND lease_deadline > ?
 
 -- piece: task_lease_gated_candidates_aging
--- lease_gated_candidates with aging (binds now and the aging step first).
+-- task_lease_gated_candidates with aging (binds now and the aging step first).
 SELECT ${gated_columns}, eff, CAST(turn AS SIGNED) AS turn FROM (SELECT ${gated_columns}, eff,
   1 AS turn FROM (SELECT ${gated_columns}, eff, last, 1 AS krn FROM (
   SELECT ${gated_row_columns}, ${aged_priority} AS eff, 0 AS last FROM tasks
   WHERE state = 'pending' AND queue = ? AND run_at <= ? AND lease_deadline > ?
 
 -- piece: task_lease_gated_candidates_aging_round_robin
--- lease_gated_candidates with round robin and aging (binds now and the aging step first).
+-- task_lease_gated_candidates with round robin and aging (binds now and the aging step first).
 SELECT ${gated_columns}, eff, CAST(turn AS SIGNED) AS turn FROM (SELECT ${gated_columns}, eff,
   ${fair_turn} AS turn FROM (SELECT ${gated_columns}, eff, last, ${fair_key_round} AS krn FROM (
   SELECT ${gated_row_columns}, ${aged_priority} AS eff, ${fair_last} AS last FROM tasks

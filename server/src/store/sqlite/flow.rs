@@ -258,14 +258,15 @@ pub(super) fn insert(
             "pending"
         };
         let schedule = schedule_json(&f.retry_schedule);
-        c.prepare_cached(sql::TASK_INSERT_FLOW_STATE)?.execute(params![
-            r.task_id,
-            state,
-            remaining,
-            f.run_if_dependency_fails,
-            schedule,
-            now
-        ])?;
+        c.prepare_cached(sql::TASK_INSERT_FLOW_STATE)?
+            .execute(params![
+                r.task_id,
+                state,
+                remaining,
+                f.run_if_dependency_fails,
+                schedule,
+                now
+            ])?;
         if state == "blocked" {
             tx::submitted_blocked(&r.task_id);
         } else if state == "cancelled" {
