@@ -212,7 +212,7 @@ async fn dead_letter(j: &mut Job, id: &str, queue: &str, at: i64) -> StoreResult
         routing: Default::default(),
         concurrency_key: None,
     };
-    Box::pin(super::tasks::insert_many(
+    Box::pin(super::rows::insert_many(
         j,
         std::slice::from_ref(&notice),
         from_ms(at),

@@ -170,7 +170,7 @@ pub(super) async fn insert(
             .await?;
     }
     // First the tasks: a dependency may name one of this batch.
-    let inserted = super::tasks::insert_many(j, tasks, now).await?;
+    let inserted = super::rows::insert_many(j, tasks, now).await?;
     for (i, f) in flows.iter().enumerate() {
         for (k, d) in f.depends_on.iter().enumerate() {
             if !may_name(j, d, f.producer.as_deref()).await? {

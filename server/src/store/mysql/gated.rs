@@ -12,8 +12,8 @@ use super::super::admission::{Assigned, MAX_PASSES, Offer, Plan, SortKey, window
 use super::super::flow::of_row;
 use super::super::row::{TaskRow, duration_ms, ms, sort_lease_order};
 use super::super::*;
-use super::leasing::lease_seqs;
 use super::routing::{holds_copy, lock_workers, worker_held};
+use super::rows::lease_seqs;
 use super::{Job, marks, sql};
 use crate::domain::admission::{Candidate, Fairness, QueueConfig, QueueUse};
 use crate::domain::event::EventKind;

@@ -16,7 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::super::flow::{Ev, of_row, visible};
+use super::super::flow::{Ev, visible};
 use super::super::row::{TaskRow, duration_ms, from_ms, ms, sort_lease_order};
 use super::super::*;
 use super::routing::{lock_workers, worker_held};
@@ -141,49 +141,6 @@ impl Leasing for MysqlStore {
     }
 }
 
-/// Leases the tasks of `seqs` (pending ones) to a worker and reads them back.
-pub(super) async fn lease_seqs(
-    j: &mut Job,
-    seqs: &[i64],
-    worker: &str,
-    address: &str,
-    lease_ms: i64,
-    now: i64,
-) -> StoreResult<Vec<TaskRow>> {
-    if seqs.is_empty() {
-        return Ok(Vec::new());
-    }
-    // Each lease token is this call's random prefix and the row's seq: unique,
-    // and it names exactly the rows this UPDATE changed (a row another
-    // transaction leased meanwhile is not pending here any more).
-    let batch = uuid::Uuid::new_v4().simple().to_string();
-    // Dynamic: one placeholder per task leased.
-    let text = format!("{}{})", sql::LEASE_PLAIN_WRITE, marks(seqs.len()));
-    let mut q = sqlx::query(sqlx::AssertSqlSafe(text))
-        .bind(&batch)
-        .bind(worker)
-        .bind(lease_ms)
-        .bind(now.saturating_add(lease_ms))
-        .bind(now)
-        .bind(now)
-        .bind(address);
-    for s in seqs {
-        q = q.bind(*s);
-    }
-    q.execute(j.conn()).await?;
-    // Dynamic: one placeholder per task leased.
-    let text = format!("{}{})", sql::LEASE_PLAIN_READ, marks(seqs.len()));
-    let mut q = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(text)).bind(&batch);
-    for s in seqs {
-        q = q.bind(*s);
-    }
-    let rows = q.fetch_all(j.conn()).await?;
-    for r in &rows {
-        j.push(of_row(r, EventKind::Leased, now));
-    }
-    Ok(rows)
-}
-
 /// A READY task the request may take, with what ordering and cutting need.
 #[derive(sqlx::FromRow)]
 struct Cand {
@@ -277,7 +234,8 @@ async fn lease_locked(j: &mut Job, p: &LeaseParams) -> StoreResult<Vec<TaskRecor
         j.spare = true;
     }
     let lease_ms = duration_ms(p.lease_duration);
-    let rows = lease_seqs(j, &taken, &p.worker_id, &p.worker_address, lease_ms, now).await?;
+    let rows =
+        super::rows::lease_seqs(j, &taken, &p.worker_id, &p.worker_address, lease_ms, now).await?;
     let mut records = rows
         .into_iter()
         .map(TaskRow::into_record)

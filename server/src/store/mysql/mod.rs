@@ -148,3 +148,26 @@ pub(crate) fn rows_of(n: usize, row: &str) -> String {
 pub(crate) fn bound_last(head: &str) -> &str {
     head.strip_suffix('?').unwrap_or(head)
 }
+
+// The end of every write job: flow's follow-ups and the events (`events`),
+// then the commit, then the local wake-ups. `tx` begins and retries jobs.
+impl MysqlStore {
+    /// Ends a job: flow's follow-ups and the events, then the commit, then the
+    /// local wake-ups.
+    pub(crate) async fn finish(&self, mut job: Job) -> StoreResult<()> {
+        let ids = events::after_job(&mut job).await?;
+        job.tx.commit().await?;
+        if let Some(ids) = ids.filter(|_| job.own_wakes) {
+            // This replica's poller does not wake for them again.
+            self.notes.own(ids);
+        }
+        if let Some(wake) = self.waker.get() {
+            job.woken.sort_unstable();
+            job.woken.dedup();
+            for q in &job.woken {
+                wake(Some(q));
+            }
+        }
+        Ok(())
+    }
+}

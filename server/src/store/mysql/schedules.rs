@@ -214,7 +214,7 @@ async fn fire(j: &mut Job, f: &ScheduleFire) -> StoreResult<Fired> {
             .rows_affected()
             == 1;
         let (task_id, inserted) = if recorded {
-            let made = super::tasks::insert_many(j, &run.tasks, f.now).await?;
+            let made = super::rows::insert_many(j, &run.tasks, f.now).await?;
             let fresh: Vec<&str> = made
                 .iter()
                 .filter(|r| !r.deduplicated)

@@ -48,7 +48,7 @@ pub(super) async fn insert_matched(
                     .is_none_or(|p| p < i64::from(t.priority))
             });
         let Some(m) = m else {
-            let inserted = super::tasks::insert_many(j, std::slice::from_ref(t), now).await?;
+            let inserted = super::rows::insert_many(j, std::slice::from_ref(t), now).await?;
             out.extend(inserted.into_iter().map(|inserted| MatchedInsert {
                 inserted,
                 leased: None,

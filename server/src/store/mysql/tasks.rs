@@ -7,11 +7,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::MySql;
 
-use super::super::flow::{Ev, visible};
-use super::super::row::{AttemptRow, TaskRow, duration_ms, ms, state_filter_sql};
+use super::super::row::{AttemptRow, TaskRow, ms, state_filter_sql};
 use super::super::*;
 use super::rows::{changed_event, fetch_task};
-use super::{Job, MysqlStore, retryable, sql};
+use super::{MysqlStore, retryable, sql};
 use crate::domain::event::EventKind;
 
 #[async_trait]
@@ -23,7 +22,7 @@ impl Tasks for MysqlStore {
     ) -> StoreResult<Vec<Inserted>> {
         job!(self, |j| {
             j.own_wakes = true;
-            insert_many(j, tasks, now).await
+            super::rows::insert_many(j, tasks, now).await
         })
     }
 
@@ -259,147 +258,4 @@ impl Tasks for MysqlStore {
         )
         .await)
     }
-}
-
-/// Rows per multi-row INSERT of tasks.
-const INSERT_PIECE: usize = 100;
-
-/// What one task's row adds to the multi-row INSERT of `insert_many`: its
-/// text and byte parameters, and the framing of all of them.
-fn insert_bytes(t: &NewTask) -> usize {
-    use super::native::packet::{PARAM_FRAMING, opt_param, param};
-    let r = &t.routing;
-    // As JSON, as the row holds them (escapes may lengthen them).
-    let json = |m: &std::collections::BTreeMap<String, String>| {
-        serde_json::to_string(m).map_or(0, |s| s.len())
-    };
-    param(t.id.len())
-        + param(t.queue.len())
-        + opt_param(t.key.as_deref())
-        + param(t.payload.len())
-        + param(json(&t.metadata))
-        + opt_param(t.concurrency_key.as_deref())
-        + opt_param(r.target.worker_id.as_deref())
-        + param(json(&r.target.labels))
-        + opt_param(r.fanout_group.as_deref())
-        // The numbers, flags and short words: 15 parameters of 16 bytes or less.
-        + 15 * (16 + PARAM_FRAMING)
-}
-
-/// [`Tasks::task_insert_many`] in a job of its caller's (flow, schedules,
-/// dead-letter notices and sync match insert with it too).
-pub(super) async fn insert_many(
-    j: &mut Job,
-    tasks: &[NewTask],
-    now: DateTime<Utc>,
-) -> StoreResult<Vec<Inserted>> {
-    let now = ms(now);
-    // A key already taken (stored, or earlier in the batch) deduplicates: the
-    // first occurrence in the batch is inserted, later ones answer its id.
-    let mut out: Vec<Option<Inserted>> = vec![None; tasks.len()];
-    let mut seen: std::collections::HashMap<(&str, &str), usize> = Default::default();
-    let mut fresh: Vec<usize> = Vec::with_capacity(tasks.len());
-    for (i, t) in tasks.iter().enumerate() {
-        if let Some(k) = &t.key {
-            if let Some(&first) = seen.get(&(t.queue.as_str(), k.as_str())) {
-                out[i] = Some(Inserted {
-                    task_id: tasks[first].id.clone(),
-                    deduplicated: true,
-                });
-                continue;
-            }
-            seen.insert((t.queue.as_str(), k.as_str()), i);
-        }
-        fresh.push(i);
-    }
-    let size = |&i: &usize| insert_bytes(&tasks[i]);
-    for piece in super::native::packet::pieces(&fresh, INSERT_PIECE, j.packet, size) {
-        // INSERT IGNORE: a row whose (queue, key) exists is skipped (its id is
-        // looked up below); nothing else is ignored here, as every other column
-        // is checked by the service.
-        // Dynamic: one row per task, as many as fit a packet.
-        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_INSERT_MANY);
-        qb.push(" ");
-        qb.push_values(piece.iter().map(|&i| &tasks[i]), |mut b, t| {
-            let r = &t.routing;
-            let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
-            let labels = (!r.target.labels.is_empty())
-                .then(|| serde_json::to_string(&r.target.labels).unwrap_or_else(|_| "{}".into()));
-            b.push_bind(&t.id)
-                .push_bind(&t.queue)
-                .push_bind(&t.key)
-                .push_bind(&t.payload)
-                .push_bind(i64::from(t.priority))
-                .push_bind(ms(t.run_at))
-                .push_bind(t.deadline.map(ms))
-                .push_bind("pending")
-                .push_bind(i64::from(t.retry.max_attempts))
-                .push_bind(i64::from(t.retry.max_attempts))
-                .push_bind(duration_ms(t.retry.initial_backoff))
-                .push_bind(t.retry.backoff_multiplier)
-                .push_bind(duration_ms(t.retry.max_backoff))
-                .push_bind(t.retry.jitter)
-                .push_bind(metadata)
-                .push_bind(now)
-                .push_bind(now)
-                .push_bind(&t.concurrency_key)
-                .push_bind(&r.target.worker_id)
-                .push_bind(labels)
-                .push_bind(r.sticky.map(|s| s.as_str()))
-                .push_bind(r.sticky.and_then(|s| s.timeout_ms()))
-                .push_bind(&r.fanout_group)
-                .push_bind(r.fanout_distinct);
-        });
-        let n = qb.build().execute(j.conn()).await?.rows_affected();
-        let stored: Vec<String> = if n as usize == piece.len() {
-            piece.iter().map(|&i| tasks[i].id.clone()).collect()
-        } else {
-            // Which ids went in: those stored now under this batch's ids.
-            // Dynamic: one placeholder per task of the piece.
-            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_INSERT_MANY_STORED_HEAD);
-            let mut sep = qb.separated(", ");
-            for &i in piece {
-                sep.push_bind(&tasks[i].id);
-            }
-            qb.push(") AND created_at = ").push_bind(now);
-            qb.build_query_scalar::<String>()
-                .fetch_all(j.conn())
-                .await?
-        };
-        for &i in piece {
-            let t = &tasks[i];
-            if stored.contains(&t.id) {
-                j.push(Ev {
-                    task_id: &t.id,
-                    queue: &t.queue,
-                    kind: EventKind::Submitted,
-                    state: visible("pending", ms(t.run_at), now),
-                    attempt: 0,
-                    worker: None,
-                    time: now,
-                    detail: None,
-                });
-                out[i] = Some(Inserted {
-                    task_id: t.id.clone(),
-                    deduplicated: false,
-                });
-                continue;
-            }
-            // A duplicate of an existing (queue, key).
-            let task_id: String = sqlx::query_scalar(sql::TASK_INSERT_MANY_EXISTING)
-                .bind(&t.queue)
-                .bind(&t.key)
-                .fetch_optional(j.conn())
-                .await?
-                .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))?;
-            out[i] = Some(Inserted {
-                task_id,
-                deduplicated: true,
-            });
-        }
-    }
-    let out: Vec<Inserted> = out.into_iter().flatten().collect();
-    // The waits for the keys stored now (dependencies by key).
-    super::key_waits::bind(j, tasks, &out).await?;
-    Ok(out)
 }

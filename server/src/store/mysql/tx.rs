@@ -122,25 +122,6 @@ impl MysqlStore {
             packet: self.packet,
         })
     }
-
-    /// Ends a job: flow's follow-ups and the events, then the commit, then the
-    /// local wake-ups.
-    pub(crate) async fn finish(&self, mut job: Job) -> StoreResult<()> {
-        let ids = super::events::after_job(&mut job).await?;
-        job.tx.commit().await?;
-        if let Some(ids) = ids.filter(|_| job.own_wakes) {
-            // This replica's poller does not wake for them again.
-            self.notes.own(ids);
-        }
-        if let Some(wake) = self.waker.get() {
-            job.woken.sort_unstable();
-            job.woken.dedup();
-            for q in &job.woken {
-                wake(Some(q));
-            }
-        }
-        Ok(())
-    }
 }
 
 /// An event with no worker and no detail.

@@ -118,7 +118,7 @@ fn dead_letter(c: &Connection, id: &str, queue: &str, at: i64) -> StoreResult<()
         routing: Default::default(),
         concurrency_key: None,
     };
-    super::tasks::insert_many(c, std::slice::from_ref(&notice), from_ms(at))?;
+    super::rows::insert_many(c, std::slice::from_ref(&notice), from_ms(at))?;
     wake(dlq);
     Ok(())
 }
@@ -204,7 +204,7 @@ pub(super) fn insert(
         tx::truncate(mark);
         Ok(())
     };
-    let inserted = super::tasks::insert_many(c, tasks, now)?;
+    let inserted = super::rows::insert_many(c, tasks, now)?;
     for (i, f) in flows.iter().enumerate() {
         for (j, d) in f.depends_on.iter().enumerate() {
             if !key_waits::may_name(c, d, f.producer.as_deref())? {

@@ -200,7 +200,7 @@ pub(super) fn lease_gated(c: &Connection, ps: &[LeaseParams]) -> StoreResult<Vec
         workers: json_text(&workers)?,
         labels: json_text(&labels)?,
     };
-    super::leasing::promote(c, queues, now)?;
+    super::rows::promote(c, queues, now)?;
     let mut uses = Vec::with_capacity(queues.len());
     for queue in queues {
         uses.push(load_use(c, queue, now)?);

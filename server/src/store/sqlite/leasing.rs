@@ -132,21 +132,8 @@ impl Leasing for SqliteStore {
     }
 }
 
-/// Clears `waiting` on the pending tasks of `queues` that are due at `now`
-/// (through `tasks_waiting`, which holds only scheduled tasks: nothing to read
-/// when none is due). Every lease and the sync-match priority check run it
-/// first, so a task due is in the lease index, in its place by priority, before
-/// anything reads it. The writer is the only writer: nothing comes between.
-pub(super) fn promote(c: &Connection, queues: &[String], now: i64) -> StoreResult<()> {
-    let mut promote = c.prepare_cached(sql::LEASE_PROMOTE)?;
-    for queue in queues {
-        promote.execute(params![queue, now])?;
-    }
-    Ok(())
-}
-
 fn lease_available(c: &Connection, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
-    promote(c, &p.queues, ms(p.now))?;
+    super::rows::promote(c, &p.queues, ms(p.now))?;
     // Candidates by SELECT, then UPDATE by rowid.
     lease(c, p)
 }
@@ -160,7 +147,7 @@ fn lease_many(c: &Connection, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRec
         return Ok(vec![lease_available(c, first)?]);
     }
     let now = ps.iter().map(|p| p.now).max().unwrap_or(first.now);
-    promote(c, &first.queues, ms(now))?;
+    super::rows::promote(c, &first.queues, ms(now))?;
     let wanted: Vec<u32> = ps.iter().map(|p| p.max_tasks).collect();
     let demand: i64 = wanted.iter().map(|&w| i64::from(w)).sum();
     // The writer is the only writer: what is counted here is what the leases

@@ -12,6 +12,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use rusqlite::Connection;
 use rusqlite::config::DbConfig;
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -110,4 +111,29 @@ fn open_writer(path: &std::path::Path) -> StoreResult<rusqlite::Connection> {
     // The lease statement differs by the number of queues asked for; keep many.
     conn.set_prepared_statement_cache_capacity(128);
     Ok(conn)
+}
+
+// The end of every write job: its events and flow's follow-ups, in the job's
+// savepoint (`tx` holds the buffer; `flow` what follows from the events).
+impl SqliteStore {
+    /// Runs `job` in the writer's next batch and returns its result once the
+    /// batch committed. The job's events are written, and dependents of tasks
+    /// it finished told, in its savepoint; a failed job's events go with it (and
+    /// none left by a job that panicked can reach this one).
+    pub(super) async fn write<T, F>(&self, job: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        self.writer
+            .write(move |c| {
+                tx::discard();
+                let result = job(c).and_then(|v| flow::after_job(c).map(|()| v));
+                if result.is_err() {
+                    tx::discard();
+                }
+                result
+            })
+            .await
+    }
 }

@@ -1,13 +1,17 @@
 //! Reading a `tasks` row on SQLite: the columns selected, in order
 //! (`rows.sql`'s `task_columns`, by position: a name lookup per column per row
 //! costs more than the rest of reading it), and the row they make. Every
-//! statement of the writer that returns tasks selects `${task_columns}`.
+//! statement of the writer that returns tasks selects `${task_columns}`. And
+//! the writes of new rows every room shares: the insert of tasks (submit, a
+//! fire's runs, a dead-letter notice) and the promotion of due tasks to READY
+//! that every lease runs first.
 
-use rusqlite::{Connection, OptionalExtension};
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, OptionalExtension, params};
 
-use super::super::flow::of_row;
-use super::super::row::TaskRow;
-use super::super::{Changed, StoreResult};
+use super::super::flow::{Ev, of_row, visible};
+use super::super::row::{TaskRow, duration_ms, ms};
+use super::super::*;
 use super::{sql, tx};
 use crate::domain::event::EventKind;
 
@@ -93,4 +97,78 @@ pub(super) fn task_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
 /// (as its `.sql` file writes it) repeated `n` times.
 pub(super) fn in_list(statement: &str, n: usize) -> String {
     statement.replacen("IN (?)", &format!("IN ({})", placeholders(n)), 1)
+}
+
+/// Inserts tasks (a duplicate (queue, key) names the task holding it), in the
+/// running write job: submit, a fire's runs, a dead-letter notice.
+pub(super) fn insert_many(
+    c: &Connection,
+    tasks: &[NewTask],
+    now: DateTime<Utc>,
+) -> StoreResult<Vec<Inserted>> {
+    let now = ms(now);
+    let mut insert = c.prepare_cached(sql::TASK_INSERT_MANY)?;
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
+        let n = insert.execute(params![
+            t.id,
+            t.queue,
+            t.key,
+            t.payload,
+            t.priority,
+            ms(t.run_at),
+            t.deadline.map(ms),
+            t.retry.max_attempts,
+            duration_ms(t.retry.initial_backoff),
+            t.retry.backoff_multiplier,
+            duration_ms(t.retry.max_backoff),
+            t.retry.jitter,
+            metadata,
+            now,
+            t.concurrency_key,
+        ])?;
+        if n == 1 {
+            super::routing::write_task_routing(c, t)?;
+            tx::push(Ev {
+                task_id: &t.id,
+                queue: &t.queue,
+                kind: EventKind::Submitted,
+                state: visible("pending", ms(t.run_at), now),
+                attempt: 0,
+                worker: None,
+                time: now,
+                detail: None,
+            });
+            out.push(Inserted {
+                task_id: t.id.clone(),
+                deduplicated: false,
+            });
+            continue;
+        }
+        // A duplicate of an existing (queue, key), or of one earlier in this batch.
+        let task_id: String = c
+            .prepare_cached(sql::TASK_INSERT_MANY_EXISTING)?
+            .query_row(params![t.queue, t.key], |r| r.get(0))
+            .optional()?
+            .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))?;
+        out.push(Inserted {
+            task_id,
+            deduplicated: true,
+        });
+    }
+    Ok(out)
+}
+
+/// Clears `waiting` on the pending tasks of `queues` that are due at `now`
+/// (through `tasks_waiting`, which holds only scheduled tasks: nothing to read
+/// when none is due). Every lease and the sync-match priority check run it
+/// first, so a task due is in the lease index, in its place by priority, before
+/// anything reads it. The writer is the only writer: nothing comes between.
+pub(super) fn promote(c: &Connection, queues: &[String], now: i64) -> StoreResult<()> {
+    let mut promote = c.prepare_cached(sql::LEASE_PROMOTE)?;
+    for queue in queues {
+        promote.execute(params![queue, now])?;
+    }
+    Ok(())
 }

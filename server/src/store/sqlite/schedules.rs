@@ -209,7 +209,7 @@ fn fire(c: &Connection, f: &ScheduleFire) -> StoreResult<Fired> {
             now
         ])? == 1;
         let (task_id, inserted) = if recorded {
-            let made = super::tasks::insert_many(c, &run.tasks, f.now)?;
+            let made = super::rows::insert_many(c, &run.tasks, f.now)?;
             let mut mark = c.prepare_cached(sql::SCHEDULE_FIRE_MARK)?;
             for r in made.iter().filter(|r| !r.deduplicated) {
                 mark.execute(params![f.schedule_id, fire, r.task_id])?;

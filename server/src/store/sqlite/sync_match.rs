@@ -31,7 +31,7 @@ pub(super) fn insert_matched(
         if top.contains_key(t.queue.as_str()) {
             continue;
         }
-        super::leasing::promote(c, std::slice::from_ref(&t.queue), now_ms)?;
+        super::rows::promote(c, std::slice::from_ref(&t.queue), now_ms)?;
         let p: Option<i64> = c
             .prepare_cached(sql::TASK_INSERT_MATCHED_TOP)?
             .query_row(params![t.queue, now_ms], |r| r.get(0))
@@ -51,7 +51,7 @@ pub(super) fn insert_matched(
                     .is_none_or(|p| p < i64::from(t.priority))
             });
         let Some(m) = m else {
-            let inserted = super::tasks::insert_many(c, std::slice::from_ref(t), now)?;
+            let inserted = super::rows::insert_many(c, std::slice::from_ref(t), now)?;
             out.extend(inserted.into_iter().map(|inserted| MatchedInsert {
                 inserted,
                 leased: None,

@@ -6,11 +6,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::super::flow::{Ev, visible};
-use super::super::row::{AttemptRow, TaskRow, duration_ms, ms, state_filter_sql};
+use super::super::row::{AttemptRow, TaskRow, ms, state_filter_sql};
 use super::super::*;
 use super::rows::{changed_event, fetch_task, in_list};
-use super::{SqliteStore, sql, tx};
+use super::{SqliteStore, sql};
 use crate::domain::TaskState;
 use crate::domain::event::EventKind;
 
@@ -22,7 +21,8 @@ impl Tasks for SqliteStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Inserted>> {
         let tasks = tasks.to_owned();
-        self.write(move |c| insert_many(c, &tasks, now)).await
+        self.write(move |c| super::rows::insert_many(c, &tasks, now))
+            .await
     }
 
     async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>> {
@@ -132,67 +132,6 @@ impl Tasks for SqliteStore {
         self.write(move |c| super::sync_match::insert_matched(c, &tasks, &matches, now))
             .await
     }
-}
-
-/// Inserts tasks (a duplicate (queue, key) names the task holding it), in the
-/// running write job: submit, a fire's runs, a dead-letter notice.
-pub(super) fn insert_many(
-    c: &Connection,
-    tasks: &[NewTask],
-    now: DateTime<Utc>,
-) -> StoreResult<Vec<Inserted>> {
-    let now = ms(now);
-    let mut insert = c.prepare_cached(sql::TASK_INSERT_MANY)?;
-    let mut out = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
-        let n = insert.execute(params![
-            t.id,
-            t.queue,
-            t.key,
-            t.payload,
-            t.priority,
-            ms(t.run_at),
-            t.deadline.map(ms),
-            t.retry.max_attempts,
-            duration_ms(t.retry.initial_backoff),
-            t.retry.backoff_multiplier,
-            duration_ms(t.retry.max_backoff),
-            t.retry.jitter,
-            metadata,
-            now,
-            t.concurrency_key,
-        ])?;
-        if n == 1 {
-            super::routing::write_task_routing(c, t)?;
-            tx::push(Ev {
-                task_id: &t.id,
-                queue: &t.queue,
-                kind: EventKind::Submitted,
-                state: visible("pending", ms(t.run_at), now),
-                attempt: 0,
-                worker: None,
-                time: now,
-                detail: None,
-            });
-            out.push(Inserted {
-                task_id: t.id.clone(),
-                deduplicated: false,
-            });
-            continue;
-        }
-        // A duplicate of an existing (queue, key), or of one earlier in this batch.
-        let task_id: String = c
-            .prepare_cached(sql::TASK_INSERT_MANY_EXISTING)?
-            .query_row(params![t.queue, t.key], |r| r.get(0))
-            .optional()?
-            .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))?;
-        out.push(Inserted {
-            task_id,
-            deduplicated: true,
-        });
-    }
-    Ok(out)
 }
 
 fn update(

@@ -14,35 +14,8 @@
 
 use std::cell::RefCell;
 
-use rusqlite::Connection;
-
-use super::super::StoreResult;
 use super::super::flow::Ev;
-use super::SqliteStore;
 use crate::domain::event::EventKind;
-
-impl SqliteStore {
-    /// Runs `job` in the writer's next batch and returns its result once the
-    /// batch committed. The job's events are written, and dependents of tasks
-    /// it finished told, in its savepoint; a failed job's events go with it (and
-    /// none left by a job that panicked can reach this one).
-    pub(super) async fn write<T, F>(&self, job: F) -> StoreResult<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
-    {
-        self.writer
-            .write(move |c| {
-                discard();
-                let result = job(c).and_then(|v| super::flow::after_job(c).map(|()| v));
-                if result.is_err() {
-                    discard();
-                }
-                result
-            })
-            .await
-    }
-}
 
 /// An event waiting for the end of its job.
 #[derive(Debug, Clone)]
@@ -116,7 +89,7 @@ pub(super) fn take() -> Vec<Pending> {
 }
 
 /// Drops the events of a job that failed (its savepoint is rolled back).
-fn discard() {
+pub(super) fn discard() {
     PENDING.with(|p| p.borrow_mut().clear());
 }
 
