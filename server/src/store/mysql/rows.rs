@@ -52,14 +52,6 @@ pub(super) fn reply_size_is_shared() -> bool {
         .eq(expected.split_whitespace())
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn reply_size_is_the_shared_bound() {
-        assert!(super::reply_size_is_shared());
-    }
-}
-
 /// What one task's row adds to the multi-row INSERT of `insert_many`: its
 /// text and byte parameters, and the framing of all of them.
 pub(super) fn insert_bytes(t: &NewTask) -> usize {
@@ -245,3 +237,11 @@ pub(super) async fn lease_seqs(
 
 /// Rows per multi-row INSERT of tasks.
 const INSERT_PIECE: usize = 100;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reply_size_is_the_shared_bound() {
+        assert!(super::reply_size_is_shared());
+    }
+}
