@@ -24,7 +24,7 @@ impl Admin for MysqlStore {
             };
             let kind = match row.stored_state()? {
                 StoredState::Pending | StoredState::Blocked => {
-                    sqlx::query(sql::TASK_CANCEL_WAITING)
+                    sqlx::query(sql::TASK_CANCEL_PENDING)
                         .bind(now)
                         .bind(now)
                         .bind(row.seq)
@@ -81,7 +81,7 @@ impl Admin for MysqlStore {
         // Grouped by the error's hash first (the dead-letter index), then by the
         // error itself, so two errors with one hash stay apart.
         // Dynamic: the WHERE holds the filters given.
-        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_DEAD_GROUPS_HEAD);
+        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_DEAD_GROUPS);
         if let Some(q) = &p.queue {
             qb.push(" AND queue = ").push_bind(q);
         }
@@ -100,7 +100,7 @@ impl Admin for MysqlStore {
             let now = ms(p.now);
             let rows = dead_ids(j, &p.queue, Some(&p.error), None, p.limit).await?;
             let seqs: Vec<i64> = rows.iter().map(|r| r.0).collect();
-            update_seqs(j, sql::TASK_REQUEUE_DEAD_WRITE_HEAD, now, &seqs).await?;
+            update_seqs(j, sql::TASK_REQUEUE_DEAD, now, &seqs).await?;
             for (_, id, attempt) in &rows {
                 j.push(simple(
                     id,
@@ -130,7 +130,7 @@ impl Admin for MysqlStore {
             )
             .await?;
             let seqs: Vec<i64> = rows.iter().map(|r| r.0).collect();
-            update_seqs(j, sql::TASK_CANCEL_DEAD_WRITE_HEAD, now, &seqs).await?;
+            update_seqs(j, sql::TASK_CANCEL_DEAD, now, &seqs).await?;
             for (_, id, attempt) in &rows {
                 j.push(simple(
                     id,
@@ -206,7 +206,7 @@ impl Admin for MysqlStore {
                 let Some((seq, queue, attempt)) = row else {
                     continue;
                 };
-                sqlx::query(sql::TASK_REQUEUE_MANY_WRITE)
+                sqlx::query(sql::TASK_REQUEUE_MANY)
                     .bind(ms(*run_at))
                     .bind(now)
                     .bind(seq)
@@ -334,7 +334,7 @@ async fn cancel_many(
             continue;
         };
         if state == "pending" || state == "blocked" {
-            sqlx::query(sql::TASK_CANCEL_MANY_WAITING)
+            sqlx::query(sql::TASK_CANCEL_MANY_PENDING)
                 .bind(now)
                 .bind(now)
                 .bind(seq)

@@ -197,7 +197,7 @@ fn to_json(c: &QueueConfig) -> StoreResult<String> {
 
 async fn queue_seed(j: &mut Job, seed: &[(String, QueueConfig)]) -> StoreResult<()> {
     // Dynamic: the names seeded, as a list.
-    let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::QUEUE_SEED_CLEAR);
+    let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::QUEUE_SEED_DELETE);
     if !seed.is_empty() {
         qb.push(" AND name NOT IN (");
         let mut sep = qb.separated(", ");

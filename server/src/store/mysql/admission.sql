@@ -12,18 +12,21 @@ INSERT INTO queue_dead_letters (queue, dead_letter_queue) VALUES (?, ?)
 -- name: queue_list
 SELECT name, config, updated_at, version FROM queues ORDER BY name
 
--- name: queue_seed_clear
+-- name: queue_seed_delete
 -- The seeded settings no longer seeded: followed by ` AND name NOT IN (...)`
 -- when some are.
 DELETE FROM queues WHERE updated_at IS NULL
 
 -- name: queue_seed_lock
+-- own: MySQL's INSERT ... ON DUPLICATE KEY UPDATE takes no WHERE, so the seed locks the row, then inserts it or updates it if never put
 SELECT config, updated_at FROM queues WHERE name = ? FOR UPDATE
 
 -- name: queue_seed_insert
+-- own: MySQL's INSERT ... ON DUPLICATE KEY UPDATE takes no WHERE, so the seed locks the row, then inserts it or updates it if never put
 INSERT IGNORE INTO queues (name, config) VALUES (?, ?)
 
 -- name: queue_seed_update
+-- own: MySQL's INSERT ... ON DUPLICATE KEY UPDATE takes no WHERE, so the seed locks the row, then inserts it or updates it if never put
 UPDATE queues SET config = ?, version = version + 1 WHERE name = ?
 AND updated_at IS NULL
 
@@ -62,6 +65,7 @@ SELECT count(*) FROM r, r m WHERE m.seq = ? AND r.seq <> m.seq
     < (m.krn, m.last, m.dl, m.run_at, m.seq)))
 
 -- name: task_ahead_fair
+-- own: MySQL's ? placeholders cannot be named twice, so each ranking (round robin, aging) is its own statement instead of flags bound once
 -- task_ahead for round robin by key.
 WITH r AS (SELECT seq, eff, last, lease_deadline AS dl, run_at, ${fair_key_round} AS krn
   FROM (SELECT seq, concurrency_key, lease_deadline, run_at, priority AS eff,
@@ -72,6 +76,7 @@ SELECT count(*) FROM r, r m WHERE m.seq = ? AND r.seq <> m.seq
     < (m.krn, m.last, m.dl, m.run_at, m.seq)))
 
 -- name: task_ahead_aged
+-- own: MySQL's ? placeholders cannot be named twice, so each ranking (round robin, aging) is its own statement instead of flags bound once
 -- task_ahead with aging (binds now and the aging step first).
 WITH r AS (SELECT seq, eff, last, lease_deadline AS dl, run_at, 1 AS krn
   FROM (SELECT seq, concurrency_key, lease_deadline, run_at, ${aged_priority} AS eff,
@@ -82,6 +87,7 @@ SELECT count(*) FROM r, r m WHERE m.seq = ? AND r.seq <> m.seq
     < (m.krn, m.last, m.dl, m.run_at, m.seq)))
 
 -- name: task_ahead_fair_aged
+-- own: MySQL's ? placeholders cannot be named twice, so each ranking (round robin, aging) is its own statement instead of flags bound once
 -- task_ahead with round robin and aging (binds now and the aging step first).
 WITH r AS (SELECT seq, eff, last, lease_deadline AS dl, run_at, ${fair_key_round} AS krn
   FROM (SELECT seq, concurrency_key, lease_deadline, run_at, ${aged_priority} AS eff,
@@ -92,6 +98,7 @@ SELECT count(*) FROM r, r m WHERE m.seq = ? AND r.seq <> m.seq
     < (m.krn, m.last, m.dl, m.run_at, m.seq)))
 
 -- name: queue_key_tokens_purge_queues
+-- own: MySQL runs the purge in one job's transaction, so it reads the queues' configs inside it, not through queue_list
 SELECT name, config FROM queues
 
 -- name: queue_key_tokens_purge_full
@@ -105,6 +112,7 @@ AND tokens + GREATEST(? - refilled_at, 0) * ? / 1000.0 >= ?
 DELETE FROM queue_key_tokens
 
 -- name: queue_key_tokens_purge_unfair
+-- own: MySQL takes no array parameter, so the turns of queues without round robin go in their own DELETE with a NOT IN list built at run time
 -- The turns of queues without round robin: followed by
 -- ` WHERE queue NOT IN (...)` of the fair ones, when there are some.
 DELETE FROM queue_key_turns

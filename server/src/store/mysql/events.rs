@@ -62,7 +62,7 @@ impl Events for MysqlStore {
         let Some(last) = ids.last() else {
             return Ok(0);
         };
-        Ok(sqlx::query(sql::EVENT_PURGE_DELETE)
+        Ok(sqlx::query(sql::EVENT_PURGE)
             .bind(last)
             .bind(ids[0])
             .bind(ms(before))

@@ -7,16 +7,18 @@ SELECT event_id, task_id, queue, kind, state, attempt, worker_id, `time`, detail
 FROM task_events WHERE event_id > ? ORDER BY event_id LIMIT ?
 
 -- name: event_head
+-- own: MySQL's event ids come from the one-row counter event_seq, so its value is the head
 SELECT n FROM event_seq WHERE id = 1
 
 -- name: event_purge_pick
+-- own: MySQL takes no LIMIT in an IN subquery of the table it deletes from, so the purge picks the ids first and deletes their range
 -- The oldest `limit` events by id, of those older than `before`.
 SELECT event_id FROM task_events WHERE `time` < ? ORDER BY event_id LIMIT ?
 
--- name: event_purge_delete
+-- name: event_purge
 DELETE FROM task_events WHERE event_id <= ? AND event_id >= ? AND `time` < ?
 
--- name: event_write_waited_on_head
+-- piece: event_write_waited_on_head
 -- own: MySQL resolves dependents in the broker (its triggers cannot change their own table)
 -- The finished tasks of a job that have unresolved dependents; followed by
 -- one placeholder per task and `)`.
@@ -27,13 +29,13 @@ SELECT DISTINCT depends_on FROM task_deps WHERE NOT resolved AND depends_on IN (
 -- Takes the job's ids; LAST_INSERT_ID(expr) comes back in the statement's answer.
 UPDATE event_seq SET n = LAST_INSERT_ID(n + ?) WHERE id = 1
 
--- name: event_write_insert_head
+-- piece: event_write_insert_head
 -- own: MySQL writes a job's events in multi-row INSERTs cut to its packet
 -- Followed by one event_write_insert_row per event, comma separated.
 INSERT INTO task_events (event_id, task_id, queue, kind, state, attempt,
 worker_id, `time`, detail) VALUES
 
--- name: event_write_insert_row
+-- piece: event_write_insert_row
 -- own: MySQL writes a job's events in multi-row INSERTs cut to its packet
 (?, ?, ?, ?, ?, ?, ?, ?, ?)
 

@@ -71,7 +71,7 @@ impl Flow for MysqlStore {
         let mut out = Vec::new();
         for piece in task_ids.chunks(500) {
             // Dynamic: one placeholder per task.
-            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_DEPENDENCY_RESULT_SIZES_HEAD);
+            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_DEPENDENCY_RESULT_SIZES);
             let mut sep = qb.separated(", ");
             for id in piece {
                 sep.push_bind(id);
@@ -95,7 +95,7 @@ impl Flow for MysqlStore {
         let mut out = Vec::new();
         for piece in task_ids.chunks(500) {
             // Dynamic: one placeholder per task.
-            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_DEPENDENCY_RESULTS_HEAD);
+            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_DEPENDENCY_RESULTS);
             let mut sep = qb.separated(", ");
             for id in piece {
                 sep.push_bind(id);
@@ -144,7 +144,7 @@ async fn may_name(j: &mut Job, id: &str, producer: Option<&str>) -> StoreResult<
 /// The task holding `key` that a dependent of `producer` may name: a key held
 /// by another producer's task is, for that dependent, a key no task holds.
 async fn holder(j: &mut Job, key: &TaskKey, producer: Option<&str>) -> StoreResult<Option<String>> {
-    let row: Option<(String, String)> = sqlx::query_as(sql::TASK_INSERT_FLOW_KEY_HOLDER)
+    let row: Option<(String, String)> = sqlx::query_as(sql::KEY_WAITS_HOLDERS)
         .bind(&key.queue)
         .bind(&key.key)
         .fetch_optional(j.conn())
@@ -221,7 +221,7 @@ pub(super) async fn insert(
         let mut remaining = 0i64;
         for k in &f.depends_on_keys {
             let holder = holder(j, k, f.producer.as_deref()).await?;
-            sqlx::query(sql::TASK_INSERT_FLOW_KEY_WAIT)
+            sqlx::query(sql::TASK_INSERT_FLOW_KEY_WAITS)
                 .bind(&r.task_id)
                 .bind(&k.queue)
                 .bind(&k.key)
@@ -242,7 +242,7 @@ pub(super) async fn insert(
             let done = matches!(state.as_str(), "succeeded" | "dead" | "cancelled");
             remaining += i64::from(!done);
             failed |= matches!(state.as_str(), "dead" | "cancelled");
-            sqlx::query(sql::TASK_INSERT_FLOW_DEP)
+            sqlx::query(sql::TASK_INSERT_FLOW_EDGES)
                 .bind(d)
                 .bind(&r.task_id)
                 .bind(done)

@@ -1,7 +1,9 @@
 -- name: task_flow_info_task
+-- own: MySQL has no array type, so a task's flow columns and its dependencies are read apart, one task at a time
 SELECT deps_remaining, run_if_dependency_fails, cancel_reason FROM tasks WHERE id = ?
 
 -- name: task_flow_info_deps
+-- own: MySQL has no array type, so a task's flow columns and its dependencies are read apart, one task at a time
 SELECT depends_on FROM task_deps WHERE task_id = ? ORDER BY depends_on
 
 -- name: task_flow_info_keys
@@ -11,14 +13,14 @@ SELECT queue, `key` FROM task_key_deps WHERE task_id = ? ORDER BY queue, `key`
 SELECT queue, `key` FROM task_key_deps WHERE task_id = ? AND bound_to IS NULL
 ORDER BY queue, `key` LIMIT ?
 
--- name: task_dependency_result_sizes_head
+-- piece: task_dependency_result_sizes
 -- Followed by one placeholder per task, then `) GROUP BY d.task_id`.
 SELECT d.task_id, CAST(count(*) AS SIGNED),
   CAST(sum(length(t.id) + COALESCE(length(t.result), 0)) AS SIGNED)
 FROM task_deps d JOIN tasks t ON t.id = d.depends_on
 WHERE t.state = 'succeeded' AND d.task_id IN (
 
--- name: task_dependency_results_head
+-- piece: task_dependency_results
 -- Followed by one placeholder per task, then `) ORDER BY d.task_id, t.id`.
 SELECT d.task_id, t.id, COALESCE(t.result, x'') FROM task_deps d
 JOIN tasks t ON t.id = d.depends_on WHERE t.state = 'succeeded' AND d.task_id IN (
@@ -33,26 +35,25 @@ ORDER BY depends_on LIMIT ?
 SELECT id FROM key_deps_lock WHERE id = 1 FOR UPDATE
 
 -- name: task_insert_flow_dep_metadata
+-- own: MySQL has no UPDATE ... RETURNING, so a dependency is read, locked and marked has_dependents one statement each
 -- Whether a dependency named exists, and whose it is.
 SELECT metadata FROM tasks WHERE id = ?
 
--- name: task_insert_flow_key_holder
--- The task holding a key a dependent names.
-SELECT id, metadata FROM tasks WHERE queue = ? AND `key` = ?
-
--- name: task_insert_flow_key_wait
+-- name: task_insert_flow_key_waits
 INSERT INTO task_key_deps (task_id, queue, `key`, bound_to, producer)
 VALUES (?, ?, ?, ?, ?)
 
 -- name: task_insert_flow_dep_lock
+-- own: MySQL has no UPDATE ... RETURNING, so a dependency is read, locked and marked has_dependents one statement each
 -- A dependency's state, its row locked (exclusively: it is marked
 -- has_dependents next) until the job ends.
 SELECT state FROM tasks WHERE id = ? FOR UPDATE
 
--- name: task_insert_flow_dep
+-- name: task_insert_flow_edges
 INSERT IGNORE INTO task_deps (depends_on, task_id, resolved) VALUES (?, ?, ?)
 
 -- name: task_insert_flow_has_dependents
+-- own: MySQL has no UPDATE ... RETURNING, so a dependency is read, locked and marked has_dependents one statement each
 UPDATE tasks SET has_dependents = TRUE WHERE id = ?
 
 -- name: task_insert_flow_state

@@ -21,7 +21,7 @@ use crate::domain::event::EventKind;
 /// What the gated lease knows of one queue, and its bucket as read; its
 /// `queues` row stays locked until the job ends.
 async fn load_use(j: &mut Job, queue: &str, now: i64) -> StoreResult<QueueUse> {
-    let row: Option<(String, f64, i64)> = sqlx::query_as(sql::LEASE_GATED_QUEUE_LOCK)
+    let row: Option<(String, f64, i64)> = sqlx::query_as(sql::TASK_LEASE_GATED_QUEUES)
         .bind(queue)
         .fetch_optional(j.conn())
         .await?;
@@ -36,14 +36,14 @@ async fn load_use(j: &mut Job, queue: &str, now: i64) -> StoreResult<QueueUse> {
         ..QueueUse::default()
     };
     if config.max_concurrent > 0 {
-        let n: i64 = sqlx::query_scalar(sql::LEASE_GATED_QUEUE_LEASED)
+        let n: i64 = sqlx::query_scalar(sql::TASK_LEASE_GATED_LEASED)
             .bind(queue)
             .fetch_one(j.conn())
             .await?;
         usage.leased = n.max(0) as u64;
     }
     if config.max_concurrent_per_key > 0 {
-        let rows: Vec<(String, i64)> = sqlx::query_as(sql::LEASE_GATED_KEYS_LEASED)
+        let rows: Vec<(String, i64)> = sqlx::query_as(sql::TASK_LEASE_GATED_LEASED_PER_KEY)
             .bind(queue)
             .fetch_all(j.conn())
             .await?;
@@ -79,7 +79,7 @@ async fn load_key_tokens(
     // Dynamic: one placeholder per key.
     let text = format!(
         "{}{})",
-        sql::LEASE_GATED_KEY_TOKENS_HEAD,
+        sql::TASK_LEASE_GATED_KEY_TOKENS,
         marks(missing.len())
     );
     let mut q = sqlx::query_as::<_, (String, f64, i64)>(sqlx::AssertSqlSafe(text)).bind(queue);
@@ -137,10 +137,10 @@ async fn candidates(
     // within a round the key served longest ago (`queue_key_turns`) goes first.
     let fair = config.fairness == Fairness::RoundRobinKeys;
     let head = match (fair, aging > 0) {
-        (false, false) => sql::LEASE_GATED_CANDIDATES,
-        (true, false) => sql::LEASE_GATED_CANDIDATES_FAIR,
-        (false, true) => sql::LEASE_GATED_CANDIDATES_AGED,
-        (true, true) => sql::LEASE_GATED_CANDIDATES_FAIR_AGED,
+        (false, false) => sql::TASK_LEASE_GATED_CANDIDATES,
+        (true, false) => sql::TASK_LEASE_GATED_CANDIDATES_ROUND_ROBIN,
+        (false, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING,
+        (true, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING_ROUND_ROBIN,
     };
     // Dynamic: the keys closed and the tasks offered already, as lists; the
     // first rows only where the index order is the lease order.
@@ -384,20 +384,20 @@ async fn turns(
         let Some(order) = crate::domain::admission::served_order(&keys) else {
             continue;
         };
-        let counter: i64 = sqlx::query_scalar(sql::LEASE_GATED_TURNS_COUNTER)
+        let counter: i64 = sqlx::query_scalar(sql::TASK_LEASE_GATED_TURNS_COUNTER)
             .bind(queue)
             .fetch_optional(j.conn())
             .await?
             .unwrap_or(0);
         for (key, at) in &order.last {
-            sqlx::query(sql::LEASE_GATED_TURNS_KEY)
+            sqlx::query(sql::TASK_LEASE_GATED_TURNS_PUT)
                 .bind(queue)
                 .bind(key)
                 .bind(counter + at)
                 .execute(j.conn())
                 .await?;
         }
-        sqlx::query(sql::LEASE_GATED_TURNS_SERVED)
+        sqlx::query(sql::TASK_LEASE_GATED_TURNS_SERVED)
             .bind(counter + order.count)
             .bind(queue)
             .execute(j.conn())
@@ -422,7 +422,7 @@ async fn charge(
             .map(|(_, k)| k)
             .collect();
         if let Some(t) = usage.tokens {
-            sqlx::query(sql::LEASE_GATED_CHARGE_QUEUE)
+            sqlx::query(sql::TASK_LEASE_GATED_CHARGE)
                 .bind(t - granted.len() as f64)
                 .bind(now)
                 .bind(queue)
@@ -440,7 +440,7 @@ async fn charge(
                     .get(k)
                     .copied()
                     .unwrap_or_else(|| limit.capacity());
-                sqlx::query(sql::LEASE_GATED_CHARGE_KEY)
+                sqlx::query(sql::TASK_LEASE_GATED_CHARGE_KEY)
                     .bind(queue)
                     .bind(k)
                     .bind(before - n)

@@ -75,7 +75,7 @@ pub(super) async fn waiting(
     key: &TaskKey,
     producer: Option<&str>,
 ) -> StoreResult<i64> {
-    Ok(sqlx::query_scalar(sql::KEY_WAITS_WAITING)
+    Ok(sqlx::query_scalar(sql::KEY_WAITS_COUNT)
         .bind(&key.queue)
         .bind(&key.key)
         .bind(producer)

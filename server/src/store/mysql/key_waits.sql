@@ -15,7 +15,11 @@ INSERT IGNORE INTO task_deps (depends_on, task_id, resolved)
 SELECT ?, task_id, FALSE FROM task_key_deps
 WHERE queue = ? AND `key` = ? AND producer <=> ? AND bound_to = ?
 
--- name: key_waits_waiting
+-- name: key_waits_count
 -- The unbound waits of a (queue, key) of one producer, up to the cap.
 SELECT count(*) FROM (SELECT 1 FROM task_key_deps
 WHERE queue = ? AND `key` = ? AND producer <=> ? AND bound_to IS NULL LIMIT ?) w
+
+-- name: key_waits_holders
+-- The task holding a key a dependent names.
+SELECT id, metadata FROM tasks WHERE queue = ? AND `key` = ?

@@ -48,7 +48,7 @@ impl Leasing for MysqlStore {
         // Dynamic: one placeholder per queue.
         let text = format!(
             "{}{}{}",
-            sql::TASK_NEXT_RUN_AT_HEAD,
+            sql::TASK_NEXT_RUN_AT,
             marks(queues.len()),
             sql::TASK_NEXT_RUN_AT_TAIL
         );
@@ -118,7 +118,7 @@ impl Leasing for MysqlStore {
                 let Some((seq, queue, attempt, run_at)) = row else {
                     continue;
                 };
-                sqlx::query(sql::LEASE_RELEASE_WRITE)
+                sqlx::query(sql::LEASE_RELEASE)
                     .bind(now_ms)
                     .bind(seq)
                     .execute(j.conn())
@@ -260,7 +260,7 @@ async fn lease_many(j: &mut Job, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<Task
     // Dynamic: one placeholder per queue.
     let text = format!(
         "{}{}{}",
-        sql::TASK_LEASE_MANY_AVAILABLE_HEAD,
+        sql::TASK_LEASE_MANY_AVAILABLE,
         marks(first.queues.len()),
         sql::TASK_LEASE_MANY_AVAILABLE_TAIL
     );

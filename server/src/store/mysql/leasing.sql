@@ -2,6 +2,7 @@
 priority DESC, lease_deadline, run_at, seq
 
 -- name: lease_plain_pick
+-- own: MySQL has no UPDATE ... RETURNING, so the lease picks the rows first (FOR UPDATE SKIP LOCKED), writes them by seq and reads them back
 -- One queue's first candidates the worker may take, in lease order, locked;
 -- rows another replica holds are skipped. Binds the queue, now, now, the
 -- routing predicate's five (routing.sql), the limit.
@@ -13,8 +14,8 @@ FROM tasks WHERE state = 'pending' AND queue = ? AND run_at <= ?
 ORDER BY ${lease_order} LIMIT ?
 FOR UPDATE SKIP LOCKED
 
--- name: lease_plain_write_head
--- own: MySQL has no UPDATE ... RETURNING: the lease UPDATE by primary key, read back by lease_plain_read_head
+-- piece: lease_plain_write
+-- own: MySQL has no UPDATE ... RETURNING, so the lease picks the rows first (FOR UPDATE SKIP LOCKED), writes them by seq and reads them back
 -- Leases pending tasks by seq; followed by one placeholder per seq, then `)`.
 -- The lease token is the batch's random prefix and the row's seq.
 UPDATE tasks SET state = 'leased', attempt = attempt + 1,
@@ -23,29 +24,31 @@ lease_duration_ms = ?, lease_expires_at = LEAST(?, COALESCE(deadline, 9223372036
 updated_at = ?, leased_at = ?, leased_address = ?
 WHERE state = 'pending' AND seq IN (
 
--- name: lease_plain_read_head
--- own: MySQL has no UPDATE ... RETURNING: the rows lease_plain_write_head leased
+-- piece: lease_plain_read
+-- own: MySQL has no UPDATE ... RETURNING, so the lease picks the rows first (FOR UPDATE SKIP LOCKED), writes them by seq and reads them back
 -- Followed by one placeholder per seq, then `)`.
 SELECT ${task_columns} FROM tasks WHERE lease_token = CONCAT(?, '.', seq) AND seq IN (
 
--- name: task_lease_many_available_head
+-- piece: task_lease_many_available
+-- own: MySQL leases a batch request by request, so it counts the READY tasks first to share them out; Postgres's one lease statement shares them by slot
 -- How many READY tasks the queues have, up to the demand: followed by one
 -- placeholder per queue, then task_lease_many_available_tail.
 SELECT count(*) FROM (SELECT 1 FROM tasks WHERE state = 'pending' AND queue IN (
 
--- name: task_lease_many_available_tail
--- own: the end of task_lease_many_available_head
+-- piece: task_lease_many_available_tail
+-- own: MySQL takes no array parameter: the end of task_lease_many_available, after its list of queues
 ) AND run_at <= ? AND lease_deadline > ? LIMIT ?) x
 
--- name: task_next_run_at_head
+-- piece: task_next_run_at
 -- Followed by one placeholder per queue, then task_next_run_at_tail.
 SELECT MIN(run_at) FROM tasks WHERE state = 'pending' AND queue IN (
 
--- name: task_next_run_at_tail
--- own: the end of task_next_run_at_head
+-- piece: task_next_run_at_tail
+-- own: MySQL takes no array parameter: the end of task_next_run_at, after its list of queues
 ) AND run_at > ?
 
 -- name: lease_extend_pick
+-- own: MySQL has no UPDATE ... RETURNING, so the extension reads the live lease (FOR UPDATE), then writes it by seq
 SELECT seq, LEAST(? + COALESCE(?, lease_duration_ms),
   COALESCE(deadline, 9223372036854775807)), cancel_requested FROM tasks
 WHERE id = ? AND state = 'leased' AND lease_token = ? AND lease_expires_at > ?
@@ -55,10 +58,11 @@ WHERE id = ? AND state = 'leased' AND lease_token = ? AND lease_expires_at > ?
 UPDATE tasks SET lease_expires_at = ?, updated_at = ? WHERE seq = ?
 
 -- name: lease_release_pick
+-- own: MySQL has no UPDATE ... RETURNING, so the release reads the lease (FOR UPDATE), then writes it by seq
 SELECT seq, queue, attempt, run_at FROM tasks
 WHERE id = ? AND state = 'leased' AND lease_token = ? FOR UPDATE
 
--- name: lease_release_write
+-- name: lease_release
 UPDATE tasks SET state = 'pending', attempt = attempt - 1, lease_token = NULL,
 leased_by = NULL, lease_duration_ms = NULL, lease_expires_at = NULL,
 leased_at = NULL, leased_address = NULL, updated_at = ? WHERE seq = ?

@@ -34,7 +34,7 @@ impl Observe for MysqlStore {
         let counts: Vec<(String, String, bool, i64, i64)> =
             qb.build_query_as().fetch_all(&self.pool).await?;
         // Dynamic: the queues asked for (all, for none), as a list.
-        let mut qb = sqlx::QueryBuilder::<MySql>::new(bound_last(sql::QUEUE_STATS_RECENT_HEAD));
+        let mut qb = sqlx::QueryBuilder::<MySql>::new(bound_last(sql::QUEUE_STATS_RECENT));
         qb.push_bind(now - 60_000);
         if !queues.is_empty() {
             qb.push(" AND t.queue IN (");

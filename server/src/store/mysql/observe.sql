@@ -1,4 +1,5 @@
 -- name: queue_stats_finished
+-- own: MySQL takes no array parameter, so queue_stats is joined at run time from these parts, each with its queue list
 -- The counts by queue and state: this part, then (each followed by
 -- ` AND queue IN (...)` when queues are named) queue_stats_leased,
 -- queue_stats_pending_head, now, queue_stats_pending, and
@@ -6,20 +7,20 @@
 SELECT queue, state, FALSE AS later, COUNT(*), CAST(0 AS SIGNED) FROM tasks
 WHERE state NOT IN ('pending', 'leased')
 
--- name: queue_stats_leased
--- own: a piece of MySQL's queue_stats_finished
+-- piece: queue_stats_leased
+-- own: MySQL takes no array parameter, so queue_stats is joined at run time from these parts, each with its queue list
 GROUP BY queue, state UNION ALL SELECT queue, 'leased', FALSE, COUNT(*),
 CAST(0 AS SIGNED) FROM tasks WHERE state = 'leased'
 
--- name: queue_stats_pending_head
--- own: a piece of MySQL's queue_stats_finished
+-- piece: queue_stats_pending_head
+-- own: MySQL takes no array parameter, so queue_stats is joined at run time from these parts, each with its queue list
 GROUP BY queue UNION ALL SELECT queue, state, run_at >
 
--- name: queue_stats_pending
--- own: a piece of MySQL's queue_stats_finished
+-- piece: queue_stats_pending
+-- own: MySQL takes no array parameter, so queue_stats is joined at run time from these parts, each with its queue list
 AS later, COUNT(*), CAST(MIN(run_at) AS SIGNED) FROM tasks WHERE state = 'pending'
 
--- name: queue_stats_recent_head
+-- name: queue_stats_recent
 -- The attempts of the last minute by queue and outcome: binds the minute's
 -- start; followed by ` AND t.queue IN (...)` when queues are named, then the
 -- grouping.

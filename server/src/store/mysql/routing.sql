@@ -17,21 +17,23 @@
 UPDATE tasks SET reserved_for = ?, reserved_until = ? WHERE seq = ?
 
 -- name: routing_worker_held
+-- own: MySQL's leases check a worker's per-queue cap per request in the broker, where Postgres's lease counts it inside its one statement
 -- The leases a worker holds on a queue (its per-worker cap).
 SELECT count(*) FROM tasks WHERE state = 'leased' AND queue = ?
 AND leased_by = ?
 
 -- name: routing_holds_copy
+-- own: MySQL takes no array parameter, so the gated lease checks a distinct fan-out copy per candidate and worker in the broker
 -- Whether a worker holds or completed a copy of a distinct fan-out group.
 SELECT 1 FROM tasks WHERE fanout_group = ? AND leased_by = ?
 AND state IN ('leased', 'succeeded') LIMIT 1
 
--- name: routing_workers_add_head
+-- piece: routing_workers_add_head
 -- own: MySQL serializes a worker's leases on its lease_workers row
 -- Followed by VALUES and one `(?)` per worker.
 INSERT IGNORE INTO lease_workers (worker_id)
 
--- name: routing_workers_lock_head
+-- piece: routing_workers_lock_head
 -- own: MySQL serializes a worker's leases on its lease_workers row
 -- Followed by one placeholder per worker, then `) ORDER BY worker_id FOR UPDATE`.
 SELECT worker_id FROM lease_workers WHERE worker_id IN (

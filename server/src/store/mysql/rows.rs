@@ -52,14 +52,6 @@ pub(super) fn reply_size_is_shared() -> bool {
         .eq(expected.split_whitespace())
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn reply_size_is_the_shared_bound() {
-        assert!(super::reply_size_is_shared());
-    }
-}
-
 /// What one task's row adds to the multi-row INSERT of `insert_many`: its
 /// text and byte parameters, and the framing of all of them.
 pub(super) fn insert_bytes(t: &NewTask) -> usize {
@@ -114,7 +106,7 @@ pub(super) async fn insert_many(
         // looked up below); nothing else is ignored here, as every other column
         // is checked by the service.
         // Dynamic: one row per task, as many as fit a packet.
-        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_INSERT_MANY_HEAD);
+        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_INSERT_MANY);
         qb.push(" ");
         qb.push_values(piece.iter().map(|&i| &tasks[i]), |mut b, t| {
             let r = &t.routing;
@@ -182,7 +174,7 @@ pub(super) async fn insert_many(
                 continue;
             }
             // A duplicate of an existing (queue, key).
-            let task_id: String = sqlx::query_scalar(sql::TASK_INSERT_MANY_HOLDER)
+            let task_id: String = sqlx::query_scalar(sql::TASK_INSERT_MANY_EXISTING)
                 .bind(&t.queue)
                 .bind(&t.key)
                 .fetch_optional(j.conn())
@@ -217,7 +209,7 @@ pub(super) async fn lease_seqs(
     // transaction leased meanwhile is not pending here any more).
     let batch = uuid::Uuid::new_v4().simple().to_string();
     // Dynamic: one placeholder per task leased.
-    let text = format!("{}{})", sql::LEASE_PLAIN_WRITE_HEAD, marks(seqs.len()));
+    let text = format!("{}{})", sql::LEASE_PLAIN_WRITE, marks(seqs.len()));
     let mut q = sqlx::query(sqlx::AssertSqlSafe(text))
         .bind(&batch)
         .bind(worker)
@@ -231,7 +223,7 @@ pub(super) async fn lease_seqs(
     }
     q.execute(j.conn()).await?;
     // Dynamic: one placeholder per task leased.
-    let text = format!("{}{})", sql::LEASE_PLAIN_READ_HEAD, marks(seqs.len()));
+    let text = format!("{}{})", sql::LEASE_PLAIN_READ, marks(seqs.len()));
     let mut q = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(text)).bind(&batch);
     for s in seqs {
         q = q.bind(*s);
@@ -245,3 +237,11 @@ pub(super) async fn lease_seqs(
 
 /// Rows per multi-row INSERT of tasks.
 const INSERT_PIECE: usize = 100;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reply_size_is_the_shared_bound() {
+        assert!(super::reply_size_is_shared());
+    }
+}

@@ -14,6 +14,7 @@ reserved_until, fanout_group, fanout_distinct, concurrency_key, retry_schedule
  + COALESCE(LENGTH(concurrency_key), 0) + COALESCE(LENGTH(fanout_group), 0) + 197)
 
 -- name: task_lock
+-- own: MySQL locks the task row (FOR UPDATE) before a checked change; SQLite's one writer needs no row lock
 -- The task, its row locked until the job ends.
 SELECT ${task_columns} FROM tasks WHERE id = ? FOR UPDATE
 

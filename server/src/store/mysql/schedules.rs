@@ -155,7 +155,7 @@ fn bind_definition<'a>(q: Definition<'a>, s: &'a ScheduleRecord) -> Definition<'
 
 async fn fire(j: &mut Job, f: &ScheduleFire) -> StoreResult<Fired> {
     let now = ms(f.now);
-    let moved = sqlx::query(sql::SCHEDULE_FIRE_MOVE)
+    let moved = sqlx::query(sql::SCHEDULE_FIRE_CURSOR)
         .bind(f.next_spec_at.map(ms))
         .bind(f.buffered_at.map(ms))
         .bind(f.next_fire_at.map(ms))
@@ -178,7 +178,7 @@ async fn fire(j: &mut Job, f: &ScheduleFire) -> StoreResult<Fired> {
                 .await?;
         match row {
             Some((seq, state, q, a)) if state == "pending" => {
-                sqlx::query(sql::SCHEDULE_FIRE_CANCEL_WAITING)
+                sqlx::query(sql::SCHEDULE_FIRE_CANCEL)
                     .bind(now)
                     .bind(now)
                     .bind(seq)
@@ -222,7 +222,7 @@ async fn fire(j: &mut Job, f: &ScheduleFire) -> StoreResult<Fired> {
                 .collect();
             if !fresh.is_empty() {
                 // Dynamic: one placeholder per task made.
-                let text = format!("{}{})", sql::SCHEDULE_FIRE_TASKS_HEAD, marks(fresh.len()));
+                let text = format!("{}{})", sql::SCHEDULE_FIRE_MARK, marks(fresh.len()));
                 let mut q = sqlx::query(sqlx::AssertSqlSafe(text))
                     .bind(&f.schedule_id)
                     .bind(fire);

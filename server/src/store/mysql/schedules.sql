@@ -31,16 +31,17 @@ FROM schedules s LEFT JOIN tasks t ON t.id = s.last_task_id
 WHERE s.paused = FALSE AND s.next_fire_at IS NOT NULL AND s.next_fire_at <= ?
 ORDER BY s.next_fire_at LIMIT ?
 
--- name: schedule_fire_move
+-- name: schedule_fire_cursor
 -- Moves the cursor by its version (the row stays locked until the commit).
 UPDATE schedules SET next_spec_at = ?, buffered_at = ?, next_fire_at = ?,
 state_reason = ?, updated_at = ?, version = version + 1
 WHERE id = ? AND version = ?
 
 -- name: schedule_fire_cancel_pick
+-- own: MySQL has no UPDATE ... RETURNING, so a fire's cancel reads the task (FOR UPDATE), then writes it by seq
 SELECT seq, state, queue, attempt FROM tasks WHERE id = ? FOR UPDATE
 
--- name: schedule_fire_cancel_waiting
+-- name: schedule_fire_cancel
 UPDATE tasks SET state = 'cancelled', finished_at = ?, updated_at = ?
 WHERE seq = ?
 
@@ -51,7 +52,7 @@ UPDATE tasks SET cancel_requested = TRUE, updated_at = ? WHERE seq = ?
 INSERT IGNORE INTO schedule_runs (schedule_id, fire_time, task_id, triggered,
 created_at) VALUES (?, ?, ?, ?, ?)
 
--- name: schedule_fire_tasks_head
+-- piece: schedule_fire_mark
 -- The tasks a run made: followed by one placeholder per task, then `)`.
 UPDATE tasks SET schedule_id = ?, fire_time = ? WHERE id IN (
 

@@ -21,18 +21,20 @@ lease_expires_at = NULL, updated_at = ? WHERE seq = ?
 UPDATE tasks SET state = 'succeeded', result = ?, finished_at = ?,
 lease_expires_at = NULL, updated_at = ? WHERE seq = ?
 
--- name: task_complete_many_lock_head
+-- piece: task_complete_many_lock_head
+-- own: MySQL takes no array parameter, so a batch of completions locks its rows by an IN list and writes the attempt rows in one multi-row INSERT built at run time
 -- Followed by one placeholder per task, then `) FOR UPDATE`.
 SELECT ${task_columns} FROM tasks WHERE id IN (
 
--- name: task_complete_many_attempts_head
+-- piece: task_complete_many_attempts_head
+-- own: MySQL takes no array parameter, so a batch of completions locks its rows by an IN list and writes the attempt rows in one multi-row INSERT built at run time
 -- Followed by one row of 9 placeholders per attempt (VALUES (...), (...)),
 -- then task_complete_many_attempts_tail.
 INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, leased_at,
 outcome, error, finished_at, fencing_token)
 
--- name: task_complete_many_attempts_tail
--- own: the end of MySQL's multi-row INSERT of attempt rows
+-- piece: task_complete_many_attempts_tail
+-- own: MySQL takes no array parameter, so a batch of completions locks its rows by an IN list and writes the attempt rows in one multi-row INSERT built at run time
 ON DUPLICATE KEY UPDATE outcome = VALUES(outcome), error = VALUES(error),
 finished_at = VALUES(finished_at)
 

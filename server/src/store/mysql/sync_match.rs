@@ -85,7 +85,7 @@ pub(super) async fn insert_matched(
             .await?;
         if n.rows_affected() != 1 {
             // A duplicate of an existing (queue, key), or of one earlier in this batch.
-            let task_id: String = sqlx::query_scalar(sql::TASK_INSERT_MATCHED_HOLDER)
+            let task_id: String = sqlx::query_scalar(sql::TASK_INSERT_MATCHED_EXISTING)
                 .bind(&t.queue)
                 .bind(&t.key)
                 .fetch_optional(j.conn())

@@ -39,7 +39,7 @@ impl Tasks for MysqlStore {
         let mut out = Vec::new();
         for chunk in keys.chunks(250) {
             // Dynamic: one (queue, key) pair per key asked.
-            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_FIND_KEYS_HEAD);
+            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_FIND_KEYS);
             let mut sep = qb.separated(", ");
             for (queue, key) in chunk {
                 sep.push("(")
@@ -63,7 +63,7 @@ impl Tasks for MysqlStore {
         let mut out = std::collections::HashMap::with_capacity(task_ids.len());
         for ids in task_ids.chunks(500) {
             // Dynamic: one placeholder per task.
-            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_QUEUES_HEAD);
+            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_QUEUES);
             let mut sep = qb.separated(", ");
             for id in ids {
                 sep.push_bind(id);
@@ -173,7 +173,7 @@ impl Tasks for MysqlStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<String>> {
         job!(self, |j| {
-            let held: Option<(String, String)> = sqlx::query_as(sql::TASK_REPLACE_WAITING_PICK)
+            let held: Option<(String, String)> = sqlx::query_as(sql::TASK_REPLACE_WAITING_HELD)
                 .bind(&r.queue)
                 .bind(&r.key)
                 .fetch_optional(j.conn())
@@ -204,7 +204,7 @@ impl Tasks for MysqlStore {
         if exists.is_none() {
             return Ok(None);
         }
-        let rows = sqlx::query_as::<_, AttemptRow>(sql::ATTEMPT_LIST_ROWS)
+        let rows = sqlx::query_as::<_, AttemptRow>(sql::ATTEMPT_LIST)
             .bind(task_id)
             .bind(task_id)
             .fetch_all(&self.pool)

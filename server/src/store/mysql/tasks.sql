@@ -1,4 +1,4 @@
--- name: task_insert_many_head
+-- piece: task_insert_many
 -- Followed by one row of 24 placeholders per task (VALUES (...), (...)).
 -- INSERT IGNORE: a row whose (queue, key) exists is skipped; nothing else is
 -- ignored, as every other column is checked by the service.
@@ -8,23 +8,23 @@ max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key,
 target_worker, target_labels, sticky, sticky_timeout_ms, fanout_group,
 fanout_distinct)
 
--- name: task_insert_many_stored_head
--- own: MySQL has no INSERT ... RETURNING: which ids of a piece went in
+-- piece: task_insert_many_stored_head
+-- own: MySQL has no INSERT ... RETURNING, so a batch reads back which of its ids went in
 -- Followed by one placeholder per id, then `) AND created_at = ?`.
 SELECT id FROM tasks WHERE id IN (
 
--- name: task_insert_many_holder
+-- name: task_insert_many_existing
 -- The task holding the (queue, key) of a duplicate.
 SELECT id FROM tasks WHERE queue = ? AND `key` = ?
 
 -- name: task_get
 SELECT ${task_columns} FROM tasks WHERE id = ?
 
--- name: task_find_keys_head
+-- piece: task_find_keys
 -- Followed by one `(?, ?)` per (queue, key), comma separated, then `)`.
 SELECT ${task_columns} FROM tasks WHERE (queue, `key`) IN (
 
--- name: task_queues_head
+-- piece: task_queues
 -- Followed by one placeholder per id, then `)`.
 SELECT id, queue FROM tasks WHERE id IN (
 
@@ -38,7 +38,7 @@ UPDATE tasks SET run_at = ?, priority = ?, deadline = ?, max_attempts = ?,
 attempts_allowed = ?, updated_at = ?, reserved_for = NULL, reserved_until = NULL
 WHERE seq = ?
 
--- name: task_replace_waiting_pick
+-- name: task_replace_waiting_held
 SELECT id, metadata FROM tasks WHERE queue = ? AND `key` = ?
 AND state IN ('pending', 'blocked') FOR UPDATE
 
@@ -49,7 +49,7 @@ WHERE id = ?
 -- name: attempt_list_task
 SELECT seq FROM tasks WHERE id = ?
 
--- name: attempt_list_rows
+-- name: attempt_list
 -- The attempts recorded, and the one running now (not recorded yet).
 SELECT attempt, worker_id, worker_address, leased_at, finished_at, outcome, error,
 fencing_token FROM task_attempts WHERE task_id = ?

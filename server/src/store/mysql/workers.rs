@@ -27,7 +27,7 @@ impl Workers for MysqlStore {
         let mut rows: Vec<&WorkerSeen> = seen.iter().collect();
         rows.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
         // Dynamic: one row per worker.
-        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::WORKER_RECORD_SEEN_HEAD);
+        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::WORKER_RECORD_SEEN);
         qb.push(" ");
         qb.push_values(rows, |mut b, w| {
             let labels = serde_json::to_string(&w.labels).unwrap_or_else(|_| "{}".into());

@@ -15,14 +15,14 @@ SELECT COALESCE(leased_by, '') AS w, COALESCE(leased_address, '') AS a, queue,
   COUNT(*), MIN(leased_at), MAX(updated_at) FROM tasks
 WHERE state = 'leased' GROUP BY w, a, queue ORDER BY w, a, queue LIMIT ?
 
--- name: worker_record_seen_head
+-- piece: worker_record_seen
 -- Followed by VALUES and one row of 7 placeholders per worker, then
 -- worker_record_seen_tail.
 INSERT INTO workers (worker_id, labels, address, queues, first_seen, last_seen,
 queues_given)
 
--- name: worker_record_seen_tail
--- own: the end of MySQL's multi-row upsert of workers
+-- piece: worker_record_seen_tail
+-- own: MySQL takes no array parameter: the end of worker_record_seen, its multi-row upsert of workers built at run time
 ON DUPLICATE KEY UPDATE
   labels = IF(VALUES(queues_given), VALUES(labels), labels),
   address = VALUES(address),

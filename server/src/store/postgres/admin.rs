@@ -18,7 +18,7 @@ impl Admin for PostgresStore {
             StoredState::Pending | StoredState::Blocked => {
                 (sql::TASK_CANCEL_PENDING, EventKind::Cancelled)
             }
-            StoredState::Leased => (sql::TASK_CANCEL_REQUEST, EventKind::Updated),
+            StoredState::Leased => (sql::TASK_CANCEL_LEASED, EventKind::Updated),
             StoredState::Cancelled => {
                 tx.rollback().await?;
                 return Ok(Changed::Done(Box::new(row.into_record()?)));
@@ -211,7 +211,7 @@ impl Admin for PostgresStore {
             .fetch_optional(&mut *tx)
             .await?;
         let cancelled = super::events::changed(cancelled);
-        let requested: Option<i32> = sqlx::query_scalar(sql::TASK_CANCEL_MANY_REQUEST)
+        let requested: Option<i32> = sqlx::query_scalar(sql::TASK_CANCEL_MANY_LEASED)
             .bind(task_ids)
             .bind(ms(now))
             .fetch_optional(&mut *tx)

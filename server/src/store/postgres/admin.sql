@@ -5,7 +5,7 @@
 UPDATE tasks SET state = 'cancelled', finished_at = $1, updated_at = $1
 WHERE id = $2
 
--- name: task_cancel_request
+-- name: task_cancel_leased
 -- A leased task, asked to cancel at $1.
 UPDATE tasks SET cancel_requested = TRUE, updated_at = $1 WHERE id = $2
 
@@ -14,6 +14,7 @@ UPDATE tasks SET state = 'pending', run_at = $1, waiting = FALSE, attempts_allow
   cancel_requested = FALSE, finished_at = NULL, updated_at = $1 WHERE id = $2
 
 -- name: task_purge_finished
+-- own: Postgres deletes the old tasks with their attempts and edges in one statement, with data-modifying CTEs
 -- Finished before $1, of the queue $2 (NULL: of every queue but those of $3),
 -- at most $4. Old finished tasks are found through tasks_queue_state (queue,
 -- state, finished_at), the only index a settle writes besides the universal
@@ -90,6 +91,7 @@ ${event_batch} SELECT id, queue, 'cancelled'::text,
   attempt, NULL::text, ($3)::bigint, (NULL)::text FROM u${event_batch_end}
 
 -- name: task_cancel_dead_error
+-- own: Postgres finds a dead error group by its hash (tasks_dead_error, 0011) with one fixed statement per filter combination, where the others add filters at run time
 -- As task_cancel_dead, of the group of the error $2 (= $3; tasks_dead_error
 -- finds it by the hash, migration 0011), limit $4, at $5.
 WITH picked AS (SELECT id FROM tasks WHERE queue = $1 AND state = 'dead'
@@ -103,6 +105,7 @@ ${event_batch} SELECT id, queue, 'cancelled'::text,
   attempt, NULL::text, ($5)::bigint, (NULL)::text FROM u${event_batch_end}
 
 -- name: task_cancel_dead_id
+-- own: Postgres finds a dead error group by its hash (tasks_dead_error, 0011) with one fixed statement per filter combination, where the others add filters at run time
 -- As task_cancel_dead, of the task $2 alone, limit $3, at $4.
 WITH picked AS (SELECT id FROM tasks WHERE queue = $1 AND state = 'dead'
   AND id = $2 ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED),
@@ -114,6 +117,7 @@ ${event_batch} SELECT id, queue, 'cancelled'::text,
   attempt, NULL::text, ($4)::bigint, (NULL)::text FROM u${event_batch_end}
 
 -- name: task_cancel_dead_error_id
+-- own: Postgres finds a dead error group by its hash (tasks_dead_error, 0011) with one fixed statement per filter combination, where the others add filters at run time
 -- As task_cancel_dead, of the task $4 if in the group of the error $2 (= $3),
 -- limit $5, at $6.
 WITH picked AS (SELECT id FROM tasks WHERE queue = $1 AND state = 'dead'
@@ -130,13 +134,15 @@ ${event_batch} SELECT id, queue, 'cancelled'::text,
 -- The bulk selection of a queue; the filters follow (admin.rs).
 SELECT * FROM tasks WHERE TRUE
 
--- name: task_select_range_head
+-- piece: task_select_range_head
+-- own: Postgres's tasks_created index leaves LEASED rows out (0013), so a range by creation time reads them apart
 -- The bulk selection by creation time: tasks_created leaves LEASED rows out
 -- (0013), so they are read apart and both parts keep an index. The filters
 -- follow, then task_select_range_leased, the filters again (admin.rs).
 SELECT * FROM ((SELECT * FROM tasks WHERE state <> 'leased'
 
--- name: task_select_range_leased
+-- piece: task_select_range_leased
+-- own: Postgres's tasks_created index leaves LEASED rows out (0013), so a range by creation time reads them apart
 ) UNION ALL (SELECT * FROM tasks WHERE state = 'leased'
 
 -- name: task_cancel_many_pending
@@ -150,7 +156,7 @@ ${event_batch} SELECT id, queue, 'cancelled'::text,
        WHEN state = 'pending' THEN 'ready' ELSE state END,
   attempt, NULL::text, ($2)::bigint, (NULL)::text FROM u${event_batch_end}
 
--- name: task_cancel_many_request
+-- name: task_cancel_many_leased
 -- The leased tasks of $1, asked to cancel at $2, with their events.
 WITH u AS (UPDATE tasks t SET cancel_requested = TRUE, updated_at = $2
 WHERE id IN (SELECT id FROM tasks WHERE id = ANY($1) AND state = 'leased'

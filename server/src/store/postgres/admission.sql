@@ -20,6 +20,7 @@ SELECT name, config, updated_at, version FROM queues ORDER BY name
 DELETE FROM queues WHERE updated_at IS NULL AND name <> ALL($1::text[])
 
 -- name: queue_seed_upsert
+-- own: Postgres's ON CONFLICT DO UPDATE takes a WHERE, so the seed is written in one statement over arrays (MySQL's ON DUPLICATE KEY UPDATE has none)
 INSERT INTO queues (name, config) SELECT * FROM UNNEST($1::text[], $2::text[])
 ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config,
   version = queues.version + 1

@@ -18,11 +18,13 @@ SELECT ${event_columns} FROM (SELECT * FROM task_event_batches
 WHERE b.first_id + e.o - 1 > $1 ORDER BY 1 LIMIT $2
 
 -- name: event_ceiling
+-- own: Postgres's event ids come from transaction ids, so the log's edge is a horizon of running transactions, not the largest id
 -- An id at or above every committed event's: a snapshot's `xmax` is one past
 -- the newest ended transaction.
 SELECT (pg_snapshot_xmax(pg_current_snapshot())::text::bigint << 20) - 1
 
 -- name: event_held_since
+-- own: Postgres's event ids come from transaction ids, so the log's edge is a horizon of running transactions, not the largest id
 -- The time of the first event at or above the horizon $1.
 SELECT times[1] FROM task_event_batches WHERE last_id >= $1 ORDER BY last_id LIMIT 1
 
@@ -41,6 +43,7 @@ RETURNING cardinality(b.task_ids) AS n)
 SELECT sum(n)::bigint FROM gone
 
 -- name: event_record
+-- own: Postgres keeps a transaction's events as one task_event_batches row of arrays, with ids from its transaction id
 -- Events given as arrays, in their order, as one row (the paths that send
 -- their events apart, in the transaction of their change).
 INSERT INTO task_event_batches (first_id, last_id, task_ids, queues, kinds, states,

@@ -213,7 +213,7 @@ pub(super) async fn insert(
     // A blocked task was submitted BLOCKED: its SUBMITTED event says so; one
     // whose dependency failed already is CANCELLED at once (an event too), in
     // the same statement, before the dependents trigger tells its own dependents.
-    sqlx::query(sql::TASK_INSERT_FLOW_PLACE)
+    sqlx::query(sql::TASK_INSERT_FLOW_STATE)
         .bind(&ids)
         .bind(&st)
         .bind(&rem)

@@ -7,6 +7,7 @@
 SELECT pg_advisory_xact_lock(hashtextextended('taskbroker.key_deps', 0))
 
 -- name: task_insert_flow_dependencies
+-- own: Postgres locks, marks and reads the dependencies in one UPDATE ... RETURNING over an array
 -- The dependencies $1 whose producer may be named ($2: '' for any), locked in
 -- id order and marked so none can finish until this transaction ends, and
 -- each that finishes later runs the dependents trigger and sees the edges
@@ -27,7 +28,7 @@ INSERT INTO task_key_deps (task_id, queue, key, bound_to, producer)
 SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
 ON CONFLICT DO NOTHING
 
--- name: task_insert_flow_place
+-- name: task_insert_flow_state
 -- Each new task's state and flow columns. A blocked task was submitted
 -- BLOCKED: its SUBMITTED event says so; one whose dependency failed already
 -- is CANCELLED at once (an event too, at $6), in the same statement, before
@@ -54,6 +55,7 @@ ${event_batch} SELECT id, queue, 'cancelled'::text,
   attempt, NULL::text, ($6)::bigint, ('DEPENDENCY_FAILED')::text FROM u${event_batch_end}
 
 -- name: task_flow_info
+-- own: Postgres reads many tasks' flow columns with their dependencies in one array_agg (= ANY($1))
 SELECT t.id, t.deps_remaining, t.run_if_dependency_fails, t.cancel_reason,
   COALESCE(array_agg(d.depends_on ORDER BY d.depends_on)
     FILTER (WHERE d.depends_on IS NOT NULL), '{}')

@@ -15,6 +15,7 @@ SELECT concurrency_key, count(*) FROM tasks WHERE queue = $1 AND state = 'leased
 AND concurrency_key IS NOT NULL GROUP BY concurrency_key
 
 -- name: task_lease_gated_held
+-- own: Postgres counts the leases of every worker of the batch in one statement over arrays
 -- Leases each worker $1 holds in its queue $2 (routing's per-worker caps).
 SELECT p.w, p.q, (SELECT count(*) FROM tasks WHERE state = 'leased'
   AND leased_by = p.w AND queue = p.q) FROM UNNEST($1::text[], $2::text[]) AS p(w, q)
@@ -57,6 +58,7 @@ ${gated_candidates_row} priority + GREATEST($2 - run_at, 0) / $6 AS eff, ${gated
 ${gated_candidates_scan}${gated_candidates_order}
 
 -- name: task_lease_gated_write
+-- own: Postgres writes the gated leases, the bucket charges and the LEASED events in one statement, with data-modifying CTEs
 -- One statement: the leases (`leased`, each row re-checked as pending, so a
 -- task a plain lease took meanwhile is skipped) of the tasks $1 for the
 -- requests $3 (1-based), then one token per lease taken from its queue's
@@ -77,6 +79,7 @@ key_bucket AS (
 SELECT * FROM leased
 
 -- name: task_lease_gated_turns
+-- own: Postgres takes the turn numbers from the queue's counter and writes the turns in one statement, with a data-modifying CTE
 -- Round robin: the keys $2 served by a lease of the queue $1 (at places $3 of
 -- $4 grants), each taking the next number of the queue's counter.
 WITH c AS (UPDATE queues SET served = served + $4 WHERE name = $1

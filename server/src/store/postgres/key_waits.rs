@@ -20,7 +20,7 @@ pub(super) async fn key_holders(
         .map(|k| (k.queue.as_str(), k.key.as_str()))
         .unzip();
     let rows: Vec<(String, String, String, Option<String>)> =
-        sqlx::query_as(sql::TASK_INSERT_FLOW_KEY_HOLDERS)
+        sqlx::query_as(sql::KEY_WAITS_HOLDERS)
             .bind(&queues)
             .bind(&keys)
             .fetch_all(&mut *tx)
@@ -46,7 +46,7 @@ pub(super) async fn over_wait_cap(
         // One index probe per distinct key, counting no further than the cap
         // (the NULL case and the named one are separate index conditions).
         let stmt = if p.is_some() {
-            sql::TASK_INSERT_FLOW_KEY_WAITS_OF
+            sql::KEY_WAITS_COUNT
         } else {
             sql::TASK_INSERT_FLOW_KEY_WAITS_OF_NONE
         };

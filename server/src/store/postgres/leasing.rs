@@ -265,7 +265,7 @@ impl Leasing for PostgresStore {
     ) -> StoreResult<Vec<LeaseState>> {
         let ids: Vec<&str> = leases.iter().map(|l| l.task_id.as_str()).collect();
         let tokens: Vec<&str> = leases.iter().map(|l| l.lease_token.as_str()).collect();
-        let rows: Vec<(String, String, i64, bool)> = sqlx::query_as(sql::LEASE_EXTEND)
+        let rows: Vec<(String, String, i64, bool)> = sqlx::query_as(sql::LEASE_EXTEND_WRITE)
             .bind(ms(now))
             .bind(extend_by.map(duration_ms))
             .bind(&ids)

@@ -10,6 +10,7 @@
 -- labels, $13 the labels all requests share (NULL when they differ).
 
 -- name: task_lease_many_plain
+-- own: Postgres leases a whole batch of requests in one statement, with data-modifying CTEs (pick, share out, write, events)
 -- The lease statement before routing, plus `routed`: whether a READY task of
 -- the queues carries a routing rule (found through the small partial index of
 -- migration 0012), in which case `cand` is empty and the one row returned says
@@ -47,6 +48,7 @@ ${lease_pick_from} ranked${lease_pick_rest} ${lease_write} SELECT l.*, r.pending
 FROM routed r LEFT JOIN leased l ON TRUE
 
 -- name: task_lease_many_routed
+-- own: Postgres leases a whole batch of requests in one statement, with data-modifying CTEs (pick, share out, write, events)
 -- One statement for every request: the tasks are picked as for one lease of
 -- the total (one index-ordered scan per queue, each reading only its first
 -- rows, merged; rows another broker holds are skipped, never waited for), and
@@ -114,6 +116,7 @@ SELECT count(pg_advisory_xact_lock(hashtextextended('taskbroker.lease.' || w, 0)
 FROM (SELECT DISTINCT unnest($1::text[]) AS w ORDER BY w) x
 
 -- name: lease_promote
+-- own: Postgres keeps scheduled tasks out of the lease index with the waiting flag (tasks_waiting), so due ones are promoted; MySQL's lease index orders by run_at
 -- Clears `waiting` on the pending tasks of the queues $1 due at $2 (through
 -- `tasks_waiting`, which holds only scheduled tasks), so a lease finds them in
 -- the lease index. The rows are locked in one order (id), so two promotions
@@ -127,7 +130,7 @@ SELECT MIN(n) FROM UNNEST($1::text[]) AS q(name), LATERAL (
   SELECT run_at AS n FROM tasks WHERE state = 'pending' AND waiting
   AND queue = q.name AND run_at > $2 ORDER BY run_at LIMIT 1) f
 
--- name: lease_extend
+-- name: lease_extend_write
 -- The live leases of $3 (tokens $4) at $1, by $2 ms (NULL: each its lease
 -- duration), never past the deadline.
 UPDATE tasks t SET lease_expires_at =

@@ -2,6 +2,7 @@
 -- durations.
 
 -- name: queue_stats
+-- own: Postgres filters the queues with = ANY($n), so the counts are one fixed statement, with and without a queue list
 -- Counts per queue and state, all queues (now $1 and $2). Index-only scans
 -- instead of one over the table: finished and blocked rows through the (queue,
 -- state) index, leased rows through tasks_leased and pending rows in two parts,
@@ -17,6 +18,7 @@ UNION ALL SELECT queue, state, run_at > $2 AS later, COUNT(*), MIN(run_at) FROM 
 WHERE state = 'pending' AND waiting GROUP BY queue, state, later
 
 -- name: queue_stats_queues
+-- own: Postgres filters the queues with = ANY($n), so the counts are one fixed statement, with and without a queue list
 -- As queue_stats, of the queues $1, $2, $4, $6 (now $3 and $5).
 SELECT queue, state, FALSE, COUNT(*), 0::BIGINT FROM tasks
 WHERE state NOT IN ('pending', 'leased') AND queue = ANY($1) GROUP BY queue, state

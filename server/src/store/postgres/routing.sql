@@ -6,6 +6,7 @@
 UPDATE tasks SET reserved_for = $1, reserved_until = $2 WHERE id = $3
 
 -- name: task_reservation_clear
+-- own: Postgres: a reserved retry is cleared by its own UPDATE; MySQL's requeue and update writes clear reserved_for in the same UPDATE
 -- An admin change or requeue frees a reserved retry.
 UPDATE tasks SET reserved_for = NULL, reserved_until = NULL WHERE id = $1
 

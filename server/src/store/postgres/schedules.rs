@@ -143,7 +143,7 @@ impl Schedules for PostgresStore {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        let n = sqlx::query(sql::SCHEDULE_DELETE_SCHEDULE)
+        let n = sqlx::query(sql::SCHEDULE_DELETE)
             .bind(id)
             .execute(&mut *tx)
             .await?
@@ -193,7 +193,7 @@ impl Schedules for PostgresStore {
                 .bind(task)
                 .execute(&mut *tx)
                 .await?;
-            sqlx::query(sql::SCHEDULE_FIRE_CANCEL_REQUEST)
+            sqlx::query(sql::SCHEDULE_FIRE_CANCEL_LEASED)
                 .bind(now)
                 .bind(task)
                 .execute(&mut *tx)
@@ -258,7 +258,7 @@ impl Schedules for PostgresStore {
                     Some(r) if r.deduplicated && holder == Some(false) => (first.id.clone(), false),
                     // The key was taken: the run names the task holding it.
                     Some(r) if r.deduplicated => {
-                        sqlx::query(sql::SCHEDULE_FIRE_RUN_TASK)
+                        sqlx::query(sql::SCHEDULE_FIRE_RUN_HOLDER)
                             .bind(&r.task_id)
                             .bind(&f.schedule_id)
                             .bind(fire)
@@ -269,7 +269,7 @@ impl Schedules for PostgresStore {
                     _ => (first.id.clone(), true),
                 }
             } else {
-                let id = sqlx::query_scalar(sql::SCHEDULE_FIRE_RUN_GET)
+                let id = sqlx::query_scalar(sql::SCHEDULE_FIRE_RUN_TASK)
                     .bind(&f.schedule_id)
                     .bind(fire)
                     .fetch_optional(&mut *tx)

@@ -25,7 +25,7 @@ WHERE id = $1 AND version = $17
 -- name: schedule_delete_runs
 DELETE FROM schedule_runs WHERE schedule_id = $1
 
--- name: schedule_delete_schedule
+-- name: schedule_delete
 DELETE FROM schedules WHERE id = $1
 
 -- name: schedule_due
@@ -49,7 +49,7 @@ ${event_batch} SELECT id, queue, 'cancelled'::text,
        WHEN state = 'pending' THEN 'ready' ELSE state END,
   attempt, NULL::text, ($1)::bigint, (NULL)::text FROM u${event_batch_end}
 
--- name: schedule_fire_cancel_request
+-- name: schedule_fire_cancel_leased
 -- The previous run's task, leased: asked to cancel, with its UPDATED event.
 WITH u AS (UPDATE tasks t SET cancel_requested = TRUE, updated_at = $1
   WHERE id = $2 AND state = 'leased' RETURNING t.id, t.queue, t.state, t.attempt, t.run_at)
@@ -64,6 +64,7 @@ INSERT INTO schedule_runs (schedule_id, fire_time, task_id, triggered, created_a
 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING
 
 -- name: schedule_fire_task
+-- own: Postgres inserts a fired task with its SUBMITTED event in one statement, with a data-modifying CTE
 -- One plain task of a run, schedule columns included, with its SUBMITTED event.
 WITH u AS (INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state,
   max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier,
@@ -85,11 +86,11 @@ WHERE id = ANY($3::text[])
 -- The metadata of the task that holds a run's key.
 SELECT metadata FROM tasks WHERE id = $1
 
--- name: schedule_fire_run_task
+-- name: schedule_fire_run_holder
 UPDATE schedule_runs SET task_id = $1
 WHERE schedule_id = $2 AND fire_time = $3
 
--- name: schedule_fire_run_get
+-- name: schedule_fire_run_task
 SELECT task_id FROM schedule_runs WHERE schedule_id = $1 AND fire_time = $2
 
 -- name: schedule_fire_summary
@@ -97,7 +98,7 @@ UPDATE schedules SET runs = runs + $1,
   last_fire_at = GREATEST(COALESCE(last_fire_at, $2), $2), last_task_id = $3
 WHERE id = $4
 
--- name: schedule_run_list_head
+-- piece: schedule_run_list_head
 -- The start of the list; $1 the schedule, then the page (schedules.rs).
 SELECT r.fire_time, r.task_id, r.triggered, t.state, t.run_at FROM schedule_runs r
 LEFT JOIN tasks t ON t.id = r.task_id WHERE r.schedule_id =

@@ -21,7 +21,7 @@ impl PostgresStore {
             // Its last attempt succeeded; the task row carries it (migration 0018).
             Some(AttemptOutcome::Succeeded)
         } else {
-            let outcome: Option<String> = sqlx::query_scalar(sql::SETTLE_ATTEMPT_OUTCOME)
+            let outcome: Option<String> = sqlx::query_scalar(sql::SETTLE_LATEST_OUTCOME)
                 .bind(&row.id)
                 .bind(row.attempt)
                 .fetch_optional(&mut **tx)
@@ -70,7 +70,7 @@ impl PostgresStore {
         outcome: AttemptOutcome,
         now: i64,
     ) -> StoreResult<Option<DateTime<Utc>>> {
-        sqlx::query(sql::SETTLE_FAILURE_WRITE)
+        sqlx::query(sql::SETTLE_FAILURE)
             .bind(write.state.as_str())
             .bind(write.run_at)
             .bind(write.finished_at)
@@ -173,7 +173,7 @@ impl PostgresStore {
             }
             SettleCheck::Proceed => {}
         }
-        sqlx::query(sql::TASK_COMPLETE_CHECKED)
+        sqlx::query(sql::TASK_COMPLETE_WRITE)
             .bind(&p.result)
             .bind(now)
             .bind(&row.id)
@@ -343,7 +343,7 @@ impl Settling for PostgresStore {
         let now = ms(now);
         let mut reaped = Reaped::default();
         let mut tx = self.pool.begin().await?;
-        let past_deadline = sqlx::query_as::<_, TaskRow>(sql::LEASE_RECLAIM_EXPIRED_DEADLINE)
+        let past_deadline = sqlx::query_as::<_, TaskRow>(sql::LEASE_RECLAIM_EXPIRED_PAST_DEADLINE)
             .bind(now)
             .bind(i64::from(limit))
             .fetch_all(&mut *tx)

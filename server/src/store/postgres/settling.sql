@@ -9,6 +9,7 @@ UPDATE tasks SET checkpoint = $1, lease_expires_at = CASE WHEN $2::bigint IS NUL
   updated_at = $3 WHERE id = $4 RETURNING lease_expires_at, cancel_requested
 
 -- name: task_complete_many
+-- own: Postgres settles a batch of completions in one statement over arrays, with their events, then reads why the rest did not settle
 -- Live leases settle in one statement (ids $1, tokens $2, results $3, each
 -- its own clock $4), with their events. The lease check is a CASE so the
 -- planner cannot use it for an index: rows are always found by id. `id =
@@ -34,6 +35,7 @@ ev AS (${event_batch}SELECT id, queue, 'succeeded', 'succeeded', attempt, leased
 SELECT t.id, t.token, t.queue, t.leased_at FROM t
 
 -- name: task_complete_many_checked
+-- own: Postgres settles a batch of completions in one statement over arrays, with their events, then reads why the rest did not settle
 -- Why the completions the one statement did not settle were not: id, queue,
 -- state, lease token, lease expiry, outcome of the latest attempt.
 SELECT t.id, t.queue, t.state, t.lease_token, t.lease_expires_at,
@@ -42,12 +44,12 @@ SELECT t.id, t.queue, t.state, t.lease_token, t.lease_expires_at,
       ON a.task_id = t.id AND a.attempt = t.attempt
     WHERE t.id = ANY($1)
 
--- name: task_complete_checked
+-- name: task_complete_write
 -- One completion under the row lock.
 UPDATE tasks SET state = 'succeeded', result = $1, finished_at = $2,
 lease_expires_at = NULL, updated_at = $2 WHERE id = $3
 
--- name: settle_attempt_outcome
+-- name: settle_latest_outcome
 -- The outcome of the task's attempt, when it ended otherwise than in success.
 SELECT outcome FROM task_attempts WHERE task_id = $1 AND attempt = $2
 
@@ -58,12 +60,12 @@ outcome, error, finished_at, fencing_token) VALUES ($1, $2, $3, $4, $5, $6, $7, 
 ON CONFLICT (task_id, attempt) DO UPDATE SET outcome = excluded.outcome,
 error = excluded.error, finished_at = excluded.finished_at
 
--- name: settle_failure_write
+-- name: settle_failure
 -- A failure: the task's next state $1 at $2 (finished at $3), its error $4, at $5.
 UPDATE tasks SET state = $1, run_at = $2, waiting = $2 > $5, finished_at = $3,
 last_error = $4, lease_expires_at = NULL, updated_at = $5 WHERE id = $6
 
--- name: lease_reclaim_expired_deadline
+-- name: lease_reclaim_expired_past_deadline
 -- The tasks past their deadlines at $1 (at most $2 of each kind), locked.
 WITH live AS (SELECT * FROM tasks WHERE deadline IS NOT NULL AND deadline <= $1
   AND state IN ('pending', 'leased') LIMIT $2 FOR UPDATE SKIP LOCKED),

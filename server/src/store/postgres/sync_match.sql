@@ -1,6 +1,7 @@
 -- Sync match: one statement inserts a batch, the matched tasks already leased.
 
 -- name: task_insert_matched
+-- own: Postgres inserts a whole batch, the matched tasks already leased, in one statement over arrays with data-modifying CTEs
 -- The batch ($1 to $16 as the submit statements bind them, tasks.sql; $15 the
 -- channel; $17 to $22 the routing columns; $23 the matched workers, NULL for
 -- a task not matched, $24 their addresses, $25 the lease durations), after
@@ -14,12 +15,14 @@ ON CONFLICT DO NOTHING
 ${task_insert_matched_end}
 
 -- name: task_insert_matched_keyless
+-- own: Postgres inserts a whole batch, the matched tasks already leased, in one statement over arrays with data-modifying CTEs
 -- As task_insert_matched for a batch in which no task carries a key (see
 -- task_insert_many_keyless).
 ${task_insert_matched_rows}
 ${task_insert_matched_end}
 
 -- name: task_insert_matched_existing
+-- own: Postgres finds a batch's duplicates in one statement over arrays
 -- The tasks holding the (queue, key) pairs $1, $2: a batch's duplicates.
 SELECT t.queue, t.key, t.id FROM tasks t
 JOIN UNNEST($1::text[], $2::text[]) AS u(queue, key)

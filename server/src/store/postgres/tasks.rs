@@ -268,7 +268,7 @@ impl Tasks for PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<String>> {
         let mut tx = self.pool.begin().await?;
-        let held: Option<(String, String, String)> = sqlx::query_as(sql::TASK_REPLACE_WAITING_LOCK)
+        let held: Option<(String, String, String)> = sqlx::query_as(sql::TASK_REPLACE_WAITING_HELD)
             .bind(&r.queue)
             .bind(&r.key)
             .fetch_optional(&mut *tx)

@@ -13,12 +13,14 @@
 WITH ins AS (${task_insert_rows} ON CONFLICT DO NOTHING ${task_insert_submitted}
 
 -- name: task_insert_many_keyless
+-- own: Postgres skips ON CONFLICT's speculative insertion for a batch without keys (UUIDv7 ids cannot collide)
 -- A batch in which no task carries a key: its new ids cannot collide (UUIDv7s),
 -- and a plain INSERT skips the speculative insertion of ON CONFLICT, which
 -- probes every unique index first and writes a confirmation record per row.
 WITH ins AS (${task_insert_rows} ${task_insert_submitted}
 
 -- name: task_insert_many_routed
+-- own: Postgres inserts a batch's routing columns in the same statement over arrays, where SQLite writes them after (routing_write)
 -- A batch with routed tasks: their routing columns too ($17 target workers,
 -- $18 target labels, $19 sticky policies, $20 sticky timeouts, $21 fan-out
 -- groups, $22 distinct).
@@ -55,14 +57,15 @@ ON t.queue = k.queue AND t.key = k.key
 -- name: task_queues
 SELECT id, queue FROM tasks WHERE id = ANY($1)
 
--- name: task_list_head
+-- piece: task_list_head
 -- Every list is read in creation order, from its index; tasks_created leaves
 -- LEASED rows out (0013: a lease writes no entry into it), so they are read
 -- apart and merged in. The filters follow, then task_list_leased, the filters
 -- again and the order (tasks.rs).
 SELECT * FROM ((SELECT * FROM tasks WHERE state <> 'leased'
 
--- name: task_list_leased
+-- piece: task_list_leased
+-- own: Postgres's tasks_created index leaves LEASED rows out (0013), so a list by creation time reads them apart
 ) UNION ALL (SELECT * FROM tasks WHERE state = 'leased'
 
 -- name: task_update
@@ -70,7 +73,7 @@ SELECT * FROM ((SELECT * FROM tasks WHERE state <> 'leased'
 UPDATE tasks SET run_at = $1, waiting = $1 > $6, priority = $2, deadline = $3,
 max_attempts = $4, attempts_allowed = $5, updated_at = $6 WHERE id = $7
 
--- name: task_replace_waiting_lock
+-- name: task_replace_waiting_held
 -- The waiting task holding the key, locked (FOR UPDATE rechecks its state
 -- once a lease that held it commits), so a task a lease took is never changed.
 SELECT id, state, metadata FROM tasks WHERE queue = $1 AND key = $2

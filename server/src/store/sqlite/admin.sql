@@ -12,32 +12,38 @@ UPDATE tasks SET state = 'pending', run_at = ?1, waiting = 0, attempts_allowed =
   cancel_requested = 0, finished_at = NULL, updated_at = ?1 WHERE seq = ?2;
 
 -- name: task_purge_finished_all
+-- own: SQLite has no data-modifying CTEs, so the purge deletes the tasks (DELETE ... RETURNING) and then their attempts and edges, one statement each
 -- Finished before ? in every queue, ? at most.
 DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks
   WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at < ?
   LIMIT ?) RETURNING id;
 
 -- name: task_purge_finished_queue
+-- own: SQLite has no data-modifying CTEs, so the purge deletes the tasks (DELETE ... RETURNING) and then their attempts and edges, one statement each
 -- Finished before ? in the queue ?, ? at most.
 DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks
   WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at < ? AND queue = ?
   LIMIT ?) RETURNING id;
 
 -- name: task_purge_finished_except
+-- own: SQLite has no data-modifying CTEs, so the purge deletes the tasks (DELETE ... RETURNING) and then their attempts and edges, one statement each
 -- Finished before ? outside the queues listed (one ? per queue), ? at most.
 DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks
   WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at < ? AND queue NOT IN (?)
   LIMIT ?) RETURNING id;
 
 -- name: task_purge_finished_attempts
+-- own: SQLite has no data-modifying CTEs, so the purge deletes the tasks (DELETE ... RETURNING) and then their attempts and edges, one statement each
 DELETE FROM task_attempts WHERE task_id = ?1;
 
 -- name: task_purge_finished_deps
+-- own: SQLite has no data-modifying CTEs, so the purge deletes the tasks (DELETE ... RETURNING) and then their attempts and edges, one statement each
 -- Its dependency edges go with the dependent (an edge whose dependency is
 -- purged first stays while its dependent shows it in `depends_on`).
 DELETE FROM task_deps WHERE task_id = ?1;
 
 -- name: task_purge_finished_key_deps
+-- own: SQLite has no data-modifying CTEs, so the purge deletes the tasks (DELETE ... RETURNING) and then their attempts and edges, one statement each
 DELETE FROM task_key_deps WHERE task_id = ?1;
 
 -- name: task_dead_groups

@@ -72,7 +72,7 @@ impl Admission for SqliteStore {
                 serde_json::to_string(&names).map_err(|e| StoreError::Internal(Box::new(e)))?;
             c.prepare_cached(sql::QUEUE_SEED_DELETE)?
                 .execute(params![names])?;
-            let mut put = c.prepare_cached(sql::QUEUE_SEED_PUT)?;
+            let mut put = c.prepare_cached(sql::QUEUE_SEED_UPSERT)?;
             for (name, config) in &seed {
                 put.execute(params![name, to_json(config)?])?;
             }

@@ -16,7 +16,8 @@ SELECT name, config, updated_at, version FROM queues ORDER BY name;
 DELETE FROM queues WHERE updated_at IS NULL
 AND name NOT IN (SELECT value FROM json_each(?1));
 
--- name: queue_seed_put
+-- name: queue_seed_upsert
+-- own: SQLite's ON CONFLICT DO UPDATE takes a WHERE, so a seeded queue is written in one statement (MySQL's ON DUPLICATE KEY UPDATE has none)
 INSERT INTO queues (name, config) VALUES (?1, ?2)
 ON CONFLICT (name) DO UPDATE SET config = excluded.config, version = version + 1
 WHERE queues.updated_at IS NULL AND queues.config <> excluded.config;
@@ -30,6 +31,7 @@ UPDATE queues SET config = ?2, updated_at = ?3, version = version + 1
 WHERE name = ?1 AND version = ?4;
 
 -- name: queue_key_tokens_purge_queues
+-- own: SQLite runs the purge in the writer's batch, so it reads the queues' configs on the writer's connection, not through queue_list
 SELECT name, config FROM queues;
 
 -- name: queue_key_tokens_purge_full

@@ -1,4 +1,5 @@
 -- name: event_insert
+-- own: SQLite writes a job's events one row each, through one cached INSERT on the writer
 -- One event row; a job's events are written with this row repeated (`events::write`).
 INSERT INTO task_events (task_id, queue, kind, state, attempt, worker_id, time, detail)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?);
@@ -12,6 +13,7 @@ SELECT ${event_columns}
 FROM task_events WHERE event_id > ? ORDER BY event_id LIMIT ?;
 
 -- name: event_head
+-- own: SQLite's one writer hands out event ids in commit order, so the largest id is the head
 -- Retention never deletes the newest event, so this is the largest id used.
 SELECT max(event_id) FROM task_events;
 

@@ -247,7 +247,7 @@ pub(super) fn insert(
             let done = matches!(state.as_str(), "succeeded" | "dead" | "cancelled");
             remaining += i64::from(!done);
             failed |= matches!(state.as_str(), "dead" | "cancelled");
-            c.prepare_cached(sql::FLOW_INSERT_DEP)?
+            c.prepare_cached(sql::TASK_INSERT_FLOW_EDGES)?
                 .execute(params![d, r.task_id, done])?;
         }
         let state = if failed && !f.run_if_dependency_fails {
@@ -258,14 +258,15 @@ pub(super) fn insert(
             "pending"
         };
         let schedule = schedule_json(&f.retry_schedule);
-        c.prepare_cached(sql::FLOW_INSERT_WRITE)?.execute(params![
-            r.task_id,
-            state,
-            remaining,
-            f.run_if_dependency_fails,
-            schedule,
-            now
-        ])?;
+        c.prepare_cached(sql::TASK_INSERT_FLOW_STATE)?
+            .execute(params![
+                r.task_id,
+                state,
+                remaining,
+                f.run_if_dependency_fails,
+                schedule,
+                now
+            ])?;
         if state == "blocked" {
             tx::submitted_blocked(&r.task_id);
         } else if state == "cancelled" {

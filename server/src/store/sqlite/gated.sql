@@ -69,27 +69,34 @@ SELECT seq, concurrency_key, eff, turn, COALESCE(deadline, 9223372036854775807),
 ${gated_order};
 
 -- name: task_lease_gated_held
+-- own: SQLite's gated lease counts a worker's leases with its own copy of routing_worker_held (MySQL's gated lease uses routing_worker_held)
 -- The leases worker ?2 holds in queue ?1.
 SELECT count(*) FROM tasks WHERE queue = ?1 AND state = 'leased' AND leased_by = ?2;
 
 -- name: task_lease_gated_turns_counter
+-- own: SQLite has no data-modifying CTEs, so the gated lease writes the round-robin turns and the bucket charges one statement each
 SELECT served FROM queues WHERE name = ?1;
 
 -- name: task_lease_gated_turns_put
+-- own: SQLite has no data-modifying CTEs, so the gated lease writes the round-robin turns and the bucket charges one statement each
 INSERT INTO queue_key_turns (queue, key, served) VALUES (?1, ?2, ?3)
 ON CONFLICT (queue, key) DO UPDATE SET served = excluded.served;
 
 -- name: task_lease_gated_turns_served
+-- own: SQLite has no data-modifying CTEs, so the gated lease writes the round-robin turns and the bucket charges one statement each
 UPDATE queues SET served = ?2 WHERE name = ?1;
 
 -- name: task_lease_gated_read
+-- own: SQLite has no data-modifying CTEs, so the gated lease reads the rows it granted after writing them
 -- The rows granted (?1 their seqs, JSON).
 SELECT ${task_columns} FROM tasks WHERE seq IN (SELECT value FROM json_each(?1));
 
 -- name: task_lease_gated_charge
+-- own: SQLite has no data-modifying CTEs, so the gated lease writes the round-robin turns and the bucket charges one statement each
 UPDATE queues SET tokens = ?2, refilled_at = ?3 WHERE name = ?1;
 
 -- name: task_lease_gated_charge_key
+-- own: SQLite has no data-modifying CTEs, so the gated lease writes the round-robin turns and the bucket charges one statement each
 INSERT INTO queue_key_tokens (queue, key, tokens, refilled_at)
 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (queue, key) DO UPDATE SET
 tokens = excluded.tokens, refilled_at = excluded.refilled_at;

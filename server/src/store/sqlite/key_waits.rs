@@ -42,7 +42,7 @@ pub(super) fn key_deps(
     };
     for (j, k) in keys.iter().enumerate() {
         let holder: Option<(String, String)> = c
-            .prepare_cached(sql::KEY_WAITS_HOLDER)?
+            .prepare_cached(sql::KEY_WAITS_HOLDERS)?
             .query_row(params![k.queue, k.key], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
         let holder = holder
@@ -58,7 +58,7 @@ pub(super) fn key_deps(
                 return Ok(Err(j));
             }
         }
-        c.prepare_cached(sql::KEY_WAITS_INSERT)?
+        c.prepare_cached(sql::TASK_INSERT_FLOW_KEY_WAITS)?
             .execute(params![task, k.queue, k.key, holder, producer])?;
         match holder {
             Some(id) => out.bound.push(id),

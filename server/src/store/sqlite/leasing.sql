@@ -1,10 +1,12 @@
 -- name: lease_promote
+-- own: SQLite keeps scheduled tasks out of the lease index with the waiting flag (tasks_waiting), so due ones are promoted; MySQL's lease index orders by run_at
 -- Clears `waiting` on the pending tasks of queue ?1 due at ?2 (through
 -- `tasks_waiting`, which holds only scheduled tasks).
 UPDATE tasks SET waiting = 0 WHERE state = 'pending' AND waiting = 1
 AND queue = ?1 AND run_at <= ?2;
 
 -- name: lease_plain_pick
+-- own: SQLite leases by a SELECT then a single-row UPDATE by rowid, read back by rowid: UPDATE ... RETURNING in the writer's job savepoint costs too much (see leasing.rs)
 -- One queue's first candidates in lease order: ?1 worker, ?2 queue, ?3 the
 -- worker's labels (JSON), ?4 now, ?5 how many at most. Routing: passes over the
 -- tasks this worker may not take.
@@ -16,6 +18,7 @@ AND (deadline IS NULL OR deadline > ?4) AND ${routing_may_take}
 ORDER BY ${lease_order} LIMIT ?5;
 
 -- name: lease_plain_write
+-- own: SQLite leases by a SELECT then a single-row UPDATE by rowid, read back by rowid: UPDATE ... RETURNING in the writer's job savepoint costs too much (see leasing.rs)
 -- Leases one READY task by rowid (no RETURNING: see `leasing`), for the plain
 -- lease and the gated one: ?1 worker, ?2 lease duration ms, ?3 expiry before the
 -- deadline cap, ?4 now, ?5 worker address, ?6 seq.
@@ -27,15 +30,18 @@ UPDATE tasks SET state = 'leased', attempt = attempt + 1,
 WHERE seq = ?6 AND state = 'pending';
 
 -- name: lease_plain_read
+-- own: SQLite leases by a SELECT then a single-row UPDATE by rowid, read back by rowid: UPDATE ... RETURNING in the writer's job savepoint costs too much (see leasing.rs)
 -- A task just leased, by rowid.
 SELECT ${task_columns} FROM tasks WHERE seq = ?1;
 
 -- name: task_lease_many_available
+-- own: SQLite leases a batch request by request, so it counts the READY tasks first to share them out; Postgres's one lease statement shares them by slot
 -- The READY tasks of the queues (?3 and on, one per queue) due at ?1, ?2 at most.
 SELECT count(*) FROM (SELECT 1 FROM tasks WHERE state = 'pending' AND waiting = 0
 AND queue IN (?3) AND run_at <= ?1 AND (deadline IS NULL OR deadline > ?1) LIMIT ?2);
 
 -- name: lease_extend_pick
+-- own: SQLite's one writer reads the live lease and its new expiry, then writes it by seq
 -- The lease, if live, with its new expiry (?1 now, ?2 extend by ms or NULL for
 -- its own duration, ?3 id, ?4 token).
 SELECT seq, MIN(?1 + COALESCE(?2, lease_duration_ms),

@@ -1,19 +1,23 @@
 -- name: queue_stats_finished
+-- own: SQLite takes no array parameter, so queue_stats is joined at run time from these parts (UNION ALL), each with its queue filter and grouping
 -- Index-only scans instead of one over the table: finished and blocked rows
 -- through the (queue, state) index. `Observe::queue_stats` joins the four counts with
 -- UNION ALL, each with its queue filter and grouping.
 SELECT queue, state, 0, COUNT(*), 0 FROM tasks WHERE state NOT IN ('pending', 'leased');
 
 -- name: queue_stats_leased
+-- own: SQLite takes no array parameter, so queue_stats is joined at run time from these parts (UNION ALL), each with its queue filter and grouping
 -- Leased rows through tasks_leased.
 SELECT queue, 'leased', 0, COUNT(*), 0 FROM tasks WHERE state = 'leased';
 
 -- name: queue_stats_ready
+-- own: SQLite takes no array parameter, so queue_stats is joined at run time from these parts (UNION ALL), each with its queue filter and grouping
 -- Pending rows not waiting, through the lease index (? now).
 SELECT queue, state, run_at > ? AS later, COUNT(*), MIN(run_at) FROM tasks
 WHERE state = 'pending' AND waiting = 0;
 
 -- name: queue_stats_waiting
+-- own: SQLite takes no array parameter, so queue_stats is joined at run time from these parts (UNION ALL), each with its queue filter and grouping
 -- Pending rows waiting, through tasks_waiting (? now).
 SELECT queue, state, run_at > ? AS later, COUNT(*), MIN(run_at) FROM tasks
 WHERE state = 'pending' AND waiting = 1;

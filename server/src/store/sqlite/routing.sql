@@ -1,4 +1,5 @@
 -- name: routing_write
+-- own: SQLite writes a new task's routing columns in an UPDATE after its insert, where Postgres and MySQL insert them with the row
 -- The routing columns of a task just inserted (?7 its id).
 UPDATE tasks SET target_worker = ?1, target_labels = ?2, sticky = ?3,
   sticky_timeout_ms = ?4, fanout_group = ?5, fanout_distinct = ?6 WHERE id = ?7;
@@ -8,10 +9,12 @@ UPDATE tasks SET target_worker = ?1, target_labels = ?2, sticky = ?3,
 UPDATE tasks SET reserved_for = ?1, reserved_until = ?2 WHERE seq = ?3;
 
 -- name: task_reservation_clear
+-- own: SQLite: a reserved retry is cleared by its own UPDATE; MySQL's requeue and update writes clear reserved_for in the same UPDATE
 -- Frees a retry reserved for a worker (?1 seq).
 UPDATE tasks SET reserved_for = NULL, reserved_until = NULL WHERE seq = ?1;
 
 -- name: routing_worker_held
+-- own: SQLite's plain lease checks a worker's per-queue cap per request in the broker, where Postgres's lease counts it inside its one statement
 -- The leases worker ?1 holds in queue ?2 (through `tasks_leased`).
 SELECT count(*) FROM tasks WHERE state = 'leased'
 AND leased_by = ?1 AND queue = ?2;

@@ -107,7 +107,7 @@ pub(super) fn insert_many(
     now: DateTime<Utc>,
 ) -> StoreResult<Vec<Inserted>> {
     let now = ms(now);
-    let mut insert = c.prepare_cached(sql::TASK_INSERT_MANY_ROW)?;
+    let mut insert = c.prepare_cached(sql::TASK_INSERT_MANY)?;
     let mut out = Vec::with_capacity(tasks.len());
     for t in tasks {
         let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
@@ -148,7 +148,7 @@ pub(super) fn insert_many(
         }
         // A duplicate of an existing (queue, key), or of one earlier in this batch.
         let task_id: String = c
-            .prepare_cached(sql::TASK_INSERT_MANY_HOLDER)?
+            .prepare_cached(sql::TASK_INSERT_MANY_EXISTING)?
             .query_row(params![t.queue, t.key], |r| r.get(0))
             .optional()?
             .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))?;

@@ -1,4 +1,5 @@
 -- name: task_row
+-- own: SQLite's one writer holds the whole database, so a change reads its task without a row lock
 -- The task by id, as the writer reads it (?1 id).
 SELECT ${task_columns} FROM tasks WHERE id = ?1;
 

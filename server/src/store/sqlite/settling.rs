@@ -151,7 +151,7 @@ fn checkpoint(c: &Connection, p: &CheckpointParams) -> StoreResult<Settled<Lease
         .query_row(params![p.extend_by.map(duration_ms), now, row.seq], |r| {
             r.get(0)
         })?;
-    c.prepare_cached(sql::TASK_CHECKPOINT_WRITE)?
+    c.prepare_cached(sql::TASK_CHECKPOINT)?
         .execute(params![p.checkpoint, at, now, row.seq])?;
     let cancel_requested = row.cancel_requested;
     tx::push(of_row(&row, EventKind::Checkpointed, now));

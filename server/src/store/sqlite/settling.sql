@@ -17,15 +17,17 @@ UPDATE tasks SET state = ?1, run_at = ?2, waiting = ?2 > ?5, finished_at = ?3,
   last_error = ?4, lease_expires_at = NULL, updated_at = ?5 WHERE seq = ?6;
 
 -- name: task_checkpoint_expiry
+-- own: SQLite keeps UPDATE ... RETURNING out of the writer's job savepoint (see leasing.rs), so a checkpoint reads its new expiry first
 -- The new expiry (?1 extend by ms or NULL, ?2 now, ?3 seq).
 SELECT CASE WHEN ?1 IS NULL THEN lease_expires_at
   ELSE MIN(?2 + ?1, COALESCE(deadline, 9223372036854775807)) END
 FROM tasks WHERE seq = ?3;
 
--- name: task_checkpoint_write
+-- name: task_checkpoint
 UPDATE tasks SET checkpoint = ?1, lease_expires_at = ?2, updated_at = ?3 WHERE seq = ?4;
 
 -- name: task_complete_live
+-- own: SQLite keeps UPDATE ... RETURNING out of the writer's job savepoint (see leasing.rs), so a completion reads the live lease first, then writes it by seq
 -- The live lease that settles (?1 id, ?2 token, ?3 now).
 SELECT seq, queue, attempt, leased_by, leased_address, leased_at, fencing_token
 FROM tasks

@@ -96,7 +96,7 @@ pub(super) fn insert_matched(
         let Some((seq, token)) = row else {
             // A duplicate of an existing (queue, key), or of one earlier in this batch.
             let task_id: String = c
-                .prepare_cached(sql::TASK_INSERT_MANY_HOLDER)?
+                .prepare_cached(sql::TASK_INSERT_MANY_EXISTING)?
                 .query_row(params![t.queue, t.key], |r| r.get(0))
                 .optional()?
                 .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))?;

@@ -1,11 +1,13 @@
 -- name: task_insert_matched_top
+-- own: SQLite matches a submit to a waiting worker one task at a time on its writer: the queue's top priority is read, then the task inserted leased
 -- The highest priority among the pending tasks of queue ?1 due at ?2.
 SELECT priority FROM tasks WHERE state = 'pending' AND waiting = 0 AND queue = ?1
 AND run_at <= ?2 AND (deadline IS NULL OR deadline > ?2)
 ORDER BY priority DESC LIMIT 1;
 
 -- name: task_insert_matched_leased
--- A task inserted leased to the worker waiting (?1..?15 as `task_insert_many_row`,
+-- own: SQLite matches a submit to a waiting worker one task at a time on its writer: the queue's top priority is read, then the task inserted leased
+-- A task inserted leased to the worker waiting (?1..?15 as `task_insert_many`,
 -- ?16 worker, ?17 lease duration ms, ?18 expiry, ?19 worker address).
 INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state,
   max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier,

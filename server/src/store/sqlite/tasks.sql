@@ -1,4 +1,4 @@
--- name: task_insert_many_row
+-- name: task_insert_many
 -- One task (?1 id, ?2 queue, ?3 key, ?4 payload, ?5 priority, ?6 run at,
 -- ?7 deadline, ?8 max attempts, ?9 initial backoff ms, ?10 multiplier, ?11 max
 -- backoff ms, ?12 jitter, ?13 metadata, ?14 now, ?15 concurrency key).
@@ -9,7 +9,7 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?
   ?15, ?6 > ?14)
 ON CONFLICT DO NOTHING;
 
--- name: task_insert_many_holder
+-- name: task_insert_many_existing
 -- A duplicate of an existing (queue, key), or of one earlier in this batch:
 -- the task holding the key.
 SELECT id FROM tasks WHERE queue = ?1 AND key = ?2;
