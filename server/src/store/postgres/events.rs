@@ -5,7 +5,7 @@
 //! parallel arrays in event order, event i (from 1) with id `first_id + i - 1`.
 //! The hot statements (insert, lease, gated lease, complete) carry a
 //! data-modifying CTE (`${event_batch} SELECT ... FROM <updated rows>
-//! ${event_batch_end}`, tx.sql), so the events of a batch of tasks cost one
+//! ${event_batch_end}`, events.sql), so the events of a batch of tasks cost one
 //! row; the rarer paths (fail, reclaim, checkpoint, admin operations) send
 //! theirs with [`record`] in the same transaction. Ids are `(xid << 20) +
 //! ordinal` (migration 0010): `${event_base}` is the next free ordinal of the

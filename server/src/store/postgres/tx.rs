@@ -4,7 +4,7 @@
 //! (no retry: row locks and `FOR UPDATE SKIP LOCKED` order concurrent writers,
 //! and a statement that fails ends the call with its error). The events of a
 //! change are written in the same transaction, by the statement itself where it
-//! is a hot one (a CTE built from the fragments of tx.sql: `${event_batch}
+//! is a hot one (a CTE built from the fragments of events.sql: `${event_batch}
 //! SELECT ... ${event_batch_end}`, or `${leased_event}` for a lease), else by
 //! [`super::events::record`] after it. A change that makes tasks pending sends
 //! `NOTIFY` ([`PostgresStore::notify`]), delivered at commit.
