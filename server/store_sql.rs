@@ -148,7 +148,16 @@ fn blocks(file: &str, text: &str) -> Result<Vec<(&'static str, Block)>, Error> {
                 }
                 lines.next();
             }
-            let text: Vec<&str> = lines.collect();
+            let mut text: Vec<&str> = lines.collect();
+            // Comment lines at a block's end belong to what follows (a note
+            // before the next marker), not to the block: a fragment expanded
+            // mid-line must not end in a comment.
+            while text
+                .last()
+                .is_some_and(|l| l.trim().is_empty() || l.trim().starts_with("--"))
+            {
+                text.pop();
+            }
             let text = text.join("\n");
             b.text = text.trim().trim_end_matches(';').trim_end().to_string();
         }
