@@ -122,6 +122,52 @@ pub(crate) type EventRow = (
     Option<String>,
 );
 
+/// `Flow::task_flow_info` on a database that reads it with three statements,
+/// each taking the task id as its one parameter: the task's dependency state,
+/// its dependencies by id, its dependencies by key (SQLite, MySQL; Postgres
+/// reads it in one statement).
+pub(crate) async fn flow_info_by_task<DB>(
+    pool: &sqlx::Pool<DB>,
+    task_ids: &[String],
+    statements: [&'static str; 3],
+) -> StoreResult<std::collections::HashMap<String, TaskFlowInfo>>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'q> &'q String: sqlx::Encode<'q, DB>,
+    String: sqlx::Type<DB>,
+    for<'r> (i64, bool, Option<String>): sqlx::FromRow<'r, DB::Row>,
+    for<'r> (String,): sqlx::FromRow<'r, DB::Row>,
+    for<'r> (String, String): sqlx::FromRow<'r, DB::Row>,
+{
+    let [task, deps, keys] = statements;
+    let mut out = std::collections::HashMap::with_capacity(task_ids.len());
+    for id in task_ids {
+        let row: Option<(i64, bool, Option<String>)> =
+            sqlx::query_as(task).bind(id).fetch_optional(pool).await?;
+        let Some((remaining, run_if, reason)) = row else {
+            continue;
+        };
+        let deps: Vec<(String,)> = sqlx::query_as(deps).bind(id).fetch_all(pool).await?;
+        let keys: Vec<(String, String)> = sqlx::query_as(keys).bind(id).fetch_all(pool).await?;
+        out.insert(
+            id.clone(),
+            TaskFlowInfo {
+                depends_on: deps.into_iter().map(|(d,)| d).collect(),
+                depends_on_keys: keys
+                    .into_iter()
+                    .map(|(queue, key)| super::TaskKey { queue, key })
+                    .collect(),
+                deps_remaining: u32::try_from(remaining.max(0)).unwrap_or(u32::MAX),
+                run_if_dependency_fails: run_if,
+                cancel_reason: reason,
+            },
+        );
+    }
+    Ok(out)
+}
+
 pub(crate) fn event_record(r: EventRow) -> Result<EventRecord, super::StoreError> {
     let (event_id, task_id, queue, kind, state, attempt, worker_id, time, detail) = r;
     Ok(EventRecord {

@@ -297,39 +297,12 @@ impl Flow for SqliteStore {
         &self,
         task_ids: &[String],
     ) -> StoreResult<HashMap<String, TaskFlowInfo>> {
-        let r = &self.reader;
-        let mut out = HashMap::with_capacity(task_ids.len());
-        for id in task_ids {
-            let row: Option<(i64, bool, Option<String>)> = sqlx::query_as(sql::TASK_FLOW_INFO_TASK)
-                .bind(id)
-                .fetch_optional(r)
-                .await?;
-            let Some((rem, run_if, reason)) = row else {
-                continue;
-            };
-            let deps: Vec<String> = sqlx::query_scalar(sql::TASK_FLOW_INFO_DEPS)
-                .bind(id)
-                .fetch_all(r)
-                .await?;
-            let keys: Vec<(String, String)> = sqlx::query_as(sql::TASK_FLOW_INFO_KEYS)
-                .bind(id)
-                .fetch_all(r)
-                .await?;
-            out.insert(
-                id.clone(),
-                TaskFlowInfo {
-                    depends_on: deps,
-                    depends_on_keys: keys
-                        .into_iter()
-                        .map(|(queue, key)| TaskKey { queue, key })
-                        .collect(),
-                    deps_remaining: u32::try_from(rem.max(0)).unwrap_or(u32::MAX),
-                    run_if_dependency_fails: run_if,
-                    cancel_reason: reason,
-                },
-            );
-        }
-        Ok(out)
+        let statements = [
+            sql::TASK_FLOW_INFO_TASK,
+            sql::TASK_FLOW_INFO_DEPS,
+            sql::TASK_FLOW_INFO_KEYS,
+        ];
+        super::super::flow::flow_info_by_task(&self.reader, task_ids, statements).await
     }
 
     async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>> {
