@@ -14,6 +14,70 @@ use crate::domain::admission::{Candidate, QueueConfig, QueueUse};
 use super::*;
 use async_trait::async_trait;
 
+/// A queue's stored settings from their JSON column; a row that does not read
+/// back is corrupt, named by its queue.
+pub(crate) fn parse_config(name: &str, json: &str) -> StoreResult<QueueConfig> {
+    serde_json::from_str(json)
+        .map_err(|e| StoreError::Corrupt(format!("queue {name} settings: {e}")))
+}
+
+/// `Admission::queue_usage` from four statements: the queue's settings and
+/// bucket (`$queue`), its leases (`$queue`), the leases of a key and the key's
+/// bucket (`$queue, $key`). The same on every database; only the pool differs.
+pub(crate) async fn queue_usage_of<DB>(
+    pool: &sqlx::Pool<DB>,
+    queue: &str,
+    key: Option<&str>,
+    now: DateTime<Utc>,
+    [settings, leased, key_holders, key_tokens]: [&'static str; 4],
+) -> StoreResult<QueueUsage>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'r> (String, f64, i64): sqlx::FromRow<'r, DB::Row>,
+    for<'r> (i64,): sqlx::FromRow<'r, DB::Row>,
+    for<'r> (String,): sqlx::FromRow<'r, DB::Row>,
+    for<'r> (f64, i64): sqlx::FromRow<'r, DB::Row>,
+{
+    let now = super::row::ms(now);
+    let row: Option<(String, f64, i64)> = sqlx::query_as(settings)
+        .bind(queue)
+        .fetch_optional(pool)
+        .await?;
+    let Some((json, tokens, refilled_at)) = row else {
+        return Ok(QueueUsage::default());
+    };
+    let config = parse_config(queue, &json)?;
+    let (leased,): (i64,) = sqlx::query_as(leased).bind(queue).fetch_one(pool).await?;
+    let mut usage = QueueUsage {
+        tokens: config
+            .rate_limit
+            .map(|l| l.refill(tokens, refilled_at, now)),
+        leased: leased.max(0) as u64,
+        ..QueueUsage::default()
+    };
+    if let Some(key) = key {
+        let holders: Vec<(String,)> = sqlx::query_as(key_holders)
+            .bind(queue)
+            .bind(key)
+            .fetch_all(pool)
+            .await?;
+        usage.key_holders = holders.into_iter().map(|(h,)| h).collect();
+        if let Some(limit) = config.per_key_rate_limit {
+            let b: Option<(f64, i64)> = sqlx::query_as(key_tokens)
+                .bind(queue)
+                .bind(key)
+                .fetch_optional(pool)
+                .await?;
+            usage.key_tokens = Some(b.map_or(limit.capacity(), |(t, at)| limit.refill(t, at, now)));
+        }
+    }
+    usage.config = config;
+    Ok(usage)
+}
+
 /// A queue's stored settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredQueue {

@@ -100,45 +100,13 @@ impl Admission for MysqlStore {
         key: Option<&str>,
         now: DateTime<Utc>,
     ) -> StoreResult<QueueUsage> {
-        let r = &self.pool;
-        let now = ms(now);
-        let row: Option<(String, f64, i64)> = sqlx::query_as(sql::QUEUE_USAGE_QUEUE)
-            .bind(queue)
-            .fetch_optional(r)
-            .await?;
-        let Some((json, tokens, refilled_at)) = row else {
-            return Ok(QueueUsage::default());
-        };
-        let config = parse(queue, &json)?;
-        let leased: i64 = sqlx::query_scalar(sql::QUEUE_USAGE_LEASED)
-            .bind(queue)
-            .fetch_one(r)
-            .await?;
-        let mut usage = QueueUsage {
-            tokens: config
-                .rate_limit
-                .map(|l| l.refill(tokens, refilled_at, now)),
-            leased: leased.max(0) as u64,
-            ..QueueUsage::default()
-        };
-        if let Some(key) = key {
-            usage.key_holders = sqlx::query_scalar(sql::QUEUE_USAGE_KEY_HOLDERS)
-                .bind(queue)
-                .bind(key)
-                .fetch_all(r)
-                .await?;
-            if let Some(limit) = config.per_key_rate_limit {
-                let b: Option<(f64, i64)> = sqlx::query_as(sql::QUEUE_USAGE_KEY_TOKENS)
-                    .bind(queue)
-                    .bind(key)
-                    .fetch_optional(r)
-                    .await?;
-                usage.key_tokens =
-                    Some(b.map_or(limit.capacity(), |(t, at)| limit.refill(t, at, now)));
-            }
-        }
-        usage.config = config;
-        Ok(usage)
+        let statements = [
+            sql::QUEUE_USAGE_QUEUE,
+            sql::QUEUE_USAGE_LEASED,
+            sql::QUEUE_USAGE_KEY_HOLDERS,
+            sql::QUEUE_USAGE_KEY_TOKENS,
+        ];
+        super::super::admission::queue_usage_of(&self.pool, queue, key, now, statements).await
     }
 
     /// The READY tasks ranked as the gated lease ranks them, counted up to the
@@ -186,10 +154,7 @@ impl Admission for MysqlStore {
     }
 }
 
-pub(super) fn parse(name: &str, json: &str) -> StoreResult<QueueConfig> {
-    serde_json::from_str(json)
-        .map_err(|e| StoreError::Corrupt(format!("queue {name} settings: {e}")))
-}
+pub(super) use super::super::admission::parse_config as parse;
 
 fn to_json(c: &QueueConfig) -> StoreResult<String> {
     serde_json::to_string(c).map_err(|e| StoreError::Internal(Box::new(e)))
