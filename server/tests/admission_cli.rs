@@ -84,7 +84,10 @@ async fn queues_are_set_paused_listed_and_tasks_explained_through_the_cli() {
     let why = ok(&app, &["explain", id]).await;
     assert_eq!(
         why,
-        format!("Task {id} is READY and waits because:\n  - Queue mail is paused.\n")
+        format!(
+            "Task {id} is READY and waits because:\n  - Queue mail is paused.\n\
+             Lease path: gated (its queue's admission gates apply).\n"
+        )
     );
     let listed = ok(&app, &["queue", "list"]).await;
     assert!(
@@ -98,6 +101,8 @@ async fn queues_are_set_paused_listed_and_tasks_explained_through_the_cli() {
     let why: serde_json::Value =
         serde_json::from_str(&ok(&app, &["explain", id, "--json"]).await).unwrap();
     assert_eq!(why["gates"][0]["kind"], "GATE_KIND_NONE");
+    // Resumed, mail keeps its limits: the gated lease takes its tasks.
+    assert_eq!(why["lease_path"], "LEASE_PATH_GATED");
 
     // Nothing to change, and a bad value: one line each, a failing exit.
     let none = taskbroker(&app, &["queue", "set", "mail"]).await;
