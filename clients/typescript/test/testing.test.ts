@@ -3,7 +3,7 @@
  * FakeClient, with no broker at all.
  */
 import assert from "node:assert/strict";
-import { test } from "node:test";
+import { after, test } from "node:test";
 import {
   PermanentError,
   RetryableError,
@@ -91,6 +91,10 @@ test("a handler runs on a TestContext with no broker", async () => {
 });
 
 test("a producer and a worker run on a FakeClient", async () => {
+  // wait's timeout timer does not hold the process open (a worker's wait must
+  // not keep a finished program alive): this keeps the test's loop running.
+  const alive = setInterval(() => {}, 1000);
+  after(() => clearInterval(alive));
   const fake = new testing.FakeClient({ handlers: { imports: importRows } });
 
   // Attempt 1 checkpoints both rows and fails; attempt 2 resumes from its checkpoint.
