@@ -43,6 +43,16 @@ public class TaskbrokerProperties {
   /** The workers' metrics. */
   private final Metrics metrics = new Metrics();
 
+  /** The actuator's taskbroker health indicator. */
+  private final Health health = new Health();
+
+  /**
+   * Run on an in-process fake broker (dev.taskbroker.client.testing.InMemoryBroker) instead of
+   * connecting: a submit runs the @TaskHandler at once; no worker starts. For tests
+   * (@InMemoryTaskbroker sets it).
+   */
+  private boolean inMemory = false;
+
   /** Whether to start workers for the application's @TaskHandler methods. */
   private boolean workersEnabled = true;
 
@@ -99,6 +109,18 @@ public class TaskbrokerProperties {
     return metrics;
   }
 
+  public Health getHealth() {
+    return health;
+  }
+
+  public boolean isInMemory() {
+    return inMemory;
+  }
+
+  public void setInMemory(boolean inMemory) {
+    this.inMemory = inMemory;
+  }
+
   public boolean isWorkersEnabled() {
     return workersEnabled;
   }
@@ -129,6 +151,20 @@ public class TaskbrokerProperties {
 
     public void setEnabled(boolean enabled) {
       this.enabled = enabled;
+    }
+  }
+
+  /** Health indicator settings. */
+  public static class Health {
+    /** How long the broker's readiness check may take before the health is DOWN. */
+    private Duration timeout = Duration.ofSeconds(2);
+
+    public Duration getTimeout() {
+      return timeout;
+    }
+
+    public void setTimeout(Duration timeout) {
+      this.timeout = timeout;
     }
   }
 

@@ -4,6 +4,7 @@ import dev.taskbroker.client.Middleware;
 import dev.taskbroker.client.Registration;
 import dev.taskbroker.client.Taskbroker;
 import dev.taskbroker.client.Worker;
+import dev.taskbroker.client.testing.InMemoryBroker;
 import io.opentelemetry.api.metrics.MeterProvider;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -46,6 +47,7 @@ public class TaskbrokerWorkers implements SmartInitializingSingleton, SmartLifec
   private final TaskHandlerMethods handlers;
   private final List<Middleware> middleware;
   private final MeterProvider meterProvider;
+  private final InMemoryBroker inMemory;
   private final Map<String, Worker> workers = new LinkedHashMap<>();
   private final Map<String, Duration> stopTimeouts = new LinkedHashMap<>();
   private volatile boolean running;
@@ -62,15 +64,36 @@ public class TaskbrokerWorkers implements SmartInitializingSingleton, SmartLifec
       TaskHandlerMethods handlers,
       List<Middleware> middleware,
       MeterProvider meterProvider) {
+    this(taskbroker, properties, handlers, middleware, meterProvider, null);
+  }
+
+  /**
+   * @param inMemory the in-memory mode's fake: it takes every handler and the middleware, and no
+   *     worker is built; null: workers against the broker
+   */
+  public TaskbrokerWorkers(
+      Taskbroker taskbroker,
+      TaskbrokerProperties properties,
+      TaskHandlerMethods handlers,
+      List<Middleware> middleware,
+      MeterProvider meterProvider,
+      InMemoryBroker inMemory) {
     this.taskbroker = taskbroker;
     this.properties = properties;
     this.handlers = handlers;
     this.middleware = List.copyOf(middleware);
     this.meterProvider = meterProvider;
+    this.inMemory = inMemory;
   }
 
   @Override
   public void afterSingletonsInstantiated() {
+    if (inMemory != null) {
+      middleware.forEach(inMemory::middleware);
+      handlers.handlers().forEach(h -> inMemory.register(h.registration()));
+      LOG.info("taskbroker in memory (taskbroker.in-memory=true): no worker started; a submit runs its handler at once");
+      return;
+    }
     if (!properties.isWorkersEnabled()) {
       LOG.info("taskbroker workers disabled (taskbroker.workers-enabled=false)");
       return;
@@ -79,9 +102,9 @@ public class TaskbrokerWorkers implements SmartInitializingSingleton, SmartLifec
     if (configured.isEmpty()) {
       configured = Map.of(DEFAULT_WORKER, new TaskbrokerProperties.WorkerProperties());
     }
-    Map<String, Registration> byQueue = new LinkedHashMap<>();
+    Map<String, TaskHandlerMethods.Handler> handlerOf = new LinkedHashMap<>();
     for (TaskHandlerMethods.Handler h : handlers.handlers()) {
-      byQueue.put(h.queue(), h.registration());
+      handlerOf.put(h.queue(), h);
     }
     Map<String, String> owner = new LinkedHashMap<>();
     String catchAll = null;
@@ -104,13 +127,13 @@ public class TaskbrokerWorkers implements SmartInitializingSingleton, SmartLifec
           throw new IllegalStateException(
               "queue " + q + " is listed by taskbroker.workers." + before + " and taskbroker.workers." + e.getKey());
         }
-        if (!byQueue.containsKey(q)) {
+        if (!handlerOf.containsKey(q)) {
           throw new IllegalStateException(
               "taskbroker.workers." + e.getKey() + ".queues: queue " + q + " has no @TaskHandler method");
         }
       }
     }
-    for (String q : byQueue.keySet()) {
+    for (String q : handlerOf.keySet()) {
       if (!owner.containsKey(q)) {
         if (catchAll == null) {
           throw new IllegalStateException(
@@ -120,30 +143,45 @@ public class TaskbrokerWorkers implements SmartInitializingSingleton, SmartLifec
       }
     }
     for (Map.Entry<String, TaskbrokerProperties.WorkerProperties> e : configured.entrySet()) {
-      List<Registration> mine = new ArrayList<>();
+      List<Registration> shared = new ArrayList<>();
+      Map<String, TaskHandlerMethods.Handler> own = new LinkedHashMap<>();
       owner.forEach(
           (q, w) -> {
             if (w.equals(e.getKey())) {
-              mine.add(byQueue.get(q));
+              TaskHandlerMethods.Handler h = handlerOf.get(q);
+              if (h.concurrency() > 0) {
+                own.put(q, h);
+              } else {
+                shared.add(h.registration());
+              }
             }
           });
-      if (mine.isEmpty()) {
+      if (shared.isEmpty() && own.isEmpty()) {
         if (!properties.getWorkers().isEmpty()) {
           LOG.warn("taskbroker worker {} has no queues to lease from (no @TaskHandler left for it); not started", e.getKey());
         }
         continue;
       }
-      workers.put(e.getKey(), build(e.getKey(), e.getValue(), mine));
-      stopTimeouts.put(e.getKey(), e.getValue().getStopTimeout());
+      if (!shared.isEmpty()) {
+        add(e.getKey(), e.getValue(), e.getValue().getConcurrency(), shared);
+      }
+      // A handler with its own concurrency: a worker of its own, the same settings otherwise.
+      own.forEach((q, h) -> add(e.getKey() + "/" + q, e.getValue(), h.concurrency(), List.of(h.registration())));
     }
     if (workers.isEmpty()) {
       LOG.info("taskbroker: no @TaskHandler methods; no worker started");
     }
   }
 
-  private Worker build(String name, TaskbrokerProperties.WorkerProperties p, List<Registration> registrations) {
+  private void add(String name, TaskbrokerProperties.WorkerProperties p, int concurrency, List<Registration> registrations) {
+    workers.put(name, build(name, p, concurrency, registrations));
+    stopTimeouts.put(name, p.getStopTimeout());
+  }
+
+  private Worker build(
+      String name, TaskbrokerProperties.WorkerProperties p, int concurrency, List<Registration> registrations) {
     try {
-      return builder(p, registrations).build();
+      return builder(p, registrations).concurrency(concurrency).build();
     } catch (IllegalArgumentException | NullPointerException e) {
       throw new IllegalStateException("taskbroker.workers." + name + ": " + e.getMessage(), e);
     }
