@@ -71,6 +71,28 @@ class SampleApplicationTest {
   }
 
   @Test
+  @SuppressWarnings("unchecked")
+  void theActuatorsHealthHasTheBrokerAndTheWorker() {
+    ConfigurableApplicationContext ctx =
+        start(new Class<?>[] {SampleApplication.class}, "--management.endpoint.health.show-details=always");
+    try {
+      org.springframework.boot.actuate.health.HealthEndpoint health =
+          ctx.getBean(org.springframework.boot.actuate.health.HealthEndpoint.class);
+      org.springframework.boot.actuate.health.Health h =
+          (org.springframework.boot.actuate.health.Health) health.healthForPath("taskbroker");
+      assertNotNull(h, "the actuator has the taskbroker health");
+      assertEquals(org.springframework.boot.actuate.health.Status.UP, h.getStatus(), String.valueOf(h.getDetails()));
+      assertEquals("SERVING", h.getDetails().get("broker"));
+      java.util.Map<String, Object> mail =
+          (java.util.Map<String, Object>) ((java.util.Map<String, Object>) h.getDetails().get("workers")).get("mail");
+      assertEquals(true, mail.get("running"));
+      assertEquals(List.of("emails"), mail.get("queues"));
+    } finally {
+      ctx.close();
+    }
+  }
+
+  @Test
   void annotatedHandlerRunsTaskToSucceededWithItsResult() throws Exception {
     ConfigurableApplicationContext ctx = start(new Class<?>[] {SampleApplication.class});
     Worker worker = ctx.getBean(TaskbrokerWorkers.class).workers().get("mail");
