@@ -41,6 +41,9 @@ import java.lang.annotation.Target;
  *       (the same settings as the worker listing the queue, that many slots) instead of sharing
  *       the worker's {@code concurrency}.
  * </ul>
+ *
+ * <p>{@code queue}, {@code backoff} and {@code maxBackoff} may hold {@code ${...}} placeholders,
+ * resolved against the application's properties ({@code queue = "${app.mail-queue:emails}"}).
  */
 @Target(ElementType.METHOD)
 @Retention(RetentionPolicy.RUNTIME)

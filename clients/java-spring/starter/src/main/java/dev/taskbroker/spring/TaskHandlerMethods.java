@@ -17,6 +17,8 @@ import org.springframework.aop.support.AopUtils;
 import org.springframework.beans.BeansException;
 import org.springframework.beans.factory.config.BeanPostProcessor;
 import org.springframework.boot.convert.DurationStyle;
+import org.springframework.context.EnvironmentAware;
+import org.springframework.core.env.Environment;
 import org.springframework.core.MethodIntrospector;
 import org.springframework.core.annotation.AnnotatedElementUtils;
 
@@ -26,7 +28,7 @@ import org.springframework.core.annotation.AnnotatedElementUtils;
  * return value as the result. A method the starter cannot call, a queue with two handlers, or
  * an attribute out of range fails the application's start with a message naming the method.
  */
-public class TaskHandlerMethods implements BeanPostProcessor {
+public class TaskHandlerMethods implements BeanPostProcessor, EnvironmentAware {
   /**
    * One annotated method and the registration made from it.
    *
@@ -43,6 +45,28 @@ public class TaskHandlerMethods implements BeanPostProcessor {
       int concurrency) {}
 
   private final Map<String, Handler> byQueue = Collections.synchronizedMap(new LinkedHashMap<>());
+  private Environment environment;
+
+  /**
+   * Resolves {@code ${...}} placeholders in the string attributes ({@code queue}, {@code backoff},
+   * {@code maxBackoff}) against the application's properties; without it (a handler collected
+   * outside a context) they are taken as written.
+   */
+  @Override
+  public void setEnvironment(Environment environment) {
+    this.environment = environment;
+  }
+
+  private String resolve(String where, String attribute, String value) {
+    if (environment == null || value.isEmpty()) {
+      return value;
+    }
+    try {
+      return environment.resolveRequiredPlaceholders(value);
+    } catch (IllegalArgumentException e) {
+      throw new IllegalStateException("@TaskHandler " + where + ": " + attribute + ": " + e.getMessage());
+    }
+  }
 
   @Override
   public Object postProcessAfterInitialization(Object bean, String beanName) throws BeansException {
@@ -71,12 +95,12 @@ public class TaskHandlerMethods implements BeanPostProcessor {
   }
 
   void add(Object bean, String beanName, Method declared, TaskHandler a) {
-    String queue = a.queue();
     String where = declared.getDeclaringClass().getName() + "." + declared.getName();
+    String queue = a.queue() == null ? null : resolve(where, "queue", a.queue());
     if (queue == null || queue.isEmpty()) {
       throw new IllegalStateException("@TaskHandler " + where + ": queue must not be empty");
     }
-    RetryPolicy retry = retry(where, a);
+    RetryPolicy retry = retry(where, a, resolve(where, "backoff", a.backoff()), resolve(where, "maxBackoff", a.maxBackoff()));
     if (a.concurrency() < 0 || a.concurrency() > 256) {
       throw new IllegalStateException(
           "@TaskHandler " + where + ": concurrency must be 1 to 256 (0: the worker's), not " + a.concurrency());
@@ -170,7 +194,7 @@ public class TaskHandlerMethods implements BeanPostProcessor {
     return false;
   }
 
-  private static RetryPolicy retry(String where, TaskHandler a) {
+  private static RetryPolicy retry(String where, TaskHandler a, String backoff, String maxBackoff) {
     RetryPolicy.Builder r = RetryPolicy.newBuilder();
     if (a.maxAttempts() < 0) {
       throw new IllegalStateException(
@@ -182,11 +206,11 @@ public class TaskHandlerMethods implements BeanPostProcessor {
           "@TaskHandler " + where + ": backoffMultiplier must be at least 1 (0: unset), not " + a.backoffMultiplier());
     }
     r.setBackoffMultiplier(a.backoffMultiplier());
-    if (!a.backoff().isEmpty()) {
-      r.setInitialBackoff(duration(where, "backoff", a.backoff()));
+    if (!backoff.isEmpty()) {
+      r.setInitialBackoff(duration(where, "backoff", backoff));
     }
-    if (!a.maxBackoff().isEmpty()) {
-      r.setMaxBackoff(duration(where, "maxBackoff", a.maxBackoff()));
+    if (!maxBackoff.isEmpty()) {
+      r.setMaxBackoff(duration(where, "maxBackoff", maxBackoff));
     }
     return r.build();
   }

@@ -91,6 +91,8 @@ public class TaskbrokerWorkers implements SmartInitializingSingleton, SmartLifec
     if (inMemory != null) {
       middleware.forEach(inMemory::middleware);
       handlers.handlers().forEach(h -> inMemory.register(h.registration()));
+      // A task submitted while the context was starting (before the handlers were known) runs now.
+      inMemory.runPending();
       LOG.info("taskbroker in memory (taskbroker.in-memory=true): no worker started; a submit runs its handler at once");
       return;
     }

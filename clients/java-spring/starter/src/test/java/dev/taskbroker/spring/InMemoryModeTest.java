@@ -83,6 +83,28 @@ class InMemoryModeTest {
             });
   }
 
+  /** Submits while the context starts, before the handlers are known. */
+  static class Eager {
+    final String id;
+
+    Eager(Taskbroker taskbroker) {
+      id = taskbroker.submit("emails", new Email("early@example.com")).getTaskId();
+    }
+  }
+
+  @Test
+  void aTaskSubmittedWhileTheContextStartsRunsOnceTheHandlersAreKnown() {
+    runner
+        .withBean(Eager.class)
+        .withBean(Mailer.class)
+        .run(
+            ctx -> {
+              assertThat(ctx).hasNotFailed();
+              String id = ctx.getBean(Eager.class).id;
+              assertThat(ctx.getBean(InMemoryBroker.class).getTask(id).getState()).isEqualTo(TaskState.TASK_STATE_SUCCEEDED);
+            });
+  }
+
   @Test
   void aFailedTaskFailsTheWaitAndAQueueWithoutHandlerWaitsUntilTheTimeout() {
     runner

@@ -222,6 +222,31 @@ class TaskHandlerAttributesTest {
             });
   }
 
+  static class Configured {
+    @TaskHandler(queue = "${app.queue}", backoff = "${app.backoff:3s}", maxBackoff = "${app.max-backoff}")
+    public void handle(String s) {}
+  }
+
+  @Test
+  void placeholdersInTheAttributesResolveAgainstTheProperties() {
+    runner
+        .withBean(Configured.class)
+        .withPropertyValues("app.queue=resolved-queue", "app.max-backoff=90s", "taskbroker.workers-enabled=false")
+        .run(
+            ctx -> {
+              TaskHandlerMethods.Handler h = ctx.getBean(TaskHandlerMethods.class).handler("resolved-queue");
+              assertThat(h).as("the handler under its resolved queue").isNotNull();
+              assertThat(h.retry().getInitialBackoff()).isEqualTo(seconds(3));
+              assertThat(h.retry().getMaxBackoff()).isEqualTo(seconds(90));
+            });
+    runner
+        .withBean(Configured.class)
+        .run(
+            ctx ->
+                assertThat(org.springframework.core.NestedExceptionUtils.getMostSpecificCause(ctx.getStartupFailure()))
+                    .hasMessageContaining("Configured.handle: queue: Could not resolve placeholder 'app.queue'"));
+  }
+
   static class BadBackoff {
     @TaskHandler(queue = "q", backoff = "soon")
     public void handle(String s) {}
