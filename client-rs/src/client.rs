@@ -348,8 +348,10 @@ impl Client {
             otel.kind = "producer",
             messaging.system = "taskbroker",
             messaging.operation.type = "send",
+            messaging.operation.name = "submit",
             messaging.destination.name = %queue,
             messaging.batch.message_count = n,
+            messaging.message.id = tracing::field::Empty,
         );
         // The trace context travels with each task to its worker (spec point 7): the same
         // value as the call's header, so a tracing broker can put its `create` span between.
@@ -390,11 +392,14 @@ impl Client {
                 }
             }
         };
-        let response = tracing::Instrument::instrument(call, span)
+        let response = tracing::Instrument::instrument(call, span.clone())
             .await?
             .into_inner();
         if response.results.len() != n {
             return Err(Error::Malformed("SubmitResponse.results"));
+        }
+        if let [one] = response.results.as_slice() {
+            span.record("messaging.message.id", one.task_id.as_str());
         }
         Ok(response
             .results

@@ -73,7 +73,9 @@ pub(crate) fn task_context(
 }
 
 /// The span a worker runs a task's handler in: `process <queue>`, a child of the
-/// context stored with the task (and so of the producer's trace).
+/// context stored with the task (and so of the producer's trace), with a link to
+/// that context as the OpenTelemetry messaging conventions ask of a consumer. Its
+/// status is set by [`record_process_error`] when the handler fails.
 pub(crate) fn process_span(
     queue: &str,
     task_id: &str,
@@ -86,14 +88,27 @@ pub(crate) fn process_span(
         otel.kind = "consumer",
         messaging.system = "taskbroker",
         messaging.operation.type = "process",
+        messaging.operation.name = "process",
         messaging.destination.name = %queue,
         messaging.message.id = %task_id,
         taskbroker.attempt = attempt,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+        error.type = tracing::field::Empty,
     );
     if let Some(parent) = metadata.get(TRACEPARENT).and_then(|v| parse_traceparent(v)) {
+        span.add_link(parent.clone());
         let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
     }
     span
+}
+
+/// Marks a `process` span failed: status ERROR with the handler's message, and
+/// `error.type` (`retryable`, `permanent` or `panic`).
+pub(crate) fn record_process_error(span: &tracing::Span, kind: &str, message: &str) {
+    span.record("otel.status_code", "ERROR");
+    span.record("otel.status_description", message);
+    span.record("error.type", kind);
 }
 
 #[cfg(test)]

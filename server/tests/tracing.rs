@@ -72,9 +72,16 @@ async fn producer_broker_and_worker_spans_share_one_trace() {
     .unwrap();
 
     // The worker runs the task.
-    async fn handle(_ctx: TaskContext) -> Result<(), TaskError> {
+    async fn handle(ctx: TaskContext) -> Result<(), TaskError> {
+        if ctx.payload() == b"fail" {
+            return Err(TaskError::permanent("the partner refused it"));
+        }
         Ok(())
     }
+    let failing = client
+        .submit(TaskSpec::new("traced", b"fail".to_vec()))
+        .await
+        .unwrap();
     let worker = Worker::builder(client.clone())
         .queue("traced", handle)
         .concurrency(1)
@@ -83,10 +90,10 @@ async fn producer_broker_and_worker_spans_share_one_trace() {
     let stop = tokio_util::sync::CancellationToken::new();
     let running = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
     let finished = async {
-        loop {
-            match events.recv().await.unwrap() {
-                WorkerEvent::Finished { task_id, .. } if task_id == submitted.task_id => break,
-                _ => {}
+        let mut left = [submitted.task_id.clone(), failing.task_id.clone()].to_vec();
+        while !left.is_empty() {
+            if let WorkerEvent::Finished { task_id, .. } = events.recv().await.unwrap() {
+                left.retain(|id| *id != task_id);
             }
         }
     };
@@ -109,7 +116,14 @@ async fn producer_broker_and_worker_spans_share_one_trace() {
     let root = find("checkout");
     let send = find("send traced");
     let create = find("create traced");
-    let process = find("process traced");
+    let of_task = |name: &str, id: &str| {
+        spans
+            .iter()
+            .find(|s| s.name == name && attr(s, "messaging.message.id") == id)
+            .unwrap_or_else(|| panic!("no {name:?} span of {id} in {:?}", names(&spans)))
+            .clone()
+    };
+    let process = of_task("process traced", &submitted.task_id);
     for s in [&send, &create, &process] {
         assert_eq!(
             s.trace_id, root.trace_id,
@@ -122,13 +136,94 @@ async fn producer_broker_and_worker_spans_share_one_trace() {
         process.parent_span_id, create.span_id,
         "process continues the stored context"
     );
-    let id_attr = process
+    assert_eq!(
+        process.links.len(),
+        1,
+        "process links to the creation context"
+    );
+    assert_eq!(process.links[0].span_id, create.span_id);
+    assert_eq!(process.links[0].trace_id, create.trace_id);
+
+    // The broker's Lease and Complete: `receive` and `settle` spans.
+    let receive = of_task("receive traced", &submitted.task_id);
+    let settle = of_task("complete", &submitted.task_id);
+    // Span kinds: 2 server, 3 client, 4 producer, 5 consumer.
+    for (span, kind, operation, name) in [
+        (&send, 4, "send", "submit"),
+        (&create, 4, "create", "submit"),
+        (&receive, 3, "receive", "lease"),
+        (&process, 5, "process", "process"),
+        (&settle, 3, "settle", "complete"),
+    ] {
+        assert_eq!(span.kind, kind, "{} kind", span.name);
+        assert_eq!(
+            attr(span, "messaging.system"),
+            "taskbroker",
+            "{}",
+            span.name
+        );
+        assert_eq!(
+            attr(span, "messaging.operation.type"),
+            operation,
+            "{}",
+            span.name
+        );
+        assert_eq!(
+            attr(span, "messaging.operation.name"),
+            name,
+            "{}",
+            span.name
+        );
+    }
+    for span in [&send, &create, &receive, &process] {
+        assert_eq!(
+            attr(span, "messaging.destination.name"),
+            "traced",
+            "{}",
+            span.name
+        );
+    }
+    for span in [&send, &create, &receive, &process, &settle] {
+        assert_eq!(
+            attr(span, "messaging.message.id"),
+            submitted.task_id,
+            "{} names the task",
+            span.name
+        );
+    }
+    assert_eq!(attr(&send, "messaging.batch.message_count"), "1");
+    assert_eq!(attr(&receive, "messaging.batch.message_count"), "1");
+    assert_eq!(
+        process.status.as_ref().map_or(0, |s| s.code),
+        0,
+        "a success is unset"
+    );
+
+    // A handler's failure: the process span's status and error type; its Fail a settle.
+    let failed = of_task("process traced", &failing.task_id);
+    let status = failed.status.clone().expect("a status");
+    assert_eq!(status.code, 2, "ERROR");
+    assert_eq!(status.message, "the partner refused it");
+    assert_eq!(attr(&failed, "error.type"), "permanent");
+    let fail = of_task("fail", &failing.task_id);
+    assert_eq!(attr(&fail, "messaging.operation.type"), "settle");
+}
+
+/// An attribute's value as text ("" when the span has none).
+fn attr(span: &Span, key: &str) -> String {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    match span
         .attributes
         .iter()
-        .find(|a| a.key == "messaging.message.id")
+        .find(|a| a.key == key)
         .and_then(|a| a.value.as_ref())
-        .map(|v| format!("{:?}", v.value));
-    assert!(id_attr.unwrap().contains(&submitted.task_id));
+        .and_then(|v| v.value.as_ref())
+    {
+        Some(Value::StringValue(s)) => s.clone(),
+        Some(Value::IntValue(i)) => i.to_string(),
+        Some(other) => format!("{other:?}"),
+        None => String::new(),
+    }
 }
 
 fn names(spans: &[Span]) -> Vec<&str> {

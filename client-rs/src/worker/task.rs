@@ -125,7 +125,7 @@ impl Attempt {
         // The handler is called inside the future, so a panic in the call itself is
         // caught as well as one in the future it returns.
         let run = AssertUnwindSafe(opentelemetry::context::FutureExt::with_context(
-            tracing::Instrument::instrument(async move { handler(ctx).await }, span),
+            tracing::Instrument::instrument(async move { handler(ctx).await }, span.clone()),
             otel_cx,
         ))
         .catch_unwind();
@@ -167,6 +167,18 @@ impl Attempt {
         };
         if let Some(timer) = deadline {
             timer.abort();
+        }
+        match &ended {
+            Ended::Returned(Err(e)) => {
+                let kind = if e.is_retryable() {
+                    "retryable"
+                } else {
+                    "permanent"
+                };
+                crate::trace::record_process_error(&span, kind, e.message());
+            }
+            Ended::Panicked(msg) => crate::trace::record_process_error(&span, "panic", msg),
+            Ended::Returned(Ok(_)) | Ended::Stopped => {}
         }
         let ran_for = began.elapsed().as_secs_f64();
         let outcome = self.settle(ended).await;

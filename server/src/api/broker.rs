@@ -188,6 +188,56 @@ fn lease_ref(task_id: &str, lease_token: &str) -> LeaseRef {
     }
 }
 
+/// The `receive` span of a Lease (OpenTelemetry messaging conventions): named
+/// for its queue when it names one, with the batch it delivered.
+fn receive_span(queues: &[String], worker_id: &str) -> tracing::Span {
+    let name = match queues {
+        [one] => format!("receive {one}"),
+        _ => "receive".to_string(),
+    };
+    let destination = match queues {
+        [one] => one.as_str(),
+        _ => "",
+    };
+    tracing::info_span!(
+        "receive",
+        otel.name = %name,
+        otel.kind = "client",
+        messaging.system = "taskbroker",
+        messaging.operation.type = "receive",
+        messaging.operation.name = "lease",
+        messaging.destination.name = %destination,
+        messaging.client.id = %worker_id,
+        messaging.batch.message_count = tracing::field::Empty,
+        messaging.message.id = tracing::field::Empty,
+    )
+}
+
+fn record_received(span: &tracing::Span, tasks: &[crate::store::TaskRecord]) {
+    span.record("messaging.batch.message_count", tasks.len());
+    if let [one] = tasks {
+        span.record("messaging.message.id", one.id.as_str());
+    }
+}
+
+/// The `settle` span of a Complete, CompleteMany or Fail (`operation` names which).
+fn settle_span(operation: &'static str, count: usize, task_id: Option<&str>) -> tracing::Span {
+    let span = tracing::info_span!(
+        "settle",
+        otel.name = operation,
+        otel.kind = "client",
+        messaging.system = "taskbroker",
+        messaging.operation.type = "settle",
+        messaging.operation.name = operation,
+        messaging.batch.message_count = count,
+        messaging.message.id = tracing::field::Empty,
+    );
+    if let Some(id) = task_id {
+        span.record("messaging.message.id", id);
+    }
+    span
+}
+
 fn leased(tasks: Vec<crate::store::TaskRecord>) -> Vec<pb::LeasedTask> {
     tasks.into_iter().map(convert::leased_task).collect()
 }
@@ -261,6 +311,7 @@ impl BrokerService for BrokerApi {
                     otel.kind = "producer",
                     messaging.system = "taskbroker",
                     messaging.operation.type = "create",
+                    messaging.operation.name = "submit",
                     messaging.destination.name = %t.queue,
                     messaging.message.id = tracing::field::Empty,
                 )
@@ -315,7 +366,14 @@ impl BrokerService for BrokerApi {
         check_worker_id(who.as_ref(), "worker_id", &r.worker_id)?;
         check_queues(who.as_ref(), "queues", &r.queues)?;
         let req = lease_request("", r, from).map_err(invalid)?;
-        let tasks = self.broker.lease(req).await.map_err(status)?;
+        let span = receive_span(&req.queues, &req.worker_id);
+        let tasks = self
+            .broker
+            .lease(req)
+            .instrument(span.clone())
+            .await
+            .map_err(status)?;
+        record_received(&span, &tasks);
         Ok(Response::new(pb::LeaseResponse {
             tasks: leased(tasks),
         }))
@@ -403,9 +461,11 @@ impl BrokerService for BrokerApi {
             let held = [lease_ref(&r.task_id, &r.lease_token)];
             self.check_holders(who.as_ref(), HeldBy::One, &held).await?;
         }
+        let span = settle_span("complete", 1, Some(&r.task_id));
         let next_tasks = self
             .broker
             .complete_leasing(r.task_id, r.lease_token, r.result, next)
+            .instrument(span)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::CompleteResponse {
@@ -446,9 +506,12 @@ impl BrokerService for BrokerApi {
                 .await?;
         }
         let ids: Vec<String> = items.iter().map(|c| c.task_id.clone()).collect();
+        let one = (ids.len() == 1).then(|| ids[0].as_str());
+        let span = settle_span("complete", ids.len(), one);
         let (outcomes, next_tasks) = self
             .broker
             .complete_many_leasing(items, next)
+            .instrument(span)
             .await
             .map_err(status)?;
         Ok(Response::new(pb::CompleteManyResponse {
@@ -489,7 +552,13 @@ impl BrokerService for BrokerApi {
             non_retryable: r.non_retryable,
             prefer_same_worker: r.prefer_same_worker,
         };
-        let (out, next_tasks) = self.broker.fail_leasing(req, next).await.map_err(status)?;
+        let span = settle_span("fail", 1, Some(&req.task_id));
+        let (out, next_tasks) = self
+            .broker
+            .fail_leasing(req, next)
+            .instrument(span)
+            .await
+            .map_err(status)?;
         Ok(Response::new(pb::FailResponse {
             state: convert::state_to_pb(out.state) as i32,
             next_run_at: out.next_run_at.map(to_timestamp),
