@@ -121,6 +121,7 @@ class TracingTest {
   }
 
   @Test
+  @SuppressWarnings("try") // the scope makes the request span current for the submit
   void submitSendsInAProducerSpanAndTheHandlerRunsInALinkedConsumerSpan() throws Exception {
     Span request = GlobalOpenTelemetry.getTracer("test").spanBuilder("request").startSpan();
     SubmitResult result;
