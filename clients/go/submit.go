@@ -59,7 +59,10 @@ func SubmitRetryDelay(err error, retries int) (delay time.Duration, ok bool) {
 // (SubmitResult: task id, Deduplicated, Replaced, CopyTaskIds). A refusal for backpressure
 // (RESOURCE_EXHAUSTED with RetryInfo) is sent again after the hinted delay, as
 // SubmitRetryDelay says; ctx ending cuts the wait short.
-func Submit(ctx context.Context, broker pb.BrokerServiceClient, specs ...*pb.TaskSpec) ([]*pb.SubmitResult, error) {
+func Submit(ctx context.Context, broker pb.BrokerServiceClient, specs ...*pb.TaskSpec) (results []*pb.SubmitResult, err error) {
+	// One send span around the resends (the connection's interceptor then makes none).
+	ctx, send := startSend(ctx, specs)
+	defer func() { send.end(results, err) }()
 	req := &pb.SubmitRequest{Tasks: specs}
 	for retries := 0; ; retries++ {
 		resp, err := broker.Submit(ctx, req)

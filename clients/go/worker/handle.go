@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	taskbroker "github.com/taskbroker/taskbroker/clients/go"
 	"github.com/taskbroker/taskbroker/clients/go/rpcerr"
 	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
@@ -22,8 +21,8 @@ import (
 // (once it ends, no lease_next is asked for); parent is the same without its cancellation:
 // a graceful stop lets handlers finish, and they keep its values.
 func (w *Worker) handle(run, parent context.Context, lt *pb.LeasedTask) []*pb.LeasedTask {
-	// The handler's span context is the producer's (W3C traceparent in the task's metadata).
-	parent = taskbroker.ExtractTrace(parent, lt.GetMetadata())
+	// The handler runs in a process span, a child of the producer's (the task's traceparent).
+	parent, process := w.startProcess(parent, lt)
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	if d := lt.GetDeadline(); d != nil {
@@ -49,6 +48,7 @@ func (w *Worker) handle(run, parent context.Context, lt *pb.LeasedTask) []*pb.Le
 	began := time.Now()
 	result, err := w.call(ctx, t)
 	took := time.Since(began).Seconds()
+	process.end(took, err)
 	stopWatch()
 
 	queue := lt.GetQueue()

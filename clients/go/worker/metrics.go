@@ -6,6 +6,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/taskbroker/taskbroker/clients/go/internal/msgconv"
 )
 
 // MeterName is the OpenTelemetry meter the worker's instruments come from.
@@ -28,6 +30,9 @@ type metrics struct {
 	leasesLost    metric.Int64Counter
 	settleRetries metric.Int64Counter
 	settleCalls   metric.Int64Counter
+	// The OpenTelemetry messaging conventions' consumer instruments.
+	consumedMessages metric.Int64Counter
+	processDuration  metric.Float64Histogram
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
@@ -59,7 +64,24 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Settle calls sent, by rpc (Complete, CompleteMany, Fail).")); err != nil {
 		return nil, err
 	}
+	if ms.consumedMessages, err = m.Int64Counter("messaging.client.consumed.messages", metric.WithUnit("{message}"),
+		metric.WithDescription("Leased tasks given to a handler (messaging.system, messaging.destination.name, messaging.operation.name).")); err != nil {
+		return nil, err
+	}
+	if ms.processDuration, err = m.Float64Histogram("messaging.process.duration", metric.WithUnit("s"),
+		metric.WithDescription("How long handlers ran (the messaging attributes, and error.type when the handler failed)."),
+		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)); err != nil {
+		return nil, err
+	}
 	return &ms, nil
+}
+
+func (m *metrics) consumed(ctx context.Context, queue string) {
+	m.consumedMessages.Add(ctx, 1, metric.WithAttributes(msgconv.Attributes(queue, "process", nil)...))
+}
+
+func (m *metrics) processed(ctx context.Context, queue string, seconds float64, err error) {
+	m.processDuration.Record(ctx, seconds, metric.WithAttributes(msgconv.Attributes(queue, "process", err)...))
 }
 
 func (m *metrics) task(queue, outcome string, seconds float64) {

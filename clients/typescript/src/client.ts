@@ -8,7 +8,16 @@
  * Owns no worker logic (see worker.ts) and no message types (see gen/).
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { createClient, type Client as ServiceClient, type Interceptor, type Transport, ConnectError, Code } from "@connectrpc/connect";
+import {
+  createClient,
+  createContextKey,
+  createContextValues,
+  type Client as ServiceClient,
+  type Interceptor,
+  type Transport,
+  ConnectError,
+  Code,
+} from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { timestampFromDate, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { readFileSync } from "node:fs";
@@ -16,8 +25,8 @@ import { BrokerService } from "./gen/taskbroker/v1/broker_pb.js";
 import { AdminService } from "./gen/taskbroker/v1/admin_pb.js";
 import { ScheduleService } from "./gen/taskbroker/v1/schedule_pb.js";
 import { ErrorInfoSchema, type ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
-import { TaskState, type SubmitRequest, type SubmitResult, type TaskSpecSchema } from "./gen/taskbroker/v1/broker_pb.js";
-import { currentTraceparent, TRACEPARENT } from "./tracing.js";
+import { TaskState, type SubmitRequest, type SubmitResponse, type SubmitResult, type TaskSpecSchema } from "./gen/taskbroker/v1/broker_pb.js";
+import { currentTraceparent, SendSpan, TRACEPARENT } from "./tracing.js";
 import { DEFAULTS, submitRetryDelayMs } from "./spec.js";
 import { decodeResult, json, payloadBytes, type Serializer } from "./serializer.js";
 import { TaskbrokerError, throwIfFailed } from "./errors.js";
@@ -238,21 +247,29 @@ export async function submitTasks(
   tasks: MessageInitShape<typeof TaskSpecSchema>[],
   options: { signal?: AbortSignal } = {},
 ): Promise<SubmitResult[]> {
-  for (let retries = 0; ; retries++) {
-    try {
-      const res = await broker.submit({ tasks }, options.signal ? { signal: options.signal } : {});
-      return res.results;
-    } catch (err) {
-      const delay = submitRetryDelayMs(err, retries);
-      if (delay === undefined) throw err;
-      await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(resolve, delay);
-        options.signal?.addEventListener("abort", () => {
-          clearTimeout(timer);
-          reject(err);
-        }, { once: true });
-      });
+  // One send span around the resends; the interceptor stamps its context into each call.
+  const send = new SendSpan(tasks);
+  const contextValues = createContextValues().set(SEND_SPAN, send);
+  try {
+    for (let retries = 0; ; retries++) {
+      try {
+        const res = await broker.submit({ tasks }, options.signal ? { signal: options.signal, contextValues } : { contextValues });
+        return send.sent(res.results);
+      } catch (err) {
+        const delay = submitRetryDelayMs(err, retries);
+        if (delay === undefined) throw err;
+        await new Promise<void>((resolve, reject) => {
+          const timer = setTimeout(resolve, delay);
+          options.signal?.addEventListener("abort", () => {
+            clearTimeout(timer);
+            reject(err);
+          }, { once: true });
+        });
+      }
     }
+  } catch (err) {
+    send.failed(err);
+    throw err;
   }
 }
 
@@ -264,20 +281,32 @@ export function connect(address: string, options: ClientOptions = {}): Client {
   return new Client(address, options);
 }
 
+/** The send span of a `submitTasks` call, for the interceptor. */
+const SEND_SPAN = createContextKey<SendSpan | undefined>(undefined);
+
 /**
- * Sends the active OpenTelemetry context as the `traceparent` header of every call and writes
- * it into the metadata of every submitted task that has none (spec point 7).
+ * Sends the active OpenTelemetry context as the `traceparent` header of every call (spec
+ * point 7). A Submit runs in a send span (`submitTasks`'s, else one made here) whose context
+ * is the header and goes into the metadata of every task that has no traceparent.
  */
-const traceInterceptor: Interceptor = (next) => (req) => {
-  const tp = currentTraceparent();
-  if (tp) {
-    req.header.set(TRACEPARENT, tp);
-    if (req.method.name === "Submit" && !req.stream) {
-      for (const task of (req.message as SubmitRequest).tasks) {
-        task.metadata[TRACEPARENT] ??= tp;
-      }
+const traceInterceptor: Interceptor = (next) => async (req) => {
+  if (req.method.name === "Submit" && !req.stream) {
+    const given = req.contextValues.get(SEND_SPAN);
+    const send = given ?? new SendSpan((req.message as SubmitRequest).tasks);
+    send.stamp((req.message as SubmitRequest).tasks);
+    if (send.traceparent) req.header.set(TRACEPARENT, send.traceparent);
+    if (given) return next(req);
+    try {
+      const res = await next(req);
+      if (!res.stream) send.sent((res.message as SubmitResponse).results);
+      return res;
+    } catch (err) {
+      send.failed(err);
+      throw err;
     }
   }
+  const tp = currentTraceparent();
+  if (tp) req.header.set(TRACEPARENT, tp);
   return next(req);
 };
 

@@ -25,10 +25,12 @@ export class TaskContext {
   /** Aborted when the lease is lost, the task is cancelled, its deadline passes or the worker stops hard. */
   readonly signal: AbortSignal;
   /**
-   * The OpenTelemetry context of the task: the producer's span context from its traceparent
-   * (undefined without `@opentelemetry/api`). The handler runs with it active.
+   * The OpenTelemetry context of the task (undefined without `@opentelemetry/api`): in a
+   * worker's handler, that of its `process` span, a child of the producer's span context from
+   * the task's traceparent (before the run, and in the test fake, that span context). The
+   * handler runs with it active.
    */
-  readonly traceContext: TraceContext | undefined;
+  traceContext: TraceContext | undefined;
 
   readonly #broker: BrokerClient;
   readonly #abort = new AbortController();

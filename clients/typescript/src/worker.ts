@@ -48,7 +48,7 @@ import { TaskContext } from "./context.js";
 import { PermanentError, RetryableError, WorkerStoppedError } from "./errors.js";
 import { backoffMs, checkWorkerOptions, DEFAULTS, heartbeatIntervalMs, stopsWorker } from "./spec.js";
 import { MAX_LABELS } from "./routing.js";
-import { withContext } from "./tracing.js";
+import { inProcessSpan } from "./tracing.js";
 import { Completer, transient } from "./completer.js";
 import {
   handler,
@@ -497,7 +497,10 @@ export class Worker<Data = unknown, Result = unknown> {
     const stopWatch = this.#watchExpiry(entry);
     entry.stopWatch = stopWatch;
     try {
-      const value: unknown = await withContext(ctx.traceContext, () => this.#call(ctx));
+      const value: unknown = await inProcessSpan(ctx.task, ctx.traceContext, this.#metrics, (cx) => {
+        ctx.traceContext = cx;
+        return this.#call(ctx);
+      });
       const route = this.#routes.get(ctx.queue);
       const result = route ? route.encode(value) : new Error(`no handler for queue ${ctx.queue}`);
       outcome = result instanceof Uint8Array ? { ok: true, result, value } : { ok: false, error: result, thrown: false };

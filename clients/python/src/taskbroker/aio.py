@@ -161,20 +161,21 @@ class AsyncClient:
         self, specs: Sequence[broker_pb2.TaskSpec], *, timeout: Duration = spec.CALL_TIMEOUT
     ) -> list[broker_pb2.SubmitResult]:
         """As ``Client.submit_many``: several ``task_spec``s in one request, results in order."""
-        headers = list(tracing.current_headers().items()) or None
         req = broker_pb2.SubmitRequest(tasks=list(specs))
-        retries = 0
-        while True:
-            try:
-                resp = await self.broker.Submit(req, timeout=seconds(timeout), metadata=headers)
-                return list(resp.results)
-            except grpc.aio.AioRpcError as err:
-                delay = spec.submit_retry_delay(err, retries)
-                if delay is None:
-                    raise
-                retries += 1
-                log_submit_retry(err, delay, retries)
-                await asyncio.sleep(delay)
+        with tracing.send_span(req.tasks) as send:
+            headers = list(tracing.current_headers().items()) or None
+            retries = 0
+            while True:
+                try:
+                    resp = await self.broker.Submit(req, timeout=seconds(timeout), metadata=headers)
+                    return send.sent(list(resp.results))
+                except grpc.aio.AioRpcError as err:
+                    delay = spec.submit_retry_delay(err, retries)
+                    if delay is None:
+                        raise
+                    retries += 1
+                    log_submit_retry(err, delay, retries)
+                    await asyncio.sleep(delay)
 
     async def get_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> admin_pb2.Task:
         """As ``Client.get_task``: the task as the broker has it now."""
@@ -627,7 +628,7 @@ class AsyncWorker:
             error: BaseException | None = None
             started = asyncio.get_running_loop().time()
             try:
-                with tracing.task_context(ctx.task.metadata):
+                with tracing.process_span(ctx.task, self._metrics):
                     result = await handlers.chain_async(self._middleware, ctx, call)
             except asyncio.CancelledError as exc:
                 if ctx.cancel_reason is None:

@@ -450,8 +450,7 @@ class Worker:
     def _handle_one(self, ctx: TaskContext, pool: ThreadPoolExecutor) -> TaskContext | None:
         next_tasks: list[tuple[broker_pb2.LeasedTask, float]] = []
         try:
-            with tracing.task_context(ctx.task.metadata):
-                next_tasks = self._run_handler(ctx)
+            next_tasks = self._run_handler(ctx)
         except Exception:  # a bug here must not kill the pool thread silently
             log.exception("task %s: settling failed", ctx.task_id)
         finally:
@@ -490,7 +489,8 @@ class Worker:
         error: BaseException | None = None
         started = time.monotonic()
         try:
-            result = handlers.chain(self._middleware, ctx, lambda: reg.fn(*reg.args(ctx, self.serializer)))
+            with tracing.process_span(ctx.task, self._metrics):
+                result = handlers.chain(self._middleware, ctx, lambda: reg.fn(*reg.args(ctx, self.serializer)))
         except Exception as exc:  # noqa: BLE001 -- any handler error fails the attempt, by design
             result, error = None, exc
         ran = time.monotonic() - started

@@ -50,8 +50,8 @@ public final class TaskContext {
   private Thread thread;
   /** System.nanoTime() when the handler started; guarded by this. */
   private long startedNanos;
-  /** The handler's OpenTelemetry context: a child of the producer's traceparent. */
-  private final io.opentelemetry.context.Context traceContext;
+  /** The handler's OpenTelemetry context: its process span's, a child of the producer's traceparent. */
+  private volatile io.opentelemetry.context.Context traceContext;
 
   TaskContext(
       BrokerServiceGrpc.BrokerServiceBlockingStub broker,
@@ -161,10 +161,16 @@ public final class TaskContext {
 
   /**
    * The OpenTelemetry context the handler runs in (also {@code Context.current()} on the handler
-   * thread): its span context is the producer's, from the task's {@code traceparent}.
+   * thread): that of its {@code process} span, a child of the producer's span context from the
+   * task's {@code traceparent} (before the run, that span context).
    */
   public io.opentelemetry.context.Context traceContext() {
     return traceContext;
+  }
+
+  /** The worker runs the handler in its process span's context. */
+  void traceContext(io.opentelemetry.context.Context cx) {
+    traceContext = cx;
   }
 
   /** True once the lease is lost, the task is cancelled, its deadline passed or the worker stops hard. */

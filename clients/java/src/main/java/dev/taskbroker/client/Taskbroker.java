@@ -322,7 +322,19 @@ public final class Taskbroker implements AutoCloseable {
    * delay, at most 10 s each and 5 tries in all ({@link ErrorDetails#submitRetryDelay}); then it is
    * thrown. An interrupt during the wait throws the refusal with the interrupt flag set.
    */
+  @SuppressWarnings("try") // the scope is what makes the span current for the call
   private dev.taskbroker.v1.SubmitResponse send(dev.taskbroker.v1.SubmitRequest req) {
+    // One send span around the resends; its context is the tasks' creation context.
+    Tracing.Send span = Tracing.send(req);
+    try (io.opentelemetry.context.Scope scope = span.makeCurrent()) {
+      return span.sent(sendTraced(span.request()));
+    } catch (RuntimeException | Error e) {
+      span.failed(e);
+      throw e;
+    }
+  }
+
+  private dev.taskbroker.v1.SubmitResponse sendTraced(dev.taskbroker.v1.SubmitRequest req) {
     for (int retries = 0; ; retries++) {
       try {
         return broker().withDeadlineAfter(10, TimeUnit.SECONDS).submit(req);

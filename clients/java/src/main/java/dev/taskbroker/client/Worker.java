@@ -642,7 +642,7 @@ public final class Worker implements AutoCloseable {
     Throwable error = null;
     boolean returned = false;
     try {
-      Object value = runChain(ctx);
+      Object value = Tracing.process(ctx, metrics, () -> runChain(ctx));
       returned = true;
       result = encodeResult(ctx.queue(), value);
     } catch (Throwable t) {

@@ -10,7 +10,10 @@ import java.time.Duration;
 
 /**
  * The worker's instruments, from the meter {@code taskbroker} of the OpenTelemetry API (inert
- * until the application installs an SDK): docs/client-spec.md, client-side metrics.
+ * until the application installs an SDK): docs/client-spec.md, client-side metrics. Beside its
+ * own, the consumer instruments of the OpenTelemetry messaging conventions ({@code
+ * messaging.client.consumed.messages}, {@code messaging.process.duration}; Submit counts {@code
+ * messaging.client.sent.messages}, see {@link Tracing}).
  */
 final class WorkerMetrics {
   static final String METER = "taskbroker";
@@ -37,6 +40,8 @@ final class WorkerMetrics {
   private final LongCounter leasesLost;
   private final LongCounter settleRetries;
   private final LongCounter settleCalls;
+  private final LongCounter consumed;
+  private final DoubleHistogram process;
 
   WorkerMetrics(MeterProvider provider) {
     Meter meter = provider.get(METER);
@@ -66,6 +71,19 @@ final class WorkerMetrics {
             .counterBuilder("taskbroker.worker.settle.calls")
             .setDescription("Settle calls sent, by RPC (Complete, CompleteMany, Fail)")
             .build();
+    // The OpenTelemetry messaging conventions' consumer instruments.
+    consumed =
+        meter
+            .counterBuilder("messaging.client.consumed.messages")
+            .setUnit("{message}")
+            .setDescription("Leased tasks given to a handler")
+            .build();
+    process =
+        meter
+            .histogramBuilder("messaging.process.duration")
+            .setUnit("s")
+            .setDescription("How long handlers ran (messaging conventions)")
+            .build();
   }
 
   void task(String queue, Outcome outcome, Duration ran) {
@@ -85,5 +103,15 @@ final class WorkerMetrics {
   /** One settle call sent: {@code rpc} is Complete, CompleteMany or Fail. */
   void settleCall(String rpc) {
     settleCalls.add(1, Attributes.of(RPC, rpc));
+  }
+
+  /** A leased task given to its handler. */
+  void consumed(String queue) {
+    consumed.add(1, Tracing.messagingAttributes(queue, "process", null));
+  }
+
+  /** A handler's run; {@code error} when it threw (its {@code error.type}). */
+  void processed(String queue, double seconds, Throwable error) {
+    process.record(seconds, Tracing.messagingAttributes(queue, "process", error));
   }
 }
