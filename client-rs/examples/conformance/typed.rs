@@ -117,6 +117,28 @@ pub async fn typed_handlers(c: Client, q: String) -> Outcome {
                 format!("{n} succeeded tasks counted for {queue}, want 1"),
             )?;
         }
+        // The conventional instrument: every delivery, the failed one with its error type.
+        for (queue, want) in [(&qa, 2), (&qb, 1)] {
+            let n = readings.count(
+                "messaging.client.consumed.messages",
+                &[("messaging.destination.name", queue)],
+            );
+            check(
+                n == want,
+                format!("{n} consumed messages counted for {queue}, want {want}"),
+            )?;
+        }
+        let n = readings.count(
+            "messaging.client.consumed.messages",
+            &[
+                ("messaging.destination.name", &qa),
+                ("error.type", "failed"),
+            ],
+        );
+        check(
+            n == 1,
+            format!("{n} failed deliveries counted for {qa}, want 1"),
+        )?;
         Ok(())
     }
     .await;

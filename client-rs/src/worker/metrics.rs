@@ -37,6 +37,8 @@ pub(crate) enum Rpc {
 
 #[derive(Clone)]
 pub(crate) struct Metrics {
+    consumed: Counter<u64>,
+    process_duration: Histogram<f64>,
     tasks: Counter<u64>,
     duration: Histogram<f64>,
     leases_lost: Counter<u64>,
@@ -47,6 +49,17 @@ pub(crate) struct Metrics {
 impl Metrics {
     pub(crate) fn new(meter: &Meter) -> Self {
         Metrics {
+            // The OpenTelemetry messaging conventions' names, beside the runtime's own.
+            consumed: meter
+                .u64_counter("messaging.client.consumed.messages")
+                .with_unit("{message}")
+                .with_description("Tasks delivered to a handler")
+                .build(),
+            process_duration: meter
+                .f64_histogram("messaging.process.duration")
+                .with_unit("s")
+                .with_description("How long each attempt's handler ran")
+                .build(),
             tasks: meter
                 .u64_counter("taskbroker.worker.tasks")
                 .with_description("Task attempts run by this worker, by queue and outcome")
@@ -78,6 +91,16 @@ impl Metrics {
         ];
         self.tasks.add(1, &attrs);
         self.duration.record(seconds, &attrs);
+        let mut conventional = vec![
+            KeyValue::new("messaging.system", "taskbroker"),
+            KeyValue::new("messaging.operation.name", "process"),
+            KeyValue::new("messaging.destination.name", queue.to_string()),
+        ];
+        if kind != Kind::Succeeded {
+            conventional.push(KeyValue::new("error.type", kind.as_str()));
+        }
+        self.consumed.add(1, &conventional);
+        self.process_duration.record(seconds, &conventional);
         if kind == Kind::LeaseLost {
             self.leases_lost
                 .add(1, &[KeyValue::new("queue", queue.to_string())]);
