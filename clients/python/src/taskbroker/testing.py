@@ -47,6 +47,7 @@ from taskbroker.client import decode_result, task_spec
 from taskbroker.context import CANCEL_REQUESTED, DEADLINE, LEASE_LOST, STOPPING, TaskContext
 from taskbroker.errors import LeaseLostError, raise_if_failed
 from taskbroker.serde import DEFAULT_SERIALIZER, Serializer, encode_payload
+from taskbroker.tasks import TaskInfo
 from taskbroker.v1 import admin_pb2, broker_pb2, event_pb2
 from taskbroker.wait import WaitTimeout
 from taskbroker.worker import _fail_request
@@ -578,9 +579,9 @@ class FakeClient(_FakeBase):
     def submit_and_wait(self, queue: str, payload: Any = b"", *, timeout: spec.Duration | None = None, **submit: Any) -> admin_pb2.Task:
         return self.wait(self.submit(queue, payload, **submit).task_id, timeout=timeout)
 
-    def get_task(self, task_id: str, *, timeout: spec.Duration = spec.CALL_TIMEOUT) -> admin_pb2.Task:
+    def get_task(self, task_id: str, *, timeout: spec.Duration = spec.CALL_TIMEOUT) -> TaskInfo:
         """The task as the fake holds it (``.state``, ``.result``, ``.attempt``, ``.last_error``)."""
-        return self._copy(task_id)
+        return TaskInfo.of(self._copy(task_id))
 
     def get_result(self, task: str | admin_pb2.Task, type_: type[T], *, timeout: spec.Duration = spec.CALL_TIMEOUT) -> T:
         """As ``Client.get_result``."""
@@ -653,8 +654,8 @@ class AsyncFakeClient(_FakeBase):
             if self._settle(stored, ctx, out):
                 return
 
-    async def get_task(self, task_id: str, *, timeout: spec.Duration = spec.CALL_TIMEOUT) -> admin_pb2.Task:
-        return self._copy(task_id)
+    async def get_task(self, task_id: str, *, timeout: spec.Duration = spec.CALL_TIMEOUT) -> TaskInfo:
+        return TaskInfo.of(self._copy(task_id))
 
     async def get_result(self, task: str | admin_pb2.Task, type_: type[T], *, timeout: spec.Duration = spec.CALL_TIMEOUT) -> T:
         return self._result(task, type_)
