@@ -4,10 +4,11 @@
 # leaks in), `cargo package` there (the .crate that `cargo publish` uploads; the build below
 # stands for its verification), the .crate unpacked into a directory outside the copy, and a
 # fresh Cargo project, outside the copy too, that depends on that directory alone and compiles
-# and runs a five-line program using Client and Worker; then its worker (src/bin/install-check-worker.rs:
-# `run_until_signal`) and producer (src/bin/install-check-producer.rs: submits a task, waits for it and prints
-# the worker's result) run against a broker started from the debug build on loopback with a
-# fresh SQLite database (scripts/broker.sh; built here when missing). The project reuses the
+# and runs a five-line program using Client and Worker; then its worker
+# (src/bin/install-check-worker.rs: `run_until_signal`) and producer
+# (src/bin/install-check-producer.rs: submits a task, waits for it and prints the worker's
+# result) run against a broker started from the debug build on loopback with a fresh SQLite
+# database (scripts/broker.sh; built here when missing). The project reuses the
 # repository's Cargo.lock (the versions it was tested with) and target directory, so only the
 # client itself is compiled again. Ends with `install check: ok`.
 set -euo pipefail
