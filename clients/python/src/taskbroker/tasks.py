@@ -117,7 +117,7 @@ class TaskInfo:
 
     def __getattr__(self, name: str) -> Any:
         # Only called for names that are not fields: the message's other fields.
-        if name == "proto":
+        if name == "proto" or name.startswith("_"):
             raise AttributeError(name)
         return getattr(self.proto, name)
 
