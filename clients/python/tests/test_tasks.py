@@ -61,7 +61,7 @@ def test_get_list_cancel_requeue_and_explain_a_task() -> None:
         assert tb.get_result(tb.get_task(task_id), str) == "sent to ada"
         finished = tb.get_task(task_id)
         assert finished.state is TaskState.SUCCEEDED and finished.finished_at is not None
-        assert done.id == task_id
+        assert (done.id, str(done.state), done.result) == (task_id, "SUCCEEDED", b'"sent to ada"')
 
 
 @live

@@ -228,21 +228,20 @@ class AsyncClient:
         t = await self.get_task(task, timeout=timeout) if isinstance(task, str) else task
         return decode_result(self.serializer, t, type_)
 
-    async def wait(self, task_id: str, *, timeout: Duration | None = None) -> admin_pb2.Task:
+    async def wait(self, task_id: str, *, timeout: Duration | None = None) -> TaskInfo:
         """As ``Client.wait``: the SUCCEEDED task, followed on WatchTasks; ``TaskFailedError``
         for one that ended DEAD or CANCELLED; ``WaitTimeout``."""
-        return raise_if_failed(
-            (await wait_tasks_async(self.admin, [task_id], None if timeout is None else seconds(timeout)))[0]
-        )
+        return raise_if_failed((await self.wait_all([task_id], timeout=timeout))[0])  # type: ignore[no-any-return]
 
-    async def wait_all(self, task_ids: Iterable[str], *, timeout: Duration | None = None) -> list[admin_pb2.Task]:
+    async def wait_all(self, task_ids: Iterable[str], *, timeout: Duration | None = None) -> list[TaskInfo]:
         """As ``Client.wait_all``: several tasks on one stream, in the order given, whatever
         their final state."""
-        return await wait_tasks_async(self.admin, task_ids, None if timeout is None else seconds(timeout))
+        tasks = await wait_tasks_async(self.admin, task_ids, None if timeout is None else seconds(timeout))
+        return [TaskInfo.of(t) for t in tasks]
 
     async def submit_and_wait(
         self, queue: str, payload: Any = b"", *, timeout: Duration | None = None, **submit: Any
-    ) -> admin_pb2.Task:
+    ) -> TaskInfo:
         """``submit`` (same keyword arguments) then ``wait`` up to ``timeout``."""
         task_id = (await self.submit(queue, payload, **submit)).task_id
         return await self.wait(task_id, timeout=timeout)

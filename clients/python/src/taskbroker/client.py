@@ -340,22 +340,22 @@ class Client:
         t = self.get_task(task, timeout=timeout) if isinstance(task, str) else task
         return decode_result(self.serializer, t, type_)
 
-    def wait(self, task_id: str, *, timeout: Duration | None = None) -> admin_pb2.Task:
+    def wait(self, task_id: str, *, timeout: Duration | None = None) -> TaskInfo:
         """Blocks until the task is SUCCEEDED and returns it (``.state``, ``.result``),
         following it on WatchTasks rather than polling. A task that ends DEAD or CANCELLED
         raises ``TaskFailedError`` (``.task_id``, ``.state``, ``.last_error``, ``.task``).
         Raises ``WaitTimeout`` (a ``TimeoutError``) after ``timeout`` seconds; the task
         carries on."""
-        return raise_if_failed(wait_tasks(self.admin, [task_id], None if timeout is None else seconds(timeout))[0])
+        return raise_if_failed(self.wait_all([task_id], timeout=timeout)[0])  # type: ignore[no-any-return]
 
-    def wait_all(self, task_ids: Iterable[str], *, timeout: Duration | None = None) -> list[admin_pb2.Task]:
+    def wait_all(self, task_ids: Iterable[str], *, timeout: Duration | None = None) -> list[TaskInfo]:
         """Waits for several tasks (up to 1000) on one stream and returns them in the order
         given, whatever their final state (read each one's ``.state``; no TaskFailedError)."""
-        return wait_tasks(self.admin, task_ids, None if timeout is None else seconds(timeout))
+        return [TaskInfo.of(t) for t in wait_tasks(self.admin, task_ids, None if timeout is None else seconds(timeout))]
 
     def submit_and_wait(
         self, queue: str, payload: Any = b"", *, timeout: Duration | None = None, **submit: Any
-    ) -> admin_pb2.Task:
+    ) -> TaskInfo:
         """``submit`` (with the same keyword arguments) then ``wait`` up to ``timeout``
         (``TaskFailedError`` for a task that ends DEAD or CANCELLED)."""
         task_id = self.submit(queue, payload, **submit).task_id
