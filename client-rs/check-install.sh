@@ -4,13 +4,18 @@
 # leaks in), `cargo package` there (the .crate that `cargo publish` uploads; the build below
 # stands for its verification), the .crate unpacked into a directory outside the copy, and a
 # fresh Cargo project, outside the copy too, that depends on that directory alone and compiles
-# and runs a five-line program using Client and Worker. The project reuses the repository's
-# Cargo.lock (the versions it was tested with) and target directory, so only the client itself
-# is compiled again. Ends with `install check: ok`.
+# and runs a five-line program using Client and Worker; then its worker
+# (src/bin/install-check-worker.rs: `run_until_signal`) and producer
+# (src/bin/install-check-producer.rs: submits a task, waits for it and prints the worker's
+# result) run against a broker started from the debug build on loopback with a fresh SQLite
+# database (scripts/broker.sh; built here when missing). The project reuses the
+# repository's Cargo.lock (the versions it was tested with) and target directory, so only the
+# client itself is compiled again. Ends with `install check: ok`.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/taskbroker-rs-install.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
+. "$root/scripts/broker.sh"
+trap 'stop_broker; rm -rf "$tmp"' EXIT
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 
 echo "== cargo package (a git archive HEAD copy)"
@@ -53,9 +58,47 @@ async fn main() {
     println!("worker {} built", w.worker_id().len() > 0);
 }
 RS
+mkdir -p "$tmp/app/src/bin"
+cat >"$tmp/app/src/bin/install-check-worker.rs" <<'RS'
+use taskbroker_client::{Client, TaskContext, TaskError, Worker};
+#[tokio::main]
+async fn main() -> Result<(), taskbroker_client::Error> {
+    let client = Client::connect(&format!("http://{}", std::env::var("TASKBROKER_ADDR").unwrap())).await?;
+    let send = |ctx: TaskContext| async move { Ok::<_, TaskError>(format!("sent to {}", String::from_utf8_lossy(ctx.payload()))) };
+    Worker::builder(client).queue("emails", send).build().run_until_signal().await // until SIGTERM, then drains
+}
+RS
+cat >"$tmp/app/src/bin/install-check-producer.rs" <<'RS'
+use std::time::Duration;
+use taskbroker_client::{Client, TaskSpec};
+#[tokio::main]
+async fn main() -> Result<(), taskbroker_client::Error> {
+    let client = Client::connect(&format!("http://{}", std::env::var("TASKBROKER_ADDR").unwrap())).await?;
+    let task = client.submit(TaskSpec::new("emails", b"ada@example.com".to_vec())).await?;
+    let result = client.wait(&task.task_id, Duration::from_secs(60)).await?;
+    println!("result {}", String::from_utf8_lossy(&result));
+    Ok(())
+}
+RS
 cp "$root/Cargo.lock" "$tmp/app/Cargo.lock"
 echo "== cargo run (a fresh project depending on the unpacked crate alone)"
-out="$(cargo run -q --manifest-path "$tmp/app/Cargo.toml")"
+out="$(cargo run -q --manifest-path "$tmp/app/Cargo.toml" --bin install-check)"
 echo "$out"
 [ "$out" = "worker true built" ] || { echo "install check: unexpected output" >&2; exit 1; }
+
+echo "== a worker and a producer against a broker on loopback (target/debug/taskbroker, fresh SQLite)"
+cargo build -q --manifest-path "$tmp/app/Cargo.toml" --bins
+build_broker
+: >"$tmp/stdout"
+: >"$tmp/stderr"
+start_broker 127.0.0.1:0 127.0.0.1:0
+export TASKBROKER_ADDR="$addr"
+"$CARGO_TARGET_DIR/debug/install-check-worker" &
+worker=$!
+out="$(timeout 120 "$CARGO_TARGET_DIR/debug/install-check-producer")" || { kill "$worker"; echo "install check: the producer failed" >&2; exit 1; }
+kill -TERM "$worker"
+wait "$worker" || { echo "install check: the worker did not stop cleanly on SIGTERM" >&2; exit 1; }
+echo "$out"
+[ "$out" = "result sent to ada@example.com" ] || { echo "install check: unexpected producer output" >&2; exit 1; }
+echo "worker and producer ran against $TASKBROKER_ADDR"
 echo "install check: ok"

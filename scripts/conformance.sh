@@ -59,7 +59,8 @@ if [ -n "$faults" ] && [ "$lang" != rust ] && [ ! -x "clients/$lang/faults.sh" ]
 fi
 
 echo "== building the broker" >&2
-cargo build -q -p taskbroker-server --bin taskbroker
+. scripts/broker.sh
+build_broker
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/taskbroker-conformance.XXXXXX")"
 broker_pid=""
@@ -143,43 +144,6 @@ else
   unset TASKBROKER_TOKEN TASKBROKER_WORKER_TOKEN TASKBROKER_CA TASKBROKER_CLIENT_CERT \
     TASKBROKER_CLIENT_KEY
 fi
-
-# start_broker LISTEN METRICS: starts the broker on those addresses with the database in
-# $tmp (appending to its log files), writes its pid to $tmp/broker.pid and waits until it
-# prints "taskbroker listening on HOST:PORT"; sets addr and metrics_addr. Returns 1 (the log
-# printed) when it exits first or is not listening within 60 s.
-start_broker() {
-  local pid lines
-  lines="$(wc -l <"$tmp/stdout" 2>/dev/null || echo 0)"
-  target/debug/taskbroker serve \
-    --listen "$1" \
-    --database-url "${TASKBROKER_CONFORMANCE_DATABASE_URL:-sqlite://$tmp/tb.db}" \
-    --reclaim-interval 200ms \
-    --metrics-listen "$2" \
-    "${security[@]}" \
-    >>"$tmp/stdout" 2>>"$tmp/stderr" &
-  pid=$!
-  echo "$pid" >"$tmp/broker.pid"
-  addr=""
-  for _ in $(seq 1 600); do # 600 x 0.1 s = 60 s
-    addr="$(tail -n +"$((lines + 1))" "$tmp/stdout" | sed -n 's/^taskbroker listening on \([^ ]*\).*$/\1/p' | head -n 1)"
-    if [ -n "$addr" ]; then
-      metrics_addr="$(tail -n +"$((lines + 1))" "$tmp/stdout" | sed -n 's|^  metrics:  http://\([^/]*\)/metrics$|\1|p' | head -n 1)"
-      return 0
-    fi
-    if ! kill -0 "$pid" 2>/dev/null; then
-      wait "$pid" && status=0 || status=$?
-      echo "the broker exited (status $status) before it was listening; its log:" >&2
-      cat "$tmp/stdout" "$tmp/stderr" >&2
-      rm -f "$tmp/broker.pid"
-      return 1
-    fi
-    sleep 0.1
-  done
-  echo "the broker did not print 'taskbroker listening on ...' within 60 s; its log:" >&2
-  cat "$tmp/stdout" "$tmp/stderr" >&2
-  return 1
-}
 
 : >"$tmp/stdout"
 : >"$tmp/stderr"

@@ -116,7 +116,9 @@ step "docs: generated reference up to date, every RPC documented, links resolve"
 python3 scripts/gen-reference.py
 
 # Each client installs from the committed tree as docs/clients.md says (a `git archive HEAD`
-# copy into a fresh project of that language), compiles and runs a small program.
+# copy into a fresh project of that language), compiles and runs a small program, then a worker
+# and a producer of that project against a broker from the debug build on loopback
+# (scripts/broker.sh; each check builds it when missing).
 step "clients install from a clean checkout"
 for lang in $langs; do
   case "$lang" in

@@ -11,18 +11,22 @@
 # 2. From a checkout, before any tag: a second fresh module with a `replace` of the module path
 #    to that copy, then the same `go get` and `go build`.
 # Each builds and runs a small program that imports the client, a typed handler and the worker,
-# and builds a Client. The other dependencies come from the Go module proxy. Ends with
-# "install check: ok".
+# and builds a Client; then a worker (cmd/worker: Run until SIGTERM) and a producer
+# (cmd/producer: submits a task, waits for it and prints the worker's result) of the same
+# module run against a broker started from the debug build on loopback with a fresh SQLite
+# database (scripts/broker.sh; built here when missing). The other dependencies come from the Go
+# module proxy. Ends with "install check: ok".
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(git -C "$here" rev-parse --show-toplevel)"
+. "$root/scripts/broker.sh"
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 module=github.com/taskbroker/taskbroker/clients/go
 # Any version works for the check; a release names it in its tag, clients/go/$version.
 version=v0.1.0
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/taskbroker-go-install.XXXXXX")"
-trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'stop_broker; chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 
 echo "== the committed tree of clients/go (git archive HEAD)"
 git -C "$root" archive --format=tar HEAD clients/go | tar -x -C "$tmp"
@@ -81,15 +85,114 @@ func main() {
 }
 GO
 
-# build DIR: the program in DIR, `go build` with what `go get` wrote, run.
+mkdir -p "$tmp/cmd/worker" "$tmp/cmd/producer"
+cat >"$tmp/cmd/worker/main.go" <<'GO'
+package main
+
+import (
+	"context"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+
+	taskbroker "github.com/taskbroker/taskbroker/clients/go"
+	"github.com/taskbroker/taskbroker/clients/go/worker"
+)
+
+type Email struct {
+	To string `json:"to"`
+}
+
+func main() {
+	c, err := taskbroker.Connect(os.Getenv("TASKBROKER_ADDR"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	mux := worker.NewMux()
+	mux.Handle("emails", worker.HandleJSON(func(ctx context.Context, t *worker.Task, e Email) (map[string]string, error) {
+		return map[string]string{"sent_to": e.To}, nil
+	}))
+	w, err := mux.Worker(c, worker.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := w.Run(ctx); err != nil { // until SIGTERM, then drains
+		log.Fatal(err)
+	}
+}
+GO
+cat >"$tmp/cmd/producer/main.go" <<'GO'
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	taskbroker "github.com/taskbroker/taskbroker/clients/go"
+)
+
+type Email struct {
+	To string `json:"to"`
+}
+
+func main() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := taskbroker.Connect(os.Getenv("TASKBROKER_ADDR"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	res, err := taskbroker.SubmitJSON(ctx, c.Broker, "emails", Email{To: "ada@example.com"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	task, err := c.Wait(ctx, res.GetTaskId())
+	if err != nil {
+		log.Fatal(err)
+	}
+	result, err := taskbroker.ResultJSON[map[string]string](task)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("result", result["sent_to"])
+}
+GO
+
+# build DIR: the programs in DIR, `go build` with what `go get` wrote, run; then the worker in
+# the background and the producer until it read the worker's result back.
 build() {
   cp "$tmp/main.go" "$1/main.go"
-  (cd "$1" && go build -o installcheck .) || { echo "install check: go build failed in $1 after go get" >&2; return 1; }
-  local out
+  cp -r "$tmp/cmd" "$1/cmd"
+  (cd "$1" && go build -o installcheck . && go build -o bin/ ./cmd/...) ||
+    { echo "install check: go build failed in $1 after go get" >&2; return 1; }
+  local out worker
   out="$(cd "$1" && ./installcheck)"
   echo "$out"
   [ "$out" = "client for 127.0.0.1:50051 worker on [emails]" ] || { echo "install check: unexpected output" >&2; return 1; }
+  "$1/bin/worker" &
+  worker=$!
+  out="$(timeout 120 "$1/bin/producer")" || { kill "$worker"; echo "install check: the producer failed" >&2; return 1; }
+  kill -TERM "$worker"
+  wait "$worker" || { echo "install check: the worker did not stop cleanly on SIGTERM" >&2; return 1; }
+  echo "$out"
+  [ "$out" = "result ada@example.com" ] || { echo "install check: unexpected producer output" >&2; return 1; }
+  echo "worker and producer ran against $TASKBROKER_ADDR"
 }
+
+echo "== a broker on loopback (target/debug/taskbroker, fresh SQLite)"
+build_broker
+: >"$tmp/stdout"
+: >"$tmp/stderr"
+start_broker 127.0.0.1:0 127.0.0.1:0
+export TASKBROKER_ADDR="$addr"
 
 echo "== a fresh module: go get $module/...@$version from the module zip"
 mkdir "$tmp/app"

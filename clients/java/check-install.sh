@@ -9,7 +9,10 @@
 #    they would see the published artifacts.
 # 2. A plain Maven project that imports dev.taskbroker:taskbroker-bom, depends on
 #    taskbroker-client without a version, and compiles and runs a five-line program that submits
-#    nothing and builds a Client and a Worker.
+#    nothing and builds a Client and a Worker; then its worker (app.WorkerMain: `run()` until
+#    SIGTERM) and producer (app.ProducerMain: submits a task, waits for it and prints the
+#    worker's result and the task's state) against a broker started from the debug build on
+#    loopback with a fresh SQLite database (scripts/broker.sh; built here when missing).
 # 3. A Spring Boot 3.x application (spring-boot-starter-parent, the BOM imported, the starter
 #    without a version, no other override: Spring Boot's own OpenTelemetry API) with one
 #    @TaskHandler bean, started with its worker and closed.
@@ -21,7 +24,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/taskbroker-java-install.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
+. "$root/scripts/broker.sh"
+trap 'stop_broker; rm -rf "$tmp"' EXIT
 log="$tmp/mvn.log"
 repo="$tmp/m2"
 if [ -d "$HOME/.m2/repository" ] && cp -al "$HOME/.m2/repository" "$repo" 2>/dev/null; then
@@ -132,12 +136,70 @@ public class Main {
   }
 }
 JAVA
+cat >"$app/src/main/java/app/WorkerMain.java" <<'JAVA'
+package app;
+
+import dev.taskbroker.client.Taskbroker;
+import dev.taskbroker.client.Worker;
+import java.util.Map;
+
+public class WorkerMain {
+  record Email(String to) {}
+
+  public static void main(String[] args) {
+    try (Taskbroker tb = Taskbroker.connect(System.getenv("TASKBROKER_ADDR"));
+        Worker w = Worker.builder(tb).handle("emails", Email.class, (task, email) -> Map.of("sentTo", email.to())).build()) {
+      w.stopOnShutdown();
+      w.run(); // until SIGTERM, then drains
+    }
+  }
+}
+JAVA
+cat >"$app/src/main/java/app/ProducerMain.java" <<'JAVA'
+package app;
+
+import dev.taskbroker.client.Taskbroker;
+import dev.taskbroker.v1.Task;
+import java.time.Duration;
+import java.util.Map;
+
+public class ProducerMain {
+  record Email(String to) {}
+
+  public static void main(String[] args) {
+    try (Taskbroker tb = Taskbroker.connect(System.getenv("TASKBROKER_ADDR"))) {
+      String id = tb.submit("emails", new Email("ada@example.com")).getTaskId();
+      Task task = tb.waitFor(id, Duration.ofSeconds(60));
+      System.out.println("result " + tb.result(task, Map.class).get("sentTo") + " " + tb.getTask(id).state());
+    }
+  }
+}
+JAVA
 out="$(run "$app" app.Main)"
 echo "$out"
 [ "$out" = 'built a worker for [emails]; payload {"to":"a@example.com"}' ] || {
   echo "install check: unexpected output" >&2
   exit 1
 }
+
+echo "== its worker and producer against a broker on loopback (target/debug/taskbroker, fresh SQLite)"
+build_broker
+: >"$tmp/stdout"
+: >"$tmp/stderr"
+start_broker 127.0.0.1:0 127.0.0.1:0
+export TASKBROKER_ADDR="$addr"
+(cd "$app" && exec java -cp "target/classes:$(cat cp.txt)" app.WorkerMain) &
+worker=$!
+out="$(cd "$app" && timeout 120 java -cp "target/classes:$(cat cp.txt)" app.ProducerMain)" ||
+  { kill "$worker"; echo "install check: the producer failed" >&2; exit 1; }
+kill -TERM "$worker"
+# A JVM ended by SIGTERM exits 143 once its shutdown hooks (the worker's drain) have run.
+wait "$worker" && status=0 || status=$?
+[ "$status" -eq 0 ] || [ "$status" -eq 143 ] || { echo "install check: the worker exited $status on SIGTERM" >&2; exit 1; }
+echo "$out"
+[ "$out" = "result ada@example.com SUCCEEDED" ] || { echo "install check: unexpected producer output" >&2; exit 1; }
+echo "worker and producer ran against $TASKBROKER_ADDR"
+stop_broker
 
 echo "== a fresh Spring Boot $boot application: taskbroker-bom imported, the starter, no override"
 spring="$tmp/spring-app"

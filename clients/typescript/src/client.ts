@@ -30,6 +30,8 @@ import { currentTraceparent, SendSpan, TRACEPARENT } from "./tracing.js";
 import { DEFAULTS, submitRetryDelayMs } from "./spec.js";
 import { decodeResult, json, payloadBytes, type Serializer } from "./serializer.js";
 import { TaskbrokerError, throwIfFailed } from "./errors.js";
+import * as ops from "./admin.js";
+import type { TaskExplanation, TaskFilter, TaskInfo } from "./admin.js";
 
 /** The ErrorInfo domain of every error the broker raises. */
 export const ERROR_DOMAIN = "taskbroker.dev";
@@ -224,6 +226,35 @@ export class Client implements Taskbroker {
       throw new TaskbrokerError(`task ${taskId} is ${state}, not SUCCEEDED: it has no result`);
     }
     return decodeResult<Result>(task.result, this.serializer);
+  }
+
+  /** One task as the broker has it now, its state by name (`"SUCCEEDED"`), times as Dates. */
+  getTask(taskId: string): Promise<TaskInfo> {
+    return ops.getTask(this.admin, taskId);
+  }
+
+  /**
+   * Every task matching `filter`, newest first, read a page at a time as the loop goes
+   * (`for await (const t of client.listTasks({ queue: "emails", states: ["DEAD"] }))`);
+   * leaving the loop stops reading.
+   */
+  listTasks(filter: TaskFilter = {}): AsyncGenerator<TaskInfo, void, undefined> {
+    return ops.listTasks(this.admin, filter);
+  }
+
+  /** SCHEDULED, READY or BLOCKED: CANCELLED at once. LEASED: `cancelRequested`, and its worker is told. */
+  cancelTask(taskId: string): Promise<TaskInfo> {
+    return ops.cancelTask(this.admin, taskId);
+  }
+
+  /** DEAD or CANCELLED: READY again, with a fresh budget of attempts. */
+  requeueTask(taskId: string): Promise<TaskInfo> {
+    return ops.requeueTask(this.admin, taskId);
+  }
+
+  /** Which gates hold a task that is not running (`gates[i].kind`: `"RUN_AT_IN_FUTURE"`, `"NONE"`...). */
+  explainTask(taskId: string): Promise<TaskExplanation> {
+    return ops.explainTask(this.admin, taskId);
   }
 
   /** Closes the HTTP/2 connection; calls still running fail. A later call opens a new one. */

@@ -25,6 +25,8 @@ export { Code, ConnectError } from "@connectrpc/connect";
 // Times and durations of the messages (runAt, deadline, RetryPolicy backoffs, ...) from Dates and milliseconds.
 export { timestampFromDate, timestampFromMs, timestampDate, timestampMs, durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
 export type { Timestamp, Duration } from "@bufbuild/protobuf/wkt";
+export { taskInfo } from "./admin.js";
+export type { TaskInfo, TaskExplanation, TaskGate, TaskFilter, TaskStateName } from "./admin.js";
 export { Worker } from "./worker.js";
 export type { WorkerOptions, WorkerEvents, RunOptions, Logger } from "./worker.js";
 export { handler } from "./handlers.js";

@@ -41,6 +41,7 @@ from taskbroker.errors import (
     retry_delay,
 )
 from taskbroker.serde import JSONSerializer, PayloadError, Serializer
+from taskbroker.tasks import Explanation, Gate, TaskInfo, TaskState
 from taskbroker.v1 import admin_pb2, broker_pb2, event_pb2, schedule_pb2
 from taskbroker.wait import WaitTimeout
 from taskbroker.worker import TaskContext, Worker
@@ -50,6 +51,8 @@ __all__ = [
     "AsyncTaskContext",
     "AsyncWorker",
     "ERROR_DOMAIN",
+    "Explanation",
+    "Gate",
     "REASON_LEASE_LOST",
     "Client",
     "ConnectOptions",
@@ -61,6 +64,8 @@ __all__ = [
     "Serializer",
     "TLSConfig",
     "TaskContext",
+    "TaskInfo",
+    "TaskState",
     "TaskbrokerError",
     "TaskFailedError",
     "TaskNotSucceededError",

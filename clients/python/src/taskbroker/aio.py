@@ -21,7 +21,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -52,8 +52,9 @@ from taskbroker.errors import (
 from taskbroker.routing import check_labels
 from taskbroker.serde import DEFAULT_SERIALIZER, Serializer, encode_payload
 from taskbroker.spec import Duration, seconds
+from taskbroker.tasks import Explanation, TaskInfo, TaskState, list_request
 from taskbroker.wait import wait_tasks_async
-from taskbroker.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, worker_pb2
+from taskbroker.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, queue_pb2, worker_pb2
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -177,32 +178,71 @@ class AsyncClient:
                     log_submit_retry(err, delay, retries)
                     await asyncio.sleep(delay)
 
-    async def get_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> admin_pb2.Task:
+    async def get_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> TaskInfo:
         """As ``Client.get_task``: the task as the broker has it now."""
-        return (await self.admin.GetTask(admin_pb2.GetTaskRequest(task_id=task_id), timeout=seconds(timeout))).task
+        return TaskInfo.of((await self.admin.GetTask(admin_pb2.GetTaskRequest(task_id=task_id), timeout=seconds(timeout))).task)
+
+    async def list_tasks(
+        self,
+        *,
+        queue: str = "",
+        states: Iterable[TaskState | str] = (),
+        key: str = "",
+        worker_id: str = "",
+        fanout_group: str = "",
+        schedule_id: str = "",
+        created_after: datetime.datetime | None = None,
+        created_before: datetime.datetime | None = None,
+        page_size: int = 0,
+        timeout: Duration = spec.CALL_TIMEOUT,
+    ) -> AsyncIterator[TaskInfo]:
+        """As ``Client.list_tasks``: ``async for t in tb.list_tasks(queue="emails")``."""
+        req = list_request(
+            queue=queue, states=states, key=key, worker_id=worker_id, fanout_group=fanout_group,
+            schedule_id=schedule_id, created_after=created_after, created_before=created_before,
+            page_size=page_size,
+        )
+        while True:
+            resp = await self.admin.ListTasks(req, timeout=seconds(timeout))
+            for t in resp.tasks:
+                yield TaskInfo.of(t)
+            if not resp.next_page_token:
+                return
+            req.page_token = resp.next_page_token
+
+    async def cancel_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> TaskInfo:
+        """As ``Client.cancel_task``."""
+        return TaskInfo.of((await self.admin.CancelTask(admin_pb2.CancelTaskRequest(task_id=task_id), timeout=seconds(timeout))).task)
+
+    async def requeue_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> TaskInfo:
+        """As ``Client.requeue_task``."""
+        return TaskInfo.of((await self.admin.RequeueTask(admin_pb2.RequeueTaskRequest(task_id=task_id), timeout=seconds(timeout))).task)
+
+    async def explain_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> Explanation:
+        """As ``Client.explain_task``."""
+        return Explanation.of(await self.admin.ExplainTask(queue_pb2.ExplainTaskRequest(task_id=task_id), timeout=seconds(timeout)))
 
     async def get_result(
-        self, task: str | admin_pb2.Task, type_: type[T], *, timeout: Duration = spec.CALL_TIMEOUT
+        self, task: str | admin_pb2.Task | TaskInfo, type_: type[T], *, timeout: Duration = spec.CALL_TIMEOUT
     ) -> T:
         """As ``Client.get_result``: a SUCCEEDED task's result decoded as ``type_``."""
         t = await self.get_task(task, timeout=timeout) if isinstance(task, str) else task
         return decode_result(self.serializer, t, type_)
 
-    async def wait(self, task_id: str, *, timeout: Duration | None = None) -> admin_pb2.Task:
+    async def wait(self, task_id: str, *, timeout: Duration | None = None) -> TaskInfo:
         """As ``Client.wait``: the SUCCEEDED task, followed on WatchTasks; ``TaskFailedError``
         for one that ended DEAD or CANCELLED; ``WaitTimeout``."""
-        return raise_if_failed(
-            (await wait_tasks_async(self.admin, [task_id], None if timeout is None else seconds(timeout)))[0]
-        )
+        return raise_if_failed((await self.wait_all([task_id], timeout=timeout))[0])  # type: ignore[no-any-return]
 
-    async def wait_all(self, task_ids: Iterable[str], *, timeout: Duration | None = None) -> list[admin_pb2.Task]:
+    async def wait_all(self, task_ids: Iterable[str], *, timeout: Duration | None = None) -> list[TaskInfo]:
         """As ``Client.wait_all``: several tasks on one stream, in the order given, whatever
         their final state."""
-        return await wait_tasks_async(self.admin, task_ids, None if timeout is None else seconds(timeout))
+        tasks = await wait_tasks_async(self.admin, task_ids, None if timeout is None else seconds(timeout))
+        return [TaskInfo.of(t) for t in tasks]
 
     async def submit_and_wait(
         self, queue: str, payload: Any = b"", *, timeout: Duration | None = None, **submit: Any
-    ) -> admin_pb2.Task:
+    ) -> TaskInfo:
         """``submit`` (same keyword arguments) then ``wait`` up to ``timeout``."""
         task_id = (await self.submit(queue, payload, **submit)).task_id
         return await self.wait(task_id, timeout=timeout)

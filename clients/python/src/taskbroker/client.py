@@ -8,7 +8,7 @@ import datetime
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Union
 
 import grpc
@@ -18,8 +18,9 @@ from taskbroker import spec, tracing
 from taskbroker.errors import TaskNotSucceededError, raise_if_failed
 from taskbroker.serde import DEFAULT_SERIALIZER, Serializer, encode_payload
 from taskbroker.spec import Duration, seconds
+from taskbroker.tasks import Explanation, TaskInfo, TaskState, list_request
 from taskbroker.wait import wait_tasks
-from taskbroker.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, schedule_pb2_grpc, worker_pb2
+from taskbroker.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, queue_pb2, schedule_pb2_grpc, worker_pb2
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -280,11 +281,59 @@ class Client:
                     log_submit_retry(err, delay, retries)
                     time.sleep(delay)
 
-    def get_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> admin_pb2.Task:
-        """The task as the broker has it now (AdminService.GetTask): ``.state``, ``.result``..."""
-        return self.admin.GetTask(admin_pb2.GetTaskRequest(task_id=task_id), timeout=seconds(timeout)).task
+    def get_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> TaskInfo:
+        """The task as the broker has it now (AdminService.GetTask): ``.state`` (a ``TaskState``,
+        printed as ``SUCCEEDED``), ``.result``, ``.run_at`` (a datetime)... and ``.proto``."""
+        return TaskInfo.of(self.admin.GetTask(admin_pb2.GetTaskRequest(task_id=task_id), timeout=seconds(timeout)).task)
 
-    def get_result(self, task: str | admin_pb2.Task, type_: type[T], *, timeout: Duration = spec.CALL_TIMEOUT) -> T:
+    def list_tasks(
+        self,
+        *,
+        queue: str = "",
+        states: Iterable[TaskState | str] = (),
+        key: str = "",
+        worker_id: str = "",
+        fanout_group: str = "",
+        schedule_id: str = "",
+        created_after: datetime.datetime | None = None,
+        created_before: datetime.datetime | None = None,
+        page_size: int = 0,
+        timeout: Duration = spec.CALL_TIMEOUT,
+    ) -> Iterator[TaskInfo]:
+        """Every task matching the filter (all of them when empty), newest first, read a page at
+        a time as the loop goes: ``for t in tb.list_tasks(queue="emails", states=["DEAD"])``.
+        ``states`` takes ``TaskState`` values or names; an unknown one is a ``ValueError``."""
+        req = list_request(
+            queue=queue, states=states, key=key, worker_id=worker_id, fanout_group=fanout_group,
+            schedule_id=schedule_id, created_after=created_after, created_before=created_before,
+            page_size=page_size,
+        )
+
+        def pages() -> Iterator[TaskInfo]:
+            while True:
+                resp = self.admin.ListTasks(req, timeout=seconds(timeout))
+                yield from (TaskInfo.of(t) for t in resp.tasks)
+                if not resp.next_page_token:
+                    return
+                req.page_token = resp.next_page_token
+
+        return pages()
+
+    def cancel_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> TaskInfo:
+        """SCHEDULED, READY or BLOCKED: CANCELLED at once. LEASED: ``cancel_requested``, and
+        its worker is told on its next heartbeat."""
+        return TaskInfo.of(self.admin.CancelTask(admin_pb2.CancelTaskRequest(task_id=task_id), timeout=seconds(timeout)).task)
+
+    def requeue_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> TaskInfo:
+        """DEAD or CANCELLED: READY again, with a fresh budget of attempts."""
+        return TaskInfo.of(self.admin.RequeueTask(admin_pb2.RequeueTaskRequest(task_id=task_id), timeout=seconds(timeout)).task)
+
+    def explain_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> Explanation:
+        """Which gates hold a task that is not running (``.gates[i].kind``: ``RUN_AT_IN_FUTURE``,
+        ``QUEUE_PAUSED``..., ``NONE`` when a worker asking now would get it)."""
+        return Explanation.of(self.admin.ExplainTask(queue_pb2.ExplainTaskRequest(task_id=task_id), timeout=seconds(timeout)))
+
+    def get_result(self, task: str | admin_pb2.Task | TaskInfo, type_: type[T], *, timeout: Duration = spec.CALL_TIMEOUT) -> T:
         """A SUCCEEDED task's result decoded as ``type_`` by the client's serializer (``bytes``:
         as it is). ``task`` is a task id (read now) or a task already read (``wait``'s answer).
         Raises ``TaskFailedError`` when the task ended DEAD or CANCELLED and
@@ -292,22 +341,22 @@ class Client:
         t = self.get_task(task, timeout=timeout) if isinstance(task, str) else task
         return decode_result(self.serializer, t, type_)
 
-    def wait(self, task_id: str, *, timeout: Duration | None = None) -> admin_pb2.Task:
+    def wait(self, task_id: str, *, timeout: Duration | None = None) -> TaskInfo:
         """Blocks until the task is SUCCEEDED and returns it (``.state``, ``.result``),
         following it on WatchTasks rather than polling. A task that ends DEAD or CANCELLED
         raises ``TaskFailedError`` (``.task_id``, ``.state``, ``.last_error``, ``.task``).
         Raises ``WaitTimeout`` (a ``TimeoutError``) after ``timeout`` seconds; the task
         carries on."""
-        return raise_if_failed(wait_tasks(self.admin, [task_id], None if timeout is None else seconds(timeout))[0])
+        return raise_if_failed(self.wait_all([task_id], timeout=timeout)[0])  # type: ignore[no-any-return]
 
-    def wait_all(self, task_ids: Iterable[str], *, timeout: Duration | None = None) -> list[admin_pb2.Task]:
+    def wait_all(self, task_ids: Iterable[str], *, timeout: Duration | None = None) -> list[TaskInfo]:
         """Waits for several tasks (up to 1000) on one stream and returns them in the order
         given, whatever their final state (read each one's ``.state``; no TaskFailedError)."""
-        return wait_tasks(self.admin, task_ids, None if timeout is None else seconds(timeout))
+        return [TaskInfo.of(t) for t in wait_tasks(self.admin, task_ids, None if timeout is None else seconds(timeout))]
 
     def submit_and_wait(
         self, queue: str, payload: Any = b"", *, timeout: Duration | None = None, **submit: Any
-    ) -> admin_pb2.Task:
+    ) -> TaskInfo:
         """``submit`` (with the same keyword arguments) then ``wait`` up to ``timeout``
         (``TaskFailedError`` for a task that ends DEAD or CANCELLED)."""
         task_id = self.submit(queue, payload, **submit).task_id
@@ -344,12 +393,12 @@ class Client:
         self.close()
 
 
-def decode_result(serializer: Serializer, task: admin_pb2.Task, type_: type[T]) -> T:
+def decode_result(serializer: Serializer, task: admin_pb2.Task | TaskInfo, type_: type[T]) -> T:
     """A SUCCEEDED task's result as ``type_``; TaskFailedError for a task that ended DEAD or
     CANCELLED, TaskNotSucceededError for one not finished."""
     raise_if_failed(task)
     if task.state != broker_pb2.TASK_STATE_SUCCEEDED:
-        state = broker_pb2.TaskState.Name(task.state).removeprefix("TASK_STATE_")
+        state = TaskState(task.state).name
         why = f": {task.last_error}" if task.last_error else ""
         raise TaskNotSucceededError(f"task {task.id} is {state}, not SUCCEEDED{why}", task)
     if type_ is bytes:

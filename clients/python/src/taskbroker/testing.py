@@ -47,6 +47,7 @@ from taskbroker.client import decode_result, task_spec
 from taskbroker.context import CANCEL_REQUESTED, DEADLINE, LEASE_LOST, STOPPING, TaskContext
 from taskbroker.errors import LeaseLostError, raise_if_failed
 from taskbroker.serde import DEFAULT_SERIALIZER, Serializer, encode_payload
+from taskbroker.tasks import TaskInfo
 from taskbroker.v1 import admin_pb2, broker_pb2, event_pb2
 from taskbroker.wait import WaitTimeout
 from taskbroker.worker import _fail_request
@@ -407,7 +408,7 @@ class _FakeBase:
         task.CopyFrom(self._stored(task_id).task)
         return task
 
-    def _result(self, task: str | admin_pb2.Task, type_: type[T]) -> T:
+    def _result(self, task: str | admin_pb2.Task | TaskInfo, type_: type[T]) -> T:
         return decode_result(self.serializer, self._copy(task) if isinstance(task, str) else task, type_)
 
     def _finished(self, task_id: str) -> admin_pb2.Task:
@@ -567,22 +568,22 @@ class FakeClient(_FakeBase):
             if self._settle(stored, ctx, out):
                 return
 
-    def wait(self, task_id: str, *, timeout: spec.Duration | None = None) -> admin_pb2.Task:
+    def wait(self, task_id: str, *, timeout: spec.Duration | None = None) -> TaskInfo:
         """As ``Client.wait``: the SUCCEEDED task, ``TaskFailedError`` for DEAD or CANCELLED,
         ``WaitTimeout`` for a task that has not run."""
-        return raise_if_failed(self._finished(task_id))
+        return raise_if_failed(TaskInfo.of(self._finished(task_id)))  # type: ignore[no-any-return]
 
-    def wait_all(self, task_ids: Iterable[str], *, timeout: spec.Duration | None = None) -> list[admin_pb2.Task]:
-        return [self._finished(t) for t in task_ids]
+    def wait_all(self, task_ids: Iterable[str], *, timeout: spec.Duration | None = None) -> list[TaskInfo]:
+        return [TaskInfo.of(self._finished(t)) for t in task_ids]
 
-    def submit_and_wait(self, queue: str, payload: Any = b"", *, timeout: spec.Duration | None = None, **submit: Any) -> admin_pb2.Task:
+    def submit_and_wait(self, queue: str, payload: Any = b"", *, timeout: spec.Duration | None = None, **submit: Any) -> TaskInfo:
         return self.wait(self.submit(queue, payload, **submit).task_id, timeout=timeout)
 
-    def get_task(self, task_id: str, *, timeout: spec.Duration = spec.CALL_TIMEOUT) -> admin_pb2.Task:
+    def get_task(self, task_id: str, *, timeout: spec.Duration = spec.CALL_TIMEOUT) -> TaskInfo:
         """The task as the fake holds it (``.state``, ``.result``, ``.attempt``, ``.last_error``)."""
-        return self._copy(task_id)
+        return TaskInfo.of(self._copy(task_id))
 
-    def get_result(self, task: str | admin_pb2.Task, type_: type[T], *, timeout: spec.Duration = spec.CALL_TIMEOUT) -> T:
+    def get_result(self, task: str | admin_pb2.Task | TaskInfo, type_: type[T], *, timeout: spec.Duration = spec.CALL_TIMEOUT) -> T:
         """As ``Client.get_result``."""
         return self._result(task, type_)
 
@@ -653,19 +654,19 @@ class AsyncFakeClient(_FakeBase):
             if self._settle(stored, ctx, out):
                 return
 
-    async def get_task(self, task_id: str, *, timeout: spec.Duration = spec.CALL_TIMEOUT) -> admin_pb2.Task:
-        return self._copy(task_id)
+    async def get_task(self, task_id: str, *, timeout: spec.Duration = spec.CALL_TIMEOUT) -> TaskInfo:
+        return TaskInfo.of(self._copy(task_id))
 
-    async def get_result(self, task: str | admin_pb2.Task, type_: type[T], *, timeout: spec.Duration = spec.CALL_TIMEOUT) -> T:
+    async def get_result(self, task: str | admin_pb2.Task | TaskInfo, type_: type[T], *, timeout: spec.Duration = spec.CALL_TIMEOUT) -> T:
         return self._result(task, type_)
 
-    async def wait(self, task_id: str, *, timeout: spec.Duration | None = None) -> admin_pb2.Task:
-        return raise_if_failed(self._finished(task_id))
+    async def wait(self, task_id: str, *, timeout: spec.Duration | None = None) -> TaskInfo:
+        return raise_if_failed(TaskInfo.of(self._finished(task_id)))  # type: ignore[no-any-return]
 
-    async def wait_all(self, task_ids: Iterable[str], *, timeout: spec.Duration | None = None) -> list[admin_pb2.Task]:
-        return [self._finished(t) for t in task_ids]
+    async def wait_all(self, task_ids: Iterable[str], *, timeout: spec.Duration | None = None) -> list[TaskInfo]:
+        return [TaskInfo.of(self._finished(t)) for t in task_ids]
 
-    async def submit_and_wait(self, queue: str, payload: Any = b"", *, timeout: spec.Duration | None = None, **submit: Any) -> admin_pb2.Task:
+    async def submit_and_wait(self, queue: str, payload: Any = b"", *, timeout: spec.Duration | None = None, **submit: Any) -> TaskInfo:
         return await self.wait((await self.submit(queue, payload, **submit)).task_id, timeout=timeout)
 
     async def close(self) -> None:

@@ -422,6 +422,68 @@ public final class Taskbroker implements AutoCloseable {
     return waitFor(submit(spec).getTaskId(), timeout);
   }
 
+  /** One task as the broker has it now: its state by name, times as Instants. */
+  public TaskInfo getTask(String taskId) {
+    return TaskInfo.of(
+        admin().getTask(dev.taskbroker.v1.GetTaskRequest.newBuilder().setTaskId(taskId).build()).getTask());
+  }
+
+  /**
+   * Every task matching {@code filter}, newest first, read a page at a time as the stream is
+   * consumed ({@code limit}, {@code findFirst} stop reading).
+   */
+  public java.util.stream.Stream<TaskInfo> listTasks(TaskFilter filter) {
+    AdminServiceGrpc.AdminServiceBlockingStub stub = admin();
+    dev.taskbroker.v1.ListTasksRequest.Builder req = filter.request();
+    java.util.Iterator<TaskInfo> pages =
+        new java.util.Iterator<>() {
+          private java.util.Iterator<dev.taskbroker.v1.Task> page = java.util.Collections.emptyIterator();
+          private boolean last;
+
+          @Override
+          public boolean hasNext() {
+            while (!page.hasNext() && !last) {
+              dev.taskbroker.v1.ListTasksResponse r = stub.listTasks(req.build());
+              page = r.getTasksList().iterator();
+              last = r.getNextPageToken().isEmpty();
+              req.setPageToken(r.getNextPageToken());
+            }
+            return page.hasNext();
+          }
+
+          @Override
+          public TaskInfo next() {
+            if (!hasNext()) {
+              throw new java.util.NoSuchElementException();
+            }
+            return TaskInfo.of(page.next());
+          }
+        };
+    return java.util.stream.StreamSupport.stream(
+        java.util.Spliterators.spliteratorUnknownSize(pages, java.util.Spliterator.ORDERED), false);
+  }
+
+  /**
+   * SCHEDULED, READY or BLOCKED: CANCELLED at once. LEASED: {@code cancelRequested}, and its
+   * worker is told on its next heartbeat.
+   */
+  public TaskInfo cancelTask(String taskId) {
+    return TaskInfo.of(
+        admin().cancelTask(dev.taskbroker.v1.CancelTaskRequest.newBuilder().setTaskId(taskId).build()).getTask());
+  }
+
+  /** DEAD or CANCELLED: READY again, with a fresh budget of attempts. */
+  public TaskInfo requeueTask(String taskId) {
+    return TaskInfo.of(
+        admin().requeueTask(dev.taskbroker.v1.RequeueTaskRequest.newBuilder().setTaskId(taskId).build()).getTask());
+  }
+
+  /** Which gates hold a task that is not running. */
+  public TaskExplanation explainTask(String taskId) {
+    return TaskExplanation.of(
+        admin().explainTask(dev.taskbroker.v1.ExplainTaskRequest.newBuilder().setTaskId(taskId).build()));
+  }
+
   /** A blocking AdminService stub. */
   public AdminServiceGrpc.AdminServiceBlockingStub admin() {
     return AdminServiceGrpc.newBlockingStub(channel);
