@@ -536,6 +536,23 @@ impl Client {
     }
 }
 
+/// `messaging.client.sent.messages` (the OpenTelemetry messaging conventions), on the
+/// global meter provider's `taskbroker` meter: nothing without an installed SDK.
+fn sent_messages(queue: &str, n: usize) {
+    opentelemetry::global::meter("taskbroker")
+        .u64_counter("messaging.client.sent.messages")
+        .with_unit("{message}")
+        .build()
+        .add(
+            n as u64,
+            &[
+                opentelemetry::KeyValue::new("messaging.system", "taskbroker"),
+                opentelemetry::KeyValue::new("messaging.operation.name", "submit"),
+                opentelemetry::KeyValue::new("messaging.destination.name", queue.to_string()),
+            ],
+        );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -599,21 +616,4 @@ mod tests {
         let bare = Client::from_channel(channel);
         assert!(bare.request(()).metadata().get("authorization").is_none());
     }
-}
-
-/// `messaging.client.sent.messages` (the OpenTelemetry messaging conventions), on the
-/// global meter provider's `taskbroker` meter: nothing without an installed SDK.
-fn sent_messages(queue: &str, n: usize) {
-    opentelemetry::global::meter("taskbroker")
-        .u64_counter("messaging.client.sent.messages")
-        .with_unit("{message}")
-        .build()
-        .add(
-            n as u64,
-            &[
-                opentelemetry::KeyValue::new("messaging.system", "taskbroker"),
-                opentelemetry::KeyValue::new("messaging.operation.name", "submit"),
-                opentelemetry::KeyValue::new("messaging.destination.name", queue.to_string()),
-            ],
-        );
 }

@@ -695,12 +695,12 @@ async fn cancel_stops_waiting_tasks_and_asks_running_ones(b: Backend) {
         .task
         .unwrap()
     };
-    // Waiting: cancelled at once, never leased.
+    // Waiting: cancelled at once, never leased; the answer says an operator did it,
+    // as GetTask does.
     let waiting = submit_one(&mut c, spec("cancel")).await;
-    assert_eq!(
-        state(&cancel(&mut admin, &waiting).await),
-        pb::TaskState::Cancelled
-    );
+    let answered = cancel(&mut admin, &waiting).await;
+    assert_eq!(answered.cancel_reason, pb::CancelReason::Operator as i32);
+    assert_eq!(state(&answered), pb::TaskState::Cancelled);
     assert!(lease(&mut c, "cancel", 1).await.is_empty());
 
     // Running, then Fail: CANCELLED without retry.

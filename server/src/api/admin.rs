@@ -24,6 +24,15 @@ impl AdminApi {
     fn task(&self, t: TaskRecord) -> Option<pb::Task> {
         Some(convert::task(t, self.broker.clock().now()))
     }
+
+    /// One task as GetTask answers it: with its dependencies and cancel reason.
+    async fn task_with_flow(&self, t: TaskRecord) -> Result<Option<pb::Task>, Status> {
+        Ok(
+            super::flow::with_flow(&self.broker, self.task(t).into_iter().collect())
+                .await?
+                .pop(),
+        )
+    }
 }
 
 fn non_empty(s: String) -> Option<String> {
@@ -41,9 +50,7 @@ impl AdminService for AdminApi {
         let t = self.broker.get_task(&task_id).await.map_err(status)?;
         super::own(&t, producer.as_deref())?;
         // Flow: dependencies and cancel reason.
-        let task = super::flow::with_flow(&self.broker, self.task(t).into_iter().collect())
-            .await?
-            .pop();
+        let task = self.task_with_flow(t).await?;
         Ok(Response::new(pb::GetTaskResponse { task }))
     }
 
@@ -96,7 +103,9 @@ impl AdminService for AdminApi {
             .cancel_task(&request.into_inner().task_id)
             .await
             .map_err(status)?;
-        Ok(Response::new(pb::CancelTaskResponse { task: self.task(t) }))
+        Ok(Response::new(pb::CancelTaskResponse {
+            task: self.task_with_flow(t).await?,
+        }))
     }
 
     async fn update_task(
@@ -113,7 +122,9 @@ impl AdminService for AdminApi {
             max_attempts: r.max_attempts,
         };
         let t = self.broker.update_task(req).await.map_err(status)?;
-        Ok(Response::new(pb::UpdateTaskResponse { task: self.task(t) }))
+        Ok(Response::new(pb::UpdateTaskResponse {
+            task: self.task_with_flow(t).await?,
+        }))
     }
 
     async fn requeue_task(
@@ -126,7 +137,7 @@ impl AdminService for AdminApi {
             .await
             .map_err(status)?;
         Ok(Response::new(pb::RequeueTaskResponse {
-            task: self.task(t),
+            task: self.task_with_flow(t).await?,
         }))
     }
 
