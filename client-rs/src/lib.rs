@@ -16,7 +16,8 @@
 //! - `workers.rs`: the worker registry ([`Client::list_workers`]) and [`Sticky`].
 //! - `cli/` (feature `cli`): the client subcommands of the `taskbroker` binary.
 //! - `outbox/` (feature `outbox`): [`outbox::enqueue`] in the producer's Postgres
-//!   transaction, and [`outbox::Relay`], which ships those rows to the broker.
+//!   transaction (`outbox::mysql` in MySQL/MariaDB), and [`outbox::Relay`], which
+//!   ships those rows to the broker.
 //! - `testing`: [`testing::TestContext`] and [`testing::FakeBroker`], handlers and
 //!   producers tested with no broker.
 //! - `queue.rs`: live queue settings ([`QueueUpdate`]) and `explain_task` (admission).

@@ -39,7 +39,8 @@ enum ConfigCommand {
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
-    /// Run the broker.
+    /// Run the broker on SQLite (one broker), Postgres or MySQL/MariaDB (several
+    /// replicas): see --database-url.
     Serve(ServeArgs),
     /// Apply database migrations and exit.
     Migrate(DatabaseArgs),

@@ -155,3 +155,23 @@ async fn submit_options_get_update_events_and_watch() {
     assert!(!bad.status.success());
     app.shutdown().await;
 }
+
+/// The first help a reader sees names every store: `serve --help` and
+/// `relay --help` say MySQL/MariaDB beside SQLite and Postgres.
+#[tokio::test]
+async fn help_names_every_store() {
+    for cmd in ["serve", "relay", "migrate"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_taskbroker"))
+            .args([cmd, "--help"])
+            .output()
+            .await
+            .expect("the binary runs");
+        assert!(o.status.success(), "{cmd} --help");
+        let help = String::from_utf8(o.stdout).unwrap();
+        assert!(help.contains("mysql://"), "{cmd} --help:\n{help}");
+        assert!(help.contains("MariaDB"), "{cmd} --help:\n{help}");
+        if cmd != "relay" {
+            assert!(help.contains("sqlite://"), "{cmd} --help:\n{help}");
+        }
+    }
+}

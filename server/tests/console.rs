@@ -785,6 +785,14 @@ async fn schedules_are_paused_triggered_resumed_and_deleted_after_confirmation()
     let page = b.get("/schedules/nightly").await;
     assert_eq!(page.status, 200);
     assert!(page.body.contains("badge active") && page.body.contains("No runs yet."));
+    // A zoned schedule's times are shown on its zone's clock beside UTC: the
+    // next fire is 03:00 in Berlin, whatever the UTC offset that day.
+    assert!(
+        page.body.contains("Next fire (UTC; Europe/Berlin)")
+            && page.body.contains(" 03:00:00 Europe/Berlin)</span>"),
+        "{}",
+        page.body
+    );
     assert!(
         page.body.contains("&lt;script&gt;x&lt;/script&gt;"),
         "metadata escaped"
@@ -825,6 +833,15 @@ async fn schedules_are_paused_triggered_resumed_and_deleted_after_confirmation()
     assert!(
         runs.contains("badge ready") && runs.contains(">trigger<"),
         "{runs}"
+    );
+    assert!(runs.contains(">Last error<"), "an error column: {runs}");
+    // The run's task fails for good: its error shows in the run history.
+    kill_one(&app, "reports", "smtp <refused>").await;
+    let failed = b.get("/schedules/nightly").await;
+    let failed = &failed.body[failed.body.find("id=\"runs\"").expect("a run history")..];
+    assert!(
+        failed.contains("badge dead") && failed.contains("smtp &lt;refused&gt;"),
+        "{failed}"
     );
     let made = b.get("/tasks?schedule=nightly").await;
     assert_eq!(made.status, 200);
@@ -1271,6 +1288,14 @@ async fn schedules_are_created_and_edited_from_the_form(backend: Backend) {
         "{}",
         form.body
     );
+    // Nothing typed yet: no validation shows, only where the preview will be.
+    assert!(
+        form.body.contains("id=\"preview-hint\"")
+            && !form.body.contains("preview-error")
+            && !form.body.contains("is required"),
+        "{}",
+        form.body
+    );
     let csrf = form.csrf();
     let base = [
         ("csrf", csrf.as_str()),
@@ -1328,6 +1353,13 @@ async fn schedules_are_created_and_edited_from_the_form(backend: Backend) {
         .await;
     assert!(bad.body.contains("id=\"preview-error\""), "{}", bad.body);
     assert!(bad.body.contains("spec.cron"), "{}", bad.body);
+    // Once something was typed, a cron line left empty is named.
+    let cleared = b.post("/schedules/preview", &with(&[("cron", "")])).await;
+    assert!(
+        cleared.body.contains("spec.cron: is required"),
+        "{}",
+        cleared.body
+    );
 
     // Bad input: one line naming the field, the form as typed, nothing created.
     for (changes, field) in [

@@ -373,6 +373,43 @@ async function main() {
     expect(r.status === 404, `nothing created, got ${r.status}`);
   });
 
+  await test('a fresh schedule form shows no validation until something is typed', async () => {
+    await page.goto(`${a.base}/schedules/new`);
+    await page.locator('#preview-hint').waitFor();
+    expect(await page.locator('#preview-error').count() === 0, 'no preview error before input');
+    expect(!(await page.locator('main').textContent()).includes('is required'), 'no "is required" before input');
+    // Typed into another field of the spec, the empty cron line is named.
+    await page.getByLabel(/^Time zone/).fill('Asia/Shanghai');
+    await page.locator('#preview-error').waitFor();
+    expect((await page.locator('#preview-error').textContent()).includes('spec.cron: is required'), 'named after input');
+  });
+
+  await test("a zoned schedule's times show its zone beside UTC, and its runs their error", async () => {
+    // 03:00 in Shanghai (UTC+8, no daylight saving) is 19:00 UTC the day before. Its tasks
+    // wait in a queue no worker takes, with a 1 s deadline: each run's task dies of it.
+    execFileSync(bin, ['schedule', 'create', 'shanghai-digest', '--cron', '0 3 * * *', '--tz', 'Asia/Shanghai',
+      '--queue', 'digests-cn', '--json', '{"region":"cn"}', '--deadline-after', '1s', '--addr', a.grpc],
+    { encoding: 'utf8' });
+    await page.goto(`${a.base}/schedules/shanghai-digest`);
+    const next = page.locator('#next-fire');
+    const utc = new Date(Date.parse(await next.locator('time').getAttribute('datetime')));
+    expect(utc.getUTCHours() === 19 && utc.getUTCMinutes() === 0, `next fire at 19:00 UTC: ${utc.toISOString()}`);
+    const zoned = await next.locator('.tz').textContent();
+    expect(/ 03:00:00 Asia\/Shanghai\)$/.test(zoned), `the zone's clock beside UTC: ${zoned}`);
+    expect((await page.locator('#h-when + dl').textContent()).includes('Next fire (UTC; Asia/Shanghai)'), 'the label names both');
+    execFileSync(bin, ['schedule', 'trigger', 'shanghai-digest', '--addr', a.grpc], { encoding: 'utf8' });
+    const run = page.locator('#runs tbody tr').first();
+    await eventually('the triggered run to die by its deadline, its error shown', async () => {
+      await page.reload();
+      return (await run.count()) === 1 && (await run.locator('.badge').textContent()) === 'dead'
+        && (await run.locator('td.error-text').textContent()).includes('DEADLINE_EXCEEDED');
+    });
+    const head = await page.locator('#runs thead').textContent();
+    expect(head.includes('Last error') && head.includes('Fire time (UTC; Asia/Shanghai)'), head);
+    expect((await run.locator('td').first().locator('.tz').count()) === 1, 'the fire time on both clocks');
+    await page.screenshot({ path: join(shots, 'console-schedule-zoned.png'), fullPage: true });
+  });
+
   await test('tasks filter by schedule, linked from the schedule', async () => {
     await page.goto(`${a.base}/schedules/nightly-digest`);
     await page.getByRole('link', { name: 'Tasks it made' }).click();

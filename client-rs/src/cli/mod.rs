@@ -70,7 +70,8 @@ pub enum ClientCommand {
     /// Manage schedules: cron, interval and one-off tasks the broker makes.
     #[command(subcommand)]
     Schedule(schedule::ScheduleCommand),
-    /// Ship the rows of an outbox table (producer's Postgres) to the broker.
+    /// Ship the rows of an outbox table (in the producer's Postgres or MySQL/MariaDB)
+    /// to the broker.
     Relay(relay::RelayArgs),
     /// List the workers seen recently by any broker, or show one with its leases.
     Workers(workers::WorkersArgs),

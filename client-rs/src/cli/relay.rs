@@ -14,7 +14,7 @@ use crate::outbox::{self, Relay, RelayError, Source};
 #[derive(Debug, clap::Args)]
 pub struct RelayArgs {
     /// The producer's database, which holds the outbox table: postgres://USER:PASS@HOST/DB
-    /// or mysql://USER:PASS@HOST/DB (MySQL 8.0.13+, MariaDB 10.6+).
+    /// or mysql://USER:PASS@HOST/DB (MySQL 8.0.13+, MariaDB 10.6+; `mariadb://` is read too).
     #[arg(long, env = "TASKBROKER_RELAY_SOURCE", hide_env_values = true)]
     pub source: String,
     /// Create the outbox table (and on Postgres its trigger) first, if missing

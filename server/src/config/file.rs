@@ -19,9 +19,10 @@ use crate::domain::validate::Limits;
 pub struct Config {
     /// gRPC listen address; port 0 picks a free port.
     pub listen: SocketAddr,
-    /// `sqlite://PATH`, `postgres://...` or `mysql://...` (MySQL 8.0+, MariaDB 10.6+).
+    /// `sqlite://PATH` (one broker), `postgres://USER:PASS@HOST/DB` or
+    /// `mysql://USER:PASS@HOST/DB` (MySQL 8.0+ or MariaDB 10.6+; several replicas).
     pub database_url: String,
-    /// Postgres or MySQL connections per broker.
+    /// Postgres or MySQL/MariaDB connections per broker.
     pub db_max_connections: u32,
     /// HTTP address of Prometheus `/metrics` and the web console; empty turns it off.
     pub metrics_listen: String,

@@ -34,10 +34,11 @@ pub struct ServeArgs {
     /// gRPC listen address [default: 127.0.0.1:50051].
     #[arg(long, env = "TASKBROKER_LISTEN")]
     pub listen: Option<SocketAddr>,
-    /// `sqlite://PATH`, `postgres://...` or `mysql://...` [default: sqlite://taskbroker.db].
+    /// `sqlite://PATH`, `postgres://USER:PASS@HOST/DB` or `mysql://USER:PASS@HOST/DB`
+    /// (MySQL 8.0+, MariaDB 10.6+) [default: sqlite://taskbroker.db].
     #[arg(long, env = "TASKBROKER_DATABASE_URL")]
     pub database_url: Option<String>,
-    /// Postgres or MySQL connections per broker [default: 16].
+    /// Postgres or MySQL/MariaDB connections per broker [default: 16].
     #[arg(long, env = "TASKBROKER_DB_MAX_CONNECTIONS")]
     pub db_max_connections: Option<u32>,
     /// Prometheus metrics address; empty turns it off [default: 127.0.0.1:9090].

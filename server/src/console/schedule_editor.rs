@@ -30,7 +30,12 @@ use crate::store::ScheduleRecord;
 const PREVIEW: i32 = 5;
 
 /// The preview of a form's spec: its next fire times, or why there are none.
-fn preview_of(console: &Console, form: &ScheduleForm) -> Markup {
+/// A fresh form (nothing typed or sent yet) says what will show there instead
+/// of refusing the empty spec.
+fn preview_of(console: &Console, form: &ScheduleForm, fresh: bool) -> Markup {
+    if fresh {
+        return html! { p.small.muted #preview-hint { "The next fire times show here as the spec is typed." } };
+    }
     let times = form.spec().and_then(|(spec, start, end)| {
         console
             .broker
@@ -54,7 +59,7 @@ pub async fn preview(
     State(console): State<Arc<Console>>,
     Form(form): Form<ScheduleForm>,
 ) -> Markup {
-    preview_of(&console, &form)
+    preview_of(&console, &form, false)
 }
 
 fn choice(name: &str, id: &str, current: &str, options: &[(&str, &str)]) -> Markup {
@@ -98,6 +103,14 @@ fn template_fields(t: &TemplateForm) -> Markup {
     }
 }
 
+/// How the form came to be shown: `Fresh` before anything was typed or sent
+/// (no validation shows yet), `Filled` for a stored schedule or what the browser sent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shown {
+    Fresh,
+    Filled,
+}
+
 /// The whole form: `existing` is the schedule being edited (none: a new one).
 fn form_page(
     console: &Console,
@@ -105,6 +118,7 @@ fn form_page(
     existing: Option<&ScheduleRecord>,
     f: &ScheduleForm,
     error: Option<&str>,
+    shown: Shown,
 ) -> Markup {
     let (title, action, button) = match existing {
         None => (
@@ -160,7 +174,7 @@ fn form_page(
                 input #s-start name="start_time" value=(f.start_time);
                 label for="s-end" { "Not after (UTC; blank: no end)" }
                 input #s-end name="end_time" value=(f.end_time);
-                div #preview role="status" aria-live="polite" { (preview_of(console, f)) }
+                div #preview role="status" aria-live="polite" { (preview_of(console, f, shown == Shown::Fresh)) }
                 div.buttons {
                     button.secondary type="submit" name="preview" value="1" { "Preview" }
                 }
@@ -205,7 +219,7 @@ fn refused(
     f: &ScheduleForm,
     e: &str,
 ) -> Response {
-    let page = form_page(console, viewer, s, f, Some(e));
+    let page = form_page(console, viewer, s, f, Some(e), Shown::Filled);
     (StatusCode::BAD_REQUEST, page).into_response()
 }
 
@@ -223,7 +237,14 @@ pub async fn new_form(
     State(console): State<Arc<Console>>,
     Extension(viewer): Extension<Viewer>,
 ) -> Markup {
-    form_page(&console, &viewer, None, &ScheduleForm::blank(), None)
+    form_page(
+        &console,
+        &viewer,
+        None,
+        &ScheduleForm::blank(),
+        None,
+        Shown::Fresh,
+    )
 }
 
 pub async fn create(
@@ -232,7 +253,7 @@ pub async fn create(
     Form(f): Form<ScheduleForm>,
 ) -> Result<Response, PageError> {
     if !f.preview.is_empty() {
-        return Ok(form_page(&console, &viewer, None, &f, None).into_response());
+        return Ok(form_page(&console, &viewer, None, &f, None, Shown::Filled).into_response());
     }
     let input = match f.input() {
         Ok(i) => i,
@@ -260,6 +281,7 @@ pub async fn edit_form(
         Some(&s),
         &ScheduleForm::from_record(&s),
         None,
+        Shown::Filled,
     ))
 }
 
@@ -300,7 +322,7 @@ pub async fn edit(
     let s = console.broker.get_schedule(&Caller::default(), &id).await?;
     f.schedule_id = s.id.clone();
     if !f.preview.is_empty() {
-        return Ok(form_page(&console, &viewer, Some(&s), &f, None).into_response());
+        return Ok(form_page(&console, &viewer, Some(&s), &f, None, Shown::Filled).into_response());
     }
     let mut input = match f.input() {
         Ok(i) => i,

@@ -69,6 +69,45 @@ fn spec_text(spec: &Spec) -> Markup {
     }
 }
 
+/// The zone a cron schedule reads its line in, when it is not UTC: its times
+/// are shown in it too, beside UTC.
+fn zone_of(spec: &Spec) -> Option<chrono_tz::Tz> {
+    match spec {
+        Spec::Cron { timezone, .. } => timezone
+            .parse::<chrono_tz::Tz>()
+            .ok()
+            .filter(|z| *z != chrono_tz::Tz::UTC && *z != chrono_tz::Tz::Etc__UTC),
+        _ => None,
+    }
+}
+
+/// A time in UTC and, for a schedule with a zone, the same instant on the
+/// zone's clock beside it: `2026-12-02 02:00:00 (03:00:00 Europe/Berlin,
+/// 2026-12-02)`.
+fn zoned(t: DateTime<Utc>, zone: Option<chrono_tz::Tz>) -> Markup {
+    html! {
+        (time(t))
+        @if let Some(z) = zone {
+            " " span.tz { "(" (t.with_timezone(&z).format("%Y-%m-%d %H:%M:%S")) " " (z.name()) ")" }
+        }
+    }
+}
+
+fn opt_zoned(t: Option<DateTime<Utc>>, zone: Option<chrono_tz::Tz>) -> Markup {
+    match t {
+        Some(t) => zoned(t, zone),
+        None => opt_time(None),
+    }
+}
+
+/// A heading's clock: `(UTC)`, or `(UTC; Europe/Berlin)` for a zoned schedule.
+fn clocks(zone: Option<chrono_tz::Tz>) -> String {
+    match zone {
+        Some(z) => format!("(UTC; {})", z.name()),
+        None => "(UTC)".to_string(),
+    }
+}
+
 pub fn schedule_href(id: &str) -> String {
     format!("/schedules/{}", layout::encode(id))
 }
@@ -100,7 +139,7 @@ pub async fn list(
             p.muted { "Create one here, with " code { "taskbroker schedule create" } " or with the ScheduleService API." }
         } @else {
             div.scroll { table #schedules {
-                caption { "By schedule id; times in UTC" }
+                caption { "By schedule id; times in UTC, and in the schedule's zone when it has one" }
                 thead { tr {
                     th scope="col" { "Schedule" } th scope="col" { "When" } th scope="col" { "Queue" }
                     th scope="col" { "State" } th scope="col" { "Next fire" } th scope="col" { "Last fire" }
@@ -109,14 +148,15 @@ pub async fn list(
                 tbody { @for s in &page.schedules {
                     @let st = status(s);
                     @let base = schedule_href(&s.id);
+                    @let zone = zone_of(&s.spec);
                     tr {
                         th scope="row" { a.mono href=(base) { (s.id) } }
                         td { (spec_text(&s.spec)) }
                         td { a href=(href("/tasks", &[("queue", &s.template.queue)])) { (s.template.queue) } }
                         td { (status_badge(st))
                             @if let Some(r) = &s.state_reason { " " span.muted.small { (r) } } }
-                        td { (opt_time(next_fire(s))) }
-                        td { (opt_time(s.last_fire_at)) }
+                        td { (opt_zoned(next_fire(s), zone)) }
+                        td { (opt_zoned(s.last_fire_at, zone)) }
                         td.num { (count(s.runs)) }
                         td.row-actions { (row_actions(&base, &s.id, st, true)) }
                     }
@@ -211,6 +251,8 @@ pub async fn page(
     };
     let base = schedule_href(&s.id);
     let t = &s.template;
+    let zone = zone_of(&s.spec);
+    let clock = clocks(zone);
     let body = html! {
         p.crumbs { a href="/schedules" { "Schedules" } }
         h1 { "Schedule " span.mono { (s.id) } " " (status_badge(st)) }
@@ -226,14 +268,14 @@ pub async fn page(
                 dt { "Fires" } dd { (spec_text(&s.spec)) }
                 @if let Spec::Every { anchor, .. } = &s.spec { dt { "Anchor (UTC)" } dd { (time(*anchor)) } }
                 dt { "State" } dd { (status_badge(st)) @if let Some(r) = &s.state_reason { " " (r) } }
-                dt { "Next fire (UTC)" } dd { (opt_time(next_fire(&s))) }
+                dt { "Next fire " (clock) } dd #next-fire { (opt_zoned(next_fire(&s), zone)) }
                 @if upcoming.len() > 1 {
                     dt { "Then (by the spec)" }
-                    dd { ul.plain { @for f in upcoming.iter().filter(|f| Some(**f) != next_fire(&s)).take(4) { li { (time(*f)) } } } }
+                    dd { ul.plain { @for f in upcoming.iter().filter(|f| Some(**f) != next_fire(&s)).take(4) { li { (zoned(*f, zone)) } } } }
                 }
-                dt { "Last fire (UTC)" } dd { (opt_time(s.last_fire_at)) }
+                dt { "Last fire " (clock) } dd { (opt_zoned(s.last_fire_at, zone)) }
                 dt { "Runs" } dd { (count(s.runs)) @if s.max_runs > 0 { " of at most " (s.max_runs) } }
-                dt { "Window (UTC)" } dd { (opt_time(s.start_time)) " to " (opt_time(s.end_time)) }
+                dt { "Window " (clock) } dd { (opt_zoned(s.start_time, zone)) " to " (opt_zoned(s.end_time, zone)) }
                 dt { "While a run is unfinished" } dd { (s.overlap.as_str()) }
                 dt { "Missed fire times" } dd { (s.misfire.as_str())
                     @if s.misfire == crate::domain::schedule::Misfire::CatchUp { " (within " (duration(s.catchup_window)) ")" } }
@@ -266,14 +308,16 @@ pub async fn page(
                 div.scroll { table #runs {
                     caption { "Newest fire time first" }
                     thead { tr {
-                        th scope="col" { "Fire time (UTC)" } th scope="col" { "Task" }
-                        th scope="col" { "Task state now" } th scope="col" { "Made by" }
+                        th scope="col" { "Fire time " (clock) } th scope="col" { "Task" }
+                        th scope="col" { "Task state now" } th scope="col" { "Last error" }
+                        th scope="col" { "Made by" }
                     } }
                     tbody { @for r in &runs.runs {
                         tr {
-                            td { (time(r.fire_time)) }
+                            td { (zoned(r.fire_time, zone)) }
                             td { a.mono href={ "/tasks/" (layout::encode(&r.task_id)) } { (r.task_id) } }
                             td { @match r.task_state { Some(st) => (badge(st)), None => span.muted { "deleted by retention" } } }
+                            td.error-text { @match &r.task_last_error { Some(e) => (e), None => span.muted { "—" } } }
                             td { @if r.triggered { "trigger" } @else { "the spec" } }
                         }
                     } }

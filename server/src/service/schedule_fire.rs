@@ -42,6 +42,8 @@ pub struct RunView {
     pub triggered: bool,
     /// `None` once retention deleted the task.
     pub task_state: Option<TaskState>,
+    /// The task's last error (its latest failed attempt's), if it has one.
+    pub task_last_error: Option<String>,
 }
 
 pub struct RunPage {
@@ -209,19 +211,20 @@ impl Broker {
                 self.wake_fired(&runs, is_routed(&s.template));
                 let run = runs.into_iter().next().ok_or_else(|| not_found(id))?;
                 // A key taken: the run names the task holding it, in its own state.
-                let task_state = if run.inserted {
-                    Some(TaskState::Ready)
+                let (task_state, task_last_error) = if run.inserted {
+                    (Some(TaskState::Ready), None)
                 } else {
-                    self.store
-                        .task_get(&run.task_id)
-                        .await?
-                        .map(|t| TaskState::of(t.state, t.run_at, now))
+                    match self.store.task_get(&run.task_id).await? {
+                        Some(t) => (Some(TaskState::of(t.state, t.run_at, now)), t.last_error),
+                        None => (None, None),
+                    }
                 };
                 return Ok(RunView {
                     fire_time: run.fire_time,
                     task_id: run.task_id,
                     triggered: true,
                     task_state,
+                    task_last_error,
                 });
             }
         }
@@ -275,6 +278,7 @@ impl Broker {
                     task_state: r
                         .task_state
                         .map(|st| TaskState::of(st, r.task_run_at.unwrap_or(now), now)),
+                    task_last_error: r.task_last_error,
                 })
                 .collect(),
             next_page_token,

@@ -152,6 +152,8 @@ pub struct ScheduleRunRecord {
     pub triggered: bool,
     pub task_state: Option<StoredState>,
     pub task_run_at: Option<DateTime<Utc>>,
+    /// The task's last error (of its latest failed attempt), if any.
+    pub task_last_error: Option<String>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize, Default)]
@@ -359,6 +361,7 @@ pub(crate) struct RunRow {
     pub triggered: bool,
     pub state: Option<String>,
     pub run_at: Option<i64>,
+    pub last_error: Option<String>,
 }
 
 impl RunRow {
@@ -369,6 +372,7 @@ impl RunRow {
             triggered: self.triggered,
             task_state: self.state.as_deref().and_then(StoredState::parse),
             task_run_at: self.run_at.map(from_ms),
+            task_last_error: self.last_error,
         }
     }
 }

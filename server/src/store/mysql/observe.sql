@@ -4,8 +4,14 @@
 -- ` AND queue IN (...)` when queues are named) queue_stats_leased,
 -- queue_stats_pending_head, now, queue_stats_pending, and
 -- ` GROUP BY queue, state, later`.
-SELECT queue, state, FALSE AS later, COUNT(*), CAST(0 AS SIGNED) FROM tasks
-WHERE state NOT IN ('pending', 'leased')
+-- Each part reads one index and no row (as the other stores' counts do): finished
+-- and blocked rows through tasks_queue_state, whose order is the grouping's (no
+-- temporary table, no sort), leased rows through tasks_lease and pending rows
+-- through tasks_lease too, which holds run_at. Left to choose, the optimizer takes
+-- tasks_lease for the first part (a range on state, then a sort of every row) and
+-- tasks_lease_expiry for the pending part (a read of each pending row for run_at).
+SELECT queue, state, FALSE AS later, COUNT(*), CAST(0 AS SIGNED)
+FROM tasks FORCE INDEX (tasks_queue_state) WHERE state NOT IN ('pending', 'leased')
 
 -- piece: queue_stats_leased
 -- own: MySQL takes no array parameter, so queue_stats is joined at run time from these parts, each with its queue list
@@ -18,7 +24,8 @@ GROUP BY queue UNION ALL SELECT queue, state, run_at >
 
 -- piece: queue_stats_pending
 -- own: MySQL takes no array parameter, so queue_stats is joined at run time from these parts, each with its queue list
-AS later, COUNT(*), CAST(MIN(run_at) AS SIGNED) FROM tasks WHERE state = 'pending'
+AS later, COUNT(*), CAST(MIN(run_at) AS SIGNED) FROM tasks FORCE INDEX (tasks_lease)
+WHERE state = 'pending'
 
 -- name: queue_stats_recent
 -- The attempts of the last minute by queue and outcome: binds the minute's

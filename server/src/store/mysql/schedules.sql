@@ -73,5 +73,5 @@ last_fire_at = GREATEST(COALESCE(last_fire_at, ?), ?), last_task_id = ? WHERE id
 
 -- name: schedule_run_list_head
 -- Followed by ` AND ...` per filter given, then the order and the limit.
-SELECT r.fire_time, r.task_id, r.triggered, t.state, t.run_at FROM schedule_runs r
+SELECT r.fire_time, r.task_id, r.triggered, t.state, t.run_at, t.last_error FROM schedule_runs r
 LEFT JOIN tasks t ON t.id = r.task_id WHERE r.schedule_id = ?

@@ -100,5 +100,5 @@ WHERE id = $4
 
 -- piece: schedule_run_list_head
 -- The start of the list; $1 the schedule, then the page (schedules.rs).
-SELECT r.fire_time, r.task_id, r.triggered, t.state, t.run_at FROM schedule_runs r
+SELECT r.fire_time, r.task_id, r.triggered, t.state, t.run_at, t.last_error FROM schedule_runs r
 LEFT JOIN tasks t ON t.id = r.task_id WHERE r.schedule_id =

@@ -78,5 +78,5 @@ ORDER BY s.next_fire_at LIMIT ?;
 -- name: schedule_run_list_head
 -- A schedule's runs (? its id); `Schedules::schedule_run_list` adds the page bound, the
 -- order and the limit.
-SELECT r.fire_time, r.task_id, r.triggered, t.state, t.run_at FROM schedule_runs r
+SELECT r.fire_time, r.task_id, r.triggered, t.state, t.run_at, t.last_error FROM schedule_runs r
 LEFT JOIN tasks t ON t.id = r.task_id WHERE r.schedule_id = ?;
