@@ -14,6 +14,7 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::api::auth::Authenticator;
+use crate::api::connect::ConnectLayer;
 use crate::api::guard::{GuardConfig, GuardLayer};
 use crate::api::{AdminApi, BrokerApi, ScalerApi, ScheduleApi};
 use crate::api::{DESCRIPTOR, KEDA_DESCRIPTOR, RPC_DESCRIPTOR};
@@ -238,6 +239,7 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
         broker.clone(),
         (!config.auth.is_empty()).then(|| Authenticator::new(&config.auth)),
     );
+    let guard_metrics = metrics.clone();
     let guard = GuardLayer::new(
         GuardConfig {
             max_concurrent: opts.max_concurrent_requests,
@@ -245,9 +247,18 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
             lease_timeout: max_wait + opts.request_timeout,
             auth: (!config.auth.is_empty()).then(|| Authenticator::new(&config.auth)),
         },
-        metrics,
+        guard_metrics,
+    );
+    // Connect (HTTP/JSON) calls turn into gRPC calls in front of the guard, so
+    // the guard's checks and metrics run once for both.
+    let connect = ConnectLayer::new(
+        opts.max_message_bytes,
+        (!config.auth.is_empty()).then(|| Authenticator::new(&config.auth)),
+        metrics.clone(),
     );
     let mut builder = Server::builder()
+        // HTTP/1.1 too: Connect over curl and browsers; gRPC stays on HTTP/2.
+        .accept_http1(true)
         .http2_keepalive_interval(Some(opts.keepalive_interval))
         .http2_keepalive_timeout(Some(opts.keepalive_timeout));
     if let Some(age) = opts.max_connection_age {
@@ -269,6 +280,7 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
     // builder's `tcp_nodelay` does not reach connections of our own listener).
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let server = builder
+        .layer(connect)
         .layer(guard)
         .add_service(health_service)
         .add_service(reflection_v1)
