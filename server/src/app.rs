@@ -15,6 +15,7 @@ use tonic_health::server::HealthReporter;
 
 use crate::api::auth::Authenticator;
 use crate::api::connect::ConnectLayer;
+use crate::api::connect::cors::CorsLayer;
 use crate::api::guard::{GuardConfig, GuardLayer};
 use crate::api::{AdminApi, BrokerApi, ScalerApi, ScheduleApi};
 use crate::api::{DESCRIPTOR, KEDA_DESCRIPTOR, RPC_DESCRIPTOR};
@@ -63,6 +64,8 @@ pub struct ServerOptions {
     pub keepalive_timeout: Duration,
     /// Connections are closed (gracefully) after this age so clients rebalance.
     pub max_connection_age: Option<Duration>,
+    /// Browser origins allowed to call across origins (CORS); empty: none.
+    pub cors_allowed_origins: Vec<String>,
 }
 
 impl Default for ServerOptions {
@@ -74,6 +77,7 @@ impl Default for ServerOptions {
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
             max_connection_age: Some(Duration::from_secs(30 * 60)),
+            cors_allowed_origins: Vec::new(),
         }
     }
 }
@@ -280,7 +284,11 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
     // builder's `tcp_nodelay` does not reach connections of our own listener).
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let server = builder
+        // Browsers: CORS for the configured origins; Connect and gRPC-Web calls
+        // become gRPC calls before the guard.
+        .layer(CorsLayer::new(&opts.cors_allowed_origins))
         .layer(connect)
+        .layer(tonic_web::GrpcWebLayer::new())
         .layer(guard)
         .add_service(health_service)
         .add_service(reflection_v1)

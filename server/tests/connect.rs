@@ -616,3 +616,130 @@ async fn watch_tasks_streams_enveloped_json() {
     assert!(r.events.iter().any(|e| e.task_id == id), "{msg}");
     app.shutdown().await;
 }
+
+/// Reads a whole reply to a raw request (sent with `connection: close`).
+async fn raw(addr: std::net::SocketAddr, request: &[u8]) -> Reply {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).await.unwrap();
+    let end = all
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head");
+    let head = String::from_utf8(all[..end].to_vec()).unwrap();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let rest = all[end + 4..].to_vec();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    Reply {
+        status,
+        body: if chunked { dechunk(&rest) } else { rest },
+        headers,
+    }
+}
+
+/// gRPC-Web over HTTP/1.1: the reply message, then the status in a trailer frame.
+#[tokio::test]
+async fn grpc_web_calls_answer() {
+    let app = spawn_app(Backend::Sqlite).await.unwrap();
+    let id = submit_one(&mut app.broker().await, spec("web")).await;
+    let r = http(
+        app.addr,
+        "/taskbroker.v1.AdminService/GetTask",
+        "application/grpc-web+proto",
+        &[("x-grpc-web", "1")],
+        &envelope(
+            0,
+            &pb::GetTaskRequest {
+                task_id: id.clone(),
+            }
+            .encode_to_vec(),
+        ),
+        false,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/grpc-web+proto"));
+    let len = u32::from_be_bytes(r.body[1..5].try_into().unwrap()) as usize;
+    assert_eq!(r.body[0], 0);
+    let reply = pb::GetTaskResponse::decode(&r.body[5..5 + len]).unwrap();
+    assert_eq!(reply.task.unwrap().id, id);
+    let trailer = &r.body[5 + len..];
+    assert_eq!(trailer[0], 0x80);
+    assert!(
+        String::from_utf8_lossy(&trailer[5..]).contains("grpc-status:0"),
+        "{trailer:?}"
+    );
+    app.shutdown().await;
+}
+
+/// CORS answers only the configured origin, by name, never `*`; a preflight
+/// from another origin is refused and a call from one gets no CORS headers.
+#[tokio::test]
+async fn cors_allows_only_the_configured_origin() {
+    let app = spawn_app_with(
+        Backend::Sqlite,
+        Options {
+            server: Some(taskbroker_server::app::ServerOptions {
+                cors_allowed_origins: vec!["http://console.test:9090".into()],
+                ..Default::default()
+            }),
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    let preflight = |origin: &str| {
+        format!(
+            "OPTIONS /taskbroker.v1.BrokerService/Submit HTTP/1.1\r\nhost: x\r\norigin: {origin}\r\naccess-control-request-method: POST\r\naccess-control-request-headers: content-type, authorization\r\nconnection: close\r\n\r\n"
+        )
+    };
+    let r = raw(app.addr, preflight("http://console.test:9090").as_bytes()).await;
+    assert_eq!(r.status, 204);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("http://console.test:9090")
+    );
+    assert!(
+        r.header("access-control-allow-headers")
+            .unwrap()
+            .contains("authorization")
+    );
+    assert_eq!(r.header("access-control-allow-credentials"), None);
+    let r = raw(app.addr, preflight("http://evil.test").as_bytes()).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(r.header("access-control-allow-origin"), None);
+
+    for (origin, allowed) in [
+        ("http://console.test:9090", true),
+        ("http://evil.test", false),
+    ] {
+        let r = http(
+            app.addr,
+            "/taskbroker.v1.AdminService/ListTasks",
+            "application/json",
+            &[("origin", origin)],
+            b"{}",
+            false,
+        )
+        .await;
+        assert_eq!(r.status, 200);
+        let want = allowed.then_some(origin);
+        assert_eq!(r.header("access-control-allow-origin"), want);
+    }
+    app.shutdown().await;
+}

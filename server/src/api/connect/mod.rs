@@ -11,6 +11,7 @@
 //! protocol's HTTP status. Any other request (gRPC, gRPC-Web) passes through.
 
 pub mod codec;
+pub mod cors;
 mod stream;
 
 use std::sync::Arc;
