@@ -743,3 +743,50 @@ async fn cors_allows_only_the_configured_origin() {
     }
     app.shutdown().await;
 }
+
+/// A Connect call is counted as its gRPC method, by code: one that ran, and one
+/// refused before it ran (a body that is not JSON).
+#[tokio::test]
+async fn connect_calls_count_in_the_rpc_metrics() {
+    let app = spawn_app_with(
+        Backend::Sqlite,
+        Options {
+            metrics: true,
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    let path = "/taskbroker.v1.BrokerService/Submit";
+    let ok = br#"{"tasks": [{"queue": "counted"}]}"#;
+    assert_eq!(
+        http(app.addr, path, "application/json", &[], ok, false)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        http(app.addr, path, "application/json", &[], b"{", false)
+            .await
+            .status,
+        400
+    );
+    let scrape = raw(
+        app.metrics_addr.unwrap(),
+        b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    let text = String::from_utf8_lossy(&scrape.body);
+    for code in ["OK", "INVALID_ARGUMENT"] {
+        let line = text
+            .lines()
+            .find(|l| {
+                l.starts_with("taskbroker_rpc_duration_seconds_count")
+                    && l.contains(&format!("method=\"{path}\""))
+                    && l.contains(&format!("code=\"{code}\""))
+            })
+            .unwrap_or_else(|| panic!("no {code} count for Submit:\n{text}"));
+        assert!(line.ends_with(" 1"), "{line}");
+    }
+    app.shutdown().await;
+}
