@@ -423,6 +423,30 @@ async fn errors_carry_connect_codes_and_details() {
         (r.status, r.json()["code"].clone()),
         (400, json!("invalid_argument"))
     );
+    // Connect-Timeout-Ms is the call's deadline, as grpc-timeout is: a long-poll
+    // does not wait its 30 s (the outer timeout only keeps a hang from blocking).
+    let r = tokio::time::timeout(
+        Duration::from_secs(20),
+        http(
+            app.addr,
+            "/taskbroker.v1.BrokerService/Lease",
+            "application/json",
+            &[("connect-timeout-ms", "500")],
+            br#"{"workerId": "w", "queues": ["empty"], "maxTasks": 1, "wait": "30s"}"#,
+            false,
+        ),
+    )
+    .await
+    .expect("the Lease answers within its Connect-Timeout-Ms");
+    // The broker's long-poll ends empty at the deadline's commit margin, or the
+    // deadline itself answers first: either way the caller's deadline holds.
+    let v = r.json();
+    assert!(
+        (r.status, &v) == (200, &json!({}))
+            || (r.status, &v["code"]) == (504, &json!("deadline_exceeded")),
+        "{} {v}",
+        r.status
+    );
     app.shutdown().await;
 }
 
