@@ -217,6 +217,13 @@ def gen_api(files, services, types):
         "[errors](errors.md). Durations are `google.protobuf.Duration`, times",
         "`google.protobuf.Timestamp`.",
         "",
+        "Every RPC is served over gRPC, gRPC-Web, and HTTP/JSON on the same port: the",
+        "[Connect protocol](https://connectrpc.com/docs/protocol/), `POST /taskbroker.v1.<Service>/<Method>`",
+        "with the request message as JSON (`application/json`, the canonical proto3 JSON mapping:",
+        "lowerCamelCase field names, `bytes` as base64, 64-bit integers as strings, enums by name) or",
+        "protobuf (`application/proto`), and WatchTasks as Connect server streaming",
+        "(`application/connect+json`); see [semantics](../semantics.md#http-and-json-the-connect-protocol).",
+        "",
         "## Services",
         "",
     ]

@@ -142,6 +142,10 @@ case " $langs " in
     ;;
 esac
 
+# HTTP/JSON on the gRPC port: the README's curl commands, without and with tokens.
+step "HTTP/JSON (Connect): the README's curl commands against a live broker"
+scripts/curl-check.sh
+
 # Each language runs three times: plaintext, --secure (TLS, mTLS and a token) and --faults
 # (the broker killed, restarted and paused under the worker; clients/conformance/FAULTS.md).
 # A language without a fault scenario yet is skipped with a line saying so (exit 3). An empty

@@ -14,6 +14,8 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::api::auth::Authenticator;
+use crate::api::connect::ConnectLayer;
+use crate::api::connect::cors::CorsLayer;
 use crate::api::guard::{GuardConfig, GuardLayer};
 use crate::api::{AdminApi, BrokerApi, ScalerApi, ScheduleApi};
 use crate::api::{DESCRIPTOR, KEDA_DESCRIPTOR, RPC_DESCRIPTOR};
@@ -62,6 +64,8 @@ pub struct ServerOptions {
     pub keepalive_timeout: Duration,
     /// Connections are closed (gracefully) after this age so clients rebalance.
     pub max_connection_age: Option<Duration>,
+    /// Browser origins allowed to call across origins (CORS); empty: none.
+    pub cors_allowed_origins: Vec<String>,
 }
 
 impl Default for ServerOptions {
@@ -73,6 +77,7 @@ impl Default for ServerOptions {
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
             max_connection_age: Some(Duration::from_secs(30 * 60)),
+            cors_allowed_origins: Vec::new(),
         }
     }
 }
@@ -238,6 +243,7 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
         broker.clone(),
         (!config.auth.is_empty()).then(|| Authenticator::new(&config.auth)),
     );
+    let guard_metrics = metrics.clone();
     let guard = GuardLayer::new(
         GuardConfig {
             max_concurrent: opts.max_concurrent_requests,
@@ -245,9 +251,18 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
             lease_timeout: max_wait + opts.request_timeout,
             auth: (!config.auth.is_empty()).then(|| Authenticator::new(&config.auth)),
         },
-        metrics,
+        guard_metrics,
+    );
+    // Connect (HTTP/JSON) calls turn into gRPC calls in front of the guard, so
+    // the guard's checks and metrics run once for both.
+    let connect = ConnectLayer::new(
+        opts.max_message_bytes,
+        (!config.auth.is_empty()).then(|| Authenticator::new(&config.auth)),
+        metrics.clone(),
     );
     let mut builder = Server::builder()
+        // HTTP/1.1 too: Connect over curl and browsers; gRPC stays on HTTP/2.
+        .accept_http1(true)
         .http2_keepalive_interval(Some(opts.keepalive_interval))
         .http2_keepalive_timeout(Some(opts.keepalive_timeout));
     if let Some(age) = opts.max_connection_age {
@@ -269,6 +284,11 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
     // builder's `tcp_nodelay` does not reach connections of our own listener).
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let server = builder
+        // Browsers: CORS for the configured origins; Connect and gRPC-Web calls
+        // become gRPC calls before the guard.
+        .layer(CorsLayer::new(&opts.cors_allowed_origins))
+        .layer(connect)
+        .layer(tonic_web::GrpcWebLayer::new())
         .layer(guard)
         .add_service(health_service)
         .add_service(reflection_v1)

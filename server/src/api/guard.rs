@@ -86,7 +86,7 @@ static KNOWN_METHODS: LazyLock<HashSet<String>> = LazyLock::new(|| {
 });
 
 /// The method label of a request path.
-fn method_label(path: &str) -> &str {
+pub(crate) fn method_label(path: &str) -> &str {
     match KNOWN_METHODS.get(path) {
         Some(known) => known,
         None => "unknown",
@@ -103,7 +103,7 @@ fn code_of(resp: &http::Response<Body>) -> tonic::Code {
         .unwrap_or(tonic::Code::Ok)
 }
 
-fn code_name(code: tonic::Code) -> &'static str {
+pub(crate) fn code_name(code: tonic::Code) -> &'static str {
     use tonic::Code::*;
     match code {
         Ok => "OK",

@@ -4,6 +4,8 @@
 mod admin;
 pub mod auth;
 mod broker;
+/// HTTP/JSON (the Connect protocol) on the gRPC port.
+pub mod connect;
 mod convert;
 mod error;
 mod flow;

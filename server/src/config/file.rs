@@ -48,6 +48,9 @@ pub struct Config {
     pub max_connection_age: Duration,
     /// Allow a non-loopback listen address without authentication (behind a mesh).
     pub insecure: bool,
+    /// Origins (exact, like `https://console.example`) whose browser pages may call
+    /// the gRPC port across origins (HTTP/JSON, gRPC-Web); none by default.
+    pub cors_allowed_origins: Vec<String>,
     /// Finished tasks are deleted this long after they finish; 0 keeps them.
     #[serde(with = "humantime_serde")]
     pub retention: Duration,
@@ -180,6 +183,7 @@ impl Default for Config {
             max_message_bytes: 16 << 20,
             max_connection_age: Duration::from_secs(30 * 60),
             insecure: false,
+            cors_allowed_origins: Vec::new(),
             retention: Duration::from_secs(7 * 24 * 3600),
             limits: LimitsConfig::default(),
             retry: RetryConfig::default(),

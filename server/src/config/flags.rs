@@ -68,6 +68,9 @@ pub struct ServeArgs {
     /// Allow a non-loopback listen address without authentication (e.g. behind a mesh).
     #[arg(long, env = "TASKBROKER_INSECURE")]
     pub insecure: Option<bool>,
+    /// Browser origins allowed to call the gRPC port, comma-separated [default: none].
+    #[arg(long, env = "TASKBROKER_CORS_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub cors_allowed_origins: Option<Vec<String>>,
     /// Keep finished tasks this long; 0 keeps them forever [default: 7days].
     #[arg(long, env = "TASKBROKER_RETENTION")]
     pub retention: Option<String>,
@@ -162,6 +165,7 @@ impl ServeArgs {
             "max_message_bytes" => self.max_message_bytes,
             "max_connection_age" => self.max_connection_age,
             "insecure" => self.insecure,
+            "cors_allowed_origins" => self.cors_allowed_origins,
             "retention" => self.retention,
             "auth.tokens_file" => self.auth_tokens_file,
             "tls.cert" => self.tls_cert,

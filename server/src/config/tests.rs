@@ -73,6 +73,23 @@ fn a_public_address_needs_auth_or_insecure() {
 }
 
 #[test]
+fn cors_origins_are_exact_origins() {
+    let mut a = args();
+    a.cors_allowed_origins = Some(vec!["https://console.example".into(), "*".into()]);
+    let e = a.load().unwrap().validate().err().unwrap();
+    assert!(
+        e.contains("cors_allowed_origins") && e.contains("\"*\""),
+        "{e}"
+    );
+    a.cors_allowed_origins = Some(vec!["https://console.example".into()]);
+    let v = a.load().unwrap().validate().unwrap();
+    assert_eq!(
+        v.app.server.cors_allowed_origins,
+        ["https://console.example"]
+    );
+}
+
+#[test]
 fn a_public_console_port_needs_auth_or_insecure() {
     let mut a = args();
     a.metrics_listen = Some("0.0.0.0:9090".into());

@@ -86,6 +86,16 @@ impl Config {
         if self.max_concurrent_requests == 0 {
             return Err("max_concurrent_requests must be at least 1".into());
         }
+        if let Some(o) = self
+            .cors_allowed_origins
+            .iter()
+            .find(|o| !crate::api::connect::cors::is_origin(o))
+        {
+            return Err(format!(
+                "cors_allowed_origins entry {o:?} is not an origin like https://console.example \
+                 (scheme and host, no path, no wildcard)"
+            ));
+        }
         if self.worker_ttl < crate::service::RECORD_EVERY {
             return Err(format!(
                 "worker_ttl must be at least {}",
@@ -237,6 +247,7 @@ impl Config {
             max_message_bytes: self.max_message_bytes,
             max_connection_age: (!self.max_connection_age.is_zero())
                 .then_some(self.max_connection_age),
+            cors_allowed_origins: self.cors_allowed_origins.clone(),
             ..ServerOptions::default()
         };
         app.auth = auth;
