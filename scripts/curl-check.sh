@@ -11,7 +11,13 @@ set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-command -v curl >/dev/null || { echo "curl-check: curl is not installed" >&2; exit 1; }
+# curl sends the calls and jq reads the replies: installed from Debian's packages when missing.
+if ! command -v curl >/dev/null || ! command -v jq >/dev/null; then
+  echo "installing curl and jq (Debian packages)" >&2
+  if [ "$(id -u)" -eq 0 ]; then apt_get=(apt-get); else apt_get=(sudo apt-get); fi
+  DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" update -q >&2
+  DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -q curl jq >&2
+fi
 
 echo "== building the broker" >&2
 cargo build -q -p taskbroker-server --bin taskbroker

@@ -595,6 +595,84 @@ async function main() {
     await ctx.close();
   });
 
+  await test('a page of another origin submits, leases, completes and reads a task with JSON alone', async () => {
+    // A small web app on its own origin; the broker allows exactly that origin (CORS) and
+    // requires tokens, which the page sends as a bearer header.
+    const appPort = await freePort();
+    const origin = `http://127.0.0.1:${appPort}`;
+    const tokensFile = join(dir, 'json-tokens');
+    const PRODUCER = 'e2e-json-producer-0123456789';
+    const WORKER = 'e2e-json-worker-0123456789';
+    const ADMIN = 'e2e-json-admin-0123456789';
+    writeFileSync(tokensFile, `producer ${PRODUCER} shop\nworker ${WORKER} fleet\nadmin ${ADMIN} ops\n`);
+    const j = await startBroker('json', ['--auth-tokens-file', tokensFile, '--cors-allowed-origins', origin]);
+    const page = `<!doctype html><meta charset="utf-8"><title>JSON app</title><pre id="out">running</pre>
+<script>
+const tb = ${JSON.stringify(j.grpc)};
+async function call(service, method, token, body) {
+  const r = await fetch(tb + '/taskbroker.v1.' + service + '/' + method, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: 'Bearer ' + token },
+    body: JSON.stringify(body),
+  });
+  const json = await r.json();
+  if (!r.ok) throw new Error(method + ': HTTP ' + r.status + ' ' + json.code + ': ' + json.message);
+  return json;
+}
+(async () => {
+  const submitted = await call('BrokerService', 'Submit', ${JSON.stringify(PRODUCER)},
+    { tasks: [{ queue: 'from-a-page', payload: btoa('hello from a page') }] });
+  const id = submitted.results[0].taskId;
+  const leased = await call('BrokerService', 'Lease', ${JSON.stringify(WORKER)},
+    { workerId: 'page-1', queues: ['from-a-page'], maxTasks: 1 });
+  const t = leased.tasks[0];
+  await call('BrokerService', 'Complete', ${JSON.stringify(WORKER)},
+    { taskId: t.taskId, leaseToken: t.leaseToken, result: btoa('done by a page') });
+  const read = await call('AdminService', 'GetTask', ${JSON.stringify(ADMIN)}, { taskId: id });
+  let refused;
+  try { await call('AdminService', 'GetTask', 'not-a-token-000000000000', { taskId: id }); }
+  catch (e) { refused = e.message; }
+  document.getElementById('out').textContent = JSON.stringify({
+    id, leased: t.taskId, payload: atob(t.payload), state: read.task.state,
+    result: atob(read.task.result), refused,
+  });
+})().catch((e) => { document.getElementById('out').textContent = 'error: ' + e.message; });
+</script>`;
+    const { createServer: createHttpServer } = await import('node:http');
+    const server = createHttpServer((req, res) => {
+      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+      res.end(page);
+    });
+    await new Promise((ok) => server.listen(appPort, '127.0.0.1', ok));
+    const ctx = await browser.newContext();
+    try {
+      const p = await ctx.newPage();
+      const pageErrors = [];
+      p.on('pageerror', (e) => pageErrors.push(e.message));
+      await p.goto(`${origin}/`);
+      const out = p.locator('#out');
+      await eventually('the page to finish its calls', async () => (await out.textContent()) !== 'running');
+      const text = await out.textContent();
+      expect(!text.startsWith('error'), text);
+      const r = JSON.parse(text);
+      expect(r.leased === r.id, `the page leased ${r.leased}, submitted ${r.id}`);
+      expect(r.payload === 'hello from a page', `payload ${r.payload}`);
+      expect(r.state === 'TASK_STATE_SUCCEEDED', `state ${r.state}`);
+      expect(r.result === 'done by a page', `result ${r.result}`);
+      expect(/HTTP 401 unauthenticated/.test(r.refused ?? ''), `a wrong token: ${r.refused}`);
+      expect(pageErrors.length === 0, pageErrors.join('; '));
+      // The same app under another origin (localhost is not 127.0.0.1 to CORS), which the
+      // broker does not allow: its calls get no answer the page may read.
+      await p.goto(`http://localhost:${appPort}/`);
+      await eventually('the other origin to finish', async () => (await out.textContent()) !== 'running');
+      const blocked = await out.textContent();
+      expect(blocked.startsWith('error: Failed to fetch'), `from a disallowed origin: ${blocked}`);
+    } finally {
+      await ctx.close();
+      server.close();
+    }
+  });
+
   await test('no script errors on any page', async () => {
     expect(jsErrors.length === 0, jsErrors.join('; '));
   });
