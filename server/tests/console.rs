@@ -400,6 +400,36 @@ async fn tasks_are_requeued_changed_and_cancelled_after_confirmation() {
     assert_eq!(applied.status, 303, "{}", applied.body);
     assert_eq!(get(&mut admin, &dead).await.priority, 7);
 
+    // Max attempts: reviewed, then applied; out of range is refused naming the field.
+    let form = b.get(&change).await;
+    assert!(form.body.contains("name=\"max_attempts\""), "{}", form.body);
+    let review = b
+        .post(
+            &change,
+            &[("csrf", &token), ("max_attempts", "9"), ("step", "review")],
+        )
+        .await;
+    assert!(review.body.contains("Max attempts"), "{}", review.body);
+    let policy = async |admin: &mut _| get(admin, &dead).await.retry.unwrap().max_attempts;
+    assert_ne!(policy(&mut admin).await, 9);
+    let applied = b
+        .post(
+            &change,
+            &[("csrf", &token), ("max_attempts", "9"), ("step", "apply")],
+        )
+        .await;
+    assert_eq!(applied.status, 303, "{}", applied.body);
+    assert_eq!(policy(&mut admin).await, 9);
+    let refused = b
+        .post(
+            &change,
+            &[("csrf", &token), ("max_attempts", "0"), ("step", "apply")],
+        )
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.body.contains("max_attempts"), "{}", refused.body);
+    assert_eq!(policy(&mut admin).await, 9, "nothing changed");
+
     let r = b
         .post(&format!("/tasks/{dead}/cancel"), &[("csrf", &token)])
         .await;

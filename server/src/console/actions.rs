@@ -1,6 +1,6 @@
 //! Actions on one task, each confirmed on a page of its own before the POST that
 //! does it (so they work without JavaScript and cannot be clicked by accident):
-//! cancel, requeue, and change priority / run_at / deadline (form, then review).
+//! cancel, requeue, and change priority / run_at / deadline / max attempts (form, then review).
 
 use std::sync::Arc;
 
@@ -113,6 +113,7 @@ pub struct ChangeForm {
     priority: Option<String>,
     run_at: Option<String>,
     deadline: Option<String>,
+    max_attempts: Option<String>,
     /// "apply" once reviewed; anything else shows the review.
     step: Option<String>,
 }
@@ -123,6 +124,7 @@ struct Changes {
     run_at: Option<DateTime<Utc>>,
     /// `Some(None)` clears the deadline.
     deadline: Option<Option<DateTime<Utc>>>,
+    max_attempts: Option<u32>,
 }
 
 impl ChangeForm {
@@ -150,7 +152,14 @@ impl ChangeForm {
             Some("none") => Some(None),
             Some(s) => Some(Some(parse_time("deadline", s)?)),
         };
-        if priority.is_none() && run_at.is_none() && deadline.is_none() {
+        let max_attempts = field(&self.max_attempts)
+            .map(|m| {
+                m.parse::<u32>().map_err(|_| {
+                    PageError::BadInput(format!("max attempts: {m:?} is not a whole number"))
+                })
+            })
+            .transpose()?;
+        if priority.is_none() && run_at.is_none() && deadline.is_none() && max_attempts.is_none() {
             return Err(PageError::BadInput(
                 "Nothing to change: fill in at least one field.".into(),
             ));
@@ -159,6 +168,7 @@ impl ChangeForm {
             priority,
             run_at,
             deadline,
+            max_attempts,
         })
     }
 }
@@ -178,6 +188,8 @@ fn change_page(viewer: &Viewer, task: &TaskRecord, error: Option<&str>) -> Marku
             input #c-run-at name="run_at" placeholder="2026-11-23T10:00";
             label for="c-deadline" { "Deadline (now " (opt_time(task.deadline)) "; \u{201c}none\u{201d} clears it)" }
             input #c-deadline name="deadline" placeholder="2026-11-23T12:00";
+            label for="c-max-attempts" { "Max attempts (now " (task.max_attempts) "; attempts so far count)" }
+            input #c-max-attempts name="max_attempts" inputmode="numeric";
             div.buttons {
                 button type="submit" name="step" value="review" { "Review the change" }
                 a href=(base) { "Cancel, go back" }
@@ -231,6 +243,10 @@ pub async fn change(
         paths.push("deadline".to_string());
         req.deadline = d;
     }
+    if let Some(m) = changes.max_attempts {
+        paths.push("max_attempts".to_string());
+        req.max_attempts = m;
+    }
     req.paths = paths;
     console.broker.update_task(req).await?;
     Ok(Redirect::to(&format!("{}?done=change", task_href(&id))).into_response())
@@ -254,6 +270,9 @@ fn review_page(viewer: &Viewer, task: &TaskRecord, f: &ChangeForm, c: &Changes) 
                 @if let Some(d) = c.deadline {
                     tr { th scope="row" { "Deadline (UTC)" } td { (opt_time(task.deadline)) } td { (opt_time(d)) } }
                 }
+                @if let Some(m) = c.max_attempts {
+                    tr { th scope="row" { "Max attempts" } td { (task.max_attempts) } td { (m) } }
+                }
             }
         } }
         form.confirm method="post" action={ (base) "/change" } {
@@ -261,6 +280,7 @@ fn review_page(viewer: &Viewer, task: &TaskRecord, f: &ChangeForm, c: &Changes) 
             input type="hidden" name="priority" value=(keep(&f.priority));
             input type="hidden" name="run_at" value=(c.run_at.map(|t| t.to_rfc3339()).unwrap_or_default());
             input type="hidden" name="deadline" value=(keep(&f.deadline));
+            input type="hidden" name="max_attempts" value=(keep(&f.max_attempts));
             button type="submit" name="step" value="apply" { "Apply the change" }
             " "
             a href={ (base) "/change" } { "Back to the form" }
