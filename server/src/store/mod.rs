@@ -24,6 +24,8 @@ pub mod postgres;
 pub mod sqlite;
 
 pub(crate) mod row;
+// The filters of lists and bulk selections, as SQL terms.
+pub(crate) mod filter;
 
 pub use crate::domain::model::*;
 

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::Postgres;
 
-use super::super::row::{AttemptRow, TaskRow, duration_ms, ms, state_filter_sql};
+use super::super::row::{AttemptRow, TaskRow, duration_ms, ms};
 use super::super::*;
 use super::routing::BindRouting as _;
 use super::{PostgresStore, flow, routing, sql};
@@ -161,46 +161,7 @@ impl Tasks for PostgresStore {
         // A page token of an earlier version carries only a sequence number.
         // Dynamic: the filters are optional.
         let push_where = |qb: &mut sqlx::QueryBuilder<Postgres>| {
-            if let Some(queue) = &f.queue {
-                qb.push(" AND queue = ").push_bind(queue);
-            }
-            if let Some(key) = &f.key {
-                qb.push(" AND key = ").push_bind(key);
-            }
-            if let Some(worker) = &f.worker_id {
-                qb.push(" AND leased_by = ").push_bind(worker);
-            }
-            if let Some(error) = &f.last_error {
-                qb.push(" AND last_error = ").push_bind(error);
-            }
-            if let Some(after) = f.created_after {
-                qb.push(" AND created_at >= ").push_bind(ms(after));
-            }
-            if let Some(before) = f.created_before {
-                qb.push(" AND created_at < ").push_bind(ms(before));
-            }
-            if let Some(schedule) = &f.schedule_id {
-                qb.push(" AND schedule_id = ").push_bind(schedule);
-            }
-            match (f.before_created, f.before_seq) {
-                (Some(at), Some(seq)) => {
-                    qb.push(" AND (created_at, seq) < (")
-                        .push_bind(ms(at))
-                        .push(", ")
-                        .push_bind(seq)
-                        .push(")");
-                }
-                (_, Some(seq)) => {
-                    qb.push(" AND seq < ").push_bind(seq);
-                }
-                _ => {}
-            }
-            if let Some(group) = &f.fanout_group {
-                qb.push(" AND fanout_group = ").push_bind(group);
-            }
-            if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
-                qb.push(" AND ").push(sql);
-            }
+            filter::push_task_terms(qb, &filter::POSTGRES, f);
         };
         // tasks_created leaves LEASED rows out (0013: a lease writes no entry
         // into it); they are few, so they are read apart and merged in.
