@@ -26,6 +26,8 @@ pub mod sqlite;
 pub(crate) mod row;
 // The filters of lists and bulk selections, as SQL terms.
 pub(crate) mod filter;
+// The gated lease's passes, over each backend's reads.
+pub(crate) mod gated;
 
 pub use crate::domain::model::*;
 

@@ -8,8 +8,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::super::admission::{Assigned, MAX_PASSES, Offer, Plan, SortKey, window};
+use super::super::admission::{Assigned, Offer, Plan};
 use super::super::flow::of_row;
+use super::super::gated::{self, GatedRead};
 use super::super::row::{TaskRow, duration_ms, ms, sort_lease_order};
 use super::super::*;
 use super::routing::{holds_copy, lock_workers, worker_held};
@@ -20,83 +21,69 @@ use crate::domain::event::EventKind;
 
 /// What the gated lease knows of one queue, and its bucket as read; its
 /// `queues` row stays locked until the job ends.
-async fn load_use(j: &mut Job, queue: &str, now: i64) -> StoreResult<QueueUse> {
+async fn load_use(read: &mut Reads<'_, '_>, qi: usize) -> StoreResult<QueueUse> {
+    let queues = read.queues;
+    let queue = &queues[qi];
     let row: Option<(String, f64, i64)> = sqlx::query_as(sql::TASK_LEASE_GATED_QUEUES)
         .bind(queue)
-        .fetch_optional(j.conn())
+        .fetch_optional(read.j.conn())
         .await?;
     let Some((json, tokens, refilled_at)) = row else {
         return Ok(QueueUse::default());
     };
     let config = super::admission::parse(queue, &json)?;
-    let mut usage = QueueUse {
-        tokens: config
-            .rate_limit
-            .map(|l| l.refill(tokens, refilled_at, now)),
-        ..QueueUse::default()
-    };
-    if config.max_concurrent > 0 {
-        let n: i64 = sqlx::query_scalar(sql::TASK_LEASE_GATED_LEASED)
-            .bind(queue)
-            .fetch_one(j.conn())
-            .await?;
-        usage.leased = n.max(0) as u64;
-    }
-    if config.max_concurrent_per_key > 0 {
-        let rows: Vec<(String, i64)> = sqlx::query_as(sql::TASK_LEASE_GATED_LEASED_PER_KEY)
-            .bind(queue)
-            .fetch_all(j.conn())
-            .await?;
-        for (k, n) in rows {
-            usage.leased_per_key.insert(k, n.max(0) as u64);
-        }
-    }
-    usage.config = config;
-    Ok(usage)
+    let now = read.now;
+    gated::load_use(read, qi, config, (tokens, refilled_at), now).await
 }
 
-/// Loads the per-key buckets of `keys` not loaded yet (refilled to `now`).
-async fn load_key_tokens(
-    j: &mut Job,
-    queue: &str,
-    usage: &mut QueueUse,
-    keys: &[&str],
+/// The gated passes' reads, in the lease's job.
+struct Reads<'j, 'p> {
+    j: &'j mut Job,
+    ps: &'p [LeaseParams],
+    queues: &'p [String],
     now: i64,
-) -> StoreResult<()> {
-    let Some(limit) = usage.config.per_key_rate_limit else {
-        return Ok(());
-    };
-    let mut missing: Vec<&str> = keys
-        .iter()
-        .copied()
-        .filter(|k| !usage.key_tokens.contains_key(*k))
-        .collect();
-    missing.sort_unstable();
-    missing.dedup();
-    if missing.is_empty() {
-        return Ok(());
+}
+
+impl GatedRead for Reads<'_, '_> {
+    async fn candidates(
+        &mut self,
+        qi: usize,
+        config: &QueueConfig,
+        closed: &HashSet<String>,
+        seen: &[i64],
+        limit: usize,
+    ) -> StoreResult<Vec<Offer>> {
+        candidates(self, qi, config, closed, seen, limit).await
     }
-    // Dynamic: one placeholder per key.
-    let text = format!(
-        "{}{})",
-        sql::TASK_LEASE_GATED_KEY_TOKENS,
-        marks(missing.len())
-    );
-    let mut q = sqlx::query_as::<_, (String, f64, i64)>(sqlx::AssertSqlSafe(text)).bind(queue);
-    for k in &missing {
-        q = q.bind(*k);
+
+    async fn key_buckets(
+        &mut self,
+        qi: usize,
+        keys: &[&str],
+    ) -> StoreResult<Vec<(String, f64, i64)>> {
+        // Dynamic: one placeholder per key.
+        let text = format!("{}{})", sql::TASK_LEASE_GATED_KEY_TOKENS, marks(keys.len()));
+        let mut q = sqlx::query_as::<_, (String, f64, i64)>(sqlx::AssertSqlSafe(text))
+            .bind(&self.queues[qi]);
+        for k in keys {
+            q = q.bind(*k);
+        }
+        Ok(q.fetch_all(self.j.conn()).await?)
     }
-    let rows: Vec<(String, f64, i64)> = q.fetch_all(j.conn()).await?;
-    for (k, t, at) in rows {
-        usage.key_tokens.insert(k, limit.refill(t, at, now));
+
+    async fn leased(&mut self, qi: usize) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(sql::TASK_LEASE_GATED_LEASED)
+            .bind(&self.queues[qi])
+            .fetch_one(self.j.conn())
+            .await?)
     }
-    for k in missing {
-        usage
-            .key_tokens
-            .entry(k.to_string())
-            .or_insert_with(|| limit.capacity());
+
+    async fn leased_per_key(&mut self, qi: usize) -> StoreResult<Vec<(String, i64)>> {
+        Ok(sqlx::query_as(sql::TASK_LEASE_GATED_LEASED_PER_KEY)
+            .bind(&self.queues[qi])
+            .fetch_all(self.j.conn())
+            .await?)
     }
-    Ok(())
 }
 
 /// A candidate row of the gated scan, with its routing columns.
@@ -120,18 +107,16 @@ struct GatedRow {
 /// The candidate scan: READY tasks of the queue in effective lease order,
 /// leaving out closed keys and tasks offered already; routing is decided here
 /// for each request of the batch.
-#[allow(clippy::too_many_arguments)]
 async fn candidates(
-    j: &mut Job,
-    ps: &[LeaseParams],
-    queue: &str,
+    read: &mut Reads<'_, '_>,
     qi: usize,
     config: &QueueConfig,
     closed: &HashSet<String>,
     seen: &[i64],
     limit: usize,
-    now: i64,
 ) -> StoreResult<Vec<Offer>> {
+    let (ps, queues, now) = (read.ps, read.queues, read.now);
+    let queue = &queues[qi];
     let aging = config.aging_ms().unwrap_or(0);
     // Round robin: a key's n-th READY task takes its turn in the n-th round, and
     // within a round the key served longest ago (`queue_key_turns`) goes first.
@@ -177,7 +162,7 @@ async fn candidates(
     if aging == 0 && !fair {
         q = q.bind(limit as i64);
     }
-    let rows: Vec<GatedRow> = q.bind(limit as i64).fetch_all(j.conn()).await?;
+    let rows: Vec<GatedRow> = q.bind(limit as i64).fetch_all(read.j.conn()).await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         let open = r.target_worker.is_none()
@@ -205,7 +190,8 @@ async fn candidates(
                     })
                     && (r.reserved_for.as_deref().is_none_or(|x| x == w)
                         || r.reserved_until.is_some_and(|u| u <= now));
-                let ok = ok && (!r.fanout_distinct || !holds_copy(j, &r.fanout_group, w).await?);
+                let ok =
+                    ok && (!r.fanout_distinct || !holds_copy(read.j, &r.fanout_group, w).await?);
                 if ok {
                     e.push(i);
                 }
@@ -245,79 +231,22 @@ pub(super) async fn lease_gated(
     let now = ms(ps.iter().map(|p| p.now).max().unwrap_or(first.now));
     let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
     lock_workers(j, &workers).await?;
+    let mut read = Reads { j, ps, queues, now };
     // Lock the queues' rows in name order (no deadlock between batches).
     let mut order: Vec<usize> = (0..queues.len()).collect();
     order.sort_by(|&a, &b| queues[a].cmp(&queues[b]));
     let mut uses: Vec<Option<QueueUse>> = vec![None; queues.len()];
     for i in order {
-        uses[i] = Some(load_use(j, &queues[i], now).await?);
+        uses[i] = Some(load_use(&mut read, i).await?);
     }
     let mut uses: Vec<QueueUse> = uses.into_iter().map(Option::unwrap_or_default).collect();
     let mut holds: HashMap<(String, String), u64> = HashMap::new();
-    for p in ps {
-        for (queue, &cap) in &p.routing.max_leases_per_worker {
-            let pair = (p.worker_id.clone(), queue.clone());
-            if cap > 0 && queues.contains(queue) && !holds.contains_key(&pair) {
-                let n = worker_held(j, queue, &p.worker_id).await?;
-                holds.insert(pair, n.max(0) as u64);
-            }
-        }
+    for (worker, queue) in gated::capped_pairs(ps) {
+        let n = worker_held(read.j, &queue, &worker).await?;
+        holds.insert((worker, queue), n.max(0) as u64);
     }
-    let mut plan = Plan::new(ps, &uses, |w, q| {
-        holds
-            .get(&(w.to_string(), q.to_string()))
-            .copied()
-            .unwrap_or(0)
-    });
-    let mut closed: Vec<HashSet<String>> = uses
-        .iter()
-        .map(|u| u.closed_keys().into_iter().collect())
-        .collect();
-    let mut seen: Vec<Vec<i64>> = vec![Vec::new(); queues.len()];
-    let mut done = vec![false; queues.len()];
-    for _ in 0..MAX_PASSES {
-        if plan.wanted() == 0 {
-            break;
-        }
-        let window = window(plan.wanted());
-        let mut offers = Vec::new();
-        let mut horizon: Option<SortKey> = None;
-        for (qi, queue) in queues.iter().enumerate() {
-            if done[qi] || !plan.open(qi) {
-                continue;
-            }
-            let config = uses[qi].config.clone();
-            let cands = candidates(
-                j,
-                ps,
-                queue,
-                qi,
-                &config,
-                &closed[qi],
-                &seen[qi],
-                window,
-                now,
-            )
-            .await?;
-            let keys: Vec<&str> = cands.iter().filter_map(|o| o.cand.key.as_deref()).collect();
-            load_key_tokens(j, queue, &mut uses[qi], &keys, now).await?;
-            match cands.last() {
-                Some(last) if cands.len() >= window => {
-                    let k = last.cand.sort_key();
-                    horizon = Some(horizon.map_or(k, |h| h.min(k)));
-                }
-                _ => done[qi] = true,
-            }
-            offers.extend(cands);
-        }
-        if offers.is_empty() {
-            break;
-        }
-        plan.walk(offers, horizon, &uses, &mut seen, &mut closed);
-        if done.iter().all(|d| *d) {
-            break;
-        }
-    }
+    let mut plan = Plan::new(ps, &uses, gated::held_lookup(&holds));
+    gated::passes(&mut read, &mut plan, &mut uses, now).await?;
     let taken = plan.into_taken();
     // One UPDATE per request's tasks, then the rows by seq.
     let mut by_seq: HashMap<i64, TaskRow> = HashMap::new();
