@@ -11,7 +11,7 @@ use std::task::{Context, Poll, Waker};
 
 use super::admission::{MAX_PASSES, Offer, Plan, SortKey, window};
 use super::{LeaseParams, StoreError, StoreResult};
-use crate::domain::admission::{QueueConfig, QueueUse};
+use crate::domain::admission::{Fairness, QueueConfig, QueueUse, Served, served_order};
 
 /// A database's reads for the gated passes, in the transaction (or the
 /// writer's batch) of the lease.
@@ -195,4 +195,73 @@ pub(crate) fn run_ready<T>(fut: impl Future<Output = StoreResult<T>>) -> StoreRe
             "a read of the writer's batch waited".into(),
         )),
     }
+}
+
+/// Round robin: the keys each round-robin queue served in a gated lease's
+/// grants (`charged`: each grant's queue and key, in the order granted), for
+/// the backend to record so the next lease (of any replica, any size) starts
+/// with the keys served longest ago: per queue, its name and what
+/// [`served_order`] makes of its keys.
+pub(crate) fn served<'a>(
+    queues: &'a [String],
+    uses: &[QueueUse],
+    charged: &[(usize, Option<String>)],
+) -> Vec<(&'a str, Served)> {
+    let mut out = Vec::new();
+    for (qi, queue) in queues.iter().enumerate() {
+        if uses[qi].config.fairness != Fairness::RoundRobinKeys {
+            continue;
+        }
+        let keys: Vec<&str> = charged
+            .iter()
+            .filter(|(q, _)| *q == qi)
+            .map(|(_, k)| k.as_deref().unwrap_or(""))
+            .collect();
+        if let Some(order) = served_order(&keys) {
+            out.push((queue.as_str(), order));
+        }
+    }
+    out
+}
+
+/// The buckets a gated lease's grants charge, one token per lease granted:
+/// each rate-limited queue's tokens after, `(queue, tokens)`, and each key's in
+/// a queue with a per-key rate limit, `(queue, key, tokens)` (an absent bucket
+/// was full).
+pub(crate) struct Charges<'a> {
+    pub queues: Vec<(&'a str, f64)>,
+    pub keys: Vec<(&'a str, &'a str, f64)>,
+}
+
+pub(crate) fn charges<'a>(
+    queues: &'a [String],
+    uses: &[QueueUse],
+    charged: &'a [(usize, Option<String>)],
+) -> Charges<'a> {
+    let mut out = Charges {
+        queues: Vec::new(),
+        keys: Vec::new(),
+    };
+    for (qi, queue) in queues.iter().enumerate() {
+        let usage = &uses[qi];
+        let granted = charged.iter().filter(|(q, _)| *q == qi);
+        if let Some(t) = usage.tokens {
+            out.queues.push((queue, t - granted.clone().count() as f64));
+        }
+        if let Some(limit) = usage.config.per_key_rate_limit {
+            let mut per_key: HashMap<&str, f64> = HashMap::new();
+            for k in granted.filter_map(|(_, k)| k.as_deref()) {
+                *per_key.entry(k).or_default() += 1.0;
+            }
+            for (k, n) in per_key {
+                let before = usage
+                    .key_tokens
+                    .get(k)
+                    .copied()
+                    .unwrap_or_else(|| limit.capacity());
+                out.keys.push((queue, k, before - n));
+            }
+        }
+    }
+    out
 }

@@ -45,6 +45,9 @@ struct Reads<'j, 'p> {
 }
 
 impl GatedRead for Reads<'_, '_> {
+    /// The candidate scan: READY tasks of the queue in effective lease order,
+    /// leaving out closed keys and tasks offered already; routing is decided here
+    /// for each request of the batch.
     async fn candidates(
         &mut self,
         qi: usize,
@@ -53,7 +56,106 @@ impl GatedRead for Reads<'_, '_> {
         seen: &[i64],
         limit: usize,
     ) -> StoreResult<Vec<Offer>> {
-        candidates(self, qi, config, closed, seen, limit).await
+        let (ps, queues, now) = (self.ps, self.queues, self.now);
+        let queue = &queues[qi];
+        let aging = config.aging_ms().unwrap_or(0);
+        // Round robin: a key's n-th READY task takes its turn in the n-th round, and
+        // within a round the key served longest ago (`queue_key_turns`) goes first.
+        let fair = config.fairness == Fairness::RoundRobinKeys;
+        let head = match (fair, aging > 0) {
+            (false, false) => sql::TASK_LEASE_GATED_CANDIDATES,
+            (true, false) => sql::TASK_LEASE_GATED_CANDIDATES_ROUND_ROBIN,
+            (false, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING,
+            (true, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING_ROUND_ROBIN,
+        };
+        // Dynamic: the keys closed and the tasks offered already, as lists; the
+        // first rows only where the index order is the lease order.
+        let mut text = head.to_string();
+        if !closed.is_empty() {
+            text += &format!(
+                " AND (concurrency_key IS NULL OR concurrency_key NOT IN ({}))",
+                marks(closed.len())
+            );
+        }
+        if !seen.is_empty() {
+            text += &format!(" AND seq NOT IN ({})", marks(seen.len()));
+        }
+        text += " ";
+        text += sql::LEASE_GATED_CANDIDATES_ORDER;
+        // Without aging or fairness the index order is the lease order: read only
+        // the first rows. With them, every READY row of the queue is ranked.
+        if aging == 0 && !fair {
+            text += " LIMIT ?";
+        }
+        text += " ";
+        text += sql::LEASE_GATED_CANDIDATES_TAIL;
+        let mut q = sqlx::query_as::<_, GatedRow>(sqlx::AssertSqlSafe(text));
+        if aging > 0 {
+            q = q.bind(now).bind(aging);
+        }
+        q = q.bind(queue).bind(now).bind(now);
+        for k in closed {
+            q = q.bind(k.clone());
+        }
+        for s in seen {
+            q = q.bind(*s);
+        }
+        if aging == 0 && !fair {
+            q = q.bind(limit as i64);
+        }
+        let rows: Vec<GatedRow> = q.bind(limit as i64).fetch_all(self.j.conn()).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let open = r.target_worker.is_none()
+                && r.target_labels.is_none()
+                && r.reserved_for.is_none()
+                && !r.fanout_distinct;
+            let elig = if open {
+                None
+            } else {
+                let labels: Option<std::collections::BTreeMap<String, String>> =
+                    match &r.target_labels {
+                        Some(t) => Some(
+                            serde_json::from_str(t)
+                                .map_err(|e| StoreError::Corrupt(format!("task labels: {e}")))?,
+                        ),
+                        None => None,
+                    };
+                let mut e = Vec::new();
+                for (i, p) in ps.iter().enumerate() {
+                    let w = p.worker_id.as_str();
+                    let ok = r.target_worker.as_deref().is_none_or(|t| t == w)
+                        && labels.as_ref().is_none_or(|l| {
+                            l.iter()
+                                .all(|(k, v)| p.routing.labels.get(k).is_some_and(|x| x == v))
+                        })
+                        && (r.reserved_for.as_deref().is_none_or(|x| x == w)
+                            || r.reserved_until.is_some_and(|u| u <= now));
+                    let ok = ok
+                        && (!r.fanout_distinct || !holds_copy(self.j, &r.fanout_group, w).await?);
+                    if ok {
+                        e.push(i);
+                    }
+                }
+                Some(e)
+            };
+            out.push(Offer {
+                cand: Candidate {
+                    seq: r.seq,
+                    key: r.concurrency_key,
+                    order: (r.eff, r.turn, r.lease_deadline, r.run_at, r.seq),
+                    size: r.size,
+                },
+                queue: qi,
+                elig,
+                group: if r.fanout_distinct {
+                    r.fanout_group
+                } else {
+                    None
+                },
+            });
+        }
+        Ok(out)
     }
 
     async fn key_buckets(
@@ -102,119 +204,6 @@ struct GatedRow {
     reserved_until: Option<i64>,
     fanout_distinct: bool,
     fanout_group: Option<String>,
-}
-
-/// The candidate scan: READY tasks of the queue in effective lease order,
-/// leaving out closed keys and tasks offered already; routing is decided here
-/// for each request of the batch.
-async fn candidates(
-    read: &mut Reads<'_, '_>,
-    qi: usize,
-    config: &QueueConfig,
-    closed: &HashSet<String>,
-    seen: &[i64],
-    limit: usize,
-) -> StoreResult<Vec<Offer>> {
-    let (ps, queues, now) = (read.ps, read.queues, read.now);
-    let queue = &queues[qi];
-    let aging = config.aging_ms().unwrap_or(0);
-    // Round robin: a key's n-th READY task takes its turn in the n-th round, and
-    // within a round the key served longest ago (`queue_key_turns`) goes first.
-    let fair = config.fairness == Fairness::RoundRobinKeys;
-    let head = match (fair, aging > 0) {
-        (false, false) => sql::TASK_LEASE_GATED_CANDIDATES,
-        (true, false) => sql::TASK_LEASE_GATED_CANDIDATES_ROUND_ROBIN,
-        (false, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING,
-        (true, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING_ROUND_ROBIN,
-    };
-    // Dynamic: the keys closed and the tasks offered already, as lists; the
-    // first rows only where the index order is the lease order.
-    let mut text = head.to_string();
-    if !closed.is_empty() {
-        text += &format!(
-            " AND (concurrency_key IS NULL OR concurrency_key NOT IN ({}))",
-            marks(closed.len())
-        );
-    }
-    if !seen.is_empty() {
-        text += &format!(" AND seq NOT IN ({})", marks(seen.len()));
-    }
-    text += " ";
-    text += sql::LEASE_GATED_CANDIDATES_ORDER;
-    // Without aging or fairness the index order is the lease order: read only
-    // the first rows. With them, every READY row of the queue is ranked.
-    if aging == 0 && !fair {
-        text += " LIMIT ?";
-    }
-    text += " ";
-    text += sql::LEASE_GATED_CANDIDATES_TAIL;
-    let mut q = sqlx::query_as::<_, GatedRow>(sqlx::AssertSqlSafe(text));
-    if aging > 0 {
-        q = q.bind(now).bind(aging);
-    }
-    q = q.bind(queue).bind(now).bind(now);
-    for k in closed {
-        q = q.bind(k.clone());
-    }
-    for s in seen {
-        q = q.bind(*s);
-    }
-    if aging == 0 && !fair {
-        q = q.bind(limit as i64);
-    }
-    let rows: Vec<GatedRow> = q.bind(limit as i64).fetch_all(read.j.conn()).await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for r in rows {
-        let open = r.target_worker.is_none()
-            && r.target_labels.is_none()
-            && r.reserved_for.is_none()
-            && !r.fanout_distinct;
-        let elig = if open {
-            None
-        } else {
-            let labels: Option<std::collections::BTreeMap<String, String>> = match &r.target_labels
-            {
-                Some(t) => Some(
-                    serde_json::from_str(t)
-                        .map_err(|e| StoreError::Corrupt(format!("task labels: {e}")))?,
-                ),
-                None => None,
-            };
-            let mut e = Vec::new();
-            for (i, p) in ps.iter().enumerate() {
-                let w = p.worker_id.as_str();
-                let ok = r.target_worker.as_deref().is_none_or(|t| t == w)
-                    && labels.as_ref().is_none_or(|l| {
-                        l.iter()
-                            .all(|(k, v)| p.routing.labels.get(k).is_some_and(|x| x == v))
-                    })
-                    && (r.reserved_for.as_deref().is_none_or(|x| x == w)
-                        || r.reserved_until.is_some_and(|u| u <= now));
-                let ok =
-                    ok && (!r.fanout_distinct || !holds_copy(read.j, &r.fanout_group, w).await?);
-                if ok {
-                    e.push(i);
-                }
-            }
-            Some(e)
-        };
-        out.push(Offer {
-            cand: Candidate {
-                seq: r.seq,
-                key: r.concurrency_key,
-                order: (r.eff, r.turn, r.lease_deadline, r.run_at, r.seq),
-                size: r.size,
-            },
-            queue: qi,
-            elig,
-            group: if r.fanout_distinct {
-                r.fanout_group
-            } else {
-                None
-            },
-        });
-    }
-    Ok(out)
 }
 
 /// The gated lease of a batch of requests for the same queues (see the module
@@ -293,26 +282,16 @@ pub(super) async fn lease_gated(
     Ok(out)
 }
 
-/// Round robin: records the keys served, in the order granted (see the SQLite
-/// store's `turns`).
+/// Round robin: records the keys served, in the order granted
+/// ([`gated::served`]). Each grant of a round-robin queue takes the next number
+/// of the queue's counter; a key keeps the number of its latest grant.
 async fn turns(
     j: &mut Job,
     queues: &[String],
     uses: &[QueueUse],
     charged: &[(usize, Option<String>)],
 ) -> StoreResult<()> {
-    for (qi, queue) in queues.iter().enumerate() {
-        if uses[qi].config.fairness != Fairness::RoundRobinKeys {
-            continue;
-        }
-        let keys: Vec<&str> = charged
-            .iter()
-            .filter(|(q, _)| *q == qi)
-            .map(|(_, k)| k.as_deref().unwrap_or(""))
-            .collect();
-        let Some(order) = crate::domain::admission::served_order(&keys) else {
-            continue;
-        };
+    for (queue, order) in gated::served(queues, uses, charged) {
         let counter: i64 = sqlx::query_scalar(sql::TASK_LEASE_GATED_TURNS_COUNTER)
             .bind(queue)
             .fetch_optional(j.conn())
@@ -343,41 +322,23 @@ async fn charge(
     charged: &[(usize, Option<String>)],
     now: i64,
 ) -> StoreResult<()> {
-    for (qi, queue) in queues.iter().enumerate() {
-        let usage = &uses[qi];
-        let granted: Vec<&Option<String>> = charged
-            .iter()
-            .filter(|(q, _)| *q == qi)
-            .map(|(_, k)| k)
-            .collect();
-        if let Some(t) = usage.tokens {
-            sqlx::query(sql::TASK_LEASE_GATED_CHARGE)
-                .bind(t - granted.len() as f64)
-                .bind(now)
-                .bind(queue)
-                .execute(j.conn())
-                .await?;
-        }
-        if let Some(limit) = usage.config.per_key_rate_limit {
-            let mut per_key: HashMap<&str, f64> = HashMap::new();
-            for k in granted.into_iter().flatten() {
-                *per_key.entry(k).or_default() += 1.0;
-            }
-            for (k, n) in per_key {
-                let before = usage
-                    .key_tokens
-                    .get(k)
-                    .copied()
-                    .unwrap_or_else(|| limit.capacity());
-                sqlx::query(sql::TASK_LEASE_GATED_CHARGE_KEY)
-                    .bind(queue)
-                    .bind(k)
-                    .bind(before - n)
-                    .bind(now)
-                    .execute(j.conn())
-                    .await?;
-            }
-        }
+    let charges = gated::charges(queues, uses, charged);
+    for (queue, tokens) in charges.queues {
+        sqlx::query(sql::TASK_LEASE_GATED_CHARGE)
+            .bind(tokens)
+            .bind(now)
+            .bind(queue)
+            .execute(j.conn())
+            .await?;
+    }
+    for (queue, key, tokens) in charges.keys {
+        sqlx::query(sql::TASK_LEASE_GATED_CHARGE_KEY)
+            .bind(queue)
+            .bind(key)
+            .bind(tokens)
+            .bind(now)
+            .execute(j.conn())
+            .await?;
     }
     Ok(())
 }

@@ -223,6 +223,9 @@ struct Reads<'t, 'c, 'p> {
 }
 
 impl GatedRead for Reads<'_, '_, '_> {
+    /// The candidate scan: READY tasks of the queue in effective lease order that
+    /// some request of the batch may take, leaving out closed keys and tasks
+    /// offered already, each with the requests that may take it.
     async fn candidates(
         &mut self,
         qi: usize,
@@ -231,7 +234,53 @@ impl GatedRead for Reads<'_, '_, '_> {
         seen: &[i64],
         limit: usize,
     ) -> StoreResult<Vec<Offer>> {
-        candidates(self, qi, config, closed, seen, limit).await
+        let (queues, now, batch) = (self.queues, self.now, self.batch);
+        let queue = &queues[qi];
+        let closed: Vec<&String> = closed.iter().collect();
+        let aging = config.aging_ms().unwrap_or(0);
+        let round_robin = config.fairness == Fairness::RoundRobinKeys;
+        // Without aging or fairness the index order is the lease order: only the
+        // first rows are self. With them, every READY row of the queue is ranked
+        // (see gated.sql).
+        let sql = match (aging > 0, round_robin) {
+            (false, false) => sql::TASK_LEASE_GATED_CANDIDATES,
+            (true, false) => sql::TASK_LEASE_GATED_CANDIDATES_AGING,
+            (false, true) => sql::TASK_LEASE_GATED_CANDIDATES_ROUND_ROBIN,
+            (true, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING_ROUND_ROBIN,
+        };
+        let rows: Vec<CandidateRow> = sqlx::query_as(sql)
+            .bind(queue)
+            .bind(now)
+            .bind(&closed)
+            .bind(seen)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(aging)
+            .bind(&batch.workers)
+            .bind(&batch.labels)
+            .fetch_all(&mut **self.tx)
+            .await?;
+        let ids = &mut self.ids;
+        Ok(rows
+            .into_iter()
+            .map(|(id, seq, key, eff, turn, dl, run_at, size, elig, group)| {
+                ids.insert(seq, id);
+                Offer {
+                    cand: Candidate {
+                        seq,
+                        key,
+                        order: (eff, turn, dl, run_at, seq),
+                        size,
+                    },
+                    queue: qi,
+                    elig: elig.map(|e| {
+                        e.into_iter()
+                            .filter_map(|i| usize::try_from(i).ok())
+                            .collect()
+                    }),
+                    group,
+                }
+            })
+            .collect())
     }
 
     async fn key_buckets(
@@ -259,66 +308,6 @@ impl GatedRead for Reads<'_, '_, '_> {
             .fetch_all(&mut **self.tx)
             .await?)
     }
-}
-
-/// The candidate scan: READY tasks of the queue in effective lease order that
-/// some request of the batch may take, leaving out closed keys and tasks
-/// offered already, each with the requests that may take it.
-async fn candidates(
-    read: &mut Reads<'_, '_, '_>,
-    qi: usize,
-    config: &QueueConfig,
-    closed: &HashSet<String>,
-    seen: &[i64],
-    limit: usize,
-) -> StoreResult<Vec<Offer>> {
-    let (queues, now, batch) = (read.queues, read.now, read.batch);
-    let queue = &queues[qi];
-    let closed: Vec<&String> = closed.iter().collect();
-    let aging = config.aging_ms().unwrap_or(0);
-    let round_robin = config.fairness == Fairness::RoundRobinKeys;
-    // Without aging or fairness the index order is the lease order: only the
-    // first rows are read. With them, every READY row of the queue is ranked
-    // (see gated.sql).
-    let sql = match (aging > 0, round_robin) {
-        (false, false) => sql::TASK_LEASE_GATED_CANDIDATES,
-        (true, false) => sql::TASK_LEASE_GATED_CANDIDATES_AGING,
-        (false, true) => sql::TASK_LEASE_GATED_CANDIDATES_ROUND_ROBIN,
-        (true, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING_ROUND_ROBIN,
-    };
-    let rows: Vec<CandidateRow> = sqlx::query_as(sql)
-        .bind(queue)
-        .bind(now)
-        .bind(&closed)
-        .bind(seen)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .bind(aging)
-        .bind(&batch.workers)
-        .bind(&batch.labels)
-        .fetch_all(&mut **read.tx)
-        .await?;
-    let ids = &mut read.ids;
-    Ok(rows
-        .into_iter()
-        .map(|(id, seq, key, eff, turn, dl, run_at, size, elig, group)| {
-            ids.insert(seq, id);
-            Offer {
-                cand: Candidate {
-                    seq,
-                    key,
-                    order: (eff, turn, dl, run_at, seq),
-                    size,
-                },
-                queue: qi,
-                elig: elig.map(|e| {
-                    e.into_iter()
-                        .filter_map(|i| usize::try_from(i).ok())
-                        .collect()
-                }),
-                group,
-            }
-        })
-        .collect())
 }
 
 /// The buckets a gated lease charges, as the lease statement binds them: each

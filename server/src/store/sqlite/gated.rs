@@ -48,6 +48,9 @@ struct Reads<'c> {
 }
 
 impl GatedRead for Reads<'_> {
+    /// The candidate scan: READY tasks of the queue in effective lease order that
+    /// some request of the batch may take, leaving out closed keys and tasks
+    /// offered already, each with the requests that may take it.
     async fn candidates(
         &mut self,
         qi: usize,
@@ -56,7 +59,63 @@ impl GatedRead for Reads<'_> {
         seen: &[i64],
         limit: usize,
     ) -> StoreResult<Vec<Offer>> {
-        candidates(self, qi, config, closed, seen, limit)
+        let (queue, now, batch) = (&self.queues[qi], self.now, &self.batch);
+        let aging = config.aging_ms().unwrap_or(0);
+        let fair = config.fairness == Fairness::RoundRobinKeys;
+        let pick = match (fair, aging > 0) {
+            (false, false) => sql::TASK_LEASE_GATED_CANDIDATES,
+            (false, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING,
+            (true, false) => sql::TASK_LEASE_GATED_CANDIDATES_ROUND_ROBIN,
+            (true, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING_ROUND_ROBIN,
+        };
+        let closed = json_text(closed)?;
+        let seen = json_text(seen)?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut st = self.c.prepare_cached(pick)?;
+        let rows = st.query_map(
+            params![
+                queue,
+                now,
+                closed,
+                seen,
+                limit,
+                aging,
+                batch.workers,
+                batch.labels
+            ],
+            |r| {
+                Ok((
+                    Candidate {
+                        seq: r.get(0)?,
+                        key: r.get(1)?,
+                        order: (r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(0)?),
+                        size: r.get(6)?,
+                    },
+                    r.get::<_, Option<String>>(7)?,
+                    r.get::<_, Option<String>>(8)?,
+                ))
+            },
+        )?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (cand, elig, group) = row?;
+            let elig = match elig {
+                Some(json) => {
+                    let mut e: Vec<usize> = serde_json::from_str(&json)
+                        .map_err(|e| StoreError::Corrupt(format!("lease eligibility: {e}")))?;
+                    e.sort_unstable();
+                    Some(e)
+                }
+                None => None,
+            };
+            out.push(Offer {
+                cand,
+                queue: qi,
+                elig,
+                group,
+            });
+        }
+        Ok(out)
     }
 
     async fn key_buckets(
@@ -94,76 +153,6 @@ struct Batch {
     workers: String,
     /// Their labels, a JSON array of objects.
     labels: String,
-}
-
-/// The candidate scan: READY tasks of the queue in effective lease order that
-/// some request of the batch may take, leaving out closed keys and tasks
-/// offered already, each with the requests that may take it.
-fn candidates(
-    read: &Reads<'_>,
-    qi: usize,
-    config: &QueueConfig,
-    closed: &HashSet<String>,
-    seen: &[i64],
-    limit: usize,
-) -> StoreResult<Vec<Offer>> {
-    let (queue, now, batch) = (&read.queues[qi], read.now, &read.batch);
-    let aging = config.aging_ms().unwrap_or(0);
-    let fair = config.fairness == Fairness::RoundRobinKeys;
-    let pick = match (fair, aging > 0) {
-        (false, false) => sql::TASK_LEASE_GATED_CANDIDATES,
-        (false, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING,
-        (true, false) => sql::TASK_LEASE_GATED_CANDIDATES_ROUND_ROBIN,
-        (true, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING_ROUND_ROBIN,
-    };
-    let closed = json_text(closed)?;
-    let seen = json_text(seen)?;
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let mut st = read.c.prepare_cached(pick)?;
-    let rows = st.query_map(
-        params![
-            queue,
-            now,
-            closed,
-            seen,
-            limit,
-            aging,
-            batch.workers,
-            batch.labels
-        ],
-        |r| {
-            Ok((
-                Candidate {
-                    seq: r.get(0)?,
-                    key: r.get(1)?,
-                    order: (r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(0)?),
-                    size: r.get(6)?,
-                },
-                r.get::<_, Option<String>>(7)?,
-                r.get::<_, Option<String>>(8)?,
-            ))
-        },
-    )?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (cand, elig, group) = row?;
-        let elig = match elig {
-            Some(json) => {
-                let mut e: Vec<usize> = serde_json::from_str(&json)
-                    .map_err(|e| StoreError::Corrupt(format!("lease eligibility: {e}")))?;
-                e.sort_unstable();
-                Some(e)
-            }
-            None => None,
-        };
-        out.push(Offer {
-            cand,
-            queue: qi,
-            elig,
-            group,
-        });
-    }
-    Ok(out)
 }
 
 /// The leases a worker holds in `queue`.
@@ -241,28 +230,16 @@ pub(super) fn lease_gated(c: &Connection, ps: &[LeaseParams]) -> StoreResult<Vec
     Ok(out)
 }
 
-/// Round robin: records the keys served, in the order granted, so the next
-/// lease (of any replica, any size) starts with the keys served longest ago.
-/// Each grant of a round-robin queue takes the next number of the queue's
-/// counter; a key keeps the number of its latest grant.
+/// Round robin: records the keys served, in the order granted
+/// ([`gated::served`]). Each grant of a round-robin queue takes the next number
+/// of the queue's counter; a key keeps the number of its latest grant.
 fn turns(
     c: &Connection,
     queues: &[String],
     uses: &[QueueUse],
     charged: &[(usize, Option<String>)],
 ) -> StoreResult<()> {
-    for (qi, queue) in queues.iter().enumerate() {
-        if uses[qi].config.fairness != Fairness::RoundRobinKeys {
-            continue;
-        }
-        let keys: Vec<&str> = charged
-            .iter()
-            .filter(|(q, _)| *q == qi)
-            .map(|(_, k)| k.as_deref().unwrap_or(""))
-            .collect();
-        let Some(order) = crate::domain::admission::served_order(&keys) else {
-            continue;
-        };
+    for (queue, order) in gated::served(queues, uses, charged) {
         let counter: i64 = c
             .prepare_cached(sql::TASK_LEASE_GATED_TURNS_COUNTER)?
             .query_row(params![queue], |r| r.get(0))
@@ -331,30 +308,15 @@ fn charge(
     charged: &[(usize, Option<String>)],
     now: i64,
 ) -> StoreResult<()> {
-    for (qi, queue) in queues.iter().enumerate() {
-        let usage = &uses[qi];
-        let (tokens, key_tokens) = (&usage.tokens, &usage.key_tokens);
-        let granted = charged.iter().filter(|(q, _)| *q == qi);
-        if let Some(t) = tokens {
-            let n = granted.clone().count() as f64;
-            c.prepare_cached(sql::TASK_LEASE_GATED_CHARGE)?
-                .execute(params![queue, t - n, now])?;
-        }
-        if let Some(limit) = usage.config.per_key_rate_limit {
-            let mut per_key: HashMap<&str, f64> = HashMap::new();
-            for (_, k) in granted {
-                if let Some(k) = k {
-                    *per_key.entry(k).or_default() += 1.0;
-                }
-            }
-            let mut put = c.prepare_cached(sql::TASK_LEASE_GATED_CHARGE_KEY)?;
-            for (k, n) in per_key {
-                let before = key_tokens
-                    .get(k)
-                    .copied()
-                    .unwrap_or_else(|| limit.capacity());
-                put.execute(params![queue, k, before - n, now])?;
-            }
+    let charges = gated::charges(queues, uses, charged);
+    for (queue, tokens) in charges.queues {
+        c.prepare_cached(sql::TASK_LEASE_GATED_CHARGE)?
+            .execute(params![queue, tokens, now])?;
+    }
+    if !charges.keys.is_empty() {
+        let mut put = c.prepare_cached(sql::TASK_LEASE_GATED_CHARGE_KEY)?;
+        for (queue, key, tokens) in charges.keys {
+            put.execute(params![queue, key, tokens, now])?;
         }
     }
     Ok(())
