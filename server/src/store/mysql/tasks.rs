@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use sqlx::MySql;
 
 use super::super::row::{AttemptRow, TaskRow, ms};
+use super::super::tasks::{UpdateValues, updatable};
 use super::super::*;
 use super::rows::{changed_event, fetch_task};
 use super::{MysqlStore, retryable, sql};
@@ -104,17 +105,17 @@ impl Tasks for MysqlStore {
                 return Ok(Changed::NotFound);
             };
             let state = row.stored_state()?;
-            if matches!(state, StoredState::Leased | StoredState::Succeeded) {
+            if !updatable(state) {
                 return Ok(Changed::WrongState(state));
             }
-            let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
+            let v = UpdateValues::of(&row, u);
             // Routing: an admin change frees a reserved retry.
             sqlx::query(sql::TASK_UPDATE)
-                .bind(u.run_at.map(ms).unwrap_or(row.run_at))
-                .bind(u.priority.map(i64::from).unwrap_or(row.priority))
-                .bind(u.deadline.map(|d| d.map(ms)).unwrap_or(row.deadline))
-                .bind(max_attempts)
-                .bind(row.attempts_allowed - row.max_attempts + max_attempts)
+                .bind(v.run_at)
+                .bind(v.priority)
+                .bind(v.deadline)
+                .bind(v.max_attempts)
+                .bind(v.attempts_allowed)
                 .bind(ms(now))
                 .bind(row.seq)
                 .execute(j.conn())

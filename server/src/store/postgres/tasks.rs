@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Postgres;
 
 use super::super::row::{AttemptRow, TaskRow, duration_ms, ms};
+use super::super::tasks::{UpdateValues, updatable};
 use super::super::*;
 use super::routing::BindRouting as _;
 use super::{PostgresStore, flow, routing, sql};
@@ -195,17 +196,17 @@ impl Tasks for PostgresStore {
             return Ok(Changed::NotFound);
         };
         let state = row.stored_state()?;
-        if matches!(state, StoredState::Leased | StoredState::Succeeded) {
+        if !updatable(state) {
             tx.rollback().await?;
             return Ok(Changed::WrongState(state));
         }
-        let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
+        let v = UpdateValues::of(&row, u);
         sqlx::query(sql::TASK_UPDATE)
-            .bind(u.run_at.map(ms).unwrap_or(row.run_at))
-            .bind(u.priority.map(i64::from).unwrap_or(row.priority))
-            .bind(u.deadline.map(|d| d.map(ms)).unwrap_or(row.deadline))
-            .bind(max_attempts)
-            .bind(row.attempts_allowed - row.max_attempts + max_attempts)
+            .bind(v.run_at)
+            .bind(v.priority)
+            .bind(v.deadline)
+            .bind(v.max_attempts)
+            .bind(v.attempts_allowed)
             .bind(ms(now))
             .bind(&row.id)
             .execute(&mut *tx)

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::super::row::{AttemptRow, TaskRow, ms};
+use super::super::tasks::{UpdateValues, updatable};
 use super::super::*;
 use super::rows::{changed_event, fetch_task, in_list};
 use super::{SqliteStore, sql};
@@ -144,16 +145,16 @@ fn update(
         return Ok(Changed::NotFound);
     };
     let state = row.stored_state()?;
-    if matches!(state, StoredState::Leased | StoredState::Succeeded) {
+    if !updatable(state) {
         return Ok(Changed::WrongState(state));
     }
-    let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
+    let v = UpdateValues::of(&row, u);
     c.prepare_cached(sql::TASK_UPDATE)?.execute(params![
-        u.run_at.map(ms).unwrap_or(row.run_at),
-        u.priority.map(i64::from).unwrap_or(row.priority),
-        u.deadline.map(|d| d.map(ms)).unwrap_or(row.deadline),
-        max_attempts,
-        row.attempts_allowed - row.max_attempts + max_attempts,
+        v.run_at,
+        v.priority,
+        v.deadline,
+        v.max_attempts,
+        v.attempts_allowed,
         ms(now),
         row.seq
     ])?;
