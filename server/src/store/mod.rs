@@ -52,10 +52,10 @@ pub use schedules::{
 };
 // The worker registry and the routing of a lease.
 mod workers;
+pub(crate) use workers::WorkerRow;
 pub use workers::{
     LeaseRouting, WorkerFilter, WorkerLeaseRecord, WorkerRecord, WorkerSeen, Workers,
 };
-pub(crate) use workers::{WorkerLeaseRow, WorkerRow, worker_lease};
 pub mod admission;
 pub use admission::{Admission, QueueUsage, StoredQueue};
 pub mod sync_match;
