@@ -391,3 +391,52 @@ pub trait Admission: Send + Sync + 'static {
     /// those [`crate::domain::admission::TURNS_KEPT`] grants old.
     async fn queue_key_tokens_purge(&self, now: DateTime<Utc>) -> StoreResult<u64>;
 }
+
+/// `Admission::queue_pending` from the backend's `QUEUE_PENDING` (bound: the
+/// queue). The same on every database; only the pool differs.
+pub(crate) async fn queue_pending_of<DB>(
+    pool: &sqlx::Pool<DB>,
+    stmt: &'static str,
+    queue: &str,
+) -> StoreResult<(u64, u64)>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'r> (i64, i64): sqlx::FromRow<'r, DB::Row>,
+{
+    let (n, bytes): (i64, i64) = sqlx::query_as::<DB, (i64, i64)>(stmt)
+        .bind(queue)
+        .fetch_one(pool)
+        .await?;
+    Ok((n.max(0) as u64, bytes.max(0) as u64))
+}
+
+/// `Admission::queue_list` from the backend's `QUEUE_LIST`. The same on every
+/// database; only the pool differs.
+pub(crate) async fn queue_list_of<DB>(
+    pool: &sqlx::Pool<DB>,
+    stmt: &'static str,
+) -> StoreResult<Vec<StoredQueue>>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'r> (String, String, Option<i64>, i64): sqlx::FromRow<'r, DB::Row>,
+{
+    let rows: Vec<(String, String, Option<i64>, i64)> =
+        sqlx::query_as::<DB, (String, String, Option<i64>, i64)>(stmt)
+            .fetch_all(pool)
+            .await?;
+    rows.into_iter()
+        .map(|(name, config, updated_at, version)| {
+            Ok(StoredQueue {
+                config: parse_config(&name, &config)?,
+                name,
+                updated_at: updated_at.map(super::row::from_ms),
+                version,
+            })
+        })
+        .collect()
+}

@@ -40,3 +40,54 @@ pub trait Events: Send + Sync + 'static {
     /// Deletes up to `limit` events recorded before `before`; returns how many.
     async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64>;
 }
+
+/// `Events::event_list` from the backend's `EVENT_LIST` (bound: the task,
+/// the event id to read after, the limit). The same on every database; only
+/// the pool differs.
+pub(crate) async fn event_list_of<DB>(
+    pool: &sqlx::Pool<DB>,
+    stmt: &'static str,
+    task_id: &str,
+    after_event_id: i64,
+    limit: u32,
+) -> StoreResult<Vec<EventRecord>>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'r> super::flow::EventRow: sqlx::FromRow<'r, DB::Row>,
+{
+    let rows: Vec<super::flow::EventRow> = sqlx::query_as::<DB, super::flow::EventRow>(stmt)
+        .bind(task_id)
+        .bind(after_event_id)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
+    rows.into_iter().map(super::flow::event_record).collect()
+}
+
+/// `Events::event_read` from the backend's `EVENT_READ` (bound: the event id
+/// to read after, the limit), on a database whose ids commit in order (SQLite,
+/// MySQL; Postgres reads its horizon first). Only the pool differs.
+pub(crate) async fn event_read_of<DB>(
+    pool: &sqlx::Pool<DB>,
+    stmt: &'static str,
+    after_event_id: i64,
+    limit: u32,
+) -> StoreResult<Vec<EventRecord>>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'r> super::flow::EventRow: sqlx::FromRow<'r, DB::Row>,
+{
+    let rows: Vec<super::flow::EventRow> = sqlx::query_as::<DB, super::flow::EventRow>(stmt)
+        .bind(after_event_id)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
+    rows.into_iter().map(super::flow::event_record).collect()
+}

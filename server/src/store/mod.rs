@@ -24,6 +24,10 @@ pub mod postgres;
 pub mod sqlite;
 
 pub(crate) mod row;
+// The filters of lists and bulk selections, as SQL terms.
+pub(crate) mod filter;
+// The gated lease's passes, over each backend's reads.
+pub(crate) mod gated;
 
 pub use crate::domain::model::*;
 
@@ -48,10 +52,10 @@ pub use schedules::{
 };
 // The worker registry and the routing of a lease.
 mod workers;
+pub(crate) use workers::WorkerRow;
 pub use workers::{
     LeaseRouting, WorkerFilter, WorkerLeaseRecord, WorkerRecord, WorkerSeen, Workers,
 };
-pub(crate) use workers::{WorkerLeaseRow, WorkerRow, worker_lease};
 pub mod admission;
 pub use admission::{Admission, QueueUsage, StoredQueue};
 pub mod sync_match;

@@ -360,3 +360,21 @@ pub(crate) fn fold_stats(
     }
     by_queue.into_values().collect()
 }
+
+/// The rows a statement changed, for code generic over the sqlx databases
+/// (sqlx names it on each database's own result type only).
+pub(crate) trait RowsAffected {
+    fn rows(&self) -> u64;
+}
+
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+impl RowsAffected for sqlx::mysql::MySqlQueryResult {
+    fn rows(&self) -> u64 {
+        self.rows_affected()
+    }
+}

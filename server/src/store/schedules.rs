@@ -416,3 +416,99 @@ pub trait Schedules: Send + Sync + 'static {
     async fn schedule_run_list(&self, f: &ScheduleRunFilter)
     -> StoreResult<Vec<ScheduleRunRecord>>;
 }
+
+/// The statements of a fire's run steps, on a database sqlx writes to
+/// (Postgres, MySQL): the backend's `SCHEDULE_FIRE_RUN`, `_HOLDER`,
+/// `_RUN_HOLDER` and `_RUN_TASK`, which bind the same values on both.
+pub(crate) struct RunSql {
+    pub run: &'static str,
+    pub holder: &'static str,
+    pub run_holder: &'static str,
+    pub run_task: &'static str,
+}
+
+/// Records the run of `fire` (whose first task is `first`); `false` when the
+/// run was recorded already (by another replica's fire). The same on the sqlx
+/// databases; only the connection differs.
+pub(crate) async fn record_run<DB>(
+    conn: &mut DB::Connection,
+    sql: &RunSql,
+    f: &ScheduleFire,
+    run: &NewRun,
+    first: &NewTask,
+    now: i64,
+) -> StoreResult<bool>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    bool: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    DB::QueryResult: super::row::RowsAffected,
+{
+    use super::row::RowsAffected as _;
+    Ok(sqlx::query::<DB>(sql.run)
+        .bind(&f.schedule_id)
+        .bind(ms(run.fire_time))
+        .bind(&first.id)
+        .bind(run.triggered)
+        .bind(now)
+        .execute(conn)
+        .await?
+        .rows()
+        == 1)
+}
+
+/// The task a run names, and whether this fire made it. A run recorded before
+/// (`made`: `None`) names what it named. One recorded just now, once its
+/// tasks were inserted (`made`: their answers, the first copy's first), names
+/// its own first task; where its key was taken, the task that holds it (the
+/// run is rewritten to name it) if the schedule's producer may see that task,
+/// else still its own first task's id, not made. The same on the sqlx
+/// databases; only the connection differs.
+pub(crate) async fn run_task<DB>(
+    conn: &mut DB::Connection,
+    sql: &RunSql,
+    f: &ScheduleFire,
+    fire: i64,
+    first: &NewTask,
+    made: Option<&[super::Inserted]>,
+) -> StoreResult<(String, bool)>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'r> (String,): sqlx::FromRow<'r, DB::Row>,
+{
+    let Some(made) = made else {
+        let id: Option<(String,)> = sqlx::query_as::<DB, _>(sql.run_task)
+            .bind(&f.schedule_id)
+            .bind(fire)
+            .fetch_optional(conn)
+            .await?;
+        return Ok((id.map(|(id,)| id).unwrap_or_default(), false));
+    };
+    let Some(r) = made.first().filter(|r| r.deduplicated) else {
+        return Ok((first.id.clone(), true));
+    };
+    let metadata: Option<(String,)> = sqlx::query_as::<DB, _>(sql.holder)
+        .bind(&r.task_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    // The key was taken by a task the schedule's producer may not see: the
+    // run keeps the id of the task it did not make.
+    if !super::flow::run_may_name(first, metadata.as_ref().map(|(m,)| m.as_str())) {
+        return Ok((first.id.clone(), false));
+    }
+    // The key was taken: the run names the task holding it.
+    sqlx::query::<DB>(sql.run_holder)
+        .bind(&r.task_id)
+        .bind(&f.schedule_id)
+        .bind(fire)
+        .execute(conn)
+        .await?;
+    Ok((r.task_id.clone(), false))
+}

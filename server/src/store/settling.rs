@@ -29,3 +29,76 @@ pub trait Settling: Send + Sync + 'static {
     /// whose deadline passed, up to `limit` of each.
     async fn lease_reclaim_expired(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped>;
 }
+
+/// The settle check of a report against `row`, the same on every database:
+/// `outcome` is the latest attempt's, read only where the task is no longer
+/// leased ([`needs_outcome`]).
+pub(crate) fn check_row(
+    row: &row::TaskRow,
+    outcome: Option<AttemptOutcome>,
+    report: crate::domain::task::Report,
+    token: &str,
+    now: DateTime<Utc>,
+) -> StoreResult<crate::domain::task::SettleCheck> {
+    Ok(crate::domain::task::settle_check(
+        row.stored_state()?,
+        row.lease_token.as_deref(),
+        row.lease_expires_at.map(row::from_ms),
+        outcome,
+        report,
+        token,
+        now,
+    ))
+}
+
+/// Whether a settle check of `row` needs its latest attempt's outcome (the task
+/// is no longer leased).
+pub(crate) fn needs_outcome(row: &row::TaskRow) -> StoreResult<bool> {
+    Ok(row.stored_state()? != StoredState::Leased)
+}
+
+/// The answer to a failure report for a task settled already: its state now,
+/// and when it runs next where it waits.
+pub(crate) fn already_failed(row: row::TaskRow, now: DateTime<Utc>) -> StoreResult<FailResult> {
+    let run_at = row::from_ms(row.run_at);
+    Ok(FailResult {
+        state: TaskState::of(row.stored_state()?, run_at, now),
+        next_run_at: (row.state == "pending").then_some(run_at),
+        queue: row.queue,
+        leased_at: None,
+    })
+}
+
+/// Writes the attempt row of an attempt that ends now (`stmt`: the backend's
+/// `SETTLE_ATTEMPT_END`); returns when it was leased. The same on the
+/// databases sqlx writes to (Postgres, MySQL); only the connection differs.
+pub(crate) async fn finish_attempt_on<DB>(
+    conn: &mut DB::Connection,
+    stmt: &'static str,
+    a: &row::AttemptEnd<'_>,
+    outcome: AttemptOutcome,
+    error: Option<&str>,
+    now: i64,
+) -> StoreResult<Option<DateTime<Utc>>>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    sqlx::query::<DB>(stmt)
+        .bind(a.task_id)
+        .bind(a.attempt)
+        .bind(a.worker_id)
+        .bind(a.worker_address)
+        .bind(a.leased_at)
+        .bind(outcome.as_str())
+        .bind(error)
+        .bind(now)
+        .bind(a.fencing_token)
+        .execute(conn)
+        .await?;
+    Ok(Some(row::from_ms(a.leased_at)))
+}

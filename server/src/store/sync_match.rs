@@ -139,6 +139,59 @@ pub(crate) fn lease_expiry(t: &NewTask, m: &MatchTo, now: DateTime<Utc>) -> i64 
     t.deadline.map_or(end, |d| end.min(ms(d)))
 }
 
+impl MatchedInsert {
+    /// A task not inserted: `task_id` already holds its (queue, key).
+    pub(crate) fn duplicate(task_id: String) -> Self {
+        MatchedInsert {
+            inserted: Inserted {
+                task_id,
+                deduplicated: true,
+            },
+            leased: None,
+        }
+    }
+
+    /// A task inserted (`leased`: as leased to its match, when it was).
+    pub(crate) fn made(task_id: String, leased: Option<TaskRecord>) -> Self {
+        MatchedInsert {
+            inserted: Inserted {
+                task_id,
+                deduplicated: false,
+            },
+            leased,
+        }
+    }
+}
+
+/// The events of `t` inserted leased to `m` at `now` (ms), as an insert and a
+/// lease would record them: SUBMITTED, then LEASED.
+pub(crate) fn matched_events<'a>(
+    t: &'a NewTask,
+    m: &'a MatchTo,
+    now: i64,
+) -> [super::flow::Ev<'a>; 2] {
+    use crate::domain::event::EventKind;
+    let ev = |kind, state, attempt, worker| super::flow::Ev {
+        task_id: &t.id,
+        queue: &t.queue,
+        kind,
+        state,
+        attempt,
+        worker,
+        time: now,
+        detail: None,
+    };
+    [
+        ev(
+            EventKind::Submitted,
+            super::flow::visible("pending", ms(t.run_at), now),
+            0,
+            None,
+        ),
+        ev(EventKind::Leased, "leased", 1, Some(m.worker_id.as_str())),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

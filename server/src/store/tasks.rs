@@ -83,3 +83,33 @@ pub trait Tasks: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<MatchedInsert>>;
 }
+
+/// The columns an operator's update writes over `row` (the same on every
+/// database): what `u` names, else what the row holds; the attempts allowed
+/// move with `max_attempts` (a routing reservation's extra attempt is kept).
+pub(crate) struct UpdateValues {
+    pub run_at: i64,
+    pub priority: i64,
+    pub deadline: Option<i64>,
+    pub max_attempts: i64,
+    pub attempts_allowed: i64,
+}
+
+impl UpdateValues {
+    pub(crate) fn of(row: &row::TaskRow, u: &TaskUpdate) -> Self {
+        let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
+        UpdateValues {
+            run_at: u.run_at.map(row::ms).unwrap_or(row.run_at),
+            priority: u.priority.map(i64::from).unwrap_or(row.priority),
+            deadline: u.deadline.map(|d| d.map(row::ms)).unwrap_or(row.deadline),
+            max_attempts,
+            attempts_allowed: row.attempts_allowed - row.max_attempts + max_attempts,
+        }
+    }
+}
+
+/// Whether an operator's update may change a task in `state`: not while it is
+/// leased, nor once it succeeded.
+pub(crate) fn updatable(state: StoredState) -> bool {
+    !matches!(state, StoredState::Leased | StoredState::Succeeded)
+}

@@ -129,3 +129,43 @@ pub trait Workers: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>>;
 }
+
+/// The start of the minute before `now` (ms): a worker seen since is live.
+pub(crate) fn minute_before(now: DateTime<Utc>) -> i64 {
+    super::row::ms(now) - 60_000
+}
+
+/// `Workers::worker_get` from two statements, `[get, leases]`: the worker
+/// (bound: the minute before `now`, `now_binds` times, as the dialect's
+/// placeholders need it, then the id) and its leases (the id). The same on
+/// every database; only the pool differs.
+pub(crate) async fn worker_get_of<DB>(
+    pool: &sqlx::Pool<DB>,
+    [get, leases]: [&'static str; 2],
+    now_binds: usize,
+    worker_id: &str,
+    now: DateTime<Utc>,
+) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'r> WorkerRow: sqlx::FromRow<'r, DB::Row>,
+    for<'r> WorkerLeaseRow: sqlx::FromRow<'r, DB::Row>,
+{
+    let mut q = sqlx::query_as::<DB, WorkerRow>(get);
+    for _ in 0..now_binds {
+        q = q.bind(minute_before(now));
+    }
+    let Some(row) = q.bind(worker_id).fetch_optional(pool).await? else {
+        return Ok(None);
+    };
+    let leases: Vec<WorkerLeaseRow> = sqlx::query_as::<DB, WorkerLeaseRow>(leases)
+        .bind(worker_id)
+        .fetch_all(pool)
+        .await?;
+    let leases = leases.into_iter().map(worker_lease).collect();
+    Ok(Some((row.into_record()?, leases)))
+}

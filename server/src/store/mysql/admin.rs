@@ -7,7 +7,7 @@ use sqlx::MySql;
 
 use super::super::flow::visible;
 use super::super::observe::dead_group_row;
-use super::super::row::{TaskRow, ms, state_filter_sql};
+use super::super::row::{TaskRow, ms};
 use super::super::*;
 use super::rows::{changed_event, fetch_task};
 use super::tx::simple;
@@ -149,29 +149,7 @@ impl Admin for MysqlStore {
         // Dynamic: the WHERE holds the filters given.
         let mut qb = sqlx::QueryBuilder::<MySql>::new(bound_last(sql::TASK_SELECT_HEAD));
         qb.push_bind(&f.queue);
-        if let Some(p) = &f.key_prefix {
-            qb.push(" AND LEFT(`key`, CHAR_LENGTH(")
-                .push_bind(p)
-                .push(")) = ")
-                .push_bind(p);
-        }
-        if let Some(e) = &f.error_contains {
-            qb.push(" AND INSTR(COALESCE(last_error, ''), ")
-                .push_bind(e)
-                .push(") > 0");
-        }
-        if let Some(t) = f.created_after {
-            qb.push(" AND created_at >= ").push_bind(ms(t));
-        }
-        if let Some(t) = f.created_before {
-            qb.push(" AND created_at < ").push_bind(ms(t));
-        }
-        if let Some(s) = &f.schedule_id {
-            qb.push(" AND schedule_id = ").push_bind(s);
-        }
-        if let Some(s) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
-            qb.push(" AND ").push(s);
-        }
+        filter::push_select_terms(&mut qb, &filter::MYSQL, f);
         qb.push(" ORDER BY seq LIMIT ")
             .push_bind(i64::from(f.limit));
         qb.build_query_as::<TaskRow>()

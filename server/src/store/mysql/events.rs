@@ -12,7 +12,8 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::super::flow::{Ev, EventRow, event_record, visible};
+use super::super::events::{event_list_of, event_read_of};
+use super::super::flow::{Ev, visible};
 use super::super::row::{from_ms, ms};
 use super::super::*;
 use super::tx::Pending;
@@ -27,23 +28,12 @@ impl Events for MysqlStore {
         after_event_id: i64,
         limit: u32,
     ) -> StoreResult<Vec<EventRecord>> {
-        let rows: Vec<EventRow> = sqlx::query_as(sql::EVENT_LIST)
-            .bind(task_id)
-            .bind(after_event_id)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.into_iter().map(event_record).collect()
+        event_list_of(&self.pool, sql::EVENT_LIST, task_id, after_event_id, limit).await
     }
 
     /// Ids commit in order (see the module docs): every committed event is final.
     async fn event_read(&self, after_event_id: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
-        let rows: Vec<EventRow> = sqlx::query_as(sql::EVENT_READ)
-            .bind(after_event_id)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.into_iter().map(event_record).collect()
+        event_read_of(&self.pool, sql::EVENT_READ, after_event_id, limit).await
     }
 
     async fn event_head(&self) -> StoreResult<i64> {

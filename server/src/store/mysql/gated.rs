@@ -8,8 +8,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::super::admission::{Assigned, MAX_PASSES, Offer, Plan, SortKey, window};
+use super::super::admission::{Assigned, Offer, Plan};
 use super::super::flow::of_row;
+use super::super::gated::{self, GatedRead};
 use super::super::row::{TaskRow, duration_ms, ms, sort_lease_order};
 use super::super::*;
 use super::routing::{holds_copy, lock_workers, worker_held};
@@ -20,83 +21,171 @@ use crate::domain::event::EventKind;
 
 /// What the gated lease knows of one queue, and its bucket as read; its
 /// `queues` row stays locked until the job ends.
-async fn load_use(j: &mut Job, queue: &str, now: i64) -> StoreResult<QueueUse> {
+async fn load_use(read: &mut Reads<'_, '_>, qi: usize) -> StoreResult<QueueUse> {
+    let queues = read.queues;
+    let queue = &queues[qi];
     let row: Option<(String, f64, i64)> = sqlx::query_as(sql::TASK_LEASE_GATED_QUEUES)
         .bind(queue)
-        .fetch_optional(j.conn())
+        .fetch_optional(read.j.conn())
         .await?;
     let Some((json, tokens, refilled_at)) = row else {
         return Ok(QueueUse::default());
     };
     let config = super::admission::parse(queue, &json)?;
-    let mut usage = QueueUse {
-        tokens: config
-            .rate_limit
-            .map(|l| l.refill(tokens, refilled_at, now)),
-        ..QueueUse::default()
-    };
-    if config.max_concurrent > 0 {
-        let n: i64 = sqlx::query_scalar(sql::TASK_LEASE_GATED_LEASED)
-            .bind(queue)
-            .fetch_one(j.conn())
-            .await?;
-        usage.leased = n.max(0) as u64;
-    }
-    if config.max_concurrent_per_key > 0 {
-        let rows: Vec<(String, i64)> = sqlx::query_as(sql::TASK_LEASE_GATED_LEASED_PER_KEY)
-            .bind(queue)
-            .fetch_all(j.conn())
-            .await?;
-        for (k, n) in rows {
-            usage.leased_per_key.insert(k, n.max(0) as u64);
-        }
-    }
-    usage.config = config;
-    Ok(usage)
+    let now = read.now;
+    gated::load_use(read, qi, config, (tokens, refilled_at), now).await
 }
 
-/// Loads the per-key buckets of `keys` not loaded yet (refilled to `now`).
-async fn load_key_tokens(
-    j: &mut Job,
-    queue: &str,
-    usage: &mut QueueUse,
-    keys: &[&str],
+/// The gated passes' reads, in the lease's job.
+struct Reads<'j, 'p> {
+    j: &'j mut Job,
+    ps: &'p [LeaseParams],
+    queues: &'p [String],
     now: i64,
-) -> StoreResult<()> {
-    let Some(limit) = usage.config.per_key_rate_limit else {
-        return Ok(());
-    };
-    let mut missing: Vec<&str> = keys
-        .iter()
-        .copied()
-        .filter(|k| !usage.key_tokens.contains_key(*k))
-        .collect();
-    missing.sort_unstable();
-    missing.dedup();
-    if missing.is_empty() {
-        return Ok(());
+}
+
+impl GatedRead for Reads<'_, '_> {
+    /// The candidate scan: READY tasks of the queue in effective lease order,
+    /// leaving out closed keys and tasks offered already; routing is decided here
+    /// for each request of the batch.
+    async fn candidates(
+        &mut self,
+        qi: usize,
+        config: &QueueConfig,
+        closed: &HashSet<String>,
+        seen: &[i64],
+        limit: usize,
+    ) -> StoreResult<Vec<Offer>> {
+        let (ps, queues, now) = (self.ps, self.queues, self.now);
+        let queue = &queues[qi];
+        let aging = config.aging_ms().unwrap_or(0);
+        // Round robin: a key's n-th READY task takes its turn in the n-th round, and
+        // within a round the key served longest ago (`queue_key_turns`) goes first.
+        let fair = config.fairness == Fairness::RoundRobinKeys;
+        let head = match (fair, aging > 0) {
+            (false, false) => sql::TASK_LEASE_GATED_CANDIDATES,
+            (true, false) => sql::TASK_LEASE_GATED_CANDIDATES_ROUND_ROBIN,
+            (false, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING,
+            (true, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING_ROUND_ROBIN,
+        };
+        // Dynamic: the keys closed and the tasks offered already, as lists; the
+        // first rows only where the index order is the lease order.
+        let mut text = head.to_string();
+        if !closed.is_empty() {
+            text += &format!(
+                " AND (concurrency_key IS NULL OR concurrency_key NOT IN ({}))",
+                marks(closed.len())
+            );
+        }
+        if !seen.is_empty() {
+            text += &format!(" AND seq NOT IN ({})", marks(seen.len()));
+        }
+        text += " ";
+        text += sql::LEASE_GATED_CANDIDATES_ORDER;
+        // Without aging or fairness the index order is the lease order: read only
+        // the first rows. With them, every READY row of the queue is ranked.
+        if aging == 0 && !fair {
+            text += " LIMIT ?";
+        }
+        text += " ";
+        text += sql::LEASE_GATED_CANDIDATES_TAIL;
+        let mut q = sqlx::query_as::<_, GatedRow>(sqlx::AssertSqlSafe(text));
+        if aging > 0 {
+            q = q.bind(now).bind(aging);
+        }
+        q = q.bind(queue).bind(now).bind(now);
+        for k in closed {
+            q = q.bind(k.clone());
+        }
+        for s in seen {
+            q = q.bind(*s);
+        }
+        if aging == 0 && !fair {
+            q = q.bind(limit as i64);
+        }
+        let rows: Vec<GatedRow> = q.bind(limit as i64).fetch_all(self.j.conn()).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let open = r.target_worker.is_none()
+                && r.target_labels.is_none()
+                && r.reserved_for.is_none()
+                && !r.fanout_distinct;
+            let elig = if open {
+                None
+            } else {
+                let labels: Option<std::collections::BTreeMap<String, String>> =
+                    match &r.target_labels {
+                        Some(t) => Some(
+                            serde_json::from_str(t)
+                                .map_err(|e| StoreError::Corrupt(format!("task labels: {e}")))?,
+                        ),
+                        None => None,
+                    };
+                let mut e = Vec::new();
+                for (i, p) in ps.iter().enumerate() {
+                    let w = p.worker_id.as_str();
+                    let ok = r.target_worker.as_deref().is_none_or(|t| t == w)
+                        && labels.as_ref().is_none_or(|l| {
+                            l.iter()
+                                .all(|(k, v)| p.routing.labels.get(k).is_some_and(|x| x == v))
+                        })
+                        && (r.reserved_for.as_deref().is_none_or(|x| x == w)
+                            || r.reserved_until.is_some_and(|u| u <= now));
+                    let ok = ok
+                        && (!r.fanout_distinct || !holds_copy(self.j, &r.fanout_group, w).await?);
+                    if ok {
+                        e.push(i);
+                    }
+                }
+                Some(e)
+            };
+            out.push(Offer {
+                cand: Candidate {
+                    seq: r.seq,
+                    key: r.concurrency_key,
+                    order: (r.eff, r.turn, r.lease_deadline, r.run_at, r.seq),
+                    size: r.size,
+                },
+                queue: qi,
+                elig,
+                group: if r.fanout_distinct {
+                    r.fanout_group
+                } else {
+                    None
+                },
+            });
+        }
+        Ok(out)
     }
-    // Dynamic: one placeholder per key.
-    let text = format!(
-        "{}{})",
-        sql::TASK_LEASE_GATED_KEY_TOKENS,
-        marks(missing.len())
-    );
-    let mut q = sqlx::query_as::<_, (String, f64, i64)>(sqlx::AssertSqlSafe(text)).bind(queue);
-    for k in &missing {
-        q = q.bind(*k);
+
+    async fn key_buckets(
+        &mut self,
+        qi: usize,
+        keys: &[&str],
+    ) -> StoreResult<Vec<(String, f64, i64)>> {
+        // Dynamic: one placeholder per key.
+        let text = format!("{}{})", sql::TASK_LEASE_GATED_KEY_TOKENS, marks(keys.len()));
+        let mut q = sqlx::query_as::<_, (String, f64, i64)>(sqlx::AssertSqlSafe(text))
+            .bind(&self.queues[qi]);
+        for k in keys {
+            q = q.bind(*k);
+        }
+        Ok(q.fetch_all(self.j.conn()).await?)
     }
-    let rows: Vec<(String, f64, i64)> = q.fetch_all(j.conn()).await?;
-    for (k, t, at) in rows {
-        usage.key_tokens.insert(k, limit.refill(t, at, now));
+
+    async fn leased(&mut self, qi: usize) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(sql::TASK_LEASE_GATED_LEASED)
+            .bind(&self.queues[qi])
+            .fetch_one(self.j.conn())
+            .await?)
     }
-    for k in missing {
-        usage
-            .key_tokens
-            .entry(k.to_string())
-            .or_insert_with(|| limit.capacity());
+
+    async fn leased_per_key(&mut self, qi: usize) -> StoreResult<Vec<(String, i64)>> {
+        Ok(sqlx::query_as(sql::TASK_LEASE_GATED_LEASED_PER_KEY)
+            .bind(&self.queues[qi])
+            .fetch_all(self.j.conn())
+            .await?)
     }
-    Ok(())
 }
 
 /// A candidate row of the gated scan, with its routing columns.
@@ -117,120 +206,6 @@ struct GatedRow {
     fanout_group: Option<String>,
 }
 
-/// The candidate scan: READY tasks of the queue in effective lease order,
-/// leaving out closed keys and tasks offered already; routing is decided here
-/// for each request of the batch.
-#[allow(clippy::too_many_arguments)]
-async fn candidates(
-    j: &mut Job,
-    ps: &[LeaseParams],
-    queue: &str,
-    qi: usize,
-    config: &QueueConfig,
-    closed: &HashSet<String>,
-    seen: &[i64],
-    limit: usize,
-    now: i64,
-) -> StoreResult<Vec<Offer>> {
-    let aging = config.aging_ms().unwrap_or(0);
-    // Round robin: a key's n-th READY task takes its turn in the n-th round, and
-    // within a round the key served longest ago (`queue_key_turns`) goes first.
-    let fair = config.fairness == Fairness::RoundRobinKeys;
-    let head = match (fair, aging > 0) {
-        (false, false) => sql::TASK_LEASE_GATED_CANDIDATES,
-        (true, false) => sql::TASK_LEASE_GATED_CANDIDATES_ROUND_ROBIN,
-        (false, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING,
-        (true, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING_ROUND_ROBIN,
-    };
-    // Dynamic: the keys closed and the tasks offered already, as lists; the
-    // first rows only where the index order is the lease order.
-    let mut text = head.to_string();
-    if !closed.is_empty() {
-        text += &format!(
-            " AND (concurrency_key IS NULL OR concurrency_key NOT IN ({}))",
-            marks(closed.len())
-        );
-    }
-    if !seen.is_empty() {
-        text += &format!(" AND seq NOT IN ({})", marks(seen.len()));
-    }
-    text += " ";
-    text += sql::LEASE_GATED_CANDIDATES_ORDER;
-    // Without aging or fairness the index order is the lease order: read only
-    // the first rows. With them, every READY row of the queue is ranked.
-    if aging == 0 && !fair {
-        text += " LIMIT ?";
-    }
-    text += " ";
-    text += sql::LEASE_GATED_CANDIDATES_TAIL;
-    let mut q = sqlx::query_as::<_, GatedRow>(sqlx::AssertSqlSafe(text));
-    if aging > 0 {
-        q = q.bind(now).bind(aging);
-    }
-    q = q.bind(queue).bind(now).bind(now);
-    for k in closed {
-        q = q.bind(k.clone());
-    }
-    for s in seen {
-        q = q.bind(*s);
-    }
-    if aging == 0 && !fair {
-        q = q.bind(limit as i64);
-    }
-    let rows: Vec<GatedRow> = q.bind(limit as i64).fetch_all(j.conn()).await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for r in rows {
-        let open = r.target_worker.is_none()
-            && r.target_labels.is_none()
-            && r.reserved_for.is_none()
-            && !r.fanout_distinct;
-        let elig = if open {
-            None
-        } else {
-            let labels: Option<std::collections::BTreeMap<String, String>> = match &r.target_labels
-            {
-                Some(t) => Some(
-                    serde_json::from_str(t)
-                        .map_err(|e| StoreError::Corrupt(format!("task labels: {e}")))?,
-                ),
-                None => None,
-            };
-            let mut e = Vec::new();
-            for (i, p) in ps.iter().enumerate() {
-                let w = p.worker_id.as_str();
-                let ok = r.target_worker.as_deref().is_none_or(|t| t == w)
-                    && labels.as_ref().is_none_or(|l| {
-                        l.iter()
-                            .all(|(k, v)| p.routing.labels.get(k).is_some_and(|x| x == v))
-                    })
-                    && (r.reserved_for.as_deref().is_none_or(|x| x == w)
-                        || r.reserved_until.is_some_and(|u| u <= now));
-                let ok = ok && (!r.fanout_distinct || !holds_copy(j, &r.fanout_group, w).await?);
-                if ok {
-                    e.push(i);
-                }
-            }
-            Some(e)
-        };
-        out.push(Offer {
-            cand: Candidate {
-                seq: r.seq,
-                key: r.concurrency_key,
-                order: (r.eff, r.turn, r.lease_deadline, r.run_at, r.seq),
-                size: r.size,
-            },
-            queue: qi,
-            elig,
-            group: if r.fanout_distinct {
-                r.fanout_group
-            } else {
-                None
-            },
-        });
-    }
-    Ok(out)
-}
-
 /// The gated lease of a batch of requests for the same queues (see the module
 /// docs), as the SQLite store's: one count of the leases held, candidate scans
 /// (more only when keys close along the way), then the grants and their charges.
@@ -245,79 +220,22 @@ pub(super) async fn lease_gated(
     let now = ms(ps.iter().map(|p| p.now).max().unwrap_or(first.now));
     let workers: Vec<&str> = ps.iter().map(|p| p.worker_id.as_str()).collect();
     lock_workers(j, &workers).await?;
+    let mut read = Reads { j, ps, queues, now };
     // Lock the queues' rows in name order (no deadlock between batches).
     let mut order: Vec<usize> = (0..queues.len()).collect();
     order.sort_by(|&a, &b| queues[a].cmp(&queues[b]));
     let mut uses: Vec<Option<QueueUse>> = vec![None; queues.len()];
     for i in order {
-        uses[i] = Some(load_use(j, &queues[i], now).await?);
+        uses[i] = Some(load_use(&mut read, i).await?);
     }
     let mut uses: Vec<QueueUse> = uses.into_iter().map(Option::unwrap_or_default).collect();
     let mut holds: HashMap<(String, String), u64> = HashMap::new();
-    for p in ps {
-        for (queue, &cap) in &p.routing.max_leases_per_worker {
-            let pair = (p.worker_id.clone(), queue.clone());
-            if cap > 0 && queues.contains(queue) && !holds.contains_key(&pair) {
-                let n = worker_held(j, queue, &p.worker_id).await?;
-                holds.insert(pair, n.max(0) as u64);
-            }
-        }
+    for (worker, queue) in gated::capped_pairs(ps) {
+        let n = worker_held(read.j, &queue, &worker).await?;
+        holds.insert((worker, queue), n.max(0) as u64);
     }
-    let mut plan = Plan::new(ps, &uses, |w, q| {
-        holds
-            .get(&(w.to_string(), q.to_string()))
-            .copied()
-            .unwrap_or(0)
-    });
-    let mut closed: Vec<HashSet<String>> = uses
-        .iter()
-        .map(|u| u.closed_keys().into_iter().collect())
-        .collect();
-    let mut seen: Vec<Vec<i64>> = vec![Vec::new(); queues.len()];
-    let mut done = vec![false; queues.len()];
-    for _ in 0..MAX_PASSES {
-        if plan.wanted() == 0 {
-            break;
-        }
-        let window = window(plan.wanted());
-        let mut offers = Vec::new();
-        let mut horizon: Option<SortKey> = None;
-        for (qi, queue) in queues.iter().enumerate() {
-            if done[qi] || !plan.open(qi) {
-                continue;
-            }
-            let config = uses[qi].config.clone();
-            let cands = candidates(
-                j,
-                ps,
-                queue,
-                qi,
-                &config,
-                &closed[qi],
-                &seen[qi],
-                window,
-                now,
-            )
-            .await?;
-            let keys: Vec<&str> = cands.iter().filter_map(|o| o.cand.key.as_deref()).collect();
-            load_key_tokens(j, queue, &mut uses[qi], &keys, now).await?;
-            match cands.last() {
-                Some(last) if cands.len() >= window => {
-                    let k = last.cand.sort_key();
-                    horizon = Some(horizon.map_or(k, |h| h.min(k)));
-                }
-                _ => done[qi] = true,
-            }
-            offers.extend(cands);
-        }
-        if offers.is_empty() {
-            break;
-        }
-        plan.walk(offers, horizon, &uses, &mut seen, &mut closed);
-        if done.iter().all(|d| *d) {
-            break;
-        }
-    }
+    let mut plan = Plan::new(ps, &uses, gated::held_lookup(&holds));
+    gated::passes(&mut read, &mut plan, &mut uses, now).await?;
     let taken = plan.into_taken();
     // One UPDATE per request's tasks, then the rows by seq.
     let mut by_seq: HashMap<i64, TaskRow> = HashMap::new();
@@ -364,26 +282,16 @@ pub(super) async fn lease_gated(
     Ok(out)
 }
 
-/// Round robin: records the keys served, in the order granted (see the SQLite
-/// store's `turns`).
+/// Round robin: records the keys served, in the order granted
+/// ([`gated::served`]). Each grant of a round-robin queue takes the next number
+/// of the queue's counter; a key keeps the number of its latest grant.
 async fn turns(
     j: &mut Job,
     queues: &[String],
     uses: &[QueueUse],
     charged: &[(usize, Option<String>)],
 ) -> StoreResult<()> {
-    for (qi, queue) in queues.iter().enumerate() {
-        if uses[qi].config.fairness != Fairness::RoundRobinKeys {
-            continue;
-        }
-        let keys: Vec<&str> = charged
-            .iter()
-            .filter(|(q, _)| *q == qi)
-            .map(|(_, k)| k.as_deref().unwrap_or(""))
-            .collect();
-        let Some(order) = crate::domain::admission::served_order(&keys) else {
-            continue;
-        };
+    for (queue, order) in gated::served(queues, uses, charged) {
         let counter: i64 = sqlx::query_scalar(sql::TASK_LEASE_GATED_TURNS_COUNTER)
             .bind(queue)
             .fetch_optional(j.conn())
@@ -414,41 +322,23 @@ async fn charge(
     charged: &[(usize, Option<String>)],
     now: i64,
 ) -> StoreResult<()> {
-    for (qi, queue) in queues.iter().enumerate() {
-        let usage = &uses[qi];
-        let granted: Vec<&Option<String>> = charged
-            .iter()
-            .filter(|(q, _)| *q == qi)
-            .map(|(_, k)| k)
-            .collect();
-        if let Some(t) = usage.tokens {
-            sqlx::query(sql::TASK_LEASE_GATED_CHARGE)
-                .bind(t - granted.len() as f64)
-                .bind(now)
-                .bind(queue)
-                .execute(j.conn())
-                .await?;
-        }
-        if let Some(limit) = usage.config.per_key_rate_limit {
-            let mut per_key: HashMap<&str, f64> = HashMap::new();
-            for k in granted.into_iter().flatten() {
-                *per_key.entry(k).or_default() += 1.0;
-            }
-            for (k, n) in per_key {
-                let before = usage
-                    .key_tokens
-                    .get(k)
-                    .copied()
-                    .unwrap_or_else(|| limit.capacity());
-                sqlx::query(sql::TASK_LEASE_GATED_CHARGE_KEY)
-                    .bind(queue)
-                    .bind(k)
-                    .bind(before - n)
-                    .bind(now)
-                    .execute(j.conn())
-                    .await?;
-            }
-        }
+    let charges = gated::charges(queues, uses, charged);
+    for (queue, tokens) in charges.queues {
+        sqlx::query(sql::TASK_LEASE_GATED_CHARGE)
+            .bind(tokens)
+            .bind(now)
+            .bind(queue)
+            .execute(j.conn())
+            .await?;
+    }
+    for (queue, key, tokens) in charges.keys {
+        sqlx::query(sql::TASK_LEASE_GATED_CHARGE_KEY)
+            .bind(queue)
+            .bind(key)
+            .bind(tokens)
+            .bind(now)
+            .execute(j.conn())
+            .await?;
     }
     Ok(())
 }

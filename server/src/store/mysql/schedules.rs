@@ -8,9 +8,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::MySql;
 
-use super::super::flow::run_may_name;
 use super::super::row::ms;
-use super::super::schedules::{RunRow, ScheduleRow, fired_summary, spec_json, template_json};
+use super::super::schedules::{
+    RunRow, RunSql, ScheduleRow, fired_summary, record_run, run_task, spec_json, template_json,
+};
 use super::super::*;
 use super::tx::simple;
 use super::{Job, MysqlStore, bound_last, marks, sql};
@@ -153,6 +154,13 @@ fn bind_definition<'a>(q: Definition<'a>, s: &'a ScheduleRecord) -> Definition<'
         .bind(&s.state_reason)
 }
 
+const RUN_SQL: RunSql = RunSql {
+    run: sql::SCHEDULE_FIRE_RUN,
+    holder: sql::SCHEDULE_FIRE_HOLDER,
+    run_holder: sql::SCHEDULE_FIRE_RUN_HOLDER,
+    run_task: sql::SCHEDULE_FIRE_RUN_TASK,
+};
+
 async fn fire(j: &mut Job, f: &ScheduleFire) -> StoreResult<Fired> {
     let now = ms(f.now);
     let moved = sqlx::query(sql::SCHEDULE_FIRE_CURSOR)
@@ -203,17 +211,8 @@ async fn fire(j: &mut Job, f: &ScheduleFire) -> StoreResult<Fired> {
             continue;
         };
         let fire = ms(run.fire_time);
-        let recorded = sqlx::query(sql::SCHEDULE_FIRE_RUN)
-            .bind(&f.schedule_id)
-            .bind(fire)
-            .bind(&first.id)
-            .bind(run.triggered)
-            .bind(now)
-            .execute(j.conn())
-            .await?
-            .rows_affected()
-            == 1;
-        let (task_id, inserted) = if recorded {
+        let recorded = record_run::<MySql>(j.conn(), &RUN_SQL, f, run, first, now).await?;
+        let made = if recorded {
             let made = super::rows::insert_many(j, &run.tasks, f.now).await?;
             let fresh: Vec<&str> = made
                 .iter()
@@ -231,41 +230,12 @@ async fn fire(j: &mut Job, f: &ScheduleFire) -> StoreResult<Fired> {
                 }
                 q.execute(j.conn()).await?;
             }
-            let holder = match made.first() {
-                Some(r) if r.deduplicated => {
-                    let m: Option<String> = sqlx::query_scalar(sql::SCHEDULE_FIRE_HOLDER)
-                        .bind(&r.task_id)
-                        .fetch_optional(j.conn())
-                        .await?;
-                    Some(run_may_name(first, m.as_deref()))
-                }
-                _ => None,
-            };
-            match made.first() {
-                // The key was taken by a task the schedule's producer may not
-                // see: the run keeps the id of the task it did not make.
-                Some(r) if r.deduplicated && holder == Some(false) => (first.id.clone(), false),
-                // The key was taken: the run names the task holding it.
-                Some(r) if r.deduplicated => {
-                    sqlx::query(sql::SCHEDULE_FIRE_RUN_HOLDER)
-                        .bind(&r.task_id)
-                        .bind(&f.schedule_id)
-                        .bind(fire)
-                        .execute(j.conn())
-                        .await?;
-                    (r.task_id.clone(), false)
-                }
-                _ => (first.id.clone(), true),
-            }
+            Some(made)
         } else {
-            let id = sqlx::query_scalar::<_, String>(sql::SCHEDULE_FIRE_RUN_TASK)
-                .bind(&f.schedule_id)
-                .bind(fire)
-                .fetch_optional(j.conn())
-                .await?
-                .unwrap_or_default();
-            (id, false)
+            None
         };
+        let (task_id, inserted) =
+            run_task::<MySql>(j.conn(), &RUN_SQL, f, fire, first, made.as_deref()).await?;
         out.push(FiredRun {
             fire_time: run.fire_time,
             task_id,

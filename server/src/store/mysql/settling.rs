@@ -9,11 +9,12 @@ use super::super::flow::{failure_events, of_row};
 use super::super::row::{
     AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, expiry_error, from_ms, ms,
 };
+use super::super::settling::{already_failed, check_row, finish_attempt_on, needs_outcome};
 use super::super::*;
 use super::rows::fetch_task;
 use super::{Job, MysqlStore, sql};
 use crate::domain::event::EventKind;
-use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
+use crate::domain::task::{Report, SettleCheck, lease_is_live};
 
 #[async_trait]
 impl Settling for MysqlStore {
@@ -91,21 +92,12 @@ async fn check(
     token: &str,
     now: DateTime<Utc>,
 ) -> StoreResult<SettleCheck> {
-    let state = row.stored_state()?;
-    let outcome = if state == StoredState::Leased {
-        None
-    } else {
+    let outcome = if needs_outcome(row)? {
         latest_outcome(j, row).await?
+    } else {
+        None
     };
-    Ok(settle_check(
-        state,
-        row.lease_token.as_deref(),
-        row.lease_expires_at.map(from_ms),
-        outcome,
-        report,
-        token,
-        now,
-    ))
+    check_row(row, outcome, report, token, now)
 }
 
 /// Writes the attempt row of an attempt that ends now; returns when it was leased.
@@ -116,19 +108,7 @@ async fn finish_attempt(
     error: Option<&str>,
     now: i64,
 ) -> StoreResult<Option<DateTime<Utc>>> {
-    sqlx::query(sql::SETTLE_ATTEMPT_END)
-        .bind(a.task_id)
-        .bind(a.attempt)
-        .bind(a.worker_id)
-        .bind(a.worker_address)
-        .bind(a.leased_at)
-        .bind(outcome.as_str())
-        .bind(error)
-        .bind(now)
-        .bind(a.fencing_token)
-        .execute(j.conn())
-        .await?;
-    Ok(Some(from_ms(a.leased_at)))
+    finish_attempt_on::<MySql>(j.conn(), sql::SETTLE_ATTEMPT_END, a, outcome, error, now).await
 }
 
 /// Writes a failed attempt: task state per the retry policy and the attempt row.
@@ -196,14 +176,7 @@ async fn fail(j: &mut Job, p: &FailParams) -> StoreResult<Settled<FailResult>> {
     match check(j, &row, Report::Fail, &p.lease_token, p.now).await? {
         SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
         SettleCheck::AlreadySettled => {
-            let state = TaskState::of(row.stored_state()?, from_ms(row.run_at), p.now);
-            let next_run_at = (row.state == "pending").then(|| from_ms(row.run_at));
-            return Ok(Settled::AlreadySettled(FailResult {
-                queue: row.queue,
-                state,
-                next_run_at,
-                leased_at: None,
-            }));
+            return Ok(Settled::AlreadySettled(already_failed(row, p.now)?));
         }
         SettleCheck::Proceed => {}
     }

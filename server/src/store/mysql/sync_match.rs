@@ -7,12 +7,12 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 
-use super::super::flow::{Ev, visible};
 use super::super::row::{duration_ms, ms};
-use super::super::sync_match::{lease_expiry, leased_row, matches_in_lease_order, metadata_json};
+use super::super::sync_match::{
+    lease_expiry, leased_row, matched_events, matches_in_lease_order, metadata_json,
+};
 use super::super::*;
 use super::{Job, sql};
-use crate::domain::event::EventKind;
 
 pub(super) async fn insert_matched(
     j: &mut Job,
@@ -91,43 +91,15 @@ pub(super) async fn insert_matched(
                 .fetch_optional(j.conn())
                 .await?
                 .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))?;
-            out.push(MatchedInsert {
-                inserted: Inserted {
-                    task_id,
-                    deduplicated: true,
-                },
-                leased: None,
-            });
+            out.push(MatchedInsert::duplicate(task_id));
             continue;
         }
         let seq = i64::try_from(n.last_insert_id()).unwrap_or(i64::MAX);
-        for (kind, state, attempt, worker) in [
-            (
-                EventKind::Submitted,
-                visible("pending", ms(t.run_at), now_ms),
-                0,
-                None,
-            ),
-            (EventKind::Leased, "leased", 1, Some(m.worker_id.as_str())),
-        ] {
-            j.push(Ev {
-                task_id: &t.id,
-                queue: &t.queue,
-                kind,
-                state,
-                attempt,
-                worker,
-                time: now_ms,
-                detail: None,
-            });
+        for ev in matched_events(t, m, now_ms) {
+            j.push(ev);
         }
-        out.push(MatchedInsert {
-            inserted: Inserted {
-                task_id: t.id.clone(),
-                deduplicated: false,
-            },
-            leased: Some(leased_row(t, m, seq, token, expires, now)?),
-        });
+        let leased = leased_row(t, m, seq, token, expires, now)?;
+        out.push(MatchedInsert::made(t.id.clone(), Some(leased)));
     }
     Ok(out)
 }

@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::MySql;
 
-use super::super::row::{AttemptRow, TaskRow, ms, state_filter_sql};
+use super::super::row::{AttemptRow, TaskRow, ms};
+use super::super::tasks::{UpdateValues, updatable};
 use super::super::*;
 use super::rows::{changed_event, fetch_task};
 use super::{MysqlStore, retryable, sql};
@@ -81,50 +82,8 @@ impl Tasks for MysqlStore {
     async fn task_list(&self, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
         // Dynamic: the WHERE holds the filters given.
         let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_LIST_HEAD);
-        if let Some(queue) = &f.queue {
-            qb.push(" AND queue = ").push_bind(queue);
-        }
-        if let Some(key) = &f.key {
-            qb.push(" AND `key` = ").push_bind(key);
-        }
-        if let Some(worker) = &f.worker_id {
-            qb.push(" AND leased_by = ").push_bind(worker);
-        }
-        if let Some(error) = &f.last_error {
-            qb.push(" AND last_error = ").push_bind(error);
-        }
-        if let Some(after) = f.created_after {
-            qb.push(" AND created_at >= ").push_bind(ms(after));
-        }
-        if let Some(before) = f.created_before {
-            qb.push(" AND created_at < ").push_bind(ms(before));
-        }
-        if let Some(schedule) = &f.schedule_id {
-            qb.push(" AND schedule_id = ").push_bind(schedule);
-        }
-        // Newest created first (the order of every store); a page token of an
-        // earlier version carries only a sequence number.
-        match (f.before_created, f.before_seq) {
-            (Some(at), Some(seq)) => {
-                qb.push(" AND (created_at < ")
-                    .push_bind(ms(at))
-                    .push(" OR (created_at = ")
-                    .push_bind(ms(at))
-                    .push(" AND seq < ")
-                    .push_bind(seq)
-                    .push("))");
-            }
-            (_, Some(seq)) => {
-                qb.push(" AND seq < ").push_bind(seq);
-            }
-            _ => {}
-        }
-        if let Some(group) = &f.fanout_group {
-            qb.push(" AND fanout_group = ").push_bind(group);
-        }
-        if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
-            qb.push(" AND ").push(sql);
-        }
+        // Newest created first (the order of every store).
+        filter::push_task_terms(&mut qb, &filter::MYSQL, f);
         qb.push(" ORDER BY created_at DESC, seq DESC LIMIT ")
             .push_bind(f.limit);
         qb.build_query_as::<TaskRow>()
@@ -146,17 +105,17 @@ impl Tasks for MysqlStore {
                 return Ok(Changed::NotFound);
             };
             let state = row.stored_state()?;
-            if matches!(state, StoredState::Leased | StoredState::Succeeded) {
+            if !updatable(state) {
                 return Ok(Changed::WrongState(state));
             }
-            let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
+            let v = UpdateValues::of(&row, u);
             // Routing: an admin change frees a reserved retry.
             sqlx::query(sql::TASK_UPDATE)
-                .bind(u.run_at.map(ms).unwrap_or(row.run_at))
-                .bind(u.priority.map(i64::from).unwrap_or(row.priority))
-                .bind(u.deadline.map(|d| d.map(ms)).unwrap_or(row.deadline))
-                .bind(max_attempts)
-                .bind(row.attempts_allowed - row.max_attempts + max_attempts)
+                .bind(v.run_at)
+                .bind(v.priority)
+                .bind(v.deadline)
+                .bind(v.max_attempts)
+                .bind(v.attempts_allowed)
                 .bind(ms(now))
                 .bind(row.seq)
                 .execute(j.conn())

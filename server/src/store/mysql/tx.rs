@@ -1,14 +1,15 @@
-//! How a write runs on this backend: one transaction, begun here, made of the
-//! operations of one store call, which record the events of the transitions
-//! they make as they go; at its end the events are written with what follows
-//! from them, then it commits. There is no other way to write.
+//! How a write runs on MySQL, and how it records its events.
 //!
-//! On MySQL a write is a [`Job`]: a READ COMMITTED transaction whose operations
-//! buffer their events ([`Job::push`]). [`MysqlStore::finish`] writes them
-//! (`events.rs`: dependents of finished tasks resolved, dead-letter notices
-//! filed, ids taken from `event_seq`), commits, then wakes this replica's
-//! long-polls. [`job!`] runs a call's body as a job, and runs it again when it
-//! lost a deadlock or a lock wait.
+//! A write is one [`Job`]: a READ COMMITTED transaction begun here, made of
+//! the operations of one store call ([`job!`] runs a call's body as a job, and
+//! runs it again when it lost a deadlock or a lock wait). Every write method
+//! of the store runs as a job; there is no other way to write.
+//!
+//! The events of its transitions are buffered as it goes ([`Job::push`]) and
+//! written at its end by [`MysqlStore::finish`] (`events.rs`: dependents of
+//! finished tasks resolved, dead-letter notices filed, ids taken from
+//! `event_seq`), so they commit or roll back with the write. After the commit
+//! it wakes this replica's long-polls.
 
 use std::sync::atomic::Ordering;
 

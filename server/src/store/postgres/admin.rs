@@ -146,29 +146,7 @@ impl Admin for PostgresStore {
         // Dynamic: the filters are optional.
         let push_where = |qb: &mut sqlx::QueryBuilder<Postgres>| {
             qb.push(" AND queue = ").push_bind(&f.queue);
-            if let Some(p) = &f.key_prefix {
-                qb.push(" AND left(key, length(")
-                    .push_bind(p)
-                    .push(")) = ")
-                    .push_bind(p);
-            }
-            if let Some(e) = &f.error_contains {
-                qb.push(" AND strpos(COALESCE(last_error, ''), ")
-                    .push_bind(e)
-                    .push(") > 0");
-            }
-            if let Some(t) = f.created_after {
-                qb.push(" AND created_at >= ").push_bind(ms(t));
-            }
-            if let Some(t) = f.created_before {
-                qb.push(" AND created_at < ").push_bind(ms(t));
-            }
-            if let Some(s) = &f.schedule_id {
-                qb.push(" AND schedule_id = ").push_bind(s);
-            }
-            if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
-                qb.push(" AND ").push(sql);
-            }
+            filter::push_select_terms(qb, &filter::POSTGRES, f);
         };
         let limit = i64::from(f.limit);
         let mut qb = if f.created_after.is_some() || f.created_before.is_some() {

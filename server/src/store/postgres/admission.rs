@@ -20,7 +20,8 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::super::row::{from_ms, ms};
+use super::super::admission::{queue_list_of, queue_pending_of};
+use super::super::row::ms;
 use super::super::*;
 use super::{PostgresStore, sql};
 use crate::domain::admission::{Fairness, QueueConfig};
@@ -34,11 +35,7 @@ fn to_json(c: &QueueConfig) -> StoreResult<String> {
 #[async_trait]
 impl Admission for PostgresStore {
     async fn queue_pending(&self, queue: &str) -> StoreResult<(u64, u64)> {
-        let (n, bytes): (i64, i64) = sqlx::query_as(sql::QUEUE_PENDING)
-            .bind(queue)
-            .fetch_one(&self.pool)
-            .await?;
-        Ok((n.max(0) as u64, bytes.max(0) as u64))
+        queue_pending_of(&self.pool, sql::QUEUE_PENDING, queue).await
     }
 
     async fn queue_dead_letters_set(&self, pairs: &[(String, String)]) -> StoreResult<()> {
@@ -58,19 +55,7 @@ impl Admission for PostgresStore {
     }
 
     async fn queue_list(&self) -> StoreResult<Vec<StoredQueue>> {
-        let rows: Vec<(String, String, Option<i64>, i64)> = sqlx::query_as(sql::QUEUE_LIST)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.into_iter()
-            .map(|(name, config, updated_at, version)| {
-                Ok(StoredQueue {
-                    config: parse(&name, &config)?,
-                    name,
-                    updated_at: updated_at.map(from_ms),
-                    version,
-                })
-            })
-            .collect()
+        queue_list_of(&self.pool, sql::QUEUE_LIST).await
     }
 
     async fn queue_seed(

@@ -15,6 +15,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
+use super::super::events::event_list_of;
 use super::super::flow::{Ev, EventRow, event_record};
 use super::super::row::ms;
 use super::super::*;
@@ -29,13 +30,7 @@ impl Events for PostgresStore {
         after_event_id: i64,
         limit: u32,
     ) -> StoreResult<Vec<EventRecord>> {
-        let rows: Vec<EventRow> = sqlx::query_as(sql::EVENT_LIST)
-            .bind(task_id)
-            .bind(after_event_id)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.into_iter().map(event_record).collect()
+        event_list_of(&self.pool, sql::EVENT_LIST, task_id, after_event_id, limit).await
     }
 
     async fn event_read(&self, after_event_id: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {

@@ -7,7 +7,8 @@ use std::collections::{HashMap, HashSet};
 
 use sqlx::{Postgres, Transaction};
 
-use super::super::admission::{Assigned, MAX_PASSES, Offer, Plan, SortKey, window};
+use super::super::admission::{Assigned, Offer, Plan};
+use super::super::gated::{self, GatedRead};
 use super::super::row::{TaskRow, duration_ms, ms};
 use super::super::*;
 use super::admission::parse;
@@ -67,76 +68,29 @@ impl PostgresStore {
             .into_iter()
             .map(|(n, c, t, r)| (n, (c, t, r)))
             .collect();
+        let mut read = Reads {
+            tx: &mut tx,
+            queues,
+            now,
+            batch: &batch,
+            ids: HashMap::new(),
+        };
         let mut uses = Vec::with_capacity(queues.len());
-        for queue in queues {
+        for (qi, queue) in queues.iter().enumerate() {
             uses.push(match stored.get(queue) {
                 Some((json, tokens, refilled_at)) => {
                     let config = parse(queue, json)?;
-                    load_use(&mut tx, queue, config, *tokens, *refilled_at, now).await?
+                    gated::load_use(&mut read, qi, config, (*tokens, *refilled_at), now).await?
                 }
                 None => QueueUse::default(),
             });
         }
         let workers: Vec<&str> = batch.workers.iter().map(String::as_str).collect();
-        super::leasing::lock_workers(&mut tx, &workers).await?;
-        let held = held_by_workers(&mut tx, ps).await?;
-        let mut plan = Plan::new(ps, &uses, |w, q| {
-            held.get(&(w.to_string(), q.to_string()))
-                .copied()
-                .unwrap_or(0)
-        });
-        let mut closed: Vec<HashSet<String>> = uses
-            .iter()
-            .map(|u| u.closed_keys().into_iter().collect())
-            .collect();
-        let mut seen: Vec<Vec<i64>> = vec![Vec::new(); queues.len()];
-        let mut done = vec![false; queues.len()];
-        // The candidates' ids by seq: the UPDATE finds its rows by id.
-        let mut ids: HashMap<i64, String> = HashMap::new();
-        for _ in 0..MAX_PASSES {
-            let window = window(plan.wanted());
-            if plan.wanted() == 0 {
-                break;
-            }
-            let mut offers = Vec::new();
-            let mut horizon: Option<SortKey> = None;
-            for (qi, queue) in queues.iter().enumerate() {
-                if done[qi] || !plan.open(qi) {
-                    continue;
-                }
-                let closed_now: Vec<&String> = closed[qi].iter().collect();
-                let cands = candidates(
-                    &mut tx,
-                    queue,
-                    qi,
-                    &uses[qi].config,
-                    &closed_now,
-                    &seen[qi],
-                    window,
-                    now,
-                    &batch,
-                    &mut ids,
-                )
-                .await?;
-                let keys: Vec<&str> = cands.iter().filter_map(|o| o.cand.key.as_deref()).collect();
-                load_key_tokens(&mut tx, queue, &mut uses[qi], &keys, now).await?;
-                match cands.last() {
-                    Some(last) if cands.len() >= window => {
-                        let k = last.cand.sort_key();
-                        horizon = Some(horizon.map_or(k, |h| h.min(k)));
-                    }
-                    _ => done[qi] = true,
-                }
-                offers.extend(cands);
-            }
-            if offers.is_empty() {
-                break;
-            }
-            plan.walk(offers, horizon, &uses, &mut seen, &mut closed);
-            if done.iter().all(|d| *d) {
-                break;
-            }
-        }
+        super::leasing::lock_workers(read.tx, &workers).await?;
+        let held = held_by_workers(read.tx, ps).await?;
+        let mut plan = Plan::new(ps, &uses, gated::held_lookup(&held));
+        gated::passes(&mut read, &mut plan, &mut uses, now).await?;
+        let ids = read.ids;
         let assigned = plan.into_taken();
         if assigned.is_empty() {
             // Nothing to write: a bucket refills the same from its older time.
@@ -241,19 +195,10 @@ async fn held_by_workers(
     tx: &mut Tx<'_>,
     ps: &[LeaseParams],
 ) -> StoreResult<HashMap<(String, String), u64>> {
-    let mut pairs: Vec<(String, String)> = Vec::new();
-    for p in ps {
-        for (queue, &cap) in &p.routing.max_leases_per_worker {
-            if cap > 0 && p.queues.contains(queue) {
-                pairs.push((p.worker_id.clone(), queue.clone()));
-            }
-        }
-    }
+    let pairs = gated::capped_pairs(ps);
     if pairs.is_empty() {
         return Ok(HashMap::new());
     }
-    pairs.sort_unstable();
-    pairs.dedup();
     let (workers, queues): (Vec<String>, Vec<String>) = pairs.into_iter().unzip();
     let rows: Vec<(String, String, i64)> = sqlx::query_as(sql::TASK_LEASE_GATED_HELD)
         .bind(&workers)
@@ -266,139 +211,103 @@ async fn held_by_workers(
         .collect())
 }
 
-/// What the gated lease knows of one queue (its row already locked).
-async fn load_use(
-    tx: &mut Tx<'_>,
-    queue: &str,
-    config: QueueConfig,
-    tokens: f64,
-    refilled_at: i64,
+/// The gated passes' reads, in the lease's transaction (the queue rows
+/// already locked), and the candidates' ids by seq (the UPDATE finds its rows
+/// by id).
+struct Reads<'t, 'c, 'p> {
+    tx: &'t mut Tx<'c>,
+    queues: &'p [String],
     now: i64,
-) -> StoreResult<QueueUse> {
-    let mut usage = QueueUse {
-        tokens: config
-            .rate_limit
-            .map(|l| l.refill(tokens, refilled_at, now)),
-        ..QueueUse::default()
-    };
-    if config.max_concurrent > 0 {
-        let n: i64 = sqlx::query_scalar(sql::TASK_LEASE_GATED_LEASED)
+    batch: &'p Batch,
+    ids: HashMap<i64, String>,
+}
+
+impl GatedRead for Reads<'_, '_, '_> {
+    /// The candidate scan: READY tasks of the queue in effective lease order that
+    /// some request of the batch may take, leaving out closed keys and tasks
+    /// offered already, each with the requests that may take it.
+    async fn candidates(
+        &mut self,
+        qi: usize,
+        config: &QueueConfig,
+        closed: &HashSet<String>,
+        seen: &[i64],
+        limit: usize,
+    ) -> StoreResult<Vec<Offer>> {
+        let (queues, now, batch) = (self.queues, self.now, self.batch);
+        let queue = &queues[qi];
+        let closed: Vec<&String> = closed.iter().collect();
+        let aging = config.aging_ms().unwrap_or(0);
+        let round_robin = config.fairness == Fairness::RoundRobinKeys;
+        // Without aging or fairness the index order is the lease order: only the
+        // first rows are self. With them, every READY row of the queue is ranked
+        // (see gated.sql).
+        let sql = match (aging > 0, round_robin) {
+            (false, false) => sql::TASK_LEASE_GATED_CANDIDATES,
+            (true, false) => sql::TASK_LEASE_GATED_CANDIDATES_AGING,
+            (false, true) => sql::TASK_LEASE_GATED_CANDIDATES_ROUND_ROBIN,
+            (true, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING_ROUND_ROBIN,
+        };
+        let rows: Vec<CandidateRow> = sqlx::query_as(sql)
             .bind(queue)
-            .fetch_one(&mut **tx)
+            .bind(now)
+            .bind(&closed)
+            .bind(seen)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(aging)
+            .bind(&batch.workers)
+            .bind(&batch.labels)
+            .fetch_all(&mut **self.tx)
             .await?;
-        usage.leased = n.max(0) as u64;
-    }
-    if config.max_concurrent_per_key > 0 {
-        let rows: Vec<(String, i64)> = sqlx::query_as(sql::TASK_LEASE_GATED_LEASED_PER_KEY)
-            .bind(queue)
-            .fetch_all(&mut **tx)
-            .await?;
-        usage.leased_per_key = rows
+        let ids = &mut self.ids;
+        Ok(rows
             .into_iter()
-            .map(|(k, n)| (k, n.max(0) as u64))
-            .collect();
+            .map(|(id, seq, key, eff, turn, dl, run_at, size, elig, group)| {
+                ids.insert(seq, id);
+                Offer {
+                    cand: Candidate {
+                        seq,
+                        key,
+                        order: (eff, turn, dl, run_at, seq),
+                        size,
+                    },
+                    queue: qi,
+                    elig: elig.map(|e| {
+                        e.into_iter()
+                            .filter_map(|i| usize::try_from(i).ok())
+                            .collect()
+                    }),
+                    group,
+                }
+            })
+            .collect())
     }
-    usage.config = config;
-    Ok(usage)
-}
 
-/// Loads the per-key buckets of `keys` not loaded yet (refilled to `now`).
-async fn load_key_tokens(
-    tx: &mut Tx<'_>,
-    queue: &str,
-    usage: &mut QueueUse,
-    keys: &[&str],
-    now: i64,
-) -> StoreResult<()> {
-    let Some(limit) = usage.config.per_key_rate_limit else {
-        return Ok(());
-    };
-    let mut missing: Vec<&str> = keys
-        .iter()
-        .copied()
-        .filter(|k| !usage.key_tokens.contains_key(*k))
-        .collect();
-    missing.sort_unstable();
-    missing.dedup();
-    if missing.is_empty() {
-        return Ok(());
+    async fn key_buckets(
+        &mut self,
+        qi: usize,
+        keys: &[&str],
+    ) -> StoreResult<Vec<(String, f64, i64)>> {
+        Ok(sqlx::query_as(sql::TASK_LEASE_GATED_KEY_TOKENS)
+            .bind(&self.queues[qi])
+            .bind(keys)
+            .fetch_all(&mut **self.tx)
+            .await?)
     }
-    let rows: Vec<(String, f64, i64)> = sqlx::query_as(sql::TASK_LEASE_GATED_KEY_TOKENS)
-        .bind(queue)
-        .bind(&missing)
-        .fetch_all(&mut **tx)
-        .await?;
-    for (k, t, at) in rows {
-        usage.key_tokens.insert(k, limit.refill(t, at, now));
-    }
-    for k in missing {
-        usage
-            .key_tokens
-            .entry(k.to_string())
-            .or_insert_with(|| limit.capacity());
-    }
-    Ok(())
-}
 
-/// The candidate scan: READY tasks of the queue in effective lease order that
-/// some request of the batch may take, leaving out closed keys and tasks
-/// offered already, each with the requests that may take it.
-#[allow(clippy::too_many_arguments)]
-async fn candidates(
-    tx: &mut Tx<'_>,
-    queue: &str,
-    qi: usize,
-    config: &QueueConfig,
-    closed: &[&String],
-    seen: &[i64],
-    limit: usize,
-    now: i64,
-    batch: &Batch,
-    ids: &mut HashMap<i64, String>,
-) -> StoreResult<Vec<Offer>> {
-    let aging = config.aging_ms().unwrap_or(0);
-    let round_robin = config.fairness == Fairness::RoundRobinKeys;
-    // Without aging or fairness the index order is the lease order: only the
-    // first rows are read. With them, every READY row of the queue is ranked
-    // (see gated.sql).
-    let sql = match (aging > 0, round_robin) {
-        (false, false) => sql::TASK_LEASE_GATED_CANDIDATES,
-        (true, false) => sql::TASK_LEASE_GATED_CANDIDATES_AGING,
-        (false, true) => sql::TASK_LEASE_GATED_CANDIDATES_ROUND_ROBIN,
-        (true, true) => sql::TASK_LEASE_GATED_CANDIDATES_AGING_ROUND_ROBIN,
-    };
-    let rows: Vec<CandidateRow> = sqlx::query_as(sql)
-        .bind(queue)
-        .bind(now)
-        .bind(closed)
-        .bind(seen)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .bind(aging)
-        .bind(&batch.workers)
-        .bind(&batch.labels)
-        .fetch_all(&mut **tx)
-        .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, seq, key, eff, turn, dl, run_at, size, elig, group)| {
-            ids.insert(seq, id);
-            Offer {
-                cand: Candidate {
-                    seq,
-                    key,
-                    order: (eff, turn, dl, run_at, seq),
-                    size,
-                },
-                queue: qi,
-                elig: elig.map(|e| {
-                    e.into_iter()
-                        .filter_map(|i| usize::try_from(i).ok())
-                        .collect()
-                }),
-                group,
-            }
-        })
-        .collect())
+    async fn leased(&mut self, qi: usize) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(sql::TASK_LEASE_GATED_LEASED)
+            .bind(&self.queues[qi])
+            .fetch_one(&mut **self.tx)
+            .await?)
+    }
+
+    async fn leased_per_key(&mut self, qi: usize) -> StoreResult<Vec<(String, i64)>> {
+        Ok(sqlx::query_as(sql::TASK_LEASE_GATED_LEASED_PER_KEY)
+            .bind(&self.queues[qi])
+            .fetch_all(&mut **self.tx)
+            .await?)
+    }
 }
 
 /// The buckets a gated lease charges, as the lease statement binds them: each

@@ -14,9 +14,7 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
 use tokio_util::sync::CancellationToken;
 
-use super::row::{
-    AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms, state_filter_sql,
-};
+use super::row::{AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms};
 use super::*;
 
 /// This backend's statements, from the `.sql` files of this folder.

@@ -7,9 +7,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::Postgres;
 
-use super::super::flow::run_may_name;
 use super::super::row::{duration_ms, ms};
-use super::super::schedules::{RunRow, ScheduleRow, fired_summary, spec_json, template_json};
+use super::super::schedules::{
+    RunRow, RunSql, ScheduleRow, fired_summary, record_run, run_task, spec_json, template_json,
+};
 use super::super::*;
 use super::{PostgresStore, sql};
 
@@ -56,6 +57,13 @@ struct DueRow {
     schedule: ScheduleRow,
     previous_unfinished: Option<bool>,
 }
+
+const RUN_SQL: RunSql = RunSql {
+    run: sql::SCHEDULE_FIRE_RUN,
+    holder: sql::SCHEDULE_FIRE_HOLDER,
+    run_holder: sql::SCHEDULE_FIRE_RUN_HOLDER,
+    run_task: sql::SCHEDULE_FIRE_RUN_TASK,
+};
 
 #[async_trait]
 impl Schedules for PostgresStore {
@@ -205,78 +213,37 @@ impl Schedules for PostgresStore {
                 continue;
             };
             let fire = ms(run.fire_time);
-            let recorded = sqlx::query(sql::SCHEDULE_FIRE_RUN)
-                .bind(&f.schedule_id)
-                .bind(fire)
-                .bind(&first.id)
-                .bind(run.triggered)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected()
-                == 1;
-            let (task_id, inserted) = if recorded {
-                let made = if let [t] = run.tasks.as_slice()
-                    && is_plain(t)
-                {
-                    // One plain task: one statement, schedule columns included.
-                    insert_task(&mut tx, t, &f.schedule_id, fire, now).await?;
-                    vec![Inserted {
-                        task_id: t.id.clone(),
-                        deduplicated: false,
-                    }]
-                } else {
-                    // Keys, routing, copies, a concurrency key: the submit statement
-                    // (the queues are notified below), then the schedule columns.
-                    let made = PostgresStore::insert_on(&mut tx, &run.tasks, f.now, "").await?;
-                    let ids: Vec<&str> = made
-                        .iter()
-                        .filter(|r| !r.deduplicated)
-                        .map(|r| r.task_id.as_str())
-                        .collect();
-                    sqlx::query(sql::SCHEDULE_FIRE_MARK)
-                        .bind(&f.schedule_id)
-                        .bind(fire)
-                        .bind(&ids)
-                        .execute(&mut *tx)
-                        .await?;
-                    made
-                };
-                let holder = match made.first() {
-                    Some(r) if r.deduplicated => {
-                        let m: Option<String> = sqlx::query_scalar(sql::SCHEDULE_FIRE_HOLDER)
-                            .bind(&r.task_id)
-                            .fetch_optional(&mut *tx)
-                            .await?;
-                        Some(run_may_name(first, m.as_deref()))
-                    }
-                    _ => None,
-                };
-                match made.first() {
-                    // The key was taken by a task the schedule's producer may not
-                    // see: the run keeps the id of the task it did not make.
-                    Some(r) if r.deduplicated && holder == Some(false) => (first.id.clone(), false),
-                    // The key was taken: the run names the task holding it.
-                    Some(r) if r.deduplicated => {
-                        sqlx::query(sql::SCHEDULE_FIRE_RUN_HOLDER)
-                            .bind(&r.task_id)
-                            .bind(&f.schedule_id)
-                            .bind(fire)
-                            .execute(&mut *tx)
-                            .await?;
-                        (r.task_id.clone(), false)
-                    }
-                    _ => (first.id.clone(), true),
-                }
+            let recorded = record_run::<Postgres>(&mut tx, &RUN_SQL, f, run, first, now).await?;
+            let made = if !recorded {
+                None
+            } else if let [t] = run.tasks.as_slice()
+                && is_plain(t)
+            {
+                // One plain task: one statement, schedule columns included.
+                insert_task(&mut tx, t, &f.schedule_id, fire, now).await?;
+                Some(vec![Inserted {
+                    task_id: t.id.clone(),
+                    deduplicated: false,
+                }])
             } else {
-                let id = sqlx::query_scalar(sql::SCHEDULE_FIRE_RUN_TASK)
+                // Keys, routing, copies, a concurrency key: the submit statement
+                // (the queues are notified below), then the schedule columns.
+                let made = PostgresStore::insert_on(&mut tx, &run.tasks, f.now, "").await?;
+                let ids: Vec<&str> = made
+                    .iter()
+                    .filter(|r| !r.deduplicated)
+                    .map(|r| r.task_id.as_str())
+                    .collect();
+                sqlx::query(sql::SCHEDULE_FIRE_MARK)
                     .bind(&f.schedule_id)
                     .bind(fire)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    .unwrap_or_default();
-                (id, false)
+                    .bind(&ids)
+                    .execute(&mut *tx)
+                    .await?;
+                Some(made)
             };
+            let (task_id, inserted) =
+                run_task::<Postgres>(&mut tx, &RUN_SQL, f, fire, first, made.as_deref()).await?;
             out.push(FiredRun {
                 fire_time: run.fire_time,
                 task_id,

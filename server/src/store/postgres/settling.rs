@@ -4,6 +4,7 @@
 //! their deadlines; the row-locking steps they share: check, finish the
 //! attempt, write the failure.
 
+use super::super::settling::{already_failed, check_row, finish_attempt_on};
 use super::*;
 
 impl PostgresStore {
@@ -28,15 +29,7 @@ impl PostgresStore {
                 .await?;
             outcome.as_deref().and_then(AttemptOutcome::parse)
         };
-        Ok(settle_check(
-            state,
-            row.lease_token.as_deref(),
-            row.lease_expires_at.map(from_ms),
-            outcome,
-            report,
-            token,
-            now,
-        ))
+        check_row(row, outcome, report, token, now)
     }
 
     /// Writes the attempt row of an attempt that ends now; returns when it was leased.
@@ -47,19 +40,7 @@ impl PostgresStore {
         error: Option<&str>,
         now: i64,
     ) -> StoreResult<Option<DateTime<Utc>>> {
-        sqlx::query(sql::SETTLE_ATTEMPT_END)
-            .bind(a.task_id)
-            .bind(a.attempt)
-            .bind(a.worker_id)
-            .bind(a.worker_address)
-            .bind(a.leased_at)
-            .bind(outcome.as_str())
-            .bind(error)
-            .bind(now)
-            .bind(a.fencing_token)
-            .execute(&mut **tx)
-            .await?;
-        Ok(Some(from_ms(a.leased_at)))
+        finish_attempt_on::<Postgres>(tx, sql::SETTLE_ATTEMPT_END, a, outcome, error, now).await
     }
 
     pub(super) async fn write_failure(
@@ -309,15 +290,8 @@ impl Settling for PostgresStore {
                 return Ok(Settled::LeaseLost);
             }
             SettleCheck::AlreadySettled => {
-                let state = TaskState::of(row.stored_state()?, from_ms(row.run_at), p.now);
-                let next_run_at = (row.state == "pending").then(|| from_ms(row.run_at));
                 tx.rollback().await?;
-                return Ok(Settled::AlreadySettled(FailResult {
-                    queue: row.queue,
-                    state,
-                    next_run_at,
-                    leased_at: None,
-                }));
+                return Ok(Settled::AlreadySettled(already_failed(row, p.now)?));
             }
             SettleCheck::Proceed => {}
         }

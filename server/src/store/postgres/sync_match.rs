@@ -124,13 +124,7 @@ impl PostgresStore {
                     .get(&key)
                     .cloned()
                     .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))?;
-                out.push(MatchedInsert {
-                    inserted: Inserted {
-                        task_id,
-                        deduplicated: true,
-                    },
-                    leased: None,
-                });
+                out.push(MatchedInsert::duplicate(task_id));
                 continue;
             };
             let leased = match (state.as_str(), matched(i), token, expires) {
@@ -140,13 +134,7 @@ impl PostgresStore {
                 ("pending", ..) => None,
                 _ => return Err(StoreError::Corrupt(format!("task {id} inserted {state}"))),
             };
-            out.push(MatchedInsert {
-                inserted: Inserted {
-                    task_id: id,
-                    deduplicated: false,
-                },
-                leased,
-            });
+            out.push(MatchedInsert::made(id, leased));
         }
         Ok(out)
     }

@@ -1,13 +1,17 @@
-//! How a write runs on Postgres.
+//! How a write runs on Postgres, and how it records its events.
 //!
 //! A write is one transaction on the pool: `begin`, the statements, `commit`
 //! (no retry: row locks and `FOR UPDATE SKIP LOCKED` order concurrent writers,
-//! and a statement that fails ends the call with its error). The events of a
-//! change are written in the same transaction, by the statement itself where it
-//! is a hot one (a CTE built from the fragments of events.sql: `${event_batch}
-//! SELECT ... ${event_batch_end}`, or `${leased_event}` for a lease), else by
-//! [`super::events::record`] after it. A change that makes tasks pending sends
-//! `NOTIFY` ([`PostgresStore::notify`]), delivered at commit.
+//! and a statement that fails ends the call with its error). Every write
+//! method of the store runs its statements in such a transaction; there is no
+//! other way to write.
+//!
+//! The events of its transitions are written in the same transaction, by the
+//! statement itself where it is a hot one (a CTE built from the fragments of
+//! events.sql: `${event_batch} SELECT ... ${event_batch_end}`, or
+//! `${leased_event}` for a lease), else by [`super::events::record`] after it,
+//! so they commit or roll back with the write. A change that makes tasks
+//! pending sends `NOTIFY` ([`PostgresStore::notify`]), delivered at commit.
 
 use sqlx::{Postgres, Transaction};
 

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, ToSql, params, params_from_iter};
 
 use super::super::observe::dead_group_row;
-use super::super::row::{TaskRow, ms, state_filter_sql};
+use super::super::row::{TaskRow, ms};
 use super::super::*;
 use super::rows::{changed_event, fetch_task, in_list};
 use super::{SqliteStore, sql, tx};
@@ -184,47 +184,15 @@ impl Admin for SqliteStore {
 
     async fn task_select(&self, f: &BulkFilter) -> StoreResult<Vec<TaskRecord>> {
         // Dynamic: the filters given add their terms.
-        let mut sql = String::from(sql::TASK_SELECT_HEAD);
-        let mut texts: Vec<String> = vec![f.queue.clone()];
-        let mut args: Vec<Arg> = vec![Arg::Text(0)];
-        if let Some(p) = &f.key_prefix {
-            sql.push_str(" AND substr(key, 1, length(?)) = ?");
-            texts.push(p.clone());
-            args.push(Arg::Text(texts.len() - 1));
-            args.push(Arg::Text(texts.len() - 1));
-        }
-        if let Some(e) = &f.error_contains {
-            sql.push_str(" AND instr(COALESCE(last_error, ''), ?) > 0");
-            texts.push(e.clone());
-            args.push(Arg::Text(texts.len() - 1));
-        }
-        if let Some(t) = f.created_after {
-            sql.push_str(" AND created_at >= ?");
-            args.push(Arg::Int(ms(t)));
-        }
-        if let Some(t) = f.created_before {
-            sql.push_str(" AND created_at < ?");
-            args.push(Arg::Int(ms(t)));
-        }
-        if let Some(s) = &f.schedule_id {
-            sql.push_str(" AND schedule_id = ?");
-            texts.push(s.clone());
-            args.push(Arg::Text(texts.len() - 1));
-        }
-        if let Some(s) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
-            sql.push_str(" AND ");
-            sql.push_str(&s);
-        }
-        sql.push_str(" ORDER BY seq LIMIT ?");
-        args.push(Arg::Int(i64::from(f.limit)));
-        let mut q = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(sql));
-        for a in args {
-            q = match a {
-                Arg::Text(i) => q.bind(texts[i].clone()),
-                Arg::Int(v) => q.bind(v),
-            };
-        }
-        q.fetch_all(&self.reader)
+        let head = sql::TASK_SELECT_HEAD.trim_end().trim_end_matches(';');
+        let mut qb =
+            sqlx::QueryBuilder::<sqlx::Sqlite>::new(head.strip_suffix('?').unwrap_or(head));
+        qb.push_bind(&f.queue);
+        filter::push_select_terms(&mut qb, &filter::SQLITE, f);
+        qb.push(" ORDER BY seq LIMIT ")
+            .push_bind(i64::from(f.limit));
+        qb.build_query_as::<TaskRow>()
+            .fetch_all(&self.reader)
             .await?
             .into_iter()
             .map(TaskRow::into_record)
@@ -292,10 +260,4 @@ impl Admin for SqliteStore {
         })
         .await
     }
-}
-
-/// A bound value of a built query: an index into the text values, or a number.
-enum Arg {
-    Text(usize),
-    Int(i64),
 }

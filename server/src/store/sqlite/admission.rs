@@ -6,7 +6,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, params};
 
-use super::super::row::{from_ms, ms};
+use super::super::admission::{queue_list_of, queue_pending_of};
+use super::super::row::ms;
 use super::super::*;
 use super::{SqliteStore, sql};
 use crate::domain::admission::{Fairness, QueueConfig};
@@ -24,11 +25,7 @@ pub(super) fn json_text<T: serde::Serialize + ?Sized>(v: &T) -> StoreResult<Stri
 #[async_trait]
 impl Admission for SqliteStore {
     async fn queue_pending(&self, queue: &str) -> StoreResult<(u64, u64)> {
-        let (n, bytes): (i64, i64) = sqlx::query_as(sql::QUEUE_PENDING)
-            .bind(queue)
-            .fetch_one(&self.reader)
-            .await?;
-        Ok((n.max(0) as u64, bytes.max(0) as u64))
+        queue_pending_of(&self.reader, sql::QUEUE_PENDING, queue).await
     }
 
     async fn queue_dead_letters_set(&self, pairs: &[(String, String)]) -> StoreResult<()> {
@@ -46,19 +43,7 @@ impl Admission for SqliteStore {
     }
 
     async fn queue_list(&self) -> StoreResult<Vec<StoredQueue>> {
-        let rows: Vec<(String, String, Option<i64>, i64)> = sqlx::query_as(sql::QUEUE_LIST)
-            .fetch_all(&self.reader)
-            .await?;
-        rows.into_iter()
-            .map(|(name, config, updated_at, version)| {
-                Ok(StoredQueue {
-                    config: parse(&name, &config)?,
-                    name,
-                    updated_at: updated_at.map(from_ms),
-                    version,
-                })
-            })
-            .collect()
+        queue_list_of(&self.reader, sql::QUEUE_LIST).await
     }
 
     async fn queue_seed(&self, seed: &[(String, QueueConfig)]) -> StoreResult<()> {

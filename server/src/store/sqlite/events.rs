@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, ToSql, params, params_from_iter};
 
-use super::super::flow::{EventRow, event_record};
+use super::super::events::{event_list_of, event_read_of};
 use super::super::row::ms;
 use super::super::*;
 use super::tx::Pending;
@@ -19,23 +19,19 @@ impl Events for SqliteStore {
         after_event_id: i64,
         limit: u32,
     ) -> StoreResult<Vec<EventRecord>> {
-        let rows: Vec<EventRow> = sqlx::query_as(sql::EVENT_LIST)
-            .bind(task_id)
-            .bind(after_event_id)
-            .bind(i64::from(limit))
-            .fetch_all(&self.reader)
-            .await?;
-        rows.into_iter().map(event_record).collect()
+        event_list_of(
+            &self.reader,
+            sql::EVENT_LIST,
+            task_id,
+            after_event_id,
+            limit,
+        )
+        .await
     }
 
     /// One writer commits whole batches in id order: every committed event is final.
     async fn event_read(&self, after_event_id: i64, limit: u32) -> StoreResult<Vec<EventRecord>> {
-        let rows: Vec<EventRow> = sqlx::query_as(sql::EVENT_READ)
-            .bind(after_event_id)
-            .bind(i64::from(limit))
-            .fetch_all(&self.reader)
-            .await?;
-        rows.into_iter().map(event_record).collect()
+        event_read_of(&self.reader, sql::EVENT_READ, after_event_id, limit).await
     }
 
     async fn event_head(&self) -> StoreResult<i64> {

@@ -13,11 +13,12 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::super::flow::{Ev, failure_events, of_row};
 use super::super::row::{AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms};
+use super::super::settling::{already_failed, check_row, needs_outcome};
 use super::super::*;
 use super::rows::{fetch_task, task_row};
 use super::{SqliteStore, sql, tx};
 use crate::domain::event::EventKind;
-use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
+use crate::domain::task::{Report, SettleCheck, lease_is_live};
 
 #[async_trait]
 impl Settling for SqliteStore {
@@ -66,21 +67,12 @@ fn check(
     token: &str,
     now: DateTime<Utc>,
 ) -> StoreResult<SettleCheck> {
-    let state = row.stored_state()?;
-    let outcome = if state == StoredState::Leased {
-        None
-    } else {
+    let outcome = if needs_outcome(row)? {
         latest_outcome(c, row)?
+    } else {
+        None
     };
-    Ok(settle_check(
-        state,
-        row.lease_token.as_deref(),
-        row.lease_expires_at.map(from_ms),
-        outcome,
-        report,
-        token,
-        now,
-    ))
+    check_row(row, outcome, report, token, now)
 }
 
 /// Writes the attempt row of an attempt that ends now; returns when it was leased.
@@ -250,14 +242,7 @@ fn fail(c: &Connection, p: &FailParams) -> StoreResult<Settled<FailResult>> {
     match check(c, &row, Report::Fail, &p.lease_token, p.now)? {
         SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
         SettleCheck::AlreadySettled => {
-            let state = TaskState::of(row.stored_state()?, from_ms(row.run_at), p.now);
-            let next_run_at = (row.state == "pending").then(|| from_ms(row.run_at));
-            return Ok(Settled::AlreadySettled(FailResult {
-                queue: row.queue,
-                state,
-                next_run_at,
-                leased_at: None,
-            }));
+            return Ok(Settled::AlreadySettled(already_failed(row, p.now)?));
         }
         SettleCheck::Proceed => {}
     }

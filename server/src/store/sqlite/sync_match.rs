@@ -8,12 +8,12 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::super::flow::{Ev, visible};
 use super::super::row::{duration_ms, ms};
-use super::super::sync_match::{lease_expiry, leased_row, matches_in_lease_order, metadata_json};
+use super::super::sync_match::{
+    lease_expiry, leased_row, matched_events, matches_in_lease_order, metadata_json,
+};
 use super::super::*;
 use super::{sql, tx};
-use crate::domain::event::EventKind;
 
 /// Tasks::task_insert_matched's work, in the running write job.
 pub(super) fn insert_matched(
@@ -100,43 +100,15 @@ pub(super) fn insert_matched(
                 .query_row(params![t.queue, t.key], |r| r.get(0))
                 .optional()?
                 .ok_or_else(|| StoreError::Corrupt(format!("id {} collided", t.id)))?;
-            out.push(MatchedInsert {
-                inserted: Inserted {
-                    task_id,
-                    deduplicated: true,
-                },
-                leased: None,
-            });
+            out.push(MatchedInsert::duplicate(task_id));
             continue;
         };
         // Flow: SUBMITTED and LEASED, as an insert and a lease would record.
-        for (kind, state, attempt, worker) in [
-            (
-                EventKind::Submitted,
-                visible("pending", ms(t.run_at), now_ms),
-                0,
-                None,
-            ),
-            (EventKind::Leased, "leased", 1, Some(m.worker_id.as_str())),
-        ] {
-            tx::push(Ev {
-                task_id: &t.id,
-                queue: &t.queue,
-                kind,
-                state,
-                attempt,
-                worker,
-                time: now_ms,
-                detail: None,
-            });
+        for ev in matched_events(t, m, now_ms) {
+            tx::push(ev);
         }
-        out.push(MatchedInsert {
-            inserted: Inserted {
-                task_id: t.id.clone(),
-                deduplicated: false,
-            },
-            leased: Some(leased_row(t, m, seq, token, expires, now)?),
-        });
+        let leased = leased_row(t, m, seq, token, expires, now)?;
+        out.push(MatchedInsert::made(t.id.clone(), Some(leased)));
     }
     Ok(out)
 }

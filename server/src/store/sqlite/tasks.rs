@@ -6,7 +6,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::super::row::{AttemptRow, TaskRow, ms, state_filter_sql};
+use super::super::row::{AttemptRow, TaskRow, ms};
+use super::super::tasks::{UpdateValues, updatable};
 use super::super::*;
 use super::rows::{changed_event, fetch_task, in_list};
 use super::{SqliteStore, sql};
@@ -144,16 +145,16 @@ fn update(
         return Ok(Changed::NotFound);
     };
     let state = row.stored_state()?;
-    if matches!(state, StoredState::Leased | StoredState::Succeeded) {
+    if !updatable(state) {
         return Ok(Changed::WrongState(state));
     }
-    let max_attempts = u.max_attempts.map(i64::from).unwrap_or(row.max_attempts);
+    let v = UpdateValues::of(&row, u);
     c.prepare_cached(sql::TASK_UPDATE)?.execute(params![
-        u.run_at.map(ms).unwrap_or(row.run_at),
-        u.priority.map(i64::from).unwrap_or(row.priority),
-        u.deadline.map(|d| d.map(ms)).unwrap_or(row.deadline),
-        max_attempts,
-        row.attempts_allowed - row.max_attempts + max_attempts,
+        v.run_at,
+        v.priority,
+        v.deadline,
+        v.max_attempts,
+        v.attempts_allowed,
         ms(now),
         row.seq
     ])?;
@@ -203,49 +204,9 @@ async fn task_list(r: &sqlx::SqlitePool, f: &TaskFilter) -> StoreResult<Vec<Task
     let inner = sql::TASK_LIST_HEAD;
     let inner = inner[..inner.find("ORDER BY").unwrap_or(inner.len())].trim_end();
     let mut qb = sqlx::QueryBuilder::<sqlx::Sqlite>::new(inner);
-    if let Some(queue) = &f.queue {
-        qb.push(" AND queue = ").push_bind(queue);
-    }
-    if let Some(key) = &f.key {
-        qb.push(" AND key = ").push_bind(key);
-    }
-    if let Some(worker) = &f.worker_id {
-        qb.push(" AND leased_by = ").push_bind(worker);
-    }
-    if let Some(error) = &f.last_error {
-        qb.push(" AND last_error = ").push_bind(error);
-    }
-    if let Some(after) = f.created_after {
-        qb.push(" AND created_at >= ").push_bind(ms(after));
-    }
-    if let Some(before) = f.created_before {
-        qb.push(" AND created_at < ").push_bind(ms(before));
-    }
-    if let Some(schedule) = &f.schedule_id {
-        qb.push(" AND schedule_id = ").push_bind(schedule);
-    }
     // Read in creation order from its index (the rowid, seq, ends every SQLite
-    // index), so an empty creation-time range costs what a full page does. A page
-    // token of an earlier version carries only a sequence number.
-    match (f.before_created, f.before_seq) {
-        (Some(at), Some(seq)) => {
-            qb.push(" AND (created_at, seq) < (")
-                .push_bind(ms(at))
-                .push(", ")
-                .push_bind(seq)
-                .push(")");
-        }
-        (_, Some(seq)) => {
-            qb.push(" AND seq < ").push_bind(seq);
-        }
-        _ => {}
-    }
-    if let Some(group) = &f.fanout_group {
-        qb.push(" AND fanout_group = ").push_bind(group);
-    }
-    if let Some(sql) = state_filter_sql(&f.states, &ms(f.now).to_string()) {
-        qb.push(" AND ").push(sql);
-    }
+    // index), so an empty creation-time range costs what a full page does.
+    filter::push_task_terms(&mut qb, &filter::SQLITE, f);
     // Terms that let SQLite use a partial index (it does not infer them from the
     // state filter): leased rows through the lease-expiry index, sorted after
     // (`+created_at`: they are few); finished or pending rows of one queue through the

@@ -1,16 +1,16 @@
-//! How a write runs on this backend, and how it records its events.
+//! How a write runs on SQLite, and how it records its events.
 //!
-//! A write is one job handed to the writer thread (`native::writer`): the job
-//! runs on the one write connection inside the writer's batch transaction (in
-//! a savepoint of its own when the batch holds others), and its caller gets its
-//! answer once the batch committed. Every write method of the store calls
-//! [`SqliteStore::write`]; nothing else writes.
+//! A write is one job handed to the writer thread (`native::writer`): it runs
+//! on the one write connection inside the writer's batch transaction (in a
+//! savepoint of its own when the batch holds others), and its caller gets its
+//! answer once the batch committed. Every write method of the store runs
+//! through [`SqliteStore::write`]; there is no other way to write.
 //!
-//! The operations of a job push the events of their transitions here (the
-//! writer thread's buffer, [`push`]); at the end of the job, inside its
-//! savepoint, [`super::flow::after_job`] writes them (`events::write`), so they
-//! commit (or roll back) with the job. One writer commits in order, so the rowid
-//! is the cursor. No trigger runs on `tasks`.
+//! The events of its transitions are buffered as it goes (the writer thread's
+//! buffer, [`push`]) and written at its end, inside its savepoint, by
+//! [`super::flow::after_job`] (`events::write`), so they commit or roll back
+//! with the write. One writer commits in order, so the rowid is the event
+//! cursor; no trigger runs on `tasks`.
 
 use std::cell::RefCell;
 

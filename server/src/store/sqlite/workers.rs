@@ -7,12 +7,9 @@ use rusqlite::params;
 
 use super::super::observe::{HolderRow, holder_row};
 use super::super::row::ms;
+use super::super::workers::{minute_before, worker_get_of};
 use super::super::*;
 use super::{SqliteStore, sql};
-
-fn minute_before(now: DateTime<Utc>) -> i64 {
-    ms(now) - 60_000
-}
 
 #[async_trait]
 impl Workers for SqliteStore {
@@ -78,19 +75,7 @@ impl Workers for SqliteStore {
         worker_id: &str,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<(WorkerRecord, Vec<WorkerLeaseRecord>)>> {
-        let Some(row) = sqlx::query_as::<_, WorkerRow>(sql::WORKER_GET)
-            .bind(minute_before(now))
-            .bind(worker_id)
-            .fetch_optional(&self.reader)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let leases: Vec<WorkerLeaseRow> = sqlx::query_as(sql::WORKER_GET_LEASES)
-            .bind(worker_id)
-            .fetch_all(&self.reader)
-            .await?;
-        let leases = leases.into_iter().map(worker_lease).collect();
-        Ok(Some((row.into_record()?, leases)))
+        let sql = [sql::WORKER_GET, sql::WORKER_GET_LEASES];
+        worker_get_of(&self.reader, sql, 1, worker_id, now).await
     }
 }
