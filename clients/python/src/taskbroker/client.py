@@ -16,6 +16,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from taskbroker import spec, tracing
 from taskbroker.errors import TaskNotSucceededError, raise_if_failed
+from taskbroker.policy import apply_defaults
 from taskbroker.serde import DEFAULT_SERIALIZER, Serializer, encode_payload
 from taskbroker.spec import Duration, seconds
 from taskbroker.wait import wait_tasks
@@ -204,6 +205,8 @@ class Client:
         self.broker = broker_pb2_grpc.BrokerServiceStub(self.channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
         self.schedules = schedule_pb2_grpc.ScheduleServiceStub(self.channel)
+        #: Retry defaults by queue, declared with handlers (``taskbroker.policy``).
+        self.retry_defaults: dict[str, broker_pb2.RetryPolicy] = {}
 
     @classmethod
     def from_env(cls, target: str | None = None, *, serializer: Serializer | None = None) -> Client:
@@ -265,7 +268,7 @@ class Client:
         ...                        task_spec("etl", b"load", depends_on_index=[0])])
         """
         headers = tuple(tracing.current_headers().items())
-        req = broker_pb2.SubmitRequest(tasks=list(specs))
+        req = broker_pb2.SubmitRequest(tasks=apply_defaults(self.retry_defaults, specs))
         retries = 0
         while True:
             try:
