@@ -7,6 +7,8 @@ import (
 	"sort"
 
 	"google.golang.org/grpc"
+
+	taskbroker "github.com/taskbroker/taskbroker/clients/go"
 )
 
 // Mux is one worker's handlers, one per queue: the worker it makes leases from every
@@ -18,6 +20,7 @@ import (
 //	w, err := mux.Worker(conn, worker.Config{Concurrency: 8})
 type Mux struct {
 	handlers map[string]Handler
+	defaults *taskbroker.RetryDefaults // retry defaults of HandlePolicy (policy.go)
 }
 
 // NewMux returns an empty Mux.
