@@ -964,6 +964,27 @@ public final class Worker implements AutoCloseable {
       return register(Registration.raw(queue, handler));
     }
 
+    /**
+     * Declares {@code queue}'s policy (docs/client-spec.md point 20): its retry defaults fill the
+     * unset retry fields of the queue's tasks submitted through this worker's {@link Taskbroker};
+     * its non-retryable exceptions fail an attempt for good.
+     */
+    public Builder policy(String queue, HandlerPolicy policy) {
+      taskbroker.setRetryDefaults(queue, policy.retry());
+      if (!policy.nonRetryable().isEmpty()) {
+        middleware.add(policy.classifier(queue));
+      }
+      return this;
+    }
+
+    /** Tasks of {@code def}'s queue go to {@code handler}, under the definition's policy. */
+    public <P> Builder task(TaskDef<P, ?> def, TypedHandler<? super P, ?> handler) {
+      if (def.policy() != null) {
+        policy(def.queue(), def.policy());
+      }
+      return handle(def.queue(), def.payloadType(), handler);
+    }
+
     /** Adds one queue and its handler; one handler per queue. */
     public Builder register(Registration registration) {
       String q = registration.queue();
