@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 
@@ -21,6 +22,7 @@ import (
 type Mux struct {
 	handlers map[string]Handler
 	defaults *taskbroker.RetryDefaults // retry defaults of HandlePolicy (policy.go)
+	slots    map[string]int            // Policy.Concurrency of HandlePolicy, by queue
 }
 
 // NewMux returns an empty Mux.
@@ -63,6 +65,9 @@ func (m *Mux) Worker(conn grpc.ClientConnInterface, cfg Config) (*Worker, error)
 		}
 	}
 	cfg.Queues = qs
+	if cfg.QueueConcurrency == nil && len(m.slots) > 0 {
+		cfg.QueueConcurrency = maps.Clone(m.slots)
+	}
 	handlers := make(map[string]Handler, len(m.handlers))
 	for q, h := range m.handlers { // later Handle calls do not change this worker
 		handlers[q] = h

@@ -25,6 +25,9 @@ type Policy struct {
 	// NonRetryable errors fail the attempt for good (a non-retryable Fail: the task goes DEAD),
 	// whoever submitted it: an error matching any of these (IsError, AsError).
 	NonRetryable []func(error) bool
+	// Concurrency caps how many of the queue's tasks the Mux's workers run at once (within
+	// Config.Concurrency): Config.QueueConcurrency.
+	Concurrency int
 }
 
 // IsError matches errors that errors.Is target.
@@ -81,6 +84,12 @@ func (m *Mux) HandlePolicy(queue string, h Handler, p Policy) {
 	}
 	m.Handle(queue, h)
 	m.RetryDefaults().Set(queue, p.Retry())
+	if p.Concurrency > 0 {
+		if m.slots == nil {
+			m.slots = map[string]int{}
+		}
+		m.slots[queue] = p.Concurrency
+	}
 }
 
 // RetryDefaults is the table of the retry defaults of the Mux's queues: dial the producer's

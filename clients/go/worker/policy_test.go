@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,5 +152,53 @@ func TestATaskDefDelaysAndRetry(t *testing.T) {
 	}
 	if got := getTask(t, admin, fixed.GetTaskId()).GetRunAt().AsTime(); !got.Equal(at) {
 		t.Fatalf("run_at: want %v, got %v", at, got)
+	}
+}
+
+func TestAQueueWithItsOwnConcurrencyHoldsThatManyLeases(t *testing.T) {
+	q := policyQueue(t)
+	mux := worker.NewMux()
+	started := make(chan struct{}, 3)
+	gate := make(chan struct{})
+	var running, peak atomic.Int32
+	mux.HandlePolicy(q, worker.HandleJSON(func(context.Context, *worker.Task, int) (int, error) {
+		n := running.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		started <- struct{}{}
+		<-gate
+		running.Add(-1)
+		return 0, nil
+	}), worker.Policy{Concurrency: 1})
+	broker, admin, run := policyBroker(t, mux)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var ids []string
+	for i := range 3 { // waiting before the worker starts: 4 shared slots would lease all three
+		r, err := taskbroker.SubmitJSON(ctx, broker, q, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.GetTaskId())
+	}
+	run(worker.Config{Concurrency: 4, PollWait: time.Second})
+	<-started
+	leased := 0
+	for _, id := range ids {
+		if getTask(t, admin, id).GetState() == pb.TaskState_TASK_STATE_LEASED {
+			leased++
+		}
+	}
+	if leased != 1 {
+		t.Fatalf("one slot: want 1 lease, got %d", leased)
+	}
+	close(gate)
+	for _, id := range ids {
+		if _, err := taskbroker.Wait(ctx, admin, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := peak.Load(); p != 1 {
+		t.Fatalf("at most 1 at once, saw %d", p)
 	}
 }
