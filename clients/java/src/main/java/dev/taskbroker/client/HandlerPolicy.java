@@ -24,10 +24,17 @@ import java.util.List;
 public final class HandlerPolicy {
   private final RetryPolicy retry;
   private final List<Class<? extends Throwable>> nonRetryable;
+  private final int concurrency;
 
-  private HandlerPolicy(RetryPolicy retry, List<Class<? extends Throwable>> nonRetryable) {
+  private HandlerPolicy(RetryPolicy retry, List<Class<? extends Throwable>> nonRetryable, int concurrency) {
     this.retry = retry;
     this.nonRetryable = List.copyOf(nonRetryable);
+    this.concurrency = concurrency;
+  }
+
+  /** The queue's own limit of tasks running at once in the worker; 0: unset. */
+  public int concurrency() {
+    return concurrency;
   }
 
   public static Builder builder() {
@@ -96,8 +103,21 @@ public final class HandlerPolicy {
   public static final class Builder {
     private final RetryPolicy.Builder retry = RetryPolicy.newBuilder();
     private final List<Class<? extends Throwable>> nonRetryable = new ArrayList<>();
+    private int concurrency;
 
     private Builder() {}
+
+    /**
+     * At most {@code n} of the queue's tasks run at once in the worker (within its {@code
+     * concurrency}); the worker leases no more of them.
+     */
+    public Builder concurrency(int n) {
+      if (n < 1) {
+        throw new IllegalArgumentException("concurrency must be at least 1, got " + n);
+      }
+      concurrency = n;
+      return this;
+    }
 
     /** Total attempts allowed, counting the first, at least 1. */
     public Builder maxAttempts(int n) {
@@ -137,7 +157,7 @@ public final class HandlerPolicy {
     }
 
     public HandlerPolicy build() {
-      return new HandlerPolicy(retry.build(), nonRetryable);
+      return new HandlerPolicy(retry.build(), nonRetryable, concurrency);
     }
   }
 }

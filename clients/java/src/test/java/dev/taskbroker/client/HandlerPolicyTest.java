@@ -126,4 +126,46 @@ class HandlerPolicyTest {
     Task fixed = get(emails.submitAt(tb, new Email("y"), at).getTaskId());
     assertEquals(at.getEpochSecond(), fixed.getRunAt().getSeconds());
   }
+
+  @Test
+  void aQueueWithItsOwnConcurrencyHoldsThatManyLeases() throws Exception {
+    String q = live();
+    java.util.List<String> ids = new java.util.ArrayList<>();
+    for (int i = 0; i < 3; i++) { // waiting before the worker starts: 4 shared slots would lease all
+      ids.add(tb.submit(q, i).getTaskId());
+    }
+    java.util.concurrent.CountDownLatch first = new java.util.concurrent.CountDownLatch(1);
+    java.util.concurrent.CountDownLatch gate = new java.util.concurrent.CountDownLatch(1);
+    java.util.concurrent.atomic.AtomicInteger running = new java.util.concurrent.atomic.AtomicInteger();
+    java.util.concurrent.atomic.AtomicInteger peak = new java.util.concurrent.atomic.AtomicInteger();
+    Worker w =
+        Worker.builder(tb)
+            .concurrency(4)
+            .pollWait(Duration.ofSeconds(1))
+            .handle(
+                q,
+                Integer.class,
+                (task, i) -> {
+                  peak.accumulateAndGet(running.incrementAndGet(), Math::max);
+                  first.countDown();
+                  gate.await();
+                  running.decrementAndGet();
+                  return i;
+                })
+            .policy(q, HandlerPolicy.builder().concurrency(1).build())
+            .build();
+    w.start();
+    try {
+      assertTrue(first.await(30, java.util.concurrent.TimeUnit.SECONDS));
+      long leased = ids.stream().filter(id -> get(id).getState() == TaskState.TASK_STATE_LEASED).count();
+      assertEquals(1, leased, "one slot: one lease");
+      gate.countDown();
+      for (String id : ids) {
+        tb.waitFor(id, Duration.ofSeconds(30));
+      }
+      assertEquals(1, peak.get());
+    } finally {
+      w.close();
+    }
+  }
 }
