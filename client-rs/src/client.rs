@@ -29,6 +29,8 @@ pub struct Client {
     lease_margin: Duration,
     /// `Bearer TOKEN`, sent as `authorization` on every call.
     authorization: Option<MetadataValue<Ascii>>,
+    /// Retry defaults declared with handlers (spec point 20), shared by the clones.
+    pub(crate) retry_defaults: crate::policy::RetryDefaults,
 }
 
 /// How to connect; see [`Client::builder`].
@@ -251,6 +253,7 @@ impl ClientBuilder {
             call_timeout: self.call_timeout,
             lease_margin: self.lease_margin,
             authorization,
+            retry_defaults: Default::default(),
         }
     }
 }
@@ -340,6 +343,7 @@ impl Client {
         specs: impl IntoIterator<Item = TaskSpec>,
     ) -> Result<Vec<Submitted>, Error> {
         let mut tasks: Vec<pb::TaskSpec> = specs.into_iter().map(Into::into).collect();
+        self.retry_defaults.apply(&mut tasks);
         let n = tasks.len();
         let queue = tasks.first().map(|t| t.queue.clone()).unwrap_or_default();
         let span = tracing::info_span!(

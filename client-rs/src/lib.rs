@@ -20,6 +20,9 @@
 //!   ships those rows to the broker.
 //! - `testing`: [`testing::TestContext`] and [`testing::FakeBroker`], handlers and
 //!   producers tested with no broker.
+//! - `policy.rs`: [`QueuePolicy`], retries, non-retryable errors and slots declared
+//!   with a handler.
+//! - `task_def.rs`: [`TaskDef`], a queue with its payload and result types.
 //! - `queue.rs`: live queue settings ([`QueueUpdate`]) and `explain_task` (admission).
 //!
 //! ```no_run
@@ -64,6 +67,9 @@ pub mod worker;
 mod workers;
 // Admission.
 mod queue;
+// Policy with the handler, and typed task definitions.
+mod policy;
+mod task_def;
 
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -75,9 +81,11 @@ pub use admin::{TaskFilter, TaskUpdate};
 pub use client::{Client, ClientBuilder, DEFAULT_ADDR, Submitted};
 pub use error::{ERROR_DOMAIN, Error, LEASE_LOST, code_name, state_name};
 pub use pb::TaskState;
+pub use policy::QueuePolicy;
 pub use queue::QueueUpdate;
 pub use schedule::{NewSchedule, Schedules};
 pub use spec::TaskSpec;
+pub use task_def::TaskDef;
 pub use worker::{CancelReason, Json, TaskContext, TaskError, Worker, WorkerEvent};
 pub use workers::{Sticky, WorkerFilter};
 

@@ -25,6 +25,8 @@ pub struct TaskError {
     prefer_same_worker: bool,
     /// A result the runtime cannot store (a programming error): logged at ERROR.
     pub(crate) unstorable: bool,
+    /// The error it was made from, for a policy's non-retryable types.
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 /// The error's text followed by its sources: `outer: inner: root`.
@@ -42,12 +44,14 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 impl TaskError {
     /// Retry according to the task's retry policy (until its attempts run out).
     pub fn retry(e: impl Into<BoxError>) -> Self {
+        let e = e.into();
         TaskError {
-            message: chain(e.into().as_ref()),
+            message: chain(e.as_ref()),
             retryable: true,
             retry_after: None,
             prefer_same_worker: false,
             unstorable: false,
+            source: Some(Arc::from(e)),
         }
     }
 
@@ -75,6 +79,22 @@ impl TaskError {
 
     pub fn is_retryable(&self) -> bool {
         self.retryable
+    }
+
+    /// The error this one was made from (`TaskError::retry(e)`, `?`), if any.
+    pub fn error(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+
+    /// The same failure, not retried.
+    pub(crate) fn into_permanent(self) -> Self {
+        TaskError {
+            retryable: false,
+            retry_after: None,
+            ..self
+        }
     }
 
     /// The backoff asked for by `retry_after`, if any.

@@ -21,6 +21,7 @@ mod heartbeat;
 mod metrics;
 pub(crate) mod middleware;
 mod next;
+mod own_slots;
 pub(crate) mod task;
 
 use std::collections::HashMap;
@@ -43,7 +44,7 @@ use heartbeat::{Heartbeat, Leases};
 use task::Attempt;
 
 use crate::time::to_proto_duration;
-use crate::{Client, Error, pb};
+use crate::{Client, Error, QueuePolicy, TaskDef, pb};
 
 /// The broker's limit on tasks per Lease call.
 const MAX_LEASE_BATCH: usize = 256;
@@ -137,6 +138,8 @@ pub struct WorkerBuilder {
     middleware: Vec<middleware::BoxMiddleware>,
     meter: Option<opentelemetry::metrics::Meter>,
     fail_fast: bool,
+    /// Policies declared with the handlers, by queue (spec point 20).
+    policies: HashMap<String, QueuePolicy>,
 }
 
 /// Leases tasks from its queues and runs them, at most `concurrency` at a time.
@@ -187,6 +190,33 @@ impl WorkerBuilder {
             let handler = handler.clone();
             async move { handler(ctx, decoded?).await.map(Json) }
         })
+    }
+
+    /// Declares `queue`'s policy (docs/client-spec.md point 20): its retry defaults
+    /// fill the unset retry fields of the queue's tasks submitted through this
+    /// worker's client (and its clones) from now on; its non-retryable error types
+    /// fail an attempt for good; its concurrency gives the queue slots of its own.
+    pub fn policy(mut self, queue: impl Into<String>, policy: QueuePolicy) -> Self {
+        let queue = queue.into();
+        self.client.retry_defaults.set(&queue, policy.retry());
+        self.policies.insert(queue, policy);
+        self
+    }
+
+    /// Runs `handler` for the tasks of `def`'s queue, as [`WorkerBuilder::queue_json`]
+    /// with the definition's payload and result types, under its policy if it has one.
+    pub fn task<P, R, H, Fut>(self, def: &TaskDef<P, R>, handler: H) -> Self
+    where
+        P: serde::de::DeserializeOwned + Send + 'static,
+        R: serde::Serialize + Send + 'static,
+        H: Fn(TaskContext, P) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, TaskError>> + Send + 'static,
+    {
+        let this = match def.queue_policy() {
+            Some(p) => self.policy(def.queue(), p.clone()),
+            None => self,
+        };
+        this.queue_json(def.queue(), handler)
     }
 
     /// Adds a middleware around every handler of this worker: an async fn of the
@@ -298,6 +328,7 @@ impl Worker {
             middleware: Vec::new(),
             meter: None,
             fail_fast: false,
+            policies: HashMap::new(),
         }
     }
 
@@ -336,6 +367,14 @@ impl Worker {
     /// Dropping the future instead is a crash as far as the broker knows: the
     /// leases run out and the tasks are leased again.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
+        match self.split_by_slots() {
+            Some(parts) => own_slots::run_parts(parts, shutdown).await,
+            None => self.run_one(shutdown).await,
+        }
+    }
+
+    /// One lease loop over all of this worker's queues.
+    async fn run_one(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
         let c = &self.config;
         if c.queues.is_empty() {
             return Err(Error::Config("no queue has a handler".into()));
@@ -366,7 +405,13 @@ impl Worker {
         let handlers: HashMap<String, BoxHandler> = c
             .handlers
             .iter()
-            .map(|(q, h)| (q.clone(), middleware::wrap(h.clone(), &c.middleware)))
+            .map(|(q, h)| {
+                let h = match c.policies.get(q) {
+                    Some(p) => crate::policy::classified(h.clone(), p.clone()),
+                    None => h.clone(),
+                };
+                (q.clone(), middleware::wrap(h, &c.middleware))
+            })
             .collect();
         let stop_beating = CancellationToken::new();
         // lease_next: settles ask for their slot's next task until stopping.

@@ -67,7 +67,7 @@ func (w *Worker) handle(run, parent context.Context, lt *pb.LeasedTask) []*pb.Le
 	if err == nil {
 		req := &pb.CompleteRequest{
 			TaskId: lt.GetTaskId(), LeaseToken: lt.GetLeaseToken(), Result: result,
-			LeaseNext: w.nextLease(run),
+			LeaseNext: w.nextLease(run, queue),
 		}
 		err = w.report(t, "complete", func(context.Context) error {
 			s := w.completer.complete(req)
@@ -80,7 +80,7 @@ func (w *Worker) handle(run, parent context.Context, lt *pb.LeasedTask) []*pb.Le
 	}
 
 	req := FailRequestFor(ctx, t, err)
-	req.LeaseNext = w.nextLease(run)
+	req.LeaseNext = w.nextLease(run, queue)
 	logHandlerFailure(log, lt, err, req, errors.Is(context.Cause(ctx), ErrStopTimeout))
 	ferr := w.report(t, "fail", func(rctx context.Context) error {
 		w.metrics.settleCall("Fail")
@@ -133,13 +133,17 @@ func (w *Worker) logSettle(t *Task, call string, err error) {
 
 // nextLease is the lease_next a settle carries: one task for the slot it frees, no wait;
 // nil when turned off or once Run's context has ended (stopping).
-func (w *Worker) nextLease(run context.Context) *pb.LeaseRequest {
+func (w *Worker) nextLease(run context.Context, queue string) *pb.LeaseRequest {
 	if w.cfg.DisableLeaseNext || run.Err() != nil {
+		return nil
+	}
+	queues := w.limits.nextQueues(w.cfg.Queues, queue)
+	if len(queues) == 0 {
 		return nil
 	}
 	return &pb.LeaseRequest{
 		WorkerId:      w.cfg.WorkerID,
-		Queues:        w.cfg.Queues,
+		Queues:        queues,
 		MaxTasks:      1,
 		LeaseDuration: durationpb.New(w.cfg.LeaseDuration),
 		Labels:        w.cfg.Labels,

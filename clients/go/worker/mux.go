@@ -3,10 +3,13 @@ package worker
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 
 	"google.golang.org/grpc"
+
+	taskbroker "github.com/taskbroker/taskbroker/clients/go"
 )
 
 // Mux is one worker's handlers, one per queue: the worker it makes leases from every
@@ -18,6 +21,8 @@ import (
 //	w, err := mux.Worker(conn, worker.Config{Concurrency: 8})
 type Mux struct {
 	handlers map[string]Handler
+	defaults *taskbroker.RetryDefaults // retry defaults of HandlePolicy (policy.go)
+	slots    map[string]int            // Policy.Concurrency of HandlePolicy, by queue
 }
 
 // NewMux returns an empty Mux.
@@ -60,6 +65,9 @@ func (m *Mux) Worker(conn grpc.ClientConnInterface, cfg Config) (*Worker, error)
 		}
 	}
 	cfg.Queues = qs
+	if cfg.QueueConcurrency == nil && len(m.slots) > 0 {
+		cfg.QueueConcurrency = maps.Clone(m.slots)
+	}
 	handlers := make(map[string]Handler, len(m.handlers))
 	for q, h := range m.handlers { // later Handle calls do not change this worker
 		handlers[q] = h

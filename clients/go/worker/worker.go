@@ -46,6 +46,9 @@ type Config struct {
 	Labels map[string]string
 	// Concurrency is how many handlers run at once. Default 4.
 	Concurrency int
+	// QueueConcurrency caps, by queue, how many of its tasks run at once within Concurrency
+	// (Mux.HandlePolicy's Policy.Concurrency fills it); the worker leases no more of them.
+	QueueConcurrency map[string]int
 	// LeaseDuration is asked for on Lease and used as the extension on every heartbeat.
 	// Heartbeats go out every third of it. Default 30 s (the broker's default).
 	LeaseDuration time.Duration
@@ -86,7 +89,8 @@ type Worker struct {
 	handler Handler
 	log     *slog.Logger
 
-	mu      sync.Mutex // guards running and stopCause: the lease loop, task goroutines and heartbeats share it
+	limits  *queueLimits // Config.QueueConcurrency; nil without it
+	mu      sync.Mutex   // guards running and stopCause: the lease loop, task goroutines and heartbeats share it
 	running map[string]*Task
 	// stopCause is set once the drain timed out: a task a settle brings after that is
 	// cancelled at once, like the ones running then.
@@ -161,6 +165,7 @@ func New(conn grpc.ClientConnInterface, cfg Config, handler Handler) (*Worker, e
 		log:            cfg.Logger.With("worker_id", cfg.WorkerID),
 		running:        map[string]*Task{},
 		metrics:        m,
+		limits:         newQueueLimits(cfg.QueueConcurrency),
 	}
 	w.completer = &completer{w: w}
 	return w, nil
@@ -243,7 +248,20 @@ func (w *Worker) leaseLoop(ctx context.Context, wg *sync.WaitGroup) error {
 			}
 		}
 
-		tasks, err := w.lease(ctx, free)
+		queues, n, got := w.limits.reserve(w.cfg.Queues, free)
+		if n == 0 { // every queue is at its own limit: wait for one to free a slot
+			for range free {
+				<-slots
+			}
+			select {
+			case <-w.limits.wait():
+			case <-ctx.Done():
+				return nil
+			}
+			continue
+		}
+		tasks, err := w.lease(ctx, queues, n)
+		got(tasks)
 		for range free - len(tasks) {
 			<-slots
 		}
@@ -256,6 +274,7 @@ func (w *Worker) leaseLoop(ctx context.Context, wg *sync.WaitGroup) error {
 				queue := []*pb.LeasedTask{lt}
 				for len(queue) > 0 {
 					next := w.handle(ctx, handlerCtx, queue[0])
+					w.limits.pass(queue[0].GetQueue(), next)
 					w.leaseNextTasks.Add(int64(len(next)))
 					queue = append(queue[1:], next...)
 				}
@@ -288,13 +307,13 @@ func (w *Worker) leaseLoop(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 }
 
-func (w *Worker) lease(ctx context.Context, n int) ([]*pb.LeasedTask, error) {
+func (w *Worker) lease(ctx context.Context, queues []string, n int) ([]*pb.LeasedTask, error) {
 	// The call's own deadline must leave room for the long poll.
 	callCtx, cancel := context.WithTimeout(ctx, w.cfg.PollWait+LeaseMargin)
 	defer cancel()
 	resp, err := w.broker.Lease(callCtx, &pb.LeaseRequest{
 		WorkerId:      w.cfg.WorkerID,
-		Queues:        w.cfg.Queues,
+		Queues:        queues,
 		MaxTasks:      uint32(n),
 		LeaseDuration: durationpb.New(w.cfg.LeaseDuration),
 		Wait:          durationpb.New(w.cfg.PollWait),

@@ -25,8 +25,14 @@ import { BrokerService } from "./gen/taskbroker/v1/broker_pb.js";
 import { AdminService } from "./gen/taskbroker/v1/admin_pb.js";
 import { ScheduleService } from "./gen/taskbroker/v1/schedule_pb.js";
 import { ErrorInfoSchema, type ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
+<<<<<<< HEAD
 import { TaskState, type SubmitRequest, type SubmitResponse, type SubmitResult, type TaskSpecSchema } from "./gen/taskbroker/v1/broker_pb.js";
 import { currentTraceparent, SendSpan, TRACEPARENT } from "./tracing.js";
+=======
+import { TaskState, type RetryPolicySchema, type SubmitRequest, type SubmitResult, type TaskSpecSchema } from "./gen/taskbroker/v1/broker_pb.js";
+import { applyRetryDefaults } from "./policy.js";
+import { currentTraceparent, TRACEPARENT } from "./tracing.js";
+>>>>>>> policy
 import { DEFAULTS, submitRetryDelayMs } from "./spec.js";
 import { decodeResult, json, payloadBytes, type Serializer } from "./serializer.js";
 import { TaskbrokerError, throwIfFailed } from "./errors.js";
@@ -135,6 +141,8 @@ export function taskSpec(queue: string, payload: Uint8Array, options: SubmitOpti
  */
 export class Client implements Taskbroker {
   readonly broker: BrokerClient;
+  /** Retry defaults by queue, declared with handlers (policy.ts): every submit fills them in. */
+  readonly retryDefaults = new Map<string, MessageInitShape<typeof RetryPolicySchema>>();
   readonly admin: AdminClient;
   readonly schedules: ScheduleClient;
   readonly transport: Transport;
@@ -209,7 +217,7 @@ export class Client implements Taskbroker {
   async submitMany<Data = unknown>(queue: string, items: readonly Data[], options: SubmitOptions = {}): Promise<SubmitResult[]> {
     const now = Date.now();
     const tasks = items.map((data) => taskSpec(queue, payloadBytes(this.serializer, data), options, now));
-    return submitTasks(this.broker, tasks);
+    return submitTasks(this.broker, applyRetryDefaults(this.retryDefaults, tasks));
   }
 
   /**

@@ -7,6 +7,7 @@ import type { TaskContext } from "./context.js";
 import { toBytes, type BytesLike } from "./context.js";
 import { PermanentError } from "./errors.js";
 import { messageOf, type Serializer } from "./serializer.js";
+import type { QueuePolicy } from "./policy.js";
 
 /** Does the work of one task on raw bytes: resolve (optionally with a result) to complete it; throw to fail it. */
 export type Handler = (ctx: TaskContext) => Promise<BytesLike | void>;
@@ -39,6 +40,8 @@ export interface HandlerOptions<Data = unknown> {
   validate?: (value: unknown) => Data;
   /** This handler's serializer; default the worker's. */
   serializer?: Serializer;
+  /** The queue's policy: retry defaults, non-retryable errors, concurrency (policy.ts). */
+  policy?: QueuePolicy;
 }
 
 const TYPED = Symbol("taskbroker.handler");

@@ -30,6 +30,8 @@ export type { TaskInfo, TaskExplanation, TaskGate, TaskFilter, TaskStateName } f
 export { Worker } from "./worker.js";
 export type { WorkerOptions, WorkerEvents, RunOptions, Logger } from "./worker.js";
 export { handler } from "./handlers.js";
+export { defineTask } from "./policy.js";
+export type { QueuePolicy, TaskDef } from "./policy.js";
 export type { Handler, TypedHandler, HandlerDefinition, HandlerOptions, Middleware } from "./handlers.js";
 export { json, decodeResult, SerializationError } from "./serializer.js";
 export type { Serializer } from "./serializer.js";

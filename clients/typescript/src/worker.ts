@@ -68,6 +68,7 @@ import { json, type Serializer } from "./serializer.js";
 import type { Logger, RunOptions, WorkerEvents, WorkerOptions } from "./worker_options.js";
 import { onStopSignal } from "./signals.js";
 import { wrongForGood } from "./failfast.js";
+import { classify, leasePlan, retryOf, type QueuePolicy, type TaskDef } from "./policy.js";
 
 export type { Logger, WorkerOptions, RunOptions, WorkerEvents } from "./worker_options.js";
 
@@ -90,6 +91,9 @@ export class Worker<Data = unknown, Result = unknown> {
   readonly workerId: string;
   readonly #broker: BrokerClient;
   readonly #routes = new Map<string, Route>();
+  /** Each queue's policy declared with its handler (policy.ts). */
+  readonly #policies = new Map<string, QueuePolicy>();
+  readonly #client: Client | undefined;
   readonly #middleware: Middleware[];
   readonly #serializer: Serializer;
   readonly #concurrency: number;
@@ -137,6 +141,7 @@ export class Worker<Data = unknown, Result = unknown> {
     const raw = typeof handlerOrOptions === "function" ? handlerOrOptions : undefined;
     const options: WorkerOptions<Data, Result> = (raw ? maybeOptions : (handlerOrOptions as WorkerOptions<Data, Result>)) ?? {};
     this.#broker = client instanceof Client ? client.broker : client;
+    this.#client = client instanceof Client ? client : undefined;
     this.#serializer = options.serializer ?? (client instanceof Client ? client.serializer : json);
     this.workerId = options.workerId ?? `${hostname()}-${process.pid}`;
     this.#concurrency = options.concurrency ?? DEFAULTS.concurrency;
@@ -183,7 +188,28 @@ export class Worker<Data = unknown, Result = unknown> {
     if (!isHandler(fn)) throw new TypeError(`Worker: the handler for queue ${queue} is not a function`);
     const def = typeof fn === "function" ? handler(fn, options) : handler(fn.fn, { ...fn, ...options });
     this.#route(queue, typedRoute(queue, def, this.#serializer));
+    if (def.policy) this.#setPolicy(queue, def.policy);
     return this;
+  }
+
+  /** Registers the handler of a `defineTask` definition's queue, under its policy. */
+  task<P, R>(def: TaskDef<P, R>, fn: TypedHandler<P, R>, options: HandlerOptions<P> = {}): this {
+    return this.handle<P, R>(def.queue, fn, def.policy ? { policy: def.policy, ...options } : options);
+  }
+
+  #setPolicy(queue: string, policy: QueuePolicy): void {
+    this.#policies.set(queue, policy);
+    const retry = retryOf(policy);
+    if (retry && this.#client) this.#client.retryDefaults.set(queue, retry);
+  }
+
+  /** The queues to lease from and how many tasks at most, less the queues that are full. */
+  #leasePlan(free: number): { queues: string[]; maxTasks: number } {
+    const limits = new Map<string, number>();
+    for (const [q, p] of this.#policies) if (p.concurrency) limits.set(q, p.concurrency);
+    const running = new Map<string, number>();
+    for (const r of this.#running.values()) if (!r.returned) running.set(r.ctx.queue, (running.get(r.ctx.queue) ?? 0) + 1);
+    return leasePlan(this.queues, limits, running, free);
   }
 
   /** Adds a middleware, inside those registered before it. Before run() only. */
@@ -358,7 +384,7 @@ export class Worker<Data = unknown, Result = unknown> {
     let failures = 0;
     let answered = false;
     while (!stop.aborted) {
-      const free = this.#concurrency - this.#running.size;
+      const { queues, maxTasks: free } = this.#leasePlan(this.#concurrency - this.#running.size);
       if (free <= 0) {
         await new Promise<void>((resolve) => (this.#slotFreed = resolve));
         this.#slotFreed = undefined;
@@ -368,7 +394,7 @@ export class Worker<Data = unknown, Result = unknown> {
         const res = await this.#broker.lease(
           {
             workerId: this.workerId,
-            queues: this.queues,
+            queues,
             maxTasks: free,
             leaseDuration: durationFromMs(this.#leaseDurationMs),
             wait: durationFromMs(this.#pollWaitMs),
@@ -453,9 +479,12 @@ export class Worker<Data = unknown, Result = unknown> {
     if (!this.#leaseNext || this.#stopping.signal.aborted) {
       return undefined;
     }
+    // The settling task's handler has returned: its slot counts as free.
+    const { queues, maxTasks } = this.#leasePlan(1);
+    if (maxTasks <= 0) return undefined;
     return {
       workerId: this.workerId,
-      queues: this.queues,
+      queues,
       maxTasks: 1,
       leaseDuration: durationFromMs(this.#leaseDurationMs),
       labels: { ...this.labels },
@@ -505,7 +534,7 @@ export class Worker<Data = unknown, Result = unknown> {
       const result = route ? route.encode(value) : new Error(`no handler for queue ${ctx.queue}`);
       outcome = result instanceof Uint8Array ? { ok: true, result, value } : { ok: false, error: result, thrown: false };
     } catch (error) {
-      outcome = { ok: false, error, thrown: true };
+      outcome = { ok: false, error: classify(this.#policies.get(ctx.queue), error), thrown: true };
     } finally {
       stopWatch();
       entry.returned = true;

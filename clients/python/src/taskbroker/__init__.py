@@ -40,6 +40,7 @@ from taskbroker.errors import (
     is_lease_lost,
     retry_delay,
 )
+from taskbroker.policy import QueuePolicy, TaskDef
 from taskbroker.serde import JSONSerializer, PayloadError, Serializer
 from taskbroker.tasks import Explanation, Gate, TaskInfo, TaskState
 from taskbroker.v1 import admin_pb2, broker_pb2, event_pb2, schedule_pb2
@@ -60,6 +61,7 @@ __all__ = [
     "LeaseLostError",
     "PayloadError",
     "PermanentError",
+    "QueuePolicy",
     "RetryableError",
     "Serializer",
     "TLSConfig",
@@ -68,6 +70,7 @@ __all__ = [
     "TaskState",
     "TaskbrokerError",
     "TaskFailedError",
+    "TaskDef",
     "TaskNotSucceededError",
     "WaitTimeout",
     "WorkerStoppedError",

@@ -21,7 +21,12 @@ import os
 import signal
 import socket
 import threading
+<<<<<<< HEAD
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+=======
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+>>>>>>> policy
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -49,6 +54,7 @@ from taskbroker.errors import (
     is_lease_lost,
     raise_if_failed,
 )
+from taskbroker.policy import QueuePolicy, TaskDef, apply_defaults, lease_plan, policy_of
 from taskbroker.routing import check_labels
 from taskbroker.serde import DEFAULT_SERIALIZER, Serializer, encode_payload
 from taskbroker.spec import Duration, seconds
@@ -107,6 +113,8 @@ class AsyncClient:
         self._channel: grpc.aio.Channel | None = channel
         self._broker: broker_pb2_grpc.BrokerServiceAsyncStub | None = None
         self._admin: admin_pb2_grpc.AdminServiceAsyncStub | None = None
+        #: Retry defaults by queue, declared with handlers (``taskbroker.policy``).
+        self.retry_defaults: dict[str, broker_pb2.RetryPolicy] = {}
 
     @property
     def channel(self) -> grpc.aio.Channel:
@@ -162,6 +170,7 @@ class AsyncClient:
         self, specs: Sequence[broker_pb2.TaskSpec], *, timeout: Duration = spec.CALL_TIMEOUT
     ) -> list[broker_pb2.SubmitResult]:
         """As ``Client.submit_many``: several ``task_spec``s in one request, results in order."""
+<<<<<<< HEAD
         req = broker_pb2.SubmitRequest(tasks=list(specs))
         with tracing.send_span(req.tasks) as send:
             headers = list(tracing.current_headers().items()) or None
@@ -177,6 +186,22 @@ class AsyncClient:
                     retries += 1
                     log_submit_retry(err, delay, retries)
                     await asyncio.sleep(delay)
+=======
+        headers = list(tracing.current_headers().items()) or None
+        req = broker_pb2.SubmitRequest(tasks=apply_defaults(self.retry_defaults, specs))
+        retries = 0
+        while True:
+            try:
+                resp = await self.broker.Submit(req, timeout=seconds(timeout), metadata=headers)
+                return list(resp.results)
+            except grpc.aio.AioRpcError as err:
+                delay = spec.submit_retry_delay(err, retries)
+                if delay is None:
+                    raise
+                retries += 1
+                log_submit_retry(err, delay, retries)
+                await asyncio.sleep(delay)
+>>>>>>> policy
 
     async def get_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> TaskInfo:
         """As ``Client.get_task``: the task as the broker has it now."""
@@ -459,6 +484,8 @@ class AsyncWorker:
         if queues is not None and handler is not None:
             self._handlers = {q: handlers.raw(q, handler) for q in queues}
         self._middleware: list[handlers.AsyncMiddleware] = list(middleware)
+        #: Each queue's policy declared with its handler (``taskbroker.policy``).
+        self._policies: dict[str, QueuePolicy] = {}
         #: Encodes results and decodes payloads for registered handlers (the client's by default).
         self.serializer: Serializer = serializer or self._client.serializer
         self._metrics = metrics.WorkerMetrics(meter_provider)
@@ -498,17 +525,24 @@ class AsyncWorker:
         """Every queue with a handler: what each Lease asks for."""
         return list(self._handlers)
 
-    def handler(self, queue: str) -> Callable[[F], F]:
+    def handler(self, queue: str, **policy: Any) -> Callable[[F], F]:
         """A decorator: ``@worker.handler("emails")`` registers the ``async def`` function for
-        that queue (see ``handle``)."""
+        that queue (see ``handle``), with the queue's policy as keyword arguments, as
+        ``Worker.handler``."""
 
         def register(fn: F) -> F:
-            self.handle(queue, fn)
+            self.handle(queue, fn, **policy)
             return fn
 
         return register
 
-    def handle(self, queue: str, fn: Callable[..., Awaitable[Any]]) -> None:
+    def task(self, definition: TaskDef[Any, Any]) -> Callable[[F], F]:
+        """A decorator registering the handler of a ``TaskDef``'s queue, under its policy."""
+        return self.handler(definition.queue, policy=definition.policy)
+
+    def handle(
+        self, queue: str, fn: Callable[..., Awaitable[Any]], *, policy: QueuePolicy | None = None, **options: Any
+    ) -> None:
         """Runs ``async def fn`` for the tasks of ``queue``, its parameters filled by their
         annotations (an ``AsyncTaskContext``, the payload decoded into its type), its return
         value encoded as the result (``taskbroker.handlers``). One handler per queue."""
@@ -519,6 +553,10 @@ class AsyncWorker:
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"handler for queue {queue}: the AsyncWorker takes async def functions")
         self._handlers[queue] = handlers.register(queue, fn, AsyncTaskContext)
+        p = policy_of(policy, **options)
+        if p is not None:
+            self._policies[queue] = p
+            self._client.retry_defaults[queue] = p.retry()
 
     def use(self, middleware: handlers.AsyncMiddleware) -> handlers.AsyncMiddleware:
         """Adds ``async def middleware(ctx, call_next)`` around every handler call (also a
@@ -601,13 +639,14 @@ class AsyncWorker:
         assert self._stopping is not None and self._changed is not None
         failures = 0
         while not self._stopping.is_set():
-            while len(self._running) >= self.concurrency and not self._stopping.is_set():
+            while self._lease_plan()[1] <= 0 and not self._stopping.is_set():
                 self._changed.clear()
                 await self._changed.wait()
             if self._stopping.is_set():
                 return
+            queues, free = self._lease_plan()
             req = broker_pb2.LeaseRequest(
-                worker_id=self.worker_id, queues=self.queues, max_tasks=self.concurrency - len(self._running),
+                worker_id=self.worker_id, queues=queues, max_tasks=free,
                 lease_duration=duration(self.lease_duration), wait=duration(self.poll_wait),
                 labels=self.labels,
             )
@@ -680,6 +719,8 @@ class AsyncWorker:
                 error = exc
             except Exception as exc:  # noqa: BLE001 -- any handler error fails the attempt, by design
                 error = exc
+                if ctx.queue in self._policies:
+                    error = self._policies[ctx.queue].classify(exc)
             ran = asyncio.get_running_loop().time() - started
             if timer is not None:
                 timer.cancel()
@@ -704,7 +745,7 @@ class AsyncWorker:
                 request = broker_pb2.CompleteRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token, result=data)
             else:
                 request = _fail_request(ctx, error)
-            lease_next = self._next_lease()
+            lease_next = self._next_lease(ctx)
             if lease_next is not None:
                 request.lease_next.CopyFrom(lease_next)
             sent = asyncio.get_running_loop().time()
@@ -731,12 +772,24 @@ class AsyncWorker:
             if self._changed is not None:
                 self._changed.set()
 
-    def _next_lease(self) -> broker_pb2.LeaseRequest | None:
+    def _lease_plan(self, leaving: AsyncTaskContext | None = None) -> tuple[list[str], int]:
+        """The queues to lease from and how many tasks at most: every queue and the free
+        slots, less the queues whose own ``concurrency`` is full."""
+        running = [c for c in self._running.values() if c is not leaving]
+        limits = {q: p.concurrency for q, p in self._policies.items() if p.concurrency}
+        free = self.concurrency - len(running)
+        queues, n = lease_plan(self.queues, limits, Counter(c.queue for c in running), free)
+        return queues, (n if queues else 0)
+
+    def _next_lease(self, ctx: AsyncTaskContext) -> broker_pb2.LeaseRequest | None:
         """The lease_next for a settle: the freed slot's task, no wait; None when off or stopping."""
         if not self.lease_next or self._stopping is None or self._stopping.is_set():
             return None
+        queues, n = self._lease_plan(leaving=ctx)
+        if n <= 0:
+            return None
         return broker_pb2.LeaseRequest(
-            worker_id=self.worker_id, queues=self.queues, max_tasks=1,
+            worker_id=self.worker_id, queues=queues, max_tasks=1,
             lease_duration=duration(self.lease_duration), labels=self.labels,
         )
 

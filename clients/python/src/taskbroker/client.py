@@ -16,6 +16,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from taskbroker import spec, tracing
 from taskbroker.errors import TaskNotSucceededError, raise_if_failed
+from taskbroker.policy import apply_defaults
 from taskbroker.serde import DEFAULT_SERIALIZER, Serializer, encode_payload
 from taskbroker.spec import Duration, seconds
 from taskbroker.tasks import Explanation, TaskInfo, TaskState, list_request
@@ -205,6 +206,8 @@ class Client:
         self.broker = broker_pb2_grpc.BrokerServiceStub(self.channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
         self.schedules = schedule_pb2_grpc.ScheduleServiceStub(self.channel)
+        #: Retry defaults by queue, declared with handlers (``taskbroker.policy``).
+        self.retry_defaults: dict[str, broker_pb2.RetryPolicy] = {}
 
     @classmethod
     def from_env(cls, target: str | None = None, *, serializer: Serializer | None = None) -> Client:
@@ -265,6 +268,7 @@ class Client:
         >>> a, b = tb.submit_many([task_spec("etl", b"extract"),
         ...                        task_spec("etl", b"load", depends_on_index=[0])])
         """
+<<<<<<< HEAD
         req = broker_pb2.SubmitRequest(tasks=list(specs))
         with tracing.send_span(req.tasks) as send:
             headers = tuple(tracing.current_headers().items())
@@ -280,6 +284,22 @@ class Client:
                     retries += 1
                     log_submit_retry(err, delay, retries)
                     time.sleep(delay)
+=======
+        headers = tuple(tracing.current_headers().items())
+        req = broker_pb2.SubmitRequest(tasks=apply_defaults(self.retry_defaults, specs))
+        retries = 0
+        while True:
+            try:
+                resp = self.broker.Submit(req, timeout=seconds(timeout), metadata=headers or None)
+                return list(resp.results)
+            except grpc.RpcError as err:
+                delay = spec.submit_retry_delay(err, retries)
+                if delay is None:
+                    raise
+                retries += 1
+                log_submit_retry(err, delay, retries)
+                time.sleep(delay)
+>>>>>>> policy
 
     def get_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> TaskInfo:
         """The task as the broker has it now (AdminService.GetTask): ``.state`` (a ``TaskState``,

@@ -10,6 +10,7 @@ import signal
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
@@ -22,6 +23,7 @@ from taskbroker.client import Client, duration
 from taskbroker.completer import Completer
 from taskbroker.context import CANCEL_REQUESTED, DEADLINE, STOPPING, TaskContext
 from taskbroker.errors import PermanentError, RetryableError, WorkerStoppedError, is_lease_lost
+from taskbroker.policy import QueuePolicy, TaskDef, lease_plan, policy_of
 from taskbroker.routing import check_labels
 from taskbroker.serde import Serializer
 from taskbroker.spec import Duration, seconds
@@ -123,6 +125,8 @@ class Worker:
         if queues is not None and handler is not None:
             self._handlers = {q: handlers.raw(q, handler) for q in queues}
         self._middleware: list[handlers.Middleware] = list(middleware)
+        #: Each queue's policy declared with its handler (``taskbroker.policy``).
+        self._policies: dict[str, QueuePolicy] = {}
         #: Encodes results and decodes payloads for registered handlers (the client's by default).
         self.serializer: Serializer = serializer or self._client.serializer
         self._metrics = metrics.WorkerMetrics(meter_provider)
@@ -168,17 +172,29 @@ class Worker:
 
     # Handlers and middleware.
 
-    def handler(self, queue: str) -> Callable[[F], F]:
+    def handler(self, queue: str, **policy: Any) -> Callable[[F], F]:
         """A decorator: ``@worker.handler("emails")`` registers the function for that queue
-        (see ``handle``)."""
+        (see ``handle``), with the queue's policy as keyword arguments (``max_attempts``,
+        ``backoff``, ``backoff_multiplier``, ``max_backoff``, ``non_retryable``,
+        ``concurrency``, or ``policy=QueuePolicy(...)``)."""
 
         def register(fn: F) -> F:
-            self.handle(queue, fn)
+            self.handle(queue, fn, **policy)
             return fn
 
         return register
 
-    def handle(self, queue: str, fn: Callable[..., Any]) -> None:
+    def task(self, definition: TaskDef[Any, Any]) -> Callable[[F], F]:
+        """A decorator registering the handler of a ``TaskDef``'s queue, under its policy."""
+        return self.handler(definition.queue, policy=definition.policy)
+
+    def _set_policy(self, queue: str, policy: QueuePolicy | None) -> None:
+        if policy is None:
+            return
+        self._policies[queue] = policy
+        self._client.retry_defaults[queue] = policy.retry()
+
+    def handle(self, queue: str, fn: Callable[..., Any], *, policy: QueuePolicy | None = None, **options: Any) -> None:
         """Runs ``fn`` for the tasks of ``queue``; its parameters are filled by their
         annotations (a ``TaskContext``, the payload decoded into its type) and its return
         value is encoded as the result (``taskbroker.handlers``). One handler per queue."""
@@ -189,6 +205,7 @@ class Worker:
         if inspect.iscoroutinefunction(fn):
             raise TypeError(f"handler for queue {queue} is async def: run it on an AsyncWorker")
         self._handlers[queue] = handlers.register(queue, fn, TaskContext)
+        self._set_policy(queue, policy_of(policy, **options))
 
     def use(self, middleware: handlers.Middleware) -> handlers.Middleware:
         """Adds ``middleware(ctx, call_next)`` around every handler call (also a decorator);
@@ -295,15 +312,15 @@ class Worker:
         failures = 0
         while True:
             with self._cond:
-                while not self._stopping and len(self._running) >= self.concurrency:
+                while not self._stopping and self._lease_plan()[1] <= 0:
                     self._cond.wait()
                 if self._stopping:
                     return
-                free = self.concurrency - len(self._running)
+                queues, free = self._lease_plan()
                 call = self._broker.Lease.future(
                     broker_pb2.LeaseRequest(
                         worker_id=self.worker_id,
-                        queues=self.queues,
+                        queues=queues,
                         max_tasks=free,
                         lease_duration=duration(self.lease_duration),
                         wait=duration(self.poll_wait),
@@ -469,13 +486,26 @@ class Worker:
             return None
         return nexts[0]
 
-    def _next_lease(self) -> broker_pb2.LeaseRequest | None:
+    def _lease_plan(self, leaving: TaskContext | None = None) -> tuple[list[str], int]:
+        """The queues to lease from and how many tasks at most (call with _cond held): every
+        queue and the free slots, less the queues whose own ``concurrency`` is full."""
+        running = [c for c in self._running.values() if c is not leaving]
+        limits = {q: p.concurrency for q, p in self._policies.items() if p.concurrency}
+        free = self.concurrency - len(running)
+        queues, n = lease_plan(self.queues, limits, Counter(c.queue for c in running), free)
+        return queues, (n if queues else 0)
+
+    def _next_lease(self, ctx: TaskContext) -> broker_pb2.LeaseRequest | None:
         """The lease_next for a settle: the freed slot's task, no wait; None when off or stopping."""
         if not self.lease_next or self._is_stopping():
             return None
+        with self._cond:
+            queues, n = self._lease_plan(leaving=ctx)
+        if n <= 0:
+            return None
         return broker_pb2.LeaseRequest(
             worker_id=self.worker_id,
-            queues=self.queues,
+            queues=queues,
             max_tasks=1,
             lease_duration=duration(self.lease_duration),
             labels=self.labels,
@@ -493,6 +523,8 @@ class Worker:
                 result = handlers.chain(self._middleware, ctx, lambda: reg.fn(*reg.args(ctx, self.serializer)))
         except Exception as exc:  # noqa: BLE001 -- any handler error fails the attempt, by design
             result, error = None, exc
+            if ctx.queue in self._policies:
+                error = self._policies[ctx.queue].classify(exc)
         ran = time.monotonic() - started
         if ctx._left_behind:
             log.debug("task %s: handler returned after it was handed back; result discarded", ctx.task_id)
@@ -515,7 +547,7 @@ class Worker:
             request = broker_pb2.CompleteRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token, result=data)
         else:
             request = _fail_request(ctx, error)
-        lease_next = self._next_lease()
+        lease_next = self._next_lease(ctx)
         if lease_next is not None:
             request.lease_next.CopyFrom(lease_next)
         sent = time.monotonic()

@@ -34,6 +34,9 @@ public final class Taskbroker implements AutoCloseable {
   private static final System.Logger LOG = System.getLogger("dev.taskbroker.client");
   private final ManagedChannel channel;
   private final Serializer serializer;
+  /** Retry defaults by queue, declared with handlers ({@link HandlerPolicy}). */
+  private final java.util.Map<String, dev.taskbroker.v1.RetryPolicy> retryDefaults =
+      new java.util.concurrent.ConcurrentHashMap<>();
 
   private Taskbroker(ManagedChannel channel, Serializer serializer) {
     this.channel = channel;
@@ -295,6 +298,33 @@ public final class Taskbroker implements AutoCloseable {
     return type == byte[].class ? type.cast(bytes) : serializer.decode(bytes, type);
   }
 
+  /**
+   * Makes {@code retry} the defaults of {@code queue}'s tasks submitted through this client: each
+   * fills the fields a task's own retry leaves unset ({@link HandlerPolicy}). {@link
+   * Worker.Builder#policy} calls it.
+   */
+  public void setRetryDefaults(String queue, dev.taskbroker.v1.RetryPolicy retry) {
+    if (retry.equals(dev.taskbroker.v1.RetryPolicy.getDefaultInstance())) {
+      retryDefaults.remove(queue);
+    } else {
+      retryDefaults.put(queue, retry);
+    }
+  }
+
+  private dev.taskbroker.v1.SubmitRequest withRetryDefaults(dev.taskbroker.v1.SubmitRequest req) {
+    if (retryDefaults.isEmpty()) {
+      return req;
+    }
+    dev.taskbroker.v1.SubmitRequest.Builder b = req.toBuilder();
+    for (int i = 0; i < b.getTasksCount(); i++) {
+      dev.taskbroker.v1.RetryPolicy d = retryDefaults.get(b.getTasks(i).getQueue());
+      if (d != null) {
+        b.setTasks(i, b.getTasks(i).toBuilder().setRetry(HandlerPolicy.merge(b.getTasks(i).getRetry(), d)));
+      }
+    }
+    return b.build();
+  }
+
   public ManagedChannel channel() {
     return channel;
   }
@@ -322,6 +352,7 @@ public final class Taskbroker implements AutoCloseable {
    * delay, at most 10 s each and 5 tries in all ({@link ErrorDetails#submitRetryDelay}); then it is
    * thrown. An interrupt during the wait throws the refusal with the interrupt flag set.
    */
+<<<<<<< HEAD
   @SuppressWarnings("try") // the scope is what makes the span current for the call
   private dev.taskbroker.v1.SubmitResponse send(dev.taskbroker.v1.SubmitRequest req) {
     // One send span around the resends; its context is the tasks' creation context.
@@ -335,6 +366,10 @@ public final class Taskbroker implements AutoCloseable {
   }
 
   private dev.taskbroker.v1.SubmitResponse sendTraced(dev.taskbroker.v1.SubmitRequest req) {
+=======
+  private dev.taskbroker.v1.SubmitResponse send(dev.taskbroker.v1.SubmitRequest given) {
+    dev.taskbroker.v1.SubmitRequest req = withRetryDefaults(given);
+>>>>>>> policy
     for (int retries = 0; ; retries++) {
       try {
         return broker().withDeadlineAfter(10, TimeUnit.SECONDS).submit(req);

@@ -131,6 +131,8 @@ public final class Worker implements AutoCloseable {
   private final Map<String, TaskContext> running = new ConcurrentHashMap<>();
   /** One permit per free slot: the lease loop asks for no more tasks than these. */
   private final Semaphore slots;
+  /** The queues' own limits ({@link HandlerPolicy.Builder#concurrency}). */
+  private final QueueLimits limits;
   private final Executor handlers;
   /** The pool this worker made itself (no executor given), shut down when it stops. */
   private final ExecutorService ownPool;
@@ -173,6 +175,7 @@ public final class Worker implements AutoCloseable {
     this.stopTimeout = b.stopTimeout;
     this.stopGrace = b.stopGrace;
     this.slots = new Semaphore(concurrency);
+    this.limits = new QueueLimits(b.queueConcurrency);
     if (b.executor != null) {
       this.handlers = b.executor;
       this.ownPool = null;
@@ -451,6 +454,18 @@ public final class Worker implements AutoCloseable {
         return;
       }
       int free = 1 + slots.drainPermits();
+      QueueLimits.Plan plan = limits.reserve(queues, free);
+      if (plan.maxTasks() == 0) { // every queue is at its own limit: wait for one to free a slot
+        slots.release(free);
+        try {
+          limits.awaitFreed(200);
+        } catch (InterruptedException e) {
+          return;
+        }
+        continue;
+      }
+      slots.release(free - plan.maxTasks());
+      free = plan.maxTasks();
       Context.CancellableContext ctx = Context.current().withCancellation();
       poll.set(ctx);
       List<LeasedTask> tasks;
@@ -462,7 +477,7 @@ public final class Worker implements AutoCloseable {
         LeaseRequest req =
             LeaseRequest.newBuilder()
                 .setWorkerId(workerId)
-                .addAllQueues(queues)
+                .addAllQueues(plan.queues())
                 .setMaxTasks(free)
                 .setLeaseDuration(ProtoTime.duration(leaseDuration))
                 .setWait(ProtoTime.duration(pollWait))
@@ -479,6 +494,7 @@ public final class Worker implements AutoCloseable {
                         .getTasksList());
         failures = 0;
       } catch (Exception e) {
+        plan.got().accept(List.of());
         slots.release(free);
         if (stopping) {
           return;
@@ -507,6 +523,7 @@ public final class Worker implements AutoCloseable {
         poll.set(null);
         ctx.cancel(null);
       }
+      plan.got().accept(tasks);
       slots.release(free - tasks.size());
       for (LeasedTask task : tasks) {
         dispatch(task);
@@ -553,6 +570,7 @@ public final class Worker implements AutoCloseable {
           // Remove this context only: a failed task retried at once can come back with its id.
           running.remove(tc.taskId(), tc);
         }
+        limits.pass(tc.queue(), next);
         for (LeasedTask task : next) {
           leaseNextTasks.incrementAndGet();
           queue.add(admit(task));
@@ -623,13 +641,14 @@ public final class Worker implements AutoCloseable {
   }
 
   /** The lease_next a settle carries: the freed slot's task, no wait; null when off or stopping. */
-  private LeaseRequest nextLease() {
-    if (!leaseNext || stopping) {
+  private LeaseRequest nextLease(String queue) {
+    List<String> asked = limits.nextQueues(queues, queue);
+    if (!leaseNext || stopping || asked.isEmpty()) {
       return null;
     }
     return LeaseRequest.newBuilder()
         .setWorkerId(workerId)
-        .addAllQueues(queues)
+        .addAllQueues(asked)
         .setMaxTasks(1)
         .setLeaseDuration(ProtoTime.duration(leaseDuration))
         .putAllLabels(labels)
@@ -770,7 +789,7 @@ public final class Worker implements AutoCloseable {
    * start within the settle margin of the lease's expiry.
    */
   private Settled settle(TaskContext ctx, byte[] result, Throwable error) {
-    LeaseRequest next = nextLease();
+    LeaseRequest next = nextLease(ctx.queue());
     String call = error == null ? "complete" : "fail";
     for (int failures = 0; ; failures++) {
       try {
@@ -916,6 +935,7 @@ public final class Worker implements AutoCloseable {
     private final TaskHandler handler;
     private List<String> queues = List.of();
     private final Map<String, Registration> registrations = new java.util.LinkedHashMap<>();
+    private final Map<String, Integer> queueConcurrency = new java.util.HashMap<>();
     private final List<Middleware> middleware = new java.util.ArrayList<>();
     private Serializer serializer;
     private io.opentelemetry.api.metrics.MeterProvider meterProvider;
@@ -962,6 +982,30 @@ public final class Worker implements AutoCloseable {
     /** Tasks of {@code queue} go to {@code handler} as raw bytes. */
     public Builder handle(String queue, TaskHandler handler) {
       return register(Registration.raw(queue, handler));
+    }
+
+    /**
+     * Declares {@code queue}'s policy (docs/client-spec.md point 20): its retry defaults fill the
+     * unset retry fields of the queue's tasks submitted through this worker's {@link Taskbroker};
+     * its non-retryable exceptions fail an attempt for good.
+     */
+    public Builder policy(String queue, HandlerPolicy policy) {
+      taskbroker.setRetryDefaults(queue, policy.retry());
+      if (policy.concurrency() > 0) {
+        queueConcurrency.put(queue, policy.concurrency());
+      }
+      if (!policy.nonRetryable().isEmpty()) {
+        middleware.add(policy.classifier(queue));
+      }
+      return this;
+    }
+
+    /** Tasks of {@code def}'s queue go to {@code handler}, under the definition's policy. */
+    public <P> Builder task(TaskDef<P, ?> def, TypedHandler<? super P, ?> handler) {
+      if (def.policy() != null) {
+        policy(def.queue(), def.policy());
+      }
+      return handle(def.queue(), def.payloadType(), handler);
     }
 
     /** Adds one queue and its handler; one handler per queue. */
