@@ -25,14 +25,9 @@ import { BrokerService } from "./gen/taskbroker/v1/broker_pb.js";
 import { AdminService } from "./gen/taskbroker/v1/admin_pb.js";
 import { ScheduleService } from "./gen/taskbroker/v1/schedule_pb.js";
 import { ErrorInfoSchema, type ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
-<<<<<<< HEAD
-import { TaskState, type SubmitRequest, type SubmitResponse, type SubmitResult, type TaskSpecSchema } from "./gen/taskbroker/v1/broker_pb.js";
-import { currentTraceparent, SendSpan, TRACEPARENT } from "./tracing.js";
-=======
-import { TaskState, type RetryPolicySchema, type SubmitRequest, type SubmitResult, type TaskSpecSchema } from "./gen/taskbroker/v1/broker_pb.js";
+import { TaskState, type RetryPolicySchema, type SubmitRequest, type SubmitResponse, type SubmitResult, type TaskSpecSchema } from "./gen/taskbroker/v1/broker_pb.js";
 import { applyRetryDefaults } from "./policy.js";
-import { currentTraceparent, TRACEPARENT } from "./tracing.js";
->>>>>>> policy
+import { currentTraceparent, SendSpan, TRACEPARENT } from "./tracing.js";
 import { DEFAULTS, submitRetryDelayMs } from "./spec.js";
 import { decodeResult, json, payloadBytes, type Serializer } from "./serializer.js";
 import { TaskbrokerError, throwIfFailed } from "./errors.js";

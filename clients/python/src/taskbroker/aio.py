@@ -21,12 +21,8 @@ import os
 import signal
 import socket
 import threading
-<<<<<<< HEAD
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-=======
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
->>>>>>> policy
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -170,8 +166,7 @@ class AsyncClient:
         self, specs: Sequence[broker_pb2.TaskSpec], *, timeout: Duration = spec.CALL_TIMEOUT
     ) -> list[broker_pb2.SubmitResult]:
         """As ``Client.submit_many``: several ``task_spec``s in one request, results in order."""
-<<<<<<< HEAD
-        req = broker_pb2.SubmitRequest(tasks=list(specs))
+        req = broker_pb2.SubmitRequest(tasks=apply_defaults(self.retry_defaults, specs))
         with tracing.send_span(req.tasks) as send:
             headers = list(tracing.current_headers().items()) or None
             retries = 0
@@ -186,22 +181,6 @@ class AsyncClient:
                     retries += 1
                     log_submit_retry(err, delay, retries)
                     await asyncio.sleep(delay)
-=======
-        headers = list(tracing.current_headers().items()) or None
-        req = broker_pb2.SubmitRequest(tasks=apply_defaults(self.retry_defaults, specs))
-        retries = 0
-        while True:
-            try:
-                resp = await self.broker.Submit(req, timeout=seconds(timeout), metadata=headers)
-                return list(resp.results)
-            except grpc.aio.AioRpcError as err:
-                delay = spec.submit_retry_delay(err, retries)
-                if delay is None:
-                    raise
-                retries += 1
-                log_submit_retry(err, delay, retries)
-                await asyncio.sleep(delay)
->>>>>>> policy
 
     async def get_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> TaskInfo:
         """As ``Client.get_task``: the task as the broker has it now."""

@@ -268,8 +268,7 @@ class Client:
         >>> a, b = tb.submit_many([task_spec("etl", b"extract"),
         ...                        task_spec("etl", b"load", depends_on_index=[0])])
         """
-<<<<<<< HEAD
-        req = broker_pb2.SubmitRequest(tasks=list(specs))
+        req = broker_pb2.SubmitRequest(tasks=apply_defaults(self.retry_defaults, specs))
         with tracing.send_span(req.tasks) as send:
             headers = tuple(tracing.current_headers().items())
             retries = 0
@@ -284,22 +283,6 @@ class Client:
                     retries += 1
                     log_submit_retry(err, delay, retries)
                     time.sleep(delay)
-=======
-        headers = tuple(tracing.current_headers().items())
-        req = broker_pb2.SubmitRequest(tasks=apply_defaults(self.retry_defaults, specs))
-        retries = 0
-        while True:
-            try:
-                resp = self.broker.Submit(req, timeout=seconds(timeout), metadata=headers or None)
-                return list(resp.results)
-            except grpc.RpcError as err:
-                delay = spec.submit_retry_delay(err, retries)
-                if delay is None:
-                    raise
-                retries += 1
-                log_submit_retry(err, delay, retries)
-                time.sleep(delay)
->>>>>>> policy
 
     def get_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> TaskInfo:
         """The task as the broker has it now (AdminService.GetTask): ``.state`` (a ``TaskState``,

@@ -352,11 +352,10 @@ public final class Taskbroker implements AutoCloseable {
    * delay, at most 10 s each and 5 tries in all ({@link ErrorDetails#submitRetryDelay}); then it is
    * thrown. An interrupt during the wait throws the refusal with the interrupt flag set.
    */
-<<<<<<< HEAD
   @SuppressWarnings("try") // the scope is what makes the span current for the call
-  private dev.taskbroker.v1.SubmitResponse send(dev.taskbroker.v1.SubmitRequest req) {
+  private dev.taskbroker.v1.SubmitResponse send(dev.taskbroker.v1.SubmitRequest given) {
     // One send span around the resends; its context is the tasks' creation context.
-    Tracing.Send span = Tracing.send(req);
+    Tracing.Send span = Tracing.send(withRetryDefaults(given));
     try (io.opentelemetry.context.Scope scope = span.makeCurrent()) {
       return span.sent(sendTraced(span.request()));
     } catch (RuntimeException | Error e) {
@@ -366,10 +365,6 @@ public final class Taskbroker implements AutoCloseable {
   }
 
   private dev.taskbroker.v1.SubmitResponse sendTraced(dev.taskbroker.v1.SubmitRequest req) {
-=======
-  private dev.taskbroker.v1.SubmitResponse send(dev.taskbroker.v1.SubmitRequest given) {
-    dev.taskbroker.v1.SubmitRequest req = withRetryDefaults(given);
->>>>>>> policy
     for (int retries = 0; ; retries++) {
       try {
         return broker().withDeadlineAfter(10, TimeUnit.SECONDS).submit(req);
