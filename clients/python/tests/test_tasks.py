@@ -30,7 +30,7 @@ def test_a_state_prints_as_its_name_and_equals_its_protobuf_value() -> None:
 @live
 def test_get_list_cancel_requeue_and_explain_a_task() -> None:
     queue = f"test.python.tasks.{random.getrandbits(32):08x}"
-    with Client(ADDR) as tb:
+    with Client.from_env(ADDR) as tb:
         task_id = tb.submit(queue, {"to": "ada"}, delay=datetime.timedelta(hours=1)).task_id
 
         t = tb.get_task(task_id)
@@ -68,7 +68,7 @@ def test_get_list_cancel_requeue_and_explain_a_task() -> None:
 def test_the_async_client_answers_the_same() -> None:
     async def main() -> None:
         queue = f"test.python.tasks.aio.{random.getrandbits(32):08x}"
-        async with AsyncClient(ADDR) as tb:
+        async with AsyncClient.from_env(ADDR) as tb:
             task_id = (await tb.submit(queue, b"x", delay=3600)).task_id
             assert (await tb.get_task(task_id)).state is TaskState.SCHEDULED
             assert [t.id async for t in tb.list_tasks(queue=queue)] == [task_id]
