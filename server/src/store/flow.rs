@@ -122,6 +122,35 @@ pub(crate) type EventRow = (
     Option<String>,
 );
 
+/// The keys a task depends on that no task holds yet, up to `limit`: one read,
+/// the same for every sqlx database.
+pub(crate) async fn keys_missing<DB>(
+    pool: &sqlx::Pool<DB>,
+    statement: &'static str,
+    task_id: &str,
+    limit: u32,
+) -> StoreResult<Vec<TaskKey>>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB>,
+    str: sqlx::Type<DB>,
+    for<'q> i64: sqlx::Encode<'q, DB>,
+    i64: sqlx::Type<DB>,
+    for<'r> (String, String): sqlx::FromRow<'r, DB::Row>,
+{
+    let rows: Vec<(String, String)> = sqlx::query_as(statement)
+        .bind(task_id)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(queue, key)| TaskKey { queue, key })
+        .collect())
+}
+
 /// `Flow::task_flow_info` on a database that reads it with three statements,
 /// each taking the task id as its one parameter: the task's dependency state,
 /// its dependencies by id, its dependencies by key (SQLite, MySQL; Postgres

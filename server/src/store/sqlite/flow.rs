@@ -306,15 +306,7 @@ impl Flow for SqliteStore {
     }
 
     async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>> {
-        let rows: Vec<(String, String)> = sqlx::query_as(sql::TASK_KEYS_MISSING)
-            .bind(task_id)
-            .bind(i64::from(limit))
-            .fetch_all(&self.reader)
-            .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(queue, key)| TaskKey { queue, key })
-            .collect())
+        super::super::flow::keys_missing(&self.reader, sql::TASK_KEYS_MISSING, task_id, limit).await
     }
 
     async fn task_dependency_result_sizes(
