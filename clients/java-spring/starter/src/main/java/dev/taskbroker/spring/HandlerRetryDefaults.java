@@ -1,5 +1,6 @@
 package dev.taskbroker.spring;
 
+import dev.taskbroker.client.HandlerPolicy;
 import dev.taskbroker.v1.BrokerServiceGrpc;
 import dev.taskbroker.v1.RetryPolicy;
 import dev.taskbroker.v1.SubmitRequest;
@@ -32,29 +33,8 @@ public final class HandlerRetryDefaults implements ClientInterceptor {
     if (h == null || h.retry().equals(RetryPolicy.getDefaultInstance())) {
       return spec;
     }
-    RetryPolicy merged = merge(spec.getRetry(), h.retry());
+    RetryPolicy merged = HandlerPolicy.merge(spec.getRetry(), h.retry());
     return merged.equals(spec.getRetry()) ? spec : spec.toBuilder().setRetry(merged).build();
-  }
-
-  /** {@code own}'s fields, and {@code defaults}' where {@code own} leaves one unset. */
-  static RetryPolicy merge(RetryPolicy own, RetryPolicy defaults) {
-    RetryPolicy.Builder r = own.toBuilder();
-    if (own.getMaxAttempts() == 0) {
-      r.setMaxAttempts(defaults.getMaxAttempts());
-    }
-    if (own.getBackoffMultiplier() == 0) {
-      r.setBackoffMultiplier(defaults.getBackoffMultiplier());
-    }
-    if (!own.hasInitialBackoff() && defaults.hasInitialBackoff()) {
-      r.setInitialBackoff(defaults.getInitialBackoff());
-    }
-    if (!own.hasMaxBackoff() && defaults.hasMaxBackoff()) {
-      r.setMaxBackoff(defaults.getMaxBackoff());
-    }
-    if (!own.hasJitter() && defaults.hasJitter()) {
-      r.setJitter(defaults.getJitter());
-    }
-    return r.build();
   }
 
   SubmitRequest apply(SubmitRequest req) {
