@@ -152,9 +152,16 @@ async function main() {
   });
   page.on('response', (r) => { if (r.status() === 404) jsErrors.push(`404 ${r.url()}`); });
 
+  // "No ready task" alone is true while the worker still holds its last leases, so
+  // the wait is for nothing ready or leased and for the queue page to count the
+  // ten finished attempts.
   await eventually('the worker to finish the emails', async () => {
-    const html = await (await fetch(`${a.base}/tasks?queue=emails&state=ready`)).text();
-    return html.includes('No tasks match.');
+    for (const state of ['ready', 'leased']) {
+      const html = await (await fetch(`${a.base}/tasks?queue=emails&state=${state}`)).text();
+      if (!html.includes('No tasks match.')) return false;
+    }
+    const html = await (await fetch(`${a.base}/queues/emails`)).text();
+    return /id="chart-hour"[^>]*data-succeeded="8"[^>]*data-failed="2"|id="chart-hour"[^>]*data-failed="2"[^>]*data-succeeded="8"/.test(html);
   }, 30000);
 
   await test("a queue's charts count its finished attempts, per minute and per hour", async () => {
