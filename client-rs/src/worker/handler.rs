@@ -23,6 +23,8 @@ pub struct TaskError {
     retry_after: Option<Duration>,
     /// Ask for the retry to be reserved for this worker (routing).
     prefer_same_worker: bool,
+    /// Hold the task's concurrency key or bucket this long (`FailRequest.cooldown`).
+    cooldown: Option<(crate::pb::CooldownScope, Duration)>,
     /// A result the runtime cannot store (a programming error): logged at ERROR.
     pub(crate) unstorable: bool,
     /// The error it was made from, for a policy's non-retryable types.
@@ -50,6 +52,7 @@ impl TaskError {
             retryable: true,
             retry_after: None,
             prefer_same_worker: false,
+            cooldown: None,
             unstorable: false,
             source: Some(Arc::from(e)),
         }
@@ -108,6 +111,27 @@ impl TaskError {
     pub fn prefer_same_worker(mut self) -> Self {
         self.prefer_same_worker = true;
         self
+    }
+
+    /// Holds every task of this task's concurrency key (in its queue) for
+    /// `duration`, on every replica, e.g. from a 429's `Retry-After`; its own
+    /// retry waits at least as long. `FailRequest.cooldown` with scope
+    /// CONCURRENCY_KEY: the broker refuses it (INVALID_ARGUMENT) when the task has
+    /// no key or `duration` is above its `max_cooldown`.
+    pub fn cool_down_key(mut self, duration: Duration) -> Self {
+        self.cooldown = Some((crate::pb::CooldownScope::ConcurrencyKey, duration));
+        self
+    }
+
+    /// As [`TaskError::cool_down_key`], for the task's limit bucket.
+    pub fn cool_down_bucket(mut self, duration: Duration) -> Self {
+        self.cooldown = Some((crate::pb::CooldownScope::Bucket, duration));
+        self
+    }
+
+    /// The cooldown asked for, if any.
+    pub fn cooldown(&self) -> Option<(crate::pb::CooldownScope, Duration)> {
+        self.cooldown
     }
 
     /// Whether [`TaskError::prefer_same_worker`] was asked for.

@@ -43,6 +43,7 @@ enum Report {
         non_retryable: bool,
         retry_after: Option<Duration>,
         prefer_same_worker: bool,
+        cooldown: Option<(pb::CooldownScope, Duration)>,
     },
 }
 
@@ -228,6 +229,7 @@ impl Attempt {
                     non_retryable: !e.is_retryable(),
                     retry_after: e.retry_delay(),
                     prefer_same_worker: e.prefers_same_worker(),
+                    cooldown: e.cooldown(),
                 };
                 (report, success)
             }
@@ -243,6 +245,7 @@ impl Attempt {
                     non_retryable: false,
                     retry_after: None,
                     prefer_same_worker: false,
+                    cooldown: None,
                 };
                 (report, success)
             }
@@ -275,7 +278,7 @@ impl Attempt {
                 // fail the task for good with the reason instead of leaving it leased.
                 Err(e) if e.code() == Some(tonic::Code::ResourceExhausted) => {
                     let message = format!("result refused by the broker: {e}");
-                    self.retrying(|| self.fail(message.clone(), true, None, false))
+                    self.retrying(|| self.fail(message.clone(), true, None, false, None))
                         .await
                 }
                 other => other,
@@ -285,6 +288,7 @@ impl Attempt {
                 non_retryable,
                 retry_after,
                 prefer_same_worker,
+                cooldown,
             } => {
                 self.retrying(|| {
                     self.fail(
@@ -292,6 +296,7 @@ impl Attempt {
                         non_retryable,
                         retry_after,
                         prefer_same_worker,
+                        cooldown,
                     )
                 })
                 .await
@@ -318,6 +323,7 @@ impl Attempt {
         non_retryable: bool,
         retry_after: Option<Duration>,
         prefer_same_worker: bool,
+        cooldown: Option<(pb::CooldownScope, Duration)>,
     ) -> Result<(), Error> {
         let req = pb::FailRequest {
             task_id: self.shared.task.task_id.clone(),
@@ -328,6 +334,10 @@ impl Attempt {
             prefer_same_worker,
             // None for a task handed back at shutdown (hard_stop is cancelled).
             lease_next: self.lease_next(),
+            cooldown: cooldown.map(|(scope, d)| pb::Cooldown {
+                scope: scope as i32,
+                duration: Some(to_proto_duration(d)),
+            }),
         };
         let sent_at = Instant::now();
         self.metrics.settle_call(Rpc::Fail);
@@ -378,6 +388,7 @@ impl Report {
             non_retryable: false,
             retry_after: Some(Duration::ZERO),
             prefer_same_worker: false,
+            cooldown: None,
         }
     }
 }

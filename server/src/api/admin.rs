@@ -271,4 +271,48 @@ impl AdminService for AdminApi {
     ) -> Result<Response<pb::ExplainTaskResponse>, Status> {
         super::admission::explain_task(&self.broker, request).await
     }
+
+    // Limit buckets and cooldowns.
+
+    async fn get_bucket(
+        &self,
+        request: Request<pb::GetBucketRequest>,
+    ) -> Result<Response<pb::GetBucketResponse>, Status> {
+        super::buckets::get_bucket(&self.broker, request).await
+    }
+
+    async fn list_buckets(
+        &self,
+        request: Request<pb::ListBucketsRequest>,
+    ) -> Result<Response<pb::ListBucketsResponse>, Status> {
+        super::buckets::list_buckets(&self.broker, request).await
+    }
+
+    async fn update_bucket(
+        &self,
+        request: Request<pb::UpdateBucketRequest>,
+    ) -> Result<Response<pb::UpdateBucketResponse>, Status> {
+        super::buckets::update_bucket(&self.broker, request).await
+    }
+
+    async fn delete_bucket(
+        &self,
+        request: Request<pb::DeleteBucketRequest>,
+    ) -> Result<Response<pb::DeleteBucketResponse>, Status> {
+        super::buckets::delete_bucket(&self.broker, request).await
+    }
+
+    async fn list_cooldowns(
+        &self,
+        request: Request<pb::ListCooldownsRequest>,
+    ) -> Result<Response<pb::ListCooldownsResponse>, Status> {
+        super::buckets::list_cooldowns(&self.broker, request).await
+    }
+
+    async fn lift_cooldown(
+        &self,
+        request: Request<pb::LiftCooldownRequest>,
+    ) -> Result<Response<pb::LiftCooldownResponse>, Status> {
+        super::buckets::lift_cooldown(&self.broker, request).await
+    }
 }

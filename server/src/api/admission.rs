@@ -86,6 +86,9 @@ fn gate_to_pb(g: explain::Gate) -> pb::Gate {
         GateKind::NoMatchingWorker => pb::GateKind::NoMatchingWorker,
         GateKind::StickyReserved => pb::GateKind::StickyReserved,
         GateKind::WaitingBehind => pb::GateKind::WaitingBehind,
+        GateKind::BucketConcurrencyFull => pb::GateKind::BucketConcurrencyFull,
+        GateKind::BucketRateLimited => pb::GateKind::BucketRateLimited,
+        GateKind::Cooldown => pb::GateKind::Cooldown,
     };
     pb::Gate {
         kind: kind as i32,
@@ -101,10 +104,12 @@ fn gate_to_pb(g: explain::Gate) -> pb::Gate {
                 key: k.key,
             })
             .collect(),
+        bucket: g.bucket.unwrap_or_default(),
+        concurrency_key: g.concurrency_key.unwrap_or_default(),
     }
 }
 
-fn rate_to_pb(r: RateLimit) -> pb::RateLimit {
+pub(super) fn rate_to_pb(r: RateLimit) -> pb::RateLimit {
     pb::RateLimit {
         per_second: r.per_second,
         burst: u32::try_from(r.capacity() as u64).unwrap_or(u32::MAX),
@@ -140,6 +145,7 @@ fn queue_to_pb(q: QueueView) -> pb::Queue {
             min_lease: Some(to_duration(s.min_lease)),
             max_pending: c.max_pending,
             max_pending_bytes: c.max_pending_bytes,
+            bucket: c.bucket.clone().unwrap_or_default(),
         }),
         update_time: l.updated_at.map(to_timestamp),
     }
@@ -154,7 +160,10 @@ fn opt_ms(field: &str, d: Option<&prost_types::Duration>) -> Result<Option<u64>,
     Ok(duration(field, d)?.filter(|d| !d.is_zero()).map(ms))
 }
 
-fn rate_from_pb(field: &str, r: Option<pb::RateLimit>) -> Result<Option<RateLimit>, Invalid> {
+pub(super) fn rate_from_pb(
+    field: &str,
+    r: Option<pb::RateLimit>,
+) -> Result<Option<RateLimit>, Invalid> {
     let Some(r) = r else { return Ok(None) };
     if !(r.per_second.is_finite() && r.per_second > 0.0 && r.per_second <= 1e6) {
         return Err(Invalid::new(
@@ -231,5 +240,11 @@ fn config_from_pb(c: pb::QueueConfig, paths: &[String]) -> Result<QueueConfig, I
         retention_ms: duration("config.retention", c.retention.as_ref())?.map(ms),
         max_pending: c.max_pending,
         max_pending_bytes: c.max_pending_bytes,
+        bucket: if named("bucket") && !c.bucket.is_empty() {
+            crate::domain::bucket::bucket_name("config.bucket", &c.bucket)?;
+            Some(c.bucket)
+        } else {
+            None
+        },
     })
 }

@@ -57,6 +57,7 @@ fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid
         flow,
         concurrency_key: (!t.concurrency_key.is_empty()).then_some(t.concurrency_key),
         at_most_once: t.at_most_once,
+        bucket: (!t.bucket.is_empty()).then_some(t.bucket),
         on_duplicate: match pb::DuplicateKeyPolicy::try_from(t.on_duplicate_key) {
             Ok(pb::DuplicateKeyPolicy::Unspecified | pb::DuplicateKeyPolicy::KeepExisting) => {
                 service::DuplicateKey::KeepExisting
@@ -551,6 +552,7 @@ impl BrokerService for BrokerApi {
             error_message: r.error_message,
             non_retryable: r.non_retryable,
             prefer_same_worker: r.prefer_same_worker,
+            cooldown: super::buckets::cooldown_from_pb(r.cooldown).map_err(invalid)?,
         };
         let span = settle_span("fail", 1, Some(&req.task_id));
         let (out, next_tasks) = self

@@ -127,7 +127,11 @@ pub fn task(t: TaskRecord, now: DateTime<Utc>) -> pb::Task {
     let at_most_once = crate::service::is_at_most_once(&t.metadata);
     let state = TaskState::of(t.state, t.run_at, now);
     let leased = t.state == StoredState::Leased;
+    let bucket = crate::domain::bucket::bucket_of(&t.metadata)
+        .unwrap_or_default()
+        .to_string();
     pb::Task {
+        bucket,
         id: t.id,
         queue: t.queue,
         payload: t.payload,

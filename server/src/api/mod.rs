@@ -14,6 +14,8 @@ pub mod scaler;
 mod schedule;
 // Admission: live queue settings and Explain.
 mod admission;
+// Limit buckets and cooldowns.
+mod buckets;
 
 pub use admin::AdminApi;
 pub use broker::BrokerApi;

@@ -120,6 +120,7 @@ fn template_from_pb(t: pb::TaskTemplate) -> Result<TemplateInput, Invalid> {
         }),
         concurrency_key: (!t.concurrency_key.is_empty()).then_some(t.concurrency_key),
         key: (!t.key.is_empty()).then_some(t.key),
+        bucket: (!t.bucket.is_empty()).then_some(t.bucket),
     })
 }
 
@@ -193,6 +194,9 @@ pub fn schedule_to_pb(s: ScheduleRecord) -> pb::Schedule {
             }),
             concurrency_key: t.concurrency_key.clone().unwrap_or_default(),
             key: t.key.clone().unwrap_or_default(),
+            bucket: crate::domain::bucket::bucket_of(&t.metadata)
+                .unwrap_or_default()
+                .to_string(),
         }),
         overlap: match s.overlap {
             Overlap::Allow => O::Allow,

@@ -87,6 +87,10 @@ pub struct LimitsConfig {
     #[serde(with = "humantime_serde")]
     pub max_wait: Duration,
     pub max_lease_reply_bytes: usize,
+    /// The longest cooldown a worker's Fail may set (`FailRequest.cooldown`);
+    /// a longer one is refused. Default 1 h.
+    #[serde(with = "humantime_serde")]
+    pub max_cooldown: Duration,
 }
 
 /// The default retry policy (and, per queue, its override).
@@ -209,6 +213,7 @@ impl Default for LimitsConfig {
             max_lease: l.max_lease,
             max_wait: l.max_wait,
             max_lease_reply_bytes: l.max_lease_reply_bytes,
+            max_cooldown: l.max_cooldown,
         }
     }
 }

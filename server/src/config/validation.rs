@@ -111,6 +111,7 @@ impl Config {
             default_lease: l.default_lease,
             max_wait: l.max_wait,
             max_lease_reply_bytes: l.max_lease_reply_bytes,
+            max_cooldown: l.max_cooldown,
             ..Limits::default()
         };
         let default_retry = self.retry.policy("retry")?;
@@ -238,6 +239,7 @@ impl Config {
             gates,
             live: Default::default(),
             sync_match_postgres: self.sync_match_postgres,
+            limit_queues: Default::default(),
         };
         app.metrics_listen = metrics_listen;
         app.metrics_depth_max_age = self.metrics_depth_max_age;

@@ -20,6 +20,9 @@ fn title(kind: GateKind) -> &'static str {
         GateKind::NoMatchingWorker => "No matching worker",
         GateKind::StickyReserved => "Reserved for a worker",
         GateKind::WaitingBehind => "Waiting behind other tasks",
+        GateKind::BucketConcurrencyFull => "Bucket at its concurrency limit",
+        GateKind::BucketRateLimited => "Bucket rate limited",
+        GateKind::Cooldown => "In a cooldown",
     }
 }
 

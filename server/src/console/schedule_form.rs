@@ -198,7 +198,11 @@ impl TemplateForm {
 
     pub fn input(&self) -> Result<TemplateInput, String> {
         let priority = self.priority.trim();
+        // The bucket rides in the metadata the form shows.
+        let mut meta = metadata(&self.metadata)?;
+        let bucket = meta.remove(crate::domain::bucket::BUCKET_KEY);
         Ok(TemplateInput {
+            bucket,
             queue: self.queue.trim().to_string(),
             payload: self.payload.clone().into_bytes(),
             priority: if priority.is_empty() {
@@ -215,7 +219,7 @@ impl TemplateForm {
                 },
                 ..RetrySpec::default()
             },
-            metadata: metadata(&self.metadata)?,
+            metadata: meta,
             deadline_after: duration("task.deadline_after", &self.deadline_after)?,
             key: text(&self.key),
             concurrency_key: text(&self.concurrency_key),

@@ -153,6 +153,8 @@ pub struct QueueConfig {
     pub max_pending: u64,
     /// Backpressure: the waiting tasks' payload bytes; 0 = no limit.
     pub max_pending_bytes: u64,
+    /// The limit bucket of the queue's tasks that name none themselves.
+    pub bucket: Option<String>,
 }
 
 impl QueueConfig {
@@ -166,6 +168,7 @@ impl QueueConfig {
             || self.per_key_rate_limit.is_some()
             || self.fairness == Fairness::RoundRobinKeys
             || self.priority_aging_ms.is_some_and(|a| a > 0)
+            || self.bucket.is_some()
     }
 
     /// The aging step in ms, when aging is on.

@@ -19,6 +19,9 @@ pub enum GateKind {
     NoMatchingWorker,
     StickyReserved,
     WaitingBehind,
+    BucketConcurrencyFull,
+    BucketRateLimited,
+    Cooldown,
 }
 
 /// One reason a task is held.
@@ -31,6 +34,10 @@ pub struct Gate {
     pub ahead: u64,
     /// BLOCKED_BY_DEPENDENCY: the depends_on_keys no task has yet.
     pub missing_keys: Vec<crate::domain::model::TaskKey>,
+    /// BUCKET_* and a bucket's COOLDOWN: the bucket.
+    pub bucket: Option<String>,
+    /// A key's COOLDOWN: the key.
+    pub concurrency_key: Option<String>,
 }
 
 impl Gate {
@@ -42,6 +49,8 @@ impl Gate {
             holders: Vec::new(),
             ahead: 0,
             missing_keys: Vec::new(),
+            bucket: None,
+            concurrency_key: None,
         }
     }
 }
@@ -70,6 +79,10 @@ pub struct ExplainView {
     /// Routing: the task's target, described, when no live worker of
     /// the queue matches it.
     pub unmatched_target: Option<String>,
+    /// Limit buckets: the task's bucket, when a defined one applies, and its use now.
+    pub bucket: Option<(String, crate::domain::bucket::BucketUse)>,
+    /// Cooldowns: the end of a live cooldown of the task's key.
+    pub key_cooldown_until: Option<DateTime<Utc>>,
 }
 
 /// Every gate that holds a pending task at `now`, or a single NONE. Each gate is
@@ -82,6 +95,10 @@ pub fn explain(v: &ExplainView, now: DateTime<Utc>) -> Vec<Gate> {
         key_full_gate(v),
         rate_gate(v, now),
         key_rate_gate(v, now),
+        key_cooldown_gate(v),
+        bucket_cooldown_gate(v),
+        bucket_full_gate(v),
+        bucket_rate_gate(v, now),
         sticky_gate(v),
         no_worker_gate(v),
     ]
@@ -223,6 +240,67 @@ fn rate_gate(v: &ExplainView, now: DateTime<Utc>) -> Option<Gate> {
             format!(
                 "queue {} used its rate limit of {}/s",
                 v.queue, limit.per_second
+            ),
+        )
+    })
+}
+
+fn key_cooldown_gate(v: &ExplainView) -> Option<Gate> {
+    let until = v.key_cooldown_until?;
+    let key = v.key.clone()?;
+    Some(Gate {
+        until: Some(until),
+        concurrency_key: Some(key.clone()),
+        ..Gate::new(
+            GateKind::Cooldown,
+            format!(
+                "a worker put concurrency key {key} in a cooldown until {}",
+                until.to_rfc3339()
+            ),
+        )
+    })
+}
+
+fn bucket_cooldown_gate(v: &ExplainView) -> Option<Gate> {
+    let (name, u) = v.bucket.as_ref()?;
+    let until = DateTime::from_timestamp_millis(u.cooldown_until?)?;
+    Some(Gate {
+        until: Some(until),
+        bucket: Some(name.clone()),
+        ..Gate::new(
+            GateKind::Cooldown,
+            format!(
+                "a worker put bucket {name} in a cooldown until {}",
+                until.to_rfc3339()
+            ),
+        )
+    })
+}
+
+fn bucket_full_gate(v: &ExplainView) -> Option<Gate> {
+    let (name, u) = v.bucket.as_ref()?;
+    let max = u.config.max_concurrent;
+    (max > 0 && u.leased >= u64::from(max)).then(|| Gate {
+        bucket: Some(name.clone()),
+        ..Gate::new(
+            GateKind::BucketConcurrencyFull,
+            format!("bucket {name} holds its limit of {max} leases"),
+        )
+    })
+}
+
+fn bucket_rate_gate(v: &ExplainView, now: DateTime<Utc>) -> Option<Gate> {
+    let (name, u) = v.bucket.as_ref()?;
+    let limit = u.config.rate_limit?;
+    let tokens = u.tokens?;
+    (crate::domain::admission::whole_tokens(tokens) < 1.0).then(|| Gate {
+        until: DateTime::from_timestamp_millis(limit.next_token_ms(tokens, now.timestamp_millis())),
+        bucket: Some(name.clone()),
+        ..Gate::new(
+            GateKind::BucketRateLimited,
+            format!(
+                "bucket {name} used its rate limit of {}/s",
+                limit.per_second
             ),
         )
     })

@@ -7,6 +7,7 @@ pub mod event;
 // Admission: queue settings and gates.
 pub mod admission;
 pub mod bounds;
+pub mod bucket;
 pub mod cron;
 pub mod explain;
 // The types of the Store trait, and lease order.

@@ -61,6 +61,8 @@ pub struct Limits {
     pub max_attempts: u32,
     /// Longest backoff a retry policy may ask for. Default 7 days.
     pub max_backoff: Duration,
+    /// Longest cooldown a worker's Fail may set. Default 1 h.
+    pub max_cooldown: Duration,
 }
 
 impl Default for Limits {
@@ -79,6 +81,7 @@ impl Default for Limits {
             max_heartbeat_batch: 1000,
             max_attempts: 1000,
             max_backoff: Duration::from_secs(7 * 24 * 3600),
+            max_cooldown: crate::domain::bucket::DEFAULT_MAX_COOLDOWN,
         }
     }
 }

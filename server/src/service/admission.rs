@@ -163,7 +163,7 @@ impl Settings {
         let live = self.live.snapshot();
         queues
             .iter()
-            .any(|q| live.get(q).is_some_and(|l| l.config.gated()))
+            .any(|q| live.get(q).is_some_and(|l| l.config.gated()) || self.limit_queues.gates(q))
     }
 
     /// How often a long-poll over `queues` (some gated) looks again while it
@@ -309,6 +309,7 @@ pub fn apply_mask(
             "retention" => c.retention_ms = p.retention_ms,
             "max_pending" => c.max_pending = p.max_pending,
             "max_pending_bytes" => c.max_pending_bytes = p.max_pending_bytes,
+            "bucket" => c.bucket = p.bucket.clone(),
             other => {
                 return Err(Invalid::new(
                     "update_mask",
@@ -361,7 +362,8 @@ impl Broker {
             }
         }
         self.settings.live.replace(map);
-        Ok(())
+        // Limit buckets and cooldowns: which queues they make gated.
+        self.limits_reload().await
     }
 
     /// Reloads the snapshot every [`REFRESH_INTERVAL`] until `stop`.

@@ -120,6 +120,7 @@ impl Broker {
             0
         };
         let (reserved, unmatched_target) = self.routing_gates(&task, now).await?;
+        let (bucket, key_cooldown_until) = self.limit_explain(&task, now).await?;
         let view = ExplainView {
             queue: task.queue.clone(),
             key: task.concurrency_key.clone(),
@@ -133,6 +134,8 @@ impl Broker {
             ahead,
             reserved,
             unmatched_target,
+            bucket,
+            key_cooldown_until,
         };
         let mut gates = explain::explain(&view, now);
         if let Some(g) = blocked {

@@ -17,6 +17,8 @@ use combine::Combiner;
 
 mod admin;
 mod backlog;
+mod buckets;
+pub use buckets::{BucketView, LimitQueues, LiveLimits, apply_bucket_mask};
 mod clock;
 mod combine;
 mod error;
@@ -88,6 +90,8 @@ pub struct Settings {
     pub sync_match_postgres: bool,
     /// Flow: event retention and dead-letter queues.
     pub flow: FlowSettings,
+    /// Limit buckets and cooldowns: the queues they make gated.
+    pub limit_queues: LiveLimits,
 }
 
 /// Flow settings.
@@ -111,6 +115,7 @@ impl Default for Settings {
             live: LiveQueues::default(),
             sync_match_postgres: true,
             flow: FlowSettings::default(),
+            limit_queues: LiveLimits::default(),
         }
     }
 }

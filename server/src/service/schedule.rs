@@ -4,6 +4,7 @@
 //! Ownership: a producer (when authentication is on) sees and manages only the
 //! schedules it created; others look absent. Admins manage all.
 
+use crate::domain::bucket::BUCKET_KEY;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -60,6 +61,8 @@ pub struct TemplateInput {
     pub concurrency_key: Option<String>,
     /// A key template (`{fire_time}`, `{schedule_id}`).
     pub key: Option<String>,
+    /// As a submitted task's limit bucket (kept in the template's metadata).
+    pub bucket: Option<String>,
 }
 
 /// A schedule as the request gives it (Create, and Update with its mask).
@@ -222,6 +225,17 @@ impl Broker {
         if let Some(key) = &t.concurrency_key {
             crate::domain::admission::concurrency_key(&f("concurrency_key"), key)?;
         }
+        let mut metadata = t.metadata;
+        if metadata.contains_key(BUCKET_KEY) {
+            return Err(Invalid::new(
+                f("metadata"),
+                format!("{BUCKET_KEY} is set by the broker"),
+            ));
+        }
+        if let Some(b) = t.bucket {
+            crate::domain::bucket::bucket_name(&f("bucket"), &b)?;
+            metadata.insert(BUCKET_KEY.into(), b);
+        }
         if let Some(key) = &t.key {
             // Checked as it expands: every fire time is as long as this one.
             cal::check_key_template(&f("key"), key)?;
@@ -250,7 +264,7 @@ impl Broker {
         let one = t.queue.len()
             + t.payload.len()
             + t.key.as_ref().map_or(0, String::len)
-            + pairs(&t.metadata)
+            + pairs(&metadata)
             + t.concurrency_key.as_ref().map_or(0, String::len)
             + t.target.worker_id.as_ref().map_or(0, String::len)
             + pairs(&t.target.labels);
@@ -268,7 +282,7 @@ impl Broker {
             payload: t.payload,
             priority: t.priority,
             retry,
-            metadata: t.metadata,
+            metadata,
             deadline_after: t.deadline_after,
             target: t.target,
             sticky,
@@ -314,6 +328,9 @@ impl Broker {
             .task
             .ok_or_else(|| Invalid::new("schedule.task", "is required"))?;
         let template = self.template(&input.schedule_id, task)?;
+        if let Some(b) = crate::domain::bucket::bucket_of(&template.metadata) {
+            self.bucket_noted(b, &template.queue).await?;
+        }
         let catchup_window = catchup(input.catchup_window)?;
         let mut s = ScheduleRecord {
             id: input.schedule_id,
@@ -416,7 +433,13 @@ impl Broker {
         }
         let has = |name: &str| paths.iter().any(|p| p == name);
         let template = match (&input.task, has("task")) {
-            (Some(t), true) => Some(self.template(&input.schedule_id, t.clone())?),
+            (Some(t), true) => {
+                let template = self.template(&input.schedule_id, t.clone())?;
+                if let Some(b) = crate::domain::bucket::bucket_of(&template.metadata) {
+                    self.bucket_noted(b, &template.queue).await?;
+                }
+                Some(template)
+            }
             (None, true) => return Err(Invalid::new("schedule.task", "is required").into()),
             _ => None,
         };

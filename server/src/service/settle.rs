@@ -19,6 +19,8 @@ pub struct FailRequest {
     pub retry_after: Option<Duration>,
     /// Keep the retry for this worker (routing).
     pub prefer_same_worker: bool,
+    /// Hold the task's key or bucket (and its retry) this long.
+    pub cooldown: Option<crate::domain::bucket::CooldownAsk>,
 }
 
 /// One completion of CompleteMany.
@@ -190,17 +192,35 @@ impl Broker {
             let max = self.settings.limits.max_backoff;
             validate::duration_in("retry_after", d, Duration::ZERO, max)?;
         }
+        // A cooldown holds the leased task's own key or bucket; its retry
+        // waits at least as long.
+        let cooldown = match &req.cooldown {
+            Some(ask) => Some((
+                self.cooldown_target(&req.task_id, &req.lease_token, ask)
+                    .await?,
+                ask.duration,
+            )),
+            None => None,
+        };
+        let retry_after = match &cooldown {
+            Some((_, d)) => Some(req.retry_after.map_or(*d, |r| r.max(*d))),
+            None => req.retry_after,
+        };
         let p = FailParams {
             task_id: req.task_id,
             lease_token: req.lease_token,
             error: validate::storable_text(truncate(req.error_message, MAX_ERROR_BYTES)),
             non_retryable: req.non_retryable,
-            retry_after: req.retry_after,
+            retry_after,
             now: self.clock.now(),
             jitter_unit: rand::random(),
             prefer_same_worker: req.prefer_same_worker,
         };
         let outcome = self.store.task_fail(&p).await?;
+        // Only a fail that held the lease sets the cooldown.
+        if let (Settled::Applied(_), Some((target, d))) = (&outcome, cooldown) {
+            self.cooldown_set(target, d, &p.task_id, p.now).await?;
+        }
         if let Settled::Applied(r) = &outcome {
             let dead = r.state == TaskState::Dead;
             self.metrics.failed(&r.queue, ran(r.leased_at, p.now), dead);

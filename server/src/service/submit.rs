@@ -137,6 +137,13 @@ impl Broker {
         let mut first_of = Vec::with_capacity(tasks.len());
         // REPLACE_WAITING: (spec, what it writes over a waiting duplicate).
         let mut replacing: Vec<(usize, Replacement)> = Vec::new();
+        // Limit buckets the tasks name themselves, by queue (checked below).
+        let mut own_buckets: Vec<(String, String)> = tasks
+            .iter()
+            .filter_map(|t| t.bucket.clone().map(|b| (b, t.queue.clone())))
+            .collect();
+        own_buckets.sort_unstable();
+        own_buckets.dedup();
         for (i, t) in tasks.into_iter().enumerate() {
             let policy = t.on_duplicate;
             let made = self.new_copies(i, t, now)?;
@@ -186,6 +193,10 @@ impl Broker {
             self.check_key_owners(&keyed, producer).await?;
         }
         self.check_pending(&new).await?;
+        // Their queues take the gated lease, which applies the buckets.
+        for (b, q) in &own_buckets {
+            self.bucket_noted(b, q).await?;
+        }
         if passed() {
             return Err(ServiceError::DeadlineExceeded);
         }

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::Broker;
 use super::flow::MAX_KEY_LEN;
+use crate::domain::bucket::{BUCKET_KEY, bucket_name};
 use crate::domain::routing::{Fanout, Sticky, Target, TaskRouting};
 use crate::domain::task::{AT_MOST_ONCE_KEY, DEPENDENCIES_KEY};
 use crate::domain::validate::{self, Invalid};
@@ -46,6 +47,9 @@ pub struct SubmitTask {
     pub at_most_once: bool,
     /// What to do when the key is taken.
     pub on_duplicate: DuplicateKey,
+    /// The limit bucket it counts against (`[A-Za-z0-9._:-]{1,128}`); none:
+    /// its queue's, if the queue names one.
+    pub bucket: Option<String>,
 }
 
 /// What Submit does when a task with the same (queue, key) exists.
@@ -157,6 +161,15 @@ impl Broker {
                 format!("{AT_MOST_ONCE_KEY} is set by the broker: use at_most_once"),
             ));
         }
+        if t.metadata.contains_key(BUCKET_KEY) {
+            return Err(Invalid::new(
+                f("metadata"),
+                format!("{BUCKET_KEY} is set by the broker: use bucket"),
+            ));
+        }
+        if let Some(b) = &t.bucket {
+            bucket_name(&f("bucket"), b)?;
+        }
         if t.metadata.contains_key(DEPENDENCIES_KEY) {
             return Err(Invalid::new(
                 f("metadata"),
@@ -203,6 +216,14 @@ impl Broker {
         if t.at_most_once {
             // Past the metadata limits: the broker's own entry does not count.
             t.metadata.insert(AT_MOST_ONCE_KEY.into(), "true".into());
+        }
+        // Limit buckets: the task's own, or else its queue's (as of now).
+        let bucket = t
+            .bucket
+            .take()
+            .or_else(|| self.settings.queue(&t.queue).and_then(|l| l.config.bucket));
+        if let Some(b) = bucket {
+            t.metadata.insert(BUCKET_KEY.into(), b);
         }
         Ok(NewTask {
             id: uuid::Uuid::now_v7().to_string(),

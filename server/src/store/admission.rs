@@ -115,6 +115,8 @@ pub struct Assigned {
     pub cand: Candidate,
     pub queue: usize,
     pub request: usize,
+    /// The limit bucket it is charged to, if a defined one applies.
+    pub bucket: Option<String>,
 }
 
 /// A READY task a gated lease read, with what routing says about who
@@ -170,6 +172,10 @@ pub struct Plan<'a> {
     /// The request the next task is offered to first.
     cursor: usize,
     taken: Vec<Assigned>,
+    /// Per defined limit bucket: leases it still allows (see `store/limits.rs`).
+    bucket_left: HashMap<String, u64>,
+    /// The buckets of the candidates read that name a defined one, by seq.
+    bucket_of: HashMap<i64, String>,
 }
 
 impl<'a> Plan<'a> {
@@ -213,6 +219,23 @@ impl<'a> Plan<'a> {
             copies: HashSet::new(),
             cursor: 0,
             taken: Vec::new(),
+            bucket_left: HashMap::new(),
+            bucket_of: HashMap::new(),
+        }
+    }
+
+    /// The leases each defined bucket allows now.
+    pub fn set_bucket_budgets(&mut self, budgets: HashMap<String, u64>) {
+        self.bucket_left = budgets;
+    }
+
+    /// Records the buckets of candidates read (seq, bucket); only defined
+    /// buckets are kept (an undefined one has no limit).
+    pub fn note_buckets(&mut self, rows: Vec<(i64, String)>) {
+        for (seq, b) in rows {
+            if self.bucket_left.contains_key(&b) {
+                self.bucket_of.insert(seq, b);
+            }
         }
     }
 
@@ -238,6 +261,12 @@ impl<'a> Plan<'a> {
                 return Verdict::KeyClosed;
             }
         }
+        let bucket = self.bucket_of.get(&o.cand.seq).cloned();
+        if let Some(b) = &bucket
+            && self.bucket_left.get(b).is_some_and(|&left| left == 0)
+        {
+            return Verdict::Passed;
+        }
         let n = self.ps.len();
         let Some(r) = (0..n)
             .map(|step| (self.cursor + step) % n)
@@ -259,11 +288,15 @@ impl<'a> Plan<'a> {
         if let Some(key) = &o.cand.key {
             *self.per_key[q].entry(key.clone()).or_default() += 1;
         }
+        if let Some(left) = bucket.as_ref().and_then(|b| self.bucket_left.get_mut(b)) {
+            *left = left.saturating_sub(1);
+        }
         self.cursor = (r + 1) % n;
         self.taken.push(Assigned {
             cand: o.cand.clone(),
             queue: q,
             request: r,
+            bucket,
         });
         Verdict::Taken
     }

@@ -10,6 +10,7 @@ use std::future::Future;
 use std::task::{Context, Poll, Waker};
 
 use super::admission::{MAX_PASSES, Offer, Plan, SortKey, window};
+use super::limits::{LimitRead, Limits};
 use super::{LeaseParams, StoreError, StoreResult};
 use crate::domain::admission::{Fairness, QueueConfig, QueueUse, Served, served_order};
 
@@ -49,15 +50,25 @@ pub(crate) trait GatedRead {
 /// read to its end or closed, or [`MAX_PASSES`] have run. `uses` gain the
 /// buckets of the keys read; the plan holds the grants.
 pub(crate) async fn passes(
-    read: &mut impl GatedRead,
+    read: &mut (impl GatedRead + LimitRead),
     plan: &mut Plan<'_>,
     uses: &mut [QueueUse],
+    limits: &Limits,
     now: i64,
 ) -> StoreResult<()> {
     let n = uses.len();
+    plan.set_bucket_budgets(limits.budgets());
+    // Keys in a cooldown are closed as full keys are: left out of the scan.
     let mut closed: Vec<HashSet<String>> = uses
         .iter()
-        .map(|u| u.closed_keys().into_iter().collect())
+        .enumerate()
+        .map(|(qi, u)| {
+            let mut c: HashSet<String> = u.closed_keys().into_iter().collect();
+            if let Some(cooled) = limits.cooled_keys.get(qi) {
+                c.extend(cooled.iter().cloned());
+            }
+            c
+        })
         .collect();
     let mut seen: Vec<Vec<i64>> = vec![Vec::new(); n];
     let mut done = vec![false; n];
@@ -77,6 +88,10 @@ pub(crate) async fn passes(
                 .await?;
             let keys: Vec<&str> = cands.iter().filter_map(|o| o.cand.key.as_deref()).collect();
             load_key_buckets(read, qi, &mut uses[qi], keys, now).await?;
+            if limits.any_bucket() && !cands.is_empty() {
+                let seqs: Vec<i64> = cands.iter().map(|o| o.cand.seq).collect();
+                plan.note_buckets(read.limit_candidate_buckets(&seqs).await?);
+            }
             match cands.last() {
                 Some(last) if cands.len() >= window => {
                     let k = last.cand.sort_key();

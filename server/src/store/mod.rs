@@ -28,6 +28,10 @@ pub(crate) mod row;
 pub(crate) mod filter;
 // The gated lease's passes, over each backend's reads.
 pub(crate) mod gated;
+// Limit buckets and cooldowns: the rows, and what the gated lease makes of them.
+pub mod buckets;
+pub use buckets::{BucketPut, Buckets, CooldownPut, CooldownRecord, StoredBucket};
+pub(crate) mod limits;
 
 pub use crate::domain::model::*;
 
@@ -79,8 +83,8 @@ pub(crate) use replace::merged_metadata;
 /// The capability traits, to call a [`Store`]'s methods: `use store::prelude::*`.
 pub mod prelude {
     pub use super::{
-        Admin, Admission, Engine, Events, Flow, Leasing, Observe, Schedules, Settling, Store,
-        Tasks, Workers,
+        Admin, Admission, Buckets, Engine, Events, Flow, Leasing, Observe, Schedules, Settling,
+        Store, Tasks, Workers,
     };
 }
 
@@ -185,6 +189,7 @@ pub trait Store:
     + Events
     + Schedules
     + Admission
+    + Buckets
     + Workers
     + Admin
     + Observe
@@ -200,6 +205,7 @@ impl<T> Store for T where
         + Events
         + Schedules
         + Admission
+        + Buckets
         + Workers
         + Admin
         + Observe

@@ -11,6 +11,7 @@ use std::collections::{HashMap, HashSet};
 use super::super::admission::{Assigned, Offer, Plan};
 use super::super::flow::of_row;
 use super::super::gated::{self, GatedRead};
+use super::super::limits;
 use super::super::row::{TaskRow, duration_ms, ms, sort_lease_order};
 use super::super::*;
 use super::routing::{holds_copy, lock_workers, worker_held};
@@ -37,10 +38,10 @@ async fn load_use(read: &mut Reads<'_, '_>, qi: usize) -> StoreResult<QueueUse> 
 }
 
 /// The gated passes' reads, in the lease's job.
-struct Reads<'j, 'p> {
-    j: &'j mut Job,
+pub(super) struct Reads<'j, 'p> {
+    pub(super) j: &'j mut Job,
     ps: &'p [LeaseParams],
-    queues: &'p [String],
+    pub(super) queues: &'p [String],
     now: i64,
 }
 
@@ -234,8 +235,10 @@ pub(super) async fn lease_gated(
         let n = worker_held(read.j, &queue, &worker).await?;
         holds.insert((worker, queue), n.max(0) as u64);
     }
+    // Limit buckets (their rows locked after the queues') and cooldowns.
+    let limits = limits::load(&mut read, queues, &uses, now).await?;
     let mut plan = Plan::new(ps, &uses, gated::held_lookup(&holds));
-    gated::passes(&mut read, &mut plan, &mut uses, now).await?;
+    gated::passes(&mut read, &mut plan, &mut uses, &limits, now).await?;
     let taken = plan.into_taken();
     // One UPDATE per request's tasks, then the rows by seq.
     let mut by_seq: HashMap<i64, TaskRow> = HashMap::new();
@@ -256,20 +259,24 @@ pub(super) async fn lease_gated(
     }
     let mut out: Vec<Vec<TaskRecord>> = ps.iter().map(|_| Vec::new()).collect();
     let mut charged: Vec<(usize, Option<String>)> = Vec::with_capacity(taken.len());
+    let mut bucketed: Vec<&str> = Vec::new();
     for Assigned {
         cand,
         queue,
         request,
+        bucket,
     } in &taken
     {
         let Some(row) = by_seq.remove(&cand.seq) else {
             continue;
         };
+        bucketed.extend(bucket.as_deref());
         j.push(of_row(&row, EventKind::Leased, now));
         charged.push((*queue, row.concurrency_key.clone()));
         out[*request].push(row.into_record()?);
     }
     charge(j, queues, &uses, &charged, now).await?;
+    super::limits::charge(j, &limits, bucketed.into_iter(), now).await?;
     turns(j, queues, &uses, &charged).await?;
     if !uses
         .iter()

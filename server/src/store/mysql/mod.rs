@@ -39,12 +39,14 @@ mod tx;
 
 mod admin;
 mod admission;
+mod buckets;
 mod engine;
 mod events;
 mod flow;
 mod gated;
 mod key_waits;
 mod leasing;
+mod limits;
 mod native;
 mod observe;
 mod routing;

@@ -9,6 +9,7 @@ use sqlx::{Postgres, Transaction};
 
 use super::super::admission::{Assigned, Offer, Plan};
 use super::super::gated::{self, GatedRead};
+use super::super::limits;
 use super::super::row::{TaskRow, duration_ms, ms};
 use super::super::*;
 use super::admission::parse;
@@ -16,7 +17,7 @@ use super::rows::{by_request, leased_row};
 use super::{PostgresStore, sql};
 use crate::domain::admission::{Candidate, Fairness, QueueConfig, QueueUse};
 
-type Tx<'a> = Transaction<'a, Postgres>;
+pub(super) type Tx<'a> = Transaction<'a, Postgres>;
 
 /// id, seq, concurrency key, effective priority, turn, deadline, run_at, size, the
 /// requests that may take it (0-based; NULL: all), its distinct fan-out group.
@@ -85,11 +86,13 @@ impl PostgresStore {
                 None => QueueUse::default(),
             });
         }
+        // Limit buckets (their rows locked after the queues') and cooldowns.
+        let limits = limits::load(&mut read, queues, &uses, now).await?;
         let workers: Vec<&str> = batch.workers.iter().map(String::as_str).collect();
         super::leasing::lock_workers(read.tx, &workers).await?;
         let held = held_by_workers(read.tx, ps).await?;
         let mut plan = Plan::new(ps, &uses, gated::held_lookup(&held));
-        gated::passes(&mut read, &mut plan, &mut uses, now).await?;
+        gated::passes(&mut read, &mut plan, &mut uses, &limits, now).await?;
         let ids = read.ids;
         let assigned = plan.into_taken();
         if assigned.is_empty() {
@@ -127,6 +130,13 @@ impl PostgresStore {
             .try_map(leased_row)
             .fetch_all(&mut *tx)
             .await?;
+        // The buckets of the rows written, one token each.
+        let written: HashSet<i64> = rows.iter().map(|(r, _)| r.seq).collect();
+        let bucketed = assigned
+            .iter()
+            .filter(|a| written.contains(&a.cand.seq))
+            .filter_map(|a| a.bucket.as_deref());
+        super::limits::charge(&mut tx, &limits, bucketed, now).await?;
         let fair = uses
             .iter()
             .any(|u| u.config.fairness == Fairness::RoundRobinKeys);
@@ -214,9 +224,9 @@ async fn held_by_workers(
 /// The gated passes' reads, in the lease's transaction (the queue rows
 /// already locked), and the candidates' ids by seq (the UPDATE finds its rows
 /// by id).
-struct Reads<'t, 'c, 'p> {
-    tx: &'t mut Tx<'c>,
-    queues: &'p [String],
+pub(super) struct Reads<'t, 'c, 'p> {
+    pub(super) tx: &'t mut Tx<'c>,
+    pub(super) queues: &'p [String],
     now: i64,
     batch: &'p Batch,
     ids: HashMap<i64, String>,

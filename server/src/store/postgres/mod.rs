@@ -26,6 +26,7 @@ use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
 // One file per capability, each implementing its trait in place.
 mod admin;
 mod admission;
+mod buckets;
 mod engine;
 mod events;
 mod flow;
@@ -39,6 +40,7 @@ mod workers;
 // task row, sync match, the write transaction.
 mod gated;
 mod key_waits;
+mod limits;
 mod routing;
 mod rows;
 mod sync_match;

@@ -9,6 +9,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::super::admission::{Assigned, Offer, Plan};
 use super::super::gated::{self, GatedRead};
+use super::super::limits;
 use super::super::row::{TaskRow, duration_ms, ms, sort_lease_order};
 use super::super::*;
 use super::admission::{json_text, parse};
@@ -40,9 +41,9 @@ fn load_use(read: &mut Reads<'_>, qi: usize) -> StoreResult<QueueUse> {
 }
 
 /// The gated passes' reads, on the writer's connection (calls, never a wait).
-struct Reads<'c> {
-    c: &'c Connection,
-    queues: &'c [String],
+pub(super) struct Reads<'c> {
+    pub(super) c: &'c Connection,
+    pub(super) queues: &'c [String],
     now: i64,
     batch: Batch,
 }
@@ -199,10 +200,18 @@ pub(super) fn lease_gated(c: &Connection, ps: &[LeaseParams]) -> StoreResult<Vec
         let n = held(c, &worker, &queue)?;
         holds.insert((worker, queue), n);
     }
+    // Limit buckets and cooldowns, read in the same batch.
+    let limits = gated::run_ready(limits::load(&mut read, queues, &uses, now))?;
     let mut plan = Plan::new(ps, &uses, gated::held_lookup(&holds));
-    gated::run_ready(gated::passes(&mut read, &mut plan, &mut uses, now))?;
+    gated::run_ready(gated::passes(&mut read, &mut plan, &mut uses, &limits, now))?;
     let taken = plan.into_taken();
     let granted = grant(c, ps, &taken, now)?;
+    let bucketed = taken
+        .iter()
+        .zip(&granted)
+        .filter(|(_, row)| row.is_some())
+        .filter_map(|(a, _)| a.bucket.as_deref());
+    super::limits::charge(c, &limits, bucketed, now)?;
     let mut out: Vec<Vec<TaskRecord>> = ps.iter().map(|_| Vec::new()).collect();
     let mut charged: Vec<(usize, Option<String>)> = Vec::with_capacity(granted.len());
     for (Assigned { queue, request, .. }, row) in taken.iter().zip(granted) {

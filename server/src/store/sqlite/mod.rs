@@ -26,12 +26,14 @@ pub(crate) mod sql {
 
 mod admin;
 mod admission;
+mod buckets;
 mod engine;
 mod events;
 mod flow;
 mod gated;
 mod key_waits;
 mod leasing;
+mod limits;
 mod native;
 mod observe;
 mod routing;
