@@ -11,7 +11,7 @@
 //! snapshot with the queue settings (twice a second), and the replica that
 //! changes it at once.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -30,9 +30,9 @@ use crate::store::{BucketPut, CooldownPut, CooldownRecord, StoreResult, StoredBu
 pub struct LimitQueues {
     /// Queues whose tasks named a bucket themselves.
     pub bucketed: HashSet<String>,
-    /// Queues with a live cooldown of one of their keys; `any_bucket_cooldown`
-    /// when a bucket has one (it holds only tasks of gated queues).
-    pub cooled: HashSet<String>,
+    /// Queues with a live cooldown of one of their keys, with its latest end
+    /// (a bucket's cooldown holds only tasks of queues gated for the bucket).
+    pub cooled: HashMap<String, DateTime<Utc>>,
 }
 
 /// The shared snapshot of [`LimitQueues`].
@@ -55,7 +55,7 @@ impl LiveLimits {
     /// Whether `queue` takes the gated lease for a bucket or a cooldown.
     pub fn gates(&self, queue: &str) -> bool {
         let s = self.snapshot();
-        s.bucketed.contains(queue) || s.cooled.contains(queue)
+        s.bucketed.contains(queue) || s.cooled.contains_key(queue)
     }
 }
 
@@ -97,17 +97,25 @@ pub fn apply_bucket_mask(
 impl Broker {
     /// Reloads which queues take the gated lease for buckets and cooldowns
     /// (with the queue settings, `queues_reload`).
+    ///
+    /// What this replica noted itself is kept (a reload that read the rows just
+    /// before its own write must not drop it): queues gated for a bucket stay so
+    /// until restart, and for a cooldown until its end. Taking the gated lease
+    /// longer than needed costs only time: that lease reads the rows themselves.
     pub(super) async fn limits_reload(&self) -> StoreResult<()> {
+        let now = self.clock.now();
         let bucketed = self.store.bucket_queues().await?;
-        let cooldowns = self.store.cooldown_list(self.clock.now()).await?;
-        let mut v = LimitQueues::default();
-        v.bucketed = bucketed.into_iter().map(|(_, q)| q).collect();
-        for c in cooldowns {
-            if let CooldownTarget::Key { queue, .. } = c.target {
-                v.cooled.insert(queue);
+        let cooldowns = self.store.cooldown_list(now).await?;
+        self.settings.limit_queues.update(|s| {
+            s.bucketed.extend(bucketed.into_iter().map(|(_, q)| q));
+            s.cooled.retain(|_, until| *until > now);
+            for c in cooldowns {
+                if let CooldownTarget::Key { queue, .. } = c.target {
+                    let e = s.cooled.entry(queue).or_insert(c.until);
+                    *e = (*e).max(c.until);
+                }
             }
-        }
-        self.settings.limit_queues.update(|s| *s = v);
+        });
         Ok(())
     }
 
@@ -335,12 +343,10 @@ impl Broker {
         now: DateTime<Utc>,
     ) -> Result<(), ServiceError> {
         let until = now + chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX);
-        if let CooldownTarget::Key { queue, .. } = &target {
-            let q = queue.clone();
-            self.settings.limit_queues.update(|s| {
-                s.cooled.insert(q);
-            });
-        }
+        let queue = match &target {
+            CooldownTarget::Key { queue, .. } => Some(queue.clone()),
+            CooldownTarget::Bucket(_) => None,
+        };
         self.store
             .cooldown_put(&CooldownPut {
                 target,
@@ -349,6 +355,12 @@ impl Broker {
                 now,
             })
             .await?;
+        if let Some(q) = queue {
+            self.settings.limit_queues.update(|s| {
+                let e = s.cooled.entry(q).or_insert(until);
+                *e = (*e).max(until);
+            });
+        }
         Ok(())
     }
 

@@ -16,4 +16,6 @@ SELECT seq, ${task_bucket} FROM tasks WHERE seq = ANY($1::bigint[])
 AND ${task_bucket} IS NOT NULL
 
 -- name: lease_limits_charge
-UPDATE limit_buckets SET tokens = $1, refilled_at = $2 WHERE name = $3
+-- The tokens after the lease; refilled_at never goes back (a replica whose
+-- clock is behind refills nothing, rather than letting the next refill twice).
+UPDATE limit_buckets SET tokens = $1, refilled_at = GREATEST(refilled_at, $2) WHERE name = $3
