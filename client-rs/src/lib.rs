@@ -52,6 +52,8 @@ pub mod pb {
 }
 
 mod admin;
+// Limit buckets and cooldowns.
+mod buckets;
 mod client;
 mod error;
 // Flow: events, watch, bulk operations.
@@ -78,6 +80,7 @@ pub mod cli;
 pub mod outbox;
 
 pub use admin::{TaskFilter, TaskUpdate};
+pub use buckets::{BucketUpdate, CooldownOf};
 pub use client::{Client, ClientBuilder, DEFAULT_ADDR, Submitted};
 pub use error::{ERROR_DOMAIN, Error, LEASE_LOST, code_name, state_name};
 pub use pb::TaskState;

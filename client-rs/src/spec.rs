@@ -60,6 +60,13 @@ impl TaskSpec {
         self
     }
 
+    /// The limit bucket the task counts against, in every queue
+    /// (`[A-Za-z0-9._:-]{1,128}`); unset: its queue's bucket, if any.
+    pub fn bucket(mut self, bucket: impl Into<String>) -> Self {
+        self.inner.bucket = bucket.into();
+        self
+    }
+
     /// Higher priorities are leased first. Default 0.
     pub fn priority(mut self, priority: i32) -> Self {
         self.inner.priority = priority;

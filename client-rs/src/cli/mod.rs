@@ -15,6 +15,8 @@ mod parse;
 mod relay;
 // Admission: `queue ...` and `explain`.
 mod queue;
+// Limit buckets and cooldowns: `bucket ...`, `cooldown ...`.
+mod buckets;
 mod render;
 mod schedule;
 // Routing.
@@ -78,6 +80,12 @@ pub enum ClientCommand {
     /// Show and change queues' live settings: pause, limits, fairness, aging.
     #[command(subcommand)]
     Queue(queue::QueueCommand),
+    /// Show and change limit buckets shared by several queues.
+    #[command(subcommand)]
+    Bucket(buckets::BucketCommand),
+    /// List and lift the cooldowns workers set on keys and buckets.
+    #[command(subcommand)]
+    Cooldown(buckets::CooldownCommand),
     /// Say why a task is not running (every gate that holds it).
     Explain(JsonIdArgs),
     /// Change run_at, priority, deadline or max_attempts of a task that is not running.
@@ -132,6 +140,9 @@ pub struct SubmitArgs {
     /// Concurrency key: counts against the queue's per-key limits.
     #[arg(long)]
     pub concurrency_key: Option<String>,
+    /// Limit bucket: counts against its limits in every queue.
+    #[arg(long)]
+    pub bucket: Option<String>,
     /// Wait (BLOCKED) until the task with this id has succeeded; repeat for more.
     #[arg(long = "depends-on")]
     pub depends_on: Vec<String>,
@@ -431,6 +442,8 @@ pub async fn run(cmd: ClientCommand) -> Result<(), CliError> {
         ClientCommand::Relay(a) => relay::run(a).await?,
         ClientCommand::Workers(a) => workers::run(a).await?,
         ClientCommand::Queue(cmd) => queue::run(cmd).await?,
+        ClientCommand::Bucket(cmd) => buckets::run_bucket(cmd).await?,
+        ClientCommand::Cooldown(cmd) => buckets::run_cooldown(cmd).await?,
         ClientCommand::Update(a) => update(a).await?,
         ClientCommand::Events(a) => {
             let events = connect(&a.connection)
@@ -550,6 +563,9 @@ async fn submit(a: SubmitArgs) -> Result<String, CliError> {
     }
     if let Some(n) = a.copies {
         spec = spec.fanout(n, a.distinct_workers);
+    }
+    if let Some(b) = &a.bucket {
+        spec = spec.bucket(b);
     }
     if let Some(k) = &a.concurrency_key {
         spec = spec.concurrency_key(k);
