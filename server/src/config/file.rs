@@ -88,7 +88,7 @@ pub struct LimitsConfig {
     pub max_wait: Duration,
     pub max_lease_reply_bytes: usize,
     /// The longest cooldown a worker's Fail may set (`FailRequest.cooldown`);
-    /// a longer one is refused. Default 1 h.
+    /// a longer one is refused.
     #[serde(with = "humantime_serde")]
     pub max_cooldown: Duration,
 }

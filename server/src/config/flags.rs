@@ -113,6 +113,10 @@ pub struct ServeArgs {
     /// client's default receive limit].
     #[arg(long, env = "TASKBROKER_MAX_LEASE_REPLY_BYTES")]
     pub max_lease_reply_bytes: Option<usize>,
+    /// Longest cooldown a worker's Fail may set on its task's key or bucket
+    /// (`FailRequest.cooldown`); a longer one is refused [default: 1h].
+    #[arg(long, env = "TASKBROKER_MAX_COOLDOWN")]
+    pub max_cooldown: Option<String>,
     /// Default retry policy: attempts in all [default: 3].
     #[arg(long, env = "TASKBROKER_RETRY_MAX_ATTEMPTS")]
     pub retry_max_attempts: Option<u32>,
@@ -179,6 +183,7 @@ impl ServeArgs {
             "limits.max_lease" => self.max_lease,
             "limits.max_wait" => self.max_wait,
             "limits.max_lease_reply_bytes" => self.max_lease_reply_bytes,
+            "limits.max_cooldown" => self.max_cooldown,
             "retry.max_attempts" => self.retry_max_attempts,
             "retry.initial_backoff" => self.retry_initial_backoff,
             "retry.multiplier" => self.retry_multiplier,
