@@ -156,6 +156,7 @@ async fn kill_one(app: &TestApp, queue: &str, error: &str) -> String {
         non_retryable: true,
         retry_after: None,
         lease_next: None,
+        cooldown: None,
     })
     .await
     .expect("fail");
@@ -1695,3 +1696,75 @@ all_backends!(
     a_waiting_task_says_why_it_is_not_running,
     a_task_page_shows_its_event_history,
 );
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queues_page_shows_buckets_and_lifts_a_cooldown() {
+    let app = console_app(Vec::new()).await;
+    let (mut c, mut admin) = (app.broker().await, app.admin().await);
+    admin
+        .update_bucket(pb::UpdateBucketRequest {
+            name: "partner".into(),
+            config: Some(pb::BucketConfig {
+                rate_limit: Some(pb::RateLimit {
+                    per_second: 20.0,
+                    burst: 20,
+                }),
+                max_concurrent: 7,
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["rate_limit".into(), "max_concurrent".into()],
+            }),
+        })
+        .await
+        .expect("bucket");
+    submit(
+        &mut c,
+        vec![pb::TaskSpec {
+            bucket: "partner".into(),
+            concurrency_key: "acme".into(),
+            ..spec("calls")
+        }],
+    )
+    .await;
+    let t = lease_one(&mut c, "calls").await;
+    c.fail(pb::FailRequest {
+        task_id: t.task_id.clone(),
+        lease_token: t.lease_token.clone(),
+        cooldown: Some(pb::Cooldown {
+            scope: pb::CooldownScope::ConcurrencyKey as i32,
+            duration: secs(600),
+        }),
+        ..Default::default()
+    })
+    .await
+    .expect("fail with cooldown");
+    let mut b = Browser::new(&app);
+    let page = b.get("/queues").await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("id=\"bucket-use\""), "{}", page.body);
+    assert!(page.body.contains(">partner<"), "{}", page.body);
+    assert!(page.body.contains("20/s (burst 20)"), "{}", page.body);
+    assert!(page.body.contains(">acme<"), "{}", page.body);
+    assert!(page.body.contains(&t.task_id), "{}", page.body);
+    let token = page.csrf();
+    let lift = [
+        ("csrf", token.as_str()),
+        ("queue", "calls"),
+        ("concurrency_key", "acme"),
+        ("bucket", ""),
+    ];
+    assert_eq!(b.post("/cooldowns/lift", &lift[1..]).await.status, 403);
+    let ok = b.post("/cooldowns/lift", &lift).await;
+    assert_eq!(ok.status, 303, "{}", ok.body);
+    assert_eq!(ok.header("location"), Some("/queues?done=lifted#cooldowns"));
+    let cds = admin
+        .list_cooldowns(pb::ListCooldownsRequest::default())
+        .await
+        .expect("list")
+        .into_inner()
+        .cooldowns;
+    assert!(cds.is_empty());
+    let page = b.get("/queues?done=lifted").await;
+    assert!(page.body.contains("No cooldown is live."), "{}", page.body);
+    app.shutdown().await;
+}

@@ -108,6 +108,7 @@ pub async fn dependency(c: Client, q: String) -> Outcome {
         retry_after: None,
         prefer_same_worker: false,
         lease_next: None,
+        cooldown: None,
     };
     at("Fail", c.fail(fail).await)?;
     let d = at("GetTask", c.get_task(&de[0].task_id).await)?;

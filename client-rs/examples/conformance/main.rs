@@ -84,6 +84,7 @@ fn fail_req(t: &pb::LeasedTask, message: &str, non_retryable: bool) -> pb::FailR
         retry_after: None,
         prefer_same_worker: false,
         lease_next: None,
+        cooldown: None,
     }
 }
 

@@ -108,6 +108,7 @@ pub async fn sticky_retry(c: Client, q: String) -> Outcome {
         retry_after: None,
         prefer_same_worker: false,
         lease_next: None,
+        cooldown: None,
     };
     let failed = at("Fail", c.fail(req).await)?;
     check(

@@ -116,10 +116,18 @@ fn done_notice(done: Option<&str>) -> Option<&'static str> {
 pub async fn page(
     State(console): State<Arc<Console>>,
     Extension(viewer): Extension<Viewer>,
+    Query(q): Query<DoneQuery>,
 ) -> Result<Markup, PageError> {
     let queues = views(&console).await?;
+    let limits = super::buckets::section(&console, &viewer).await?;
+    let notice = match q.done.as_deref() {
+        Some("lifted") => Some("Lifted: the key's or bucket's tasks are leased again."),
+        Some("unlifted") => Some("That cooldown had ended already."),
+        _ => None,
+    };
     let body = html! {
         h1 { "Queues" }
+        @if let Some(n) = notice { p.notice role="status" { (n) } }
         p.muted { "Live settings: stored in the database, applied by every replica within a second; "
             "seeded from " code { "[queues.NAME]" } " in the configuration file and changed here or with "
             code { "taskbroker queue set" } "." }
@@ -167,6 +175,7 @@ pub async fn page(
                 } }
             } }
         }
+        (limits)
     };
     Ok(layout::page("Queues", "/queues", Some(&viewer), body))
 }

@@ -38,6 +38,7 @@ mod admission_actions;
 mod admission_form;
 mod assets;
 mod auth;
+mod buckets;
 mod charts;
 mod dead;
 mod explain;
@@ -106,6 +107,7 @@ pub fn router(broker: Arc<Broker>, tokens: &[TokenEntry]) -> Router {
             get(admission_actions::confirm_resume).post(admission_actions::resume),
         )
         .route("/queues/{name}/edit", post(admission_actions::edit))
+        .route("/cooldowns/lift", post(buckets::lift))
         .route("/schedules", get(schedules::list))
         .route(
             "/schedules/new",

@@ -451,6 +451,7 @@ async fn report(
                     nanos: 1_000_000,
                 }),
                 lease_next: None,
+                cooldown: None,
             })
             .await
             .map(|_| ())
