@@ -187,7 +187,7 @@ fn show(b: &pb::LimitBucket, json: bool) -> String {
     if json {
         return json_line(&bucket_json(b));
     }
-    let c = b.config.clone().unwrap_or_default();
+    let c = b.config.unwrap_or_default();
     let u = b.r#use.unwrap_or_default();
     format!(
         "bucket:          {}\nrate_limit:      {}\nmax_concurrent:  {}\ntokens:          {:.2}\nleases_held:     {}\ncooldown_until:  {}\n",
@@ -204,7 +204,7 @@ fn bucket_rows(bs: &[pb::LimitBucket]) -> String {
     let rows: Vec<Vec<String>> = bs
         .iter()
         .map(|b| {
-            let c = b.config.clone().unwrap_or_default();
+            let c = b.config.unwrap_or_default();
             let u = b.r#use.unwrap_or_default();
             vec![
                 b.name.clone(),
@@ -223,7 +223,7 @@ fn bucket_rows(bs: &[pb::LimitBucket]) -> String {
 }
 
 fn bucket_json(b: &pb::LimitBucket) -> Value {
-    let c = b.config.clone().unwrap_or_default();
+    let c = b.config.unwrap_or_default();
     let u = b.r#use.unwrap_or_default();
     json!({
         "name": b.name,

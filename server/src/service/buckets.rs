@@ -140,6 +140,22 @@ impl Broker {
         Ok(())
     }
 
+    /// A schedule's template that names a bucket: as [`Broker::bucket_noted`].
+    pub(super) async fn template_bucket_noted(
+        &self,
+        t: &crate::store::TaskTemplate,
+    ) -> StoreResult<()> {
+        match bucket::bucket_of(&t.metadata) {
+            Some(b) => self.bucket_noted(b, &t.queue).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The bucket a queue's settings give its tasks that name none.
+    pub(super) fn queue_bucket(&self, queue: &str) -> Option<String> {
+        self.settings.queue(queue).and_then(|l| l.config.bucket)
+    }
+
     fn bucket_view(
         &self,
         b: StoredBucket,

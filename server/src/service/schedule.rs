@@ -328,9 +328,7 @@ impl Broker {
             .task
             .ok_or_else(|| Invalid::new("schedule.task", "is required"))?;
         let template = self.template(&input.schedule_id, task)?;
-        if let Some(b) = crate::domain::bucket::bucket_of(&template.metadata) {
-            self.bucket_noted(b, &template.queue).await?;
-        }
+        self.template_bucket_noted(&template).await?;
         let catchup_window = catchup(input.catchup_window)?;
         let mut s = ScheduleRecord {
             id: input.schedule_id,
@@ -435,9 +433,7 @@ impl Broker {
         let template = match (&input.task, has("task")) {
             (Some(t), true) => {
                 let template = self.template(&input.schedule_id, t.clone())?;
-                if let Some(b) = crate::domain::bucket::bucket_of(&template.metadata) {
-                    self.bucket_noted(b, &template.queue).await?;
-                }
+                self.template_bucket_noted(&template).await?;
                 Some(template)
             }
             (None, true) => return Err(Invalid::new("schedule.task", "is required").into()),

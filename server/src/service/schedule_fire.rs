@@ -52,14 +52,20 @@ pub struct RunPage {
 }
 
 /// The tasks a schedule makes for `fire_time`, created at `now`: one, or its
-/// template's fan-out copies (a group named by the first copy's id).
+/// template's fan-out copies (a group named by the first copy's id). A
+/// template without a bucket of its own takes `queue_bucket`, its queue's now.
 pub fn scheduled_tasks(
     s: &ScheduleRecord,
     fire_time: DateTime<Utc>,
     now: DateTime<Utc>,
+    queue_bucket: Option<&str>,
 ) -> Vec<NewTask> {
     let t = &s.template;
     let mut metadata = t.metadata.clone();
+    if let Some(b) = queue_bucket {
+        let key = crate::domain::bucket::BUCKET_KEY;
+        metadata.entry(key.into()).or_insert_with(|| b.to_string());
+    }
     metadata.insert(SCHEDULE_ID_KEY.into(), s.id.clone());
     metadata.insert(FIRE_TIME_KEY.into(), fire_time_text(fire_time));
     if let Some(producer) = &s.created_by {
@@ -143,12 +149,13 @@ impl Broker {
                     runs: s.runs,
                 };
                 let p = cal::plan(&calendar, &rules_of(s), &cur, due.previous_unfinished, now);
+                let bucket = self.queue_bucket(&s.template.queue);
                 f.runs = p
                     .fires
                     .iter()
                     .map(|&t| NewRun {
                         fire_time: t,
-                        tasks: scheduled_tasks(s, t, now),
+                        tasks: scheduled_tasks(s, t, now, bucket.as_deref()),
                         triggered: false,
                     })
                     .collect();
@@ -188,7 +195,8 @@ impl Broker {
         for _ in 0..TRIGGER_ATTEMPTS {
             let mut s = self.get_schedule(caller, id).await?;
             let now = self.clock.now();
-            let tasks = scheduled_tasks(&s, now, now);
+            let bucket = self.queue_bucket(&s.template.queue);
+            let tasks = scheduled_tasks(&s, now, now, bucket.as_deref());
             s.runs += 1;
             let calendar = calendar_of(&s)?;
             settle(&mut s, &calendar, now);

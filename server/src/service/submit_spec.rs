@@ -218,10 +218,7 @@ impl Broker {
             t.metadata.insert(AT_MOST_ONCE_KEY.into(), "true".into());
         }
         // Limit buckets: the task's own, or else its queue's (as of now).
-        let bucket = t
-            .bucket
-            .take()
-            .or_else(|| self.settings.queue(&t.queue).and_then(|l| l.config.bucket));
+        let bucket = t.bucket.take().or_else(|| self.queue_bucket(&t.queue));
         if let Some(b) = bucket {
             t.metadata.insert(BUCKET_KEY.into(), b);
         }
