@@ -176,7 +176,31 @@ async fn an_operator_lifts_a_cooldown(backend: Backend) {
     app.shutdown().await;
 }
 
+async fn a_task_bucket_wins_over_its_queue_bucket(backend: Backend) {
+    let Some(app) = spawn_app(backend).await else {
+        return;
+    };
+    let (mut admin, mut c) = (app.admin().await, app.broker().await);
+    set_bucket(&mut admin, "narrow", 0.0, 0, 1).await;
+    set_bucket(&mut admin, "wide", 0.0, 0, 10).await;
+    queue_bucket(&mut admin, "q", "narrow").await;
+    let own = submit(&mut c, (0..3).map(|_| in_bucket("q", "wide")).collect()).await;
+    let queued = submit(&mut c, (0..3).map(|_| spec("q")).collect()).await;
+    assert_eq!(get(&mut admin, &own[0]).await.bucket, "wide");
+    assert_eq!(get(&mut admin, &queued[0]).await.bucket, "narrow");
+    // Three of "wide", and one of "narrow".
+    let leased = lease(&mut c, "q", 10).await;
+    assert_eq!(leased.len(), 4);
+    let narrow = leased
+        .iter()
+        .filter(|t| queued.contains(&t.task_id))
+        .count();
+    assert_eq!(narrow, 1);
+    app.shutdown().await;
+}
+
 all_backends!(
+    a_task_bucket_wins_over_its_queue_bucket,
     a_shared_bucket_grants_its_burst_then_its_rate_to_all_its_queues,
     a_bucket_concurrency_limit_counts_the_leases_of_every_queue,
     a_key_cooldown_holds_every_task_of_the_key_until_its_end,
