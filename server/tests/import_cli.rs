@@ -292,6 +292,23 @@ async fn imports_the_table(from: &str, extra: &[&str], now: i64) {
     )
     .await;
     assert!(err.contains("--map queue=COLUMN is required"), "{err}");
+    // A field the broker cannot take is named, not ignored.
+    let err = fails(
+        &app,
+        &[
+            "--from",
+            from,
+            "--table",
+            "jobs",
+            "--map",
+            "checkpoint=state",
+        ],
+    )
+    .await;
+    assert!(
+        err.contains("checkpoint: a task cannot be submitted with a checkpoint"),
+        "{err}"
+    );
 }
 
 fn now() -> i64 {

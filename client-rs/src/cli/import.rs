@@ -102,6 +102,13 @@ fn parse_map(s: &str) -> Result<(Field, String), String> {
         "priority" => Field::Priority,
         "run_at" | "run-at" => Field::RunAt,
         "attempts" | "max_attempts" => Field::Attempts,
+        "checkpoint" => {
+            return Err(
+                "checkpoint: a task cannot be submitted with a checkpoint (TaskSpec has no \
+                 such field); carry the old checkpoint in the payload with --query"
+                    .into(),
+            );
+        }
         other => {
             return Err(format!(
                 "unknown field {other:?} (queue, key, payload, priority, run_at, attempts)"
