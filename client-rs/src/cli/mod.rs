@@ -8,9 +8,12 @@
 //! - `parse.rs`: flag values (durations, times, states).
 //! - `render.rs`: tables, detail blocks and JSON.
 //! - `relay.rs`: `relay`, which ships a producer's outbox rows to the broker (docs/outbox.md).
+//! - `import.rs`: `import`, which drains a legacy task table into tasks (docs/migrating.md).
 
 // Flow: bulk cancel and requeue.
 mod bulk;
+// `import`: a legacy task table into tasks.
+mod import;
 mod parse;
 mod relay;
 // Admission: `queue ...` and `explain`.
@@ -75,6 +78,9 @@ pub enum ClientCommand {
     /// Ship the rows of an outbox table (in the producer's Postgres or MySQL/MariaDB)
     /// to the broker.
     Relay(relay::RelayArgs),
+    /// Drain a legacy task table (in Postgres or MySQL/MariaDB) into tasks, one per
+    /// row, keyed by the row's id so a re-run submits nothing twice.
+    Import(import::ImportArgs),
     /// List the workers seen recently by any broker, or show one with its leases.
     Workers(workers::WorkersArgs),
     /// Show and change queues' live settings: pause, limits, fairness, aging.
@@ -440,6 +446,7 @@ pub async fn run(cmd: ClientCommand) -> Result<(), CliError> {
         }
         ClientCommand::Schedule(cmd) => schedule::run(cmd).await?,
         ClientCommand::Relay(a) => relay::run(a).await?,
+        ClientCommand::Import(a) => import::run(a).await?,
         ClientCommand::Workers(a) => workers::run(a).await?,
         ClientCommand::Queue(cmd) => queue::run(cmd).await?,
         ClientCommand::Bucket(cmd) => buckets::run_bucket(cmd).await?,
