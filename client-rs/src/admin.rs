@@ -127,6 +127,35 @@ impl TaskUpdate {
         self
     }
 
+    /// Only the worker with this id may lease the task (it must be waiting).
+    pub fn target_worker(mut self, worker_id: impl Into<String>) -> Self {
+        self.inner
+            .target
+            .get_or_insert_with(Default::default)
+            .worker_id = worker_id.into();
+        self.path("target");
+        self
+    }
+
+    /// Only a worker whose labels include this pair (and every other one given)
+    /// may lease the task (it must be waiting).
+    pub fn target_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.inner
+            .target
+            .get_or_insert_with(Default::default)
+            .labels
+            .insert(key.into(), value.into());
+        self.path("target");
+        self
+    }
+
+    /// Any worker may lease the task: its target is cleared.
+    pub fn clear_target(mut self) -> Self {
+        self.inner.target = None;
+        self.path("target");
+        self
+    }
+
     fn into_proto(mut self) -> pb::UpdateTaskRequest {
         self.inner.update_mask = Some(prost_types::FieldMask { paths: self.paths });
         self.inner

@@ -279,9 +279,82 @@ async fn requeue_gives_a_fresh_budget_and_no_lease(b: Backend) {
     assert!(leased.lease_expires_at.is_some());
 }
 
+/// An operator moves a waiting task to another worker: the old one no longer gets
+/// it, the new one does, and its events say what changed.
+async fn update_moves_a_waiting_task_to_another_worker(b: Backend) {
+    let Some(app) = spawn_app(b).await else {
+        return;
+    };
+    let (mut c, mut admin) = (app.broker().await, app.admin().await);
+    let mut s = spec("retarget");
+    s.target = Some(pb::Target {
+        worker_id: "w1".into(),
+        ..Default::default()
+    });
+    let id = submit_one(&mut c, s).await;
+    let t = admin
+        .update_task(pb::UpdateTaskRequest {
+            task_id: id.clone(),
+            target: Some(pb::Target {
+                worker_id: "w2".into(),
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["target".into()],
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .task
+        .unwrap();
+    assert_eq!(t.target.map(|t| t.worker_id).as_deref(), Some("w2"));
+    // `lease` asks as w1.
+    assert!(lease(&mut c, "retarget", 5).await.is_empty());
+    let leased = c
+        .lease(pb::LeaseRequest {
+            worker_id: "w2".into(),
+            ..lease_req("retarget", 5)
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .tasks;
+    assert_eq!(leased.len(), 1);
+    assert_eq!(leased[0].task_id, id);
+    let events = admin
+        .list_task_events(pb::ListTaskEventsRequest {
+            task_id: id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .events;
+    let updated = events
+        .iter()
+        .find(|e| e.kind() == pb::TaskEventKind::Updated)
+        .expect("an updated event");
+    assert_eq!(updated.detail, "target worker w1 -> worker w2");
+    // A leased task keeps its target.
+    let err = admin
+        .update_task(pb::UpdateTaskRequest {
+            task_id: id,
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["target".into()],
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+}
+
 all_backends!(
     requeue_gives_a_fresh_budget_and_no_lease,
     list_filters_and_pages_newest_first,
     update_changes_waiting_tasks_but_not_leased_ones,
+    update_moves_a_waiting_task_to_another_worker,
     queue_stats_count_states_and_recent_outcomes,
 );

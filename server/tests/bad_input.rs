@@ -445,7 +445,49 @@ async fn admin_calls_with_bad_fields_are_rejected(b: Backend) {
         Code::InvalidArgument,
         "max_attempts",
     );
-    assert_eq!(get(&mut admin, &id).await.priority, 0, "unchanged");
+    // A new target is checked as Submit's: the longest worker id plus one, too many
+    // labels, an empty label key; none of them changes the task.
+    let retarget = |target: pb::Target| pb::UpdateTaskRequest {
+        task_id: id.clone(),
+        target: Some(target),
+        update_mask: Some(prost_types::FieldMask {
+            paths: vec!["target".into()],
+        }),
+        ..Default::default()
+    };
+    check(
+        admin
+            .update_task(retarget(pb::Target {
+                worker_id: "w".repeat(257),
+                ..Default::default()
+            }))
+            .await,
+        Code::InvalidArgument,
+        "target.worker_id",
+    );
+    check(
+        admin
+            .update_task(retarget(pb::Target {
+                labels: (0..100).map(|i| (format!("k{i}"), "v".into())).collect(),
+                ..Default::default()
+            }))
+            .await,
+        Code::InvalidArgument,
+        "target.labels",
+    );
+    check(
+        admin
+            .update_task(retarget(pb::Target {
+                labels: [(String::new(), "v".into())].into(),
+                ..Default::default()
+            }))
+            .await,
+        Code::InvalidArgument,
+        "target.labels",
+    );
+    let unchanged = get(&mut admin, &id).await;
+    assert_eq!(unchanged.priority, 0, "unchanged");
+    assert_eq!(unchanged.target, None, "target unchanged");
 }
 
 all_backends!(

@@ -95,6 +95,17 @@ async fn submit_options_get_update_events_and_watch() {
     assert_eq!((t.priority, t.max_attempts), (7, 9));
     let none = taskbroker(&app, &["update", &id]).await;
     assert!(!none.status.success());
+    // A waiting task's target: set to labels, then cleared.
+    ok(&app, &["update", &id, "--target-label", "gpu=a100"]).await;
+    let t = c.get_task(&id).await.unwrap();
+    let labels = t.target.map(|t| t.labels).unwrap_or_default();
+    assert_eq!(labels.get("gpu").map(String::as_str), Some("a100"));
+    ok(&app, &["update", &id, "--clear-target"]).await;
+    let t = c.get_task(&id).await.unwrap();
+    assert!(
+        t.target
+            .is_none_or(|t| t.worker_id.is_empty() && t.labels.is_empty())
+    );
 
     // events: submitted, then updated.
     let events = ok(&app, &["events", &id]).await;

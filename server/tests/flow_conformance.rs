@@ -446,6 +446,8 @@ async fn every_transition_is_an_event_in_order(b: Backend) {
             EventKind::Updated,
         ]
     );
+    let updated = two.last().unwrap();
+    assert_eq!(updated.detail.as_deref(), Some("priority 0 -> 9"));
     // Retention deletes old events only.
     let purged = s.event_purge(at(6002), 1000).await.unwrap();
     assert!(purged >= 7, "purged {purged}");

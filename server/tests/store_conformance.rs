@@ -10,6 +10,10 @@ use schedules::*;
 #[path = "store_conformance/routing.rs"]
 mod routing;
 use routing::*;
+// An operator's update changing a waiting task's target.
+#[path = "store_conformance/retarget.rs"]
+mod retarget;
+use retarget::*;
 // Admission: stored queue settings and the gated lease.
 #[path = "store_conformance/admission.rs"]
 mod admission;
@@ -953,6 +957,9 @@ all_backends!(
     two_stores_racing_on_due_schedules_fire_each_once,
     // Routing.
     a_task_targeted_by_worker_id_goes_only_to_that_worker,
+    a_changed_target_holds_for_the_next_lease,
+    a_target_changes_to_labels_and_clears_to_anyone,
+    a_leased_or_finished_task_keeps_its_target,
     plain_leases_keep_order_and_targets_around_a_routed_task,
     a_task_targeted_by_labels_goes_to_a_worker_with_all_of_them,
     a_task_nobody_may_take_does_not_block_the_tasks_behind_it,

@@ -98,7 +98,8 @@ pub enum ClientCommand {
     Cooldown(buckets::CooldownCommand),
     /// Say why a task is not running (every gate that holds it).
     Explain(JsonIdArgs),
-    /// Change run_at, priority, deadline or max_attempts of a task that is not running.
+    /// Change run_at, priority, deadline, max_attempts or (while it waits) the target of a
+    /// task that is not running.
     Update(UpdateArgs),
     /// Show every recorded event of a task, oldest first.
     Events(JsonIdArgs),

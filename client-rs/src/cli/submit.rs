@@ -129,6 +129,15 @@ pub struct UpdateArgs {
     /// Attempts in all, counting those made.
     #[arg(long)]
     pub max_attempts: Option<u32>,
+    /// A new target (the task must be waiting): only the worker with this id.
+    #[arg(long)]
+    pub target_worker: Option<String>,
+    /// A new target label, KEY=VALUE; repeat for more (with --target-worker, both hold).
+    #[arg(long = "target-label", value_parser = parse::key_value)]
+    pub target_labels: Vec<(String, String)>,
+    /// Any worker may run the task: its target is cleared.
+    #[arg(long, conflicts_with_all = ["target_worker", "target_labels"])]
+    pub clear_target: bool,
     /// Print JSON instead of a readable block.
     #[arg(long)]
     pub json: bool,
@@ -248,13 +257,26 @@ pub(super) async fn update(a: UpdateArgs) -> Result<String, CliError> {
     if let Some(n) = a.max_attempts {
         u = u.max_attempts(n);
     }
+    if let Some(w) = &a.target_worker {
+        u = u.target_worker(w);
+    }
+    for (k, v) in &a.target_labels {
+        u = u.target_label(k, v);
+    }
+    if a.clear_target {
+        u = u.clear_target();
+    }
+    let retarget = a.target_worker.is_some() || !a.target_labels.is_empty() || a.clear_target;
     if a.run_at.is_none()
         && a.priority.is_none()
         && a.deadline.is_none()
         && a.max_attempts.is_none()
+        && !retarget
     {
         return Err(CliError::Usage(
-            "name at least one of --run-at, --priority, --deadline, --max-attempts".into(),
+            "name at least one of --run-at, --priority, --deadline, --max-attempts, \
+             --target-worker, --target-label, --clear-target"
+                .into(),
         ));
     }
     let task = connect(&a.connection).await?.update_task(u).await?;

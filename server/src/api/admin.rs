@@ -120,6 +120,10 @@ impl AdminService for AdminApi {
             paths: r.update_mask.map(|m| m.paths).unwrap_or_default(),
             priority: r.priority,
             max_attempts: r.max_attempts,
+            target: r
+                .target
+                .map(super::convert::target_from_pb)
+                .unwrap_or_default(),
         };
         let t = self.broker.update_task(req).await.map_err(status)?;
         Ok(Response::new(pb::UpdateTaskResponse {

@@ -236,6 +236,8 @@ pub struct TaskUpdate {
     pub priority: Option<i32>,
     pub deadline: Option<Option<DateTime<Utc>>>,
     pub max_attempts: Option<u32>,
+    /// A new target (an empty one: anyone may lease the task); only while it waits.
+    pub target: Option<crate::domain::routing::Target>,
 }
 
 /// What an admin change did.

@@ -42,6 +42,8 @@ pub struct UpdateTask {
     pub priority: i32,
     pub deadline: Option<DateTime<Utc>>,
     pub max_attempts: u32,
+    /// The new target when `paths` names "target" (empty: anyone may lease it).
+    pub target: crate::domain::routing::Target,
 }
 
 /// A page of a list without creation-time filters, by sequence number alone (the
@@ -250,11 +252,15 @@ impl Broker {
                     }
                     u.max_attempts = Some(req.max_attempts);
                 }
+                "target" => {
+                    req.target.validate("target")?;
+                    u.target = Some(req.target.clone());
+                }
                 other => {
                     return Err(Invalid::new(
                         "update_mask",
                         format!(
-                            "{other:?} cannot be updated (run_at, priority, deadline, max_attempts can)"
+                            "{other:?} cannot be updated (run_at, priority, deadline, max_attempts, target can)"
                         ),
                     )
                     .into());

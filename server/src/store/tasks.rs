@@ -93,6 +93,9 @@ pub(crate) struct UpdateValues {
     pub deadline: Option<i64>,
     pub max_attempts: i64,
     pub attempts_allowed: i64,
+    /// The routing target columns: the worker id and the labels as a JSON object.
+    pub target_worker: Option<String>,
+    pub target_labels: Option<String>,
 }
 
 impl UpdateValues {
@@ -104,6 +107,77 @@ impl UpdateValues {
             deadline: u.deadline.map(|d| d.map(row::ms)).unwrap_or(row.deadline),
             max_attempts,
             attempts_allowed: row.attempts_allowed - row.max_attempts + max_attempts,
+            target_worker: match &u.target {
+                Some(t) => t.worker_id.clone(),
+                None => row.target_worker.clone(),
+            },
+            target_labels: match &u.target {
+                Some(t) => (!t.labels.is_empty())
+                    .then(|| serde_json::to_string(&t.labels).unwrap_or_else(|_| "{}".into())),
+                None => row.target_labels.clone(),
+            },
+        }
+    }
+}
+
+impl UpdateValues {
+    /// What the update changes, old and new, for its `updated` event's detail:
+    /// `priority 0 -> 5; target any -> worker w2`, the fields that differ from
+    /// `row` in a fixed order (run_at, priority, deadline, max_attempts, target).
+    pub(crate) fn changes(&self, row: &row::TaskRow) -> String {
+        let time = |ms: Option<i64>| match ms.and_then(chrono::DateTime::from_timestamp_millis) {
+            Some(t) => t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            None => "none".to_string(),
+        };
+        let target = |worker: &Option<String>, labels: &Option<String>| {
+            let mut parts = Vec::new();
+            if let Some(w) = worker {
+                parts.push(format!("worker {w}"));
+            }
+            if let Some(l) = labels {
+                parts.push(format!("labels {l}"));
+            }
+            if parts.is_empty() {
+                "any".to_string()
+            } else {
+                parts.join(" ")
+            }
+        };
+        let mut out = Vec::new();
+        if self.run_at != row.run_at {
+            out.push(format!(
+                "run_at {} -> {}",
+                time(Some(row.run_at)),
+                time(Some(self.run_at))
+            ));
+        }
+        if self.priority != row.priority {
+            out.push(format!("priority {} -> {}", row.priority, self.priority));
+        }
+        if self.deadline != row.deadline {
+            out.push(format!(
+                "deadline {} -> {}",
+                time(row.deadline),
+                time(self.deadline)
+            ));
+        }
+        if self.max_attempts != row.max_attempts {
+            out.push(format!(
+                "max_attempts {} -> {}",
+                row.max_attempts, self.max_attempts
+            ));
+        }
+        if self.target_worker != row.target_worker || self.target_labels != row.target_labels {
+            out.push(format!(
+                "target {} -> {}",
+                target(&row.target_worker, &row.target_labels),
+                target(&self.target_worker, &self.target_labels)
+            ));
+        }
+        if out.is_empty() {
+            "nothing changed".to_string()
+        } else {
+            out.join("; ")
         }
     }
 }
@@ -112,4 +186,11 @@ impl UpdateValues {
 /// leased, nor once it succeeded.
 pub(crate) fn updatable(state: StoredState) -> bool {
     !matches!(state, StoredState::Leased | StoredState::Succeeded)
+}
+
+/// Whether the update `u` may change a task in `state`: as [`updatable`], and
+/// a target changes only while the task waits (pending or blocked).
+pub(crate) fn update_allowed(state: StoredState, u: &TaskUpdate) -> bool {
+    updatable(state)
+        && (u.target.is_none() || matches!(state, StoredState::Pending | StoredState::Blocked))
 }

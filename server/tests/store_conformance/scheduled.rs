@@ -132,6 +132,7 @@ pub async fn an_update_moves_a_task_out_of_the_lease_order_and_back(b: Backend) 
         priority: None,
         deadline: None,
         max_attempts: None,
+        target: None,
     };
     assert!(matches!(
         s.task_update(&uuid_like(1), &later, at(1)).await.unwrap(),
@@ -146,7 +147,7 @@ pub async fn an_update_moves_a_task_out_of_the_lease_order_and_back(b: Backend) 
         .unwrap();
     let back = TaskUpdate {
         run_at: Some(at(4)),
-        ..later
+        ..later.clone()
     };
     assert!(matches!(
         s.task_update(&uuid_like(1), &back, at(4)).await.unwrap(),

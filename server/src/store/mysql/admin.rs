@@ -44,7 +44,7 @@ impl Admin for MysqlStore {
                 StoredState::Cancelled => return Ok(Changed::Done(Box::new(row.into_record()?))),
                 other => return Ok(Changed::WrongState(other)),
             };
-            changed_event(j, task_id, kind, now).await
+            changed_event(j, task_id, kind, now, None).await
         })
     }
 
@@ -64,7 +64,7 @@ impl Admin for MysqlStore {
                 .bind(row.seq)
                 .execute(j.conn())
                 .await?;
-            changed_event(j, task_id, EventKind::Requeued, ms(now)).await
+            changed_event(j, task_id, EventKind::Requeued, ms(now), None).await
         })
     }
 

@@ -28,10 +28,13 @@ pub(super) async fn changed_event(
     id: &str,
     kind: EventKind,
     now: i64,
+    detail: Option<&str>,
 ) -> StoreResult<Changed> {
     match fetch_task(j, id).await? {
         Some(row) => {
-            j.push(of_row(&row, kind, now));
+            let mut e = of_row(&row, kind, now);
+            e.detail = detail.or(e.detail);
+            j.push(e);
             Ok(Changed::Done(Box::new(row.into_record()?)))
         }
         None => Ok(Changed::NotFound),

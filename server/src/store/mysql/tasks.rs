@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use sqlx::MySql;
 
 use super::super::row::{AttemptRow, TaskRow, ms};
-use super::super::tasks::{UpdateValues, updatable};
+use super::super::tasks::{UpdateValues, update_allowed};
 use super::super::*;
 use super::rows::{changed_event, fetch_task};
 use super::{MysqlStore, retryable, sql};
@@ -105,10 +105,11 @@ impl Tasks for MysqlStore {
                 return Ok(Changed::NotFound);
             };
             let state = row.stored_state()?;
-            if !updatable(state) {
+            if !update_allowed(state, u) {
                 return Ok(Changed::WrongState(state));
             }
             let v = UpdateValues::of(&row, u);
+            let changes = v.changes(&row);
             // Routing: an admin change frees a reserved retry.
             sqlx::query(sql::TASK_UPDATE)
                 .bind(v.run_at)
@@ -117,10 +118,12 @@ impl Tasks for MysqlStore {
                 .bind(v.max_attempts)
                 .bind(v.attempts_allowed)
                 .bind(ms(now))
+                .bind(&v.target_worker)
+                .bind(&v.target_labels)
                 .bind(row.seq)
                 .execute(j.conn())
                 .await?;
-            changed_event(j, task_id, EventKind::Updated, ms(now)).await
+            changed_event(j, task_id, EventKind::Updated, ms(now), Some(&changes)).await
         })
     }
 
@@ -150,7 +153,7 @@ impl Tasks for MysqlStore {
                 .bind(&id)
                 .execute(j.conn())
                 .await?;
-            changed_event(j, &id, EventKind::Replaced, now).await?;
+            changed_event(j, &id, EventKind::Replaced, now, None).await?;
             Ok(Some(id))
         })
     }

@@ -34,8 +34,11 @@ SELECT ${task_columns} FROM tasks WHERE 1 = 1
 
 -- name: task_update
 -- Routing: an admin change frees a reserved retry.
+-- The routing target too (worker, labels): the lease reads these columns, so a
+-- new target holds for the next lease.
 UPDATE tasks SET run_at = ?, priority = ?, deadline = ?, max_attempts = ?,
-attempts_allowed = ?, updated_at = ?, reserved_for = NULL, reserved_until = NULL
+attempts_allowed = ?, updated_at = ?, reserved_for = NULL, reserved_until = NULL,
+target_worker = ?, target_labels = ?
 WHERE seq = ?
 
 -- name: task_replace_waiting_held

@@ -33,7 +33,7 @@ impl Admin for PostgresStore {
             .bind(&row.id)
             .execute(&mut *tx)
             .await?;
-        let changed = Self::changed_event(&mut tx, task_id, kind, now).await?;
+        let changed = Self::changed_event(&mut tx, task_id, kind, now, None).await?;
         tx.commit().await?;
         Ok(changed)
     }
@@ -57,7 +57,8 @@ impl Admin for PostgresStore {
         Self::notify(&mut tx, &[&row.queue]).await?;
         // Routing: an admin requeue frees a reserved retry.
         routing::clear_reservation(&mut tx, &row).await?;
-        let changed = Self::changed_event(&mut tx, task_id, EventKind::Requeued, ms(now)).await?;
+        let changed =
+            Self::changed_event(&mut tx, task_id, EventKind::Requeued, ms(now), None).await?;
         tx.commit().await?;
         Ok(changed)
     }

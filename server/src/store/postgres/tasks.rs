@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Postgres;
 
 use super::super::row::{AttemptRow, TaskRow, duration_ms, ms};
-use super::super::tasks::{UpdateValues, updatable};
+use super::super::tasks::{UpdateValues, update_allowed};
 use super::super::*;
 use super::routing::BindRouting as _;
 use super::{PostgresStore, flow, routing, sql};
@@ -196,11 +196,12 @@ impl Tasks for PostgresStore {
             return Ok(Changed::NotFound);
         };
         let state = row.stored_state()?;
-        if !updatable(state) {
+        if !update_allowed(state, u) {
             tx.rollback().await?;
             return Ok(Changed::WrongState(state));
         }
         let v = UpdateValues::of(&row, u);
+        let changes = v.changes(&row);
         sqlx::query(sql::TASK_UPDATE)
             .bind(v.run_at)
             .bind(v.priority)
@@ -209,6 +210,8 @@ impl Tasks for PostgresStore {
             .bind(v.attempts_allowed)
             .bind(ms(now))
             .bind(&row.id)
+            .bind(&v.target_worker)
+            .bind(&v.target_labels)
             .execute(&mut *tx)
             .await?;
         if state == StoredState::Pending {
@@ -216,7 +219,14 @@ impl Tasks for PostgresStore {
         }
         // Routing: an admin change frees a reserved retry.
         routing::clear_reservation(&mut tx, &row).await?;
-        let changed = Self::changed_event(&mut tx, task_id, EventKind::Updated, ms(now)).await?;
+        let changed = Self::changed_event(
+            &mut tx,
+            task_id,
+            EventKind::Updated,
+            ms(now),
+            Some(&changes),
+        )
+        .await?;
         tx.commit().await?;
         Ok(changed)
     }
@@ -253,7 +263,7 @@ impl Tasks for PostgresStore {
         if state == "pending" {
             Self::notify(&mut tx, &[&r.queue]).await?;
         }
-        Self::changed_event(&mut tx, &id, EventKind::Replaced, now).await?;
+        Self::changed_event(&mut tx, &id, EventKind::Replaced, now, None).await?;
         tx.commit().await?;
         Ok(Some(id))
     }

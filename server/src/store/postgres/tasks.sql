@@ -69,9 +69,12 @@ SELECT * FROM ((SELECT * FROM tasks WHERE state <> 'leased'
 ) UNION ALL (SELECT * FROM tasks WHERE state = 'leased'
 
 -- name: task_update
--- Every write of run_at writes `waiting` (migration 0017).
+-- Every write of run_at writes `waiting` (migration 0017). The routing target
+-- too ($8 worker, $9 labels): the lease reads these columns, so a new target
+-- holds for the next lease.
 UPDATE tasks SET run_at = $1, waiting = $1 > $6, priority = $2, deadline = $3,
-max_attempts = $4, attempts_allowed = $5, updated_at = $6 WHERE id = $7
+max_attempts = $4, attempts_allowed = $5, updated_at = $6, target_worker = $8,
+target_labels = $9 WHERE id = $7
 
 -- name: task_replace_waiting_held
 -- The waiting task holding the key, locked (FOR UPDATE rechecks its state

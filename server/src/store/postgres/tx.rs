@@ -43,10 +43,13 @@ impl PostgresStore {
         id: &str,
         kind: EventKind,
         now: i64,
+        detail: Option<&str>,
     ) -> StoreResult<Changed> {
         match Self::fetch_task(tx, id).await? {
             Some(row) => {
-                events::record(tx, &[flow_of_row(&row, kind, now)]).await?;
+                let mut e = flow_of_row(&row, kind, now);
+                e.detail = detail.or(e.detail);
+                events::record(tx, &[e]).await?;
                 Ok(Changed::Done(Box::new(row.into_record()?)))
             }
             None => Ok(Changed::NotFound),

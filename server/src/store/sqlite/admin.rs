@@ -31,7 +31,7 @@ impl Admin for SqliteStore {
                 other => return Ok(Changed::WrongState(other)),
             };
             c.prepare_cached(sql)?.execute(params![now, row.seq])?;
-            changed_event(c, &task_id, kind, now)
+            changed_event(c, &task_id, kind, now, None)
         })
         .await
     }
@@ -50,7 +50,7 @@ impl Admin for SqliteStore {
                 .execute(params![ms(now), row.seq])?;
             // Routing: an admin requeue frees a reserved retry.
             super::routing::clear_reservation(c, &row)?;
-            changed_event(c, &task_id, EventKind::Requeued, ms(now))
+            changed_event(c, &task_id, EventKind::Requeued, ms(now), None)
         })
         .await
     }

@@ -28,10 +28,13 @@ pub(super) fn changed_event(
     id: &str,
     kind: EventKind,
     now: i64,
+    detail: Option<&str>,
 ) -> StoreResult<Changed> {
     match fetch_task(c, id)? {
         Some(row) => {
-            tx::push(of_row(&row, kind, now));
+            let mut e = of_row(&row, kind, now);
+            e.detail = detail.or(e.detail);
+            tx::push(e);
             Ok(Changed::Done(Box::new(row.into_record()?)))
         }
         None => Ok(Changed::NotFound),

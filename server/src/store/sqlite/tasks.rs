@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::super::row::{AttemptRow, TaskRow, ms};
-use super::super::tasks::{UpdateValues, updatable};
+use super::super::tasks::{UpdateValues, update_allowed};
 use super::super::*;
 use super::rows::{changed_event, fetch_task, in_list};
 use super::{SqliteStore, sql};
@@ -145,10 +145,11 @@ fn update(
         return Ok(Changed::NotFound);
     };
     let state = row.stored_state()?;
-    if !updatable(state) {
+    if !update_allowed(state, u) {
         return Ok(Changed::WrongState(state));
     }
     let v = UpdateValues::of(&row, u);
+    let changes = v.changes(&row);
     c.prepare_cached(sql::TASK_UPDATE)?.execute(params![
         v.run_at,
         v.priority,
@@ -156,11 +157,13 @@ fn update(
         v.max_attempts,
         v.attempts_allowed,
         ms(now),
-        row.seq
+        row.seq,
+        v.target_worker,
+        v.target_labels
     ])?;
     // Routing: an admin change frees a reserved retry.
     super::routing::clear_reservation(c, &row)?;
-    let changed = changed_event(c, task_id, EventKind::Updated, ms(now))?;
+    let changed = changed_event(c, task_id, EventKind::Updated, ms(now), Some(&changes))?;
     Ok(changed)
 }
 
@@ -191,7 +194,7 @@ fn replace_waiting(
             now,
             id
         ])?;
-    changed_event(c, &id, EventKind::Replaced, now)?;
+    changed_event(c, &id, EventKind::Replaced, now, None)?;
     Ok(Some(id))
 }
 

@@ -47,8 +47,11 @@ FROM tasks t WHERE id = ?1 AND state = 'leased' AND NOT EXISTS (
 ORDER BY attempt;
 
 -- name: task_update
+-- The routing target too (?8 worker, ?9 labels): the lease reads these columns,
+-- so a new target holds for the next lease.
 UPDATE tasks SET run_at = ?1, waiting = ?1 > ?6, priority = ?2, deadline = ?3,
-  max_attempts = ?4, attempts_allowed = ?5, updated_at = ?6 WHERE seq = ?7;
+  max_attempts = ?4, attempts_allowed = ?5, updated_at = ?6, target_worker = ?8,
+  target_labels = ?9 WHERE seq = ?7;
 
 -- name: task_replace_waiting_held
 SELECT id, metadata FROM tasks WHERE queue = ?1 AND key = ?2
