@@ -401,6 +401,72 @@ async fn tasks_are_requeued_changed_and_cancelled_after_confirmation() {
     assert_eq!(applied.status, 303, "{}", applied.body);
     assert_eq!(get(&mut admin, &dead).await.priority, 7);
 
+    // Target: reviewed, applied while the task waits, then cleared with "any"; a
+    // label that is not KEY=VALUE is refused naming the field.
+    let form = b.get(&change).await;
+    assert!(
+        form.body.contains("name=\"target_worker\""),
+        "{}",
+        form.body
+    );
+    let review = b
+        .post(
+            &change,
+            &[
+                ("csrf", &token),
+                ("target_worker", "w9"),
+                ("target_labels", "gpu=a100"),
+                ("step", "review"),
+            ],
+        )
+        .await;
+    assert!(
+        review.body.contains("worker w9, gpu=a100") && review.body.contains("any worker"),
+        "{}",
+        review.body
+    );
+    assert_eq!(get(&mut admin, &dead).await.target, None, "not yet");
+    let applied = b
+        .post(
+            &change,
+            &[
+                ("csrf", &token),
+                ("target_worker", "w9"),
+                ("target_labels", "gpu=a100"),
+                ("step", "apply"),
+            ],
+        )
+        .await;
+    assert_eq!(applied.status, 303, "{}", applied.body);
+    let target = get(&mut admin, &dead).await.target.unwrap();
+    assert_eq!(target.worker_id, "w9");
+    assert_eq!(target.labels.get("gpu").map(String::as_str), Some("a100"));
+    let bad = b
+        .post(
+            &change,
+            &[
+                ("csrf", &token),
+                ("target_labels", "gpu"),
+                ("step", "apply"),
+            ],
+        )
+        .await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("target labels"), "{}", bad.body);
+    let cleared = b
+        .post(
+            &change,
+            &[
+                ("csrf", &token),
+                ("target_worker", "any"),
+                ("step", "apply"),
+            ],
+        )
+        .await;
+    assert_eq!(cleared.status, 303, "{}", cleared.body);
+    let target = get(&mut admin, &dead).await.target;
+    assert!(target.is_none_or(|t| t.worker_id.is_empty() && t.labels.is_empty()));
+
     // Max attempts: reviewed, then applied; out of range is refused naming the field.
     let form = b.get(&change).await;
     assert!(form.body.contains("name=\"max_attempts\""), "{}", form.body);

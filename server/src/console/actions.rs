@@ -1,7 +1,9 @@
 //! Actions on one task, each confirmed on a page of its own before the POST that
 //! does it (so they work without JavaScript and cannot be clicked by accident):
-//! cancel, requeue, and change priority / run_at / deadline / max attempts (form, then review).
+//! cancel, requeue, and change priority / run_at / deadline / max attempts / target (form,
+//! then review).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -15,6 +17,7 @@ use super::layout::{self, confirm_form, csrf, opt_time, time};
 use super::tasks::parse_time;
 use super::{Console, PageError, Viewer};
 use crate::domain::StoredState;
+use crate::domain::routing::Target;
 use crate::service::UpdateTask;
 use crate::store::TaskRecord;
 
@@ -114,6 +117,10 @@ pub struct ChangeForm {
     run_at: Option<String>,
     deadline: Option<String>,
     max_attempts: Option<String>,
+    /// The worker id only it may lease the task; "any" clears the whole target.
+    target_worker: Option<String>,
+    /// KEY=VALUE pairs a worker must carry, comma-separated.
+    target_labels: Option<String>,
     /// "apply" once reviewed; anything else shows the review.
     step: Option<String>,
 }
@@ -125,6 +132,19 @@ struct Changes {
     /// `Some(None)` clears the deadline.
     deadline: Option<Option<DateTime<Utc>>>,
     max_attempts: Option<u32>,
+    /// A new target (empty: anyone may lease the task).
+    target: Option<Target>,
+}
+
+/// A target as the review page shows it: "worker w2, gpu=a100", or "any worker".
+fn target_text(t: &Target) -> String {
+    let mut parts: Vec<String> = t.worker_id.iter().map(|w| format!("worker {w}")).collect();
+    parts.extend(t.labels.iter().map(|(k, v)| format!("{k}={v}")));
+    if parts.is_empty() {
+        "any worker".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 impl ChangeForm {
@@ -159,7 +179,39 @@ impl ChangeForm {
                 })
             })
             .transpose()?;
-        if priority.is_none() && run_at.is_none() && deadline.is_none() && max_attempts.is_none() {
+        let worker = field(&self.target_worker);
+        let pairs = field(&self.target_labels);
+        let target = if worker.as_deref() == Some("any") {
+            Some(Target::default())
+        } else if worker.is_some() || pairs.is_some() {
+            let mut labels = BTreeMap::new();
+            for pair in pairs.iter().flat_map(|p| p.split(',')).map(str::trim) {
+                if pair.is_empty() {
+                    continue;
+                }
+                let Some((k, v)) = pair.split_once('=') else {
+                    return Err(PageError::BadInput(format!(
+                        "target labels: {pair:?} is not KEY=VALUE"
+                    )));
+                };
+                labels.insert(k.trim().to_string(), v.trim().to_string());
+            }
+            let t = Target {
+                worker_id: worker,
+                labels,
+            };
+            t.validate("target")
+                .map_err(|e| PageError::BadInput(e.to_string()))?;
+            Some(t)
+        } else {
+            None
+        };
+        if priority.is_none()
+            && run_at.is_none()
+            && deadline.is_none()
+            && max_attempts.is_none()
+            && target.is_none()
+        {
             return Err(PageError::BadInput(
                 "Nothing to change: fill in at least one field.".into(),
             ));
@@ -169,8 +221,18 @@ impl ChangeForm {
             run_at,
             deadline,
             max_attempts,
+            target,
         })
     }
+}
+
+/// The labels of a target, as the form takes them, or "none".
+fn target_labels_now(t: &Target) -> String {
+    if t.labels.is_empty() {
+        return "none".into();
+    }
+    let pairs: Vec<String> = t.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.join(", ")
 }
 
 fn change_page(viewer: &Viewer, task: &TaskRecord, error: Option<&str>) -> Markup {
@@ -190,6 +252,10 @@ fn change_page(viewer: &Viewer, task: &TaskRecord, error: Option<&str>) -> Marku
             input #c-deadline name="deadline" placeholder="2026-11-23T12:00";
             label for="c-max-attempts" { "Max attempts (now " (task.max_attempts) "; attempts so far count)" }
             input #c-max-attempts name="max_attempts" inputmode="numeric";
+            label for="c-target-worker" { "Target worker (now " (task.routing.target.worker_id.as_deref().unwrap_or("any")) "; \u{201c}any\u{201d} clears the target; only while the task waits)" }
+            input #c-target-worker name="target_worker" placeholder="worker-7";
+            label for="c-target-labels" { "Target labels (now " (target_labels_now(&task.routing.target)) "; KEY=VALUE, comma-separated)" }
+            input #c-target-labels name="target_labels" placeholder="gpu=a100, region=eu";
             div.buttons {
                 button type="submit" name="step" value="review" { "Review the change" }
                 a href=(base) { "Cancel, go back" }
@@ -247,6 +313,10 @@ pub async fn change(
         paths.push("max_attempts".to_string());
         req.max_attempts = m;
     }
+    if let Some(t) = changes.target {
+        paths.push("target".to_string());
+        req.target = t;
+    }
     req.paths = paths;
     console.broker.update_task(req).await?;
     Ok(Redirect::to(&format!("{}?done=change", task_href(&id))).into_response())
@@ -273,6 +343,9 @@ fn review_page(viewer: &Viewer, task: &TaskRecord, f: &ChangeForm, c: &Changes) 
                 @if let Some(m) = c.max_attempts {
                     tr { th scope="row" { "Max attempts" } td { (task.max_attempts) } td { (m) } }
                 }
+                @if let Some(t) = &c.target {
+                    tr { th scope="row" { "Target" } td { (target_text(&task.routing.target)) } td { (target_text(t)) } }
+                }
             }
         } }
         form.confirm method="post" action={ (base) "/change" } {
@@ -281,6 +354,8 @@ fn review_page(viewer: &Viewer, task: &TaskRecord, f: &ChangeForm, c: &Changes) 
             input type="hidden" name="run_at" value=(c.run_at.map(|t| t.to_rfc3339()).unwrap_or_default());
             input type="hidden" name="deadline" value=(keep(&f.deadline));
             input type="hidden" name="max_attempts" value=(keep(&f.max_attempts));
+            input type="hidden" name="target_worker" value=(keep(&f.target_worker));
+            input type="hidden" name="target_labels" value=(keep(&f.target_labels));
             button type="submit" name="step" value="apply" { "Apply the change" }
             " "
             a href={ (base) "/change" } { "Back to the form" }

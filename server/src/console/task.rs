@@ -344,7 +344,7 @@ fn actions(base: &str, state: StoredState) -> Markup {
             nav.actions aria-label="Actions" {
                 @if cancel { a.button.danger href={ (base) "/cancel" } { "Cancel…" } }
                 @if requeue { a.button href={ (base) "/requeue" } { "Requeue…" } }
-                @if change { a.button href={ (base) "/change" } { "Change priority, run at or deadline…" } }
+                @if change { a.button href={ (base) "/change" } { "Change priority, run at, deadline, attempts or target…" } }
             }
         }
     }
