@@ -387,7 +387,7 @@ export class FakeClient implements Taskbroker {
       const dependsOn = [...s.dependsOn, ...s.dependsOnIndex.map((i) => results[i]?.taskId ?? "")];
       const task = create(TaskSchema, {
         id: newId(), queue: s.queue, payload: s.payload, key: s.key, priority: s.priority, metadata: { ...s.metadata },
-        state: TaskState.READY, maxAttempts, createdAt: timestampNow(), updatedAt: timestampNow(), concurrencyKey: s.concurrencyKey,
+        state: TaskState.READY, maxAttempts, createdAt: timestampNow(), updatedAt: timestampNow(), concurrencyKey: s.concurrencyKey, bucket: s.bucket,
         dependsOn, runIfDependencyFails: s.runIfDependencyFails, atMostOnce: s.atMostOnce,
         ...(s.retry ? { retry: s.retry } : {}), ...(s.deadline ? { deadline: s.deadline } : {}),
       });
