@@ -95,3 +95,29 @@ test("a bucket goes round trip, and a task names it at submit", { skip }, async 
   await assert.rejects(client.deleteBucket(name), notFound);
   await assert.rejects(client.updateBucket("not a bucket name!", { maxConcurrent: 1 }), (err: unknown) => err instanceof ConnectError && err.code === Code.InvalidArgument);
 });
+
+test("a handler's bucket cooldown shows on its bucket until it is lifted", { skip }, async () => {
+  await using client = connect(addr!, optionsFromEnv({ defaultTimeoutMs: 10_000 }));
+  const queue = `test.typescript.cooldown.${suffix()}`;
+  const bucket = `test.typescript.bucket.${suffix()}`;
+  await client.updateBucket(bucket, { maxConcurrent: 10 });
+  const { taskId } = await client.submit(queue, "x", { bucket });
+  const worker = new Worker(client, { concurrency: 1, pollWaitMs: 1_000 }).handle<string, string>(queue, async () => {
+    throw new RetryableError("429 from the partner", { coolDownBucketMs: 3_600_000 });
+  });
+  const failed = new Promise<void>((resolve) => worker.on("failed", () => resolve()));
+  const running = worker.run({ handleSignals: false });
+  try {
+    await failed;
+  } finally {
+    await worker.close();
+    await running;
+  }
+  const cooldowns = await client.listCooldowns({ bucket });
+  assert.deepEqual(cooldowns.map((c) => [c.scope, c.bucket, c.queue, c.taskId]), [["BUCKET", bucket, "", taskId]]);
+  assert.deepEqual((await client.getBucket(bucket)).cooldownUntil, cooldowns[0]!.until);
+  assert.equal(await client.liftCooldown({ bucket }), true);
+  assert.equal((await client.getBucket(bucket)).cooldownUntil, undefined);
+  await client.cancelTask(taskId);
+  await client.deleteBucket(bucket);
+});
