@@ -43,11 +43,14 @@ class BucketsTest {
     }
   }
 
-  /** The queue's live cooldowns once there is one; the Fail that sets it ends the first attempt. */
-  private List<CooldownInfo> firstCooldowns(String queue) throws InterruptedException {
+  /**
+   * The live cooldowns of a queue's keys or a bucket once there is one (the Fail that sets it ends
+   * the first attempt), or none after 30 s.
+   */
+  private List<CooldownInfo> firstCooldowns(String queue, String bucket) throws InterruptedException {
     Instant giveUp = Instant.now().plusSeconds(30);
     for (; ; ) {
-      List<CooldownInfo> c = tb.listCooldowns(queue, null);
+      List<CooldownInfo> c = tb.listCooldowns(queue, bucket);
       if (!c.isEmpty() || Instant.now().isAfter(giveUp)) {
         return c;
       }
@@ -77,7 +80,7 @@ class BucketsTest {
             .pollWait(Duration.ofSeconds(1))
             .build()) {
       w.start();
-      List<CooldownInfo> cooldowns = firstCooldowns(queue);
+      List<CooldownInfo> cooldowns = firstCooldowns(queue, null);
       assertEquals(1, cooldowns.size(), cooldowns.toString());
       CooldownInfo c = cooldowns.get(0);
       String cooled = first.get();
@@ -140,5 +143,37 @@ class BucketsTest {
         assertThrows(StatusRuntimeException.class, () -> tb.updateBucket(BucketUpdate.of("not a bucket name!").maxConcurrent(1)));
     assertEquals(Status.Code.INVALID_ARGUMENT, bad.getStatus().getCode());
     assertThrows(IllegalStateException.class, () -> tb.updateBucket(BucketUpdate.of(name)));
+  }
+
+  @Test
+  void aHandlersBucketCooldownShowsOnItsBucketUntilItIsLifted() throws Exception {
+    String queue = "test.java.cooldown." + suffix;
+    String bucket = "test.java.bucket.c" + suffix;
+    tb.updateBucket(BucketUpdate.of(bucket).maxConcurrent(10));
+    String id = tb.submit(tb.spec(queue, "x").setBucket(bucket).build()).getTaskId();
+    List<CooldownInfo> cooldowns;
+    try (Worker w =
+        Worker.builder(tb)
+            .handle(
+                queue,
+                String.class,
+                (ctx, data) -> {
+                  throw new RetryableException("429 from the partner").coolDownBucket(Duration.ofHours(1));
+                })
+            .concurrency(1)
+            .pollWait(Duration.ofSeconds(1))
+            .build()) {
+      w.start();
+      cooldowns = firstCooldowns(null, bucket);
+    }
+    assertEquals(1, cooldowns.size(), cooldowns.toString());
+    CooldownInfo c = cooldowns.get(0);
+    assertEquals(CooldownInfo.Scope.BUCKET, c.scope());
+    assertEquals(List.of(bucket, "", id), List.of(c.bucket(), c.queue(), c.taskId()));
+    assertEquals(c.until(), tb.getBucket(bucket).cooldownUntil());
+    assertTrue(tb.liftBucketCooldown(bucket));
+    assertNull(tb.getBucket(bucket).cooldownUntil());
+    tb.cancelTask(id);
+    tb.deleteBucket(bucket);
   }
 }
