@@ -1,5 +1,5 @@
 /**
- * The operator calls of `Client` (get, list, cancel, requeue, explain) as plain objects: states,
+ * The operator calls of `Client` on tasks (get, list, cancel, requeue, explain) as plain objects: states,
  * gate kinds and lease paths by name ("SUCCEEDED", "RUN_AT_IN_FUTURE"), times as `Date`s. The
  * message each came from stays on `proto`.
  *
@@ -23,6 +23,8 @@ export interface TaskInfo {
   id: string;
   queue: string;
   key: string;
+  /** The limit bucket it counts against, as submitted ("": its queue's bucket, if any). */
+  bucket: string;
   state: TaskStateName;
   attempt: number;
   maxAttempts: number;
@@ -52,6 +54,10 @@ export interface TaskGate {
   until: Date | undefined;
   holderTaskIds: string[];
   ahead: number;
+  /** BUCKET_CONCURRENCY_FULL, BUCKET_RATE_LIMITED, COOLDOWN of a bucket: the bucket. */
+  bucket: string;
+  /** COOLDOWN of a concurrency key: the key. */
+  concurrencyKey: string;
 }
 
 /**
@@ -96,6 +102,7 @@ export function taskInfo(t: Task): TaskInfo {
     id: t.id,
     queue: t.queue,
     key: t.key,
+    bucket: t.bucket,
     state: stateName(t.state),
     attempt: t.attempt,
     maxAttempts: t.maxAttempts,
@@ -127,6 +134,8 @@ function explanation(r: ExplainTaskResponse): TaskExplanation {
       until: date(g.until),
       holderTaskIds: [...g.holderTaskIds],
       ahead: Number(g.ahead),
+      bucket: g.bucket,
+      concurrencyKey: g.concurrencyKey,
     })),
     leasePath: r.leasePath === LeasePath.UNSPECIFIED ? "" : (LeasePath[r.leasePath] ?? String(r.leasePath)),
     proto: r,

@@ -33,6 +33,8 @@ import { decodeResult, json, payloadBytes, type Serializer } from "./serializer.
 import { TaskbrokerError, throwIfFailed } from "./errors.js";
 import * as ops from "./admin.js";
 import type { TaskExplanation, TaskFilter, TaskInfo } from "./admin.js";
+import * as buckets from "./buckets.js";
+import type { BucketInfo, BucketUpdate, CooldownInfo, CooldownOf } from "./buckets.js";
 
 /** The ErrorInfo domain of every error the broker raises. */
 export const ERROR_DOMAIN = "taskbroker.dev";
@@ -199,7 +201,7 @@ export class Client implements Taskbroker {
    * as it is); resolves with its SubmitResult (`taskId`, `deduplicated`, `replaced`,
    * `copyTaskIds`). `options` takes every other TaskSpec field by name: `key`, `priority`,
    * `runAt` (a Date), `delayMs`, `deadline` (a Date), `retry`, `metadata`, `target`, `sticky`,
-   * `fanout`, `concurrencyKey`, `dependsOn`, `dependsOnKeys`, `runIfDependencyFails`,
+   * `fanout`, `concurrencyKey`, `bucket`, `dependsOn`, `dependsOnKeys`, `runIfDependencyFails`,
    * `onDuplicateKey`, `atMostOnce`.
    * Backpressure (RESOURCE_EXHAUSTED with a RetryInfo) is retried as `submitTasks` says.
    */
@@ -258,6 +260,39 @@ export class Client implements Taskbroker {
   /** Which gates hold a task that is not running (`gates[i].kind`: `"RUN_AT_IN_FUTURE"`, `"NONE"`...). */
   explainTask(taskId: string): Promise<TaskExplanation> {
     return ops.explainTask(this.admin, taskId);
+  }
+
+  /** A limit bucket's settings, use now and cooldown; NOT_FOUND (a ConnectError) when it is not defined. */
+  getBucket(name: string): Promise<BucketInfo> {
+    return buckets.getBucket(this.admin, name);
+  }
+
+  /** Every defined bucket, by name. */
+  listBuckets(): Promise<BucketInfo[]> {
+    return buckets.listBuckets(this.admin);
+  }
+
+  /**
+   * Changes the fields given (`{ rateLimit: { perSecond: 20, burst: 20 }, maxConcurrent: 50 }`),
+   * defining the bucket if need be; resolves with the bucket as it is now.
+   */
+  updateBucket(name: string, update: BucketUpdate): Promise<BucketInfo> {
+    return buckets.updateBucket(this.admin, name, update);
+  }
+
+  /** Removes a bucket (its tasks lease without its limits); NOT_FOUND when it is not defined. */
+  deleteBucket(name: string): Promise<void> {
+    return buckets.deleteBucket(this.admin, name);
+  }
+
+  /** The live cooldowns, soonest end first; of one queue's keys or one bucket when given. */
+  listCooldowns(filter: { queue?: string; bucket?: string } = {}): Promise<CooldownInfo[]> {
+    return buckets.listCooldowns(this.admin, filter);
+  }
+
+  /** Ends a cooldown now (`{ queue, key }` or `{ bucket }`); false when there was none. */
+  liftCooldown(of: CooldownOf): Promise<boolean> {
+    return buckets.liftCooldown(this.admin, of);
   }
 
   /** Closes the HTTP/2 connection; calls still running fail. A later call opens a new one. */

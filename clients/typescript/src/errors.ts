@@ -4,12 +4,9 @@
  */
 
 import type { Task } from "./gen/taskbroker/v1/admin_pb.js";
-import { TaskState } from "./gen/taskbroker/v1/broker_pb.js";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { CooldownScope, TaskState } from "./gen/taskbroker/v1/broker_pb.js";
 
-/**
- * The attempt failed but may succeed later: the worker reports Fail and the broker
- * applies the task's retry policy. Any other thrown error is treated the same way.
- */
 /** The one base class of this package's errors (gRPC failures stay ConnectError). */
 export class TaskbrokerError extends Error {}
 
@@ -27,6 +24,19 @@ export class WorkerStoppedError extends TaskbrokerError {
   }
 }
 
+/**
+ * What a failed attempt asks the broker to hold (FailRequest.cooldown): the task's own
+ * concurrency key (in its queue) or its limit bucket, for `durationMs`, on every replica.
+ */
+export interface RequestedCooldown {
+  scope: "CONCURRENCY_KEY" | "BUCKET";
+  durationMs: number;
+}
+
+/**
+ * The attempt failed but may succeed later: the worker reports Fail and the broker
+ * applies the task's retry policy. Any other thrown error is treated the same way.
+ */
 export class RetryableError extends TaskbrokerError {
   /** Overrides the retry policy's backoff for this retry, in milliseconds. */
   readonly retryAfterMs: number | undefined;
@@ -35,16 +45,45 @@ export class RetryableError extends TaskbrokerError {
    * FailRequest.prefer_same_worker, SOFT unless the task's sticky policy is HARD.
    */
   readonly preferSameWorker: boolean;
+  /**
+   * The cooldown asked for by `coolDownKeyMs` or `coolDownBucketMs`: no task of the key (or
+   * bucket) is leased before it ends, and this task's retry waits at least as long. The broker
+   * refuses it (INVALID_ARGUMENT, the Fail not applied) when the task has no key (or bucket)
+   * or the duration is above its max_cooldown (1 h by default).
+   */
+  readonly cooldown: RequestedCooldown | undefined;
 
   constructor(
     message: string,
-    options: { retryAfterMs?: number; preferSameWorker?: boolean; cause?: unknown } = {},
+    options: {
+      retryAfterMs?: number;
+      preferSameWorker?: boolean;
+      /** Holds every task of this task's concurrency key this many ms (e.g. a 429's Retry-After). */
+      coolDownKeyMs?: number;
+      /** Holds every task of this task's limit bucket this many ms. */
+      coolDownBucketMs?: number;
+      cause?: unknown;
+    } = {},
   ) {
     super(message, { cause: options.cause });
     this.name = "RetryableError";
     this.retryAfterMs = options.retryAfterMs;
     this.preferSameWorker = options.preferSameWorker ?? false;
+    const { coolDownKeyMs: key, coolDownBucketMs: bucket } = options;
+    if (key !== undefined && bucket !== undefined) {
+      throw new RangeError("RetryableError: give coolDownKeyMs or coolDownBucketMs, not both");
+    }
+    const ms = key ?? bucket;
+    if (ms !== undefined && !(Number.isFinite(ms) && ms > 0)) {
+      throw new RangeError(`RetryableError: a cooldown must be above 0 ms, got ${ms}`);
+    }
+    this.cooldown = ms === undefined ? undefined : { scope: key !== undefined ? "CONCURRENCY_KEY" : "BUCKET", durationMs: ms };
   }
+}
+
+/** The FailRequest.cooldown of a cooldown asked for (whole milliseconds), or undefined. */
+export function cooldownMessage(c: RequestedCooldown | undefined): { scope: CooldownScope; duration: ReturnType<typeof durationFromMs> } | undefined {
+  return c === undefined ? undefined : { scope: CooldownScope[c.scope], duration: durationFromMs(Math.ceil(c.durationMs)) };
 }
 
 /** The task can never succeed (bad input): reported as Fail with non_retryable, the task goes DEAD. */

@@ -27,6 +27,8 @@ export { timestampFromDate, timestampFromMs, timestampDate, timestampMs, duratio
 export type { Timestamp, Duration } from "@bufbuild/protobuf/wkt";
 export { taskInfo } from "./admin.js";
 export type { TaskInfo, TaskExplanation, TaskGate, TaskFilter, TaskStateName } from "./admin.js";
+export { bucketInfo } from "./buckets.js";
+export type { BucketInfo, BucketRateLimit, BucketUpdate, CooldownInfo, CooldownOf } from "./buckets.js";
 export { Worker } from "./worker.js";
 export type { WorkerOptions, WorkerEvents, RunOptions, Logger } from "./worker.js";
 export { handler } from "./handlers.js";
@@ -45,12 +47,20 @@ export { TaskContext } from "./context.js";
 export * as testing from "./testing.js";
 export type { BytesLike } from "./context.js";
 export { TaskbrokerError, RetryableError, PermanentError, TaskAbortedError, TaskFailedError, WorkerStoppedError } from "./errors.js";
-export type { AbortKind } from "./errors.js";
+export type { AbortKind, RequestedCooldown } from "./errors.js";
 export { target, sticky, fanout, MAX_LABELS } from "./routing.js";
 export * from "./gen/taskbroker/v1/broker_pb.js";
 export * from "./gen/taskbroker/v1/admin_pb.js";
 export * from "./gen/taskbroker/v1/schedule_pb.js";
 export * from "./gen/taskbroker/v1/event_pb.js";
+// The limit buckets' and cooldowns' messages (the rest of queue.proto is reached through `admin`).
+export {
+  LimitBucketSchema,
+  BucketConfigSchema,
+  BucketUseSchema,
+  CooldownHoldSchema,
+} from "./gen/taskbroker/v1/queue_pb.js";
+export type { LimitBucket, BucketConfig, BucketUse, CooldownHold } from "./gen/taskbroker/v1/queue_pb.js";
 export { wait, waitAll, submitAndWait, isFinal, WaitTimeoutError, MAX_WAIT_TASKS } from "./wait.js";
 export type { WaitOptions } from "./wait.js";
 // The worker registry's messages; its Worker message is WorkerInfo here (Worker is the runtime).

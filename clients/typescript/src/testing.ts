@@ -24,7 +24,7 @@ import type { Transport } from "@connectrpc/connect";
 import type { AdminClient, BrokerClient, ScheduleClient, SubmitOptions, Taskbroker } from "./client.js";
 import { taskSpec } from "./client.js";
 import { TaskContext, toBytes, type BytesLike } from "./context.js";
-import { TaskbrokerError, throwIfFailed, type AbortKind } from "./errors.js";
+import { RetryableError, TaskbrokerError, throwIfFailed, type AbortKind, type RequestedCooldown } from "./errors.js";
 import { rawRoute, typedRoute, withMiddleware, type AnyHandler, type Handler, type Middleware, type Route } from "./handlers.js";
 import { decodeResult, json, payloadBytes, type Serializer } from "./serializer.js";
 import { failRequest } from "./worker.js";
@@ -98,6 +98,8 @@ export type Outcome<Result = unknown> =
       /** What `RetryableError`'s retryAfterMs asked for (0 after a stop: handed back). */
       retryAfterMs: number | undefined;
       preferSameWorker: boolean;
+      /** What `RetryableError`'s coolDownKeyMs or coolDownBucketMs asked for (FailRequest.cooldown). */
+      cooldown: RequestedCooldown | undefined;
       /** The lease was lost during the attempt: the worker reports nothing then. */
       leaseLost: boolean;
     };
@@ -241,6 +243,7 @@ export class TestContext extends TaskContext {
       permanent: !stopping && req.nonRetryable,
       retryAfterMs: stopping ? 0 : req.retryAfter === undefined ? undefined : durationMs(req.retryAfter),
       preferSameWorker: req.preferSameWorker,
+      cooldown: error instanceof RetryableError ? error.cooldown : undefined,
       leaseLost: this.abortKind === "lost",
     };
   }
@@ -384,7 +387,7 @@ export class FakeClient implements Taskbroker {
       const dependsOn = [...s.dependsOn, ...s.dependsOnIndex.map((i) => results[i]?.taskId ?? "")];
       const task = create(TaskSchema, {
         id: newId(), queue: s.queue, payload: s.payload, key: s.key, priority: s.priority, metadata: { ...s.metadata },
-        state: TaskState.READY, maxAttempts, createdAt: timestampNow(), updatedAt: timestampNow(), concurrencyKey: s.concurrencyKey,
+        state: TaskState.READY, maxAttempts, createdAt: timestampNow(), updatedAt: timestampNow(), concurrencyKey: s.concurrencyKey, bucket: s.bucket,
         dependsOn, runIfDependencyFails: s.runIfDependencyFails, atMostOnce: s.atMostOnce,
         ...(s.retry ? { retry: s.retry } : {}), ...(s.deadline ? { deadline: s.deadline } : {}),
       });

@@ -45,7 +45,7 @@ import { durationFromMs, timestampDate } from "@bufbuild/protobuf/wkt";
 import { TaskState, type LeasedTask } from "./gen/taskbroker/v1/broker_pb.js";
 import { Client, isLeaseLost, type BrokerClient } from "./client.js";
 import { TaskContext } from "./context.js";
-import { PermanentError, RetryableError, WorkerStoppedError } from "./errors.js";
+import { cooldownMessage, PermanentError, RetryableError, WorkerStoppedError } from "./errors.js";
 import { backoffMs, checkWorkerOptions, DEFAULTS, heartbeatIntervalMs, stopsWorker } from "./spec.js";
 import { MAX_LABELS } from "./routing.js";
 import { inProcessSpan } from "./tracing.js";
@@ -747,6 +747,7 @@ export function failRequest(ctx: TaskContext, error: unknown) {
         ? durationFromMs(error.retryAfterMs)
         : undefined,
     preferSameWorker: error instanceof RetryableError && error.preferSameWorker,
+    cooldown: error instanceof RetryableError ? cooldownMessage(error.cooldown) : undefined,
   };
 }
 

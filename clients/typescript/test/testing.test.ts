@@ -129,3 +129,31 @@ test("a producer and a worker run on a FakeClient", async () => {
   const [done] = await waitAll(fake, [later.taskId], { timeoutMs: 1000 });
   assert.equal(await fake.getResult(done!.id), "X");
 });
+
+test("a TestContext records the cooldown a failing handler asks for", async () => {
+  const callPartner = async (_: unknown, ctx: TaskContext): Promise<string> => {
+    const scope = ctx.task.metadata["scope"];
+    if (scope === "bucket") throw new RetryableError("429 from the partner", { coolDownBucketMs: 30_000 });
+    throw new RetryableError("429 Too Many Requests", { coolDownKeyMs: 90_000, retryAfterMs: 1_000 });
+  };
+  const key = await new testing.TestContext("calls", {}, { key: "acme" }).run(callPartner);
+  assert.ok(!key.ok);
+  assert.deepEqual(key.cooldown, { scope: "CONCURRENCY_KEY", durationMs: 90_000 });
+  assert.equal(key.retryAfterMs, 1_000);
+  const bucket = await new testing.TestContext("calls", {}, { metadata: { scope: "bucket" } }).run(callPartner);
+  assert.ok(!bucket.ok);
+  assert.deepEqual(bucket.cooldown, { scope: "BUCKET", durationMs: 30_000 });
+
+  // Without one, or from an error that is not a RetryableError, there is none.
+  const plain = await new testing.TestContext("calls").run(() => {
+    throw new RetryableError("busy");
+  });
+  assert.ok(!plain.ok && plain.cooldown === undefined);
+  const permanent = await new testing.TestContext("calls").run(() => {
+    throw new PermanentError("bad input");
+  });
+  assert.ok(!permanent.ok && permanent.cooldown === undefined);
+
+  assert.throws(() => new RetryableError("x", { coolDownKeyMs: 1_000, coolDownBucketMs: 1_000 }), /not both/);
+  assert.throws(() => new RetryableError("x", { coolDownKeyMs: 0 }), /above 0 ms/);
+});

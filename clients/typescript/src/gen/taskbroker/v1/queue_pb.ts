@@ -13,7 +13,7 @@ import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2"
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Duration, FieldMask, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_field_mask, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
-import type { RetryPolicy, TaskKey, TaskState } from "./broker_pb.js";
+import type { CooldownScope, RetryPolicy, TaskKey, TaskState } from "./broker_pb.js";
 import { file_taskbroker_v1_broker } from "./broker_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -21,7 +21,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file taskbroker/v1/queue.proto.
  */
 export const file_taskbroker_v1_queue: GenFile = /*@__PURE__*/
-  fileDesc("Chl0YXNrYnJva2VyL3YxL3F1ZXVlLnByb3RvEg10YXNrYnJva2VyLnYxIi4KCVJhdGVMaW1pdBISCgpwZXJfc2Vjb25kGAEgASgBEg0KBWJ1cnN0GAIgASgNIvAECgtRdWV1ZUNvbmZpZxIOCgZwYXVzZWQYASABKAgSFgoObWF4X2NvbmN1cnJlbnQYAiABKA0SLAoKcmF0ZV9saW1pdBgDIAEoCzIYLnRhc2ticm9rZXIudjEuUmF0ZUxpbWl0Eh4KFm1heF9jb25jdXJyZW50X3Blcl9rZXkYBCABKA0SNAoScGVyX2tleV9yYXRlX2xpbWl0GAUgASgLMhgudGFza2Jyb2tlci52MS5SYXRlTGltaXQSKQoIZmFpcm5lc3MYBiABKA4yFy50YXNrYnJva2VyLnYxLkZhaXJuZXNzEjEKDnByaW9yaXR5X2FnaW5nGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh0KFW1heF9sZWFzZXNfcGVyX3dvcmtlchgIIAEoDRIxCg1kZWZhdWx0X3JldHJ5GAkgASgLMhoudGFza2Jyb2tlci52MS5SZXRyeVBvbGljeRIwCg1kZWZhdWx0X2xlYXNlGAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCW1heF9sZWFzZRgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIZChFtYXhfcGF5bG9hZF9ieXRlcxgMIAEoBBIsCglyZXRlbnRpb24YDSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLAoJbWluX2xlYXNlGA4gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC21heF9wZW5kaW5nGA8gASgEEhkKEW1heF9wZW5kaW5nX2J5dGVzGBAgASgEInIKBVF1ZXVlEgwKBG5hbWUYASABKAkSKgoGY29uZmlnGAIgASgLMhoudGFza2Jyb2tlci52MS5RdWV1ZUNvbmZpZxIvCgt1cGRhdGVfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiHwoPR2V0UXVldWVSZXF1ZXN0EgwKBG5hbWUYASABKAkiNwoQR2V0UXVldWVSZXNwb25zZRIjCgVxdWV1ZRgBIAEoCzIULnRhc2ticm9rZXIudjEuUXVldWUiEwoRTGlzdFF1ZXVlc1JlcXVlc3QiOgoSTGlzdFF1ZXVlc1Jlc3BvbnNlEiQKBnF1ZXVlcxgBIAMoCzIULnRhc2ticm9rZXIudjEuUXVldWUifwoSVXBkYXRlUXVldWVSZXF1ZXN0EgwKBG5hbWUYASABKAkSKgoGY29uZmlnGAIgASgLMhoudGFza2Jyb2tlci52MS5RdWV1ZUNvbmZpZxIvCgt1cGRhdGVfbWFzaxgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE1hc2siOgoTVXBkYXRlUXVldWVSZXNwb25zZRIjCgVxdWV1ZRgBIAEoCzIULnRhc2ticm9rZXIudjEuUXVldWUivgEKBEdhdGUSJQoEa2luZBgBIAEoDjIXLnRhc2ticm9rZXIudjEuR2F0ZUtpbmQSDgoGZGV0YWlsGAIgASgJEikKBXVudGlsGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9ob2xkZXJfdGFza19pZHMYBCADKAkSDQoFYWhlYWQYBSABKAQSLAoMbWlzc2luZ19rZXlzGAYgAygLMhYudGFza2Jyb2tlci52MS5UYXNrS2V5IiUKEkV4cGxhaW5UYXNrUmVxdWVzdBIPCgd0YXNrX2lkGAEgASgJIqEBChNFeHBsYWluVGFza1Jlc3BvbnNlEg8KB3Rhc2tfaWQYASABKAkSJwoFc3RhdGUYAiABKA4yGC50YXNrYnJva2VyLnYxLlRhc2tTdGF0ZRIiCgVnYXRlcxgDIAMoCzITLnRhc2ticm9rZXIudjEuR2F0ZRIsCgpsZWFzZV9wYXRoGAQgASgOMhgudGFza2Jyb2tlci52MS5MZWFzZVBhdGgqVgoIRmFpcm5lc3MSGAoURkFJUk5FU1NfVU5TUEVDSUZJRUQQABIRCg1GQUlSTkVTU19OT05FEAESHQoZRkFJUk5FU1NfUk9VTkRfUk9CSU5fS0VZUxACKvwCCghHYXRlS2luZBIZChVHQVRFX0tJTkRfVU5TUEVDSUZJRUQQABISCg5HQVRFX0tJTkRfTk9ORRABEh4KGkdBVEVfS0lORF9SVU5fQVRfSU5fRlVUVVJFEAISGwoXR0FURV9LSU5EX1JFVFJZX0JBQ0tPRkYQAxIjCh9HQVRFX0tJTkRfQkxPQ0tFRF9CWV9ERVBFTkRFTkNZEAQSGgoWR0FURV9LSU5EX1FVRVVFX1BBVVNFRBAFEiQKIEdBVEVfS0lORF9RVUVVRV9DT05DVVJSRU5DWV9GVUxMEAYSIgoeR0FURV9LSU5EX0tFWV9DT05DVVJSRU5DWV9GVUxMEAcSGgoWR0FURV9LSU5EX1JBVEVfTElNSVRFRBAIEiAKHEdBVEVfS0lORF9OT19NQVRDSElOR19XT1JLRVIQCRIdChlHQVRFX0tJTkRfU1RJQ0tZX1JFU0VSVkVEEAoSHAoYR0FURV9LSU5EX1dBSVRJTkdfQkVISU5EEAsqggEKCUxlYXNlUGF0aBIaChZMRUFTRV9QQVRIX1VOU1BFQ0lGSUVEEAASFAoQTEVBU0VfUEFUSF9QTEFJThABEhUKEUxFQVNFX1BBVEhfUk9VVEVEEAISFAoQTEVBU0VfUEFUSF9HQVRFRBADEhYKEkxFQVNFX1BBVEhfTUFUQ0hFRBAEQkIKEWRldi50YXNrYnJva2VyLnYxUAFaK3Rhc2ticm9rZXIuZGV2L2dvL3Rhc2ticm9rZXJ2MTt0YXNrYnJva2VydjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_field_mask, file_google_protobuf_timestamp, file_taskbroker_v1_broker]);
+  fileDesc("Chl0YXNrYnJva2VyL3YxL3F1ZXVlLnByb3RvEg10YXNrYnJva2VyLnYxIi4KCVJhdGVMaW1pdBISCgpwZXJfc2Vjb25kGAEgASgBEg0KBWJ1cnN0GAIgASgNIoAFCgtRdWV1ZUNvbmZpZxIOCgZwYXVzZWQYASABKAgSFgoObWF4X2NvbmN1cnJlbnQYAiABKA0SLAoKcmF0ZV9saW1pdBgDIAEoCzIYLnRhc2ticm9rZXIudjEuUmF0ZUxpbWl0Eh4KFm1heF9jb25jdXJyZW50X3Blcl9rZXkYBCABKA0SNAoScGVyX2tleV9yYXRlX2xpbWl0GAUgASgLMhgudGFza2Jyb2tlci52MS5SYXRlTGltaXQSKQoIZmFpcm5lc3MYBiABKA4yFy50YXNrYnJva2VyLnYxLkZhaXJuZXNzEjEKDnByaW9yaXR5X2FnaW5nGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh0KFW1heF9sZWFzZXNfcGVyX3dvcmtlchgIIAEoDRIxCg1kZWZhdWx0X3JldHJ5GAkgASgLMhoudGFza2Jyb2tlci52MS5SZXRyeVBvbGljeRIwCg1kZWZhdWx0X2xlYXNlGAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCW1heF9sZWFzZRgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIZChFtYXhfcGF5bG9hZF9ieXRlcxgMIAEoBBIsCglyZXRlbnRpb24YDSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLAoJbWluX2xlYXNlGA4gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC21heF9wZW5kaW5nGA8gASgEEhkKEW1heF9wZW5kaW5nX2J5dGVzGBAgASgEEg4KBmJ1Y2tldBgRIAEoCSJyCgVRdWV1ZRIMCgRuYW1lGAEgASgJEioKBmNvbmZpZxgCIAEoCzIaLnRhc2ticm9rZXIudjEuUXVldWVDb25maWcSLwoLdXBkYXRlX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIh8KD0dldFF1ZXVlUmVxdWVzdBIMCgRuYW1lGAEgASgJIjcKEEdldFF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC50YXNrYnJva2VyLnYxLlF1ZXVlIhMKEUxpc3RRdWV1ZXNSZXF1ZXN0IjoKEkxpc3RRdWV1ZXNSZXNwb25zZRIkCgZxdWV1ZXMYASADKAsyFC50YXNrYnJva2VyLnYxLlF1ZXVlIn8KElVwZGF0ZVF1ZXVlUmVxdWVzdBIMCgRuYW1lGAEgASgJEioKBmNvbmZpZxgCIAEoCzIaLnRhc2ticm9rZXIudjEuUXVldWVDb25maWcSLwoLdXBkYXRlX21hc2sYAyABKAsyGi5nb29nbGUucHJvdG9idWYuRmllbGRNYXNrIjoKE1VwZGF0ZVF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC50YXNrYnJva2VyLnYxLlF1ZXVlIucBCgRHYXRlEiUKBGtpbmQYASABKA4yFy50YXNrYnJva2VyLnYxLkdhdGVLaW5kEg4KBmRldGFpbBgCIAEoCRIpCgV1bnRpbBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPaG9sZGVyX3Rhc2tfaWRzGAQgAygJEg0KBWFoZWFkGAUgASgEEiwKDG1pc3Npbmdfa2V5cxgGIAMoCzIWLnRhc2ticm9rZXIudjEuVGFza0tleRIOCgZidWNrZXQYByABKAkSFwoPY29uY3VycmVuY3lfa2V5GAggASgJIiUKEkV4cGxhaW5UYXNrUmVxdWVzdBIPCgd0YXNrX2lkGAEgASgJIqEBChNFeHBsYWluVGFza1Jlc3BvbnNlEg8KB3Rhc2tfaWQYASABKAkSJwoFc3RhdGUYAiABKA4yGC50YXNrYnJva2VyLnYxLlRhc2tTdGF0ZRIiCgVnYXRlcxgDIAMoCzITLnRhc2ticm9rZXIudjEuR2F0ZRIsCgpsZWFzZV9wYXRoGAQgASgOMhgudGFza2Jyb2tlci52MS5MZWFzZVBhdGgiVAoMQnVja2V0Q29uZmlnEiwKCnJhdGVfbGltaXQYASABKAsyGC50YXNrYnJva2VyLnYxLlJhdGVMaW1pdBIWCg5tYXhfY29uY3VycmVudBgCIAEoDSIwCglCdWNrZXRVc2USDgoGdG9rZW5zGAEgASgBEhMKC2xlYXNlc19oZWxkGAIgASgNItQBCgtMaW1pdEJ1Y2tldBIMCgRuYW1lGAEgASgJEisKBmNvbmZpZxgCIAEoCzIbLnRhc2ticm9rZXIudjEuQnVja2V0Q29uZmlnEiUKA3VzZRgDIAEoCzIYLnRhc2ticm9rZXIudjEuQnVja2V0VXNlEi8KC3VwZGF0ZV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCg5jb29sZG93bl91bnRpbBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiIAoQR2V0QnVja2V0UmVxdWVzdBIMCgRuYW1lGAEgASgJIj8KEUdldEJ1Y2tldFJlc3BvbnNlEioKBmJ1Y2tldBgBIAEoCzIaLnRhc2ticm9rZXIudjEuTGltaXRCdWNrZXQiFAoSTGlzdEJ1Y2tldHNSZXF1ZXN0IkIKE0xpc3RCdWNrZXRzUmVzcG9uc2USKwoHYnVja2V0cxgBIAMoCzIaLnRhc2ticm9rZXIudjEuTGltaXRCdWNrZXQigQEKE1VwZGF0ZUJ1Y2tldFJlcXVlc3QSDAoEbmFtZRgBIAEoCRIrCgZjb25maWcYAiABKAsyGy50YXNrYnJva2VyLnYxLkJ1Y2tldENvbmZpZxIvCgt1cGRhdGVfbWFzaxgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE1hc2siQgoUVXBkYXRlQnVja2V0UmVzcG9uc2USKgoGYnVja2V0GAEgASgLMhoudGFza2Jyb2tlci52MS5MaW1pdEJ1Y2tldCIjChNEZWxldGVCdWNrZXRSZXF1ZXN0EgwKBG5hbWUYASABKAkiFgoURGVsZXRlQnVja2V0UmVzcG9uc2UirwEKDENvb2xkb3duSG9sZBIrCgVzY29wZRgBIAEoDjIcLnRhc2ticm9rZXIudjEuQ29vbGRvd25TY29wZRINCgVxdWV1ZRgCIAEoCRIXCg9jb25jdXJyZW5jeV9rZXkYAyABKAkSDgoGYnVja2V0GAQgASgJEikKBXVudGlsGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgd0YXNrX2lkGAYgASgJIjUKFExpc3RDb29sZG93bnNSZXF1ZXN0Eg0KBXF1ZXVlGAEgASgJEg4KBmJ1Y2tldBgCIAEoCSJHChVMaXN0Q29vbGRvd25zUmVzcG9uc2USLgoJY29vbGRvd25zGAEgAygLMhsudGFza2Jyb2tlci52MS5Db29sZG93bkhvbGQiTQoTTGlmdENvb2xkb3duUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIXCg9jb25jdXJyZW5jeV9rZXkYAiABKAkSDgoGYnVja2V0GAMgASgJIiYKFExpZnRDb29sZG93blJlc3BvbnNlEg4KBmxpZnRlZBgBIAEoCCpWCghGYWlybmVzcxIYChRGQUlSTkVTU19VTlNQRUNJRklFRBAAEhEKDUZBSVJORVNTX05PTkUQARIdChlGQUlSTkVTU19ST1VORF9ST0JJTl9LRVlTEAIq3gMKCEdhdGVLaW5kEhkKFUdBVEVfS0lORF9VTlNQRUNJRklFRBAAEhIKDkdBVEVfS0lORF9OT05FEAESHgoaR0FURV9LSU5EX1JVTl9BVF9JTl9GVVRVUkUQAhIbChdHQVRFX0tJTkRfUkVUUllfQkFDS09GRhADEiMKH0dBVEVfS0lORF9CTE9DS0VEX0JZX0RFUEVOREVOQ1kQBBIaChZHQVRFX0tJTkRfUVVFVUVfUEFVU0VEEAUSJAogR0FURV9LSU5EX1FVRVVFX0NPTkNVUlJFTkNZX0ZVTEwQBhIiCh5HQVRFX0tJTkRfS0VZX0NPTkNVUlJFTkNZX0ZVTEwQBxIaChZHQVRFX0tJTkRfUkFURV9MSU1JVEVEEAgSIAocR0FURV9LSU5EX05PX01BVENISU5HX1dPUktFUhAJEh0KGUdBVEVfS0lORF9TVElDS1lfUkVTRVJWRUQQChIcChhHQVRFX0tJTkRfV0FJVElOR19CRUhJTkQQCxIlCiFHQVRFX0tJTkRfQlVDS0VUX0NPTkNVUlJFTkNZX0ZVTEwQDBIhCh1HQVRFX0tJTkRfQlVDS0VUX1JBVEVfTElNSVRFRBANEhYKEkdBVEVfS0lORF9DT09MRE9XThAOKoIBCglMZWFzZVBhdGgSGgoWTEVBU0VfUEFUSF9VTlNQRUNJRklFRBAAEhQKEExFQVNFX1BBVEhfUExBSU4QARIVChFMRUFTRV9QQVRIX1JPVVRFRBACEhQKEExFQVNFX1BBVEhfR0FURUQQAxIWChJMRUFTRV9QQVRIX01BVENIRUQQBEJCChFkZXYudGFza2Jyb2tlci52MVABWit0YXNrYnJva2VyLmRldi9nby90YXNrYnJva2VydjE7dGFza2Jyb2tlcnYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_field_mask, file_google_protobuf_timestamp, file_taskbroker_v1_broker]);
 
 /**
  * A token bucket: `per_second` tokens are added each second, up to `burst`;
@@ -172,6 +172,15 @@ export type QueueConfig = Message<"taskbroker.v1.QueueConfig"> & {
    * @generated from field: uint64 max_pending_bytes = 16;
    */
   maxPendingBytes: bigint;
+
+  /**
+   * The limit bucket (see LimitBucket) of this queue's tasks that name none
+   * themselves (TaskSpec.bucket wins); empty means none.
+   * [A-Za-z0-9._:-]{0,128}.
+   *
+   * @generated from field: string bucket = 17;
+   */
+  bucket: string;
 };
 
 /**
@@ -374,6 +383,20 @@ export type Gate = Message<"taskbroker.v1.Gate"> & {
    * @generated from field: repeated taskbroker.v1.TaskKey missing_keys = 6;
    */
   missingKeys: TaskKey[];
+
+  /**
+   * BUCKET_CONCURRENCY_FULL, BUCKET_RATE_LIMITED, COOLDOWN of a bucket: the bucket.
+   *
+   * @generated from field: string bucket = 7;
+   */
+  bucket: string;
+
+  /**
+   * COOLDOWN of a concurrency key: the key (of the task's queue).
+   *
+   * @generated from field: string concurrency_key = 8;
+   */
+  concurrencyKey: string;
 };
 
 /**
@@ -438,6 +461,401 @@ export type ExplainTaskResponse = Message<"taskbroker.v1.ExplainTaskResponse"> &
  */
 export const ExplainTaskResponseSchema: GenMessage<ExplainTaskResponse> = /*@__PURE__*/
   messageDesc(file_taskbroker_v1_queue, 11);
+
+/**
+ * The settings of a limit bucket. Every task that names the bucket (from
+ * TaskSpec.bucket, or else its queue's QueueConfig.bucket) counts against it,
+ * in every queue and on every replica.
+ *
+ * @generated from message taskbroker.v1.BucketConfig
+ */
+export type BucketConfig = Message<"taskbroker.v1.BucketConfig"> & {
+  /**
+   * Leases granted per second to the bucket's tasks together; unset means no limit.
+   *
+   * @generated from field: taskbroker.v1.RateLimit rate_limit = 1;
+   */
+  rateLimit?: RateLimit | undefined;
+
+  /**
+   * Leases the bucket's tasks hold at once; 0 means no limit.
+   *
+   * @generated from field: uint32 max_concurrent = 2;
+   */
+  maxConcurrent: number;
+};
+
+/**
+ * Describes the message taskbroker.v1.BucketConfig.
+ * Use `create(BucketConfigSchema)` to create a new message.
+ */
+export const BucketConfigSchema: GenMessage<BucketConfig> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_queue, 12);
+
+/**
+ * What a bucket holds now.
+ *
+ * @generated from message taskbroker.v1.BucketUse
+ */
+export type BucketUse = Message<"taskbroker.v1.BucketUse"> & {
+  /**
+   * Tokens in the rate limit's bucket now (0 when it has no rate limit).
+   *
+   * @generated from field: double tokens = 1;
+   */
+  tokens: number;
+
+  /**
+   * Leases its tasks hold now.
+   *
+   * @generated from field: uint32 leases_held = 2;
+   */
+  leasesHeld: number;
+};
+
+/**
+ * Describes the message taskbroker.v1.BucketUse.
+ * Use `create(BucketUseSchema)` to create a new message.
+ */
+export const BucketUseSchema: GenMessage<BucketUse> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_queue, 13);
+
+/**
+ * A named limit bucket and its live settings.
+ *
+ * @generated from message taskbroker.v1.LimitBucket
+ */
+export type LimitBucket = Message<"taskbroker.v1.LimitBucket"> & {
+  /**
+   * [A-Za-z0-9._:-]{1,128}.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: taskbroker.v1.BucketConfig config = 2;
+   */
+  config?: BucketConfig | undefined;
+
+  /**
+   * @generated from field: taskbroker.v1.BucketUse use = 3;
+   */
+  use?: BucketUse | undefined;
+
+  /**
+   * When the settings were last changed.
+   *
+   * @generated from field: google.protobuf.Timestamp update_time = 4;
+   */
+  updateTime?: Timestamp | undefined;
+
+  /**
+   * When a cooldown of the bucket ends; unset when it has none.
+   *
+   * @generated from field: google.protobuf.Timestamp cooldown_until = 5;
+   */
+  cooldownUntil?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message taskbroker.v1.LimitBucket.
+ * Use `create(LimitBucketSchema)` to create a new message.
+ */
+export const LimitBucketSchema: GenMessage<LimitBucket> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_queue, 14);
+
+/**
+ * @generated from message taskbroker.v1.GetBucketRequest
+ */
+export type GetBucketRequest = Message<"taskbroker.v1.GetBucketRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message taskbroker.v1.GetBucketRequest.
+ * Use `create(GetBucketRequestSchema)` to create a new message.
+ */
+export const GetBucketRequestSchema: GenMessage<GetBucketRequest> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_queue, 15);
+
+/**
+ * @generated from message taskbroker.v1.GetBucketResponse
+ */
+export type GetBucketResponse = Message<"taskbroker.v1.GetBucketResponse"> & {
+  /**
+   * @generated from field: taskbroker.v1.LimitBucket bucket = 1;
+   */
+  bucket?: LimitBucket | undefined;
+};
+
+/**
+ * Describes the message taskbroker.v1.GetBucketResponse.
+ * Use `create(GetBucketResponseSchema)` to create a new message.
+ */
+export const GetBucketResponseSchema: GenMessage<GetBucketResponse> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_queue, 16);
+
+/**
+ * @generated from message taskbroker.v1.ListBucketsRequest
+ */
+export type ListBucketsRequest = Message<"taskbroker.v1.ListBucketsRequest"> & {
+};
+
+/**
+ * Describes the message taskbroker.v1.ListBucketsRequest.
+ * Use `create(ListBucketsRequestSchema)` to create a new message.
+ */
+export const ListBucketsRequestSchema: GenMessage<ListBucketsRequest> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_queue, 17);
+
+/**
+ * @generated from message taskbroker.v1.ListBucketsResponse
+ */
+export type ListBucketsResponse = Message<"taskbroker.v1.ListBucketsResponse"> & {
+  /**
+   * Every defined bucket, by name.
+   *
+   * @generated from field: repeated taskbroker.v1.LimitBucket buckets = 1;
+   */
+  buckets: LimitBucket[];
+};
+
+/**
+ * Describes the message taskbroker.v1.ListBucketsResponse.
+ * Use `create(ListBucketsResponseSchema)` to create a new message.
+ */
+export const ListBucketsResponseSchema: GenMessage<ListBucketsResponse> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_queue, 18);
+
+/**
+ * @generated from message taskbroker.v1.UpdateBucketRequest
+ */
+export type UpdateBucketRequest = Message<"taskbroker.v1.UpdateBucketRequest"> & {
+  /**
+   * The bucket to change; created (with no limits) when it is not defined yet.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: taskbroker.v1.BucketConfig config = 2;
+   */
+  config?: BucketConfig | undefined;
+
+  /**
+   * Which fields of `config` to change ("rate_limit", "max_concurrent"). A named
+   * field left unset or zero means no limit. Required.
+   *
+   * @generated from field: google.protobuf.FieldMask update_mask = 3;
+   */
+  updateMask?: FieldMask | undefined;
+};
+
+/**
+ * Describes the message taskbroker.v1.UpdateBucketRequest.
+ * Use `create(UpdateBucketRequestSchema)` to create a new message.
+ */
+export const UpdateBucketRequestSchema: GenMessage<UpdateBucketRequest> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_queue, 19);
+
+/**
+ * @generated from message taskbroker.v1.UpdateBucketResponse
+ */
+export type UpdateBucketResponse = Message<"taskbroker.v1.UpdateBucketResponse"> & {
+  /**
+   * @generated from field: taskbroker.v1.LimitBucket bucket = 1;
+   */
+  bucket?: LimitBucket | undefined;
+};
+
+/**
+ * Describes the message taskbroker.v1.UpdateBucketResponse.
+ * Use `create(UpdateBucketResponseSchema)` to create a new message.
+ */
+export const UpdateBucketResponseSchema: GenMessage<UpdateBucketResponse> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_queue, 20);
+
+/**
+ * @generated from message taskbroker.v1.DeleteBucketRequest
+ */
+export type DeleteBucketRequest = Message<"taskbroker.v1.DeleteBucketRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message taskbroker.v1.DeleteBucketRequest.
+ * Use `create(DeleteBucketRequestSchema)` to create a new message.
+ */
+export const DeleteBucketRequestSchema: GenMessage<DeleteBucketRequest> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_queue, 21);
+
+/**
+ * Tasks that name a deleted bucket lease without its limits.
+ *
+ * @generated from message taskbroker.v1.DeleteBucketResponse
+ */
+export type DeleteBucketResponse = Message<"taskbroker.v1.DeleteBucketResponse"> & {
+};
+
+/**
+ * Describes the message taskbroker.v1.DeleteBucketResponse.
+ * Use `create(DeleteBucketResponseSchema)` to create a new message.
+ */
+export const DeleteBucketResponseSchema: GenMessage<DeleteBucketResponse> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_queue, 22);
+
+/**
+ * One live cooldown.
+ *
+ * @generated from message taskbroker.v1.CooldownHold
+ */
+export type CooldownHold = Message<"taskbroker.v1.CooldownHold"> & {
+  /**
+   * @generated from field: taskbroker.v1.CooldownScope scope = 1;
+   */
+  scope: CooldownScope;
+
+  /**
+   * CONCURRENCY_KEY: the queue and the key.
+   *
+   * @generated from field: string queue = 2;
+   */
+  queue: string;
+
+  /**
+   * @generated from field: string concurrency_key = 3;
+   */
+  concurrencyKey: string;
+
+  /**
+   * BUCKET: the bucket.
+   *
+   * @generated from field: string bucket = 4;
+   */
+  bucket: string;
+
+  /**
+   * No task of the key or bucket is leased before this time.
+   *
+   * @generated from field: google.protobuf.Timestamp until = 5;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * The task whose failed attempt set it.
+   *
+   * @generated from field: string task_id = 6;
+   */
+  taskId: string;
+};
+
+/**
+ * Describes the message taskbroker.v1.CooldownHold.
+ * Use `create(CooldownHoldSchema)` to create a new message.
+ */
+export const CooldownHoldSchema: GenMessage<CooldownHold> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_queue, 23);
+
+/**
+ * @generated from message taskbroker.v1.ListCooldownsRequest
+ */
+export type ListCooldownsRequest = Message<"taskbroker.v1.ListCooldownsRequest"> & {
+  /**
+   * Only the cooldowns of this queue's keys, when set.
+   *
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+
+  /**
+   * Only the cooldown of this bucket, when set.
+   *
+   * @generated from field: string bucket = 2;
+   */
+  bucket: string;
+};
+
+/**
+ * Describes the message taskbroker.v1.ListCooldownsRequest.
+ * Use `create(ListCooldownsRequestSchema)` to create a new message.
+ */
+export const ListCooldownsRequestSchema: GenMessage<ListCooldownsRequest> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_queue, 24);
+
+/**
+ * @generated from message taskbroker.v1.ListCooldownsResponse
+ */
+export type ListCooldownsResponse = Message<"taskbroker.v1.ListCooldownsResponse"> & {
+  /**
+   * The live cooldowns, soonest end first.
+   *
+   * @generated from field: repeated taskbroker.v1.CooldownHold cooldowns = 1;
+   */
+  cooldowns: CooldownHold[];
+};
+
+/**
+ * Describes the message taskbroker.v1.ListCooldownsResponse.
+ * Use `create(ListCooldownsResponseSchema)` to create a new message.
+ */
+export const ListCooldownsResponseSchema: GenMessage<ListCooldownsResponse> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_queue, 25);
+
+/**
+ * Names either a queue and concurrency key, or a bucket.
+ *
+ * @generated from message taskbroker.v1.LiftCooldownRequest
+ */
+export type LiftCooldownRequest = Message<"taskbroker.v1.LiftCooldownRequest"> & {
+  /**
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+
+  /**
+   * @generated from field: string concurrency_key = 2;
+   */
+  concurrencyKey: string;
+
+  /**
+   * @generated from field: string bucket = 3;
+   */
+  bucket: string;
+};
+
+/**
+ * Describes the message taskbroker.v1.LiftCooldownRequest.
+ * Use `create(LiftCooldownRequestSchema)` to create a new message.
+ */
+export const LiftCooldownRequestSchema: GenMessage<LiftCooldownRequest> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_queue, 26);
+
+/**
+ * @generated from message taskbroker.v1.LiftCooldownResponse
+ */
+export type LiftCooldownResponse = Message<"taskbroker.v1.LiftCooldownResponse"> & {
+  /**
+   * False when there was no live cooldown to lift.
+   *
+   * @generated from field: bool lifted = 1;
+   */
+  lifted: boolean;
+};
+
+/**
+ * Describes the message taskbroker.v1.LiftCooldownResponse.
+ * Use `create(LiftCooldownResponseSchema)` to create a new message.
+ */
+export const LiftCooldownResponseSchema: GenMessage<LiftCooldownResponse> = /*@__PURE__*/
+  messageDesc(file_taskbroker_v1_queue, 27);
 
 /**
  * How a queue orders READY tasks of equal effective priority.
@@ -559,6 +977,28 @@ export enum GateKind {
    * @generated from enum value: GATE_KIND_WAITING_BEHIND = 11;
    */
   WAITING_BEHIND = 11,
+
+  /**
+   * Its limit bucket holds max_concurrent leases (`bucket`).
+   *
+   * @generated from enum value: GATE_KIND_BUCKET_CONCURRENCY_FULL = 12;
+   */
+  BUCKET_CONCURRENCY_FULL = 12,
+
+  /**
+   * Its limit bucket's rate limit has no token (`bucket`; `until`: the next one).
+   *
+   * @generated from enum value: GATE_KIND_BUCKET_RATE_LIMITED = 13;
+   */
+  BUCKET_RATE_LIMITED = 13,
+
+  /**
+   * A worker put its concurrency key (`concurrency_key`) or its bucket
+   * (`bucket`) in a cooldown; `until`: when the cooldown ends.
+   *
+   * @generated from enum value: GATE_KIND_COOLDOWN = 14;
+   */
+  COOLDOWN = 14,
 }
 
 /**

@@ -20,8 +20,17 @@ public record TaskExplanation(
    * @param kind the GateKind's name without its prefix ({@code "RUN_AT_IN_FUTURE"},
    *     {@code "QUEUE_PAUSED"}, ...; {@code "NONE"}: nothing holds it)
    * @param until when it opens, when known; null otherwise
+   * @param bucket BUCKET_CONCURRENCY_FULL, BUCKET_RATE_LIMITED, COOLDOWN of a bucket: the bucket
+   * @param concurrencyKey COOLDOWN of a concurrency key: the key
    */
-  public record Gate(String kind, String detail, Instant until, List<String> holderTaskIds, long ahead) {}
+  public record Gate(
+      String kind,
+      String detail,
+      Instant until,
+      List<String> holderTaskIds,
+      long ahead,
+      String bucket,
+      String concurrencyKey) {}
 
   /** The TaskExplanation of an ExplainTask answer. */
   public static TaskExplanation of(ExplainTaskResponse r) {
@@ -34,7 +43,9 @@ public record TaskExplanation(
                         g.getDetail(),
                         g.hasUntil() ? ProtoTime.instant(g.getUntil()) : null,
                         List.copyOf(g.getHolderTaskIdsList()),
-                        g.getAhead()))
+                        g.getAhead(),
+                        g.getBucket(),
+                        g.getConcurrencyKey()))
             .toList();
     String path =
         r.getLeasePath() == LeasePath.LEASE_PATH_UNSPECIFIED || r.getLeasePath() == LeasePath.UNRECOGNIZED

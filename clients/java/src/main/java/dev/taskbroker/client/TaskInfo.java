@@ -11,6 +11,7 @@ import java.util.Map;
  * ({@link State#SUCCEEDED}), times as {@link Instant}s (null when not set), and the message it came
  * from in {@link #proto()} for the fields not copied here.
  *
+ * @param bucket the limit bucket it counts against, as submitted ({@code ""}: its queue's, if any)
  * @param cancelReason {@code "OPERATOR"} or {@code "DEPENDENCY_FAILED"} for a CANCELLED task,
  *     {@code ""} otherwise
  */
@@ -18,6 +19,7 @@ public record TaskInfo(
     String id,
     String queue,
     String key,
+    String bucket,
     State state,
     int attempt,
     int maxAttempts,
@@ -69,6 +71,7 @@ public record TaskInfo(
         t.getId(),
         t.getQueue(),
         t.getKey(),
+        t.getBucket(),
         State.of(t.getState()),
         t.getAttempt(),
         t.getMaxAttempts(),

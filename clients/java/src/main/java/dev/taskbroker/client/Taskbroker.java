@@ -514,6 +514,41 @@ public final class Taskbroker implements AutoCloseable {
         admin().explainTask(dev.taskbroker.v1.ExplainTaskRequest.newBuilder().setTaskId(taskId).build()));
   }
 
+  /** A limit bucket's settings, use now and cooldown; NOT_FOUND when it is not defined. */
+  public BucketInfo getBucket(String name) {
+    return Buckets.get(admin(), name);
+  }
+
+  /** Every defined bucket, by name. */
+  public java.util.List<BucketInfo> listBuckets() {
+    return Buckets.list(admin());
+  }
+
+  /** Changes the fields {@code update} sets, defining the bucket if need be; the bucket as it is now. */
+  public BucketInfo updateBucket(BucketUpdate update) {
+    return Buckets.update(admin(), update);
+  }
+
+  /** Removes a bucket (its tasks lease without its limits); NOT_FOUND when it is not defined. */
+  public void deleteBucket(String name) {
+    Buckets.delete(admin(), name);
+  }
+
+  /** The live cooldowns, soonest end first; of one queue's keys or one bucket when not null. */
+  public java.util.List<CooldownInfo> listCooldowns(String queue, String bucket) {
+    return Buckets.cooldowns(admin(), queue, bucket);
+  }
+
+  /** Ends the cooldown of {@code queue}'s concurrency key {@code key} now; false when there was none. */
+  public boolean liftCooldown(String queue, String key) {
+    return Buckets.lift(admin(), dev.taskbroker.v1.LiftCooldownRequest.newBuilder().setQueue(queue).setConcurrencyKey(key).build());
+  }
+
+  /** Ends the cooldown of {@code bucket} now; false when there was none. */
+  public boolean liftBucketCooldown(String bucket) {
+    return Buckets.lift(admin(), dev.taskbroker.v1.LiftCooldownRequest.newBuilder().setBucket(bucket).build());
+  }
+
   /** A blocking AdminService stub. */
   public AdminServiceGrpc.AdminServiceBlockingStub admin() {
     return AdminServiceGrpc.newBlockingStub(channel);

@@ -871,6 +871,7 @@ public final class Worker implements AutoCloseable {
     if (error instanceof RetryableException r) {
       r.retryAfter().ifPresent(d -> req.setRetryAfter(ProtoTime.duration(d)));
       req.setPreferSameWorker(r.preferSameWorker());
+      r.cooldown().ifPresent(c -> req.setCooldown(CooldownInfo.proto(c)));
     }
     return req.build();
   }

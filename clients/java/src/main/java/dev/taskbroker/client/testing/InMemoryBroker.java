@@ -159,6 +159,7 @@ public final class InMemoryBroker implements AutoCloseable {
                 .setState(TaskState.TASK_STATE_READY)
                 .setMaxAttempts(max)
                 .setConcurrencyKey(s.getConcurrencyKey())
+                .setBucket(s.getBucket())
                 .addAllDependsOn(deps)
                 .setRunIfDependencyFails(s.getRunIfDependencyFails())
                 .setAtMostOnce(s.getAtMostOnce())

@@ -1,6 +1,8 @@
 package dev.taskbroker.client.testing;
 
+import dev.taskbroker.client.CooldownInfo;
 import dev.taskbroker.client.DetachedTask;
+import dev.taskbroker.client.RetryableException;
 import dev.taskbroker.client.Serializer;
 import dev.taskbroker.v1.FailRequest;
 import java.time.Duration;
@@ -73,6 +75,20 @@ public final class Outcome {
 
   public boolean preferSameWorker() {
     return !succeeded() && attempt.fail().getPreferSameWorker();
+  }
+
+  /**
+   * The cooldown the failure asked for ({@code RetryableException}'s coolDownKey or
+   * coolDownBucket): FailRequest.cooldown.
+   */
+  public Optional<RetryableException.Cooldown> cooldown() {
+    if (succeeded() || !attempt.fail().hasCooldown()) {
+      return Optional.empty();
+    }
+    dev.taskbroker.v1.Cooldown c = attempt.fail().getCooldown();
+    com.google.protobuf.Duration d = c.getDuration();
+    return Optional.of(
+        new RetryableException.Cooldown(CooldownInfo.Scope.of(c.getScope()), Duration.ofSeconds(d.getSeconds(), d.getNanos())));
   }
 
   /** The lease was lost during the attempt: a worker reports nothing then. */

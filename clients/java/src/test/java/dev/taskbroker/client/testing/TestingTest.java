@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.taskbroker.client.CooldownInfo;
 import dev.taskbroker.client.PermanentException;
 import dev.taskbroker.client.RetryableException;
 import dev.taskbroker.client.TaskContext;
@@ -165,5 +166,40 @@ class TestingTest {
     tb.handle("later", ctx -> ctx.payload().toStringUtf8().toUpperCase().getBytes(StandardCharsets.UTF_8));
     assertEquals(1, tb.runPending());
     assertEquals("X", tb.waitFor(later, Duration.ofSeconds(1)).getResult().toStringUtf8());
+  }
+
+  @Test
+  void aTestTaskContextRecordsTheCooldownAFailingHandlerAsksFor() throws Exception {
+    TypedHandler<String, String> callPartner =
+        (ctx, data) -> {
+          if ("bucket".equals(data)) {
+            throw new RetryableException("429 from the partner").coolDownBucket(Duration.ofSeconds(30));
+          }
+          throw new RetryableException("429 Too Many Requests", Duration.ofSeconds(1), null)
+              .coolDownKey(Duration.ofSeconds(90));
+        };
+    Outcome key = TestTaskContext.builder("calls", "key").key("acme").build().run(String.class, callPartner);
+    assertTrue(key.retryable());
+    assertEquals(
+        new RetryableException.Cooldown(CooldownInfo.Scope.CONCURRENCY_KEY, Duration.ofSeconds(90)),
+        key.cooldown().orElseThrow());
+    assertEquals(Duration.ofSeconds(1), key.retryAfter().orElseThrow());
+    Outcome bucket = TestTaskContext.of("calls", "bucket").run(String.class, callPartner);
+    assertEquals(
+        new RetryableException.Cooldown(CooldownInfo.Scope.BUCKET, Duration.ofSeconds(30)),
+        bucket.cooldown().orElseThrow());
+    assertEquals(CooldownInfo.Scope.BUCKET.proto(), bucket.failRequest().getCooldown().getScope());
+
+    // Without one, or from a failure that is not a RetryableException, there is none.
+    TypedHandler<String, String> busy =
+        (ctx, data) -> {
+          throw new RetryableException("busy");
+        };
+    assertTrue(TestTaskContext.of("calls", "x").run(String.class, busy).cooldown().isEmpty());
+    TypedHandler<String, String> bad =
+        (ctx, data) -> {
+          throw new PermanentException("bad input");
+        };
+    assertTrue(TestTaskContext.of("calls", "x").run(String.class, bad).cooldown().isEmpty());
   }
 }
