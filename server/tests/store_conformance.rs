@@ -960,6 +960,7 @@ all_backends!(
     a_changed_target_holds_for_the_next_lease,
     a_target_changes_to_labels_and_clears_to_anyone,
     a_leased_or_finished_task_keeps_its_target,
+    a_list_filters_by_target_and_by_a_metadata_entry,
     plain_leases_keep_order_and_targets_around_a_routed_task,
     a_task_targeted_by_labels_goes_to_a_worker_with_all_of_them,
     a_task_nobody_may_take_does_not_block_the_tasks_behind_it,

@@ -77,6 +77,10 @@ impl AdminService for AdminApi {
             last_error: None,
             schedule_id: non_empty(r.schedule_id),
             fanout_group: non_empty(r.fanout_group),
+            target_worker: non_empty(r.target_worker_id),
+            target_labels: r.target_labels.into_iter().collect(),
+            metadata_key: non_empty(r.metadata_key),
+            metadata_value: non_empty(r.metadata_value),
             page_size: r.page_size,
             page_token: r.page_token,
         };

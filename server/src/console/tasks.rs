@@ -1,4 +1,5 @@
-//! Tasks: filter by queue, state, key, worker, schedule, last error and creation time,
+//! Tasks: filter by queue, state, key, worker, schedule, target worker, a metadata entry,
+//! last error and creation time,
 //! newest first, 50 per page. Paging is by keyset (the page token names the last
 //! task's sequence number), so a page costs the same on the millionth task.
 
@@ -27,6 +28,10 @@ pub struct TaskQuery {
     worker: Option<String>,
     /// The schedule that made the tasks.
     schedule: Option<String>,
+    /// The worker the tasks are targeted at.
+    target: Option<String>,
+    /// A metadata entry: `KEY` (any value) or `KEY=VALUE`.
+    meta: Option<String>,
     error: Option<String>,
     from: Option<String>,
     to: Option<String>,
@@ -77,6 +82,13 @@ impl TaskQuery {
                 "key: choose the queue too (a key is unique within its queue)".into(),
             ));
         }
+        let (metadata_key, metadata_value) = match non_empty(&self.meta) {
+            None => (None, None),
+            Some(m) => match m.split_once('=') {
+                Some((k, v)) => (Some(k.trim().to_string()), Some(v.trim().to_string())),
+                None => (Some(m), None),
+            },
+        };
         Ok(ListTasks {
             queue,
             states: self.state()?.into_iter().collect(),
@@ -87,6 +99,10 @@ impl TaskQuery {
             created_before: time("to", &self.to)?,
             schedule_id: non_empty(&self.schedule),
             fanout_group: None,
+            target_worker: non_empty(&self.target),
+            target_labels: Default::default(),
+            metadata_key,
+            metadata_value: metadata_value.filter(|v| !v.is_empty()),
             page_size: PAGE_SIZE,
             page_token: non_empty(&self.page).unwrap_or_default(),
         })
@@ -101,6 +117,8 @@ impl TaskQuery {
             ("key", v(&self.key)),
             ("worker", v(&self.worker)),
             ("schedule", v(&self.schedule)),
+            ("target", v(&self.target)),
+            ("meta", v(&self.meta)),
             ("error", v(&self.error)),
             ("from", v(&self.from)),
             ("to", v(&self.to)),
@@ -213,6 +231,9 @@ fn filter_form(q: &TaskQuery) -> Markup {
             div { label for="f-key" { "Key (in the queue)" } input #f-key name="key" value=(v(&q.key)); }
             div { label for="f-worker" { "Worker" } input #f-worker name="worker" value=(v(&q.worker)); }
             div { label for="f-schedule" { "Schedule" } input #f-schedule name="schedule" value=(v(&q.schedule)); }
+            div { label for="f-target" { "Targeted at worker" } input #f-target name="target" value=(v(&q.target)); }
+            div { label for="f-meta" { "Metadata (KEY or KEY=VALUE)" }
+                input #f-meta name="meta" placeholder="tenant=acme" value=(v(&q.meta)); }
             div { label for="f-from" { "Created from (UTC)" }
                 input #f-from name="from" placeholder="2026-11-23T10:00" value=(v(&q.from)); }
             div { label for="f-to" { "Created before (UTC)" }

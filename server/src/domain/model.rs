@@ -221,6 +221,12 @@ pub struct TaskFilter {
     pub before_seq: Option<i64>,
     /// Only the copies of this fan-out group (routing).
     pub fanout_group: Option<String>,
+    /// Only tasks whose target names this worker.
+    pub target_worker: Option<String>,
+    /// Only tasks whose target labels include every pair.
+    pub target_labels: std::collections::BTreeMap<String, String>,
+    /// Only tasks whose metadata has this key, mapped to the value when given.
+    pub metadata: Option<(String, Option<String>)>,
     pub limit: u32,
     pub now: DateTime<Utc>,
     /// The list is in creation order (newest first, then by sequence number);

@@ -22,6 +22,14 @@ pub struct ListTasks {
     pub schedule_id: Option<String>,
     /// Only the copies of this fan-out group (routing).
     pub fanout_group: Option<String>,
+    /// Only tasks whose target names this worker.
+    pub target_worker: Option<String>,
+    /// Only tasks whose target labels include every pair.
+    pub target_labels: std::collections::BTreeMap<String, String>,
+    /// Only tasks whose metadata has this key.
+    pub metadata_key: Option<String>,
+    /// With `metadata_key`: only tasks whose metadata maps it to this value.
+    pub metadata_value: Option<String>,
     pub page_size: i32,
     pub page_token: String,
 }
@@ -154,6 +162,25 @@ impl Broker {
         if let Some(g) = &req.fanout_group {
             validate::identifier("fanout_group", g, 64)?;
         }
+        if let Some(w) = &req.target_worker {
+            validate::identifier("target_worker_id", w, 256)?;
+        }
+        crate::domain::routing::labels("target_labels", &req.target_labels)?;
+        let metadata = match (&req.metadata_key, &req.metadata_value) {
+            (None, None) => None,
+            (None, Some(_)) => {
+                return Err(Invalid::new("metadata_value", "needs metadata_key").into());
+            }
+            (Some(k), v) => {
+                metadata_filter_key(k)?;
+                if let Some(v) = v
+                    && v.len() > 4096
+                {
+                    return Err(Invalid::new("metadata_value", "is longer than 4096 bytes").into());
+                }
+                Some((k.clone(), v.clone()))
+            }
+        };
         let now = self.clock.now();
         // A list with a creation-time filter is in creation order (so the page is
         // read from the creation-time index, however few tasks the range holds).
@@ -187,6 +214,9 @@ impl Broker {
             before_seq,
             before_created,
             fanout_group: req.fanout_group,
+            target_worker: req.target_worker,
+            target_labels: req.target_labels,
+            metadata,
             limit: size + 1,
             now,
         };
@@ -304,6 +334,21 @@ impl Broker {
         let now = self.clock.now();
         Ok((self.store.queue_stats(&queues, now).await?, now))
     }
+}
+
+/// A metadata key a list may filter by: 1 to 256 bytes, no control character, no
+/// `"` or `\` (the stores read it as a JSON path label).
+fn metadata_filter_key(k: &str) -> Result<(), Invalid> {
+    if k.is_empty() || k.len() > 256 {
+        return Err(Invalid::new("metadata_key", "must be 1 to 256 bytes"));
+    }
+    if k.chars().any(|c| c.is_control() || c == '"' || c == '\\') {
+        return Err(Invalid::new(
+            "metadata_key",
+            "must not hold a control character, `\"` or `\\`",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

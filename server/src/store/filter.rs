@@ -22,6 +22,13 @@ pub(crate) struct Dialect {
     pub key_prefix: [&'static str; 2],
     /// The error-text test, around the bound text: `[before, after]`.
     pub error_contains: [&'static str; 2],
+    /// One entry of a JSON object column as text: `[before the column, between
+    /// the column and the bound key, after it]`.
+    pub json_text: [&'static str; 3],
+    /// Whether a JSON object column has an entry: the same three pieces.
+    pub json_has: [&'static str; 3],
+    /// Whether the key is bound as a JSON path (`$."key"`), else as the key itself.
+    pub json_path: bool,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
@@ -29,6 +36,9 @@ pub(crate) const SQLITE: Dialect = Dialect {
     row_compare: true,
     key_prefix: [" AND substr(key, 1, length(", ")) = "],
     error_contains: [" AND instr(COALESCE(last_error, ''), ", ") > 0"],
+    json_text: [" AND json_extract(", ", ", ")"],
+    json_has: [" AND json_type(", ", ", ") IS NOT NULL"],
+    json_path: true,
 };
 
 pub(crate) const POSTGRES: Dialect = Dialect {
@@ -36,6 +46,9 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     row_compare: true,
     key_prefix: [" AND left(key, length(", ")) = "],
     error_contains: [" AND strpos(COALESCE(last_error, ''), ", ") > 0"],
+    json_text: [" AND (", "::jsonb ->> ", ")"],
+    json_has: [" AND jsonb_exists(", "::jsonb, ", ")"],
+    json_path: false,
 };
 
 pub(crate) const MYSQL: Dialect = Dialect {
@@ -43,6 +56,9 @@ pub(crate) const MYSQL: Dialect = Dialect {
     row_compare: false,
     key_prefix: [" AND LEFT(`key`, CHAR_LENGTH(", ")) = "],
     error_contains: [" AND INSTR(COALESCE(last_error, ''), ", ") > 0"],
+    json_text: [" AND JSON_UNQUOTE(JSON_EXTRACT(", ", ", "))"],
+    json_has: [" AND JSON_CONTAINS_PATH(", ", 'one', ", ") = 1"],
+    json_path: true,
 };
 
 /// Pushes ` AND ...` for each filter of a task list that is given, the page
@@ -95,7 +111,49 @@ where
     if let Some(group) = &f.fanout_group {
         qb.push(" AND fanout_group = ").push_bind(group);
     }
+    if let Some(worker) = &f.target_worker {
+        qb.push(" AND target_worker = ").push_bind(worker.clone());
+    }
+    for (k, v) in &f.target_labels {
+        push_json_eq(qb, d, "target_labels", k, v);
+    }
+    match &f.metadata {
+        Some((k, Some(v))) => push_json_eq(qb, d, "metadata", k, v),
+        Some((k, None)) => {
+            qb.push(d.json_has[0])
+                .push("metadata")
+                .push(d.json_has[1])
+                .push_bind(json_key(d, k))
+                .push(d.json_has[2]);
+        }
+        None => {}
+    }
     push_states(qb, &f.states, f.now);
+}
+
+/// The key as the dialect binds it: a JSON path label (the service refuses keys
+/// holding `"` or `\`, so quoting is enough) or the key itself.
+fn json_key(d: &Dialect, k: &str) -> String {
+    if d.json_path {
+        format!("$.\"{k}\"")
+    } else {
+        k.to_string()
+    }
+}
+
+/// ` AND <column>[k] = v` for a JSON object column.
+fn push_json_eq<DB>(qb: &mut QueryBuilder<DB>, d: &Dialect, column: &str, k: &str, v: &str)
+where
+    DB: Database,
+    String: for<'t> Encode<'t, DB> + Type<DB>,
+{
+    qb.push(d.json_text[0])
+        .push(column)
+        .push(d.json_text[1])
+        .push_bind(json_key(d, k))
+        .push(d.json_text[2])
+        .push(" = ")
+        .push_bind(v.to_string());
 }
 
 /// Pushes ` AND ...` for each filter of a bulk selection that is given, after

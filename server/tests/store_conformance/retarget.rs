@@ -1,6 +1,7 @@
 //! An operator's update changing a waiting task's target: the next lease follows
 //! the new target, an empty target lets anyone lease the task, and a task that is
-//! leased or finished keeps its target.
+//! leased or finished keeps its target. A list filtered by target and by a
+//! metadata entry.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,8 +9,8 @@ use std::sync::Arc;
 use taskbroker_server::domain::event::EventKind;
 use taskbroker_server::domain::routing::{Target, TaskRouting};
 use taskbroker_server::store::{
-    Changed, CompleteParams, LeaseParams, LeaseRouting, NewTask, Settled, Store, TaskRecord,
-    TaskUpdate,
+    Changed, CompleteParams, LeaseParams, LeaseRouting, NewTask, Settled, Store, TaskFilter,
+    TaskRecord, TaskUpdate,
 };
 
 use super::{lease_params, open, t0, task, uuid_like};
@@ -167,4 +168,82 @@ pub async fn a_leased_or_finished_task_keeps_its_target(b: Backend) {
     assert!(matches!(done, Changed::WrongState(_)), "{done:?}");
     let read = s.task_get(&uuid_like(1)).await.unwrap().unwrap();
     assert_eq!(read.routing.target.worker_id.as_deref(), Some("w1"));
+}
+
+pub async fn a_list_filters_by_target_and_by_a_metadata_entry(b: Backend) {
+    let Some((s, _db)) = open(b).await else {
+        return;
+    };
+    let with = |n: usize, worker: Option<&str>, pairs: &[(&str, &str)], meta: &[(&str, &str)]| {
+        let mut t = task("lf", n);
+        t.routing.target = Target {
+            worker_id: worker.map(String::from),
+            labels: labels(pairs),
+        };
+        t.metadata = meta
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        t
+    };
+    s.task_insert_many(
+        &[
+            with(1, Some("w1"), &[], &[("tenant", "acme")]),
+            with(2, Some("w2"), &[("gpu", "a100")], &[("tenant", "globex")]),
+            with(
+                3,
+                None,
+                &[("gpu", "a100"), ("region", "eu")],
+                &[("tenant.id", "acme")],
+            ),
+            with(4, None, &[], &[]),
+        ],
+        t0(),
+    )
+    .await
+    .unwrap();
+    let list = async |f: TaskFilter| {
+        let mut got = ids(&s
+            .task_list(&TaskFilter {
+                queue: Some("lf".into()),
+                limit: 10,
+                now: t0(),
+                ..f
+            })
+            .await
+            .unwrap());
+        got.sort();
+        got
+    };
+    let pairs = |p: &[(&str, &str)]| TaskFilter {
+        target_labels: labels(p),
+        ..TaskFilter::default()
+    };
+    let meta = |k: &str, v: Option<&str>| TaskFilter {
+        metadata: Some((k.into(), v.map(String::from))),
+        ..TaskFilter::default()
+    };
+    let worker = TaskFilter {
+        target_worker: Some("w2".into()),
+        ..TaskFilter::default()
+    };
+    assert_eq!(list(worker).await, [uuid_like(2)]);
+    assert_eq!(
+        list(pairs(&[("gpu", "a100")])).await,
+        [uuid_like(2), uuid_like(3)]
+    );
+    assert_eq!(
+        list(pairs(&[("gpu", "a100"), ("region", "eu")])).await,
+        [uuid_like(3)]
+    );
+    assert!(list(pairs(&[("gpu", "h100")])).await.is_empty());
+    assert_eq!(list(meta("tenant", Some("acme"))).await, [uuid_like(1)]);
+    assert_eq!(
+        list(meta("tenant", None)).await,
+        [uuid_like(1), uuid_like(2)]
+    );
+    // A dot in a key is part of the key, not a path.
+    assert_eq!(list(meta("tenant.id", Some("acme"))).await, [uuid_like(3)]);
+    assert!(list(meta("tenant", Some("initech"))).await.is_empty());
+    assert!(list(meta("nobody", None)).await.is_empty());
 }
