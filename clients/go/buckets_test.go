@@ -226,3 +226,20 @@ func TestABucketFromDefinitionToDeletion(t *testing.T) {
 		t.Fatal("UpdateBucket with nothing to change was sent")
 	}
 }
+
+func TestUpdateBucketNamesEachSettingOnceInItsMask(t *testing.T) {
+	req, err := taskbroker.UpdateBucketRequest("b", taskbroker.BucketMaxConcurrent(3), taskbroker.BucketMaxConcurrent(4),
+		taskbroker.BucketRateLimit(20, 40))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if paths := req.GetUpdateMask().GetPaths(); !slices.Equal(paths, []string{"max_concurrent", "rate_limit"}) {
+		t.Fatalf("mask %v", paths)
+	}
+	if c := req.GetConfig(); c.GetMaxConcurrent() != 4 || c.GetRateLimit().GetPerSecond() != 20 || c.GetRateLimit().GetBurst() != 40 {
+		t.Fatalf("config %v", c)
+	}
+	if req, _ := taskbroker.UpdateBucketRequest("b", taskbroker.BucketRateLimit(0, 9)); req.GetConfig().GetRateLimit() != nil {
+		t.Fatalf("BucketRateLimit(0, _) sent a rate limit: %v", req.GetConfig())
+	}
+}

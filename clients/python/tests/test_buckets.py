@@ -14,9 +14,20 @@ import threading
 import grpc
 import pytest
 
-from taskbroker import AsyncClient, AsyncTaskContext, Bucket, Client, Cooldown, RetryableError, TaskContext, TaskState, Worker
+from taskbroker import (
+    AsyncClient,
+    AsyncTaskContext,
+    Bucket,
+    Client,
+    Cooldown,
+    RetryableError,
+    TaskContext,
+    TaskState,
+    Worker,
+)
 from taskbroker.buckets import lift_request, update_request
 from taskbroker.testing import AsyncTestContext, TestContext
+from taskbroker.v1 import broker_pb2
 from taskbroker.worker import _fail_request
 
 ADDR = os.environ.get("TASKBROKER_ADDR")
@@ -54,10 +65,11 @@ def test_a_test_context_records_the_cooldown_a_handler_asks_for() -> None:
 def test_the_fail_request_carries_the_cooldown_and_one_scope_only() -> None:
     ctx = TestContext("calls", b"x")
     req = _fail_request(ctx, RetryableError("429", retry_after=1, cool_down_key=90))
-    assert req.cooldown.scope == 1 and req.cooldown.duration.seconds == 90  # CONCURRENCY_KEY
+    assert req.cooldown.scope == broker_pb2.COOLDOWN_SCOPE_CONCURRENCY_KEY and req.cooldown.duration.seconds == 90
     assert req.retry_after.seconds == 1
     req = _fail_request(ctx, RetryableError("quota", cool_down_bucket=datetime.timedelta(milliseconds=1500)))
-    assert req.cooldown.scope == 2 and req.cooldown.duration.ToNanoseconds() == 1_500_000_000  # BUCKET
+    assert req.cooldown.scope == broker_pb2.COOLDOWN_SCOPE_BUCKET
+    assert req.cooldown.duration.ToNanoseconds() == 1_500_000_000
     assert not _fail_request(ctx, RetryableError("plain")).HasField("cooldown")
     with pytest.raises(ValueError, match="not both"):
         RetryableError("x", cool_down_key=1, cool_down_bucket=1)
