@@ -15,7 +15,8 @@ import (
 
 // Client is one handle on a broker: the connection (a grpc.ClientConnInterface, so it goes to
 // worker.New and Mux.Worker as it is), the generated stubs for everything else (Broker, Admin,
-// Schedules), and the operator calls as methods returning TaskInfo and Explanation values.
+// Schedules), and the operator calls as methods returning TaskInfo and Explanation values
+// (and Bucket and Cooldown values: buckets.go).
 //
 //	c, err := taskbroker.Connect("127.0.0.1:50051")
 //	defer c.Close()
@@ -96,7 +97,9 @@ type TaskInfo struct {
 	CancelRequested bool
 	// "OPERATOR" or "DEPENDENCY_FAILED" for a CANCELLED task, empty otherwise.
 	CancelReason string
-	Proto        *pb.Task
+	// The limit bucket the task counts against, as submitted (empty: its queue's, if any).
+	Bucket string
+	Proto  *pb.Task
 }
 
 func timeOf(t *timestamppb.Timestamp) time.Time {
@@ -122,7 +125,7 @@ func TaskInfoOf(t *pb.Task) *TaskInfo {
 		RunAt: timeOf(t.GetRunAt()), Deadline: timeOf(t.GetDeadline()), CreatedAt: timeOf(t.GetCreatedAt()),
 		UpdatedAt: timeOf(t.GetUpdatedAt()), FinishedAt: timeOf(t.GetFinishedAt()), LeasedBy: t.GetLeasedBy(),
 		LeaseExpiresAt: timeOf(t.GetLeaseExpiresAt()), CancelRequested: t.GetCancelRequested(),
-		CancelReason: reason, Proto: t,
+		CancelReason: reason, Bucket: t.GetBucket(), Proto: t,
 	}
 }
 

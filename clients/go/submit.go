@@ -139,6 +139,10 @@ func WithConcurrencyKey(key string) SubmitOption {
 	return edit(func(s *pb.TaskSpec) { s.ConcurrencyKey = key })
 }
 
+// WithBucket names the limit bucket the task counts against, in any queue
+// ([A-Za-z0-9._:-]{1,128}); without it, its queue's bucket, if any.
+func WithBucket(bucket string) SubmitOption { return edit(func(s *pb.TaskSpec) { s.Bucket = bucket }) }
+
 // WithDependsOn keeps the task BLOCKED until these tasks (ids) have SUCCEEDED.
 func WithDependsOn(taskIDs ...string) SubmitOption {
 	return edit(func(s *pb.TaskSpec) { s.DependsOn = append(s.DependsOn, taskIDs...) })

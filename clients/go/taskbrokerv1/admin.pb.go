@@ -142,7 +142,9 @@ type Task struct {
 	// Flow: TaskSpec.depends_on_keys, as submitted.
 	DependsOnKeys []*TaskKey `protobuf:"bytes,38,rep,name=depends_on_keys,json=dependsOnKeys,proto3" json:"depends_on_keys,omitempty"`
 	// TaskSpec.at_most_once.
-	AtMostOnce    bool `protobuf:"varint,39,opt,name=at_most_once,json=atMostOnce,proto3" json:"at_most_once,omitempty"`
+	AtMostOnce bool `protobuf:"varint,39,opt,name=at_most_once,json=atMostOnce,proto3" json:"at_most_once,omitempty"`
+	// Admission: TaskSpec.bucket, as submitted (empty: its queue's bucket applies).
+	Bucket        string `protobuf:"bytes,40,opt,name=bucket,proto3" json:"bucket,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -427,6 +429,13 @@ func (x *Task) GetAtMostOnce() bool {
 		return x.AtMostOnce
 	}
 	return false
+}
+
+func (x *Task) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
 }
 
 type GetTaskRequest struct {
@@ -792,8 +801,11 @@ type UpdateTaskRequest struct {
 	// Cleared when named in update_mask and left unset.
 	Deadline    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	MaxAttempts uint32                 `protobuf:"varint,5,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	// Which of run_at, priority, deadline, max_attempts to change. Required.
-	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,6,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	// Which of run_at, priority, deadline, max_attempts, target to change. Required.
+	UpdateMask *fieldmaskpb.FieldMask `protobuf:"bytes,6,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	// Who may lease the task, as Task.target; only while it waits (SCHEDULED, READY
+	// or BLOCKED). Cleared (anyone may lease it) when named in update_mask and left unset.
+	Target        *Target `protobuf:"bytes,7,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -866,6 +878,13 @@ func (x *UpdateTaskRequest) GetMaxAttempts() uint32 {
 func (x *UpdateTaskRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
 	if x != nil {
 		return x.UpdateMask
+	}
+	return nil
+}
+
+func (x *UpdateTaskRequest) GetTarget() *Target {
+	if x != nil {
+		return x.Target
 	}
 	return nil
 }
@@ -1403,7 +1422,7 @@ var File_taskbroker_v1_admin_proto protoreflect.FileDescriptor
 
 const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\x1a\x1ataskbroker/v1/worker.proto\x1a\x19taskbroker/v1/queue.proto\x1a\x19taskbroker/v1/event.proto\"\xbc\f\n" +
+	"\x19taskbroker/v1/admin.proto\x12\rtaskbroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ataskbroker/v1/broker.proto\x1a\x1ataskbroker/v1/worker.proto\x1a\x19taskbroker/v1/queue.proto\x1a\x19taskbroker/v1/event.proto\"\xd4\f\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x18\n" +
@@ -1450,7 +1469,8 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\rcancel_reason\x18% \x01(\x0e2\x1b.taskbroker.v1.CancelReasonR\fcancelReason\x12>\n" +
 	"\x0fdepends_on_keys\x18& \x03(\v2\x16.taskbroker.v1.TaskKeyR\rdependsOnKeys\x12 \n" +
 	"\fat_most_once\x18' \x01(\bR\n" +
-	"atMostOnce\x1a;\n" +
+	"atMostOnce\x12\x16\n" +
+	"\x06bucket\x18( \x01(\tR\x06bucket\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\")\n" +
@@ -1478,7 +1498,7 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\x11CancelTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\"=\n" +
 	"\x12CancelTaskResponse\x12'\n" +
-	"\x04task\x18\x01 \x01(\v2\x13.taskbroker.v1.TaskR\x04task\"\x93\x02\n" +
+	"\x04task\x18\x01 \x01(\v2\x13.taskbroker.v1.TaskR\x04task\"\xc2\x02\n" +
 	"\x11UpdateTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x121\n" +
 	"\x06run_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x1a\n" +
@@ -1486,7 +1506,8 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\bdeadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12!\n" +
 	"\fmax_attempts\x18\x05 \x01(\rR\vmaxAttempts\x12;\n" +
 	"\vupdate_mask\x18\x06 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
-	"updateMask\"=\n" +
+	"updateMask\x12-\n" +
+	"\x06target\x18\a \x01(\v2\x15.taskbroker.v1.TargetR\x06target\"=\n" +
 	"\x12UpdateTaskResponse\x12'\n" +
 	"\x04task\x18\x01 \x01(\v2\x13.taskbroker.v1.TaskR\x04task\"-\n" +
 	"\x12RequeueTaskRequest\x12\x17\n" +
@@ -1530,7 +1551,7 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x02\x12\x1a\n" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12!\n" +
 	"\x1dATTEMPT_OUTCOME_LEASE_EXPIRED\x10\x04\x12%\n" +
-	"!ATTEMPT_OUTCOME_DEADLINE_EXCEEDED\x10\x052\xae\v\n" +
+	"!ATTEMPT_OUTCOME_DEADLINE_EXCEEDED\x10\x052\xbb\x0f\n" +
 	"\fAdminService\x12H\n" +
 	"\aGetTask\x12\x1d.taskbroker.v1.GetTaskRequest\x1a\x1e.taskbroker.v1.GetTaskResponse\x12N\n" +
 	"\tListTasks\x12\x1f.taskbroker.v1.ListTasksRequest\x1a .taskbroker.v1.ListTasksResponse\x12Q\n" +
@@ -1547,7 +1568,13 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"ListQueues\x12 .taskbroker.v1.ListQueuesRequest\x1a!.taskbroker.v1.ListQueuesResponse\x12T\n" +
 	"\vUpdateQueue\x12!.taskbroker.v1.UpdateQueueRequest\x1a\".taskbroker.v1.UpdateQueueResponse\x12T\n" +
-	"\vExplainTask\x12!.taskbroker.v1.ExplainTaskRequest\x1a\".taskbroker.v1.ExplainTaskResponse\x12]\n" +
+	"\vExplainTask\x12!.taskbroker.v1.ExplainTaskRequest\x1a\".taskbroker.v1.ExplainTaskResponse\x12N\n" +
+	"\tGetBucket\x12\x1f.taskbroker.v1.GetBucketRequest\x1a .taskbroker.v1.GetBucketResponse\x12T\n" +
+	"\vListBuckets\x12!.taskbroker.v1.ListBucketsRequest\x1a\".taskbroker.v1.ListBucketsResponse\x12W\n" +
+	"\fUpdateBucket\x12\".taskbroker.v1.UpdateBucketRequest\x1a#.taskbroker.v1.UpdateBucketResponse\x12W\n" +
+	"\fDeleteBucket\x12\".taskbroker.v1.DeleteBucketRequest\x1a#.taskbroker.v1.DeleteBucketResponse\x12Z\n" +
+	"\rListCooldowns\x12#.taskbroker.v1.ListCooldownsRequest\x1a$.taskbroker.v1.ListCooldownsResponse\x12W\n" +
+	"\fLiftCooldown\x12\".taskbroker.v1.LiftCooldownRequest\x1a#.taskbroker.v1.LiftCooldownResponse\x12]\n" +
 	"\x0eListTaskEvents\x12$.taskbroker.v1.ListTaskEventsRequest\x1a%.taskbroker.v1.ListTaskEventsResponse\x12S\n" +
 	"\n" +
 	"WatchTasks\x12 .taskbroker.v1.WatchTasksRequest\x1a!.taskbroker.v1.WatchTasksResponse0\x01\x12T\n" +
@@ -1604,20 +1631,32 @@ var file_taskbroker_v1_admin_proto_goTypes = []any{
 	(*ListQueuesRequest)(nil),      // 31: taskbroker.v1.ListQueuesRequest
 	(*UpdateQueueRequest)(nil),     // 32: taskbroker.v1.UpdateQueueRequest
 	(*ExplainTaskRequest)(nil),     // 33: taskbroker.v1.ExplainTaskRequest
-	(*ListTaskEventsRequest)(nil),  // 34: taskbroker.v1.ListTaskEventsRequest
-	(*WatchTasksRequest)(nil),      // 35: taskbroker.v1.WatchTasksRequest
-	(*CancelTasksRequest)(nil),     // 36: taskbroker.v1.CancelTasksRequest
-	(*RequeueTasksRequest)(nil),    // 37: taskbroker.v1.RequeueTasksRequest
-	(*ListWorkersResponse)(nil),    // 38: taskbroker.v1.ListWorkersResponse
-	(*GetWorkerResponse)(nil),      // 39: taskbroker.v1.GetWorkerResponse
-	(*GetQueueResponse)(nil),       // 40: taskbroker.v1.GetQueueResponse
-	(*ListQueuesResponse)(nil),     // 41: taskbroker.v1.ListQueuesResponse
-	(*UpdateQueueResponse)(nil),    // 42: taskbroker.v1.UpdateQueueResponse
-	(*ExplainTaskResponse)(nil),    // 43: taskbroker.v1.ExplainTaskResponse
-	(*ListTaskEventsResponse)(nil), // 44: taskbroker.v1.ListTaskEventsResponse
-	(*WatchTasksResponse)(nil),     // 45: taskbroker.v1.WatchTasksResponse
-	(*CancelTasksResponse)(nil),    // 46: taskbroker.v1.CancelTasksResponse
-	(*RequeueTasksResponse)(nil),   // 47: taskbroker.v1.RequeueTasksResponse
+	(*GetBucketRequest)(nil),       // 34: taskbroker.v1.GetBucketRequest
+	(*ListBucketsRequest)(nil),     // 35: taskbroker.v1.ListBucketsRequest
+	(*UpdateBucketRequest)(nil),    // 36: taskbroker.v1.UpdateBucketRequest
+	(*DeleteBucketRequest)(nil),    // 37: taskbroker.v1.DeleteBucketRequest
+	(*ListCooldownsRequest)(nil),   // 38: taskbroker.v1.ListCooldownsRequest
+	(*LiftCooldownRequest)(nil),    // 39: taskbroker.v1.LiftCooldownRequest
+	(*ListTaskEventsRequest)(nil),  // 40: taskbroker.v1.ListTaskEventsRequest
+	(*WatchTasksRequest)(nil),      // 41: taskbroker.v1.WatchTasksRequest
+	(*CancelTasksRequest)(nil),     // 42: taskbroker.v1.CancelTasksRequest
+	(*RequeueTasksRequest)(nil),    // 43: taskbroker.v1.RequeueTasksRequest
+	(*ListWorkersResponse)(nil),    // 44: taskbroker.v1.ListWorkersResponse
+	(*GetWorkerResponse)(nil),      // 45: taskbroker.v1.GetWorkerResponse
+	(*GetQueueResponse)(nil),       // 46: taskbroker.v1.GetQueueResponse
+	(*ListQueuesResponse)(nil),     // 47: taskbroker.v1.ListQueuesResponse
+	(*UpdateQueueResponse)(nil),    // 48: taskbroker.v1.UpdateQueueResponse
+	(*ExplainTaskResponse)(nil),    // 49: taskbroker.v1.ExplainTaskResponse
+	(*GetBucketResponse)(nil),      // 50: taskbroker.v1.GetBucketResponse
+	(*ListBucketsResponse)(nil),    // 51: taskbroker.v1.ListBucketsResponse
+	(*UpdateBucketResponse)(nil),   // 52: taskbroker.v1.UpdateBucketResponse
+	(*DeleteBucketResponse)(nil),   // 53: taskbroker.v1.DeleteBucketResponse
+	(*ListCooldownsResponse)(nil),  // 54: taskbroker.v1.ListCooldownsResponse
+	(*LiftCooldownResponse)(nil),   // 55: taskbroker.v1.LiftCooldownResponse
+	(*ListTaskEventsResponse)(nil), // 56: taskbroker.v1.ListTaskEventsResponse
+	(*WatchTasksResponse)(nil),     // 57: taskbroker.v1.WatchTasksResponse
+	(*CancelTasksResponse)(nil),    // 58: taskbroker.v1.CancelTasksResponse
+	(*RequeueTasksResponse)(nil),   // 59: taskbroker.v1.RequeueTasksResponse
 }
 var file_taskbroker_v1_admin_proto_depIdxs = []int32{
 	19, // 0: taskbroker.v1.Task.run_at:type_name -> google.protobuf.Timestamp
@@ -1643,53 +1682,66 @@ var file_taskbroker_v1_admin_proto_depIdxs = []int32{
 	19, // 20: taskbroker.v1.UpdateTaskRequest.run_at:type_name -> google.protobuf.Timestamp
 	19, // 21: taskbroker.v1.UpdateTaskRequest.deadline:type_name -> google.protobuf.Timestamp
 	26, // 22: taskbroker.v1.UpdateTaskRequest.update_mask:type_name -> google.protobuf.FieldMask
-	1,  // 23: taskbroker.v1.UpdateTaskResponse.task:type_name -> taskbroker.v1.Task
-	1,  // 24: taskbroker.v1.RequeueTaskResponse.task:type_name -> taskbroker.v1.Task
-	19, // 25: taskbroker.v1.Attempt.leased_at:type_name -> google.protobuf.Timestamp
-	19, // 26: taskbroker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
-	0,  // 27: taskbroker.v1.Attempt.outcome:type_name -> taskbroker.v1.AttemptOutcome
-	13, // 28: taskbroker.v1.ListAttemptsResponse.attempts:type_name -> taskbroker.v1.Attempt
-	27, // 29: taskbroker.v1.QueueStats.oldest_ready_age:type_name -> google.protobuf.Duration
-	16, // 30: taskbroker.v1.GetQueueStatsResponse.queues:type_name -> taskbroker.v1.QueueStats
-	2,  // 31: taskbroker.v1.AdminService.GetTask:input_type -> taskbroker.v1.GetTaskRequest
-	4,  // 32: taskbroker.v1.AdminService.ListTasks:input_type -> taskbroker.v1.ListTasksRequest
-	6,  // 33: taskbroker.v1.AdminService.CancelTask:input_type -> taskbroker.v1.CancelTaskRequest
-	8,  // 34: taskbroker.v1.AdminService.UpdateTask:input_type -> taskbroker.v1.UpdateTaskRequest
-	10, // 35: taskbroker.v1.AdminService.RequeueTask:input_type -> taskbroker.v1.RequeueTaskRequest
-	12, // 36: taskbroker.v1.AdminService.ListAttempts:input_type -> taskbroker.v1.ListAttemptsRequest
-	15, // 37: taskbroker.v1.AdminService.GetQueueStats:input_type -> taskbroker.v1.GetQueueStatsRequest
-	28, // 38: taskbroker.v1.AdminService.ListWorkers:input_type -> taskbroker.v1.ListWorkersRequest
-	29, // 39: taskbroker.v1.AdminService.GetWorker:input_type -> taskbroker.v1.GetWorkerRequest
-	30, // 40: taskbroker.v1.AdminService.GetQueue:input_type -> taskbroker.v1.GetQueueRequest
-	31, // 41: taskbroker.v1.AdminService.ListQueues:input_type -> taskbroker.v1.ListQueuesRequest
-	32, // 42: taskbroker.v1.AdminService.UpdateQueue:input_type -> taskbroker.v1.UpdateQueueRequest
-	33, // 43: taskbroker.v1.AdminService.ExplainTask:input_type -> taskbroker.v1.ExplainTaskRequest
-	34, // 44: taskbroker.v1.AdminService.ListTaskEvents:input_type -> taskbroker.v1.ListTaskEventsRequest
-	35, // 45: taskbroker.v1.AdminService.WatchTasks:input_type -> taskbroker.v1.WatchTasksRequest
-	36, // 46: taskbroker.v1.AdminService.CancelTasks:input_type -> taskbroker.v1.CancelTasksRequest
-	37, // 47: taskbroker.v1.AdminService.RequeueTasks:input_type -> taskbroker.v1.RequeueTasksRequest
-	3,  // 48: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
-	5,  // 49: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
-	7,  // 50: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
-	9,  // 51: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
-	11, // 52: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
-	14, // 53: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
-	17, // 54: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
-	38, // 55: taskbroker.v1.AdminService.ListWorkers:output_type -> taskbroker.v1.ListWorkersResponse
-	39, // 56: taskbroker.v1.AdminService.GetWorker:output_type -> taskbroker.v1.GetWorkerResponse
-	40, // 57: taskbroker.v1.AdminService.GetQueue:output_type -> taskbroker.v1.GetQueueResponse
-	41, // 58: taskbroker.v1.AdminService.ListQueues:output_type -> taskbroker.v1.ListQueuesResponse
-	42, // 59: taskbroker.v1.AdminService.UpdateQueue:output_type -> taskbroker.v1.UpdateQueueResponse
-	43, // 60: taskbroker.v1.AdminService.ExplainTask:output_type -> taskbroker.v1.ExplainTaskResponse
-	44, // 61: taskbroker.v1.AdminService.ListTaskEvents:output_type -> taskbroker.v1.ListTaskEventsResponse
-	45, // 62: taskbroker.v1.AdminService.WatchTasks:output_type -> taskbroker.v1.WatchTasksResponse
-	46, // 63: taskbroker.v1.AdminService.CancelTasks:output_type -> taskbroker.v1.CancelTasksResponse
-	47, // 64: taskbroker.v1.AdminService.RequeueTasks:output_type -> taskbroker.v1.RequeueTasksResponse
-	48, // [48:65] is the sub-list for method output_type
-	31, // [31:48] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	22, // 23: taskbroker.v1.UpdateTaskRequest.target:type_name -> taskbroker.v1.Target
+	1,  // 24: taskbroker.v1.UpdateTaskResponse.task:type_name -> taskbroker.v1.Task
+	1,  // 25: taskbroker.v1.RequeueTaskResponse.task:type_name -> taskbroker.v1.Task
+	19, // 26: taskbroker.v1.Attempt.leased_at:type_name -> google.protobuf.Timestamp
+	19, // 27: taskbroker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	0,  // 28: taskbroker.v1.Attempt.outcome:type_name -> taskbroker.v1.AttemptOutcome
+	13, // 29: taskbroker.v1.ListAttemptsResponse.attempts:type_name -> taskbroker.v1.Attempt
+	27, // 30: taskbroker.v1.QueueStats.oldest_ready_age:type_name -> google.protobuf.Duration
+	16, // 31: taskbroker.v1.GetQueueStatsResponse.queues:type_name -> taskbroker.v1.QueueStats
+	2,  // 32: taskbroker.v1.AdminService.GetTask:input_type -> taskbroker.v1.GetTaskRequest
+	4,  // 33: taskbroker.v1.AdminService.ListTasks:input_type -> taskbroker.v1.ListTasksRequest
+	6,  // 34: taskbroker.v1.AdminService.CancelTask:input_type -> taskbroker.v1.CancelTaskRequest
+	8,  // 35: taskbroker.v1.AdminService.UpdateTask:input_type -> taskbroker.v1.UpdateTaskRequest
+	10, // 36: taskbroker.v1.AdminService.RequeueTask:input_type -> taskbroker.v1.RequeueTaskRequest
+	12, // 37: taskbroker.v1.AdminService.ListAttempts:input_type -> taskbroker.v1.ListAttemptsRequest
+	15, // 38: taskbroker.v1.AdminService.GetQueueStats:input_type -> taskbroker.v1.GetQueueStatsRequest
+	28, // 39: taskbroker.v1.AdminService.ListWorkers:input_type -> taskbroker.v1.ListWorkersRequest
+	29, // 40: taskbroker.v1.AdminService.GetWorker:input_type -> taskbroker.v1.GetWorkerRequest
+	30, // 41: taskbroker.v1.AdminService.GetQueue:input_type -> taskbroker.v1.GetQueueRequest
+	31, // 42: taskbroker.v1.AdminService.ListQueues:input_type -> taskbroker.v1.ListQueuesRequest
+	32, // 43: taskbroker.v1.AdminService.UpdateQueue:input_type -> taskbroker.v1.UpdateQueueRequest
+	33, // 44: taskbroker.v1.AdminService.ExplainTask:input_type -> taskbroker.v1.ExplainTaskRequest
+	34, // 45: taskbroker.v1.AdminService.GetBucket:input_type -> taskbroker.v1.GetBucketRequest
+	35, // 46: taskbroker.v1.AdminService.ListBuckets:input_type -> taskbroker.v1.ListBucketsRequest
+	36, // 47: taskbroker.v1.AdminService.UpdateBucket:input_type -> taskbroker.v1.UpdateBucketRequest
+	37, // 48: taskbroker.v1.AdminService.DeleteBucket:input_type -> taskbroker.v1.DeleteBucketRequest
+	38, // 49: taskbroker.v1.AdminService.ListCooldowns:input_type -> taskbroker.v1.ListCooldownsRequest
+	39, // 50: taskbroker.v1.AdminService.LiftCooldown:input_type -> taskbroker.v1.LiftCooldownRequest
+	40, // 51: taskbroker.v1.AdminService.ListTaskEvents:input_type -> taskbroker.v1.ListTaskEventsRequest
+	41, // 52: taskbroker.v1.AdminService.WatchTasks:input_type -> taskbroker.v1.WatchTasksRequest
+	42, // 53: taskbroker.v1.AdminService.CancelTasks:input_type -> taskbroker.v1.CancelTasksRequest
+	43, // 54: taskbroker.v1.AdminService.RequeueTasks:input_type -> taskbroker.v1.RequeueTasksRequest
+	3,  // 55: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
+	5,  // 56: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
+	7,  // 57: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
+	9,  // 58: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
+	11, // 59: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
+	14, // 60: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
+	17, // 61: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
+	44, // 62: taskbroker.v1.AdminService.ListWorkers:output_type -> taskbroker.v1.ListWorkersResponse
+	45, // 63: taskbroker.v1.AdminService.GetWorker:output_type -> taskbroker.v1.GetWorkerResponse
+	46, // 64: taskbroker.v1.AdminService.GetQueue:output_type -> taskbroker.v1.GetQueueResponse
+	47, // 65: taskbroker.v1.AdminService.ListQueues:output_type -> taskbroker.v1.ListQueuesResponse
+	48, // 66: taskbroker.v1.AdminService.UpdateQueue:output_type -> taskbroker.v1.UpdateQueueResponse
+	49, // 67: taskbroker.v1.AdminService.ExplainTask:output_type -> taskbroker.v1.ExplainTaskResponse
+	50, // 68: taskbroker.v1.AdminService.GetBucket:output_type -> taskbroker.v1.GetBucketResponse
+	51, // 69: taskbroker.v1.AdminService.ListBuckets:output_type -> taskbroker.v1.ListBucketsResponse
+	52, // 70: taskbroker.v1.AdminService.UpdateBucket:output_type -> taskbroker.v1.UpdateBucketResponse
+	53, // 71: taskbroker.v1.AdminService.DeleteBucket:output_type -> taskbroker.v1.DeleteBucketResponse
+	54, // 72: taskbroker.v1.AdminService.ListCooldowns:output_type -> taskbroker.v1.ListCooldownsResponse
+	55, // 73: taskbroker.v1.AdminService.LiftCooldown:output_type -> taskbroker.v1.LiftCooldownResponse
+	56, // 74: taskbroker.v1.AdminService.ListTaskEvents:output_type -> taskbroker.v1.ListTaskEventsResponse
+	57, // 75: taskbroker.v1.AdminService.WatchTasks:output_type -> taskbroker.v1.WatchTasksResponse
+	58, // 76: taskbroker.v1.AdminService.CancelTasks:output_type -> taskbroker.v1.CancelTasksResponse
+	59, // 77: taskbroker.v1.AdminService.RequeueTasks:output_type -> taskbroker.v1.RequeueTasksResponse
+	55, // [55:78] is the sub-list for method output_type
+	32, // [32:55] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_taskbroker_v1_admin_proto_init() }

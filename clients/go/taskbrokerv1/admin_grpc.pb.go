@@ -34,6 +34,12 @@ const (
 	AdminService_ListQueues_FullMethodName     = "/taskbroker.v1.AdminService/ListQueues"
 	AdminService_UpdateQueue_FullMethodName    = "/taskbroker.v1.AdminService/UpdateQueue"
 	AdminService_ExplainTask_FullMethodName    = "/taskbroker.v1.AdminService/ExplainTask"
+	AdminService_GetBucket_FullMethodName      = "/taskbroker.v1.AdminService/GetBucket"
+	AdminService_ListBuckets_FullMethodName    = "/taskbroker.v1.AdminService/ListBuckets"
+	AdminService_UpdateBucket_FullMethodName   = "/taskbroker.v1.AdminService/UpdateBucket"
+	AdminService_DeleteBucket_FullMethodName   = "/taskbroker.v1.AdminService/DeleteBucket"
+	AdminService_ListCooldowns_FullMethodName  = "/taskbroker.v1.AdminService/ListCooldowns"
+	AdminService_LiftCooldown_FullMethodName   = "/taskbroker.v1.AdminService/LiftCooldown"
 	AdminService_ListTaskEvents_FullMethodName = "/taskbroker.v1.AdminService/ListTaskEvents"
 	AdminService_WatchTasks_FullMethodName     = "/taskbroker.v1.AdminService/WatchTasks"
 	AdminService_CancelTasks_FullMethodName    = "/taskbroker.v1.AdminService/CancelTasks"
@@ -73,6 +79,19 @@ type AdminServiceClient interface {
 	UpdateQueue(ctx context.Context, in *UpdateQueueRequest, opts ...grpc.CallOption) (*UpdateQueueResponse, error)
 	// Every gate that holds a task that is not running.
 	ExplainTask(ctx context.Context, in *ExplainTaskRequest, opts ...grpc.CallOption) (*ExplainTaskResponse, error)
+	// Limit buckets shared by several queues (messages in queue.proto).
+	// One bucket's settings and use.
+	GetBucket(ctx context.Context, in *GetBucketRequest, opts ...grpc.CallOption) (*GetBucketResponse, error)
+	// Every defined bucket.
+	ListBuckets(ctx context.Context, in *ListBucketsRequest, opts ...grpc.CallOption) (*ListBucketsResponse, error)
+	// Changes the fields named in update_mask, defining the bucket if need be.
+	UpdateBucket(ctx context.Context, in *UpdateBucketRequest, opts ...grpc.CallOption) (*UpdateBucketResponse, error)
+	// Removes a bucket; its tasks lease without its limits.
+	DeleteBucket(ctx context.Context, in *DeleteBucketRequest, opts ...grpc.CallOption) (*DeleteBucketResponse, error)
+	// The live cooldowns set by workers' FailRequest.cooldown.
+	ListCooldowns(ctx context.Context, in *ListCooldownsRequest, opts ...grpc.CallOption) (*ListCooldownsResponse, error)
+	// Ends a cooldown now.
+	LiftCooldown(ctx context.Context, in *LiftCooldownRequest, opts ...grpc.CallOption) (*LiftCooldownResponse, error)
 	// Flow: events, watch, bulk operations (messages in event.proto).
 	// Every recorded event of one task, oldest first.
 	ListTaskEvents(ctx context.Context, in *ListTaskEventsRequest, opts ...grpc.CallOption) (*ListTaskEventsResponse, error)
@@ -222,6 +241,66 @@ func (c *adminServiceClient) ExplainTask(ctx context.Context, in *ExplainTaskReq
 	return out, nil
 }
 
+func (c *adminServiceClient) GetBucket(ctx context.Context, in *GetBucketRequest, opts ...grpc.CallOption) (*GetBucketResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetBucketResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetBucket_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListBuckets(ctx context.Context, in *ListBucketsRequest, opts ...grpc.CallOption) (*ListBucketsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListBucketsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListBuckets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) UpdateBucket(ctx context.Context, in *UpdateBucketRequest, opts ...grpc.CallOption) (*UpdateBucketResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateBucketResponse)
+	err := c.cc.Invoke(ctx, AdminService_UpdateBucket_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) DeleteBucket(ctx context.Context, in *DeleteBucketRequest, opts ...grpc.CallOption) (*DeleteBucketResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteBucketResponse)
+	err := c.cc.Invoke(ctx, AdminService_DeleteBucket_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListCooldowns(ctx context.Context, in *ListCooldownsRequest, opts ...grpc.CallOption) (*ListCooldownsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListCooldownsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListCooldowns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) LiftCooldown(ctx context.Context, in *LiftCooldownRequest, opts ...grpc.CallOption) (*LiftCooldownResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LiftCooldownResponse)
+	err := c.cc.Invoke(ctx, AdminService_LiftCooldown_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) ListTaskEvents(ctx context.Context, in *ListTaskEventsRequest, opts ...grpc.CallOption) (*ListTaskEventsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListTaskEventsResponse)
@@ -304,6 +383,19 @@ type AdminServiceServer interface {
 	UpdateQueue(context.Context, *UpdateQueueRequest) (*UpdateQueueResponse, error)
 	// Every gate that holds a task that is not running.
 	ExplainTask(context.Context, *ExplainTaskRequest) (*ExplainTaskResponse, error)
+	// Limit buckets shared by several queues (messages in queue.proto).
+	// One bucket's settings and use.
+	GetBucket(context.Context, *GetBucketRequest) (*GetBucketResponse, error)
+	// Every defined bucket.
+	ListBuckets(context.Context, *ListBucketsRequest) (*ListBucketsResponse, error)
+	// Changes the fields named in update_mask, defining the bucket if need be.
+	UpdateBucket(context.Context, *UpdateBucketRequest) (*UpdateBucketResponse, error)
+	// Removes a bucket; its tasks lease without its limits.
+	DeleteBucket(context.Context, *DeleteBucketRequest) (*DeleteBucketResponse, error)
+	// The live cooldowns set by workers' FailRequest.cooldown.
+	ListCooldowns(context.Context, *ListCooldownsRequest) (*ListCooldownsResponse, error)
+	// Ends a cooldown now.
+	LiftCooldown(context.Context, *LiftCooldownRequest) (*LiftCooldownResponse, error)
 	// Flow: events, watch, bulk operations (messages in event.proto).
 	// Every recorded event of one task, oldest first.
 	ListTaskEvents(context.Context, *ListTaskEventsRequest) (*ListTaskEventsResponse, error)
@@ -361,6 +453,24 @@ func (UnimplementedAdminServiceServer) UpdateQueue(context.Context, *UpdateQueue
 }
 func (UnimplementedAdminServiceServer) ExplainTask(context.Context, *ExplainTaskRequest) (*ExplainTaskResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ExplainTask not implemented")
+}
+func (UnimplementedAdminServiceServer) GetBucket(context.Context, *GetBucketRequest) (*GetBucketResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetBucket not implemented")
+}
+func (UnimplementedAdminServiceServer) ListBuckets(context.Context, *ListBucketsRequest) (*ListBucketsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListBuckets not implemented")
+}
+func (UnimplementedAdminServiceServer) UpdateBucket(context.Context, *UpdateBucketRequest) (*UpdateBucketResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateBucket not implemented")
+}
+func (UnimplementedAdminServiceServer) DeleteBucket(context.Context, *DeleteBucketRequest) (*DeleteBucketResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteBucket not implemented")
+}
+func (UnimplementedAdminServiceServer) ListCooldowns(context.Context, *ListCooldownsRequest) (*ListCooldownsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListCooldowns not implemented")
+}
+func (UnimplementedAdminServiceServer) LiftCooldown(context.Context, *LiftCooldownRequest) (*LiftCooldownResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LiftCooldown not implemented")
 }
 func (UnimplementedAdminServiceServer) ListTaskEvents(context.Context, *ListTaskEventsRequest) (*ListTaskEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListTaskEvents not implemented")
@@ -629,6 +739,114 @@ func _AdminService_ExplainTask_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_GetBucket_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetBucketRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetBucket(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetBucket_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetBucket(ctx, req.(*GetBucketRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListBuckets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListBucketsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListBuckets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListBuckets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListBuckets(ctx, req.(*ListBucketsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_UpdateBucket_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateBucketRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).UpdateBucket(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_UpdateBucket_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).UpdateBucket(ctx, req.(*UpdateBucketRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_DeleteBucket_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteBucketRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).DeleteBucket(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_DeleteBucket_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).DeleteBucket(ctx, req.(*DeleteBucketRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListCooldowns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListCooldownsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListCooldowns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListCooldowns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListCooldowns(ctx, req.(*ListCooldownsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_LiftCooldown_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LiftCooldownRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).LiftCooldown(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_LiftCooldown_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).LiftCooldown(ctx, req.(*LiftCooldownRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_ListTaskEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListTaskEventsRequest)
 	if err := dec(in); err != nil {
@@ -752,6 +970,30 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ExplainTask",
 			Handler:    _AdminService_ExplainTask_Handler,
+		},
+		{
+			MethodName: "GetBucket",
+			Handler:    _AdminService_GetBucket_Handler,
+		},
+		{
+			MethodName: "ListBuckets",
+			Handler:    _AdminService_ListBuckets_Handler,
+		},
+		{
+			MethodName: "UpdateBucket",
+			Handler:    _AdminService_UpdateBucket_Handler,
+		},
+		{
+			MethodName: "DeleteBucket",
+			Handler:    _AdminService_DeleteBucket_Handler,
+		},
+		{
+			MethodName: "ListCooldowns",
+			Handler:    _AdminService_ListCooldowns_Handler,
+		},
+		{
+			MethodName: "LiftCooldown",
+			Handler:    _AdminService_LiftCooldown_Handler,
 		},
 		{
 			MethodName: "ListTaskEvents",

@@ -211,6 +211,58 @@ func (CompleteOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{2}
 }
 
+// What a cooldown holds.
+type CooldownScope int32
+
+const (
+	CooldownScope_COOLDOWN_SCOPE_UNSPECIFIED CooldownScope = 0
+	// The failed task's concurrency key, in its queue.
+	CooldownScope_COOLDOWN_SCOPE_CONCURRENCY_KEY CooldownScope = 1
+	// The failed task's limit bucket.
+	CooldownScope_COOLDOWN_SCOPE_BUCKET CooldownScope = 2
+)
+
+// Enum value maps for CooldownScope.
+var (
+	CooldownScope_name = map[int32]string{
+		0: "COOLDOWN_SCOPE_UNSPECIFIED",
+		1: "COOLDOWN_SCOPE_CONCURRENCY_KEY",
+		2: "COOLDOWN_SCOPE_BUCKET",
+	}
+	CooldownScope_value = map[string]int32{
+		"COOLDOWN_SCOPE_UNSPECIFIED":     0,
+		"COOLDOWN_SCOPE_CONCURRENCY_KEY": 1,
+		"COOLDOWN_SCOPE_BUCKET":          2,
+	}
+)
+
+func (x CooldownScope) Enum() *CooldownScope {
+	p := new(CooldownScope)
+	*p = x
+	return p
+}
+
+func (x CooldownScope) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CooldownScope) Descriptor() protoreflect.EnumDescriptor {
+	return file_taskbroker_v1_broker_proto_enumTypes[3].Descriptor()
+}
+
+func (CooldownScope) Type() protoreflect.EnumType {
+	return &file_taskbroker_v1_broker_proto_enumTypes[3]
+}
+
+func (x CooldownScope) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CooldownScope.Descriptor instead.
+func (CooldownScope) EnumDescriptor() ([]byte, []int) {
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{3}
+}
+
 // How a retry is kept for the worker that ran the failed attempt.
 type StickyStrategy int32
 
@@ -247,11 +299,11 @@ func (x StickyStrategy) String() string {
 }
 
 func (StickyStrategy) Descriptor() protoreflect.EnumDescriptor {
-	return file_taskbroker_v1_broker_proto_enumTypes[3].Descriptor()
+	return file_taskbroker_v1_broker_proto_enumTypes[4].Descriptor()
 }
 
 func (StickyStrategy) Type() protoreflect.EnumType {
-	return &file_taskbroker_v1_broker_proto_enumTypes[3]
+	return &file_taskbroker_v1_broker_proto_enumTypes[4]
 }
 
 func (x StickyStrategy) Number() protoreflect.EnumNumber {
@@ -260,7 +312,7 @@ func (x StickyStrategy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StickyStrategy.Descriptor instead.
 func (StickyStrategy) EnumDescriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{3}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{4}
 }
 
 // How a failed attempt is retried. Unset fields take the broker's defaults
@@ -403,7 +455,11 @@ type TaskSpec struct {
 	OnDuplicateKey DuplicateKeyPolicy `protobuf:"varint,17,opt,name=on_duplicate_key,json=onDuplicateKey,proto3,enum=taskbroker.v1.DuplicateKeyPolicy" json:"on_duplicate_key,omitempty"`
 	// Leased at most once: when that lease expires or the worker fails the attempt,
 	// the task goes DEAD (never re-run), whatever its retry policy says.
-	AtMostOnce    bool `protobuf:"varint,18,opt,name=at_most_once,json=atMostOnce,proto3" json:"at_most_once,omitempty"`
+	AtMostOnce bool `protobuf:"varint,18,opt,name=at_most_once,json=atMostOnce,proto3" json:"at_most_once,omitempty"`
+	// Admission: the limit bucket (see queue.proto LimitBucket) this task counts
+	// against, across every queue; empty means its queue's QueueConfig.bucket.
+	// [A-Za-z0-9._:-]{0,128}.
+	Bucket        string `protobuf:"bytes,19,opt,name=bucket,proto3" json:"bucket,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -562,6 +618,13 @@ func (x *TaskSpec) GetAtMostOnce() bool {
 		return x.AtMostOnce
 	}
 	return false
+}
+
+func (x *TaskSpec) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
 }
 
 // Names a task by its queue and key (TaskSpec.key).
@@ -1763,7 +1826,11 @@ type FailRequest struct {
 	PreferSameWorker bool `protobuf:"varint,6,opt,name=prefer_same_worker,json=preferSameWorker,proto3" json:"prefer_same_worker,omitempty"`
 	// Lease the next tasks in the same call, after the failure is committed,
 	// as CompleteRequest.lease_next does; answered in FailResponse.next_tasks.
-	LeaseNext     *LeaseRequest `protobuf:"bytes,7,opt,name=lease_next,json=leaseNext,proto3" json:"lease_next,omitempty"`
+	LeaseNext *LeaseRequest `protobuf:"bytes,7,opt,name=lease_next,json=leaseNext,proto3" json:"lease_next,omitempty"`
+	// Hold this task's concurrency key (in its queue) or its bucket until now +
+	// duration: no task of it is leased before then, on any replica, and this
+	// task's retry waits at least that long. At most the broker's max_cooldown.
+	Cooldown      *Cooldown `protobuf:"bytes,8,opt,name=cooldown,proto3" json:"cooldown,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1847,6 +1914,67 @@ func (x *FailRequest) GetLeaseNext() *LeaseRequest {
 	return nil
 }
 
+func (x *FailRequest) GetCooldown() *Cooldown {
+	if x != nil {
+		return x.Cooldown
+	}
+	return nil
+}
+
+// A request to hold the leased task's own key or bucket (e.g. from a 429's Retry-After).
+type Cooldown struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Scope CooldownScope          `protobuf:"varint,1,opt,name=scope,proto3,enum=taskbroker.v1.CooldownScope" json:"scope,omitempty"`
+	// Above zero, at most the broker's max_cooldown (one hour unless configured).
+	Duration      *durationpb.Duration `protobuf:"bytes,2,opt,name=duration,proto3" json:"duration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Cooldown) Reset() {
+	*x = Cooldown{}
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Cooldown) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Cooldown) ProtoMessage() {}
+
+func (x *Cooldown) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Cooldown.ProtoReflect.Descriptor instead.
+func (*Cooldown) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Cooldown) GetScope() CooldownScope {
+	if x != nil {
+		return x.Scope
+	}
+	return CooldownScope_COOLDOWN_SCOPE_UNSPECIFIED
+}
+
+func (x *Cooldown) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
 type FailResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// SCHEDULED or READY when the task will be retried; DEAD or CANCELLED otherwise.
@@ -1861,7 +1989,7 @@ type FailResponse struct {
 
 func (x *FailResponse) Reset() {
 	*x = FailResponse{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[21]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1873,7 +2001,7 @@ func (x *FailResponse) String() string {
 func (*FailResponse) ProtoMessage() {}
 
 func (x *FailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[21]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1886,7 +2014,7 @@ func (x *FailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailResponse.ProtoReflect.Descriptor instead.
 func (*FailResponse) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{21}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FailResponse) GetState() TaskState {
@@ -1923,7 +2051,7 @@ type Target struct {
 
 func (x *Target) Reset() {
 	*x = Target{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[22]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2063,7 @@ func (x *Target) String() string {
 func (*Target) ProtoMessage() {}
 
 func (x *Target) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[22]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2076,7 @@ func (x *Target) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Target.ProtoReflect.Descriptor instead.
 func (*Target) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{22}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Target) GetWorkerId() string {
@@ -1976,7 +2104,7 @@ type StickyPolicy struct {
 
 func (x *StickyPolicy) Reset() {
 	*x = StickyPolicy{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[23]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2116,7 @@ func (x *StickyPolicy) String() string {
 func (*StickyPolicy) ProtoMessage() {}
 
 func (x *StickyPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[23]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2129,7 @@ func (x *StickyPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StickyPolicy.ProtoReflect.Descriptor instead.
 func (*StickyPolicy) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{23}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StickyPolicy) GetStrategy() StickyStrategy {
@@ -2031,7 +2159,7 @@ type Fanout struct {
 
 func (x *Fanout) Reset() {
 	*x = Fanout{}
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[24]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2171,7 @@ func (x *Fanout) String() string {
 func (*Fanout) ProtoMessage() {}
 
 func (x *Fanout) ProtoReflect() protoreflect.Message {
-	mi := &file_taskbroker_v1_broker_proto_msgTypes[24]
+	mi := &file_taskbroker_v1_broker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2184,7 @@ func (x *Fanout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fanout.ProtoReflect.Descriptor instead.
 func (*Fanout) Descriptor() ([]byte, []int) {
-	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{24}
+	return file_taskbroker_v1_broker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Fanout) GetCopies() uint32 {
@@ -2086,7 +2214,7 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"maxBackoff\x12\x1b\n" +
 	"\x06jitter\x18\x05 \x01(\x01H\x00R\x06jitter\x88\x01\x01\x125\n" +
 	"\bschedule\x18\x06 \x03(\v2\x19.google.protobuf.DurationR\bscheduleB\t\n" +
-	"\a_jitter\"\xf0\x06\n" +
+	"\a_jitter\"\x88\a\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x10\n" +
@@ -2108,7 +2236,8 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\x0fdepends_on_keys\x18\x10 \x03(\v2\x16.taskbroker.v1.TaskKeyR\rdependsOnKeys\x12K\n" +
 	"\x10on_duplicate_key\x18\x11 \x01(\x0e2!.taskbroker.v1.DuplicateKeyPolicyR\x0eonDuplicateKey\x12 \n" +
 	"\fat_most_once\x18\x12 \x01(\bR\n" +
-	"atMostOnce\x1a;\n" +
+	"atMostOnce\x12\x16\n" +
+	"\x06bucket\x18\x13 \x01(\tR\x06bucket\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
@@ -2215,7 +2344,7 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\x14CompleteManyResponse\x127\n" +
 	"\aresults\x18\x01 \x03(\v2\x1d.taskbroker.v1.CompleteResultR\aresults\x128\n" +
 	"\n" +
-	"next_tasks\x18\x02 \x03(\v2\x19.taskbroker.v1.LeasedTaskR\tnextTasks\"\xb7\x02\n" +
+	"next_tasks\x18\x02 \x03(\v2\x19.taskbroker.v1.LeasedTaskR\tnextTasks\"\xec\x02\n" +
 	"\vFailRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1f\n" +
 	"\vlease_token\x18\x02 \x01(\tR\n" +
@@ -2226,7 +2355,11 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"retryAfter\x12,\n" +
 	"\x12prefer_same_worker\x18\x06 \x01(\bR\x10preferSameWorker\x12:\n" +
 	"\n" +
-	"lease_next\x18\a \x01(\v2\x1b.taskbroker.v1.LeaseRequestR\tleaseNext\"\xb4\x01\n" +
+	"lease_next\x18\a \x01(\v2\x1b.taskbroker.v1.LeaseRequestR\tleaseNext\x123\n" +
+	"\bcooldown\x18\b \x01(\v2\x17.taskbroker.v1.CooldownR\bcooldown\"u\n" +
+	"\bCooldown\x122\n" +
+	"\x05scope\x18\x01 \x01(\x0e2\x1c.taskbroker.v1.CooldownScopeR\x05scope\x125\n" +
+	"\bduration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bduration\"\xb4\x01\n" +
 	"\fFailResponse\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.taskbroker.v1.TaskStateR\x05state\x12:\n" +
 	"\vnext_run_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tnextRunAt\x128\n" +
@@ -2261,7 +2394,11 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\x1cCOMPLETE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aCOMPLETE_OUTCOME_COMPLETED\x10\x01\x12\x1f\n" +
 	"\x1bCOMPLETE_OUTCOME_LEASE_LOST\x10\x02\x12\x1e\n" +
-	"\x1aCOMPLETE_OUTCOME_NOT_FOUND\x10\x03*e\n" +
+	"\x1aCOMPLETE_OUTCOME_NOT_FOUND\x10\x03*n\n" +
+	"\rCooldownScope\x12\x1e\n" +
+	"\x1aCOOLDOWN_SCOPE_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eCOOLDOWN_SCOPE_CONCURRENCY_KEY\x10\x01\x12\x19\n" +
+	"\x15COOLDOWN_SCOPE_BUCKET\x10\x02*e\n" +
 	"\x0eStickyStrategy\x12\x1f\n" +
 	"\x1bSTICKY_STRATEGY_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14STICKY_STRATEGY_SOFT\x10\x01\x12\x18\n" +
@@ -2289,110 +2426,115 @@ func file_taskbroker_v1_broker_proto_rawDescGZIP() []byte {
 	return file_taskbroker_v1_broker_proto_rawDescData
 }
 
-var file_taskbroker_v1_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_taskbroker_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_taskbroker_v1_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_taskbroker_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_taskbroker_v1_broker_proto_goTypes = []any{
 	(TaskState)(0),                // 0: taskbroker.v1.TaskState
 	(DuplicateKeyPolicy)(0),       // 1: taskbroker.v1.DuplicateKeyPolicy
 	(CompleteOutcome)(0),          // 2: taskbroker.v1.CompleteOutcome
-	(StickyStrategy)(0),           // 3: taskbroker.v1.StickyStrategy
-	(*RetryPolicy)(nil),           // 4: taskbroker.v1.RetryPolicy
-	(*TaskSpec)(nil),              // 5: taskbroker.v1.TaskSpec
-	(*TaskKey)(nil),               // 6: taskbroker.v1.TaskKey
-	(*SubmitRequest)(nil),         // 7: taskbroker.v1.SubmitRequest
-	(*SubmitResult)(nil),          // 8: taskbroker.v1.SubmitResult
-	(*SubmitResponse)(nil),        // 9: taskbroker.v1.SubmitResponse
-	(*LeaseRequest)(nil),          // 10: taskbroker.v1.LeaseRequest
-	(*LeasedTask)(nil),            // 11: taskbroker.v1.LeasedTask
-	(*LeaseResponse)(nil),         // 12: taskbroker.v1.LeaseResponse
-	(*LeaseRef)(nil),              // 13: taskbroker.v1.LeaseRef
-	(*HeartbeatRequest)(nil),      // 14: taskbroker.v1.HeartbeatRequest
-	(*LeaseStatus)(nil),           // 15: taskbroker.v1.LeaseStatus
-	(*HeartbeatResponse)(nil),     // 16: taskbroker.v1.HeartbeatResponse
-	(*CheckpointRequest)(nil),     // 17: taskbroker.v1.CheckpointRequest
-	(*CheckpointResponse)(nil),    // 18: taskbroker.v1.CheckpointResponse
-	(*CompleteRequest)(nil),       // 19: taskbroker.v1.CompleteRequest
-	(*CompleteResponse)(nil),      // 20: taskbroker.v1.CompleteResponse
-	(*CompleteManyRequest)(nil),   // 21: taskbroker.v1.CompleteManyRequest
-	(*CompleteResult)(nil),        // 22: taskbroker.v1.CompleteResult
-	(*CompleteManyResponse)(nil),  // 23: taskbroker.v1.CompleteManyResponse
-	(*FailRequest)(nil),           // 24: taskbroker.v1.FailRequest
-	(*FailResponse)(nil),          // 25: taskbroker.v1.FailResponse
-	(*Target)(nil),                // 26: taskbroker.v1.Target
-	(*StickyPolicy)(nil),          // 27: taskbroker.v1.StickyPolicy
-	(*Fanout)(nil),                // 28: taskbroker.v1.Fanout
-	nil,                           // 29: taskbroker.v1.TaskSpec.MetadataEntry
-	nil,                           // 30: taskbroker.v1.LeaseRequest.LabelsEntry
-	nil,                           // 31: taskbroker.v1.LeasedTask.MetadataEntry
-	nil,                           // 32: taskbroker.v1.LeasedTask.DependencyResultsEntry
-	nil,                           // 33: taskbroker.v1.Target.LabelsEntry
-	(*durationpb.Duration)(nil),   // 34: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
+	(CooldownScope)(0),            // 3: taskbroker.v1.CooldownScope
+	(StickyStrategy)(0),           // 4: taskbroker.v1.StickyStrategy
+	(*RetryPolicy)(nil),           // 5: taskbroker.v1.RetryPolicy
+	(*TaskSpec)(nil),              // 6: taskbroker.v1.TaskSpec
+	(*TaskKey)(nil),               // 7: taskbroker.v1.TaskKey
+	(*SubmitRequest)(nil),         // 8: taskbroker.v1.SubmitRequest
+	(*SubmitResult)(nil),          // 9: taskbroker.v1.SubmitResult
+	(*SubmitResponse)(nil),        // 10: taskbroker.v1.SubmitResponse
+	(*LeaseRequest)(nil),          // 11: taskbroker.v1.LeaseRequest
+	(*LeasedTask)(nil),            // 12: taskbroker.v1.LeasedTask
+	(*LeaseResponse)(nil),         // 13: taskbroker.v1.LeaseResponse
+	(*LeaseRef)(nil),              // 14: taskbroker.v1.LeaseRef
+	(*HeartbeatRequest)(nil),      // 15: taskbroker.v1.HeartbeatRequest
+	(*LeaseStatus)(nil),           // 16: taskbroker.v1.LeaseStatus
+	(*HeartbeatResponse)(nil),     // 17: taskbroker.v1.HeartbeatResponse
+	(*CheckpointRequest)(nil),     // 18: taskbroker.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),    // 19: taskbroker.v1.CheckpointResponse
+	(*CompleteRequest)(nil),       // 20: taskbroker.v1.CompleteRequest
+	(*CompleteResponse)(nil),      // 21: taskbroker.v1.CompleteResponse
+	(*CompleteManyRequest)(nil),   // 22: taskbroker.v1.CompleteManyRequest
+	(*CompleteResult)(nil),        // 23: taskbroker.v1.CompleteResult
+	(*CompleteManyResponse)(nil),  // 24: taskbroker.v1.CompleteManyResponse
+	(*FailRequest)(nil),           // 25: taskbroker.v1.FailRequest
+	(*Cooldown)(nil),              // 26: taskbroker.v1.Cooldown
+	(*FailResponse)(nil),          // 27: taskbroker.v1.FailResponse
+	(*Target)(nil),                // 28: taskbroker.v1.Target
+	(*StickyPolicy)(nil),          // 29: taskbroker.v1.StickyPolicy
+	(*Fanout)(nil),                // 30: taskbroker.v1.Fanout
+	nil,                           // 31: taskbroker.v1.TaskSpec.MetadataEntry
+	nil,                           // 32: taskbroker.v1.LeaseRequest.LabelsEntry
+	nil,                           // 33: taskbroker.v1.LeasedTask.MetadataEntry
+	nil,                           // 34: taskbroker.v1.LeasedTask.DependencyResultsEntry
+	nil,                           // 35: taskbroker.v1.Target.LabelsEntry
+	(*durationpb.Duration)(nil),   // 36: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 37: google.protobuf.Timestamp
 }
 var file_taskbroker_v1_broker_proto_depIdxs = []int32{
-	34, // 0: taskbroker.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	34, // 1: taskbroker.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	34, // 2: taskbroker.v1.RetryPolicy.schedule:type_name -> google.protobuf.Duration
-	35, // 3: taskbroker.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
-	35, // 4: taskbroker.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
-	4,  // 5: taskbroker.v1.TaskSpec.retry:type_name -> taskbroker.v1.RetryPolicy
-	29, // 6: taskbroker.v1.TaskSpec.metadata:type_name -> taskbroker.v1.TaskSpec.MetadataEntry
-	26, // 7: taskbroker.v1.TaskSpec.target:type_name -> taskbroker.v1.Target
-	27, // 8: taskbroker.v1.TaskSpec.sticky:type_name -> taskbroker.v1.StickyPolicy
-	28, // 9: taskbroker.v1.TaskSpec.fanout:type_name -> taskbroker.v1.Fanout
-	6,  // 10: taskbroker.v1.TaskSpec.depends_on_keys:type_name -> taskbroker.v1.TaskKey
+	36, // 0: taskbroker.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	36, // 1: taskbroker.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	36, // 2: taskbroker.v1.RetryPolicy.schedule:type_name -> google.protobuf.Duration
+	37, // 3: taskbroker.v1.TaskSpec.run_at:type_name -> google.protobuf.Timestamp
+	37, // 4: taskbroker.v1.TaskSpec.deadline:type_name -> google.protobuf.Timestamp
+	5,  // 5: taskbroker.v1.TaskSpec.retry:type_name -> taskbroker.v1.RetryPolicy
+	31, // 6: taskbroker.v1.TaskSpec.metadata:type_name -> taskbroker.v1.TaskSpec.MetadataEntry
+	28, // 7: taskbroker.v1.TaskSpec.target:type_name -> taskbroker.v1.Target
+	29, // 8: taskbroker.v1.TaskSpec.sticky:type_name -> taskbroker.v1.StickyPolicy
+	30, // 9: taskbroker.v1.TaskSpec.fanout:type_name -> taskbroker.v1.Fanout
+	7,  // 10: taskbroker.v1.TaskSpec.depends_on_keys:type_name -> taskbroker.v1.TaskKey
 	1,  // 11: taskbroker.v1.TaskSpec.on_duplicate_key:type_name -> taskbroker.v1.DuplicateKeyPolicy
-	5,  // 12: taskbroker.v1.SubmitRequest.tasks:type_name -> taskbroker.v1.TaskSpec
-	8,  // 13: taskbroker.v1.SubmitResponse.results:type_name -> taskbroker.v1.SubmitResult
-	34, // 14: taskbroker.v1.LeaseRequest.lease_duration:type_name -> google.protobuf.Duration
-	34, // 15: taskbroker.v1.LeaseRequest.wait:type_name -> google.protobuf.Duration
-	30, // 16: taskbroker.v1.LeaseRequest.labels:type_name -> taskbroker.v1.LeaseRequest.LabelsEntry
-	35, // 17: taskbroker.v1.LeasedTask.deadline:type_name -> google.protobuf.Timestamp
-	31, // 18: taskbroker.v1.LeasedTask.metadata:type_name -> taskbroker.v1.LeasedTask.MetadataEntry
-	35, // 19: taskbroker.v1.LeasedTask.lease_expires_at:type_name -> google.protobuf.Timestamp
-	35, // 20: taskbroker.v1.LeasedTask.created_at:type_name -> google.protobuf.Timestamp
-	32, // 21: taskbroker.v1.LeasedTask.dependency_results:type_name -> taskbroker.v1.LeasedTask.DependencyResultsEntry
-	11, // 22: taskbroker.v1.LeaseResponse.tasks:type_name -> taskbroker.v1.LeasedTask
-	13, // 23: taskbroker.v1.HeartbeatRequest.leases:type_name -> taskbroker.v1.LeaseRef
-	34, // 24: taskbroker.v1.HeartbeatRequest.extend_by:type_name -> google.protobuf.Duration
-	35, // 25: taskbroker.v1.LeaseStatus.lease_expires_at:type_name -> google.protobuf.Timestamp
-	15, // 26: taskbroker.v1.HeartbeatResponse.leases:type_name -> taskbroker.v1.LeaseStatus
-	34, // 27: taskbroker.v1.CheckpointRequest.extend_by:type_name -> google.protobuf.Duration
-	35, // 28: taskbroker.v1.CheckpointResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	10, // 29: taskbroker.v1.CompleteRequest.lease_next:type_name -> taskbroker.v1.LeaseRequest
-	11, // 30: taskbroker.v1.CompleteResponse.next_tasks:type_name -> taskbroker.v1.LeasedTask
-	19, // 31: taskbroker.v1.CompleteManyRequest.completions:type_name -> taskbroker.v1.CompleteRequest
-	10, // 32: taskbroker.v1.CompleteManyRequest.lease_next:type_name -> taskbroker.v1.LeaseRequest
+	6,  // 12: taskbroker.v1.SubmitRequest.tasks:type_name -> taskbroker.v1.TaskSpec
+	9,  // 13: taskbroker.v1.SubmitResponse.results:type_name -> taskbroker.v1.SubmitResult
+	36, // 14: taskbroker.v1.LeaseRequest.lease_duration:type_name -> google.protobuf.Duration
+	36, // 15: taskbroker.v1.LeaseRequest.wait:type_name -> google.protobuf.Duration
+	32, // 16: taskbroker.v1.LeaseRequest.labels:type_name -> taskbroker.v1.LeaseRequest.LabelsEntry
+	37, // 17: taskbroker.v1.LeasedTask.deadline:type_name -> google.protobuf.Timestamp
+	33, // 18: taskbroker.v1.LeasedTask.metadata:type_name -> taskbroker.v1.LeasedTask.MetadataEntry
+	37, // 19: taskbroker.v1.LeasedTask.lease_expires_at:type_name -> google.protobuf.Timestamp
+	37, // 20: taskbroker.v1.LeasedTask.created_at:type_name -> google.protobuf.Timestamp
+	34, // 21: taskbroker.v1.LeasedTask.dependency_results:type_name -> taskbroker.v1.LeasedTask.DependencyResultsEntry
+	12, // 22: taskbroker.v1.LeaseResponse.tasks:type_name -> taskbroker.v1.LeasedTask
+	14, // 23: taskbroker.v1.HeartbeatRequest.leases:type_name -> taskbroker.v1.LeaseRef
+	36, // 24: taskbroker.v1.HeartbeatRequest.extend_by:type_name -> google.protobuf.Duration
+	37, // 25: taskbroker.v1.LeaseStatus.lease_expires_at:type_name -> google.protobuf.Timestamp
+	16, // 26: taskbroker.v1.HeartbeatResponse.leases:type_name -> taskbroker.v1.LeaseStatus
+	36, // 27: taskbroker.v1.CheckpointRequest.extend_by:type_name -> google.protobuf.Duration
+	37, // 28: taskbroker.v1.CheckpointResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	11, // 29: taskbroker.v1.CompleteRequest.lease_next:type_name -> taskbroker.v1.LeaseRequest
+	12, // 30: taskbroker.v1.CompleteResponse.next_tasks:type_name -> taskbroker.v1.LeasedTask
+	20, // 31: taskbroker.v1.CompleteManyRequest.completions:type_name -> taskbroker.v1.CompleteRequest
+	11, // 32: taskbroker.v1.CompleteManyRequest.lease_next:type_name -> taskbroker.v1.LeaseRequest
 	2,  // 33: taskbroker.v1.CompleteResult.outcome:type_name -> taskbroker.v1.CompleteOutcome
-	22, // 34: taskbroker.v1.CompleteManyResponse.results:type_name -> taskbroker.v1.CompleteResult
-	11, // 35: taskbroker.v1.CompleteManyResponse.next_tasks:type_name -> taskbroker.v1.LeasedTask
-	34, // 36: taskbroker.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
-	10, // 37: taskbroker.v1.FailRequest.lease_next:type_name -> taskbroker.v1.LeaseRequest
-	0,  // 38: taskbroker.v1.FailResponse.state:type_name -> taskbroker.v1.TaskState
-	35, // 39: taskbroker.v1.FailResponse.next_run_at:type_name -> google.protobuf.Timestamp
-	11, // 40: taskbroker.v1.FailResponse.next_tasks:type_name -> taskbroker.v1.LeasedTask
-	33, // 41: taskbroker.v1.Target.labels:type_name -> taskbroker.v1.Target.LabelsEntry
-	3,  // 42: taskbroker.v1.StickyPolicy.strategy:type_name -> taskbroker.v1.StickyStrategy
-	34, // 43: taskbroker.v1.StickyPolicy.timeout:type_name -> google.protobuf.Duration
-	7,  // 44: taskbroker.v1.BrokerService.Submit:input_type -> taskbroker.v1.SubmitRequest
-	10, // 45: taskbroker.v1.BrokerService.Lease:input_type -> taskbroker.v1.LeaseRequest
-	14, // 46: taskbroker.v1.BrokerService.Heartbeat:input_type -> taskbroker.v1.HeartbeatRequest
-	17, // 47: taskbroker.v1.BrokerService.Checkpoint:input_type -> taskbroker.v1.CheckpointRequest
-	19, // 48: taskbroker.v1.BrokerService.Complete:input_type -> taskbroker.v1.CompleteRequest
-	24, // 49: taskbroker.v1.BrokerService.Fail:input_type -> taskbroker.v1.FailRequest
-	21, // 50: taskbroker.v1.BrokerService.CompleteMany:input_type -> taskbroker.v1.CompleteManyRequest
-	9,  // 51: taskbroker.v1.BrokerService.Submit:output_type -> taskbroker.v1.SubmitResponse
-	12, // 52: taskbroker.v1.BrokerService.Lease:output_type -> taskbroker.v1.LeaseResponse
-	16, // 53: taskbroker.v1.BrokerService.Heartbeat:output_type -> taskbroker.v1.HeartbeatResponse
-	18, // 54: taskbroker.v1.BrokerService.Checkpoint:output_type -> taskbroker.v1.CheckpointResponse
-	20, // 55: taskbroker.v1.BrokerService.Complete:output_type -> taskbroker.v1.CompleteResponse
-	25, // 56: taskbroker.v1.BrokerService.Fail:output_type -> taskbroker.v1.FailResponse
-	23, // 57: taskbroker.v1.BrokerService.CompleteMany:output_type -> taskbroker.v1.CompleteManyResponse
-	51, // [51:58] is the sub-list for method output_type
-	44, // [44:51] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	23, // 34: taskbroker.v1.CompleteManyResponse.results:type_name -> taskbroker.v1.CompleteResult
+	12, // 35: taskbroker.v1.CompleteManyResponse.next_tasks:type_name -> taskbroker.v1.LeasedTask
+	36, // 36: taskbroker.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
+	11, // 37: taskbroker.v1.FailRequest.lease_next:type_name -> taskbroker.v1.LeaseRequest
+	26, // 38: taskbroker.v1.FailRequest.cooldown:type_name -> taskbroker.v1.Cooldown
+	3,  // 39: taskbroker.v1.Cooldown.scope:type_name -> taskbroker.v1.CooldownScope
+	36, // 40: taskbroker.v1.Cooldown.duration:type_name -> google.protobuf.Duration
+	0,  // 41: taskbroker.v1.FailResponse.state:type_name -> taskbroker.v1.TaskState
+	37, // 42: taskbroker.v1.FailResponse.next_run_at:type_name -> google.protobuf.Timestamp
+	12, // 43: taskbroker.v1.FailResponse.next_tasks:type_name -> taskbroker.v1.LeasedTask
+	35, // 44: taskbroker.v1.Target.labels:type_name -> taskbroker.v1.Target.LabelsEntry
+	4,  // 45: taskbroker.v1.StickyPolicy.strategy:type_name -> taskbroker.v1.StickyStrategy
+	36, // 46: taskbroker.v1.StickyPolicy.timeout:type_name -> google.protobuf.Duration
+	8,  // 47: taskbroker.v1.BrokerService.Submit:input_type -> taskbroker.v1.SubmitRequest
+	11, // 48: taskbroker.v1.BrokerService.Lease:input_type -> taskbroker.v1.LeaseRequest
+	15, // 49: taskbroker.v1.BrokerService.Heartbeat:input_type -> taskbroker.v1.HeartbeatRequest
+	18, // 50: taskbroker.v1.BrokerService.Checkpoint:input_type -> taskbroker.v1.CheckpointRequest
+	20, // 51: taskbroker.v1.BrokerService.Complete:input_type -> taskbroker.v1.CompleteRequest
+	25, // 52: taskbroker.v1.BrokerService.Fail:input_type -> taskbroker.v1.FailRequest
+	22, // 53: taskbroker.v1.BrokerService.CompleteMany:input_type -> taskbroker.v1.CompleteManyRequest
+	10, // 54: taskbroker.v1.BrokerService.Submit:output_type -> taskbroker.v1.SubmitResponse
+	13, // 55: taskbroker.v1.BrokerService.Lease:output_type -> taskbroker.v1.LeaseResponse
+	17, // 56: taskbroker.v1.BrokerService.Heartbeat:output_type -> taskbroker.v1.HeartbeatResponse
+	19, // 57: taskbroker.v1.BrokerService.Checkpoint:output_type -> taskbroker.v1.CheckpointResponse
+	21, // 58: taskbroker.v1.BrokerService.Complete:output_type -> taskbroker.v1.CompleteResponse
+	27, // 59: taskbroker.v1.BrokerService.Fail:output_type -> taskbroker.v1.FailResponse
+	24, // 60: taskbroker.v1.BrokerService.CompleteMany:output_type -> taskbroker.v1.CompleteManyResponse
+	54, // [54:61] is the sub-list for method output_type
+	47, // [47:54] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_taskbroker_v1_broker_proto_init() }
@@ -2406,8 +2548,8 @@ func file_taskbroker_v1_broker_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskbroker_v1_broker_proto_rawDesc), len(file_taskbroker_v1_broker_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   30,
+			NumEnums:      5,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -111,6 +111,13 @@ const (
 	GateKind_GATE_KIND_STICKY_RESERVED GateKind = 10
 	// Other READY tasks lease first (`ahead`).
 	GateKind_GATE_KIND_WAITING_BEHIND GateKind = 11
+	// Its limit bucket holds max_concurrent leases (`bucket`).
+	GateKind_GATE_KIND_BUCKET_CONCURRENCY_FULL GateKind = 12
+	// Its limit bucket's rate limit has no token (`bucket`; `until`: the next one).
+	GateKind_GATE_KIND_BUCKET_RATE_LIMITED GateKind = 13
+	// A worker put its concurrency key (`concurrency_key`) or its bucket
+	// (`bucket`) in a cooldown; `until`: when the cooldown ends.
+	GateKind_GATE_KIND_COOLDOWN GateKind = 14
 )
 
 // Enum value maps for GateKind.
@@ -128,20 +135,26 @@ var (
 		9:  "GATE_KIND_NO_MATCHING_WORKER",
 		10: "GATE_KIND_STICKY_RESERVED",
 		11: "GATE_KIND_WAITING_BEHIND",
+		12: "GATE_KIND_BUCKET_CONCURRENCY_FULL",
+		13: "GATE_KIND_BUCKET_RATE_LIMITED",
+		14: "GATE_KIND_COOLDOWN",
 	}
 	GateKind_value = map[string]int32{
-		"GATE_KIND_UNSPECIFIED":            0,
-		"GATE_KIND_NONE":                   1,
-		"GATE_KIND_RUN_AT_IN_FUTURE":       2,
-		"GATE_KIND_RETRY_BACKOFF":          3,
-		"GATE_KIND_BLOCKED_BY_DEPENDENCY":  4,
-		"GATE_KIND_QUEUE_PAUSED":           5,
-		"GATE_KIND_QUEUE_CONCURRENCY_FULL": 6,
-		"GATE_KIND_KEY_CONCURRENCY_FULL":   7,
-		"GATE_KIND_RATE_LIMITED":           8,
-		"GATE_KIND_NO_MATCHING_WORKER":     9,
-		"GATE_KIND_STICKY_RESERVED":        10,
-		"GATE_KIND_WAITING_BEHIND":         11,
+		"GATE_KIND_UNSPECIFIED":             0,
+		"GATE_KIND_NONE":                    1,
+		"GATE_KIND_RUN_AT_IN_FUTURE":        2,
+		"GATE_KIND_RETRY_BACKOFF":           3,
+		"GATE_KIND_BLOCKED_BY_DEPENDENCY":   4,
+		"GATE_KIND_QUEUE_PAUSED":            5,
+		"GATE_KIND_QUEUE_CONCURRENCY_FULL":  6,
+		"GATE_KIND_KEY_CONCURRENCY_FULL":    7,
+		"GATE_KIND_RATE_LIMITED":            8,
+		"GATE_KIND_NO_MATCHING_WORKER":      9,
+		"GATE_KIND_STICKY_RESERVED":         10,
+		"GATE_KIND_WAITING_BEHIND":          11,
+		"GATE_KIND_BUCKET_CONCURRENCY_FULL": 12,
+		"GATE_KIND_BUCKET_RATE_LIMITED":     13,
+		"GATE_KIND_COOLDOWN":                14,
 	}
 )
 
@@ -329,8 +342,12 @@ type QueueConfig struct {
 	MaxPending uint64 `protobuf:"varint,15,opt,name=max_pending,json=maxPending,proto3" json:"max_pending,omitempty"`
 	// Backpressure: as max_pending, for the sum of the waiting tasks' payload bytes.
 	MaxPendingBytes uint64 `protobuf:"varint,16,opt,name=max_pending_bytes,json=maxPendingBytes,proto3" json:"max_pending_bytes,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The limit bucket (see LimitBucket) of this queue's tasks that name none
+	// themselves (TaskSpec.bucket wins); empty means none.
+	// [A-Za-z0-9._:-]{0,128}.
+	Bucket        string `protobuf:"bytes,17,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueConfig) Reset() {
@@ -473,6 +490,13 @@ func (x *QueueConfig) GetMaxPendingBytes() uint64 {
 		return x.MaxPendingBytes
 	}
 	return 0
+}
+
+func (x *QueueConfig) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
 }
 
 // A queue and its live settings.
@@ -828,9 +852,13 @@ type Gate struct {
 	// WAITING_BEHIND: how many READY tasks of the queue lease first.
 	Ahead uint64 `protobuf:"varint,5,opt,name=ahead,proto3" json:"ahead,omitempty"`
 	// BLOCKED_BY_DEPENDENCY: the depends_on_keys no task has yet (up to 100).
-	MissingKeys   []*TaskKey `protobuf:"bytes,6,rep,name=missing_keys,json=missingKeys,proto3" json:"missing_keys,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MissingKeys []*TaskKey `protobuf:"bytes,6,rep,name=missing_keys,json=missingKeys,proto3" json:"missing_keys,omitempty"`
+	// BUCKET_CONCURRENCY_FULL, BUCKET_RATE_LIMITED, COOLDOWN of a bucket: the bucket.
+	Bucket string `protobuf:"bytes,7,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	// COOLDOWN of a concurrency key: the key (of the task's queue).
+	ConcurrencyKey string `protobuf:"bytes,8,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Gate) Reset() {
@@ -903,6 +931,20 @@ func (x *Gate) GetMissingKeys() []*TaskKey {
 		return x.MissingKeys
 	}
 	return nil
+}
+
+func (x *Gate) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *Gate) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
 }
 
 type ExplainTaskRequest struct {
@@ -1022,6 +1064,849 @@ func (x *ExplainTaskResponse) GetLeasePath() LeasePath {
 	return LeasePath_LEASE_PATH_UNSPECIFIED
 }
 
+// The settings of a limit bucket. Every task that names the bucket (from
+// TaskSpec.bucket, or else its queue's QueueConfig.bucket) counts against it,
+// in every queue and on every replica.
+type BucketConfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Leases granted per second to the bucket's tasks together; unset means no limit.
+	RateLimit *RateLimit `protobuf:"bytes,1,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	// Leases the bucket's tasks hold at once; 0 means no limit.
+	MaxConcurrent uint32 `protobuf:"varint,2,opt,name=max_concurrent,json=maxConcurrent,proto3" json:"max_concurrent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BucketConfig) Reset() {
+	*x = BucketConfig{}
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BucketConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BucketConfig) ProtoMessage() {}
+
+func (x *BucketConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BucketConfig.ProtoReflect.Descriptor instead.
+func (*BucketConfig) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *BucketConfig) GetRateLimit() *RateLimit {
+	if x != nil {
+		return x.RateLimit
+	}
+	return nil
+}
+
+func (x *BucketConfig) GetMaxConcurrent() uint32 {
+	if x != nil {
+		return x.MaxConcurrent
+	}
+	return 0
+}
+
+// What a bucket holds now.
+type BucketUse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tokens in the rate limit's bucket now (0 when it has no rate limit).
+	Tokens float64 `protobuf:"fixed64,1,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	// Leases its tasks hold now.
+	LeasesHeld    uint32 `protobuf:"varint,2,opt,name=leases_held,json=leasesHeld,proto3" json:"leases_held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BucketUse) Reset() {
+	*x = BucketUse{}
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BucketUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BucketUse) ProtoMessage() {}
+
+func (x *BucketUse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BucketUse.ProtoReflect.Descriptor instead.
+func (*BucketUse) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *BucketUse) GetTokens() float64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *BucketUse) GetLeasesHeld() uint32 {
+	if x != nil {
+		return x.LeasesHeld
+	}
+	return 0
+}
+
+// A named limit bucket and its live settings.
+type LimitBucket struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// [A-Za-z0-9._:-]{1,128}.
+	Name   string        `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Config *BucketConfig `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
+	Use    *BucketUse    `protobuf:"bytes,3,opt,name=use,proto3" json:"use,omitempty"`
+	// When the settings were last changed.
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// When a cooldown of the bucket ends; unset when it has none.
+	CooldownUntil *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=cooldown_until,json=cooldownUntil,proto3" json:"cooldown_until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LimitBucket) Reset() {
+	*x = LimitBucket{}
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LimitBucket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LimitBucket) ProtoMessage() {}
+
+func (x *LimitBucket) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LimitBucket.ProtoReflect.Descriptor instead.
+func (*LimitBucket) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *LimitBucket) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LimitBucket) GetConfig() *BucketConfig {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *LimitBucket) GetUse() *BucketUse {
+	if x != nil {
+		return x.Use
+	}
+	return nil
+}
+
+func (x *LimitBucket) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+func (x *LimitBucket) GetCooldownUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CooldownUntil
+	}
+	return nil
+}
+
+type GetBucketRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBucketRequest) Reset() {
+	*x = GetBucketRequest{}
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBucketRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBucketRequest) ProtoMessage() {}
+
+func (x *GetBucketRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBucketRequest.ProtoReflect.Descriptor instead.
+func (*GetBucketRequest) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GetBucketRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetBucketResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        *LimitBucket           `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBucketResponse) Reset() {
+	*x = GetBucketResponse{}
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBucketResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBucketResponse) ProtoMessage() {}
+
+func (x *GetBucketResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBucketResponse.ProtoReflect.Descriptor instead.
+func (*GetBucketResponse) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *GetBucketResponse) GetBucket() *LimitBucket {
+	if x != nil {
+		return x.Bucket
+	}
+	return nil
+}
+
+type ListBucketsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBucketsRequest) Reset() {
+	*x = ListBucketsRequest{}
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBucketsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBucketsRequest) ProtoMessage() {}
+
+func (x *ListBucketsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBucketsRequest.ProtoReflect.Descriptor instead.
+func (*ListBucketsRequest) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{17}
+}
+
+type ListBucketsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every defined bucket, by name.
+	Buckets       []*LimitBucket `protobuf:"bytes,1,rep,name=buckets,proto3" json:"buckets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBucketsResponse) Reset() {
+	*x = ListBucketsResponse{}
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBucketsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBucketsResponse) ProtoMessage() {}
+
+func (x *ListBucketsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBucketsResponse.ProtoReflect.Descriptor instead.
+func (*ListBucketsResponse) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListBucketsResponse) GetBuckets() []*LimitBucket {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+type UpdateBucketRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bucket to change; created (with no limits) when it is not defined yet.
+	Name   string        `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Config *BucketConfig `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
+	// Which fields of `config` to change ("rate_limit", "max_concurrent"). A named
+	// field left unset or zero means no limit. Required.
+	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateBucketRequest) Reset() {
+	*x = UpdateBucketRequest{}
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateBucketRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateBucketRequest) ProtoMessage() {}
+
+func (x *UpdateBucketRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateBucketRequest.ProtoReflect.Descriptor instead.
+func (*UpdateBucketRequest) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *UpdateBucketRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateBucketRequest) GetConfig() *BucketConfig {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *UpdateBucketRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.UpdateMask
+	}
+	return nil
+}
+
+type UpdateBucketResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        *LimitBucket           `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateBucketResponse) Reset() {
+	*x = UpdateBucketResponse{}
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateBucketResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateBucketResponse) ProtoMessage() {}
+
+func (x *UpdateBucketResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateBucketResponse.ProtoReflect.Descriptor instead.
+func (*UpdateBucketResponse) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *UpdateBucketResponse) GetBucket() *LimitBucket {
+	if x != nil {
+		return x.Bucket
+	}
+	return nil
+}
+
+type DeleteBucketRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteBucketRequest) Reset() {
+	*x = DeleteBucketRequest{}
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteBucketRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteBucketRequest) ProtoMessage() {}
+
+func (x *DeleteBucketRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteBucketRequest.ProtoReflect.Descriptor instead.
+func (*DeleteBucketRequest) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DeleteBucketRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// Tasks that name a deleted bucket lease without its limits.
+type DeleteBucketResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteBucketResponse) Reset() {
+	*x = DeleteBucketResponse{}
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteBucketResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteBucketResponse) ProtoMessage() {}
+
+func (x *DeleteBucketResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteBucketResponse.ProtoReflect.Descriptor instead.
+func (*DeleteBucketResponse) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{22}
+}
+
+// One live cooldown.
+type CooldownHold struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Scope CooldownScope          `protobuf:"varint,1,opt,name=scope,proto3,enum=taskbroker.v1.CooldownScope" json:"scope,omitempty"`
+	// CONCURRENCY_KEY: the queue and the key.
+	Queue          string `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	ConcurrencyKey string `protobuf:"bytes,3,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	// BUCKET: the bucket.
+	Bucket string `protobuf:"bytes,4,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	// No task of the key or bucket is leased before this time.
+	Until *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=until,proto3" json:"until,omitempty"`
+	// The task whose failed attempt set it.
+	TaskId        string `protobuf:"bytes,6,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CooldownHold) Reset() {
+	*x = CooldownHold{}
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CooldownHold) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CooldownHold) ProtoMessage() {}
+
+func (x *CooldownHold) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CooldownHold.ProtoReflect.Descriptor instead.
+func (*CooldownHold) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CooldownHold) GetScope() CooldownScope {
+	if x != nil {
+		return x.Scope
+	}
+	return CooldownScope_COOLDOWN_SCOPE_UNSPECIFIED
+}
+
+func (x *CooldownHold) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *CooldownHold) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
+}
+
+func (x *CooldownHold) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *CooldownHold) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *CooldownHold) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+type ListCooldownsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only the cooldowns of this queue's keys, when set.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Only the cooldown of this bucket, when set.
+	Bucket        string `protobuf:"bytes,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCooldownsRequest) Reset() {
+	*x = ListCooldownsRequest{}
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCooldownsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCooldownsRequest) ProtoMessage() {}
+
+func (x *ListCooldownsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCooldownsRequest.ProtoReflect.Descriptor instead.
+func (*ListCooldownsRequest) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListCooldownsRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *ListCooldownsRequest) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+type ListCooldownsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The live cooldowns, soonest end first.
+	Cooldowns     []*CooldownHold `protobuf:"bytes,1,rep,name=cooldowns,proto3" json:"cooldowns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCooldownsResponse) Reset() {
+	*x = ListCooldownsResponse{}
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCooldownsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCooldownsResponse) ProtoMessage() {}
+
+func (x *ListCooldownsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCooldownsResponse.ProtoReflect.Descriptor instead.
+func (*ListCooldownsResponse) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ListCooldownsResponse) GetCooldowns() []*CooldownHold {
+	if x != nil {
+		return x.Cooldowns
+	}
+	return nil
+}
+
+// Names either a queue and concurrency key, or a bucket.
+type LiftCooldownRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Queue          string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	ConcurrencyKey string                 `protobuf:"bytes,2,opt,name=concurrency_key,json=concurrencyKey,proto3" json:"concurrency_key,omitempty"`
+	Bucket         string                 `protobuf:"bytes,3,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *LiftCooldownRequest) Reset() {
+	*x = LiftCooldownRequest{}
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LiftCooldownRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LiftCooldownRequest) ProtoMessage() {}
+
+func (x *LiftCooldownRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LiftCooldownRequest.ProtoReflect.Descriptor instead.
+func (*LiftCooldownRequest) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *LiftCooldownRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *LiftCooldownRequest) GetConcurrencyKey() string {
+	if x != nil {
+		return x.ConcurrencyKey
+	}
+	return ""
+}
+
+func (x *LiftCooldownRequest) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+type LiftCooldownResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when there was no live cooldown to lift.
+	Lifted        bool `protobuf:"varint,1,opt,name=lifted,proto3" json:"lifted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LiftCooldownResponse) Reset() {
+	*x = LiftCooldownResponse{}
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LiftCooldownResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LiftCooldownResponse) ProtoMessage() {}
+
+func (x *LiftCooldownResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskbroker_v1_queue_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LiftCooldownResponse.ProtoReflect.Descriptor instead.
+func (*LiftCooldownResponse) Descriptor() ([]byte, []int) {
+	return file_taskbroker_v1_queue_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *LiftCooldownResponse) GetLifted() bool {
+	if x != nil {
+		return x.Lifted
+	}
+	return false
+}
+
 var File_taskbroker_v1_queue_proto protoreflect.FileDescriptor
 
 const file_taskbroker_v1_queue_proto_rawDesc = "" +
@@ -1030,7 +1915,7 @@ const file_taskbroker_v1_queue_proto_rawDesc = "" +
 	"\tRateLimit\x12\x1d\n" +
 	"\n" +
 	"per_second\x18\x01 \x01(\x01R\tperSecond\x12\x14\n" +
-	"\x05burst\x18\x02 \x01(\rR\x05burst\"\xce\x06\n" +
+	"\x05burst\x18\x02 \x01(\rR\x05burst\"\xe6\x06\n" +
 	"\vQueueConfig\x12\x16\n" +
 	"\x06paused\x18\x01 \x01(\bR\x06paused\x12%\n" +
 	"\x0emax_concurrent\x18\x02 \x01(\rR\rmaxConcurrent\x127\n" +
@@ -1050,7 +1935,8 @@ const file_taskbroker_v1_queue_proto_rawDesc = "" +
 	"\tmin_lease\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\bminLease\x12\x1f\n" +
 	"\vmax_pending\x18\x0f \x01(\x04R\n" +
 	"maxPending\x12*\n" +
-	"\x11max_pending_bytes\x18\x10 \x01(\x04R\x0fmaxPendingBytes\"\x8c\x01\n" +
+	"\x11max_pending_bytes\x18\x10 \x01(\x04R\x0fmaxPendingBytes\x12\x16\n" +
+	"\x06bucket\x18\x11 \x01(\tR\x06bucket\"\x8c\x01\n" +
 	"\x05Queue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x06config\x18\x02 \x01(\v2\x1a.taskbroker.v1.QueueConfigR\x06config\x12;\n" +
@@ -1069,14 +1955,16 @@ const file_taskbroker_v1_queue_proto_rawDesc = "" +
 	"\vupdate_mask\x18\x03 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
 	"updateMask\"A\n" +
 	"\x13UpdateQueueResponse\x12*\n" +
-	"\x05queue\x18\x01 \x01(\v2\x14.taskbroker.v1.QueueR\x05queue\"\xf6\x01\n" +
+	"\x05queue\x18\x01 \x01(\v2\x14.taskbroker.v1.QueueR\x05queue\"\xb7\x02\n" +
 	"\x04Gate\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.taskbroker.v1.GateKindR\x04kind\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x120\n" +
 	"\x05until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12&\n" +
 	"\x0fholder_task_ids\x18\x04 \x03(\tR\rholderTaskIds\x12\x14\n" +
 	"\x05ahead\x18\x05 \x01(\x04R\x05ahead\x129\n" +
-	"\fmissing_keys\x18\x06 \x03(\v2\x16.taskbroker.v1.TaskKeyR\vmissingKeys\"-\n" +
+	"\fmissing_keys\x18\x06 \x03(\v2\x16.taskbroker.v1.TaskKeyR\vmissingKeys\x12\x16\n" +
+	"\x06bucket\x18\a \x01(\tR\x06bucket\x12'\n" +
+	"\x0fconcurrency_key\x18\b \x01(\tR\x0econcurrencyKey\"-\n" +
 	"\x12ExplainTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\"\xc2\x01\n" +
 	"\x13ExplainTaskResponse\x12\x17\n" +
@@ -1084,11 +1972,61 @@ const file_taskbroker_v1_queue_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.taskbroker.v1.TaskStateR\x05state\x12)\n" +
 	"\x05gates\x18\x03 \x03(\v2\x13.taskbroker.v1.GateR\x05gates\x127\n" +
 	"\n" +
-	"lease_path\x18\x04 \x01(\x0e2\x18.taskbroker.v1.LeasePathR\tleasePath*V\n" +
+	"lease_path\x18\x04 \x01(\x0e2\x18.taskbroker.v1.LeasePathR\tleasePath\"n\n" +
+	"\fBucketConfig\x127\n" +
+	"\n" +
+	"rate_limit\x18\x01 \x01(\v2\x18.taskbroker.v1.RateLimitR\trateLimit\x12%\n" +
+	"\x0emax_concurrent\x18\x02 \x01(\rR\rmaxConcurrent\"D\n" +
+	"\tBucketUse\x12\x16\n" +
+	"\x06tokens\x18\x01 \x01(\x01R\x06tokens\x12\x1f\n" +
+	"\vleases_held\x18\x02 \x01(\rR\n" +
+	"leasesHeld\"\x82\x02\n" +
+	"\vLimitBucket\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
+	"\x06config\x18\x02 \x01(\v2\x1b.taskbroker.v1.BucketConfigR\x06config\x12*\n" +
+	"\x03use\x18\x03 \x01(\v2\x18.taskbroker.v1.BucketUseR\x03use\x12;\n" +
+	"\vupdate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\x12A\n" +
+	"\x0ecooldown_until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rcooldownUntil\"&\n" +
+	"\x10GetBucketRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"G\n" +
+	"\x11GetBucketResponse\x122\n" +
+	"\x06bucket\x18\x01 \x01(\v2\x1a.taskbroker.v1.LimitBucketR\x06bucket\"\x14\n" +
+	"\x12ListBucketsRequest\"K\n" +
+	"\x13ListBucketsResponse\x124\n" +
+	"\abuckets\x18\x01 \x03(\v2\x1a.taskbroker.v1.LimitBucketR\abuckets\"\x9b\x01\n" +
+	"\x13UpdateBucketRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
+	"\x06config\x18\x02 \x01(\v2\x1b.taskbroker.v1.BucketConfigR\x06config\x12;\n" +
+	"\vupdate_mask\x18\x03 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
+	"updateMask\"J\n" +
+	"\x14UpdateBucketResponse\x122\n" +
+	"\x06bucket\x18\x01 \x01(\v2\x1a.taskbroker.v1.LimitBucketR\x06bucket\")\n" +
+	"\x13DeleteBucketRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
+	"\x14DeleteBucketResponse\"\xe4\x01\n" +
+	"\fCooldownHold\x122\n" +
+	"\x05scope\x18\x01 \x01(\x0e2\x1c.taskbroker.v1.CooldownScopeR\x05scope\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12'\n" +
+	"\x0fconcurrency_key\x18\x03 \x01(\tR\x0econcurrencyKey\x12\x16\n" +
+	"\x06bucket\x18\x04 \x01(\tR\x06bucket\x120\n" +
+	"\x05until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x17\n" +
+	"\atask_id\x18\x06 \x01(\tR\x06taskId\"D\n" +
+	"\x14ListCooldownsRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
+	"\x06bucket\x18\x02 \x01(\tR\x06bucket\"R\n" +
+	"\x15ListCooldownsResponse\x129\n" +
+	"\tcooldowns\x18\x01 \x03(\v2\x1b.taskbroker.v1.CooldownHoldR\tcooldowns\"l\n" +
+	"\x13LiftCooldownRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12'\n" +
+	"\x0fconcurrency_key\x18\x02 \x01(\tR\x0econcurrencyKey\x12\x16\n" +
+	"\x06bucket\x18\x03 \x01(\tR\x06bucket\".\n" +
+	"\x14LiftCooldownResponse\x12\x16\n" +
+	"\x06lifted\x18\x01 \x01(\bR\x06lifted*V\n" +
 	"\bFairness\x12\x18\n" +
 	"\x14FAIRNESS_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rFAIRNESS_NONE\x10\x01\x12\x1d\n" +
-	"\x19FAIRNESS_ROUND_ROBIN_KEYS\x10\x02*\xfc\x02\n" +
+	"\x19FAIRNESS_ROUND_ROBIN_KEYS\x10\x02*\xde\x03\n" +
 	"\bGateKind\x12\x19\n" +
 	"\x15GATE_KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eGATE_KIND_NONE\x10\x01\x12\x1e\n" +
@@ -1102,7 +2040,10 @@ const file_taskbroker_v1_queue_proto_rawDesc = "" +
 	"\x1cGATE_KIND_NO_MATCHING_WORKER\x10\t\x12\x1d\n" +
 	"\x19GATE_KIND_STICKY_RESERVED\x10\n" +
 	"\x12\x1c\n" +
-	"\x18GATE_KIND_WAITING_BEHIND\x10\v*\x82\x01\n" +
+	"\x18GATE_KIND_WAITING_BEHIND\x10\v\x12%\n" +
+	"!GATE_KIND_BUCKET_CONCURRENCY_FULL\x10\f\x12!\n" +
+	"\x1dGATE_KIND_BUCKET_RATE_LIMITED\x10\r\x12\x16\n" +
+	"\x12GATE_KIND_COOLDOWN\x10\x0e*\x82\x01\n" +
 	"\tLeasePath\x12\x1a\n" +
 	"\x16LEASE_PATH_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10LEASE_PATH_PLAIN\x10\x01\x12\x15\n" +
@@ -1124,7 +2065,7 @@ func file_taskbroker_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_taskbroker_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_taskbroker_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_taskbroker_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_taskbroker_v1_queue_proto_goTypes = []any{
 	(Fairness)(0),                 // 0: taskbroker.v1.Fairness
 	(GateKind)(0),                 // 1: taskbroker.v1.GateKind
@@ -1141,41 +2082,71 @@ var file_taskbroker_v1_queue_proto_goTypes = []any{
 	(*Gate)(nil),                  // 12: taskbroker.v1.Gate
 	(*ExplainTaskRequest)(nil),    // 13: taskbroker.v1.ExplainTaskRequest
 	(*ExplainTaskResponse)(nil),   // 14: taskbroker.v1.ExplainTaskResponse
-	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
-	(*RetryPolicy)(nil),           // 16: taskbroker.v1.RetryPolicy
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil), // 18: google.protobuf.FieldMask
-	(*TaskKey)(nil),               // 19: taskbroker.v1.TaskKey
-	(TaskState)(0),                // 20: taskbroker.v1.TaskState
+	(*BucketConfig)(nil),          // 15: taskbroker.v1.BucketConfig
+	(*BucketUse)(nil),             // 16: taskbroker.v1.BucketUse
+	(*LimitBucket)(nil),           // 17: taskbroker.v1.LimitBucket
+	(*GetBucketRequest)(nil),      // 18: taskbroker.v1.GetBucketRequest
+	(*GetBucketResponse)(nil),     // 19: taskbroker.v1.GetBucketResponse
+	(*ListBucketsRequest)(nil),    // 20: taskbroker.v1.ListBucketsRequest
+	(*ListBucketsResponse)(nil),   // 21: taskbroker.v1.ListBucketsResponse
+	(*UpdateBucketRequest)(nil),   // 22: taskbroker.v1.UpdateBucketRequest
+	(*UpdateBucketResponse)(nil),  // 23: taskbroker.v1.UpdateBucketResponse
+	(*DeleteBucketRequest)(nil),   // 24: taskbroker.v1.DeleteBucketRequest
+	(*DeleteBucketResponse)(nil),  // 25: taskbroker.v1.DeleteBucketResponse
+	(*CooldownHold)(nil),          // 26: taskbroker.v1.CooldownHold
+	(*ListCooldownsRequest)(nil),  // 27: taskbroker.v1.ListCooldownsRequest
+	(*ListCooldownsResponse)(nil), // 28: taskbroker.v1.ListCooldownsResponse
+	(*LiftCooldownRequest)(nil),   // 29: taskbroker.v1.LiftCooldownRequest
+	(*LiftCooldownResponse)(nil),  // 30: taskbroker.v1.LiftCooldownResponse
+	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
+	(*RetryPolicy)(nil),           // 32: taskbroker.v1.RetryPolicy
+	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil), // 34: google.protobuf.FieldMask
+	(*TaskKey)(nil),               // 35: taskbroker.v1.TaskKey
+	(TaskState)(0),                // 36: taskbroker.v1.TaskState
+	(CooldownScope)(0),            // 37: taskbroker.v1.CooldownScope
 }
 var file_taskbroker_v1_queue_proto_depIdxs = []int32{
 	3,  // 0: taskbroker.v1.QueueConfig.rate_limit:type_name -> taskbroker.v1.RateLimit
 	3,  // 1: taskbroker.v1.QueueConfig.per_key_rate_limit:type_name -> taskbroker.v1.RateLimit
 	0,  // 2: taskbroker.v1.QueueConfig.fairness:type_name -> taskbroker.v1.Fairness
-	15, // 3: taskbroker.v1.QueueConfig.priority_aging:type_name -> google.protobuf.Duration
-	16, // 4: taskbroker.v1.QueueConfig.default_retry:type_name -> taskbroker.v1.RetryPolicy
-	15, // 5: taskbroker.v1.QueueConfig.default_lease:type_name -> google.protobuf.Duration
-	15, // 6: taskbroker.v1.QueueConfig.max_lease:type_name -> google.protobuf.Duration
-	15, // 7: taskbroker.v1.QueueConfig.retention:type_name -> google.protobuf.Duration
-	15, // 8: taskbroker.v1.QueueConfig.min_lease:type_name -> google.protobuf.Duration
+	31, // 3: taskbroker.v1.QueueConfig.priority_aging:type_name -> google.protobuf.Duration
+	32, // 4: taskbroker.v1.QueueConfig.default_retry:type_name -> taskbroker.v1.RetryPolicy
+	31, // 5: taskbroker.v1.QueueConfig.default_lease:type_name -> google.protobuf.Duration
+	31, // 6: taskbroker.v1.QueueConfig.max_lease:type_name -> google.protobuf.Duration
+	31, // 7: taskbroker.v1.QueueConfig.retention:type_name -> google.protobuf.Duration
+	31, // 8: taskbroker.v1.QueueConfig.min_lease:type_name -> google.protobuf.Duration
 	4,  // 9: taskbroker.v1.Queue.config:type_name -> taskbroker.v1.QueueConfig
-	17, // 10: taskbroker.v1.Queue.update_time:type_name -> google.protobuf.Timestamp
+	33, // 10: taskbroker.v1.Queue.update_time:type_name -> google.protobuf.Timestamp
 	5,  // 11: taskbroker.v1.GetQueueResponse.queue:type_name -> taskbroker.v1.Queue
 	5,  // 12: taskbroker.v1.ListQueuesResponse.queues:type_name -> taskbroker.v1.Queue
 	4,  // 13: taskbroker.v1.UpdateQueueRequest.config:type_name -> taskbroker.v1.QueueConfig
-	18, // 14: taskbroker.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
+	34, // 14: taskbroker.v1.UpdateQueueRequest.update_mask:type_name -> google.protobuf.FieldMask
 	5,  // 15: taskbroker.v1.UpdateQueueResponse.queue:type_name -> taskbroker.v1.Queue
 	1,  // 16: taskbroker.v1.Gate.kind:type_name -> taskbroker.v1.GateKind
-	17, // 17: taskbroker.v1.Gate.until:type_name -> google.protobuf.Timestamp
-	19, // 18: taskbroker.v1.Gate.missing_keys:type_name -> taskbroker.v1.TaskKey
-	20, // 19: taskbroker.v1.ExplainTaskResponse.state:type_name -> taskbroker.v1.TaskState
+	33, // 17: taskbroker.v1.Gate.until:type_name -> google.protobuf.Timestamp
+	35, // 18: taskbroker.v1.Gate.missing_keys:type_name -> taskbroker.v1.TaskKey
+	36, // 19: taskbroker.v1.ExplainTaskResponse.state:type_name -> taskbroker.v1.TaskState
 	12, // 20: taskbroker.v1.ExplainTaskResponse.gates:type_name -> taskbroker.v1.Gate
 	2,  // 21: taskbroker.v1.ExplainTaskResponse.lease_path:type_name -> taskbroker.v1.LeasePath
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	3,  // 22: taskbroker.v1.BucketConfig.rate_limit:type_name -> taskbroker.v1.RateLimit
+	15, // 23: taskbroker.v1.LimitBucket.config:type_name -> taskbroker.v1.BucketConfig
+	16, // 24: taskbroker.v1.LimitBucket.use:type_name -> taskbroker.v1.BucketUse
+	33, // 25: taskbroker.v1.LimitBucket.update_time:type_name -> google.protobuf.Timestamp
+	33, // 26: taskbroker.v1.LimitBucket.cooldown_until:type_name -> google.protobuf.Timestamp
+	17, // 27: taskbroker.v1.GetBucketResponse.bucket:type_name -> taskbroker.v1.LimitBucket
+	17, // 28: taskbroker.v1.ListBucketsResponse.buckets:type_name -> taskbroker.v1.LimitBucket
+	15, // 29: taskbroker.v1.UpdateBucketRequest.config:type_name -> taskbroker.v1.BucketConfig
+	34, // 30: taskbroker.v1.UpdateBucketRequest.update_mask:type_name -> google.protobuf.FieldMask
+	17, // 31: taskbroker.v1.UpdateBucketResponse.bucket:type_name -> taskbroker.v1.LimitBucket
+	37, // 32: taskbroker.v1.CooldownHold.scope:type_name -> taskbroker.v1.CooldownScope
+	33, // 33: taskbroker.v1.CooldownHold.until:type_name -> google.protobuf.Timestamp
+	26, // 34: taskbroker.v1.ListCooldownsResponse.cooldowns:type_name -> taskbroker.v1.CooldownHold
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_taskbroker_v1_queue_proto_init() }
@@ -1190,7 +2161,7 @@ func file_taskbroker_v1_queue_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskbroker_v1_queue_proto_rawDesc), len(file_taskbroker_v1_queue_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   12,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -352,7 +352,9 @@ type TaskTemplate struct {
 	// substituted, e.g. "report-{fire_time}". A fire time whose key is taken makes
 	// no new task (deduplicated, as Submit does). Empty: no key. The expanded key
 	// must be a valid TaskSpec.key; `{` and `}` appear only in these placeholders.
-	Key           string `protobuf:"bytes,11,opt,name=key,proto3" json:"key,omitempty"`
+	Key string `protobuf:"bytes,11,opt,name=key,proto3" json:"key,omitempty"`
+	// As TaskSpec.bucket.
+	Bucket        string `protobuf:"bytes,12,opt,name=bucket,proto3" json:"bucket,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -460,6 +462,13 @@ func (x *TaskTemplate) GetConcurrencyKey() string {
 func (x *TaskTemplate) GetKey() string {
 	if x != nil {
 		return x.Key
+	}
+	return ""
+}
+
+func (x *TaskTemplate) GetBucket() string {
+	if x != nil {
+		return x.Bucket
 	}
 	return ""
 }
@@ -1694,7 +1703,7 @@ const file_taskbroker_v1_schedule_proto_rawDesc = "" +
 	"\aonce_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampH\x00R\x06onceAt\x12\x1a\n" +
 	"\btimezone\x18\x04 \x01(\tR\btimezone\x122\n" +
 	"\x06anchor\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06anchorB\x06\n" +
-	"\x04kind\"\xa0\x04\n" +
+	"\x04kind\"\xb8\x04\n" +
 	"\fTaskTemplate\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1a\n" +
@@ -1707,7 +1716,8 @@ const file_taskbroker_v1_schedule_proto_rawDesc = "" +
 	"\x06fanout\x18\t \x01(\v2\x15.taskbroker.v1.FanoutR\x06fanout\x12'\n" +
 	"\x0fconcurrency_key\x18\n" +
 	" \x01(\tR\x0econcurrencyKey\x12\x10\n" +
-	"\x03key\x18\v \x01(\tR\x03key\x1a;\n" +
+	"\x03key\x18\v \x01(\tR\x03key\x12\x16\n" +
+	"\x06bucket\x18\f \x01(\tR\x06bucket\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x06\n" +

@@ -176,7 +176,7 @@ func (b *Broker) submit(ctx context.Context, req *pb.SubmitRequest) (*pb.SubmitR
 			Id: newID(), Queue: s.GetQueue(), Payload: s.GetPayload(), Key: s.GetKey(), Priority: s.GetPriority(),
 			Metadata: s.GetMetadata(), State: pb.TaskState_TASK_STATE_READY, MaxAttempts: maxAttempts,
 			CreatedAt: timestamppb.Now(), UpdatedAt: timestamppb.Now(), Retry: s.GetRetry(),
-			ConcurrencyKey: s.GetConcurrencyKey(), DependsOn: deps,
+			ConcurrencyKey: s.GetConcurrencyKey(), Bucket: s.GetBucket(), DependsOn: deps,
 			RunIfDependencyFails: s.GetRunIfDependencyFails(), AtMostOnce: s.GetAtMostOnce(), Deadline: s.GetDeadline(),
 		}
 		b.tasks[t.Id] = t

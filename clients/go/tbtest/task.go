@@ -184,6 +184,12 @@ func (t *Task) Run(h worker.Handler, mws ...worker.Middleware) Outcome {
 		out.RetryAfter = req.GetRetryAfter().AsDuration()
 		out.HasRetryAfter = req.GetRetryAfter() != nil
 		out.PreferSameWorker = req.GetPreferSameWorker()
+		switch c := req.GetCooldown(); c.GetScope() {
+		case pb.CooldownScope_COOLDOWN_SCOPE_CONCURRENCY_KEY:
+			out.CoolDownKey = c.GetDuration().AsDuration()
+		case pb.CooldownScope_COOLDOWN_SCOPE_BUCKET:
+			out.CoolDownBucket = c.GetDuration().AsDuration()
+		}
 	}
 	t.rec.mu.Lock()
 	t.rec.outcome = &out
@@ -211,6 +217,10 @@ type Outcome struct {
 	RetryAfter       time.Duration
 	HasRetryAfter    bool
 	PreferSameWorker bool
+	// CoolDownKey and CoolDownBucket are the cooldown the failure asked for on the task's
+	// concurrency key or its bucket (worker.CoolDownKey, worker.CoolDownBucket); zero: none.
+	CoolDownKey    time.Duration
+	CoolDownBucket time.Duration
 	// LeaseLost: the lease was lost during the attempt; a Worker reports nothing then.
 	LeaseLost bool
 }

@@ -176,3 +176,24 @@ func TestAProducerAndAWorkerRunOnTheFakeBroker(t *testing.T) {
 		t.Fatalf("run pending: %d", n)
 	}
 }
+
+func TestATestTaskRecordsTheCooldownAHandlerAsksFor(t *testing.T) {
+	limited := func(context.Context, *worker.Task) ([]byte, error) {
+		return nil, worker.CoolDownKey(errors.New("429 Too Many Requests"), 90*time.Second)
+	}
+	out := tbtest.NewTask("calls", nil, tbtest.WithKey("k")).Run(limited)
+	if !out.Retryable || out.CoolDownKey != 90*time.Second || out.CoolDownBucket != 0 || out.ErrorMessage != "429 Too Many Requests" {
+		t.Fatalf("key cooldown outcome %+v", out)
+	}
+	full := func(context.Context, *worker.Task) ([]byte, error) {
+		return nil, worker.CoolDownBucket(worker.RetryAfter(errors.New("quota"), time.Second), 2500*time.Millisecond)
+	}
+	out = tbtest.NewTask("calls", nil).Run(full)
+	if out.CoolDownKey != 0 || out.CoolDownBucket != 2500*time.Millisecond || out.RetryAfter != time.Second {
+		t.Fatalf("bucket cooldown outcome %+v", out)
+	}
+	plain := func(context.Context, *worker.Task) ([]byte, error) { return nil, errors.New("plain") }
+	if out := tbtest.NewTask("calls", nil).Run(plain); out.CoolDownKey != 0 || out.CoolDownBucket != 0 {
+		t.Fatalf("a plain failure asked for a cooldown: %+v", out)
+	}
+}

@@ -52,8 +52,8 @@ func Invoke(ctx context.Context, t *Task, h Handler, mws ...Middleware) (result 
 }
 
 // FailRequestFor is the Fail a Worker sends when an attempt of t under ctx ended with err
-// (non-nil): non_retryable for a *PermanentError, retry_after and prefer_same_worker from a
-// *RetryableError, retry_after 0 (handed back) after a stop timeout.
+// (non-nil): non_retryable for a *PermanentError, retry_after, prefer_same_worker and the
+// cooldown from a *RetryableError, retry_after 0 (handed back) after a stop timeout.
 func FailRequestFor(ctx context.Context, t *Task, err error) *pb.FailRequest {
 	req := &pb.FailRequest{TaskId: t.GetTaskId(), LeaseToken: t.GetLeaseToken(), ErrorMessage: err.Error()}
 	var perm *PermanentError
@@ -69,8 +69,20 @@ func FailRequestFor(ctx context.Context, t *Task, err error) *pb.FailRequest {
 			req.RetryAfter = durationpb.New(retry.RetryAfter)
 		}
 		req.PreferSameWorker = retry.PreferSameWorker
+		req.Cooldown = cooldownOf(retry)
 	}
 	return req
+}
+
+// cooldownOf is the FailRequest.cooldown a RetryableError asks for, nil for none.
+func cooldownOf(r *RetryableError) *pb.Cooldown {
+	switch {
+	case r.CoolDownKey > 0:
+		return &pb.Cooldown{Scope: pb.CooldownScope_COOLDOWN_SCOPE_CONCURRENCY_KEY, Duration: durationpb.New(r.CoolDownKey)}
+	case r.CoolDownBucket > 0:
+		return &pb.Cooldown{Scope: pb.CooldownScope_COOLDOWN_SCOPE_BUCKET, Duration: durationpb.New(r.CoolDownBucket)}
+	}
+	return nil
 }
 
 // Lost reports whether the task's lease is known to be lost (a checkpoint answered

@@ -62,13 +62,21 @@ func Permanentf(format string, args ...any) error {
 
 // RetryableError is a failure to retry after RetryAfter instead of the policy's backoff,
 // and, with PreferSameWorker, on this worker. Any error that is not a PermanentError is
-// retried; use this only to set RetryAfter or PreferSameWorker.
+// retried; use this only to set RetryAfter, PreferSameWorker or a cooldown.
 type RetryableError struct {
 	Err        error
 	RetryAfter time.Duration
 	// PreferSameWorker asks the broker to keep the retry for this worker (its local files
 	// are here): FailRequest.prefer_same_worker, SOFT unless the task's sticky policy is HARD.
 	PreferSameWorker bool
+	// CoolDownKey, above zero, holds the task's concurrency key in its queue for this long
+	// (e.g. a 429's Retry-After): no task of the key is leased before then, on any replica,
+	// and this task's retry waits at least as long (FailRequest.cooldown, scope
+	// CONCURRENCY_KEY; at most the broker's max_cooldown, one hour by default).
+	CoolDownKey time.Duration
+	// CoolDownBucket is the same for the task's limit bucket (scope BUCKET). Set one of the
+	// two; CoolDownKey wins when both are.
+	CoolDownBucket time.Duration
 }
 
 func (e *RetryableError) Error() string { return e.Err.Error() }
@@ -77,16 +85,46 @@ func (e *RetryableError) Unwrap() error { return e.Err }
 // RetryAfter wraps err so the next attempt runs after d (overriding the retry policy).
 func RetryAfter(err error, d time.Duration) error { return &RetryableError{Err: err, RetryAfter: d} }
 
+// retryable wraps err in a RetryableError that keeps what an inner *RetryableError of err
+// asked for, so the helpers below combine: CoolDownKey(RetryAfter(err, d), d).
+func retryable(err error) *RetryableError {
+	r := &RetryableError{Err: err}
+	var inner *RetryableError
+	if errors.As(err, &inner) {
+		r.RetryAfter, r.PreferSameWorker = inner.RetryAfter, inner.PreferSameWorker
+		r.CoolDownKey, r.CoolDownBucket = inner.CoolDownKey, inner.CoolDownBucket
+	}
+	return r
+}
+
 // PreferSameWorker wraps err so its retry is reserved for this worker (routing).
-// It keeps the RetryAfter of an err that is already a *RetryableError.
+// It keeps what an err that is already a *RetryableError asked for (RetryAfter, a cooldown).
 //
 //	return nil, worker.PreferSameWorker(fmt.Errorf("render: %w", err))
 func PreferSameWorker(err error) error {
-	r := &RetryableError{Err: err, PreferSameWorker: true}
-	var inner *RetryableError
-	if errors.As(err, &inner) {
-		r.RetryAfter = inner.RetryAfter
-	}
+	r := retryable(err)
+	r.PreferSameWorker = true
+	return r
+}
+
+// CoolDownKey wraps err so the Fail holds the task's concurrency key for d (see
+// RetryableError.CoolDownKey). It keeps what an inner *RetryableError asked for, but not its
+// bucket cooldown: a Fail carries one cooldown.
+//
+//	if resp.StatusCode == http.StatusTooManyRequests {
+//		return nil, worker.CoolDownKey(errors.New("429 from the partner API"), retryAfter)
+//	}
+func CoolDownKey(err error, d time.Duration) error {
+	r := retryable(err)
+	r.CoolDownKey, r.CoolDownBucket = d, 0
+	return r
+}
+
+// CoolDownBucket wraps err so the Fail holds the task's limit bucket for d (see
+// RetryableError.CoolDownBucket), as CoolDownKey does for the key.
+func CoolDownBucket(err error, d time.Duration) error {
+	r := retryable(err)
+	r.CoolDownKey, r.CoolDownBucket = 0, d
 	return r
 }
 

@@ -21,10 +21,15 @@
   WatchTasks (``WaitTimeout`` when time runs out); ``event_pb2`` holds the event messages;
   ``submit(depends_on_keys=[task_key(queue, key)])``; a handler reads its dependencies'
   results with ``ctx.dependency_results`` / ``ctx.dependency_result(task_id, Type)``.
+- Limit buckets and cooldowns: ``submit(bucket=...)``; ``get_bucket``, ``list_buckets``,
+  ``update_bucket``, ``delete_bucket``, ``list_cooldowns``, ``lift_cooldown`` on the clients
+  (``Bucket``, ``Cooldown``); a handler raises ``RetryableError(cool_down_key=90)`` (or
+  ``cool_down_bucket=``) to hold its task's key or bucket.
 """
 
 from taskbroker import routing
 from taskbroker.aio import AsyncClient, AsyncTaskContext, AsyncWorker
+from taskbroker.buckets import Bucket, Cooldown
 from taskbroker.client import Client, ConnectOptions, TLSConfig, retry_policy, task_key, task_spec
 from taskbroker.errors import (
     ERROR_DOMAIN,
@@ -51,12 +56,14 @@ __all__ = [
     "AsyncClient",
     "AsyncTaskContext",
     "AsyncWorker",
+    "Bucket",
     "ERROR_DOMAIN",
     "Explanation",
     "Gate",
     "REASON_LEASE_LOST",
     "Client",
     "ConnectOptions",
+    "Cooldown",
     "JSONSerializer",
     "LeaseLostError",
     "PayloadError",

@@ -31,6 +31,7 @@ import grpc.aio
 
 from taskbroker import handlers, metrics, spec, tracing
 from taskbroker.aio_completer import AsyncCompleter
+from taskbroker.buckets import AsyncBucketCalls
 from taskbroker.client import (
     ConnectOptions,
     SubmitOptions,
@@ -89,9 +90,10 @@ class _UnaryStreamToken(_Token, grpc.aio.UnaryStreamClientInterceptor):  # type:
         return await continuation(self._details(details), request)
 
 
-class AsyncClient:
+class AsyncClient(AsyncBucketCalls):
     """An asyncio channel to the broker with both service stubs (``broker``, ``admin``);
-    ``serializer`` as in ``Client`` (JSON by default)."""
+    ``serializer`` as in ``Client`` (JSON by default). The bucket and cooldown calls are
+    ``Client``'s, awaited (``AsyncBucketCalls``)."""
 
     def __init__(
         self,
@@ -922,6 +924,9 @@ def _fail_request(ctx: AsyncTaskContext, error: BaseException) -> broker_pb2.Fai
         if error.retry_after is not None:
             req.retry_after.CopyFrom(duration(error.retry_after))
         req.prefer_same_worker = error.prefer_same_worker
+        cooldown = error.cooldown()
+        if cooldown is not None:
+            req.cooldown.CopyFrom(cooldown)
     elif isinstance(error, asyncio.CancelledError):
         req.error_message = f"cancelled: {ctx.cancel_reason}"
     else:

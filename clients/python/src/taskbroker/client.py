@@ -15,6 +15,7 @@ import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from taskbroker import spec, tracing
+from taskbroker.buckets import BucketCalls
 from taskbroker.errors import TaskNotSucceededError, raise_if_failed
 from taskbroker.policy import apply_defaults
 from taskbroker.serde import DEFAULT_SERIALIZER, Serializer, encode_payload
@@ -54,6 +55,7 @@ class SubmitOptions(TypedDict, total=False):
     sticky: broker_pb2.StickyPolicy | None
     fanout: broker_pb2.Fanout | None
     concurrency_key: str
+    bucket: str
     depends_on: Sequence[str]
     run_if_dependency_fails: bool
     depends_on_keys: Sequence[broker_pb2.TaskKey | tuple[str, str]]
@@ -175,7 +177,7 @@ def open_channel(options: ConnectOptions) -> grpc.Channel:
     return channel
 
 
-class Client:
+class Client(BucketCalls):
     """Holds a gRPC channel and the BrokerService, AdminService and ScheduleService stubs on it.
 
     >>> with Client("127.0.0.1:50051") as tb:
@@ -186,6 +188,9 @@ class Client:
 
     ``serializer`` (default JSON) encodes what ``submit`` gets that is not bytes, and decodes
     results in ``get_result``; workers on this client use it for payloads and results too.
+
+    Limit buckets and cooldowns (``get_bucket``, ``list_buckets``, ``update_bucket``,
+    ``delete_bucket``, ``list_cooldowns``, ``lift_cooldown``) come from ``BucketCalls``.
     """
 
     def __init__(
@@ -481,6 +486,7 @@ def task_spec(
     depends_on_index: Sequence[int] = (),
     run_if_dependency_fails: bool = False,
     concurrency_key: str = "",
+    bucket: str = "",
     depends_on_keys: Sequence[broker_pb2.TaskKey | tuple[str, str]] = (),
     on_duplicate_key: DuplicateKey = 0,
     at_most_once: bool = False,
@@ -490,8 +496,9 @@ def task_spec(
     in its metadata; every TaskSpec field by name. ``depends_on_index`` names earlier tasks of
     the same request; ``depends_on_keys`` takes ``task_key(queue, key)`` or ``(queue, key)``
     pairs; ``on_duplicate_key`` a DuplicateKeyPolicy or ``"keep_existing"`` /
-    ``"replace_waiting"``. A payload that is not ``bytes`` is encoded by ``serializer`` (JSON
-    by default).
+    ``"replace_waiting"``. ``bucket`` names the limit bucket the task counts against, in any
+    queue (unset: its queue's bucket, if any). A payload that is not ``bytes`` is encoded by
+    ``serializer`` (JSON by default).
 
     ``run_at`` (a datetime; naive is UTC) keeps the task SCHEDULED until then; ``delay`` (a
     ``timedelta`` or seconds) does so for that long: its run_at is this machine's clock, read
@@ -520,6 +527,7 @@ def task_spec(
         depends_on_index=list(depends_on_index),
         run_if_dependency_fails=run_if_dependency_fails,
         concurrency_key=concurrency_key,
+        bucket=bucket,
         depends_on_keys=[k if isinstance(k, broker_pb2.TaskKey) else task_key(*k) for k in depends_on_keys],
         on_duplicate_key=duplicate_key_policy(on_duplicate_key),  # type: ignore[arg-type]
         at_most_once=at_most_once,

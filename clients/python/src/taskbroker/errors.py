@@ -38,16 +38,46 @@ class RetryableError(TaskbrokerError):
     ``prefer_same_worker`` asks for the retry to be reserved for this worker (its local files
     are here): FailRequest.prefer_same_worker, SOFT unless the task's sticky policy says HARD.
 
+    ``cool_down_key`` (a ``timedelta`` or seconds, e.g. a 429's ``Retry-After``) holds the
+    task's concurrency key in its queue for that long, and ``cool_down_bucket`` its limit
+    bucket: no task of it is leased before then, on any replica, and this task's retry waits
+    at least as long (FailRequest.cooldown; above zero, at most the broker's max_cooldown, one
+    hour by default). Pass one of them, not both.
+
     Any exception other than PermanentError is retried too: raise this one only to set
-    ``retry_after`` or ``prefer_same_worker``.
+    ``retry_after``, ``prefer_same_worker`` or a cooldown.
     """
 
     def __init__(
-        self, message: str, *, retry_after: float | datetime.timedelta | None = None, prefer_same_worker: bool = False
+        self,
+        message: str,
+        *,
+        retry_after: float | datetime.timedelta | None = None,
+        prefer_same_worker: bool = False,
+        cool_down_key: float | datetime.timedelta | None = None,
+        cool_down_bucket: float | datetime.timedelta | None = None,
     ) -> None:
+        if cool_down_key is not None and cool_down_bucket is not None:
+            raise ValueError("pass cool_down_key or cool_down_bucket, not both")
         super().__init__(message)
         self.retry_after = retry_after
         self.prefer_same_worker = prefer_same_worker
+        self.cool_down_key = cool_down_key
+        self.cool_down_bucket = cool_down_bucket
+
+    def cooldown(self) -> broker_pb2.Cooldown | None:
+        """The FailRequest.cooldown this failure asks for, or None."""
+        if self.cool_down_key is not None:
+            scope, length = broker_pb2.COOLDOWN_SCOPE_CONCURRENCY_KEY, self.cool_down_key
+        elif self.cool_down_bucket is not None:
+            scope, length = broker_pb2.COOLDOWN_SCOPE_BUCKET, self.cool_down_bucket
+        else:
+            return None
+        if isinstance(length, datetime.timedelta):
+            length = length.total_seconds()
+        c = broker_pb2.Cooldown(scope=scope)
+        c.duration.FromNanoseconds(round(length * 1e9))
+        return c
 
 
 class PermanentError(TaskbrokerError):

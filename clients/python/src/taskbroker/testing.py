@@ -5,7 +5,7 @@
   ``attempt``, ``metadata``, the ``checkpoint`` an earlier attempt saved), which records what
   the handler did: ``checkpoints``, ``cancel_checks`` and, through ``run``, its ``Outcome``
   (the result, or the failure as the worker would report it: retryable or permanent, with
-  ``retry_after``).
+  ``retry_after`` and the cooldown asked for, ``cool_down_key`` / ``cool_down_bucket``).
 - ``FakeClient`` (``AsyncFakeClient``): the producer calls of ``Client`` (``submit``,
   ``submit_many``, ``get_task``, ``get_result``, ``wait``, ``wait_all``, ``submit_and_wait``)
   and the handler registration of ``Worker`` (``@fake.handler(queue)``, ``handle``, ``use``)
@@ -143,6 +143,11 @@ class Outcome:
     #: The backoff the failure asked for (``RetryableError(retry_after=...)``), in seconds.
     retry_after: float | None = None
     prefer_same_worker: bool = False
+    #: The cooldown the failure asked for on the task's concurrency key
+    #: (``RetryableError(cool_down_key=...)``), in seconds; None when it asked for none.
+    cool_down_key: float | None = None
+    #: The same on the task's limit bucket (``RetryableError(cool_down_bucket=...)``).
+    cool_down_bucket: float | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -163,7 +168,16 @@ def _outcome(fail: broker_pb2.FailRequest | None, value: Any, result: bytes, err
         retryable=not fail.non_retryable,
         retry_after=fail.retry_after.ToTimedelta().total_seconds() if fail.HasField("retry_after") else None,
         prefer_same_worker=fail.prefer_same_worker,
+        cool_down_key=_cooldown(fail, broker_pb2.COOLDOWN_SCOPE_CONCURRENCY_KEY),
+        cool_down_bucket=_cooldown(fail, broker_pb2.COOLDOWN_SCOPE_BUCKET),
     )
+
+
+def _cooldown(fail: broker_pb2.FailRequest, scope: int) -> float | None:
+    """The Fail's cooldown of that scope, in seconds, or None."""
+    if not fail.HasField("cooldown") or fail.cooldown.scope != scope:
+        return None
+    return float(fail.cooldown.duration.ToTimedelta().total_seconds())
 
 
 class _Recorder:
@@ -437,6 +451,7 @@ class _FakeBase:
             state=State.TASK_STATE_READY,
             max_attempts=max_attempts,
             concurrency_key=s.concurrency_key,
+            bucket=s.bucket,
             depends_on=list(s.depends_on) + [earlier[i] for i in s.depends_on_index],
             run_if_dependency_fails=s.run_if_dependency_fails,
             at_most_once=s.at_most_once,

@@ -666,6 +666,9 @@ def _fail_request(ctx: TaskContext, error: BaseException) -> broker_pb2.FailRequ
         if error.retry_after is not None:
             req.retry_after.CopyFrom(duration(error.retry_after))
         req.prefer_same_worker = error.prefer_same_worker
+        cooldown = error.cooldown()
+        if cooldown is not None:
+            req.cooldown.CopyFrom(cooldown)
     else:
         req.error_message = f"{type(error).__name__}: {error}"
     return req

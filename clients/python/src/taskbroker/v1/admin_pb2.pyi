@@ -118,6 +118,7 @@ class Task(_message.Message):
     CANCEL_REASON_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_KEYS_FIELD_NUMBER: _builtins.int
     AT_MOST_ONCE_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     queue: _builtins.str
     payload: _builtins.bytes
@@ -151,6 +152,8 @@ class Task(_message.Message):
     """Flow: why the task was cancelled (when CANCELLED)."""
     at_most_once: _builtins.bool
     """TaskSpec.at_most_once."""
+    bucket: _builtins.str
+    """Admission: TaskSpec.bucket, as submitted (empty: its queue's bucket applies)."""
     @_builtins.property
     def run_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -226,10 +229,11 @@ class Task(_message.Message):
         cancel_reason: _event_pb2.CancelReason.ValueType = ...,
         depends_on_keys: _abc.Iterable[_broker_pb2.TaskKey] | None = ...,
         at_most_once: _builtins.bool = ...,
+        bucket: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deadline", b"deadline", "finished_at", b"finished_at", "fire_time", b"fire_time", "lease_expires_at", b"lease_expires_at", "retry", b"retry", "run_at", b"run_at", "sticky", b"sticky", "target", b"target", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_most_once", b"at_most_once", "attempt", b"attempt", "cancel_reason", b"cancel_reason", "cancel_requested", b"cancel_requested", "checkpoint", b"checkpoint", "concurrency_key", b"concurrency_key", "created_at", b"created_at", "deadline", b"deadline", "dependencies_remaining", b"dependencies_remaining", "depends_on", b"depends_on", "depends_on_keys", b"depends_on_keys", "fanout_group", b"fanout_group", "fencing_token", b"fencing_token", "finished_at", b"finished_at", "fire_time", b"fire_time", "has_checkpoint", b"has_checkpoint", "id", b"id", "key", b"key", "last_error", b"last_error", "lease_expires_at", b"lease_expires_at", "leased_by", b"leased_by", "max_attempts", b"max_attempts", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "reserved_for", b"reserved_for", "result", b"result", "retry", b"retry", "run_at", b"run_at", "run_if_dependency_fails", b"run_if_dependency_fails", "schedule_id", b"schedule_id", "state", b"state", "sticky", b"sticky", "target", b"target", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_most_once", b"at_most_once", "attempt", b"attempt", "bucket", b"bucket", "cancel_reason", b"cancel_reason", "cancel_requested", b"cancel_requested", "checkpoint", b"checkpoint", "concurrency_key", b"concurrency_key", "created_at", b"created_at", "deadline", b"deadline", "dependencies_remaining", b"dependencies_remaining", "depends_on", b"depends_on", "depends_on_keys", b"depends_on_keys", "fanout_group", b"fanout_group", "fencing_token", b"fencing_token", "finished_at", b"finished_at", "fire_time", b"fire_time", "has_checkpoint", b"has_checkpoint", "id", b"id", "key", b"key", "last_error", b"last_error", "lease_expires_at", b"lease_expires_at", "leased_by", b"leased_by", "max_attempts", b"max_attempts", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "reserved_for", b"reserved_for", "result", b"result", "retry", b"retry", "run_at", b"run_at", "run_if_dependency_fails", b"run_if_dependency_fails", "schedule_id", b"schedule_id", "state", b"state", "sticky", b"sticky", "target", b"target", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -409,6 +413,7 @@ class UpdateTaskRequest(_message.Message):
     DEADLINE_FIELD_NUMBER: _builtins.int
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     UPDATE_MASK_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     priority: _builtins.int
     max_attempts: _builtins.int
@@ -420,7 +425,13 @@ class UpdateTaskRequest(_message.Message):
 
     @_builtins.property
     def update_mask(self) -> _field_mask_pb2.FieldMask:
-        """Which of run_at, priority, deadline, max_attempts to change. Required."""
+        """Which of run_at, priority, deadline, max_attempts, target to change. Required."""
+
+    @_builtins.property
+    def target(self) -> _broker_pb2.Target:
+        """Who may lease the task, as Task.target; only while it waits (SCHEDULED, READY
+        or BLOCKED). Cleared (anyone may lease it) when named in update_mask and left unset.
+        """
 
     def __init__(
         self,
@@ -431,10 +442,11 @@ class UpdateTaskRequest(_message.Message):
         deadline: _timestamp_pb2.Timestamp | None = ...,
         max_attempts: _builtins.int = ...,
         update_mask: _field_mask_pb2.FieldMask | None = ...,
+        target: _broker_pb2.Target | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "run_at", b"run_at", "update_mask", b"update_mask"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "run_at", b"run_at", "target", b"target", "update_mask", b"update_mask"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "max_attempts", b"max_attempts", "priority", b"priority", "run_at", b"run_at", "task_id", b"task_id", "update_mask", b"update_mask"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "max_attempts", b"max_attempts", "priority", b"priority", "run_at", b"run_at", "target", b"target", "task_id", b"task_id", "update_mask", b"update_mask"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

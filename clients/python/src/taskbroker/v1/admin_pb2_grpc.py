@@ -103,6 +103,36 @@ class AdminServiceStub:
                 request_serializer=taskbroker_dot_v1_dot_queue__pb2.ExplainTaskRequest.SerializeToString,
                 response_deserializer=taskbroker_dot_v1_dot_queue__pb2.ExplainTaskResponse.FromString,
                 _registered_method=True)
+        self.GetBucket = channel.unary_unary(
+                '/taskbroker.v1.AdminService/GetBucket',
+                request_serializer=taskbroker_dot_v1_dot_queue__pb2.GetBucketRequest.SerializeToString,
+                response_deserializer=taskbroker_dot_v1_dot_queue__pb2.GetBucketResponse.FromString,
+                _registered_method=True)
+        self.ListBuckets = channel.unary_unary(
+                '/taskbroker.v1.AdminService/ListBuckets',
+                request_serializer=taskbroker_dot_v1_dot_queue__pb2.ListBucketsRequest.SerializeToString,
+                response_deserializer=taskbroker_dot_v1_dot_queue__pb2.ListBucketsResponse.FromString,
+                _registered_method=True)
+        self.UpdateBucket = channel.unary_unary(
+                '/taskbroker.v1.AdminService/UpdateBucket',
+                request_serializer=taskbroker_dot_v1_dot_queue__pb2.UpdateBucketRequest.SerializeToString,
+                response_deserializer=taskbroker_dot_v1_dot_queue__pb2.UpdateBucketResponse.FromString,
+                _registered_method=True)
+        self.DeleteBucket = channel.unary_unary(
+                '/taskbroker.v1.AdminService/DeleteBucket',
+                request_serializer=taskbroker_dot_v1_dot_queue__pb2.DeleteBucketRequest.SerializeToString,
+                response_deserializer=taskbroker_dot_v1_dot_queue__pb2.DeleteBucketResponse.FromString,
+                _registered_method=True)
+        self.ListCooldowns = channel.unary_unary(
+                '/taskbroker.v1.AdminService/ListCooldowns',
+                request_serializer=taskbroker_dot_v1_dot_queue__pb2.ListCooldownsRequest.SerializeToString,
+                response_deserializer=taskbroker_dot_v1_dot_queue__pb2.ListCooldownsResponse.FromString,
+                _registered_method=True)
+        self.LiftCooldown = channel.unary_unary(
+                '/taskbroker.v1.AdminService/LiftCooldown',
+                request_serializer=taskbroker_dot_v1_dot_queue__pb2.LiftCooldownRequest.SerializeToString,
+                response_deserializer=taskbroker_dot_v1_dot_queue__pb2.LiftCooldownResponse.FromString,
+                _registered_method=True)
         self.ListTaskEvents = channel.unary_unary(
                 '/taskbroker.v1.AdminService/ListTaskEvents',
                 request_serializer=taskbroker_dot_v1_dot_event__pb2.ListTaskEventsRequest.SerializeToString,
@@ -221,6 +251,49 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetBucket(self, request, context):
+        """Limit buckets shared by several queues (messages in queue.proto).
+        One bucket's settings and use.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListBuckets(self, request, context):
+        """Every defined bucket.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateBucket(self, request, context):
+        """Changes the fields named in update_mask, defining the bucket if need be.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteBucket(self, request, context):
+        """Removes a bucket; its tasks lease without its limits.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCooldowns(self, request, context):
+        """The live cooldowns set by workers' FailRequest.cooldown.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LiftCooldown(self, request, context):
+        """Ends a cooldown now.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListTaskEvents(self, request, context):
         """Flow: events, watch, bulk operations (messages in event.proto).
         Every recorded event of one task, oldest first.
@@ -317,6 +390,36 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ExplainTask,
                     request_deserializer=taskbroker_dot_v1_dot_queue__pb2.ExplainTaskRequest.FromString,
                     response_serializer=taskbroker_dot_v1_dot_queue__pb2.ExplainTaskResponse.SerializeToString,
+            ),
+            'GetBucket': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBucket,
+                    request_deserializer=taskbroker_dot_v1_dot_queue__pb2.GetBucketRequest.FromString,
+                    response_serializer=taskbroker_dot_v1_dot_queue__pb2.GetBucketResponse.SerializeToString,
+            ),
+            'ListBuckets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBuckets,
+                    request_deserializer=taskbroker_dot_v1_dot_queue__pb2.ListBucketsRequest.FromString,
+                    response_serializer=taskbroker_dot_v1_dot_queue__pb2.ListBucketsResponse.SerializeToString,
+            ),
+            'UpdateBucket': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateBucket,
+                    request_deserializer=taskbroker_dot_v1_dot_queue__pb2.UpdateBucketRequest.FromString,
+                    response_serializer=taskbroker_dot_v1_dot_queue__pb2.UpdateBucketResponse.SerializeToString,
+            ),
+            'DeleteBucket': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteBucket,
+                    request_deserializer=taskbroker_dot_v1_dot_queue__pb2.DeleteBucketRequest.FromString,
+                    response_serializer=taskbroker_dot_v1_dot_queue__pb2.DeleteBucketResponse.SerializeToString,
+            ),
+            'ListCooldowns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCooldowns,
+                    request_deserializer=taskbroker_dot_v1_dot_queue__pb2.ListCooldownsRequest.FromString,
+                    response_serializer=taskbroker_dot_v1_dot_queue__pb2.ListCooldownsResponse.SerializeToString,
+            ),
+            'LiftCooldown': grpc.unary_unary_rpc_method_handler(
+                    servicer.LiftCooldown,
+                    request_deserializer=taskbroker_dot_v1_dot_queue__pb2.LiftCooldownRequest.FromString,
+                    response_serializer=taskbroker_dot_v1_dot_queue__pb2.LiftCooldownResponse.SerializeToString,
             ),
             'ListTaskEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTaskEvents,
@@ -691,6 +794,168 @@ class AdminService:
             '/taskbroker.v1.AdminService/ExplainTask',
             taskbroker_dot_v1_dot_queue__pb2.ExplainTaskRequest.SerializeToString,
             taskbroker_dot_v1_dot_queue__pb2.ExplainTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBucket(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskbroker.v1.AdminService/GetBucket',
+            taskbroker_dot_v1_dot_queue__pb2.GetBucketRequest.SerializeToString,
+            taskbroker_dot_v1_dot_queue__pb2.GetBucketResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBuckets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskbroker.v1.AdminService/ListBuckets',
+            taskbroker_dot_v1_dot_queue__pb2.ListBucketsRequest.SerializeToString,
+            taskbroker_dot_v1_dot_queue__pb2.ListBucketsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateBucket(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskbroker.v1.AdminService/UpdateBucket',
+            taskbroker_dot_v1_dot_queue__pb2.UpdateBucketRequest.SerializeToString,
+            taskbroker_dot_v1_dot_queue__pb2.UpdateBucketResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteBucket(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskbroker.v1.AdminService/DeleteBucket',
+            taskbroker_dot_v1_dot_queue__pb2.DeleteBucketRequest.SerializeToString,
+            taskbroker_dot_v1_dot_queue__pb2.DeleteBucketResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCooldowns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskbroker.v1.AdminService/ListCooldowns',
+            taskbroker_dot_v1_dot_queue__pb2.ListCooldownsRequest.SerializeToString,
+            taskbroker_dot_v1_dot_queue__pb2.ListCooldownsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LiftCooldown(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskbroker.v1.AdminService/LiftCooldown',
+            taskbroker_dot_v1_dot_queue__pb2.LiftCooldownRequest.SerializeToString,
+            taskbroker_dot_v1_dot_queue__pb2.LiftCooldownResponse.FromString,
             options,
             channel_credentials,
             insecure,

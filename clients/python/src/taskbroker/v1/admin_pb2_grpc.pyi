@@ -65,6 +65,20 @@ class AdminServiceStub:
     """Changes the fields named in update_mask; every replica applies it within a second."""
     ExplainTask: _grpc.UnaryUnaryMultiCallable[_queue_pb2.ExplainTaskRequest, _queue_pb2.ExplainTaskResponse]
     """Every gate that holds a task that is not running."""
+    GetBucket: _grpc.UnaryUnaryMultiCallable[_queue_pb2.GetBucketRequest, _queue_pb2.GetBucketResponse]
+    """Limit buckets shared by several queues (messages in queue.proto).
+    One bucket's settings and use.
+    """
+    ListBuckets: _grpc.UnaryUnaryMultiCallable[_queue_pb2.ListBucketsRequest, _queue_pb2.ListBucketsResponse]
+    """Every defined bucket."""
+    UpdateBucket: _grpc.UnaryUnaryMultiCallable[_queue_pb2.UpdateBucketRequest, _queue_pb2.UpdateBucketResponse]
+    """Changes the fields named in update_mask, defining the bucket if need be."""
+    DeleteBucket: _grpc.UnaryUnaryMultiCallable[_queue_pb2.DeleteBucketRequest, _queue_pb2.DeleteBucketResponse]
+    """Removes a bucket; its tasks lease without its limits."""
+    ListCooldowns: _grpc.UnaryUnaryMultiCallable[_queue_pb2.ListCooldownsRequest, _queue_pb2.ListCooldownsResponse]
+    """The live cooldowns set by workers' FailRequest.cooldown."""
+    LiftCooldown: _grpc.UnaryUnaryMultiCallable[_queue_pb2.LiftCooldownRequest, _queue_pb2.LiftCooldownResponse]
+    """Ends a cooldown now."""
     ListTaskEvents: _grpc.UnaryUnaryMultiCallable[_event_pb2.ListTaskEventsRequest, _event_pb2.ListTaskEventsResponse]
     """Flow: events, watch, bulk operations (messages in event.proto).
     Every recorded event of one task, oldest first.
@@ -110,6 +124,20 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Changes the fields named in update_mask; every replica applies it within a second."""
     ExplainTask: _aio.UnaryUnaryMultiCallable[_queue_pb2.ExplainTaskRequest, _queue_pb2.ExplainTaskResponse]  # type: ignore[assignment]
     """Every gate that holds a task that is not running."""
+    GetBucket: _aio.UnaryUnaryMultiCallable[_queue_pb2.GetBucketRequest, _queue_pb2.GetBucketResponse]  # type: ignore[assignment]
+    """Limit buckets shared by several queues (messages in queue.proto).
+    One bucket's settings and use.
+    """
+    ListBuckets: _aio.UnaryUnaryMultiCallable[_queue_pb2.ListBucketsRequest, _queue_pb2.ListBucketsResponse]  # type: ignore[assignment]
+    """Every defined bucket."""
+    UpdateBucket: _aio.UnaryUnaryMultiCallable[_queue_pb2.UpdateBucketRequest, _queue_pb2.UpdateBucketResponse]  # type: ignore[assignment]
+    """Changes the fields named in update_mask, defining the bucket if need be."""
+    DeleteBucket: _aio.UnaryUnaryMultiCallable[_queue_pb2.DeleteBucketRequest, _queue_pb2.DeleteBucketResponse]  # type: ignore[assignment]
+    """Removes a bucket; its tasks lease without its limits."""
+    ListCooldowns: _aio.UnaryUnaryMultiCallable[_queue_pb2.ListCooldownsRequest, _queue_pb2.ListCooldownsResponse]  # type: ignore[assignment]
+    """The live cooldowns set by workers' FailRequest.cooldown."""
+    LiftCooldown: _aio.UnaryUnaryMultiCallable[_queue_pb2.LiftCooldownRequest, _queue_pb2.LiftCooldownResponse]  # type: ignore[assignment]
+    """Ends a cooldown now."""
     ListTaskEvents: _aio.UnaryUnaryMultiCallable[_event_pb2.ListTaskEventsRequest, _event_pb2.ListTaskEventsResponse]  # type: ignore[assignment]
     """Flow: events, watch, bulk operations (messages in event.proto).
     Every recorded event of one task, oldest first.
@@ -230,6 +258,56 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_queue_pb2.ExplainTaskResponse, _abc.Awaitable[_queue_pb2.ExplainTaskResponse]]:
         """Every gate that holds a task that is not running."""
+
+    @_abc_1.abstractmethod
+    def GetBucket(
+        self,
+        request: _queue_pb2.GetBucketRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.GetBucketResponse, _abc.Awaitable[_queue_pb2.GetBucketResponse]]:
+        """Limit buckets shared by several queues (messages in queue.proto).
+        One bucket's settings and use.
+        """
+
+    @_abc_1.abstractmethod
+    def ListBuckets(
+        self,
+        request: _queue_pb2.ListBucketsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.ListBucketsResponse, _abc.Awaitable[_queue_pb2.ListBucketsResponse]]:
+        """Every defined bucket."""
+
+    @_abc_1.abstractmethod
+    def UpdateBucket(
+        self,
+        request: _queue_pb2.UpdateBucketRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.UpdateBucketResponse, _abc.Awaitable[_queue_pb2.UpdateBucketResponse]]:
+        """Changes the fields named in update_mask, defining the bucket if need be."""
+
+    @_abc_1.abstractmethod
+    def DeleteBucket(
+        self,
+        request: _queue_pb2.DeleteBucketRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.DeleteBucketResponse, _abc.Awaitable[_queue_pb2.DeleteBucketResponse]]:
+        """Removes a bucket; its tasks lease without its limits."""
+
+    @_abc_1.abstractmethod
+    def ListCooldowns(
+        self,
+        request: _queue_pb2.ListCooldownsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.ListCooldownsResponse, _abc.Awaitable[_queue_pb2.ListCooldownsResponse]]:
+        """The live cooldowns set by workers' FailRequest.cooldown."""
+
+    @_abc_1.abstractmethod
+    def LiftCooldown(
+        self,
+        request: _queue_pb2.LiftCooldownRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_queue_pb2.LiftCooldownResponse, _abc.Awaitable[_queue_pb2.LiftCooldownResponse]]:
+        """Ends a cooldown now."""
 
     @_abc_1.abstractmethod
     def ListTaskEvents(

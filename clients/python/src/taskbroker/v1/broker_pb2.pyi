@@ -123,6 +123,28 @@ COMPLETE_OUTCOME_NOT_FOUND: CompleteOutcome.ValueType  # 3
 """No such task (Complete would return NOT_FOUND)."""
 Global___CompleteOutcome: _TypeAlias = CompleteOutcome  # noqa: Y015
 
+class _CooldownScope:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CooldownScopeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CooldownScope.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    COOLDOWN_SCOPE_UNSPECIFIED: _CooldownScope.ValueType  # 0
+    COOLDOWN_SCOPE_CONCURRENCY_KEY: _CooldownScope.ValueType  # 1
+    """The failed task's concurrency key, in its queue."""
+    COOLDOWN_SCOPE_BUCKET: _CooldownScope.ValueType  # 2
+    """The failed task's limit bucket."""
+
+class CooldownScope(_CooldownScope, metaclass=_CooldownScopeEnumTypeWrapper):
+    """What a cooldown holds."""
+
+COOLDOWN_SCOPE_UNSPECIFIED: CooldownScope.ValueType  # 0
+COOLDOWN_SCOPE_CONCURRENCY_KEY: CooldownScope.ValueType  # 1
+"""The failed task's concurrency key, in its queue."""
+COOLDOWN_SCOPE_BUCKET: CooldownScope.ValueType  # 2
+"""The failed task's limit bucket."""
+Global___CooldownScope: _TypeAlias = CooldownScope  # noqa: Y015
+
 class _StickyStrategy:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -244,6 +266,7 @@ class TaskSpec(_message.Message):
     DEPENDS_ON_KEYS_FIELD_NUMBER: _builtins.int
     ON_DUPLICATE_KEY_FIELD_NUMBER: _builtins.int
     AT_MOST_ONCE_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Required, [A-Za-z0-9._:-]{1,128}."""
     payload: _builtins.bytes
@@ -268,6 +291,11 @@ class TaskSpec(_message.Message):
     at_most_once: _builtins.bool
     """Leased at most once: when that lease expires or the worker fails the attempt,
     the task goes DEAD (never re-run), whatever its retry policy says.
+    """
+    bucket: _builtins.str
+    """Admission: the limit bucket (see queue.proto LimitBucket) this task counts
+    against, across every queue; empty means its queue's QueueConfig.bucket.
+    [A-Za-z0-9._:-]{0,128}.
     """
     @_builtins.property
     def run_at(self) -> _timestamp_pb2.Timestamp:
@@ -335,10 +363,11 @@ class TaskSpec(_message.Message):
         depends_on_keys: _abc.Iterable[Global___TaskKey] | None = ...,
         on_duplicate_key: Global___DuplicateKeyPolicy.ValueType = ...,
         at_most_once: _builtins.bool = ...,
+        bucket: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "fanout", b"fanout", "retry", b"retry", "run_at", b"run_at", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_most_once", b"at_most_once", "concurrency_key", b"concurrency_key", "deadline", b"deadline", "depends_on", b"depends_on", "depends_on_index", b"depends_on_index", "depends_on_keys", b"depends_on_keys", "fanout", b"fanout", "key", b"key", "metadata", b"metadata", "on_duplicate_key", b"on_duplicate_key", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry", b"retry", "run_at", b"run_at", "run_if_dependency_fails", b"run_if_dependency_fails", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_most_once", b"at_most_once", "bucket", b"bucket", "concurrency_key", b"concurrency_key", "deadline", b"deadline", "depends_on", b"depends_on", "depends_on_index", b"depends_on_index", "depends_on_keys", b"depends_on_keys", "fanout", b"fanout", "key", b"key", "metadata", b"metadata", "on_duplicate_key", b"on_duplicate_key", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry", b"retry", "run_at", b"run_at", "run_if_dependency_fails", b"run_if_dependency_fails", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -986,6 +1015,7 @@ class FailRequest(_message.Message):
     RETRY_AFTER_FIELD_NUMBER: _builtins.int
     PREFER_SAME_WORKER_FIELD_NUMBER: _builtins.int
     LEASE_NEXT_FIELD_NUMBER: _builtins.int
+    COOLDOWN_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     lease_token: _builtins.str
     error_message: _builtins.str
@@ -1005,6 +1035,13 @@ class FailRequest(_message.Message):
         as CompleteRequest.lease_next does; answered in FailResponse.next_tasks.
         """
 
+    @_builtins.property
+    def cooldown(self) -> Global___Cooldown:
+        """Hold this task's concurrency key (in its queue) or its bucket until now +
+        duration: no task of it is leased before then, on any replica, and this
+        task's retry waits at least that long. At most the broker's max_cooldown.
+        """
+
     def __init__(
         self,
         *,
@@ -1015,14 +1052,42 @@ class FailRequest(_message.Message):
         retry_after: _duration_pb2.Duration | None = ...,
         prefer_same_worker: _builtins.bool = ...,
         lease_next: Global___LeaseRequest | None = ...,
+        cooldown: Global___Cooldown | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["lease_next", b"lease_next", "retry_after", b"retry_after"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cooldown", b"cooldown", "lease_next", b"lease_next", "retry_after", b"retry_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_message", b"error_message", "lease_next", b"lease_next", "lease_token", b"lease_token", "non_retryable", b"non_retryable", "prefer_same_worker", b"prefer_same_worker", "retry_after", b"retry_after", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cooldown", b"cooldown", "error_message", b"error_message", "lease_next", b"lease_next", "lease_token", b"lease_token", "non_retryable", b"non_retryable", "prefer_same_worker", b"prefer_same_worker", "retry_after", b"retry_after", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FailRequest: _TypeAlias = FailRequest  # noqa: Y015
+
+@_typing.final
+class Cooldown(_message.Message):
+    """A request to hold the leased task's own key or bucket (e.g. from a 429's Retry-After)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_FIELD_NUMBER: _builtins.int
+    DURATION_FIELD_NUMBER: _builtins.int
+    scope: Global___CooldownScope.ValueType
+    @_builtins.property
+    def duration(self) -> _duration_pb2.Duration:
+        """Above zero, at most the broker's max_cooldown (one hour unless configured)."""
+
+    def __init__(
+        self,
+        *,
+        scope: Global___CooldownScope.ValueType = ...,
+        duration: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["duration", b"duration"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duration", b"duration", "scope", b"scope"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Cooldown: _TypeAlias = Cooldown  # noqa: Y015
 
 @_typing.final
 class FailResponse(_message.Message):

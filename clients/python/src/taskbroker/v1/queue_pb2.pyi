@@ -84,6 +84,14 @@ class _GateKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GateKind.Val
     """It is reserved for the worker it sticks to."""
     GATE_KIND_WAITING_BEHIND: _GateKind.ValueType  # 11
     """Other READY tasks lease first (`ahead`)."""
+    GATE_KIND_BUCKET_CONCURRENCY_FULL: _GateKind.ValueType  # 12
+    """Its limit bucket holds max_concurrent leases (`bucket`)."""
+    GATE_KIND_BUCKET_RATE_LIMITED: _GateKind.ValueType  # 13
+    """Its limit bucket's rate limit has no token (`bucket`; `until`: the next one)."""
+    GATE_KIND_COOLDOWN: _GateKind.ValueType  # 14
+    """A worker put its concurrency key (`concurrency_key`) or its bucket
+    (`bucket`) in a cooldown; `until`: when the cooldown ends.
+    """
 
 class GateKind(_GateKind, metaclass=_GateKindEnumTypeWrapper):
     """Why a task is not running now."""
@@ -111,6 +119,14 @@ GATE_KIND_STICKY_RESERVED: GateKind.ValueType  # 10
 """It is reserved for the worker it sticks to."""
 GATE_KIND_WAITING_BEHIND: GateKind.ValueType  # 11
 """Other READY tasks lease first (`ahead`)."""
+GATE_KIND_BUCKET_CONCURRENCY_FULL: GateKind.ValueType  # 12
+"""Its limit bucket holds max_concurrent leases (`bucket`)."""
+GATE_KIND_BUCKET_RATE_LIMITED: GateKind.ValueType  # 13
+"""Its limit bucket's rate limit has no token (`bucket`; `until`: the next one)."""
+GATE_KIND_COOLDOWN: GateKind.ValueType  # 14
+"""A worker put its concurrency key (`concurrency_key`) or its bucket
+(`bucket`) in a cooldown; `until`: when the cooldown ends.
+"""
 Global___GateKind: _TypeAlias = GateKind  # noqa: Y015
 
 class _LeasePath:
@@ -205,6 +221,7 @@ class QueueConfig(_message.Message):
     MIN_LEASE_FIELD_NUMBER: _builtins.int
     MAX_PENDING_FIELD_NUMBER: _builtins.int
     MAX_PENDING_BYTES_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
     paused: _builtins.bool
     """No new leases while set; leases already held run on."""
     max_concurrent: _builtins.int
@@ -223,6 +240,11 @@ class QueueConfig(_message.Message):
     """
     max_pending_bytes: _builtins.int
     """Backpressure: as max_pending, for the sum of the waiting tasks' payload bytes."""
+    bucket: _builtins.str
+    """The limit bucket (see LimitBucket) of this queue's tasks that name none
+    themselves (TaskSpec.bucket wins); empty means none.
+    [A-Za-z0-9._:-]{0,128}.
+    """
     @_builtins.property
     def rate_limit(self) -> Global___RateLimit:
         """Leases granted per second in the whole cluster; unset means no limit."""
@@ -274,10 +296,11 @@ class QueueConfig(_message.Message):
         min_lease: _duration_pb2.Duration | None = ...,
         max_pending: _builtins.int = ...,
         max_pending_bytes: _builtins.int = ...,
+        bucket: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["default_lease", b"default_lease", "default_retry", b"default_retry", "max_lease", b"max_lease", "min_lease", b"min_lease", "per_key_rate_limit", b"per_key_rate_limit", "priority_aging", b"priority_aging", "rate_limit", b"rate_limit", "retention", b"retention"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_lease", b"default_lease", "default_retry", b"default_retry", "fairness", b"fairness", "max_concurrent", b"max_concurrent", "max_concurrent_per_key", b"max_concurrent_per_key", "max_lease", b"max_lease", "max_leases_per_worker", b"max_leases_per_worker", "max_payload_bytes", b"max_payload_bytes", "max_pending", b"max_pending", "max_pending_bytes", b"max_pending_bytes", "min_lease", b"min_lease", "paused", b"paused", "per_key_rate_limit", b"per_key_rate_limit", "priority_aging", b"priority_aging", "rate_limit", b"rate_limit", "retention", b"retention"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "default_lease", b"default_lease", "default_retry", b"default_retry", "fairness", b"fairness", "max_concurrent", b"max_concurrent", "max_concurrent_per_key", b"max_concurrent_per_key", "max_lease", b"max_lease", "max_leases_per_worker", b"max_leases_per_worker", "max_payload_bytes", b"max_payload_bytes", "max_pending", b"max_pending", "max_pending_bytes", b"max_pending_bytes", "min_lease", b"min_lease", "paused", b"paused", "per_key_rate_limit", b"per_key_rate_limit", "priority_aging", b"priority_aging", "rate_limit", b"rate_limit", "retention", b"retention"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -455,11 +478,17 @@ class Gate(_message.Message):
     HOLDER_TASK_IDS_FIELD_NUMBER: _builtins.int
     AHEAD_FIELD_NUMBER: _builtins.int
     MISSING_KEYS_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
     kind: Global___GateKind.ValueType
     detail: _builtins.str
     """One plain sentence for people."""
     ahead: _builtins.int
     """WAITING_BEHIND: how many READY tasks of the queue lease first."""
+    bucket: _builtins.str
+    """BUCKET_CONCURRENCY_FULL, BUCKET_RATE_LIMITED, COOLDOWN of a bucket: the bucket."""
+    concurrency_key: _builtins.str
+    """COOLDOWN of a concurrency key: the key (of the task's queue)."""
     @_builtins.property
     def until(self) -> _timestamp_pb2.Timestamp:
         """When the gate opens, when known."""
@@ -483,10 +512,12 @@ class Gate(_message.Message):
         holder_task_ids: _abc.Iterable[_builtins.str] | None = ...,
         ahead: _builtins.int = ...,
         missing_keys: _abc.Iterable[_broker_pb2.TaskKey] | None = ...,
+        bucket: _builtins.str = ...,
+        concurrency_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["until", b"until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ahead", b"ahead", "detail", b"detail", "holder_task_ids", b"holder_task_ids", "kind", b"kind", "missing_keys", b"missing_keys", "until", b"until"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ahead", b"ahead", "bucket", b"bucket", "concurrency_key", b"concurrency_key", "detail", b"detail", "holder_task_ids", b"holder_task_ids", "kind", b"kind", "missing_keys", b"missing_keys", "until", b"until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -547,3 +578,406 @@ class ExplainTaskResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExplainTaskResponse: _TypeAlias = ExplainTaskResponse  # noqa: Y015
+
+@_typing.final
+class BucketConfig(_message.Message):
+    """---- Limit buckets: one limit shared by the tasks of several queues ----
+
+    The settings of a limit bucket. Every task that names the bucket (from
+    TaskSpec.bucket, or else its queue's QueueConfig.bucket) counts against it,
+    in every queue and on every replica.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RATE_LIMIT_FIELD_NUMBER: _builtins.int
+    MAX_CONCURRENT_FIELD_NUMBER: _builtins.int
+    max_concurrent: _builtins.int
+    """Leases the bucket's tasks hold at once; 0 means no limit."""
+    @_builtins.property
+    def rate_limit(self) -> Global___RateLimit:
+        """Leases granted per second to the bucket's tasks together; unset means no limit."""
+
+    def __init__(
+        self,
+        *,
+        rate_limit: Global___RateLimit | None = ...,
+        max_concurrent: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["rate_limit", b"rate_limit"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_concurrent", b"max_concurrent", "rate_limit", b"rate_limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BucketConfig: _TypeAlias = BucketConfig  # noqa: Y015
+
+@_typing.final
+class BucketUse(_message.Message):
+    """What a bucket holds now."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKENS_FIELD_NUMBER: _builtins.int
+    LEASES_HELD_FIELD_NUMBER: _builtins.int
+    tokens: _builtins.float
+    """Tokens in the rate limit's bucket now (0 when it has no rate limit)."""
+    leases_held: _builtins.int
+    """Leases its tasks hold now."""
+    def __init__(
+        self,
+        *,
+        tokens: _builtins.float = ...,
+        leases_held: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leases_held", b"leases_held", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BucketUse: _TypeAlias = BucketUse  # noqa: Y015
+
+@_typing.final
+class LimitBucket(_message.Message):
+    """A named limit bucket and its live settings."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CONFIG_FIELD_NUMBER: _builtins.int
+    USE_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    COOLDOWN_UNTIL_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """[A-Za-z0-9._:-]{1,128}."""
+    @_builtins.property
+    def config(self) -> Global___BucketConfig: ...
+    @_builtins.property
+    def use(self) -> Global___BucketUse: ...
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp:
+        """When the settings were last changed."""
+
+    @_builtins.property
+    def cooldown_until(self) -> _timestamp_pb2.Timestamp:
+        """When a cooldown of the bucket ends; unset when it has none."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        config: Global___BucketConfig | None = ...,
+        use: Global___BucketUse | None = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+        cooldown_until: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "cooldown_until", b"cooldown_until", "update_time", b"update_time", "use", b"use"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "cooldown_until", b"cooldown_until", "name", b"name", "update_time", b"update_time", "use", b"use"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LimitBucket: _TypeAlias = LimitBucket  # noqa: Y015
+
+@_typing.final
+class GetBucketRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetBucketRequest: _TypeAlias = GetBucketRequest  # noqa: Y015
+
+@_typing.final
+class GetBucketResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BUCKET_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def bucket(self) -> Global___LimitBucket: ...
+    def __init__(
+        self,
+        *,
+        bucket: Global___LimitBucket | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetBucketResponse: _TypeAlias = GetBucketResponse  # noqa: Y015
+
+@_typing.final
+class ListBucketsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListBucketsRequest: _TypeAlias = ListBucketsRequest  # noqa: Y015
+
+@_typing.final
+class ListBucketsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BUCKETS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def buckets(self) -> _containers.RepeatedCompositeFieldContainer[Global___LimitBucket]:
+        """Every defined bucket, by name."""
+
+    def __init__(
+        self,
+        *,
+        buckets: _abc.Iterable[Global___LimitBucket] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["buckets", b"buckets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListBucketsResponse: _TypeAlias = ListBucketsResponse  # noqa: Y015
+
+@_typing.final
+class UpdateBucketRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CONFIG_FIELD_NUMBER: _builtins.int
+    UPDATE_MASK_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The bucket to change; created (with no limits) when it is not defined yet."""
+    @_builtins.property
+    def config(self) -> Global___BucketConfig: ...
+    @_builtins.property
+    def update_mask(self) -> _field_mask_pb2.FieldMask:
+        """Which fields of `config` to change ("rate_limit", "max_concurrent"). A named
+        field left unset or zero means no limit. Required.
+        """
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        config: Global___BucketConfig | None = ...,
+        update_mask: _field_mask_pb2.FieldMask | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "update_mask", b"update_mask"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "name", b"name", "update_mask", b"update_mask"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateBucketRequest: _TypeAlias = UpdateBucketRequest  # noqa: Y015
+
+@_typing.final
+class UpdateBucketResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BUCKET_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def bucket(self) -> Global___LimitBucket: ...
+    def __init__(
+        self,
+        *,
+        bucket: Global___LimitBucket | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateBucketResponse: _TypeAlias = UpdateBucketResponse  # noqa: Y015
+
+@_typing.final
+class DeleteBucketRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteBucketRequest: _TypeAlias = DeleteBucketRequest  # noqa: Y015
+
+@_typing.final
+class DeleteBucketResponse(_message.Message):
+    """Tasks that name a deleted bucket lease without its limits."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteBucketResponse: _TypeAlias = DeleteBucketResponse  # noqa: Y015
+
+@_typing.final
+class CooldownHold(_message.Message):
+    """---- Cooldowns: a key or bucket held until a time (see FailRequest.cooldown) ----
+
+    One live cooldown.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    UNTIL_FIELD_NUMBER: _builtins.int
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    scope: _broker_pb2.CooldownScope.ValueType
+    queue: _builtins.str
+    """CONCURRENCY_KEY: the queue and the key."""
+    concurrency_key: _builtins.str
+    bucket: _builtins.str
+    """BUCKET: the bucket."""
+    task_id: _builtins.str
+    """The task whose failed attempt set it."""
+    @_builtins.property
+    def until(self) -> _timestamp_pb2.Timestamp:
+        """No task of the key or bucket is leased before this time."""
+
+    def __init__(
+        self,
+        *,
+        scope: _broker_pb2.CooldownScope.ValueType = ...,
+        queue: _builtins.str = ...,
+        concurrency_key: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+        until: _timestamp_pb2.Timestamp | None = ...,
+        task_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["until", b"until"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "concurrency_key", b"concurrency_key", "queue", b"queue", "scope", b"scope", "task_id", b"task_id", "until", b"until"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CooldownHold: _TypeAlias = CooldownHold  # noqa: Y015
+
+@_typing.final
+class ListCooldownsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """Only the cooldowns of this queue's keys, when set."""
+    bucket: _builtins.str
+    """Only the cooldown of this bucket, when set."""
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "queue", b"queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCooldownsRequest: _TypeAlias = ListCooldownsRequest  # noqa: Y015
+
+@_typing.final
+class ListCooldownsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COOLDOWNS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def cooldowns(self) -> _containers.RepeatedCompositeFieldContainer[Global___CooldownHold]:
+        """The live cooldowns, soonest end first."""
+
+    def __init__(
+        self,
+        *,
+        cooldowns: _abc.Iterable[Global___CooldownHold] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cooldowns", b"cooldowns"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCooldownsResponse: _TypeAlias = ListCooldownsResponse  # noqa: Y015
+
+@_typing.final
+class LiftCooldownRequest(_message.Message):
+    """Names either a queue and concurrency key, or a bucket."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    concurrency_key: _builtins.str
+    bucket: _builtins.str
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        concurrency_key: _builtins.str = ...,
+        bucket: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "concurrency_key", b"concurrency_key", "queue", b"queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LiftCooldownRequest: _TypeAlias = LiftCooldownRequest  # noqa: Y015
+
+@_typing.final
+class LiftCooldownResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIFTED_FIELD_NUMBER: _builtins.int
+    lifted: _builtins.bool
+    """False when there was no live cooldown to lift."""
+    def __init__(
+        self,
+        *,
+        lifted: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lifted", b"lifted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LiftCooldownResponse: _TypeAlias = LiftCooldownResponse  # noqa: Y015

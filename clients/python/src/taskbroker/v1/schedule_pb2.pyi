@@ -204,6 +204,7 @@ class TaskTemplate(_message.Message):
     FANOUT_FIELD_NUMBER: _builtins.int
     CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Required, [A-Za-z0-9._:-]{1,128}."""
     payload: _builtins.bytes
@@ -216,6 +217,8 @@ class TaskTemplate(_message.Message):
     no new task (deduplicated, as Submit does). Empty: no key. The expanded key
     must be a valid TaskSpec.key; `{` and `}` appear only in these placeholders.
     """
+    bucket: _builtins.str
+    """As TaskSpec.bucket."""
     @_builtins.property
     def retry(self) -> _broker_pb2.RetryPolicy: ...
     @_builtins.property
@@ -254,10 +257,11 @@ class TaskTemplate(_message.Message):
         fanout: _broker_pb2.Fanout | None = ...,
         concurrency_key: _builtins.str = ...,
         key: _builtins.str = ...,
+        bucket: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline_after", b"deadline_after", "fanout", b"fanout", "retry", b"retry", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_key", b"concurrency_key", "deadline_after", b"deadline_after", "fanout", b"fanout", "key", b"key", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry", b"retry", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "concurrency_key", b"concurrency_key", "deadline_after", b"deadline_after", "fanout", b"fanout", "key", b"key", "metadata", b"metadata", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry", b"retry", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
