@@ -51,6 +51,31 @@ impl TaskFilter {
         self
     }
 
+    /// Only tasks whose target names this worker.
+    pub fn target_worker(mut self, worker_id: impl Into<String>) -> Self {
+        self.inner.target_worker_id = worker_id.into();
+        self
+    }
+
+    /// Only tasks whose target labels include this pair; call again to require more.
+    pub fn target_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.inner.target_labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// Only tasks whose metadata has this key (with any value).
+    pub fn metadata_key(mut self, key: impl Into<String>) -> Self {
+        self.inner.metadata_key = key.into();
+        self
+    }
+
+    /// Only tasks whose metadata maps `key` to `value`.
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.inner.metadata_key = key.into();
+        self.inner.metadata_value = value.into();
+        self
+    }
+
     /// Only tasks created at or after `t`.
     pub fn created_after(mut self, t: impl Into<SystemTime>) -> Self {
         self.inner.created_after = Some(to_proto_timestamp(t.into()));

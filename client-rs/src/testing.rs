@@ -102,6 +102,9 @@ pub enum TestOutcome {
         retryable: bool,
         /// What [`TaskError::retry_after`] asked for.
         retry_after: Option<Duration>,
+        /// What [`TaskError::cool_down_key`] or [`TaskError::cool_down_bucket`] asked
+        /// for: the scope and how long.
+        cooldown: Option<(crate::pb::CooldownScope, Duration)>,
     },
 }
 
@@ -137,6 +140,7 @@ impl TestOutcome {
                 message: e.message().to_string(),
                 retryable: e.is_retryable(),
                 retry_after: e.retry_delay(),
+                cooldown: e.cooldown(),
             },
         }
     }
@@ -310,6 +314,7 @@ impl TestContext {
                 ),
                 retryable: true,
                 retry_after: None,
+                cooldown: None,
             },
         };
         *self
@@ -665,6 +670,7 @@ mod tests {
                 message: "upstream busy".into(),
                 retryable: true,
                 retry_after: Some(Duration::from_secs(5)),
+                cooldown: None,
             }
         );
 
@@ -713,7 +719,8 @@ mod tests {
             TestOutcome::Failed {
                 message: "panic: boom".into(),
                 retryable: true,
-                retry_after: None
+                retry_after: None,
+                cooldown: None,
             }
         );
     }
@@ -810,5 +817,28 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(e, Error::Timeout { .. }), "{e}");
+    }
+
+    #[tokio::test]
+    async fn the_outcome_records_the_cooldown_a_handler_asks_for() {
+        let t = TestContext::new("mail", b"x".to_vec());
+        let outcome = t
+            .run(|_ctx: TaskContext| async move {
+                Err::<Vec<u8>, _>(
+                    TaskError::retry("429 from the provider")
+                        .cool_down_key(Duration::from_secs(90)),
+                )
+            })
+            .await;
+        let TestOutcome::Failed { cooldown, .. } = outcome else {
+            panic!("{outcome:?}");
+        };
+        assert_eq!(
+            cooldown,
+            Some((
+                crate::pb::CooldownScope::ConcurrencyKey,
+                Duration::from_secs(90)
+            ))
+        );
     }
 }

@@ -406,6 +406,55 @@ async fn admin_calls_with_bad_fields_are_rejected(b: Backend) {
         Code::InvalidArgument,
         "states[0]",
     );
+    // The target and metadata filters: the longest worker id plus one, a bad label,
+    // a value without its key, a key the stores cannot read as a path label.
+    for (req, field) in [
+        (
+            pb::ListTasksRequest {
+                target_worker_id: "w".repeat(257),
+                ..Default::default()
+            },
+            "target_worker_id",
+        ),
+        (
+            pb::ListTasksRequest {
+                target_labels: [("bad key".to_string(), "v".to_string())].into(),
+                ..Default::default()
+            },
+            "target_labels",
+        ),
+        (
+            pb::ListTasksRequest {
+                metadata_value: "acme".into(),
+                ..Default::default()
+            },
+            "metadata_value",
+        ),
+        (
+            pb::ListTasksRequest {
+                metadata_key: "ten\"ant".into(),
+                ..Default::default()
+            },
+            "metadata_key",
+        ),
+        (
+            pb::ListTasksRequest {
+                metadata_key: "k".repeat(257),
+                ..Default::default()
+            },
+            "metadata_key",
+        ),
+        (
+            pb::ListTasksRequest {
+                metadata_key: "tenant".into(),
+                metadata_value: "v".repeat(4097),
+                ..Default::default()
+            },
+            "metadata_value",
+        ),
+    ] {
+        check(admin.list_tasks(req).await, Code::InvalidArgument, field);
+    }
     check(
         admin
             .update_task(pb::UpdateTaskRequest {

@@ -71,6 +71,17 @@ async fn submit_options_get_update_events_and_watch() {
     assert_eq!(target.labels["gpu"], "a100");
     assert_eq!(t.metadata["team"], "infra");
     assert_eq!(t.metadata["env"], "prod");
+    // list by target worker and by a metadata entry (key and value, or key alone).
+    for filter in [
+        &["--target-worker", "w9"][..],
+        &["--metadata", "team=infra"],
+        &["--meta", "env"],
+    ] {
+        let listed = ok(&app, &[&["list", "--json"][..], filter].concat()).await;
+        assert!(listed.contains(&id), "{filter:?}: {listed}");
+    }
+    let other = ok(&app, &["list", "--json", "--metadata", "team=web"]).await;
+    assert!(!other.contains(&id), "{other}");
     let shown = ok(&app, &["get", &id]).await;
     for want in ["depends on", "tenant-1", "target worker", "gpu=a100"] {
         assert!(shown.contains(want), "{want:?} missing from:\n{shown}");
@@ -100,6 +111,10 @@ async fn submit_options_get_update_events_and_watch() {
     let t = c.get_task(&id).await.unwrap();
     let labels = t.target.map(|t| t.labels).unwrap_or_default();
     assert_eq!(labels.get("gpu").map(String::as_str), Some("a100"));
+    let listed = ok(&app, &["list", "--target-label", "gpu=a100", "--json"]).await;
+    assert!(listed.contains(&id), "{listed}");
+    let none = ok(&app, &["list", "--target-label", "gpu=h100", "--json"]).await;
+    assert!(!none.contains(&id), "{none}");
     ok(&app, &["update", &id, "--clear-target"]).await;
     let t = c.get_task(&id).await.unwrap();
     assert!(

@@ -156,6 +156,15 @@ pub struct ListArgs {
     /// Only tasks last leased by this worker id.
     #[arg(long)]
     pub worker: Option<String>,
+    /// Only tasks targeted at this worker id.
+    #[arg(long)]
+    pub target_worker: Option<String>,
+    /// Only tasks whose target labels include KEY=VALUE; repeat to require more.
+    #[arg(long = "target-label", value_parser = parse::key_value)]
+    pub target_labels: Vec<(String, String)>,
+    /// Only tasks whose metadata has KEY (any value) or maps KEY to VALUE (KEY=VALUE).
+    #[arg(long = "metadata", visible_alias = "meta")]
+    pub metadata: Option<String>,
     /// Only tasks created at or after this time: RFC 3339, or a duration meaning
     /// that long ago (`1h`).
     #[arg(long)]
@@ -436,6 +445,17 @@ async fn list(a: ListArgs) -> Result<String, CliError> {
     }
     if let Some(w) = &a.worker {
         filter = filter.worker_id(w);
+    }
+    if let Some(w) = &a.target_worker {
+        filter = filter.target_worker(w);
+    }
+    for (k, v) in &a.target_labels {
+        filter = filter.target_label(k, v);
+    }
+    match a.metadata.as_deref().map(|m| m.split_once('=')) {
+        Some(Some((k, v))) => filter = filter.metadata(k, v),
+        Some(None) => filter = filter.metadata_key(a.metadata.clone().unwrap_or_default()),
+        None => {}
     }
     let now = std::time::SystemTime::now();
     if let Some(t) = &a.created_after {
