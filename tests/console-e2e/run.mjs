@@ -117,7 +117,7 @@ async function main() {
   submit(a, 'emails', ['--payload', '']);
   submit(a, 'emails', ['--payload', '']);
   const reports = [];
-  for (let i = 1; i <= 2; i++) reports.push(submit(a, 'reports', ['--json', `{"report":"weekly-${i}"}`, '--key', `weekly-${i}`]));
+  for (let i = 1; i <= 2; i++) reports.push(submit(a, 'reports', ['--json', `{"report":"weekly-${i}"}`, '--key', `weekly-${i}`, '--meta', `team=team-${i}`]));
   const xss = submit(a, 'reports', ['--payload', '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">']);
   submit(a, 'reports', ['--json', '{"report":"monthly"}', '--delay', '1h']);
   submit(a, 'invoices', ['--json', '{"invoice":42}', '--priority', '5']);
@@ -210,6 +210,12 @@ async function main() {
       expect(text.includes('reports') && text.includes('ready'), `row ${text}`);
     }
     await page.screenshot({ path: join(shots, 'console-tasks.png'), fullPage: true });
+    // A metadata entry narrows it to the one weekly report of team-2.
+    await page.getByLabel(/Metadata/).fill('team=team-2');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.waitForURL(/meta=team%3Dteam-2/);
+    const team = await page.locator('#tasks tbody tr').count();
+    expect(team === 1, `one task of team-2, got ${team}`);
   });
 
   await test('a task opens with payload, attempts and result', async () => {
