@@ -479,6 +479,18 @@ async function main() {
     expect(page.url().endsWith('#main'), 'skip link jumps to the content');
   });
 
+  await test('a limit bucket set from the CLI is listed on the Queues page with its limits', async () => {
+    execFileSync(bin, ['bucket', 'set', 'partner-api', '--rate-limit', '20', '--max-concurrent', '5',
+      '--addr', a.grpc], { encoding: 'utf8' });
+    await page.goto(`${a.base}/queues`);
+    const row = page.locator('#bucket-use tbody tr', { has: page.locator('th', { hasText: /^partner-api$/ }) });
+    expect(await row.count() === 1, 'the bucket has a row');
+    const cells = await row.locator('td').allTextContents();
+    expect(cells[0].includes('20') && cells[1].includes('5'), `its limits: ${cells}`);
+    expect(await page.getByText('No cooldown is live.').count() === 1, 'no cooldown yet');
+    await page.locator('#buckets').screenshot({ path: join(shots, 'console-buckets.png') });
+  });
+
   await test('a queue paused from the console stops leasing, and resumed it runs again', async () => {
     await page.goto(`${a.base}/`);
     await page.getByRole('link', { name: 'settings, pause and resume' }).click();
