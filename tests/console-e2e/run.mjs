@@ -488,7 +488,7 @@ async function main() {
     const cells = await row.locator('td').allTextContents();
     expect(cells[0].includes('20') && cells[1].includes('5'), `its limits: ${cells}`);
     expect(await page.getByText('No cooldown is live.').count() === 1, 'no cooldown yet');
-    await page.locator('#buckets').screenshot({ path: join(shots, 'console-buckets.png') });
+    await page.screenshot({ path: join(shots, 'console-buckets.png'), fullPage: true });
   });
 
   await test('a queue paused from the console stops leasing, and resumed it runs again', async () => {
