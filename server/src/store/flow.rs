@@ -151,6 +151,39 @@ where
         .collect())
 }
 
+/// A task's dependencies not finished yet, up to `limit`: one read, the same
+/// for every sqlx database.
+pub(crate) async fn deps_unfinished<DB>(
+    pool: &sqlx::Pool<DB>,
+    statement: &'static str,
+    task_id: &str,
+    limit: u32,
+) -> StoreResult<Vec<String>>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB>,
+    str: sqlx::Type<DB>,
+    for<'q> i64: sqlx::Encode<'q, DB>,
+    i64: sqlx::Type<DB>,
+    for<'r> (String,): sqlx::FromRow<'r, DB::Row>,
+{
+    let rows: Vec<(String,)> = sqlx::query_as(statement)
+        .bind(task_id)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.into_iter().map(|(id,)| id).collect())
+}
+
+/// `Flow::task_dependency_result_sizes` as read (counts and bytes, signed).
+pub(crate) fn result_sizes(rows: Vec<(String, i64, i64)>) -> Vec<(String, u64, u64)> {
+    rows.into_iter()
+        .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64))
+        .collect()
+}
+
 /// `Flow::task_flow_info` on a database that reads it with three statements,
 /// each taking the task id as its one parameter: the task's dependency state,
 /// its dependencies by id, its dependencies by key (SQLite, MySQL; Postgres

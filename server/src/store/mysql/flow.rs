@@ -6,10 +6,10 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::MySql;
 
 use super::super::flow::{Ev, may_depend, producer_in, schedule_json};
 use super::super::row::ms;
+use super::super::tasks::by_id_list;
 use super::super::*;
 use super::{Job, MysqlStore, sql};
 use crate::domain::event::EventKind;
@@ -36,54 +36,20 @@ impl Flow for MysqlStore {
         &self,
         task_ids: &[String],
     ) -> StoreResult<Vec<(String, u64, u64)>> {
-        let mut out = Vec::new();
-        for piece in task_ids.chunks(500) {
-            // Dynamic: one placeholder per task.
-            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_DEPENDENCY_RESULT_SIZES);
-            let mut sep = qb.separated(", ");
-            for id in piece {
-                sep.push_bind(id);
-            }
-            qb.push(") GROUP BY d.task_id");
-            out.extend(
-                qb.build_query_as::<(String, i64, i64)>()
-                    .fetch_all(&self.pool)
-                    .await?
-                    .into_iter()
-                    .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64)),
-            );
-        }
-        Ok(out)
+        let rows = by_id_list(&self.pool, sql::TASK_DEPENDENCY_RESULT_SIZES, task_ids).await?;
+        Ok(super::super::flow::result_sizes(rows))
     }
 
     async fn task_dependency_results(
         &self,
         task_ids: &[String],
     ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
-        let mut out = Vec::new();
-        for piece in task_ids.chunks(500) {
-            // Dynamic: one placeholder per task.
-            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_DEPENDENCY_RESULTS);
-            let mut sep = qb.separated(", ");
-            for id in piece {
-                sep.push_bind(id);
-            }
-            qb.push(") ORDER BY d.task_id, t.id");
-            out.extend(
-                qb.build_query_as::<(String, String, Vec<u8>)>()
-                    .fetch_all(&self.pool)
-                    .await?,
-            );
-        }
-        Ok(out)
+        by_id_list(&self.pool, sql::TASK_DEPENDENCY_RESULTS, task_ids).await
     }
 
     async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
-        Ok(sqlx::query_scalar(sql::TASK_DEPS_UNFINISHED)
-            .bind(task_id)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?)
+        let statement = sql::TASK_DEPS_UNFINISHED;
+        super::super::flow::deps_unfinished(&self.pool, statement, task_id, limit).await
     }
 }
 

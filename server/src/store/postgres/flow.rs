@@ -297,10 +297,7 @@ impl Flow for PostgresStore {
     }
 
     async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
-        Ok(sqlx::query_scalar(sql::TASK_DEPS_UNFINISHED)
-            .bind(task_id)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?)
+        let statement = sql::TASK_DEPS_UNFINISHED;
+        super::super::flow::deps_unfinished(&self.pool, statement, task_id, limit).await
     }
 }

@@ -17,8 +17,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::super::flow::{Ev, schedule_json, visible};
 use super::super::row::{from_ms, ms};
+use super::super::tasks::by_id_list;
 use super::super::*;
-use super::rows::in_list;
 use super::{SqliteStore, events, key_waits, sql, tx};
 use crate::domain::event::EventKind;
 
@@ -313,46 +313,19 @@ impl Flow for SqliteStore {
         &self,
         task_ids: &[String],
     ) -> StoreResult<Vec<(String, u64, u64)>> {
-        let mut out = Vec::new();
-        for piece in task_ids.chunks(500) {
-            // Dynamic: one ? per task.
-            let sql = in_list(sql::TASK_DEPENDENCY_RESULT_SIZES, piece.len());
-            let mut q = sqlx::query_as::<_, (String, i64, i64)>(sqlx::AssertSqlSafe(sql));
-            for id in piece {
-                q = q.bind(id);
-            }
-            out.extend(
-                q.fetch_all(&self.reader)
-                    .await?
-                    .into_iter()
-                    .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64)),
-            );
-        }
-        Ok(out)
+        let rows = by_id_list(&self.reader, sql::TASK_DEPENDENCY_RESULT_SIZES, task_ids).await?;
+        Ok(super::super::flow::result_sizes(rows))
     }
 
     async fn task_dependency_results(
         &self,
         task_ids: &[String],
     ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
-        let mut out = Vec::new();
-        for piece in task_ids.chunks(500) {
-            // Dynamic: one ? per task.
-            let sql = in_list(sql::TASK_DEPENDENCY_RESULTS, piece.len());
-            let mut q = sqlx::query_as::<_, (String, String, Vec<u8>)>(sqlx::AssertSqlSafe(sql));
-            for id in piece {
-                q = q.bind(id);
-            }
-            out.extend(q.fetch_all(&self.reader).await?);
-        }
-        Ok(out)
+        by_id_list(&self.reader, sql::TASK_DEPENDENCY_RESULTS, task_ids).await
     }
 
     async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
-        Ok(sqlx::query_scalar(sql::TASK_DEPS_UNFINISHED)
-            .bind(task_id)
-            .bind(i64::from(limit))
-            .fetch_all(&self.reader)
-            .await?)
+        let statement = sql::TASK_DEPS_UNFINISHED;
+        super::super::flow::deps_unfinished(&self.reader, statement, task_id, limit).await
     }
 }

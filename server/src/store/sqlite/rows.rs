@@ -93,12 +93,6 @@ pub(super) fn task_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     })
 }
 
-/// Dynamic: `statement` with the one placeholder of its first `IN (?)` list
-/// (as its `.sql` file writes it) repeated `n` times.
-pub(super) fn in_list(statement: &str, n: usize) -> String {
-    statement.replacen("IN (?)", &format!("IN ({})", placeholders(n)), 1)
-}
-
 /// Inserts tasks (a duplicate (queue, key) names the task holding it), in the
 /// running write job: submit, a fire's runs, a dead-letter notice.
 pub(super) fn insert_many(
