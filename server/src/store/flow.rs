@@ -273,6 +273,27 @@ pub(crate) struct Ev<'a> {
     pub detail: Option<&'a str>,
 }
 
+/// An event with no worker and no detail.
+pub(crate) fn simple<'a>(
+    task_id: &'a str,
+    queue: &'a str,
+    kind: EventKind,
+    state: &'static str,
+    attempt: i64,
+    time: i64,
+) -> Ev<'a> {
+    Ev {
+        task_id,
+        queue,
+        kind,
+        state,
+        attempt,
+        worker: None,
+        time,
+        detail: None,
+    }
+}
+
 /// The visible state of a stored state at `at` (ms): pending is scheduled or ready.
 pub(crate) fn visible(state: &str, run_at: i64, at: i64) -> &'static str {
     match state {
@@ -398,3 +419,73 @@ pub trait Flow: Send + Sync + 'static {
         task_ids: &[String],
     ) -> StoreResult<Vec<(String, String, Vec<u8>)>>;
 }
+
+/// `impl Flow` for a store whose flow reads are all shared ones over one sqlx
+/// pool with `?` placeholders (SQLite's reader, MySQL's pool), the id lists
+/// read in pieces by `by_id_list`: `flow_reads!(Store, pool_field)`, in a
+/// backend module whose `sql` holds the statements. Postgres binds arrays
+/// and reads its flow info in one statement, so it has its own.
+macro_rules! flow_reads {
+    ($store:ty, $pool:ident) => {
+        const _: () = {
+            use std::collections::HashMap;
+
+            use async_trait::async_trait;
+
+            use $crate::store::flow::{
+                deps_unfinished, flow_info_by_task, keys_missing, result_sizes,
+            };
+            use $crate::store::tasks::by_id_list;
+            use $crate::store::{Flow, StoreResult, TaskFlowInfo, TaskKey};
+
+            #[async_trait]
+            impl Flow for $store {
+                async fn task_flow_info(
+                    &self,
+                    task_ids: &[String],
+                ) -> StoreResult<HashMap<String, TaskFlowInfo>> {
+                    let statements = [
+                        sql::TASK_FLOW_INFO_TASK,
+                        sql::TASK_FLOW_INFO_DEPS,
+                        sql::TASK_FLOW_INFO_KEYS,
+                    ];
+                    flow_info_by_task(&self.$pool, task_ids, statements).await
+                }
+
+                async fn task_keys_missing(
+                    &self,
+                    task_id: &str,
+                    limit: u32,
+                ) -> StoreResult<Vec<TaskKey>> {
+                    keys_missing(&self.$pool, sql::TASK_KEYS_MISSING, task_id, limit).await
+                }
+
+                async fn task_dependency_result_sizes(
+                    &self,
+                    task_ids: &[String],
+                ) -> StoreResult<Vec<(String, u64, u64)>> {
+                    let rows = by_id_list(&self.$pool, sql::TASK_DEPENDENCY_RESULT_SIZES, task_ids)
+                        .await?;
+                    Ok(result_sizes(rows))
+                }
+
+                async fn task_dependency_results(
+                    &self,
+                    task_ids: &[String],
+                ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
+                    by_id_list(&self.$pool, sql::TASK_DEPENDENCY_RESULTS, task_ids).await
+                }
+
+                async fn task_deps_unfinished(
+                    &self,
+                    task_id: &str,
+                    limit: u32,
+                ) -> StoreResult<Vec<String>> {
+                    let statement = sql::TASK_DEPS_UNFINISHED;
+                    deps_unfinished(&self.$pool, statement, task_id, limit).await
+                }
+            }
+        };
+    };
+}
+pub(crate) use flow_reads;

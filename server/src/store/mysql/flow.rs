@@ -4,54 +4,15 @@
 
 use std::collections::HashMap;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::super::flow::{Ev, may_depend, producer_in, schedule_json};
 use super::super::row::ms;
-use super::super::tasks::by_id_list;
 use super::super::*;
 use super::{Job, MysqlStore, sql};
 use crate::domain::event::EventKind;
 
-#[async_trait]
-impl Flow for MysqlStore {
-    async fn task_flow_info(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<HashMap<String, TaskFlowInfo>> {
-        let statements = [
-            sql::TASK_FLOW_INFO_TASK,
-            sql::TASK_FLOW_INFO_DEPS,
-            sql::TASK_FLOW_INFO_KEYS,
-        ];
-        super::super::flow::flow_info_by_task(&self.pool, task_ids, statements).await
-    }
-
-    async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>> {
-        super::super::flow::keys_missing(&self.pool, sql::TASK_KEYS_MISSING, task_id, limit).await
-    }
-
-    async fn task_dependency_result_sizes(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<Vec<(String, u64, u64)>> {
-        let rows = by_id_list(&self.pool, sql::TASK_DEPENDENCY_RESULT_SIZES, task_ids).await?;
-        Ok(super::super::flow::result_sizes(rows))
-    }
-
-    async fn task_dependency_results(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
-        by_id_list(&self.pool, sql::TASK_DEPENDENCY_RESULTS, task_ids).await
-    }
-
-    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
-        let statement = sql::TASK_DEPS_UNFINISHED;
-        super::super::flow::deps_unfinished(&self.pool, statement, task_id, limit).await
-    }
-}
+super::super::flow::flow_reads!(MysqlStore, pool);
 
 /// A dependency's state, its row locked until the job ends: a dependency
 /// cannot finish unseen between this read and the commit (its finishing job

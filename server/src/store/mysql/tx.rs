@@ -125,23 +125,4 @@ impl MysqlStore {
     }
 }
 
-/// An event with no worker and no detail.
-pub(crate) fn simple<'a>(
-    task_id: &'a str,
-    queue: &'a str,
-    kind: EventKind,
-    state: &'static str,
-    attempt: i64,
-    time: i64,
-) -> Ev<'a> {
-    Ev {
-        task_id,
-        queue,
-        kind,
-        state,
-        attempt,
-        worker: None,
-        time,
-        detail: None,
-    }
-}
+pub(crate) use super::super::flow::simple;

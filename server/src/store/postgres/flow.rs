@@ -279,10 +279,7 @@ impl Flow for PostgresStore {
             .bind(task_ids)
             .fetch_all(&self.pool)
             .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64))
-            .collect())
+        Ok(super::super::flow::result_sizes(rows))
     }
 
     /// See [`Store::task_dependency_results`].

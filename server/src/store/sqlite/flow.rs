@@ -9,15 +9,12 @@
 //! has a dead-letter queue.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::super::flow::{Ev, schedule_json, visible};
 use super::super::row::{from_ms, ms};
-use super::super::tasks::by_id_list;
 use super::super::*;
 use super::{SqliteStore, events, key_waits, sql, tx};
 use crate::domain::event::EventKind;
@@ -93,31 +90,10 @@ fn dead_letter(c: &Connection, id: &str, queue: &str, at: i64) -> StoreResult<()
     let Some(dlq) = dlq else {
         return Ok(());
     };
-    let (key, attempts, error): (Option<String>, i64, Option<String>) = c
+    let dead: (Option<String>, i64, Option<String>) = c
         .prepare_cached(sql::FLOW_DEAD_LETTER_TASK)?
         .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-    let payload = serde_json::json!({
-        "task_id": id, "queue": queue, "key": key, "attempts": attempts, "last_error": error,
-    });
-    let notice = NewTask {
-        id: uuid::Uuid::now_v7().to_string(),
-        queue: dlq.clone(),
-        key: None,
-        payload: payload.to_string().into_bytes(),
-        priority: 0,
-        run_at: from_ms(at),
-        deadline: None,
-        retry: crate::domain::retry::RetryPolicy {
-            max_attempts: 3,
-            initial_backoff: std::time::Duration::from_secs(10),
-            backoff_multiplier: 2.0,
-            max_backoff: std::time::Duration::from_secs(3600),
-            jitter: 0.2,
-        },
-        metadata: [("dead_task_id".to_owned(), id.to_owned())].into(),
-        routing: Default::default(),
-        concurrency_key: None,
-    };
+    let notice = super::super::events::dead_letter_notice(id, queue, &dlq, dead, at);
     super::rows::insert_many(c, std::slice::from_ref(&notice), from_ms(at))?;
     wake(dlq);
     Ok(())
@@ -291,41 +267,4 @@ pub(super) fn insert(
     Ok(FlowInserted::Done(inserted))
 }
 
-#[async_trait]
-impl Flow for SqliteStore {
-    async fn task_flow_info(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<HashMap<String, TaskFlowInfo>> {
-        let statements = [
-            sql::TASK_FLOW_INFO_TASK,
-            sql::TASK_FLOW_INFO_DEPS,
-            sql::TASK_FLOW_INFO_KEYS,
-        ];
-        super::super::flow::flow_info_by_task(&self.reader, task_ids, statements).await
-    }
-
-    async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>> {
-        super::super::flow::keys_missing(&self.reader, sql::TASK_KEYS_MISSING, task_id, limit).await
-    }
-
-    async fn task_dependency_result_sizes(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<Vec<(String, u64, u64)>> {
-        let rows = by_id_list(&self.reader, sql::TASK_DEPENDENCY_RESULT_SIZES, task_ids).await?;
-        Ok(super::super::flow::result_sizes(rows))
-    }
-
-    async fn task_dependency_results(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
-        by_id_list(&self.reader, sql::TASK_DEPENDENCY_RESULTS, task_ids).await
-    }
-
-    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
-        let statement = sql::TASK_DEPS_UNFINISHED;
-        super::super::flow::deps_unfinished(&self.reader, statement, task_id, limit).await
-    }
-}
+super::super::flow::flow_reads!(SqliteStore, reader);

@@ -51,26 +51,7 @@ pub(super) fn push(e: Ev<'_>) {
     });
 }
 
-/// An event with no worker and no detail.
-pub(super) fn simple<'a>(
-    task_id: &'a str,
-    queue: &'a str,
-    kind: EventKind,
-    state: &'static str,
-    attempt: i64,
-    time: i64,
-) -> Ev<'a> {
-    Ev {
-        task_id,
-        queue,
-        kind,
-        state,
-        attempt,
-        worker: None,
-        time,
-        detail: None,
-    }
-}
+pub(super) use super::super::flow::simple;
 
 /// Flow: a task inserted with dependencies was submitted BLOCKED.
 pub(super) fn submitted_blocked(task_id: &str) {
