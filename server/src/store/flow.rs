@@ -273,6 +273,48 @@ pub(crate) struct Ev<'a> {
     pub detail: Option<&'a str>,
 }
 
+/// An event waiting for the end of its job: an [`Ev`] that owns its text
+/// (SQLite and MySQL write a job's events when it ends).
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    pub task_id: String,
+    pub queue: String,
+    pub kind: EventKind,
+    pub state: &'static str,
+    pub attempt: i64,
+    pub worker: Option<String>,
+    pub time: i64,
+    pub detail: Option<String>,
+}
+
+impl From<Ev<'_>> for Pending {
+    fn from(e: Ev<'_>) -> Self {
+        Pending {
+            task_id: e.task_id.to_owned(),
+            queue: e.queue.to_owned(),
+            kind: e.kind,
+            state: e.state,
+            attempt: e.attempt,
+            worker: e.worker.map(str::to_owned),
+            time: e.time,
+            detail: e.detail.map(str::to_owned),
+        }
+    }
+}
+
+/// The state a task inserted with dependencies takes: CANCELLED when one
+/// failed and it does not run anyway, BLOCKED while `remaining` are
+/// unfinished, else pending.
+pub(crate) fn inserted_state(failed: bool, f: &FlowSpec, remaining: i64) -> &'static str {
+    if failed && !f.run_if_dependency_fails {
+        "cancelled"
+    } else if remaining > 0 {
+        "blocked"
+    } else {
+        "pending"
+    }
+}
+
 /// An event with no worker and no detail.
 pub(crate) fn simple<'a>(
     task_id: &'a str,

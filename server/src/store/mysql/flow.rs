@@ -150,13 +150,7 @@ pub(super) async fn insert(
                     .await?;
             }
         }
-        let state = if failed && !f.run_if_dependency_fails {
-            "cancelled"
-        } else if remaining > 0 {
-            "blocked"
-        } else {
-            "pending"
-        };
+        let state = super::super::flow::inserted_state(failed, f, remaining);
         let cancelled = state == "cancelled";
         sqlx::query(sql::TASK_INSERT_FLOW_STATE)
             .bind(state)

@@ -9,10 +9,8 @@ use chrono::{DateTime, Utc};
 use sqlx::MySql;
 
 use super::super::row::ms;
-use super::super::schedules::{
-    RunRow, RunSql, ScheduleRow, bind_definition, fired_summary, record_run, run_task,
-    schedule_delete_of, schedule_due_of,
-};
+use super::super::schedule_steps::{bind_definition, schedule_delete_of, schedule_due_of};
+use super::super::schedules::{RunRow, RunSql, ScheduleRow, fired_summary, record_run, run_task};
 use super::super::*;
 use super::tx::simple;
 use super::{Job, MysqlStore, bound_last, marks, sql};

@@ -172,13 +172,7 @@ pub(super) async fn insert(
             edges.1.push(r.task_id.clone());
             edges.2.push(done);
         }
-        let state = if failed && !f.run_if_dependency_fails {
-            "cancelled"
-        } else if remaining > 0 {
-            "blocked"
-        } else {
-            "pending"
-        };
+        let state = super::super::flow::inserted_state(failed, f, remaining);
         placed.push(Placed {
             id: r.task_id.clone(),
             state,

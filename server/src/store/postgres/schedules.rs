@@ -8,10 +8,8 @@ use chrono::{DateTime, Utc};
 use sqlx::Postgres;
 
 use super::super::row::{duration_ms, ms};
-use super::super::schedules::{
-    RunRow, RunSql, ScheduleRow, bind_definition, fired_summary, record_run, run_task,
-    schedule_delete_of, schedule_due_of,
-};
+use super::super::schedule_steps::{bind_definition, schedule_delete_of, schedule_due_of};
+use super::super::schedules::{RunRow, RunSql, ScheduleRow, fired_summary, record_run, run_task};
 use super::super::*;
 use super::{PostgresStore, sql};
 

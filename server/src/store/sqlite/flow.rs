@@ -226,13 +226,7 @@ pub(super) fn insert(
             c.prepare_cached(sql::TASK_INSERT_FLOW_EDGES)?
                 .execute(params![d, r.task_id, done])?;
         }
-        let state = if failed && !f.run_if_dependency_fails {
-            "cancelled"
-        } else if remaining > 0 {
-            "blocked"
-        } else {
-            "pending"
-        };
+        let state = super::super::flow::inserted_state(failed, f, remaining);
         let schedule = schedule_json(&f.retry_schedule);
         c.prepare_cached(sql::TASK_INSERT_FLOW_STATE)?
             .execute(params![

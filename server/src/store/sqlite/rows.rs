@@ -9,7 +9,7 @@
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::super::flow::{Ev, of_row, visible};
+use super::super::flow::{of_row, simple, visible};
 use super::super::row::{TaskRow, duration_ms, ms};
 use super::super::*;
 use super::{sql, tx};
@@ -124,16 +124,14 @@ pub(super) fn insert_many(
         ])?;
         if n == 1 {
             super::routing::write_task_routing(c, t)?;
-            tx::push(Ev {
-                task_id: &t.id,
-                queue: &t.queue,
-                kind: EventKind::Submitted,
-                state: visible("pending", ms(t.run_at), now),
-                attempt: 0,
-                worker: None,
-                time: now,
-                detail: None,
-            });
+            tx::push(simple(
+                &t.id,
+                &t.queue,
+                EventKind::Submitted,
+                visible("pending", ms(t.run_at), now),
+                0,
+                now,
+            ));
             out.push(Inserted {
                 task_id: t.id.clone(),
                 deduplicated: false,

@@ -6,9 +6,8 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::super::row::ms;
-use super::super::schedules::{
-    RunRow, ScheduleRow, fired_summary, schedule_due_of, spec_json, template_json,
-};
+use super::super::schedule_steps::schedule_due_of;
+use super::super::schedules::{RunRow, ScheduleRow, fired_summary, spec_json, template_json};
 use super::super::*;
 use super::{SqliteStore, sql, tx};
 
