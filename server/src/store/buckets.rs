@@ -282,3 +282,90 @@ impl RowsAffected for sqlx::mysql::MySqlQueryResult {
         self.rows_affected()
     }
 }
+
+/// `impl Buckets` for a store that reads and writes its buckets over one sqlx
+/// pool (Postgres, MySQL; SQLite writes as writer jobs):
+/// `pool_buckets!(Store, sqlx::Db)`, in a backend module whose `sql` holds
+/// the statements.
+macro_rules! pool_buckets {
+    ($store:ty, $db:ty) => {
+        const _: () = {
+            use async_trait::async_trait;
+            use chrono::{DateTime, Utc};
+
+            use $crate::domain::bucket::CooldownTarget;
+            use $crate::store::StoreResult;
+            use $crate::store::buckets::{
+                BucketPut, Buckets, CooldownPut, CooldownRecord, PoolWrites, StoredBucket,
+                WriteStatements, bucket_leased_of, bucket_list_of, bucket_queues_of,
+                cooldown_list_of,
+            };
+
+            const WRITES: WriteStatements = WriteStatements {
+                put: sql::BUCKET_PUT,
+                delete: sql::BUCKET_DELETE,
+                delete_queues: sql::BUCKET_DELETE_QUEUES,
+                note: sql::BUCKET_QUEUE_NOTE,
+                cooldown_put: sql::COOLDOWN_PUT,
+                cooldown_purge: sql::COOLDOWN_PURGE,
+                cooldown_lift: sql::COOLDOWN_LIFT,
+            };
+
+            impl $store {
+                fn writes(&self) -> PoolWrites<'_, $db> {
+                    PoolWrites {
+                        pool: &self.pool,
+                        sql: &WRITES,
+                    }
+                }
+            }
+
+            #[async_trait]
+            impl Buckets for $store {
+                async fn bucket_list(&self) -> StoreResult<Vec<StoredBucket>> {
+                    bucket_list_of(&self.pool, sql::BUCKET_LIST).await
+                }
+
+                async fn bucket_put(&self, p: &BucketPut) -> StoreResult<()> {
+                    self.writes().bucket_put(p).await
+                }
+
+                async fn bucket_delete(&self, name: &str) -> StoreResult<bool> {
+                    self.writes().bucket_delete(name).await
+                }
+
+                async fn bucket_leased(&self, name: &str) -> StoreResult<u64> {
+                    bucket_leased_of(&self.pool, sql::BUCKET_LEASED, name).await
+                }
+
+                async fn bucket_queue_note(&self, bucket: &str, queue: &str) -> StoreResult<()> {
+                    self.writes().bucket_queue_note(bucket, queue).await
+                }
+
+                async fn bucket_queues(&self) -> StoreResult<Vec<(String, String)>> {
+                    bucket_queues_of(&self.pool, sql::BUCKET_QUEUES).await
+                }
+
+                async fn cooldown_put(&self, p: &CooldownPut) -> StoreResult<()> {
+                    self.writes().cooldown_put(p).await
+                }
+
+                async fn cooldown_list(
+                    &self,
+                    now: DateTime<Utc>,
+                ) -> StoreResult<Vec<CooldownRecord>> {
+                    cooldown_list_of(&self.pool, sql::COOLDOWN_LIST, now).await
+                }
+
+                async fn cooldown_lift(
+                    &self,
+                    target: &CooldownTarget,
+                    now: DateTime<Utc>,
+                ) -> StoreResult<bool> {
+                    self.writes().cooldown_lift(target, now).await
+                }
+            }
+        };
+    };
+}
+pub(crate) use pool_buckets;

@@ -91,3 +91,38 @@ where
         .await?;
     rows.into_iter().map(super::flow::event_record).collect()
 }
+
+/// The notice task a dead task leaves on its queue's dead-letter queue `dlq`:
+/// the dead task's id, queue, key, attempts and last error as a JSON payload,
+/// due `at` (ms), retried as any notice is. The same on every database that
+/// writes it in Rust (SQLite, MySQL).
+pub(crate) fn dead_letter_notice(
+    id: &str,
+    queue: &str,
+    dlq: &str,
+    (key, attempts, error): (Option<String>, i64, Option<String>),
+    at: i64,
+) -> NewTask {
+    let payload = serde_json::json!({
+        "task_id": id, "queue": queue, "key": key, "attempts": attempts, "last_error": error,
+    });
+    NewTask {
+        id: uuid::Uuid::now_v7().to_string(),
+        queue: dlq.to_owned(),
+        key: None,
+        payload: payload.to_string().into_bytes(),
+        priority: 0,
+        run_at: super::row::from_ms(at),
+        deadline: None,
+        retry: crate::domain::retry::RetryPolicy {
+            max_attempts: 3,
+            initial_backoff: std::time::Duration::from_secs(10),
+            backoff_multiplier: 2.0,
+            max_backoff: std::time::Duration::from_secs(3600),
+            jitter: 0.2,
+        },
+        metadata: [("dead_task_id".to_owned(), id.to_owned())].into(),
+        routing: Default::default(),
+        concurrency_key: None,
+    }
+}

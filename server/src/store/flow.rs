@@ -151,6 +151,39 @@ where
         .collect())
 }
 
+/// A task's dependencies not finished yet, up to `limit`: one read, the same
+/// for every sqlx database.
+pub(crate) async fn deps_unfinished<DB>(
+    pool: &sqlx::Pool<DB>,
+    statement: &'static str,
+    task_id: &str,
+    limit: u32,
+) -> StoreResult<Vec<String>>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB>,
+    str: sqlx::Type<DB>,
+    for<'q> i64: sqlx::Encode<'q, DB>,
+    i64: sqlx::Type<DB>,
+    for<'r> (String,): sqlx::FromRow<'r, DB::Row>,
+{
+    let rows: Vec<(String,)> = sqlx::query_as(statement)
+        .bind(task_id)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.into_iter().map(|(id,)| id).collect())
+}
+
+/// `Flow::task_dependency_result_sizes` as read (counts and bytes, signed).
+pub(crate) fn result_sizes(rows: Vec<(String, i64, i64)>) -> Vec<(String, u64, u64)> {
+    rows.into_iter()
+        .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64))
+        .collect()
+}
+
 /// `Flow::task_flow_info` on a database that reads it with three statements,
 /// each taking the task id as its one parameter: the task's dependency state,
 /// its dependencies by id, its dependencies by key (SQLite, MySQL; Postgres
@@ -238,6 +271,69 @@ pub(crate) struct Ev<'a> {
     /// ms since the epoch.
     pub time: i64,
     pub detail: Option<&'a str>,
+}
+
+/// An event waiting for the end of its job: an [`Ev`] that owns its text
+/// (SQLite and MySQL write a job's events when it ends).
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    pub task_id: String,
+    pub queue: String,
+    pub kind: EventKind,
+    pub state: &'static str,
+    pub attempt: i64,
+    pub worker: Option<String>,
+    pub time: i64,
+    pub detail: Option<String>,
+}
+
+impl From<Ev<'_>> for Pending {
+    fn from(e: Ev<'_>) -> Self {
+        Pending {
+            task_id: e.task_id.to_owned(),
+            queue: e.queue.to_owned(),
+            kind: e.kind,
+            state: e.state,
+            attempt: e.attempt,
+            worker: e.worker.map(str::to_owned),
+            time: e.time,
+            detail: e.detail.map(str::to_owned),
+        }
+    }
+}
+
+/// The state a task inserted with dependencies takes: CANCELLED when one
+/// failed and it does not run anyway, BLOCKED while `remaining` are
+/// unfinished, else pending.
+pub(crate) fn inserted_state(failed: bool, f: &FlowSpec, remaining: i64) -> &'static str {
+    if failed && !f.run_if_dependency_fails {
+        "cancelled"
+    } else if remaining > 0 {
+        "blocked"
+    } else {
+        "pending"
+    }
+}
+
+/// An event with no worker and no detail.
+pub(crate) fn simple<'a>(
+    task_id: &'a str,
+    queue: &'a str,
+    kind: EventKind,
+    state: &'static str,
+    attempt: i64,
+    time: i64,
+) -> Ev<'a> {
+    Ev {
+        task_id,
+        queue,
+        kind,
+        state,
+        attempt,
+        worker: None,
+        time,
+        detail: None,
+    }
 }
 
 /// The visible state of a stored state at `at` (ms): pending is scheduled or ready.
@@ -365,3 +461,73 @@ pub trait Flow: Send + Sync + 'static {
         task_ids: &[String],
     ) -> StoreResult<Vec<(String, String, Vec<u8>)>>;
 }
+
+/// `impl Flow` for a store whose flow reads are all shared ones over one sqlx
+/// pool with `?` placeholders (SQLite's reader, MySQL's pool), the id lists
+/// read in pieces by `by_id_list`: `flow_reads!(Store, pool_field)`, in a
+/// backend module whose `sql` holds the statements. Postgres binds arrays
+/// and reads its flow info in one statement, so it has its own.
+macro_rules! flow_reads {
+    ($store:ty, $pool:ident) => {
+        const _: () = {
+            use std::collections::HashMap;
+
+            use async_trait::async_trait;
+
+            use $crate::store::flow::{
+                deps_unfinished, flow_info_by_task, keys_missing, result_sizes,
+            };
+            use $crate::store::tasks::by_id_list;
+            use $crate::store::{Flow, StoreResult, TaskFlowInfo, TaskKey};
+
+            #[async_trait]
+            impl Flow for $store {
+                async fn task_flow_info(
+                    &self,
+                    task_ids: &[String],
+                ) -> StoreResult<HashMap<String, TaskFlowInfo>> {
+                    let statements = [
+                        sql::TASK_FLOW_INFO_TASK,
+                        sql::TASK_FLOW_INFO_DEPS,
+                        sql::TASK_FLOW_INFO_KEYS,
+                    ];
+                    flow_info_by_task(&self.$pool, task_ids, statements).await
+                }
+
+                async fn task_keys_missing(
+                    &self,
+                    task_id: &str,
+                    limit: u32,
+                ) -> StoreResult<Vec<TaskKey>> {
+                    keys_missing(&self.$pool, sql::TASK_KEYS_MISSING, task_id, limit).await
+                }
+
+                async fn task_dependency_result_sizes(
+                    &self,
+                    task_ids: &[String],
+                ) -> StoreResult<Vec<(String, u64, u64)>> {
+                    let rows = by_id_list(&self.$pool, sql::TASK_DEPENDENCY_RESULT_SIZES, task_ids)
+                        .await?;
+                    Ok(result_sizes(rows))
+                }
+
+                async fn task_dependency_results(
+                    &self,
+                    task_ids: &[String],
+                ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
+                    by_id_list(&self.$pool, sql::TASK_DEPENDENCY_RESULTS, task_ids).await
+                }
+
+                async fn task_deps_unfinished(
+                    &self,
+                    task_id: &str,
+                    limit: u32,
+                ) -> StoreResult<Vec<String>> {
+                    let statement = sql::TASK_DEPS_UNFINISHED;
+                    deps_unfinished(&self.$pool, statement, task_id, limit).await
+                }
+            }
+        };
+    };
+}
+pub(crate) use flow_reads;

@@ -58,3 +58,33 @@ pub trait Leasing: Send + Sync + 'static {
     /// token stays spent), and its queue is notified. Returns how many.
     async fn lease_release(&self, leases: &[LeaseRef], now: DateTime<Utc>) -> StoreResult<u64>;
 }
+
+/// The seqs a plain lease takes of its candidates (`(seq, size, fan-out
+/// group)`, in lease order): the first always; then each while the reply's
+/// bytes stay within `max_reply_bytes` (the running total counts every
+/// candidate up to it in lease order); of a distinct fan-out group, only its
+/// first copy. The same cut on every database that picks in Rust.
+pub(crate) fn within_reply_budget<'a>(
+    found: impl IntoIterator<Item = (i64, i64, Option<&'a str>)>,
+    max_reply_bytes: u64,
+) -> Vec<i64> {
+    let budget = i64::try_from(max_reply_bytes).unwrap_or(i64::MAX);
+    let mut total: i64 = 0;
+    let mut groups: Vec<&str> = Vec::new();
+    let mut taken: Vec<i64> = Vec::new();
+    for (seq, size, fgroup) in found {
+        total = total.saturating_add(size);
+        let first_copy = match fgroup {
+            None => true,
+            Some(g) if groups.contains(&g) => false,
+            Some(g) => {
+                groups.push(g);
+                true
+            }
+        };
+        if (total <= budget || total == size) && first_copy {
+            taken.push(seq);
+        }
+    }
+    taken
+}

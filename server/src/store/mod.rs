@@ -49,6 +49,7 @@ mod tasks;
 pub use tasks::Tasks;
 mod observe;
 pub use observe::*;
+mod schedule_steps;
 mod schedules;
 pub use schedules::{
     DueSchedule, Fired, FiredRun, NewRun, ScheduleFilter, ScheduleFire, ScheduleRecord,

@@ -129,6 +129,34 @@ pub(crate) fn bucket_row((queue, b, ok, failed): (String, i64, i64, i64)) -> Att
     }
 }
 
+/// `Observe::attempt_durations` from the backend's `ATTEMPT_DURATIONS`
+/// (bound: since, ms; the limit). The same read on every database.
+pub(crate) async fn attempt_durations_of<DB>(
+    pool: &sqlx::Pool<DB>,
+    stmt: &'static str,
+    p: &AttemptDurationParams,
+) -> StoreResult<Vec<AttemptDuration>>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'r> (String, i64): sqlx::FromRow<'r, DB::Row>,
+{
+    let rows: Vec<(String, i64)> = sqlx::query_as::<DB, _>(stmt)
+        .bind(super::row::ms(p.since))
+        .bind(i64::from(p.limit))
+        .fetch_all(pool)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(queue, d)| AttemptDuration {
+            queue,
+            run_time: Duration::from_millis(d.max(0) as u64),
+        })
+        .collect())
+}
+
 pub(crate) fn dead_group_row(
     (queue, error, count, last): (String, String, i64, Option<i64>),
 ) -> DeadGroup {

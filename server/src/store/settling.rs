@@ -102,3 +102,24 @@ where
         .await?;
     Ok(Some(row::from_ms(a.leased_at)))
 }
+
+/// What a failure that made `row` pending again writes of its retry's
+/// reservation (`TASK_FAIL_RESERVE`'s worker and until, ms): the worker that
+/// failed it, or nothing to clear an older reservation; `None` for a plain
+/// task, which writes nothing.
+pub(crate) fn retry_reservation(
+    row: &row::TaskRow,
+    p: &FailParams,
+) -> Option<(Option<String>, Option<i64>)> {
+    let sticky =
+        crate::domain::routing::Sticky::parse(row.sticky.as_deref(), row.sticky_timeout_ms);
+    let worker = row.leased_by.as_deref().unwrap_or_default();
+    let reserved = crate::domain::routing::reservation(sticky, p.prefer_same_worker, worker, p.now);
+    if reserved.is_none() && row.reserved_for.is_none() {
+        return None;
+    }
+    Some(match reserved {
+        Some((w, until)) => (Some(w), until.map(row::ms)),
+        None => (None, None),
+    })
+}

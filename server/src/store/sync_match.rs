@@ -192,6 +192,42 @@ pub(crate) fn matched_events<'a>(
     ]
 }
 
+/// The match task `i` of the batch goes to, if any: one that stands in lease
+/// order (`stands`, see [`matches_in_lease_order`]) and that no READY task of
+/// its queue outranks (`top`: each queue's highest READY priority, read
+/// before the insert). Else the task is inserted as any other.
+pub(crate) fn match_of<'m>(
+    matches: &'m [Option<MatchTo>],
+    stands: &[bool],
+    top: &std::collections::HashMap<&str, Option<i64>>,
+    i: usize,
+    t: &NewTask,
+) -> Option<&'m MatchTo> {
+    matches
+        .get(i)
+        .and_then(Option::as_ref)
+        .filter(|_| stands[i])
+        .filter(|_| {
+            top.get(t.queue.as_str())
+                .copied()
+                .flatten()
+                .is_none_or(|p| p < i64::from(t.priority))
+        })
+}
+
+/// The queues of the batch's standing matches (see [`match_of`]), each once,
+/// in the batch's order: whose highest READY priority is read before the
+/// batch inserts anything.
+pub(crate) fn matched_queues<'t>(tasks: &'t [NewTask], stands: &[bool]) -> Vec<&'t str> {
+    let mut queues: Vec<&str> = Vec::new();
+    for (t, _) in tasks.iter().zip(stands).filter(|(_, s)| **s) {
+        if !queues.contains(&t.queue.as_str()) {
+            queues.push(t.queue.as_str());
+        }
+    }
+    queues
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -194,3 +194,76 @@ pub(crate) fn update_allowed(state: StoredState, u: &TaskUpdate) -> bool {
     updatable(state)
         && (u.target.is_none() || matches!(state, StoredState::Pending | StoredState::Blocked))
 }
+
+/// `statement` with its one `IN (?)` list widened to `n` placeholders: the
+/// list of ids of a read whose length varies (SQLite, MySQL; Postgres binds an
+/// array).
+pub(crate) fn in_list(statement: &str, n: usize) -> String {
+    let marks = vec!["?"; n].join(", ");
+    statement.replacen("IN (?)", &format!("IN ({marks})"), 1)
+}
+
+/// The rows of `statement` (see [`in_list`]) for these ids, read in pieces of
+/// at most 500 ids: one read a piece, the same for every sqlx database whose
+/// placeholders are `?`.
+pub(crate) async fn by_id_list<DB, R>(
+    pool: &sqlx::Pool<DB>,
+    statement: &'static str,
+    ids: &[String],
+) -> StoreResult<Vec<R>>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'q> &'q String: sqlx::Encode<'q, DB>,
+    String: sqlx::Type<DB>,
+    R: for<'r> sqlx::FromRow<'r, DB::Row> + Send + Unpin,
+{
+    let mut out = Vec::new();
+    for piece in ids.chunks(500) {
+        let text = in_list(statement, piece.len());
+        let mut q = sqlx::query_as::<DB, R>(sqlx::AssertSqlSafe(text));
+        for id in piece {
+            q = q.bind(id);
+        }
+        out.extend(q.fetch_all(pool).await?);
+    }
+    Ok(out)
+}
+
+/// `Tasks::attempt_list`: whether the task exists, then its attempts. The
+/// attempts statement takes the task id `binds` times (MySQL's `?` cannot
+/// name one parameter twice).
+pub(crate) async fn attempt_list<DB>(
+    pool: &sqlx::Pool<DB>,
+    [task, attempts]: [&'static str; 2],
+    binds: usize,
+    task_id: &str,
+) -> StoreResult<Option<Vec<AttemptRecord>>>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB>,
+    str: sqlx::Type<DB>,
+    (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
+    super::row::AttemptRow: for<'r> sqlx::FromRow<'r, DB::Row>,
+{
+    let exists: Option<(i64,)> = sqlx::query_as(task)
+        .bind(task_id)
+        .fetch_optional(pool)
+        .await?;
+    if exists.is_none() {
+        return Ok(None);
+    }
+    let mut q = sqlx::query_as::<DB, super::row::AttemptRow>(attempts);
+    for _ in 0..binds {
+        q = q.bind(task_id);
+    }
+    q.fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(super::row::AttemptRow::into_record)
+        .collect::<StoreResult<Vec<_>>>()
+        .map(Some)
+}

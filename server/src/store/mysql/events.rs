@@ -175,33 +175,11 @@ async fn dead_letter(j: &mut Job, id: &str, queue: &str, at: i64) -> StoreResult
     let Some(dlq) = dlq else {
         return Ok(());
     };
-    let (key, attempts, error): (Option<String>, i64, Option<String>) =
-        sqlx::query_as(sql::EVENT_WRITE_DEAD_TASK)
-            .bind(id)
-            .fetch_one(j.conn())
-            .await?;
-    let payload = serde_json::json!({
-        "task_id": id, "queue": queue, "key": key, "attempts": attempts, "last_error": error,
-    });
-    let notice = NewTask {
-        id: uuid::Uuid::now_v7().to_string(),
-        queue: dlq.clone(),
-        key: None,
-        payload: payload.to_string().into_bytes(),
-        priority: 0,
-        run_at: from_ms(at),
-        deadline: None,
-        retry: crate::domain::retry::RetryPolicy {
-            max_attempts: 3,
-            initial_backoff: std::time::Duration::from_secs(10),
-            backoff_multiplier: 2.0,
-            max_backoff: std::time::Duration::from_secs(3600),
-            jitter: 0.2,
-        },
-        metadata: [("dead_task_id".to_owned(), id.to_owned())].into(),
-        routing: Default::default(),
-        concurrency_key: None,
-    };
+    let dead: (Option<String>, i64, Option<String>) = sqlx::query_as(sql::EVENT_WRITE_DEAD_TASK)
+        .bind(id)
+        .fetch_one(j.conn())
+        .await?;
+    let notice = super::super::events::dead_letter_notice(id, queue, &dlq, dead, at);
     Box::pin(super::rows::insert_many(
         j,
         std::slice::from_ref(&notice),

@@ -4,9 +4,7 @@
 
 use std::collections::HashMap;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::MySql;
 
 use super::super::flow::{Ev, may_depend, producer_in, schedule_json};
 use super::super::row::ms;
@@ -14,78 +12,7 @@ use super::super::*;
 use super::{Job, MysqlStore, sql};
 use crate::domain::event::EventKind;
 
-#[async_trait]
-impl Flow for MysqlStore {
-    async fn task_flow_info(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<HashMap<String, TaskFlowInfo>> {
-        let statements = [
-            sql::TASK_FLOW_INFO_TASK,
-            sql::TASK_FLOW_INFO_DEPS,
-            sql::TASK_FLOW_INFO_KEYS,
-        ];
-        super::super::flow::flow_info_by_task(&self.pool, task_ids, statements).await
-    }
-
-    async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>> {
-        super::super::flow::keys_missing(&self.pool, sql::TASK_KEYS_MISSING, task_id, limit).await
-    }
-
-    async fn task_dependency_result_sizes(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<Vec<(String, u64, u64)>> {
-        let mut out = Vec::new();
-        for piece in task_ids.chunks(500) {
-            // Dynamic: one placeholder per task.
-            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_DEPENDENCY_RESULT_SIZES);
-            let mut sep = qb.separated(", ");
-            for id in piece {
-                sep.push_bind(id);
-            }
-            qb.push(") GROUP BY d.task_id");
-            out.extend(
-                qb.build_query_as::<(String, i64, i64)>()
-                    .fetch_all(&self.pool)
-                    .await?
-                    .into_iter()
-                    .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64)),
-            );
-        }
-        Ok(out)
-    }
-
-    async fn task_dependency_results(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
-        let mut out = Vec::new();
-        for piece in task_ids.chunks(500) {
-            // Dynamic: one placeholder per task.
-            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_DEPENDENCY_RESULTS);
-            let mut sep = qb.separated(", ");
-            for id in piece {
-                sep.push_bind(id);
-            }
-            qb.push(") ORDER BY d.task_id, t.id");
-            out.extend(
-                qb.build_query_as::<(String, String, Vec<u8>)>()
-                    .fetch_all(&self.pool)
-                    .await?,
-            );
-        }
-        Ok(out)
-    }
-
-    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
-        Ok(sqlx::query_scalar(sql::TASK_DEPS_UNFINISHED)
-            .bind(task_id)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?)
-    }
-}
+super::super::flow::flow_reads!(MysqlStore, pool);
 
 /// A dependency's state, its row locked until the job ends: a dependency
 /// cannot finish unseen between this read and the commit (its finishing job
@@ -223,13 +150,7 @@ pub(super) async fn insert(
                     .await?;
             }
         }
-        let state = if failed && !f.run_if_dependency_fails {
-            "cancelled"
-        } else if remaining > 0 {
-            "blocked"
-        } else {
-            "pending"
-        };
+        let state = super::super::flow::inserted_state(failed, f, remaining);
         let cancelled = state == "cancelled";
         sqlx::query(sql::TASK_INSERT_FLOW_STATE)
             .bind(state)

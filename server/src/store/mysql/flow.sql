@@ -13,17 +13,19 @@ SELECT queue, `key` FROM task_key_deps WHERE task_id = ? ORDER BY queue, `key`
 SELECT queue, `key` FROM task_key_deps WHERE task_id = ? AND bound_to IS NULL
 ORDER BY queue, `key` LIMIT ?
 
--- piece: task_dependency_result_sizes
--- Followed by one placeholder per task, then `) GROUP BY d.task_id`.
+-- name: task_dependency_result_sizes
+-- Their counts and sizes (one ? per task).
 SELECT d.task_id, CAST(count(*) AS SIGNED),
   CAST(sum(length(t.id) + COALESCE(length(t.result), 0)) AS SIGNED)
 FROM task_deps d JOIN tasks t ON t.id = d.depends_on
-WHERE t.state = 'succeeded' AND d.task_id IN (
+WHERE t.state = 'succeeded' AND d.task_id IN (?) GROUP BY d.task_id
 
--- piece: task_dependency_results
--- Followed by one placeholder per task, then `) ORDER BY d.task_id, t.id`.
+-- name: task_dependency_results
+-- The results of the dependencies that succeeded, of the tasks listed (one ?
+-- per task).
 SELECT d.task_id, t.id, COALESCE(t.result, x'') FROM task_deps d
-JOIN tasks t ON t.id = d.depends_on WHERE t.state = 'succeeded' AND d.task_id IN (
+JOIN tasks t ON t.id = d.depends_on WHERE t.state = 'succeeded' AND d.task_id IN (?)
+ORDER BY d.task_id, t.id
 
 -- name: task_deps_unfinished
 SELECT depends_on FROM task_deps WHERE task_id = ? AND NOT resolved

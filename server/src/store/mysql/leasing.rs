@@ -210,26 +210,10 @@ async fn lease_locked(j: &mut Job, p: &LeaseParams) -> StoreResult<Vec<TaskRecor
     });
     let locked = found.len();
     found.truncate(usize::try_from(p.max_tasks).unwrap_or(usize::MAX));
-    // The first task always; then while the reply's bytes stay within the
-    // budget. Of a distinct fan-out group, only its first copy.
-    let budget = i64::try_from(p.max_reply_bytes).unwrap_or(i64::MAX);
-    let mut total: i64 = 0;
-    let mut groups: Vec<&str> = Vec::new();
-    let mut taken: Vec<i64> = Vec::with_capacity(found.len());
-    for cand in &found {
-        total = total.saturating_add(cand.size);
-        let first_copy = match cand.fgroup.as_deref() {
-            None => true,
-            Some(g) if groups.contains(&g) => false,
-            Some(g) => {
-                groups.push(g);
-                true
-            }
-        };
-        if (total <= budget || total == cand.size) && first_copy {
-            taken.push(cand.seq);
-        }
-    }
+    let taken = super::super::leasing::within_reply_budget(
+        found.iter().map(|c| (c.seq, c.size, c.fgroup.as_deref())),
+        p.max_reply_bytes,
+    );
     if taken.len() < locked {
         j.spare = true;
     }

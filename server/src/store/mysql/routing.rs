@@ -10,23 +10,15 @@
 
 use sqlx::MySql;
 
-use super::super::row::{TaskRow, ms};
+use super::super::row::TaskRow;
 use super::super::*;
 use super::{Job, sql};
-use crate::domain::routing::{Sticky, reservation};
 
 /// After a failure made `row` pending again: reserves the retry for the worker
 /// that failed it, or clears an older reservation; nothing for a plain task.
 pub(super) async fn reserve_retry(j: &mut Job, row: &TaskRow, p: &FailParams) -> StoreResult<()> {
-    let sticky = Sticky::parse(row.sticky.as_deref(), row.sticky_timeout_ms);
-    let worker = row.leased_by.as_deref().unwrap_or_default();
-    let reserved = reservation(sticky, p.prefer_same_worker, worker, p.now);
-    if reserved.is_none() && row.reserved_for.is_none() {
+    let Some((worker, until)) = super::super::settling::retry_reservation(row, p) else {
         return Ok(());
-    }
-    let (worker, until) = match reserved {
-        Some((w, until)) => (Some(w), until.map(ms)),
-        None => (None, None),
     };
     sqlx::query(sql::TASK_FAIL_RESERVE)
         .bind(worker)

@@ -8,7 +8,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::MySql;
 
-use super::super::flow::{Ev, of_row, visible};
+use super::super::flow::{of_row, simple, visible};
 use super::super::row::{TaskRow, duration_ms, ms};
 use super::super::*;
 use super::{Job, marks, sql};
@@ -160,16 +160,14 @@ pub(super) async fn insert_many(
         for &i in piece {
             let t = &tasks[i];
             if stored.contains(&t.id) {
-                j.push(Ev {
-                    task_id: &t.id,
-                    queue: &t.queue,
-                    kind: EventKind::Submitted,
-                    state: visible("pending", ms(t.run_at), now),
-                    attempt: 0,
-                    worker: None,
-                    time: now,
-                    detail: None,
-                });
+                j.push(simple(
+                    &t.id,
+                    &t.queue,
+                    EventKind::Submitted,
+                    visible("pending", ms(t.run_at), now),
+                    0,
+                    now,
+                ));
                 out[i] = Some(Inserted {
                     task_id: t.id.clone(),
                     deduplicated: false,

@@ -9,14 +9,11 @@ use chrono::{DateTime, Utc};
 use sqlx::MySql;
 
 use super::super::row::ms;
-use super::super::schedules::{
-    RunRow, RunSql, ScheduleRow, fired_summary, record_run, run_task, spec_json, template_json,
-};
+use super::super::schedule_steps::{bind_definition, schedule_delete_of, schedule_due_of};
+use super::super::schedules::{RunRow, RunSql, ScheduleRow, fired_summary, record_run, run_task};
 use super::super::*;
 use super::tx::simple;
 use super::{Job, MysqlStore, bound_last, marks, sql};
-
-type Definition<'a> = sqlx::query::Query<'a, MySql, sqlx::mysql::MySqlArguments>;
 
 #[async_trait]
 impl Schedules for MysqlStore {
@@ -77,36 +74,12 @@ impl Schedules for MysqlStore {
     }
 
     async fn schedule_delete(&self, id: &str) -> StoreResult<bool> {
-        let r = &self.pool;
-        let mut tx = r.begin().await?;
-        sqlx::query(sql::SCHEDULE_DELETE_RUNS)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        let n = sqlx::query(sql::SCHEDULE_DELETE)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        tx.commit().await?;
-        Ok(n == 1)
+        let statements = [sql::SCHEDULE_DELETE_RUNS, sql::SCHEDULE_DELETE];
+        schedule_delete_of(&self.pool, statements, id).await
     }
 
     async fn schedule_due(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Vec<DueSchedule>> {
-        let r = &self.pool;
-        sqlx::query_as::<_, DueRow>(sql::SCHEDULE_DUE)
-            .bind(ms(now))
-            .bind(limit)
-            .fetch_all(r)
-            .await?
-            .into_iter()
-            .map(|d| {
-                Ok(DueSchedule {
-                    schedule: d.schedule.into_record()?,
-                    previous_unfinished: d.previous_unfinished.unwrap_or(false),
-                })
-            })
-            .collect()
+        schedule_due_of(&self.pool, sql::SCHEDULE_DUE, now, limit).await
     }
 
     async fn schedule_fire(&self, f: &ScheduleFire) -> StoreResult<Fired> {
@@ -137,23 +110,6 @@ impl Schedules for MysqlStore {
 }
 
 /// Binds the definition columns, in the order the statements below name them.
-fn bind_definition<'a>(q: Definition<'a>, s: &'a ScheduleRecord) -> Definition<'a> {
-    q.bind(spec_json(&s.spec))
-        .bind(s.start_time.map(ms))
-        .bind(s.end_time.map(ms))
-        .bind(template_json(&s.template))
-        .bind(&s.template.payload)
-        .bind(s.overlap.as_str())
-        .bind(s.misfire.as_str())
-        .bind(row::duration_ms(s.catchup_window))
-        .bind(s.paused)
-        .bind(i64::from(s.max_runs))
-        .bind(s.next_spec_at.map(ms))
-        .bind(s.buffered_at.map(ms))
-        .bind(s.next_fire_at.map(ms))
-        .bind(&s.state_reason)
-}
-
 const RUN_SQL: RunSql = RunSql {
     run: sql::SCHEDULE_FIRE_RUN,
     holder: sql::SCHEDULE_FIRE_HOLDER,
@@ -256,11 +212,4 @@ async fn fire(j: &mut Job, f: &ScheduleFire) -> StoreResult<Fired> {
             .await?;
     }
     Ok(Fired::Done(out))
-}
-
-#[derive(sqlx::FromRow)]
-struct DueRow {
-    #[sqlx(flatten)]
-    schedule: ScheduleRow,
-    previous_unfinished: Option<bool>,
 }

@@ -9,7 +9,8 @@ use chrono::{DateTime, Utc};
 
 use super::super::row::{duration_ms, ms};
 use super::super::sync_match::{
-    lease_expiry, leased_row, matched_events, matches_in_lease_order, metadata_json,
+    lease_expiry, leased_row, match_of, matched_events, matched_queues, matches_in_lease_order,
+    metadata_json,
 };
 use super::super::*;
 use super::{Job, sql};
@@ -23,30 +24,18 @@ pub(super) async fn insert_matched(
     let stands = matches_in_lease_order(tasks, matches, now);
     let now_ms = ms(now);
     let mut top: HashMap<&str, Option<i64>> = HashMap::new();
-    for (t, _) in tasks.iter().zip(&stands).filter(|(_, s)| **s) {
-        if top.contains_key(t.queue.as_str()) {
-            continue;
-        }
+    for queue in matched_queues(tasks, &stands) {
         let p: Option<i64> = sqlx::query_scalar(sql::TASK_INSERT_MATCHED_TOP)
-            .bind(&t.queue)
+            .bind(queue)
             .bind(now_ms)
             .bind(now_ms)
             .fetch_optional(j.conn())
             .await?;
-        top.insert(t.queue.as_str(), p);
+        top.insert(queue, p);
     }
     let mut out = Vec::with_capacity(tasks.len());
     for (i, t) in tasks.iter().enumerate() {
-        let m = matches
-            .get(i)
-            .and_then(Option::as_ref)
-            .filter(|_| stands[i])
-            .filter(|_| {
-                top.get(t.queue.as_str())
-                    .copied()
-                    .flatten()
-                    .is_none_or(|p| p < i64::from(t.priority))
-            });
+        let m = match_of(matches, &stands, &top, i, t);
         let Some(m) = m else {
             let inserted = super::rows::insert_many(j, std::slice::from_ref(t), now).await?;
             out.extend(inserted.into_iter().map(|inserted| MatchedInsert {

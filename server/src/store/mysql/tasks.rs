@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::MySql;
 
-use super::super::row::{AttemptRow, TaskRow, ms};
+use super::super::row::{TaskRow, ms};
+use super::super::tasks::by_id_list;
 use super::super::tasks::{UpdateValues, update_allowed};
 use super::super::*;
 use super::rows::{changed_event, fetch_task};
@@ -61,22 +62,9 @@ impl Tasks for MysqlStore {
         &self,
         task_ids: &[String],
     ) -> StoreResult<std::collections::HashMap<String, String>> {
-        let mut out = std::collections::HashMap::with_capacity(task_ids.len());
-        for ids in task_ids.chunks(500) {
-            // Dynamic: one placeholder per task.
-            let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_QUEUES);
-            let mut sep = qb.separated(", ");
-            for id in ids {
-                sep.push_bind(id);
-            }
-            qb.push(")");
-            out.extend(
-                qb.build_query_as::<(String, String)>()
-                    .fetch_all(&self.pool)
-                    .await?,
-            );
-        }
-        Ok(out)
+        let rows: Vec<(String, String)> =
+            by_id_list(&self.pool, sql::TASK_QUEUES, task_ids).await?;
+        Ok(rows.into_iter().collect())
     }
 
     async fn task_list(&self, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
@@ -159,22 +147,8 @@ impl Tasks for MysqlStore {
     }
 
     async fn attempt_list(&self, task_id: &str) -> StoreResult<Option<Vec<AttemptRecord>>> {
-        let exists: Option<i64> = sqlx::query_scalar(sql::ATTEMPT_LIST_TASK)
-            .bind(task_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        if exists.is_none() {
-            return Ok(None);
-        }
-        let rows = sqlx::query_as::<_, AttemptRow>(sql::ATTEMPT_LIST)
-            .bind(task_id)
-            .bind(task_id)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.into_iter()
-            .map(AttemptRow::into_record)
-            .collect::<StoreResult<Vec<_>>>()
-            .map(Some)
+        let statements = [sql::ATTEMPT_LIST_TASK, sql::ATTEMPT_LIST];
+        super::super::tasks::attempt_list(&self.pool, statements, 2, task_id).await
     }
 
     async fn task_insert_flow(

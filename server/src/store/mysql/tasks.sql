@@ -24,9 +24,9 @@ SELECT ${task_columns} FROM tasks WHERE id = ?
 -- Followed by one `(?, ?)` per (queue, key), comma separated, then `)`.
 SELECT ${task_columns} FROM tasks WHERE (queue, `key`) IN (
 
--- piece: task_queues
--- Followed by one placeholder per id, then `)`.
-SELECT id, queue FROM tasks WHERE id IN (
+-- name: task_queues
+-- The queues of the tasks listed (one ? per task).
+SELECT id, queue FROM tasks WHERE id IN (?)
 
 -- name: task_list_head
 -- Followed by ` AND ...` per filter given, then the order and the limit.

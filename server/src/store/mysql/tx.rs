@@ -17,7 +17,6 @@ use sqlx::{MySql, Transaction};
 
 use super::super::flow::Ev;
 use super::*;
-use crate::domain::event::EventKind;
 
 /// One write transaction and what its operations leave for its end.
 pub(crate) struct Job {
@@ -34,18 +33,7 @@ pub(crate) struct Job {
     pub packet: usize,
 }
 
-/// An event waiting for the end of its job.
-#[derive(Debug, Clone)]
-pub(crate) struct Pending {
-    pub task_id: String,
-    pub queue: String,
-    pub kind: EventKind,
-    pub state: &'static str,
-    pub attempt: i64,
-    pub worker: Option<String>,
-    pub time: i64,
-    pub detail: Option<String>,
-}
+pub(crate) use super::super::flow::Pending;
 
 impl Job {
     pub fn conn(&mut self) -> &mut sqlx::MySqlConnection {
@@ -54,16 +42,7 @@ impl Job {
 
     /// Buffers an event of this job.
     pub fn push(&mut self, e: Ev<'_>) {
-        self.events.push(Pending {
-            task_id: e.task_id.to_owned(),
-            queue: e.queue.to_owned(),
-            kind: e.kind,
-            state: e.state,
-            attempt: e.attempt,
-            worker: e.worker.map(str::to_owned),
-            time: e.time,
-            detail: e.detail.map(str::to_owned),
-        });
+        self.events.push(Pending::from(e));
     }
 }
 
@@ -125,23 +104,4 @@ impl MysqlStore {
     }
 }
 
-/// An event with no worker and no detail.
-pub(crate) fn simple<'a>(
-    task_id: &'a str,
-    queue: &'a str,
-    kind: EventKind,
-    state: &'static str,
-    attempt: i64,
-    time: i64,
-) -> Ev<'a> {
-    Ev {
-        task_id,
-        queue,
-        kind,
-        state,
-        attempt,
-        worker: None,
-        time,
-        detail: None,
-    }
-}
+pub(crate) use super::super::flow::simple;

@@ -172,13 +172,7 @@ pub(super) async fn insert(
             edges.1.push(r.task_id.clone());
             edges.2.push(done);
         }
-        let state = if failed && !f.run_if_dependency_fails {
-            "cancelled"
-        } else if remaining > 0 {
-            "blocked"
-        } else {
-            "pending"
-        };
+        let state = super::super::flow::inserted_state(failed, f, remaining);
         placed.push(Placed {
             id: r.task_id.clone(),
             state,
@@ -279,10 +273,7 @@ impl Flow for PostgresStore {
             .bind(task_ids)
             .fetch_all(&self.pool)
             .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64))
-            .collect())
+        Ok(super::super::flow::result_sizes(rows))
     }
 
     /// See [`Store::task_dependency_results`].
@@ -297,10 +288,7 @@ impl Flow for PostgresStore {
     }
 
     async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
-        Ok(sqlx::query_scalar(sql::TASK_DEPS_UNFINISHED)
-            .bind(task_id)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?)
+        let statement = sql::TASK_DEPS_UNFINISHED;
+        super::super::flow::deps_unfinished(&self.pool, statement, task_id, limit).await
     }
 }

@@ -61,16 +61,8 @@ impl PostgresStore {
         // there), plus `routed`: whether a READY task of the queues carries a
         // routing rule, in which case `cand` is empty and the one row returned
         // says so. The final LEFT JOIN returns that row even when nothing is leased.
-        let rows: Vec<PlainRow> = sqlx::query(sql::TASK_LEASE_MANY_PLAIN)
-            .bind(&first.queues)
-            .bind(now)
-            .bind(batch.demand)
-            .bind(&batch.workers)
-            .bind(&batch.addresses)
-            .bind(&batch.durations)
-            .bind(&batch.owners)
-            .bind(batch.max_reply_bytes)
-            .bind(crate::domain::reply::TASK_FIXED_BYTES)
+        let rows: Vec<PlainRow> = batch
+            .bind(sqlx::query(sql::TASK_LEASE_MANY_PLAIN), &first.queues, now)
             .try_map(|row: sqlx::postgres::PgRow| {
                 use sqlx::Row;
                 let routed: bool = row.try_get("routed_pending")?;
@@ -155,6 +147,25 @@ impl<'a> Batch<'a> {
             }),
         }
     }
+
+    /// `q` with $1 the queues, $2 now (ms), then the batch's binds ($3 to $8)
+    /// and $9 a task's fixed reply bytes: what both lease statements bind first.
+    pub fn bind<'q>(
+        &'q self,
+        q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+        queues: &'q [String],
+        now: i64,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        q.bind(queues)
+            .bind(now)
+            .bind(self.demand)
+            .bind(&self.workers)
+            .bind(&self.addresses)
+            .bind(&self.durations)
+            .bind(&self.owners)
+            .bind(self.max_reply_bytes)
+            .bind(crate::domain::reply::TASK_FIXED_BYTES)
+    }
 }
 
 #[async_trait]
@@ -223,16 +234,8 @@ impl Leasing for PostgresStore {
         // fan-out group.
         let mut tx = self.pool.begin().await?;
         lock_workers(&mut tx, &batch.workers).await?;
-        let rows: Vec<(TaskRow, i64)> = sqlx::query(sql::TASK_LEASE_MANY_ROUTED)
-            .bind(&first.queues)
-            .bind(now)
-            .bind(batch.demand)
-            .bind(&batch.workers)
-            .bind(&batch.addresses)
-            .bind(&batch.durations)
-            .bind(&batch.owners)
-            .bind(batch.max_reply_bytes)
-            .bind(crate::domain::reply::TASK_FIXED_BYTES)
+        let rows: Vec<(TaskRow, i64)> = batch
+            .bind(sqlx::query(sql::TASK_LEASE_MANY_ROUTED), &first.queues, now)
             .bind(&caps)
             .bind(&wants)
             .bind(&labels)

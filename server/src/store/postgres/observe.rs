@@ -59,17 +59,6 @@ impl Observe for PostgresStore {
         &self,
         p: &AttemptDurationParams,
     ) -> StoreResult<Vec<AttemptDuration>> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(sql::ATTEMPT_DURATIONS)
-            .bind(ms(p.since))
-            .bind(i64::from(p.limit))
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(queue, d)| AttemptDuration {
-                queue,
-                run_time: Duration::from_millis(d.max(0) as u64),
-            })
-            .collect())
+        super::super::observe::attempt_durations_of(&self.pool, sql::ATTEMPT_DURATIONS, p).await
     }
 }

@@ -4,10 +4,10 @@
 
 use sqlx::{Postgres, Transaction};
 
-use super::super::row::{TaskRow, ms};
+use super::super::row::TaskRow;
 use super::super::*;
 use super::sql;
-use crate::domain::routing::{TaskRouting, reservation};
+use crate::domain::routing::TaskRouting;
 
 /// Whether a new task has routing columns to write.
 pub(super) fn is_routed(r: &TaskRouting) -> bool {
@@ -74,16 +74,8 @@ pub(super) async fn reserve_retry(
     row: &TaskRow,
     p: &FailParams,
 ) -> StoreResult<()> {
-    let sticky =
-        crate::domain::routing::Sticky::parse(row.sticky.as_deref(), row.sticky_timeout_ms);
-    let worker = row.leased_by.as_deref().unwrap_or_default();
-    let reserved = reservation(sticky, p.prefer_same_worker, worker, p.now);
-    if reserved.is_none() && row.reserved_for.is_none() {
+    let Some((worker, until)) = super::super::settling::retry_reservation(row, p) else {
         return Ok(());
-    }
-    let (worker, until) = match reserved {
-        Some((w, until)) => (Some(w), until.map(ms)),
-        None => (None, None),
     };
     sqlx::query(sql::TASK_FAIL_RESERVE)
         .bind(worker)

@@ -8,9 +8,8 @@ use chrono::{DateTime, Utc};
 use sqlx::Postgres;
 
 use super::super::row::{duration_ms, ms};
-use super::super::schedules::{
-    RunRow, RunSql, ScheduleRow, fired_summary, record_run, run_task, spec_json, template_json,
-};
+use super::super::schedule_steps::{bind_definition, schedule_delete_of, schedule_due_of};
+use super::super::schedules::{RunRow, RunSql, ScheduleRow, fired_summary, record_run, run_task};
 use super::super::*;
 use super::{PostgresStore, sql};
 
@@ -51,13 +50,6 @@ async fn insert_task(
     Ok(())
 }
 
-#[derive(sqlx::FromRow)]
-struct DueRow {
-    #[sqlx(flatten)]
-    schedule: ScheduleRow,
-    previous_unfinished: Option<bool>,
-}
-
 const RUN_SQL: RunSql = RunSql {
     run: sql::SCHEDULE_FIRE_RUN,
     holder: sql::SCHEDULE_FIRE_HOLDER,
@@ -68,22 +60,8 @@ const RUN_SQL: RunSql = RunSql {
 #[async_trait]
 impl Schedules for PostgresStore {
     async fn schedule_insert(&self, s: &ScheduleRecord) -> StoreResult<bool> {
-        let n = sqlx::query(sql::SCHEDULE_INSERT)
-            .bind(&s.id)
-            .bind(spec_json(&s.spec))
-            .bind(s.start_time.map(ms))
-            .bind(s.end_time.map(ms))
-            .bind(template_json(&s.template))
-            .bind(&s.template.payload)
-            .bind(s.overlap.as_str())
-            .bind(s.misfire.as_str())
-            .bind(duration_ms(s.catchup_window))
-            .bind(s.paused)
-            .bind(i64::from(s.max_runs))
-            .bind(s.next_spec_at.map(ms))
-            .bind(s.buffered_at.map(ms))
-            .bind(s.next_fire_at.map(ms))
-            .bind(&s.state_reason)
+        let q = sqlx::query(sql::SCHEDULE_INSERT).bind(&s.id);
+        let n = bind_definition(q, s)
             .bind(&s.created_by)
             .bind(ms(s.created_at))
             .execute(&self.pool)
@@ -121,22 +99,8 @@ impl Schedules for PostgresStore {
     }
 
     async fn schedule_update(&self, s: &ScheduleRecord, now: DateTime<Utc>) -> StoreResult<bool> {
-        let n = sqlx::query(sql::SCHEDULE_UPDATE)
-            .bind(&s.id)
-            .bind(spec_json(&s.spec))
-            .bind(s.start_time.map(ms))
-            .bind(s.end_time.map(ms))
-            .bind(template_json(&s.template))
-            .bind(&s.template.payload)
-            .bind(s.overlap.as_str())
-            .bind(s.misfire.as_str())
-            .bind(duration_ms(s.catchup_window))
-            .bind(s.paused)
-            .bind(i64::from(s.max_runs))
-            .bind(s.next_spec_at.map(ms))
-            .bind(s.buffered_at.map(ms))
-            .bind(s.next_fire_at.map(ms))
-            .bind(&s.state_reason)
+        let q = sqlx::query(sql::SCHEDULE_UPDATE).bind(&s.id);
+        let n = bind_definition(q, s)
             .bind(ms(now))
             .bind(s.version)
             .execute(&self.pool)
@@ -146,34 +110,12 @@ impl Schedules for PostgresStore {
     }
 
     async fn schedule_delete(&self, id: &str) -> StoreResult<bool> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(sql::SCHEDULE_DELETE_RUNS)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        let n = sqlx::query(sql::SCHEDULE_DELETE)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        tx.commit().await?;
-        Ok(n == 1)
+        let statements = [sql::SCHEDULE_DELETE_RUNS, sql::SCHEDULE_DELETE];
+        schedule_delete_of(&self.pool, statements, id).await
     }
 
     async fn schedule_due(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Vec<DueSchedule>> {
-        sqlx::query_as::<_, DueRow>(sql::SCHEDULE_DUE)
-            .bind(ms(now))
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(|d| {
-                Ok(DueSchedule {
-                    schedule: d.schedule.into_record()?,
-                    previous_unfinished: d.previous_unfinished.unwrap_or(false),
-                })
-            })
-            .collect()
+        schedule_due_of(&self.pool, sql::SCHEDULE_DUE, now, limit).await
     }
 
     async fn schedule_fire(&self, f: &ScheduleFire) -> StoreResult<Fired> {

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::Postgres;
 
-use super::super::row::{AttemptRow, TaskRow, duration_ms, ms};
+use super::super::row::{TaskRow, duration_ms, ms};
 use super::super::tasks::{UpdateValues, update_allowed};
 use super::super::*;
 use super::routing::BindRouting as _;
@@ -269,21 +269,8 @@ impl Tasks for PostgresStore {
     }
 
     async fn attempt_list(&self, task_id: &str) -> StoreResult<Option<Vec<AttemptRecord>>> {
-        let exists: Option<i64> = sqlx::query_scalar(sql::ATTEMPT_LIST_TASK)
-            .bind(task_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        if exists.is_none() {
-            return Ok(None);
-        }
-        let rows = sqlx::query_as::<_, AttemptRow>(sql::ATTEMPT_LIST)
-            .bind(task_id)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.into_iter()
-            .map(AttemptRow::into_record)
-            .collect::<StoreResult<Vec<_>>>()
-            .map(Some)
+        let statements = [sql::ATTEMPT_LIST_TASK, sql::ATTEMPT_LIST];
+        super::super::tasks::attempt_list(&self.pool, statements, 1, task_id).await
     }
 
     async fn task_insert_flow(

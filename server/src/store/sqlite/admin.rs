@@ -8,8 +8,9 @@ use rusqlite::{OptionalExtension, ToSql, params, params_from_iter};
 
 use super::super::observe::dead_group_row;
 use super::super::row::{TaskRow, ms};
+use super::super::tasks::in_list;
 use super::super::*;
-use super::rows::{changed_event, fetch_task, in_list};
+use super::rows::{changed_event, fetch_task};
 use super::{SqliteStore, sql, tx};
 use crate::domain::event::EventKind;
 

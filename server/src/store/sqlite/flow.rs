@@ -9,16 +9,13 @@
 //! has a dead-letter queue.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::super::flow::{Ev, schedule_json, visible};
 use super::super::row::{from_ms, ms};
 use super::super::*;
-use super::rows::in_list;
 use super::{SqliteStore, events, key_waits, sql, tx};
 use crate::domain::event::EventKind;
 
@@ -93,31 +90,10 @@ fn dead_letter(c: &Connection, id: &str, queue: &str, at: i64) -> StoreResult<()
     let Some(dlq) = dlq else {
         return Ok(());
     };
-    let (key, attempts, error): (Option<String>, i64, Option<String>) = c
+    let dead: (Option<String>, i64, Option<String>) = c
         .prepare_cached(sql::FLOW_DEAD_LETTER_TASK)?
         .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-    let payload = serde_json::json!({
-        "task_id": id, "queue": queue, "key": key, "attempts": attempts, "last_error": error,
-    });
-    let notice = NewTask {
-        id: uuid::Uuid::now_v7().to_string(),
-        queue: dlq.clone(),
-        key: None,
-        payload: payload.to_string().into_bytes(),
-        priority: 0,
-        run_at: from_ms(at),
-        deadline: None,
-        retry: crate::domain::retry::RetryPolicy {
-            max_attempts: 3,
-            initial_backoff: std::time::Duration::from_secs(10),
-            backoff_multiplier: 2.0,
-            max_backoff: std::time::Duration::from_secs(3600),
-            jitter: 0.2,
-        },
-        metadata: [("dead_task_id".to_owned(), id.to_owned())].into(),
-        routing: Default::default(),
-        concurrency_key: None,
-    };
+    let notice = super::super::events::dead_letter_notice(id, queue, &dlq, dead, at);
     super::rows::insert_many(c, std::slice::from_ref(&notice), from_ms(at))?;
     wake(dlq);
     Ok(())
@@ -250,13 +226,7 @@ pub(super) fn insert(
             c.prepare_cached(sql::TASK_INSERT_FLOW_EDGES)?
                 .execute(params![d, r.task_id, done])?;
         }
-        let state = if failed && !f.run_if_dependency_fails {
-            "cancelled"
-        } else if remaining > 0 {
-            "blocked"
-        } else {
-            "pending"
-        };
+        let state = super::super::flow::inserted_state(failed, f, remaining);
         let schedule = schedule_json(&f.retry_schedule);
         c.prepare_cached(sql::TASK_INSERT_FLOW_STATE)?
             .execute(params![
@@ -291,68 +261,4 @@ pub(super) fn insert(
     Ok(FlowInserted::Done(inserted))
 }
 
-#[async_trait]
-impl Flow for SqliteStore {
-    async fn task_flow_info(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<HashMap<String, TaskFlowInfo>> {
-        let statements = [
-            sql::TASK_FLOW_INFO_TASK,
-            sql::TASK_FLOW_INFO_DEPS,
-            sql::TASK_FLOW_INFO_KEYS,
-        ];
-        super::super::flow::flow_info_by_task(&self.reader, task_ids, statements).await
-    }
-
-    async fn task_keys_missing(&self, task_id: &str, limit: u32) -> StoreResult<Vec<TaskKey>> {
-        super::super::flow::keys_missing(&self.reader, sql::TASK_KEYS_MISSING, task_id, limit).await
-    }
-
-    async fn task_dependency_result_sizes(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<Vec<(String, u64, u64)>> {
-        let mut out = Vec::new();
-        for piece in task_ids.chunks(500) {
-            // Dynamic: one ? per task.
-            let sql = in_list(sql::TASK_DEPENDENCY_RESULT_SIZES, piece.len());
-            let mut q = sqlx::query_as::<_, (String, i64, i64)>(sqlx::AssertSqlSafe(sql));
-            for id in piece {
-                q = q.bind(id);
-            }
-            out.extend(
-                q.fetch_all(&self.reader)
-                    .await?
-                    .into_iter()
-                    .map(|(id, n, bytes)| (id, n.max(0) as u64, bytes.max(0) as u64)),
-            );
-        }
-        Ok(out)
-    }
-
-    async fn task_dependency_results(
-        &self,
-        task_ids: &[String],
-    ) -> StoreResult<Vec<(String, String, Vec<u8>)>> {
-        let mut out = Vec::new();
-        for piece in task_ids.chunks(500) {
-            // Dynamic: one ? per task.
-            let sql = in_list(sql::TASK_DEPENDENCY_RESULTS, piece.len());
-            let mut q = sqlx::query_as::<_, (String, String, Vec<u8>)>(sqlx::AssertSqlSafe(sql));
-            for id in piece {
-                q = q.bind(id);
-            }
-            out.extend(q.fetch_all(&self.reader).await?);
-        }
-        Ok(out)
-    }
-
-    async fn task_deps_unfinished(&self, task_id: &str, limit: u32) -> StoreResult<Vec<String>> {
-        Ok(sqlx::query_scalar(sql::TASK_DEPS_UNFINISHED)
-            .bind(task_id)
-            .bind(i64::from(limit))
-            .fetch_all(&self.reader)
-            .await?)
-    }
-}
+super::super::flow::flow_reads!(SqliteStore, reader);

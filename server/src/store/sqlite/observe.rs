@@ -77,17 +77,6 @@ impl Observe for SqliteStore {
         &self,
         p: &AttemptDurationParams,
     ) -> StoreResult<Vec<AttemptDuration>> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(sql::ATTEMPT_DURATIONS)
-            .bind(ms(p.since))
-            .bind(i64::from(p.limit))
-            .fetch_all(&self.reader)
-            .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(queue, d)| AttemptDuration {
-                queue,
-                run_time: std::time::Duration::from_millis(d.max(0) as u64),
-            })
-            .collect())
+        super::super::observe::attempt_durations_of(&self.reader, sql::ATTEMPT_DURATIONS, p).await
     }
 }

@@ -5,10 +5,10 @@
 
 use rusqlite::{Connection, params};
 
-use super::super::row::{TaskRow, ms};
+use super::super::row::TaskRow;
 use super::super::*;
 use super::sql;
-use crate::domain::routing::{Sticky, TaskRouting, reservation};
+use crate::domain::routing::TaskRouting;
 
 fn is_routed(r: &TaskRouting) -> bool {
     !r.target.is_empty() || r.sticky.is_some() || r.fanout_group.is_some()
@@ -37,15 +37,8 @@ pub(super) fn write_task_routing(c: &Connection, t: &NewTask) -> StoreResult<()>
 /// After a failure made `row` pending again: reserves the retry for the worker
 /// that failed it, or clears an older reservation; nothing for a plain task.
 pub(super) fn reserve_retry(c: &Connection, row: &TaskRow, p: &FailParams) -> StoreResult<()> {
-    let sticky = Sticky::parse(row.sticky.as_deref(), row.sticky_timeout_ms);
-    let worker = row.leased_by.as_deref().unwrap_or_default();
-    let reserved = reservation(sticky, p.prefer_same_worker, worker, p.now);
-    if reserved.is_none() && row.reserved_for.is_none() {
+    let Some((worker, until)) = super::super::settling::retry_reservation(row, p) else {
         return Ok(());
-    }
-    let (worker, until) = match reserved {
-        Some((w, until)) => (Some(w), until.map(ms)),
-        None => (None, None),
     };
     c.prepare_cached(sql::TASK_FAIL_RESERVE)?
         .execute(params![worker, until, row.seq])?;

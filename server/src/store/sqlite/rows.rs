@@ -9,7 +9,7 @@
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::super::flow::{Ev, of_row, visible};
+use super::super::flow::{of_row, simple, visible};
 use super::super::row::{TaskRow, duration_ms, ms};
 use super::super::*;
 use super::{sql, tx};
@@ -96,12 +96,6 @@ pub(super) fn task_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     })
 }
 
-/// Dynamic: `statement` with the one placeholder of its first `IN (?)` list
-/// (as its `.sql` file writes it) repeated `n` times.
-pub(super) fn in_list(statement: &str, n: usize) -> String {
-    statement.replacen("IN (?)", &format!("IN ({})", placeholders(n)), 1)
-}
-
 /// Inserts tasks (a duplicate (queue, key) names the task holding it), in the
 /// running write job: submit, a fire's runs, a dead-letter notice.
 pub(super) fn insert_many(
@@ -133,16 +127,14 @@ pub(super) fn insert_many(
         ])?;
         if n == 1 {
             super::routing::write_task_routing(c, t)?;
-            tx::push(Ev {
-                task_id: &t.id,
-                queue: &t.queue,
-                kind: EventKind::Submitted,
-                state: visible("pending", ms(t.run_at), now),
-                attempt: 0,
-                worker: None,
-                time: now,
-                detail: None,
-            });
+            tx::push(simple(
+                &t.id,
+                &t.queue,
+                EventKind::Submitted,
+                visible("pending", ms(t.run_at), now),
+                0,
+                now,
+            ));
             out.push(Inserted {
                 task_id: t.id.clone(),
                 deduplicated: false,

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::super::row::ms;
+use super::super::schedule_steps::schedule_due_of;
 use super::super::schedules::{RunRow, ScheduleRow, fired_summary, spec_json, template_json};
 use super::super::*;
 use super::{SqliteStore, sql, tx};
@@ -28,13 +29,6 @@ fn definition_params(s: &ScheduleRecord) -> [Box<dyn rusqlite::ToSql>; 14] {
         Box::new(s.buffered_at.map(ms)),
         Box::new(s.next_fire_at.map(ms)),
     ]
-}
-
-#[derive(sqlx::FromRow)]
-struct DueRow {
-    #[sqlx(flatten)]
-    schedule: ScheduleRow,
-    previous_unfinished: Option<bool>,
 }
 
 #[async_trait]
@@ -108,19 +102,7 @@ impl Schedules for SqliteStore {
     }
 
     async fn schedule_due(&self, now: DateTime<Utc>, limit: u32) -> StoreResult<Vec<DueSchedule>> {
-        sqlx::query_as::<_, DueRow>(sql::SCHEDULE_DUE)
-            .bind(ms(now))
-            .bind(limit)
-            .fetch_all(&self.reader)
-            .await?
-            .into_iter()
-            .map(|d| {
-                Ok(DueSchedule {
-                    schedule: d.schedule.into_record()?,
-                    previous_unfinished: d.previous_unfinished.unwrap_or(false),
-                })
-            })
-            .collect()
+        schedule_due_of(&self.reader, sql::SCHEDULE_DUE, now, limit).await
     }
 
     async fn schedule_fire(&self, f: &ScheduleFire) -> StoreResult<Fired> {

@@ -10,7 +10,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::super::row::{duration_ms, ms};
 use super::super::sync_match::{
-    lease_expiry, leased_row, matched_events, matches_in_lease_order, metadata_json,
+    lease_expiry, leased_row, match_of, matched_events, matched_queues, matches_in_lease_order,
+    metadata_json,
 };
 use super::super::*;
 use super::{sql, tx};
@@ -27,29 +28,17 @@ pub(super) fn insert_matched(
     // The highest priority among the pending tasks due now, per queue with a
     // match, read before this batch inserts anything.
     let mut top: HashMap<&str, Option<i64>> = HashMap::new();
-    for (t, _) in tasks.iter().zip(&stands).filter(|(_, s)| **s) {
-        if top.contains_key(t.queue.as_str()) {
-            continue;
-        }
-        super::rows::promote(c, std::slice::from_ref(&t.queue), now_ms)?;
+    for queue in matched_queues(tasks, &stands) {
+        super::rows::promote(c, &[queue.to_owned()], now_ms)?;
         let p: Option<i64> = c
             .prepare_cached(sql::TASK_INSERT_MATCHED_TOP)?
-            .query_row(params![t.queue, now_ms], |r| r.get(0))
+            .query_row(params![queue, now_ms], |r| r.get(0))
             .optional()?;
-        top.insert(t.queue.as_str(), p);
+        top.insert(queue, p);
     }
     let mut out = Vec::with_capacity(tasks.len());
     for (i, t) in tasks.iter().enumerate() {
-        let m = matches
-            .get(i)
-            .and_then(Option::as_ref)
-            .filter(|_| stands[i])
-            .filter(|_| {
-                top.get(t.queue.as_str())
-                    .copied()
-                    .flatten()
-                    .is_none_or(|p| p < i64::from(t.priority))
-            });
+        let m = match_of(matches, &stands, &top, i, t);
         let Some(m) = m else {
             let inserted = super::rows::insert_many(c, std::slice::from_ref(t), now)?;
             out.extend(inserted.into_iter().map(|inserted| MatchedInsert {

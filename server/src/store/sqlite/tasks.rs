@@ -6,10 +6,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::super::row::{AttemptRow, TaskRow, ms};
+use super::super::row::{TaskRow, ms};
+use super::super::tasks::by_id_list;
 use super::super::tasks::{UpdateValues, update_allowed};
 use super::super::*;
-use super::rows::{changed_event, fetch_task, in_list};
+use super::rows::{changed_event, fetch_task};
 use super::{SqliteStore, sql};
 use crate::domain::TaskState;
 use crate::domain::event::EventKind;
@@ -56,17 +57,9 @@ impl Tasks for SqliteStore {
         &self,
         task_ids: &[String],
     ) -> StoreResult<std::collections::HashMap<String, String>> {
-        let mut out = std::collections::HashMap::with_capacity(task_ids.len());
-        for ids in task_ids.chunks(500) {
-            // Dynamic: one ? per task.
-            let sql = in_list(sql::TASK_QUEUES, ids.len());
-            let mut q = sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(sql));
-            for id in ids {
-                q = q.bind(id);
-            }
-            out.extend(q.fetch_all(&self.reader).await?);
-        }
-        Ok(out)
+        let rows: Vec<(String, String)> =
+            by_id_list(&self.reader, sql::TASK_QUEUES, task_ids).await?;
+        Ok(rows.into_iter().collect())
     }
 
     async fn task_list(&self, f: &TaskFilter) -> StoreResult<Vec<TaskRecord>> {
@@ -94,21 +87,8 @@ impl Tasks for SqliteStore {
     }
 
     async fn attempt_list(&self, task_id: &str) -> StoreResult<Option<Vec<AttemptRecord>>> {
-        let exists: Option<i64> = sqlx::query_scalar(sql::ATTEMPT_LIST_TASK)
-            .bind(task_id)
-            .fetch_optional(&self.reader)
-            .await?;
-        if exists.is_none() {
-            return Ok(None);
-        }
-        let rows = sqlx::query_as::<_, AttemptRow>(sql::ATTEMPT_LIST)
-            .bind(task_id)
-            .fetch_all(&self.reader)
-            .await?;
-        rows.into_iter()
-            .map(AttemptRow::into_record)
-            .collect::<StoreResult<Vec<_>>>()
-            .map(Some)
+        let statements = [sql::ATTEMPT_LIST_TASK, sql::ATTEMPT_LIST];
+        super::super::tasks::attempt_list(&self.reader, statements, 1, task_id).await
     }
 
     async fn task_insert_flow(

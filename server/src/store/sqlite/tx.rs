@@ -17,18 +17,7 @@ use std::cell::RefCell;
 use super::super::flow::Ev;
 use crate::domain::event::EventKind;
 
-/// An event waiting for the end of its job.
-#[derive(Debug, Clone)]
-pub(super) struct Pending {
-    pub task_id: String,
-    pub queue: String,
-    pub kind: EventKind,
-    pub state: &'static str,
-    pub attempt: i64,
-    pub worker: Option<String>,
-    pub time: i64,
-    pub detail: Option<String>,
-}
+pub(super) use super::super::flow::Pending;
 
 thread_local! {
     /// The running job's events (the writer thread runs one job at a time).
@@ -37,40 +26,10 @@ thread_local! {
 
 /// Buffers an event of the running job.
 pub(super) fn push(e: Ev<'_>) {
-    PENDING.with(|p| {
-        p.borrow_mut().push(Pending {
-            task_id: e.task_id.to_owned(),
-            queue: e.queue.to_owned(),
-            kind: e.kind,
-            state: e.state,
-            attempt: e.attempt,
-            worker: e.worker.map(str::to_owned),
-            time: e.time,
-            detail: e.detail.map(str::to_owned),
-        })
-    });
+    PENDING.with(|p| p.borrow_mut().push(Pending::from(e)));
 }
 
-/// An event with no worker and no detail.
-pub(super) fn simple<'a>(
-    task_id: &'a str,
-    queue: &'a str,
-    kind: EventKind,
-    state: &'static str,
-    attempt: i64,
-    time: i64,
-) -> Ev<'a> {
-    Ev {
-        task_id,
-        queue,
-        kind,
-        state,
-        attempt,
-        worker: None,
-        time,
-        detail: None,
-    }
-}
+pub(super) use super::super::flow::simple;
 
 /// Flow: a task inserted with dependencies was submitted BLOCKED.
 pub(super) fn submitted_blocked(task_id: &str) {
