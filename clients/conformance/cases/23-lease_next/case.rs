@@ -1,6 +1,5 @@
-//! The `lease_next` case of the scenario: Complete and Fail carry the next
-//! lease and answer with `next_tasks`. Complete goes through the generated stub (its answer
-//! is what the case checks), with the bearer token of `TASKBROKER_TOKEN` when one is set.
+//! The `lease_next` case of the client conformance scenario, for the Rust client
+//! (README.md beside this file says what it does and expects).
 
 use std::time::Duration;
 
@@ -54,7 +53,7 @@ async fn state(c: &Client, task_id: &str) -> Result<TaskState, String> {
     Ok(at("GetTask", c.get_task(task_id).await)?.state())
 }
 
-pub async fn lease_next(c: Client, q: String) -> Outcome {
+pub(crate) async fn lease_next(c: Client, q: String) -> Outcome {
     let ids = at(
         "Submit",
         c.submit_many([

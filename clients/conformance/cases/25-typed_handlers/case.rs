@@ -1,5 +1,5 @@
-//! `typed_handlers`: one worker, a typed handler per queue, a middleware around both,
-//! and the runtime's metrics read through the OpenTelemetry SDK.
+//! The `typed_handlers` case of the client conformance scenario, for the Rust client
+//! (README.md beside this file says what it does and expects).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,7 +29,7 @@ struct Done {
     n: i64,
 }
 
-pub async fn typed_handlers(c: Client, q: String) -> Outcome {
+pub(crate) async fn typed_handlers(c: Client, q: String) -> Outcome {
     let qa = q.replace(".typed_handlers.", ".typed_a.");
     let qb = q.replace(".typed_handlers.", ".typed_b.");
     let readings = Readings::new();

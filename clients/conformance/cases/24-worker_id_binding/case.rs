@@ -1,6 +1,5 @@
-//! The `worker_id_binding` case of the scenario: a worker token bound to worker ids
-//! (`TASKBROKER_WORKER_TOKEN`, with `--secure`) leases under an allowed id, is refused
-//! under another with PERMISSION_DENIED, and a Worker under that id stops by itself.
+//! The `worker_id_binding` case of the client conformance scenario, for the Rust client
+//! (README.md beside this file says what it does and expects).
 
 use std::time::Duration;
 
@@ -21,7 +20,7 @@ fn lease_as(queue: &str, worker_id: &str) -> pb::LeaseRequest {
     }
 }
 
-pub async fn worker_id_binding(c: Client, q: String) -> Outcome {
+pub(crate) async fn worker_id_binding(c: Client, q: String) -> Outcome {
     let id = at(
         "Submit",
         c.submit(TaskSpec::new(q.clone(), b"bound".to_vec())).await,
