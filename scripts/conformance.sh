@@ -116,6 +116,7 @@ case_file() {
     rust) echo case.rs ;;
     python) echo case.py ;;
     typescript) echo case.ts ;;
+    go) echo case.go ;;
     *) echo "" ;;
   esac
 }

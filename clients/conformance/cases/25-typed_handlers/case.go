@@ -1,3 +1,7 @@
+// The typed_handlers case of the client conformance scenario, for the Go client (README.md beside
+// this file says what it does and expects). clients/go/conformance.sh links it into
+// cmd/conformance, whose package it belongs to.
+
 package main
 
 import (
@@ -15,6 +19,8 @@ import (
 	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 	"github.com/taskbroker/taskbroker/clients/go/worker"
 )
+
+func init() { register("typed_handlers", typedHandlers) }
 
 type typedPayload struct {
 	To string `json:"to,omitempty"`

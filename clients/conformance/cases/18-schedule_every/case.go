@@ -1,3 +1,7 @@
+// The schedule_every case of the client conformance scenario, for the Go client (README.md beside
+// this file says what it does and expects). clients/go/conformance.sh links it into
+// cmd/conformance, whose package it belongs to.
+
 package main
 
 import (
@@ -11,6 +15,8 @@ import (
 
 	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
+
+func init() { register("schedule_every", scheduleEvery) }
 
 // scheduleEvery: an `every 1s` schedule makes tasks that run; then it is deleted.
 func scheduleEvery(ctx context.Context, e *env, q string) error {

@@ -1,3 +1,7 @@
+// The lease_next case of the client conformance scenario, for the Go client (README.md beside
+// this file says what it does and expects). clients/go/conformance.sh links it into
+// cmd/conformance, whose package it belongs to.
+
 package main
 
 import (
@@ -13,6 +17,8 @@ import (
 
 	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 )
+
+func init() { register("lease_next", leaseNext) }
 
 // leaseNext: Complete and Fail carry the next lease and answer with next_tasks.
 func leaseNext(ctx context.Context, e *env, q string) error {

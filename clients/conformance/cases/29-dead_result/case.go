@@ -1,3 +1,7 @@
+// The dead_result case of the client conformance scenario, for the Go client (README.md beside
+// this file says what it does and expects). clients/go/conformance.sh links it into
+// cmd/conformance, whose package it belongs to.
+
 package main
 
 import (
@@ -10,6 +14,8 @@ import (
 	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 	"github.com/taskbroker/taskbroker/clients/go/worker"
 )
+
+func init() { register("dead_result", deadResult) }
 
 // deadResult: a task whose handler fails permanently; waiting for it (Wait, then the typed
 // reader) is the client's *TaskFailedError with the task's id, state DEAD and the handler's

@@ -1,3 +1,7 @@
+// The worker_id_binding case of the client conformance scenario, for the Go client (README.md beside
+// this file says what it does and expects). clients/go/conformance.sh links it into
+// cmd/conformance, whose package it belongs to.
+
 package main
 
 import (
@@ -16,6 +20,8 @@ import (
 	pb "github.com/taskbroker/taskbroker/clients/go/taskbrokerv1"
 	"github.com/taskbroker/taskbroker/clients/go/worker"
 )
+
+func init() { register("worker_id_binding", workerIDBinding) }
 
 // workerIDBinding: a worker token bound to worker ids (TASKBROKER_WORKER_TOKEN, with
 // --secure) leases under an allowed id, is refused under another with PERMISSION_DENIED,
