@@ -117,6 +117,7 @@ case_file() {
     python) echo case.py ;;
     typescript) echo case.ts ;;
     go) echo case.go ;;
+    java) echo Case.java ;;
     *) echo "" ;;
   esac
 }

@@ -1,6 +1,6 @@
 /**
- * The `lease_order` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `lease_order`, for the TypeScript client: README.md beside this file says
+ * what it does and expects.
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";

@@ -1,6 +1,6 @@
 /**
- * The `idempotent_submit` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `idempotent_submit`, for the TypeScript client: README.md beside this file
+ * says what it does and expects.
  */
 import { Env, check } from "../../../typescript/conformance/contract.js";
 

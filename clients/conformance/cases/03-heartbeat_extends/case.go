@@ -1,6 +1,6 @@
-// The heartbeat_extends case of the client conformance scenario, for the Go client (README.md beside
-// this file says what it does and expects). clients/go/conformance.sh links it into
-// cmd/conformance, whose package it belongs to.
+// The conformance case heartbeat_extends, for the Go client: README.md beside this file says what
+// it does and expects. clients/go/conformance.sh links it into cmd/conformance, whose package it
+// belongs to.
 
 package main
 

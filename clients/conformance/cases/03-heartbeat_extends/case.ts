@@ -1,6 +1,6 @@
 /**
- * The `heartbeat_extends` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `heartbeat_extends`, for the TypeScript client: README.md beside this file
+ * says what it does and expects.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Env, WORKER_ID, check, leaseOne, ms, submitOne } from "../../../typescript/conformance/contract.js";

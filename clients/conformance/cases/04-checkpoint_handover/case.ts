@@ -1,6 +1,6 @@
 /**
- * The `checkpoint_handover` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `checkpoint_handover`, for the TypeScript client: README.md beside this
+ * file says what it does and expects.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Env, bytes, check, leaseOne, submitOne, text } from "../../../typescript/conformance/contract.js";

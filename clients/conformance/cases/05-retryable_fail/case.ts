@@ -1,6 +1,6 @@
 /**
- * The `retryable_fail` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `retryable_fail`, for the TypeScript client: README.md beside this file
+ * says what it does and expects.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Env, check, leaseOne, stateName, submitOne } from "../../../typescript/conformance/contract.js";

@@ -1,6 +1,6 @@
 /**
- * The `non_retryable_fail` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `non_retryable_fail`, for the TypeScript client: README.md beside this file
+ * says what it does and expects.
  */
 import { Env, check, getState, leaseOne, stateName, submitOne } from "../../../typescript/conformance/contract.js";
 import { TaskState } from "../../../typescript/src/index.js";

@@ -1,6 +1,6 @@
 /**
- * The `stale_token` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `stale_token`, for the TypeScript client: README.md beside this file says
+ * what it does and expects.
  */
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Env, check, getState, leaseOne, stateName, submitOne } from "../../../typescript/conformance/contract.js";

@@ -1,6 +1,6 @@
 /**
- * The `complete_result` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `complete_result`, for the TypeScript client: README.md beside this file
+ * says what it does and expects.
  */
 import { Env, bytes, check, getState, leaseOne, stateName, submitOne, text } from "../../../typescript/conformance/contract.js";
 import { TaskState } from "../../../typescript/src/index.js";

@@ -1,6 +1,6 @@
 /**
- * The `cancel_running` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `cancel_running`, for the TypeScript client: README.md beside this file
+ * says what it does and expects.
  */
 import { Env, WORKER_ID, check, leaseOne, stateName, submitOne } from "../../../typescript/conformance/contract.js";
 import { TaskState } from "../../../typescript/src/index.js";

@@ -1,6 +1,6 @@
 /**
- * The `bad_input` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `bad_input`, for the TypeScript client: README.md beside this file says
+ * what it does and expects.
  */
 import { Code, ConnectError } from "@connectrpc/connect";
 import { Env, check } from "../../../typescript/conformance/contract.js";

@@ -1,6 +1,6 @@
 /**
- * The `spec_defaults` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `spec_defaults`, for the TypeScript client: README.md beside this file says
+ * what it does and expects.
  */
 import { Code, ConnectError } from "@connectrpc/connect";
 import { SpecEnv, check, worker } from "../../../typescript/conformance/spec.js";

@@ -1,6 +1,6 @@
 /**
- * The `lease_lost_reason` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `lease_lost_reason`, for the TypeScript client: README.md beside this file
+ * says what it does and expects.
  */
 import { Code, ConnectError } from "@connectrpc/connect";
 import { SpecEnv, check, submit } from "../../../typescript/conformance/spec.js";

@@ -1,6 +1,6 @@
 /**
- * The `checkpoint_extends` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `checkpoint_extends`, for the TypeScript client: README.md beside this file
+ * says what it does and expects.
  */
 import { SpecEnv, check, submit, waitState, worker } from "../../../typescript/conformance/spec.js";
 import { TaskState } from "../../../typescript/src/index.js";

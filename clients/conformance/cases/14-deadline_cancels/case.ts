@@ -1,6 +1,6 @@
 /**
- * The `deadline_cancels` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `deadline_cancels`, for the TypeScript client: README.md beside this file
+ * says what it does and expects.
  */
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { SpecEnv, check, submit, within, worker } from "../../../typescript/conformance/spec.js";

@@ -1,6 +1,6 @@
 /**
- * The `stop_codes` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `stop_codes`, for the TypeScript client: README.md beside this file says
+ * what it does and expects.
  */
 import { Code } from "@connectrpc/connect";
 import { SpecEnv, check, within, worker } from "../../../typescript/conformance/spec.js";

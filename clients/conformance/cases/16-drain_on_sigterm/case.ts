@@ -1,6 +1,6 @@
 /**
- * The `drain_on_sigterm` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `drain_on_sigterm`, for the TypeScript client: README.md beside this file
+ * says what it does and expects.
  */
 import { SpecEnv, check, state, submit, within, worker } from "../../../typescript/conformance/spec.js";
 import { TaskState } from "../../../typescript/src/index.js";

@@ -1,6 +1,6 @@
 /**
- * The `trace_propagation` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `trace_propagation`, for the TypeScript client: README.md beside this file
+ * says what it does and expects.
  */
 import { context, trace, TraceFlags } from "@opentelemetry/api";
 import { SpecEnv, TRACEPARENT, TRACE_ID, check, submit, within, worker } from "../../../typescript/conformance/spec.js";

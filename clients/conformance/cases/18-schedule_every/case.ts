@@ -1,6 +1,6 @@
 /**
- * The `schedule_every` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `schedule_every`, for the TypeScript client: README.md beside this file
+ * says what it does and expects.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";

@@ -1,6 +1,6 @@
 /**
- * The `targeted_task` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `targeted_task`, for the TypeScript client: README.md beside this file says
+ * what it does and expects.
  */
 import { RoutingEnv, WORKER_ID, check, complete, leaseAs, payloads, utf8 } from "../../../typescript/conformance/routing.js";
 import { target } from "../../../typescript/src/index.js";

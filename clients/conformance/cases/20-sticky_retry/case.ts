@@ -1,6 +1,6 @@
 /**
- * The `sticky_retry` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `sticky_retry`, for the TypeScript client: README.md beside this file says
+ * what it does and expects.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { RoutingEnv, WORKER_ID, check, complete, leaseAs, utf8 } from "../../../typescript/conformance/routing.js";

@@ -1,6 +1,6 @@
-// The dependency case of the client conformance scenario, for the Go client (README.md beside
-// this file says what it does and expects). clients/go/conformance.sh links it into
-// cmd/conformance, whose package it belongs to.
+// The conformance case dependency, for the Go client: README.md beside this file says what it does
+// and expects. clients/go/conformance.sh links it into cmd/conformance, whose package it belongs
+// to.
 
 package main
 

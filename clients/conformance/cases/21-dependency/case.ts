@@ -1,6 +1,6 @@
 /**
- * The `dependency` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `dependency`, for the TypeScript client: README.md beside this file says
+ * what it does and expects.
  */
 import { FlowEnv, check, getTask, lease, payloads, utf8 } from "../../../typescript/conformance/flow.js";
 import { CancelReason, TaskState } from "../../../typescript/src/index.js";

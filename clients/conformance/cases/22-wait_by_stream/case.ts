@@ -1,6 +1,6 @@
 /**
- * The `wait_by_stream` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `wait_by_stream`, for the TypeScript client: README.md beside this file
+ * says what it does and expects.
  */
 import { FlowEnv, check, getTask, lease, payloads, text, utf8 } from "../../../typescript/conformance/flow.js";
 import { TaskState, WaitTimeoutError, wait } from "../../../typescript/src/index.js";

@@ -1,6 +1,6 @@
 /**
- * The `lease_next` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `lease_next`, for the TypeScript client: README.md beside this file says
+ * what it does and expects.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";

@@ -1,6 +1,6 @@
 /**
- * The `worker_id_binding` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `worker_id_binding`, for the TypeScript client: README.md beside this file
+ * says what it does and expects.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";

@@ -1,6 +1,6 @@
 /**
- * The `typed_handlers` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `typed_handlers`, for the TypeScript client: README.md beside this file
+ * says what it does and expects.
  */
 import { randomBytes } from "node:crypto";
 import { Metrics } from "../../../typescript/conformance/metric_reader.js";

@@ -1,6 +1,6 @@
 /**
- * The `dependency_results` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `dependency_results`, for the TypeScript client: README.md beside this file
+ * says what it does and expects.
  */
 import { ResultsEnv, WORKER_ID, check, text, utf8 } from "../../../typescript/conformance/results.js";
 import { TaskState, wait, Worker } from "../../../typescript/src/index.js";

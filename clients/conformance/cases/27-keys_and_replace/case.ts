@@ -1,6 +1,6 @@
 /**
- * The `keys_and_replace` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `keys_and_replace`, for the TypeScript client: README.md beside this file
+ * says what it does and expects.
  */
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { ResultsEnv, WORKER_ID, check, text, utf8 } from "../../../typescript/conformance/results.js";

@@ -1,6 +1,6 @@
 /**
- * The `submit_backpressure` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `submit_backpressure`, for the TypeScript client: README.md beside this
+ * file says what it does and expects.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";

@@ -1,6 +1,6 @@
 /**
- * The `dead_result` case of the client conformance scenario, for the TypeScript client (README.md
- * beside this file says what it does and expects).
+ * The conformance case `dead_result`, for the TypeScript client: README.md beside this file says
+ * what it does and expects.
  */
 import { ResultsEnv, WORKER_ID, check } from "../../../typescript/conformance/results.js";
 import { TaskState, PermanentError, TaskFailedError, wait, Worker } from "../../../typescript/src/index.js";
