@@ -1,9 +1,12 @@
-"""The cases of clients/conformance/SCENARIO.md on the results of dependencies, on keys and on
+"""The cases of clients/conformance/cases/ on the results of dependencies, on keys and on
 backpressure: `dependency_results` (a Worker's handler reads its dependency's result on its
 context), `keys_and_replace` (the client's submit with a dependency on a key and a replace by
 key) and `submit_backpressure` (a queue's max_pending refuses a Submit with
 RESOURCE_EXHAUSTED, RetryInfo and QuotaFailure; the client's submit waits the hinted delay) and
-`dead_result` (waiting for a task whose handler failed for good raises TaskFailedError)."""
+`dead_result` (waiting for a task whose handler failed for good raises TaskFailedError).
+
+The code of each case is its folder's case.py; this module holds what they share.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""The client-library cases of clients/conformance/SCENARIO.md (docs/client-spec.md points
-1 to 7), run by conformance.py after the contract cases."""
+"""The client-library cases of clients/conformance/cases/ (docs/client-spec.md points
+1 to 7), run by conformance.py after the contract cases.
+
+The code of each case is its folder's case.py; this module holds what they share.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
-"""The SDK case of clients/conformance/SCENARIO.md, `typed_handlers` (docs/client-spec.md
+"""The SDK case of clients/conformance/cases/, `typed_handlers` (docs/client-spec.md
 points 12 to 15): one Worker with a typed handler on each of two queues, a middleware, and its
-metrics read from the OpenTelemetry SDK's in-memory reader."""
+metrics read from the OpenTelemetry SDK's in-memory reader.
+
+The code of each case is its folder's case.py; this module holds what they share.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,9 @@
  * The `worker_id_binding` case of the scenario: a worker token bound to worker ids
  * (TASKBROKER_WORKER_TOKEN, with --secure) leases under an allowed id, is refused under
  * another with PERMISSION_DENIED, and a Worker under that id stops by itself.
+ *
+ * The code of each case is its folder's case.ts (clients/conformance/cases/); this module
+ * holds what they share.
  */
 
 import { type AdminClient, type BrokerClient } from "../src/index.js";

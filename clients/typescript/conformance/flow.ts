@@ -1,6 +1,9 @@
 /**
  * The flow cases of the scenario: `dependency` on the broker stubs, and
  * `wait_by_stream` with the client's `wait` (which follows AdminService.WatchTasks).
+ *
+ * The code of each case is its folder's case.ts (clients/conformance/cases/); this module
+ * holds what they share.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { type AdminClient, type BrokerClient, type LeasedTask } from "../src/index.js";

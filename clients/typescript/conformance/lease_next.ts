@@ -1,6 +1,9 @@
 /**
  * The `lease_next` case of the scenario: Complete and Fail carry the next lease
  * and answer with nextTasks.
+ *
+ * The code of each case is its folder's case.ts (clients/conformance/cases/); this module
+ * holds what they share.
  */
 
 import { TaskState, type AdminClient, type BrokerClient, type LeasedTask } from "../src/index.js";

@@ -4,6 +4,9 @@
  * leased dependent carries its dependency's result) and `submit_backpressure` (a queue's max_pending refuses a Submit with RESOURCE_EXHAUSTED,
  * RetryInfo and QuotaFailure; the client's submit waits the hinted delay and gets in) and
  * `dead_result` (waiting for a task whose handler failed for good is a TaskFailedError).
+ *
+ * The code of each case is its folder's case.ts (clients/conformance/cases/); this module
+ * holds what they share.
  */
 
 import { Client } from "../src/index.js";

@@ -1,6 +1,9 @@
 /**
  * The routing cases of the scenario: `targeted_task` and `sticky_retry`, on the
  * broker stubs with the client's `target` / `sticky` builders.
+ *
+ * The code of each case is its folder's case.ts (clients/conformance/cases/); this module
+ * holds what they share.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { type BrokerClient, type LeasedTask } from "../src/index.js";

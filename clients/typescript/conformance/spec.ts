@@ -1,6 +1,8 @@
 /**
- * The client-library cases of SCENARIO.md (docs/client-spec.md points 1 to 7): they drive the
+ * The client-library cases of clients/conformance/cases/ (docs/client-spec.md points 1 to 7): they drive the
  * Worker runtime and the helpers of src/ rather than the raw generated clients.
+ *
+ * The code of each case is its folder's case.ts; this module holds what they share.
  */
 
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";

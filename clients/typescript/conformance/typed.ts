@@ -2,6 +2,9 @@
  * The `typed_handlers` case of the scenario: one Worker with a typed handler on each of two
  * queues and one middleware; typed submits and results; the metrics read through the real
  * OpenTelemetry SDK; a payload that does not decode ends DEAD.
+ *
+ * The code of each case is its folder's case.ts (clients/conformance/cases/); this module
+ * holds what they share.
  */
 
 import { Client } from "../src/index.js";

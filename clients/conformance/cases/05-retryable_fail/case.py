@@ -1,5 +1,5 @@
-"""The ``retryable_fail`` case of the client conformance scenario, for the Python client (README.md
-beside this file says what it does and expects)."""
+"""The conformance case ``retryable_fail``, for the Python client: README.md beside this file says
+what it does and expects."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The ``non_retryable_fail`` case of the client conformance scenario, for the Python client (README.md
-beside this file says what it does and expects)."""
+"""The conformance case ``non_retryable_fail``, for the Python client: README.md beside this file
+says what it does and expects."""
 
 from __future__ import annotations
 

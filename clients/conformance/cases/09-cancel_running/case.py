@@ -1,5 +1,5 @@
-"""The ``cancel_running`` case of the client conformance scenario, for the Python client (README.md
-beside this file says what it does and expects)."""
+"""The conformance case ``cancel_running``, for the Python client: README.md beside this file says
+what it does and expects."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The ``lease_lost_reason`` case of the client conformance scenario, for the Python client (README.md
-beside this file says what it does and expects)."""
+"""The conformance case ``lease_lost_reason``, for the Python client: README.md beside this file
+says what it does and expects."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The ``checkpoint_extends`` case of the client conformance scenario, for the Python client (README.md
-beside this file says what it does and expects)."""
+"""The conformance case ``checkpoint_extends``, for the Python client: README.md beside this file
+says what it does and expects."""
 
 from __future__ import annotations
 

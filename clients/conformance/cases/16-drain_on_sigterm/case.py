@@ -1,5 +1,5 @@
-"""The ``drain_on_sigterm`` case of the client conformance scenario, for the Python client (README.md
-beside this file says what it does and expects)."""
+"""The conformance case ``drain_on_sigterm``, for the Python client: README.md beside this file
+says what it does and expects."""
 
 from __future__ import annotations
 

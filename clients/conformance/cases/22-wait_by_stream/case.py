@@ -1,5 +1,5 @@
-"""The ``wait_by_stream`` case of the client conformance scenario, for the Python client (README.md
-beside this file says what it does and expects)."""
+"""The conformance case ``wait_by_stream``, for the Python client: README.md beside this file says
+what it does and expects."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The ``worker_id_binding`` case of the client conformance scenario, for the Python client (README.md
-beside this file says what it does and expects)."""
+"""The conformance case ``worker_id_binding``, for the Python client: README.md beside this file
+says what it does and expects."""
 
 from __future__ import annotations
 

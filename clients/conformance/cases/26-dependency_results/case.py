@@ -1,5 +1,5 @@
-"""The ``dependency_results`` case of the client conformance scenario, for the Python client (README.md
-beside this file says what it does and expects)."""
+"""The conformance case ``dependency_results``, for the Python client: README.md beside this file
+says what it does and expects."""
 
 from __future__ import annotations
 

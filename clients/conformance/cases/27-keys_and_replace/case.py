@@ -1,5 +1,5 @@
-"""The ``keys_and_replace`` case of the client conformance scenario, for the Python client (README.md
-beside this file says what it does and expects)."""
+"""The conformance case ``keys_and_replace``, for the Python client: README.md beside this file
+says what it does and expects."""
 
 from __future__ import annotations
 

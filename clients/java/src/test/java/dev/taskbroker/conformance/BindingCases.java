@@ -23,7 +23,8 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 
 /**
- * The {@code worker_id_binding} case of SCENARIO.md: a worker token bound to worker ids
+ * The {@code worker_id_binding} case of clients/conformance/cases/ (the code of each is its folder's
+ * Case.java; this class holds what it shares with the harness): a worker token bound to worker ids
  * (TASKBROKER_WORKER_TOKEN, with --secure) leases under an allowed id, is refused under another
  * with PERMISSION_DENIED, and a Worker under that id stops by itself.
  */

@@ -20,7 +20,8 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 
 /**
- * The flow cases of SCENARIO.md: {@code dependency} on the broker stub (through
+ * The flow cases of clients/conformance/cases/ (the code of each is its folder's
+ * Case.java; this class holds what it shares with the harness): {@code dependency} on the broker stub (through
  * {@link Taskbroker#submitAll}), and {@code wait_by_stream} with {@link Taskbroker#waitFor},
  * which follows AdminService.WatchTasks.
  */

@@ -19,7 +19,10 @@ import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 
-/** The {@code lease_next} case of SCENARIO.md: a settle carries the next lease. */
+/**
+ * The {@code lease_next} case of clients/conformance/cases/ (its code is its folder's Case.java;
+ * this class holds what it shares with the harness): a settle carries the next lease.
+ */
 final class LeaseNextCases {
   static final String WORKER_ID = "conf-java";
 

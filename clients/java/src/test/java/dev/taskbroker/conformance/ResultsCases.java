@@ -50,7 +50,8 @@ import java.util.concurrent.TimeUnit;
  * the leased dependent carries its dependency's result) and {@code submit_backpressure} (a queue's max_pending refuses a Submit with
  * RESOURCE_EXHAUSTED, RetryInfo and QuotaFailure; the client's submit waits the hinted delay
  * and gets in) and {@code dead_result} (waiting for a task that failed for good throws
- * TaskFailedException) of SCENARIO.md.
+ * TaskFailedException) of clients/conformance/cases/: the code of each is its folder's
+ * Case.java; this class holds what they share.
  */
 final class ResultsCases {
   static final String WORKER_ID = "conf-java";

@@ -19,7 +19,8 @@ import java.util.Map;
 import java.util.concurrent.TimeUnit;
 
 /**
- * The routing cases of SCENARIO.md: {@code targeted_task} and {@code sticky_retry},
+ * The routing cases of clients/conformance/cases/ (the code of each is its folder's
+ * Case.java; this class holds what it shares with the harness): {@code targeted_task} and {@code sticky_retry},
  * on the broker stub with the {@link Routing} builders.
  */
 final class RoutingCases {

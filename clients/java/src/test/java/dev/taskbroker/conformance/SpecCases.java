@@ -37,7 +37,8 @@ import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicReference;
 
 /**
- * The client-library cases of SCENARIO.md (docs/client-spec.md points 1 to 7): they drive the
+ * The client-library cases of clients/conformance/cases/ (the code of each is its folder's
+ * Case.java; this class holds what it shares with the harness) (docs/client-spec.md points 1 to 7): they drive the
  * Worker runtime and the helpers of dev.taskbroker.client rather than the raw stubs.
  */
 final class SpecCases {

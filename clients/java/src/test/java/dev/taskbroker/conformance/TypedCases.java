@@ -18,7 +18,8 @@ import java.util.Objects;
 import java.util.concurrent.ConcurrentHashMap;
 
 /**
- * The {@code typed_handlers} case of SCENARIO.md: one worker, a typed handler on each of two
+ * The {@code typed_handlers} case of clients/conformance/cases/ (the code of each is its folder's
+ * Case.java; this class holds what it shares with the harness): one worker, a typed handler on each of two
  * queues and one middleware; typed submit, typed result, metrics read through the OpenTelemetry
  * SDK's in-memory reader, and a payload that does not decode.
  */
