@@ -24,8 +24,8 @@
 # SQLite file (e.g. a MariaDB from scripts/mysql.sh; the cases' queues are unique per run).
 #
 # Before running, the case folders (clients/conformance/cases/NN-<name>/) are checked against
-# clients/conformance/cases.txt; a converted language fails naming every case whose file it
-# lacks. The scenario must end with "N passed, 0 failed" where N is the number of lines of
+# clients/conformance/cases.txt; the run fails naming every case whose file for LANG is
+# missing. The scenario must end with "N passed, 0 failed" where N is the number of lines of
 # cases.txt (of FAULTS.md's cases with --faults); anything else (fewer cases run, no summary) is a
 # failure.
 set -euo pipefail
@@ -109,8 +109,7 @@ make_certs() {
   }
 }
 
-# The languages whose cases live in clients/conformance/cases/NN-<name>/, one file each, and
-# the name of that file. A language not listed still runs its grouped files (and is not checked).
+# The name of LANG's file in each case folder, clients/conformance/cases/NN-<name>/.
 case_file() {
   case "$1" in
     rust) echo case.rs ;;
@@ -118,13 +117,12 @@ case_file() {
     typescript) echo case.ts ;;
     go) echo case.go ;;
     java) echo Case.java ;;
-    *) echo "" ;;
   esac
 }
 
 # check_cases LANG: clients/conformance/cases.txt (one case a line, in run order) against the
 # case folders: line N is the folder NN-<name> with a README.md, every folder is a line, and
-# (for a converted LANG) every folder holds LANG's file. Fails naming every mismatch.
+# every folder holds LANG's file. Fails naming every mismatch.
 check_cases() {
   local lang="$1" file n=0 name dir bad=0
   file="$(case_file "$lang")"
@@ -135,7 +133,7 @@ check_cases() {
     if [ ! -f "$dir/README.md" ]; then
       echo "== case $name (line $n of cases.txt): $dir/README.md is missing" >&2
       bad=1
-    elif [ -n "$file" ] && [ ! -f "$dir/$file" ]; then
+    elif [ ! -f "$dir/$file" ]; then
       echo "== case $name: $lang has no $dir/$file" >&2
       bad=1
     fi
