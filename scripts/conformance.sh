@@ -23,8 +23,10 @@
 # TASKBROKER_CONFORMANCE_DATABASE_URL runs the broker on that database instead of a fresh
 # SQLite file (e.g. a MariaDB from scripts/mysql.sh; the cases' queues are unique per run).
 #
-# The scenario must end with "N passed, 0 failed" where N is the number of cases in
-# SCENARIO.md (FAULTS.md with --faults); anything else (fewer cases run, no summary) is a
+# Before running, the case folders (clients/conformance/cases/NN-<name>/) are checked against
+# clients/conformance/cases.txt; the run fails naming every case whose file for LANG is
+# missing. The scenario must end with "N passed, 0 failed" where N is the number of lines of
+# cases.txt (of FAULTS.md's cases with --faults); anything else (fewer cases run, no summary) is a
 # failure.
 set -euo pipefail
 
@@ -57,10 +59,6 @@ if [ -n "$faults" ] && [ "$lang" != rust ] && [ ! -x "clients/$lang/faults.sh" ]
   echo "== $lang has no fault scenario yet (clients/$lang/faults.sh); skipped" >&2
   exit 3
 fi
-
-echo "== building the broker" >&2
-. scripts/broker.sh
-build_broker
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/taskbroker-conformance.XXXXXX")"
 broker_pid=""
@@ -111,13 +109,77 @@ make_certs() {
   }
 }
 
-# The number of cases: the rows of SCENARIO.md's table whose first cell is a `case`
-# (with --faults: those of FAULTS.md's table under "## The cases").
+# The name of LANG's file in each case folder, clients/conformance/cases/NN-<name>/.
+case_file() {
+  case "$1" in
+    rust) echo case.rs ;;
+    python) echo case.py ;;
+    typescript) echo case.ts ;;
+    go) echo case.go ;;
+    java) echo Case.java ;;
+  esac
+}
+
+# check_cases LANG: clients/conformance/cases.txt (one case a line, in run order) against the
+# case folders: line N is the folder NN-<name> with a README.md, every folder is a line, and
+# every folder holds LANG's file. Fails naming every mismatch.
+check_cases() {
+  local lang="$1" file n=0 name dir bad=0
+  file="$(case_file "$lang")"
+  local cases_dir=clients/conformance/cases
+  while IFS= read -r name; do
+    n=$((n + 1))
+    dir="$(printf '%s/%02d-%s' "$cases_dir" "$n" "$name")"
+    if [ ! -f "$dir/README.md" ]; then
+      echo "== case $name (line $n of cases.txt): $dir/README.md is missing" >&2
+      bad=1
+    elif [ ! -f "$dir/$file" ]; then
+      echo "== case $name: $lang has no $dir/$file" >&2
+      bad=1
+    fi
+  done <clients/conformance/cases.txt
+  for dir in "$cases_dir"/*/; do
+    dir="${dir%/}"
+    name="${dir##*/}"
+    # TypeScript's link to its packages (clients/typescript/conformance.sh) is no case.
+    [ "$name" = node_modules ] && continue
+    if ! grep -qxF "${name#[0-9][0-9]-}" clients/conformance/cases.txt ||
+      [ "$(grep -nxF "${name#[0-9][0-9]-}" clients/conformance/cases.txt | head -n 1 | cut -d: -f1)" != "$((10#${name%%-*}))" ]; then
+      echo "== $dir is not line ${name%%-*} of clients/conformance/cases.txt" >&2
+      bad=1
+    fi
+  done
+  # Rust lists its cases by hand in main.rs: a `#[path]` module per case folder (rustfmt
+  # sorts those) and the run list of `cases()`, which must be cases.txt in order.
+  if [ "$lang" = rust ]; then
+    local main=client-rs/examples/conformance/main.rs modules listed
+    modules="$(grep -oE 'cases/[0-9]{2}-[a-z_]+/case\.rs' "$main" | sed -E 's|cases/[0-9]{2}-||; s|/case\.rs||' | sort)"
+    listed="$(grep -oE '^ *\("[a-z_]+", \|c, q\|' "$main" | sed -E 's/^ *\("([a-z_]+)".*/\1/')"
+    if [ "$modules" != "$(sort clients/conformance/cases.txt)" ] ||
+      [ "$listed" != "$(cat clients/conformance/cases.txt)" ]; then
+      echo "== $main does not load (#[path] modules) and run (cases()) the cases of cases.txt in order:" >&2
+      diff <(echo "$listed") clients/conformance/cases.txt >&2 || true
+      bad=1
+    fi
+  fi
+  return "$bad"
+}
+
+# The number of cases: the lines of clients/conformance/cases.txt (with --faults: the rows of
+# FAULTS.md's table under "## The cases").
 if [ -n "$faults" ]; then
   expected="$(sed -n '/^## The cases/,$p' clients/conformance/FAULTS.md | grep -cE '^\| `[a-z_]+` \|')"
 else
-  expected="$(grep -cE '^\| `[a-z_]+` \|' clients/conformance/SCENARIO.md)"
+  check_cases "$lang" || {
+    echo "== the cases of $lang do not match clients/conformance/cases.txt" >&2
+    exit 1
+  }
+  expected="$(grep -c . clients/conformance/cases.txt)"
 fi
+
+echo "== building the broker" >&2
+. scripts/broker.sh
+build_broker
 
 security=()
 if [ -n "$secure" ]; then

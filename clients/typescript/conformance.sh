@@ -7,6 +7,10 @@ cd "$(dirname "$0")"
 : "${TASKBROKER_ADDR:?set TASKBROKER_ADDR to the broker host:port}"
 npm ci --no-audit --no-fund --loglevel=error >/dev/null
 node_modules/.bin/tsc -p tsconfig.json
+# The scenario: the harness and the case files of ../conformance/cases/ (tsconfig.conformance.json).
+# The case files find their packages through a link to node_modules/ (git ignores it).
+ln -sfn ../../typescript/node_modules ../conformance/cases/node_modules
+node_modules/.bin/tsc -p tsconfig.conformance.json
 # The unit tests (worker runtime against an in-process fake broker), then the scenario.
 echo "== npm test (worker runtime, fake broker)"
 tests=0
@@ -18,6 +22,6 @@ rm -f "$out"
 [ "$tests" -eq 0 ] || echo "npm test failed (exit $tests); the scenario runs anyway"
 echo "== conformance scenario"
 scenario=0
-node dist/conformance/main.js || scenario=$?
+node dist-conformance/typescript/conformance/main.js || scenario=$?
 if [ "$scenario" -ne 0 ]; then exit "$scenario"; fi
 exit "$tests"

@@ -1,4 +1,5 @@
-// Command conformance runs clients/conformance/SCENARIO.md against the broker at
+// Command conformance runs clients/conformance/SCENARIO.md (its cases from
+// clients/conformance/cases/, see registry) against the broker at
 // $TASKBROKER_ADDR and prints one PASS/FAIL line per case, then "N passed, M failed".
 package main
 
@@ -7,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -30,36 +32,39 @@ type testCase struct {
 	run  func(ctx context.Context, e *env, queue string) error
 }
 
-var cases = []testCase{
-	{"lease_order", leaseOrder},
-	{"idempotent_submit", idempotentSubmit},
-	{"heartbeat_extends", heartbeatExtends},
-	{"checkpoint_handover", checkpointHandover},
-	{"retryable_fail", retryableFail},
-	{"non_retryable_fail", nonRetryableFail},
-	{"stale_token", staleToken},
-	{"complete_result", completeResult},
-	{"cancel_running", cancelRunning},
-	{"bad_input", badInput},
-	{"spec_defaults", specDefaults},
-	{"lease_lost_reason", leaseLostReason},
-	{"checkpoint_extends", checkpointExtends},
-	{"deadline_cancels", deadlineCancels},
-	{"stop_codes", stopCodes},
-	{"drain_on_sigterm", drainOnSigterm},
-	{"trace_propagation", traceContextPropagates},
-	{"schedule_every", scheduleEvery},
-	{"targeted_task", targetedTask},
-	{"sticky_retry", stickyRetry},
-	{"dependency", dependency},
-	{"wait_by_stream", waitByStream},
-	{"lease_next", leaseNext},
-	{"worker_id_binding", workerIDBinding},
-	{"typed_handlers", typedHandlers},
-	{"dependency_results", dependencyResults},
-	{"keys_and_replace", keysAndReplace},
-	{"submit_backpressure", submitBackpressure},
-	{"dead_result", deadResult},
+// registry holds the cases by name: each case.go of clients/conformance/cases/NN-<name>/ is
+// linked into this package by clients/go/conformance.sh and registers itself from init.
+var registry = map[string]func(ctx context.Context, e *env, queue string) error{}
+
+func register(name string, run func(ctx context.Context, e *env, queue string) error) {
+	registry[name] = run
+}
+
+// casesFile lists the cases in run order, one name a line (relative to clients/go, where
+// conformance.sh runs the scenario).
+const casesFile = "../conformance/cases.txt"
+
+// loadCases gives the cases of casesFile in its order; a case with no registered code (its
+// case.go missing or not linked) is an error naming it.
+func loadCases() ([]testCase, error) {
+	data, err := os.ReadFile(casesFile)
+	if err != nil {
+		return nil, err
+	}
+	var cases []testCase
+	var missing []string
+	for _, name := range strings.Fields(string(data)) {
+		run, ok := registry[name]
+		if !ok {
+			missing = append(missing, name)
+			continue
+		}
+		cases = append(cases, testCase{name, run})
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("no case.go linked for %s (clients/go/conformance.sh links them)", strings.Join(missing, ", "))
+	}
+	return cases, nil
 }
 
 func main() {
@@ -82,6 +87,12 @@ func main() {
 		schedules: pb.NewScheduleServiceClient(conn),
 	}
 
+	cases, err := loadCases()
+	if err != nil {
+		fmt.Println("FAIL load cases:", err)
+		fmt.Println("0 passed, 1 failed")
+		os.Exit(1)
+	}
 	passed, failed := 0, 0
 	for _, c := range cases {
 		// Generous per case: the longest waits are a 15 s long poll plus a lease expiry.

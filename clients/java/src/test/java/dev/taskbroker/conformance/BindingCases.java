@@ -23,22 +23,23 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 
 /**
- * The {@code worker_id_binding} case of SCENARIO.md: a worker token bound to worker ids
+ * The {@code worker_id_binding} case of clients/conformance/cases/ (the code of each is its folder's
+ * Case.java; this class holds what it shares with the harness): a worker token bound to worker ids
  * (TASKBROKER_WORKER_TOKEN, with --secure) leases under an allowed id, is refused under another
  * with PERMISSION_DENIED, and a Worker under that id stops by itself.
  */
 final class BindingCases {
-  private static final String WORKER_ID = "conf-java";
+  static final String WORKER_ID = "conf-java";
 
   private BindingCases() {}
 
-  private static void check(boolean ok, String reason) {
+  static void check(boolean ok, String reason) {
     if (!ok) {
       throw new IllegalStateException(reason);
     }
   }
 
-  private static LeaseRequest leaseAs(String queue, String workerId) {
+  static LeaseRequest leaseAs(String queue, String workerId) {
     return LeaseRequest.newBuilder()
         .setWorkerId(workerId)
         .addQueues(queue)
@@ -47,92 +48,4 @@ final class BindingCases {
         .build();
   }
 
-  static void workerIdBinding(Taskbroker tb, String queue) throws Exception {
-    String id =
-        tb.submitAll(
-                List.of(
-                    TaskSpec.newBuilder()
-                        .setQueue(queue)
-                        .setPayload(ByteString.copyFromUtf8("bound"))
-                        .build()))
-            .get(0)
-            .getTaskId();
-    String token = System.getenv("TASKBROKER_WORKER_TOKEN");
-    boolean secure = token != null && !token.isEmpty();
-    Taskbroker bound =
-        secure
-            ? Taskbroker.builder(System.getenv("TASKBROKER_ADDR"))
-                .token(token)
-                .tls(
-                    new File(System.getenv("TASKBROKER_CA")),
-                    new File(System.getenv("TASKBROKER_CLIENT_CERT")),
-                    new File(System.getenv("TASKBROKER_CLIENT_KEY")))
-                .build()
-            : tb;
-    try {
-      BrokerServiceGrpc.BrokerServiceBlockingStub broker =
-          bound.broker().withDeadlineAfter(10, TimeUnit.SECONDS);
-      String allowed = WORKER_ID + "-bound-1";
-      List<LeasedTask> got = broker.lease(leaseAs(queue, allowed)).getTasksList();
-      check(
-          got.size() == 1 && got.get(0).getTaskId().equals(id),
-          "Lease as " + allowed + " returned " + got.size() + " tasks, want " + id);
-      if (secure) {
-        try {
-          broker.lease(leaseAs(queue, WORKER_ID));
-          throw new IllegalStateException(
-              "Lease as " + WORKER_ID + ": OK, want PERMISSION_DENIED");
-        } catch (StatusRuntimeException e) {
-          String message = e.getStatus().getDescription();
-          check(
-              e.getStatus().getCode() == Status.Code.PERMISSION_DENIED
-                  && message != null
-                  && message.contains("worker_id"),
-              "Lease as " + WORKER_ID + ": " + e.getStatus()
-                  + ", want PERMISSION_DENIED naming worker_id");
-        }
-      }
-      broker.complete(
-          CompleteRequest.newBuilder()
-              .setTaskId(id)
-              .setLeaseToken(got.get(0).getLeaseToken())
-              .build());
-      TaskState state =
-          tb.admin()
-              .withDeadlineAfter(10, TimeUnit.SECONDS)
-              .getTask(GetTaskRequest.newBuilder().setTaskId(id).build())
-              .getTask()
-              .getState();
-      check(state == TaskState.TASK_STATE_SUCCEEDED, "the task is " + state + ", want SUCCEEDED");
-      if (!secure) {
-        return;
-      }
-      try (Worker w =
-          Worker.builder(bound, ctx -> null)
-              .queues(queue)
-              .workerId(WORKER_ID)
-              .pollWait(Duration.ofSeconds(1))
-              .onError((during, e) -> {})
-              .build()) {
-        CompletableFuture<Void> run = CompletableFuture.runAsync(w::run);
-        Throwable err = null;
-        try {
-          run.get(20, TimeUnit.SECONDS);
-        } catch (ExecutionException e) {
-          err = e.getCause();
-        } catch (TimeoutException e) {
-          throw new IllegalStateException("the worker kept running");
-        }
-        check(
-            err instanceof WorkerStoppedException
-                && Status.fromThrowable(err).getCode() == Status.Code.PERMISSION_DENIED,
-            "Worker as " + WORKER_ID + ": run() ended with " + err
-                + ", want WorkerStoppedException PERMISSION_DENIED");
-      }
-    } finally {
-      if (secure) {
-        bound.close();
-      }
-    }
-  }
 }

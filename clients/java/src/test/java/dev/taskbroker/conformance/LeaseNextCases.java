@@ -19,19 +19,22 @@ import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 
-/** The {@code lease_next} case of SCENARIO.md: a settle carries the next lease. */
+/**
+ * The {@code lease_next} case of clients/conformance/cases/ (its code is its folder's Case.java;
+ * this class holds what it shares with the harness): a settle carries the next lease.
+ */
 final class LeaseNextCases {
-  private static final String WORKER_ID = "conf-java";
+  static final String WORKER_ID = "conf-java";
 
   private LeaseNextCases() {}
 
-  private static void check(boolean ok, String reason) {
+  static void check(boolean ok, String reason) {
     if (!ok) {
       throw new IllegalStateException(reason);
     }
   }
 
-  private static TaskSpec spec(String queue, String payload, int priority) {
+  static TaskSpec spec(String queue, String payload, int priority) {
     return TaskSpec.newBuilder()
         .setQueue(queue)
         .setPayload(ByteString.copyFromUtf8(payload))
@@ -39,11 +42,11 @@ final class LeaseNextCases {
         .build();
   }
 
-  private static List<String> payloads(List<LeasedTask> tasks) {
+  static List<String> payloads(List<LeasedTask> tasks) {
     return tasks.stream().map(t -> t.getPayload().toStringUtf8()).toList();
   }
 
-  private static LeaseRequest next(String queue, int maxTasks) {
+  static LeaseRequest next(String queue, int maxTasks) {
     return LeaseRequest.newBuilder()
         .setWorkerId(WORKER_ID)
         .addQueues(queue)
@@ -52,7 +55,7 @@ final class LeaseNextCases {
         .build();
   }
 
-  private static TaskState state(Taskbroker tb, String taskId) {
+  static TaskState state(Taskbroker tb, String taskId) {
     return tb.admin()
         .withDeadlineAfter(10, TimeUnit.SECONDS)
         .getTask(GetTaskRequest.newBuilder().setTaskId(taskId).build())
@@ -60,7 +63,7 @@ final class LeaseNextCases {
         .getState();
   }
 
-  private static CompleteResponse complete(Taskbroker tb, LeasedTask t, LeaseRequest next) {
+  static CompleteResponse complete(Taskbroker tb, LeasedTask t, LeaseRequest next) {
     return tb.broker()
         .withDeadlineAfter(10, TimeUnit.SECONDS)
         .complete(
@@ -71,58 +74,4 @@ final class LeaseNextCases {
                 .build());
   }
 
-  static void leaseNext(Taskbroker tb, String queue) {
-    List<SubmitResult> ids =
-        tb.submitAll(List.of(spec(queue, "a", 2), spec(queue, "b", 1), spec(queue, "c", 0)));
-    List<LeasedTask> got =
-        tb.broker()
-            .withDeadlineAfter(10, TimeUnit.SECONDS)
-            .lease(
-                next(queue, 1).toBuilder()
-                    .setWait(ProtoTime.duration(Duration.ZERO))
-                    .build())
-            .getTasksList();
-    check(payloads(got).equals(List.of("a")), "Lease returned " + payloads(got) + ", want [a]");
-    List<LeasedTask> b = complete(tb, got.get(0), next(queue, 1)).getNextTasksList();
-    check(payloads(b).equals(List.of("b")), "Complete's next_tasks " + payloads(b) + ", want [b]");
-    check(
-        b.get(0).getAttempt() == 1 && !b.get(0).getLeaseToken().isEmpty(),
-        "b: attempt " + b.get(0).getAttempt() + ", want 1 with a lease token");
-    TaskState sa = state(tb, ids.get(0).getTaskId());
-    check(sa == TaskState.TASK_STATE_SUCCEEDED, "a is " + sa + ", want SUCCEEDED");
-    FailResponse failed =
-        tb.broker()
-            .withDeadlineAfter(10, TimeUnit.SECONDS)
-            .fail(
-                FailRequest.newBuilder()
-                    .setTaskId(b.get(0).getTaskId())
-                    .setLeaseToken(b.get(0).getLeaseToken())
-                    .setErrorMessage("boom")
-                    .setNonRetryable(true)
-                    .setLeaseNext(next(queue, 1))
-                    .build());
-    check(failed.getState() == TaskState.TASK_STATE_DEAD, "Fail: state " + failed.getState() + ", want DEAD");
-    List<LeasedTask> c = failed.getNextTasksList();
-    check(payloads(c).equals(List.of("c")), "Fail's next_tasks " + payloads(c) + ", want [c]");
-    try {
-      complete(tb, c.get(0), next(queue, 0));
-      check(false, "Complete with lease_next.max_tasks 0: OK, want INVALID_ARGUMENT");
-    } catch (StatusRuntimeException e) {
-      Status s = e.getStatus();
-      String msg = s.getDescription() == null ? "" : s.getDescription();
-      check(
-          s.getCode() == Status.Code.INVALID_ARGUMENT && msg.contains("lease_next.max_tasks"),
-          "Complete with lease_next.max_tasks 0: "
-              + s.getCode()
-              + " ("
-              + msg
-              + "), want INVALID_ARGUMENT naming lease_next.max_tasks");
-    }
-    TaskState sc = state(tb, ids.get(2).getTaskId());
-    check(sc == TaskState.TASK_STATE_LEASED, "c is " + sc + " after the refused Complete, want LEASED");
-    List<LeasedTask> none = complete(tb, c.get(0), next(queue, 1)).getNextTasksList();
-    check(none.isEmpty(), "the last Complete's next_tasks " + payloads(none) + ", want none");
-    sc = state(tb, ids.get(2).getTaskId());
-    check(sc == TaskState.TASK_STATE_SUCCEEDED, "c is " + sc + ", want SUCCEEDED");
-  }
 }

@@ -18,7 +18,8 @@ import java.util.Objects;
 import java.util.concurrent.ConcurrentHashMap;
 
 /**
- * The {@code typed_handlers} case of SCENARIO.md: one worker, a typed handler on each of two
+ * The {@code typed_handlers} case of clients/conformance/cases/ (the code of each is its folder's
+ * Case.java; this class holds what it shares with the harness): one worker, a typed handler on each of two
  * queues and one middleware; typed submit, typed result, metrics read through the OpenTelemetry
  * SDK's in-memory reader, and a payload that does not decode.
  */
@@ -31,7 +32,7 @@ final class TypedCases {
 
   public record Ok(boolean ok, int n) {}
 
-  private static void check(boolean ok, String reason) {
+  static void check(boolean ok, String reason) {
     if (!ok) {
       throw new IllegalStateException(reason);
     }
@@ -54,85 +55,4 @@ final class TypedCases {
     return sum;
   }
 
-  static void typedHandlers(Taskbroker tb, String queue) throws Exception {
-    String rand = queue.substring(queue.lastIndexOf('.') + 1);
-    String a = "conf.java.typed_a." + rand;
-    String b = "conf.java.typed_b." + rand;
-    InMemoryMetricReader reader = InMemoryMetricReader.create();
-    SdkMeterProvider meters = SdkMeterProvider.builder().registerMetricReader(reader).build();
-    // task id -> "queue outcome", as the middleware saw it
-    Map<String, String> seen = new ConcurrentHashMap<>();
-    List<String> wrong = java.util.Collections.synchronizedList(new ArrayList<>());
-    Worker w =
-        Worker.builder(tb)
-            .handle(
-                a,
-                Email.class,
-                (task, email) -> {
-                  if (!Objects.equals(email.to(), "a@example.com") || email.n() != 1) {
-                    wrong.add("handler A got " + email);
-                  }
-                  return new Ok(true, email.n());
-                })
-            .handle(
-                b,
-                Count.class,
-                (task, count) -> {
-                  if (count.n() != 2) {
-                    wrong.add("handler B got " + count);
-                  }
-                  return new Ok(true, count.n());
-                })
-            .middleware(
-                (task, next) -> {
-                  String outcome = "error";
-                  try {
-                    Object v = next.proceed();
-                    outcome = "success";
-                    return v;
-                  } finally {
-                    seen.put(task.taskId(), task.queue() + " " + outcome);
-                  }
-                })
-            .meterProvider(meters)
-            .workerId("conf-java")
-            .pollWait(Duration.ofSeconds(1))
-            .concurrency(3)
-            .build();
-    w.start();
-    String idA;
-    String idB;
-    String idBad;
-    List<Task> done;
-    try {
-      idA = tb.submit(a, new Email("a@example.com", 1)).getTaskId();
-      idB = tb.submit(b, new Count(2)).getTaskId();
-      idBad = tb.submit(a, "not json".getBytes(StandardCharsets.UTF_8)).getTaskId();
-      done = tb.waitForAll(List.of(idA, idB, idBad), Duration.ofSeconds(20));
-    } finally {
-      // Stopped before the metrics are read: every attempt is counted once the worker drained.
-      w.stop(Duration.ofSeconds(5));
-    }
-    check(wrong.isEmpty(), String.join("; ", wrong));
-    Task ta = done.get(0);
-    Task tbk = done.get(1);
-    Task bad = done.get(2);
-    check(ta.getState() == TaskState.TASK_STATE_SUCCEEDED, "task A is " + ta.getState() + " (" + ta.getLastError() + ")");
-    check(tbk.getState() == TaskState.TASK_STATE_SUCCEEDED, "task B is " + tbk.getState() + " (" + tbk.getLastError() + ")");
-    check(new Ok(true, 1).equals(tb.result(ta, Ok.class)), "task A's result is " + ta.getResult().toStringUtf8());
-    check(new Ok(true, 2).equals(tb.result(tbk, Ok.class)), "task B's result is " + tbk.getResult().toStringUtf8());
-    check(bad.getState() == TaskState.TASK_STATE_DEAD, "the undecodable task is " + bad.getState() + ", want DEAD");
-    check(
-        bad.getLastError().contains("payload is not a valid Email") && bad.getLastError().contains(a),
-        "its last_error does not name the queue and type: " + bad.getLastError());
-    check((a + " success").equals(seen.get(idA)), "middleware saw task A as " + seen.get(idA));
-    check((b + " success").equals(seen.get(idB)), "middleware saw task B as " + seen.get(idB));
-    check((a + " error").equals(seen.get(idBad)), "middleware saw the undecodable task as " + seen.get(idBad));
-    long okA = tasks(reader, a, "succeeded");
-    long okB = tasks(reader, b, "succeeded");
-    long failedA = tasks(reader, a, "failed");
-    check(okA == 1 && okB == 1 && failedA == 1,
-        "taskbroker.worker.tasks: A succeeded " + okA + ", B succeeded " + okB + ", A failed " + failedA + "; want 1, 1, 1");
-    meters.close();
-  }
 }
