@@ -159,13 +159,23 @@ type TaskFilter struct {
 	ScheduleID    string
 	CreatedAfter  time.Time
 	CreatedBefore time.Time
+	// Only tasks whose target names this worker.
+	TargetWorker string
+	// Only tasks whose target labels include every pair (at most 32).
+	TargetLabels map[string]string
+	// Only tasks whose metadata has this key; with MetadataValue, mapped to that value
+	// (a value without a key is INVALID_ARGUMENT).
+	MetadataKey   string
+	MetadataValue string
 	// Tasks per call (the broker's default when 0); ListTasks reads every page.
 	PageSize int32
 }
 
 func (f TaskFilter) request() (*pb.ListTasksRequest, error) {
 	req := &pb.ListTasksRequest{Queue: f.Queue, Key: f.Key, WorkerId: f.WorkerID,
-		FanoutGroup: f.FanoutGroup, ScheduleId: f.ScheduleID, PageSize: f.PageSize}
+		FanoutGroup: f.FanoutGroup, ScheduleId: f.ScheduleID, TargetWorkerId: f.TargetWorker,
+		TargetLabels: f.TargetLabels, MetadataKey: f.MetadataKey, MetadataValue: f.MetadataValue,
+		PageSize: f.PageSize}
 	for _, s := range f.States {
 		v, err := s.proto()
 		if err != nil {

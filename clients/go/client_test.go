@@ -5,8 +5,12 @@ package taskbroker_test
 import (
 	"context"
 	"os"
+	"slices"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	taskbroker "github.com/taskbroker/taskbroker/clients/go"
 	"github.com/taskbroker/taskbroker/clients/go/worker"
@@ -106,5 +110,72 @@ func TestClientReadsListsCancelsRequeuesAndExplainsTasksByStateName(t *testing.T
 	}
 	if _, err := c.RequeueTask(ctx, "no-such-task"); err == nil {
 		t.Fatal("RequeueTask of an unknown id succeeded")
+	}
+}
+
+func TestListTasksFiltersByTargetAndMetadata(t *testing.T) {
+	addr := os.Getenv("TASKBROKER_ADDR")
+	if addr == "" {
+		t.Skip("TASKBROKER_ADDR is not set; needs a live broker")
+	}
+	c, err := taskbroker.Connect(addr, taskbroker.FromEnv())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	queue := "test.go.client.filters." + time.Now().Format("150405.000000")
+	submit := func(opts ...taskbroker.SubmitOption) string {
+		res, err := taskbroker.SubmitJSON(ctx, c.Broker, queue, "x", append(opts, taskbroker.WithDelay(time.Hour))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.GetTaskId()
+	}
+	forA := submit(taskbroker.WithTarget(taskbroker.TargetWorker("w-a")))
+	gpuEU := submit(taskbroker.WithTarget(taskbroker.TargetLabels(map[string]string{"gpu": "a100", "zone": "eu"})))
+	gpu := submit(taskbroker.WithTarget(taskbroker.TargetLabels(map[string]string{"gpu": "a100"})))
+	acme := submit(taskbroker.WithMetadata(map[string]string{"tenant.id": "acme"}))
+	globex := submit(taskbroker.WithMetadata(map[string]string{"tenant.id": "globex", "tier": "gold"}))
+	plain := submit()
+
+	ids := func(f taskbroker.TaskFilter) []string {
+		f.Queue = queue
+		var got []string
+		for task, err := range c.ListTasks(ctx, f) {
+			if err != nil {
+				t.Fatalf("ListTasks(%+v): %v", f, err)
+			}
+			got = append(got, task.ID)
+		}
+		slices.Sort(got)
+		return got
+	}
+	sorted := func(ids ...string) []string { slices.Sort(ids); return ids }
+	for _, tc := range []struct {
+		filter taskbroker.TaskFilter
+		want   []string
+	}{
+		{taskbroker.TaskFilter{}, sorted(forA, gpuEU, gpu, acme, globex, plain)},
+		{taskbroker.TaskFilter{TargetWorker: "w-a"}, []string{forA}},
+		{taskbroker.TaskFilter{TargetWorker: "w-b"}, nil},
+		{taskbroker.TaskFilter{TargetLabels: map[string]string{"gpu": "a100"}}, sorted(gpuEU, gpu)},
+		{taskbroker.TaskFilter{TargetLabels: map[string]string{"gpu": "a100", "zone": "eu"}}, []string{gpuEU}},
+		{taskbroker.TaskFilter{MetadataKey: "tenant.id"}, sorted(acme, globex)},
+		{taskbroker.TaskFilter{MetadataKey: "tenant.id", MetadataValue: "acme"}, []string{acme}},
+		{taskbroker.TaskFilter{MetadataKey: "tier", TargetWorker: "w-a"}, nil},
+	} {
+		if got := ids(tc.filter); !slices.Equal(got, tc.want) {
+			t.Errorf("ListTasks(%+v) = %v, want %v", tc.filter, got, tc.want)
+		}
+	}
+
+	var refused error
+	for _, err := range c.ListTasks(ctx, taskbroker.TaskFilter{Queue: queue, MetadataValue: "acme"}) {
+		refused = err
+	}
+	if status.Code(refused) != codes.InvalidArgument {
+		t.Fatalf("a metadata value without a key: %v, want INVALID_ARGUMENT", refused)
 	}
 }

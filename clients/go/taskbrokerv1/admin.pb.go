@@ -547,7 +547,17 @@ type ListTasksRequest struct {
 	// Only tasks made by this schedule, when set.
 	ScheduleId string `protobuf:"bytes,9,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
 	// Only the copies of this fan-out group, when set.
-	FanoutGroup   string `protobuf:"bytes,10,opt,name=fanout_group,json=fanoutGroup,proto3" json:"fanout_group,omitempty"`
+	FanoutGroup string `protobuf:"bytes,10,opt,name=fanout_group,json=fanoutGroup,proto3" json:"fanout_group,omitempty"`
+	// Only tasks whose target names this worker (Task.target.worker_id), when set.
+	TargetWorkerId string `protobuf:"bytes,11,opt,name=target_worker_id,json=targetWorkerId,proto3" json:"target_worker_id,omitempty"`
+	// Only tasks whose target labels include every pair, when any (at most 32).
+	TargetLabels map[string]string `protobuf:"bytes,12,rep,name=target_labels,json=targetLabels,proto3" json:"target_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Only tasks whose metadata has this key, when set (1 to 256 bytes, without
+	// `"` or `\`).
+	MetadataKey string `protobuf:"bytes,13,opt,name=metadata_key,json=metadataKey,proto3" json:"metadata_key,omitempty"`
+	// With metadata_key: only tasks whose metadata maps it to this value (empty:
+	// any value).
+	MetadataValue string `protobuf:"bytes,14,opt,name=metadata_value,json=metadataValue,proto3" json:"metadata_value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -648,6 +658,34 @@ func (x *ListTasksRequest) GetScheduleId() string {
 func (x *ListTasksRequest) GetFanoutGroup() string {
 	if x != nil {
 		return x.FanoutGroup
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetTargetWorkerId() string {
+	if x != nil {
+		return x.TargetWorkerId
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetTargetLabels() map[string]string {
+	if x != nil {
+		return x.TargetLabels
+	}
+	return nil
+}
+
+func (x *ListTasksRequest) GetMetadataKey() string {
+	if x != nil {
+		return x.MetadataKey
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetMetadataValue() string {
+	if x != nil {
+		return x.MetadataValue
 	}
 	return ""
 }
@@ -1477,7 +1515,7 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\x0eGetTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\":\n" +
 	"\x0fGetTaskResponse\x12'\n" +
-	"\x04task\x18\x01 \x01(\v2\x13.taskbroker.v1.TaskR\x04task\"\x8d\x03\n" +
+	"\x04task\x18\x01 \x01(\v2\x13.taskbroker.v1.TaskR\x04task\"\x9a\x05\n" +
 	"\x10ListTasksRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x120\n" +
 	"\x06states\x18\x02 \x03(\x0e2\x18.taskbroker.v1.TaskStateR\x06states\x12\x10\n" +
@@ -1491,7 +1529,14 @@ const file_taskbroker_v1_admin_proto_rawDesc = "" +
 	"\vschedule_id\x18\t \x01(\tR\n" +
 	"scheduleId\x12!\n" +
 	"\ffanout_group\x18\n" +
-	" \x01(\tR\vfanoutGroup\"f\n" +
+	" \x01(\tR\vfanoutGroup\x12(\n" +
+	"\x10target_worker_id\x18\v \x01(\tR\x0etargetWorkerId\x12V\n" +
+	"\rtarget_labels\x18\f \x03(\v21.taskbroker.v1.ListTasksRequest.TargetLabelsEntryR\ftargetLabels\x12!\n" +
+	"\fmetadata_key\x18\r \x01(\tR\vmetadataKey\x12%\n" +
+	"\x0emetadata_value\x18\x0e \x01(\tR\rmetadataValue\x1a?\n" +
+	"\x11TargetLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"f\n" +
 	"\x11ListTasksResponse\x12)\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x13.taskbroker.v1.TaskR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\",\n" +
@@ -1595,7 +1640,7 @@ func file_taskbroker_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_taskbroker_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_taskbroker_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_taskbroker_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_taskbroker_v1_admin_proto_goTypes = []any{
 	(AttemptOutcome)(0),            // 0: taskbroker.v1.AttemptOutcome
 	(*Task)(nil),                   // 1: taskbroker.v1.Task
@@ -1616,132 +1661,134 @@ var file_taskbroker_v1_admin_proto_goTypes = []any{
 	(*QueueStats)(nil),             // 16: taskbroker.v1.QueueStats
 	(*GetQueueStatsResponse)(nil),  // 17: taskbroker.v1.GetQueueStatsResponse
 	nil,                            // 18: taskbroker.v1.Task.MetadataEntry
-	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
-	(*RetryPolicy)(nil),            // 20: taskbroker.v1.RetryPolicy
-	(TaskState)(0),                 // 21: taskbroker.v1.TaskState
-	(*Target)(nil),                 // 22: taskbroker.v1.Target
-	(*StickyPolicy)(nil),           // 23: taskbroker.v1.StickyPolicy
-	(CancelReason)(0),              // 24: taskbroker.v1.CancelReason
-	(*TaskKey)(nil),                // 25: taskbroker.v1.TaskKey
-	(*fieldmaskpb.FieldMask)(nil),  // 26: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),    // 27: google.protobuf.Duration
-	(*ListWorkersRequest)(nil),     // 28: taskbroker.v1.ListWorkersRequest
-	(*GetWorkerRequest)(nil),       // 29: taskbroker.v1.GetWorkerRequest
-	(*GetQueueRequest)(nil),        // 30: taskbroker.v1.GetQueueRequest
-	(*ListQueuesRequest)(nil),      // 31: taskbroker.v1.ListQueuesRequest
-	(*UpdateQueueRequest)(nil),     // 32: taskbroker.v1.UpdateQueueRequest
-	(*ExplainTaskRequest)(nil),     // 33: taskbroker.v1.ExplainTaskRequest
-	(*GetBucketRequest)(nil),       // 34: taskbroker.v1.GetBucketRequest
-	(*ListBucketsRequest)(nil),     // 35: taskbroker.v1.ListBucketsRequest
-	(*UpdateBucketRequest)(nil),    // 36: taskbroker.v1.UpdateBucketRequest
-	(*DeleteBucketRequest)(nil),    // 37: taskbroker.v1.DeleteBucketRequest
-	(*ListCooldownsRequest)(nil),   // 38: taskbroker.v1.ListCooldownsRequest
-	(*LiftCooldownRequest)(nil),    // 39: taskbroker.v1.LiftCooldownRequest
-	(*ListTaskEventsRequest)(nil),  // 40: taskbroker.v1.ListTaskEventsRequest
-	(*WatchTasksRequest)(nil),      // 41: taskbroker.v1.WatchTasksRequest
-	(*CancelTasksRequest)(nil),     // 42: taskbroker.v1.CancelTasksRequest
-	(*RequeueTasksRequest)(nil),    // 43: taskbroker.v1.RequeueTasksRequest
-	(*ListWorkersResponse)(nil),    // 44: taskbroker.v1.ListWorkersResponse
-	(*GetWorkerResponse)(nil),      // 45: taskbroker.v1.GetWorkerResponse
-	(*GetQueueResponse)(nil),       // 46: taskbroker.v1.GetQueueResponse
-	(*ListQueuesResponse)(nil),     // 47: taskbroker.v1.ListQueuesResponse
-	(*UpdateQueueResponse)(nil),    // 48: taskbroker.v1.UpdateQueueResponse
-	(*ExplainTaskResponse)(nil),    // 49: taskbroker.v1.ExplainTaskResponse
-	(*GetBucketResponse)(nil),      // 50: taskbroker.v1.GetBucketResponse
-	(*ListBucketsResponse)(nil),    // 51: taskbroker.v1.ListBucketsResponse
-	(*UpdateBucketResponse)(nil),   // 52: taskbroker.v1.UpdateBucketResponse
-	(*DeleteBucketResponse)(nil),   // 53: taskbroker.v1.DeleteBucketResponse
-	(*ListCooldownsResponse)(nil),  // 54: taskbroker.v1.ListCooldownsResponse
-	(*LiftCooldownResponse)(nil),   // 55: taskbroker.v1.LiftCooldownResponse
-	(*ListTaskEventsResponse)(nil), // 56: taskbroker.v1.ListTaskEventsResponse
-	(*WatchTasksResponse)(nil),     // 57: taskbroker.v1.WatchTasksResponse
-	(*CancelTasksResponse)(nil),    // 58: taskbroker.v1.CancelTasksResponse
-	(*RequeueTasksResponse)(nil),   // 59: taskbroker.v1.RequeueTasksResponse
+	nil,                            // 19: taskbroker.v1.ListTasksRequest.TargetLabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 20: google.protobuf.Timestamp
+	(*RetryPolicy)(nil),            // 21: taskbroker.v1.RetryPolicy
+	(TaskState)(0),                 // 22: taskbroker.v1.TaskState
+	(*Target)(nil),                 // 23: taskbroker.v1.Target
+	(*StickyPolicy)(nil),           // 24: taskbroker.v1.StickyPolicy
+	(CancelReason)(0),              // 25: taskbroker.v1.CancelReason
+	(*TaskKey)(nil),                // 26: taskbroker.v1.TaskKey
+	(*fieldmaskpb.FieldMask)(nil),  // 27: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),    // 28: google.protobuf.Duration
+	(*ListWorkersRequest)(nil),     // 29: taskbroker.v1.ListWorkersRequest
+	(*GetWorkerRequest)(nil),       // 30: taskbroker.v1.GetWorkerRequest
+	(*GetQueueRequest)(nil),        // 31: taskbroker.v1.GetQueueRequest
+	(*ListQueuesRequest)(nil),      // 32: taskbroker.v1.ListQueuesRequest
+	(*UpdateQueueRequest)(nil),     // 33: taskbroker.v1.UpdateQueueRequest
+	(*ExplainTaskRequest)(nil),     // 34: taskbroker.v1.ExplainTaskRequest
+	(*GetBucketRequest)(nil),       // 35: taskbroker.v1.GetBucketRequest
+	(*ListBucketsRequest)(nil),     // 36: taskbroker.v1.ListBucketsRequest
+	(*UpdateBucketRequest)(nil),    // 37: taskbroker.v1.UpdateBucketRequest
+	(*DeleteBucketRequest)(nil),    // 38: taskbroker.v1.DeleteBucketRequest
+	(*ListCooldownsRequest)(nil),   // 39: taskbroker.v1.ListCooldownsRequest
+	(*LiftCooldownRequest)(nil),    // 40: taskbroker.v1.LiftCooldownRequest
+	(*ListTaskEventsRequest)(nil),  // 41: taskbroker.v1.ListTaskEventsRequest
+	(*WatchTasksRequest)(nil),      // 42: taskbroker.v1.WatchTasksRequest
+	(*CancelTasksRequest)(nil),     // 43: taskbroker.v1.CancelTasksRequest
+	(*RequeueTasksRequest)(nil),    // 44: taskbroker.v1.RequeueTasksRequest
+	(*ListWorkersResponse)(nil),    // 45: taskbroker.v1.ListWorkersResponse
+	(*GetWorkerResponse)(nil),      // 46: taskbroker.v1.GetWorkerResponse
+	(*GetQueueResponse)(nil),       // 47: taskbroker.v1.GetQueueResponse
+	(*ListQueuesResponse)(nil),     // 48: taskbroker.v1.ListQueuesResponse
+	(*UpdateQueueResponse)(nil),    // 49: taskbroker.v1.UpdateQueueResponse
+	(*ExplainTaskResponse)(nil),    // 50: taskbroker.v1.ExplainTaskResponse
+	(*GetBucketResponse)(nil),      // 51: taskbroker.v1.GetBucketResponse
+	(*ListBucketsResponse)(nil),    // 52: taskbroker.v1.ListBucketsResponse
+	(*UpdateBucketResponse)(nil),   // 53: taskbroker.v1.UpdateBucketResponse
+	(*DeleteBucketResponse)(nil),   // 54: taskbroker.v1.DeleteBucketResponse
+	(*ListCooldownsResponse)(nil),  // 55: taskbroker.v1.ListCooldownsResponse
+	(*LiftCooldownResponse)(nil),   // 56: taskbroker.v1.LiftCooldownResponse
+	(*ListTaskEventsResponse)(nil), // 57: taskbroker.v1.ListTaskEventsResponse
+	(*WatchTasksResponse)(nil),     // 58: taskbroker.v1.WatchTasksResponse
+	(*CancelTasksResponse)(nil),    // 59: taskbroker.v1.CancelTasksResponse
+	(*RequeueTasksResponse)(nil),   // 60: taskbroker.v1.RequeueTasksResponse
 }
 var file_taskbroker_v1_admin_proto_depIdxs = []int32{
-	19, // 0: taskbroker.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	19, // 1: taskbroker.v1.Task.deadline:type_name -> google.protobuf.Timestamp
-	20, // 2: taskbroker.v1.Task.retry:type_name -> taskbroker.v1.RetryPolicy
+	20, // 0: taskbroker.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	20, // 1: taskbroker.v1.Task.deadline:type_name -> google.protobuf.Timestamp
+	21, // 2: taskbroker.v1.Task.retry:type_name -> taskbroker.v1.RetryPolicy
 	18, // 3: taskbroker.v1.Task.metadata:type_name -> taskbroker.v1.Task.MetadataEntry
-	21, // 4: taskbroker.v1.Task.state:type_name -> taskbroker.v1.TaskState
-	19, // 5: taskbroker.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	19, // 6: taskbroker.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	19, // 7: taskbroker.v1.Task.lease_expires_at:type_name -> google.protobuf.Timestamp
-	19, // 8: taskbroker.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	19, // 9: taskbroker.v1.Task.fire_time:type_name -> google.protobuf.Timestamp
-	22, // 10: taskbroker.v1.Task.target:type_name -> taskbroker.v1.Target
-	23, // 11: taskbroker.v1.Task.sticky:type_name -> taskbroker.v1.StickyPolicy
-	24, // 12: taskbroker.v1.Task.cancel_reason:type_name -> taskbroker.v1.CancelReason
-	25, // 13: taskbroker.v1.Task.depends_on_keys:type_name -> taskbroker.v1.TaskKey
+	22, // 4: taskbroker.v1.Task.state:type_name -> taskbroker.v1.TaskState
+	20, // 5: taskbroker.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	20, // 6: taskbroker.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	20, // 7: taskbroker.v1.Task.lease_expires_at:type_name -> google.protobuf.Timestamp
+	20, // 8: taskbroker.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	20, // 9: taskbroker.v1.Task.fire_time:type_name -> google.protobuf.Timestamp
+	23, // 10: taskbroker.v1.Task.target:type_name -> taskbroker.v1.Target
+	24, // 11: taskbroker.v1.Task.sticky:type_name -> taskbroker.v1.StickyPolicy
+	25, // 12: taskbroker.v1.Task.cancel_reason:type_name -> taskbroker.v1.CancelReason
+	26, // 13: taskbroker.v1.Task.depends_on_keys:type_name -> taskbroker.v1.TaskKey
 	1,  // 14: taskbroker.v1.GetTaskResponse.task:type_name -> taskbroker.v1.Task
-	21, // 15: taskbroker.v1.ListTasksRequest.states:type_name -> taskbroker.v1.TaskState
-	19, // 16: taskbroker.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	19, // 17: taskbroker.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,  // 18: taskbroker.v1.ListTasksResponse.tasks:type_name -> taskbroker.v1.Task
-	1,  // 19: taskbroker.v1.CancelTaskResponse.task:type_name -> taskbroker.v1.Task
-	19, // 20: taskbroker.v1.UpdateTaskRequest.run_at:type_name -> google.protobuf.Timestamp
-	19, // 21: taskbroker.v1.UpdateTaskRequest.deadline:type_name -> google.protobuf.Timestamp
-	26, // 22: taskbroker.v1.UpdateTaskRequest.update_mask:type_name -> google.protobuf.FieldMask
-	22, // 23: taskbroker.v1.UpdateTaskRequest.target:type_name -> taskbroker.v1.Target
-	1,  // 24: taskbroker.v1.UpdateTaskResponse.task:type_name -> taskbroker.v1.Task
-	1,  // 25: taskbroker.v1.RequeueTaskResponse.task:type_name -> taskbroker.v1.Task
-	19, // 26: taskbroker.v1.Attempt.leased_at:type_name -> google.protobuf.Timestamp
-	19, // 27: taskbroker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
-	0,  // 28: taskbroker.v1.Attempt.outcome:type_name -> taskbroker.v1.AttemptOutcome
-	13, // 29: taskbroker.v1.ListAttemptsResponse.attempts:type_name -> taskbroker.v1.Attempt
-	27, // 30: taskbroker.v1.QueueStats.oldest_ready_age:type_name -> google.protobuf.Duration
-	16, // 31: taskbroker.v1.GetQueueStatsResponse.queues:type_name -> taskbroker.v1.QueueStats
-	2,  // 32: taskbroker.v1.AdminService.GetTask:input_type -> taskbroker.v1.GetTaskRequest
-	4,  // 33: taskbroker.v1.AdminService.ListTasks:input_type -> taskbroker.v1.ListTasksRequest
-	6,  // 34: taskbroker.v1.AdminService.CancelTask:input_type -> taskbroker.v1.CancelTaskRequest
-	8,  // 35: taskbroker.v1.AdminService.UpdateTask:input_type -> taskbroker.v1.UpdateTaskRequest
-	10, // 36: taskbroker.v1.AdminService.RequeueTask:input_type -> taskbroker.v1.RequeueTaskRequest
-	12, // 37: taskbroker.v1.AdminService.ListAttempts:input_type -> taskbroker.v1.ListAttemptsRequest
-	15, // 38: taskbroker.v1.AdminService.GetQueueStats:input_type -> taskbroker.v1.GetQueueStatsRequest
-	28, // 39: taskbroker.v1.AdminService.ListWorkers:input_type -> taskbroker.v1.ListWorkersRequest
-	29, // 40: taskbroker.v1.AdminService.GetWorker:input_type -> taskbroker.v1.GetWorkerRequest
-	30, // 41: taskbroker.v1.AdminService.GetQueue:input_type -> taskbroker.v1.GetQueueRequest
-	31, // 42: taskbroker.v1.AdminService.ListQueues:input_type -> taskbroker.v1.ListQueuesRequest
-	32, // 43: taskbroker.v1.AdminService.UpdateQueue:input_type -> taskbroker.v1.UpdateQueueRequest
-	33, // 44: taskbroker.v1.AdminService.ExplainTask:input_type -> taskbroker.v1.ExplainTaskRequest
-	34, // 45: taskbroker.v1.AdminService.GetBucket:input_type -> taskbroker.v1.GetBucketRequest
-	35, // 46: taskbroker.v1.AdminService.ListBuckets:input_type -> taskbroker.v1.ListBucketsRequest
-	36, // 47: taskbroker.v1.AdminService.UpdateBucket:input_type -> taskbroker.v1.UpdateBucketRequest
-	37, // 48: taskbroker.v1.AdminService.DeleteBucket:input_type -> taskbroker.v1.DeleteBucketRequest
-	38, // 49: taskbroker.v1.AdminService.ListCooldowns:input_type -> taskbroker.v1.ListCooldownsRequest
-	39, // 50: taskbroker.v1.AdminService.LiftCooldown:input_type -> taskbroker.v1.LiftCooldownRequest
-	40, // 51: taskbroker.v1.AdminService.ListTaskEvents:input_type -> taskbroker.v1.ListTaskEventsRequest
-	41, // 52: taskbroker.v1.AdminService.WatchTasks:input_type -> taskbroker.v1.WatchTasksRequest
-	42, // 53: taskbroker.v1.AdminService.CancelTasks:input_type -> taskbroker.v1.CancelTasksRequest
-	43, // 54: taskbroker.v1.AdminService.RequeueTasks:input_type -> taskbroker.v1.RequeueTasksRequest
-	3,  // 55: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
-	5,  // 56: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
-	7,  // 57: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
-	9,  // 58: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
-	11, // 59: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
-	14, // 60: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
-	17, // 61: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
-	44, // 62: taskbroker.v1.AdminService.ListWorkers:output_type -> taskbroker.v1.ListWorkersResponse
-	45, // 63: taskbroker.v1.AdminService.GetWorker:output_type -> taskbroker.v1.GetWorkerResponse
-	46, // 64: taskbroker.v1.AdminService.GetQueue:output_type -> taskbroker.v1.GetQueueResponse
-	47, // 65: taskbroker.v1.AdminService.ListQueues:output_type -> taskbroker.v1.ListQueuesResponse
-	48, // 66: taskbroker.v1.AdminService.UpdateQueue:output_type -> taskbroker.v1.UpdateQueueResponse
-	49, // 67: taskbroker.v1.AdminService.ExplainTask:output_type -> taskbroker.v1.ExplainTaskResponse
-	50, // 68: taskbroker.v1.AdminService.GetBucket:output_type -> taskbroker.v1.GetBucketResponse
-	51, // 69: taskbroker.v1.AdminService.ListBuckets:output_type -> taskbroker.v1.ListBucketsResponse
-	52, // 70: taskbroker.v1.AdminService.UpdateBucket:output_type -> taskbroker.v1.UpdateBucketResponse
-	53, // 71: taskbroker.v1.AdminService.DeleteBucket:output_type -> taskbroker.v1.DeleteBucketResponse
-	54, // 72: taskbroker.v1.AdminService.ListCooldowns:output_type -> taskbroker.v1.ListCooldownsResponse
-	55, // 73: taskbroker.v1.AdminService.LiftCooldown:output_type -> taskbroker.v1.LiftCooldownResponse
-	56, // 74: taskbroker.v1.AdminService.ListTaskEvents:output_type -> taskbroker.v1.ListTaskEventsResponse
-	57, // 75: taskbroker.v1.AdminService.WatchTasks:output_type -> taskbroker.v1.WatchTasksResponse
-	58, // 76: taskbroker.v1.AdminService.CancelTasks:output_type -> taskbroker.v1.CancelTasksResponse
-	59, // 77: taskbroker.v1.AdminService.RequeueTasks:output_type -> taskbroker.v1.RequeueTasksResponse
-	55, // [55:78] is the sub-list for method output_type
-	32, // [32:55] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	22, // 15: taskbroker.v1.ListTasksRequest.states:type_name -> taskbroker.v1.TaskState
+	20, // 16: taskbroker.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	20, // 17: taskbroker.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	19, // 18: taskbroker.v1.ListTasksRequest.target_labels:type_name -> taskbroker.v1.ListTasksRequest.TargetLabelsEntry
+	1,  // 19: taskbroker.v1.ListTasksResponse.tasks:type_name -> taskbroker.v1.Task
+	1,  // 20: taskbroker.v1.CancelTaskResponse.task:type_name -> taskbroker.v1.Task
+	20, // 21: taskbroker.v1.UpdateTaskRequest.run_at:type_name -> google.protobuf.Timestamp
+	20, // 22: taskbroker.v1.UpdateTaskRequest.deadline:type_name -> google.protobuf.Timestamp
+	27, // 23: taskbroker.v1.UpdateTaskRequest.update_mask:type_name -> google.protobuf.FieldMask
+	23, // 24: taskbroker.v1.UpdateTaskRequest.target:type_name -> taskbroker.v1.Target
+	1,  // 25: taskbroker.v1.UpdateTaskResponse.task:type_name -> taskbroker.v1.Task
+	1,  // 26: taskbroker.v1.RequeueTaskResponse.task:type_name -> taskbroker.v1.Task
+	20, // 27: taskbroker.v1.Attempt.leased_at:type_name -> google.protobuf.Timestamp
+	20, // 28: taskbroker.v1.Attempt.finished_at:type_name -> google.protobuf.Timestamp
+	0,  // 29: taskbroker.v1.Attempt.outcome:type_name -> taskbroker.v1.AttemptOutcome
+	13, // 30: taskbroker.v1.ListAttemptsResponse.attempts:type_name -> taskbroker.v1.Attempt
+	28, // 31: taskbroker.v1.QueueStats.oldest_ready_age:type_name -> google.protobuf.Duration
+	16, // 32: taskbroker.v1.GetQueueStatsResponse.queues:type_name -> taskbroker.v1.QueueStats
+	2,  // 33: taskbroker.v1.AdminService.GetTask:input_type -> taskbroker.v1.GetTaskRequest
+	4,  // 34: taskbroker.v1.AdminService.ListTasks:input_type -> taskbroker.v1.ListTasksRequest
+	6,  // 35: taskbroker.v1.AdminService.CancelTask:input_type -> taskbroker.v1.CancelTaskRequest
+	8,  // 36: taskbroker.v1.AdminService.UpdateTask:input_type -> taskbroker.v1.UpdateTaskRequest
+	10, // 37: taskbroker.v1.AdminService.RequeueTask:input_type -> taskbroker.v1.RequeueTaskRequest
+	12, // 38: taskbroker.v1.AdminService.ListAttempts:input_type -> taskbroker.v1.ListAttemptsRequest
+	15, // 39: taskbroker.v1.AdminService.GetQueueStats:input_type -> taskbroker.v1.GetQueueStatsRequest
+	29, // 40: taskbroker.v1.AdminService.ListWorkers:input_type -> taskbroker.v1.ListWorkersRequest
+	30, // 41: taskbroker.v1.AdminService.GetWorker:input_type -> taskbroker.v1.GetWorkerRequest
+	31, // 42: taskbroker.v1.AdminService.GetQueue:input_type -> taskbroker.v1.GetQueueRequest
+	32, // 43: taskbroker.v1.AdminService.ListQueues:input_type -> taskbroker.v1.ListQueuesRequest
+	33, // 44: taskbroker.v1.AdminService.UpdateQueue:input_type -> taskbroker.v1.UpdateQueueRequest
+	34, // 45: taskbroker.v1.AdminService.ExplainTask:input_type -> taskbroker.v1.ExplainTaskRequest
+	35, // 46: taskbroker.v1.AdminService.GetBucket:input_type -> taskbroker.v1.GetBucketRequest
+	36, // 47: taskbroker.v1.AdminService.ListBuckets:input_type -> taskbroker.v1.ListBucketsRequest
+	37, // 48: taskbroker.v1.AdminService.UpdateBucket:input_type -> taskbroker.v1.UpdateBucketRequest
+	38, // 49: taskbroker.v1.AdminService.DeleteBucket:input_type -> taskbroker.v1.DeleteBucketRequest
+	39, // 50: taskbroker.v1.AdminService.ListCooldowns:input_type -> taskbroker.v1.ListCooldownsRequest
+	40, // 51: taskbroker.v1.AdminService.LiftCooldown:input_type -> taskbroker.v1.LiftCooldownRequest
+	41, // 52: taskbroker.v1.AdminService.ListTaskEvents:input_type -> taskbroker.v1.ListTaskEventsRequest
+	42, // 53: taskbroker.v1.AdminService.WatchTasks:input_type -> taskbroker.v1.WatchTasksRequest
+	43, // 54: taskbroker.v1.AdminService.CancelTasks:input_type -> taskbroker.v1.CancelTasksRequest
+	44, // 55: taskbroker.v1.AdminService.RequeueTasks:input_type -> taskbroker.v1.RequeueTasksRequest
+	3,  // 56: taskbroker.v1.AdminService.GetTask:output_type -> taskbroker.v1.GetTaskResponse
+	5,  // 57: taskbroker.v1.AdminService.ListTasks:output_type -> taskbroker.v1.ListTasksResponse
+	7,  // 58: taskbroker.v1.AdminService.CancelTask:output_type -> taskbroker.v1.CancelTaskResponse
+	9,  // 59: taskbroker.v1.AdminService.UpdateTask:output_type -> taskbroker.v1.UpdateTaskResponse
+	11, // 60: taskbroker.v1.AdminService.RequeueTask:output_type -> taskbroker.v1.RequeueTaskResponse
+	14, // 61: taskbroker.v1.AdminService.ListAttempts:output_type -> taskbroker.v1.ListAttemptsResponse
+	17, // 62: taskbroker.v1.AdminService.GetQueueStats:output_type -> taskbroker.v1.GetQueueStatsResponse
+	45, // 63: taskbroker.v1.AdminService.ListWorkers:output_type -> taskbroker.v1.ListWorkersResponse
+	46, // 64: taskbroker.v1.AdminService.GetWorker:output_type -> taskbroker.v1.GetWorkerResponse
+	47, // 65: taskbroker.v1.AdminService.GetQueue:output_type -> taskbroker.v1.GetQueueResponse
+	48, // 66: taskbroker.v1.AdminService.ListQueues:output_type -> taskbroker.v1.ListQueuesResponse
+	49, // 67: taskbroker.v1.AdminService.UpdateQueue:output_type -> taskbroker.v1.UpdateQueueResponse
+	50, // 68: taskbroker.v1.AdminService.ExplainTask:output_type -> taskbroker.v1.ExplainTaskResponse
+	51, // 69: taskbroker.v1.AdminService.GetBucket:output_type -> taskbroker.v1.GetBucketResponse
+	52, // 70: taskbroker.v1.AdminService.ListBuckets:output_type -> taskbroker.v1.ListBucketsResponse
+	53, // 71: taskbroker.v1.AdminService.UpdateBucket:output_type -> taskbroker.v1.UpdateBucketResponse
+	54, // 72: taskbroker.v1.AdminService.DeleteBucket:output_type -> taskbroker.v1.DeleteBucketResponse
+	55, // 73: taskbroker.v1.AdminService.ListCooldowns:output_type -> taskbroker.v1.ListCooldownsResponse
+	56, // 74: taskbroker.v1.AdminService.LiftCooldown:output_type -> taskbroker.v1.LiftCooldownResponse
+	57, // 75: taskbroker.v1.AdminService.ListTaskEvents:output_type -> taskbroker.v1.ListTaskEventsResponse
+	58, // 76: taskbroker.v1.AdminService.WatchTasks:output_type -> taskbroker.v1.WatchTasksResponse
+	59, // 77: taskbroker.v1.AdminService.CancelTasks:output_type -> taskbroker.v1.CancelTasksResponse
+	60, // 78: taskbroker.v1.AdminService.RequeueTasks:output_type -> taskbroker.v1.RequeueTasksResponse
+	56, // [56:79] is the sub-list for method output_type
+	33, // [33:56] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_taskbroker_v1_admin_proto_init() }
@@ -1759,7 +1806,7 @@ func file_taskbroker_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskbroker_v1_admin_proto_rawDesc), len(file_taskbroker_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -9,9 +9,11 @@ import datetime
 import os
 import random
 
+import grpc
 import pytest
 
 from taskbroker import AsyncClient, Client, TaskState, Worker
+from taskbroker.routing import target
 from taskbroker.v1 import broker_pb2
 
 ADDR = os.environ.get("TASKBROKER_ADDR")
@@ -65,6 +67,37 @@ def test_get_list_cancel_requeue_and_explain_a_task() -> None:
 
 
 @live
+def test_list_tasks_filters_by_target_and_metadata() -> None:
+    queue = f"test.python.tasks.filters.{random.getrandbits(32):08x}"
+    with Client.from_env(ADDR) as tb:
+        def submit(**options: object) -> str:
+            return tb.submit(queue, b"x", delay=3600, **options).task_id  # type: ignore[arg-type]
+
+        for_a = submit(target=target(worker_id="w-a"))
+        gpu_eu = submit(target=target(labels={"gpu": "a100", "zone": "eu"}))
+        gpu = submit(target=target(labels={"gpu": "a100"}))
+        acme = submit(metadata={"tenant.id": "acme"})
+        globex = submit(metadata={"tenant.id": "globex", "tier": "gold"})
+        plain = submit()
+
+        def ids(**filters: object) -> set[str]:
+            return {t.id for t in tb.list_tasks(queue=queue, **filters)}  # type: ignore[arg-type]
+
+        assert ids() == {for_a, gpu_eu, gpu, acme, globex, plain}
+        assert ids(target_worker="w-a") == {for_a}
+        assert ids(target_worker="w-b") == set()
+        assert ids(target_labels={"gpu": "a100"}) == {gpu_eu, gpu}
+        assert ids(target_labels={"gpu": "a100", "zone": "eu"}) == {gpu_eu}
+        assert ids(metadata_key="tenant.id") == {acme, globex}
+        assert ids(metadata_key="tenant.id", metadata_value="acme") == {acme}
+        assert ids(metadata_key="tier", target_worker="w-a") == set()
+
+        with pytest.raises(grpc.RpcError) as err:
+            list(tb.list_tasks(queue=queue, metadata_value="acme"))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+
+
+@live
 def test_the_async_client_answers_the_same() -> None:
     async def main() -> None:
         queue = f"test.python.tasks.aio.{random.getrandbits(32):08x}"
@@ -72,6 +105,9 @@ def test_the_async_client_answers_the_same() -> None:
             task_id = (await tb.submit(queue, b"x", delay=3600)).task_id
             assert (await tb.get_task(task_id)).state is TaskState.SCHEDULED
             assert [t.id async for t in tb.list_tasks(queue=queue)] == [task_id]
+            targeted = (await tb.submit(queue, b"y", delay=3600, target=target(worker_id="w-a"))).task_id
+            assert [t.id async for t in tb.list_tasks(queue=queue, target_worker="w-a")] == [targeted]
+            assert [t.id async for t in tb.list_tasks(queue=queue, metadata_key="tenant")] == []
             assert [g.kind for g in (await tb.explain_task(task_id)).gates] == ["RUN_AT_IN_FUTURE"]
             assert (await tb.cancel_task(task_id)).state is TaskState.CANCELLED
             assert (await tb.requeue_task(task_id)).state is TaskState.READY

@@ -82,6 +82,13 @@ export interface TaskFilter {
   scheduleId?: string;
   createdAfter?: Date;
   createdBefore?: Date;
+  /** Only tasks whose target names this worker. */
+  targetWorker?: string;
+  /** Only tasks whose target labels include every pair (at most 32). */
+  targetLabels?: Record<string, string>;
+  /** Only tasks whose metadata has this key; with `metadataValue`, mapped to that value (a value without a key is INVALID_ARGUMENT). */
+  metadataKey?: string;
+  metadataValue?: string;
   /** Tasks per call (the broker's default when unset); every page is read. */
   pageSize?: number;
 }
@@ -166,6 +173,10 @@ export async function* listTasks(admin: AdminClient, filter: TaskFilter = {}): A
       workerId: filter.workerId ?? "",
       fanoutGroup: filter.fanoutGroup ?? "",
       scheduleId: filter.scheduleId ?? "",
+      targetWorkerId: filter.targetWorker ?? "",
+      targetLabels: filter.targetLabels ?? {},
+      metadataKey: filter.metadataKey ?? "",
+      metadataValue: filter.metadataValue ?? "",
       pageSize: filter.pageSize ?? 0,
       pageToken,
       ...(filter.createdAfter ? { createdAfter: timestampFromDate(filter.createdAfter) } : {}),

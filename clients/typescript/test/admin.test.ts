@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { test } from "node:test";
-import { connect, optionsFromEnv, wait, Worker, type TaskInfo, type TaskStateName } from "../src/index.js";
+import { Code, ConnectError, connect, optionsFromEnv, target, wait, Worker, type SubmitOptions, type TaskFilter, type TaskInfo, type TaskStateName } from "../src/index.js";
 
 const addr = process.env["TASKBROKER_ADDR"];
 const skip = addr ? false : "TASKBROKER_ADDR is not set; needs a live broker";
@@ -51,4 +51,37 @@ test("get, list, cancel, requeue and explain a task by state name", { skip }, as
   assert.ok(done.finishedAt instanceof Date);
   assert.equal(await client.getResult<string>(taskId), "sent to ada");
   await assert.rejects(client.requeueTask("no-such-task"));
+});
+
+test("listTasks filters by target worker, target labels and metadata", { skip }, async () => {
+  await using client = connect(addr!, optionsFromEnv({ defaultTimeoutMs: 10_000 }));
+  const queue = `test.typescript.admin.filters.${randomBytes(4).toString("hex")}`;
+  const submit = async (options: SubmitOptions = {}) =>
+    (await client.submit(queue, "x", { delayMs: 3_600_000, ...options })).taskId;
+  const forA = await submit({ target: target({ workerId: "w-a" }) });
+  const gpuEu = await submit({ target: target({ labels: { gpu: "a100", zone: "eu" } }) });
+  const gpu = await submit({ target: target({ labels: { gpu: "a100" } }) });
+  const acme = await submit({ metadata: { "tenant.id": "acme" } });
+  const globex = await submit({ metadata: { "tenant.id": "globex", tier: "gold" } });
+  const plain = await submit();
+
+  const ids = async (filter: TaskFilter) => {
+    const got: string[] = [];
+    for await (const t of client.listTasks({ queue, ...filter })) got.push(t.id);
+    return got.sort();
+  };
+  const sorted = (...xs: string[]) => xs.sort();
+  assert.deepEqual(await ids({}), sorted(forA, gpuEu, gpu, acme, globex, plain));
+  assert.deepEqual(await ids({ targetWorker: "w-a" }), [forA]);
+  assert.deepEqual(await ids({ targetWorker: "w-b" }), []);
+  assert.deepEqual(await ids({ targetLabels: { gpu: "a100" } }), sorted(gpuEu, gpu));
+  assert.deepEqual(await ids({ targetLabels: { gpu: "a100", zone: "eu" } }), [gpuEu]);
+  assert.deepEqual(await ids({ metadataKey: "tenant.id" }), sorted(acme, globex));
+  assert.deepEqual(await ids({ metadataKey: "tenant.id", metadataValue: "acme" }), [acme]);
+  assert.deepEqual(await ids({ metadataKey: "tier", targetWorker: "w-a" }), []);
+
+  await assert.rejects(
+    client.listTasks({ queue, metadataValue: "acme" }).next(),
+    (err: unknown) => err instanceof ConnectError && err.code === Code.InvalidArgument,
+  );
 });

@@ -199,6 +199,10 @@ class AsyncClient(AsyncBucketCalls):
         schedule_id: str = "",
         created_after: datetime.datetime | None = None,
         created_before: datetime.datetime | None = None,
+        target_worker: str = "",
+        target_labels: Mapping[str, str] | None = None,
+        metadata_key: str = "",
+        metadata_value: str = "",
         page_size: int = 0,
         timeout: Duration = spec.CALL_TIMEOUT,
     ) -> AsyncIterator[TaskInfo]:
@@ -206,7 +210,8 @@ class AsyncClient(AsyncBucketCalls):
         req = list_request(
             queue=queue, states=states, key=key, worker_id=worker_id, fanout_group=fanout_group,
             schedule_id=schedule_id, created_after=created_after, created_before=created_before,
-            page_size=page_size,
+            target_worker=target_worker, target_labels=target_labels, metadata_key=metadata_key,
+            metadata_value=metadata_value, page_size=page_size,
         )
         while True:
             resp = await self.admin.ListTasks(req, timeout=seconds(timeout))

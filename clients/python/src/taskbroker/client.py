@@ -305,16 +305,24 @@ class Client(BucketCalls):
         schedule_id: str = "",
         created_after: datetime.datetime | None = None,
         created_before: datetime.datetime | None = None,
+        target_worker: str = "",
+        target_labels: Mapping[str, str] | None = None,
+        metadata_key: str = "",
+        metadata_value: str = "",
         page_size: int = 0,
         timeout: Duration = spec.CALL_TIMEOUT,
     ) -> Iterator[TaskInfo]:
         """Every task matching the filter (all of them when empty), newest first, read a page at
         a time as the loop goes: ``for t in tb.list_tasks(queue="emails", states=["DEAD"])``.
-        ``states`` takes ``TaskState`` values or names; an unknown one is a ``ValueError``."""
+        ``states`` takes ``TaskState`` values or names; an unknown one is a ``ValueError``.
+        ``target_worker`` keeps the tasks targeted at that worker, ``target_labels`` those whose
+        target labels include every pair, ``metadata_key`` those whose metadata has that key
+        (mapped to ``metadata_value`` when given; a value without a key is INVALID_ARGUMENT)."""
         req = list_request(
             queue=queue, states=states, key=key, worker_id=worker_id, fanout_group=fanout_group,
             schedule_id=schedule_id, created_after=created_after, created_before=created_before,
-            page_size=page_size,
+            target_worker=target_worker, target_labels=target_labels, metadata_key=metadata_key,
+            metadata_value=metadata_value, page_size=page_size,
         )
 
         def pages() -> Iterator[TaskInfo]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from google.protobuf import timestamp_pb2
@@ -176,17 +176,23 @@ def list_request(
     schedule_id: str = "",
     created_after: datetime.datetime | None = None,
     created_before: datetime.datetime | None = None,
+    target_worker: str = "",
+    target_labels: Mapping[str, str] | None = None,
+    metadata_key: str = "",
+    metadata_value: str = "",
     page_size: int = 0,
 ) -> admin_pb2.ListTasksRequest:
     """The ListTasksRequest of ``list_tasks``'s filter; ``ValueError`` naming ``states`` for an
-    unknown state."""
+    unknown state. The broker checks the target and metadata filters (``metadata_value``
+    without ``metadata_key`` is INVALID_ARGUMENT)."""
     try:
         values = [broker_pb2.TaskState.ValueType(TaskState.of(s)) for s in states]
     except ValueError as err:
         raise ValueError(f"states: {err}") from None
     req = admin_pb2.ListTasksRequest(
         queue=queue, states=values, key=key, worker_id=worker_id, fanout_group=fanout_group,
-        schedule_id=schedule_id, page_size=page_size,
+        schedule_id=schedule_id, target_worker_id=target_worker, target_labels=target_labels or {},
+        metadata_key=metadata_key, metadata_value=metadata_value, page_size=page_size,
     )
     for field, when in (("created_after", created_after), ("created_before", created_before)):
         if when is not None:

@@ -282,6 +282,26 @@ Global___GetTaskResponse: _TypeAlias = GetTaskResponse  # noqa: Y015
 class ListTasksRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class TargetLabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     QUEUE_FIELD_NUMBER: _builtins.int
     STATES_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
@@ -292,6 +312,10 @@ class ListTasksRequest(_message.Message):
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     SCHEDULE_ID_FIELD_NUMBER: _builtins.int
     FANOUT_GROUP_FIELD_NUMBER: _builtins.int
+    TARGET_WORKER_ID_FIELD_NUMBER: _builtins.int
+    TARGET_LABELS_FIELD_NUMBER: _builtins.int
+    METADATA_KEY_FIELD_NUMBER: _builtins.int
+    METADATA_VALUE_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Only this queue, when set."""
     key: _builtins.str
@@ -306,6 +330,16 @@ class ListTasksRequest(_message.Message):
     """Only tasks made by this schedule, when set."""
     fanout_group: _builtins.str
     """Only the copies of this fan-out group, when set."""
+    target_worker_id: _builtins.str
+    """Only tasks whose target names this worker (Task.target.worker_id), when set."""
+    metadata_key: _builtins.str
+    """Only tasks whose metadata has this key, when set (1 to 256 bytes, without
+    `"` or `\\`).
+    """
+    metadata_value: _builtins.str
+    """With metadata_key: only tasks whose metadata maps it to this value (empty:
+    any value).
+    """
     @_builtins.property
     def states(self) -> _containers.RepeatedScalarFieldContainer[_broker_pb2.TaskState.ValueType]:
         """Only these states, when any."""
@@ -317,6 +351,10 @@ class ListTasksRequest(_message.Message):
     @_builtins.property
     def created_before(self) -> _timestamp_pb2.Timestamp:
         """Only tasks created before this time, when set."""
+
+    @_builtins.property
+    def target_labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Only tasks whose target labels include every pair, when any (at most 32)."""
 
     def __init__(
         self,
@@ -331,10 +369,14 @@ class ListTasksRequest(_message.Message):
         page_token: _builtins.str = ...,
         schedule_id: _builtins.str = ...,
         fanout_group: _builtins.str = ...,
+        target_worker_id: _builtins.str = ...,
+        target_labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        metadata_key: _builtins.str = ...,
+        metadata_value: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_after", b"created_after", "created_before", b"created_before"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_after", b"created_after", "created_before", b"created_before", "fanout_group", b"fanout_group", "key", b"key", "page_size", b"page_size", "page_token", b"page_token", "queue", b"queue", "schedule_id", b"schedule_id", "states", b"states", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_after", b"created_after", "created_before", b"created_before", "fanout_group", b"fanout_group", "key", b"key", "metadata_key", b"metadata_key", "metadata_value", b"metadata_value", "page_size", b"page_size", "page_token", b"page_token", "queue", b"queue", "schedule_id", b"schedule_id", "states", b"states", "target_labels", b"target_labels", "target_worker_id", b"target_worker_id", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -63,6 +63,33 @@ public final class TaskFilter {
     return this;
   }
 
+  /** Only tasks whose target names this worker. */
+  public TaskFilter targetWorker(String workerId) {
+    req.setTargetWorkerId(workerId);
+    return this;
+  }
+
+  /** Only tasks whose target labels include this pair; call again to require more (at most 32). */
+  public TaskFilter targetLabel(String key, String value) {
+    req.putTargetLabels(key, value);
+    return this;
+  }
+
+  /** Only tasks whose metadata has this key (with any value). */
+  public TaskFilter metadataKey(String key) {
+    req.setMetadataKey(key);
+    return this;
+  }
+
+  /**
+   * Only tasks whose metadata maps {@code key} to {@code value}. A value without a key (an empty
+   * {@code key}) is refused: INVALID_ARGUMENT.
+   */
+  public TaskFilter metadata(String key, String value) {
+    req.setMetadataKey(key).setMetadataValue(value);
+    return this;
+  }
+
   /** Tasks per call (the broker's default when not set); every page is read. */
   public TaskFilter pageSize(int n) {
     req.setPageSize(n);

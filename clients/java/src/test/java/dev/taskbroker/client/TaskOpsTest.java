@@ -5,11 +5,14 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import java.util.stream.Collectors;
 import java.util.concurrent.ThreadLocalRandom;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Assumptions;
@@ -83,5 +86,37 @@ class TaskOpsTest {
     assertNotNull(done.finishedAt());
     assertEquals("sent to ada", tb.result(done.proto(), String.class));
     assertThrows(StatusRuntimeException.class, () -> tb.requeueTask("no-such-task"));
+  }
+
+  @Test
+  void listTasksFiltersByTargetWorkerTargetLabelsAndMetadata() {
+    String forA = submitLater(b -> b.setTarget(Routing.targetWorker("w-a")));
+    String gpuEu = submitLater(b -> b.setTarget(Routing.targetLabels(Map.of("gpu", "a100", "zone", "eu"))));
+    String gpu = submitLater(b -> b.setTarget(Routing.targetLabels(Map.of("gpu", "a100"))));
+    String acme = submitLater(b -> b.putMetadata("tenant.id", "acme"));
+    String globex = submitLater(b -> b.putMetadata("tenant.id", "globex").putMetadata("tier", "gold"));
+    String plain = submitLater(b -> b);
+
+    assertEquals(Set.of(forA, gpuEu, gpu, acme, globex, plain), ids(TaskFilter.all()));
+    assertEquals(Set.of(forA), ids(TaskFilter.all().targetWorker("w-a")));
+    assertEquals(Set.of(), ids(TaskFilter.all().targetWorker("w-b")));
+    assertEquals(Set.of(gpuEu, gpu), ids(TaskFilter.all().targetLabel("gpu", "a100")));
+    assertEquals(Set.of(gpuEu), ids(TaskFilter.all().targetLabel("gpu", "a100").targetLabel("zone", "eu")));
+    assertEquals(Set.of(acme, globex), ids(TaskFilter.all().metadataKey("tenant.id")));
+    assertEquals(Set.of(acme), ids(TaskFilter.all().metadata("tenant.id", "acme")));
+    assertEquals(Set.of(), ids(TaskFilter.all().metadataKey("tier").targetWorker("w-a")));
+
+    StatusRuntimeException err =
+        assertThrows(StatusRuntimeException.class, () -> ids(TaskFilter.all().metadata("", "acme")));
+    assertEquals(Status.Code.INVALID_ARGUMENT, err.getStatus().getCode());
+  }
+
+  private String submitLater(java.util.function.UnaryOperator<dev.taskbroker.v1.TaskSpec.Builder> edit) {
+    return tb.submit(edit.apply(tb.spec(queue, "x").setRunAt(ProtoTime.fromNow(Duration.ofHours(1)))).build())
+        .getTaskId();
+  }
+
+  private Set<String> ids(TaskFilter filter) {
+    return tb.listTasks(filter.queue(queue)).map(TaskInfo::id).collect(Collectors.toSet());
   }
 }
