@@ -20,8 +20,9 @@ pub const BUCKET_KEY: &str = "taskbroker.bucket";
 /// The longest bucket name, in bytes.
 pub const MAX_BUCKET_NAME_LEN: usize = 128;
 
-/// The longest cooldown a worker may set unless the configuration says otherwise.
-pub const DEFAULT_MAX_COOLDOWN: Duration = Duration::from_secs(3600);
+/// The longest cooldown a worker may set unless the configuration says otherwise
+/// (a default of the configured limits).
+pub use super::validate::DEFAULT_MAX_COOLDOWN;
 
 /// Checks a bucket name: `[A-Za-z0-9._:-]{1,128}`.
 pub fn bucket_name(field: &str, name: &str) -> Result<(), Invalid> {

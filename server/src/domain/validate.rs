@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+/// The longest cooldown a worker may set unless the configuration says otherwise.
+pub const DEFAULT_MAX_COOLDOWN: Duration = Duration::from_secs(3600);
+
 /// A rejected input: which field and why. `too_large` marks size limits, which
 /// answer RESOURCE_EXHAUSTED instead of INVALID_ARGUMENT.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -81,7 +84,7 @@ impl Default for Limits {
             max_heartbeat_batch: 1000,
             max_attempts: 1000,
             max_backoff: Duration::from_secs(7 * 24 * 3600),
-            max_cooldown: crate::domain::bucket::DEFAULT_MAX_COOLDOWN,
+            max_cooldown: DEFAULT_MAX_COOLDOWN,
         }
     }
 }

@@ -10,6 +10,7 @@ use sqlx::{Postgres, Transaction};
 use super::super::admission::{Assigned, Offer, Plan};
 use super::super::gated::{self, GatedRead};
 use super::super::limits;
+use super::super::limits::{LimitRead, Limits, bucket_charges};
 use super::super::row::{TaskRow, duration_ms, ms};
 use super::super::*;
 use super::admission::parse;
@@ -136,7 +137,7 @@ impl PostgresStore {
             .iter()
             .filter(|a| written.contains(&a.cand.seq))
             .filter_map(|a| a.bucket.as_deref());
-        super::limits::charge(&mut tx, &limits, bucketed, now).await?;
+        charge_buckets(&mut tx, &limits, bucketed, now).await?;
         let fair = uses
             .iter()
             .any(|u| u.config.fairness == Fairness::RoundRobinKeys);
@@ -392,6 +393,68 @@ pub(super) fn cuts_by_reply_bound() -> bool {
         && [sql::TASK_LEASE_MANY_PLAIN, sql::TASK_LEASE_MANY_ROUTED]
             .iter()
             .all(|s| words(s).contains(&fields))
+}
+
+// The limits of the gated lease on Postgres (`LimitRead`): cooldowns and bucket rows
+// read in the lease's transaction, bucket rows locked (`FOR UPDATE`) after the queue rows, and
+// the bucket charges written in it.
+
+impl LimitRead for Reads<'_, '_, '_> {
+    async fn limit_cooldowns(
+        &mut self,
+        now: i64,
+    ) -> StoreResult<Vec<(String, String, String, i64)>> {
+        Ok(sqlx::query_as(sql::LEASE_LIMITS_COOLDOWNS)
+            .bind(now)
+            .fetch_all(&mut **self.tx)
+            .await?)
+    }
+
+    async fn limit_bucket_names(&mut self, qi: usize) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(sql::LEASE_LIMITS_BUCKET_NAMES)
+            .bind(&self.queues[qi])
+            .fetch_all(&mut **self.tx)
+            .await?)
+    }
+
+    async fn limit_bucket(&mut self, name: &str) -> StoreResult<Option<(String, f64, i64)>> {
+        Ok(sqlx::query_as(sql::LEASE_LIMITS_BUCKET)
+            .bind(name)
+            .fetch_optional(&mut **self.tx)
+            .await?)
+    }
+
+    async fn limit_bucket_leased(&mut self, name: &str) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(sql::BUCKET_LEASED)
+            .bind(name)
+            .fetch_one(&mut **self.tx)
+            .await?)
+    }
+
+    async fn limit_candidate_buckets(&mut self, seqs: &[i64]) -> StoreResult<Vec<(i64, String)>> {
+        Ok(sqlx::query_as(sql::LEASE_LIMITS_CANDIDATE_BUCKETS)
+            .bind(seqs)
+            .fetch_all(&mut **self.tx)
+            .await?)
+    }
+}
+
+/// Takes one token per lease granted from each rate-limited bucket charged.
+async fn charge_buckets<'a>(
+    tx: &mut Tx<'_>,
+    limits: &'a Limits,
+    granted: impl Iterator<Item = &'a str>,
+    now: i64,
+) -> StoreResult<()> {
+    for (name, tokens) in bucket_charges(limits, granted) {
+        sqlx::query(sql::LEASE_LIMITS_CHARGE)
+            .bind(tokens)
+            .bind(now)
+            .bind(name)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -40,7 +40,6 @@ mod workers;
 // task row, sync match, the write transaction.
 mod gated;
 mod key_waits;
-mod limits;
 mod routing;
 mod rows;
 mod sync_match;

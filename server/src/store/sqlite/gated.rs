@@ -10,6 +10,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::super::admission::{Assigned, Offer, Plan};
 use super::super::gated::{self, GatedRead};
 use super::super::limits;
+use super::super::limits::{LimitRead, Limits, bucket_charges};
 use super::super::row::{TaskRow, duration_ms, ms, sort_lease_order};
 use super::super::*;
 use super::admission::{json_text, parse};
@@ -211,7 +212,7 @@ pub(super) fn lease_gated(c: &Connection, ps: &[LeaseParams]) -> StoreResult<Vec
         .zip(&granted)
         .filter(|(_, row)| row.is_some())
         .filter_map(|(a, _)| a.bucket.as_deref());
-    super::limits::charge(c, &limits, bucketed, now)?;
+    charge_buckets(c, &limits, bucketed, now)?;
     let mut out: Vec<Vec<TaskRecord>> = ps.iter().map(|_| Vec::new()).collect();
     let mut charged: Vec<(usize, Option<String>)> = Vec::with_capacity(granted.len());
     for (Assigned { queue, request, .. }, row) in taken.iter().zip(granted) {
@@ -327,6 +328,64 @@ fn charge(
         for (queue, key, tokens) in charges.keys {
             put.execute(params![queue, key, tokens, now])?;
         }
+    }
+    Ok(())
+}
+
+// The limits of the gated lease on SQLite (`LimitRead`): cooldowns and bucket rows
+// read on the writer's connection in the lease's batch (the one writer serialises every
+// lease), and the bucket charges written in it.
+
+impl LimitRead for Reads<'_> {
+    async fn limit_cooldowns(
+        &mut self,
+        now: i64,
+    ) -> StoreResult<Vec<(String, String, String, i64)>> {
+        let mut st = self.c.prepare_cached(sql::LEASE_LIMITS_COOLDOWNS)?;
+        let rows = st.query_map(params![now], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    async fn limit_bucket_names(&mut self, qi: usize) -> StoreResult<Vec<String>> {
+        let mut st = self.c.prepare_cached(sql::LEASE_LIMITS_BUCKET_NAMES)?;
+        let rows = st.query_map(params![self.queues[qi]], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    async fn limit_bucket(&mut self, name: &str) -> StoreResult<Option<(String, f64, i64)>> {
+        Ok(self
+            .c
+            .prepare_cached(sql::LEASE_LIMITS_BUCKET)?
+            .query_row(params![name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?)
+    }
+
+    async fn limit_bucket_leased(&mut self, name: &str) -> StoreResult<i64> {
+        Ok(self
+            .c
+            .prepare_cached(sql::BUCKET_LEASED)?
+            .query_row(params![name], |r| r.get(0))?)
+    }
+
+    async fn limit_candidate_buckets(&mut self, seqs: &[i64]) -> StoreResult<Vec<(i64, String)>> {
+        let mut st = self.c.prepare_cached(sql::LEASE_LIMITS_CANDIDATE_BUCKETS)?;
+        let rows = st.query_map(params![json_text(seqs)?], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}
+
+/// Takes one token per lease granted from each rate-limited bucket charged.
+fn charge_buckets<'a>(
+    c: &Connection,
+    limits: &'a Limits,
+    granted: impl Iterator<Item = &'a str>,
+    now: i64,
+) -> StoreResult<()> {
+    for (name, tokens) in bucket_charges(limits, granted) {
+        c.prepare_cached(sql::LEASE_LIMITS_CHARGE)?
+            .execute(params![tokens, now, name])?;
     }
     Ok(())
 }

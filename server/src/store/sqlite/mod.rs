@@ -33,7 +33,6 @@ mod flow;
 mod gated;
 mod key_waits;
 mod leasing;
-mod limits;
 mod native;
 mod observe;
 mod routing;
