@@ -103,6 +103,7 @@ fn task(queue: &str, n: usize) -> NewTask {
         },
         metadata: BTreeMap::from([("traceparent".to_string(), format!("tp-{n}"))]),
         concurrency_key: None,
+        checkpoint: None,
     }
 }
 
