@@ -67,7 +67,7 @@ impl TaskSpec {
         self
     }
 
-    /// The checkpoint the first attempt starts from (`TaskContext::checkpoint`),
+    /// The checkpoint the first attempt starts from (`TaskContext::last_checkpoint`),
     /// as if an earlier attempt had saved it; the worker's own checkpoints
     /// replace it. Limited in size as a checkpoint is (1 MiB by default).
     pub fn checkpoint(mut self, checkpoint: impl Into<Vec<u8>>) -> Self {
