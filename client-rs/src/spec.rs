@@ -67,6 +67,14 @@ impl TaskSpec {
         self
     }
 
+    /// The checkpoint the first attempt starts from (`TaskContext::last_checkpoint`),
+    /// as if an earlier attempt had saved it; the worker's own checkpoints
+    /// replace it. Limited in size as a checkpoint is (1 MiB by default).
+    pub fn checkpoint(mut self, checkpoint: impl Into<Vec<u8>>) -> Self {
+        self.inner.checkpoint = Some(checkpoint.into());
+        self
+    }
+
     /// Higher priorities are leased first. Default 0.
     pub fn priority(mut self, priority: i32) -> Self {
         self.inner.priority = priority;

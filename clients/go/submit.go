@@ -143,6 +143,16 @@ func WithConcurrencyKey(key string) SubmitOption {
 // ([A-Za-z0-9._:-]{1,128}); without it, its queue's bucket, if any.
 func WithBucket(bucket string) SubmitOption { return edit(func(s *pb.TaskSpec) { s.Bucket = bucket }) }
 
+// WithCheckpoint sets the checkpoint the first attempt starts from
+// (Task.Checkpoint), as if an earlier attempt had saved it; the worker's own
+// checkpoints replace it. Empty (or nil) is a checkpoint all the same.
+func WithCheckpoint(checkpoint []byte) SubmitOption {
+	return edit(func(s *pb.TaskSpec) {
+		// A non-nil slice: the field is set (presence), even when empty.
+		s.Checkpoint = append([]byte{}, checkpoint...)
+	})
+}
+
 // WithDependsOn keeps the task BLOCKED until these tasks (ids) have SUCCEEDED.
 func WithDependsOn(taskIDs ...string) SubmitOption {
 	return edit(func(s *pb.TaskSpec) { s.DependsOn = append(s.DependsOn, taskIDs...) })

@@ -92,6 +92,29 @@ func TestSubmitOptionsSetEveryField(t *testing.T) {
 	}
 }
 
+func TestWithCheckpointSetsTheFieldEvenWhenEmpty(t *testing.T) {
+	rec := &recorder{}
+	ctx := context.Background()
+	if _, err := taskbroker.SubmitJSON(ctx, rec, "q", "v", taskbroker.WithCheckpoint([]byte("step=3\xff"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.got.GetTasks()[0]; string(got.GetCheckpoint()) != "step=3\xff" {
+		t.Errorf("sent checkpoint %q; want step=3\\xff", got.GetCheckpoint())
+	}
+	if _, err := taskbroker.SubmitJSON(ctx, rec, "q", "v", taskbroker.WithCheckpoint(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.got.GetTasks()[0]; got.Checkpoint == nil {
+		t.Error("an empty checkpoint was sent as none")
+	}
+	if _, err := taskbroker.SubmitJSON(ctx, rec, "q", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.got.GetTasks()[0]; got.Checkpoint != nil {
+		t.Errorf("sent checkpoint %q without WithCheckpoint", got.Checkpoint)
+	}
+}
+
 func TestWithDelaySetsRunAtToNowPlusTheDelay(t *testing.T) {
 	rec := &recorder{}
 	delay := 90 * time.Minute

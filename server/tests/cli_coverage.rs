@@ -94,6 +94,38 @@ async fn submit_options_get_update_events_and_watch() {
     assert!(once.at_most_once);
     assert_eq!(once.max_attempts, 1);
     assert!(ok(&app, &["get", &once.id]).await.contains("at most once"));
+    // --checkpoint and --checkpoint-file: the first attempt's checkpoint.
+    let seeded = ok(&app, &["submit", "seeded", "--checkpoint", "step=2"]).await;
+    let seeded = c.get_task(seeded.trim()).await.unwrap();
+    assert_eq!(
+        (seeded.has_checkpoint, &seeded.checkpoint[..]),
+        (true, &b"step=2"[..])
+    );
+    let file = std::env::temp_dir().join(format!("tb-checkpoint-{}", std::process::id()));
+    std::fs::write(&file, b"\x00\xffbin").unwrap();
+    let path = file.to_str().unwrap();
+    let from_file = ok(&app, &["submit", "seeded", "--checkpoint-file", path]).await;
+    std::fs::remove_file(&file).unwrap();
+    let from_file = c.get_task(from_file.trim()).await.unwrap();
+    assert_eq!(from_file.checkpoint, b"\x00\xffbin");
+    let both = taskbroker(
+        &app,
+        &[
+            "submit",
+            "seeded",
+            "--checkpoint",
+            "a",
+            "--checkpoint-file",
+            path,
+        ],
+    )
+    .await;
+    assert!(
+        !both.status.success(),
+        "--checkpoint with --checkpoint-file"
+    );
+    let plain = c.get_task(&id).await.unwrap();
+    assert!(!plain.has_checkpoint);
 
     // update
     let updated = ok(

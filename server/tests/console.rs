@@ -250,6 +250,30 @@ async fn a_script_payload_is_shown_as_text() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submitted_checkpoint_is_shown_escaped() {
+    let app = console_app(Vec::new()).await;
+    let mut c = app.broker().await;
+    let id = submit_one(
+        &mut c,
+        pb::TaskSpec {
+            checkpoint: Some(b"<i>row=7</i>".to_vec()),
+            ..spec("seeded")
+        },
+    )
+    .await;
+    let plain = submit_one(&mut c, spec("seeded")).await;
+    let mut b = Browser::new(&app);
+    let r = b.get(&format!("/tasks/{id}")).await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains("id=\"h-checkpoint\""), "{}", r.body);
+    assert!(r.body.contains("&lt;i&gt;row=7&lt;/i&gt;"), "{}", r.body);
+    assert!(!r.body.contains("<i>row=7"));
+    let r = b.get(&format!("/tasks/{plain}")).await;
+    assert!(!r.body.contains("id=\"h-checkpoint\""), "{}", r.body);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_filter_and_page_by_keyset() {
     let app = console_app(Vec::new()).await;
     let mut c = app.broker().await;

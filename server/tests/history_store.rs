@@ -57,6 +57,7 @@ fn task(queue: &str, n: usize, max_attempts: u32) -> NewTask {
         metadata: BTreeMap::new(),
         routing: Default::default(),
         concurrency_key: None,
+        checkpoint: None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! `taskbroker import` drains the task table of docs/migrating.md (on MariaDB/MySQL
 //! and on Postgres) into tasks on a live broker: each waiting row one task with its
-//! queue, key, payload, priority, run time and attempts; a re-run doubles nothing; a
+//! queue, key, payload, priority, run time, attempts and checkpoint (the first lease
+//! hands a row's old checkpoint over); a re-run doubles nothing; a
 //! dry run submits nothing; a row that cannot be a task is named and skipped (or
 //! stops the run). Runs when TASKBROKER_TEST_MYSQL_URL / TASKBROKER_TEST_POSTGRES_URL
 //! name servers (scripts/mysql.sh, scripts/pg.sh).
@@ -28,7 +29,8 @@ const JOBS_MYSQL: &str = "CREATE TABLE jobs (
   locked_by    varchar(64)  NULL,
   locked_until datetime     NULL,
   last_error   text         NULL,
-  created_at   datetime     NOT NULL DEFAULT CURRENT_TIMESTAMP
+  created_at   datetime     NOT NULL DEFAULT CURRENT_TIMESTAMP,
+  state        blob         NULL
 )";
 
 /// The same table as a Postgres team has it.
@@ -44,7 +46,8 @@ const JOBS_POSTGRES: &str = "CREATE TABLE jobs (
   locked_by    varchar(64)  NULL,
   locked_until timestamptz  NULL,
   last_error   text         NULL,
-  created_at   timestamptz  NOT NULL DEFAULT now()
+  created_at   timestamptz  NOT NULL DEFAULT now(),
+  state        bytea        NULL
 )";
 
 /// One row: id, kind, payload, priority, status, retry_count, next_run_at (Unix s).
@@ -77,6 +80,10 @@ fn jobs(now: i64) -> Vec<Job> {
         ),
     ]
 }
+
+/// The old handler's saved progress of row 1 (`state`; NULL in the other rows),
+/// not valid UTF-8.
+const STATE: &[u8] = b"step=3\xff\x00";
 
 /// The session time zone the MySQL rows are written and read in (not UTC).
 const TIME_ZONE: &str = "+02:00";
@@ -150,6 +157,8 @@ fn mapping(from: &str) -> Vec<String> {
         "run_at=next_run_at",
         "--map",
         "attempts=max_retries - retry_count + 1",
+        "--map",
+        "checkpoint=state",
         "--where",
         "status = 'pending'",
         "--batch",
@@ -173,6 +182,7 @@ async fn imports_the_table(from: &str, extra: &[&str], now: i64) {
     assert!(out.contains("would submit 3 tasks"), "{out}");
     assert!(out.contains("(4 rows read, 1 bad rows)"), "{out}");
     assert!(out.contains("queue=emails key=jobs:1 priority=5"), "{out}");
+    assert!(out.contains("checkpoint=8 bytes"), "{out}");
     assert!(all_tasks(&app).await.is_empty(), "a dry run submitted");
 
     let o = taskbroker(&app, &args).await;
@@ -292,7 +302,7 @@ async fn imports_the_table(from: &str, extra: &[&str], now: i64) {
     )
     .await;
     assert!(err.contains("--map queue=COLUMN is required"), "{err}");
-    // A field the broker cannot take is named, not ignored.
+    // A field the broker has no place for is named, not ignored.
     let err = fails(
         &app,
         &[
@@ -301,14 +311,22 @@ async fn imports_the_table(from: &str, extra: &[&str], now: i64) {
             "--table",
             "jobs",
             "--map",
-            "checkpoint=state",
+            "locked_by=locked_by",
         ],
     )
     .await;
-    assert!(
-        err.contains("checkpoint: a task cannot be submitted with a checkpoint"),
-        "{err}"
-    );
+    assert!(err.contains("unknown field \"locked_by\""), "{err}");
+
+    // The first lease of a row's task hands its old checkpoint over; a row
+    // whose checkpoint is NULL starts with none.
+    let mut broker = app.broker().await;
+    let leased = lease(&mut broker, "emails", 10).await;
+    let by_key = |k: &str| leased.iter().find(|t| t.key == k).expect(k);
+    let (one, five) = (by_key("jobs:1"), by_key("jobs:5"));
+    assert_eq!((one.attempt, one.has_checkpoint), (1, true));
+    assert_eq!(one.checkpoint, STATE);
+    assert!(!five.has_checkpoint);
+    assert!(five.checkpoint.is_empty());
 }
 
 fn now() -> i64 {
@@ -348,6 +366,11 @@ async fn imports_a_mysql_task_table_once() {
         .await
         .expect("insert");
     }
+    sqlx::query("UPDATE jobs SET state = ? WHERE id = 1")
+        .bind(STATE)
+        .execute(&pool)
+        .await
+        .expect("state");
     pool.close().await;
     imports_the_table(&db.url, &["--time-zone", TIME_ZONE], now).await;
 }
@@ -379,6 +402,11 @@ async fn imports_a_postgres_task_table_once() {
         .await
         .expect("insert");
     }
+    sqlx::query("UPDATE jobs SET state = $1 WHERE id = 1")
+        .bind(STATE)
+        .execute(&pool)
+        .await
+        .expect("state");
     pool.close().await;
     imports_the_table(&db.url, &[], now).await;
 }

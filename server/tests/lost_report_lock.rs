@@ -56,6 +56,7 @@ async fn a_lost_report_on_postgres_never_hides_a_ready_task_from_a_lease() {
             retry: RetryPolicy::default(),
             metadata: BTreeMap::new(),
             concurrency_key: None,
+            checkpoint: None,
         };
         a.task_insert_many(&[task], now).await.unwrap();
         // A report with a token that holds no lease: LEASE_LOST.

@@ -435,6 +435,7 @@ async fn step(s: &dyn Store, m: &mut Model, op: &Op) -> Result<(), TestCaseError
                 },
                 metadata: BTreeMap::new(),
                 concurrency_key: None,
+                checkpoint: None,
             };
             let got = s.task_insert_many(&[new], at(now)).await.map_err(err)?;
             let existing = key.as_ref().and_then(|k| {

@@ -75,6 +75,7 @@ fn task(id: &str, key: Option<&str>) -> NewTask {
         retry: RetryPolicy::default(),
         metadata: Default::default(),
         concurrency_key: None,
+        checkpoint: None,
     }
 }
 

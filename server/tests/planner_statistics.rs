@@ -28,6 +28,7 @@ fn task(n: usize, now: DateTime<Utc>) -> NewTask {
         metadata: BTreeMap::new(),
         routing: Default::default(),
         concurrency_key: None,
+        checkpoint: None,
     }
 }
 

@@ -58,6 +58,10 @@ use flow_keys::*;
 #[path = "store_conformance/key_owners.rs"]
 mod key_owners;
 use key_owners::*;
+// A submitted checkpoint, stored by every insert.
+#[path = "store_conformance/checkpoint.rs"]
+mod checkpoint;
+use checkpoint::*;
 // Keys, ids, tokens and worker ids compare byte for byte.
 #[path = "store_conformance/exact_text.rs"]
 mod exact_text;
@@ -103,6 +107,7 @@ fn task(queue: &str, n: usize) -> NewTask {
         },
         metadata: BTreeMap::from([("traceparent".to_string(), format!("tp-{n}"))]),
         concurrency_key: None,
+        checkpoint: None,
     }
 }
 
@@ -924,6 +929,7 @@ async fn lease_holders_are_grouped_by_worker_and_queue(b: Backend) {
 }
 
 all_backends!(
+    a_submitted_checkpoint_is_stored_by_every_insert,
     // Dependencies by key.
     a_key_dependency_waits_for_a_task_submitted_later,
     a_key_naming_an_existing_task_is_an_ordinary_dependency,

@@ -34,8 +34,8 @@ pub struct ImportArgs {
     /// A SELECT whose result is read instead of a table; --map and --id name its columns.
     #[arg(long)]
     pub query: Option<String>,
-    /// FIELD=EXPR, repeatable. FIELD is queue, key, payload, priority, run_at or
-    /// attempts; EXPR is a column or an SQL expression over the row (e.g.
+    /// FIELD=EXPR, repeatable. FIELD is queue, key, payload, priority, run_at,
+    /// attempts or checkpoint (the first attempt's checkpoint; NULL: none); EXPR is a column or an SQL expression over the row (e.g.
     /// `attempts=max_retries - retry_count + 1`), or a literal in single quotes
     /// (`queue='emails'`). queue and payload are required.
     #[arg(long = "map", value_parser = parse_map)]
@@ -80,15 +80,17 @@ pub enum Field {
     Priority,
     RunAt,
     Attempts,
+    Checkpoint,
 }
 
-const FIELDS: [Field; 6] = [
+const FIELDS: [Field; 7] = [
     Field::Queue,
     Field::Key,
     Field::Payload,
     Field::Priority,
     Field::RunAt,
     Field::Attempts,
+    Field::Checkpoint,
 ];
 
 fn parse_map(s: &str) -> Result<(Field, String), String> {
@@ -102,16 +104,11 @@ fn parse_map(s: &str) -> Result<(Field, String), String> {
         "priority" => Field::Priority,
         "run_at" | "run-at" => Field::RunAt,
         "attempts" | "max_attempts" => Field::Attempts,
-        "checkpoint" => {
-            return Err(
-                "checkpoint: a task cannot be submitted with a checkpoint (TaskSpec has no \
-                 such field); carry the old checkpoint in the payload with --query"
-                    .into(),
-            );
-        }
+        "checkpoint" => Field::Checkpoint,
         other => {
             return Err(format!(
-                "unknown field {other:?} (queue, key, payload, priority, run_at, attempts)"
+                "unknown field {other:?} (queue, key, payload, priority, run_at, attempts, \
+                 checkpoint)"
             ));
         }
     };
@@ -134,7 +131,7 @@ fn parse_rate(s: &str) -> Result<f64, String> {
 }
 
 /// What one row reads as, before mapping: every mapped field as text, except the
-/// payload (bytes) and run_at (Unix seconds, read by the database).
+/// payload and checkpoint (bytes) and run_at (Unix seconds, read by the database).
 #[derive(Debug, Default)]
 struct Raw {
     id: i64,
@@ -144,6 +141,7 @@ struct Raw {
     priority: Option<String>,
     run_at: Option<i64>,
     attempts: Option<String>,
+    checkpoint: Option<Vec<u8>>,
 }
 
 /// The mapping the flags describe, checked once.
@@ -231,6 +229,14 @@ impl Mapping {
             let n = u32::try_from(n.max(1)).map_err(|_| format!("attempts {n} is out of range"))?;
             spec = spec.max_attempts(n);
         }
+        // A NULL checkpoint is none: the task starts from scratch.
+        let checkpoint = match self.literal(Field::Checkpoint) {
+            Some(c) => Some(c.into_bytes()),
+            None => raw.checkpoint,
+        };
+        if let Some(c) = checkpoint {
+            spec = spec.checkpoint(c);
+        }
         Ok(spec)
     }
 
@@ -258,7 +264,17 @@ fn field_name(f: Field) -> &'static str {
         Field::Priority => "priority",
         Field::RunAt => "run_at",
         Field::Attempts => "attempts",
+        Field::Checkpoint => "checkpoint",
     }
+}
+
+/// A Postgres expression as bytes: a bytea column as it is, anything else as its
+/// text in UTF-8.
+fn bytes_pg(e: &str) -> String {
+    format!(
+        "CASE WHEN pg_typeof(({e})) = 'bytea'::regtype THEN CAST(CAST(({e}) AS TEXT) AS BYTEA) \
+         ELSE convert_to(CAST(({e}) AS TEXT), 'UTF8') END"
+    )
 }
 
 fn valid_queue(q: &str) -> bool {
@@ -324,6 +340,8 @@ impl Source {
             match (f, pg) {
                 (Field::Payload, true) => format!("convert_to(CAST(({e}) AS TEXT), 'UTF8')"),
                 (Field::Payload, false) => format!("CAST(({e}) AS BINARY)"),
+                (Field::Checkpoint, true) => bytes_pg(e),
+                (Field::Checkpoint, false) => format!("CAST(({e}) AS BINARY)"),
                 (Field::RunAt, true) => format!("CAST(EXTRACT(EPOCH FROM ({e})) AS BIGINT)"),
                 (Field::RunAt, false) => format!("CAST(UNIX_TIMESTAMP({e}) AS SIGNED)"),
                 _ => text(e),
@@ -370,6 +388,7 @@ impl Source {
                 priority: r.try_get(4)?,
                 run_at: r.try_get(5)?,
                 attempts: r.try_get(6)?,
+                checkpoint: r.try_get(7)?,
             })
         }
         match self {
@@ -520,8 +539,12 @@ fn describe(spec: &TaskSpec) -> String {
         .retry
         .map(|r| r.max_attempts.to_string())
         .unwrap_or_else(|| "default".into());
+    let checkpoint = t
+        .checkpoint
+        .map(|c| format!(" checkpoint={} bytes", c.len()))
+        .unwrap_or_default();
     format!(
-        "  queue={} key={} priority={} run_at={run_at} attempts={attempts} payload={}\n",
+        "  queue={} key={} priority={} run_at={run_at} attempts={attempts}{checkpoint} payload={}\n",
         t.queue,
         t.key,
         t.priority,

@@ -55,6 +55,12 @@ pub struct SubmitArgs {
     /// Limit bucket: counts against its limits in every queue.
     #[arg(long)]
     pub bucket: Option<String>,
+    /// The checkpoint the first attempt starts from, as text.
+    #[arg(long, conflicts_with = "checkpoint_file")]
+    pub checkpoint: Option<String>,
+    /// The checkpoint from a file (`-` reads standard input).
+    #[arg(long)]
+    pub checkpoint_file: Option<PathBuf>,
     /// Wait (BLOCKED) until the task with this id has succeeded; repeat for more.
     #[arg(long = "depends-on")]
     pub depends_on: Vec<String>,
@@ -152,18 +158,37 @@ fn payload(a: &SubmitArgs) -> Result<Vec<u8>, CliError> {
         return Ok(text.clone().into_bytes());
     }
     if let Some(path) = &a.file {
-        let read = if path.as_os_str() == "-" {
-            let mut buf = Vec::new();
-            std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map(|_| buf)
-        } else {
-            std::fs::read(path)
-        };
-        return read.map_err(|source| CliError::Read {
-            path: path.clone(),
-            source,
-        });
+        return read_file(path);
     }
     Ok(a.payload.clone().unwrap_or_default().into_bytes())
+}
+
+/// A file's bytes; `-` reads standard input.
+fn read_file(path: &PathBuf) -> Result<Vec<u8>, CliError> {
+    let read = if path.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map(|_| buf)
+    } else {
+        std::fs::read(path)
+    };
+    read.map_err(|source| CliError::Read {
+        path: path.clone(),
+        source,
+    })
+}
+
+/// The checkpoint `--checkpoint` or `--checkpoint-file` gives, if either.
+fn checkpoint(a: &SubmitArgs) -> Result<Option<Vec<u8>>, CliError> {
+    if let Some(text) = &a.checkpoint {
+        return Ok(Some(text.clone().into_bytes()));
+    }
+    let stdin = |p: &Option<PathBuf>| p.as_ref().is_some_and(|p| p.as_os_str() == "-");
+    if stdin(&a.file) && stdin(&a.checkpoint_file) {
+        return Err(CliError::Usage(
+            "--file - and --checkpoint-file - cannot both read standard input".into(),
+        ));
+    }
+    a.checkpoint_file.as_ref().map(read_file).transpose()
 }
 
 pub(super) async fn submit(a: SubmitArgs) -> Result<String, CliError> {
@@ -201,6 +226,9 @@ pub(super) async fn submit(a: SubmitArgs) -> Result<String, CliError> {
     }
     if let Some(b) = &a.bucket {
         spec = spec.bucket(b);
+    }
+    if let Some(c) = checkpoint(&a)? {
+        spec = spec.checkpoint(c);
     }
     if let Some(k) = &a.concurrency_key {
         spec = spec.concurrency_key(k);

@@ -459,7 +459,14 @@ type TaskSpec struct {
 	// Admission: the limit bucket (see queue.proto LimitBucket) this task counts
 	// against, across every queue; empty means its queue's QueueConfig.bucket.
 	// [A-Za-z0-9._:-]{0,128}.
-	Bucket        string `protobuf:"bytes,19,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Bucket string `protobuf:"bytes,19,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	// The checkpoint the first attempt's lease hands over (LeasedTask.checkpoint,
+	// with has_checkpoint true), as if an earlier attempt had saved it with
+	// Checkpoint; a worker's Checkpoint replaces it. Set, even empty, means the
+	// task has a checkpoint; unset means none. Limited in size as Checkpoint's
+	// (default 1 MiB). Not counted against max_pending_bytes (payload bytes only).
+	// REPLACE_WAITING keeps the checkpoint of the task it replaces.
+	Checkpoint    []byte `protobuf:"bytes,20,opt,name=checkpoint,proto3,oneof" json:"checkpoint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -625,6 +632,13 @@ func (x *TaskSpec) GetBucket() string {
 		return x.Bucket
 	}
 	return ""
+}
+
+func (x *TaskSpec) GetCheckpoint() []byte {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
 }
 
 // Names a task by its queue and key (TaskSpec.key).
@@ -2214,7 +2228,7 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"maxBackoff\x12\x1b\n" +
 	"\x06jitter\x18\x05 \x01(\x01H\x00R\x06jitter\x88\x01\x01\x125\n" +
 	"\bschedule\x18\x06 \x03(\v2\x19.google.protobuf.DurationR\bscheduleB\t\n" +
-	"\a_jitter\"\x88\a\n" +
+	"\a_jitter\"\xbc\a\n" +
 	"\bTaskSpec\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x10\n" +
@@ -2237,10 +2251,14 @@ const file_taskbroker_v1_broker_proto_rawDesc = "" +
 	"\x10on_duplicate_key\x18\x11 \x01(\x0e2!.taskbroker.v1.DuplicateKeyPolicyR\x0eonDuplicateKey\x12 \n" +
 	"\fat_most_once\x18\x12 \x01(\bR\n" +
 	"atMostOnce\x12\x16\n" +
-	"\x06bucket\x18\x13 \x01(\tR\x06bucket\x1a;\n" +
+	"\x06bucket\x18\x13 \x01(\tR\x06bucket\x12#\n" +
+	"\n" +
+	"checkpoint\x18\x14 \x01(\fH\x00R\n" +
+	"checkpoint\x88\x01\x01\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
+	"\v_checkpoint\"1\n" +
 	"\aTaskKey\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\">\n" +
@@ -2543,6 +2561,7 @@ func file_taskbroker_v1_broker_proto_init() {
 		return
 	}
 	file_taskbroker_v1_broker_proto_msgTypes[0].OneofWrappers = []any{}
+	file_taskbroker_v1_broker_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -179,6 +179,10 @@ func (b *Broker) submit(ctx context.Context, req *pb.SubmitRequest) (*pb.SubmitR
 			ConcurrencyKey: s.GetConcurrencyKey(), Bucket: s.GetBucket(), DependsOn: deps,
 			RunIfDependencyFails: s.GetRunIfDependencyFails(), AtMostOnce: s.GetAtMostOnce(), Deadline: s.GetDeadline(),
 		}
+		if s.Checkpoint != nil {
+			// The first attempt starts from it, as on a broker.
+			t.Checkpoint, t.HasCheckpoint = s.GetCheckpoint(), true
+		}
 		b.tasks[t.Id] = t
 		b.order = append(b.order, t.Id)
 		created = append(created, t.Id)

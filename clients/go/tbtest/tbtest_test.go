@@ -177,6 +177,26 @@ func TestAProducerAndAWorkerRunOnTheFakeBroker(t *testing.T) {
 	}
 }
 
+func TestASubmittedCheckpointIsTheFirstAttemptsCheckpoint(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	fake := tbtest.NewBroker()
+	fake.Handle("seeded", func(_ context.Context, task *worker.Task) ([]byte, error) {
+		if cp, ok := task.LastCheckpoint(); ok {
+			return cp, nil
+		}
+		return []byte("none"), nil
+	})
+	seeded, err := taskbroker.SubmitAndWait(ctx, fake.Broker(), fake.Admin(), &pb.TaskSpec{Queue: "seeded", Checkpoint: []byte("row=7")})
+	if err != nil || string(seeded.GetResult()) != "row=7" || seeded.GetAttempt() != 1 {
+		t.Fatalf("seeded: %v, result %q, attempt %d", err, seeded.GetResult(), seeded.GetAttempt())
+	}
+	plain, err := taskbroker.SubmitAndWait(ctx, fake.Broker(), fake.Admin(), &pb.TaskSpec{Queue: "seeded"})
+	if err != nil || string(plain.GetResult()) != "none" {
+		t.Fatalf("plain: %v, result %q", err, plain.GetResult())
+	}
+}
+
 func TestATestTaskRecordsTheCooldownAHandlerAsksFor(t *testing.T) {
 	limited := func(context.Context, *worker.Task) ([]byte, error) {
 		return nil, worker.CoolDownKey(errors.New("429 Too Many Requests"), 90*time.Second)

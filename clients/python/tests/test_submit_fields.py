@@ -58,6 +58,14 @@ def test_task_spec_takes_every_field_by_name() -> None:
         task_spec("q", on_duplicate_key="overwrite")
 
 
+def test_task_spec_checkpoint_is_set_only_when_given() -> None:
+    seeded = task_spec("q", checkpoint=b"step=3\xff")
+    assert seeded.HasField("checkpoint") and seeded.checkpoint == b"step=3\xff"
+    empty = task_spec("q", checkpoint=b"")
+    assert empty.HasField("checkpoint") and empty.checkpoint == b""
+    assert not task_spec("q").HasField("checkpoint")
+
+
 @dataclasses.dataclass
 class Total:
     n: int

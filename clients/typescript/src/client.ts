@@ -201,7 +201,8 @@ export class Client implements Taskbroker {
    * as it is); resolves with its SubmitResult (`taskId`, `deduplicated`, `replaced`,
    * `copyTaskIds`). `options` takes every other TaskSpec field by name: `key`, `priority`,
    * `runAt` (a Date), `delayMs`, `deadline` (a Date), `retry`, `metadata`, `target`, `sticky`,
-   * `fanout`, `concurrencyKey`, `bucket`, `dependsOn`, `dependsOnKeys`, `runIfDependencyFails`,
+   * `fanout`, `concurrencyKey`, `bucket`, `checkpoint` (a Uint8Array, even empty: the checkpoint
+   * the first attempt starts from), `dependsOn`, `dependsOnKeys`, `runIfDependencyFails`,
    * `onDuplicateKey`, `atMostOnce`.
    * Backpressure (RESOURCE_EXHAUSTED with a RetryInfo) is retried as `submitTasks` says.
    */

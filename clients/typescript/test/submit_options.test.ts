@@ -40,3 +40,23 @@ test("Client.submit sends delayMs as runAt = its clock when called + the delay",
     await fake.close();
   }
 });
+
+test("Client.submit sends checkpoint, even an empty one, and leaves it unset otherwise", async () => {
+  const fake = new FakeBroker();
+  const addr = await fake.start();
+  const client = new Client(addr);
+  try {
+    const seed = new Uint8Array([0x73, 0x74, 0x65, 0x70, 0xff]);
+    // The fake broker records each Submit, then refuses it.
+    await assert.rejects(client.submit("q", { n: 1 }, { checkpoint: seed }));
+    await assert.rejects(client.submit("q", { n: 2 }, { checkpoint: new Uint8Array() }));
+    await assert.rejects(client.submit("q", { n: 3 }));
+    const sent = fake.submits.map((s) => s.tasks[0]!.checkpoint);
+    assert.deepEqual(sent[0], seed);
+    assert.deepEqual(sent[1], new Uint8Array(), "an empty checkpoint is a checkpoint");
+    assert.equal(sent[2], undefined);
+  } finally {
+    await client.close();
+    await fake.close();
+  }
+});

@@ -58,6 +58,7 @@ fn submit_task(i: usize, t: pb::TaskSpec) -> Result<service::SubmitTask, Invalid
         concurrency_key: (!t.concurrency_key.is_empty()).then_some(t.concurrency_key),
         at_most_once: t.at_most_once,
         bucket: (!t.bucket.is_empty()).then_some(t.bucket),
+        checkpoint: t.checkpoint,
         on_duplicate: match pb::DuplicateKeyPolicy::try_from(t.on_duplicate_key) {
             Ok(pb::DuplicateKeyPolicy::Unspecified | pb::DuplicateKeyPolicy::KeepExisting) => {
                 service::DuplicateKey::KeepExisting

@@ -35,6 +35,9 @@ pub struct NewTask {
     pub routing: crate::domain::routing::TaskRouting,
     /// Admission: counts against the queue's per-key limits.
     pub concurrency_key: Option<String>,
+    /// The checkpoint the first attempt's lease hands over (TaskSpec.checkpoint),
+    /// stored where a worker's Checkpoint stores its own; none: no checkpoint.
+    pub checkpoint: Option<Vec<u8>>,
 }
 
 /// One inserted (or deduplicated) task.

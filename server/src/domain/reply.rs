@@ -111,7 +111,7 @@ pub fn lengths_of_new(t: &NewTask, metadata_json: usize) -> Lengths {
         queue: len(t.queue.len()),
         key: len(t.key.as_ref().map_or(0, String::len)),
         payload: len(t.payload.len()),
-        checkpoint: 0,
+        checkpoint: len(t.checkpoint.as_ref().map_or(0, Vec::len)),
         metadata_json: len(metadata_json),
         concurrency_key: len(t.concurrency_key.as_ref().map_or(0, String::len)),
         fanout_group: len(t.routing.fanout_group.as_ref().map_or(0, String::len)),

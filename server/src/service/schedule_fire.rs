@@ -92,6 +92,7 @@ pub fn scheduled_tasks(
         retry: t.retry,
         metadata,
         concurrency_key: t.concurrency_key.clone(),
+        checkpoint: None,
     };
     copies_of(first, t.fanout)
 }

@@ -50,6 +50,10 @@ pub struct SubmitTask {
     /// The limit bucket it counts against (`[A-Za-z0-9._:-]{1,128}`); none:
     /// its queue's, if the queue names one.
     pub bucket: Option<String>,
+    /// The checkpoint the first attempt's lease hands over, as if an earlier
+    /// attempt had saved it (at most `limits.max_checkpoint_bytes`); none: no
+    /// checkpoint. A worker's Checkpoint replaces it.
+    pub checkpoint: Option<Vec<u8>>,
 }
 
 /// What Submit does when a task with the same (queue, key) exists.
@@ -83,6 +87,7 @@ pub(super) fn stored_bytes(t: &SubmitTask, f: &crate::store::FlowSpec) -> u64 {
         + t.key.as_ref().map_or(0, String::len)
         + pairs(&t.metadata)
         + t.concurrency_key.as_ref().map_or(0, String::len)
+        + t.checkpoint.as_ref().map_or(0, Vec::len)
         + t.target.worker_id.as_ref().map_or(0, String::len)
         + pairs(&t.target.labels)
         + f.depends_on.iter().map(String::len).sum::<usize>()
@@ -188,6 +193,10 @@ impl Broker {
         validate::queue_name(&f("queue"), &t.queue)?;
         let max_payload = self.settings.max_payload_for(&t.queue);
         validate::size(&f("payload"), t.payload.len(), max_payload)?;
+        if let Some(c) = &t.checkpoint {
+            let max = self.settings.limits.max_checkpoint_bytes;
+            validate::size(&f("checkpoint"), c.len(), max)?;
+        }
         if let Some(key) = &t.key {
             validate::identifier(&f("key"), key, MAX_KEY_LEN)?;
         }
@@ -234,6 +243,7 @@ impl Broker {
             metadata: t.metadata,
             routing: TaskRouting::default(),
             concurrency_key: t.concurrency_key,
+            checkpoint: t.checkpoint,
         })
     }
 }

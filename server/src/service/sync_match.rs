@@ -342,6 +342,7 @@ mod tests {
             metadata: Default::default(),
             routing: Default::default(),
             concurrency_key: None,
+            checkpoint: None,
         };
         let mut got = f
             .release

@@ -124,5 +124,6 @@ pub(crate) fn dead_letter_notice(
         metadata: [("dead_task_id".to_owned(), id.to_owned())].into(),
         routing: Default::default(),
         concurrency_key: None,
+        checkpoint: None,
     }
 }

@@ -99,7 +99,7 @@ pub(crate) fn leased_row(
         created_at: now,
         updated_at: now,
         last_error: None,
-        checkpoint: None,
+        checkpoint: t.checkpoint.clone(),
         result: None,
         leased_by: Some(m.worker_id.clone()),
         lease_token: Some(lease_token),
@@ -250,6 +250,7 @@ mod tests {
             metadata: Default::default(),
             routing: TaskRouting::default(),
             concurrency_key: None,
+            checkpoint: None,
         }
     }
 

@@ -69,6 +69,7 @@ fn task_for(id: &str, n: i64) -> NewTask {
         retry: RetryPolicy::default(),
         metadata: BTreeMap::from([("taskbroker.schedule_id".to_string(), id.to_string())]),
         concurrency_key: None,
+        checkpoint: None,
     }
 }
 

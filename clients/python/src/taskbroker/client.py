@@ -56,6 +56,7 @@ class SubmitOptions(TypedDict, total=False):
     fanout: broker_pb2.Fanout | None
     concurrency_key: str
     bucket: str
+    checkpoint: bytes | None
     depends_on: Sequence[str]
     run_if_dependency_fails: bool
     depends_on_keys: Sequence[broker_pb2.TaskKey | tuple[str, str]]
@@ -495,6 +496,7 @@ def task_spec(
     run_if_dependency_fails: bool = False,
     concurrency_key: str = "",
     bucket: str = "",
+    checkpoint: bytes | None = None,
     depends_on_keys: Sequence[broker_pb2.TaskKey | tuple[str, str]] = (),
     on_duplicate_key: DuplicateKey = 0,
     at_most_once: bool = False,
@@ -505,8 +507,10 @@ def task_spec(
     the same request; ``depends_on_keys`` takes ``task_key(queue, key)`` or ``(queue, key)``
     pairs; ``on_duplicate_key`` a DuplicateKeyPolicy or ``"keep_existing"`` /
     ``"replace_waiting"``. ``bucket`` names the limit bucket the task counts against, in any
-    queue (unset: its queue's bucket, if any). A payload that is not ``bytes`` is encoded by
-    ``serializer`` (JSON by default).
+    queue (unset: its queue's bucket, if any). ``checkpoint`` (bytes, even empty) is the
+    checkpoint the first attempt starts from (``ctx.last_checkpoint``), as if an earlier attempt had
+    saved it; None: none. A payload that is not ``bytes`` is encoded by ``serializer`` (JSON by
+    default).
 
     ``run_at`` (a datetime; naive is UTC) keeps the task SCHEDULED until then; ``delay`` (a
     ``timedelta`` or seconds) does so for that long: its run_at is this machine's clock, read
@@ -539,6 +543,7 @@ def task_spec(
         depends_on_keys=[k if isinstance(k, broker_pb2.TaskKey) else task_key(*k) for k in depends_on_keys],
         on_duplicate_key=duplicate_key_policy(on_duplicate_key),  # type: ignore[arg-type]
         at_most_once=at_most_once,
+        checkpoint=checkpoint,
     )
     if run_at is not None:
         spec.run_at.CopyFrom(timestamp(run_at))

@@ -73,6 +73,7 @@ pub(super) fn insert_bytes(t: &NewTask) -> usize {
         + opt_param(r.target.worker_id.as_deref())
         + param(json(&r.target.labels))
         + opt_param(r.fanout_group.as_deref())
+        + param(t.checkpoint.as_ref().map_or(0, Vec::len))
         // The numbers, flags and short words: 15 parameters of 16 bytes or less.
         + 15 * (16 + PARAM_FRAMING)
 }
@@ -139,7 +140,8 @@ pub(super) async fn insert_many(
                 .push_bind(r.sticky.map(|s| s.as_str()))
                 .push_bind(r.sticky.and_then(|s| s.timeout_ms()))
                 .push_bind(&r.fanout_group)
-                .push_bind(r.fanout_distinct);
+                .push_bind(r.fanout_distinct)
+                .push_bind(&t.checkpoint);
         });
         let n = qb.build().execute(j.conn()).await?.rows_affected();
         let stored: Vec<String> = if n as usize == piece.len() {

@@ -70,6 +70,7 @@ pub(super) async fn insert_matched(
             .bind(expires)
             .bind(now_ms)
             .bind(&m.worker_address)
+            .bind(&t.checkpoint)
             .execute(j.conn())
             .await?;
         if n.rows_affected() != 1 {

@@ -12,9 +12,9 @@ INSERT IGNORE INTO tasks (id, queue, `key`, payload, priority, run_at, deadline,
 state, max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier,
 max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key,
 attempt, fencing_token, lease_token, leased_by, lease_duration_ms,
-lease_expires_at, leased_at, leased_address)
+lease_expires_at, leased_at, leased_address, checkpoint)
 VALUES (?, ?, ?, ?, ?, ?, ?, 'leased', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?,
-?, ?, ?)
+?, ?, ?, ?)
 
 -- name: task_insert_matched_existing
 -- own: MySQL takes no array parameter, so the holder of a duplicate's (queue, key) is read one task at a time

@@ -1,12 +1,12 @@
 -- piece: task_insert_many
--- Followed by one row of 24 placeholders per task (VALUES (...), (...)).
+-- Followed by one row of 25 placeholders per task (VALUES (...), (...)).
 -- INSERT IGNORE: a row whose (queue, key) exists is skipped; nothing else is
 -- ignored, as every other column is checked by the service.
 INSERT IGNORE INTO tasks (id, queue, `key`, payload, priority, run_at, deadline,
 state, max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier,
 max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key,
 target_worker, target_labels, sticky, sticky_timeout_ms, fanout_group,
-fanout_distinct)
+fanout_distinct, checkpoint)
 
 -- piece: task_insert_many_stored_head
 -- own: MySQL has no INSERT ... RETURNING, so a batch reads back which of its ids went in

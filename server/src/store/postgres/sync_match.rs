@@ -78,6 +78,8 @@ impl PostgresStore {
         let durations: Vec<Option<i64>> = (0..tasks.len())
             .map(|i| matched(i).map(|m| duration_ms(m.lease_duration)))
             .collect();
+        let checkpoints: Vec<Option<&[u8]>> =
+            tasks.iter().map(|t| t.checkpoint.as_deref()).collect();
         let stmt = if super::tasks::keyed(tasks) {
             sql::TASK_INSERT_MATCHED
         } else {
@@ -109,6 +111,7 @@ impl PostgresStore {
             .bind(&workers)
             .bind(&addresses)
             .bind(&durations)
+            .bind(&checkpoints)
             .fetch_all(self.hot())
             .await?;
         let mut rows: std::collections::HashMap<String, InsertedRow> =

@@ -4,7 +4,8 @@
 -- own: Postgres inserts a whole batch, the matched tasks already leased, in one statement over arrays with data-modifying CTEs
 -- The batch ($1 to $16 as the submit statements bind them, tasks.sql; $15 the
 -- channel; $17 to $22 the routing columns; $23 the matched workers, NULL for
--- a task not matched, $24 their addresses, $25 the lease durations), after
+-- a task not matched, $24 their addresses, $25 the lease durations, $26 the
+-- submitted checkpoints), after
 -- checking in the same statement (the same snapshot) that no pending task of
 -- a matched task's queue due now would lease before it. `top` and `v` are
 -- MATERIALIZED: inlined, the planner copied `v.m` (with its NOT EXISTS over
@@ -34,9 +35,9 @@ WITH u AS (
     $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[],
     $11::bigint[], $12::float8[], $13::text[], $16::text[], $17::text[], $18::text[],
     $19::text[], $20::bigint[], $21::text[], $22::bool[], $23::text[], $24::text[],
-    $25::bigint[]) WITH ORDINALITY
+    $25::bigint[], $26::bytea[]) WITH ORDINALITY
     AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts,
-         ib, bm, mb, j, md, ck, tw, tl, st, sto, fg, fd, worker, address, dur, n)),
+         ib, bm, mb, j, md, ck, tw, tl, st, sto, fg, fd, worker, address, dur, cp, n)),
 top AS MATERIALIZED (
   SELECT q.queue, GREATEST((SELECT t.priority FROM tasks t WHERE t.state = 'pending'
       AND NOT t.waiting AND t.queue = q.queue AND t.run_at <= $14
@@ -55,7 +56,7 @@ ins AS (
     max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key,
     target_worker, target_labels, sticky, sticky_timeout_ms, fanout_group, fanout_distinct,
     attempt, fencing_token, lease_token, leased_by, lease_duration_ms, lease_expires_at,
-    leased_at, leased_address, waiting)
+    leased_at, leased_address, waiting, checkpoint)
   SELECT id, queue, key, payload, priority, run_at, deadline,
     CASE WHEN m THEN 'leased' ELSE 'pending' END,
     max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck, tw, tl, st, sto, fg, fd,
@@ -63,7 +64,7 @@ ins AS (
     CASE WHEN m THEN gen_random_uuid()::text END, CASE WHEN m THEN worker END,
     CASE WHEN m THEN dur END,
     CASE WHEN m THEN LEAST($14 + dur, COALESCE(deadline, $14 + dur)) END,
-    CASE WHEN m THEN $14 END, CASE WHEN m THEN address END, NOT m AND run_at > $14
+    CASE WHEN m THEN $14 END, CASE WHEN m THEN address END, NOT m AND run_at > $14, cp
   FROM v ORDER BY n
 
 -- fragment: task_insert_matched_end

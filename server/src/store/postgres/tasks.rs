@@ -44,8 +44,11 @@ impl PostgresStore {
             .collect();
         let concurrency_keys: Vec<Option<&str>> =
             tasks.iter().map(|t| t.concurrency_key.as_deref()).collect();
+        let checkpoints: Vec<Option<&[u8]>> =
+            tasks.iter().map(|t| t.checkpoint.as_deref()).collect();
         // Routing: a batch with routed tasks inserts their routing
-        // columns too (the same statement with more arrays).
+        // columns too (the same statement with more arrays), before the
+        // checkpoints.
         let routed = tasks.iter().any(|t| routing::is_routed(&t.routing));
         let stmt = if routed {
             sql::TASK_INSERT_MANY_ROUTED
@@ -72,6 +75,7 @@ impl PostgresStore {
             .bind(tag)
             .bind(&concurrency_keys)
             .bind_routing(routed, tasks)
+            .bind(&checkpoints)
             .fetch_all(&mut *conn)
             .await?;
         let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();

@@ -3,7 +3,8 @@
 -- The submit statements bind, per task: $1 ids, $2 queues, $3 keys, $4
 -- payloads, $5 priorities, $6 run_at, $7 deadlines, $8 max_attempts, $9
 -- initial backoffs, $10 multipliers, $11 max backoffs, $12 jitters, $13
--- metadata, $16 concurrency keys; $14 now and $15 the tag appended to the
+-- metadata, $16 concurrency keys, then the submitted checkpoints (NULL: none;
+-- $17, or $23 after the routing columns); $14 now and $15 the tag appended to the
 -- wake-up's queue name. One multi-row statement (one round trip, one commit)
 -- for the whole batch, which also records the `submitted` events and notifies
 -- the queues that got tasks, in the same transaction.
@@ -23,22 +24,22 @@ WITH ins AS (${task_insert_rows} ${task_insert_submitted}
 -- own: Postgres inserts a batch's routing columns in the same statement over arrays, where SQLite writes them after (routing_write)
 -- A batch with routed tasks: their routing columns too ($17 target workers,
 -- $18 target labels, $19 sticky policies, $20 sticky timeouts, $21 fan-out
--- groups, $22 distinct).
+-- groups, $22 distinct; $23 checkpoints).
 WITH ins AS (
   INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state,
     max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier,
     max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key,
     target_worker, target_labels, sticky, sticky_timeout_ms, fanout_group, fanout_distinct,
-    waiting)
+    waiting, checkpoint)
   SELECT id, queue, key, payload, priority, run_at, deadline, 'pending',
     max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck, tw, tl, st, sto, fg, fd,
-    run_at > $14
+    run_at > $14, cp
   FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[],
     $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[],
     $11::bigint[], $12::float8[], $13::text[], $16::text[], $17::text[], $18::text[], $19::text[],
-    $20::bigint[], $21::text[], $22::bool[])
+    $20::bigint[], $21::text[], $22::bool[], $23::bytea[])
     AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts,
-         ib, bm, mb, j, md, ck, tw, tl, st, sto, fg, fd)
+         ib, bm, mb, j, md, ck, tw, tl, st, sto, fg, fd, cp)
   ON CONFLICT DO NOTHING ${task_insert_submitted}
 
 -- name: task_insert_many_existing
@@ -103,14 +104,15 @@ ORDER BY attempt
 -- fragment: task_insert_rows
 INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state,
   max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier,
-  max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key, waiting)
+  max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key, waiting,
+  checkpoint)
 SELECT id, queue, key, payload, priority, run_at, deadline, 'pending',
-  max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck, run_at > $14
+  max_attempts, max_attempts, ib, bm, mb, j, md, $14, $14, ck, run_at > $14, cp
 FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[],
   $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::float8[],
-  $11::bigint[], $12::float8[], $13::text[], $16::text[])
+  $11::bigint[], $12::float8[], $13::text[], $16::text[], $17::bytea[])
   AS u(id, queue, key, payload, priority, run_at, deadline, max_attempts,
-       ib, bm, mb, j, md, ck)
+       ib, bm, mb, j, md, ck, cp)
 
 -- fragment: task_insert_submitted
 -- The end of the submit statements: the SUBMITTED events of the rows inserted

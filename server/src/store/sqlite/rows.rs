@@ -124,6 +124,7 @@ pub(super) fn insert_many(
             metadata,
             now,
             t.concurrency_key,
+            t.checkpoint,
         ])?;
         if n == 1 {
             super::routing::write_task_routing(c, t)?;

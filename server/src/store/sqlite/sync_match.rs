@@ -72,6 +72,7 @@ pub(super) fn insert_matched(
                 duration_ms(m.lease_duration),
                 expires,
                 m.worker_address,
+                t.checkpoint,
             ])?;
         let row: Option<(i64, String)> = if n == 1 {
             let seq = c.last_insert_rowid();

@@ -1,12 +1,14 @@
 -- name: task_insert_many
 -- One task (?1 id, ?2 queue, ?3 key, ?4 payload, ?5 priority, ?6 run at,
 -- ?7 deadline, ?8 max attempts, ?9 initial backoff ms, ?10 multiplier, ?11 max
--- backoff ms, ?12 jitter, ?13 metadata, ?14 now, ?15 concurrency key).
+-- backoff ms, ?12 jitter, ?13 metadata, ?14 now, ?15 concurrency key, ?16
+-- submitted checkpoint).
 INSERT INTO tasks (id, queue, key, payload, priority, run_at, deadline, state,
   max_attempts, attempts_allowed, initial_backoff_ms, backoff_multiplier,
-  max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key, waiting)
+  max_backoff_ms, jitter, metadata, created_at, updated_at, concurrency_key, waiting,
+  checkpoint)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14,
-  ?15, ?6 > ?14)
+  ?15, ?6 > ?14, ?16)
 ON CONFLICT DO NOTHING;
 
 -- name: task_insert_many_existing

@@ -267,6 +267,7 @@ class TaskSpec(_message.Message):
     ON_DUPLICATE_KEY_FIELD_NUMBER: _builtins.int
     AT_MOST_ONCE_FIELD_NUMBER: _builtins.int
     BUCKET_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Required, [A-Za-z0-9._:-]{1,128}."""
     payload: _builtins.bytes
@@ -296,6 +297,14 @@ class TaskSpec(_message.Message):
     """Admission: the limit bucket (see queue.proto LimitBucket) this task counts
     against, across every queue; empty means its queue's QueueConfig.bucket.
     [A-Za-z0-9._:-]{0,128}.
+    """
+    checkpoint: _builtins.bytes
+    """The checkpoint the first attempt's lease hands over (LeasedTask.checkpoint,
+    with has_checkpoint true), as if an earlier attempt had saved it with
+    Checkpoint; a worker's Checkpoint replaces it. Set, even empty, means the
+    task has a checkpoint; unset means none. Limited in size as Checkpoint's
+    (default 1 MiB). Not counted against max_pending_bytes (payload bytes only).
+    REPLACE_WAITING keeps the checkpoint of the task it replaces.
     """
     @_builtins.property
     def run_at(self) -> _timestamp_pb2.Timestamp:
@@ -364,12 +373,15 @@ class TaskSpec(_message.Message):
         on_duplicate_key: Global___DuplicateKeyPolicy.ValueType = ...,
         at_most_once: _builtins.bool = ...,
         bucket: _builtins.str = ...,
+        checkpoint: _builtins.bytes | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "fanout", b"fanout", "retry", b"retry", "run_at", b"run_at", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_checkpoint", b"_checkpoint", "checkpoint", b"checkpoint", "deadline", b"deadline", "fanout", b"fanout", "retry", b"retry", "run_at", b"run_at", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_most_once", b"at_most_once", "bucket", b"bucket", "concurrency_key", b"concurrency_key", "deadline", b"deadline", "depends_on", b"depends_on", "depends_on_index", b"depends_on_index", "depends_on_keys", b"depends_on_keys", "fanout", b"fanout", "key", b"key", "metadata", b"metadata", "on_duplicate_key", b"on_duplicate_key", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry", b"retry", "run_at", b"run_at", "run_if_dependency_fails", b"run_if_dependency_fails", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_checkpoint", b"_checkpoint", "at_most_once", b"at_most_once", "bucket", b"bucket", "checkpoint", b"checkpoint", "concurrency_key", b"concurrency_key", "deadline", b"deadline", "depends_on", b"depends_on", "depends_on_index", b"depends_on_index", "depends_on_keys", b"depends_on_keys", "fanout", b"fanout", "key", b"key", "metadata", b"metadata", "on_duplicate_key", b"on_duplicate_key", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry", b"retry", "run_at", b"run_at", "run_if_dependency_fails", b"run_if_dependency_fails", "sticky", b"sticky", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__checkpoint: _TypeAlias = _typing.Literal["checkpoint"]  # noqa: Y015
+    _WhichOneofArgType__checkpoint: _TypeAlias = _typing.Literal["_checkpoint", b"_checkpoint"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__checkpoint) -> _WhichOneofReturnType__checkpoint | None: ...
 
 Global___TaskSpec: _TypeAlias = TaskSpec  # noqa: Y015
 

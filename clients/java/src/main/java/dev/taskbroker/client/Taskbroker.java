@@ -225,7 +225,7 @@ public final class Taskbroker implements AutoCloseable {
    * Submits {@code payload}, encoded by the serializer (JSON by default), to {@code queue}:
    * {@code tb.submit("emails", new Email("a@example.com", "hi"))}. For more options build the
    * spec with {@link #spec(String, Object)}: every TaskSpec field has its setter there (priority,
-   * run_at ({@code setRunAt(ProtoTime.fromNow(delay))} or {@code ProtoTime.timestamp(instant)}), retry, concurrency_key, depends_on_keys, on_duplicate_key, at_most_once, ...), and
+   * run_at ({@code setRunAt(ProtoTime.fromNow(delay))} or {@code ProtoTime.timestamp(instant)}), retry, concurrency_key, bucket, checkpoint ({@code setCheckpoint(ByteString)}: the first attempt's checkpoint), depends_on_keys, on_duplicate_key, at_most_once, ...), and
    * the SubmitResult says {@code getDeduplicated()} and {@code getReplaced()}. Backpressure is
    * retried as {@link #submit(dev.taskbroker.v1.TaskSpec)} says.
    *

@@ -164,6 +164,10 @@ public final class InMemoryBroker implements AutoCloseable {
                 .setRunIfDependencyFails(s.getRunIfDependencyFails())
                 .setAtMostOnce(s.getAtMostOnce())
                 .setCreatedAt(TestTaskContext.timestamp(Instant.now()));
+        if (s.hasCheckpoint()) {
+          // The first attempt starts from it, as on a broker.
+          t.setCheckpoint(s.getCheckpoint()).setHasCheckpoint(true);
+        }
         if (s.hasRetry()) {
           t.setRetry(s.getRetry());
         }

@@ -169,6 +169,20 @@ class TestingTest {
   }
 
   @Test
+  void aSubmittedCheckpointIsTheFirstAttemptsCheckpoint() {
+    InMemoryBroker tb = new InMemoryBroker();
+    tb.handle("seeded", ctx -> ctx.lastCheckpoint().map(c -> c.toByteArray()).orElse("none".getBytes(StandardCharsets.UTF_8)));
+    Task seeded =
+        tb.submitAndWait(
+            tb.spec("seeded", null).setCheckpoint(com.google.protobuf.ByteString.copyFromUtf8("row=7")).build(),
+            Duration.ofSeconds(1));
+    assertEquals(1, seeded.getAttempt());
+    assertEquals("row=7", seeded.getResult().toStringUtf8());
+    Task plain = tb.submitAndWait(tb.spec("seeded", null).build(), Duration.ofSeconds(1));
+    assertEquals("none", plain.getResult().toStringUtf8());
+  }
+
+  @Test
   void aTestTaskContextRecordsTheCooldownAFailingHandlerAsksFor() throws Exception {
     TypedHandler<String, String> callPartner =
         (ctx, data) -> {
