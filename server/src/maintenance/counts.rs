@@ -37,12 +37,6 @@ impl FinishedFold {
         }
     }
 
-    /// Folds in steps of at most `step` tasks per index range (tests).
-    pub fn with_step(mut self, step: u32) -> Self {
-        self.step = step.max(1);
-        self
-    }
-
     /// One pass at `now`: steps until the watermark is `margin` before `now`;
     /// returns the steps taken.
     pub async fn run_once(&self, now: DateTime<Utc>) -> StoreResult<u32> {
