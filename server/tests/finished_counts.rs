@@ -327,6 +327,25 @@ async fn two_replicas_fold_once(b: Backend) {
         )
         .await;
     }
+    // Retention and a bulk requeue on one replica while both fold newer tasks:
+    // each change waits for a fold or a fold for it, none counted twice or missed.
+    for k in 60..90 {
+        finish(&s2, "c", k + 1, End::Die, at(1100 + k as i64)).await;
+    }
+    let requeue: Vec<(String, DateTime<Utc>)> = (40..60)
+        .filter(|k| k % 3 != 0)
+        .map(|k| (id(k + 1), at(9000)))
+        .collect();
+    let everywhere = PurgeScope::AllExcept(vec![]);
+    let (_, _, purged, requeued) = tokio::join!(
+        fold(&s1, at(1300), 2),
+        fold(&s2, at(1300), 2),
+        s1.task_purge_finished(at(1030), &everywhere, 100),
+        s2.task_requeue_many(&requeue, at(1100)),
+    );
+    assert_eq!(purged.unwrap(), 30);
+    assert_eq!(requeued.unwrap(), requeue.len() as u64);
+    check(b, &db.url, &s1, "purged and requeued while folding").await;
     s1.close().await;
     s2.close().await;
 }
