@@ -22,7 +22,7 @@ use crate::api::{DESCRIPTOR, KEDA_DESCRIPTOR, RPC_DESCRIPTOR};
 use crate::dispatch::Dispatcher;
 use crate::domain::token::TokenEntry;
 use crate::keda::external_scaler_server::ExternalScalerServer;
-use crate::maintenance::{Reaper, Retention, Scheduler, Statistics};
+use crate::maintenance::{FinishedFold, Reaper, Retention, Scheduler, Statistics};
 use crate::metrics::Metrics;
 use crate::pb::admin_service_server::AdminServiceServer;
 use crate::pb::broker_service_server::BrokerServiceServer;
@@ -175,6 +175,7 @@ pub async fn start(config: AppConfig, clock: Arc<dyn Clock>) -> Result<App, AppE
     tokio::spawn(Retention::new(broker.clone(), Duration::from_secs(60)).run(stop.clone()));
     tokio::spawn(Scheduler::new(broker.clone(), config.schedule_interval).run(stop.clone()));
     tokio::spawn(Statistics::new(broker.clone(), Duration::from_secs(1)).run(stop.clone()));
+    tokio::spawn(FinishedFold::new(broker.clone(), Duration::from_secs(15)).run(stop.clone()));
     // Flow: event retention, and the configured dead-letter queues.
     tokio::spawn(
         crate::maintenance::events::EventRetention::new(broker.clone(), Duration::from_secs(60))

@@ -4,7 +4,6 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Extension;
@@ -16,17 +15,12 @@ use super::layout::{self, count, duration, href, sparkline};
 use super::{Console, PageError, Viewer};
 use crate::service::{Broker, Overview, QueueOverview};
 
-/// How long one overview is shown to every viewer before it is read again: the
-/// counts scan an index of every task (100-200 ms with a million tasks), and
-/// each open overview polls every 5 s.
+/// How long one overview is shown to every viewer before it is read again (each
+/// open overview polls every 5 s). The counts read the live tasks and those
+/// finished in the last minute or so (docs/store.md, "Counts of finished
+/// tasks"), however many the store keeps, so a view is read in the foreground
+/// and is never more than this old.
 const FRESH_FOR: Duration = Duration::from_secs(2);
-/// In a store this large, an older overview is still shown at once, however
-/// old, while a new one is read in the background (stale-while-revalidate), so
-/// no view waits for the counts; past `SAY_AGE_AFTER` the page says how old it
-/// is. A smaller store is read again in the foreground (a few ms), so its views
-/// are never more than `FRESH_FOR` old.
-const BIG_STORE: u64 = 100_000;
-const SAY_AGE_AFTER: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 
 /// The latest overview, shared by all viewers.
 #[derive(Default)]
@@ -38,8 +32,8 @@ struct Entry {
     started: Instant,
     at: Instant,
     overview: Arc<Overview>,
-    /// Read as the broker started, before anyone asked: shown at once only in a
-    /// big store (see `BIG_STORE`); a small one is read again for its first view.
+    /// Read as the broker started, before anyone asked: never shown (a view
+    /// reads its own).
     warm: bool,
 }
 
@@ -47,28 +41,12 @@ impl Entry {
     fn fresh(&self) -> bool {
         !self.warm && self.at.elapsed() < FRESH_FOR
     }
-
-    fn big(&self) -> bool {
-        let total: u64 = self
-            .overview
-            .queues
-            .iter()
-            .map(|q| {
-                let s = &q.stats;
-                s.scheduled + s.ready + s.leased + s.succeeded + s.dead + s.cancelled
-            })
-            .sum();
-        total >= BIG_STORE
-    }
 }
 
 #[derive(Default)]
 struct CacheInner {
     latest: std::sync::Mutex<Option<Entry>>,
-    /// A background read is under way.
-    refreshing: AtomicBool,
-    /// Held by a request that reads in the foreground, so viewers arriving
-    /// together share one read.
+    /// Held by a request that reads, so viewers arriving together share one read.
     reading: tokio::sync::Mutex<()>,
 }
 
@@ -96,8 +74,7 @@ impl CacheInner {
 
 impl Cache {
     /// Reads the first overview in the background as the broker starts, so the
-    /// first view of a big store finds it (or waits only for the rest of this
-    /// read) instead of paying for the counts on cold caches.
+    /// first view finds the database's caches warm.
     pub fn warm(&self, broker: Arc<Broker>) {
         let inner = self.0.clone();
         tokio::spawn(async move {
@@ -111,29 +88,10 @@ impl Cache {
         });
     }
 
-    /// Reads a new overview in the background, unless one is being read.
-    fn refresh(&self, console: &Console) {
-        let inner = &self.0;
-        if !inner.refreshing.swap(true, Ordering::AcqRel) {
-            let (inner, broker) = (inner.clone(), console.broker.clone());
-            tokio::spawn(async move {
-                if let Err(e) = inner.read(&broker, false).await {
-                    tracing::debug!(?e, "console: overview refresh failed");
-                }
-                inner.refreshing.store(false, Ordering::Release);
-            });
-        }
-    }
-
     pub async fn get(&self, console: &Console) -> Result<Arc<Overview>, PageError> {
         let inner = &self.0;
-        match inner.latest() {
-            Some(e) if e.fresh() => return Ok(e.overview),
-            Some(e) if e.big() => {
-                self.refresh(console);
-                return Ok(e.overview);
-            }
-            _ => {}
+        if let Some(e) = inner.latest().filter(Entry::fresh) {
+            return Ok(e.overview);
         }
         let asked = Instant::now();
         let _reading = inner.reading.lock().await;
@@ -141,11 +99,6 @@ impl Cache {
             // Begun after this view asked (while it waited for the lock): as new
             // as its own read would be.
             Some(e) if e.fresh() || e.started >= asked => Ok(e.overview),
-            // The first view of a big store, which waited for the warm-up read.
-            Some(e) if e.big() => {
-                self.refresh(console);
-                Ok(e.overview)
-            }
             _ => inner.read(&console.broker, false).await,
         }
     }
@@ -156,12 +109,11 @@ pub async fn page(
     Extension(viewer): Extension<Viewer>,
 ) -> Result<Markup, PageError> {
     let o = console.overview.get(&console).await?;
-    let now = console.broker.clock().now();
     let paused = paused_queues(&console);
     let body = html! {
         h1 { "Overview" }
         div #live hx-get="/overview/live" hx-trigger="every 5s" hx-swap="innerHTML" {
-            (live_view(&o, now, &paused))
+            (live_view(&o, &paused))
         }
     };
     Ok(layout::page("Overview", "/", Some(&viewer), body))
@@ -170,11 +122,7 @@ pub async fn page(
 /// The refreshing part alone.
 pub async fn live(State(console): State<Arc<Console>>) -> Result<Markup, PageError> {
     let o = console.overview.get(&console).await?;
-    Ok(live_view(
-        &o,
-        console.broker.clock().now(),
-        &paused_queues(&console),
-    ))
+    Ok(live_view(&o, &paused_queues(&console)))
 }
 
 /// The queues paused now (the live settings' snapshot: no database read).
@@ -196,12 +144,9 @@ fn totals(o: &Overview) -> [(&'static str, u64); 4] {
     ]
 }
 
-fn live_view(o: &Overview, now: chrono::DateTime<chrono::Utc>, paused: &HashSet<String>) -> Markup {
+fn live_view(o: &Overview, paused: &HashSet<String>) -> Markup {
     html! {
         p.muted { "Updated " (layout::time(o.now)) " UTC"
-            @if now - o.now > SAY_AGE_AFTER {
-                " (" (layout::age(now, o.now)) " ago; newer counts are being read)"
-            }
             " · refreshes every 5 s" }
         ul.cards aria-label="Totals" {
             @for (label, n) in totals(o) {

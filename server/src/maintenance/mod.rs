@@ -1,5 +1,6 @@
 //! Background services. Each exposes `run_once(now)` for tests and a `run` loop.
 
+pub mod counts;
 // Flow: event retention.
 pub mod events;
 pub mod reaper;
@@ -7,6 +8,7 @@ pub mod retention;
 pub mod scheduler;
 pub mod statistics;
 
+pub use counts::FinishedFold;
 pub use reaper::Reaper;
 pub use retention::Retention;
 pub use scheduler::Scheduler;

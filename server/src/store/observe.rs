@@ -192,6 +192,14 @@ pub trait Observe: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<QueueStatsRecord>>;
 
+    /// One step of the fold of finished tasks into their counts (`finished_counts`,
+    /// see docs/store.md): the tasks finished after the watermark and at or before
+    /// `up_to` are added to their counts and the watermark moves past them, in one
+    /// transaction, safe beside other replicas' folds. A step stops early where an
+    /// index range it reads reaches `limit` tasks; true when the watermark reached
+    /// `up_to`.
+    async fn finished_fold(&self, up_to: DateTime<Utc>, limit: u32) -> StoreResult<bool>;
+
     /// Attempts that finished in `[since, until)`, counted per queue, bucket and
     /// outcome (succeeded or not).
     async fn attempt_histogram(

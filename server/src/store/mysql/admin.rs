@@ -57,6 +57,7 @@ impl Admin for MysqlStore {
             if !matches!(state, StoredState::Dead | StoredState::Cancelled) {
                 return Ok(Changed::WrongState(state));
             }
+            shift_finished(j, &[row.seq], -1).await?;
             // Routing: an admin requeue frees a reserved retry.
             sqlx::query(sql::TASK_REQUEUE)
                 .bind(ms(now))
@@ -100,6 +101,7 @@ impl Admin for MysqlStore {
             let now = ms(p.now);
             let rows = dead_ids(j, &p.queue, Some(&p.error), None, p.limit).await?;
             let seqs: Vec<i64> = rows.iter().map(|r| r.0).collect();
+            shift_finished(j, &seqs, -1).await?;
             update_seqs(j, sql::TASK_REQUEUE_DEAD, now, &seqs).await?;
             for (_, id, attempt) in &rows {
                 j.push(simple(
@@ -130,7 +132,10 @@ impl Admin for MysqlStore {
             )
             .await?;
             let seqs: Vec<i64> = rows.iter().map(|r| r.0).collect();
+            // Dead -> cancelled: out of one finished count, into another.
+            shift_finished(j, &seqs, -1).await?;
             update_seqs(j, sql::TASK_CANCEL_DEAD, now, &seqs).await?;
+            shift_finished(j, &seqs, 1).await?;
             for (_, id, attempt) in &rows {
                 j.push(simple(
                     id,
@@ -184,6 +189,7 @@ impl Admin for MysqlStore {
                 let Some((seq, queue, attempt)) = row else {
                     continue;
                 };
+                shift_finished(j, &[seq], -1).await?;
                 sqlx::query(sql::TASK_REQUEUE_MANY)
                     .bind(ms(*run_at))
                     .bind(now)
@@ -230,6 +236,8 @@ async fn purge_finished(
     if rows.is_empty() {
         return Ok(0);
     }
+    let seqs: Vec<i64> = rows.iter().map(|r| r.0).collect();
+    shift_finished(j, &seqs, -1).await?;
     for (head, key) in [
         (sql::TASK_PURGE_FINISHED_TASKS_HEAD, true),
         (sql::TASK_PURGE_FINISHED_ATTEMPTS_HEAD, false),
@@ -274,6 +282,32 @@ async fn dead_ids(
         .push_bind(i64::from(limit))
         .push(" FOR UPDATE SKIP LOCKED");
     Ok(qb.build_query_as().fetch_all(j.conn()).await?)
+}
+
+/// Adds `by` (-1 before a change takes them out, 1 after one puts them in) to
+/// the finished counts of the tasks of `seqs` that are in a finished state and
+/// were folded into their counts (finished at or before the watermark); the
+/// watermark stays locked in share mode to the commit, so a fold waits.
+async fn shift_finished(j: &mut Job, seqs: &[i64], by: i64) -> StoreResult<()> {
+    if seqs.is_empty() {
+        return Ok(());
+    }
+    let w: i64 = sqlx::query_scalar(sql::FINISHED_SHARE)
+        .fetch_one(j.conn())
+        .await?;
+    // Dynamic: one placeholder per task.
+    let text = format!(
+        "{}{}{}",
+        sql::FINISHED_SHIFT_HEAD,
+        marks(seqs.len()),
+        sql::FINISHED_SHIFT_TAIL
+    );
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(text)).bind(by).bind(w);
+    for s in seqs {
+        q = q.bind(*s);
+    }
+    q.execute(j.conn()).await?;
+    Ok(())
 }
 
 /// Runs `head` (which binds `now` twice or once, then takes the seqs) over `seqs`.

@@ -22,6 +22,9 @@ impl Observe for MysqlStore {
         let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::QUEUE_STATS_FINISHED);
         push_queues(&mut qb, queues);
         qb.push(" ");
+        qb.push(sql::QUEUE_STATS_FINISHED_RECENT);
+        push_queues(&mut qb, queues);
+        qb.push(" ");
         qb.push(sql::QUEUE_STATS_LEASED);
         push_queues(&mut qb, queues);
         qb.push(" ");
@@ -47,6 +50,34 @@ impl Observe for MysqlStore {
         qb.push(" GROUP BY t.queue, a.outcome");
         let recent: Vec<(String, String, i64)> = qb.build_query_as().fetch_all(&self.pool).await?;
         Ok(fold_stats(counts, recent))
+    }
+
+    async fn finished_fold(&self, up_to: DateTime<Utc>, limit: u32) -> StoreResult<bool> {
+        let up_to = ms(up_to);
+        let skip = i64::from(limit.max(1)) - 1;
+        job!(self, |j| {
+            let w: i64 = sqlx::query_scalar(sql::FINISHED_FOLD_LOCK)
+                .fetch_one(j.conn())
+                .await?;
+            if w >= up_to {
+                return Ok(true);
+            }
+            let mut q = sqlx::query_scalar::<_, Option<i64>>(sql::FINISHED_FOLD_BOUND);
+            for _ in 0..3 {
+                q = q.bind(w).bind(up_to).bind(skip);
+            }
+            let to = q.fetch_one(j.conn()).await?.map_or(up_to, |b| b.min(up_to));
+            sqlx::query(sql::FINISHED_FOLD_ADD)
+                .bind(w)
+                .bind(to)
+                .execute(j.conn())
+                .await?;
+            sqlx::query(sql::FINISHED_FOLD_MARK)
+                .bind(to)
+                .execute(j.conn())
+                .await?;
+            Ok(to == up_to)
+        })
     }
 
     async fn attempt_histogram(

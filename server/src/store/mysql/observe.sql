@@ -1,21 +1,31 @@
--- name: queue_stats_finished
+-- piece: queue_stats_finished
 -- own: MySQL takes no array parameter, so queue_stats is joined at run time from these parts, each with its queue list
 -- The counts by queue and state: this part, then (each followed by
--- ` AND queue IN (...)` when queues are named) queue_stats_leased,
--- queue_stats_pending_head, now, queue_stats_pending, and
--- ` GROUP BY queue, state, later`.
--- Each part reads one index and no row (as the other stores' counts do): finished
--- and blocked rows through tasks_queue_state, whose order is the grouping's (no
--- temporary table, no sort), leased rows through tasks_lease and pending rows
--- through tasks_lease too, which holds run_at. Left to choose, the optimizer takes
--- tasks_lease for the first part (a range on state, then a sort of every row) and
--- tasks_lease_expiry for the pending part (a read of each pending row for run_at).
-SELECT queue, state, FALSE AS later, COUNT(*), CAST(0 AS SIGNED)
-FROM tasks FORCE INDEX (tasks_queue_state) WHERE state NOT IN ('pending', 'leased')
+-- ` AND queue IN (...)` when queues are named) queue_stats_finished_recent,
+-- queue_stats_leased, queue_stats_pending_head, now, queue_stats_pending, and
+-- ` GROUP BY queue, state, later`. One statement, so the finished counts and
+-- the watermark are of one snapshot.
+-- The finished counts are read in proportion to the tasks finished lately, not
+-- to the table (migration 0008): the counts folded into finished_counts, then
+-- the tasks finished after the watermark, through tasks_finished (state,
+-- finished_at); finished_fold joins as a constant table (its primary key), so
+-- the watermark bounds the range. Leased rows are read through tasks_lease and
+-- pending rows through tasks_lease too, which holds run_at (left to choose, the
+-- optimizer takes tasks_lease_expiry for the pending part: a read of each
+-- pending row for run_at).
+SELECT queue, state, FALSE AS later, CAST(SUM(n) AS SIGNED), CAST(0 AS SIGNED) FROM (
+SELECT queue, state, n FROM finished_counts WHERE n <> 0
+
+-- piece: queue_stats_finished_recent
+-- own: MySQL takes no array parameter, so queue_stats is joined at run time from these parts, each with its queue list
+UNION ALL SELECT t.queue, t.state, COUNT(*) FROM finished_fold w
+JOIN tasks t FORCE INDEX (tasks_finished) ON t.finished_at > w.watermark
+WHERE w.id = 1 AND t.state IN ('succeeded', 'dead', 'cancelled')
 
 -- piece: queue_stats_leased
 -- own: MySQL takes no array parameter, so queue_stats is joined at run time from these parts, each with its queue list
-GROUP BY queue, state UNION ALL SELECT queue, 'leased', FALSE, COUNT(*),
+GROUP BY t.queue, t.state) f GROUP BY queue, state HAVING SUM(n) > 0
+UNION ALL SELECT queue, 'leased', FALSE, COUNT(*),
 CAST(0 AS SIGNED) FROM tasks WHERE state = 'leased'
 
 -- piece: queue_stats_pending_head
@@ -47,3 +57,55 @@ SELECT t.queue, a.finished_at - a.leased_at FROM task_attempts a
 JOIN tasks t ON t.id = a.task_id
 WHERE a.finished_at >= ? AND a.outcome = 'succeeded'
 ORDER BY a.finished_at DESC LIMIT ?
+
+-- name: finished_fold_lock
+-- The watermark of the finished counts, locked against other replicas' folds
+-- and the changes that take tasks out of their counts (finished_share).
+SELECT watermark FROM finished_fold WHERE id = 1 FOR UPDATE
+
+-- name: finished_fold_bound
+-- Where a fold of bounded size ends: the earliest, over the finished states,
+-- of the finish time of the (offset + 1)-th task of the state finished after
+-- the watermark and at or before the end (binds watermark, end, offset per
+-- state), each a range of tasks_finished (state, finished_at).
+SELECT MIN(f) FROM (
+(SELECT finished_at AS f FROM tasks FORCE INDEX (tasks_finished) WHERE state = 'succeeded'
+  AND finished_at > ? AND finished_at <= ? ORDER BY finished_at LIMIT 1 OFFSET ?)
+UNION ALL
+(SELECT finished_at FROM tasks FORCE INDEX (tasks_finished) WHERE state = 'dead'
+  AND finished_at > ? AND finished_at <= ? ORDER BY finished_at LIMIT 1 OFFSET ?)
+UNION ALL
+(SELECT finished_at FROM tasks FORCE INDEX (tasks_finished) WHERE state = 'cancelled'
+  AND finished_at > ? AND finished_at <= ? ORDER BY finished_at LIMIT 1 OFFSET ?)) b
+
+-- name: finished_fold_add
+-- The tasks finished after the watermark and at or before the end, added to
+-- their counts (a consistent read: READ COMMITTED locks no task).
+INSERT INTO finished_counts (queue, state, n)
+SELECT queue, state, COUNT(*) FROM tasks FORCE INDEX (tasks_finished)
+WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at > ? AND finished_at <= ?
+GROUP BY queue, state
+ON DUPLICATE KEY UPDATE n = n + VALUES(n)
+
+-- name: finished_fold_mark
+UPDATE finished_fold SET watermark = ? WHERE id = 1
+
+-- name: finished_share
+-- own: MySQL runs no trigger (it needs SUPER where binary logging is on), so the changes that take a task out of a finished state adjust its count themselves
+-- The watermark, in share mode: a change that takes tasks out of their
+-- finished counts holds it to its commit, so no fold runs between its read and
+-- its adjustment.
+SELECT watermark FROM finished_fold WHERE id = 1 LOCK IN SHARE MODE
+
+-- piece: finished_shift_head
+-- own: MySQL runs no trigger (it needs SUPER where binary logging is on), so the changes that take a task out of a finished state adjust its count themselves
+-- Adds (the sign bound first) the tasks of a list of seqs that are in a
+-- finished state and finished at or before the watermark (bound next) to their
+-- counts: followed by one placeholder per seq, then finished_shift_tail.
+INSERT INTO finished_counts (queue, state, n)
+SELECT queue, state, COUNT(*) * ? FROM tasks
+WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at <= ? AND seq IN (
+
+-- piece: finished_shift_tail
+-- own: MySQL runs no trigger (it needs SUPER where binary logging is on), so the changes that take a task out of a finished state adjust its count themselves
+) GROUP BY queue, state ON DUPLICATE KEY UPDATE n = n + VALUES(n)

@@ -16,17 +16,12 @@ impl Observe for PostgresStore {
         let counts: Vec<(String, String, bool, i64, i64)> = if all {
             sqlx::query_as(sql::QUEUE_STATS)
                 .bind(now)
-                .bind(now)
                 .fetch_all(&self.pool)
                 .await?
         } else {
             sqlx::query_as(sql::QUEUE_STATS_QUEUES)
                 .bind(queues)
-                .bind(queues)
                 .bind(now)
-                .bind(queues)
-                .bind(now)
-                .bind(queues)
                 .fetch_all(&self.pool)
                 .await?
         };
@@ -37,6 +32,39 @@ impl Observe for PostgresStore {
             .fetch_all(&self.pool)
             .await?;
         Ok(super::row::fold_stats(counts, recent))
+    }
+
+    async fn finished_fold(&self, up_to: DateTime<Utc>, limit: u32) -> StoreResult<bool> {
+        let up_to = ms(up_to);
+        let skip = i64::from(limit.max(1)) - 1;
+        // READ COMMITTED (the pool's): each statement after the lock sees every
+        // change that held the watermark in share mode before it.
+        let mut tx = self.pool.begin().await?;
+        let w: i64 = sqlx::query_scalar(sql::FINISHED_FOLD_LOCK)
+            .fetch_one(&mut *tx)
+            .await?;
+        if w >= up_to {
+            tx.commit().await?;
+            return Ok(true);
+        }
+        let bound: Option<i64> = sqlx::query_scalar(sql::FINISHED_FOLD_BOUND)
+            .bind(w)
+            .bind(up_to)
+            .bind(skip)
+            .fetch_one(&mut *tx)
+            .await?;
+        let to = bound.map_or(up_to, |b| b.min(up_to));
+        sqlx::query(sql::FINISHED_FOLD_ADD)
+            .bind(w)
+            .bind(to)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(sql::FINISHED_FOLD_MARK)
+            .bind(to)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(to == up_to)
     }
 
     async fn attempt_histogram(

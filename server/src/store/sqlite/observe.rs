@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use rusqlite::{OptionalExtension, params};
 
 use super::super::observe::bucket_row;
 use super::super::row::{duration_ms, ms};
@@ -26,17 +27,19 @@ impl Observe for SqliteStore {
             )
         };
         let sql = format!(
-            "{} {within} GROUP BY queue, state UNION ALL {} {within} GROUP BY queue \
+            "{} {within} {} {within} GROUP BY queue, state) GROUP BY queue, state \
+             HAVING SUM(n) > 0 UNION ALL {} {within} GROUP BY queue \
              UNION ALL {} {within} GROUP BY queue, later \
              UNION ALL {} {within} GROUP BY queue, later",
             sql::QUEUE_STATS_FINISHED,
+            sql::QUEUE_STATS_FINISHED_RECENT,
             sql::QUEUE_STATS_LEASED,
             sql::QUEUE_STATS_READY,
             sql::QUEUE_STATS_WAITING,
         );
         let mut q = sqlx::query_as::<_, (String, String, bool, i64, i64)>(sqlx::AssertSqlSafe(sql));
-        for part in 0..4 {
-            if part >= 2 {
+        for part in 0..5 {
+            if part >= 3 {
                 q = q.bind(now);
             }
             for queue in queues {
@@ -57,6 +60,30 @@ impl Observe for SqliteStore {
         }
         let recent = q.fetch_all(&self.reader).await?;
         Ok(super::super::row::fold_stats(counts, recent))
+    }
+
+    async fn finished_fold(&self, up_to: DateTime<Utc>, limit: u32) -> StoreResult<bool> {
+        let up_to = ms(up_to);
+        let skip = i64::from(limit.max(1)) - 1;
+        self.write(move |c| {
+            let w: i64 = c
+                .prepare_cached(sql::FINISHED_FOLD_LOCK)?
+                .query_row([], |r| r.get(0))?;
+            if w >= up_to {
+                return Ok(true);
+            }
+            let bound: Option<i64> = c
+                .prepare_cached(sql::FINISHED_FOLD_BOUND)?
+                .query_row(params![w, up_to, skip], |r| r.get(0))
+                .optional()?;
+            let to = bound.map_or(up_to, |b| b.min(up_to));
+            c.prepare_cached(sql::FINISHED_FOLD_ADD)?
+                .execute(params![w, to])?;
+            c.prepare_cached(sql::FINISHED_FOLD_MARK)?
+                .execute(params![to])?;
+            Ok(to == up_to)
+        })
+        .await
     }
 
     async fn attempt_histogram(
