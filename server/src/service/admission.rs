@@ -310,6 +310,7 @@ pub fn apply_mask(
             "max_pending" => c.max_pending = p.max_pending,
             "max_pending_bytes" => c.max_pending_bytes = p.max_pending_bytes,
             "bucket" => c.bucket = p.bucket.clone(),
+            "payload_schema" => c.payload_schema = p.payload_schema.clone(),
             other => {
                 return Err(Invalid::new(
                     "update_mask",

@@ -188,6 +188,8 @@ impl Broker {
         validate::queue_name(&f("queue"), &t.queue)?;
         let max_payload = self.settings.max_payload_for(&t.queue);
         validate::size(&f("payload"), t.payload.len(), max_payload)?;
+        self.settings
+            .check_payload(&f("payload"), &t.queue, &t.payload)?;
         if let Some(key) = &t.key {
             validate::identifier(&f("key"), key, MAX_KEY_LEN)?;
         }
