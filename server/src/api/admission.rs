@@ -247,8 +247,8 @@ fn config_from_pb(c: pb::QueueConfig, paths: &[String]) -> Result<QueueConfig, I
         } else {
             None
         },
+        // Checked by the service (`update_queue`), for the console's edits too.
         payload_schema: if named("payload_schema") && !c.payload_schema.is_empty() {
-            crate::service::validate_schema(&c.payload_schema)?;
             Some(c.payload_schema)
         } else {
             None

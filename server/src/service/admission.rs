@@ -429,6 +429,12 @@ impl Broker {
         paths: &[String],
     ) -> Result<QueueView, ServiceError> {
         validate::queue_name("name", name)?;
+        // Checked once, here, for every caller (gRPC and the console).
+        if paths.iter().any(|p| p == "payload_schema")
+            && let Some(schema) = &patch.payload_schema
+        {
+            super::validate_schema(schema)?;
+        }
         for _ in 0..UPDATE_ATTEMPTS {
             let current = self
                 .store
