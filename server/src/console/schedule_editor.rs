@@ -95,8 +95,11 @@ fn fill_payload(console: &Console, f: &mut ScheduleForm) -> Result<(), String> {
 fn template_fields(console: &Console, t: &TemplateForm) -> Markup {
     let fields = schema_fields(console, &t.queue);
     html! {
-        label for="s-queue" { "Queue (then Preview shows the inputs of its payload schema, if it has one)" }
+        label for="s-queue" { "Queue" }
         input #s-queue name="queue" required value=(t.queue);
+        @if fields.is_none() {
+            p.small.muted { "A queue with a payload schema: Preview shows one input per property." }
+        }
         @match &fields {
             Some(fields) => (payload_fields::render(fields, &t.payload)),
             None => {
