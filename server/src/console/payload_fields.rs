@@ -146,10 +146,10 @@ pub fn build(fields: &[Field], form: &BTreeMap<String, String>) -> Result<String
                 "false" => Value::Bool(false),
                 _ => return Err(bad("true or false")),
             },
-            Kind::Enum(options) => options
-                .iter()
-                .find(|o| o.to_string() == t)
-                .cloned()
+            // A choice's value is its JSON text (`"gold"`, `3`).
+            Kind::Enum(options) => serde_json::from_str::<Value>(t)
+                .ok()
+                .filter(|v| options.contains(v))
                 .ok_or_else(|| bad("one of the choices"))?,
         };
         out.insert(f.name.clone(), v);

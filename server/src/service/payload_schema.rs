@@ -15,7 +15,10 @@ use crate::domain::validate::{self, Invalid};
 /// text changed gets its entry replaced; one that dropped its schema keeps
 /// the entry until it sets one again (at most one per queue).
 #[derive(Clone, Default)]
-pub struct SchemaCache(Arc<Mutex<HashMap<String, (String, Arc<Validator>)>>>);
+pub struct SchemaCache(Arc<Mutex<HashMap<String, Compiled>>>);
+
+/// A schema's text and its compiled form.
+type Compiled = (String, Arc<Validator>);
 
 impl std::fmt::Debug for SchemaCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
