@@ -113,6 +113,14 @@ impl QueueUpdate {
         self.set("retention", |c| c.retention = d.map(to_proto_duration))
     }
 
+    /// A JSON Schema document (its text) every payload submitted to the
+    /// queue must match; `None` = none (payloads are opaque bytes).
+    pub fn payload_schema(self, schema: Option<String>) -> Self {
+        self.set("payload_schema", |c| {
+            c.payload_schema = schema.unwrap_or_default()
+        })
+    }
+
     /// Whether any field is set.
     pub fn is_empty(&self) -> bool {
         self.paths.is_empty()

@@ -56,6 +56,7 @@ fn task(queue: &str, n: usize) -> NewTask {
         metadata: BTreeMap::new(),
         routing: Default::default(),
         concurrency_key: None,
+        checkpoint: None,
     }
 }
 

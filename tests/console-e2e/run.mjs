@@ -367,6 +367,31 @@ async function main() {
     expect((await page.locator('#h-template + dl').textContent()).includes('report-{fire_time}'), 'the key template is kept');
   });
 
+  await test("a schedule's payload is filled in from its queue's payload schema", async () => {
+    const file = join(dir, 'order.schema.json');
+    writeFileSync(file, JSON.stringify({
+      type: 'object', required: ['amount'],
+      properties: { amount: { type: 'integer' }, currency: { enum: ['EUR', 'USD'] }, rush: { type: 'boolean' } },
+    }));
+    execFileSync(bin, ['queue', 'update', 'orders', '--payload-schema', file, '--addr', a.grpc], { encoding: 'utf8' });
+    await page.goto(`${a.base}/queues/orders`);
+    expect((await page.locator('#payload-schema summary').textContent()).includes('bytes'), 'the queue page shows the schema');
+    await page.goto(`${a.base}/schedules/new`);
+    await page.getByLabel(/^Schedule id/).fill('orders-hourly');
+    await page.getByLabel(/^Cron line/).fill('0 * * * *');
+    await page.getByLabel('Queue', { exact: true }).fill('orders');
+    await page.getByRole('button', { name: 'Preview' }).click();
+    await page.getByLabel(/^amount \*/).fill('1250');
+    await page.getByLabel(/^currency/).selectOption({ label: 'EUR' });
+    expect(await page.locator('textarea[name="payload"]').count() === 0, 'no raw payload textarea');
+    await page.screenshot({ path: join(shots, 'console-schedule-payload-fields.png'), fullPage: true });
+    await page.getByRole('button', { name: 'Create the schedule' }).click();
+    await page.waitForURL(/\/schedules\/orders-hourly\?done=create$/);
+    const task = await page.locator('#h-template + dl').textContent();
+    // {"amount":1250,"currency":"EUR"}
+    expect(task.includes('orders') && task.includes('32 bytes'), task);
+  });
+
   await test('an invalid spec shows one line naming the field and creates nothing', async () => {
     await page.goto(`${a.base}/schedules/new`);
     await page.getByLabel(/^Schedule id/).fill('broken');

@@ -1,5 +1,5 @@
-//! `taskbroker queue list|get|pause|resume|set` and `taskbroker explain ID`
-//! (admission).
+//! `taskbroker queue list|get|pause|resume|set|schema` and `taskbroker
+//! explain ID` (admission).
 
 use std::time::Duration;
 
@@ -22,7 +22,11 @@ pub enum QueueCommand {
     /// Let a paused queue lease again (waiting workers are woken).
     Resume(PlainNameArgs),
     /// Change the settings given as flags; 0 sets a limit back to "none".
+    #[command(alias = "update")]
     Set(SetArgs),
+    /// Print a queue's payload schema (a JSON Schema document), for code
+    /// generators; fails when the queue has none.
+    Schema(PlainNameArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -99,6 +103,12 @@ pub struct SetArgs {
     /// Keep finished tasks this long (0s: keep them for good).
     #[arg(long, value_parser = parse::duration)]
     pub retention: Option<Duration>,
+    /// A file holding the JSON Schema every payload must match ("-": stdin).
+    #[arg(long, value_name = "FILE", conflicts_with = "clear_payload_schema")]
+    pub payload_schema: Option<std::path::PathBuf>,
+    /// Drop the queue's payload schema (payloads become opaque bytes again).
+    #[arg(long)]
+    pub clear_payload_schema: bool,
     /// Print JSON instead of a readable block.
     #[arg(long)]
     pub json: bool,
@@ -118,8 +128,27 @@ fn nonzero(d: Duration) -> Option<Duration> {
     (!d.is_zero()).then_some(d)
 }
 
-fn update(a: &SetArgs) -> QueueUpdate {
+/// The text of a `--payload-schema` file ("-": standard input).
+fn read_schema(path: &std::path::Path) -> Result<String, CliError> {
+    let text = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(path)
+    };
+    text.map_err(|source| CliError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn update(a: &SetArgs) -> Result<QueueUpdate, CliError> {
     let mut u = QueueUpdate::new(&a.name);
+    if let Some(path) = &a.payload_schema {
+        u = u.payload_schema(Some(read_schema(path)?));
+    }
+    if a.clear_payload_schema {
+        u = u.payload_schema(None);
+    }
     let rate = |r: f64| (r > 0.0).then_some(r);
     if let Some(n) = a.max_concurrent {
         u = u.max_concurrent(n);
@@ -160,7 +189,7 @@ fn update(a: &SetArgs) -> QueueUpdate {
     if let Some(d) = a.retention {
         u = u.retention(Some(d));
     }
-    u
+    Ok(u)
 }
 
 pub async fn run(cmd: QueueCommand) -> Result<String, CliError> {
@@ -190,7 +219,7 @@ pub async fn run(cmd: QueueCommand) -> Result<String, CliError> {
             format!("resumed {}\n", a.name)
         }
         QueueCommand::Set(a) => {
-            let u = update(&a);
+            let u = update(&a)?;
             if u.is_empty() {
                 return Err(CliError::Usage(
                     "name at least one setting to change (see --help)".into(),
@@ -198,6 +227,21 @@ pub async fn run(cmd: QueueCommand) -> Result<String, CliError> {
             }
             let q = connect(&a.connection).await?.update_queue(u).await?;
             show(&q, a.json)
+        }
+        QueueCommand::Schema(a) => {
+            let q = connect(&a.connection).await?.get_queue(&a.name).await?;
+            let schema = q.config.unwrap_or_default().payload_schema;
+            if schema.is_empty() {
+                return Err(CliError::Usage(format!(
+                    "queue {} has no payload schema",
+                    a.name
+                )));
+            }
+            if schema.ends_with('\n') {
+                schema
+            } else {
+                schema + "\n"
+            }
         }
     })
 }
@@ -279,6 +323,7 @@ fn queue_detail(q: &pb::Queue) -> String {
         ),
         ("max_payload_bytes", c.max_payload_bytes.to_string()),
         ("retention", dur(&c.retention)),
+        ("payload_schema", schema_line(&c.payload_schema)),
         ("updated", {
             let t = time(&q.update_time);
             if t.is_empty() {
@@ -289,6 +334,15 @@ fn queue_detail(q: &pb::Queue) -> String {
         }),
     ];
     lines.iter().map(|(k, v)| format!("{k:<24}{v}\n")).collect()
+}
+
+/// The schema in one line of `queue get`: its size (`queue schema` prints it).
+fn schema_line(schema: &str) -> String {
+    if schema.is_empty() {
+        "-".into()
+    } else {
+        format!("{} bytes (taskbroker queue schema prints it)", schema.len())
+    }
 }
 
 fn queue_json(q: &pb::Queue) -> Value {
@@ -316,6 +370,10 @@ fn queue_json(q: &pb::Queue) -> Value {
         "max_lease_seconds": secs(&c.max_lease),
         "max_payload_bytes": c.max_payload_bytes,
         "retention_seconds": secs(&c.retention),
+        "payload_schema": (!c.payload_schema.is_empty()).then(|| {
+            serde_json::from_str::<Value>(&c.payload_schema)
+                .unwrap_or_else(|_| Value::String(c.payload_schema.clone()))
+        }),
         "update_time": render::time_json(&q.update_time),
     })
 }

@@ -345,7 +345,15 @@ type QueueConfig struct {
 	// The limit bucket (see LimitBucket) of this queue's tasks that name none
 	// themselves (TaskSpec.bucket wins); empty means none.
 	// [A-Za-z0-9._:-]{0,128}.
-	Bucket        string `protobuf:"bytes,17,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Bucket string `protobuf:"bytes,17,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	// A JSON Schema document (draft 2020-12 unless its `$schema` names another)
+	// that every payload submitted to the queue must match: Submit, SubmitBatch
+	// and schedule fires refuse a payload that is not JSON or does not match it
+	// (INVALID_ARGUMENT naming the task and the first error's JSON path). Empty
+	// means none (payloads are opaque bytes). At most 65536 bytes; remote
+	// `$ref`s are never fetched (a schema that needs one is refused). Changing
+	// it never touches tasks already stored.
+	PayloadSchema string `protobuf:"bytes,18,opt,name=payload_schema,json=payloadSchema,proto3" json:"payload_schema,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -495,6 +503,13 @@ func (x *QueueConfig) GetMaxPendingBytes() uint64 {
 func (x *QueueConfig) GetBucket() string {
 	if x != nil {
 		return x.Bucket
+	}
+	return ""
+}
+
+func (x *QueueConfig) GetPayloadSchema() string {
+	if x != nil {
+		return x.PayloadSchema
 	}
 	return ""
 }
@@ -1915,7 +1930,7 @@ const file_taskbroker_v1_queue_proto_rawDesc = "" +
 	"\tRateLimit\x12\x1d\n" +
 	"\n" +
 	"per_second\x18\x01 \x01(\x01R\tperSecond\x12\x14\n" +
-	"\x05burst\x18\x02 \x01(\rR\x05burst\"\xe6\x06\n" +
+	"\x05burst\x18\x02 \x01(\rR\x05burst\"\x8d\a\n" +
 	"\vQueueConfig\x12\x16\n" +
 	"\x06paused\x18\x01 \x01(\bR\x06paused\x12%\n" +
 	"\x0emax_concurrent\x18\x02 \x01(\rR\rmaxConcurrent\x127\n" +
@@ -1936,7 +1951,8 @@ const file_taskbroker_v1_queue_proto_rawDesc = "" +
 	"\vmax_pending\x18\x0f \x01(\x04R\n" +
 	"maxPending\x12*\n" +
 	"\x11max_pending_bytes\x18\x10 \x01(\x04R\x0fmaxPendingBytes\x12\x16\n" +
-	"\x06bucket\x18\x11 \x01(\tR\x06bucket\"\x8c\x01\n" +
+	"\x06bucket\x18\x11 \x01(\tR\x06bucket\x12%\n" +
+	"\x0epayload_schema\x18\x12 \x01(\tR\rpayloadSchema\"\x8c\x01\n" +
 	"\x05Queue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x06config\x18\x02 \x01(\v2\x1a.taskbroker.v1.QueueConfigR\x06config\x12;\n" +

@@ -331,7 +331,10 @@ func (*ScheduleSpec_OnceAt) isScheduleSpec_Kind() {}
 type TaskTemplate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required, [A-Za-z0-9._:-]{1,128}.
-	Queue    string       `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Checked against the queue's QueueConfig.payload_schema, when it has one,
+	// by CreateSchedule and UpdateSchedule; a fire time whose payload no longer
+	// matches (the schema changed since) makes no task.
 	Payload  []byte       `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
 	Priority int32        `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
 	Retry    *RetryPolicy `protobuf:"bytes,4,opt,name=retry,proto3" json:"retry,omitempty"`

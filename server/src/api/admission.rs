@@ -146,6 +146,7 @@ fn queue_to_pb(q: QueueView) -> pb::Queue {
             max_pending: c.max_pending,
             max_pending_bytes: c.max_pending_bytes,
             bucket: c.bucket.clone().unwrap_or_default(),
+            payload_schema: c.payload_schema.clone().unwrap_or_default(),
         }),
         update_time: l.updated_at.map(to_timestamp),
     }
@@ -243,6 +244,12 @@ fn config_from_pb(c: pb::QueueConfig, paths: &[String]) -> Result<QueueConfig, I
         bucket: if named("bucket") && !c.bucket.is_empty() {
             crate::domain::bucket::bucket_name("config.bucket", &c.bucket)?;
             Some(c.bucket)
+        } else {
+            None
+        },
+        // Checked by the service (`update_queue`), for the console's edits too.
+        payload_schema: if named("payload_schema") && !c.payload_schema.is_empty() {
+            Some(c.payload_schema)
         } else {
             None
         },

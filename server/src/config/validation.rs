@@ -240,6 +240,7 @@ impl Config {
             live: Default::default(),
             sync_match_postgres: self.sync_match_postgres,
             limit_queues: Default::default(),
+            schemas: Default::default(),
         };
         app.metrics_listen = metrics_listen;
         app.metrics_depth_max_age = self.metrics_depth_max_age;

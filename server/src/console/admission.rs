@@ -245,6 +245,13 @@ pub fn queue_page(
                     (duration(s.min_lease)) " – " (duration(s.max_lease)) }
                 dt { "Max payload" } dd { (count(s.max_payload_bytes as u64)) " B" }
                 dt { "Keep finished" } dd { (keep(s.retention)) }
+                dt { "Payload schema" } dd { @match &c.payload_schema {
+                    None => span.muted { "none: payloads are opaque bytes" },
+                    Some(text) => details #payload-schema {
+                        summary { (count(text.len() as u64)) " bytes (every submitted payload must match it)" }
+                        pre { code { (text) } }
+                    },
+                } }
                 dt { "Changed (UTC)" } dd { @match q.live.updated_at {
                     Some(t) => { (layout::time(t)) " (version " (q.live.version) ")" },
                     None => span.muted { "never: the configuration's settings" },
@@ -280,6 +287,8 @@ pub fn queue_page(
                 input #q-per-worker name="max_leases_per_worker" inputmode="numeric" value=(form.max_leases_per_worker);
                 label for="q-attempts" { "Max attempts (blank: the broker's default)" }
                 input #q-attempts name="max_attempts" inputmode="numeric" value=(form.max_attempts);
+                label for="q-payload-schema" { "Payload schema (a JSON Schema document every submitted payload must match; blank: none; tasks already stored are not checked)" }
+                textarea #q-payload-schema name="payload_schema" rows="6" spellcheck="false" { (form.payload_schema) }
                 div.buttons {
                     button type="submit" { "Save the limits" }
                     a href=(base) { "Reset the form" }

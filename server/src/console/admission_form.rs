@@ -23,6 +23,8 @@ pub struct QueueForm {
     pub priority_aging: String,
     pub max_leases_per_worker: String,
     pub max_attempts: String,
+    /// The JSON Schema document payloads must match; blank: none.
+    pub payload_schema: String,
 }
 
 fn cap(n: u32) -> String {
@@ -92,6 +94,7 @@ impl QueueForm {
                 .max_attempts
                 .map(|n| n.to_string())
                 .unwrap_or_default(),
+            payload_schema: c.payload_schema.clone().unwrap_or_default(),
         }
     }
 
@@ -131,6 +134,12 @@ impl QueueForm {
             0 => None,
             n => Some(n),
         };
+        // A browser sends line ends as CRLF: the same text is no change.
+        let lines = |s: &str| s.replace("\r\n", "\n").trim().to_string();
+        let typed = lines(&self.payload_schema);
+        if typed != lines(current.payload_schema.as_deref().unwrap_or_default()) {
+            p.payload_schema = (!typed.is_empty()).then_some(typed);
+        }
         let c = current;
         let mut paths = Vec::new();
         let mut changed = |differs: bool, path: &str| {
@@ -158,6 +167,7 @@ impl QueueForm {
             p.retry.max_attempts != c.retry.max_attempts,
             "default_retry.max_attempts",
         );
+        changed(p.payload_schema != c.payload_schema, "payload_schema");
         Ok((p, paths))
     }
 }
@@ -210,6 +220,35 @@ mod tests {
         assert_eq!(p.per_key_rate_limit.unwrap().per_second, 0.5);
         assert_eq!(p.priority_aging_ms, Some(60_000));
         assert_eq!(p.retry.max_attempts, Some(7));
+    }
+
+    #[test]
+    fn a_payload_schema_is_set_kept_across_line_ends_and_cleared() {
+        let c = QueueConfig {
+            payload_schema: Some("{\n  \"type\": \"object\"\n}".into()),
+            ..QueueConfig::default()
+        };
+        let form = QueueForm::from_config(&c);
+        let crlf = QueueForm {
+            payload_schema: form.payload_schema.replace('\n', "\r\n"),
+            ..form.clone()
+        };
+        assert!(crlf.changes(&c).unwrap().1.is_empty());
+        let cleared = QueueForm {
+            payload_schema: "  ".into(),
+            ..form.clone()
+        };
+        let (p, paths) = cleared.changes(&c).unwrap();
+        assert_eq!(paths, ["payload_schema"]);
+        assert_eq!(p.payload_schema, None);
+        let set = QueueForm {
+            payload_schema: "true".into(),
+            ..form
+        };
+        assert_eq!(
+            set.changes(&c).unwrap().0.payload_schema.as_deref(),
+            Some("true")
+        );
     }
 
     #[test]

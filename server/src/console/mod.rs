@@ -44,6 +44,7 @@ mod dead;
 mod explain;
 mod layout;
 mod overview;
+mod payload_fields;
 mod schedule_actions;
 mod schedule_editor;
 mod schedule_form;

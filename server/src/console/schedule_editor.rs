@@ -18,6 +18,7 @@ use axum::{Extension, Form};
 use maud::{Markup, html};
 
 use super::layout::{self, csrf, time};
+use super::payload_fields;
 use super::schedule_form::{ScheduleForm, TemplateForm};
 use super::schedules::schedule_href;
 use super::{Console, PageError, Viewer};
@@ -72,14 +73,40 @@ fn choice(name: &str, id: &str, current: &str, options: &[(&str, &str)]) -> Mark
     }
 }
 
+/// The payload inputs of the queue's payload schema, when it allows them.
+fn schema_fields(console: &Console, queue: &str) -> Option<Vec<payload_fields::Field>> {
+    let live = console.broker.settings().queue(queue.trim())?;
+    payload_fields::fields_of(live.config.payload_schema.as_deref()?)
+}
+
+/// A form whose payload came from the schema's inputs gets the payload they make.
+fn fill_payload(console: &Console, f: &mut ScheduleForm) -> Result<(), String> {
+    if f.task.payload_fields != "1" {
+        return Ok(());
+    }
+    if let Some(fields) = schema_fields(console, &f.task.queue) {
+        f.task.payload = payload_fields::build(&fields, &f.task.extra)?;
+    }
+    Ok(())
+}
+
 /// The task template's inputs. A new TaskTemplate field is one more label and
 /// input here (and one field in `schedule_form::TemplateForm`).
-fn template_fields(t: &TemplateForm) -> Markup {
+fn template_fields(console: &Console, t: &TemplateForm) -> Markup {
+    let fields = schema_fields(console, &t.queue);
     html! {
         label for="s-queue" { "Queue" }
         input #s-queue name="queue" required value=(t.queue);
-        label for="s-payload" { "Payload (text, often JSON)" }
-        textarea #s-payload name="payload" rows="3" { (t.payload) }
+        @if fields.is_none() {
+            p.small.muted { "A queue with a payload schema: Preview shows one input per property." }
+        }
+        @match &fields {
+            Some(fields) => (payload_fields::render(fields, &t.payload)),
+            None => {
+                label for="s-payload" { "Payload (text, often JSON)" }
+                textarea #s-payload name="payload" rows="3" { (t.payload) }
+            }
+        }
         label for="s-priority" { "Priority (higher runs first)" }
         input #s-priority name="priority" inputmode="numeric" value=(t.priority);
         label for="s-attempts" { "Max attempts (blank: the queue's default)" }
@@ -201,7 +228,7 @@ fn form_page(
             }
             fieldset {
                 legend { "The task it makes" }
-                (template_fields(&f.task))
+                (template_fields(console, &f.task))
             }
             div.buttons {
                 button type="submit" { (button) }
@@ -250,8 +277,11 @@ pub async fn new_form(
 pub async fn create(
     State(console): State<Arc<Console>>,
     Extension(viewer): Extension<Viewer>,
-    Form(f): Form<ScheduleForm>,
+    Form(mut f): Form<ScheduleForm>,
 ) -> Result<Response, PageError> {
+    if let Err(e) = fill_payload(&console, &mut f) {
+        return Ok(refused(&console, &viewer, None, &f, &e));
+    }
     if !f.preview.is_empty() {
         return Ok(form_page(&console, &viewer, None, &f, None, Shown::Filled).into_response());
     }
@@ -321,6 +351,9 @@ pub async fn edit(
 ) -> Result<Response, PageError> {
     let s = console.broker.get_schedule(&Caller::default(), &id).await?;
     f.schedule_id = s.id.clone();
+    if let Err(e) = fill_payload(&console, &mut f) {
+        return Ok(refused(&console, &viewer, Some(&s), &f, &e));
+    }
     if !f.preview.is_empty() {
         return Ok(form_page(&console, &viewer, Some(&s), &f, None, Shown::Filled).into_response());
     }

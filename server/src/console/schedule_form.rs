@@ -40,6 +40,12 @@ pub struct TemplateForm {
     pub target_labels: String,
     /// `soft`, `hard` or blank (none).
     pub sticky: String,
+    /// "1" when the payload comes from the inputs of the queue's payload
+    /// schema (`payload_fields`), not from the payload textarea.
+    pub payload_fields: String,
+    /// The other inputs the browser sent (those of `payload_fields` among them).
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, String>,
 }
 
 /// The schedule's fields as text (what the browser sends back).
@@ -171,6 +177,8 @@ impl TemplateForm {
                 Err(_) => self.target_labels.clone(),
             },
             sticky: self.sticky.trim().into(),
+            payload_fields: String::new(),
+            extra: BTreeMap::new(),
         }
     }
 
@@ -193,6 +201,7 @@ impl TemplateForm {
             target_worker: t.target.worker_id.clone().unwrap_or_default(),
             target_labels: lines(&t.target.labels),
             sticky: t.sticky.map(|s| s.as_str().to_string()).unwrap_or_default(),
+            ..TemplateForm::default()
         }
     }
 

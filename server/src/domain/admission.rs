@@ -155,6 +155,9 @@ pub struct QueueConfig {
     pub max_pending_bytes: u64,
     /// The limit bucket of the queue's tasks that name none themselves.
     pub bucket: Option<String>,
+    /// The JSON Schema document payloads must match (see `payload_schema`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload_schema: Option<String>,
 }
 
 impl QueueConfig {

@@ -12,6 +12,8 @@ pub mod cron;
 pub mod explain;
 // The types of the Store trait, and lease order.
 pub mod model;
+// Payload schemas: JSON Schema documents that payloads must match.
+pub mod payload_schema;
 // Backpressure: the views of waiting tasks.
 pub mod pending;
 // What a leased task costs a Lease reply.

@@ -310,6 +310,7 @@ pub fn apply_mask(
             "max_pending" => c.max_pending = p.max_pending,
             "max_pending_bytes" => c.max_pending_bytes = p.max_pending_bytes,
             "bucket" => c.bucket = p.bucket.clone(),
+            "payload_schema" => c.payload_schema = p.payload_schema.clone(),
             other => {
                 return Err(Invalid::new(
                     "update_mask",
@@ -428,6 +429,12 @@ impl Broker {
         paths: &[String],
     ) -> Result<QueueView, ServiceError> {
         validate::queue_name("name", name)?;
+        // Checked once, here, for every caller (gRPC and the console).
+        if paths.iter().any(|p| p == "payload_schema")
+            && let Some(schema) = &patch.payload_schema
+        {
+            super::validate_schema(schema)?;
+        }
         for _ in 0..UPDATE_ATTEMPTS {
             let current = self
                 .store

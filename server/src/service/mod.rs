@@ -30,6 +30,7 @@ mod holders;
 mod lease;
 mod observe;
 // Backpressure on Submit.
+mod payload_schema;
 mod pending;
 mod settle;
 mod submit;
@@ -59,6 +60,7 @@ pub use heartbeat::CheckpointRequest;
 pub use holders::HeldBy;
 pub use lease::LeaseRequest;
 pub use observe::{Overview, QueueOverview, REQUEUE_BATCH, Throughput, percentile};
+pub use payload_schema::{SchemaCache, validate_schema};
 pub use schedule::{Caller, ScheduleInput, SchedulePage, SpecInput, TemplateInput};
 pub use schedule_fire::{FIRE_TIME_KEY, FireStep, RunPage, RunView, SCHEDULE_ID_KEY};
 pub use settle::{CompleteItem, CompleteOutcome, FailRequest};
@@ -92,6 +94,8 @@ pub struct Settings {
     pub flow: FlowSettings,
     /// Limit buckets and cooldowns: the queues they make gated.
     pub limit_queues: LiveLimits,
+    /// Payload schemas: each queue's compiled `payload_schema`.
+    pub schemas: SchemaCache,
 }
 
 /// Flow settings.
@@ -116,6 +120,7 @@ impl Default for Settings {
             sync_match_postgres: true,
             flow: FlowSettings::default(),
             limit_queues: LiveLimits::default(),
+            schemas: SchemaCache::default(),
         }
     }
 }

@@ -195,6 +195,8 @@ impl Broker {
             t.payload.len(),
             self.settings.max_payload_for(&t.queue),
         )?;
+        self.settings
+            .check_payload(&f("payload"), &t.queue, &t.payload)?;
         if t.metadata.len() > 64
             || t.metadata
                 .iter()

@@ -116,6 +116,27 @@ fn copies_of(mut first: NewTask, fanout: Option<Fanout>) -> Vec<NewTask> {
 }
 
 impl Broker {
+    /// Whether a schedule's template payload still matches its queue's
+    /// `payload_schema` (it did when the schedule was stored; the schema may
+    /// have changed since). Fire times of one that no longer does make no
+    /// task: they are dropped, and the log says why.
+    fn template_payload_ok(&self, s: &ScheduleRecord, fires: usize) -> bool {
+        let t = &s.template;
+        match self
+            .settings
+            .check_payload("schedule.task.payload", &t.queue, &t.payload)
+        {
+            Ok(()) => true,
+            Err(e) => {
+                if fires > 0 {
+                    tracing::warn!(schedule = %s.id, queue = %t.queue, error = %e,
+                        "fire times dropped: the template payload does not match the queue's payload_schema");
+                }
+                false
+            }
+        }
+    }
+
     fn wake_fired(&self, runs: &[FiredRun], routed: bool) {
         for r in runs.iter().filter(|r| r.inserted) {
             for _ in 0..r.copies {
@@ -151,21 +172,26 @@ impl Broker {
                 };
                 let p = cal::plan(&calendar, &rules_of(s), &cur, due.previous_unfinished, now);
                 let bucket = self.queue_bucket(&s.template.queue);
+                let payload_ok = self.template_payload_ok(s, p.fires.len());
                 f.runs = p
                     .fires
                     .iter()
+                    .filter(|_| payload_ok)
                     .map(|&t| NewRun {
                         fire_time: t,
                         tasks: scheduled_tasks(s, t, now, bucket.as_deref()),
                         triggered: false,
                     })
                     .collect();
-                f.cancel_task_id = s.last_task_id.clone().filter(|_| p.cancel_previous);
+                f.cancel_task_id = s
+                    .last_task_id
+                    .clone()
+                    .filter(|_| p.cancel_previous && payload_ok);
                 f.next_spec_at = p.next_spec_at;
                 f.buffered_at = p.buffered_at;
                 f.next_fire_at = p.next_fire_at;
                 f.state_reason = p.completed.map(str::to_string);
-                step.dropped = p.dropped;
+                step.dropped = p.dropped + if payload_ok { 0 } else { p.fires.len() as u64 };
             }
             Err(e) => {
                 // Stored before a zone or parser change made it invalid: stop it, say why.
@@ -195,6 +221,11 @@ impl Broker {
     ) -> Result<RunView, ServiceError> {
         for _ in 0..TRIGGER_ATTEMPTS {
             let mut s = self.get_schedule(caller, id).await?;
+            self.settings.check_payload(
+                "schedule.task.payload",
+                &s.template.queue,
+                &s.template.payload,
+            )?;
             let now = self.clock.now();
             let bucket = self.queue_bucket(&s.template.queue);
             let tasks = scheduled_tasks(&s, now, now, bucket.as_deref());

@@ -197,6 +197,8 @@ impl Broker {
             let max = self.settings.limits.max_checkpoint_bytes;
             validate::size(&f("checkpoint"), c.len(), max)?;
         }
+        self.settings
+            .check_payload(&f("payload"), &t.queue, &t.payload)?;
         if let Some(key) = &t.key {
             validate::identifier(&f("key"), key, MAX_KEY_LEN)?;
         }

@@ -222,6 +222,7 @@ class QueueConfig(_message.Message):
     MAX_PENDING_FIELD_NUMBER: _builtins.int
     MAX_PENDING_BYTES_FIELD_NUMBER: _builtins.int
     BUCKET_FIELD_NUMBER: _builtins.int
+    PAYLOAD_SCHEMA_FIELD_NUMBER: _builtins.int
     paused: _builtins.bool
     """No new leases while set; leases already held run on."""
     max_concurrent: _builtins.int
@@ -244,6 +245,15 @@ class QueueConfig(_message.Message):
     """The limit bucket (see LimitBucket) of this queue's tasks that name none
     themselves (TaskSpec.bucket wins); empty means none.
     [A-Za-z0-9._:-]{0,128}.
+    """
+    payload_schema: _builtins.str
+    """A JSON Schema document (draft 2020-12 unless its `$schema` names another)
+    that every payload submitted to the queue must match: Submit, SubmitBatch
+    and schedule fires refuse a payload that is not JSON or does not match it
+    (INVALID_ARGUMENT naming the task and the first error's JSON path). Empty
+    means none (payloads are opaque bytes). At most 65536 bytes; remote
+    `$ref`s are never fetched (a schema that needs one is refused). Changing
+    it never touches tasks already stored.
     """
     @_builtins.property
     def rate_limit(self) -> Global___RateLimit:
@@ -297,10 +307,11 @@ class QueueConfig(_message.Message):
         max_pending: _builtins.int = ...,
         max_pending_bytes: _builtins.int = ...,
         bucket: _builtins.str = ...,
+        payload_schema: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["default_lease", b"default_lease", "default_retry", b"default_retry", "max_lease", b"max_lease", "min_lease", b"min_lease", "per_key_rate_limit", b"per_key_rate_limit", "priority_aging", b"priority_aging", "rate_limit", b"rate_limit", "retention", b"retention"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "default_lease", b"default_lease", "default_retry", b"default_retry", "fairness", b"fairness", "max_concurrent", b"max_concurrent", "max_concurrent_per_key", b"max_concurrent_per_key", "max_lease", b"max_lease", "max_leases_per_worker", b"max_leases_per_worker", "max_payload_bytes", b"max_payload_bytes", "max_pending", b"max_pending", "max_pending_bytes", b"max_pending_bytes", "min_lease", b"min_lease", "paused", b"paused", "per_key_rate_limit", b"per_key_rate_limit", "priority_aging", b"priority_aging", "rate_limit", b"rate_limit", "retention", b"retention"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "default_lease", b"default_lease", "default_retry", b"default_retry", "fairness", b"fairness", "max_concurrent", b"max_concurrent", "max_concurrent_per_key", b"max_concurrent_per_key", "max_lease", b"max_lease", "max_leases_per_worker", b"max_leases_per_worker", "max_payload_bytes", b"max_payload_bytes", "max_pending", b"max_pending", "max_pending_bytes", b"max_pending_bytes", "min_lease", b"min_lease", "paused", b"paused", "payload_schema", b"payload_schema", "per_key_rate_limit", b"per_key_rate_limit", "priority_aging", b"priority_aging", "rate_limit", b"rate_limit", "retention", b"retention"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -208,6 +208,10 @@ class TaskTemplate(_message.Message):
     queue: _builtins.str
     """Required, [A-Za-z0-9._:-]{1,128}."""
     payload: _builtins.bytes
+    """Checked against the queue's QueueConfig.payload_schema, when it has one,
+    by CreateSchedule and UpdateSchedule; a fire time whose payload no longer
+    matches (the schema changed since) makes no task.
+    """
     priority: _builtins.int
     concurrency_key: _builtins.str
     """As TaskSpec.concurrency_key."""

@@ -96,6 +96,10 @@ export type TaskTemplate = Message<"taskbroker.v1.TaskTemplate"> & {
   queue: string;
 
   /**
+   * Checked against the queue's QueueConfig.payload_schema, when it has one,
+   * by CreateSchedule and UpdateSchedule; a fire time whose payload no longer
+   * matches (the schema changed since) makes no task.
+   *
    * @generated from field: bytes payload = 2;
    */
   payload: Uint8Array;
