@@ -66,6 +66,10 @@ use checkpoint::*;
 #[path = "store_conformance/exact_text.rs"]
 mod exact_text;
 use exact_text::*;
+// A lease's reply and a batch of completions, as written.
+#[path = "store_conformance/settle_batch.rs"]
+mod settle_batch;
+use settle_batch::*;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -1017,6 +1021,9 @@ all_backends!(
     keys_differing_only_in_spaces_are_different_tasks,
     a_lease_token_with_spaces_added_is_not_the_lease,
     a_task_for_a_worker_is_not_leased_by_that_id_with_a_space,
+    // A lease's reply and a batch of completions, as written.
+    a_leased_record_is_the_row_as_stored,
+    a_mixed_batch_settles_exactly_its_live_leases,
 );
 
 /// A lease over several queues locks the head of each; the rows it does not take

@@ -6,8 +6,9 @@
 //! `SELECT ... FOR UPDATE SKIP LOCKED` (the `tasks_lease` index is in that
 //! order, so only the rows returned are read and locked), merges and cuts them
 //! here (count, reply budget, one copy per distinct fan-out group), then leases
-//! them with one UPDATE by primary key and reads them back, all in the job's
-//! transaction: MySQL has no UPDATE ... RETURNING. Rows another replica holds
+//! them with one UPDATE by primary key, all in the job's transaction. MySQL has
+//! no UPDATE ... RETURNING: the candidates are read whole, and the reply is
+//! those rows with the columns the UPDATE sets set the same way here. Rows another replica holds
 //! are skipped, never waited for. Rows locked here but not taken set
 //! `Job::spare`, so other replicas' long-polls look again after the commit.
 
@@ -141,13 +142,13 @@ impl Leasing for MysqlStore {
     }
 }
 
-/// A READY task the request may take, with what ordering and cutting need.
+/// A READY task the request may take: its whole row, with what ordering and
+/// cutting need.
 #[derive(sqlx::FromRow)]
 struct Cand {
-    seq: i64,
-    priority: i64,
+    #[sqlx(flatten)]
+    row: TaskRow,
     lease_deadline: i64,
-    run_at: i64,
     size: i64,
     fgroup: Option<String>,
 }
@@ -202,24 +203,31 @@ async fn lease_locked(j: &mut Job, p: &LeaseParams) -> StoreResult<Vec<TaskRecor
         return Ok(Vec::new());
     }
     found.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
+        let (x, y) = (&a.row, &b.row);
+        y.priority
+            .cmp(&x.priority)
             .then(a.lease_deadline.cmp(&b.lease_deadline))
-            .then(a.run_at.cmp(&b.run_at))
-            .then(a.seq.cmp(&b.seq))
+            .then(x.run_at.cmp(&y.run_at))
+            .then(x.seq.cmp(&y.seq))
     });
     let locked = found.len();
     found.truncate(usize::try_from(p.max_tasks).unwrap_or(usize::MAX));
     let taken = super::super::leasing::within_reply_budget(
-        found.iter().map(|c| (c.seq, c.size, c.fgroup.as_deref())),
+        found
+            .iter()
+            .map(|c| (c.row.seq, c.size, c.fgroup.as_deref())),
         p.max_reply_bytes,
     );
     if taken.len() < locked {
         j.spare = true;
     }
+    // The taken rows, in the order the budget took them.
+    let mut by_seq: std::collections::HashMap<i64, TaskRow> =
+        found.into_iter().map(|c| (c.row.seq, c.row)).collect();
+    let picked: Vec<TaskRow> = taken.iter().filter_map(|s| by_seq.remove(s)).collect();
     let lease_ms = duration_ms(p.lease_duration);
     let rows =
-        super::rows::lease_seqs(j, &taken, &p.worker_id, &p.worker_address, lease_ms, now).await?;
+        super::rows::lease_rows(j, picked, &p.worker_id, &p.worker_address, lease_ms, now).await?;
     let mut records = rows
         .into_iter()
         .map(TaskRow::into_record)

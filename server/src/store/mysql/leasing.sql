@@ -2,11 +2,12 @@
 priority DESC, lease_deadline, run_at, seq
 
 -- name: lease_plain_pick
--- own: MySQL has no UPDATE ... RETURNING, so the lease picks the rows first (FOR UPDATE SKIP LOCKED), writes them by seq and reads them back
+-- own: MySQL has no UPDATE ... RETURNING, so the lease picks the rows first (FOR UPDATE SKIP LOCKED) with every column its reply needs, then writes them by seq
 -- One queue's first candidates the worker may take, in lease order, locked;
 -- rows another replica holds are skipped. Binds the queue, now, now, the
--- routing predicate's five (routing.sql), the limit.
-SELECT seq, priority, lease_deadline, run_at,
+-- routing predicate's five (routing.sql), the limit. The rows come whole: the
+-- lease writes them by seq and answers with them as its UPDATE leaves them.
+SELECT ${task_columns}, lease_deadline,
   CAST(${reply_size} AS SIGNED) AS size,
   CASE WHEN fanout_distinct THEN fanout_group END AS fgroup
 FROM tasks WHERE state = 'pending' AND queue = ? AND run_at <= ?
@@ -15,7 +16,7 @@ ORDER BY ${lease_order} LIMIT ?
 FOR UPDATE SKIP LOCKED
 
 -- piece: lease_plain_write
--- own: MySQL has no UPDATE ... RETURNING, so the lease picks the rows first (FOR UPDATE SKIP LOCKED), writes them by seq and reads them back
+-- own: MySQL has no UPDATE ... RETURNING, so the lease picks the rows first (FOR UPDATE SKIP LOCKED), then writes them by seq
 -- Leases pending tasks by seq; followed by one placeholder per seq, then `)`.
 -- The lease token is the batch's random prefix and the row's seq.
 UPDATE tasks SET state = 'leased', attempt = attempt + 1,
@@ -25,7 +26,7 @@ updated_at = ?, leased_at = ?, leased_address = ?
 WHERE state = 'pending' AND seq IN (
 
 -- piece: lease_plain_read
--- own: MySQL has no UPDATE ... RETURNING, so the lease picks the rows first (FOR UPDATE SKIP LOCKED), writes them by seq and reads them back
+-- own: MySQL has no UPDATE ... RETURNING, so the gated lease, whose candidates are partial rows, reads the rows it leased back
 -- Followed by one placeholder per seq, then `)`.
 SELECT ${task_columns} FROM tasks WHERE lease_token = CONCAT(?, '.', seq) AND seq IN (
 

@@ -195,6 +195,72 @@ pub(super) async fn insert_many(
     Ok(out)
 }
 
+/// Leases the picked rows (pending, locked by this job) to a worker with one
+/// UPDATE by seq, and answers with them as it left them: the columns it sets
+/// are set here the same way, so nothing is read back.
+pub(super) async fn lease_rows(
+    j: &mut Job,
+    mut rows: Vec<TaskRow>,
+    worker: &str,
+    address: &str,
+    lease_ms: i64,
+    now: i64,
+) -> StoreResult<Vec<TaskRow>> {
+    if rows.is_empty() {
+        return Ok(rows);
+    }
+    let batch = uuid::Uuid::new_v4().simple().to_string();
+    let until = now.saturating_add(lease_ms);
+    // Dynamic: one placeholder per task leased.
+    let text = format!("{}{})", sql::LEASE_PLAIN_WRITE, marks(rows.len()));
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(text))
+        .bind(&batch)
+        .bind(worker)
+        .bind(lease_ms)
+        .bind(until)
+        .bind(now)
+        .bind(now)
+        .bind(address);
+    for r in &rows {
+        q = q.bind(r.seq);
+    }
+    let n = q.execute(j.conn()).await?.rows_affected();
+    // The rows are locked here and were pending: every one is leased.
+    if n != rows.len() as u64 {
+        return Err(StoreError::Corrupt(format!(
+            "leased {n} of {} locked rows",
+            rows.len()
+        )));
+    }
+    for r in &mut rows {
+        leased(r, &batch, worker, address, lease_ms, until, now);
+        j.push(of_row(r, EventKind::Leased, now));
+    }
+    Ok(rows)
+}
+
+/// A pending row as `lease_plain_write` leaves it.
+fn leased(
+    r: &mut TaskRow,
+    batch: &str,
+    worker: &str,
+    address: &str,
+    lease_ms: i64,
+    until: i64,
+    now: i64,
+) {
+    r.state = "leased".into();
+    r.attempt += 1;
+    r.fencing_token += 1;
+    r.lease_token = Some(format!("{batch}.{}", r.seq));
+    r.leased_by = Some(worker.to_owned());
+    r.lease_duration_ms = Some(lease_ms);
+    r.lease_expires_at = Some(r.deadline.map_or(until, |d| until.min(d)));
+    r.updated_at = now;
+    r.leased_at = Some(now);
+    r.leased_address = Some(address.to_owned());
+}
+
 /// Leases the tasks of `seqs` (pending ones) to a worker and reads them back.
 pub(super) async fn lease_seqs(
     j: &mut Job,

@@ -195,9 +195,12 @@ async fn fail(j: &mut Job, p: &FailParams) -> StoreResult<Settled<FailResult>> {
     }))
 }
 
-/// CompleteMany: the rows read and locked in one statement, each live lease
-/// settled by its own UPDATE, the attempt rows written in one statement; an
-/// item that is not a live lease (or names a task twice) takes `complete`.
+/// CompleteMany: the rows read and locked in one statement, the live leases
+/// settled by one UPDATE joined to their values and their attempt rows written
+/// by one multi-row INSERT (each cut to the packet); an item that is not a live
+/// lease (or names a task twice) takes `complete`, in its turn: the writes
+/// still waiting for a task it names are made first, so it sees the task as
+/// the items before it left it.
 async fn complete_many(j: &mut Job, ps: &[CompleteParams]) -> StoreResult<Vec<Settled<Completed>>> {
     if ps.len() < 2 {
         let mut out = Vec::with_capacity(ps.len());
@@ -206,22 +209,12 @@ async fn complete_many(j: &mut Job, ps: &[CompleteParams]) -> StoreResult<Vec<Se
         }
         return Ok(out);
     }
-    // Dynamic: one placeholder per task.
-    let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_COMPLETE_MANY_LOCK_HEAD);
-    let mut sep = qb.separated(", ");
-    for p in ps {
-        sep.push_bind(&p.task_id);
-    }
-    qb.push(") FOR UPDATE");
-    let mut rows: std::collections::HashMap<String, TaskRow> = qb
-        .build_query_as::<TaskRow>()
-        .fetch_all(j.conn())
-        .await?
-        .into_iter()
-        .map(|r| (r.id.clone(), r))
-        .collect();
+    let mut rows = lock_many(j, ps).await?;
     let mut out = Vec::with_capacity(ps.len());
-    let mut ended: Vec<(TaskRow, i64)> = Vec::new();
+    // Live leases settled here, with their completions; the task rows of
+    // those before `written` are written already.
+    let mut ended: Vec<(TaskRow, &CompleteParams)> = Vec::new();
+    let mut written = 0;
     for p in ps {
         let now = ms(p.now);
         let live = rows.get(&p.task_id).is_some_and(|r| {
@@ -230,28 +223,95 @@ async fn complete_many(j: &mut Job, ps: &[CompleteParams]) -> StoreResult<Vec<Se
                 && r.lease_expires_at.is_some_and(|e| e > now)
         });
         if !live {
+            if ended[written..].iter().any(|(r, _)| r.id == p.task_id) {
+                write_completed(j, &ended[written..]).await?;
+                written = ended.len();
+            }
             out.push(complete(j, p).await?);
             continue;
         }
         let row = rows.remove(&p.task_id).expect("present");
-        sqlx::query(sql::TASK_COMPLETE_WRITE)
-            .bind(&p.result)
-            .bind(now)
-            .bind(now)
-            .bind(row.seq)
-            .execute(j.conn())
-            .await?;
         let mut ev = of_row(&row, EventKind::Succeeded, now);
         ev.state = "succeeded";
         j.push(ev);
-        let a = row.attempt_end();
         out.push(Settled::Applied(Completed {
             queue: row.queue.clone(),
-            leased_at: Some(from_ms(a.leased_at)),
+            leased_at: Some(from_ms(row.attempt_end().leased_at)),
         }));
-        ended.push((row, now));
+        ended.push((row, p));
     }
-    let size = |(row, _): &(TaskRow, i64)| {
+    write_completed(j, &ended[written..]).await?;
+    insert_attempts(j, &ended).await?;
+    Ok(out)
+}
+
+/// The rows of a batch's tasks, read and locked in one statement.
+async fn lock_many(
+    j: &mut Job,
+    ps: &[CompleteParams],
+) -> StoreResult<std::collections::HashMap<String, TaskRow>> {
+    // Dynamic: one placeholder per task.
+    let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_COMPLETE_MANY_LOCK_HEAD);
+    let mut sep = qb.separated(", ");
+    for p in ps {
+        sep.push_bind(&p.task_id);
+    }
+    qb.push(") FOR UPDATE");
+    Ok(qb
+        .build_query_as::<TaskRow>()
+        .fetch_all(j.conn())
+        .await?
+        .into_iter()
+        .map(|r| (r.id.clone(), r))
+        .collect())
+}
+
+/// Rows per statement of a batch's completions.
+const COMPLETE_PIECE: usize = 1000;
+
+/// The task rows of live leases completed: one UPDATE joined to a derived
+/// table of (seq, result, time) per piece, the pieces cut to the packet. The
+/// derived table is a UNION ALL of SELECTs, which MySQL 8.0 and MariaDB both
+/// read (their table value constructors are spelled differently).
+async fn write_completed(j: &mut Job, ended: &[(TaskRow, &CompleteParams)]) -> StoreResult<()> {
+    use super::native::packet::{PARAM_FRAMING, param, pieces};
+    let size =
+        |(_, p): &(TaskRow, &CompleteParams)| param(p.result.len()) + 2 * (16 + PARAM_FRAMING);
+    for piece in pieces(ended, COMPLETE_PIECE, j.packet, size) {
+        // Dynamic: one row of values per completion, as many as fit a packet.
+        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_COMPLETE_MANY_WRITE_HEAD);
+        for (i, (row, p)) in piece.iter().enumerate() {
+            let now = ms(p.now);
+            qb.push(if i == 0 {
+                " SELECT "
+            } else {
+                " UNION ALL SELECT "
+            });
+            qb.push_bind(row.seq);
+            qb.push(if i == 0 { " AS seq, " } else { ", " });
+            qb.push_bind(&p.result);
+            qb.push(if i == 0 { " AS result, " } else { ", " });
+            qb.push_bind(now);
+            if i == 0 {
+                qb.push(" AS now_ms");
+            }
+        }
+        qb.push(" ");
+        qb.push(sql::TASK_COMPLETE_MANY_WRITE_TAIL);
+        let n = qb.build().execute(j.conn()).await?.rows_affected();
+        if n != piece.len() as u64 {
+            return Err(StoreError::Corrupt(format!(
+                "completed {n} of {} locked leases",
+                piece.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The attempt rows of live leases completed, in multi-row INSERTs cut to the packet.
+async fn insert_attempts(j: &mut Job, ended: &[(TaskRow, &CompleteParams)]) -> StoreResult<()> {
+    let size = |(row, _): &(TaskRow, &CompleteParams)| {
         use super::native::packet::{PARAM_FRAMING, opt_param, param};
         let a = row.attempt_end();
         param(a.task_id.len())
@@ -261,11 +321,11 @@ async fn complete_many(j: &mut Job, ps: &[CompleteParams]) -> StoreResult<Vec<Se
             + 5 * (16 + PARAM_FRAMING)
     };
     // One statement unless the rows outgrow a packet.
-    for piece in super::native::packet::pieces(&ended, ended.len(), j.packet, size) {
+    for piece in super::native::packet::pieces(ended, ended.len(), j.packet, size) {
         // Dynamic: one row per attempt, as many as fit a packet.
         let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_COMPLETE_MANY_ATTEMPTS_HEAD);
         qb.push(" ");
-        qb.push_values(piece, |mut b, (row, now)| {
+        qb.push_values(piece, |mut b, (row, p)| {
             let a = row.attempt_end();
             b.push_bind(a.task_id.to_owned())
                 .push_bind(a.attempt)
@@ -274,14 +334,14 @@ async fn complete_many(j: &mut Job, ps: &[CompleteParams]) -> StoreResult<Vec<Se
                 .push_bind(a.leased_at)
                 .push_bind(AttemptOutcome::Succeeded.as_str())
                 .push_bind(None::<String>)
-                .push_bind(*now)
+                .push_bind(ms(p.now))
                 .push_bind(a.fencing_token);
         });
         qb.push(" ");
         qb.push(sql::TASK_COMPLETE_MANY_ATTEMPTS_TAIL);
         qb.build().execute(j.conn()).await?;
     }
-    Ok(out)
+    Ok(())
 }
 
 async fn reclaim_expired(j: &mut Job, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped> {

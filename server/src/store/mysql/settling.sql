@@ -26,6 +26,22 @@ lease_expires_at = NULL, updated_at = ? WHERE seq = ?
 -- Followed by one placeholder per task, then `) FOR UPDATE`.
 SELECT ${task_columns} FROM tasks WHERE id IN (
 
+-- piece: task_complete_many_write_head
+-- own: MySQL takes no array parameter, so a batch of completions writes its task rows by one UPDATE joined to a derived table of their values built at run time
+-- Followed by one `SELECT ? AS seq, ? AS result, ? AS now_ms` and one
+-- `UNION ALL SELECT ?, ?, ?` per further completion (MySQL 8.0 and MariaDB
+-- spell table value constructors differently; both read a UNION ALL), then
+-- task_complete_many_write_tail. STRAIGHT_JOIN reads the values first and
+-- each task row by its primary key: never a scan of tasks, whose locks would
+-- wait for rows other jobs hold.
+UPDATE (
+
+-- piece: task_complete_many_write_tail
+-- own: MySQL takes no array parameter, so a batch of completions writes its task rows by one UPDATE joined to a derived table of their values built at run time
+) v STRAIGHT_JOIN tasks t ON t.seq = v.seq
+SET t.state = 'succeeded', t.result = v.result, t.finished_at = v.now_ms,
+t.lease_expires_at = NULL, t.updated_at = v.now_ms
+
 -- piece: task_complete_many_attempts_head
 -- own: MySQL takes no array parameter, so a batch of completions locks its rows by an IN list and writes the attempt rows in one multi-row INSERT built at run time
 -- Followed by one row of 9 placeholders per attempt (VALUES (...), (...)),
