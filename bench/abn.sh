@@ -31,7 +31,8 @@ work=$(mktemp -d /tmp/abn.XXXXXX)
 trap 'scripts/pg.sh stop "$work/pg" || true; scripts/mysql.sh stop "$work/mysql" || true; rm -rf "$work"' EXIT
 eval "$(scripts/pg.sh start "$work/pg")"
 admin=$TASKBROKER_TEST_POSTGRES_URL
-case " $stores " in *" mysql "*) eval "$(scripts/mysql.sh start "$work/mysql")" ;; esac
+# MariaDB flushes its log at every commit, as Postgres does (fsync on).
+case " $stores " in *" mysql "*) eval "$(MYSQL_DURABLE=1 scripts/mysql.sh start "$work/mysql")" ;; esac
 fresh_db() {
   local name=ab_$(date +%s%N)_$RANDOM
   if [ "$1" = mysql ]; then

@@ -105,7 +105,7 @@ fresh_db() { # prints the URL of a new, empty database
 }
 drop_db() { psql_admin -c "DROP DATABASE IF EXISTS ${1##*/}"; }
 if [ "$mysql" = 1 ]; then
-  eval "$(scripts/mysql.sh start "$work/mysql")"
+  eval "$(MYSQL_DURABLE=1 scripts/mysql.sh start "$work/mysql")"
   my_base=${TASKBROKER_TEST_MYSQL_URL%/*}
   say "mysql at $my_base"
 fi
@@ -242,7 +242,7 @@ commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- server client-rs 
 description="Run by \`bench/compare.sh$([ "$quick" = 1 ] && echo " --quick")\` on $(date -u '+%Y-%m-%d %H:%M UTC'), \
 commit $commit, $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB; broker, database and load generator \
 on the same machine. Postgres $pg_version (scripts/pg.sh: default settings, fsync on); SQLite WAL with \
-synchronous=FULL.$( [ "$mysql" = 1 ] && echo " MySQL store on MariaDB $(scripts/mysql.sh sql "$work/mysql" 'SELECT VERSION()') (scripts/mysql.sh: log flushed once a second)." ) $reps run(s) per point ($( [ "$reps" -ge 3 ] && echo "median of $reps" || echo "single run")); \
+synchronous=FULL.$( [ "$mysql" = 1 ] && echo " MySQL store on MariaDB $(scripts/mysql.sh sql "$work/mysql" 'SELECT VERSION()') (scripts/mysql.sh with MYSQL_DURABLE=1: log and binary log flushed at every commit)." ) $reps run(s) per point ($( [ "$reps" -ge 3 ] && echo "median of $reps" || echo "single run")); \
 backlog points one run each. Tasks per run: taskbroker per-task $tb_per_task, batched $tb_batched; \
 peers' best configurations $peer_best, their per-job defaults $peer_graphile_defaults (graphile-worker), \
 $peer_river_defaults (River), $peer_pgboss_defaults (pg-boss). Pick-up latency: $lat_workers workers, \
