@@ -93,6 +93,23 @@ pub(crate) struct AttemptEnd<'a> {
     pub fencing_token: i64,
 }
 
+/// A row as read that becomes a store record: the task, attempt, schedule,
+/// run and worker rows. `records` and `record` turn a read's rows into its answer.
+pub(crate) trait IntoRecord: Sized {
+    type Record;
+    fn into_record(self) -> Result<Self::Record, StoreError>;
+}
+
+/// A list read's rows, as records.
+pub(crate) fn records<R: IntoRecord>(rows: Vec<R>) -> Result<Vec<R::Record>, StoreError> {
+    rows.into_iter().map(R::into_record).collect()
+}
+
+/// A read by id's row, if any, as its record.
+pub(crate) fn record<R: IntoRecord>(row: Option<R>) -> Result<Option<R::Record>, StoreError> {
+    row.map(R::into_record).transpose()
+}
+
 impl TaskRow {
     /// The running attempt of this (leased) row, to be written as it ends.
     pub fn attempt_end(&self) -> AttemptEnd<'_> {
@@ -120,8 +137,11 @@ impl TaskRow {
             jitter: self.jitter,
         }
     }
+}
 
-    pub fn into_record(self) -> Result<TaskRecord, StoreError> {
+impl IntoRecord for TaskRow {
+    type Record = TaskRecord;
+    fn into_record(self) -> Result<TaskRecord, StoreError> {
         let state = self.stored_state()?;
         let retry = self.retry_policy();
         let metadata = serde_json::from_str(&self.metadata)
@@ -162,7 +182,9 @@ impl TaskRow {
             dependency_results: Default::default(),
         })
     }
+}
 
+impl TaskRow {
     /// RetryPolicy.schedule (`retry_schedule`, a JSON array of ms): empty
     /// when the task has none.
     pub(crate) fn retry_schedule(&self) -> Vec<Duration> {
@@ -209,8 +231,9 @@ pub(crate) struct AttemptRow {
     pub fencing_token: i64,
 }
 
-impl AttemptRow {
-    pub fn into_record(self) -> Result<AttemptRecord, StoreError> {
+impl IntoRecord for AttemptRow {
+    type Record = AttemptRecord;
+    fn into_record(self) -> Result<AttemptRecord, StoreError> {
         Ok(AttemptRecord {
             attempt: to_u32(self.attempt),
             worker_id: self.worker_id,

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 pub use crate::domain::model::LeaseRouting;
 
 #[allow(unused_imports)]
+use super::row::IntoRecord;
 use super::*;
 use async_trait::async_trait;
 
@@ -77,8 +78,9 @@ pub(crate) struct WorkerRow {
     pub failed: i64,
 }
 
-impl WorkerRow {
-    pub fn into_record(self) -> Result<WorkerRecord, super::StoreError> {
+impl super::row::IntoRecord for WorkerRow {
+    type Record = WorkerRecord;
+    fn into_record(self) -> Result<WorkerRecord, super::StoreError> {
         let corrupt =
             |e: serde_json::Error| super::StoreError::Corrupt(format!("worker {}: {e}", "row"));
         Ok(WorkerRecord {

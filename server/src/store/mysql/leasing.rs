@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::super::flow::{Ev, visible};
-use super::super::row::{TaskRow, duration_ms, from_ms, ms, sort_lease_order};
+use super::super::row::{duration_ms, from_ms, ms, sort_lease_order};
 use super::super::*;
 use super::routing::{lock_workers, worker_held};
 use super::{Job, MysqlStore, marks, sql};
@@ -220,10 +220,7 @@ async fn lease_locked(j: &mut Job, p: &LeaseParams) -> StoreResult<Vec<TaskRecor
     let lease_ms = duration_ms(p.lease_duration);
     let rows =
         super::rows::lease_seqs(j, &taken, &p.worker_id, &p.worker_address, lease_ms, now).await?;
-    let mut records = rows
-        .into_iter()
-        .map(TaskRow::into_record)
-        .collect::<StoreResult<Vec<_>>>()?;
+    let mut records = super::super::row::records(rows)?;
     sort_lease_order(&mut records);
     Ok(records)
 }

@@ -6,6 +6,7 @@ use sqlx::MySql;
 
 use super::super::observe::{HolderRow, holder_row};
 use super::super::row::ms;
+use super::super::row::records;
 use super::super::workers::{minute_before, worker_get_of};
 use super::super::*;
 use super::{MysqlStore, sql};
@@ -72,12 +73,11 @@ impl Workers for MysqlStore {
             qb.push(" AND w.worker_id > ").push_bind(after);
         }
         qb.push(" ORDER BY w.worker_id LIMIT ").push_bind(f.limit);
-        qb.build_query_as::<WorkerRow>()
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(WorkerRow::into_record)
-            .collect()
+        records(
+            qb.build_query_as::<WorkerRow>()
+                .fetch_all(&self.pool)
+                .await?,
+        )
     }
 
     async fn worker_get(

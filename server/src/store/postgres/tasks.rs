@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Postgres;
 
 use super::super::row::{TaskRow, duration_ms, ms};
+use super::super::row::{record, records};
 use super::super::tasks::{UpdateValues, update_allowed};
 use super::super::*;
 use super::routing::BindRouting as _;
@@ -124,25 +125,24 @@ impl Tasks for PostgresStore {
     }
 
     async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>> {
-        sqlx::query_as::<_, TaskRow>(sql::TASK_GET)
-            .bind(task_id)
-            .fetch_optional(&self.pool)
-            .await?
-            .map(TaskRow::into_record)
-            .transpose()
+        record(
+            sqlx::query_as::<_, TaskRow>(sql::TASK_GET)
+                .bind(task_id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
     }
 
     async fn task_find_keys(&self, keys: &[(String, String)]) -> StoreResult<Vec<TaskRecord>> {
         let queues: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
         let names: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
-        sqlx::query_as::<_, TaskRow>(sql::TASK_FIND_KEYS)
-            .bind(&queues)
-            .bind(&names)
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(TaskRow::into_record)
-            .collect()
+        records(
+            sqlx::query_as::<_, TaskRow>(sql::TASK_FIND_KEYS)
+                .bind(&queues)
+                .bind(&names)
+                .fetch_all(&self.pool)
+                .await?,
+        )
     }
 
     async fn task_queues(
@@ -176,12 +176,7 @@ impl Tasks for PostgresStore {
             .push_bind(i64::from(f.limit))
             .push(")) u ORDER BY created_at DESC, seq DESC LIMIT ")
             .push_bind(i64::from(f.limit));
-        qb.build_query_as::<TaskRow>()
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(TaskRow::into_record)
-            .collect()
+        records(qb.build_query_as::<TaskRow>().fetch_all(&self.pool).await?)
     }
 
     async fn task_update(

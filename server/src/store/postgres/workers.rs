@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{Arguments as _, Postgres};
 
 use super::super::row::ms;
+use super::super::row::records;
 use super::super::workers::{minute_before, worker_get_of};
 use super::super::*;
 use super::{PostgresStore, sql};
@@ -73,12 +74,11 @@ impl Workers for PostgresStore {
         }
         qb.push(" ORDER BY w.worker_id LIMIT ")
             .push_bind(i64::from(f.limit));
-        qb.build_query_as::<WorkerRow>()
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(WorkerRow::into_record)
-            .collect()
+        records(
+            qb.build_query_as::<WorkerRow>()
+                .fetch_all(&self.pool)
+                .await?,
+        )
     }
 
     async fn worker_get(

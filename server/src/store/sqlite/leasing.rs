@@ -283,10 +283,7 @@ fn lease(c: &Connection, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
         tx::push(of_row(r, EventKind::Leased, now));
     }
     // The attempt's row is written when it ends (`settling`).
-    let mut records = rows
-        .into_iter()
-        .map(TaskRow::into_record)
-        .collect::<StoreResult<Vec<_>>>()?;
+    let mut records = super::super::row::records(rows)?;
     sort_lease_order(&mut records);
     Ok(records)
 }

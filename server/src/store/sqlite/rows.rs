@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::super::flow::{of_row, simple, visible};
+use super::super::row::IntoRecord;
 use super::super::row::{TaskRow, duration_ms, ms};
 use super::super::*;
 use super::{sql, tx};

@@ -7,6 +7,7 @@ use rusqlite::params;
 
 use super::super::observe::{HolderRow, holder_row};
 use super::super::row::ms;
+use super::super::row::records;
 use super::super::workers::{minute_before, worker_get_of};
 use super::super::*;
 use super::{SqliteStore, sql};
@@ -62,12 +63,7 @@ impl Workers for SqliteStore {
         if let Some(after) = &f.after_id {
             q = q.bind(after);
         }
-        q.bind(f.limit)
-            .fetch_all(&self.reader)
-            .await?
-            .into_iter()
-            .map(WorkerRow::into_record)
-            .collect()
+        records(q.bind(f.limit).fetch_all(&self.reader).await?)
     }
 
     async fn worker_get(
