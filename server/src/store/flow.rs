@@ -336,6 +336,38 @@ pub(crate) fn simple<'a>(
     }
 }
 
+/// The CANCELLED (DEPENDENCY_FAILED) event of a task a failed dependency cancels.
+pub(crate) fn dependency_failed<'a>(
+    task_id: &'a str,
+    queue: &'a str,
+    attempt: i64,
+    at: i64,
+) -> Ev<'a> {
+    Ev {
+        detail: Some("DEPENDENCY_FAILED"),
+        ..simple(
+            task_id,
+            queue,
+            EventKind::Cancelled,
+            "cancelled",
+            attempt,
+            at,
+        )
+    }
+}
+
+/// The ids a new task depends on by id: its `depends_on`, and the tasks of its
+/// batch that `depends_on_index` names, as `inserted` (the batch's answers) has them.
+pub(crate) fn dependency_ids(f: &FlowSpec, inserted: &[Inserted]) -> Vec<String> {
+    let mut deps = f.depends_on.clone();
+    deps.extend(
+        f.depends_on_index
+            .iter()
+            .filter_map(|&j| inserted.get(j).map(|r| r.task_id.clone())),
+    );
+    deps
+}
+
 /// The visible state of a stored state at `at` (ms): pending is scheduled or ready.
 pub(crate) fn visible(state: &str, run_at: i64, at: i64) -> &'static str {
     match state {
@@ -396,6 +428,14 @@ pub(crate) fn failure_events<'a>(
         detail,
     });
     out
+}
+
+/// The SUCCEEDED event of a leased row its worker completes at `now` (ms).
+pub(crate) fn succeeded(row: &super::row::TaskRow, now: i64) -> Ev<'_> {
+    Ev {
+        state: "succeeded",
+        ..of_row(row, EventKind::Succeeded, now)
+    }
 }
 
 /// The event `kind` of a task row as it is after the transition, at `now` (ms).

@@ -123,6 +123,17 @@ impl TaskRow {
         }
     }
 
+    /// Whether the lease `token` names is this row's, and live at `now`.
+    pub fn lease_is_live(&self, token: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        Ok(crate::domain::task::lease_is_live(
+            self.stored_state()?,
+            self.lease_token.as_deref(),
+            self.lease_expires_at.map(from_ms),
+            token,
+            now,
+        ))
+    }
+
     pub fn stored_state(&self) -> Result<StoredState, StoreError> {
         StoredState::parse(&self.state)
             .ok_or_else(|| StoreError::Corrupt(format!("task {} state {:?}", self.id, self.state)))

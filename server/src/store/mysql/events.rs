@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::super::events::{event_list_of, event_read_of};
-use super::super::flow::{Ev, visible};
+use super::super::flow::{Ev, dependency_failed, visible};
 use super::super::row::{from_ms, ms};
 use super::super::*;
 use super::tx::Pending;
@@ -243,16 +243,7 @@ async fn resolve(j: &mut Job, dep: &str, dep_state: &str, at: i64) -> StoreResul
                 .await?
                 .rows_affected();
             if n > 0 {
-                j.push(Ev {
-                    task_id: &id,
-                    queue: &queue,
-                    kind: EventKind::Cancelled,
-                    state: "cancelled",
-                    attempt,
-                    worker: None,
-                    time: at,
-                    detail: Some("DEPENDENCY_FAILED"),
-                });
+                j.push(dependency_failed(&id, &queue, attempt, at));
             }
         }
     }

@@ -14,7 +14,7 @@ use super::super::*;
 use super::rows::fetch_task;
 use super::{Job, MysqlStore, sql};
 use crate::domain::event::EventKind;
-use crate::domain::task::{Report, SettleCheck, lease_is_live};
+use crate::domain::task::{Report, SettleCheck};
 
 #[async_trait]
 impl Settling for MysqlStore {
@@ -24,13 +24,7 @@ impl Settling for MysqlStore {
             let Some(row) = fetch_task(j, &p.task_id).await? else {
                 return Ok(Settled::NotFound);
             };
-            let live = lease_is_live(
-                row.stored_state()?,
-                row.lease_token.as_deref(),
-                row.lease_expires_at.map(from_ms),
-                &p.lease_token,
-                p.now,
-            );
+            let live = row.lease_is_live(&p.lease_token, p.now)?;
             if !live {
                 return Ok(Settled::LeaseLost);
             }
@@ -157,8 +151,7 @@ async fn complete(j: &mut Job, p: &CompleteParams) -> StoreResult<Settled<Comple
         .bind(row.seq)
         .execute(j.conn())
         .await?;
-    let mut ev = of_row(&row, EventKind::Succeeded, now);
-    ev.state = "succeeded";
+    let ev = super::super::flow::succeeded(&row, now);
     j.push(ev);
     let leased_at =
         finish_attempt(j, &row.attempt_end(), AttemptOutcome::Succeeded, None, now).await?;
@@ -241,8 +234,7 @@ async fn complete_many(j: &mut Job, ps: &[CompleteParams]) -> StoreResult<Vec<Se
             .bind(row.seq)
             .execute(j.conn())
             .await?;
-        let mut ev = of_row(&row, EventKind::Succeeded, now);
-        ev.state = "succeeded";
+        let ev = super::super::flow::succeeded(&row, now);
         j.push(ev);
         let a = row.attempt_end();
         out.push(Settled::Applied(Completed {

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use super::super::flow::{may_depend, schedule_json};
+use super::super::flow::{dependency_ids, may_depend, schedule_json};
 use super::super::row::ms;
 use super::super::*;
 use super::{PostgresStore, sql};
@@ -63,12 +63,7 @@ pub(super) async fn insert(
     let deps: Vec<Vec<String>> = flows
         .iter()
         .map(|f| {
-            let mut d = f.depends_on.clone();
-            d.extend(
-                f.depends_on_index
-                    .iter()
-                    .filter_map(|&j| inserted.get(j).map(|r| r.task_id.clone())),
-            );
+            let mut d = dependency_ids(f, &inserted);
             d.extend(f.depends_on_keys.iter().filter_map(|k| holder(f, k)));
             d
         })

@@ -160,8 +160,7 @@ impl PostgresStore {
             .bind(&row.id)
             .execute(&mut *tx)
             .await?;
-        let mut ev = flow_of_row(&row, EventKind::Succeeded, now);
-        ev.state = "succeeded";
+        let ev = super::super::flow::succeeded(&row, now);
         events::record(&mut tx, &[ev]).await?;
         // The succeeded attempt stays on the task row (migration 0018).
         let leased_at = Some(from_ms(row.attempt_end().leased_at));
@@ -182,13 +181,7 @@ impl Settling for PostgresStore {
             tx.rollback().await?;
             return Ok(Settled::NotFound);
         };
-        let live = lease_is_live(
-            row.stored_state()?,
-            row.lease_token.as_deref(),
-            row.lease_expires_at.map(from_ms),
-            &p.lease_token,
-            p.now,
-        );
+        let live = row.lease_is_live(&p.lease_token, p.now)?;
         if !live {
             tx.rollback().await?;
             return Ok(Settled::LeaseLost);

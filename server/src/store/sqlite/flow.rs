@@ -13,7 +13,7 @@ use std::cell::RefCell;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::super::flow::{Ev, schedule_json, visible};
+use super::super::flow::{Ev, dependency_failed, dependency_ids, schedule_json, visible};
 use super::super::row::{from_ms, ms};
 use super::super::*;
 use super::{SqliteStore, events, key_waits, sql, tx};
@@ -137,16 +137,7 @@ fn resolve(c: &Connection, dep: &str, dep_state: &str, at: i64) -> StoreResult<(
                 .prepare_cached(sql::FLOW_RESOLVE_CANCEL)?
                 .execute(params![id, at])?;
             if n > 0 {
-                tx::push(Ev {
-                    task_id: &id,
-                    queue: &queue,
-                    kind: EventKind::Cancelled,
-                    state: "cancelled",
-                    attempt,
-                    worker: None,
-                    time: at,
-                    detail: Some("DEPENDENCY_FAILED"),
-                });
+                tx::push(dependency_failed(&id, &queue, attempt, at));
             }
         }
     }
@@ -197,12 +188,7 @@ pub(super) fn insert(
         if f.is_plain() {
             continue;
         }
-        let mut deps: Vec<String> = f.depends_on.clone();
-        deps.extend(
-            f.depends_on_index
-                .iter()
-                .filter_map(|&j| inserted.get(j).map(|r| r.task_id.clone())),
-        );
+        let mut deps = dependency_ids(f, &inserted);
         // Keys: a key that names a task is a dependency on it; one that names
         // none yet is a wait the insert of a task with that key binds.
         let keys =
@@ -241,16 +227,7 @@ pub(super) fn insert(
             tx::submitted_blocked(&r.task_id);
         } else if state == "cancelled" {
             let t = &tasks[i];
-            tx::push(Ev {
-                task_id: &r.task_id,
-                queue: &t.queue,
-                kind: EventKind::Cancelled,
-                state: "cancelled",
-                attempt: 0,
-                worker: None,
-                time: now,
-                detail: Some("DEPENDENCY_FAILED"),
-            });
+            tx::push(dependency_failed(&r.task_id, &t.queue, 0, now));
         }
     }
     if commit_by.is_some_and(|d| std::time::Instant::now() >= d) {

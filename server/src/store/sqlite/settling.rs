@@ -18,7 +18,7 @@ use super::super::*;
 use super::rows::{fetch_task, task_row};
 use super::{SqliteStore, sql, tx};
 use crate::domain::event::EventKind;
-use crate::domain::task::{Report, SettleCheck, lease_is_live};
+use crate::domain::task::{Report, SettleCheck};
 
 #[async_trait]
 impl Settling for SqliteStore {
@@ -126,13 +126,7 @@ fn checkpoint(c: &Connection, p: &CheckpointParams) -> StoreResult<Settled<Lease
     let Some(row) = fetch_task(c, &p.task_id)? else {
         return Ok(Settled::NotFound);
     };
-    let live = lease_is_live(
-        row.stored_state()?,
-        row.lease_token.as_deref(),
-        row.lease_expires_at.map(from_ms),
-        &p.lease_token,
-        p.now,
-    );
+    let live = row.lease_is_live(&p.lease_token, p.now)?;
     if !live {
         return Ok(Settled::LeaseLost);
     }
@@ -223,8 +217,7 @@ fn complete(c: &Connection, p: &CompleteParams) -> StoreResult<Settled<Completed
     }
     c.prepare_cached(sql::TASK_COMPLETE_WRITE)?
         .execute(params![p.result, now, row.seq])?;
-    let mut ev = of_row(&row, EventKind::Succeeded, now);
-    ev.state = "succeeded";
+    let ev = super::super::flow::succeeded(&row, now);
     tx::push(ev);
     let outcome = AttemptOutcome::Succeeded;
     let leased_at = finish_attempt(c, &row.attempt_end(), outcome, None, now)?;
