@@ -270,6 +270,15 @@ pub(crate) struct FailureWrite {
 }
 
 impl FailureWrite {
+    /// DEAD now, where it stands (a task past its deadline).
+    pub fn dead(row: &TaskRow, now: i64) -> Self {
+        FailureWrite {
+            state: StoredState::Dead,
+            run_at: row.run_at,
+            finished_at: Some(now),
+        }
+    }
+
     pub fn new(row: &TaskRow, decision: crate::domain::FailureDecision, now: i64) -> Self {
         let state = decision.stored_state();
         FailureWrite {

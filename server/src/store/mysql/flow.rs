@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 
 use super::super::flow::{
-    dependency_failed, dependency_ids, may_depend, producer_in, schedule_json,
+    dependency_failed, dependency_ids, may_depend, producer_in, schedule_json, with_flow,
 };
 use super::super::row::ms;
 use super::super::*;
@@ -100,13 +100,7 @@ pub(super) async fn insert(
         }
     }
     let now = ms(now);
-    for (i, f) in flows.iter().enumerate() {
-        let Some(r) = inserted.get(i).filter(|r| !r.deduplicated) else {
-            continue;
-        };
-        if f.is_plain() {
-            continue;
-        }
+    for (i, f, r) in with_flow(flows, &inserted) {
         let mut deps = dependency_ids(f, &inserted);
         // Keys: a key that names a task is a dependency on it; one that names
         // none yet is a wait the insert of a task with that key binds.

@@ -129,6 +129,24 @@ async fn write_failure(
     finish_attempt(j, &row.attempt_end(), outcome, Some(error), now).await
 }
 
+/// Writes a completed task (`now`, ms) and its SUCCEEDED event.
+async fn write_completed(
+    j: &mut Job,
+    row: &TaskRow,
+    p: &CompleteParams,
+    now: i64,
+) -> StoreResult<()> {
+    sqlx::query(sql::TASK_COMPLETE_WRITE)
+        .bind(&p.result)
+        .bind(now)
+        .bind(now)
+        .bind(row.seq)
+        .execute(j.conn())
+        .await?;
+    j.push(super::super::flow::succeeded(row, now));
+    Ok(())
+}
+
 async fn complete(j: &mut Job, p: &CompleteParams) -> StoreResult<Settled<Completed>> {
     let now = ms(p.now);
     let Some(row) = fetch_task(j, &p.task_id).await? else {
@@ -137,22 +155,11 @@ async fn complete(j: &mut Job, p: &CompleteParams) -> StoreResult<Settled<Comple
     match check(j, &row, Report::Complete, &p.lease_token, p.now).await? {
         SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
         SettleCheck::AlreadySettled => {
-            return Ok(Settled::AlreadySettled(Completed {
-                queue: row.queue,
-                leased_at: None,
-            }));
+            return Ok(Settled::AlreadySettled(Completed::repeated(row.queue)));
         }
         SettleCheck::Proceed => {}
     }
-    sqlx::query(sql::TASK_COMPLETE_WRITE)
-        .bind(&p.result)
-        .bind(now)
-        .bind(now)
-        .bind(row.seq)
-        .execute(j.conn())
-        .await?;
-    let ev = super::super::flow::succeeded(&row, now);
-    j.push(ev);
+    write_completed(j, &row, p, now).await?;
     let leased_at =
         finish_attempt(j, &row.attempt_end(), AttemptOutcome::Succeeded, None, now).await?;
     Ok(Settled::Applied(Completed {
@@ -227,15 +234,7 @@ async fn complete_many(j: &mut Job, ps: &[CompleteParams]) -> StoreResult<Vec<Se
             continue;
         }
         let row = rows.remove(&p.task_id).expect("present");
-        sqlx::query(sql::TASK_COMPLETE_WRITE)
-            .bind(&p.result)
-            .bind(now)
-            .bind(now)
-            .bind(row.seq)
-            .execute(j.conn())
-            .await?;
-        let ev = super::super::flow::succeeded(&row, now);
-        j.push(ev);
+        write_completed(j, &row, p, now).await?;
         let a = row.attempt_end();
         out.push(Settled::Applied(Completed {
             queue: row.queue.clone(),
@@ -288,11 +287,7 @@ async fn reclaim_expired(j: &mut Job, now: DateTime<Utc>, limit: u32) -> StoreRe
         .fetch_all(j.conn())
         .await?;
     for row in &past_deadline {
-        let write = FailureWrite {
-            state: StoredState::Dead,
-            run_at: row.run_at,
-            finished_at: Some(now),
-        };
+        let write = FailureWrite::dead(row, now);
         let error = "DEADLINE_EXCEEDED";
         if row.state == "leased" {
             write_failure(j, row, &write, error, AttemptOutcome::DeadlineExceeded, now).await?;
@@ -308,8 +303,7 @@ async fn reclaim_expired(j: &mut Job, now: DateTime<Utc>, limit: u32) -> StoreRe
                 j.push(e);
             }
         }
-        reaped.deadline_exceeded += 1;
-        reaped.by_queue.entry(row.queue.clone()).or_default().dead += 1;
+        reaped.count_deadline(&row.queue);
     }
     let expired: Vec<TaskRow> = sqlx::query_as(sql::LEASE_RECLAIM_EXPIRED_LEASES)
         .bind(now)
@@ -328,13 +322,7 @@ async fn reclaim_expired(j: &mut Job, now: DateTime<Utc>, limit: u32) -> StoreRe
             now,
         )
         .await?;
-        if write.state == StoredState::Pending && !reaped.queues.contains(&row.queue) {
-            reaped.queues.push(row.queue.clone());
-        }
-        reaped.reclaimed += 1;
-        let q = reaped.by_queue.entry(row.queue.clone()).or_default();
-        q.reclaimed += 1;
-        q.dead += u64::from(write.state == StoredState::Dead);
+        reaped.count_reclaimed(&row.queue, write.state);
     }
     Ok(reaped)
 }

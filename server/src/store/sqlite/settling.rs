@@ -208,10 +208,7 @@ fn complete(c: &Connection, p: &CompleteParams) -> StoreResult<Settled<Completed
     match check(c, &row, Report::Complete, &p.lease_token, p.now)? {
         SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
         SettleCheck::AlreadySettled => {
-            return Ok(Settled::AlreadySettled(Completed {
-                queue: row.queue,
-                leased_at: None,
-            }));
+            return Ok(Settled::AlreadySettled(Completed::repeated(row.queue)));
         }
         SettleCheck::Proceed => {}
     }
@@ -265,11 +262,7 @@ fn reclaim(c: &Connection, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped
         .query_map(params![now, limit], task_row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     for row in &past_deadline {
-        let write = FailureWrite {
-            state: StoredState::Dead,
-            run_at: row.run_at,
-            finished_at: Some(now),
-        };
+        let write = FailureWrite::dead(row, now);
         let error = "DEADLINE_EXCEEDED";
         if row.state == "leased" {
             let outcome = AttemptOutcome::DeadlineExceeded;
@@ -281,8 +274,7 @@ fn reclaim(c: &Connection, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped
                 tx::push(e);
             }
         }
-        reaped.deadline_exceeded += 1;
-        reaped.by_queue.entry(row.queue.clone()).or_default().dead += 1;
+        reaped.count_deadline(&row.queue);
     }
     let expired = c
         .prepare_cached(sql::LEASE_RECLAIM_EXPIRED_LEASES)?
@@ -294,13 +286,7 @@ fn reclaim(c: &Connection, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped
         let outcome = AttemptOutcome::LeaseExpired;
         let error = super::super::row::expiry_error(row);
         write_failure(c, row, &write, error, outcome, now)?;
-        if write.state == StoredState::Pending && !reaped.queues.contains(&row.queue) {
-            reaped.queues.push(row.queue.clone());
-        }
-        reaped.reclaimed += 1;
-        let q = reaped.by_queue.entry(row.queue.clone()).or_default();
-        q.reclaimed += 1;
-        q.dead += u64::from(write.state == StoredState::Dead);
+        reaped.count_reclaimed(&row.queue, write.state);
     }
     Ok(reaped)
 }
