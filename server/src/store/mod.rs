@@ -67,8 +67,7 @@ pub mod sync_match;
 pub use sync_match::{MatchTo, MatchedInsert};
 mod flow;
 pub use flow::{
-    BulkCancelled, BulkFilter, Flow, FlowInserted, FlowSpec, MAX_WAITS_PER_KEY,
-    TaskFlowInfo,
+    BulkCancelled, BulkFilter, Flow, FlowInserted, FlowSpec, MAX_WAITS_PER_KEY, TaskFlowInfo,
 };
 // REPLACE_WAITING.
 mod replace;
