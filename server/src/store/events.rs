@@ -4,6 +4,53 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::*;
+use crate::domain::event::EventKind;
+
+/// One recorded transition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRecord {
+    pub event_id: i64,
+    pub task_id: String,
+    pub queue: String,
+    pub kind: EventKind,
+    pub state: TaskState,
+    pub attempt: u32,
+    pub worker_id: Option<String>,
+    pub time: DateTime<Utc>,
+    pub detail: Option<String>,
+}
+
+/// Reads a stored event row: (event_id, task_id, queue, kind, state, attempt,
+/// worker_id, time, detail).
+pub(crate) type EventRow = (
+    i64,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    Option<String>,
+    i64,
+    Option<String>,
+);
+
+/// A stored event row as its record.
+pub(crate) fn event_record(r: EventRow) -> Result<EventRecord, StoreError> {
+    let (event_id, task_id, queue, kind, state, attempt, worker_id, time, detail) = r;
+    Ok(EventRecord {
+        kind: EventKind::parse(&kind)
+            .ok_or_else(|| StoreError::Corrupt(format!("event kind {kind:?}")))?,
+        state: crate::domain::event::parse_visible_state(&state)
+            .ok_or_else(|| StoreError::Corrupt(format!("event state {state:?}")))?,
+        event_id,
+        task_id,
+        queue,
+        attempt: u32::try_from(attempt.max(0)).unwrap_or(u32::MAX),
+        worker_id,
+        time: super::row::from_ms(time),
+        detail,
+    })
+}
 
 /// The event log: a task's events, the ordered feed that WatchTasks and the outbox
 /// read, and its retention.
@@ -57,15 +104,15 @@ where
     DB::Arguments: sqlx::IntoArguments<DB>,
     for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    for<'r> super::flow::EventRow: sqlx::FromRow<'r, DB::Row>,
+    for<'r> EventRow: sqlx::FromRow<'r, DB::Row>,
 {
-    let rows: Vec<super::flow::EventRow> = sqlx::query_as::<DB, super::flow::EventRow>(stmt)
+    let rows: Vec<EventRow> = sqlx::query_as::<DB, EventRow>(stmt)
         .bind(task_id)
         .bind(after_event_id)
         .bind(i64::from(limit))
         .fetch_all(pool)
         .await?;
-    rows.into_iter().map(super::flow::event_record).collect()
+    rows.into_iter().map(event_record).collect()
 }
 
 /// `Events::event_read` from the backend's `EVENT_READ` (bound: the event id
@@ -82,14 +129,14 @@ where
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    for<'r> super::flow::EventRow: sqlx::FromRow<'r, DB::Row>,
+    for<'r> EventRow: sqlx::FromRow<'r, DB::Row>,
 {
-    let rows: Vec<super::flow::EventRow> = sqlx::query_as::<DB, super::flow::EventRow>(stmt)
+    let rows: Vec<EventRow> = sqlx::query_as::<DB, EventRow>(stmt)
         .bind(after_event_id)
         .bind(i64::from(limit))
         .fetch_all(pool)
         .await?;
-    rows.into_iter().map(super::flow::event_record).collect()
+    rows.into_iter().map(event_record).collect()
 }
 
 /// The notice task a dead task leaves on its queue's dead-letter queue `dlq`:

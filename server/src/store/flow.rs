@@ -73,20 +73,6 @@ pub struct TaskFlowInfo {
     pub cancel_reason: Option<String>,
 }
 
-/// One recorded transition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventRecord {
-    pub event_id: i64,
-    pub task_id: String,
-    pub queue: String,
-    pub kind: EventKind,
-    pub state: TaskState,
-    pub attempt: u32,
-    pub worker_id: Option<String>,
-    pub time: DateTime<Utc>,
-    pub detail: Option<String>,
-}
-
 /// Which tasks a bulk operation acts on (oldest first, up to `limit`).
 #[derive(Debug, Clone, Default)]
 pub struct BulkFilter {
@@ -107,20 +93,6 @@ pub struct BulkCancelled {
     pub cancelled: u64,
     pub cancel_requested: u64,
 }
-
-/// Reads a stored event row: (event_id, task_id, queue, kind, state, attempt,
-/// worker_id, time, detail).
-pub(crate) type EventRow = (
-    i64,
-    String,
-    String,
-    String,
-    String,
-    i64,
-    Option<String>,
-    i64,
-    Option<String>,
-);
 
 /// The keys a task depends on that no task holds yet, up to `limit`: one read,
 /// the same for every sqlx database.
@@ -230,23 +202,6 @@ where
     Ok(out)
 }
 
-pub(crate) fn event_record(r: EventRow) -> Result<EventRecord, super::StoreError> {
-    let (event_id, task_id, queue, kind, state, attempt, worker_id, time, detail) = r;
-    Ok(EventRecord {
-        kind: EventKind::parse(&kind)
-            .ok_or_else(|| super::StoreError::Corrupt(format!("event kind {kind:?}")))?,
-        state: crate::domain::event::parse_visible_state(&state)
-            .ok_or_else(|| super::StoreError::Corrupt(format!("event state {state:?}")))?,
-        event_id,
-        task_id,
-        queue,
-        attempt: u32::try_from(attempt.max(0)).unwrap_or(u32::MAX),
-        worker_id,
-        time: super::row::from_ms(time),
-        detail,
-    })
-}
-
 /// RetryPolicy.schedule as stored (`tasks.retry_schedule`): a JSON array of ms.
 pub(crate) fn schedule_json(s: &[Duration]) -> Option<String> {
     if s.is_empty() {
@@ -336,6 +291,80 @@ pub(crate) fn simple<'a>(
     }
 }
 
+/// The UNBLOCKED event of a task whose last dependency finished: pending
+/// again at `at` (ms), due at `run_at`.
+pub(crate) fn unblocked<'a>(
+    task_id: &'a str,
+    queue: &'a str,
+    run_at: i64,
+    attempt: i64,
+    at: i64,
+) -> Ev<'a> {
+    simple(
+        task_id,
+        queue,
+        EventKind::Unblocked,
+        visible("pending", run_at, at),
+        attempt,
+        at,
+    )
+}
+
+/// The state a finishing event leaves its task in, which its dependents
+/// resolve on: None for an event that finishes nothing.
+pub(crate) fn finished_state(kind: EventKind) -> Option<&'static str> {
+    match kind {
+        EventKind::Succeeded => Some("succeeded"),
+        EventKind::Dead => Some("dead"),
+        EventKind::Cancelled => Some("cancelled"),
+        _ => None,
+    }
+}
+
+/// The CANCELLED (DEPENDENCY_FAILED) event of a task a failed dependency cancels.
+pub(crate) fn dependency_failed<'a>(
+    task_id: &'a str,
+    queue: &'a str,
+    attempt: i64,
+    at: i64,
+) -> Ev<'a> {
+    Ev {
+        detail: Some("DEPENDENCY_FAILED"),
+        ..simple(
+            task_id,
+            queue,
+            EventKind::Cancelled,
+            "cancelled",
+            attempt,
+            at,
+        )
+    }
+}
+
+/// The tasks of an inserted batch that have flow to write, with their index:
+/// each inserted anew (not a duplicate of a key) whose spec is not plain.
+pub(crate) fn with_flow<'a>(
+    flows: &'a [FlowSpec],
+    inserted: &'a [Inserted],
+) -> impl Iterator<Item = (usize, &'a FlowSpec, &'a Inserted)> {
+    flows.iter().enumerate().filter_map(|(i, f)| {
+        let r = inserted.get(i).filter(|r| !r.deduplicated)?;
+        (!f.is_plain()).then_some((i, f, r))
+    })
+}
+
+/// The ids a new task depends on by id: its `depends_on`, and the tasks of its
+/// batch that `depends_on_index` names, as `inserted` (the batch's answers) has them.
+pub(crate) fn dependency_ids(f: &FlowSpec, inserted: &[Inserted]) -> Vec<String> {
+    let mut deps = f.depends_on.clone();
+    deps.extend(
+        f.depends_on_index
+            .iter()
+            .filter_map(|&j| inserted.get(j).map(|r| r.task_id.clone())),
+    );
+    deps
+}
+
 /// The visible state of a stored state at `at` (ms): pending is scheduled or ready.
 pub(crate) fn visible(state: &str, run_at: i64, at: i64) -> &'static str {
     match state {
@@ -396,6 +425,14 @@ pub(crate) fn failure_events<'a>(
         detail,
     });
     out
+}
+
+/// The SUCCEEDED event of a leased row its worker completes at `now` (ms).
+pub(crate) fn succeeded(row: &super::row::TaskRow, now: i64) -> Ev<'_> {
+    Ev {
+        state: "succeeded",
+        ..of_row(row, EventKind::Succeeded, now)
+    }
 }
 
 /// The event `kind` of a task row as it is after the transition, at `now` (ms).

@@ -88,3 +88,61 @@ pub(crate) fn within_reply_budget<'a>(
     }
     taken
 }
+
+/// A batched lease's requests as each first leases its share (`shares`, as
+/// [`lease_shares`] gives them, all at `now`): `None` for a request whose
+/// share is none.
+pub(crate) fn share_requests(
+    ps: &[LeaseParams],
+    shares: &[u32],
+    now: DateTime<Utc>,
+) -> Vec<Option<LeaseParams>> {
+    ps.iter()
+        .zip(shares)
+        .map(|(p, &share)| {
+            (share > 0).then(|| LeaseParams {
+                max_tasks: share,
+                now,
+                ..p.clone()
+            })
+        })
+        .collect()
+}
+
+/// What a batched lease's requests ask again for once each has leased its
+/// share (`got`: how many each got). Routing: a request that got less than
+/// its share (tasks it may not take, or its cap) leaves tasks behind that the
+/// others may take, so each that still wants some asks again for the rest, in
+/// request order (the index, and its params). Empty when every request got
+/// its share.
+pub(crate) fn top_up_requests(
+    ps: &[LeaseParams],
+    got: &[usize],
+    shares: &[u32],
+    now: DateTime<Utc>,
+) -> Vec<(usize, LeaseParams)> {
+    if !got
+        .iter()
+        .zip(shares)
+        .any(|(&got, &share)| got < share as usize)
+    {
+        return Vec::new();
+    }
+    ps.iter()
+        .zip(got)
+        .enumerate()
+        .filter_map(|(i, (p, &got))| {
+            let more = p
+                .max_tasks
+                .saturating_sub(u32::try_from(got).unwrap_or(u32::MAX));
+            (more > 0).then(|| {
+                let p = LeaseParams {
+                    max_tasks: more,
+                    now,
+                    ..p.clone()
+                };
+                (i, p)
+            })
+        })
+        .collect()
+}

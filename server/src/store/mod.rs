@@ -40,7 +40,7 @@ pub use admin::Admin;
 mod engine;
 pub use engine::Engine;
 mod events;
-pub use events::Events;
+pub use events::{EventRecord, Events};
 mod leasing;
 pub use leasing::Leasing;
 mod settling;
@@ -67,8 +67,7 @@ pub mod sync_match;
 pub use sync_match::{MatchTo, MatchedInsert};
 mod flow;
 pub use flow::{
-    BulkCancelled, BulkFilter, EventRecord, Flow, FlowInserted, FlowSpec, MAX_WAITS_PER_KEY,
-    TaskFlowInfo,
+    BulkCancelled, BulkFilter, Flow, FlowInserted, FlowSpec, MAX_WAITS_PER_KEY, TaskFlowInfo,
 };
 // REPLACE_WAITING.
 mod replace;

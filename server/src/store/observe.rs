@@ -131,6 +131,31 @@ pub(crate) fn bucket_row((queue, b, ok, failed): (String, i64, i64, i64)) -> Att
 
 /// `Observe::attempt_durations` from the backend's `ATTEMPT_DURATIONS`
 /// (bound: since, ms; the limit). The same read on every database.
+/// `Observe::attempt_histogram` where the statement names each value once
+/// (SQLite, Postgres: since, until, bucket, queue; MySQL's `?` binds some twice).
+pub(crate) async fn attempt_histogram_of<DB>(
+    pool: &sqlx::Pool<DB>,
+    stmt: &'static str,
+    p: &AttemptHistogramParams,
+) -> StoreResult<Vec<AttemptBucket>>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'r> (String, i64, i64, i64): sqlx::FromRow<'r, DB::Row>,
+{
+    let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as::<DB, _>(stmt)
+        .bind(super::row::ms(p.since))
+        .bind(super::row::ms(p.until))
+        .bind(super::row::duration_ms(p.bucket).max(1))
+        .bind(p.queue.as_deref())
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.into_iter().map(bucket_row).collect())
+}
+
 pub(crate) async fn attempt_durations_of<DB>(
     pool: &sqlx::Pool<DB>,
     stmt: &'static str,

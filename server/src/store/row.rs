@@ -93,6 +93,23 @@ pub(crate) struct AttemptEnd<'a> {
     pub fencing_token: i64,
 }
 
+/// A row as read that becomes a store record: the task, attempt, schedule,
+/// run and worker rows. `records` and `record` turn a read's rows into its answer.
+pub(crate) trait IntoRecord: Sized {
+    type Record;
+    fn into_record(self) -> Result<Self::Record, StoreError>;
+}
+
+/// A list read's rows, as records.
+pub(crate) fn records<R: IntoRecord>(rows: Vec<R>) -> Result<Vec<R::Record>, StoreError> {
+    rows.into_iter().map(R::into_record).collect()
+}
+
+/// A read by id's row, if any, as its record.
+pub(crate) fn record<R: IntoRecord>(row: Option<R>) -> Result<Option<R::Record>, StoreError> {
+    row.map(R::into_record).transpose()
+}
+
 impl TaskRow {
     /// The running attempt of this (leased) row, to be written as it ends.
     pub fn attempt_end(&self) -> AttemptEnd<'_> {
@@ -104,6 +121,17 @@ impl TaskRow {
             leased_at: self.leased_at.unwrap_or(self.updated_at),
             fencing_token: self.fencing_token,
         }
+    }
+
+    /// Whether the lease `token` names is this row's, and live at `now`.
+    pub fn lease_is_live(&self, token: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        Ok(crate::domain::task::lease_is_live(
+            self.stored_state()?,
+            self.lease_token.as_deref(),
+            self.lease_expires_at.map(from_ms),
+            token,
+            now,
+        ))
     }
 
     pub fn stored_state(&self) -> Result<StoredState, StoreError> {
@@ -120,8 +148,11 @@ impl TaskRow {
             jitter: self.jitter,
         }
     }
+}
 
-    pub fn into_record(self) -> Result<TaskRecord, StoreError> {
+impl IntoRecord for TaskRow {
+    type Record = TaskRecord;
+    fn into_record(self) -> Result<TaskRecord, StoreError> {
         let state = self.stored_state()?;
         let retry = self.retry_policy();
         let metadata = serde_json::from_str(&self.metadata)
@@ -162,7 +193,9 @@ impl TaskRow {
             dependency_results: Default::default(),
         })
     }
+}
 
+impl TaskRow {
     /// RetryPolicy.schedule (`retry_schedule`, a JSON array of ms): empty
     /// when the task has none.
     pub(crate) fn retry_schedule(&self) -> Vec<Duration> {
@@ -209,8 +242,9 @@ pub(crate) struct AttemptRow {
     pub fencing_token: i64,
 }
 
-impl AttemptRow {
-    pub fn into_record(self) -> Result<AttemptRecord, StoreError> {
+impl IntoRecord for AttemptRow {
+    type Record = AttemptRecord;
+    fn into_record(self) -> Result<AttemptRecord, StoreError> {
         Ok(AttemptRecord {
             attempt: to_u32(self.attempt),
             worker_id: self.worker_id,
@@ -236,6 +270,15 @@ pub(crate) struct FailureWrite {
 }
 
 impl FailureWrite {
+    /// DEAD now, where it stands (a task past its deadline).
+    pub fn dead(row: &TaskRow, now: i64) -> Self {
+        FailureWrite {
+            state: StoredState::Dead,
+            run_at: row.run_at,
+            finished_at: Some(now),
+        }
+    }
+
     pub fn new(row: &TaskRow, decision: crate::domain::FailureDecision, now: i64) -> Self {
         let state = decision.stored_state();
         FailureWrite {

@@ -5,6 +5,7 @@
 
 use chrono::{DateTime, Utc};
 
+use super::row::IntoRecord;
 use super::row::{duration_ms, ms};
 use super::schedules::{ScheduleRow, spec_json, template_json};
 use super::{DueSchedule, ScheduleRecord, StoreResult};

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::row::{duration_ms, from_ms, ms};
+use super::row::{IntoRecord, duration_ms, from_ms, ms};
 use super::{NewTask, StoreError};
 use crate::domain::routing::{Fanout, Sticky, Target};
 use crate::domain::schedule::{Misfire, Overlap, Spec};
@@ -319,8 +319,9 @@ pub(crate) struct ScheduleRow {
     pub version: i64,
 }
 
-impl ScheduleRow {
-    pub fn into_record(self) -> Result<ScheduleRecord, StoreError> {
+impl IntoRecord for ScheduleRow {
+    type Record = ScheduleRecord;
+    fn into_record(self) -> Result<ScheduleRecord, StoreError> {
         let corrupt =
             |what: &str, v: &str| StoreError::Corrupt(format!("schedule {} {what} {v:?}", self.id));
         let overlap =
@@ -364,16 +365,17 @@ pub(crate) struct RunRow {
     pub last_error: Option<String>,
 }
 
-impl RunRow {
-    pub fn into_record(self) -> ScheduleRunRecord {
-        ScheduleRunRecord {
+impl IntoRecord for RunRow {
+    type Record = ScheduleRunRecord;
+    fn into_record(self) -> Result<ScheduleRunRecord, StoreError> {
+        Ok(ScheduleRunRecord {
             fire_time: from_ms(self.fire_time),
             task_id: self.task_id,
             triggered: self.triggered,
             task_state: self.state.as_deref().and_then(StoredState::parse),
             task_run_at: self.run_at.map(from_ms),
             task_last_error: self.last_error,
-        }
+        })
     }
 }
 

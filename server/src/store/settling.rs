@@ -123,3 +123,33 @@ pub(crate) fn retry_reservation(
         None => (None, None),
     })
 }
+
+impl Reaped {
+    /// Counts a task the reaper killed past its deadline.
+    pub(crate) fn count_deadline(&mut self, queue: &str) {
+        self.deadline_exceeded += 1;
+        self.by_queue.entry(queue.to_owned()).or_default().dead += 1;
+    }
+
+    /// Counts an expired lease the reaper reclaimed, into `state` (pending
+    /// again, its queue to wake, or dead).
+    pub(crate) fn count_reclaimed(&mut self, queue: &str, state: StoredState) {
+        if state == StoredState::Pending && !self.queues.iter().any(|q| q == queue) {
+            self.queues.push(queue.to_owned());
+        }
+        self.reclaimed += 1;
+        let q = self.by_queue.entry(queue.to_owned()).or_default();
+        q.reclaimed += 1;
+        q.dead += u64::from(state == StoredState::Dead);
+    }
+}
+
+impl Completed {
+    /// The answer to a repeated Complete of a settled lease: no attempt ended now.
+    pub(crate) fn repeated(queue: String) -> Self {
+        Completed {
+            queue,
+            leased_at: None,
+        }
+    }
+}

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::row::IntoRecord;
 use super::row::{TaskRow, duration_ms, ms};
 use super::{Inserted, NewTask, StoreResult, TaskRecord};
 use crate::domain::routing::TaskRouting;

@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use super::row::IntoRecord;
 use super::*;
 
 /// Submitting tasks and reading them back: inserts (plain, with dependencies, matched

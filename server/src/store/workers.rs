@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 pub use crate::domain::model::LeaseRouting;
 
 #[allow(unused_imports)]
+use super::row::IntoRecord;
 use super::*;
 use async_trait::async_trait;
 
@@ -77,8 +78,9 @@ pub(crate) struct WorkerRow {
     pub failed: i64,
 }
 
-impl WorkerRow {
-    pub fn into_record(self) -> Result<WorkerRecord, super::StoreError> {
+impl super::row::IntoRecord for WorkerRow {
+    type Record = WorkerRecord;
+    fn into_record(self) -> Result<WorkerRecord, super::StoreError> {
         let corrupt =
             |e: serde_json::Error| super::StoreError::Corrupt(format!("worker {}: {e}", "row"));
         Ok(WorkerRecord {
@@ -139,6 +141,27 @@ pub(crate) fn minute_before(now: DateTime<Utc>) -> i64 {
 /// (bound: the minute before `now`, `now_binds` times, as the dialect's
 /// placeholders need it, then the id) and its leases (the id). The same on
 /// every database; only the pool differs.
+/// `Workers::lease_holders`: the workers holding leases, from the backend's
+/// `LEASE_HOLDERS` statement.
+pub(crate) async fn lease_holders_of<DB>(
+    pool: &sqlx::Pool<DB>,
+    statement: &'static str,
+    p: &LeaseHolderParams,
+) -> StoreResult<Vec<LeaseHolder>>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'r> super::observe::HolderRow: sqlx::FromRow<'r, DB::Row>,
+{
+    let rows: Vec<super::observe::HolderRow> = sqlx::query_as(statement)
+        .bind(i64::from(p.limit))
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.into_iter().map(super::observe::holder_row).collect())
+}
+
 pub(crate) async fn worker_get_of<DB>(
     pool: &sqlx::Pool<DB>,
     [get, leases]: [&'static str; 2],

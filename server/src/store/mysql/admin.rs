@@ -7,6 +7,7 @@ use sqlx::MySql;
 
 use super::super::flow::visible;
 use super::super::observe::dead_group_row;
+use super::super::row::{IntoRecord, records};
 use super::super::row::{TaskRow, ms};
 use super::super::*;
 use super::rows::{changed_event, fetch_task};
@@ -157,12 +158,7 @@ impl Admin for MysqlStore {
         filter::push_select_terms(&mut qb, &filter::MYSQL, f);
         qb.push(" ORDER BY seq LIMIT ")
             .push_bind(i64::from(f.limit));
-        qb.build_query_as::<TaskRow>()
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(TaskRow::into_record)
-            .collect()
+        records(qb.build_query_as::<TaskRow>().fetch_all(&self.pool).await?)
     }
 
     async fn task_cancel_many(

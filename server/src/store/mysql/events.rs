@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::super::events::{event_list_of, event_read_of};
-use super::super::flow::{Ev, visible};
+use super::super::flow::{dependency_failed, finished_state, unblocked};
 use super::super::row::{from_ms, ms};
 use super::super::*;
 use super::tx::Pending;
@@ -98,11 +98,8 @@ pub(super) async fn after_job(j: &mut Job) -> StoreResult<Option<(i64, i64)>> {
             waited_on.extend(q.fetch_all(j.conn()).await?);
         }
         for e in &evs {
-            let state = match e.kind {
-                EventKind::Succeeded => "succeeded",
-                EventKind::Dead => "dead",
-                EventKind::Cancelled => "cancelled",
-                _ => continue,
+            let Some(state) = finished_state(e.kind) else {
+                continue;
             };
             if waited_on.contains(&e.task_id) {
                 resolve(j, &e.task_id, state, e.time).await?;
@@ -221,16 +218,7 @@ async fn resolve(j: &mut Job, dep: &str, dep_state: &str, at: i64) -> StoreResul
                 .fetch_one(j.conn())
                 .await?;
             if state == "pending" {
-                j.push(Ev {
-                    task_id: &id,
-                    queue: &queue,
-                    kind: EventKind::Unblocked,
-                    state: visible("pending", run_at, at),
-                    attempt,
-                    worker: None,
-                    time: at,
-                    detail: None,
-                });
+                j.push(unblocked(&id, &queue, run_at, attempt, at));
                 j.woken.push(queue);
             }
         } else {
@@ -243,16 +231,7 @@ async fn resolve(j: &mut Job, dep: &str, dep_state: &str, at: i64) -> StoreResul
                 .await?
                 .rows_affected();
             if n > 0 {
-                j.push(Ev {
-                    task_id: &id,
-                    queue: &queue,
-                    kind: EventKind::Cancelled,
-                    state: "cancelled",
-                    attempt,
-                    worker: None,
-                    time: at,
-                    detail: Some("DEPENDENCY_FAILED"),
-                });
+                j.push(dependency_failed(&id, &queue, attempt, at));
             }
         }
     }

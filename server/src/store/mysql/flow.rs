@@ -6,7 +6,9 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 
-use super::super::flow::{Ev, may_depend, producer_in, schedule_json};
+use super::super::flow::{
+    dependency_failed, dependency_ids, may_depend, producer_in, schedule_json, with_flow,
+};
 use super::super::row::ms;
 use super::super::*;
 use super::{Job, MysqlStore, sql};
@@ -98,19 +100,8 @@ pub(super) async fn insert(
         }
     }
     let now = ms(now);
-    for (i, f) in flows.iter().enumerate() {
-        let Some(r) = inserted.get(i).filter(|r| !r.deduplicated) else {
-            continue;
-        };
-        if f.is_plain() {
-            continue;
-        }
-        let mut deps: Vec<String> = f.depends_on.clone();
-        deps.extend(
-            f.depends_on_index
-                .iter()
-                .filter_map(|&k| inserted.get(k).map(|r| r.task_id.clone())),
-        );
+    for (i, f, r) in with_flow(flows, &inserted) {
+        let mut deps = dependency_ids(f, &inserted);
         // Keys: a key that names a task is a dependency on it; one that names
         // none yet is a wait the insert of a task with that key binds.
         let mut remaining = 0i64;
@@ -171,16 +162,7 @@ pub(super) async fn insert(
             }
         } else if cancelled {
             let t = &tasks[i];
-            j.push(Ev {
-                task_id: &r.task_id,
-                queue: &t.queue,
-                kind: EventKind::Cancelled,
-                state: "cancelled",
-                attempt: 0,
-                worker: None,
-                time: now,
-                detail: Some("DEPENDENCY_FAILED"),
-            });
+            j.push(dependency_failed(&r.task_id, &t.queue, 0, now));
         }
     }
     Ok(FlowInserted::Done(inserted))

@@ -13,6 +13,7 @@ use super::super::flow::of_row;
 use super::super::gated::{self, GatedRead};
 use super::super::limits;
 use super::super::limits::{LimitRead, Limits, bucket_charges};
+use super::super::row::IntoRecord;
 use super::super::row::{TaskRow, duration_ms, ms, sort_lease_order};
 use super::super::*;
 use super::routing::{holds_copy, lock_workers, worker_held};

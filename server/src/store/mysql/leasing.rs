@@ -18,6 +18,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::super::flow::{Ev, visible};
+use super::super::leasing::{share_requests, top_up_requests};
 use super::super::row::{TaskRow, duration_ms, from_ms, ms, sort_lease_order};
 use super::super::*;
 use super::routing::{lock_workers, worker_held};
@@ -228,10 +229,7 @@ async fn lease_locked(j: &mut Job, p: &LeaseParams) -> StoreResult<Vec<TaskRecor
     let lease_ms = duration_ms(p.lease_duration);
     let rows =
         super::rows::lease_rows(j, picked, &p.worker_id, &p.worker_address, lease_ms, now).await?;
-    let mut records = rows
-        .into_iter()
-        .map(TaskRow::into_record)
-        .collect::<StoreResult<Vec<_>>>()?;
+    let mut records = super::super::row::records(rows)?;
     sort_lease_order(&mut records);
     Ok(records)
 }
@@ -268,37 +266,15 @@ async fn lease_many(j: &mut Job, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<Task
         .await?;
     let shares = lease_shares(&wanted, usize::try_from(available).unwrap_or(0));
     let mut out = Vec::with_capacity(ps.len());
-    for (p, &share) in ps.iter().zip(&shares) {
-        if share == 0 {
-            out.push(Vec::new());
-            continue;
-        }
-        let p = LeaseParams {
-            max_tasks: share,
-            now,
-            ..p.clone()
-        };
-        out.push(lease_locked(j, &p).await?);
+    for p in share_requests(ps, &shares, now) {
+        out.push(match p {
+            Some(p) => lease_locked(j, &p).await?,
+            None => Vec::new(),
+        });
     }
-    if out
-        .iter()
-        .zip(&shares)
-        .any(|(got, &share)| got.len() < share as usize)
-    {
-        for (p, got) in ps.iter().zip(out.iter_mut()) {
-            let more = p
-                .max_tasks
-                .saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
-            if more == 0 {
-                continue;
-            }
-            let p = LeaseParams {
-                max_tasks: more,
-                now,
-                ..p.clone()
-            };
-            got.extend(lease_locked(j, &p).await?);
-        }
+    let got: Vec<usize> = out.iter().map(Vec::len).collect();
+    for (i, p) in top_up_requests(ps, &got, &shares, now) {
+        out[i].extend(lease_locked(j, &p).await?);
     }
     Ok(out)
 }

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use sqlx::MySql;
 
 use super::super::flow::{of_row, simple, visible};
+use super::super::row::IntoRecord;
 use super::super::row::{TaskRow, duration_ms, ms};
 use super::super::*;
 use super::{Job, marks, sql};

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use sqlx::MySql;
 
 use super::super::row::ms;
+use super::super::row::{record, records};
 use super::super::schedule_steps::{bind_definition, schedule_delete_of, schedule_due_of};
 use super::super::schedules::{RunRow, RunSql, ScheduleRow, fired_summary, record_run, run_task};
 use super::super::*;
@@ -33,12 +34,12 @@ impl Schedules for MysqlStore {
 
     async fn schedule_get(&self, id: &str) -> StoreResult<Option<ScheduleRecord>> {
         let r = &self.pool;
-        sqlx::query_as::<_, ScheduleRow>(sql::SCHEDULE_GET)
-            .bind(id)
-            .fetch_optional(r)
-            .await?
-            .map(ScheduleRow::into_record)
-            .transpose()
+        record(
+            sqlx::query_as::<_, ScheduleRow>(sql::SCHEDULE_GET)
+                .bind(id)
+                .fetch_optional(r)
+                .await?,
+        )
     }
 
     async fn schedule_list(&self, f: &ScheduleFilter) -> StoreResult<Vec<ScheduleRecord>> {
@@ -52,12 +53,7 @@ impl Schedules for MysqlStore {
             qb.push(" AND id > ").push_bind(after);
         }
         qb.push(" ORDER BY id LIMIT ").push_bind(f.limit);
-        qb.build_query_as::<ScheduleRow>()
-            .fetch_all(r)
-            .await?
-            .into_iter()
-            .map(ScheduleRow::into_record)
-            .collect()
+        records(qb.build_query_as::<ScheduleRow>().fetch_all(r).await?)
     }
 
     async fn schedule_update(&self, s: &ScheduleRecord, now: DateTime<Utc>) -> StoreResult<bool> {
@@ -99,13 +95,7 @@ impl Schedules for MysqlStore {
         }
         qb.push(" ORDER BY r.fire_time DESC LIMIT ")
             .push_bind(f.limit);
-        Ok(qb
-            .build_query_as::<RunRow>()
-            .fetch_all(r)
-            .await?
-            .into_iter()
-            .map(RunRow::into_record)
-            .collect())
+        records(qb.build_query_as::<RunRow>().fetch_all(r).await?)
     }
 }
 

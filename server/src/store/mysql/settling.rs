@@ -14,7 +14,7 @@ use super::super::*;
 use super::rows::fetch_task;
 use super::{Job, MysqlStore, sql};
 use crate::domain::event::EventKind;
-use crate::domain::task::{Report, SettleCheck, lease_is_live};
+use crate::domain::task::{Report, SettleCheck};
 
 #[async_trait]
 impl Settling for MysqlStore {
@@ -24,13 +24,7 @@ impl Settling for MysqlStore {
             let Some(row) = fetch_task(j, &p.task_id).await? else {
                 return Ok(Settled::NotFound);
             };
-            let live = lease_is_live(
-                row.stored_state()?,
-                row.lease_token.as_deref(),
-                row.lease_expires_at.map(from_ms),
-                &p.lease_token,
-                p.now,
-            );
+            let live = row.lease_is_live(&p.lease_token, p.now)?;
             if !live {
                 return Ok(Settled::LeaseLost);
             }
@@ -143,10 +137,7 @@ async fn complete(j: &mut Job, p: &CompleteParams) -> StoreResult<Settled<Comple
     match check(j, &row, Report::Complete, &p.lease_token, p.now).await? {
         SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
         SettleCheck::AlreadySettled => {
-            return Ok(Settled::AlreadySettled(Completed {
-                queue: row.queue,
-                leased_at: None,
-            }));
+            return Ok(Settled::AlreadySettled(Completed::repeated(row.queue)));
         }
         SettleCheck::Proceed => {}
     }
@@ -157,9 +148,7 @@ async fn complete(j: &mut Job, p: &CompleteParams) -> StoreResult<Settled<Comple
         .bind(row.seq)
         .execute(j.conn())
         .await?;
-    let mut ev = of_row(&row, EventKind::Succeeded, now);
-    ev.state = "succeeded";
-    j.push(ev);
+    j.push(super::super::flow::succeeded(&row, now));
     let leased_at =
         finish_attempt(j, &row.attempt_end(), AttemptOutcome::Succeeded, None, now).await?;
     Ok(Settled::Applied(Completed {
@@ -231,9 +220,7 @@ async fn complete_many(j: &mut Job, ps: &[CompleteParams]) -> StoreResult<Vec<Se
             continue;
         }
         let row = rows.remove(&p.task_id).expect("present");
-        let mut ev = of_row(&row, EventKind::Succeeded, now);
-        ev.state = "succeeded";
-        j.push(ev);
+        j.push(super::super::flow::succeeded(&row, now));
         out.push(Settled::Applied(Completed {
             queue: row.queue.clone(),
             leased_at: Some(from_ms(row.attempt_end().leased_at)),
@@ -356,11 +343,7 @@ async fn reclaim_expired(j: &mut Job, now: DateTime<Utc>, limit: u32) -> StoreRe
         .fetch_all(j.conn())
         .await?;
     for row in &past_deadline {
-        let write = FailureWrite {
-            state: StoredState::Dead,
-            run_at: row.run_at,
-            finished_at: Some(now),
-        };
+        let write = FailureWrite::dead(row, now);
         let error = "DEADLINE_EXCEEDED";
         if row.state == "leased" {
             write_failure(j, row, &write, error, AttemptOutcome::DeadlineExceeded, now).await?;
@@ -376,8 +359,7 @@ async fn reclaim_expired(j: &mut Job, now: DateTime<Utc>, limit: u32) -> StoreRe
                 j.push(e);
             }
         }
-        reaped.deadline_exceeded += 1;
-        reaped.by_queue.entry(row.queue.clone()).or_default().dead += 1;
+        reaped.count_deadline(&row.queue);
     }
     let expired: Vec<TaskRow> = sqlx::query_as(sql::LEASE_RECLAIM_EXPIRED_LEASES)
         .bind(now)
@@ -396,13 +378,7 @@ async fn reclaim_expired(j: &mut Job, now: DateTime<Utc>, limit: u32) -> StoreRe
             now,
         )
         .await?;
-        if write.state == StoredState::Pending && !reaped.queues.contains(&row.queue) {
-            reaped.queues.push(row.queue.clone());
-        }
-        reaped.reclaimed += 1;
-        let q = reaped.by_queue.entry(row.queue.clone()).or_default();
-        q.reclaimed += 1;
-        q.dead += u64::from(write.state == StoredState::Dead);
+        reaped.count_reclaimed(&row.queue, write.state);
     }
     Ok(reaped)
 }

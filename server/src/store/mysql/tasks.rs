@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::MySql;
 
+use super::super::row::{IntoRecord, record, records};
 use super::super::row::{TaskRow, ms};
 use super::super::tasks::by_id_list;
 use super::super::tasks::{UpdateValues, update_allowed};
@@ -29,12 +30,12 @@ impl Tasks for MysqlStore {
     }
 
     async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>> {
-        sqlx::query_as::<_, TaskRow>(sql::TASK_GET)
-            .bind(task_id)
-            .fetch_optional(&self.pool)
-            .await?
-            .map(TaskRow::into_record)
-            .transpose()
+        record(
+            sqlx::query_as::<_, TaskRow>(sql::TASK_GET)
+                .bind(task_id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
     }
 
     async fn task_find_keys(&self, keys: &[(String, String)]) -> StoreResult<Vec<TaskRecord>> {
@@ -74,12 +75,7 @@ impl Tasks for MysqlStore {
         filter::push_task_terms(&mut qb, &filter::MYSQL, f);
         qb.push(" ORDER BY created_at DESC, seq DESC LIMIT ")
             .push_bind(f.limit);
-        qb.build_query_as::<TaskRow>()
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(TaskRow::into_record)
-            .collect()
+        records(qb.build_query_as::<TaskRow>().fetch_all(&self.pool).await?)
     }
 
     async fn task_update(

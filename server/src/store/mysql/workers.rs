@@ -4,20 +4,16 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::MySql;
 
-use super::super::observe::{HolderRow, holder_row};
 use super::super::row::ms;
-use super::super::workers::{minute_before, worker_get_of};
+use super::super::row::records;
+use super::super::workers::{lease_holders_of, minute_before, worker_get_of};
 use super::super::*;
 use super::{MysqlStore, sql};
 
 #[async_trait]
 impl Workers for MysqlStore {
     async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>> {
-        let rows: Vec<HolderRow> = sqlx::query_as(sql::LEASE_HOLDERS)
-            .bind(i64::from(p.limit))
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows.into_iter().map(holder_row).collect())
+        lease_holders_of(&self.pool, sql::LEASE_HOLDERS, p).await
     }
 
     async fn worker_record_seen(&self, seen: &[WorkerSeen]) -> StoreResult<()> {
@@ -72,12 +68,11 @@ impl Workers for MysqlStore {
             qb.push(" AND w.worker_id > ").push_bind(after);
         }
         qb.push(" ORDER BY w.worker_id LIMIT ").push_bind(f.limit);
-        qb.build_query_as::<WorkerRow>()
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(WorkerRow::into_record)
-            .collect()
+        records(
+            qb.build_query_as::<WorkerRow>()
+                .fetch_all(&self.pool)
+                .await?,
+        )
     }
 
     async fn worker_get(

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use super::super::row::{IntoRecord, records};
 use super::*;
 
 #[async_trait]
@@ -169,12 +170,7 @@ impl Admin for PostgresStore {
             qb
         };
         qb.push(" ORDER BY seq LIMIT ").push_bind(limit);
-        qb.build_query_as::<TaskRow>()
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(TaskRow::into_record)
-            .collect()
+        records(qb.build_query_as::<TaskRow>().fetch_all(&self.pool).await?)
     }
 
     async fn task_cancel_many(

@@ -16,7 +16,8 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::super::events::event_list_of;
-use super::super::flow::{Ev, EventRow, event_record};
+use super::super::events::{EventRow, event_record};
+use super::super::flow::Ev;
 use super::super::row::ms;
 use super::super::*;
 use super::native::horizon::horizon;

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use super::super::flow::{may_depend, schedule_json};
+use super::super::flow::{dependency_ids, may_depend, schedule_json, with_flow};
 use super::super::row::ms;
 use super::super::*;
 use super::{PostgresStore, sql};
@@ -63,12 +63,7 @@ pub(super) async fn insert(
     let deps: Vec<Vec<String>> = flows
         .iter()
         .map(|f| {
-            let mut d = f.depends_on.clone();
-            d.extend(
-                f.depends_on_index
-                    .iter()
-                    .filter_map(|&j| inserted.get(j).map(|r| r.task_id.clone())),
-            );
+            let mut d = dependency_ids(f, &inserted);
             d.extend(f.depends_on_keys.iter().filter_map(|k| holder(f, k)));
             d
         })
@@ -141,13 +136,7 @@ pub(super) async fn insert(
         Vec<Option<String>>,
         Vec<Option<String>>,
     ) = Default::default();
-    for (i, f) in flows.iter().enumerate() {
-        let Some(r) = inserted.get(i).filter(|r| !r.deduplicated) else {
-            continue;
-        };
-        if f.is_plain() {
-            continue;
-        }
+    for (i, f, r) in with_flow(flows, &inserted) {
         let mut mine: Vec<&String> = deps[i].iter().collect();
         mine.sort_unstable();
         mine.dedup();

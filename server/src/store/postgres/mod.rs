@@ -21,7 +21,7 @@ use super::*;
 pub(crate) mod sql {
     include!(concat!(env!("OUT_DIR"), "/store_sql_postgres.rs"));
 }
-use crate::domain::task::{Report, SettleCheck, lease_is_live, settle_check};
+use crate::domain::task::{Report, SettleCheck, settle_check};
 
 // One file per capability, each implementing its trait in place.
 mod admin;

@@ -73,14 +73,7 @@ impl Observe for PostgresStore {
     ) -> StoreResult<Vec<AttemptBucket>> {
         // The window's attempts: ended ones from task_attempts, succeeded ones from
         // their task rows (recent_attempts), optionally of one queue.
-        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(sql::ATTEMPT_HISTOGRAM)
-            .bind(ms(p.since))
-            .bind(ms(p.until))
-            .bind(duration_ms(p.bucket).max(1))
-            .bind(p.queue.as_deref())
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows.into_iter().map(observe::bucket_row).collect())
+        observe::attempt_histogram_of(&self.pool, sql::ATTEMPT_HISTOGRAM, p).await
     }
 
     async fn attempt_durations(

@@ -14,56 +14,52 @@ pub(super) fn is_routed(r: &TaskRouting) -> bool {
     !r.target.is_empty() || r.sticky.is_some() || r.fanout_group.is_some()
 }
 
-type InsertQuery<'q> =
-    sqlx::query::QueryScalar<'q, Postgres, String, <Postgres as sqlx::Database>::Arguments>;
-
-/// Binds the routing arrays of `task_insert_many_routed` when `routed`.
-pub(super) trait BindRouting<'q> {
-    fn bind_routing(self, routed: bool, tasks: &[NewTask]) -> Self;
-}
-
-impl<'q> BindRouting<'q> for InsertQuery<'q> {
-    fn bind_routing(self, routed: bool, tasks: &[NewTask]) -> Self {
-        if routed {
-            bind_routing(self, tasks)
-        } else {
-            self
-        }
+/// Adds the routing arrays ($17 to $22) of `task_insert_many_routed` and
+/// `task_insert_matched`.
+pub(super) fn add_routing(
+    a: &mut sqlx::postgres::PgArguments,
+    tasks: &[NewTask],
+) -> Result<(), sqlx::error::BoxDynError> {
+    use sqlx::Arguments as _;
+    fn r(t: &NewTask) -> &TaskRouting {
+        &t.routing
     }
-}
-
-/// Binds the routing arrays ($17 to $22) of `task_insert_many_routed`.
-fn bind_routing<'q>(q: InsertQuery<'q>, tasks: &[NewTask]) -> InsertQuery<'q> {
-    let workers: Vec<Option<String>> = tasks
-        .iter()
-        .map(|t| t.routing.target.worker_id.clone())
-        .collect();
-    let labels: Vec<Option<String>> = tasks
-        .iter()
-        .map(|t| {
-            let l = &t.routing.target.labels;
-            (!l.is_empty()).then(|| serde_json::to_string(l).unwrap_or_else(|_| "{}".into()))
-        })
-        .collect();
-    let sticky: Vec<Option<&'static str>> = tasks
-        .iter()
-        .map(|t| t.routing.sticky.map(|s| s.as_str()))
-        .collect();
-    let timeouts: Vec<Option<i64>> = tasks
-        .iter()
-        .map(|t| t.routing.sticky.and_then(|s| s.timeout_ms()))
-        .collect();
-    let groups: Vec<Option<String>> = tasks
-        .iter()
-        .map(|t| t.routing.fanout_group.clone())
-        .collect();
-    let distinct: Vec<bool> = tasks.iter().map(|t| t.routing.fanout_distinct).collect();
-    q.bind(workers)
-        .bind(labels)
-        .bind(sticky)
-        .bind(timeouts)
-        .bind(groups)
-        .bind(distinct)
+    let labels = |t: &NewTask| {
+        let l = &t.routing.target.labels;
+        (!l.is_empty()).then(|| serde_json::to_string(l).unwrap_or_else(|_| "{}".into()))
+    };
+    a.add(
+        tasks
+            .iter()
+            .map(|t| r(t).target.worker_id.as_deref())
+            .collect::<Vec<_>>(),
+    )?;
+    a.add(tasks.iter().map(labels).collect::<Vec<_>>())?;
+    a.add(
+        tasks
+            .iter()
+            .map(|t| r(t).sticky.map(|s| s.as_str()))
+            .collect::<Vec<_>>(),
+    )?;
+    a.add(
+        tasks
+            .iter()
+            .map(|t| r(t).sticky.and_then(|s| s.timeout_ms()))
+            .collect::<Vec<_>>(),
+    )?;
+    a.add(
+        tasks
+            .iter()
+            .map(|t| r(t).fanout_group.as_deref())
+            .collect::<Vec<_>>(),
+    )?;
+    a.add(
+        tasks
+            .iter()
+            .map(|t| r(t).fanout_distinct)
+            .collect::<Vec<_>>(),
+    )?;
+    Ok(())
 }
 
 /// After a failure made `row` pending again: reserves the retry for the worker

@@ -4,6 +4,7 @@
 
 use sqlx::{Postgres, Transaction};
 
+use super::super::row::IntoRecord;
 use super::super::row::{TaskRow, sort_lease_order};
 use super::super::*;
 use super::{PostgresStore, sql};

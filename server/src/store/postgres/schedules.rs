@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Postgres;
 
 use super::super::row::{duration_ms, ms};
+use super::super::row::{record, records};
 use super::super::schedule_steps::{bind_definition, schedule_delete_of, schedule_due_of};
 use super::super::schedules::{RunRow, RunSql, ScheduleRow, fired_summary, record_run, run_task};
 use super::super::*;
@@ -71,12 +72,12 @@ impl Schedules for PostgresStore {
     }
 
     async fn schedule_get(&self, id: &str) -> StoreResult<Option<ScheduleRecord>> {
-        sqlx::query_as::<_, ScheduleRow>(sql::SCHEDULE_GET)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?
-            .map(ScheduleRow::into_record)
-            .transpose()
+        record(
+            sqlx::query_as::<_, ScheduleRow>(sql::SCHEDULE_GET)
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
     }
 
     async fn schedule_list(&self, f: &ScheduleFilter) -> StoreResult<Vec<ScheduleRecord>> {
@@ -90,12 +91,11 @@ impl Schedules for PostgresStore {
         }
         qb.push(" ORDER BY id COLLATE \"C\" LIMIT ")
             .push_bind(i64::from(f.limit));
-        qb.build_query_as::<ScheduleRow>()
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(ScheduleRow::into_record)
-            .collect()
+        records(
+            qb.build_query_as::<ScheduleRow>()
+                .fetch_all(&self.pool)
+                .await?,
+        )
     }
 
     async fn schedule_update(&self, s: &ScheduleRecord, now: DateTime<Utc>) -> StoreResult<bool> {
@@ -226,12 +226,6 @@ impl Schedules for PostgresStore {
         }
         qb.push(" ORDER BY r.fire_time DESC LIMIT ")
             .push_bind(i64::from(f.limit));
-        Ok(qb
-            .build_query_as::<RunRow>()
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(RunRow::into_record)
-            .collect())
+        records(qb.build_query_as::<RunRow>().fetch_all(&self.pool).await?)
     }
 }

@@ -147,10 +147,7 @@ impl PostgresStore {
             }
             SettleCheck::AlreadySettled => {
                 tx.rollback().await?;
-                return Ok(Settled::AlreadySettled(Completed {
-                    queue: row.queue,
-                    leased_at: None,
-                }));
+                return Ok(Settled::AlreadySettled(Completed::repeated(row.queue)));
             }
             SettleCheck::Proceed => {}
         }
@@ -160,8 +157,7 @@ impl PostgresStore {
             .bind(&row.id)
             .execute(&mut *tx)
             .await?;
-        let mut ev = flow_of_row(&row, EventKind::Succeeded, now);
-        ev.state = "succeeded";
+        let ev = super::super::flow::succeeded(&row, now);
         events::record(&mut tx, &[ev]).await?;
         // The succeeded attempt stays on the task row (migration 0018).
         let leased_at = Some(from_ms(row.attempt_end().leased_at));
@@ -182,13 +178,7 @@ impl Settling for PostgresStore {
             tx.rollback().await?;
             return Ok(Settled::NotFound);
         };
-        let live = lease_is_live(
-            row.stored_state()?,
-            row.lease_token.as_deref(),
-            row.lease_expires_at.map(from_ms),
-            &p.lease_token,
-            p.now,
-        );
+        let live = row.lease_is_live(&p.lease_token, p.now)?;
         if !live {
             tx.rollback().await?;
             return Ok(Settled::LeaseLost);
@@ -323,11 +313,7 @@ impl Settling for PostgresStore {
             .fetch_all(&mut *tx)
             .await?;
         for row in &past_deadline {
-            let write = FailureWrite {
-                state: StoredState::Dead,
-                run_at: row.run_at,
-                finished_at: Some(now),
-            };
+            let write = FailureWrite::dead(row, now);
             let error = "DEADLINE_EXCEEDED";
             if row.state == "leased" {
                 let outcome = AttemptOutcome::DeadlineExceeded;
@@ -342,8 +328,7 @@ impl Settling for PostgresStore {
                 let evs = flow_failure_events(row, "dead", row.run_at, error, now);
                 events::record(&mut tx, &evs).await?;
             }
-            reaped.deadline_exceeded += 1;
-            reaped.by_queue.entry(row.queue.clone()).or_default().dead += 1;
+            reaped.count_deadline(&row.queue);
         }
         let expired = sqlx::query_as::<_, TaskRow>(sql::LEASE_RECLAIM_EXPIRED_LEASES)
             .bind(now)
@@ -356,13 +341,7 @@ impl Settling for PostgresStore {
             let outcome = AttemptOutcome::LeaseExpired;
             let error = super::super::row::expiry_error(row);
             Self::write_failure(&mut tx, row, &write, error, outcome, now).await?;
-            if write.state == StoredState::Pending && !reaped.queues.contains(&row.queue) {
-                reaped.queues.push(row.queue.clone());
-            }
-            reaped.reclaimed += 1;
-            let q = reaped.by_queue.entry(row.queue.clone()).or_default();
-            q.reclaimed += 1;
-            q.dead += u64::from(write.state == StoredState::Dead);
+            reaped.count_reclaimed(&row.queue, write.state);
         }
         tx.commit().await?;
         Ok(reaped)

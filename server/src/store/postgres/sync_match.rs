@@ -11,8 +11,10 @@
 
 use chrono::{DateTime, Utc};
 
-use super::super::row::{duration_ms, ms};
-use super::super::sync_match::{leased_row, matches_in_lease_order, metadata_json};
+use super::super::row::duration_ms;
+use sqlx::Arguments as _;
+
+use super::super::sync_match::{leased_row, matches_in_lease_order};
 use super::super::*;
 use super::{CHANNEL, PostgresStore, sql};
 
@@ -33,42 +35,6 @@ impl PostgresStore {
                 .and_then(Option::as_ref)
                 .filter(|_| stands[i])
         };
-        let col = |f: &dyn Fn(&NewTask) -> i64| tasks.iter().map(f).collect::<Vec<i64>>();
-        let ids: Vec<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
-        let queues: Vec<&str> = tasks.iter().map(|t| t.queue.as_str()).collect();
-        let keys: Vec<Option<&str>> = tasks.iter().map(|t| t.key.as_deref()).collect();
-        let payloads: Vec<&[u8]> = tasks.iter().map(|t| t.payload.as_slice()).collect();
-        let deadlines: Vec<Option<i64>> = tasks.iter().map(|t| t.deadline.map(ms)).collect();
-        let multipliers: Vec<f64> = tasks.iter().map(|t| t.retry.backoff_multiplier).collect();
-        let jitters: Vec<f64> = tasks.iter().map(|t| t.retry.jitter).collect();
-        let metadata: Vec<String> = tasks.iter().map(metadata_json).collect();
-        let concurrency_keys: Vec<Option<&str>> =
-            tasks.iter().map(|t| t.concurrency_key.as_deref()).collect();
-        fn r(t: &NewTask) -> &crate::domain::routing::TaskRouting {
-            &t.routing
-        }
-        let target_workers: Vec<Option<&str>> = tasks
-            .iter()
-            .map(|t| r(t).target.worker_id.as_deref())
-            .collect();
-        let target_labels: Vec<Option<String>> = tasks
-            .iter()
-            .map(|t| {
-                let l = &r(t).target.labels;
-                (!l.is_empty()).then(|| serde_json::to_string(l).unwrap_or_else(|_| "{}".into()))
-            })
-            .collect();
-        let sticky: Vec<Option<&str>> = tasks
-            .iter()
-            .map(|t| r(t).sticky.map(|s| s.as_str()))
-            .collect();
-        let sticky_timeouts: Vec<Option<i64>> = tasks
-            .iter()
-            .map(|t| r(t).sticky.and_then(|s| s.timeout_ms()))
-            .collect();
-        let groups: Vec<Option<&str>> =
-            tasks.iter().map(|t| r(t).fanout_group.as_deref()).collect();
-        let distinct: Vec<bool> = tasks.iter().map(|t| r(t).fanout_distinct).collect();
         let workers: Vec<Option<&str>> = (0..tasks.len())
             .map(|i| matched(i).map(|m| m.worker_id.as_str()))
             .collect();
@@ -78,47 +44,30 @@ impl PostgresStore {
         let durations: Vec<Option<i64>> = (0..tasks.len())
             .map(|i| matched(i).map(|m| duration_ms(m.lease_duration)))
             .collect();
-        let checkpoints: Vec<Option<&[u8]>> =
-            tasks.iter().map(|t| t.checkpoint.as_deref()).collect();
         let stmt = if super::tasks::keyed(tasks) {
             sql::TASK_INSERT_MATCHED
         } else {
             sql::TASK_INSERT_MATCHED_KEYLESS
         };
-        let rows: Vec<InsertedRow> = sqlx::query_as(stmt)
-            .bind(&ids)
-            .bind(&queues)
-            .bind(&keys)
-            .bind(&payloads)
-            .bind(col(&|t| i64::from(t.priority)))
-            .bind(col(&|t| ms(t.run_at)))
-            .bind(&deadlines)
-            .bind(col(&|t| i64::from(t.retry.max_attempts)))
-            .bind(col(&|t| duration_ms(t.retry.initial_backoff)))
-            .bind(&multipliers)
-            .bind(col(&|t| duration_ms(t.retry.max_backoff)))
-            .bind(&jitters)
-            .bind(&metadata)
-            .bind(ms(now))
-            .bind(CHANNEL)
-            .bind(&concurrency_keys)
-            .bind(&target_workers)
-            .bind(&target_labels)
-            .bind(&sticky)
-            .bind(&sticky_timeouts)
-            .bind(&groups)
-            .bind(&distinct)
-            .bind(&workers)
-            .bind(&addresses)
-            .bind(&durations)
-            .bind(&checkpoints)
+        let args = super::tasks::insert_arguments(tasks, now, CHANNEL).and_then(|mut args| {
+            super::routing::add_routing(&mut args, tasks)?;
+            args.add(&workers)?;
+            args.add(&addresses)?;
+            args.add(&durations)?;
+            super::tasks::add_checkpoints(&mut args, tasks)?;
+            Ok(args)
+        });
+        let args = args.map_err(sqlx::Error::Encode)?;
+        let rows: Vec<InsertedRow> = sqlx::query_as_with(stmt, args)
             .fetch_all(self.hot())
             .await?;
         let mut rows: std::collections::HashMap<String, InsertedRow> =
             rows.into_iter().map(|r| (r.0.clone(), r)).collect();
         // The rest were duplicates of a (queue, key): answer with the existing ids.
         let dups: Vec<&NewTask> = tasks.iter().filter(|t| !rows.contains_key(&t.id)).collect();
-        let existing = self.sync_existing_ids(&dups).await?;
+        let existing =
+            super::tasks::existing_ids(&self.pool, sql::TASK_INSERT_MATCHED_EXISTING, &dups)
+                .await?;
         let mut out = Vec::with_capacity(tasks.len());
         for (i, t) in tasks.iter().enumerate() {
             let Some((id, seq, state, token, expires)) = rows.remove(&t.id) else {
@@ -140,23 +89,5 @@ impl PostgresStore {
             out.push(MatchedInsert::made(id, leased));
         }
         Ok(out)
-    }
-
-    /// The ids of the tasks that hold the keys of `dups`, by (queue, key).
-    async fn sync_existing_ids(
-        &self,
-        dups: &[&NewTask],
-    ) -> StoreResult<std::collections::HashMap<(String, String), String>> {
-        if dups.is_empty() {
-            return Ok(Default::default());
-        }
-        let q: Vec<&str> = dups.iter().map(|t| t.queue.as_str()).collect();
-        let k: Vec<Option<&str>> = dups.iter().map(|t| t.key.as_deref()).collect();
-        let rows: Vec<(String, String, String)> = sqlx::query_as(sql::TASK_INSERT_MATCHED_EXISTING)
-            .bind(&q)
-            .bind(&k)
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows.into_iter().map(|(q, k, id)| ((q, k), id)).collect())
     }
 }

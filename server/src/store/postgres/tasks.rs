@@ -3,18 +3,93 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::Postgres;
+use sqlx::error::BoxDynError;
+use sqlx::postgres::PgArguments;
+use sqlx::{Arguments as _, Postgres};
 
 use super::super::row::{TaskRow, duration_ms, ms};
+use super::super::row::{record, records};
+use super::super::sync_match::metadata_json;
 use super::super::tasks::{UpdateValues, update_allowed};
 use super::super::*;
-use super::routing::BindRouting as _;
 use super::{PostgresStore, flow, routing, sql};
 use crate::domain::event::EventKind;
 
 /// Whether a task of the batch carries a key (else its inserts cannot collide).
 pub(super) fn keyed(tasks: &[NewTask]) -> bool {
     tasks.iter().any(|t| t.key.is_some())
+}
+
+/// The arrays $1 to $16 of a task insert (`tasks.sql` says what each holds),
+/// which `task_insert_many*` and `task_insert_matched*` bind alike before
+/// their own. `wake` is $15: the tag appended to the wake-up's queue name, or
+/// the channel the matched insert notifies.
+pub(super) fn insert_arguments(
+    tasks: &[NewTask],
+    now: DateTime<Utc>,
+    wake: &str,
+) -> Result<PgArguments, BoxDynError> {
+    let col = |f: &dyn Fn(&NewTask) -> i64| tasks.iter().map(f).collect::<Vec<i64>>();
+    let mut a = PgArguments::default();
+    a.add(tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>())?;
+    a.add(tasks.iter().map(|t| t.queue.as_str()).collect::<Vec<_>>())?;
+    a.add(tasks.iter().map(|t| t.key.as_deref()).collect::<Vec<_>>())?;
+    a.add(
+        tasks
+            .iter()
+            .map(|t| t.payload.as_slice())
+            .collect::<Vec<_>>(),
+    )?;
+    a.add(col(&|t| i64::from(t.priority)))?;
+    a.add(col(&|t| ms(t.run_at)))?;
+    a.add(tasks.iter().map(|t| t.deadline.map(ms)).collect::<Vec<_>>())?;
+    a.add(col(&|t| i64::from(t.retry.max_attempts)))?;
+    a.add(col(&|t| duration_ms(t.retry.initial_backoff)))?;
+    a.add(
+        tasks
+            .iter()
+            .map(|t| t.retry.backoff_multiplier)
+            .collect::<Vec<_>>(),
+    )?;
+    a.add(col(&|t| duration_ms(t.retry.max_backoff)))?;
+    a.add(tasks.iter().map(|t| t.retry.jitter).collect::<Vec<_>>())?;
+    a.add(tasks.iter().map(metadata_json).collect::<Vec<_>>())?;
+    a.add(ms(now))?;
+    a.add(wake)?;
+    a.add(
+        tasks
+            .iter()
+            .map(|t| t.concurrency_key.as_deref())
+            .collect::<Vec<_>>(),
+    )?;
+    Ok(a)
+}
+
+/// The submitted checkpoints, the last array of every task insert.
+pub(super) fn add_checkpoints(a: &mut PgArguments, tasks: &[NewTask]) -> Result<(), BoxDynError> {
+    a.add(
+        tasks
+            .iter()
+            .map(|t| t.checkpoint.as_deref())
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// The ids of the tasks that hold the keys of `dups` (the tasks of a batch
+/// that a (queue, key) made duplicates), by (queue, key).
+pub(super) async fn existing_ids<'e>(
+    e: impl sqlx::PgExecutor<'e>,
+    stmt: &'static str,
+    dups: &[&NewTask],
+) -> StoreResult<std::collections::HashMap<(String, String), String>> {
+    if dups.is_empty() {
+        return Ok(Default::default());
+    }
+    let q: Vec<&str> = dups.iter().map(|t| t.queue.as_str()).collect();
+    let k: Vec<Option<&str>> = dups.iter().map(|t| t.key.as_deref()).collect();
+    let rows: Vec<(String, String, String)> =
+        sqlx::query_as(stmt).bind(&q).bind(&k).fetch_all(e).await?;
+    Ok(rows.into_iter().map(|(q, k, id)| ((q, k), id)).collect())
 }
 
 impl PostgresStore {
@@ -30,22 +105,6 @@ impl PostgresStore {
     ) -> StoreResult<Vec<Inserted>> {
         // One multi-row statement (one round trip, one commit) for the whole batch;
         // it also notifies the queues that got tasks, in the same transaction.
-        let col = |f: &dyn Fn(&NewTask) -> i64| tasks.iter().map(f).collect::<Vec<i64>>();
-        let ids: Vec<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
-        let queues: Vec<&str> = tasks.iter().map(|t| t.queue.as_str()).collect();
-        let keys: Vec<Option<&str>> = tasks.iter().map(|t| t.key.as_deref()).collect();
-        let payloads: Vec<&[u8]> = tasks.iter().map(|t| t.payload.as_slice()).collect();
-        let deadlines: Vec<Option<i64>> = tasks.iter().map(|t| t.deadline.map(ms)).collect();
-        let multipliers: Vec<f64> = tasks.iter().map(|t| t.retry.backoff_multiplier).collect();
-        let jitters: Vec<f64> = tasks.iter().map(|t| t.retry.jitter).collect();
-        let metadata: Vec<String> = tasks
-            .iter()
-            .map(|t| serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into()))
-            .collect();
-        let concurrency_keys: Vec<Option<&str>> =
-            tasks.iter().map(|t| t.concurrency_key.as_deref()).collect();
-        let checkpoints: Vec<Option<&[u8]>> =
-            tasks.iter().map(|t| t.checkpoint.as_deref()).collect();
         // Routing: a batch with routed tasks inserts their routing
         // columns too (the same statement with more arrays), before the
         // checkpoints.
@@ -57,42 +116,19 @@ impl PostgresStore {
         } else {
             sql::TASK_INSERT_MANY_KEYLESS
         };
-        let inserted: Vec<String> = sqlx::query_scalar(stmt)
-            .bind(&ids)
-            .bind(&queues)
-            .bind(&keys)
-            .bind(&payloads)
-            .bind(col(&|t| i64::from(t.priority)))
-            .bind(col(&|t| ms(t.run_at)))
-            .bind(&deadlines)
-            .bind(col(&|t| i64::from(t.retry.max_attempts)))
-            .bind(col(&|t| duration_ms(t.retry.initial_backoff)))
-            .bind(&multipliers)
-            .bind(col(&|t| duration_ms(t.retry.max_backoff)))
-            .bind(&jitters)
-            .bind(&metadata)
-            .bind(ms(now))
-            .bind(tag)
-            .bind(&concurrency_keys)
-            .bind_routing(routed, tasks)
-            .bind(&checkpoints)
+        let mut args = insert_arguments(tasks, now, tag);
+        if routed {
+            args = args.and_then(|mut a| routing::add_routing(&mut a, tasks).map(|()| a));
+        }
+        let args = args.and_then(|mut a| add_checkpoints(&mut a, tasks).map(|()| a));
+        let args = args.map_err(sqlx::Error::Encode)?;
+        let inserted: Vec<String> = sqlx::query_scalar_with(stmt, args)
             .fetch_all(&mut *conn)
             .await?;
         let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
         // The rest were duplicates of a (queue, key): answer with the existing ids.
         let dups: Vec<&NewTask> = tasks.iter().filter(|t| !inserted.contains(&t.id)).collect();
-        let mut existing = std::collections::HashMap::new();
-        if !dups.is_empty() {
-            let q: Vec<&str> = dups.iter().map(|t| t.queue.as_str()).collect();
-            let k: Vec<Option<&str>> = dups.iter().map(|t| t.key.as_deref()).collect();
-            let rows: Vec<(String, String, String)> =
-                sqlx::query_as(sql::TASK_INSERT_MANY_EXISTING)
-                    .bind(&q)
-                    .bind(&k)
-                    .fetch_all(&mut *conn)
-                    .await?;
-            existing = rows.into_iter().map(|(q, k, id)| ((q, k), id)).collect();
-        }
+        let existing = existing_ids(&mut *conn, sql::TASK_INSERT_MANY_EXISTING, &dups).await?;
         tasks
             .iter()
             .map(|t| {
@@ -128,25 +164,24 @@ impl Tasks for PostgresStore {
     }
 
     async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>> {
-        sqlx::query_as::<_, TaskRow>(sql::TASK_GET)
-            .bind(task_id)
-            .fetch_optional(&self.pool)
-            .await?
-            .map(TaskRow::into_record)
-            .transpose()
+        record(
+            sqlx::query_as::<_, TaskRow>(sql::TASK_GET)
+                .bind(task_id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
     }
 
     async fn task_find_keys(&self, keys: &[(String, String)]) -> StoreResult<Vec<TaskRecord>> {
         let queues: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
         let names: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
-        sqlx::query_as::<_, TaskRow>(sql::TASK_FIND_KEYS)
-            .bind(&queues)
-            .bind(&names)
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(TaskRow::into_record)
-            .collect()
+        records(
+            sqlx::query_as::<_, TaskRow>(sql::TASK_FIND_KEYS)
+                .bind(&queues)
+                .bind(&names)
+                .fetch_all(&self.pool)
+                .await?,
+        )
     }
 
     async fn task_queues(
@@ -180,12 +215,7 @@ impl Tasks for PostgresStore {
             .push_bind(i64::from(f.limit))
             .push(")) u ORDER BY created_at DESC, seq DESC LIMIT ")
             .push_bind(i64::from(f.limit));
-        qb.build_query_as::<TaskRow>()
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(TaskRow::into_record)
-            .collect()
+        records(qb.build_query_as::<TaskRow>().fetch_all(&self.pool).await?)
     }
 
     async fn task_update(

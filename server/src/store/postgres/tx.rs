@@ -16,6 +16,7 @@
 use sqlx::{Postgres, Transaction};
 
 use super::super::flow::of_row as flow_of_row;
+use super::super::row::IntoRecord;
 use super::super::*;
 use super::{CHANNEL, PostgresStore, events, sql};
 use crate::domain::event::EventKind;

@@ -5,18 +5,15 @@ use chrono::{DateTime, Utc};
 use sqlx::{Arguments as _, Postgres};
 
 use super::super::row::ms;
-use super::super::workers::{minute_before, worker_get_of};
+use super::super::row::records;
+use super::super::workers::{lease_holders_of, minute_before, worker_get_of};
 use super::super::*;
 use super::{PostgresStore, sql};
 
 #[async_trait]
 impl Workers for PostgresStore {
     async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>> {
-        let rows: Vec<observe::HolderRow> = sqlx::query_as(sql::LEASE_HOLDERS)
-            .bind(i64::from(p.limit))
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows.into_iter().map(observe::holder_row).collect())
+        lease_holders_of(&self.pool, sql::LEASE_HOLDERS, p).await
     }
 
     async fn worker_record_seen(&self, seen: &[WorkerSeen]) -> StoreResult<()> {
@@ -73,12 +70,11 @@ impl Workers for PostgresStore {
         }
         qb.push(" ORDER BY w.worker_id LIMIT ")
             .push_bind(i64::from(f.limit));
-        qb.build_query_as::<WorkerRow>()
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(WorkerRow::into_record)
-            .collect()
+        records(
+            qb.build_query_as::<WorkerRow>()
+                .fetch_all(&self.pool)
+                .await?,
+        )
     }
 
     async fn worker_get(

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, ToSql, params, params_from_iter};
 
 use super::super::observe::dead_group_row;
+use super::super::row::{IntoRecord, records};
 use super::super::row::{TaskRow, ms};
 use super::super::tasks::in_list;
 use super::super::*;
@@ -192,12 +193,11 @@ impl Admin for SqliteStore {
         filter::push_select_terms(&mut qb, &filter::SQLITE, f);
         qb.push(" ORDER BY seq LIMIT ")
             .push_bind(i64::from(f.limit));
-        qb.build_query_as::<TaskRow>()
-            .fetch_all(&self.reader)
-            .await?
-            .into_iter()
-            .map(TaskRow::into_record)
-            .collect()
+        records(
+            qb.build_query_as::<TaskRow>()
+                .fetch_all(&self.reader)
+                .await?,
+        )
     }
 
     async fn task_cancel_many(

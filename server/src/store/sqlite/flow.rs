@@ -13,7 +13,9 @@ use std::cell::RefCell;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::super::flow::{Ev, schedule_json, visible};
+use super::super::flow::{
+    dependency_failed, dependency_ids, finished_state, schedule_json, unblocked, with_flow,
+};
 use super::super::row::{from_ms, ms};
 use super::super::*;
 use super::{SqliteStore, events, key_waits, sql, tx};
@@ -62,11 +64,8 @@ pub(super) fn after_job(c: &Connection) -> StoreResult<()> {
         }
         events::write(c, &evs)?;
         for e in &evs {
-            let state = match e.kind {
-                EventKind::Succeeded => "succeeded",
-                EventKind::Dead => "dead",
-                EventKind::Cancelled => "cancelled",
-                _ => continue,
+            let Some(state) = finished_state(e.kind) else {
+                continue;
             };
             let waited_on = c
                 .prepare_cached(sql::FLOW_RESOLVE_WAITED)?
@@ -119,16 +118,7 @@ fn resolve(c: &Connection, dep: &str, dep_state: &str, at: i64) -> StoreResult<(
                 .query_row(params![id, at], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()?;
             if let Some(("pending", run_at)) = now_pending.as_ref().map(|(s, r)| (s.as_str(), *r)) {
-                tx::push(Ev {
-                    task_id: &id,
-                    queue: &queue,
-                    kind: EventKind::Unblocked,
-                    state: visible("pending", run_at, at),
-                    attempt,
-                    worker: None,
-                    time: at,
-                    detail: None,
-                });
+                tx::push(unblocked(&id, &queue, run_at, attempt, at));
                 wake(queue);
             }
         } else {
@@ -137,16 +127,7 @@ fn resolve(c: &Connection, dep: &str, dep_state: &str, at: i64) -> StoreResult<(
                 .prepare_cached(sql::FLOW_RESOLVE_CANCEL)?
                 .execute(params![id, at])?;
             if n > 0 {
-                tx::push(Ev {
-                    task_id: &id,
-                    queue: &queue,
-                    kind: EventKind::Cancelled,
-                    state: "cancelled",
-                    attempt,
-                    worker: None,
-                    time: at,
-                    detail: Some("DEPENDENCY_FAILED"),
-                });
+                tx::push(dependency_failed(&id, &queue, attempt, at));
             }
         }
     }
@@ -190,19 +171,8 @@ pub(super) fn insert(
         }
     }
     let now = ms(now);
-    for (i, f) in flows.iter().enumerate() {
-        let Some(r) = inserted.get(i).filter(|r| !r.deduplicated) else {
-            continue;
-        };
-        if f.is_plain() {
-            continue;
-        }
-        let mut deps: Vec<String> = f.depends_on.clone();
-        deps.extend(
-            f.depends_on_index
-                .iter()
-                .filter_map(|&j| inserted.get(j).map(|r| r.task_id.clone())),
-        );
+    for (i, f, r) in with_flow(flows, &inserted) {
+        let mut deps = dependency_ids(f, &inserted);
         // Keys: a key that names a task is a dependency on it; one that names
         // none yet is a wait the insert of a task with that key binds.
         let keys =
@@ -241,16 +211,7 @@ pub(super) fn insert(
             tx::submitted_blocked(&r.task_id);
         } else if state == "cancelled" {
             let t = &tasks[i];
-            tx::push(Ev {
-                task_id: &r.task_id,
-                queue: &t.queue,
-                kind: EventKind::Cancelled,
-                state: "cancelled",
-                attempt: 0,
-                worker: None,
-                time: now,
-                detail: Some("DEPENDENCY_FAILED"),
-            });
+            tx::push(dependency_failed(&r.task_id, &t.queue, 0, now));
         }
     }
     if commit_by.is_some_and(|d| std::time::Instant::now() >= d) {

@@ -11,6 +11,7 @@ use super::super::admission::{Assigned, Offer, Plan};
 use super::super::gated::{self, GatedRead};
 use super::super::limits;
 use super::super::limits::{LimitRead, Limits, bucket_charges};
+use super::super::row::IntoRecord;
 use super::super::row::{TaskRow, duration_ms, ms, sort_lease_order};
 use super::super::*;
 use super::admission::{json_text, parse};

@@ -23,6 +23,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, ToSql, params, params_from_iter};
 
 use super::super::flow::{Ev, of_row, visible};
+use super::super::leasing::{share_requests, top_up_requests};
 use super::super::row::{TaskRow, duration_ms, from_ms, ms, sort_lease_order};
 use super::super::*;
 use super::rows::task_row;
@@ -167,43 +168,14 @@ fn lease_many(c: &Connection, ps: &[LeaseParams]) -> StoreResult<Vec<Vec<TaskRec
         .prepare_cached(&sql)?
         .query_row(params_from_iter(args), |r| r.get(0))?;
     let shares = lease_shares(&wanted, usize::try_from(available).unwrap_or(0));
-    let mut out = ps
-        .iter()
-        .zip(&shares)
-        .map(|(p, &share)| {
-            if share == 0 {
-                return Ok(Vec::new());
-            }
-            let p = LeaseParams {
-                max_tasks: share,
-                now,
-                ..p.clone()
-            };
-            lease(c, &p)
-        })
+    let mut out = share_requests(ps, &shares, now)
+        .into_iter()
+        .map(|p| p.map_or_else(|| Ok(Vec::new()), |p| lease(c, &p)))
         .collect::<StoreResult<Vec<_>>>()?;
-    // Routing: a request that got less than its share (tasks it may
-    // not take, or its cap) leaves tasks behind that the others may take: they
-    // ask again for what they still want, in request order.
-    if out
-        .iter()
-        .zip(&shares)
-        .any(|(got, &share)| got.len() < share as usize)
-    {
-        for (p, got) in ps.iter().zip(out.iter_mut()) {
-            let more = p
-                .max_tasks
-                .saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
-            if more == 0 {
-                continue;
-            }
-            let p = LeaseParams {
-                max_tasks: more,
-                now,
-                ..p.clone()
-            };
-            got.extend(lease(c, &p)?);
-        }
+    // Routing: what a request left behind, the others ask again for.
+    let got: Vec<usize> = out.iter().map(Vec::len).collect();
+    for (i, p) in top_up_requests(ps, &got, &shares, now) {
+        out[i].extend(lease(c, &p)?);
     }
     Ok(out)
 }
@@ -283,10 +255,7 @@ fn lease(c: &Connection, p: &LeaseParams) -> StoreResult<Vec<TaskRecord>> {
         tx::push(of_row(r, EventKind::Leased, now));
     }
     // The attempt's row is written when it ends (`settling`).
-    let mut records = rows
-        .into_iter()
-        .map(TaskRow::into_record)
-        .collect::<StoreResult<Vec<_>>>()?;
+    let mut records = super::super::row::records(rows)?;
     sort_lease_order(&mut records);
     Ok(records)
 }

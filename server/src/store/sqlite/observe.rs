@@ -4,8 +4,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, params};
 
-use super::super::observe::bucket_row;
-use super::super::row::{duration_ms, ms};
+use super::super::observe;
+use super::super::row::ms;
 use super::super::*;
 use super::{SqliteStore, sql};
 
@@ -90,14 +90,7 @@ impl Observe for SqliteStore {
         &self,
         p: &AttemptHistogramParams,
     ) -> StoreResult<Vec<AttemptBucket>> {
-        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(sql::ATTEMPT_HISTOGRAM)
-            .bind(ms(p.since))
-            .bind(ms(p.until))
-            .bind(duration_ms(p.bucket).max(1))
-            .bind(p.queue.as_deref())
-            .fetch_all(&self.reader)
-            .await?;
-        Ok(rows.into_iter().map(bucket_row).collect())
+        observe::attempt_histogram_of(&self.reader, sql::ATTEMPT_HISTOGRAM, p).await
     }
 
     async fn attempt_durations(

@@ -7,10 +7,13 @@
 //! that every lease runs first.
 
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::types::{ToSql, ToSqlOutput};
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
 use super::super::flow::{of_row, simple, visible};
+use super::super::row::IntoRecord;
 use super::super::row::{TaskRow, duration_ms, ms};
+use super::super::sync_match::metadata_json;
 use super::super::*;
 use super::{sql, tx};
 use crate::domain::event::EventKind;
@@ -96,6 +99,29 @@ pub(super) fn task_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     })
 }
 
+/// The parameters of a task insert, ?1 to ?15 of `task_insert_many` and of
+/// `task_insert_matched_leased` (which binds its lease after them).
+pub(super) fn insert_params(t: &NewTask, now_ms: i64) -> rusqlite::Result<[ToSqlOutput<'_>; 16]> {
+    Ok([
+        t.id.to_sql()?,
+        t.queue.to_sql()?,
+        t.key.to_sql()?,
+        t.payload.to_sql()?,
+        t.priority.to_sql()?,
+        ToSqlOutput::from(ms(t.run_at)),
+        ToSqlOutput::Owned(t.deadline.map(ms).into()),
+        t.retry.max_attempts.to_sql()?,
+        ToSqlOutput::from(duration_ms(t.retry.initial_backoff)),
+        t.retry.backoff_multiplier.to_sql()?,
+        ToSqlOutput::from(duration_ms(t.retry.max_backoff)),
+        t.retry.jitter.to_sql()?,
+        ToSqlOutput::from(metadata_json(t)),
+        ToSqlOutput::from(now_ms),
+        t.concurrency_key.to_sql()?,
+        t.checkpoint.to_sql()?,
+    ])
+}
+
 /// Inserts tasks (a duplicate (queue, key) names the task holding it), in the
 /// running write job: submit, a fire's runs, a dead-letter notice.
 pub(super) fn insert_many(
@@ -107,25 +133,7 @@ pub(super) fn insert_many(
     let mut insert = c.prepare_cached(sql::TASK_INSERT_MANY)?;
     let mut out = Vec::with_capacity(tasks.len());
     for t in tasks {
-        let metadata = serde_json::to_string(&t.metadata).unwrap_or_else(|_| "{}".into());
-        let n = insert.execute(params![
-            t.id,
-            t.queue,
-            t.key,
-            t.payload,
-            t.priority,
-            ms(t.run_at),
-            t.deadline.map(ms),
-            t.retry.max_attempts,
-            duration_ms(t.retry.initial_backoff),
-            t.retry.backoff_multiplier,
-            duration_ms(t.retry.max_backoff),
-            t.retry.jitter,
-            metadata,
-            now,
-            t.concurrency_key,
-            t.checkpoint,
-        ])?;
+        let n = insert.execute(params_from_iter(insert_params(t, now)?))?;
         if n == 1 {
             super::routing::write_task_routing(c, t)?;
             tx::push(simple(

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::super::row::ms;
+use super::super::row::{record, records};
 use super::super::schedule_steps::schedule_due_of;
 use super::super::schedules::{RunRow, ScheduleRow, fired_summary, spec_json, template_json};
 use super::super::*;
@@ -49,12 +50,12 @@ impl Schedules for SqliteStore {
     }
 
     async fn schedule_get(&self, id: &str) -> StoreResult<Option<ScheduleRecord>> {
-        sqlx::query_as::<_, ScheduleRow>(sql::SCHEDULE_GET)
-            .bind(id)
-            .fetch_optional(&self.reader)
-            .await?
-            .map(ScheduleRow::into_record)
-            .transpose()
+        record(
+            sqlx::query_as::<_, ScheduleRow>(sql::SCHEDULE_GET)
+                .bind(id)
+                .fetch_optional(&self.reader)
+                .await?,
+        )
     }
 
     async fn schedule_list(&self, f: &ScheduleFilter) -> StoreResult<Vec<ScheduleRecord>> {
@@ -67,12 +68,11 @@ impl Schedules for SqliteStore {
             qb.push(" AND id > ").push_bind(after);
         }
         qb.push(" ORDER BY id LIMIT ").push_bind(f.limit);
-        qb.build_query_as::<ScheduleRow>()
-            .fetch_all(&self.reader)
-            .await?
-            .into_iter()
-            .map(ScheduleRow::into_record)
-            .collect()
+        records(
+            qb.build_query_as::<ScheduleRow>()
+                .fetch_all(&self.reader)
+                .await?,
+        )
     }
 
     async fn schedule_update(&self, s: &ScheduleRecord, now: DateTime<Utc>) -> StoreResult<bool> {
@@ -124,12 +124,7 @@ impl Schedules for SqliteStore {
         if let Some(before) = f.before_fire_time {
             q = q.bind(ms(before));
         }
-        Ok(q.bind(f.limit)
-            .fetch_all(&self.reader)
-            .await?
-            .into_iter()
-            .map(RunRow::into_record)
-            .collect())
+        records(q.bind(f.limit).fetch_all(&self.reader).await?)
     }
 }
 

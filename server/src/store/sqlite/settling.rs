@@ -18,7 +18,7 @@ use super::super::*;
 use super::rows::{fetch_task, task_row};
 use super::{SqliteStore, sql, tx};
 use crate::domain::event::EventKind;
-use crate::domain::task::{Report, SettleCheck, lease_is_live};
+use crate::domain::task::{Report, SettleCheck};
 
 #[async_trait]
 impl Settling for SqliteStore {
@@ -126,13 +126,7 @@ fn checkpoint(c: &Connection, p: &CheckpointParams) -> StoreResult<Settled<Lease
     let Some(row) = fetch_task(c, &p.task_id)? else {
         return Ok(Settled::NotFound);
     };
-    let live = lease_is_live(
-        row.stored_state()?,
-        row.lease_token.as_deref(),
-        row.lease_expires_at.map(from_ms),
-        &p.lease_token,
-        p.now,
-    );
+    let live = row.lease_is_live(&p.lease_token, p.now)?;
     if !live {
         return Ok(Settled::LeaseLost);
     }
@@ -214,17 +208,13 @@ fn complete(c: &Connection, p: &CompleteParams) -> StoreResult<Settled<Completed
     match check(c, &row, Report::Complete, &p.lease_token, p.now)? {
         SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
         SettleCheck::AlreadySettled => {
-            return Ok(Settled::AlreadySettled(Completed {
-                queue: row.queue,
-                leased_at: None,
-            }));
+            return Ok(Settled::AlreadySettled(Completed::repeated(row.queue)));
         }
         SettleCheck::Proceed => {}
     }
     c.prepare_cached(sql::TASK_COMPLETE_WRITE)?
         .execute(params![p.result, now, row.seq])?;
-    let mut ev = of_row(&row, EventKind::Succeeded, now);
-    ev.state = "succeeded";
+    let ev = super::super::flow::succeeded(&row, now);
     tx::push(ev);
     let outcome = AttemptOutcome::Succeeded;
     let leased_at = finish_attempt(c, &row.attempt_end(), outcome, None, now)?;
@@ -272,11 +262,7 @@ fn reclaim(c: &Connection, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped
         .query_map(params![now, limit], task_row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     for row in &past_deadline {
-        let write = FailureWrite {
-            state: StoredState::Dead,
-            run_at: row.run_at,
-            finished_at: Some(now),
-        };
+        let write = FailureWrite::dead(row, now);
         let error = "DEADLINE_EXCEEDED";
         if row.state == "leased" {
             let outcome = AttemptOutcome::DeadlineExceeded;
@@ -288,8 +274,7 @@ fn reclaim(c: &Connection, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped
                 tx::push(e);
             }
         }
-        reaped.deadline_exceeded += 1;
-        reaped.by_queue.entry(row.queue.clone()).or_default().dead += 1;
+        reaped.count_deadline(&row.queue);
     }
     let expired = c
         .prepare_cached(sql::LEASE_RECLAIM_EXPIRED_LEASES)?
@@ -301,13 +286,7 @@ fn reclaim(c: &Connection, now: DateTime<Utc>, limit: u32) -> StoreResult<Reaped
         let outcome = AttemptOutcome::LeaseExpired;
         let error = super::super::row::expiry_error(row);
         write_failure(c, row, &write, error, outcome, now)?;
-        if write.state == StoredState::Pending && !reaped.queues.contains(&row.queue) {
-            reaped.queues.push(row.queue.clone());
-        }
-        reaped.reclaimed += 1;
-        let q = reaped.by_queue.entry(row.queue.clone()).or_default();
-        q.reclaimed += 1;
-        q.dead += u64::from(write.state == StoredState::Dead);
+        reaped.count_reclaimed(&row.queue, write.state);
     }
     Ok(reaped)
 }

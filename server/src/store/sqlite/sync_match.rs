@@ -6,12 +6,12 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::types::{ToSql, ToSqlOutput};
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
 use super::super::row::{duration_ms, ms};
 use super::super::sync_match::{
     lease_expiry, leased_row, match_of, matched_events, matched_queues, matches_in_lease_order,
-    metadata_json,
 };
 use super::super::*;
 use super::{sql, tx};
@@ -52,28 +52,14 @@ pub(super) fn insert_matched(
         // `settling`): the rowid of the insert, then its token by rowid.
         let n = c
             .prepare_cached(sql::TASK_INSERT_MATCHED_LEASED)?
-            .execute(params![
-                t.id,
-                t.queue,
-                t.key,
-                t.payload,
-                t.priority,
-                ms(t.run_at),
-                t.deadline.map(ms),
-                t.retry.max_attempts,
-                duration_ms(t.retry.initial_backoff),
-                t.retry.backoff_multiplier,
-                duration_ms(t.retry.max_backoff),
-                t.retry.jitter,
-                metadata_json(t),
-                now_ms,
-                t.concurrency_key,
-                m.worker_id,
-                duration_ms(m.lease_duration),
-                expires,
-                m.worker_address,
-                t.checkpoint,
-            ])?;
+            .execute(params_from_iter(
+                super::rows::insert_params(t, now_ms)?.into_iter().chain([
+                    m.worker_id.to_sql()?,
+                    ToSqlOutput::from(duration_ms(m.lease_duration)),
+                    ToSqlOutput::from(expires),
+                    m.worker_address.to_sql()?,
+                ]),
+            ))?;
         let row: Option<(i64, String)> = if n == 1 {
             let seq = c.last_insert_rowid();
             let token: String = c

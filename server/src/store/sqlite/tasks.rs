@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::super::row::{IntoRecord, record, records};
 use super::super::row::{TaskRow, ms};
 use super::super::tasks::by_id_list;
 use super::super::tasks::{UpdateValues, update_allowed};
@@ -28,12 +29,12 @@ impl Tasks for SqliteStore {
     }
 
     async fn task_get(&self, task_id: &str) -> StoreResult<Option<TaskRecord>> {
-        sqlx::query_as::<_, TaskRow>(sql::TASK_GET)
-            .bind(task_id)
-            .fetch_optional(&self.reader)
-            .await?
-            .map(TaskRow::into_record)
-            .transpose()
+        record(
+            sqlx::query_as::<_, TaskRow>(sql::TASK_GET)
+                .bind(task_id)
+                .fetch_optional(&self.reader)
+                .await?,
+        )
     }
 
     async fn task_find_keys(&self, keys: &[(String, String)]) -> StoreResult<Vec<TaskRecord>> {
@@ -209,10 +210,5 @@ async fn task_list(r: &sqlx::SqlitePool, f: &TaskFilter) -> StoreResult<Vec<Task
     qb.push(order)
         .push_bind(f.limit)
         .push(") ORDER BY created_at DESC, seq DESC");
-    qb.build_query_as::<TaskRow>()
-        .fetch_all(r)
-        .await?
-        .into_iter()
-        .map(TaskRow::into_record)
-        .collect()
+    records(qb.build_query_as::<TaskRow>().fetch_all(r).await?)
 }

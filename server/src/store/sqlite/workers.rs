@@ -5,20 +5,16 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::params;
 
-use super::super::observe::{HolderRow, holder_row};
 use super::super::row::ms;
-use super::super::workers::{minute_before, worker_get_of};
+use super::super::row::records;
+use super::super::workers::{lease_holders_of, minute_before, worker_get_of};
 use super::super::*;
 use super::{SqliteStore, sql};
 
 #[async_trait]
 impl Workers for SqliteStore {
     async fn lease_holders(&self, p: &LeaseHolderParams) -> StoreResult<Vec<LeaseHolder>> {
-        let rows: Vec<HolderRow> = sqlx::query_as(sql::LEASE_HOLDERS)
-            .bind(i64::from(p.limit))
-            .fetch_all(&self.reader)
-            .await?;
-        Ok(rows.into_iter().map(holder_row).collect())
+        lease_holders_of(&self.reader, sql::LEASE_HOLDERS, p).await
     }
 
     async fn worker_record_seen(&self, seen: &[WorkerSeen]) -> StoreResult<()> {
@@ -62,12 +58,7 @@ impl Workers for SqliteStore {
         if let Some(after) = &f.after_id {
             q = q.bind(after);
         }
-        q.bind(f.limit)
-            .fetch_all(&self.reader)
-            .await?
-            .into_iter()
-            .map(WorkerRow::into_record)
-            .collect()
+        records(q.bind(f.limit).fetch_all(&self.reader).await?)
     }
 
     async fn worker_get(
