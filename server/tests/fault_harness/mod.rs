@@ -31,6 +31,8 @@ use tonic::transport::{Channel, Endpoint};
 
 // Workers that lease and settle through whichever replica answers.
 mod workers;
+// Not every fault test runs workers.
+#[allow(unused_imports)]
 pub use workers::*;
 
 /// A port free now on 127.0.0.1 (kept by the broker across restarts).
