@@ -46,7 +46,7 @@ pub(super) fn changed_kind(c: &Changed) -> &'static str {
 }
 
 /// Every task as stored matches the model.
-pub(super) async fn compare_all(s: &dyn Store, m: &Model, after: &Op) -> Result<(), TestCaseError> {
+async fn compare_all(s: &dyn Store, m: &Model, after: &Op) -> Result<(), TestCaseError> {
     let filter = TaskFilter {
         limit: 1000,
         now: at(m.now),

@@ -3,11 +3,7 @@
 use super::*;
 
 /// Records a task the store leased, after checking the model allows it.
-pub(super) fn take_lease(
-    m: &mut Model,
-    rec: &store::TaskRecord,
-    lease_ms: u64,
-) -> Result<(), TestCaseError> {
+fn take_lease(m: &mut Model, rec: &store::TaskRecord, lease_ms: u64) -> Result<(), TestCaseError> {
     let i = m
         .index_of(&rec.id)
         .ok_or_else(|| fail(format!("leased an unknown task {}", rec.id)))?;
@@ -43,7 +39,7 @@ pub(super) fn take_lease(
     Ok(())
 }
 
-pub(super) fn lease_state(t: &MTask) -> LeaseState {
+fn lease_state(t: &MTask) -> LeaseState {
     LeaseState::Live {
         lease_expires_at: at(t.expires.expect("leased")),
         cancel_requested: t.cancel_requested,
