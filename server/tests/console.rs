@@ -185,7 +185,7 @@ fn nightly(id: &str, queue: &str) -> pb::Schedule {
     }
 }
 
-// ---- Queues, workers and Explain, on both stores ----
+// ---- A console on a given store ----
 
 async fn console_on(backend: Backend) -> Option<TestApp> {
     spawn_app_with(
