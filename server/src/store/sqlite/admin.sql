@@ -8,8 +8,12 @@ WHERE seq = ?2;
 UPDATE tasks SET cancel_requested = 1, updated_at = ?1 WHERE seq = ?2;
 
 -- name: task_requeue
+-- Every statement that takes a task out of a finished state sets
+-- `created_at = created_at`: the finished-count trigger (migration 0025) fires on
+-- that column alone, so the lease, settle and submit statements, which never set
+-- it, carry no trigger.
 UPDATE tasks SET state = 'pending', run_at = ?1, waiting = 0, attempts_allowed = attempt + max_attempts,
-  cancel_requested = 0, finished_at = NULL, updated_at = ?1 WHERE seq = ?2;
+  cancel_requested = 0, finished_at = NULL, updated_at = ?1, created_at = created_at WHERE seq = ?2;
 
 -- name: task_purge_finished_all
 -- own: SQLite has no data-modifying CTEs, so the purge deletes the tasks (DELETE ... RETURNING) and then their attempts and edges, one statement each
@@ -55,13 +59,14 @@ WHERE state = 'dead';
 -- name: task_requeue_dead
 UPDATE tasks SET state = 'pending', run_at = ?1, waiting = 0,
   attempts_allowed = attempt + max_attempts, cancel_requested = 0,
-  finished_at = NULL, updated_at = ?1
+  finished_at = NULL, updated_at = ?1, created_at = created_at
 WHERE seq IN (SELECT seq FROM tasks WHERE queue = ?2 AND state = 'dead'
   AND state NOT IN ('pending', 'leased') AND COALESCE(last_error, '') = ?3
   ORDER BY seq LIMIT ?4) RETURNING id, queue, attempt;
 
 -- name: task_cancel_dead
-UPDATE tasks SET state = 'cancelled', cancel_requested = 0, updated_at = ?1
+UPDATE tasks SET state = 'cancelled', cancel_requested = 0, updated_at = ?1,
+  created_at = created_at
 WHERE seq IN (SELECT seq FROM tasks WHERE queue = ?2 AND state = 'dead'
   AND state NOT IN ('pending', 'leased') AND (?3 IS NULL OR COALESCE(last_error, '') = ?3)
   AND (?4 IS NULL OR id = ?4) ORDER BY seq LIMIT ?5) RETURNING id, queue, attempt;
@@ -84,5 +89,5 @@ RETURNING queue, attempt;
 -- name: task_requeue_many
 UPDATE tasks SET state = 'pending', run_at = ?2, waiting = ?2 > ?3,
   attempts_allowed = attempt + max_attempts, cancel_requested = 0,
-  cancel_reason = NULL, finished_at = NULL, updated_at = ?3
+  cancel_reason = NULL, finished_at = NULL, updated_at = ?3, created_at = created_at
 WHERE id = ?1 AND state IN ('dead', 'cancelled') RETURNING queue, attempt;
