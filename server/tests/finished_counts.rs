@@ -1,4 +1,4 @@
-//! The finished counts (migrations: sqlite/postgres 0024, mysql 0008): GetQueueStats
+//! The finished counts (migrations: sqlite/postgres 0024 and 0025, mysql 0008 and 0009): GetQueueStats
 //! reads the tasks folded into `finished_counts` plus those finished after the
 //! watermark, and answers what a full count of the table answers, whatever moves
 //! tasks out of a finished state or deletes them, before, at and after the
@@ -351,4 +351,50 @@ async fn two_replicas_fold_once(b: Backend) {
     s2.close().await;
 }
 
-all_backends!(counts_equal_a_full_recount, two_replicas_fold_once);
+/// A retention pass and a bulk requeue at once, over tasks of two queues that
+/// both take out of their counts, in opposite queue orders: neither waits for
+/// the other's counts, so neither fails (a deadlock would end one of them).
+async fn a_purge_and_a_requeue_at_once_both_apply(b: Backend) {
+    let Some(db) = test_db(b).await else {
+        return;
+    };
+    let (s1, s2) = (open(&db.url).await, open(&db.url).await);
+    let mut n = 0;
+    for round in 0..10i64 {
+        let base = 10_000 * (round + 1);
+        let (mut old, mut new) = (Vec::new(), Vec::new());
+        for queue in ["a", "b"] {
+            let tasks: Vec<NewTask> = (0..80)
+                .map(|_| {
+                    n += 1;
+                    task(queue, n)
+                })
+                .collect();
+            s1.task_insert_many(&tasks, t0()).await.unwrap();
+            let ids: Vec<String> = tasks.iter().map(|t| t.id.clone()).collect();
+            let (o, w) = ids.split_at(40);
+            s1.task_cancel_many(o, at(base)).await.unwrap();
+            s1.task_cancel_many(w, at(base + 10)).await.unwrap();
+            old.extend_from_slice(o);
+            new.extend(w.iter().map(|id| (id.clone(), at(base + 20))));
+        }
+        fold(&s1, at(base + 15), 1000).await;
+        new.reverse();
+        let everywhere = PurgeScope::AllExcept(vec![]);
+        let (purged, requeued) = tokio::join!(
+            s1.task_purge_finished(at(base + 5), &everywhere, 1000),
+            s2.task_requeue_many(&new, at(base + 20)),
+        );
+        assert_eq!(purged.unwrap(), old.len() as u64, "round {round}");
+        assert_eq!(requeued.unwrap(), new.len() as u64, "round {round}");
+        check(b, &db.url, &s1, &format!("round {round}")).await;
+    }
+    s1.close().await;
+    s2.close().await;
+}
+
+all_backends!(
+    counts_equal_a_full_recount,
+    two_replicas_fold_once,
+    a_purge_and_a_requeue_at_once_both_apply
+);

@@ -59,6 +59,17 @@ impl Observe for MysqlStore {
             let w: i64 = sqlx::query_scalar(sql::FINISHED_FOLD_LOCK)
                 .fetch_one(j.conn())
                 .await?;
+            let last: Option<Option<i64>> = sqlx::query_scalar(sql::FINISHED_FOLD_COMPACT_LAST)
+                .fetch_optional(j.conn())
+                .await?;
+            if let Some(Some(last)) = last {
+                for step in [
+                    sql::FINISHED_FOLD_COMPACT_SUM,
+                    sql::FINISHED_FOLD_COMPACT_DROP,
+                ] {
+                    sqlx::query(step).bind(last).execute(j.conn()).await?;
+                }
+            }
             if w >= up_to {
                 return Ok(true);
             }

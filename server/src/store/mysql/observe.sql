@@ -80,12 +80,26 @@ UNION ALL
 
 -- name: finished_fold_add
 -- The tasks finished after the watermark and at or before the end, added to
--- their counts (a consistent read: READ COMMITTED locks no task).
+-- their counts, appended (a consistent read: READ COMMITTED locks no task).
 INSERT INTO finished_counts (queue, state, n)
 SELECT queue, state, COUNT(*) FROM tasks FORCE INDEX (tasks_finished)
 WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at > ? AND finished_at <= ?
 GROUP BY queue, state
-ON DUPLICATE KEY UPDATE n = n + VALUES(n)
+
+-- name: finished_fold_compact_last
+-- The last row of the log of counts (migration 0009), when it holds more than
+-- one row for some (queue, state): none otherwise.
+SELECT MAX(id) FROM finished_counts HAVING COUNT(*) > COUNT(DISTINCT queue, state)
+
+-- name: finished_fold_compact_sum
+-- The log up to that row summed into one row per (queue, state), appended;
+-- run under the watermark's lock, so no change appends meanwhile.
+INSERT INTO finished_counts (queue, state, n)
+SELECT queue, state, SUM(n) FROM finished_counts WHERE id <= ?
+GROUP BY queue, state HAVING SUM(n) <> 0
+
+-- name: finished_fold_compact_drop
+DELETE FROM finished_counts WHERE id <= ?
 
 -- name: finished_fold_mark
 UPDATE finished_fold SET watermark = ? WHERE id = 1
@@ -108,4 +122,4 @@ WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at <= ? AND seq I
 
 -- piece: finished_shift_tail
 -- own: MySQL runs no trigger (it needs SUPER where binary logging is on), so the changes that take a task out of a finished state adjust its count themselves
-) GROUP BY queue, state ON DUPLICATE KEY UPDATE n = n + VALUES(n)
+) GROUP BY queue, state

@@ -10,8 +10,13 @@ WHERE id = $2
 UPDATE tasks SET cancel_requested = TRUE, updated_at = $1 WHERE id = $2
 
 -- name: task_requeue
+-- Every statement that takes a task out of a finished state sets
+-- `created_at = created_at`: the finished-count trigger (migration 0025) fires on
+-- that column alone, so the lease, settle and submit statements, which never set
+-- it, carry no trigger.
 UPDATE tasks SET state = 'pending', run_at = $1, waiting = FALSE, attempts_allowed = attempt + max_attempts,
-  cancel_requested = FALSE, finished_at = NULL, updated_at = $1 WHERE id = $2
+  cancel_requested = FALSE, finished_at = NULL, updated_at = $1, created_at = created_at
+WHERE id = $2
 
 -- name: task_purge_finished
 -- own: Postgres deletes the old tasks with their attempts and edges in one statement, with data-modifying CTEs
@@ -67,7 +72,7 @@ WITH picked AS (SELECT id FROM tasks WHERE queue = $2 AND state = 'dead'
   AND COALESCE(last_error, '') = $3 ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED),
 u AS (UPDATE tasks t SET state = 'pending', run_at = $1, waiting = FALSE,
   attempts_allowed = attempt + max_attempts, cancel_requested = FALSE,
-  finished_at = NULL, updated_at = $1
+  finished_at = NULL, updated_at = $1, created_at = created_at
 FROM picked WHERE t.id = picked.id RETURNING t.id, t.queue, t.state, t.attempt, t.run_at)
 ${event_batch} SELECT id, queue, 'requeued'::text,
   CASE WHEN state = 'pending' AND run_at > $1 THEN 'scheduled'
@@ -83,8 +88,8 @@ ${event_batch} SELECT id, queue, 'requeued'::text,
 -- rows this statement already changed and so going past the limit.
 WITH picked AS (SELECT id FROM tasks WHERE queue = $1 AND state = 'dead'
   ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED),
-u AS (UPDATE tasks t SET state = 'cancelled', cancel_requested = FALSE, updated_at = $3
-  FROM picked WHERE t.id = picked.id RETURNING t.id, t.queue, t.state, t.attempt, t.run_at)
+u AS (UPDATE tasks t SET state = 'cancelled', cancel_requested = FALSE, updated_at = $3,
+  created_at = created_at FROM picked WHERE t.id = picked.id RETURNING t.id, t.queue, t.state, t.attempt, t.run_at)
 ${event_batch} SELECT id, queue, 'cancelled'::text,
   CASE WHEN state = 'pending' AND run_at > $3 THEN 'scheduled'
        WHEN state = 'pending' THEN 'ready' ELSE state END,
@@ -97,8 +102,8 @@ ${event_batch} SELECT id, queue, 'cancelled'::text,
 WITH picked AS (SELECT id FROM tasks WHERE queue = $1 AND state = 'dead'
   AND error_hash = hashtextextended($2, 0) AND COALESCE(last_error, '') = $3
   ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED),
-u AS (UPDATE tasks t SET state = 'cancelled', cancel_requested = FALSE, updated_at = $5
-  FROM picked WHERE t.id = picked.id RETURNING t.id, t.queue, t.state, t.attempt, t.run_at)
+u AS (UPDATE tasks t SET state = 'cancelled', cancel_requested = FALSE, updated_at = $5,
+  created_at = created_at FROM picked WHERE t.id = picked.id RETURNING t.id, t.queue, t.state, t.attempt, t.run_at)
 ${event_batch} SELECT id, queue, 'cancelled'::text,
   CASE WHEN state = 'pending' AND run_at > $5 THEN 'scheduled'
        WHEN state = 'pending' THEN 'ready' ELSE state END,
@@ -109,8 +114,8 @@ ${event_batch} SELECT id, queue, 'cancelled'::text,
 -- As task_cancel_dead, of the task $2 alone, limit $3, at $4.
 WITH picked AS (SELECT id FROM tasks WHERE queue = $1 AND state = 'dead'
   AND id = $2 ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED),
-u AS (UPDATE tasks t SET state = 'cancelled', cancel_requested = FALSE, updated_at = $4
-  FROM picked WHERE t.id = picked.id RETURNING t.id, t.queue, t.state, t.attempt, t.run_at)
+u AS (UPDATE tasks t SET state = 'cancelled', cancel_requested = FALSE, updated_at = $4,
+  created_at = created_at FROM picked WHERE t.id = picked.id RETURNING t.id, t.queue, t.state, t.attempt, t.run_at)
 ${event_batch} SELECT id, queue, 'cancelled'::text,
   CASE WHEN state = 'pending' AND run_at > $4 THEN 'scheduled'
        WHEN state = 'pending' THEN 'ready' ELSE state END,
@@ -123,8 +128,8 @@ ${event_batch} SELECT id, queue, 'cancelled'::text,
 WITH picked AS (SELECT id FROM tasks WHERE queue = $1 AND state = 'dead'
   AND error_hash = hashtextextended($2, 0) AND COALESCE(last_error, '') = $3
   AND id = $4 ORDER BY seq LIMIT $5 FOR UPDATE SKIP LOCKED),
-u AS (UPDATE tasks t SET state = 'cancelled', cancel_requested = FALSE, updated_at = $6
-  FROM picked WHERE t.id = picked.id RETURNING t.id, t.queue, t.state, t.attempt, t.run_at)
+u AS (UPDATE tasks t SET state = 'cancelled', cancel_requested = FALSE, updated_at = $6,
+  created_at = created_at FROM picked WHERE t.id = picked.id RETURNING t.id, t.queue, t.state, t.attempt, t.run_at)
 ${event_batch} SELECT id, queue, 'cancelled'::text,
   CASE WHEN state = 'pending' AND run_at > $6 THEN 'scheduled'
        WHEN state = 'pending' THEN 'ready' ELSE state END,
@@ -171,7 +176,7 @@ ${event_batch} SELECT id, queue, 'updated'::text,
 -- $3), with their REQUEUED events; answers their queues.
 WITH u AS (UPDATE tasks t SET state = 'pending', run_at = r.run_at, waiting = r.run_at > $3,
   attempts_allowed = t.attempt + t.max_attempts, cancel_requested = FALSE,
-  cancel_reason = NULL, finished_at = NULL, updated_at = $3
+  cancel_reason = NULL, finished_at = NULL, updated_at = $3, created_at = created_at
 FROM UNNEST($1::text[], $2::bigint[]) AS r(id, run_at)
 WHERE t.id = r.id AND t.state IN ('dead', 'cancelled') RETURNING t.id, t.queue, t.state, t.attempt, t.run_at),
 ev AS (${event_batch} SELECT id, queue, 'requeued'::text,

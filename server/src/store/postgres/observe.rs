@@ -43,6 +43,9 @@ impl Observe for PostgresStore {
         let w: i64 = sqlx::query_scalar(sql::FINISHED_FOLD_LOCK)
             .fetch_one(&mut *tx)
             .await?;
+        sqlx::query(sql::FINISHED_FOLD_COMPACT)
+            .execute(&mut *tx)
+            .await?;
         if w >= up_to {
             tx.commit().await?;
             return Ok(true);

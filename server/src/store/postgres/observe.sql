@@ -107,7 +107,7 @@ recent(queue, worker_id, leased_at, finished_at, outcome) AS (
 
 -- name: finished_fold_lock
 -- The watermark of the finished counts, locked against other replicas' folds
--- and the changes that take tasks out of their counts (the trigger of 0024
+-- and the changes that take tasks out of their counts (the trigger of 0025
 -- reads it FOR SHARE).
 SELECT watermark FROM finished_fold WHERE id = 1 FOR UPDATE
 
@@ -125,16 +125,25 @@ nth AS (SELECT (SELECT t.finished_at FROM tasks t WHERE t.queue = qs.q
 SELECT MIN(f) FROM nth
 
 -- name: finished_fold_add
--- The tasks finished after $1 and at or before $2, added to their counts.
+-- The tasks finished after $1 and at or before $2, appended to their counts.
 WITH RECURSIVE ${finished_queues},
 c AS (SELECT qs.q AS queue, s.state, (SELECT COUNT(*) FROM tasks t WHERE t.queue = qs.q
     AND t.state = s.state AND t.state NOT IN ('pending', 'leased')
     AND t.finished_at > $1::bigint AND t.finished_at <= $2::bigint) AS n
   FROM qs CROSS JOIN unnest(ARRAY['succeeded', 'dead', 'cancelled']) AS s(state)
   WHERE qs.q IS NOT NULL)
-INSERT INTO finished_counts AS f (queue, state, n)
+INSERT INTO finished_counts (queue, state, n)
 SELECT queue, state, n FROM c WHERE n > 0
-ON CONFLICT (queue, state) DO UPDATE SET n = f.n + EXCLUDED.n
+
+-- name: finished_fold_compact
+-- The log of counts (migration 0025) summed into one row per (queue, state):
+-- run under the watermark's lock, so no change appends to it meanwhile; a no-op
+-- when it holds one row per (queue, state) already.
+WITH gone AS (DELETE FROM finished_counts WHERE (SELECT COUNT(*) FROM finished_counts)
+  > (SELECT COUNT(*) FROM (SELECT DISTINCT queue, state FROM finished_counts) k)
+  RETURNING queue, state, n)
+INSERT INTO finished_counts (queue, state, n)
+SELECT queue, state, SUM(n) FROM gone GROUP BY queue, state HAVING SUM(n) <> 0
 
 -- name: finished_fold_mark
 UPDATE finished_fold SET watermark = $1 WHERE id = 1
