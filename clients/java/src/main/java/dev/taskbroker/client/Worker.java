@@ -82,7 +82,7 @@ public final class Worker implements AutoCloseable {
   private final WorkerRuntime rt;
 
   private Worker(Builder b) {
-    this.rt = new WorkerRuntime(b);
+    this.rt = new WorkerRuntime(b, this);
   }
 
   /** A worker whose queues and handlers are added with {@link Builder#handle} or {@link Builder#register}. */
@@ -109,7 +109,7 @@ public final class Worker implements AutoCloseable {
   }
 
   /** Started and not yet stopped (for lifecycle frameworks). */
-  public boolean isRunning() {
+  public synchronized boolean isRunning() {
     return rt.isRunning();
   }
 
@@ -150,7 +150,7 @@ public final class Worker implements AutoCloseable {
   }
 
   /** Starts leasing and heartbeating in background threads. */
-  public void start() {
+  public synchronized void start() {
     rt.start();
   }
 

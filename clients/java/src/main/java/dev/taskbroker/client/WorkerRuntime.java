@@ -81,8 +81,12 @@ final class WorkerRuntime {
   private volatile boolean abandoned;
   private volatile RuntimeException failure;
   private boolean started;
+  /** Guards started and the start of a stop: the Worker's monitor, as its synchronized methods. */
+  private final Object lock;
 
-  WorkerRuntime(Worker.Builder b) {
+  /** @param lock the monitor of start, stop and isRunning: the {@link Worker} itself */
+  WorkerRuntime(Worker.Builder b, Object lock) {
+    this.lock = lock;
     this.broker = b.taskbroker.broker();
     this.registry = b.registry();
     this.queues = List.copyOf(registry.keySet());
@@ -151,8 +155,10 @@ final class WorkerRuntime {
   }
 
   /** Started and not yet stopped (for lifecycle frameworks). */
-  synchronized boolean isRunning() {
-    return started && stopped.getCount() > 0 && !stopping;
+  boolean isRunning() {
+    synchronized (lock) {
+      return started && stopped.getCount() > 0 && !stopping;
+    }
   }
 
   String workerId() {
@@ -175,19 +181,21 @@ final class WorkerRuntime {
   }
 
   /** Starts leasing and heartbeating in background threads. */
-  synchronized void start() {
-    if (started) {
-      return;
+  void start() {
+    synchronized (lock) {
+      if (started) {
+        return;
+      }
+      started = true;
+      if (meterProvider == null) {
+        // Looked up now rather than when built, so an SDK the application installs in between
+        // counts.
+        metrics = new WorkerMetrics(Worker.globalMeterProvider());
+      }
+      long every = Math.max(heartbeatInterval.toMillis(), 100);
+      timers.scheduleWithFixedDelay(heartbeats::beat, every, every, TimeUnit.MILLISECONDS);
+      leaseThread.start();
     }
-    started = true;
-    if (meterProvider == null) {
-      // Looked up now rather than when built, so an SDK the application installs in between
-      // counts.
-      metrics = new WorkerMetrics(Worker.globalMeterProvider());
-    }
-    long every = Math.max(heartbeatInterval.toMillis(), 100);
-    timers.scheduleWithFixedDelay(heartbeats::beat, every, every, TimeUnit.MILLISECONDS);
-    leaseThread.start();
   }
 
   /**
@@ -197,7 +205,7 @@ final class WorkerRuntime {
    * interrupt while waiting returns early and stays set on the thread.
    */
   void stop(Duration timeout) {
-    synchronized (this) {
+    synchronized (lock) {
       if (!started) {
         started = true; // never starts now
         stopping = true;
