@@ -42,14 +42,14 @@ import { hostname } from "node:os";
 import { performance } from "node:perf_hooks";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { durationFromMs, timestampDate } from "@bufbuild/protobuf/wkt";
-import { TaskState, type LeasedTask } from "./gen/taskbroker/v1/broker_pb.js";
-import { Client, isLeaseLost, type BrokerClient } from "./client.js";
+import type { LeasedTask } from "./gen/taskbroker/v1/broker_pb.js";
+import { Client, type BrokerClient } from "./client.js";
 import { TaskContext } from "./context.js";
-import { cooldownMessage, PermanentError, RetryableError, WorkerStoppedError } from "./errors.js";
+import { WorkerStoppedError } from "./errors.js";
 import { backoffMs, checkWorkerOptions, DEFAULTS, heartbeatIntervalMs, stopsWorker } from "./spec.js";
 import { MAX_LABELS } from "./routing.js";
 import { inProcessSpan } from "./tracing.js";
-import { Completer, transient } from "./completer.js";
+import { Completer } from "./completer.js";
 import {
   handler,
   isHandler,
@@ -63,29 +63,19 @@ import {
   type Route,
   type TypedHandler,
 } from "./handlers.js";
-import { WorkerMetrics, type TaskOutcome } from "./metrics.js";
+import { WorkerMetrics } from "./metrics.js";
 import { json, type Serializer } from "./serializer.js";
 import type { Logger, RunOptions, WorkerEvents, WorkerOptions } from "./worker_options.js";
 import { onStopSignal } from "./signals.js";
 import { wrongForGood } from "./failfast.js";
 import { classify, leasePlan, retryOf, type QueuePolicy, type TaskDef } from "./policy.js";
+import { heartbeatLoop, watchExpiry } from "./worker_heartbeat.js";
+import { settle, type Outcome, type Settler } from "./worker_settle.js";
+import { plain, settlesWithin, sleep, type Running } from "./worker_support.js";
 
 export type { Logger, WorkerOptions, RunOptions, WorkerEvents } from "./worker_options.js";
+export { failRequest } from "./worker_support.js";
 
-interface Running {
-  ctx: TaskContext;
-  done: Promise<void>;
-  /** The handler has returned. */
-  returned: boolean;
-  /** The lease was lost (logged once); nothing more is sent for the task. */
-  lost: boolean;
-  /** Handed back at stop while its handler still ran: its result is discarded. */
-  handedBack: boolean;
-  /** Ends the local-clock watch of the lease. */
-  stopWatch: () => void;
-  /** When the task started here (performance.now()). */
-  startedAt: number;
-}
 
 export class Worker<Data = unknown, Result = unknown> {
   readonly workerId: string;
@@ -106,6 +96,8 @@ export class Worker<Data = unknown, Result = unknown> {
   readonly #log: Logger;
   readonly #metrics: WorkerMetrics;
   readonly #completer: Completer;
+  /** What settling a task needs (worker_settle.ts). */
+  readonly #settler: Settler;
   readonly #listeners: { [E in keyof WorkerEvents]: Set<WorkerEvents<Result>[E]> } = { completed: new Set(), failed: new Set() };
   /** Aborted when a stop's margin runs out: settles still retried then are abandoned. */
   readonly #abandon = new AbortController();
@@ -178,6 +170,17 @@ export class Worker<Data = unknown, Result = unknown> {
     if (raw && queues.length === 0) checkWorkerOptions({ ...this.settings, queues });
     this.#metrics = new WorkerMetrics(options.meterProvider);
     this.#completer = new Completer(this.#broker, this.#metrics, { signal: this.#abandon.signal, timeoutMs: DEFAULTS.callTimeoutMs });
+    this.#settler = {
+      broker: this.#broker,
+      completer: this.#completer,
+      metrics: this.#metrics,
+      log: this.#log,
+      abandon: this.#abandon.signal,
+      nextLease: () => this.#nextLease(),
+      onError: (err, during) => this.#onError(err, during),
+      completed: (ctx, value) => this.#emit("completed", ctx, value as Result),
+      failed: (ctx, error, state) => this.#emit("failed", ctx, error, state),
+    };
   }
 
   /**
@@ -501,29 +504,11 @@ export class Worker<Data = unknown, Result = unknown> {
     entry.ctx.abort("lost");
   }
 
-  /** Aborts the task's signal when its lease expires by the local clock; returns the canceller. */
-  #watchExpiry(entry: Running): () => void {
-    let timer: NodeJS.Timeout | undefined;
-    const check = () => {
-      const left = entry.ctx.leaseExpiresAt.getTime() - Date.now();
-      if (left <= 0) {
-        const deadline = entry.ctx.task.deadline;
-        // A lease that ends at the task's deadline: the deadline aborts the signal.
-        if (deadline && timestampDate(deadline).getTime() <= entry.ctx.leaseExpiresAt.getTime()) return;
-        this.#markLost(entry, "the lease expired by the local clock");
-      } else {
-        timer = setTimeout(check, left);
-      }
-    };
-    check();
-    return () => clearTimeout(timer);
-  }
-
   /** Runs the handler (and middleware) and settles the task; resolves with the tasks the settle leased. */
   async #execute(entry: Running): Promise<LeasedTask[]> {
     const ctx = entry.ctx;
-    let outcome: { ok: true; result: Uint8Array; value: unknown } | { ok: false; error: unknown; thrown: boolean };
-    const stopWatch = this.#watchExpiry(entry);
+    let outcome: Outcome;
+    const stopWatch = watchExpiry(entry, (e, why) => this.#markLost(e, why));
     entry.stopWatch = stopWatch;
     try {
       const value: unknown = await inProcessSpan(ctx.task, ctx.traceContext, this.#metrics, (cx) => {
@@ -548,72 +533,7 @@ export class Worker<Data = unknown, Result = unknown> {
       this.#metrics.task(ctx.queue, "lease_lost", seconds);
       return []; // Another holder may have the task now; nothing of ours would be accepted.
     }
-    if (!outcome.ok) logFailure(this.#log, ctx, outcome.error, outcome.thrown);
-    const call = outcome.ok ? "complete" : "fail";
-    const id = ctx.taskId;
-    // Complete and Fail are idempotent for the same lease token, which stays valid across a
-    // broker restart: a settle that met an unreachable broker is sent again with backoff until
-    // the next try would start within the settle margin of the lease's expiry.
-    for (let failures = 0; ; failures++) {
-      const leaseNext = this.#nextLease();
-      let error: unknown;
-      let next: LeasedTask[] = [];
-      let state = TaskState.UNSPECIFIED;
-      if (outcome.ok) {
-        const settled = await this.#completer.complete({ taskId: id, leaseToken: ctx.task.leaseToken, result: outcome.result, leaseNext });
-        ({ error, next } = settled);
-      } else {
-        const req = failRequest(ctx, outcome.error);
-        if (ctx.abortKind === "stopping") req.retryAfter = durationFromMs(0); // hand back
-        this.#metrics.settleCall("Fail");
-        try {
-          const res = await this.#broker.fail({ ...req, leaseNext }, { signal: this.#abandon.signal, timeoutMs: DEFAULTS.callTimeoutMs });
-          next = res.nextTasks;
-          state = res.state;
-        } catch (err) {
-          error = err;
-        }
-      }
-      if (error === undefined) {
-        if (outcome.ok) {
-          this.#metrics.task(ctx.queue, "succeeded", seconds);
-          this.#emit("completed", ctx, outcome.value as Result);
-        } else {
-          const cancelled = state === TaskState.CANCELLED || ctx.abortKind === "cancelled";
-          this.#metrics.task(ctx.queue, cancelled ? "cancelled" : "failed", seconds);
-          this.#emit("failed", ctx, outcome.error, state);
-        }
-        return next;
-      }
-      let ended: TaskOutcome | undefined;
-      if (isLeaseLost(error)) {
-        this.#log.warn(`taskbroker worker: task ${id}: ${call} refused: lease lost (LEASE_LOST); another attempt may run`);
-        this.#metrics.leaseLost(ctx.queue);
-        ended = "lease_lost";
-      } else if (this.#abandon.signal.aborted) {
-        this.#log.warn(`taskbroker worker: task ${id}: ${call} abandoned: the worker stopped while it was retried`);
-        ended = "failed";
-      } else if (!transient(error)) {
-        // (connect-node reports a connection the broker dropped as CANCELED; transient() counts
-        // it, since this settle was not cancelled by us: abandon is checked above.)
-        this.#onError(error, `report task ${id}`);
-        ended = "failed";
-      } else {
-        const pause = backoffMs(failures);
-        if (Date.now() + pause + DEFAULTS.settleMarginMs > ctx.leaseExpiresAt.getTime()) {
-          this.#log.warn(`taskbroker worker: task ${id}: ${call} given up at the lease's expiry (${plain(error)}); the broker will hand the task out again`);
-          ended = "lease_lost";
-        } else {
-          this.#log.warn(`taskbroker worker: task ${id}: ${call} failed (${plain(error)}); retrying in ${Math.round(pause)} ms`);
-          this.#metrics.settleRetry(ctx.queue);
-          await sleep(pause, this.#abandon.signal);
-        }
-      }
-      if (ended !== undefined) {
-        this.#metrics.task(ctx.queue, ended, seconds);
-        return next;
-      }
-    }
+    return settle(this.#settler, ctx, outcome, seconds);
   }
 
   /** The middleware chain around the queue's handler. */
@@ -633,137 +553,16 @@ export class Worker<Data = unknown, Result = unknown> {
     }
   }
 
-  async #heartbeatLoop(): Promise<void> {
-    const stop = this.#heartbeatStop.signal;
-    while (!stop.aborted) {
-      await sleep(this.#heartbeatIntervalMs, stop);
-      if (!stop.aborted) {
-        await this.#heartbeatOnce();
-      }
-    }
-  }
-
-  async #heartbeatOnce(): Promise<void> {
-    const stopped = this.#heartbeatStop.signal;
-    const entries = [...this.#running.values()].filter((r) => !r.lost && !r.handedBack && r.ctx.abortKind !== "lost");
-    const live = entries.map((r) => r.ctx);
-    if (live.length === 0) {
-      return;
-    }
-    try {
-      const res = await this.#broker.heartbeat(
-        {
-          workerId: this.workerId,
-          leases: live.map((ctx) => ({ taskId: ctx.taskId, leaseToken: ctx.task.leaseToken })),
-          extendBy: durationFromMs(this.#leaseDurationMs),
-        },
-        { timeoutMs: Math.max(this.#heartbeatIntervalMs, 1_000), signal: this.#heartbeatStop.signal },
-      );
-      const byId = new Map(entries.map((r) => [r.ctx.taskId, r]));
-      for (const status of res.leases) {
-        const entry = byId.get(status.taskId);
-        if (!entry) continue;
-        const ctx = entry.ctx;
-        if (status.lost) {
-          this.#markLost(entry, "a heartbeat answered lost");
-        } else if (status.cancelRequested) {
-          ctx.abort("cancelled");
-        }
-        if (status.leaseExpiresAt) {
-          ctx.extendedTo(timestampDate(status.leaseExpiresAt).getTime());
-        }
-      }
-    } catch (err) {
-      if (stopped.aborted) return;
-      this.#onError(err, "heartbeat");
-      // Without a broker to confirm, a lease that ran out by our clock is gone.
-      const now = Date.now();
-      for (const entry of entries) {
-        if (entry.ctx.leaseExpiresAt.getTime() <= now) {
-          this.#markLost(entry, "the lease expired without a successful heartbeat");
-        }
-      }
-    }
+  #heartbeatLoop(): Promise<void> {
+    return heartbeatLoop({
+      broker: this.#broker,
+      workerId: this.workerId,
+      leaseDurationMs: this.#leaseDurationMs,
+      intervalMs: this.#heartbeatIntervalMs,
+      signal: this.#heartbeatStop.signal,
+      running: () => this.#running.values(),
+      markLost: (entry, why) => this.#markLost(entry, why),
+      onError: (err, during) => this.#onError(err, during),
+    });
   }
 }
-
-/** An error in plain words: a gRPC code and its message, or the error's message. */
-function plain(err: unknown): string {
-  if (err instanceof ConnectError) {
-    const cause = err.cause instanceof Error ? ` (${err.cause.message})` : "";
-    return `${Code[err.code]}: ${err.rawMessage}${cause}`;
-  }
-  return err instanceof Error ? err.message : String(err);
-}
-
-/** True when `p` settles within `ms`. */
-async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timedOut = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
-  try {
-    return await Promise.race([p.then(() => true), timedOut]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/**
- * Logs a failed attempt (docs/client-spec.md, point 11, Logging): a RetryableError or
- * PermanentError the handler threw (a payload that does not decode is one) at WARN in one
- * line without a stack, saying whether the task will be retried or goes DEAD (a
- * PermanentError, or the last of maxAttempts); anything else it threw, unexpected, at ERROR
- * with its stack; a result it returned that cannot be stored (`thrown` false) at ERROR, one
- * line naming the type.
- */
-function logFailure(log: Logger, ctx: TaskContext, error: unknown, thrown: boolean): void {
-  const prefix = `taskbroker worker: task ${ctx.taskId}`;
-  const message = error instanceof Error ? error.message : String(error);
-  const { attempt, maxAttempts } = ctx.task;
-  if (!thrown) {
-    log.error(`${prefix}: ${message}`);
-  } else if (error instanceof PermanentError) {
-    log.warn(`${prefix}: failed permanently, the task goes DEAD: ${message}`);
-  } else if (!(error instanceof RetryableError)) {
-    const name = error instanceof Error ? error.name : typeof error;
-    const stack = error instanceof Error && error.stack ? `\n${error.stack}` : "";
-    log.error(`${prefix}: handler threw ${name}: ${message}${stack}`);
-  } else if (maxAttempts > 0 && attempt >= maxAttempts) {
-    log.warn(`${prefix}: attempt ${attempt} of ${maxAttempts} failed, the task goes DEAD: ${message}`);
-  } else {
-    log.warn(`${prefix}: attempt ${attempt} of ${maxAttempts} failed, the task will be retried: ${message}`);
-  }
-}
-
-/** The Fail the worker sends for an attempt that ended with `error` (taskbroker/testing uses it too). */
-export function failRequest(ctx: TaskContext, error: unknown) {
-  const message = error instanceof Error ? error.message : String(error);
-  return {
-    taskId: ctx.taskId,
-    leaseToken: ctx.task.leaseToken,
-    errorMessage: message,
-    nonRetryable: error instanceof PermanentError,
-    retryAfter:
-      error instanceof RetryableError && error.retryAfterMs !== undefined
-        ? durationFromMs(error.retryAfterMs)
-        : undefined,
-    preferSameWorker: error instanceof RetryableError && error.preferSameWorker,
-    cooldown: error instanceof RetryableError ? cooldownMessage(error.cooldown) : undefined,
-  };
-}
-
-/** Resolves after `ms`, or at once when `signal` is (or becomes) aborted. */
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  if (signal.aborted) {
-    return Promise.resolve();
-  }
-  return new Promise((resolve) => {
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    }
-    signal.addEventListener("abort", done, { once: true });
-  });
-}
-

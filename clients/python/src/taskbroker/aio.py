@@ -13,6 +13,9 @@ behaviour (docs/client-spec.md): ``AsyncClient``, ``AsyncWorker``, ``AsyncTaskCo
 
 from __future__ import annotations
 
+# The client and the task context live in aio_client and aio_context; the ``X as X`` imports
+# re-export them from here, where they have always been imported from.
+# ruff: noqa: PLC0414
 import asyncio
 import datetime
 import inspect
@@ -22,404 +25,34 @@ import signal
 import socket
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
 
 from taskbroker import handlers, metrics, spec, tracing
+from taskbroker.aio_client import AsyncClient as AsyncClient
+from taskbroker.aio_client import _Token as _Token
+from taskbroker.aio_client import _UnaryStreamToken as _UnaryStreamToken
+from taskbroker.aio_client import _UnaryUnaryToken as _UnaryUnaryToken
 from taskbroker.aio_completer import AsyncCompleter
-from taskbroker.buckets import AsyncBucketCalls
-from taskbroker.client import (
-    ConnectOptions,
-    SubmitOptions,
-    TLSConfig,
-    check_channel_args,
-    decode_result,
-    duration,
-    log_submit_retry,
-    task_spec,
-)
-from taskbroker.context import CANCEL_REQUESTED, DEADLINE, LEASE_LOST, STOPPING, context_dependency_result
-from taskbroker.errors import (
-    LeaseLostError,
-    PermanentError,
-    RetryableError,
-    WorkerStoppedError,
-    is_lease_lost,
-    raise_if_failed,
-)
-from taskbroker.policy import QueuePolicy, TaskDef, apply_defaults, lease_plan, policy_of
+from taskbroker.aio_context import AsyncHandler as AsyncHandler
+from taskbroker.aio_context import AsyncTaskContext as AsyncTaskContext
+from taskbroker.aio_context import _fail_request as _fail_request
+from taskbroker.client import duration
+from taskbroker.context import CANCEL_REQUESTED, DEADLINE, STOPPING
+from taskbroker.errors import WorkerStoppedError, is_lease_lost
+from taskbroker.policy import QueuePolicy, TaskDef, lease_plan, policy_of
 from taskbroker.routing import check_labels
-from taskbroker.serde import DEFAULT_SERIALIZER, Serializer, encode_payload
+from taskbroker.serde import Serializer
 from taskbroker.spec import Duration, seconds
-from taskbroker.tasks import Explanation, TaskInfo, TaskState, list_request
-from taskbroker.wait import wait_tasks_async
-from taskbroker.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, queue_pb2, worker_pb2
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
+from taskbroker.v1 import broker_pb2, broker_pb2_grpc
 
 log = logging.getLogger("taskbroker.aio")
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class _Token:
-    """Adds ``authorization: Bearer TOKEN`` to every call (also on plaintext, inside a mesh)."""
-
-    def __init__(self, metadata: list[tuple[str, str]]) -> None:
-        self._metadata = metadata
-
-    def _details(self, d: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
-        md = grpc.aio.Metadata(*(d.metadata or ()), *self._metadata)
-        return grpc.aio.ClientCallDetails(d.method, d.timeout, md, d.credentials, d.wait_for_ready)
-
-
-# One object per kind of call: grpc.aio files an interceptor under the first kind it
-# implements only, so one object for both would leave the streams (WatchTasks) without the token.
-class _UnaryUnaryToken(_Token, grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    async def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
-        return await continuation(self._details(details), request)
-
-
-class _UnaryStreamToken(_Token, grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
-    async def intercept_unary_stream(self, continuation, details, request):  # type: ignore[no-untyped-def]
-        return await continuation(self._details(details), request)
-
-
-class AsyncClient(AsyncBucketCalls):
-    """An asyncio channel to the broker with both service stubs (``broker``, ``admin``);
-    ``serializer`` as in ``Client`` (JSON by default). The bucket and cooldown calls are
-    ``Client``'s, awaited (``AsyncBucketCalls``)."""
-
-    def __init__(
-        self,
-        target: str | None = None,
-        *,
-        channel: grpc.aio.Channel | None = None,
-        token: str | None = None,
-        tls: TLSConfig | bool | None = None,
-        serializer: Serializer | None = None,
-    ) -> None:
-        check_channel_args(target, channel, token, tls)
-        self.serializer: Serializer = serializer or DEFAULT_SERIALIZER
-        self._owns_channel = channel is None
-        self._options = None if target is None else ConnectOptions(target=target, token=token, tls=tls)
-        self._channel: grpc.aio.Channel | None = channel
-        self._broker: broker_pb2_grpc.BrokerServiceAsyncStub | None = None
-        self._admin: admin_pb2_grpc.AdminServiceAsyncStub | None = None
-        #: Retry defaults by queue, declared with handlers (``taskbroker.policy``).
-        self.retry_defaults: dict[str, broker_pb2.RetryPolicy] = {}
-
-    @property
-    def channel(self) -> grpc.aio.Channel:
-        """The channel, made on first use: inside the event loop that runs the calls (a
-        grpc.aio channel belongs to the loop it was made in), so an AsyncClient or AsyncWorker
-        may be built before ``asyncio.run``."""
-        if self._channel is None:
-            o = self._options
-            assert o is not None
-            interceptors: Any = [_UnaryUnaryToken(o.metadata()), _UnaryStreamToken(o.metadata())] if o.token else None
-            creds = o.channel_credentials()
-            self._channel = (
-                grpc.aio.secure_channel(o.target, creds, interceptors=interceptors)
-                if creds
-                else grpc.aio.insecure_channel(o.target, interceptors=interceptors)
-            )
-        return self._channel
-
-    @property
-    def broker(self) -> broker_pb2_grpc.BrokerServiceAsyncStub:
-        if self._broker is None:
-            self._broker = broker_pb2_grpc.BrokerServiceStub(self.channel)
-        return self._broker
-
-    @property
-    def admin(self) -> admin_pb2_grpc.AdminServiceAsyncStub:
-        if self._admin is None:
-            self._admin = admin_pb2_grpc.AdminServiceStub(self.channel)
-        return self._admin
-
-    @classmethod
-    def from_env(cls, target: str | None = None, *, serializer: Serializer | None = None) -> AsyncClient:
-        """Configured from TASKBROKER_ADDR, _TOKEN, _CA, _CLIENT_CERT, _CLIENT_KEY."""
-        o = ConnectOptions.from_env(target)
-        return cls(o.target, token=o.token, tls=o.tls, serializer=serializer)
-
-    async def submit(
-        self,
-        queue: str,
-        payload: Any = b"",
-        *,
-        timeout: Duration = spec.CALL_TIMEOUT,
-        **options: Unpack[SubmitOptions],
-    ) -> broker_pb2.SubmitResult:
-        """Submits one task (with the current OpenTelemetry traceparent in its metadata);
-        a payload that is not ``bytes`` is encoded by the serializer; ``target``, ``sticky``,
-        ``fanout``, ``depends_on``, ``on_duplicate_key``... and the RESOURCE_EXHAUSTED
-        retry as in ``Client.submit``."""
-        payload = encode_payload(self.serializer, payload)
-        return (await self.submit_many([task_spec(queue, payload, **options)], timeout=timeout))[0]
-
-    async def submit_many(
-        self, specs: Sequence[broker_pb2.TaskSpec], *, timeout: Duration = spec.CALL_TIMEOUT
-    ) -> list[broker_pb2.SubmitResult]:
-        """As ``Client.submit_many``: several ``task_spec``s in one request, results in order."""
-        req = broker_pb2.SubmitRequest(tasks=apply_defaults(self.retry_defaults, specs))
-        with tracing.send_span(req.tasks) as send:
-            headers = list(tracing.current_headers().items()) or None
-            retries = 0
-            while True:
-                try:
-                    resp = await self.broker.Submit(req, timeout=seconds(timeout), metadata=headers)
-                    return send.sent(list(resp.results))
-                except grpc.aio.AioRpcError as err:
-                    delay = spec.submit_retry_delay(err, retries)
-                    if delay is None:
-                        raise
-                    retries += 1
-                    log_submit_retry(err, delay, retries)
-                    await asyncio.sleep(delay)
-
-    async def get_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> TaskInfo:
-        """As ``Client.get_task``: the task as the broker has it now."""
-        return TaskInfo.of((await self.admin.GetTask(admin_pb2.GetTaskRequest(task_id=task_id), timeout=seconds(timeout))).task)
-
-    async def list_tasks(
-        self,
-        *,
-        queue: str = "",
-        states: Iterable[TaskState | str] = (),
-        key: str = "",
-        worker_id: str = "",
-        fanout_group: str = "",
-        schedule_id: str = "",
-        created_after: datetime.datetime | None = None,
-        created_before: datetime.datetime | None = None,
-        target_worker: str = "",
-        target_labels: Mapping[str, str] | None = None,
-        metadata_key: str = "",
-        metadata_value: str = "",
-        page_size: int = 0,
-        timeout: Duration = spec.CALL_TIMEOUT,
-    ) -> AsyncIterator[TaskInfo]:
-        """As ``Client.list_tasks``: ``async for t in tb.list_tasks(queue="emails")``."""
-        req = list_request(
-            queue=queue, states=states, key=key, worker_id=worker_id, fanout_group=fanout_group,
-            schedule_id=schedule_id, created_after=created_after, created_before=created_before,
-            target_worker=target_worker, target_labels=target_labels, metadata_key=metadata_key,
-            metadata_value=metadata_value, page_size=page_size,
-        )
-        while True:
-            resp = await self.admin.ListTasks(req, timeout=seconds(timeout))
-            for t in resp.tasks:
-                yield TaskInfo.of(t)
-            if not resp.next_page_token:
-                return
-            req.page_token = resp.next_page_token
-
-    async def cancel_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> TaskInfo:
-        """As ``Client.cancel_task``."""
-        return TaskInfo.of((await self.admin.CancelTask(admin_pb2.CancelTaskRequest(task_id=task_id), timeout=seconds(timeout))).task)
-
-    async def requeue_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> TaskInfo:
-        """As ``Client.requeue_task``."""
-        return TaskInfo.of((await self.admin.RequeueTask(admin_pb2.RequeueTaskRequest(task_id=task_id), timeout=seconds(timeout))).task)
-
-    async def explain_task(self, task_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> Explanation:
-        """As ``Client.explain_task``."""
-        return Explanation.of(await self.admin.ExplainTask(queue_pb2.ExplainTaskRequest(task_id=task_id), timeout=seconds(timeout)))
-
-    async def get_result(
-        self, task: str | admin_pb2.Task | TaskInfo, type_: type[T], *, timeout: Duration = spec.CALL_TIMEOUT
-    ) -> T:
-        """As ``Client.get_result``: a SUCCEEDED task's result decoded as ``type_``."""
-        t = await self.get_task(task, timeout=timeout) if isinstance(task, str) else task
-        return decode_result(self.serializer, t, type_)
-
-    async def wait(self, task_id: str, *, timeout: Duration | None = None) -> TaskInfo:
-        """As ``Client.wait``: the SUCCEEDED task, followed on WatchTasks; ``TaskFailedError``
-        for one that ended DEAD or CANCELLED; ``WaitTimeout``."""
-        return raise_if_failed((await self.wait_all([task_id], timeout=timeout))[0])  # type: ignore[no-any-return]
-
-    async def wait_all(self, task_ids: Iterable[str], *, timeout: Duration | None = None) -> list[TaskInfo]:
-        """As ``Client.wait_all``: several tasks on one stream, in the order given, whatever
-        their final state."""
-        tasks = await wait_tasks_async(self.admin, task_ids, None if timeout is None else seconds(timeout))
-        return [TaskInfo.of(t) for t in tasks]
-
-    async def submit_and_wait(
-        self, queue: str, payload: Any = b"", *, timeout: Duration | None = None, **submit: Any
-    ) -> TaskInfo:
-        """``submit`` (same keyword arguments) then ``wait`` up to ``timeout``."""
-        task_id = (await self.submit(queue, payload, **submit)).task_id
-        return await self.wait(task_id, timeout=timeout)
-
-    async def list_workers(
-        self, *, queue: str = "", labels: Mapping[str, str] | None = None, timeout: Duration = spec.CALL_TIMEOUT
-    ) -> list[worker_pb2.Worker]:
-        """As ``Client.list_workers``: every worker seen within worker_ttl, all pages."""
-        req = worker_pb2.ListWorkersRequest(queue=queue, labels=dict(labels or {}), page_size=1000)
-        workers: list[worker_pb2.Worker] = []
-        while True:
-            resp = await self.admin.ListWorkers(req, timeout=seconds(timeout))
-            workers.extend(resp.workers)
-            if not resp.next_page_token:
-                return workers
-            req.page_token = resp.next_page_token
-
-    async def get_worker(self, worker_id: str, *, timeout: Duration = spec.CALL_TIMEOUT) -> worker_pb2.GetWorkerResponse:
-        """As ``Client.get_worker``: one worker with its current leases."""
-        return await self.admin.GetWorker(worker_pb2.GetWorkerRequest(worker_id=worker_id), timeout=seconds(timeout))
-
-    async def close(self) -> None:
-        if self._owns_channel and self._channel is not None:
-            await self._channel.close(None)
-            self._channel = self._broker = self._admin = None
-
-    async def __aenter__(self) -> AsyncClient:  # noqa: PYI034 -- typing.Self needs 3.11
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-
-class AsyncTaskContext:
-    """One leased task as an ``async def`` handler sees it. ``cancelled`` (an asyncio.Event) is
-    set when the handler should stop, ``cancel_reason`` says why (``"lease_lost"``,
-    ``"cancel_requested"``, ``"deadline"``, ``"stopping"``); a deadline or a hard stop also
-    cancels the handler's asyncio task."""
-
-    def __init__(
-        self,
-        task: broker_pb2.LeasedTask,
-        broker: broker_pb2_grpc.BrokerServiceAsyncStub,
-        lease_duration: float,
-        valid_until: float | None = None,
-        serializer: Serializer | None = None,
-    ):
-        self.task = task
-        self.serializer: Serializer = serializer or DEFAULT_SERIALIZER
-        self.cancelled = asyncio.Event()
-        self.cancel_reason: str | None = None
-        self.lost = False
-        self._broker = broker
-        self._lease_duration = lease_duration
-        self._last_checkpoint: bytes | None = task.checkpoint if task.has_checkpoint else None
-        self._expires_at = task.lease_expires_at.ToDatetime(tzinfo=datetime.timezone.utc)
-        self._runner: asyncio.Task[Any] | None = None
-        # When the lease runs out by this process's clock (the loop's monotonic time): the
-        # send time of the call that granted or last extended it plus the duration asked for.
-        loop = asyncio.get_running_loop()
-        self._valid_until = loop.time() + lease_duration if valid_until is None else valid_until
-        self._expiry: asyncio.TimerHandle | None = None
-        self._settling = False  # the handler is done; its Complete or Fail is being sent
-        self._left_behind = False  # abandoned at stop (handed back); its result is discarded
-        self._gave_up = False  # its settle was given up at the lease's expiry
-        self._settle_failed = False  # its settle was refused (not LEASE_LOST): logged
-
-    @property
-    def task_id(self) -> str:
-        return self.task.task_id
-
-    @property
-    def queue(self) -> str:
-        return self.task.queue
-
-    @property
-    def payload(self) -> bytes:
-        return self.task.payload
-
-    @property
-    def attempt(self) -> int:
-        """1-based number of this attempt."""
-        return self.task.attempt
-
-    @property
-    def fencing_token(self) -> int:
-        """Pass to downstream stores so they can reject writes from a stale holder."""
-        return self.task.fencing_token
-
-    @property
-    def metadata(self) -> dict[str, str]:
-        return dict(self.task.metadata)
-
-    @property
-    def last_checkpoint(self) -> bytes | None:
-        """The newest checkpoint: this attempt's, else the one an earlier attempt saved."""
-        return self._last_checkpoint
-
-    @property
-    def lease_expires_at(self) -> datetime.datetime:
-        """When the lease runs out unless extended, as the broker last said."""
-        return self._expires_at
-
-    @property
-    def deadline(self) -> datetime.datetime | None:
-        return self.task.deadline.ToDatetime(tzinfo=datetime.timezone.utc) if self.task.HasField("deadline") else None
-
-    @property
-    def dependency_results(self) -> dict[str, bytes]:
-        """The result of each SUCCEEDED dependency of this task, by task id."""
-        return dict(self.task.dependency_results)
-
-    def dependency_result(self, task_id: str, type_: type[T]) -> T:
-        """One dependency's result decoded as ``type_`` by the worker's serializer (``bytes``:
-        as it is). KeyError when ``task_id`` is not a dependency with a result;
-        ``PayloadError`` when it does not decode."""
-        return context_dependency_result(self.task, task_id, type_, self.serializer)
-
-    async def checkpoint(self, data: bytes, *, timeout: Duration = spec.CALL_TIMEOUT) -> None:
-        """Stores progress the next attempt receives, and extends the lease (spec point 3)."""
-        req = broker_pb2.CheckpointRequest(
-            task_id=self.task_id, lease_token=self.task.lease_token, checkpoint=data,
-            extend_by=duration(self._lease_duration),
-        )
-        sent = asyncio.get_running_loop().time()
-        try:
-            resp = await self._broker.Checkpoint(req, timeout=seconds(timeout))
-        except grpc.aio.AioRpcError as err:
-            if is_lease_lost(err):
-                self._lose("Checkpoint answered LEASE_LOST")
-                raise LeaseLostError(f"task {self.task_id}: lease lost") from err
-            raise
-        self._last_checkpoint = data
-        self._expires_at = resp.lease_expires_at.ToDatetime(tzinfo=datetime.timezone.utc)
-        self._valid_until = max(self._valid_until, sent + self._lease_duration)
-        if resp.cancel_requested:
-            self._cancel(CANCEL_REQUESTED)
-
-    def _cancel(self, reason: str, *, hard: bool = False) -> None:
-        if self.cancel_reason is None:
-            self.cancel_reason = reason
-        self.cancelled.set()
-        if hard and self._runner is not None:
-            self._runner.cancel()
-
-    def _lose(self, why: str) -> None:
-        """The lease is lost: cancels the handler (not hard) and logs it once per task (WARN)."""
-        if self.lost:
-            return
-        self.lost = True
-        self._cancel(LEASE_LOST)
-        log.warning("task %s: lease lost (%s); handler cancelled, nothing more is reported", self.task_id, why)
-
-    def _watch_lease(self) -> None:
-        """Loses the lease when it runs out by this process's clock, whether or not the broker
-        answers (spec point 11); an extension meanwhile moves the check."""
-        if self.lost or self._left_behind:
-            return
-        loop = asyncio.get_running_loop()
-        if loop.time() >= self._valid_until:
-            self._lose("it ran out by the worker's clock without an extension")
-            return
-        self._expiry = loop.call_at(self._valid_until, self._watch_lease)
-
-
-AsyncHandler = Callable[[AsyncTaskContext], Awaitable["bytes | None"]]
 
 
 class AsyncWorker:
@@ -913,27 +546,3 @@ class AsyncWorker:
                 if status.HasField("lease_expires_at"):
                     c._expires_at = status.lease_expires_at.ToDatetime(tzinfo=datetime.timezone.utc)
                 c._valid_until = max(c._valid_until, sent + self.lease_duration)
-
-
-def _fail_request(ctx: AsyncTaskContext, error: BaseException) -> broker_pb2.FailRequest:
-    req = broker_pb2.FailRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token)
-    if ctx.cancel_reason == STOPPING and not isinstance(error, PermanentError):
-        # Cut off by the stop timeout: handed back, READY at once for another worker.
-        req.error_message = spec.HANDBACK_MESSAGE
-        req.retry_after.CopyFrom(duration(0))
-        return req
-    if isinstance(error, PermanentError):
-        req.error_message, req.non_retryable = str(error), True
-    elif isinstance(error, RetryableError):
-        req.error_message = str(error)
-        if error.retry_after is not None:
-            req.retry_after.CopyFrom(duration(error.retry_after))
-        req.prefer_same_worker = error.prefer_same_worker
-        cooldown = error.cooldown()
-        if cooldown is not None:
-            req.cooldown.CopyFrom(cooldown)
-    elif isinstance(error, asyncio.CancelledError):
-        req.error_message = f"cancelled: {ctx.cancel_reason}"
-    else:
-        req.error_message = f"{type(error).__name__}: {error}"
-    return req

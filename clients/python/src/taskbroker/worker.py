@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+# Reporting an attempt lives in worker_settle, the heartbeat in worker_heartbeat; the
+# ``X as X`` imports re-export the helpers from here, where they were imported from.
+# ruff: noqa: PLC0414
 import datetime
 import inspect
 import logging
@@ -21,13 +24,17 @@ import grpc
 from taskbroker import handlers, metrics, spec, tracing
 from taskbroker.client import Client, duration
 from taskbroker.completer import Completer
-from taskbroker.context import CANCEL_REQUESTED, DEADLINE, STOPPING, TaskContext
-from taskbroker.errors import PermanentError, RetryableError, WorkerStoppedError, is_lease_lost
+from taskbroker.context import DEADLINE, STOPPING, TaskContext
+from taskbroker.errors import WorkerStoppedError
 from taskbroker.policy import QueuePolicy, TaskDef, lease_plan, policy_of
 from taskbroker.routing import check_labels
 from taskbroker.serde import Serializer
 from taskbroker.spec import Duration, seconds
 from taskbroker.v1 import broker_pb2
+from taskbroker.worker_heartbeat import heartbeat
+from taskbroker.worker_settle import _describe as _describe
+from taskbroker.worker_settle import _fail_request as _fail_request
+from taskbroker.worker_settle import hand_back, report
 
 log = logging.getLogger("taskbroker.worker")
 
@@ -433,28 +440,12 @@ class Worker:
                     log.warning("task %s: its outcome is not reported (the stop margin ran out)", c.task_id)
 
     def _hand_back(self, ctxs: list[TaskContext]) -> None:
-        """Fails each task retryable with retry_after 0 (READY at once for another worker),
-        all at once, within what is left of the stop margin."""
+        """Hands back the tasks of handlers still running at stop (``worker_settle.hand_back``),
+        within what is left of the stop margin."""
         if not ctxs:
             return
         assert self._hard_deadline is not None
-        timeout = max(self._hard_deadline - time.monotonic(), 0.05)
-        calls = []
-        for c in ctxs:
-            req = broker_pb2.FailRequest(
-                task_id=c.task_id, lease_token=c.task.lease_token, error_message=spec.HANDBACK_MESSAGE
-            )
-            req.retry_after.CopyFrom(duration(0))
-            calls.append((c, self._broker.Fail.future(req, timeout=timeout)))
-        for c, call in calls:
-            try:
-                call.result()
-                log.warning("task %s: handler still running at stop; task handed back", c.task_id)
-            except grpc.RpcError as err:
-                log.warning(
-                    "task %s: handler still running at stop; hand-back failed (%s), the task waits for its lease to expire",
-                    c.task_id, _describe(err),
-                )
+        hand_back(self._broker, ctxs, max(self._hard_deadline - time.monotonic(), 0.05))
 
     # Running one task.
 
@@ -571,37 +562,8 @@ class Worker:
         return timeout
 
     def _report(self, ctx: TaskContext, method: str, request: broker_pb2.CompleteRequest | broker_pb2.FailRequest) -> Any:
-        """Sends Complete or Fail, retrying while the broker is unreachable (both are
-        idempotent for one lease token) until the lease is about to run out; returns the
-        answer, or None (LEASE_LOST, given up, another error: each logged)."""
-        failures = 0
-        while True:
-            try:
-                self._metrics.settle_call(method)
-                return getattr(self._broker, method)(request, timeout=self._call_timeout())
-            except grpc.RpcError as err:
-                if is_lease_lost(err):
-                    ctx._lose(f"{method} answered LEASE_LOST")
-                    return None
-                if err.code() not in spec.REPORT_RETRY_CODES:
-                    log.error("task %s: %s failed: %s", ctx.task_id, method, _describe(err))
-                    ctx._settle_failed = True
-                    return None
-                pause = spec.backoff(failures)
-                failures += 1
-                if ctx.lost:
-                    return None  # the clock thread found the lease run out, and said so
-                if ctx._lease_left(time.monotonic() + pause) < spec.SETTLE_MARGIN:
-                    log.warning(
-                        "task %s: %s given up, the lease runs out before the broker answered (%s)",
-                        ctx.task_id, method, _describe(err),
-                    )
-                    ctx._gave_up = True
-                    return None
-                self._metrics.settle_retry(ctx.queue)
-                log.warning("task %s: %s failed, retrying in %.1fs: %s", ctx.task_id, method, pause, _describe(err))
-            if self._abandon.wait(pause):
-                return None
+        """Sends Complete or Fail (``worker_settle.report``): the answer, or None."""
+        return report(self._broker, self._metrics, ctx, method, request, self._call_timeout, self._abandon)
 
     # Heartbeats.
 
@@ -613,62 +575,4 @@ class Worker:
     def _heartbeat_once(self) -> None:
         with self._cond:
             ctxs = list(self._running.values())
-        if not ctxs:
-            return
-        req = broker_pb2.HeartbeatRequest(
-            worker_id=self.worker_id,
-            leases=[broker_pb2.LeaseRef(task_id=c.task_id, lease_token=c.task.lease_token) for c in ctxs],
-            extend_by=duration(self.lease_duration),
-        )
-        sent = time.monotonic()
-        try:
-            resp = self._broker.Heartbeat(req, timeout=min(self.heartbeat_interval, spec.CALL_TIMEOUT))
-        except grpc.RpcError as err:
-            # The clock thread cancels the handlers whose leases run out meanwhile.
-            log.warning("heartbeat for %d leases failed: %s", len(ctxs), _describe(err))
-            return
-        for c, status in zip(ctxs, resp.leases):  # statuses come in request order
-            if status.lost:
-                # Unless the outcome is being reported: then the report settled it (or hears
-                # LEASE_LOST itself and says so).
-                if not c._settling:
-                    c._lose("the broker's heartbeat answer says so")
-                continue
-            if status.cancel_requested:
-                c._cancel(CANCEL_REQUESTED)
-            expires = (
-                status.lease_expires_at.ToDatetime(tzinfo=datetime.timezone.utc)
-                if status.HasField("lease_expires_at")
-                else None
-            )
-            c._extended(expires, sent + self.lease_duration)
-
-
-def _describe(err: grpc.RpcError) -> str:
-    """A failed call in one plain line: its code and the library's details."""
-    code = err.code() if isinstance(err, grpc.Call) else None
-    details = err.details() if isinstance(err, grpc.Call) else str(err)
-    return f"{code.name if code else 'error'}: {details}"
-
-
-def _fail_request(ctx: TaskContext, error: BaseException) -> broker_pb2.FailRequest:
-    req = broker_pb2.FailRequest(task_id=ctx.task_id, lease_token=ctx.task.lease_token)
-    if ctx.cancel_reason == STOPPING and not isinstance(error, PermanentError):
-        # Cut off by the stop timeout: handed back, READY at once for another worker.
-        req.error_message = spec.HANDBACK_MESSAGE
-        req.retry_after.CopyFrom(duration(0))
-        return req
-    if isinstance(error, PermanentError):
-        req.error_message = str(error)
-        req.non_retryable = True
-    elif isinstance(error, RetryableError):
-        req.error_message = str(error)
-        if error.retry_after is not None:
-            req.retry_after.CopyFrom(duration(error.retry_after))
-        req.prefer_same_worker = error.prefer_same_worker
-        cooldown = error.cooldown()
-        if cooldown is not None:
-            req.cooldown.CopyFrom(cooldown)
-    else:
-        req.error_message = f"{type(error).__name__}: {error}"
-    return req
+        heartbeat(self._broker, self.worker_id, self.lease_duration, self.heartbeat_interval, ctxs)

@@ -83,9 +83,9 @@ public final class DetachedTask {
     Object value = null;
     try {
       value = next.proceed();
-      return new Attempt(value, Worker.encodeResult(serializer, context.queue(), value), null, null);
+      return new Attempt(value, WorkerFailures.encodeResult(serializer, context.queue(), value), null, null);
     } catch (Throwable t) {
-      FailRequest.Builder req = Worker.failRequest(context, t).toBuilder();
+      FailRequest.Builder req = WorkerFailures.failRequest(context, t).toBuilder();
       if (context.abortKind().orElse(null) == TaskContext.AbortKind.STOPPING) {
         req.setRetryAfter(ProtoTime.duration(Duration.ZERO)); // handed back: READY at once
       }

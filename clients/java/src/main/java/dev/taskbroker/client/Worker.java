@@ -1,33 +1,9 @@
 package dev.taskbroker.client;
 
-import com.google.protobuf.ByteString;
-import dev.taskbroker.v1.BrokerServiceGrpc;
-import dev.taskbroker.v1.CompleteRequest;
-import dev.taskbroker.v1.FailRequest;
-import dev.taskbroker.v1.HeartbeatRequest;
-import dev.taskbroker.v1.HeartbeatResponse;
-import dev.taskbroker.v1.LeaseRef;
-import dev.taskbroker.v1.LeaseRequest;
-import dev.taskbroker.v1.LeaseStatus;
-import dev.taskbroker.v1.LeasedTask;
-import io.grpc.Context;
-import io.grpc.Status;
-import io.grpc.StatusRuntimeException;
 import java.time.Duration;
-import java.time.Instant;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executor;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
-import java.util.concurrent.RejectedExecutionException;
-import java.util.concurrent.ScheduledExecutorService;
-import java.util.concurrent.Semaphore;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
-import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.BiConsumer;
 
 /**
@@ -100,100 +76,13 @@ public final class Worker implements AutoCloseable {
   static final Duration HAND_BACK_TIMEOUT = Duration.ofSeconds(1);
   /** A settle is not tried again when the next try would start within this of the lease's expiry. */
   static final Duration SETTLE_MARGIN = Duration.ofSeconds(1);
-
   private static final System.Logger LOG = System.getLogger(Worker.class.getName());
 
-  private final BrokerServiceGrpc.BrokerServiceBlockingStub broker;
-  /** The handler of each queue, in registration order. */
-  private final Map<String, Registration> registry;
-  private final List<String> queues;
-  private final List<Middleware> middleware;
-  private final Serializer serializer;
-  /** The provider given to the builder; null: the global one, looked up at start. */
-  private final io.opentelemetry.api.metrics.MeterProvider meterProvider;
-  private volatile WorkerMetrics metrics;
-  private final Completer completer;
-  private final ExecutorService completerThread;
-  private final boolean failFast;
-  private final String workerId;
-  private final Map<String, String> labels;
-  private final int concurrency;
-  private final Duration leaseDuration;
-  private final Duration pollWait;
-  private final Duration heartbeatInterval;
-  private final BiConsumer<String, Throwable> onError;
-  private final boolean leaseNext;
-  private final java.util.concurrent.atomic.AtomicLong leaseNextTasks =
-      new java.util.concurrent.atomic.AtomicLong();
-  /** Set once the drain timed out: a task a settle brings after that is stopped at once. */
-  private volatile boolean stopTimedOut;
-
-  private final Map<String, TaskContext> running = new ConcurrentHashMap<>();
-  /** One permit per free slot: the lease loop asks for no more tasks than these. */
-  private final Semaphore slots;
-  /** The queues' own limits ({@link HandlerPolicy.Builder#concurrency}). */
-  private final QueueLimits limits;
-  private final Executor handlers;
-  /** The pool this worker made itself (no executor given), shut down when it stops. */
-  private final ExecutorService ownPool;
-  private final ScheduledExecutorService timers;
-  private final Thread leaseThread;
-  /** The in-flight long poll, cancelled by stop() so it does not hold the stop up. */
-  private final AtomicReference<Context.CancellableContext> poll = new AtomicReference<>();
-  private final CountDownLatch stopRequested = new CountDownLatch(1);
-  private final CountDownLatch stopped = new CountDownLatch(1);
-  private volatile boolean stopping;
-  private volatile Duration stopTimeout;
-  private final Duration stopGrace;
-  /** Set when a stop's margin ran out: settles still retried then are abandoned. */
-  private volatile boolean abandoned;
-  private volatile RuntimeException failure;
-  private boolean started;
+  /** The state, threads and loops of this worker (WorkerRuntime). */
+  private final WorkerRuntime rt;
 
   private Worker(Builder b) {
-    this.broker = b.taskbroker.broker();
-    this.registry = b.registry();
-    this.queues = List.copyOf(registry.keySet());
-    this.middleware = List.copyOf(b.middleware);
-    this.serializer = b.serializer != null ? b.serializer : b.taskbroker.serializer();
-    this.meterProvider = b.meterProvider;
-    this.metrics =
-        new WorkerMetrics(
-            meterProvider != null
-                ? meterProvider
-                : io.opentelemetry.api.metrics.MeterProvider.noop());
-    this.failFast = b.failFast;
-    this.workerId = b.workerId;
-    this.labels = Map.copyOf(b.labels);
-    this.concurrency = b.concurrency;
-    this.leaseDuration = b.leaseDuration;
-    this.pollWait = b.pollWait;
-    this.heartbeatInterval =
-        b.heartbeatInterval != null ? b.heartbeatInterval : leaseDuration.dividedBy(3);
-    this.onError = b.onError;
-    this.leaseNext = b.leaseNext;
-    this.stopTimeout = b.stopTimeout;
-    this.stopGrace = b.stopGrace;
-    this.slots = new Semaphore(concurrency);
-    this.limits = new QueueLimits(b.queueConcurrency);
-    if (b.executor != null) {
-      this.handlers = b.executor;
-      this.ownPool = null;
-    } else {
-      AtomicInteger n = new AtomicInteger();
-      this.ownPool =
-          Executors.newFixedThreadPool(
-              concurrency, r -> daemon(r, "taskbroker-handler-" + n.incrementAndGet()));
-      this.handlers = ownPool;
-    }
-    // Two threads: a heartbeat waiting on a frozen broker must not delay a lease's expiry.
-    AtomicInteger t = new AtomicInteger();
-    this.timers =
-        Executors.newScheduledThreadPool(2, r -> daemon(r, "taskbroker-timers-" + t.incrementAndGet()));
-    this.leaseThread = daemon(this::runLoop, "taskbroker-lease");
-    this.completerThread =
-        Executors.newSingleThreadExecutor(r -> daemon(r, "taskbroker-completer"));
-    this.completer = new Completer(broker, () -> metrics, completerThread);
+    this.rt = new WorkerRuntime(b, this);
   }
 
   /** A worker whose queues and handlers are added with {@link Builder#handle} or {@link Builder#register}. */
@@ -208,7 +97,7 @@ public final class Worker implements AutoCloseable {
 
   /** The queues this worker leases from, in registration order. */
   public List<String> queues() {
-    return queues;
+    return rt.queues();
   }
 
   /**
@@ -216,31 +105,31 @@ public final class Worker implements AutoCloseable {
    * CompleteMany when it returns.
    */
   public int queuedCompletions() {
-    return completer.queued();
+    return rt.queuedCompletions();
   }
 
   /** Started and not yet stopped (for lifecycle frameworks). */
   public synchronized boolean isRunning() {
-    return started && stopped.getCount() > 0 && !stopping;
+    return rt.isRunning();
   }
 
   public String workerId() {
-    return workerId;
+    return rt.workerId();
   }
 
   /** The labels sent with every Lease (routing). */
   public Map<String, String> labels() {
-    return labels;
+    return rt.labels();
   }
 
   /** Tasks being worked on right now. */
   public int inFlight() {
-    return running.size();
+    return rt.inFlight();
   }
 
   /** How many tasks came back in a settle's next_tasks (and ran) so far. */
   public long leaseNextTasks() {
-    return leaseNextTasks.get();
+    return rt.leaseNextTasks();
   }
 
   /**
@@ -262,18 +151,7 @@ public final class Worker implements AutoCloseable {
 
   /** Starts leasing and heartbeating in background threads. */
   public synchronized void start() {
-    if (started) {
-      return;
-    }
-    started = true;
-    if (meterProvider == null) {
-      // Looked up now rather than when built, so an SDK the application installs in between
-      // counts.
-      metrics = new WorkerMetrics(globalMeterProvider());
-    }
-    long every = Math.max(heartbeatInterval.toMillis(), 100);
-    timers.scheduleWithFixedDelay(this::heartbeatOnce, every, every, TimeUnit.MILLISECONDS);
-    leaseThread.start();
+    rt.start();
   }
 
   /**
@@ -304,29 +182,7 @@ public final class Worker implements AutoCloseable {
    * interrupt while waiting returns early and stays set on the thread.
    */
   public void stop(Duration timeout) {
-    synchronized (this) {
-      if (!started) {
-        started = true; // never starts now
-        stopping = true;
-        shutdownExecutors();
-        stopped.countDown();
-        return;
-      }
-      if (!stopping) {
-        stopTimeout = timeout;
-        stopping = true;
-        stopRequested.countDown();
-        Context.CancellableContext inFlight = poll.get();
-        if (inFlight != null) {
-          inFlight.cancel(null);
-        }
-      }
-    }
-    try {
-      stopped.await();
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-    }
+    rt.stop(timeout);
   }
 
   /**
@@ -335,21 +191,12 @@ public final class Worker implements AutoCloseable {
    * @throws WorkerStoppedException when the broker refused the worker
    */
   public void awaitStopped() {
-    try {
-      stopped.await();
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      return;
-    }
-    RuntimeException f = failure;
-    if (f != null) {
-      throw f;
-    }
+    rt.awaitStopped();
   }
 
   /** Why the worker stopped on its own, if it did. */
   public java.util.Optional<RuntimeException> failure() {
-    return java.util.Optional.ofNullable(failure);
+    return rt.failure();
   }
 
   /**
@@ -358,600 +205,31 @@ public final class Worker implements AutoCloseable {
    */
   @Override
   public void close() {
-    stop(stopTimeout);
-  }
-
-  private void runLoop() {
-    try {
-      leaseLoop();
-    } catch (RuntimeException e) {
-      failure = e;
-      LOG.log(System.Logger.Level.ERROR, "taskbroker worker stopped: " + e.getMessage());
-    } finally {
-      stopping = true;
-      drain();
-      shutdownExecutors();
-      stopped.countDown();
-    }
-  }
-
-  /**
-   * Waits for every slot to be free again; at the stop timeout interrupts the handlers, and after
-   * the stop grace hands back the tasks of those still running (their threads are left behind,
-   * their results discarded). Settles still retried after that are abandoned.
-   */
-  private void drain() {
-    try {
-      if (!slots.tryAcquire(concurrency, stopTimeout.toMillis(), TimeUnit.MILLISECONDS)) {
-        stopTimedOut = true;
-        running.values().forEach(ctx -> ctx.abort(TaskContext.AbortKind.STOPPING));
-        if (!slots.tryAcquire(concurrency, stopGrace.toMillis(), TimeUnit.MILLISECONDS)) {
-          handBackRunning();
-        }
-      }
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-    } finally {
-      abandoned = true;
-    }
-  }
-
-  /** Hands back, in parallel, every task whose handler is still running (spec point 11). */
-  private void handBackRunning() throws InterruptedException {
-    List<TaskContext> left = running.values().stream().filter(TaskContext::takeForHandBack).toList();
-    List<Thread> calls = new java.util.ArrayList<>();
-    for (TaskContext ctx : left) {
-      Thread th = daemon(() -> handBack(ctx), "taskbroker-hand-back");
-      th.start();
-      calls.add(th);
-    }
-    for (Thread th : calls) {
-      th.join(HAND_BACK_TIMEOUT.toMillis() + 500);
-    }
-  }
-
-  private void handBack(TaskContext ctx) {
-    metrics.task(ctx.queue(), WorkerMetrics.Outcome.FAILED, ctx.ranFor());
-    try {
-      metrics.settleCall("Fail");
-      broker
-          .withDeadlineAfter(HAND_BACK_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS)
-          .fail(
-              FailRequest.newBuilder()
-                  .setTaskId(ctx.taskId())
-                  .setLeaseToken(ctx.task().getLeaseToken())
-                  .setErrorMessage("worker stopped")
-                  .setRetryAfter(ProtoTime.duration(Duration.ZERO))
-                  .build());
-      LOG.log(
-          System.Logger.Level.WARNING,
-          "taskbroker worker: task " + ctx.taskId() + " handed back at stop: its handler did not return in time");
-    } catch (RuntimeException e) {
-      LOG.log(
-          System.Logger.Level.WARNING,
-          "taskbroker worker: task " + ctx.taskId() + ": hand-back at stop failed ("
-              + ErrorDetails.plain(e) + "); it returns when its lease expires");
-    }
-  }
-
-  private void shutdownExecutors() {
-    timers.shutdownNow();
-    completerThread.shutdownNow();
-    if (ownPool != null) {
-      ownPool.shutdownNow();
-    }
-  }
-
-  private void leaseLoop() {
-    int failures = 0;
-    while (!stopping) {
-      try {
-        // A bounded wait, so a stop is noticed even with every slot busy.
-        if (!slots.tryAcquire(200, TimeUnit.MILLISECONDS)) {
-          continue;
-        }
-      } catch (InterruptedException e) {
-        return;
-      }
-      int free = 1 + slots.drainPermits();
-      QueueLimits.Plan plan = limits.reserve(queues, free);
-      if (plan.maxTasks() == 0) { // every queue is at its own limit: wait for one to free a slot
-        slots.release(free);
-        try {
-          limits.awaitFreed(200);
-        } catch (InterruptedException e) {
-          return;
-        }
-        continue;
-      }
-      slots.release(free - plan.maxTasks());
-      free = plan.maxTasks();
-      Context.CancellableContext ctx = Context.current().withCancellation();
-      poll.set(ctx);
-      List<LeasedTask> tasks;
-      try {
-        if (stopping) { // stop() may have run before poll was set
-          slots.release(free);
-          return;
-        }
-        LeaseRequest req =
-            LeaseRequest.newBuilder()
-                .setWorkerId(workerId)
-                .addAllQueues(plan.queues())
-                .setMaxTasks(free)
-                .setLeaseDuration(ProtoTime.duration(leaseDuration))
-                .setWait(ProtoTime.duration(pollWait))
-                .putAllLabels(labels)
-                .build();
-        // The deadline leaves the broker room to answer an empty long poll.
-        long deadlineMs = pollWait.toMillis() + 5_000;
-        tasks =
-            ctx.call(
-                () ->
-                    broker
-                        .withDeadlineAfter(deadlineMs, TimeUnit.MILLISECONDS)
-                        .lease(req)
-                        .getTasksList());
-        failures = 0;
-      } catch (Exception e) {
-        plan.got().accept(List.of());
-        slots.release(free);
-        if (stopping) {
-          return;
-        }
-        Status.Code code = Status.fromThrowable(e).getCode();
-        if (ErrorDetails.stopsWorker(code)) {
-          throw new WorkerStoppedException("lease refused: " + ErrorDetails.plain(e), e);
-        }
-        if (failFast && ErrorDetails.isConfigurationError(e)) {
-          throw new WorkerStoppedException(
-              "cannot use the broker as configured (failFast): "
-                  + ErrorDetails.configurationProblem(e) + " (" + ErrorDetails.plain(e) + ")",
-              e);
-        }
-        onError.accept("lease", e);
-        try {
-          if (stopRequested.await(Backoff.delay(failures).toMillis(), TimeUnit.MILLISECONDS)) {
-            return;
-          }
-        } catch (InterruptedException ie) {
-          return;
-        }
-        failures++;
-        continue;
-      } finally {
-        poll.set(null);
-        ctx.cancel(null);
-      }
-      plan.got().accept(tasks);
-      slots.release(free - tasks.size());
-      for (LeasedTask task : tasks) {
-        dispatch(task);
-      }
-    }
-  }
-
-  private void dispatch(LeasedTask task) {
-    TaskContext tc = admit(task);
-    try {
-      handlers.execute(() -> runInSlot(tc));
-    } catch (RejectedExecutionException e) {
-      running.remove(task.getTaskId());
-      slots.release();
-      onError.accept("run task " + task.getTaskId() + " (executor refused it)", e);
-    }
-  }
-
-  /**
-   * Runs {@code first} and then, in the same slot (its permit held throughout), each task its
-   * settle leased (lease_next); releases the slot when a settle brings none.
-   */
-  private void runInSlot(TaskContext first) {
-    java.util.ArrayDeque<TaskContext> queue = new java.util.ArrayDeque<>();
-    queue.add(first);
-    try {
-      while (!queue.isEmpty()) {
-        TaskContext tc = queue.poll();
-        List<LeasedTask> next = List.of();
-        tc.bind(Thread.currentThread());
-        java.util.concurrent.ScheduledFuture<?> watch = watchExpiry(tc);
-        if (stopTimedOut) {
-          tc.abort(TaskContext.AbortKind.STOPPING);
-        }
-        io.opentelemetry.context.Scope scope = tc.traceContext().makeCurrent();
-        try {
-          next = execute(tc, watch);
-        } finally {
-          if (watch != null) {
-            watch.cancel(false);
-          }
-          scope.close();
-          tc.bind(null);
-          // Remove this context only: a failed task retried at once can come back with its id.
-          running.remove(tc.taskId(), tc);
-        }
-        limits.pass(tc.queue(), next);
-        for (LeasedTask task : next) {
-          leaseNextTasks.incrementAndGet();
-          queue.add(admit(task));
-        }
-      }
-    } finally {
-      // Not reached with tasks left in the queue unless execute threw an Error; those leases
-      // then run out and the broker hands the tasks out again.
-      queue.forEach(tc -> running.remove(tc.taskId(), tc));
-      slots.release();
-    }
-  }
-
-  /**
-   * Flags the task LOST (and interrupts its handler) when its lease expires by the local clock
-   * without an extension, whether or not the broker answers heartbeats.
-   */
-  private java.util.concurrent.ScheduledFuture<?> watchExpiry(TaskContext tc) {
-    long ms = Math.max(Duration.between(Instant.now(), tc.leaseExpiresAt()).toMillis(), 0);
-    try {
-      return timers.schedule(
-          () -> {
-            if (tc.handlerReturned()) {
-              return;
-            }
-            if (!tc.leaseExpiresAt().isAfter(Instant.now())) {
-              if (tc.task().hasDeadline()
-                  && !ProtoTime.instant(tc.task().getDeadline()).isAfter(tc.leaseExpiresAt())) {
-                tc.abort(TaskContext.AbortKind.DEADLINE); // the lease ends at the task's deadline
-                return;
-              }
-              markLost(tc, "the lease expired by the local clock");
-            } else {
-              watchExpiry(tc); // extended meanwhile: look again at the new expiry
-            }
-          },
-          ms,
-          TimeUnit.MILLISECONDS);
-    } catch (RejectedExecutionException e) {
-      return null; // stopping: the timers are gone
-    }
-  }
-
-  /** Flags the task LOST, interrupts its handler, logs it once (WARN) and counts it. */
-  private void markLost(TaskContext tc, String why) {
-    if (tc.markLost()) {
-      metrics.leaseLost(tc.queue());
-      LOG.log(
-          System.Logger.Level.WARNING,
-          "taskbroker worker: task " + tc.taskId() + ": lease lost (" + why + "); not settled by this worker");
-    }
-  }
-
-  /** Registers a leased task as running (its heartbeats start) and arms its deadline. */
-  private TaskContext admit(LeasedTask task) {
-    TaskContext tc = new TaskContext(broker, task, leaseDuration, serializer);
-    running.put(task.getTaskId(), tc);
-    if (task.hasDeadline()) {
-      long ms = Duration.between(Instant.now(), ProtoTime.instant(task.getDeadline())).toMillis();
-      try {
-        timers.schedule(
-            () -> tc.abort(TaskContext.AbortKind.DEADLINE), Math.max(ms, 0), TimeUnit.MILLISECONDS);
-      } catch (RejectedExecutionException e) {
-        // Stopping: the timers are gone, and so is the need for them.
-      }
-    }
-    return tc;
-  }
-
-  /** The lease_next a settle carries: the freed slot's task, no wait; null when off or stopping. */
-  private LeaseRequest nextLease(String queue) {
-    List<String> asked = limits.nextQueues(queues, queue);
-    if (!leaseNext || stopping || asked.isEmpty()) {
-      return null;
-    }
-    return LeaseRequest.newBuilder()
-        .setWorkerId(workerId)
-        .addAllQueues(asked)
-        .setMaxTasks(1)
-        .setLeaseDuration(ProtoTime.duration(leaseDuration))
-        .putAllLabels(labels)
-        .build();
-  }
-
-  /** Runs the handler and settles the task; returns the tasks the settle leased (lease_next). */
-  private List<LeasedTask> execute(TaskContext ctx, java.util.concurrent.ScheduledFuture<?> watch) {
-    byte[] result = null;
-    Throwable error = null;
-    boolean returned = false;
-    try {
-      Object value = Tracing.process(ctx, metrics, () -> runChain(ctx));
-      returned = true;
-      result = encodeResult(ctx.queue(), value);
-    } catch (Throwable t) {
-      // StackOverflowError and other Errors too: the attempt fails with its cause instead of
-      // the task waiting out its lease.
-      error = t;
-    } finally {
-      if (watch != null) {
-        watch.cancel(false);
-      }
-    }
-    Duration ran = ctx.ranFor();
-    // A hard stop or a deadline interrupts us; the report below must not be cut short by that.
-    Thread.interrupted();
-    if (!ctx.handlerReturnedNow()) {
-      return List.of(); // handed back at stop (and counted then); another worker may run it now
-    }
-    if (ctx.abortKind().orElse(null) == TaskContext.AbortKind.LOST) {
-      markLost(ctx, "a checkpoint answered LEASE_LOST");
-      metrics.task(ctx.queue(), WorkerMetrics.Outcome.LEASE_LOST, ran);
-      return List.of(); // Another holder may have the task now; nothing of ours would be accepted.
-    }
-    if (error != null) {
-      logFailure(ctx, error, returned);
-    }
-    WorkerMetrics.Outcome intended =
-        error == null
-            ? WorkerMetrics.Outcome.SUCCEEDED
-            : ctx.abortKind().orElse(null) == TaskContext.AbortKind.CANCELLED
-                ? WorkerMetrics.Outcome.CANCELLED
-                : WorkerMetrics.Outcome.FAILED;
-    Settled settled = settle(ctx, result, error);
-    metrics.task(ctx.queue(), settled.outcome != null ? settled.outcome : intended, ran);
-    return settled.next;
-  }
-
-  /**
-   * Logs a failed attempt (docs/client-spec.md, point 11, Logging): a {@link RetryableException}
-   * or {@link PermanentException} the handler threw (a payload that does not decode is one) at
-   * WARNING in one line without a stack, saying whether the task will be retried or goes DEAD (a
-   * PermanentException, or the last of max_attempts); anything else it threw, unexpected, at
-   * ERROR with its stack; a value it returned that cannot be encoded ({@code returned}) at ERROR,
-   * one line naming the type.
-   */
-  private static void logFailure(TaskContext ctx, Throwable error, boolean returned) {
-    String prefix = "taskbroker worker: task " + ctx.taskId() + ": ";
-    int attempt = ctx.attempt();
-    int max = ctx.task().getMaxAttempts();
-    if (returned) {
-      LOG.log(System.Logger.Level.ERROR, prefix + error.getMessage());
-    } else if (error instanceof PermanentException) {
-      LOG.log(
-          System.Logger.Level.WARNING,
-          prefix + "failed permanently, the task goes DEAD: " + error.getMessage());
-    } else if (!(error instanceof RetryableException)) {
-      LOG.log(
-          System.Logger.Level.ERROR,
-          prefix + "handler threw " + error.getClass().getName() + ": " + error.getMessage(),
-          error);
-    } else if (max > 0 && attempt >= max) {
-      LOG.log(
-          System.Logger.Level.WARNING,
-          prefix + "attempt " + attempt + " of " + max + " failed, the task goes DEAD: "
-              + error.getMessage());
-    } else {
-      LOG.log(
-          System.Logger.Level.WARNING,
-          prefix + "attempt " + attempt + " of " + max + " failed, the task will be retried: "
-              + error.getMessage());
-    }
-  }
-
-  /** The middleware chain around the queue's handler; the first registered is the outermost. */
-  private Object runChain(TaskContext ctx) throws Exception {
-    Registration reg = registry.get(ctx.queue());
-    if (reg == null) {
-      throw new TaskbrokerException("this worker has no handler for queue " + ctx.queue());
-    }
-    Middleware.Next next = () -> reg.invoker().invoke(ctx, serializer);
-    for (int i = middleware.size() - 1; i >= 0; i--) {
-      Middleware m = middleware.get(i);
-      Middleware.Next inner = next;
-      next = () -> m.handle(ctx, inner);
-    }
-    return next.proceed();
-  }
-
-  /**
-   * The result bytes of a handler's value: none for null, bytes as they are, anything else through
-   * the serializer. A value it cannot encode fails the attempt (retryable: a fixed deploy may
-   * succeed), with a message naming the type.
-   */
-  private byte[] encodeResult(String queue, Object value) {
-    return encodeResult(serializer, queue, value);
-  }
-
-  static byte[] encodeResult(Serializer serializer, String queue, Object value) {
-    if (value == null) {
-      return null;
-    }
-    if (value instanceof byte[] bytes) {
-      return bytes;
-    }
-    try {
-      return serializer.encode(value);
-    } catch (RuntimeException e) {
-      throw new TaskbrokerException(
-          "queue " + queue + ": handler returned " + value.getClass().getSimpleName()
-              + ", which cannot be encoded: " + String.valueOf(e.getMessage()).replaceAll("\\s+", " "),
-          e);
-    }
-  }
-
-  /** What a settle brought: the slot's next tasks, and the outcome when it is not the intended one. */
-  private record Settled(List<LeasedTask> next, WorkerMetrics.Outcome outcome) {
-    static Settled ended(WorkerMetrics.Outcome outcome) {
-      return new Settled(List.of(), outcome);
-    }
-  }
-
-  /**
-   * Reports the attempt: Complete (through the completer, which batches) or Fail. Complete and
-   * Fail are idempotent for the same lease token, which stays valid across a broker restart: a
-   * settle that met an unreachable broker is sent again with backoff until the next try would
-   * start within the settle margin of the lease's expiry.
-   */
-  private Settled settle(TaskContext ctx, byte[] result, Throwable error) {
-    LeaseRequest next = nextLease(ctx.queue());
-    String call = error == null ? "complete" : "fail";
-    for (int failures = 0; ; failures++) {
-      try {
-        if (error == null) {
-          CompleteRequest.Builder req =
-              CompleteRequest.newBuilder()
-                  .setTaskId(ctx.taskId())
-                  .setLeaseToken(ctx.task().getLeaseToken())
-                  .setResult(result == null ? ByteString.EMPTY : ByteString.copyFrom(result));
-          if (next != null) {
-            req.setLeaseNext(next);
-          }
-          return new Settled(completer.complete(req.build()), null);
-        }
-        FailRequest.Builder req = failRequest(ctx, error).toBuilder();
-        if (ctx.abortKind().orElse(null) == TaskContext.AbortKind.STOPPING) {
-          req.setRetryAfter(ProtoTime.duration(Duration.ZERO)); // hand back: READY at once
-        }
-        if (next != null) {
-          req.setLeaseNext(next);
-        }
-        metrics.settleCall("Fail");
-        return new Settled(
-            broker.withDeadlineAfter(10, TimeUnit.SECONDS).fail(req.build()).getNextTasksList(),
-            null);
-      } catch (StatusRuntimeException e) {
-        String id = ctx.taskId();
-        if (ErrorDetails.isLeaseLost(e)) {
-          LOG.log(
-              System.Logger.Level.WARNING,
-              "taskbroker worker: task " + id + ": " + call
-                  + " refused: lease lost (LEASE_LOST); another attempt may run");
-          metrics.leaseLost(ctx.queue());
-          return Settled.ended(WorkerMetrics.Outcome.LEASE_LOST);
-        }
-        if (abandoned) {
-          LOG.log(
-              System.Logger.Level.WARNING,
-              "taskbroker worker: task " + id + ": " + call + " abandoned: the worker stopped while it was retried");
-          return Settled.ended(WorkerMetrics.Outcome.FAILED);
-        }
-        Status.Code code = e.getStatus().getCode();
-        if (code != Status.Code.UNAVAILABLE && code != Status.Code.DEADLINE_EXCEEDED) {
-          onError.accept("report task " + id, e);
-          return Settled.ended(WorkerMetrics.Outcome.FAILED);
-        }
-        Duration pause = Backoff.delay(failures);
-        if (Instant.now().plus(pause).plus(SETTLE_MARGIN).isAfter(ctx.leaseExpiresAt())) {
-          LOG.log(
-              System.Logger.Level.WARNING,
-              "taskbroker worker: task " + id + ": " + call + " given up at the lease's expiry ("
-                  + ErrorDetails.plain(e) + "); the broker will hand the task out again");
-          metrics.leaseLost(ctx.queue());
-          return Settled.ended(WorkerMetrics.Outcome.LEASE_LOST);
-        }
-        LOG.log(
-            System.Logger.Level.WARNING,
-            "taskbroker worker: task " + id + ": " + call + " failed (" + ErrorDetails.plain(e)
-                + "); retrying in " + pause.toMillis() + " ms");
-        try {
-          Thread.sleep(pause.toMillis());
-        } catch (InterruptedException ie) {
-          Thread.currentThread().interrupt();
-          return Settled.ended(WorkerMetrics.Outcome.FAILED);
-        }
-        metrics.settleRetry(ctx.queue());
-      }
-    }
-  }
-
-  static FailRequest failRequest(TaskContext ctx, Throwable error) {
-    String message = error.getMessage() != null ? error.getMessage() : error.getClass().getName();
-    FailRequest.Builder req =
-        FailRequest.newBuilder()
-            .setTaskId(ctx.taskId())
-            .setLeaseToken(ctx.task().getLeaseToken())
-            .setErrorMessage(message)
-            .setNonRetryable(error instanceof PermanentException);
-    if (error instanceof RetryableException r) {
-      r.retryAfter().ifPresent(d -> req.setRetryAfter(ProtoTime.duration(d)));
-      req.setPreferSameWorker(r.preferSameWorker());
-      r.cooldown().ifPresent(c -> req.setCooldown(CooldownInfo.proto(c)));
-    }
-    return req.build();
-  }
-
-  private void heartbeatOnce() {
-    List<TaskContext> live =
-        running.values().stream()
-            .filter(c -> c.abortKind().orElse(null) != TaskContext.AbortKind.LOST && !c.handedBack())
-            .toList();
-    if (live.isEmpty()) {
-      return;
-    }
-    HeartbeatRequest.Builder req =
-        HeartbeatRequest.newBuilder()
-            .setWorkerId(workerId)
-            .setExtendBy(ProtoTime.duration(leaseDuration));
-    for (TaskContext c : live) {
-      req.addLeases(
-          LeaseRef.newBuilder().setTaskId(c.taskId()).setLeaseToken(c.task().getLeaseToken()));
-    }
-    try {
-      HeartbeatResponse res =
-          broker
-              .withDeadlineAfter(
-                  Math.max(heartbeatInterval.toMillis(), 1_000), TimeUnit.MILLISECONDS)
-              .heartbeat(req.build());
-      for (LeaseStatus status : res.getLeasesList()) {
-        TaskContext c = running.get(status.getTaskId());
-        if (c == null) {
-          continue;
-        }
-        if (status.getLost()) {
-          markLost(c, "a heartbeat answered lost");
-        } else if (status.getCancelRequested()) {
-          c.abort(TaskContext.AbortKind.CANCELLED);
-        }
-        if (status.hasLeaseExpiresAt()) {
-          c.extendedTo(ProtoTime.instant(status.getLeaseExpiresAt()));
-        }
-      }
-    } catch (RuntimeException e) {
-      // A scheduled task that throws is never run again: catch everything here.
-      onError.accept("heartbeat", e);
-      Instant now = Instant.now();
-      for (TaskContext c : live) {
-        if (!c.leaseExpiresAt().isAfter(now)) {
-          markLost(c, "the lease expired without a successful heartbeat");
-        }
-      }
-    }
-  }
-
-  private static Thread daemon(Runnable r, String name) {
-    Thread t = new Thread(r, name);
-    t.setDaemon(true);
-    return t;
+    stop(rt.stopTimeout());
   }
 
   /** Configures a {@link Worker}; only the queues and their handlers are required. */
   public static final class Builder {
-    private final Taskbroker taskbroker;
-    private final TaskHandler handler;
-    private List<String> queues = List.of();
-    private final Map<String, Registration> registrations = new java.util.LinkedHashMap<>();
-    private final Map<String, Integer> queueConcurrency = new java.util.HashMap<>();
-    private final List<Middleware> middleware = new java.util.ArrayList<>();
-    private Serializer serializer;
-    private io.opentelemetry.api.metrics.MeterProvider meterProvider;
-    private boolean failFast;
-    private String workerId = defaultWorkerId();
-    private final Map<String, String> labels = new java.util.TreeMap<>();
-    private int concurrency = DEFAULT_CONCURRENCY;
-    private Duration leaseDuration = DEFAULT_LEASE_DURATION;
-    private Duration pollWait = DEFAULT_POLL_WAIT;
-    private Duration heartbeatInterval;
-    private Executor executor;
-    private boolean leaseNext = true;
-    private Duration stopTimeout = DEFAULT_SHUTDOWN_STOP_TIMEOUT;
-    private Duration stopGrace = DEFAULT_STOP_GRACE;
-    private BiConsumer<String, Throwable> onError =
+    final Taskbroker taskbroker;
+    final TaskHandler handler;
+    List<String> queues = List.of();
+    final Map<String, Registration> registrations = new java.util.LinkedHashMap<>();
+    final Map<String, Integer> queueConcurrency = new java.util.HashMap<>();
+    final List<Middleware> middleware = new java.util.ArrayList<>();
+    Serializer serializer;
+    io.opentelemetry.api.metrics.MeterProvider meterProvider;
+    boolean failFast;
+    String workerId = defaultWorkerId();
+    final Map<String, String> labels = new java.util.TreeMap<>();
+    int concurrency = DEFAULT_CONCURRENCY;
+    Duration leaseDuration = DEFAULT_LEASE_DURATION;
+    Duration pollWait = DEFAULT_POLL_WAIT;
+    Duration heartbeatInterval;
+    Executor executor;
+    boolean leaseNext = true;
+    Duration stopTimeout = DEFAULT_SHUTDOWN_STOP_TIMEOUT;
+    Duration stopGrace = DEFAULT_STOP_GRACE;
+    BiConsumer<String, Throwable> onError =
         (during, e) ->
             LOG.log(
                 System.Logger.Level.WARNING,
@@ -1172,7 +450,7 @@ public final class Worker implements AutoCloseable {
     }
 
     /** Every queue and its handler: those registered, and {@link #queues} for the raw handler. */
-    private Map<String, Registration> registry() {
+    Map<String, Registration> registry() {
       Map<String, Registration> all = new java.util.LinkedHashMap<>(registrations);
       if (handler == null && !queues.isEmpty()) {
         throw new IllegalArgumentException(
