@@ -96,6 +96,24 @@ pub struct NewRun {
     pub triggered: bool,
 }
 
+impl NewRun {
+    /// What was recorded of this run: its task (`task_id`, made now when
+    /// `inserted`, else the one holding it), of the queue of its first task.
+    pub(crate) fn fired(&self, task_id: String, inserted: bool) -> FiredRun {
+        FiredRun {
+            fire_time: self.fire_time,
+            task_id,
+            queue: self
+                .tasks
+                .first()
+                .map(|t| t.queue.clone())
+                .unwrap_or_default(),
+            inserted,
+            copies: self.tasks.len(),
+        }
+    }
+}
+
 /// One scheduler step for a schedule, applied in one transaction: the schedule's
 /// cursor is written only if its version is still `version`; each run is recorded
 /// under the key (schedule_id, fire_time) and its task inserted only if the run

@@ -57,14 +57,29 @@ pub(crate) fn needs_outcome(row: &row::TaskRow) -> StoreResult<bool> {
     Ok(row.stored_state()? != StoredState::Leased)
 }
 
+/// The answer to a report whose settle check did not let it proceed, `None`
+/// when it may: a lost lease, or a report repeated on a task it settled
+/// already (answered by `already`).
+pub(crate) fn refused<T>(
+    check: crate::domain::task::SettleCheck,
+    already: impl FnOnce() -> StoreResult<T>,
+) -> StoreResult<Option<Settled<T>>> {
+    use crate::domain::task::SettleCheck;
+    Ok(match check {
+        SettleCheck::LeaseLost => Some(Settled::LeaseLost),
+        SettleCheck::AlreadySettled => Some(Settled::AlreadySettled(already()?)),
+        SettleCheck::Proceed => None,
+    })
+}
+
 /// The answer to a failure report for a task settled already: its state now,
 /// and when it runs next where it waits.
-pub(crate) fn already_failed(row: row::TaskRow, now: DateTime<Utc>) -> StoreResult<FailResult> {
+pub(crate) fn already_failed(row: &row::TaskRow, now: DateTime<Utc>) -> StoreResult<FailResult> {
     let run_at = row::from_ms(row.run_at);
     Ok(FailResult {
         state: TaskState::of(row.stored_state()?, run_at, now),
         next_run_at: (row.state == "pending").then_some(run_at),
-        queue: row.queue,
+        queue: row.queue.clone(),
         leased_at: None,
     })
 }

@@ -182,13 +182,7 @@ async fn fire(j: &mut Job, f: &ScheduleFire) -> StoreResult<Fired> {
         };
         let (task_id, inserted) =
             run_task::<MySql>(j.conn(), &RUN_SQL, f, fire, first, made.as_deref()).await?;
-        out.push(FiredRun {
-            fire_time: run.fire_time,
-            task_id,
-            queue: first.queue.clone(),
-            inserted,
-            copies: run.tasks.len(),
-        });
+        out.push(run.fired(task_id, inserted));
     }
     let (last_fire, last_task, n) = fired_summary(&out);
     if let (Some(last_fire), Some(last_task)) = (last_fire, last_task) {

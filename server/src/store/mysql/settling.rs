@@ -9,7 +9,9 @@ use super::super::flow::{failure_events, of_row};
 use super::super::row::{
     AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, expiry_error, from_ms, ms,
 };
-use super::super::settling::{already_failed, check_row, finish_attempt_on, needs_outcome};
+use super::super::settling::{
+    already_failed, check_row, finish_attempt_on, needs_outcome, refused,
+};
 use super::super::*;
 use super::rows::fetch_task;
 use super::{Job, MysqlStore, sql};
@@ -134,12 +136,9 @@ async fn complete(j: &mut Job, p: &CompleteParams) -> StoreResult<Settled<Comple
     let Some(row) = fetch_task(j, &p.task_id).await? else {
         return Ok(Settled::NotFound);
     };
-    match check(j, &row, Report::Complete, &p.lease_token, p.now).await? {
-        SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
-        SettleCheck::AlreadySettled => {
-            return Ok(Settled::AlreadySettled(Completed::repeated(row.queue)));
-        }
-        SettleCheck::Proceed => {}
+    let checked = check(j, &row, Report::Complete, &p.lease_token, p.now).await?;
+    if let Some(answer) = refused(checked, || Ok(Completed::repeated(row.queue.clone())))? {
+        return Ok(answer);
     }
     sqlx::query(sql::TASK_COMPLETE_WRITE)
         .bind(&p.result)
@@ -162,12 +161,9 @@ async fn fail(j: &mut Job, p: &FailParams) -> StoreResult<Settled<FailResult>> {
     let Some(row) = fetch_task(j, &p.task_id).await? else {
         return Ok(Settled::NotFound);
     };
-    match check(j, &row, Report::Fail, &p.lease_token, p.now).await? {
-        SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
-        SettleCheck::AlreadySettled => {
-            return Ok(Settled::AlreadySettled(already_failed(row, p.now)?));
-        }
-        SettleCheck::Proceed => {}
+    let checked = check(j, &row, Report::Fail, &p.lease_token, p.now).await?;
+    if let Some(answer) = refused(checked, || already_failed(&row, p.now))? {
+        return Ok(answer);
     }
     let decision = decide(&row, p.non_retryable, p.retry_after, p.now, p.jitter_unit);
     let write = FailureWrite::new(&row, decision, now);

@@ -4,7 +4,7 @@
 //! their deadlines; the row-locking steps they share: check, finish the
 //! attempt, write the failure.
 
-use super::super::settling::{already_failed, check_row, finish_attempt_on};
+use super::super::settling::{already_failed, check_row, finish_attempt_on, refused};
 use super::*;
 
 impl PostgresStore {
@@ -115,13 +115,10 @@ impl PostgresStore {
                 &p.lease_token,
                 p.now,
             );
-            out.push(match check {
-                SettleCheck::LeaseLost => Settled::LeaseLost,
-                SettleCheck::AlreadySettled => Settled::AlreadySettled(Completed {
-                    queue: queue.clone(),
-                    leased_at: None,
-                }),
-                SettleCheck::Proceed => self.complete_checked(p).await?,
+            let repeated = || Ok(Completed::repeated(queue.clone()));
+            out.push(match refused(check, repeated)? {
+                Some(answer) => answer,
+                None => self.complete_checked(p).await?,
             });
         }
         Ok(out)
@@ -140,16 +137,10 @@ impl PostgresStore {
             tx.rollback().await?;
             return Ok(Settled::NotFound);
         };
-        match Self::check(&mut tx, &row, Report::Complete, &p.lease_token, p.now).await? {
-            SettleCheck::LeaseLost => {
-                tx.rollback().await?;
-                return Ok(Settled::LeaseLost);
-            }
-            SettleCheck::AlreadySettled => {
-                tx.rollback().await?;
-                return Ok(Settled::AlreadySettled(Completed::repeated(row.queue)));
-            }
-            SettleCheck::Proceed => {}
+        let checked = Self::check(&mut tx, &row, Report::Complete, &p.lease_token, p.now).await?;
+        if let Some(answer) = refused(checked, || Ok(Completed::repeated(row.queue.clone())))? {
+            tx.rollback().await?;
+            return Ok(answer);
         }
         sqlx::query(sql::TASK_COMPLETE_WRITE)
             .bind(&p.result)
@@ -274,16 +265,10 @@ impl Settling for PostgresStore {
             tx.rollback().await?;
             return Ok(Settled::NotFound);
         };
-        match Self::check(&mut tx, &row, Report::Fail, &p.lease_token, p.now).await? {
-            SettleCheck::LeaseLost => {
-                tx.rollback().await?;
-                return Ok(Settled::LeaseLost);
-            }
-            SettleCheck::AlreadySettled => {
-                tx.rollback().await?;
-                return Ok(Settled::AlreadySettled(already_failed(row, p.now)?));
-            }
-            SettleCheck::Proceed => {}
+        let checked = Self::check(&mut tx, &row, Report::Fail, &p.lease_token, p.now).await?;
+        if let Some(answer) = refused(checked, || already_failed(&row, p.now))? {
+            tx.rollback().await?;
+            return Ok(answer);
         }
         let decision = decide(&row, p.non_retryable, p.retry_after, p.now, p.jitter_unit);
         let write = FailureWrite::new(&row, decision, now);

@@ -213,13 +213,7 @@ fn fire(c: &Connection, f: &ScheduleFire) -> StoreResult<Fired> {
                 .unwrap_or_default();
             (id, false)
         };
-        out.push(FiredRun {
-            fire_time: run.fire_time,
-            task_id,
-            queue: first.queue.clone(),
-            inserted,
-            copies: run.tasks.len(),
-        });
+        out.push(run.fired(task_id, inserted));
     }
     let (last_fire, last_task, n) = fired_summary(&out);
     if let (Some(last_fire), Some(last_task)) = (last_fire, last_task) {

@@ -13,7 +13,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::super::flow::{Ev, failure_events, of_row};
 use super::super::row::{AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, from_ms, ms};
-use super::super::settling::{already_failed, check_row, needs_outcome};
+use super::super::settling::{already_failed, check_row, needs_outcome, refused};
 use super::super::*;
 use super::rows::{fetch_task, task_row};
 use super::{SqliteStore, sql, tx};
@@ -205,12 +205,9 @@ fn complete(c: &Connection, p: &CompleteParams) -> StoreResult<Settled<Completed
     let Some(row) = fetch_task(c, &p.task_id)? else {
         return Ok(Settled::NotFound);
     };
-    match check(c, &row, Report::Complete, &p.lease_token, p.now)? {
-        SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
-        SettleCheck::AlreadySettled => {
-            return Ok(Settled::AlreadySettled(Completed::repeated(row.queue)));
-        }
-        SettleCheck::Proceed => {}
+    let checked = check(c, &row, Report::Complete, &p.lease_token, p.now)?;
+    if let Some(answer) = refused(checked, || Ok(Completed::repeated(row.queue.clone())))? {
+        return Ok(answer);
     }
     c.prepare_cached(sql::TASK_COMPLETE_WRITE)?
         .execute(params![p.result, now, row.seq])?;
@@ -229,12 +226,9 @@ fn fail(c: &Connection, p: &FailParams) -> StoreResult<Settled<FailResult>> {
     let Some(row) = fetch_task(c, &p.task_id)? else {
         return Ok(Settled::NotFound);
     };
-    match check(c, &row, Report::Fail, &p.lease_token, p.now)? {
-        SettleCheck::LeaseLost => return Ok(Settled::LeaseLost),
-        SettleCheck::AlreadySettled => {
-            return Ok(Settled::AlreadySettled(already_failed(row, p.now)?));
-        }
-        SettleCheck::Proceed => {}
+    let checked = check(c, &row, Report::Fail, &p.lease_token, p.now)?;
+    if let Some(answer) = refused(checked, || already_failed(&row, p.now))? {
+        return Ok(answer);
     }
     let decision = decide(&row, p.non_retryable, p.retry_after, p.now, p.jitter_unit);
     let write = FailureWrite::new(&row, decision, now);
