@@ -15,7 +15,8 @@ use taskbroker_client::pb::admin_service_client::AdminServiceClient;
 use tonic::Code;
 use tonic::transport::Channel;
 
-const ORDER: &str = r#"{"type": "object", "required": ["amount"], "properties": {"amount": {"type": "integer"}}}"#;
+const ORDER: &str =
+    r#"{"type": "object", "required": ["amount"], "properties": {"amount": {"type": "integer"}}}"#;
 
 fn temp_dir() -> PathBuf {
     let d = std::env::temp_dir().join(format!(
