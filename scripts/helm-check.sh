@@ -362,13 +362,18 @@ check "Postgres TLS: PGSSLMODE and PGSSLROOTCERT from the CA Secret, in pods and
    and any(m["name"] == "postgres-ca" for m in j["containers"][0]["volumeMounts"])
    and any(v["name"] == "postgres-ca" for v in j["volumes"])'
 check "no Postgres TLS settings unless asked" assert "$p" 'env("PGSSLMODE") is None and env("PGSSLROOTCERT") is None'
-check "config TOML parses, with whole numbers as integers" "$py" -c '
+check "config TOML parses, with whole numbers as integers and [queues.NAME] tables" "$py" -c '
 import sys, tomllib, yaml
 for f in sys.argv[1:]:
     cm = next(o for o in yaml.safe_load_all(open(f)) if o and o["kind"] == "ConfigMap")
     t = tomllib.loads(cm["data"]["taskbroker.toml"])
     assert t["shutdown_grace"] == "20s", t
     assert isinstance(t["retry"]["max_attempts"], int), t
+    if f == sys.argv[1]:
+        q = t["queues"]
+        assert q["emails"]["rate_limit"] == {"per_second": 20, "burst": 10}, q
+        assert q["orders.eu"]["bucket"] == "partner-api", q
+        assert q["orders.eu"]["payload_schema"].startswith("{\"type\": \"object\""), q
     open(f + ".toml", "w").write(cm["data"]["taskbroker.toml"])
 ' "$s" "$p"
 # --- the outbox relay (relay.enabled) ------------------------------------------

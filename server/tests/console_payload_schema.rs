@@ -1,5 +1,6 @@
 //! Payload schemas in the web console, over real HTTP on the side port: the
-//! queue page shows and edits the schema (a bad one refused in one line), and
+//! queue page shows and edits the schema (a bad one refused in one line; a
+//! post that leaves the field out keeps it, and only the box removes it), and
 //! the schedule form shows one input per property of the queue's schema and
 //! builds the payload from them.
 
@@ -274,7 +275,113 @@ async fn the_schedule_form_builds_the_payload_from_the_schema(backend: Backend) 
     app.shutdown().await;
 }
 
+async fn config_of(app: &TestApp, queue: &str) -> pb::QueueConfig {
+    app.admin()
+        .await
+        .get_queue(pb::GetQueueRequest { name: queue.into() })
+        .await
+        .expect("get queue")
+        .into_inner()
+        .queue
+        .and_then(|q| q.config)
+        .expect("config")
+}
+
+async fn a_post_changes_only_the_fields_it_carries(backend: Backend) {
+    let Some(app) = console_on(backend).await else {
+        return;
+    };
+    app.admin()
+        .await
+        .update_queue(pb::UpdateQueueRequest {
+            name: "orders".into(),
+            config: Some(pb::QueueConfig {
+                payload_schema: ORDER.into(),
+                bucket: "partner-api".into(),
+                max_pending: 50,
+                max_concurrent: 3,
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: ["payload_schema", "bucket", "max_pending", "max_concurrent"]
+                    .map(String::from)
+                    .to_vec(),
+            }),
+        })
+        .await
+        .expect("update queue");
+    let addr = &mut Browser {
+        addr: app.metrics_addr.expect("the HTTP port is on"),
+        cookies: Vec::new(),
+    };
+    let page = request(addr, "GET", "/queues/orders", &[]).await;
+    let csrf = page.csrf();
+    // Without the schema field (nor any other but one), the rest stays.
+    let saved = request(
+        addr,
+        "POST",
+        "/queues/orders/edit",
+        &[("csrf", &csrf), ("rate_per_second", "5")],
+    )
+    .await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    let c = config_of(&app, "orders").await;
+    assert_eq!(c.rate_limit.expect("rate limit").per_second, 5.0);
+    assert_eq!(c.payload_schema, ORDER);
+    assert_eq!(c.bucket, "partner-api");
+    assert_eq!((c.max_pending, c.max_concurrent), (50, 3));
+    assert!(
+        page.body.contains("name=\"remove_payload_schema\""),
+        "a queue with a schema offers the box: {}",
+        page.body
+    );
+    // A blank schema is refused while the queue has one; nothing changes.
+    let blank = request(
+        addr,
+        "POST",
+        "/queues/orders/edit",
+        &[
+            ("csrf", &csrf),
+            ("max_concurrent", "8"),
+            ("payload_schema", ""),
+        ],
+    )
+    .await;
+    assert_eq!(blank.status, 400);
+    assert!(
+        blank
+            .body
+            .contains("payload schema: blank while the queue has one"),
+        "{}",
+        blank.body
+    );
+    let c = config_of(&app, "orders").await;
+    assert_eq!((c.payload_schema.as_str(), c.max_concurrent), (ORDER, 3));
+    // The box removes it, and only it.
+    let removed = request(
+        addr,
+        "POST",
+        "/queues/orders/edit",
+        &[
+            ("csrf", &csrf),
+            ("payload_schema", ORDER),
+            ("remove_payload_schema", "1"),
+        ],
+    )
+    .await;
+    assert_eq!(removed.status, 303, "{}", removed.body);
+    let c = config_of(&app, "orders").await;
+    assert_eq!(c.payload_schema, "");
+    assert_eq!(c.bucket, "partner-api");
+    assert_eq!(c.max_concurrent, 3);
+    let page = request(addr, "GET", "/queues/orders", &[]).await;
+    assert!(page.body.contains("none: payloads are opaque bytes"));
+    assert!(!page.body.contains("name=\"remove_payload_schema\""));
+    app.shutdown().await;
+}
+
 all_backends!(
     the_queue_page_shows_and_edits_the_payload_schema,
+    a_post_changes_only_the_fields_it_carries,
     the_schedule_form_builds_the_payload_from_the_schema,
 );

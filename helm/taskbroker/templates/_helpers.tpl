@@ -100,6 +100,10 @@ app.kubernetes.io/part-of: taskbroker
 {{- $items := list }}
 {{- range $v }}{{ $items = append $items (include "taskbroker.tomlValue" .) }}{{ end }}
 {{- printf "[%s]" (join ", " $items) }}
+{{- else if kindIs "map" $v }}
+{{- $items := list }}
+{{- range $k, $x := $v }}{{ $items = append $items (printf "%s = %s" ($k | toJson) (include "taskbroker.tomlValue" $x)) }}{{ end }}
+{{- printf "{ %s }" (join ", " $items) }}
 {{- else }}
 {{- $v }}
 {{- end }}
@@ -122,7 +126,18 @@ shutdown_grace = {{ printf "%ds" (int $s.shutdownGraceSeconds) | quote }}
 
 [{{ $k }}]
 {{- range $k2, $v2 := $v }}
+{{- if not (kindIs "map" $v2) }}
 {{ $k2 }} = {{ include "taskbroker.tomlValue" $v2 }}
+{{- end }}
+{{- end }}
+{{- range $k2, $v2 := $v }}
+{{- if kindIs "map" $v2 }}
+
+[{{ $k }}.{{ $k2 | toJson }}]
+{{- range $k3, $v3 := $v2 }}
+{{ $k3 }} = {{ include "taskbroker.tomlValue" $v3 }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}

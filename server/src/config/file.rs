@@ -170,6 +170,14 @@ pub struct QueueConfig {
     pub max_pending: Option<u64>,
     /// Backpressure: as max_pending, for their payload bytes (the same overshoot).
     pub max_pending_bytes: Option<u64>,
+    /// The limit bucket of this queue's tasks that name none themselves
+    /// (`[A-Za-z0-9._:-]`, at most 128); it limits nothing until it is defined.
+    pub bucket: Option<String>,
+    /// A JSON Schema document every submitted payload must match, as a string
+    /// (at most 65536 bytes; no remote `$ref`s).
+    pub payload_schema: Option<String>,
+    /// A file holding the payload schema (instead of `payload_schema`), read at start-up.
+    pub payload_schema_file: Option<PathBuf>,
 }
 
 impl Default for Config {

@@ -151,6 +151,166 @@ fn queue_tables_seed_admission_gates() {
     assert!(g.gated());
 }
 
+#[test]
+fn queue_tables_set_a_bucket_and_a_payload_schema() {
+    let dir = tempfile_dir();
+    let schema_file = dir.join("invoice.schema.json");
+    std::fs::write(&schema_file, "{\"type\": \"object\"}\n").unwrap();
+    let path = dir.join("tb.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[queues.orders]\nbucket = \"partner-api\"\n\
+             payload_schema = '{{\"type\": \"object\", \"required\": [\"amount\"]}}'\n\
+             [queues.invoices]\npayload_schema_file = {:?}\n\
+             [queues.plain]\nbucket = \"\"\npayload_schema = \"\"\n",
+            schema_file.display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut a = args();
+    a.config = Some(path);
+    let v = a.load().unwrap().validate().unwrap();
+    let gates = &v.app.settings.gates;
+    // A bucket not defined yet is taken, as UpdateQueue takes it.
+    assert_eq!(gates["orders"].bucket.as_deref(), Some("partner-api"));
+    assert!(gates["orders"].gated(), "a bucket takes the gated lease");
+    assert_eq!(
+        gates["orders"].payload_schema.as_deref(),
+        Some("{\"type\": \"object\", \"required\": [\"amount\"]}")
+    );
+    assert_eq!(
+        gates["invoices"].payload_schema.as_deref(),
+        Some("{\"type\": \"object\"}"),
+        "the file's text without its final line end"
+    );
+    assert_eq!(gates["plain"].bucket, None, "blank: none");
+    assert_eq!(gates["plain"].payload_schema, None, "blank: none");
+    let seeded: std::collections::HashMap<_, _> = v.app.settings.seed().into_iter().collect();
+    assert_eq!(seeded["orders"].bucket.as_deref(), Some("partner-api"));
+    assert!(seeded["invoices"].payload_schema.is_some());
+}
+
+/// The error of a configuration with one `[queues.orders]` table.
+fn queue_error(q: QueueConfig) -> String {
+    let mut c = Config::default();
+    c.queues.insert("orders".into(), q);
+    let e = c.validate().err().expect("refused");
+    assert!(!e.contains('\n'), "one line: {e}");
+    e
+}
+
+fn inline(schema: &str) -> QueueConfig {
+    QueueConfig {
+        payload_schema: Some(schema.into()),
+        ..QueueConfig::default()
+    }
+}
+
+/// A schema document of exactly `len` bytes.
+fn schema_of_len(len: usize) -> String {
+    format!("{{\"description\":\"{}\"}}", "x".repeat(len - 18))
+}
+
+#[test]
+fn queue_schemas_are_checked_as_update_queue_checks_them() {
+    const MAX: usize = crate::domain::payload_schema::MAX_PAYLOAD_SCHEMA_BYTES;
+    assert_eq!(schema_of_len(MAX).len(), MAX);
+    let mut c = Config::default();
+    c.queues
+        .insert("orders".into(), inline(&schema_of_len(MAX)));
+    assert!(c.validate().is_ok(), "exactly the limit is taken");
+    assert_eq!(
+        queue_error(inline(&schema_of_len(MAX + 1))),
+        "queues.orders.payload_schema: is 65537 bytes, more than the limit of 65536"
+    );
+    let e = queue_error(inline("{\"type\": "));
+    assert!(
+        e.starts_with("queues.orders.payload_schema: is not JSON"),
+        "{e}"
+    );
+    let e = queue_error(inline("[1]"));
+    assert!(
+        e.starts_with("queues.orders.payload_schema: is not a JSON Schema"),
+        "{e}"
+    );
+    let e = queue_error(inline("{\"type\": 3}"));
+    assert!(
+        e.starts_with("queues.orders.payload_schema: is not a valid JSON Schema"),
+        "{e}"
+    );
+    let e = queue_error(inline("{\"$ref\": \"https://example.com/s.json\"}"));
+    assert!(
+        e.starts_with("queues.orders.payload_schema: ") && e.contains("remote $ref"),
+        "{e}"
+    );
+}
+
+#[test]
+fn queue_schema_files_are_read_bounded_and_checked() {
+    const MAX: usize = crate::domain::payload_schema::MAX_PAYLOAD_SCHEMA_BYTES;
+    let dir = tempfile_dir();
+    let file = |name: &str, bytes: &[u8]| {
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        QueueConfig {
+            payload_schema_file: Some(p),
+            ..QueueConfig::default()
+        }
+    };
+    let big = dir.join("big.json");
+    assert_eq!(
+        queue_error(file("big.json", schema_of_len(MAX + 1).as_bytes())),
+        format!(
+            "queues.orders.payload_schema_file {}: is 65537 bytes, more than the limit of 65536",
+            big.display()
+        )
+    );
+    let e = queue_error(file("bad.json", b"{ not json"));
+    assert!(e.contains("bad.json: is not JSON"), "{e}");
+    let e = queue_error(file("latin1.json", b"{\"title\": \"\xe9\"}"));
+    assert!(e.ends_with("latin1.json: is not UTF-8"), "{e}");
+    let missing = dir.join("missing.json");
+    let e = queue_error(QueueConfig {
+        payload_schema_file: Some(missing.clone()),
+        ..QueueConfig::default()
+    });
+    assert!(
+        e.starts_with(&format!(
+            "cannot read queues.orders.payload_schema_file {}: ",
+            missing.display()
+        )),
+        "{e}"
+    );
+    let e = queue_error(QueueConfig {
+        payload_schema: Some("true".into()),
+        ..file("both.json", b"true")
+    });
+    assert_eq!(
+        e,
+        "queues.orders: set payload_schema or payload_schema_file, not both"
+    );
+}
+
+#[test]
+fn queue_buckets_are_checked_as_update_queue_checks_them() {
+    let bucket = |b: &str| QueueConfig {
+        bucket: Some(b.into()),
+        ..QueueConfig::default()
+    };
+    assert_eq!(
+        queue_error(bucket("partner api")),
+        "queues.orders.bucket: may only contain A-Z a-z 0-9 . _ : -"
+    );
+    assert_eq!(
+        queue_error(bucket(&"b".repeat(129))),
+        "queues.orders.bucket: is longer than 128 characters"
+    );
+    let mut c = Config::default();
+    c.queues.insert("orders".into(), bucket(&"b".repeat(128)));
+    assert!(c.validate().is_ok(), "128 characters are taken");
+}
+
 fn tempfile_dir() -> PathBuf {
     let d = std::env::temp_dir().join(format!(
         "tb-config-{}-{}",

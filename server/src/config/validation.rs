@@ -31,6 +31,63 @@ impl QueueConfig {
             ..Default::default()
         }
     }
+
+    /// `bucket`, checked as UpdateQueue checks it; blank: none.
+    fn bucket(&self, name: &str) -> Result<Option<String>, String> {
+        match self.bucket.as_deref() {
+            None | Some("") => Ok(None),
+            Some(b) => crate::domain::bucket::bucket_name("bucket", b)
+                .map(|()| Some(b.to_string()))
+                .map_err(|e| format!("queues.{name}.bucket: {}", e.message)),
+        }
+    }
+
+    /// `payload_schema` or the text of `payload_schema_file`, checked as
+    /// UpdateQueue checks a schema (size, then that it compiles); blank: none.
+    fn payload_schema(&self, name: &str) -> Result<Option<String>, String> {
+        let (key, text) = match (&self.payload_schema, &self.payload_schema_file) {
+            (None, None) => return Ok(None),
+            (Some(_), Some(_)) => {
+                return Err(format!(
+                    "queues.{name}: set payload_schema or payload_schema_file, not both"
+                ));
+            }
+            (Some(t), None) => (format!("queues.{name}.payload_schema"), t.clone()),
+            (None, Some(p)) => {
+                let key = format!("queues.{name}.payload_schema_file {}", p.display());
+                (key.clone(), read_schema(p, &key)?)
+            }
+        };
+        if text.is_empty() {
+            return Ok(None);
+        }
+        crate::service::validate_schema(&text).map_err(|e| format!("{key}: {}", e.message))?;
+        Ok(Some(text))
+    }
+}
+
+/// A schema file's text, without the whitespace around it. The file's size
+/// is the schema's for the limit; at most one byte past it is read, so a huge
+/// file is refused without being read whole.
+fn read_schema(path: &std::path::Path, key: &str) -> Result<String, String> {
+    use std::io::Read;
+    let limit = crate::domain::payload_schema::MAX_PAYLOAD_SCHEMA_BYTES;
+    let mut bytes = Vec::new();
+    let mut file = std::fs::File::open(path).map_err(|e| format!("cannot read {key}: {e}"))?;
+    file.by_ref()
+        .take(limit as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read {key}: {e}"))?;
+    if bytes.len() > limit {
+        let len = file
+            .metadata()
+            .map_or(0, |m| m.len())
+            .max(bytes.len() as u64);
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        validate::size("", len, limit).map_err(|e| format!("{key}: {}", e.message))?;
+    }
+    let text = String::from_utf8(bytes).map_err(|_| format!("{key}: is not UTF-8"))?;
+    Ok(text.trim().to_string())
 }
 
 impl RetryConfig {
@@ -149,7 +206,9 @@ impl Config {
                     "queues.{name}: min_lease must be above zero and at most max_lease"
                 ));
             }
-            let g = q.gates();
+            let mut g = q.gates();
+            g.bucket = q.bucket(name)?;
+            g.payload_schema = q.payload_schema(name)?;
             g.validate().map_err(|e| {
                 format!(
                     "queues.{name}.{}: {}",

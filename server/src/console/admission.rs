@@ -287,8 +287,13 @@ pub fn queue_page(
                 input #q-per-worker name="max_leases_per_worker" inputmode="numeric" value=(form.max_leases_per_worker);
                 label for="q-attempts" { "Max attempts (blank: the broker's default)" }
                 input #q-attempts name="max_attempts" inputmode="numeric" value=(form.max_attempts);
-                label for="q-payload-schema" { "Payload schema (a JSON Schema document every submitted payload must match; blank: none; tasks already stored are not checked)" }
+                label for="q-payload-schema" { "Payload schema (a JSON Schema document every submitted payload must match; "
+                    (if c.payload_schema.is_some() { "to remove it, tick the box below" } else { "blank: none" })
+                    "; tasks already stored are not checked)" }
                 textarea #q-payload-schema name="payload_schema" rows="6" spellcheck="false" { (form.payload_schema) }
+                @if c.payload_schema.is_some() {
+                    label.check { input type="checkbox" name="remove_payload_schema" value="1" checked[form.remove_payload_schema]; " Remove the payload schema (payloads become opaque bytes again)" }
+                }
                 div.buttons {
                     button type="submit" { "Save the limits" }
                     a href=(base) { "Reset the form" }

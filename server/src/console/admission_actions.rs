@@ -13,7 +13,7 @@ use maud::{Markup, html};
 
 use super::actions::Confirmed;
 use super::admission::{queue_href, queue_page};
-use super::admission_form::QueueForm;
+use super::admission_form::QueuePost;
 use super::layout::{self, Ask, confirm_form, confirm_handler, href};
 use super::{Console, PageError, Viewer};
 use crate::domain::admission::QueueConfig;
@@ -91,15 +91,17 @@ pub async fn resume(
     set_paused(&console, &name, false).await
 }
 
-/// Saves the changed limits; a value the form or the service refuses shows the
-/// form again, as typed, with the reason (400).
+/// Saves the changed limits (only fields the post carries; see `QueuePost`);
+/// a value the form or the service refuses shows the form again, as typed,
+/// with the reason (400).
 pub async fn edit(
     State(console): State<Arc<Console>>,
     Extension(viewer): Extension<Viewer>,
     Path(name): Path<String>,
-    Form(form): Form<QueueForm>,
+    Form(post): Form<QueuePost>,
 ) -> Result<Response, PageError> {
     let view = console.broker.get_queue(&name).await?;
+    let form = post.over(&view.live.config);
     let refused = |e: &str| {
         let page = queue_page(&viewer, &view, &form, None, Some(e), None);
         (StatusCode::BAD_REQUEST, page).into_response()

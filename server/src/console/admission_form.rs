@@ -1,5 +1,7 @@
 //! The form of a queue's main limits, pure: filled from a stored config, and
-//! read back into the changed fields (an UpdateQueue patch and its mask). The
+//! read back into the changed fields (an UpdateQueue patch and its mask). A
+//! post changes only the fields it carries (one it leaves out keeps the
+//! stored value), and removing the payload schema takes its own checkbox. The
 //! service validates the result against the broker's limits; this only turns
 //! text into numbers, one plain line naming the field when it cannot.
 
@@ -9,9 +11,8 @@ use serde::Deserialize;
 
 use crate::domain::admission::{Fairness, QueueConfig, RateLimit};
 
-/// The form's fields as text (what the browser sends back).
-#[derive(Debug, Default, Clone, Deserialize, PartialEq)]
-#[serde(default)]
+/// The form's fields as text, filled in from the stored config or a post.
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct QueueForm {
     pub max_concurrent: String,
     pub rate_per_second: String,
@@ -23,8 +24,57 @@ pub struct QueueForm {
     pub priority_aging: String,
     pub max_leases_per_worker: String,
     pub max_attempts: String,
-    /// The JSON Schema document payloads must match; blank: none.
+    /// The JSON Schema document payloads must match; blank: none (a stored
+    /// one is only removed with `remove_payload_schema`).
     pub payload_schema: String,
+    /// The "Remove the payload schema" checkbox.
+    pub remove_payload_schema: bool,
+}
+
+/// What a browser posts: each field it carries, as text. A field it leaves
+/// out (a page from an older broker, a script posting a few fields) keeps the
+/// queue's stored value.
+#[derive(Debug, Default, Clone, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct QueuePost {
+    pub max_concurrent: Option<String>,
+    pub rate_per_second: Option<String>,
+    pub rate_burst: Option<String>,
+    pub max_concurrent_per_key: Option<String>,
+    pub key_rate_per_second: Option<String>,
+    pub key_rate_burst: Option<String>,
+    pub fairness: Option<String>,
+    pub priority_aging: Option<String>,
+    pub max_leases_per_worker: Option<String>,
+    pub max_attempts: Option<String>,
+    pub payload_schema: Option<String>,
+    /// Present (any value) when the box is ticked.
+    pub remove_payload_schema: Option<String>,
+}
+
+impl QueuePost {
+    /// The form as posted, each missing field filled from `current`.
+    pub fn over(self, current: &QueueConfig) -> QueueForm {
+        let c = QueueForm::from_config(current);
+        QueueForm {
+            max_concurrent: self.max_concurrent.unwrap_or(c.max_concurrent),
+            rate_per_second: self.rate_per_second.unwrap_or(c.rate_per_second),
+            rate_burst: self.rate_burst.unwrap_or(c.rate_burst),
+            max_concurrent_per_key: self
+                .max_concurrent_per_key
+                .unwrap_or(c.max_concurrent_per_key),
+            key_rate_per_second: self.key_rate_per_second.unwrap_or(c.key_rate_per_second),
+            key_rate_burst: self.key_rate_burst.unwrap_or(c.key_rate_burst),
+            fairness: self.fairness.unwrap_or(c.fairness),
+            priority_aging: self.priority_aging.unwrap_or(c.priority_aging),
+            max_leases_per_worker: self
+                .max_leases_per_worker
+                .unwrap_or(c.max_leases_per_worker),
+            max_attempts: self.max_attempts.unwrap_or(c.max_attempts),
+            payload_schema: self.payload_schema.unwrap_or(c.payload_schema),
+            remove_payload_schema: self.remove_payload_schema.is_some(),
+        }
+    }
 }
 
 fn cap(n: u32) -> String {
@@ -95,6 +145,26 @@ impl QueueForm {
                 .map(|n| n.to_string())
                 .unwrap_or_default(),
             payload_schema: c.payload_schema.clone().unwrap_or_default(),
+            remove_payload_schema: false,
+        }
+    }
+
+    /// The payload schema the form asks for, `stored` being the queue's: the
+    /// box removes it; a blank text while one is stored is refused (it would
+    /// remove it without the box, e.g. from a page shown before it was set).
+    fn schema(&self, stored: Option<&str>) -> Result<Option<String>, String> {
+        if self.remove_payload_schema {
+            return Ok(None);
+        }
+        // A browser sends line ends as CRLF: the same text is no change.
+        let lines = |s: &str| s.replace("\r\n", "\n").trim().to_string();
+        let typed = lines(&self.payload_schema);
+        match stored {
+            Some(s) if typed == lines(s) => Ok(Some(s.to_string())),
+            Some(_) if typed.is_empty() => Err("payload schema: blank while the queue has one; \
+                 tick \"Remove the payload schema\" to remove it"
+                .into()),
+            _ => Ok((!typed.is_empty()).then_some(typed)),
         }
     }
 
@@ -134,12 +204,7 @@ impl QueueForm {
             0 => None,
             n => Some(n),
         };
-        // A browser sends line ends as CRLF: the same text is no change.
-        let lines = |s: &str| s.replace("\r\n", "\n").trim().to_string();
-        let typed = lines(&self.payload_schema);
-        if typed != lines(current.payload_schema.as_deref().unwrap_or_default()) {
-            p.payload_schema = (!typed.is_empty()).then_some(typed);
-        }
+        p.payload_schema = self.schema(current.payload_schema.as_deref())?;
         let c = current;
         let mut paths = Vec::new();
         let mut changed = |differs: bool, path: &str| {
@@ -223,7 +288,7 @@ mod tests {
     }
 
     #[test]
-    fn a_payload_schema_is_set_kept_across_line_ends_and_cleared() {
+    fn a_payload_schema_is_set_kept_across_line_ends_and_removed_by_the_box() {
         let c = QueueConfig {
             payload_schema: Some("{\n  \"type\": \"object\"\n}".into()),
             ..QueueConfig::default()
@@ -234,11 +299,20 @@ mod tests {
             ..form.clone()
         };
         assert!(crlf.changes(&c).unwrap().1.is_empty());
-        let cleared = QueueForm {
+        let blank = QueueForm {
             payload_schema: "  ".into(),
             ..form.clone()
         };
-        let (p, paths) = cleared.changes(&c).unwrap();
+        let e = blank.changes(&c).unwrap_err();
+        assert!(
+            e.starts_with("payload schema: blank while the queue has one"),
+            "{e}"
+        );
+        let removed = QueueForm {
+            remove_payload_schema: true,
+            ..form.clone()
+        };
+        let (p, paths) = removed.changes(&c).unwrap();
         assert_eq!(paths, ["payload_schema"]);
         assert_eq!(p.payload_schema, None);
         let set = QueueForm {
@@ -249,6 +323,57 @@ mod tests {
             set.changes(&c).unwrap().0.payload_schema.as_deref(),
             Some("true")
         );
+        let none = QueueConfig::default();
+        let blank = QueueForm::from_config(&none);
+        assert!(blank.changes(&none).unwrap().1.is_empty());
+    }
+
+    #[test]
+    fn a_post_changes_only_the_fields_it_carries() {
+        let c = QueueConfig {
+            max_concurrent: 4,
+            rate_limit: Some(RateLimit {
+                per_second: 2.5,
+                burst: 5,
+            }),
+            fairness: Fairness::RoundRobinKeys,
+            priority_aging_ms: Some(30_000),
+            max_leases_per_worker: 2,
+            bucket: Some("partner-api".into()),
+            payload_schema: Some("{\"type\":\"object\"}".into()),
+            ..QueueConfig::default()
+        };
+        let (p, paths) = QueuePost::default().over(&c).changes(&c).unwrap();
+        assert!(paths.is_empty(), "{paths:?}");
+        assert_eq!(p, c);
+        let post = QueuePost {
+            max_concurrent: Some("9".into()),
+            rate_burst: Some("7".into()),
+            ..QueuePost::default()
+        };
+        let (p, paths) = post.over(&c).changes(&c).unwrap();
+        assert_eq!(paths, ["max_concurrent", "rate_limit"]);
+        assert_eq!(p.max_concurrent, 9);
+        assert_eq!(p.rate_limit.unwrap().per_second, 2.5);
+        assert_eq!(p.rate_limit.unwrap().burst, 7);
+        assert_eq!(p.payload_schema, c.payload_schema);
+        assert_eq!(p.bucket, c.bucket);
+        // A field carried blank means what the form says of blank.
+        let post = QueuePost {
+            max_concurrent: Some(String::new()),
+            priority_aging: Some(String::new()),
+            ..QueuePost::default()
+        };
+        let (p, paths) = post.over(&c).changes(&c).unwrap();
+        assert_eq!(paths, ["max_concurrent", "priority_aging"]);
+        assert_eq!((p.max_concurrent, p.priority_aging_ms), (0, None));
+        let post = QueuePost {
+            remove_payload_schema: Some("1".into()),
+            ..QueuePost::default()
+        };
+        let (p, paths) = post.over(&c).changes(&c).unwrap();
+        assert_eq!(paths, ["payload_schema"]);
+        assert_eq!(p.payload_schema, None);
     }
 
     #[test]
