@@ -39,8 +39,6 @@
 // - `tests.rs`: the unit tests of both.
 
 mod fake;
-#[cfg(test)]
-mod tests;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -358,3 +356,6 @@ impl TestContext {
             .clone()
     }
 }
+
+#[cfg(test)]
+mod tests;
