@@ -185,11 +185,7 @@ impl ClientBuilder {
         Ok(self.with_channel(channel, authorization))
     }
 
-    pub(super) fn with_channel(
-        self,
-        channel: Channel,
-        authorization: Option<MetadataValue<Ascii>>,
-    ) -> Client {
+    fn with_channel(self, channel: Channel, authorization: Option<MetadataValue<Ascii>>) -> Client {
         Client {
             broker: BrokerServiceClient::new(channel.clone()),
             admin: AdminServiceClient::new(channel.clone()),
