@@ -3,7 +3,7 @@
 //!
 //! - `pb`: the code generated from `proto/taskbroker/v1` (messages and the raw
 //!   `BrokerServiceClient` / `AdminServiceClient` stubs).
-//! - `client.rs`: [`Client`] (one cheap-to-clone channel with timeouts), Submit and
+//! - `client/`: [`Client`] (one cheap-to-clone channel with timeouts), Submit and
 //!   the worker-facing calls (Lease with a long-poll deadline, Heartbeat, ...).
 //! - `spec.rs`: [`TaskSpec`], the builder of a task to submit.
 //! - `admin.rs`: get, list (a stream over pages), cancel, update, requeue, attempts, stats.

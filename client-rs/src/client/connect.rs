@@ -1,78 +1,18 @@
-//! `Client`: one HTTP/2 channel to a broker, the producer calls (Submit) and the
-//! worker-facing calls (Lease, Heartbeat, Checkpoint, Complete, Fail) with deadlines.
-//! Admin calls are in `admin.rs`, waiting for results in `wait.rs`.
+//! Connecting: `ClientBuilder` (address, timeouts, token, TLS) and the channel it
+//! makes, `Client`'s constructors and stubs, and each request's deadline and token.
 
 use std::time::Duration;
 
-use serde::Serialize;
 use tonic::Request;
+
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
+use super::{Client, ClientBuilder};
+use crate::Error;
 use crate::pb::admin_service_client::AdminServiceClient;
 use crate::pb::broker_service_client::BrokerServiceClient;
 use crate::pb::schedule_service_client::ScheduleServiceClient;
-use crate::time::from_proto_duration;
-use crate::{Error, TaskSpec, pb};
-
-/// The address the CLI and the examples use when none is given.
-pub const DEFAULT_ADDR: &str = "http://127.0.0.1:50051";
-
-/// A connection to a broker. Cloning is cheap: clones share one channel, which
-/// reconnects by itself after a broken connection.
-#[derive(Debug, Clone)]
-pub struct Client {
-    broker: BrokerServiceClient<Channel>,
-    admin: AdminServiceClient<Channel>,
-    schedule: ScheduleServiceClient<Channel>,
-    call_timeout: Duration,
-    lease_margin: Duration,
-    /// `Bearer TOKEN`, sent as `authorization` on every call.
-    authorization: Option<MetadataValue<Ascii>>,
-    /// Retry defaults declared with handlers (spec point 20), shared by the clones.
-    pub(crate) retry_defaults: crate::policy::RetryDefaults,
-}
-
-/// How to connect; see [`Client::builder`].
-#[derive(Debug, Clone)]
-pub struct ClientBuilder {
-    addr: String,
-    connect_timeout: Duration,
-    call_timeout: Duration,
-    lease_margin: Duration,
-    token: Option<String>,
-    tls: Option<ClientTlsConfig>,
-}
-
-/// The outcome of one submitted task.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Submitted {
-    pub task_id: String,
-    /// True when a task with the same (queue, key) already existed; nothing was created.
-    pub deduplicated: bool,
-    /// A fan-out task's copies (the first is `task_id`); empty otherwise.
-    pub copy_task_ids: Vec<String>,
-    /// The existing waiting task took this submission's payload, run_at,
-    /// priority and metadata (DUPLICATE_KEY_POLICY_REPLACE_WAITING).
-    pub replaced: bool,
-}
-
-/// Tries of a Submit refused by a full queue, the first included.
-pub const SUBMIT_FULL_TRIES: u32 = 5;
-/// The longest wait between them, whatever the broker hints.
-pub const SUBMIT_FULL_MAX_DELAY: Duration = Duration::from_secs(10);
-
-/// The wait a full queue's refusal hints (RESOURCE_EXHAUSTED with a
-/// `google.rpc.RetryInfo`), capped; `None` for any other error, or a refusal
-/// without a hint (a call that can never fit).
-pub fn full_queue_delay(status: &tonic::Status) -> Option<Duration> {
-    use tonic_types::StatusExt;
-    if status.code() != tonic::Code::ResourceExhausted {
-        return None;
-    }
-    let delay = status.get_details_retry_info()?.retry_delay?;
-    Some(delay.min(SUBMIT_FULL_MAX_DELAY))
-}
 
 /// `host:port` becomes `http://host:port` (`https://` with `tls`); URLs are kept as
 /// they are, except that TLS settings turn `http://` into `https://`.
@@ -297,7 +237,7 @@ impl Client {
         self.request_within(message, self.call_timeout)
     }
 
-    fn request_within<T>(&self, message: T, timeout: Duration) -> Request<T> {
+    pub(super) fn request_within<T>(&self, message: T, timeout: Duration) -> Request<T> {
         let mut request = Request::new(message);
         request.set_timeout(timeout);
         if let Some(auth) = &self.authorization {
@@ -327,234 +267,6 @@ impl Client {
     pub fn schedule_stub(&self) -> ScheduleServiceClient<Channel> {
         self.schedule.clone()
     }
-
-    /// Enqueues one task.
-    pub async fn submit(&self, spec: TaskSpec) -> Result<Submitted, Error> {
-        let mut results = self.submit_many([spec]).await?;
-        results
-            .pop()
-            .ok_or(Error::Malformed("SubmitResponse.results"))
-    }
-
-    /// Enqueues 1 to 1000 tasks at once; the broker validates them all or none.
-    /// The results are in the order of `specs`.
-    pub async fn submit_many(
-        &self,
-        specs: impl IntoIterator<Item = TaskSpec>,
-    ) -> Result<Vec<Submitted>, Error> {
-        let mut tasks: Vec<pb::TaskSpec> = specs.into_iter().map(Into::into).collect();
-        self.retry_defaults.apply(&mut tasks);
-        let n = tasks.len();
-        let queue = tasks.first().map(|t| t.queue.clone()).unwrap_or_default();
-        let span = tracing::info_span!(
-            "send",
-            otel.name = %format!("send {queue}"),
-            otel.kind = "producer",
-            messaging.system = "taskbroker",
-            messaging.operation.type = "send",
-            messaging.operation.name = "submit",
-            messaging.destination.name = %queue,
-            messaging.batch.message_count = n,
-            messaging.message.id = tracing::field::Empty,
-        );
-        // The trace context travels with each task to its worker (spec point 7): the same
-        // value as the call's header, so a tracing broker can put its `create` span between.
-        if let Some(tp) = span.in_scope(crate::trace::current_traceparent) {
-            for t in &mut tasks {
-                t.metadata
-                    .entry(crate::trace::TRACEPARENT.to_string())
-                    .or_insert_with(|| tp.clone());
-            }
-        }
-        // A full queue (RESOURCE_EXHAUSTED with a RetryInfo) stored nothing:
-        // the call is tried again after the hinted delay, a bounded number of
-        // times (docs/client-spec.md, point 18).
-        let call = async {
-            let mut tries = 1;
-            loop {
-                let answer = self
-                    .broker
-                    .clone()
-                    .submit(self.request(pb::SubmitRequest {
-                        tasks: tasks.clone(),
-                    }))
-                    .await;
-                match answer {
-                    Err(status) if tries < SUBMIT_FULL_TRIES => match full_queue_delay(&status) {
-                        Some(delay) => {
-                            tracing::warn!(
-                                delay = ?delay,
-                                message = status.message(),
-                                "submit refused by a full queue; retrying"
-                            );
-                            tokio::time::sleep(delay).await;
-                            tries += 1;
-                        }
-                        None => return Err(status),
-                    },
-                    other => return other,
-                }
-            }
-        };
-        let response = tracing::Instrument::instrument(call, span.clone())
-            .await?
-            .into_inner();
-        if response.results.len() != n {
-            return Err(Error::Malformed("SubmitResponse.results"));
-        }
-        if let [one] = response.results.as_slice() {
-            span.record("messaging.message.id", one.task_id.as_str());
-        }
-        sent_messages(&queue, n);
-        Ok(response
-            .results
-            .into_iter()
-            .map(|r| Submitted {
-                task_id: r.task_id,
-                deduplicated: r.deduplicated,
-                copy_task_ids: r.copy_task_ids,
-                replaced: r.replaced,
-            })
-            .collect())
-    }
-
-    /// Enqueues one task whose payload is the JSON of `value`, with default settings.
-    pub async fn submit_json<T: Serialize + ?Sized>(
-        &self,
-        queue: impl Into<String>,
-        value: &T,
-    ) -> Result<Submitted, Error> {
-        self.submit(TaskSpec::json(queue, value)?).await
-    }
-
-    /// One Lease call. Its deadline is the request's `wait` plus the lease margin, so a
-    /// long poll is not cut short by the default call timeout.
-    pub async fn lease(&self, req: pb::LeaseRequest) -> Result<Vec<pb::LeasedTask>, Error> {
-        let wait = from_proto_duration(req.wait.as_ref()).unwrap_or_default();
-        let request = self.request_within(req, wait + self.lease_margin);
-        Ok(self.broker.clone().lease(request).await?.into_inner().tasks)
-    }
-
-    /// One Heartbeat call; the statuses are in the order of `req.leases`.
-    pub async fn heartbeat(
-        &self,
-        req: pb::HeartbeatRequest,
-    ) -> Result<Vec<pb::LeaseStatus>, Error> {
-        let n = req.leases.len();
-        let statuses = self
-            .broker
-            .clone()
-            .heartbeat(self.request(req))
-            .await?
-            .into_inner()
-            .leases;
-        if statuses.len() != n {
-            return Err(Error::Malformed("HeartbeatResponse.leases"));
-        }
-        Ok(statuses)
-    }
-
-    /// One Checkpoint call.
-    pub async fn checkpoint(
-        &self,
-        req: pb::CheckpointRequest,
-    ) -> Result<pb::CheckpointResponse, Error> {
-        Ok(self
-            .broker
-            .clone()
-            .checkpoint(self.request(req))
-            .await?
-            .into_inner())
-    }
-
-    /// One Complete call (idempotent for the same lease token).
-    pub async fn complete(&self, req: pb::CompleteRequest) -> Result<(), Error> {
-        self.broker.clone().complete(self.request(req)).await?;
-        Ok(())
-    }
-
-    /// Completes many tasks in one call; one result per completion, in order.
-    pub async fn complete_many(
-        &self,
-        req: pb::CompleteManyRequest,
-    ) -> Result<Vec<pb::CompleteResult>, Error> {
-        Ok(self
-            .broker
-            .clone()
-            .complete_many(self.request(req))
-            .await?
-            .into_inner()
-            .results)
-    }
-
-    /// One Fail call (idempotent for the same lease token). With `lease_next` set, the
-    /// call may wait as a Lease does, and the tasks leased are in `next_tasks`.
-    pub async fn fail(&self, req: pb::FailRequest) -> Result<pb::FailResponse, Error> {
-        let timeout = self.settle_timeout(req.lease_next.as_ref());
-        let request = self.request_within(req, timeout);
-        Ok(self.broker.clone().fail(request).await?.into_inner())
-    }
-
-    // ---- lease_next: settle and lease in one call ----
-
-    /// A settle's call timeout: as a Lease's when it carries a waiting `lease_next`.
-    fn settle_timeout(&self, next: Option<&pb::LeaseRequest>) -> Duration {
-        match next.and_then(|n| from_proto_duration(n.wait.as_ref())) {
-            Some(wait) if !wait.is_zero() => wait + self.lease_margin,
-            _ => self.call_timeout,
-        }
-    }
-
-    /// One Complete call that also leases (`req.lease_next`, after the completion is
-    /// committed): the tasks leased, none when it is unset or nothing was ready.
-    pub async fn complete_and_lease(
-        &self,
-        req: pb::CompleteRequest,
-    ) -> Result<Vec<pb::LeasedTask>, Error> {
-        let timeout = self.settle_timeout(req.lease_next.as_ref());
-        let request = self.request_within(req, timeout);
-        Ok(self
-            .broker
-            .clone()
-            .complete(request)
-            .await?
-            .into_inner()
-            .next_tasks)
-    }
-
-    /// One CompleteMany call that also leases (`req.lease_next`): one result per
-    /// completion, in order, and the tasks leased.
-    pub async fn complete_many_and_lease(
-        &self,
-        req: pb::CompleteManyRequest,
-    ) -> Result<(Vec<pb::CompleteResult>, Vec<pb::LeasedTask>), Error> {
-        let timeout = self.settle_timeout(req.lease_next.as_ref());
-        let request = self.request_within(req, timeout);
-        let r = self
-            .broker
-            .clone()
-            .complete_many(request)
-            .await?
-            .into_inner();
-        Ok((r.results, r.next_tasks))
-    }
-}
-
-/// `messaging.client.sent.messages` (the OpenTelemetry messaging conventions), on the
-/// global meter provider's `taskbroker` meter: nothing without an installed SDK.
-fn sent_messages(queue: &str, n: usize) {
-    opentelemetry::global::meter("taskbroker")
-        .u64_counter("messaging.client.sent.messages")
-        .with_unit("{message}")
-        .build()
-        .add(
-            n as u64,
-            &[
-                opentelemetry::KeyValue::new("messaging.system", "taskbroker"),
-                opentelemetry::KeyValue::new("messaging.operation.name", "submit"),
-                opentelemetry::KeyValue::new("messaging.destination.name", queue.to_string()),
-            ],
-        );
 }
 
 #[cfg(test)]
