@@ -15,7 +15,7 @@ use common::*;
 use taskbroker_client::pb;
 use taskbroker_client::pb::broker_service_client::BrokerServiceClient;
 use taskbroker_server::domain::event::EventKind;
-use taskbroker_server::store::{EventRecord, Events};
+use taskbroker_server::store::EventRecord;
 use tonic::transport::Channel;
 
 const TASKS: usize = 600;
@@ -30,7 +30,11 @@ struct Seen {
     completed: AtomicUsize,
 }
 
-async fn complete(c: &mut BrokerServiceClient<Channel>, t: &pb::LeasedTask, token: &str) -> bool {
+async fn complete(
+    c: &mut BrokerServiceClient<Channel>,
+    t: &pb::LeasedTask,
+    token: &str,
+) -> Result<(), tonic::Status> {
     c.complete(pb::CompleteRequest {
         task_id: t.task_id.clone(),
         lease_token: token.to_string(),
@@ -38,7 +42,7 @@ async fn complete(c: &mut BrokerServiceClient<Channel>, t: &pb::LeasedTask, toke
         lease_next: None,
     })
     .await
-    .is_ok()
+    .map(|_| ())
 }
 
 /// Settles one worker's batch: by CompleteMany, or each task by Complete, some
@@ -76,18 +80,15 @@ async fn settle(
     }
     for t in tasks {
         let stale = format!("{}-stale", t.lease_token);
-        assert!(
-            !complete(c, t, &stale).await,
-            "a stale token settled {}",
-            t.task_id
-        );
+        let e = complete(c, t, &stale).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Aborted, "a stale token: {e:?}");
         let mut other = c.clone();
         let (a, b) = tokio::join!(
             complete(c, t, &t.lease_token),
             complete(&mut other, t, &t.lease_token)
         );
         // The same token twice: one applies, the other finds it settled by it.
-        assert!(a && b, "{}: {a} {b}", t.task_id);
+        assert!(a.is_ok() && b.is_ok(), "{}: {a:?} {b:?}", t.task_id);
         seen.acked.lock().unwrap().insert(t.task_id.clone());
     }
 }
@@ -167,15 +168,17 @@ async fn in_flight_jobs_lease_each_task_once_and_keep_every_completion(b: Backen
         .map(|w| tokio::spawn(work(app.url(), w, seen.clone())))
         .collect();
     let followed = {
-        let all = futures::future::join_all(workers);
+        // The first worker that fails ends the wait (the others would wait
+        // for its tasks).
+        let all = futures::future::try_join_all(workers);
         let reader = follow(&app, start, &done);
         tokio::pin!(reader);
         // Bounded: a lost task fails the test rather than hanging the suite.
         let finished = tokio::time::timeout(Duration::from_secs(300), all);
         tokio::select! {
             r = finished => {
-                for w in r.expect("workers finished within 300 s") {
-                    w.unwrap();
+                if let Err(e) = r.expect("workers finished within 300 s") {
+                    std::panic::resume_unwind(e.into_panic());
                 }
             }
             _ = &mut reader => unreachable!("the reader ends only after the workers"),
