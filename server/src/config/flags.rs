@@ -138,7 +138,7 @@ pub struct ServeArgs {
     /// Sync match on Postgres [default: true].
     #[arg(long, env = "TASKBROKER_SYNC_MATCH_POSTGRES")]
     pub sync_match_postgres: Option<bool>,
-    /// MySQL/MariaDB: settle and lease jobs a broker runs at once [default: 3].
+    /// MySQL/MariaDB: settle and lease jobs a broker runs at once [default: 1].
     #[arg(long, env = "TASKBROKER_MYSQL_JOBS_IN_FLIGHT")]
     pub mysql_jobs_in_flight: Option<u32>,
 }

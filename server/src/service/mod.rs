@@ -225,8 +225,10 @@ type Time = DateTime<Utc>;
 
 use sync_match::SubmitBatch;
 
-/// Settle and lease jobs a MySQL broker runs at once unless configured.
-pub const DEFAULT_MYSQL_JOBS_IN_FLIGHT: u32 = 3;
+/// Settle and lease jobs a MySQL broker runs at once unless configured: one,
+/// since three cost MariaDB twice the CPU per lifecycle when measured
+/// (docs/performance.md).
+pub const DEFAULT_MYSQL_JOBS_IN_FLIGHT: u32 = 1;
 
 /// Store calls combined at most: requests, and tasks.
 const MAX_COMBINED_REQUESTS: usize = 256;
