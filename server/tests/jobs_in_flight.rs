@@ -53,7 +53,7 @@ async fn settle(
     tasks: &[pb::LeasedTask],
     seen: &Seen,
 ) {
-    if w % 2 == 0 {
+    if w.is_multiple_of(2) {
         let completions = tasks
             .iter()
             .map(|t| pb::CompleteRequest {
