@@ -70,6 +70,10 @@ pub struct Config {
     /// waiting on this replica in its own statement. On by default; `false` turns
     /// it off on Postgres (SQLite always sync-matches).
     pub sync_match_postgres: bool,
+    /// MySQL/MariaDB: how many settle jobs, and how many lease jobs of the same
+    /// queues, a broker runs at once (1 to 16); requests that arrive while they
+    /// all run wait and share the next one.
+    pub mysql_jobs_in_flight: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -205,6 +209,7 @@ impl Default for Config {
             worker_ttl: crate::service::DEFAULT_WORKER_TTL,
             events_retention: Duration::from_secs(7 * 24 * 3600),
             sync_match_postgres: true,
+            mysql_jobs_in_flight: crate::service::DEFAULT_MYSQL_JOBS_IN_FLIGHT,
         }
     }
 }

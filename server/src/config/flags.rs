@@ -138,6 +138,9 @@ pub struct ServeArgs {
     /// Sync match on Postgres [default: true].
     #[arg(long, env = "TASKBROKER_SYNC_MATCH_POSTGRES")]
     pub sync_match_postgres: Option<bool>,
+    /// MySQL/MariaDB: settle and lease jobs a broker runs at once [default: 1].
+    #[arg(long, env = "TASKBROKER_MYSQL_JOBS_IN_FLIGHT")]
+    pub mysql_jobs_in_flight: Option<u32>,
 }
 
 macro_rules! layer {
@@ -191,6 +194,7 @@ impl ServeArgs {
             "retry.jitter" => self.retry_jitter,
             "events_retention" => self.events_retention,
             "sync_match_postgres" => self.sync_match_postgres,
+            "mysql_jobs_in_flight" => self.mysql_jobs_in_flight,
         );
         fig.extract::<Config>().map_err(|e| {
             // figment's message names the key and the source; keep it to one line.

@@ -63,6 +63,34 @@ fn unknown_keys_and_bad_values_are_one_line_errors() {
 }
 
 #[test]
+fn mysql_jobs_in_flight_is_bounded_and_reaches_the_settings() {
+    assert_eq!(
+        args()
+            .load()
+            .unwrap()
+            .validate()
+            .unwrap()
+            .app
+            .settings
+            .mysql_jobs_in_flight,
+        crate::service::DEFAULT_MYSQL_JOBS_IN_FLIGHT as usize
+    );
+    let mut a = args();
+    a.mysql_jobs_in_flight = Some(4);
+    let v = a.load().unwrap().validate().unwrap();
+    assert_eq!(v.app.settings.mysql_jobs_in_flight, 4);
+    for bad in [0, 17, u32::MAX] {
+        let mut a = args();
+        a.mysql_jobs_in_flight = Some(bad);
+        let e = a.load().unwrap().validate().err().unwrap();
+        assert!(
+            e.contains("mysql_jobs_in_flight") && !e.contains('\n'),
+            "{e}"
+        );
+    }
+}
+
+#[test]
 fn a_public_address_needs_auth_or_insecure() {
     let mut a = args();
     a.listen = Some("0.0.0.0:50051".parse().unwrap());

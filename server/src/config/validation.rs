@@ -281,6 +281,12 @@ impl Config {
                  policy protects the port"
             ));
         }
+        if !(1..=16).contains(&self.mysql_jobs_in_flight) {
+            return Err(format!(
+                "mysql_jobs_in_flight must be between 1 and 16, got {}",
+                self.mysql_jobs_in_flight
+            ));
+        }
         let mut app = AppConfig::new(self.database_url.clone());
         app.listen = self.listen;
         app.db_max_connections = self.db_max_connections.max(1);
@@ -298,6 +304,7 @@ impl Config {
             gates,
             live: Default::default(),
             sync_match_postgres: self.sync_match_postgres,
+            mysql_jobs_in_flight: self.mysql_jobs_in_flight as usize,
             limit_queues: Default::default(),
             schemas: Default::default(),
         };

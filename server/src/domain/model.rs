@@ -17,6 +17,11 @@ pub struct Capabilities {
     /// Several broker replicas may share the database: a task made pending by
     /// one may have waiters on another, which hear of it through notifications.
     pub shared: bool,
+    /// Several write calls of one kind (settles, leases of the same queues) may
+    /// run at once in one broker: each is its own transaction, kept apart from
+    /// the others by row locks (`SKIP LOCKED` picks, the lease token checked under
+    /// the row's lock) and run again when it loses a deadlock (MySQL).
+    pub parallel_writes: bool,
 }
 
 /// A task to insert. The id is chosen by the caller (UUIDv7).

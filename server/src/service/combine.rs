@@ -1,10 +1,12 @@
 //! Group commit above the store: concurrent calls of the same kind (and key) are
 //! served by one store call.
 //!
-//! Each key has at most one store call running in this broker; requests that
-//! arrive meanwhile wait and go together into the next one. So under load a store
-//! call carries the work of every caller that waited (one statement, one commit),
-//! and when only one request is waiting it runs at once. On Postgres this is what
+//! Each key has at most `in_flight` store calls running in this broker (one,
+//! unless the store's writes keep each other apart by row locks: see
+//! `Capabilities::parallel_writes`); requests that arrive while they all run wait
+//! and go together into the next one. So under load a store call carries the work
+//! of every caller that waited (one statement, one commit), and when a driver is
+//! free a request runs at once. On Postgres this is what
 //! turns many one-row statements, each with its own plan, commit and pooled
 //! connection, into few multi-row ones; it also stops concurrent lease statements
 //! from racing over the head of the same index. On SQLite the writer batches
@@ -28,17 +30,20 @@ pub(super) struct Combiner<K, I, O> {
     max_requests: usize,
     /// Total weight (tasks) per store call at most; a request is never split.
     max_weight: usize,
+    /// Store calls of one key running at once at most.
+    in_flight: usize,
 }
 
 struct Group<I, O> {
-    running: bool,
+    /// Drivers serving this key now (at most `in_flight`).
+    running: usize,
     waiting: Vec<Waiter<I, O>>,
 }
 
 impl<I, O> Default for Group<I, O> {
     fn default() -> Self {
         Group {
-            running: false,
+            running: 0,
             waiting: Vec::new(),
         }
     }
@@ -57,10 +62,16 @@ where
     O: Send + 'static,
 {
     pub(super) fn new(max_requests: usize, max_weight: usize) -> Self {
+        Self::with_in_flight(max_requests, max_weight, 1)
+    }
+
+    /// A combiner that runs up to `in_flight` store calls of one key at once.
+    pub(super) fn with_in_flight(max_requests: usize, max_weight: usize, in_flight: usize) -> Self {
         Combiner {
             groups: Mutex::new(HashMap::new()),
             max_requests: max_requests.max(1),
             max_weight,
+            in_flight: in_flight.max(1),
         }
     }
 
@@ -87,7 +98,9 @@ where
                 weight,
                 reply,
             });
-            !std::mem::replace(&mut group.running, true)
+            let start = group.running < self.in_flight;
+            group.running += usize::from(start);
+            start
         };
         if start {
             let this = self.clone();
@@ -98,7 +111,7 @@ where
             .map_err(|_| StoreError::Unavailable("the request was not answered".into()))?
     }
 
-    /// Runs store calls for `key` until nobody waits.
+    /// Runs store calls for `key` until nobody waits (one of the key's drivers).
     async fn drive<F, Fut>(&self, key: K, run: F)
     where
         F: Fn(Vec<I>) -> Fut,
@@ -113,7 +126,10 @@ where
                 // Callers that went away (cancelled calls) are not served.
                 group.waiting.retain(|w| !w.reply.is_closed());
                 if group.waiting.is_empty() {
-                    groups.remove(&key);
+                    group.running -= 1;
+                    if group.running == 0 {
+                        groups.remove(&key);
+                    }
                     return;
                 }
                 self.take_batch(&mut group.waiting)
@@ -282,6 +298,61 @@ mod tests {
             assert_eq!(h.await.unwrap().unwrap(), i * 10);
         }
         assert_eq!(*calls.lock().unwrap(), vec![vec![1], vec![2, 3, 4]]);
+    }
+
+    #[tokio::test]
+    async fn in_flight_calls_run_at_once_and_the_rest_wait_together() {
+        let combiner: Arc<Combiner<(), u32, u32>> =
+            Arc::new(Combiner::with_in_flight(100, 1000, 2));
+        let (release, hold) = tokio::sync::watch::channel(false);
+        let calls = Arc::new(Mutex::new(Vec::<Vec<u32>>::new()));
+        let run = {
+            let calls = calls.clone();
+            move |inputs: Vec<u32>| {
+                let (calls, mut hold) = (calls.clone(), hold.clone());
+                async move {
+                    calls.lock().unwrap().push(inputs.clone());
+                    let _ = hold.wait_for(|&open| open).await;
+                    Ok(inputs.iter().map(|i| i * 10).collect())
+                }
+            }
+        };
+        let spawn = |i: u32| {
+            let (c, run) = (combiner.clone(), run.clone());
+            tokio::spawn(async move { c.call((), i, 1, run).await })
+        };
+        let first = spawn(1);
+        while calls.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        // The second starts a driver of its own while the first call runs.
+        let second = spawn(2);
+        while calls.lock().unwrap().len() < 2 {
+            tokio::task::yield_now().await;
+        }
+        let rest: Vec<_> = (3..=5).map(spawn).collect();
+        while combiner.groups.lock().unwrap()[&()].waiting.len() < 3 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            calls.lock().unwrap().len(),
+            2,
+            "no third call while two run"
+        );
+        release.send(true).unwrap();
+        assert_eq!(first.await.unwrap().unwrap(), 10);
+        assert_eq!(second.await.unwrap().unwrap(), 20);
+        for (i, h) in (3..=5).zip(rest) {
+            assert_eq!(h.await.unwrap().unwrap(), i * 10);
+        }
+        let calls = calls.lock().unwrap().clone();
+        // The waiting three went together into the call of whichever driver was free.
+        assert_eq!(calls.len(), 3, "{calls:?}");
+        assert_eq!(calls[2], vec![3, 4, 5]);
+        // Both drivers end once nobody waits, and the key is gone.
+        while !combiner.groups.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
     }
 
     #[tokio::test]

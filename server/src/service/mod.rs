@@ -90,6 +90,9 @@ pub struct Settings {
     /// Sync match on Postgres: on unless turned off (`sync_match_postgres`
     /// in the configuration, `--sync-match-postgres false`). SQLite always sync-matches.
     pub sync_match_postgres: bool,
+    /// Settle jobs, and lease jobs of the same queues, run at once on a store
+    /// with `parallel_writes` (MySQL); one elsewhere.
+    pub mysql_jobs_in_flight: usize,
     /// Flow: event retention and dead-letter queues.
     pub flow: FlowSettings,
     /// Limit buckets and cooldowns: the queues they make gated.
@@ -118,6 +121,7 @@ impl Default for Settings {
             gates: HashMap::new(),
             live: LiveQueues::default(),
             sync_match_postgres: true,
+            mysql_jobs_in_flight: DEFAULT_MYSQL_JOBS_IN_FLIGHT as usize,
             flow: FlowSettings::default(),
             limit_queues: LiveLimits::default(),
             schemas: SchemaCache::default(),
@@ -221,6 +225,11 @@ type Time = DateTime<Utc>;
 
 use sync_match::SubmitBatch;
 
+/// Settle and lease jobs a MySQL broker runs at once unless configured: one,
+/// since three cost MariaDB twice the CPU per lifecycle when measured
+/// (docs/performance.md).
+pub const DEFAULT_MYSQL_JOBS_IN_FLIGHT: u32 = 1;
+
 /// Store calls combined at most: requests, and tasks.
 const MAX_COMBINED_REQUESTS: usize = 256;
 const MAX_COMBINED_TASKS: usize = 4096;
@@ -235,6 +244,12 @@ impl Broker {
     ) -> Self {
         // Admission: the configuration's queues until the database is read.
         settings.seed_live();
+        // Settles and leases run several at once where row locks keep them apart.
+        let in_flight = if store.capabilities().parallel_writes {
+            settings.mysql_jobs_in_flight
+        } else {
+            1
+        };
         Broker {
             events: events::EventHub::new(store.clone()),
             store,
@@ -242,9 +257,17 @@ impl Broker {
             clock,
             settings,
             metrics,
-            leases: Arc::new(Combiner::new(MAX_COMBINED_REQUESTS, MAX_COMBINED_TASKS)),
+            leases: Arc::new(Combiner::with_in_flight(
+                MAX_COMBINED_REQUESTS,
+                MAX_COMBINED_TASKS,
+                in_flight,
+            )),
             submits: Arc::new(Combiner::new(MAX_COMBINED_REQUESTS, MAX_COMBINED_TASKS)),
-            completes: Arc::new(Combiner::new(MAX_COMBINED_REQUESTS, MAX_COMBINED_TASKS)),
+            completes: Arc::new(Combiner::with_in_flight(
+                MAX_COMBINED_REQUESTS,
+                MAX_COMBINED_TASKS,
+                in_flight,
+            )),
             next_runs: Arc::new(Combiner::new(usize::MAX, usize::MAX)),
             workers: workers::Registry::default(),
             parked: Arc::default(),

@@ -14,7 +14,10 @@ impl Engine for MysqlStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { shared: true }
+        Capabilities {
+            shared: true,
+            parallel_writes: true,
+        }
     }
 
     async fn migrate(&self) -> StoreResult<()> {

@@ -196,8 +196,8 @@ async fn complete_many(j: &mut Job, ps: &[CompleteParams]) -> StoreResult<Vec<Se
     }
     let mut rows = lock_many(j, ps).await?;
     let mut out = Vec::with_capacity(ps.len());
-    // Live leases settled here, with their completions; the task rows of
-    // those before `written` are written already.
+    // Live leases settled here, with their completions; the task and attempt
+    // rows of those before `written` are written already.
     let mut ended: Vec<(TaskRow, &CompleteParams)> = Vec::new();
     let mut written = 0;
     for p in ps {
@@ -209,7 +209,9 @@ async fn complete_many(j: &mut Job, ps: &[CompleteParams]) -> StoreResult<Vec<Se
         });
         if !live {
             if ended[written..].iter().any(|(r, _)| r.id == p.task_id) {
+                // Its row and its attempt: a repeat of a completion sees it done.
                 write_completed(j, &ended[written..]).await?;
+                insert_attempts(j, &ended[written..]).await?;
                 written = ended.len();
             }
             out.push(complete(j, p).await?);
@@ -224,7 +226,7 @@ async fn complete_many(j: &mut Job, ps: &[CompleteParams]) -> StoreResult<Vec<Se
         ended.push((row, p));
     }
     write_completed(j, &ended[written..]).await?;
-    insert_attempts(j, &ended).await?;
+    insert_attempts(j, &ended[written..]).await?;
     Ok(out)
 }
 

@@ -5,6 +5,10 @@
 //! runs it again when it lost a deadlock or a lock wait). Every write method
 //! of the store runs as a job; there is no other way to write.
 //!
+//! Several jobs of one kind may run at once in one broker (the service's
+//! `mysql_jobs_in_flight`), as jobs of several replicas do: row locks keep them
+//! apart, and a job that loses a deadlock or a lock wait is run again alone.
+//!
 //! The events of its transitions are buffered as it goes ([`Job::push`]) and
 //! written at its end by [`MysqlStore::finish`] (`events.rs`: dependents of
 //! finished tasks resolved, dead-letter notices filed, ids taken from

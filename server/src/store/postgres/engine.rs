@@ -15,7 +15,10 @@ impl Engine for PostgresStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { shared: true }
+        Capabilities {
+            shared: true,
+            parallel_writes: false,
+        }
     }
 
     async fn migrate(&self) -> StoreResult<()> {
