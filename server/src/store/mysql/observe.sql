@@ -87,11 +87,13 @@ WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at > ? AND finish
 GROUP BY queue, state
 
 -- name: finished_fold_compact_last
+-- own: Postgres and MySQL keep the counts as a log that concurrent changes append to (SQLite has one writer and updates its rows in place); MySQL, without data-modifying CTEs, sums it in three statements
 -- The last row of the log of counts (migration 0009), when it holds more than
 -- one row for some (queue, state): none otherwise.
 SELECT MAX(id) FROM finished_counts HAVING COUNT(*) > COUNT(DISTINCT queue, state)
 
 -- name: finished_fold_compact_sum
+-- own: Postgres and MySQL keep the counts as a log that concurrent changes append to (SQLite has one writer and updates its rows in place); MySQL, without data-modifying CTEs, sums it in three statements
 -- The log up to that row summed into one row per (queue, state), appended;
 -- run under the watermark's lock, so no change appends meanwhile.
 INSERT INTO finished_counts (queue, state, n)
@@ -99,6 +101,7 @@ SELECT queue, state, SUM(n) FROM finished_counts WHERE id <= ?
 GROUP BY queue, state HAVING SUM(n) <> 0
 
 -- name: finished_fold_compact_drop
+-- own: Postgres and MySQL keep the counts as a log that concurrent changes append to (SQLite has one writer and updates its rows in place); MySQL, without data-modifying CTEs, sums it in three statements
 DELETE FROM finished_counts WHERE id <= ?
 
 -- name: finished_fold_mark

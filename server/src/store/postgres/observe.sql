@@ -136,6 +136,7 @@ INSERT INTO finished_counts (queue, state, n)
 SELECT queue, state, n FROM c WHERE n > 0
 
 -- name: finished_fold_compact
+-- own: Postgres and MySQL keep the counts as a log that concurrent changes append to (SQLite has one writer and updates its rows in place); Postgres sums it in one statement with a data-modifying CTE
 -- The log of counts (migration 0025) summed into one row per (queue, state):
 -- run under the watermark's lock, so no change appends to it meanwhile; a no-op
 -- when it holds one row per (queue, state) already.
