@@ -8,9 +8,11 @@
 -- write the row's attempt out.
 --
 -- The attempt history as readers outside the broker see it, both forms
--- together. (The broker's own reads spell the union out per statement, each
--- part bounded by its own index: MySQL before 8.0.29 pushes no condition into
--- a view of a UNION.)
+-- together. The attempt rows a succeeded task has are found by an outer join,
+-- one lookup by key each (as a NOT EXISTS, MariaDB may read the whole of
+-- task_attempts to materialize it). The broker's own reads spell the union out
+-- per statement, each part bounded by its own index (MySQL pushes no outer
+-- condition into a view of a UNION before 8.0.29).
 CREATE OR REPLACE VIEW task_attempts_all AS
 SELECT task_id, attempt, worker_id, worker_address, leased_at, finished_at, outcome,
     error, fencing_token
@@ -18,6 +20,5 @@ FROM task_attempts
 UNION ALL
 SELECT t.id, t.attempt, COALESCE(t.leased_by, ''), COALESCE(t.leased_address, ''),
     COALESCE(t.leased_at, t.updated_at), t.finished_at, 'succeeded', NULL, t.fencing_token
-FROM tasks t
-WHERE t.state = 'succeeded' AND NOT EXISTS (
-    SELECT 1 FROM task_attempts a WHERE a.task_id = t.id AND a.attempt = t.attempt);
+FROM tasks t LEFT JOIN task_attempts a ON a.task_id = t.id AND a.attempt = t.attempt
+WHERE t.state = 'succeeded' AND a.task_id IS NULL;

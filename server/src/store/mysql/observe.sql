@@ -43,15 +43,17 @@ WHERE state = 'pending'
 -- otherwise than in success has its row in task_attempts, found through
 -- task_attempts_finished; a succeeded one is its task's row (migration 0011),
 -- found through tasks_finished (state, finished_at), unless task_attempts
--- holds it (a success recorded before 0011: one lookup by key each).
+-- holds it (a success recorded before 0011), looked up by key for each: an
+-- outer join (a NOT EXISTS, over a long window, MariaDB materializes by
+-- reading the whole of task_attempts).
 SELECT t.queue, a.worker_id, a.leased_at, a.finished_at, a.outcome
 FROM task_attempts a JOIN tasks t ON t.id = a.task_id WHERE a.finished_at >= ?
 UNION ALL
 SELECT t.queue, COALESCE(t.leased_by, ''), COALESCE(t.leased_at, t.updated_at),
   t.finished_at, 'succeeded'
 FROM tasks t FORCE INDEX (tasks_finished)
-WHERE t.state = 'succeeded' AND t.finished_at >= ? AND NOT EXISTS (
-  SELECT 1 FROM task_attempts x WHERE x.task_id = t.id AND x.attempt = t.attempt)
+LEFT JOIN task_attempts x ON x.task_id = t.id AND x.attempt = t.attempt
+WHERE t.state = 'succeeded' AND t.finished_at >= ? AND x.task_id IS NULL
 
 -- name: queue_stats_recent
 -- The attempts of the last minute by queue and outcome: binds the minute's
