@@ -1,9 +1,9 @@
-//! The history a store keeps, on SQLite and Postgres: the events of tasks
-//! submitted, leased and settled together read back per task and from any
-//! cursor, and the attempts of a task that failed before it succeeded. On
+//! The history a store keeps, on SQLite, Postgres and MySQL: the events of
+//! tasks submitted, leased and settled together read back per task and from
+//! any cursor, and the attempts of a task that failed before it succeeded. On
 //! Postgres a statement's events are one row and a succeeded attempt stays on
-//! its task row (migration 0018); a database upgraded with rows of the earlier
-//! form reads the same.
+//! its task row (migration 0018), as it does on MySQL (migration 0011); a
+//! database upgraded with rows of the earlier form reads the same.
 
 mod common;
 
@@ -329,9 +329,28 @@ async fn two_failures_then_a_success_keep_three_attempts(b: Backend) {
         .unwrap();
     assert_eq!(durations.len(), 1);
     assert_eq!(durations[0].run_time, Duration::from_millis(7));
+    // And in the workers' figures: w3 completed one, w1 failed one.
+    let seen = |w: &str| store::WorkerSeen {
+        worker_id: w.into(),
+        labels: BTreeMap::new(),
+        address: format!("{w}.local:1"),
+        queues: vec!["a".into()],
+        now: at(2500),
+    };
+    s.worker_record_seen(&[seen("w1"), seen("w3")])
+        .await
+        .unwrap();
+    for (w, figures) in [("w1", (0, 1)), ("w3", (1, 0))] {
+        let (got, _) = s.worker_get(w, at(3000)).await.unwrap().unwrap();
+        assert_eq!(
+            (got.completed_last_minute, got.failed_last_minute),
+            figures,
+            "{w}: {got:?}"
+        );
+    }
 }
 
-both_backends!(
+all_backends!(
     a_batch_reads_back_per_task_in_order,
     a_cursor_inside_a_batch_resumes_after_it,
     two_failures_then_a_success_keep_three_attempts,
@@ -452,4 +471,98 @@ async fn an_upgraded_database_reads_its_old_rows() {
     let next = read_final(&s, base + 4, 1).await;
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].task_id, id(2));
+}
+
+/// MySQL: a database migrated before a succeeded attempt stayed on its task
+/// row (migration 0011) keeps the attempt row of a success recorded then; the
+/// history lists it once, and the figures over attempts count it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgraded_mysql_database_lists_its_old_success_once() {
+    let Some(db) = test_db(Backend::Mysql).await else {
+        return;
+    };
+    let pool = sqlx::MySqlPool::connect(&db.url).await.unwrap();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/mysql");
+    let mut before = sqlx::migrate::Migrator::new(dir.as_path()).await.unwrap();
+    let earlier = before.migrations.iter().filter(|m| m.version < 11);
+    before.migrations = std::borrow::Cow::Owned(earlier.cloned().collect());
+    before.run(&pool).await.unwrap();
+    // One task as the earlier broker left it: failed once, then succeeded,
+    // both attempts in task_attempts.
+    sqlx::query(
+        "INSERT INTO tasks (id, queue, payload, run_at, state, attempt, max_attempts, \
+           attempts_allowed, initial_backoff_ms, backoff_multiplier, max_backoff_ms, jitter, \
+           metadata, created_at, updated_at, finished_at, leased_by, leased_address, leased_at, \
+           fencing_token, lease_token) \
+         VALUES (?, 'old', '', 0, 'succeeded', 2, 3, 3, 0, 2.0, 0, 0, '{}', 0, 30, 30, 'w2', \
+           'w2.local:1', 20, 2, 'tok')",
+    )
+    .bind(id(1))
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, leased_at, \
+           finished_at, outcome, error, fencing_token) VALUES \
+         (?, 1, 'w1', 'w1.local:1', 10, 15, 'failed', 'boom', 1), \
+         (?, 2, 'w2', 'w2.local:1', 20, 30, 'succeeded', NULL, 2)",
+    )
+    .bind(id(1))
+    .bind(id(1))
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let s = store::connect(&db.url, 4).await.expect("connect");
+    s.migrate().await.expect("migrate");
+    let attempts = s.attempt_list(&id(1)).await.unwrap().unwrap();
+    let outcomes: Vec<_> = attempts
+        .iter()
+        .map(|a| (a.attempt, a.worker_id.as_str(), a.outcome))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (1, "w1", AttemptOutcome::Failed),
+            (2, "w2", AttemptOutcome::Succeeded)
+        ]
+    );
+    let ms = |n| DateTime::from_timestamp_millis(n).unwrap();
+    let buckets = s
+        .attempt_histogram(&AttemptHistogramParams {
+            since: ms(0),
+            until: ms(1000),
+            bucket: Duration::from_secs(3600),
+            queue: None,
+        })
+        .await
+        .unwrap();
+    let counts: Vec<_> = buckets
+        .iter()
+        .map(|b| (b.queue.as_str(), b.succeeded, b.failed))
+        .collect();
+    assert_eq!(counts, [("old", 1, 1)]);
+    let stats = s.queue_stats(&["old".into()], ms(1000)).await.unwrap();
+    assert_eq!(
+        (stats[0].completed_last_minute, stats[0].failed_last_minute),
+        (1, 1),
+        "{stats:?}"
+    );
+    let durations = s
+        .attempt_durations(&store::AttemptDurationParams {
+            since: ms(0),
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(durations.len(), 1, "{durations:?}");
+    // The view readers outside the broker query: the two attempts, once each.
+    let rows: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT attempt, outcome FROM task_attempts_all WHERE task_id = ? ORDER BY attempt",
+    )
+    .bind(id(1))
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(rows, [(1, "failed".into()), (2, "succeeded".into())]);
 }

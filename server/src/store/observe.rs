@@ -129,8 +129,6 @@ pub(crate) fn bucket_row((queue, b, ok, failed): (String, i64, i64, i64)) -> Att
     }
 }
 
-/// `Observe::attempt_durations` from the backend's `ATTEMPT_DURATIONS`
-/// (bound: since, ms; the limit). The same read on every database.
 /// `Observe::attempt_histogram` where the statement names each value once
 /// (SQLite, Postgres: since, until, bucket, queue; MySQL's `?` binds some twice).
 pub(crate) async fn attempt_histogram_of<DB>(
@@ -156,9 +154,13 @@ where
     Ok(rows.into_iter().map(bucket_row).collect())
 }
 
+/// `Observe::attempt_durations` from the backend's `ATTEMPT_DURATIONS`
+/// (bound: since, ms, `since_binds` times; the limit). The same read on every
+/// database.
 pub(crate) async fn attempt_durations_of<DB>(
     pool: &sqlx::Pool<DB>,
     stmt: &'static str,
+    since_binds: usize,
     p: &AttemptDurationParams,
 ) -> StoreResult<Vec<AttemptDuration>>
 where
@@ -168,11 +170,11 @@ where
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     for<'r> (String, i64): sqlx::FromRow<'r, DB::Row>,
 {
-    let rows: Vec<(String, i64)> = sqlx::query_as::<DB, _>(stmt)
-        .bind(super::row::ms(p.since))
-        .bind(i64::from(p.limit))
-        .fetch_all(pool)
-        .await?;
+    let mut q = sqlx::query_as::<DB, (String, i64)>(stmt);
+    for _ in 0..since_binds {
+        q = q.bind(super::row::ms(p.since));
+    }
+    let rows = q.bind(i64::from(p.limit)).fetch_all(pool).await?;
     Ok(rows
         .into_iter()
         .map(|(queue, d)| AttemptDuration {

@@ -8,7 +8,7 @@ use sqlx::MySql;
 use super::super::observe::bucket_row;
 use super::super::row::{duration_ms, fold_stats, ms};
 use super::super::*;
-use super::{MysqlStore, bound_last, sql};
+use super::{MysqlStore, sql};
 
 #[async_trait]
 impl Observe for MysqlStore {
@@ -36,18 +36,22 @@ impl Observe for MysqlStore {
         qb.push(" GROUP BY queue, state, later");
         let counts: Vec<(String, String, bool, i64, i64)> =
             qb.build_query_as().fetch_all(&self.pool).await?;
-        // Dynamic: the queues asked for (all, for none), as a list.
-        let mut qb = sqlx::QueryBuilder::<MySql>::new(bound_last(sql::QUEUE_STATS_RECENT));
-        qb.push_bind(now - 60_000);
+        // Dynamic: the queues asked for (all, for none), as a list. The
+        // statement's two placeholders: the minute's start.
+        let mut args = sqlx::mysql::MySqlArguments::default();
+        for _ in 0..2 {
+            sqlx::Arguments::add(&mut args, now - 60_000).map_err(StoreError::Internal)?;
+        }
+        let mut qb = sqlx::QueryBuilder::<MySql>::with_arguments(sql::QUEUE_STATS_RECENT, args);
         if !queues.is_empty() {
-            qb.push(" AND t.queue IN (");
+            qb.push(" WHERE queue IN (");
             let mut sep = qb.separated(", ");
             for q in queues {
                 sep.push_bind(q);
             }
             qb.push(")");
         }
-        qb.push(" GROUP BY t.queue, a.outcome");
+        qb.push(" GROUP BY queue, outcome");
         let recent: Vec<(String, String, i64)> = qb.build_query_as().fetch_all(&self.pool).await?;
         Ok(fold_stats(counts, recent))
     }
@@ -99,6 +103,7 @@ impl Observe for MysqlStore {
             .bind(ms(p.since))
             .bind(duration_ms(p.bucket).max(1))
             .bind(ms(p.since))
+            .bind(ms(p.since))
             .bind(ms(p.until))
             .bind(p.queue.as_deref())
             .bind(p.queue.as_deref())
@@ -111,7 +116,7 @@ impl Observe for MysqlStore {
         &self,
         p: &AttemptDurationParams,
     ) -> StoreResult<Vec<AttemptDuration>> {
-        super::super::observe::attempt_durations_of(&self.pool, sql::ATTEMPT_DURATIONS, p).await
+        super::super::observe::attempt_durations_of(&self.pool, sql::ATTEMPT_DURATIONS, 2, p).await
     }
 }
 

@@ -37,26 +37,45 @@ GROUP BY queue UNION ALL SELECT queue, state, run_at >
 AS later, COUNT(*), CAST(MIN(run_at) AS SIGNED) FROM tasks FORCE INDEX (tasks_lease)
 WHERE state = 'pending'
 
+-- fragment: recent_attempts
+-- The attempts that finished at or after a time (bound twice, ms), as rows
+-- (queue, worker_id, leased_at, finished_at, outcome). An attempt that ended
+-- otherwise than in success has its row in task_attempts, found through
+-- task_attempts_finished; a succeeded one is its task's row (migration 0011),
+-- found through tasks_finished (state, finished_at), unless task_attempts
+-- holds it (a success recorded before 0011), looked up by key for each: an
+-- outer join (a NOT EXISTS, over a long window, MariaDB materializes by
+-- reading the whole of task_attempts).
+SELECT t.queue, a.worker_id, a.leased_at, a.finished_at, a.outcome
+FROM task_attempts a JOIN tasks t ON t.id = a.task_id WHERE a.finished_at >= ?
+UNION ALL
+SELECT t.queue, COALESCE(t.leased_by, ''), COALESCE(t.leased_at, t.updated_at),
+  t.finished_at, 'succeeded'
+FROM tasks t FORCE INDEX (tasks_finished)
+LEFT JOIN task_attempts x ON x.task_id = t.id AND x.attempt = t.attempt
+WHERE t.state = 'succeeded' AND t.finished_at >= ? AND x.task_id IS NULL
+
 -- name: queue_stats_recent
 -- The attempts of the last minute by queue and outcome: binds the minute's
--- start; followed by ` AND t.queue IN (...)` when queues are named, then the
--- grouping.
-SELECT t.queue, a.outcome, COUNT(*) FROM task_attempts a
-JOIN tasks t ON t.id = a.task_id WHERE a.finished_at >= ?
+-- start twice; followed by ` WHERE queue IN (...)` when queues are named, then
+-- the grouping.
+SELECT queue, outcome, COUNT(*) FROM (${recent_attempts}) r
 
 -- name: attempt_histogram
-SELECT t.queue, CAST(FLOOR((a.finished_at - ?) / ?) AS SIGNED) AS b,
-  CAST(SUM(CASE WHEN a.outcome = 'succeeded' THEN 1 ELSE 0 END) AS SIGNED),
-  CAST(SUM(CASE WHEN a.outcome = 'succeeded' THEN 0 ELSE 1 END) AS SIGNED)
-FROM task_attempts a JOIN tasks t ON t.id = a.task_id
-WHERE a.finished_at >= ? AND a.finished_at < ? AND (? IS NULL OR t.queue = ?)
-GROUP BY t.queue, b ORDER BY t.queue, b
+-- The window's attempts (binds its start, the bucket's length, its start
+-- twice, its end, the queue twice), optionally of one queue.
+SELECT queue, CAST(FLOOR((finished_at - ?) / ?) AS SIGNED) AS b,
+  CAST(SUM(CASE WHEN outcome = 'succeeded' THEN 1 ELSE 0 END) AS SIGNED),
+  CAST(SUM(CASE WHEN outcome = 'succeeded' THEN 0 ELSE 1 END) AS SIGNED)
+FROM (${recent_attempts}) r
+WHERE finished_at < ? AND (? IS NULL OR queue = ?)
+GROUP BY queue, b ORDER BY queue, b
 
 -- name: attempt_durations
-SELECT t.queue, a.finished_at - a.leased_at FROM task_attempts a
-JOIN tasks t ON t.id = a.task_id
-WHERE a.finished_at >= ? AND a.outcome = 'succeeded'
-ORDER BY a.finished_at DESC LIMIT ?
+-- The run times of the attempts that succeeded since a time (bound twice),
+-- the latest first, at most a limit.
+SELECT queue, finished_at - leased_at FROM (${recent_attempts}) r
+WHERE outcome = 'succeeded' ORDER BY finished_at DESC LIMIT ?
 
 -- name: finished_fold_lock
 -- The watermark of the finished counts, locked against other replicas' folds

@@ -9,9 +9,7 @@ use super::super::flow::{failure_events, of_row};
 use super::super::row::{
     AttemptEnd, FailureWrite, TaskRow, decide, duration_ms, expiry_error, from_ms, ms,
 };
-use super::super::settling::{
-    already_failed, check_row, finish_attempt_on, needs_outcome, refused,
-};
+use super::super::settling::{already_failed, check_row, finish_attempt_on, refused};
 use super::super::*;
 use super::rows::fetch_task;
 use super::{Job, MysqlStore, sql};
@@ -80,7 +78,8 @@ async fn latest_outcome(j: &mut Job, row: &TaskRow) -> StoreResult<Option<Attemp
     Ok(outcome.as_deref().and_then(AttemptOutcome::parse))
 }
 
-/// Settle checks need the latest attempt's outcome only when the task is no longer leased.
+/// Settle checks need the latest attempt's outcome only when the task is no
+/// longer leased; a succeeded task's row carries it (migration 0011).
 async fn check(
     j: &mut Job,
     row: &TaskRow,
@@ -88,15 +87,16 @@ async fn check(
     token: &str,
     now: DateTime<Utc>,
 ) -> StoreResult<SettleCheck> {
-    let outcome = if needs_outcome(row)? {
-        latest_outcome(j, row).await?
-    } else {
-        None
+    let outcome = match row.stored_state()? {
+        StoredState::Leased => None,
+        StoredState::Succeeded => Some(AttemptOutcome::Succeeded),
+        _ => latest_outcome(j, row).await?,
     };
     check_row(row, outcome, report, token, now)
 }
 
-/// Writes the attempt row of an attempt that ends now; returns when it was leased.
+/// Writes the attempt row of an attempt that ends otherwise than in success;
+/// returns when it was leased.
 async fn finish_attempt(
     j: &mut Job,
     a: &AttemptEnd<'_>,
@@ -148,11 +148,10 @@ async fn complete(j: &mut Job, p: &CompleteParams) -> StoreResult<Settled<Comple
         .execute(j.conn())
         .await?;
     j.push(super::super::flow::succeeded(&row, now));
-    let leased_at =
-        finish_attempt(j, &row.attempt_end(), AttemptOutcome::Succeeded, None, now).await?;
+    // The succeeded attempt stays on the task row (migration 0011).
     Ok(Settled::Applied(Completed {
+        leased_at: Some(from_ms(row.attempt_end().leased_at)),
         queue: row.queue,
-        leased_at,
     }))
 }
 
@@ -181,11 +180,11 @@ async fn fail(j: &mut Job, p: &FailParams) -> StoreResult<Settled<FailResult>> {
 }
 
 /// CompleteMany: the rows read and locked in one statement, the live leases
-/// settled by one UPDATE joined to their values and their attempt rows written
-/// by one multi-row INSERT (each cut to the packet); an item that is not a live
-/// lease (or names a task twice) takes `complete`, in its turn: the writes
-/// still waiting for a task it names are made first, so it sees the task as
-/// the items before it left it.
+/// settled by one UPDATE joined to their values (cut to the packet), each
+/// succeeded attempt kept on its task row; an item that is not a live lease
+/// (or names a task twice) takes `complete`, in its turn: the writes still
+/// waiting for a task it names are made first, so it sees the task as the
+/// items before it left it.
 async fn complete_many(j: &mut Job, ps: &[CompleteParams]) -> StoreResult<Vec<Settled<Completed>>> {
     if ps.len() < 2 {
         let mut out = Vec::with_capacity(ps.len());
@@ -196,8 +195,8 @@ async fn complete_many(j: &mut Job, ps: &[CompleteParams]) -> StoreResult<Vec<Se
     }
     let mut rows = lock_many(j, ps).await?;
     let mut out = Vec::with_capacity(ps.len());
-    // Live leases settled here, with their completions; the task and attempt
-    // rows of those before `written` are written already.
+    // Live leases settled here, with their completions; the task rows of
+    // those before `written` are written already.
     let mut ended: Vec<(TaskRow, &CompleteParams)> = Vec::new();
     let mut written = 0;
     for p in ps {
@@ -209,9 +208,8 @@ async fn complete_many(j: &mut Job, ps: &[CompleteParams]) -> StoreResult<Vec<Se
         });
         if !live {
             if ended[written..].iter().any(|(r, _)| r.id == p.task_id) {
-                // Its row and its attempt: a repeat of a completion sees it done.
+                // Its row: a repeat of a completion sees it done.
                 write_completed(j, &ended[written..]).await?;
-                insert_attempts(j, &ended[written..]).await?;
                 written = ended.len();
             }
             out.push(complete(j, p).await?);
@@ -226,7 +224,6 @@ async fn complete_many(j: &mut Job, ps: &[CompleteParams]) -> StoreResult<Vec<Se
         ended.push((row, p));
     }
     write_completed(j, &ended[written..]).await?;
-    insert_attempts(j, &ended[written..]).await?;
     Ok(out)
 }
 
@@ -290,41 +287,6 @@ async fn write_completed(j: &mut Job, ended: &[(TaskRow, &CompleteParams)]) -> S
                 piece.len()
             )));
         }
-    }
-    Ok(())
-}
-
-/// The attempt rows of live leases completed, in multi-row INSERTs cut to the packet.
-async fn insert_attempts(j: &mut Job, ended: &[(TaskRow, &CompleteParams)]) -> StoreResult<()> {
-    let size = |(row, _): &(TaskRow, &CompleteParams)| {
-        use super::native::packet::{PARAM_FRAMING, opt_param, param};
-        let a = row.attempt_end();
-        param(a.task_id.len())
-            + param(a.worker_id.len())
-            + param(a.worker_address.len())
-            + opt_param(None)
-            + 5 * (16 + PARAM_FRAMING)
-    };
-    // One statement unless the rows outgrow a packet.
-    for piece in super::native::packet::pieces(ended, ended.len(), j.packet, size) {
-        // Dynamic: one row per attempt, as many as fit a packet.
-        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_COMPLETE_MANY_ATTEMPTS_HEAD);
-        qb.push(" ");
-        qb.push_values(piece, |mut b, (row, p)| {
-            let a = row.attempt_end();
-            b.push_bind(a.task_id.to_owned())
-                .push_bind(a.attempt)
-                .push_bind(a.worker_id.to_owned())
-                .push_bind(a.worker_address.to_owned())
-                .push_bind(a.leased_at)
-                .push_bind(AttemptOutcome::Succeeded.as_str())
-                .push_bind(None::<String>)
-                .push_bind(ms(p.now))
-                .push_bind(a.fencing_token);
-        });
-        qb.push(" ");
-        qb.push(sql::TASK_COMPLETE_MANY_ATTEMPTS_TAIL);
-        qb.build().execute(j.conn()).await?;
     }
     Ok(())
 }

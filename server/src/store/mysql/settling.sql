@@ -2,11 +2,13 @@
 UPDATE tasks SET checkpoint = ?, lease_expires_at = ?, updated_at = ? WHERE seq = ?
 
 -- name: settle_latest_outcome
--- The outcome of the task's latest attempt, for a settle of a task no longer leased.
+-- The outcome of the task's latest attempt, for a settle of a task no longer
+-- leased, when it ended otherwise than in success (a succeeded attempt stays
+-- on its task row, migration 0011).
 SELECT outcome FROM task_attempts WHERE task_id = ? AND attempt = ?
 
 -- name: settle_attempt_end
--- The attempt row of an attempt that ends now.
+-- The attempt row of an attempt that ends now otherwise than in success.
 INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, leased_at,
 outcome, error, finished_at, fencing_token) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON DUPLICATE KEY UPDATE outcome = VALUES(outcome), error = VALUES(error),
@@ -18,11 +20,13 @@ UPDATE tasks SET state = ?, run_at = ?, finished_at = ?, last_error = ?,
 lease_expires_at = NULL, updated_at = ? WHERE seq = ?
 
 -- name: task_complete_write
+-- One completion under the row lock. The succeeded attempt stays on the row
+-- (leased_by, leased_address, leased_at, fencing_token, finished_at).
 UPDATE tasks SET state = 'succeeded', result = ?, finished_at = ?,
 lease_expires_at = NULL, updated_at = ? WHERE seq = ?
 
 -- piece: task_complete_many_lock_head
--- own: MySQL takes no array parameter, so a batch of completions locks its rows by an IN list and writes the attempt rows in one multi-row INSERT built at run time
+-- own: MySQL takes no array parameter, so a batch of completions locks its rows by an IN list built at run time
 -- Followed by one placeholder per task, then `) FOR UPDATE`.
 SELECT ${task_columns} FROM tasks WHERE id IN (
 
@@ -41,18 +45,6 @@ UPDATE (
 ) v STRAIGHT_JOIN tasks t ON t.seq = v.seq
 SET t.state = 'succeeded', t.result = v.result, t.finished_at = v.now_ms,
 t.lease_expires_at = NULL, t.updated_at = v.now_ms
-
--- piece: task_complete_many_attempts_head
--- own: MySQL takes no array parameter, so a batch of completions locks its rows by an IN list and writes the attempt rows in one multi-row INSERT built at run time
--- Followed by one row of 9 placeholders per attempt (VALUES (...), (...)),
--- then task_complete_many_attempts_tail.
-INSERT INTO task_attempts (task_id, attempt, worker_id, worker_address, leased_at,
-outcome, error, finished_at, fencing_token)
-
--- piece: task_complete_many_attempts_tail
--- own: MySQL takes no array parameter, so a batch of completions locks its rows by an IN list and writes the attempt rows in one multi-row INSERT built at run time
-ON DUPLICATE KEY UPDATE outcome = VALUES(outcome), error = VALUES(error),
-finished_at = VALUES(finished_at)
 
 -- name: lease_reclaim_expired_past_deadline
 -- Rows a settle or another replica's reaper holds are skipped.

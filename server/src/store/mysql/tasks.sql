@@ -53,12 +53,16 @@ WHERE id = ?
 SELECT seq FROM tasks WHERE id = ?
 
 -- name: attempt_list
--- The attempts recorded, and the one running now (not recorded yet).
+-- The attempts recorded, then the task row's own: the one running now (not
+-- recorded yet) or the succeeded one, which stays on the row (migration 0011)
+-- unless task_attempts holds it (a success recorded before 0011). Each part
+-- looks the task up by key.
 SELECT attempt, worker_id, worker_address, leased_at, finished_at, outcome, error,
 fencing_token FROM task_attempts WHERE task_id = ?
 UNION ALL
 SELECT attempt, COALESCE(leased_by, ''), COALESCE(leased_address, ''),
-  COALESCE(leased_at, updated_at), NULL, 'running', NULL, fencing_token
-FROM tasks t WHERE id = ? AND state = 'leased' AND NOT EXISTS (
+  COALESCE(leased_at, updated_at), IF(state = 'leased', NULL, finished_at),
+  IF(state = 'leased', 'running', 'succeeded'), NULL, fencing_token
+FROM tasks t WHERE id = ? AND state IN ('leased', 'succeeded') AND NOT EXISTS (
   SELECT 1 FROM task_attempts a WHERE a.task_id = t.id AND a.attempt = t.attempt)
 ORDER BY attempt

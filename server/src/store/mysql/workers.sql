@@ -1,14 +1,15 @@
 -- fragment: worker_select
--- The registry row with its counts; binds the minute before now, twice.
+-- The registry row with its counts: leases held now, attempts finished since
+-- the minute before now (bound twice: recent_attempts).
 SELECT w.worker_id, w.labels, w.address, w.queues, w.first_seen,
   w.last_seen,
   (SELECT count(*) FROM tasks h WHERE h.state = 'leased' AND h.leased_by = w.worker_id)
     AS leases_held,
-  (SELECT count(*) FROM task_attempts a WHERE a.finished_at >= ?
-    AND a.worker_id = w.worker_id AND a.outcome = 'succeeded') AS completed,
-  (SELECT count(*) FROM task_attempts a WHERE a.finished_at >= ?
-    AND a.worker_id = w.worker_id AND a.outcome <> 'succeeded') AS failed
-FROM workers w
+  CAST(COALESCE(p.completed, 0) AS SIGNED) AS completed,
+  CAST(COALESCE(p.failed, 0) AS SIGNED) AS failed
+FROM workers w LEFT JOIN (SELECT worker_id,
+    SUM(outcome = 'succeeded') AS completed, SUM(outcome <> 'succeeded') AS failed
+  FROM (${recent_attempts}) r GROUP BY worker_id) p ON p.worker_id = w.worker_id
 
 -- name: lease_holders
 SELECT COALESCE(leased_by, '') AS w, COALESCE(leased_address, '') AS a, queue,

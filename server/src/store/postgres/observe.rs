@@ -83,6 +83,6 @@ impl Observe for PostgresStore {
         &self,
         p: &AttemptDurationParams,
     ) -> StoreResult<Vec<AttemptDuration>> {
-        super::super::observe::attempt_durations_of(&self.pool, sql::ATTEMPT_DURATIONS, p).await
+        super::super::observe::attempt_durations_of(&self.pool, sql::ATTEMPT_DURATIONS, 1, p).await
     }
 }

@@ -97,6 +97,7 @@ impl Observe for SqliteStore {
         &self,
         p: &AttemptDurationParams,
     ) -> StoreResult<Vec<AttemptDuration>> {
-        super::super::observe::attempt_durations_of(&self.reader, sql::ATTEMPT_DURATIONS, p).await
+        super::super::observe::attempt_durations_of(&self.reader, sql::ATTEMPT_DURATIONS, 1, p)
+            .await
     }
 }

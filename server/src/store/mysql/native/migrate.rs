@@ -43,6 +43,12 @@ const RERUN: &[Rerun] = &[
         empty: None,
         undo: &[],
     },
+    // The attempts view, replaced by one statement that may be done again.
+    Rerun {
+        version: 11,
+        empty: None,
+        undo: &[],
+    },
 ];
 
 const TABLE: &str = "_sqlx_migrations";
