@@ -7,12 +7,12 @@
 -- the watermark are of one snapshot.
 -- The finished counts are read in proportion to the tasks finished lately, not
 -- to the table (migration 0008): the counts folded into finished_counts, then
--- the tasks finished after the watermark, through tasks_finished (state,
--- finished_at); finished_fold joins as a constant table (its primary key), so
--- the watermark bounds the range. Leased rows are read through tasks_lease and
--- pending rows through tasks_lease too, which holds run_at (left to choose, the
--- optimizer takes tasks_lease_expiry for the pending part: a read of each
--- pending row for run_at).
+-- the tasks finished after the watermark, through tasks_finished
+-- (finished_state, finished_at; migration 0010); finished_fold joins as a
+-- constant table (its primary key), so the watermark bounds the range. Leased
+-- rows are read through tasks_lease and pending rows through tasks_lease too,
+-- which holds run_at (left to choose, the optimizer may take another index led
+-- by `state` for the pending part: a read of each pending row for run_at).
 SELECT queue, state, FALSE AS later, CAST(SUM(n) AS SIGNED), CAST(0 AS SIGNED) FROM (
 SELECT queue, state, n FROM finished_counts WHERE n <> 0
 
@@ -20,7 +20,7 @@ SELECT queue, state, n FROM finished_counts WHERE n <> 0
 -- own: MySQL takes no array parameter, so queue_stats is joined at run time from these parts, each with its queue list
 UNION ALL SELECT t.queue, t.state, COUNT(*) FROM finished_fold w
 JOIN tasks t FORCE INDEX (tasks_finished) ON t.finished_at > w.watermark
-WHERE w.id = 1 AND t.state IN ('succeeded', 'dead', 'cancelled')
+WHERE w.id = 1 AND t.finished_state IN ('succeeded', 'dead', 'cancelled')
 
 -- piece: queue_stats_leased
 -- own: MySQL takes no array parameter, so queue_stats is joined at run time from these parts, each with its queue list
@@ -67,23 +67,27 @@ SELECT watermark FROM finished_fold WHERE id = 1 FOR UPDATE
 -- Where a fold of bounded size ends: the earliest, over the finished states,
 -- of the finish time of the (offset + 1)-th task of the state finished after
 -- the watermark and at or before the end (binds watermark, end, offset per
--- state), each a range of tasks_finished (state, finished_at).
+-- state), each a range of tasks_finished (finished_state, finished_at).
 SELECT MIN(f) FROM (
-(SELECT finished_at AS f FROM tasks FORCE INDEX (tasks_finished) WHERE state = 'succeeded'
-  AND finished_at > ? AND finished_at <= ? ORDER BY finished_at LIMIT 1 OFFSET ?)
+(SELECT finished_at AS f FROM tasks FORCE INDEX (tasks_finished)
+  WHERE finished_state = 'succeeded' AND finished_at > ? AND finished_at <= ?
+  ORDER BY finished_at LIMIT 1 OFFSET ?)
 UNION ALL
-(SELECT finished_at FROM tasks FORCE INDEX (tasks_finished) WHERE state = 'dead'
-  AND finished_at > ? AND finished_at <= ? ORDER BY finished_at LIMIT 1 OFFSET ?)
+(SELECT finished_at FROM tasks FORCE INDEX (tasks_finished)
+  WHERE finished_state = 'dead' AND finished_at > ? AND finished_at <= ?
+  ORDER BY finished_at LIMIT 1 OFFSET ?)
 UNION ALL
-(SELECT finished_at FROM tasks FORCE INDEX (tasks_finished) WHERE state = 'cancelled'
-  AND finished_at > ? AND finished_at <= ? ORDER BY finished_at LIMIT 1 OFFSET ?)) b
+(SELECT finished_at FROM tasks FORCE INDEX (tasks_finished)
+  WHERE finished_state = 'cancelled' AND finished_at > ? AND finished_at <= ?
+  ORDER BY finished_at LIMIT 1 OFFSET ?)) b
 
 -- name: finished_fold_add
 -- The tasks finished after the watermark and at or before the end, added to
 -- their counts, appended (a consistent read: READ COMMITTED locks no task).
 INSERT INTO finished_counts (queue, state, n)
 SELECT queue, state, COUNT(*) FROM tasks FORCE INDEX (tasks_finished)
-WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at > ? AND finished_at <= ?
+WHERE finished_state IN ('succeeded', 'dead', 'cancelled')
+  AND finished_at > ? AND finished_at <= ?
 GROUP BY queue, state
 
 -- name: finished_fold_compact_last
