@@ -14,7 +14,7 @@ reserved_until = NULL WHERE seq = ?
 -- name: task_purge_finished_pick_head
 -- own: MySQL has no DELETE ... RETURNING and no data-modifying CTEs, so the purge picks the rows first and deletes tasks, attempts and edges by a list of ids
 -- Followed by the scope's condition, then ` LIMIT ? FOR UPDATE SKIP LOCKED`.
-SELECT seq, id FROM tasks WHERE state IN ('succeeded', 'dead', 'cancelled')
+SELECT seq, id FROM tasks WHERE finished_state IN ('succeeded', 'dead', 'cancelled')
 AND finished_at < ?
 
 -- piece: task_purge_finished_tasks_head

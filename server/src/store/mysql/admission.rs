@@ -14,7 +14,7 @@ use crate::domain::admission::{Fairness, QueueConfig};
 #[async_trait]
 impl Admission for MysqlStore {
     /// Backpressure: the waiting tasks (pending or blocked) of `queue` and the
-    /// sum of their payload bytes (`tasks_queue_state` leads with both columns).
+    /// sum of their payload bytes (`tasks_lease` leads with `state, queue`).
     async fn queue_pending(&self, queue: &str) -> StoreResult<(u64, u64)> {
         queue_pending_of(&self.pool, sql::QUEUE_PENDING, queue).await
     }

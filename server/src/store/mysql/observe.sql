@@ -7,12 +7,12 @@
 -- the watermark are of one snapshot.
 -- The finished counts are read in proportion to the tasks finished lately, not
 -- to the table (migration 0008): the counts folded into finished_counts, then
--- the tasks finished after the watermark, through tasks_finished (state,
--- finished_at); finished_fold joins as a constant table (its primary key), so
--- the watermark bounds the range. Leased rows are read through tasks_lease and
--- pending rows through tasks_lease too, which holds run_at (left to choose, the
--- optimizer takes tasks_lease_expiry for the pending part: a read of each
--- pending row for run_at).
+-- the tasks finished after the watermark, through tasks_finished
+-- (finished_state, finished_at; migration 0010); finished_fold joins as a
+-- constant table (its primary key), so the watermark bounds the range. Leased
+-- rows are read through tasks_lease and pending rows through tasks_lease too,
+-- which holds run_at (left to choose, the optimizer may take another index led
+-- by `state` for the pending part: a read of each pending row for run_at).
 SELECT queue, state, FALSE AS later, CAST(SUM(n) AS SIGNED), CAST(0 AS SIGNED) FROM (
 SELECT queue, state, n FROM finished_counts WHERE n <> 0
 
@@ -20,7 +20,7 @@ SELECT queue, state, n FROM finished_counts WHERE n <> 0
 -- own: MySQL takes no array parameter, so queue_stats is joined at run time from these parts, each with its queue list
 UNION ALL SELECT t.queue, t.state, COUNT(*) FROM finished_fold w
 JOIN tasks t FORCE INDEX (tasks_finished) ON t.finished_at > w.watermark
-WHERE w.id = 1 AND t.state IN ('succeeded', 'dead', 'cancelled')
+WHERE w.id = 1 AND t.finished_state IN ('succeeded', 'dead', 'cancelled')
 
 -- piece: queue_stats_leased
 -- own: MySQL takes no array parameter, so queue_stats is joined at run time from these parts, each with its queue list
@@ -42,7 +42,7 @@ WHERE state = 'pending'
 -- (queue, worker_id, leased_at, finished_at, outcome). An attempt that ended
 -- otherwise than in success has its row in task_attempts, found through
 -- task_attempts_finished; a succeeded one is its task's row (migration 0011),
--- found through tasks_finished (state, finished_at), unless task_attempts
+-- found through tasks_finished (finished_state, finished_at), unless task_attempts
 -- holds it (a success recorded before 0011), looked up by key for each: an
 -- outer join (a NOT EXISTS, over a long window, MariaDB materializes by
 -- reading the whole of task_attempts).
@@ -53,7 +53,7 @@ SELECT t.queue, COALESCE(t.leased_by, ''), COALESCE(t.leased_at, t.updated_at),
   t.finished_at, 'succeeded'
 FROM tasks t FORCE INDEX (tasks_finished)
 LEFT JOIN task_attempts x ON x.task_id = t.id AND x.attempt = t.attempt
-WHERE t.state = 'succeeded' AND t.finished_at >= ? AND x.task_id IS NULL
+WHERE t.finished_state = 'succeeded' AND t.finished_at >= ? AND x.task_id IS NULL
 
 -- name: queue_stats_recent
 -- The attempts of the last minute by queue and outcome: binds the minute's
@@ -86,23 +86,27 @@ SELECT watermark FROM finished_fold WHERE id = 1 FOR UPDATE
 -- Where a fold of bounded size ends: the earliest, over the finished states,
 -- of the finish time of the (offset + 1)-th task of the state finished after
 -- the watermark and at or before the end (binds watermark, end, offset per
--- state), each a range of tasks_finished (state, finished_at).
+-- state), each a range of tasks_finished (finished_state, finished_at).
 SELECT MIN(f) FROM (
-(SELECT finished_at AS f FROM tasks FORCE INDEX (tasks_finished) WHERE state = 'succeeded'
-  AND finished_at > ? AND finished_at <= ? ORDER BY finished_at LIMIT 1 OFFSET ?)
+(SELECT finished_at AS f FROM tasks FORCE INDEX (tasks_finished)
+  WHERE finished_state = 'succeeded' AND finished_at > ? AND finished_at <= ?
+  ORDER BY finished_at LIMIT 1 OFFSET ?)
 UNION ALL
-(SELECT finished_at FROM tasks FORCE INDEX (tasks_finished) WHERE state = 'dead'
-  AND finished_at > ? AND finished_at <= ? ORDER BY finished_at LIMIT 1 OFFSET ?)
+(SELECT finished_at FROM tasks FORCE INDEX (tasks_finished)
+  WHERE finished_state = 'dead' AND finished_at > ? AND finished_at <= ?
+  ORDER BY finished_at LIMIT 1 OFFSET ?)
 UNION ALL
-(SELECT finished_at FROM tasks FORCE INDEX (tasks_finished) WHERE state = 'cancelled'
-  AND finished_at > ? AND finished_at <= ? ORDER BY finished_at LIMIT 1 OFFSET ?)) b
+(SELECT finished_at FROM tasks FORCE INDEX (tasks_finished)
+  WHERE finished_state = 'cancelled' AND finished_at > ? AND finished_at <= ?
+  ORDER BY finished_at LIMIT 1 OFFSET ?)) b
 
 -- name: finished_fold_add
 -- The tasks finished after the watermark and at or before the end, added to
 -- their counts, appended (a consistent read: READ COMMITTED locks no task).
 INSERT INTO finished_counts (queue, state, n)
 SELECT queue, state, COUNT(*) FROM tasks FORCE INDEX (tasks_finished)
-WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at > ? AND finished_at <= ?
+WHERE finished_state IN ('succeeded', 'dead', 'cancelled')
+  AND finished_at > ? AND finished_at <= ?
 GROUP BY queue, state
 
 -- name: finished_fold_compact_last

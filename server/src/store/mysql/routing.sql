@@ -9,7 +9,7 @@
     AND (target_labels IS NULL OR JSON_CONTAINS(?, target_labels))
     AND (reserved_for IS NULL OR reserved_for = ? OR reserved_until <= ?)
     AND (NOT fanout_distinct OR NOT EXISTS (SELECT 1 FROM tasks c
-      WHERE c.fanout_group = tasks.fanout_group AND c.leased_by = ?
+      WHERE c.fanout_group = tasks.fanout_group AND c.fanout_leased_by = ?
         AND c.state IN ('leased', 'succeeded')))))
 
 -- name: task_fail_reserve
@@ -25,7 +25,7 @@ AND leased_by = ?
 -- name: routing_holds_copy
 -- own: MySQL takes no array parameter, so the gated lease checks a distinct fan-out copy per candidate and worker in the broker
 -- Whether a worker holds or completed a copy of a distinct fan-out group.
-SELECT 1 FROM tasks WHERE fanout_group = ? AND leased_by = ?
+SELECT 1 FROM tasks WHERE fanout_group = ? AND fanout_leased_by = ?
 AND state IN ('leased', 'succeeded') LIMIT 1
 
 -- piece: routing_workers_add_head
