@@ -34,18 +34,20 @@
 # MODES ("batched per-task"), REPS (2), BACKLOG (1000000), BIN (the broker,
 # target/release/taskbroker), BENCH (taskbroker-bench beside BIN), OUT (the raw
 # results, /tmp/finished-backlog.results), RETENTION (1: measure retention),
+# RETENTION_BIN (the broker of the retention pass, BIN),
 # VACUUM_WAIT (600 s: longest wait for autovacuum or InnoDB's purge), PURGE_WAIT
 # (3600 s: longest wait for retention).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps=${REPS:-2}; stores=${STORES:-"sqlite postgres mysql"}; modes=${MODES:-"batched per-task"}
 n=${BACKLOG:-1000000}; bin=${BIN:-target/release/taskbroker}
-bench=${BENCH:-$(dirname "$bin")/taskbroker-bench}; vacuum_wait=${VACUUM_WAIT:-600}
+bench=${BENCH:-$(dirname "$bin")/taskbroker-bench}; retention_bin=${RETENTION_BIN:-$bin}; vacuum_wait=${VACUUM_WAIT:-600}
 purge_wait=${PURGE_WAIT:-3600}
 res=${OUT:-/tmp/finished-backlog.results}; : > "$res"
 work=$(mktemp -d /tmp/finished-backlog.XXXXXX)
 bpid=""
 trap '[ -n "$bpid" ] && kill -TERM "$bpid" 2>/dev/null; scripts/pg.sh stop "$work/pg" || true; scripts/mysql.sh stop "$work/mysql" || true; rm -rf "$work"' EXIT
+trap 'exit 143' TERM INT
 eval "$(scripts/pg.sh start "$work/pg")"
 admin=$TASKBROKER_TEST_POSTGRES_URL
 # MariaDB flushes its log at every commit, as Postgres does (fsync on).
@@ -240,18 +242,19 @@ left() {
     + (SELECT COUNT(*) FROM ($ev LIMIT 1) c)"
 }
 
-# Postgres: has autovacuum vacuumed both tables since, with none running now?
+# Postgres: has autovacuum vacuumed the dead rows of tasks and task_event_batches
+# away, with no vacuum running now?
 vacuumed() {
   q postgres "$1" "SELECT (SELECT COUNT(*) FROM pg_stat_user_tables
-      WHERE relname IN ('tasks', 'task_event_batches') AND autovacuum_count > 0 AND last_autovacuum > '$2')
-    = 2 AND NOT EXISTS (SELECT 1 FROM pg_stat_progress_vacuum)"
+      WHERE relname IN ('tasks', 'task_event_batches') AND n_dead_tup < 10000) = 2
+    AND NOT EXISTS (SELECT 1 FROM pg_stat_progress_vacuum)"
 }
 
 retention() {
-  local store=$1 url=$2 db0 t0r t1 t2 b_ticks dbp db1 since hist waited=0
-  db0=$(dbcpu "$store"); since=$(date -u '+%Y-%m-%d %H:%M:%S+00')
+  local store=$1 url=$2 db0 t0r t1 t2 b_ticks dbp db1 hist waited=0
+  db0=$(dbcpu "$store")
   t0r=$(date +%s.%N)
-  RUST_LOG=info "$bin" serve --database-url "$url" --listen 127.0.0.1:0 --metrics-listen "" \
+  RUST_LOG=info "$retention_bin" serve --database-url "$url" --listen 127.0.0.1:0 --metrics-listen "" \
     --retention 1h --events-retention 1h >>"$work/retention.log" 2>&1 &
   bpid=$!
   # Polled: the passes at start delete every due task and event.
@@ -264,7 +267,7 @@ retention() {
   kill -TERM "$bpid"; wait "$bpid" || true; bpid=""
   sleep 1; dbp=$(dbcpu "$store")
   if [ "$store" = postgres ]; then
-    for _ in $(seq 1 "$vacuum_wait"); do [ "$(vacuumed "$url" "$since")" = t ] && break; sleep 1; done
+    for _ in $(seq 1 "$vacuum_wait"); do [ "$(vacuumed "$url")" = t ] && break; sleep 1; done
   elif [ "$store" = mysql ]; then
     for _ in $(seq 1 "$vacuum_wait"); do
       hist=$(scripts/mysql.sh sql "$work/mysql" "SHOW ENGINE INNODB STATUS" | grep -o 'History list length [0-9]*' | grep -o '[0-9]*$')
