@@ -43,10 +43,10 @@ impl Events for MysqlStore {
     }
 
     async fn event_purge(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
-        // Ids grow with time: the oldest `limit` by id, those older than `before`.
+        // Ids grow with time: of the oldest `limit` by id, those older than `before`.
         let ids: Vec<i64> = sqlx::query_scalar(sql::EVENT_PURGE_PICK)
-            .bind(ms(before))
             .bind(i64::from(limit))
+            .bind(ms(before))
             .fetch_all(&self.pool)
             .await?;
         let Some(last) = ids.last() else {

@@ -12,8 +12,11 @@ SELECT n FROM event_seq WHERE id = 1
 
 -- name: event_purge_pick
 -- own: MySQL takes no LIMIT in an IN subquery of the table it deletes from, so the purge picks the ids first and deletes their range
--- The oldest `limit` events by id, of those older than `before`.
-SELECT event_id FROM task_events WHERE `time` < ? ORDER BY event_id LIMIT ?
+-- Of the oldest `limit` events by id, those older than `before` (ids grow with
+-- time). Picking the oldest `limit` of those older than `before` instead reads
+-- every event when none is that old yet, on every pass.
+SELECT event_id FROM (SELECT event_id, `time` FROM task_events ORDER BY event_id LIMIT ?) o
+WHERE `time` < ? ORDER BY event_id
 
 -- name: event_purge
 DELETE FROM task_events WHERE event_id <= ? AND event_id >= ? AND `time` < ?

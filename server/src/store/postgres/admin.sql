@@ -24,7 +24,11 @@ WHERE id = $2
 -- at most $4. Old finished tasks are found through tasks_queue_state (queue,
 -- state, finished_at), the only index a settle writes besides the universal
 -- ones (0013): its queues are walked one index probe each (qs), then each
--- (queue, finished state) is a range of it.
+-- (queue, finished state) is a range of it, read in finish order: without the
+-- ORDER BY the planner may take a sequential scan for the range (a queue holding
+-- most of the table looks like it fills the LIMIT at once), and a range with
+-- nothing due (a queue's recent tasks, a state it has none of) then reads the
+-- whole table, for every such range of every batch.
 WITH RECURSIVE qs(q) AS (
   SELECT CASE WHEN $2::text IS NULL THEN (SELECT queue FROM tasks
     WHERE state NOT IN ('pending', 'leased') ORDER BY queue LIMIT 1) ELSE $2 END
@@ -37,7 +41,7 @@ old AS (
   CROSS JOIN unnest(ARRAY['succeeded', 'dead', 'cancelled']) AS s(state)
   CROSS JOIN LATERAL (SELECT t.id FROM tasks t WHERE t.queue = qs.q
     AND t.state = s.state AND t.state NOT IN ('pending', 'leased')
-    AND t.finished_at < $1 LIMIT $4) o
+    AND t.finished_at < $1 ORDER BY t.finished_at LIMIT $4) o
   WHERE qs.q IS NOT NULL AND NOT (qs.q = ANY($3)) LIMIT $4),
 gone AS (
   DELETE FROM tasks WHERE id IN (
