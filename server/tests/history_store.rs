@@ -74,6 +74,39 @@ fn lease(queue: &str, max: u32, worker: &str, now: DateTime<Utc>) -> LeaseParams
     }
 }
 
+/// The upgraded task of queue `old` (failed by w1, then succeeded by w2): its
+/// history lists each attempt once, and the histogram counts each once.
+async fn assert_old_attempts_once(s: &Arc<dyn Store>) {
+    let attempts = s.attempt_list(&id(1)).await.unwrap().unwrap();
+    let outcomes: Vec<_> = attempts
+        .iter()
+        .map(|a| (a.attempt, a.worker_id.as_str(), a.outcome))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (1, "w1", AttemptOutcome::Failed),
+            (2, "w2", AttemptOutcome::Succeeded)
+        ]
+    );
+    let buckets = s
+        .attempt_histogram(&AttemptHistogramParams {
+            since: DateTime::from_timestamp_millis(0).unwrap(),
+            until: DateTime::from_timestamp_millis(1000).unwrap(),
+            bucket: Duration::from_secs(3600),
+            queue: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        buckets
+            .iter()
+            .map(|b| (b.queue.as_str(), b.succeeded, b.failed))
+            .collect::<Vec<_>>(),
+        [("old", 1, 1)]
+    );
+}
+
 /// Reads events after `after` until `n` are final (on Postgres, transactions of
 /// other tests on the same cluster hold the horizon until they end; bounded).
 async fn read_final(s: &Arc<dyn Store>, after: i64, n: usize) -> Vec<EventRecord> {
@@ -436,34 +469,7 @@ async fn an_upgraded_database_reads_its_old_rows() {
     );
     assert_eq!(old[2].detail.as_deref(), Some("boom"));
     assert_eq!(s.event_read(base + 2, 2).await.unwrap(), old[3..5]);
-    let attempts = s.attempt_list(&id(1)).await.unwrap().unwrap();
-    let outcomes: Vec<_> = attempts
-        .iter()
-        .map(|a| (a.attempt, a.worker_id.as_str(), a.outcome))
-        .collect();
-    assert_eq!(
-        outcomes,
-        [
-            (1, "w1", AttemptOutcome::Failed),
-            (2, "w2", AttemptOutcome::Succeeded)
-        ]
-    );
-    let buckets = s
-        .attempt_histogram(&AttemptHistogramParams {
-            since: DateTime::from_timestamp_millis(0).unwrap(),
-            until: DateTime::from_timestamp_millis(1000).unwrap(),
-            bucket: Duration::from_secs(3600),
-            queue: None,
-        })
-        .await
-        .unwrap();
-    assert_eq!(
-        buckets
-            .iter()
-            .map(|b| (b.queue.as_str(), b.succeeded, b.failed))
-            .collect::<Vec<_>>(),
-        [("old", 1, 1)]
-    );
+    assert_old_attempts_once(&s).await;
     // New events come after the old ones.
     s.task_insert_many(&[task("new", 2, 3)], t0())
         .await
@@ -515,33 +521,8 @@ async fn an_upgraded_mysql_database_lists_its_old_success_once() {
 
     let s = store::connect(&db.url, 4).await.expect("connect");
     s.migrate().await.expect("migrate");
-    let attempts = s.attempt_list(&id(1)).await.unwrap().unwrap();
-    let outcomes: Vec<_> = attempts
-        .iter()
-        .map(|a| (a.attempt, a.worker_id.as_str(), a.outcome))
-        .collect();
-    assert_eq!(
-        outcomes,
-        [
-            (1, "w1", AttemptOutcome::Failed),
-            (2, "w2", AttemptOutcome::Succeeded)
-        ]
-    );
+    assert_old_attempts_once(&s).await;
     let ms = |n| DateTime::from_timestamp_millis(n).unwrap();
-    let buckets = s
-        .attempt_histogram(&AttemptHistogramParams {
-            since: ms(0),
-            until: ms(1000),
-            bucket: Duration::from_secs(3600),
-            queue: None,
-        })
-        .await
-        .unwrap();
-    let counts: Vec<_> = buckets
-        .iter()
-        .map(|b| (b.queue.as_str(), b.succeeded, b.failed))
-        .collect();
-    assert_eq!(counts, [("old", 1, 1)]);
     let stats = s.queue_stats(&["old".into()], ms(1000)).await.unwrap();
     assert_eq!(
         (stats[0].completed_last_minute, stats[0].failed_last_minute),
