@@ -2,9 +2,11 @@
 //! next run time, extending and releasing leases. The gated lease is in
 //! `gated.rs`, the routing predicate and the worker locks in `routing.rs`.
 //!
-//! The plain lease reads each queue's first candidates in lease order with
-//! `SELECT ... FOR UPDATE SKIP LOCKED` (the `tasks_lease` index is in that
-//! order, so only the rows returned are read and locked), merges and cuts them
+//! The plain lease reads each queue's first candidates in lease order by a
+//! consistent read (the `tasks_lease` index is in that order, so only the rows
+//! returned are read) and, in the same statement, locks them by primary key
+//! with `FOR UPDATE SKIP LOCKED` (testing them again under the lock); when it
+//! skipped some another job holds, it reads on past them. It merges and cuts them
 //! here (count, reply budget, one copy per distinct fan-out group), then leases
 //! them with one UPDATE by primary key, all in the job's transaction. MySQL has
 //! no UPDATE ... RETURNING: the candidates are read whole, and the reply is
@@ -186,19 +188,7 @@ async fn lease_locked(j: &mut Job, p: &LeaseParams) -> StoreResult<Vec<TaskRecor
         if limit <= 0 {
             continue;
         }
-        let rows: Vec<Cand> = sqlx::query_as(sql::LEASE_PLAIN_PICK)
-            .bind(queue)
-            .bind(now)
-            .bind(now)
-            .bind(&p.worker_id)
-            .bind(&labels)
-            .bind(&p.worker_id)
-            .bind(now)
-            .bind(&p.worker_id)
-            .bind(limit)
-            .fetch_all(j.conn())
-            .await?;
-        found.extend(rows);
+        found.extend(pick(j, p, queue, limit, now, &labels).await?);
     }
     if found.is_empty() {
         return Ok(Vec::new());
@@ -232,6 +222,86 @@ async fn lease_locked(j: &mut Job, p: &LeaseParams) -> StoreResult<Vec<TaskRecor
     let mut records = super::super::row::records(rows)?;
     sort_lease_order(&mut records);
     Ok(records)
+}
+
+/// Candidates a pick's first window reads beyond what it may take: rows other
+/// jobs lock at the head of the queue at the same time are passed over.
+const PICK_SLACK: i64 = 8;
+
+/// Windows of candidates one queue's pick reads before it answers with fewer
+/// than it may take. Each window is twice the one before: four pass over up to
+/// 15 times the first window in rows other jobs hold.
+const PICK_ROUNDS: u32 = 4;
+
+/// Up to `limit` READY tasks of `queue` the worker may take, locked: a window of
+/// the first candidates in lease order (a consistent read), locked by primary
+/// key in that order up to the limit, in one statement. Candidates another job
+/// holds are skipped; when the window ran out, the next one is read (by offset
+/// in lease order), up to [`PICK_ROUNDS`] windows.
+async fn pick(
+    j: &mut Job,
+    p: &LeaseParams,
+    queue: &str,
+    limit: i64,
+    now: i64,
+    labels: &str,
+) -> StoreResult<Vec<Cand>> {
+    let mut out: Vec<Cand> = Vec::new();
+    let mut offset: i64 = 0;
+    for round in 0..PICK_ROUNDS {
+        let want = limit - out.len() as i64;
+        let window = (limit + PICK_SLACK) << round;
+        let read: Vec<Cand> = sqlx::query_as(sql::LEASE_PLAIN_PICK)
+            .bind(queue)
+            .bind(now)
+            .bind(now)
+            .bind(&p.worker_id)
+            .bind(labels)
+            .bind(&p.worker_id)
+            .bind(now)
+            .bind(&p.worker_id)
+            .bind(window)
+            .bind(offset)
+            .bind(now)
+            .bind(now)
+            .bind(&p.worker_id)
+            .bind(labels)
+            .bind(&p.worker_id)
+            .bind(now)
+            .bind(&p.worker_id)
+            .bind(want)
+            .fetch_all(j.conn())
+            .await?;
+        // Candidates come from a consistent read: a row this job locked in an
+        // earlier window is still READY to it, and its own lock skips nothing.
+        for c in read {
+            if !out.iter().any(|o| o.row.seq == c.row.seq) {
+                out.push(c);
+            }
+        }
+        if out.len() as i64 >= limit {
+            break;
+        }
+        // Short: the queue had no more candidates, or other jobs hold them.
+        // Only a full window leaves more to read past it.
+        let seen: i64 = sqlx::query_scalar(sql::LEASE_PLAIN_WINDOW)
+            .bind(queue)
+            .bind(now)
+            .bind(now)
+            .bind(&p.worker_id)
+            .bind(labels)
+            .bind(&p.worker_id)
+            .bind(now)
+            .bind(&p.worker_id)
+            .bind(offset + window)
+            .fetch_one(j.conn())
+            .await?;
+        if seen < offset + window {
+            break;
+        }
+        offset += window;
+    }
+    Ok(out)
 }
 
 /// See [`Leasing::task_lease_many`].

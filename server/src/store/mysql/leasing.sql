@@ -4,16 +4,36 @@ priority DESC, lease_deadline, run_at, seq
 -- name: lease_plain_pick
 -- own: MySQL has no UPDATE ... RETURNING, so the lease picks the rows first (FOR UPDATE SKIP LOCKED) with every column its reply needs, then writes them by seq
 -- One queue's first candidates the worker may take, in lease order, locked;
--- rows another replica holds are skipped. Binds the queue, now, now, the
--- routing predicate's five (routing.sql), the limit. The rows come whole: the
--- lease writes them by seq and answers with them as its UPDATE leaves them.
+-- rows another job holds are skipped. Binds the queue, now, now, the routing
+-- predicate's five (routing.sql), the window and its offset, then now, now, the
+-- routing predicate's five again, and the limit. The window of candidates
+-- comes from a consistent read, in lease order (the derived table: a locking
+-- clause does not reach into it); its rows are then locked by primary key in
+-- that order and tested again under the lock (a row leased or changed since
+-- the read fails the test), until the limit is locked. A consistent read
+-- passes over the index entries that recent leases left delete-marked at the
+-- head of the queue (until purge removes them) without visiting their rows; a
+-- locking read of the same range looks up the row of every one of them, about
+-- three pages each: thousands per lease when leases run at thousands a second.
+-- The rows come whole: the lease writes them by seq and answers with them as
+-- its UPDATE leaves them.
 SELECT ${task_columns}, lease_deadline,
   CAST(${reply_size} AS SIGNED) AS size,
   CASE WHEN fanout_distinct THEN fanout_group END AS fgroup
-FROM tasks WHERE state = 'pending' AND queue = ? AND run_at <= ?
-  AND lease_deadline > ? AND ${routing_may_take}
-ORDER BY ${lease_order} LIMIT ?
-FOR UPDATE SKIP LOCKED
+FROM (SELECT seq AS cand FROM tasks WHERE state = 'pending' AND queue = ?
+    AND run_at <= ? AND lease_deadline > ? AND ${routing_may_take}
+  ORDER BY ${lease_order} LIMIT ? OFFSET ?) c
+STRAIGHT_JOIN tasks ON tasks.seq = c.cand
+WHERE state = 'pending' AND run_at <= ? AND lease_deadline > ? AND ${routing_may_take}
+LIMIT ? FOR UPDATE SKIP LOCKED
+
+-- name: lease_plain_window
+-- own: MySQL has no UPDATE ... RETURNING, so the lease picks the rows first (FOR UPDATE SKIP LOCKED), and a pick that came back short asks whether it skipped rows another job holds
+-- How many candidates lease_plain_pick's windows had, up to the limit (a
+-- consistent read). Binds the queue, now, now, the routing predicate's five,
+-- the limit.
+SELECT count(*) FROM (SELECT 1 FROM tasks WHERE state = 'pending' AND queue = ?
+    AND run_at <= ? AND lease_deadline > ? AND ${routing_may_take} LIMIT ?) w
 
 -- piece: lease_plain_write
 -- own: MySQL has no UPDATE ... RETURNING, so the lease picks the rows first (FOR UPDATE SKIP LOCKED), then writes them by seq
