@@ -227,25 +227,51 @@ async fn complete_many(j: &mut Job, ps: &[CompleteParams]) -> StoreResult<Vec<Se
     Ok(out)
 }
 
-/// The rows of a batch's tasks, read and locked in one statement.
+/// The rows of a batch's tasks, read and locked in one statement: by the seq
+/// each lease token names, by id for a token that names none. A token may name
+/// another task's row (a caller's mistake, or a forged token): that row is
+/// locked and read under its own id, and the completion that named it finds
+/// no row of its task here and takes the one-task path.
 async fn lock_many(
     j: &mut Job,
     ps: &[CompleteParams],
 ) -> StoreResult<std::collections::HashMap<String, TaskRow>> {
-    // Dynamic: one placeholder per task.
-    let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_COMPLETE_MANY_LOCK_HEAD);
-    let mut sep = qb.separated(", ");
-    for p in ps {
-        sep.push_bind(&p.task_id);
+    let (by_seq, by_id): (Vec<_>, Vec<_>) = ps
+        .iter()
+        .map(|p| (p, seq_of_token(&p.lease_token)))
+        .partition(|(_, seq)| seq.is_some());
+    let mut rows = std::collections::HashMap::with_capacity(ps.len());
+    if !by_seq.is_empty() {
+        // Dynamic: one placeholder per task.
+        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_COMPLETE_MANY_LOCK_HEAD);
+        let mut sep = qb.separated(", ");
+        for (_, seq) in &by_seq {
+            sep.push_bind(*seq);
+        }
+        qb.push(") FOR UPDATE");
+        for r in qb.build_query_as::<TaskRow>().fetch_all(j.conn()).await? {
+            rows.insert(r.id.clone(), r);
+        }
     }
-    qb.push(") FOR UPDATE");
-    Ok(qb
-        .build_query_as::<TaskRow>()
-        .fetch_all(j.conn())
-        .await?
-        .into_iter()
-        .map(|r| (r.id.clone(), r))
-        .collect())
+    if !by_id.is_empty() {
+        // Dynamic: one placeholder per task.
+        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_COMPLETE_MANY_LOCK_BY_ID_HEAD);
+        let mut sep = qb.separated(", ");
+        for (p, _) in &by_id {
+            sep.push_bind(&p.task_id);
+        }
+        qb.push(") FOR UPDATE");
+        for r in qb.build_query_as::<TaskRow>().fetch_all(j.conn()).await? {
+            rows.insert(r.id.clone(), r);
+        }
+    }
+    Ok(rows)
+}
+
+/// The seq a lease token names: its last dot-separated part (`rows::lease_rows`
+/// writes `{batch}.{seq}`).
+fn seq_of_token(token: &str) -> Option<i64> {
+    token.rsplit_once('.')?.1.parse().ok()
 }
 
 /// Rows per statement of a batch's completions.

@@ -27,7 +27,17 @@ lease_expires_at = NULL, updated_at = ? WHERE seq = ?
 
 -- piece: task_complete_many_lock_head
 -- own: MySQL takes no array parameter, so a batch of completions locks its rows by an IN list built at run time
--- Followed by one placeholder per task, then `) FOR UPDATE`.
+-- Followed by one placeholder per task, then `) FOR UPDATE`. By primary key:
+-- a lease token names its row's seq (leasing.sql, lease_plain_write). A
+-- locking read through the unique index on id also looks up the row first to
+-- learn whether a transaction in flight holds the index entry, which the
+-- recent ids' pages (written by the submits in flight) nearly always need.
+SELECT ${task_columns} FROM tasks WHERE seq IN (
+
+-- piece: task_complete_many_lock_by_id_head
+-- own: MySQL takes no array parameter, so a batch of completions locks its rows by an IN list built at run time
+-- The rows of completions whose lease token names no seq, by id; followed by
+-- one placeholder per task, then `) FOR UPDATE`.
 SELECT ${task_columns} FROM tasks WHERE id IN (
 
 -- piece: task_complete_many_write_head
