@@ -82,7 +82,7 @@ async fn the_indexes_a_lease_and_a_settle_write() {
     ];
     assert_eq!(
         indexes_naming(&app.db.url, &lease).await,
-        ["tasks_lease", "tasks_leased", "tasks_leased_key"]
+        ["tasks_lease", "tasks_leased"]
     );
     assert_eq!(
         indexes_naming(&app.db.url, &settle).await,
@@ -90,7 +90,6 @@ async fn the_indexes_a_lease_and_a_settle_write() {
             "tasks_finished",
             "tasks_lease",
             "tasks_leased",
-            "tasks_leased_key",
             "tasks_queue_state"
         ]
     );
@@ -102,6 +101,10 @@ async fn the_indexes_a_lease_and_a_settle_write() {
     assert_eq!(
         indexes_naming(&app.db.url, &["fanout_leased_by"]).await,
         ["tasks_fanout"]
+    );
+    assert_eq!(
+        indexes_naming(&app.db.url, &["keyed_state"]).await,
+        ["tasks_leased_key"]
     );
     app.shutdown().await;
 }
@@ -210,5 +213,54 @@ async fn the_virtual_columns_follow_a_task_through_its_lease_and_settle() {
         .await
         .expect("requeue");
     assert_eq!(columns(&url, &cancelled).await, (None, None));
+    app.shutdown().await;
+}
+
+/// The task's `keyed_state`.
+async fn keyed_state(url: &str, id: &str) -> Option<String> {
+    sqlx::query_scalar("SELECT keyed_state FROM tasks WHERE id = ?")
+        .bind(id)
+        .fetch_one(&mut connect(url).await)
+        .await
+        .expect("read the task's keyed state")
+}
+
+#[tokio::test]
+async fn the_keyed_state_follows_a_task_with_a_concurrency_key_only() {
+    let Some(app) = spawn_app(Backend::Mysql).await else {
+        return;
+    };
+    let url = app.db.url.clone();
+    let mut c = app.broker().await;
+    let plain = submit_one(&mut c, spec("ix-keyed")).await;
+    let keyed = submit_one(
+        &mut c,
+        pb::TaskSpec {
+            concurrency_key: "k1".into(),
+            ..spec("ix-keyed")
+        },
+    )
+    .await;
+    assert_eq!(keyed_state(&url, &plain).await, None);
+    assert_eq!(keyed_state(&url, &keyed).await.as_deref(), Some("pending"));
+
+    let leased = lease(&mut c, "ix-keyed", 2).await;
+    assert_eq!(leased.len(), 2);
+    assert_eq!(keyed_state(&url, &plain).await, None);
+    assert_eq!(keyed_state(&url, &keyed).await.as_deref(), Some("leased"));
+    for t in leased {
+        c.complete(pb::CompleteRequest {
+            task_id: t.task_id,
+            lease_token: t.lease_token,
+            ..Default::default()
+        })
+        .await
+        .expect("complete");
+    }
+    assert_eq!(keyed_state(&url, &plain).await, None);
+    assert_eq!(
+        keyed_state(&url, &keyed).await.as_deref(),
+        Some("succeeded")
+    );
     app.shutdown().await;
 }

@@ -44,7 +44,8 @@ SELECT config, tokens, refilled_at FROM queues WHERE name = ?
 SELECT count(*) FROM tasks WHERE state = 'leased' AND queue = ?
 
 -- name: queue_usage_key_holders
-SELECT id FROM tasks WHERE state = 'leased' AND queue = ?
+-- `keyed_state` is the state of a task with a concurrency key (migration 0012).
+SELECT id FROM tasks WHERE keyed_state = 'leased' AND queue = ?
 AND concurrency_key = ? ORDER BY seq LIMIT 100
 
 -- name: queue_usage_key_tokens

@@ -34,8 +34,9 @@ SELECT config, tokens, refilled_at FROM queues WHERE name = ? FOR UPDATE
 SELECT count(*) FROM tasks WHERE state = 'leased' AND queue = ?
 
 -- name: task_lease_gated_leased_per_key
-SELECT concurrency_key, count(*) FROM tasks WHERE state = 'leased' AND queue = ?
-AND concurrency_key IS NOT NULL GROUP BY concurrency_key
+-- `keyed_state` is the state of a task with a concurrency key (migration 0012).
+SELECT concurrency_key, count(*) FROM tasks WHERE keyed_state = 'leased' AND queue = ?
+GROUP BY concurrency_key
 
 -- piece: task_lease_gated_key_tokens
 -- The per-key buckets of a queue: followed by one placeholder per key, then `)`.
