@@ -251,27 +251,14 @@ async fn pick(
     for round in 0..PICK_ROUNDS {
         let want = limit - out.len() as i64;
         let window = (limit + PICK_SLACK) << round;
-        let read: Vec<Cand> = sqlx::query_as(sql::LEASE_PLAIN_PICK)
-            .bind(queue)
-            .bind(now)
-            .bind(now)
-            .bind(&p.worker_id)
-            .bind(labels)
-            .bind(&p.worker_id)
-            .bind(now)
-            .bind(&p.worker_id)
-            .bind(window)
-            .bind(offset)
-            .bind(now)
-            .bind(now)
-            .bind(&p.worker_id)
-            .bind(labels)
-            .bind(&p.worker_id)
-            .bind(now)
-            .bind(&p.worker_id)
-            .bind(want)
-            .fetch_all(j.conn())
-            .await?;
+        let q = may_take(
+            sqlx::query_as(sql::LEASE_PLAIN_PICK).bind(queue),
+            p,
+            now,
+            labels,
+        );
+        let q = may_take(q.bind(window).bind(offset), p, now, labels);
+        let read: Vec<Cand> = q.bind(want).fetch_all(j.conn()).await?;
         // Candidates come from a consistent read: a row this job locked in an
         // earlier window is still READY to it, and its own lock skips nothing.
         for c in read {
@@ -284,24 +271,38 @@ async fn pick(
         }
         // Short: the queue had no more candidates, or other jobs hold them.
         // Only a full window leaves more to read past it.
-        let seen: i64 = sqlx::query_scalar(sql::LEASE_PLAIN_WINDOW)
-            .bind(queue)
-            .bind(now)
-            .bind(now)
-            .bind(&p.worker_id)
-            .bind(labels)
-            .bind(&p.worker_id)
-            .bind(now)
-            .bind(&p.worker_id)
-            .bind(offset + window)
-            .fetch_one(j.conn())
-            .await?;
+        let (seen,): (i64,) = may_take(
+            sqlx::query_as(sql::LEASE_PLAIN_WINDOW).bind(queue),
+            p,
+            now,
+            labels,
+        )
+        .bind(offset + window)
+        .fetch_one(j.conn())
+        .await?;
         if seen < offset + window {
             break;
         }
         offset += window;
     }
     Ok(out)
+}
+
+/// Binds now, now and the routing predicate's five (`routing_may_take`): the
+/// candidate test of the plain lease's statements.
+fn may_take<'q, O>(
+    q: sqlx::query::QueryAs<'q, sqlx::MySql, O, sqlx::mysql::MySqlArguments>,
+    p: &'q LeaseParams,
+    now: i64,
+    labels: &'q str,
+) -> sqlx::query::QueryAs<'q, sqlx::MySql, O, sqlx::mysql::MySqlArguments> {
+    q.bind(now)
+        .bind(now)
+        .bind(&p.worker_id)
+        .bind(labels)
+        .bind(&p.worker_id)
+        .bind(now)
+        .bind(&p.worker_id)
 }
 
 /// See [`Leasing::task_lease_many`].
