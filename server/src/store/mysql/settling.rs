@@ -241,31 +241,39 @@ async fn lock_many(
         .map(|p| (p, seq_of_token(&p.lease_token)))
         .partition(|(_, seq)| seq.is_some());
     let mut rows = std::collections::HashMap::with_capacity(ps.len());
-    if !by_seq.is_empty() {
-        // Dynamic: one placeholder per task.
-        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_COMPLETE_MANY_LOCK_HEAD);
-        let mut sep = qb.separated(", ");
-        for (_, seq) in &by_seq {
-            sep.push_bind(*seq);
-        }
-        qb.push(") FOR UPDATE");
-        for r in qb.build_query_as::<TaskRow>().fetch_all(j.conn()).await? {
-            rows.insert(r.id.clone(), r);
-        }
-    }
-    if !by_id.is_empty() {
-        // Dynamic: one placeholder per task.
-        let mut qb = sqlx::QueryBuilder::<MySql>::new(sql::TASK_COMPLETE_MANY_LOCK_BY_ID_HEAD);
-        let mut sep = qb.separated(", ");
-        for (p, _) in &by_id {
-            sep.push_bind(&p.task_id);
-        }
-        qb.push(") FOR UPDATE");
-        for r in qb.build_query_as::<TaskRow>().fetch_all(j.conn()).await? {
-            rows.insert(r.id.clone(), r);
-        }
-    }
+    let seqs: Vec<i64> = by_seq.iter().filter_map(|(_, seq)| *seq).collect();
+    lock_listed(j, sql::TASK_COMPLETE_MANY_LOCK_HEAD, seqs, &mut rows).await?;
+    let ids: Vec<&str> = by_id.iter().map(|(p, _)| p.task_id.as_str()).collect();
+    lock_listed(j, sql::TASK_COMPLETE_MANY_LOCK_BY_ID_HEAD, ids, &mut rows).await?;
     Ok(rows)
+}
+
+/// Reads and locks the rows `head` selects for the listed values (its list is
+/// left open: one placeholder per value is added, then its close and the lock),
+/// keyed by task id. No values, no statement.
+async fn lock_listed<'v, T>(
+    j: &mut Job,
+    head: &str,
+    values: Vec<T>,
+    rows: &mut std::collections::HashMap<String, TaskRow>,
+) -> StoreResult<()>
+where
+    T: 'v + sqlx::Encode<'v, MySql> + sqlx::Type<MySql> + Send,
+{
+    if values.is_empty() {
+        return Ok(());
+    }
+    // Dynamic: one placeholder per task.
+    let mut qb = sqlx::QueryBuilder::<MySql>::new(head);
+    let mut sep = qb.separated(", ");
+    for v in values {
+        sep.push_bind(v);
+    }
+    qb.push(") FOR UPDATE");
+    for r in qb.build_query_as::<TaskRow>().fetch_all(j.conn()).await? {
+        rows.insert(r.id.clone(), r);
+    }
+    Ok(())
 }
 
 /// The seq a lease token names: its last dot-separated part (`rows::lease_rows`
