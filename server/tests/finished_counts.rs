@@ -1,4 +1,4 @@
-//! The finished counts (migrations: sqlite/postgres 0024 and 0025, mysql 0008 and 0009): GetQueueStats
+//! The finished counts (migrations: sqlite 0024 and 0025, postgres 0024 to 0026, mysql 0008 and 0009): GetQueueStats
 //! reads the tasks folded into `finished_counts` plus those finished after the
 //! watermark, and answers what a full count of the table answers, whatever moves
 //! tasks out of a finished state or deletes them, before, at and after the
@@ -303,6 +303,65 @@ async fn counts_equal_a_full_recount(b: Backend) {
     s.close().await;
 }
 
+/// One purge statement deletes tasks of two queues in all three finished
+/// states, some folded and some finished after the watermark: each (queue,
+/// state) count loses exactly its folded tasks, and the tasks of the same
+/// (queue, state) left behind are still counted; a purge with nothing due
+/// changes no count.
+async fn one_purge_across_queues_and_states(b: Backend) {
+    let Some(db) = test_db(b).await else {
+        return;
+    };
+    let s = open(&db.url).await;
+    let ends = [
+        ("a", End::Succeed, 3000),
+        ("a", End::Succeed, 3001),
+        ("a", End::Die, 3002),
+        ("a", End::Cancel, 3003),
+        ("a", End::Succeed, 3010),
+        ("a", End::Die, 3011),
+        ("c", End::Die, 3000),
+        ("c", End::Cancel, 3001),
+        ("c", End::Succeed, 3004),
+        ("c", End::Cancel, 3012),
+        ("a", End::Succeed, 3020),
+        ("a", End::Die, 3021),
+    ];
+    for (n, (queue, end, ms)) in ends.iter().enumerate() {
+        finish(&s, queue, n + 1, *end, at(*ms)).await;
+    }
+    // The live task of a third queue, which no purge takes.
+    s.task_insert_many(&[task("d", 99)], t0()).await.unwrap();
+    fold(&s, at(3005), 100).await;
+    check(b, &db.url, &s, "folded to 3005").await;
+    let everywhere = PurgeScope::AllExcept(vec![]);
+    let none = s
+        .task_purge_finished(at(2000), &everywhere, 100)
+        .await
+        .unwrap();
+    assert_eq!(none, 0);
+    check(b, &db.url, &s, "nothing due").await;
+    let purged = s
+        .task_purge_finished(at(3012), &everywhere, 100)
+        .await
+        .unwrap();
+    assert_eq!(purged, 9, "all but those finished at the cutoff or after");
+    check(b, &db.url, &s, "purged across queues and states").await;
+    let full = recount(b, &db.url).await;
+    assert_eq!(
+        full,
+        Counts::from([
+            (("a".into(), "dead".into()), 1),
+            (("a".into(), "succeeded".into()), 1),
+            (("c".into(), "cancelled".into()), 1),
+        ]),
+        "what is left"
+    );
+    fold(&s, at(100_000), 100).await;
+    check(b, &db.url, &s, "folded to the end").await;
+    s.close().await;
+}
+
 /// Two replicas (two store handles on one database) fold at once, in small
 /// steps: every task is folded once.
 async fn two_replicas_fold_once(b: Backend) {
@@ -395,6 +454,7 @@ async fn a_purge_and_a_requeue_at_once_both_apply(b: Backend) {
 
 all_backends!(
     counts_equal_a_full_recount,
+    one_purge_across_queues_and_states,
     two_replicas_fold_once,
     a_purge_and_a_requeue_at_once_both_apply
 );
